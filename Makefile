@@ -1,0 +1,44 @@
+# sim — run `make help` for the targets.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR := .demo/world
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test lint typecheck format all clean
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install sim with dev extras
+
+demo: $(STAMP) ## Run 3 ticks of a scratch copy of worlds/demo, offline, no API key
+	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r worlds/demo $(DEMO_DIR)
+	@rm -rf $(DEMO_DIR)/.sim
+	$(BIN)/sim check --world $(DEMO_DIR)
+	$(BIN)/sim tick --world $(DEMO_DIR) --ticks 3
+
+test: $(STAMP) ## Run the whole test suite
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP) ## ruff and mypy
+	$(BIN)/ruff check sim tests
+	$(BIN)/ruff format --check sim tests
+	$(BIN)/mypy sim
+
+format: $(STAMP) ## Format and autofix with ruff
+	$(BIN)/ruff format sim tests
+	$(BIN)/ruff check --fix sim tests
+
+all: lint test ## Every check: lint, typecheck, tests
+
+clean: ## Remove the venv, caches and the demo scratch world
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

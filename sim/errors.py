@@ -1,0 +1,46 @@
+"""User-facing errors: mistakes in world files, config or usage (exit code 2).
+
+Kept apart from ``sim.llm.errors`` (runtime failures of model calls): a user error says which
+file and field is wrong and what was expected, so the fix is obvious.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class SimError(Exception):
+    """Base of errors a user must fix; the CLI prints the message and exits 2."""
+
+    exit_code = 2
+
+
+class InputError(SimError):
+    """A file, field or value is not what was expected.
+
+    Args:
+        path: the file at fault (``None`` for command-line values).
+        field: dotted path of the field inside it (``"state.location"``), if any.
+        problem: what is wrong and what was expected.
+    """
+
+    def __init__(self, path: Path | str | None, field: str | None, problem: str) -> None:
+        self.path = Path(path) if path is not None else None
+        self.field = field
+        self.problem = problem
+        where = str(self.path) if self.path is not None else "command line"
+        if field:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {problem}")
+
+
+class WorldLockedError(SimError):
+    """Another process is running this world (the run did not start: exit code 1)."""
+
+    exit_code = 1
+
+
+class RunFailed(Exception):
+    """The run stopped without committing (budget, too many failures); exit code 1."""
+
+    exit_code = 1

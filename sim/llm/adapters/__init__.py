@@ -1,0 +1,39 @@
+"""Provider adapters, by name. The registry is immutable and imports lazily."""
+
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+from typing import Any
+
+from sim.llm.errors import LLMConfigurationError
+from sim.llm.types import Adapter
+
+_REGISTRY = MappingProxyType(
+    {
+        "offline": "sim.llm.adapters.offline:OfflineAdapter",
+    }
+)
+
+
+def providers() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def create_adapter(provider: str, **options: Any) -> Adapter:
+    """Build the adapter registered as ``provider`` with its own keyword options.
+
+    Raises:
+        LLMConfigurationError: no such provider.
+    """
+    try:
+        target = _REGISTRY[provider]
+    except KeyError:
+        raise LLMConfigurationError(
+            f"unknown provider {provider!r}; choose one of: {', '.join(_REGISTRY)} "
+            "(set [llm] provider in config.toml or pass --provider)"
+        ) from None
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    adapter: Adapter = cls(**options)
+    return adapter

@@ -1,0 +1,97 @@
+"""The ``offline`` provider: a deterministic stand-in for a model, with no network.
+
+Answers come from ``sim.llm.offline``, which writes schema-valid, plausible content from the
+names, places and objects in its input. The same world seed, instructions, input and chain
+window always give the same answer, response id and token counts, so a whole run is
+byte-for-byte reproducible while exercising chains, usage and the response store exactly as
+a real provider would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from sim.llm.errors import LLMSchemaError
+from sim.llm.offline import estimate_tokens, generate
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+
+_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """The schema's JSON Schema, computed once per class."""
+    cached = _SCHEMAS.get(schema)
+    if cached is None:
+        cached = _SCHEMAS[schema] = schema.model_json_schema()
+    return cached
+
+
+class OfflineAdapter:
+    """Deterministic offline model.
+
+    Args:
+        seed: the world seed; part of every answer's randomness.
+    """
+
+    name = "offline"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.deleted: list[str] = []
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"{self.seed}\x00".encode())
+        digest.update(instructions.encode())
+        digest.update(b"\x00")
+        digest.update(input_data.encode())
+        for exchange in history:
+            digest.update(b"\x00")
+            digest.update(exchange.response_id.encode())
+        seed = digest.hexdigest()
+        data = generate(
+            json_schema(schema),
+            input_data,
+            seed=seed,
+            history=[(e.input, e.output) for e in history],
+            instructions=instructions,
+        )
+        try:
+            parsed = schema.model_validate(data)
+        except ValidationError as exc:  # a bug in the offline model, reported like a model's
+            raise LLMSchemaError(
+                f"offline model produced output invalid for {schema.__name__}: {exc}",
+                context={"schema": schema.__name__},
+            ) from exc
+        raw = orjson.dumps(data).decode()
+        input_tokens = estimate_tokens(instructions) + estimate_tokens(input_data)
+        for exchange in history:
+            input_tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+        return AdapterResponse(
+            parsed=parsed,
+            response_id=f"off_{seed[:24]}",
+            usage=Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(raw)),
+            model="offline",
+            finish_reason="stop",
+            raw=raw,
+            metadata={"provider": "offline"},
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        """Offline responses live only in the engine's store; record the request."""
+        self.deleted.append(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return True

@@ -1,0 +1,339 @@
+"""The provider-agnostic LLM client: batches, response chains and usage (spec 002).
+
+Phases speak only to ``LLMClient``. Beyond the spec:
+
+- Requests sharing an ``entity_key`` in one batch run one after another, in order, each
+  seeing the previous one's response; a plain ``gather`` would race on the chain. Other
+  requests run in parallel under ``max_concurrency``.
+- ``depth`` means the model sees exactly the last ``depth`` exchanges of the chain. In
+  ``window`` mode (default) the client sends them itself from the ``ResponseStore``; in
+  ``server`` mode it sends ``previous_response_id`` as the spec does.
+- Evicted responses are not deleted at once: they are collected in ``pending_deletions``
+  and deleted by the runner after the tick commits, so saved state never points at a
+  deleted response.
+- ``asyncio.CancelledError`` always propagates; it is never turned into an ``LLMError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
+
+from pydantic import BaseModel
+
+from sim.llm.errors import LLMError, LLMRateLimitError
+from sim.llm.events import EventSink, LLMEvent, null_sink
+from sim.llm.store import ResponseStore, split_key
+from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=BaseModel)
+ChainMode = Literal["window", "server"]
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    """One request of a batch.
+
+    Attributes:
+        instructions: the system prompt, re-sent with every call.
+        input_data: the user content (the entity's context).
+        schema: the pydantic model the answer must validate against.
+        entity_key: ``"{chain}:{entity_id}"`` to chain on, ``None`` for an independent call.
+        depth_override: this request's chain depth instead of the client's default.
+    """
+
+    instructions: str
+    input_data: str
+    schema: type[BaseModel]
+    entity_key: str | None = None
+    depth_override: int | None = None
+
+
+class _AdapterCancelled(Exception):
+    """Carries a CancelledError raised inside an adapter out of a TaskGroup."""
+
+
+class ResponseChainManager:
+    """Keeps response-id chains inside entity dicts (``entity["_openai"]["{chain}_chain"]``).
+
+    Args:
+        entities: characters or locations, mutated in place; each needs ``identity.id``.
+    """
+
+    def __init__(self, entities: Sequence[dict[str, Any]]) -> None:
+        self.entities: dict[str, dict[str, Any]] = {}
+        for entity in entities:
+            try:
+                entity_id = entity["identity"]["id"]
+            except (KeyError, TypeError):
+                logger.debug("chain manager: skipping an entity without identity.id")
+                continue
+            if isinstance(entity_id, str) and entity_id:
+                self.entities[entity_id] = entity
+        self.evicted: list[tuple[str, str]] = []
+
+    @staticmethod
+    def _parse_key(entity_key: str) -> tuple[str, str]:
+        """``"intention:bob"`` -> ``("bob", "intention")`` (entity id, chain name)."""
+        chain_name, entity_id = split_key(entity_key)
+        return entity_id, chain_name
+
+    def knows(self, entity_key: str) -> bool:
+        return self._parse_key(entity_key)[0] in self.entities
+
+    def get_chain(self, entity_key: str) -> list[str]:
+        entity_id, chain_name = self._parse_key(entity_key)
+        entity = self.entities.get(entity_id)
+        if entity is None:
+            return []
+        chain = entity.get("_openai", {}).get(f"{chain_name}_chain")
+        return list(chain) if chain else []
+
+    def get_previous(self, entity_key: str) -> str | None:
+        """The chain's last response id, or ``None`` if the chain is empty or unknown."""
+        chain = self.get_chain(entity_key)
+        return chain[-1] if chain else None
+
+    def confirm(self, entity_key: str, response_id: str, depth: int) -> str | None:
+        """Append ``response_id`` to the chain, keeping at most ``depth`` ids.
+
+        Returns:
+            The evicted id (the oldest, if several were trimmed after a depth decrease),
+            or ``None``. Every evicted id is also appended to ``self.evicted``.
+        """
+        if depth <= 0:
+            return None
+        entity_id, chain_name = self._parse_key(entity_key)
+        entity = self.entities.get(entity_id)
+        if entity is None:
+            return None
+        chain: list[str] = entity.setdefault("_openai", {}).setdefault(f"{chain_name}_chain", [])
+        evicted: list[str] = []
+        while len(chain) >= depth:
+            evicted.append(chain.pop(0))
+        chain.append(response_id)
+        self.evicted.extend((entity_key, rid) for rid in evicted)
+        return evicted[0] if evicted else None
+
+
+class LLMClient:
+    """Facade phases use for every LLM call.
+
+    Args:
+        adapter: the provider adapter (possibly wrapped for recovery).
+        entities: the characters or locations the chains live in (mutated in place).
+        default_depth: chain depth when a request has no ``depth_override`` (0 = independent).
+        settings: model and generation settings sent with every call.
+        store: exchanges behind chain ids (``window`` mode); in-memory if omitted.
+        chain_mode: ``"window"`` (engine sends the window) or ``"server"``
+            (``previous_response_id``).
+        max_concurrency: how many different entity keys run at once.
+        events: sink for ``llm_called`` / ``llm_completed`` / ``llm_failed`` events.
+        phase: phase name carried by events.
+    """
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        entities: Sequence[dict[str, Any]],
+        default_depth: int = 0,
+        *,
+        settings: CallSettings | None = None,
+        store: ResponseStore | None = None,
+        chain_mode: ChainMode = "window",
+        max_concurrency: int = 16,
+        events: EventSink = null_sink,
+        phase: str = "",
+    ) -> None:
+        if default_depth < 0:
+            raise ValueError(f"default_depth must be >= 0, got {default_depth}")
+        self.adapter = adapter
+        self.chain_manager = ResponseChainManager(entities)
+        self.default_depth = default_depth
+        self.settings = settings or CallSettings()
+        self.store = store if store is not None else ResponseStore()
+        self.chain_mode: ChainMode = chain_mode
+        self.max_concurrency = max(1, max_concurrency)
+        self.events = events
+        self.phase = phase
+        self.rate_limit_hits = 0
+
+    @property
+    def pending_deletions(self) -> list[tuple[str, str]]:
+        """(entity key, response id) pairs evicted so far, to delete after commit."""
+        return self.chain_manager.evicted
+
+    async def flush_deletions(self) -> list[tuple[str, str, LLMError]]:
+        """Delete evicted responses at the provider; call only after the tick committed.
+
+        Returns:
+            The deletions that failed, to retry later; they never raise.
+        """
+        failed: list[tuple[str, str, LLMError]] = []
+        pending = self.chain_manager.evicted
+        while pending:  # an id leaves the list only once its deletion was attempted
+            entity_key, response_id = pending[0]
+            try:
+                await self.adapter.delete_response(response_id)
+            except LLMError as exc:
+                failed.append((entity_key, response_id, exc))
+            except Exception as exc:
+                error = LLMError(f"deleting {response_id} failed: {exc!r}", cause=exc)
+                failed.append((entity_key, response_id, error))
+            pending.pop(0)
+        return failed
+
+    async def create_response(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[T],
+        entity_key: str | None = None,
+        depth_override: int | None = None,
+    ) -> T:
+        """One call. Returns the parsed answer; raises ``LLMError`` on failure."""
+        request = LLMRequest(instructions, input_data, schema, entity_key, depth_override)
+        response = await self._execute_one(request)
+        return cast(T, response.parsed)
+
+    async def create_batch(self, requests: Sequence[LLMRequest]) -> list[Any]:
+        """Run requests in parallel; results in request order, ``LLMError`` for failures."""
+        if not requests:
+            return []
+        results: list[Any] = [None] * len(requests)
+        groups: dict[str, list[int]] = {}
+        queue: list[list[int]] = []
+        for index, request in enumerate(requests):
+            if request.entity_key is None:
+                queue.append([index])
+            elif request.entity_key in groups:
+                groups[request.entity_key].append(index)
+            else:
+                group = [index]
+                groups[request.entity_key] = group
+                queue.append(group)
+        queue.reverse()  # pop() from the end keeps request order
+        self.rate_limit_hits = 0
+
+        async def worker() -> None:
+            while queue:
+                for index in queue.pop():
+                    try:
+                        results[index] = await self._settle(requests[index])
+                    except asyncio.CancelledError:
+                        task = asyncio.current_task()
+                        if task is not None and task.cancelling() == 0:
+                            # raised by an adapter, not a cancellation of this batch: a
+                            # TaskGroup would drop it silently, so carry it out explicitly
+                            raise _AdapterCancelled from None
+                        raise
+
+        workers = min(self.max_concurrency, len(queue))
+        try:
+            if workers == 1:
+                await worker()
+            else:
+                async with asyncio.TaskGroup() as group_:
+                    for _ in range(workers):
+                        group_.create_task(worker())
+        except* _AdapterCancelled:
+            raise asyncio.CancelledError from None
+        if self.rate_limit_hits:
+            logger.warning("%s: batch had %d rate limit hits", self.phase, self.rate_limit_hits)
+        return results
+
+    async def _settle(self, request: LLMRequest) -> Any:
+        try:
+            return (await self._execute_one(request)).parsed
+        except LLMError as exc:
+            if isinstance(exc, LLMRateLimitError):
+                self.rate_limit_hits += 1
+            return exc
+
+    def _depth(self, request: LLMRequest) -> int:
+        depth = request.depth_override if request.depth_override is not None else self.default_depth
+        return max(0, depth)
+
+    async def _execute_one(self, request: LLMRequest) -> AdapterResponse:
+        key = request.entity_key
+        depth = self._depth(request) if key else 0
+        history: tuple[Exchange, ...] = ()
+        previous_id: str | None = None
+        if key and depth > 0:
+            if self.chain_mode == "server":
+                previous_id = self.chain_manager.get_previous(key)
+            else:
+                chain = self.chain_manager.get_chain(key)[-depth:]
+                history = self.store.window(key, chain) if chain else ()
+        model = self.settings.model
+        self.events(
+            LLMEvent("llm_called", self.phase, key, model, request, depth=depth, history=history,
+                     previous_response_id=previous_id)
+        )
+        started = time.perf_counter()
+        try:
+            response = await self.adapter.execute(
+                instructions=request.instructions,
+                input_data=request.input_data,
+                schema=request.schema,
+                previous_response_id=previous_id,
+                settings=self.settings,
+                history=history,
+            )
+        except Exception as exc:
+            if isinstance(exc, LLMError):
+                error = exc
+            else:  # a bug in an adapter: report it loudly, but as an LLMError
+                logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
+                error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+            self.events(
+                LLMEvent("llm_failed", self.phase, key, model, request,
+                         latency=time.perf_counter() - started, error_code=error.code,
+                         error=error, history=history, previous_response_id=previous_id,
+                         depth=depth)
+            )
+            if error is exc:
+                raise
+            raise error from exc
+        if key:
+            if depth > 0 and self.chain_manager.knows(key):
+                if self.chain_mode == "window":
+                    self.store.put(
+                        key, Exchange(response.response_id, request.input_data, response.raw)
+                    )
+                before = len(self.chain_manager.evicted)
+                self.chain_manager.confirm(key, response.response_id, depth)
+                if self.chain_mode == "window":
+                    # the store's copy goes in this tick's atomic commit, with the chain ids
+                    for evicted_key, rid in self.chain_manager.evicted[before:]:
+                        self.store.evict(evicted_key, rid)
+            self._accumulate_usage(key, response.usage)
+        self.events(
+            LLMEvent("llm_completed", self.phase, key, response.model, request,
+                     latency=time.perf_counter() - started, usage=response.usage,
+                     response=response, history=history, previous_response_id=previous_id,
+                     depth=depth)
+        )
+        return response
+
+    def _accumulate_usage(self, entity_key: str, usage: Usage) -> None:
+        entity_id, _ = self.chain_manager._parse_key(entity_key)
+        entity = self.chain_manager.entities.get(entity_id)
+        if entity is None:
+            return
+        stats = entity.setdefault("_openai", {}).setdefault(
+            "usage", {"total_input_tokens": 0, "total_output_tokens": 0, "total_requests": 0}
+        )
+        stats["total_input_tokens"] = stats.get("total_input_tokens", 0) + usage.input_tokens
+        stats["total_output_tokens"] = stats.get("total_output_tokens", 0) + usage.output_tokens
+        stats["total_requests"] = stats.get("total_requests", 0) + 1
+        if usage.cached_input_tokens:
+            stats["total_cached_input_tokens"] = (
+                stats.get("total_cached_input_tokens", 0) + usage.cached_input_tokens
+            )

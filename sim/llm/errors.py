@@ -1,0 +1,163 @@
+"""The one error tree of the LLM layer.
+
+Adapters raise only these; the client returns them in place of failed batch results.
+
+```
+LLMError                        message, code, cause, context, retry_after
+├── LLMConfigurationError       bad or missing key, unknown provider or model   (not retried)
+├── LLMAPIError                 HTTP error: status_code, response_body
+│   └── LLMRateLimitError       429                                              (wait, retry)
+├── LLMTimeoutError             request timed out                                (retry)
+├── LLMRefusalError             the model refused: refusal_message               (not retried)
+├── LLMIncompleteError          output truncated: reason                         (not retried)
+├── LLMSchemaError              output did not validate against the schema      (retry + feedback)
+├── LLMContextLengthError       prompt exceeds the model's context               (not retried)
+├── LLMBudgetExceededError      a token or cost cap was reached                  (stops the run)
+└── LLMSubprocessError          a CLI-backed provider failed: return_code, stderr
+```
+
+The tree unifies spec documents 000 (failure modes), 001 (adapter error hierarchy),
+002 (refusal / incomplete) and 004 (``retry_after`` on rate limits).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LLMError(Exception):
+    """Base of every failure of an LLM call.
+
+    Args:
+        message: what went wrong, for a person.
+        code: a stable machine-readable reason (``"rate_limit"``, ``"schema_error"``...).
+        cause: the foreign exception this one was converted from, if any.
+        context: extra facts (entity key, model, attempt...), never secrets.
+        retry_after: seconds the provider asked us to wait, when it said.
+    """
+
+    default_code = "llm_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        cause: BaseException | None = None,
+        context: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.cause = cause
+        self.context: dict[str, Any] = dict(context or {})
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code!r})"
+
+
+class LLMConfigurationError(LLMError):
+    """A setting the user must fix: missing or rejected key, unknown provider or model."""
+
+    default_code = "configuration_error"
+
+
+class LLMAPIError(LLMError):
+    """The provider answered with an HTTP error."""
+
+    default_code = "api_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        response_body: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.status_code = status_code
+        self.response_body = response_body
+
+
+class LLMRateLimitError(LLMAPIError):
+    """HTTP 429: too many requests or tokens for now."""
+
+    default_code = "rate_limit"
+
+
+class LLMTimeoutError(LLMError):
+    """The request did not complete within the configured timeout."""
+
+    default_code = "timeout"
+
+
+class LLMRefusalError(LLMError):
+    """The model declined to answer (safety refusal)."""
+
+    default_code = "refusal"
+
+    def __init__(self, message: str, *, refusal_message: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.refusal_message = refusal_message
+
+
+class LLMIncompleteError(LLMError):
+    """The response was cut short (for example by ``max_output_tokens``)."""
+
+    default_code = "incomplete"
+
+    def __init__(self, message: str, *, reason: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.reason = reason
+
+
+class LLMSchemaError(LLMError):
+    """The output could not be parsed into the requested schema."""
+
+    default_code = "schema_error"
+
+
+class LLMContextLengthError(LLMError):
+    """The prompt is longer than the model's context window."""
+
+    default_code = "context_length"
+
+
+class LLMBudgetExceededError(LLMError):
+    """A per-run token or cost cap was reached; no further calls are made."""
+
+    default_code = "budget_exceeded"
+
+
+class LLMSubprocessError(LLMError):
+    """A provider backed by a command-line program exited with an error."""
+
+    default_code = "subprocess_error"
+
+    def __init__(
+        self, message: str, *, return_code: int | None = None, stderr: str = "", **kwargs: Any
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.return_code = return_code
+        self.stderr = stderr
+
+
+__all__ = [
+    "LLMAPIError",
+    "LLMBudgetExceededError",
+    "LLMConfigurationError",
+    "LLMContextLengthError",
+    "LLMError",
+    "LLMIncompleteError",
+    "LLMRateLimitError",
+    "LLMRefusalError",
+    "LLMSchemaError",
+    "LLMSubprocessError",
+    "LLMTimeoutError",
+]

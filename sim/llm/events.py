@@ -1,0 +1,57 @@
+"""Events the LLM client emits for every call, for progress lines, logs and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from sim.llm.types import Usage
+
+if TYPE_CHECKING:
+    from sim.llm.client import LLMRequest
+    from sim.llm.errors import LLMError
+    from sim.llm.types import AdapterResponse, Exchange
+
+EventKind = Literal["llm_called", "llm_completed", "llm_failed"]
+
+
+@dataclass(slots=True)
+class LLMEvent:
+    """One step of one call. ``response`` is set on completion, ``error`` on failure."""
+
+    kind: EventKind
+    phase: str
+    entity_key: str | None
+    model: str
+    request: LLMRequest
+    attempt: int = 1
+    latency: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    error_code: str | None = None
+    error: LLMError | None = None
+    response: AdapterResponse | None = None
+    history: tuple[Exchange, ...] = ()
+    previous_response_id: str | None = None
+    depth: int = 0
+
+
+EventSink = Callable[[LLMEvent], None]
+
+
+def null_sink(event: LLMEvent) -> None:
+    """Discard events."""
+
+
+class EventFanout:
+    """Deliver each event to several sinks, in order."""
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks = list(sinks)
+
+    def add(self, sink: EventSink) -> None:
+        self.sinks.append(sink)
+
+    def __call__(self, event: LLMEvent) -> None:
+        for sink in self.sinks:
+            sink(event)

@@ -1,0 +1,11 @@
+"""A deterministic, offline stand-in for a language model.
+
+``generate`` fills a JSON schema (pydantic v2 ``model_json_schema()``) from an input text, as a
+pure function of its arguments and a caller-supplied seed. Schemas titled ``Intention``,
+``Resolution``, ``Narrative`` or ``MemorySummary`` are written by sim-specific "skills" that
+read the (JSON) input and the chain window; anything else gets a generic, schema-valid filler.
+"""
+
+from sim.llm.offline.engine import estimate_tokens, generate, generate_tool_call
+
+__all__ = ["estimate_tokens", "generate", "generate_tool_call"]

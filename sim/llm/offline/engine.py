@@ -1,0 +1,358 @@
+"""Dispatch, the generic JSON-schema filler and the seeded RNG helper of the offline model.
+
+Everything here is a pure function of its arguments: the only randomness is a
+``random.Random`` seeded from the caller's ``seed`` string (string seeding hashes with SHA-512,
+so it is stable across processes, unlike ``hash()``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from random import Random
+from typing import Any
+
+import orjson
+
+from sim.llm.offline import templates as T
+from sim.llm.offline.skills import ACTION_FOR_TOOL, SKILLS, decide
+
+Json = dict[str, Any]
+
+_WORD = re.compile(r"[A-Za-z][a-z]{2,13}")
+_SCAN_CHARS = 2000
+_MAX_DEPTH = 8
+_FALLBACK_WORDS = (
+    "lantern", "harbor", "quiet", "amber", "river", "stone", "whisper", "market",
+    "ember", "willow", "north", "gate", "salt", "copper", "morning", "shadow",
+)
+_NOISE = frozenset(
+    (
+        "the", "and", "for", "with", "from", "that", "this", "into", "have", "has", "was",
+        "were", "are", "not", "but", "you", "your", "they", "their", "tick", "world",
+        "character", "location", "description", "personality", "goals", "mood", "inventory",
+        "memory", "summary", "recent", "atmosphere", "objects", "exits", "present", "name",
+        "null", "true", "false", "none", "intention", "events", "outcome", "moved_to", "target",
+        "content", "reasoning", "action",
+    )
+)
+_FORMATS = {
+    "date-time": "2024-01-01T12:00:00Z", "date": "2024-01-01", "time": "12:00:00",
+    "duration": "PT1H", "email": "someone@example.com", "uri": "https://example.com/",
+    "ipv4": "127.0.0.1", "ipv6": "::1", "hostname": "example.com",
+}
+_LONG_KEYS = ("description", "reasoning", "content", "text", "summary", "narrative", "outcome",
+              "message", "words", "notes", "story", "explanation")
+_PHASE1 = frozenset(ACTION_FOR_TOOL)
+_ARG_ROLES = {
+    "target": ("location_id", "destination", "location", "target", "exit_id", "to",
+               "character_id", "listener", "to_id", "target_id", "object", "item", "object_id"),
+    "content": ("words", "content", "message", "text", "utterance", "speech", "action", "what"),
+    "reasoning": ("reasoning", "reason", "why", "rationale", "thought", "thinking"),
+}
+
+
+def make_rng(seed: str, *salt: str) -> Random:
+    """The one source of randomness: a ``Random`` seeded from the seed string (plus salt)."""
+    return Random(seed + "\x1f" + "\x1f".join(salt) if salt else seed)
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token; at least one for any non-empty text."""
+    return (len(text) + 3) // 4 if text else 0
+
+
+def _loads(text: str) -> object:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def generate(
+    schema: Json,
+    input_text: str,
+    *,
+    seed: str,
+    history: Sequence[tuple[str, str]] = (),
+    instructions: str = "",
+) -> Json:
+    """Produce a dict valid for ``schema`` as a deterministic function of the arguments.
+
+    ``schema["title"]`` selects a sim skill (Intention, Resolution, Narrative, MemorySummary);
+    any other title, or an input the skill cannot use, goes to the generic filler.
+    """
+    rng = make_rng(seed)
+    title = schema.get("title")
+    skill = SKILLS.get(title) if isinstance(title, str) else None
+    if skill is not None:
+        data = _loads(input_text)
+        if isinstance(data, dict):
+            try:
+                out = skill(data, rng, history, schema)
+            except Exception:  # a skill bug must never take the simulation down
+                out = None
+            if out is not None:
+                return _complete(schema, out, rng, input_text)
+    value = Filler(schema, rng, input_text).fill(schema)
+    return value if isinstance(value, dict) else {}
+
+
+def _complete(schema: Json, out: Json, rng: Random, input_text: str) -> Json:
+    """Fill any required field of the caller's schema that the skill did not produce."""
+    required = schema.get("required")
+    if isinstance(required, list):
+        missing = [k for k in required if k not in out]
+        if missing:
+            filler = Filler(schema, rng, input_text)
+            props = schema.get("properties", {})
+            for key in missing:
+                out[key] = filler.fill(props.get(key, {}), key=key)
+    return out
+
+
+class Filler:
+    """Builds a value valid for a JSON schema (pydantic v2 flavour), with words from the input."""
+
+    def __init__(self, root: Json, rng: Random, input_text: str) -> None:
+        self.root = root
+        self.rng = rng
+        self._text = input_text
+        self._words: list[str] | None = None
+
+    @property
+    def words(self) -> list[str]:
+        if self._words is None:
+            seen: dict[str, None] = {}
+            for w in _WORD.findall(self._text[:_SCAN_CHARS]):
+                if w.lower() not in _NOISE:
+                    seen.setdefault(w, None)
+            self._words = list(seen) or list(_FALLBACK_WORDS)
+        return self._words
+
+    def _resolve(self, node: Json) -> Json:
+        for _ in range(16):
+            ref = node.get("$ref")
+            if not isinstance(ref, str) or not ref.startswith("#/"):
+                return node
+            target: Any = self.root
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                target = target.get(part, {}) if isinstance(target, dict) else {}
+            merged = dict(target) if isinstance(target, dict) else {}
+            merged.update({k: v for k, v in node.items() if k != "$ref"})
+            node = merged
+        return node
+
+    def fill(self, node: object, depth: int = 0, key: str = "") -> Any:
+        if not isinstance(node, dict):
+            return self.phrase(key)
+        node = self._resolve(node)
+        rng = self.rng
+        if "const" in node:
+            return node["const"]
+        enum = node.get("enum")
+        if isinstance(enum, list) and enum:
+            return rng.choice(enum)
+        for combo in ("anyOf", "oneOf"):
+            options = node.get(combo)
+            if isinstance(options, list) and options:
+                opts = [self._resolve(o) for o in options if isinstance(o, dict)]
+                real = [o for o in opts if o.get("type") != "null"]
+                if not real or (len(real) < len(opts) and (depth > 3 or rng.random() < 0.2)):
+                    return None
+                return self.fill(rng.choice(real), depth, key)
+        all_of = node.get("allOf")
+        if isinstance(all_of, list) and all_of:
+            merged: Json = {}
+            for part in all_of:
+                if isinstance(part, dict):
+                    merged.update(self._resolve(part))
+            merged.update({k: v for k, v in node.items() if k != "allOf"})
+            return self.fill(merged, depth, key)
+        kind = node.get("type")
+        if isinstance(kind, list):
+            kinds = [k for k in kind if k != "null"] or ["null"]
+            kind = rng.choice(kinds)
+        if kind is None:
+            if "properties" in node:
+                kind = "object"
+            elif "items" in node or "prefixItems" in node:
+                kind = "array"
+            elif "default" in node:
+                return node["default"]
+            else:
+                return self.phrase(key)
+        if kind == "object":
+            return self._object(node, depth)
+        if kind == "array":
+            return self._array(node, depth, key)
+        if kind == "string":
+            return self._string(node, key)
+        if kind == "integer":
+            return int(self._number(node, True))
+        if kind == "number":
+            return self._number(node, False)
+        if kind == "boolean":
+            return rng.random() < 0.5
+        return None
+
+    def _object(self, node: Json, depth: int) -> Json:
+        props = node.get("properties")
+        required = node.get("required")
+        req = set(required) if isinstance(required, list) else set()
+        out: Json = {}
+        if isinstance(props, dict):
+            for name, sub in props.items():
+                if name in req or (depth < 3 and self.rng.random() < 0.5):
+                    out[name] = self.fill(sub, depth + 1, name)
+        extra = node.get("additionalProperties")
+        if not props and isinstance(extra, dict) and depth < _MAX_DEPTH:
+            for _ in range(self._count(node, "minProperties", "maxProperties")):
+                out[self.rng.choice(self.words).lower()] = self.fill(extra, depth + 1)
+        return out
+
+    def _count(self, node: Json, lo_key: str, hi_key: str) -> int:
+        lo = node.get(lo_key, 0)
+        hi = node.get(hi_key, max(lo, 3))
+        if not isinstance(lo, int) or not isinstance(hi, int):
+            return 1
+        return lo if lo >= hi else self.rng.randint(max(lo, min(1, hi)), max(lo, min(hi, lo + 3)))
+
+    def _array(self, node: Json, depth: int, key: str) -> list[Any]:
+        prefix = node.get("prefixItems")
+        if isinstance(prefix, list):
+            return [self.fill(p, depth + 1, key) for p in prefix]
+        items = node.get("items", {})
+        n = self._count(node, "minItems", "maxItems")
+        if depth >= _MAX_DEPTH:
+            n = node.get("minItems", 0) if isinstance(node.get("minItems"), int) else 0
+        out: list[Any] = []
+        for _ in range(n * 4 if node.get("uniqueItems") else n):
+            value = self.fill(items, depth + 1, key)
+            if node.get("uniqueItems") and value in out:
+                continue
+            out.append(value)
+            if len(out) == n:
+                break
+        return out
+
+    def _string(self, node: Json, key: str) -> str:
+        fmt = node.get("format")
+        if fmt == "uuid":
+            return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        if isinstance(fmt, str) and fmt in _FORMATS:
+            return _FORMATS[fmt]
+        text = self.phrase(key)
+        lo, hi = node.get("minLength"), node.get("maxLength")
+        if isinstance(lo, int):
+            while len(text) < lo:
+                text += " " + self.rng.choice(self.words)
+        if isinstance(hi, int) and len(text) > hi:
+            text = text[:hi].rstrip() or text[:hi]
+            if isinstance(lo, int) and len(text) < lo:
+                text = text.ljust(lo, "x")
+        return text
+
+    def phrase(self, key: str = "") -> str:
+        """A short plausible string for a field called ``key``, from the input's words."""
+        rng, words = self.rng, self.words
+        k = key.lower()
+        if k == "id" or k.endswith("_id") or k.endswith("_ids"):
+            return rng.choice(words).lower()
+        if k in ("name", "title") or k.endswith("_name"):
+            return " ".join(w.capitalize() for w in rng.sample(words, min(2, len(words))))
+        if any(part in k for part in _LONG_KEYS):
+            picked = rng.sample(words, min(len(words), rng.randint(4, 8)))
+            return T.cap(" ".join(picked)) + "."
+        return " ".join(rng.sample(words, min(len(words), rng.randint(1, 3))))
+
+    def _number(self, node: Json, integer: bool) -> float:
+        step = 1.0 if integer else 0.01
+        low = _num(node.get("minimum"))
+        if low is None and (x := _num(node.get("exclusiveMinimum"))) is not None:
+            low = x + step
+        high = _num(node.get("maximum"))
+        if high is None and (x := _num(node.get("exclusiveMaximum"))) is not None:
+            high = x - step
+        if low is None:
+            low = 0.0 if high is None or high >= 0 else high - 10
+        if high is None or high < low:
+            high = max(low, low + 10 if high is None else low)
+        mult = _num(node.get("multipleOf"))
+        if mult is not None and mult > 0:
+            k_lo, k_hi = math.ceil(low / mult), math.floor(high / mult)
+            return self.rng.randint(k_lo, max(k_lo, k_hi)) * mult
+        if integer:
+            k_lo, k_hi = math.ceil(low), math.floor(high)
+            return self.rng.randint(k_lo, max(k_lo, k_hi))
+        return min(max(round(self.rng.uniform(low, high), 2), low), high)
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+# --------------------------------------------------------------------------- tool calls
+
+
+def _tool_spec(tool: Json) -> tuple[str, Json]:
+    fn = T.as_dict(tool.get("function")) or tool
+    params = fn.get("parameters")
+    return _s(fn.get("name")), params if isinstance(params, dict) else {"type": "object"}
+
+
+def _s(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def generate_tool_call(
+    tools: list[Json],
+    input_text: str,
+    *,
+    seed: str,
+    history: Sequence[tuple[str, str]] = (),
+) -> tuple[str, Json]:
+    """Choose one tool and produce arguments valid for its parameter schema."""
+    specs = [spec for t in tools if isinstance(t, dict) and (spec := _tool_spec(t))[0]]
+    if not specs:
+        return "", {}
+    rng = make_rng(seed, "tool")
+    by_name = dict(specs)
+    phase1 = _PHASE1 & set(by_name)
+    if len(phase1) >= 2:
+        data = _loads(input_text)
+        if isinstance(data, dict):
+            allowed = frozenset(ACTION_FOR_TOOL[n] for n in phase1)
+            choice = decide(data, rng, history, allowed)
+            if choice is not None:
+                tool = next(n for n, a in ACTION_FOR_TOOL.items() if a == choice["action"])
+                return tool, _tool_args(by_name[tool], choice, rng, input_text)
+    name, params = rng.choice(specs)
+    args = Filler(params, rng, input_text).fill(params)
+    return name, args if isinstance(args, dict) else {}
+
+
+def _tool_args(params: Json, choice: Json, rng: Random, input_text: str) -> Json:
+    """Map an Intention (target/content/reasoning) onto a tool's declared parameters."""
+    filler = Filler(params, rng, input_text)
+    props = params.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = params.get("required")
+    req = set(required) if isinstance(required, list) else set(props)
+    args: Json = {}
+    for key, sub in props.items():
+        role = next((r for r, keys in _ARG_ROLES.items() if key in keys), None)
+        value = choice.get(role) if role else None
+        sub_node = filler._resolve(sub) if isinstance(sub, dict) else {}
+        enum = sub_node.get("enum")
+        ok_type = sub_node.get("type") in ("string", None) or "anyOf" in sub_node
+        if isinstance(value, str) and ok_type and (not isinstance(enum, list) or value in enum):
+            args[key] = value
+        elif key in req:
+            args[key] = filler.fill(sub, 1, key)
+    return args

@@ -1,0 +1,214 @@
+"""Offline skills that write prose: the Narrative of a location and a character's MemorySummary."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from random import Random
+from typing import Any
+
+import orjson
+
+from sim.llm.offline import templates as T
+
+Json = dict[str, Any]
+
+SUMMARY_LIMIT = 600
+_MIDDLE_BUDGET = 4  # narrative sentences between the opening and the closing
+_KNOWN_MAX = 12
+_LOWER_OPENERS = ("The ", "A ", "An ", "While ", "With ", "Having ")
+_CAPS = re.compile(r"[A-Z][\w'’-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'’-]*)*")
+_STOP = frozenset(
+    (
+        "The", "A", "An", "I", "You", "He", "She", "They", "It", "We", "My", "Your", "His",
+        "Her", "Their", "Its", "Tick", "At", "In", "On", "To", "From", "By", "With", "After",
+        "Before", "Then", "Meanwhile", "When", "While", "As", "And", "But", "Or", "Of", "For",
+        "Once", "Still", "Yesterday", "Today", "Earlier", "Later", "Known", "Someone",
+        "Something", "Nothing", "Everyone", "No", "Not", "This", "That", "There", "Here",
+    )
+)
+
+
+def _s(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+# --------------------------------------------------------------------------- narrative
+
+
+def _event_line(ev: Json, name: str) -> str:
+    outcome = _s(ev.get("outcome")).strip()
+    if outcome:
+        line = T.first_sentence(outcome)
+        if name in line:
+            return line
+    it = T.as_dict(ev.get("intention"))
+    action = it.get("action")
+    if ev.get("moved_to"):
+        return f"{name} moved on."
+    if action == "speak":
+        words = T.short(_s(it.get("content")).replace('"', "'"), 80)
+        return f'{name} spoke up: "{words}"' if words else f"{name} spoke up."
+    if action == "act" and isinstance(it.get("target"), str):
+        return f"{name} busied themselves with {T.the(it['target'])}."
+    return f"{name} kept still and watched."
+
+
+def _previous_cast(history: Sequence[tuple[str, str]]) -> dict[str, str]:
+    if not history:
+        return {}
+    try:
+        prev = orjson.loads(history[-1][0])
+    except orjson.JSONDecodeError:
+        return {}
+    cast: dict[str, str] = {}
+    if isinstance(prev, dict) and isinstance(prev.get("events"), list):
+        for ev in prev["events"]:
+            if isinstance(ev, dict) and isinstance(ev.get("id"), str):
+                cast[ev["id"]] = _s(ev.get("name")) or ev["id"]
+    return cast
+
+
+def narrate(
+    data: Json, rng: Random, history: Sequence[tuple[str, str]], schema: Json
+) -> Json | None:
+    """3–6 sentences weaving a location's events, echoing who was here last time."""
+    loc = data.get("location")
+    if not isinstance(loc, dict):
+        return None
+    raw = data.get("events")
+    events = [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
+    kw = {"place": _s(loc.get("name")) or "the place",
+          "atmos": _s(loc.get("atmosphere")).rstrip(".") or "quiet"}
+    parts = [T.cap(rng.choice(T.OPEN).format(**kw))]
+    budget = _MIDDLE_BUDGET
+    prev = _previous_cast(history)
+    if prev:
+        now = {e.get("id") for e in events}
+        gone = [n for i, n in prev.items() if i not in now]
+        back = [n for i, n in prev.items() if i in now]
+        if gone and (not back or rng.random() < 0.5):
+            parts.append(T.ECHO_GONE.format(name=rng.choice(gone)))
+        elif back:
+            parts.append(T.ECHO_BACK.format(name=rng.choice(back)))
+        budget -= len(parts) - 1
+    if not events:
+        parts.append(rng.choice(T.QUIET).format(**kw))
+    else:
+        shown = events if len(events) <= budget else events[: budget - 1]
+        for i, ev in enumerate(shown):
+            name = _s(ev.get("name")) or _s(ev.get("id")) or "Someone"
+            line = _event_line(ev, name)
+            if i:
+                link = rng.choice(T.LINK)
+                if link and line.startswith(_LOWER_OPENERS):
+                    line = line[:1].lower() + line[1:]
+                line = link + line
+            parts.append(line)
+        rest = [_s(e.get("name")) or _s(e.get("id")) for e in events[len(shown):]]
+        if rest:
+            names = rest[:4] + (["others"] if len(rest) > 4 else [])
+            parts.append(rng.choice(T.REST).format(names=T.join_names(names)))
+    parts.append(rng.choice(T.CLOSE).format(**kw))
+    return {"narrative": " ".join(parts)}
+
+
+# --------------------------------------------------------------------------- memory summary
+
+
+def _parse_summary(summary: str) -> tuple[list[str], list[str], list[str]]:
+    """Split a summary written by ``summarize`` back into (digest, events, known names)."""
+    text = summary.strip()
+    known: list[str] = []
+    at = text.rfind("Known: ")
+    if at >= 0:
+        known = [k.strip() for k in text[at + 7:].rstrip(".").split(", ") if k.strip()]
+        text = text[:at].strip()
+    digest: list[str] = []
+    if text.startswith("Earlier: "):
+        end = text.find(" [t")
+        head = text[9:] if end < 0 else text[9:end]
+        digest = [d.strip() for d in head.rstrip(".").split("; ") if d.strip()]
+        text = "" if end < 0 else text[end + 1:]
+    chunks = text.split(" [t") if text else []
+    events: list[str] = []
+    for i, chunk in enumerate(chunks):
+        if i == 0 and not chunk.startswith("[t"):
+            digest.append(T.short(chunk, 120).rstrip("."))  # foreign text: keep a condensed form
+        else:
+            events.append(chunk if chunk.startswith("[t") else "[t" + chunk)
+    return digest, events, known
+
+
+def _condense(text: str) -> str:
+    text = " ".join(text.split())
+    low = text[:12].lower()
+    if low.startswith("tick") and ":" in text[:12]:
+        text = text[text.index(":") + 1:].strip()
+    return T.short(T.first_sentence(text), 110) if text else ""
+
+
+def _brief(event: str) -> str:
+    """'[t3] Mara met Bob at the Old Mill.' → 't3 Mara met Bob at the…'."""
+    words = event.strip("[").replace("]", "", 1).rstrip(".").split()
+    return " ".join(words[:7]) + ("…" if len(words) > 7 else "")
+
+
+def _render(digest: list[str], events: list[str], known: list[str]) -> str:
+    parts = []
+    if digest:
+        parts.append("Earlier: " + "; ".join(digest) + ".")
+    parts.extend(events)
+    if known:
+        parts.append("Known: " + ", ".join(known) + ".")
+    return " ".join(parts)
+
+
+def summarize(
+    data: Json, rng: Random, history: Sequence[tuple[str, str]], schema: Json
+) -> Json | None:
+    """Fold evicted memory cells into the running summary, bounded to ~600 characters."""
+    evicted = data.get("evicted")
+    if not isinstance(evicted, list):
+        return None
+    ch = T.as_dict(data.get("character"))
+    own = _s(ch.get("name"))
+    own_parts = frozenset(own.split())
+    digest, events, known = _parse_summary(_s(data.get("summary")))
+    for cell in evicted:
+        if isinstance(cell, dict):
+            text, tick = _s(cell.get("text")), cell.get("tick")
+        else:
+            text, tick = _s(cell), None
+        line = _condense(text)
+        if not line:
+            continue
+        events.append(f"[t{tick}] {line}" if isinstance(tick, int) else f"[t?] {line}")
+        for match in _CAPS.findall(text[:400]):
+            words = match.split()
+            while words and words[0] in _STOP:
+                words.pop(0)
+            found = " ".join(words)
+            if not found or found == own or found in own_parts:
+                continue
+            if found in known:
+                known.remove(found)
+            known.append(found)
+    del known[:-_KNOWN_MAX]
+    out = _render(digest, events, known)
+    while len(out) > SUMMARY_LIMIT:
+        if len(events) > 2:
+            digest.append(_brief(events.pop(0)))
+        elif len(digest) > 1:
+            digest.pop(0)
+        elif len(known) > 4:
+            known.pop(0)
+        elif digest:
+            digest.pop(0)
+        elif len(events) > 1:
+            events.pop(0)
+        else:
+            out = T.short(out, SUMMARY_LIMIT - 1)
+            break
+        out = _render(digest, events, known)
+    return {"summary": out}

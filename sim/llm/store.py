@@ -1,0 +1,96 @@
+"""The response store: the exchanges behind each chain's response ids.
+
+In ``window`` chain mode the engine, not the provider, remembers what each chain said, so
+the model sees exactly the last ``depth`` exchanges with any provider. The store keeps one
+small JSON file per chain and entity inside the world folder
+(``.sim/responses/<chain>/<entity_id>.json``: response id -> input and output).
+
+Changes are held in memory and handed to ``Storage`` as part of the tick's atomic commit,
+so the store on disk always agrees with the chain ids saved in the entities, and an evicted
+exchange disappears only when the tick that evicted it commits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from sim.llm.types import Exchange
+
+STORE_DIR = Path(".sim") / "responses"
+
+
+def split_key(entity_key: str) -> tuple[str, str]:
+    """``"intention:bob"`` -> ``("intention", "bob")``."""
+    chain, _, entity_id = entity_key.partition(":")
+    return chain, entity_id
+
+
+class ResponseStore:
+    """Exchanges by entity key and response id, backed by a world folder (or memory only).
+
+    Args:
+        root: the world folder; ``None`` keeps everything in memory (tests, scratch runs).
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root
+        self._cache: dict[str, dict[str, dict[str, str]]] = {}
+        self._dirty: set[str] = set()
+
+    def _relpath(self, entity_key: str) -> str:
+        chain, entity_id = split_key(entity_key)
+        return f"{STORE_DIR.as_posix()}/{chain}/{entity_id}.json"
+
+    def _entries(self, entity_key: str) -> dict[str, dict[str, str]]:
+        entries = self._cache.get(entity_key)
+        if entries is None:
+            entries = {}
+            if self.root is not None:
+                path = self.root / self._relpath(entity_key)
+                try:
+                    entries = orjson.loads(path.read_bytes())
+                except FileNotFoundError:
+                    entries = {}
+            self._cache[entity_key] = entries
+        return entries
+
+    def get(self, entity_key: str, response_id: str) -> Exchange | None:
+        entry = self._entries(entity_key).get(response_id)
+        if entry is None:
+            return None
+        return Exchange(response_id, entry["input"], entry["output"])
+
+    def window(self, entity_key: str, response_ids: list[str]) -> tuple[Exchange, ...]:
+        """The exchanges for these ids, oldest first; ids the store lacks are skipped."""
+        entries = self._entries(entity_key)
+        return tuple(
+            Exchange(rid, entries[rid]["input"], entries[rid]["output"])
+            for rid in response_ids
+            if rid in entries
+        )
+
+    def put(self, entity_key: str, exchange: Exchange) -> None:
+        self._entries(entity_key)[exchange.response_id] = {
+            "input": exchange.input,
+            "output": exchange.output,
+        }
+        self._dirty.add(entity_key)
+
+    def evict(self, entity_key: str, response_id: str) -> None:
+        if self._entries(entity_key).pop(response_id, None) is not None:
+            self._dirty.add(entity_key)
+
+    def changes(self) -> dict[str, bytes | None]:
+        """Files to write (bytes) or delete (``None``), relative to the world folder."""
+        out: dict[str, bytes | None] = {}
+        for key in sorted(self._dirty):
+            entries = self._cache[key]
+            out[self._relpath(key)] = (
+                orjson.dumps(entries, option=orjson.OPT_INDENT_2) + b"\n" if entries else None
+            )
+        return out
+
+    def mark_committed(self) -> None:
+        self._dirty.clear()

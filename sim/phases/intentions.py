@@ -1,0 +1,104 @@
+"""Phase 1, intentions: each character says what it means to do this tick."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMError
+from sim.phases.base import TickContext, to_json
+from sim.world import Entity, World
+
+NAME = "intentions"
+SECTION = "phase1"
+CHAIN = "intention"
+RECENT_CELLS = 3
+
+
+class Intention(BaseModel):
+    """What a character means to do: move, speak, act on something, or wait."""
+
+    model_config = ConfigDict(extra="forbid", title="Intention")
+
+    action: Literal["move", "speak", "act", "wait"]
+    target: str | None = Field(
+        description="move: a connected location id; speak: a present character id; "
+        "act: an object here or carried; wait: null"
+    )
+    content: str = Field(description="the words said, or what is done; empty for move and wait")
+    reasoning: str = Field(description="why, in a sentence")
+
+    @classmethod
+    def fallback(cls) -> Intention:
+        """The spec's idle intention, used when the call failed."""
+        return cls(action="wait", target=None, content="", reasoning="LLM error, using fallback")
+
+
+def character_input(world: World, char: Entity, tick: int, here: list[str]) -> str:
+    """The model's view of one character at the start of a tick.
+
+    Args:
+        here: ids of every character at the same location (including this one).
+    """
+    identity, state, memory = char["identity"], char["state"], char["memory"]
+    loc = world.locations[state["location"]]
+    present = [
+        {"id": other["identity"]["id"], "name": other["identity"]["name"],
+         "mood": other["state"]["mood"]}
+        for other in (world.characters[cid] for cid in here)
+        if other is not char
+    ]
+    return to_json({
+        "tick": tick,
+        "world": world.meta["name"],
+        "character": {
+            "id": identity["id"],
+            "name": identity["name"],
+            "description": identity["description"],
+            "personality": identity["personality"],
+            "goals": identity["goals"],
+            "mood": state["mood"],
+            "inventory": state["inventory"],
+        },
+        "memory": {
+            "summary": memory["summary"],
+            "recent": [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-RECENT_CELLS:]],
+        },
+        "location": {
+            "id": loc["identity"]["id"],
+            "name": loc["identity"]["name"],
+            "description": loc["identity"]["description"],
+            "atmosphere": loc["state"]["atmosphere"],
+            "objects": loc["state"]["objects"],
+        },
+        "exits": [
+            {"id": lid, "name": world.locations[lid]["identity"]["name"]}
+            for lid in loc["state"]["connections"]
+        ],
+        "present": present,
+    })
+
+
+async def run(ctx: TickContext) -> None:
+    report = ctx.report(NAME)
+    world = ctx.world
+    chars = list(world.characters.values())
+    client = ctx.client(SECTION, chars, NAME)
+    instructions = ctx.prompt(NAME)
+    requests = [
+        LLMRequest(instructions, character_input(
+                       world, char, ctx.tick, ctx.occupancy[char["state"]["location"]]
+                   ), Intention,
+                   f"{CHAIN}:{char['identity']['id']}")
+        for char in chars
+    ]
+    results = await client.create_batch(requests)
+    report.calls += len(requests)
+    for char, request, result in zip(chars, requests, results, strict=True):
+        cid = char["identity"]["id"]
+        if isinstance(result, LLMError):
+            report.fail(str(request.entity_key), result)
+            result = Intention.fallback()
+        ctx.intentions[cid] = result

@@ -1,0 +1,71 @@
+"""Phase 4, memory: a character whose memory cells overflow its capacity has the oldest
+cells evicted and folded into its running summary by the model."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMError
+from sim.phases.base import TickContext, to_json
+from sim.world import Entity
+
+NAME = "memory"
+SECTION = "phase4"
+CHAIN = "memory"
+
+
+class MemorySummary(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="MemorySummary")
+
+    summary: str = Field(description="the running summary with the evicted memories folded in")
+
+
+def memory_input(char: Entity, evicted: list[dict[str, object]], tick: int) -> str:
+    identity = char["identity"]
+    return to_json({
+        "tick": tick,
+        "character": {
+            "id": identity["id"],
+            "name": identity["name"],
+            "personality": identity["personality"],
+            "goals": identity["goals"],
+        },
+        "summary": char["memory"]["summary"],
+        "evicted": evicted,
+    })
+
+
+def fallback_summary(summary: str, evicted: list[dict[str, object]]) -> str:
+    """When the call failed: the old summary with the raw evicted cells appended."""
+    parts = [summary] if summary else []
+    parts.extend(f"(tick {cell['tick']}) {cell['text']}" for cell in evicted)
+    return " ".join(parts)
+
+
+async def run(ctx: TickContext) -> None:
+    report = ctx.report(NAME)
+    world = ctx.world
+    overflowing: list[tuple[Entity, list[dict[str, object]]]] = []
+    for char in world.characters.values():
+        memory = char["memory"]
+        excess = len(memory["cells"]) - memory["capacity"]
+        if excess > 0:
+            overflowing.append((char, memory["cells"][:excess]))
+    client = ctx.client(SECTION, [char for char, _ in overflowing], NAME)
+    instructions = ctx.prompt(NAME)
+    requests = [
+        LLMRequest(instructions, memory_input(char, evicted, ctx.tick), MemorySummary,
+                   f"{CHAIN}:{char['identity']['id']}")
+        for char, evicted in overflowing
+    ]
+    results = await client.create_batch(requests)
+    report.calls += len(requests)
+    for (char, evicted), request, result in zip(overflowing, requests, results, strict=True):
+        memory = char["memory"]
+        if isinstance(result, LLMError):
+            report.fail(str(request.entity_key), result)
+            memory["summary"] = fallback_summary(memory["summary"], evicted)
+        else:
+            memory["summary"] = result.summary
+        del memory["cells"][: len(evicted)]

@@ -1,0 +1,69 @@
+"""Phase 2b, narrative: a short account of what happened at each occupied location."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMError
+from sim.phases.base import TickContext, to_json
+from sim.phases.resolution import Resolution
+from sim.world import World
+
+NAME = "narrative"
+SECTION = "phase2b"
+CHAIN = "narrative"
+
+
+class Narrative(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="Narrative")
+
+    narrative: str = Field(description="three to six sentences of prose")
+
+
+def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
+    loc = world.locations[location_id]
+    resolution = ctx.resolutions.get(location_id, Resolution.empty())
+    outcomes = {}
+    for outcome in resolution.outcomes:
+        outcomes.setdefault(outcome.character_id, outcome)
+    events = []
+    for cid in ctx.occupancy[location_id]:
+        outcome = outcomes.get(cid)
+        events.append({
+            "id": cid,
+            "name": world.characters[cid]["identity"]["name"],
+            "intention": ctx.intentions[cid].model_dump(),
+            "outcome": outcome.outcome if outcome else "",
+            "moved_to": outcome.moved_to if outcome else None,
+        })
+    return to_json({
+        "tick": ctx.tick,
+        "world": world.meta["name"],
+        "location": {
+            "id": location_id,
+            "name": loc["identity"]["name"],
+            "description": loc["identity"]["description"],
+            "atmosphere": loc["state"]["atmosphere"],
+        },
+        "events": events,
+    })
+
+
+async def run(ctx: TickContext) -> None:
+    report = ctx.report(NAME)
+    world = ctx.world
+    occupied = list(ctx.occupancy)
+    client = ctx.client(SECTION, [world.locations[lid] for lid in occupied], NAME)
+    instructions = ctx.prompt(NAME)
+    requests = [
+        LLMRequest(instructions, narrative_input(ctx, world, lid), Narrative, f"{CHAIN}:{lid}")
+        for lid in occupied
+    ]
+    results = await client.create_batch(requests)
+    report.calls += len(requests)
+    for lid, request, result in zip(occupied, requests, results, strict=True):
+        if isinstance(result, LLMError):
+            report.fail(str(request.entity_key), result)
+            continue  # fallback: no narrative for this place this tick
+        ctx.narratives[lid] = result.narrative

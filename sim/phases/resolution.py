@@ -1,0 +1,103 @@
+"""Phase 2a, resolution: each occupied location's game master resolves the intentions of
+everyone present into per-character outcomes and an optional change to the place."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMError
+from sim.phases.base import TickContext, to_json
+from sim.phases.intentions import Intention
+from sim.world import World
+
+NAME = "resolution"
+SECTION = "phase2a"
+CHAIN = "resolution"
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="Outcome")
+
+    character_id: str = Field(description="id of a character present at this location")
+    outcome: str = Field(description="what happened to them, one or two sentences")
+    moved_to: str | None = Field(description="id of the connected location they reached, or null")
+    mood: str | None = Field(description="their new mood, or null if unchanged")
+    gained: list[str] = Field(description="objects they now carry")
+    lost: list[str] = Field(description="objects they no longer carry")
+
+
+class LocationUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="LocationUpdate")
+
+    atmosphere: str | None = Field(description="the place's new atmosphere, or null")
+    objects_added: list[str]
+    objects_removed: list[str]
+
+
+class Resolution(BaseModel):
+    """The game master's ruling for one location and tick."""
+
+    model_config = ConfigDict(extra="forbid", title="Resolution")
+
+    outcomes: list[Outcome]
+    location_update: LocationUpdate | None
+
+    @classmethod
+    def empty(cls) -> Resolution:
+        """The fallback when the call failed: nothing is resolved, nothing changes."""
+        return cls(outcomes=[], location_update=None)
+
+
+def location_input(world: World, location_id: str, tick: int, present: list[str],
+                   intentions: dict[str, Intention]) -> str:
+    """The game master's view: the place, its exits, and what everyone here intends."""
+    loc = world.locations[location_id]
+    characters = []
+    for cid in present:
+        char = world.characters[cid]
+        characters.append({
+            "id": cid,
+            "name": char["identity"]["name"],
+            "personality": char["identity"]["personality"],
+            "mood": char["state"]["mood"],
+            "inventory": char["state"]["inventory"],
+            "intention": intentions[cid].model_dump(),
+        })
+    return to_json({
+        "tick": tick,
+        "world": world.meta["name"],
+        "location": {
+            "id": location_id,
+            "name": loc["identity"]["name"],
+            "description": loc["identity"]["description"],
+            "atmosphere": loc["state"]["atmosphere"],
+            "objects": loc["state"]["objects"],
+        },
+        "exits": [
+            {"id": lid, "name": world.locations[lid]["identity"]["name"]}
+            for lid in loc["state"]["connections"]
+        ],
+        "characters": characters,
+    })
+
+
+async def run(ctx: TickContext) -> None:
+    report = ctx.report(NAME)
+    world = ctx.world
+    occupied = list(ctx.occupancy)
+    client = ctx.client(SECTION, [world.locations[lid] for lid in occupied], NAME)
+    instructions = ctx.prompt(NAME)
+    requests = [
+        LLMRequest(instructions,
+                   location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions),
+                   Resolution, f"{CHAIN}:{lid}")
+        for lid in occupied
+    ]
+    results = await client.create_batch(requests)
+    report.calls += len(requests)
+    for lid, request, result in zip(occupied, requests, results, strict=True):
+        if isinstance(result, LLMError):
+            report.fail(str(request.entity_key), result)
+            result = Resolution.empty()
+        ctx.resolutions[lid] = result

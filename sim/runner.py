@@ -1,0 +1,152 @@
+"""The runner: one tick = load, phases in order, atomic commit, then post-commit cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sim.config import Config
+from sim.llm.adapters import create_adapter
+from sim.llm.events import EventFanout, EventSink, LLMEvent
+from sim.llm.store import ResponseStore
+from sim.llm.types import Adapter, Usage
+from sim.phases import PHASES
+from sim.phases.base import PhaseReport, TickContext
+from sim.storage import Storage
+from sim.world import World
+
+PhaseStage = Literal["start", "end"]
+PhaseHook = Callable[[str, PhaseStage, PhaseReport | None], None]
+
+
+@dataclass
+class TickResult:
+    """What one committed tick did."""
+
+    tick: int
+    narratives: dict[str, str]
+    location_names: dict[str, str]
+    reports: list[PhaseReport]
+    elapsed: float
+    moved: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls for r in self.reports)
+
+    @property
+    def failures(self) -> int:
+        return sum(r.failures for r in self.reports)
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for report in self.reports:
+            total = total + report.usage
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tick": self.tick,
+            "narratives": self.narratives,
+            "moved": [list(m) for m in self.moved],
+            "phases": [r.to_dict() for r in self.reports],
+            "calls": self.calls,
+            "failures": self.failures,
+            "usage": self.usage.to_dict(),
+            "elapsed": self.elapsed,
+        }
+
+
+def build_adapter(config: Config, world: World) -> Adapter:
+    """The configured provider's adapter for this world."""
+    return create_adapter(config.llm.provider, seed=world.seed)
+
+
+class Runner:
+    """Runs ticks of one world folder.
+
+    Args:
+        world_dir: the world folder.
+        config: the effective configuration.
+        events: receives every LLM call event (progress lines, logs).
+        on_phase: called at the start and end of each phase.
+        on_tick: called with each tick's result once it has committed.
+        adapter: use this adapter instead of the configured provider (tests, replay).
+    """
+
+    def __init__(
+        self,
+        world_dir: Path,
+        config: Config,
+        *,
+        events: EventSink | None = None,
+        on_phase: PhaseHook | None = None,
+        adapter: Adapter | None = None,
+        on_tick: Callable[[TickResult], None] | None = None,
+    ) -> None:
+        self.storage = Storage(world_dir)
+        self.config = config
+        self.events = events
+        self.on_phase = on_phase
+        self.adapter = adapter
+        self.on_tick = on_tick
+
+    def run(self, ticks: int = 1) -> list[TickResult]:
+        """Run ``ticks`` ticks, each committed before the next starts."""
+        return asyncio.run(self.run_async(ticks))
+
+    async def run_async(self, ticks: int = 1) -> list[TickResult]:
+        results: list[TickResult] = []
+        with self.storage.lock():
+            self.storage.recover()
+            for _ in range(ticks):
+                result = await self._tick()
+                results.append(result)
+                if self.on_tick:
+                    self.on_tick(result)
+        return results
+
+    async def _tick(self) -> TickResult:
+        started = time.perf_counter()
+        world = self.storage.load()
+        adapter = self.adapter or build_adapter(self.config, world)
+        store = ResponseStore(world.root)
+        ctx = TickContext(world, self.config, adapter, store, world.tick + 1)
+
+        def account(event: LLMEvent) -> None:
+            # every finished call (and, with recovery, every failed attempt) is paid for
+            if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
+                ctx.reports[-1].usage = ctx.reports[-1].usage + event.usage
+
+        ctx.events = EventFanout(account, *([self.events] if self.events else []))
+        ctx.occupancy = world.characters_at()
+        start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
+        for name, run_phase in PHASES:
+            if self.on_phase:
+                self.on_phase(name, "start", None)
+            await run_phase(ctx)
+            if self.on_phase:
+                self.on_phase(name, "end", ctx.reports[-1])
+        world.meta["tick"] = ctx.tick
+        self.storage.commit(world, store.changes())
+        store.mark_committed()
+        for client in ctx.clients:
+            await client.flush_deletions()
+        moved = [
+            (cid, start_locations[cid], c["state"]["location"])
+            for cid, c in world.characters.items()
+            if c["state"]["location"] != start_locations[cid]
+        ]
+        return TickResult(
+            tick=ctx.tick,
+            narratives=dict(ctx.narratives),
+            location_names={lid: loc["identity"]["name"] for lid, loc in world.locations.items()},
+            reports=ctx.reports,
+            elapsed=time.perf_counter() - started,
+            moved=moved,
+        )

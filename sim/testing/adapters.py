@@ -1,0 +1,322 @@
+"""Test doubles for the ``Adapter`` protocol: deterministic, offline, inspectable.
+
+They ship with the package (not a dev extra), so user code and user tests may depend on
+them (spec 001, "Mock adapters")::
+
+    adapter = MockAdapter()
+    adapter.enqueue(Intention(intention="rest"), LLMRateLimitError("slow down"))
+    client = LLMClient(adapter, characters, default_depth=2)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import types
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from sim.llm.errors import LLMError, LLMSchemaError
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+
+#: What ``MockAdapter.enqueue`` accepts: an answer, or an exception to raise.
+MockItem = BaseModel | Mapping[str, Any] | BaseException
+#: ``default=`` callable: builds the answer when the queue is empty.
+DefaultFactory = Callable[[type[BaseModel], str], BaseModel | Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class MockCall:
+    """One recorded ``execute`` call."""
+
+    instructions: str
+    input_data: str
+    schema: type[BaseModel]
+    previous_response_id: str | None
+    settings: CallSettings | None
+    history: tuple[Exchange, ...]
+
+
+def default_instance(schema: type[BaseModel]) -> BaseModel:
+    """A schema-valid instance with every required field filled by a placeholder.
+
+    ``str`` -> ``"mock"``, ``int`` -> ``0``, ``float`` -> ``0.0``, ``bool`` -> ``False``,
+    collections -> empty, ``Literal`` / enum -> first value, optional -> ``None``, nested
+    models recursively. Simple bounds (``ge``, ``gt``, ``le``, ``lt``, ``min_length``,
+    ``max_length``) are respected.
+
+    Raises:
+        TypeError: the schema has a required field of a type this cannot fill; pass
+            ``default=`` to ``MockAdapter`` instead.
+    """
+    try:
+        return schema.model_validate(_model_fields(schema))
+    except ValidationError as exc:
+        raise TypeError(
+            f"cannot build a default {schema.__name__}; give MockAdapter a default=: {exc}"
+        ) from exc
+
+
+def _model_fields(schema: type[BaseModel]) -> dict[str, Any]:
+    return {
+        field.alias or name: _placeholder(field.annotation, field.metadata)
+        for name, field in schema.model_fields.items()
+        if field.is_required()
+    }
+
+
+def _bound(metadata: Iterable[Any], attr: str) -> Any:
+    for item in metadata:
+        value = getattr(item, attr, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _number(kind: type[int] | type[float], metadata: Sequence[Any]) -> int | float:
+    value: int | float = kind(0)
+    ge, gt, le, lt = (_bound(metadata, a) for a in ("ge", "gt", "le", "lt"))
+    if ge is not None and value < ge:
+        value = kind(ge)
+    if gt is not None and value <= gt:
+        value = kind(gt) + 1 if kind is int else gt + 1.0
+    if le is not None and value > le:
+        value = kind(le)
+    if lt is not None and value >= lt:
+        value = kind(lt) - 1 if kind is int else lt - 1.0
+    return value
+
+
+def _sized(items: Callable[[int], Any], metadata: Sequence[Any]) -> Any:
+    min_length = _bound(metadata, "min_length") or 0
+    return items(int(min_length))
+
+
+def _placeholder(annotation: Any, metadata: Sequence[Any] = ()) -> Any:
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin is Annotated:
+        return _placeholder(args[0], [*metadata, *args[1:]])
+    if annotation is None or annotation is type(None) or annotation is Any:
+        return None
+    if origin is Union or origin is types.UnionType:
+        if type(None) in args:
+            return None
+        return _placeholder(args[0], metadata)
+    if origin is Literal:
+        return args[0]
+    if isinstance(annotation, type) and origin is None:
+        if issubclass(annotation, BaseModel):
+            return _model_fields(annotation)
+        if issubclass(annotation, enum.Enum):
+            return next(iter(annotation)).value
+        if issubclass(annotation, bool):
+            return False
+        if issubclass(annotation, int):
+            return _number(int, metadata)
+        if issubclass(annotation, float):
+            return _number(float, metadata)
+        if issubclass(annotation, str):
+            text = "mock".ljust(int(_bound(metadata, "min_length") or 0), "k")
+            max_length = _bound(metadata, "max_length")
+            return text[:max_length] if max_length is not None else text
+        if issubclass(annotation, bytes):
+            return b"mock"
+        if issubclass(annotation, list | set | frozenset | tuple):
+            return []
+        if issubclass(annotation, dict):
+            return {}
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _sized(lambda n: [_placeholder(args[0])] * n, metadata)
+        return [_placeholder(arg) for arg in args if arg != ()]
+    if isinstance(origin, type):
+        if issubclass(origin, Mapping):
+            return {}
+        if issubclass(origin, Iterable) and not issubclass(origin, str | bytes):
+            item = args[0] if args else None
+            return _sized(lambda n: [_placeholder(item) for _ in range(n)], metadata)
+    return None  # unknown: validation reports it
+
+
+class MockAdapter:
+    """A deterministic offline adapter: queued answers first, then schema defaults.
+
+    Args:
+        default: ``(schema, input_data) -> model | dict`` used when the queue is empty;
+            without it, ``default_instance(schema)``.
+        delay: seconds each ``execute`` sleeps, to exercise concurrency.
+        cached_input_tokens: reported as cached in every response's usage (capped at
+            the input tokens).
+    """
+
+    name = "mock"
+
+    def __init__(
+        self,
+        default: DefaultFactory | None = None,
+        *,
+        delay: float = 0.0,
+        cached_input_tokens: int = 0,
+    ) -> None:
+        self.default = default
+        self.delay = delay
+        self.cached_input_tokens = cached_input_tokens
+        self._queue: deque[MockItem] = deque()
+        self.call_count = 0
+        self.calls: list[MockCall] = []
+        self.deleted: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._next_id = 0
+
+    @property
+    def last_request(self) -> MockCall | None:
+        """The most recent call, or ``None`` before the first."""
+        return self.calls[-1] if self.calls else None
+
+    @property
+    def pending(self) -> int:
+        """Queued items not yet consumed."""
+        return len(self._queue)
+
+    def enqueue(self, *items: MockItem) -> None:
+        """Queue answers (models or dicts) or exceptions, consumed one per call in order.
+
+        ``LLMError`` instances simulate provider failures; other exceptions simulate a
+        misbehaving adapter (the protocol allows only ``LLMError``).
+        """
+        self._queue.extend(items)
+
+    def reset(self) -> None:
+        """Forget calls, deletions, queued items and counters."""
+        self._queue.clear()
+        self.call_count = 0
+        self.calls.clear()
+        self.deleted.clear()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._next_id = 0
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        """Record the call, then answer from the queue or the default."""
+        self.call_count += 1
+        self.calls.append(
+            MockCall(instructions, input_data, schema, previous_response_id, settings, history)
+        )
+        item = self._queue.popleft() if self._queue else None
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay > 0:
+                await asyncio.sleep(self.delay)
+            if isinstance(item, BaseException):
+                raise item
+            if item is None:
+                item = (
+                    self.default(schema, input_data)
+                    if self.default is not None
+                    else default_instance(schema)
+                )
+            parsed = _coerce(item, schema)
+        finally:
+            self.in_flight -= 1
+        self._next_id += 1
+        raw = parsed.model_dump_json()
+        sent = len(instructions) + len(input_data)
+        sent += sum(len(exchange.input) + len(exchange.output) for exchange in history)
+        input_tokens = sent // 4 + 1
+        return AdapterResponse(
+            parsed=parsed,
+            response_id=f"mock_{self._next_id}",
+            usage=Usage(
+                input_tokens=input_tokens,
+                output_tokens=len(raw) // 4 + 1,
+                cached_input_tokens=min(self.cached_input_tokens, input_tokens),
+            ),
+            model=settings.model if settings is not None else self.name,
+            raw=raw,
+            metadata={"provider": self.name},
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        """Record the deletion."""
+        self.deleted.append(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return True
+
+
+def _coerce(item: BaseModel | Mapping[str, Any], schema: type[BaseModel]) -> BaseModel:
+    """Validate a queued answer against the requested schema, as a real adapter would."""
+    if isinstance(item, schema):
+        return item
+    data = item.model_dump() if isinstance(item, BaseModel) else item
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise LLMSchemaError(
+            f"mock answer does not validate against {schema.__name__}: {exc}", cause=exc
+        ) from exc
+
+
+class ErrorAdapter:
+    """An adapter whose every ``execute`` raises ``error``.
+
+    Args:
+        error: the ``LLMError`` to raise (the same instance each time).
+    """
+
+    name = "error"
+
+    def __init__(self, error: LLMError) -> None:
+        self.error = error
+        self.call_count = 0
+        self.deleted: list[str] = []
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        """Count the call and raise ``error``."""
+        self.call_count += 1
+        raise self.error.with_traceback(None)
+
+    async def delete_response(self, response_id: str) -> None:
+        """Record the id; nothing to delete."""
+        self.deleted.append(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return True
+
+    def reset(self) -> None:
+        """Forget calls and deletions."""
+        self.call_count = 0
+        self.deleted.clear()
+
+
+__all__ = [
+    "DefaultFactory",
+    "ErrorAdapter",
+    "MockAdapter",
+    "MockCall",
+    "MockItem",
+    "default_instance",
+]

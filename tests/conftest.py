@@ -1,0 +1,31 @@
+"""Shared fixtures: scratch copies of the demo world."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "worlds" / "demo"
+
+
+def copy_demo(dest: Path) -> Path:
+    shutil.copytree(DEMO, dest, ignore=shutil.ignore_patterns(".sim"))
+    return dest
+
+
+@pytest.fixture
+def demo_world(tmp_path: Path) -> Path:
+    """A scratch copy of worlds/demo; the original is never touched."""
+    return copy_demo(tmp_path / "demo")
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under root (relative path -> bytes), for byte-for-byte comparisons."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

@@ -1,0 +1,93 @@
+"""The command line, through click's CliRunner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from click.testing import CliRunner
+from conftest import tree
+
+from sim.cli import main
+from sim.storage import Storage
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_help_lists_commands() -> None:
+    result = invoke("--help")
+    assert result.exit_code == 0
+    assert "tick" in result.output and "check" in result.output
+
+
+def test_check_ok_writes_nothing(demo_world: Path) -> None:
+    before = tree(demo_world)
+    result = invoke("check", "--world", str(demo_world))
+    assert result.exit_code == 0, result.output
+    assert "10 characters, 9 locations" in result.output
+    assert tree(demo_world) == before
+
+
+def test_tick_prints_narratives_and_summary(demo_world: Path) -> None:
+    result = invoke("tick", "--world", str(demo_world), "--ticks", "2")
+    assert result.exit_code == 0, result.output
+    assert "== tick 1 ==" in result.output and "== tick 2 ==" in result.output
+    assert "[The Glassworks]" in result.output or "[" in result.output
+    for phase in ("intentions", "resolution", "narrative", "memory", "total"):
+        assert phase in result.output
+    assert "wall" in result.output
+    assert Storage(demo_world).load().tick == 2
+
+
+def test_tick_with_depth_and_concurrency_flags(demo_world: Path) -> None:
+    result = invoke("tick", "--world", str(demo_world), "--depth", "intentions=2",
+                    "--depth", "phase2a=1", "--concurrency", "3")
+    assert result.exit_code == 0, result.output
+    char = orjson.loads((demo_world / "characters" / "tam.json").read_bytes())
+    assert len(char["_openai"]["intention_chain"]) == 1
+
+
+def test_bad_depth_is_a_usage_error(demo_world: Path) -> None:
+    before = tree(demo_world)
+    for bad in ("phase3=1", "phase1", "phase1=-2", "phase1=x"):
+        result = invoke("tick", "--world", str(demo_world), "--depth", bad)
+        assert result.exit_code == 2, (bad, result.output)
+        assert "--depth" in result.output
+    assert tree(demo_world) == before
+
+
+def test_bad_world_exits_2_naming_file_and_field(demo_world: Path) -> None:
+    path = demo_world / "characters" / "tam.json"
+    data = orjson.loads(path.read_bytes())
+    data["state"]["location"] = "atlantis"
+    path.write_bytes(orjson.dumps(data))
+    before = tree(demo_world)
+    for command in ("check", "tick"):
+        result = invoke(command, "--world", str(demo_world))
+        assert result.exit_code == 2
+        assert "tam.json" in result.output
+        assert "state.location" in result.output
+        assert "atlantis" in result.output
+    assert tree(demo_world) == before
+
+
+def test_unknown_provider_exits_2(demo_world: Path) -> None:
+    result = invoke("tick", "--world", str(demo_world), "--provider", "nonesuch")
+    assert result.exit_code == 2
+    assert "unknown provider 'nonesuch'" in result.output
+
+
+def test_locked_world_gives_a_clear_message(demo_world: Path) -> None:
+    with Storage(demo_world).lock():
+        result = invoke("tick", "--world", str(demo_world))
+    assert result.exit_code == 1
+    assert "another sim process is running this world" in result.output
+    assert Storage(demo_world).load().tick == 0
+
+
+def test_missing_world_folder(tmp_path: Path) -> None:
+    result = invoke("check", "--world", str(tmp_path / "nowhere"))
+    assert result.exit_code == 2
+    assert "world folder not found" in result.output

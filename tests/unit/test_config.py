@@ -1,0 +1,97 @@
+"""Config layering and strict validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.config import Config, defaults_data, load_config, phase_section
+from sim.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_builtin_defaults_equal_the_shipped_config_toml(tmp_path: Path) -> None:
+    shipped = load_config(REPO / "config.toml", cwd=tmp_path)
+    builtin = load_config(cwd=tmp_path)
+    assert shipped == builtin
+    assert (REPO / "config.toml").read_text() == (REPO / "sim" / "defaults.toml").read_text()
+    assert builtin.llm.provider == "offline"
+    depths = [builtin.phase(s).response_chain_depth for s in ("phase1", "phase2a", "phase2b",
+                                                              "phase4")]
+    assert depths == [0, 2, 0, 0]  # the spec's defaults
+
+
+def test_pydantic_defaults_match_defaults_toml() -> None:
+    assert Config.model_validate(defaults_data()) == Config()
+
+
+def test_layers_world_overrides_file_and_cli_overrides_both(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "my.toml", "[phase1]\nresponse_chain_depth = 1\ntemperature = 0.1\n")
+    world = tmp_path / "w"
+    world.mkdir()
+    write(world / "config.toml", "[phase1]\nresponse_chain_depth = 3\n")
+    config = load_config(cfg, world, {"llm": {"max_concurrency": 7}}, cwd=tmp_path)
+    assert config.phase1.response_chain_depth == 3
+    assert config.phase1.temperature == 0.1
+    assert config.llm.max_concurrency == 7
+    over = load_config(cfg, world, {"phase1": {"response_chain_depth": 0}}, cwd=tmp_path)
+    assert over.phase1.response_chain_depth == 0
+
+
+def test_local_config_toml_is_used_without_flag(tmp_path: Path) -> None:
+    write(tmp_path / "config.toml", "[phase2b]\nresponse_chain_depth = 4\n")
+    assert load_config(cwd=tmp_path).phase2b.response_chain_depth == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "expected"),
+    [
+        ("[phase1]\ntemprature = 0.5\n", "phase1.temprature", "unknown key"),
+        ("[llm]\nfoo = 1\n", "llm.foo", "unknown key"),
+        ("[phase9]\nmodel = 'x'\n", "phase9", "unknown key"),
+        ("[phase1]\ntemperature = 2.5\n", "phase1.temperature", "less than or equal to 2"),
+        ("[phase1]\ntemperature = -0.1\n", "phase1.temperature", "greater than or equal to 0"),
+        ("[phase2a]\nresponse_chain_depth = -1\n", "phase2a.response_chain_depth",
+         "greater than or equal to 0"),
+        ("[phase4]\nmax_output_tokens = 0\n", "phase4.max_output_tokens", "greater than 0"),
+        ("[llm]\nprovider = 'nope'\n", "llm.provider", "unknown provider 'nope'"),
+        ("[llm]\nchain_mode = 'both'\n", "llm.chain_mode", "'window' or 'server'"),
+    ],
+)
+def test_bad_values_name_file_field_and_expectation(
+    tmp_path: Path, text: str, field: str, expected: str
+) -> None:
+    path = write(tmp_path / "bad.toml", text)
+    with pytest.raises(InputError) as info:
+        load_config(path, cwd=tmp_path)
+    message = str(info.value)
+    assert str(path) in message
+    assert f"'{field}'" in message
+    assert expected in message
+
+
+def test_malformed_toml_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.toml", "[llm\nprovider=\n")
+    with pytest.raises(InputError, match="not valid TOML") as info:
+        load_config(path, cwd=tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="config file not found"):
+        load_config(tmp_path / "nope.toml", cwd=tmp_path)
+
+
+def test_phase_aliases() -> None:
+    assert [phase_section(n) for n in ("intentions", "resolution", "narrative", "memory")] == [
+        "phase1", "phase2a", "phase2b", "phase4"]
+    assert phase_section("phase2a") == "phase2a"
+    with pytest.raises(InputError, match="unknown phase 'phase3'"):
+        phase_section("phase3")
