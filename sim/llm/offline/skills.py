@@ -250,7 +250,7 @@ def decide(
             recall = T.RECALL_MOVED
         elif last is not None and last[0] == "wait" and action != "wait":
             recall = T.RECALL_WAITED
-        elif stuck >= 3:
+        elif stuck >= 3 and rng.random() < 0.5:
             recall = T.RECALL_STUCK
     reasoning = T.cap(rng.choice(why).format(**kw))
     if recall:
