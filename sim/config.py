@@ -55,12 +55,17 @@ class PhaseConfig(_Strict):
         )
 
 
+class HistoryConfig(_Strict):
+    keep_ticks: int = Field(0, ge=0)
+
+
 class Config(_Strict):
     llm: LLMConfig = LLMConfig()
     phase1: PhaseConfig = PhaseConfig(temperature=0.8, max_output_tokens=400)
     phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
+    history: HistoryConfig = HistoryConfig()
 
     def phase(self, section: str) -> PhaseConfig:
         value = getattr(self, section)

@@ -44,3 +44,21 @@ class RunFailed(Exception):
     """The run stopped without committing (budget, too many failures); exit code 1."""
 
     exit_code = 1
+
+
+class TickInterrupted(Exception):
+    """Ctrl-C stopped a tick: in-flight calls were cancelled and nothing was committed.
+
+    The calls that completed are in the tick's log; the next ``sim tick`` resumes the tick.
+    """
+
+    exit_code = 130
+
+    def __init__(self, world_dir: Path, tick: int | None) -> None:
+        self.world_dir = world_dir
+        self.tick = tick
+        what = f"tick {tick}" if tick is not None else "the tick"
+        super().__init__(
+            f"interrupted: nothing was committed for {what}; "
+            f"run `sim tick --world {world_dir}` again to resume {what}"
+        )

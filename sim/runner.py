@@ -9,13 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sim import deletions
 from sim.config import Config
+from sim.errors import TickInterrupted
 from sim.llm.adapters import create_adapter
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.log import recover_logs
 from sim.phases import PHASES
 from sim.phases.base import PhaseReport, TickContext
+from sim.recorder import TickRecorder
 from sim.storage import Storage
 from sim.world import World
 
@@ -33,6 +37,8 @@ class TickResult:
     reports: list[PhaseReport]
     elapsed: float
     moved: list[tuple[str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    resumed_calls: int = 0
 
     @property
     def calls(self) -> int:
@@ -95,15 +101,24 @@ class Runner:
         self.on_phase = on_phase
         self.adapter = adapter
         self.on_tick = on_tick
+        self.current_tick: int | None = None
 
     def run(self, ticks: int = 1) -> list[TickResult]:
-        """Run ``ticks`` ticks, each committed before the next starts."""
-        return asyncio.run(self.run_async(ticks))
+        """Run ``ticks`` ticks, each committed before the next starts.
+
+        Raises:
+            TickInterrupted: Ctrl-C; in-flight calls were cancelled, nothing committed.
+        """
+        try:
+            return asyncio.run(self.run_async(ticks))
+        except KeyboardInterrupt:
+            raise TickInterrupted(self.storage.root, self.current_tick) from None
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
         with self.storage.lock():
             self.storage.recover()
+            recover_logs(self.storage.root)
             for _ in range(ticks):
                 result = await self._tick()
                 results.append(result)
@@ -114,39 +129,63 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
-        adapter = self.adapter or build_adapter(self.config, world)
+        self.current_tick = world.tick + 1
+        base_adapter = self.adapter or build_adapter(self.config, world)
+        recorder = TickRecorder.begin(self.storage, world, self.config)
+        try:
+            return await self._run_tick(world, base_adapter, recorder, started)
+        finally:
+            recorder.close()
+
+    async def _run_tick(self, world: World, base_adapter: Adapter, recorder: TickRecorder,
+                        started: float) -> TickResult:
         store = ResponseStore(world.root)
-        ctx = TickContext(world, self.config, adapter, store, world.tick + 1)
+        ctx = TickContext(world, self.config, recorder.wrap(base_adapter), store, world.tick + 1)
 
         def account(event: LLMEvent) -> None:
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
                 ctx.reports[-1].usage = ctx.reports[-1].usage + event.usage
 
-        ctx.events = EventFanout(account, *([self.events] if self.events else []))
+        ctx.events = EventFanout(account, recorder.on_event,
+                                 *([self.events] if self.events else []))
         ctx.occupancy = world.characters_at()
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
         for name, run_phase in PHASES:
             if self.on_phase:
                 self.on_phase(name, "start", None)
             await run_phase(ctx)
+            recorder.phase_end(name, ctx)
             if self.on_phase:
                 self.on_phase(name, "end", ctx.reports[-1])
         world.meta["tick"] = ctx.tick
-        self.storage.commit(world, store.changes())
-        store.mark_committed()
-        for client in ctx.clients:
-            await client.flush_deletions()
-        moved = [
-            (cid, start_locations[cid], c["state"]["location"])
-            for cid, c in world.characters.items()
-            if c["state"]["location"] != start_locations[cid]
-        ]
-        return TickResult(
+        evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
+        pending = deletions.merge(deletions.load(world.root), base_adapter.name, evicted, ctx.tick)
+        extra = store.changes()
+        if evicted:
+            extra[deletions.PENDING] = deletions.encode(pending)
+        result = TickResult(
             tick=ctx.tick,
             narratives=dict(ctx.narratives),
             location_names={lid: loc["identity"]["name"] for lid, loc in world.locations.items()},
             reports=ctx.reports,
-            elapsed=time.perf_counter() - started,
-            moved=moved,
+            elapsed=0.0,
+            notes=recorder.notes,
+            resumed_calls=recorder.resumed_calls,
         )
+        totals = {"calls": result.calls, "failures": result.failures,
+                  "usage": result.usage.to_dict(), "elapsed": time.perf_counter() - started}
+        extra.update(recorder.commit_files(self.storage, world, extra, totals))
+        self.storage.commit(world, extra)
+        recorder.committed()
+        store.mark_committed()
+        for client in ctx.clients:
+            client.pending_deletions.clear()  # now in the pending list, deleted below
+        await deletions.flush(world.root, base_adapter, pending)
+        result.moved = [
+            (cid, start_locations[cid], c["state"]["location"])
+            for cid, c in world.characters.items()
+            if c["state"]["location"] != start_locations[cid]
+        ]
+        result.elapsed = time.perf_counter() - started
+        return result

@@ -1,0 +1,129 @@
+"""The ``replay`` provider: answers from a tick log's recorded calls instead of a model.
+
+A request is matched by its request id (``{tick}:{phase}:{entity_key}:{n}``) and by the
+digest of everything that decides its answer (``sim.llm.calls``). Two uses:
+
+- ``mode="replay"`` (``sim replay``): a request whose digest differs from its recording has
+  *drifted*; it is reported (which fields differ, a short diff) and then either answered
+  from the recording anyway, so the rest of the tick runs as recorded and only the requests
+  whose construction changed are named, or, with ``live``, sent to the live provider. A
+  request the log does not hold at all fails with ``replay_missing`` (the phase falls back).
+- ``mode="resume"`` (a tick interrupted by a crash): calls the partial log completed are
+  answered from it and never sent again; every other request goes to ``live``.
+
+The current call's identity comes from ``sim.llm.calls.current_call``, set by the tick
+recorder, which must wrap this adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from sim.llm.calls import CallIdentity, current_call, describe_drift
+from sim.llm.errors import LLMConfigurationError, LLMError
+from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """A request that no longer matches its recording."""
+
+    request_id: str
+    entity_key: str | None
+    fields: tuple[str, ...]
+    diff: str
+
+
+class ReplayAdapter:
+    """Serve recorded calls.
+
+    Args:
+        calls: call records by request id (``TickLog.calls``).
+        instructions: recorded instructions texts by digest, for drift diffs.
+        live: where unmatched requests go (resume; ``sim replay --live``), else nowhere.
+        mode: ``"replay"`` or ``"resume"`` (see the module docstring).
+    """
+
+    name = "replay"
+
+    def __init__(
+        self,
+        calls: Mapping[str, Mapping[str, Any]],
+        *,
+        instructions: Mapping[str, str] | None = None,
+        live: Adapter | None = None,
+        mode: Literal["replay", "resume"] = "replay",
+    ) -> None:
+        self.calls = dict(calls)
+        self.instructions = dict(instructions or {})
+        self.live = live
+        self.mode = mode
+        self.drifts: list[Drift] = []
+        self.served = 0
+        self.sent = 0
+        if mode == "resume" and live is not None:
+            self.name = live.name  # chain ids belong to the provider that made them
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        ident = current_call.get()
+        if ident is None:
+            raise LLMConfigurationError("the replay provider needs the tick recorder around it")
+        record = self.calls.get(ident.request_id)
+        if record is not None and record.get("digest") == ident.digest:
+            return self._serve(record, schema)
+        if self.mode == "replay":
+            self._drifted(ident, record)
+        if self.live is None:
+            if record is None:
+                raise LLMError(f"{ident.request_id}: no recorded response to replay",
+                               code="replay_missing")
+            return self._serve(record, schema)
+        self.sent += 1
+        return await self.live.execute(instructions, input_data, schema, previous_response_id,
+                                       settings, history)
+
+    def _drifted(self, ident: CallIdentity, record: Mapping[str, Any] | None) -> None:
+        if record is None:
+            self.drifts.append(Drift(ident.request_id, ident.entity_key, ("missing",),
+                                     "the log holds no such request"))
+            return
+        recorded_text = self.instructions.get(str(record.get("instructions_digest")))
+        fields, diff = describe_drift(dict(record), ident, recorded_text)
+        self.drifts.append(Drift(ident.request_id, ident.entity_key, tuple(fields), diff))
+
+    def _serve(self, record: Mapping[str, Any], schema: type[BaseModel]) -> AdapterResponse:
+        self.served += 1
+        if record.get("error_code"):
+            raise LLMError(str(record.get("error") or record["error_code"]),
+                           code=str(record["error_code"]), context={"served_from": self.mode})
+        attempts = record.get("attempts") or [{}]
+        usage = record.get("usage") or {}
+        return AdapterResponse(
+            parsed=schema.model_validate(record["result"]),
+            response_id=str(record["response_id"]),
+            usage=Usage(**usage),
+            model=str(record.get("response_model") or record.get("model") or ""),
+            finish_reason=str(record.get("finish_reason") or "stop"),
+            raw=str(attempts[-1].get("raw", "")),
+            metadata={"served_from": self.mode},
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        """Resume deletes through the live provider; a replay never touches the provider."""
+        if self.mode == "resume" and self.live is not None:
+            await self.live.delete_response(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return True
