@@ -12,6 +12,7 @@ from sim.llm.types import Adapter
 _REGISTRY = MappingProxyType(
     {
         "offline": "sim.llm.adapters.offline:OfflineAdapter",
+        "replay": "sim.llm.adapters.replay:ReplayAdapter",  # needs a log: sim replay, resume
     }
 )
 
