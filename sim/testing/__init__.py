@@ -8,12 +8,16 @@ from sim.testing.adapters import (
     MockItem,
     default_instance,
 )
+from sim.testing.counting import CountingAdapter, call_digest, read_counts
 
 __all__ = [
+    "CountingAdapter",
     "DefaultFactory",
     "ErrorAdapter",
     "MockAdapter",
     "MockCall",
     "MockItem",
+    "call_digest",
     "default_instance",
+    "read_counts",
 ]
