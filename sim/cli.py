@@ -192,6 +192,12 @@ def check(world_dir: Path, config_file: Path | None) -> None:
         )
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
+        logs, problems = read_logs(world_dir)
+        if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
+            click.echo(f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
+                       f"resumes it ({len(logs[-1].calls)} calls already logged)")
+        for problem in problems:
+            click.echo(f"warning: unreadable log: {problem}")
 
 
 def _tick_arg(value: str) -> int | None:

@@ -47,18 +47,29 @@ class RunFailed(Exception):
 
 
 class TickInterrupted(Exception):
-    """Ctrl-C stopped a tick: in-flight calls were cancelled and nothing was committed.
+    """Ctrl-C stopped a run: in-flight calls were cancelled.
 
-    The calls that completed are in the tick's log; the next ``sim tick`` resumes the tick.
+    Args:
+        world_dir: the world.
+        tick: the tick that was running and did not commit (its completed calls are in its
+            log, and the next ``sim tick`` resumes it), or ``None`` if the interrupt came
+            after the last tick had committed.
+        committed: whether the interrupted tick had already reached its commit point (its
+            files are written into place by the next run).
     """
 
     exit_code = 130
 
-    def __init__(self, world_dir: Path, tick: int | None) -> None:
+    def __init__(self, world_dir: Path, tick: int | None, committed: bool = False) -> None:
         self.world_dir = world_dir
         self.tick = tick
-        what = f"tick {tick}" if tick is not None else "the tick"
-        super().__init__(
-            f"interrupted: nothing was committed for {what}; "
-            f"run `sim tick --world {world_dir}` again to resume {what}"
-        )
+        again = f"run `sim tick --world {world_dir}` again"
+        if tick is None:
+            message = "interrupted after the last tick committed; nothing was lost"
+        elif committed:
+            message = (f"interrupted: tick {tick} had committed; {again} to finish writing it "
+                       "and go on")
+        else:
+            message = (f"interrupted: nothing was committed for tick {tick}; "
+                       f"{again} to resume tick {tick}")
+        super().__init__(message)

@@ -16,7 +16,16 @@ from pathlib import Path
 import orjson
 
 from sim.errors import InputError
-from sim.log import LOG_DIR, TickLog, is_state_file, list_logs, log_path, read_log, read_state
+from sim.log import (
+    LOG_DIR,
+    TickLog,
+    is_state_file,
+    list_logs,
+    log_path,
+    read_log,
+    read_state,
+    recover_logs,
+)
 from sim.storage import SIM_DIR, Storage, dump_json
 from sim.world import World
 
@@ -64,6 +73,7 @@ def rewind(world_dir: Path, tick: int) -> Rewound:
     storage = Storage(world_dir)
     with storage.lock():
         storage.recover()
+        recover_logs(world_dir)
         current = _current_tick(world_dir)
         if not 1 <= tick <= current + 1:
             raise InputError(None, "--tick", f"expected 1..{current + 1} for a world at tick "

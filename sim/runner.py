@@ -107,12 +107,14 @@ class Runner:
         """Run ``ticks`` ticks, each committed before the next starts.
 
         Raises:
-            TickInterrupted: Ctrl-C; in-flight calls were cancelled, nothing committed.
+            TickInterrupted: Ctrl-C; in-flight calls were cancelled, the running tick (if
+                any) did not commit and is resumed by the next run.
         """
         try:
             return asyncio.run(self.run_async(ticks))
         except KeyboardInterrupt:
-            raise TickInterrupted(self.storage.root, self.current_tick) from None
+            raise TickInterrupted(self.storage.root, self.current_tick,
+                                  self.storage.pending_journal()) from None
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
@@ -177,6 +179,7 @@ class Runner:
                   "usage": result.usage.to_dict(), "elapsed": time.perf_counter() - started}
         extra.update(recorder.commit_files(self.storage, world, extra, totals))
         self.storage.commit(world, extra)
+        self.current_tick = None  # an interrupt from here on loses nothing
         recorder.committed()
         store.mark_committed()
         for client in ctx.clients:

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from sim.llm.types import CallSettings, Exchange
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+_SCHEMA_DIGESTS: dict[type[BaseModel], str] = {}
 
 
 def digest(text: str | bytes) -> str:
@@ -40,7 +41,12 @@ def schema_json(schema: type[BaseModel]) -> dict[str, Any]:
 
 
 def schema_digest(schema: type[BaseModel]) -> str:
-    return digest(orjson.dumps(schema_json(schema), option=orjson.OPT_SORT_KEYS))
+    """The digest of the schema's JSON Schema, computed once per class."""
+    cached = _SCHEMA_DIGESTS.get(schema)
+    if cached is None:
+        data = orjson.dumps(schema_json(schema), option=orjson.OPT_SORT_KEYS)
+        cached = _SCHEMA_DIGESTS[schema] = digest(data)
+    return cached
 
 
 def settings_dict(settings: CallSettings | None) -> dict[str, Any]:
