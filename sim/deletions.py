@@ -49,15 +49,23 @@ def encode(entries: list[Entry]) -> bytes | None:
     return orjson.dumps({"pending": entries}, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def merge(pending: list[Entry], provider: str, evicted: Iterable[tuple[str, str]],
-          tick: int) -> list[Entry]:
+def merge(
+    pending: list[Entry], provider: str, evicted: Iterable[tuple[str, str]], tick: int
+) -> list[Entry]:
     out = list(pending)
     seen = {(e.get("provider"), e.get("response_id")) for e in out}
     for entity_key, response_id in evicted:
         if (provider, response_id) not in seen:
             seen.add((provider, response_id))
-            out.append({"provider": provider, "entity_key": entity_key,
-                        "response_id": response_id, "tick": tick, "tries": 0})
+            out.append(
+                {
+                    "provider": provider,
+                    "entity_key": entity_key,
+                    "response_id": response_id,
+                    "tick": tick,
+                    "tries": 0,
+                }
+            )
     return out
 
 
@@ -79,12 +87,14 @@ async def flush(root: Path, adapter: Adapter, pending: list[Entry]) -> list[Entr
         except LLMAPIError as exc:
             if exc.status_code == 404:  # already gone (deleted before a crash): done
                 continue
-            remaining.append({**entry, "tries": int(entry.get("tries", 0)) + 1,
-                              "last_error": exc.code})
+            remaining.append(
+                {**entry, "tries": int(entry.get("tries", 0)) + 1, "last_error": exc.code}
+            )
         except Exception as exc:  # never blocks the run: retried on a later tick
             reason = exc.code if isinstance(exc, LLMError) else repr(exc)
-            remaining.append({**entry, "tries": int(entry.get("tries", 0)) + 1,
-                              "last_error": str(reason)})
+            remaining.append(
+                {**entry, "tries": int(entry.get("tries", 0)) + 1, "last_error": str(reason)}
+            )
     _write(root, encode(remaining))
     return remaining
 

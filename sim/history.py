@@ -76,18 +76,21 @@ def rewind(world_dir: Path, tick: int) -> Rewound:
         recover_logs(world_dir)
         current = _current_tick(world_dir)
         if not 1 <= tick <= current + 1:
-            raise InputError(None, "--tick", f"expected 1..{current + 1} for a world at tick "
-                             f"{current} (got {tick})")
+            raise InputError(
+                None,
+                "--tick",
+                f"expected 1..{current + 1} for a world at tick {current} (got {tick})",
+            )
         target = state_log(world_dir, tick).state()
-        files: dict[str, bytes | None] = {}
-        for rel, data in read_state(world_dir).items():
-            if rel not in target:
-                files[rel] = None
-            elif target[rel] != data:
-                files[rel] = target[rel]
-        for rel, data in target.items():
-            if is_state_file(rel):
-                files.setdefault(rel, data)
+        now = read_state(world_dir)
+        files: dict[str, bytes | None] = {rel: None for rel in now if rel not in target}
+        files.update(
+            {
+                rel: data
+                for rel, data in target.items()
+                if is_state_file(rel) and now.get(rel) != data
+            }
+        )
         later = [(t, p) for t, p in list_logs(world_dir) if t >= tick]
         aside = _aside_dir(world_dir) if later else None
         for _, path in later:  # moved through the journal: atomic with the state
@@ -119,10 +122,15 @@ def fork(world_dir: Path, tick: int, dest: Path) -> Path:
                 continue
             rel = item.relative_to(world_dir).as_posix()
             if item.is_dir():
-                shutil.copytree(item, dest / rel, ignore=lambda d, names: [
-                    n for n in names
-                    if is_state_file(f"{Path(d).relative_to(world_dir).as_posix()}/{n}")
-                ])
+                shutil.copytree(
+                    item,
+                    dest / rel,
+                    ignore=lambda d, names: [
+                        n
+                        for n in names
+                        if is_state_file(f"{Path(d).relative_to(world_dir).as_posix()}/{n}")
+                    ],
+                )
             elif not is_state_file(rel):
                 shutil.copy2(item, dest / rel)
         for rel, data in target.items():

@@ -185,8 +185,13 @@ def _cut_torn_tail(path: Path) -> None:
 
 
 def header(tick: int, config: Mapping[str, Any], seed: int) -> Record:
-    return {"type": "header", "format": FORMAT_VERSION, "tick": tick, "seed": seed,
-            "config": dict(config)}
+    return {
+        "type": "header",
+        "format": FORMAT_VERSION,
+        "tick": tick,
+        "seed": seed,
+        "config": dict(config),
+    }
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -256,12 +261,16 @@ def parse_records(lines: Iterable[bytes], path: Path) -> tuple[list[Record], boo
             raise LogError(f"{path}: line {number}: expected an object with a 'type'")
         if version is None:
             if record["type"] != "header" or not isinstance(record.get("format"), int):
-                raise LogError(f"{path}: line {number}: the first record must be a header "
-                               "with a format version")
+                raise LogError(
+                    f"{path}: line {number}: the first record must be a header "
+                    "with a format version"
+                )
             version = record["format"]
             if version > FORMAT_VERSION:
-                raise LogError(f"{path}: log format {version} is newer than this sim "
-                               f"(reads up to {FORMAT_VERSION}); upgrade sim")
+                raise LogError(
+                    f"{path}: log format {version} is newer than this sim "
+                    f"(reads up to {FORMAT_VERSION}); upgrade sim"
+                )
         records.append(_migrate(record, version, path, number))
     if version is None:
         raise LogError(f"{path}: empty log (no header)")

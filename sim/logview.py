@@ -22,8 +22,11 @@ def last_log(root: Path) -> TickLog:
 def summary(log: TickLog) -> dict[str, Any]:
     """One tick in numbers: calls, failures, tokens, cost, wall time."""
     usage = (log.usage or {}).get("usage") or {}
-    tokens = sum(int(c.get("usage", {}).get("input_tokens", 0))
-                 + int(c.get("usage", {}).get("output_tokens", 0)) for c in log.calls.values())
+    tokens = sum(
+        int(c.get("usage", {}).get("input_tokens", 0))
+        + int(c.get("usage", {}).get("output_tokens", 0))
+        for c in log.calls.values()
+    )
     return {
         "tick": log.tick,
         "committed": log.committed,
@@ -43,8 +46,10 @@ def summary_line(data: dict[str, Any]) -> str:
     wall = "-" if data["wall"] is None else f"{data['wall']:.2f}s"
     state = "" if data["committed"] else "  (interrupted: not committed)"
     resumed = f"  resumed {data['resumes']}x" if data["resumes"] else ""
-    return (f"{data['tick']:>6}  {data['calls']:>5}  {data['failures']:>8}  "
-            f"{data['tokens']:>8}  {cost:>9}  {wall:>8}{resumed}{state}")
+    return (
+        f"{data['tick']:>6}  {data['calls']:>5}  {data['failures']:>8}  "
+        f"{data['tokens']:>8}  {cost:>9}  {wall:>8}{resumed}{state}"
+    )
 
 
 SUMMARY_HEAD = "  tick  calls  failures    tokens       cost      wall"
@@ -93,8 +98,7 @@ def replay_lines(report: ReplayReport, live: bool) -> Iterator[str]:
         what = []
         if tick.drifts:
             what.append(f"{len(tick.drifts)} requests drifted")
-        what.append("state matches the log" if tick.state_matches
-                    else "state differs from the log")
+        what.append("state matches the log" if tick.state_matches else "state differs from the log")
         yield f"tick {tick.tick}: {', '.join(what)}"
         for drift in tick.drifts:
             yield from drift_lines(drift)

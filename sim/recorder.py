@@ -63,8 +63,9 @@ class RecordingAdapter:
         ident = current_call.get()
         if ident is not None:
             ident.set_sent(settings, history, previous_response_id)
-        return await self.inner.execute(instructions, input_data, schema, previous_response_id,
-                                        settings, history)
+        return await self.inner.execute(
+            instructions, input_data, schema, previous_response_id, settings, history
+        )
 
     async def delete_response(self, response_id: str) -> None:
         await self.inner.delete_response(response_id)
@@ -102,8 +103,15 @@ class TickRecorder:
     tick's commit and call ``committed`` after it (or ``close`` when the tick fails).
     """
 
-    def __init__(self, root: Path, tick: int, config: Config, seed: int,
-                 before: dict[str, bytes], partial: TickLog | None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tick: int,
+        config: Config,
+        seed: int,
+        before: dict[str, bytes],
+        partial: TickLog | None,
+    ) -> None:
         self.root = root
         self.tick = tick
         self.config = config
@@ -121,8 +129,14 @@ class TickRecorder:
             self.writer.append(header(tick, redacted(config), seed))
             self.writer.append(pack_state(before))
         else:
-            self.writer.append({"type": "resume", "attempt": partial.resumes + 2,
-                                "calls_logged": len(partial.calls), "config": redacted(config)})
+            self.writer.append(
+                {
+                    "type": "resume",
+                    "attempt": partial.resumes + 2,
+                    "calls_logged": len(partial.calls),
+                    "config": redacted(config),
+                }
+            )
         self.writer.sync()
 
     @classmethod
@@ -141,8 +155,11 @@ class TickRecorder:
             except LogError as exc:
                 notes.append(f"unreadable log set aside ({exc}): {_set_aside(path, 'bad')}")
             else:
-                if (log.committed or log.state_before is None
-                        or log.state_before.get("digest") != state_digest(before)):
+                if (
+                    log.committed
+                    or log.state_before is None
+                    or log.state_before.get("digest") != state_digest(before)
+                ):
                     target = _set_aside(path, "stale")
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
                 else:
@@ -154,8 +171,12 @@ class TickRecorder:
     def wrap(self, adapter: Adapter) -> Adapter:
         """The adapter the tick should use: recording, and resuming if the log has calls."""
         if self.partial is not None and self.partial.calls:
-            adapter = ReplayAdapter(self.partial.calls, instructions=self.partial.instructions,
-                                    live=adapter, mode="resume")
+            adapter = ReplayAdapter(
+                self.partial.calls,
+                instructions=self.partial.instructions,
+                live=adapter,
+                mode="resume",
+            )
         return RecordingAdapter(adapter)
 
     # -- events ---------------------------------------------------------------------------
@@ -167,11 +188,18 @@ class TickRecorder:
             n = self._counters.get(counter, 0)
             self._counters[counter] = n + 1
             ident = CallIdentity(
-                request_id(self.tick, event.phase, event.entity_key, n), event.phase,
-                event.entity_key, n, request.instructions, request.input_data,
-                request.schema.__name__, schema_digest(request.schema), model=event.model,
+                request_id(self.tick, event.phase, event.entity_key, n),
+                event.phase,
+                event.entity_key,
+                n,
+                request.instructions,
+                request.input_data,
+                request.schema.__name__,
+                schema_digest(request.schema),
+                model=event.model,
                 history=[e.response_id for e in event.history],
-                previous_response_id=event.previous_response_id, depth=event.depth,
+                previous_response_id=event.previous_response_id,
+                depth=event.depth,
             )
             self._inflight[id(request)] = ident
             current_call.set(ident)
@@ -188,29 +216,47 @@ class TickRecorder:
             return
         if ident.instructions_digest not in self._instructions:
             self._instructions.add(ident.instructions_digest)
-            self.writer.append({"type": "instructions", "digest": ident.instructions_digest,
-                                "text": ident.instructions})
+            self.writer.append(
+                {
+                    "type": "instructions",
+                    "digest": ident.instructions_digest,
+                    "text": ident.instructions,
+                }
+            )
         self._calls.add(ident.request_id)
         self.writer.append(record)
 
     def _call_record(self, ident: CallIdentity, event: LLMEvent) -> dict[str, Any] | None:
         record: dict[str, Any] = {
-            "type": "call", "request_id": ident.request_id, "phase": ident.phase,
-            "entity_key": ident.entity_key, "n": ident.n,
-            "instructions_digest": ident.instructions_digest, "input": ident.input,
-            "schema_name": ident.schema_name, "schema_digest": ident.schema_digest,
-            "model": ident.model, "settings": ident.settings, "depth": ident.depth,
-            "history": ident.history, "previous_response_id": ident.previous_response_id,
-            "digest": ident.digest, "latency": round(event.latency, 6),
+            "type": "call",
+            "request_id": ident.request_id,
+            "phase": ident.phase,
+            "entity_key": ident.entity_key,
+            "n": ident.n,
+            "instructions_digest": ident.instructions_digest,
+            "input": ident.input,
+            "schema_name": ident.schema_name,
+            "schema_digest": ident.schema_digest,
+            "model": ident.model,
+            "settings": ident.settings,
+            "depth": ident.depth,
+            "history": ident.history,
+            "previous_response_id": ident.previous_response_id,
+            "digest": ident.digest,
+            "latency": round(event.latency, 6),
             "usage": event.usage.to_dict(),
         }
         response = event.response
         if event.kind == "llm_completed" and response is not None:
             served = response.metadata.get("served_from")
             record.update(
-                source=served or "live", result=response.parsed.model_dump(mode="json"),
-                response_id=response.response_id, response_model=response.model,
-                finish_reason=response.finish_reason, error_code=None, error=None,
+                source=served or "live",
+                result=response.parsed.model_dump(mode="json"),
+                response_id=response.response_id,
+                response_model=response.model,
+                finish_reason=response.finish_reason,
+                error_code=None,
+                error=None,
                 attempts=[{"attempt": event.attempt, "raw": response.raw}],
             )
         else:
@@ -218,10 +264,21 @@ class TickRecorder:
             served = error.context.get("served_from") if error is not None else None
             message = str(error) if error is not None else ""
             record.update(
-                source=served or "live", result=None, response_id=None, response_model=None,
-                finish_reason=None, error_code=event.error_code, error=message,
-                attempts=[{"attempt": event.attempt, "raw": None,
-                           "error_code": event.error_code, "error": message}],
+                source=served or "live",
+                result=None,
+                response_id=None,
+                response_model=None,
+                finish_reason=None,
+                error_code=event.error_code,
+                error=message,
+                attempts=[
+                    {
+                        "attempt": event.attempt,
+                        "raw": None,
+                        "error_code": event.error_code,
+                        "error": message,
+                    }
+                ],
             )
         return None if served == "resume" else record
 
@@ -230,13 +287,23 @@ class TickRecorder:
     def phase_end(self, name: str, ctx: TickContext) -> None:
         """Record a phase's results and make the log durable before the next phase."""
         report = ctx.reports[-1]
-        self.writer.append({"type": "phase", "name": name, "report": report.to_dict(),
-                            "results": _results(name, ctx)})
+        self.writer.append(
+            {
+                "type": "phase",
+                "name": name,
+                "report": report.to_dict(),
+                "results": _results(name, ctx),
+            }
+        )
         self.writer.sync()
 
-    def commit_files(self, storage: Storage, world: World,
-                     store_changes: Mapping[str, bytes | None],
-                     totals: Mapping[str, Any]) -> dict[str, bytes | None]:
+    def commit_files(
+        self,
+        storage: Storage,
+        world: World,
+        store_changes: Mapping[str, bytes | None],
+        totals: Mapping[str, Any],
+    ) -> dict[str, bytes | None]:
         """The marker file that completes the log, to put into the tick's atomic commit."""
         after = dict(self.before)
         after.update(storage.changed_files(world))
@@ -249,8 +316,13 @@ class TickRecorder:
                 after[rel] = data
         self.writer.append({"type": "usage", **totals, "resumed_calls": self.resumed_calls})
         self.writer.sync()
-        self._commit = {"type": "commit", "tick": self.tick, "state_after": state_digest(after),
-                        "calls": len(self._calls), "committed_at": time.time()}
+        self._commit = {
+            "type": "commit",
+            "tick": self.tick,
+            "state_after": state_digest(after),
+            "calls": len(self._calls),
+            "committed_at": time.time(),
+        }
         return {marker_rel(self.tick): orjson.dumps(self._commit)}
 
     def committed(self) -> None:

@@ -94,8 +94,15 @@ def _differing(after: dict[str, bytes], expected: dict[str, bytes]) -> list[str]
     return sorted(rel for rel in set(after) | set(expected) if after.get(rel) != expected.get(rel))
 
 
-def replay(world_dir: Path, tick: int, to: int | None = None, *, config: Config,
-           live: bool = False, live_adapter: Adapter | None = None) -> ReplayReport:
+def replay(
+    world_dir: Path,
+    tick: int,
+    to: int | None = None,
+    *,
+    config: Config,
+    live: bool = False,
+    live_adapter: Adapter | None = None,
+) -> ReplayReport:
     """Re-run the logged ticks ``tick..to`` from their recordings and compare.
 
     Args:
@@ -133,13 +140,19 @@ def replay(world_dir: Path, tick: int, to: int | None = None, *, config: Config,
                     differing = _differing(after, read_log(following).state())
                 except LogError:
                     differing = []
-            report.ticks.append(TickReplay(
-                log.tick, adapter.drifts, matches, differing, adapter.served, adapter.sent,
-                {k: str(v) for k, v in log.phase_results("narrative").items()},
-                result.narratives,
-            ))
+            report.ticks.append(
+                TickReplay(
+                    log.tick,
+                    adapter.drifts,
+                    matches,
+                    differing,
+                    adapter.served,
+                    adapter.sent,
+                    {k: str(v) for k, v in log.phase_results("narrative").items()},
+                    result.narratives,
+                )
+            )
     return report
 
 
-__all__ = ["ReplayReport", "TickReplay", "committed_log", "replay", "scratch_world",
-           "write_state"]
+__all__ = ["ReplayReport", "TickReplay", "committed_log", "replay", "scratch_world", "write_state"]

@@ -96,8 +96,12 @@ class CallIdentity:
     def digest(self) -> str:
         return digest(orjson.dumps(self.fields(), option=orjson.OPT_SORT_KEYS))
 
-    def set_sent(self, settings: CallSettings | None, history: tuple[Exchange, ...],
-                 previous_response_id: str | None) -> None:
+    def set_sent(
+        self,
+        settings: CallSettings | None,
+        history: tuple[Exchange, ...],
+        previous_response_id: str | None,
+    ) -> None:
         """Fill in what the adapter is actually sent."""
         self.model = (settings or CallSettings()).model
         self.settings = settings_dict(settings)
@@ -114,9 +118,16 @@ def request_id(tick: int, phase: str, entity_key: str | None, n: int) -> str:
 
 
 def _diff(old: str, new: str, name: str, limit: int = 12) -> str:
-    lines = list(difflib.unified_diff(
-        old.splitlines(), new.splitlines(), f"recorded/{name}", f"now/{name}", lineterm="", n=1,
-    ))
+    lines = list(
+        difflib.unified_diff(
+            old.splitlines(),
+            new.splitlines(),
+            f"recorded/{name}",
+            f"now/{name}",
+            lineterm="",
+            n=1,
+        )
+    )
     if len(lines) > limit:
         lines = [*lines[:limit], f"... ({len(lines) - limit} more lines)"]
     return "\n".join(lines)
@@ -129,8 +140,9 @@ def _pretty_input(text: str) -> str:
         return text
 
 
-def describe_drift(recorded: dict[str, Any], now: CallIdentity,
-                   recorded_instructions: str | None) -> tuple[list[str], str]:
+def describe_drift(
+    recorded: dict[str, Any], now: CallIdentity, recorded_instructions: str | None
+) -> tuple[list[str], str]:
     """Which fields of a request differ from its recording, and a short unified diff.
 
     Args:
@@ -149,20 +161,24 @@ def describe_drift(recorded: dict[str, Any], now: CallIdentity,
             diffs.append(_diff(recorded_instructions, now.instructions, "instructions"))
     if recorded.get("input") != now.input:
         fields.append("input")
-        diffs.append(_diff(_pretty_input(str(recorded.get("input", ""))),
-                           _pretty_input(now.input), "input"))
+        diffs.append(
+            _diff(_pretty_input(str(recorded.get("input", ""))), _pretty_input(now.input), "input")
+        )
     if recorded.get("schema_digest") != now.schema_digest:
         fields.append("schema")
-        diffs.append(f"schema {recorded.get('schema_name')} -> {now.schema_name}: "
-                     "JSON schema changed")
+        diffs.append(
+            f"schema {recorded.get('schema_name')} -> {now.schema_name}: JSON schema changed"
+        )
     if recorded.get("model") != now.model:
         fields.append("model")
         diffs.append(f"model {recorded.get('model')!r} -> {now.model!r}")
     if recorded.get("settings") != now.settings:
         fields.append("settings")
         diffs.append(f"settings {recorded.get('settings')} -> {now.settings}")
-    if (recorded.get("history") != now.history
-            or recorded.get("previous_response_id") != now.previous_response_id):
+    if (
+        recorded.get("history") != now.history
+        or recorded.get("previous_response_id") != now.previous_response_id
+    ):
         fields.append("history")
         diffs.append(f"chain sent {recorded.get('history')} -> {now.history}")
     return fields, "\n".join(d for d in diffs if d)

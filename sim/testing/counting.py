@@ -32,8 +32,14 @@ class CountingAdapter:
         count_file: where answered calls are appended (one JSON line each), if anywhere.
     """
 
-    def __init__(self, inner: Adapter, *, delay: float = 0.0, jitter: float = 0.0,
-                 count_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        inner: Adapter,
+        *,
+        delay: float = 0.0,
+        jitter: float = 0.0,
+        count_file: Path | None = None,
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.delay = delay
@@ -54,8 +60,9 @@ class CountingAdapter:
         wait = self.delay + self.jitter * (int(name[:6], 16) / 0xFFFFFF)
         if wait > 0:
             await asyncio.sleep(wait)
-        response = await self.inner.execute(instructions, input_data, schema,
-                                            previous_response_id, settings, history)
+        response = await self.inner.execute(
+            instructions, input_data, schema, previous_response_id, settings, history
+        )
         self.answered.append(name)
         if self.count_file is not None:
             with open(self.count_file, "ab") as handle:

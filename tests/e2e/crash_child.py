@@ -19,8 +19,12 @@ world, count_file, delay, jitter = sys.argv[1:5]
 
 
 def build(config: object, loaded: sim.runner.World) -> CountingAdapter:
-    return CountingAdapter(OfflineAdapter(seed=loaded.seed), delay=float(delay),
-                           jitter=float(jitter), count_file=Path(count_file))
+    return CountingAdapter(
+        OfflineAdapter(seed=loaded.seed),
+        delay=float(delay),
+        jitter=float(jitter),
+        count_file=Path(count_file),
+    )
 
 
 sim.runner.build_adapter = build  # type: ignore[assignment]

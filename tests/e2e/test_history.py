@@ -164,3 +164,32 @@ def test_an_unreadable_log_is_reported_not_skipped(five_ticks: Path, tmp_path: P
     assert "tick-000003.jsonl: line 2" in result.output
     result = CliRunner().invoke(main, ["replay", "--world", str(world), "--tick", "3"])
     assert result.exit_code == 1 and "line 2" in result.output
+
+
+def test_a_config_change_drifts_only_that_phase_and_names_settings(
+    five_ticks: Path, tmp_path: Path
+) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    (world / "config.toml").write_text("[phase2b]\ntemperature = 1.0\n")
+    report = replay(world, 4, config=load_config(world_dir=world, cwd=world))
+    assert report.drifts
+    assert all(":narrative:" in d.request_id for d in report.drifts)
+    assert all(d.fields == ("settings",) for d in report.drifts)
+    assert "'temperature': 0.9" in report.drifts[0].diff
+
+
+def test_a_request_the_log_lacks_is_reported_missing(five_ticks: Path, tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    path = log_path(world, 5)
+    lines = [
+        line
+        for line in path.read_bytes().splitlines(keepends=True)
+        if b'"request_id":"5:memory:memory:ada:0"' not in line
+    ]
+    path.write_bytes(b"".join(lines))
+    report = replay(world, 5, config=load_config(world_dir=world, cwd=world))
+    (drift,) = report.drifts
+    assert drift.request_id == "5:memory:memory:ada:0" and drift.fields == ("missing",)
+    assert not report.ticks[0].state_matches  # ada's memory fell back: the state differs

@@ -83,8 +83,10 @@ def reference(base: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dic
 
 
 def logged_calls(log: TickLog) -> set[str]:
-    return {call_digest(log.instructions[c["instructions_digest"]], c["input"])
-            for c in log.calls.values()}
+    return {
+        call_digest(log.instructions[c["instructions_digest"]], c["input"])
+        for c in log.calls.values()
+    }
 
 
 def resume(world: Path) -> CountingAdapter:
@@ -95,14 +97,18 @@ def resume(world: Path) -> CountingAdapter:
 
 @pytest.mark.parametrize("at", [1, 4, 11, 17, 22, 23, 30, 32])
 def test_a_crash_mid_tick_resumes_to_the_same_result(
-        base: Path, reference: tuple[dict, TickLog], tmp_path: Path, at: int) -> None:
+    base: Path, reference: tuple[dict, TickLog], tmp_path: Path, at: int
+) -> None:
     world = tmp_path / "w"
     shutil.copytree(base, world)
     crashing = CrashAt(seed=7, at=at)
     with pytest.raises(BaseException) as caught:
         Runner(world, config_for(world, llm={"max_concurrency": 3}), adapter=crashing).run(1)
-    assert caught.group_contains(Crash) if isinstance(caught.value, BaseExceptionGroup) \
+    assert (
+        caught.group_contains(Crash)
+        if isinstance(caught.value, BaseExceptionGroup)
         else isinstance(caught.value, Crash)
+    )
     assert Storage(world).load().tick == BASE_TICK  # nothing committed
     partial = read_log(log_path(world, BASE_TICK + 1))
     assert not partial.committed
@@ -117,13 +123,15 @@ def test_a_crash_mid_tick_resumes_to_the_same_result(
     assert final.committed and final.resumes == 1
     assert final.commit["state_after"] == ref_log.commit["state_after"]  # type: ignore[index]
     assert {c["digest"] for c in final.calls.values()} == {
-        c["digest"] for c in ref_log.calls.values()}
+        c["digest"] for c in ref_log.calls.values()
+    }
 
 
 def spawn(world: Path, count_file: Path, delay: float = 0.02, jitter: float = 0.03):
     return subprocess.Popen(
         [sys.executable, str(CHILD), str(world), str(count_file), str(delay), str(jitter)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -145,12 +153,14 @@ def log_has(world: Path, kind: str) -> bool:
 
 #: where a trial kills the child: after this many answered calls, or in the commit
 TARGETS = [("calls", n) for n in (0, 2, 5, 8, 10, 12, 15, 17, 20, 22, 24, 27, 29, 31)] + [
-    ("commit", 0)] * 6
+    ("commit", 0)
+] * 6
 
 
 @pytest.mark.slow
 def test_sigkill_at_random_instants_never_pays_twice(
-        base: Path, reference: tuple[dict, TickLog], tmp_path: Path) -> None:
+    base: Path, reference: tuple[dict, TickLog], tmp_path: Path
+) -> None:
     """≥30 kill -9 trials across every phase and the commit; each resumes to the same files."""
     rng = random.Random(4)
     ref_tree, ref_log = reference
@@ -211,7 +221,8 @@ def test_sigkill_at_random_instants_never_pays_twice(
 
 
 def test_ctrl_c_commits_nothing_prints_how_to_resume_and_exits_130(
-        base: Path, reference: tuple[dict, TickLog], tmp_path: Path) -> None:
+    base: Path, reference: tuple[dict, TickLog], tmp_path: Path
+) -> None:
     world = tmp_path / "w"
     shutil.copytree(base, world)
     counts = tmp_path / "calls"
@@ -278,6 +289,12 @@ def test_a_stale_partial_log_is_set_aside_not_used(base: Path, tmp_path: Path) -
     again = resume(world)
     assert len(again.answered) == 32  # nothing served from a log of another state
     assert list((world / ".sim" / "log" / "abandoned").iterdir())
+
+
+def test_interrupt_messages_say_what_happened(tmp_path: Path) -> None:
+    assert "resume tick 3" in str(TickInterrupted(tmp_path, 3))
+    assert "tick 3 had committed" in str(TickInterrupted(tmp_path, 3, committed=True))
+    assert "nothing was lost" in str(TickInterrupted(tmp_path, None))
 
 
 if os.name != "posix":  # pragma: no cover

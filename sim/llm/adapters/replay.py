@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from sim.llm.calls import CallIdentity, current_call, describe_drift
-from sim.llm.errors import LLMConfigurationError, LLMError
+from sim.llm.errors import LLMConfigurationError, LLMError, LLMSchemaError
 from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
 
 
@@ -87,17 +87,25 @@ class ReplayAdapter:
             self._drifted(ident, record)
         if self.live is None:
             if record is None:
-                raise LLMError(f"{ident.request_id}: no recorded response to replay",
-                               code="replay_missing")
+                raise LLMError(
+                    f"{ident.request_id}: no recorded response to replay", code="replay_missing"
+                )
             return self._serve(record, schema)
         self.sent += 1
-        return await self.live.execute(instructions, input_data, schema, previous_response_id,
-                                       settings, history)
+        return await self.live.execute(
+            instructions, input_data, schema, previous_response_id, settings, history
+        )
 
     def _drifted(self, ident: CallIdentity, record: Mapping[str, Any] | None) -> None:
         if record is None:
-            self.drifts.append(Drift(ident.request_id, ident.entity_key, ("missing",),
-                                     "the log holds no such request"))
+            self.drifts.append(
+                Drift(
+                    ident.request_id,
+                    ident.entity_key,
+                    ("missing",),
+                    "the log holds no such request",
+                )
+            )
             return
         recorded_text = self.instructions.get(str(record.get("instructions_digest")))
         fields, diff = describe_drift(dict(record), ident, recorded_text)
@@ -106,14 +114,29 @@ class ReplayAdapter:
     def _serve(self, record: Mapping[str, Any], schema: type[BaseModel]) -> AdapterResponse:
         self.served += 1
         if record.get("error_code"):
-            raise LLMError(str(record.get("error") or record["error_code"]),
-                           code=str(record["error_code"]), context={"served_from": self.mode})
+            raise LLMError(
+                str(record.get("error") or record["error_code"]),
+                code=str(record["error_code"]),
+                context={"served_from": self.mode},
+            )
         attempts = record.get("attempts") or [{}]
         usage = record.get("usage") or {}
+        try:
+            parsed = schema.model_validate(record["result"])
+        except ValidationError as exc:  # the schema changed since the recording
+            raise LLMSchemaError(
+                f"{record.get('request_id')}: the recorded answer does not fit "
+                f"{schema.__name__} any more: {exc}",
+                context={"served_from": self.mode},
+            ) from exc
         return AdapterResponse(
-            parsed=schema.model_validate(record["result"]),
+            parsed=parsed,
             response_id=str(record["response_id"]),
-            usage=Usage(**usage),
+            usage=Usage(
+                input_tokens=int(usage.get("input_tokens", 0)),
+                output_tokens=int(usage.get("output_tokens", 0)),
+                cached_input_tokens=int(usage.get("cached_input_tokens", 0)),
+            ),
             model=str(record.get("response_model") or record.get("model") or ""),
             finish_reason=str(record.get("finish_reason") or "stop"),
             raw=str(attempts[-1].get("raw", "")),
