@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from sim.llm.adapters.replay import Drift
 from sim.log import LogError, TickLog, list_logs, read_log
 from sim.replay import ReplayReport
@@ -55,6 +57,23 @@ def summary_line(data: dict[str, Any]) -> str:
 SUMMARY_HEAD = "  tick  calls  failures    tokens       cost      wall"
 
 
+def _names(log: TickLog) -> dict[str, str]:
+    """Location and character ids -> display names, from the logged state."""
+    names: dict[str, str] = {}
+    try:
+        state = log.state()
+    except (LogError, ValueError):
+        return names
+    for rel, data in state.items():
+        if rel.startswith(("locations/", "characters/")):
+            try:
+                identity = orjson.loads(data)["identity"]
+                names[identity["id"]] = identity["name"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+    return names
+
+
 def tick_lines(log: TickLog) -> Iterator[str]:
     """The narrative, intentions and outcomes of one logged tick."""
     state = "" if log.committed else " (interrupted: not committed; `sim tick` resumes it)"
@@ -62,16 +81,18 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     narratives = log.phase_results("narrative")
     resolutions = log.phase_results("resolution")
     intentions = log.phase_results("intentions")
+    names = _names(log)
     for lid in sorted(set(narratives) | set(resolutions)):
         yield ""
-        yield f"[{lid}]"
+        yield f"[{names.get(lid, lid)}]"
         if lid in narratives:
             yield textwrap.fill(str(narratives[lid]), width=88)
         for outcome in (resolutions.get(lid) or {}).get("outcomes", []):
             cid = outcome.get("character_id")
             intent = intentions.get(cid, {})
             target = f" {intent['target']}" if intent.get("target") else ""
-            yield f"  {cid}: intends {intent.get('action', '?')}{target}"
+            who = names.get(cid, cid)
+            yield f"  {who}: intends {intent.get('action', '?')}{target}"
             yield f"    -> {outcome.get('outcome', '')}"
     for name, record in log.phases.items():
         report = record.get("report") or {}

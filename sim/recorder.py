@@ -25,7 +25,6 @@ from sim.llm.calls import CallIdentity, current_call, request_id, schema_digest
 from sim.llm.events import LLMEvent
 from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange
 from sim.log import (
-    LOG_DIR,
     LogError,
     LogWriter,
     TickLog,
@@ -84,7 +83,7 @@ def _results(name: str, ctx: TickContext) -> dict[str, Any]:
     return {}
 
 
-def _set_aside(path: Path, why: str) -> Path:
+def _set_aside(path: Path) -> Path:
     """Move a log the tick cannot continue into ``.sim/log/abandoned/``, never deleting it."""
     folder = path.parent / "abandoned"
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,14 +152,14 @@ class TickRecorder:
             try:
                 log = read_log(path)
             except LogError as exc:
-                notes.append(f"unreadable log set aside ({exc}): {_set_aside(path, 'bad')}")
+                notes.append(f"unreadable log set aside ({exc}): {_set_aside(path)}")
             else:
                 if (
                     log.committed
                     or log.state_before is None
                     or log.state_before.get("digest") != state_digest(before)
                 ):
-                    target = _set_aside(path, "stale")
+                    target = _set_aside(path)
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
                 else:
                     partial = log
@@ -339,4 +338,4 @@ class TickRecorder:
         self.writer.close()
 
 
-__all__ = ["LOG_DIR", "RecordingAdapter", "TickRecorder"]
+__all__ = ["RecordingAdapter", "TickRecorder"]

@@ -76,6 +76,10 @@ def build_adapter(config: Config, world: World) -> Adapter:
 class Runner:
     """Runs ticks of one world folder.
 
+    Every tick is logged as it runs (``sim.recorder``); a tick whose log exists without a
+    ``commit`` record was interrupted, and the next run resumes it, answering the calls
+    that log already holds from it.
+
     Args:
         world_dir: the world folder.
         config: the effective configuration.
