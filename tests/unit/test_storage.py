@@ -168,50 +168,160 @@ QUAY = "locations/quay.json"
 BAD_CASES: list[tuple[str, Callable[[Path], None], str, str | None, str]] = [
     ("malformed-json", _malformed, ADA, None, "malformed JSON: unexpected end of data: line 2"),
     ("top-level-not-object", _not_an_object, ADA, None, "expected a JSON object at the top level"),
-    ("missing-identity", _edit(ADA, _drop("identity")), ADA, "identity",
-     "required field is missing"),
-    ("missing-identity.name", _edit(ADA, _drop("identity", "name")), ADA, "identity.name",
-     "required field is missing"),
-    ("missing-state.location", _edit(ADA, _drop("state", "location")), ADA, "state.location",
-     "required field is missing"),
-    ("missing-state.connections", _edit(QUAY, _drop("state", "connections")), QUAY,
-     "state.connections", "required field is missing"),
-    ("missing-world-name", _edit("world.json", _drop("name")), "world.json", "name",
-     "required field is missing"),
-    ("missing-cell-text", _edit(ADA, _set([{"tick": 0}], "memory", "cells")), ADA,
-     "memory.cells.0.text", "required field is missing"),
-    ("tick-string", _edit("world.json", _set("3", "tick")), "world.json", "tick",
-     "expected a valid integer (got '3')"),
-    ("tick-bool", _edit("world.json", _set(True, "tick")), "world.json", "tick",
-     "expected a valid integer (got True)"),
-    ("tick-negative", _edit("world.json", _set(-1, "tick")), "world.json", "tick",
-     "expected greater than or equal to 0 (got -1)"),
-    ("goals-string", _edit(ADA, _set("x", "identity", "goals")), ADA, "identity.goals",
-     "expected a valid list (got 'x')"),
-    ("capacity-0", _edit(ADA, _set(0, "memory", "capacity")), ADA, "memory.capacity",
-     "expected greater than or equal to 1 (got 0)"),
-    ("capacity-float", _edit(ADA, _set(5.0, "memory", "capacity")), ADA, "memory.capacity",
-     "expected a valid integer (got 5.0)"),
-    ("empty-name", _edit(ADA, _set("", "identity", "name")), ADA, "identity.name",
-     "expected string should have at least 1 character (got '')"),
-    ("id-dotdot", _edit(ADA, _set("../x", "identity", "id")), ADA, "identity.id",
-     f"expected an id matching {ID_PATTERN} (got '../x')"),
-    ("id-uppercase", _file_named_bob, "characters/Bob.json", "identity.id",
-     f"expected an id matching {ID_PATTERN} (got 'Bob')"),
-    ("id-space", _edit(ADA, _set("a b", "identity", "id")), ADA, "identity.id",
-     f"expected an id matching {ID_PATTERN} (got 'a b')"),
-    ("location-dotdot", _edit(ADA, _set("../x", "state", "location")), ADA, "state.location",
-     f"expected an id matching {ID_PATTERN} (got '../x')"),
-    ("connection-space", _edit(QUAY, _set(["market", "a b"], "state", "connections")), QUAY,
-     "state.connections.1", f"expected an id matching {ID_PATTERN} (got 'a b')"),
-    ("id-not-file-name", _edit(ADA, _set("bobby", "identity", "id")), ADA, "identity.id",
-     "id 'bobby' must equal the file name 'ada'"),
-    ("duplicate-id", _duplicate_id, QUAY, "identity.id",
-     "duplicate id 'quay': also used by characters/quay.json"),
-    ("unknown-location", _edit(ADA, _set("moon", "state", "location")), ADA, "state.location",
-     "unknown location 'moon'; expected one of the ids in locations/"),
-    ("missing-connection", _edit(QUAY, _set(["market", "moon"], "state", "connections")), QUAY,
-     "state.connections.1", "connection to missing location 'moon'"),
+    (
+        "missing-identity",
+        _edit(ADA, _drop("identity")),
+        ADA,
+        "identity",
+        "required field is missing",
+    ),
+    (
+        "missing-identity.name",
+        _edit(ADA, _drop("identity", "name")),
+        ADA,
+        "identity.name",
+        "required field is missing",
+    ),
+    (
+        "missing-state.location",
+        _edit(ADA, _drop("state", "location")),
+        ADA,
+        "state.location",
+        "required field is missing",
+    ),
+    (
+        "missing-state.connections",
+        _edit(QUAY, _drop("state", "connections")),
+        QUAY,
+        "state.connections",
+        "required field is missing",
+    ),
+    (
+        "missing-world-name",
+        _edit("world.json", _drop("name")),
+        "world.json",
+        "name",
+        "required field is missing",
+    ),
+    (
+        "missing-cell-text",
+        _edit(ADA, _set([{"tick": 0}], "memory", "cells")),
+        ADA,
+        "memory.cells.0.text",
+        "required field is missing",
+    ),
+    (
+        "tick-string",
+        _edit("world.json", _set("3", "tick")),
+        "world.json",
+        "tick",
+        "expected a valid integer (got '3')",
+    ),
+    (
+        "tick-bool",
+        _edit("world.json", _set(True, "tick")),
+        "world.json",
+        "tick",
+        "expected a valid integer (got True)",
+    ),
+    (
+        "tick-negative",
+        _edit("world.json", _set(-1, "tick")),
+        "world.json",
+        "tick",
+        "expected greater than or equal to 0 (got -1)",
+    ),
+    (
+        "goals-string",
+        _edit(ADA, _set("x", "identity", "goals")),
+        ADA,
+        "identity.goals",
+        "expected a valid list (got 'x')",
+    ),
+    (
+        "capacity-0",
+        _edit(ADA, _set(0, "memory", "capacity")),
+        ADA,
+        "memory.capacity",
+        "expected greater than or equal to 1 (got 0)",
+    ),
+    (
+        "capacity-float",
+        _edit(ADA, _set(5.0, "memory", "capacity")),
+        ADA,
+        "memory.capacity",
+        "expected a valid integer (got 5.0)",
+    ),
+    (
+        "empty-name",
+        _edit(ADA, _set("", "identity", "name")),
+        ADA,
+        "identity.name",
+        "expected string should have at least 1 character (got '')",
+    ),
+    (
+        "id-dotdot",
+        _edit(ADA, _set("../x", "identity", "id")),
+        ADA,
+        "identity.id",
+        f"expected an id matching {ID_PATTERN} (got '../x')",
+    ),
+    (
+        "id-uppercase",
+        _file_named_bob,
+        "characters/Bob.json",
+        "identity.id",
+        f"expected an id matching {ID_PATTERN} (got 'Bob')",
+    ),
+    (
+        "id-space",
+        _edit(ADA, _set("a b", "identity", "id")),
+        ADA,
+        "identity.id",
+        f"expected an id matching {ID_PATTERN} (got 'a b')",
+    ),
+    (
+        "location-dotdot",
+        _edit(ADA, _set("../x", "state", "location")),
+        ADA,
+        "state.location",
+        f"expected an id matching {ID_PATTERN} (got '../x')",
+    ),
+    (
+        "connection-space",
+        _edit(QUAY, _set(["market", "a b"], "state", "connections")),
+        QUAY,
+        "state.connections.1",
+        f"expected an id matching {ID_PATTERN} (got 'a b')",
+    ),
+    (
+        "id-not-file-name",
+        _edit(ADA, _set("bobby", "identity", "id")),
+        ADA,
+        "identity.id",
+        "id 'bobby' must equal the file name 'ada'",
+    ),
+    (
+        "duplicate-id",
+        _duplicate_id,
+        QUAY,
+        "identity.id",
+        "duplicate id 'quay': also used by characters/quay.json",
+    ),
+    (
+        "unknown-location",
+        _edit(ADA, _set("moon", "state", "location")),
+        ADA,
+        "state.location",
+        "unknown location 'moon'; expected one of the ids in locations/",
+    ),
+    (
+        "missing-connection",
+        _edit(QUAY, _set(["market", "moon"], "state", "connections")),
+        QUAY,
+        "state.connections.1",
+        "connection to missing location 'moon'",
+    ),
     ("world-json-missing", _no_world_json, "world.json", None, "world.json is missing"),
     ("no-locations", _no_locations, "locations", None, "a world needs at least one location"),
 ]
@@ -239,8 +349,7 @@ def test_bad_input_is_reported_and_nothing_is_written(
     message = str(err)
     where = f"{world / rel}: field '{field}': " if field else f"{world / rel}: "
     assert where + expected in message, message
-    assert len(err.problems) == 1, message
-    (problem,) = err.problems
+    problem = err.problems[0]
     assert isinstance(problem, InputError)
     assert problem.path == world / rel
     assert problem.field == field
@@ -294,6 +403,31 @@ def test_problems_are_reported_even_when_world_json_is_missing(world: Path) -> N
     assert f"{world / ADA}: malformed JSON" in message
 
 
+@pytest.mark.parametrize(
+    ("breaker", "rel", "field"),
+    [
+        (_edit(QUAY, _drop("state", "connections")), QUAY, "state.connections"),
+        (_edit(QUAY, _set(["market", "a b"], "state", "connections")), QUAY, "state.connections.1"),
+        (_edit(QUAY, _set("", "identity", "name")), QUAY, "identity.name"),
+    ],
+    ids=["missing-connections", "bad-connection-id", "empty-name"],
+)
+def test_an_invalid_location_is_not_also_reported_as_unknown(
+    world: Path, breaker: Callable[[Path], None], rel: str, field: str
+) -> None:
+    """One mistake, one problem.
+
+    BUG: a location file that exists but fails validation is left out of ``locations``,
+    so every reference to it is also reported, falsely, as "unknown location 'quay';
+    expected one of the ids in locations/" / "connection to missing location 'quay'".
+    """
+    breaker(world)
+    with pytest.raises(InvalidWorld) as info:
+        Storage(world).load()
+    message = str(info.value)
+    assert [(p.path, p.field) for p in info.value.problems] == [(world / rel, field)], message
+
+
 # -- unknown fields, normalisation, minimal rewrites ----------------------------------------
 
 
@@ -339,7 +473,11 @@ def test_unknown_fields_survive_a_commit(world: Path) -> None:
     reloaded.meta["tick"] = 1
     assert Storage(world).commit(reloaded) == ["world.json"]
     assert read_json(world / "world.json") == {
-        "name": "Test", "description": "", "tick": 1, "seed": 1, "custom": {"k": "v", "n": [1, 2]}
+        "name": "Test",
+        "description": "",
+        "tick": 1,
+        "seed": 1,
+        "custom": {"k": "v", "n": [1, 2]},
     }
 
 
@@ -521,7 +659,7 @@ def test_commit_refuses_paths_outside_the_world(tmp_path: Path, rel: str) -> Non
 
 @pytest.mark.parametrize(
     "rel",
-    ["", ".", "characters", "world.json/x", ".sim/journal.json", ".sim/journal.tmp", ".sim/lock"],
+    ["", ".", "characters", "world.json/x", ".sim/journal.json", ".sim/journal.tmp"],
 )
 def test_commit_refuses_unwritable_or_reserved_paths(tmp_path: Path, rel: str) -> None:
     """A path the journal can never apply must be refused before the commit point.
@@ -530,8 +668,8 @@ def test_commit_refuses_unwritable_or_reserved_paths(tmp_path: Path, rel: str) -
     ``_apply`` write ``<world>.sim-tmp`` *outside* the world folder; ``""``, ``"."``,
     ``"characters"`` (a folder) and ``"world.json/x"`` (under a file) are committed to the
     journal and then fail in ``_apply`` — and again in every ``recover()``, so the world can
-    never run again. ``.sim/journal.*`` and ``.sim/lock`` overwrite the engine's own files
-    (replacing ``.sim/lock`` swaps the inode a running process has locked).
+    never run again. ``.sim/journal.json`` / ``.sim/journal.tmp`` overwrite the journal
+    itself (a crash after that write leaves a journal ``recover()`` cannot read).
     """
     root = make_world(tmp_path / "world")
     storage = Storage(root)
@@ -621,17 +759,15 @@ def test_recover_refuses_a_journal_escaping_the_world(tmp_path: Path) -> None:
 
 # -- lock -----------------------------------------------------------------------------------
 
+LOCKED = "another sim process is running this world"
+
 
 def test_lock_in_process(world: Path) -> None:
-    first = Storage(world)
-    with first.lock():
-        assert (world / ".sim" / "lock").read_text() == str(os.getpid())
+    with Storage(world).lock():
         with pytest.raises(WorldLockedError) as info, Storage(world).lock():
             pass
         assert isinstance(info.value, SimError)
-        message = str(info.value)
-        assert f"another sim process (pid {os.getpid()}) is running this world" in message
-        assert str(world) in message
+        assert f"{world}: {LOCKED}" in str(info.value)
     with Storage(world).lock():
         pass
 
@@ -641,6 +777,13 @@ def test_lock_is_released_when_the_body_raises(world: Path) -> None:
         raise RuntimeError("boom")
     with Storage(world).lock():
         pass
+
+
+def test_lock_on_a_missing_world_folder(tmp_path: Path) -> None:
+    root = tmp_path / "nowhere"
+    with pytest.raises(SimError, match="world folder not found"), Storage(root).lock():
+        pass
+    assert not root.exists()
 
 
 HOLD_LOCK = """
@@ -666,13 +809,10 @@ def test_lock_held_by_another_process(world: Path) -> None:
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().strip() == "locked"
-        with pytest.raises(WorldLockedError) as info, Storage(world).lock():
-            pass
-        message = str(info.value)
-        assert f"{world}: another sim process (pid {child.pid}) is running this world" in message
-        assert "wait for it to finish" in message
-        # a failed attempt does not disturb the holder's lock or its pid
-        assert (world / ".sim" / "lock").read_text() == str(child.pid)
+        for _ in range(2):  # a refused attempt leaves the holder's lock in place
+            with pytest.raises(WorldLockedError) as info, Storage(world).lock():
+                pass
+            assert f"{world}: {LOCKED}" in str(info.value)
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "released"
@@ -682,4 +822,24 @@ def test_lock_held_by_another_process(world: Path) -> None:
             child.kill()
             child.wait()
     with Storage(world).lock():
-        assert (world / ".sim" / "lock").read_text() == str(os.getpid())
+        pass
+
+
+def test_lock_of_a_killed_process_is_released(world: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(world)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "locked"
+        with pytest.raises(WorldLockedError), Storage(world).lock():
+            pass
+    finally:
+        child.kill()
+        child.wait()
+    with Storage(world).lock():
+        pass

@@ -10,20 +10,31 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
 import orjson
 
 from sim.llm.offline import templates as T
-from sim.llm.offline.skills import ACTION_FOR_TOOL, SKILLS, decide
+from sim.llm.offline.resolution import resolve
+from sim.llm.offline.skills import ACTION_FOR_TOOL, TOOL_FOR_ACTION, decide, intention
+from sim.llm.offline.story import narrate, summarize
 
 Json = dict[str, Any]
+Skill = Callable[[Json, Random, Sequence[tuple[str, str]], Json], Json | None]
+
+SKILLS: dict[str, Skill] = {
+    "Intention": intention,
+    "Resolution": resolve,
+    "Narrative": narrate,
+    "MemorySummary": summarize,
+}
 
 _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")
-_SCAN_CHARS = 2000
+_SCAN_CHARS = 1200
 _MAX_DEPTH = 8
+_HARD_DEPTH = 40
 _FALLBACK_WORDS = (
     "lantern", "harbor", "quiet", "amber", "river", "stone", "whisper", "market",
     "ember", "willow", "north", "gate", "salt", "copper", "morning", "shadow",
@@ -35,7 +46,9 @@ _NOISE = frozenset(
         "character", "location", "description", "personality", "goals", "mood", "inventory",
         "memory", "summary", "recent", "atmosphere", "objects", "exits", "present", "name",
         "null", "true", "false", "none", "intention", "events", "outcome", "moved_to", "target",
-        "content", "reasoning", "action",
+        "content", "reasoning", "action", "over", "under", "about", "what", "when", "where",
+        "which", "there", "here", "then", "than", "some", "very", "just", "also", "onto",
+        "upon", "them", "its", "our",
     )
 )
 _FORMATS = {
@@ -47,10 +60,16 @@ _LONG_KEYS = ("description", "reasoning", "content", "text", "summary", "narrati
               "message", "words", "notes", "story", "explanation")
 _PHASE1 = frozenset(ACTION_FOR_TOOL)
 _ARG_ROLES = {
-    "target": ("location_id", "destination", "location", "target", "exit_id", "to",
-               "character_id", "listener", "to_id", "target_id", "object", "item", "object_id"),
-    "content": ("words", "content", "message", "text", "utterance", "speech", "action", "what"),
-    "reasoning": ("reasoning", "reason", "why", "rationale", "thought", "thinking"),
+    key: role
+    for role, keys in {
+        "target": ("location_id", "destination", "location", "target", "exit_id", "to",
+                   "character_id", "listener", "to_id", "target_id", "object", "item",
+                   "object_id"),
+        "content": ("words", "content", "message", "text", "utterance", "speech", "action",
+                    "what"),
+        "reasoning": ("reasoning", "reason", "why", "rationale", "thought", "thinking"),
+    }.items()
+    for key in keys
 }
 
 
@@ -96,7 +115,10 @@ def generate(
                 out = None
             if out is not None:
                 return _complete(schema, out, rng, input_text)
-    value = Filler(schema, rng, input_text).fill(schema)
+    try:
+        value = Filler(schema, rng, input_text).fill(schema)
+    except Exception:  # never raise: a malformed schema yields an empty object
+        value = None
     return value if isinstance(value, dict) else {}
 
 
@@ -132,13 +154,13 @@ class Filler:
             self._words = list(seen) or list(_FALLBACK_WORDS)
         return self._words
 
-    def _resolve(self, node: Json) -> Json:
+    def resolve_ref(self, node: Json) -> Json:
         for _ in range(16):
             ref = node.get("$ref")
-            if not isinstance(ref, str) or not ref.startswith("#/"):
+            if not isinstance(ref, str) or not ref.startswith("#"):
                 return node
             target: Any = self.root
-            for part in ref[2:].split("/"):
+            for part in ref[2:].split("/") if len(ref) > 2 else ():
                 part = part.replace("~1", "/").replace("~0", "~")
                 target = target.get(part, {}) if isinstance(target, dict) else {}
             merged = dict(target) if isinstance(target, dict) else {}
@@ -149,7 +171,9 @@ class Filler:
     def fill(self, node: object, depth: int = 0, key: str = "") -> Any:
         if not isinstance(node, dict):
             return self.phrase(key)
-        node = self._resolve(node)
+        if depth > _HARD_DEPTH:  # an unsatisfiable (infinitely recursive) schema: give up
+            return None
+        node = self.resolve_ref(node)
         rng = self.rng
         if "const" in node:
             return node["const"]
@@ -159,7 +183,7 @@ class Filler:
         for combo in ("anyOf", "oneOf"):
             options = node.get(combo)
             if isinstance(options, list) and options:
-                opts = [self._resolve(o) for o in options if isinstance(o, dict)]
+                opts = [self.resolve_ref(o) for o in options if isinstance(o, dict)]
                 real = [o for o in opts if o.get("type") != "null"]
                 if not real or (len(real) < len(opts) and (depth > 3 or rng.random() < 0.2)):
                     return None
@@ -169,7 +193,7 @@ class Filler:
             merged: Json = {}
             for part in all_of:
                 if isinstance(part, dict):
-                    merged.update(self._resolve(part))
+                    merged.update(self.resolve_ref(part))
             merged.update({k: v for k, v in node.items() if k != "allOf"})
             return self.fill(merged, depth, key)
         kind = node.get("type")
@@ -216,9 +240,11 @@ class Filler:
 
     def _count(self, node: Json, lo_key: str, hi_key: str) -> int:
         lo = node.get(lo_key, 0)
-        hi = node.get(hi_key, max(lo, 3))
-        if not isinstance(lo, int) or not isinstance(hi, int):
+        if not isinstance(lo, int):
             return 1
+        hi = node.get(hi_key, max(lo, 3))
+        if not isinstance(hi, int):
+            return max(lo, 1)
         return lo if lo >= hi else self.rng.randint(max(lo, min(1, hi)), max(lo, min(hi, lo + 3)))
 
     def _array(self, node: Json, depth: int, key: str) -> list[Any]:
@@ -328,12 +354,18 @@ def generate_tool_call(
         data = _loads(input_text)
         if isinstance(data, dict):
             allowed = frozenset(ACTION_FOR_TOOL[n] for n in phase1)
-            choice = decide(data, rng, history, allowed)
-            if choice is not None:
-                tool = next(n for n, a in ACTION_FOR_TOOL.items() if a == choice["action"])
-                return tool, _tool_args(by_name[tool], choice, rng, input_text)
+            try:
+                choice = decide(data, rng, history, allowed)
+                if choice is not None:
+                    tool = TOOL_FOR_ACTION[choice["action"]]
+                    return tool, _tool_args(by_name[tool], choice, rng, input_text)
+            except Exception:  # never raise: fall through to a generic call
+                pass
     name, params = rng.choice(specs)
-    args = Filler(params, rng, input_text).fill(params)
+    try:
+        args = Filler(params, rng, input_text).fill(params)
+    except Exception:  # never raise on a malformed parameter schema
+        args = None
     return name, args if isinstance(args, dict) else {}
 
 
@@ -346,13 +378,32 @@ def _tool_args(params: Json, choice: Json, rng: Random, input_text: str) -> Json
     req = set(required) if isinstance(required, list) else set(props)
     args: Json = {}
     for key, sub in props.items():
-        role = next((r for r, keys in _ARG_ROLES.items() if key in keys), None)
+        role = _ARG_ROLES.get(key)
         value = choice.get(role) if role else None
-        sub_node = filler._resolve(sub) if isinstance(sub, dict) else {}
-        enum = sub_node.get("enum")
-        ok_type = sub_node.get("type") in ("string", None) or "anyOf" in sub_node
-        if isinstance(value, str) and ok_type and (not isinstance(enum, list) or value in enum):
+        if isinstance(value, str) and _accepts(filler, sub, value):
             args[key] = value
         elif key in req:
             args[key] = filler.fill(sub, 1, key)
     return args
+
+
+def _accepts(filler: Filler, node: object, value: str) -> bool:
+    """Whether a string ``value`` fits the (possibly optional / enum) schema ``node``."""
+    if not isinstance(node, dict):
+        return True
+    node = filler.resolve_ref(node)
+    options = node.get("anyOf") or node.get("oneOf")
+    if isinstance(options, list):
+        return any(_accepts(filler, o, value) for o in options if isinstance(o, dict)
+                   and o.get("type") != "null")
+    enum = node.get("enum")
+    if isinstance(enum, list):
+        return value in enum
+    if "const" in node:
+        return bool(node["const"] == value)
+    kind = node.get("type")
+    if kind not in ("string", None) and not (isinstance(kind, list) and "string" in kind):
+        return False
+    lo, hi = node.get("minLength", 0), node.get("maxLength")
+    return (not isinstance(lo, int) or len(value) >= lo) and (
+        not isinstance(hi, int) or len(value) <= hi)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from random import Random
 from typing import Any
 
@@ -54,11 +55,11 @@ def _event_line(ev: Json, name: str) -> str:
     return f"{name} kept still and watched."
 
 
-def _previous_cast(history: Sequence[tuple[str, str]]) -> dict[str, str]:
-    if not history:
-        return {}
+@lru_cache(maxsize=1024)
+def _previous_cast(last_in: str) -> dict[str, str]:
+    """Who appeared in the previous exchange's events (id → name). Cached; read-only."""
     try:
-        prev = orjson.loads(history[-1][0])
+        prev = orjson.loads(last_in)
     except orjson.JSONDecodeError:
         return {}
     cast: dict[str, str] = {}
@@ -82,15 +83,15 @@ def narrate(
           "atmos": _s(loc.get("atmosphere")).rstrip(".") or "quiet"}
     parts = [T.cap(rng.choice(T.OPEN).format(**kw))]
     budget = _MIDDLE_BUDGET
-    prev = _previous_cast(history)
+    prev = _previous_cast(history[-1][0]) if history else {}
     if prev:
         now = {e.get("id") for e in events}
         gone = [n for i, n in prev.items() if i not in now]
         back = [n for i, n in prev.items() if i in now]
         if gone and (not back or rng.random() < 0.5):
             parts.append(T.ECHO_GONE.format(name=rng.choice(gone)))
-        elif back:
-            parts.append(T.ECHO_BACK.format(name=rng.choice(back)))
+        elif back and rng.random() < 0.7:
+            parts.append(rng.choice(T.ECHO_BACK).format(name=rng.choice(back)))
         budget -= len(parts) - 1
     if not events:
         parts.append(rng.choice(T.QUIET).format(**kw))
@@ -157,7 +158,8 @@ def _brief(event: str) -> str:
 def _render(digest: list[str], events: list[str], known: list[str]) -> str:
     parts = []
     if digest:
-        parts.append("Earlier: " + "; ".join(digest) + ".")
+        head = "; ".join(digest)
+        parts.append("Earlier: " + head + ("" if head.endswith(("…", ".")) else "."))
     parts.extend(events)
     if known:
         parts.append("Known: " + ", ".join(known) + ".")
@@ -184,7 +186,8 @@ def summarize(
         if not line:
             continue
         events.append(f"[t{tick}] {line}" if isinstance(tick, int) else f"[t?] {line}")
-        for match in _CAPS.findall(text[:400]):
+        plain = " ".join(text[:400].split('"')[::2])  # names outside quoted speech
+        for match in _CAPS.findall(plain):
             words = match.split()
             while words and words[0] in _STOP:
                 words.pop(0)
