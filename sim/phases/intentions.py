@@ -27,7 +27,7 @@ class Intention(BaseModel):
         description="move: a connected location id; speak: a present character id; "
         "act: an object here or carried; wait: null"
     )
-    content: str = Field(description="the words said, or what is done; empty for move and wait")
+    content: str = Field(description="speak: the words said; act: what is done; move, wait: how")
     reasoning: str = Field(description="why, in a sentence")
 
     @classmethod

@@ -18,7 +18,7 @@ import orjson
 
 from sim.llm.offline import templates as T
 from sim.llm.offline.resolution import resolve
-from sim.llm.offline.skills import ACTION_FOR_TOOL, TOOL_FOR_ACTION, decide, intention
+from sim.llm.offline.skills import intention
 from sim.llm.offline.story import narrate, summarize
 
 Json = dict[str, Any]
@@ -58,19 +58,6 @@ _FORMATS = {
 }
 _LONG_KEYS = ("description", "reasoning", "content", "text", "summary", "narrative", "outcome",
               "message", "words", "notes", "story", "explanation")
-_PHASE1 = frozenset(ACTION_FOR_TOOL)
-_ARG_ROLES = {
-    key: role
-    for role, keys in {
-        "target": ("location_id", "destination", "location", "target", "exit_id", "to",
-                   "character_id", "listener", "to_id", "target_id", "object", "item",
-                   "object_id"),
-        "content": ("words", "content", "message", "text", "utterance", "speech", "action",
-                    "what"),
-        "reasoning": ("reasoning", "reason", "why", "rationale", "thought", "thinking"),
-    }.items()
-    for key in keys
-}
 
 
 def make_rng(seed: str, *salt: str) -> Random:
@@ -83,7 +70,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4 if text else 0
 
 
-def _loads(text: str) -> object:
+def loads(text: str) -> object:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -107,7 +94,7 @@ def generate(
     title = schema.get("title")
     skill = SKILLS.get(title) if isinstance(title, str) else None
     if skill is not None:
-        data = _loads(input_text)
+        data = loads(input_text)
         if isinstance(data, dict):
             try:
                 out = skill(data, rng, history, schema)
@@ -187,7 +174,7 @@ class Filler:
                 real = [o for o in opts if o.get("type") != "null"]
                 if not real or (len(real) < len(opts) and (depth > 3 or rng.random() < 0.2)):
                     return None
-                return self.fill(rng.choice(real), depth, key)
+                return self.fill(rng.choice(real), depth + 1, key)
         all_of = node.get("allOf")
         if isinstance(all_of, list) and all_of:
             merged: Json = {}
@@ -195,7 +182,7 @@ class Filler:
                 if isinstance(part, dict):
                     merged.update(self.resolve_ref(part))
             merged.update({k: v for k, v in node.items() if k != "allOf"})
-            return self.fill(merged, depth, key)
+            return self.fill(merged, depth + 1, key)
         kind = node.get("type")
         if isinstance(kind, list):
             kinds = [k for k in kind if k != "null"] or ["null"]
@@ -226,7 +213,7 @@ class Filler:
     def _object(self, node: Json, depth: int) -> Json:
         props = node.get("properties")
         required = node.get("required")
-        req = set(required) if isinstance(required, list) else set()
+        req = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
         out: Json = {}
         if isinstance(props, dict):
             for name, sub in props.items():
@@ -242,6 +229,7 @@ class Filler:
         lo = node.get(lo_key, 0)
         if not isinstance(lo, int):
             return 1
+        lo = max(lo, 0)
         hi = node.get(hi_key, max(lo, 3))
         if not isinstance(hi, int):
             return max(lo, 1)
@@ -321,89 +309,3 @@ def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
-
-
-# --------------------------------------------------------------------------- tool calls
-
-
-def _tool_spec(tool: Json) -> tuple[str, Json]:
-    fn = T.as_dict(tool.get("function")) or tool
-    params = fn.get("parameters")
-    return _s(fn.get("name")), params if isinstance(params, dict) else {"type": "object"}
-
-
-def _s(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def generate_tool_call(
-    tools: list[Json],
-    input_text: str,
-    *,
-    seed: str,
-    history: Sequence[tuple[str, str]] = (),
-) -> tuple[str, Json]:
-    """Choose one tool and produce arguments valid for its parameter schema."""
-    specs = [spec for t in tools if isinstance(t, dict) and (spec := _tool_spec(t))[0]]
-    if not specs:
-        return "", {}
-    rng = make_rng(seed, "tool")
-    by_name = dict(specs)
-    phase1 = _PHASE1 & set(by_name)
-    if len(phase1) >= 2:
-        data = _loads(input_text)
-        if isinstance(data, dict):
-            allowed = frozenset(ACTION_FOR_TOOL[n] for n in phase1)
-            try:
-                choice = decide(data, rng, history, allowed)
-                if choice is not None:
-                    tool = TOOL_FOR_ACTION[choice["action"]]
-                    return tool, _tool_args(by_name[tool], choice, rng, input_text)
-            except Exception:  # never raise: fall through to a generic call
-                pass
-    name, params = rng.choice(specs)
-    try:
-        args = Filler(params, rng, input_text).fill(params)
-    except Exception:  # never raise on a malformed parameter schema
-        args = None
-    return name, args if isinstance(args, dict) else {}
-
-
-def _tool_args(params: Json, choice: Json, rng: Random, input_text: str) -> Json:
-    """Map an Intention (target/content/reasoning) onto a tool's declared parameters."""
-    filler = Filler(params, rng, input_text)
-    props = params.get("properties")
-    props = props if isinstance(props, dict) else {}
-    required = params.get("required")
-    req = set(required) if isinstance(required, list) else set(props)
-    args: Json = {}
-    for key, sub in props.items():
-        role = _ARG_ROLES.get(key)
-        value = choice.get(role) if role else None
-        if isinstance(value, str) and _accepts(filler, sub, value):
-            args[key] = value
-        elif key in req:
-            args[key] = filler.fill(sub, 1, key)
-    return args
-
-
-def _accepts(filler: Filler, node: object, value: str) -> bool:
-    """Whether a string ``value`` fits the (possibly optional / enum) schema ``node``."""
-    if not isinstance(node, dict):
-        return True
-    node = filler.resolve_ref(node)
-    options = node.get("anyOf") or node.get("oneOf")
-    if isinstance(options, list):
-        return any(_accepts(filler, o, value) for o in options if isinstance(o, dict)
-                   and o.get("type") != "null")
-    enum = node.get("enum")
-    if isinstance(enum, list):
-        return value in enum
-    if "const" in node:
-        return bool(node["const"] == value)
-    kind = node.get("type")
-    if kind not in ("string", None) and not (isinstance(kind, list) and "string" in kind):
-        return False
-    lo, hi = node.get("minLength", 0), node.get("maxLength")
-    return (not isinstance(lo, int) or len(value) >= lo) and (
-        not isinstance(hi, int) or len(value) <= hi)

@@ -21,8 +21,30 @@ _FIXED = frozenset(
         "stove", "oven", "loom", "desk", "wardrobe", "bookcase", "bookshelf", "mirror", "cauldron",
         "furnace", "press", "mill", "wheel", "board", "sign", "pool", "pond", "stream", "river",
         "bridge", "fence", "post", "tower", "bell", "clock", "millstone", "stairs", "chest", "bin",
+        "screen", "railing", "trapdoor", "causeway", "slide", "cairn", "lens", "crane", "dock",
+        "pier", "jetty", "hatch", "kiln", "vat", "tank", "altarpiece", "lighthouse", "road",
+        "ladder", "pole", "rack", "stalls", "pools", "nets", "boat", "rowboat", "lanterns",
     )
 )
+
+
+_PREPS = frozenset(
+    ("of", "up", "down", "to", "by", "on", "under", "above", "with", "in", "for", "from", "at",
+     "over", "near", "beside", "behind", "against")
+)
+
+
+@lru_cache(maxsize=4096)
+def _head_noun(obj: str) -> str:
+    """'iron ladder up to the quay' → 'ladder'; 'crate of sand' → 'crate'."""
+    head = ""
+    for word in obj.lower().split():
+        if word in _PREPS:
+            break
+        head = word.strip(",;:")
+        if word.endswith(","):
+            break
+    return head
 
 
 @lru_cache(maxsize=1024)
@@ -38,7 +60,8 @@ def _last_resolution(
     removed: list[str] = []
     prev_in, prev_out = loads(last_in), loads(last_out)
     if isinstance(prev_in, dict):
-        for c in prev_in.get("characters") or ():
+        chars = prev_in.get("characters")
+        for c in chars if isinstance(chars, list) else ():
             if isinstance(c, dict) and isinstance(c.get("id"), str):
                 names[c["id"]] = text_of(c.get("name")) or c["id"]
                 it = c.get("intention")
@@ -68,6 +91,7 @@ def resolve(
     left: list[str] = []
     outcomes: list[Json] = []
     gone: set[str] = set()
+    talked = False
     used: set[str] = set()
 
     def pick(pool: tuple[str, ...]) -> str:  # avoid repeating a template within one turn
@@ -107,6 +131,7 @@ def resolve(
             kw["other"] = names[target]
             kw["words"] = T.short(content.replace('"', "'"), 90) or "Well?"
             good = rng.random() < 0.6
+            talked = True
             moods = T.MOODS_GOOD if good else T.MOODS_BAD
             said = [pick(T.SAY).format(**kw),
                     pick(T.REACT_GOOD if good else T.REACT_BAD).format(**kw)]
@@ -117,9 +142,9 @@ def resolve(
             kw["obj"] = T.the(obj)
             moods = T.MOODS_ACT
             if obj in available:
-                head = obj.lower().split(" of ")[0].rsplit(" ", 1)[-1]
+                head = _head_noun(obj)
                 grabby = any(w in content.lower() for w in _GRABBY)
-                if head not in _FIXED and rng.random() < (0.75 if grabby else 0.2):
+                if head not in _FIXED and rng.random() < (0.6 if grabby else 0.1):
                     said = [pick(T.TAKE).format(**kw)]
                     gained = [obj]
                     available.remove(obj)
@@ -148,13 +173,15 @@ def resolve(
             "gained": gained, "lost": lost,
         })
     atmosphere: str | None = None
-    if left and rng.random() < 0.5:
-        atmosphere = T.ATMOS_LEFT.format(name=left[0])
-    elif removed:
-        atmosphere = T.ATMOS_TAKEN
-    elif prev_removed and rng.random() < 0.4:
+    if left and rng.random() < 0.3:
+        atmosphere = rng.choice(T.ATMOS_LEFT).format(name=left[0])
+    elif removed and rng.random() < 0.6:
+        atmosphere = rng.choice(T.ATMOS_TAKEN).format(obj=T.the(removed[0]))
+    elif prev_removed and rng.random() < 0.3:
         atmosphere = T.ATMOS_MISSING.format(obj=T.the(prev_removed[0]))
-    elif rng.random() < 0.25:
+    elif talked and rng.random() < 0.25:
+        atmosphere = rng.choice(T.ATMOS_TALK)
+    elif rng.random() < 0.15:
         atmosphere = rng.choice(T.ATMOS_ANY)
     update = None
     if atmosphere or added or removed:

@@ -24,6 +24,7 @@ _ALL_ACTIONS = frozenset(ACTIONS)
 TOOL_FOR_ACTION = {"move": "move_to", "speak": "say", "act": "act", "wait": "wait"}
 ACTION_FOR_TOOL = {v: k for k, v in TOOL_FOR_ACTION.items()}
 _TARGET_KEYS = ("target", "location_id", "character_id", "object")
+_ARG_ACTION = (("location_id", "move"), ("character_id", "speak"), ("object", "act"))
 _RESTLESS = ("restless", "anxious", "curious", "eager", "bored", "impatient", "angry", "excited")
 _SLUGGISH = ("tired", "calm", "content", "sad", "weary", "sleepy", "melancholy", "pensive")
 
@@ -70,11 +71,16 @@ def prev_action(out: object) -> tuple[str, str | None] | None:
         return str(action), target if isinstance(target, str) else None
     name = out.get("name") or out.get("tool")
     args = out.get("arguments", out.get("args"))
-    if name in ACTION_FOR_TOOL and isinstance(args, dict):
+    if isinstance(name, str) and name in ACTION_FOR_TOOL and isinstance(args, dict):
         for key in _TARGET_KEYS:
             if isinstance(args.get(key), str):
-                return ACTION_FOR_TOOL[str(name)], args[key]
-        return ACTION_FOR_TOOL[str(name)], None
+                return ACTION_FOR_TOOL[name], args[key]
+        return ACTION_FOR_TOOL[name], None
+    for key, act in _ARG_ACTION:  # bare phase-1 tool arguments
+        if isinstance(out.get(key), str):
+            return act, out[key]
+    if set(out) == {"reasoning"}:
+        return "wait", None
     return None
 
 
@@ -241,11 +247,10 @@ def decide(
                 who = rng.choice(present)
             pool = T.SPEAK_GOAL + T.SPEAK_PLAIN if kw["goal"] else T.SPEAK_PLAIN
         target, kw["other"], kw["omood"] = who[0], who[1], who[2] or "tired"
-        if who[1] in kw["goal"]:  # addressing the person the goal is about
-            said = kw["goal"].replace(who[1] + "'s", "your").replace(who[1], "you")
-            content = rng.choice(pool).format(**{**kw, "goal": said})
-        else:
-            content = rng.choice(pool).format(**kw)
+        said = kw["goal"]
+        if who[1] in said:  # addressing the person the goal is about
+            said = said.replace(who[1] + "'s", "your").replace(who[1], "you")
+        content = rng.choice(pool).format(**{**kw, "goal": said, "other": T.address(who[1])})
         why = T.WHY_SPEAK if kw["goal"] and rng.random() < 0.6 else T.WHY_SPEAK_P
     elif action == "act":
         if obj_pull and rng.random() < 0.7:

@@ -22,9 +22,14 @@ def the(thing: str) -> str:
     """Give a common noun phrase an article; leave proper nouns and articled phrases alone."""
     if not thing:
         return "something"
-    first = thing.split(" ", 1)[0]
-    if first[:1].isupper() or first.lower() in _ARTICLES:
+    words = thing.split(" ", 2)
+    first = words[0]
+    if first.lower() in _ARTICLES:
         return thing
+    if first[:1].isupper() and (
+        first.endswith(("'s", "’s")) or all(w[:1].isupper() for w in words[:2])
+    ):
+        return thing  # a proper name or possessive: "Excalibur", "Old Mill", "Orla's desk"
     return "the " + thing
 
 
@@ -42,7 +47,7 @@ def clause(text: str, keep: bool = False) -> str:
 
     ``keep`` leaves the first letter alone (the sentence starts with a proper name).
     """
-    text = text.strip().rstrip(".!;")
+    text = text.split(";", 1)[0].split(" — ", 1)[0].strip().rstrip(".!,:")
     if not text:
         return text
     first = text.split(" ", 1)[0]
@@ -81,6 +86,18 @@ def join_names(names: Sequence[str]) -> str:
     if len(names) == 1:
         return names[0]
     return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+_TITLES = frozenset(
+    ("Brother", "Sister", "Father", "Mother", "Captain", "Lady", "Lord", "Sir", "Dame", "Mr",
+     "Mrs", "Ms", "Miss", "Doctor", "Dr", "Old", "Young", "Master", "Mistress", "Aunt", "Uncle")
+)
+
+
+def address(name: str) -> str:
+    """How one character addresses another in speech: the first name, or title and name."""
+    first = name.split(" ", 1)[0]
+    return name if first.rstrip(".") in _TITLES or first == name else first
 
 
 @lru_cache(maxsize=8192)
@@ -231,7 +248,7 @@ GO_OBSTACLE: tuple[str, ...] = (
 SAY: tuple[str, ...] = (
     '{name} spoke to {other}: "{words}"',
     '{name} drew {other} aside and said, "{words}"',
-    '{name} caught {other}\'s eye. "{words}"',
+    '{name} caught {other}\'s eye: "{words}"',
     '{name} told {other} quietly, "{words}"',
 )
 REACT_GOOD: tuple[str, ...] = (
@@ -294,12 +311,25 @@ MOODS_GOOD: tuple[str, ...] = ("cheered", "warm", "relieved", "encouraged")
 MOODS_BAD: tuple[str, ...] = ("irritated", "uneasy", "wary", "stung")
 MOODS_ACT: tuple[str, ...] = ("curious", "satisfied", "intrigued", "pleased")
 MOODS_IDLE: tuple[str, ...] = ("calm", "bored", "pensive", "watchful")
-ATMOS_LEFT = "quieter since {name} left"
-ATMOS_TAKEN = "watchful, as though something were missing"
+ATMOS_LEFT: tuple[str, ...] = (
+    "quieter since {name} left",
+    "a little emptier without {name}",
+    "unsettled after {name}'s departure",
+)
+ATMOS_TAKEN: tuple[str, ...] = (
+    "watchful, as though something were missing",
+    "uneasy, with everyone eyeing the gap where {obj} had been",
+)
 ATMOS_MISSING = "still marked by the absence of {obj}"
+ATMOS_TALK: tuple[str, ...] = (
+    "alive with murmured talk",
+    "thick with half-finished conversations",
+    "warmer for the company",
+)
 ATMOS_ANY: tuple[str, ...] = (
-    "busy with low conversation",
     "hushed and expectant",
+    "drowsy, the hours dragging",
+    "sharp with the smell of rain",
     "restless, like the air before a storm",
     "warmer than before",
     "tense and watchful",
