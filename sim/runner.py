@@ -33,6 +33,7 @@ class TickResult:
     reports: list[PhaseReport]
     elapsed: float
     moved: list[tuple[str, str, str]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def calls(self) -> int:
@@ -59,6 +60,7 @@ class TickResult:
             "failures": self.failures,
             "usage": self.usage.to_dict(),
             "elapsed": self.elapsed,
+            "timings": self.timings,
         }
 
 
@@ -114,6 +116,7 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        timings = {"load": time.perf_counter() - started}
         adapter = self.adapter or build_adapter(self.config, world)
         store = ResponseStore(world.root)
         ctx = TickContext(world, self.config, adapter, store, world.tick + 1)
@@ -129,12 +132,16 @@ class Runner:
         for name, run_phase in PHASES:
             if self.on_phase:
                 self.on_phase(name, "start", None)
+            phase_started = time.perf_counter()
             await run_phase(ctx)
+            timings[name] = time.perf_counter() - phase_started
             if self.on_phase:
                 self.on_phase(name, "end", ctx.reports[-1])
         world.meta["tick"] = ctx.tick
+        commit_started = time.perf_counter()
         self.storage.commit(world, store.changes())
         store.mark_committed()
+        timings["commit"] = time.perf_counter() - commit_started
         for client in ctx.clients:
             await client.flush_deletions()
         moved = [
@@ -149,4 +156,5 @@ class Runner:
             reports=ctx.reports,
             elapsed=time.perf_counter() - started,
             moved=moved,
+            timings=timings,
         )

@@ -3,8 +3,8 @@
 Commit protocol (a redo journal, so a crash at any instant leaves tick N or N+1, never a
 mix): every file the tick changes is first written into one journal file, which is
 fsynced and then renamed to ``.sim/journal.json`` — that rename is the commit point. The
-files are then written into place (each by write-to-temp and rename), the filesystem is
-synced, and the journal removed. ``recover()`` — run under the lock before every tick —
+files are then overwritten in place (the journal makes that safe), the filesystem is
+synced once, and the journal removed. ``recover()`` — run under the lock before every tick —
 replays a committed journal and discards an uncommitted one. One journal write and one
 sync per tick keeps saves fast for worlds of thousands of files.
 """
@@ -305,7 +305,10 @@ class Storage:
         Returns:
             The relative paths written or deleted.
         """
-        files: dict[str, bytes | None] = dict(self.changed_files(world))
+        # a committed journal still pending is carried into this one, so its files are
+        # never lost even if the caller skipped recover()
+        files: dict[str, bytes | None] = self._journal_overlay()
+        files.update(self.changed_files(world))
         files.update(extra or {})
         for rel in files:
             self._check_rel(rel)
