@@ -16,22 +16,138 @@ from pathlib import Path
 
 import orjson
 
-FIRST = ("Ada", "Bram", "Corin", "Dara", "Edda", "Fenn", "Gale", "Hale", "Isa", "Jory", "Kell",
-         "Lune", "Mara", "Nell", "Orin", "Pell", "Quin", "Rhea", "Sten", "Tova", "Ulla", "Vale",
-         "Wren", "Yara", "Zeph")
-LAST = ("Ashdown", "Brine", "Corley", "Dunmore", "Ebb", "Fairweather", "Gorse", "Hollis",
-        "Ivers", "Kerrow", "Lark", "Marr", "Nettle", "Penhallow", "Quill", "Rook", "Strand",
-        "Thorne", "Voss", "Wyck")
-TRADES = ("glassblower", "net-mender", "ferryman", "herbalist", "smith", "scribe", "cooper",
-          "lamplighter", "baker", "tide-warden", "fiddler", "chandler", "weaver", "potter")
-TRAITS = ("patient", "quick-tempered", "curious", "secretive", "generous", "proud", "anxious",
-          "cheerful", "stubborn", "sly", "gentle", "ambitious", "dreamy", "blunt")
-PLACES = ("Market", "Quay", "Chapel", "Mill", "Forge", "Orchard", "Well", "Gate", "Tower",
-          "Inn", "Bridge", "Square", "Garden", "Yard", "Wharf", "Hall")
-ADJ = ("Old", "North", "Salt", "Lantern", "Green", "Hollow", "Iron", "Low", "High", "Misty",
-       "Copper", "Willow", "Stone", "Amber")
-OBJECTS = ("lantern", "ledger", "brass key", "coil of rope", "map", "fishing net", "bell",
-           "crate", "letter", "knife", "jar of honey", "loom", "anvil", "compass", "candle")
+FIRST = (
+    "Ada",
+    "Bram",
+    "Corin",
+    "Dara",
+    "Edda",
+    "Fenn",
+    "Gale",
+    "Hale",
+    "Isa",
+    "Jory",
+    "Kell",
+    "Lune",
+    "Mara",
+    "Nell",
+    "Orin",
+    "Pell",
+    "Quin",
+    "Rhea",
+    "Sten",
+    "Tova",
+    "Ulla",
+    "Vale",
+    "Wren",
+    "Yara",
+    "Zeph",
+)
+LAST = (
+    "Ashdown",
+    "Brine",
+    "Corley",
+    "Dunmore",
+    "Ebb",
+    "Fairweather",
+    "Gorse",
+    "Hollis",
+    "Ivers",
+    "Kerrow",
+    "Lark",
+    "Marr",
+    "Nettle",
+    "Penhallow",
+    "Quill",
+    "Rook",
+    "Strand",
+    "Thorne",
+    "Voss",
+    "Wyck",
+)
+TRADES = (
+    "glassblower",
+    "net-mender",
+    "ferryman",
+    "herbalist",
+    "smith",
+    "scribe",
+    "cooper",
+    "lamplighter",
+    "baker",
+    "tide-warden",
+    "fiddler",
+    "chandler",
+    "weaver",
+    "potter",
+)
+TRAITS = (
+    "patient",
+    "quick-tempered",
+    "curious",
+    "secretive",
+    "generous",
+    "proud",
+    "anxious",
+    "cheerful",
+    "stubborn",
+    "sly",
+    "gentle",
+    "ambitious",
+    "dreamy",
+    "blunt",
+)
+PLACES = (
+    "Market",
+    "Quay",
+    "Chapel",
+    "Mill",
+    "Forge",
+    "Orchard",
+    "Well",
+    "Gate",
+    "Tower",
+    "Inn",
+    "Bridge",
+    "Square",
+    "Garden",
+    "Yard",
+    "Wharf",
+    "Hall",
+)
+ADJ = (
+    "Old",
+    "North",
+    "Salt",
+    "Lantern",
+    "Green",
+    "Hollow",
+    "Iron",
+    "Low",
+    "High",
+    "Misty",
+    "Copper",
+    "Willow",
+    "Stone",
+    "Amber",
+)
+OBJECTS = (
+    "lantern",
+    "ledger",
+    "brass key",
+    "coil of rope",
+    "map",
+    "fishing net",
+    "bell",
+    "crate",
+    "letter",
+    "knife",
+    "jar of honey",
+    "loom",
+    "anvil",
+    "compass",
+    "candle",
+)
 MOODS = ("calm", "restless", "hopeful", "wary", "tired", "cheerful", "irritable", "thoughtful")
 
 
@@ -57,28 +173,35 @@ def make_world(out: Path, characters: int, locations: int, seed: int = 1) -> Non
         connections.discard(lid)
         name = f"{rng.choice(ADJ)} {rng.choice(PLACES)} {i}"
         data = {
-            "identity": {"id": lid, "name": name,
-                         "description": f"{name}. " + _sentence(rng, 40)},
-            "state": {"connections": sorted(connections),
-                      "objects": rng.sample(OBJECTS, 3),
-                      "atmosphere": _sentence(rng, 8)},
+            "identity": {"id": lid, "name": name, "description": f"{name}. " + _sentence(rng, 40)},
+            "state": {
+                "connections": sorted(connections),
+                "objects": rng.sample(OBJECTS, 3),
+                "atmosphere": _sentence(rng, 8),
+            },
         }
         (out / "locations" / f"{lid}.json").write_bytes(orjson.dumps(data, option=dump) + b"\n")
     for i in range(characters):
         cid = f"char-{i:05d}"
         name = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
         trade = rng.choice(TRADES)
-        goals = [f"find the {rng.choice(OBJECTS)} at {rng.choice(PLACES)}",
-                 f"make peace with a rival {rng.choice(TRADES)}"]
+        goals = [
+            f"find the {rng.choice(OBJECTS)} at {rng.choice(PLACES)}",
+            f"make peace with a rival {rng.choice(TRADES)}",
+        ]
         data = {
             "identity": {
-                "id": cid, "name": name,
+                "id": cid,
+                "name": name,
                 "description": f"{name}, a {trade}. " + _sentence(rng, 45),
                 "personality": ", ".join(rng.sample(TRAITS, 3)) + ". " + _sentence(rng, 10),
                 "goals": goals,
             },
-            "state": {"location": rng.choice(loc_ids), "mood": rng.choice(MOODS),
-                      "inventory": rng.sample(OBJECTS, 2)},
+            "state": {
+                "location": rng.choice(loc_ids),
+                "mood": rng.choice(MOODS),
+                "inventory": rng.sample(OBJECTS, 2),
+            },
             "memory": {
                 "capacity": 5,
                 "cells": [{"tick": 0, "text": _sentence(rng, 18)} for _ in range(5)],
@@ -86,8 +209,12 @@ def make_world(out: Path, characters: int, locations: int, seed: int = 1) -> Non
             },
         }
         (out / "characters" / f"{cid}.json").write_bytes(orjson.dumps(data, option=dump) + b"\n")
-    meta = {"name": f"Synthetic {characters}", "description": "A generated benchmark world.",
-            "tick": 0, "seed": seed}
+    meta = {
+        "name": f"Synthetic {characters}",
+        "description": "A generated benchmark world.",
+        "tick": 0,
+        "seed": seed,
+    }
     (out / "world.json").write_bytes(orjson.dumps(meta, option=dump) + b"\n")
 
 
@@ -95,8 +222,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--characters", type=int, default=1000)
-    parser.add_argument("--locations", type=int, default=None,
-                        help="default: characters / 10")
+    parser.add_argument("--locations", type=int, default=None, help="default: characters / 10")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     locations = args.locations or max(1, args.characters // 10)

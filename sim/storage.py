@@ -84,8 +84,11 @@ def _find_big_int(value: Any, path: str = "") -> str | None:
     if isinstance(value, int):
         return path if not -(2**63) <= value < 2**64 else None
     items: Any = (
-        value.items() if isinstance(value, dict)
-        else enumerate(value) if isinstance(value, list) else ()
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
     )
     for key, item in items:
         found = _find_big_int(item, f"{path}.{key}" if path else str(key))
@@ -178,7 +181,7 @@ class Storage:
                     out[rel] = path.read_bytes()
         prefix = f"{kind}/"
         for rel, data in overlay.items():
-            if rel.startswith(prefix) and "/" not in rel[len(prefix):] and data is not None:
+            if rel.startswith(prefix) and "/" not in rel[len(prefix) :] and data is not None:
                 out[rel] = data
         return {rel: out[rel] for rel in sorted(out)}
 

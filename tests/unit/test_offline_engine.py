@@ -57,29 +57,45 @@ class MemorySummary(BaseModel):
 # --------------------------------------------------------------------------- inputs
 
 MARA = {
-    "id": "mara", "name": "Mara", "description": "A young smuggler with quick hands.",
-    "personality": "curious and restless", "mood": "restless", "inventory": ["rope"],
+    "id": "mara",
+    "name": "Mara",
+    "description": "A young smuggler with quick hands.",
+    "personality": "curious and restless",
+    "mood": "restless",
+    "inventory": ["rope"],
     "goals": ["Find the brass key hidden near the Old Mill", "Win Tomas's trust"],
 }
 TOMAS = {
-    "id": "tomas", "name": "Tomas", "description": "An aging miller.",
-    "personality": "Gruff but kind-hearted. Slow to trust.", "mood": "tired",
-    "goals": ["Keep the mill running"], "inventory": ["flour sack"],
+    "id": "tomas",
+    "name": "Tomas",
+    "description": "An aging miller.",
+    "personality": "Gruff but kind-hearted. Slow to trust.",
+    "mood": "tired",
+    "goals": ["Keep the mill running"],
+    "inventory": ["flour sack"],
 }
 SQUARE = {
-    "id": "square", "name": "Town Square", "description": "A cobbled square.",
-    "atmosphere": "tense and watchful", "objects": ["old well", "broken lantern", "notice board"],
+    "id": "square",
+    "name": "Town Square",
+    "description": "A cobbled square.",
+    "atmosphere": "tense and watchful",
+    "objects": ["old well", "broken lantern", "notice board"],
 }
 EXITS = [{"id": "mill", "name": "Old Mill"}, {"id": "docks", "name": "the Docks"}]
 
 
 def intention_input(present: bool = True, exits: list[dict[str, str]] | None = None) -> str:
-    return json.dumps({
-        "tick": 3, "world": "A river town", "character": MARA,
-        "memory": {"summary": "", "recent": []}, "location": SQUARE,
-        "exits": EXITS if exits is None else exits,
-        "present": [{"id": "tomas", "name": "Tomas", "mood": "tired"}] if present else [],
-    })
+    return json.dumps(
+        {
+            "tick": 3,
+            "world": "A river town",
+            "character": MARA,
+            "memory": {"summary": "", "recent": []},
+            "location": SQUARE,
+            "exits": EXITS if exits is None else exits,
+            "present": [{"id": "tomas", "name": "Tomas", "mood": "tired"}] if present else [],
+        }
+    )
 
 
 def resolution_input() -> str:
@@ -87,27 +103,70 @@ def resolution_input() -> str:
         keep = ("id", "name", "personality", "mood", "inventory")
         return {**{k: c[k] for k in keep}, "intention": intent}
 
-    return json.dumps({
-        "tick": 3, "world": "A river town", "location": SQUARE, "exits": EXITS,
-        "characters": [
-            char(MARA, {"action": "act", "target": "broken lantern",
-                        "content": "Pick up the broken lantern.", "reasoning": "curious"}),
-            char(TOMAS, {"action": "speak", "target": "mara", "content": "Go home, Mara.",
-                         "reasoning": "gruff"}),
-            {"id": "ilse", "name": "Ilse", "personality": "precise", "mood": "wary",
-             "inventory": [], "intention": {"action": "move", "target": "docks",
-                                             "content": "Leave.", "reasoning": "duty"}},
-        ],
-    })
+    return json.dumps(
+        {
+            "tick": 3,
+            "world": "A river town",
+            "location": SQUARE,
+            "exits": EXITS,
+            "characters": [
+                char(
+                    MARA,
+                    {
+                        "action": "act",
+                        "target": "broken lantern",
+                        "content": "Pick up the broken lantern.",
+                        "reasoning": "curious",
+                    },
+                ),
+                char(
+                    TOMAS,
+                    {
+                        "action": "speak",
+                        "target": "mara",
+                        "content": "Go home, Mara.",
+                        "reasoning": "gruff",
+                    },
+                ),
+                {
+                    "id": "ilse",
+                    "name": "Ilse",
+                    "personality": "precise",
+                    "mood": "wary",
+                    "inventory": [],
+                    "intention": {
+                        "action": "move",
+                        "target": "docks",
+                        "content": "Leave.",
+                        "reasoning": "duty",
+                    },
+                },
+            ],
+        }
+    )
 
 
 def narrative_input(events: list[dict[str, Any]] | None = None) -> str:
-    evs = events if events is not None else [
-        {"id": "mara", "name": "Mara", "intention": {"action": "act", "target": "old well"},
-         "outcome": "Mara peered into the old well and found nothing.", "moved_to": None},
-        {"id": "ilse", "name": "Ilse", "intention": {"action": "move", "target": "docks"},
-         "outcome": "Ilse slipped out of Town Square, bound for the Docks.", "moved_to": "docks"},
-    ]
+    evs = (
+        events
+        if events is not None
+        else [
+            {
+                "id": "mara",
+                "name": "Mara",
+                "intention": {"action": "act", "target": "old well"},
+                "outcome": "Mara peered into the old well and found nothing.",
+                "moved_to": None,
+            },
+            {
+                "id": "ilse",
+                "name": "Ilse",
+                "intention": {"action": "move", "target": "docks"},
+                "outcome": "Ilse slipped out of Town Square, bound for the Docks.",
+                "moved_to": "docks",
+            },
+        ]
+    )
     return json.dumps({"tick": 3, "world": "A river town", "location": SQUARE, "events": evs})
 
 
@@ -131,8 +190,6 @@ def test_same_seed_same_output_and_seeds_vary() -> None:
     assert len(outputs) > 5
     nested = schema_of(Nested)
     assert generate(nested, "harbor", seed="x") == generate(nested, "harbor", seed="x")
-
-
 
 
 # --------------------------------------------------------------------------- intention
@@ -163,7 +220,8 @@ def test_intention_alone_never_speaks_and_no_exits_never_moves() -> None:
     schema = schema_of(Intention)
     for i in range(100):
         alone = Intention.model_validate(
-            generate(schema, intention_input(present=False), seed=f"a{i}"))
+            generate(schema, intention_input(present=False), seed=f"a{i}")
+        )
         assert alone.action != "speak"
         stuck = Intention.model_validate(generate(schema, intention_input(exits=[]), seed=f"b{i}"))
         assert stuck.action != "move"
@@ -190,8 +248,8 @@ def test_intention_history_changes_output() -> None:
     prev = json.dumps({"action": "wait", "target": None, "content": "", "reasoning": ""})
     history = [(text, prev)] * 4
     differs = sum(
-        generate(schema, text, seed=f"h{i}") != generate(schema, text, seed=f"h{i}",
-                                                         history=history)
+        generate(schema, text, seed=f"h{i}")
+        != generate(schema, text, seed=f"h{i}", history=history)
         for i in range(20)
     )
     assert differs > 10
@@ -235,8 +293,11 @@ def test_resolution_recalls_previous_turn() -> None:
     plain = [generate(schema, text, seed=f"q{i}") for i in range(10)]
     deep = [generate(schema, text, seed=f"q{i}", history=[(text, prev)]) for i in range(10)]
     assert plain != deep
-    assert any("not the first time" in o["outcome"] or "earlier words" in o["outcome"]
-               for r in deep for o in r["outcomes"])
+    assert any(
+        "not the first time" in o["outcome"] or "earlier words" in o["outcome"]
+        for r in deep
+        for o in r["outcomes"]
+    )
 
 
 # --------------------------------------------------------------------------- narrative
@@ -256,8 +317,16 @@ def test_narrative_quiet_and_crowded() -> None:
     schema = schema_of(Narrative)
     quiet = Narrative.model_validate(generate(schema, narrative_input([]), seed="q"))
     assert quiet.narrative.count(".") >= 3
-    crowd = [{"id": f"c{i}", "name": f"Person{i}", "intention": {"action": "wait"},
-              "outcome": f"Person{i} waited.", "moved_to": None} for i in range(9)]
+    crowd = [
+        {
+            "id": f"c{i}",
+            "name": f"Person{i}",
+            "intention": {"action": "wait"},
+            "outcome": f"Person{i} waited.",
+            "moved_to": None,
+        }
+        for i in range(9)
+    ]
     out = Narrative.model_validate(generate(schema, narrative_input(crowd), seed="c"))
     assert "Person0" in out.narrative and "Person8" not in out.narrative
 
@@ -267,8 +336,10 @@ def test_narrative_echoes_previous_cast() -> None:
     before = narrative_input()
     prev = json.dumps(generate(schema, before, seed="p"))
     now = narrative_input([])
-    texts = [generate(schema, now, seed=f"e{i}", history=[(before, prev)])["narrative"]
-             for i in range(10)]
+    texts = [
+        generate(schema, now, seed=f"e{i}", history=[(before, prev)])["narrative"]
+        for i in range(10)
+    ]
     assert all("Mara" in t or "Ilse" in t for t in texts)
 
 
@@ -281,15 +352,21 @@ def test_memory_summary_grows_and_stays_bounded() -> None:
     lengths = []
     places = ["Old Mill", "Town Square", "the Docks", "Salt Market"]
     for tick in range(40):
-        text = json.dumps({
-            "tick": tick,
-            "character": {k: MARA[k] for k in ("id", "name", "personality", "goals")},
-            "summary": summary,
-            "evicted": [{"tick": tick, "text": f"Mara met Tomas at {places[tick % 4]} and "
-                                               f"traded a story about the river."}],
-        })
-        summary = MemorySummary.model_validate(
-            generate(schema, text, seed=f"m{tick}")).summary
+        text = json.dumps(
+            {
+                "tick": tick,
+                "character": {k: MARA[k] for k in ("id", "name", "personality", "goals")},
+                "summary": summary,
+                "evicted": [
+                    {
+                        "tick": tick,
+                        "text": f"Mara met Tomas at {places[tick % 4]} and "
+                        f"traded a story about the river.",
+                    }
+                ],
+            }
+        )
+        summary = MemorySummary.model_validate(generate(schema, text, seed=f"m{tick}")).summary
         lengths.append(len(summary))
         assert len(summary) <= 620
     assert lengths[0] > 0 and lengths[5] > lengths[0]
@@ -338,10 +415,14 @@ def test_generic_strings_come_from_input() -> None:
 
 # --------------------------------------------------------------------------- tool calls
 
+
 def tool(name: str, *params: str) -> dict[str, Any]:
     props = {p: {"type": "string"} for p in params}
-    return {"name": name, "description": f"The {name} action.",
-            "parameters": {"type": "object", "properties": props, "required": list(params)}}
+    return {
+        "name": name,
+        "description": f"The {name} action.",
+        "parameters": {"type": "object", "properties": props, "required": list(params)},
+    }
 
 
 PHASE1_TOOLS = [
@@ -374,8 +455,7 @@ class Wait(BaseModel):
 
 
 def test_phase1_tool_calls_use_intention_logic() -> None:
-    models: dict[str, type[BaseModel]] = {"move_to": MoveTo, "say": Say, "act": Act,
-                                          "wait": Wait}
+    models: dict[str, type[BaseModel]] = {"move_to": MoveTo, "say": Say, "act": Act, "wait": Wait}
     seen = set()
     for i in range(80):
         name, args = generate_tool_call(PHASE1_TOOLS, intention_input(), seed=f"k{i}")
@@ -392,10 +472,17 @@ def test_phase1_tool_calls_use_intention_logic() -> None:
 
 
 def test_tool_call_reads_parameter_schemas() -> None:
-    move = {"name": "move_to", "parameters": {
-        "type": "object", "required": ["destination", "urgency"],
-        "properties": {"destination": {"enum": ["mill", "docks"]},
-                       "urgency": {"type": "integer", "minimum": 1, "maximum": 3}}}}
+    move = {
+        "name": "move_to",
+        "parameters": {
+            "type": "object",
+            "required": ["destination", "urgency"],
+            "properties": {
+                "destination": {"enum": ["mill", "docks"]},
+                "urgency": {"type": "integer", "minimum": 1, "maximum": 3},
+            },
+        },
+    }
     for i in range(30):
         name, args = generate_tool_call([move, PHASE1_TOOLS[3]], intention_input(), seed=f"d{i}")
         if name == "move_to":
@@ -403,8 +490,12 @@ def test_tool_call_reads_parameter_schemas() -> None:
 
 
 def test_never_raises_on_odd_schemas() -> None:
-    loop = {"title": "Loop", "type": "object", "required": ["next"],
-            "properties": {"next": {"$ref": "#"}}}
+    loop = {
+        "title": "Loop",
+        "type": "object",
+        "required": ["next"],
+        "properties": {"next": {"$ref": "#"}},
+    }
     assert isinstance(generate(loop, "", seed="l"), dict)
     assert generate({"title": "Odd", "type": "object", "properties": 5}, "x", seed="o") == {}
 
@@ -414,8 +505,7 @@ def test_tool_call_subset_and_generic_tools() -> None:
     for i in range(20):
         name, _ = generate_tool_call(only_two, intention_input(), seed=f"o{i}")
         assert name in ("move_to", "wait")
-    wrapped = [{"type": "function", "function": {"name": "adopt",
-                                                 "parameters": schema_of(Pet)}}]
+    wrapped = [{"type": "function", "function": {"name": "adopt", "parameters": schema_of(Pet)}}]
     for i in range(10):
         name, args = generate_tool_call(wrapped, "a quiet owl", seed=f"p{i}")
         assert name == "adopt"
@@ -431,8 +521,15 @@ def test_output_is_stable_across_processes() -> None:
     outputs = set()
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        done = subprocess.run([sys.executable, "-c", code], input=intention_input(), env=env,
-                              capture_output=True, text=True, check=True, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            input=intention_input(),
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
         outputs.add(done.stdout)
     here = generate({"title": "Intention"}, intention_input(), seed="fixed")
     outputs.add(json.dumps(here) + "\n")

@@ -15,22 +15,116 @@ Json = dict[str, Any]
 _GRABBY = ("pocket", "pick up", "take", "grab", "lift", "steal", "keep")
 _FIXED = frozenset(
     (
-        "table", "door", "well", "altar", "statue", "fountain", "bed", "fireplace", "hearth",
-        "counter", "bar", "window", "shelf", "shelves", "bench", "gate", "wall", "tree", "anvil",
-        "forge", "wagon", "cart", "stall", "piano", "organ", "boat", "ship", "throne", "pillar",
-        "stove", "oven", "loom", "desk", "wardrobe", "bookcase", "bookshelf", "mirror", "cauldron",
-        "furnace", "press", "mill", "wheel", "board", "sign", "pool", "pond", "stream", "river",
-        "bridge", "fence", "post", "tower", "bell", "clock", "millstone", "stairs", "chest", "bin",
-        "screen", "railing", "trapdoor", "causeway", "slide", "cairn", "lens", "crane", "dock",
-        "pier", "jetty", "hatch", "kiln", "vat", "tank", "altarpiece", "lighthouse", "road",
-        "ladder", "pole", "rack", "stalls", "pools", "nets", "boat", "rowboat", "lanterns",
+        "table",
+        "door",
+        "well",
+        "altar",
+        "statue",
+        "fountain",
+        "bed",
+        "fireplace",
+        "hearth",
+        "counter",
+        "bar",
+        "window",
+        "shelf",
+        "shelves",
+        "bench",
+        "gate",
+        "wall",
+        "tree",
+        "anvil",
+        "forge",
+        "wagon",
+        "cart",
+        "stall",
+        "piano",
+        "organ",
+        "boat",
+        "ship",
+        "throne",
+        "pillar",
+        "stove",
+        "oven",
+        "loom",
+        "desk",
+        "wardrobe",
+        "bookcase",
+        "bookshelf",
+        "mirror",
+        "cauldron",
+        "furnace",
+        "press",
+        "mill",
+        "wheel",
+        "board",
+        "sign",
+        "pool",
+        "pond",
+        "stream",
+        "river",
+        "bridge",
+        "fence",
+        "post",
+        "tower",
+        "bell",
+        "clock",
+        "millstone",
+        "stairs",
+        "chest",
+        "bin",
+        "screen",
+        "railing",
+        "trapdoor",
+        "causeway",
+        "slide",
+        "cairn",
+        "lens",
+        "crane",
+        "dock",
+        "pier",
+        "jetty",
+        "hatch",
+        "kiln",
+        "vat",
+        "tank",
+        "altarpiece",
+        "lighthouse",
+        "road",
+        "ladder",
+        "pole",
+        "rack",
+        "stalls",
+        "pools",
+        "nets",
+        "boat",
+        "rowboat",
+        "lanterns",
     )
 )
 
 
 _PREPS = frozenset(
-    ("of", "up", "down", "to", "by", "on", "under", "above", "with", "in", "for", "from", "at",
-     "over", "near", "beside", "behind", "against")
+    (
+        "of",
+        "up",
+        "down",
+        "to",
+        "by",
+        "on",
+        "under",
+        "above",
+        "with",
+        "in",
+        "for",
+        "from",
+        "at",
+        "over",
+        "near",
+        "beside",
+        "behind",
+        "against",
+    )
 )
 
 
@@ -133,8 +227,10 @@ def resolve(
             good = rng.random() < 0.6
             talked = True
             moods = T.MOODS_GOOD if good else T.MOODS_BAD
-            said = [pick(T.SAY).format(**kw),
-                    pick(T.REACT_GOOD if good else T.REACT_BAD).format(**kw)]
+            said = [
+                pick(T.SAY).format(**kw),
+                pick(T.REACT_GOOD if good else T.REACT_BAD).format(**kw),
+            ]
         elif action == "speak":
             said = [pick(T.SAY_EMPTY).format(**kw)]
         elif action == "act":
@@ -167,11 +263,16 @@ def resolve(
             recall = _gm_recall(cid, prev_intents, prev_names, kw)
             if recall:
                 said.append(recall)
-        outcomes.append({
-            "character_id": cid, "outcome": " ".join(said), "moved_to": moved_to,
-            "mood": rng.choice(moods) if rng.random() < 0.35 else None,
-            "gained": gained, "lost": lost,
-        })
+        outcomes.append(
+            {
+                "character_id": cid,
+                "outcome": " ".join(said),
+                "moved_to": moved_to,
+                "mood": rng.choice(moods) if rng.random() < 0.35 else None,
+                "gained": gained,
+                "lost": lost,
+            }
+        )
     atmosphere: str | None = None
     if left and rng.random() < 0.3:
         atmosphere = rng.choice(T.ATMOS_LEFT).format(name=left[0])
@@ -189,8 +290,9 @@ def resolve(
     return {"outcomes": outcomes, "location_update": update}
 
 
-def _gm_recall(cid: str, intents: dict[str, tuple[Any, Any]], names: dict[str, str],
-               kw: dict[str, Any]) -> str:
+def _gm_recall(
+    cid: str, intents: dict[str, tuple[Any, Any]], names: dict[str, str], kw: dict[str, Any]
+) -> str:
     if not intents:
         return ""
     if cid not in intents:

@@ -49,8 +49,13 @@ def pairs(value: object, extra: str = "") -> list[tuple[str, str, str]]:
                 if isinstance(ident, str) and ident:
                     name = item.get("name")
                     more = item.get(extra) if extra else ""
-                    out.append((ident, name if isinstance(name, str) and name else ident,
-                                more if isinstance(more, str) else ""))
+                    out.append(
+                        (
+                            ident,
+                            name if isinstance(name, str) and name else ident,
+                            more if isinstance(more, str) else "",
+                        )
+                    )
     return out
 
 
@@ -204,9 +209,16 @@ def decide(
     persona = text_of(ch.get("personality")).split(".", 1)[0]
     persona = _clause(persona, names_blob) or "restless by nature"
     kw: dict[str, Any] = {
-        "name": name, "place": place, "atmos": text_of(loc.get("atmosphere")) or "quiet",
-        "persona": persona, "goal": goal, "exit": "", "other": "someone", "omood": "tired",
-        "obj": T.the(rng.choice(objects)) if objects else "the way things are going", "n": stuck,
+        "name": name,
+        "place": place,
+        "atmos": text_of(loc.get("atmosphere")) or "quiet",
+        "persona": persona,
+        "goal": goal,
+        "exit": "",
+        "other": "someone",
+        "omood": "tired",
+        "obj": T.the(rng.choice(objects)) if objects else "the way things are going",
+        "n": stuck,
     }
     kw["Obj"] = T.cap(kw["obj"])
 
@@ -281,5 +293,4 @@ def decide(
     reasoning = T.cap(rng.choice(why).format(**kw))
     if recall:
         reasoning = T.cap(rng.choice(recall).format(**kw)) + " " + reasoning
-    return {"action": action, "target": target, "content": content,
-            "reasoning": reasoning}
+    return {"action": action, "target": target, "content": content, "reasoning": reasoning}

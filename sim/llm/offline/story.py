@@ -21,17 +21,119 @@ _LOWER_OPENERS = ("The ", "A ", "An ", "While ", "With ", "Having ")
 _CAPS = re.compile(r"[A-Z][\w'’-]*(?:\s+(?:of\s+)?(?:the\s+)?[A-Z][\w'’-]*)*")
 _STOP = frozenset(
     (
-        "The", "A", "An", "I", "You", "He", "She", "They", "It", "We", "My", "Your", "His",
-        "Her", "Their", "Its", "Tick", "At", "In", "On", "To", "From", "By", "With", "After",
-        "Before", "Then", "Meanwhile", "When", "While", "As", "And", "But", "Or", "Of", "For",
-        "Once", "Still", "Yesterday", "Today", "Earlier", "Later", "Known", "Someone",
-        "Something", "Nothing", "Everyone", "No", "Not", "This", "That", "There", "Here",
-        "If", "So", "Yet", "Now", "Perhaps", "Maybe", "What", "Why", "How", "Who", "Where",
-        "Good", "Listen", "Tell", "Be", "Can", "Could", "Do", "Did", "Let", "Well", "Yes", "Oh",
-        "Whatever", "Around", "Having", "Being", "Enough", "Last", "Another", "Nobody",
-        "Only", "Even", "Just", "All", "Every", "Some", "Most", "Each", "Both", "Such", "Many",
-        "Few", "Since", "Until", "Though", "Although", "Because", "Unless", "Without", "Into",
-        "Upon", "Under", "Over", "Near", "Inside", "Outside", "Everything", "Anyone", "Soon",
+        "The",
+        "A",
+        "An",
+        "I",
+        "You",
+        "He",
+        "She",
+        "They",
+        "It",
+        "We",
+        "My",
+        "Your",
+        "His",
+        "Her",
+        "Their",
+        "Its",
+        "Tick",
+        "At",
+        "In",
+        "On",
+        "To",
+        "From",
+        "By",
+        "With",
+        "After",
+        "Before",
+        "Then",
+        "Meanwhile",
+        "When",
+        "While",
+        "As",
+        "And",
+        "But",
+        "Or",
+        "Of",
+        "For",
+        "Once",
+        "Still",
+        "Yesterday",
+        "Today",
+        "Earlier",
+        "Later",
+        "Known",
+        "Someone",
+        "Something",
+        "Nothing",
+        "Everyone",
+        "No",
+        "Not",
+        "This",
+        "That",
+        "There",
+        "Here",
+        "If",
+        "So",
+        "Yet",
+        "Now",
+        "Perhaps",
+        "Maybe",
+        "What",
+        "Why",
+        "How",
+        "Who",
+        "Where",
+        "Good",
+        "Listen",
+        "Tell",
+        "Be",
+        "Can",
+        "Could",
+        "Do",
+        "Did",
+        "Let",
+        "Well",
+        "Yes",
+        "Oh",
+        "Whatever",
+        "Around",
+        "Having",
+        "Being",
+        "Enough",
+        "Last",
+        "Another",
+        "Nobody",
+        "Only",
+        "Even",
+        "Just",
+        "All",
+        "Every",
+        "Some",
+        "Most",
+        "Each",
+        "Both",
+        "Such",
+        "Many",
+        "Few",
+        "Since",
+        "Until",
+        "Though",
+        "Although",
+        "Because",
+        "Unless",
+        "Without",
+        "Into",
+        "Upon",
+        "Under",
+        "Over",
+        "Near",
+        "Inside",
+        "Outside",
+        "Everything",
+        "Anyone",
+        "Soon",
     )
 )
 
@@ -85,8 +187,10 @@ def narrate(
         return None
     raw = data.get("events")
     events = [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
-    kw = {"place": _s(loc.get("name")) or "the place",
-          "atmos": T.clause(_s(loc.get("atmosphere"))) or "quiet"}
+    kw = {
+        "place": _s(loc.get("name")) or "the place",
+        "atmos": T.clause(_s(loc.get("atmosphere"))) or "quiet",
+    }
     parts = [T.cap(rng.choice(T.OPEN).format(**kw))]
     budget = _MIDDLE_BUDGET
     prev = _previous_cast(history[-1][0]) if history else {}
@@ -114,7 +218,7 @@ def narrate(
                     line = line[:1].lower() + line[1:]
                 line = link + line
             parts.append(line)
-        rest = [_s(e.get("name")) or _s(e.get("id")) for e in events[len(shown):]]
+        rest = [_s(e.get("name")) or _s(e.get("id")) for e in events[len(shown) :]]
         if rest:
             names = rest[:4] + (["others"] if len(rest) > 4 else [])
             parts.append(rng.choice(T.REST).format(names=T.join_names(names)))
@@ -131,14 +235,14 @@ def _parse_summary(summary: str) -> tuple[list[str], list[str], list[str]]:
     known: list[str] = []
     at = text.rfind("Known: ")
     if at >= 0:
-        known = [k.strip() for k in text[at + 7:].rstrip(".").split(", ") if k.strip()]
+        known = [k.strip() for k in text[at + 7 :].rstrip(".").split(", ") if k.strip()]
         text = text[:at].strip()
     digest: list[str] = []
     if text.startswith("Earlier: "):
         end = text.find(" [t")
         head = text[9:] if end < 0 else text[9:end]
         digest = [d.strip() for d in head.rstrip(".").split("; ") if d.strip()]
-        text = "" if end < 0 else text[end + 1:]
+        text = "" if end < 0 else text[end + 1 :]
     chunks = text.split(" [t") if text else []
     events: list[str] = []
     for i, chunk in enumerate(chunks):
@@ -153,7 +257,7 @@ def _condense(text: str) -> str:
     text = " ".join(text.split())
     low = text[:12].lower()
     if low.startswith("tick") and ":" in text[:12]:
-        text = text[text.index(":") + 1:].strip()
+        text = text[text.index(":") + 1 :].strip()
     return T.short(T.first_sentence(text), 110) if text else ""
 
 
@@ -171,7 +275,7 @@ def _names_in(text: str, own: str, own_parts: frozenset[str]) -> list[str]:
         if not found or found == own or found in own_parts:
             continue
         at = match.start()
-        if len(words) == 1 and (at == 0 or plain[at - 2:at] in (". ", "! ", "? ", "; ")):
+        if len(words) == 1 and (at == 0 or plain[at - 2 : at] in (". ", "! ", "? ", "; ")):
             continue  # a lone capitalised word opening a sentence is usually not a name
         out.append(found)
     return out
@@ -181,7 +285,7 @@ def _brief(event: str, own: str) -> str:
     """'[t3] Mara met Bob at the Old Mill.' → 't3 met Bob at the Old…' (own name dropped)."""
     tick, _, text = event.strip("[").partition("] ")
     if own and text.startswith(own + " "):
-        text = text[len(own) + 1:]
+        text = text[len(own) + 1 :]
     words = text.rstrip(".").split()
     return f"t{tick.lstrip('t')} " + " ".join(words[:7]) + ("…" if len(words) > 7 else "")
 

@@ -77,7 +77,7 @@ def first_sentence(text: str) -> str:
         elif ch in ".!?" and not quoted and (i + 1 == n or text[i + 1] == " "):
             return text[: i + 1]
     text = text.strip()
-    return text if text[-1:] in ".!?\"" else text + "."
+    return text if text[-1:] in '.!?"' else text + "."
 
 
 def join_names(names: Sequence[str]) -> str:
@@ -89,8 +89,29 @@ def join_names(names: Sequence[str]) -> str:
 
 
 _TITLES = frozenset(
-    ("Brother", "Sister", "Father", "Mother", "Captain", "Lady", "Lord", "Sir", "Dame", "Mr",
-     "Mrs", "Ms", "Miss", "Doctor", "Dr", "Old", "Young", "Master", "Mistress", "Aunt", "Uncle")
+    (
+        "Brother",
+        "Sister",
+        "Father",
+        "Mother",
+        "Captain",
+        "Lady",
+        "Lord",
+        "Sir",
+        "Dame",
+        "Mr",
+        "Mrs",
+        "Ms",
+        "Miss",
+        "Doctor",
+        "Dr",
+        "Old",
+        "Young",
+        "Master",
+        "Mistress",
+        "Aunt",
+        "Uncle",
+    )
 )
 
 

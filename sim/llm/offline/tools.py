@@ -21,11 +21,22 @@ _PHASE1 = frozenset(ACTION_FOR_TOOL)
 _ARG_ROLES = {
     key: role
     for role, keys in {
-        "target": ("location_id", "destination", "location", "target", "exit_id", "to",
-                   "character_id", "listener", "to_id", "target_id", "object", "item",
-                   "object_id"),
-        "content": ("words", "content", "message", "text", "utterance", "speech", "action",
-                    "what"),
+        "target": (
+            "location_id",
+            "destination",
+            "location",
+            "target",
+            "exit_id",
+            "to",
+            "character_id",
+            "listener",
+            "to_id",
+            "target_id",
+            "object",
+            "item",
+            "object_id",
+        ),
+        "content": ("words", "content", "message", "text", "utterance", "speech", "action", "what"),
         "reasoning": ("reasoning", "reason", "why", "rationale", "thought", "thinking"),
     }.items()
     for key in keys
@@ -100,8 +111,11 @@ def _accepts(filler: Filler, node: object, value: str) -> bool:
     node = filler.resolve_ref(node)
     options = node.get("anyOf") or node.get("oneOf")
     if isinstance(options, list):
-        return any(_accepts(filler, o, value) for o in options if isinstance(o, dict)
-                   and o.get("type") != "null")
+        return any(
+            _accepts(filler, o, value)
+            for o in options
+            if isinstance(o, dict) and o.get("type") != "null"
+        )
     enum = node.get("enum")
     if isinstance(enum, list):
         return value in enum
@@ -112,4 +126,5 @@ def _accepts(filler: Filler, node: object, value: str) -> bool:
         return False
     lo, hi = node.get("minLength", 0), node.get("maxLength")
     return (not isinstance(lo, int) or len(value) >= lo) and (
-        not isinstance(hi, int) or len(value) <= hi)
+        not isinstance(hi, int) or len(value) <= hi
+    )
