@@ -25,11 +25,16 @@ from sim.runner import Runner, TickResult
 from sim.storage import Storage
 
 WORLD = click.option(
-    "--world", "world_dir", required=True,
-    type=click.Path(path_type=Path, file_okay=False), help="The world folder.",
+    "--world",
+    "world_dir",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The world folder.",
 )
 CONFIG = click.option(
-    "--config", "config_file", type=click.Path(path_type=Path, dir_okay=False),
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
     help="Config file (default: ./config.toml, else built-in defaults).",
 )
 
@@ -73,8 +78,11 @@ def _depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _config(
-    config_file: Path | None, world_dir: Path, provider: str | None = None,
-    depth: tuple[str, ...] = (), concurrency: int | None = None,
+    config_file: Path | None,
+    world_dir: Path,
+    provider: str | None = None,
+    depth: tuple[str, ...] = (),
+    concurrency: int | None = None,
 ) -> Config:
     overrides: dict[str, Any] = _depth_overrides(depth)
     llm: dict[str, Any] = {}
@@ -102,8 +110,9 @@ class Progress:
         if event.kind == "llm_failed":
             self.failed += 1
         if self.tty and self.done % 25 == 0:
-            click.echo(f"\r  {event.phase:<11} {self.done} calls, {self.failed} failed", err=True,
-                       nl=False)
+            click.echo(
+                f"\r  {event.phase:<11} {self.done} calls, {self.failed} failed", err=True, nl=False
+            )
 
     def on_phase(self, name: str, stage: str, report: PhaseReport | None) -> None:
         if stage == "start":
@@ -158,22 +167,42 @@ def main() -> None:
 
 @main.command()
 @WORLD
-@click.option("--ticks", default=1, show_default=True, type=click.IntRange(min=1),
-              help="How many ticks to run.")
+@click.option(
+    "--ticks",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many ticks to run.",
+)
 @CONFIG
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
-@click.option("--depth", multiple=True, metavar="PHASE=N",
-              help="Chain depth for a phase (phase1|phase2a|phase2b|phase4 or "
-                   "intentions|resolution|narrative|memory); repeatable.")
+@click.option(
+    "--depth",
+    multiple=True,
+    metavar="PHASE=N",
+    help="Chain depth for a phase (phase1|phase2a|phase2b|phase4 or "
+    "intentions|resolution|narrative|memory); repeatable.",
+)
 @click.option("--concurrency", type=click.IntRange(min=1), help="Max calls in flight.")
-def tick(world_dir: Path, ticks: int, config_file: Path | None, provider: str | None,
-         depth: tuple[str, ...], concurrency: int | None) -> None:
+def tick(
+    world_dir: Path,
+    ticks: int,
+    config_file: Path | None,
+    provider: str | None,
+    depth: tuple[str, ...],
+    concurrency: int | None,
+) -> None:
     """Run TICKS ticks of a world, committing each."""
     with _errors():
         config = _config(config_file, world_dir, provider, depth, concurrency)
         progress = Progress()
-        runner = Runner(world_dir, config, events=progress.on_event,
-                        on_phase=progress.on_phase, on_tick=_print_tick)
+        runner = Runner(
+            world_dir,
+            config,
+            events=progress.on_event,
+            on_phase=progress.on_phase,
+            on_tick=_print_tick,
+        )
         runner.run(ticks)
 
 

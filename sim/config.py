@@ -108,16 +108,15 @@ def _validate(data: Mapping[str, Any], source: Path | None) -> Config:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        problem = (
-            "unknown key" if err["type"] == "extra_forbidden" else err["msg"].lower()
-        )
+        problem = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].lower()
         got = err.get("input")
         if err["type"] != "extra_forbidden" and not isinstance(got, Mapping):
             problem += f" (got {got!r})"
         raise InputError(source, field, problem) from None
     if config.llm.provider not in PROVIDERS:
         raise InputError(
-            source, "llm.provider",
+            source,
+            "llm.provider",
             f"unknown provider {config.llm.provider!r}; expected one of: {', '.join(PROVIDERS)}",
         )
     return config

@@ -37,6 +37,7 @@ class TickResult:
     reports: list[PhaseReport]
     elapsed: float
     moved: list[tuple[str, str, str]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     resumed_calls: int = 0
 
@@ -65,6 +66,7 @@ class TickResult:
             "failures": self.failures,
             "usage": self.usage.to_dict(),
             "elapsed": self.elapsed,
+            "timings": self.timings,
         }
 
 
@@ -135,16 +137,17 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        timings = {"load": time.perf_counter() - started}
         self.current_tick = world.tick + 1
         base_adapter = self.adapter or build_adapter(self.config, world)
         recorder = TickRecorder.begin(self.storage, world, self.config)
         try:
-            return await self._run_tick(world, base_adapter, recorder, started)
+            return await self._run_tick(world, base_adapter, recorder, started, timings)
         finally:
             recorder.close()
 
     async def _run_tick(self, world: World, base_adapter: Adapter, recorder: TickRecorder,
-                        started: float) -> TickResult:
+                        started: float, timings: dict[str, float]) -> TickResult:
         store = ResponseStore(world.root)
         ctx = TickContext(world, self.config, recorder.wrap(base_adapter), store, world.tick + 1)
 
@@ -160,8 +163,10 @@ class Runner:
         for name, run_phase in PHASES:
             if self.on_phase:
                 self.on_phase(name, "start", None)
+            phase_started = time.perf_counter()
             await run_phase(ctx)
             recorder.phase_end(name, ctx)
+            timings[name] = time.perf_counter() - phase_started
             if self.on_phase:
                 self.on_phase(name, "end", ctx.reports[-1])
         world.meta["tick"] = ctx.tick
@@ -176,16 +181,19 @@ class Runner:
             location_names={lid: loc["identity"]["name"] for lid, loc in world.locations.items()},
             reports=ctx.reports,
             elapsed=0.0,
+            timings=timings,
             notes=recorder.notes,
             resumed_calls=recorder.resumed_calls,
         )
         totals = {"calls": result.calls, "failures": result.failures,
                   "usage": result.usage.to_dict(), "elapsed": time.perf_counter() - started}
         extra.update(recorder.commit_files(self.storage, world, extra, totals))
+        commit_started = time.perf_counter()
         self.storage.commit(world, extra)
         self.current_tick = None  # an interrupt from here on loses nothing
         recorder.committed()
         store.mark_committed()
+        timings["commit"] = time.perf_counter() - commit_started
         for client in ctx.clients:
             client.pending_deletions.clear()  # now in the pending list, deleted below
         await deletions.flush(world.root, base_adapter, pending)

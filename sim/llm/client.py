@@ -273,8 +273,16 @@ class LLMClient:
                 history = self.store.window(key, chain) if chain else ()
         model = self.settings.model
         self.events(
-            LLMEvent("llm_called", self.phase, key, model, request, depth=depth, history=history,
-                     previous_response_id=previous_id)
+            LLMEvent(
+                "llm_called",
+                self.phase,
+                key,
+                model,
+                request,
+                depth=depth,
+                history=history,
+                previous_response_id=previous_id,
+            )
         )
         started = time.perf_counter()
         try:
@@ -293,10 +301,19 @@ class LLMClient:
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
             self.events(
-                LLMEvent("llm_failed", self.phase, key, model, request,
-                         latency=time.perf_counter() - started, error_code=error.code,
-                         error=error, history=history, previous_response_id=previous_id,
-                         depth=depth)
+                LLMEvent(
+                    "llm_failed",
+                    self.phase,
+                    key,
+                    model,
+                    request,
+                    latency=time.perf_counter() - started,
+                    error_code=error.code,
+                    error=error,
+                    history=history,
+                    previous_response_id=previous_id,
+                    depth=depth,
+                )
             )
             if error is exc:
                 raise
@@ -315,10 +332,19 @@ class LLMClient:
                         self.store.evict(evicted_key, rid)
             self._accumulate_usage(key, response.usage)
         self.events(
-            LLMEvent("llm_completed", self.phase, key, response.model, request,
-                     latency=time.perf_counter() - started, usage=response.usage,
-                     response=response, history=history, previous_response_id=previous_id,
-                     depth=depth)
+            LLMEvent(
+                "llm_completed",
+                self.phase,
+                key,
+                response.model,
+                request,
+                latency=time.perf_counter() - started,
+                usage=response.usage,
+                response=response,
+                history=history,
+                previous_response_id=previous_id,
+                depth=depth,
+            )
         )
         return response
 

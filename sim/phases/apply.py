@@ -26,8 +26,9 @@ def unresolved_text(name: str, intention: Intention) -> str:
     return f"{name} {what[intention.action]}{target}, but nothing came of it."
 
 
-def _apply_outcome(ctx: TickContext, report: PhaseReport, location: Entity, char: Entity,
-                   outcome: Outcome) -> None:
+def _apply_outcome(
+    ctx: TickContext, report: PhaseReport, location: Entity, char: Entity, outcome: Outcome
+) -> None:
     state = char["state"]
     if outcome.moved_to is not None and outcome.moved_to != state["location"]:
         if outcome.moved_to in location["state"]["connections"]:

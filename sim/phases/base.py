@@ -109,4 +109,3 @@ class TickContext:
             path = override if override.is_file() else PROMPTS_DIR / f"{name}.md"
             text = self._prompts[name] = path.read_text(encoding="utf-8").strip()
         return text
-

@@ -27,7 +27,7 @@ class Intention(BaseModel):
         description="move: a connected location id; speak: a present character id; "
         "act: an object here or carried; wait: null"
     )
-    content: str = Field(description="the words said, or what is done; empty for move and wait")
+    content: str = Field(description="speak: the words said; act: what is done; move, wait: how")
     reasoning: str = Field(description="why, in a sentence")
 
     @classmethod
@@ -45,40 +45,47 @@ def character_input(world: World, char: Entity, tick: int, here: list[str]) -> s
     identity, state, memory = char["identity"], char["state"], char["memory"]
     loc = world.locations[state["location"]]
     present = [
-        {"id": other["identity"]["id"], "name": other["identity"]["name"],
-         "mood": other["state"]["mood"]}
+        {
+            "id": other["identity"]["id"],
+            "name": other["identity"]["name"],
+            "mood": other["state"]["mood"],
+        }
         for other in (world.characters[cid] for cid in here)
         if other is not char
     ]
-    return to_json({
-        "tick": tick,
-        "world": world.meta["name"],
-        "character": {
-            "id": identity["id"],
-            "name": identity["name"],
-            "description": identity["description"],
-            "personality": identity["personality"],
-            "goals": identity["goals"],
-            "mood": state["mood"],
-            "inventory": state["inventory"],
-        },
-        "memory": {
-            "summary": memory["summary"],
-            "recent": [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-RECENT_CELLS:]],
-        },
-        "location": {
-            "id": loc["identity"]["id"],
-            "name": loc["identity"]["name"],
-            "description": loc["identity"]["description"],
-            "atmosphere": loc["state"]["atmosphere"],
-            "objects": loc["state"]["objects"],
-        },
-        "exits": [
-            {"id": lid, "name": world.locations[lid]["identity"]["name"]}
-            for lid in loc["state"]["connections"]
-        ],
-        "present": present,
-    })
+    return to_json(
+        {
+            "tick": tick,
+            "world": world.meta["name"],
+            "character": {
+                "id": identity["id"],
+                "name": identity["name"],
+                "description": identity["description"],
+                "personality": identity["personality"],
+                "goals": identity["goals"],
+                "mood": state["mood"],
+                "inventory": state["inventory"],
+            },
+            "memory": {
+                "summary": memory["summary"],
+                "recent": [
+                    f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-RECENT_CELLS:]
+                ],
+            },
+            "location": {
+                "id": loc["identity"]["id"],
+                "name": loc["identity"]["name"],
+                "description": loc["identity"]["description"],
+                "atmosphere": loc["state"]["atmosphere"],
+                "objects": loc["state"]["objects"],
+            },
+            "exits": [
+                {"id": lid, "name": world.locations[lid]["identity"]["name"]}
+                for lid in loc["state"]["connections"]
+            ],
+            "present": present,
+        }
+    )
 
 
 async def run(ctx: TickContext) -> None:
@@ -88,10 +95,12 @@ async def run(ctx: TickContext) -> None:
     client = ctx.client(SECTION, chars, NAME)
     instructions = ctx.prompt(NAME)
     requests = [
-        LLMRequest(instructions, character_input(
-                       world, char, ctx.tick, ctx.occupancy[char["state"]["location"]]
-                   ), Intention,
-                   f"{CHAIN}:{char['identity']['id']}")
+        LLMRequest(
+            instructions,
+            character_input(world, char, ctx.tick, ctx.occupancy[char["state"]["location"]]),
+            Intention,
+            f"{CHAIN}:{char['identity']['id']}",
+        )
         for char in chars
     ]
     results = await client.create_batch(requests)

@@ -23,17 +23,19 @@ class MemorySummary(BaseModel):
 
 def memory_input(char: Entity, evicted: list[dict[str, object]], tick: int) -> str:
     identity = char["identity"]
-    return to_json({
-        "tick": tick,
-        "character": {
-            "id": identity["id"],
-            "name": identity["name"],
-            "personality": identity["personality"],
-            "goals": identity["goals"],
-        },
-        "summary": char["memory"]["summary"],
-        "evicted": evicted,
-    })
+    return to_json(
+        {
+            "tick": tick,
+            "character": {
+                "id": identity["id"],
+                "name": identity["name"],
+                "personality": identity["personality"],
+                "goals": identity["goals"],
+            },
+            "summary": char["memory"]["summary"],
+            "evicted": evicted,
+        }
+    )
 
 
 def fallback_summary(summary: str, evicted: list[dict[str, object]]) -> str:
@@ -55,8 +57,12 @@ async def run(ctx: TickContext) -> None:
     client = ctx.client(SECTION, [char for char, _ in overflowing], NAME)
     instructions = ctx.prompt(NAME)
     requests = [
-        LLMRequest(instructions, memory_input(char, evicted, ctx.tick), MemorySummary,
-                   f"{CHAIN}:{char['identity']['id']}")
+        LLMRequest(
+            instructions,
+            memory_input(char, evicted, ctx.tick),
+            MemorySummary,
+            f"{CHAIN}:{char['identity']['id']}",
+        )
         for char, evicted in overflowing
     ]
     results = await client.create_batch(requests)

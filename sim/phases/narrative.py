@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import TickContext, to_json
-from sim.phases.resolution import Resolution
+from sim.phases.resolution import Outcome, Resolution
 from sim.world import World
 
 NAME = "narrative"
@@ -24,30 +24,34 @@ class Narrative(BaseModel):
 def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
     loc = world.locations[location_id]
     resolution = ctx.resolutions.get(location_id, Resolution.empty())
-    outcomes = {}
-    for outcome in resolution.outcomes:
-        outcomes.setdefault(outcome.character_id, outcome)
+    outcomes: dict[str, Outcome] = {}
+    for item in resolution.outcomes:
+        outcomes.setdefault(item.character_id, item)
     events = []
     for cid in ctx.occupancy[location_id]:
         outcome = outcomes.get(cid)
-        events.append({
-            "id": cid,
-            "name": world.characters[cid]["identity"]["name"],
-            "intention": ctx.intentions[cid].model_dump(),
-            "outcome": outcome.outcome if outcome else "",
-            "moved_to": outcome.moved_to if outcome else None,
-        })
-    return to_json({
-        "tick": ctx.tick,
-        "world": world.meta["name"],
-        "location": {
-            "id": location_id,
-            "name": loc["identity"]["name"],
-            "description": loc["identity"]["description"],
-            "atmosphere": loc["state"]["atmosphere"],
-        },
-        "events": events,
-    })
+        events.append(
+            {
+                "id": cid,
+                "name": world.characters[cid]["identity"]["name"],
+                "intention": ctx.intentions[cid].model_dump(),
+                "outcome": outcome.outcome if outcome else "",
+                "moved_to": outcome.moved_to if outcome else None,
+            }
+        )
+    return to_json(
+        {
+            "tick": ctx.tick,
+            "world": world.meta["name"],
+            "location": {
+                "id": location_id,
+                "name": loc["identity"]["name"],
+                "description": loc["identity"]["description"],
+                "atmosphere": loc["state"]["atmosphere"],
+            },
+            "events": events,
+        }
+    )
 
 
 async def run(ctx: TickContext) -> None:

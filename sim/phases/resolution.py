@@ -49,37 +49,42 @@ class Resolution(BaseModel):
         return cls(outcomes=[], location_update=None)
 
 
-def location_input(world: World, location_id: str, tick: int, present: list[str],
-                   intentions: dict[str, Intention]) -> str:
+def location_input(
+    world: World, location_id: str, tick: int, present: list[str], intentions: dict[str, Intention]
+) -> str:
     """The game master's view: the place, its exits, and what everyone here intends."""
     loc = world.locations[location_id]
     characters = []
     for cid in present:
         char = world.characters[cid]
-        characters.append({
-            "id": cid,
-            "name": char["identity"]["name"],
-            "personality": char["identity"]["personality"],
-            "mood": char["state"]["mood"],
-            "inventory": char["state"]["inventory"],
-            "intention": intentions[cid].model_dump(),
-        })
-    return to_json({
-        "tick": tick,
-        "world": world.meta["name"],
-        "location": {
-            "id": location_id,
-            "name": loc["identity"]["name"],
-            "description": loc["identity"]["description"],
-            "atmosphere": loc["state"]["atmosphere"],
-            "objects": loc["state"]["objects"],
-        },
-        "exits": [
-            {"id": lid, "name": world.locations[lid]["identity"]["name"]}
-            for lid in loc["state"]["connections"]
-        ],
-        "characters": characters,
-    })
+        characters.append(
+            {
+                "id": cid,
+                "name": char["identity"]["name"],
+                "personality": char["identity"]["personality"],
+                "mood": char["state"]["mood"],
+                "inventory": char["state"]["inventory"],
+                "intention": intentions[cid].model_dump(),
+            }
+        )
+    return to_json(
+        {
+            "tick": tick,
+            "world": world.meta["name"],
+            "location": {
+                "id": location_id,
+                "name": loc["identity"]["name"],
+                "description": loc["identity"]["description"],
+                "atmosphere": loc["state"]["atmosphere"],
+                "objects": loc["state"]["objects"],
+            },
+            "exits": [
+                {"id": lid, "name": world.locations[lid]["identity"]["name"]}
+                for lid in loc["state"]["connections"]
+            ],
+            "characters": characters,
+        }
+    )
 
 
 async def run(ctx: TickContext) -> None:
@@ -89,9 +94,12 @@ async def run(ctx: TickContext) -> None:
     client = ctx.client(SECTION, [world.locations[lid] for lid in occupied], NAME)
     instructions = ctx.prompt(NAME)
     requests = [
-        LLMRequest(instructions,
-                   location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions),
-                   Resolution, f"{CHAIN}:{lid}")
+        LLMRequest(
+            instructions,
+            location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions),
+            Resolution,
+            f"{CHAIN}:{lid}",
+        )
         for lid in occupied
     ]
     results = await client.create_batch(requests)

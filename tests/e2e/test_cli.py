@@ -42,8 +42,17 @@ def test_tick_prints_narratives_and_summary(demo_world: Path) -> None:
 
 
 def test_tick_with_depth_and_concurrency_flags(demo_world: Path) -> None:
-    result = invoke("tick", "--world", str(demo_world), "--depth", "intentions=2",
-                    "--depth", "phase2a=1", "--concurrency", "3")
+    result = invoke(
+        "tick",
+        "--world",
+        str(demo_world),
+        "--depth",
+        "intentions=2",
+        "--depth",
+        "phase2a=1",
+        "--concurrency",
+        "3",
+    )
     assert result.exit_code == 0, result.output
     char = orjson.loads((demo_world / "characters" / "tam.json").read_bytes())
     assert len(char["_openai"]["intention_chain"]) == 1

@@ -23,8 +23,9 @@ def test_builtin_defaults_equal_the_shipped_config_toml(tmp_path: Path) -> None:
     assert shipped == builtin
     assert (REPO / "config.toml").read_text() == (REPO / "sim" / "defaults.toml").read_text()
     assert builtin.llm.provider == "offline"
-    depths = [builtin.phase(s).response_chain_depth for s in ("phase1", "phase2a", "phase2b",
-                                                              "phase4")]
+    depths = [
+        builtin.phase(s).response_chain_depth for s in ("phase1", "phase2a", "phase2b", "phase4")
+    ]
     assert depths == [0, 2, 0, 0]  # the spec's defaults
 
 
@@ -58,8 +59,11 @@ def test_local_config_toml_is_used_without_flag(tmp_path: Path) -> None:
         ("[phase9]\nmodel = 'x'\n", "phase9", "unknown key"),
         ("[phase1]\ntemperature = 2.5\n", "phase1.temperature", "less than or equal to 2"),
         ("[phase1]\ntemperature = -0.1\n", "phase1.temperature", "greater than or equal to 0"),
-        ("[phase2a]\nresponse_chain_depth = -1\n", "phase2a.response_chain_depth",
-         "greater than or equal to 0"),
+        (
+            "[phase2a]\nresponse_chain_depth = -1\n",
+            "phase2a.response_chain_depth",
+            "greater than or equal to 0",
+        ),
         ("[phase4]\nmax_output_tokens = 0\n", "phase4.max_output_tokens", "greater than 0"),
         ("[llm]\nprovider = 'nope'\n", "llm.provider", "unknown provider 'nope'"),
         ("[llm]\nchain_mode = 'both'\n", "llm.chain_mode", "'window' or 'server'"),
@@ -91,7 +95,11 @@ def test_missing_config_file(tmp_path: Path) -> None:
 
 def test_phase_aliases() -> None:
     assert [phase_section(n) for n in ("intentions", "resolution", "narrative", "memory")] == [
-        "phase1", "phase2a", "phase2b", "phase4"]
+        "phase1",
+        "phase2a",
+        "phase2b",
+        "phase4",
+    ]
     assert phase_section("phase2a") == "phase2a"
     with pytest.raises(InputError, match="unknown phase 'phase3'"):
         phase_section("phase3")

@@ -4,8 +4,10 @@
 pure function of its arguments and a caller-supplied seed. Schemas titled ``Intention``,
 ``Resolution``, ``Narrative`` or ``MemorySummary`` are written by sim-specific "skills" that
 read the (JSON) input and the chain window; anything else gets a generic, schema-valid filler.
+``generate_tool_call`` does the same for OpenAI-style function tools.
 """
 
-from sim.llm.offline.engine import estimate_tokens, generate, generate_tool_call
+from sim.llm.offline.engine import estimate_tokens, generate
+from sim.llm.offline.tools import generate_tool_call
 
 __all__ = ["estimate_tokens", "generate", "generate_tool_call"]

@@ -10,48 +10,146 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
 import orjson
 
 from sim.llm.offline import templates as T
-from sim.llm.offline.skills import ACTION_FOR_TOOL, SKILLS, decide
+from sim.llm.offline.resolution import resolve
+from sim.llm.offline.skills import intention
+from sim.llm.offline.story import narrate, summarize
 
 Json = dict[str, Any]
+Skill = Callable[[Json, Random, Sequence[tuple[str, str]], Json], Json | None]
+
+SKILLS: dict[str, Skill] = {
+    "Intention": intention,
+    "Resolution": resolve,
+    "Narrative": narrate,
+    "MemorySummary": summarize,
+}
 
 _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")
-_SCAN_CHARS = 2000
+_SCAN_CHARS = 1200
 _MAX_DEPTH = 8
+_HARD_DEPTH = 40
 _FALLBACK_WORDS = (
-    "lantern", "harbor", "quiet", "amber", "river", "stone", "whisper", "market",
-    "ember", "willow", "north", "gate", "salt", "copper", "morning", "shadow",
+    "lantern",
+    "harbor",
+    "quiet",
+    "amber",
+    "river",
+    "stone",
+    "whisper",
+    "market",
+    "ember",
+    "willow",
+    "north",
+    "gate",
+    "salt",
+    "copper",
+    "morning",
+    "shadow",
 )
 _NOISE = frozenset(
     (
-        "the", "and", "for", "with", "from", "that", "this", "into", "have", "has", "was",
-        "were", "are", "not", "but", "you", "your", "they", "their", "tick", "world",
-        "character", "location", "description", "personality", "goals", "mood", "inventory",
-        "memory", "summary", "recent", "atmosphere", "objects", "exits", "present", "name",
-        "null", "true", "false", "none", "intention", "events", "outcome", "moved_to", "target",
-        "content", "reasoning", "action",
+        "the",
+        "and",
+        "for",
+        "with",
+        "from",
+        "that",
+        "this",
+        "into",
+        "have",
+        "has",
+        "was",
+        "were",
+        "are",
+        "not",
+        "but",
+        "you",
+        "your",
+        "they",
+        "their",
+        "tick",
+        "world",
+        "character",
+        "location",
+        "description",
+        "personality",
+        "goals",
+        "mood",
+        "inventory",
+        "memory",
+        "summary",
+        "recent",
+        "atmosphere",
+        "objects",
+        "exits",
+        "present",
+        "name",
+        "null",
+        "true",
+        "false",
+        "none",
+        "intention",
+        "events",
+        "outcome",
+        "moved_to",
+        "target",
+        "content",
+        "reasoning",
+        "action",
+        "over",
+        "under",
+        "about",
+        "what",
+        "when",
+        "where",
+        "which",
+        "there",
+        "here",
+        "then",
+        "than",
+        "some",
+        "very",
+        "just",
+        "also",
+        "onto",
+        "upon",
+        "them",
+        "its",
+        "our",
     )
 )
 _FORMATS = {
-    "date-time": "2024-01-01T12:00:00Z", "date": "2024-01-01", "time": "12:00:00",
-    "duration": "PT1H", "email": "someone@example.com", "uri": "https://example.com/",
-    "ipv4": "127.0.0.1", "ipv6": "::1", "hostname": "example.com",
+    "date-time": "2024-01-01T12:00:00Z",
+    "date": "2024-01-01",
+    "time": "12:00:00",
+    "duration": "PT1H",
+    "email": "someone@example.com",
+    "uri": "https://example.com/",
+    "ipv4": "127.0.0.1",
+    "ipv6": "::1",
+    "hostname": "example.com",
 }
-_LONG_KEYS = ("description", "reasoning", "content", "text", "summary", "narrative", "outcome",
-              "message", "words", "notes", "story", "explanation")
-_PHASE1 = frozenset(ACTION_FOR_TOOL)
-_ARG_ROLES = {
-    "target": ("location_id", "destination", "location", "target", "exit_id", "to",
-               "character_id", "listener", "to_id", "target_id", "object", "item", "object_id"),
-    "content": ("words", "content", "message", "text", "utterance", "speech", "action", "what"),
-    "reasoning": ("reasoning", "reason", "why", "rationale", "thought", "thinking"),
-}
+_LONG_KEYS = (
+    "description",
+    "reasoning",
+    "content",
+    "text",
+    "summary",
+    "narrative",
+    "outcome",
+    "message",
+    "words",
+    "notes",
+    "story",
+    "explanation",
+)
 
 
 def make_rng(seed: str, *salt: str) -> Random:
@@ -64,7 +162,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4 if text else 0
 
 
-def _loads(text: str) -> object:
+def loads(text: str) -> object:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -88,7 +186,7 @@ def generate(
     title = schema.get("title")
     skill = SKILLS.get(title) if isinstance(title, str) else None
     if skill is not None:
-        data = _loads(input_text)
+        data = loads(input_text)
         if isinstance(data, dict):
             try:
                 out = skill(data, rng, history, schema)
@@ -96,7 +194,10 @@ def generate(
                 out = None
             if out is not None:
                 return _complete(schema, out, rng, input_text)
-    value = Filler(schema, rng, input_text).fill(schema)
+    try:
+        value = Filler(schema, rng, input_text).fill(schema)
+    except Exception:  # never raise: a malformed schema yields an empty object
+        value = None
     return value if isinstance(value, dict) else {}
 
 
@@ -132,13 +233,13 @@ class Filler:
             self._words = list(seen) or list(_FALLBACK_WORDS)
         return self._words
 
-    def _resolve(self, node: Json) -> Json:
+    def resolve_ref(self, node: Json) -> Json:
         for _ in range(16):
             ref = node.get("$ref")
-            if not isinstance(ref, str) or not ref.startswith("#/"):
+            if not isinstance(ref, str) or not ref.startswith("#"):
                 return node
             target: Any = self.root
-            for part in ref[2:].split("/"):
+            for part in ref[2:].split("/") if len(ref) > 2 else ():
                 part = part.replace("~1", "/").replace("~0", "~")
                 target = target.get(part, {}) if isinstance(target, dict) else {}
             merged = dict(target) if isinstance(target, dict) else {}
@@ -149,7 +250,9 @@ class Filler:
     def fill(self, node: object, depth: int = 0, key: str = "") -> Any:
         if not isinstance(node, dict):
             return self.phrase(key)
-        node = self._resolve(node)
+        if depth > _HARD_DEPTH:  # an unsatisfiable (infinitely recursive) schema: give up
+            return None
+        node = self.resolve_ref(node)
         rng = self.rng
         if "const" in node:
             return node["const"]
@@ -159,19 +262,19 @@ class Filler:
         for combo in ("anyOf", "oneOf"):
             options = node.get(combo)
             if isinstance(options, list) and options:
-                opts = [self._resolve(o) for o in options if isinstance(o, dict)]
+                opts = [self.resolve_ref(o) for o in options if isinstance(o, dict)]
                 real = [o for o in opts if o.get("type") != "null"]
                 if not real or (len(real) < len(opts) and (depth > 3 or rng.random() < 0.2)):
                     return None
-                return self.fill(rng.choice(real), depth, key)
+                return self.fill(rng.choice(real), depth + 1, key)
         all_of = node.get("allOf")
         if isinstance(all_of, list) and all_of:
             merged: Json = {}
             for part in all_of:
                 if isinstance(part, dict):
-                    merged.update(self._resolve(part))
+                    merged.update(self.resolve_ref(part))
             merged.update({k: v for k, v in node.items() if k != "allOf"})
-            return self.fill(merged, depth, key)
+            return self.fill(merged, depth + 1, key)
         kind = node.get("type")
         if isinstance(kind, list):
             kinds = [k for k in kind if k != "null"] or ["null"]
@@ -202,7 +305,7 @@ class Filler:
     def _object(self, node: Json, depth: int) -> Json:
         props = node.get("properties")
         required = node.get("required")
-        req = set(required) if isinstance(required, list) else set()
+        req = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
         out: Json = {}
         if isinstance(props, dict):
             for name, sub in props.items():
@@ -216,9 +319,12 @@ class Filler:
 
     def _count(self, node: Json, lo_key: str, hi_key: str) -> int:
         lo = node.get(lo_key, 0)
-        hi = node.get(hi_key, max(lo, 3))
-        if not isinstance(lo, int) or not isinstance(hi, int):
+        if not isinstance(lo, int):
             return 1
+        lo = max(lo, 0)
+        hi = node.get(hi_key, max(lo, 3))
+        if not isinstance(hi, int):
+            return max(lo, 1)
         return lo if lo >= hi else self.rng.randint(max(lo, min(1, hi)), max(lo, min(hi, lo + 3)))
 
     def _array(self, node: Json, depth: int, key: str) -> list[Any]:
@@ -295,64 +401,3 @@ def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
-
-
-# --------------------------------------------------------------------------- tool calls
-
-
-def _tool_spec(tool: Json) -> tuple[str, Json]:
-    fn = T.as_dict(tool.get("function")) or tool
-    params = fn.get("parameters")
-    return _s(fn.get("name")), params if isinstance(params, dict) else {"type": "object"}
-
-
-def _s(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def generate_tool_call(
-    tools: list[Json],
-    input_text: str,
-    *,
-    seed: str,
-    history: Sequence[tuple[str, str]] = (),
-) -> tuple[str, Json]:
-    """Choose one tool and produce arguments valid for its parameter schema."""
-    specs = [spec for t in tools if isinstance(t, dict) and (spec := _tool_spec(t))[0]]
-    if not specs:
-        return "", {}
-    rng = make_rng(seed, "tool")
-    by_name = dict(specs)
-    phase1 = _PHASE1 & set(by_name)
-    if len(phase1) >= 2:
-        data = _loads(input_text)
-        if isinstance(data, dict):
-            allowed = frozenset(ACTION_FOR_TOOL[n] for n in phase1)
-            choice = decide(data, rng, history, allowed)
-            if choice is not None:
-                tool = next(n for n, a in ACTION_FOR_TOOL.items() if a == choice["action"])
-                return tool, _tool_args(by_name[tool], choice, rng, input_text)
-    name, params = rng.choice(specs)
-    args = Filler(params, rng, input_text).fill(params)
-    return name, args if isinstance(args, dict) else {}
-
-
-def _tool_args(params: Json, choice: Json, rng: Random, input_text: str) -> Json:
-    """Map an Intention (target/content/reasoning) onto a tool's declared parameters."""
-    filler = Filler(params, rng, input_text)
-    props = params.get("properties")
-    props = props if isinstance(props, dict) else {}
-    required = params.get("required")
-    req = set(required) if isinstance(required, list) else set(props)
-    args: Json = {}
-    for key, sub in props.items():
-        role = next((r for r, keys in _ARG_ROLES.items() if key in keys), None)
-        value = choice.get(role) if role else None
-        sub_node = filler._resolve(sub) if isinstance(sub, dict) else {}
-        enum = sub_node.get("enum")
-        ok_type = sub_node.get("type") in ("string", None) or "anyOf" in sub_node
-        if isinstance(value, str) and ok_type and (not isinstance(enum, list) or value in enum):
-            args[key] = value
-        elif key in req:
-            args[key] = filler.fill(sub, 1, key)
-    return args

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from random import Random
 from typing import Any
 
@@ -17,14 +18,122 @@ SUMMARY_LIMIT = 600
 _MIDDLE_BUDGET = 4  # narrative sentences between the opening and the closing
 _KNOWN_MAX = 12
 _LOWER_OPENERS = ("The ", "A ", "An ", "While ", "With ", "Having ")
-_CAPS = re.compile(r"[A-Z][\w'’-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'’-]*)*")
+_CAPS = re.compile(r"[A-Z][\w'’-]*(?:\s+(?:of\s+)?(?:the\s+)?[A-Z][\w'’-]*)*")
 _STOP = frozenset(
     (
-        "The", "A", "An", "I", "You", "He", "She", "They", "It", "We", "My", "Your", "His",
-        "Her", "Their", "Its", "Tick", "At", "In", "On", "To", "From", "By", "With", "After",
-        "Before", "Then", "Meanwhile", "When", "While", "As", "And", "But", "Or", "Of", "For",
-        "Once", "Still", "Yesterday", "Today", "Earlier", "Later", "Known", "Someone",
-        "Something", "Nothing", "Everyone", "No", "Not", "This", "That", "There", "Here",
+        "The",
+        "A",
+        "An",
+        "I",
+        "You",
+        "He",
+        "She",
+        "They",
+        "It",
+        "We",
+        "My",
+        "Your",
+        "His",
+        "Her",
+        "Their",
+        "Its",
+        "Tick",
+        "At",
+        "In",
+        "On",
+        "To",
+        "From",
+        "By",
+        "With",
+        "After",
+        "Before",
+        "Then",
+        "Meanwhile",
+        "When",
+        "While",
+        "As",
+        "And",
+        "But",
+        "Or",
+        "Of",
+        "For",
+        "Once",
+        "Still",
+        "Yesterday",
+        "Today",
+        "Earlier",
+        "Later",
+        "Known",
+        "Someone",
+        "Something",
+        "Nothing",
+        "Everyone",
+        "No",
+        "Not",
+        "This",
+        "That",
+        "There",
+        "Here",
+        "If",
+        "So",
+        "Yet",
+        "Now",
+        "Perhaps",
+        "Maybe",
+        "What",
+        "Why",
+        "How",
+        "Who",
+        "Where",
+        "Good",
+        "Listen",
+        "Tell",
+        "Be",
+        "Can",
+        "Could",
+        "Do",
+        "Did",
+        "Let",
+        "Well",
+        "Yes",
+        "Oh",
+        "Whatever",
+        "Around",
+        "Having",
+        "Being",
+        "Enough",
+        "Last",
+        "Another",
+        "Nobody",
+        "Only",
+        "Even",
+        "Just",
+        "All",
+        "Every",
+        "Some",
+        "Most",
+        "Each",
+        "Both",
+        "Such",
+        "Many",
+        "Few",
+        "Since",
+        "Until",
+        "Though",
+        "Although",
+        "Because",
+        "Unless",
+        "Without",
+        "Into",
+        "Upon",
+        "Under",
+        "Over",
+        "Near",
+        "Inside",
+        "Outside",
+        "Everything",
+        "Anyone",
+        "Soon",
     )
 )
 
@@ -54,11 +163,11 @@ def _event_line(ev: Json, name: str) -> str:
     return f"{name} kept still and watched."
 
 
-def _previous_cast(history: Sequence[tuple[str, str]]) -> dict[str, str]:
-    if not history:
-        return {}
+@lru_cache(maxsize=1024)
+def _previous_cast(last_in: str) -> dict[str, str]:
+    """Who appeared in the previous exchange's events (id → name). Cached; read-only."""
     try:
-        prev = orjson.loads(history[-1][0])
+        prev = orjson.loads(last_in)
     except orjson.JSONDecodeError:
         return {}
     cast: dict[str, str] = {}
@@ -78,34 +187,38 @@ def narrate(
         return None
     raw = data.get("events")
     events = [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
-    kw = {"place": _s(loc.get("name")) or "the place",
-          "atmos": _s(loc.get("atmosphere")).rstrip(".") or "quiet"}
+    kw = {
+        "place": _s(loc.get("name")) or "the place",
+        "atmos": T.clause(_s(loc.get("atmosphere"))) or "quiet",
+    }
     parts = [T.cap(rng.choice(T.OPEN).format(**kw))]
     budget = _MIDDLE_BUDGET
-    prev = _previous_cast(history)
+    prev = _previous_cast(history[-1][0]) if history else {}
     if prev:
-        now = {e.get("id") for e in events}
+        now = {i for e in events if isinstance(i := e.get("id"), str)}
+        stayed = {i for e in events if isinstance(i := e.get("id"), str) and not e.get("moved_to")}
         gone = [n for i, n in prev.items() if i not in now]
-        back = [n for i, n in prev.items() if i in now]
+        back = [n for i, n in prev.items() if i in stayed]
         if gone and (not back or rng.random() < 0.5):
             parts.append(T.ECHO_GONE.format(name=rng.choice(gone)))
-        elif back:
-            parts.append(T.ECHO_BACK.format(name=rng.choice(back)))
+        elif back and rng.random() < 0.7:
+            parts.append(rng.choice(T.ECHO_BACK).format(name=rng.choice(back)))
         budget -= len(parts) - 1
     if not events:
         parts.append(rng.choice(T.QUIET).format(**kw))
     else:
         shown = events if len(events) <= budget else events[: budget - 1]
+        link = ""
         for i, ev in enumerate(shown):
             name = _s(ev.get("name")) or _s(ev.get("id")) or "Someone"
             line = _event_line(ev, name)
             if i:
-                link = rng.choice(T.LINK)
+                link = rng.choice([lk for lk in T.LINK if lk != link])
                 if link and line.startswith(_LOWER_OPENERS):
                     line = line[:1].lower() + line[1:]
                 line = link + line
             parts.append(line)
-        rest = [_s(e.get("name")) or _s(e.get("id")) for e in events[len(shown):]]
+        rest = [_s(e.get("name")) or _s(e.get("id")) for e in events[len(shown) :]]
         if rest:
             names = rest[:4] + (["others"] if len(rest) > 4 else [])
             parts.append(rng.choice(T.REST).format(names=T.join_names(names)))
@@ -122,14 +235,14 @@ def _parse_summary(summary: str) -> tuple[list[str], list[str], list[str]]:
     known: list[str] = []
     at = text.rfind("Known: ")
     if at >= 0:
-        known = [k.strip() for k in text[at + 7:].rstrip(".").split(", ") if k.strip()]
+        known = [k.strip() for k in text[at + 7 :].rstrip(".").split(", ") if k.strip()]
         text = text[:at].strip()
     digest: list[str] = []
     if text.startswith("Earlier: "):
         end = text.find(" [t")
         head = text[9:] if end < 0 else text[9:end]
         digest = [d.strip() for d in head.rstrip(".").split("; ") if d.strip()]
-        text = "" if end < 0 else text[end + 1:]
+        text = "" if end < 0 else text[end + 1 :]
     chunks = text.split(" [t") if text else []
     events: list[str] = []
     for i, chunk in enumerate(chunks):
@@ -144,20 +257,44 @@ def _condense(text: str) -> str:
     text = " ".join(text.split())
     low = text[:12].lower()
     if low.startswith("tick") and ":" in text[:12]:
-        text = text[text.index(":") + 1:].strip()
+        text = text[text.index(":") + 1 :].strip()
     return T.short(T.first_sentence(text), 110) if text else ""
 
 
-def _brief(event: str) -> str:
-    """'[t3] Mara met Bob at the Old Mill.' → 't3 Mara met Bob at the…'."""
-    words = event.strip("[").replace("]", "", 1).rstrip(".").split()
-    return " ".join(words[:7]) + ("…" if len(words) > 7 else "")
+def _names_in(text: str, own: str, own_parts: frozenset[str]) -> list[str]:
+    """Capitalised names and places in ``text`` (outside quoted speech), minus the owner's."""
+    plain = " ".join(text[:400].split('"')[::2])
+    out: list[str] = []
+    for match in _CAPS.finditer(plain):
+        words = match.group().split()
+        while words and words[0] in _STOP:
+            words.pop(0)
+        found = " ".join(words)
+        if found.endswith(("'s", "’s")):
+            found = found[:-2]
+        if not found or found == own or found in own_parts:
+            continue
+        at = match.start()
+        if len(words) == 1 and (at == 0 or plain[at - 2 : at] in (". ", "! ", "? ", "; ")):
+            continue  # a lone capitalised word opening a sentence is usually not a name
+        out.append(found)
+    return out
+
+
+def _brief(event: str, own: str) -> str:
+    """'[t3] Mara met Bob at the Old Mill.' → 't3 met Bob at the Old…' (own name dropped)."""
+    tick, _, text = event.strip("[").partition("] ")
+    if own and text.startswith(own + " "):
+        text = text[len(own) + 1 :]
+    words = text.rstrip(".").split()
+    return f"t{tick.lstrip('t')} " + " ".join(words[:7]) + ("…" if len(words) > 7 else "")
 
 
 def _render(digest: list[str], events: list[str], known: list[str]) -> str:
     parts = []
     if digest:
-        parts.append("Earlier: " + "; ".join(digest) + ".")
+        head = "; ".join(digest)
+        parts.append("Earlier: " + head + ("" if head.endswith(("…", ".")) else "."))
     parts.extend(events)
     if known:
         parts.append("Known: " + ", ".join(known) + ".")
@@ -184,21 +321,16 @@ def summarize(
         if not line:
             continue
         events.append(f"[t{tick}] {line}" if isinstance(tick, int) else f"[t?] {line}")
-        for match in _CAPS.findall(text[:400]):
-            words = match.split()
-            while words and words[0] in _STOP:
-                words.pop(0)
-            found = " ".join(words)
-            if not found or found == own or found in own_parts:
-                continue
-            if found in known:
-                known.remove(found)
+        for found in _names_in(text, own, own_parts):
+            if any(k.startswith(found + " ") for k in known):
+                continue  # "Pell" when "Pell Dunmore" is already known
+            known[:] = [k for k in known if k != found and not found.startswith(k + " ")]
             known.append(found)
     del known[:-_KNOWN_MAX]
     out = _render(digest, events, known)
     while len(out) > SUMMARY_LIMIT:
         if len(events) > 2:
-            digest.append(_brief(events.pop(0)))
+            digest.append(_brief(events.pop(0), own))
         elif len(digest) > 1:
             digest.pop(0)
         elif len(known) > 4:

@@ -10,6 +10,7 @@ as an adjective phrase), ``atmos`` (the location's atmosphere), ``omood`` (other
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 # --------------------------------------------------------------------------- helpers
@@ -21,9 +22,14 @@ def the(thing: str) -> str:
     """Give a common noun phrase an article; leave proper nouns and articled phrases alone."""
     if not thing:
         return "something"
-    first = thing.split(" ", 1)[0]
-    if first[:1].isupper() or first.lower() in _ARTICLES:
+    words = thing.split(" ", 2)
+    first = words[0]
+    if first.lower() in _ARTICLES:
         return thing
+    if first[:1].isupper() and (
+        first.endswith(("'s", "’s")) or all(w[:1].isupper() for w in words[:2])
+    ):
+        return thing  # a proper name or possessive: "Excalibur", "Old Mill", "Orla's desk"
     return "the " + thing
 
 
@@ -35,13 +41,17 @@ def cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def clause(text: str, proper: frozenset[str] = frozenset()) -> str:
-    """Turn a sentence-like goal/personality into an inline clause (no final stop, lower start)."""
-    text = text.strip().rstrip(".!;")
+@lru_cache(maxsize=4096)
+def clause(text: str, keep: bool = False) -> str:
+    """Turn a sentence-like goal/personality into an inline clause (no final stop, lower start).
+
+    ``keep`` leaves the first letter alone (the sentence starts with a proper name).
+    """
+    text = text.split(";", 1)[0].split(" — ", 1)[0].strip().rstrip(".!,:")
     if not text:
         return text
     first = text.split(" ", 1)[0]
-    if first in proper or first == "I" or (len(first) > 1 and first[1:2].isupper()):
+    if keep or first == "I" or (len(first) > 1 and first[1:2].isupper()):
         return text
     return text[:1].lower() + text[1:]
 
@@ -67,7 +77,7 @@ def first_sentence(text: str) -> str:
         elif ch in ".!?" and not quoted and (i + 1 == n or text[i + 1] == " "):
             return text[: i + 1]
     text = text.strip()
-    return text if text[-1:] in ".!?\"" else text + "."
+    return text if text[-1:] in '.!?"' else text + "."
 
 
 def join_names(names: Sequence[str]) -> str:
@@ -78,6 +88,40 @@ def join_names(names: Sequence[str]) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1]
 
 
+_TITLES = frozenset(
+    (
+        "Brother",
+        "Sister",
+        "Father",
+        "Mother",
+        "Captain",
+        "Lady",
+        "Lord",
+        "Sir",
+        "Dame",
+        "Mr",
+        "Mrs",
+        "Ms",
+        "Miss",
+        "Doctor",
+        "Dr",
+        "Old",
+        "Young",
+        "Master",
+        "Mistress",
+        "Aunt",
+        "Uncle",
+    )
+)
+
+
+def address(name: str) -> str:
+    """How one character addresses another in speech: the first name, or title and name."""
+    first = name.split(" ", 1)[0]
+    return name if first.rstrip(".") in _TITLES or first == name else first
+
+
+@lru_cache(maxsize=8192)
 def keyword(name: str) -> str:
     """The most distinctive (longest) lowercase word of a name, for cheap goal matching."""
     best = ""
@@ -95,7 +139,7 @@ MOVE_PLAIN: tuple[str, ...] = (
     "Follow the path to {exit}, hoping for a change of luck.",
     "Leave {place} behind and see what {exit} holds.",
     "Try {exit}; staying here any longer would be a waste.",
-    "Head for {exit} before the {atmos} mood here gets any worse.",
+    "Head for {exit} before {place} gets any stranger.",
 )
 MOVE_GOAL: tuple[str, ...] = (
     "Head to {exit} to {goal}.",
@@ -105,15 +149,15 @@ MOVE_GOAL: tuple[str, ...] = (
 SPEAK_PLAIN: tuple[str, ...] = (
     "{other}! Strange seeing you here in {place}. What brings you?",
     "You look {omood}, {other}. Has {place} been treating you badly?",
-    "Listen, {other}. It's {atmos} in here — keep your voice down.",
-    "Good to see a friendly face, {other}. {place} can be a lonely spot.",
+    "Listen, {other}. Something about {place} feels wrong today — stay close.",
+    "Good to see a friendly face, {other}. It gets lonely in {place}.",
     "Tell me, {other} — have you noticed anything odd about {obj}?",
     "{other}, if you know anything about {obj}, now is the time to say it.",
 )
 SPEAK_GOAL: tuple[str, ...] = (
     "{other}, I need your help. I mean to {goal}, and I can't do it alone.",
     "I won't pretend otherwise, {other}: I came to {place} to {goal}.",
-    "Do you trust me, {other}? Because I am about to {goal}.",
+    "Can I count on you, {other}? I mean to {goal}, sooner rather than later.",
     "Be honest with me, {other}. Could someone like me really {goal}?",
 )
 SPEAK_AGAIN: tuple[str, ...] = (
@@ -145,7 +189,7 @@ WAIT: tuple[str, ...] = (
     "Lean back and listen to the sounds of {place}.",
     "Wait to see who turns up next.",
     "Take a moment to think things through.",
-    "Sit quietly and let the {atmos} air settle.",
+    "Sit quietly and take in the mood of {place}.",
 )
 WHY_MOVE: tuple[str, ...] = (
     "{name} wants to {goal}, and that won't happen standing still in {place}.",
@@ -178,7 +222,7 @@ WHY_WAIT: tuple[str, ...] = (
 )
 WHY_WAIT_P: tuple[str, ...] = (
     "Being {persona}, {name} prefers to watch before acting.",
-    "{name} is {persona}, and the {atmos} mood calls for patience.",
+    "{name} is {persona}, and {place} calls for patience right now.",
 )
 RECALL_MOVED: tuple[str, ...] = (
     "Having only just reached {place}, {name} takes stock.",
@@ -212,8 +256,8 @@ GO_OK: tuple[str, ...] = (
     "{name} gathered their things and walked out toward {exit}.",
 )
 GO_FAIL: tuple[str, ...] = (
-    "{name} started for {exit}, but {why}, and stayed in {place} a while longer.",
-    "{name} meant to reach {exit}; {why}, so the journey would have to wait.",
+    "{name} started for {exit}, but {why}, so the trip would have to wait.",
+    "{name} meant to reach {exit}; {why}, and {place} kept them a while longer.",
 )
 GO_OBSTACLE: tuple[str, ...] = (
     "the way was blocked by a knot of arguing strangers",
@@ -225,8 +269,8 @@ GO_OBSTACLE: tuple[str, ...] = (
 SAY: tuple[str, ...] = (
     '{name} spoke to {other}: "{words}"',
     '{name} drew {other} aside and said, "{words}"',
-    '{name} caught {other}\'s eye. "{words}"',
-    '"{words}" {name} told {other} quietly.',
+    '{name} caught {other}\'s eye: "{words}"',
+    '{name} told {other} quietly, "{words}"',
 )
 REACT_GOOD: tuple[str, ...] = (
     "{other} listened carefully and nodded.",
@@ -275,24 +319,38 @@ IDLE: tuple[str, ...] = (
     "{name} waited, watching {place} and saying little.",
     "{name} kept to the edges of {place}, listening.",
     "{name} let the moment pass, lost in thought.",
-    "{name} stayed where they were, taking in the {atmos} air.",
+    "{name} stayed put, quietly taking the measure of {place}.",
 )
 GM_RECALL_ACT = "It was not the first time {name} had looked at {obj}."
 GM_RECALL_SAY = "{name} had not forgotten the earlier words with {other}."
 GM_RECALL_WAIT = "{name} had been waiting here since the last turn."
 GM_RECALL_NEW = "{name} was new to {place}, and it showed."
+SAY_GONE = "{name} turned to speak to {other}, but {other} had already gone."
 MOODS_GO: tuple[str, ...] = ("hopeful", "restless", "determined", "eager")
 MOODS_STUCK: tuple[str, ...] = ("frustrated", "impatient", "thwarted")
 MOODS_GOOD: tuple[str, ...] = ("cheered", "warm", "relieved", "encouraged")
 MOODS_BAD: tuple[str, ...] = ("irritated", "uneasy", "wary", "stung")
 MOODS_ACT: tuple[str, ...] = ("curious", "satisfied", "intrigued", "pleased")
 MOODS_IDLE: tuple[str, ...] = ("calm", "bored", "pensive", "watchful")
-ATMOS_LEFT = "quieter now that {name} has gone"
-ATMOS_TAKEN = "watchful, as though something were missing"
+ATMOS_LEFT: tuple[str, ...] = (
+    "quieter since {name} left",
+    "a little emptier without {name}",
+    "unsettled after {name}'s departure",
+)
+ATMOS_TAKEN: tuple[str, ...] = (
+    "watchful, as though something were missing",
+    "uneasy, with everyone eyeing the gap where {obj} had been",
+)
 ATMOS_MISSING = "still marked by the absence of {obj}"
+ATMOS_TALK: tuple[str, ...] = (
+    "alive with murmured talk",
+    "thick with half-finished conversations",
+    "warmer for the company",
+)
 ATMOS_ANY: tuple[str, ...] = (
-    "busy with low conversation",
     "hushed and expectant",
+    "drowsy, the hours dragging",
+    "sharp with the smell of rain",
     "restless, like the air before a storm",
     "warmer than before",
     "tense and watchful",
@@ -302,8 +360,8 @@ ATMOS_ANY: tuple[str, ...] = (
 
 OPEN: tuple[str, ...] = (
     "At {place}, the air was {atmos}.",
-    "{place} lay {atmos} as the hour turned.",
-    "Another turn came to {place}, {atmos} as ever.",
+    "Another turn came to {place}, and the mood there was {atmos}.",
+    "In {place}, everything felt {atmos}.",
     "The light shifted over {place}, and the mood stayed {atmos}.",
     "Nothing about {place} felt settled; it was {atmos}.",
 )
@@ -313,12 +371,16 @@ REST: tuple[str, ...] = (
     "Around them, {names} went about their own affairs.",
 )
 QUIET: tuple[str, ...] = (
-    "No one came or went; only the {atmos} air kept watch.",
+    "No one came or went; {place} kept its own counsel.",
     "For a long while, nothing stirred.",
     "The hours passed without a single visitor.",
 )
 ECHO_GONE = "Of {name}, who had been here before, there was no sign now."
-ECHO_BACK = "Once again, {name} was at the heart of things."
+ECHO_BACK: tuple[str, ...] = (
+    "Once again, {name} was at the heart of things.",
+    "{name} was still there, as if the place would not let go.",
+    "{name}, seen here before, had not moved on.",
+)
 CLOSE: tuple[str, ...] = (
     "By the end of it, {place} had settled into an uneasy quiet.",
     "Whatever came next, {place} would remember this turn.",

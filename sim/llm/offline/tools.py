@@ -1,0 +1,130 @@
+"""Offline function calling: pick one of the offered tools and fill its arguments.
+
+For sim's phase-1 tools (``move_to``, ``say``, ``act``, ``wait``) the choice is made by the
+Intention skill and mapped onto whatever parameters the tools declare; any other tool set gets
+a seeded choice and the generic schema filler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from random import Random
+from typing import Any
+
+from sim.llm.offline import templates as T
+from sim.llm.offline.engine import Filler, loads, make_rng
+from sim.llm.offline.skills import ACTION_FOR_TOOL, TOOL_FOR_ACTION, decide
+
+Json = dict[str, Any]
+
+_PHASE1 = frozenset(ACTION_FOR_TOOL)
+_ARG_ROLES = {
+    key: role
+    for role, keys in {
+        "target": (
+            "location_id",
+            "destination",
+            "location",
+            "target",
+            "exit_id",
+            "to",
+            "character_id",
+            "listener",
+            "to_id",
+            "target_id",
+            "object",
+            "item",
+            "object_id",
+        ),
+        "content": ("words", "content", "message", "text", "utterance", "speech", "action", "what"),
+        "reasoning": ("reasoning", "reason", "why", "rationale", "thought", "thinking"),
+    }.items()
+    for key in keys
+}
+
+
+def _tool_spec(tool: Json) -> tuple[str, Json]:
+    fn = T.as_dict(tool.get("function")) or tool
+    params = fn.get("parameters")
+    return _s(fn.get("name")), params if isinstance(params, dict) else {"type": "object"}
+
+
+def _s(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def generate_tool_call(
+    tools: list[Json],
+    input_text: str,
+    *,
+    seed: str,
+    history: Sequence[tuple[str, str]] = (),
+) -> tuple[str, Json]:
+    """Choose one tool and produce arguments valid for its parameter schema."""
+    specs = [spec for t in tools if isinstance(t, dict) and (spec := _tool_spec(t))[0]]
+    if not specs:
+        return "", {}
+    rng = make_rng(seed, "tool")
+    by_name = dict(specs)
+    phase1 = _PHASE1 & set(by_name)
+    if len(phase1) >= 2:
+        data = loads(input_text)
+        if isinstance(data, dict):
+            allowed = frozenset(ACTION_FOR_TOOL[n] for n in phase1)
+            try:
+                choice = decide(data, rng, history, allowed)
+                if choice is not None:
+                    tool = TOOL_FOR_ACTION[choice["action"]]
+                    return tool, _tool_args(by_name[tool], choice, rng, input_text)
+            except Exception:  # never raise: fall through to a generic call
+                pass
+    name, params = rng.choice(specs)
+    try:
+        args = Filler(params, rng, input_text).fill(params)
+    except Exception:  # never raise on a malformed parameter schema
+        args = None
+    return name, args if isinstance(args, dict) else {}
+
+
+def _tool_args(params: Json, choice: Json, rng: Random, input_text: str) -> Json:
+    """Map an Intention (target/content/reasoning) onto a tool's declared parameters."""
+    filler = Filler(params, rng, input_text)
+    props = params.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = params.get("required")
+    req = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set(props)
+    args: Json = {}
+    for key, sub in props.items():
+        role = _ARG_ROLES.get(key)
+        value = choice.get(role) if role else None
+        if isinstance(value, str) and _accepts(filler, sub, value):
+            args[key] = value
+        elif key in req:
+            args[key] = filler.fill(sub, 1, key)
+    return args
+
+
+def _accepts(filler: Filler, node: object, value: str) -> bool:
+    """Whether a string ``value`` fits the (possibly optional / enum) schema ``node``."""
+    if not isinstance(node, dict):
+        return True
+    node = filler.resolve_ref(node)
+    options = node.get("anyOf") or node.get("oneOf")
+    if isinstance(options, list):
+        return any(
+            _accepts(filler, o, value)
+            for o in options
+            if isinstance(o, dict) and o.get("type") != "null"
+        )
+    enum = node.get("enum")
+    if isinstance(enum, list):
+        return value in enum
+    if "const" in node:
+        return bool(node["const"] == value)
+    kind = node.get("type")
+    if kind not in ("string", None) and not (isinstance(kind, list) and "string" in kind):
+        return False
+    lo, hi = node.get("minLength", 0), node.get("maxLength")
+    return (not isinstance(lo, int) or len(value) >= lo) and (
+        not isinstance(hi, int) or len(value) <= hi
+    )
