@@ -21,7 +21,9 @@ from pydantic import BaseModel
 
 from sim.config import Config, redacted
 from sim.llm.adapters.replay import ReplayAdapter
-from sim.llm.calls import CallIdentity, current_call, request_id, schema_digest
+from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMConfigurationError
 from sim.llm.events import LLMEvent
 from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange
 from sim.log import (
@@ -66,11 +68,52 @@ class RecordingAdapter:
             instructions, input_data, schema, previous_response_id, settings, history
         )
 
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[Any, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        """The optional tool-calling capability, when the wrapped adapter has it."""
+        inner = getattr(self.inner, "execute_tools", None)
+        if inner is None:
+            raise LLMConfigurationError(
+                f"{type(self.inner).__name__} does not support tool calling"
+            )
+        ident = current_call.get()
+        if ident is not None:
+            ident.set_sent(settings, history, None)
+        response: AdapterResponse = await inner(instructions, input_data, tools, settings, history)
+        return response
+
     async def delete_response(self, response_id: str) -> None:
         await self.inner.delete_response(response_id)
 
     def validate_config(self, settings: CallSettings) -> bool:
         return self.inner.validate_config(settings)
+
+
+def request_schema(request: LLMRequest) -> tuple[str, str]:
+    """The name and digest of what a request asks for: its schema, or its tools."""
+    tools = getattr(request, "tools", None)
+    if tools is not None:
+        declared = [tool.model_dump(mode="json") for tool in tools]
+        return "ToolCalls", digest(orjson.dumps(declared, option=orjson.OPT_SORT_KEYS))
+    return request.schema.__name__, schema_digest(request.schema)
+
+
+def _attempt(event: LLMEvent) -> dict[str, Any]:
+    """One attempt of a call, as the log records it (``raw`` only for the final answer)."""
+    return {
+        "attempt": event.attempt,
+        "model": event.model,
+        "usage": event.usage.to_dict(),
+        "latency": round(event.latency, 6),
+        "error_code": event.error_code,
+        "raw": None,
+    }
 
 
 def _results(name: str, ctx: TickContext) -> dict[str, Any]:
@@ -120,6 +163,7 @@ class TickRecorder:
         self.resumed_calls = 0
         self._counters: dict[tuple[str, str | None], int] = {}
         self._inflight: dict[int, CallIdentity] = {}
+        self._attempts: dict[int, list[dict[str, Any]]] = {}
         self._instructions: set[str] = set(partial.instructions) if partial else set()
         self._calls: set[str] = set(partial.calls) if partial else set()
         self._commit: dict[str, Any] | None = None
@@ -182,10 +226,12 @@ class TickRecorder:
 
     def on_event(self, event: LLMEvent) -> None:
         request = event.request
+        key = id(request)
         if event.kind == "llm_called":
             counter = (event.phase, event.entity_key)
             n = self._counters.get(counter, 0)
             self._counters[counter] = n + 1
+            schema_name, schema_hash = request_schema(request)
             ident = CallIdentity(
                 request_id(self.tick, event.phase, event.entity_key, n),
                 event.phase,
@@ -193,23 +239,28 @@ class TickRecorder:
                 n,
                 request.instructions,
                 request.input_data,
-                request.schema.__name__,
-                schema_digest(request.schema),
+                schema_name,
+                schema_hash,
                 model=event.model,
                 history=[e.response_id for e in event.history],
                 previous_response_id=event.previous_response_id,
                 depth=event.depth,
             )
-            self._inflight[id(request)] = ident
+            self._inflight[key] = ident
+            self._attempts[key] = []
             current_call.set(ident)
             return
-        done = self._inflight.pop(id(request), None)
+        if not getattr(event, "final", True):  # an earlier attempt of a call with retries
+            if key in self._attempts:
+                self._attempts[key].append(_attempt(event))
+            return
+        done = self._inflight.pop(key, None)
         if done is None:
             return
-        self._record(done, event)
+        self._record(done, event, self._attempts.pop(key, []))
 
-    def _record(self, ident: CallIdentity, event: LLMEvent) -> None:
-        record = self._call_record(ident, event)
+    def _record(self, ident: CallIdentity, event: LLMEvent, earlier: list[dict[str, Any]]) -> None:
+        record = self._call_record(ident, event, earlier)
         if record is None:
             self.resumed_calls += 1
             return
@@ -225,7 +276,9 @@ class TickRecorder:
         self._calls.add(ident.request_id)
         self.writer.append(record)
 
-    def _call_record(self, ident: CallIdentity, event: LLMEvent) -> dict[str, Any] | None:
+    def _call_record(
+        self, ident: CallIdentity, event: LLMEvent, earlier: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
         record: dict[str, Any] = {
             "type": "call",
             "request_id": ident.request_id,
@@ -246,22 +299,26 @@ class TickRecorder:
             "usage": event.usage.to_dict(),
         }
         response = event.response
+        final = _attempt(event)
         if event.kind == "llm_completed" and response is not None:
             served = response.metadata.get("served_from")
+            parsed = response.parsed
+            final.update(model=response.model, raw=response.raw)
             record.update(
                 source=served or "live",
-                result=response.parsed.model_dump(mode="json"),
+                result=parsed.model_dump(mode="json"),
+                result_type=f"{type(parsed).__module__}:{type(parsed).__qualname__}",
                 response_id=response.response_id,
                 response_model=response.model,
                 finish_reason=response.finish_reason,
                 error_code=None,
                 error=None,
-                attempts=[{"attempt": event.attempt, "raw": response.raw}],
             )
         else:
             error = event.error
             served = error.context.get("served_from") if error is not None else None
             message = str(error) if error is not None else ""
+            final["error"] = message
             record.update(
                 source=served or "live",
                 result=None,
@@ -270,15 +327,8 @@ class TickRecorder:
                 finish_reason=None,
                 error_code=event.error_code,
                 error=message,
-                attempts=[
-                    {
-                        "attempt": event.attempt,
-                        "raw": None,
-                        "error_code": event.error_code,
-                        "error": message,
-                    }
-                ],
             )
+        record["attempts"] = [*earlier, final]
         return None if served == "resume" else record
 
     # -- phases and commit ----------------------------------------------------------------

@@ -17,6 +17,7 @@ recorder, which must wrap this adapter.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,6 +37,50 @@ class Drift:
     entity_key: str | None
     fields: tuple[str, ...]
     diff: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A recorded attempt, shaped like the recovery layer's (the client reads these fields)."""
+
+    model: str
+    attempt: int
+    usage: Usage
+    latency: float
+    error_code: str | None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any], number: int) -> _Attempt:
+        return cls(
+            str(data.get("model") or ""),
+            int(data.get("attempt") or number),
+            _usage(data.get("usage")),
+            float(data.get("latency") or 0.0),
+            data.get("error_code"),
+        )
+
+
+def _usage(data: Mapping[str, Any] | None) -> Usage:
+    data = data or {}
+    return Usage(
+        input_tokens=int(data.get("input_tokens", 0)),
+        output_tokens=int(data.get("output_tokens", 0)),
+        cached_input_tokens=int(data.get("cached_input_tokens", 0)),
+    )
+
+
+def _result_class(record: Mapping[str, Any], schema: type[BaseModel] | None) -> type[BaseModel]:
+    """The class to rebuild the answer as: the request's schema, or for a tool call (no
+    schema) the class the log names, imported only from inside ``sim``."""
+    if schema is not None:
+        return schema
+    named = str(record.get("result_type") or "")
+    module, _, qualname = named.partition(":")
+    if module == "sim" or module.startswith("sim."):
+        cls = getattr(importlib.import_module(module), qualname, None)
+        if isinstance(cls, type) and issubclass(cls, BaseModel):
+            return cls
+    raise LLMSchemaError(f"{record.get('request_id')}: cannot rebuild a {named or '?'} answer")
 
 
 class ReplayAdapter:
@@ -77,6 +122,36 @@ class ReplayAdapter:
         settings: CallSettings | None = None,
         history: tuple[Exchange, ...] = (),
     ) -> AdapterResponse:
+        served = self._lookup(schema)
+        if served is not None:
+            return served
+        assert self.live is not None
+        self.sent += 1
+        return await self.live.execute(
+            instructions, input_data, schema, previous_response_id, settings, history
+        )
+
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[Any, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        """The tool-calling capability: recorded answers are served the same way."""
+        served = self._lookup(None)
+        if served is not None:
+            return served
+        live = getattr(self.live, "execute_tools", None)
+        if live is None:
+            raise LLMConfigurationError(f"{type(self.live).__name__} does not support tool calling")
+        self.sent += 1
+        response: AdapterResponse = await live(instructions, input_data, tools, settings, history)
+        return response
+
+    def _lookup(self, schema: type[BaseModel] | None) -> AdapterResponse | None:
+        """The recorded answer to serve, or ``None`` to send the request live."""
         ident = current_call.get()
         if ident is None:
             raise LLMConfigurationError("the replay provider needs the tick recorder around it")
@@ -85,16 +160,13 @@ class ReplayAdapter:
             return self._serve(record, schema)
         if self.mode == "replay":
             self._drifted(ident, record)
-        if self.live is None:
-            if record is None:
-                raise LLMError(
-                    f"{ident.request_id}: no recorded response to replay", code="replay_missing"
-                )
-            return self._serve(record, schema)
-        self.sent += 1
-        return await self.live.execute(
-            instructions, input_data, schema, previous_response_id, settings, history
-        )
+        if self.live is not None:
+            return None
+        if record is None:
+            raise LLMError(
+                f"{ident.request_id}: no recorded response to replay", code="replay_missing"
+            )
+        return self._serve(record, schema)
 
     def _drifted(self, ident: CallIdentity, record: Mapping[str, Any] | None) -> None:
         if record is None:
@@ -111,36 +183,37 @@ class ReplayAdapter:
         fields, diff = describe_drift(dict(record), ident, recorded_text)
         self.drifts.append(Drift(ident.request_id, ident.entity_key, tuple(fields), diff))
 
-    def _serve(self, record: Mapping[str, Any], schema: type[BaseModel]) -> AdapterResponse:
+    def _serve(self, record: Mapping[str, Any], schema: type[BaseModel] | None) -> AdapterResponse:
         self.served += 1
+        attempts = [_Attempt.of(a, i) for i, a in enumerate(record.get("attempts") or [], 1)]
         if record.get("error_code"):
             raise LLMError(
                 str(record.get("error") or record["error_code"]),
                 code=str(record["error_code"]),
-                context={"served_from": self.mode},
+                context={
+                    "served_from": self.mode,
+                    "attempts": attempts,
+                    "usage": _usage(record.get("usage")),
+                },
             )
-        attempts = record.get("attempts") or [{}]
-        usage = record.get("usage") or {}
+        cls = _result_class(record, schema)
         try:
-            parsed = schema.model_validate(record["result"])
+            parsed = cls.model_validate(record["result"])
         except ValidationError as exc:  # the schema changed since the recording
             raise LLMSchemaError(
                 f"{record.get('request_id')}: the recorded answer does not fit "
-                f"{schema.__name__} any more: {exc}",
+                f"{cls.__name__} any more: {exc}",
                 context={"served_from": self.mode},
             ) from exc
+        raws = record.get("attempts") or [{}]
         return AdapterResponse(
             parsed=parsed,
             response_id=str(record["response_id"]),
-            usage=Usage(
-                input_tokens=int(usage.get("input_tokens", 0)),
-                output_tokens=int(usage.get("output_tokens", 0)),
-                cached_input_tokens=int(usage.get("cached_input_tokens", 0)),
-            ),
+            usage=_usage(record.get("usage")),
             model=str(record.get("response_model") or record.get("model") or ""),
             finish_reason=str(record.get("finish_reason") or "stop"),
-            raw=str(attempts[-1].get("raw", "")),
-            metadata={"served_from": self.mode},
+            raw=str(raws[-1].get("raw") or ""),
+            metadata={"served_from": self.mode, "attempts": attempts},
         )
 
     async def delete_response(self, response_id: str) -> None:
