@@ -130,7 +130,7 @@ def pack_state(files: Mapping[str, bytes]) -> Record:
         "encoding": "zlib+base64",
         "digest": state_digest(files),
         "files": len(files),
-        "data": base64.b64encode(zlib.compress(payload, 6)).decode("ascii"),
+        "data": base64.b64encode(zlib.compress(payload, 1)).decode("ascii"),
     }
 
 

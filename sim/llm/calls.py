@@ -12,6 +12,7 @@ answering without the client having to pass it along.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -30,6 +31,12 @@ def digest(text: str | bytes) -> str:
     """A short, stable content digest (``sha256:`` + 32 hex digits)."""
     data = text.encode() if isinstance(text, str) else text
     return "sha256:" + hashlib.sha256(data).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=256)
+def text_digest(text: str) -> str:
+    """``digest`` for texts sent over and over (a phase's instructions): computed once."""
+    return digest(text)
 
 
 def schema_json(schema: type[BaseModel]) -> dict[str, Any]:
@@ -79,7 +86,7 @@ class CallIdentity:
 
     @property
     def instructions_digest(self) -> str:
-        return digest(self.instructions)
+        return text_digest(self.instructions)
 
     def fields(self) -> dict[str, Any]:
         """The compared parts, by the name drift reports use."""
