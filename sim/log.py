@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +40,8 @@ import orjson
 
 from sim.errors import SimError
 from sim.llm.calls import digest
+
+logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 LOG_DIR = ".sim/log"
@@ -338,8 +341,12 @@ def recover_logs(root: Path) -> list[int]:
         record = orjson.loads(marker.read_bytes())
         path = log_path(root, int(record["tick"]))
         if path.is_file():
-            log = read_log(path)
-            if log.commit is None:
+            try:
+                complete = read_log(path).commit is not None
+            except LogError as exc:  # still completed; `sim log` and `sim check` report it
+                logger.warning("completing an unreadable tick log: %s", exc)
+                complete = False
+            if not complete:
                 writer = LogWriter(path)
                 writer.append(record)
                 writer.close()

@@ -302,5 +302,22 @@ def test_interrupt_messages_say_what_happened(tmp_path: Path) -> None:
     assert "nothing was lost" in str(TickInterrupted(tmp_path, None))
 
 
+def test_sim_check_notes_an_interrupted_tick_and_sim_tick_resumes_it(
+    base: Path, reference: tuple[dict, TickLog], tmp_path: Path
+) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    with pytest.raises(BaseException):  # noqa: B017
+        Runner(world, config_for(world), adapter=CrashAt(seed=7, at=15)).run(1)
+    logged = len(read_log(log_path(world, BASE_TICK + 1)).calls)
+    check = CliRunner().invoke(main, ["check", "--world", str(world)])
+    assert f"tick {BASE_TICK + 1} was interrupted" in check.output
+    assert f"({logged} calls already logged)" in check.output
+    result = CliRunner().invoke(main, ["tick", "--world", str(world), "--concurrency", "3"])
+    assert result.exit_code == 0, result.output
+    assert f"resumed: {logged} calls taken from the interrupted tick's log" in result.output
+    assert tree(world) == reference[0]
+
+
 if os.name != "posix":  # pragma: no cover
     pytest.skip("signals need POSIX", allow_module_level=True)
