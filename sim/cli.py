@@ -131,8 +131,10 @@ def _print_tick(result: TickResult) -> None:
     for note in result.notes:
         click.echo(f"note: {note}")
     if result.resumed_calls:
-        click.echo(f"resumed: {result.resumed_calls} calls taken from the interrupted tick's "
-                   "log, not sent again")
+        click.echo(
+            f"resumed: {result.resumed_calls} calls taken from the interrupted tick's "
+            "log, not sent again"
+        )
     for lid, text in result.narratives.items():
         click.secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
         click.echo(textwrap.fill(text, width=88))
@@ -223,8 +225,10 @@ def check(world_dir: Path, config_file: Path | None) -> None:
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
         logs, problems = read_logs(world_dir)
         if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
-            click.echo(f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
-                       f"resumes it ({len(logs[-1].calls)} calls already logged)")
+            click.echo(
+                f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
+                f"resumes it ({len(logs[-1].calls)} calls already logged)"
+            )
         for problem in problems:
             click.echo(f"warning: unreadable log: {problem}")
 
@@ -239,8 +243,13 @@ def _tick_arg(value: str) -> int | None:
 
 @main.command("log")
 @WORLD
-@click.option("--tick", "tick_", default=None, metavar="N|all",
-              help="The tick to show (default: the last), or 'all' for one line per tick.")
+@click.option(
+    "--tick",
+    "tick_",
+    default=None,
+    metavar="N|all",
+    help="The tick to show (default: the last), or 'all' for one line per tick.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable records.")
 def log_(world_dir: Path, tick_: str | None, as_json: bool) -> None:
     """Show what happened in a tick, from its log."""
@@ -258,8 +267,11 @@ def log_(world_dir: Path, tick_: str | None, as_json: bool) -> None:
                 sys.exit(1)
             return
         number = _tick_arg(tick_) if tick_ is not None else None
-        log = (read_log(log_path(world_dir, number)) if number is not None
-               else logview.last_log(world_dir))
+        log = (
+            read_log(log_path(world_dir, number))
+            if number is not None
+            else logview.last_log(world_dir)
+        )
         if as_json:
             for record in log.records:
                 click.echo(orjson.dumps(record).decode())
@@ -270,14 +282,19 @@ def log_(world_dir: Path, tick_: str | None, as_json: bool) -> None:
 
 @main.command("replay")
 @WORLD
-@click.option("--tick", "tick_", required=True, type=click.IntRange(min=1),
-              help="The first tick to replay.")
+@click.option(
+    "--tick", "tick_", required=True, type=click.IntRange(min=1), help="The first tick to replay."
+)
 @click.option("--to", "to", type=click.IntRange(min=1), help="The last tick (default: --tick).")
-@click.option("--live", is_flag=True,
-              help="Send drifted requests to the configured provider and show the change.")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Send drifted requests to the configured provider and show the change.",
+)
 @CONFIG
-def replay_(world_dir: Path, tick_: int, to: int | None, live: bool,
-            config_file: Path | None) -> None:
+def replay_(
+    world_dir: Path, tick_: int, to: int | None, live: bool, config_file: Path | None
+) -> None:
     """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
     with _errors():
         config = _config(config_file, world_dir)
@@ -290,8 +307,13 @@ def replay_(world_dir: Path, tick_: int, to: int | None, live: bool,
 
 @main.command()
 @WORLD
-@click.option("--tick", "tick_", required=True, type=click.IntRange(min=1),
-              help="Go back to the state at the start of this tick.")
+@click.option(
+    "--tick",
+    "tick_",
+    required=True,
+    type=click.IntRange(min=1),
+    help="Go back to the state at the start of this tick.",
+)
 def rewind(world_dir: Path, tick_: int) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
     with _errors():
@@ -303,10 +325,20 @@ def rewind(world_dir: Path, tick_: int) -> None:
 
 @main.command()
 @WORLD
-@click.option("--tick", "tick_", required=True, type=click.IntRange(min=1),
-              help="Start the new world from the state at the start of this tick.")
-@click.option("--to", "dest", required=True, type=click.Path(path_type=Path, file_okay=False),
-              help="The new world's folder (must not exist yet).")
+@click.option(
+    "--tick",
+    "tick_",
+    required=True,
+    type=click.IntRange(min=1),
+    help="Start the new world from the state at the start of this tick.",
+)
+@click.option(
+    "--to",
+    "dest",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The new world's folder (must not exist yet).",
+)
 def fork(world_dir: Path, tick_: int, dest: Path) -> None:
     """Start a new world from a world's state at the start of a tick."""
     with _errors():

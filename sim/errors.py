@@ -67,9 +67,11 @@ class TickInterrupted(Exception):
         if tick is None:
             message = "interrupted after the last tick committed; nothing was lost"
         elif committed:
-            message = (f"interrupted: tick {tick} had committed; {again} to finish writing it "
-                       "and go on")
+            message = (
+                f"interrupted: tick {tick} had committed; {again} to finish writing it and go on"
+            )
         else:
-            message = (f"interrupted: nothing was committed for tick {tick}; "
-                       f"{again} to resume tick {tick}")
+            message = (
+                f"interrupted: nothing was committed for tick {tick}; {again} to resume tick {tick}"
+            )
         super().__init__(message)

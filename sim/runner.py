@@ -119,8 +119,9 @@ class Runner:
         try:
             return asyncio.run(self.run_async(ticks))
         except KeyboardInterrupt:
-            raise TickInterrupted(self.storage.root, self.current_tick,
-                                  self.storage.pending_journal()) from None
+            raise TickInterrupted(
+                self.storage.root, self.current_tick, self.storage.pending_journal()
+            ) from None
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
@@ -146,8 +147,14 @@ class Runner:
         finally:
             recorder.close()
 
-    async def _run_tick(self, world: World, base_adapter: Adapter, recorder: TickRecorder,
-                        started: float, timings: dict[str, float]) -> TickResult:
+    async def _run_tick(
+        self,
+        world: World,
+        base_adapter: Adapter,
+        recorder: TickRecorder,
+        started: float,
+        timings: dict[str, float],
+    ) -> TickResult:
         store = ResponseStore(world.root)
         ctx = TickContext(world, self.config, recorder.wrap(base_adapter), store, world.tick + 1)
 
@@ -156,8 +163,9 @@ class Runner:
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
                 ctx.reports[-1].usage = ctx.reports[-1].usage + event.usage
 
-        ctx.events = EventFanout(account, recorder.on_event,
-                                 *([self.events] if self.events else []))
+        ctx.events = EventFanout(
+            account, recorder.on_event, *([self.events] if self.events else [])
+        )
         ctx.occupancy = world.characters_at()
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
         for name, run_phase in PHASES:
@@ -185,8 +193,12 @@ class Runner:
             notes=recorder.notes,
             resumed_calls=recorder.resumed_calls,
         )
-        totals = {"calls": result.calls, "failures": result.failures,
-                  "usage": result.usage.to_dict(), "elapsed": time.perf_counter() - started}
+        totals = {
+            "calls": result.calls,
+            "failures": result.failures,
+            "usage": result.usage.to_dict(),
+            "elapsed": time.perf_counter() - started,
+        }
         extra.update(recorder.commit_files(self.storage, world, extra, totals))
         commit_started = time.perf_counter()
         self.storage.commit(world, extra)
