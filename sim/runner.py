@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -69,6 +71,25 @@ def build_adapter(config: Config, world: World) -> Adapter:
     return create_adapter(config.llm.provider, seed=world.seed)
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one tick.
+
+    A tick allocates the whole world as plain dicts and makes little cyclic garbage; with
+    the collector on, its full collections rescan the growing heap again and again, which
+    made load and phases super-linear in the world size (measured: +40% at 10,000
+    characters). Reference counting still frees everything acyclic at once; cycles left
+    by the tick are collected when the collector resumes.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class Runner:
     """Runs ticks of one world folder.
 
@@ -107,7 +128,8 @@ class Runner:
         with self.storage.lock():
             self.storage.recover()
             for _ in range(ticks):
-                result = await self._tick()
+                with _gc_paused():
+                    result = await self._tick()
                 results.append(result)
                 if self.on_tick:
                     self.on_tick(result)
