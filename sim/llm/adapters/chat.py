@@ -1,0 +1,194 @@
+"""The ``chat`` provider: any OpenAI-compatible chat-completions server.
+
+One adapter, many endpoints (vLLM, Ollama, llama.cpp, SGLang, Gemini's OpenAI endpoint):
+only ``base_url`` and ``api_key_env`` differ. The schema goes as ``response_format``
+json_schema; these servers keep no chains, so the window is always sent as messages
+(the engine keeps it in the world's response store) and there is nothing to delete.
+Checks, in order: ``finish_reason == "length"`` -> ``LLMIncompleteError``; a refusal ->
+``LLMRefusalError``; invalid JSON for the schema -> ``LLMSchemaError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+from pydantic import BaseModel
+
+from sim.llm.adapters._openai_common import (
+    build_client,
+    request_timeout,
+    strict_schema,
+    valid_settings,
+    validate_text,
+)
+from sim.llm.adapters._openai_errors import map_openai_error
+from sim.llm.errors import LLMIncompleteError, LLMRefusalError
+from sim.llm.tools import (
+    FunctionCall,
+    ToolCallResponse,
+    ToolCalls,
+    ToolDeclaration,
+    parse_arguments,
+)
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+
+
+def _usage(completion: Any) -> Usage:
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", 0) if details is not None else 0
+    return Usage(
+        input_tokens=int(usage.prompt_tokens or 0),
+        output_tokens=int(usage.completion_tokens or 0),
+        cached_input_tokens=int(cached or 0),
+    )
+
+
+def _messages(
+    instructions: str, history: tuple[Exchange, ...], input_data: str
+) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
+    for exchange in history:
+        messages.append({"role": "user", "content": exchange.input})
+        messages.append({"role": "assistant", "content": exchange.output})
+    messages.append({"role": "user", "content": input_data})
+    return messages
+
+
+class ChatAdapter:
+    """Chat-completions adapter for OpenAI-compatible servers.
+
+    Args:
+        client: an ``openai.AsyncOpenAI`` to use; built from the other arguments if omitted.
+        base_url: the server's ``/v1`` URL.
+        api_key_env: the environment variable holding the key; when ``base_url`` points at a
+            local server the key may be unset.
+        timeout_seconds: default total timeout; each call uses its settings' timeout.
+        connect_timeout_seconds: connect timeout.
+    """
+
+    name = "chat"
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI | None = None,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_seconds: float = 60.0,
+        connect_timeout_seconds: float = 10.0,
+        **_: Any,
+    ) -> None:
+        self.api_key_env = api_key_env
+        self.connect_timeout_seconds = connect_timeout_seconds
+        local = bool(base_url) and any(
+            host in str(base_url) for host in ("127.0.0.1", "localhost", "[::1]")
+        )
+        self.client = client or build_client(
+            base_url=base_url, api_key_env=api_key_env, timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds, require_key=not local,
+        )
+
+    async def _create(self, settings: CallSettings, **params: Any) -> Any:
+        try:
+            return await self.client.chat.completions.create(
+                model=settings.model,
+                temperature=settings.temperature,
+                max_completion_tokens=settings.max_output_tokens,
+                timeout=request_timeout(settings, self.connect_timeout_seconds),
+                **params,
+            )
+        except openai.OpenAIError as exc:
+            raise map_openai_error(
+                exc, api_key_env=self.api_key_env, model=settings.model
+            ) from exc
+
+    @staticmethod
+    def _message(completion: Any, usage: Usage, context: dict[str, Any]) -> Any:
+        context = {**context, "usage": usage, "response_id": completion.id}
+        if not completion.choices:
+            raise LLMIncompleteError("the server returned no choices", reason="empty",
+                                     context=context)
+        choice = completion.choices[0]
+        if choice.finish_reason == "length":
+            raise LLMIncompleteError(
+                "the answer was cut short (max_output_tokens)", reason="max_output_tokens",
+                context=context,
+            )
+        message = choice.message
+        if getattr(message, "refusal", None):
+            raise LLMRefusalError(
+                f"the model refused: {message.refusal}", refusal_message=str(message.refusal),
+                context=context,
+            )
+        return message
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        settings = settings or CallSettings()
+        completion = await self._create(
+            settings,
+            messages=_messages(instructions, history, input_data),
+            response_format={"type": "json_schema", "json_schema": {
+                "name": schema.__name__, "schema": strict_schema(schema), "strict": True}},
+        )
+        usage = _usage(completion)
+        context = {"model": settings.model}
+        message = self._message(completion, usage, context)
+        text = message.content or ""
+        parsed = validate_text(schema, text, usage, {**context, "response_id": completion.id})
+        return AdapterResponse(
+            parsed=parsed, response_id=completion.id, usage=usage,
+            model=str(completion.model or settings.model), finish_reason="stop", raw=text,
+            metadata={"provider": self.name},
+        )
+
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[ToolDeclaration, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> ToolCallResponse:
+        settings = settings or CallSettings()
+        completion = await self._create(
+            settings,
+            messages=_messages(instructions, history, input_data),
+            tools=[tool.openai_chat() for tool in tools],
+            tool_choice="required",
+        )
+        usage = _usage(completion)
+        message = self._message(completion, usage, {"model": settings.model})
+        calls = [
+            FunctionCall(
+                name=call.function.name,
+                arguments=parse_arguments(call.function.name, call.function.arguments),
+                call_id=str(call.id or ""),
+            )
+            for call in (message.tool_calls or ())
+            if getattr(call, "function", None) is not None
+        ]
+        result = ToolCalls(calls=calls, content=message.content or None)
+        return AdapterResponse(
+            parsed=result, response_id=completion.id, usage=usage,
+            model=str(completion.model or settings.model),
+            finish_reason="tool_calls" if calls else "stop", raw=result.dump(),
+            metadata={"provider": self.name},
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        """Chat servers store nothing; the engine's store drops its own copy."""
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return valid_settings(settings)
