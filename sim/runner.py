@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sim.config import Config
-from sim.llm.adapters import create_adapter
 from sim.llm.events import EventFanout, EventSink, LLMEvent
+from sim.llm.stack import PhaseGuard, build_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
 from sim.phases import PHASES
@@ -63,8 +63,12 @@ class TickResult:
 
 
 def build_adapter(config: Config, world: World) -> Adapter:
-    """The configured provider's adapter for this world."""
-    return create_adapter(config.llm.provider, seed=world.seed)
+    """The configured provider's adapter stack (recovery, rate limits, budget) for this world.
+
+    Raises:
+        LLMConfigurationError: unknown provider, missing API key.
+    """
+    return build_stack(config, world.seed)
 
 
 class Runner:
@@ -114,16 +118,27 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
-        adapter = self.adapter or build_adapter(self.config, world)
+        if self.adapter is None:  # built once per run: budget and breakers span its ticks
+            self.adapter = build_adapter(self.config, world)
+        adapter = self.adapter
         store = ResponseStore(world.root)
         ctx = TickContext(world, self.config, adapter, store, world.tick + 1)
 
         def account(event: LLMEvent) -> None:
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
-                ctx.reports[-1].usage = ctx.reports[-1].usage + event.usage
+                report = ctx.reports[-1]
+                report.usage = report.usage + event.usage
+                if not event.final:
+                    report.retries += 1
+                elif event.response is not None and "fallback_from" in event.response.metadata:
+                    report.model_fallbacks[str(event.entity_key)] = (
+                        f"{event.response.metadata['fallback_from']} -> "
+                        f"{event.response.metadata.get('fallback_to', event.model)}"
+                    )
 
-        ctx.events = EventFanout(account, *([self.events] if self.events else []))
+        guard = PhaseGuard(self.config.llm.max_failed_fraction)
+        ctx.events = EventFanout(account, guard, *([self.events] if self.events else []))
         ctx.occupancy = world.characters_at()
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
         for name, run_phase in PHASES:
@@ -132,6 +147,7 @@ class Runner:
             await run_phase(ctx)
             if self.on_phase:
                 self.on_phase(name, "end", ctx.reports[-1])
+            guard.check(ctx.reports[-1], find_budget(adapter))  # raises: nothing committed
         world.meta["tick"] = ctx.tick
         self.storage.commit(world, store.changes())
         store.mark_committed()

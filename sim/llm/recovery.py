@@ -253,6 +253,7 @@ class RecoveryAdapter:
             response.metadata["attempts"] = attempts
             if model != settings.model:
                 response.metadata["fallback_from"] = settings.model
+                response.metadata["fallback_to"] = model
             return response
         assert last is not None
         last.context["attempts"] = attempts
