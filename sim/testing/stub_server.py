@@ -71,7 +71,7 @@ class StubOptions:
     fault_rate: float = 0.0
     faults: tuple[str, ...] = RANDOM_FAULTS
     retry_after: float = 0.01
-    hang_seconds: float = 30.0
+    hang_seconds: float = 600.0
     seed: int = 0
 
 
@@ -117,7 +117,7 @@ class StubServer:
         self.script: deque[str | None] = deque()
         self.model_faults: dict[str, str] = {}
         self.responses: dict[str, _Stored] = {}
-        self._rng = random.Random(self.options.seed)
+        self._rng = random.Random(f"sim-stub:{self.options.seed}")
         self._prefixes: set[tuple[str, str]] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
