@@ -117,6 +117,8 @@ class StubServer:
         self.script: deque[str | None] = deque()
         self.model_faults: dict[str, str] = {}
         self.responses: dict[str, _Stored] = {}
+        #: the last generation request bodies, oldest first (for tests to inspect)
+        self.log: deque[Json] = deque(maxlen=1000)
         self._rng = random.Random(f"sim-stub:{self.options.seed}")
         self._prefixes: set[tuple[str, str]] = set()
         self._server: asyncio.Server | None = None
@@ -138,6 +140,7 @@ class StubServer:
         self.stats = StubStats()
         self.script.clear()
         self.model_faults.clear()
+        self.log.clear()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
@@ -203,8 +206,10 @@ class StubServer:
         try:
             request = orjson.loads(body) if body else {}
             if method == "POST" and path == "/v1/responses":
+                self.log.append(request)
                 return 200, await self._responses(request), {}
             if method == "POST" and path == "/v1/chat/completions":
+                self.log.append(request)
                 return 200, await self._chat(request), {}
             if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
                 return 200, self._stored(method, path.rsplit("/", 1)[1]), {}
