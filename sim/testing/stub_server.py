@@ -61,7 +61,8 @@ class StubOptions:
         latency_jitter: extra uniform random latency in ``[0, latency_jitter]``.
         fault_rate: probability that a generation request gets a random fault.
         faults: the faults ``fault_rate`` draws from.
-        retry_after: seconds sent in ``retry-after-ms`` with a 429.
+        retry_after: seconds sent in ``retry-after-ms`` / ``retry-after`` with a 429
+            (``None``: no header, the client backs off on its own).
         hang_seconds: how long a ``hang`` holds the request (set past the client timeout).
         seed: randomness of faults, latency and answers.
     """
@@ -70,7 +71,7 @@ class StubOptions:
     latency_jitter: float = 0.0
     fault_rate: float = 0.0
     faults: tuple[str, ...] = RANDOM_FAULTS
-    retry_after: float = 0.01
+    retry_after: float | None = 0.01
     hang_seconds: float = 600.0
     seed: int = 0
 
@@ -265,10 +266,12 @@ class StubServer:
             await asyncio.sleep(opts.hang_seconds)
             raise _HTTPError(500, error_body("hung", "server_error", None))
         if fault == "rate_limit":
-            ms = opts.retry_after * 1000
+            headers = {} if opts.retry_after is None else {
+                "retry-after-ms": f"{opts.retry_after * 1000:g}",
+                "retry-after": f"{opts.retry_after:g}",
+            }
             raise _HTTPError(429, error_body("Rate limit reached, retry shortly", "requests",
-                                             "rate_limit_exceeded"),
-                             {"retry-after-ms": f"{ms:g}", "retry-after": f"{opts.retry_after:g}"})
+                                             "rate_limit_exceeded"), headers)
         if fault == "insufficient_quota":
             raise _HTTPError(429, error_body("You exceeded your current quota",
                                              "insufficient_quota", "insufficient_quota"))
