@@ -323,3 +323,24 @@ async def test_stack_from_config_and_attempt_events(stub_server: StubServer) -> 
     stats = bob["_openai"]["usage"]
     assert stats["total_input_tokens"] == stub_server.stats.input_tokens
     assert stats["total_requests"] == 1
+
+
+async def test_lost_server_chain_is_reset_and_resent(stub_server: StubServer) -> None:
+    sdk = openai.AsyncOpenAI(base_url=stub_server.base_url, api_key="sk-test", max_retries=0)
+    adapter = RecoveryAdapter(OpenAIAdapter(sdk, store=True), sleep=Sleeps())
+    bob: dict[str, Any] = {"identity": {"id": "bob"}}
+    events: list[LLMEvent] = []
+    client = LLMClient(adapter, [bob], 2, chain_mode="server", settings=settings(),
+                       events=events.append)
+    await client.create_response("Write.", "one", Note, entity_key="intention:bob")
+    lost = bob["_openai"]["intention_chain"][-1]
+    stub_server.responses.clear()  # the provider forgot the chain (expiry, deletion)
+    result = await client.create_response("Write.", "two", Note, entity_key="intention:bob")
+    assert isinstance(result, Note)
+    chain = bob["_openai"]["intention_chain"]
+    assert lost not in chain and len(chain) == 1
+    assert [b.get("previous_response_id") for b in stub_server.log] == [None, lost, None]
+    codes = [(e.kind, e.final, e.error_code) for e in events if e.kind != "llm_called"]
+    assert codes[1:] == [("llm_failed", False, "previous_response_not_found"),
+                         ("llm_completed", True, None)]
+    assert client.pending_deletions == []  # nothing to delete: the provider lost it
