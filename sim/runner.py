@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from sim.config import Config
 from sim.llm.events import EventFanout, EventSink, LLMEvent
-from sim.llm.stack import PhaseGuard, build_stack, find_budget
+from sim.llm.stack import PhaseGuard, build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
 from sim.phases import PHASES
@@ -106,13 +106,19 @@ class Runner:
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
-        with self.storage.lock():
-            self.storage.recover()
-            for _ in range(ticks):
-                result = await self._tick()
-                results.append(result)
-                if self.on_tick:
-                    self.on_tick(result)
+        built = self.adapter is None
+        try:
+            with self.storage.lock():
+                self.storage.recover()
+                for _ in range(ticks):
+                    result = await self._tick()
+                    results.append(result)
+                    if self.on_tick:
+                        self.on_tick(result)
+        finally:
+            if built and self.adapter is not None:  # its HTTP client belongs to this loop
+                await close_stack(self.adapter)
+                self.adapter = None
         return results
 
     async def _tick(self) -> TickResult:

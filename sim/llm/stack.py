@@ -90,6 +90,16 @@ def build_stack(
     )
 
 
+async def close_stack(adapter: object) -> None:
+    """Close the HTTP client at the bottom of a stack, on the loop that used it."""
+    while adapter is not None:
+        close = getattr(adapter, "aclose", None)
+        if close is not None:
+            await close()
+            return
+        adapter = getattr(adapter, "inner", None)
+
+
 def find_budget(adapter: object) -> Budget | None:
     """The budget inside a stack, if any (for reports)."""
     while adapter is not None:

@@ -190,5 +190,9 @@ class ChatAdapter:
     async def delete_response(self, response_id: str) -> None:
         """Chat servers store nothing; the engine's store drops its own copy."""
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connections (call on the loop that used them)."""
+        await self.client.close()
+
     def validate_config(self, settings: CallSettings) -> bool:
         return valid_settings(settings)

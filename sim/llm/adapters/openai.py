@@ -209,5 +209,9 @@ class OpenAIAdapter:
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model="") from exc
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connections (call on the loop that used them)."""
+        await self.client.close()
+
     def validate_config(self, settings: CallSettings) -> bool:
         return valid_settings(settings)
