@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import (
@@ -23,7 +24,7 @@ from sim.llm.adapters._openai_common import (
     validate_text,
 )
 from sim.llm.adapters._openai_errors import map_openai_error
-from sim.llm.errors import LLMIncompleteError, LLMRefusalError
+from sim.llm.errors import LLMAPIError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
     FunctionCall,
     ToolCallResponse,
@@ -33,17 +34,16 @@ from sim.llm.tools import (
 )
 from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
 
+Json = dict[str, Any]
 
-def _usage(completion: Any) -> Usage:
-    usage = getattr(completion, "usage", None)
-    if usage is None:
-        return Usage()
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", 0) if details is not None else 0
+
+def _usage(data: Json) -> Usage:
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
     return Usage(
-        input_tokens=int(usage.prompt_tokens or 0),
-        output_tokens=int(usage.completion_tokens or 0),
-        cached_input_tokens=int(cached or 0),
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        cached_input_tokens=int(details.get("cached_tokens") or 0),
     )
 
 
@@ -92,37 +92,52 @@ class ChatAdapter:
             connect_timeout_seconds=connect_timeout_seconds, require_key=not local,
         )
 
-    async def _create(self, settings: CallSettings, **params: Any) -> Any:
+    async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
+        """One ``chat.completions.create``; returns the completion as plain JSON.
+
+        As in the openai adapter, the bulky parts go as ``extra_body`` and the raw body is
+        read directly: the SDK's param transformation and typed models cost more CPU per
+        call than everything else.
+        """
         try:
-            return await self.client.chat.completions.create(
+            raw = await self.client.chat.completions.with_raw_response.create(
                 model=settings.model,
                 temperature=settings.temperature,
                 max_completion_tokens=settings.max_output_tokens,
                 timeout=request_timeout(settings, self.connect_timeout_seconds),
+                extra_body=body,
                 **params,
             )
+            data = orjson.loads(raw.content)
         except openai.OpenAIError as exc:
             raise map_openai_error(
                 exc, api_key_env=self.api_key_env, model=settings.model
             ) from exc
+        except orjson.JSONDecodeError as exc:
+            raise LLMAPIError(f"the server sent a body that is not JSON: {exc}",
+                              code="bad_response", cause=exc) from exc
+        if not isinstance(data, dict):
+            raise LLMAPIError("the server sent an unexpected body", code="bad_response")
+        return data
 
     @staticmethod
-    def _message(completion: Any, usage: Usage, context: dict[str, Any]) -> Any:
-        context = {**context, "usage": usage, "response_id": completion.id}
-        if not completion.choices:
+    def _message(data: Json, usage: Usage, context: dict[str, Any]) -> Json:
+        context = {**context, "usage": usage, "response_id": data.get("id")}
+        choices = data.get("choices") or []
+        if not choices:
             raise LLMIncompleteError("the server returned no choices", reason="empty",
                                      context=context)
-        choice = completion.choices[0]
-        if choice.finish_reason == "length":
+        choice = choices[0]
+        if choice.get("finish_reason") == "length":
             raise LLMIncompleteError(
                 "the answer was cut short (max_output_tokens)", reason="max_output_tokens",
                 context=context,
             )
-        message = choice.message
-        if getattr(message, "refusal", None):
+        message: Json = choice.get("message") or {}
+        refusal = message.get("refusal")
+        if refusal:
             raise LLMRefusalError(
-                f"the model refused: {message.refusal}", refusal_message=str(message.refusal),
-                context=context,
+                f"the model refused: {refusal}", refusal_message=str(refusal), context=context,
             )
         return message
 
@@ -136,20 +151,19 @@ class ChatAdapter:
         history: tuple[Exchange, ...] = (),
     ) -> AdapterResponse:
         settings = settings or CallSettings()
-        completion = await self._create(
-            settings,
-            messages=_messages(instructions, history, input_data),
-            response_format={"type": "json_schema", "json_schema": {
+        data = await self._create(settings, {
+            "response_format": {"type": "json_schema", "json_schema": {
                 "name": schema.__name__, "schema": strict_schema(schema), "strict": True}},
-        )
-        usage = _usage(completion)
+        }, messages=_messages(instructions, history, input_data))
+        usage = _usage(data)
+        cid = str(data.get("id") or "")
         context = {"model": settings.model}
-        message = self._message(completion, usage, context)
-        text = message.content or ""
-        parsed = validate_text(schema, text, usage, {**context, "response_id": completion.id})
+        message = self._message(data, usage, context)
+        text = str(message.get("content") or "")
+        parsed = validate_text(schema, text, usage, {**context, "response_id": cid})
         return AdapterResponse(
-            parsed=parsed, response_id=completion.id, usage=usage,
-            model=str(completion.model or settings.model), finish_reason="stop", raw=text,
+            parsed=parsed, response_id=cid, usage=usage,
+            model=str(data.get("model") or settings.model), finish_reason="stop", raw=text,
             metadata={"provider": self.name},
         )
 
@@ -162,27 +176,23 @@ class ChatAdapter:
         history: tuple[Exchange, ...] = (),
     ) -> ToolCallResponse:
         settings = settings or CallSettings()
-        completion = await self._create(
-            settings,
-            messages=_messages(instructions, history, input_data),
-            tools=[tool.openai_chat() for tool in tools],
-            tool_choice="required",
-        )
-        usage = _usage(completion)
-        message = self._message(completion, usage, {"model": settings.model})
-        calls = [
-            FunctionCall(
-                name=call.function.name,
-                arguments=parse_arguments(call.function.name, call.function.arguments),
-                call_id=str(call.id or ""),
-            )
-            for call in (message.tool_calls or ())
-            if getattr(call, "function", None) is not None
-        ]
-        result = ToolCalls(calls=calls, content=message.content or None)
+        data = await self._create(settings, {
+            "tools": [tool.openai_chat() for tool in tools],
+        }, messages=_messages(instructions, history, input_data), tool_choice="required")
+        usage = _usage(data)
+        message = self._message(data, usage, {"model": settings.model})
+        calls = []
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            name = str(function.get("name") or "")
+            calls.append(FunctionCall(
+                name=name, arguments=parse_arguments(name, function.get("arguments")),
+                call_id=str(call.get("id") or ""),
+            ))
+        result = ToolCalls(calls=calls, content=message.get("content") or None)
         return AdapterResponse(
-            parsed=result, response_id=completion.id, usage=usage,
-            model=str(completion.model or settings.model),
+            parsed=result, response_id=str(data.get("id") or ""), usage=usage,
+            model=str(data.get("model") or settings.model),
             finish_reason="tool_calls" if calls else "stop", raw=result.dump(),
             metadata={"provider": self.name},
         )

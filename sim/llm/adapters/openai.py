@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import (
@@ -37,22 +38,32 @@ from sim.llm.tools import (
 )
 from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
 
+Json = dict[str, Any]
 
-def _usage(response: Any) -> Usage:
-    usage = getattr(response, "usage", None)
-    if usage is None:
-        return Usage()
-    details = getattr(usage, "input_tokens_details", None)
-    cached = getattr(details, "cached_tokens", 0) if details is not None else 0
+
+def _usage(data: Json) -> Usage:
+    usage = data.get("usage") or {}
+    details = usage.get("input_tokens_details") or {}
     return Usage(
-        input_tokens=int(usage.input_tokens or 0),
-        output_tokens=int(usage.output_tokens or 0),
-        cached_input_tokens=int(cached or 0),
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cached_input_tokens=int(details.get("cached_tokens") or 0),
     )
 
 
-def _input_items(history: tuple[Exchange, ...], input_data: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
+def _output_text(data: Json) -> str:
+    """All ``output_text`` parts of all messages, joined (the SDK's ``output_text``)."""
+    return "".join(
+        str(part.get("text") or "")
+        for item in data.get("output") or ()
+        if item.get("type") == "message"
+        for part in item.get("content") or ()
+        if part.get("type") == "output_text"
+    )
+
+
+def _input_items(history: tuple[Exchange, ...], input_data: str) -> list[Json]:
+    items: list[Json] = []
     for exchange in history:
         items.append({"role": "user", "content": exchange.input})
         items.append({"role": "assistant", "content": exchange.output})
@@ -94,45 +105,61 @@ class OpenAIAdapter:
             connect_timeout_seconds=connect_timeout_seconds,
         )
 
-    async def _create(self, settings: CallSettings, **params: Any) -> Any:
+    async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
+        """One ``responses.create``; returns the response as plain JSON.
+
+        The bulky, already-valid parts (``input``, ``text``, ``tools``) go as ``extra_body``
+        and the answer is read from the raw body: the SDK's per-call transformation of
+        nested params and construction of typed models cost more CPU than the rest of a
+        call (measured), and we need only a few fields. Errors still come from the SDK.
+        """
         try:
-            return await self.client.responses.create(
+            raw = await self.client.responses.with_raw_response.create(
                 model=settings.model,
                 temperature=settings.temperature,
                 max_output_tokens=settings.max_output_tokens,
                 store=self.store,
                 timeout=request_timeout(settings, self.connect_timeout_seconds),
+                extra_body=body,
                 **params,
             )
+            data = orjson.loads(raw.content)
         except openai.OpenAIError as exc:
             raise map_openai_error(
                 exc, api_key_env=self.api_key_env, model=settings.model
             ) from exc
+        except orjson.JSONDecodeError as exc:
+            raise LLMAPIError(f"the provider sent a body that is not JSON: {exc}",
+                              code="bad_response", cause=exc) from exc
+        if not isinstance(data, dict):
+            raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
+        return data
 
     @staticmethod
-    def _check(response: Any, usage: Usage, context: dict[str, Any]) -> None:
+    def _check(data: Json, usage: Usage, context: dict[str, Any]) -> None:
         """Incomplete, failed and refused answers, in that order."""
-        context = {**context, "usage": usage, "response_id": response.id}
-        if response.status == "incomplete":
-            details = response.incomplete_details
-            reason = str(getattr(details, "reason", "") or "unknown")
+        context = {**context, "usage": usage, "response_id": data.get("id")}
+        status = data.get("status")
+        if status == "incomplete":
+            reason = str((data.get("incomplete_details") or {}).get("reason") or "unknown")
             raise LLMIncompleteError(
                 f"the answer was cut short ({reason})", reason=reason, context=context
             )
-        if response.status == "failed":
-            error = response.error
+        if status == "failed":
+            error = data.get("error") or {}
             raise LLMAPIError(
-                f"the response failed: {getattr(error, 'message', '')}",
-                code=str(getattr(error, "code", "") or "response_failed"), context=context,
+                f"the response failed: {error.get('message', '')}",
+                code=str(error.get("code") or "response_failed"), context=context,
             )
-        for item in response.output or ():
-            if item.type != "message":
+        for item in data.get("output") or ():
+            if item.get("type") != "message":
                 continue
-            for content in item.content or ():
-                if content.type == "refusal":
+            for content in item.get("content") or ():
+                if content.get("type") == "refusal":
+                    refusal = str(content.get("refusal") or "")
                     raise LLMRefusalError(
-                        f"the model refused: {content.refusal}",
-                        refusal_message=str(content.refusal), context=context,
+                        f"the model refused: {refusal}", refusal_message=refusal,
+                        context=context,
                     )
 
     async def execute(
@@ -145,23 +172,23 @@ class OpenAIAdapter:
         history: tuple[Exchange, ...] = (),
     ) -> AdapterResponse:
         settings = settings or CallSettings()
-        params: dict[str, Any] = {
-            "instructions": instructions,
+        body: Json = {
             "input": _input_items(history, input_data),
             "text": {"format": {"type": "json_schema", "name": schema.__name__,
                                 "schema": strict_schema(schema), "strict": True}},
         }
         if previous_response_id:
-            params["previous_response_id"] = previous_response_id
-        response = await self._create(settings, **params)
-        usage = _usage(response)
+            body["previous_response_id"] = previous_response_id
+        data = await self._create(settings, body, instructions=instructions)
+        usage = _usage(data)
+        rid = str(data.get("id") or "")
         context = {"model": settings.model}
-        self._check(response, usage, context)
-        text = response.output_text
-        parsed = validate_text(schema, text, usage, {**context, "response_id": response.id})
+        self._check(data, usage, context)
+        text = _output_text(data)
+        parsed = validate_text(schema, text, usage, {**context, "response_id": rid})
         return AdapterResponse(
-            parsed=parsed, response_id=response.id, usage=usage,
-            model=str(response.model or settings.model), finish_reason="stop", raw=text,
+            parsed=parsed, response_id=rid, usage=usage,
+            model=str(data.get("model") or settings.model), finish_reason="stop", raw=text,
             metadata={"provider": self.name},
         )
 
@@ -174,26 +201,26 @@ class OpenAIAdapter:
         history: tuple[Exchange, ...] = (),
     ) -> ToolCallResponse:
         settings = settings or CallSettings()
-        response = await self._create(
-            settings,
-            instructions=instructions,
-            input=_input_items(history, input_data),
-            tools=[tool.openai_responses() for tool in tools],
-            tool_choice="required",
-        )
-        usage = _usage(response)
-        self._check(response, usage, {"model": settings.model})
+        body: Json = {
+            "input": _input_items(history, input_data),
+            "tools": [tool.openai_responses() for tool in tools],
+        }
+        data = await self._create(settings, body, instructions=instructions,
+                                  tool_choice="required")
+        usage = _usage(data)
+        self._check(data, usage, {"model": settings.model})
         calls: list[FunctionCall] = []
-        for item in response.output or ():
-            if item.type == "function_call":
+        for item in data.get("output") or ():
+            if item.get("type") == "function_call":
+                name = str(item.get("name") or "")
                 calls.append(FunctionCall(
-                    name=item.name, arguments=parse_arguments(item.name, item.arguments),
-                    call_id=str(item.call_id or ""),
+                    name=name, arguments=parse_arguments(name, item.get("arguments")),
+                    call_id=str(item.get("call_id") or ""),
                 ))
-        result = ToolCalls(calls=calls, content=response.output_text or None)
+        result = ToolCalls(calls=calls, content=_output_text(data) or None)
         return AdapterResponse(
-            parsed=result, response_id=response.id, usage=usage,
-            model=str(response.model or settings.model),
+            parsed=result, response_id=str(data.get("id") or ""), usage=usage,
+            model=str(data.get("model") or settings.model),
             finish_reason="tool_calls" if calls else "stop", raw=result.dump(),
             metadata={"provider": self.name},
         )
