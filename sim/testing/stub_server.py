@@ -81,6 +81,7 @@ class StubStats:
     """Counters a test reads to prove what was paid for."""
 
     requests: int = 0
+    connections: int = 0
     generations: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -91,7 +92,8 @@ class StubStats:
 
     def to_dict(self) -> Json:
         return {
-            "requests": self.requests, "generations": self.generations,
+            "requests": self.requests, "connections": self.connections,
+            "generations": self.generations,
             "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens, "by_route": dict(self.by_route),
             "faults": dict(self.faults), "models": dict(self.models),
@@ -167,6 +169,7 @@ class StubServer:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        self.stats.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
