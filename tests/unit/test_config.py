@@ -95,3 +95,13 @@ def test_phase_aliases() -> None:
     assert phase_section("phase2a") == "phase2a"
     with pytest.raises(InputError, match="unknown phase 'phase3'"):
         phase_section("phase3")
+
+
+def test_every_config_snippet_in_providers_doc_is_valid(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "providers.md").read_text()
+    snippets = text.split("```toml\n")[1:]
+    assert len(snippets) >= 6
+    for i, snippet in enumerate(snippets):
+        path = tmp_path / f"snippet{i}.toml"
+        path.write_text(snippet.split("```", 1)[0])
+        load_config(path)  # raises InputError naming the key if a snippet is wrong
