@@ -100,6 +100,12 @@ async def test_server_mode_chains_and_deletes(stub_server: StubServer) -> None:
         await adapter.execute("Write.", "three", Note, previous_response_id=first.response_id,
                               settings=SETTINGS)
     await adapter.delete_response(first.response_id)  # already gone: fine
+    # an answer that fails our checks is not left stored at the provider
+    stub_server.enqueue("malformed")
+    stored = len(stub_server.responses)
+    with pytest.raises(LLMSchemaError):
+        await adapter.execute("Write.", "four", Note, settings=SETTINGS)
+    assert len(stub_server.responses) == stored
 
 
 async def test_chat_window_is_sent_as_messages(stub_server: StubServer) -> None:

@@ -14,6 +14,7 @@ with ``previous_response_id``, and evicted ones are deleted after commit.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import openai
@@ -28,7 +29,7 @@ from sim.llm.adapters._openai_common import (
     validate_text,
 )
 from sim.llm.adapters._openai_errors import map_openai_error
-from sim.llm.errors import LLMAPIError, LLMIncompleteError, LLMRefusalError
+from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
     FunctionCall,
     ToolCallResponse,
@@ -183,9 +184,13 @@ class OpenAIAdapter:
         usage = _usage(data)
         rid = str(data.get("id") or "")
         context = {"model": settings.model}
-        self._check(data, usage, context)
-        text = _output_text(data)
-        parsed = validate_text(schema, text, usage, {**context, "response_id": rid})
+        try:
+            self._check(data, usage, context)
+            text = _output_text(data)
+            parsed = validate_text(schema, text, usage, {**context, "response_id": rid})
+        except LLMError:
+            await self._discard(rid)
+            raise
         return AdapterResponse(
             parsed=parsed, response_id=rid, usage=usage,
             model=str(data.get("model") or settings.model), finish_reason="stop", raw=text,
@@ -208,7 +213,11 @@ class OpenAIAdapter:
         data = await self._create(settings, body, instructions=instructions,
                                   tool_choice="required")
         usage = _usage(data)
-        self._check(data, usage, {"model": settings.model})
+        try:
+            self._check(data, usage, {"model": settings.model})
+        except LLMError:
+            await self._discard(str(data.get("id") or ""))
+            raise
         calls: list[FunctionCall] = []
         for item in data.get("output") or ():
             if item.get("type") == "function_call":
@@ -224,6 +233,13 @@ class OpenAIAdapter:
             finish_reason="tool_calls" if calls else "stop", raw=result.dump(),
             metadata={"provider": self.name},
         )
+
+    async def _discard(self, response_id: str) -> None:
+        """Delete a stored answer that failed our checks: no chain will ever point at it,
+        so it can go at once (best effort; never masks the original error)."""
+        if self.store and response_id:
+            with contextlib.suppress(LLMError):
+                await self.delete_response(response_id)
 
     async def delete_response(self, response_id: str) -> None:
         """Delete a stored response; a no-op when responses are not stored (``window``)."""
