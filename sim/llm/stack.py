@@ -35,6 +35,7 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
         "api_key_env": llm.api_key_env,
         "timeout_seconds": llm.timeout_seconds,
         "connect_timeout_seconds": llm.connect_timeout_seconds,
+        "max_concurrency": llm.max_concurrency,
         "store": llm.chain_mode == "server",
     }
 

@@ -17,7 +17,8 @@ import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import (
-    build_client,
+    ClientPool,
+    build_pool,
     request_timeout,
     strict_schema,
     valid_settings,
@@ -68,6 +69,7 @@ class ChatAdapter:
             local server the key may be unset.
         timeout_seconds: default total timeout; each call uses its settings' timeout.
         connect_timeout_seconds: connect timeout.
+        max_concurrency: calls in flight to size the HTTP connection pools for.
     """
 
     name = "chat"
@@ -80,6 +82,7 @@ class ChatAdapter:
         api_key_env: str = "OPENAI_API_KEY",
         timeout_seconds: float = 60.0,
         connect_timeout_seconds: float = 10.0,
+        max_concurrency: int = 64,
         **_: Any,
     ) -> None:
         self.api_key_env = api_key_env
@@ -87,10 +90,13 @@ class ChatAdapter:
         local = bool(base_url) and any(
             host in str(base_url) for host in ("127.0.0.1", "localhost", "[::1]")
         )
-        self.client = client or build_client(
+        self.pool = ClientPool([client]) if client is not None else build_pool(
             base_url=base_url, api_key_env=api_key_env, timeout_seconds=timeout_seconds,
-            connect_timeout_seconds=connect_timeout_seconds, require_key=not local,
+            connect_timeout_seconds=connect_timeout_seconds,
+            max_concurrency=max_concurrency, require_key=not local,
         )
+        #: the (first) SDK client, for direct use
+        self.client = self.pool.first
 
     async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
         """One ``chat.completions.create``; returns the completion as plain JSON.
@@ -100,7 +106,7 @@ class ChatAdapter:
         call than everything else.
         """
         try:
-            raw = await self.client.chat.completions.with_raw_response.create(
+            raw = await self.pool.next().chat.completions.with_raw_response.create(
                 model=settings.model,
                 temperature=settings.temperature,
                 max_completion_tokens=settings.max_output_tokens,
@@ -202,7 +208,7 @@ class ChatAdapter:
 
     async def aclose(self) -> None:
         """Close the SDK client's connections (call on the loop that used them)."""
-        await self.client.close()
+        await self.pool.aclose()
 
     def validate_config(self, settings: CallSettings) -> bool:
         return valid_settings(settings)

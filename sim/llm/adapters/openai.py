@@ -22,7 +22,8 @@ import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import (
-    build_client,
+    ClientPool,
+    build_pool,
     request_timeout,
     strict_schema,
     valid_settings,
@@ -82,6 +83,7 @@ class OpenAIAdapter:
         api_key_env: the environment variable holding the key.
         timeout_seconds: default total timeout; each call uses its settings' timeout.
         connect_timeout_seconds: connect timeout.
+        max_concurrency: calls in flight to size the HTTP connection pools for.
         store: keep responses server-side (``server`` chain mode).
     """
 
@@ -95,16 +97,20 @@ class OpenAIAdapter:
         api_key_env: str = "OPENAI_API_KEY",
         timeout_seconds: float = 60.0,
         connect_timeout_seconds: float = 10.0,
+        max_concurrency: int = 64,
         store: bool = False,
         **_: Any,
     ) -> None:
         self.api_key_env = api_key_env
         self.connect_timeout_seconds = connect_timeout_seconds
         self.store = store
-        self.client = client or build_client(
+        self.pool = ClientPool([client]) if client is not None else build_pool(
             base_url=base_url, api_key_env=api_key_env, timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
+            max_concurrency=max_concurrency,
         )
+        #: the (first) SDK client, for direct use
+        self.client = self.pool.first
 
     async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
         """One ``responses.create``; returns the response as plain JSON.
@@ -115,7 +121,7 @@ class OpenAIAdapter:
         call (measured), and we need only a few fields. Errors still come from the SDK.
         """
         try:
-            raw = await self.client.responses.with_raw_response.create(
+            raw = await self.pool.next().responses.with_raw_response.create(
                 model=settings.model,
                 temperature=settings.temperature,
                 max_output_tokens=settings.max_output_tokens,
@@ -254,7 +260,7 @@ class OpenAIAdapter:
 
     async def aclose(self) -> None:
         """Close the SDK client's connections (call on the loop that used them)."""
-        await self.client.close()
+        await self.pool.aclose()
 
     def validate_config(self, settings: CallSettings) -> bool:
         return valid_settings(settings)
