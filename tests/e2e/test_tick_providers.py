@@ -172,3 +172,13 @@ def test_tools_mode(demo_world: Path, stub_server: StubServer, provider: str) ->
         assert stub_server.log[0]["tool_choice"] == "required"
         assert "unknown_tool" in result.output  # ignored, fallback intention, reported
     assert Storage(demo_world).load().tick == 1
+
+
+def test_out_of_quota_stops_the_run(demo_world: Path, stub_server: StubServer) -> None:
+    configure(demo_world)
+    before = tree(demo_world)
+    stub_server.enqueue("insufficient_quota")
+    result = tick(demo_world, "--provider", "openai", "--base-url", stub_server.base_url)
+    assert result.exit_code == 1, result.output
+    assert "out of quota" in result.output and "nothing was committed" in result.output
+    assert tree(demo_world) == before
