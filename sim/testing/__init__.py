@@ -12,8 +12,8 @@ from sim.testing.adapters import (
 from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
-    "DefaultFactory",
     "FAULTS",
+    "DefaultFactory",
     "ErrorAdapter",
     "MockAdapter",
     "MockCall",
