@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sim.config import Config
-from sim.llm.adapters import create_adapter
 from sim.llm.events import EventFanout, EventSink, LLMEvent
+from sim.llm.stack import PhaseGuard, build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
 from sim.phases import PHASES
@@ -67,8 +67,12 @@ class TickResult:
 
 
 def build_adapter(config: Config, world: World) -> Adapter:
-    """The configured provider's adapter for this world."""
-    return create_adapter(config.llm.provider, seed=world.seed)
+    """The configured provider's adapter stack (recovery, rate limits, budget) for this world.
+
+    Raises:
+        LLMConfigurationError: unknown provider, missing API key.
+    """
+    return build_stack(config, world.seed)
 
 
 @contextmanager
@@ -125,30 +129,47 @@ class Runner:
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
-        with self.storage.lock():
-            self.storage.recover()
-            for _ in range(ticks):
-                with _gc_paused():
-                    result = await self._tick()
-                results.append(result)
-                if self.on_tick:
-                    self.on_tick(result)
+        built = self.adapter is None
+        try:
+            with self.storage.lock():
+                self.storage.recover()
+                for _ in range(ticks):
+                    with _gc_paused():
+                        result = await self._tick()
+                    results.append(result)
+                    if self.on_tick:
+                        self.on_tick(result)
+        finally:
+            if built and self.adapter is not None:  # its HTTP client belongs to this loop
+                await close_stack(self.adapter)
+                self.adapter = None
         return results
 
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
         timings = {"load": time.perf_counter() - started}
-        adapter = self.adapter or build_adapter(self.config, world)
+        if self.adapter is None:  # built once per run: budget and breakers span its ticks
+            self.adapter = build_adapter(self.config, world)
+        adapter = self.adapter
         store = ResponseStore(world.root)
         ctx = TickContext(world, self.config, adapter, store, world.tick + 1)
 
         def account(event: LLMEvent) -> None:
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
-                ctx.reports[-1].usage = ctx.reports[-1].usage + event.usage
+                report = ctx.reports[-1]
+                report.usage = report.usage + event.usage
+                if not event.final:
+                    report.retries += 1
+                elif event.response is not None and "fallback_from" in event.response.metadata:
+                    report.model_fallbacks[str(event.entity_key)] = (
+                        f"{event.response.metadata['fallback_from']} -> "
+                        f"{event.response.metadata.get('fallback_to', event.model)}"
+                    )
 
-        ctx.events = EventFanout(account, *([self.events] if self.events else []))
+        guard = PhaseGuard(self.config.llm.max_failed_fraction)
+        ctx.events = EventFanout(account, guard, *([self.events] if self.events else []))
         ctx.occupancy = world.characters_at()
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
         for name, run_phase in PHASES:
@@ -159,6 +180,7 @@ class Runner:
             timings[name] = time.perf_counter() - phase_started
             if self.on_phase:
                 self.on_phase(name, "end", ctx.reports[-1])
+            guard.check(ctx.reports[-1], find_budget(adapter))  # raises: nothing committed
         world.meta["tick"] = ctx.tick
         commit_started = time.perf_counter()
         self.storage.commit(world, store.changes())

@@ -1,4 +1,5 @@
-"""Test doubles for code built on ``sim``: offline adapters with recorded calls."""
+"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and a
+loopback OpenAI-compatible server with fault injection."""
 
 from sim.testing.adapters import (
     DefaultFactory,
@@ -8,12 +9,17 @@ from sim.testing.adapters import (
     MockItem,
     default_instance,
 )
+from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
+    "FAULTS",
     "DefaultFactory",
     "ErrorAdapter",
     "MockAdapter",
     "MockCall",
     "MockItem",
+    "ServerThread",
+    "StubOptions",
+    "StubServer",
     "default_instance",
 ]
