@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sim.config import Config
+from sim.guard import PhaseGuard
 from sim.llm.events import EventFanout, EventSink, LLMEvent
-from sim.llm.stack import PhaseGuard, build_stack, close_stack, find_budget
+from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
 from sim.phases import PHASES
