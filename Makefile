@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := .demo/world
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint typecheck format all clean
+.PHONY: help install demo test lint typecheck format all bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,15 +30,18 @@ test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP) ## ruff and mypy
-	$(BIN)/ruff check sim tests
-	$(BIN)/ruff format --check sim tests
+	$(BIN)/ruff check sim tests bench
+	$(BIN)/ruff format --check sim tests bench
 	$(BIN)/mypy sim
 
 format: $(STAMP) ## Format and autofix with ruff
-	$(BIN)/ruff format sim tests
-	$(BIN)/ruff check --fix sim tests
+	$(BIN)/ruff format sim tests bench
+	$(BIN)/ruff check --fix sim tests bench
 
 all: lint test ## Every check: lint, typecheck, tests
+
+bench: $(STAMP) ## Run every benchmark scenario and write bench/RESULTS.md (~5 min)
+	$(BIN)/python bench/run.py
 
 clean: ## Remove the venv, caches and the demo scratch world
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

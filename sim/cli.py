@@ -3,6 +3,8 @@ failed, 2 bad input or usage."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ import click
 import orjson
 
 from sim import __version__, history, logview
-from sim.config import Config, load_config, phase_section
+from sim.config import PHASE_SECTIONS, Config, load_config, phase_section
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.events import LLMEvent
@@ -23,6 +25,7 @@ from sim.phases.base import PhaseReport
 from sim.replay import replay
 from sim.runner import Runner, TickResult
 from sim.storage import Storage
+from sim.testing.stub_server import FAULTS, RANDOM_FAULTS, StubOptions, StubServer
 
 WORLD = click.option(
     "--world",
@@ -83,6 +86,11 @@ def _config(
     provider: str | None = None,
     depth: tuple[str, ...] = (),
     concurrency: int | None = None,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    budget_usd: float | None = None,
+    budget_tokens: int | None = None,
 ) -> Config:
     overrides: dict[str, Any] = _depth_overrides(depth)
     llm: dict[str, Any] = {}
@@ -90,8 +98,20 @@ def _config(
         llm["provider"] = provider
     if concurrency is not None:
         llm["max_concurrency"] = concurrency
+    if base_url is not None:
+        llm["base_url"] = base_url
     if llm:
         overrides["llm"] = llm
+    if model is not None:
+        for section in PHASE_SECTIONS:
+            overrides.setdefault(section, {})["model"] = model
+    budget: dict[str, Any] = {}
+    if budget_usd is not None:
+        budget["max_cost_usd"] = budget_usd
+    if budget_tokens is not None:
+        budget["max_total_tokens"] = budget_tokens
+    if budget:
+        overrides["budget"] = budget
     return load_config(config_file, world_dir if world_dir.is_dir() else None, overrides)
 
 
@@ -104,7 +124,7 @@ class Progress:
         self.failed = 0
 
     def on_event(self, event: LLMEvent) -> None:
-        if event.kind == "llm_called":
+        if event.kind == "llm_called" or not event.final:
             return
         self.done += 1
         if event.kind == "llm_failed":
@@ -144,20 +164,23 @@ def _print_tick(result: TickResult) -> None:
     for report in result.reports:
         for entity_key, reason in report.errors.items():
             click.echo(f"fallback: {report.name} {entity_key}: {reason}")
+        for entity_key, models in report.model_fallbacks.items():
+            click.echo(f"fallback model: {report.name} {entity_key}: {models}")
         for warning in report.warnings:
             click.echo(f"ignored: {warning}")
-    click.echo("\nphase        calls  failed  input tok  output tok")
+    click.echo("\nphase        calls  failed  retries  input tok  output tok")
     for report in result.reports:
         if report.name == "apply":
             continue
         click.echo(
-            f"{report.name:<12} {report.calls:>5}  {report.failures:>6}  "
+            f"{report.name:<12} {report.calls:>5}  {report.failures:>6}  {report.retries:>7}  "
             f"{report.usage.input_tokens:>9}  {report.usage.output_tokens:>10}"
         )
     usage = result.usage
+    retries = sum(r.retries for r in result.reports)
     click.echo(
-        f"{'total':<12} {result.calls:>5}  {result.failures:>6}  {usage.input_tokens:>9}  "
-        f"{usage.output_tokens:>10}   wall {result.elapsed:.2f}s"
+        f"{'total':<12} {result.calls:>5}  {result.failures:>6}  {retries:>7}  "
+        f"{usage.input_tokens:>9}  {usage.output_tokens:>10}   wall {result.elapsed:.2f}s"
     )
 
 
@@ -186,6 +209,10 @@ def main() -> None:
     "intentions|resolution|narrative|memory); repeatable.",
 )
 @click.option("--concurrency", type=click.IntRange(min=1), help="Max calls in flight.")
+@click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
+@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--budget-usd", type=click.FloatRange(min=0), help="Cost cap for this run (USD).")
+@click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for this run.")
 def tick(
     world_dir: Path,
     ticks: int,
@@ -193,10 +220,24 @@ def tick(
     provider: str | None,
     depth: tuple[str, ...],
     concurrency: int | None,
+    model: str | None,
+    base_url: str | None,
+    budget_usd: float | None,
+    budget_tokens: int | None,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
     with _errors():
-        config = _config(config_file, world_dir, provider, depth, concurrency)
+        config = _config(
+            config_file,
+            world_dir,
+            provider,
+            depth,
+            concurrency,
+            model=model,
+            base_url=base_url,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+        )
         progress = Progress()
         runner = Runner(
             world_dir,
@@ -344,3 +385,80 @@ def fork(world_dir: Path, tick_: int, dest: Path) -> None:
     with _errors():
         history.fork(world_dir, tick_, dest)
         click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")
+
+
+@main.command("stub-server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port (0: any free port).",
+)
+@click.option(
+    "--latency",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds before each answer.",
+)
+@click.option(
+    "--latency-jitter",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Extra uniform random latency, up to this many seconds.",
+)
+@click.option(
+    "--fault-rate",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Probability of a random fault per generation request.",
+)
+@click.option(
+    "--faults",
+    default=",".join(RANDOM_FAULTS),
+    show_default=True,
+    help="Comma-separated faults the fault rate draws from.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Randomness seed.")
+def stub_server(
+    host: str,
+    port: int,
+    latency: float,
+    latency_jitter: float,
+    fault_rate: float,
+    faults: str,
+    seed: int,
+) -> None:
+    """Serve a loopback OpenAI-compatible API answered by the offline model.
+
+    Rehearse a large run for free: point --base-url at it with --provider openai or chat.
+    GET /stub/stats reports requests and tokens served.
+    """
+    kinds = tuple(f.strip() for f in faults.split(",") if f.strip())
+    unknown = sorted(set(kinds) - set(FAULTS))
+    if unknown:
+        click.echo(
+            f"error: unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)}",
+            err=True,
+        )
+        sys.exit(2)
+    options = StubOptions(
+        latency=latency,
+        latency_jitter=latency_jitter,
+        fault_rate=fault_rate,
+        faults=kinds,
+        seed=seed,
+    )
+    server = StubServer(options)
+
+    async def serve() -> None:
+        await server.start(host, port)
+        click.echo(f"stub server on http://{host}:{server.port}/v1 (Ctrl-C to stop)", err=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())

@@ -26,7 +26,7 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
 }
-PROVIDERS = ("offline",)
+PROVIDERS = ("offline", "openai", "chat")
 
 
 class _Strict(BaseModel):
@@ -38,6 +38,36 @@ class LLMConfig(_Strict):
     chain_mode: Literal["window", "server"] = "window"
     max_concurrency: int = Field(16, ge=1, le=10_000)
     timeout_seconds: float = Field(60, gt=0)
+    connect_timeout_seconds: float = Field(10, gt=0)
+    base_url: str = ""
+    api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    requests_per_minute: int = Field(0, ge=0)
+    tokens_per_minute: int = Field(0, ge=0)
+    max_failed_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    transient_retries: int = Field(2, ge=0, le=20)
+    backoff_base_seconds: float = Field(0.5, ge=0)
+    backoff_cap_seconds: float = Field(20, ge=0)
+    breaker_threshold: int = Field(5, ge=1)
+    breaker_cooldown_seconds: float = Field(30, ge=0)
+
+
+class BudgetConfig(_Strict):
+    max_total_tokens: int = Field(0, ge=0)
+    max_cost_usd: float = Field(0.0, ge=0.0)
+
+
+class PriceConfig(_Strict):
+    input: float = Field(0.0, ge=0.0)
+    cached_input: float = Field(0.0, ge=0.0)
+    output: float = Field(0.0, ge=0.0)
+
+
+DEFAULT_PRICES = {
+    "gpt-4.1": PriceConfig(input=2.0, cached_input=0.5, output=8.0),
+    "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
+    "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
+    "gpt-4o-mini": PriceConfig(input=0.15, cached_input=0.075, output=0.6),
+}
 
 
 class PhaseConfig(_Strict):
@@ -45,6 +75,7 @@ class PhaseConfig(_Strict):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_output_tokens: int = Field(800, gt=0)
     response_chain_depth: int = Field(0, ge=0)
+    fallback_models: tuple[str, ...] = ()
 
     def settings(self, llm: LLMConfig) -> CallSettings:
         return CallSettings(
@@ -52,6 +83,7 @@ class PhaseConfig(_Strict):
             temperature=self.temperature,
             max_output_tokens=self.max_output_tokens,
             timeout_seconds=llm.timeout_seconds,
+            fallback_models=self.fallback_models,
         )
 
 
@@ -59,9 +91,16 @@ class HistoryConfig(_Strict):
     keep_ticks: int = Field(0, ge=0)
 
 
+class Phase1Config(PhaseConfig):
+    #: schema: answer an Intention; tools: choose one of move_to/say/act/wait
+    mode: Literal["schema", "tools"] = "schema"
+
+
 class Config(_Strict):
     llm: LLMConfig = LLMConfig()
-    phase1: PhaseConfig = PhaseConfig(temperature=0.8, max_output_tokens=400)
+    budget: BudgetConfig = BudgetConfig()
+    prices: dict[str, PriceConfig] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=400)
     phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sim.testing.pytest_plugin import stub_server  # noqa: F401  (fixture)
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "worlds" / "demo"
 

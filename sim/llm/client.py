@@ -21,14 +21,18 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
-from sim.llm.errors import LLMError, LLMRateLimitError
+from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore, split_key
+from sim.llm.tools import ToolDeclaration, require_tools
 from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
+
+if TYPE_CHECKING:
+    from sim.llm.recovery import Attempt
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ class LLMRequest:
         schema: the pydantic model the answer must validate against.
         entity_key: ``"{chain}:{entity_id}"`` to chain on, ``None`` for an independent call.
         depth_override: this request's chain depth instead of the client's default.
+        tools: declare these tools and ask for a call instead of a schema answer; the
+            result's ``parsed`` is then a ``ToolCalls`` (``schema`` is ignored).
     """
 
     instructions: str
@@ -53,6 +59,7 @@ class LLMRequest:
     schema: type[BaseModel]
     entity_key: str | None = None
     depth_override: int | None = None
+    tools: tuple[ToolDeclaration, ...] | None = None
 
 
 class _AdapterCancelled(Exception):
@@ -99,6 +106,17 @@ class ResponseChainManager:
         """The chain's last response id, or ``None`` if the chain is empty or unknown."""
         chain = self.get_chain(entity_key)
         return chain[-1] if chain else None
+
+    def reset(self, entity_key: str) -> list[str]:
+        """Empty a chain the provider lost; returns the ids it held (nothing to delete)."""
+        entity_id, chain_name = self._parse_key(entity_key)
+        entity = self.entities.get(entity_id)
+        if entity is None:
+            return []
+        chain = entity.get("_openai", {}).get(f"{chain_name}_chain") or []
+        lost = list(chain)
+        chain.clear()
+        return lost
 
     def confirm(self, entity_key: str, response_id: str, depth: int) -> str | None:
         """Append ``response_id`` to the chain, keeping at most ``depth`` ids.
@@ -260,6 +278,58 @@ class LLMClient:
         depth = request.depth_override if request.depth_override is not None else self.default_depth
         return max(0, depth)
 
+    async def _call(
+        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
+    ) -> AdapterResponse:
+        if request.tools is not None:
+            return await require_tools(self.adapter).execute_tools(
+                instructions=request.instructions,
+                input_data=request.input_data,
+                tools=request.tools,
+                settings=self.settings,
+                history=history,
+            )
+        return await self.adapter.execute(
+            instructions=request.instructions,
+            input_data=request.input_data,
+            schema=request.schema,
+            previous_response_id=previous_id,
+            settings=self.settings,
+            history=history,
+        )
+
+    def _emit_attempts(
+        self,
+        request: LLMRequest,
+        attempts: list[Attempt],
+        usage: Usage,
+        **fields: Any,
+    ) -> tuple[int, Usage]:
+        """Emit one non-final event per earlier attempt; return the final attempt's number
+        and usage (what the adapter reported when it keeps no attempt list)."""
+        key = request.entity_key
+        for earlier in attempts[:-1]:
+            self.events(
+                LLMEvent(
+                    "llm_failed",
+                    self.phase,
+                    key,
+                    earlier.model,
+                    request,
+                    attempt=earlier.attempt,
+                    latency=earlier.latency,
+                    usage=earlier.usage,
+                    error_code=earlier.error_code,
+                    final=False,
+                    **fields,
+                )
+            )
+            if key:
+                self._accumulate_usage(key, earlier.usage, requests=0)
+        if attempts:
+            return attempts[-1].attempt, attempts[-1].usage
+        return 1, usage
+
     async def _execute_one(self, request: LLMRequest) -> AdapterResponse:
         key = request.entity_key
         depth = self._depth(request) if key else 0
@@ -286,20 +356,53 @@ class LLMClient:
         )
         started = time.perf_counter()
         try:
-            response = await self.adapter.execute(
-                instructions=request.instructions,
-                input_data=request.input_data,
-                schema=request.schema,
-                previous_response_id=previous_id,
-                settings=self.settings,
-                history=history,
-            )
+            try:
+                response = await self._call(request, history, previous_id)
+            except LLMChainNotFoundError as lost:
+                if not (key and previous_id):
+                    raise
+                # the provider lost this chain: start it again from the window we hold
+                logger.warning(
+                    "%s: chain %s lost at the provider (%s); resending the window",
+                    self.phase,
+                    key,
+                    previous_id,
+                )
+                self.events(
+                    LLMEvent(
+                        "llm_failed",
+                        self.phase,
+                        key,
+                        model,
+                        request,
+                        latency=time.perf_counter() - started,
+                        error_code=lost.code,
+                        error=lost,
+                        previous_response_id=previous_id,
+                        depth=depth,
+                        final=False,
+                    )
+                )
+                chain = self.chain_manager.reset(key)
+                history = self.store.window(key, chain[-depth:])
+                previous_id = None
+                response = await self._call(request, history, None)
         except Exception as exc:
             if isinstance(exc, LLMError):
                 error = exc
             else:  # a bug in an adapter: report it loudly, but as an LLMError
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+            attempt, usage = self._emit_attempts(
+                request,
+                error.context.get("attempts") or [],
+                error.context.get("usage") or Usage(),
+                history=history,
+                previous_response_id=previous_id,
+                depth=depth,
+            )
+            if key:
+                self._accumulate_usage(key, usage, requests=0)
             self.events(
                 LLMEvent(
                     "llm_failed",
@@ -307,7 +410,9 @@ class LLMClient:
                     key,
                     model,
                     request,
+                    attempt=attempt,
                     latency=time.perf_counter() - started,
+                    usage=usage,
                     error_code=error.code,
                     error=error,
                     history=history,
@@ -318,6 +423,14 @@ class LLMClient:
             if error is exc:
                 raise
             raise error from exc
+        attempt, _ = self._emit_attempts(
+            request,
+            response.metadata.get("attempts") or [],
+            response.usage,
+            history=history,
+            previous_response_id=previous_id,
+            depth=depth,
+        )
         if key:
             if depth > 0 and self.chain_manager.knows(key):
                 if self.chain_mode == "window":
@@ -338,6 +451,7 @@ class LLMClient:
                 key,
                 response.model,
                 request,
+                attempt=attempt,
                 latency=time.perf_counter() - started,
                 usage=response.usage,
                 response=response,
@@ -348,7 +462,10 @@ class LLMClient:
         )
         return response
 
-    def _accumulate_usage(self, entity_key: str, usage: Usage) -> None:
+    def _accumulate_usage(self, entity_key: str, usage: Usage, requests: int = 1) -> None:
+        """Add one attempt's tokens to the entity's usage (every attempt is paid for)."""
+        if requests == 0 and usage.total_tokens == 0:
+            return
         entity_id, _ = self.chain_manager._parse_key(entity_key)
         entity = self.chain_manager.entities.get(entity_id)
         if entity is None:
@@ -358,7 +475,7 @@ class LLMClient:
         )
         stats["total_input_tokens"] = stats.get("total_input_tokens", 0) + usage.input_tokens
         stats["total_output_tokens"] = stats.get("total_output_tokens", 0) + usage.output_tokens
-        stats["total_requests"] = stats.get("total_requests", 0) + 1
+        stats["total_requests"] = stats.get("total_requests", 0) + requests
         if usage.cached_input_tokens:
             stats["total_cached_input_tokens"] = (
                 stats.get("total_cached_input_tokens", 0) + usage.cached_input_tokens

@@ -6,13 +6,15 @@ Adapters raise only these; the client returns them in place of failed batch resu
 LLMError                        message, code, cause, context, retry_after
 ├── LLMConfigurationError       bad or missing key, unknown provider or model   (not retried)
 ├── LLMAPIError                 HTTP error: status_code, response_body
-│   └── LLMRateLimitError       429                                              (wait, retry)
+│   ├── LLMRateLimitError       429                                              (wait, retry)
+│   └── LLMChainNotFoundError   previous_response_id unknown to the provider     (resend window)
 ├── LLMTimeoutError             request timed out                                (retry)
 ├── LLMRefusalError             the model refused: refusal_message               (not retried)
 ├── LLMIncompleteError          output truncated: reason                         (not retried)
 ├── LLMSchemaError              output did not validate against the schema      (retry + feedback)
 ├── LLMContextLengthError       prompt exceeds the model's context               (not retried)
 ├── LLMBudgetExceededError      a token or cost cap was reached                  (stops the run)
+├── LLMCircuitOpenError         the provider:model breaker is open               (try a fallback)
 └── LLMSubprocessError          a CLI-backed provider failed: return_code, stderr
 ```
 
@@ -91,6 +93,15 @@ class LLMRateLimitError(LLMAPIError):
     default_code = "rate_limit"
 
 
+class LLMChainNotFoundError(LLMAPIError):
+    """The provider no longer knows the ``previous_response_id`` sent (``server`` chains).
+
+    Not retried as is: the client resets that chain and re-sends the window instead.
+    """
+
+    default_code = "previous_response_not_found"
+
+
 class LLMTimeoutError(LLMError):
     """The request did not complete within the configured timeout."""
 
@@ -135,6 +146,12 @@ class LLMBudgetExceededError(LLMError):
     default_code = "budget_exceeded"
 
 
+class LLMCircuitOpenError(LLMError):
+    """A circuit breaker is open for this provider and model: the call was not sent."""
+
+    default_code = "circuit_open"
+
+
 class LLMSubprocessError(LLMError):
     """A provider backed by a command-line program exited with an error."""
 
@@ -151,6 +168,8 @@ class LLMSubprocessError(LLMError):
 __all__ = [
     "LLMAPIError",
     "LLMBudgetExceededError",
+    "LLMChainNotFoundError",
+    "LLMCircuitOpenError",
     "LLMConfigurationError",
     "LLMContextLengthError",
     "LLMError",

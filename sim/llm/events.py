@@ -18,7 +18,12 @@ EventKind = Literal["llm_called", "llm_completed", "llm_failed"]
 
 @dataclass(slots=True)
 class LLMEvent:
-    """One step of one call. ``response`` is set on completion, ``error`` on failure."""
+    """One step of one call. ``response`` is set on completion, ``error`` on failure.
+
+    With recovery a call may take several attempts: each failed attempt but the last is
+    reported as an ``llm_failed`` event with ``final=False`` (its usage was paid for); the
+    call's outcome is the one event with ``final=True``.
+    """
 
     kind: EventKind
     phase: str
@@ -34,6 +39,7 @@ class LLMEvent:
     history: tuple[Exchange, ...] = ()
     previous_response_id: str | None = None
     depth: int = 0
+    final: bool = True
 
 
 EventSink = Callable[[LLMEvent], None]

@@ -43,6 +43,8 @@ class CallSettings:
     temperature: float = 0.7
     max_output_tokens: int = 800
     timeout_seconds: float = 60.0
+    #: models tried in order when ``model`` fails after its retries (recovery wrapper)
+    fallback_models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

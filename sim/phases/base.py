@@ -40,6 +40,10 @@ class PhaseReport:
     fallbacks: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: failed attempts that were retried or handed to a fallback model
+    retries: int = 0
+    #: entity key -> "primary -> fallback" model, where a fallback model answered
+    model_fallbacks: dict[str, str] = field(default_factory=dict)
 
     def fail(self, entity_key: str, error: LLMError) -> None:
         self.failures += 1
@@ -55,6 +59,8 @@ class PhaseReport:
             "fallbacks": self.fallbacks,
             "errors": self.errors,
             "warnings": self.warnings,
+            "retries": self.retries,
+            "model_fallbacks": self.model_fallbacks,
         }
 
 

@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
+from sim.llm.tools import ToolCalls
 from sim.phases.base import TickContext, to_json
+from sim.phases.intention_tools import TOOLS, intention_data
 from sim.world import Entity, World
 
 NAME = "intentions"
@@ -94,12 +96,14 @@ async def run(ctx: TickContext) -> None:
     chars = list(world.characters.values())
     client = ctx.client(SECTION, chars, NAME)
     instructions = ctx.prompt(NAME)
+    tools = TOOLS if ctx.config.phase1.mode == "tools" else None
     requests = [
         LLMRequest(
             instructions,
             character_input(world, char, ctx.tick, ctx.occupancy[char["state"]["location"]]),
             Intention,
             f"{CHAIN}:{char['identity']['id']}",
+            tools=tools,
         )
         for char in chars
     ]
@@ -107,6 +111,11 @@ async def run(ctx: TickContext) -> None:
     report.calls += len(requests)
     for char, request, result in zip(chars, requests, results, strict=True):
         cid = char["identity"]["id"]
+        if isinstance(result, ToolCalls):
+            try:
+                result = Intention.model_validate(intention_data(result))
+            except LLMError as exc:
+                result = exc
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)
             result = Intention.fallback()

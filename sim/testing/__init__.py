@@ -1,4 +1,5 @@
-"""Test doubles for code built on ``sim``: offline adapters with recorded calls."""
+"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and a
+loopback OpenAI-compatible server with fault injection."""
 
 from sim.testing.adapters import (
     DefaultFactory,
@@ -9,14 +10,19 @@ from sim.testing.adapters import (
     default_instance,
 )
 from sim.testing.counting import CountingAdapter, call_digest, read_counts
+from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
+    "FAULTS",
     "CountingAdapter",
     "DefaultFactory",
     "ErrorAdapter",
     "MockAdapter",
     "MockCall",
     "MockItem",
+    "ServerThread",
+    "StubOptions",
+    "StubServer",
     "call_digest",
     "default_instance",
     "read_counts",

@@ -67,6 +67,21 @@ def test_local_config_toml_is_used_without_flag(tmp_path: Path) -> None:
         ("[phase4]\nmax_output_tokens = 0\n", "phase4.max_output_tokens", "greater than 0"),
         ("[llm]\nprovider = 'nope'\n", "llm.provider", "unknown provider 'nope'"),
         ("[llm]\nchain_mode = 'both'\n", "llm.chain_mode", "'window' or 'server'"),
+        (
+            "[llm]\nmax_failed_fraction = 1.5\n",
+            "llm.max_failed_fraction",
+            "less than or equal to 1",
+        ),
+        ("[llm]\napi_key_env = 'sk-abc def'\n", "llm.api_key_env", "should match pattern"),
+        (
+            "[llm]\nrequests_per_minute = -5\n",
+            "llm.requests_per_minute",
+            "greater than or equal to 0",
+        ),
+        ("[phase1]\nmode = 'magic'\n", "phase1.mode", "'schema' or 'tools'"),
+        ("[phase2a]\nmode = 'tools'\n", "phase2a.mode", "unknown key"),
+        ("[budget]\nmax_cost_usd = -1\n", "budget.max_cost_usd", "greater than or equal to 0"),
+        ("[prices.'gpt-x']\ninput = 1\nouptut = 2\n", "prices.gpt-x.ouptut", "unknown key"),
     ],
 )
 def test_bad_values_name_file_field_and_expectation(
@@ -79,6 +94,31 @@ def test_bad_values_name_file_field_and_expectation(
     assert str(path) in message
     assert f"'{field}'" in message
     assert expected in message
+
+
+def test_provider_settings_reach_the_adapter_stack() -> None:
+    from sim.llm.stack import build_stack, find_budget, provider_options
+
+    config = Config.model_validate(
+        {
+            "llm": {
+                "provider": "chat",
+                "base_url": "http://127.0.0.1:9/v1",
+                "chain_mode": "server",
+                "requests_per_minute": 60,
+                "breaker_threshold": 3,
+            },
+            "budget": {"max_total_tokens": 1000},
+            "phase2a": {"fallback_models": ["b", "c"]},
+        }
+    )
+    options = provider_options(config, seed=1)
+    assert options["base_url"] == "http://127.0.0.1:9/v1" and options["store"] is True
+    stack = build_stack(config)  # a local chat server needs no key
+    assert stack.breaker_threshold == 3
+    budget = find_budget(stack)
+    assert budget is not None and budget.max_total_tokens == 1000
+    assert config.phase2a.settings(config.llm).fallback_models == ("b", "c")
 
 
 def test_malformed_toml_names_the_file(tmp_path: Path) -> None:
@@ -103,3 +143,13 @@ def test_phase_aliases() -> None:
     assert phase_section("phase2a") == "phase2a"
     with pytest.raises(InputError, match="unknown phase 'phase3'"):
         phase_section("phase3")
+
+
+def test_every_config_snippet_in_providers_doc_is_valid(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "providers.md").read_text()
+    snippets = text.split("```toml\n")[1:]
+    assert len(snippets) >= 6
+    for i, snippet in enumerate(snippets):
+        path = tmp_path / f"snippet{i}.toml"
+        path.write_text(snippet.split("```", 1)[0])
+        load_config(path)  # raises InputError naming the key if a snippet is wrong

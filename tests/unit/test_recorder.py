@@ -134,7 +134,9 @@ async def test_tool_calls_are_recorded_and_served_by_their_class(tmp_path: Path)
     assert served.parsed == WAIT
 
 
-async def test_a_recorded_failure_is_served_as_the_same_failure(tmp_path: Path) -> None:
+async def test_a_recorded_failure_replays_as_itself_but_is_retried_on_resume(
+    tmp_path: Path,
+) -> None:
     world = copy_demo(tmp_path / "w")
     rec = recorder_for(world)
     request = LLMRequest("Say.", "{}", Intention, "intention:ada")
@@ -144,9 +146,22 @@ async def test_a_recorded_failure_is_served_as_the_same_failure(tmp_path: Path) 
     rec.close()
     log = read_log(log_path(world, 1))
     with pytest.raises(LLMError) as caught:
-        await ReplayAdapter(log.calls, mode="resume", live=None).execute("Say.", "{}", Intention)
+        await ReplayAdapter(log.calls).execute("Say.", "{}", Intention)
     assert caught.value.code == "timeout" and str(caught.value) == "too slow"
-    assert caught.value.context["served_from"] == "resume"
+    assert caught.value.context["served_from"] == "replay"
+
+    # resuming, a failed call is sent again (a tick stopped by an outage can then finish)
+    class Live:
+        name = "live"
+        sent = 0
+
+        async def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            Live.sent += 1
+            return response()
+
+    resumed = ReplayAdapter(log.calls, mode="resume", live=Live())  # type: ignore[arg-type]
+    answer = await resumed.execute("Say.", "{}", Intention)
+    assert answer.parsed == WAIT and Live.sent == 1 and resumed.served == 0
 
 
 async def test_replay_without_the_recorder_is_a_configuration_error() -> None:

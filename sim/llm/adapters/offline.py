@@ -16,7 +16,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.errors import LLMSchemaError
-from sim.llm.offline import estimate_tokens, generate
+from sim.llm.offline import estimate_tokens, generate, generate_tool_call
+from sim.llm.tools import FunctionCall, ToolCallResponse, ToolCalls, ToolDeclaration
 from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
@@ -43,6 +44,17 @@ class OfflineAdapter:
         self.seed = seed
         self.deleted: list[str] = []
 
+    def _seed(self, instructions: str, input_data: str, history: tuple[Exchange, ...]) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"{self.seed}\x00".encode())
+        digest.update(instructions.encode())
+        digest.update(b"\x00")
+        digest.update(input_data.encode())
+        for exchange in history:
+            digest.update(b"\x00")
+            digest.update(exchange.response_id.encode())
+        return digest.hexdigest()
+
     async def execute(
         self,
         instructions: str,
@@ -52,15 +64,7 @@ class OfflineAdapter:
         settings: CallSettings | None = None,
         history: tuple[Exchange, ...] = (),
     ) -> AdapterResponse:
-        digest = hashlib.blake2b(digest_size=16)
-        digest.update(f"{self.seed}\x00".encode())
-        digest.update(instructions.encode())
-        digest.update(b"\x00")
-        digest.update(input_data.encode())
-        for exchange in history:
-            digest.update(b"\x00")
-            digest.update(exchange.response_id.encode())
-        seed = digest.hexdigest()
+        seed = self._seed(instructions, input_data, history)
         data = generate(
             json_schema(schema),
             input_data,
@@ -85,6 +89,37 @@ class OfflineAdapter:
             usage=Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(raw)),
             model="offline",
             finish_reason="stop",
+            raw=raw,
+            metadata={"provider": "offline"},
+        )
+
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[ToolDeclaration, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> ToolCallResponse:
+        seed = self._seed(instructions, input_data, history)
+        name, arguments = generate_tool_call(
+            [tool.openai_responses() for tool in tools],
+            input_data,
+            seed=seed,
+            history=[(e.input, e.output) for e in history],
+        )
+        calls = [FunctionCall(name=name, arguments=arguments, call_id=f"call_{seed[:12]}")]
+        result = ToolCalls(calls=calls if name else [])
+        raw = result.dump()
+        input_tokens = estimate_tokens(instructions) + estimate_tokens(input_data)
+        for exchange in history:
+            input_tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+        return AdapterResponse(
+            parsed=result,
+            response_id=f"off_{seed[:24]}",
+            usage=Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(raw)),
+            model="offline",
+            finish_reason="tool_calls" if name else "stop",
             raw=raw,
             metadata={"provider": "offline"},
         )

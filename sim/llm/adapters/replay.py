@@ -8,8 +8,9 @@ digest of everything that decides its answer (``sim.llm.calls``). Two uses:
   from the recording anyway, so the rest of the tick runs as recorded and only the requests
   whose construction changed are named, or, with ``live``, sent to the live provider. A
   request the log does not hold at all fails with ``replay_missing`` (the phase falls back).
-- ``mode="resume"`` (a tick interrupted by a crash): calls the partial log completed are
-  answered from it and never sent again; every other request goes to ``live``.
+- ``mode="resume"`` (a tick interrupted by a crash, Ctrl-C or a stop such as a budget cap):
+  calls the partial log completed successfully are answered from it and never sent again;
+  every other request, failed ones included, goes to ``live``.
 
 The current call's identity comes from ``sim.llm.calls.current_call``, set by the tick
 recorder, which must wrap this adapter.
@@ -156,6 +157,8 @@ class ReplayAdapter:
         if ident is None:
             raise LLMConfigurationError("the replay provider needs the tick recorder around it")
         record = self.calls.get(ident.request_id)
+        if self.mode == "resume" and record is not None and record.get("error_code"):
+            record = None  # a failed call is tried again: the outage may be over
         if record is not None and record.get("digest") == ident.digest:
             return self._serve(record, schema)
         if self.mode == "replay":

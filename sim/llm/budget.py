@@ -1,0 +1,211 @@
+"""Per-run caps on tokens and on cost, with reservation before sending.
+
+Each attempt reserves its worst case (estimated input + ``max_output_tokens``) before it is
+sent and settles to the real usage afterwards, so a parallel batch can never overshoot a
+cap: once spent + reserved + the next estimate would cross it, further calls fail with
+``LLMBudgetExceededError`` and the runner does not commit the tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+from sim.llm.offline import estimate_tokens
+from sim.llm.tools import ToolDeclaration, require_tools
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input: float = 0.0
+    cached_input: float = 0.0
+    output: float = 0.0
+
+
+def cost_usd(usage: Usage, price: Price) -> float:
+    """The one cost formula: uncached input, cached input and output at their prices."""
+    cached = min(usage.cached_input_tokens, usage.input_tokens)
+    return (
+        (usage.input_tokens - cached) * price.input
+        + cached * price.cached_input
+        + usage.output_tokens * price.output
+    ) / 1_000_000
+
+
+def estimate_usage(
+    instructions: str, input_data: str, history: tuple[Exchange, ...], settings: CallSettings
+) -> Usage:
+    """The worst case of one attempt: its estimated input and all its output tokens."""
+    tokens = estimate_tokens(instructions) + estimate_tokens(input_data)
+    for exchange in history:
+        tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+    return Usage(input_tokens=tokens, output_tokens=settings.max_output_tokens)
+
+
+@dataclass(slots=True)
+class Reservation:
+    model: str
+    tokens: int
+    usd: float
+
+
+class Budget:
+    """Token and cost caps for one run (``None``: no cap), shared by every call.
+
+    Args:
+        max_total_tokens: cap on input + output tokens.
+        max_cost_usd: cap on cost; needs a price for every model used.
+        prices: price per model name.
+    """
+
+    def __init__(
+        self,
+        max_total_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        self.max_total_tokens = max_total_tokens
+        self.max_cost_usd = max_cost_usd
+        self.prices = dict(prices or {})
+        self.spent_tokens = 0
+        self.spent_usd = 0.0
+        self.reserved_tokens = 0
+        self.reserved_usd = 0.0
+
+    def price(self, model: str) -> Price:
+        price = self.prices.get(model)
+        if price is None:
+            if self.max_cost_usd is not None:
+                raise LLMConfigurationError(
+                    f"no price for model {model!r} while [budget] max_cost_usd is set; "
+                    f'add [prices."{model}"] input/cached_input/output to config.toml'
+                )
+            return Price()
+        return price
+
+    def summary(self) -> str:
+        caps = []
+        if self.max_total_tokens is not None:
+            caps.append(f"{self.max_total_tokens:,} tokens")
+        if self.max_cost_usd is not None:
+            caps.append(f"${self.max_cost_usd:.4f}")
+        return f"spent {self.spent_tokens:,} tokens (${self.spent_usd:.4f})" + (
+            f" of a cap of {' / '.join(caps)}" if caps else ""
+        )
+
+    def reserve(self, model: str, estimate: Usage) -> Reservation:
+        """Hold an attempt's worst case.
+
+        Raises:
+            LLMBudgetExceededError: the attempt could cross a cap.
+            LLMConfigurationError: a cost cap is set and the model has no price.
+        """
+        usd = cost_usd(estimate, self.price(model))
+        tokens = estimate.total_tokens
+        if self.max_total_tokens is not None and (
+            self.spent_tokens + self.reserved_tokens + tokens > self.max_total_tokens
+        ):
+            raise LLMBudgetExceededError(
+                f"token budget reached: {self.summary()}; a call needing up to {tokens:,} "
+                "more was not sent",
+                context={"model": model},
+            )
+        if self.max_cost_usd is not None and (
+            self.spent_usd + self.reserved_usd + usd > self.max_cost_usd
+        ):
+            raise LLMBudgetExceededError(
+                f"cost budget reached: {self.summary()}; a call costing up to ${usd:.4f} more "
+                "was not sent",
+                context={"model": model},
+            )
+        self.reserved_tokens += tokens
+        self.reserved_usd += usd
+        return Reservation(model, tokens, usd)
+
+    def settle(self, reservation: Reservation, usage: Usage) -> None:
+        """Release a reservation and count what the attempt really used."""
+        self.reserved_tokens -= reservation.tokens
+        self.reserved_usd -= reservation.usd
+        self.spent_tokens += usage.total_tokens
+        self.spent_usd += cost_usd(usage, self.price(reservation.model))
+
+
+class BudgetAdapter:
+    """Wraps an adapter: every attempt reserves before it is sent and settles after.
+
+    Placed directly around the provider, so retries and fallback models are each priced
+    with the model actually used.
+    """
+
+    def __init__(self, inner: Any, budget: Budget) -> None:
+        self.inner = inner
+        self.budget = budget
+        self.name = inner.name
+
+    async def _guard(
+        self,
+        settings: CallSettings,
+        estimate: Usage,
+        call: Callable[[], Awaitable[AdapterResponse]],
+    ) -> AdapterResponse:
+        reservation = self.budget.reserve(settings.model, estimate)
+        try:
+            response = await call()
+        except LLMError as exc:
+            usage = exc.context.get("usage")
+            self.budget.settle(reservation, usage if isinstance(usage, Usage) else Usage())
+            raise
+        except BaseException:
+            self.budget.settle(reservation, Usage())
+            raise
+        self.budget.settle(reservation, response.usage)
+        return response
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        settings = settings or CallSettings()
+        estimate = estimate_usage(instructions, input_data, history, settings)
+        return await self._guard(
+            settings,
+            estimate,
+            lambda: self.inner.execute(
+                instructions, input_data, schema, previous_response_id, settings, history
+            ),
+        )
+
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[ToolDeclaration, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        settings = settings or CallSettings()
+        inner = require_tools(self.inner)
+        estimate = estimate_usage(instructions, input_data, history, settings)
+        return await self._guard(
+            settings,
+            estimate,
+            lambda: inner.execute_tools(instructions, input_data, tools, settings, history),
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        await self.inner.delete_response(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return bool(self.inner.validate_config(settings))

@@ -1,0 +1,137 @@
+"""Client-side pacing: requests and tokens per minute, as async token buckets.
+
+A big batch paces itself instead of provoking a storm of 429s. Waiters queue in order on a
+lock and each sleeps exactly as long as its deficit needs (no polling); the bucket starts
+full, as a provider's per-minute limits do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from sim.llm.budget import estimate_usage
+from sim.llm.tools import ToolDeclaration, require_tools
+from sim.llm.types import AdapterResponse, CallSettings, Exchange
+
+Sleep = Callable[[float], Awaitable[None]]
+Clock = Callable[[], float]
+
+
+class TokenBucket:
+    """``per_minute`` units per minute, refilled continuously, holding at most ``burst``.
+
+    Args:
+        per_minute: the sustained rate.
+        burst: the most that can be taken at once after a pause (default: a minute's worth).
+        clock: monotonic seconds (injectable for tests).
+        sleep: how to wait (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        per_minute: float,
+        burst: float | None = None,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if per_minute <= 0:
+            raise ValueError("per_minute must be > 0")
+        self.rate = per_minute / 60.0
+        self.capacity = float(burst if burst is not None else per_minute)
+        self.level = self.capacity
+        self.clock = clock
+        self.sleep = sleep
+        self.updated = clock()
+        self.waited = 0.0
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
+        self.updated = now
+
+    async def take(self, amount: float = 1.0) -> None:
+        """Take ``amount`` units, waiting (in arrival order) until they are there."""
+        amount = min(float(amount), self.capacity)
+        async with self._lock:
+            self._refill()
+            if self.level < amount:
+                wait = (amount - self.level) / self.rate
+                self.waited += wait
+                await self.sleep(wait)
+                self._refill()
+            self.level -= amount
+
+    def give_back(self, amount: float) -> None:
+        """Return units taken for an estimate that turned out too high (or take more)."""
+        self.level = min(self.capacity, self.level + amount)
+
+
+class RateLimitedAdapter:
+    """Wraps an adapter: each attempt takes one request and its estimated tokens first."""
+
+    def __init__(
+        self, inner: Any, requests: TokenBucket | None = None, tokens: TokenBucket | None = None
+    ) -> None:
+        self.inner = inner
+        self.requests = requests
+        self.tokens = tokens
+        self.name = inner.name
+
+    async def _paced(
+        self, estimate: int, call: Callable[[], Awaitable[AdapterResponse]]
+    ) -> AdapterResponse:
+        if self.requests is not None:
+            await self.requests.take(1)
+        if self.tokens is not None:
+            await self.tokens.take(estimate)
+        response = await call()
+        if self.tokens is not None:
+            self.tokens.give_back(estimate - response.usage.total_tokens)
+        return response
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        settings = settings or CallSettings()
+        estimate = estimate_usage(instructions, input_data, history, settings).total_tokens
+        return await self._paced(
+            estimate,
+            lambda: self.inner.execute(
+                instructions, input_data, schema, previous_response_id, settings, history
+            ),
+        )
+
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[ToolDeclaration, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        settings = settings or CallSettings()
+        inner = require_tools(self.inner)
+        estimate = estimate_usage(instructions, input_data, history, settings).total_tokens
+        return await self._paced(
+            estimate,
+            lambda: inner.execute_tools(instructions, input_data, tools, settings, history),
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        await self.inner.delete_response(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return bool(self.inner.validate_config(settings))

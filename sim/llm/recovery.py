@@ -1,0 +1,322 @@
+"""Recovery: retries, backoff, schema feedback, fallback models, circuit breakers.
+
+A wrapper around any adapter (STYLE #6), implementing spec 000's table exactly:
+
+| error                                   | what happens                                    |
+| --------------------------------------- | ----------------------------------------------- |
+| schema error                            | retry with the validation error fed back, x2    |
+| rate limit (429)                        | wait Retry-After (else backoff), retry, x2      |
+| timeout, 5xx, connection error          | backoff, retry (``transient_retries`` times)    |
+| auth, bad request, context length,      | fail at once                                    |
+| refusal, incomplete, budget, lost chain |                                                 |
+
+Backoff is exponential with full jitter, capped. When a model still fails with a retryable
+error after its retries, or its circuit breaker is open, the phase's ``fallback_models``
+are tried in order (spec 003). A breaker per ``provider:model`` opens after K consecutive
+429s / 5xx / timeouts (not schema errors or refusals), fails fast while open and lets one
+probe through after a cool-down.
+
+Every attempt is recorded (model, attempt number, usage, latency, error code) in
+``response.metadata["attempts"]`` or ``error.context["attempts"]``, so the client can emit
+one event per attempt and every attempt's usage is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from sim.llm.errors import (
+    LLMAPIError,
+    LLMChainNotFoundError,
+    LLMCircuitOpenError,
+    LLMError,
+    LLMRateLimitError,
+    LLMSchemaError,
+    LLMTimeoutError,
+)
+from sim.llm.tools import ToolDeclaration, require_tools
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+
+Kind = Literal["schema", "rate_limit", "transient", "fatal"]
+Sleep = Callable[[float], Awaitable[None]]
+Call = Callable[[CallSettings, str], Awaitable[AdapterResponse]]
+
+FEEDBACK = (
+    "\n\nYour previous answer was rejected: {error}\n"
+    "Answer again with JSON that matches the required schema exactly."
+)
+
+
+def classify(error: LLMError) -> Kind:
+    """Which row of the recovery table an error belongs to."""
+    if isinstance(error, LLMSchemaError):
+        return "schema"
+    if isinstance(error, LLMRateLimitError):
+        return "rate_limit"
+    if isinstance(error, LLMTimeoutError):
+        return "transient"
+    if (
+        isinstance(error, LLMAPIError)
+        and not isinstance(error, LLMChainNotFoundError)
+        and (error.status_code is None or error.status_code >= 500)
+    ):
+        return "transient"
+    return "fatal"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How many retries and how long to wait. Schema and rate-limit counts are spec 000's."""
+
+    schema_retries: int = 2
+    rate_limit_retries: int = 2
+    transient_retries: int = 2
+    backoff_base_seconds: float = 0.5
+    backoff_cap_seconds: float = 20.0
+    max_retry_after_seconds: float = 60.0
+
+    def retries(self, kind: Kind) -> int:
+        return {
+            "schema": self.schema_retries,
+            "rate_limit": self.rate_limit_retries,
+            "transient": self.transient_retries,
+        }.get(kind, 0)
+
+    def delay(self, retry: int, error: LLMError, rng: Callable[[], float]) -> float:
+        """Seconds before retry number ``retry`` (1-based)."""
+        if isinstance(error, LLMRateLimitError) and error.retry_after is not None:
+            return min(error.retry_after, self.max_retry_after_seconds)
+        ceiling = min(self.backoff_cap_seconds, self.backoff_base_seconds * 2.0 ** (retry - 1))
+        return rng() * ceiling
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One request sent (or refused by an open breaker)."""
+
+    model: str
+    attempt: int
+    usage: Usage
+    latency: float
+    error_code: str | None = None
+
+
+class CircuitBreaker:
+    """Closed -> open after ``threshold`` consecutive failures -> half-open after ``cooldown``.
+
+    In half-open one probe goes through; its success closes the breaker, its failure
+    re-opens it.
+    """
+
+    def __init__(
+        self,
+        threshold: int = 5,
+        cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.threshold = max(1, threshold)
+        self.cooldown = cooldown
+        self.clock = clock
+        self.failures = 0
+        self.opened_at: float | None = None
+        self.probing = False
+
+    @property
+    def state(self) -> Literal["closed", "open", "half_open"]:
+        if self.opened_at is None:
+            return "closed"
+        return "half_open" if self.clock() - self.opened_at >= self.cooldown else "open"
+
+    def allow(self) -> bool:
+        state = self.state
+        if state == "closed":
+            return True
+        if state == "half_open" and not self.probing:
+            self.probing = True
+            return True
+        return False
+
+    def success(self) -> None:
+        self.failures = 0
+        self.opened_at = None
+        self.probing = False
+
+    def failure(self) -> None:
+        self.failures += 1
+        if self.probing or self.failures >= self.threshold:
+            self.opened_at = self.clock()
+            self.probing = False
+
+    def neutral(self) -> None:
+        """An answer that says nothing about the provider's health (schema error, refusal)."""
+        self.probing = False
+
+
+class RecoveryAdapter:
+    """Wraps an adapter with the recovery table, fallback models and breakers.
+
+    Args:
+        inner: the adapter to call (usually rate-limited and budgeted).
+        policy: retry counts and backoff.
+        breaker_threshold: consecutive 429/5xx/timeouts that open a breaker.
+        breaker_cooldown: seconds before an open breaker lets a probe through.
+        sleep: how to wait between attempts (tests pass a fast fake).
+        rng: jitter source in [0, 1).
+        clock: monotonic seconds, for breakers.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        policy: RetryPolicy | None = None,
+        *,
+        breaker_threshold: int = 5,
+        breaker_cooldown: float = 30.0,
+        sleep: Sleep = asyncio.sleep,
+        rng: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.policy = policy or RetryPolicy()
+        self.breaker_threshold = breaker_threshold
+        self.breaker_cooldown = breaker_cooldown
+        self.sleep = sleep
+        self.rng = rng
+        self.clock = clock
+        self.breakers: dict[str, CircuitBreaker] = {}
+
+    def breaker(self, model: str) -> CircuitBreaker:
+        key = f"{self.name}:{model}"
+        breaker = self.breakers.get(key)
+        if breaker is None:
+            breaker = self.breakers[key] = CircuitBreaker(
+                self.breaker_threshold, self.breaker_cooldown, self.clock
+            )
+        return breaker
+
+    async def _model(
+        self, settings: CallSettings, call: Call, attempts: list[Attempt]
+    ) -> AdapterResponse:
+        """One model, retried per the table. Raises the last error."""
+        breaker = self.breaker(settings.model)
+        retried = {"schema": 0, "rate_limit": 0, "transient": 0}
+        feedback = ""
+        while True:
+            if not breaker.allow():
+                attempts.append(
+                    Attempt(
+                        settings.model,
+                        len(attempts) + 1,
+                        Usage(),
+                        0.0,
+                        LLMCircuitOpenError.default_code,
+                    )
+                )
+                raise LLMCircuitOpenError(
+                    f"circuit open for {self.name}:{settings.model} after repeated failures",
+                    context={"model": settings.model},
+                )
+            started = time.perf_counter()
+            try:
+                response = await call(settings, feedback)
+            except LLMError as exc:
+                usage = exc.context.get("usage")
+                attempts.append(
+                    Attempt(
+                        settings.model,
+                        len(attempts) + 1,
+                        usage if isinstance(usage, Usage) else Usage(),
+                        time.perf_counter() - started,
+                        exc.code,
+                    )
+                )
+                kind = classify(exc)
+                if kind in ("rate_limit", "transient"):
+                    breaker.failure()
+                else:
+                    breaker.neutral()
+                if kind == "fatal" or retried[kind] >= self.policy.retries(kind):
+                    raise
+                retried[kind] += 1
+                if kind == "schema":
+                    feedback = FEEDBACK.format(error=exc.message)
+                else:
+                    await self.sleep(self.policy.delay(retried[kind], exc, self.rng))
+                continue
+            breaker.success()
+            attempts.append(
+                Attempt(
+                    settings.model, len(attempts) + 1, response.usage, time.perf_counter() - started
+                )
+            )
+            return response
+
+    async def _run(self, settings: CallSettings | None, call: Call) -> AdapterResponse:
+        settings = settings or CallSettings()
+        models = list(dict.fromkeys((settings.model, *settings.fallback_models)))
+        attempts: list[Attempt] = []
+        last: LLMError | None = None
+        for model in models:
+            try:
+                response = await self._model(replace(settings, model=model), call, attempts)
+            except LLMError as exc:
+                if isinstance(exc, LLMCircuitOpenError) and last is not None:
+                    pass  # keep the more telling error of an earlier model
+                else:
+                    last = exc
+                if classify(exc) == "fatal" and not isinstance(exc, LLMCircuitOpenError):
+                    break
+                continue
+            response.metadata["attempts"] = attempts
+            if model != settings.model:
+                response.metadata["fallback_from"] = settings.model
+                response.metadata["fallback_to"] = model
+            return response
+        assert last is not None
+        last.context["attempts"] = attempts
+        raise last
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        def call(s: CallSettings, feedback: str) -> Awaitable[AdapterResponse]:
+            return self.inner.execute(  # type: ignore[no-any-return]
+                instructions + feedback, input_data, schema, previous_response_id, s, history
+            )
+
+        return await self._run(settings, call)
+
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[ToolDeclaration, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        inner = require_tools(self.inner)
+
+        def call(s: CallSettings, feedback: str) -> Awaitable[AdapterResponse]:
+            return inner.execute_tools(instructions + feedback, input_data, tools, s, history)
+
+        return await self._run(settings, call)
+
+    async def delete_response(self, response_id: str) -> None:
+        await self.inner.delete_response(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return bool(self.inner.validate_config(settings))

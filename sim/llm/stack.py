@@ -1,0 +1,109 @@
+"""Build the adapter stack from config.
+
+The stack, innermost first: the provider's adapter -> budget (each attempt reserves its
+worst case, priced for the model actually used) -> rate limiter (requests and tokens per
+minute) -> recovery (retries, fallback models, breakers). Phases see only the outermost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from sim.llm.adapters import create_adapter
+from sim.llm.budget import Budget, BudgetAdapter, Price
+from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
+from sim.llm.recovery import RecoveryAdapter, RetryPolicy
+from sim.llm.types import Adapter
+
+if TYPE_CHECKING:
+    from sim.config import Config
+
+
+def provider_options(config: Config, seed: int) -> dict[str, Any]:
+    """Constructor options for the configured provider's adapter."""
+    llm = config.llm
+    if llm.provider == "offline":
+        return {"seed": seed}
+    return {
+        "base_url": llm.base_url or None,
+        "api_key_env": llm.api_key_env,
+        "timeout_seconds": llm.timeout_seconds,
+        "connect_timeout_seconds": llm.connect_timeout_seconds,
+        "max_concurrency": llm.max_concurrency,
+        "store": llm.chain_mode == "server",
+    }
+
+
+def make_budget(config: Config) -> Budget:
+    return Budget(
+        max_total_tokens=config.budget.max_total_tokens or None,
+        max_cost_usd=config.budget.max_cost_usd or None,
+        prices={
+            model: Price(p.input, p.cached_input, p.output) for model, p in config.prices.items()
+        },
+    )
+
+
+def build_stack(
+    config: Config,
+    seed: int = 0,
+    *,
+    provider: Adapter | None = None,
+    budget: Budget | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> RecoveryAdapter:
+    """The full adapter stack for a run.
+
+    Args:
+        config: the effective configuration.
+        seed: the world seed (offline provider).
+        provider: use this provider adapter instead of building one (tests inject one
+            around their own ``AsyncOpenAI`` client).
+        budget: share this budget (default: a new one from ``[budget]`` and ``[prices]``).
+        sleep: how recovery waits between attempts.
+
+    Raises:
+        LLMConfigurationError: unknown provider, missing API key.
+    """
+    llm = config.llm
+    inner: Any = provider or create_adapter(llm.provider, **provider_options(config, seed))
+    inner = BudgetAdapter(inner, budget or make_budget(config))
+    if llm.requests_per_minute or llm.tokens_per_minute:
+        inner = RateLimitedAdapter(
+            inner,
+            TokenBucket(llm.requests_per_minute) if llm.requests_per_minute else None,
+            TokenBucket(llm.tokens_per_minute) if llm.tokens_per_minute else None,
+        )
+    policy = RetryPolicy(
+        transient_retries=llm.transient_retries,
+        backoff_base_seconds=llm.backoff_base_seconds,
+        backoff_cap_seconds=llm.backoff_cap_seconds,
+    )
+    return RecoveryAdapter(
+        inner,
+        policy,
+        breaker_threshold=llm.breaker_threshold,
+        breaker_cooldown=llm.breaker_cooldown_seconds,
+        sleep=sleep,
+    )
+
+
+async def close_stack(adapter: object) -> None:
+    """Close the HTTP client at the bottom of a stack, on the loop that used it."""
+    while adapter is not None:
+        close = getattr(adapter, "aclose", None)
+        if close is not None:
+            await close()
+            return
+        adapter = getattr(adapter, "inner", None)
+
+
+def find_budget(adapter: object) -> Budget | None:
+    """The budget inside a stack, if any (for reports)."""
+    while adapter is not None:
+        if isinstance(adapter, BudgetAdapter):
+            return adapter.budget
+        adapter = getattr(adapter, "inner", None)
+    return None

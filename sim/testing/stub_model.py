@@ -1,0 +1,225 @@
+"""The stub server's model: OpenAI-shaped bodies written by the offline engine.
+
+Pure functions of a parsed request body; the HTTP side (``stub_server``) adds faults,
+latency, storage and counters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from sim.llm.offline import estimate_tokens, generate, generate_tool_call
+
+Json = dict[str, Any]
+Pair = tuple[str, str]
+
+#: faults that change the answer rather than the HTTP status
+ANSWER_FAULTS = frozenset({"malformed", "refusal", "incomplete", "unknown_tool"})
+REFUSAL = "I'm sorry, but I can't help with that."
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's ``content`` (a string or a list of typed parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text") or part.get("refusal") or "")
+            for part in content
+            if isinstance(part, dict)
+        )
+    return ""
+
+
+def split_messages(messages: Sequence[Any]) -> tuple[str, list[Pair], str]:
+    """(system text, earlier (user, assistant) pairs, the last user text) of a message list."""
+    system: list[str] = []
+    pairs: list[Pair] = []
+    pending: str | None = None
+    last = ""
+    for message in messages:
+        if isinstance(message, str):
+            message = {"role": "user", "content": message}
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        text = text_of(message.get("content"))
+        if role in ("system", "developer"):
+            system.append(text)
+        elif role == "user":
+            if pending is not None:
+                pairs.append((pending, ""))
+            pending = text
+        elif role == "assistant" and pending is not None:
+            pairs.append((pending, text))
+            pending = None
+    if pending is not None:
+        last = pending
+    return "\n".join(system), pairs, last
+
+
+@dataclass(slots=True)
+class Answer:
+    """What the model produced for one request."""
+
+    text: str
+    call: tuple[str, Json] | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    fault: str | None
+
+
+def answer(
+    *,
+    seed: int,
+    model: str,
+    instructions: str,
+    history: Sequence[Pair],
+    input_text: str,
+    schema: Json | None,
+    tools: list[Json] | None,
+    fault: str | None,
+    cached_prefix: bool,
+) -> Answer:
+    """Generate the answer to one request, with an answer-level fault applied if any."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (str(seed), model, instructions, input_text, *(out for _, out in history)):
+        digest.update(part.encode())
+        digest.update(b"\x00")
+    key = digest.hexdigest()
+    call: tuple[str, Json] | None = None
+    if tools:
+        name, args = generate_tool_call(tools, input_text, seed=key, history=list(history))
+        if fault == "unknown_tool":
+            name = "teleport"
+        call = (name, args)
+        text = ""
+        out_len = len(name) + len(orjson.dumps(args))
+    else:
+        if schema is not None:
+            data = generate(
+                schema, input_text, seed=key, history=list(history), instructions=instructions
+            )
+            text = orjson.dumps(data).decode()
+        else:
+            text = "Understood."
+        if fault in ("malformed", "incomplete"):
+            text = text[: max(1, len(text) // 2)]
+        out_len = len(text)
+    prompt = (
+        estimate_tokens(instructions)
+        + estimate_tokens(input_text)
+        + sum(estimate_tokens(a) + estimate_tokens(b) for a, b in history)
+    )
+    return Answer(
+        text=text,
+        call=call,
+        input_tokens=prompt,
+        output_tokens=(out_len + 3) // 4,
+        cached_tokens=estimate_tokens(instructions) if cached_prefix else 0,
+        fault=fault,
+    )
+
+
+def response_body(rid: str, model: str, request: Json, ans: Answer, store: bool) -> Json:
+    """A Responses API ``response`` object."""
+    output: list[Json] = []
+    if ans.call is not None:
+        name, args = ans.call
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{rid[5:]}",
+                "call_id": f"call_{rid[5:]}",
+                "name": name,
+                "arguments": orjson.dumps(args).decode(),
+                "status": "completed",
+            }
+        )
+    else:
+        part: Json = (
+            {"type": "refusal", "refusal": REFUSAL}
+            if ans.fault == "refusal"
+            else {"type": "output_text", "text": ans.text, "annotations": []}
+        )
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{rid[5:]}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [part],
+            }
+        )
+    incomplete = ans.fault == "incomplete"
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": time.time(),
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "error": None,
+        "model": model,
+        "instructions": request.get("instructions"),
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": request.get("previous_response_id"),
+        "store": store,
+        "temperature": request.get("temperature"),
+        "text": request.get("text") or {"format": {"type": "text"}},
+        "tool_choice": request.get("tool_choice") or "auto",
+        "tools": request.get("tools") or [],
+        "top_p": 1.0,
+        "usage": {
+            "input_tokens": ans.input_tokens,
+            "input_tokens_details": {"cached_tokens": ans.cached_tokens},
+            "output_tokens": ans.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": ans.input_tokens + ans.output_tokens,
+        },
+    }
+
+
+def chat_body(cid: str, model: str, ans: Answer) -> Json:
+    """A chat-completions ``chat.completion`` object."""
+    message: Json = {"role": "assistant", "content": ans.text or None, "refusal": None}
+    finish = "stop"
+    if ans.call is not None:
+        name, args = ans.call
+        message["tool_calls"] = [
+            {
+                "id": f"call_{cid[9:]}",
+                "type": "function",
+                "function": {"name": name, "arguments": orjson.dumps(args).decode()},
+            }
+        ]
+        finish = "tool_calls"
+    if ans.fault == "refusal":
+        message["content"] = None
+        message["refusal"] = REFUSAL
+    elif ans.fault == "incomplete":
+        finish = "length"
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {
+            "prompt_tokens": ans.input_tokens,
+            "completion_tokens": ans.output_tokens,
+            "total_tokens": ans.input_tokens + ans.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": ans.cached_tokens},
+        },
+    }
+
+
+def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> Json:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -1,0 +1,470 @@
+"""A loopback OpenAI-compatible server with fault injection, for tests and free rehearsals.
+
+Endpoints (under ``/v1``): ``POST /responses`` (``previous_response_id`` as OpenAI
+documents it: the model sees the whole chain), ``GET``/``DELETE /responses/{id}`` (404 after
+delete or when ``store`` was false), ``POST /chat/completions`` (``response_format`` and
+``tools``). Answers come from the offline engine, from the request's schema or tools.
+
+Control: ``GET /stub/stats`` (requests and tokens served: what a real provider would have
+billed), ``POST /stub/reset``, ``POST /stub/faults`` (``{"script": [...], "fault_rate": x,
+"model_faults": {model: fault}}``). In-process users set the same on ``StubServer``.
+
+Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
+client's timeout), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
+``insufficient_quota`` (429), ``auth`` (401), ``context_length`` (400), ``unknown_tool``.
+
+Built on asyncio streams with HTTP/1.1 keep-alive, so one process serves hundreds of
+concurrent connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+import uuid
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from sim.testing.stub_model import (
+    ANSWER_FAULTS,
+    Answer,
+    Json,
+    Pair,
+    answer,
+    chat_body,
+    error_body,
+    response_body,
+    split_messages,
+)
+
+FAULTS = (
+    "rate_limit",
+    "server_error",
+    "hang",
+    "malformed",
+    "refusal",
+    "incomplete",
+    "insufficient_quota",
+    "auth",
+    "context_length",
+    "unknown_tool",
+)
+#: what ``fault_rate`` draws from unless told otherwise
+RANDOM_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+}
+
+
+@dataclass
+class StubOptions:
+    """How the stub behaves.
+
+    Attributes:
+        latency: seconds before each answer.
+        latency_jitter: extra uniform random latency in ``[0, latency_jitter]``.
+        fault_rate: probability that a generation request gets a random fault.
+        faults: the faults ``fault_rate`` draws from.
+        retry_after: seconds sent in ``retry-after-ms`` / ``retry-after`` with a 429
+            (``None``: no header, the client backs off on its own).
+        hang_seconds: how long a ``hang`` holds the request (set past the client timeout).
+        seed: randomness of faults, latency and answers.
+    """
+
+    latency: float = 0.0
+    latency_jitter: float = 0.0
+    fault_rate: float = 0.0
+    faults: tuple[str, ...] = RANDOM_FAULTS
+    retry_after: float | None = 0.01
+    hang_seconds: float = 600.0
+    seed: int = 0
+
+
+@dataclass
+class StubStats:
+    """Counters a test reads to prove what was paid for."""
+
+    requests: int = 0
+    connections: int = 0
+    generations: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    by_route: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    models: Counter[str] = field(default_factory=Counter)
+
+    def to_dict(self) -> Json:
+        return {
+            "requests": self.requests,
+            "connections": self.connections,
+            "generations": self.generations,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_tokens": self.cached_tokens,
+            "by_route": dict(self.by_route),
+            "faults": dict(self.faults),
+            "models": dict(self.models),
+        }
+
+
+@dataclass(slots=True)
+class _Stored:
+    body: Json
+    pairs: tuple[Pair, ...]  # the whole chain up to and including this response
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, body: Json, headers: dict[str, str] | None = None) -> None:
+        self.status, self.body, self.headers = status, body, headers or {}
+
+
+class StubServer:
+    """The server; ``start``/``close`` on a running loop, or ``ServerThread`` for tests."""
+
+    def __init__(self, options: StubOptions | None = None) -> None:
+        self.options = options or StubOptions()
+        self.stats = StubStats()
+        self.script: deque[str | None] = deque()
+        self.model_faults: dict[str, str] = {}
+        self.responses: dict[str, _Stored] = {}
+        #: the last generation request bodies, oldest first (for tests to inspect)
+        self.log: deque[Json] = deque(maxlen=1000)
+        self._rng = random.Random(f"sim-stub:{self.options.seed}")
+        self._prefixes: set[tuple[str, str]] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def enqueue(self, *faults: str | None) -> None:
+        """Faults for the next generation requests, in order (``None``: answer normally)."""
+        for fault in faults:
+            if fault is not None and fault not in FAULTS:
+                raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
+            self.script.append(fault)
+
+    def reset(self) -> None:
+        self.stats = StubStats()
+        self.script.clear()
+        self.model_faults.clear()
+        self.log.clear()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def serve_forever(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        await self.start(host, port)
+        assert self._server is not None
+        async with self._server:
+            await self._server.serve_forever()
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self.stats.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers: dict[str, str] = {}
+                for line in lines[1:]:
+                    name, sep, value = line.partition(":")
+                    if sep:
+                        headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length") or 0)
+                body = await reader.readexactly(length) if length else b""
+                status, payload, extra = await self._dispatch(method, target.split("?")[0], body)
+                data = orjson.dumps(payload)
+                head_out = [
+                    f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+                    "content-type: application/json",
+                    f"content-length: {len(data)}",
+                ]
+                head_out += [f"{k}: {v}" for k, v in extra.items()]
+                writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+                if headers.get("connection", "").lower() == "close":
+                    break
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            ValueError,
+        ):
+            pass
+        except asyncio.CancelledError:  # shutdown: end this connection quietly
+            pass
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _dispatch(
+        self, method: str, path: str, body: bytes
+    ) -> tuple[int, Any, dict[str, str]]:
+        self.stats.requests += 1
+        self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
+        try:
+            request = orjson.loads(body) if body else {}
+            if method == "POST" and path == "/v1/responses":
+                self.log.append(request)
+                return 200, await self._responses(request), {}
+            if method == "POST" and path == "/v1/chat/completions":
+                self.log.append(request)
+                return 200, await self._chat(request), {}
+            if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
+                return 200, self._stored(method, path.rsplit("/", 1)[1]), {}
+            if path.startswith("/stub/"):
+                return 200, self._control(method, path, request), {}
+            raise _HTTPError(
+                404, error_body(f"no route {method} {path}", "invalid_request_error", "not_found")
+            )
+        except _HTTPError as exc:
+            return exc.status, exc.body, exc.headers
+        except orjson.JSONDecodeError:
+            return 400, error_body("body is not JSON", "invalid_request_error", None), {}
+
+    def _control(self, method: str, path: str, request: Json) -> Any:
+        if path == "/stub/stats":
+            return self.stats.to_dict()
+        if path == "/stub/reset" and method == "POST":
+            self.reset()
+            return {"ok": True}
+        if path == "/stub/faults" and method == "POST":
+            self.enqueue(*request.get("script", []))
+            if "fault_rate" in request:
+                self.options.fault_rate = float(request["fault_rate"])
+            self.model_faults.update(request.get("model_faults", {}))
+            return {"ok": True}
+        raise _HTTPError(404, error_body(f"no route {path}", "invalid_request_error", None))
+
+    # ------------------------------------------------------------------ faults
+
+    def _fault(self, model: str) -> str | None:
+        if self.script:
+            return self.script.popleft()
+        fault = self.model_faults.get(model)
+        if fault is not None:
+            return fault
+        opts = self.options
+        if opts.fault_rate and self._rng.random() < opts.fault_rate:
+            return self._rng.choice(opts.faults)
+        return None
+
+    async def _prelude(self, model: str) -> str | None:
+        """Latency and transport-level faults; returns an answer-level fault, if any."""
+        self.stats.models[model] += 1
+        fault = self._fault(model)
+        opts = self.options
+        delay = opts.latency + (
+            self._rng.uniform(0, opts.latency_jitter) if opts.latency_jitter else 0.0
+        )
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if fault is None:
+            return None
+        self.stats.faults[fault] += 1
+        if fault == "hang":
+            await asyncio.sleep(opts.hang_seconds)
+            raise _HTTPError(500, error_body("hung", "server_error", None))
+        if fault == "rate_limit":
+            headers = (
+                {}
+                if opts.retry_after is None
+                else {
+                    "retry-after-ms": f"{opts.retry_after * 1000:g}",
+                    "retry-after": f"{opts.retry_after:g}",
+                }
+            )
+            raise _HTTPError(
+                429,
+                error_body("Rate limit reached, retry shortly", "requests", "rate_limit_exceeded"),
+                headers,
+            )
+        if fault == "insufficient_quota":
+            raise _HTTPError(
+                429,
+                error_body(
+                    "You exceeded your current quota", "insufficient_quota", "insufficient_quota"
+                ),
+            )
+        if fault == "server_error":
+            raise _HTTPError(500, error_body("The server had an error", "server_error", None))
+        if fault == "auth":
+            raise _HTTPError(
+                401,
+                error_body(
+                    "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
+                ),
+            )
+        if fault == "context_length":
+            raise _HTTPError(
+                400,
+                error_body(
+                    "This model's maximum context length is 128 tokens",
+                    "invalid_request_error",
+                    "context_length_exceeded",
+                    "input",
+                ),
+            )
+        return fault if fault in ANSWER_FAULTS else None
+
+    def _answer(
+        self,
+        model: str,
+        instructions: str,
+        history: list[Pair],
+        input_text: str,
+        schema: Json | None,
+        tools: list[Json] | None,
+        fault: str | None,
+    ) -> Answer:
+        prefix = (model, instructions)
+        cached = prefix in self._prefixes
+        self._prefixes.add(prefix)
+        ans = answer(
+            seed=self.options.seed,
+            model=model,
+            instructions=instructions,
+            history=history,
+            input_text=input_text,
+            schema=schema,
+            tools=tools,
+            fault=fault,
+            cached_prefix=cached,
+        )
+        self.stats.generations += 1
+        self.stats.input_tokens += ans.input_tokens
+        self.stats.output_tokens += ans.output_tokens
+        self.stats.cached_tokens += ans.cached_tokens
+        return ans
+
+    # ------------------------------------------------------------------ endpoints
+
+    async def _responses(self, request: Json) -> Json:
+        model = str(request.get("model") or "stub")
+        history: list[Pair] = []
+        previous = request.get("previous_response_id")
+        if previous:
+            stored = self.responses.get(previous)
+            if stored is None:
+                raise _HTTPError(
+                    400,
+                    error_body(
+                        f"Previous response with id '{previous}' not found.",
+                        "invalid_request_error",
+                        "previous_response_not_found",
+                        "previous_response_id",
+                    ),
+                )
+            history.extend(stored.pairs)
+        fault = await self._prelude(model)
+        raw_input = request.get("input") or ""
+        items = [raw_input] if isinstance(raw_input, str) else list(raw_input)
+        _, pairs, input_text = split_messages(items)
+        history.extend(pairs)
+        fmt = (request.get("text") or {}).get("format") or {}
+        schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
+        tools = request.get("tools") or None
+        instructions = str(request.get("instructions") or "")
+        ans = self._answer(model, instructions, history, input_text, schema, tools, fault)
+        rid = f"resp_{uuid.uuid4().hex}"
+        store = request.get("store", True) is not False
+        body = response_body(rid, model, request, ans, store)
+        if store:
+            output = ans.text if ans.call is None else orjson.dumps(ans.call[1]).decode()
+            self.responses[rid] = _Stored(body, (*history, (input_text, output)))
+        return body
+
+    def _stored(self, method: str, rid: str) -> Json:
+        stored = self.responses.get(rid)
+        if stored is None:
+            raise _HTTPError(
+                404,
+                error_body(f"No response found with id '{rid}'.", "invalid_request_error", None),
+            )
+        if method == "DELETE":
+            del self.responses[rid]
+            return {"id": rid, "object": "response.deleted", "deleted": True}
+        return stored.body
+
+    async def _chat(self, request: Json) -> Json:
+        model = str(request.get("model") or "stub")
+        fault = await self._prelude(model)
+        system, pairs, input_text = split_messages(request.get("messages") or [])
+        fmt = request.get("response_format") or {}
+        schema = None
+        if fmt.get("type") == "json_schema":
+            schema = (fmt.get("json_schema") or {}).get("schema")
+        tools = request.get("tools") or None
+        ans = self._answer(model, system, pairs, input_text, schema, tools, fault)
+        return chat_body(f"chatcmpl-{uuid.uuid4().hex}", model, ans)
+
+
+class ServerThread:
+    """Run a ``StubServer`` on its own event loop in a daemon thread (pytest, notebooks).
+
+    Usage::
+
+        with ServerThread(StubServer()) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="x")
+    """
+
+    def __init__(self, server: StubServer, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = server
+        self.host, self.port = host, port
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sim-stub-server", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self.server.start(self.host, self.port))
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.server.close())
+        self._loop.close()
+
+    def start(self) -> StubServer:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("stub server did not start")
+        return self.server
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def __enter__(self) -> StubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,28 @@
+"""A tiny run of the offline benchmark code, so `make bench` cannot rot unnoticed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.make_world import make_world
+from bench.offline import depth_cost, overhead
+from sim.storage import Storage
+
+
+def test_synthetic_world_is_valid_and_reproducible(tmp_path: Path) -> None:
+    make_world(tmp_path / "a", 50, 5, seed=3)
+    make_world(tmp_path / "b", 50, 5, seed=3)
+    world = Storage(tmp_path / "a").load()
+    assert len(world.characters) == 50 and len(world.locations) == 5
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.json"))
+    for rel in files:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+
+
+def test_overhead_and_depth_scenarios_report_their_figures() -> None:
+    result = overhead(60)
+    assert result["calls"] >= 60 + 2 * 6  # intentions, resolution, narrative (+ memory)
+    assert result["wall_s"] > 0 and result["peak_rss_mib"] > 0
+    assert result["model_s"] < result["phases_s"]
+    shallow, deep = depth_cost(0, characters=20, ticks=3), depth_cost(2, characters=20, ticks=3)
+    assert deep["input_tokens_per_character_tick"] > shallow["input_tokens_per_character_tick"]

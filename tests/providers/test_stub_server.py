@@ -1,0 +1,103 @@
+"""The stub server itself: routes, control endpoints, keep-alive, the CLI command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from sim.config import Config
+from sim.errors import RunFailed
+from sim.llm.errors import LLMConfigurationError, LLMRefusalError
+from sim.runner import Runner
+from sim.testing import ErrorAdapter, MockAdapter
+from sim.testing.stub_server import StubServer
+
+
+def test_routes_and_control_endpoints(stub_server: StubServer) -> None:
+    with httpx2.Client(base_url=stub_server.base_url.removesuffix("/v1")) as http:
+        body = {
+            "model": "m",
+            "input": "hi",
+            "instructions": "be brief",
+            "text": {
+                "format": {
+                    "type": "json_schema",
+                    "name": "X",
+                    "strict": True,
+                    "schema": {
+                        "type": "object",
+                        "title": "X",
+                        "properties": {"a": {"type": "string"}},
+                        "required": ["a"],
+                        "additionalProperties": False,
+                    },
+                }
+            },
+        }
+        created = http.post("/v1/responses", json=body).json()
+        rid = created["id"]
+        assert created["status"] == "completed"
+        assert http.get(f"/v1/responses/{rid}").json()["id"] == rid
+        assert http.delete(f"/v1/responses/{rid}").json()["deleted"] is True
+        assert http.get(f"/v1/responses/{rid}").status_code == 404
+        assert http.delete(f"/v1/responses/{rid}").status_code == 404
+        unstored = http.post("/v1/responses", json={**body, "store": False}).json()
+        assert http.get(f"/v1/responses/{unstored['id']}").status_code == 404
+        # control: script faults, read counters, reset
+        assert http.post("/stub/faults", json={"script": ["server_error"]}).status_code == 200
+        assert http.post("/v1/responses", json=body).status_code == 500
+        stats = http.get("/stub/stats").json()
+        assert stats["generations"] == 2 and stats["faults"] == {"server_error": 1}
+        assert stats["input_tokens"] > 0
+        assert stats["connections"] == 1  # HTTP/1.1 keep-alive: one connection for all
+        http.post("/stub/reset")
+        assert http.get("/stub/stats").json()["generations"] == 0
+        assert http.get("/nope").status_code == 404
+
+
+def test_unknown_fault_is_refused(stub_server: StubServer) -> None:
+    with pytest.raises(ValueError, match="unknown fault"):
+        stub_server.enqueue("meteor")
+
+
+def test_cli_stub_server_serves_until_stopped() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim", "stub-server", "--port", "0", "--latency", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "stub server on http://127.0.0.1:" in line
+        base = line.split(" on ", 1)[1].split()[0]
+        stats = httpx2.get(base.removesuffix("/v1") + "/stub/stats").json()
+        assert stats["requests"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_cli_stub_server_rejects_unknown_faults() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sim", "stub-server", "--faults", "meteor"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2 and "meteor" in result.stderr
+
+
+def test_tools_mode_needs_the_capability(demo_world: Path) -> None:
+    config = Config.model_validate({"phase1": {"mode": "tools"}})
+    with pytest.raises(LLMConfigurationError, match="MockAdapter does not support tool"):
+        Runner(demo_world, config, adapter=MockAdapter()).run()
+
+
+def test_failed_fraction_check_raises_run_failed(demo_world: Path) -> None:
+    with pytest.raises(RunFailed, match="max_failed_fraction"):
+        Runner(demo_world, Config(), adapter=ErrorAdapter(LLMRefusalError("no"))).run()
