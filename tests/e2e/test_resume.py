@@ -1,7 +1,8 @@
 """Interrupted ticks: crash, kill -9 and Ctrl-C, then resume without paying twice.
 
-The child process is ``crash_child.py``: ``sim tick`` through the real CLI, with a slow
-offline adapter that appends each answered call to a file (the provider's request count).
+The child process runs ``sim tick`` through the real CLI with a slow offline adapter that
+appends each answered call to a file (the provider's request count): forked for the kill -9
+trials, a fresh ``crash_child.py`` process for Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import copy_demo, tree
 
+import sim.runner
 from sim.cli import main
 from sim.config import load_config
 from sim.errors import TickInterrupted
@@ -29,6 +31,7 @@ from sim.log import TickLog, log_path, read_log
 from sim.runner import Runner
 from sim.storage import Storage
 from sim.testing import CountingAdapter, call_digest, read_counts
+from sim.world import World
 
 CHILD = Path(__file__).with_name("crash_child.py")
 BASE_TICK = 5  # tick 6 of the demo calls every LLM phase (about 30 calls)
@@ -138,6 +141,30 @@ def spawn(world: Path, count_file: Path, delay: float = 0.02, jitter: float = 0.
     )
 
 
+def fork_tick(world: Path, count_file: Path, delay: float = 0.02, jitter: float = 0.03) -> int:
+    """What ``crash_child.py`` does, in a forked child (no fresh interpreter per trial)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+
+            def build(config: object, loaded: World) -> CountingAdapter:
+                inner = OfflineAdapter(seed=loaded.seed)
+                return CountingAdapter(inner, delay=delay, jitter=jitter, count_file=count_file)
+
+            sim.runner.build_adapter = build  # type: ignore[assignment]
+            main(["tick", "--world", str(world), "--concurrency", str(CONCURRENCY)])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            os._exit(code)
+    return pid
+
+
 def wait_for(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -176,7 +203,7 @@ def test_sigkill_at_random_instants_never_pays_twice(
         world = tmp_path / f"t{i}"
         shutil.copytree(base, world)
         counts = tmp_path / f"t{i}.calls"
-        child = spawn(world, counts)
+        child = fork_tick(world, counts)
         if kind == "calls":
             assert wait_for(lambda: len(read_counts(counts)) >= round(n * total))  # noqa: B023
             # not at once: the poll wakes just after an answer was counted, the one instant
@@ -185,8 +212,8 @@ def test_sigkill_at_random_instants_never_pays_twice(
         else:
             assert wait_for(lambda: log_has(world, "usage"))  # noqa: B023
             time.sleep(rng.uniform(0, 0.004))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
         storage = Storage(world)
         with storage.lock():
             storage.recover()
