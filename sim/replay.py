@@ -12,6 +12,7 @@ configured provider instead, and the outcome's change is shown.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from sim.config import Config
 from sim.errors import InputError
 from sim.llm.adapters.replay import Drift, ReplayAdapter
+from sim.llm.stack import close_stack
 from sim.llm.types import Adapter
 from sim.log import LogError, TickLog, log_path, read_log, read_state, state_digest
 from sim.runner import Runner, build_adapter
@@ -120,39 +122,60 @@ def replay(
     if tick < 1 or last < tick:
         raise InputError(None, "--tick/--to", f"expected 1 <= tick <= to (got {tick}..{last})")
     logs = [committed_log(world_dir, t) for t in range(tick, last + 1)]
-    report = ReplayReport([])
     with tempfile.TemporaryDirectory(prefix="sim-replay-") as tmp:
         scratch = scratch_world(world_dir, logs[0], Path(tmp) / "world")
+        return asyncio.run(_replay(world_dir, scratch, logs, config, live, live_adapter))
+
+
+async def _replay(
+    world_dir: Path,
+    scratch: Path,
+    logs: list[TickLog],
+    config: Config,
+    live: bool,
+    live_adapter: Adapter | None,
+) -> ReplayReport:
+    """All ticks on one event loop, so a live provider's HTTP client lives and dies on it."""
+    report = ReplayReport([])
+    sender = live_adapter
+    try:
         for log in logs:
-            world = Storage(scratch).load()
-            sender = None
-            if live:
-                sender = live_adapter or build_adapter(config, world)
-            adapter = ReplayAdapter(log.calls, instructions=log.instructions, live=sender)
-            result = Runner(scratch, config, adapter=adapter).run(1)[0]
-            after = read_state(scratch)
-            assert log.commit is not None
-            matches = state_digest(after) == log.commit["state_after"]
-            differing: list[str] = []
-            following = log_path(world_dir, log.tick + 1)
-            if not matches and following.is_file():
-                try:
-                    differing = _differing(after, read_log(following).state())
-                except LogError:
-                    differing = []
-            report.ticks.append(
-                TickReplay(
-                    log.tick,
-                    adapter.drifts,
-                    matches,
-                    differing,
-                    adapter.served,
-                    adapter.sent,
-                    {k: str(v) for k, v in log.phase_results("narrative").items()},
-                    result.narratives,
-                )
+            if live and sender is None:
+                sender = build_adapter(config, Storage(scratch).load())
+            adapter = ReplayAdapter(
+                log.calls, instructions=log.instructions, live=sender if live else None
             )
+            result = (await Runner(scratch, config, adapter=adapter).run_async(1))[0]
+            report.ticks.append(_compare(world_dir, scratch, log, adapter, result.narratives))
+    finally:
+        if sender is not None and live_adapter is None:
+            await close_stack(sender)
     return report
+
+
+def _compare(
+    world_dir: Path, scratch: Path, log: TickLog, adapter: ReplayAdapter, narratives: dict[str, str]
+) -> TickReplay:
+    after = read_state(scratch)
+    assert log.commit is not None
+    matches = state_digest(after) == log.commit["state_after"]
+    differing: list[str] = []
+    following = log_path(world_dir, log.tick + 1)
+    if not matches and following.is_file():
+        try:
+            differing = _differing(after, read_log(following).state())
+        except LogError:
+            differing = []
+    return TickReplay(
+        log.tick,
+        adapter.drifts,
+        matches,
+        differing,
+        adapter.served,
+        adapter.sent,
+        {k: str(v) for k, v in log.phase_results("narrative").items()},
+        narratives,
+    )
 
 
 __all__ = ["ReplayReport", "TickReplay", "committed_log", "replay", "scratch_world", "write_state"]

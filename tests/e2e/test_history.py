@@ -193,3 +193,23 @@ def test_a_request_the_log_lacks_is_reported_missing(five_ticks: Path, tmp_path:
     (drift,) = report.drifts
     assert drift.request_id == "5:memory:memory:ada:0" and drift.fields == ("missing",)
     assert not report.ticks[0].state_matches  # ada's memory fell back: the state differs
+
+
+def test_live_replay_over_http_sends_the_provider_only_the_drifted_requests(
+    five_ticks: Path, tmp_path: Path, stub_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    (world / "prompts").mkdir()
+    text = (PROMPTS / "narrative.md").read_text() + "\nEnd on the weather.\n"
+    (world / "prompts" / "narrative.md").write_text(text)
+    (world / "config.toml").write_text(
+        f'[llm]\nprovider = "chat"\nbase_url = "{stub_server.base_url}"\n'
+        # the recorded settings: only the prompt differs
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    result = invoke("replay", "--world", str(world), "--tick", "3", "--live")
+    assert result.exit_code == 1, result.output
+    narratives = [rid for rid in read_log(log_path(world, 3)).calls if ":narrative:" in rid]
+    assert stub_server.stats.generations == len(narratives) > 0
+    assert f"sent live: {len(narratives)}" in result.output
