@@ -37,10 +37,19 @@ def summary(log: TickLog) -> dict[str, Any]:
         "tokens": tokens,
         "input_tokens": usage.get("input_tokens"),
         "output_tokens": usage.get("output_tokens"),
-        "cost": (log.usage or {}).get("cost"),
+        "cost": _cost(log),
         "wall": (log.usage or {}).get("elapsed"),
         "resumes": log.resumes,
     }
+
+
+def _cost(log: TickLog) -> float | None:
+    """The tick's cost at the prices configured when it ran (``None``: none priced)."""
+    if log.usage is not None and "cost" in log.usage:
+        cost = log.usage["cost"]
+        return None if cost is None else float(cost)
+    known = [float(c["cost_usd"]) for c in log.calls.values() if c.get("cost_usd") is not None]
+    return sum(known) if known else None
 
 
 def summary_line(data: dict[str, Any]) -> str:

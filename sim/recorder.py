@@ -21,11 +21,12 @@ from pydantic import BaseModel
 
 from sim.config import Config, redacted
 from sim.llm.adapters.replay import ReplayAdapter
+from sim.llm.budget import Price, cost_usd
 from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMConfigurationError
 from sim.llm.events import LLMEvent
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange
+from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
 from sim.log import (
     LogError,
     LogWriter,
@@ -167,6 +168,10 @@ class TickRecorder:
         self._instructions: set[str] = set(partial.instructions) if partial else set()
         self._calls: set[str] = set(partial.calls) if partial else set()
         self._commit: dict[str, Any] | None = None
+        #: what the tick's logged calls cost at the configured prices (None: none priced)
+        self._cost_usd: float | None = None
+        for call in partial.calls.values() if partial else ():
+            self._add_cost(call.get("cost_usd"))
         self.writer = LogWriter(log_path(root, tick))
         if partial is None:
             self.writer.append(header(tick, redacted(config), seed))
@@ -328,8 +333,27 @@ class TickRecorder:
                 error_code=event.error_code,
                 error=message,
             )
-        record["attempts"] = [*earlier, final]
-        return None if served == "resume" else record
+        record["attempts"] = attempts = [*earlier, final]
+        record["cost_usd"] = self._cost(attempts)
+        if served == "resume":
+            return None  # already in this log, its cost counted
+        self._add_cost(record["cost_usd"])
+        return record
+
+    def _add_cost(self, cost: float | None) -> None:
+        if cost is not None:
+            self._cost_usd = (self._cost_usd or 0.0) + float(cost)
+
+    def _cost(self, attempts: list[dict[str, Any]]) -> float | None:
+        """What the attempts cost at the configured prices (``None``: no price known)."""
+        total: float | None = None
+        for attempt in attempts:
+            price = self.config.prices.get(str(attempt.get("model")))
+            if price is not None:
+                usage = Usage(**attempt["usage"])
+                spent = cost_usd(usage, Price(price.input, price.cached_input, price.output))
+                total = (total or 0.0) + spent
+        return None if total is None else round(total, 8)
 
     # -- phases and commit ----------------------------------------------------------------
 
@@ -363,7 +387,10 @@ class TickRecorder:
                 after.pop(rel, None)
             else:
                 after[rel] = data
-        self.writer.append({"type": "usage", **totals, "resumed_calls": self.resumed_calls})
+        cost = None if self._cost_usd is None else round(self._cost_usd, 8)
+        self.writer.append(
+            {"type": "usage", **totals, "cost": cost, "resumed_calls": self.resumed_calls}
+        )
         self.writer.sync()
         self._commit = {
             "type": "commit",

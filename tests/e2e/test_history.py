@@ -13,6 +13,8 @@ from conftest import copy_demo, tree
 from sim.cli import main
 from sim.config import load_config
 from sim.history import rewind
+from sim.llm.budget import Price, cost_usd
+from sim.llm.types import Usage
 from sim.log import list_logs, log_path, read_log
 from sim.replay import replay
 from sim.runner import Runner
@@ -213,3 +215,23 @@ def test_live_replay_over_http_sends_the_provider_only_the_drifted_requests(
     narratives = [rid for rid in read_log(log_path(world, 3)).calls if ":narrative:" in rid]
     assert stub_server.stats.generations == len(narratives) > 0
     assert f"sent live: {len(narratives)}" in result.output
+
+
+def test_the_log_prices_a_tick_like_the_provider_billed_it(
+    demo_world: Path, stub_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    url = stub_server.base_url
+    result = invoke("tick", "--world", str(demo_world), "--provider", "chat", "--base-url", url)
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(
+        invoke("log", "--world", str(demo_world), "--tick", "all", "--json").output.splitlines()[0]
+    )
+    stats = stub_server.stats
+    billed = cost_usd(
+        Usage(stats.input_tokens, stats.output_tokens, stats.cached_tokens),
+        Price(input=0.4, cached_input=0.1, output=1.6),  # gpt-4.1-mini in the default prices
+    )
+    assert summary["calls"] == stats.generations
+    assert summary["cost"] == pytest.approx(billed, rel=1e-6) and billed > 0
+    assert "$" in invoke("log", "--world", str(demo_world), "--tick", "all").output
