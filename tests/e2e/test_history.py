@@ -235,3 +235,27 @@ def test_the_log_prices_a_tick_like_the_provider_billed_it(
     assert summary["calls"] == stats.generations
     assert summary["cost"] == pytest.approx(billed, rel=1e-6) and billed > 0
     assert "$" in invoke("log", "--world", str(demo_world), "--tick", "all").output
+
+
+def test_a_tick_with_retries_and_failures_over_http_replays_identical(
+    demo_world: Path, stub_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Earlier attempts (retries) and failed calls are logged, and replay reproduces them:
+    the usage they cost, the fallbacks they caused."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    (demo_world / "config.toml").write_text(
+        "[llm]\nbackoff_base_seconds = 0.001\nbackoff_cap_seconds = 0.01\n"
+        "max_failed_fraction = 1.0\n"
+    )
+    stub_server.options.fault_rate = 0.3
+    stub_server.options.faults = ("rate_limit", "server_error", "malformed", "refusal")
+    url = stub_server.base_url
+    args = ("--provider", "chat", "--base-url", url)
+    result = invoke("tick", "--world", str(demo_world), "--ticks", "2", *args)
+    assert result.exit_code == 0, result.output
+    calls = [c for t in (1, 2) for c in read_log(log_path(demo_world, t)).calls.values()]
+    assert any(len(c["attempts"]) > 1 for c in calls)  # retried, every attempt logged
+    assert any(c["error_code"] for c in calls)  # and some failed for good (refusal)
+    replayed = invoke("replay", "--world", str(demo_world), "--tick", "1", "--to", "2")
+    assert replayed.exit_code == 0, replayed.output
+    assert replayed.output.strip().endswith("identical")
