@@ -147,9 +147,7 @@ def fork_tick(world: Path, count_file: Path, delay: float = 0.02, jitter: float 
     if pid == 0:  # the child: never returns into pytest
         code = 1
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
+            sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115
 
             def build(config: object, loaded: World) -> CountingAdapter:
                 inner = OfflineAdapter(seed=loaded.seed)

@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,16 +74,14 @@ def resume(world: Path, server: StubServer) -> None:
     assert result.exit_code == 0, result.output
 
 
-def spawn(args: list[str]) -> int:
+def spawn(args: list[str], output: Path | None = None) -> int:
     """``sim tick`` in a forked child (the CLI's own code path, without paying for a fresh
     interpreter and its imports in every trial); returns its pid."""
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 1
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
+            sys.stdout = sys.stderr = open(output or os.devnull, "w", buffering=1)  # noqa: SIM115
             os.environ.update(KEY)
             main(args, prog_name="sim")
             code = 0
@@ -177,3 +176,29 @@ def test_sigkill_against_the_stub_server_pays_each_completed_call_once(
         f"stub kill -9 trials: {TRIALS}, killed in {sorted(killed_in)}, "
         f"in-flight calls answered but lost: {in_flight_paid}"
     )
+
+
+def test_ctrl_c_over_http_cancels_in_flight_calls_and_resumes(
+    base: Path, server: StubServer, tmp_path: Path
+) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    server.reset()
+    output = tmp_path / "output.txt"
+    child = spawn(tick_args(world, server), output)
+    assert wait_for(lambda: server.stats.generations >= 8)
+    os.kill(child, signal.SIGINT)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 130, output.read_text()
+    assert f"run `sim tick --world {world}` again to resume tick {BASE_TICK + 1}" in (
+        output.read_text()
+    )
+    assert Storage(world).load().tick == BASE_TICK
+    time.sleep(0.05)
+    answered = server.stats.generations
+    logged = successful_calls(world)
+    resume(world, server)
+    final = read_log(log_path(world, BASE_TICK + 1))
+    assert final.committed and final.resumes == 1
+    # resume sent exactly the calls the interrupted run did not log
+    assert server.stats.generations - answered == len(final.calls) - logged
