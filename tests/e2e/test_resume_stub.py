@@ -202,3 +202,25 @@ def test_ctrl_c_over_http_cancels_in_flight_calls_and_resumes(
     assert final.committed and final.resumes == 1
     # resume sent exactly the calls the interrupted run did not log
     assert server.stats.generations - answered == len(final.calls) - logged
+
+
+def test_a_tick_stopped_by_its_budget_resumes_without_paying_twice(
+    base: Path, server: StubServer, tmp_path: Path
+) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    server.reset()
+    stopped = CliRunner().invoke(
+        main, [*tick_args(world, server), "--budget-tokens", "15000"], env=KEY
+    )
+    assert stopped.exit_code == 1, stopped.output
+    assert "nothing was committed" in stopped.output
+    partial = read_log(log_path(world, BASE_TICK + 1))
+    logged = successful_calls(world)
+    assert not partial.committed and 0 < logged < len(partial.calls)  # some were refused
+    answered = server.stats.generations
+    assert answered == logged  # every call the provider answered is in the log
+    resume(world, server)  # no budget flag this time
+    final = read_log(log_path(world, BASE_TICK + 1))
+    assert final.committed and not any(c["error_code"] for c in final.calls.values())
+    assert server.stats.generations - answered == len(final.calls) - logged
