@@ -7,6 +7,7 @@ the engine runs unchanged.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -28,4 +29,6 @@ def build(config: object, loaded: sim.runner.World) -> CountingAdapter:
 
 
 sim.runner.build_adapter = build  # type: ignore[assignment]
+# a runner that started us in the background may have left SIGINT ignored: Ctrl-C must work
+signal.signal(signal.SIGINT, signal.default_int_handler)
 main(["tick", "--world", world, "--concurrency", "3"], prog_name="sim")

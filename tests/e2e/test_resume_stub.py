@@ -82,6 +82,7 @@ def spawn(args: list[str], output: Path | None = None) -> int:
         code = 1
         try:
             sys.stdout = sys.stderr = open(output or os.devnull, "w", buffering=1)  # noqa: SIM115
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal would
             os.environ.update(KEY)
             main(args, prog_name="sim")
             code = 0
