@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 
-from sim import __version__
+from sim import __version__, history, logview
 from sim.config import PHASE_SECTIONS, Config, load_config, phase_section
-from sim.errors import InputError, RunFailed, SimError
+from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.events import LLMEvent
+from sim.log import log_path, read_log, read_logs
 from sim.phases.base import PhaseReport
+from sim.replay import replay
 from sim.runner import Runner, TickResult
 from sim.storage import Storage
 from sim.testing.stub_server import FAULTS, RANDOM_FAULTS, StubOptions, StubServer
@@ -44,6 +47,12 @@ def _errors() -> Iterator[None]:
     """Map library errors to a message on stderr and an exit code."""
     try:
         yield
+    except TickInterrupted as exc:
+        click.echo(f"\n{exc}", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: nothing was committed", err=True)
+        sys.exit(130)
     except SimError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -139,6 +148,13 @@ class Progress:
 
 def _print_tick(result: TickResult) -> None:
     click.secho(f"\n== tick {result.tick} ==", bold=True)
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if result.resumed_calls:
+        click.echo(
+            f"resumed: {result.resumed_calls} calls taken from the interrupted tick's "
+            "log, not sent again"
+        )
     for lid, text in result.narratives.items():
         click.secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
         click.echo(textwrap.fill(text, width=88))
@@ -248,6 +264,127 @@ def check(world_dir: Path, config_file: Path | None) -> None:
         )
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
+        logs, problems = read_logs(world_dir)
+        if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
+            click.echo(
+                f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
+                f"resumes it ({len(logs[-1].calls)} calls already logged)"
+            )
+        for problem in problems:
+            click.echo(f"warning: unreadable log: {problem}")
+
+
+def _tick_arg(value: str) -> int | None:
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(None, "--tick", f"expected a tick number >= 1 or 'all' (got {value!r})")
+    return int(value)
+
+
+@main.command("log")
+@WORLD
+@click.option(
+    "--tick",
+    "tick_",
+    default=None,
+    metavar="N|all",
+    help="The tick to show (default: the last), or 'all' for one line per tick.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable records.")
+def log_(world_dir: Path, tick_: str | None, as_json: bool) -> None:
+    """Show what happened in a tick, from its log."""
+    with _errors():
+        if tick_ == "all":
+            logs, problems = read_logs(world_dir)
+            if not as_json:
+                click.echo(logview.SUMMARY_HEAD)
+            for log in logs:
+                data = logview.summary(log)
+                click.echo(orjson.dumps(data).decode() if as_json else logview.summary_line(data))
+            for problem in problems:
+                click.echo(f"unreadable: {problem}", err=True)
+            if problems:
+                sys.exit(1)
+            return
+        number = _tick_arg(tick_) if tick_ is not None else None
+        log = (
+            read_log(log_path(world_dir, number))
+            if number is not None
+            else logview.last_log(world_dir)
+        )
+        if as_json:
+            for record in log.records:
+                click.echo(orjson.dumps(record).decode())
+        else:
+            for line in logview.tick_lines(log):
+                click.echo(line)
+
+
+@main.command("replay")
+@WORLD
+@click.option(
+    "--tick", "tick_", required=True, type=click.IntRange(min=1), help="The first tick to replay."
+)
+@click.option("--to", "to", type=click.IntRange(min=1), help="The last tick (default: --tick).")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Send drifted requests to the configured provider and show the change.",
+)
+@CONFIG
+def replay_(
+    world_dir: Path, tick_: int, to: int | None, live: bool, config_file: Path | None
+) -> None:
+    """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
+    with _errors():
+        config = _config(config_file, world_dir)
+        report = replay(world_dir, tick_, to, config=config, live=live)
+        for line in logview.replay_lines(report, live):
+            click.echo(line)
+        if not report.identical:
+            sys.exit(1)
+
+
+@main.command()
+@WORLD
+@click.option(
+    "--tick",
+    "tick_",
+    required=True,
+    type=click.IntRange(min=1),
+    help="Go back to the state at the start of this tick.",
+)
+def rewind(world_dir: Path, tick_: int) -> None:
+    """Put a world back to its state at the start of a tick; later logs are moved aside."""
+    with _errors():
+        done = history.rewind(world_dir, tick_)
+        click.echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
+        if done.moved_to is not None:
+            click.echo(f"{done.logs_moved} later logs moved to {done.moved_to}")
+
+
+@main.command()
+@WORLD
+@click.option(
+    "--tick",
+    "tick_",
+    required=True,
+    type=click.IntRange(min=1),
+    help="Start the new world from the state at the start of this tick.",
+)
+@click.option(
+    "--to",
+    "dest",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The new world's folder (must not exist yet).",
+)
+def fork(world_dir: Path, tick_: int, dest: Path) -> None:
+    """Start a new world from a world's state at the start of a tick."""
+    with _errors():
+        history.fork(world_dir, tick_, dest)
+        click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")
 
 
 @main.command("stub-server")

@@ -87,6 +87,10 @@ class PhaseConfig(_Strict):
         )
 
 
+class HistoryConfig(_Strict):
+    keep_ticks: int = Field(0, ge=0)
+
+
 class Phase1Config(PhaseConfig):
     #: schema: answer an Intention; tools: choose one of move_to/say/act/wait
     mode: Literal["schema", "tools"] = "schema"
@@ -100,6 +104,7 @@ class Config(_Strict):
     phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
+    history: HistoryConfig = HistoryConfig()
 
     def phase(self, section: str) -> PhaseConfig:
         value = getattr(self, section)

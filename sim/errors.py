@@ -44,3 +44,34 @@ class RunFailed(Exception):
     """The run stopped without committing (budget, too many failures); exit code 1."""
 
     exit_code = 1
+
+
+class TickInterrupted(Exception):
+    """Ctrl-C stopped a run: in-flight calls were cancelled.
+
+    Args:
+        world_dir: the world.
+        tick: the tick that was running and did not commit (its completed calls are in its
+            log, and the next ``sim tick`` resumes it), or ``None`` if the interrupt came
+            after the last tick had committed.
+        committed: whether the interrupted tick had already reached its commit point (its
+            files are written into place by the next run).
+    """
+
+    exit_code = 130
+
+    def __init__(self, world_dir: Path, tick: int | None, committed: bool = False) -> None:
+        self.world_dir = world_dir
+        self.tick = tick
+        again = f"run `sim tick --world {world_dir}` again"
+        if tick is None:
+            message = "interrupted after the last tick committed; nothing was lost"
+        elif committed:
+            message = (
+                f"interrupted: tick {tick} had committed; {again} to finish writing it and go on"
+            )
+        else:
+            message = (
+                f"interrupted: nothing was committed for tick {tick}; {again} to resume tick {tick}"
+            )
+        super().__init__(message)

@@ -11,14 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sim import deletions
 from sim.config import Config
+from sim.errors import TickInterrupted
 from sim.guard import PhaseGuard
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.log import recover_logs
 from sim.phases import PHASES
 from sim.phases.base import PhaseReport, TickContext
+from sim.recorder import TickRecorder
 from sim.storage import Storage
 from sim.world import World
 
@@ -37,6 +41,8 @@ class TickResult:
     elapsed: float
     moved: list[tuple[str, str, str]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    resumed_calls: int = 0
 
     @property
     def calls(self) -> int:
@@ -98,6 +104,10 @@ def _gc_paused() -> Iterator[None]:
 class Runner:
     """Runs ticks of one world folder.
 
+    Every tick is logged as it runs (``sim.recorder``); a tick whose log exists without a
+    ``commit`` record was interrupted, and the next run resumes it, answering the calls
+    that log already holds from it.
+
     Args:
         world_dir: the world folder.
         config: the effective configuration.
@@ -123,10 +133,21 @@ class Runner:
         self.on_phase = on_phase
         self.adapter = adapter
         self.on_tick = on_tick
+        self.current_tick: int | None = None
 
     def run(self, ticks: int = 1) -> list[TickResult]:
-        """Run ``ticks`` ticks, each committed before the next starts."""
-        return asyncio.run(self.run_async(ticks))
+        """Run ``ticks`` ticks, each committed before the next starts.
+
+        Raises:
+            TickInterrupted: Ctrl-C; in-flight calls were cancelled, the running tick (if
+                any) did not commit and is resumed by the next run.
+        """
+        try:
+            return asyncio.run(self.run_async(ticks))
+        except KeyboardInterrupt:
+            raise TickInterrupted(
+                self.storage.root, self.current_tick, self.storage.pending_journal()
+            ) from None
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
@@ -134,6 +155,7 @@ class Runner:
         try:
             with self.storage.lock():
                 self.storage.recover()
+                recover_logs(self.storage.root)
                 for _ in range(ticks):
                     with _gc_paused():
                         result = await self._tick()
@@ -152,9 +174,23 @@ class Runner:
         timings = {"load": time.perf_counter() - started}
         if self.adapter is None:  # built once per run: budget and breakers span its ticks
             self.adapter = build_adapter(self.config, world)
-        adapter = self.adapter
+        self.current_tick = world.tick + 1
+        recorder = TickRecorder.begin(self.storage, world, self.config)
+        try:
+            return await self._run_tick(world, self.adapter, recorder, started, timings)
+        finally:
+            recorder.close()
+
+    async def _run_tick(
+        self,
+        world: World,
+        adapter: Adapter,
+        recorder: TickRecorder,
+        started: float,
+        timings: dict[str, float],
+    ) -> TickResult:
         store = ResponseStore(world.root)
-        ctx = TickContext(world, self.config, adapter, store, world.tick + 1)
+        ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
 
         def account(event: LLMEvent) -> None:
             # every finished call (and, with recovery, every failed attempt) is paid for
@@ -170,7 +206,9 @@ class Runner:
                     )
 
         guard = PhaseGuard(self.config.llm.max_failed_fraction)
-        ctx.events = EventFanout(account, guard, *([self.events] if self.events else []))
+        ctx.events = EventFanout(
+            account, recorder.on_event, guard, *([self.events] if self.events else [])
+        )
         ctx.occupancy = world.characters_at()
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
         for name, run_phase in PHASES:
@@ -178,28 +216,47 @@ class Runner:
                 self.on_phase(name, "start", None)
             phase_started = time.perf_counter()
             await run_phase(ctx)
+            recorder.phase_end(name, ctx)
             timings[name] = time.perf_counter() - phase_started
             if self.on_phase:
                 self.on_phase(name, "end", ctx.reports[-1])
             guard.check(ctx.reports[-1], find_budget(adapter))  # raises: nothing committed
         world.meta["tick"] = ctx.tick
-        commit_started = time.perf_counter()
-        self.storage.commit(world, store.changes())
-        store.mark_committed()
-        timings["commit"] = time.perf_counter() - commit_started
-        for client in ctx.clients:
-            await client.flush_deletions()
-        moved = [
-            (cid, start_locations[cid], c["state"]["location"])
-            for cid, c in world.characters.items()
-            if c["state"]["location"] != start_locations[cid]
-        ]
-        return TickResult(
+        evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
+        pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
+        extra = store.changes()
+        if evicted:
+            extra[deletions.PENDING] = deletions.encode(pending)
+        result = TickResult(
             tick=ctx.tick,
             narratives=dict(ctx.narratives),
             location_names={lid: loc["identity"]["name"] for lid, loc in world.locations.items()},
             reports=ctx.reports,
-            elapsed=time.perf_counter() - started,
-            moved=moved,
+            elapsed=0.0,
             timings=timings,
+            notes=recorder.notes,
+            resumed_calls=recorder.resumed_calls,
         )
+        totals = {
+            "calls": result.calls,
+            "failures": result.failures,
+            "usage": result.usage.to_dict(),
+            "elapsed": time.perf_counter() - started,
+        }
+        extra.update(recorder.commit_files(self.storage, world, extra, totals))
+        commit_started = time.perf_counter()
+        self.storage.commit(world, extra)
+        self.current_tick = None  # an interrupt from here on loses nothing
+        recorder.committed()
+        store.mark_committed()
+        timings["commit"] = time.perf_counter() - commit_started
+        for client in ctx.clients:
+            client.pending_deletions.clear()  # now in the pending list, deleted below
+        await deletions.flush(world.root, adapter, pending)
+        result.moved = [
+            (cid, start_locations[cid], c["state"]["location"])
+            for cid, c in world.characters.items()
+            if c["state"]["location"] != start_locations[cid]
+        ]
+        result.elapsed = time.perf_counter() - started
+        return result

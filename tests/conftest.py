@@ -24,10 +24,12 @@ def demo_world(tmp_path: Path) -> Path:
     return copy_demo(tmp_path / "demo")
 
 
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file under root (relative path -> bytes), for byte-for-byte comparisons."""
+def tree(root: Path, logs: bool = False) -> dict[str, bytes]:
+    """Every file under root (relative path -> bytes), for byte-for-byte comparisons.
+
+    Tick logs (``.sim/log/``) record latencies and times, so they are left out unless asked.
+    """
+    out = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
     return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
+        rel: p.read_bytes() for rel, p in out.items() if logs or not rel.startswith(".sim/log/")
     }

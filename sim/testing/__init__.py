@@ -9,10 +9,12 @@ from sim.testing.adapters import (
     MockItem,
     default_instance,
 )
+from sim.testing.counting import CountingAdapter, call_digest, read_counts
 from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
     "FAULTS",
+    "CountingAdapter",
     "DefaultFactory",
     "ErrorAdapter",
     "MockAdapter",
@@ -21,5 +23,7 @@ __all__ = [
     "ServerThread",
     "StubOptions",
     "StubServer",
+    "call_digest",
     "default_instance",
+    "read_counts",
 ]

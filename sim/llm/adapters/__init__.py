@@ -14,6 +14,7 @@ _REGISTRY = MappingProxyType(
         "offline": "sim.llm.adapters.offline:OfflineAdapter",
         "openai": "sim.llm.adapters.openai:OpenAIAdapter",
         "chat": "sim.llm.adapters.chat:ChatAdapter",
+        "replay": "sim.llm.adapters.replay:ReplayAdapter",  # needs a log: sim replay, resume
     }
 )
 

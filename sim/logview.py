@@ -1,0 +1,144 @@
+"""Reading tick logs for people: what ``sim log`` and ``sim replay`` print."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sim.llm.adapters.replay import Drift
+from sim.log import LogError, TickLog, list_logs, read_log
+from sim.replay import ReplayReport
+
+
+def last_log(root: Path) -> TickLog:
+    logs = list_logs(root)
+    if not logs:
+        raise LogError(f"{root}: no tick logs yet (run `sim tick` first)")
+    return read_log(logs[-1][1])
+
+
+def summary(log: TickLog) -> dict[str, Any]:
+    """One tick in numbers: calls, failures, tokens, cost, wall time."""
+    usage = (log.usage or {}).get("usage") or {}
+    tokens = sum(
+        int(c.get("usage", {}).get("input_tokens", 0))
+        + int(c.get("usage", {}).get("output_tokens", 0))
+        for c in log.calls.values()
+    )
+    return {
+        "tick": log.tick,
+        "committed": log.committed,
+        "calls": len(log.calls),
+        "failures": log.failures(),
+        "tokens": tokens,
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cost": _cost(log),
+        "wall": (log.usage or {}).get("elapsed"),
+        "resumes": log.resumes,
+    }
+
+
+def _cost(log: TickLog) -> float | None:
+    """The tick's cost at the prices configured when it ran (``None``: none priced)."""
+    if log.usage is not None and "cost" in log.usage:
+        cost = log.usage["cost"]
+        return None if cost is None else float(cost)
+    known = [float(c["cost_usd"]) for c in log.calls.values() if c.get("cost_usd") is not None]
+    return sum(known) if known else None
+
+
+def summary_line(data: dict[str, Any]) -> str:
+    cost = "-" if data["cost"] is None else f"${data['cost']:.4f}"
+    wall = "-" if data["wall"] is None else f"{data['wall']:.2f}s"
+    state = "" if data["committed"] else "  (interrupted: not committed)"
+    resumed = f"  resumed {data['resumes']}x" if data["resumes"] else ""
+    return (
+        f"{data['tick']:>6}  {data['calls']:>5}  {data['failures']:>8}  "
+        f"{data['tokens']:>8}  {cost:>9}  {wall:>8}{resumed}{state}"
+    )
+
+
+SUMMARY_HEAD = "  tick  calls  failures    tokens       cost      wall"
+
+
+def _names(log: TickLog) -> dict[str, str]:
+    """Location and character ids -> display names, from the logged state."""
+    names: dict[str, str] = {}
+    try:
+        state = log.state()
+    except (LogError, ValueError):
+        return names
+    for rel, data in state.items():
+        if rel.startswith(("locations/", "characters/")):
+            try:
+                identity = orjson.loads(data)["identity"]
+                names[identity["id"]] = identity["name"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+    return names
+
+
+def tick_lines(log: TickLog) -> Iterator[str]:
+    """The narrative, intentions and outcomes of one logged tick."""
+    state = "" if log.committed else " (interrupted: not committed; `sim tick` resumes it)"
+    yield f"== tick {log.tick} =={state}"
+    narratives = log.phase_results("narrative")
+    resolutions = log.phase_results("resolution")
+    intentions = log.phase_results("intentions")
+    names = _names(log)
+    for lid in sorted(set(narratives) | set(resolutions)):
+        yield ""
+        yield f"[{names.get(lid, lid)}]"
+        if lid in narratives:
+            yield textwrap.fill(str(narratives[lid]), width=88)
+        for outcome in (resolutions.get(lid) or {}).get("outcomes", []):
+            cid = outcome.get("character_id")
+            intent = intentions.get(cid, {})
+            target = f" {intent['target']}" if intent.get("target") else ""
+            who = names.get(cid, cid)
+            yield f"  {who}: intends {intent.get('action', '?')}{target}"
+            yield f"    -> {outcome.get('outcome', '')}"
+    for name, record in log.phases.items():
+        report = record.get("report") or {}
+        for key, reason in (report.get("errors") or {}).items():
+            yield f"fallback: {name} {key}: {reason}"
+        for warning in report.get("warnings") or []:
+            yield f"ignored: {warning}"
+    yield ""
+    yield SUMMARY_HEAD
+    yield summary_line(summary(log))
+
+
+def drift_lines(drift: Drift) -> Iterator[str]:
+    yield f"  {drift.request_id} ({drift.entity_key}): {', '.join(drift.fields)} differ"
+    for line in drift.diff.splitlines():
+        yield f"      {line}"
+
+
+def replay_lines(report: ReplayReport, live: bool) -> Iterator[str]:
+    for tick in report.ticks:
+        if tick.identical:
+            yield f"tick {tick.tick}: identical ({tick.served} calls served from the log)"
+            continue
+        what = []
+        if tick.drifts:
+            what.append(f"{len(tick.drifts)} requests drifted")
+        what.append("state matches the log" if tick.state_matches else "state differs from the log")
+        yield f"tick {tick.tick}: {', '.join(what)}"
+        for drift in tick.drifts:
+            yield from drift_lines(drift)
+        if tick.differing_files:
+            yield f"  files that differ: {', '.join(tick.differing_files)}"
+        if live:
+            yield f"  sent live: {tick.sent}"
+            for lid in sorted(set(tick.narratives) | set(tick.recorded_narratives)):
+                old, new = tick.recorded_narratives.get(lid), tick.narratives.get(lid)
+                if old != new:
+                    yield f"  [{lid}] recorded: {old}"
+                    yield f"  [{lid}] now:      {new}"
+    yield "identical" if report.identical else "drifted"

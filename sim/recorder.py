@@ -1,0 +1,418 @@
+"""The tick recorder: writes a tick's log as it runs, and resumes an interrupted tick.
+
+It is two things the runner plugs in: an ``LLMEvent`` sink (``on_event``) that names each
+call (``sim.llm.calls``) and appends a ``call`` record as soon as it completes, and an
+adapter wrapper (``wrap``) that notes the exact settings and chain each call is sent. When a
+log for the tick already exists without a ``commit`` record, the tick was interrupted: the
+recorder appends a ``resume`` record and wraps the adapter in a ``ReplayAdapter`` in
+``resume`` mode, so calls the log already holds are answered from it and never sent again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from sim.config import Config, redacted
+from sim.llm.adapters.replay import ReplayAdapter
+from sim.llm.budget import Price, cost_usd
+from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMConfigurationError
+from sim.llm.events import LLMEvent
+from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
+from sim.log import (
+    LogError,
+    LogWriter,
+    TickLog,
+    header,
+    is_state_file,
+    log_path,
+    marker_rel,
+    pack_state,
+    prune,
+    read_log,
+    read_store,
+    state_digest,
+)
+from sim.phases.base import TickContext
+from sim.storage import Storage
+from sim.world import World
+
+
+class RecordingAdapter:
+    """Passes every call through, noting what the adapter is actually sent."""
+
+    def __init__(self, inner: Adapter) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def execute(
+        self,
+        instructions: str,
+        input_data: str,
+        schema: type[BaseModel],
+        previous_response_id: str | None = None,
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        ident = current_call.get()
+        if ident is not None:
+            ident.set_sent(settings, history, previous_response_id)
+        return await self.inner.execute(
+            instructions, input_data, schema, previous_response_id, settings, history
+        )
+
+    async def execute_tools(
+        self,
+        instructions: str,
+        input_data: str,
+        tools: tuple[Any, ...],
+        settings: CallSettings | None = None,
+        history: tuple[Exchange, ...] = (),
+    ) -> AdapterResponse:
+        """The optional tool-calling capability, when the wrapped adapter has it."""
+        inner = getattr(self.inner, "execute_tools", None)
+        if inner is None:
+            raise LLMConfigurationError(
+                f"{type(self.inner).__name__} does not support tool calling"
+            )
+        ident = current_call.get()
+        if ident is not None:
+            ident.set_sent(settings, history, None)
+        response: AdapterResponse = await inner(instructions, input_data, tools, settings, history)
+        return response
+
+    async def delete_response(self, response_id: str) -> None:
+        await self.inner.delete_response(response_id)
+
+    def validate_config(self, settings: CallSettings) -> bool:
+        return self.inner.validate_config(settings)
+
+
+def request_schema(request: LLMRequest) -> tuple[str, str]:
+    """The name and digest of what a request asks for: its schema, or its tools."""
+    tools = getattr(request, "tools", None)
+    if tools is not None:
+        declared = [tool.model_dump(mode="json") for tool in tools]
+        return "ToolCalls", digest(orjson.dumps(declared, option=orjson.OPT_SORT_KEYS))
+    return request.schema.__name__, schema_digest(request.schema)
+
+
+def _attempt(event: LLMEvent) -> dict[str, Any]:
+    """One attempt of a call, as the log records it (``raw`` only for the final answer)."""
+    return {
+        "attempt": event.attempt,
+        "model": event.model,
+        "usage": event.usage.to_dict(),
+        "latency": round(event.latency, 6),
+        "error_code": event.error_code,
+        "raw": None,
+    }
+
+
+def _results(name: str, ctx: TickContext) -> dict[str, Any]:
+    if name == "intentions":
+        return {k: v.model_dump(mode="json") for k, v in ctx.intentions.items()}
+    if name == "resolution":
+        return {k: v.model_dump(mode="json") for k, v in ctx.resolutions.items()}
+    if name == "narrative":
+        return dict(ctx.narratives)
+    return {}
+
+
+def _set_aside(path: Path) -> Path:
+    """Move a log the tick cannot continue into ``.sim/log/abandoned/``, never deleting it."""
+    folder = path.parent / "abandoned"
+    folder.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while (target := folder / f"{path.stem}.{n}.jsonl").exists():
+        n += 1
+    path.rename(target)
+    return target
+
+
+class TickRecorder:
+    """Records one tick into ``.sim/log/tick-NNNNNN.jsonl``.
+
+    Build it with ``TickRecorder.begin``; then ``wrap`` the adapter, pass ``on_event`` to
+    the phases' clients, call ``phase_end`` after each phase, put ``commit_files`` into the
+    tick's commit and call ``committed`` after it (or ``close`` when the tick fails).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        tick: int,
+        config: Config,
+        seed: int,
+        before: dict[str, bytes],
+        partial: TickLog | None,
+    ) -> None:
+        self.root = root
+        self.tick = tick
+        self.config = config
+        self.before = before
+        self.partial = partial
+        self.notes: list[str] = []
+        self.resumed_calls = 0
+        self._counters: dict[tuple[str, str | None], int] = {}
+        self._inflight: dict[int, CallIdentity] = {}
+        self._attempts: dict[int, list[dict[str, Any]]] = {}
+        self._instructions: set[str] = set(partial.instructions) if partial else set()
+        self._calls: set[str] = set(partial.calls) if partial else set()
+        self._commit: dict[str, Any] | None = None
+        #: what the tick's logged calls cost at the configured prices (None: none priced)
+        self._cost_usd: float | None = None
+        for call in partial.calls.values() if partial else ():
+            self._add_cost(call.get("cost_usd"))
+        self.writer = LogWriter(log_path(root, tick))
+        if partial is None:
+            self.writer.append(header(tick, redacted(config), seed))
+            self.writer.append(pack_state(before))
+        else:
+            self.writer.append(
+                {
+                    "type": "resume",
+                    "attempt": partial.resumes + 2,
+                    "calls_logged": len(partial.calls),
+                    "config": redacted(config),
+                }
+            )
+        self.writer.sync()
+
+    @classmethod
+    def begin(cls, storage: Storage, world: World, config: Config) -> TickRecorder:
+        """Start the log of the tick after ``world.tick``, resuming an interrupted one."""
+        root = storage.root
+        tick = world.tick + 1
+        before = {rel: data for rel, data in world.originals.items() if is_state_file(rel)}
+        before.update(read_store(root))
+        path = log_path(root, tick)
+        partial: TickLog | None = None
+        notes: list[str] = []
+        if path.exists():
+            try:
+                log = read_log(path)
+            except LogError as exc:
+                notes.append(f"unreadable log set aside ({exc}): {_set_aside(path)}")
+            else:
+                if (
+                    log.committed
+                    or log.state_before is None
+                    or log.state_before.get("digest") != state_digest(before)
+                ):
+                    target = _set_aside(path)
+                    notes.append(f"a log of tick {tick} for another state was set aside: {target}")
+                else:
+                    partial = log
+        recorder = cls(root, tick, config, world.seed, before, partial)
+        recorder.notes.extend(notes)
+        return recorder
+
+    def wrap(self, adapter: Adapter) -> Adapter:
+        """The adapter the tick should use: recording, and resuming if the log has calls."""
+        if self.partial is not None and self.partial.calls:
+            adapter = ReplayAdapter(
+                self.partial.calls,
+                instructions=self.partial.instructions,
+                live=adapter,
+                mode="resume",
+            )
+        return RecordingAdapter(adapter)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def on_event(self, event: LLMEvent) -> None:
+        request = event.request
+        key = id(request)
+        if event.kind == "llm_called":
+            counter = (event.phase, event.entity_key)
+            n = self._counters.get(counter, 0)
+            self._counters[counter] = n + 1
+            schema_name, schema_hash = request_schema(request)
+            ident = CallIdentity(
+                request_id(self.tick, event.phase, event.entity_key, n),
+                event.phase,
+                event.entity_key,
+                n,
+                request.instructions,
+                request.input_data,
+                schema_name,
+                schema_hash,
+                model=event.model,
+                history=[e.response_id for e in event.history],
+                previous_response_id=event.previous_response_id,
+                depth=event.depth,
+            )
+            self._inflight[key] = ident
+            self._attempts[key] = []
+            current_call.set(ident)
+            return
+        if not getattr(event, "final", True):  # an earlier attempt of a call with retries
+            if key in self._attempts:
+                self._attempts[key].append(_attempt(event))
+            return
+        done = self._inflight.pop(key, None)
+        if done is None:
+            return
+        self._record(done, event, self._attempts.pop(key, []))
+
+    def _record(self, ident: CallIdentity, event: LLMEvent, earlier: list[dict[str, Any]]) -> None:
+        record = self._call_record(ident, event, earlier)
+        if record is None:
+            self.resumed_calls += 1
+            return
+        if ident.instructions_digest not in self._instructions:
+            self._instructions.add(ident.instructions_digest)
+            self.writer.append(
+                {
+                    "type": "instructions",
+                    "digest": ident.instructions_digest,
+                    "text": ident.instructions,
+                }
+            )
+        self._calls.add(ident.request_id)
+        self.writer.append(record)
+
+    def _call_record(
+        self, ident: CallIdentity, event: LLMEvent, earlier: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        record: dict[str, Any] = {
+            "type": "call",
+            "request_id": ident.request_id,
+            "phase": ident.phase,
+            "entity_key": ident.entity_key,
+            "n": ident.n,
+            "instructions_digest": ident.instructions_digest,
+            "input": ident.input,
+            "schema_name": ident.schema_name,
+            "schema_digest": ident.schema_digest,
+            "model": ident.model,
+            "settings": ident.settings,
+            "depth": ident.depth,
+            "history": ident.history,
+            "previous_response_id": ident.previous_response_id,
+            "digest": ident.digest,
+            "latency": round(event.latency, 6),
+            "usage": event.usage.to_dict(),
+        }
+        response = event.response
+        final = _attempt(event)
+        if event.kind == "llm_completed" and response is not None:
+            served = response.metadata.get("served_from")
+            parsed = response.parsed
+            final.update(model=response.model, raw=response.raw)
+            record.update(
+                source=served or "live",
+                result=parsed.model_dump(mode="json"),
+                result_type=f"{type(parsed).__module__}:{type(parsed).__qualname__}",
+                response_id=response.response_id,
+                response_model=response.model,
+                finish_reason=response.finish_reason,
+                error_code=None,
+                error=None,
+            )
+        else:
+            error = event.error
+            served = error.context.get("served_from") if error is not None else None
+            message = str(error) if error is not None else ""
+            final["error"] = message
+            record.update(
+                source=served or "live",
+                result=None,
+                response_id=None,
+                response_model=None,
+                finish_reason=None,
+                error_code=event.error_code,
+                error=message,
+            )
+        record["attempts"] = attempts = [*earlier, final]
+        record["cost_usd"] = self._cost(attempts)
+        if served == "resume":
+            return None  # already in this log, its cost counted
+        self._add_cost(record["cost_usd"])
+        return record
+
+    def _add_cost(self, cost: float | None) -> None:
+        if cost is not None:
+            self._cost_usd = (self._cost_usd or 0.0) + float(cost)
+
+    def _cost(self, attempts: list[dict[str, Any]]) -> float | None:
+        """What the attempts cost at the configured prices (``None``: no price known)."""
+        total: float | None = None
+        for attempt in attempts:
+            price = self.config.prices.get(str(attempt.get("model")))
+            if price is not None:
+                usage = Usage(**attempt["usage"])
+                spent = cost_usd(usage, Price(price.input, price.cached_input, price.output))
+                total = (total or 0.0) + spent
+        return None if total is None else round(total, 8)
+
+    # -- phases and commit ----------------------------------------------------------------
+
+    def phase_end(self, name: str, ctx: TickContext) -> None:
+        """Record a phase's results and make the log durable before the next phase."""
+        report = ctx.reports[-1]
+        self.writer.append(
+            {
+                "type": "phase",
+                "name": name,
+                "report": report.to_dict(),
+                "results": _results(name, ctx),
+            }
+        )
+        self.writer.sync()
+
+    def commit_files(
+        self,
+        storage: Storage,
+        world: World,
+        store_changes: Mapping[str, bytes | None],
+        totals: Mapping[str, Any],
+    ) -> dict[str, bytes | None]:
+        """The marker file that completes the log, to put into the tick's atomic commit."""
+        after = dict(self.before)
+        after.update(storage.changed_files(world))
+        for rel, data in store_changes.items():
+            if not is_state_file(rel):
+                continue
+            if data is None:
+                after.pop(rel, None)
+            else:
+                after[rel] = data
+        cost = None if self._cost_usd is None else round(self._cost_usd, 8)
+        self.writer.append(
+            {"type": "usage", **totals, "cost": cost, "resumed_calls": self.resumed_calls}
+        )
+        self.writer.sync()
+        self._commit = {
+            "type": "commit",
+            "tick": self.tick,
+            "state_after": state_digest(after),
+            "calls": len(self._calls),
+            "committed_at": time.time(),
+        }
+        return {marker_rel(self.tick): orjson.dumps(self._commit)}
+
+    def committed(self) -> None:
+        """After the commit: the log gets its final record, the marker goes, old logs too."""
+        assert self._commit is not None
+        self.writer.append(self._commit)
+        self.writer.close()
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / marker_rel(self.tick)).unlink()
+        prune(self.root, self.tick, self.config.history.keep_ticks)
+
+    def close(self) -> None:
+        """The tick stopped without committing: keep what was logged, durably."""
+        self.writer.close()
+
+
+__all__ = ["RecordingAdapter", "TickRecorder"]

@@ -1,0 +1,34 @@
+"""Run `sim tick` as the CLI does, with a slow adapter that counts answered calls in a file.
+
+Used by the crash and interrupt tests as the child process they kill:
+``python crash_child.py WORLD COUNT_FILE DELAY JITTER``. Only this helper swaps the adapter;
+the engine runs unchanged.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import sim.runner
+from sim.cli import main
+from sim.llm.adapters.offline import OfflineAdapter
+from sim.testing import CountingAdapter
+
+world, count_file, delay, jitter = sys.argv[1:5]
+
+
+def build(config: object, loaded: sim.runner.World) -> CountingAdapter:
+    return CountingAdapter(
+        OfflineAdapter(seed=loaded.seed),
+        delay=float(delay),
+        jitter=float(jitter),
+        count_file=Path(count_file),
+    )
+
+
+sim.runner.build_adapter = build  # type: ignore[assignment]
+# a runner that started us in the background may have left SIGINT ignored: Ctrl-C must work
+signal.signal(signal.SIGINT, signal.default_int_handler)
+main(["tick", "--world", world, "--concurrency", "3"], prog_name="sim")

@@ -1,0 +1,195 @@
+"""The tick log format: round trip of every record type, torn tails, bad logs, markers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import copy_demo
+
+from sim import log as tick_log
+from sim.config import load_config
+from sim.log import (
+    FORMAT_VERSION,
+    LogError,
+    LogWriter,
+    list_logs,
+    log_path,
+    pack_state,
+    read_log,
+    read_state,
+    recover_logs,
+    state_digest,
+    unpack_state,
+)
+from sim.runner import Runner
+
+EVERY_RECORD = [
+    {"type": "header", "format": FORMAT_VERSION, "tick": 4, "seed": 7, "config": {"llm": {}}},
+    pack_state({"world.json": b'{"tick": 3}\n', "characters/a.json": "é\n".encode()}),
+    {"type": "instructions", "digest": "sha256:ab", "text": "Say what you intend."},
+    {
+        "type": "call",
+        "request_id": "4:intentions:intention:a:0",
+        "phase": "intentions",
+        "entity_key": "intention:a",
+        "n": 0,
+        "instructions_digest": "sha256:ab",
+        "input": "{}",
+        "schema_name": "Intention",
+        "schema_digest": "sha256:cd",
+        "model": "m",
+        "settings": {"temperature": 0.5, "max_output_tokens": 10},
+        "depth": 0,
+        "history": [],
+        "previous_response_id": None,
+        "digest": "sha256:ef",
+        "latency": 0.25,
+        "usage": {"input_tokens": 3, "output_tokens": 4, "cached_input_tokens": 0},
+        "source": "live",
+        "result": {"action": "wait"},
+        "response_id": "r1",
+        "response_model": "m",
+        "finish_reason": "stop",
+        "error_code": None,
+        "error": None,
+        "attempts": [{"attempt": 1, "raw": '{"action":"wait"}'}],
+    },
+    {
+        "type": "call",
+        "request_id": "4:intentions:intention:b:0",
+        "phase": "intentions",
+        "entity_key": "intention:b",
+        "n": 0,
+        "error_code": "timeout",
+        "error": "slow",
+        "result": None,
+        "attempts": [{"attempt": 1, "raw": None, "error_code": "timeout"}],
+    },
+    {
+        "type": "phase",
+        "name": "intentions",
+        "report": {"calls": 2, "failures": 1},
+        "results": {"a": {"action": "wait"}},
+    },
+    {"type": "resume", "attempt": 2, "calls_logged": 2, "config": {}},
+    {
+        "type": "usage",
+        "calls": 2,
+        "failures": 1,
+        "usage": {"input_tokens": 3},
+        "elapsed": 1.5,
+        "resumed_calls": 1,
+    },
+    {"type": "commit", "tick": 4, "state_after": "sha256:00", "calls": 2, "committed_at": 1.0},
+]
+
+
+def write(path: Path, records: list[dict]) -> None:
+    writer = LogWriter(path)
+    for record in records:
+        writer.append(record)
+    writer.close()
+
+
+def test_every_record_type_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "tick-000004.jsonl"
+    write(path, EVERY_RECORD)
+    log = read_log(path)
+    assert log.records == EVERY_RECORD
+    assert log.tick == 4 and log.committed and log.resumes == 1 and not log.torn
+    assert log.instructions == {"sha256:ab": "Say what you intend."}
+    assert list(log.calls) == ["4:intentions:intention:a:0", "4:intentions:intention:b:0"]
+    assert log.failures() == 1
+    assert log.phase_results("intentions") == {"a": {"action": "wait"}}
+    assert log.state() == {"world.json": b'{"tick": 3}\n', "characters/a.json": "é\n".encode()}
+    assert log.state_before is not None
+    assert log.state_before["digest"] == state_digest(log.state())
+
+
+def test_state_packing_round_trips() -> None:
+    files = {"world.json": b"{}\n", ".sim/responses/x/y.json": b'{"r": 1}\n'}
+    assert unpack_state(pack_state(files)) == files
+
+
+def test_a_torn_last_line_is_flagged_and_cut_before_appending(tmp_path: Path) -> None:
+    path = tmp_path / "tick-000004.jsonl"
+    write(path, EVERY_RECORD[:3])
+    with open(path, "ab") as handle:
+        handle.write(b'{"type": "call", "request_id": "4:int')
+    log = read_log(path)
+    assert log.torn and len(log.records) == 3
+    write(path, [EVERY_RECORD[5]])  # a resumed tick appends after cutting the torn tail
+    log = read_log(path)
+    assert not log.torn and [r["type"] for r in log.records][-1] == "phase"
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "empty log"),
+        (b'{"type": "call"}\n', "first record must be a header"),
+        (b'{"type": "header", "format": 1}\nnot json\n{"type": "usage"}\n', "line 2"),
+        (b'{"type": "header", "format": 99}\n', "newer than this sim"),
+        (b"[1, 2]\n", "expected an object"),
+    ],
+)
+def test_an_unreadable_log_is_reported(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "tick-000001.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(LogError, match=reason):
+        read_log(path)
+
+
+def test_a_migration_upgrades_old_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tick_log, "FORMAT_VERSION", 2)
+    monkeypatch.setattr(tick_log, "MIGRATIONS", {1: lambda r: {**r, "upgraded": True}})
+    path = tmp_path / "tick-000001.jsonl"
+    write(path, EVERY_RECORD[:2])
+    log = tick_log.read_log(path)
+    assert all(r["upgraded"] for r in log.records)
+
+
+def run(world: Path, ticks: int, **overrides: object) -> list:
+    config = load_config(world_dir=world, overrides=overrides or None, cwd=world)
+    return Runner(world, config).run(ticks)
+
+
+def test_a_tick_writes_a_complete_log(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    results = run(world, 2)
+    assert [t for t, _ in list_logs(world)] == [1, 2]
+    first, second = read_log(log_path(world, 1)), read_log(log_path(world, 2))
+    assert first.committed and second.committed
+    assert len(first.calls) == results[0].calls == first.commit["calls"]  # type: ignore[index]
+    # the state after tick 1 is exactly the state before tick 2, and what is on disk now
+    assert first.commit["state_after"] == second.state_before["digest"]  # type: ignore[index]
+    assert second.commit["state_after"] == state_digest(read_state(world))  # type: ignore[index]
+    assert set(first.phases) == {"intentions", "resolution", "narrative", "apply", "memory"}
+    assert first.phase_results("narrative") == results[0].narratives
+    call = next(iter(first.calls.values()))
+    assert call["instructions_digest"] in first.instructions
+    assert call["attempts"][0]["raw"] and call["response_id"] and call["usage"]["input_tokens"]
+    assert first.header["config"]["phase1"]["temperature"] == 0.8
+    assert not list((world / ".sim" / "log").glob("*.commit.json"))
+
+
+def test_a_commit_marker_completes_its_log(tmp_path: Path) -> None:
+    """A crash after the commit, before the log's last line: the marker finishes it."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 1)
+    path = log_path(world, 1)
+    lines = path.read_bytes().splitlines(keepends=True)
+    commit = orjson.loads(lines[-1])
+    path.write_bytes(b"".join(lines[:-1]))
+    (world / tick_log.marker_rel(1)).write_bytes(orjson.dumps(commit))
+    assert recover_logs(world) == [1]
+    assert read_log(path).commit == commit
+    assert not (world / tick_log.marker_rel(1)).exists()
+
+
+def test_keep_ticks_prunes_old_logs(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 4, history={"keep_ticks": 2})
+    assert [t for t, _ in list_logs(world)] == [3, 4]
