@@ -1,0 +1,103 @@
+"""What every command shares: the --world and --config options, config building, and the
+mapping of library errors to messages and exit codes (0 ok, 1 the run failed, 2 bad input)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sim.config import PHASE_SECTIONS, Config, load_config, phase_section
+from sim.errors import InputError, RunFailed, SimError, TickInterrupted
+from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+
+WORLD = click.option(
+    "--world",
+    "world_dir",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The world folder.",
+)
+CONFIG = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Config file (default: ./config.toml, else built-in defaults).",
+)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Map library errors to a message on stderr and an exit code."""
+    try:
+        yield
+    except TickInterrupted as exc:
+        click.echo(f"\n{exc}", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: nothing was committed", err=True)
+        sys.exit(130)
+    except SimError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except LLMConfigurationError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except LLMBudgetExceededError as exc:
+        click.echo(f"stopped: {exc} (nothing was committed for this tick)", err=True)
+        sys.exit(1)
+    except (RunFailed, LLMError) as exc:
+        click.echo(f"failed: {exc}", err=True)
+        sys.exit(1)
+
+
+def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        if not sep or not number.strip().lstrip("-").isdigit():
+            raise InputError(None, "--depth", f"expected PHASE=N (got {value!r})")
+        depth = int(number)
+        if depth < 0:
+            raise InputError(None, "--depth", f"depth must be >= 0 (got {depth})")
+        out[phase_section(name.strip())] = {"response_chain_depth": depth}
+    return out
+
+
+def build_config(
+    config_file: Path | None,
+    world_dir: Path,
+    provider: str | None = None,
+    depth: tuple[str, ...] = (),
+    concurrency: int | None = None,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    budget_usd: float | None = None,
+    budget_tokens: int | None = None,
+) -> Config:
+    overrides: dict[str, Any] = depth_overrides(depth)
+    llm: dict[str, Any] = {}
+    if provider is not None:
+        llm["provider"] = provider
+    if concurrency is not None:
+        llm["max_concurrency"] = concurrency
+    if base_url is not None:
+        llm["base_url"] = base_url
+    if llm:
+        overrides["llm"] = llm
+    if model is not None:
+        for section in PHASE_SECTIONS:
+            overrides.setdefault(section, {})["model"] = model
+    budget: dict[str, Any] = {}
+    if budget_usd is not None:
+        budget["max_cost_usd"] = budget_usd
+    if budget_tokens is not None:
+        budget["max_total_tokens"] = budget_tokens
+    if budget:
+        overrides["budget"] = budget
+    return load_config(config_file, world_dir if world_dir.is_dir() else None, overrides)

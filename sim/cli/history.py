@@ -1,0 +1,128 @@
+"""``sim log``, ``sim replay``, ``sim rewind``, ``sim fork``: a world's history."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+from sim import history, logview
+from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.errors import InputError
+from sim.log import log_path, read_log, read_logs
+from sim.replay import replay
+
+
+def tick_arg(value: str) -> int | None:
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(None, "--tick", f"expected a tick number >= 1 or 'all' (got {value!r})")
+    return int(value)
+
+
+@click.command("log")
+@WORLD
+@click.option(
+    "--tick",
+    "tick_",
+    default=None,
+    metavar="N|all",
+    help="The tick to show (default: the last), or 'all' for one line per tick.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable records.")
+def log_(world_dir: Path, tick_: str | None, as_json: bool) -> None:
+    """Show what happened in a tick, from its log."""
+    with errors():
+        if tick_ == "all":
+            logs, problems = read_logs(world_dir)
+            if not as_json:
+                click.echo(logview.SUMMARY_HEAD)
+            for log in logs:
+                data = logview.summary(log)
+                click.echo(orjson.dumps(data).decode() if as_json else logview.summary_line(data))
+            for problem in problems:
+                click.echo(f"unreadable: {problem}", err=True)
+            if problems:
+                sys.exit(1)
+            return
+        number = tick_arg(tick_) if tick_ is not None else None
+        log = (
+            read_log(log_path(world_dir, number))
+            if number is not None
+            else logview.last_log(world_dir)
+        )
+        if as_json:
+            for record in log.records:
+                click.echo(orjson.dumps(record).decode())
+        else:
+            for line in logview.tick_lines(log):
+                click.echo(line)
+
+
+@click.command("replay")
+@WORLD
+@click.option(
+    "--tick", "tick_", required=True, type=click.IntRange(min=1), help="The first tick to replay."
+)
+@click.option("--to", "to", type=click.IntRange(min=1), help="The last tick (default: --tick).")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Send drifted requests to the configured provider and show the change.",
+)
+@CONFIG
+def replay_(
+    world_dir: Path, tick_: int, to: int | None, live: bool, config_file: Path | None
+) -> None:
+    """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
+    with errors():
+        config = build_config(config_file, world_dir)
+        report = replay(world_dir, tick_, to, config=config, live=live)
+        for line in logview.replay_lines(report, live):
+            click.echo(line)
+        if not report.identical:
+            sys.exit(1)
+
+
+@click.command()
+@WORLD
+@click.option(
+    "--tick",
+    "tick_",
+    required=True,
+    type=click.IntRange(min=1),
+    help="Go back to the state at the start of this tick.",
+)
+def rewind(world_dir: Path, tick_: int) -> None:
+    """Put a world back to its state at the start of a tick; later logs are moved aside."""
+    with errors():
+        done = history.rewind(world_dir, tick_)
+        click.echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
+        if done.moved_to is not None:
+            click.echo(f"{done.logs_moved} later logs moved to {done.moved_to}")
+
+
+@click.command()
+@WORLD
+@click.option(
+    "--tick",
+    "tick_",
+    required=True,
+    type=click.IntRange(min=1),
+    help="Start the new world from the state at the start of this tick.",
+)
+@click.option(
+    "--to",
+    "dest",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The new world's folder (must not exist yet).",
+)
+def fork(world_dir: Path, tick_: int, dest: Path) -> None:
+    """Start a new world from a world's state at the start of a tick."""
+    with errors():
+        history.fork(world_dir, tick_, dest)
+        click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")

@@ -1,0 +1,169 @@
+"""``sim tick`` and ``sim check``: run a world, or validate it."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import click
+
+from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.llm.events import LLMEvent
+from sim.log import read_logs
+from sim.phases.base import PhaseReport
+from sim.runner import Runner, TickResult
+from sim.storage import Storage
+
+
+class Progress:
+    """One line per phase on stderr: calls done, failures; redrawn in place on a terminal."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.done = 0
+        self.failed = 0
+
+    def on_event(self, event: LLMEvent) -> None:
+        if event.kind == "llm_called" or not event.final:
+            return
+        self.done += 1
+        if event.kind == "llm_failed":
+            self.failed += 1
+        if self.tty and self.done % 25 == 0:
+            click.echo(
+                f"\r  {event.phase:<11} {self.done} calls, {self.failed} failed", err=True, nl=False
+            )
+
+    def on_phase(self, name: str, stage: str, report: PhaseReport | None) -> None:
+        if stage == "start":
+            self.done = self.failed = 0
+            return
+        assert report is not None
+        if report.calls == 0 and name == "apply":
+            line = f"  {name:<11} {len(report.warnings)} rule violations ignored"
+        else:
+            line = f"  {name:<11} {report.calls}/{report.calls} calls, {report.failures} failed"
+        click.echo(("\r" if self.tty else "") + line + "\x1b[K" * self.tty, err=True)
+
+
+def print_tick(result: TickResult) -> None:
+    click.secho(f"\n== tick {result.tick} ==", bold=True)
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if result.resumed_calls:
+        click.echo(
+            f"resumed: {result.resumed_calls} calls taken from the interrupted tick's "
+            "log, not sent again"
+        )
+    for lid, text in result.narratives.items():
+        click.secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
+        click.echo(textwrap.fill(text, width=88))
+    if result.moved:
+        moves = ", ".join(f"{cid} {a}→{b}" for cid, a, b in result.moved)
+        click.echo(f"\nmoved: {moves}")
+    for report in result.reports:
+        for entity_key, reason in report.errors.items():
+            click.echo(f"fallback: {report.name} {entity_key}: {reason}")
+        for entity_key, models in report.model_fallbacks.items():
+            click.echo(f"fallback model: {report.name} {entity_key}: {models}")
+        for warning in report.warnings:
+            click.echo(f"ignored: {warning}")
+    click.echo("\nphase        calls  failed  retries  input tok  output tok")
+    for report in result.reports:
+        if report.name == "apply":
+            continue
+        click.echo(
+            f"{report.name:<12} {report.calls:>5}  {report.failures:>6}  {report.retries:>7}  "
+            f"{report.usage.input_tokens:>9}  {report.usage.output_tokens:>10}"
+        )
+    usage = result.usage
+    retries = sum(r.retries for r in result.reports)
+    click.echo(
+        f"{'total':<12} {result.calls:>5}  {result.failures:>6}  {retries:>7}  "
+        f"{usage.input_tokens:>9}  {usage.output_tokens:>10}   wall {result.elapsed:.2f}s"
+    )
+
+
+@click.command()
+@WORLD
+@click.option(
+    "--ticks",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many ticks to run.",
+)
+@CONFIG
+@click.option("--provider", help="LLM provider (overrides [llm] provider).")
+@click.option(
+    "--depth",
+    multiple=True,
+    metavar="PHASE=N",
+    help="Chain depth for a phase (phase1|phase2a|phase2b|phase4 or "
+    "intentions|resolution|narrative|memory); repeatable.",
+)
+@click.option("--concurrency", type=click.IntRange(min=1), help="Max calls in flight.")
+@click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
+@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--budget-usd", type=click.FloatRange(min=0), help="Cost cap for this run (USD).")
+@click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for this run.")
+def tick(
+    world_dir: Path,
+    ticks: int,
+    config_file: Path | None,
+    provider: str | None,
+    depth: tuple[str, ...],
+    concurrency: int | None,
+    model: str | None,
+    base_url: str | None,
+    budget_usd: float | None,
+    budget_tokens: int | None,
+) -> None:
+    """Run TICKS ticks of a world, committing each."""
+    with errors():
+        config = build_config(
+            config_file,
+            world_dir,
+            provider,
+            depth,
+            concurrency,
+            model=model,
+            base_url=base_url,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+        )
+        progress = Progress()
+        runner = Runner(
+            world_dir,
+            config,
+            events=progress.on_event,
+            on_phase=progress.on_phase,
+            on_tick=print_tick,
+        )
+        runner.run(ticks)
+
+
+@click.command()
+@WORLD
+@CONFIG
+def check(world_dir: Path, config_file: Path | None) -> None:
+    """Validate a world and its config; call nothing, write nothing."""
+    with errors():
+        config = build_config(config_file, world_dir)
+        storage = Storage(world_dir)
+        world = storage.load()
+        click.echo(
+            f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
+            f"characters, {len(world.locations)} locations; provider {config.llm.provider}"
+        )
+        if storage.pending_journal():
+            click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
+        logs, problems = read_logs(world_dir)
+        if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
+            click.echo(
+                f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
+                f"resumes it ({len(logs[-1].calls)} calls already logged)"
+            )
+        for problem in problems:
+            click.echo(f"warning: unreadable log: {problem}")

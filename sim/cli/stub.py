@@ -1,0 +1,88 @@
+"""``sim stub-server``: a loopback OpenAI-compatible server answered by the offline model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+
+import click
+
+from sim.testing.stub_server import FAULTS, RANDOM_FAULTS, StubOptions, StubServer
+
+
+@click.command("stub-server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port (0: any free port).",
+)
+@click.option(
+    "--latency",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds before each answer.",
+)
+@click.option(
+    "--latency-jitter",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Extra uniform random latency, up to this many seconds.",
+)
+@click.option(
+    "--fault-rate",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Probability of a random fault per generation request.",
+)
+@click.option(
+    "--faults",
+    default=",".join(RANDOM_FAULTS),
+    show_default=True,
+    help="Comma-separated faults the fault rate draws from.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Randomness seed.")
+def stub_server(
+    host: str,
+    port: int,
+    latency: float,
+    latency_jitter: float,
+    fault_rate: float,
+    faults: str,
+    seed: int,
+) -> None:
+    """Serve a loopback OpenAI-compatible API answered by the offline model.
+
+    Rehearse a large run for free: point --base-url at it with --provider openai or chat.
+    GET /stub/stats reports requests and tokens served.
+    """
+    kinds = tuple(f.strip() for f in faults.split(",") if f.strip())
+    unknown = sorted(set(kinds) - set(FAULTS))
+    if unknown:
+        click.echo(
+            f"error: unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)}",
+            err=True,
+        )
+        sys.exit(2)
+    options = StubOptions(
+        latency=latency,
+        latency_jitter=latency_jitter,
+        fault_rate=fault_rate,
+        faults=kinds,
+        seed=seed,
+    )
+    server = StubServer(options)
+
+    async def serve() -> None:
+        await server.start(host, port)
+        click.echo(f"stub server on http://{host}:{server.port}/v1 (Ctrl-C to stop)", err=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
