@@ -259,3 +259,13 @@ def test_a_tick_with_retries_and_failures_over_http_replays_identical(
     replayed = invoke("replay", "--world", str(demo_world), "--tick", "1", "--to", "2")
     assert replayed.exit_code == 0, replayed.output
     assert replayed.output.strip().endswith("identical")
+
+
+def test_tool_calling_ticks_are_logged_and_replay_identical(demo_world: Path) -> None:
+    (demo_world / "config.toml").write_text('[phase1]\nmode = "tools"\n')
+    assert invoke("tick", "--world", str(demo_world), "--ticks", "2").exit_code == 0
+    call = next(iter(read_log(log_path(demo_world, 2)).calls.values()))
+    assert call["schema_name"] == "ToolCalls" and call["result_type"] == "sim.llm.tools:ToolCalls"
+    result = invoke("replay", "--world", str(demo_world), "--tick", "1", "--to", "2")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().endswith("identical")
