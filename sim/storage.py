@@ -311,10 +311,11 @@ class Storage:
         # a committed journal still pending is carried into this one, so its files are
         # never lost even if the caller skipped recover()
         files: dict[str, bytes | None] = self._journal_overlay()
-        files.update(self.changed_files(world))
+        files.update(self.changed_files(world))  # paths built from validated ids
+        checked: set[Path] = set()
+        for rel in extra or {}:
+            self._check_rel(rel, checked)
         files.update(extra or {})
-        for rel in files:
-            self._check_rel(rel)
         sim_dir = self.root / SIM_DIR
         sim_dir.mkdir(exist_ok=True)
         journal = {
@@ -336,7 +337,12 @@ class Storage:
                 world.originals.pop(rel, None)
         return sorted(files)
 
-    def _check_rel(self, rel: str) -> None:
+    def _check_rel(self, rel: str, checked: set[Path] | None = None) -> None:
+        """Refuse a path that escapes the world, names the journal, or cannot be a file.
+
+        ``checked`` caches folders already known to be fine across calls of one commit.
+        """
+        checked = set() if checked is None else checked
         path = Path(rel)
         if not rel or path.is_absolute() or ".." in path.parts or path.parts in ((), (".",)):
             raise ValueError(f"refusing to write outside the world folder: {rel!r}")
@@ -346,8 +352,11 @@ class Storage:
         if target.is_dir():
             raise ValueError(f"refusing to replace a folder with a file: {rel!r}")
         for parent in path.parents:
-            if parent != Path(".") and (self.root / parent).is_file():
+            if parent in checked or parent == Path("."):
+                break
+            if (self.root / parent).is_file():
                 raise ValueError(f"{rel!r}: {parent.as_posix()!r} is a file, not a folder")
+            checked.add(parent)
 
     def _apply(self, files: Mapping[str, bytes | None]) -> None:
         # Files are overwritten in place: the committed journal already makes the tick
@@ -402,8 +411,9 @@ class Storage:
         files = self._journal_overlay()
         if not files and not (self.root / JOURNAL).is_file():
             return False
+        checked: set[Path] = set()
         for rel in files:
-            self._check_rel(rel)
+            self._check_rel(rel, checked)
         self._apply(files)
         return True
 
