@@ -44,12 +44,13 @@ def summary(log: TickLog) -> dict[str, Any]:
 
 
 def _cost(log: TickLog) -> float | None:
-    """The tick's cost at the prices configured when it ran (``None``: none priced)."""
+    """The tick's cost at the prices configured when it ran (``None``: a model had no price)."""
     if log.usage is not None and "cost" in log.usage:
         cost = log.usage["cost"]
         return None if cost is None else float(cost)
-    known = [float(c["cost_usd"]) for c in log.calls.values() if c.get("cost_usd") is not None]
-    return sum(known) if known else None
+    costs = [c.get("cost_usd") for c in log.calls.values()]
+    known = [float(c) for c in costs if c is not None]
+    return None if len(known) < len(costs) else sum(known)
 
 
 def summary_line(data: dict[str, Any]) -> str:
