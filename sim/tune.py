@@ -230,8 +230,8 @@ def estimate(
     method = (
         f"estimated by running the same {ticks} ticks x {len(depths)} depths of the "
         f"{name} phase offline (no calls sent) and pricing those token counts at the "
-        "configured models' [prices]; real models usually write more, so treat it as a "
-        "rough guide"
+        "configured models' [prices], all input as uncached; real models write more or "
+        "less than the offline one, so treat it as a rough guide"
     )
     return Estimate(input_tokens, output_tokens, cost, method)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sim.errors import InputError
 from sim.llm.budget import Cost, price_attempts
 from sim.llm.store import split_key
 from sim.llm.types import Usage
@@ -187,8 +188,10 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
     Rows are sorted by cost, then tokens, most expensive first.
 
     Raises:
-        InputError: the world cannot be loaded (``by="entity"``).
+        InputError: no such world folder, or (``by="entity"``) the world cannot be loaded.
     """
+    if not world_dir.is_dir():
+        raise InputError(world_dir, None, "world folder not found")
     logs, problems = read_logs(world_dir)
     if by == "entity":
         report = _by_entity(world_dir, logs, prices)

@@ -92,7 +92,7 @@ def tune_(
         name = PHASE_NAMES[section]
         if config.llm.provider != "offline" and not yes:
             guess = estimate(world_dir, config, section, tried, ticks)
-            runs = f"{len(tried)} x {ticks} ticks of {world_dir} on {config.llm.provider}"
+            runs = f"{len(tried)} depths x {ticks} ticks of {world_dir} on {config.llm.provider}"
             cost = guess.cost.text() if guess.cost.known else "unknown"
             click.echo(
                 f"sim tune will run {runs}: about {guess.input_tokens:,} input and "
