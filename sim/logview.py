@@ -54,7 +54,7 @@ def _cost(log: TickLog) -> float | None:
 
 
 def summary_line(data: dict[str, Any]) -> str:
-    cost = "-" if data["cost"] is None else f"${data['cost']:.4f}"
+    cost = "unknown" if data["cost"] is None else f"${data['cost']:.4f}"
     wall = "-" if data["wall"] is None else f"{data['wall']:.2f}s"
     state = "" if data["committed"] else "  (interrupted: not committed)"
     resumed = f"  resumed {data['resumes']}x" if data["resumes"] else ""
