@@ -63,6 +63,7 @@ class PriceConfig(_Strict):
 
 
 DEFAULT_PRICES = {
+    "offline": PriceConfig(),
     "gpt-4.1": PriceConfig(input=2.0, cached_input=0.5, output=8.0),
     "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
     "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),

@@ -44,16 +44,17 @@ def summary(log: TickLog) -> dict[str, Any]:
 
 
 def _cost(log: TickLog) -> float | None:
-    """The tick's cost at the prices configured when it ran (``None``: none priced)."""
+    """The tick's cost at the prices configured when it ran (``None``: a model had no price)."""
     if log.usage is not None and "cost" in log.usage:
         cost = log.usage["cost"]
         return None if cost is None else float(cost)
-    known = [float(c["cost_usd"]) for c in log.calls.values() if c.get("cost_usd") is not None]
-    return sum(known) if known else None
+    costs = [c.get("cost_usd") for c in log.calls.values()]
+    known = [float(c) for c in costs if c is not None]
+    return None if len(known) < len(costs) else sum(known)
 
 
 def summary_line(data: dict[str, Any]) -> str:
-    cost = "-" if data["cost"] is None else f"${data['cost']:.4f}"
+    cost = "unknown" if data["cost"] is None else f"${data['cost']:.4f}"
     wall = "-" if data["wall"] is None else f"{data['wall']:.2f}s"
     state = "" if data["committed"] else "  (interrupted: not committed)"
     resumed = f"  resumed {data['resumes']}x" if data["resumes"] else ""
@@ -112,6 +113,36 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))
+
+
+CALLS_HEAD = (
+    "request                                  model           depth  window  input tok  "
+    "cached in  output tok       cost  error"
+)
+
+
+def call_lines(log: TickLog) -> Iterator[str]:
+    """One line per logged call: the model that answered (else the one asked), the depth
+    asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
+    over all attempts, and cost."""
+    yield CALLS_HEAD
+    for call in log.calls.values():
+        usage: dict[str, int] = {}
+        for attempt in call.get("attempts") or [{"usage": call.get("usage") or {}}]:
+            for key, value in (attempt.get("usage") or {}).items():
+                usage[key] = usage.get(key, 0) + int(value)
+        window = str(len(call.get("history") or []))
+        if call.get("previous_response_id"):
+            window = "chain"
+        cost = call.get("cost_usd")
+        model = call.get("response_model") or call.get("model")
+        yield (
+            f"{call.get('request_id', '?'):<40} {model!s:<15} "
+            f"{call.get('depth', '-'):>5}  {window:>6}  {usage.get('input_tokens', 0):>9}  "
+            f"{usage.get('cached_input_tokens', 0):>9}  {usage.get('output_tokens', 0):>10}  "
+            f"{'unknown' if cost is None else f'${float(cost):.4f}':>9}  "
+            f"{call.get('error_code') or ''}"
+        ).rstrip()
 
 
 def drift_lines(drift: Drift) -> Iterator[str]:

@@ -21,12 +21,12 @@ from pydantic import BaseModel
 
 from sim.config import Config, redacted
 from sim.llm.adapters.replay import ReplayAdapter
-from sim.llm.budget import Price, cost_usd
+from sim.llm.budget import price_attempts
 from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMConfigurationError
 from sim.llm.events import LLMEvent
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange
 from sim.log import (
     LogError,
     LogWriter,
@@ -168,8 +168,10 @@ class TickRecorder:
         self._instructions: set[str] = set(partial.instructions) if partial else set()
         self._calls: set[str] = set(partial.calls) if partial else set()
         self._commit: dict[str, Any] | None = None
-        #: what the tick's logged calls cost at the configured prices (None: none priced)
-        self._cost_usd: float | None = None
+        #: what the tick's logged calls cost at the configured prices
+        self._cost_usd = 0.0
+        #: a logged call used a model without a price: the tick's cost is unknown
+        self._cost_unknown = False
         for call in partial.calls.values() if partial else ():
             self._add_cost(call.get("cost_usd"))
         self.writer = LogWriter(log_path(root, tick))
@@ -341,19 +343,14 @@ class TickRecorder:
         return record
 
     def _add_cost(self, cost: float | None) -> None:
-        if cost is not None:
-            self._cost_usd = (self._cost_usd or 0.0) + float(cost)
+        if cost is None:
+            self._cost_unknown = True
+        else:
+            self._cost_usd += float(cost)
 
     def _cost(self, attempts: list[dict[str, Any]]) -> float | None:
-        """What the attempts cost at the configured prices (``None``: no price known)."""
-        total: float | None = None
-        for attempt in attempts:
-            price = self.config.prices.get(str(attempt.get("model")))
-            if price is not None:
-                usage = Usage(**attempt["usage"])
-                spent = cost_usd(usage, Price(price.input, price.cached_input, price.output))
-                total = (total or 0.0) + spent
-        return None if total is None else round(total, 8)
+        """What the attempts cost at the configured prices (``None``: a model has no price)."""
+        return price_attempts(attempts, self.config.prices).value
 
     # -- phases and commit ----------------------------------------------------------------
 
@@ -387,7 +384,7 @@ class TickRecorder:
                 after.pop(rel, None)
             else:
                 after[rel] = data
-        cost = None if self._cost_usd is None else round(self._cost_usd, 8)
+        cost = None if self._cost_unknown else round(self._cost_usd, 8)
         self.writer.append(
             {"type": "usage", **totals, "cost": cost, "resumed_calls": self.resumed_calls}
         )

@@ -32,8 +32,11 @@ def tick_arg(value: str) -> int | None:
     metavar="N|all",
     help="The tick to show (default: the last), or 'all' for one line per tick.",
 )
+@click.option(
+    "--calls", is_flag=True, help="One line per call: model, depth, window sent, tokens, cost."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable records.")
-def log_(world_dir: Path, tick_: str | None, as_json: bool) -> None:
+def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None:
     """Show what happened in a tick, from its log."""
     with errors():
         if tick_ == "all":
@@ -57,6 +60,9 @@ def log_(world_dir: Path, tick_: str | None, as_json: bool) -> None:
         if as_json:
             for record in log.records:
                 click.echo(orjson.dumps(record).decode())
+        elif calls:
+            for line in logview.call_lines(log):
+                click.echo(line)
         else:
             for line in logview.tick_lines(log):
                 click.echo(line)

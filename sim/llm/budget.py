@@ -8,7 +8,8 @@ cap: once spent + reserved + the next estimate would cross it, further calls fai
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,71 @@ def cost_usd(usage: Usage, price: Price) -> float:
         + cached * price.cached_input
         + usage.output_tokens * price.output
     ) / 1_000_000
+
+
+_SNAPSHOT = re.compile(r"^(?P<base>.+)-\d{4}-\d{2}-\d{2}$")
+
+
+def find_price(prices: Mapping[str, Any], model: str) -> Price | None:
+    """A model's price from a price table, or ``None`` when the table has none.
+
+    Providers often answer with a dated snapshot name (``gpt-4.1-mini-2025-04-14``) for the
+    model asked for (``gpt-4.1-mini``): an exact entry wins, else the undated name's. The
+    table's values may be ``Price`` or anything with ``input``, ``cached_input`` and
+    ``output`` (the config's ``[prices]`` entries).
+    """
+    found = prices.get(model)
+    if found is None and (match := _SNAPSHOT.match(model)):
+        found = prices.get(match["base"])
+    if found is None or isinstance(found, Price):
+        return found
+    return Price(float(found.input), float(found.cached_input), float(found.output))
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """A sum of money, and the models whose tokens it could not price.
+
+    A cost with unpriced models is *unknown*: ``usd`` is then only what the priced part
+    cost, and ``value`` is ``None``. Reports say "unknown" rather than show a number that
+    leaves tokens out.
+    """
+
+    usd: float = 0.0
+    unpriced: frozenset[str] = frozenset()
+
+    @property
+    def known(self) -> bool:
+        return not self.unpriced
+
+    @property
+    def value(self) -> float | None:
+        return round(self.usd, 8) if self.known else None
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.usd + other.usd, self.unpriced | other.unpriced)
+
+    def text(self, digits: int = 4) -> str:
+        return f"${self.usd:.{digits}f}" if self.known else "unknown"
+
+
+def price_usage(usage: Usage, model: str, prices: Mapping[str, Any]) -> Cost:
+    """What ``usage`` of ``model`` cost at ``prices`` (no tokens cost nothing, priced or not)."""
+    if usage.total_tokens == 0:
+        return Cost()
+    price = find_price(prices, model)
+    if price is None:
+        return Cost(0.0, frozenset({model}))
+    return Cost(cost_usd(usage, price))
+
+
+def price_attempts(attempts: Iterable[Mapping[str, Any]], prices: Mapping[str, Any]) -> Cost:
+    """What a logged call's attempts cost: each priced for the model it actually used."""
+    total = Cost()
+    for attempt in attempts:
+        usage = Usage(**(attempt.get("usage") or {}))
+        total = total + price_usage(usage, str(attempt.get("model")), prices)
+    return total
 
 
 def estimate_usage(
@@ -80,7 +146,7 @@ class Budget:
         self.reserved_usd = 0.0
 
     def price(self, model: str) -> Price:
-        price = self.prices.get(model)
+        price = find_price(self.prices, model)
         if price is None:
             if self.max_cost_usd is not None:
                 raise LLMConfigurationError(

@@ -313,7 +313,9 @@ async def test_rate_limited_stack_paces_real_calls(stub_server: StubServer) -> N
         *(adapter.execute("Write.", f"n{i}", Note, settings=settings()) for i in range(6))
     )
     assert loop.time() - started >= 0.35
-    assert requests.waited == pytest.approx(0.4, abs=0.05)
+    # never more than the deficit; less when a loaded machine oversleeps a wait, because
+    # the oversleep refills the bucket for the next caller
+    assert 0.0 < requests.waited <= 0.45
 
 
 # ------------------------------------------------------------------ the configured stack

@@ -1,0 +1,171 @@
+"""``sim tune`` and ``sim usage``: what a phase's chain depth costs, and what a world used."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import cast
+
+import click
+import orjson
+
+from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.config import phase_section
+from sim.errors import InputError
+from sim.tune import PHASE_NAMES, TuneRow, estimate, tune
+from sim.usage import BY_CHOICES, By, UsageReport, UsageRow, usage_report
+
+TUNE_HEAD = (
+    "depth  requests  failed  input tok  cached in  output tok       cost     wall  "
+    "phase in tok  avg window"
+)
+USAGE_HEAD = "requests  failed  input tok  cached in  output tok  total tok       cost"
+
+
+def parse_depths(value: str) -> list[int]:
+    depths = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise InputError(None, "--depths", f"expected N,N,... with N >= 0 (got {value!r})")
+        depths.append(int(part))
+    return list(dict.fromkeys(depths))
+
+
+def tune_line(row: TuneRow) -> str:
+    t = row.total
+    return (
+        f"{row.depth:>5}  {t.requests:>8}  {t.failures:>6}  {t.input_tokens:>9}  "
+        f"{t.cached_input_tokens:>9}  {t.output_tokens:>10}  {t.cost.text():>9}  "
+        f"{row.wall_seconds:>6.2f}s  {row.phase.input_tokens:>12}  {row.avg_window:>10.2f}"
+    )
+
+
+def unpriced_note(models: frozenset[str]) -> str:
+    names = ", ".join(sorted(models))
+    return (
+        f'cost unknown: no price for {names}; add [prices."<model>"] input, cached_input '
+        "and output (USD per million tokens) to config.toml"
+    )
+
+
+@click.command("tune")
+@WORLD
+@click.option("--phase", required=True, help="The phase to tune (phase1|phase2a|... or name).")
+@click.option(
+    "--depths", default="0,1,2,4", show_default=True, help="Chain depths to try, comma-separated."
+)
+@click.option(
+    "--ticks",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Ticks to run at each depth.",
+)
+@CONFIG
+@click.option("--provider", help="LLM provider (overrides [llm] provider).")
+@click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
+@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before spending money.")
+def tune_(
+    world_dir: Path,
+    phase: str,
+    depths: str,
+    ticks: int,
+    config_file: Path | None,
+    provider: str | None,
+    model: str | None,
+    base_url: str | None,
+    as_json: bool,
+    yes: bool,
+) -> None:
+    """Run TICKS ticks at each depth of one phase on scratch copies and compare the cost.
+
+    The live world is never touched. With a provider other than offline this spends
+    money: it shows an estimate and asks first (--yes skips the question).
+    """
+    with errors():
+        section = phase_section(phase)
+        tried = parse_depths(depths)
+        config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
+        name = PHASE_NAMES[section]
+        if config.llm.provider != "offline" and not yes:
+            guess = estimate(world_dir, config, section, tried, ticks)
+            runs = f"{len(tried)} depths x {ticks} ticks of {world_dir} on {config.llm.provider}"
+            cost = guess.cost.text() if guess.cost.known else "unknown"
+            click.echo(
+                f"sim tune will run {runs}: about {guess.input_tokens:,} input and "
+                f"{guess.output_tokens:,} output tokens, cost {cost}",
+                err=True,
+            )
+            click.echo(f"  ({guess.method})", err=True)
+            if not guess.cost.known:
+                click.echo(f"  {unpriced_note(guess.cost.unpriced)}", err=True)
+            click.confirm("Spend it?", abort=True, err=True)
+        if not as_json:
+            click.echo(
+                f"tune {name} ({section}): {ticks} ticks per depth on a scratch copy of "
+                f"{world_dir}; provider {config.llm.provider}"
+            )
+            click.echo(TUNE_HEAD)
+        unpriced: set[str] = set()
+
+        def show(row: TuneRow) -> None:
+            unpriced.update(row.total.cost.unpriced)
+            if as_json:
+                data = {"phase": name, "provider": config.llm.provider, **row.to_dict()}
+                click.echo(orjson.dumps(data).decode())
+            else:
+                click.echo(tune_line(row))
+
+        tune(world_dir, config, section, tried, ticks, on_row=show)
+        if unpriced and not as_json:
+            click.echo(unpriced_note(frozenset(unpriced)))
+
+
+def usage_line(row: UsageRow, width: int) -> str:
+    return (
+        f"{row.key:<{width}}  {row.requests:>8}  {row.failures:>6}  {row.input_tokens:>9}  "
+        f"{row.cached_input_tokens:>9}  {row.output_tokens:>10}  {row.total_tokens:>9}  "
+        f"{row.cost.text():>9}"
+    )
+
+
+def print_usage(report: UsageReport) -> None:
+    width = max([len(report.by), 5, *(len(r.key) for r in report.rows)])
+    click.echo(f"{report.by:<{width}}  {USAGE_HEAD}")
+    for row in report.rows:
+        click.echo(usage_line(row, width))
+    click.echo(usage_line(report.total, width))
+    models = {m for m in report.total.cost.unpriced if not m.startswith("(")}
+    if models:
+        click.echo(unpriced_note(frozenset(models)))
+    for note in report.notes:
+        click.echo(f"note: {note}")
+
+
+@click.command("usage")
+@WORLD
+@click.option(
+    "--by",
+    type=click.Choice(BY_CHOICES),
+    default="entity",
+    show_default=True,
+    help="Group by entity (their _openai.usage), phase or tick (the tick logs).",
+)
+@CONFIG
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+def usage_(world_dir: Path, by: str, config_file: Path | None, as_json: bool) -> None:
+    """Tokens, requests and cost of a world, most expensive first, with totals."""
+    with errors():
+        config = build_config(config_file, world_dir)
+        report = usage_report(world_dir, cast(By, by), config.prices)
+        if as_json:
+            click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        else:
+            print_usage(report)
+        for problem in report.problems:
+            click.echo(f"unreadable log (its calls are not counted): {problem}", err=True)
+        if report.problems:
+            sys.exit(1)

@@ -1,0 +1,223 @@
+"""What a world's LLM calls used and cost: ``sim usage``, and the rows of ``sim tune``.
+
+Two sources, which agree when every tick is logged:
+
+- the entities' ``_openai.usage`` (tokens and answered requests per character and location,
+  every attempt counted, kept for the world's whole life);
+- the tick logs in ``.sim/log/`` (one record per call, with its phase, tick, entity, model
+  and attempts): the only place that knows which model used which tokens, so cost comes
+  from here, priced per attempt at the ``[prices]`` table (``sim.llm.budget``).
+
+A log that cannot be read is reported in ``problems``; its calls are missing from the
+totals, never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sim.errors import InputError
+from sim.llm.budget import Cost, price_attempts
+from sim.llm.store import split_key
+from sim.llm.types import Usage
+from sim.log import Record, TickLog, read_logs
+from sim.storage import Storage
+
+By = Literal["entity", "phase", "tick"]
+BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")
+
+
+@dataclass
+class UsageRow:
+    """Calls, tokens and cost of one group (an entity, a phase, a tick) or of all of them."""
+
+    key: str
+    requests: int = 0
+    failures: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Cost = field(default_factory=Cost)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add_usage(self, usage: Usage) -> None:
+        self.input_tokens += usage.input_tokens
+        self.cached_input_tokens += usage.cached_input_tokens
+        self.output_tokens += usage.output_tokens
+
+    def add(self, other: UsageRow) -> None:
+        self.requests += other.requests
+        self.failures += other.failures
+        self.input_tokens += other.input_tokens
+        self.cached_input_tokens += other.cached_input_tokens
+        self.output_tokens += other.output_tokens
+        self.cost = self.cost + other.cost
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "requests": self.requests,
+            "failures": self.failures,
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "cost_usd": self.cost.value,
+            "unpriced_models": sorted(self.cost.unpriced),
+        }
+
+
+@dataclass
+class UsageReport:
+    by: By
+    rows: list[UsageRow]
+    total: UsageRow
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "by": self.by,
+            "rows": [row.to_dict() for row in self.rows],
+            "total": self.total.to_dict(),
+            "problems": self.problems,
+            "notes": self.notes,
+        }
+
+
+def call_usage(call: Record) -> Usage:
+    """Every token a logged call used: the sum over its attempts (each one was paid for)."""
+    attempts = call.get("attempts")
+    if not attempts:
+        return Usage(**(call.get("usage") or {}))
+    total = Usage()
+    for attempt in attempts:
+        total = total + Usage(**(attempt.get("usage") or {}))
+    return total
+
+
+def call_row(key: str, call: Record, prices: Mapping[str, Any]) -> UsageRow:
+    """One logged call as a row: one request, its tokens and its cost."""
+    row = UsageRow(key, requests=1, failures=1 if call.get("error_code") else 0)
+    row.add_usage(call_usage(call))
+    attempts = call.get("attempts") or [{"model": call.get("model"), "usage": call.get("usage")}]
+    row.cost = price_attempts(attempts, prices)
+    return row
+
+
+def entity_id(call: Record) -> str | None:
+    key = call.get("entity_key")
+    return split_key(str(key))[1] if key else None
+
+
+def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
+    """The logs' calls summed per phase, tick or entity id."""
+    groups: dict[str, UsageRow] = {}
+    for log in logs:
+        for call in log.calls.values():
+            if by == "tick":
+                key = str(log.tick)
+            elif by == "phase":
+                key = str(call.get("phase"))
+            else:
+                key = entity_id(call) or "-"
+            groups.setdefault(key, UsageRow(key)).add(call_row(key, call, prices))
+    return groups
+
+
+def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
+    """Tokens and answered requests per entity, from their ``_openai.usage``."""
+    world = Storage(world_dir).load()
+    rows: dict[str, UsageRow] = {}
+    for entities in (world.characters, world.locations):
+        for eid, entity in entities.items():
+            stats = (entity.get("_openai") or {}).get("usage") or {}
+            if not stats:
+                continue
+            rows[eid] = UsageRow(
+                eid,
+                requests=int(stats.get("total_requests", 0)),
+                input_tokens=int(stats.get("total_input_tokens", 0)),
+                cached_input_tokens=int(stats.get("total_cached_input_tokens", 0)),
+                output_tokens=int(stats.get("total_output_tokens", 0)),
+            )
+    return rows
+
+
+def _by_entity(world_dir: Path, logs: list[TickLog], prices: Mapping[str, Any]) -> UsageReport:
+    rows = entity_usage(world_dir)
+    logged = group_calls(logs, "entity", prices)
+    notes: list[str] = []
+    partial = []
+    for eid, row in rows.items():
+        seen = logged.get(eid)
+        if seen is not None and seen.total_tokens == row.total_tokens:
+            row.cost = seen.cost
+        else:  # ticks the logs no longer hold (pruned, rewound, or from before logging)
+            row.cost = Cost(
+                seen.cost.usd if seen else 0.0,
+                frozenset({"(ticks without a log)"}) | (seen.cost.unpriced if seen else set()),
+            )
+            partial.append(eid)
+    if partial:
+        notes.append(
+            f"cost unknown for {len(partial)} entities: their usage includes ticks with no "
+            "readable log (pruned by [history] keep_ticks, rewound, or unreadable), and only "
+            "the logs say which model used which tokens"
+        )
+    return _report("entity", list(rows.values()), notes)
+
+
+def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> UsageReport:
+    rows.sort(key=lambda r: (-r.cost.usd, -r.total_tokens, r.key))
+    total = UsageRow("total")
+    for row in rows:
+        total.add(row)
+    return UsageReport(by, rows, total, notes=notes or [])
+
+
+def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageReport:
+    """Tokens, requests and cost of a world, grouped ``by`` entity, phase or tick.
+
+    Rows are sorted by cost, then tokens, most expensive first.
+
+    Raises:
+        InputError: no such world folder, or (``by="entity"``) the world cannot be loaded.
+    """
+    if not world_dir.is_dir():
+        raise InputError(world_dir, None, "world folder not found")
+    logs, problems = read_logs(world_dir)
+    if by == "entity":
+        report = _by_entity(world_dir, logs, prices)
+    else:
+        report = _report(by, list(group_calls(logs, by, prices).values()))
+    report.problems = [str(p) for p in problems]
+    if not logs and by != "entity":
+        report.notes.append("no tick logs yet (run `sim tick` first)")
+    return report
+
+
+def log_totals(logs: Iterable[TickLog], prices: Mapping[str, Any]) -> UsageRow:
+    """Every logged call of ``logs`` in one row."""
+    total = UsageRow("total")
+    for row in group_calls(logs, "tick", prices).values():
+        total.add(row)
+    return total
+
+
+__all__ = [
+    "BY_CHOICES",
+    "By",
+    "UsageReport",
+    "UsageRow",
+    "call_usage",
+    "entity_usage",
+    "log_totals",
+    "usage_report",
+]
