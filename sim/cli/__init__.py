@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from sim import __version__
-from sim.cli import history, run, stub
+from sim.cli import history, report, run, stub
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,6 +24,7 @@ for command in (
     history.replay_,
     history.rewind,
     history.fork,
+    report.report,
     stub.stub_server,
 ):
     main.add_command(command)
