@@ -189,7 +189,7 @@
     if (followed < 0) return;
     const runs = pathOf(followed);
     const pts = runs.map((r) => px(r.loc) + "," + py(r.loc)).join(" ");
-    if (runs.length > 1) trailLayer.appendChild(svg("polyline", { points: pts, class: "trailline" }));
+    if (runs.length > 1) trailLayer.appendChild(svg("polyline", { points: pts, class: "trailline", stroke: colour(followed) }));
   }
 
   // -- tick detail ---------------------------------------------------------------------------
@@ -312,20 +312,26 @@
     rows.forEach((row, k) => row.classList.toggle("current", k === cur));
     drawMap();
     drawDetail();
-    const hash = "#tick=" + ticks[cur].t;
+    setHash();
+  }
+  function setHash() {
+    const hash = "#tick=" + ticks[cur].t + (followed >= 0 ? "&char=" + encodeURIComponent(chars[followed].id) : "");
     if (location.hash !== hash) history.replaceState(null, "", hash);
   }
   function follow(c) {
     followed = c;
+    setHash();
     charRows.forEach(([tr, mem], k) => { tr.classList.toggle("hl", k === c); mem.hidden = k !== c; });
     drawTrail();
     drawMap();
     drawDetail();
   }
+  // The URL fragment picks the tick and the followed character: #tick=3&char=ada
   function fromHash() {
-    const m = /tick=(\d+)/.exec(location.hash);
-    if (!m) return false;
-    const i = ticks.findIndex((t) => t.t === Number(m[1]));
+    const params = new URLSearchParams(location.hash.slice(1));
+    const c = chars.findIndex((x) => x.id === params.get("char"));
+    if (c >= 0 && c !== followed) follow(c);
+    const i = ticks.findIndex((t) => String(t.t) === params.get("tick"));
     if (i >= 0) go(i);
     return i >= 0;
   }
