@@ -33,7 +33,10 @@ def report(world_dir: Path, out: Path | None, first: int | None, last: int | Non
     """Write one HTML page (no network needed) of the world's ticks, map and costs."""
     with errors():
         done = write_report(world_dir, out, first, last)
-        what = f"{done.ticks} ticks" if done.ticks else "no tick logs yet"
+        if done.ticks:
+            what = f"{done.ticks} ticks"
+        else:
+            what = "no ticks in that range" if done.logged else "no tick logs yet"
         click.echo(f"wrote {done.path} ({what})")
         for problem in done.problems:
             click.echo(f"unreadable: {problem}", err=True)

@@ -20,11 +20,13 @@ DEFAULT_NAME = "report.html"
 
 @dataclass(frozen=True)
 class Written:
-    """What ``write_report`` wrote: the file, its tick count, the logs it could not read."""
+    """What ``write_report`` wrote: the file, its tick count, the logs it could not read and
+    how many readable logs the world has (in the range or not)."""
 
     path: Path
     ticks: int
     problems: list[str]
+    logged: int
 
 
 def write_report(
@@ -60,7 +62,7 @@ def write_report(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Written(target, len(data["ticks"]), list(data["problems"]))
+    return Written(target, len(data["ticks"]), list(data["problems"]), int(data["logged"]))
 
 
 __all__ = ["DEFAULT_NAME", "Written", "collect", "embed_json", "render", "write_report"]

@@ -181,10 +181,12 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
         first, last: the range of ticks to include (default: every logged tick).
 
     Returns:
-        A dict with ``world``, ``ticks``, ``chars``, ``locs``, ``edges`` and ``problems``.
+        A dict with ``world``, ``ticks``, ``chars``, ``locs``, ``edges``, ``problems`` and
+        ``logged`` (how many readable logs the world has, in the range or not).
     """
     world = _world_or_none(world_dir)
     logs, problems = read_logs(world_dir)
+    logged = len(logs)
     logs = [
         log
         for log in logs
@@ -276,6 +278,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
         "locs": [{"id": lid, "name": names.get(lid, lid)} for lid in locs.ids],
         "edges": edges,
         "problems": [str(p) for p in problems],
+        "logged": logged,
     }
 
 

@@ -84,6 +84,8 @@
   if (!ticks.length) {
     $("subtitle").textContent = chars.length + " characters · " + locs.length + " locations";
     $("empty").hidden = false;
+    $("no-logs").hidden = D.logged > 0;
+    $("no-range").hidden = D.logged === 0;
   } else {
     $("subtitle").textContent = "ticks " + ticks[0].t + "–" + ticks[ticks.length - 1].t +
       " · " + chars.length + " characters · " + locs.length + " locations · " +
@@ -306,7 +308,9 @@
   function go(i) {
     cur = Math.max(0, Math.min(ticks.length - 1, i));
     slider.value = String(cur);
-    $("tick-label").textContent = "Tick " + ticks[cur].t + " of " + ticks[0].t + "–" + ticks[ticks.length - 1].t;
+    const label = "Tick " + ticks[cur].t + " of " + ticks[0].t + "–" + ticks[ticks.length - 1].t;
+    $("tick-label").textContent = label;
+    slider.setAttribute("aria-valuetext", label);
     cells.forEach((cell, k) => cell.classList.toggle("current", k === cur));
     bars.forEach((bar, k) => bar.classList.toggle("current", k === cur));
     rows.forEach((row, k) => row.classList.toggle("current", k === cur));

@@ -108,6 +108,10 @@ def test_from_to_limits_the_ticks(five_ticks: Path, tmp_path: Path):
     )
     assert result.exit_code == 0, result.output
     assert [t["t"] for t in page_data(out.read_text())["ticks"]] == [2, 3, 4]
+    result = invoke("report", "--world", str(five_ticks), "--out", str(out), "--from", "9")
+    assert result.exit_code == 0 and "no ticks in that range" in result.output
+    data = page_data(out.read_text())
+    assert data["ticks"] == [] and data["logged"] == 5
     result = CliRunner().invoke(
         main, ["report", "--world", str(five_ticks), "--from", "4", "--to", "2"]
     )
@@ -210,6 +214,7 @@ def test_the_page_steps_through_ticks_in_headless_chromium(hostile_world: Path, 
         dom = chromium(tmp_path, f"{url}#tick={tick}", "--dump-dom")
         label = re.search(r'id="tick-label"[^>]*>([^<]*)<', dom)
         assert label and label.group(1) == f"Tick {tick} of 1–3", label
+        assert f'aria-valuetext="Tick {tick} of 1–3"' in dom  # the slider moved there
         assert f"<h2>Tick {tick}" in dom
         # the hostile name is text in the page, never an element
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
