@@ -15,12 +15,15 @@ from typing import Any
 import orjson
 
 from sim import logview
-from sim.log import LogError, TickLog, read_logs
+from sim.log import LogError, TickLog, list_logs, read_log
 from sim.storage import Storage
 from sim.world import World
 
 #: entity-key prefixes of the chains that belong to one character
 CHARACTER_CHAINS = ("intention", "memory")
+#: memory summaries kept per character (a summary changes every tick once memory is full,
+#: and hundreds of characters times a hundred ticks of them would dwarf everything else)
+MEMORY_VERSIONS = 16
 
 
 @dataclass
@@ -166,6 +169,22 @@ def _per_character(log: TickLog, totals: dict[str, _CharTotals]) -> None:
             acc.cost = (acc.cost or 0.0) + float(call["cost_usd"])
 
 
+def _read(path: Path, problems: list[LogError]) -> TickLog | None:
+    try:
+        return read_log(path)
+    except LogError as exc:
+        problems.append(exc)
+        return None
+
+
+def _thin(history: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` versions, evenly spread, always the first and the last."""
+    if len(history) <= limit:
+        return history
+    step = (len(history) - 1) / (limit - 1)
+    return [history[round(i * step)] for i in range(limit)]
+
+
 def _world_or_none(world_dir: Path) -> World | None:
     try:
         return Storage(world_dir).load()
@@ -182,16 +201,12 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
 
     Returns:
         A dict with ``world``, ``ticks``, ``chars``, ``locs``, ``edges``, ``problems`` and
-        ``logged`` (how many readable logs the world has, in the range or not).
+        ``logged`` (how many tick logs the world has, in the range or not).
     """
     world = _world_or_none(world_dir)
-    logs, problems = read_logs(world_dir)
-    logged = len(logs)
-    logs = [
-        log
-        for log in logs
-        if (first is None or log.tick >= first) and (last is None or log.tick <= last)
-    ]
+    listed = list_logs(world_dir)
+    paths = dict(listed)
+    problems: list[LogError] = []
     chars, locs = _Index(), _Index()
     names: dict[str, str] = {}
     connections: dict[str, list[str]] = {}
@@ -200,13 +215,24 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
 
-    snaps: list[Snapshot | None] = [snapshot_from_log(log) for log in logs]
+    # One log in memory at a time (plus the next one's start state): logs can be large.
+    ahead: tuple[int, TickLog | None] | None = None
     ticks: list[dict[str, Any]] = []
-    for i, log in enumerate(logs):
-        snap = snaps[i]
+    for number, path in listed:
+        if (first is not None and number < first) or (last is not None and number > last):
+            continue
+        log = ahead[1] if ahead is not None and ahead[0] == number else _read(path, problems)
+        ahead = None
+        if log is None:
+            continue
+        snap = snapshot_from_log(log)
         after: Snapshot | None = None
-        if i + 1 < len(logs) and logs[i + 1].tick == log.tick + 1:
-            after = snaps[i + 1]
+        if number + 1 in paths:
+            in_range = last is None or number + 1 <= last
+            # a log after the range is only peeked at: its problems are not this report's
+            following = _read(paths[number + 1], problems if in_range else [])
+            ahead = (number + 1, following)
+            after = snapshot_from_log(following) if following is not None else None
         elif current is not None and current.tick == log.tick and log.committed:
             after = current
         where = snap.where if snap else {}
@@ -220,9 +246,6 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 chars.add(cid)
             for lid in sorted(s.connections):
                 locs.add(lid)
-        for s in (snap, after):
-            if s is None:
-                continue
             for cid, text in s.summaries.items():
                 history = summaries.setdefault(cid, [])
                 if not history or history[-1][1] != text:
@@ -271,14 +294,15 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 "cost": totals.get(cid, _CharTotals()).cost,
                 "calls": totals.get(cid, _CharTotals()).calls,
                 "failures": totals.get(cid, _CharTotals()).failures,
-                "memory": summaries.get(cid, []),
+                "memory": _thin(summaries.get(cid, []), MEMORY_VERSIONS),
+                "memory_versions": len(summaries.get(cid, [])),
             }
             for cid in chars.ids
         ],
         "locs": [{"id": lid, "name": names.get(lid, lid)} for lid in locs.ids],
         "edges": edges,
         "problems": [str(p) for p in problems],
-        "logged": logged,
+        "logged": len(listed),
     }
 
 

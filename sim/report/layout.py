@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 
 PAIR_STEPS = 2_000_000
+GRAVITY = 0.5
 
 
 def layout(ids: Sequence[str], edges: Sequence[tuple[int, int]]) -> list[tuple[float, float]]:
@@ -60,8 +61,8 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[int, int]]) -> list[tuple[f
             dy[b] += ddy * force
         for i in range(n):
             # a weak pull to the centre keeps unconnected parts from drifting off
-            dx[i] -= xs[i] * 0.05 * n
-            dy[i] -= ys[i] * 0.05 * n
+            dx[i] -= xs[i] * GRAVITY
+            dy[i] -= ys[i] * GRAVITY
             length = math.sqrt(dx[i] * dx[i] + dy[i] * dy[i]) or 1e-9
             move = min(length, temperature)
             xs[i] += dx[i] / length * move

@@ -69,12 +69,10 @@
   function pathText(runs) {
     return runs.map((r) => locName(r.loc) + (r.end ? " (end)" : r.from === r.to ? " (" + r.from + ")" : " (" + r.from + "–" + r.to + ")")).join(" → ");
   }
-  const targetText = (target) => {
-    const c = chars.findIndex((x) => x.id === target);
-    if (c >= 0) return chars[c].name;
-    const l = locs.findIndex((x) => x.id === target);
-    return l >= 0 ? locs[l].name : target;
-  };
+  const nameById = new Map();
+  locs.forEach((x) => nameById.set(x.id, x.name));
+  chars.forEach((x) => nameById.set(x.id, x.name));
+  const targetText = (target) => (nameById.has(target) ? nameById.get(target) : target);
 
   // -- header ------------------------------------------------------------------------------
   $("title").textContent = D.world;
@@ -100,10 +98,13 @@
   for (const id of ["stage", "numbers", "people"]) $(id).hidden = false;
 
   // -- map -----------------------------------------------------------------------------------
-  const W = 1000, H = 760, PADX = 110, PADT = 80, PADB = 75;
+  // A bigger world gets a bigger canvas (so smaller text and dots relative to the map).
+  const SCALE = Math.min(3, Math.max(1, Math.sqrt(locs.length / 12)));
+  const W = 1000 * SCALE, H = 760 * SCALE, PADX = 120, PADT = 80, PADB = 75;
   const px = (l) => PADX + locs[l].x * (W - 2 * PADX);
   const py = (l) => PADT + locs[l].y * (H - PADT - PADB);
   const map = $("map");
+  map.setAttribute("viewBox", "0 0 " + W + " " + H);
   const defs = svg("defs");
   for (const [id, fill] of [["arrow", "#8a94a6"], ["movearrow", "#d9480f"]]) {
     const m = svg("marker", { id: id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
@@ -111,8 +112,8 @@
     defs.appendChild(m);
   }
   map.appendChild(defs);
-  const R = locs.length > 60 ? 12 : locs.length > 20 ? 20 : 30;
-  const DOT = locs.length > 60 ? 5 : 9, PER_ROW = 6;
+  const R = 30;
+  const DOT = 9, PER_ROW = 6;
   function trimmed(a, b, r1, r2) {
     const x1 = px(a), y1 = py(a), x2 = px(b), y2 = py(b);
     const d = Math.hypot(x2 - x1, y2 - y1) || 1;
@@ -135,7 +136,10 @@
   locs.forEach((loc, l) => {
     const g = svg("g", { class: "node" });
     g.appendChild(svg("circle", { cx: px(l), cy: py(l), r: R }));
-    g.appendChild(svg("text", { x: px(l), y: py(l) + R + 24, class: "locname" }, loc.name));
+    // a label near an edge of the map is anchored at the node's side so it is not cut off
+    const side = loc.x < 0.15 ? "start" : loc.x > 0.85 ? "end" : "middle";
+    const lx = px(l) + (side === "start" ? -R : side === "end" ? R : 0);
+    g.appendChild(svg("text", { x: lx, y: py(l) + R + 24, class: "locname", "text-anchor": side }, loc.name));
     const count = svg("text", { x: px(l), y: py(l) + 8, class: "count" }, "");
     counts.push(count);
     g.appendChild(count);
@@ -280,13 +284,16 @@
       el("td", { class: "path" }, pathText(pathOf(c))),
       el("td", {}, fmtInt(ch.calls) + (ch.failures ? " (" + ch.failures + " failed)" : "")),
       el("td", {}, fmtInt(ch.tokens)), el("td", {}, fmtCost(ch.cost)));
-    const mem = el("tr", { class: "memory", hidden: "" }, el("td", { colspan: 5 }, memoryOf(ch)));
+    const mem = el("tr", { class: "memory", hidden: "" }); // filled when first opened
     cbody.append(tr, mem);
     return [tr, mem];
   });
   ct.appendChild(cbody);
   function memoryOf(ch) {
     const box = el("div", {}, el("b", {}, "Memory summary over time"));
+    if (ch.memory_versions > ch.memory.length) {
+      box.appendChild(el("span", { class: "muted small" }, " (" + ch.memory.length + " of " + ch.memory_versions + " versions, evenly spread)"));
+    }
     const list = ch.memory.filter((m) => m[1]);
     if (!list.length) box.appendChild(el("p", { class: "muted" }, "(no summary yet)"));
     for (const [tick, text] of list) box.appendChild(el("p", {}, el("span", { class: "badge" }, "after tick " + tick), " " + text));
@@ -326,6 +333,7 @@
     followed = c;
     setHash();
     charRows.forEach(([tr, mem], k) => { tr.classList.toggle("hl", k === c); mem.hidden = k !== c; });
+    if (c >= 0 && !charRows[c][1].firstChild) charRows[c][1].appendChild(el("td", { colspan: 5 }, memoryOf(chars[c])));
     drawTrail();
     drawMap();
     drawDetail();
