@@ -220,3 +220,31 @@ def test_the_page_steps_through_ticks_in_headless_chromium(hostile_world: Path, 
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
         assert HOSTILE not in dom and "<img" not in dom
     assert shots[0] != shots[1]  # the map and the tick shown changed
+
+
+def test_failures_fallbacks_and_prices_come_from_the_log(five_ticks: Path, tmp_path: Path):
+    """Tick 2's log is edited as if a narrative call had failed and the models were priced."""
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    path = log_path(world, 2)
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    for record in records:
+        if record["type"] == "call":
+            record["cost_usd"] = 0.001
+            if record["entity_key"] == "narrative:quay":
+                record["error_code"], record["error"] = "timeout", "took too long"
+        elif record["type"] == "phase" and record["name"] == "narrative":
+            record["report"]["fallbacks"] = ["narrative:quay"]
+            record["report"]["errors"] = {"narrative:quay": "timeout: took too long"}
+        elif record["type"] == "usage":
+            record["cost"] = 0.022
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    out = tmp_path / "r.html"
+    assert invoke("report", "--world", str(world), "--out", str(out)).exit_code == 0
+    data = page_data(out.read_text())
+    tick = data["ticks"][1]
+    assert tick["failures"] == 1 and tick["cost"] == 0.022
+    assert tick["fallbacks"] == ["narrative narrative:quay: timeout: took too long"]
+    assert data["ticks"][0]["cost"] is None and data["ticks"][0]["fallbacks"] == []
+    ada = next(c for c in data["chars"] if c["id"] == "ada")
+    assert ada["cost"] == pytest.approx(0.001)  # her one intention call in tick 2 (no memory yet)
