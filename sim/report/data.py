@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from sim import logview
+from sim.errors import SimError
 from sim.log import LogError, TickLog, list_logs, read_log
 from sim.storage import Storage
 from sim.world import World
@@ -188,7 +189,7 @@ def _thin(history: list[Any], limit: int) -> list[Any]:
 def _world_or_none(world_dir: Path) -> World | None:
     try:
         return Storage(world_dir).load()
-    except Exception:  # an invalid world still gets a report of its logs
+    except (SimError, OSError):  # an invalid world still gets a report of its logs
         return None
 
 
@@ -215,24 +216,28 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
 
-    # One log in memory at a time (plus the next one's start state): logs can be large.
-    ahead: tuple[int, TickLog | None] | None = None
+    # One log in memory at a time, plus the next one (whose start state is where this tick
+    # ended): logs can be large.
+    ahead: tuple[int, TickLog | None, Snapshot | None] | None = None
     ticks: list[dict[str, Any]] = []
     for number, path in listed:
         if (first is not None and number < first) or (last is not None and number > last):
             continue
-        log = ahead[1] if ahead is not None and ahead[0] == number else _read(path, problems)
+        if ahead is not None and ahead[0] == number:
+            _, log, snap = ahead
+        else:
+            log = _read(path, problems)
+            snap = snapshot_from_log(log) if log is not None else None
         ahead = None
         if log is None:
             continue
-        snap = snapshot_from_log(log)
         after: Snapshot | None = None
         if number + 1 in paths:
             in_range = last is None or number + 1 <= last
             # a log after the range is only peeked at: its problems are not this report's
             following = _read(paths[number + 1], problems if in_range else [])
-            ahead = (number + 1, following)
             after = snapshot_from_log(following) if following is not None else None
+            ahead = (number + 1, following, after)
         elif current is not None and current.tick == log.tick and log.committed:
             after = current
         where = snap.where if snap else {}
@@ -287,22 +292,29 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
         "world": world_name or world_dir.name,
         "ticks": ticks,
         "chars": [
-            {
-                "id": cid,
-                "name": names.get(cid, cid),
-                "tokens": totals.get(cid, _CharTotals()).tokens,
-                "cost": totals.get(cid, _CharTotals()).cost,
-                "calls": totals.get(cid, _CharTotals()).calls,
-                "failures": totals.get(cid, _CharTotals()).failures,
-                "memory": _thin(summaries.get(cid, []), MEMORY_VERSIONS),
-                "memory_versions": len(summaries.get(cid, [])),
-            }
+            _character(cid, names.get(cid, cid), totals.get(cid), summaries.get(cid, []))
             for cid in chars.ids
         ],
         "locs": [{"id": lid, "name": names.get(lid, lid)} for lid in locs.ids],
         "edges": edges,
         "problems": [str(p) for p in problems],
         "logged": len(listed),
+    }
+
+
+def _character(
+    cid: str, name: str, totals: _CharTotals | None, memory: list[Any]
+) -> dict[str, Any]:
+    totals = totals or _CharTotals()
+    return {
+        "id": cid,
+        "name": name,
+        "tokens": totals.tokens,
+        "cost": totals.cost,
+        "calls": totals.calls,
+        "failures": totals.failures,
+        "memory": _thin(memory, MEMORY_VERSIONS),
+        "memory_versions": len(memory),
     }
 
 

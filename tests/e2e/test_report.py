@@ -248,3 +248,14 @@ def test_failures_fallbacks_and_prices_come_from_the_log(five_ticks: Path, tmp_p
     assert data["ticks"][0]["cost"] is None and data["ticks"][0]["fallbacks"] == []
     ada = next(c for c in data["chars"] if c["id"] == "ada")
     assert ada["cost"] == pytest.approx(0.001)  # her one intention call in tick 2 (no memory yet)
+
+
+def test_a_broken_world_file_still_gets_a_report_of_its_logs(five_ticks: Path, tmp_path: Path):
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    (world / "characters" / "ada.json").write_text("{not json")
+    out = tmp_path / "r.html"
+    assert invoke("report", "--world", str(world), "--out", str(out)).exit_code == 0
+    data = page_data(out.read_text())
+    assert [t["t"] for t in data["ticks"]] == [1, 2, 3, 4, 5]
+    assert "Ada Strand" in {c["name"] for c in data["chars"]}  # from the logged states
