@@ -24,7 +24,10 @@ from sim.report import write_report
     help="The HTML file to write (default: report.html in the world folder).",
 )
 @click.option(
-    "--from", "first", type=click.IntRange(min=1), help="The first tick to show (default: 1)."
+    "--from",
+    "first",
+    type=click.IntRange(min=1),
+    help="The first tick to show (default: the first logged).",
 )
 @click.option(
     "--to", "last", type=click.IntRange(min=1), help="The last tick to show (default: the last)."
