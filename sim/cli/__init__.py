@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from sim import __version__
-from sim.cli import history, run, stub, tune
+from sim.cli import history, report, run, stub, tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +26,7 @@ for command in (
     history.fork,
     tune.tune_,
     tune.usage_,
+    report.report,
     stub.stub_server,
 ):
     main.add_command(command)

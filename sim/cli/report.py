@@ -1,0 +1,47 @@
+"""``sim report``: write a self-contained HTML page of a world's history.
+
+Like ``sim log --tick all``, unreadable logs are reported on stderr (and on the page) and
+the command exits 1; the page is still written.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sim.cli.common import WORLD, errors
+from sim.report import write_report
+
+
+@click.command("report")
+@WORLD
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The HTML file to write (default: report.html in the world folder).",
+)
+@click.option(
+    "--from",
+    "first",
+    type=click.IntRange(min=1),
+    help="The first tick to show (default: the first logged).",
+)
+@click.option(
+    "--to", "last", type=click.IntRange(min=1), help="The last tick to show (default: the last)."
+)
+def report(world_dir: Path, out: Path | None, first: int | None, last: int | None) -> None:
+    """Write one HTML page (no network needed) of the world's ticks, map and costs."""
+    with errors():
+        done = write_report(world_dir, out, first, last)
+        if done.ticks:
+            what = f"{done.ticks} ticks"
+        else:
+            what = "no ticks in that range" if done.logged else "no tick logs yet"
+        click.echo(f"wrote {done.path} ({what})")
+        for problem in done.problems:
+            click.echo(f"unreadable: {problem}", err=True)
+        if done.problems:
+            sys.exit(1)

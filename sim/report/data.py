@@ -1,0 +1,331 @@
+"""What the report shows, gathered from the tick logs and the world files.
+
+Only what the page displays is kept: per tick, where each character was (as an index into
+the location list), the scenes (narrative, intentions, outcomes) and the numbers; per
+character, the memory summary each time it changed and the tokens and cost of its calls.
+Full state snapshots are read one tick at a time and never embedded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sim import logview
+from sim.errors import SimError
+from sim.log import LogError, TickLog, list_logs, read_log
+from sim.storage import Storage
+from sim.world import World
+
+#: entity-key prefixes of the chains that belong to one character
+CHARACTER_CHAINS = ("intention", "memory")
+#: memory summaries kept per character (a summary changes every tick once memory is full,
+#: and hundreds of characters times a hundred ticks of them would dwarf everything else)
+MEMORY_VERSIONS = 16
+
+
+@dataclass
+class Snapshot:
+    """The part of a world's state the report needs."""
+
+    tick: int
+    names: dict[str, str] = field(default_factory=dict)  # location and character ids
+    connections: dict[str, list[str]] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)
+    summaries: dict[str, str] = field(default_factory=dict)
+    world_name: str = ""
+
+
+def _snapshot_of(tick: int, files: dict[str, Any]) -> Snapshot:
+    """Read a snapshot from parsed entity dicts keyed by relative path."""
+    snap = Snapshot(tick)
+    for rel, data in files.items():
+        if not isinstance(data, dict):
+            continue
+        if rel == "world.json":
+            snap.world_name = str(data.get("name", ""))
+            continue
+        kind = rel.partition("/")[0]
+        try:
+            ident = data["identity"]["id"]
+            snap.names[ident] = str(data["identity"].get("name") or ident)
+            if kind == "locations":
+                snap.connections[ident] = [str(c) for c in data["state"]["connections"]]
+            elif kind == "characters":
+                snap.where[ident] = str(data["state"]["location"])
+                snap.summaries[ident] = str((data.get("memory") or {}).get("summary") or "")
+        except (KeyError, TypeError, AttributeError):
+            continue
+    return snap
+
+
+def snapshot_from_log(log: TickLog) -> Snapshot | None:
+    """The state at the start of a logged tick (``None`` when the log has none)."""
+    try:
+        state = log.state()
+    except (LogError, ValueError):
+        return None
+    files: dict[str, Any] = {}
+    for rel, raw in state.items():
+        if rel == "world.json" or rel.startswith(("characters/", "locations/")):
+            try:
+                files[rel] = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+    return _snapshot_of(log.tick - 1, files)
+
+
+def snapshot_from_world(world: World) -> Snapshot:
+    files: dict[str, Any] = {"world.json": world.meta}
+    files.update({f"characters/{k}.json": v for k, v in world.characters.items()})
+    files.update({f"locations/{k}.json": v for k, v in world.locations.items()})
+    return _snapshot_of(world.tick, files)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+class _Index:
+    """Stable positions for ids: the page refers to locations and characters by index."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.pos: dict[str, int] = {}
+
+    def add(self, ident: str) -> int:
+        if ident not in self.pos:
+            self.pos[ident] = len(self.ids)
+            self.ids.append(ident)
+        return self.pos[ident]
+
+
+@dataclass
+class _CharTotals:
+    tokens: int = 0
+    cost: float | None = None
+    calls: int = 0
+    failures: int = 0
+
+
+def _fallbacks(log: TickLog) -> list[str]:
+    out: list[str] = []
+    for name, record in log.phases.items():
+        report = record.get("report") or {}
+        errors = report.get("errors") or {}
+        for key in report.get("fallbacks") or []:
+            reason = errors.get(key)
+            out.append(f"{name} {key}" + (f": {reason}" if reason else ""))
+    return out
+
+
+def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) -> list[Any]:
+    """Per occupied location: its narrative and each present character's intention and
+    outcome. Characters with an intention but no outcome are listed with an empty one."""
+    narratives = log.phase_results("narrative")
+    resolutions = log.phase_results("resolution")
+    intentions = log.phase_results("intentions")
+    present: dict[str, list[str]] = {}
+    for cid, lid in where.items():
+        present.setdefault(lid, []).append(cid)
+    scenes: list[Any] = []
+    for lid in sorted(set(narratives) | set(resolutions) | set(present)):
+        outcomes: dict[str, str] = {}
+        resolution = resolutions.get(lid)
+        for item in (resolution or {}).get("outcomes", []) if isinstance(resolution, dict) else []:
+            if isinstance(item, dict) and item.get("character_id") is not None:
+                outcomes[str(item["character_id"])] = _text(item.get("outcome"))
+        rows = []
+        for cid in sorted(set(present.get(lid, [])) | set(outcomes)):
+            intent = intentions.get(cid)
+            intent = intent if isinstance(intent, dict) else {}
+            rows.append(
+                [
+                    chars.add(cid),
+                    _text(intent.get("action")),
+                    _text(intent.get("target")),
+                    _text(intent.get("content")),
+                    outcomes.get(cid, ""),
+                ]
+            )
+        scenes.append({"l": locs.add(lid), "n": _text(narratives.get(lid)), "r": rows})
+    return scenes
+
+
+def _per_character(log: TickLog, totals: dict[str, _CharTotals]) -> None:
+    for call in log.calls.values():
+        chain, _, owner = str(call.get("entity_key", "")).partition(":")
+        if chain not in CHARACTER_CHAINS or not owner:
+            continue
+        usage = call.get("usage") or {}
+        acc = totals.setdefault(owner, _CharTotals())
+        acc.calls += 1
+        acc.tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+        if call.get("error_code"):
+            acc.failures += 1
+        if call.get("cost_usd") is not None:
+            acc.cost = (acc.cost or 0.0) + float(call["cost_usd"])
+
+
+def _read(path: Path, problems: list[LogError]) -> TickLog | None:
+    try:
+        return read_log(path)
+    except LogError as exc:
+        problems.append(exc)
+        return None
+
+
+def _thin(history: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` versions, evenly spread, always the first and the last."""
+    if len(history) <= limit:
+        return history
+    step = (len(history) - 1) / (limit - 1)
+    return [history[round(i * step)] for i in range(limit)]
+
+
+def _world_or_none(world_dir: Path) -> World | None:
+    try:
+        return Storage(world_dir).load()
+    except (SimError, OSError):  # an invalid world still gets a report of its logs
+        return None
+
+
+def collect(world_dir: Path, first: int | None = None, last: int | None = None) -> dict[str, Any]:
+    """Everything the page shows, as plain JSON-ready data.
+
+    Args:
+        world_dir: the world folder.
+        first, last: the range of ticks to include (default: every logged tick).
+
+    Returns:
+        A dict with ``world``, ``ticks``, ``chars``, ``locs``, ``edges``, ``problems`` and
+        ``logged`` (how many tick logs the world has, in the range or not).
+    """
+    world = _world_or_none(world_dir)
+    listed = list_logs(world_dir)
+    paths = dict(listed)
+    problems: list[LogError] = []
+    chars, locs = _Index(), _Index()
+    names: dict[str, str] = {}
+    connections: dict[str, list[str]] = {}
+    summaries: dict[str, list[Any]] = {}
+    totals: dict[str, _CharTotals] = {}
+    world_name = ""
+    current = snapshot_from_world(world) if world is not None else None
+
+    # One log in memory at a time, plus the next one (whose start state is where this tick
+    # ended): logs can be large.
+    ahead: tuple[int, TickLog | None, Snapshot | None] | None = None
+    ticks: list[dict[str, Any]] = []
+    for number, path in listed:
+        if (first is not None and number < first) or (last is not None and number > last):
+            continue
+        if ahead is not None and ahead[0] == number:
+            _, log, snap = ahead
+        else:
+            log = _read(path, problems)
+            snap = snapshot_from_log(log) if log is not None else None
+        ahead = None
+        if log is None:
+            continue
+        after: Snapshot | None = None
+        if number + 1 in paths:
+            in_range = last is None or number + 1 <= last
+            # a log after the range is only peeked at: its problems are not this report's
+            following = _read(paths[number + 1], problems if in_range else [])
+            after = snapshot_from_log(following) if following is not None else None
+            ahead = (number + 1, following, after)
+        elif current is not None and current.tick == log.tick and log.committed:
+            after = current
+        where = snap.where if snap else {}
+        for s in (snap, after):
+            if s is None:
+                continue
+            names.update(s.names)
+            connections.update(s.connections)
+            world_name = s.world_name or world_name
+            for cid in sorted(s.where):
+                chars.add(cid)
+            for lid in sorted(s.connections):
+                locs.add(lid)
+            for cid, text in s.summaries.items():
+                history = summaries.setdefault(cid, [])
+                if not history or history[-1][1] != text:
+                    history.append([s.tick, text])
+        numbers = logview.summary(log)
+        _per_character(log, totals)
+        moves = []
+        if after is not None:
+            for cid, dest in sorted(after.where.items()):
+                if cid in where and where[cid] != dest:
+                    moves.append([chars.add(cid), locs.add(where[cid]), locs.add(dest)])
+        ticks.append(
+            {
+                "t": log.tick,
+                "committed": log.committed,
+                "calls": numbers["calls"],
+                "failures": numbers["failures"],
+                "tokens": numbers["tokens"],
+                "cost": numbers["cost"],
+                "wall": numbers["wall"],
+                "fallbacks": _fallbacks(log),
+                "at": {chars.add(c): locs.add(lid) for c, lid in sorted(where.items())},
+                "moves": moves,
+                "scenes": _scenes(log, chars, locs, where),
+            }
+        )
+    if current is not None:
+        names.update(current.names)  # the newest names
+        for lid in sorted(current.connections):
+            connections.setdefault(lid, current.connections[lid])
+            locs.add(lid)
+        for cid in sorted(current.where):
+            chars.add(cid)
+        world_name = current.world_name or world_name
+    for tick in ticks:  # JSON object keys are strings; the page wants [char, loc] pairs
+        tick["at"] = sorted(tick["at"].items())
+    edges = _edges(connections, locs)
+    return {
+        "world": world_name or world_dir.name,
+        "ticks": ticks,
+        "chars": [
+            _character(cid, names.get(cid, cid), totals.get(cid), summaries.get(cid, []))
+            for cid in chars.ids
+        ],
+        "locs": [{"id": lid, "name": names.get(lid, lid)} for lid in locs.ids],
+        "edges": edges,
+        "problems": [str(p) for p in problems],
+        "logged": len(listed),
+    }
+
+
+def _character(
+    cid: str, name: str, totals: _CharTotals | None, memory: list[Any]
+) -> dict[str, Any]:
+    totals = totals or _CharTotals()
+    return {
+        "id": cid,
+        "name": name,
+        "tokens": totals.tokens,
+        "cost": totals.cost,
+        "calls": totals.calls,
+        "failures": totals.failures,
+        "memory": _thin(memory, MEMORY_VERSIONS),
+        "memory_versions": len(memory),
+    }
+
+
+def _edges(connections: dict[str, list[str]], locs: _Index) -> list[list[int]]:
+    """``[a, b, one_way]`` per connected pair (a < b for two-way ones, drawn once)."""
+    pairs = {(a, b) for a, targets in connections.items() for b in targets if a != b}
+    out: list[list[int]] = []
+    for a, b in sorted(pairs):
+        if (b, a) in pairs:
+            if a < b:
+                out.append([locs.add(a), locs.add(b), 0])
+        else:
+            out.append([locs.add(a), locs.add(b), 1])
+    return out

@@ -1,0 +1,362 @@
+"use strict";
+// The sim report page. Every text from the world goes through textContent (never innerHTML).
+(function () {
+  const D = JSON.parse(document.getElementById("report-data").textContent);
+  const SVG = "http://www.w3.org/2000/svg";
+  const $ = (id) => document.getElementById(id);
+  const ticks = D.ticks, chars = D.chars, locs = D.locs;
+  let cur = 0; // index into ticks
+  let followed = -1; // character index, or -1
+
+  function el(tag, attrs, ...kids) {
+    const node = document.createElement(tag);
+    setAttrs(node, attrs);
+    for (const kid of kids) {
+      if (kid === null || kid === undefined) continue;
+      node.appendChild(typeof kid === "string" || typeof kid === "number"
+        ? document.createTextNode(String(kid)) : kid);
+    }
+    return node;
+  }
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    setAttrs(node, attrs);
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  }
+  function setAttrs(node, attrs) {
+    for (const key in attrs || {}) {
+      if (key === "class") node.setAttribute("class", attrs[key]);
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), attrs[key]);
+      else node.setAttribute(key, String(attrs[key]));
+    }
+  }
+  const fmtInt = (n) => (n === null || n === undefined ? "-" : Number(n).toLocaleString("en-US"));
+  const fmtCost = (c) => (c === null || c === undefined ? "-" : "$" + Number(c).toFixed(4));
+  const fmtWall = (w) => (w === null || w === undefined ? "-" : Number(w).toFixed(2) + " s");
+  const locName = (i) => (locs[i] ? locs[i].name : "?");
+  const charName = (i) => (chars[i] ? chars[i].name : "?");
+  function hue(id) {
+    let h = 0;
+    for (let i = 0; i < id.length; i++) h = (h * 31 + id.charCodeAt(i)) >>> 0;
+    return h % 360;
+  }
+  const colour = (i) => "hsl(" + hue(chars[i].id) + ",62%,46%)";
+
+  // -- derived: each character's location per tick, and after the last -------------------
+  const at = ticks.map((t) => {
+    const m = new Map();
+    for (const [c, l] of t.at) m.set(c, l);
+    return m;
+  });
+  const finalAt = new Map(at.length ? at[at.length - 1] : []);
+  if (ticks.length) for (const [c, , to] of ticks[ticks.length - 1].moves) finalAt.set(c, to);
+  function pathOf(c) {
+    const runs = [];
+    const push = (loc, t) => {
+      const last = runs[runs.length - 1];
+      if (last && last.loc === loc) last.to = t;
+      else runs.push({ loc: loc, from: t, to: t });
+    };
+    ticks.forEach((t, i) => { if (at[i].has(c)) push(at[i].get(c), t.t); });
+    if (ticks.length && finalAt.has(c)) {
+      const endTick = ticks[ticks.length - 1].t;
+      const last = runs[runs.length - 1];
+      if (!last || last.loc !== finalAt.get(c)) runs.push({ loc: finalAt.get(c), from: endTick, to: endTick, end: true });
+    }
+    return runs;
+  }
+  function pathText(runs) {
+    return runs.map((r) => locName(r.loc) + (r.end ? " (end)" : r.from === r.to ? " (" + r.from + ")" : " (" + r.from + "–" + r.to + ")")).join(" → ");
+  }
+  const nameById = new Map();
+  locs.forEach((x) => nameById.set(x.id, x.name));
+  chars.forEach((x) => nameById.set(x.id, x.name));
+  const targetText = (target) => (nameById.has(target) ? nameById.get(target) : target);
+
+  // -- header ------------------------------------------------------------------------------
+  $("title").textContent = D.world;
+  document.title = D.world + " — sim report";
+  const total = (k) => ticks.reduce((s, t) => s + (t[k] || 0), 0);
+  const priced = ticks.some((t) => t.cost !== null);
+  if (!ticks.length) {
+    $("subtitle").textContent = chars.length + " characters · " + locs.length + " locations";
+    $("empty").hidden = false;
+    $("no-logs").hidden = D.logged > 0;
+    $("no-range").hidden = D.logged === 0;
+  } else {
+    $("subtitle").textContent = "ticks " + ticks[0].t + "–" + ticks[ticks.length - 1].t +
+      " · " + chars.length + " characters · " + locs.length + " locations · " +
+      fmtInt(total("calls")) + " calls · " + fmtInt(total("failures")) + " failed · " +
+      fmtInt(total("tokens")) + " tokens · " + (priced ? fmtCost(total("cost")) : "cost unknown (no prices)");
+  }
+  if (D.problems.length) {
+    $("problems").hidden = false;
+    for (const p of D.problems) $("problem-list").appendChild(el("li", {}, p));
+  }
+  if (!ticks.length) return;
+  for (const id of ["stage", "numbers", "people"]) $(id).hidden = false;
+
+  // -- map -----------------------------------------------------------------------------------
+  // A bigger world gets a bigger canvas (so smaller text and dots relative to the map).
+  const SCALE = Math.min(3, Math.max(1, Math.sqrt(locs.length / 12)));
+  const W = 1000 * SCALE, H = 760 * SCALE, PADX = 120, PADT = 80, PADB = 75;
+  const px = (l) => PADX + locs[l].x * (W - 2 * PADX);
+  const py = (l) => PADT + locs[l].y * (H - PADT - PADB);
+  const map = $("map");
+  map.setAttribute("viewBox", "0 0 " + W + " " + H);
+  const defs = svg("defs");
+  for (const [id, fill] of [["arrow", "#8a94a6"], ["movearrow", "#d9480f"]]) {
+    const m = svg("marker", { id: id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+    m.appendChild(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: fill }));
+    defs.appendChild(m);
+  }
+  map.appendChild(defs);
+  const R = 30;
+  const DOT = 9, PER_ROW = 6;
+  function trimmed(a, b, r1, r2) {
+    const x1 = px(a), y1 = py(a), x2 = px(b), y2 = py(b);
+    const d = Math.hypot(x2 - x1, y2 - y1) || 1;
+    return [x1 + (x2 - x1) * r1 / d, y1 + (y2 - y1) * r1 / d, x2 - (x2 - x1) * r2 / d, y2 - (y2 - y1) * r2 / d];
+  }
+  const edgeLayer = svg("g", { class: "edges" });
+  for (const [a, b, oneWay] of D.edges) {
+    const [x1, y1, x2, y2] = trimmed(a, b, R + 2, R + 4);
+    const line = svg("line", { x1: x1, y1: y1, x2: x2, y2: y2, class: oneWay ? "edge oneway" : "edge" });
+    if (oneWay) line.setAttribute("marker-end", "url(#arrow)");
+    edgeLayer.appendChild(line);
+  }
+  map.appendChild(edgeLayer);
+  const trailLayer = svg("g", { class: "trail" });
+  const moveLayer = svg("g", { class: "moves" });
+  const nodeLayer = svg("g", { class: "nodes" });
+  const dotLayer = svg("g", { class: "dots" });
+  map.append(trailLayer, nodeLayer, moveLayer, dotLayer);
+  const counts = [];
+  locs.forEach((loc, l) => {
+    const g = svg("g", { class: "node" });
+    g.appendChild(svg("circle", { cx: px(l), cy: py(l), r: R }));
+    // a label near an edge of the map is anchored at the node's side so it is not cut off
+    const side = loc.x < 0.15 ? "start" : loc.x > 0.85 ? "end" : "middle";
+    const lx = px(l) + (side === "start" ? -R : side === "end" ? R : 0);
+    g.appendChild(svg("text", { x: lx, y: py(l) + R + 24, class: "locname", "text-anchor": side }, loc.name));
+    const count = svg("text", { x: px(l), y: py(l) + 8, class: "count" }, "");
+    counts.push(count);
+    g.appendChild(count);
+    g.appendChild(svg("title", {}, loc.name + " (" + loc.id + ")"));
+    nodeLayer.appendChild(g);
+  });
+
+  function drawMap() {
+    const t = ticks[cur];
+    const here = new Map();
+    for (const [c, l] of t.at) {
+      if (!here.has(l)) here.set(l, []);
+      here.get(l).push(c);
+    }
+    locs.forEach((_, l) => { counts[l].textContent = here.has(l) ? String(here.get(l).length) : ""; });
+    dotLayer.replaceChildren();
+    moveLayer.replaceChildren();
+    for (const [l, cs] of here) {
+      const shown = cs.slice(0, PER_ROW * 2);
+      shown.forEach((c, k) => {
+        const row = Math.floor(k / PER_ROW), inRow = Math.min(PER_ROW, shown.length - row * PER_ROW);
+        const x = px(l) + (k % PER_ROW - (inRow - 1) / 2) * DOT * 2.3;
+        const y = py(l) - R - DOT - 4 - row * DOT * 2.3;
+        const dot = svg("circle", {
+          cx: x, cy: y, r: c === followed ? DOT * 1.35 : DOT,
+          fill: colour(c), class: c === followed ? "dot followed" : "dot",
+          onclick: () => follow(c === followed ? -1 : c),
+        });
+        dot.appendChild(svg("title", {}, charName(c) + " — " + locName(l)));
+        dotLayer.appendChild(dot);
+      });
+      if (cs.length > shown.length) {
+        dotLayer.appendChild(svg("text", { x: px(l) + PER_ROW * DOT * 1.3, y: py(l) - R - DOT * 4, class: "more" }, "+" + (cs.length - shown.length)));
+      }
+    }
+    const seen = new Map();
+    for (const [c, a, b] of t.moves) {
+      const key = a + ">" + b;
+      if (seen.has(key)) { seen.get(key).push(c); continue; }
+      seen.set(key, [c]);
+    }
+    for (const [key, cs] of seen) {
+      const [a, b] = key.split(">").map(Number);
+      const [x1, y1, x2, y2] = trimmed(a, b, R + 4, R + 8);
+      const mx = (x1 + x2) / 2 - (y2 - y1) * 0.15, my = (y1 + y2) / 2 + (x2 - x1) * 0.15;
+      const p = svg("path", { d: "M" + x1 + "," + y1 + " Q" + mx + "," + my + " " + x2 + "," + y2, class: cs.includes(followed) ? "move followed" : "move", "marker-end": "url(#movearrow)" });
+      p.appendChild(svg("title", {}, cs.map(charName).join(", ") + ": " + locName(a) + " → " + locName(b)));
+      moveLayer.appendChild(p);
+    }
+  }
+  function drawTrail() {
+    trailLayer.replaceChildren();
+    if (followed < 0) return;
+    const runs = pathOf(followed);
+    const pts = runs.map((r) => px(r.loc) + "," + py(r.loc)).join(" ");
+    if (runs.length > 1) trailLayer.appendChild(svg("polyline", { points: pts, class: "trailline", stroke: colour(followed) }));
+  }
+
+  // -- tick detail ---------------------------------------------------------------------------
+  function drawDetail() {
+    const t = ticks[cur];
+    const box = $("tick-detail");
+    box.replaceChildren();
+    box.appendChild(el("h2", {}, "Tick " + t.t, t.committed ? null : el("span", { class: "badge bad" }, "not committed")));
+    box.appendChild(el("p", { class: "muted" }, fmtInt(t.calls) + " calls · " + fmtInt(t.failures) + " failed · " +
+      fmtInt(t.tokens) + " tokens · " + (t.cost === null ? "cost unknown" : fmtCost(t.cost)) + " · wall " + fmtWall(t.wall)));
+    if (t.fallbacks.length) {
+      const ul = el("ul", { class: "fallbacks" });
+      for (const f of t.fallbacks) ul.appendChild(el("li", {}, "fallback: " + f));
+      box.appendChild(ul);
+    }
+    if (followed >= 0) {
+      box.appendChild(el("p", { class: "following" }, "Following ", el("b", {}, charName(followed)), " · ",
+        el("a", { href: "#", onclick: (e) => { e.preventDefault(); follow(-1); } }, "stop")));
+    }
+    for (const scene of t.scenes) {
+      const sec = el("div", { class: "scene" });
+      sec.appendChild(el("h3", {}, locName(scene.l)));
+      sec.appendChild(el("p", { class: scene.n ? "narrative" : "narrative muted" }, scene.n || "(no narrative)"));
+      const table = el("table", { class: "rows" });
+      for (const [c, action, target, content, outcome] of scene.r) {
+        const who = el("a", { href: "#", class: "who", style: "--c:" + colour(c), onclick: (e) => { e.preventDefault(); follow(c); } }, charName(c));
+        const intent = el("div", { class: "intent" }, el("span", { class: "action" }, action || "?"),
+          target ? " " + targetText(target) : "", content ? el("div", { class: "content" }, content) : null);
+        table.appendChild(el("tr", { class: c === followed ? "hl" : "" }, el("td", {}, who), el("td", {}, intent), el("td", { class: "outcome" }, outcome || "—")));
+      }
+      if (scene.r.length) sec.appendChild(table);
+      box.appendChild(sec);
+    }
+  }
+
+  // -- timeline, chart and tables ------------------------------------------------------------
+  const maxTokens = Math.max(1, ...ticks.map((t) => t.tokens || 0));
+  const timeline = $("timeline");
+  const cells = ticks.map((t, i) => {
+    const cell = el("button", { type: "button", class: "cell" + (t.failures ? " failed" : "") + (t.committed ? "" : " open"), title: "tick " + t.t, onclick: () => go(i) });
+    cell.appendChild(el("span", { class: "bar", style: "height:" + Math.round(6 + 24 * (t.tokens || 0) / maxTokens) + "px" }));
+    cell.appendChild(el("span", { class: "num" }, String(t.t)));
+    timeline.appendChild(cell);
+    return cell;
+  });
+  const chart = $("chart");
+  const CW = 1000, CH = 180, L = 60, B = 24, T = 12;
+  const bw = (CW - L - 10) / ticks.length;
+  const maxCost = Math.max(0, ...ticks.map((t) => t.cost || 0));
+  chart.appendChild(svg("line", { x1: L, y1: CH - B, x2: CW - 10, y2: CH - B, class: "axis" }));
+  chart.appendChild(svg("text", { x: L - 6, y: T + 8, class: "ylab" }, fmtInt(maxTokens)));
+  chart.appendChild(svg("text", { x: L - 6, y: CH - B, class: "ylab" }, "0"));
+  chart.appendChild(svg("text", { x: 4, y: T + 24, class: "legend" }, "tokens"));
+  const bars = ticks.map((t, i) => {
+    const h = (CH - B - T) * (t.tokens || 0) / maxTokens;
+    const r = svg("rect", { x: L + i * bw + bw * 0.12, y: CH - B - h, width: bw * 0.76, height: Math.max(h, 1), class: "tbar", onclick: () => go(i) });
+    r.appendChild(svg("title", {}, "tick " + t.t + ": " + fmtInt(t.tokens) + " tokens, " + fmtInt(t.calls) + " calls, " + fmtInt(t.failures) + " failed, " + fmtCost(t.cost)));
+    chart.appendChild(r);
+    if (t.failures) chart.appendChild(svg("circle", { cx: L + (i + 0.5) * bw, cy: T + 4, r: 4, class: "fail" }));
+    if (ticks.length <= 40 || i % Math.ceil(ticks.length / 40) === 0) chart.appendChild(svg("text", { x: L + (i + 0.5) * bw, y: CH - 6, class: "xlab" }, t.t));
+    return r;
+  });
+  if (maxCost > 0) {
+    const pts = ticks.map((t, i) => (L + (i + 0.5) * bw) + "," + (CH - B - (CH - B - T) * (t.cost || 0) / maxCost)).join(" ");
+    chart.appendChild(svg("polyline", { points: pts, class: "costline" }));
+    chart.appendChild(svg("text", { x: CW - 12, y: T + 8, class: "ylab cost" }, "cost max " + fmtCost(maxCost)));
+  }
+  const tt = $("tick-table");
+  tt.appendChild(el("thead", {}, el("tr", {}, ...["tick", "calls", "failed", "fallbacks", "tokens", "cost", "wall time"].map((h) => el("th", {}, h)))));
+  const tbody = el("tbody");
+  const rows = ticks.map((t, i) => {
+    const tr = el("tr", { onclick: () => go(i) }, el("td", {}, t.t + (t.committed ? "" : " *")), el("td", {}, fmtInt(t.calls)),
+      el("td", { class: t.failures ? "bad" : "" }, fmtInt(t.failures)), el("td", {}, t.fallbacks.length),
+      el("td", {}, fmtInt(t.tokens)), el("td", {}, fmtCost(t.cost)), el("td", {}, fmtWall(t.wall)));
+    tbody.appendChild(tr);
+    return tr;
+  });
+  tt.appendChild(tbody);
+
+  const ct = $("char-table");
+  ct.appendChild(el("thead", {}, el("tr", {}, ...["character", "path (location and ticks)", "calls", "tokens", "cost"].map((h) => el("th", {}, h)))));
+  const cbody = el("tbody");
+  const charRows = chars.map((ch, c) => {
+    const tr = el("tr", { class: "char", onclick: () => follow(c === followed ? -1 : c) },
+      el("td", {}, el("span", { class: "swatch", style: "background:" + colour(c) }), ch.name, el("div", { class: "muted small" }, ch.id)),
+      el("td", { class: "path" }, pathText(pathOf(c))),
+      el("td", {}, fmtInt(ch.calls) + (ch.failures ? " (" + ch.failures + " failed)" : "")),
+      el("td", {}, fmtInt(ch.tokens)), el("td", {}, fmtCost(ch.cost)));
+    const mem = el("tr", { class: "memory", hidden: "" }); // filled when first opened
+    cbody.append(tr, mem);
+    return [tr, mem];
+  });
+  ct.appendChild(cbody);
+  function memoryOf(ch) {
+    const box = el("div", {}, el("b", {}, "Memory summary over time"));
+    if (ch.memory_versions > ch.memory.length) {
+      box.appendChild(el("span", { class: "muted small" }, " (" + ch.memory.length + " of " + ch.memory_versions + " versions, evenly spread)"));
+    }
+    const list = ch.memory.filter((m) => m[1]);
+    if (!list.length) box.appendChild(el("p", { class: "muted" }, "(no summary yet)"));
+    for (const [tick, text] of list) box.appendChild(el("p", {}, el("span", { class: "badge" }, "after tick " + tick), " " + text));
+    return box;
+  }
+  $("filter").addEventListener("input", (e) => {
+    const q = e.target.value.toLowerCase();
+    chars.forEach((ch, c) => {
+      const show = !q || ch.name.toLowerCase().includes(q) || ch.id.includes(q);
+      charRows[c][0].hidden = !show;
+      if (!show) charRows[c][1].hidden = true;
+      else charRows[c][1].hidden = c !== followed;
+    });
+  });
+
+  // -- state -----------------------------------------------------------------------------------
+  const slider = $("slider");
+  slider.max = String(ticks.length - 1);
+  function go(i) {
+    cur = Math.max(0, Math.min(ticks.length - 1, i));
+    slider.value = String(cur);
+    const label = "Tick " + ticks[cur].t + " of " + ticks[0].t + "–" + ticks[ticks.length - 1].t;
+    $("tick-label").textContent = label;
+    slider.setAttribute("aria-valuetext", label);
+    cells.forEach((cell, k) => cell.classList.toggle("current", k === cur));
+    bars.forEach((bar, k) => bar.classList.toggle("current", k === cur));
+    rows.forEach((row, k) => row.classList.toggle("current", k === cur));
+    drawMap();
+    drawDetail();
+    setHash();
+  }
+  function setHash() {
+    const hash = "#tick=" + ticks[cur].t + (followed >= 0 ? "&char=" + encodeURIComponent(chars[followed].id) : "");
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }
+  function follow(c) {
+    followed = c;
+    setHash();
+    charRows.forEach(([tr, mem], k) => { tr.classList.toggle("hl", k === c); mem.hidden = k !== c; });
+    if (c >= 0 && !charRows[c][1].firstChild) charRows[c][1].appendChild(el("td", { colspan: 5 }, memoryOf(chars[c])));
+    drawTrail();
+    drawMap();
+    drawDetail();
+  }
+  // The URL fragment picks the tick and the followed character: #tick=3&char=ada
+  function fromHash() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    const c = chars.findIndex((x) => x.id === params.get("char"));
+    if (c >= 0 && c !== followed) follow(c);
+    const i = ticks.findIndex((t) => String(t.t) === params.get("tick"));
+    if (i >= 0) go(i);
+    return i >= 0;
+  }
+  slider.addEventListener("input", () => go(Number(slider.value)));
+  $("prev").addEventListener("click", () => go(cur - 1));
+  $("next").addEventListener("click", () => go(cur + 1));
+  document.addEventListener("keydown", (e) => {
+    if (e.target === slider || e.target.tagName === "INPUT" || e.altKey || e.ctrlKey || e.metaKey) return;
+    if (e.key === "ArrowLeft") { go(cur - 1); e.preventDefault(); }
+    else if (e.key === "ArrowRight") { go(cur + 1); e.preventDefault(); }
+    else if (e.key === "Home") { go(0); e.preventDefault(); }
+    else if (e.key === "End") { go(ticks.length - 1); e.preventDefault(); }
+  });
+  window.addEventListener("hashchange", fromHash);
+  if (!fromHash()) go(0);
+})();

@@ -1,0 +1,261 @@
+"""`sim report`: the HTML page of a world's history, its content, escaping and a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from conftest import copy_demo
+
+from sim.cli import main
+from sim.config import load_config
+from sim.log import log_path, read_log
+from sim.report import embed_json
+from sim.runner import Runner
+
+HOSTILE = "<script>alert(1)</script>"
+DATA_RE = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.DOTALL)
+EXTERNAL_RE = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
+
+
+def run(world: Path, ticks: int) -> None:
+    Runner(world, load_config(world_dir=world, cwd=world)).run(ticks)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def page_data(page: str) -> dict:
+    match = DATA_RE.search(page)
+    assert match, "no data block"
+    return orjson.loads(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def five_ticks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo world after 5 offline ticks (shared read-only: copy before changing it)."""
+    world = copy_demo(tmp_path_factory.mktemp("report") / "demo")
+    run(world, 5)
+    return world
+
+
+@pytest.fixture(scope="module")
+def hostile_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo world with a character named like a script tag and a `</script>` narrative."""
+    world = copy_demo(tmp_path_factory.mktemp("hostile") / "demo")
+    path = world / "characters" / "ada.json"
+    ada = orjson.loads(path.read_bytes())
+    ada["identity"]["name"] = HOSTILE
+    path.write_bytes(orjson.dumps(ada, option=orjson.OPT_INDENT_2))
+    path = world / "locations" / "quay.json"
+    quay = orjson.loads(path.read_bytes())
+    quay["identity"]["name"] = "Quay </script><img src=x onerror=alert(2)> & \u2028 end"
+    path.write_bytes(orjson.dumps(quay, option=orjson.OPT_INDENT_2))
+    run(world, 3)
+    return world
+
+
+def test_report_of_five_ticks_shows_ticks_names_narratives(five_ticks: Path, tmp_path: Path):
+    out = tmp_path / "r.html"
+    result = invoke("report", "--world", str(five_ticks), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out} (5 ticks)" in result.output
+    page = out.read_text(encoding="utf-8")
+    data = page_data(page)
+    assert [t["t"] for t in data["ticks"]] == [1, 2, 3, 4, 5]
+    assert data["world"] == "Saltglass Isle: The Lantern Tide"
+    assert "<title>Saltglass Isle: The Lantern Tide — sim report</title>" in page
+    names = {c["name"] for c in data["chars"]}
+    assert {"Ada Strand", "Pell Dunmore", "Brother Elm"} <= names and len(names) == 10
+    assert len(data["locs"]) == 9 and data["edges"]
+    for tick in data["ticks"]:
+        log = read_log(log_path(five_ticks, tick["t"]))
+        narratives = log.phase_results("narrative")
+        assert narratives
+        assert {data["locs"][s["l"]]["id"]: s["n"] for s in tick["scenes"]} == narratives
+        rows = [row for scene in tick["scenes"] for row in scene["r"]]
+        assert len(rows) == 10  # every character: an intention and an outcome
+        assert all(row[1] and row[4] for row in rows)
+        assert tick["calls"] == len(log.calls) and tick["tokens"] > 0
+        assert tick["cost"] == 0.0  # the offline provider is priced at zero
+        assert len(tick["at"]) == 10
+    assert any(t["moves"] for t in data["ticks"])
+    for char in data["chars"]:
+        assert char["tokens"] > 0 and char["calls"] >= 5
+    assert any(len(c["memory"]) > 1 for c in data["chars"])  # summaries evolved
+    assert not EXTERNAL_RE.search(page)
+    assert "<link" not in page and "@import" not in page
+
+
+def test_default_out_is_report_html_in_the_world(five_ticks: Path, tmp_path: Path):
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    result = invoke("report", "--world", str(world))
+    assert result.exit_code == 0, result.output
+    assert (world / "report.html").is_file()
+
+
+def test_from_to_limits_the_ticks(five_ticks: Path, tmp_path: Path):
+    out = tmp_path / "r.html"
+    result = invoke(
+        "report", "--world", str(five_ticks), "--out", str(out), "--from", "2", "--to", "4"
+    )
+    assert result.exit_code == 0, result.output
+    assert [t["t"] for t in page_data(out.read_text())["ticks"]] == [2, 3, 4]
+    result = invoke("report", "--world", str(five_ticks), "--out", str(out), "--from", "9")
+    assert result.exit_code == 0 and "no ticks in that range" in result.output
+    data = page_data(out.read_text())
+    assert data["ticks"] == [] and data["logged"] == 5
+    result = CliRunner().invoke(
+        main, ["report", "--world", str(five_ticks), "--from", "4", "--to", "2"]
+    )
+    assert result.exit_code == 2
+
+
+def test_a_world_without_logs_gets_a_page_that_says_so(demo_world: Path, tmp_path: Path):
+    out = tmp_path / "r.html"
+    result = invoke("report", "--world", str(demo_world), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "no tick logs yet" in result.output
+    page = out.read_text()
+    assert "No tick logs yet" in page
+    data = page_data(page)
+    assert data["ticks"] == [] and len(data["chars"]) == 10
+
+
+def test_a_missing_world_is_bad_input(tmp_path: Path):
+    result = CliRunner().invoke(main, ["report", "--world", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "world folder not found" in result.output
+
+
+def test_an_unreadable_log_is_reported_and_the_page_still_written(five_ticks: Path, tmp_path: Path):
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    log_path(world, 3).write_text("not json\n")
+    result = CliRunner().invoke(main, ["report", "--world", str(world)])
+    assert result.exit_code == 1
+    assert "unreadable" in result.output and "tick-000003" in result.output
+    data = page_data((world / "report.html").read_text())
+    assert [t["t"] for t in data["ticks"]] == [1, 2, 4, 5]
+    assert data["problems"]
+
+
+def test_hostile_names_and_narratives_are_escaped(hostile_world: Path, tmp_path: Path):
+    out = tmp_path / "r.html"
+    assert invoke("report", "--world", str(hostile_world), "--out", str(out)).exit_code == 0
+    page = out.read_text(encoding="utf-8")
+    data = page_data(page)
+    narratives = [s["n"] for t in data["ticks"] for s in t["scenes"]]
+    assert any("</script>" in n for n in narratives)  # the data still holds the real text
+    assert HOSTILE in {c["name"] for c in data["chars"]}
+    assert HOSTILE not in page
+    assert "<img" not in page and "\u2028" not in page
+    assert page.count("</script>") == 2  # the data block's and the script's own
+    assert page.count("<script") == 2
+
+
+def test_embed_json_round_trips_and_hides_markup():
+    value = {"a": "</script><!-- & \u2028\u2029 >", "<k>": [1, None]}
+    text = embed_json(value)
+    assert not set(text) & {"<", ">", "&", "\u2028", "\u2029"}
+    assert orjson.loads(text) == value
+
+
+# -- in a real browser ------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(tmp_path: Path, url: str, *args: str) -> str:
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    command = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--run-all-compositor-stages-before-draw",
+        "--window-size=1300,1000",
+        *args,
+        url,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (Debian: apt-get install chromium); .ci/run installs it",
+)
+def test_the_page_steps_through_ticks_in_headless_chromium(hostile_world: Path, tmp_path: Path):
+    out = tmp_path / "report.html"
+    assert invoke("report", "--world", str(hostile_world), "--out", str(out)).exit_code == 0
+    url = out.resolve().as_uri()
+    shots = []
+    for tick in (1, 3):
+        shot = tmp_path / f"tick-{tick}.png"
+        chromium(tmp_path, f"{url}#tick={tick}", f"--screenshot={shot}")
+        assert shot.stat().st_size > 10_000
+        shots.append(shot.read_bytes())
+        dom = chromium(tmp_path, f"{url}#tick={tick}", "--dump-dom")
+        label = re.search(r'id="tick-label"[^>]*>([^<]*)<', dom)
+        assert label and label.group(1) == f"Tick {tick} of 1–3", label
+        assert f'aria-valuetext="Tick {tick} of 1–3"' in dom  # the slider moved there
+        assert f"<h2>Tick {tick}" in dom
+        # the hostile name is text in the page, never an element
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+        assert HOSTILE not in dom and "<img" not in dom
+    assert shots[0] != shots[1]  # the map and the tick shown changed
+
+
+def test_failures_fallbacks_and_prices_come_from_the_log(five_ticks: Path, tmp_path: Path):
+    """Tick 2's log is edited as if a narrative call had failed and the models were priced."""
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    path = log_path(world, 2)
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    for record in records:
+        if record["type"] == "call":
+            record["cost_usd"] = 0.001
+            if record["entity_key"] == "narrative:quay":
+                record["error_code"], record["error"] = "timeout", "took too long"
+        elif record["type"] == "phase" and record["name"] == "narrative":
+            record["report"]["fallbacks"] = ["narrative:quay"]
+            record["report"]["errors"] = {"narrative:quay": "timeout: took too long"}
+        elif record["type"] == "usage":
+            record["cost"] = 0.022
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    out = tmp_path / "r.html"
+    assert invoke("report", "--world", str(world), "--out", str(out)).exit_code == 0
+    data = page_data(out.read_text())
+    tick = data["ticks"][1]
+    assert tick["failures"] == 1 and tick["cost"] == 0.022
+    assert tick["fallbacks"] == ["narrative narrative:quay: timeout: took too long"]
+    assert data["ticks"][0]["cost"] == 0.0 and data["ticks"][0]["fallbacks"] == []
+    ada = next(c for c in data["chars"] if c["id"] == "ada")
+    assert ada["cost"] == pytest.approx(0.001)  # her one intention call in tick 2 (no memory yet)
+
+
+def test_a_broken_world_file_still_gets_a_report_of_its_logs(five_ticks: Path, tmp_path: Path):
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    (world / "characters" / "ada.json").write_text("{not json")
+    out = tmp_path / "r.html"
+    assert invoke("report", "--world", str(world), "--out", str(out)).exit_code == 0
+    data = page_data(out.read_text())
+    assert [t["t"] for t in data["ticks"]] == [1, 2, 3, 4, 5]
+    assert "Ada Strand" in {c["name"] for c in data["chars"]}  # from the logged states
