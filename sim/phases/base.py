@@ -24,6 +24,27 @@ if TYPE_CHECKING:
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
 
+def place_view(loc: Entity, *, objects: bool = True) -> dict[str, Any]:
+    """A location as the model sees it (input documents of phases 1, 2a and 2b)."""
+    view = {
+        "id": loc["identity"]["id"],
+        "name": loc["identity"]["name"],
+        "description": loc["identity"]["description"],
+        "atmosphere": loc["state"]["atmosphere"],
+    }
+    if objects:
+        view["objects"] = loc["state"]["objects"]
+    return view
+
+
+def exits_view(world: World, loc: Entity) -> list[dict[str, str]]:
+    """Where one can go from a location: connected ids with their names."""
+    return [
+        {"id": lid, "name": world.locations[lid]["identity"]["name"]}
+        for lid in loc["state"]["connections"]
+    ]
+
+
 def to_json(data: Any) -> str:
     """Compact JSON for model input; key order as built, so inputs are reproducible."""
     return orjson.dumps(data).decode()

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
-from sim.phases.base import TickContext, to_json
+from sim.phases.base import TickContext, exits_view, place_view, to_json
 from sim.phases.intention_tools import TOOLS, intention_data
 from sim.world import Entity, World
 
@@ -74,17 +74,8 @@ def character_input(world: World, char: Entity, tick: int, here: list[str]) -> s
                     f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-RECENT_CELLS:]
                 ],
             },
-            "location": {
-                "id": loc["identity"]["id"],
-                "name": loc["identity"]["name"],
-                "description": loc["identity"]["description"],
-                "atmosphere": loc["state"]["atmosphere"],
-                "objects": loc["state"]["objects"],
-            },
-            "exits": [
-                {"id": lid, "name": world.locations[lid]["identity"]["name"]}
-                for lid in loc["state"]["connections"]
-            ],
+            "location": place_view(loc),
+            "exits": exits_view(world, loc),
             "present": present,
         }
     )

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, to_json
+from sim.phases.base import TickContext, place_view, to_json
 from sim.phases.resolution import Outcome, Resolution
 from sim.world import World
 
@@ -43,12 +43,7 @@ def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
         {
             "tick": ctx.tick,
             "world": world.meta["name"],
-            "location": {
-                "id": location_id,
-                "name": loc["identity"]["name"],
-                "description": loc["identity"]["description"],
-                "atmosphere": loc["state"]["atmosphere"],
-            },
+            "location": place_view(loc, objects=False),
             "events": events,
         }
     )

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, to_json
+from sim.phases.base import TickContext, exits_view, place_view, to_json
 from sim.phases.intentions import Intention
 from sim.world import World
 
@@ -71,17 +71,8 @@ def location_input(
         {
             "tick": tick,
             "world": world.meta["name"],
-            "location": {
-                "id": location_id,
-                "name": loc["identity"]["name"],
-                "description": loc["identity"]["description"],
-                "atmosphere": loc["state"]["atmosphere"],
-                "objects": loc["state"]["objects"],
-            },
-            "exits": [
-                {"id": lid, "name": world.locations[lid]["identity"]["name"]}
-                for lid in loc["state"]["connections"]
-            ],
+            "location": place_view(loc),
+            "exits": exits_view(world, loc),
             "characters": characters,
         }
     )
