@@ -118,25 +118,30 @@ class OpenAIAdapter:
         #: the (first) SDK client, for direct use
         self.client = self.pool.first
 
-    async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
-        """One ``responses.create``; returns the response as plain JSON.
+    async def _create(self, settings: CallSettings, body: Json) -> Json:
+        """One ``POST /responses``; returns the response as plain JSON.
 
-        The bulky, already-valid parts (``input``, ``text``, ``tools``) go as ``extra_body``
-        and the answer is read from the raw body: the SDK's per-call transformation of
-        nested params and construction of typed models cost more CPU than the rest of a
-        call (measured), and we need only a few fields. Errors still come from the SDK.
+        The request goes through the SDK's own ``post`` (auth, headers, timeouts, and its
+        errors, which ``map_openai_error`` maps) but with the body already serialized by
+        orjson and the answer read as raw bytes: the SDK's per-call transformation of the
+        typed params, its stdlib-JSON encoding and its construction of typed models cost
+        more CPU than the rest of a call (measured), and we need only a few fields.
         """
+        payload = {
+            "model": settings.model,
+            "temperature": settings.temperature,
+            "max_output_tokens": settings.max_output_tokens,
+            "store": self.store,
+            **body,
+        }
         try:
-            raw = await self.pool.next().responses.with_raw_response.create(
-                model=settings.model,
-                temperature=settings.temperature,
-                max_output_tokens=settings.max_output_tokens,
-                store=self.store,
-                timeout=request_timeout(settings, self.connect_timeout_seconds),
-                extra_body=body,
-                **params,
+            raw = await self.pool.next().post(
+                "/responses",
+                cast_to=bytes,
+                content=orjson.dumps(payload),
+                options={"timeout": request_timeout(settings, self.connect_timeout_seconds)},
             )
-            data = orjson.loads(raw.content)
+            data = orjson.loads(raw)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
         except orjson.JSONDecodeError as exc:
@@ -187,6 +192,7 @@ class OpenAIAdapter:
     ) -> AdapterResponse:
         settings = settings or CallSettings()
         body: Json = {
+            "instructions": instructions,
             "input": _input_items(history, input_data),
             "text": {
                 "format": {
@@ -199,7 +205,7 @@ class OpenAIAdapter:
         }
         if previous_response_id:
             body["previous_response_id"] = previous_response_id
-        data = await self._create(settings, body, instructions=instructions)
+        data = await self._create(settings, body)
         usage = _usage(data)
         rid = str(data.get("id") or "")
         context = {"model": settings.model}
@@ -230,10 +236,12 @@ class OpenAIAdapter:
     ) -> ToolCallResponse:
         settings = settings or CallSettings()
         body: Json = {
+            "instructions": instructions,
             "input": _input_items(history, input_data),
             "tools": [tool.openai_responses() for tool in tools],
+            "tool_choice": "required",
         }
-        data = await self._create(settings, body, instructions=instructions, tool_choice="required")
+        data = await self._create(settings, body)
         usage = _usage(data)
         try:
             self._check(data, usage, {"model": settings.model})
