@@ -26,27 +26,36 @@ def strict_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
 
 #: concurrent connections per SDK client: the HTTP pool's bookkeeping costs CPU linear in
-#: its size for every request, so a run at concurrency 400 spreads over several small pools
-#: (measured: about half the client CPU per call at 400 in flight)
-POOL_SIZE = 64
+#: its size for every request, so a run at high concurrency spreads over several small pools
+#: (measured at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64 ~2.2 ms,
+#: 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
+POOL_SIZE = 16
 
 
 class ClientPool:
-    """One or more ``AsyncOpenAI`` clients used in turn (one when a client is injected)."""
+    """One or more ``AsyncOpenAI`` clients (one when a client is injected).
+
+    ``acquire`` hands out the client with the fewest calls in flight, so no client's
+    connection pool queues a call while another has a free connection.
+    """
 
     def __init__(self, clients: list[openai.AsyncOpenAI]) -> None:
         self.clients = clients
-        self._next = 0
+        self._in_flight = [0] * len(clients)
 
     @property
     def first(self) -> openai.AsyncOpenAI:
         return self.clients[0]
 
-    def next(self) -> openai.AsyncOpenAI:
-        if len(self.clients) == 1:
-            return self.clients[0]
-        self._next = (self._next + 1) % len(self.clients)
-        return self.clients[self._next]
+    def acquire(self) -> int:
+        """The index of the least busy client, counted busy until ``release``."""
+        counts = self._in_flight
+        index = counts.index(min(counts)) if len(counts) > 1 else 0
+        counts[index] += 1
+        return index
+
+    def release(self, index: int) -> None:
+        self._in_flight[index] -= 1
 
     async def aclose(self) -> None:
         for client in self.clients:

@@ -134,8 +134,9 @@ class OpenAIAdapter:
             "store": self.store,
             **body,
         }
+        index = self.pool.acquire()
         try:
-            raw = await self.pool.next().post(
+            raw = await self.pool.clients[index].post(
                 "/responses",
                 cast_to=bytes,
                 content=orjson.dumps(payload),
@@ -148,6 +149,8 @@ class OpenAIAdapter:
             raise LLMAPIError(
                 f"the provider sent a body that is not JSON: {exc}", code="bad_response", cause=exc
             ) from exc
+        finally:
+            self.pool.release(index)
         if not isinstance(data, dict):
             raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
         return data
