@@ -10,8 +10,10 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import date
 from importlib import metadata
@@ -39,6 +41,33 @@ def child(module: str, *args: str) -> dict[str, Any]:
     return result
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all processes), from /proc/stat."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return float("nan")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (the benchmarks, servers)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose ``key`` is the median (the lower middle one for an even count)."""
+    ordered = sorted(runs, key=lambda r: float(r[key]))
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def repeated(repeats: int, module: str, *args: str) -> list[dict[str, Any]]:
+    return [child(module, *args) for _ in range(repeats)]
+
+
 def machine() -> list[str]:
     cpu = "unknown CPU"
     try:
@@ -64,10 +93,19 @@ def ratio(target: float, actual: float) -> str:
 
 def scenario_overhead(smoke: bool) -> list[str]:
     sizes = (100, 1000) if smoke else (1000, 10000)
-    runs = {n: child("offline", "overhead", str(n)) for n in sizes}
+    repeats = 1 if smoke else REPEATS
+    every = {n: repeated(repeats, "offline", "overhead", str(n)) for n in sizes}
+    runs = {n: median_run(every[n], "wall_s") for n in sizes}
     small, big = runs[sizes[0]], runs[sizes[1]]
     lines = [
         "## 1. Engine overhead, offline provider (one tick; locations = characters / 10)",
+        "",
+        f"Each size run {repeats}× in fresh processes; the row is the run of median wall "
+        "time (all walls: "
+        + "; ".join(
+            f"{n:,}: " + ", ".join(f"{r['wall_s']:.2f}" for r in every[n]) + " s" for n in sizes
+        )
+        + ").",
         "",
         "| characters | calls | wall | load | phases | of which offline model | commit "
         "| engine per call | peak RSS |",
@@ -121,16 +159,25 @@ def scenario_depth(smoke: bool) -> list[str]:
 def scenario_latency(smoke: bool) -> list[str]:
     characters = 20 if smoke else 1000
     settings = ((0.01, 8), (0.01, 16)) if smoke else ((1.0, 200), (0.2, 400))
-    runs = [
-        child("http", "efficiency", str(characters), str(lat), str(conc)) for lat, conc in settings
+    repeats = 1 if smoke else REPEATS
+    every = [
+        repeated(repeats, "http", "efficiency", str(characters), str(lat), str(conc))
+        for lat, conc in settings
     ]
+    runs = [median_run(group, "efficiency") for group in every]
     lines = [
         f"## 2. Latency-bound efficiency: {characters:,} characters, provider openai → "
         "`sim stub-server` (separate process, 127.0.0.1)",
         "",
         "Ideal = Σ over phases ⌈calls / concurrency⌉ × latency; actual = the whole tick "
         "(load, phases, commit). Client CPU is the engine process's CPU during the phases; "
-        "the stub server's CPU is its own process's.",
+        f"the stub server's CPU is its own process's. Each setting run {repeats}× in fresh "
+        "processes (each with its own server); the row is the run of median efficiency (all: "
+        + "; ".join(
+            f"{g[0]['latency_s']:g} s: " + ", ".join(f"{r['efficiency']:.2f}" for r in g)
+            for g in every
+        )
+        + ").",
         "",
         "| latency | concurrency | calls | ideal | actual tick | ideal / actual | "
         "phases only | call latency seen by the client (median, p90) | client CPU "
@@ -234,6 +281,9 @@ def scenario_http_cpu(smoke: bool) -> list[str]:
     return lines
 
 
+#: fresh-process runs of each scenario 1 and 2 measurement (the machine may be shared)
+REPEATS = 3
+
 SCENARIOS: dict[str, Callable[[bool], list[str]]] = {
     "overhead": scenario_overhead,
     "latency": scenario_latency,
@@ -247,15 +297,34 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; do not write RESULTS.md")
     parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
     args = parser.parse_args()
-    lines = ["# Benchmark results", "", *machine(), ""]
+    load_before = os.getloadavg()
+    busy, own, started = busy_cpu_seconds(), own_cpu_seconds(), time.monotonic()
+    body: list[str] = []
+    for name in args.only or list(SCENARIOS):
+        print(f"running {name}...", file=sys.stderr)
+        body += SCENARIOS[name](args.smoke)
+    elapsed = time.monotonic() - started
+    others = (busy_cpu_seconds() - busy) - (own_cpu_seconds() - own)
+    shared = others / elapsed if elapsed else 0.0
+    lines = ["# Benchmark results", "", *machine()]
+    lines.append(
+        f"- Other work on the machine during the {elapsed / 60:.1f}-minute run: "
+        f"{shared:.2f} cores busy on average (1-minute load average {load_before[0]:.2f} "
+        "before it started)"
+        + (
+            ": the machine was shared, so timings are noisy; each figure is a median of "
+            "repeated runs"
+            if shared > 0.2
+            else ""
+        )
+    )
+    lines.append("")
     lines += [
         "Written by `make bench` (bench/run.py). Each figure is measured in a fresh process;",
         "ratios are target / actual (≥ 1 meets the target) or ideal / actual.",
         "",
+        *body,
     ]
-    for name in args.only or list(SCENARIOS):
-        print(f"running {name}...", file=sys.stderr)
-        lines += SCENARIOS[name](args.smoke)
     text = "\n".join(lines)
     if args.smoke:
         print(text)
