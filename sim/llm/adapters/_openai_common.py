@@ -11,6 +11,7 @@ import openai
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
+from sim.llm.adapters._fast_http import plain_tcp_transport
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
 
@@ -30,6 +31,9 @@ def strict_schema(schema: type[BaseModel]) -> dict[str, Any]:
 #: (measured at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64 ~2.2 ms,
 #: 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
 POOL_SIZE = 16
+
+#: serve ``http://`` base URLs with the plain-TCP backend (``_fast_http``)
+PLAIN_TCP_BACKEND = True
 
 
 class ClientPool:
@@ -112,12 +116,16 @@ def build_client(
             )
         key = "unused"  # local servers (Ollama, llama.cpp) accept any key
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+    if PLAIN_TCP_BACKEND and (base_url or "").lower().startswith("http://"):
+        http_client = openai.DefaultAsyncHttpxClient(transport=plain_tcp_transport(limits))
+    else:
+        http_client = openai.DefaultAsyncHttpxClient(limits=limits)
     return openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url or None,
         max_retries=0,
         timeout=openai.Timeout(timeout_seconds, connect=connect_timeout_seconds),
-        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+        http_client=http_client,
     )
 
 

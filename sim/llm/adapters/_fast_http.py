@@ -1,0 +1,153 @@
+"""A plain-TCP network backend for httpcore on bare asyncio sockets, for ``http://`` servers.
+
+httpcore's default backend goes through anyio, which costs CPU on every read and write
+(cancel scopes, typed attribute lookups, a checkpoint that yields to the event loop before
+each write) and on every keep-alive check of an idle connection. At hundreds of calls in
+flight that overhead, and the extra trips round the event loop, are a large part of the
+client's time per call. This backend tries each ``send``/``recv`` at once and waits on the
+loop only when the socket is not ready, with the same timeouts and httpcore's own
+exceptions.
+
+It speaks plain TCP only: the adapters use it for ``http://`` base URLs (local servers:
+vLLM, Ollama, llama.cpp, ``sim stub-server``); ``https://`` keeps httpcore's default
+backend and its TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore2
+import httpx2
+from httpcore2._utils import is_socket_readable
+
+SocketOption = httpcore2.SOCKET_OPTION
+
+
+class SocketStream(httpcore2.AsyncNetworkStream):
+    """One non-blocking TCP socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        try:
+            return self._sock.recv(max_bytes)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise httpcore2.ReadError(exc) from exc
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._loop.sock_recv(self._sock, max_bytes)
+        except TimeoutError as exc:
+            raise httpcore2.ReadTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore2.ReadError(exc) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        view = memoryview(buffer)
+        try:
+            sent = self._sock.send(view)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            raise httpcore2.WriteError(exc) from exc
+        if sent == len(view):
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self._loop.sock_sendall(self._sock, view[sent:])
+        except TimeoutError as exc:
+            raise httpcore2.WriteTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore2.WriteError(exc) from exc
+
+    async def aclose(self) -> None:
+        self._sock.close()
+
+    async def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.AsyncNetworkStream:
+        raise httpcore2.UnsupportedProtocol("the plain-TCP backend does not speak TLS")
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "socket":
+            return self._sock
+        if info == "is_readable":
+            return is_socket_readable(self._sock)
+        if info == "client_addr":
+            return self._sock.getsockname()
+        if info == "server_addr":
+            return self._sock.getpeername()
+        return None  # "ssl_object" included: never TLS
+
+
+class SocketBackend(httpcore2.AsyncNetworkBackend):
+    """Opens ``SocketStream`` connections (TCP_NODELAY, like asyncio's own)."""
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                error: OSError | None = None
+                for family, kind, proto, _, address in infos:
+                    sock = socket.socket(family, kind, proto)
+                    try:
+                        sock.setblocking(False)
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        for option in socket_options or ():
+                            sock.setsockopt(*option)
+                        if local_address:
+                            sock.bind((local_address, 0))
+                        await loop.sock_connect(sock, address)
+                    except OSError as exc:
+                        sock.close()
+                        error = exc
+                        continue
+                    except BaseException:
+                        sock.close()
+                        raise
+                    return SocketStream(sock)
+                raise error or OSError(f"no address for {host}:{port}")
+        except TimeoutError as exc:
+            raise httpcore2.ConnectTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore2.ConnectError(exc) from exc
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise httpcore2.UnsupportedProtocol("the plain-TCP backend does not do unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def plain_tcp_transport(limits: httpx2.Limits) -> httpx2.AsyncHTTPTransport:
+    """httpx's transport with its connection pool on ``SocketBackend``."""
+    transport = httpx2.AsyncHTTPTransport(limits=limits)
+    transport._pool = httpcore2.AsyncConnectionPool(
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=SocketBackend(),
+    )
+    return transport
