@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpcore2
+import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
@@ -47,6 +48,8 @@ def test_http_base_urls_get_the_plain_tcp_backend_https_keeps_the_default() -> N
     remote = OpenAIAdapter(base_url="https://api.example.invalid/v1", api_key_env=KEY_ENV)
     assert isinstance(backend_of(local), SocketBackend)
     assert not isinstance(backend_of(remote), SocketBackend)
+    assert local.pool.direct[0] is not None  # posts straight to the pool
+    assert remote.pool.direct[0] is None  # posts through the SDK
 
 
 @pytest.mark.parametrize("kind", [OpenAIAdapter, ChatAdapter])
@@ -83,8 +86,12 @@ async def test_http_errors_still_map(
     adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
     stub_server.enqueue(fault)
     try:
-        with pytest.raises(error):
+        with pytest.raises(error) as info:
             await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+        assert isinstance(info.value.cause, openai.APIStatusError)  # made by the SDK
+        if fault == "rate_limit":
+            assert isinstance(info.value, LLMRateLimitError)
+            assert info.value.retry_after == pytest.approx(stub_server.options.retry_after)
         answer = await adapter.execute("Write.", "x", Note, settings=SETTINGS)
         assert isinstance(answer.parsed, Note)  # the connection is still usable
     finally:

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpcore2
 import httpx2
+import openai
 from httpcore2._utils import is_socket_readable
 
 SocketOption = httpcore2.SOCKET_OPTION
@@ -141,13 +142,73 @@ class SocketBackend(httpcore2.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
-def plain_tcp_transport(limits: httpx2.Limits) -> httpx2.AsyncHTTPTransport:
-    """httpx's transport with its connection pool on ``SocketBackend``."""
+def plain_tcp_transport(
+    limits: httpx2.Limits,
+) -> tuple[httpx2.AsyncHTTPTransport, httpcore2.AsyncConnectionPool]:
+    """httpx's transport with its connection pool on ``SocketBackend``, and that pool."""
     transport = httpx2.AsyncHTTPTransport(limits=limits)
-    transport._pool = httpcore2.AsyncConnectionPool(
+    pool = httpcore2.AsyncConnectionPool(
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
         network_backend=SocketBackend(),
     )
-    return transport
+    transport._pool = pool
+    return transport, pool
+
+
+class DirectPost:
+    """POST a JSON body straight to an SDK client's plain-TCP connection pool.
+
+    For ``http://`` servers the adapters skip the SDK's and httpx's per-request machinery
+    (option models, header merging, URL parsing, auth and redirect hooks, cookie
+    extraction: measured at about 60% of the client's CPU per call) and send through
+    httpcore directly. The SDK still builds the client (key, base URL, user agent) and
+    still makes the errors: a non-2xx answer becomes the exact ``APIStatusError`` the SDK
+    would raise, a timeout ``APITimeoutError``, anything else ``APIConnectionError``.
+    """
+
+    def __init__(self, client: openai.AsyncOpenAI, pool: httpcore2.AsyncConnectionPool) -> None:
+        self._client = client
+        self._pool = pool
+        base = httpx2.URL(str(client.base_url))
+        self._base = str(base).rstrip("/")
+        host = base.host + (f":{base.port}" if base.port else "")
+        self._headers = [
+            (b"Host", host.encode("ascii")),
+            (b"Accept", b"application/json"),
+            (b"Content-Type", b"application/json"),
+            (b"User-Agent", client.user_agent.encode("ascii", "replace")),
+            (b"Authorization", f"Bearer {client.api_key}".encode("latin-1")),
+        ]
+
+    async def post(self, path: str, content: bytes, timeout: httpx2.Timeout) -> bytes:
+        """The answer's body; raises the SDK's errors."""
+        url = self._base + path
+        headers = [*self._headers, (b"Content-Length", str(len(content)).encode("ascii"))]
+        extensions = {
+            "timeout": {
+                "connect": timeout.connect,
+                "read": timeout.read,
+                "write": timeout.write,
+                "pool": timeout.pool,
+            }
+        }
+        try:
+            response = await self._pool.request(
+                "POST", url, headers=headers, content=content, extensions=extensions
+            )
+        except httpcore2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=httpx2.Request("POST", url)) from exc
+        except Exception as exc:  # what the SDK does with any transport failure
+            raise openai.APIConnectionError(request=httpx2.Request("POST", url)) from exc
+        if response.status >= 400:
+            raise self._client._make_status_error_from_response(
+                httpx2.Response(
+                    response.status,
+                    headers=response.headers,
+                    content=response.content,
+                    request=httpx2.Request("POST", url),
+                )
+            )
+        return response.content

@@ -4,14 +4,16 @@ checking an answer's text against its schema."""
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
+import httpcore2
 import httpx2
 import openai
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
-from sim.llm.adapters._fast_http import plain_tcp_transport
+from sim.llm.adapters._fast_http import DirectPost, plain_tcp_transport
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
 
@@ -34,6 +36,10 @@ POOL_SIZE = 16
 
 #: serve ``http://`` base URLs with the plain-TCP backend (``_fast_http``)
 PLAIN_TCP_BACKEND = True
+#: the plain-TCP connection pool of each client ``build_client`` made for an http:// URL
+_PLAIN_POOLS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, httpcore2.AsyncConnectionPool] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class ClientPool:
@@ -46,6 +52,11 @@ class ClientPool:
     def __init__(self, clients: list[openai.AsyncOpenAI]) -> None:
         self.clients = clients
         self._in_flight = [0] * len(clients)
+        #: per client, the direct path to its plain-TCP pool (``http://`` clients we built)
+        self.direct: list[DirectPost | None] = [
+            DirectPost(client, pool) if (pool := _PLAIN_POOLS.get(client)) else None
+            for client in clients
+        ]
 
     @property
     def first(self) -> openai.AsyncOpenAI:
@@ -116,17 +127,22 @@ def build_client(
             )
         key = "unused"  # local servers (Ollama, llama.cpp) accept any key
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
-    if PLAIN_TCP_BACKEND and (base_url or "").lower().startswith("http://"):
-        http_client = openai.DefaultAsyncHttpxClient(transport=plain_tcp_transport(limits))
+    plain = PLAIN_TCP_BACKEND and (base_url or "").lower().startswith("http://")
+    if plain:
+        transport, pool = plain_tcp_transport(limits)
+        http_client = openai.DefaultAsyncHttpxClient(transport=transport)
     else:
         http_client = openai.DefaultAsyncHttpxClient(limits=limits)
-    return openai.AsyncOpenAI(
+    client = openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url or None,
         max_retries=0,
         timeout=openai.Timeout(timeout_seconds, connect=connect_timeout_seconds),
         http_client=http_client,
     )
+    if plain:
+        _PLAIN_POOLS[client] = pool
+    return client
 
 
 def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> openai.Timeout:

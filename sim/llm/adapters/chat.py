@@ -121,12 +121,17 @@ class ChatAdapter:
         }
         index = self.pool.acquire()
         try:
-            raw = await self.pool.clients[index].post(
-                "/chat/completions",
-                cast_to=bytes,
-                content=orjson.dumps(payload),
-                options={"timeout": request_timeout(settings, self.connect_timeout_seconds)},
-            )
+            timeout = request_timeout(settings, self.connect_timeout_seconds)
+            direct = self.pool.direct[index]
+            if direct is not None:  # an http:// server: straight to the connection pool
+                raw = await direct.post("/chat/completions", orjson.dumps(payload), timeout)
+            else:
+                raw = await self.pool.clients[index].post(
+                    "/chat/completions",
+                    cast_to=bytes,
+                    content=orjson.dumps(payload),
+                    options={"timeout": timeout},
+                )
             data = orjson.loads(raw)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
