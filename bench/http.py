@@ -30,6 +30,7 @@ from typing import Any
 import httpx2
 import openai
 
+import sim.llm.adapters._openai_common as common
 from bench.make_world import make_world
 from sim.config import load_config
 from sim.llm.adapters._openai_common import strict_schema
@@ -115,9 +116,21 @@ class EngineRun:
 
 
 def engine_tick(
-    tmp: Path, characters: int, base_url: str, concurrency: int, *, record: bool = False
+    tmp: Path,
+    characters: int,
+    base_url: str,
+    concurrency: int,
+    *,
+    record: bool = False,
+    sdk_path: bool = False,
 ) -> EngineRun:
-    """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``."""
+    """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``.
+
+    ``sdk_path``: send through the SDK's ``client.post`` on httpx's default (anyio)
+    backend, as for an ``https://`` URL, instead of the plain-TCP direct path that
+    ``http://`` URLs get.
+    """
+    common.PLAIN_TCP_BACKEND = not sdk_path
     world = tmp / "world"
     make_world(world, characters, max(1, characters // 10), seed=1)
     os.environ.setdefault(KEY_ENV, "sk-stub")
@@ -154,7 +167,10 @@ def engine_tick(
             latencies.append(event.latency)
 
     started = time.perf_counter()
-    result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
+    try:
+        result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
+    finally:
+        common.PLAIN_TCP_BACKEND = True
     wall = time.perf_counter() - started
     if result.failures:
         raise RuntimeError(f"{result.failures} calls failed: {result.reports}")
@@ -164,8 +180,9 @@ def engine_tick(
 def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, Any]:
     """Scenario 2: one tick; ideal = Σ over phases ceil(calls / concurrency) × latency."""
     with stub_server(latency) as stub, tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        server_started = stub.cpu_seconds()  # its start-up is not the tick's
         run = engine_tick(Path(tmp), characters, stub.url, concurrency)
-        server_cpu = stub.cpu_seconds()
+        server_cpu = stub.cpu_seconds() - server_started
         served = stub_stats(stub.url)["requests"]
     phases = []
     ideal = 0.0
@@ -254,9 +271,11 @@ async def bare_loop(
 def cpu_per_call(
     characters: int, latency: float, concurrency: int, repeats: int = 3
 ) -> dict[str, Any]:
-    """Scenario 3: client CPU per call, engine (whole tick's phases) vs the bare SDK loop
-    sending the same requests, alternated ``repeats`` times against one server."""
+    """Scenario 3: client CPU per call, engine (whole tick's phases; its http:// direct
+    path and its SDK path) vs the bare SDK loop sending the same requests (default and
+    sized pool), alternated ``repeats`` times against one server."""
     engine_us: list[float] = []
+    sdk_us: list[float] = []
     bare_us: list[float] = []
     sized_us: list[float] = []
     calls = 0
@@ -267,12 +286,16 @@ def cpu_per_call(
                 run = engine_tick(Path(tmp), characters, url, concurrency, record=True)
             calls = run.calls
             engine_us.append(run.phases_cpu / run.calls * 1e6)
+            with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+                sdk = engine_tick(Path(tmp), characters, url, concurrency, sdk_path=True)
+            sdk_us.append(sdk.phases_cpu / sdk.calls * 1e6)
             _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency))
             bare_us.append(cpu / len(run.requests) * 1e6)
             _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency, sized=True))
             sized_us.append(cpu / len(run.requests) * 1e6)
     engine, bare = statistics.median(engine_us), statistics.median(bare_us)
     sized = statistics.median(sized_us)
+    sdk_path = statistics.median(sdk_us)
     return {
         "characters": characters,
         "latency_s": latency,
@@ -282,6 +305,10 @@ def cpu_per_call(
         "engine_us_per_call": engine,
         "bare_us_per_call": bare,
         "bare_sized_us_per_call": sized,
+        "engine_sdk_us_per_call": sdk_path,
+        "engine_sdk_runs_us": sdk_us,
+        "ratio_sdk": sdk_path / bare,
+        "ratio_sdk_sized": sdk_path / sized,
         "engine_runs_us": engine_us,
         "bare_runs_us": bare_us,
         "bare_sized_runs_us": sized_us,
