@@ -133,6 +133,7 @@ def engine_tick(
     common.PLAIN_TCP_BACKEND = not sdk_path
     world = tmp / "world"
     make_world(world, characters, max(1, characters // 10), seed=1)
+    os.sync()  # the commit's syncfs should not pay for writing out the generated world
     os.environ.setdefault(KEY_ENV, "sk-stub")
     config = load_config(
         cwd=tmp,

@@ -204,7 +204,7 @@ class DirectPost:
             raise openai.APITimeoutError(request=httpx2.Request("POST", url)) from exc
         except Exception as exc:  # what the SDK does with any transport failure
             raise openai.APIConnectionError(request=httpx2.Request("POST", url)) from exc
-        if response.status >= 400:
+        if not 200 <= response.status < 300:  # httpx's raise_for_status, as the SDK uses
             raise self._client._make_status_error_from_response(
                 httpx2.Response(
                     response.status,
