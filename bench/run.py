@@ -256,7 +256,7 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
         f"rate is {need:,.0f} calls/s, but one core spends {cpu_call * 1e3:.2f} ms per "
         f"call on the client (≤ {1 / cpu_call:,.0f} calls/s) and the stub server "
         f"{server_call * 1e3:.2f} ms per request on the other core (≤ {1 / server_call:,.0f} "
-        "requests/s), both cores also serving other work on a shared machine: the run is "
+        "requests/s), the two processes sharing the machine's two cores: the run is "
         "bound by CPU, not by latency (compare the phases' wall time with the client "
         "CPU). More concurrency cannot help on this machine; less client CPU per call "
         "and a server with cores of its own would.",
