@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from sim.llm.adapters._fast_http import SocketBackend, SocketStream
+from sim.llm.adapters._openai_common import plain_http_url
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import (
@@ -50,6 +51,24 @@ def test_http_base_urls_get_the_plain_tcp_backend_https_keeps_the_default() -> N
     assert not isinstance(backend_of(remote), SocketBackend)
     assert local.pool.direct[0] is not None  # posts straight to the pool
     assert remote.pool.direct[0] is None  # posts through the SDK
+
+
+def test_a_proxy_from_the_environment_keeps_the_sdk_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert plain_http_url("http://10.1.2.3:8000/v1")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    assert not plain_http_url("http://10.1.2.3:8000/v1")
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3")
+    assert plain_http_url("http://10.1.2.3:8000/v1")
+    assert not plain_http_url("https://api.example.invalid/v1")
+
+
+def test_the_host_header_brackets_ipv6() -> None:
+    adapter = OpenAIAdapter(base_url="http://[::1]:8000/v1", api_key_env=KEY_ENV)
+    direct = adapter.pool.direct[0]
+    assert direct is not None
+    assert (b"Host", b"[::1]:8000") in direct._headers
 
 
 @pytest.mark.parametrize("kind", [OpenAIAdapter, ChatAdapter])

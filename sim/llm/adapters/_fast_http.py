@@ -175,7 +175,8 @@ class DirectPost:
         self._pool = pool
         base = httpx2.URL(str(client.base_url))
         self._base = str(base).rstrip("/")
-        host = base.host + (f":{base.port}" if base.port else "")
+        host = f"[{base.host}]" if ":" in base.host else base.host  # IPv6 in brackets
+        host += f":{base.port}" if base.port else ""
         self._headers = [
             (b"Host", host.encode("ascii")),
             (b"Accept", b"application/json"),

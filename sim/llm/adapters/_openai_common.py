@@ -4,6 +4,8 @@ checking an answer's text against its schema."""
 from __future__ import annotations
 
 import os
+import urllib.parse
+import urllib.request
 import weakref
 from typing import Any
 
@@ -104,6 +106,18 @@ def build_pool(
     )
 
 
+def plain_http_url(url: str) -> bool:
+    """Whether ``url`` is ``http://`` and reached without a proxy from the environment
+    (the direct path does not speak to proxies: those URLs keep the SDK's path)."""
+    if not url.lower().startswith("http://"):
+        return False
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return True
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return bool(urllib.request.proxy_bypass(host))
+
+
 def build_client(
     *,
     base_url: str | None,
@@ -127,7 +141,7 @@ def build_client(
             )
         key = "unused"  # local servers (Ollama, llama.cpp) accept any key
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
-    plain = PLAIN_TCP_BACKEND and (base_url or "").lower().startswith("http://")
+    plain = PLAIN_TCP_BACKEND and plain_http_url(base_url or "")
     if plain:
         transport, pool = plain_tcp_transport(limits)
         http_client = openai.DefaultAsyncHttpxClient(transport=transport)
