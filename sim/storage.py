@@ -17,7 +17,7 @@ import ctypes.util
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -312,9 +312,7 @@ class Storage:
         # never lost even if the caller skipped recover()
         files: dict[str, bytes | None] = self._journal_overlay()
         files.update(self.changed_files(world))  # paths built from validated ids
-        checked: set[Path] = set()
-        for rel in extra or {}:
-            self._check_rel(rel, checked)
+        self._check_rels(extra or {})
         files.update(extra or {})
         sim_dir = self.root / SIM_DIR
         sim_dir.mkdir(exist_ok=True)
@@ -337,25 +335,33 @@ class Storage:
                 world.originals.pop(rel, None)
         return sorted(files)
 
-    def _check_rel(self, rel: str, checked: set[Path] | None = None) -> None:
-        """Refuse a path that escapes the world, names the journal, or cannot be a file.
+    def _check_rels(self, rels: Iterable[str]) -> None:
+        """``_check_rel`` for many paths, looking at each parent folder once."""
+        parents_ok: set[str] = set()
+        for rel in rels:
+            self._check_rel(rel, parents_ok)
 
-        ``checked`` caches folders already known to be fine across calls of one commit.
-        """
-        checked = set() if checked is None else checked
+    def _check_rel(self, rel: str, parents_ok: set[str] | None = None) -> None:
+        """Refuse a path outside the world, the journal itself, or one that a folder or
+        file already in the world makes impossible. ``parents_ok`` caches parent folders
+        already checked (os.path, not pathlib: this runs for every file of a commit)."""
         path = Path(rel)
-        if not rel or path.is_absolute() or ".." in path.parts or path.parts in ((), (".",)):
+        parts = path.parts
+        if not rel or path.is_absolute() or ".." in parts or parts in ((), (".",)):
             raise ValueError(f"refusing to write outside the world folder: {rel!r}")
-        if path.as_posix() in (JOURNAL, JOURNAL_TMP):
+        posix = path.as_posix()
+        if posix in (JOURNAL, JOURNAL_TMP):
             raise ValueError(f"refusing to write the engine's own journal: {rel!r}")
-        target = self.root / path
-        if target.is_dir():
+        root = os.fspath(self.root)
+        if os.path.isdir(os.path.join(root, posix)):
             raise ValueError(f"refusing to replace a folder with a file: {rel!r}")
-        for parent in path.parents:
-            if parent in checked or parent == Path("."):
-                break
-            if (self.root / parent).is_file():
-                raise ValueError(f"{rel!r}: {parent.as_posix()!r} is a file, not a folder")
+        checked = parents_ok if parents_ok is not None else set()
+        for end in range(len(parts) - 1, 0, -1):  # the parents, deepest first
+            parent = "/".join(parts[:end])
+            if parent in checked:
+                break  # and so were its own parents
+            if os.path.isfile(os.path.join(root, parent)):
+                raise ValueError(f"{rel!r}: {parent!r} is a file, not a folder")
             checked.add(parent)
 
     def _apply(self, files: Mapping[str, bytes | None]) -> None:
@@ -411,9 +417,7 @@ class Storage:
         files = self._journal_overlay()
         if not files and not (self.root / JOURNAL).is_file():
             return False
-        checked: set[Path] = set()
-        for rel in files:
-            self._check_rel(rel, checked)
+        self._check_rels(files)
         self._apply(files)
         return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.http import cpu_per_call, efficiency
 from bench.make_world import make_world
 from bench.offline import depth_cost, overhead
 from sim.storage import Storage
@@ -26,3 +27,15 @@ def test_overhead_and_depth_scenarios_report_their_figures() -> None:
     assert result["model_s"] < result["phases_s"]
     shallow, deep = depth_cost(0, characters=20, ticks=3), depth_cost(2, characters=20, ticks=3)
     assert deep["input_tokens_per_character_tick"] > shallow["input_tokens_per_character_tick"]
+
+
+def test_http_scenarios_report_their_figures() -> None:
+    """Scenarios 2 and 3 at tiny sizes: a stub server process, the openai provider, and the
+    bare SDK loop all run end to end (no timing asserts: benchmarks are not timed tests)."""
+    result = efficiency(20, 0.01, 8)
+    assert result["calls"] == sum(p["calls"] for p in result["phases"]) >= 20 + 2 * 2
+    assert result["served"] >= result["calls"]
+    assert result["ideal_s"] > 0 and result["efficiency"] > 0
+    cpu = cpu_per_call(20, 0.01, 8, repeats=1)
+    assert cpu["calls"] == result["calls"]
+    assert cpu["engine_us_per_call"] > 0 and cpu["bare_us_per_call"] > 0 and cpu["ratio"] > 0

@@ -4,13 +4,18 @@ checking an answer's text against its schema."""
 from __future__ import annotations
 
 import os
+import urllib.parse
+import urllib.request
+import weakref
 from typing import Any
 
+import httpcore2
 import httpx2
 import openai
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
+from sim.llm.adapters._fast_http import DirectPost, plain_tcp_transport
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
 
@@ -26,27 +31,48 @@ def strict_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
 
 #: concurrent connections per SDK client: the HTTP pool's bookkeeping costs CPU linear in
-#: its size for every request, so a run at concurrency 400 spreads over several small pools
-#: (measured: about half the client CPU per call at 400 in flight)
-POOL_SIZE = 64
+#: its size for every request, so a run at high concurrency spreads over several small pools
+#: (measured at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64 ~2.2 ms,
+#: 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
+POOL_SIZE = 16
+
+#: serve ``http://`` base URLs with the plain-TCP backend (``_fast_http``)
+PLAIN_TCP_BACKEND = True
+#: the plain-TCP connection pool of each client ``build_client`` made for an http:// URL
+_PLAIN_POOLS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, httpcore2.AsyncConnectionPool] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class ClientPool:
-    """One or more ``AsyncOpenAI`` clients used in turn (one when a client is injected)."""
+    """One or more ``AsyncOpenAI`` clients (one when a client is injected).
+
+    ``acquire`` hands out the client with the fewest calls in flight, so no client's
+    connection pool queues a call while another has a free connection.
+    """
 
     def __init__(self, clients: list[openai.AsyncOpenAI]) -> None:
         self.clients = clients
-        self._next = 0
+        self._in_flight = [0] * len(clients)
+        #: per client, the direct path to its plain-TCP pool (``http://`` clients we built)
+        self.direct: list[DirectPost | None] = [
+            DirectPost(client, pool) if (pool := _PLAIN_POOLS.get(client)) else None
+            for client in clients
+        ]
 
     @property
     def first(self) -> openai.AsyncOpenAI:
         return self.clients[0]
 
-    def next(self) -> openai.AsyncOpenAI:
-        if len(self.clients) == 1:
-            return self.clients[0]
-        self._next = (self._next + 1) % len(self.clients)
-        return self.clients[self._next]
+    def acquire(self) -> int:
+        """The index of the least busy client, counted busy until ``release``."""
+        counts = self._in_flight
+        index = counts.index(min(counts)) if len(counts) > 1 else 0
+        counts[index] += 1
+        return index
+
+    def release(self, index: int) -> None:
+        self._in_flight[index] -= 1
 
     async def aclose(self) -> None:
         for client in self.clients:
@@ -80,6 +106,18 @@ def build_pool(
     )
 
 
+def plain_http_url(url: str) -> bool:
+    """Whether ``url`` is ``http://`` and reached without a proxy from the environment
+    (the direct path does not speak to proxies: those URLs keep the SDK's path)."""
+    if not url.lower().startswith("http://"):
+        return False
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return True
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return bool(urllib.request.proxy_bypass(host))
+
+
 def build_client(
     *,
     base_url: str | None,
@@ -103,13 +141,22 @@ def build_client(
             )
         key = "unused"  # local servers (Ollama, llama.cpp) accept any key
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return openai.AsyncOpenAI(
+    plain = PLAIN_TCP_BACKEND and plain_http_url(base_url or "")
+    if plain:
+        transport, pool = plain_tcp_transport(limits)
+        http_client = openai.DefaultAsyncHttpxClient(transport=transport)
+    else:
+        http_client = openai.DefaultAsyncHttpxClient(limits=limits)
+    client = openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url or None,
         max_retries=0,
         timeout=openai.Timeout(timeout_seconds, connect=connect_timeout_seconds),
-        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+        http_client=http_client,
     )
+    if plain:
+        _PLAIN_POOLS[client] = pool
+    return client
 
 
 def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> openai.Timeout:

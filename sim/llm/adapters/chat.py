@@ -106,28 +106,41 @@ class ChatAdapter:
         self.client = self.pool.first
 
     async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
-        """One ``chat.completions.create``; returns the completion as plain JSON.
+        """One ``POST /chat/completions``; returns the completion as plain JSON.
 
-        As in the openai adapter, the bulky parts go as ``extra_body`` and the raw body is
-        read directly: the SDK's param transformation and typed models cost more CPU per
-        call than everything else.
+        As in the openai adapter, the body is serialized once with orjson and posted
+        through the SDK's ``post``, and the raw body is read directly: the SDK's param
+        transformation and typed models cost more CPU per call than everything else.
         """
+        payload = {
+            "model": settings.model,
+            "temperature": settings.temperature,
+            "max_completion_tokens": settings.max_output_tokens,
+            **params,
+            **body,
+        }
+        index = self.pool.acquire()
         try:
-            raw = await self.pool.next().chat.completions.with_raw_response.create(
-                model=settings.model,
-                temperature=settings.temperature,
-                max_completion_tokens=settings.max_output_tokens,
-                timeout=request_timeout(settings, self.connect_timeout_seconds),
-                extra_body=body,
-                **params,
-            )
-            data = orjson.loads(raw.content)
+            timeout = request_timeout(settings, self.connect_timeout_seconds)
+            direct = self.pool.direct[index]
+            if direct is not None:  # an http:// server: straight to the connection pool
+                raw = await direct.post("/chat/completions", orjson.dumps(payload), timeout)
+            else:
+                raw = await self.pool.clients[index].post(
+                    "/chat/completions",
+                    cast_to=bytes,
+                    content=orjson.dumps(payload),
+                    options={"timeout": timeout},
+                )
+            data = orjson.loads(raw)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
         except orjson.JSONDecodeError as exc:
             raise LLMAPIError(
                 f"the server sent a body that is not JSON: {exc}", code="bad_response", cause=exc
             ) from exc
+        finally:
+            self.pool.release(index)
         if not isinstance(data, dict):
             raise LLMAPIError("the server sent an unexpected body", code="bad_response")
         return data

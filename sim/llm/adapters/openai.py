@@ -118,31 +118,44 @@ class OpenAIAdapter:
         #: the (first) SDK client, for direct use
         self.client = self.pool.first
 
-    async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
-        """One ``responses.create``; returns the response as plain JSON.
+    async def _create(self, settings: CallSettings, body: Json) -> Json:
+        """One ``POST /responses``; returns the response as plain JSON.
 
-        The bulky, already-valid parts (``input``, ``text``, ``tools``) go as ``extra_body``
-        and the answer is read from the raw body: the SDK's per-call transformation of
-        nested params and construction of typed models cost more CPU than the rest of a
-        call (measured), and we need only a few fields. Errors still come from the SDK.
+        The request goes through the SDK's own ``post`` (auth, headers, timeouts, and its
+        errors, which ``map_openai_error`` maps) but with the body already serialized by
+        orjson and the answer read as raw bytes: the SDK's per-call transformation of the
+        typed params, its stdlib-JSON encoding and its construction of typed models cost
+        more CPU than the rest of a call (measured), and we need only a few fields.
         """
+        payload = {
+            "model": settings.model,
+            "temperature": settings.temperature,
+            "max_output_tokens": settings.max_output_tokens,
+            "store": self.store,
+            **body,
+        }
+        index = self.pool.acquire()
         try:
-            raw = await self.pool.next().responses.with_raw_response.create(
-                model=settings.model,
-                temperature=settings.temperature,
-                max_output_tokens=settings.max_output_tokens,
-                store=self.store,
-                timeout=request_timeout(settings, self.connect_timeout_seconds),
-                extra_body=body,
-                **params,
-            )
-            data = orjson.loads(raw.content)
+            timeout = request_timeout(settings, self.connect_timeout_seconds)
+            direct = self.pool.direct[index]
+            if direct is not None:  # an http:// server: straight to the connection pool
+                raw = await direct.post("/responses", orjson.dumps(payload), timeout)
+            else:
+                raw = await self.pool.clients[index].post(
+                    "/responses",
+                    cast_to=bytes,
+                    content=orjson.dumps(payload),
+                    options={"timeout": timeout},
+                )
+            data = orjson.loads(raw)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
         except orjson.JSONDecodeError as exc:
             raise LLMAPIError(
                 f"the provider sent a body that is not JSON: {exc}", code="bad_response", cause=exc
             ) from exc
+        finally:
+            self.pool.release(index)
         if not isinstance(data, dict):
             raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
         return data
@@ -187,6 +200,7 @@ class OpenAIAdapter:
     ) -> AdapterResponse:
         settings = settings or CallSettings()
         body: Json = {
+            "instructions": instructions,
             "input": _input_items(history, input_data),
             "text": {
                 "format": {
@@ -199,7 +213,7 @@ class OpenAIAdapter:
         }
         if previous_response_id:
             body["previous_response_id"] = previous_response_id
-        data = await self._create(settings, body, instructions=instructions)
+        data = await self._create(settings, body)
         usage = _usage(data)
         rid = str(data.get("id") or "")
         context = {"model": settings.model}
@@ -230,10 +244,12 @@ class OpenAIAdapter:
     ) -> ToolCallResponse:
         settings = settings or CallSettings()
         body: Json = {
+            "instructions": instructions,
             "input": _input_items(history, input_data),
             "tools": [tool.openai_responses() for tool in tools],
+            "tool_choice": "required",
         }
-        data = await self._create(settings, body, instructions=instructions, tool_choice="required")
+        data = await self._create(settings, body)
         usage = _usage(data)
         try:
             self._check(data, usage, {"model": settings.model})

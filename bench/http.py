@@ -1,0 +1,333 @@
+"""HTTP benchmark scenarios: latency-bound efficiency (scenario 2) and client CPU per call
+(scenario 3), through ``--provider openai`` against ``sim stub-server`` on 127.0.0.1.
+
+The stub server always runs in a separate process, so its CPU is not counted against the
+client (on a 2-core machine it has the other core). Each command prints one JSON object::
+
+    python -m bench.http efficiency CHARACTERS LATENCY CONCURRENCY
+    python -m bench.http cpu CHARACTERS LATENCY CONCURRENCY [REPEATS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+
+import sim.llm.adapters._openai_common as common
+from bench.make_world import make_world
+from sim.config import load_config
+from sim.llm.adapters._openai_common import strict_schema
+from sim.llm.client import LLMRequest
+from sim.llm.events import LLMEvent
+from sim.phases.base import PhaseReport
+from sim.runner import Runner, TickResult
+
+#: the environment variable holding the (dummy) key the stub server accepts
+KEY_ENV = "SIM_BENCH_STUB_KEY"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Stub:
+    """A running stub server process."""
+
+    url: str
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far (Linux ``/proc``)."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def stub_server(latency: float) -> Iterator[Stub]:
+    """``sim stub-server`` with a fixed latency in a child process."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim", "stub-server", "--port", "0", "--latency", f"{latency}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        match = re.search(r"(http://\S+/v1)", line)
+        if match is None:
+            raise RuntimeError(f"stub server did not start: {line!r}")
+        yield Stub(match.group(1), proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def stub_stats(base_url: str) -> dict[str, Any]:
+    root = base_url.rsplit("/v1", 1)[0]
+    with urllib.request.urlopen(f"{root}/stub/stats", timeout=10) as resp:
+        stats: dict[str, Any] = json.loads(resp.read())
+    return stats
+
+
+@dataclass
+class EngineRun:
+    """One tick through the openai provider, timed per phase (wall and client CPU)."""
+
+    result: TickResult
+    wall: float
+    phase_wall: dict[str, float]
+    phase_cpu: dict[str, float]
+    requests: list[tuple[str, LLMRequest]]  # (model, request) of every call, in order
+    latencies: list[float]  # seconds from each call's start to its answer, as the client saw
+
+    @property
+    def calls(self) -> int:
+        return self.result.calls
+
+    @property
+    def phases_cpu(self) -> float:
+        return sum(self.phase_cpu.values())
+
+
+def engine_tick(
+    tmp: Path,
+    characters: int,
+    base_url: str,
+    concurrency: int,
+    *,
+    record: bool = False,
+    sdk_path: bool = False,
+) -> EngineRun:
+    """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``.
+
+    ``sdk_path``: send through the SDK's ``client.post`` on httpx's default (anyio)
+    backend, as for an ``https://`` URL, instead of the plain-TCP direct path that
+    ``http://`` URLs get.
+    """
+    common.PLAIN_TCP_BACKEND = not sdk_path
+    world = tmp / "world"
+    make_world(world, characters, max(1, characters // 10), seed=1)
+    os.sync()  # the commit's syncfs should not pay for writing out the generated world
+    os.environ.setdefault(KEY_ENV, "sk-stub")
+    config = load_config(
+        cwd=tmp,
+        overrides={
+            "llm": {
+                "provider": "openai",
+                "base_url": base_url,
+                "api_key_env": KEY_ENV,
+                "max_concurrency": concurrency,
+            }
+        },
+    )
+    phase_wall: dict[str, float] = {}
+    phase_cpu: dict[str, float] = {}
+    marks: dict[str, tuple[float, float]] = {}
+
+    def on_phase(name: str, stage: str, _report: PhaseReport | None) -> None:
+        now = (time.perf_counter(), time.process_time())
+        if stage == "start":
+            marks[name] = now
+        else:
+            phase_wall[name] = now[0] - marks[name][0]
+            phase_cpu[name] = now[1] - marks[name][1]
+
+    requests: list[tuple[str, LLMRequest]] = []
+    latencies: list[float] = []
+
+    def sink(event: LLMEvent) -> None:
+        if record and event.kind == "llm_called":
+            requests.append((event.model, event.request))
+        elif event.kind == "llm_completed":
+            latencies.append(event.latency)
+
+    started = time.perf_counter()
+    try:
+        result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
+    finally:
+        common.PLAIN_TCP_BACKEND = True
+    wall = time.perf_counter() - started
+    if result.failures:
+        raise RuntimeError(f"{result.failures} calls failed: {result.reports}")
+    return EngineRun(result, wall, phase_wall, phase_cpu, requests, latencies)
+
+
+def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, Any]:
+    """Scenario 2: one tick; ideal = Σ over phases ceil(calls / concurrency) × latency."""
+    with stub_server(latency) as stub, tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        server_started = stub.cpu_seconds()  # its start-up is not the tick's
+        run = engine_tick(Path(tmp), characters, stub.url, concurrency)
+        server_cpu = stub.cpu_seconds() - server_started
+        served = stub_stats(stub.url)["requests"]
+    phases = []
+    ideal = 0.0
+    for report in run.result.reports:
+        phase_ideal = math.ceil(report.calls / concurrency) * latency
+        ideal += phase_ideal
+        phases.append(
+            {
+                "phase": report.name,
+                "calls": report.calls,
+                "ideal_s": phase_ideal,
+                "wall_s": run.phase_wall[report.name],
+                "cpu_s": run.phase_cpu[report.name],
+            }
+        )
+    phases_wall = sum(run.phase_wall.values())
+    return {
+        "characters": characters,
+        "latency_s": latency,
+        "concurrency": concurrency,
+        "calls": run.calls,
+        "served": served,
+        "ideal_s": ideal,
+        "tick_wall_s": run.wall,
+        "phases_wall_s": phases_wall,
+        "load_s": run.result.timings["load"],
+        "commit_s": run.result.timings["commit"],
+        "client_cpu_s": run.phases_cpu,
+        "server_cpu_s": server_cpu,
+        "call_latency_median_s": statistics.median(run.latencies),
+        "call_latency_p90_s": sorted(run.latencies)[int(0.9 * len(run.latencies))],
+        "efficiency": ideal / run.wall,
+        "phases_efficiency": ideal / phases_wall,
+        "phases": phases,
+    }
+
+
+async def bare_loop(
+    base_url: str, requests: list[tuple[str, LLMRequest]], concurrency: int, sized: bool = False
+) -> tuple[float, float]:
+    """The same calls through a bare ``AsyncOpenAI(max_retries=0).responses.create`` loop,
+    ``concurrency`` workers; returns (wall, CPU) seconds of the loop.
+
+    ``sized``: give the SDK one HTTP pool of ``concurrency`` keep-alive connections instead
+    of its defaults (which keep 100 alive, so at higher concurrency it reconnects).
+    """
+    http_client = None
+    if sized:
+        limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        http_client = openai.DefaultAsyncHttpxClient(limits=limits)
+    client = openai.AsyncOpenAI(
+        base_url=base_url, api_key="sk-stub", max_retries=0, http_client=http_client
+    )
+    queue = list(reversed(requests))
+
+    async def worker() -> None:
+        while queue:
+            model, request = queue.pop()
+            response = await client.responses.create(
+                model=model,
+                instructions=request.instructions,
+                input=request.input_data,
+                text={
+                    "format": {
+                        "type": "json_schema",
+                        "name": request.schema.__name__,
+                        "schema": strict_schema(request.schema),
+                        "strict": True,
+                    }
+                },
+                store=False,
+            )
+            if not response.output_text:
+                raise RuntimeError("empty answer")
+
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(concurrency, len(requests))):
+                group.create_task(worker())
+        return time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        await client.close()
+
+
+def cpu_per_call(
+    characters: int, latency: float, concurrency: int, repeats: int = 3
+) -> dict[str, Any]:
+    """Scenario 3: client CPU per call, engine (whole tick's phases; its http:// direct
+    path and its SDK path) vs the bare SDK loop sending the same requests (default and
+    sized pool), alternated ``repeats`` times against one server."""
+    engine_us: list[float] = []
+    sdk_us: list[float] = []
+    bare_us: list[float] = []
+    sized_us: list[float] = []
+    calls = 0
+    with stub_server(latency) as stub:
+        url = stub.url
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+                run = engine_tick(Path(tmp), characters, url, concurrency, record=True)
+            calls = run.calls
+            engine_us.append(run.phases_cpu / run.calls * 1e6)
+            with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+                sdk = engine_tick(Path(tmp), characters, url, concurrency, sdk_path=True)
+            sdk_us.append(sdk.phases_cpu / sdk.calls * 1e6)
+            _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency))
+            bare_us.append(cpu / len(run.requests) * 1e6)
+            _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency, sized=True))
+            sized_us.append(cpu / len(run.requests) * 1e6)
+    engine, bare = statistics.median(engine_us), statistics.median(bare_us)
+    sized = statistics.median(sized_us)
+    sdk_path = statistics.median(sdk_us)
+    return {
+        "characters": characters,
+        "latency_s": latency,
+        "concurrency": concurrency,
+        "calls": calls,
+        "repeats": repeats,
+        "engine_us_per_call": engine,
+        "bare_us_per_call": bare,
+        "bare_sized_us_per_call": sized,
+        "engine_sdk_us_per_call": sdk_path,
+        "engine_sdk_runs_us": sdk_us,
+        "ratio_sdk": sdk_path / bare,
+        "ratio_sdk_sized": sdk_path / sized,
+        "engine_runs_us": engine_us,
+        "bare_runs_us": bare_us,
+        "bare_sized_runs_us": sized_us,
+        "ratio": engine / bare,
+        "ratio_sized": engine / sized,
+    }
+
+
+def main() -> None:
+    kind = sys.argv[1]
+    characters, latency, concurrency = int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    if kind == "efficiency":
+        out = efficiency(characters, latency, concurrency)
+    else:
+        repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+        out = cpu_per_call(characters, latency, concurrency, repeats)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
