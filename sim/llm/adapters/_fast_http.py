@@ -23,7 +23,11 @@ from typing import Any
 import httpcore2
 import httpx2
 import openai
-from httpcore2._utils import is_socket_readable
+
+try:  # private helpers: without them the adapters keep the SDK's own path
+    from httpcore2._utils import is_socket_readable
+except ImportError:  # pragma: no cover - depends on the installed httpcore2
+    is_socket_readable = None  # type: ignore[assignment]
 
 SocketOption = httpcore2.SOCKET_OPTION
 
@@ -140,6 +144,17 @@ class SocketBackend(httpcore2.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+def supported() -> bool:
+    """Whether the installed SDK still has the private pieces the direct path relies on
+    (the SDK's status-error factory, httpx's transport pool attribute, httpcore's socket
+    probe); if a future release drops one, the adapters fall back to the SDK's path."""
+    if is_socket_readable is None:
+        return False
+    if not callable(getattr(openai.AsyncOpenAI, "_make_status_error_from_response", None)):
+        return False
+    return "_pool" in vars(httpx2.AsyncHTTPTransport(verify=False))
 
 
 def plain_tcp_transport(

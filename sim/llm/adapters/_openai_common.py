@@ -15,7 +15,7 @@ import openai
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
-from sim.llm.adapters._fast_http import DirectPost, plain_tcp_transport
+from sim.llm.adapters._fast_http import DirectPost, plain_tcp_transport, supported
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
 
@@ -37,7 +37,7 @@ def strict_schema(schema: type[BaseModel]) -> dict[str, Any]:
 POOL_SIZE = 16
 
 #: serve ``http://`` base URLs with the plain-TCP backend (``_fast_http``)
-PLAIN_TCP_BACKEND = True
+PLAIN_TCP_BACKEND = supported()
 #: the plain-TCP connection pool of each client ``build_client`` made for an http:// URL
 _PLAIN_POOLS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, httpcore2.AsyncConnectionPool] = (
     weakref.WeakKeyDictionary()
