@@ -187,13 +187,16 @@ def _cut_torn_tail(path: Path) -> None:
             handle.truncate(data.rfind(b"\n") + 1)
 
 
-def header(tick: int, config: Mapping[str, Any], seed: int) -> Record:
+def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> Record:
+    """The first record. ``scope`` is a nonce for this run of the tick: it keys the
+    idempotency of its calls and is kept by a resume (see ``sim.llm.calls``)."""
     return {
         "type": "header",
         "format": FORMAT_VERSION,
         "tick": tick,
         "seed": seed,
         "config": dict(config),
+        "scope": scope,
     }
 
 

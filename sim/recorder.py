@@ -11,6 +11,7 @@ recorder appends a ``resume`` record and wraps the adapter in a ``ReplayAdapter`
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -175,8 +176,12 @@ class TickRecorder:
         for call in partial.calls.values() if partial else ():
             self._add_cost(call.get("cost_usd"))
         self.writer = LogWriter(log_path(root, tick))
+        #: keys the idempotency of this tick's calls; a resume keeps it (sim.llm.calls)
+        self.scope = (
+            str(partial.header.get("scope") or partial.path) if partial else secrets.token_hex(8)
+        )
         if partial is None:
-            self.writer.append(header(tick, redacted(config), seed))
+            self.writer.append(header(tick, redacted(config), seed, self.scope))
             self.writer.append(pack_state(before))
         else:
             self.writer.append(
@@ -252,6 +257,7 @@ class TickRecorder:
                 history=[e.response_id for e in event.history],
                 previous_response_id=event.previous_response_id,
                 depth=event.depth,
+                scope=self.scope,
             )
             self._inflight[key] = ident
             self._attempts[key] = []

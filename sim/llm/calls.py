@@ -83,6 +83,8 @@ class CallIdentity:
     history: list[str] = field(default_factory=list)
     previous_response_id: str | None = None
     depth: int = 0
+    #: the tick's call scope (a nonce in its log header, kept across resumes)
+    scope: str = ""
 
     @property
     def instructions_digest(self) -> str:
@@ -118,6 +120,27 @@ class CallIdentity:
 
 #: the call the current task is making (set by the recorder on ``llm_called``)
 current_call: ContextVar[CallIdentity | None] = ContextVar("sim_current_call", default=None)
+
+
+def idempotency_key(body: bytes) -> str | None:
+    """The ``Idempotency-Key`` for sending ``body`` as the current call, if one is set.
+
+    Same tick scope, request id and exact body give the same key, so the same attempt
+    re-sent after a crash, Ctrl-C or a client-side timeout can be answered from a
+    provider's cache rather than paid for twice; a retry with schema feedback changes the
+    body and so the key. The scope changes when a tick is run anew (after a rewind), so a
+    re-run asks afresh.
+    """
+    ident = current_call.get()
+    if ident is None:
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    h.update(ident.scope.encode())
+    h.update(b"\0")
+    h.update(ident.request_id.encode())
+    h.update(b"\0")
+    h.update(body)
+    return "sim-" + h.hexdigest()
 
 
 def request_id(tick: int, phase: str, entity_key: str | None, n: int) -> str:

@@ -13,6 +13,10 @@ Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` 
 client's timeout), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
 ``insufficient_quota`` (429), ``auth`` (401), ``context_length`` (400), ``unknown_tool``.
 
+A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
+answer back without being generated or billed again (``replayed`` in the stats), as a
+provider with idempotent requests would do.
+
 Built on asyncio streams with HTTP/1.1 keep-alive, so one process serves hundreds of
 concurrent connections.
 """
@@ -24,7 +28,7 @@ import contextlib
 import random
 import threading
 import uuid
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +94,10 @@ class StubOptions:
     seed: int = 0
 
 
+#: how many answers the server keeps for Idempotency-Key replays
+_IDEMPOTENCY_CACHE = 100_000
+
+
 @dataclass
 class StubStats:
     """Counters a test reads to prove what was paid for."""
@@ -97,6 +105,8 @@ class StubStats:
     requests: int = 0
     connections: int = 0
     generations: int = 0
+    #: requests answered from the idempotency cache (not generated, not billed)
+    replayed: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -109,6 +119,7 @@ class StubStats:
             "requests": self.requests,
             "connections": self.connections,
             "generations": self.generations,
+            "replayed": self.replayed,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
@@ -142,6 +153,8 @@ class StubServer:
         self.log: deque[Json] = deque(maxlen=1000)
         self._rng = random.Random(f"sim-stub:{self.options.seed}")
         self._prefixes: set[tuple[str, str]] = set()
+        #: answers by Idempotency-Key, oldest first (a bounded cache, as providers keep)
+        self._answered: OrderedDict[str, Json] = OrderedDict()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -159,6 +172,7 @@ class StubServer:
 
     def reset(self) -> None:
         self.stats = StubStats()
+        self._answered.clear()
         self.script.clear()
         self.model_faults.clear()
         self.log.clear()
@@ -200,7 +214,9 @@ class StubServer:
                         headers[name.strip().lower()] = value.strip()
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
-                status, payload, extra = await self._dispatch(method, target.split("?")[0], body)
+                status, payload, extra = await self._dispatch(
+                    method, target.split("?")[0], body, headers.get("idempotency-key")
+                )
                 data = orjson.dumps(payload)
                 head_out = [
                     f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
@@ -228,18 +244,28 @@ class StubServer:
                 writer.close()
 
     async def _dispatch(
-        self, method: str, path: str, body: bytes
+        self, method: str, path: str, body: bytes, idempotency_key: str | None = None
     ) -> tuple[int, Any, dict[str, str]]:
         self.stats.requests += 1
         self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
         try:
             request = orjson.loads(body) if body else {}
-            if method == "POST" and path == "/v1/responses":
+            if method == "POST" and path in ("/v1/responses", "/v1/chat/completions"):
                 self.log.append(request)
-                return 200, await self._responses(request), {}
-            if method == "POST" and path == "/v1/chat/completions":
-                self.log.append(request)
-                return 200, await self._chat(request), {}
+                if idempotency_key is not None and idempotency_key in self._answered:
+                    # the same attempt sent again (after a crash or a client timeout):
+                    # answered from the cache, not generated or billed a second time
+                    self.stats.replayed += 1
+                    return 200, self._answered[idempotency_key], {}
+                if path == "/v1/responses":
+                    payload = await self._responses(request)
+                else:
+                    payload = await self._chat(request)
+                if idempotency_key is not None:
+                    self._answered[idempotency_key] = payload
+                    if len(self._answered) > _IDEMPOTENCY_CACHE:
+                        self._answered.popitem(last=False)
+                return 200, payload, {}
             if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
                 return 200, self._stored(method, path.rsplit("/", 1)[1]), {}
             if path.startswith("/stub/"):

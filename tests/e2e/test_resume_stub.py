@@ -3,9 +3,10 @@
 The stub server (in this process) counts every generation it answers. A child process runs
 ``python -m sim tick --provider chat`` against it and is killed at a random instant in some
 phase or in the commit. After each kill the world must be valid at tick N or N+1, and the
-next ``sim tick`` must send exactly the calls the log does not hold: no completed call is
-paid twice. The only calls paid twice are those in flight at the kill (the server answered
-or was answering, the answer never reached the log), at most one per connection.
+next ``sim tick`` must send exactly the calls the log does not hold, and no call is paid
+for twice: calls in flight at the kill (answered by the server, the answer never logged)
+are sent again on resume with the same ``Idempotency-Key`` and answered from the server's
+cache, so the server generates every call of the tick exactly once.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def test_sigkill_against_the_stub_server_pays_each_completed_call_once(
         os.waitpid(child, 0)
         time.sleep(0.05)  # requests in flight at the kill finish (and are counted) server-side
         answered_before = server.stats.generations
+        replayed_before = server.stats.replayed
 
         storage = Storage(world)
         with storage.lock():
@@ -162,20 +164,24 @@ def test_sigkill_against_the_stub_server_pays_each_completed_call_once(
         else:
             killed_in.add("after the commit point")
             Runner(world, load_config(world_dir=world, cwd=world)).run(0)
-        sent_on_resume = server.stats.generations - answered_before
+        generated_on_resume = server.stats.generations - answered_before
+        replayed_on_resume = server.stats.replayed - replayed_before
 
         final = read_log(log_path(world, BASE_TICK + 1))
         assert final.committed and Storage(world).load().tick == BASE_TICK + 1, f"trial {i}"
         assert len(final.calls) == total, f"trial {i}"
-        # resume sent exactly what the log lacked: no logged call was paid for again
-        assert sent_on_resume == total - durable, f"trial {i} ({kind} {fraction:.2f})"
-        # paid for in the killed run without reaching the log: only calls in flight
-        assert 0 <= answered_before - durable <= CONCURRENCY, f"trial {i}"
-        in_flight_paid += answered_before - durable
+        lost = answered_before - durable  # answered in the killed run, never logged
+        assert 0 <= lost <= CONCURRENCY, f"trial {i}"  # only calls in flight at the kill
+        # resume sent exactly what the log lacked; those the server had already answered
+        # came back from its idempotency cache: every call of the tick was paid once
+        assert generated_on_resume + replayed_on_resume == total - durable, f"trial {i}"
+        assert replayed_on_resume == lost, f"trial {i} ({kind} {fraction:.2f})"
+        assert answered_before + generated_on_resume == total, f"trial {i}: paid twice"
+        in_flight_paid += lost
     assert len(killed_in) >= 5, killed_in  # intentions, resolution, narrative, memory, commit
     print(
         f"stub kill -9 trials: {TRIALS}, killed in {sorted(killed_in)}, "
-        f"in-flight calls answered but lost: {in_flight_paid}"
+        f"in-flight calls answered, lost and replayed unbilled: {in_flight_paid}"
     )
 
 
@@ -197,12 +203,16 @@ def test_ctrl_c_over_http_cancels_in_flight_calls_and_resumes(
     assert Storage(world).load().tick == BASE_TICK
     time.sleep(0.05)
     answered = server.stats.generations
+    replayed = server.stats.replayed
     logged = successful_calls(world)
     resume(world, server)
     final = read_log(log_path(world, BASE_TICK + 1))
     assert final.committed and final.resumes == 1
-    # resume sent exactly the calls the interrupted run did not log
-    assert server.stats.generations - answered == len(final.calls) - logged
+    # resume sent exactly the calls the interrupted run did not log; any the server had
+    # answered (cancelled in flight) came from its idempotency cache, not billed again
+    generated = server.stats.generations - answered
+    assert generated + server.stats.replayed - replayed == len(final.calls) - logged
+    assert answered + generated == len(final.calls)
 
 
 def test_a_tick_stopped_by_its_budget_resumes_without_paying_twice(

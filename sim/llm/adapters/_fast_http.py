@@ -30,6 +30,7 @@ except ImportError:  # pragma: no cover - depends on the installed httpcore2
     is_socket_readable = None  # type: ignore[assignment]
 
 SocketOption = httpcore2.SOCKET_OPTION
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 class SocketStream(httpcore2.AsyncNetworkStream):
@@ -200,10 +201,18 @@ class DirectPost:
             (b"Authorization", f"Bearer {client.api_key}".encode("latin-1")),
         ]
 
-    async def post(self, path: str, content: bytes, timeout: httpx2.Timeout) -> bytes:
+    async def post(
+        self,
+        path: str,
+        content: bytes,
+        timeout: httpx2.Timeout,
+        idempotency_key: str | None = None,
+    ) -> bytes:
         """The answer's body; raises the SDK's errors."""
         url = self._base + path
         headers = [*self._headers, (b"Content-Length", str(len(content)).encode("ascii"))]
+        if idempotency_key is not None:
+            headers.append((IDEMPOTENCY_HEADER.encode("ascii"), idempotency_key.encode("ascii")))
         extensions = {
             "timeout": {
                 "connect": timeout.connect,

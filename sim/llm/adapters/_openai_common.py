@@ -12,10 +12,18 @@ from typing import Any
 import httpcore2
 import httpx2
 import openai
+import orjson
+from openai import RequestOptions
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
-from sim.llm.adapters._fast_http import DirectPost, plain_tcp_transport, supported
+from sim.llm.adapters._fast_http import (
+    IDEMPOTENCY_HEADER,
+    DirectPost,
+    plain_tcp_transport,
+    supported,
+)
+from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
 
@@ -189,3 +197,28 @@ def valid_settings(settings: CallSettings) -> bool:
         and 0.0 <= settings.temperature <= 2.0
         and (settings.max_output_tokens > 0 and settings.timeout_seconds > 0)
     )
+
+
+async def post_json(
+    pool: ClientPool, path: str, payload: dict[str, Any], timeout: httpx2.Timeout
+) -> bytes:
+    """POST ``payload`` (serialized once, with orjson) on the least busy client; raw body.
+
+    ``http://`` servers get the direct path to the connection pool, others the SDK's
+    ``post``; either way errors are the SDK's. The call's idempotency key (from its
+    identity and exact body) goes along, so a request re-sent after a crash or a timeout
+    can be answered from the provider's cache instead of being paid for twice.
+    """
+    content = orjson.dumps(payload)
+    key = idempotency_key(content)
+    index = pool.acquire()
+    try:
+        direct = pool.direct[index]
+        if direct is not None:  # an http:// server: straight to the connection pool
+            return await direct.post(path, content, timeout, key)
+        options: RequestOptions = {"timeout": timeout}
+        if key is not None:
+            options["headers"] = {IDEMPOTENCY_HEADER: key}
+        return await pool.clients[index].post(path, cast_to=bytes, content=content, options=options)
+    finally:
+        pool.release(index)

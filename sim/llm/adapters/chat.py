@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from sim.llm.adapters._openai_common import (
     ClientPool,
     build_pool,
+    post_json,
     request_timeout,
     strict_schema,
     valid_settings,
@@ -119,19 +120,9 @@ class ChatAdapter:
             **params,
             **body,
         }
-        index = self.pool.acquire()
         try:
             timeout = request_timeout(settings, self.connect_timeout_seconds)
-            direct = self.pool.direct[index]
-            if direct is not None:  # an http:// server: straight to the connection pool
-                raw = await direct.post("/chat/completions", orjson.dumps(payload), timeout)
-            else:
-                raw = await self.pool.clients[index].post(
-                    "/chat/completions",
-                    cast_to=bytes,
-                    content=orjson.dumps(payload),
-                    options={"timeout": timeout},
-                )
+            raw = await post_json(self.pool, "/chat/completions", payload, timeout)
             data = orjson.loads(raw)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
@@ -139,8 +130,6 @@ class ChatAdapter:
             raise LLMAPIError(
                 f"the server sent a body that is not JSON: {exc}", code="bad_response", cause=exc
             ) from exc
-        finally:
-            self.pool.release(index)
         if not isinstance(data, dict):
             raise LLMAPIError("the server sent an unexpected body", code="bad_response")
         return data

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from sim.llm.adapters._openai_common import (
     ClientPool,
     build_pool,
+    post_json,
     request_timeout,
     strict_schema,
     valid_settings,
@@ -134,19 +135,9 @@ class OpenAIAdapter:
             "store": self.store,
             **body,
         }
-        index = self.pool.acquire()
         try:
             timeout = request_timeout(settings, self.connect_timeout_seconds)
-            direct = self.pool.direct[index]
-            if direct is not None:  # an http:// server: straight to the connection pool
-                raw = await direct.post("/responses", orjson.dumps(payload), timeout)
-            else:
-                raw = await self.pool.clients[index].post(
-                    "/responses",
-                    cast_to=bytes,
-                    content=orjson.dumps(payload),
-                    options={"timeout": timeout},
-                )
+            raw = await post_json(self.pool, "/responses", payload, timeout)
             data = orjson.loads(raw)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
@@ -154,8 +145,6 @@ class OpenAIAdapter:
             raise LLMAPIError(
                 f"the provider sent a body that is not JSON: {exc}", code="bad_response", cause=exc
             ) from exc
-        finally:
-            self.pool.release(index)
         if not isinstance(data, dict):
             raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
         return data
