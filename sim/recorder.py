@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from sim.config import Config, redacted
 from sim.llm.adapters.replay import ReplayAdapter
-from sim.llm.budget import price_attempts
+from sim.llm.budget import Price, price_attempts
 from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMConfigurationError
@@ -171,6 +171,7 @@ class TickRecorder:
         self._commit: dict[str, Any] | None = None
         #: what the tick's logged calls cost at the configured prices
         self._cost_usd = 0.0
+        self._prices: dict[str, Price | None] = {}
         #: a logged call used a model without a price: the tick's cost is unknown
         self._cost_unknown = False
         for call in partial.calls.values() if partial else ():
@@ -355,8 +356,11 @@ class TickRecorder:
             self._cost_usd += float(cost)
 
     def _cost(self, attempts: list[dict[str, Any]]) -> float | None:
-        """What the attempts cost at the configured prices (``None``: a model has no price)."""
-        return price_attempts(attempts, self.config.prices).value
+        """What the attempts cost at the configured prices (``None``: a model has no price).
+
+        Each model's price is looked up once per tick: this runs for every call.
+        """
+        return price_attempts(attempts, self.config.prices, self._prices).value
 
     # -- phases and commit ----------------------------------------------------------------
 

@@ -86,22 +86,39 @@ class Cost:
         return f"${self.usd:.{digits}f}" if self.known else "unknown"
 
 
-def price_usage(usage: Usage, model: str, prices: Mapping[str, Any]) -> Cost:
-    """What ``usage`` of ``model`` cost at ``prices`` (no tokens cost nothing, priced or not)."""
+def price_usage(
+    usage: Usage,
+    model: str,
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None] | None = None,
+) -> Cost:
+    """What ``usage`` of ``model`` cost at ``prices`` (no tokens cost nothing, priced or not).
+
+    ``cache`` keeps each model's price once looked up (for callers pricing every call).
+    """
     if usage.total_tokens == 0:
         return Cost()
-    price = find_price(prices, model)
+    if cache is None:
+        price = find_price(prices, model)
+    elif model in cache:
+        price = cache[model]
+    else:
+        price = cache[model] = find_price(prices, model)
     if price is None:
         return Cost(0.0, frozenset({model}))
     return Cost(cost_usd(usage, price))
 
 
-def price_attempts(attempts: Iterable[Mapping[str, Any]], prices: Mapping[str, Any]) -> Cost:
+def price_attempts(
+    attempts: Iterable[Mapping[str, Any]],
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None] | None = None,
+) -> Cost:
     """What a logged call's attempts cost: each priced for the model it actually used."""
     total = Cost()
     for attempt in attempts:
         usage = Usage(**(attempt.get("usage") or {}))
-        total = total + price_usage(usage, str(attempt.get("model")), prices)
+        total = total + price_usage(usage, str(attempt.get("model")), prices, cache)
     return total
 
 
