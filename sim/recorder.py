@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel
 
 from sim.config import Config, redacted
 from sim.llm.adapters.replay import ReplayAdapter
 from sim.llm.budget import Price, price_attempts
 from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
 from sim.llm.client import LLMRequest
-from sim.llm.errors import LLMConfigurationError
 from sim.llm.events import LLMEvent
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange
+from sim.llm.types import Adapter, AdapterResponse
+from sim.llm.wrapper import AdapterWrapper, Call, Sent
 from sim.log import (
     LogError,
     LogWriter,
@@ -47,54 +46,14 @@ from sim.storage import Storage
 from sim.world import World
 
 
-class RecordingAdapter:
+class RecordingAdapter(AdapterWrapper):
     """Passes every call through, noting what the adapter is actually sent."""
 
-    def __init__(self, inner: Adapter) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
+    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
         ident = current_call.get()
         if ident is not None:
-            ident.set_sent(settings, history, previous_response_id)
-        return await self.inner.execute(
-            instructions, input_data, schema, previous_response_id, settings, history
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[Any, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        """The optional tool-calling capability, when the wrapped adapter has it."""
-        inner = getattr(self.inner, "execute_tools", None)
-        if inner is None:
-            raise LLMConfigurationError(
-                f"{type(self.inner).__name__} does not support tool calling"
-            )
-        ident = current_call.get()
-        if ident is not None:
-            ident.set_sent(settings, history, None)
-        response: AdapterResponse = await inner(instructions, input_data, tools, settings, history)
-        return response
-
-    async def delete_response(self, response_id: str) -> None:
-        await self.inner.delete_response(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return self.inner.validate_config(settings)
+            ident.set_sent(sent.settings, sent.history, sent.previous_response_id)
+        return await call()
 
 
 def request_schema(request: LLMRequest) -> tuple[str, str]:

@@ -9,16 +9,14 @@ cap: once spent + reserved + the next estimate would cross it, further calls fai
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.offline import estimate_tokens
-from sim.llm.tools import ToolDeclaration, require_tools
 from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.wrapper import AdapterWrapper, Call, Sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +218,7 @@ class Budget:
         self.spent_usd += cost_usd(usage, self.price(reservation.model))
 
 
-class BudgetAdapter:
+class BudgetAdapter(AdapterWrapper):
     """Wraps an adapter: every attempt reserves before it is sent and settles after.
 
     Placed directly around the provider, so retries and fallback models are each priced
@@ -228,17 +226,12 @@ class BudgetAdapter:
     """
 
     def __init__(self, inner: Any, budget: Budget) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.budget = budget
-        self.name = inner.name
 
-    async def _guard(
-        self,
-        settings: CallSettings,
-        estimate: Usage,
-        call: Callable[[], Awaitable[AdapterResponse]],
-    ) -> AdapterResponse:
-        reservation = self.budget.reserve(settings.model, estimate)
+    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
+        estimate = estimate_usage(sent.instructions, sent.input_data, sent.history, sent.settings)
+        reservation = self.budget.reserve(sent.settings.model, estimate)
         try:
             response = await call()
         except LLMError as exc:
@@ -250,45 +243,3 @@ class BudgetAdapter:
             raise
         self.budget.settle(reservation, response.usage)
         return response
-
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        settings = settings or CallSettings()
-        estimate = estimate_usage(instructions, input_data, history, settings)
-        return await self._guard(
-            settings,
-            estimate,
-            lambda: self.inner.execute(
-                instructions, input_data, schema, previous_response_id, settings, history
-            ),
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[ToolDeclaration, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        settings = settings or CallSettings()
-        inner = require_tools(self.inner)
-        estimate = estimate_usage(instructions, input_data, history, settings)
-        return await self._guard(
-            settings,
-            estimate,
-            lambda: inner.execute_tools(instructions, input_data, tools, settings, history),
-        )
-
-    async def delete_response(self, response_id: str) -> None:
-        await self.inner.delete_response(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return bool(self.inner.validate_config(settings))

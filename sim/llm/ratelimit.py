@@ -12,11 +12,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel
-
 from sim.llm.budget import estimate_usage
-from sim.llm.tools import ToolDeclaration, require_tools
-from sim.llm.types import AdapterResponse, CallSettings, Exchange
+from sim.llm.types import AdapterResponse
+from sim.llm.wrapper import AdapterWrapper, Call, Sent
 
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
@@ -73,20 +71,20 @@ class TokenBucket:
         self.level = min(self.capacity, self.level + amount)
 
 
-class RateLimitedAdapter:
+class RateLimitedAdapter(AdapterWrapper):
     """Wraps an adapter: each attempt takes one request and its estimated tokens first."""
 
     def __init__(
         self, inner: Any, requests: TokenBucket | None = None, tokens: TokenBucket | None = None
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.requests = requests
         self.tokens = tokens
-        self.name = inner.name
 
-    async def _paced(
-        self, estimate: int, call: Callable[[], Awaitable[AdapterResponse]]
-    ) -> AdapterResponse:
+    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
+        estimate = estimate_usage(
+            sent.instructions, sent.input_data, sent.history, sent.settings
+        ).total_tokens
         if self.requests is not None:
             await self.requests.take(1)
         if self.tokens is not None:
@@ -95,43 +93,3 @@ class RateLimitedAdapter:
         if self.tokens is not None:
             self.tokens.give_back(estimate - response.usage.total_tokens)
         return response
-
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        settings = settings or CallSettings()
-        estimate = estimate_usage(instructions, input_data, history, settings).total_tokens
-        return await self._paced(
-            estimate,
-            lambda: self.inner.execute(
-                instructions, input_data, schema, previous_response_id, settings, history
-            ),
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[ToolDeclaration, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        settings = settings or CallSettings()
-        inner = require_tools(self.inner)
-        estimate = estimate_usage(instructions, input_data, history, settings).total_tokens
-        return await self._paced(
-            estimate,
-            lambda: inner.execute_tools(instructions, input_data, tools, settings, history),
-        )
-
-    async def delete_response(self, response_id: str) -> None:
-        await self.inner.delete_response(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return bool(self.inner.validate_config(settings))
