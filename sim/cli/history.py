@@ -8,11 +8,12 @@ from pathlib import Path
 import click
 import orjson
 
-from sim import history, logview
 from sim.cli.common import CONFIG, WORLD, build_config, errors
 from sim.errors import InputError
-from sim.log import log_path, read_log, read_logs
-from sim.replay import replay
+from sim.ticklog import rewind as history
+from sim.ticklog import view as logview
+from sim.ticklog.format import log_path, read_log, read_logs
+from sim.ticklog.replay import replay
 
 
 def tick_arg(value: str) -> int | None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
+from sim.analysis.report import write_report
 from sim.cli.common import WORLD, errors
-from sim.report import write_report
 
 
 @click.command("report")

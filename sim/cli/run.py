@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.engine.runner import Runner, TickResult
 from sim.llm.events import LLMEvent
-from sim.log import read_logs
 from sim.phases.base import PhaseReport
-from sim.runner import Runner, TickResult
 from sim.storage import Storage
+from sim.ticklog.format import read_logs
 
 
 class Progress:

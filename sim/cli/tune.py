@@ -9,11 +9,11 @@ from typing import cast
 import click
 import orjson
 
+from sim.analysis.tune import PHASE_NAMES, TuneRow, estimate, tune
+from sim.analysis.usage import BY_CHOICES, By, UsageReport, UsageRow, usage_report
 from sim.cli.common import CONFIG, WORLD, build_config, errors
 from sim.config import phase_section
 from sim.errors import InputError
-from sim.tune import PHASE_NAMES, TuneRow, estimate, tune
-from sim.usage import BY_CHOICES, By, UsageReport, UsageRow, usage_report
 
 TUNE_HEAD = (
     "depth  requests  failed  input tok  cached in  output tok       cost     wall  "

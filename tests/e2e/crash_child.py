@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-import sim.runner
+import sim.engine.runner
 from sim.cli import main
 from sim.llm.adapters.offline import OfflineAdapter
 from sim.testing import CountingAdapter
@@ -19,7 +19,7 @@ from sim.testing import CountingAdapter
 world, count_file, delay, jitter = sys.argv[1:5]
 
 
-def build(config: object, loaded: sim.runner.World) -> CountingAdapter:
+def build(config: object, loaded: sim.engine.runner.World) -> CountingAdapter:
     return CountingAdapter(
         OfflineAdapter(seed=loaded.seed),
         delay=float(delay),
@@ -28,7 +28,7 @@ def build(config: object, loaded: sim.runner.World) -> CountingAdapter:
     )
 
 
-sim.runner.build_adapter = build  # type: ignore[assignment]
+sim.engine.runner.build_adapter = build  # type: ignore[assignment]
 # a runner that started us in the background may have left SIGINT ignored: Ctrl-C must work
 signal.signal(signal.SIGINT, signal.default_int_handler)
 main(["tick", "--world", world, "--concurrency", "3"], prog_name="sim")

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import copy_demo
 
+from sim.analysis.report import embed_json
 from sim.cli import main
 from sim.config import load_config
-from sim.log import log_path, read_log
-from sim.report import embed_json
-from sim.runner import Runner
+from sim.engine.runner import Runner
+from sim.ticklog.format import log_path, read_log
 
 HOSTILE = "<script>alert(1)</script>"
 DATA_RE = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.DOTALL)

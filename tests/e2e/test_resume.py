@@ -22,15 +22,15 @@ import pytest
 from click.testing import CliRunner
 from conftest import copy_demo, tree
 
-import sim.runner
+import sim.engine.runner
 from sim.cli import main
 from sim.config import load_config
+from sim.engine.runner import Runner
 from sim.errors import TickInterrupted
 from sim.llm.adapters.offline import OfflineAdapter
-from sim.log import TickLog, log_path, read_log
-from sim.runner import Runner
 from sim.storage import Storage
 from sim.testing import CountingAdapter, call_digest, read_counts
+from sim.ticklog.format import TickLog, log_path, read_log
 from sim.world import World
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -153,7 +153,7 @@ def fork_tick(world: Path, count_file: Path, delay: float = 0.02, jitter: float 
                 inner = OfflineAdapter(seed=loaded.seed)
                 return CountingAdapter(inner, delay=delay, jitter=jitter, count_file=count_file)
 
-            sim.runner.build_adapter = build  # type: ignore[assignment]
+            sim.engine.runner.build_adapter = build  # type: ignore[assignment]
             main(["tick", "--world", str(world), "--concurrency", str(CONCURRENCY)])
             code = 0
         except SystemExit as exc:

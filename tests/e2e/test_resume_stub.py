@@ -26,10 +26,10 @@ from conftest import copy_demo
 
 from sim.cli import main
 from sim.config import load_config
-from sim.log import log_path, read_log
-from sim.runner import Runner
+from sim.engine.runner import Runner
 from sim.storage import Storage
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+from sim.ticklog.format import log_path, read_log
 
 BASE_TICK = 5  # tick 6 of the demo calls every LLM phase
 CONCURRENCY = 3

@@ -8,7 +8,7 @@ import orjson
 from conftest import copy_demo, tree
 
 from sim.config import load_config
-from sim.runner import Runner
+from sim.engine.runner import Runner
 from sim.storage import Storage
 
 

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import tree
 
+from sim.analysis.tune import tune
 from sim.cli import main
 from sim.config import load_config
 from sim.testing.stub_server import StubServer
-from sim.tune import tune
 
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+)s\s+(\d+)")
 

@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import copy_demo
 
+from sim.analysis.usage import usage_report
 from sim.cli import main
 from sim.llm.budget import Price, cost_usd
 from sim.llm.types import Usage
-from sim.log import list_logs, read_logs
 from sim.storage import Storage
 from sim.testing.stub_server import StubServer
-from sim.usage import usage_report
+from sim.ticklog.format import list_logs, read_logs
 
 FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens")
 

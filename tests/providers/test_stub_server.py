@@ -10,9 +10,9 @@ import httpx2
 import pytest
 
 from sim.config import Config
+from sim.engine.runner import Runner
 from sim.errors import RunFailed
 from sim.llm.errors import LLMConfigurationError, LLMRefusalError
-from sim.runner import Runner
 from sim.testing import ErrorAdapter, MockAdapter
 from sim.testing.stub_server import StubServer
 

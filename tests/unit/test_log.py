@@ -8,9 +8,10 @@ import orjson
 import pytest
 from conftest import copy_demo
 
-from sim import log as tick_log
 from sim.config import load_config
-from sim.log import (
+from sim.engine.runner import Runner
+from sim.ticklog import format as tick_log
+from sim.ticklog.format import (
     FORMAT_VERSION,
     LogError,
     LogWriter,
@@ -23,7 +24,6 @@ from sim.log import (
     state_digest,
     unpack_state,
 )
-from sim.runner import Runner
 
 EVERY_RECORD = [
     {"type": "header", "format": FORMAT_VERSION, "tick": 4, "seed": 7, "config": {"llm": {}}},

@@ -14,10 +14,10 @@ from sim.llm.calls import current_call
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.types import AdapterResponse, CallSettings, Usage
-from sim.log import log_path, read_log
 from sim.phases.intentions import Intention
-from sim.recorder import TickRecorder
 from sim.storage import Storage
+from sim.ticklog.format import log_path, read_log
+from sim.ticklog.recorder import TickRecorder
 
 WAIT = Intention(action="wait", target=None, content="", reasoning="tired")
 

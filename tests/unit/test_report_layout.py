@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sim.report.layout import layout
+from sim.analysis.report.layout import layout
 
 
 def ring(n: int) -> list[tuple[int, int]]:

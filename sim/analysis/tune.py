@@ -23,15 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sim.analysis.usage import UsageRow, call_row, log_totals
 from sim.config import PHASE_ALIASES, Config
-from sim.deletions import PENDING
+from sim.engine.deletions import PENDING
+from sim.engine.runner import Runner
 from sim.llm.budget import Cost, price_attempts
 from sim.llm.stack import build_stack, close_stack
 from sim.llm.types import AdapterResponse, CallSettings, Exchange
-from sim.log import LOG_DIR, read_logs
-from sim.runner import Runner
 from sim.storage import Storage
-from sim.usage import UsageRow, call_row, log_totals
+from sim.ticklog.format import LOG_DIR, read_logs
 
 PHASE_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
 

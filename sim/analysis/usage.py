@@ -23,8 +23,8 @@ from sim.errors import InputError
 from sim.llm.budget import Cost, price_attempts
 from sim.llm.store import split_key
 from sim.llm.types import Usage
-from sim.log import Record, TickLog, read_logs
 from sim.storage import Storage
+from sim.ticklog.format import Record, TickLog, read_logs
 
 By = Literal["entity", "phase", "tick"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")

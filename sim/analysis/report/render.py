@@ -1,4 +1,4 @@
-"""The report page: data from ``sim.report.data`` embedded in a self-contained HTML file.
+"""The report page: data from ``sim.analysis.report.data`` embedded in a self-contained HTML file.
 
 The page's template, style and script are package data beside this module. The data goes
 into a ``<script type="application/json">`` block with ``<``, ``>``, ``&`` and the line
@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from sim.report.layout import layout
+from sim.analysis.report.layout import layout
 
 _ESCAPES = {
     "<": "\\u003c",
@@ -34,11 +34,11 @@ def embed_json(data: Any) -> str:
 
 
 def _asset(name: str) -> str:
-    return (resources.files("sim.report") / name).read_text(encoding="utf-8")
+    return (resources.files("sim.analysis.report") / name).read_text(encoding="utf-8")
 
 
 def render(data: dict[str, Any]) -> str:
-    """The whole page for ``data`` (as made by ``sim.report.data.collect``)."""
+    """The whole page for ``data`` (as made by ``sim.analysis.report.data.collect``)."""
     positions = layout([loc["id"] for loc in data["locs"]], [(a, b) for a, b, _ in data["edges"]])
     for loc, (x, y) in zip(data["locs"], positions, strict=True):
         loc["x"], loc["y"] = x, y

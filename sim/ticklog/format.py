@@ -8,7 +8,7 @@
 - ``state_before``: the state at the start of the tick (entity files, ``world.json`` and
   the response store), zlib-compressed and base64-encoded, with its digest;
 - ``instructions``: an instructions text, once per distinct digest, before its first call;
-- ``call``: one completed LLM call (see ``sim.recorder``), appended as soon as it finishes;
+- ``call``: one completed LLM call (see ``sim.ticklog.recorder``), appended as soon as it finishes;
 - ``phase``: a phase's results and report (fallbacks, errors, warnings), at its end;
 - ``resume``: the tick was interrupted and is being resumed (attempt number);
 - ``usage``: totals for the tick;

@@ -27,7 +27,9 @@ from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
 from sim.llm.types import Adapter, AdapterResponse
 from sim.llm.wrapper import AdapterWrapper, Call, Sent
-from sim.log import (
+from sim.phases.base import TickContext
+from sim.storage import Storage
+from sim.ticklog.format import (
     LogError,
     LogWriter,
     TickLog,
@@ -41,8 +43,6 @@ from sim.log import (
     read_store,
     state_digest,
 )
-from sim.phases.base import TickContext
-from sim.storage import Storage
 from sim.world import World
 
 

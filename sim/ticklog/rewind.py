@@ -16,7 +16,8 @@ from pathlib import Path
 import orjson
 
 from sim.errors import InputError
-from sim.log import (
+from sim.storage import SIM_DIR, Storage, dump_json
+from sim.ticklog.format import (
     LOG_DIR,
     TickLog,
     is_state_file,
@@ -26,7 +27,6 @@ from sim.log import (
     read_state,
     recover_logs,
 )
-from sim.storage import SIM_DIR, Storage, dump_json
 from sim.world import World
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from sim import logview
 from sim.errors import SimError
-from sim.log import LogError, TickLog, list_logs, read_log
 from sim.storage import Storage
+from sim.ticklog import view as logview
+from sim.ticklog.format import LogError, TickLog, list_logs, read_log
 from sim.world import World
 
 #: entity-key prefixes of the chains that belong to one character

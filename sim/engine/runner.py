@@ -11,19 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim import deletions
 from sim.config import Config
+from sim.engine import deletions
+from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
-from sim.guard import PhaseGuard
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
-from sim.log import recover_logs
 from sim.phases import PHASES
 from sim.phases.base import PhaseReport, TickContext
-from sim.recorder import TickRecorder
 from sim.storage import Storage
+from sim.ticklog.format import recover_logs
+from sim.ticklog.recorder import TickRecorder
 from sim.world import World
 
 PhaseStage = Literal["start", "end"]
@@ -104,7 +104,7 @@ def _gc_paused() -> Iterator[None]:
 class Runner:
     """Runs ticks of one world folder.
 
-    Every tick is logged as it runs (``sim.recorder``); a tick whose log exists without a
+    Every tick is logged as it runs (``sim.ticklog.recorder``); a tick whose log exists without a
     ``commit`` record was interrupted, and the next run resumes it, answering the calls
     that log already holds from it.
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.config import Config
+from sim.engine.runner import Runner, build_adapter
 from sim.errors import InputError
 from sim.llm.adapters.replay import Drift, ReplayAdapter
 from sim.llm.stack import close_stack
 from sim.llm.types import Adapter
-from sim.log import LogError, TickLog, log_path, read_log, read_state, state_digest
-from sim.runner import Runner, build_adapter
 from sim.storage import Storage
+from sim.ticklog.format import LogError, TickLog, log_path, read_log, read_state, state_digest
 
 WORLD_INPUTS = ("prompts", "config.toml")
 

@@ -1,8 +1,8 @@
 """``sim report``: one self-contained HTML page of a world's history, from its tick logs.
 
-The page has no network dependency (inline CSS, JS and SVG). Data is collected by
-``sim.report.data``, the map is laid out by ``sim.report.layout`` and the page is put
-together by ``sim.report.render`` from the template, style and script beside them.
+The page has no network dependency (inline CSS, JS and SVG). Data is collected by ``data``,
+the map is laid out by ``layout`` and the page is put together by ``render`` from the
+template, style and script beside them.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.analysis.report.data import collect
+from sim.analysis.report.render import embed_json, render
 from sim.errors import InputError
-from sim.report.data import collect
-from sim.report.render import embed_json, render
 
 DEFAULT_NAME = "report.html"
 

@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 
 from sim.llm.adapters.replay import Drift
-from sim.log import LogError, TickLog, list_logs, read_log
-from sim.replay import ReplayReport
+from sim.ticklog.format import LogError, TickLog, list_logs, read_log
+from sim.ticklog.replay import ReplayReport
 
 
 def last_log(root: Path) -> TickLog:
