@@ -14,6 +14,7 @@ from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.storage import read_prompt
 
 if TYPE_CHECKING:
     from sim.config import Config
@@ -132,7 +133,8 @@ class TickContext:
         """The instructions for a phase: the world's ``prompts/<name>.md`` if it has one."""
         text = self._prompts.get(name)
         if text is None:
-            override = self.world.root / "prompts" / f"{name}.md"
-            path = override if override.is_file() else PROMPTS_DIR / f"{name}.md"
-            text = self._prompts[name] = path.read_text(encoding="utf-8").strip()
+            override = read_prompt(self.world.root, name)  # no links, UTF-8, or InputError
+            if override is None:
+                override = (PROMPTS_DIR / f"{name}.md").read_text(encoding="utf-8")
+            text = self._prompts[name] = override.strip()
         return text
