@@ -22,12 +22,38 @@ WORLD = click.option(
     type=click.Path(path_type=Path, file_okay=False),
     help="The world folder.",
 )
-CONFIG = click.option(
+_CONFIG_FILE = click.option(
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Config file (default: ./config.toml, else built-in defaults).",
 )
+TRUST_KEY = "sim.trust_world_config"
+
+
+def _remember_trust(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    ctx.meta[TRUST_KEY] = value
+    return value
+
+
+_TRUST = click.option(
+    "--trust-world-config",
+    is_flag=True,
+    expose_value=False,
+    callback=_remember_trust,
+    help="Let the world's config.toml choose where requests go and which API key variable "
+    "they use (base_url, api_key_env); off by default, since worlds are shared.",
+)
+
+
+def CONFIG(command: Any) -> Any:  # noqa: N802 - used as @CONFIG like the other options
+    """``--config FILE`` and ``--trust-world-config``."""
+    return _CONFIG_FILE(_TRUST(command))
+
+
+def trusting_world_config() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(TRUST_KEY))
 
 
 @contextmanager
@@ -100,4 +126,9 @@ def build_config(
         budget["max_total_tokens"] = budget_tokens
     if budget:
         overrides["budget"] = budget
-    return load_config(config_file, world_dir if world_dir.is_dir() else None, overrides)
+    return load_config(
+        config_file,
+        world_dir if world_dir.is_dir() else None,
+        overrides,
+        trust_world_config=trusting_world_config(),
+    )

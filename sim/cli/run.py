@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -9,10 +10,12 @@ from pathlib import Path
 import click
 
 from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.config import endpoint
+from sim.engine import deletions, repair
 from sim.engine.runner import Runner, TickResult
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
-from sim.storage import Storage
+from sim.storage import InvalidWorld, Storage, prompt_problems
 from sim.ticklog.format import read_logs
 
 
@@ -148,22 +151,50 @@ def tick(
 @WORLD
 @CONFIG
 def check(world_dir: Path, config_file: Path | None) -> None:
-    """Validate a world and its config; call nothing, write nothing."""
+    """Validate a world, its config and the engine's state in it; call nothing, write nothing.
+
+    Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
+    """
     with errors():
         config = build_config(config_file, world_dir)
-        storage = Storage(world_dir)
+        url, key_env = endpoint(config)
+        storage = Storage(world_dir, config.limits.max_entity_bytes)
+        running = storage.running_elsewhere()
+        storage.check_engine_dirs()
         world = storage.load()
+        problems = prompt_problems(world_dir)
+        if problems:
+            raise InvalidWorld(problems)
+        repairs = repair.inspect(world)
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"
         )
+        click.echo(f"endpoint: {url}")
+        if key_env is not None:
+            state = "set" if os.environ.get(key_env) else "not set"
+            click.echo(f"api key: from ${key_env} ({state})")
+        for item in repairs.items:
+            click.echo(f"repair: {item}")
+        pending_problem = deletions.problem(world_dir)
+        if pending_problem is not None:
+            click.echo(
+                f"repair: {world_dir / deletions.PENDING}: {pending_problem}; the next tick "
+                "sets it aside (its responses are left on the provider)"
+            )
+        if running:
+            click.echo(
+                f"running: another sim process is running this world now (tick "
+                f"{world.tick + 1}); run `sim check` again when it has finished"
+            )
+            return
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
-        logs, problems = read_logs(world_dir)
+        logs, log_problems = read_logs(world_dir)
         if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
             click.echo(
                 f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
                 f"resumes it ({len(logs[-1].calls)} calls already logged)"
             )
-        for problem in problems:
+        for problem in log_problems:
             click.echo(f"warning: unreadable log: {problem}")

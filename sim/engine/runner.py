@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sim.config import Config
-from sim.engine import deletions
+from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
 from sim.llm.events import EventFanout, EventSink, LLMEvent
@@ -127,7 +127,7 @@ class Runner:
         adapter: Adapter | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
     ) -> None:
-        self.storage = Storage(world_dir)
+        self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.config = config
         self.events = events
         self.on_phase = on_phase
@@ -171,13 +171,18 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
+        repair.apply(world, repairs)
         timings = {"load": time.perf_counter() - started}
         if self.adapter is None:  # built once per run: budget and breakers span its ticks
             self.adapter = build_adapter(self.config, world)
         self.current_tick = world.tick + 1
         recorder = TickRecorder.begin(self.storage, world, self.config)
+        recorder.notes.extend(repairs.notes())
         try:
-            return await self._run_tick(world, self.adapter, recorder, started, timings)
+            return await self._run_tick(
+                world, self.adapter, recorder, started, timings, tuple(repairs.store_deletions())
+            )
         finally:
             recorder.close()
 
@@ -188,8 +193,12 @@ class Runner:
         recorder: TickRecorder,
         started: float,
         timings: dict[str, float],
+        dropped: tuple[str, ...] = (),
     ) -> TickResult:
         store = ResponseStore(world.root)
+        for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
+            chain, _, name = rel.removeprefix(".sim/responses/").partition("/")
+            store.discard(f"{chain}:{name.removesuffix('.json')}")
         ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
 
         def account(event: LLMEvent) -> None:
