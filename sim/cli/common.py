@@ -3,6 +3,7 @@ mapping of library errors to messages and exit codes (0 ok, 1 the run failed, 2 
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,27 @@ def trusting_world_config() -> bool:
     return bool(ctx is not None and ctx.meta.get(TRUST_KEY))
 
 
+#: errors of the disk or its permissions: the user fixes the cause, then runs again
+OS_CAUSES = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the filesystem is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EIO: "input/output error",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an OS error: what, where, and that nothing is torn."""
+    cause = OS_CAUSES.get(exc.errno or 0, exc.strerror or str(exc))
+    where = f" ({exc.filename})" if exc.filename else ""
+    return (
+        f"failed: {cause}{where}. Nothing was torn: the world is at its last committed "
+        "tick; fix the cause and run the command again (an interrupted tick resumes)"
+    )
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     """Map library errors to a message on stderr and an exit code."""
@@ -63,7 +85,7 @@ def errors() -> Iterator[None]:
         yield
     except TickInterrupted as exc:
         click.echo(f"\n{exc}", err=True)
-        sys.exit(130)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
@@ -78,6 +100,12 @@ def errors() -> Iterator[None]:
         sys.exit(1)
     except (RunFailed, LLMError) as exc:
         click.echo(f"failed: {exc}", err=True)
+        sys.exit(1)
+    except RecursionError:
+        click.echo("error: input nested too deeply to process", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(os_error_line(exc), err=True)
         sys.exit(1)
 
 

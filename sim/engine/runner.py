@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,11 @@ from sim.ticklog.recorder import TickRecorder
 from sim.world import World
 
 PhaseStage = Literal["start", "end"]
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived during a run (turned into ``TickInterrupted`` by ``Runner.run``)."""
+
 PhaseHook = Callable[[str, PhaseStage, PhaseReport | None], None]
 
 
@@ -143,11 +149,47 @@ class Runner:
                 any) did not commit and is resumed by the next run.
         """
         try:
-            return asyncio.run(self.run_async(ticks))
+            return asyncio.run(self._run_until_signalled(ticks))
         except KeyboardInterrupt:
             raise TickInterrupted(
                 self.storage.root, self.current_tick, self.storage.pending_journal()
             ) from None
+        except _Terminated:
+            raise TickInterrupted(
+                self.storage.root,
+                self.current_tick,
+                self.storage.pending_journal(),
+                signal_number=signal.SIGTERM,
+            ) from None
+
+    async def _run_until_signalled(self, ticks: int) -> list[TickResult]:
+        """``run_async``, with SIGTERM (batch schedulers, ``timeout``) treated like Ctrl-C:
+        the running tick's task is cancelled, which cancels its in-flight calls; a commit
+        is synchronous, so it is never cut in half."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        terminated = False
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            if task is not None:
+                task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+            installed = True
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+            installed = False
+        try:
+            return await self.run_async(ticks)
+        except asyncio.CancelledError:
+            if terminated:
+                raise _Terminated from None
+            raise
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGTERM)
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
