@@ -445,6 +445,7 @@ class Storage:
                             f"connection to missing location {target!r}",
                         )
                     )
+        problems.extend(prompt_problems(self.root))
         if not locations and not bad_locations:
             problems.append(
                 InputError(self.root / "locations", None, "a world needs at least one location")
@@ -512,7 +513,12 @@ class Storage:
                     safefs.unlink_at(sim_fd, tmp_name)
                 raise
             journal_name = JOURNAL.rsplit("/", 1)[1]
-            os.replace(tmp_name, journal_name, src_dir_fd=sim_fd, dst_dir_fd=sim_fd)  # commit
+            try:
+                os.replace(tmp_name, journal_name, src_dir_fd=sim_fd, dst_dir_fd=sim_fd)  # commit
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    safefs.unlink_at(sim_fd, tmp_name)
+                raise
             os.fsync(sim_fd)
         self._apply(files)
         for rel, data in files.items():

@@ -15,7 +15,7 @@ from sim.engine import deletions, repair
 from sim.engine.runner import Runner, TickResult
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
-from sim.storage import InvalidWorld, Storage, prompt_problems
+from sim.storage import Storage
 from sim.ticklog.format import read_logs
 
 
@@ -161,10 +161,7 @@ def check(world_dir: Path, config_file: Path | None) -> None:
         storage = Storage(world_dir, config.limits.max_entity_bytes)
         running = storage.running_elsewhere()
         storage.check_engine_dirs()
-        world = storage.load()
-        problems = prompt_problems(world_dir)
-        if problems:
-            raise InvalidWorld(problems)
+        world = storage.load()  # entities, prompts, a pending journal
         repairs = repair.inspect(world)
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
