@@ -331,3 +331,22 @@ def test_no_traceback_for_an_unexpected_error(
     result = invoke("tick", "--world", str(world))
     clean_exit(result, 1)
     assert "internal error: KeyError" in result.output
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"mood" : "a", "mood" : "b"',  # blanks before the colon
+        '"mood": "a", "m\\u006fod": "b"',  # the same key spelled with an escape
+        '"mood": "a", "mood": "b", "note": "x\\u0022: y"',  # an escaped quote-colon in text
+        '"mood":"a",\n"mood"\n:"b"',
+    ],
+    ids=["blank-colon", "escaped-key", "escaped-quote-colon", "newline-colon"],
+)
+def test_duplicate_keys_are_found_however_they_are_written(world: Path, text: str) -> None:
+    path = world / ADA
+    raw = path.read_text()
+    path.write_text(raw.replace('"mood": "suspicious and alert"', text, 1))
+    result = invoke("check", "--world", str(world))
+    clean_exit(result, 2)
+    assert "key 'mood' appears twice in one object" in result.output
