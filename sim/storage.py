@@ -234,6 +234,33 @@ def _shape_problem(raw: bytes, data: dict[str, Any]) -> tuple[str | None, str] |
     return None
 
 
+def _sync_filesystem(path: Path) -> None:
+    """Flush everything written on the filesystem holding ``path`` (one syscall)."""
+    if _libc_syncfs is not None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _libc_syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    os.sync()
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "string_pattern_mismatch":
+        return f"expected an id matching {ID_RE.pattern} (got {err.get('input')!r})"
+    msg = str(err["msg"])
+    msg = msg[0].lower() + msg[1:] if msg else msg
+    return f"expected {msg.removeprefix('input should be ')} (got {err.get('input')!r})"
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
 class Storage:
     """Reads and writes one world folder.
 

@@ -350,3 +350,34 @@ def test_duplicate_keys_are_found_however_they_are_written(world: Path, text: st
     result = invoke("check", "--world", str(world))
     clean_exit(result, 2)
     assert "key 'mood' appears twice in one object" in result.output
+
+
+def test_a_read_only_world_is_one_line_and_the_tick_runs_once_writable(
+    tmp_path: Path,
+) -> None:
+    """A real read-only bind mount (needs root and mount; skipped elsewhere): as root,
+    chmod cannot make a folder read-only."""
+    src = copy_demo(tmp_path / "src")
+    ticked(src, 1)
+    view = tmp_path / "ro"
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(src), str(view)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
+    try:
+        remount = subprocess.run(
+            ["mount", "-o", "remount,bind,ro", str(view)], capture_output=True
+        )
+        if remount.returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        before = tree(src, logs=True)
+        result = invoke("tick", "--world", str(view))
+        clean_exit(result, 1)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert any("the filesystem is read-only" in line for line in lines), result.output
+        assert tree(src, logs=True) == before
+        clean_exit(invoke("check", "--world", str(view)), 0)  # reading still works
+    finally:
+        subprocess.run(["umount", str(view)], check=False)
+    clean_exit(invoke("tick", "--world", str(src)), 0)
+    assert Storage(src).load().tick == 2
