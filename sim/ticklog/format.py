@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import logging
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -158,7 +160,9 @@ class LogWriter:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         _cut_torn_tail(path)
-        self._handle = open(path, "ab")  # noqa: SIM115 - held for the tick, closed by close()
+        # never through a link planted in the world's .sim/log folder
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        self._handle = os.fdopen(fd, "ab")
 
     def append(self, record: Record) -> None:
         """Write one record and hand it to the OS (it survives the process being killed)."""
@@ -179,12 +183,15 @@ class LogWriter:
 
 def _cut_torn_tail(path: Path) -> None:
     try:
-        data = path.read_bytes()
+        data = _read_regular(path)
     except FileNotFoundError:
         return
     if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as handle:
-            handle.truncate(data.rfind(b"\n") + 1)
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, data.rfind(b"\n") + 1)
+        finally:
+            os.close(fd)
 
 
 def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> Record:
@@ -283,6 +290,19 @@ def parse_records(lines: Iterable[bytes], path: Path) -> tuple[list[Record], boo
     return records, torn
 
 
+def _read_regular(path: Path) -> bytes:
+    """A log file's bytes: never through a link, never blocking on a FIFO (a world folder is
+    untrusted input)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
+
+
 def read_log(path: Path) -> TickLog:
     """Read one tick log.
 
@@ -290,7 +310,7 @@ def read_log(path: Path) -> TickLog:
         LogError: the file is missing, malformed, or of an unknown format.
     """
     try:
-        data = path.read_bytes()
+        data = _read_regular(path)
     except OSError as exc:
         raise LogError(f"{path}: cannot read the tick log: {exc.strerror}") from None
     records, torn = parse_records(data.splitlines(keepends=True), path)
@@ -341,7 +361,13 @@ def recover_logs(root: Path) -> list[int]:
     if not folder.is_dir():
         return done
     for marker in sorted(folder.glob("tick-*.commit.json")):
-        record = orjson.loads(marker.read_bytes())
+        try:
+            record = orjson.loads(_read_regular(marker))
+            int(record["tick"])
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            logger.warning("%s: unreadable commit marker set aside (%s)", marker, exc)
+            os.replace(marker, marker.with_name(marker.name + ".bad"))
+            continue
         path = log_path(root, int(record["tick"]))
         if path.is_file():
             try:

@@ -294,3 +294,20 @@ def test_storage_never_follows_a_link_swapped_in_after_load(world: Path, outside
     with pytest.raises(Exception, match="symbolic link"):
         storage.commit(loaded)
     assert (outside / "o.json").read_text() == '{"precious": true}\n'
+
+
+def test_a_fifo_or_link_posing_as_a_tick_log_never_hangs_or_writes_out(
+    world: Path, outside: Path
+) -> None:
+    (world / ".sim" / "log").mkdir(parents=True)
+    os.mkfifo(world / ".sim" / "log" / "tick-000001.jsonl")
+    result = invoke("tick", "--world", str(world))  # would block forever reading the FIFO
+    assert "Traceback" not in result.output
+    assert result.exit_code in (0, 1, 2), result.output
+    (world / ".sim" / "log" / "tick-000001.jsonl").unlink()
+    target = outside / "o.json"
+    before = target.read_bytes()
+    (world / ".sim" / "log" / "tick-000001.jsonl").symlink_to(target)
+    result = invoke("tick", "--world", str(world))
+    assert "Traceback" not in result.output
+    assert target.read_bytes() == before
