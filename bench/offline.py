@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from bench.make_world import make_world
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.llm.adapters.offline import OfflineAdapter
+from sim.offline.adapter import OfflineAdapter
 from sim.llm.types import AdapterResponse, CallSettings, Exchange
 
 

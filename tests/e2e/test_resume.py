@@ -27,7 +27,7 @@ from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.errors import TickInterrupted
-from sim.llm.adapters.offline import OfflineAdapter
+from sim.offline.adapter import OfflineAdapter
 from sim.storage import Storage
 from sim.testing import CountingAdapter, call_digest, read_counts
 from sim.ticklog.format import TickLog, log_path, read_log

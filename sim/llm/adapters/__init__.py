@@ -11,7 +11,7 @@ from sim.llm.types import Adapter
 
 _REGISTRY = MappingProxyType(
     {
-        "offline": "sim.llm.adapters.offline:OfflineAdapter",
+        "offline": "sim.offline.adapter:OfflineAdapter",
         "openai": "sim.llm.adapters.openai:OpenAIAdapter",
         "chat": "sim.llm.adapters.chat:ChatAdapter",
         "replay": "sim.llm.adapters.replay:ReplayAdapter",  # needs a log: sim replay, resume

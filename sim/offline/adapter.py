@@ -1,6 +1,6 @@
 """The ``offline`` provider: a deterministic stand-in for a model, with no network.
 
-Answers come from ``sim.llm.offline``, which writes schema-valid, plausible content from the
+Answers come from ``sim.offline``, which writes schema-valid, plausible content from the
 names, places and objects in its input. The same world seed, instructions, input and chain
 window always give the same answer, response id and token counts, so a whole run is
 byte-for-byte reproducible while exercising chains, usage and the response store exactly as
@@ -16,7 +16,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.errors import LLMSchemaError
-from sim.llm.offline import estimate_tokens, generate, generate_tool_call
+from sim.offline import estimate_tokens, generate, generate_tool_call
 from sim.llm.tools import FunctionCall, ToolCallResponse, ToolCalls, ToolDeclaration
 from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from sim.llm.offline import templates as T
-from sim.llm.offline.resolution import resolve
-from sim.llm.offline.skills import intention
-from sim.llm.offline.story import narrate, summarize
+from sim.offline import templates as T
+from sim.offline.resolution import resolve
+from sim.offline.skills import intention
+from sim.offline.story import narrate, summarize
 
 Json = dict[str, Any]
 Skill = Callable[[Json, Random, Sequence[tuple[str, str]], Json], Json | None]
