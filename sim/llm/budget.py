@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
-from sim.offline import estimate_tokens
+from sim.llm.tokens import estimate_tokens
 from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
 from sim.llm.wrapper import AdapterWrapper, Call, Sent
 

@@ -157,11 +157,6 @@ def make_rng(seed: str, *salt: str) -> Random:
     return Random(seed + "\x1f" + "\x1f".join(salt) if salt else seed)
 
 
-def estimate_tokens(text: str) -> int:
-    """About four characters per token; at least one for any non-empty text."""
-    return (len(text) + 3) // 4 if text else 0
-
-
 def loads(text: str) -> object:
     try:
         return orjson.loads(text)
