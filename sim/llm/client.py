@@ -21,18 +21,23 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
 from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore, split_key
-from sim.llm.tools import ToolDeclaration, require_tools
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
-
-if TYPE_CHECKING:
-    from sim.llm.recovery import Attempt
+from sim.llm.tools import ToolDeclaration
+from sim.llm.types import (
+    Adapter,
+    AdapterResponse,
+    Attempt,
+    CallSettings,
+    Exchange,
+    ModelRequest,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -278,30 +283,30 @@ class LLMClient:
         depth = request.depth_override if request.depth_override is not None else self.default_depth
         return max(0, depth)
 
+    def _model_request(
+        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
+    ) -> ModelRequest:
+        """What the adapter is sent for ``request`` with this chain window."""
+        tools = request.tools
+        return ModelRequest(
+            instructions=request.instructions,
+            input=request.input_data,
+            schema=request.schema if tools is None else None,
+            tools=tools,
+            history=history,
+            previous_response_id=previous_id if tools is None else None,
+            settings=self.settings,
+        )
+
     async def _call(
         self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
     ) -> AdapterResponse:
-        if request.tools is not None:
-            return await require_tools(self.adapter).execute_tools(
-                instructions=request.instructions,
-                input_data=request.input_data,
-                tools=request.tools,
-                settings=self.settings,
-                history=history,
-            )
-        return await self.adapter.execute(
-            instructions=request.instructions,
-            input_data=request.input_data,
-            schema=request.schema,
-            previous_response_id=previous_id,
-            settings=self.settings,
-            history=history,
-        )
+        return await self.adapter.execute(self._model_request(request, history, previous_id))
 
     def _emit_attempts(
         self,
         request: LLMRequest,
-        attempts: list[Attempt],
+        attempts: tuple[Attempt, ...],
         usage: Usage,
         **fields: Any,
     ) -> tuple[int, Usage]:
@@ -395,8 +400,8 @@ class LLMClient:
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
             attempt, usage = self._emit_attempts(
                 request,
-                error.context.get("attempts") or [],
-                error.context.get("usage") or Usage(),
+                error.attempts,
+                error.usage,
                 history=history,
                 previous_response_id=previous_id,
                 depth=depth,
@@ -425,7 +430,7 @@ class LLMClient:
             raise error from exc
         attempt, _ = self._emit_attempts(
             request,
-            response.metadata.get("attempts") or [],
+            response.attempts,
             response.usage,
             history=history,
             previous_response_id=previous_id,

@@ -16,9 +16,9 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.errors import LLMSchemaError
+from sim.llm.tools import FunctionCall, ToolCalls, schema_of
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.offline import estimate_tokens, generate, generate_tool_call
-from sim.llm.tools import FunctionCall, ToolCallResponse, ToolCalls, ToolDeclaration
-from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 
@@ -55,78 +55,53 @@ class OfflineAdapter:
             digest.update(exchange.response_id.encode())
         return digest.hexdigest()
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        seed = self._seed(instructions, input_data, history)
-        data = generate(
-            json_schema(schema),
-            input_data,
-            seed=seed,
-            history=[(e.input, e.output) for e in history],
-            instructions=instructions,
-        )
-        try:
-            parsed = schema.model_validate(data)
-        except ValidationError as exc:  # a bug in the offline model, reported like a model's
-            raise LLMSchemaError(
-                f"offline model produced output invalid for {schema.__name__}: {exc}",
-                context={"schema": schema.__name__},
-            ) from exc
-        raw = orjson.dumps(data).decode()
-        input_tokens = estimate_tokens(instructions) + estimate_tokens(input_data)
-        for exchange in history:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """A seeded answer: schema-valid content, or a tool call when ``tools`` are set."""
+        seed = self._seed(request.instructions, request.input, request.history)
+        window = [(e.input, e.output) for e in request.history]
+        parsed: BaseModel
+        if request.tools is not None:
+            name, arguments = generate_tool_call(
+                [tool.openai_responses() for tool in request.tools],
+                request.input,
+                seed=seed,
+                history=window,
+            )
+            calls = [FunctionCall(name=name, arguments=arguments, call_id=f"call_{seed[:12]}")]
+            parsed = ToolCalls(calls=calls if name else [])
+            raw = parsed.dump()
+            finish = "tool_calls" if name else "stop"
+        else:
+            schema = schema_of(self, request)
+            data = generate(
+                json_schema(schema),
+                request.input,
+                seed=seed,
+                history=window,
+                instructions=request.instructions,
+            )
+            try:
+                parsed = schema.model_validate(data)
+            except ValidationError as exc:  # a bug in the offline model, reported like a model's
+                raise LLMSchemaError(
+                    f"offline model produced output invalid for {schema.__name__}: {exc}",
+                    model="offline",
+                ) from exc
+            raw = orjson.dumps(data).decode()
+            finish = "stop"
+        input_tokens = estimate_tokens(request.instructions) + estimate_tokens(request.input)
+        for exchange in request.history:
             input_tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
         return AdapterResponse(
             parsed=parsed,
             response_id=f"off_{seed[:24]}",
             usage=Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(raw)),
             model="offline",
-            finish_reason="stop",
+            finish_reason=finish,
             raw=raw,
-            metadata={"provider": "offline"},
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[ToolDeclaration, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> ToolCallResponse:
-        seed = self._seed(instructions, input_data, history)
-        name, arguments = generate_tool_call(
-            [tool.openai_responses() for tool in tools],
-            input_data,
-            seed=seed,
-            history=[(e.input, e.output) for e in history],
-        )
-        calls = [FunctionCall(name=name, arguments=arguments, call_id=f"call_{seed[:12]}")]
-        result = ToolCalls(calls=calls if name else [])
-        raw = result.dump()
-        input_tokens = estimate_tokens(instructions) + estimate_tokens(input_data)
-        for exchange in history:
-            input_tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
-        return AdapterResponse(
-            parsed=result,
-            response_id=f"off_{seed[:24]}",
-            usage=Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(raw)),
-            model="offline",
-            finish_reason="tool_calls" if name else "stop",
-            raw=raw,
-            metadata={"provider": "offline"},
+            provider=self.name,
         )
 
     async def delete_response(self, response_id: str) -> None:
         """Offline responses live only in the engine's store; record the request."""
         self.deleted.append(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return True

@@ -22,19 +22,12 @@ from sim.llm.adapters._openai_common import (
     post_json,
     request_timeout,
     strict_schema,
-    valid_settings,
     validate_text,
 )
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.errors import LLMAPIError, LLMIncompleteError, LLMRefusalError
-from sim.llm.tools import (
-    FunctionCall,
-    ToolCallResponse,
-    ToolCalls,
-    ToolDeclaration,
-    parse_arguments,
-)
-from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.tools import FunctionCall, ToolCalls, parse_arguments, schema_of
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, ModelRequest, Usage
 
 Json = dict[str, Any]
 
@@ -58,6 +51,22 @@ def _messages(
         messages.append({"role": "assistant", "content": exchange.output})
     messages.append({"role": "user", "content": input_data})
     return messages
+
+
+def _tool_calls(message: Json) -> ToolCalls:
+    """The function calls (and any text) of a tool-calling message."""
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        name = str(function.get("name") or "")
+        calls.append(
+            FunctionCall(
+                name=name,
+                arguments=parse_arguments(name, function.get("arguments")),
+                call_id=str(call.get("id") or ""),
+            )
+        )
+    return ToolCalls(calls=calls, content=message.get("content") or None)
 
 
 class ChatAdapter:
@@ -84,7 +93,6 @@ class ChatAdapter:
         timeout_seconds: float = 60.0,
         connect_timeout_seconds: float = 10.0,
         max_concurrency: int = 64,
-        **_: Any,
     ) -> None:
         self.api_key_env = api_key_env
         self.connect_timeout_seconds = connect_timeout_seconds
@@ -135,19 +143,19 @@ class ChatAdapter:
         return data
 
     @staticmethod
-    def _message(data: Json, usage: Usage, context: dict[str, Any]) -> Json:
-        context = {**context, "usage": usage, "response_id": data.get("id")}
+    def _message(data: Json, usage: Usage, model: str) -> Json:
         choices = data.get("choices") or []
         if not choices:
             raise LLMIncompleteError(
-                "the server returned no choices", reason="empty", context=context
+                "the server returned no choices", reason="empty", model=model, usage=usage
             )
         choice = choices[0]
         if choice.get("finish_reason") == "length":
             raise LLMIncompleteError(
                 "the answer was cut short (max_output_tokens)",
                 reason="max_output_tokens",
-                context=context,
+                model=model,
+                usage=usage,
             )
         message: Json = choice.get("message") or {}
         refusal = message.get("refusal")
@@ -155,89 +163,57 @@ class ChatAdapter:
             raise LLMRefusalError(
                 f"the model refused: {refusal}",
                 refusal_message=str(refusal),
-                context=context,
+                model=model,
+                usage=usage,
             )
         return message
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        settings = settings or CallSettings()
-        data = await self._create(
-            settings,
-            {
-                "response_format": {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": schema.__name__,
-                        "schema": strict_schema(schema),
-                        "strict": True,
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """One ``POST /chat/completions``: a strict JSON-schema answer, or tool calls."""
+        settings = request.settings
+        messages = _messages(request.instructions, request.history, request.input)
+        if request.tools is not None:
+            data = await self._create(
+                settings,
+                {"tools": [tool.openai_chat() for tool in request.tools]},
+                messages=messages,
+                tool_choice="required",
+            )
+        else:
+            schema = schema_of(self, request)
+            data = await self._create(
+                settings,
+                {
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {
+                            "name": schema.__name__,
+                            "schema": strict_schema(schema),
+                            "strict": True,
+                        },
                     },
                 },
-            },
-            messages=_messages(instructions, history, input_data),
-        )
+                messages=messages,
+            )
         usage = _usage(data)
-        cid = str(data.get("id") or "")
-        context = {"model": settings.model}
-        message = self._message(data, usage, context)
-        text = str(message.get("content") or "")
-        parsed = validate_text(schema, text, usage, {**context, "response_id": cid})
+        message = self._message(data, usage, settings.model)
+        parsed: BaseModel
+        if request.tools is not None:
+            parsed = _tool_calls(message)
+            raw = parsed.dump()
+            finish = "tool_calls" if parsed.calls else "stop"
+        else:
+            raw = str(message.get("content") or "")
+            parsed = validate_text(schema, raw, usage, settings.model)
+            finish = "stop"
         return AdapterResponse(
             parsed=parsed,
-            response_id=cid,
-            usage=usage,
-            model=str(data.get("model") or settings.model),
-            finish_reason="stop",
-            raw=text,
-            metadata={"provider": self.name},
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[ToolDeclaration, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> ToolCallResponse:
-        settings = settings or CallSettings()
-        data = await self._create(
-            settings,
-            {
-                "tools": [tool.openai_chat() for tool in tools],
-            },
-            messages=_messages(instructions, history, input_data),
-            tool_choice="required",
-        )
-        usage = _usage(data)
-        message = self._message(data, usage, {"model": settings.model})
-        calls = []
-        for call in message.get("tool_calls") or ():
-            function = call.get("function") or {}
-            name = str(function.get("name") or "")
-            calls.append(
-                FunctionCall(
-                    name=name,
-                    arguments=parse_arguments(name, function.get("arguments")),
-                    call_id=str(call.get("id") or ""),
-                )
-            )
-        result = ToolCalls(calls=calls, content=message.get("content") or None)
-        return AdapterResponse(
-            parsed=result,
             response_id=str(data.get("id") or ""),
             usage=usage,
             model=str(data.get("model") or settings.model),
-            finish_reason="tool_calls" if calls else "stop",
-            raw=result.dump(),
-            metadata={"provider": self.name},
+            finish_reason=finish,
+            raw=raw,
+            provider=self.name,
         )
 
     async def delete_response(self, response_id: str) -> None:
@@ -246,6 +222,3 @@ class ChatAdapter:
     async def aclose(self) -> None:
         """Close the SDK client's connections (call on the loop that used them)."""
         await self.pool.aclose()
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return valid_settings(settings)

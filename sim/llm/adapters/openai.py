@@ -5,7 +5,7 @@ with every call. The answer is checked here, in this order: ``status == "incompl
 ``LLMIncompleteError`` (never re-asked as a schema error: a truncated answer re-asked burns
 tokens); refusal content -> ``LLMRefusalError``; ``model_validate_json(output_text)``
 failure -> ``LLMSchemaError``. Every failure carries the attempt's usage in
-``error.context["usage"]`` so recovery can count it.
+``error.usage`` so recovery and the budget can count it.
 
 Chains: in ``window`` mode the window's exchanges are sent as input items and nothing is
 stored server-side (``store=False``); in ``server`` mode responses are stored and chained
@@ -27,19 +27,12 @@ from sim.llm.adapters._openai_common import (
     post_json,
     request_timeout,
     strict_schema,
-    valid_settings,
     validate_text,
 )
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
-from sim.llm.tools import (
-    FunctionCall,
-    ToolCallResponse,
-    ToolCalls,
-    ToolDeclaration,
-    parse_arguments,
-)
-from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.tools import FunctionCall, ToolCalls, parse_arguments, schema_of
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, ModelRequest, Usage
 
 Json = dict[str, Any]
 
@@ -74,6 +67,22 @@ def _input_items(history: tuple[Exchange, ...], input_data: str) -> list[Json]:
     return items
 
 
+def _tool_calls(data: Json) -> ToolCalls:
+    """The function calls (and any text) of a tool-calling answer."""
+    calls: list[FunctionCall] = []
+    for item in data.get("output") or ():
+        if item.get("type") == "function_call":
+            name = str(item.get("name") or "")
+            calls.append(
+                FunctionCall(
+                    name=name,
+                    arguments=parse_arguments(name, item.get("arguments")),
+                    call_id=str(item.get("call_id") or ""),
+                )
+            )
+    return ToolCalls(calls=calls, content=_output_text(data) or None)
+
+
 class OpenAIAdapter:
     """OpenAI Responses API adapter.
 
@@ -100,7 +109,6 @@ class OpenAIAdapter:
         connect_timeout_seconds: float = 10.0,
         max_concurrency: int = 64,
         store: bool = False,
-        **_: Any,
     ) -> None:
         self.api_key_env = api_key_env
         self.connect_timeout_seconds = connect_timeout_seconds
@@ -150,21 +158,21 @@ class OpenAIAdapter:
         return data
 
     @staticmethod
-    def _check(data: Json, usage: Usage, context: dict[str, Any]) -> None:
+    def _check(data: Json, usage: Usage, model: str) -> None:
         """Incomplete, failed and refused answers, in that order."""
-        context = {**context, "usage": usage, "response_id": data.get("id")}
         status = data.get("status")
         if status == "incomplete":
             reason = str((data.get("incomplete_details") or {}).get("reason") or "unknown")
             raise LLMIncompleteError(
-                f"the answer was cut short ({reason})", reason=reason, context=context
+                f"the answer was cut short ({reason})", reason=reason, model=model, usage=usage
             )
         if status == "failed":
             error = data.get("error") or {}
             raise LLMAPIError(
                 f"the response failed: {error.get('message', '')}",
                 code=str(error.get("code") or "response_failed"),
-                context=context,
+                model=model,
+                usage=usage,
             )
         for item in data.get("output") or ():
             if item.get("type") != "message":
@@ -175,96 +183,56 @@ class OpenAIAdapter:
                     raise LLMRefusalError(
                         f"the model refused: {refusal}",
                         refusal_message=refusal,
-                        context=context,
+                        model=model,
+                        usage=usage,
                     )
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        settings = settings or CallSettings()
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """One ``POST /responses``: a strict JSON-schema answer, or tool calls."""
+        settings = request.settings
         body: Json = {
-            "instructions": instructions,
-            "input": _input_items(history, input_data),
-            "text": {
+            "instructions": request.instructions,
+            "input": _input_items(request.history, request.input),
+        }
+        if request.tools is not None:
+            body["tools"] = [tool.openai_responses() for tool in request.tools]
+            body["tool_choice"] = "required"
+        else:
+            schema = schema_of(self, request)
+            body["text"] = {
                 "format": {
                     "type": "json_schema",
                     "name": schema.__name__,
                     "schema": strict_schema(schema),
                     "strict": True,
                 }
-            },
-        }
-        if previous_response_id:
-            body["previous_response_id"] = previous_response_id
+            }
+        if request.previous_response_id:
+            body["previous_response_id"] = request.previous_response_id
         data = await self._create(settings, body)
         usage = _usage(data)
         rid = str(data.get("id") or "")
-        context = {"model": settings.model}
+        parsed: BaseModel
         try:
-            self._check(data, usage, context)
-            text = _output_text(data)
-            parsed = validate_text(schema, text, usage, {**context, "response_id": rid})
+            self._check(data, usage, settings.model)
+            if request.tools is not None:
+                parsed = _tool_calls(data)
+                raw = parsed.dump()
+            else:
+                raw = _output_text(data)
+                parsed = validate_text(schema, raw, usage, settings.model)
         except LLMError:
             await self._discard(rid)
             raise
+        calls = isinstance(parsed, ToolCalls) and bool(parsed.calls)
         return AdapterResponse(
             parsed=parsed,
             response_id=rid,
             usage=usage,
             model=str(data.get("model") or settings.model),
-            finish_reason="stop",
-            raw=text,
-            metadata={"provider": self.name},
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[ToolDeclaration, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> ToolCallResponse:
-        settings = settings or CallSettings()
-        body: Json = {
-            "instructions": instructions,
-            "input": _input_items(history, input_data),
-            "tools": [tool.openai_responses() for tool in tools],
-            "tool_choice": "required",
-        }
-        data = await self._create(settings, body)
-        usage = _usage(data)
-        try:
-            self._check(data, usage, {"model": settings.model})
-        except LLMError:
-            await self._discard(str(data.get("id") or ""))
-            raise
-        calls: list[FunctionCall] = []
-        for item in data.get("output") or ():
-            if item.get("type") == "function_call":
-                name = str(item.get("name") or "")
-                calls.append(
-                    FunctionCall(
-                        name=name,
-                        arguments=parse_arguments(name, item.get("arguments")),
-                        call_id=str(item.get("call_id") or ""),
-                    )
-                )
-        result = ToolCalls(calls=calls, content=_output_text(data) or None)
-        return AdapterResponse(
-            parsed=result,
-            response_id=str(data.get("id") or ""),
-            usage=usage,
-            model=str(data.get("model") or settings.model),
             finish_reason="tool_calls" if calls else "stop",
-            raw=result.dump(),
-            metadata={"provider": self.name},
+            raw=raw,
+            provider=self.name,
         )
 
     async def _discard(self, response_id: str) -> None:
@@ -288,6 +256,3 @@ class OpenAIAdapter:
     async def aclose(self) -> None:
         """Close the SDK client's connections (call on the loop that used them)."""
         await self.pool.aclose()
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return valid_settings(settings)
