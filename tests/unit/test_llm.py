@@ -1137,3 +1137,42 @@ def test_unknown_adapter_option_is_rejected(monkeypatch: pytest.MonkeyPatch) -> 
         create_adapter("chat", api_key_env="SIM_TEST_KEY", store=True)  # chat keeps nothing
     with pytest.raises(TypeError):
         OfflineAdapter(seed=1, sede=2)  # type: ignore[call-arg]
+
+
+# --------------------------------------------------------------------------------------
+# Chain: the ids in the entity and the exchanges in the store, as one
+
+
+def test_chain_confirm_and_evict_change_ids_and_exchanges_together(
+    bob: dict[str, Any],
+) -> None:
+    store = ResponseStore()
+    manager = ResponseChainManager([bob], store)
+    chain = manager.chain("intention:bob")
+    assert chain is not None and manager.chain("intention:nobody") is None
+
+    for n in range(3):
+        chain.confirm(f"r{n}", Exchange(f"r{n}", f"in {n}", f"out {n}"), depth=2)
+
+    assert bob["_openai"]["intention_chain"] == ["r1", "r2"]
+    assert chain.window(2) == (Exchange("r1", "in 1", "out 1"), Exchange("r2", "in 2", "out 2"))
+    assert chain.window(1) == (Exchange("r2", "in 2", "out 2"),)
+    assert store.get("intention:bob", "r0") is None  # evicted with its id
+    assert manager.evicted == [("intention:bob", "r0")]
+    # a depth decrease trims several at once, both halves
+    assert chain.confirm("r3", Exchange("r3", "in 3", "out 3"), depth=1) == ["r1", "r2"]
+    assert chain.ids == ["r3"] and chain.previous == "r3"
+    assert [e.response_id for e in chain.window(5)] == ["r3"]
+    assert store.get("intention:bob", "r2") is None
+    # the spec-002 facade is the same chain
+    assert manager.get_chain("intention:bob") == ["r3"]
+    assert manager.get_previous("intention:bob") == "r3"
+    assert manager.reset("intention:bob") == ["r3"] and chain.ids == []
+
+
+def test_chain_without_a_store_keeps_ids_only(bob: dict[str, Any]) -> None:
+    chain = ResponseChainManager([bob]).chain("memory:bob")
+    assert chain is not None
+    assert chain.confirm("r1", Exchange("r1", "in", "out"), depth=2) == []
+    assert chain.ids == ["r1"] and chain.window(2) == ()
+    assert chain.confirm("r2", None, depth=0) == [] and chain.ids == ["r1"]  # unchained
