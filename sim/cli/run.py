@@ -72,6 +72,13 @@ def print_tick(result: TickResult) -> None:
             click.echo(f"fallback model: {report.name} {entity_key}: {models}")
         for warning in report.warnings:
             click.echo(f"ignored: {warning}")
+    pushed = result.backpressure
+    if pushed and (pushed["rate_limited"] or pushed["timeouts"] or pushed["down_failures"]):
+        click.echo(
+            f"\nbackpressure: {pushed['rate_limited']} rate-limited and {pushed['timeouts']} "
+            f"timed-out attempts (retried), paused {pushed['paused_seconds']:.1f}s; "
+            f"concurrency limit {pushed['limit']} (lowest {pushed['lowest_limit']})"
+        )
     click.echo("\nphase        calls  failed  retries  input tok  output tok")
     for report in result.reports:
         if report.name == "apply":

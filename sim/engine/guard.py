@@ -69,6 +69,14 @@ class PhaseGuard:
                 )
             raise self.fatal
         failed = infrastructure_failures(report)
+        first = next(
+            (
+                reason
+                for reason in report.errors.values()
+                if reason.split(":", 1)[0] not in CONTENT_FAILURES
+            ),
+            "",
+        )
         if (
             report.calls
             and len(failed) >= MIN_FAILED_CALLS
@@ -78,5 +86,6 @@ class PhaseGuard:
             raise RunFailed(
                 f"phase {report.name}: {len(failed)} of {report.calls} calls failed "
                 f"after recovery ({', '.join(reasons)}), more than max_failed_fraction = "
-                f"{self.max_failed_fraction}; the tick was not committed and can be re-run"
+                f"{self.max_failed_fraction}; the tick was not committed and can be re-run. "
+                f"First: {first.split(': ', 1)[-1]}"
             )

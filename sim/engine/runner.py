@@ -16,6 +16,7 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
+from sim.llm.backpressure import find_endpoint
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
@@ -49,6 +50,8 @@ class TickResult:
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     resumed_calls: int = 0
+    #: how the endpoint pushed back during this tick (``EndpointStats.to_dict``), if any
+    backpressure: dict[str, Any] | None = None
 
     @property
     def calls(self) -> int:
@@ -237,6 +240,8 @@ class Runner:
         timings: dict[str, float],
         dropped: tuple[str, ...] = (),
     ) -> TickResult:
+        endpoint = find_endpoint(adapter)
+        pushed_before = endpoint.stats.to_dict() if endpoint is not None else None
         store = ResponseStore(world.root)
         for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
             chain, _, name = rel.removeprefix(".sim/responses/").partition("/")
@@ -288,6 +293,8 @@ class Runner:
             notes=recorder.notes,
             resumed_calls=recorder.resumed_calls,
         )
+        if endpoint is not None and pushed_before is not None:
+            result.backpressure = endpoint.stats.since(pushed_before, endpoint.limit)
         totals = {
             "calls": result.calls,
             "failures": result.failures,

@@ -3,11 +3,15 @@
 A wrapper (STYLE #6) that every attempt passes through, one shared ``Endpoint`` per
 provider URL:
 
-- **An adaptive concurrency limit (AIMD).** At most ``limit`` attempts are in flight. Each
-  success adds ``1 / limit`` (one more slot per window of answers); a 429 or a timeout
-  halves it, once per window (only an attempt sent after the last decrease can decrease it
-  again, so a burst of 429s from attempts already in flight counts once). The limit stays
-  between 1 and ``max_concurrency``.
+- **An adaptive concurrency limit (AIMD).** At most ``limit`` attempts are in flight. The
+  limit is decided once per window (``limit`` completed attempts, at least
+  ``MIN_WINDOW``): a window in which more
+  than ``CONGESTION_FRACTION`` of the attempts were rate limited or timed out halves it
+  (multiplicative decrease), any other window adds one slot (additive increase), between 1
+  and ``max_concurrency``. Deciding per window, on a fraction, means a burst of 429s from
+  attempts already in flight counts once, and a steady trickle of unrelated 429s or
+  timeouts does not shrink the limit to nothing: it is the shared pause that answers
+  those.
 - **A shared pause.** A 429's ``Retry-After`` (or, without one, a short default) pauses
   *every* attempt to that endpoint, not just the one that was told: the others would be
   told the same thing a moment later.
@@ -31,9 +35,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.llm.errors import LLMAPIError, LLMError, LLMRateLimitError, LLMTimeoutError
-from sim.llm.types import AdapterResponse
-from sim.llm.wrapper import AdapterWrapper, Call, Sent
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.wrapper import AdapterWrapper
 
+#: a window with more rate-limited or timed-out attempts than this halves the limit
+CONGESTION_FRACTION = 0.5
+#: the fewest attempts a window decides on: a handful says little about a fraction
+MIN_WINDOW = 10
 #: pause after a 429 that carries no Retry-After
 DEFAULT_PAUSE_SECONDS = 1.0
 #: the longest pause honoured from one Retry-After (a larger one is capped, not obeyed)
@@ -50,6 +58,17 @@ class EndpointStats:
     paused_seconds: float = 0.0
     down_failures: int = 0
     lowest_limit: float = 0.0
+
+    def since(self, before: dict[str, Any], limit: float) -> dict[str, Any]:
+        """What happened after the snapshot ``before`` (a ``to_dict``), and the limit now."""
+        now = self.to_dict()
+        out = {
+            k: round(now[k] - before[k], 3) if isinstance(now[k], float) else now[k] - before[k]
+            for k in ("rate_limited", "timeouts", "decreases", "paused_seconds", "down_failures")
+        }
+        out["lowest_limit"] = now["lowest_limit"]
+        out["limit"] = int(limit)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,7 +98,14 @@ def _is_down_signal(error: LLMError) -> bool:
 
 def describe_connection_error(url: str, error: LLMError) -> str:
     """``cannot connect to URL (connection refused)`` from whatever the transport said."""
-    text = f"{error.message} {error.cause!r}".lower()
+    parts = [error.message]
+    cause: BaseException | None = error.cause
+    for _ in range(6):  # the SDK's error wraps the transport's, which wraps the OS's
+        if cause is None:
+            break
+        parts.append(repr(cause))
+        cause = cause.__cause__ or cause.__context__
+    text = " ".join(parts).lower()
     if "refused" in text:
         why = "connection refused"
     elif "reset" in text:
@@ -89,6 +115,15 @@ def describe_connection_error(url: str, error: LLMError) -> str:
     else:
         why = "no answer"
     return f"cannot connect to {url} ({why})"
+
+
+class _Cancelled(LLMError):
+    """An attempt cancelled by the caller (Ctrl-C, SIGTERM): says nothing about health."""
+
+    default_code = "cancelled"
+
+
+_CANCELLED = _Cancelled("cancelled")
 
 
 class Endpoint:
@@ -116,7 +151,8 @@ class Endpoint:
         self.limit = self.max_limit
         self.in_flight = 0
         self.paused_until = 0.0
-        self.last_decrease = float("-inf")
+        self.window_done = 0
+        self.window_congested = 0
         self.down_threshold = max(1, down_threshold)
         self.down_cooldown = down_cooldown
         self.down_streak = 0
@@ -145,9 +181,7 @@ class Endpoint:
             self._check_down()
             now = self.clock()
             if self.paused_until > now:
-                wait = self.paused_until - now
-                self.stats.paused_seconds += wait
-                await asyncio.sleep(wait)
+                await asyncio.sleep(self.paused_until - now)
                 continue
             if self.in_flight < max(1, int(self.limit)):
                 self.in_flight += 1
@@ -177,23 +211,21 @@ class Endpoint:
         """Adapt the limit and health to one attempt's outcome."""
         self.in_flight -= 1
         now = self.clock()
+        congested = isinstance(error, (LLMRateLimitError, LLMTimeoutError))
         if error is None:
-            self.limit = min(self.max_limit, self.limit + 1.0 / self.limit)
             self.down_streak = 0
             self.down_since = None
             self.probing = False
-        elif isinstance(error, (LLMRateLimitError, LLMTimeoutError)):
-            if isinstance(error, LLMRateLimitError):
-                self.stats.rate_limited += 1
-                pause = error.retry_after if error.retry_after is not None else DEFAULT_PAUSE_SECONDS
-                self.paused_until = max(self.paused_until, now + min(pause, MAX_PAUSE_SECONDS))
-            else:
-                self.stats.timeouts += 1
-            if sent_at >= self.last_decrease:  # once per window
-                self.limit = max(1.0, self.limit / 2.0)
-                self.last_decrease = now
-                self.stats.decreases += 1
-                self.stats.lowest_limit = min(self.stats.lowest_limit, self.limit)
+        elif isinstance(error, LLMRateLimitError):
+            self.stats.rate_limited += 1
+            pause = error.retry_after if error.retry_after is not None else DEFAULT_PAUSE_SECONDS
+            until = now + min(pause, MAX_PAUSE_SECONDS)
+            if until > self.paused_until:  # wall-clock time paused, counted once
+                self.stats.paused_seconds += until - max(self.paused_until, now)
+                self.paused_until = until
+            self.probing = False
+        elif isinstance(error, LLMTimeoutError):
+            self.stats.timeouts += 1
             self.probing = False
         elif _is_down_signal(error):
             self.stats.down_failures += 1
@@ -202,10 +234,26 @@ class Endpoint:
             if self.probing or self.down_streak >= self.down_threshold:
                 self.down_since = now
             self.probing = False
-        else:  # a content failure: the endpoint answered
+        elif error is not _CANCELLED:  # a content failure: the endpoint answered
             self.down_streak = 0
             self.probing = False
+        if error is not _CANCELLED:
+            self._count(congested)
         self._notify()
+
+    def _count(self, congested: bool) -> None:
+        """One more attempt in the current window; decide the limit when it is full."""
+        self.window_done += 1
+        self.window_congested += congested
+        if self.window_done < max(MIN_WINDOW, int(self.limit)):
+            return
+        if self.window_congested > CONGESTION_FRACTION * self.window_done:
+            self.limit = max(1.0, self.limit / 2.0)
+            self.stats.decreases += 1
+            self.stats.lowest_limit = min(self.stats.lowest_limit, self.limit)
+        else:
+            self.limit = min(self.max_limit, self.limit + 1.0)
+        self.window_done = self.window_congested = 0
 
 
 class BackpressureAdapter(AdapterWrapper):
@@ -216,15 +264,15 @@ class BackpressureAdapter(AdapterWrapper):
         endpoint: the shared state of the provider URL this adapter sends to.
     """
 
-    def __init__(self, inner: Any, endpoint: Endpoint) -> None:
+    def __init__(self, inner: Adapter, endpoint: Endpoint) -> None:
         super().__init__(inner)
         self.endpoint = endpoint
 
-    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
         endpoint = self.endpoint
         sent_at = await endpoint.acquire()
         try:
-            response = await call()
+            response = await self.inner.execute(request)
         except LLMError as exc:
             endpoint.release(sent_at, exc)
             if exc.code == "connection_error" and not isinstance(exc, EndpointDownError):
@@ -236,15 +284,6 @@ class BackpressureAdapter(AdapterWrapper):
             raise
         endpoint.release(sent_at, None)
         return response
-
-
-class _Cancelled(LLMError):
-    """An attempt cancelled by the caller (Ctrl-C, SIGTERM): says nothing about health."""
-
-    default_code = "cancelled"
-
-
-_CANCELLED = _Cancelled("cancelled")
 
 
 def find_endpoint(adapter: object) -> Endpoint | None:

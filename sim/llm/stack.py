@@ -1,6 +1,7 @@
 """Build the adapter stack from config.
 
-The stack, innermost first: the provider's adapter -> budget (each attempt reserves its
+The stack, innermost first: the provider's adapter -> backpressure (an adaptive
+concurrency limit and a shared Retry-After pause per endpoint; not for offline) -> budget (each attempt reserves its
 worst case, priced for the model actually used) -> rate limiter (requests and tokens per
 minute) -> recovery (retries, fallback models, breakers). Phases see only the outermost.
 """
@@ -8,10 +9,12 @@ minute) -> recovery (retries, fallback models, breakers). Phases see only the ou
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sim.llm.adapters import create_adapter
+from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
@@ -36,6 +39,12 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     if llm.provider == "openai":  # the one provider that keeps responses (server chains)
         options["store"] = llm.chain_mode == "server"
     return options
+
+
+def endpoint_url(base_url: str) -> str:
+    """Where requests go: ``base_url``, else ``$OPENAI_BASE_URL``, else OpenAI's API (what
+    the openai SDK does)."""
+    return base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
 
 
 def make_budget(config: Config) -> Budget:
@@ -71,6 +80,16 @@ def build_stack(
     """
     llm = config.llm
     inner: Adapter = provider or create_adapter(llm.provider, **provider_options(config, seed))
+    if llm.provider != "offline":  # a network endpoint: slow down when it says so
+        inner = BackpressureAdapter(
+            inner,
+            Endpoint(
+                endpoint_url(llm.base_url),
+                llm.max_concurrency,
+                down_threshold=llm.breaker_threshold,
+                down_cooldown=llm.breaker_cooldown_seconds,
+            ),
+        )
     inner = BudgetAdapter(inner, budget or make_budget(config))
     if llm.requests_per_minute or llm.tokens_per_minute:
         inner = RateLimitedAdapter(
