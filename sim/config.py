@@ -216,7 +216,7 @@ def _problems(
                 source,
                 "llm.chain_mode",
                 f"provider {config.llm.provider!r} cannot keep chains on its server; "
-                f"use chain_mode = \"window\" (\"server\" needs: "
+                f'use chain_mode = "window" ("server" needs: '
                 f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
             )
         )
@@ -235,9 +235,7 @@ def _routing_settings(data: Mapping[str, Any], prefix: str = "") -> dict[str, An
     out: dict[str, Any] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
-        if not prefix and key in ROUTING_TABLES:
-            out[dotted] = value
-        elif key in ROUTING_KEYS:
+        if (not prefix and key in ROUTING_TABLES) or key in ROUTING_KEYS:
             out[dotted] = value
         elif isinstance(value, Mapping):
             out.update(_routing_settings(value, f"{dotted}."))
@@ -330,7 +328,7 @@ def load_config(
 def _read_world_toml(path: Path) -> dict[str, Any]:
     """A world's ``config.toml``: a regular file inside the world, read without following
     a link, size-limited."""
-    from sim import safefs  # noqa: PLC0415 - config stays importable without storage
+    from sim import safefs
 
     try:
         raw = safefs.read_file(path.parent, path.name, 1024 * 1024)
@@ -352,7 +350,7 @@ def endpoint(config: Config) -> tuple[str, str | None]:
     The openai SDK falls back to ``OPENAI_BASE_URL`` and then OpenAI's own endpoint when
     ``base_url`` is empty; this says which one applies.
     """
-    import os  # noqa: PLC0415
+    import os
 
     if config.llm.provider == "offline":
         return "none (offline provider: no network)", None

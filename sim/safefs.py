@@ -18,7 +18,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from sim.errors import InputError
@@ -73,10 +73,8 @@ def _open_dir_at(dir_fd: int, name: str, shown: Path, create: bool) -> int:
     except FileNotFoundError:
         if not create:
             raise
-        try:
+        with suppress(FileExistsError):
             os.mkdir(name, 0o755, dir_fd=dir_fd)
-        except FileExistsError:
-            pass
         return _open_dir_at(dir_fd, name, shown, create=False)
     except (NotADirectoryError, OSError) as exc:
         if isinstance(exc, NotADirectoryError) or exc.errno == errno.ELOOP:
@@ -194,10 +192,8 @@ def write_at(dir_fd: int, name: str, shown: Path, data: bytes) -> None:
 
 def unlink_at(dir_fd: int, name: str) -> None:
     """Remove a file (a link is removed, never its target); missing is fine."""
-    try:
+    with suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
 
 
 def symlink_on_path(root: Path, rel: str) -> str | None:

@@ -72,6 +72,7 @@ class CorruptJournal(SimError):
             "then run the command again"
         )
 
+
 _libc_syncfs: Any = None
 with contextlib.suppress(OSError, AttributeError, TypeError):
     _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -546,13 +547,7 @@ class Storage:
         if not isinstance(rel, str):
             raise UnsafePath(None, None, f"refusing a path that is not text: {rel!r}")
         parts = rel.split("/")
-        if (
-            not rel
-            or rel.startswith("/")
-            or ".." in parts
-            or rel in (".", "")
-            or "\x00" in rel
-        ):
+        if not rel or rel.startswith("/") or ".." in parts or rel in (".", "") or "\x00" in rel:
             raise UnsafePath(None, None, f"refusing to write outside the world folder: {rel!r}")
         if rel in (JOURNAL, JOURNAL_TMP):
             raise UnsafePath(None, None, f"refusing to write the engine's own journal: {rel!r}")
@@ -594,9 +589,7 @@ class Storage:
                 parts = folder.split("/") if folder else []
                 creating = any(data is not None for _, data in entries)
                 try:
-                    dir_fd = stack.enter_context(
-                        safefs.open_dir(self.root, parts, create=creating)
-                    )
+                    dir_fd = stack.enter_context(safefs.open_dir(self.root, parts, create=creating))
                 except FileNotFoundError:
                     continue  # only deletions, in a folder that is not there
                 for name, data in entries:
@@ -660,9 +653,8 @@ class Storage:
                 problem = commit_path_problem(rel) or safefs.symlink_on_path(self.root, rel)
             except UnsafePath as exc:
                 problem = exc.problem
-            if problem is not None:
-                if text is None and problem == f"{rel} is a symbolic link":
-                    problem = None  # deleting a link removes the link, never its target
+            if text is None and problem == f"{rel} is a symbolic link":
+                problem = None  # deleting a link removes the link, never its target
             if problem is not None:
                 raise CorruptJournal(self.root, f"names an unsafe path: {problem}")
             out[rel] = None if text is None else text.encode("utf-8")
@@ -682,7 +674,9 @@ class Storage:
         for rel in (SIM_DIR, f"{SIM_DIR}/log", f"{SIM_DIR}/responses"):
             path = self.root / rel
             if os.path.islink(path):
-                raise UnsafePath(path, None, "is a symbolic link; expected a folder inside the world")
+                raise UnsafePath(
+                    path, None, "is a symbolic link; expected a folder inside the world"
+                )
             if os.path.lexists(path) and not os.path.isdir(path):
                 raise UnsafePath(path, None, "expected a folder")
 
@@ -695,9 +689,11 @@ class Storage:
             CorruptJournal: the journal cannot be applied safely (nothing is written).
         """
         self.check_engine_dirs()
-        with contextlib.suppress(FileNotFoundError):
-            with safefs.open_dir(self.root, [SIM_DIR]) as sim_fd:
-                safefs.unlink_at(sim_fd, JOURNAL_TMP.rsplit("/", 1)[1])
+        with (
+            contextlib.suppress(FileNotFoundError),
+            safefs.open_dir(self.root, [SIM_DIR]) as sim_fd,
+        ):
+            safefs.unlink_at(sim_fd, JOURNAL_TMP.rsplit("/", 1)[1])
         if self._journal_bytes() is None:
             return False
         files = self._journal_overlay()

@@ -47,7 +47,7 @@ _TRUST = click.option(
 )
 
 
-def CONFIG(command: Any) -> Any:  # noqa: N802 - used as @CONFIG like the other options
+def CONFIG(command: Any) -> Any:
     """``--config FILE`` and ``--trust-world-config``."""
     return _CONFIG_FILE(_TRUST(command))
 

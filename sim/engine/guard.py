@@ -16,7 +16,6 @@ from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMErr
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
 
-
 #: error codes of content failures: the model answered, but not usably
 CONTENT_FAILURES = frozenset(
     {"refusal", "schema_error", "incomplete", "context_length", "tool_error", "unknown_tool"}

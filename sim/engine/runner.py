@@ -34,6 +34,7 @@ PhaseStage = Literal["start", "end"]
 class _Terminated(Exception):
     """SIGTERM arrived during a run (turned into ``TickInterrupted`` by ``Runner.run``)."""
 
+
 PhaseHook = Callable[[str, PhaseStage, PhaseReport | None], None]
 
 

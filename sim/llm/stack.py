@@ -1,9 +1,10 @@
 """Build the adapter stack from config.
 
 The stack, innermost first: the provider's adapter -> backpressure (an adaptive
-concurrency limit and a shared Retry-After pause per endpoint; not for offline) -> budget (each attempt reserves its
-worst case, priced for the model actually used) -> rate limiter (requests and tokens per
-minute) -> recovery (retries, fallback models, breakers). Phases see only the outermost.
+concurrency limit and a shared Retry-After pause per endpoint; not for offline) -> budget
+(each attempt reserves its worst case, priced for the model actually used) -> rate limiter
+(requests and tokens per minute) -> recovery (retries, fallback models, breakers). Phases
+see only the outermost.
 """
 
 from __future__ import annotations

@@ -185,9 +185,7 @@ def test_a_missing_entity_folder_is_an_error(world: Path) -> None:
     clean_exit(invoke("check", "--world", str(world)), 0)
 
 
-def test_an_entity_file_over_the_size_limit_is_refused_by_name(
-    world: Path, tmp_path: Path
-) -> None:
+def test_an_entity_file_over_the_size_limit_is_refused_by_name(world: Path, tmp_path: Path) -> None:
     edit(world / ADA, lambda d: d.__setitem__("notes", "x" * 5000))
     mine = tmp_path / "mine.toml"
     mine.write_text("[limits]\nmax_entity_bytes = 4096\n")
@@ -263,8 +261,10 @@ def test_sigterm_is_treated_like_ctrl_c(world: Path, stub_server) -> None:  # ty
     stub_server.options.latency = 3.0
     env = {**os.environ, "OPENAI_API_KEY": "sk-test", "PYTHONUNBUFFERED": "1"}
     child = subprocess.Popen(
-        [sys.executable, "-m", "sim", "tick", "--world", str(world), "--provider", "chat"]
-        + ["--base-url", stub_server.base_url],
+        [
+            *(sys.executable, "-m", "sim", "tick", "--world", str(world)),
+            *("--provider", "chat", "--base-url", stub_server.base_url),
+        ],
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -292,7 +292,7 @@ def test_a_full_disk_is_one_line_nothing_torn_and_the_tick_resumes(
     import sim.safefs
     import sim.storage
 
-    module, name = where.split(".")
+    _module, name = where.split(".")
     real = getattr(os, name)
     calls = {"n": 0}
 
@@ -319,9 +319,7 @@ def test_a_full_disk_is_one_line_nothing_torn_and_the_tick_resumes(
     assert Storage(world).load().tick == after_fail.tick + 1
 
 
-def test_no_traceback_for_an_unexpected_error(
-    world: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_no_traceback_for_an_unexpected_error(world: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sim.engine.runner
 
     def boom(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -365,9 +363,7 @@ def test_a_read_only_world_is_one_line_and_the_tick_runs_once_writable(
     if mounted.returncode != 0:
         pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
     try:
-        remount = subprocess.run(
-            ["mount", "-o", "remount,bind,ro", str(view)], capture_output=True
-        )
+        remount = subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], capture_output=True)
         if remount.returncode != 0:
             pytest.skip("cannot remount read-only here")
         before = tree(src, logs=True)

@@ -9,6 +9,7 @@ named by its URL; only infrastructure failures, and at least two of them, abort 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import time
@@ -86,10 +87,8 @@ async def test_the_limit_halves_in_a_congested_window_and_grows_back() -> None:
     provider = Scripted(congested + [None] * 40)
     adapter = BackpressureAdapter(provider, endpoint)
     for _ in range(16):
-        try:
+        with contextlib.suppress(LLMError):
             await adapter.execute(request())
-        except LLMError:
-            pass
     assert endpoint.limit == 8 and endpoint.stats.decreases == 1
     for _ in range(10):  # one clean window (at least MIN_WINDOW attempts)
         await adapter.execute(request())
@@ -97,10 +96,8 @@ async def test_the_limit_halves_in_a_congested_window_and_grows_back() -> None:
     # a trickle of unrelated timeouts (below half a window) never shrinks it
     provider.outcomes = [LLMTimeoutError("t"), None, None, None] * 10
     for _ in range(40):
-        try:
+        with contextlib.suppress(LLMError):
             await adapter.execute(request())
-        except LLMError:
-            pass
     assert endpoint.limit > 9
 
 
@@ -123,8 +120,10 @@ def test_a_429_never_opens_the_breaker(stub_server: StubServer, tmp_path: Path) 
     stub_server.enqueue(*["rate_limit"] * 10)
     result = CliRunner().invoke(
         main,
-        ["tick", "--world", str(world), "--config", str(config), "--provider", "chat"]
-        + ["--base-url", stub_server.base_url],
+        [
+            *("tick", "--world", str(world), "--config", str(config)),
+            *("--provider", "chat", "--base-url", stub_server.base_url),
+        ],
         env={"OPENAI_API_KEY": "sk-test"},
     )
     assert result.exit_code == 0, result.output
@@ -163,7 +162,11 @@ def test_only_infrastructure_failures_abort_and_never_one_of_two() -> None:
 
 
 FAULTS = (
-    ("rate_limit",) * 30 + ("server_error",) * 5 + ("hang",) * 5 + ("malformed",) * 5 + ("refusal",) * 2
+    ("rate_limit",) * 30
+    + ("server_error",) * 5
+    + ("hang",) * 5
+    + ("malformed",) * 5
+    + ("refusal",) * 2
 )
 
 
@@ -189,8 +192,10 @@ def test_a_fault_storm_commits_every_tick_and_accounts_for_every_failed_attempt(
         for tick in range(1, 7):
             result = CliRunner().invoke(
                 main,
-                ["tick", "--world", str(world), "--config", str(config), "--provider", "chat"]
-                + ["--base-url", server.base_url],
+                [
+                    *("tick", "--world", str(world), "--config", str(config)),
+                    *("--provider", "chat", "--base-url", server.base_url),
+                ],
                 env={**os.environ, "OPENAI_API_KEY": "sk-test"},
             )
             assert result.exit_code == 0, (tick, result.output)
