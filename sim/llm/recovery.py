@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from sim.llm.calls import note_failure
 from sim.llm.errors import (
     LLMAPIError,
     LLMChainNotFoundError,
@@ -228,6 +229,7 @@ class RecoveryAdapter:
             try:
                 response = await call(settings, feedback)
             except LLMError as exc:
+                note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
                 usage = exc.context.get("usage")
                 attempts.append(
                     Attempt(

@@ -111,7 +111,9 @@ def test_rewind_then_retick_reproduces_the_same_files(five_ticks: Path, tmp_path
     assert tree(world) == after_five
     # the state after the re-run ticks is the one the moved-aside logs recorded
     old = read_log(done.moved_to / "tick-000005.jsonl")
-    assert read_log(log_path(world, 5)).commit["state_after"] == old.commit["state_after"]  # type: ignore[index]
+    new = read_log(log_path(world, 5))
+    assert new.commit is not None and old.commit is not None
+    assert new.commit.state_after == old.commit.state_after
 
 
 def test_rewind_via_cli_to_the_start(five_ticks: Path, tmp_path: Path) -> None:
@@ -254,8 +256,8 @@ def test_a_tick_with_retries_and_failures_over_http_replays_identical(
     result = invoke("tick", "--world", str(demo_world), "--ticks", "2", *args)
     assert result.exit_code == 0, result.output
     calls = [c for t in (1, 2) for c in read_log(log_path(demo_world, t)).calls.values()]
-    assert any(len(c["attempts"]) > 1 for c in calls)  # retried, every attempt logged
-    assert any(c["error_code"] for c in calls)  # and some failed for good (refusal)
+    assert any(len(c.attempts) > 1 for c in calls)  # retried, every attempt logged
+    assert any(c.error_code for c in calls)  # and some failed for good (refusal)
     replayed = invoke("replay", "--world", str(demo_world), "--tick", "1", "--to", "2")
     assert replayed.exit_code == 0, replayed.output
     assert replayed.output.strip().endswith("identical")
@@ -265,7 +267,7 @@ def test_tool_calling_ticks_are_logged_and_replay_identical(demo_world: Path) ->
     (demo_world / "config.toml").write_text('[phase1]\nmode = "tools"\n')
     assert invoke("tick", "--world", str(demo_world), "--ticks", "2").exit_code == 0
     call = next(iter(read_log(log_path(demo_world, 2)).calls.values()))
-    assert call["schema_name"] == "ToolCalls" and call["result_type"] == "sim.llm.tools:ToolCalls"
+    assert call.schema_name == "ToolCalls" and call.result_type == "sim.llm.tools:ToolCalls"
     result = invoke("replay", "--world", str(demo_world), "--tick", "1", "--to", "2")
     assert result.exit_code == 0, result.output
     assert result.output.strip().endswith("identical")

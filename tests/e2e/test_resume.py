@@ -88,8 +88,7 @@ def reference(base: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dic
 
 def logged_calls(log: TickLog) -> set[str]:
     return {
-        call_digest(log.instructions[c["instructions_digest"]], c["input"])
-        for c in log.calls.values()
+        call_digest(log.instructions[c.instructions_digest], c.input) for c in log.calls.values()
     }
 
 
@@ -127,10 +126,9 @@ def test_a_crash_mid_tick_resumes_to_the_same_result(
     assert tree(world) == ref_tree
     final = read_log(log_path(world, BASE_TICK + 1))
     assert final.committed and final.resumes == 1
-    assert final.commit["state_after"] == ref_log.commit["state_after"]  # type: ignore[index]
-    assert {c["digest"] for c in final.calls.values()} == {
-        c["digest"] for c in ref_log.calls.values()
-    }
+    assert final.commit is not None and ref_log.commit is not None
+    assert final.commit.state_after == ref_log.commit.state_after
+    assert {c.digest for c in final.calls.values()} == {c.digest for c in ref_log.calls.values()}
 
 
 def spawn(world: Path, count_file: Path, delay: float = 0.02, jitter: float = 0.03):

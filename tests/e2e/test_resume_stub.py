@@ -114,7 +114,7 @@ def successful_calls(world: Path) -> int:
     path = log_path(world, BASE_TICK + 1)
     if not path.is_file():
         return 0
-    return sum(1 for c in read_log(path).calls.values() if not c.get("error_code"))
+    return sum(1 for c in read_log(path).calls.values() if not c.failed)
 
 
 @pytest.mark.slow
@@ -233,5 +233,5 @@ def test_a_tick_stopped_by_its_budget_resumes_without_paying_twice(
     assert answered == logged  # every call the provider answered is in the log
     resume(world, server)  # no budget flag this time
     final = read_log(log_path(world, BASE_TICK + 1))
-    assert final.committed and not any(c["error_code"] for c in final.calls.values())
+    assert final.committed and not any(c.failed for c in final.calls.values())
     assert server.stats.generations - answered == len(final.calls) - logged
