@@ -1,11 +1,32 @@
 """Test doubles for the ``Adapter`` protocol: deterministic, offline, inspectable.
 
 They ship with the package (not a dev extra), so user code and user tests may depend on
-them (spec 001, "Mock adapters")::
+them (spec 001, "Mock adapters"). Queue answers and failures, then drive a client
+(this example runs as a doctest in the test suite):
 
-    adapter = MockAdapter()
-    adapter.enqueue(Intention(intention="rest"), LLMRateLimitError("slow down"))
-    client = LLMClient(adapter, characters, default_depth=2)
+>>> import asyncio
+>>> from sim.llm.client import LLMClient
+>>> from sim.llm.errors import LLMRateLimitError
+>>> from sim.phases.intentions import Intention
+>>> adapter = MockAdapter()
+>>> adapter.enqueue(
+...     Intention(action="wait", target=None, content="rests", reasoning="tired"),
+...     LLMRateLimitError("slow down"),
+... )
+>>> client = LLMClient(adapter, [{"identity": {"id": "ada"}}], default_depth=2)
+>>> asyncio.run(client.create_response("Intend.", "{}", Intention, "intention:ada"))
+Intention(action='wait', target=None, content='rests', reasoning='tired')
+>>> asyncio.run(client.create_response("Intend.", "{}", Intention, "intention:ada"))
+Traceback (most recent call last):
+...
+sim.llm.errors.LLMRateLimitError: slow down
+>>> adapter.call_count, adapter.pending
+(2, 0)
+
+With nothing queued, an answer is built from the schema (``default_instance``):
+
+>>> asyncio.run(client.create_response("Intend.", "{}", Intention)).action
+'move'
 """
 
 from __future__ import annotations

@@ -466,10 +466,16 @@ class StubServer:
 class ServerThread:
     """Run a ``StubServer`` on its own event loop in a daemon thread (pytest, notebooks).
 
-    Usage::
+    Usage (runs as a doctest in the test suite):
 
-        with ServerThread(StubServer()) as server:
-            client = AsyncOpenAI(base_url=server.base_url, api_key="x")
+    >>> from openai import OpenAI
+    >>> with ServerThread(StubServer()) as server:
+    ...     client = OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    ...     answer = client.chat.completions.create(
+    ...         model="stub-model", messages=[{"role": "user", "content": "Hello"}]
+    ...     )
+    ...     print(server.stats.generations, answer.choices[0].message.content)
+    1 Understood.
     """
 
     def __init__(self, server: StubServer, host: str = "127.0.0.1", port: int = 0) -> None:
