@@ -72,6 +72,11 @@ class HeaderRecord(_Record):
     config: dict[str, Any] = Field(default_factory=dict)
     #: a nonce for this run of the tick: keys its calls' idempotency, kept by a resume
     scope: str = ""
+    #: the phases run, in order, and the digests of their templates and answer schemas by
+    #: name (absent in logs written before phases were declared by worlds)
+    phases: list[str] | None = None
+    templates: dict[str, str] | None = None
+    schemas: dict[str, str] | None = None
 
     @property
     def prices(self) -> dict[str, Price]:

@@ -264,3 +264,22 @@ def test_keep_ticks_prunes_old_logs(tmp_path: Path) -> None:
     world = copy_demo(tmp_path / "w")
     run(world, 4, history={"keep_ticks": 2})
     assert [t for t, _ in list_logs(world)] == [3, 4]
+
+
+def test_a_header_with_the_phase_manifest_round_trips(tmp_path: Path) -> None:
+    """Logs of worlds that declare phases carry the phase list and template and schema
+    digests in the header; they read and rewrite byte for byte like any other."""
+    head = {
+        **EVERY_RECORD[0],
+        "scope": "s",
+        "phases": ["intentions", "vote"],
+        "templates": {"intentions.md": "sha256:aa"},
+        "schemas": {"vote": "sha256:bb"},
+    }
+    path = tmp_path / "tick-000004.jsonl"
+    write(path, [head, *EVERY_RECORD[1:3]])
+    log = read_log(path)
+    assert log.header.phases == ["intentions", "vote"] and log.header.schemas == {
+        "vote": "sha256:bb"
+    }
+    assert [record_data(r) for r in log.records] == [head, *EVERY_RECORD[1:3]]
