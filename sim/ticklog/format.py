@@ -88,7 +88,7 @@ def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:
     """(tick, path) of every tick log in ``folder`` of the world, oldest first.
 
     Logs set aside into ``abandoned/`` are named ``tick-NNNNNN.k.jsonl``; they are listed
-    too when ``folder`` is that folder (see ``abandoned_logs``).
+    too when ``folder`` is that folder (their calls were sent: ``sim usage`` counts them).
     """
     where = root / folder
     out: list[tuple[int, Path]] = []
@@ -99,14 +99,6 @@ def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:
         if number.isdigit():
             out.append((int(number), path))
     return sorted(out)
-
-
-def abandoned_logs(root: Path) -> list[tuple[int, Path]]:
-    """(tick, path) of the logs a tick set aside when it started afresh.
-
-    Their calls were sent and may have been billed, so the books count them.
-    """
-    return list_logs(root, f"{LOG_DIR}/{ABANDONED_DIR}")
 
 
 # -- state snapshots --------------------------------------------------------------------------
@@ -420,3 +412,33 @@ def prune(root: Path, current_tick: int, keep_ticks: int) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+__all__ = [
+    "ABANDONED_DIR",
+    "FORMAT_VERSION",
+    "LOG_DIR",
+    "MIGRATIONS",
+    "STATE_KINDS",
+    "STORE_DIR",
+    "LogError",
+    "LogWriter",
+    "RawRecord",
+    "TickLog",
+    "header",
+    "is_state_file",
+    "list_logs",
+    "log_path",
+    "log_rel",
+    "marker_rel",
+    "pack_state",
+    "parse_records",
+    "prune",
+    "read_log",
+    "read_logs",
+    "read_state",
+    "read_store",
+    "recover_logs",
+    "state_digest",
+    "unpack_state",
+]

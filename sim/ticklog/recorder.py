@@ -39,6 +39,7 @@ from sim.phases.base import TickContext
 from sim.storage import Storage
 from sim.ticklog.books import attempts_cost
 from sim.ticklog.format import (
+    ABANDONED_DIR,
     LogWriter,
     TickLog,
     header,
@@ -115,7 +116,7 @@ def _results(name: str, ctx: TickContext) -> dict[str, Any]:
 
 def _set_aside(path: Path) -> Path:
     """Move a log the tick cannot continue into ``.sim/log/abandoned/``, never deleting it."""
-    folder = path.parent / "abandoned"
+    folder = path.parent / ABANDONED_DIR
     folder.mkdir(parents=True, exist_ok=True)
     n = 1
     while (target := folder / f"{path.stem}.{n}.jsonl").exists():
