@@ -159,6 +159,8 @@ def test_sim_log_shows_a_tick_and_a_summary(five_ticks: Path) -> None:
     records = [orjson.loads(line) for line in result.output.splitlines()]
     assert records[0]["type"] == "header" and records[-1]["type"] == "commit"
     assert {r["type"] for r in records} >= {"state_before", "call", "phase", "usage"}
+    # the records as the log holds them, byte for byte
+    assert result.output.encode() == log_path(five_ticks, 2).read_bytes()
 
 
 def test_an_unreadable_log_is_reported_not_skipped(five_ticks: Path, tmp_path: Path) -> None:
