@@ -10,7 +10,7 @@ from sim.testing.adapters import (
     default_instance,
     default_tool_calls,
 )
-from sim.testing.counting import CountingAdapter, call_digest, read_counts
+from sim.testing.counting import CountingAdapter, call_digest, read_counts, read_in_flight
 from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
@@ -28,4 +28,5 @@ __all__ = [
     "default_instance",
     "default_tool_calls",
     "read_counts",
+    "read_in_flight",
 ]

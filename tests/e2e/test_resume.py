@@ -30,7 +30,7 @@ from sim.errors import TickInterrupted
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.storage import Storage
-from sim.testing import CountingAdapter, call_digest, read_counts
+from sim.testing import CountingAdapter, call_digest, read_counts, read_in_flight
 from sim.ticklog.format import TickLog, log_path, read_log
 from sim.world import World
 
@@ -199,9 +199,16 @@ def test_sigkill_at_random_instants_never_pays_twice(
         counts = tmp_path / f"t{i}.calls"
         child = fork_tick(world, counts)
         if kind == "calls":
-            assert wait_for(lambda: len(read_counts(counts)) >= round(n * total))  # noqa: B023
-            # not at once: the poll wakes just after an answer was counted, the one instant
-            # (before its log line) where a kill makes a call be paid twice
+            # past the goal, with calls in the provider's hands (no sleeping until then)
+            assert wait_for(
+                lambda: (
+                    len(read_counts(counts)) >= round(n * total)  # noqa: B023
+                    and bool(read_in_flight(counts))
+                )  # noqa: B023
+            )
+            # then a random instant, not at once: the poll wakes just after an answer was
+            # counted, the one instant (before its log line) where a kill makes a call be
+            # paid twice
             time.sleep(rng.uniform(0.0005, 0.02))
         else:
             assert wait_for(lambda: log_has(world, "usage"))  # noqa: B023
@@ -262,8 +269,8 @@ def test_ctrl_c_commits_nothing_prints_how_to_resume_and_exits_130(
     shutil.copytree(base, world)
     counts = tmp_path / "calls"
     child = spawn(world, counts, delay=0.05)
-    assert wait_for(lambda: len(read_counts(counts)) >= 4)
-    child.send_signal(signal.SIGINT)
+    assert wait_for(lambda: len(read_counts(counts)) >= 4 and bool(read_in_flight(counts)))
+    child.send_signal(signal.SIGINT)  # with calls in flight
     _, err = child.communicate(timeout=20)
     assert child.returncode == 130, err
     message = err.decode()
@@ -272,8 +279,11 @@ def test_ctrl_c_commits_nothing_prints_how_to_resume_and_exits_130(
     assert Storage(world).load().tick == BASE_TICK
     partial = read_log(log_path(world, BASE_TICK + 1))
     assert logged_calls(partial) == set(read_counts(counts))  # in-flight calls were cancelled
+    cancelled = set(read_in_flight(counts))
+    assert cancelled and not cancelled & logged_calls(partial)
     again = resume(world)
     assert not set(again.answered) & logged_calls(partial)
+    assert cancelled <= set(again.answered)  # sent again: they were never answered
     assert tree(world) == reference[0]
 
 
