@@ -200,11 +200,9 @@ def test_sigkill_at_random_instants_never_pays_twice(
         child = fork_tick(world, counts)
         if kind == "calls":
             # past the goal, with calls in the provider's hands (no sleeping until then)
+            goal = round(n * total)
             assert wait_for(
-                lambda: (
-                    len(read_counts(counts)) >= round(n * total)  # noqa: B023
-                    and bool(read_in_flight(counts))
-                )  # noqa: B023
+                lambda c=counts, g=goal: len(read_counts(c)) >= g and bool(read_in_flight(c))
             )
             # then a random instant, not at once: the poll wakes just after an answer was
             # counted, the one instant (before its log line) where a kill makes a call be
