@@ -107,6 +107,9 @@ class StubStats:
     generations: int = 0
     #: requests answered from the idempotency cache (not generated, not billed)
     replayed: int = 0
+    #: generation requests received and not yet answered (a test waits on this instead of
+    #: sleeping: after a client is killed, its requests still finish server-side)
+    in_flight: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -120,6 +123,7 @@ class StubStats:
             "connections": self.connections,
             "generations": self.generations,
             "replayed": self.replayed,
+            "in_flight": self.in_flight,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
@@ -257,10 +261,14 @@ class StubServer:
                     # answered from the cache, not generated or billed a second time
                     self.stats.replayed += 1
                     return 200, self._answered[idempotency_key], {}
-                if path == "/v1/responses":
-                    payload = await self._responses(request)
-                else:
-                    payload = await self._chat(request)
+                self.stats.in_flight += 1
+                try:
+                    if path == "/v1/responses":
+                        payload = await self._responses(request)
+                    else:
+                        payload = await self._chat(request)
+                finally:
+                    self.stats.in_flight -= 1
                 if idempotency_key is not None:
                     self._answered[idempotency_key] = payload
                     if len(self._answered) > _IDEMPOTENCY_CACHE:
@@ -458,10 +466,16 @@ class StubServer:
 class ServerThread:
     """Run a ``StubServer`` on its own event loop in a daemon thread (pytest, notebooks).
 
-    Usage::
+    Usage (runs as a doctest in the test suite):
 
-        with ServerThread(StubServer()) as server:
-            client = AsyncOpenAI(base_url=server.base_url, api_key="x")
+    >>> from openai import OpenAI
+    >>> with ServerThread(StubServer()) as server:
+    ...     client = OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    ...     answer = client.chat.completions.create(
+    ...         model="stub-model", messages=[{"role": "user", "content": "Hello"}]
+    ...     )
+    ...     print(server.stats.generations, answer.choices[0].message.content)
+    1 Understood.
     """
 
     def __init__(self, server: StubServer, host: str = "127.0.0.1", port: int = 0) -> None:
