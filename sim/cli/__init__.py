@@ -28,6 +28,8 @@ for command in (
     tune.usage_,
     report.report,
     research.export_,
+    research.init_,
+    research.schema_,
     stub.stub_server,
 ):
     main.add_command(command)

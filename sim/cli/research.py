@@ -79,3 +79,57 @@ def export_(
             click.echo(f"unreadable: {problem}", err=True)
         if done.problems:
             sys.exit(1)
+
+
+@click.command("init")
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--characters",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1, max=500),
+    help="How many characters.",
+)
+@click.option(
+    "--locations",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1, max=500),
+    help="How many locations (connected in a ring).",
+)
+def init_(folder: Path, characters: int, locations: int) -> None:
+    """Write a small new world into FOLDER (missing or empty) that runs at once, offline.
+
+    It holds world.json, characters/, locations/, config.toml (offline provider),
+    prompts/ (the built-in templates, to edit) and a README.
+    """
+    from sim.worldgen import init_world
+
+    with errors():
+        made = init_world(folder, characters, locations)
+        click.echo(
+            f"created {folder}: {len(made.characters)} characters "
+            f"({', '.join(made.characters)}), {len(made.locations)} locations "
+            f"({', '.join(made.locations)})"
+        )
+        click.echo(f"next: sim check --world {folder} && sim tick --world {folder}")
+
+
+@click.command("schema")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The folder to write the schemas into (created if missing).",
+)
+def schema_(out: Path) -> None:
+    """Write JSON Schemas of world.json, character and location files, for editors.
+
+    See docs/world-format.md for pointing an editor at them.
+    """
+    from sim.worldgen import write_schemas
+
+    with errors():
+        for path in write_schemas(out):
+            click.echo(f"wrote {path}")
