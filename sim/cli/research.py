@@ -10,6 +10,7 @@ import click
 import orjson
 
 from sim.cli.common import WORLD, errors
+from sim.cli.jsonout import JSON_HELP, json_errors
 
 if TYPE_CHECKING:
     from sim.analysis.export import Format
@@ -35,9 +36,7 @@ if TYPE_CHECKING:
 )
 @click.option("--from", "first", type=click.IntRange(min=1), help="The first tick to export.")
 @click.option("--to", "last", type=click.IntRange(min=1), help="The last tick to export.")
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print what was written as one JSON document."
-)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def export_(
     world_dir: Path, out: Path, fmt: str, first: int | None, last: int | None, as_json: bool
 ) -> None:
@@ -50,12 +49,14 @@ def export_(
     """
     from sim.analysis.export import export
 
-    with errors():
+    with json_errors("export", as_json):
         done = export(world_dir, out, cast("Format", fmt), first, last)
         if as_json:
             click.echo(
                 orjson.dumps(
                     {
+                        "command": "export",
+                        "ok": not done.problems,
                         "out": str(out),
                         "format": fmt,
                         "ticks": done.ticks,
