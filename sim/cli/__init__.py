@@ -30,6 +30,7 @@ for command in (
     research.export_,
     research.init_,
     research.schema_,
+    research.ask_,
     stub.stub_server,
 ):
     main.add_command(command)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sim.analysis.report import Written
     from sim.config import Config
     from sim.engine.runner import TickResult
+    from sim.interview import Asked
     from sim.storage import Storage
     from sim.ticklog.replay import ReplayReport
     from sim.world import World
@@ -141,6 +142,31 @@ def replay_document(report: ReplayReport) -> dict[str, Any]:
     }
 
 
+def ask_document(asked: Asked, prices: Mapping[str, Any]) -> dict[str, Any]:
+    """``sim ask --json``: the question, and per character the answer, model, usage, cost."""
+    return {
+        "command": "ask",
+        "ok": asked.failures == 0,
+        "tick": asked.tick,
+        "question": asked.question,
+        "answers": [
+            {
+                "character": i.character,
+                "name": asked.names.get(i.character, i.character),
+                "answer": i.answer,
+                "model": i.model,
+                "answered_by": i.answered_by,
+                "usage": i.usage.model_dump(),
+                "attempts": len(i.attempts),
+                "cost_usd": i.cost(prices).value,
+                "error_code": i.error_code,
+                "error": i.error,
+            }
+            for i in asked.interviews
+        ],
+    }
+
+
 def report_document(done: Written) -> dict[str, Any]:
     """``sim report --json``: the page written and the logs it could not read."""
     return {
@@ -156,6 +182,7 @@ def report_document(done: Written) -> dict[str, Any]:
 __all__ = [
     "JSON_HELP",
     "JSON_LINES_HELP",
+    "ask_document",
     "check_document",
     "emit",
     "json_errors",

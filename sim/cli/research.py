@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import click
 import orjson
 
-from sim.cli.common import WORLD, errors
-from sim.cli.jsonout import JSON_HELP, json_errors
+from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
     from sim.analysis.export import Format
@@ -134,3 +135,67 @@ def schema_(out: Path) -> None:
     with errors():
         for path in write_schemas(out):
             click.echo(f"wrote {path}")
+
+
+@click.command("ask")
+@WORLD
+@click.argument("character", required=False)
+@click.argument("question", required=False)
+@click.option(
+    "--all", "everyone", is_flag=True, help="Ask every character (a survey): give only QUESTION."
+)
+@CONFIG
+@click.option("--provider", help="LLM provider (overrides [llm] provider).")
+@click.option("--model", help="Model to answer (overrides [phase1] model).")
+@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def ask_(
+    world_dir: Path,
+    character: str | None,
+    question: str | None,
+    everyone: bool,
+    config_file: Path | None,
+    provider: str | None,
+    model: str | None,
+    base_url: str | None,
+    as_json: bool,
+) -> None:
+    """Ask CHARACTER a QUESTION and get an in-character answer; the world is not changed.
+
+    Uses the [phase1] model and the configured provider (offline works). Every question
+    and answer is appended to .sim/interviews.jsonl with its tick, model and usage, and
+    counted by `sim usage`. With --all, every character answers (a survey).
+    """
+    from sim.errors import InputError
+    from sim.interview import ask
+
+    with json_errors("ask", as_json):
+        if everyone:
+            if question is not None or character is None:
+                raise InputError(None, "--all", 'expected one QUESTION: sim ask --all "..."')
+            question, who = character, None
+        else:
+            if character is None or question is None:
+                raise InputError(None, "CHARACTER", 'expected CHARACTER "QUESTION" (or --all)')
+            who = [character]
+        config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
+        asked = ask(world_dir, config, question, who)
+        if as_json:
+            emit(ask_document(asked, config.prices))
+        else:
+            for interview in asked.interviews:
+                name = asked.names.get(interview.character, interview.character)
+                click.secho(f"[{name}]", fg="cyan")
+                if interview.answer is not None:
+                    click.echo(textwrap.fill(interview.answer, width=88))
+                else:
+                    click.echo(f"failed: {interview.error}")
+            tokens = sum(i.usage.input_tokens + i.usage.output_tokens for i in asked.interviews)
+            click.echo(
+                f"\nasked at tick {asked.tick}; recorded in "
+                f"{world_dir / '.sim' / 'interviews.jsonl'} ({tokens} tokens)",
+                err=True,
+            )
+        if asked.failures:
+            click.echo(f"failed: {asked.failures} of {len(asked.interviews)} answers", err=True)
+            sys.exit(1)
