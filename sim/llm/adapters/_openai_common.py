@@ -14,7 +14,6 @@ import httpx2
 import openai
 import orjson
 from openai import RequestOptions
-from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.adapters._fast_http import (
@@ -23,6 +22,7 @@ from sim.llm.adapters._fast_http import (
     plain_tcp_transport,
     supported,
 )
+from sim.llm.adapters._strict_schema import to_strict_json_schema
 from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
