@@ -424,6 +424,37 @@ async def test_stream_reads_writes_and_reports_a_closed_peer() -> None:
     assert received == [b"x" * 200_000]
 
 
+async def test_small_writes_leave_together_with_the_next_read() -> None:
+    """A request's head and body go out in one send, when the client starts reading."""
+    chunks: list[bytes] = []
+    early: list[bool] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.wait_for(reader.read(100), 0.2)
+            early.append(True)
+        except TimeoutError:
+            early.append(False)
+        chunks.append(await reader.read(100))
+        writer.write(b"ok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        await stream.write(b"head;", timeout=5)
+        await stream.write(b"body", timeout=5)
+        await asyncio.sleep(0.3)  # the server's first read times out: nothing was sent
+        assert await stream.read(10, timeout=5) == b"ok"
+        await stream.aclose()
+    finally:
+        server.close()
+    assert early == [False]
+    assert chunks == [b"head;body"]
+
+
 async def test_tls_stream_reads_writes_and_reports_a_closed_peer(certificate: SelfSigned) -> None:
     received: list[bytes] = []
 
