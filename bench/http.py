@@ -288,6 +288,13 @@ def aiohttp_installed() -> bool:
     return importlib.util.find_spec("aiohttp") is not None
 
 
+def restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def cpu_per_call(
     characters: int, latency: float, concurrency: int, repeats: int = 3, scheme: str = "http"
 ) -> dict[str, Any]:
@@ -307,6 +314,7 @@ def cpu_per_call(
         if scheme == "https":
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="sim-bench-tls-"))
             tls = self_signed(Path(folder))
+            stack.callback(restore_env, "SSL_CERT_FILE", os.environ.get("SSL_CERT_FILE"))
             os.environ["SSL_CERT_FILE"] = str(tls.cert)  # every client trusts it, publicly
         stub = stack.enter_context(stub_server(latency, tls))
         url = stub.url
