@@ -60,7 +60,7 @@ class ClientPool:
     def __init__(self, clients: list[openai.AsyncOpenAI]) -> None:
         self.clients = clients
         self._in_flight = [0] * len(clients)
-        #: per client, the direct path to its plain-TCP pool (``http://`` clients we built)
+        #: per client, the direct path to its own pool (clients we built, no proxy)
         self.direct: list[DirectPost | None] = [
             DirectPost(client, pool) if (pool := _PLAIN_POOLS.get(client)) else None
             for client in clients
