@@ -40,7 +40,7 @@ from sim.llm.errors import (
     LLMRateLimitError,
     LLMTimeoutError,
 )
-from sim.llm.types import CallSettings
+from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 KEY_ENV = "SIM_FAST_HTTP_TEST_KEY"
@@ -144,7 +144,9 @@ async def test_many_calls_in_flight_reuse_connections(
         for _ in range(3):
             answers = await asyncio.gather(
                 *(
-                    adapter.execute("Write a note.", f"about {i}", Note, settings=SETTINGS)
+                    adapter.execute(
+                        ModelRequest("Write a note.", f"about {i}", Note, settings=SETTINGS)
+                    )
                     for i in range(40)
                 )
             )
@@ -206,13 +208,13 @@ async def test_http_errors_still_map(
     stub_server.enqueue(fault)
     try:
         with pytest.raises(error) as info:
-            await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+            await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         assert isinstance(info.value.cause, openai.APIStatusError)
         if fault == "rate_limit":
             assert isinstance(info.value, LLMRateLimitError)
             assert isinstance(info.value.cause, openai.RateLimitError)
             assert info.value.retry_after == pytest.approx(stub_server.options.retry_after)
-        answer = await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+        answer = await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         assert isinstance(answer.parsed, Note)  # the connection is still usable
     finally:
         await adapter.aclose()
@@ -275,7 +277,9 @@ async def test_a_hang_past_the_timeout_is_a_timeout(stub_server: StubServer) -> 
     try:
         with pytest.raises(LLMTimeoutError):
             await adapter.execute(
-                "Write.", "x", Note, settings=CallSettings(model="m", timeout_seconds=0.3)
+                ModelRequest(
+                    "Write.", "x", Note, settings=CallSettings(model="m", timeout_seconds=0.3)
+                )
             )
     finally:
         await adapter.aclose()
@@ -285,7 +289,7 @@ async def test_connection_refused_is_a_connection_error() -> None:
     adapter = OpenAIAdapter(base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV)
     try:
         with pytest.raises(LLMAPIError) as info:
-            await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+            await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         assert info.value.code == "connection_error"
     finally:
         await adapter.aclose()
