@@ -489,6 +489,23 @@ async def test_tls_stream_reads_writes_and_reports_a_closed_peer(certificate: Se
     assert received == [b"y" * 200_000]
 
 
+async def test_a_peer_hanging_up_mid_handshake_is_a_connect_error(
+    certificate: SelfSigned,
+) -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # the ClientHello arrived
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        raw = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        with pytest.raises(httpcore2.ConnectError):
+            await raw.start_tls(certificate.client_context(), "127.0.0.1", timeout=5)
+    finally:
+        server.close()
+
+
 async def test_a_read_that_waits_past_its_timeout_raises_read_timeout() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1)

@@ -156,6 +156,9 @@ class SocketStream(httpcore2.AsyncNetworkStream):
         tls = TLSStream(self, ssl_context, server_hostname)
         try:
             await tls._call(tls._ssl.do_handshake, timeout, httpcore2.ConnectError)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError) as exc:
+            self._sock.close()
+            raise httpcore2.ConnectError(exc) from exc  # the peer hung up mid-handshake
         except BaseException:
             self._sock.close()
             raise
