@@ -309,6 +309,28 @@ HTTP_CPU_ROWS = (
 )
 
 
+def http_cpu_notes(by_scheme: dict[str, dict[str, Any]]) -> list[str]:
+    """Which engine path is cheapest per scheme, and how the SDK's aiohttp client compares."""
+    names = {
+        "engine": "the direct path",
+        "engine_sdk": "the SDK stack on its default client",
+        "engine_sdk_aiohttp": "the SDK stack on aiohttp",
+    }
+    lines = []
+    for scheme, r in by_scheme.items():
+        us = r["us_per_call"]
+        cheapest = min((k for k in names if k in us), key=lambda k: us[k])
+        figures = ", ".join(f"{names[k]} {us[k] / 1e3:.2f} ms" for k in names if k in us)
+        line = f"- Cheapest engine path over {scheme}: {names[cheapest]} ({figures})"
+        if "bare_aiohttp" in us:
+            line += (
+                f"; a bare loop on the SDK's aiohttp client costs {r['ratio']['bare_aiohttp']:.2f}"
+                " of one on its default client"
+            )
+        lines.append(line + ".")
+    return lines
+
+
 def scenario_http_cpu(smoke: bool) -> list[str]:
     args = ("20", "0.01", "8", "1") if smoke else ("1000", "0.1", "100", "3")
     by_scheme = {scheme: child("http", "cpu", *args, scheme) for scheme in ("http", "https")}
@@ -353,6 +375,7 @@ def scenario_http_cpu(smoke: bool) -> list[str]:
             f"- Target over {scheme}: engine / bare default ≤ {target} → {actual:.2f} "
             f"(ratio target/actual {ratio(target, actual)})."
         )
+    lines += http_cpu_notes(by_scheme)
     if not first["aiohttp"]:
         lines.append(
             "- The aiohttp rows need the `openai[aiohttp]` extra "
@@ -406,7 +429,7 @@ def splice(old: str, body: list[str], names: list[str], load: str) -> str:
     out = [*head, "", *note, ""]
     for name in ordered:
         out += merged[name]
-    return "\n".join(out)
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:
