@@ -30,7 +30,7 @@ from sim.llm.adapters._fast_http import (
     plain_tcp_transport,
 )
 from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json
-from sim.llm.adapters._openai_errors import map_openai_error
+from sim.llm.adapters._openai_errors import map_openai_error, status_error
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import (
@@ -238,7 +238,9 @@ def error_facts(error: LLMError) -> tuple[Any, ...]:
     )
 
 
-@pytest.mark.parametrize("fault", ["rate_limit", "insufficient_quota", "auth", "context_length"])
+@pytest.mark.parametrize(
+    "fault", ["rate_limit", "insufficient_quota", "auth", "context_length", "server_error"]
+)
 async def test_a_status_maps_the_same_on_the_direct_path_and_the_sdk_path(
     tls_stub: StubServer, monkeypatch: pytest.MonkeyPatch, fault: str
 ) -> None:
@@ -524,3 +526,32 @@ async def test_a_read_that_waits_past_its_timeout_raises_read_timeout() -> None:
 
 def test_the_certificate_helper_writes_pem_files(certificate: SelfSigned) -> None:
     assert Path(certificate.cert).read_text().startswith("-----BEGIN CERTIFICATE-----")
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, openai.BadRequestError),
+        (401, openai.AuthenticationError),
+        (403, openai.PermissionDeniedError),
+        (404, openai.NotFoundError),
+        (409, openai.ConflictError),
+        (418, openai.APIStatusError),
+        (422, openai.UnprocessableEntityError),
+        (429, openai.RateLimitError),
+        (500, openai.InternalServerError),
+        (503, openai.InternalServerError),
+    ],
+)
+def test_status_error_uses_the_sdks_documented_classes(
+    status: int, kind: type[openai.APIStatusError]
+) -> None:
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/responses")
+    body = b'{"error": {"message": "nope", "code": "c1", "type": "t"}}'
+    error = status_error(httpx2.Response(status, content=body, request=request))
+    assert type(error) is kind
+    assert error.status_code == status and error.code == "c1"
+    assert error.body == {"message": "nope", "code": "c1", "type": "t"}
+    assert str(error) == f"Error code: {status} - nope"
+    plain = status_error(httpx2.Response(status, content=b" gateway down ", request=request))
+    assert plain.body == "gateway down" and str(plain) == f"Error code: {status}"
