@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import ssl as ssl_module
 import threading
 import uuid
 from collections import Counter, OrderedDict, deque
@@ -162,10 +163,11 @@ class StubServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
+        self.scheme = "http"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.scheme}://127.0.0.1:{self.port}/v1"
 
     def enqueue(self, *faults: str | None) -> None:
         """Faults for the next generation requests, in order (``None``: answer normally)."""
@@ -181,9 +183,15 @@ class StubServer:
         self.model_faults.clear()
         self.log.clear()
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
+    ) -> int:
+        """Listen on ``host:port`` (0: any free port); with ``ssl``, as an https server."""
+        self._server = await asyncio.start_server(
+            self._connection, host, port, backlog=1024, ssl=ssl
+        )
         self.port = self._server.sockets[0].getsockname()[1]
+        self.scheme = "https" if ssl is not None else "http"
         return self.port
 
     async def close(self) -> None:
@@ -193,8 +201,10 @@ class StubServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def serve_forever(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        await self.start(host, port)
+    async def serve_forever(
+        self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
+    ) -> None:
+        await self.start(host, port, ssl)
         assert self._server is not None
         async with self._server:
             await self._server.serve_forever()
@@ -478,16 +488,23 @@ class ServerThread:
     1 Understood.
     """
 
-    def __init__(self, server: StubServer, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        server: StubServer,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
         self.server = server
         self.host, self.port = host, port
+        self.ssl = ssl
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-stub-server", daemon=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self.server.start(self.host, self.port))
+        self._loop.run_until_complete(self.server.start(self.host, self.port, self.ssl))
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(self.server.close())
