@@ -1,5 +1,5 @@
-"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and a
-loopback OpenAI-compatible server with fault injection."""
+"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and
+loopback OpenAI-compatible and Gemini API servers with fault injection."""
 
 from sim.testing.adapters import (
     DefaultFactory,
@@ -10,13 +10,16 @@ from sim.testing.adapters import (
     default_instance,
 )
 from sim.testing.counting import CountingAdapter, call_digest, read_counts
+from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
 from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
     "FAULTS",
+    "GEMINI_FAULTS",
     "CountingAdapter",
     "DefaultFactory",
     "ErrorAdapter",
+    "GeminiStubServer",
     "MockAdapter",
     "MockCall",
     "MockItem",
