@@ -150,3 +150,30 @@ def test_server_chains_are_a_config_error(
     assert "llm.chain_mode" in result.output and "gemini" in result.output
     assert gemini_stub.stats.requests == 0
     assert tree(demo_world) == before
+
+
+def test_the_documented_snippet_works(
+    demo_world: Path, gemini_stub: GeminiStubServer, tmp_path: Path
+) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "providers.md").read_text()
+    section = doc.split("### Gemini (native", 1)[1]
+    snippet = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "gemini.toml").write_text(snippet)
+    # the world's own config lifts the free-tier pacing, so the test does not wait minutes
+    (demo_world / "config.toml").write_text("[llm]\nrequests_per_minute = 0\n")
+    result = CliRunner().invoke(
+        main,
+        [
+            "tick",
+            "--world",
+            str(demo_world),
+            "--config",
+            str(tmp_path / "gemini.toml"),
+            "--base-url",
+            gemini_stub.base_url,
+        ],
+        env={"GEMINI_API_KEY": KEY, "GEMINI_MODEL": None},
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert set(gemini_stub.stats.models) == {"gemini-2.5-flash", "gemini-2.5-pro"}
