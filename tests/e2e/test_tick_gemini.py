@@ -3,6 +3,7 @@ against the loopback Gemini stub: faults, tools, budgets, keys, models and chain
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,26 @@ def test_the_documented_snippet_works(
     )
     assert result.exit_code == 0, result.output
     assert set(gemini_stub.stats.models) == {"gemini-2.5-flash", "gemini-2.5-pro"}
+
+
+def test_gemini_ticks_replay_identically_and_are_priced(
+    demo_world: Path, gemini_stub: GeminiStubServer
+) -> None:
+    # replay compares with the world's config: the provider (and so the model) lives there
+    configure(demo_world)
+    text = (demo_world / "config.toml").read_text()
+    (demo_world / "config.toml").write_text(text.replace("[llm]\n", '[llm]\nprovider = "gemini"\n'))
+    assert tick(demo_world, gemini_stub, "--ticks", "2").exit_code == 0
+    sent = gemini_stub.stats.requests
+    runner = CliRunner()
+    replay = runner.invoke(
+        main,
+        ["replay", "--world", str(demo_world), "--tick", "1", "--to", "2"],
+        env={"GEMINI_API_KEY": None, "GEMINI_MODEL": None},
+    )
+    assert replay.exit_code == 0, replay.output
+    assert gemini_stub.stats.requests == sent  # answered from the logs, nothing re-sent
+    usage = runner.invoke(main, ["usage", "--world", str(demo_world), "--json"])
+    assert usage.exit_code == 0, usage.output
+    totals = json.loads(usage.output)["total"]
+    assert totals["unpriced_models"] == [] and totals["cost_usd"] > 0  # Gemini prices apply
