@@ -21,6 +21,7 @@ token count exceeds", ``malformed`` (half the JSON), ``refusal`` (``finishReason
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import uuid
 from typing import Any
@@ -48,36 +49,56 @@ def google_error(code: int, message: str, details: list[Json] | None = None) -> 
     return {"error": error}
 
 
+def _parts(content: Any) -> list[Json]:
+    parts = field(content, "parts")
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
 def _text(content: Any) -> str:
-    """The text of a ``Content``: its text parts, and its function calls as JSON."""
-    parts = content.get("parts") if isinstance(content, dict) else None
+    """The text of a ``Content``: its text parts, and its function calls and function
+    responses as JSON."""
     out = []
-    for part in parts if isinstance(parts, list) else ():
-        if not isinstance(part, dict):
-            continue
+    for part in _parts(content):
         if isinstance(part.get("text"), str):
             out.append(part["text"])
-        elif isinstance(part.get("functionCall"), dict):
-            out.append(orjson.dumps(part["functionCall"]).decode())
+        for name in ("functionCall", "functionResponse"):
+            value = field(part, name)
+            if isinstance(value, dict):
+                out.append(orjson.dumps(value).decode())
     return "".join(out)
 
 
 def split_contents(contents: list[Any]) -> tuple[list[Pair], str]:
-    """(earlier (user, model) pairs, the last user text) of a ``contents`` list."""
+    """(earlier turns as (user, model) pairs, the last user text) of a ``contents`` list.
+
+    The input is the last ``user`` turn with text; a tool conversation after it (function
+    calls and responses) is added to the pairs, so each step of it gets its own answer.
+    """
+    turns = [
+        (
+            field(c, "role") or "user",
+            _text(c),
+            any(isinstance(p.get("text"), str) for p in _parts(c)),
+        )
+        for c in contents
+        if isinstance(c, dict)
+    ]
+    asked = [i for i, (role, _, has_text) in enumerate(turns) if role == "user" and has_text]
+    last = asked[-1] if asked else len(turns)
     pairs: list[Pair] = []
     pending: str | None = None
-    for content in contents:
-        if not isinstance(content, dict):
-            continue
-        role = content.get("role") or "user"
+    for role, text, _ in turns[:last]:
         if role == "user":
             if pending is not None:
                 pairs.append((pending, ""))
-            pending = _text(content)
+            pending = text
         elif role == "model" and pending is not None:
-            pairs.append((pending, _text(content)))
+            pairs.append((pending, text))
             pending = None
-    return pairs, pending or ""
+    if pending is not None:
+        pairs.append((pending, ""))
+    pairs.extend((text, "") for _, text, _ in turns[last + 1 :])
+    return pairs, turns[last][1] if asked else ""
 
 
 def field(data: Any, name: str) -> Any:
@@ -133,7 +154,11 @@ def content_body(rid: str, model: str, ans: Answer) -> Json:
         return body
     if ans.call is not None:
         name, args = ans.call
-        parts: list[Json] = [{"functionCall": {"name": name, "args": args}}]
+        # thinking models sign their calls: the signature must come back with the call
+        signature = base64.b64encode(f"signed:{rid}".encode()).decode()
+        parts: list[Json] = [
+            {"functionCall": {"name": name, "args": args}, "thoughtSignature": signature}
+        ]
     else:
         parts = [{"text": ans.text}]
     body["candidates"] = [
@@ -270,5 +295,8 @@ class GeminiStubServer(StubServer):
         config = field(request, "generationConfig") or {}
         schema = field(config, "responseJsonSchema") or field(config, "responseSchema")
         tools = gemini_tools(field(request, "tools"))
+        calling = field(field(request, "toolConfig"), "functionCallingConfig")
+        if field(calling, "mode") == "NONE":  # tools declared but not to be called: text
+            tools = None
         ans = self._answer(model, instructions, pairs, input_text, schema, tools, fault)
         return content_body(uuid.uuid4().hex[:22], model, ans)

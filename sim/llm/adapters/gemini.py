@@ -3,7 +3,9 @@
 A request becomes one ``generateContent`` call: the instructions as the system
 instruction, the chain window (``window`` mode) and the input as alternating user/model
 ``contents``, and either the schema as ``responseJsonSchema`` (structured output) or the
-tools as function declarations with one call forced (mode ``ANY``). Gemini keeps no
+tools as function declarations with one call forced (mode ``ANY``; ``AUTO`` / ``NONE`` for
+``tool_choice`` ``auto`` / ``none``), a conversation's calls and answers as ``functionCall`` /
+``functionResponse`` parts (thought signatures sent back). Gemini keeps no
 responses, so there are no server chains and nothing to delete.
 
 The answer is checked here, in this order: a blocked prompt (``promptFeedback``) or a
@@ -19,6 +21,8 @@ The SDK is an optional extra (``pip install 'sim[gemini]'``); its own retries st
 
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib
 import json
 import os
@@ -41,8 +45,8 @@ from sim.llm.errors import (
     LLMSchemaError,
     LLMTimeoutError,
 )
-from sim.llm.tools import FunctionCall, ToolCalls, schema_of
-from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
+from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, ToolChoice, Usage
 
 try:  # the optional extra; GeminiAdapter() says what to install when it is missing
     from google import genai
@@ -101,13 +105,63 @@ def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     return cached
 
 
-def _contents(history: tuple[Exchange, ...], input_data: str) -> list[gt.Content]:
-    """The window's exchanges as user/model turns, then the input."""
+_MODES: dict[ToolChoice, str] = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
+
+
+def _signature(text: str | None) -> bytes | None:
+    if not text:
+        return None
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _message_part(message: LLMMessage) -> tuple[str, list[gt.Part]]:
+    """One conversation message as (Gemini role, parts)."""
+    parts: list[gt.Part] = []
+    if message.content:
+        parts.append(gt.Part(text=message.content))
+    call = message.function_call
+    if call is not None:
+        parts.append(
+            gt.Part(
+                function_call=gt.FunctionCall(
+                    id=call.call_id or None, name=call.name, args=dict(call.arguments)
+                ),
+                thought_signature=_signature(call.signature),
+            )
+        )
+    answer = message.function_response
+    if answer is not None:
+        parts.append(
+            gt.Part(
+                function_response=gt.FunctionResponse(
+                    id=answer.call_id or None, name=answer.name, response=dict(answer.response)
+                )
+            )
+        )
+    return ("model" if message.role == "assistant" else "user"), parts
+
+
+def _contents(
+    history: tuple[Exchange, ...], input_data: str, messages: tuple[LLMMessage, ...] = ()
+) -> list[gt.Content]:
+    """The window's exchanges as user/model turns, the input, then the conversation (the
+    model's calls as ``model`` turns, the tools' answers as ``user`` turns; consecutive
+    messages of one role merged into one turn, as Gemini expects)."""
     contents: list[gt.Content] = []
     for exchange in history:
         contents.append(gt.Content(role="user", parts=[gt.Part(text=exchange.input)]))
         contents.append(gt.Content(role="model", parts=[gt.Part(text=exchange.output)]))
     contents.append(gt.Content(role="user", parts=[gt.Part(text=input_data)]))
+    for message in messages:
+        role, parts = _message_part(message)
+        last = contents[-1]
+        if last.role == role and last.parts is not None:
+            last.parts.extend(parts)
+        else:
+            contents.append(gt.Content(role=role, parts=parts))
     return contents
 
 
@@ -194,6 +248,11 @@ def _tool_calls(parts: list[gt.Part]) -> ToolCalls:
             name=part.function_call.name or "",
             arguments=dict(part.function_call.args or {}),
             call_id=part.function_call.id or "",
+            signature=(
+                base64.b64encode(part.thought_signature).decode()
+                if part.thought_signature
+                else None
+            ),
         )
         for part in parts
         if part.function_call is not None
@@ -376,7 +435,7 @@ class GeminiAdapter:
             ]
             config.tool_config = gt.ToolConfig(
                 function_calling_config=gt.FunctionCallingConfig(
-                    mode=gt.FunctionCallingConfigMode.ANY
+                    mode=gt.FunctionCallingConfigMode(_MODES[request.tool_choice])
                 )
             )
         else:
@@ -395,7 +454,7 @@ class GeminiAdapter:
         try:
             response = await self.client.aio.models.generate_content(
                 model=settings.model,
-                contents=_contents(request.history, request.input),
+                contents=_contents(request.history, request.input, request.messages),
                 config=self.config(request),
             )
         except Exception as exc:
