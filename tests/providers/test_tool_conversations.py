@@ -179,3 +179,21 @@ async def test_offline_answers_each_step_deterministically() -> None:
     assert step.response.usage.input_tokens > first.response.usage.input_tokens
     closing = await generate(adapter, conversation(), TOOLS, settings=SETTINGS, tool_choice="none")
     assert closing.function_calls is None and closing.content == "Understood."
+
+
+def test_a_conversation_step_has_its_own_call_digest() -> None:
+    from sim.llm.calls import CallIdentity
+
+    def sent(request: ModelRequest) -> CallIdentity:
+        ident = CallIdentity("1:intentions:ada:0", "intentions", "ada", 0, "Decide.", DATA, "", "")
+        ident.set_sent(request)
+        return ident
+
+    single = sent(ModelRequest("Decide.", DATA, tools=TOOLS, settings=SETTINGS))
+    assert set(single.settings) == {"temperature", "max_output_tokens"}  # as before
+    step = sent(conversation_request(conversation(), TOOLS, settings=SETTINGS))
+    other = sent(conversation_request(conversation()[:2], TOOLS, settings=SETTINGS))
+    closing = sent(
+        conversation_request(conversation(), TOOLS, settings=SETTINGS, tool_choice="none")
+    )
+    assert len({single.digest, step.digest, other.digest, closing.digest}) == 4
