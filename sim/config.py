@@ -102,6 +102,8 @@ class HistoryConfig(_Strict):
 class Phase1Config(PhaseConfig):
     #: schema: answer an Intention; tools: choose one of move_to/say/act/wait
     mode: Literal["schema", "tools"] = "schema"
+    #: tools mode: how many look/recall/inventory steps a character may take before acting
+    max_tool_steps: int = Field(3, ge=0, le=10)
 
 
 class Config(_Strict):

@@ -19,6 +19,7 @@ from sim.llm.errors import LLMSchemaError
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.offline import estimate_tokens, generate, generate_tool_call
+from sim.offline.tools import generate_query_call
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 
@@ -83,7 +84,12 @@ class OfflineAdapter:
             raw = parsed.dump()
             finish = "stop"
         elif request.tools is not None:
-            name, arguments = generate_tool_call(
+            # with sim's query tools offered, one look/recall/inventory step comes first
+            step = None
+            if not request.messages:
+                offered = {tool.name for tool in request.tools}
+                step = generate_query_call(offered, request.input, seed=seed)
+            name, arguments = step or generate_tool_call(
                 [tool.openai_responses() for tool in request.tools],
                 request.input,
                 seed=seed,

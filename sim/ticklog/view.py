@@ -121,10 +121,20 @@ CALLS_HEAD = (
 )
 
 
+def _tools_called(call: dict[str, Any]) -> str:
+    """The tools a tool-calling answer called (``look``, ``move_to``...), if it was one."""
+    result = call.get("result")
+    calls = result.get("calls") if isinstance(result, dict) else None
+    if not isinstance(calls, list):
+        return ""
+    names = [str(c.get("name")) for c in calls if isinstance(c, dict)]
+    return "tools: " + (", ".join(names) or "none")
+
+
 def call_lines(log: TickLog) -> Iterator[str]:
     """One line per logged call: the model that answered (else the one asked), the depth
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
-    over all attempts, and cost."""
+    over all attempts, and cost; for a tool-calling answer, the tools it called."""
     yield CALLS_HEAD
     for call in log.calls.values():
         usage: dict[str, int] = {}
@@ -141,7 +151,7 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.get('depth', '-'):>5}  {window:>6}  {usage.get('input_tokens', 0):>9}  "
             f"{usage.get('cached_input_tokens', 0):>9}  {usage.get('output_tokens', 0):>10}  "
             f"{'unknown' if cost is None else f'${float(cost):.4f}':>9}  "
-            f"{call.get('error_code') or ''}"
+            f"{call.get('error_code') or ''}  {_tools_called(call)}"
         ).rstrip()
 
 
