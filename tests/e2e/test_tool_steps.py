@@ -14,10 +14,11 @@ from click.testing import CliRunner
 from conftest import copy_demo, tree
 
 from sim.cli import main
-from sim.config import Config
+from sim.config import Config, load_config
 from sim.engine.runner import Runner
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
+from sim.offline.adapter import OfflineAdapter
 from sim.phases.intention_steps import QUERY_NAMES, answer_query, look, recall
 from sim.storage import Storage
 from sim.testing import default_instance
@@ -185,3 +186,50 @@ def test_logged_steps_carry_the_conversation(demo_world: Path, steps: int) -> No
         # the second step answers a different question: its digest covers the conversation
         assert record["digest"] != first[rid[:-1] + "0"]["digest"]
         assert "conversation" in record["settings"]
+
+
+class Counted:
+    """The offline model, counting what it answers; 'dies' as call number ``crash_at`` starts."""
+
+    name = "offline"
+
+    def __init__(self, seed: int, crash_at: int = 0) -> None:
+        self.inner = OfflineAdapter(seed=seed)
+        self.crash_at = crash_at
+        self.started = 0
+        self.answered = 0
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.started += 1
+        if self.started == self.crash_at:
+            raise KeyboardInterrupt  # the process dies mid-tick
+        response = await self.inner.execute(request)
+        self.answered += 1
+        return response
+
+    async def delete_response(self, response_id: str) -> None:
+        return None
+
+
+def test_resume_does_not_pay_finished_steps_again(demo_world: Path, tmp_path: Path) -> None:
+    (demo_world / "config.toml").write_text(TOOLS_MODE)
+    reference = copy_demo(tmp_path / "reference")
+    (reference / "config.toml").write_text(TOOLS_MODE)
+    seed = Storage(demo_world).load().seed
+    config = load_config(
+        world_dir=demo_world, cwd=demo_world, overrides={"llm": {"max_concurrency": 1}}
+    )
+    whole = Counted(seed)
+    Runner(reference, config, adapter=whole).run(1)
+    characters = len(Storage(demo_world).load().characters)
+    # die in the middle of the second round of steps: the first round and part of the
+    # second were answered and logged
+    crashing = Counted(seed, crash_at=characters + 3)
+    with pytest.raises(BaseException):  # noqa: B017  (the crash, however it surfaces)
+        Runner(demo_world, config, adapter=crashing).run(1)
+    assert Storage(demo_world).load().tick == 0
+    resumed = Counted(seed)
+    Runner(demo_world, config, adapter=resumed).run(1)
+    assert crashing.answered == characters + 2
+    assert crashing.answered + resumed.answered == whole.answered  # nothing paid twice
+    assert tree(demo_world) == tree(reference)
