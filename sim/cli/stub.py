@@ -9,8 +9,9 @@ import sys
 
 import click
 
-from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
-from sim.testing.stub_server import FAULTS, RANDOM_FAULTS, StubOptions, StubServer
+#: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
+#: server (a test pins the two together)
+DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
 
 
 @click.command("stub-server")
@@ -45,7 +46,7 @@ from sim.testing.stub_server import FAULTS, RANDOM_FAULTS, StubOptions, StubServ
 )
 @click.option(
     "--faults",
-    default=",".join(RANDOM_FAULTS),
+    default=",".join(DEFAULT_FAULTS),
     show_default=True,
     help="Comma-separated faults the fault rate draws from.",
 )
@@ -74,6 +75,9 @@ def stub_server(
     (or, with --api gemini, --provider gemini). GET /stub/stats reports requests and tokens
     served.
     """
+    from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
+    from sim.testing.stub_server import FAULTS, StubOptions, StubServer
+
     kinds = tuple(f.strip() for f in faults.split(",") if f.strip())
     known = GEMINI_FAULTS if api == "gemini" else FAULTS
     unknown = sorted(set(kinds) - set(known))
