@@ -42,7 +42,7 @@ class FunctionCall(BaseModel):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     call_id: str = ""
-    signature: str | None = None
+    signature: str | None = Field(default=None, repr=False)
 
 
 class FunctionResponse(BaseModel):
