@@ -103,6 +103,7 @@ async def run(ctx: TickContext) -> None:
         results, calls = await intention_steps.decide(
             world, client, chars, requests, ctx.occupancy, ctx.config.phase1.max_tool_steps
         )
+        report.entities += len(chars)
     else:
         results, calls = await client.create_batch(requests), len(requests)
     report.calls += calls

@@ -16,6 +16,7 @@ from conftest import copy_demo, tree
 from sim.cli import main
 from sim.config import Config, load_config
 from sim.engine.runner import Runner
+from sim.errors import RunFailed
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
 from sim.offline.adapter import OfflineAdapter
@@ -111,7 +112,17 @@ def test_steps_are_bounded_then_only_actions_are_offered(demo_world: Path) -> No
     # still looking when only actions were offered: the fallback intention, reported
     report = next(r for r in result.reports if r.name == "intentions")
     assert report.calls == 3 * characters and report.failures == characters
+    assert report.entities == characters
     assert all("unknown_tool" in e for e in report.errors.values())
+
+
+def test_the_failure_fraction_is_per_character(demo_world: Path) -> None:
+    # every character ends on the fallback after 3 calls each: 1 in 3 calls failed, but
+    # every character did, so the tick is not committed
+    config = Config.model_validate({"phase1": {"mode": "tools", "max_tool_steps": 2}})
+    with pytest.raises(RunFailed, match=r"intentions: (\d+) of \1 entities failed"):
+        Runner(demo_world, config, adapter=Curious()).run()
+    assert Storage(demo_world).load().tick == 0
 
 
 def test_query_answers_come_from_the_world(demo_world: Path) -> None:
