@@ -197,3 +197,11 @@ def test_a_conversation_step_has_its_own_call_digest() -> None:
         conversation_request(conversation(), TOOLS, settings=SETTINGS, tool_choice="none")
     )
     assert len({single.digest, step.digest, other.digest, closing.digest}) == 4
+
+
+def test_the_budget_reserves_the_conversation_too() -> None:
+    from sim.llm.budget import estimate_usage
+
+    start = estimate_usage(conversation_request(conversation()[:1], TOOLS, settings=SETTINGS))
+    step = estimate_usage(conversation_request(conversation(), TOOLS, settings=SETTINGS))
+    assert step.input_tokens > start.input_tokens
