@@ -13,6 +13,7 @@ which credential they carry (``ROUTING_KEYS``) unless the user trusts it
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -31,7 +32,7 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
 }
-PROVIDERS = ("offline", "openai", "chat")
+PROVIDERS = ("offline", "openai", "chat", "gemini")
 #: providers that keep response chains on their server (``chain_mode = "server"``)
 SERVER_CHAIN_PROVIDERS = ("openai",)
 #: keys that decide where requests go or which credential they carry, at any depth; a
@@ -79,6 +80,12 @@ DEFAULT_PRICES = {
     "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
     "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
     "gpt-4o-mini": PriceConfig(input=0.15, cached_input=0.075, output=0.6),
+    # Gemini API list prices entered on 2026-11-23 (2.5 Pro: prompts up to 200k tokens);
+    # check them against Google's pricing page
+    "gemini-2.5-pro": PriceConfig(input=1.25, cached_input=0.125, output=10.0),
+    "gemini-2.5-flash": PriceConfig(input=0.3, cached_input=0.03, output=2.5),
+    "gemini-2.5-flash-lite": PriceConfig(input=0.1, cached_input=0.01, output=0.4),
+    "gemini-2.0-flash": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
 }
 
 
@@ -111,6 +118,8 @@ class LimitsConfig(_Strict):
 class Phase1Config(PhaseConfig):
     #: schema: answer an Intention; tools: choose one of move_to/say/act/wait
     mode: Literal["schema", "tools"] = "schema"
+    #: tools mode: how many look/recall/inventory steps a character may take before acting
+    max_tool_steps: int = Field(3, ge=0, le=10)
 
 
 class Config(_Strict):
@@ -206,6 +215,15 @@ def _problems(
                 f"expected one of: {', '.join(PROVIDERS)}",
             )
         )
+    elif config.llm.provider == "gemini" and config.llm.chain_mode == "server":
+        problems.append(
+            InputError(
+                source,
+                "llm.chain_mode",
+                'server chains are not offered for provider "gemini" (the Gemini API keeps '
+                'no responses to chain); use chain_mode = "window"',
+            )
+        )
     elif (
         combined
         and config.llm.chain_mode == "server"
@@ -274,6 +292,31 @@ def _untrusted_routing(
     return problems
 
 
+#: the model of a gemini phase whose model was left at the built-in default, when
+#: ``GEMINI_MODEL`` is unset
+GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
+
+
+def provider_models(config: Config, environ: Mapping[str, str]) -> Config:
+    """The config with the provider's default model where a phase did not choose one.
+
+    With ``provider = "gemini"``, a phase whose ``model`` is still the built-in default
+    (no config file, world config or ``--model`` changed it) uses ``$GEMINI_MODEL``, or
+    ``gemini-2.5-flash`` when that is unset or empty; a model set anywhere is kept as is,
+    and so are ``fallback_models``. Other providers are left unchanged.
+    """
+    if config.llm.provider != "gemini":
+        return config
+    model = environ.get("GEMINI_MODEL", "").strip() or GEMINI_DEFAULT_MODEL
+    defaults = Config.model_validate(defaults_data())
+    update = {
+        section: config.phase(section).model_copy(update={"model": model})
+        for section in PHASE_SECTIONS
+        if config.phase(section).model == defaults.phase(section).model
+    }
+    return config.model_copy(update=update)
+
+
 def defaults_data() -> dict[str, Any]:
     text = resources.files("sim").joinpath("defaults.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)
@@ -322,7 +365,7 @@ def load_config(
         raise InvalidConfig(problems)
     if overrides:
         data = _merge(data, overrides)
-    return _validate(data, None)
+    return provider_models(_validate(data, None), os.environ)
 
 
 def _read_world_toml(path: Path) -> dict[str, Any]:
@@ -352,12 +395,16 @@ def endpoint(config: Config) -> tuple[str, str | None]:
     """
     import os
 
-    if config.llm.provider == "offline":
+    llm = config.llm
+    if llm.provider == "offline":
         return "none (offline provider: no network)", None
-    url = config.llm.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-    if not config.llm.base_url and os.environ.get("OPENAI_BASE_URL"):
+    if llm.provider == "gemini":
+        key_env = "GEMINI_API_KEY" if llm.api_key_env == "OPENAI_API_KEY" else llm.api_key_env
+        return llm.base_url or "https://generativelanguage.googleapis.com", key_env
+    url = llm.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    if not llm.base_url and os.environ.get("OPENAI_BASE_URL"):
         url += " (from OPENAI_BASE_URL)"
-    return url, config.llm.api_key_env
+    return url, llm.api_key_env
 
 
 def redacted(config: Config) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim import safefs
-from sim.errors import InputError, SimError, WorldLockedError
+from sim.errors import InputError, InvalidWorld, UserError, WorldLockedError
 from sim.safefs import UnsafePath
 from sim.world import ID_RE, Character, Entity, Location, World, WorldMeta
 
@@ -60,7 +60,7 @@ def commit_path_problem(rel: str) -> str | None:
     return None
 
 
-class CorruptJournal(SimError):
+class CorruptJournal(UserError):
     """``.sim/journal.json`` cannot be applied safely: reported, never applied (exit 2)."""
 
     def __init__(self, root: Path, problem: str) -> None:
@@ -117,16 +117,6 @@ def prompt_problems(root: Path) -> list[InputError]:
         except InputError as exc:
             problems.append(exc)
     return problems
-
-
-class InvalidWorld(SimError):
-    """Every problem found in a world folder, one per line."""
-
-    def __init__(self, problems: list[InputError]) -> None:
-        self.problems = problems
-        lines = [str(p) for p in problems]
-        head = "world is invalid" + (f" ({len(lines)} problems)" if len(lines) > 1 else "")
-        super().__init__(head + ":\n  " + "\n  ".join(lines))
 
 
 def dump_json(data: Any) -> bytes:

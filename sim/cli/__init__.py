@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from sim import __version__
-from sim.cli import history, report, run, stub, tune
+from sim.cli import history, report, research, run, stub, tune
 from sim.cli.common import os_error_line
 
 
@@ -59,6 +59,10 @@ for command in (
     tune.tune_,
     tune.usage_,
     report.report,
+    research.export_,
+    research.init_,
+    research.schema_,
+    research.ask_,
     stub.stub_server,
 ):
     main.add_command(command)

@@ -6,17 +6,24 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors
-from sim.config import endpoint
-from sim.engine import deletions, repair
-from sim.engine.runner import Runner, TickResult
-from sim.llm.events import LLMEvent
-from sim.phases.base import PhaseReport
-from sim.storage import Storage
-from sim.ticklog.format import read_logs
+from sim.cli.common import CONFIG, WORLD, build_config
+from sim.cli.jsonout import (
+    JSON_HELP,
+    JSON_LINES_HELP,
+    check_document,
+    emit,
+    json_errors,
+    tick_document,
+)
+
+if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
+    from sim.engine.runner import TickResult
+    from sim.llm.events import LLMEvent
+    from sim.phases.base import PhaseReport
 
 
 class Progress:
@@ -93,6 +100,12 @@ def print_tick(result: TickResult) -> None:
         f"{'total':<12} {result.calls:>5}  {result.failures:>6}  {retries:>7}  "
         f"{usage.input_tokens:>9}  {usage.output_tokens:>10}   wall {result.elapsed:.2f}s"
     )
+    timed_out = sum(r.timed_out for r in result.reports)
+    if timed_out:
+        click.echo(
+            f"timed out (may be billed): {timed_out} attempts got no answer before the "
+            "client's timeout; the server may have billed them (tokens unknown)"
+        )
 
 
 @click.command()
@@ -118,6 +131,7 @@ def print_tick(result: TickResult) -> None:
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--budget-usd", type=click.FloatRange(min=0), help="Cost cap for this run (USD).")
 @click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for this run.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
     ticks: int,
@@ -129,9 +143,12 @@ def tick(
     base_url: str | None,
     budget_usd: float | None,
     budget_tokens: int | None,
+    as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
-    with errors():
+    from sim.engine.runner import Runner
+
+    with json_errors("tick", as_json):
         config = build_config(
             config_file,
             world_dir,
@@ -149,7 +166,7 @@ def tick(
             config,
             events=progress.on_event,
             on_phase=progress.on_phase,
-            on_tick=print_tick,
+            on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
         )
         runner.run(ticks)
 
@@ -157,19 +174,38 @@ def tick(
 @click.command()
 @WORLD
 @CONFIG
-def check(world_dir: Path, config_file: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     """Validate a world, its config and the engine's state in it; call nothing, write nothing.
 
     Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
     """
-    with errors():
+    from sim.config import endpoint
+    from sim.engine import deletions, repair
+    from sim.storage import Storage
+    from sim.ticklog.format import read_logs
+
+    with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
         url, key_env = endpoint(config)
         storage = Storage(world_dir, config.limits.max_entity_bytes)
         running = storage.running_elsewhere()
         storage.check_engine_dirs()
         world = storage.load()  # entities, prompts, a pending journal
-        repairs = repair.inspect(world)
+        repairs = [str(item) for item in repair.inspect(world).items]
+        pending_problem = deletions.problem(world_dir)
+        if pending_problem is not None:
+            repairs.append(
+                f"{world_dir / deletions.PENDING}: {pending_problem}; the next tick sets it "
+                "aside (its responses are left on the provider)"
+            )
+        if as_json:
+            document = check_document(world_dir, config, storage, world)
+            document.update(
+                endpoint=url, api_key_env=key_env, repairs=repairs, running=running
+            )
+            emit(document)
+            return
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"
@@ -178,14 +214,8 @@ def check(world_dir: Path, config_file: Path | None) -> None:
         if key_env is not None:
             state = "set" if os.environ.get(key_env) else "not set"
             click.echo(f"api key: from ${key_env} ({state})")
-        for item in repairs.items:
-            click.echo(f"repair: {item}")
-        pending_problem = deletions.problem(world_dir)
-        if pending_problem is not None:
-            click.echo(
-                f"repair: {world_dir / deletions.PENDING}: {pending_problem}; the next tick "
-                "sets it aside (its responses are left on the provider)"
-            )
+        for line in repairs:
+            click.echo(f"repair: {line}")
         if running:
             click.echo(
                 f"running: another sim process is running this world now (tick "
@@ -194,11 +224,11 @@ def check(world_dir: Path, config_file: Path | None) -> None:
             return
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
-        logs, log_problems = read_logs(world_dir)
+        logs, problems = read_logs(world_dir)
         if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
             click.echo(
                 f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
                 f"resumes it ({len(logs[-1].calls)} calls already logged)"
             )
-        for problem in log_problems:
+        for problem in problems:
             click.echo(f"warning: unreadable log: {problem}")

@@ -76,14 +76,16 @@ class PhaseGuard:
             ),
             "",
         )
+        # a phase with several calls per entity fails by entity, not by call
+        total, unit = (report.entities, "entities") if report.entities else (report.calls, "calls")
         if (
-            report.calls
+            total
             and len(failed) >= MIN_FAILED_CALLS
-            and len(failed) / report.calls > self.max_failed_fraction
+            and len(failed) / total > self.max_failed_fraction
         ):
             reasons = sorted(set(failed))
             raise RunFailed(
-                f"phase {report.name}: {len(failed)} of {report.calls} calls failed "
+                f"phase {report.name}: {len(failed)} of {total} {unit} failed "
                 f"after recovery ({', '.join(reasons)}), more than max_failed_fraction = "
                 f"{self.max_failed_fraction}; the tick was not committed and can be re-run. "
                 f"First: {first.split(': ', 1)[-1]}"

@@ -9,7 +9,7 @@ cap: once spent + reserved + the next estimate would cross it, further calls fai
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,24 +107,13 @@ def price_usage(
     return Cost(cost_usd(usage, price))
 
 
-def price_attempts(
-    attempts: Iterable[Mapping[str, Any]],
-    prices: Mapping[str, Any],
-    cache: dict[str, Price | None] | None = None,
-) -> Cost:
-    """What a logged call's attempts cost: each priced for the model it actually used."""
-    total = Cost()
-    for attempt in attempts:
-        usage = Usage(**(attempt.get("usage") or {}))
-        total = total + price_usage(usage, str(attempt.get("model")), prices, cache)
-    return total
-
-
 def estimate_usage(request: ModelRequest) -> Usage:
     """The worst case of one attempt: its estimated input and all its output tokens."""
     tokens = estimate_tokens(request.instructions) + estimate_tokens(request.input)
     for exchange in request.history:
         tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+    for message in request.messages:  # a tool conversation's calls and answers
+        tokens += estimate_tokens(message.model_dump_json(exclude_none=True))
     return Usage(input_tokens=tokens, output_tokens=request.settings.max_output_tokens)
 
 

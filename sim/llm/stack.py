@@ -24,6 +24,9 @@ from sim.llm.types import Adapter
 if TYPE_CHECKING:
     from sim.config import Config
 
+#: the built-in ``[llm] api_key_env``
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
 
 def provider_options(config: Config, seed: int) -> dict[str, Any]:
     """Constructor options for the configured provider's adapter."""
@@ -39,13 +42,23 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     }
     if llm.provider == "openai":  # the one provider that keeps responses (server chains)
         options["store"] = llm.chain_mode == "server"
+    if llm.provider == "gemini" and llm.api_key_env == OPENAI_KEY_ENV:
+        # the [llm] default names OpenAI's variable; gemini's own default is GEMINI_API_KEY
+        options["api_key_env"] = "GEMINI_API_KEY"
     return options
 
 
-def endpoint_url(base_url: str) -> str:
-    """Where requests go: ``base_url``, else ``$OPENAI_BASE_URL``, else OpenAI's API (what
-    the openai SDK does)."""
-    return base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+GEMINI_URL = "https://generativelanguage.googleapis.com"
+
+
+def endpoint_url(provider: str, base_url: str) -> str:
+    """Where requests go: ``base_url``, else the provider's default (for the OpenAI SDK,
+    ``$OPENAI_BASE_URL`` and then OpenAI's API)."""
+    if base_url:
+        return base_url
+    if provider == "gemini":
+        return GEMINI_URL
+    return os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
 
 
 def make_budget(config: Config) -> Budget:
@@ -85,7 +98,7 @@ def build_stack(
         inner = BackpressureAdapter(
             inner,
             Endpoint(
-                endpoint_url(llm.base_url),
+                endpoint_url(llm.provider, llm.base_url),
                 llm.max_concurrency,
                 down_threshold=llm.breaker_threshold,
                 down_cooldown=llm.breaker_cooldown_seconds,
