@@ -201,9 +201,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             )
         if as_json:
             document = check_document(world_dir, config, storage, world)
-            document.update(
-                endpoint=url, api_key_env=key_env, repairs=repairs, running=running
-            )
+            document.update(endpoint=url, api_key_env=key_env, repairs=repairs, running=running)
             emit(document)
             return
         click.echo(

@@ -15,11 +15,12 @@ provider URL:
 - **A shared pause.** A 429's ``Retry-After`` (or, without one, a short default) pauses
   *every* attempt to that endpoint, not just the one that was told: the others would be
   told the same thing a moment later.
-- **Down is not slow.** Connection refused (or reset), and repeated 5xx with no answer in
-  between, mean the endpoint is down. After ``down_threshold`` of them in a row, attempts
+- **Down is not slow.** Connection refused (or reset) means the endpoint is down. After
+  ``down_threshold`` of them in a row, attempts
   fail at once for ``down_cooldown`` seconds (one probe then goes through), with a message
   that names the URL: ``cannot connect to http://localhost:11434/v1 (connection
-  refused)``. Rate limits and timeouts never count toward this.
+  refused)``. Rate limits, timeouts and 5xx never count toward this (repeated 5xx from a
+  model open that model's breaker in the recovery layer, so its fallback models are tried).
 
 The wrapper retries nothing itself: the recovery layer above it retries per spec 000 and
 records every attempt. Its statistics (``Endpoint.stats``) say how much the tick slowed
@@ -88,12 +89,12 @@ class EndpointDownError(LLMAPIError):
 
 
 def _is_down_signal(error: LLMError) -> bool:
-    """Connection refused/reset, or a 5xx: the endpoint is not answering at all."""
-    if isinstance(error, (LLMRateLimitError, LLMTimeoutError)):
-        return False
-    if error.code == "connection_error":
-        return True
-    return isinstance(error, LLMAPIError) and (error.status_code or 0) >= 500
+    """Connection refused or reset: the endpoint is not answering at all. (A 5xx is one
+    model's server failing: the recovery layer's ``provider:model`` breaker handles it, so
+    a fallback model on the same endpoint is still tried.)"""
+    return error.code == "connection_error" and not isinstance(
+        error, (LLMRateLimitError, LLMTimeoutError)
+    )
 
 
 def describe_connection_error(url: str, error: LLMError) -> str:
@@ -132,7 +133,7 @@ class Endpoint:
     Args:
         url: the endpoint, as shown in messages.
         max_concurrency: the ceiling of the adaptive limit (``[llm] max_concurrency``).
-        down_threshold: consecutive connection errors / 5xx that mark the endpoint down.
+        down_threshold: consecutive connection errors that mark the endpoint down.
         down_cooldown: seconds before a probe is let through to a down endpoint.
         clock: monotonic seconds.
     """
@@ -197,8 +198,8 @@ class Endpoint:
         cause = self.last_down_error
         message = (
             describe_connection_error(self.url, cause)
-            if cause is not None and cause.code == "connection_error"
-            else f"{self.url} is down (repeated server errors)"
+            if cause is not None
+            else f"cannot connect to {self.url}"
         )
         raise EndpointDownError(
             f"{message}; not retried for {self.down_cooldown:g} s. Is the server running?",
