@@ -26,7 +26,7 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
 }
-PROVIDERS = ("offline", "openai", "chat")
+PROVIDERS = ("offline", "openai", "chat", "anthropic")
 
 
 class _Strict(BaseModel):
@@ -68,6 +68,15 @@ DEFAULT_PRICES = {
     "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
     "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
     "gpt-4o-mini": PriceConfig(input=0.15, cached_input=0.075, output=0.6),
+    # Anthropic list prices entered on 2026-11-23 (Sonnet: prompts up to 200k tokens;
+    # cache reads as cached_input, cache writes priced as input): check Anthropic's pricing page
+    "claude-opus-4-5": PriceConfig(input=5.0, cached_input=0.5, output=25.0),
+    "claude-opus-4-1": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
+    "claude-opus-4": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
+    "claude-sonnet-4-5": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
+    "claude-sonnet-4": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
+    "claude-haiku-4-5": PriceConfig(input=1.0, cached_input=0.1, output=5.0),
+    "claude-3-5-haiku": PriceConfig(input=0.8, cached_input=0.08, output=4.0),
 }
 
 
@@ -158,6 +167,13 @@ def _validate(data: Mapping[str, Any], source: Path | None) -> Config:
             source,
             "llm.provider",
             f"unknown provider {config.llm.provider!r}; expected one of: {', '.join(PROVIDERS)}",
+        )
+    if config.llm.provider == "anthropic" and config.llm.chain_mode == "server":
+        raise InputError(
+            source,
+            "llm.chain_mode",
+            'server chains are not offered for provider "anthropic" (the Messages API keeps '
+            'no responses to chain); use chain_mode = "window"',
         )
     return config
 

@@ -35,6 +35,9 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     }
     if llm.provider == "openai":  # the one provider that keeps responses (server chains)
         options["store"] = llm.chain_mode == "server"
+    if llm.provider == "anthropic" and llm.api_key_env == "OPENAI_API_KEY":
+        # the [llm] default names OpenAI's variable; anthropic's own is ANTHROPIC_API_KEY
+        options["api_key_env"] = "ANTHROPIC_API_KEY"
     return options
 
 
