@@ -47,8 +47,8 @@ def find_price(prices: Mapping[str, Any], model: str) -> Price | None:
 
     Providers often answer with a dated snapshot name (``gpt-4.1-mini-2025-04-14``,
     ``claude-haiku-4-5-20251001``) for the model asked for (``gpt-4.1-mini``): an exact
-    entry wins, else the undated name's. The table's values may be ``Price`` or anything with ``input``, ``cached_input`` and
-    ``output`` (the config's ``[prices]`` entries).
+    entry wins, else the undated name's. The table's values may be ``Price`` or anything
+    with ``input``, ``cached_input`` and ``output`` (the config's ``[prices]`` entries).
     """
     found = prices.get(model)
     if found is None and (match := _SNAPSHOT.match(model)):
