@@ -72,11 +72,8 @@ DEFAULT_PRICES = {
     # cache reads as cached_input, cache writes priced as input): check Anthropic's pricing page
     "claude-opus-4-5": PriceConfig(input=5.0, cached_input=0.5, output=25.0),
     "claude-opus-4-1": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
-    "claude-opus-4": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
     "claude-sonnet-4-5": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
-    "claude-sonnet-4": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
     "claude-haiku-4-5": PriceConfig(input=1.0, cached_input=0.1, output=5.0),
-    "claude-3-5-haiku": PriceConfig(input=0.8, cached_input=0.08, output=4.0),
 }
 
 

@@ -297,7 +297,7 @@ def test_usage_counts_cache_reads_and_writes_as_input() -> None:
 
 
 def test_claude_prices_and_dated_snapshots() -> None:
-    for model in ("claude-opus-4-1", "claude-sonnet-4-5", "claude-haiku-4-5"):
+    for model in ("claude-opus-4-1", "claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"):
         assert model in DEFAULT_PRICES
     haiku = find_price(DEFAULT_PRICES, "claude-haiku-4-5-20251001")
     assert haiku == Price(1.0, 0.1, 5.0)
