@@ -4,6 +4,7 @@ SDK against the loopback Messages API stub: faults, tools, chains, budgets, keys
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +240,16 @@ def test_anthropic_ticks_replay_without_requests_and_are_priced(
     totals = json.loads(usage.output)["total"]
     assert totals["unpriced_models"] == [] and totals["cost_usd"] > 0  # Claude prices apply
     assert totals["input_tokens"] == anthropic_stub.stats.input_tokens
+
+
+def test_missing_sdk_exits_2_naming_the_extra(
+    demo_world: Path, anthropic_stub: AnthropicStubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configure(demo_world)
+    before = tree(demo_world)
+    monkeypatch.setitem(sys.modules, "anthropic", None)  # import anthropic -> ImportError
+    result = tick(demo_world, anthropic_stub)
+    assert result.exit_code == 2, result.output
+    assert "pip install 'sim[anthropic]'" in result.output
+    assert anthropic_stub.stats.requests == 0
+    assert tree(demo_world) == before
