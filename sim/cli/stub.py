@@ -57,7 +57,7 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     show_default=True,
     type=click.Choice(["openai", "anthropic"]),
     help="Wire format: OpenAI's (/v1/responses, /v1/chat/completions) or Anthropic's "
-    "Messages API (/v1/messages; adds the overloaded fault).",
+    "Messages API (/v1/messages; adds the overloaded, permission and bad_request faults).",
 )
 def stub_server(
     host: str,

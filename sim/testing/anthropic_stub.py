@@ -14,7 +14,8 @@ Point the SDK at ``server.base_url`` (``sim tick --provider anthropic --base-url
 Faults, latency, stats and ``ServerThread`` work as for ``StubServer``; the faults mean, in
 Anthropic's terms: ``rate_limit`` 429 ``rate_limit_error`` with ``retry-after``,
 ``overloaded`` 529 ``overloaded_error``, ``server_error`` 500 ``api_error``, ``hang``,
-``auth`` 401 ``authentication_error``, ``insufficient_quota`` 400 "credit balance is too
+``auth`` 401 ``authentication_error``, ``permission`` 403 ``permission_error``,
+``bad_request`` 400 ``invalid_request_error``, ``insufficient_quota`` 400 "credit balance is too
 low", ``context_length`` 400 "prompt is too long", ``malformed`` (a tool input missing half
 its fields), ``refusal`` (``stop_reason: refusal``), ``incomplete`` (``stop_reason:
 max_tokens``), ``unknown_tool``.
@@ -31,7 +32,7 @@ import orjson
 from sim.testing.stub_model import Answer, Json, split_messages, text_of
 from sim.testing.stub_server import FAULTS, StubServer, _HTTPError
 
-ANTHROPIC_FAULTS = (*FAULTS, "overloaded")
+ANTHROPIC_FAULTS = (*FAULTS, "overloaded", "bad_request", "permission")
 ROUTE = "/v1/messages"
 REFUSAL_EXPLANATION = "This request was declined under the usage policy."
 
@@ -192,6 +193,20 @@ class AnthropicStubServer(StubServer):
             raise _HTTPError(500, anthropic_error("api_error", "Internal server error"))
         if fault == "auth":
             raise _HTTPError(401, anthropic_error("authentication_error", "invalid x-api-key"))
+        if fault == "permission":
+            raise _HTTPError(
+                403,
+                anthropic_error(
+                    "permission_error", "Your API key does not have permission to use this model."
+                ),
+            )
+        if fault == "bad_request":
+            raise _HTTPError(
+                400,
+                anthropic_error(
+                    "invalid_request_error", "messages: text content blocks must be non-empty"
+                ),
+            )
         if fault == "insufficient_quota":
             raise _HTTPError(
                 400,

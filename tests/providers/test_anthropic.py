@@ -124,6 +124,8 @@ FAULT_ERRORS: list[tuple[str, type[LLMError], str]] = [
     ("incomplete", LLMIncompleteError, "incomplete"),
     ("insufficient_quota", LLMBudgetExceededError, "insufficient_quota"),
     ("auth", LLMConfigurationError, "configuration_error"),
+    ("permission", LLMConfigurationError, "configuration_error"),
+    ("bad_request", LLMAPIError, "api_error"),
     ("context_length", LLMContextLengthError, "context_length"),
 ]
 
@@ -147,8 +149,11 @@ async def test_faults_map_to_llm_errors(
         assert classify(exc) == "transient"
         assert isinstance(exc, LLMAPIError)
         assert exc.status_code == (529 if fault == "overloaded" else 500)
-    if fault == "auth":
+    if fault in ("auth", "permission"):
         assert "ANTHROPIC_API_KEY" in str(exc) and KEY not in str(exc)
+    if fault == "bad_request":  # a request the API rejects is not sent again
+        assert isinstance(exc, LLMAPIError) and exc.status_code == 400
+        assert classify(exc) == "fatal"
     if fault == "refusal":
         assert isinstance(exc, LLMRefusalError) and exc.refusal_message
     if fault == "incomplete":
