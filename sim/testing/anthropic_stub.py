@@ -67,6 +67,20 @@ def _forced(request: Json) -> Json | None:
     )
 
 
+def _tool_blocks_only(message: Any) -> bool:
+    """A turn of a tool conversation holding only calls or tool answers (the stub answers
+    from the conversation's opening input, as its Responses API route does)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(
+            isinstance(block, dict) and block.get("type") in ("tool_use", "tool_result")
+            for block in content
+        )
+    )
+
+
 def _spoiled(text: str) -> Json:
     """The answer's object with its second half of fields dropped (``malformed``)."""
     data = orjson.loads(text) if text else {}
@@ -229,14 +243,15 @@ class AnthropicStubServer(StubServer):
         model = str(request.get("model") or "stub")
         forced = _forced(request)
         fault = await self._anthropic_prelude(model)
-        _, pairs, input_text = split_messages(request.get("messages") or [])
+        turns = [m for m in request.get("messages") or () if not _tool_blocks_only(m)]
+        _, pairs, input_text = split_messages(turns)
         instructions = text_of(request.get("system") or "")
         schema = None
         tools = None
         if forced is not None:
             schema = forced.get("input_schema") or {"type": "object"}
-        elif request.get("tools"):
-            tools = _tools(request["tools"])
+        elif request.get("tools") and (request.get("tool_choice") or {}).get("type") != "none":
+            tools = _tools(request["tools"])  # with tool_choice none: a text answer
         # malformed and incomplete answers are spoiled here, as tool input (an object)
         own = fault if fault in ("refusal", "unknown_tool") else None
         ans = self._answer(model, instructions, pairs, input_text, schema, tools, own)

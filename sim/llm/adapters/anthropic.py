@@ -7,8 +7,11 @@ window (``window`` mode) and the input as alternating user/assistant ``messages`
   with ``tool_choice = {"type": "tool", "name": ...}``; the tool call's ``input`` is the
   answer, validated against the schema here (an invalid one is an ``LLMSchemaError``, so
   recovery retries with the validation error fed back, as for every provider);
-- tool calling (``request.tools``): the tools declared with ``tool_choice = {"type":
-  "any"}``; the ``tool_use`` blocks become the same ``ToolCalls`` the other adapters return.
+- tool calling (``request.tools``): the tools declared with the request's ``tool_choice``
+  (``required`` -> ``{"type": "any"}``, ``auto``, ``none``); the ``tool_use`` blocks become
+  the same ``ToolCalls`` the other adapters return. A tool conversation
+  (``request.messages``) continues after the input: the model's calls as ``tool_use``
+  blocks of assistant turns, the tools' answers as ``tool_result`` blocks of user turns.
 
 No temperature is sent: the Messages API of the SDK this adapter is written against (2.x)
 takes no sampling parameters, so a phase's ``temperature`` does not apply to Claude.
@@ -53,8 +56,8 @@ from sim.llm.errors import (
     LLMSchemaError,
     LLMTimeoutError,
 )
-from sim.llm.tools import FunctionCall, ToolCalls, schema_of
-from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
+from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, response_json, schema_of
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, ToolChoice, Usage
 
 if TYPE_CHECKING:
     import anthropic
@@ -96,13 +99,56 @@ def answer_tool(schema: type[BaseModel]) -> str:
     return _TOOL_NAME.sub("_", schema.__name__)[:64] or "answer"
 
 
-def messages(history: tuple[Exchange, ...], input_data: str) -> list[dict[str, Any]]:
-    """The window's exchanges as user/assistant turns, then the input as a user turn."""
+#: spec 004's tool_choice as the Messages API's
+_TOOL_CHOICE: dict[ToolChoice, dict[str, str]] = {
+    "required": {"type": "any"},
+    "auto": {"type": "auto"},
+    "none": {"type": "none"},
+}
+
+
+def _turn(out: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The content blocks of the last turn if it is ``role``'s, else of a new one (the
+    Messages API alternates roles: a turn's calls, or tool answers, share one turn)."""
+    last = out[-1] if out else None
+    if last is None or last["role"] != role or isinstance(last["content"], str):
+        last = {"role": role, "content": []}
+        out.append(last)
+    blocks: list[dict[str, Any]] = last["content"]
+    return blocks
+
+
+def messages(
+    history: tuple[Exchange, ...],
+    input_data: str,
+    conversation: tuple[LLMMessage, ...] = (),
+) -> list[dict[str, Any]]:
+    """The window's exchanges as user/assistant turns, the input as a user turn, then a
+    tool conversation: calls as ``tool_use`` blocks, the tools' answers as ``tool_result``."""
     out: list[dict[str, Any]] = []
     for exchange in history:
         out.append({"role": "user", "content": exchange.input})
         out.append({"role": "assistant", "content": exchange.output})
     out.append({"role": "user", "content": input_data})
+    for message in conversation:
+        call, answer = message.function_call, message.function_response
+        if answer is not None:
+            _turn(out, "user").append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": answer.call_id,
+                    "content": response_json(answer),
+                }
+            )
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _turn(out, role)
+        if message.content:
+            blocks.append({"type": "text", "text": message.content})
+        if call is not None:
+            blocks.append(
+                {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments}
+            )
     return out
 
 
@@ -332,7 +378,7 @@ class AnthropicAdapter:
         params: dict[str, Any] = {
             "model": settings.model,
             "max_tokens": settings.max_output_tokens,
-            "messages": messages(request.history, request.input),
+            "messages": messages(request.history, request.input, request.messages),
             "timeout": httpx2.Timeout(
                 settings.timeout_seconds, connect=self.connect_timeout_seconds
             ),
@@ -344,7 +390,7 @@ class AnthropicAdapter:
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
-            params["tool_choice"] = {"type": "any"}
+            params["tool_choice"] = _TOOL_CHOICE[request.tool_choice]
         else:
             schema = schema_of(self, request)
             name = answer_tool(schema)
