@@ -32,7 +32,7 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
 }
-PROVIDERS = ("offline", "openai", "chat", "gemini")
+PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
 #: providers that keep response chains on their server (``chain_mode = "server"``)
 SERVER_CHAIN_PROVIDERS = ("openai",)
 #: keys that decide where requests go or which credential they carry, at any depth; a
@@ -86,6 +86,12 @@ DEFAULT_PRICES = {
     "gemini-2.5-flash": PriceConfig(input=0.3, cached_input=0.03, output=2.5),
     "gemini-2.5-flash-lite": PriceConfig(input=0.1, cached_input=0.01, output=0.4),
     "gemini-2.0-flash": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
+    # Anthropic list prices entered on 2026-11-23 (Sonnet: prompts up to 200k tokens;
+    # cache reads as cached_input, cache writes priced as input): check Anthropic's pricing page
+    "claude-opus-4-5": PriceConfig(input=5.0, cached_input=0.5, output=25.0),
+    "claude-opus-4-1": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
+    "claude-sonnet-4-5": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
+    "claude-haiku-4-5": PriceConfig(input=1.0, cached_input=0.1, output=5.0),
 }
 
 
@@ -215,13 +221,14 @@ def _problems(
                 f"expected one of: {', '.join(PROVIDERS)}",
             )
         )
-    elif config.llm.provider == "gemini" and config.llm.chain_mode == "server":
+    elif config.llm.provider in ("gemini", "anthropic") and config.llm.chain_mode == "server":
+        api = "the Gemini API" if config.llm.provider == "gemini" else "the Messages API"
         problems.append(
             InputError(
                 source,
                 "llm.chain_mode",
-                'server chains are not offered for provider "gemini" (the Gemini API keeps '
-                'no responses to chain); use chain_mode = "window"',
+                f'server chains are not offered for provider "{config.llm.provider}" ({api} '
+                'keeps no responses to chain); use chain_mode = "window"',
             )
         )
     elif (
@@ -398,9 +405,12 @@ def endpoint(config: Config) -> tuple[str, str | None]:
     llm = config.llm
     if llm.provider == "offline":
         return "none (offline provider: no network)", None
-    if llm.provider == "gemini":
-        key_env = "GEMINI_API_KEY" if llm.api_key_env == "OPENAI_API_KEY" else llm.api_key_env
-        return llm.base_url or "https://generativelanguage.googleapis.com", key_env
+    if llm.provider in ("gemini", "anthropic"):
+        from sim.llm.stack import endpoint_url  # noqa: PLC0415 - only what check prints
+
+        own = "GEMINI_API_KEY" if llm.provider == "gemini" else "ANTHROPIC_API_KEY"
+        key_env = own if llm.api_key_env == "OPENAI_API_KEY" else llm.api_key_env
+        return endpoint_url(llm.provider, llm.base_url), key_env
     url = llm.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     if not llm.base_url and os.environ.get("OPENAI_BASE_URL"):
         url += " (from OPENAI_BASE_URL)"

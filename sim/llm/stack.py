@@ -45,20 +45,26 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     if llm.provider == "gemini" and llm.api_key_env == OPENAI_KEY_ENV:
         # the [llm] default names OpenAI's variable; gemini's own default is GEMINI_API_KEY
         options["api_key_env"] = "GEMINI_API_KEY"
+    if llm.provider == "anthropic" and llm.api_key_env == OPENAI_KEY_ENV:
+        # likewise: anthropic's own default is ANTHROPIC_API_KEY
+        options["api_key_env"] = "ANTHROPIC_API_KEY"
     return options
 
 
-GEMINI_URL = "https://generativelanguage.googleapis.com"
+#: the endpoints the SDKs use when ``base_url`` is empty (the OpenAI SDK reads
+#: ``OPENAI_BASE_URL`` first, the Anthropic SDK ``ANTHROPIC_BASE_URL``)
+DEFAULT_URLS = {
+    "gemini": ("", "https://generativelanguage.googleapis.com"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+}
 
 
 def endpoint_url(provider: str, base_url: str) -> str:
-    """Where requests go: ``base_url``, else the provider's default (for the OpenAI SDK,
-    ``$OPENAI_BASE_URL`` and then OpenAI's API)."""
+    """Where requests go: ``base_url``, else the provider's SDK default."""
     if base_url:
         return base_url
-    if provider == "gemini":
-        return GEMINI_URL
-    return os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    env, url = DEFAULT_URLS.get(provider, ("OPENAI_BASE_URL", "https://api.openai.com/v1"))
+    return (os.environ.get(env) if env else None) or url
 
 
 def make_budget(config: Config) -> Budget:
