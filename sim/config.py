@@ -406,7 +406,7 @@ def endpoint(config: Config) -> tuple[str, str | None]:
     if llm.provider == "offline":
         return "none (offline provider: no network)", None
     if llm.provider in ("gemini", "anthropic"):
-        from sim.llm.stack import endpoint_url  # noqa: PLC0415 - only what check prints
+        from sim.llm.stack import endpoint_url
 
         own = "GEMINI_API_KEY" if llm.provider == "gemini" else "ANTHROPIC_API_KEY"
         key_env = own if llm.api_key_env == "OPENAI_API_KEY" else llm.api_key_env
