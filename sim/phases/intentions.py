@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
-from sim.phases.base import TickContext, exits_view, place_view, to_json
-from sim.phases.intention_tools import TOOLS, intention_data
+from sim.phases.base import (
+    TickContext,
+    character_view,
+    exits_view,
+    place_view,
+    public,
+    to_json,
+)
+from sim.phases.intention_tools import intention_data, tools_for
 from sim.world import Entity, World
 
 NAME = "intentions"
 SECTION = "phase1"
 CHAIN = "intention"
 RECENT_CELLS = 3
+BUILTIN_ACTIONS = ("move", "speak", "act", "wait")
 
 
 class Intention(BaseModel):
-    """What a character means to do: move, speak, act on something, or wait."""
+    """What a character means to do: move, speak, act on something, or wait (or a verb the
+    world declares in ``[actions]``: see ``intention_schema``)."""
 
     model_config = ConfigDict(extra="forbid", title="Intention")
 
-    action: Literal["move", "speak", "act", "wait"]
+    action: str
     target: str | None = Field(
         description="move: a connected location id; speak: a present character id; "
         "act: an object here or carried; wait: null"
@@ -38,13 +49,36 @@ class Intention(BaseModel):
         return cls(action="wait", target=None, content="", reasoning="LLM error, using fallback")
 
 
-def character_input(world: World, char: Entity, tick: int, here: list[str]) -> str:
+@lru_cache(maxsize=64)
+def _schema_for(verbs: tuple[str, ...]) -> type[Intention]:
+    actions = Literal[(*BUILTIN_ACTIONS, *verbs)]  # type: ignore[valid-type]
+    model: type[Intention] = create_model(
+        "Intention",
+        __base__=Intention,
+        action=(actions, ...),
+    )
+    return model
+
+
+def intention_schema(actions: Mapping[str, str]) -> type[Intention]:
+    """The Intention schema for a world: the built-in actions plus its ``[actions]`` verbs."""
+    return _schema_for(tuple(actions))
+
+
+def character_input(
+    world: World,
+    char: Entity,
+    tick: int,
+    here: list[str],
+    view: dict[str, Any] | None = None,
+) -> str:
     """The model's view of one character at the start of a tick.
 
     Args:
         here: ids of every character at the same location (including this one).
+        view: the world as models see it (``world_view``); default: its name only.
     """
-    identity, state, memory = char["identity"], char["state"], char["memory"]
+    state, memory = char["state"], char["memory"]
     loc = world.locations[state["location"]]
     present = [
         {
@@ -58,16 +92,8 @@ def character_input(world: World, char: Entity, tick: int, here: list[str]) -> s
     return to_json(
         {
             "tick": tick,
-            "world": world.meta["name"],
-            "character": {
-                "id": identity["id"],
-                "name": identity["name"],
-                "description": identity["description"],
-                "personality": identity["personality"],
-                "goals": identity["goals"],
-                "mood": state["mood"],
-                "inventory": state["inventory"],
-            },
+            "world": view if view is not None else world.meta["name"],
+            "character": character_view(char),
             "memory": {
                 "summary": memory["summary"],
                 "recent": [
@@ -81,30 +107,52 @@ def character_input(world: World, char: Entity, tick: int, here: list[str]) -> s
     )
 
 
+def template_context(world: World, char: Entity, here: list[str]) -> dict[str, Any]:
+    """What an intentions template sees besides ``world``, ``tick`` and ``actions``."""
+    loc = world.locations[char["state"]["location"]]
+    return {
+        "character": public(char),
+        "memory": char["memory"],
+        "location": public(loc),
+        "exits": exits_view(world, loc),
+        "present": [public(world.characters[cid]) for cid in here if cid != char["identity"]["id"]],
+    }
+
+
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world = ctx.world
     chars = list(world.characters.values())
     client = ctx.client(SECTION, chars, NAME)
-    instructions = ctx.prompt(NAME)
-    tools = TOOLS if ctx.config.phase1.mode == "tools" else None
-    requests = [
-        LLMRequest(
-            instructions,
-            character_input(world, char, ctx.tick, ctx.occupancy[char["state"]["location"]]),
-            Intention,
-            f"{CHAIN}:{char['identity']['id']}",
-            tools=tools,
+    tools = tools_for(ctx.config.actions) if ctx.config.phase1.mode == "tools" else None
+    schema = intention_schema(ctx.config.actions)
+    view = ctx.world_view
+    requests = []
+    for char in chars:
+        here = ctx.occupancy[char["state"]["location"]]
+
+        def context(char: Entity = char, here: list[str] = here) -> dict[str, Any]:
+            return template_context(world, char, here)
+
+        def default(char: Entity = char, here: list[str] = here) -> str:
+            return character_input(world, char, ctx.tick, here, view)
+
+        requests.append(
+            LLMRequest(
+                ctx.prompt(NAME, context),
+                ctx.input_for(NAME, default, context),
+                schema,
+                f"{CHAIN}:{char['identity']['id']}",
+                tools=tools,
+            )
         )
-        for char in chars
-    ]
     results = await client.create_batch(requests)
     report.calls += len(requests)
     for char, request, result in zip(chars, requests, results, strict=True):
         cid = char["identity"]["id"]
         if isinstance(result, ToolCalls):
             try:
-                result = Intention.model_validate(intention_data(result))
+                result = schema.model_validate(intention_data(result, ctx.config.actions))
             except LLMError as exc:
                 result = exc
         if isinstance(result, LLMError):
