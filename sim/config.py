@@ -195,7 +195,9 @@ def phase_section(name: str, declared: tuple[str, ...] = ()) -> str:
     bare = name.removeprefix("phases.")
     if bare in declared and bare not in BUILTIN_PHASES:
         return f"phases.{bare}"
-    choices = ", ".join((*PHASE_SECTIONS, *PHASE_ALIASES, *(d for d in declared if d not in BUILTIN_PHASES)))
+    choices = ", ".join(
+        (*PHASE_SECTIONS, *PHASE_ALIASES, *(d for d in declared if d not in BUILTIN_PHASES))
+    )
     raise InputError(None, "--depth", f"unknown phase {name!r}; expected one of: {choices}")
 
 

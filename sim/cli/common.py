@@ -11,7 +11,14 @@ from typing import Any
 
 import click
 
-from sim.config import BUILTIN_PHASES, PHASE_ALIASES, PHASE_SECTIONS, Config, load_config, phase_section
+from sim.config import (
+    BUILTIN_PHASES,
+    PHASE_ALIASES,
+    PHASE_SECTIONS,
+    Config,
+    load_config,
+    phase_section,
+)
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 

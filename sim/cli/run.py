@@ -12,6 +12,7 @@ from sim.cli.common import CONFIG, WORLD, build_config, errors
 from sim.engine.runner import Runner, TickResult
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
+from sim.phases.check import check_phases
 from sim.storage import Storage
 from sim.ticklog.format import read_logs
 
@@ -153,9 +154,20 @@ def check(world_dir: Path, config_file: Path | None) -> None:
         config = build_config(config_file, world_dir)
         storage = Storage(world_dir)
         world = storage.load()
+        phases = check_phases(config, world)
+        for warning in phases.warnings:
+            click.echo(f"warning: {warning}")
+        if not phases.ok:
+            for error in phases.errors:
+                click.echo(f"error: {error}", err=True)
+            sys.exit(2)
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"
+        )
+        click.echo(
+            f"phases: {', '.join(spec.name for spec in phases.phases)} "
+            f"({phases.renders} template renders checked)"
         )
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")

@@ -9,10 +9,10 @@ from typing import cast
 import click
 import orjson
 
-from sim.analysis.tune import PHASE_NAMES, TuneRow, estimate, tune
+from sim.analysis.tune import TuneRow, estimate, tune
 from sim.analysis.usage import BY_CHOICES, By, UsageReport, UsageRow, usage_report
 from sim.cli.common import CONFIG, WORLD, build_config, errors
-from sim.config import phase_section
+from sim.config import phase_section, section_name
 from sim.errors import InputError
 
 TUNE_HEAD = (
@@ -86,10 +86,10 @@ def tune_(
     money: it shows an estimate and asks first (--yes skips the question).
     """
     with errors():
-        section = phase_section(phase)
         tried = parse_depths(depths)
         config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
-        name = PHASE_NAMES[section]
+        section = phase_section(phase, config.tick.phases)
+        name = section_name(section)
         if config.llm.provider != "offline" and not yes:
             guess = estimate(world_dir, config, section, tried, ticks)
             runs = f"{len(tried)} depths x {ticks} ticks of {world_dir} on {config.llm.provider}"

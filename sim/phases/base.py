@@ -15,7 +15,6 @@ from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
-
 from sim.phases.templates import Prompts
 from sim.world import (
     Character,

@@ -13,6 +13,8 @@ output is capped. Exceeding a bound is a named error, never a hang.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -21,13 +23,14 @@ from typing import Any
 
 import jinja2
 from jinja2 import meta
+from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension
 from jinja2.lexer import Token, TokenStream
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from sim.errors import InputError
 from sim.llm.calls import digest
-from sim.phases.files import MissingFile, read_world_text
+from sim.phases.files import MissingFile, read_world_file, read_world_text
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "prompts"
 PROMPTS = "prompts"
@@ -125,7 +128,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             yield item
 
     def call(
-        __self,  # noqa: N805 - jinja's signature
+        __self,
         __context: jinja2.runtime.Context,
         __obj: Any,
         *args: Any,
@@ -141,9 +144,9 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             raise SecurityError("exponent too big in a template")
         if operator == "*":
             for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(n, int):
-                    if len(seq) * n > MAX_OUTPUT_CHARS:
-                        raise SecurityError("a repeated value too big in a template")
+                big = isinstance(seq, str | list | tuple) and isinstance(n, int)
+                if big and len(seq) * n > MAX_OUTPUT_CHARS:
+                    raise SecurityError("a repeated value too big in a template")
         return super().call_binop(context, operator, left, right)
 
 
@@ -273,6 +276,27 @@ class Prompts:
             file, line = _line_of(exc.__traceback__, self._filenames())
             kind = "undefined name" if isinstance(exc, jinja2.UndefinedError) else "error"
             raise TemplateError(file or template.filename, line, f"{kind}: {exc}") from None
+
+    def snapshot(self, names: Iterable[str], limit: int = 500) -> dict[str, str]:
+        """Digests of the templates ``names`` (the world's, else the built-in, when there
+        is one) and of every other file in the world's ``prompts/`` (partials it includes)."""
+        for name in names:
+            with contextlib.suppress(TemplateError):  # `sim check` names it; digest kept
+                self.get(name, required=False)
+        out = self.digests()
+        folder = self.root / PROMPTS
+        if folder.is_dir() and not folder.is_symlink():
+            for base, dirs, files in os.walk(folder):
+                dirs.sort()
+                for file in sorted(files):
+                    rel = Path(base, file).relative_to(folder).as_posix()
+                    if rel in out or len(out) >= limit:
+                        continue
+                    try:
+                        out[rel] = digest(read_world_file(self.root, f"{PROMPTS}/{rel}"))
+                    except InputError:
+                        continue  # a symlink or special file: never read, so never used
+        return dict(sorted(out.items()))
 
     def _filenames(self) -> set[str]:
         return {filename for filename, _ in self._loader.loaded.values()}

@@ -187,10 +187,17 @@ def _cut_torn_tail(path: Path) -> None:
             handle.truncate(data.rfind(b"\n") + 1)
 
 
-def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> Record:
+def header(
+    tick: int,
+    config: Mapping[str, Any],
+    seed: int,
+    scope: str = "",
+    phases: Mapping[str, Any] | None = None,
+) -> Record:
     """The first record. ``scope`` is a nonce for this run of the tick: it keys the
-    idempotency of its calls and is kept by a resume (see ``sim.llm.calls``)."""
-    return {
+    idempotency of its calls and is kept by a resume (see ``sim.llm.calls``). ``phases``
+    adds ``phases`` (the list run), ``templates`` and ``schemas`` (name -> digest)."""
+    record: Record = {
         "type": "header",
         "format": FORMAT_VERSION,
         "tick": tick,
@@ -198,6 +205,10 @@ def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> 
         "config": dict(config),
         "scope": scope,
     }
+    for key in ("phases", "templates", "schemas"):
+        if phases is not None and key in phases:
+            record[key] = phases[key]
+    return record
 
 
 # -- reading --------------------------------------------------------------------------------

@@ -104,6 +104,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             who = names.get(cid, cid)
             yield f"  {who}: intends {intent.get('action', '?')}{target}"
             yield f"    -> {outcome.get('outcome', '')}"
+    yield from declared_lines(log, names)
     for name, record in log.phases.items():
         report = record.get("report") or {}
         for key, reason in (report.get("errors") or {}).items():
@@ -113,6 +114,32 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))
+
+
+BUILTIN = ("intentions", "resolution", "narrative", "apply", "memory")
+
+
+def answer_text(answer: object) -> str:
+    """A declared phase's answer on one line: ``stance: for · mood: calm``."""
+    if isinstance(answer, dict):
+        return " · ".join(f"{k}: {answer_text(v)}" for k, v in answer.items())
+    if isinstance(answer, list):
+        return ", ".join(answer_text(v) for v in answer)
+    return str(answer)
+
+
+def declared_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
+    """The answers of the phases a world declared (or a package added), per subject."""
+    for name in log.phases:
+        if name in BUILTIN:
+            continue
+        results = log.phase_results(name)
+        if not results:
+            continue
+        yield ""
+        yield f"[{name}]"
+        for subject, answer in results.items():
+            yield f"  {names.get(subject, subject)}: {answer_text(answer)}"
 
 
 CALLS_HEAD = (

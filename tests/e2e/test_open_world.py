@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
@@ -55,3 +56,293 @@ def test_a_characters_secret_is_not_shown_to_the_others(demo_world: Path) -> Non
 def test_cli_tick_runs(demo_world: Path) -> None:
     result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
     assert result.exit_code == 0, result.output
+
+
+# -- phases the world declares ----------------------------------------------------------------
+
+#: the issue's text, verbatim (one line split to fit)
+ISSUE_CONFIG = (
+    """
+[tick]
+phases = ["intentions", "resolution", "narrative", "apply", "opinion", "memory"]"""
+    """   # order; built-ins by name
+
+[phases.opinion]
+per = "character"                          # character | location | world
+instructions = "prompts/opinion.md"        # world-relative template
+input = "prompts/opinion.input.md"         # optional; default: the subject's JSON view
+schema = "schemas/opinion.json"            # JSON Schema of the answer (world-relative)
+writes = { "state.stance" = "stance", "state.mood" = "mood" }   # entity field <- answer field
+response_chain_depth = 1
+"""
+)
+
+OPINION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "stance": {"type": "string", "enum": ["for", "against", "undecided"]},
+        "mood": {"type": "string", "maxLength": 60},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+    "required": ["stance", "mood", "confidence"],
+    "additionalProperties": False,
+}
+
+
+def opinion_world(world: Path) -> Path:
+    (world / "config.toml").write_text(ISSUE_CONFIG)
+    (world / "prompts").mkdir(exist_ok=True)
+    (world / "schemas").mkdir(exist_ok=True)
+    (world / "prompts" / "opinion.md").write_text(
+        "You are {{ character.identity.name }} in {{ world.name }}. Where do you stand?\n"
+    )
+    (world / "prompts" / "opinion.input.md").write_text(
+        "{{ world.description }}\nYou are at {{ location.identity.name }}.\n"
+        "{% for p in present %}{{ p.identity.name }} is here.\n{% endfor %}"
+        "{% if outcome %}This turn: {{ outcome }}{% endif %}\n"
+    )
+    (world / "schemas" / "opinion.json").write_bytes(orjson.dumps(OPINION_SCHEMA))
+    return world
+
+
+def test_the_issues_config_adds_a_phase_that_writes_stance(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    runner = CliRunner()
+    result = runner.invoke(main, ["tick", "--world", str(world), "--ticks", "2"])
+    assert result.exit_code == 0, result.output
+    assert "opinion" in result.output
+    for path in sorted((world / "characters").glob("*.json")):
+        state = orjson.loads(path.read_bytes())["state"]
+        assert state["stance"] in ("for", "against", "undecided")
+    log = read_log(log_path(world, 2))
+    opinion = [c for c in log.calls.values() if c["phase"] == "opinion"]
+    assert len(opinion) == 10
+    assert {c["entity_key"].split(":")[0] for c in opinion} == {"opinion"}
+    assert all(len(c.get("history") or []) == 1 for c in opinion)  # depth 1, second tick
+    assert log.header["phases"][4] == "opinion"
+    assert "opinion.md" in log.header["templates"] and "opinion" in log.header["schemas"]
+    shown = runner.invoke(main, ["log", "--world", str(world), "--tick", "2"])
+    assert "[opinion]" in shown.output and "stance: " in shown.output
+    usage = runner.invoke(main, ["usage", "--world", str(world), "--by", "phase"])
+    assert any(line.startswith("opinion ") for line in usage.output.splitlines()), usage.output
+    tuned = runner.invoke(
+        main,
+        ["tune", "--world", str(world), "--phase", "opinion", "--depths", "0,1", "--ticks", "1"],
+    )
+    assert tuned.exit_code == 0, tuned.output
+    assert "tune opinion" in tuned.output
+    out = world / "report.html"
+    report = runner.invoke(main, ["report", "--world", str(world), "--out", str(out)])
+    assert report.exit_code == 0, report.output
+    assert '"p":"opinion"' in out.read_text()
+
+
+def test_writes_that_break_the_world_are_refused_up_front(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    text = ISSUE_CONFIG.replace('"state.mood" = "mood"', '"state.location" = "mood"')
+    (world / "config.toml").write_text(text)
+    result = CliRunner().invoke(main, ["check", "--world", str(world)])
+    assert result.exit_code == 2
+    assert "phases.opinion.writes.state.location" in result.output
+    assert "state.location is the engine's" in result.output
+
+
+def test_a_write_of_the_wrong_type_is_undone_and_reported(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    (world / "config.toml").write_text(
+        ISSUE_CONFIG.replace('"state.mood" = "mood"', '"state.inventory" = "mood"')
+    )
+    before = {p.name: orjson.loads(p.read_bytes()) for p in (world / "characters").glob("*")}
+    result = CliRunner().invoke(main, ["tick", "--world", str(world)])
+    assert result.exit_code == 0, result.output
+    assert "writes ignored" in result.output
+    for path in (world / "characters").glob("*.json"):
+        state = orjson.loads(path.read_bytes())["state"]
+        assert "stance" not in state  # the whole write of that subject was undone
+        assert isinstance(state["inventory"], list)
+        assert before[path.name]["identity"] == orjson.loads(path.read_bytes())["identity"]
+
+
+def test_unsupported_schema_keyword_is_named(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    schema = dict(OPINION_SCHEMA)
+    schema["properties"] = {**OPINION_SCHEMA["properties"], "x": {"type": "string", "pattern": "a"}}  # type: ignore[dict-item]
+    (world / "schemas" / "opinion.json").write_bytes(orjson.dumps(schema))
+    result = CliRunner().invoke(main, ["check", "--world", str(world)])
+    assert result.exit_code == 2
+    assert "properties.x.pattern" in result.output and "unsupported" in result.output
+
+
+def test_a_declared_phase_not_listed_is_an_error(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    (world / "config.toml").write_text(
+        ISSUE_CONFIG.split("[phases.opinion]")[1].join(["[phases.opinion]", ""])
+    )
+    result = CliRunner().invoke(main, ["tick", "--world", str(world)])
+    assert result.exit_code == 2
+    assert "not in [tick] phases" in result.output
+    assert not (world / ".sim" / "log").exists()
+
+
+@pytest.mark.parametrize(
+    ("phases", "message"),
+    [
+        (
+            ["intentions", "resolution", "narrative", "memory", "apply"],
+            "'memory' must run after 'apply'",
+        ),
+        (["resolution", "narrative", "apply"], "'resolution' must run with 'intentions'"),
+        (["intentions", "apply", "intentions"], "'intentions' is listed twice"),
+        (["intentions", "gossip"], "unknown phase 'gossip'"),
+    ],
+)
+def test_impossible_orders_are_named_errors(
+    demo_world: Path, phases: list[str], message: str
+) -> None:
+    (demo_world / "config.toml").write_text(f"[tick]\nphases = {orjson.dumps(phases).decode()}\n")
+    result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
+    assert result.exit_code == 2
+    assert message in result.output, result.output
+
+
+def test_builtins_can_be_removed(demo_world: Path) -> None:
+    (demo_world / "config.toml").write_text('[tick]\nphases = ["intentions", "apply"]\n')
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    assert result.exit_code == 0, result.output
+    log = read_log(log_path(demo_world, 1))
+    assert {c["phase"] for c in log.calls.values()} == {"intentions"}
+    assert log.header["phases"] == ["intentions", "apply"]
+
+
+# -- a phase from an entry point ------------------------------------------------------------
+
+PLUGIN = '''
+from pydantic import BaseModel, ConfigDict
+
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMError
+
+
+class Headcount(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="Headcount")
+    crowd: str
+    count: int
+
+
+class CensusPhase:
+    """Counts the people at each location; writes state.crowd."""
+
+    name = "census"
+    schema = Headcount
+
+    def subjects(self, ctx):
+        return list(ctx.world.locations.values())
+
+    def requests(self, ctx, subjects):
+        here = ctx.world.characters_at()
+        return [
+            LLMRequest(
+                "Describe the crowd.",
+                '{"place": "%s", "people": %d}'
+                % (s["identity"]["name"], len(here.get(s["identity"]["id"], []))),
+                Headcount,
+                "census:" + s["identity"]["id"],
+            )
+            for s in subjects
+        ]
+
+    def apply(self, ctx, subjects, results):
+        out = {}
+        for s, r in zip(subjects, results):
+            if isinstance(r, LLMError):
+                continue
+            s["state"]["crowd"] = r.crowd
+            out[s["identity"]["id"]] = r.model_dump()
+        return out
+'''
+
+
+def install_plugin(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny installed distribution offering ``census`` in the ``sim.phases`` group."""
+    (folder / "simtest_census.py").write_text(PLUGIN)
+    info = folder / "simtest_census-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: simtest-census\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[sim.phases]\ncensus = simtest_census:CensusPhase\n")
+    monkeypatch.syspath_prepend(str(folder))
+
+
+def test_a_python_phase_from_an_entry_point_runs(
+    demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugin(tmp_path / "site", monkeypatch) if (tmp_path / "site").mkdir() is None else None
+    (demo_world / "config.toml").write_text(
+        '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "census", "memory"]\n'
+        "[phases.census]\nresponse_chain_depth = 1\ntemperature = 0.1\n"
+    )
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    assert result.exit_code == 0, result.output
+    assert "census" in result.output
+    log = read_log(log_path(demo_world, 1))
+    census = [c for c in log.calls.values() if c["phase"] == "census"]
+    assert len(census) == len(list((demo_world / "locations").glob("*.json")))
+    assert log.phase_results("census")
+    for path in (demo_world / "locations").glob("*.json"):
+        assert isinstance(orjson.loads(path.read_bytes())["state"]["crowd"], str)
+    assert "census" in log.header["schemas"]
+
+
+# -- sim check renders every template ---------------------------------------------------------
+
+
+def test_check_names_undefined_names_and_syntax_errors_with_file_and_line(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    (world / "prompts" / "opinion.md").write_text(
+        "Line one is fine: {{ world.name }}\n{{ character.identity.nickname }}\n"
+    )
+    result = CliRunner().invoke(main, ["check", "--world", str(world)])
+    assert result.exit_code == 2
+    assert "prompts/opinion.md:2: undefined name" in result.output
+    assert "nickname" in result.output and "opinion:ada, and 9 more" in result.output
+    (world / "prompts" / "opinion.md").write_text("fine\n\n{% if character %}\n")
+    result = CliRunner().invoke(main, ["check", "--world", str(world)])
+    assert result.exit_code == 2
+    assert "prompts/opinion.md:3" in result.output
+
+
+def test_check_renders_builtin_overrides_and_warns_about_stray_prompts(demo_world: Path) -> None:
+    (demo_world / "prompts").mkdir()
+    (demo_world / "prompts" / "intentions.md").write_text("{{ character.state.mood }}\n")
+    (demo_world / "prompts" / "resolution.input.md").write_text("{{ location.nope }}\n")
+    (demo_world / "prompts" / "intention.md").write_text("typo in the name\n")
+    result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
+    assert result.exit_code == 2
+    assert "prompts/resolution.input.md:1: undefined name" in result.output
+    assert "intentions.md" not in result.output.split("warning")[0]
+    assert "intention.md: matches no phase" in result.output
+
+
+def test_a_world_input_template_replaces_the_json_document(demo_world: Path) -> None:
+    (demo_world / "prompts").mkdir()
+    (demo_world / "prompts" / "intentions.input.md").write_text(
+        "{{ character.identity.name }} at {{ location.identity.name }}; exits: "
+        "{% for e in exits %}{{ e.id }} {% endfor %}\n"
+    )
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    assert result.exit_code == 0, result.output
+    log = read_log(log_path(demo_world, 1))
+    call = log.calls[next(k for k, c in log.calls.items() if c["entity_key"] == "intention:ada")]
+    assert call["input"].startswith("Ada Strand at Herring Quay; exits: ")
+
+
+def test_a_template_cannot_read_outside_prompts(demo_world: Path, tmp_path: Path) -> None:
+    (tmp_path / "secret.md").write_text("TOP-SECRET")
+    (demo_world / "prompts").mkdir()
+    (demo_world / "prompts" / "leak.md").symlink_to(tmp_path / "secret.md")
+    (demo_world / "prompts" / "intentions.md").write_text('{% include "leak.md" %}\n')
+    result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
+    assert result.exit_code == 2
+    assert "TOP-SECRET" not in result.output and "symlink" in result.output
+    (demo_world / "prompts" / "intentions.md").write_text('{% include "../world.json" %}\n')
+    result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
+    assert result.exit_code == 2 and "not found" in result.output

@@ -155,10 +155,38 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
     return scenes
 
 
+def _character_chains(log: TickLog) -> set[str]:
+    """The built-in per-character chains, and those of phases declared per character."""
+    chains = set(CHARACTER_CHAINS)
+    declared = (log.header.get("config") or {}).get("phases") or {}
+    for name, section in declared.items() if isinstance(declared, dict) else ():
+        if isinstance(section, dict) and section.get("per", "character") == "character":
+            chains.add(str(name))
+    return chains
+
+
+def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
+    """Per phase the world declared (or a package added): each subject's answer, on one line."""
+    out: list[Any] = []
+    for name in log.phases:
+        if name in logview.BUILTIN:
+            continue
+        rows = []
+        for subject, answer in log.phase_results(name).items():
+            ref = ["c", chars.add(subject)] if subject in chars.pos else None
+            if ref is None and subject in locs.pos:
+                ref = ["l", locs.add(subject)]
+            rows.append([ref or ["w", subject], logview.answer_text(answer)])
+        if rows:
+            out.append({"p": name, "r": rows})
+    return out
+
+
 def _per_character(log: TickLog, totals: dict[str, _CharTotals]) -> None:
+    chains = _character_chains(log)
     for call in log.calls.values():
         chain, _, owner = str(call.get("entity_key", "")).partition(":")
-        if chain not in CHARACTER_CHAINS or not owner:
+        if chain not in chains or not owner:
             continue
         usage = call.get("usage") or {}
         acc = totals.setdefault(owner, _CharTotals())
@@ -275,6 +303,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 "at": {chars.add(c): locs.add(lid) for c, lid in sorted(where.items())},
                 "moves": moves,
                 "scenes": _scenes(log, chars, locs, where),
+                "phases": _declared(log, chars, locs),
             }
         )
     if current is not None:

@@ -136,6 +136,21 @@ _FORMATS = {
     "ipv6": "::1",
     "hostname": "example.com",
 }
+_FEELING_KEYS = ("mood", "feeling", "emotion")
+_MOODS = (
+    "hopeful",
+    "wary",
+    "resolute",
+    "anxious",
+    "bitter",
+    "calm",
+    "torn",
+    "defiant",
+    "weary",
+    "cautiously optimistic",
+    "angry",
+    "uneasy",
+)
 _LONG_KEYS = (
     "description",
     "reasoning",
@@ -370,6 +385,8 @@ class Filler:
             return rng.choice(words).lower()
         if k in ("name", "title") or k.endswith("_name"):
             return " ".join(w.capitalize() for w in rng.sample(words, min(2, len(words))))
+        if any(part in k for part in _FEELING_KEYS):
+            return rng.choice(_MOODS)
         if any(part in k for part in _LONG_KEYS):
             picked = rng.sample(words, min(len(words), rng.randint(4, 8)))
             return T.cap(" ".join(picked)) + "."
