@@ -11,7 +11,7 @@ import orjson
 
 from sim.llm.adapters.replay import Drift
 from sim.ticklog.format import LogError, TickLog, list_logs, read_log
-from sim.ticklog.replay import ReplayReport
+from sim.ticklog.replay import ReplayReport, TickReplay
 
 
 def last_log(root: Path) -> TickLog:
@@ -178,16 +178,34 @@ def drift_lines(drift: Drift) -> Iterator[str]:
         yield f"      {line}"
 
 
+def change_lines(tick: TickReplay) -> Iterator[str]:
+    """What changed since the tick was logged, by name."""
+    if tick.config_note:
+        yield f"  note: {tick.config_note}"
+    if tick.phase_change:
+        yield f"  phases changed: {tick.phase_change}"
+    for change in tick.template_changes:
+        yield f"  template {change}"
+    for change in tick.schema_changes:
+        yield f"  schema {change}"
+    if tick.config_changes:
+        yield "  config now differs from the logged one (the replay used the logged one):"
+        for change in tick.config_changes:
+            yield f"    {change}"
+
+
 def replay_lines(report: ReplayReport, live: bool) -> Iterator[str]:
     for tick in report.ticks:
         if tick.identical:
             yield f"tick {tick.tick}: identical ({tick.served} calls served from the log)"
+            yield from change_lines(tick)
             continue
         what = []
         if tick.drifts:
             what.append(f"{len(tick.drifts)} requests drifted")
         what.append("state matches the log" if tick.state_matches else "state differs from the log")
         yield f"tick {tick.tick}: {', '.join(what)}"
+        yield from change_lines(tick)
         for drift in tick.drifts:
             yield from drift_lines(drift)
         if tick.differing_files:

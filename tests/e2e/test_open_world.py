@@ -346,3 +346,48 @@ def test_a_template_cannot_read_outside_prompts(demo_world: Path, tmp_path: Path
     (demo_world / "prompts" / "intentions.md").write_text('{% include "../world.json" %}\n')
     result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
     assert result.exit_code == 2 and "not found" in result.output
+
+
+# -- replay names what changed ----------------------------------------------------------------
+
+
+def test_replay_uses_the_logged_config_and_names_the_keys_that_differ(demo_world: Path) -> None:
+    runner = CliRunner()
+    ran = runner.invoke(
+        main, ["tick", "--world", str(demo_world), "--ticks", "2", "--depth", "phase2a=3"]
+    )
+    assert ran.exit_code == 0, ran.output
+    result = runner.invoke(main, ["replay", "--world", str(demo_world), "--tick", "2"])
+    assert result.exit_code == 0, result.output
+    assert "tick 2: identical" in result.output
+    assert "phase2a.response_chain_depth: logged 3, now 2" in result.output
+
+
+def test_replay_names_a_changed_template_and_schema(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    runner = CliRunner()
+    assert runner.invoke(main, ["tick", "--world", str(world), "--ticks", "2"]).exit_code == 0
+    (world / "prompts" / "opinion.md").write_text(
+        "Where do you stand, {{ character.identity.name }}?"
+    )
+    schema = dict(OPINION_SCHEMA)
+    schema["properties"] = {**OPINION_SCHEMA["properties"]}  # type: ignore[dict-item]
+    schema["properties"]["reason"] = {"type": "string"}  # type: ignore[index]  (optional)
+    (world / "schemas" / "opinion.json").write_bytes(orjson.dumps(schema))
+    result = runner.invoke(main, ["replay", "--world", str(world), "--tick", "2"])
+    assert "template opinion.md: changed" in result.output, result.output
+    assert "schema opinion: changed" in result.output
+    assert "template opinion.input.md" not in result.output
+    assert "requests drifted" in result.output
+
+
+def test_replay_names_a_changed_phase_list(demo_world: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["tick", "--world", str(demo_world)]).exit_code == 0
+    (demo_world / "config.toml").write_text('[tick]\nphases = ["intentions", "apply"]\n')
+    result = runner.invoke(main, ["replay", "--world", str(demo_world), "--tick", "1"])
+    assert "tick 1: identical" in result.output, result.output
+    assert (
+        "phases changed: logged intentions, resolution, narrative, apply, memory; now "
+        "intentions, apply" in result.output
+    )
