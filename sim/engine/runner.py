@@ -232,10 +232,10 @@ class Runner:
                 report.usage = report.usage + event.usage
                 if not event.final:
                     report.retries += 1
-                elif event.response is not None and "fallback_from" in event.response.metadata:
+                elif event.response is not None and event.response.fallback_from is not None:
                     report.model_fallbacks[str(event.entity_key)] = (
-                        f"{event.response.metadata['fallback_from']} -> "
-                        f"{event.response.metadata.get('fallback_to', event.model)}"
+                        f"{event.response.fallback_from} -> "
+                        f"{event.response.fallback_to or event.model}"
                     )
 
         guard = PhaseGuard(self.config.llm.max_failed_fraction)

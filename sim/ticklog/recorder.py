@@ -25,8 +25,8 @@ from sim.llm.budget import Price, price_attempts
 from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
-from sim.llm.types import Adapter, AdapterResponse
-from sim.llm.wrapper import AdapterWrapper, Call, Sent
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.wrapper import AdapterWrapper
 from sim.phases.base import TickContext
 from sim.storage import Storage
 from sim.ticklog.format import (
@@ -49,11 +49,11 @@ from sim.world import World
 class RecordingAdapter(AdapterWrapper):
     """Passes every call through, noting what the adapter is actually sent."""
 
-    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
         ident = current_call.get()
         if ident is not None:
-            ident.set_sent(sent.settings, sent.history, sent.previous_response_id)
-        return await call()
+            ident.set_sent(request)
+        return await self.inner.execute(request)
 
 
 def request_schema(request: LLMRequest) -> tuple[str, str]:
@@ -285,11 +285,11 @@ class TickRecorder:
         response = event.response
         final = _attempt(event)
         if event.kind == "llm_completed" and response is not None:
-            served = response.metadata.get("served_from")
+            served = response.served_from
             parsed = response.parsed
             final.update(model=response.model, raw=response.raw)
             record.update(
-                source=served or "live",
+                source=served,
                 result=parsed.model_dump(mode="json"),
                 result_type=f"{type(parsed).__module__}:{type(parsed).__qualname__}",
                 response_id=response.response_id,
@@ -300,11 +300,11 @@ class TickRecorder:
             )
         else:
             error = event.error
-            served = error.context.get("served_from") if error is not None else None
+            served = error.served_from if error is not None else "live"
             message = str(error) if error is not None else ""
             final["error"] = message
             record.update(
-                source=served or "live",
+                source=served,
                 result=None,
                 response_id=None,
                 response_model=None,
