@@ -391,3 +391,55 @@ def test_replay_names_a_changed_phase_list(demo_world: Path) -> None:
         "phases changed: logged intentions, resolution, narrative, apply, memory; now "
         "intentions, apply" in result.output
     )
+
+
+# -- verbs the world declares -----------------------------------------------------------------
+
+
+def test_a_declared_verb_reaches_schema_instructions_and_resolution(demo_world: Path) -> None:
+    (demo_world / "config.toml").write_text(
+        '[actions]\ntrade = "offer an item from your inventory to someone here"\n'
+    )
+    Runner(demo_world, load_config(world_dir=demo_world)).run(6)
+    traded = 0
+    for tick in range(1, 7):
+        log = read_log(log_path(demo_world, tick))
+        call = next(c for c in log.calls.values() if c["phase"] == "intentions")
+        text = log.instructions[call["instructions_digest"]]
+        assert '"trade": offer an item from your inventory to someone here' in text
+        resolution = next(c for c in log.calls.values() if c["phase"] == "resolution")
+        assert "trade" in log.instructions[resolution["instructions_digest"]]
+        outcomes = {
+            o["character_id"]: o["outcome"]
+            for r in log.phase_results("resolution").values()
+            for o in r["outcomes"]
+        }
+        for cid, intention in log.phase_results("intentions").items():
+            if intention["action"] == "trade":
+                traded += 1
+                assert "tried to trade" in outcomes[cid]
+    assert traded > 0
+
+
+def test_a_declared_verb_is_a_tool_in_tools_mode(demo_world: Path) -> None:
+    (demo_world / "config.toml").write_text(
+        '[phase1]\nmode = "tools"\n[actions]\ntrade = "offer an item to someone here"\n'
+    )
+    Runner(demo_world, load_config(world_dir=demo_world)).run(1)
+    log = read_log(log_path(demo_world, 1))
+    assert len(log.phase_results("intentions")) == 10
+    from sim.llm.tools import FunctionCall, ToolCalls
+    from sim.phases.intention_tools import intention_data, tools_for
+
+    assert [t.name for t in tools_for({"trade": "x"})][-1] == "trade"
+    call = FunctionCall(
+        name="trade", arguments={"target": "bram", "content": "a lamp"}, call_id="1"
+    )
+    data = intention_data(ToolCalls(calls=[call]), {"trade": "x"})
+    assert data["action"] == "trade" and data["target"] == "bram"
+
+
+def test_a_verb_may_not_shadow_a_builtin_action(demo_world: Path) -> None:
+    (demo_world / "config.toml").write_text('[actions]\nmove = "walk"\n')
+    result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
+    assert result.exit_code == 2 and "actions.move" in result.output
