@@ -86,15 +86,19 @@ class PhaseConfig(_Strict):
     max_output_tokens: int = Field(800, gt=0)
     response_chain_depth: int = Field(0, ge=0)
     fallback_models: tuple[str, ...] = ()
-    #: this phase's provider and server ("" = [llm]'s); endpoint keys (ENDPOINT_KEYS)
+    #: this phase's provider, server and key variable ("" = [llm]'s): endpoint keys
+    #: (ENDPOINT_KEYS), under the trust rule for world configs
     provider: str = ""
     base_url: str = ""
+    api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
 
-    def endpoint(self, llm: LLMConfig) -> tuple[str, str]:
-        """(provider, base_url) this phase's requests go to."""
+    def endpoint(self, llm: LLMConfig) -> tuple[str, str, str]:
+        """(provider, base_url, api_key_env) this phase's requests go to. A phase that
+        names another provider does not inherit [llm]'s server."""
+        key = self.api_key_env or llm.api_key_env
         if self.provider and self.provider != llm.provider:
-            return self.provider, self.base_url
-        return llm.provider, self.base_url or llm.base_url
+            return self.provider, self.base_url, key
+        return llm.provider, self.base_url or llm.base_url, key
 
     def settings(self, llm: LLMConfig) -> CallSettings:
         return CallSettings(

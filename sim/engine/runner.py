@@ -139,7 +139,7 @@ class Runner:
         self.phases: list[PhaseSpec] | None = None
         self.prompts: Prompts | None = None
         #: adapters of phases with their own provider/base_url (built like ``adapter``)
-        self.endpoint_adapters: dict[tuple[str, str], Adapter] = {}
+        self.endpoint_adapters: dict[tuple[str, str, str], Adapter] = {}
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.
@@ -184,12 +184,13 @@ class Runner:
         budget = find_budget(self.adapter)
         for spec in phases:
             endpoint = self.config.phase(spec.name).endpoint(llm)
-            if endpoint == (llm.provider, llm.base_url) or endpoint in self.endpoint_adapters:
+            if endpoint == (llm.provider, llm.base_url, llm.api_key_env):
                 continue
-            provider, base_url = endpoint
-            config = self.config.model_copy(
-                update={"llm": llm.model_copy(update={"provider": provider, "base_url": base_url})}
-            )
+            if endpoint in self.endpoint_adapters:
+                continue
+            provider, base_url, key = endpoint
+            changed = {"provider": provider, "base_url": base_url, "api_key_env": key}
+            config = self.config.model_copy(update={"llm": llm.model_copy(update=changed)})
             self.endpoint_adapters[endpoint] = build_stack(config, world.seed, budget=budget)
 
     async def _tick(self) -> TickResult:

@@ -188,8 +188,8 @@ class TickContext:
     clients: list[LLMClient] = field(default_factory=list)
     #: results of phases declared by the world or a package, by phase name (for the log)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: adapters of phases that set their own provider/base_url, by (provider, base_url)
-    endpoint_adapters: dict[tuple[str, str], Adapter] = field(default_factory=dict)
+    #: adapters of phases that set their own provider, base_url or api_key_env, by those
+    endpoint_adapters: dict[tuple[str, str, str], Adapter] = field(default_factory=dict)
     prompts: Prompts | None = None
     _static: dict[str, str] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None

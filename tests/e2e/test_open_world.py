@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
+from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path, read_log
 
 
@@ -443,3 +444,24 @@ def test_a_verb_may_not_shadow_a_builtin_action(demo_world: Path) -> None:
     (demo_world / "config.toml").write_text('[actions]\nmove = "walk"\n')
     result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
     assert result.exit_code == 2 and "actions.move" in result.output
+
+
+# -- a phase's own provider -------------------------------------------------------------------
+
+
+def test_a_phase_can_send_its_requests_to_another_provider(
+    demo_world: Path, stub_server: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_KEY", "sk-local")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (demo_world / "config.toml").write_text(
+        f'[phase1]\nprovider = "chat"\nbase_url = "{stub_server.base_url}"\n'
+        'api_key_env = "LOCAL_KEY"\nmodel = "local-model"\n'
+    )
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    assert result.exit_code == 0, result.output
+    assert stub_server.stats.generations == 10  # the intentions only; the rest offline
+    assert {r.get("model") for r in stub_server.log} == {"local-model"}
+    log = read_log(log_path(demo_world, 1))
+    models = {c["phase"]: c.get("response_model") or c.get("model") for c in log.calls.values()}
+    assert models["intentions"] == "local-model" and models["resolution"] == "offline"
