@@ -151,6 +151,10 @@ _MOODS = (
     "angry",
     "uneasy",
 )
+#: fields answered with one whole sentence taken from the input (the subject's own words)
+_REASON_KEYS = ("reason", "why", "because", "rationale", "justification", "statement")
+_SENTENCE = re.compile(r"[A-Z][^.!?\n{}\[\]\"]{18,180}[.!?]")
+_LABEL = re.compile(r"^[A-Z][A-Za-z ]{1,30}:\s+")
 _LONG_KEYS = (
     "description",
     "reasoning",
@@ -232,6 +236,7 @@ class Filler:
         self.rng = rng
         self._text = input_text
         self._words: list[str] | None = None
+        self._sentences: list[str] | None = None
 
     @property
     def words(self) -> list[str]:
@@ -242,6 +247,24 @@ class Filler:
                     seen.setdefault(w, None)
             self._words = list(seen) or list(_FALLBACK_WORDS)
         return self._words
+
+    @property
+    def sentences(self) -> list[str]:
+        """Whole sentences of the input (of its text values, when it is JSON), in order."""
+        if self._sentences is None:
+            data = loads(self._text)
+            texts: list[str] = []
+            if isinstance(data, dict | list):
+                _strings_in(data, texts)
+            else:
+                texts = [self._text]
+            found = [
+                T.cap(_LABEL.sub("", m.group(0).strip()))
+                for t in texts
+                for m in _SENTENCE.finditer(t)
+            ]
+            self._sentences = list(dict.fromkeys(found))
+        return self._sentences
 
     def resolve_ref(self, node: Json) -> Json:
         for _ in range(16):
@@ -382,6 +405,10 @@ class Filler:
             return " ".join(w.capitalize() for w in rng.sample(words, min(2, len(words))))
         if any(part in k for part in _FEELING_KEYS):
             return rng.choice(_MOODS)
+        if any(part in k for part in _REASON_KEYS) and not k.startswith("reasoning"):
+            sentences = self.sentences
+            if sentences:
+                return rng.choice(sentences)
         if any(part in k for part in _LONG_KEYS):
             picked = rng.sample(words, min(len(words), rng.randint(4, 8)))
             return T.cap(" ".join(picked)) + "."
@@ -407,6 +434,19 @@ class Filler:
             k_lo, k_hi = math.ceil(low), math.floor(high)
             return self.rng.randint(k_lo, max(k_lo, k_hi))
         return min(max(round(self.rng.uniform(low, high), 2), low), high)
+
+
+def _strings_in(data: object, out: list[str], depth: int = 0) -> None:
+    if depth > 8 or len(out) > 200:
+        return
+    if isinstance(data, str):
+        out.append(data)
+    elif isinstance(data, dict):
+        for value in data.values():
+            _strings_in(value, out, depth + 1)
+    elif isinstance(data, list):
+        for value in data:
+            _strings_in(value, out, depth + 1)
 
 
 def _num(value: object) -> float | None:

@@ -260,7 +260,8 @@ def resolve(
         elif isinstance(action, str) and action and action not in _BUILTIN_ACTIONS:
             # a verb the world declares: decided as for ``act``, aimed at someone or something
             other = names.get(target) if isinstance(target, str) else None
-            label = other or T.the(target if isinstance(target, str) and target else "something")
+            thing = T.the(target if isinstance(target, str) and target else "something")
+            label = other or f"with {thing}"
             ok = rng.random() < 0.55
             moods = T.MOODS_GOOD if ok else T.MOODS_BAD
             tail = (
@@ -268,7 +269,7 @@ def resolve(
                 if ok
                 else f", but {other or 'it'} would not go along with it."
             )
-            said = [f"{name} tried to {action} with {label}{tail}"]
+            said = [f"{name} tried to {action} {label}{tail}"]
         else:
             said = [pick(T.IDLE).format(**kw)]
         if history and len(said) == 1 and not moved_to and rng.random() < 0.7:

@@ -124,20 +124,15 @@ def _world_verb(
     name: str,
     ch: Json,
     present: list[tuple[str, str, str]],
-    things: list[str],
     goals: list[str],
     rng: Random,
 ) -> Json:
     """An intention to use one of the world's own verbs, in the character's own words."""
-    if present and (not things or rng.random() < 0.75):
-        target, label = rng.choice(present)[:2]
-    else:
-        target = rng.choice(things)
-        label = T.the(target)
+    target, label = rng.choice(present)[:2]
     goal = rng.choice(goals) if goals else text_of(ch.get("personality")).split(".", 1)[0]
     goal = goal.rstrip(".") if goal else "it has to be done"
-    content = f"{name} means to {verb} with {label}."
-    reasoning = T.cap(f"{goal[:1].lower()}{goal[1:]}; to {verb} with {label} serves that.")
+    content = f"{name} means to {verb} {label}."
+    reasoning = T.cap(f"{goal[:1].lower()}{goal[1:]}; to {verb} {label} serves that.")
     return {"action": verb, "target": target, "content": content, "reasoning": reasoning}
 
 
@@ -240,13 +235,13 @@ def decide(
     for key in ACTIONS:
         if key not in allowed:
             w[key] = 0.0
-    for verb in verbs:
-        w[verb] = (0.8 if alone else 2.0) if present or objects or held else 0.0
+    for verb in verbs:  # the world's own verbs are aimed at people: only with company
+        w[verb] = 0.0 if alone else 2.0
     action = _weighted(rng, w)
     if action is None:
         return None
     if action in verbs:
-        return _world_verb(action, name, ch, present, objects + held, goals, rng)
+        return _world_verb(action, name, ch, present, goals, rng)
 
     goal = _clause(rng.choice(goals), names_blob) if goals else ""
     persona = text_of(ch.get("personality")).split(".", 1)[0]
