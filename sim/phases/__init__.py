@@ -91,12 +91,12 @@ def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
             raise InputError(source, "tick.phases", f"{name!r} is listed twice")
         for needed, why in REQUIRES.get(name, ()):
             if needed not in seen:
-                where = "after" if needed in names else "with"
-                raise InputError(
-                    source,
-                    "tick.phases",
-                    f"{name!r} must run {where} {needed!r} ({why})",
+                problem = (
+                    f"{name!r} must come after {needed!r} ({why})"
+                    if needed in names
+                    else f"{name!r} needs {needed!r} earlier in the list ({why})"
                 )
+                raise InputError(source, "tick.phases", problem)
         seen.add(name)
 
 

@@ -35,7 +35,7 @@ class Intention(BaseModel):
 
     model_config = ConfigDict(extra="forbid", title="Intention")
 
-    action: str
+    action: Literal["move", "speak", "act", "wait"]
     target: str | None = Field(
         description="move: a connected location id; speak: a present character id; "
         "act: an object here or carried; wait: null"
@@ -61,8 +61,9 @@ def _schema_for(verbs: tuple[str, ...]) -> type[Intention]:
 
 
 def intention_schema(actions: Mapping[str, str]) -> type[Intention]:
-    """The Intention schema for a world: the built-in actions plus its ``[actions]`` verbs."""
-    return _schema_for(tuple(actions))
+    """The Intention schema for a world: the built-in actions plus its ``[actions]`` verbs
+    (``Intention`` itself when it has none, so its schema and digest stay the same)."""
+    return _schema_for(tuple(actions)) if actions else Intention
 
 
 def character_input(

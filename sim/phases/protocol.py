@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, runtime_checkable
 
-from sim.errors import InputError
+from sim.errors import InputError, SimError
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import TickContext
@@ -50,18 +50,38 @@ class Phase(Protocol):
     ) -> Mapping[str, Any]: ...
 
 
+class PhaseFailed(SimError):
+    """A phase's own code raised: the tick is not committed (exit code 1)."""
+
+    exit_code = 1
+
+
 async def run_phase(phase: Phase, ctx: TickContext) -> None:
-    """Run one protocol phase: subjects, requests, the batch, apply; report and log."""
+    """Run one protocol phase: subjects, requests, the batch, apply; report and log.
+
+    Raises:
+        PhaseFailed: the phase's code raised (named; nothing is committed).
+    """
     report = ctx.report(phase.name)
-    subjects = list(phase.subjects(ctx))
+    try:
+        subjects = list(phase.subjects(ctx))
+        requests = list(phase.requests(ctx, subjects))
+    except SimError:
+        raise
+    except Exception as exc:
+        raise PhaseFailed(f"phase {phase.name!r} failed building its requests: {exc!r}") from exc
     client = ctx.client(f"phases.{phase.name}", subjects, phase.name)
-    requests = list(phase.requests(ctx, subjects))
     results = await client.create_batch(requests) if requests else []
     report.calls += len(requests)
     for request, result in zip(requests, results, strict=True):
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)
-    ctx.results[phase.name] = dict(phase.apply(ctx, subjects, results))
+    try:
+        ctx.results[phase.name] = dict(phase.apply(ctx, subjects, results))
+    except SimError:
+        raise
+    except Exception as exc:
+        raise PhaseFailed(f"phase {phase.name!r} failed applying its answers: {exc!r}") from exc
 
 
 def entry_point_phases() -> dict[str, EntryPoint]:

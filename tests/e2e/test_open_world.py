@@ -3,6 +3,7 @@ phases and verbs it declares (issue 12)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import orjson
@@ -190,9 +191,9 @@ def test_a_declared_phase_not_listed_is_an_error(demo_world: Path) -> None:
     [
         (
             ["intentions", "resolution", "narrative", "memory", "apply"],
-            "'memory' must run after 'apply'",
+            "'memory' must come after 'apply'",
         ),
-        (["resolution", "narrative", "apply"], "'resolution' must run with 'intentions'"),
+        (["resolution", "narrative", "apply"], "'resolution' needs 'intentions' earlier"),
         (["intentions", "apply", "intentions"], "'intentions' is listed twice"),
         (["intentions", "gossip"], "unknown phase 'gossip'"),
     ],
@@ -263,20 +264,27 @@ class CensusPhase:
 '''
 
 
-def install_plugin(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def install_plugin(
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    module: str = "simtest_census",
+    code: str = PLUGIN,
+) -> None:
     """A tiny installed distribution offering ``census`` in the ``sim.phases`` group."""
-    (folder / "simtest_census.py").write_text(PLUGIN)
-    info = folder / "simtest_census-0.1.dist-info"
+    (folder / f"{module}.py").write_text(code)
+    info = folder / f"{module}-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: simtest-census\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[sim.phases]\ncensus = simtest_census:CensusPhase\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[sim.phases]\ncensus = {module}:CensusPhase\n")
     monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, module, raising=False)
 
 
 def test_a_python_phase_from_an_entry_point_runs(
     demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    install_plugin(tmp_path / "site", monkeypatch) if (tmp_path / "site").mkdir() is None else None
+    (tmp_path / "site").mkdir()
+    install_plugin(tmp_path / "site", monkeypatch)
     (demo_world / "config.toml").write_text(
         '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "census", "memory"]\n'
         "[phases.census]\nresponse_chain_depth = 1\ntemperature = 0.1\n"
@@ -499,3 +507,71 @@ def test_harvest_vote_runs_offline_and_writes_every_stance(tmp_path: Path) -> No
         assert orjson.loads(path.read_bytes())["state"]["stance"] in ("sell", "keep", "undecided")
         twin = copies[1] / "characters" / path.name
         assert path.read_bytes() == twin.read_bytes()  # offline runs are reproducible
+
+
+def test_declared_phases_per_location_and_per_world(demo_world: Path) -> None:
+    (demo_world / "prompts").mkdir()
+    (demo_world / "schemas").mkdir()
+    (demo_world / "prompts" / "weather.md").write_text(
+        "Describe the weather at {{ location.identity.name }}.\n"
+    )
+    (demo_world / "prompts" / "omen.md").write_text(
+        "{{ characters | length }} people, {{ locations | length }} places: name an omen.\n"
+    )
+    (demo_world / "schemas" / "weather.json").write_bytes(
+        orjson.dumps(
+            {
+                "type": "object",
+                "properties": {
+                    "sky": {"type": "string", "enum": ["clear", "fog", "storm"]},
+                    "wind": {"type": "integer", "minimum": 0, "maximum": 12},
+                },
+                "required": ["sky", "wind"],
+            }
+        )
+    )
+    (demo_world / "schemas" / "omen.json").write_bytes(
+        orjson.dumps(
+            {
+                "type": "object",
+                "properties": {"omen": {"type": "string", "maxLength": 80}},
+                "required": ["omen"],
+            }
+        )
+    )
+    (demo_world / "config.toml").write_text(
+        '[tick]\nphases = ["weather", "intentions", "resolution", "narrative", "apply", '
+        '"memory", "omen"]\n'
+        '[phases.weather]\nper = "location"\ninstructions = "prompts/weather.md"\n'
+        'schema = "schemas/weather.json"\nwrites = { "state.weather.sky" = "sky", '
+        '"state.weather.wind" = "wind" }\n'
+        '[phases.omen]\nper = "world"\ninstructions = "prompts/omen.md"\n'
+        'schema = "schemas/omen.json"\nwrites = { "omen" = "omen" }\n'
+    )
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--ticks", "2"])
+    assert result.exit_code == 0, result.output
+    for path in (demo_world / "locations").glob("*.json"):
+        weather = orjson.loads(path.read_bytes())["state"]["weather"]
+        assert weather["sky"] in ("clear", "fog", "storm") and 0 <= weather["wind"] <= 12
+    meta = orjson.loads((demo_world / "world.json").read_bytes())
+    assert isinstance(meta["omen"], str) and meta["tick"] == 2
+    log = read_log(log_path(demo_world, 2))
+    assert [k for k in log.phase_results("omen")] == ["world"]
+    assert any(c["entity_key"] == "omen:world" for c in log.calls.values())
+    # the world's own new field reaches the next tick's inputs
+    first = next(c for c in log.calls.values() if c["phase"] == "intentions")
+    assert orjson.loads(first["input"])["world"]["omen"]
+
+
+def test_a_python_phase_that_raises_is_named(
+    demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    broken = PLUGIN.replace('s["state"]["crowd"] = r.crowd', 'raise KeyError("crowd")')
+    install_plugin(site, monkeypatch, "simtest_broken_census", broken)
+    (demo_world / "config.toml").write_text('[tick]\nphases = ["intentions", "census"]\n')
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    assert result.exit_code == 1
+    assert "phase 'census' failed applying its answers: KeyError('crowd')" in result.output
+    assert orjson.loads((demo_world / "world.json").read_bytes())["tick"] == 0
