@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from sim.phases.resolution import Resolution
     from sim.world import Entity, World
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 #: template variables that do not change within a tick
 STATIC_NAMES = frozenset({"world", "tick", "actions"})
 #: engine bookkeeping, never shown to a model

@@ -215,10 +215,6 @@ class Prompts:
         """Whether the world or sim has a template of this name."""
         return self.get(name, required=False) is not None
 
-    def world_has(self, name: str) -> bool:
-        """Whether the world's own ``prompts/`` holds this template (an override)."""
-        return (self.root / PROMPTS / name).is_file() or (self.root / PROMPTS / name).is_symlink()
-
     def get(self, name: str, *, required: bool = True) -> jinja2.Template | None:
         """The compiled template, ``None`` if there is none and it is not ``required``.
 
