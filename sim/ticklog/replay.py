@@ -226,7 +226,11 @@ def _explain(tick: TickReplay, log: TickLog, rerun: TickLog, current: Config) ->
     """Name what changed since ``log`` was written: config keys, phases, templates, schemas."""
     head, now = log.header, rerun.header
     if isinstance(head.get("config"), dict):
-        tick.config_changes = config_changes(head["config"], redacted(current))
+        try:  # normalised, so keys a newer sim added with their defaults are not "changes"
+            logged = redacted(Config.model_validate(head["config"]))
+        except ValidationError:
+            logged = head["config"]
+        tick.config_changes = config_changes(logged, redacted(current))
     logged_phases = head.get("phases")
     if isinstance(logged_phases, list) and list(current.tick.phases) != logged_phases:
         tick.phase_change = (

@@ -575,3 +575,24 @@ def test_a_python_phase_that_raises_is_named(
     assert result.exit_code == 1
     assert "phase 'census' failed applying its answers: KeyError('crowd')" in result.output
     assert orjson.loads((demo_world / "world.json").read_bytes())["tick"] == 0
+
+
+def test_replay_of_a_log_from_before_these_keys_names_no_changes(demo_world: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["tick", "--world", str(demo_world)]).exit_code == 0
+    path = log_path(demo_world, 1)
+    lines = path.read_bytes().splitlines(keepends=True)
+    head = orjson.loads(lines[0])
+    for key in ("tick", "phases", "actions"):
+        del head["config"][key]
+    for section in ("phase1", "phase2a", "phase2b", "phase4"):
+        for key in ("provider", "base_url", "api_key_env"):
+            del head["config"][section][key]
+    for key in ("phases", "templates", "schemas"):
+        del head[key]
+    path.write_bytes(orjson.dumps(head) + b"\n" + b"".join(lines[1:]))
+    result = runner.invoke(main, ["replay", "--world", str(demo_world), "--tick", "1"])
+    assert result.output.splitlines() == [
+        "tick 1: identical (22 calls served from the log)",
+        "identical",
+    ]
