@@ -35,6 +35,11 @@ RESERVED_TITLES = frozenset({"Intention", "Resolution", "Narrative", "MemorySumm
 _MAX_DEPTH = 8
 
 
+def _at(where: str, key: str) -> str:
+    """The dotted path of ``key`` inside the node at ``where`` ("" is the root)."""
+    return f"{where}.{key}" if where else key
+
+
 def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.replace("-", "_").split("_")) or "Answer"
 
@@ -55,7 +60,7 @@ class _Builder:
         kind = node.get("type")
         if not isinstance(kind, str) or kind not in ALLOWED:
             raise self.fail(
-                f"{where}.type" if where else "type",
+                _at(where, "type"),
                 f"expected one of {', '.join(ALLOWED)} (got {kind!r}); "
                 "type lists, $ref, anyOf, oneOf and allOf are not supported",
             )
@@ -63,7 +68,7 @@ class _Builder:
         for key in node:
             if key not in allowed:
                 raise self.fail(
-                    f"{where}.{key}" if where else key,
+                    _at(where, key),
                     f"unsupported JSON Schema keyword {key!r} for type {kind!r}",
                 )
         if "enum" in node:
@@ -76,7 +81,7 @@ class _Builder:
                 or not values
                 or not all(isinstance(v, py) and not isinstance(v, bool) for v in values)
             ):
-                raise self.fail(f"{where}.enum", f"expected a non-empty list of {kind} values")
+                raise self.fail(_at(where, "enum"), f"expected a non-empty list of {kind} values")
             return Literal[tuple(values)]
         if kind == "string":
             return Annotated[
@@ -97,7 +102,7 @@ class _Builder:
                 if key in node:
                     value = node[key]
                     if isinstance(value, bool) or not isinstance(value, int | float):
-                        raise self.fail(f"{where}.{key}", "expected a number")
+                        raise self.fail(_at(where, key), "expected a number")
                     bounds[arg] = value
             base: type = int if kind == "integer" else float
             return Annotated[base, Field(**bounds)]
@@ -106,7 +111,7 @@ class _Builder:
         if kind == "array":
             if "items" not in node:
                 raise self.fail(where, "an array needs 'items'")
-            item = self.node(node["items"], f"{where}.items", name, depth + 1)
+            item = self.node(node["items"], _at(where, "items"), name, depth + 1)
             return Annotated[
                 list[item],  # type: ignore[valid-type]
                 Field(
@@ -121,28 +126,30 @@ class _Builder:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(f"{where}.{key}", "expected a non-negative integer")
+            raise self.fail(_at(where, key), "expected a non-negative integer")
         return value
 
     def model(self, node: dict[str, Any], where: str, name: str, depth: int) -> type[BaseModel]:
         props = node.get("properties", {})
         if not isinstance(props, dict) or not props:
-            raise self.fail(f"{where}.properties", "an object needs at least one property")
+            raise self.fail(_at(where, "properties"), "an object needs at least one property")
         if node.get("additionalProperties", False) is not False:
             raise self.fail(
-                f"{where}.additionalProperties", "only false is supported (answers are closed)"
+                _at(where, "additionalProperties"), "only false is supported (answers are closed)"
             )
         required = node.get("required", [])
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise self.fail(f"{where}.required", "expected a list of property names")
+            raise self.fail(_at(where, "required"), "expected a list of property names")
         for key in required:
             if key not in props:
-                raise self.fail(f"{where}.required", f"{key!r} is not a property")
+                raise self.fail(_at(where, "required"), f"{key!r} is not a property")
         fields: dict[str, Any] = {}
         for key, sub in props.items():
             if not key.isidentifier() or key.startswith("_"):
-                raise self.fail(f"{where}.properties.{key}", "property names must be identifiers")
-            path = f"{where}.properties.{key}" if where else f"properties.{key}"
+                raise self.fail(
+                    _at(where, f"properties.{key}"), "property names must be identifiers"
+                )
+            path = _at(where, f"properties.{key}")
             kind = self.node(sub, path, f"{name}_{key}", depth + 1)
             description = sub.get("description") if isinstance(sub, dict) else None
             if key in required:
