@@ -99,10 +99,15 @@ def check_phases(config: Config, world: World) -> PhaseCheck:
     ctx = TickContext(world, config, cast(Any, None), cast(Any, None), world.tick + 1)
     ctx.prompts = prompts
     ctx.occupancy = world.characters_at()
-    ctx.intentions = {cid: Intention.fallback() for cid in world.characters}
     collector = _Collector(prompts, ctx)
     where = world.characters_at()
     for spec in result.phases:
+        # what the tick holds when this phase runs: intentions only once that phase has run
+        # (a template that needs `intention` before then fails here, as it would in a tick)
+        if spec.name == "intentions":
+            _check_builtin(spec.name, collector, world, ctx)
+            ctx.intentions = {cid: Intention.fallback() for cid in world.characters}
+            continue
         if spec.name in BUILTIN_PHASES:
             _check_builtin(spec.name, collector, world, ctx)
         elif spec.declared is not None:

@@ -596,3 +596,17 @@ def test_replay_of_a_log_from_before_these_keys_names_no_changes(demo_world: Pat
         "tick 1: identical (22 calls served from the log)",
         "identical",
     ]
+
+
+def test_check_renders_a_declared_phase_as_the_tick_would_see_it(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    (world / "prompts" / "opinion.md").write_text("You meant to {{ intention.action }}.\n")
+    assert CliRunner().invoke(main, ["check", "--world", str(world)]).exit_code == 0
+    early = ISSUE_CONFIG.replace(
+        '["intentions", "resolution", "narrative", "apply", "opinion", "memory"]',
+        '["opinion", "intentions", "resolution", "narrative", "apply", "memory"]',
+    )
+    (world / "config.toml").write_text(early)
+    result = CliRunner().invoke(main, ["check", "--world", str(world)])
+    assert result.exit_code == 2
+    assert "opinion.md:1" in result.output and "no attribute 'action'" in result.output
