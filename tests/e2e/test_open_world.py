@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
+from sim.errors import InputError
 from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path, read_log
 
@@ -610,3 +611,14 @@ def test_check_renders_a_declared_phase_as_the_tick_would_see_it(demo_world: Pat
     result = CliRunner().invoke(main, ["check", "--world", str(world)])
     assert result.exit_code == 2
     assert "opinion.md:1" in result.output and "no attribute 'action'" in result.output
+
+
+def test_depth_and_model_flags_reach_a_declared_phase(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    from sim.cli.common import build_config
+
+    config = build_config(None, world, depth=("opinion=3",), model="m-1")
+    assert config.phase("opinion").response_chain_depth == 3
+    assert config.phase("phases.opinion").model == "m-1"
+    with pytest.raises(InputError, match="unknown phase 'gossip'"):
+        build_config(None, world, depth=("gossip=1",))
