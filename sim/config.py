@@ -121,7 +121,7 @@ class Phase1Config(PhaseConfig):
 
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
-    phases: tuple[str, ...] = DEFAULT_ORDER
+    phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
 
 
 class DeclaredPhaseConfig(PhaseConfig):
@@ -138,7 +138,7 @@ class DeclaredPhaseConfig(PhaseConfig):
     writes: dict[str, str] = Field(default_factory=dict)
     mode: Literal["schema"] = "schema"
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)  # merged with _Strict's
 
 
 VerbName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
