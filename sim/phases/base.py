@@ -22,6 +22,7 @@ from sim.world import (
     Location,
     LocationIdentity,
     LocationState,
+    Memory,
     WorldMeta,
 )
 
@@ -47,6 +48,7 @@ _KNOWN = {
     "character": _known(Character) | ENGINE_KEYS,
     "character.identity": _known(CharacterIdentity),
     "character.state": _known(CharacterState),
+    "character.memory": _known(Memory),
     "location": _known(Location) | ENGINE_KEYS,
     "location.identity": _known(LocationIdentity),
     "location.state": _known(LocationState),
@@ -109,6 +111,17 @@ def place_view(loc: Entity, *, objects: bool = True) -> dict[str, Any]:
     _add(view, extras(loc["identity"], "location.identity"))
     _add(view, extras(loc["state"], "location.state"))
     _add(view, extras(loc, "location"))
+    return view
+
+
+def memory_view(memory: dict[str, Any], recent: int) -> dict[str, Any]:
+    """A character's memory as the model sees it: the summary, the last ``recent`` cells,
+    and the world's own memory fields."""
+    view: dict[str, Any] = {
+        "summary": memory["summary"],
+        "recent": [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]],
+    }
+    _add(view, extras(memory, "character.memory"))
     return view
 
 

@@ -34,6 +34,7 @@ from sim.phases.base import (
     TickContext,
     character_view,
     exits_view,
+    memory_view,
     place_view,
     public,
     to_json,
@@ -216,13 +217,9 @@ class DeclaredPhase:
         if self.per == "character":
             cid = subject["identity"]["id"]
             loc = world.locations[subject["state"]["location"]]
-            memory = subject["memory"]
             intention = ctx.intentions.get(cid)
             doc["character"] = character_view(subject)
-            doc["memory"] = {
-                "summary": memory["summary"],
-                "recent": [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-3:]],
-            }
+            doc["memory"] = memory_view(subject["memory"], 3)
             if intention is not None:
                 doc["intention"] = intention.model_dump()
             outcome = self._outcome(ctx, cid)

@@ -15,6 +15,7 @@ from sim.phases.base import (
     TickContext,
     character_view,
     exits_view,
+    memory_view,
     place_view,
     public,
     to_json,
@@ -95,12 +96,7 @@ def character_input(
             "tick": tick,
             "world": view if view is not None else world.meta["name"],
             "character": character_view(char),
-            "memory": {
-                "summary": memory["summary"],
-                "recent": [
-                    f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-RECENT_CELLS:]
-                ],
-            },
+            "memory": memory_view(memory, RECENT_CELLS),
             "location": place_view(loc),
             "exits": exits_view(world, loc),
             "present": present,

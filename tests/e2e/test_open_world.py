@@ -30,6 +30,9 @@ def test_description_and_custom_fields_reach_every_intention_input(demo_world: P
     for path in sorted((demo_world / "characters").glob("*.json")):
         _edit(path, lambda d: d["identity"].update(secret_goal="MARKER-SECRET-77"))
         _edit(path, lambda d: d["state"].update(age=61))
+        _edit(path, lambda d: d["memory"].update(grudge="MARKER-GRUDGE-5"))
+    for path in sorted((demo_world / "locations").glob("*.json")):
+        _edit(path, lambda d: d.update(smell="MARKER-SMELL-9"))
     Runner(demo_world, load_config(world_dir=demo_world)).run(2)
     for tick in (1, 2):
         log = read_log(log_path(demo_world, tick))
@@ -41,6 +44,8 @@ def test_description_and_custom_fields_reach_every_intention_input(demo_world: P
             assert "MARKER-SECRET-77" in call["input"]
             assert document["world"]["season"] == "drought"
             assert document["character"]["age"] == 61
+            assert document["memory"]["grudge"] == "MARKER-GRUDGE-5"
+            assert document["location"]["smell"] == "MARKER-SMELL-9"
         resolutions = [c for c in log.calls.values() if c["phase"] == "resolution"]
         assert resolutions and all("MARKER-SECRET-77" in c["input"] for c in resolutions)
         assert all("MARKER-PREMISE-41" in c["input"] for c in log.calls.values())
