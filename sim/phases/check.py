@@ -3,12 +3,14 @@ against every entity it applies to, before any call is paid for."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from sim.config import BUILTIN_PHASES, Config
+from sim.offline import generate
 from sim.phases import PhaseSpec, resolve_phases
 from sim.phases.base import TickContext, public
 from sim.phases.declared import DeclaredPhase
@@ -125,7 +127,30 @@ def check_phases(config: Config, world: World) -> PhaseCheck:
     result.errors = collector.errors()
     result.renders = collector.renders
     result.warnings = _unused_prompts(world.root, result.phases)
+    for spec in result.phases:
+        if spec.declared is not None and spec.declared.writes:
+            result.warnings.extend(_try_writes(spec.declared, ctx))
     return result
+
+
+def _try_writes(phase: DeclaredPhase, ctx: TickContext) -> list[str]:
+    """Apply ``writes`` with sample answers (the offline model's) to a copy of the first
+    subject: a field whose type cannot take the answer would be undone every tick."""
+    subjects = list(phase.subjects(ctx))
+    if not subjects:
+        return []
+    schema = phase.schema.model_json_schema()
+    problems: dict[str, None] = {}
+    for n in range(4):
+        answer = phase.schema.model_validate(generate(schema, "", seed=f"check:{n}"))
+        problem = phase.write(copy.deepcopy(subjects[0]), answer)
+        if problem is not None:
+            problems.setdefault(problem, None)
+    return [
+        f"phases.{phase.name}.writes: a sample answer would be refused ({problem}); "
+        "check the answer field's type against the entity field's"
+        for problem in problems
+    ]
 
 
 def _unused_prompts(root: Path, phases: list[PhaseSpec]) -> list[str]:

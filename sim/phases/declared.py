@@ -278,7 +278,6 @@ class DeclaredPhase:
     ) -> Mapping[str, Any]:
         logged: dict[str, Any] = {}
         report = ctx.reports[-1]
-        validator = _VALIDATORS[self.per]
         for subject, result in zip(subjects, results, strict=True):
             if isinstance(result, LLMError) or not isinstance(result, BaseModel):
                 continue  # fallback: nothing written for this subject this tick
@@ -286,20 +285,27 @@ class DeclaredPhase:
             logged[sid] = result.model_dump(mode="json")
             if not self.writes:
                 continue
-            before = copy.deepcopy(subject)
-            problem = None
-            for write in self.writes:
-                problem = _set(subject, write.target, copy.deepcopy(_get(result, write.answer)))
-                if problem:
-                    break
-            if problem is None:
-                try:
-                    validator.model_validate(subject)
-                except ValidationError as exc:
-                    err = exc.errors()[0]
-                    problem = f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()}"
+            problem = self.write(subject, result)
             if problem is not None:
-                subject.clear()
-                subject.update(before)
                 report.warnings.append(f"{self.name}:{sid}: writes ignored: {problem}")
         return logged
+
+    def write(self, subject: Entity, answer: BaseModel) -> str | None:
+        """Apply ``writes`` to one subject; undo them all and say why if the entity would
+        not be valid (by the models ``Storage`` loads with)."""
+        before = copy.deepcopy(subject)
+        problem = None
+        for write in self.writes:
+            problem = _set(subject, write.target, copy.deepcopy(_get(answer, write.answer)))
+            if problem:
+                break
+        if problem is None:
+            try:
+                _VALIDATORS[self.per].model_validate(subject)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                problem = f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()}"
+        if problem is not None:
+            subject.clear()
+            subject.update(before)
+        return problem

@@ -161,6 +161,10 @@ def test_a_write_of_the_wrong_type_is_undone_and_reported(demo_world: Path) -> N
         ISSUE_CONFIG.replace('"state.mood" = "mood"', '"state.inventory" = "mood"')
     )
     before = {p.name: orjson.loads(p.read_bytes()) for p in (world / "characters").glob("*")}
+    checked = CliRunner().invoke(main, ["check", "--world", str(world)])
+    assert checked.exit_code == 0  # a warning: the config itself is valid
+    assert "phases.opinion.writes: a sample answer would be refused" in checked.output
+    assert "state.inventory" in checked.output
     result = CliRunner().invoke(main, ["tick", "--world", str(world)])
     assert result.exit_code == 0, result.output
     assert "writes ignored" in result.output
