@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := .demo/world
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint typecheck format all bench clean
+.PHONY: help install demo test test-fast lint typecheck format all bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,6 +28,9 @@ demo: $(STAMP) ## Run 3 ticks of a scratch copy of worlds/demo, offline, no API 
 
 test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP) ## The suite without the tests marked slow (the kill -9 and crash trials)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check sim tests bench

@@ -10,10 +10,6 @@ import orjson
 
 from sim.cli.common import CONFIG, WORLD, build_config, errors
 from sim.errors import InputError
-from sim.ticklog import rewind as history
-from sim.ticklog import view as logview
-from sim.ticklog.format import log_path, read_log, read_logs
-from sim.ticklog.replay import replay
 
 
 def tick_arg(value: str) -> int | None:
@@ -39,6 +35,10 @@ def tick_arg(value: str) -> int | None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable records.")
 def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None:
     """Show what happened in a tick, from its log."""
+    from sim.ticklog import view as logview
+    from sim.ticklog.format import log_path, read_log, read_logs
+    from sim.ticklog.records import dump_record
+
     with errors():
         if tick_ == "all":
             logs, problems = read_logs(world_dir)
@@ -60,7 +60,7 @@ def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None
         )
         if as_json:
             for record in log.records:
-                click.echo(orjson.dumps(record).decode())
+                click.echo(dump_record(record).decode())
         elif calls:
             for line in logview.call_lines(log):
                 click.echo(line)
@@ -85,6 +85,9 @@ def replay_(
     world_dir: Path, tick_: int, to: int | None, live: bool, config_file: Path | None
 ) -> None:
     """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
+    from sim.ticklog import view as logview
+    from sim.ticklog.replay import replay
+
     with errors():
         config = build_config(config_file, world_dir)
         report = replay(world_dir, tick_, to, config=config, live=live)
@@ -105,6 +108,8 @@ def replay_(
 )
 def rewind(world_dir: Path, tick_: int) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
+    from sim.ticklog import rewind as history
+
     with errors():
         done = history.rewind(world_dir, tick_)
         click.echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
@@ -130,6 +135,8 @@ def rewind(world_dir: Path, tick_: int) -> None:
 )
 def fork(world_dir: Path, tick_: int, dest: Path) -> None:
     """Start a new world from a world's state at the start of a tick."""
+    from sim.ticklog import rewind as history
+
     with errors():
         history.fork(world_dir, tick_, dest)
         click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import click
 
-from sim.analysis.report import write_report
 from sim.cli.common import WORLD, errors
 
 
@@ -34,6 +33,8 @@ from sim.cli.common import WORLD, errors
 )
 def report(world_dir: Path, out: Path | None, first: int | None, last: int | None) -> None:
     """Write one HTML page (no network needed) of the world's ticks, map and costs."""
+    from sim.analysis.report import write_report
+
     with errors():
         done = write_report(world_dir, out, first, last)
         if done.ticks:

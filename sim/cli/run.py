@@ -5,16 +5,16 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sim.cli.common import CONFIG, WORLD, build_config, errors
-from sim.engine.runner import Runner, TickResult
-from sim.llm.events import LLMEvent
-from sim.phases.base import PhaseReport
-from sim.phases.check import check_phases
-from sim.storage import Storage
-from sim.ticklog.format import read_logs
+
+if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
+    from sim.engine.runner import TickResult
+    from sim.llm.events import LLMEvent
+    from sim.phases.base import PhaseReport
 
 
 class Progress:
@@ -84,6 +84,12 @@ def print_tick(result: TickResult) -> None:
         f"{'total':<12} {result.calls:>5}  {result.failures:>6}  {retries:>7}  "
         f"{usage.input_tokens:>9}  {usage.output_tokens:>10}   wall {result.elapsed:.2f}s"
     )
+    timed_out = sum(r.timed_out for r in result.reports)
+    if timed_out:
+        click.echo(
+            f"timed out (may be billed): {timed_out} attempts got no answer before the "
+            "client's timeout; the server may have billed them (tokens unknown)"
+        )
 
 
 @click.command()
@@ -122,6 +128,8 @@ def tick(
     budget_tokens: int | None,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
+    from sim.engine.runner import Runner
+
     with errors():
         config = build_config(
             config_file,
@@ -150,6 +158,10 @@ def tick(
 @CONFIG
 def check(world_dir: Path, config_file: Path | None) -> None:
     """Validate a world and its config; call nothing, write nothing."""
+    from sim.phases.check import check_phases
+    from sim.storage import Storage
+    from sim.ticklog.format import read_logs
+
     with errors():
         config = build_config(config_file, world_dir)
         storage = Storage(world_dir)

@@ -30,9 +30,11 @@ RECENT_CELLS = 3
 BUILTIN_ACTIONS = ("move", "speak", "act", "wait")
 
 
+# A world's [actions] verbs widen ``action`` in a subclass (``intention_schema``). The
+# docstring below is the schema's description, sent to the model: changing it changes
+# every intentions request and its digest.
 class Intention(BaseModel):
-    """What a character means to do: move, speak, act on something, or wait (or a verb the
-    world declares in ``[actions]``: see ``intention_schema``)."""
+    """What a character means to do: move, speak, act on something, or wait."""
 
     model_config = ConfigDict(extra="forbid", title="Intention")
 

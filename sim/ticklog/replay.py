@@ -26,12 +26,12 @@ from pydantic import ValidationError
 
 from sim.config import Config, redacted
 from sim.engine.runner import Runner, build_adapter
-from sim.errors import InputError
+from sim.errors import InputError, LogError
 from sim.llm.adapters.replay import Drift, ReplayAdapter
 from sim.llm.stack import close_stack
 from sim.llm.types import Adapter
 from sim.storage import Storage
-from sim.ticklog.format import LogError, TickLog, log_path, read_log, read_state, state_digest
+from sim.ticklog.format import TickLog, log_path, read_log, read_state, state_digest
 
 WORLD_INPUTS = ("prompts", "schemas", "config.toml")
 
@@ -142,8 +142,8 @@ def digest_changes(logged: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 def logged_config(log: TickLog, current: Config) -> tuple[Config, str]:
     """The config ``log``'s tick ran with, or the current one and why it could not be."""
-    data = log.header.get("config")
-    if not isinstance(data, dict):
+    data = log.header.config
+    if not data:
         return current, "the log records no config; replayed with the current one"
     try:
         return Config.model_validate(data), ""
@@ -209,7 +209,9 @@ async def _replay(
             if live and sender is None:  # live calls go where the user now points them
                 sender = build_adapter(config, Storage(scratch).load())
             adapter = ReplayAdapter(
-                log.calls, instructions=log.instructions, live=sender if live else None
+                log.replay_calls(),
+                instructions=log.instructions,
+                live=sender if live else None,
             )
             result = (await Runner(scratch, used, adapter=adapter).run_async(1))[0]
             tick = _compare(world_dir, scratch, log, adapter, result.narratives)
@@ -225,21 +227,18 @@ async def _replay(
 def _explain(tick: TickReplay, log: TickLog, rerun: TickLog, current: Config) -> None:
     """Name what changed since ``log`` was written: config keys, phases, templates, schemas."""
     head, now = log.header, rerun.header
-    if isinstance(head.get("config"), dict):
+    if head.config:
         try:  # normalised, so keys a newer sim added with their defaults are not "changes"
-            logged = redacted(Config.model_validate(head["config"]))
+            logged = redacted(Config.model_validate(head.config))
         except ValidationError:
-            logged = head["config"]
+            logged = head.config
         tick.config_changes = config_changes(logged, redacted(current))
-    logged_phases = head.get("phases")
-    if isinstance(logged_phases, list) and list(current.tick.phases) != logged_phases:
-        tick.phase_change = (
-            f"logged {', '.join(logged_phases)}; now {', '.join(current.tick.phases)}"
-        )
-    if isinstance(head.get("templates"), dict):
-        tick.template_changes = digest_changes(head["templates"], now.get("templates") or {})
-    if isinstance(head.get("schemas"), dict):
-        tick.schema_changes = digest_changes(head["schemas"], now.get("schemas") or {})
+    if head.phases is not None and list(current.tick.phases) != head.phases:
+        tick.phase_change = f"logged {', '.join(head.phases)}; now {', '.join(current.tick.phases)}"
+    if head.templates is not None:
+        tick.template_changes = digest_changes(head.templates, now.templates or {})
+    if head.schemas is not None:
+        tick.schema_changes = digest_changes(head.schemas, now.schemas or {})
 
 
 def _compare(
@@ -247,7 +246,7 @@ def _compare(
 ) -> TickReplay:
     after = read_state(scratch)
     assert log.commit is not None
-    matches = state_digest(after) == log.commit["state_after"]
+    matches = state_digest(after) == log.commit.state_after
     differing: list[str] = []
     following = log_path(world_dir, log.tick + 1)
     if not matches and following.is_file():

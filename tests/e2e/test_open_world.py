@@ -36,19 +36,19 @@ def test_description_and_custom_fields_reach_every_intention_input(demo_world: P
     Runner(demo_world, load_config(world_dir=demo_world)).run(2)
     for tick in (1, 2):
         log = read_log(log_path(demo_world, tick))
-        intentions = [c for c in log.calls.values() if c["phase"] == "intentions"]
+        intentions = [c for c in log.calls.values() if c.phase == "intentions"]
         assert len(intentions) == 10
         for call in intentions:
-            document = orjson.loads(call["input"])
-            assert "MARKER-PREMISE-41" in call["input"]
-            assert "MARKER-SECRET-77" in call["input"]
+            document = orjson.loads(call.input)
+            assert "MARKER-PREMISE-41" in call.input
+            assert "MARKER-SECRET-77" in call.input
             assert document["world"]["season"] == "drought"
             assert document["character"]["age"] == 61
             assert document["memory"]["grudge"] == "MARKER-GRUDGE-5"
             assert document["location"]["smell"] == "MARKER-SMELL-9"
-        resolutions = [c for c in log.calls.values() if c["phase"] == "resolution"]
-        assert resolutions and all("MARKER-SECRET-77" in c["input"] for c in resolutions)
-        assert all("MARKER-PREMISE-41" in c["input"] for c in log.calls.values())
+        resolutions = [c for c in log.calls.values() if c.phase == "resolution"]
+        assert resolutions and all("MARKER-SECRET-77" in c.input for c in resolutions)
+        assert all("MARKER-PREMISE-41" in c.input for c in log.calls.values())
 
 
 def test_a_characters_secret_is_not_shown_to_the_others(demo_world: Path) -> None:
@@ -57,8 +57,8 @@ def test_a_characters_secret_is_not_shown_to_the_others(demo_world: Path) -> Non
     Runner(demo_world, load_config(world_dir=demo_world)).run(1)
     log = read_log(log_path(demo_world, 1))
     for call in log.calls.values():
-        if call["phase"] == "intentions":
-            assert ("ADA-ONLY-SECRET" in call["input"]) == (call["entity_key"] == "intention:ada")
+        if call.phase == "intentions":
+            assert ("ADA-ONLY-SECRET" in call.input) == (call.entity_key == "intention:ada")
 
 
 def test_cli_tick_runs(demo_world: Path) -> None:
@@ -123,12 +123,13 @@ def test_the_issues_config_adds_a_phase_that_writes_stance(demo_world: Path) -> 
         state = orjson.loads(path.read_bytes())["state"]
         assert state["stance"] in ("for", "against", "undecided")
     log = read_log(log_path(world, 2))
-    opinion = [c for c in log.calls.values() if c["phase"] == "opinion"]
+    opinion = [c for c in log.calls.values() if c.phase == "opinion"]
     assert len(opinion) == 10
-    assert {c["entity_key"].split(":")[0] for c in opinion} == {"opinion"}
-    assert all(len(c.get("history") or []) == 1 for c in opinion)  # depth 1, second tick
-    assert log.header["phases"][4] == "opinion"
-    assert "opinion.md" in log.header["templates"] and "opinion" in log.header["schemas"]
+    assert {c.entity_key.split(":")[0] for c in opinion} == {"opinion"}
+    assert all(len(c.history) == 1 for c in opinion)  # depth 1, second tick
+    assert log.header.phases[4] == "opinion"
+    assert log.header.templates and "opinion.md" in log.header.templates
+    assert log.header.schemas and "opinion" in log.header.schemas
     shown = runner.invoke(main, ["log", "--world", str(world), "--tick", "2"])
     assert "[opinion]" in shown.output and "stance: " in shown.output
     usage = runner.invoke(main, ["usage", "--world", str(world), "--by", "phase"])
@@ -222,8 +223,8 @@ def test_builtins_can_be_removed(demo_world: Path) -> None:
     result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
     assert result.exit_code == 0, result.output
     log = read_log(log_path(demo_world, 1))
-    assert {c["phase"] for c in log.calls.values()} == {"intentions"}
-    assert log.header["phases"] == ["intentions", "apply"]
+    assert {c.phase for c in log.calls.values()} == {"intentions"}
+    assert log.header.phases == ["intentions", "apply"]
 
 
 # -- a phase from an entry point ------------------------------------------------------------
@@ -303,12 +304,12 @@ def test_a_python_phase_from_an_entry_point_runs(
     assert result.exit_code == 0, result.output
     assert "census" in result.output
     log = read_log(log_path(demo_world, 1))
-    census = [c for c in log.calls.values() if c["phase"] == "census"]
+    census = [c for c in log.calls.values() if c.phase == "census"]
     assert len(census) == len(list((demo_world / "locations").glob("*.json")))
     assert log.phase_results("census")
     for path in (demo_world / "locations").glob("*.json"):
         assert isinstance(orjson.loads(path.read_bytes())["state"]["crowd"], str)
-    assert "census" in log.header["schemas"]
+    assert log.header.schemas and "census" in log.header.schemas
 
 
 # -- sim check renders every template ---------------------------------------------------------
@@ -350,8 +351,8 @@ def test_a_world_input_template_replaces_the_json_document(demo_world: Path) -> 
     result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
     assert result.exit_code == 0, result.output
     log = read_log(log_path(demo_world, 1))
-    call = log.calls[next(k for k, c in log.calls.items() if c["entity_key"] == "intention:ada")]
-    assert call["input"].startswith("Ada Strand at Herring Quay; exits: ")
+    call = log.calls[next(k for k, c in log.calls.items() if c.entity_key == "intention:ada")]
+    assert call.input.startswith("Ada Strand at Herring Quay; exits: ")
 
 
 def test_a_template_cannot_read_outside_prompts(demo_world: Path, tmp_path: Path) -> None:
@@ -423,11 +424,11 @@ def test_a_declared_verb_reaches_schema_instructions_and_resolution(demo_world: 
     traded = 0
     for tick in range(1, 7):
         log = read_log(log_path(demo_world, tick))
-        call = next(c for c in log.calls.values() if c["phase"] == "intentions")
-        text = log.instructions[call["instructions_digest"]]
+        call = next(c for c in log.calls.values() if c.phase == "intentions")
+        text = log.instructions[call.instructions_digest]
         assert '"trade": offer an item from your inventory to someone here' in text
-        resolution = next(c for c in log.calls.values() if c["phase"] == "resolution")
-        assert "trade" in log.instructions[resolution["instructions_digest"]]
+        resolution = next(c for c in log.calls.values() if c.phase == "resolution")
+        assert "trade" in log.instructions[resolution.instructions_digest]
         outcomes = {
             o["character_id"]: o["outcome"]
             for r in log.phase_results("resolution").values()
@@ -481,7 +482,7 @@ def test_a_phase_can_send_its_requests_to_another_provider(
     assert stub_server.stats.generations == 10  # the intentions only; the rest offline
     assert {r.get("model") for r in stub_server.log} == {"local-model"}
     log = read_log(log_path(demo_world, 1))
-    models = {c["phase"]: c.get("response_model") or c.get("model") for c in log.calls.values()}
+    models = {c.phase: c.response_model or c.model for c in log.calls.values()}
     assert models["intentions"] == "local-model" and models["resolution"] == "offline"
 
 
@@ -506,11 +507,11 @@ def test_harvest_vote_runs_offline_and_writes_every_stance(tmp_path: Path) -> No
     verbs = set()
     for tick in range(1, 6):
         log = read_log(log_path(world, tick))
-        votes = [c for c in log.calls.values() if c["phase"] == "vote"]
+        votes = [c for c in log.calls.values() if c.phase == "vote"]
         assert len(votes) == 6
-        marta = next(c for c in votes if c["entity_key"] == "vote:marta")
-        assert "She has already decided to vote no" in marta["input"]  # a custom field
-        assert "Harrow Valley" in log.instructions[marta["instructions_digest"]]
+        marta = next(c for c in votes if c.entity_key == "vote:marta")
+        assert "She has already decided to vote no" in marta.input  # a custom field
+        assert "Harrow Valley" in log.instructions[marta.instructions_digest]
         verbs |= {i["action"] for i in log.phase_results("intentions").values()}
     assert {"bribe", "petition"} & verbs
     for path in sorted((world / "characters").glob("*.json")):
@@ -567,10 +568,10 @@ def test_declared_phases_per_location_and_per_world(demo_world: Path) -> None:
     assert isinstance(meta["omen"], str) and meta["tick"] == 2
     log = read_log(log_path(demo_world, 2))
     assert [k for k in log.phase_results("omen")] == ["world"]
-    assert any(c["entity_key"] == "omen:world" for c in log.calls.values())
+    assert any(c.entity_key == "omen:world" for c in log.calls.values())
     # the world's own new field reaches the next tick's inputs
-    first = next(c for c in log.calls.values() if c["phase"] == "intentions")
-    assert orjson.loads(first["input"])["world"]["omen"]
+    first = next(c for c in log.calls.values() if c.phase == "intentions")
+    assert orjson.loads(first.input)["world"]["omen"]
 
 
 def test_a_python_phase_that_raises_is_named(
