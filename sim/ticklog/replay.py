@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,15 +95,28 @@ def write_state(root: Path, files: dict[str, bytes]) -> None:
         target.write_bytes(data)
 
 
+def _copy_regular(source: Path, dest: Path) -> None:
+    """Copy ``source`` (a file or a folder tree) without following a symlink or opening a
+    special file: a world's symlinked template must not become readable content in the
+    scratch copy (a live replay could send it), and a FIFO must not hang the copy."""
+    try:
+        info = source.lstat()
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode):
+        shutil.copyfile(source, dest, follow_symlinks=False)
+    elif stat.S_ISDIR(info.st_mode):
+        dest.mkdir(exist_ok=True)
+        for child in sorted(source.iterdir()):
+            _copy_regular(child, dest / child.name)
+
+
 def scratch_world(world_dir: Path, log: TickLog, dest: Path) -> Path:
-    """A world at the start of ``log``'s tick, with the live world's prompts and config."""
+    """A world at the start of ``log``'s tick, with the live world's prompts, schemas and
+    config (regular files only)."""
     dest.mkdir(parents=True)
     for name in WORLD_INPUTS:
-        source = world_dir / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name)
-        elif source.is_file():
-            shutil.copy2(source, dest / name)
+        _copy_regular(world_dir / name, dest / name)
     write_state(dest, log.state())
     return dest
 

@@ -3,6 +3,7 @@ phases and verbs it declares (issue 12)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -632,3 +633,18 @@ def test_depth_and_model_flags_reach_a_declared_phase(demo_world: Path) -> None:
     assert config.phase("phases.opinion").model == "m-1"
     with pytest.raises(InputError, match="unknown phase 'gossip'"):
         build_config(None, world, depth=("gossip=1",))
+
+
+def test_replay_never_reads_a_symlinked_template_or_a_fifo(
+    demo_world: Path, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["tick", "--world", str(demo_world)]).exit_code == 0
+    secret = tmp_path / "secret.md"
+    secret.write_text("TOP-SECRET")
+    (demo_world / "prompts").mkdir()
+    (demo_world / "prompts" / "narrative.md").symlink_to(secret)
+    os.mkfifo(demo_world / "prompts" / "pipe.md")
+    result = runner.invoke(main, ["replay", "--world", str(demo_world), "--tick", "1"])
+    assert "TOP-SECRET" not in result.output
+    assert "tick 1: identical" in result.output, result.output  # the built-in was used
