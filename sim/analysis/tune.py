@@ -103,7 +103,8 @@ def scratch_copy(world_dir: Path, dest: Path) -> Path:
         return [n for n in names if (n if rel == "." else f"{rel}/{n}") in skip_rel]
 
     with Storage(world_dir).lock():
-        shutil.copytree(world_dir, dest, ignore=ignore)
+        # symlinks stay symlinks: the copy reads nothing the live world would refuse to read
+        shutil.copytree(world_dir, dest, ignore=ignore, symlinks=True)
     return dest
 
 
