@@ -80,7 +80,7 @@ def character_view(char: Entity, *, full: bool = True) -> dict[str, Any]:
     (``identity``, ``state`` and top level), so a custom ``age`` or secret goal reaches it.
 
     Args:
-        full: description, personality and goals too (not for memory summaries).
+        full: description, mood and inventory too (a memory summary needs neither).
     """
     identity, state = char["identity"], char["state"]
     view: dict[str, Any] = {"id": identity["id"], "name": identity["name"]}
@@ -206,6 +206,7 @@ class TickContext:
     endpoint_adapters: dict[tuple[str, str, str], Adapter] = field(default_factory=dict)
     prompts: Prompts | None = None
     _static: dict[str, str] = field(default_factory=dict)
+    _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None
 
     @property
@@ -275,12 +276,7 @@ class TickContext:
         """A subject's input: the world's ``prompts/<name>.input.md`` rendered, else the
         default JSON document."""
         template = f"{name}.input.md"
-        if not self._has_input(template):
-            return default()
-        return self.render(template, context)
-
-    def _has_input(self, template: str) -> bool:
-        key = "\x00has:" + template
-        if key not in self._static:
-            self._static[key] = "1" if self.templates.exists(template) else ""
-        return bool(self._static[key])
+        has = self._has_input.get(template)
+        if has is None:
+            has = self._has_input[template] = self.templates.exists(template)
+        return self.render(template, context) if has else default()
