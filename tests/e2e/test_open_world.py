@@ -648,3 +648,21 @@ def test_replay_never_reads_a_symlinked_template_or_a_fifo(
     result = runner.invoke(main, ["replay", "--world", str(demo_world), "--tick", "1"])
     assert "TOP-SECRET" not in result.output
     assert "tick 1: identical" in result.output, result.output  # the built-in was used
+
+
+def test_a_declared_phase_over_http_with_the_real_sdk(
+    demo_world: Path, stub_server: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = opinion_world(demo_world)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    for provider in ("chat", "openai"):
+        result = CliRunner().invoke(
+            main,
+            ["tick", "--world", str(world), "--provider", provider]
+            + ["--base-url", stub_server.base_url],
+        )
+        assert result.exit_code == 0, result.output
+    for path in (world / "characters").glob("*.json"):
+        assert orjson.loads(path.read_bytes())["state"]["stance"] in ("for", "against", "undecided")
+    sent = [r for r in stub_server.log if "Where do you stand" in orjson.dumps(r).decode()]
+    assert len(sent) == 20  # ten characters, two ticks, one opinion request each
