@@ -656,11 +656,8 @@ def test_a_declared_phase_over_http_with_the_real_sdk(
     world = opinion_world(demo_world)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     for provider in ("chat", "openai"):
-        result = CliRunner().invoke(
-            main,
-            ["tick", "--world", str(world), "--provider", provider]
-            + ["--base-url", stub_server.base_url],
-        )
+        args = ["tick", "--world", str(world), "--provider", provider]
+        result = CliRunner().invoke(main, [*args, "--base-url", stub_server.base_url])
         assert result.exit_code == 0, result.output
     for path in (world / "characters").glob("*.json"):
         assert orjson.loads(path.read_bytes())["state"]["stance"] in ("for", "against", "undecided")
