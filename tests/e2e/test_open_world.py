@@ -470,15 +470,18 @@ def test_a_verb_may_not_shadow_a_builtin_action(demo_world: Path) -> None:
 
 
 def test_a_phase_can_send_its_requests_to_another_provider(
-    demo_world: Path, stub_server: StubServer, monkeypatch: pytest.MonkeyPatch
+    demo_world: Path, tmp_path: Path, stub_server: StubServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOCAL_KEY", "sk-local")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    (demo_world / "config.toml").write_text(
+    # the user's own config (where requests go is the user's choice, not a world's)
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
         f'[phase1]\nprovider = "chat"\nbase_url = "{stub_server.base_url}"\n'
         'api_key_env = "LOCAL_KEY"\nmodel = "local-model"\n'
     )
-    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    args = ["tick", "--world", str(demo_world), "--config", str(mine)]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert stub_server.stats.generations == 10  # the intentions only; the rest offline
     assert {r.get("model") for r in stub_server.log} == {"local-model"}
