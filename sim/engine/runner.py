@@ -200,6 +200,10 @@ class Runner:
         if self.phases is None or self.prompts is None:
             self.prompts = Prompts(world.root)
             self.phases = resolve_phases(self.config, world.root)
+            for spec in self.phases:  # a template that does not parse stops the run here,
+                for name in spec.templates:  # before its tick writes anything
+                    required = spec.kind == "declared" or not name.endswith(".input.md")
+                    self.prompts.get(name, required=required)
         if self.adapter is None:  # built once per run: budget and breakers span its ticks
             self.adapter = build_adapter(self.config, world)
             self._endpoints(world, self.phases)

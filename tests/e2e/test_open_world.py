@@ -666,3 +666,14 @@ def test_a_declared_phase_over_http_with_the_real_sdk(
         assert orjson.loads(path.read_bytes())["state"]["stance"] in ("for", "against", "undecided")
     sent = [r for r in stub_server.log if "Where do you stand" in orjson.dumps(r).decode()]
     assert len(sent) == 20  # ten characters, two ticks, one opinion request each
+
+
+def test_a_template_that_does_not_parse_stops_tick_before_anything_is_written(
+    demo_world: Path,
+) -> None:
+    (demo_world / "prompts").mkdir()
+    (demo_world / "prompts" / "narrative.md").write_text("ok\n{% for x in %}\n")
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    assert result.exit_code == 2
+    assert "narrative.md:2" in result.output
+    assert not (demo_world / ".sim").exists()
