@@ -677,3 +677,20 @@ def test_a_template_that_does_not_parse_stops_tick_before_anything_is_written(
     assert result.exit_code == 2
     assert "narrative.md:2" in result.output
     assert not (demo_world / ".sim").exists()
+
+
+def test_the_python_phase_in_docs_phases_md_runs(
+    demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "phases.md").read_text()
+    code = re.search(r"```python\n(.*?)```", doc, re.S)
+    assert code is not None
+    (tmp_path / "site").mkdir()
+    install_plugin(tmp_path / "site", monkeypatch, "simtest_doc_census", code.group(1))
+    (demo_world / "config.toml").write_text('[tick]\nphases = ["intentions", "apply", "census"]\n')
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world)])
+    assert result.exit_code == 0, result.output
+    log = read_log(log_path(demo_world, 1))
+    assert len(log.phase_results("census")) == len(list((demo_world / "locations").iterdir()))
