@@ -14,9 +14,11 @@ output is capped. Exceeding a bound is a named error, never a hang.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -27,6 +29,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension
 from jinja2.lexer import Token, TokenStream
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
 
 from sim.errors import InputError
 from sim.llm.calls import digest
@@ -107,8 +110,46 @@ class _GuardLoops(Extension):
             yield token
 
 
+_BIG_WIDTH = re.compile(r"\d{7,}")
+
+
+def _check_args(args: Iterable[Any]) -> None:
+    """Refuse arguments that would make a huge value: a width or count over the output cap
+    (``center(10**9)``, ``'x'.ljust(10**9)``), or a string already over it (a macro that
+    doubles its argument each call)."""
+    for arg in args:
+        if isinstance(arg, bool):
+            continue
+        if isinstance(arg, int | float) and abs(arg) > MAX_OUTPUT_CHARS:
+            raise SecurityError(f"a number too big for a template argument ({arg:.3g})")
+        if isinstance(arg, str | list | tuple | dict) and len(arg) > MAX_OUTPUT_CHARS:
+            raise SecurityError("a value too big for a template argument")
+
+
+def _guarded(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A filter with its arguments checked (``functools.wraps`` keeps Jinja's pass-arg
+    marks, so context filters still get their context)."""
+
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        _check_args(args)
+        _check_args(kwargs.values())
+        return func(*args, **kwargs)
+
+    return guarded
+
+
+class _BoundedNamespace(Namespace):
+    """``namespace()`` whose values cannot grow past the output cap (a loop that doubles a
+    string held in a namespace would otherwise exhaust memory before any step limit)."""
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _check_args((value,))
+        super().__setitem__(name, value)
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def __init__(self, loader: jinja2.BaseLoader) -> None:
         super().__init__(
@@ -121,6 +162,8 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         )
         self.budget = _Budget()
         self.globals[_GUARD] = self._guard
+        self.globals["namespace"] = _BoundedNamespace
+        self.filters = {name: _guarded(f) for name, f in self.filters.items()}
 
     def _guard(self, iterable: Iterable[Any]) -> Iterator[Any]:
         for item in iterable:
@@ -135,13 +178,28 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         **kwargs: Any,
     ) -> Any:
         __self.budget.step()
+        _check_args(args)
+        _check_args(kwargs.values())
         return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapper = super().wrap_str_format(value)
+        if wrapper is None:
+            return None
+        if _BIG_WIDTH.search(value.__self__):
+            raise SecurityError("a format width too big in a template")
+        return wrapper
 
     def call_binop(
         self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any
     ) -> Any:
         if operator == "**" and isinstance(right, int | float) and abs(right) > 64:
             raise SecurityError("exponent too big in a template")
+        if operator == "%" and isinstance(left, str) and _BIG_WIDTH.search(left):
+            raise SecurityError("a format width too big in a template")
+        joined = operator == "+" and isinstance(left, str | list | tuple)
+        if joined and isinstance(right, Sized) and len(left) + len(right) > MAX_OUTPUT_CHARS:
+            raise SecurityError("a value too big in a template")
         if operator == "*":
             for seq, n in ((left, right), (right, left)):
                 big = isinstance(seq, str | list | tuple) and isinstance(n, int)

@@ -36,6 +36,16 @@ def test_renders_with_context_and_falls_back_to_the_builtins(tmp_path: Path) -> 
         "{{ 'x' * 100000000 }}",
         "{{ 10 ** 100000 }}",
         "{% for a in range(99999) %}{{ 'xxxxxxxxxx' }}{% endfor %}",
+        "{{ 'x' | center(1000000000) }}",
+        "{{ 'x'.ljust(1000000000) }}",
+        "{{ '%1000000000d' % 1 }}",
+        "{{ '{:>1000000000}'.format(1) }}",
+        "{% macro f(s, n) %}{% if n %}{{ f(s ~ s, n - 1) }}{% endif %}{% endmacro %}"
+        "{{ f('x', 60) }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+        "{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}"
+        "{% endfor %}",
     ],
 )
 def test_rendering_is_bounded(tmp_path: Path, source: str) -> None:
