@@ -163,6 +163,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         self.budget = _Budget()
         self.globals[_GUARD] = self._guard
         self.globals["namespace"] = _BoundedNamespace
+        self.globals.pop("lipsum", None)  # generates text by the megabyte on request
         self.filters = {name: _guarded(f) for name, f in self.filters.items()}
 
     def _guard(self, iterable: Iterable[Any]) -> Iterator[Any]:
