@@ -97,6 +97,15 @@ def character_view(char: Entity, *, full: bool = True) -> dict[str, Any]:
     return view
 
 
+def own_fields(char: Entity) -> dict[str, Any]:
+    """A character's own fields (``identity``, ``state``, top level), in that order."""
+    view: dict[str, Any] = {}
+    _add(view, extras(char["identity"], "character.identity"))
+    _add(view, extras(char["state"], "character.state"))
+    _add(view, extras(char, "character"))
+    return view
+
+
 def place_view(loc: Entity, *, objects: bool = True) -> dict[str, Any]:
     """A location as the model sees it (input documents of phases 1, 2a and 2b), with the
     world's own fields after the known ones."""

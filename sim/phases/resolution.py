@@ -11,14 +11,14 @@ from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import (
     TickContext,
-    character_view,
     exits_view,
+    own_fields,
     place_view,
     public,
     to_json,
 )
 from sim.phases.intentions import Intention
-from sim.world import World
+from sim.world import Entity, World
 
 NAME = "resolution"
 SECTION = "phase2a"
@@ -58,6 +58,11 @@ class Resolution(BaseModel):
         return cls(outcomes=[], location_update=None)
 
 
+def _add_own(view: dict[str, Any], char: Entity) -> None:
+    for key, value in own_fields(char).items():
+        view.setdefault(key, value)
+
+
 def location_input(
     world: World,
     location_id: str,
@@ -72,8 +77,14 @@ def location_input(
     characters = []
     for cid in present:
         char = world.characters[cid]
-        who = character_view(char)
-        del who["description"]
+        who = {
+            "id": cid,
+            "name": char["identity"]["name"],
+            "personality": char["identity"]["personality"],
+            "mood": char["state"]["mood"],
+            "inventory": char["state"]["inventory"],
+        }
+        _add_own(who, char)
         who["intention"] = intentions[cid].model_dump()
         characters.append(who)
     return to_json(
