@@ -263,7 +263,8 @@ class Filler:
                 for t in texts
                 for m in _SENTENCE.finditer(t)
             ]
-            self._sentences = list(dict.fromkeys(found))
+            # a "Label: value." line is a field, not a sentence, once its label is gone
+            self._sentences = list(dict.fromkeys(f for f in found if len(f.split()) >= 4))
         return self._sentences
 
     def resolve_ref(self, node: Json) -> Json:
