@@ -152,8 +152,9 @@ def _character_chains(log: TickLog) -> set[str]:
     chains = set(CHARACTER_CHAINS)
     declared = log.header.config.get("phases") or {}
     for name, section in declared.items() if isinstance(declared, dict) else ():
-        if isinstance(section, dict) and section.get("per", "character") == "character":
-            chains.add(str(name))
+        declared = isinstance(section, dict) and bool(section.get("schema"))
+        if declared and section.get("per", "character") == "character":
+            chains.add(str(name))  # a Python phase's subjects are its own business
     return chains
 
 
