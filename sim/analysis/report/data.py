@@ -152,8 +152,8 @@ def _character_chains(log: TickLog) -> set[str]:
     chains = set(CHARACTER_CHAINS)
     declared = log.header.config.get("phases") or {}
     for name, section in declared.items() if isinstance(declared, dict) else ():
-        declared = isinstance(section, dict) and bool(section.get("schema"))
-        if declared and section.get("per", "character") == "character":
+        is_declared = isinstance(section, dict) and bool(section.get("schema"))
+        if is_declared and section.get("per", "character") == "character":
             chains.add(str(name))  # a Python phase's subjects are its own business
     return chains
 
