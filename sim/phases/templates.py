@@ -6,9 +6,12 @@ template can read what it is given but not change it, nor reach Python internals
 ``prompts/<name>`` overrides the built-in ``sim/prompts/<name>``; ``{% include %}`` and
 ``{% import %}`` resolve the same way, so a template can reach nothing outside ``prompts/``.
 
-A world is untrusted input, so rendering is bounded: every ``for`` loop iteration and every
-call counts against a budget per render, ``*`` and ``**`` cannot build huge values, and the
-output is capped. Exceeding a bound is a named error, never a hang.
+A world is untrusted input, so rendering is bounded in time and memory: every ``for`` loop
+iteration and every call counts against a step budget and a deadline per render; no
+operator, filter, method, format string, macro argument or ``namespace`` value can grow
+past the output cap; ``lipsum`` is gone; the output itself is capped. Exceeding a bound is
+a named error, never a hang. A world template that is a symlink or not a regular file is
+refused, never replaced by the built-in of the same name.
 """
 
 from __future__ import annotations
