@@ -103,3 +103,12 @@ def test_world_files_are_read_without_following_symlinks(tmp_path: Path) -> None
     os.mkfifo(root / "real" / "fifo.json")
     with pytest.raises(InputError, match="regular file"):
         read_world_file(root, "real/fifo.json")  # refused at once, never blocks
+
+
+def test_a_symlinked_override_is_refused_not_replaced_by_the_builtin(tmp_path: Path) -> None:
+    prompts = world(tmp_path)
+    target = tmp_path / "elsewhere.md"
+    target.write_text("ELSEWHERE")
+    (prompts.root / "prompts" / "memory.md").symlink_to(target)
+    with pytest.raises(TemplateError, match="symlink"):
+        prompts.render("memory.md", {})
