@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.errors import InputError
+from sim.errors import InputError, LogError
 from sim.llm.budget import Cost, Price
 from sim.llm.store import split_key
 from sim.llm.types import Usage
@@ -212,6 +212,7 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
                 "tick set aside when it started afresh; their calls were sent and billed"
             )
     report.problems = [str(p) for p in problems]
+    _add_interviews(report, world_dir, prices)
     if not logs and by != "entity":
         report.notes.append("no tick logs yet (run `sim tick` first)")
     if report.total.timed_out:
@@ -220,6 +221,24 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
             "their tokens are unknown and not in these totals"
         )
     return report
+
+
+def _add_interviews(report: UsageReport, world_dir: Path, prices: Mapping[str, Any]) -> None:
+    """``sim ask``'s calls (``.sim/interviews.jsonl``) as one row, ``ask``, in any grouping."""
+    from sim.interview import INTERVIEWS, interviews_usage
+
+    try:
+        asked, failed, usage, cost = interviews_usage(world_dir, prices)
+    except LogError as exc:
+        report.problems.append(str(exc))
+        return
+    if not asked:
+        return
+    row = UsageRow("ask", requests=asked, failures=failed, cost=cost)
+    row.add_usage(usage)
+    report.rows.append(row)
+    report.total.add(row)
+    report.notes.append(f"ask: {asked} interviews (sim ask, {INTERVIEWS}), outside the ticks")
 
 
 def log_totals(logs: Iterable[TickLog], prices: Mapping[str, Any]) -> UsageRow:

@@ -9,6 +9,7 @@ import click
 import orjson
 
 from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.jsonout import JSON_HELP, emit, json_errors, replay_document
 from sim.errors import InputError
 
 
@@ -32,7 +33,13 @@ def tick_arg(value: str) -> int | None:
 @click.option(
     "--calls", is_flag=True, help="One line per call: model, depth, window sent, tokens, cost."
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable records.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON Lines: a tick's records as logged, or with --tick all one object per tick "
+    "(docs/cli-json.md).",
+)
 def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None:
     """Show what happened in a tick, from its log."""
     from sim.ticklog import view as logview
@@ -81,17 +88,25 @@ def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None
     help="Send drifted requests to the configured provider and show the change.",
 )
 @CONFIG
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def replay_(
-    world_dir: Path, tick_: int, to: int | None, live: bool, config_file: Path | None
+    world_dir: Path,
+    tick_: int,
+    to: int | None,
+    live: bool,
+    config_file: Path | None,
+    as_json: bool,
 ) -> None:
     """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
     from sim.ticklog import view as logview
     from sim.ticklog.replay import replay
 
-    with errors():
+    with json_errors("replay", as_json):
         config = build_config(config_file, world_dir)
         report = replay(world_dir, tick_, to, config=config, live=live)
-        for line in logview.replay_lines(report, live):
+        if as_json:
+            emit(replay_document(report))
+        for line in () if as_json else logview.replay_lines(report, live):
             click.echo(line)
         if not report.identical:
             sys.exit(1)

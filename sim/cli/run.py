@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.common import CONFIG, WORLD, build_config
+from sim.cli.jsonout import (
+    JSON_HELP,
+    JSON_LINES_HELP,
+    check_document,
+    emit,
+    json_errors,
+    tick_document,
+)
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.engine.runner import TickResult
@@ -115,6 +123,7 @@ def print_tick(result: TickResult) -> None:
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--budget-usd", type=click.FloatRange(min=0), help="Cost cap for this run (USD).")
 @click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for this run.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
     ticks: int,
@@ -126,11 +135,12 @@ def tick(
     base_url: str | None,
     budget_usd: float | None,
     budget_tokens: int | None,
+    as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
     from sim.engine.runner import Runner
 
-    with errors():
+    with json_errors("tick", as_json):
         config = build_config(
             config_file,
             world_dir,
@@ -148,7 +158,7 @@ def tick(
             config,
             events=progress.on_event,
             on_phase=progress.on_phase,
-            on_tick=print_tick,
+            on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
         )
         runner.run(ticks)
 
@@ -156,23 +166,42 @@ def tick(
 @click.command()
 @WORLD
 @CONFIG
-def check(world_dir: Path, config_file: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     """Validate a world and its config; call nothing, write nothing."""
     from sim.phases.check import check_phases
     from sim.storage import Storage
     from sim.ticklog.format import read_logs
 
-    with errors():
+    with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
         storage = Storage(world_dir)
         world = storage.load()
         phases = check_phases(config, world)
-        for warning in phases.warnings:
-            click.echo(f"warning: {warning}")
         if not phases.ok:
+            if as_json:
+                emit(
+                    {
+                        "command": "check",
+                        "ok": False,
+                        "exit_code": 2,
+                        "errors": phases.errors,
+                        "warnings": phases.warnings,
+                    }
+                )
+            for warning in phases.warnings:
+                click.echo(f"warning: {warning}", err=as_json)
             for error in phases.errors:
                 click.echo(f"error: {error}", err=True)
             sys.exit(2)
+        if as_json:
+            document = check_document(world_dir, config, storage, world)
+            document["phases"] = [spec.name for spec in phases.phases]
+            document["warnings"] = phases.warnings
+            emit(document)
+            return
+        for warning in phases.warnings:
+            click.echo(f"warning: {warning}")
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"

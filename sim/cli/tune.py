@@ -71,7 +71,12 @@ def unpriced_note(models: frozenset[str]) -> str:
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object per depth: JSON Lines (docs/cli-json.md).",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before spending money.")
 def tune_(
     world_dir: Path,
@@ -162,7 +167,7 @@ def print_usage(report: UsageReport) -> None:
     help="Group by entity (their _openai.usage), phase or tick (the tick logs).",
 )
 @CONFIG
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (docs/cli-json.md).")
 def usage_(world_dir: Path, by: str, config_file: Path | None, as_json: bool) -> None:
     """Tokens, requests and cost of a world, most expensive first, with totals."""
     from sim.analysis.usage import usage_report

@@ -694,3 +694,16 @@ def test_the_python_phase_in_docs_phases_md_runs(
     assert result.exit_code == 0, result.output
     log = read_log(log_path(demo_world, 1))
     assert len(log.phase_results("census")) == len(list((demo_world / "locations").iterdir()))
+
+
+def test_check_json_lists_phases_and_template_errors(demo_world: Path) -> None:
+    world = opinion_world(demo_world)
+    result = CliRunner().invoke(main, ["check", "--world", str(world), "--json"])
+    assert result.exit_code == 0, result.output
+    document = orjson.loads(result.stdout.splitlines()[-1])
+    assert document["ok"] and document["phases"][4] == "opinion"
+    (world / "prompts" / "opinion.md").write_text("{{ nope }}\n")
+    result = CliRunner().invoke(main, ["check", "--world", str(world), "--json"])
+    assert result.exit_code == 2
+    document = orjson.loads(result.stdout.splitlines()[0])
+    assert not document["ok"] and "opinion.md:1: undefined name" in document["errors"][0]
