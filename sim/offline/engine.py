@@ -155,6 +155,7 @@ _MOODS = (
 )
 #: fields answered with one whole sentence taken from the input (the subject's own words)
 _REASON_KEYS = ("reason", "why", "because", "rationale", "justification", "statement")
+_SENTENCE_CHARS = 2000
 _SENTENCE = re.compile(r"[A-Z][^.!?\n{}\[\]\"]{18,180}[.!?]")
 _LABEL = re.compile(r"^[A-Z][A-Za-z ]{1,30}:\s+")
 _LONG_KEYS = (
@@ -252,14 +253,23 @@ class Filler:
 
     @property
     def sentences(self) -> list[str]:
-        """Whole sentences of the input (of its text values, when it is JSON), in order."""
+        """Whole sentences of the input (of its text values, when it is JSON), in order,
+        from about its first ``_SENTENCE_CHARS`` characters (the subject comes first)."""
         if self._sentences is None:
-            data = loads(self._text)
+            head = self._text[: _SENTENCE_CHARS * 2]
+            data = loads(self._text) if self._text[:1] in "{[" else None
             texts: list[str] = []
             if isinstance(data, dict | list):
                 _strings_in(data, texts)
             else:
-                texts = [self._text]
+                texts = [head]
+            kept, size = [], 0
+            for text in texts:
+                if size >= _SENTENCE_CHARS:
+                    break
+                kept.append(text[:_SENTENCE_CHARS])
+                size += len(text)
+            texts = kept
             found = [
                 T.cap(_LABEL.sub("", m.group(0).strip()))
                 for t in texts

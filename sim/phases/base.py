@@ -217,6 +217,7 @@ class TickContext:
     _static: dict[str, str] = field(default_factory=dict)
     _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None
+    _outcomes: tuple[int, dict[str, str]] | None = None
 
     @property
     def templates(self) -> Prompts:
@@ -230,6 +231,17 @@ class TickContext:
         if self._world_view is None:
             self._world_view = world_view(self.world)
         return self._world_view
+
+    def outcomes(self) -> dict[str, str]:
+        """Character id -> this tick's resolved outcome text (the first one given), built
+        once per set of resolutions rather than searched per character."""
+        if self._outcomes is None or self._outcomes[0] != len(self.resolutions):
+            found: dict[str, str] = {}
+            for resolution in self.resolutions.values():
+                for item in resolution.outcomes:
+                    found.setdefault(item.character_id, item.outcome)
+            self._outcomes = (len(self.resolutions), found)
+        return self._outcomes[1]
 
     def base_context(self) -> dict[str, Any]:
         """What every template sees: ``world``, ``tick`` and the world's ``actions``."""

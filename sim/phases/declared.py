@@ -57,6 +57,9 @@ _VALIDATORS: dict[str, type[BaseModel]] = {
 }
 
 
+_ABSENT = object()
+
+
 @dataclass(frozen=True)
 class Write:
     """One ``writes`` entry: entity field path <- answer field path."""
@@ -193,11 +196,7 @@ class DeclaredPhase:
 
     @staticmethod
     def _outcome(ctx: TickContext, cid: str) -> str | None:
-        for resolution in ctx.resolutions.values():
-            for item in resolution.outcomes:
-                if item.character_id == cid:
-                    return item.outcome
-        return None
+        return ctx.outcomes().get(cid)
 
     @staticmethod
     def _brief(char: Entity) -> dict[str, Any]:
@@ -292,8 +291,12 @@ class DeclaredPhase:
 
     def write(self, subject: Entity, answer: BaseModel) -> str | None:
         """Apply ``writes`` to one subject; undo them all and say why if the entity would
-        not be valid (by the models ``Storage`` loads with)."""
-        before = copy.deepcopy(subject)
+        not be valid (by the models ``Storage`` loads with). Only the top-level parts the
+        writes touch are copied for the undo."""
+        before = {
+            key: copy.deepcopy(subject[key]) if key in subject else _ABSENT
+            for key in dict.fromkeys(w.target[0] for w in self.writes)
+        }
         problem = None
         for write in self.writes:
             problem = _set(subject, write.target, copy.deepcopy(_get(answer, write.answer)))
@@ -306,6 +309,9 @@ class DeclaredPhase:
                 err = exc.errors()[0]
                 problem = f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()}"
         if problem is not None:
-            subject.clear()
-            subject.update(before)
+            for key, value in before.items():
+                if value is _ABSENT:
+                    subject.pop(key, None)
+                else:
+                    subject[key] = value
         return problem
