@@ -184,3 +184,19 @@ def test_world_declared_sections_are_checked(tmp_path: Path) -> None:
     }
     assert endpoint_paths(layer) == ["llm.provider", "phase2b.base_url", "phases.o.api_key_env"]
     assert {"provider", "base_url", "api_key_env"} <= ENDPOINT_KEYS
+
+
+def test_a_declared_phase_takes_the_gemini_default_model_like_the_builtins() -> None:
+    from sim.config import GEMINI_DEFAULT_MODEL, provider_models
+
+    config = load_config(
+        overrides={
+            "llm": {"provider": "gemini"},
+            "tick": {"phases": ["intentions", "apply", "opinion", "vote"]},
+            "phases": {"opinion": {"schema": "s.json"}, "vote": {"model": "mine"}},
+        }
+    )
+    chosen = provider_models(config, {})
+    assert chosen.phase("opinion").model == GEMINI_DEFAULT_MODEL
+    assert chosen.phase("vote").model == "mine"
+    assert chosen.phase("phase1").model == GEMINI_DEFAULT_MODEL
