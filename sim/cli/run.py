@@ -182,6 +182,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     """
     from sim.config import endpoint
     from sim.engine import deletions, repair
+    from sim.phases.check import check_phases
     from sim.storage import Storage
     from sim.ticklog.format import read_logs
 
@@ -199,14 +200,39 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                 f"{world_dir / deletions.PENDING}: {pending_problem}; the next tick sets it "
                 "aside (its responses are left on the provider)"
             )
+        phases = check_phases(config, world)
+        if not phases.ok:
+            if as_json:
+                emit(
+                    {
+                        "command": "check",
+                        "ok": False,
+                        "exit_code": 2,
+                        "errors": phases.errors,
+                        "warnings": phases.warnings,
+                    }
+                )
+            for warning in phases.warnings:
+                click.echo(f"warning: {warning}", err=as_json)
+            for error in phases.errors:
+                click.echo(f"error: {error}", err=True)
+            sys.exit(2)
         if as_json:
             document = check_document(world_dir, config, storage, world)
+            document["phases"] = [spec.name for spec in phases.phases]
+            document["warnings"] = phases.warnings
             document.update(endpoint=url, api_key_env=key_env, repairs=repairs, running=running)
             emit(document)
             return
+        for warning in phases.warnings:
+            click.echo(f"warning: {warning}")
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"
+        )
+        click.echo(
+            f"phases: {', '.join(spec.name for spec in phases.phases)} "
+            f"({phases.renders} template renders checked)"
         )
         click.echo(f"endpoint: {url}")
         if key_env is not None:
