@@ -501,8 +501,8 @@ def load_config(
     problems: list[InputError] = []
     for path, is_world in layers:
         layer = _read_world_toml(path) if is_world else _read_toml(path)
-        if is_world and not trust_world_config:
-            problems.extend(_untrusted_routing(layer, data, path))
+        if is_world and not trust_world_config:  # the user's layers and flags decide
+            problems.extend(_untrusted_routing(layer, _merge(data, overrides or {}), path))
         merged = _merge(data, layer)
         # each layer on top of the defaults alone: a problem is reported once, by its file
         problems.extend(_problems(_merge(defaults, layer), path, combined=False))

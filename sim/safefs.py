@@ -39,7 +39,7 @@ def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISLNK(mode):
-        return "a symbolic link"
+        return "a symlink"
     if stat.S_ISFIFO(mode):
         return "a named pipe (FIFO)"
     if stat.S_ISSOCK(mode):
@@ -211,7 +211,7 @@ def symlink_on_path(root: Path, rel: str) -> str | None:
         except FileNotFoundError:
             return None
         if stat.S_ISLNK(mode):
-            return "/".join(parts[: i + 1]) + " is a symbolic link"
+            return "/".join(parts[: i + 1]) + " is a symlink"
         last = i == len(parts) - 1
         if not last and not stat.S_ISDIR(mode):
             return "/".join(parts[: i + 1]) + " is not a folder"

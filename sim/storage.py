@@ -547,7 +547,7 @@ class Storage:
         root = os.fspath(self.root)
         target = os.path.join(root, rel)
         if os.path.islink(target):
-            raise UnsafePath(self.root / rel, None, "is a symbolic link; refusing to write it")
+            raise UnsafePath(self.root / rel, None, "is a symlink; refusing to write it")
         if os.path.isdir(target):
             raise UnsafePath(None, None, f"refusing to replace a folder with a file: {rel!r}")
         checked = parents_ok if parents_ok is not None else set()
@@ -558,7 +558,7 @@ class Storage:
             full = os.path.join(root, parent)
             if os.path.islink(full):
                 raise UnsafePath(
-                    self.root / parent, None, "is a symbolic link; refusing to write through it"
+                    self.root / parent, None, "is a symlink; refusing to write through it"
                 )
             if os.path.lexists(full) and not os.path.isdir(full):
                 raise UnsafePath(None, None, f"{rel!r}: {parent!r} is a file, not a folder")
@@ -643,7 +643,7 @@ class Storage:
                 problem = commit_path_problem(rel) or safefs.symlink_on_path(self.root, rel)
             except UnsafePath as exc:
                 problem = exc.problem
-            if text is None and problem == f"{rel} is a symbolic link":
+            if text is None and problem == f"{rel} is a symlink":
                 problem = None  # deleting a link removes the link, never its target
             if problem is not None:
                 raise CorruptJournal(self.root, f"names an unsafe path: {problem}")
@@ -664,9 +664,7 @@ class Storage:
         for rel in (SIM_DIR, f"{SIM_DIR}/log", f"{SIM_DIR}/responses"):
             path = self.root / rel
             if os.path.islink(path):
-                raise UnsafePath(
-                    path, None, "is a symbolic link; expected a folder inside the world"
-                )
+                raise UnsafePath(path, None, "is a symlink; expected a folder inside the world")
             if os.path.lexists(path) and not os.path.isdir(path):
                 raise UnsafePath(path, None, "expected a folder")
 

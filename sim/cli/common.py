@@ -148,6 +148,7 @@ def build_config(
     base_url: str | None = None,
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
+    sends_requests: bool = True,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
     llm: dict[str, Any] = {}
@@ -173,7 +174,8 @@ def build_config(
         config_file,
         world_dir if world_dir.is_dir() else None,
         overrides,
-        trust_world_config=trusting_world_config(),
+        # a command that sends nothing (usage, an offline replay) cannot misroute a key
+        trust_world_config=trusting_world_config() or not sends_requests,
     )
     for name in overrides.get("phases", {}):
         phase_section(name, config.tick.phases)  # raises: --depth for an unknown phase

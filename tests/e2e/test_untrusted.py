@@ -99,7 +99,7 @@ def test_a_journal_through_a_symlinked_entity_file_is_refused(world: Path, outsi
     journal(world, {"characters/zoe.json": "{}\n"})
     result = invoke("tick", "--world", str(world))
     clean_exit(result, 2)
-    assert "symbolic link" in result.output
+    assert "symlink" in result.output
     assert (outside / "o.json").read_text() == '{"precious": true}\n'
 
 
@@ -141,7 +141,7 @@ def test_rewind_and_fork_refuse_a_logged_state_through_a_link(
     before = tree(world, logs=True)
     result = invoke("rewind", "--world", str(world), "--tick", "1")
     clean_exit(result, 2)
-    assert "symbolic link" in result.output
+    assert "symlink" in result.output
     assert not (outside / "x.json").exists()
     assert tree(world, logs=True) == before
     fork_dest = tmp_path / "fork"
@@ -180,7 +180,7 @@ def test_a_symlinked_entity_file_is_refused_and_its_target_untouched(
     for command in ("check", "tick"):
         result = invoke(command, "--world", str(world))
         clean_exit(result, 2)
-        assert "characters/zoe.json" in result.output and "symbolic link" in result.output
+        assert "characters/zoe.json" in result.output and "symlink" in result.output
     assert (outside / "o.json").read_bytes() == target
 
 
@@ -191,7 +191,7 @@ def test_a_symlinked_entity_folder_is_refused(world: Path, outside: Path) -> Non
     before = tree(real)
     result = invoke("tick", "--world", str(world))
     clean_exit(result, 2)
-    assert "characters: is a symbolic link" in result.output
+    assert "characters: is a symlink" in result.output
     assert tree(real) == before
 
 
@@ -211,7 +211,7 @@ def test_prompt_files_must_be_regular_files_inside_the_world(world: Path, outsid
     for command in ("check", "tick"):
         result = invoke(command, "--world", str(world))
         clean_exit(result, 2)
-        assert "prompts/narrative.md: is a symbolic link" in result.output
+        assert "prompts/narrative.md: is a symlink" in result.output
 
 
 def test_sim_folders_that_are_links_are_refused(world: Path, outside: Path) -> None:
@@ -219,7 +219,7 @@ def test_sim_folders_that_are_links_are_refused(world: Path, outside: Path) -> N
     (world / ".sim" / "log").symlink_to(outside)
     result = invoke("tick", "--world", str(world))
     clean_exit(result, 2)
-    assert ".sim/log: is a symbolic link" in result.output
+    assert ".sim/log: is a symlink" in result.output
     assert sorted(p.name for p in outside.iterdir()) == ["o.json"]
 
 
@@ -264,7 +264,7 @@ def test_trusting_or_choosing_the_same_endpoint_allows_it(
     assert "api key: from $OPENAI_API_KEY (set)" in result.output
     assert "sk-never-printed" not in result.output
     mine = tmp_path / "mine.toml"
-    mine.write_text('[llm]\nbase_url = "http://attacker.invalid/v1"\n')
+    mine.write_text('[llm]\nprovider = "chat"\nbase_url = "http://attacker.invalid/v1"\n')
     clean_exit(invoke("check", "--world", str(world), "--config", str(mine)), 0)
 
 
@@ -291,7 +291,7 @@ def test_storage_never_follows_a_link_swapped_in_after_load(world: Path, outside
     loaded.characters["ada"]["state"]["mood"] = "swapped"
     (world / ADA).unlink()
     (world / ADA).symlink_to(outside / "o.json")
-    with pytest.raises(Exception, match="symbolic link"):
+    with pytest.raises(Exception, match="symlink"):
         storage.commit(loaded)
     assert (outside / "o.json").read_text() == '{"precious": true}\n'
 
@@ -311,3 +311,12 @@ def test_a_fifo_or_link_posing_as_a_tick_log_never_hangs_or_writes_out(
     result = invoke("tick", "--world", str(world))
     assert "Traceback" not in result.output
     assert target.read_bytes() == before
+
+
+def test_commands_that_send_nothing_read_a_routing_world_config(world: Path) -> None:
+    """`sim usage` and an offline `sim replay` send no request, so no key can be misrouted."""
+    clean_exit(invoke("tick", "--world", str(world)), 0)
+    (world / "config.toml").write_text(ROUTE)
+    clean_exit(invoke("usage", "--world", str(world)), 0)
+    clean_exit(invoke("replay", "--world", str(world), "--tick", "1"), 0)
+    clean_exit(invoke("replay", "--world", str(world), "--tick", "1", "--live"), 2)
