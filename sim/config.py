@@ -534,26 +534,39 @@ def _read_world_toml(path: Path) -> dict[str, Any]:
 
 
 def endpoint(config: Config) -> tuple[str, str | None]:
-    """(where requests go, the environment variable whose key they carry) — never the key.
+    """(where [llm]'s requests go, the environment variable whose key they carry) — never
+    the key."""
+    llm = config.llm
+    return _describe_endpoint(llm.provider, llm.base_url, llm.api_key_env)
 
-    The openai SDK falls back to ``OPENAI_BASE_URL`` and then OpenAI's own endpoint when
-    ``base_url`` is empty; this says which one applies.
-    """
+
+def phase_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
+    """Phase name -> (url, key variable) for each phase sending elsewhere than [llm]."""
+    main = endpoint(config)
+    out: dict[str, tuple[str, str | None]] = {}
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        where = _describe_endpoint(*config.phase(section).endpoint(config.llm))
+        if where != main:
+            out[section_name(section)] = where
+    return out
+
+
+def _describe_endpoint(provider: str, base_url: str, key_env: str) -> tuple[str, str | None]:
+    """The SDKs fall back to their own endpoint (the openai SDK to ``OPENAI_BASE_URL`` first)
+    when ``base_url`` is empty; this says which one applies."""
     import os
 
-    llm = config.llm
-    if llm.provider == "offline":
+    if provider == "offline":
         return "none (offline provider: no network)", None
-    if llm.provider in ("gemini", "anthropic"):
+    if provider in ("gemini", "anthropic"):
         from sim.llm.stack import endpoint_url
 
-        own = "GEMINI_API_KEY" if llm.provider == "gemini" else "ANTHROPIC_API_KEY"
-        key_env = own if llm.api_key_env == "OPENAI_API_KEY" else llm.api_key_env
-        return endpoint_url(llm.provider, llm.base_url), key_env
-    url = llm.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-    if not llm.base_url and os.environ.get("OPENAI_BASE_URL"):
+        own = "GEMINI_API_KEY" if provider == "gemini" else "ANTHROPIC_API_KEY"
+        return endpoint_url(provider, base_url), own if key_env == "OPENAI_API_KEY" else key_env
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    if not base_url and os.environ.get("OPENAI_BASE_URL"):
         url += " (from OPENAI_BASE_URL)"
-    return url, llm.api_key_env
+    return url, key_env
 
 
 def redacted(config: Config) -> dict[str, Any]:

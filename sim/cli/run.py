@@ -180,7 +180,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
 
     Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
     """
-    from sim.config import endpoint
+    from sim.config import endpoint, phase_endpoints
     from sim.engine import deletions, repair
     from sim.phases.check import check_phases
     from sim.storage import Storage
@@ -222,6 +222,10 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             document["phases"] = [spec.name for spec in phases.phases]
             document["warnings"] = phases.warnings
             document.update(endpoint=url, api_key_env=key_env, repairs=repairs, running=running)
+            document["phase_endpoints"] = {
+                name: {"endpoint": u, "api_key_env": k}
+                for name, (u, k) in phase_endpoints(config).items()
+            }
             emit(document)
             return
         for warning in phases.warnings:
@@ -238,6 +242,10 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
         if key_env is not None:
             state = "set" if os.environ.get(key_env) else "not set"
             click.echo(f"api key: from ${key_env} ({state})")
+        for name, (phase_url, phase_key) in phase_endpoints(config).items():
+            state = "set" if phase_key and os.environ.get(phase_key) else "not set"
+            key_note = f", api key from ${phase_key} ({state})" if phase_key else ""
+            click.echo(f"endpoint of phase {name}: {phase_url}{key_note}")
         for line in repairs:
             click.echo(f"repair: {line}")
         if running:

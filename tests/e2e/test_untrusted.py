@@ -320,3 +320,18 @@ def test_commands_that_send_nothing_read_a_routing_world_config(world: Path) -> 
     clean_exit(invoke("usage", "--world", str(world)), 0)
     clean_exit(invoke("replay", "--world", str(world), "--tick", "1"), 0)
     clean_exit(invoke("replay", "--world", str(world), "--tick", "1", "--live"), 2)
+
+
+def test_check_prints_each_phase_endpoint_that_differs(world: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        '[phase2b]\nprovider = "chat"\nbase_url = "http://127.0.0.1:8000/v1"\n'
+        'api_key_env = "LOCAL_KEY"\n'
+    )
+    result = invoke("check", "--world", str(world), "--config", str(mine))
+    clean_exit(result, 0)
+    assert "endpoint: none (offline provider" in result.output
+    assert (
+        "endpoint of phase narrative: http://127.0.0.1:8000/v1, api key from $LOCAL_KEY"
+        in result.output
+    )
