@@ -8,6 +8,7 @@ that holds the bad key.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -26,7 +27,7 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
 }
-PROVIDERS = ("offline", "openai", "chat")
+PROVIDERS = ("offline", "openai", "chat", "gemini")
 
 
 class _Strict(BaseModel):
@@ -68,6 +69,12 @@ DEFAULT_PRICES = {
     "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
     "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
     "gpt-4o-mini": PriceConfig(input=0.15, cached_input=0.075, output=0.6),
+    # Gemini API list prices entered on 2026-11-23 (2.5 Pro: prompts up to 200k tokens);
+    # check them against Google's pricing page
+    "gemini-2.5-pro": PriceConfig(input=1.25, cached_input=0.125, output=10.0),
+    "gemini-2.5-flash": PriceConfig(input=0.3, cached_input=0.03, output=2.5),
+    "gemini-2.5-flash-lite": PriceConfig(input=0.1, cached_input=0.01, output=0.4),
+    "gemini-2.0-flash": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
 }
 
 
@@ -95,6 +102,8 @@ class HistoryConfig(_Strict):
 class Phase1Config(PhaseConfig):
     #: schema: answer an Intention; tools: choose one of move_to/say/act/wait
     mode: Literal["schema", "tools"] = "schema"
+    #: tools mode: how many look/recall/inventory steps a character may take before acting
+    max_tool_steps: int = Field(3, ge=0, le=10)
 
 
 class Config(_Strict):
@@ -159,7 +168,39 @@ def _validate(data: Mapping[str, Any], source: Path | None) -> Config:
             "llm.provider",
             f"unknown provider {config.llm.provider!r}; expected one of: {', '.join(PROVIDERS)}",
         )
+    if config.llm.provider == "gemini" and config.llm.chain_mode == "server":
+        raise InputError(
+            source,
+            "llm.chain_mode",
+            'server chains are not offered for provider "gemini" (the Gemini API keeps no '
+            'responses to chain); use chain_mode = "window"',
+        )
     return config
+
+
+#: the model of a gemini phase whose model was left at the built-in default, when
+#: ``GEMINI_MODEL`` is unset
+GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
+
+
+def provider_models(config: Config, environ: Mapping[str, str]) -> Config:
+    """The config with the provider's default model where a phase did not choose one.
+
+    With ``provider = "gemini"``, a phase whose ``model`` is still the built-in default
+    (no config file, world config or ``--model`` changed it) uses ``$GEMINI_MODEL``, or
+    ``gemini-2.5-flash`` when that is unset or empty; a model set anywhere is kept as is,
+    and so are ``fallback_models``. Other providers are left unchanged.
+    """
+    if config.llm.provider != "gemini":
+        return config
+    model = environ.get("GEMINI_MODEL", "").strip() or GEMINI_DEFAULT_MODEL
+    defaults = Config.model_validate(defaults_data())
+    update = {
+        section: config.phase(section).model_copy(update={"model": model})
+        for section in PHASE_SECTIONS
+        if config.phase(section).model == defaults.phase(section).model
+    }
+    return config.model_copy(update=update)
 
 
 def defaults_data() -> dict[str, Any]:
@@ -193,7 +234,7 @@ def load_config(
         _validate(data, path)
     if overrides:
         data = _merge(data, overrides)
-    return _validate(data, None)
+    return provider_models(_validate(data, None), os.environ)
 
 
 def redacted(config: Config) -> dict[str, Any]:

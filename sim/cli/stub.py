@@ -1,4 +1,5 @@
-"""``sim stub-server``: a loopback OpenAI-compatible server answered by the offline model."""
+"""``sim stub-server``: a loopback OpenAI-compatible (or Gemini API) server answered by the
+offline model."""
 
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     help="Comma-separated faults the fault rate draws from.",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Randomness seed.")
+@click.option(
+    "--api",
+    default="openai",
+    show_default=True,
+    type=click.Choice(["openai", "gemini"]),
+    help="Wire format: OpenAI's (/v1/responses, /v1/chat/completions) or the Gemini API's "
+    "(/v1beta/models/{model}:generateContent).",
+)
 def stub_server(
     host: str,
     port: int,
@@ -58,19 +67,23 @@ def stub_server(
     fault_rate: float,
     faults: str,
     seed: int,
+    api: str,
 ) -> None:
     """Serve a loopback OpenAI-compatible API answered by the offline model.
 
-    Rehearse a large run for free: point --base-url at it with --provider openai or chat.
-    GET /stub/stats reports requests and tokens served.
+    Rehearse a large run for free: point --base-url at it with --provider openai or chat
+    (or, with --api gemini, --provider gemini). GET /stub/stats reports requests and tokens
+    served.
     """
+    from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
     from sim.testing.stub_server import FAULTS, StubOptions, StubServer
 
     kinds = tuple(f.strip() for f in faults.split(",") if f.strip())
-    unknown = sorted(set(kinds) - set(FAULTS))
+    known = GEMINI_FAULTS if api == "gemini" else FAULTS
+    unknown = sorted(set(kinds) - set(known))
     if unknown:
         click.echo(
-            f"error: unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)}",
+            f"error: unknown fault(s) {', '.join(unknown)}; choose from {', '.join(known)}",
             err=True,
         )
         sys.exit(2)
@@ -81,11 +94,13 @@ def stub_server(
         faults=kinds,
         seed=seed,
     )
-    server = StubServer(options)
+    server = GeminiStubServer(options) if api == "gemini" else StubServer(options)
+    root = f"http://{host}:{{port}}" + ("" if api == "gemini" else "/v1")
 
     async def serve() -> None:
         await server.start(host, port)
-        click.echo(f"stub server on http://{host}:{server.port}/v1 (Ctrl-C to stop)", err=True)
+        url = root.format(port=server.port)
+        click.echo(f"stub server on {url} ({api} API; Ctrl-C to stop)", err=True)
         await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):

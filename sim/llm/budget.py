@@ -112,6 +112,8 @@ def estimate_usage(request: ModelRequest) -> Usage:
     tokens = estimate_tokens(request.instructions) + estimate_tokens(request.input)
     for exchange in request.history:
         tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+    for message in request.messages:  # a tool conversation's calls and answers
+        tokens += estimate_tokens(message.model_dump_json(exclude_none=True))
     return Usage(input_tokens=tokens, output_tokens=request.settings.max_output_tokens)
 
 

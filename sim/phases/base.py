@@ -65,6 +65,9 @@ class PhaseReport:
     retries: int = 0
     #: entity key -> "primary -> fallback" model, where a fallback model answered
     model_fallbacks: dict[str, str] = field(default_factory=dict)
+    #: when a phase makes several calls per entity (tools-mode steps): the entities its
+    #: calls decided for, which the failure fraction is taken over (0: one call each)
+    entities: int = 0
     #: attempts that timed out on the client: no usage came back, the server may bill them
     timed_out: int = 0
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
+from sim.phases import intention_steps
 from sim.phases.base import TickContext, exits_view, place_view, to_json
 from sim.phases.intention_tools import TOOLS, intention_data
 from sim.world import Entity, World
@@ -98,8 +99,14 @@ async def run(ctx: TickContext) -> None:
         )
         for char in chars
     ]
-    results = await client.create_batch(requests)
-    report.calls += len(requests)
+    if tools is not None and ctx.config.phase1.max_tool_steps > 0:  # look before acting
+        results, calls = await intention_steps.decide(
+            world, client, chars, requests, ctx.occupancy, ctx.config.phase1.max_tool_steps
+        )
+        report.entities += len(chars)
+    else:
+        results, calls = await client.create_batch(requests), len(requests)
+    report.calls += calls
     for char, request, result in zip(chars, requests, results, strict=True):
         cid = char["identity"]["id"]
         if isinstance(result, ToolCalls):

@@ -1,5 +1,5 @@
-"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and a
-loopback OpenAI-compatible server with fault injection."""
+"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and
+loopback OpenAI-compatible and Gemini API servers with fault injection."""
 
 from sim.testing.adapters import (
     DefaultFactory,
@@ -11,13 +11,16 @@ from sim.testing.adapters import (
     default_tool_calls,
 )
 from sim.testing.counting import CountingAdapter, call_digest, read_counts, read_in_flight
+from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
 from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
     "FAULTS",
+    "GEMINI_FAULTS",
     "CountingAdapter",
     "DefaultFactory",
     "ErrorAdapter",
+    "GeminiStubServer",
     "MockAdapter",
     "MockCall",
     "MockItem",

@@ -438,6 +438,8 @@ class StubServer:
         fmt = (request.get("text") or {}).get("format") or {}
         schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
         tools = request.get("tools") or None
+        if request.get("tool_choice") == "none":  # tools declared but not to be called: text
+            tools = None
         instructions = str(request.get("instructions") or "")
         ans = self._answer(model, instructions, history, input_text, schema, tools, fault)
         rid = f"resp_{uuid.uuid4().hex}"
@@ -469,6 +471,8 @@ class StubServer:
         if fmt.get("type") == "json_schema":
             schema = (fmt.get("json_schema") or {}).get("schema")
         tools = request.get("tools") or None
+        if request.get("tool_choice") == "none":  # tools declared but not to be called: text
+            tools = None
         ans = self._answer(model, system, pairs, input_text, schema, tools, fault)
         return chat_body(f"chatcmpl-{uuid.uuid4().hex}", model, ans)
 

@@ -113,11 +113,21 @@ CALLS_HEAD = (
 )
 
 
+def _tools_called(result: dict[str, Any] | None) -> str:
+    """The tools a tool-calling answer called (``look``, ``move_to``...), if it was one."""
+    calls = result.get("calls") if isinstance(result, dict) else None
+    if not isinstance(calls, list):
+        return ""
+    names = [str(c.get("name")) for c in calls if isinstance(c, dict)]
+    return "tools: " + (", ".join(names) or "none")
+
+
 def call_lines(log: TickLog) -> Iterator[str]:
     """One line per logged call: the model that answered (else the one asked), the depth
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
-    over all attempts, and cost. A call a resume sent again has a line per record: the
-    earlier one's attempts were sent too, so the lines add up to the tick's totals."""
+    over all attempts, and cost; for a tool-calling answer, the tools it called. A call a
+    resume sent again has a line per record: the earlier one's attempts were sent too, so
+    the lines add up to the tick's totals."""
     yield CALLS_HEAD
     prices = log.header.prices
     for call in log.call_records:
@@ -129,7 +139,7 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.request_id:<40} {model!s:<15} "
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
-            f"{cost:>9}  {call.error_code or ''}"
+            f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
         ).rstrip()
 
 

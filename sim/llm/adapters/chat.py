@@ -12,12 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import strict_schema, validate_text
 from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
 from sim.llm.errors import LLMIncompleteError, LLMRefusalError
-from sim.llm.tools import FunctionCall, ToolCalls, parse_arguments, schema_of
+from sim.llm.tools import (
+    FunctionCall,
+    LLMMessage,
+    ToolCalls,
+    parse_arguments,
+    response_json,
+    schema_of,
+)
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
 
@@ -32,13 +40,42 @@ def _usage(data: Json) -> Usage:
 
 
 def _messages(
-    instructions: str, history: tuple[Exchange, ...], input_data: str
+    instructions: str,
+    history: tuple[Exchange, ...],
+    input_data: str,
+    conversation: tuple[LLMMessage, ...] = (),
 ) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
     for exchange in history:
         messages.append({"role": "user", "content": exchange.input})
         messages.append({"role": "assistant", "content": exchange.output})
     messages.append({"role": "user", "content": input_data})
+    for message in conversation:  # a tool conversation: calls, then the tools' answers
+        call, answer = message.function_call, message.function_response
+        if answer is not None:
+            messages.append(
+                {"role": "tool", "tool_call_id": answer.call_id, "content": response_json(answer)}
+            )
+        elif message.role == "assistant":
+            last = messages[-1]
+            if call is not None and last["role"] == "assistant" and "tool_calls" in last:
+                target = last  # one assistant turn holds all the calls it made
+            else:
+                target = {"role": "assistant", "content": message.content}
+                messages.append(target)
+            if call is not None:
+                target.setdefault("tool_calls", []).append(
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {
+                            "name": call.name,
+                            "arguments": orjson.dumps(call.arguments).decode(),
+                        },
+                    }
+                )
+        else:
+            messages.append({"role": "user", "content": message.content or ""})
     return messages
 
 
@@ -104,10 +141,12 @@ class ChatAdapter(OpenAIFamilyAdapter):
             "model": settings.model,
             "temperature": settings.temperature,
             "max_completion_tokens": settings.max_output_tokens,
-            "messages": _messages(request.instructions, request.history, request.input),
+            "messages": _messages(
+                request.instructions, request.history, request.input, request.messages
+            ),
         }
         if request.tools is not None:
-            body["tool_choice"] = "required"
+            body["tool_choice"] = request.tool_choice
             body["tools"] = [tool.openai_chat() for tool in request.tools]
         else:
             schema = schema_of(self, request)
