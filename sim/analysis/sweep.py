@@ -27,6 +27,7 @@ started.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import itertools
 import math
 import os
@@ -45,7 +46,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sim.config import Config, load_config, redacted
-from sim.errors import InputError
+from sim.errors import InputError, RunError, UserError
 from sim.llm.budget import Cost
 from sim.llm.types import Usage
 from sim.storage import SIM_DIR, Storage, dump_json
@@ -246,11 +247,13 @@ def make_plan(
     """Every combination of seed and setting values, each checked as a config now.
 
     Raises:
-        InputError: the world has no ``world.json``, two settings name one key, or a
-            combination is not a valid config (names the ``--set`` value).
+        InputError: the world has no ``world.json``, ``out`` is inside it, two settings
+            name one key, or a combination is not a valid config (names the ``--set`` value).
     """
     if not (world / "world.json").is_file():
         raise InputError(world / "world.json", None, "not found: is this a world folder?")
+    if out.resolve().is_relative_to(world.resolve()):
+        raise InputError(out, None, "the runs' folder must be outside the world it forks")
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise InputError(None, "--set", "each key may be set once (list its values: K=A,B)")
@@ -521,8 +524,13 @@ def _last_line(path: Path) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def run_one(run_dir: Path, command: list[str]) -> int:
+#: runs one run's ``sim tick`` command in its folder to its end; returns the exit code
+Executor = Callable[[Path, list[str]], int]
+
+
+def run_one(run_dir: Path | str, command: list[str]) -> int:
     """Run one run's ``sim tick`` to its end; its output is appended to ``OUTPUT_FILE``."""
+    run_dir = Path(run_dir)
     output = run_dir / OUTPUT_FILE
     output.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -539,14 +547,47 @@ def run_one(run_dir: Path, command: list[str]) -> int:
     return done.returncode
 
 
+def ray_executor(address: str | None = None) -> Executor:
+    """Each run a Ray task (``pip install 'sim[ray]'``) on the cluster at ``address``.
+
+    Without an address, Ray's own rule applies: ``RAY_ADDRESS`` if set, else a local
+    instance is started. A task runs the run's ``sim tick`` on whichever node takes it, so
+    on a cluster of several machines the runs' folder must be on a file system every node
+    sees at the same path, with sim installed at the same path too.
+
+    Raises:
+        UserError: Ray is not installed; RunError: Ray cannot be started or reached.
+    """
+    try:
+        ray: Any = importlib.import_module("ray")
+    except ImportError:
+        raise UserError(
+            "--executor ray needs Ray, from the optional 'ray' extra: pip install 'sim[ray]'"
+        ) from None
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except Exception as exc:  # Ray's errors are many (connection, version, resources)
+            where = address or "a local instance"
+            raise RunError(f"--executor ray: cannot start or reach Ray ({where}): {exc}") from None
+    task = ray.remote(num_cpus=1, max_retries=0)(run_one)
+
+    def execute(run_dir: Path, command: list[str]) -> int:
+        return int(ray.get(task.remote(str(run_dir.resolve()), command)))
+
+    return execute
+
+
 def run_sweep(
     plan: Plan,
     jobs: int = 1,
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    executor: Executor = run_one,
 ) -> SweepResult:
-    """Make the runs' folders, then run every unfinished run to its last tick, ``jobs`` at a time.
+    """Make the runs' folders, then run every unfinished run to its last tick, ``jobs`` at a
+    time, each through ``executor`` (a local process by default; ``ray_executor``).
 
     Raises:
         InputError: a run folder holds another run, or the world cannot be forked.
@@ -600,7 +641,7 @@ def run_sweep(
             return
         config = load_config(None, run_dir, cwd=run_dir)
         ticks = target - current_tick(run_dir)
-        code = run_one(run_dir, tick_command(run_dir, ticks, grant, config))
+        code = executor(run_dir, tick_command(run_dir, ticks, grant, config))
         after = spend(run_dir)
         ledger.settle(grant, spent[index], after)
         base.tick, base.exit_code = current_tick(run_dir), code
@@ -633,6 +674,7 @@ def run_folders(out: Path) -> list[Path]:
 __all__ = [
     "OUTPUT_FILE",
     "RUN_FILE",
+    "Executor",
     "Ledger",
     "Outcome",
     "Plan",
@@ -650,9 +692,11 @@ __all__ = [
     "parse_seeds",
     "parse_setting",
     "prepare",
+    "ray_executor",
     "read_record",
     "run_folders",
     "run_name",
+    "run_one",
     "run_sweep",
     "spend",
 ]

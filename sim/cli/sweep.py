@@ -63,6 +63,18 @@ def _outcome_line(outcome: Outcome) -> str:
     "--budget-usd", type=click.FloatRange(min=0), help="Cost cap for the whole sweep (USD)."
 )
 @click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for the whole sweep.")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: each run a process here; ray: each run a Ray task (pip install 'sim[ray]').",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="The Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def sweep(
@@ -76,6 +88,8 @@ def sweep(
     config_file: Path | None,
     budget_usd: float | None,
     budget_tokens: int | None,
+    executor: str,
+    ray_address: str | None,
     as_json: bool,
 ) -> None:
     """Run a world many times: every seed with every combination of --set values.
@@ -98,6 +112,9 @@ def sweep(
             ticks,
             config_file,
         )
+        if ray_address is not None and executor != "ray":
+            raise InputError(None, "--ray-address", "goes with --executor ray")
+        run = sweeps.ray_executor(ray_address) if executor == "ray" else sweeps.run_one
         if not as_json:
             click.echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
         result = sweeps.run_sweep(
@@ -106,6 +123,7 @@ def sweep(
             budget_usd,
             budget_tokens,
             on_outcome=None if as_json else lambda o: click.echo(_outcome_line(o), err=True),
+            executor=run,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
         if as_json:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -27,8 +27,8 @@ from sim.analysis.sweep import (
 )
 from sim.cli import main
 from sim.config import load_config
-from sim.errors import InputError
-from sim.storage import dump_json
+from sim.errors import InputError, LogError
+from sim.storage import Storage, dump_json
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import log_path, read_log, read_logs
 
@@ -90,6 +90,8 @@ def test_a_bad_setting_names_the_value(tmp_path: Path) -> None:
         "--world", str(world), "--out", str(tmp_path / "runs"), "--set", "phase1.nope=1"
     )
     assert code == 2 and "unknown key" in output and not (tmp_path / "runs").exists()
+    code, output = sweep("--world", str(world), "--out", str(world / "runs"))
+    assert code == 2 and "outside the world" in output and not (world / "runs").exists()
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -171,7 +173,7 @@ def test_budget_caps_the_whole_sweep(tmp_path: Path) -> None:
 
 @pytest.fixture
 def slow_server() -> Iterator[StubServer]:
-    thread = ServerThread(StubServer(StubOptions(latency=0.15, seed=1)))
+    thread = ServerThread(StubServer(StubOptions(latency=0.25, seed=1)))
     yield thread.start()
     thread.stop()
 
@@ -189,6 +191,35 @@ def _tick_pid(run: Path) -> int | None:
         if b"tick" in argv and want in argv:
             return int(entry.name)
     return None
+
+
+def kill_mid_tick(run: Path, tick: int, running: Callable[[], bool]) -> bool:
+    """SIGKILL the ``sim tick`` of ``run`` while ``tick`` is under way with calls logged.
+
+    The process is stopped (SIGSTOP) before the checks, so the state seen is the state it
+    dies in; if the tick has committed meanwhile, it goes on (SIGCONT) and we look again.
+    """
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and running():
+        partial = log_path(run, tick)
+        if partial.is_file() and b'"call"' in partial.read_bytes():
+            pid = _tick_pid(run)
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    continue
+                try:
+                    committed = read_log(partial).committed
+                except LogError:  # stopped in the middle of writing a line: look again
+                    committed = True
+                at = orjson.loads((run / "world.json").read_bytes())["tick"]
+                if at == tick - 1 and not committed and not Storage(run).pending_journal():
+                    os.kill(pid, signal.SIGKILL)
+                    return True
+                os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    return False
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
@@ -211,19 +242,8 @@ def test_a_killed_run_resumes_and_finished_runs_are_untouched(
         env=env,
     )
     victim = runs / "seed-2"
-    killed = False
-    deadline = time.monotonic() + 120
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            partial = log_path(victim, 2)
-            if partial.is_file() and b'"call"' in partial.read_bytes():
-                meta = orjson.loads((victim / "world.json").read_bytes())
-                pid = _tick_pid(victim)
-                if meta["tick"] == 1 and pid is not None:
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
-                    break
-            time.sleep(0.01)
+        killed = kill_mid_tick(victim, 2, lambda: proc.poll() is None)
         out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
@@ -248,3 +268,64 @@ def test_a_killed_run_resumes_and_finished_runs_are_untouched(
     resumed = read_log(log_path(victim, 2))
     assert resumed.committed and resumed.resumes >= 1
     assert orjson.loads((victim / "world.json").read_bytes())["tick"] == 3
+
+
+# -- Ray ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_local() -> Iterator[object]:
+    """A local Ray instance with two CPUs, for the module."""
+    ray = pytest.importorskip("ray", reason="Ray cannot be installed here (pip install ray)")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
+def test_a_ray_sweep_finishes_and_resumes_a_killed_run(
+    tmp_path: Path, slow_server: StubServer, ray_local: object
+) -> None:
+    import threading
+
+    from sim.analysis.sweep import SweepResult, ray_executor, run_sweep
+
+    world = make_world(tmp_path)
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        f'[llm]\nprovider = "chat"\nbase_url = "{slow_server.base_url}"\ntimeout_seconds = 20\n'
+    )
+    runs = tmp_path / "runs"
+    plan = make_plan(world, runs, [1, 2, 3], [], 3, config)
+    results: list[SweepResult] = []
+    thread = threading.Thread(
+        target=lambda: results.append(run_sweep(plan, 2, executor=ray_executor()))
+    )
+    thread.start()
+    victim = runs / "seed-2"
+    killed = kill_mid_tick(victim, 2, thread.is_alive)
+    thread.join(timeout=300)
+    assert killed and results, "the run never reached its second tick"
+    statuses = {o.name: o.status for o in results[0].runs}
+    assert statuses == {"seed-1": "done", "seed-2": "failed", "seed-3": "done"}
+    assert not read_log(log_path(victim, 2)).committed
+    untouched = {name: tree(runs / name, logs=True) for name in ("seed-1", "seed-3")}
+
+    args = ["--world", str(world), "--seeds", "1-3", "--ticks", "3", "--out", str(runs)]
+    code, output = sweep(*args, "--config", str(config), "--executor", "ray", "--json")
+    assert code == 0, output
+    document = orjson.loads(output.splitlines()[-1])
+    statuses = {r["name"]: r["status"] for r in document["runs"]}
+    assert statuses == {"seed-1": "finished", "seed-2": "done", "seed-3": "finished"}
+    for name, files in untouched.items():
+        assert tree(runs / name, logs=True) == files
+    resumed = read_log(log_path(victim, 2))
+    assert resumed.committed and resumed.resumes >= 1
+
+
+def test_ray_address_needs_the_ray_executor(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    code, output = sweep(
+        "--world", str(world), "--out", str(tmp_path / "runs"), "--ray-address", "auto"
+    )
+    assert code == 2 and "--executor ray" in output
