@@ -27,7 +27,7 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
 }
-PROVIDERS = ("offline", "openai", "chat", "gemini")
+PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
 
 
 class _Strict(BaseModel):
@@ -75,6 +75,12 @@ DEFAULT_PRICES = {
     "gemini-2.5-flash": PriceConfig(input=0.3, cached_input=0.03, output=2.5),
     "gemini-2.5-flash-lite": PriceConfig(input=0.1, cached_input=0.01, output=0.4),
     "gemini-2.0-flash": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
+    # Anthropic list prices entered on 2026-11-23 (Sonnet: prompts up to 200k tokens;
+    # cache reads as cached_input, cache writes priced as input): check Anthropic's pricing page
+    "claude-opus-4-5": PriceConfig(input=5.0, cached_input=0.5, output=25.0),
+    "claude-opus-4-1": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
+    "claude-sonnet-4-5": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
+    "claude-haiku-4-5": PriceConfig(input=1.0, cached_input=0.1, output=5.0),
 }
 
 
@@ -168,12 +174,13 @@ def _validate(data: Mapping[str, Any], source: Path | None) -> Config:
             "llm.provider",
             f"unknown provider {config.llm.provider!r}; expected one of: {', '.join(PROVIDERS)}",
         )
-    if config.llm.provider == "gemini" and config.llm.chain_mode == "server":
+    if config.llm.provider in ("gemini", "anthropic") and config.llm.chain_mode == "server":
+        api = "the Gemini API" if config.llm.provider == "gemini" else "the Messages API"
         raise InputError(
             source,
             "llm.chain_mode",
-            'server chains are not offered for provider "gemini" (the Gemini API keeps no '
-            'responses to chain); use chain_mode = "window"',
+            f'server chains are not offered for provider "{config.llm.provider}" ({api} '
+            'keeps no responses to chain); use chain_mode = "window"',
         )
     return config
 

@@ -1,5 +1,5 @@
-"""``sim stub-server``: a loopback OpenAI-compatible (or Gemini API) server answered by the
-offline model."""
+"""``sim stub-server``: a loopback OpenAI-compatible (or Gemini API, or Anthropic Messages
+API) server answered by the offline model."""
 
 from __future__ import annotations
 
@@ -55,9 +55,10 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     "--api",
     default="openai",
     show_default=True,
-    type=click.Choice(["openai", "gemini"]),
-    help="Wire format: OpenAI's (/v1/responses, /v1/chat/completions) or the Gemini API's "
-    "(/v1beta/models/{model}:generateContent).",
+    type=click.Choice(["openai", "gemini", "anthropic"]),
+    help="Wire format: OpenAI's (/v1/responses, /v1/chat/completions), the Gemini API's "
+    "(/v1beta/models/{model}:generateContent) or Anthropic's Messages API (/v1/messages; "
+    "adds the overloaded, permission and bad_request faults).",
 )
 def stub_server(
     host: str,
@@ -72,14 +73,15 @@ def stub_server(
     """Serve a loopback OpenAI-compatible API answered by the offline model.
 
     Rehearse a large run for free: point --base-url at it with --provider openai or chat
-    (or, with --api gemini, --provider gemini). GET /stub/stats reports requests and tokens
-    served.
+    (or, with --api gemini, --provider gemini; with --api anthropic, --provider anthropic).
+    GET /stub/stats reports requests and tokens served.
     """
+    from sim.testing.anthropic_stub import ANTHROPIC_FAULTS, AnthropicStubServer
     from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
     from sim.testing.stub_server import FAULTS, StubOptions, StubServer
 
     kinds = tuple(f.strip() for f in faults.split(",") if f.strip())
-    known = GEMINI_FAULTS if api == "gemini" else FAULTS
+    known = {"gemini": GEMINI_FAULTS, "anthropic": ANTHROPIC_FAULTS}.get(api, FAULTS)
     unknown = sorted(set(kinds) - set(known))
     if unknown:
         click.echo(
@@ -94,8 +96,14 @@ def stub_server(
         faults=kinds,
         seed=seed,
     )
-    server = GeminiStubServer(options) if api == "gemini" else StubServer(options)
-    root = f"http://{host}:{{port}}" + ("" if api == "gemini" else "/v1")
+    server: StubServer
+    if api == "gemini":
+        server = GeminiStubServer(options)
+    elif api == "anthropic":
+        server = AnthropicStubServer(options)
+    else:
+        server = StubServer(options)
+    root = f"http://{host}:{{port}}" + ("" if api in ("gemini", "anthropic") else "/v1")
 
     async def serve() -> None:
         await server.start(host, port)

@@ -38,16 +38,17 @@ def cost_usd(usage: Usage, price: Price) -> float:
     ) / 1_000_000
 
 
-_SNAPSHOT = re.compile(r"^(?P<base>.+)-\d{4}-\d{2}-\d{2}$")
+#: a dated snapshot: OpenAI's ``-2025-04-14`` or Anthropic's ``-20251001``
+_SNAPSHOT = re.compile(r"^(?P<base>.+)-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 
 
 def find_price(prices: Mapping[str, Any], model: str) -> Price | None:
     """A model's price from a price table, or ``None`` when the table has none.
 
-    Providers often answer with a dated snapshot name (``gpt-4.1-mini-2025-04-14``) for the
-    model asked for (``gpt-4.1-mini``): an exact entry wins, else the undated name's. The
-    table's values may be ``Price`` or anything with ``input``, ``cached_input`` and
-    ``output`` (the config's ``[prices]`` entries).
+    Providers often answer with a dated snapshot name (``gpt-4.1-mini-2025-04-14``,
+    ``claude-haiku-4-5-20251001``) for the model asked for (``gpt-4.1-mini``): an exact
+    entry wins, else the undated name's. The table's values may be ``Price`` or anything
+    with ``input``, ``cached_input`` and ``output`` (the config's ``[prices]`` entries).
     """
     found = prices.get(model)
     if found is None and (match := _SNAPSHOT.match(model)):

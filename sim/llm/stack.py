@@ -43,6 +43,9 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     if llm.provider == "gemini" and llm.api_key_env == OPENAI_KEY_ENV:
         # the [llm] default names OpenAI's variable; gemini's own default is GEMINI_API_KEY
         options["api_key_env"] = "GEMINI_API_KEY"
+    if llm.provider == "anthropic" and llm.api_key_env == OPENAI_KEY_ENV:
+        # likewise: anthropic's own default is ANTHROPIC_API_KEY
+        options["api_key_env"] = "ANTHROPIC_API_KEY"
     return options
 
 

@@ -282,7 +282,7 @@ def schema_of(adapter: object, request: ModelRequest) -> type[BaseModel]:
     if request.schema is None:
         raise LLMConfigurationError(
             f"{type(adapter).__name__} does not support tool calling; use a provider that "
-            'does (offline, openai, chat, gemini) or set [phase1] mode = "schema"'
+            'does (offline, openai, chat, gemini, anthropic) or set [phase1] mode = "schema"'
         )
     return request.schema
 

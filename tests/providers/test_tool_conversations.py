@@ -10,6 +10,7 @@ from typing import Any
 import openai
 import pytest
 
+from sim.llm.adapters.anthropic import AnthropicAdapter
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.gemini import GeminiAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
@@ -26,6 +27,7 @@ from sim.llm.tools import (
 from sim.llm.types import CallSettings, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.phases.intention_tools import TOOLS
+from sim.testing.anthropic_stub import AnthropicStubServer
 from sim.testing.gemini_stub import GeminiStubServer
 from sim.testing.stub_server import StubServer
 
@@ -165,6 +167,34 @@ async def test_gemini_sends_function_parts_with_signatures(
     sent = gemini_stub.log[-1]
     assert sent["contents"][1]["parts"][0]["thoughtSignature"] == signed.signature
     assert sent["toolConfig"]["functionCallingConfig"]["mode"] == "ANY"
+
+
+async def test_anthropic_sends_tool_use_and_tool_result_blocks(
+    anthropic_stub: AnthropicStubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    adapter = AnthropicAdapter(base_url=anthropic_stub.base_url)
+    answer = await generate(
+        adapter, conversation(), TOOLS, instructions="Decide.", settings=SETTINGS
+    )
+    assert answer.finish_reason == "tool_calls" and answer.function_calls
+    body = anthropic_stub.log[-1]
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    (call,) = body["messages"][1]["content"]
+    assert call["type"] == "tool_use" and call["name"] == "act"
+    assert call["input"] == {"object": "net", "action": "look"}
+    (result,) = body["messages"][2]["content"]
+    assert result == {
+        "type": "tool_result",
+        "tool_use_id": call["id"],
+        "content": '{"seen":"a torn net"}',
+    }
+    assert body["tool_choice"] == {"type": "auto"}
+    closing = await generate(adapter, conversation(), TOOLS, settings=SETTINGS, tool_choice="none")
+    assert closing.function_calls is None and closing.content
+    assert anthropic_stub.log[-1]["tool_choice"] == {"type": "none"}
+    await generate(adapter, conversation(), TOOLS, settings=SETTINGS, tool_choice="required")
+    assert anthropic_stub.log[-1]["tool_choice"] == {"type": "any"}
 
 
 async def test_offline_answers_each_step_deterministically() -> None:

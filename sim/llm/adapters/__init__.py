@@ -16,6 +16,7 @@ _REGISTRY = MappingProxyType(
         "openai": "sim.llm.adapters.openai:OpenAIAdapter",
         "chat": "sim.llm.adapters.chat:ChatAdapter",
         "gemini": "sim.llm.adapters.gemini:GeminiAdapter",  # the sim[gemini] extra
+        "anthropic": "sim.llm.adapters.anthropic:AnthropicAdapter",  # the sim[anthropic] extra
         "replay": "sim.llm.adapters.replay:ReplayAdapter",  # needs a log: sim replay, resume
     }
 )
