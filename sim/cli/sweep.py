@@ -60,9 +60,13 @@ def _outcome_line(outcome: Outcome) -> str:
 )
 @CONFIG
 @click.option(
-    "--budget-usd", type=click.FloatRange(min=0), help="Cost cap for the whole sweep (USD)."
+    "--budget-usd",
+    type=click.FloatRange(min=0),
+    help="Cost cap for the whole sweep (USD; 0 = none).",
 )
-@click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for the whole sweep.")
+@click.option(
+    "--budget-tokens", type=click.IntRange(min=0), help="Token cap for the whole sweep (0 = none)."
+)
 @click.option(
     "--executor",
     type=click.Choice(["local", "ray"]),
@@ -120,8 +124,8 @@ def sweep(
         result = sweeps.run_sweep(
             plan,
             jobs,
-            budget_usd,
-            budget_tokens,
+            budget_usd or None,  # 0 = no cap, as for sim tick and [budget]
+            budget_tokens or None,
             on_outcome=None if as_json else lambda o: click.echo(_outcome_line(o), err=True),
             executor=run,
         )
