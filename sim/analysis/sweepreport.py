@@ -10,8 +10,11 @@ max for numbers.
 
 from __future__ import annotations
 
+import html
+import os
 from collections import Counter
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -173,4 +176,109 @@ def report_lines(report: SweepReport) -> list[str]:
     ]
 
 
-__all__ = ["Distribution", "RunRow", "SweepReport", "report_lines", "run_row", "sweep_report"]
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>{title}</title>
+<style>
+{css}
+table.sweep {{ border-collapse: collapse; width: 100%; }}
+table.sweep th, table.sweep td {{ border-bottom: 1px solid var(--line); padding: 5px 8px;
+  text-align: left; vertical-align: top; }}
+table.sweep td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.bar {{ display: block; height: 6px; background: var(--accent); border-radius: 3px; }}
+</style>
+</head>
+<body>
+<header><h1>{heading}</h1><p class="muted">{subtitle}</p></header>
+<main>
+<section class="card"><table class="sweep">
+<thead><tr>{head}</tr></thead>
+<tbody>
+{body}
+</tbody></table></section>
+{notes}
+</main>
+</body>
+</html>
+"""
+
+
+def _cell(text: str, numeric: bool = False, bar: float | None = None) -> str:
+    inner = html.escape(text)
+    if bar is not None:  # a bar of the mean, scaled over every run's [min..max]
+        inner += f'<span class="bar" style="width:{max(2.0, bar * 100):.1f}%"></span>'
+    return f'<td class="num">{inner}</td>' if numeric else f"<td>{inner}</td>"
+
+
+def report_html(report: SweepReport, title: str) -> str:
+    """The report as one self-contained HTML page (no script, no network), styled as
+    ``sim report``; every text from the runs is escaped."""
+    css = (resources.files("sim.analysis.report") / "report.css").read_text(encoding="utf-8")
+    ranges: dict[str, tuple[float, float]] = {}
+    for name in report.fields:
+        values = [v for r in report.runs if name in r.fields for v in r.fields[name].numbers]
+        if values:
+            ranges[name] = (min(values), max(values))
+    head = ["run", "seed", "settings", "ticks", "calls", "failed", "tokens", "cost"]
+    rows: list[str] = []
+    for row in report.runs:
+        cells = [
+            _cell(row.name),
+            _cell(str(row.seed), numeric=True),
+            _cell(", ".join(f"{k}={v}" for k, v in row.overrides.items()) or "-"),
+            _cell(str(row.tick - row.start_tick), numeric=True),
+            _cell(str(row.calls), numeric=True),
+            _cell(str(row.failures), numeric=True),
+            _cell(str(row.tokens), numeric=True),
+            _cell("unknown" if row.cost_usd is None else f"${row.cost_usd:.4f}", numeric=True),
+        ]
+        for name in report.fields:
+            dist = row.fields.get(name)
+            bar = None
+            if dist is not None and dist.numbers and name in ranges:
+                low, high = ranges[name]
+                mean = sum(dist.numbers) / len(dist.numbers)
+                bar = (mean - low) / (high - low) if high > low else 1.0
+            cells.append(_cell(dist.text() if dist is not None else "-", bar=bar))
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.notes)
+    return _PAGE.format(
+        title=html.escape(f"{title} — sim sweep report"),
+        css=css,
+        heading=html.escape(title),
+        subtitle=html.escape(
+            f"{len(report.runs)} runs; state fields at each run's last tick: "
+            "mean [min..max] for numbers, counts for other values"
+        ),
+        head="".join(f"<th>{html.escape(h)}</th>" for h in [*head, *report.fields]),
+        body="\n".join(rows),
+        notes=f'<section class="card"><h2>Notes</h2><ul>{notes}</ul></section>' if notes else "",
+    )
+
+
+def write_html(report: SweepReport, path: Path, title: str) -> Path:
+    """Write the page to ``path`` (through a temporary file renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(report_html(report, title), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+__all__ = [
+    "Distribution",
+    "RunRow",
+    "SweepReport",
+    "report_html",
+    "report_lines",
+    "run_row",
+    "sweep_report",
+    "write_html",
+]

@@ -161,13 +161,21 @@ def sweep(
     type=click.Path(path_type=Path, file_okay=False),
     help="The sweep's --out folder.",
 )
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the table as one HTML page (no network needed) to this file.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def report_(runs_dir: Path, as_json: bool) -> None:
+def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
     """One table comparing a sweep's runs: tokens, cost, failures, state at the last tick."""
-    from sim.analysis.sweepreport import report_lines, sweep_report
+    from sim.analysis.sweepreport import report_lines, sweep_report, write_html
 
     with json_errors("sweep report", as_json):
         report = sweep_report(runs_dir)
+        if html_out is not None:
+            write_html(report, html_out, runs_dir.name or str(runs_dir))
         if as_json:
             emit(
                 {
@@ -176,6 +184,7 @@ def report_(runs_dir: Path, as_json: bool) -> None:
                     "runs": [row.to_dict() for row in report.runs],
                     "fields": report.fields,
                     "notes": report.notes,
+                    "html": None if html_out is None else str(html_out),
                 }
             )
             return
@@ -183,3 +192,5 @@ def report_(runs_dir: Path, as_json: bool) -> None:
             click.echo(line)
         for note in report.notes:
             click.echo(f"note: {note}", err=True)
+        if html_out is not None:
+            click.echo(f"wrote {html_out}", err=True)

@@ -25,6 +25,7 @@ from sim.analysis.sweep import (
     run_name,
     spend,
 )
+from sim.analysis.sweepreport import Distribution, RunRow, SweepReport, report_html
 from sim.cli import main
 from sim.config import load_config
 from sim.errors import InputError, LogError
@@ -140,9 +141,22 @@ def test_three_runs_two_jobs_then_report(tmp_path: Path) -> None:
         health = row["fields"]["health"]
         assert health["n"] == 3 and health["min"] <= health["mean"] <= health["max"]
         assert sum(row["fields"]["faction"]["counts"].values()) == 3
-    text = CliRunner().invoke(main, ["sweep", "report", "--runs", str(runs)])
+    page = tmp_path / "sweep.html"
+    text = CliRunner().invoke(main, ["sweep", "report", "--runs", str(runs), "--html", str(page)])
     assert text.exit_code == 0 and "faction" in text.output.splitlines()[0]
     assert "town:" in text.output
+    html = page.read_text()
+    assert "<th>faction</th>" in html and "<script" not in html
+    assert all(row["name"] in html for row in report["runs"])
+
+
+def test_the_html_page_escapes_what_runs_hold() -> None:
+    dist = Distribution()
+    dist.add("<script>alert(1)</script>")
+    row = RunRow("seed-1", 1, {}, 0, 1, 1, 7, 0, 100, None, {"note": dist})
+    page = report_html(SweepReport([row], ["note"], ["<b>odd</b>"]), "<runs>")
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "&lt;b&gt;odd" in page and "&lt;runs&gt;" in page and "unknown" in page
 
 
 def test_budget_caps_the_whole_sweep(tmp_path: Path) -> None:
