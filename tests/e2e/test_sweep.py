@@ -159,6 +159,22 @@ def test_the_html_page_escapes_what_runs_hold() -> None:
     assert "&lt;b&gt;odd" in page and "&lt;runs&gt;" in page and "unknown" in page
 
 
+def test_a_run_is_reproducible(tmp_path: Path) -> None:
+    """The same seed and settings, offline, in another sweep: the same world files."""
+    world = make_world(tmp_path)
+    trees = []
+    for out in ("a", "b"):
+        code, output = sweep(
+            "--world", str(world), "--seeds", "5", "--set", "phase2b.temperature=0.1",
+            "--ticks", "2", "--out", str(tmp_path / out),
+        )  # fmt: skip
+        assert code == 0, output
+        files = tree(tmp_path / out / "seed-5_phase2b.temperature=0.1")
+        files.pop(".sim/sweep-output.log")  # wall times
+        trees.append(files)
+    assert trees[0] == trees[1] and "config.toml" in trees[0]
+
+
 def test_budget_caps_the_whole_sweep(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     runs = tmp_path / "runs"
