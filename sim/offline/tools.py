@@ -71,10 +71,19 @@ def generate_tool_call(
         data = loads(input_text)
         if isinstance(data, dict):
             allowed = frozenset(ACTION_FOR_TOOL[n] for n in phase1)
+            # a world's own verbs ([actions]): declared beside the phase-1 tools, with a target
+            verbs = tuple(
+                name
+                for name, params in specs
+                if name not in _PHASE1
+                and name not in QUERY_TOOLS
+                and "target" in T.as_dict(params.get("properties"))
+            )
             try:
-                choice = decide(data, rng, history, allowed)
+                choice = decide(data, rng, history, allowed, verbs)
                 if choice is not None:
-                    tool = TOOL_FOR_ACTION[choice["action"]]
+                    action = choice["action"]
+                    tool = action if action in verbs else TOOL_FOR_ACTION[action]
                     return tool, _tool_args(by_name[tool], choice, rng, input_text)
             except Exception:  # never raise: fall through to a generic call
                 pass

@@ -148,6 +148,7 @@ async def decide(
     requests: list[LLMRequest],
     here: dict[str, list[str]],
     max_steps: int,
+    action_tools: tuple[ToolDeclaration, ...] = TOOLS,
 ) -> tuple[list[Any], int]:
     """Ask every character, answering query calls, until each acts or runs out of steps.
 
@@ -155,6 +156,7 @@ async def decide(
         chars, requests: the characters and their first requests (same order).
         here: location id -> the ids of the characters there.
         max_steps: query steps allowed before only the action tools are offered.
+        action_tools: the action tools (the built-ins and the world's ``[actions]`` verbs).
 
     Returns:
         (each character's last answer: a ``ToolCalls`` or an ``LLMError``, calls made).
@@ -163,8 +165,9 @@ async def decide(
     conversations: list[tuple[LLMMessage, ...]] = [()] * len(chars)
     pending = list(range(len(chars)))
     calls = 0
+    acting = frozenset(tool.name for tool in action_tools)
     for step in range(max_steps + 1):
-        tools = (*TOOLS, *QUERY_TOOLS) if step < max_steps else TOOLS
+        tools = (*action_tools, *QUERY_TOOLS) if step < max_steps else action_tools
         batch = [replace(requests[i], tools=tools, messages=conversations[i]) for i in pending]
         answers = await client.create_batch(batch)
         calls += len(batch)
@@ -173,7 +176,7 @@ async def decide(
             results[i] = answer
             if not isinstance(answer, ToolCalls) or step == max_steps:
                 continue
-            if any(c.name in ACTION_NAMES for c in answer.calls):
+            if any(c.name in acting for c in answer.calls):
                 continue
             queries = [c for c in answer.calls if c.name in QUERY_NAMES]
             if queries:
