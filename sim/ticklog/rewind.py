@@ -159,8 +159,10 @@ def _copy_tree(src: Path, dest: Path, skip: str) -> None:
                 shutil.copy2(here / name, dest / rel)
 
 
-def fork(world_dir: Path, tick: int, dest: Path) -> Path:
+def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Path:
     """A new world at ``dest`` in the state at the start of ``tick``; the original is only read.
+
+    With ``seed``, the new world's ``world.json`` holds that seed instead.
 
     Raises:
         InputError: ``dest`` exists and is not empty, or there is no log for ``tick``.
@@ -174,6 +176,10 @@ def fork(world_dir: Path, tick: int, dest: Path) -> Path:
         earlier = [(t, p) for t, p in list_logs(world_dir) if t < tick]
         dest.mkdir(parents=True, exist_ok=True)
         _copy_tree(world_dir, dest, SIM_DIR)
+        if seed is not None and "world.json" in target:
+            meta = orjson.loads(target["world.json"])
+            meta["seed"] = seed
+            target = {**target, "world.json": dump_json(meta)}
         for rel, data in target.items():
             parts = rel.split("/")
             with safefs.open_dir(dest, parts[:-1], create=True) as dir_fd:
