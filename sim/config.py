@@ -411,11 +411,19 @@ _MISSING = object()
 
 
 def _untrusted_routing(
-    world: Mapping[str, Any], users: Mapping[str, Any], source: Path
+    world: Mapping[str, Any],
+    users: Mapping[str, Any],
+    source: Path,
+    flags: Mapping[str, Any],
 ) -> list[InputError]:
-    """A problem for each routing setting the world's config changes from the user's."""
+    """A problem for each routing setting the world's config changes from the user's (a
+    setting the user's flags override is moot)."""
     problems: list[InputError] = []
     for dotted, value in _routing_settings(world).items():
+        if _lookup(flags, dotted) is not _MISSING:
+            continue  # the command line decides this one
+        if dotted.rpartition(".")[2] == "provider" and value == "offline":
+            continue  # the one choice that sends nothing and carries no key
         chosen = _lookup(users, dotted)
         if chosen == value or (chosen is _MISSING and value == ""):
             continue  # the user chose the same thing (or the world restates the default)
@@ -502,7 +510,7 @@ def load_config(
     for path, is_world in layers:
         layer = _read_world_toml(path) if is_world else _read_toml(path)
         if is_world and not trust_world_config:  # the user's layers and flags decide
-            problems.extend(_untrusted_routing(layer, _merge(data, overrides or {}), path))
+            problems.extend(_untrusted_routing(layer, data, path, overrides or {}))
         merged = _merge(data, layer)
         # each layer on top of the defaults alone: a problem is reported once, by its file
         problems.extend(_problems(_merge(defaults, layer), path, combined=False))

@@ -335,3 +335,12 @@ def test_check_prints_each_phase_endpoint_that_differs(world: Path, tmp_path: Pa
         "endpoint of phase narrative: http://127.0.0.1:8000/v1, api key from $LOCAL_KEY"
         in result.output
     )
+
+
+def test_a_world_may_always_choose_the_offline_provider(world: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[llm]\nprovider = "chat"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    (world / "config.toml").write_text('[llm]\nprovider = "offline"\n')
+    result = invoke("check", "--world", str(world), "--config", str(mine))
+    clean_exit(result, 0)
+    assert "endpoint: none (offline provider" in result.output
