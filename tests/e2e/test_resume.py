@@ -333,7 +333,10 @@ def test_ctrl_c_commits_nothing_prints_how_to_resume_and_exits_130(
     world = tmp_path / "w"
     shutil.copytree(base, world)
     counts = tmp_path / "calls"
-    child = spawn(world, counts, delay=0.05)
+    # slow calls (0.2 s or more each, three at a time): the intentions phase still has
+    # calls in flight for most of a second after the poll sees one, however late a loaded
+    # machine delivers the signal
+    child = spawn(world, counts, delay=0.2)
     assert wait_for(lambda: len(read_counts(counts)) >= 4 and bool(read_in_flight(counts)))
     child.send_signal(signal.SIGINT)  # with calls in flight
     _, err = child.communicate(timeout=20)
