@@ -3,7 +3,8 @@
 ``.sim/log/tick-000004.jsonl`` is tick 4's log (the tick that takes ``world.json``'s
 ``tick`` from 3 to 4). Every line is one JSON object with a ``type``; the first is a
 ``header`` carrying the format version (a log is created with its header and state
-already in it, by rename, so a crash never leaves a header-less log). Record types, in the order a tick writes them:
+already in it, by rename, so a crash never leaves a header-less log). Record types, in the
+order a tick writes them:
 
 - ``header``: tick, format version, the config used (no secrets), world seed;
 - ``state_before``: the state at the start of the tick (entity files, ``world.json`` and
