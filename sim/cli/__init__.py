@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from sim import __version__
-from sim.cli import history, report, research, run, stub, tune
+from sim.cli import history, report, research, run, stub, sweep, tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,6 +31,7 @@ for command in (
     research.init_,
     research.schema_,
     research.ask_,
+    sweep.sweep,
     stub.stub_server,
 ):
     main.add_command(command)

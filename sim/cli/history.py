@@ -148,10 +148,13 @@ def rewind(world_dir: Path, tick_: int) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="The new world's folder (must not exist yet).",
 )
-def fork(world_dir: Path, tick_: int, dest: Path) -> None:
+@click.option(
+    "--seed", type=click.IntRange(min=0), help="The new world's seed (default: the original's)."
+)
+def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None) -> None:
     """Start a new world from a world's state at the start of a tick."""
     from sim.ticklog import rewind as history
 
     with errors():
-        history.fork(world_dir, tick_, dest)
+        history.fork(world_dir, tick_, dest, seed)
         click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")

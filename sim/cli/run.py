@@ -123,6 +123,11 @@ def print_tick(result: TickResult) -> None:
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--budget-usd", type=click.FloatRange(min=0), help="Cost cap for this run (USD).")
 @click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for this run.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    help="Set the world's seed (world.json) before running; later ticks keep it.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
@@ -135,6 +140,7 @@ def tick(
     base_url: str | None,
     budget_usd: float | None,
     budget_tokens: int | None,
+    seed: int | None,
     as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
@@ -159,6 +165,7 @@ def tick(
             events=progress.on_event,
             on_phase=progress.on_phase,
             on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
+            seed=seed,
         )
         runner.run(ticks)
 

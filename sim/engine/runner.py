@@ -116,6 +116,8 @@ class Runner:
         on_phase: called at the start and end of each phase.
         on_tick: called with each tick's result once it has committed.
         adapter: use this adapter instead of the configured provider (tests, replay).
+        seed: make this the world's seed (``world.json``) before the first tick, in a
+            commit of its own, so the ticks, their logs, a resume and a replay all see it.
     """
 
     def __init__(
@@ -127,8 +129,10 @@ class Runner:
         on_phase: PhaseHook | None = None,
         adapter: Adapter | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
+        seed: int | None = None,
     ) -> None:
         self.storage = Storage(world_dir)
+        self.seed = seed
         self.config = config
         self.events = events
         self.on_phase = on_phase
@@ -162,6 +166,8 @@ class Runner:
             with self.storage.lock():
                 self.storage.recover()
                 recover_logs(self.storage.root)
+                if self.seed is not None:
+                    self._set_seed(self.seed)
                 for _ in range(ticks):
                     with _gc_paused():
                         result = await self._tick()
@@ -176,6 +182,13 @@ class Runner:
                 await close_stack(extra)
             self.endpoint_adapters.clear()
         return results
+
+    def _set_seed(self, seed: int) -> None:
+        """Write ``seed`` into ``world.json`` (nothing when it is already the seed)."""
+        world = self.storage.load()
+        if world.seed != seed:
+            world.meta["seed"] = seed
+            self.storage.commit(world)
 
     def _endpoints(self, world: World, phases: list[PhaseSpec]) -> None:
         """Build an adapter stack for each other (provider, base_url) a phase sets, sharing

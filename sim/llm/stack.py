@@ -36,6 +36,8 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
         "connect_timeout_seconds": llm.connect_timeout_seconds,
         "max_concurrency": llm.max_concurrency,
     }
+    if llm.provider == "chat":  # the Responses, Gemini and Anthropic APIs take no seed
+        options["seed"] = seed
     if llm.provider == "openai":  # the one provider that keeps responses (server chains)
         options["store"] = llm.chain_mode == "server"
     if llm.provider == "gemini" and llm.api_key_env == OPENAI_KEY_ENV:

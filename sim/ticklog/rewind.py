@@ -103,8 +103,10 @@ def rewind(world_dir: Path, tick: int) -> Rewound:
     return Rewound(tick, world_dir / aside if aside else None, len(later))
 
 
-def fork(world_dir: Path, tick: int, dest: Path) -> Path:
+def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Path:
     """A new world at ``dest`` in the state at the start of ``tick``; the original is only read.
+
+    With ``seed``, the new world's ``world.json`` holds that seed instead.
 
     Raises:
         InputError: ``dest`` exists and is not empty, or there is no log for ``tick``.
@@ -133,6 +135,10 @@ def fork(world_dir: Path, tick: int, dest: Path) -> Path:
                 )
             elif not is_state_file(rel):
                 shutil.copy2(item, dest / rel)
+        if seed is not None:
+            meta = orjson.loads(target["world.json"])
+            meta["seed"] = seed
+            target = {**target, "world.json": dump_json(meta)}
         for rel, data in target.items():
             path = dest / rel
             path.parent.mkdir(parents=True, exist_ok=True)

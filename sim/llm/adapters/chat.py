@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import orjson
 from pydantic import BaseModel
 
@@ -134,6 +135,28 @@ class ChatAdapter(OpenAIFamilyAdapter):
     path = "/chat/completions"
     local_without_key = True
 
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI | None = None,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_seconds: float = 60.0,
+        connect_timeout_seconds: float = 10.0,
+        max_concurrency: int = 64,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            client,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            max_concurrency=max_concurrency,
+        )
+        #: sent as ``seed``: best-effort determinism on servers that take one
+        self.seed = seed
+
     def body(self, request: ModelRequest) -> Json:
         """The window as messages, and a strict ``response_format`` or the tools."""
         settings = request.settings
@@ -145,6 +168,8 @@ class ChatAdapter(OpenAIFamilyAdapter):
                 request.instructions, request.history, request.input, request.messages
             ),
         }
+        if self.seed is not None:
+            body["seed"] = self.seed
         if request.tools is not None:
             body["tool_choice"] = request.tool_choice
             body["tools"] = [tool.openai_chat() for tool in request.tools]

@@ -1,0 +1,702 @@
+"""``sim sweep``: many runs of one world, the cross product of seeds and config settings.
+
+Each run is a fork of the world's current state in its own folder, ``OUT/<run-name>/``,
+named from its seed and settings (``seed-3_phase1.temperature=0.5``). The fork is a world
+like any other: its ``world.json`` holds the run's seed, its ``config.toml`` the whole
+effective config with the run's overrides (so ``sim tick --world OUT/<run-name>`` alone
+continues it the same way), and ``sweep-run.json`` records the source world, the tick it
+started from, the seed and the overrides. A run is one ``sim tick`` process on its folder:
+``--jobs N`` runs N at a time.
+
+Re-running a sweep skips the runs that reached their last tick (their folders are not
+written to at all) and runs the others on: a run whose process was killed resumes its
+interrupted tick from its log (the engine's resume), answering the calls already logged
+without sending them again.
+
+A budget (``--budget-usd``, ``--budget-tokens``) caps the whole sweep. What every run
+spent is read from its tick logs (``sim.ticklog.books``: every attempt, abandoned logs
+included). A run is given, as its own cap, a share of what is left when it starts: the
+remainder less what runs still going were given, split among the runs that may start now
+(at most ``--jobs``). The engine holds each run to its cap (each attempt reserves its
+worst case before it is sent), so the sweep never spends more than its cap; what a run
+did not use goes back to the pool when it ends. A run that meets its cap stops in the
+middle of a tick and resumes on the next sweep; a run that cannot get a share is not
+started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import itertools
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from sim.config import Config, load_config, redacted
+from sim.errors import InputError, RunError, UserError
+from sim.llm.budget import Cost
+from sim.llm.types import Usage
+from sim.storage import SIM_DIR, Storage, dump_json
+from sim.ticklog.books import tick_books
+from sim.ticklog.format import (
+    ABANDONED_DIR,
+    LOG_DIR,
+    is_state_file,
+    log_path,
+    read_logs,
+    read_state,
+    recover_logs,
+)
+
+#: the file in a run's folder that says which sweep run it is
+RUN_FILE = "sweep-run.json"
+#: where a run's ``sim tick`` output is appended (inside the run's folder)
+OUTPUT_FILE = f"{SIM_DIR}/sweep-output.log"
+_NAME_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+_MAX_NAME = 120
+
+Status = Literal["done", "finished", "failed", "not started"]
+
+
+class RunRecord(BaseModel):
+    """``sweep-run.json``: what a run is (written once, when its folder is made)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    seed: int
+    overrides: dict[str, Any]
+    source: str
+    start_tick: int
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``--set KEY=V1,V2``: a dotted config key and the values it takes."""
+
+    key: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the plan: its folder name, seed and config overrides (dotted keys)."""
+
+    name: str
+    seed: int
+    overrides: dict[str, Any]
+
+
+@dataclass
+class Plan:
+    """A sweep: the world, where runs go, the runs and how many ticks each gets."""
+
+    world: Path
+    out: Path
+    runs: list[RunSpec]
+    ticks: int
+    config_file: Path | None = None
+
+
+@dataclass
+class Spend:
+    """What a run spent, from its logs."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: Cost = field(default_factory=Cost)
+    calls: int = 0
+    failures: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.usage.total_tokens
+
+
+@dataclass
+class Outcome:
+    """How one run of a sweep ended this time."""
+
+    name: str
+    seed: int
+    overrides: dict[str, Any]
+    status: Status
+    tick: int
+    target: int
+    exit_code: int | None = None
+    message: str = ""
+    granted_usd: float | None = None
+    granted_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "overrides": self.overrides,
+            "status": self.status,
+            "tick": self.tick,
+            "target": self.target,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "granted_usd": self.granted_usd,
+            "granted_tokens": self.granted_tokens,
+        }
+
+
+@dataclass
+class SweepResult:
+    """Every run's outcome, in plan order, and what the whole sweep has spent."""
+
+    runs: list[Outcome]
+    spent_usd: float | None
+    spent_tokens: int
+
+    @property
+    def ok(self) -> bool:
+        return all(run.status in ("done", "finished") for run in self.runs)
+
+
+# -- parsing the command line ------------------------------------------------------------------
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``1-20``, ``1,4,9`` or ``1-3,7``: the seeds, in order, without repeats."""
+    seeds: dict[int, None] = {}
+    for part in text.split(","):
+        part = part.strip()
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise InputError(None, "--seeds", f"expected N, N-M or a list of them (got {text!r})")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise InputError(None, "--seeds", f"{part}: the range ends before it starts")
+        if last - first >= 100_000:
+            raise InputError(None, "--seeds", f"{part}: more than 100000 seeds")
+        seeds.update(dict.fromkeys(range(first, last + 1)))
+    return list(seeds)
+
+
+def _value(text: str) -> Any:
+    """A ``--set`` value: JSON where it parses (``0.5``, ``true``, ``"x"``), else the text."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def parse_setting(text: str) -> Setting:
+    """``phase1.temperature=0.5,0.9``: a dotted config key and its values."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not sep or len(parts) < 2 or not all(parts) or not values.strip():
+        raise InputError(None, "--set", f"expected SECTION.KEY=VALUE[,VALUE...] (got {text!r})")
+    return Setting(key, tuple(_value(v.strip()) for v in values.split(",")))
+
+
+def nested(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted keys as nested tables: ``{"phase1.temperature": 0.5}`` -> ``{"phase1": {...}}``."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        *path, last = key.split(".")
+        table = out
+        for part in path:
+            table = table.setdefault(part, {})
+        table[last] = value
+    return out
+
+
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def run_name(seed: int, overrides: Mapping[str, Any]) -> str:
+    """A run's folder name, from its seed and settings only (the same run, the same name).
+
+    Characters other than letters, digits and ``._=+-`` become ``-``; a name changed that
+    way, or cut to length, ends in a hash of the settings, so two runs never share one.
+    """
+    raw = f"seed-{seed}" + "".join(f"_{k}={_value_text(v)}" for k, v in overrides.items())
+    name = _NAME_SAFE.sub("-", raw)
+    if name != raw or len(name) > _MAX_NAME:
+        digest = hashlib.sha256(orjson.dumps([seed, list(overrides.items())])).hexdigest()[:10]
+        name = f"{name[: _MAX_NAME - 11]}-{digest}"
+    return name
+
+
+def make_plan(
+    world: Path,
+    out: Path,
+    seeds: Sequence[int],
+    settings: Sequence[Setting],
+    ticks: int,
+    config_file: Path | None = None,
+) -> Plan:
+    """Every combination of seed and setting values, each checked as a config now.
+
+    Raises:
+        InputError: the world has no ``world.json``, ``out`` is inside it, two settings
+            name one key, or a combination is not a valid config (names the ``--set`` value).
+    """
+    if not (world / "world.json").is_file():
+        raise InputError(world / "world.json", None, "not found: is this a world folder?")
+    if out.resolve().is_relative_to(world.resolve()):
+        raise InputError(out, None, "the runs' folder must be outside the world it forks")
+    keys = [s.key for s in settings]
+    if len(set(keys)) != len(keys):
+        raise InputError(None, "--set", "each key may be set once (list its values: K=A,B)")
+    combos = [
+        dict(zip(keys, combo, strict=True))
+        for combo in itertools.product(*(s.values for s in settings))
+    ]
+    for overrides in combos:
+        try:
+            load_config(config_file, world, nested(overrides))
+        except InputError as exc:
+            shown = ", ".join(f"{k}={_value_text(v)}" for k, v in overrides.items())
+            raise InputError(None, "--set", f"{shown}: {exc}") from None
+    runs = [
+        RunSpec(run_name(seed, overrides), seed, overrides)
+        for seed in seeds
+        for overrides in combos
+    ]
+    return Plan(world, out, runs, ticks, config_file)
+
+
+# -- the config of a run, as TOML --------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else orjson.dumps(key).decode()
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):  # a JSON string is a TOML basic string
+        return orjson.dumps(value).decode()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def config_toml(config: Config) -> str:
+    """The whole config as TOML that ``load_config`` reads back to the same config."""
+    lines = ["# written by `sim sweep`: this run's whole effective config", ""]
+
+    def table(path: list[str], body: Mapping[str, Any]) -> None:
+        lines.append("[" + ".".join(_toml_key(p) for p in path) + "]")
+        subtables = {k: v for k, v in body.items() if isinstance(v, Mapping)}
+        for key, value in body.items():
+            if key not in subtables:
+                lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+        lines.append("")
+        for key, value in subtables.items():
+            table([*path, key], value)
+
+    for section, body in redacted(config).items():
+        table([section], body)
+    return "\n".join(lines)
+
+
+# -- a run's folder ----------------------------------------------------------------------------
+
+
+def _copy_tree(src: Path, dest: Path, top: Path) -> None:
+    """Copy a world's files that are not state or ``.sim``; refuse a symlink (untrusted input)."""
+    for item in sorted(src.iterdir()):
+        rel = item.relative_to(top).as_posix()
+        if rel in (SIM_DIR, RUN_FILE) or is_state_file(rel):
+            continue
+        if item.is_symlink():
+            raise InputError(item, None, "a symlink in a world folder cannot be forked")
+        if item.is_dir():
+            (dest / rel).mkdir()
+            _copy_tree(item, dest, top)
+        elif item.is_file():
+            shutil.copy2(item, dest / rel)
+
+
+def fork_current(world: Path, dest: Path, seed: int, config: Config) -> int:
+    """Fork ``world``'s current state into ``dest`` (made atomically) with ``seed`` and
+    ``config``; return the tick it starts from. The source is only read.
+
+    Raises:
+        InputError: the source has an interrupted commit, or holds a symlink.
+    """
+    storage = Storage(world)
+    with storage.lock():
+        if storage.pending_journal():
+            raise InputError(
+                world, None, "an interrupted commit is pending: run 'sim tick' on it first"
+            )
+        state = read_state(world)
+        tmp = dest.parent / f".{dest.name}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        _copy_tree(world, tmp, world)
+    meta = orjson.loads(state["world.json"])
+    meta["seed"] = seed
+    state["world.json"] = dump_json(meta)
+    for rel, data in state.items():
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (tmp / "config.toml").write_text(config_toml(config), encoding="utf-8")
+    return int(meta["tick"])
+
+
+def read_record(run_dir: Path) -> RunRecord:
+    path = run_dir / RUN_FILE
+    try:
+        return RunRecord.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise InputError(path, None, "not found: this folder is not a sweep run") from None
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        loc = ".".join(str(p) for p in problem["loc"])
+        raise InputError(path, loc or None, problem["msg"]) from None
+
+
+def prepare(plan: Plan, spec: RunSpec) -> RunRecord:
+    """The run's folder: made (forked) the first time, checked against the plan after."""
+    run_dir = plan.out / spec.name
+    if run_dir.exists():
+        record = read_record(run_dir)
+        if record.seed != spec.seed or record.overrides != spec.overrides:
+            raise InputError(
+                run_dir / RUN_FILE, None, "records another run (seed or settings differ)"
+            )
+        return record
+    config = load_config(plan.config_file, plan.world, nested(spec.overrides))
+    plan.out.mkdir(parents=True, exist_ok=True)
+    start = fork_current(plan.world, run_dir, spec.seed, config)
+    tmp = plan.out / f".{spec.name}.tmp"
+    record = RunRecord(
+        name=spec.name,
+        seed=spec.seed,
+        overrides=spec.overrides,
+        source=str(plan.world),
+        start_tick=start,
+    )
+    (tmp / RUN_FILE).write_bytes(dump_json(record.model_dump(mode="json")))
+    tmp.rename(run_dir)
+    return record
+
+
+def current_tick(run_dir: Path) -> int:
+    try:
+        return int(orjson.loads((run_dir / "world.json").read_bytes())["tick"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise InputError(run_dir / "world.json", "tick", "cannot read the tick") from None
+
+
+def finished(run_dir: Path, target: int) -> bool:
+    """At its last tick, with nothing left to complete (reads only; writes nothing)."""
+    if Storage(run_dir).pending_journal():
+        return False
+    tick = current_tick(run_dir)
+    return tick >= target and not log_path(run_dir, tick + 1).exists()
+
+
+def spend(run_dir: Path) -> Spend:
+    """Everything a run's logs say it sent, abandoned logs included; unreadable logs skipped
+    (a log cut short by a kill is read up to its last whole line by the log reader)."""
+    total = Spend()
+    for folder in (LOG_DIR, f"{LOG_DIR}/{ABANDONED_DIR}"):
+        logs, _ = read_logs(run_dir, folder)
+        for log in logs:
+            books = tick_books(log)
+            total.usage = total.usage + books.usage
+            total.cost = total.cost + books.cost
+            if folder == LOG_DIR:
+                total.calls += books.calls
+                total.failures += books.failures
+    return total
+
+
+# -- the budget of a sweep ---------------------------------------------------------------------
+
+
+@dataclass
+class Grant:
+    usd: float | None = None
+    tokens: int | None = None
+
+
+class Ledger:
+    """The sweep's budget: what runs spent, what runs still going were given, what is left."""
+
+    def __init__(
+        self, cap_usd: float | None, cap_tokens: int | None, spent: Spend, jobs: int
+    ) -> None:
+        self.cap_usd = cap_usd
+        self.cap_tokens = cap_tokens
+        self.spent_usd = spent.cost.usd
+        self.unpriced = set(spent.cost.unpriced)
+        self.spent_tokens = spent.tokens
+        self.jobs = jobs
+        self.reserved_usd = 0.0
+        self.reserved_tokens = 0
+        self.lock = threading.Lock()
+
+    def grant(self, waiting: int) -> Grant | str:
+        """A share for a run about to start, or why it gets none."""
+        with self.lock:
+            share = max(1, min(self.jobs, waiting))
+            grant = Grant()
+            if self.cap_usd is not None:
+                if self.unpriced:
+                    return (
+                        "not started: the cost of earlier runs is unknown (no price for "
+                        f"{', '.join(sorted(self.unpriced))}); add [prices] to use --budget-usd"
+                    )
+                left = self.cap_usd - self.spent_usd - self.reserved_usd
+                if left <= 1e-9:
+                    return "not started: the sweep's --budget-usd is spent"
+                grant.usd = left / share
+            if self.cap_tokens is not None:
+                left_tokens = self.cap_tokens - self.spent_tokens - self.reserved_tokens
+                if left_tokens < share:
+                    return "not started: the sweep's --budget-tokens is spent"
+                grant.tokens = left_tokens // share
+            self.reserved_usd += grant.usd or 0.0
+            self.reserved_tokens += grant.tokens or 0
+            return grant
+
+    def settle(self, grant: Grant, before: Spend, after: Spend) -> None:
+        """A run ended: its grant goes back, what it spent is counted."""
+        with self.lock:
+            self.reserved_usd -= grant.usd or 0.0
+            self.reserved_tokens -= grant.tokens or 0
+            self.spent_usd += after.cost.usd - before.cost.usd
+            self.unpriced |= set(after.cost.unpriced)
+            self.spent_tokens += after.tokens - before.tokens
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def tick_command(run_dir: Path, ticks: int, grant: Grant, config: Config) -> list[str]:
+    """The ``sim tick`` that runs a run on, under its grant (never above its own config's cap)."""
+    where = str(run_dir.resolve())
+    command = [sys.executable, "-m", "sim", "tick", "--world", where, "--ticks", str(ticks)]
+    if grant.usd is not None:
+        own = config.budget.max_cost_usd
+        command += ["--budget-usd", repr(min(grant.usd, own) if own else grant.usd)]
+    if grant.tokens is not None:
+        own_tokens = config.budget.max_total_tokens
+        command += [
+            "--budget-tokens",
+            str(min(grant.tokens, own_tokens) if own_tokens else grant.tokens),
+        ]
+    return command
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+#: runs one run's ``sim tick`` command in its folder to its end; returns the exit code
+Executor = Callable[[Path, list[str]], int]
+
+
+def run_one(run_dir: Path | str, command: list[str]) -> int:
+    """Run one run's ``sim tick`` to its end; its output is appended to ``OUTPUT_FILE``."""
+    run_dir = Path(run_dir)
+    output = run_dir / OUTPUT_FILE
+    output.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with output.open("ab") as handle:
+        done = subprocess.run(
+            command,
+            cwd=run_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        )
+    return done.returncode
+
+
+def ray_executor(address: str | None = None) -> Executor:
+    """Each run a Ray task (``pip install 'sim[ray]'``) on the cluster at ``address``.
+
+    Without an address, Ray's own rule applies: ``RAY_ADDRESS`` if set, else a local
+    instance is started. A task runs the run's ``sim tick`` on whichever node takes it, so
+    on a cluster of several machines the runs' folder must be on a file system every node
+    sees at the same path, with sim installed at the same path too.
+
+    Raises:
+        UserError: Ray is not installed; RunError: Ray cannot be started or reached.
+    """
+    try:
+        ray: Any = importlib.import_module("ray")
+    except ImportError:
+        raise UserError(
+            "--executor ray needs Ray, from the optional 'ray' extra: pip install 'sim[ray]'"
+        ) from None
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except Exception as exc:  # Ray's errors are many (connection, version, resources)
+            where = address or "a local instance"
+            raise RunError(f"--executor ray: cannot start or reach Ray ({where}): {exc}") from None
+    task = ray.remote(num_cpus=1, max_retries=0)(run_one)
+
+    def execute(run_dir: Path, command: list[str]) -> int:
+        return int(ray.get(task.remote(str(run_dir.resolve()), command)))
+
+    return execute
+
+
+def run_sweep(
+    plan: Plan,
+    jobs: int = 1,
+    budget_usd: float | None = None,
+    budget_tokens: int | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    executor: Executor = run_one,
+) -> SweepResult:
+    """Make the runs' folders, then run every unfinished run to its last tick, ``jobs`` at a
+    time, each through ``executor`` (a local process by default; ``ray_executor``).
+
+    Raises:
+        InputError: a run folder holds another run, or the world cannot be forked.
+    """
+    records = [prepare(plan, spec) for spec in plan.runs]
+    dirs = [plan.out / spec.name for spec in plan.runs]
+    spent = [spend(d) for d in dirs]
+    total = Spend()
+    for one in spent:
+        total.usage, total.cost = total.usage + one.usage, total.cost + one.cost
+    ledger = Ledger(budget_usd, budget_tokens, total, jobs)
+    outcomes: list[Outcome | None] = [None] * len(plan.runs)
+    todo = [
+        i
+        for i, (d, r) in enumerate(zip(dirs, records, strict=True))
+        if not finished(d, r.start_tick + plan.ticks)
+    ]
+    waiting = [len(todo)]
+    count_lock = threading.Lock()
+
+    def report(index: int, outcome: Outcome) -> None:
+        outcomes[index] = outcome
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    for i, (d, r) in enumerate(zip(dirs, records, strict=True)):
+        if i not in todo:
+            target = r.start_tick + plan.ticks
+            report(i, Outcome(r.name, r.seed, r.overrides, "finished", current_tick(d), target))
+
+    def work(index: int) -> None:
+        run_dir, record = dirs[index], records[index]
+        target = record.start_tick + plan.ticks
+        with count_lock:
+            left = waiting[0]
+            waiting[0] -= 1
+        base = Outcome(record.name, record.seed, record.overrides, "not started", 0, target)
+        storage = Storage(run_dir)
+        with storage.lock():  # complete a commit cut short, so the tick count is right
+            storage.recover()
+            recover_logs(run_dir)
+        base.tick = current_tick(run_dir)
+        if finished(run_dir, target):
+            base.status = "done"
+            report(index, base)
+            return
+        grant = ledger.grant(left)
+        if isinstance(grant, str):
+            base.message = grant
+            report(index, base)
+            return
+        config = load_config(None, run_dir, cwd=run_dir)
+        ticks = target - current_tick(run_dir)
+        code = executor(run_dir, tick_command(run_dir, ticks, grant, config))
+        after = spend(run_dir)
+        ledger.settle(grant, spent[index], after)
+        base.tick, base.exit_code = current_tick(run_dir), code
+        base.granted_usd, base.granted_tokens = grant.usd, grant.tokens
+        if code == 0 and finished(run_dir, target):
+            base.status = "done"
+        else:
+            base.status = "failed"
+            reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+            base.message = f"{reason}: {_last_line(run_dir / OUTPUT_FILE)}"
+        report(index, base)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for future in [pool.submit(work, i) for i in todo]:
+            future.result()
+    return SweepResult(
+        [o for o in outcomes if o is not None],
+        None if ledger.unpriced else round(ledger.spent_usd, 8),
+        ledger.spent_tokens,
+    )
+
+
+def run_folders(out: Path) -> list[Path]:
+    """The sweep runs under ``out`` (folders holding ``sweep-run.json``), by name."""
+    if not out.is_dir():
+        raise InputError(out, None, "not found: expected the folder of a sweep's runs")
+    return sorted(p for p in out.iterdir() if p.is_dir() and (p / RUN_FILE).is_file())
+
+
+__all__ = [
+    "OUTPUT_FILE",
+    "RUN_FILE",
+    "Executor",
+    "Ledger",
+    "Outcome",
+    "Plan",
+    "RunRecord",
+    "RunSpec",
+    "Setting",
+    "Spend",
+    "SweepResult",
+    "config_toml",
+    "current_tick",
+    "finished",
+    "fork_current",
+    "make_plan",
+    "nested",
+    "parse_seeds",
+    "parse_setting",
+    "prepare",
+    "ray_executor",
+    "read_record",
+    "run_folders",
+    "run_name",
+    "run_one",
+    "run_sweep",
+    "spend",
+]

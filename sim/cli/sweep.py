@@ -1,0 +1,196 @@
+"""``sim sweep`` and ``sim sweep report``: many runs of a world, and one table comparing them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from sim.cli.common import CONFIG
+from sim.cli.jsonout import JSON_HELP, emit, json_errors
+from sim.errors import InputError
+
+if TYPE_CHECKING:
+    from sim.analysis.sweep import Outcome
+
+
+def _outcome_line(outcome: Outcome) -> str:
+    line = f"{outcome.status:<11} {outcome.name}  tick {outcome.tick}/{outcome.target}"
+    return line + (f"  {outcome.message}" if outcome.message else "")
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--world",
+    "world_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The world every run forks from (its current state).",
+)
+@click.option(
+    "--seeds", default="0", show_default=True, metavar="N-M|N,M,...", help="The runs' seeds."
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="SECTION.KEY=V1,V2",
+    help="A config key and the values it takes (e.g. phase1.temperature=0.5,0.9); "
+    "repeatable: runs are the cross product of seeds and every --set.",
+)
+@click.option(
+    "--ticks",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Ticks each run gets, from the tick it forked at.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Folder of the runs (one sub-folder per run).",
+)
+@click.option(
+    "--jobs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1, max=256),
+    help="Runs at a time (each its own process).",
+)
+@CONFIG
+@click.option(
+    "--budget-usd",
+    type=click.FloatRange(min=0),
+    help="Cost cap for the whole sweep (USD; 0 = none).",
+)
+@click.option(
+    "--budget-tokens", type=click.IntRange(min=0), help="Token cap for the whole sweep (0 = none)."
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: each run a process here; ray: each run a Ray task (pip install 'sim[ray]').",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="The Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_context
+def sweep(
+    ctx: click.Context,
+    world_dir: Path | None,
+    seeds: str,
+    settings: tuple[str, ...],
+    ticks: int,
+    out: Path | None,
+    jobs: int,
+    config_file: Path | None,
+    budget_usd: float | None,
+    budget_tokens: int | None,
+    executor: str,
+    ray_address: str | None,
+    as_json: bool,
+) -> None:
+    """Run a world many times: every seed with every combination of --set values.
+
+    Each run is a fork of the world in OUT/<run-name>/ with its own tick log. Running the
+    same sweep again skips finished runs and resumes interrupted ones. See docs/analysis.md.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from sim.analysis import sweep as sweeps
+
+    with json_errors("sweep", as_json):
+        if world_dir is None or out is None:
+            raise InputError(None, "--world/--out", "both are needed to run a sweep")
+        plan = sweeps.make_plan(
+            world_dir,
+            out,
+            sweeps.parse_seeds(seeds),
+            [sweeps.parse_setting(s) for s in settings],
+            ticks,
+            config_file,
+        )
+        if ray_address is not None and executor != "ray":
+            raise InputError(None, "--ray-address", "goes with --executor ray")
+        run = sweeps.ray_executor(ray_address) if executor == "ray" else sweeps.run_one
+        if not as_json:
+            click.echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
+        result = sweeps.run_sweep(
+            plan,
+            jobs,
+            budget_usd or None,  # 0 = no cap, as for sim tick and [budget]
+            budget_tokens or None,
+            on_outcome=None if as_json else lambda o: click.echo(_outcome_line(o), err=True),
+            executor=run,
+        )
+        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
+        if as_json:
+            emit(
+                {
+                    "command": "sweep",
+                    "ok": result.ok,
+                    "out": str(out),
+                    "runs": [o.to_dict() for o in result.runs],
+                    "spent_usd": result.spent_usd,
+                    "spent_tokens": result.spent_tokens,
+                }
+            )
+        else:
+            counts: dict[str, int] = {}
+            for outcome in result.runs:
+                counts[outcome.status] = counts.get(outcome.status, 0) + 1
+            summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+            click.echo(f"{summary}; the sweep has spent {result.spent_tokens} tokens, {spent}")
+            if not result.ok:
+                click.echo("run the same command again to resume the runs not finished", err=True)
+        if not result.ok:
+            sys.exit(1)
+
+
+@sweep.command("report")
+@click.option(
+    "--runs",
+    "runs_dir",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The sweep's --out folder.",
+)
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the table as one HTML page (no network needed) to this file.",
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
+    """One table comparing a sweep's runs: tokens, cost, failures, state at the last tick."""
+    from sim.analysis.sweepreport import report_lines, sweep_report, write_html
+
+    with json_errors("sweep report", as_json):
+        report = sweep_report(runs_dir)
+        if html_out is not None:
+            write_html(report, html_out, runs_dir.name or str(runs_dir))
+        if as_json:
+            emit(
+                {
+                    "command": "sweep report",
+                    "ok": True,
+                    "runs": [row.to_dict() for row in report.runs],
+                    "fields": report.fields,
+                    "notes": report.notes,
+                    "html": None if html_out is None else str(html_out),
+                }
+            )
+            return
+        for line in report_lines(report):
+            click.echo(line)
+        for note in report.notes:
+            click.echo(f"note: {note}", err=True)
+        if html_out is not None:
+            click.echo(f"wrote {html_out}", err=True)
