@@ -2,7 +2,9 @@
 
 ``.sim/log/tick-000004.jsonl`` is tick 4's log (the tick that takes ``world.json``'s
 ``tick`` from 3 to 4). Every line is one JSON object with a ``type``; the first is a
-``header`` carrying the format version. Record types, in the order a tick writes them:
+``header`` carrying the format version (a log is created with its header and state
+already in it, by rename, so a crash never leaves a header-less log). Record types, in the
+order a tick writes them:
 
 - ``header``: tick, format version, the config used (no secrets), world seed;
 - ``state_before``: the state at the start of the tick (entity files, ``world.json`` and
@@ -176,6 +178,24 @@ class LogWriter:
         _cut_torn_tail(path)
         self._handle = open(path, "ab")  # noqa: SIM115 - held for the tick, closed by close()
 
+    @classmethod
+    def create(cls, path: Path, first: Iterable[LogRecord]) -> LogWriter:
+        """Start a new log that appears with its ``first`` records already in it.
+
+        They are written to ``<name>.tmp``, fsynced and renamed into place, so a crash at
+        any instant leaves either no log or one that starts with its header, never an
+        empty or header-less file (a leftover ``.tmp`` is overwritten by the next start).
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as handle:
+            handle.write(b"".join(dump_record(record) + b"\n" for record in first))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        return cls(path)
+
     def append(self, record: LogRecord) -> None:
         """Write one record and hand it to the OS (it survives the process being killed)."""
         self._handle.write(dump_record(record) + b"\n")
@@ -191,6 +211,15 @@ class LogWriter:
             with contextlib.suppress(OSError):
                 self.sync()
             self._handle.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in the folder durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _cut_torn_tail(path: Path) -> None:
