@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sim.llm.calls import current_call
+from sim.storage import JOURNAL
 from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     anthropic_stub,
     gemini_stub,
     stub_server,
 )
+from sim.ticklog.recorder import TickRecorder
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "worlds" / "demo"
@@ -48,3 +52,37 @@ def tree(root: Path, logs: bool = False) -> dict[str, bytes]:
     return {
         rel: p.read_bytes() for rel, p in out.items() if logs or not rel.startswith(".sim/log/")
     }
+
+
+#: how long a child held in its commit waits for the kill (far longer than any trial takes)
+HOLD_SECONDS = 60.0
+
+
+def hold_the_commit(where: str) -> None:
+    """In a forked child only: stop its commit at the commit point until it is killed.
+
+    ``"before"`` holds the journal's rename (the commit point) after the journal was written
+    and fsynced; ``"after"`` holds once the commit point is passed and the files applied,
+    before the log gets its ``commit`` record. A kill at a random instant after the tick's
+    ``usage`` record (or after the journal appeared) then lands on the chosen side of the
+    commit point however loaded the machine is: the window stays open until the kill.
+    """
+    if where == "before":
+        real_replace = os.replace
+
+        def held_replace(src: object, dst: object, *args: object, **kwargs: object) -> None:
+            if Path(str(dst)).name == Path(JOURNAL).name:
+                time.sleep(HOLD_SECONDS)
+            real_replace(src, dst, *args, **kwargs)  # type: ignore[arg-type]
+
+        os.replace = held_replace  # type: ignore[assignment]
+    elif where == "after":
+        real_committed = TickRecorder.committed
+
+        def held_committed(self: TickRecorder) -> None:
+            time.sleep(HOLD_SECONDS)
+            real_committed(self)
+
+        TickRecorder.committed = held_committed  # type: ignore[method-assign]
+    else:
+        raise ValueError(f"hold the commit 'before' or 'after' its commit point, not {where!r}")

@@ -2,7 +2,9 @@
 
 ``.sim/log/tick-000004.jsonl`` is tick 4's log (the tick that takes ``world.json``'s
 ``tick`` from 3 to 4). Every line is one JSON object with a ``type``; the first is a
-``header`` carrying the format version. Record types, in the order a tick writes them:
+``header`` carrying the format version (a log is created with its header and state
+already in it, by rename, so a crash never leaves a header-less log). Record types, in the
+order a tick writes them:
 
 - ``header``: tick, format version, the config used (no secrets), world seed;
 - ``state_before``: the state at the start of the tick (entity files, ``world.json`` and
@@ -180,6 +182,27 @@ class LogWriter:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         self._handle = os.fdopen(fd, "ab")
 
+    @classmethod
+    def create(cls, path: Path, first: Iterable[LogRecord]) -> LogWriter:
+        """Start a new log that appears with its ``first`` records already in it.
+
+        They are written to ``<name>.tmp``, fsynced and renamed into place, so a crash at
+        any instant leaves either no log or one that starts with its header, never an
+        empty or header-less file (a leftover ``.tmp`` is overwritten by the next start).
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a leftover, or a link planted there: removed, never written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(b"".join(dump_record(record) + b"\n" for record in first))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        return cls(path)
+
     def append(self, record: LogRecord) -> None:
         """Write one record and hand it to the OS (it survives the process being killed)."""
         self._handle.write(dump_record(record) + b"\n")
@@ -195,6 +218,15 @@ class LogWriter:
             with contextlib.suppress(OSError):
                 self.sync()
             self._handle.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in the folder durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _cut_torn_tail(path: Path) -> None:

@@ -171,15 +171,18 @@ class TickRecorder:
             self._failures_seen[call.request_id] = self._failures_seen.get(
                 call.request_id, 0
             ) + sum(1 for a in call.every_attempt() if observed_failure(a.error_code))
-        self.writer = LogWriter(log_path(root, tick))
         #: keys the idempotency of this tick's calls; a resume keeps it (sim.llm.calls)
         self.scope = (
             (partial.header.scope or str(partial.path)) if partial else secrets.token_hex(8)
         )
         if partial is None:
-            self.writer.append(header(tick, redacted(config), seed, self.scope, phases))
-            self.writer.append(pack_state(before))
+            # created with its header in it: a kill at any instant never leaves an empty log
+            self.writer = LogWriter.create(
+                log_path(root, tick),
+                [header(tick, redacted(config), seed, self.scope, phases), pack_state(before)],
+            )
         else:
+            self.writer = LogWriter(log_path(root, tick))
             self.writer.append(
                 ResumeRecord(
                     attempt=partial.resumes + 2,
@@ -187,7 +190,7 @@ class TickRecorder:
                     config=redacted(config),
                 )
             )
-        self.writer.sync()
+            self.writer.sync()
 
     @classmethod
     def begin(

@@ -144,7 +144,9 @@ def test_attempts_that_timed_out_on_the_client_are_counted_as_maybe_billed(
     demo_world: Path, stub_server: StubServer
 ) -> None:
     (demo_world / "config.toml").write_text(
-        "[llm]\ntimeout_seconds = 0.3\ntransient_retries = 1\nmax_failed_fraction = 1.0\n"
+        # far past what an answered request takes even on a loaded machine: the one hung
+        # request is the only one timed out
+        "[llm]\ntimeout_seconds = 1.5\ntransient_retries = 1\nmax_failed_fraction = 1.0\n"
         "backoff_base_seconds = 0.001\nbackoff_cap_seconds = 0.01\n"
     )
     stub_server.options.hang_seconds = 5.0

@@ -344,3 +344,14 @@ def test_a_world_may_always_choose_the_offline_provider(world: Path, tmp_path: P
     result = invoke("check", "--world", str(world), "--config", str(mine))
     clean_exit(result, 0)
     assert "endpoint: none (offline provider" in result.output
+
+
+def test_a_link_planted_as_the_new_log_temp_file_is_not_written_through(
+    world: Path, outside: Path
+) -> None:
+    (world / ".sim" / "log").mkdir(parents=True)
+    target = outside / "o.json"
+    before = target.read_bytes()
+    (world / ".sim" / "log" / "tick-000001.jsonl.tmp").symlink_to(target)
+    clean_exit(invoke("tick", "--world", str(world)), 0)
+    assert target.read_bytes() == before

@@ -434,6 +434,7 @@ async def test_small_writes_leave_together_with_the_next_read() -> None:
     """A request's head and body go out in one send, when the client starts reading."""
     chunks: list[bytes] = []
     early: list[bool] = []
+    first_read_over = asyncio.Event()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -441,6 +442,7 @@ async def test_small_writes_leave_together_with_the_next_read() -> None:
             early.append(True)
         except TimeoutError:
             early.append(False)
+        first_read_over.set()
         chunks.append(await reader.read(100))
         writer.write(b"ok")
         await writer.drain()
@@ -452,7 +454,9 @@ async def test_small_writes_leave_together_with_the_next_read() -> None:
         stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
         await stream.write(b"head;", timeout=5)
         await stream.write(b"body", timeout=5)
-        await asyncio.sleep(0.3)  # the server's first read times out: nothing was sent
+        # the client reads only once the server's first read is over (timed out: nothing
+        # was sent), however late a loaded machine runs the server's side
+        await asyncio.wait_for(first_read_over.wait(), 10)
         assert await stream.read(10, timeout=5) == b"ok"
         await stream.aclose()
     finally:

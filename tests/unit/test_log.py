@@ -283,3 +283,44 @@ def test_a_header_with_the_phase_manifest_round_trips(tmp_path: Path) -> None:
         "vote": "sha256:bb"
     }
     assert [record_data(r) for r in log.records] == [head, *EVERY_RECORD[1:3]]
+
+
+class Crash(BaseException):
+    """The process dying: nothing catches it as an error."""
+
+
+def test_a_new_log_appears_with_its_header_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed while the log is being created: no empty, header-less log is left behind
+    (it is written aside and renamed into place), and the next run starts the tick afresh."""
+    world = copy_demo(tmp_path / "w")
+    real = tick_log.dump_record
+
+    def dies_on_the_header(record: object) -> bytes:
+        if isinstance(record, HeaderRecord):
+            raise Crash
+        return real(record)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tick_log, "dump_record", dies_on_the_header)
+    with pytest.raises(Crash):
+        run(world, 1)
+    assert not log_path(world, 1).exists()
+    monkeypatch.undo()
+    [result] = run(world, 1)
+    log = read_log(log_path(world, 1))
+    assert log.committed and log.resumes == 0 and len(log.calls) == result.calls
+    assert result.notes == []  # nothing was set aside
+    assert not (world / ".sim" / "log" / "abandoned").exists()
+    assert [p.name for p in (world / ".sim" / "log").iterdir()] == ["tick-000001.jsonl"]
+
+
+def test_an_empty_log_left_by_an_older_sim_is_set_aside(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    log_path(world, 1).parent.mkdir(parents=True)
+    log_path(world, 1).write_bytes(b"")
+    [result] = run(world, 1)
+    assert read_log(log_path(world, 1)).committed
+    assert any("empty log (no header)" in note for note in result.notes)
+    aside = world / ".sim" / "log" / "abandoned" / "tick-000001.1.jsonl"
+    assert aside.read_bytes() == b""
