@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
 from sim.phases import intention_steps
@@ -137,15 +136,8 @@ async def run(ctx: TickContext) -> None:
         def default(char: Entity = char, here: list[str] = here) -> str:
             return character_input(world, char, ctx.tick, here, view)
 
-        requests.append(
-            LLMRequest(
-                ctx.prompt(NAME, context),
-                ctx.input_for(NAME, default, context),
-                schema,
-                f"{CHAIN}:{char['identity']['id']}",
-                tools=tools,
-            )
-        )
+        key = f"{CHAIN}:{char['identity']['id']}"
+        requests.append(ctx.request(NAME, schema, key, context, default, tools=tools))
     if tools is not None and ctx.config.phase1.max_tool_steps > 0:  # look before acting
         results, calls = await intention_steps.decide(
             world,

@@ -7,9 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, character_view, public, to_json
+from sim.phases.base import TickContext, ask, character_view, public, to_json
 from sim.world import Entity
 
 NAME = "memory"
@@ -71,16 +70,9 @@ async def run(ctx: TickContext) -> None:
         def default(char: Entity = char, evicted: list[dict[str, object]] = evicted) -> str:
             return memory_input(char, evicted, ctx.tick, view)
 
-        requests.append(
-            LLMRequest(
-                ctx.prompt(NAME, context),
-                ctx.input_for(NAME, default, context),
-                MemorySummary,
-                f"{CHAIN}:{char['identity']['id']}",
-            )
-        )
-    results = await client.create_batch(requests)
-    report.calls += len(requests)
+        key = f"{CHAIN}:{char['identity']['id']}"
+        requests.append(ctx.request(NAME, MemorySummary, key, context, default))
+    results = await ask(client, requests, report)
     for (char, evicted), request, result in zip(overflowing, requests, results, strict=True):
         memory = char["memory"]
         if isinstance(result, LLMError):

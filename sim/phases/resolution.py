@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import (
     TickContext,
+    ask,
     exits_view,
     own_fields,
     place_view,
@@ -128,16 +128,8 @@ async def run(ctx: TickContext) -> None:
         def default(lid: str = lid) -> str:
             return location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions, view)
 
-        requests.append(
-            LLMRequest(
-                ctx.prompt(NAME, context),
-                ctx.input_for(NAME, default, context),
-                Resolution,
-                f"{CHAIN}:{lid}",
-            )
-        )
-    results = await client.create_batch(requests)
-    report.calls += len(requests)
+        requests.append(ctx.request(NAME, Resolution, f"{CHAIN}:{lid}", context, default))
+    results = await ask(client, requests, report)
     for lid, request, result in zip(occupied, requests, results, strict=True):
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)
