@@ -152,6 +152,11 @@ def to_json(data: Any) -> str:
     return orjson.dumps(data).decode()
 
 
+class PhaseAnswer(BaseModel, extra="forbid"):
+    """Base of the built-in phases' answer models: no field beyond the declared ones (each
+    names its own schema ``title``, so a class rename never changes the schema digest)."""
+
+
 @dataclass
 class PhaseReport:
     """What one phase did: calls, failures with their reasons, fallbacks, rule violations."""

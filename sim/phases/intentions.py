@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import Field, create_model
 
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
 from sim.phases import intention_steps
 from sim.phases.base import (
+    PhaseAnswer,
     TickContext,
     character_view,
     exits_view,
@@ -33,10 +34,8 @@ BUILTIN_ACTIONS = ("move", "speak", "act", "wait")
 # A world's [actions] verbs widen ``action`` in a subclass (``intention_schema``). The
 # docstring below is the schema's description, sent to the model: changing it changes
 # every intentions request and its digest.
-class Intention(BaseModel):
+class Intention(PhaseAnswer, title="Intention"):
     """What a character means to do: move, speak, act on something, or wait."""
-
-    model_config = ConfigDict(extra="forbid", title="Intention")
 
     action: Literal["move", "speak", "act", "wait"]
     target: str | None = Field(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, ask, character_view, public, to_json
+from sim.phases.base import PhaseAnswer, TickContext, ask, character_view, public, to_json
 from sim.world import Entity
 
 NAME = "memory"
@@ -16,9 +16,7 @@ SECTION = "phase4"
 CHAIN = "memory"
 
 
-class MemorySummary(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="MemorySummary")
-
+class MemorySummary(PhaseAnswer, title="MemorySummary"):
     summary: str = Field(description="the running summary with the evicted memories folded in")
 
 

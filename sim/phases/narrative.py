@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, ask, place_view, to_json
+from sim.phases.base import PhaseAnswer, TickContext, ask, place_view, to_json
 from sim.phases.resolution import Outcome, Resolution, template_context
 from sim.world import World
 
@@ -16,9 +16,7 @@ SECTION = "phase2b"
 CHAIN = "narrative"
 
 
-class Narrative(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="Narrative")
-
+class Narrative(PhaseAnswer, title="Narrative"):
     narrative: str = Field(description="three to six sentences of prose")
 
 
