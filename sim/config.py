@@ -3,7 +3,12 @@
 Layers, later wins: built-in defaults (``sim/defaults.toml``, identical to the shipped
 ``config.toml``) < ``--config FILE`` or ``./config.toml`` < the world's ``config.toml`` <
 command-line overrides. Each file is validated as it is merged, so an error names the file
-that holds the bad key.
+that holds the bad key, and every error of every file is reported at once.
+
+Types are strict (``"16"`` or ``true`` is not a number) and numbers finite. A world's own
+``config.toml`` is untrusted (worlds are shared): it may not change where requests go or
+which credential they carry (``ROUTING_KEYS``) unless the user trusts it
+(``--trust-world-config``) or sets the same value in their own config.
 """
 
 from __future__ import annotations
@@ -28,19 +33,25 @@ PHASE_ALIASES = {
     "memory": "phase4",
 }
 PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
+#: providers that keep response chains on their server (``chain_mode = "server"``)
+SERVER_CHAIN_PROVIDERS = ("openai",)
 #: the built-in phases, in their default order
 BUILTIN_PHASES = ("intentions", "resolution", "narrative", "apply", "memory")
 DEFAULT_ORDER = BUILTIN_PHASES
 #: phase and verb names: they become chain keys (``opinion:{id}``) and file names
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 #: config keys that decide where requests (and the API key) go. The trust rule for world
-#: configs (sim.config strictness) applies to every key whose last part is in this set,
-#: wherever it appears: ``llm.*``, ``phase1.*`` .. ``phase4.*`` and ``phases.<name>.*``.
+#: configs applies to every key whose last part is in this set, wherever it appears:
+#: ``llm.*``, ``phase1.*`` .. ``phase4.*`` and ``phases.<name>.*``.
 ENDPOINT_KEYS = frozenset({"provider", "base_url", "api_key_env"})
+#: ... and these too (a future ``api_key``, ``organization``, ``headers``), plus anything
+#: under ``[providers.*]``: a world's config may not set them on its own
+ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers"}
+ROUTING_TABLES = frozenset({"providers"})
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class LLMConfig(_Strict):
@@ -98,7 +109,7 @@ class PhaseConfig(_Strict):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_output_tokens: int = Field(800, gt=0)
     response_chain_depth: int = Field(0, ge=0)
-    fallback_models: tuple[str, ...] = ()
+    fallback_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
     #: this phase's provider, server and key variable ("" = [llm]'s): endpoint keys
     #: (ENDPOINT_KEYS), under the trust rule for world configs
     provider: str = ""
@@ -125,6 +136,11 @@ class PhaseConfig(_Strict):
 
 class HistoryConfig(_Strict):
     keep_ticks: int = Field(0, ge=0)
+
+
+class LimitsConfig(_Strict):
+    #: the largest entity file loaded; a larger one is refused by name
+    max_entity_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
 
 class Phase1Config(PhaseConfig):
@@ -168,6 +184,7 @@ class Config(_Strict):
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     history: HistoryConfig = HistoryConfig()
+    limits: LimitsConfig = LimitsConfig()
     tick: TickConfig = TickConfig()
     phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
         Field(default_factory=dict)
@@ -247,6 +264,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except FileNotFoundError:
         raise InputError(path, None, "config file not found") from None
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, None, "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, None, f"not valid TOML: {exc}") from None
 
@@ -261,53 +282,161 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _validate(data: Mapping[str, Any], source: Path | None) -> Config:
+class InvalidConfig(InputError):
+    """Every problem found in the config layers, one per line (exit 2)."""
+
+    def __init__(self, problems: list[InputError]) -> None:
+        first = problems[0]
+        super().__init__(first.path, first.field, first.problem)
+        self.problems = problems
+        if len(problems) > 1:
+            lines = "\n  ".join(str(p) for p in problems)
+            self.args = (f"config is invalid ({len(problems)} problems):\n  {lines}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _problems(
+    data: Mapping[str, Any], source: Path | None, *, combined: bool = True
+) -> list[InputError]:
+    """Every validation problem of ``data``, each naming ``source`` and the field."""
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        problem = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].lower()
-        got = err.get("input")
-        if err["type"] != "extra_forbidden" and not isinstance(got, Mapping):
-            problem += f" (got {got!r})"
-        raise InputError(source, field, problem) from None
+        out: list[InputError] = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            problem = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].lower()
+            if err["type"] == "finite_number":
+                problem = "expected a finite number"
+            got = err.get("input")
+            if err["type"] != "extra_forbidden" and not isinstance(got, Mapping):
+                problem += f" (got {got!r})"
+            out.append(InputError(source, field, problem))
+        return out
+    problems: list[InputError] = []
     if config.llm.provider not in PROVIDERS:
-        raise InputError(
-            source,
-            "llm.provider",
-            f"unknown provider {config.llm.provider!r}; expected one of: {', '.join(PROVIDERS)}",
+        problems.append(
+            InputError(
+                source,
+                "llm.provider",
+                f"unknown provider {config.llm.provider!r}; "
+                f"expected one of: {', '.join(PROVIDERS)}",
+            )
         )
-    if config.llm.provider in ("gemini", "anthropic") and config.llm.chain_mode == "server":
+    elif config.llm.provider in ("gemini", "anthropic") and config.llm.chain_mode == "server":
         api = "the Gemini API" if config.llm.provider == "gemini" else "the Messages API"
-        raise InputError(
-            source,
-            "llm.chain_mode",
-            f'server chains are not offered for provider "{config.llm.provider}" ({api} '
-            'keeps no responses to chain); use chain_mode = "window"',
+        problems.append(
+            InputError(
+                source,
+                "llm.chain_mode",
+                f'server chains are not offered for provider "{config.llm.provider}" ({api} '
+                'keeps no responses to chain); use chain_mode = "window"',
+            )
+        )
+    elif (
+        combined
+        and config.llm.chain_mode == "server"
+        and config.llm.provider not in SERVER_CHAIN_PROVIDERS
+    ):
+        problems.append(
+            InputError(
+                source,
+                "llm.chain_mode",
+                f"provider {config.llm.provider!r} cannot keep chains on its server; "
+                f'use chain_mode = "window" ("server" needs: '
+                f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
+            )
         )
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
         provider = config.phase(section).provider
         if provider and provider not in PROVIDERS:
-            raise InputError(
-                source,
-                f"{section}.provider",
-                f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
+            problems.append(
+                InputError(
+                    source,
+                    f"{section}.provider",
+                    f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
+                )
             )
     for verb in config.actions:
         if verb in ("move", "speak", "act", "wait"):
-            raise InputError(source, f"actions.{verb}", "a built-in action; choose another verb")
+            problems.append(
+                InputError(source, f"actions.{verb}", "a built-in action; choose another verb")
+            )
     for name in config.phases:
         if name in BUILTIN_PHASES:
-            raise InputError(
-                source,
-                f"phases.{name}",
-                "a built-in phase: configure it in its own section "
-                f"([{PHASE_ALIASES.get(name, name)}])"
-                if name in PHASE_ALIASES
-                else "a built-in phase without settings",
+            problems.append(
+                InputError(
+                    source,
+                    f"phases.{name}",
+                    "a built-in phase: configure it in its own section "
+                    f"([{PHASE_ALIASES.get(name, name)}])"
+                    if name in PHASE_ALIASES
+                    else "a built-in phase without settings",
+                )
             )
-    return config
+    return problems
+
+
+def _validate(data: Mapping[str, Any], source: Path | None) -> Config:
+    problems = _problems(data, source)
+    if problems:
+        raise InvalidConfig(problems)
+    return Config.model_validate(data)
+
+
+def _routing_settings(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of every routing setting in a config layer."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if (not prefix and key in ROUTING_TABLES) or key in ROUTING_KEYS:
+            out[dotted] = value
+        elif isinstance(value, Mapping):
+            out.update(_routing_settings(value, f"{dotted}."))
+    return out
+
+
+def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = data
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+_MISSING = object()
+
+
+def _untrusted_routing(
+    world: Mapping[str, Any],
+    users: Mapping[str, Any],
+    source: Path,
+    flags: Mapping[str, Any],
+) -> list[InputError]:
+    """A problem for each routing setting the world's config changes from the user's (a
+    setting the user's flags override is moot)."""
+    problems: list[InputError] = []
+    for dotted, value in _routing_settings(world).items():
+        if _lookup(flags, dotted) is not _MISSING:
+            continue  # the command line decides this one
+        if dotted.rpartition(".")[2] == "provider" and value == "offline":
+            continue  # the one choice that sends nothing and carries no key
+        chosen = _lookup(users, dotted)
+        if chosen == value or (chosen is _MISSING and value == ""):
+            continue  # the user chose the same thing (or the world restates the default)
+        problems.append(
+            InputError(
+                source,
+                dotted,
+                "a world's config may not change where requests go or which credential "
+                "they carry; set it in your own config (--config or ./config.toml) or pass "
+                "--trust-world-config if you trust this world",
+            )
+        )
+    return problems
 
 
 #: the model of a gemini phase whose model was left at the built-in default, when
@@ -352,28 +481,100 @@ def load_config(
     world_dir: Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     cwd: Path | None = None,
+    *,
+    trust_world_config: bool = False,
 ) -> Config:
     """Build the effective config from its layers (see the module docstring).
 
+    Args:
+        trust_world_config: let the world's ``config.toml`` set ``ROUTING_KEYS``.
+
     Raises:
-        InputError: a file is missing or malformed, a key is unknown, a value out of range.
+        InputError: a file is missing or malformed, a key is unknown, a value out of range,
+            a world's config sets where requests go (``InvalidConfig`` lists every problem).
     """
-    data = defaults_data()
-    layers: list[Path] = []
+    defaults = defaults_data()
+    data = defaults
+    layers: list[tuple[Path, bool]] = []
     if config_file is not None:
-        layers.append(config_file)
+        layers.append((config_file, False))
     else:
         local = (cwd or Path.cwd()) / "config.toml"
         if local.is_file():
-            layers.append(local)
-    if world_dir is not None and (world_dir / "config.toml").is_file():
-        layers.append(world_dir / "config.toml")
-    for path in layers:
-        data = _merge(data, _read_toml(path))
-        _validate(data, path)
+            layers.append((local, False))
+    if world_dir is not None:
+        world_config = world_dir / "config.toml"
+        if world_config.is_symlink() or world_config.exists():
+            layers.append((world_config, True))
+    problems: list[InputError] = []
+    for path, is_world in layers:
+        layer = _read_world_toml(path) if is_world else _read_toml(path)
+        if is_world and not trust_world_config:  # the user's layers and flags decide
+            problems.extend(_untrusted_routing(layer, data, path, overrides or {}))
+        merged = _merge(data, layer)
+        # each layer on top of the defaults alone: a problem is reported once, by its file
+        problems.extend(_problems(_merge(defaults, layer), path, combined=False))
+        data = merged
+    if problems:
+        raise InvalidConfig(problems)
     if overrides:
         data = _merge(data, overrides)
     return provider_models(_validate(data, None), os.environ)
+
+
+def _read_world_toml(path: Path) -> dict[str, Any]:
+    """A world's ``config.toml``: a regular file inside the world, read without following
+    a link, size-limited."""
+    from sim import safefs
+
+    try:
+        raw = safefs.read_file(path.parent, path.name, 1024 * 1024)
+    except FileNotFoundError:
+        raise InputError(path, None, "config file not found") from None
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(path, None, "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, None, f"not valid TOML: {exc}") from None
+
+
+def endpoint(config: Config) -> tuple[str, str | None]:
+    """(where [llm]'s requests go, the environment variable whose key they carry) — never
+    the key."""
+    llm = config.llm
+    return _describe_endpoint(llm.provider, llm.base_url, llm.api_key_env)
+
+
+def phase_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
+    """Phase name -> (url, key variable) for each phase sending elsewhere than [llm]."""
+    main = endpoint(config)
+    out: dict[str, tuple[str, str | None]] = {}
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        where = _describe_endpoint(*config.phase(section).endpoint(config.llm))
+        if where != main:
+            out[section_name(section)] = where
+    return out
+
+
+def _describe_endpoint(provider: str, base_url: str, key_env: str) -> tuple[str, str | None]:
+    """The SDKs fall back to their own endpoint (the openai SDK to ``OPENAI_BASE_URL`` first)
+    when ``base_url`` is empty; this says which one applies."""
+    import os
+
+    if provider == "offline":
+        return "none (offline provider: no network)", None
+    if provider in ("gemini", "anthropic"):
+        from sim.llm.stack import endpoint_url
+
+        own = "GEMINI_API_KEY" if provider == "gemini" else "ANTHROPIC_API_KEY"
+        return endpoint_url(provider, base_url), own if key_env == "OPENAI_API_KEY" else key_env
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    if not base_url and os.environ.get("OPENAI_BASE_URL"):
+        url += " (from OPENAI_BASE_URL)"
+    return url, key_env
 
 
 def redacted(config: Config) -> dict[str, Any]:

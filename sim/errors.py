@@ -88,7 +88,7 @@ class LogError(RunError):
 
 
 class TickInterrupted(RunError):
-    """Ctrl-C stopped a run: in-flight calls were cancelled.
+    """Ctrl-C or SIGTERM stopped a run: in-flight calls were cancelled.
 
     Args:
         world_dir: the world.
@@ -101,9 +101,17 @@ class TickInterrupted(RunError):
 
     exit_code = 130
 
-    def __init__(self, world_dir: Path, tick: int | None, committed: bool = False) -> None:
+    def __init__(
+        self,
+        world_dir: Path,
+        tick: int | None,
+        committed: bool = False,
+        signal_number: int | None = None,
+    ) -> None:
         self.world_dir = world_dir
         self.tick = tick
+        # 128 + the signal, as a shell reports it: 130 for Ctrl-C (SIGINT), 143 for SIGTERM
+        self.exit_code = 128 + (signal_number or 2)
         again = f"run `sim tick --world {world_dir}` again"
         if tick is None:
             message = "interrupted after the last tick committed; nothing was lost"

@@ -17,6 +17,7 @@ import ctypes.util
 import fcntl
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,17 +26,97 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from sim.errors import InputError, InvalidWorld, WorldLockedError
+from sim import safefs
+from sim.errors import InputError, InvalidWorld, UserError, WorldLockedError
+from sim.safefs import UnsafePath
 from sim.world import ID_RE, Character, Entity, Location, World, WorldMeta
 
 SIM_DIR = ".sim"
 JOURNAL = f"{SIM_DIR}/journal.json"
 JOURNAL_TMP = f"{SIM_DIR}/journal.tmp"
+ENTITY_KINDS = ("characters", "locations")
+#: default size limit of one entity file (``[limits] max_entity_bytes``)
+MAX_ENTITY_BYTES = 8 * 1024 * 1024
+#: deepest nesting kept in an entity file: orjson writes at most 254 levels, and deeper
+#: input would load and validate but fail the save after the tick's calls were paid for
+MAX_DEPTH = 200
+
+_ID = ID_RE.pattern.strip("^$")
+#: every file a commit may write or delete: a journal naming anything else is refused
+COMMIT_PATHS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"world\.json"),
+    re.compile(rf"(?:characters|locations)/{_ID}\.json"),
+    re.compile(rf"\.sim/responses/{_ID}/{_ID}\.json"),
+    re.compile(r"\.sim/pending_deletions\.json"),
+    re.compile(r"\.sim/log/tick-[0-9]{6,}\.(?:jsonl|commit\.json)"),
+    re.compile(r"\.sim/log/rewound-[0-9]+/tick-[0-9]{6,}\.jsonl"),
+)
+
+
+def commit_path_problem(rel: str) -> str | None:
+    """Why ``rel`` is not a file a commit can write, or ``None`` if it is."""
+    if not isinstance(rel, str) or not any(p.fullmatch(rel) for p in COMMIT_PATHS):
+        return f"{rel!r} is not a file a tick commit writes"
+    return None
+
+
+class CorruptJournal(UserError):
+    """``.sim/journal.json`` cannot be applied safely: reported, never applied (exit 2)."""
+
+    def __init__(self, root: Path, problem: str) -> None:
+        self.problem = problem
+        super().__init__(
+            f"{root / JOURNAL}: {problem}; it was not applied and nothing was written. "
+            f"If this world came from elsewhere, discard the journal with "
+            f"`rm {root / JOURNAL}` (the world stays at the tick its files show), "
+            "then run the command again"
+        )
+
 
 _libc_syncfs: Any = None
 with contextlib.suppress(OSError, AttributeError, TypeError):
     _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     _libc_syncfs = _libc.syncfs
+
+
+PROMPTS_DIR = "prompts"
+MAX_PROMPT_BYTES = 1024 * 1024
+
+
+def read_prompt(root: Path, name: str) -> str | None:
+    """The world's ``prompts/<name>.md`` as text, or ``None`` if it has none.
+
+    Raises:
+        InputError: not a regular file inside the world, too large, or not UTF-8.
+    """
+    rel = f"{PROMPTS_DIR}/{name}.md"
+    try:
+        raw = safefs.read_optional(root, rel, MAX_PROMPT_BYTES)
+    except OSError as exc:
+        raise InputError(root / rel, None, f"cannot read: {exc.strerror}") from None
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            root / rel, None, f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
+
+
+def prompt_problems(root: Path) -> list[InputError]:
+    """Every ``prompts/*.md`` that a tick could not read (``sim check`` runs this)."""
+    problems: list[InputError] = []
+    try:
+        names = safefs.list_names(root, [PROMPTS_DIR], ".md") or []
+    except InputError as exc:
+        return [exc]
+    for name in names:
+        try:
+            read_prompt(root, name.removesuffix(".md"))
+        except InputError as exc:
+            problems.append(exc)
+    return problems
 
 
 def dump_json(data: Any) -> bytes:
@@ -47,18 +128,10 @@ _WRITE_THREADS = 8
 _PARALLEL_WRITES_FROM = 64
 
 
-def _overwrite(item: tuple[Path, bytes]) -> None:
-    """Replace a file's content in place (no truncate-to-zero, no rename)."""
-    path, data = item
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        offset = 0
-        while offset < len(view):
-            offset += os.pwrite(fd, view[offset:], offset)
-        os.ftruncate(fd, len(data))
-    finally:
-        os.close(fd)
+def _overwrite(item: tuple[int, str, Path, bytes]) -> None:
+    """Replace a file's content in place, relative to its (already opened) folder."""
+    dir_fd, name, shown, data = item
+    safefs.write_at(dir_fd, name, shown, data)
 
 
 # orjson reads integers beyond 64 bits as floats, which would silently change them on save:
@@ -87,12 +160,69 @@ def _find_big_int(value: Any, path: str = "") -> str | None:
     return None
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+#: bytes that, present, send the duplicate-key check to the exact (slower) parse: a unicode
+#: escape, or blank space just before a colon (a key not written as ``"key":``)
+_UNICODE_ESCAPE = b"\\u"
+_BLANK_COLON = (b" :", b"\t:", b"\n:", b"\r:")
+
+
+def _depth(data: Any) -> int:
+    """Deepest nesting of parsed JSON, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return deepest
+
+
+def _first_duplicate(raw: bytes) -> tuple[str, str] | None:
+    """(dotted path of the object, key) of the first key repeated within one object."""
+    found: list[tuple[str, str]] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen and not found:
+                found.append(("", key))
+            seen.add(key)
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
+def _shape_problem(raw: bytes, data: dict[str, Any]) -> tuple[str | None, str] | None:
+    """(field, problem) if the file nests too deep or repeats a key within an object.
+
+    Cheap in the common case (about 5 µs for a 2 KB entity): the bracket count bounds the
+    depth; and when every key in the text is written ``"key":`` with no unicode escape,
+    the text holds as many ``":`` as orjson's compact dump of the parsed data unless a key
+    was repeated (orjson silently keeps the last value), because text inside strings
+    appears identically in both. Otherwise the file is parsed again keeping every pair.
+    """
+    if raw.count(b"{") + raw.count(b"[") > MAX_DEPTH:
+        deepest = _depth(data)
+        if deepest > MAX_DEPTH:
+            return None, f"nested {deepest} levels deep; at most {MAX_DEPTH} are kept"
+    keys = raw.count(b'":')
+    plain = _UNICODE_ESCAPE not in raw and (
+        raw.count(b":") == keys or not any(m in raw for m in _BLANK_COLON)
+    )
+    suspect = not plain or keys > orjson.dumps(data).count(b'":')
+    if suspect:
+        duplicate = _first_duplicate(raw)
+        if duplicate is not None:
+            return None, (
+                f"key {duplicate[1]!r} appears twice in one object; the first value would "
+                "be lost on save: keep one"
+            )
+    return None
 
 
 def _sync_filesystem(path: Path) -> None:
@@ -125,12 +255,17 @@ def _field(loc: tuple[Any, ...]) -> str:
 class Storage:
     """Reads and writes one world folder.
 
+    Every file is read and written through ``sim.safefs``: no symbolic link is followed
+    inside the world, and only regular files are read or written.
+
     Args:
         root: the world folder (holding ``world.json``, ``characters/``, ``locations/``).
+        max_entity_bytes: the largest entity file loaded (larger ones are refused by name).
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_entity_bytes: int = MAX_ENTITY_BYTES) -> None:
         self.root = Path(root)
+        self.max_entity_bytes = max_entity_bytes
 
     # -- loading ------------------------------------------------------------------------
 
@@ -144,6 +279,10 @@ class Storage:
             return None
         if not isinstance(data, dict):
             problems.append(InputError(path, None, "expected a JSON object at the top level"))
+            return None
+        shape_problem = _shape_problem(raw, data)
+        if shape_problem is not None:
+            problems.append(InputError(path, *shape_problem))
             return None
         if _LONG_DIGITS in raw.translate(_DIGITS_ONLY):
             big = _find_big_int(json.loads(raw))
@@ -160,15 +299,53 @@ class Storage:
             return None
         return normal
 
-    def _sources(self, kind: str, overlay: Mapping[str, bytes | None]) -> dict[str, bytes]:
+    def _read(self, rel: str, problems: list[InputError]) -> bytes | None:
+        """A world file's bytes (no link followed, size-limited); problems are collected."""
+        try:
+            return safefs.read_file(self.root, rel, self.max_entity_bytes)
+        except InputError as exc:
+            problems.append(exc)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            problems.append(InputError(self.root / rel, None, f"cannot read: {exc.strerror}"))
+        return None
+
+    def _sources(
+        self, kind: str, overlay: Mapping[str, bytes | None], problems: list[InputError]
+    ) -> dict[str, bytes]:
         """``kind/<name>.json`` -> bytes, as the world stands (pending journal included)."""
         out: dict[str, bytes] = {}
         folder = self.root / kind
-        if folder.is_dir():
-            for path in folder.glob("*.json"):
-                rel = f"{kind}/{path.name}"
-                if rel not in overlay:
-                    out[rel] = path.read_bytes()
+        try:
+            with safefs.open_dir(self.root, [kind]) as dir_fd:
+                names = sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))
+                for name in names:
+                    rel = f"{kind}/{name}"
+                    if rel in overlay:
+                        continue
+                    try:
+                        out[rel] = safefs.read_at(
+                            dir_fd, name, folder / name, self.max_entity_bytes
+                        )
+                    except InputError as exc:
+                        problems.append(exc)
+                    except FileNotFoundError:
+                        pass  # removed while listing
+                    except OSError as exc:
+                        problems.append(
+                            InputError(folder / name, None, f"cannot read: {exc.strerror}")
+                        )
+        except FileNotFoundError:
+            problems.append(
+                InputError(
+                    folder,
+                    None,
+                    f"the {kind}/ folder is missing (a world with none needs an empty folder)",
+                )
+            )
+        except InputError as exc:
+            problems.append(exc)
         prefix = f"{kind}/"
         for rel, data in overlay.items():
             if rel.startswith(prefix) and "/" not in rel[len(prefix) :] and data is not None:
@@ -186,7 +363,7 @@ class Storage:
         """Valid entities by id, and the ids of files that exist but are invalid."""
         out: dict[str, Entity] = {}
         invalid: set[str] = set()
-        for rel, raw in self._sources(kind, overlay).items():
+        for rel, raw in self._sources(kind, overlay, problems).items():
             path = self.root / rel
             entity = self._parse(path, raw, model, problems)
             if entity is None:
@@ -221,11 +398,11 @@ class Storage:
         meta_path = self.root / "world.json"
         meta: Entity | None = None
         meta_raw = overlay.get("world.json")
-        if meta_raw is None and meta_path.is_file():
-            meta_raw = meta_path.read_bytes()
         if meta_raw is None:
-            problems.append(InputError(meta_path, None, "world.json is missing"))
-        else:
+            meta_raw = self._read("world.json", problems)
+            if meta_raw is None and not problems:
+                problems.append(InputError(meta_path, None, "world.json is missing"))
+        if meta_raw is not None:
             meta = self._parse(meta_path, meta_raw, WorldMeta, problems)
             if meta is not None:
                 originals["world.json"] = meta_raw
@@ -263,6 +440,7 @@ class Storage:
                             f"connection to missing location {target!r}",
                         )
                     )
+        problems.extend(prompt_problems(self.root))
         if not locations and not bad_locations:
             problems.append(
                 InputError(self.root / "locations", None, "a world needs at least one location")
@@ -293,10 +471,16 @@ class Storage:
 
         Args:
             world: the mutated world (its ``meta["tick"]`` already advanced).
-            extra: more files relative to the world folder: bytes to write, ``None`` to delete.
+            extra: more files relative to the world folder: bytes to write, ``None`` to
+                delete; each must be one of ``COMMIT_PATHS``.
 
         Returns:
             The relative paths written or deleted.
+
+        Raises:
+            UnsafePath: an ``extra`` path is not a file a commit writes, or a link is on it.
+            OSError: the disk refused (full, read-only); nothing was committed unless the
+                journal's rename had happened, in which case the next run finishes it.
         """
         # a committed journal still pending is carried into this one, so its files are
         # never lost even if the caller skipped recover()
@@ -304,19 +488,33 @@ class Storage:
         files.update(self.changed_files(world))  # paths built from validated ids
         self._check_rels(extra or {})
         files.update(extra or {})
-        sim_dir = self.root / SIM_DIR
-        sim_dir.mkdir(exist_ok=True)
         journal = {
             "version": 1,
             "files": {rel: (None if b is None else b.decode("utf-8")) for rel, b in files.items()},
         }
-        tmp = self.root / JOURNAL_TMP
-        with open(tmp, "wb") as handle:
-            handle.write(orjson.dumps(journal))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.root / JOURNAL)  # the commit point
-        _fsync_dir(sim_dir)
+        payload = orjson.dumps(journal)
+        with safefs.open_dir(self.root, [SIM_DIR], create=True) as sim_fd:
+            tmp_name = JOURNAL_TMP.rsplit("/", 1)[1]
+            try:
+                safefs.unlink_at(sim_fd, tmp_name)
+                safefs.write_at(sim_fd, tmp_name, self.root / JOURNAL_TMP, payload)
+                fd = safefs.open_file_at(sim_fd, tmp_name, self.root / JOURNAL_TMP)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    safefs.unlink_at(sim_fd, tmp_name)
+                raise
+            journal_name = JOURNAL.rsplit("/", 1)[1]
+            try:
+                os.replace(tmp_name, journal_name, src_dir_fd=sim_fd, dst_dir_fd=sim_fd)  # commit
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    safefs.unlink_at(sim_fd, tmp_name)
+                raise
+            os.fsync(sim_fd)
         self._apply(files)
         for rel, data in files.items():
             if data is not None:
@@ -332,86 +530,182 @@ class Storage:
             self._check_rel(rel, parents_ok)
 
     def _check_rel(self, rel: str, parents_ok: set[str] | None = None) -> None:
-        """Refuse a path outside the world, the journal itself, or one that a folder or
-        file already in the world makes impossible. ``parents_ok`` caches parent folders
-        already checked (os.path, not pathlib: this runs for every file of a commit)."""
-        path = Path(rel)
-        parts = path.parts
-        if not rel or path.is_absolute() or ".." in parts or parts in ((), (".",)):
-            raise ValueError(f"refusing to write outside the world folder: {rel!r}")
-        posix = path.as_posix()
-        if posix in (JOURNAL, JOURNAL_TMP):
-            raise ValueError(f"refusing to write the engine's own journal: {rel!r}")
+        """Refuse a path outside the world, one a commit never writes, or one that a link,
+        folder or file already in the world makes impossible or unsafe. ``parents_ok``
+        caches parent folders already checked (os.path, not pathlib: this runs for every
+        file of a commit)."""
+        if not isinstance(rel, str):
+            raise UnsafePath(None, None, f"refusing a path that is not text: {rel!r}")
+        parts = rel.split("/")
+        if not rel or rel.startswith("/") or ".." in parts or rel in (".", "") or "\x00" in rel:
+            raise UnsafePath(None, None, f"refusing to write outside the world folder: {rel!r}")
+        if rel in (JOURNAL, JOURNAL_TMP):
+            raise UnsafePath(None, None, f"refusing to write the engine's own journal: {rel!r}")
+        problem = commit_path_problem(rel)
+        if problem is not None:
+            raise UnsafePath(None, None, f"refusing to write {problem}")
         root = os.fspath(self.root)
-        if os.path.isdir(os.path.join(root, posix)):
-            raise ValueError(f"refusing to replace a folder with a file: {rel!r}")
+        target = os.path.join(root, rel)
+        if os.path.islink(target):
+            raise UnsafePath(self.root / rel, None, "is a symlink; refusing to write it")
+        if os.path.isdir(target):
+            raise UnsafePath(None, None, f"refusing to replace a folder with a file: {rel!r}")
         checked = parents_ok if parents_ok is not None else set()
         for end in range(len(parts) - 1, 0, -1):  # the parents, deepest first
             parent = "/".join(parts[:end])
             if parent in checked:
                 break  # and so were its own parents
-            if os.path.isfile(os.path.join(root, parent)):
-                raise ValueError(f"{rel!r}: {parent!r} is a file, not a folder")
+            full = os.path.join(root, parent)
+            if os.path.islink(full):
+                raise UnsafePath(
+                    self.root / parent, None, "is a symlink; refusing to write through it"
+                )
+            if os.path.lexists(full) and not os.path.isdir(full):
+                raise UnsafePath(None, None, f"{rel!r}: {parent!r} is a file, not a folder")
             checked.add(parent)
 
     def _apply(self, files: Mapping[str, bytes | None]) -> None:
         # Files are overwritten in place: the committed journal already makes the tick
         # atomic (recovery rewrites every file from it), and on common filesystems an
-        # in-place write is several times cheaper than write-temp-and-rename.
-        made: set[Path] = set()
-        writes: list[tuple[Path, bytes]] = []
+        # in-place write is several times cheaper than write-temp-and-rename. Each folder
+        # is opened once, by descriptor, without following links (sim.safefs).
+        by_folder: dict[str, list[tuple[str, bytes | None]]] = {}
         for rel, data in files.items():
-            target = self.root / rel
-            if data is None:
-                with contextlib.suppress(FileNotFoundError):
-                    target.unlink()
-                continue
-            if target.parent not in made:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                made.add(target.parent)
-            writes.append((target, data))
-        if len(writes) > _PARALLEL_WRITES_FROM:
-            with ThreadPoolExecutor(_WRITE_THREADS) as pool:
-                for _ in pool.map(_overwrite, writes):
-                    pass
-        else:
-            for item in writes:
-                _overwrite(item)
+            folder, _, name = rel.rpartition("/")
+            by_folder.setdefault(folder, []).append((name, data))
+        with contextlib.ExitStack() as stack:
+            writes: list[tuple[int, str, Path, bytes]] = []
+            for folder, entries in by_folder.items():
+                parts = folder.split("/") if folder else []
+                creating = any(data is not None for _, data in entries)
+                try:
+                    dir_fd = stack.enter_context(safefs.open_dir(self.root, parts, create=creating))
+                except FileNotFoundError:
+                    continue  # only deletions, in a folder that is not there
+                for name, data in entries:
+                    if data is None:
+                        safefs.unlink_at(dir_fd, name)
+                    else:
+                        writes.append((dir_fd, name, self.root / folder / name, data))
+            if len(writes) > _PARALLEL_WRITES_FROM:
+                with ThreadPoolExecutor(_WRITE_THREADS) as pool:
+                    for _ in pool.map(_overwrite, writes):
+                        pass
+            else:
+                for item in writes:
+                    _overwrite(item)
         _sync_filesystem(self.root)
-        (self.root / JOURNAL).unlink()
-        _fsync_dir(self.root / SIM_DIR)
+        with safefs.open_dir(self.root, [SIM_DIR]) as sim_fd:
+            os.unlink(JOURNAL.rsplit("/", 1)[1], dir_fd=sim_fd)
+            os.fsync(sim_fd)
+
+    def _journal_bytes(self) -> bytes | None:
+        try:
+            return safefs.read_file(self.root, JOURNAL)
+        except FileNotFoundError:
+            return None
+        except InputError as exc:
+            raise CorruptJournal(self.root, exc.problem) from None
+        except OSError as exc:
+            raise CorruptJournal(self.root, f"cannot be read ({exc.strerror})") from None
 
     def _journal_overlay(self) -> dict[str, bytes | None]:
-        """The files of a committed but not yet applied journal, or ``{}``."""
-        path = self.root / JOURNAL
-        try:
-            journal = orjson.loads(path.read_bytes())
-        except FileNotFoundError:
+        """The files of a committed but not yet applied journal, or ``{}``.
+
+        Raises:
+            CorruptJournal: the journal is not valid JSON of the expected shape, names a
+                file a commit never writes, or a path with a link on it.
+        """
+        raw = self._journal_bytes()
+        if raw is None:
             return {}
-        return {
-            rel: (None if text is None else text.encode("utf-8"))
-            for rel, text in journal["files"].items()
-        }
+        return self._validate_journal(raw)
+
+    def _validate_journal(self, raw: bytes) -> dict[str, bytes | None]:
+        try:
+            journal = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptJournal(self.root, f"not valid JSON ({exc})") from None
+        if (
+            not isinstance(journal, dict)
+            or journal.get("version") != 1
+            or not isinstance(journal.get("files"), dict)
+        ):
+            raise CorruptJournal(
+                self.root, 'expected {"version": 1, "files": {path: text or null}}'
+            )
+        out: dict[str, bytes | None] = {}
+        for rel, text in journal["files"].items():
+            if text is not None and not isinstance(text, str):
+                raise CorruptJournal(self.root, f"{rel!r}: expected text or null")
+            try:
+                safefs.split_rel(rel)
+                problem = commit_path_problem(rel) or safefs.symlink_on_path(self.root, rel)
+            except UnsafePath as exc:
+                problem = exc.problem
+            if text is None and problem == f"{rel} is a symlink":
+                problem = None  # deleting a link removes the link, never its target
+            if problem is not None:
+                raise CorruptJournal(self.root, f"names an unsafe path: {problem}")
+            out[rel] = None if text is None else text.encode("utf-8")
+        return out
 
     def pending_journal(self) -> bool:
         """Whether a committed tick is waiting to be written into place."""
-        return (self.root / JOURNAL).is_file()
+        return os.path.lexists(self.root / JOURNAL)
+
+    def check_engine_dirs(self) -> None:
+        """Refuse a world whose ``.sim`` folders are links or files (the tick log and the
+        response store are written there).
+
+        Raises:
+            UnsafePath: naming the folder.
+        """
+        for rel in (SIM_DIR, f"{SIM_DIR}/log", f"{SIM_DIR}/responses"):
+            path = self.root / rel
+            if os.path.islink(path):
+                raise UnsafePath(path, None, "is a symlink; expected a folder inside the world")
+            if os.path.lexists(path) and not os.path.isdir(path):
+                raise UnsafePath(path, None, "expected a folder")
 
     def recover(self) -> bool:
         """Finish a commit interrupted by a crash, or discard an uncommitted one.
 
         Call with the lock held. Returns whether a committed journal was replayed.
+
+        Raises:
+            CorruptJournal: the journal cannot be applied safely (nothing is written).
         """
-        with contextlib.suppress(FileNotFoundError):
-            (self.root / JOURNAL_TMP).unlink()
-        files = self._journal_overlay()
-        if not files and not (self.root / JOURNAL).is_file():
+        self.check_engine_dirs()
+        with (
+            contextlib.suppress(FileNotFoundError),
+            safefs.open_dir(self.root, [SIM_DIR]) as sim_fd,
+        ):
+            safefs.unlink_at(sim_fd, JOURNAL_TMP.rsplit("/", 1)[1])
+        if self._journal_bytes() is None:
             return False
-        self._check_rels(files)
+        files = self._journal_overlay()
         self._apply(files)
         return True
 
     # -- locking ------------------------------------------------------------------------
+
+    def running_elsewhere(self) -> bool:
+        """Whether another process holds the world's lock right now (a tick is running).
+
+        A non-blocking probe: the lock is taken and released at once if it is free.
+        """
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # releases a lock taken by the probe
+        return False
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:

@@ -504,6 +504,8 @@ def tick_command(run_dir: Path, ticks: int, grant: Grant, config: Config) -> lis
     """The ``sim tick`` that runs a run on, under its grant (never above its own config's cap)."""
     where = str(run_dir.resolve())
     command = [sys.executable, "-m", "sim", "tick", "--world", where, "--ticks", str(ticks)]
+    command.append("--trust-world-config")  # the run's config.toml is the sweep's own copy
+
     if grant.usd is not None:
         own = config.budget.max_cost_usd
         command += ["--budget-usd", repr(min(grant.usd, own) if own else grant.usd)]

@@ -3,6 +3,7 @@ mapping of library errors to messages and exit codes (0 ok, 1 the run failed, 2 
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,12 +30,59 @@ WORLD = click.option(
     type=click.Path(path_type=Path, file_okay=False),
     help="The world folder.",
 )
-CONFIG = click.option(
+_CONFIG_FILE = click.option(
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Config file (default: ./config.toml, else built-in defaults).",
 )
+TRUST_KEY = "sim.trust_world_config"
+
+
+def _remember_trust(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    ctx.meta[TRUST_KEY] = value
+    return value
+
+
+_TRUST = click.option(
+    "--trust-world-config",
+    is_flag=True,
+    expose_value=False,
+    callback=_remember_trust,
+    help="Let the world's config.toml choose where requests go and which API key variable "
+    "they use (base_url, api_key_env); off by default, since worlds are shared.",
+)
+
+
+def CONFIG(command: Any) -> Any:
+    """``--config FILE`` and ``--trust-world-config``."""
+    return _CONFIG_FILE(_TRUST(command))
+
+
+def trusting_world_config() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(TRUST_KEY))
+
+
+#: errors of the disk or its permissions: the user fixes the cause, then runs again
+OS_CAUSES = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the filesystem is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EIO: "input/output error",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an OS error: what, where, and that nothing is torn."""
+    cause = OS_CAUSES.get(exc.errno or 0, exc.strerror or str(exc))
+    where = f" ({exc.filename})" if exc.filename else ""
+    return (
+        f"failed: {cause}{where}. Nothing was torn: the world is at its last committed "
+        "tick; fix the cause and run the command again (an interrupted tick resumes)"
+    )
 
 
 @contextmanager
@@ -44,7 +92,7 @@ def errors() -> Iterator[None]:
         yield
     except TickInterrupted as exc:
         click.echo(f"\n{exc}", err=True)
-        sys.exit(130)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
@@ -62,6 +110,12 @@ def errors() -> Iterator[None]:
         sys.exit(1)
     except LLMError as exc:
         click.echo(f"failed: {exc}", err=True)
+        sys.exit(1)
+    except RecursionError:
+        click.echo("error: input nested too deeply to process", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(os_error_line(exc), err=True)
         sys.exit(1)
 
 
@@ -94,6 +148,7 @@ def build_config(
     base_url: str | None = None,
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
+    sends_requests: bool = True,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
     llm: dict[str, Any] = {}
@@ -115,7 +170,13 @@ def build_config(
         budget["max_total_tokens"] = budget_tokens
     if budget:
         overrides["budget"] = budget
-    config = load_config(config_file, world_dir if world_dir.is_dir() else None, overrides)
+    config = load_config(
+        config_file,
+        world_dir if world_dir.is_dir() else None,
+        overrides,
+        # a command that sends nothing (usage, an offline replay) cannot misroute a key
+        trust_world_config=trusting_world_config() or not sends_requests,
+    )
     for name in overrides.get("phases", {}):
         phase_section(name, config.tick.phases)  # raises: --depth for an unknown phase
     if model is not None:

@@ -102,7 +102,7 @@ def replay_(
     from sim.ticklog.replay import replay
 
     with json_errors("replay", as_json):
-        config = build_config(config_file, world_dir)
+        config = build_config(config_file, world_dir, sends_requests=live)
         report = replay(world_dir, tick_, to, config=config, live=live)
         if as_json:
             emit(replay_document(report))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -78,6 +79,13 @@ def print_tick(result: TickResult) -> None:
             click.echo(f"fallback model: {report.name} {entity_key}: {models}")
         for warning in report.warnings:
             click.echo(f"ignored: {warning}")
+    pushed = result.backpressure
+    if pushed and (pushed["rate_limited"] or pushed["timeouts"] or pushed["down_failures"]):
+        click.echo(
+            f"\nbackpressure: {pushed['rate_limited']} rate-limited and {pushed['timeouts']} "
+            f"timed-out attempts (retried), paused {pushed['paused_seconds']:.1f}s; "
+            f"concurrency limit {pushed['limit']} (lowest {pushed['lowest_limit']})"
+        )
     click.echo("\nphase        calls  failed  retries  input tok  output tok")
     for report in result.reports:
         if report.name == "apply":
@@ -175,15 +183,30 @@ def tick(
 @CONFIG
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
-    """Validate a world and its config; call nothing, write nothing."""
+    """Validate a world, its config and the engine's state in it; call nothing, write nothing.
+
+    Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
+    """
+    from sim.config import endpoint, phase_endpoints
+    from sim.engine import deletions, repair
     from sim.phases.check import check_phases
     from sim.storage import Storage
     from sim.ticklog.format import read_logs
 
     with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
-        storage = Storage(world_dir)
-        world = storage.load()
+        url, key_env = endpoint(config)
+        storage = Storage(world_dir, config.limits.max_entity_bytes)
+        running = storage.running_elsewhere()
+        storage.check_engine_dirs()
+        world = storage.load()  # entities, prompts, a pending journal
+        repairs = [str(item) for item in repair.inspect(world).items]
+        pending_problem = deletions.problem(world_dir)
+        if pending_problem is not None:
+            repairs.append(
+                f"{world_dir / deletions.PENDING}: {pending_problem}; the next tick sets it "
+                "aside (its responses are left on the provider)"
+            )
         phases = check_phases(config, world)
         if not phases.ok:
             if as_json:
@@ -205,6 +228,11 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             document = check_document(world_dir, config, storage, world)
             document["phases"] = [spec.name for spec in phases.phases]
             document["warnings"] = phases.warnings
+            document.update(endpoint=url, api_key_env=key_env, repairs=repairs, running=running)
+            document["phase_endpoints"] = {
+                name: {"endpoint": u, "api_key_env": k}
+                for name, (u, k) in phase_endpoints(config).items()
+            }
             emit(document)
             return
         for warning in phases.warnings:
@@ -217,6 +245,22 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             f"phases: {', '.join(spec.name for spec in phases.phases)} "
             f"({phases.renders} template renders checked)"
         )
+        click.echo(f"endpoint: {url}")
+        if key_env is not None:
+            state = "set" if os.environ.get(key_env) else "not set"
+            click.echo(f"api key: from ${key_env} ({state})")
+        for name, (phase_url, phase_key) in phase_endpoints(config).items():
+            state = "set" if phase_key and os.environ.get(phase_key) else "not set"
+            key_note = f", api key from ${phase_key} ({state})" if phase_key else ""
+            click.echo(f"endpoint of phase {name}: {phase_url}{key_note}")
+        for line in repairs:
+            click.echo(f"repair: {line}")
+        if running:
+            click.echo(
+                f"running: another sim process is running this world now (tick "
+                f"{world.tick + 1}); run `sim check` again when it has finished"
+            )
+            return
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
         logs, problems = read_logs(world_dir)

@@ -173,7 +173,7 @@ def usage_(world_dir: Path, by: str, config_file: Path | None, as_json: bool) ->
     from sim.analysis.usage import usage_report
 
     with errors():
-        config = build_config(config_file, world_dir)
+        config = build_config(config_file, world_dir, sends_requests=False)
         report = usage_report(world_dir, cast("By", by), config.prices)
         if as_json:
             click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())

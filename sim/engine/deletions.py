@@ -10,7 +10,6 @@ deletion never blocks a tick. An id is only ever deleted through the provider th
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Iterable
@@ -19,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from sim import safefs
+from sim.errors import InputError
 from sim.llm.errors import LLMAPIError, LLMError
 from sim.llm.types import Adapter
 
@@ -29,17 +30,34 @@ logger = logging.getLogger(__name__)
 Entry = dict[str, Any]
 
 
-def load(root: Path) -> list[Entry]:
-    """The deletions still pending from earlier ticks."""
+def problem(root: Path) -> str | None:
+    """Why the pending list cannot be read, or ``None`` (``sim check`` reports it)."""
     try:
-        data = orjson.loads((root / PENDING).read_bytes())
-    except FileNotFoundError:
+        raw = safefs.read_optional(root, PENDING, 64 * 1024 * 1024)
+    except (InputError, OSError) as exc:
+        return str(exc)
+    if raw is None:
+        return None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"not valid JSON ({exc})"
+    if not isinstance(data, dict) or not isinstance(data.get("pending", []), list):
+        return 'expected {"pending": [...]}'
+    return None
+
+
+def load(root: Path) -> list[Entry]:
+    """The deletions still pending from earlier ticks; a damaged list is set aside."""
+    bad = problem(root)
+    if bad is not None:
+        logger.warning("%s: %s; its pending deletions are kept aside", PENDING, bad)
+        os.replace(root / PENDING, root / (PENDING + ".bad"))  # moves a link, not its target
         return []
-    except orjson.JSONDecodeError:
-        logger.warning("%s is not valid JSON; its pending deletions are kept aside", PENDING)
-        (root / PENDING).rename(root / (PENDING + ".bad"))
+    raw = safefs.read_optional(root, PENDING)
+    if raw is None:
         return []
-    return [e for e in data.get("pending", []) if isinstance(e, dict)]
+    return [e for e in orjson.loads(raw).get("pending", []) if isinstance(e, dict)]
 
 
 def encode(entries: list[Entry]) -> bytes | None:
@@ -100,11 +118,12 @@ async def flush(root: Path, adapter: Adapter, pending: list[Entry]) -> list[Entr
 
 
 def _write(root: Path, data: bytes | None) -> None:
-    path = root / PENDING
-    if data is None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    folder, _, name = PENDING.rpartition("/")
+    with safefs.open_dir(root, folder.split("/"), create=True) as dir_fd:
+        if data is None:
+            safefs.unlink_at(dir_fd, name)
+            return
+        tmp = name + ".tmp"
+        safefs.unlink_at(dir_fd, tmp)  # a planted link is removed, never written through
+        safefs.write_at(dir_fd, tmp, root / PENDING, data)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,9 +13,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sim.config import Config
-from sim.engine import deletions
+from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
+from sim.llm.backpressure import find_endpoint
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
@@ -28,6 +30,12 @@ from sim.ticklog.recorder import TickRecorder
 from sim.world import World
 
 PhaseStage = Literal["start", "end"]
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived during a run (turned into ``TickInterrupted`` by ``Runner.run``)."""
+
+
 PhaseHook = Callable[[str, PhaseStage, PhaseReport | None], None]
 
 
@@ -44,6 +52,8 @@ class TickResult:
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     resumed_calls: int = 0
+    #: how the endpoint pushed back during this tick (``EndpointStats.to_dict``), if any
+    backpressure: dict[str, Any] | None = None
 
     @property
     def calls(self) -> int:
@@ -131,7 +141,7 @@ class Runner:
         on_tick: Callable[[TickResult], None] | None = None,
         seed: int | None = None,
     ) -> None:
-        self.storage = Storage(world_dir)
+        self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
         self.config = config
         self.events = events
@@ -153,11 +163,47 @@ class Runner:
                 any) did not commit and is resumed by the next run.
         """
         try:
-            return asyncio.run(self.run_async(ticks))
+            return asyncio.run(self._run_until_signalled(ticks))
         except KeyboardInterrupt:
             raise TickInterrupted(
                 self.storage.root, self.current_tick, self.storage.pending_journal()
             ) from None
+        except _Terminated:
+            raise TickInterrupted(
+                self.storage.root,
+                self.current_tick,
+                self.storage.pending_journal(),
+                signal_number=signal.SIGTERM,
+            ) from None
+
+    async def _run_until_signalled(self, ticks: int) -> list[TickResult]:
+        """``run_async``, with SIGTERM (batch schedulers, ``timeout``) treated like Ctrl-C:
+        the running tick's task is cancelled, which cancels its in-flight calls; a commit
+        is synchronous, so it is never cut in half."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        terminated = False
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            if task is not None:
+                task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+            installed = True
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+            installed = False
+        try:
+            return await self.run_async(ticks)
+        except asyncio.CancelledError:
+            if terminated:
+                raise _Terminated from None
+            raise
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGTERM)
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
@@ -209,6 +255,8 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
+        repair.apply(world, repairs)
         timings = {"load": time.perf_counter() - started}
         if self.phases is None or self.prompts is None:
             self.prompts = Prompts(world.root)
@@ -224,8 +272,11 @@ class Runner:
         recorder = TickRecorder.begin(
             self.storage, world, self.config, manifest(self.phases, self.prompts)
         )
+        recorder.notes.extend(repairs.notes())
         try:
-            return await self._run_tick(world, self.adapter, recorder, started, timings)
+            return await self._run_tick(
+                world, self.adapter, recorder, started, timings, tuple(repairs.store_deletions())
+            )
         finally:
             recorder.close()
 
@@ -236,8 +287,14 @@ class Runner:
         recorder: TickRecorder,
         started: float,
         timings: dict[str, float],
+        dropped: tuple[str, ...] = (),
     ) -> TickResult:
+        endpoint = find_endpoint(adapter)
+        pushed_before = endpoint.stats.to_dict() if endpoint is not None else None
         store = ResponseStore(world.root)
+        for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
+            chain, _, name = rel.removeprefix(".sim/responses/").partition("/")
+            store.discard(f"{chain}:{name.removesuffix('.json')}")
         ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
         ctx.prompts = self.prompts
         ctx.endpoint_adapters = {k: recorder.wrap(a) for k, a in self.endpoint_adapters.items()}
@@ -291,6 +348,8 @@ class Runner:
             notes=recorder.notes,
             resumed_calls=recorder.resumed_calls,
         )
+        if endpoint is not None and pushed_before is not None:
+            result.backpressure = endpoint.stats.since(pushed_before, endpoint.limit)
         totals = {
             "calls": result.calls,
             "failures": result.failures,

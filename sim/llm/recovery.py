@@ -13,8 +13,11 @@ A wrapper around any adapter (STYLE #6), implementing spec 000's table exactly:
 Backoff is exponential with full jitter, capped. When a model still fails with a retryable
 error after its retries, or its circuit breaker is open, the phase's ``fallback_models``
 are tried in order (spec 003). A breaker per ``provider:model`` opens after K consecutive
-429s / 5xx / timeouts (not schema errors or refusals), fails fast while open and lets one
-probe through after a cool-down.
+5xx answers, fails fast while open and lets one probe through after a cool-down. Rate
+limits and timeouts never count toward it: they are the provider asking the client to slow
+down, which ``sim.llm.backpressure`` does (an adaptive concurrency limit and a shared pause
+per endpoint); an endpoint that refuses connections is detected there too, by its URL.
+Schema errors and refusals say nothing about the provider's health either.
 
 Every attempt is recorded (model, attempt number, usage, latency, error code) in
 ``response.attempts`` or ``error.attempts``, so the client can emit one event per attempt
@@ -69,6 +72,19 @@ def classify(error: LLMError) -> Kind:
     ):
         return "transient"
     return "fatal"
+
+
+def is_server_failure(error: LLMError) -> bool:
+    """An HTTP 5xx: the model's server failed (what opens a ``provider:model`` breaker).
+
+    Not a 429 or a timeout (backpressure), not a connection error (the endpoint, not the
+    model: ``sim.llm.backpressure`` tracks it by URL), not a content failure.
+    """
+    return (
+        isinstance(error, LLMAPIError)
+        and not isinstance(error, LLMRateLimitError)
+        and (error.status_code or 0) >= 500
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +177,7 @@ class RecoveryAdapter(AdapterWrapper):
     Args:
         inner: the adapter to call (usually rate-limited and budgeted).
         policy: retry counts and backoff.
-        breaker_threshold: consecutive 429/5xx/timeouts that open a breaker.
+        breaker_threshold: consecutive 5xx answers that open a breaker.
         breaker_cooldown: seconds before an open breaker lets a probe through.
         sleep: how to wait between attempts (tests pass a fast fake).
         rng: jitter source in [0, 1).
@@ -212,7 +228,10 @@ class RecoveryAdapter(AdapterWrapper):
                     )
                 )
                 raise LLMCircuitOpenError(
-                    f"circuit open for {self.name}:{model} after repeated failures", model=model
+                    f"circuit open for {self.name}:{model}: it answered "
+                    f"{self.breaker_threshold} server errors (HTTP 5xx) in a row; "
+                    f"tried again after {self.breaker_cooldown:g} s",
+                    model=model,
                 )
             started = time.perf_counter()
             try:
@@ -225,7 +244,7 @@ class RecoveryAdapter(AdapterWrapper):
                     )
                 )
                 kind = classify(exc)
-                if kind in ("rate_limit", "transient"):
+                if is_server_failure(exc):
                     breaker.failure()
                 else:
                     breaker.neutral()

@@ -1,17 +1,21 @@
 """Build the adapter stack from config.
 
-The stack, innermost first: the provider's adapter -> budget (each attempt reserves its
-worst case, priced for the model actually used) -> rate limiter (requests and tokens per
-minute) -> recovery (retries, fallback models, breakers). Phases see only the outermost.
+The stack, innermost first: the provider's adapter -> backpressure (an adaptive
+concurrency limit and a shared Retry-After pause per endpoint; not for offline) -> budget
+(each attempt reserves its worst case, priced for the model actually used) -> rate limiter
+(requests and tokens per minute) -> recovery (retries, fallback models, breakers). Phases
+see only the outermost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sim.llm.adapters import create_adapter
+from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
@@ -49,6 +53,22 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     return options
 
 
+#: the endpoints the SDKs use when ``base_url`` is empty (the OpenAI SDK reads
+#: ``OPENAI_BASE_URL`` first, the Anthropic SDK ``ANTHROPIC_BASE_URL``)
+DEFAULT_URLS = {
+    "gemini": ("", "https://generativelanguage.googleapis.com"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+}
+
+
+def endpoint_url(provider: str, base_url: str) -> str:
+    """Where requests go: ``base_url``, else the provider's SDK default."""
+    if base_url:
+        return base_url
+    env, url = DEFAULT_URLS.get(provider, ("OPENAI_BASE_URL", "https://api.openai.com/v1"))
+    return (os.environ.get(env) if env else None) or url
+
+
 def make_budget(config: Config) -> Budget:
     return Budget(
         max_total_tokens=config.budget.max_total_tokens or None,
@@ -82,6 +102,16 @@ def build_stack(
     """
     llm = config.llm
     inner: Adapter = provider or create_adapter(llm.provider, **provider_options(config, seed))
+    if llm.provider != "offline":  # a network endpoint: slow down when it says so
+        inner = BackpressureAdapter(
+            inner,
+            Endpoint(
+                endpoint_url(llm.provider, llm.base_url),
+                llm.max_concurrency,
+                down_threshold=llm.breaker_threshold,
+                down_cooldown=llm.breaker_cooldown_seconds,
+            ),
+        )
     inner = BudgetAdapter(inner, budget or make_budget(config))
     if llm.requests_per_minute or llm.tokens_per_minute:
         inner = RateLimitedAdapter(

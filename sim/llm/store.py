@@ -82,6 +82,12 @@ class ResponseStore:
         if self._entries(entity_key).pop(response_id, None) is not None:
             self._dirty.add(entity_key)
 
+    def discard(self, entity_key: str) -> None:
+        """Drop a chain's stored exchanges without reading them (a damaged file): the
+        store file is deleted by the next commit."""
+        self._cache[entity_key] = {}
+        self._dirty.add(entity_key)
+
     def changes(self) -> dict[str, bytes | None]:
         """Files to write (bytes) or delete (``None``), relative to the world folder."""
         out: dict[str, bytes | None] = {}

@@ -9,16 +9,21 @@ of the ticks before N, leaving the original untouched.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
+from sim import safefs
 from sim.errors import InputError
-from sim.storage import SIM_DIR, Storage, dump_json
+from sim.safefs import UnsafePath
+from sim.storage import SIM_DIR, Storage, commit_path_problem, dump_json
 from sim.ticklog.format import (
     LOG_DIR,
+    LogError,
     TickLog,
     is_state_file,
     list_logs,
@@ -44,13 +49,44 @@ def state_log(world_dir: Path, tick: int) -> TickLog:
         have = ", ".join(str(t) for t, _ in list_logs(world_dir)) or "none"
         raise InputError(path, None, f"no log for tick {tick} (logs kept for ticks: {have})")
     log = read_log(path)
-    log.state()  # raises LogError without a state_before record
+    logged_state(log)  # raises LogError without a usable state_before record
     return log
+
+
+def logged_state(log: TickLog) -> dict[str, bytes]:
+    """The state at the start of the log's tick, every path checked like a journal's.
+
+    A log is part of the world folder, so it is untrusted too: each path must be a state
+    file a commit writes (``world.json``, an entity, a response-store file), relative and
+    inside the world.
+
+    Raises:
+        LogError: no state, or a state that cannot be decoded.
+        InputError: a path that is not a state file inside the world.
+    """
+    try:
+        files = log.state()
+    except LogError:
+        raise
+    except Exception as exc:  # zlib, base64, JSON, UTF-8: a damaged record
+        raise LogError(f"{log.path}: the state_before record cannot be decoded ({exc})") from None
+    for rel in files:
+        try:
+            safefs.split_rel(rel)
+            problem = None if is_state_file(rel) else f"{rel!r} is not a state file"
+            problem = problem or commit_path_problem(rel)
+        except UnsafePath as exc:
+            problem = exc.problem
+        if problem is not None:
+            raise InputError(
+                log.path, "state_before", f"refusing the logged state: {problem}"
+            ) from None
+    return files
 
 
 def _current_tick(world_dir: Path) -> int:
     try:
-        meta = orjson.loads((world_dir / "world.json").read_bytes())
+        meta = orjson.loads(safefs.read_file(world_dir, "world.json"))
         return int(meta["tick"])
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise InputError(world_dir / "world.json", "tick", "cannot read the current tick") from None
@@ -81,7 +117,7 @@ def rewind(world_dir: Path, tick: int) -> Rewound:
                 "--tick",
                 f"expected 1..{current + 1} for a world at tick {current} (got {tick})",
             )
-        target = state_log(world_dir, tick).state()
+        target = logged_state(state_log(world_dir, tick))
         now = read_state(world_dir)
         files: dict[str, bytes | None] = {rel: None for rel in now if rel not in target}
         files.update(
@@ -97,10 +133,30 @@ def rewind(world_dir: Path, tick: int) -> Rewound:
             rel = path.relative_to(world_dir).as_posix()
             files[f"{aside}/{path.name}"] = path.read_bytes()
             files[rel] = None
-        meta = orjson.loads((world_dir / "world.json").read_bytes())
+        meta = orjson.loads(safefs.read_file(world_dir, "world.json"))
         unchanged = World(world_dir, meta, {}, {}, {"world.json": dump_json(meta)})
         storage.commit(unchanged, files)
     return Rewound(tick, world_dir / aside if aside else None, len(later))
+
+
+def _copy_tree(src: Path, dest: Path, skip: str) -> None:
+    """Copy regular files and folders (not links, pipes or devices, which a world may not
+    hold) from ``src`` to ``dest``; ``skip`` is the top-level name left out."""
+    for folder, dirs, names in os.walk(src, followlinks=False):
+        here = Path(folder)
+        rel_dir = here.relative_to(src)
+        if rel_dir == Path("."):
+            dirs[:] = [d for d in dirs if d != skip]
+            names = [n for n in names if n != skip]
+        dirs[:] = [d for d in dirs if not os.path.islink(here / d)]
+        (dest / rel_dir).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            rel = (rel_dir / name).as_posix()
+            if is_state_file(rel):
+                continue
+            mode = os.lstat(here / name).st_mode
+            if stat.S_ISREG(mode):
+                shutil.copy2(here / name, dest / rel)
 
 
 def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Path:
@@ -111,38 +167,24 @@ def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Pat
     Raises:
         InputError: ``dest`` exists and is not empty, or there is no log for ``tick``.
     """
-    if dest.exists() and any(dest.iterdir()):
+    if dest.is_symlink() or (dest.exists() and (not dest.is_dir() or any(dest.iterdir()))):
         raise InputError(dest, None, "the fork's folder must not exist yet (or be empty)")
     storage = Storage(world_dir)
     with storage.lock():
         log = state_log(world_dir, tick)
-        target = log.state()
+        target = logged_state(log)
         earlier = [(t, p) for t, p in list_logs(world_dir) if t < tick]
         dest.mkdir(parents=True, exist_ok=True)
-        for item in world_dir.iterdir():
-            if item.name == SIM_DIR:
-                continue
-            rel = item.relative_to(world_dir).as_posix()
-            if item.is_dir():
-                shutil.copytree(
-                    item,
-                    dest / rel,
-                    ignore=lambda d, names: [
-                        n
-                        for n in names
-                        if is_state_file(f"{Path(d).relative_to(world_dir).as_posix()}/{n}")
-                    ],
-                )
-            elif not is_state_file(rel):
-                shutil.copy2(item, dest / rel)
-        if seed is not None:
+        _copy_tree(world_dir, dest, SIM_DIR)
+        if seed is not None and "world.json" in target:
             meta = orjson.loads(target["world.json"])
             meta["seed"] = seed
             target = {**target, "world.json": dump_json(meta)}
         for rel, data in target.items():
-            path = dest / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            parts = rel.split("/")
+            with safefs.open_dir(dest, parts[:-1], create=True) as dir_fd:
+                safefs.unlink_at(dir_fd, parts[-1])
+                safefs.write_at(dir_fd, parts[-1], dest / rel, data)
         for _, path in earlier:
             copy = dest / LOG_DIR / path.name
             copy.parent.mkdir(parents=True, exist_ok=True)

@@ -119,13 +119,13 @@ def test_the_log_set_aside_by_sim_tick_is_the_one_sim_usage_counts(
 ) -> None:
     """End to end: a tick fails on a provider, the world is edited, the tick runs afresh
     (its old log is set aside by the engine); sim usage still counts the first run."""
-    (demo_world / "config.toml").write_text("[llm]\nmax_failed_fraction = 0.0\n")
-    stub_server.model_faults["gpt-4.1-mini"] = "refusal"
+    # a budget stop aborts the tick after tokens were spent (refusals no longer abort one)
+    (demo_world / "config.toml").write_text("[budget]\nmax_total_tokens = 4000\n")
     args = ("--provider", "chat", "--base-url", stub_server.base_url)
     assert invoke("tick", "--world", str(demo_world), *args).exit_code == 1
     first = raw_books([log_path(demo_world, 1)])
     assert first["tokens"] > 0
-    stub_server.model_faults.clear()
+    (demo_world / "config.toml").unlink()
     meta = orjson.loads((demo_world / "world.json").read_bytes())
     meta["description"] += " Edited."
     (demo_world / "world.json").write_bytes(orjson.dumps(meta))

@@ -215,7 +215,9 @@ def test_live_replay_over_http_sends_the_provider_only_the_drifted_requests(
         # the recorded settings: only the prompt differs
     )
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    result = invoke("replay", "--world", str(world), "--tick", "3", "--live")
+    result = invoke(
+        "replay", "--world", str(world), "--tick", "3", "--live", "--trust-world-config"
+    )
     assert result.exit_code == 1, result.output
     narratives = [rid for rid in read_log(log_path(world, 3)).calls if ":narrative:" in rid]
     assert stub_server.stats.generations == len(narratives) > 0

@@ -364,6 +364,7 @@ def test_a_template_cannot_read_outside_prompts(demo_world: Path, tmp_path: Path
     result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
     assert result.exit_code == 2
     assert "TOP-SECRET" not in result.output and "symlink" in result.output
+    (demo_world / "prompts" / "leak.md").unlink()
     (demo_world / "prompts" / "intentions.md").write_text('{% include "../world.json" %}\n')
     result = CliRunner().invoke(main, ["check", "--world", str(demo_world)])
     assert result.exit_code == 2 and "not found" in result.output

@@ -221,6 +221,7 @@ def test_anthropic_ticks_replay_without_requests_and_are_priced(
             anthropic_stub.base_url,
             "--ticks",
             "2",
+            "--trust-world-config",  # the world's config chooses the provider
         ],
         env={"ANTHROPIC_API_KEY": KEY},
         catch_exceptions=False,

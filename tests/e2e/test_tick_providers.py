@@ -164,7 +164,7 @@ def test_too_many_failures_abort_uncommitted(demo_world: Path, stub_server: Stub
     configure(demo_world)
     before = tree(demo_world)
     stub_server.options.fault_rate = 1.0
-    stub_server.options.faults = ("refusal",)
+    stub_server.options.faults = ("server_error",)
     result = tick(demo_world, "--provider", "chat", "--base-url", stub_server.base_url)
     assert result.exit_code == 1, result.output
     assert "max_failed_fraction" in result.output and "intentions" in result.output

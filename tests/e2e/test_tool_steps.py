@@ -17,6 +17,7 @@ from sim.cli import main
 from sim.config import Config, load_config
 from sim.engine.runner import Runner
 from sim.errors import RunFailed
+from sim.llm.errors import LLMTimeoutError
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
 from sim.offline.adapter import OfflineAdapter
@@ -116,13 +117,30 @@ def test_steps_are_bounded_then_only_actions_are_offered(demo_world: Path) -> No
     assert all("unknown_tool" in e for e in report.errors.values())
 
 
+class Stalling(Curious):
+    """Looks, then times out when only actions are offered (an infrastructure failure)."""
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        if request.tools is not None and len(request.tools) == 4:  # the last chance
+            self.requests.append(request)
+            raise LLMTimeoutError("no answer in time")
+        return await super().execute(request)
+
+
 def test_the_failure_fraction_is_per_character(demo_world: Path) -> None:
     # every character ends on the fallback after 3 calls each: 1 in 3 calls failed, but
     # every character did, so the tick is not committed
     config = Config.model_validate({"phase1": {"mode": "tools", "max_tool_steps": 2}})
     with pytest.raises(RunFailed, match=r"intentions: (\d+) of \1 entities failed"):
-        Runner(demo_world, config, adapter=Curious()).run()
+        Runner(demo_world, config, adapter=Stalling()).run()
     assert Storage(demo_world).load().tick == 0
+
+
+def test_a_model_that_never_acts_falls_back_without_aborting(demo_world: Path) -> None:
+    # content failures (an undeclared tool) fall back per character, even all of them
+    config = Config.model_validate({"phase1": {"mode": "tools", "max_tool_steps": 2}})
+    Runner(demo_world, config, adapter=Curious()).run()
+    assert Storage(demo_world).load().tick == 1
 
 
 def test_query_answers_come_from_the_world(demo_world: Path) -> None:

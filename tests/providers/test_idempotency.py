@@ -119,18 +119,21 @@ def test_a_resumed_tick_does_not_get_the_cached_failure_again(
     """The first answer is ``incomplete`` and the server caches it under the request's key;
     the tick aborts. Resuming sends that call again with a fresh key, so it is generated
     anew and the tick commits (it used to get the cached ``incomplete`` on every resume)."""
-    (demo_world / "config.toml").write_text("[llm]\nmax_failed_fraction = 0.0\n")
-    stub_server.enqueue("incomplete")
+    # an incomplete answer is a content failure, which never aborts a tick on its own: the
+    # second request's rejected key (a configuration error) aborts this one
+    stub_server.enqueue("incomplete", "auth")
     args = ["tick", "--world", str(demo_world), "--provider", "chat"]
     args += ["--base-url", stub_server.base_url]
     env = {"OPENAI_API_KEY": "sk-test"}
     first = CliRunner().invoke(main, args, env=env)
-    assert first.exit_code == 1 and "incomplete" in first.output
+    assert first.exit_code == 2 and "rejected the API key" in first.output
+    partial = read_log(log_path(demo_world, 1))
+    assert any(c.error_code == "incomplete" for c in partial.call_records)
     replayed = stub_server.stats.replayed
     again = CliRunner().invoke(main, args, env=env)
     assert again.exit_code == 0, again.output
     assert stub_server.stats.replayed == replayed  # nothing answered from the cache
     log = read_log(log_path(demo_world, 1))
     assert log.committed and not any(c.failed for c in log.calls.values())
-    (failed,) = [c for c in log.call_records if c.failed]
-    assert failed.error_code == "incomplete"
+    failed = sorted(str(c.error_code) for c in log.call_records if c.failed)
+    assert failed == ["configuration_error", "incomplete"]

@@ -230,7 +230,7 @@ async def test_fallback_model_after_retries(stub_server: StubServer) -> None:
 
 async def test_fallback_model_when_breaker_open(stub_server: StubServer) -> None:
     adapter = stack(stub_server, Sleeps(), breaker_threshold=1)
-    stub_server.model_faults["primary"] = "rate_limit"
+    stub_server.model_faults["primary"] = "server_error"
     s = settings(fallback_models=("backup", "last"))
     await run(adapter, s)
     assert adapter.breaker("primary").state == "open"

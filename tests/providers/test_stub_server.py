@@ -14,7 +14,7 @@ import pytest
 from sim.config import Config
 from sim.engine.runner import Runner
 from sim.errors import RunFailed
-from sim.llm.errors import LLMConfigurationError, LLMRefusalError
+from sim.llm.errors import LLMConfigurationError, LLMRefusalError, LLMTimeoutError
 from sim.llm.tools import schema_of
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.testing import ErrorAdapter, MockAdapter
@@ -141,4 +141,10 @@ def test_tools_mode_needs_the_capability(demo_world: Path) -> None:
 
 def test_failed_fraction_check_raises_run_failed(demo_world: Path) -> None:
     with pytest.raises(RunFailed, match="max_failed_fraction"):
-        Runner(demo_world, Config(), adapter=ErrorAdapter(LLMRefusalError("no"))).run()
+        Runner(demo_world, Config(), adapter=ErrorAdapter(LLMTimeoutError("slow"))).run()
+
+
+def test_content_failures_never_abort_a_tick(demo_world: Path) -> None:
+    """Refusals fall back for their entity; re-running would ask the same thing again."""
+    (result,) = Runner(demo_world, Config(), adapter=ErrorAdapter(LLMRefusalError("no"))).run()
+    assert result.failures == result.calls > 0

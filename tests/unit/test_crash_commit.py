@@ -304,7 +304,7 @@ def commit_point(ops: list[str]) -> int:
     points = [
         i + 1
         for i, op in enumerate(ops)
-        if op.startswith("os.replace") and op.endswith(".sim/journal.json")
+        if op.startswith("os.replace") and op.endswith("journal.json")
     ]
     assert len(points) == 1, ops
     return points[0]

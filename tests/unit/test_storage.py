@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from sim.errors import InputError, InvalidWorld, SimError, WorldLockedError
-from sim.storage import Storage
+from sim.storage import CorruptJournal, Storage
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "worlds" / "demo"
@@ -153,8 +153,9 @@ def _no_world_json(root: Path) -> None:
 
 
 def _no_locations(root: Path) -> None:
-    shutil.rmtree(root / "locations")
-    shutil.rmtree(root / "characters")
+    for kind in ("locations", "characters"):  # empty folders: a missing one is its own error
+        shutil.rmtree(root / kind)
+        (root / kind).mkdir()
 
 
 def _edit(rel: str, change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
@@ -612,32 +613,33 @@ def test_commit_writes_and_deletes_extra_files(world: Path) -> None:
         loaded,
         {
             ".sim/responses/memory/ada.json": b'{"exchanges": [1]}\n',
-            "notes/deep/er/log.txt": "tick 1 — done\n".encode(),
+            ".sim/log/rewound-1/tick-000001.jsonl": "tick 1 — done\n".encode(),
         },
     )
     assert written == [
+        ".sim/log/rewound-1/tick-000001.jsonl",
         ".sim/responses/memory/ada.json",
         ADA,
-        "notes/deep/er/log.txt",
     ]
     assert (world / ".sim/responses/memory/ada.json").read_bytes() == b'{"exchanges": [1]}\n'
-    assert (world / "notes/deep/er/log.txt").read_text(encoding="utf-8") == "tick 1 — done\n"
+    log = world / ".sim/log/rewound-1/tick-000001.jsonl"
+    assert log.read_text(encoding="utf-8") == "tick 1 — done\n"
     assert read_json(world / ADA)["state"]["mood"] == "busy"
 
     removed = storage.commit(
         loaded,
         {
-            "notes/deep/er/log.txt": None,
+            ".sim/log/rewound-1/tick-000001.jsonl": None,
             ".sim/responses/intention/ada.json": None,
-            "notes/never-existed.txt": None,
+            ".sim/responses/never/existed.json": None,
         },
     )
     assert removed == [
+        ".sim/log/rewound-1/tick-000001.jsonl",
         ".sim/responses/intention/ada.json",
-        "notes/deep/er/log.txt",
-        "notes/never-existed.txt",
+        ".sim/responses/never/existed.json",
     ]
-    assert not (world / "notes/deep/er/log.txt").exists()
+    assert not log.exists()
     assert not (world / ".sim/responses/intention/ada.json").exists()
     assert (world / ".sim/responses/memory/ada.json").is_file()
     leftovers = [p for p in world.rglob("*") if p.name.endswith((".sim-tmp", ".tmp"))]
@@ -654,7 +656,7 @@ def test_commit_refuses_paths_outside_the_world(tmp_path: Path, rel: str) -> Non
     loaded.characters["ada"]["state"]["mood"] = "escaping"
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match="refusing to write outside the world folder"):
-        storage.commit(loaded, {"notes/ok.txt": b"fine", rel: b"evil"})
+        storage.commit(loaded, {".sim/responses/memory/ada.json": b"{}", rel: b"evil"})
     assert snapshot(tmp_path) == before
     assert not Path("/tmp/sim-escape-test").exists()
 
@@ -688,8 +690,6 @@ def test_commit_refuses_unwritable_or_reserved_paths(tmp_path: Path, rel: str) -
 
 
 def test_recover_replays_a_committed_journal(world: Path) -> None:
-    (world / "notes").mkdir()
-    (world / "notes" / "old.txt").write_text("old")
     ada = read_json(world / ADA)
     ada["state"]["mood"] = "recovered"
     ada["memory"]["cells"].append({"tick": 1, "text": "A crash, then morning."})
@@ -701,7 +701,7 @@ def test_recover_replays_a_committed_journal(world: Path) -> None:
             ADA: text(ada),
             "world.json": text(meta),
             ".sim/responses/memory/ada.json": '{"exchanges": []}\n',
-            "notes/old.txt": None,
+            ".sim/responses/intention/ada.json": None,
         },
     }
     (world / ".sim" / "journal.json").write_bytes(json.dumps(journal).encode())
@@ -716,7 +716,7 @@ def test_recover_replays_a_committed_journal(world: Path) -> None:
     assert (world / ADA).read_text(encoding="utf-8") == text(ada)
     assert (world / "world.json").read_text(encoding="utf-8") == text(meta)
     assert (world / ".sim/responses/memory/ada.json").read_text() == '{"exchanges": []}\n'
-    assert not (world / "notes" / "old.txt").exists()
+    assert not (world / ".sim/responses/intention/ada.json").exists()
     assert (world / "characters" / "bob.json").read_bytes() == bob_bytes
     loaded = storage.load()
     assert loaded.tick == 1
@@ -801,7 +801,7 @@ def test_recover_refuses_a_journal_escaping_the_world(tmp_path: Path) -> None:
     journal = {"version": 1, "files": {"../evil.txt": "x", ADA: "{}"}}
     (root / ".sim" / "journal.json").write_text(json.dumps(journal))
     before = snapshot(tmp_path)
-    with pytest.raises(ValueError, match="outside the world folder"):
+    with pytest.raises(CorruptJournal, match="outside the world folder"):
         Storage(root).recover()
     assert snapshot(tmp_path) == before
 

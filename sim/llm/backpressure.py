@@ -1,0 +1,296 @@
+"""Backpressure: a provider asking the client to slow down is not a failure.
+
+A wrapper (STYLE #6) that every attempt passes through, one shared ``Endpoint`` per
+provider URL:
+
+- **An adaptive concurrency limit (AIMD).** At most ``limit`` attempts are in flight. The
+  limit is decided once per window (``limit`` completed attempts, at least
+  ``MIN_WINDOW``): a window in which more
+  than ``CONGESTION_FRACTION`` of the attempts were rate limited or timed out halves it
+  (multiplicative decrease), any other window adds one slot (additive increase), between 1
+  and ``max_concurrency``. Deciding per window, on a fraction, means a burst of 429s from
+  attempts already in flight counts once, and a steady trickle of unrelated 429s or
+  timeouts does not shrink the limit to nothing: it is the shared pause that answers
+  those.
+- **A shared pause.** A 429's ``Retry-After`` (or, without one, a short default) pauses
+  *every* attempt to that endpoint, not just the one that was told: the others would be
+  told the same thing a moment later.
+- **Down is not slow.** Connection refused (or reset) means the endpoint is down. After
+  ``down_threshold`` of them in a row, attempts
+  fail at once for ``down_cooldown`` seconds (one probe then goes through), with a message
+  that names the URL: ``cannot connect to http://localhost:11434/v1 (connection
+  refused)``. Rate limits, timeouts and 5xx never count toward this (repeated 5xx from a
+  model open that model's breaker in the recovery layer, so its fallback models are tried).
+
+The wrapper retries nothing itself: the recovery layer above it retries per spec 000 and
+records every attempt. Its statistics (``Endpoint.stats``) say how much the tick slowed
+down, for the summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sim.llm.errors import LLMAPIError, LLMError, LLMRateLimitError, LLMTimeoutError
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.wrapper import AdapterWrapper
+
+#: a window with more rate-limited or timed-out attempts than this halves the limit
+CONGESTION_FRACTION = 0.5
+#: the fewest attempts a window decides on: a handful says little about a fraction
+MIN_WINDOW = 10
+#: pause after a 429 that carries no Retry-After
+DEFAULT_PAUSE_SECONDS = 1.0
+#: the longest pause honoured from one Retry-After (a larger one is capped, not obeyed)
+MAX_PAUSE_SECONDS = 60.0
+
+
+@dataclass
+class EndpointStats:
+    """How an endpoint pushed back during a run."""
+
+    rate_limited: int = 0
+    timeouts: int = 0
+    decreases: int = 0
+    paused_seconds: float = 0.0
+    down_failures: int = 0
+    lowest_limit: float = 0.0
+
+    def since(self, before: dict[str, Any], limit: float) -> dict[str, Any]:
+        """What happened after the snapshot ``before`` (a ``to_dict``), and the limit now."""
+        now = self.to_dict()
+        out = {
+            k: round(now[k] - before[k], 3) if isinstance(now[k], float) else now[k] - before[k]
+            for k in ("rate_limited", "timeouts", "decreases", "paused_seconds", "down_failures")
+        }
+        out["lowest_limit"] = now["lowest_limit"]
+        out["limit"] = int(limit)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate_limited": self.rate_limited,
+            "timeouts": self.timeouts,
+            "decreases": self.decreases,
+            "paused_seconds": round(self.paused_seconds, 3),
+            "down_failures": self.down_failures,
+            "lowest_limit": int(self.lowest_limit),
+        }
+
+
+class EndpointDownError(LLMAPIError):
+    """The endpoint refused connections (or failed with 5xx) repeatedly: it is down."""
+
+    default_code = "connection_error"
+
+
+def _is_down_signal(error: LLMError) -> bool:
+    """Connection refused or reset: the endpoint is not answering at all. (A 5xx is one
+    model's server failing: the recovery layer's ``provider:model`` breaker handles it, so
+    a fallback model on the same endpoint is still tried.)"""
+    return error.code == "connection_error" and not isinstance(
+        error, (LLMRateLimitError, LLMTimeoutError)
+    )
+
+
+def describe_connection_error(url: str, error: LLMError) -> str:
+    """``cannot connect to URL (connection refused)`` from whatever the transport said."""
+    parts = [error.message]
+    cause: BaseException | None = error.cause
+    for _ in range(6):  # the SDK's error wraps the transport's, which wraps the OS's
+        if cause is None:
+            break
+        parts.append(repr(cause))
+        cause = cause.__cause__ or cause.__context__
+    text = " ".join(parts).lower()
+    if "refused" in text:
+        why = "connection refused"
+    elif "reset" in text:
+        why = "connection reset"
+    elif "name or service not known" in text or "nodename" in text or "getaddrinfo" in text:
+        why = "unknown host"
+    else:
+        why = "no answer"
+    return f"cannot connect to {url} ({why})"
+
+
+class _Cancelled(LLMError):
+    """An attempt cancelled by the caller (Ctrl-C, SIGTERM): says nothing about health."""
+
+    default_code = "cancelled"
+
+
+_CANCELLED = _Cancelled("cancelled")
+
+
+class Endpoint:
+    """The shared state of one provider URL: concurrency limit, pause, health.
+
+    Args:
+        url: the endpoint, as shown in messages.
+        max_concurrency: the ceiling of the adaptive limit (``[llm] max_concurrency``).
+        down_threshold: consecutive connection errors that mark the endpoint down.
+        down_cooldown: seconds before a probe is let through to a down endpoint.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        max_concurrency: int,
+        *,
+        down_threshold: int = 5,
+        down_cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = url
+        self.max_limit = float(max(1, max_concurrency))
+        self.limit = self.max_limit
+        self.in_flight = 0
+        self.paused_until = 0.0
+        self.window_done = 0
+        self.window_congested = 0
+        self.down_threshold = max(1, down_threshold)
+        self.down_cooldown = down_cooldown
+        self.down_streak = 0
+        self.down_since: float | None = None
+        self.probing = False
+        self.last_down_error: LLMError | None = None
+        self.clock = clock
+        self.stats = EndpointStats(lowest_limit=self.limit)
+        self._changed: asyncio.Event | None = None
+
+    # -- gate ----------------------------------------------------------------------------
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def acquire(self) -> float:
+        """Wait for the pause to end and a slot under the limit; returns the send time."""
+        while True:
+            self._check_down()
+            now = self.clock()
+            if self.paused_until > now:
+                await asyncio.sleep(self.paused_until - now)
+                continue
+            if self.in_flight < max(1, int(self.limit)):
+                self.in_flight += 1
+                return now
+            await self._event().wait()
+
+    def _check_down(self) -> None:
+        if self.down_since is None:
+            return
+        if self.clock() - self.down_since >= self.down_cooldown and not self.probing:
+            self.probing = True  # this attempt is the probe
+            return
+        cause = self.last_down_error
+        message = (
+            describe_connection_error(self.url, cause)
+            if cause is not None
+            else f"cannot connect to {self.url}"
+        )
+        raise EndpointDownError(
+            f"{message}; not retried for {self.down_cooldown:g} s. Is the server running?",
+            cause=cause,
+        )
+
+    # -- outcomes ------------------------------------------------------------------------
+
+    def release(self, sent_at: float, error: LLMError | None) -> None:
+        """Adapt the limit and health to one attempt's outcome."""
+        self.in_flight -= 1
+        now = self.clock()
+        congested = isinstance(error, (LLMRateLimitError, LLMTimeoutError))
+        if error is None:
+            self.down_streak = 0
+            self.down_since = None
+            self.probing = False
+        elif isinstance(error, LLMRateLimitError):
+            self.stats.rate_limited += 1
+            pause = error.retry_after if error.retry_after is not None else DEFAULT_PAUSE_SECONDS
+            until = now + min(pause, MAX_PAUSE_SECONDS)
+            if until > self.paused_until:  # wall-clock time paused, counted once
+                self.stats.paused_seconds += until - max(self.paused_until, now)
+                self.paused_until = until
+            self.probing = False
+        elif isinstance(error, LLMTimeoutError):
+            self.stats.timeouts += 1
+            self.probing = False
+        elif _is_down_signal(error):
+            self.stats.down_failures += 1
+            self.down_streak += 1
+            self.last_down_error = error
+            if self.probing or self.down_streak >= self.down_threshold:
+                self.down_since = now
+            self.probing = False
+        elif error is not _CANCELLED:  # a content failure: the endpoint answered
+            self.down_streak = 0
+            self.probing = False
+        if error is not _CANCELLED:
+            self._count(congested)
+        self._notify()
+
+    def _count(self, congested: bool) -> None:
+        """One more attempt in the current window; decide the limit when it is full."""
+        self.window_done += 1
+        self.window_congested += congested
+        if self.window_done < max(MIN_WINDOW, int(self.limit)):
+            return
+        if self.window_congested > CONGESTION_FRACTION * self.window_done:
+            self.limit = max(1.0, self.limit / 2.0)
+            self.stats.decreases += 1
+            self.stats.lowest_limit = min(self.stats.lowest_limit, self.limit)
+        else:
+            self.limit = min(self.max_limit, self.limit + 1.0)
+        self.window_done = self.window_congested = 0
+
+
+class BackpressureAdapter(AdapterWrapper):
+    """Gates every attempt through its endpoint's limit and pause (see the module doc).
+
+    Args:
+        inner: the adapter below (budget, rate limiter, provider).
+        endpoint: the shared state of the provider URL this adapter sends to.
+    """
+
+    def __init__(self, inner: Adapter, endpoint: Endpoint) -> None:
+        super().__init__(inner)
+        self.endpoint = endpoint
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        endpoint = self.endpoint
+        sent_at = await endpoint.acquire()
+        try:
+            response = await self.inner.execute(request)
+        except LLMError as exc:
+            endpoint.release(sent_at, exc)
+            if exc.code == "connection_error" and not isinstance(exc, EndpointDownError):
+                exc.message = f"{describe_connection_error(endpoint.url, exc)}: {exc.message}"
+                exc.args = (exc.message,)
+            raise
+        except BaseException:
+            endpoint.release(sent_at, _CANCELLED)
+            raise
+        endpoint.release(sent_at, None)
+        return response
+
+
+def find_endpoint(adapter: object) -> Endpoint | None:
+    """The endpoint inside a stack, if any (for the tick summary)."""
+    while adapter is not None:
+        if isinstance(adapter, BackpressureAdapter):
+            return adapter.endpoint
+        adapter = getattr(adapter, "inner", None)
+    return None

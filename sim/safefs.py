@@ -1,0 +1,229 @@
+"""Race-free file access inside a world folder: nothing is followed out of it.
+
+A world folder is untrusted input (people share them as repositories and archives), so a
+path inside it is never opened by name from the root. Every folder on the way is opened
+relative to its parent's descriptor with ``O_DIRECTORY | O_NOFOLLOW`` and the file itself
+with ``O_NOFOLLOW | O_NONBLOCK``, then checked with ``fstat`` to be a regular file. A symlink
+anywhere on the path, a FIFO, a device or a folder where a file is expected is refused by
+name; nothing is checked first and opened later, so swapping a file for a link between the
+two cannot redirect a read or a write. ``O_NONBLOCK`` makes opening a FIFO return at once
+instead of waiting for a writer.
+
+The world folder itself is the user's choice and may be reached through a symlink.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from sim.errors import InputError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class UnsafePath(InputError, ValueError):
+    """A path inside the world that is not a plain file or folder inside it (exit 2).
+
+    Also a ``ValueError``: a path the engine itself built that fails these rules is a bug.
+    """
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def split_rel(rel: str) -> list[str]:
+    """The components of a relative path; refuses absolute paths, ``..``, ``.`` and empties."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in rel:
+        raise UnsafePath(None, None, f"refusing a path outside the world folder: {rel!r}")
+    return parts
+
+
+def open_root(root: Path) -> int:
+    """A descriptor for the world folder (which may itself be reached through a link)."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputError(root, None, "world folder not found") from None
+    except NotADirectoryError:
+        raise InputError(root, None, "not a folder") from None
+
+
+def _open_dir_at(dir_fd: int, name: str, shown: Path, create: bool) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+        with suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+        return _open_dir_at(dir_fd, name, shown, create=False)
+    except (NotADirectoryError, OSError) as exc:
+        if isinstance(exc, NotADirectoryError) or exc.errno == errno.ELOOP:
+            mode = os.lstat(name, dir_fd=dir_fd).st_mode
+            raise UnsafePath(
+                shown, None, f"is {_kind(mode)}; expected a folder inside the world"
+            ) from None
+        raise
+
+
+@contextmanager
+def open_dir(root: Path, parts: list[str], *, create: bool = False) -> Iterator[int]:
+    """A descriptor for the folder ``root/parts...``, walked one component at a time.
+
+    Raises:
+        UnsafePath: a component is a symlink or not a folder.
+        FileNotFoundError: a component is missing and ``create`` is false.
+    """
+    fd = open_root(root)
+    try:
+        shown = root
+        for name in parts:
+            shown = shown / name
+            child = _open_dir_at(fd, name, shown, create)
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def open_file_at(dir_fd: int, name: str, shown: Path, flags: int = _READ_FLAGS) -> int:
+    """Open ``name`` in ``dir_fd`` without following a link; the result is a regular file.
+
+    Raises:
+        UnsafePath: a symlink, FIFO, device or folder.
+        FileNotFoundError: no such file.
+    """
+    try:
+        fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            mode = os.lstat(name, dir_fd=dir_fd).st_mode
+            raise UnsafePath(shown, None, f"is {_kind(mode)}; expected a regular file") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafePath(shown, None, f"is {_kind(mode)}; expected a regular file")
+    return fd
+
+
+def read_fd(fd: int, shown: Path, max_bytes: int | None = None) -> bytes:
+    """All of an open regular file, refusing one larger than ``max_bytes``."""
+    size = os.fstat(fd).st_size
+    if max_bytes is not None and size > max_bytes:
+        raise InputError(
+            shown,
+            None,
+            f"file is {size} bytes, over the limit of {max_bytes} "
+            "([world] max_file_bytes in config.toml)",
+        )
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, max(size - total, 0) + 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if max_bytes is not None and total > max_bytes:
+            raise InputError(shown, None, f"file grew over the limit of {max_bytes} bytes")
+    return b"".join(chunks)
+
+
+def read_at(dir_fd: int, name: str, shown: Path, max_bytes: int | None = None) -> bytes:
+    fd = open_file_at(dir_fd, name, shown)
+    try:
+        return read_fd(fd, shown, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_file(root: Path, rel: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of ``root/rel``, a regular file reached without following any link.
+
+    Raises:
+        UnsafePath: see ``open_file_at``; FileNotFoundError: missing.
+    """
+    parts = split_rel(rel)
+    with open_dir(root, parts[:-1]) as dir_fd:
+        return read_at(dir_fd, parts[-1], root / rel, max_bytes)
+
+
+def read_optional(root: Path, rel: str, max_bytes: int | None = None) -> bytes | None:
+    """``read_file``, or ``None`` when the file (or a folder on its way) does not exist."""
+    try:
+        return read_file(root, rel, max_bytes)
+    except FileNotFoundError:
+        return None
+
+
+def write_at(dir_fd: int, name: str, shown: Path, data: bytes) -> None:
+    """Replace a file's content in place (no truncate-to-zero first, no rename)."""
+    fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS)
+    try:
+        view = memoryview(data)
+        offset = 0
+        while offset < len(view):
+            offset += os.pwrite(fd, view[offset:], offset)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+def unlink_at(dir_fd: int, name: str) -> None:
+    """Remove a file (a link is removed, never its target); missing is fine."""
+    with suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def symlink_on_path(root: Path, rel: str) -> str | None:
+    """The first component of ``rel`` that exists and is not a plain folder/file, if any.
+
+    Used to validate paths read from engine state (journal, logs) before anything is done
+    with them; the writes themselves use the descriptor walk above regardless.
+    """
+    parts = split_rel(rel)
+    current = root
+    for i, name in enumerate(parts):
+        current = current / name
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(mode):
+            return "/".join(parts[: i + 1]) + " is a symlink"
+        last = i == len(parts) - 1
+        if not last and not stat.S_ISDIR(mode):
+            return "/".join(parts[: i + 1]) + " is not a folder"
+        if last and not stat.S_ISREG(mode):
+            return "/".join(parts) + f" is {_kind(mode)}"
+    return None
+
+
+def list_names(root: Path, parts: list[str], suffix: str) -> list[str] | None:
+    """Names ending in ``suffix`` in the folder ``root/parts`` (sorted), ``None`` if missing."""
+    try:
+        with open_dir(root, parts) as dir_fd:
+            return sorted(n for n in os.listdir(dir_fd) if n.endswith(suffix))
+    except FileNotFoundError:
+        return None

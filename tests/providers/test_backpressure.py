@@ -1,0 +1,210 @@
+"""Backpressure is not failure: rate limits slow a phase down, they never fail it.
+
+Against the project's stub server (real openai SDK over loopback HTTP): 429s do not open a
+breaker; one 429's Retry-After pauses every call to that endpoint; the concurrency limit
+halves in a congested window and grows again; an endpoint that refuses connections is
+named by its URL; only infrastructure failures, and at least two of them, abort a tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bench.make_world import make_world
+from sim.cli import main
+from sim.engine.guard import PhaseGuard
+from sim.errors import RunFailed
+from sim.llm.backpressure import BackpressureAdapter, Endpoint
+from sim.llm.errors import LLMError, LLMRateLimitError, LLMRefusalError, LLMTimeoutError
+from sim.llm.types import AdapterResponse, ModelRequest, Usage
+from sim.phases.base import PhaseReport
+from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Scripted:
+    """A provider answering from a script of outcomes, recording when each call was sent."""
+
+    name = "scripted"
+
+    def __init__(self, outcomes: list[LLMError | None], latency: float = 0.0) -> None:
+        self.outcomes = outcomes
+        self.latency = latency
+        self.sent: list[float] = []
+        self.in_flight = 0
+        self.peak = 0
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.sent.append(time.monotonic())
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(self.latency)
+            outcome = self.outcomes.pop(0) if self.outcomes else None
+            if outcome is not None:
+                raise outcome
+            return AdapterResponse(parsed=None, response_id="r", usage=Usage(), model="m")
+        finally:
+            self.in_flight -= 1
+
+    async def delete_response(self, response_id: str) -> None:
+        return None
+
+
+def request() -> ModelRequest:
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        text: str
+
+    return ModelRequest(instructions="i", input="x", schema=Answer)
+
+
+async def test_one_retry_after_pauses_every_call_to_the_endpoint() -> None:
+    provider = Scripted([LLMRateLimitError("slow down", retry_after=0.3)], latency=0.01)
+    adapter = BackpressureAdapter(provider, Endpoint("http://stub/v1", 8))
+    with pytest.raises(LLMRateLimitError):
+        await adapter.execute(request())
+    told_at = time.monotonic()
+    await asyncio.gather(*(adapter.execute(request()) for _ in range(4)))
+    # none of the other calls was sent before the pause the first one was told about
+    assert all(sent >= told_at + 0.25 for sent in provider.sent[1:]), provider.sent
+    assert adapter.endpoint.stats.rate_limited == 1
+
+
+async def test_the_limit_halves_in_a_congested_window_and_grows_back() -> None:
+    endpoint = Endpoint("http://stub/v1", 16)
+    congested = [LLMTimeoutError("t")] * 12 + [None] * 4  # 75% of a 16-attempt window
+    provider = Scripted(congested + [None] * 40)
+    adapter = BackpressureAdapter(provider, endpoint)
+    for _ in range(16):
+        with contextlib.suppress(LLMError):
+            await adapter.execute(request())
+    assert endpoint.limit == 8 and endpoint.stats.decreases == 1
+    for _ in range(10):  # one clean window (at least MIN_WINDOW attempts)
+        await adapter.execute(request())
+    assert endpoint.limit == 9
+    # a trickle of unrelated timeouts (below half a window) never shrinks it
+    provider.outcomes = [LLMTimeoutError("t"), None, None, None] * 10
+    for _ in range(40):
+        with contextlib.suppress(LLMError):
+            await adapter.execute(request())
+    assert endpoint.limit > 9
+
+
+async def test_the_limit_bounds_calls_in_flight() -> None:
+    endpoint = Endpoint("http://stub/v1", 16)
+    endpoint.limit = 3
+    provider = Scripted([], latency=0.05)
+    adapter = BackpressureAdapter(provider, endpoint)
+    await asyncio.gather(*(adapter.execute(request()) for _ in range(12)))
+    assert provider.peak == 3
+
+
+def test_a_429_never_opens_the_breaker(stub_server: StubServer, tmp_path: Path) -> None:
+    """Every call of the first attempt is rate limited, then answered: the tick commits, and
+    no call is refused by an open breaker (breaker_threshold = 1 would open at once)."""
+    world = tmp_path / "w"
+    shutil.copytree(REPO / "worlds" / "demo", world)
+    config = tmp_path / "c.toml"
+    config.write_text("[llm]\nbreaker_threshold = 1\n")
+    stub_server.enqueue(*["rate_limit"] * 10)
+    result = CliRunner().invoke(
+        main,
+        [
+            *("tick", "--world", str(world), "--config", str(config)),
+            *("--provider", "chat", "--base-url", stub_server.base_url),
+        ],
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "circuit" not in result.output
+    assert "backpressure: 10 rate-limited" in result.output
+
+
+def test_a_server_that_is_not_running_is_named_by_its_url(tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(REPO / "worlds" / "demo", world)
+    url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, connection refused
+    result = CliRunner().invoke(
+        main,
+        ["tick", "--world", str(world), "--provider", "chat", "--base-url", url],
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    assert result.exit_code == 1, result.output
+    assert f"cannot connect to {url} (connection refused)" in result.output
+    assert "circuit_open" not in result.output
+
+
+def test_only_infrastructure_failures_abort_and_never_one_of_two() -> None:
+    guard = PhaseGuard(0.25)
+    one_of_two = PhaseReport("resolution", calls=2, failures=1)
+    one_of_two.errors["resolution:quay"] = "timeout: request timed out"
+    guard.check(one_of_two)  # 50% failed, but one call is below the floor
+    content = PhaseReport("intentions", calls=10, failures=10)
+    for i in range(5):
+        content.errors[f"intention:a{i}"] = f"refusal: {LLMRefusalError('no')}"
+        content.errors[f"intention:b{i}"] = "schema_error: still invalid after feedback"
+    guard.check(content)  # every call failed, all for content: fallbacks, no abort
+    both = PhaseReport("resolution", calls=2, failures=2)
+    both.errors = {"resolution:a": "timeout: t", "resolution:b": "server_error: HTTP 500"}
+    with pytest.raises(RunFailed, match="2 of 2 calls failed"):
+        guard.check(both)
+
+
+FAULTS = (
+    ("rate_limit",) * 30
+    + ("server_error",) * 5
+    + ("hang",) * 5
+    + ("malformed",) * 5
+    + ("refusal",) * 2
+)
+
+
+@pytest.mark.slow
+def test_a_fault_storm_commits_every_tick_and_accounts_for_every_failed_attempt(
+    tmp_path: Path,
+) -> None:
+    """The issue's target: 30% 429 (Retry-After 0.2 s), 5% 500, 5% hangs, 5% malformed
+    JSON, 2% refusals, timeout 5 s, a 200-character generated world: 6 of 6 ticks commit
+    with the default config, and the summaries count every failed attempt the server saw.
+    Slow (minutes): every hang holds a slot for the whole 5 s timeout."""
+    world = tmp_path / "w"
+    make_world(world, 200, 40)
+    config = tmp_path / "c.toml"
+    config.write_text("[llm]\ntimeout_seconds = 5\n")
+    options = StubOptions(
+        fault_rate=0.47, faults=FAULTS, retry_after=0.2, hang_seconds=600.0, seed=1
+    )
+    thread = ServerThread(StubServer(options))
+    server = thread.start()
+    failed_attempts = 0
+    try:
+        for tick in range(1, 7):
+            result = CliRunner().invoke(
+                main,
+                [
+                    *("tick", "--world", str(world), "--config", str(config)),
+                    *("--provider", "chat", "--base-url", server.base_url),
+                ],
+                env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+            )
+            assert result.exit_code == 0, (tick, result.output)
+            (total,) = [line for line in result.output.splitlines() if line.startswith("total")]
+            _, _calls, failed, retries, *_ = total.split()
+            failed_attempts += int(failed) + int(retries)
+        faults = server.stats.faults
+    finally:
+        thread.stop()
+    # each fault the server injected is one failed attempt on the client, and every one of
+    # them is in a summary (retried, or the last attempt of a call that fell back)
+    assert failed_attempts == sum(faults.values()), (failed_attempts, dict(faults))
