@@ -7,7 +7,9 @@ delete or when ``store`` was false), ``POST /chat/completions`` (``response_form
 
 Control: ``GET /stub/stats`` (requests and tokens served: what a real provider would have
 billed), ``POST /stub/reset``, ``POST /stub/faults`` (``{"script": [...], "fault_rate": x,
-"model_faults": {model: fault}}``). In-process users set the same on ``StubServer``.
+"model_faults": {model: fault}}``). In-process users set the same on ``StubServer``, and
+can also ``hold`` the generation requests a predicate picks until ``release``: a test holds
+one client's call open (to kill it mid-call, say) however loaded the machine is.
 
 Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
 client's timeout), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
@@ -30,6 +32,7 @@ import ssl as ssl_module
 import threading
 import uuid
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +114,8 @@ class StubStats:
     #: generation requests received and not yet answered (a test waits on this instead of
     #: sleeping: after a client is killed, its requests still finish server-side)
     in_flight: int = 0
+    #: generation requests waiting at a ``hold`` (a test waits on this before acting)
+    held: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -125,6 +130,7 @@ class StubStats:
             "generations": self.generations,
             "replayed": self.replayed,
             "in_flight": self.in_flight,
+            "held": self.held,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
@@ -138,6 +144,14 @@ class StubStats:
 class _Stored:
     body: Json
     pairs: tuple[Pair, ...]  # the whole chain up to and including this response
+
+
+@dataclass
+class _Hold:
+    """Generation requests ``when`` picks wait until ``released`` is set."""
+
+    when: Callable[[Json], bool]
+    released: threading.Event = field(default_factory=threading.Event)
 
 
 class _HTTPError(Exception):
@@ -160,6 +174,7 @@ class StubServer:
         self._prefixes: set[tuple[str, str]] = set()
         #: answers by Idempotency-Key, oldest first (a bounded cache, as providers keep)
         self._answered: OrderedDict[str, Json] = OrderedDict()
+        self._hold: _Hold | None = None
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -176,7 +191,36 @@ class StubServer:
                 raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
             self.script.append(fault)
 
+    def hold(self, when: Callable[[Json], bool]) -> None:
+        """Hold every generation request whose body ``when`` accepts until ``release``.
+
+        ``when`` runs on the server's event loop, once per request as it arrives; a held
+        request is counted in ``stats.held`` and ``stats.in_flight``, then answered normally
+        once released (or dropped if its client is gone). Replaces any earlier hold.
+        """
+        self.release()
+        self._hold = _Hold(when)
+
+    def release(self) -> None:
+        """Let the held requests go on, and hold no more (callable from any thread)."""
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.released.set()
+
+    async def _wait_if_held(self, request: Json) -> None:
+        hold = self._hold
+        if hold is None or not hold.when(request):
+            return
+        stats = self.stats  # the counters it was held in, even across a reset
+        stats.held += 1
+        try:
+            while not hold.released.is_set():  # set from another thread: polled
+                await asyncio.sleep(0.01)
+        finally:
+            stats.held -= 1
+
     def reset(self) -> None:
+        self.release()
         self.stats = StubStats()
         self._answered.clear()
         self.script.clear()
@@ -273,6 +317,7 @@ class StubServer:
                     return 200, self._answered[idempotency_key], {}
                 self.stats.in_flight += 1
                 try:
+                    await self._wait_if_held(request)
                     if path == "/v1/responses":
                         payload = await self._responses(request)
                     else:

@@ -202,10 +202,52 @@ def test_budget_caps_the_whole_sweep(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def slow_server() -> Iterator[StubServer]:
-    thread = ServerThread(StubServer(StubOptions(latency=0.25, seed=1)))
-    yield thread.start()
+def held_server() -> Iterator[StubServer]:
+    """A stub server whose requests a test can hold (``hold_mid_tick``); released at the end."""
+    thread = ServerThread(StubServer(StubOptions(seed=1)))
+    server = thread.start()
+    yield server
+    server.release()
     thread.stop()
+
+
+def chat_config(tmp_path: Path, world: Path, server: StubServer) -> Path:
+    """A ``--config`` whose runs call ``server`` with the chat provider (which sends each
+    run's seed with its requests).
+
+    ``sim init``'s world names the offline provider in its own ``config.toml``, which wins
+    over ``--config``: that line is taken out so the sweep's config decides. The timeout is
+    far longer than a held call waits for its kill, so a held call is never retried.
+    """
+    world_config = world / "config.toml"
+    lines = world_config.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith("provider =")]
+    assert len(kept) == len(lines) - 1, "sim init's world config names its provider"
+    world_config.write_text("".join(kept))
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        f'[llm]\nprovider = "chat"\nbase_url = "{server.base_url}"\ntimeout_seconds = 300\n'
+    )
+    return config
+
+
+def hold_mid_tick(server: StubServer, run: Path, tick: int, seed: int) -> None:
+    """Hold the calls of the run with ``seed`` once its ``tick`` has logged a call.
+
+    The run then waits mid-tick, calls logged and nothing committed, until the test has
+    killed it: the window to kill in stays open however slowly the test gets to it.
+    """
+    partial = log_path(run, tick)
+
+    def mid_tick(request: dict[str, object]) -> bool:
+        if request.get("seed") != seed:
+            return False
+        try:
+            return b'"call"' in partial.read_bytes()
+        except OSError:
+            return False
+
+    server.hold(mid_tick)
 
 
 def _tick_pid(run: Path) -> int | None:
@@ -223,57 +265,67 @@ def _tick_pid(run: Path) -> int | None:
     return None
 
 
-def kill_mid_tick(run: Path, tick: int, running: Callable[[], bool]) -> bool:
-    """SIGKILL the ``sim tick`` of ``run`` while ``tick`` is under way with calls logged.
+def kill_mid_tick(server: StubServer, run: Path, tick: int, running: Callable[[], bool]) -> bool:
+    """SIGKILL the ``sim tick`` of ``run`` while it waits in a held call of ``tick``.
 
-    The process is stopped (SIGSTOP) before the checks, so the state seen is the state it
-    dies in; if the tick has committed meanwhile, it goes on (SIGCONT) and we look again.
+    ``hold_mid_tick`` must have been set: once a call is held, the process is stopped
+    (SIGSTOP) and its state checked (the state it dies in: ``tick`` under way with calls
+    logged, nothing committed or journalled) before the kill. The hold is released after.
     """
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and running():
-        partial = log_path(run, tick)
-        if partial.is_file() and b'"call"' in partial.read_bytes():
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and running():
+            if server.stats.held:
+                break
+            time.sleep(0.01)
+        else:
+            return False
+        while time.monotonic() < deadline and running():
             pid = _tick_pid(run)
-            if pid is not None:
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                except ProcessLookupError:
-                    continue
-                try:
-                    committed = read_log(partial).committed
-                except LogError:  # stopped in the middle of writing a line: look again
-                    committed = True
-                at = orjson.loads((run / "world.json").read_bytes())["tick"]
-                if at == tick - 1 and not committed and not Storage(run).pending_journal():
-                    os.kill(pid, signal.SIGKILL)
-                    return True
-                os.kill(pid, signal.SIGCONT)
-        time.sleep(0.01)
-    return False
+            if pid is None:  # not seen in /proc yet: look again
+                time.sleep(0.01)
+                continue
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue
+            partial = log_path(run, tick)
+            try:
+                committed = read_log(partial).committed
+            except LogError:  # stopped in the middle of writing a line: look again
+                committed = True
+            called = b'"call"' in partial.read_bytes()
+            at = orjson.loads((run / "world.json").read_bytes())["tick"]
+            if at == tick - 1 and called and not committed and not Storage(run).pending_journal():
+                os.kill(pid, signal.SIGKILL)
+                return True
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.01)
+        return False
+    finally:
+        server.release()
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
 def test_a_killed_run_resumes_and_finished_runs_are_untouched(
-    tmp_path: Path, slow_server: StubServer
+    tmp_path: Path, held_server: StubServer
 ) -> None:
     world = make_world(tmp_path)
-    config = tmp_path / "sweep.toml"
-    config.write_text(
-        f'[llm]\nprovider = "chat"\nbase_url = "{slow_server.base_url}"\ntimeout_seconds = 20\n'
-    )
+    config = chat_config(tmp_path, world, held_server)
     runs = tmp_path / "runs"
     args = ["sweep", "--world", str(world), "--seeds", "1-3", "--ticks", "3", "--out", str(runs)]
     args += ["--config", str(config), "--jobs", "2"]
     env = {**os.environ, **KEY}
+    victim = runs / "seed-2"
+    hold_mid_tick(held_server, victim, 2, seed=2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "sim", *args, "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
     )
-    victim = runs / "seed-2"
     try:
-        killed = kill_mid_tick(victim, 2, lambda: proc.poll() is None)
+        killed = kill_mid_tick(held_server, victim, 2, lambda: proc.poll() is None)
         out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
@@ -314,26 +366,24 @@ def ray_local() -> Iterator[object]:
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
 def test_a_ray_sweep_finishes_and_resumes_a_killed_run(
-    tmp_path: Path, slow_server: StubServer, ray_local: object
+    tmp_path: Path, held_server: StubServer, ray_local: object
 ) -> None:
     import threading
 
     from sim.analysis.sweep import SweepResult, ray_executor, run_sweep
 
     world = make_world(tmp_path)
-    config = tmp_path / "sweep.toml"
-    config.write_text(
-        f'[llm]\nprovider = "chat"\nbase_url = "{slow_server.base_url}"\ntimeout_seconds = 20\n'
-    )
+    config = chat_config(tmp_path, world, held_server)
     runs = tmp_path / "runs"
     plan = make_plan(world, runs, [1, 2, 3], [], 3, config)
     results: list[SweepResult] = []
+    victim = runs / "seed-2"
+    hold_mid_tick(held_server, victim, 2, seed=2)
     thread = threading.Thread(
         target=lambda: results.append(run_sweep(plan, 2, executor=ray_executor()))
     )
     thread.start()
-    victim = runs / "seed-2"
-    killed = kill_mid_tick(victim, 2, thread.is_alive)
+    killed = kill_mid_tick(held_server, victim, 2, thread.is_alive)
     thread.join(timeout=300)
     assert killed and results, "the run never reached its second tick"
     statuses = {o.name: o.status for o in results[0].runs}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx2
@@ -59,6 +61,36 @@ def test_routes_and_control_endpoints(stub_server: StubServer) -> None:
         http.post("/stub/reset")
         assert http.get("/stub/stats").json()["generations"] == 0
         assert http.get("/nope").status_code == 404
+
+
+def test_a_hold_keeps_the_requests_it_picks_until_released(stub_server: StubServer) -> None:
+    """Only the picked requests wait (others are answered meanwhile), then go on normally."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=stub_server.base_url, api_key="x", max_retries=0, timeout=60)
+
+    def ask(seed: int) -> str | None:
+        answer = client.chat.completions.create(
+            model="m", seed=seed, messages=[{"role": "user", "content": "Hello"}]
+        )
+        return answer.choices[0].message.content
+
+    stub_server.hold(lambda request: request.get("seed") == 2)
+    answers: list[str | None] = []
+    held = threading.Thread(target=lambda: answers.append(ask(2)))
+    held.start()
+    deadline = time.monotonic() + 30
+    while stub_server.stats.held == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stub_server.stats.held == 1 and stub_server.stats.in_flight == 1
+    assert ask(1) == "Understood."  # not picked: answered while the other waits
+    held.join(timeout=0.5)
+    assert held.is_alive() and not answers and stub_server.stats.generations == 1
+    stub_server.release()
+    held.join(timeout=30)
+    assert answers == ["Understood."] and stub_server.stats.held == 0
+    assert stub_server.stats.generations == 2
+    assert ask(2) == "Understood."  # released: no longer held
 
 
 def test_unknown_fault_is_refused(stub_server: StubServer) -> None:
