@@ -38,7 +38,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -141,18 +141,8 @@ class Outcome:
     granted_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "seed": self.seed,
-            "overrides": self.overrides,
-            "status": self.status,
-            "tick": self.tick,
-            "target": self.target,
-            "exit_code": self.exit_code,
-            "message": self.message,
-            "granted_usd": self.granted_usd,
-            "granted_tokens": self.granted_tokens,
-        }
+        """Every field by its name, in declaration order (the sweep's state file row)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass

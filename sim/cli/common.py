@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -23,17 +23,43 @@ from sim.config import (
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 
-WORLD = click.option(
-    "--world",
-    "world_dir",
-    required=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="The world folder.",
-)
-_CONFIG_FILE = click.option(
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def folder_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:
+    """An option naming a folder (never a file), given to the command as a ``Path``."""
+    return click.option(*decls, type=click.Path(path_type=Path, file_okay=False), **attrs)
+
+
+def file_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:
+    """An option naming a file (never a folder), given to the command as a ``Path``."""
+    return click.option(*decls, type=click.Path(path_type=Path, dir_okay=False), **attrs)
+
+
+def count_option(*decls: str, minimum: int = 1, **attrs: Any) -> Callable[[_F], _F]:
+    """A whole-number option of at least ``minimum``, its default shown in ``--help``."""
+    return click.option(*decls, show_default=True, type=click.IntRange(min=minimum), **attrs)
+
+
+def seconds_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:
+    """A non-negative number of seconds (or a rate), its default shown in ``--help``."""
+    return click.option(*decls, show_default=True, type=click.FloatRange(min=0), **attrs)
+
+
+def tick_option(help: str) -> Callable[[_F], _F]:
+    """The required ``--tick N`` (from 1) of the commands that go back to a tick."""
+    return click.option("--tick", "tick_", required=True, type=click.IntRange(min=1), help=help)
+
+
+def present(**values: Any) -> dict[str, Any]:
+    """The given values that are set (not ``None``), in order: the overrides of a flag set."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
+WORLD = folder_option("--world", "world_dir", required=True, help="The world folder.")
+_CONFIG_FILE = file_option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="Config file (default: ./config.toml, else built-in defaults).",
 )
 TRUST_KEY = "sim.trust_world_config"
@@ -151,23 +177,13 @@ def build_config(
     sends_requests: bool = True,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
-    llm: dict[str, Any] = {}
-    if provider is not None:
-        llm["provider"] = provider
-    if concurrency is not None:
-        llm["max_concurrency"] = concurrency
-    if base_url is not None:
-        llm["base_url"] = base_url
+    llm = present(provider=provider, max_concurrency=concurrency, base_url=base_url)
     if llm:
         overrides["llm"] = llm
     if model is not None:
         for section in PHASE_SECTIONS:
             overrides.setdefault(section, {})["model"] = model
-    budget: dict[str, Any] = {}
-    if budget_usd is not None:
-        budget["max_cost_usd"] = budget_usd
-    if budget_tokens is not None:
-        budget["max_total_tokens"] = budget_tokens
+    budget = present(max_cost_usd=budget_usd, max_total_tokens=budget_tokens)
     if budget:
         overrides["budget"] = budget
     config = load_config(

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.common import CONFIG, WORLD, build_config, errors, folder_option, tick_option
 from sim.cli.jsonout import JSON_HELP, emit, json_errors, replay_document
 from sim.errors import InputError
 
@@ -114,13 +114,7 @@ def replay_(
 
 @click.command()
 @WORLD
-@click.option(
-    "--tick",
-    "tick_",
-    required=True,
-    type=click.IntRange(min=1),
-    help="Go back to the state at the start of this tick.",
-)
+@tick_option("Go back to the state at the start of this tick.")
 def rewind(world_dir: Path, tick_: int) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
     from sim.ticklog import rewind as history
@@ -134,18 +128,11 @@ def rewind(world_dir: Path, tick_: int) -> None:
 
 @click.command()
 @WORLD
-@click.option(
-    "--tick",
-    "tick_",
-    required=True,
-    type=click.IntRange(min=1),
-    help="Start the new world from the state at the start of this tick.",
-)
-@click.option(
+@tick_option("Start the new world from the state at the start of this tick.")
+@folder_option(
     "--to",
     "dest",
     required=True,
-    type=click.Path(path_type=Path, file_okay=False),
     help="The new world's folder (must not exist yet).",
 )
 @click.option(

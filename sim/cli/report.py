@@ -11,16 +11,15 @@ from pathlib import Path
 
 import click
 
-from sim.cli.common import WORLD
+from sim.cli.common import WORLD, file_option
 from sim.cli.jsonout import JSON_HELP, emit, json_errors, report_document
 
 
 @click.command("report")
 @WORLD
-@click.option(
+@file_option(
     "--out",
     "out",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="The HTML file to write (default: report.html in the world folder).",
 )
 @click.option(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.common import CONFIG, WORLD, build_config, errors, folder_option
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
@@ -19,11 +19,10 @@ if TYPE_CHECKING:
 
 @click.command("export")
 @WORLD
-@click.option(
+@folder_option(
     "--out",
     "out",
     required=True,
-    type=click.Path(path_type=Path, file_okay=False),
     help="The folder to write the tables into (created if missing; tables are replaced).",
 )
 @click.option(
@@ -118,11 +117,10 @@ def init_(folder: Path, characters: int, locations: int) -> None:
 
 
 @click.command("schema")
-@click.option(
+@folder_option(
     "--out",
     "out",
     required=True,
-    type=click.Path(path_type=Path, file_okay=False),
     help="The folder to write the schemas into (created if missing).",
 )
 def schema_(out: Path) -> None:

@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from sim.cli.common import seconds_option
+
 #: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
 #: server (a test pins the two together)
 DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
@@ -23,18 +25,14 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     type=click.IntRange(0, 65535),
     help="Port (0: any free port).",
 )
-@click.option(
+@seconds_option(
     "--latency",
     default=0.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
     help="Seconds before each answer.",
 )
-@click.option(
+@seconds_option(
     "--latency-jitter",
     default=0.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
     help="Extra uniform random latency, up to this many seconds.",
 )
 @click.option(

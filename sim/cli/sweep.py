@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG
+from sim.cli.common import CONFIG, count_option, file_option, folder_option
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
 from sim.errors import InputError
 
@@ -22,10 +22,9 @@ def _outcome_line(outcome: Outcome) -> str:
 
 
 @click.group(invoke_without_command=True)
-@click.option(
+@folder_option(
     "--world",
     "world_dir",
-    type=click.Path(path_type=Path, file_okay=False),
     help="The world every run forks from (its current state).",
 )
 @click.option(
@@ -39,16 +38,13 @@ def _outcome_line(outcome: Outcome) -> str:
     help="A config key and the values it takes (e.g. phase1.temperature=0.5,0.9); "
     "repeatable: runs are the cross product of seeds and every --set.",
 )
-@click.option(
+@count_option(
     "--ticks",
     default=1,
-    show_default=True,
-    type=click.IntRange(min=1),
     help="Ticks each run gets, from the tick it forked at.",
 )
-@click.option(
+@folder_option(
     "--out",
-    type=click.Path(path_type=Path, file_okay=False),
     help="Folder of the runs (one sub-folder per run).",
 )
 @click.option(
@@ -154,17 +150,15 @@ def sweep(
 
 
 @sweep.command("report")
-@click.option(
+@folder_option(
     "--runs",
     "runs_dir",
     required=True,
-    type=click.Path(path_type=Path, file_okay=False),
     help="The sweep's --out folder.",
 )
-@click.option(
+@file_option(
     "--html",
     "html_out",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the table as one HTML page (no network needed) to this file.",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.common import CONFIG, WORLD, build_config, count_option, errors
 from sim.config import phase_section, section_name
 from sim.errors import InputError
 
@@ -60,11 +60,9 @@ def unpriced_note(models: frozenset[str]) -> str:
 @click.option(
     "--depths", default="0,1,2,4", show_default=True, help="Chain depths to try, comma-separated."
 )
-@click.option(
+@count_option(
     "--ticks",
     default=3,
-    show_default=True,
-    type=click.IntRange(min=1),
     help="Ticks to run at each depth.",
 )
 @CONFIG

@@ -79,6 +79,16 @@ class ToolDeclaration(BaseModel):
     description: str
     parameters: dict[str, Any]
 
+    @classmethod
+    def of_strings(cls, name: str, description: str, **fields: str) -> ToolDeclaration:
+        """A tool whose arguments are all strings, each with its description; every one is
+        required (an argument-less tool declares no ``required`` list)."""
+        properties = {key: {"type": "string", "description": text} for key, text in fields.items()}
+        parameters: dict[str, Any] = {"type": "object", "properties": properties}
+        if fields:
+            parameters["required"] = list(fields)
+        return cls(name=name, description=description, parameters=parameters)
+
     def openai_responses(self) -> dict[str, Any]:
         """The Responses API shape (flat)."""
         return {

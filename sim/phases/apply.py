@@ -9,6 +9,8 @@ resolved for it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.intentions import Intention
 from sim.phases.resolution import LocationUpdate, Outcome
@@ -41,26 +43,24 @@ def _apply_outcome(
             )
     if outcome.mood:
         state["mood"] = outcome.mood
-    inventory: list[str] = state["inventory"]
-    for item in outcome.lost:
-        if item in inventory:
-            inventory.remove(item)
-    for item in outcome.gained:
-        if item not in inventory:
-            inventory.append(item)
+    _edit_items(state["inventory"], outcome.lost, outcome.gained)
 
 
 def _apply_location_update(location: Entity, update: LocationUpdate) -> None:
     state = location["state"]
     if update.atmosphere:
         state["atmosphere"] = update.atmosphere
-    objects: list[str] = state["objects"]
-    for item in update.objects_removed:
-        if item in objects:
-            objects.remove(item)
-    for item in update.objects_added:
-        if item not in objects:
-            objects.append(item)
+    _edit_items(state["objects"], update.objects_removed, update.objects_added)
+
+
+def _edit_items(items: list[str], removed: Iterable[str], added: Iterable[str]) -> None:
+    """Take ``removed`` out of a list of things (those present), then add the new ``added``."""
+    for item in removed:
+        if item in items:
+            items.remove(item)
+    for item in added:
+        if item not in items:
+            items.append(item)
 
 
 async def run(ctx: TickContext) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel
 
-from sim.llm.client import LLMClient
+from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.store import ResponseStore
@@ -150,6 +150,11 @@ def exits_view(world: World, loc: Entity) -> list[dict[str, str]]:
 def to_json(data: Any) -> str:
     """Compact JSON for model input; key order as built, so inputs are reproducible."""
     return orjson.dumps(data).decode()
+
+
+class PhaseAnswer(BaseModel, extra="forbid"):
+    """Base of the built-in phases' answer models: no field beyond the declared ones (each
+    names its own schema ``title``, so a class rename never changes the schema digest)."""
 
 
 @dataclass
@@ -304,3 +309,26 @@ class TickContext:
         if has is None:
             has = self._has_input[template] = self.templates.exists(template)
         return self.render(template, context) if has else default()
+
+    def request(
+        self,
+        name: str,
+        schema: type[BaseModel],
+        entity_key: str,
+        context: Callable[[], dict[str, Any]],
+        default: Callable[[], str],
+        **extra: Any,
+    ) -> LLMRequest:
+        """One subject's request for built-in phase ``name``: its instructions and input
+        rendered from the world's templates (else the defaults), chained on ``entity_key``."""
+        instructions = self.prompt(name, context)
+        return LLMRequest(
+            instructions, self.input_for(name, default, context), schema, entity_key, **extra
+        )
+
+
+async def ask(client: LLMClient, requests: Sequence[LLMRequest], report: PhaseReport) -> list[Any]:
+    """Send one phase's batch and count its calls; results in request order."""
+    results = await client.create_batch(requests)
+    report.calls += len(requests)
+    return results

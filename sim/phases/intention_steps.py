@@ -23,30 +23,18 @@ from sim.phases.intention_tools import TOOLS
 from sim.world import Entity, World
 
 QUERY_TOOLS: tuple[ToolDeclaration, ...] = (
-    ToolDeclaration(
-        name="look",
-        description="Look closely at a person, an object or an exit here (or something "
+    ToolDeclaration.of_strings(
+        "look",
+        "Look closely at a person, an object or an exit here (or something "
         "you carry) before deciding.",
-        parameters={
-            "type": "object",
-            "properties": {"target": {"type": "string", "description": "an id or name seen here"}},
-            "required": ["target"],
-        },
+        target="an id or name seen here",
     ),
-    ToolDeclaration(
-        name="recall",
-        description="Remember what you know about a topic (your memories and summary).",
-        parameters={
-            "type": "object",
-            "properties": {"topic": {"type": "string", "description": "a word or name"}},
-            "required": ["topic"],
-        },
+    ToolDeclaration.of_strings(
+        "recall",
+        "Remember what you know about a topic (your memories and summary).",
+        topic="a word or name",
     ),
-    ToolDeclaration(
-        name="inventory",
-        description="Check what you are carrying.",
-        parameters={"type": "object", "properties": {}},
-    ),
+    ToolDeclaration.of_strings("inventory", "Check what you are carrying."),
 )
 QUERY_NAMES = frozenset(tool.name for tool in QUERY_TOOLS)
 ACTION_NAMES = frozenset(tool.name for tool in TOOLS)

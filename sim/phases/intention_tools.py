@@ -14,73 +14,43 @@ from typing import Any
 from sim.llm.errors import LLMError
 from sim.llm.tools import FunctionCall, ToolCalls, ToolDeclaration
 
-_REASONING = {"type": "string", "description": "why, in a sentence"}
+_REASONING = "why, in a sentence"
 
 TOOLS: tuple[ToolDeclaration, ...] = (
-    ToolDeclaration(
-        name="move_to",
-        description="Walk to a connected location (one of the exits).",
-        parameters={
-            "type": "object",
-            "properties": {
-                "location_id": {"type": "string", "description": "the id of an exit"},
-                "reasoning": _REASONING,
-            },
-            "required": ["location_id", "reasoning"],
-        },
+    ToolDeclaration.of_strings(
+        "move_to",
+        "Walk to a connected location (one of the exits).",
+        location_id="the id of an exit",
+        reasoning=_REASONING,
     ),
-    ToolDeclaration(
-        name="say",
-        description="Speak to a character who is present.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "character_id": {"type": "string", "description": "the id of a present character"},
-                "words": {"type": "string", "description": "what is said"},
-                "reasoning": _REASONING,
-            },
-            "required": ["character_id", "words", "reasoning"],
-        },
+    ToolDeclaration.of_strings(
+        "say",
+        "Speak to a character who is present.",
+        character_id="the id of a present character",
+        words="what is said",
+        reasoning=_REASONING,
     ),
-    ToolDeclaration(
-        name="act",
-        description="Do something with an object here or carried.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "object": {"type": "string", "description": "the object acted on"},
-                "action": {"type": "string", "description": "what is done"},
-                "reasoning": _REASONING,
-            },
-            "required": ["object", "action", "reasoning"],
-        },
+    ToolDeclaration.of_strings(
+        "act",
+        "Do something with an object here or carried.",
+        object="the object acted on",
+        action="what is done",
+        reasoning=_REASONING,
     ),
-    ToolDeclaration(
-        name="wait",
-        description="Stay and do nothing in particular this tick.",
-        parameters={
-            "type": "object",
-            "properties": {"reasoning": _REASONING},
-            "required": ["reasoning"],
-        },
+    ToolDeclaration.of_strings(
+        "wait", "Stay and do nothing in particular this tick.", reasoning=_REASONING
     ),
 )
 
 
 def verb_tool(verb: str, description: str) -> ToolDeclaration:
     """A verb the world declares in ``[actions]``, as a tool."""
-    return ToolDeclaration(
-        name=verb,
-        description=description,
-        parameters={
-            "type": "object",
-            "properties": {
-                "target": {"type": "string", "description": "who or what it is done to"},
-                "content": {"type": "string", "description": "what exactly is done or offered"},
-                "reasoning": _REASONING,
-            },
-            "required": ["target", "content", "reasoning"],
-        },
+    return ToolDeclaration.of_strings(
+        verb,
+        description,
+        target="who or what it is done to",
+        content="what exactly is done or offered",
+        reasoning=_REASONING,
     )
 
 

@@ -6,13 +6,13 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import Field, create_model
 
-from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
 from sim.phases import intention_steps
 from sim.phases.base import (
+    PhaseAnswer,
     TickContext,
     character_view,
     exits_view,
@@ -34,10 +34,8 @@ BUILTIN_ACTIONS = ("move", "speak", "act", "wait")
 # A world's [actions] verbs widen ``action`` in a subclass (``intention_schema``). The
 # docstring below is the schema's description, sent to the model: changing it changes
 # every intentions request and its digest.
-class Intention(BaseModel):
+class Intention(PhaseAnswer, title="Intention"):
     """What a character means to do: move, speak, act on something, or wait."""
-
-    model_config = ConfigDict(extra="forbid", title="Intention")
 
     action: Literal["move", "speak", "act", "wait"]
     target: str | None = Field(
@@ -137,15 +135,8 @@ async def run(ctx: TickContext) -> None:
         def default(char: Entity = char, here: list[str] = here) -> str:
             return character_input(world, char, ctx.tick, here, view)
 
-        requests.append(
-            LLMRequest(
-                ctx.prompt(NAME, context),
-                ctx.input_for(NAME, default, context),
-                schema,
-                f"{CHAIN}:{char['identity']['id']}",
-                tools=tools,
-            )
-        )
+        key = f"{CHAIN}:{char['identity']['id']}"
+        requests.append(ctx.request(NAME, schema, key, context, default, tools=tools))
     if tools is not None and ctx.config.phase1.max_tool_steps > 0:  # look before acting
         results, calls = await intention_steps.decide(
             world,

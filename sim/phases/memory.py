@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, character_view, public, to_json
+from sim.phases.base import PhaseAnswer, TickContext, ask, character_view, public, to_json
 from sim.world import Entity
 
 NAME = "memory"
@@ -17,9 +16,7 @@ SECTION = "phase4"
 CHAIN = "memory"
 
 
-class MemorySummary(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="MemorySummary")
-
+class MemorySummary(PhaseAnswer, title="MemorySummary"):
     summary: str = Field(description="the running summary with the evicted memories folded in")
 
 
@@ -71,16 +68,9 @@ async def run(ctx: TickContext) -> None:
         def default(char: Entity = char, evicted: list[dict[str, object]] = evicted) -> str:
             return memory_input(char, evicted, ctx.tick, view)
 
-        requests.append(
-            LLMRequest(
-                ctx.prompt(NAME, context),
-                ctx.input_for(NAME, default, context),
-                MemorySummary,
-                f"{CHAIN}:{char['identity']['id']}",
-            )
-        )
-    results = await client.create_batch(requests)
-    report.calls += len(requests)
+        key = f"{CHAIN}:{char['identity']['id']}"
+        requests.append(ctx.request(NAME, MemorySummary, key, context, default))
+    results = await ask(client, requests, report)
     for (char, evicted), request, result in zip(overflowing, requests, results, strict=True):
         memory = char["memory"]
         if isinstance(result, LLMError):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, place_view, to_json
+from sim.phases.base import PhaseAnswer, TickContext, ask, place_view, to_json
 from sim.phases.resolution import Outcome, Resolution, template_context
 from sim.world import World
 
@@ -17,9 +16,7 @@ SECTION = "phase2b"
 CHAIN = "narrative"
 
 
-class Narrative(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="Narrative")
-
+class Narrative(PhaseAnswer, title="Narrative"):
     narrative: str = Field(description="three to six sentences of prose")
 
 
@@ -66,16 +63,8 @@ async def run(ctx: TickContext) -> None:
         def default(lid: str = lid) -> str:
             return narrative_input(ctx, world, lid)
 
-        requests.append(
-            LLMRequest(
-                ctx.prompt(NAME, context),
-                ctx.input_for(NAME, default, context),
-                Narrative,
-                f"{CHAIN}:{lid}",
-            )
-        )
-    results = await client.create_batch(requests)
-    report.calls += len(requests)
+        requests.append(ctx.request(NAME, Narrative, f"{CHAIN}:{lid}", context, default))
+    results = await ask(client, requests, report)
     for lid, request, result in zip(occupied, requests, results, strict=True):
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)

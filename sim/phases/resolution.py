@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import (
+    PhaseAnswer,
     TickContext,
+    ask,
     exits_view,
     own_fields,
     place_view,
@@ -25,9 +26,7 @@ SECTION = "phase2a"
 CHAIN = "resolution"
 
 
-class Outcome(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="Outcome")
-
+class Outcome(PhaseAnswer, title="Outcome"):
     character_id: str = Field(description="id of a character present at this location")
     outcome: str = Field(description="what happened to them, one or two sentences")
     moved_to: str | None = Field(description="id of the connected location they reached, or null")
@@ -36,18 +35,14 @@ class Outcome(BaseModel):
     lost: list[str] = Field(description="objects they no longer carry")
 
 
-class LocationUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="LocationUpdate")
-
+class LocationUpdate(PhaseAnswer, title="LocationUpdate"):
     atmosphere: str | None = Field(description="the place's new atmosphere, or null")
     objects_added: list[str]
     objects_removed: list[str]
 
 
-class Resolution(BaseModel):
+class Resolution(PhaseAnswer, title="Resolution"):
     """The game master's ruling for one location and tick."""
-
-    model_config = ConfigDict(extra="forbid", title="Resolution")
 
     outcomes: list[Outcome]
     location_update: LocationUpdate | None
@@ -128,16 +123,8 @@ async def run(ctx: TickContext) -> None:
         def default(lid: str = lid) -> str:
             return location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions, view)
 
-        requests.append(
-            LLMRequest(
-                ctx.prompt(NAME, context),
-                ctx.input_for(NAME, default, context),
-                Resolution,
-                f"{CHAIN}:{lid}",
-            )
-        )
-    results = await client.create_batch(requests)
-    report.calls += len(requests)
+        requests.append(ctx.request(NAME, Resolution, f"{CHAIN}:{lid}", context, default))
+    results = await ask(client, requests, report)
     for lid, request, result in zip(occupied, requests, results, strict=True):
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)

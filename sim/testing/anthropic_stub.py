@@ -23,14 +23,14 @@ max_tokens``), ``unknown_tool``.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 import orjson
 
+from sim.testing.sdk_stub import SDKStubServer
 from sim.testing.stub_model import Answer, Json, split_messages, text_of
-from sim.testing.stub_server import FAULTS, StubServer, _HTTPError
+from sim.testing.stub_server import FAULTS, _HTTPError
 
 ANTHROPIC_FAULTS = (*FAULTS, "overloaded", "bad_request", "permission")
 ROUTE = "/v1/messages"
@@ -134,62 +134,29 @@ def message_body(mid: str, model: str, ans: Answer, tool: str | None, fault: str
     return body
 
 
-class AnthropicStubServer(StubServer):
+class AnthropicStubServer(SDKStubServer):
     """``StubServer`` speaking Anthropic's Messages API (same faults, plus ``overloaded``)."""
 
-    @property
-    def base_url(self) -> str:
-        """The API root the SDK takes as ``base_url`` (it adds ``/v1/messages`` itself)."""
-        return f"http://127.0.0.1:{self.port}"
+    FAULTS = ANTHROPIC_FAULTS
 
-    def enqueue(self, *faults: str | None) -> None:
-        for fault in faults:
-            if fault is not None and fault not in ANTHROPIC_FAULTS:
-                raise ValueError(f"unknown fault {fault!r}; expected one of {ANTHROPIC_FAULTS}")
-            self.script.append(fault)
+    def _error(self, status: int, type_: str, message: str) -> Json:
+        return anthropic_error(type_, message)
 
-    async def _dispatch(
-        self, method: str, path: str, body: bytes, idempotency_key: str | None = None
-    ) -> tuple[int, Any, dict[str, str]]:
-        self.stats.requests += 1
-        self.stats.by_route[f"{method} {path}"] += 1
-        try:
-            request = orjson.loads(body) if body else {}
-            if method == "POST" and path == ROUTE:
-                if not isinstance(request, dict):
-                    raise _HTTPError(
-                        400, anthropic_error("invalid_request_error", "body is not an object")
-                    )
-                self.log.append(request)
-                self.stats.in_flight += 1
-                try:
-                    return 200, await self._message(request), {}
-                finally:
-                    self.stats.in_flight -= 1
-            if path.startswith("/stub/"):
-                return 200, self._control(method, path, request), {}
-            raise _HTTPError(404, anthropic_error("not_found_error", f"no route {method} {path}"))
-        except _HTTPError as exc:
-            return exc.status, exc.body, exc.headers
-        except orjson.JSONDecodeError:
-            return 400, anthropic_error("invalid_request_error", "body is not JSON"), {}
-
-    async def _anthropic_prelude(self, model: str) -> str | None:
-        """Latency and HTTP-level faults in Anthropic's format; returns an answer fault."""
-        self.stats.models[model] += 1
-        fault = self._fault(model)
-        opts = self.options
-        delay = opts.latency + (
-            self._rng.uniform(0, opts.latency_jitter) if opts.latency_jitter else 0.0
-        )
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if fault is None:
+    async def _route(self, method: str, path: str, request: Any) -> Json | None:
+        if method != "POST" or path != ROUTE:
             return None
-        self.stats.faults[fault] += 1
-        if fault == "hang":
-            await asyncio.sleep(opts.hang_seconds)
-            raise _HTTPError(500, anthropic_error("api_error", "hung"))
+        if not isinstance(request, dict):
+            raise _HTTPError(400, anthropic_error("invalid_request_error", "body is not an object"))
+        self.log.append(request)
+        self.stats.in_flight += 1
+        try:
+            return await self._message(request)
+        finally:
+            self.stats.in_flight -= 1
+
+    def _http_fault(self, fault: str) -> str | None:
+        """Anthropic's status and error type for each HTTP-level fault."""
+        opts = self.options
         if fault == "rate_limit":
             headers = {} if opts.retry_after is None else {"retry-after": f"{opts.retry_after:g}"}
             raise _HTTPError(
@@ -242,7 +209,7 @@ class AnthropicStubServer(StubServer):
     async def _message(self, request: Json) -> Json:
         model = str(request.get("model") or "stub")
         forced = _forced(request)
-        fault = await self._anthropic_prelude(model)
+        fault = await self._sdk_prelude(model)
         turns = [m for m in request.get("messages") or () if not _tool_blocks_only(m)]
         _, pairs, input_text = split_messages(turns)
         instructions = text_of(request.get("system") or "")

@@ -20,7 +20,6 @@ token count exceeds", ``malformed`` (half the JSON), ``refusal`` (``finishReason
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import re
 import uuid
@@ -28,8 +27,9 @@ from typing import Any
 
 import orjson
 
+from sim.testing.sdk_stub import SDKStubServer
 from sim.testing.stub_model import ANSWER_FAULTS, Answer, Json, Pair
-from sim.testing.stub_server import FAULTS, StubServer, _HTTPError
+from sim.testing.stub_server import FAULTS, _HTTPError
 
 GEMINI_FAULTS = (*FAULTS, "blocked")
 _ROUTE = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):generateContent$")
@@ -171,55 +171,25 @@ def content_body(rid: str, model: str, ans: Answer) -> Json:
     return body
 
 
-class GeminiStubServer(StubServer):
+class GeminiStubServer(SDKStubServer):
     """``StubServer`` speaking the Gemini API instead of OpenAI's (same faults and stats)."""
 
-    @property
-    def base_url(self) -> str:
-        """The API root the SDK takes as ``base_url`` (it adds ``/v1beta/...`` itself)."""
-        return f"http://127.0.0.1:{self.port}"
+    FAULTS = GEMINI_FAULTS
+    NOT_JSON = "Invalid JSON payload received."
 
-    def enqueue(self, *faults: str | None) -> None:
-        for fault in faults:
-            if fault is not None and fault not in GEMINI_FAULTS:
-                raise ValueError(f"unknown fault {fault!r}; expected one of {GEMINI_FAULTS}")
-            self.script.append(fault)
+    def _error(self, status: int, type_: str, message: str) -> Json:
+        return google_error(status, message)
 
-    async def _dispatch(
-        self, method: str, path: str, body: bytes, idempotency_key: str | None = None
-    ) -> tuple[int, Any, dict[str, str]]:
-        self.stats.requests += 1
-        self.stats.by_route[f"{method} {path}"] += 1
-        try:
-            request = orjson.loads(body) if body else {}
-            match = _ROUTE.match(path)
-            if method == "POST" and match:
-                self.log.append(request)
-                return 200, await self._generate(match["model"], request), {}
-            if path.startswith("/stub/"):
-                return 200, self._control(method, path, request), {}
-            raise _HTTPError(404, google_error(404, f"no route {method} {path}"))
-        except _HTTPError as exc:
-            return exc.status, exc.body, exc.headers
-        except orjson.JSONDecodeError:
-            return 400, google_error(400, "Invalid JSON payload received."), {}
-
-    async def _gemini_prelude(self, model: str) -> str | None:
-        """Latency and HTTP-level faults in Google's format; returns an answer-level fault."""
-        self.stats.models[model] += 1
-        fault = self._fault(model)
-        opts = self.options
-        delay = opts.latency + (
-            self._rng.uniform(0, opts.latency_jitter) if opts.latency_jitter else 0.0
-        )
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if fault is None:
+    async def _route(self, method: str, path: str, request: Any) -> Json | None:
+        match = _ROUTE.match(path)
+        if method != "POST" or not match:
             return None
-        self.stats.faults[fault] += 1
-        if fault == "hang":
-            await asyncio.sleep(opts.hang_seconds)
-            raise _HTTPError(500, google_error(500, "hung"))
+        self.log.append(request)
+        return await self._generate(match["model"], request)
+
+    def _http_fault(self, fault: str) -> str | None:
+        """Google's status and error details for each HTTP-level fault."""
+        opts = self.options
         if fault == "rate_limit":
             details: list[Json] = [
                 {
@@ -289,7 +259,7 @@ class GeminiStubServer(StubServer):
         return fault if fault in ANSWER_FAULTS or fault == "blocked" else None
 
     async def _generate(self, model: str, request: Json) -> Json:
-        fault = await self._gemini_prelude(model)
+        fault = await self._sdk_prelude(model)
         pairs, input_text = split_contents(field(request, "contents") or [])
         instructions = _text(field(request, "systemInstruction") or {})
         config = field(request, "generationConfig") or {}

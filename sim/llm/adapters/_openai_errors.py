@@ -15,17 +15,24 @@ from typing import Any
 import httpx2
 import openai
 
+from sim.llm.adapters._adapter_common import (
+    connection_failed,
+    key_rejected,
+    rate_limited,
+    status_failure,
+    timed_out,
+    too_long,
+    unexpected,
+    unknown_model,
+)
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
     LLMChainNotFoundError,
-    LLMConfigurationError,
-    LLMContextLengthError,
     LLMError,
-    LLMRateLimitError,
-    LLMTimeoutError,
 )
 
+_API = "the provider"
 _CONTEXT_CODES = ("context_length_exceeded", "string_above_max_length")
 
 #: HTTP status -> the SDK's exception class, as the openai SDK documents it ("Handling
@@ -97,26 +104,16 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
         model: the model requested, for the error and its message.
     """
     if isinstance(exc, openai.APITimeoutError):
-        return LLMTimeoutError(f"request to {model} timed out", cause=exc, model=model)
+        return timed_out(exc, model)
     if isinstance(exc, openai.APIConnectionError):
-        return LLMAPIError(
-            f"connection to the provider failed: {exc.message}",
-            code="connection_error",
-            cause=exc,
-            model=model,
-        )
+        return connection_failed(_API, exc.message, exc, model)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = _error_body(exc)
         code = str(body.get("code") or exc.code or "")
         message = str(body.get("message") or exc.message)
         if status in (401, 403):
-            return LLMConfigurationError(
-                f"the provider rejected the API key from ${api_key_env} (HTTP {status}); "
-                f"set a valid key in {api_key_env} or change [llm] api_key_env",
-                cause=exc,
-                model=model,
-            )
+            return key_rejected(_API, api_key_env, f"HTTP {status}", exc, model)
         if status == 429:
             if code == "insufficient_quota":
                 return LLMBudgetExceededError(
@@ -125,11 +122,12 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
                     cause=exc,
                     model=model,
                 )
-            return LLMRateLimitError(
-                f"rate limited by the provider: {message}",
-                status_code=status,
-                response_body=exc.body,
-                cause=exc,
+            return rate_limited(
+                _API,
+                message,
+                status=status,
+                body=exc.body,
+                exc=exc,
                 model=model,
                 retry_after=retry_after_seconds(exc.response.headers),
             )
@@ -142,27 +140,19 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
                 model=model,
             )
         if status == 400 and (code in _CONTEXT_CODES or "context length" in message.lower()):
-            return LLMContextLengthError(
-                f"the prompt is too long for {model}: {message}",
-                cause=exc,
-                model=model,
-            )
+            return too_long(message, exc, model)
         if status == 404 and code == "model_not_found":
-            return LLMConfigurationError(
-                f"unknown model {model!r}: {message}; check the phase's model in config.toml",
-                cause=exc,
-                model=model,
-            )
-        return LLMAPIError(
-            f"HTTP {status} from the provider: {message}",
-            status_code=status,
-            response_body=exc.body,
-            cause=exc,
+            return unknown_model("model", message, exc, model)
+        return status_failure(
+            f"HTTP {status} from {_API}",
+            message,
+            status=status,
+            body=exc.body,
+            exc=exc,
             model=model,
-            code="server_error" if status >= 500 else "api_error",
         )
     if isinstance(exc, openai.APIError):  # response validation and other SDK failures
         return LLMAPIError(f"provider error: {exc.message}", cause=exc, model=model)
     if isinstance(exc, LLMError):
         return exc
-    return LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc, model=model)
+    return unexpected(exc, model)

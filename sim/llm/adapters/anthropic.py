@@ -34,8 +34,6 @@ owns retries), and every call passes its timeout explicitly.
 
 from __future__ import annotations
 
-import importlib
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -43,18 +41,29 @@ import httpx2
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from sim.llm.adapters._adapter_common import (
+    SDKAdapter,
+    api_key,
+    connection_failed,
+    json_schema,
+    key_rejected,
+    pool_limits,
+    rate_limited,
+    require_module,
+    status_failure,
+    timed_out,
+    too_long,
+    unexpected,
+    unknown_model,
+)
 from sim.llm.adapters._openai_errors import retry_after_seconds
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
-    LLMConfigurationError,
-    LLMContextLengthError,
     LLMError,
     LLMIncompleteError,
-    LLMRateLimitError,
     LLMRefusalError,
     LLMSchemaError,
-    LLMTimeoutError,
 )
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, response_json, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, ToolChoice, Usage
@@ -71,27 +80,17 @@ INSTALL_HINT = "pip install 'sim[anthropic]'"
 _DONE = frozenset({"end_turn", "tool_use", "stop_sequence", None})
 _CONTEXT = re.compile(r"prompt is too long|context (window|length)|too many tokens", re.I)
 _CREDIT = re.compile(r"credit balance is too low", re.I)
+_API = "the Anthropic API"
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
-
-_INPUT_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 
 
 def require_sdk() -> Any:
     """The ``anthropic`` module; a clear configuration error when it is not installed."""
-    try:
-        return importlib.import_module("anthropic")
-    except ImportError:
-        raise LLMConfigurationError(
-            f'provider "anthropic" needs Anthropic\'s SDK (anthropic): {INSTALL_HINT}'
-        ) from None
+    return require_module("anthropic", "anthropic", "Anthropic's SDK (anthropic)", INSTALL_HINT)
 
 
-def input_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The schema as a tool's ``input_schema`` (its JSON Schema), computed once per class."""
-    cached = _INPUT_SCHEMAS.get(schema)
-    if cached is None:
-        cached = _INPUT_SCHEMAS[schema] = schema.model_json_schema()
-    return cached
+#: the schema as a tool's ``input_schema`` (its JSON Schema), computed once per class
+input_schema = json_schema
 
 
 def answer_tool(schema: type[BaseModel]) -> str:
@@ -259,25 +258,15 @@ def map_anthropic_error(exc: Exception, *, api_key_env: str, model: str) -> LLME
     if isinstance(exc, LLMError):
         return exc
     if isinstance(exc, sdk.APITimeoutError):
-        return LLMTimeoutError(f"request to {model} timed out", cause=exc, model=model)
+        return timed_out(exc, model)
     if isinstance(exc, sdk.APIConnectionError):
-        return LLMAPIError(
-            f"connection to the Anthropic API failed: {exc.message}",
-            code="connection_error",
-            cause=exc,
-            model=model,
-        )
+        return connection_failed(_API, exc.message, exc, model)
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         kind = _error_type(exc)
         message = str(exc.api_message or exc.message)
         if status in (401, 403) or kind in ("authentication_error", "permission_error"):
-            return LLMConfigurationError(
-                f"the Anthropic API rejected the API key from ${api_key_env} (HTTP {status} "
-                f"{kind}); set a valid key in {api_key_env} or change [llm] api_key_env",
-                cause=exc,
-                model=model,
-            )
+            return key_rejected(_API, api_key_env, f"HTTP {status} {kind}", exc, model)
         if status == 402 or kind == "billing_error" or _CREDIT.search(message):
             return LLMBudgetExceededError(
                 f"the Anthropic account is out of credit: {message}",
@@ -286,42 +275,37 @@ def map_anthropic_error(exc: Exception, *, api_key_env: str, model: str) -> LLME
                 model=model,
             )
         if status == 429 or kind == "rate_limit_error":
-            return LLMRateLimitError(
-                f"rate limited by the Anthropic API: {message}",
-                status_code=status,
-                response_body=exc.body,
-                cause=exc,
+            return rate_limited(
+                _API,
+                message,
+                status=status,
+                body=exc.body,
+                exc=exc,
                 model=model,
                 retry_after=retry_after_seconds(exc.response.headers),
             )
         if status == 413 or (status == 400 and _CONTEXT.search(message)):
-            return LLMContextLengthError(
-                f"the prompt is too long for {model}: {message}", cause=exc, model=model
-            )
+            return too_long(message, exc, model)
         if status == 404:
-            return LLMConfigurationError(
-                f"unknown Anthropic model {model!r}: {message}; check the phase's model in "
-                "config.toml (or --model)",
-                cause=exc,
-                model=model,
-            )
+            return unknown_model("Anthropic model", message, exc, model, " (or --model)")
         overloaded = status == 529 or kind == "overloaded_error"
-        return LLMAPIError(
-            f"HTTP {status} {kind} from the Anthropic API: {message}",
-            status_code=status,
-            response_body=exc.body,
-            cause=exc,
+        return status_failure(
+            f"HTTP {status} {kind} from {_API}",
+            message,
+            status=status,
+            body=exc.body,
+            exc=exc,
             model=model,
-            code="overloaded" if overloaded else "server_error" if status >= 500 else "api_error",
+            code="overloaded" if overloaded else None,
         )
     if isinstance(exc, sdk.APIError):  # response validation and other SDK failures
         return LLMAPIError(
             f"Anthropic API error: {exc.message}", code="bad_response", cause=exc, model=model
         )
-    return LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc, model=model)
+    return unexpected(exc, model)
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(SDKAdapter):
     """Messages API adapter on the ``anthropic`` SDK.
 
     Args:
@@ -354,17 +338,9 @@ class AnthropicAdapter:
         self.api_key_env = api_key_env
         self.connect_timeout_seconds = connect_timeout_seconds
         if client is None:
-            key = os.environ.get(api_key_env, "").strip()
-            if not key:
-                raise LLMConfigurationError(
-                    f"no API key: set the environment variable {api_key_env} to an Anthropic "
-                    "API key (or change [llm] api_key_env in config.toml)"
-                )
-            limits = httpx2.Limits(
-                max_connections=max_concurrency, max_keepalive_connections=max_concurrency
-            )
+            limits = pool_limits(max_concurrency)
             client = sdk.AsyncAnthropic(
-                api_key=key,
+                api_key=api_key(api_key_env, "an Anthropic API key"),
                 base_url=base_url or None,
                 max_retries=0,
                 timeout=httpx2.Timeout(timeout_seconds, connect=connect_timeout_seconds),
@@ -409,12 +385,7 @@ class AnthropicAdapter:
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         settings = request.settings
-        if request.previous_response_id:
-            raise LLMConfigurationError(
-                'provider "anthropic" keeps no responses, so it has no server chains; '
-                'set [llm] chain_mode = "window"',
-                model=settings.model,
-            )
+        self.require_window(request)
         params = self.params(request)
         try:
             message = await self.client.messages.create(**params)
@@ -429,27 +400,14 @@ class AnthropicAdapter:
         model = request.settings.model
         usage = usage_of(message)
         check_stop(message, usage, model)
-        parsed: BaseModel
-        if request.tools is not None:
-            parsed = tool_calls(message)
-            raw = parsed.dump()
-            finish = "tool_calls" if parsed.calls else "stop"
-        else:
-            parsed, raw = structured(schema_of(self, request), message, usage, model)
-            finish = "stop"
-        return AdapterResponse(
-            parsed=parsed,
+        return self.respond(
+            request,
+            usage,
+            lambda: tool_calls(message),
+            lambda schema: structured(schema, message, usage, model),
             response_id=message.id,
-            usage=usage,
             model=str(message.model or model),
-            finish_reason=finish,
-            raw=raw,
-            provider=self.name,
         )
-
-    async def delete_response(self, response_id: str) -> None:
-        """Anthropic stores nothing for us: nothing to delete."""
-        return None
 
     async def aclose(self) -> None:
         """Close the SDK client's connections (call on the loop that used it)."""

@@ -23,27 +23,36 @@ from __future__ import annotations
 
 import base64
 import binascii
-import importlib
 import json
-import os
 import re
 from typing import Any
 
 import httpx2
 from pydantic import BaseModel
 
+from sim.llm.adapters._adapter_common import (
+    SDKAdapter,
+    api_key,
+    connection_failed,
+    json_schema,
+    key_rejected,
+    pool_limits,
+    rate_limited,
+    require_module,
+    status_failure,
+    timed_out,
+    too_long,
+    unexpected,
+    unknown_model,
+)
 from sim.llm.adapters._openai_common import validate_text
 from sim.llm.adapters._openai_errors import retry_after_seconds
 from sim.llm.errors import (
     LLMAPIError,
-    LLMConfigurationError,
-    LLMContextLengthError,
     LLMError,
     LLMIncompleteError,
-    LLMRateLimitError,
     LLMRefusalError,
     LLMSchemaError,
-    LLMTimeoutError,
 )
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, ToolChoice, Usage
@@ -80,29 +89,15 @@ _CONTEXT = re.compile(
     r"token count.*exceeds|exceeds the maximum number of tokens|context (window|length)",
     re.IGNORECASE | re.DOTALL,
 )
+_API = "the Gemini API"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)s\s*$")
 _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 
-_JSON_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
-
 
 def require_sdk() -> None:
     """Raise a clear configuration error when ``google-genai`` is not installed."""
-    try:
-        importlib.import_module("google.genai")
-    except ImportError:
-        raise LLMConfigurationError(
-            f'provider "gemini" needs Google\'s SDK (google-genai): {INSTALL_HINT}'
-        ) from None
-
-
-def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The schema as the JSON Schema Gemini's ``responseJsonSchema`` takes, once per class."""
-    cached = _JSON_SCHEMAS.get(schema)
-    if cached is None:
-        cached = _JSON_SCHEMAS[schema] = schema.model_json_schema()
-    return cached
+    require_module("google.genai", "gemini", "Google's SDK (google-genai)", INSTALL_HINT)
 
 
 _MODES: dict[ToolChoice, str] = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
@@ -290,14 +285,9 @@ def map_gemini_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
     if isinstance(exc, LLMError):
         return exc
     if isinstance(exc, httpx2.TimeoutException | TimeoutError):
-        return LLMTimeoutError(f"request to {model} timed out", cause=exc, model=model)
+        return timed_out(exc, model)
     if isinstance(exc, httpx2.TransportError):
-        return LLMAPIError(
-            f"connection to the Gemini API failed: {exc}",
-            code="connection_error",
-            cause=exc,
-            model=model,
-        )
+        return connection_failed(_API, exc, exc, model)
     if isinstance(exc, genai_errors.APIError):
         status = int(exc.code or 0)
         message = str(exc.message or exc)
@@ -305,40 +295,28 @@ def map_gemini_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
             str(d.get("reason") or "") for d in _error_details(exc) if d.get("@type") == _ERROR_INFO
         }
         if status in (401, 403) or "API_KEY_INVALID" in reasons:
-            return LLMConfigurationError(
-                f"the Gemini API rejected the API key from ${api_key_env} (HTTP {status}: "
-                f"{exc.status or ''}); set a valid key in {api_key_env} or change "
-                "[llm] api_key_env",
-                cause=exc,
-                model=model,
-            )
+            return key_rejected(_API, api_key_env, f"HTTP {status}: {exc.status or ''}", exc, model)
         if status == 429:
-            return LLMRateLimitError(
-                f"rate limited by the Gemini API: {message}",
-                status_code=status,
-                response_body=exc.details,
-                cause=exc,
+            return rate_limited(
+                _API,
+                message,
+                status=status,
+                body=exc.details,
+                exc=exc,
                 model=model,
                 retry_after=retry_delay_seconds(exc),
             )
         if status == 400 and _CONTEXT.search(message):
-            return LLMContextLengthError(
-                f"the prompt is too long for {model}: {message}", cause=exc, model=model
-            )
+            return too_long(message, exc, model)
         if status == 404:
-            return LLMConfigurationError(
-                f"unknown Gemini model {model!r}: {message}; check the phase's model in "
-                "config.toml (or GEMINI_MODEL)",
-                cause=exc,
-                model=model,
-            )
-        return LLMAPIError(
-            f"HTTP {status} {exc.status or ''} from the Gemini API: {message}",
-            status_code=status or None,
-            response_body=exc.details,
-            cause=exc,
+            return unknown_model("Gemini model", message, exc, model, " (or GEMINI_MODEL)")
+        return status_failure(
+            f"HTTP {status} {exc.status or ''} from {_API}",
+            message,
+            status=status or None,
+            body=exc.details,
+            exc=exc,
             model=model,
-            code="server_error" if status >= 500 else "api_error",
         )
     if isinstance(exc, json.JSONDecodeError):
         return LLMAPIError(
@@ -347,10 +325,10 @@ def map_gemini_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
             cause=exc,
             model=model,
         )
-    return LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc, model=model)
+    return unexpected(exc, model)
 
 
-class GeminiAdapter:
+class GeminiAdapter(SDKAdapter):
     """Gemini API adapter on ``google-genai``.
 
     Args:
@@ -383,18 +361,10 @@ class GeminiAdapter:
         self.api_key_env = api_key_env
         self._http: httpx2.AsyncClient | None = None
         if client is None:
-            key = os.environ.get(api_key_env, "").strip()
-            if not key:
-                raise LLMConfigurationError(
-                    f"no API key: set the environment variable {api_key_env} to a Gemini "
-                    "API key (or change [llm] api_key_env in config.toml)"
-                )
+            key = api_key(api_key_env, "a Gemini API key")
             # our own pool: sized for the run, and the SDK's aiohttp path is never taken
-            limits = httpx2.Limits(
-                max_connections=max_concurrency, max_keepalive_connections=max_concurrency
-            )
             self._http = httpx2.AsyncClient(
-                limits=limits,
+                limits=pool_limits(max_concurrency),
                 timeout=httpx2.Timeout(timeout_seconds, connect=connect_timeout_seconds),
             )
             client = genai.Client(
@@ -445,12 +415,7 @@ class GeminiAdapter:
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         settings = request.settings
-        if request.previous_response_id:
-            raise LLMConfigurationError(
-                'provider "gemini" keeps no responses, so it has no server chains; '
-                'set [llm] chain_mode = "window"',
-                model=settings.model,
-            )
+        self.require_window(request)
         try:
             response = await self.client.aio.models.generate_content(
                 model=settings.model,
@@ -468,28 +433,19 @@ class GeminiAdapter:
         model = request.settings.model
         usage = _usage(response)
         parts = _parts(_candidate(response, usage, model))
-        parsed: BaseModel
-        if request.tools is not None:
-            parsed = _tool_calls(parts)
-            raw = parsed.dump()
-            finish = "tool_calls" if parsed.calls else "stop"
-        else:
-            raw = _text(parts)
-            parsed = validate_text(schema_of(self, request), raw, usage, model)
-            finish = "stop"
-        return AdapterResponse(
-            parsed=parsed,
-            response_id=response.response_id or "",
-            usage=usage,
-            model=response.model_version or model,
-            finish_reason=finish,
-            raw=raw,
-            provider=self.name,
-        )
 
-    async def delete_response(self, response_id: str) -> None:
-        """Gemini stores nothing for us: nothing to delete."""
-        return None
+        def structured(schema: type[BaseModel]) -> tuple[BaseModel, str]:
+            raw = _text(parts)
+            return validate_text(schema, raw, usage, model), raw
+
+        return self.respond(
+            request,
+            usage,
+            lambda: _tool_calls(parts),
+            structured,
+            response_id=response.response_id or "",
+            model=response.model_version or model,
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client this adapter built (call on the loop that used it)."""
