@@ -192,7 +192,15 @@ class Runner:
         store = ResponseStore(world.root)
         ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
 
+        notes: list[str] = []
+
         def account(event: LLMEvent) -> None:
+            # a provider adapter that changed how it talks to its server says so once
+            switch = (
+                event.response.metadata.get("structured_output_switch") if event.response else None
+            )
+            if switch and switch not in notes:
+                notes.append(str(switch))
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
                 report = ctx.reports[-1]
@@ -234,7 +242,7 @@ class Runner:
             reports=ctx.reports,
             elapsed=0.0,
             timings=timings,
-            notes=recorder.notes,
+            notes=[*recorder.notes, *notes],
             resumed_calls=recorder.resumed_calls,
         )
         totals = {

@@ -13,8 +13,10 @@ A wrapper around any adapter (STYLE #6), implementing spec 000's table exactly:
 Backoff is exponential with full jitter, capped. When a model still fails with a retryable
 error after its retries, or its circuit breaker is open, the phase's ``fallback_models``
 are tried in order (spec 003). A breaker per ``provider:model`` opens after K consecutive
-429s / 5xx / timeouts (not schema errors or refusals), fails fast while open and lets one
-probe through after a cool-down.
+429s / 5xx (not schema errors, refusals or timeouts), fails fast while open and lets one
+probe through after a cool-down. A timeout is a failure of that call, not of the endpoint:
+calls queued behind a busy local server time out while it is healthy, so timeouts are
+retried but leave the breaker as it is.
 
 Every attempt is recorded (model, attempt number, usage, latency, error code) in
 ``response.metadata["attempts"]`` or ``error.context["attempts"]``, so the client can emit
@@ -165,7 +167,7 @@ class RecoveryAdapter:
     Args:
         inner: the adapter to call (usually rate-limited and budgeted).
         policy: retry counts and backoff.
-        breaker_threshold: consecutive 429/5xx/timeouts that open a breaker.
+        breaker_threshold: consecutive 429/5xx that open a breaker.
         breaker_cooldown: seconds before an open breaker lets a probe through.
         sleep: how to wait between attempts (tests pass a fast fake).
         rng: jitter source in [0, 1).
@@ -239,7 +241,7 @@ class RecoveryAdapter:
                     )
                 )
                 kind = classify(exc)
-                if kind in ("rate_limit", "transient"):
+                if kind in ("rate_limit", "transient") and not isinstance(exc, LLMTimeoutError):
                     breaker.failure()
                 else:
                     breaker.neutral()

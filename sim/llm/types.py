@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
+
+
+#: how a chat-completions server is asked for the schema (``sim.llm.adapters._structured``)
+StructuredOutput = Literal["auto", "json_schema", "json_object_schema", "tool", "prompt"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +46,19 @@ class CallSettings:
     model: str = "offline"
     temperature: float = 0.7
     max_output_tokens: int = 800
-    timeout_seconds: float = 60.0
+    #: the whole call, queueing at the server included
+    timeout_seconds: float = 600.0
+    #: streamed calls: until the first event (covers time queued behind a busy server)
+    first_token_timeout_seconds: float = 300.0
+    #: streamed calls: between two events (a stream silent this long is hung)
+    idle_timeout_seconds: float = 60.0
+    #: ask the server to stream the answer (``stream: true``); the answer is the same
+    stream: bool = False
     #: models tried in order when ``model`` fails after its retries (recovery wrapper)
     fallback_models: tuple[str, ...] = ()
+    #: how a chat-completions server is asked for the schema: auto, json_schema,
+    #: json_object_schema, tool or prompt (``sim.llm.adapters._structured``)
+    structured_output: StructuredOutput = "auto"
 
 
 @dataclass(frozen=True, slots=True)

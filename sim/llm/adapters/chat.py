@@ -1,8 +1,11 @@
 """The ``chat`` provider: any OpenAI-compatible chat-completions server.
 
 One adapter, many endpoints (vLLM, Ollama, llama.cpp, SGLang, Gemini's OpenAI endpoint):
-only ``base_url`` and ``api_key_env`` differ. The schema goes as ``response_format``
-json_schema; these servers keep no chains, so the window is always sent as messages
+only ``base_url`` and ``api_key_env`` differ. The schema goes in the call's
+``structured_output`` form (``_structured``: ``auto`` finds the one the server takes); the
+output cap goes as ``max_completion_tokens`` and, to servers other than OpenAI's own, also
+as ``max_tokens`` (llama-cpp-python and older servers read only that). These servers keep no
+chains, so the window is always sent as messages
 (the engine keeps it in the world's response store) and there is nothing to delete.
 Checks, in order: ``finish_reason == "length"`` -> ``LLMIncompleteError``; a refusal ->
 ``LLMRefusalError``; invalid JSON for the schema -> ``LLMSchemaError``.
@@ -26,7 +29,21 @@ from sim.llm.adapters._openai_common import (
     validate_text,
 )
 from sim.llm.adapters._openai_errors import map_openai_error
-from sim.llm.errors import LLMAPIError, LLMIncompleteError, LLMRefusalError
+from sim.llm.adapters._structured import (
+    MODES,
+    FormSelector,
+    FormSwitch,
+    answer_text,
+    instructions_for,
+    rejects_form,
+    request_fields,
+)
+from sim.llm.errors import (
+    LLMAPIError,
+    LLMConfigurationError,
+    LLMIncompleteError,
+    LLMRefusalError,
+)
 from sim.llm.tools import (
     FunctionCall,
     ToolCallResponse,
@@ -34,7 +51,7 @@ from sim.llm.tools import (
     ToolDeclaration,
     parse_arguments,
 )
-from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.types import AdapterResponse, CallSettings, Exchange, StructuredOutput, Usage
 
 Json = dict[str, Any]
 
@@ -58,6 +75,14 @@ def _messages(
         messages.append({"role": "assistant", "content": exchange.output})
     messages.append({"role": "user", "content": input_data})
     return messages
+
+
+def _mode(value: str) -> StructuredOutput:
+    if value not in MODES:
+        raise LLMConfigurationError(
+            f"unknown structured_output {value!r}; expected one of: {', '.join(MODES)}"
+        )
+    return value
 
 
 class ChatAdapter:
@@ -105,6 +130,12 @@ class ChatAdapter:
         )
         #: the (first) SDK client, for direct use
         self.client = self.pool.first
+        endpoint = str(base_url or self.client.base_url)
+        #: ``auto`` structured output: the form this endpoint takes, found once per run
+        self.forms = FormSelector(endpoint)
+        #: OpenAI's own API refuses ``max_tokens`` for its reasoning models; every other
+        #: server gets the cap under both names
+        self.legacy_max_tokens = "api.openai.com" not in endpoint
 
     async def _create(self, settings: CallSettings, body: Json, **params: Any) -> Json:
         """One ``POST /chat/completions``; returns the completion as plain JSON.
@@ -117,6 +148,7 @@ class ChatAdapter:
             "model": settings.model,
             "temperature": settings.temperature,
             "max_completion_tokens": settings.max_output_tokens,
+            **({"max_tokens": settings.max_output_tokens} if self.legacy_max_tokens else {}),
             **params,
             **body,
         }
@@ -169,26 +201,37 @@ class ChatAdapter:
         history: tuple[Exchange, ...] = (),
     ) -> AdapterResponse:
         settings = settings or CallSettings()
-        data = await self._create(
-            settings,
-            {
-                "response_format": {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": schema.__name__,
-                        "schema": strict_schema(schema),
-                        "strict": True,
-                    },
-                },
-            },
-            messages=_messages(instructions, history, input_data),
-        )
+        mode = _mode(settings.structured_output)
+        name = schema.__name__
+        json_schema = strict_schema(schema)
+        form = self.forms.form(mode)
+        switched: FormSwitch | None = None
+        while True:
+            try:
+                data = await self._create(
+                    settings,
+                    request_fields(form, name, json_schema),
+                    messages=_messages(
+                        instructions_for(form, instructions, json_schema), history, input_data
+                    ),
+                )
+                break
+            except LLMAPIError as exc:
+                if mode != "auto" or not rejects_form(exc, form):
+                    raise
+                switched = self.forms.switch(form, exc) or switched
+                if self.forms.current == form:  # no form left to try
+                    raise
+                form = self.forms.current
         usage = _usage(data)
         cid = str(data.get("id") or "")
         context = {"model": settings.model}
         message = self._message(data, usage, context)
-        text = str(message.get("content") or "")
+        text = answer_text(form, message)
         parsed = validate_text(schema, text, usage, {**context, "response_id": cid})
+        metadata: dict[str, Any] = {"provider": self.name, "structured_output": form}
+        if switched is not None:
+            metadata["structured_output_switch"] = switched.note()
         return AdapterResponse(
             parsed=parsed,
             response_id=cid,
@@ -196,7 +239,7 @@ class ChatAdapter:
             model=str(data.get("model") or settings.model),
             finish_reason="stop",
             raw=text,
-            metadata={"provider": self.name},
+            metadata=metadata,
         )
 
     async def execute_tools(
