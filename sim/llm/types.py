@@ -7,7 +7,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-
 #: how a chat-completions server is asked for the schema (``sim.llm.adapters._structured``)
 StructuredOutput = Literal["auto", "json_schema", "json_object_schema", "tool", "prompt"]
 

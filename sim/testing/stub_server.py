@@ -18,7 +18,8 @@ when ``stream_options.include_usage`` asks, or Responses events), ``stream_chunk
 apart.
 
 Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
-client's timeout), ``stall`` (a stream that stops after its first event; otherwise a hang), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
+client's timeout), ``stall`` (a stream that stops after its first event; otherwise a
+hang), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
 ``insufficient_quota`` (429), ``auth`` (401), ``context_length`` (400), ``unknown_tool``.
 
 A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
@@ -50,9 +51,9 @@ from sim.testing.stub_model import (
     answer,
     chat_body,
     chat_chunks,
-    responses_events,
     error_body,
     response_body,
+    responses_events,
     split_messages,
 )
 

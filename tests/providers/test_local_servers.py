@@ -144,8 +144,10 @@ def test_tick_with_auto_against_a_llama_cpp_like_server_says_so(demo_world: Path
     with ServerThread(StubServer(StubOptions(reject_json_schema=True))) as server:
         result = CliRunner().invoke(
             main,
-            ["tick", "--world", str(demo_world), "--provider", "chat"]
-            + ["--base-url", server.base_url, "--model", "gemma"],
+            [
+                *("tick", "--world", str(demo_world), "--provider", "chat"),
+                *("--base-url", server.base_url, "--model", "gemma"),
+            ],
             catch_exceptions=False,
         )
     assert result.exit_code == 0, result.output
