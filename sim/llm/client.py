@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore, split_key
+from sim.llm.streaming import call_scope
 from sim.llm.tools import ToolDeclaration, require_tools
 from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
 
@@ -279,6 +280,12 @@ class LLMClient:
         return max(0, depth)
 
     async def _call(
+        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
+    ) -> AdapterResponse:
+        with call_scope(self.phase, request.entity_key):  # where streamed text belongs
+            return await self._send(request, history, previous_id)
+
+    async def _send(
         self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
     ) -> AdapterResponse:
         if request.tools is not None:

@@ -84,7 +84,8 @@ async def test_auto_switches_once_and_remembers_it_for_the_run(stub_server: Stub
     first = await call(adapter)
     assert isinstance(first.parsed, Note)
     note = first.metadata["structured_output_switch"]
-    assert "rejected json_schema (HTTP 500" in note and "using json_object_schema" in note
+    assert "rejected json_schema (HTTP 500 naming response_format)" in note
+    assert "using json_object_schema" in note
     second = await call(adapter)
     assert "structured_output_switch" not in second.metadata
     assert second.metadata["structured_output"] == "json_object_schema"

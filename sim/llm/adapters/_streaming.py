@@ -10,8 +10,7 @@ response; ``ResponsesAssembler`` keeps it and the text deltas seen before it.
 ``read_stream`` reads one stream under three clocks: the first event must arrive within the
 first-token timeout (which therefore also covers time queued behind a busy server), each
 later one within the idle timeout, and the whole call within the total. A timeout raises
-``LLMTimeoutError`` whose context holds the partial text; so does an interrupt (the caller
-cancels the task), with ``interrupted`` set.
+``LLMTimeoutError`` whose context holds the partial text.
 """
 
 from __future__ import annotations
@@ -22,7 +21,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import openai
+import orjson
+from openai import RequestOptions
+
+from sim.llm.adapters._fast_http import IDEMPOTENCY_HEADER
+from sim.llm.adapters._openai_common import ClientPool
+from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMTimeoutError
+from sim.llm.streaming import emit_delta, restart_text
 
 Json = dict[str, Any]
 #: called with each piece of answer text as it arrives
@@ -182,8 +189,8 @@ async def read_stream(
 
     Raises:
         StreamTimeoutError: a clock ran out (``code`` says which).
-        asyncio.CancelledError: the caller interrupted the call; the partial text is on
-            the exception's ``partial`` attribute for the caller to record.
+        asyncio.CancelledError: the caller interrupted the call (its text so far went to
+            ``on_delta``).
     """
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -201,7 +208,7 @@ async def read_stream(
     code = "first_token_timeout"
     wall = time.perf_counter()
     try:
-        async with asyncio.timeout(deadline(timeouts.first_token)) as clock:
+        async with asyncio.timeout_at(deadline(timeouts.first_token)) as clock:
             stream: AsyncIterator[Json] = await open_stream()
             try:
                 async for event in stream:
@@ -232,7 +239,45 @@ async def read_stream(
             cause=exc,
             context={"model": model, "partial": assembler.partial},
         ) from exc
-    except asyncio.CancelledError as exc:
-        exc.partial = assembler.partial  # type: ignore[attr-defined]
-        raise
     return assembler.result()
+
+
+async def post_stream(
+    pool: ClientPool,
+    path: str,
+    payload: Json,
+    assembler: Assembler,
+    timeouts: StreamTimeouts,
+    *,
+    connect_timeout_seconds: float,
+    model: str,
+) -> Json:
+    """POST ``payload`` with ``stream: true`` on the least busy client; the assembled body.
+
+    The SDK's own ``AsyncStream`` reads the server-sent events (and raises the SDK's errors,
+    for the caller to map); its timeout is only the connect timeout, the stream's clocks
+    are ``read_stream``'s. Each piece of text goes to ``sim.llm.streaming``.
+    """
+    content = orjson.dumps({**payload, "stream": True})
+    key = idempotency_key(content)
+    options: RequestOptions = {"timeout": openai.Timeout(None, connect=connect_timeout_seconds)}
+    if key is not None:
+        options["headers"] = {IDEMPOTENCY_HEADER: key}
+    index = pool.acquire()
+    client = pool.clients[index]
+
+    async def open_stream() -> openai.AsyncStream[object]:
+        return await client.post(
+            path,
+            cast_to=object,
+            content=content,
+            options=options,
+            stream=True,
+            stream_cls=openai.AsyncStream[object],
+        )
+
+    restart_text()  # a retry streams the answer again from its start
+    try:
+        return await read_stream(open_stream, assembler, timeouts, on_delta=emit_delta, model=model)
+    finally:
+        pool.release(index)

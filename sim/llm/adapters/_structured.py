@@ -179,7 +179,8 @@ class FormSelector:
             new = next_form(rejected)
             if new is None:
                 return None
-            reason = f"HTTP {error.status_code}: {error.message[:160]}"
+            needle = "tool" if rejected == "tool" else "response_format"
+            reason = f"HTTP {error.status_code} naming {needle}"
             made = FormSwitch(self.endpoint, rejected, new, reason)
             self.current = new
             self.switches.append(made)

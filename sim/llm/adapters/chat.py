@@ -29,6 +29,7 @@ from sim.llm.adapters._openai_common import (
     validate_text,
 )
 from sim.llm.adapters._openai_errors import map_openai_error
+from sim.llm.adapters._streaming import ChatAssembler, StreamTimeouts, post_stream
 from sim.llm.adapters._structured import (
     MODES,
     FormSelector,
@@ -153,6 +154,20 @@ class ChatAdapter:
             **body,
         }
         try:
+            if settings.stream:
+                return await post_stream(
+                    self.pool,
+                    "/chat/completions",
+                    {**payload, "stream_options": {"include_usage": True}},
+                    ChatAssembler(),
+                    StreamTimeouts(
+                        settings.timeout_seconds,
+                        settings.first_token_timeout_seconds,
+                        settings.idle_timeout_seconds,
+                    ),
+                    connect_timeout_seconds=self.connect_timeout_seconds,
+                    model=settings.model,
+                )
             timeout = request_timeout(settings, self.connect_timeout_seconds)
             raw = await post_json(self.pool, "/chat/completions", payload, timeout)
             data = orjson.loads(raw)

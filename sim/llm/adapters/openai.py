@@ -31,6 +31,7 @@ from sim.llm.adapters._openai_common import (
     validate_text,
 )
 from sim.llm.adapters._openai_errors import map_openai_error
+from sim.llm.adapters._streaming import ResponsesAssembler, StreamTimeouts, post_stream
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
     FunctionCall,
@@ -136,6 +137,20 @@ class OpenAIAdapter:
             **body,
         }
         try:
+            if settings.stream:  # the final event carries the whole response
+                return await post_stream(
+                    self.pool,
+                    "/responses",
+                    payload,
+                    ResponsesAssembler(),
+                    StreamTimeouts(
+                        settings.timeout_seconds,
+                        settings.first_token_timeout_seconds,
+                        settings.idle_timeout_seconds,
+                    ),
+                    connect_timeout_seconds=self.connect_timeout_seconds,
+                    model=settings.model,
+                )
             timeout = request_timeout(settings, self.connect_timeout_seconds)
             raw = await post_json(self.pool, "/responses", payload, timeout)
             data = orjson.loads(raw)
