@@ -79,9 +79,12 @@ def build_config(
     base_url: str | None = None,
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
+    stream: bool | None = None,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
     llm: dict[str, Any] = {}
+    if stream is not None:
+        llm["stream"] = stream
     if provider is not None:
         llm["provider"] = provider
     if concurrency is not None:

@@ -18,6 +18,7 @@ from sim.errors import TickInterrupted
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
+from sim.llm.streaming import DeltaSink, StreamHub, installed
 from sim.llm.types import Adapter, Usage
 from sim.phases import PHASES
 from sim.phases.base import PhaseReport, TickContext
@@ -115,6 +116,7 @@ class Runner:
         on_phase: called at the start and end of each phase.
         on_tick: called with each tick's result once it has committed.
         adapter: use this adapter instead of the configured provider (tests, replay).
+        on_delta: receives streamed answer text as it arrives (``[llm] stream``).
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class Runner:
         on_phase: PhaseHook | None = None,
         adapter: Adapter | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> None:
         self.storage = Storage(world_dir)
         self.config = config
@@ -133,6 +136,7 @@ class Runner:
         self.on_phase = on_phase
         self.adapter = adapter
         self.on_tick = on_tick
+        self.on_delta = on_delta
         self.current_tick: int | None = None
 
     def run(self, ticks: int = 1) -> list[TickResult]:
@@ -176,8 +180,13 @@ class Runner:
             self.adapter = build_adapter(self.config, world)
         self.current_tick = world.tick + 1
         recorder = TickRecorder.begin(self.storage, world, self.config)
+        hub = StreamHub(self.on_delta)
         try:
-            return await self._run_tick(world, self.adapter, recorder, started, timings)
+            with installed(hub):
+                return await self._run_tick(world, self.adapter, recorder, started, timings)
+        except asyncio.CancelledError:  # Ctrl-C: log what the calls in flight had written
+            recorder.interrupted(hub.in_flight())
+            raise
         finally:
             recorder.close()
 

@@ -27,13 +27,14 @@ MODEL = "gemma-3-270m"
 PHASES = ("phase1", "phase2a", "phase2b", "phase4")
 
 
-def configure(world: Path, base_url: str, llm: str = "", phase1: str = "") -> Path:
-    """The world's config.toml: defaults except provider, base URL, auto and the model."""
+def configure(world: Path, base_url: str, llm: str = "", **phases: str) -> Path:
+    """The world's config.toml: defaults except provider, base URL, auto and the model
+    (and, per test, ``llm`` lines and ``phase1=...`` style lines for a phase)."""
     lines = ["[llm]", 'provider = "chat"', f'base_url = "{base_url}"', 'structured_output = "auto"']
     lines += [llm] if llm else []
     for phase in PHASES:
         lines += [f"[{phase}]", f'model = "{MODEL}"']
-        lines += [phase1] if phase == "phase1" and phase1 else []
+        lines += [phases[phase]] if phase in phases else []
     (world / "config.toml").write_text("\n".join(lines) + "\n")
     return world
 
@@ -91,17 +92,23 @@ def test_one_full_tick_of_the_demo_world_then_replay_says_identical(
 def test_depth_two_chain_sends_the_two_previous_exchanges(
     model_server: str, tmp_path: Path
 ) -> None:
-    # two characters in one place: one resolution call per tick, chained at depth 2
-    # (the default for resolution)
-    world = configure(scratch(tmp_path, keep=("bram", "corin")), model_server)
+    # two characters in one place: one narrative call per tick, chained at depth 2. The
+    # narrative chain, not resolution's: this small model sometimes runs a resolution
+    # answer to its token cap, and a lost link would break the chain under test
+    world = configure(
+        scratch(tmp_path, keep=("bram", "corin")),
+        model_server,
+        llm="max_failed_fraction = 1.0",
+        phase2a="max_output_tokens = 300",
+        phase2b="response_chain_depth = 2",
+    )
     for _ in range(3):
         result = sim("tick", "--world", str(world))
         assert result.exit_code == 0, result.output
-    resolution = [
-        [c for c in calls(world, tick) if c["phase"] == "resolution"] for tick in (1, 2, 3)
-    ]
-    assert all(len(r) == 1 for r in resolution)
-    first, second, third = (r[0] for r in resolution)
+    narrative = [[c for c in calls(world, tick) if c["phase"] == "narrative"] for tick in (1, 2, 3)]
+    assert all(len(n) == 1 for n in narrative)
+    first, second, third = (n[0] for n in narrative)
+    assert first["error_code"] is None and second["error_code"] is None, (first, second)
     assert first["entity_key"] == second["entity_key"] == third["entity_key"]
     assert first["history"] == []
     assert second["history"] == [first["response_id"]]
@@ -120,6 +127,7 @@ def test_forced_schema_failure_is_reported_by_entity(model_server: str, tmp_path
         model_server,
         llm="max_failed_fraction = 1.0",
         phase1="max_output_tokens = 6",
+        phase2a="max_output_tokens = 300",
     )
     result = sim("tick", "--world", str(world))
     assert result.exit_code == 0, result.output
