@@ -15,13 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from bench.make_world import make_world
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.llm.adapters.offline import OfflineAdapter
-from sim.llm.types import AdapterResponse, CallSettings, Exchange
+from sim.llm.types import AdapterResponse, ModelRequest
+from sim.offline.adapter import OfflineAdapter
 
 
 class TimedOffline(OfflineAdapter):
@@ -31,20 +29,10 @@ class TimedOffline(OfflineAdapter):
         super().__init__(seed)
         self.model_seconds = 0.0
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
         started = time.perf_counter()
         try:
-            return await super().execute(
-                instructions, input_data, schema, previous_response_id, settings, history
-            )
+            return await super().execute(request)
         finally:
             self.model_seconds += time.perf_counter() - started
 

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from sim.llm.calls import current_call
 from sim.testing.pytest_plugin import stub_server  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "worlds" / "demo"
+
+
+@pytest.fixture(autouse=True)
+def no_current_call() -> Iterator[None]:
+    """A test that plays the recorder (sets the current call) does not leak it into the
+    next test, where it would add idempotency keys the test did not ask for."""
+    token = current_call.set(None)
+    yield
+    current_call.reset(token)
 
 
 def copy_demo(dest: Path) -> Path:

@@ -21,15 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from sim.analysis.usage import UsageRow, call_row, log_totals
 from sim.config import PHASE_ALIASES, Config
 from sim.engine.deletions import PENDING
 from sim.engine.runner import Runner
 from sim.llm.budget import Cost, price_attempts
 from sim.llm.stack import build_stack, close_stack
-from sim.llm.types import AdapterResponse, CallSettings, Exchange
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.wrapper import AdapterWrapper
 from sim.storage import Storage
 from sim.ticklog.format import LOG_DIR, read_logs
 
@@ -76,51 +75,21 @@ class Estimate:
     method: str
 
 
-class ScratchAdapter:
+class ScratchAdapter(AdapterWrapper):
     """Passes calls through; deletes only the responses this scratch run created."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
+    def __init__(self, inner: Adapter) -> None:
+        super().__init__(inner)
         self.created: set[str] = set()
 
-    def _note(self, response: AdapterResponse) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        response = await self.inner.execute(request)
         self.created.add(response.response_id)
         return response
-
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        return self._note(
-            await self.inner.execute(
-                instructions, input_data, schema, previous_response_id, settings, history
-            )
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[Any, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        return self._note(
-            await self.inner.execute_tools(instructions, input_data, tools, settings, history)
-        )
 
     async def delete_response(self, response_id: str) -> None:
         if response_id in self.created:
             await self.inner.delete_response(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return bool(self.inner.validate_config(settings))
 
 
 def scratch_copy(world_dir: Path, dest: Path) -> Path:

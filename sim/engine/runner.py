@@ -205,21 +205,19 @@ class Runner:
 
         def account(event: LLMEvent) -> None:
             # a provider adapter that changed how it talks to its server says so once
-            switch = (
-                event.response.metadata.get("structured_output_switch") if event.response else None
-            )
-            if switch and switch not in notes:
-                notes.append(str(switch))
+            notice = event.response.notice if event.response is not None else None
+            if notice and notice not in notes:
+                notes.append(notice)
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
                 report = ctx.reports[-1]
                 report.usage = report.usage + event.usage
                 if not event.final:
                     report.retries += 1
-                elif event.response is not None and "fallback_from" in event.response.metadata:
+                elif event.response is not None and event.response.fallback_from is not None:
                     report.model_fallbacks[str(event.entity_key)] = (
-                        f"{event.response.metadata['fallback_from']} -> "
-                        f"{event.response.metadata.get('fallback_to', event.model)}"
+                        f"{event.response.fallback_from} -> "
+                        f"{event.response.fallback_to or event.model}"
                     )
 
         guard = PhaseGuard(self.config.llm.max_failed_fraction)

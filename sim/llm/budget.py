@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
-from sim.llm.offline import estimate_tokens
-from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
-from sim.llm.wrapper import AdapterWrapper, Call, Sent
+from sim.llm.tokens import estimate_tokens
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
+from sim.llm.wrapper import AdapterWrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +120,12 @@ def price_attempts(
     return total
 
 
-def estimate_usage(
-    instructions: str, input_data: str, history: tuple[Exchange, ...], settings: CallSettings
-) -> Usage:
+def estimate_usage(request: ModelRequest) -> Usage:
     """The worst case of one attempt: its estimated input and all its output tokens."""
-    tokens = estimate_tokens(instructions) + estimate_tokens(input_data)
-    for exchange in history:
+    tokens = estimate_tokens(request.instructions) + estimate_tokens(request.input)
+    for exchange in request.history:
         tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
-    return Usage(input_tokens=tokens, output_tokens=settings.max_output_tokens)
+    return Usage(input_tokens=tokens, output_tokens=request.settings.max_output_tokens)
 
 
 @dataclass(slots=True)
@@ -196,7 +194,7 @@ class Budget:
             raise LLMBudgetExceededError(
                 f"token budget reached: {self.summary()}; a call needing up to {tokens:,} "
                 "more was not sent",
-                context={"model": model},
+                model=model,
             )
         if self.max_cost_usd is not None and (
             self.spent_usd + self.reserved_usd + usd > self.max_cost_usd
@@ -204,7 +202,7 @@ class Budget:
             raise LLMBudgetExceededError(
                 f"cost budget reached: {self.summary()}; a call costing up to ${usd:.4f} more "
                 "was not sent",
-                context={"model": model},
+                model=model,
             )
         self.reserved_tokens += tokens
         self.reserved_usd += usd
@@ -225,18 +223,16 @@ class BudgetAdapter(AdapterWrapper):
     with the model actually used.
     """
 
-    def __init__(self, inner: Any, budget: Budget) -> None:
+    def __init__(self, inner: Adapter, budget: Budget) -> None:
         super().__init__(inner)
         self.budget = budget
 
-    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
-        estimate = estimate_usage(sent.instructions, sent.input_data, sent.history, sent.settings)
-        reservation = self.budget.reserve(sent.settings.model, estimate)
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        reservation = self.budget.reserve(request.settings.model, estimate_usage(request))
         try:
-            response = await call()
+            response = await self.inner.execute(request)
         except LLMError as exc:
-            usage = exc.context.get("usage")
-            self.budget.settle(reservation, usage if isinstance(usage, Usage) else Usage())
+            self.budget.settle(reservation, exc.usage)
             raise
         except BaseException:
             self.budget.settle(reservation, Usage())

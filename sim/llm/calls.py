@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from sim.llm.types import CallSettings, Exchange
+from sim.llm.types import CallSettings, ModelRequest
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 _SCHEMA_DIGESTS: dict[type[BaseModel], str] = {}
@@ -105,17 +105,12 @@ class CallIdentity:
     def digest(self) -> str:
         return digest(orjson.dumps(self.fields(), option=orjson.OPT_SORT_KEYS))
 
-    def set_sent(
-        self,
-        settings: CallSettings | None,
-        history: tuple[Exchange, ...],
-        previous_response_id: str | None,
-    ) -> None:
+    def set_sent(self, request: ModelRequest) -> None:
         """Fill in what the adapter is actually sent."""
-        self.model = (settings or CallSettings()).model
-        self.settings = settings_dict(settings)
-        self.history = [e.response_id for e in history]
-        self.previous_response_id = previous_response_id
+        self.model = request.settings.model
+        self.settings = settings_dict(request.settings)
+        self.history = [e.response_id for e in request.history]
+        self.previous_response_id = request.previous_response_id
 
 
 #: the call the current task is making (set by the recorder on ``llm_called``)

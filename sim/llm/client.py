@@ -21,19 +21,25 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
+from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventSink, LLMEvent, null_sink
-from sim.llm.store import ResponseStore, split_key
+from sim.llm.store import ResponseStore
 from sim.llm.streaming import call_scope
-from sim.llm.tools import ToolDeclaration, require_tools
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
-
-if TYPE_CHECKING:
-    from sim.llm.recovery import Attempt
+from sim.llm.tools import ToolDeclaration
+from sim.llm.types import (
+    Adapter,
+    AdapterResponse,
+    Attempt,
+    CallSettings,
+    Exchange,
+    ModelRequest,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,80 +71,6 @@ class LLMRequest:
 
 class _AdapterCancelled(Exception):
     """Carries a CancelledError raised inside an adapter out of a TaskGroup."""
-
-
-class ResponseChainManager:
-    """Keeps response-id chains inside entity dicts (``entity["_openai"]["{chain}_chain"]``).
-
-    Args:
-        entities: characters or locations, mutated in place; each needs ``identity.id``.
-    """
-
-    def __init__(self, entities: Sequence[dict[str, Any]]) -> None:
-        self.entities: dict[str, dict[str, Any]] = {}
-        for entity in entities:
-            try:
-                entity_id = entity["identity"]["id"]
-            except (KeyError, TypeError):
-                logger.debug("chain manager: skipping an entity without identity.id")
-                continue
-            if isinstance(entity_id, str) and entity_id:
-                self.entities[entity_id] = entity
-        self.evicted: list[tuple[str, str]] = []
-
-    @staticmethod
-    def _parse_key(entity_key: str) -> tuple[str, str]:
-        """``"intention:bob"`` -> ``("bob", "intention")`` (entity id, chain name)."""
-        chain_name, entity_id = split_key(entity_key)
-        return entity_id, chain_name
-
-    def knows(self, entity_key: str) -> bool:
-        return self._parse_key(entity_key)[0] in self.entities
-
-    def get_chain(self, entity_key: str) -> list[str]:
-        entity_id, chain_name = self._parse_key(entity_key)
-        entity = self.entities.get(entity_id)
-        if entity is None:
-            return []
-        chain = entity.get("_openai", {}).get(f"{chain_name}_chain")
-        return list(chain) if chain else []
-
-    def get_previous(self, entity_key: str) -> str | None:
-        """The chain's last response id, or ``None`` if the chain is empty or unknown."""
-        chain = self.get_chain(entity_key)
-        return chain[-1] if chain else None
-
-    def reset(self, entity_key: str) -> list[str]:
-        """Empty a chain the provider lost; returns the ids it held (nothing to delete)."""
-        entity_id, chain_name = self._parse_key(entity_key)
-        entity = self.entities.get(entity_id)
-        if entity is None:
-            return []
-        chain = entity.get("_openai", {}).get(f"{chain_name}_chain") or []
-        lost = list(chain)
-        chain.clear()
-        return lost
-
-    def confirm(self, entity_key: str, response_id: str, depth: int) -> str | None:
-        """Append ``response_id`` to the chain, keeping at most ``depth`` ids.
-
-        Returns:
-            The evicted id (the oldest, if several were trimmed after a depth decrease),
-            or ``None``. Every evicted id is also appended to ``self.evicted``.
-        """
-        if depth <= 0:
-            return None
-        entity_id, chain_name = self._parse_key(entity_key)
-        entity = self.entities.get(entity_id)
-        if entity is None:
-            return None
-        chain: list[str] = entity.setdefault("_openai", {}).setdefault(f"{chain_name}_chain", [])
-        evicted: list[str] = []
-        while len(chain) >= depth:
-            evicted.append(chain.pop(0))
-        chain.append(response_id)
-        self.evicted.extend((entity_key, rid) for rid in evicted)
-        return evicted[0] if evicted else None
 
 
 class LLMClient:
@@ -173,11 +105,14 @@ class LLMClient:
         if default_depth < 0:
             raise ValueError(f"default_depth must be >= 0, got {default_depth}")
         self.adapter = adapter
-        self.chain_manager = ResponseChainManager(entities)
         self.default_depth = default_depth
         self.settings = settings or CallSettings()
         self.store = store if store is not None else ResponseStore()
         self.chain_mode: ChainMode = chain_mode
+        #: the chains: ids in the entities and, in window mode, exchanges in the store
+        self.chain_manager = ResponseChainManager(
+            entities, self.store if chain_mode == "window" else None
+        )
         self.max_concurrency = max(1, max_concurrency)
         self.events = events
         self.phase = phase
@@ -279,36 +214,31 @@ class LLMClient:
         depth = request.depth_override if request.depth_override is not None else self.default_depth
         return max(0, depth)
 
+    def _model_request(
+        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
+    ) -> ModelRequest:
+        """What the adapter is sent for ``request`` with this chain window."""
+        tools = request.tools
+        return ModelRequest(
+            instructions=request.instructions,
+            input=request.input_data,
+            schema=request.schema if tools is None else None,
+            tools=tools,
+            history=history,
+            previous_response_id=previous_id if tools is None else None,
+            settings=self.settings,
+        )
+
     async def _call(
         self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
     ) -> AdapterResponse:
         with call_scope(self.phase, request.entity_key):  # where streamed text belongs
-            return await self._send(request, history, previous_id)
-
-    async def _send(
-        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
-    ) -> AdapterResponse:
-        if request.tools is not None:
-            return await require_tools(self.adapter).execute_tools(
-                instructions=request.instructions,
-                input_data=request.input_data,
-                tools=request.tools,
-                settings=self.settings,
-                history=history,
-            )
-        return await self.adapter.execute(
-            instructions=request.instructions,
-            input_data=request.input_data,
-            schema=request.schema,
-            previous_response_id=previous_id,
-            settings=self.settings,
-            history=history,
-        )
+            return await self.adapter.execute(self._model_request(request, history, previous_id))
 
     def _emit_attempts(
         self,
         request: LLMRequest,
-        attempts: list[Attempt],
+        attempts: tuple[Attempt, ...],
         usage: Usage,
         **fields: Any,
     ) -> tuple[int, Usage]:
@@ -339,15 +269,15 @@ class LLMClient:
 
     async def _execute_one(self, request: LLMRequest) -> AdapterResponse:
         key = request.entity_key
+        chain: Chain | None = self.chain_manager.chain(key) if key else None
         depth = self._depth(request) if key else 0
         history: tuple[Exchange, ...] = ()
         previous_id: str | None = None
-        if key and depth > 0:
+        if chain is not None and depth > 0:
             if self.chain_mode == "server":
-                previous_id = self.chain_manager.get_previous(key)
+                previous_id = chain.previous
             else:
-                chain = self.chain_manager.get_chain(key)[-depth:]
-                history = self.store.window(key, chain) if chain else ()
+                history = chain.window(depth)
         model = self.settings.model
         self.events(
             LLMEvent(
@@ -366,7 +296,7 @@ class LLMClient:
             try:
                 response = await self._call(request, history, previous_id)
             except LLMChainNotFoundError as lost:
-                if not (key and previous_id):
+                if chain is None or previous_id is None:
                     raise
                 # the provider lost this chain: start it again from the window we hold
                 logger.warning(
@@ -390,8 +320,7 @@ class LLMClient:
                         final=False,
                     )
                 )
-                chain = self.chain_manager.reset(key)
-                history = self.store.window(key, chain[-depth:])
+                history = chain.exchanges(chain.reset()[-depth:])
                 previous_id = None
                 response = await self._call(request, history, None)
         except Exception as exc:
@@ -402,8 +331,8 @@ class LLMClient:
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
             attempt, usage = self._emit_attempts(
                 request,
-                error.context.get("attempts") or [],
-                error.context.get("usage") or Usage(),
+                error.attempts,
+                error.usage,
                 history=history,
                 previous_response_id=previous_id,
                 depth=depth,
@@ -432,24 +361,17 @@ class LLMClient:
             raise error from exc
         attempt, _ = self._emit_attempts(
             request,
-            response.metadata.get("attempts") or [],
+            response.attempts,
             response.usage,
             history=history,
             previous_response_id=previous_id,
             depth=depth,
         )
+        if chain is not None:
+            # ids and exchanges change together, in this tick's atomic commit
+            exchange = Exchange(response.response_id, request.input_data, response.raw)
+            chain.confirm(response.response_id, exchange, depth)
         if key:
-            if depth > 0 and self.chain_manager.knows(key):
-                if self.chain_mode == "window":
-                    self.store.put(
-                        key, Exchange(response.response_id, request.input_data, response.raw)
-                    )
-                before = len(self.chain_manager.evicted)
-                self.chain_manager.confirm(key, response.response_id, depth)
-                if self.chain_mode == "window":
-                    # the store's copy goes in this tick's atomic commit, with the chain ids
-                    for evicted_key, rid in self.chain_manager.evicted[before:]:
-                        self.store.evict(evicted_key, rid)
             self._accumulate_usage(key, response.usage)
         self.events(
             LLMEvent(

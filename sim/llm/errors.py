@@ -3,7 +3,8 @@
 Adapters raise only these; the client returns them in place of failed batch results.
 
 ```
-LLMError                        message, code, cause, context, retry_after
+LLMError                        message, code, cause, retry_after, model, usage,
+                                attempts, served_from
 ├── LLMConfigurationError       bad or missing key, unknown provider or model   (not retried)
 ├── LLMAPIError                 HTTP error: status_code, response_body
 │   ├── LLMRateLimitError       429                                              (wait, retry)
@@ -24,7 +25,10 @@ The tree unifies spec documents 000 (failure modes), 001 (adapter error hierarch
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from sim.llm.types import Attempt, ServedFrom, Usage
 
 
 class LLMError(Exception):
@@ -34,8 +38,12 @@ class LLMError(Exception):
         message: what went wrong, for a person.
         code: a stable machine-readable reason (``"rate_limit"``, ``"schema_error"``...).
         cause: the foreign exception this one was converted from, if any.
-        context: extra facts (entity key, model, attempt...), never secrets.
         retry_after: seconds the provider asked us to wait, when it said.
+        model: the model the failed call asked for, when known.
+        usage: the tokens the attempt that raised this was billed for (a provider may
+            charge for an answer it then refused, cut short or got wrong).
+        attempts: every attempt of the call, this failure's last (set by recovery).
+        served_from: ``"live"``, or the tick log's mode when a recording failed again.
     """
 
     default_code = "llm_error"
@@ -46,15 +54,31 @@ class LLMError(Exception):
         *,
         code: str | None = None,
         cause: BaseException | None = None,
-        context: dict[str, Any] | None = None,
         retry_after: float | None = None,
+        model: str | None = None,
+        usage: Usage | None = None,
+        attempts: Iterable[Attempt] = (),
+        served_from: ServedFrom = "live",
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.default_code
         self.cause = cause
-        self.context: dict[str, Any] = dict(context or {})
         self.retry_after = retry_after
+        self.model = model
+        self.usage: Usage = usage or Usage()
+        self.attempts: tuple[Attempt, ...] = tuple(attempts)
+        self.served_from: ServedFrom = served_from
+
+    @property
+    def total_usage(self) -> Usage:
+        """What every attempt of the failed call used together (each one was paid for)."""
+        if not self.attempts:
+            return self.usage
+        total = Usage()
+        for attempt in self.attempts:
+            total = total + attempt.usage
+        return total
 
     def __str__(self) -> str:
         return self.message
@@ -129,9 +153,16 @@ class LLMIncompleteError(LLMError):
 
 
 class LLMSchemaError(LLMError):
-    """The output could not be parsed into the requested schema."""
+    """The output could not be parsed into the requested schema.
+
+    ``raw`` keeps (the start of) the text that failed, for logs and feedback.
+    """
 
     default_code = "schema_error"
+
+    def __init__(self, message: str, *, raw: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.raw = raw
 
 
 class LLMContextLengthError(LLMError):

@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from sim.llm.budget import estimate_usage
-from sim.llm.types import AdapterResponse
-from sim.llm.wrapper import AdapterWrapper, Call, Sent
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.wrapper import AdapterWrapper
 
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
@@ -75,21 +74,22 @@ class RateLimitedAdapter(AdapterWrapper):
     """Wraps an adapter: each attempt takes one request and its estimated tokens first."""
 
     def __init__(
-        self, inner: Any, requests: TokenBucket | None = None, tokens: TokenBucket | None = None
+        self,
+        inner: Adapter,
+        requests: TokenBucket | None = None,
+        tokens: TokenBucket | None = None,
     ) -> None:
         super().__init__(inner)
         self.requests = requests
         self.tokens = tokens
 
-    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
-        estimate = estimate_usage(
-            sent.instructions, sent.input_data, sent.history, sent.settings
-        ).total_tokens
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        estimate = estimate_usage(request).total_tokens
         if self.requests is not None:
             await self.requests.take(1)
         if self.tokens is not None:
             await self.tokens.take(estimate)
-        response = await call()
+        response = await self.inner.execute(request)
         if self.tokens is not None:
             self.tokens.give_back(estimate - response.usage.total_tokens)
         return response

@@ -19,8 +19,10 @@ calls queued behind a busy local server time out while it is healthy, so timeout
 retried but leave the breaker as it is.
 
 Every attempt is recorded (model, attempt number, usage, latency, error code) in
-``response.metadata["attempts"]`` or ``error.context["attempts"]``, so the client can emit
-one event per attempt and every attempt's usage is counted.
+``response.attempts`` or ``error.attempts``, so the client can emit one event per attempt
+and every attempt's usage is counted. Each retry or fallback is the caller's
+``ModelRequest`` changed with ``dataclasses.replace``: the schema feedback appended to its
+instructions, the fallback model in its settings.
 """
 
 from __future__ import annotations
@@ -30,9 +32,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
-
-from pydantic import BaseModel
+from typing import Literal
 
 from sim.llm.errors import (
     LLMAPIError,
@@ -43,12 +43,11 @@ from sim.llm.errors import (
     LLMSchemaError,
     LLMTimeoutError,
 )
-from sim.llm.tools import ToolDeclaration, require_tools
-from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.types import Adapter, AdapterResponse, Attempt, ModelRequest, Usage
+from sim.llm.wrapper import AdapterWrapper
 
 Kind = Literal["schema", "rate_limit", "transient", "fatal"]
 Sleep = Callable[[float], Awaitable[None]]
-Call = Callable[[CallSettings, str], Awaitable[AdapterResponse]]
 
 FEEDBACK = (
     "\n\nYour previous answer was rejected: {error}\n"
@@ -97,17 +96,6 @@ class RetryPolicy:
             return min(error.retry_after, self.max_retry_after_seconds)
         ceiling = min(self.backoff_cap_seconds, self.backoff_base_seconds * 2.0 ** (retry - 1))
         return rng() * ceiling
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One request sent (or refused by an open breaker)."""
-
-    model: str
-    attempt: int
-    usage: Usage
-    latency: float
-    error_code: str | None = None
 
 
 class CircuitBreaker:
@@ -161,7 +149,14 @@ class CircuitBreaker:
         self.probing = False
 
 
-class RecoveryAdapter:
+def with_feedback(request: ModelRequest, error: LLMSchemaError) -> ModelRequest:
+    """The request to retry after a schema error: the same, with the error fed back."""
+    return replace(
+        request, instructions=request.instructions + FEEDBACK.format(error=error.message)
+    )
+
+
+class RecoveryAdapter(AdapterWrapper):
     """Wraps an adapter with the recovery table, fallback models and breakers.
 
     Args:
@@ -176,7 +171,7 @@ class RecoveryAdapter:
 
     def __init__(
         self,
-        inner: Any,
+        inner: Adapter,
         policy: RetryPolicy | None = None,
         *,
         breaker_threshold: int = 5,
@@ -185,8 +180,7 @@ class RecoveryAdapter:
         rng: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.policy = policy or RetryPolicy()
         self.breaker_threshold = breaker_threshold
         self.breaker_cooldown = breaker_cooldown
@@ -204,40 +198,30 @@ class RecoveryAdapter:
             )
         return breaker
 
-    async def _model(
-        self, settings: CallSettings, call: Call, attempts: list[Attempt]
-    ) -> AdapterResponse:
-        """One model, retried per the table. Raises the last error."""
-        breaker = self.breaker(settings.model)
+    async def _model(self, request: ModelRequest, attempts: list[Attempt]) -> AdapterResponse:
+        """One model (``request.settings.model``), retried per the table. Raises the last
+        error."""
+        model = request.settings.model
+        breaker = self.breaker(model)
         retried = {"schema": 0, "rate_limit": 0, "transient": 0}
-        feedback = ""
+        sent = request
         while True:
             if not breaker.allow():
                 attempts.append(
                     Attempt(
-                        settings.model,
-                        len(attempts) + 1,
-                        Usage(),
-                        0.0,
-                        LLMCircuitOpenError.default_code,
+                        model, len(attempts) + 1, Usage(), 0.0, LLMCircuitOpenError.default_code
                     )
                 )
                 raise LLMCircuitOpenError(
-                    f"circuit open for {self.name}:{settings.model} after repeated failures",
-                    context={"model": settings.model},
+                    f"circuit open for {self.name}:{model} after repeated failures", model=model
                 )
             started = time.perf_counter()
             try:
-                response = await call(settings, feedback)
+                response = await self.inner.execute(sent)
             except LLMError as exc:
-                usage = exc.context.get("usage")
                 attempts.append(
                     Attempt(
-                        settings.model,
-                        len(attempts) + 1,
-                        usage if isinstance(usage, Usage) else Usage(),
-                        time.perf_counter() - started,
-                        exc.code,
+                        model, len(attempts) + 1, exc.usage, time.perf_counter() - started, exc.code
                     )
                 )
                 kind = classify(exc)
@@ -248,27 +232,28 @@ class RecoveryAdapter:
                 if kind == "fatal" or retried[kind] >= self.policy.retries(kind):
                     raise
                 retried[kind] += 1
-                if kind == "schema":
-                    feedback = FEEDBACK.format(error=exc.message)
+                if isinstance(exc, LLMSchemaError):
+                    sent = with_feedback(request, exc)
                 else:
                     await self.sleep(self.policy.delay(retried[kind], exc, self.rng))
                 continue
             breaker.success()
             attempts.append(
-                Attempt(
-                    settings.model, len(attempts) + 1, response.usage, time.perf_counter() - started
-                )
+                Attempt(model, len(attempts) + 1, response.usage, time.perf_counter() - started)
             )
             return response
 
-    async def _run(self, settings: CallSettings | None, call: Call) -> AdapterResponse:
-        settings = settings or CallSettings()
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """The request on its model, then on each fallback model, per the table."""
+        settings = request.settings
         models = list(dict.fromkeys((settings.model, *settings.fallback_models)))
         attempts: list[Attempt] = []
         last: LLMError | None = None
         for model in models:
             try:
-                response = await self._model(replace(settings, model=model), call, attempts)
+                response = await self._model(
+                    replace(request, settings=replace(settings, model=model)), attempts
+                )
             except LLMError as exc:
                 if isinstance(exc, LLMCircuitOpenError) and last is not None:
                     pass  # keep the more telling error of an earlier model
@@ -277,48 +262,13 @@ class RecoveryAdapter:
                 if classify(exc) == "fatal" and not isinstance(exc, LLMCircuitOpenError):
                     break
                 continue
-            response.metadata["attempts"] = attempts
-            if model != settings.model:
-                response.metadata["fallback_from"] = settings.model
-                response.metadata["fallback_to"] = model
-            return response
-        assert last is not None
-        last.context["attempts"] = attempts
-        raise last
-
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        def call(s: CallSettings, feedback: str) -> Awaitable[AdapterResponse]:
-            return self.inner.execute(  # type: ignore[no-any-return]
-                instructions + feedback, input_data, schema, previous_response_id, s, history
+            fell_back = model != settings.model
+            return replace(
+                response,
+                attempts=tuple(attempts),
+                fallback_from=settings.model if fell_back else None,
+                fallback_to=model if fell_back else None,
             )
-
-        return await self._run(settings, call)
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[ToolDeclaration, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        inner = require_tools(self.inner)
-
-        def call(s: CallSettings, feedback: str) -> Awaitable[AdapterResponse]:
-            return inner.execute_tools(instructions + feedback, input_data, tools, s, history)
-
-        return await self._run(settings, call)
-
-    async def delete_response(self, response_id: str) -> None:
-        await self.inner.delete_response(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return bool(self.inner.validate_config(settings))
+        assert last is not None
+        last.attempts = tuple(attempts)
+        raise last

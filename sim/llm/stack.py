@@ -26,14 +26,16 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     llm = config.llm
     if llm.provider == "offline":
         return {"seed": seed}
-    return {
+    options: dict[str, Any] = {
         "base_url": llm.base_url or None,
         "api_key_env": llm.api_key_env,
         "timeout_seconds": llm.timeout_seconds,
         "connect_timeout_seconds": llm.connect_timeout_seconds,
         "max_concurrency": llm.max_concurrency,
-        "store": llm.chain_mode == "server",
     }
+    if llm.provider == "openai":  # the one provider that keeps responses (server chains)
+        options["store"] = llm.chain_mode == "server"
+    return options
 
 
 def make_budget(config: Config) -> Budget:
@@ -68,7 +70,7 @@ def build_stack(
         LLMConfigurationError: unknown provider, missing API key.
     """
     llm = config.llm
-    inner: Any = provider or create_adapter(llm.provider, **provider_options(config, seed))
+    inner: Adapter = provider or create_adapter(llm.provider, **provider_options(config, seed))
     inner = BudgetAdapter(inner, budget or make_budget(config))
     if llm.requests_per_minute or llm.tokens_per_minute:
         inner = RateLimitedAdapter(

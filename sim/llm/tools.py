@@ -1,21 +1,21 @@
 """Tool calling in our own types (spec 004): messages, function calls, tool declarations.
 
-Tool calling is an optional adapter capability: an adapter that has it implements
-``execute_tools`` (see ``ToolAdapter``); asking one that lacks it fails loudly with
-``LLMConfigurationError`` naming its class. A tool call's answer travels as an
-``AdapterResponse`` whose ``parsed`` is a ``ToolCalls`` (so chains, usage, recovery and
-events treat it like any structured answer).
+Tool calling is an optional adapter capability: a ``ModelRequest`` with ``tools`` set goes
+through the same ``execute``; an adapter that lacks it takes its schema with ``schema_of``,
+which fails such a request loudly with ``LLMConfigurationError`` naming its class. A tool
+call's answer travels as an ``AdapterResponse`` whose ``parsed`` is a ``ToolCalls`` (so
+chains, usage, recovery and events treat it like any structured answer).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
-from sim.llm.types import AdapterResponse, CallSettings, Exchange
+from sim.llm.types import AdapterResponse, ModelRequest
 
 
 class FunctionCall(BaseModel):
@@ -96,30 +96,15 @@ class ToolCalls(BaseModel):
 ToolCallResponse = AdapterResponse
 
 
-@runtime_checkable
-class ToolAdapter(Protocol):
-    """The optional tool-calling capability of an adapter."""
-
-    name: str
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[ToolDeclaration, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> ToolCallResponse: ...
-
-
-def require_tools(adapter: object) -> ToolAdapter:
-    """``adapter`` as a ``ToolAdapter``, or a loud error naming its class."""
-    if not isinstance(adapter, ToolAdapter):
+def schema_of(adapter: object, request: ModelRequest) -> type[BaseModel]:
+    """The schema ``request`` asks for; a tool-calling request is a loud error naming the
+    adapter's class (call this where an adapter without tool calling reads the schema)."""
+    if request.schema is None:
         raise LLMConfigurationError(
             f"{type(adapter).__name__} does not support tool calling; use a provider that "
             'does (offline, openai, chat) or set [phase1] mode = "schema"'
         )
-    return adapter
+    return request.schema
 
 
 def parse_arguments(name: str, text: str | None) -> dict[str, Any]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from sim.llm.tools import ToolDeclaration
 
 #: how a chat-completions server is asked for the schema (``sim.llm.adapters._structured``)
 StructuredOutput = Literal["auto", "json_schema", "json_object_schema", "tool", "prompt"]
@@ -73,9 +76,64 @@ class Exchange:
     output: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """Everything one call to a model sends, as one frozen value.
+
+    Adapters take it whole (``Adapter.execute``); wrappers that change a call make a
+    changed copy with ``dataclasses.replace`` (recovery: the schema feedback, the
+    fallback model), so what was asked and what was sent stay separate values.
+
+    Exactly one of ``schema`` (structured output) and ``tools`` (ask for a tool call; the
+    answer's ``parsed`` is then a ``ToolCalls``) is set. ``history`` is the chain window
+    (``window`` mode); ``previous_response_id`` the provider-side chain (``server`` mode).
+    Who asks (request id, tick scope) travels beside it in ``sim.llm.calls.current_call``.
+    """
+
+    instructions: str
+    input: str
+    schema: type[BaseModel] | None = None
+    tools: tuple[ToolDeclaration, ...] | None = None
+    history: tuple[Exchange, ...] = ()
+    previous_response_id: str | None = None
+    settings: CallSettings = field(default_factory=CallSettings)
+
+    def __post_init__(self) -> None:
+        if (self.schema is None) == (self.tools is None):
+            raise ValueError("a ModelRequest needs exactly one of schema and tools")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One request sent (or refused by an open breaker), as recovery records it."""
+
+    model: str
+    attempt: int
+    usage: Usage
+    latency: float
+    error_code: str | None = None
+
+
+#: where an answer came from: the provider, or a tick log (``sim replay``, a resumed tick)
+ServedFrom = Literal["live", "replay", "resume"]
+
+
+@dataclass(frozen=True, slots=True)
 class AdapterResponse:
-    """What an adapter returns for one successful call."""
+    """What an adapter returns for one successful call.
+
+    Attributes:
+        provider: the adapter that answered (``"openai"``, ``"chat"``, ``"offline"``...).
+        model: the model that answered, as the provider names it.
+        served_from: ``"live"``, or the tick log's mode when a recording answered.
+        attempts: every attempt of the call, the successful one last (set by recovery;
+            empty when nothing recorded them: the call was one attempt).
+        fallback_from, fallback_to: the model asked for and the fallback model that
+            answered, when the call fell back (recovery).
+        structured_output: the form the schema was asked for in (``chat``).
+        notice: something the user should hear once, in the tick summary (``chat``:
+            ``auto`` switched this endpoint's structured-output form).
+    """
 
     parsed: BaseModel
     response_id: str
@@ -83,29 +141,25 @@ class AdapterResponse:
     model: str
     finish_reason: str = "stop"
     raw: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
+    provider: str = ""
+    served_from: ServedFrom = "live"
+    attempts: tuple[Attempt, ...] = ()
+    fallback_from: str | None = None
+    fallback_to: str | None = None
+    structured_output: str | None = None
+    notice: str | None = None
 
 
 @runtime_checkable
 class Adapter(Protocol):
-    """A provider boundary: one required async method, plus response deletion.
+    """A provider boundary: one async call, plus response deletion.
 
-    ``execute`` raises only ``LLMError`` subclasses. ``history`` is the chain window
-    (``window`` mode); ``previous_response_id`` is the provider-side chain (``server`` mode).
+    ``execute`` raises only ``LLMError`` subclasses. An adapter without tool calling fails
+    a request with ``tools`` loudly (``sim.llm.tools.schema_of``).
     """
 
     name: str
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse: ...
+    async def execute(self, request: ModelRequest) -> AdapterResponse: ...
 
     async def delete_response(self, response_id: str) -> None: ...
-
-    def validate_config(self, settings: CallSettings) -> bool: ...

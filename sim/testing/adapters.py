@@ -15,13 +15,13 @@ import enum
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.errors import LLMError, LLMSchemaError
-from sim.llm.types import AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.tools import schema_of
+from sim.llm.types import AdapterResponse, ModelRequest, Usage
 
 #: What ``MockAdapter.enqueue`` accepts: an answer, or an exception to raise.
 MockItem = BaseModel | Mapping[str, Any] | BaseException
@@ -29,16 +29,8 @@ MockItem = BaseModel | Mapping[str, Any] | BaseException
 DefaultFactory = Callable[[type[BaseModel], str], BaseModel | Mapping[str, Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class MockCall:
-    """One recorded ``execute`` call."""
-
-    instructions: str
-    input_data: str
-    schema: type[BaseModel]
-    previous_response_id: str | None
-    settings: CallSettings | None
-    history: tuple[Exchange, ...]
+#: One recorded ``execute`` call: the request the adapter was sent.
+MockCall = ModelRequest
 
 
 def default_instance(schema: type[BaseModel]) -> BaseModel:
@@ -168,14 +160,14 @@ class MockAdapter:
         self.cached_input_tokens = cached_input_tokens
         self._queue: deque[MockItem] = deque()
         self.call_count = 0
-        self.calls: list[MockCall] = []
+        self.calls: list[ModelRequest] = []
         self.deleted: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._next_id = 0
 
     @property
-    def last_request(self) -> MockCall | None:
+    def last_request(self) -> ModelRequest | None:
         """The most recent call, or ``None`` before the first."""
         return self.calls[-1] if self.calls else None
 
@@ -202,20 +194,15 @@ class MockAdapter:
         self.max_in_flight = 0
         self._next_id = 0
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        """Record the call, then answer from the queue or the default."""
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """Record the call, then answer from the queue or the default.
+
+        Raises:
+            LLMConfigurationError: ``request`` asks for tool calls (no tool support).
+        """
         self.call_count += 1
-        self.calls.append(
-            MockCall(instructions, input_data, schema, previous_response_id, settings, history)
-        )
+        self.calls.append(request)
+        schema = schema_of(self, request)
         item = self._queue.popleft() if self._queue else None
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -226,7 +213,7 @@ class MockAdapter:
                 raise item
             if item is None:
                 item = (
-                    self.default(schema, input_data)
+                    self.default(schema, request.input)
                     if self.default is not None
                     else default_instance(schema)
                 )
@@ -235,8 +222,8 @@ class MockAdapter:
             self.in_flight -= 1
         self._next_id += 1
         raw = parsed.model_dump_json()
-        sent = len(instructions) + len(input_data)
-        sent += sum(len(exchange.input) + len(exchange.output) for exchange in history)
+        sent = len(request.instructions) + len(request.input)
+        sent += sum(len(exchange.input) + len(exchange.output) for exchange in request.history)
         input_tokens = sent // 4 + 1
         return AdapterResponse(
             parsed=parsed,
@@ -246,17 +233,14 @@ class MockAdapter:
                 output_tokens=len(raw) // 4 + 1,
                 cached_input_tokens=min(self.cached_input_tokens, input_tokens),
             ),
-            model=settings.model if settings is not None else self.name,
+            model=request.settings.model,
             raw=raw,
-            metadata={"provider": self.name},
+            provider=self.name,
         )
 
     async def delete_response(self, response_id: str) -> None:
         """Record the deletion."""
         self.deleted.append(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return True
 
 
 def _coerce(item: BaseModel | Mapping[str, Any], schema: type[BaseModel]) -> BaseModel:
@@ -286,15 +270,7 @@ class ErrorAdapter:
         self.call_count = 0
         self.deleted: list[str] = []
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
         """Count the call and raise ``error``."""
         self.call_count += 1
         raise self.error.with_traceback(None)
@@ -302,9 +278,6 @@ class ErrorAdapter:
     async def delete_response(self, response_id: str) -> None:
         """Record the id; nothing to delete."""
         self.deleted.append(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return True
 
     def reset(self) -> None:
         """Forget calls and deletions."""

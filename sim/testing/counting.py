@@ -12,9 +12,9 @@ import hashlib
 from pathlib import Path
 
 import orjson
-from pydantic import BaseModel
 
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.wrapper import AdapterWrapper
 
 
 def call_digest(instructions: str, input_data: str) -> str:
@@ -22,7 +22,7 @@ def call_digest(instructions: str, input_data: str) -> str:
     return hashlib.sha256(f"{instructions}\x00{input_data}".encode()).hexdigest()[:24]
 
 
-class CountingAdapter:
+class CountingAdapter(AdapterWrapper):
     """Wraps an adapter: optional latency, and a durable count of answered calls.
 
     Args:
@@ -40,40 +40,23 @@ class CountingAdapter:
         jitter: float = 0.0,
         count_file: Path | None = None,
     ) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.delay = delay
         self.jitter = jitter
         self.count_file = count_file
         self.answered: list[str] = []
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        name = call_digest(instructions, input_data)
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        name = call_digest(request.instructions, request.input)
         wait = self.delay + self.jitter * (int(name[:6], 16) / 0xFFFFFF)
         if wait > 0:
             await asyncio.sleep(wait)
-        response = await self.inner.execute(
-            instructions, input_data, schema, previous_response_id, settings, history
-        )
+        response = await self.inner.execute(request)
         self.answered.append(name)
         if self.count_file is not None:
             with open(self.count_file, "ab") as handle:
                 handle.write(orjson.dumps({"call": name}) + b"\n")
         return response
-
-    async def delete_response(self, response_id: str) -> None:
-        await self.inner.delete_response(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return self.inner.validate_config(settings)
 
 
 def read_counts(count_file: Path) -> list[str]:

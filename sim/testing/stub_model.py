@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from sim.llm.offline import estimate_tokens, generate, generate_tool_call
+from sim.offline import estimate_tokens, generate, generate_tool_call
 
 Json = dict[str, Any]
 Pair = tuple[str, str]

@@ -26,8 +26,8 @@ from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
 from sim.llm.streaming import CallText
-from sim.llm.types import Adapter, AdapterResponse
-from sim.llm.wrapper import AdapterWrapper, Call, Sent
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.wrapper import AdapterWrapper
 from sim.phases.base import TickContext
 from sim.storage import Storage
 from sim.ticklog.format import (
@@ -50,11 +50,11 @@ from sim.world import World
 class RecordingAdapter(AdapterWrapper):
     """Passes every call through, noting what the adapter is actually sent."""
 
-    async def around(self, call: Call, sent: Sent) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
         ident = current_call.get()
         if ident is not None:
-            ident.set_sent(sent.settings, sent.history, sent.previous_response_id)
-        return await call()
+            ident.set_sent(request)
+        return await self.inner.execute(request)
 
 
 def request_schema(request: LLMRequest) -> tuple[str, str]:
@@ -292,11 +292,11 @@ class TickRecorder:
         response = event.response
         final = _attempt(event)
         if event.kind == "llm_completed" and response is not None:
-            served = response.metadata.get("served_from")
+            served = response.served_from
             parsed = response.parsed
             final.update(model=response.model, raw=response.raw)
             record.update(
-                source=served or "live",
+                source=served,
                 result=parsed.model_dump(mode="json"),
                 result_type=f"{type(parsed).__module__}:{type(parsed).__qualname__}",
                 response_id=response.response_id,
@@ -307,11 +307,11 @@ class TickRecorder:
             )
         else:
             error = event.error
-            served = error.context.get("served_from") if error is not None else None
+            served = error.served_from if error is not None else "live"
             message = str(error) if error is not None else ""
             final["error"] = message
             record.update(
-                source=served or "live",
+                source=served,
                 result=None,
                 response_id=None,
                 response_model=None,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sim.engine.runner
 from sim.cli import main
-from sim.llm.adapters.offline import OfflineAdapter
+from sim.offline.adapter import OfflineAdapter
 from sim.testing import CountingAdapter
 
 world, count_file, delay, jitter = sys.argv[1:5]

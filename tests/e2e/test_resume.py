@@ -27,7 +27,8 @@ from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.errors import TickInterrupted
-from sim.llm.adapters.offline import OfflineAdapter
+from sim.llm.types import AdapterResponse, ModelRequest
+from sim.offline.adapter import OfflineAdapter
 from sim.storage import Storage
 from sim.testing import CountingAdapter, call_digest, read_counts
 from sim.ticklog.format import TickLog, log_path, read_log
@@ -53,17 +54,14 @@ class CrashAt:
         self.at = at
         self.started = 0
 
-    async def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
         self.started += 1
         if self.started == self.at:
             raise Crash
-        return await self.inner.execute(*args, **kwargs)
+        return await self.inner.execute(request)
 
     async def delete_response(self, response_id: str) -> None:
         await self.inner.delete_response(response_id)
-
-    def validate_config(self, settings: object) -> bool:
-        return True
 
 
 def config_for(world: Path, **overrides: object):

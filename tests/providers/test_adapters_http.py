@@ -24,7 +24,7 @@ from sim.llm.errors import (
     LLMSchemaError,
     LLMTimeoutError,
 )
-from sim.llm.types import CallSettings, Exchange, Usage
+from sim.llm.types import CallSettings, Exchange, ModelRequest, Usage
 from sim.phases.intention_tools import TOOLS
 from sim.testing.stub_server import StubServer
 
@@ -54,22 +54,28 @@ async def test_structured_answer_and_usage(stub_server: StubServer, kind: str) -
     adapter = (
         OpenAIAdapter(client(stub_server)) if kind == "openai" else ChatAdapter(client(stub_server))
     )
-    first = await adapter.execute("Write a note.", "about fog", Note, settings=SETTINGS)
-    second = await adapter.execute("Write a note.", "about tides", Note, settings=SETTINGS)
+    first = await adapter.execute(
+        ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS)
+    )
+    second = await adapter.execute(
+        ModelRequest("Write a note.", "about tides", Note, settings=SETTINGS)
+    )
 
     assert isinstance(first.parsed, Note)
     assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
     # the instructions prefix is "cached" the second time, and reported as such
     assert first.usage.cached_input_tokens == 0
     assert second.usage.cached_input_tokens > 0
-    assert first.metadata["provider"] == kind
+    assert first.provider == kind and first.served_from == "live"
     assert stub_server.stats.input_tokens == first.usage.input_tokens + second.usage.input_tokens
 
 
 async def test_window_is_sent_as_input_items_and_not_stored(stub_server: StubServer) -> None:
     adapter = OpenAIAdapter(client(stub_server))  # window mode: store=False
     history = (Exchange("r1", "in one", '{"text":"a","count":1}'),)
-    response = await adapter.execute("Write.", "in two", Note, settings=SETTINGS, history=history)
+    response = await adapter.execute(
+        ModelRequest("Write.", "in two", Note, settings=SETTINGS, history=history)
+    )
     body = stub_server.log[-1]
     assert body["store"] is False
     assert body["input"] == [
@@ -86,9 +92,11 @@ async def test_window_is_sent_as_input_items_and_not_stored(stub_server: StubSer
 
 async def test_server_mode_chains_and_deletes(stub_server: StubServer) -> None:
     adapter = OpenAIAdapter(client(stub_server), store=True)
-    first = await adapter.execute("Write.", "one", Note, settings=SETTINGS)
+    first = await adapter.execute(ModelRequest("Write.", "one", Note, settings=SETTINGS))
     second = await adapter.execute(
-        "Write.", "two", Note, previous_response_id=first.response_id, settings=SETTINGS
+        ModelRequest(
+            "Write.", "two", Note, previous_response_id=first.response_id, settings=SETTINGS
+        )
     )
     assert stub_server.log[-1]["previous_response_id"] == first.response_id
     # the model saw the whole chain: more input than the first call
@@ -98,21 +106,25 @@ async def test_server_mode_chains_and_deletes(stub_server: StubServer) -> None:
         await adapter.client.responses.retrieve(first.response_id)
     with pytest.raises(LLMChainNotFoundError):
         await adapter.execute(
-            "Write.", "three", Note, previous_response_id=first.response_id, settings=SETTINGS
+            ModelRequest(
+                "Write.", "three", Note, previous_response_id=first.response_id, settings=SETTINGS
+            )
         )
     await adapter.delete_response(first.response_id)  # already gone: fine
     # an answer that fails our checks is not left stored at the provider
     stub_server.enqueue("malformed")
     stored = len(stub_server.responses)
     with pytest.raises(LLMSchemaError):
-        await adapter.execute("Write.", "four", Note, settings=SETTINGS)
+        await adapter.execute(ModelRequest("Write.", "four", Note, settings=SETTINGS))
     assert len(stub_server.responses) == stored
 
 
 async def test_chat_window_is_sent_as_messages(stub_server: StubServer) -> None:
     adapter = ChatAdapter(client(stub_server))
     history = (Exchange("r1", "in one", "out one"),)
-    await adapter.execute("Write.", "in two", Note, settings=SETTINGS, history=history)
+    await adapter.execute(
+        ModelRequest("Write.", "in two", Note, settings=SETTINGS, history=history)
+    )
     body = stub_server.log[-1]
     assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
     assert body["response_format"]["type"] == "json_schema"
@@ -139,7 +151,7 @@ async def test_faults_map_to_llm_errors(
     adapter = adapters(stub_server)[0 if kind == "openai" else 1]
     stub_server.enqueue(fault)
     with pytest.raises(error) as info:
-        await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+        await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
     assert info.value.code == code
     assert isinstance(info.value.cause, Exception) or fault in (
         "malformed",
@@ -152,7 +164,7 @@ async def test_faults_map_to_llm_errors(
         assert "OPENAI_API_KEY" in str(info.value)
         assert KEY not in str(info.value)
     if fault in ("malformed", "refusal", "incomplete"):  # the attempt was paid for
-        usage = info.value.context["usage"]
+        usage = info.value.usage
         assert isinstance(usage, Usage) and usage.input_tokens > 0
 
 
@@ -162,13 +174,13 @@ async def test_hang_past_the_timeout_is_a_timeout(stub_server: StubServer, kind:
     adapter = (OpenAIAdapter if kind == "openai" else ChatAdapter)(client(stub_server))
     stub_server.enqueue("hang")
     with pytest.raises(LLMTimeoutError):
-        await adapter.execute("Write.", "x", Note, settings=settings)
+        await adapter.execute(ModelRequest("Write.", "x", Note, settings=settings))
 
 
 async def test_connection_refused_is_a_transient_api_error() -> None:
     dead = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key=KEY, max_retries=0)
     with pytest.raises(LLMAPIError) as info:
-        await OpenAIAdapter(dead).execute("Write.", "x", Note, settings=SETTINGS)
+        await OpenAIAdapter(dead).execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
     assert info.value.code == "connection_error" and info.value.status_code is None
 
 
@@ -191,7 +203,7 @@ async def test_tool_calls(stub_server: StubServer, kind: str) -> None:
         '"location":{"id":"quay","objects":["net"]},'
         '"exits":[{"id":"market","name":"Market"}],"present":[]}'
     )
-    response = await adapter.execute_tools("Decide.", data, TOOLS, settings=SETTINGS)
+    response = await adapter.execute(ModelRequest("Decide.", data, tools=TOOLS, settings=SETTINGS))
     calls = response.parsed.calls  # type: ignore[attr-defined]
     assert len(calls) == 1 and calls[0].name in {t.name for t in TOOLS}
     assert isinstance(calls[0].arguments, dict)

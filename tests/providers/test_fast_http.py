@@ -20,7 +20,7 @@ from sim.llm.errors import (
     LLMRateLimitError,
     LLMTimeoutError,
 )
-from sim.llm.types import CallSettings
+from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import StubServer
 
 KEY_ENV = "SIM_FAST_HTTP_TEST_KEY"
@@ -80,7 +80,9 @@ async def test_many_calls_in_flight_reuse_connections(
         for _ in range(3):
             answers = await asyncio.gather(
                 *(
-                    adapter.execute("Write a note.", f"about {i}", Note, settings=SETTINGS)
+                    adapter.execute(
+                        ModelRequest("Write a note.", f"about {i}", Note, settings=SETTINGS)
+                    )
                     for i in range(40)
                 )
             )
@@ -106,12 +108,12 @@ async def test_http_errors_still_map(
     stub_server.enqueue(fault)
     try:
         with pytest.raises(error) as info:
-            await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+            await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         assert isinstance(info.value.cause, openai.APIStatusError)  # made by the SDK
         if fault == "rate_limit":
             assert isinstance(info.value, LLMRateLimitError)
             assert info.value.retry_after == pytest.approx(stub_server.options.retry_after)
-        answer = await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+        answer = await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         assert isinstance(answer.parsed, Note)  # the connection is still usable
     finally:
         await adapter.aclose()
@@ -123,7 +125,9 @@ async def test_a_hang_past_the_timeout_is_a_timeout(stub_server: StubServer) -> 
     try:
         with pytest.raises(LLMTimeoutError):
             await adapter.execute(
-                "Write.", "x", Note, settings=CallSettings(model="m", timeout_seconds=0.3)
+                ModelRequest(
+                    "Write.", "x", Note, settings=CallSettings(model="m", timeout_seconds=0.3)
+                )
             )
     finally:
         await adapter.aclose()
@@ -133,7 +137,7 @@ async def test_connection_refused_is_a_connection_error() -> None:
     adapter = OpenAIAdapter(base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV)
     try:
         with pytest.raises(LLMAPIError) as info:
-            await adapter.execute("Write.", "x", Note, settings=SETTINGS)
+            await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         assert info.value.code == "connection_error"
     finally:
         await adapter.aclose()

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.calls import CallIdentity, current_call, idempotency_key
-from sim.llm.types import CallSettings
+from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import StubServer
 
 KEY_ENV = "SIM_TEST_IDEMPOTENCY_KEY"
@@ -67,12 +67,16 @@ async def test_a_resent_attempt_is_answered_from_the_cache_not_billed(
     adapter = make(stub_server)
     token = current_call.set(identity())
     try:
-        first = await adapter.execute("Write a note.", "about fog", Note, settings=SETTINGS)
-        again = await adapter.execute("Write a note.", "about fog", Note, settings=SETTINGS)
+        first = await adapter.execute(
+            ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS)
+        )
+        again = await adapter.execute(
+            ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS)
+        )
     finally:
         current_call.reset(token)
     assert again.response_id == first.response_id and again.parsed == first.parsed
     assert stub_server.stats.generations == 1 and stub_server.stats.replayed == 1
     # without a current call (no tick log) nothing is keyed: two calls, two answers
-    await adapter.execute("Write a note.", "about fog", Note, settings=SETTINGS)
+    await adapter.execute(ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS))
     assert stub_server.stats.generations == 2

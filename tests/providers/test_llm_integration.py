@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
-from sim.llm.types import CallSettings
+from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import StubServer
 
 
@@ -116,11 +116,19 @@ async def test_chain_context_preserved(backend: Backend) -> None:
 
 async def test_deleted_response_not_usable(backend: Backend) -> None:
     settings = CallSettings(model=backend.model, max_output_tokens=100, temperature=0.0)
-    response = await backend.adapter.execute(PROMPT, "Say hi.", Reply, settings=settings)
+    response = await backend.adapter.execute(
+        ModelRequest(PROMPT, "Say hi.", Reply, settings=settings)
+    )
     await backend.adapter.delete_response(response.response_id)
     with pytest.raises(LLMError):
         await backend.adapter.execute(
-            PROMPT, "Again.", Reply, settings=settings, previous_response_id=response.response_id
+            ModelRequest(
+                PROMPT,
+                "Again.",
+                Reply,
+                settings=settings,
+                previous_response_id=response.response_id,
+            )
         )
 
 

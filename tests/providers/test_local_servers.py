@@ -21,7 +21,7 @@ from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.errors import LLMAPIError, LLMTimeoutError
 from sim.llm.recovery import RetryPolicy
 from sim.llm.stack import build_stack
-from sim.llm.types import CallSettings
+from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 
@@ -47,7 +47,9 @@ def chat(server: StubServer) -> ChatAdapter:
 
 async def call(adapter: Any, **kw: Any) -> Any:
     settings = CallSettings(model="m", timeout_seconds=10, **kw)
-    return await adapter.execute("Write a note.", "about fog", Note, settings=settings)
+    return await adapter.execute(
+        ModelRequest("Write a note.", "about fog", Note, settings=settings)
+    )
 
 
 def test_stub_rejects_json_schema_as_llama_cpp_python_does(stub_server: StubServer) -> None:
@@ -83,12 +85,12 @@ async def test_auto_switches_once_and_remembers_it_for_the_run(stub_server: Stub
     adapter = chat(stub_server)
     first = await call(adapter)
     assert isinstance(first.parsed, Note)
-    note = first.metadata["structured_output_switch"]
+    note = first.notice
     assert "rejected json_schema (HTTP 500 naming response_format)" in note
     assert "using json_object_schema" in note
     second = await call(adapter)
-    assert "structured_output_switch" not in second.metadata
-    assert second.metadata["structured_output"] == "json_object_schema"
+    assert second.notice is None
+    assert second.structured_output == "json_object_schema"
     sent = [body["response_format"]["type"] for body in stub_server.log]
     assert sent == ["json_schema", "json_object", "json_object"]  # switched once, remembered
 
@@ -99,7 +101,7 @@ async def test_auto_switches_concurrent_calls_only_once(stub_server: StubServer)
     results = await asyncio.gather(*(call(adapter) for _ in range(6)))
     assert all(isinstance(r.parsed, Note) for r in results)
     assert len(adapter.forms.switches) == 1
-    assert sum("structured_output_switch" in r.metadata for r in results) == 1
+    assert sum(r.notice is not None for r in results) == 1
 
 
 async def test_a_fixed_form_is_not_switched(stub_server: StubServer) -> None:
@@ -185,7 +187,7 @@ async def test_eight_requests_queued_behind_a_single_slot_server_all_succeed() -
         started = time.perf_counter()
         results = await asyncio.gather(
             *(
-                stack.execute("Write a note.", f"note {i}", Note, settings=settings)
+                stack.execute(ModelRequest("Write a note.", f"note {i}", Note, settings=settings))
                 for i in range(8)
             )
         )
@@ -216,12 +218,12 @@ async def test_timeouts_fail_the_call_not_the_endpoint(stub_server: StubServer) 
     settings = config.phase1.settings(config.llm)
     stub_server.enqueue("hang", "hang", "hang")
     with pytest.raises(LLMTimeoutError):
-        await stack.execute("Write.", "x", Note, settings=settings)
+        await stack.execute(ModelRequest("Write.", "x", Note, settings=settings))
     assert stack.breaker(settings.model).state == "closed"  # 3 timeouts, still closed
-    response = await stack.execute("Write.", "x", Note, settings=settings)
+    response = await stack.execute(ModelRequest("Write.", "x", Note, settings=settings))
     assert isinstance(response.parsed, Note)
     stub_server.enqueue("server_error", "server_error")
     stack.policy = RetryPolicy(transient_retries=1)
     with pytest.raises(LLMAPIError):
-        await stack.execute("Write.", "x", Note, settings=settings)
+        await stack.execute(ModelRequest("Write.", "x", Note, settings=settings))
     assert stack.breaker(settings.model).state == "open"  # 5xx still open it

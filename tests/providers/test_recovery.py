@@ -32,7 +32,7 @@ from sim.llm.events import LLMEvent
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import CircuitBreaker, RecoveryAdapter, RetryPolicy
 from sim.llm.stack import build_stack
-from sim.llm.types import CallSettings, Usage
+from sim.llm.types import CallSettings, ModelRequest, Usage
 from sim.testing.stub_server import StubServer
 
 
@@ -84,7 +84,9 @@ def stack(
 
 
 async def run(adapter: RecoveryAdapter, s: CallSettings | None = None) -> Any:
-    return await adapter.execute("Write a note.", "about fog", Note, settings=s or settings())
+    return await adapter.execute(
+        ModelRequest("Write a note.", "about fog", Note, settings=s or settings())
+    )
 
 
 # ------------------------------------------------------------------ the table, row by row
@@ -98,7 +100,7 @@ async def test_schema_error_retried_with_feedback_then_succeeds(
     stub_server.enqueue("malformed", "malformed")
     response = await run(stack(stub_server, sleeps, kind))
     assert isinstance(response.parsed, Note)
-    attempts = response.metadata["attempts"]
+    attempts = response.attempts
     assert [a.error_code for a in attempts] == ["schema_error", "schema_error", None]
     # the validation error is fed back in the next request's instructions
     bodies = list(stub_server.log)
@@ -116,7 +118,7 @@ async def test_schema_error_three_times_fails(stub_server: StubServer) -> None:
     stub_server.enqueue("malformed", "malformed", "malformed", None)
     with pytest.raises(LLMSchemaError) as info:
         await run(stack(stub_server, Sleeps()))
-    assert len(info.value.context["attempts"]) == 3
+    assert len(info.value.attempts) == 3
     assert stub_server.stats.generations == 3
 
 
@@ -181,7 +183,7 @@ async def test_fail_at_once(stub_server: StubServer, fault: str, error: type[LLM
     stub_server.enqueue(fault, None)
     with pytest.raises(error) as info:
         await run(stack(stub_server, sleeps), settings(fallback_models=("backup",)))
-    assert len(info.value.context["attempts"]) == 1  # no retry, no fallback model
+    assert len(info.value.attempts) == 1  # no retry, no fallback model
     assert stub_server.stats.requests == 1 and sleeps.calls == []
 
 
@@ -221,9 +223,9 @@ async def test_fallback_model_after_retries(stub_server: StubServer) -> None:
     stub_server.model_faults["primary"] = "server_error"
     response = await run(stack(stub_server, Sleeps()), settings(fallback_models=("backup",)))
     assert response.model == "backup"
-    assert response.metadata["fallback_from"] == "primary"
+    assert response.fallback_from == "primary" and response.fallback_to == "backup"
     assert stub_server.stats.models == {"primary": 3, "backup": 1}
-    assert [a.model for a in response.metadata["attempts"]] == ["primary"] * 3 + ["backup"]
+    assert [a.model for a in response.attempts] == ["primary"] * 3 + ["backup"]
 
 
 async def test_fallback_model_when_breaker_open(stub_server: StubServer) -> None:
@@ -241,7 +243,7 @@ async def test_all_models_fail_raises_the_last_real_error(stub_server: StubServe
     stub_server.model_faults.update(primary="server_error", backup="rate_limit")
     with pytest.raises(LLMRateLimitError) as info:
         await run(stack(stub_server, Sleeps()), settings(fallback_models=("backup",)))
-    assert len(info.value.context["attempts"]) == 6
+    assert len(info.value.attempts) == 6
 
 
 # ------------------------------------------------------------------ budget
@@ -310,7 +312,10 @@ async def test_rate_limited_stack_paces_real_calls(stub_server: StubServer) -> N
     loop = asyncio.get_running_loop()
     started = loop.time()
     await asyncio.gather(
-        *(adapter.execute("Write.", f"n{i}", Note, settings=settings()) for i in range(6))
+        *(
+            adapter.execute(ModelRequest("Write.", f"n{i}", Note, settings=settings()))
+            for i in range(6)
+        )
     )
     assert loop.time() - started >= 0.35
     # never more than the deficit; less when a loaded machine oversleeps a wait, because

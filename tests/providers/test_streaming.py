@@ -16,7 +16,7 @@ from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import LLMIncompleteError, LLMRefusalError, LLMTimeoutError
 from sim.llm.streaming import StreamDelta, StreamHub, call_scope, installed
 from sim.llm.tools import ToolCalls, ToolDeclaration
-from sim.llm.types import CallSettings
+from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import StubServer
 
 
@@ -37,7 +37,9 @@ def settings(**kw: Any) -> CallSettings:
 
 
 async def note(target: Any, **kw: Any) -> Any:
-    return await target.execute("Write a note.", "about fog", Note, settings=settings(**kw))
+    return await target.execute(
+        ModelRequest("Write a note.", "about fog", Note, settings=settings(**kw))
+    )
 
 
 @pytest.mark.parametrize("kind", ["chat", "openai"])
@@ -66,7 +68,9 @@ async def test_streamed_tool_calls_are_assembled(stub_server: StubServer, kind: 
     for stream in (False, True):
         target = adapter(stub_server, kind)
         results.append(
-            await target.execute_tools("Pick one.", "fog", tools, settings=settings(stream=stream))
+            await target.execute(
+                ModelRequest("Pick one.", "fog", tools=tools, settings=settings(stream=stream))
+            )
         )
         stub_server.reset()
     plain, streamed = results

@@ -113,7 +113,10 @@ def test_provider_settings_reach_the_adapter_stack() -> None:
         }
     )
     options = provider_options(config, seed=1)
-    assert options["base_url"] == "http://127.0.0.1:9/v1" and options["store"] is True
+    assert options["base_url"] == "http://127.0.0.1:9/v1" and "store" not in options
+    # only the openai provider stores responses (server chains); chat takes no such option
+    openai_llm = config.llm.model_copy(update={"provider": "openai"})
+    assert provider_options(config.model_copy(update={"llm": openai_llm}), 1)["store"] is True
     stack = build_stack(config)  # a local chat server needs no key
     assert stack.breaker_threshold == 3
     budget = find_budget(stack)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from sim.llm.adapters import create_adapter
 from sim.llm.client import LLMClient, LLMRequest, ResponseChainManager
 from sim.llm.errors import (
+    LLMConfigurationError,
     LLMError,
     LLMIncompleteError,
     LLMRateLimitError,
@@ -25,8 +28,12 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.events import LLMEvent
+from sim.llm.recovery import RecoveryAdapter
 from sim.llm.store import ResponseStore
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.tools import ToolDeclaration
+from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, ModelRequest, Usage
+from sim.llm.wrapper import AdapterWrapper
+from sim.offline.adapter import OfflineAdapter
 from sim.testing import ErrorAdapter, MockAdapter, MockCall, default_instance
 
 PROMPT = "You are a character."
@@ -40,6 +47,10 @@ class Intention(BaseModel):
 class Summary(BaseModel):
     new_summary: str
     importance: int
+
+
+async def no_sleep(seconds: float) -> None:
+    """Recovery's wait, skipped."""
 
 
 def entity(entity_id: str, **extra: Any) -> dict[str, Any]:
@@ -69,7 +80,7 @@ def req(key: str | None, input_data: str = "ctx", **kwargs: Any) -> LLMRequest:
 
 
 def calls_for(adapter: MockAdapter, prefix: str) -> list[MockCall]:
-    return [call for call in adapter.calls if call.input_data.startswith(prefix)]
+    return [call for call in adapter.calls if call.input.startswith(prefix)]
 
 
 @pytest.fixture
@@ -137,7 +148,7 @@ async def test_create_response_success(adapter: MockAdapter) -> None:
     assert adapter.call_count == 1
     assert adapter.last_request is not None
     assert adapter.last_request.instructions == PROMPT
-    assert adapter.last_request.input_data == "Bob is thirsty"
+    assert adapter.last_request.input == "Bob is thirsty"
     assert adapter.last_request.schema is Intention
     assert adapter.last_request.settings == client.settings
 
@@ -256,19 +267,9 @@ async def test_batch_empty_requests(adapter: MockAdapter) -> None:
 class ReverseDelayAdapter(MockAdapter):
     """Answers request ``"<n>"`` after ``(10 - n)`` ms, so later requests finish first."""
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        await asyncio.sleep((10 - int(input_data)) / 1000)
-        return await super().execute(
-            instructions, input_data, schema, previous_response_id, settings, history
-        )
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        await asyncio.sleep((10 - int(request.input)) / 1000)
+        return await super().execute(request)
 
 
 async def test_batch_preserves_order() -> None:
@@ -615,7 +616,7 @@ async def test_batch_same_entity_sequential_window_mode(
 
     assert [r.intention for r in results] == [r.input_data for r in requests]
     bob_calls = calls_for(adapter, "bob")
-    assert [c.input_data for c in bob_calls] == ["bob 1", "bob 2", "bob 3"]
+    assert [c.input for c in bob_calls] == ["bob 1", "bob 2", "bob 3"]
     first, second, _ = chain(bob)
     raw = {n: Intention(intention=f"bob {n}").model_dump_json() for n in (1, 2)}
     assert bob_calls[0].history == ()
@@ -645,7 +646,7 @@ async def test_batch_same_entity_sequential_server_mode(
     )
 
     bob_calls = calls_for(adapter, "bob")
-    assert [c.input_data for c in bob_calls] == ["bob 1", "bob 2", "bob 3"]
+    assert [c.input for c in bob_calls] == ["bob 1", "bob 2", "bob 3"]
     first, second, _ = chain(bob)
     assert [c.previous_response_id for c in bob_calls] == [None, first, second]
     assert all(c.history == () for c in adapter.calls)
@@ -686,7 +687,7 @@ async def test_batch_same_entity_never_concurrent(bob: dict[str, Any]) -> None:
     await client.create_batch([req("intention:bob", str(n)) for n in range(5)])
 
     assert adapter.max_in_flight == 1
-    assert [c.input_data for c in adapter.calls] == [str(n) for n in range(5)]
+    assert [c.input for c in adapter.calls] == [str(n) for n in range(5)]
 
 
 async def test_window_mode_sends_last_depth_exchanges(
@@ -918,18 +919,17 @@ def test_mock_adapter_satisfies_protocol() -> None:
     assert isinstance(MockAdapter(), Adapter)
     assert isinstance(ErrorAdapter(LLMError("x")), Adapter)
     assert MockAdapter.name == "mock"
-    assert MockAdapter().validate_config(CallSettings()) is True
 
 
 async def test_mock_adapter_default_instance() -> None:
     adapter = MockAdapter()
 
-    response = await adapter.execute(PROMPT, "x", Summary)
+    response = await adapter.execute(ModelRequest(PROMPT, "x", Summary))
 
     assert response.parsed == Summary(new_summary="mock", importance=0)
     assert response.response_id == "mock_1"
     assert response.raw == response.parsed.model_dump_json()
-    assert response.model == "mock"
+    assert response.model == CallSettings().model  # the model asked for
     assert default_instance(Intention) == Intention(intention="mock", target=None)
 
 
@@ -937,10 +937,10 @@ async def test_mock_adapter_queue_then_default() -> None:
     adapter = MockAdapter()
     adapter.enqueue({"new_summary": "from dict", "importance": 3}, LLMTimeoutError("t"))
 
-    first = await adapter.execute(PROMPT, "x", Summary)
+    first = await adapter.execute(ModelRequest(PROMPT, "x", Summary))
     with pytest.raises(LLMTimeoutError):
-        await adapter.execute(PROMPT, "x", Summary)
-    third = await adapter.execute(PROMPT, "x", Summary)
+        await adapter.execute(ModelRequest(PROMPT, "x", Summary))
+    third = await adapter.execute(ModelRequest(PROMPT, "x", Summary))
 
     assert first.parsed == Summary(new_summary="from dict", importance=3)
     assert third.parsed == Summary(new_summary="mock", importance=0)
@@ -953,7 +953,7 @@ async def test_mock_adapter_invalid_dict_is_schema_error() -> None:
     adapter.enqueue({"importance": "not a number"})
 
     with pytest.raises(LLMSchemaError):
-        await adapter.execute(PROMPT, "x", Summary)
+        await adapter.execute(ModelRequest(PROMPT, "x", Summary))
 
 
 async def test_mock_adapter_records_calls_and_usage() -> None:
@@ -961,16 +961,20 @@ async def test_mock_adapter_records_calls_and_usage() -> None:
     history = (Exchange("mock_0", "earlier in", "earlier out"),)
     settings = CallSettings(model="gpt-test")
 
-    response = await adapter.execute(
+    request = ModelRequest(
         PROMPT,
         "input",
         Intention,
+        history=history,
         previous_response_id="prev",
         settings=settings,
-        history=history,
     )
+    response = await adapter.execute(request)
 
-    assert adapter.last_request == MockCall(PROMPT, "input", Intention, "prev", settings, history)
+    assert adapter.last_request == request
+    assert adapter.last_request == MockCall(
+        PROMPT, "input", Intention, None, history, "prev", settings
+    )
     assert response.usage == Usage(
         input_tokens=len(PROMPT + "input" + "earlier in" + "earlier out") // 4 + 1,
         output_tokens=len(response.raw) // 4 + 1,
@@ -981,7 +985,7 @@ async def test_mock_adapter_records_calls_and_usage() -> None:
 async def test_mock_adapter_reset() -> None:
     adapter = MockAdapter(delay=0.001)
     adapter.enqueue(Intention(intention="first"), Intention(intention="queued"))
-    await adapter.execute(PROMPT, "x", Intention)
+    await adapter.execute(ModelRequest(PROMPT, "x", Intention))
     await adapter.delete_response("mock_1")
     assert adapter.pending == 1
 
@@ -993,7 +997,7 @@ async def test_mock_adapter_reset() -> None:
     assert adapter.deleted == []
     assert adapter.pending == 0
     assert adapter.max_in_flight == 0
-    response = await adapter.execute(PROMPT, "x", Intention)
+    response = await adapter.execute(ModelRequest(PROMPT, "x", Intention))
     assert response.response_id == "mock_1"
     assert response.parsed == Intention(intention="mock")
 
@@ -1004,8 +1008,171 @@ async def test_error_adapter_raises_every_time() -> None:
 
     for _ in range(3):
         with pytest.raises(LLMRefusalError) as info:
-            await adapter.execute(PROMPT, "x", Intention)
+            await adapter.execute(ModelRequest(PROMPT, "x", Intention))
         assert info.value is error
     await adapter.delete_response("resp_1")
 
     assert adapter.call_count == 3
+
+
+# --------------------------------------------------------------------------------------
+# The request object, the wrapper hook and the typed fields
+
+
+class Seen(AdapterWrapper):
+    """A wrapper overriding the one hook, noting every request it is handed."""
+
+    def __init__(self, inner: Adapter) -> None:
+        super().__init__(inner)
+        self.requests: list[ModelRequest] = []
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.requests.append(request)
+        return await self.inner.execute(request)
+
+
+async def test_a_wrapper_overriding_the_hook_sees_the_request_object(
+    bob: dict[str, Any],
+) -> None:
+    mock = MockAdapter(default=echo)
+    seen = Seen(mock)
+    settings = CallSettings(model="m1", temperature=0.2)
+    client = LLMClient(seen, [bob], default_depth=2, settings=settings)
+
+    await client.create_response(PROMPT, "one", Intention, entity_key="intention:bob")
+    await client.create_response(PROMPT, "two", Intention, entity_key="intention:bob")
+
+    first, second = seen.requests
+    assert isinstance(second, ModelRequest)
+    assert (second.instructions, second.input, second.schema) == (PROMPT, "two", Intention)
+    assert second.tools is None and second.settings == settings
+    assert second.history == (Exchange("mock_1", "one", '{"intention":"one","target":null}'),)
+    assert first.history == ()
+    # the wrapper passes the very object on: what it saw is what the adapter was sent
+    assert mock.calls == seen.requests
+    await seen.delete_response("mock_1")
+    assert mock.deleted == ["mock_1"]
+
+
+async def test_schema_feedback_is_a_replace_of_the_request() -> None:
+    mock = MockAdapter(default=echo)
+    mock.enqueue(LLMSchemaError("field 'intention' missing", usage=Usage(5, 2)))
+    adapter = RecoveryAdapter(mock, sleep=no_sleep)
+    history = (Exchange("r0", "before", "after"),)
+    request = ModelRequest(
+        PROMPT, "go", Intention, history=history, settings=CallSettings(model="m")
+    )
+
+    response = await adapter.execute(request)
+
+    first, retried = mock.calls
+    assert first == request  # the caller's request, sent as it was
+    assert retried != first
+    # the retry differs in its instructions only: the original plus the error fed back
+    assert dataclasses.replace(retried, instructions=first.instructions) == first
+    assert retried.instructions.startswith(PROMPT)
+    assert "field 'intention' missing" in retried.instructions[len(PROMPT) :]
+    assert [a.error_code for a in response.attempts] == ["schema_error", None]
+    assert response.attempts[0].usage == Usage(5, 2)  # the failed attempt was paid for
+
+
+async def test_failed_call_carries_typed_attempts_and_usage() -> None:
+    mock = MockAdapter()
+    mock.enqueue(
+        LLMSchemaError("bad", usage=Usage(3, 1)),
+        LLMSchemaError("bad", usage=Usage(4, 1)),
+        LLMSchemaError("bad", usage=Usage(5, 1)),
+    )
+    adapter = RecoveryAdapter(mock, sleep=no_sleep)
+
+    with pytest.raises(LLMSchemaError) as info:
+        await adapter.execute(ModelRequest(PROMPT, "x", Intention))
+
+    error = info.value
+    assert [a.attempt for a in error.attempts] == [1, 2, 3]
+    assert error.usage == Usage(5, 1)  # the attempt that raised it
+    assert error.total_usage == Usage(12, 3)  # every attempt together
+    assert error.served_from == "live"
+
+
+async def test_fallback_is_typed_on_the_response() -> None:
+    mock = MockAdapter()
+    mock.enqueue(LLMRefusalError("no"))  # fatal for this model: no retry, no fallback
+    adapter = RecoveryAdapter(mock, sleep=no_sleep)
+    with pytest.raises(LLMRefusalError):
+        await adapter.execute(
+            ModelRequest(PROMPT, "x", Intention, settings=CallSettings(fallback_models=("b",)))
+        )
+
+    mock.enqueue(LLMTimeoutError("slow"), LLMTimeoutError("slow"), LLMTimeoutError("slow"))
+    settings = CallSettings(model="a", fallback_models=("b",))
+    response = await adapter.execute(ModelRequest(PROMPT, "x", Intention, settings=settings))
+    assert (response.fallback_from, response.fallback_to) == ("a", "b")
+    assert [c.settings.model for c in mock.calls[1:]] == ["a", "a", "a", "b"]
+    assert response.provider == "mock" and response.served_from == "live"
+
+
+def test_a_request_has_a_schema_or_tools() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        ModelRequest(PROMPT, "x")
+    tool = ToolDeclaration(name="wait", description="Wait.", parameters={"type": "object"})
+    with pytest.raises(ValueError, match="exactly one"):
+        ModelRequest(PROMPT, "x", Intention, tools=(tool,))
+
+
+async def test_an_adapter_without_tool_calling_fails_loudly_naming_its_class() -> None:
+    tool = ToolDeclaration(name="wait", description="Wait.", parameters={"type": "object"})
+    client = LLMClient(Seen(MockAdapter()), [])
+    (result,) = await client.create_batch([LLMRequest(PROMPT, "x", Intention, tools=(tool,))])
+    assert isinstance(result, LLMConfigurationError)
+    assert "MockAdapter does not support tool calling" in str(result)
+
+
+def test_unknown_adapter_option_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(LLMConfigurationError, match="'sed'") as info:
+        create_adapter("offline", sed=1)  # misspelt seed
+    assert "seed" in str(info.value)
+    monkeypatch.setenv("SIM_TEST_KEY", "k")
+    with pytest.raises(LLMConfigurationError, match="'store'"):
+        create_adapter("chat", api_key_env="SIM_TEST_KEY", store=True)  # chat keeps nothing
+    with pytest.raises(TypeError):
+        OfflineAdapter(seed=1, sede=2)  # type: ignore[call-arg]
+
+
+# --------------------------------------------------------------------------------------
+# Chain: the ids in the entity and the exchanges in the store, as one
+
+
+def test_chain_confirm_and_evict_change_ids_and_exchanges_together(
+    bob: dict[str, Any],
+) -> None:
+    store = ResponseStore()
+    manager = ResponseChainManager([bob], store)
+    chain = manager.chain("intention:bob")
+    assert chain is not None and manager.chain("intention:nobody") is None
+
+    for n in range(3):
+        chain.confirm(f"r{n}", Exchange(f"r{n}", f"in {n}", f"out {n}"), depth=2)
+
+    assert bob["_openai"]["intention_chain"] == ["r1", "r2"]
+    assert chain.window(2) == (Exchange("r1", "in 1", "out 1"), Exchange("r2", "in 2", "out 2"))
+    assert chain.window(1) == (Exchange("r2", "in 2", "out 2"),)
+    assert store.get("intention:bob", "r0") is None  # evicted with its id
+    assert manager.evicted == [("intention:bob", "r0")]
+    # a depth decrease trims several at once, both halves
+    assert chain.confirm("r3", Exchange("r3", "in 3", "out 3"), depth=1) == ["r1", "r2"]
+    assert chain.ids == ["r3"] and chain.previous == "r3"
+    assert [e.response_id for e in chain.window(5)] == ["r3"]
+    assert store.get("intention:bob", "r2") is None
+    # the spec-002 facade is the same chain
+    assert manager.get_chain("intention:bob") == ["r3"]
+    assert manager.get_previous("intention:bob") == "r3"
+    assert manager.reset("intention:bob") == ["r3"] and chain.ids == []
+
+
+def test_chain_without_a_store_keeps_ids_only(bob: dict[str, Any]) -> None:
+    chain = ResponseChainManager([bob]).chain("memory:bob")
+    assert chain is not None
+    assert chain.confirm("r1", Exchange("r1", "in", "out"), depth=2) == []
+    assert chain.ids == ["r1"] and chain.window(2) == ()
+    assert chain.confirm("r2", None, depth=0) == [] and chain.ids == ["r1"]  # unchained

@@ -1,4 +1,4 @@
-"""Unit tests for the offline model (``sim.llm.offline``): determinism, schema validity, and the
+"""Unit tests for the offline model (``sim.offline``): determinism, schema validity, and the
 sim skills' rules (valid ids, one outcome per character, bounded memory summaries)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sim.llm.offline import estimate_tokens, generate, generate_tool_call
+from sim.offline import estimate_tokens, generate, generate_tool_call
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -515,7 +515,7 @@ def test_tool_call_subset_and_generic_tools() -> None:
 def test_output_is_stable_across_processes() -> None:
     """String hashing is salted per process; the offline model must not depend on it."""
     code = (
-        "import json, sys; from sim.llm.offline import generate; "
+        "import json, sys; from sim.offline import generate; "
         "print(json.dumps(generate({'title': 'Intention'}, sys.stdin.read(), seed='fixed')))"
     )
     outputs = set()

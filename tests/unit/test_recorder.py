@@ -13,7 +13,7 @@ from sim.llm.adapters.replay import ReplayAdapter
 from sim.llm.calls import current_call
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.llm.types import AdapterResponse, CallSettings, Usage
+from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, Usage
 from sim.phases.intentions import Intention
 from sim.storage import Storage
 from sim.ticklog.format import log_path, read_log
@@ -49,8 +49,8 @@ def event(kind: str, request: LLMRequest, **fields):  # type: ignore[no-untyped-
     return SimpleNamespace(**base)
 
 
-def response(parsed=WAIT, **metadata) -> AdapterResponse:  # type: ignore[no-untyped-def]
-    return AdapterResponse(parsed, "resp_1", Usage(3, 4), "m", raw='{"a": 1}', metadata=metadata)
+def response(parsed=WAIT, **fields) -> AdapterResponse:  # type: ignore[no-untyped-def]
+    return AdapterResponse(parsed, "resp_1", Usage(3, 4), "m", raw='{"a": 1}', **fields)
 
 
 def test_earlier_attempts_are_folded_into_one_call_record(tmp_path: Path) -> None:
@@ -86,10 +86,11 @@ async def test_served_answers_carry_their_attempts_back(tmp_path: Path) -> None:
     log = read_log(log_path(world, 1))
     adapter = ReplayAdapter(log.calls, instructions=log.instructions)
     # the current call (set by the recorder on llm_called) is the one recorded: it matches
-    served = await adapter.execute("Say.", "{}", Intention)
+    served = await adapter.execute(ModelRequest("Say.", "{}", Intention))
     assert served.parsed == WAIT and served.response_id == "resp_1"
-    assert [a.attempt for a in served.metadata["attempts"]] == [1, 2]
-    assert served.metadata["attempts"][0].error_code == "rate_limit"
+    assert [a.attempt for a in served.attempts] == [1, 2]
+    assert served.attempts[0].error_code == "rate_limit"
+    assert served.served_from == "replay"
     assert adapter.served == 1 and not adapter.drifts
 
 
@@ -109,28 +110,23 @@ async def test_tool_calls_are_recorded_and_served_by_their_class(tmp_path: Path)
     class Tools:
         name = "tools"
 
-        async def execute_tools(self, instructions, input_data, tools, settings=None, history=()):
-            assert tools == (WAIT,)
+        async def execute(self, request: ModelRequest) -> AdapterResponse:
+            assert request.tools == (WAIT,) and request.schema is None
             return response(WAIT)
-
-        async def execute(self, *args, **kwargs):  # pragma: no cover - not used
-            raise AssertionError
 
         async def delete_response(self, response_id: str) -> None: ...
 
-        def validate_config(self, settings: CallSettings) -> bool:
-            return True
-
-    adapter = rec.wrap(Tools())  # type: ignore[arg-type]
+    adapter = rec.wrap(Tools())
     rec.on_event(event("llm_called", request))
-    answer = await adapter.execute_tools("Act.", "{}", (WAIT,), CallSettings(), ())  # type: ignore[attr-defined]
+    asked = ModelRequest("Act.", "{}", tools=(WAIT,), settings=CallSettings())  # type: ignore[arg-type]
+    answer = await adapter.execute(asked)
     rec.on_event(event("llm_completed", request, response=answer))
     rec.close()
     (call,) = read_log(log_path(world, 1)).calls.values()
     assert call["schema_name"] == "ToolCalls" and call["result_type"].endswith("Intention")
 
     replay = ReplayAdapter({call["request_id"]: call})
-    served = await replay.execute_tools("Act.", "{}", (WAIT,), CallSettings(), ())
+    served = await replay.execute(asked)
     assert served.parsed == WAIT
 
 
@@ -146,25 +142,27 @@ async def test_a_recorded_failure_replays_as_itself_but_is_retried_on_resume(
     rec.close()
     log = read_log(log_path(world, 1))
     with pytest.raises(LLMError) as caught:
-        await ReplayAdapter(log.calls).execute("Say.", "{}", Intention)
+        await ReplayAdapter(log.calls).execute(ModelRequest("Say.", "{}", Intention))
     assert caught.value.code == "timeout" and str(caught.value) == "too slow"
-    assert caught.value.context["served_from"] == "replay"
+    assert caught.value.served_from == "replay"
 
     # resuming, a failed call is sent again (a tick stopped by an outage can then finish)
     class Live:
         name = "live"
         sent = 0
 
-        async def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        async def execute(self, request: ModelRequest) -> AdapterResponse:
             Live.sent += 1
             return response()
 
-    resumed = ReplayAdapter(log.calls, mode="resume", live=Live())  # type: ignore[arg-type]
-    answer = await resumed.execute("Say.", "{}", Intention)
+        async def delete_response(self, response_id: str) -> None: ...
+
+    resumed = ReplayAdapter(log.calls, mode="resume", live=Live())
+    answer = await resumed.execute(ModelRequest("Say.", "{}", Intention))
     assert answer.parsed == WAIT and Live.sent == 1 and resumed.served == 0
 
 
 async def test_replay_without_the_recorder_is_a_configuration_error() -> None:
     current_call.set(None)
     with pytest.raises(LLMError, match="needs the tick recorder"):
-        await ReplayAdapter({}).execute("x", "{}", Intention)
+        await ReplayAdapter({}).execute(ModelRequest("x", "{}", Intention))

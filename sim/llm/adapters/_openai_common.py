@@ -171,13 +171,11 @@ def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> o
     return openai.Timeout(settings.timeout_seconds, connect=connect_timeout_seconds)
 
 
-def validate_text(
-    schema: type[BaseModel], text: str, usage: Usage, context: dict[str, Any]
-) -> BaseModel:
+def validate_text(schema: type[BaseModel], text: str, usage: Usage, model: str) -> BaseModel:
     """Parse ``text`` into ``schema``.
 
     Raises:
-        LLMSchemaError: not valid JSON for the schema; ``context`` gets the usage, so the
+        LLMSchemaError: not valid JSON for the schema; it carries the usage, so the
             attempt is still paid for.
     """
     try:
@@ -187,16 +185,10 @@ def validate_text(
             f"output does not validate against {schema.__name__}: "
             f"{exc.errors(include_url=False)[:3]}",
             cause=exc,
-            context={**context, "usage": usage, "raw": text[:2000]},
+            model=model,
+            usage=usage,
+            raw=text[:2000],
         ) from exc
-
-
-def valid_settings(settings: CallSettings) -> bool:
-    return (
-        bool(settings.model)
-        and 0.0 <= settings.temperature <= 2.0
-        and (settings.max_output_tokens > 0 and settings.timeout_seconds > 0)
-    )
 
 
 async def post_json(

@@ -53,30 +53,28 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
     Args:
         exc: what the SDK raised.
         api_key_env: the environment variable the key came from, named in auth errors.
-        model: the model requested, for context and messages.
+        model: the model requested, for the error and its message.
     """
-    context: dict[str, Any] = {"model": model}
     if isinstance(exc, openai.APITimeoutError):
-        return LLMTimeoutError(f"request to {model} timed out", cause=exc, context=context)
+        return LLMTimeoutError(f"request to {model} timed out", cause=exc, model=model)
     if isinstance(exc, openai.APIConnectionError):
         return LLMAPIError(
             f"connection to the provider failed: {exc.message}",
             code="connection_error",
             cause=exc,
-            context=context,
+            model=model,
         )
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = _error_body(exc)
         code = str(body.get("code") or exc.code or "")
         message = str(body.get("message") or exc.message)
-        context["status_code"] = status
         if status in (401, 403):
             return LLMConfigurationError(
                 f"the provider rejected the API key from ${api_key_env} (HTTP {status}); "
                 f"set a valid key in {api_key_env} or change [llm] api_key_env",
                 cause=exc,
-                context=context,
+                model=model,
             )
         if status == 429:
             if code == "insufficient_quota":
@@ -84,14 +82,14 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
                     f"the provider account is out of quota: {message}",
                     code="insufficient_quota",
                     cause=exc,
-                    context=context,
+                    model=model,
                 )
             return LLMRateLimitError(
                 f"rate limited by the provider: {message}",
                 status_code=status,
                 response_body=exc.body,
                 cause=exc,
-                context=context,
+                model=model,
                 retry_after=retry_after_seconds(exc.response.headers),
             )
         if code == "previous_response_not_found":
@@ -100,30 +98,30 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
                 status_code=status,
                 response_body=exc.body,
                 cause=exc,
-                context=context,
+                model=model,
             )
         if status == 400 and (code in _CONTEXT_CODES or "context length" in message.lower()):
             return LLMContextLengthError(
                 f"the prompt is too long for {model}: {message}",
                 cause=exc,
-                context=context,
+                model=model,
             )
         if status == 404 and code == "model_not_found":
             return LLMConfigurationError(
                 f"unknown model {model!r}: {message}; check the phase's model in config.toml",
                 cause=exc,
-                context=context,
+                model=model,
             )
         return LLMAPIError(
             f"HTTP {status} from the provider: {message}",
             status_code=status,
             response_body=exc.body,
             cause=exc,
-            context=context,
+            model=model,
             code="server_error" if status >= 500 else "api_error",
         )
     if isinstance(exc, openai.APIError):  # response validation and other SDK failures
-        return LLMAPIError(f"provider error: {exc.message}", cause=exc, context=context)
+        return LLMAPIError(f"provider error: {exc.message}", cause=exc, model=model)
     if isinstance(exc, LLMError):
         return exc
-    return LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc, context=context)
+    return LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc, model=model)

@@ -166,7 +166,11 @@ class ResponsesAssembler:
 
 
 class StreamTimeoutError(LLMTimeoutError):
-    """A streamed call ran past one of its clocks; ``context["partial"]`` holds its text."""
+    """A streamed call ran past one of its clocks; ``partial`` holds the text it had sent."""
+
+    def __init__(self, message: str, *, partial: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.partial = partial
 
 
 async def read_stream(
@@ -237,7 +241,8 @@ async def read_stream(
             f"streamed request to {model or 'the model'} timed out: {what} (after {waited:.1f}s)",
             code=code,
             cause=exc,
-            context={"model": model, "partial": assembler.partial},
+            model=model or None,
+            partial=assembler.partial,
         ) from exc
     return assembler.result()
 

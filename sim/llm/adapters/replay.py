@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.llm.calls import CallIdentity, current_call, describe_drift
 from sim.llm.errors import LLMConfigurationError, LLMError, LLMSchemaError
-from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, Usage
+from sim.llm.types import Adapter, AdapterResponse, Attempt, ModelRequest, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,25 +40,15 @@ class Drift:
     diff: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    """A recorded attempt, shaped like the recovery layer's (the client reads these fields)."""
-
-    model: str
-    attempt: int
-    usage: Usage
-    latency: float
-    error_code: str | None
-
-    @classmethod
-    def of(cls, data: Mapping[str, Any], number: int) -> _Attempt:
-        return cls(
-            str(data.get("model") or ""),
-            int(data.get("attempt") or number),
-            _usage(data.get("usage")),
-            float(data.get("latency") or 0.0),
-            data.get("error_code"),
-        )
+def _attempt(data: Mapping[str, Any], number: int) -> Attempt:
+    """A recorded attempt, as recovery records one."""
+    return Attempt(
+        str(data.get("model") or ""),
+        int(data.get("attempt") or number),
+        _usage(data.get("usage")),
+        float(data.get("latency") or 0.0),
+        data.get("error_code"),
+    )
 
 
 def _usage(data: Mapping[str, Any] | None) -> Usage:
@@ -114,42 +104,14 @@ class ReplayAdapter:
         if mode == "resume" and live is not None:
             self.name = live.name  # chain ids belong to the provider that made them
 
-    async def execute(
-        self,
-        instructions: str,
-        input_data: str,
-        schema: type[BaseModel],
-        previous_response_id: str | None = None,
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        served = self._lookup(schema)
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """The recorded answer, or (unmatched, with ``live``) the live provider's."""
+        served = self._lookup(request.schema)
         if served is not None:
             return served
         assert self.live is not None
         self.sent += 1
-        return await self.live.execute(
-            instructions, input_data, schema, previous_response_id, settings, history
-        )
-
-    async def execute_tools(
-        self,
-        instructions: str,
-        input_data: str,
-        tools: tuple[Any, ...],
-        settings: CallSettings | None = None,
-        history: tuple[Exchange, ...] = (),
-    ) -> AdapterResponse:
-        """The tool-calling capability: recorded answers are served the same way."""
-        served = self._lookup(None)
-        if served is not None:
-            return served
-        live = getattr(self.live, "execute_tools", None)
-        if live is None:
-            raise LLMConfigurationError(f"{type(self.live).__name__} does not support tool calling")
-        self.sent += 1
-        response: AdapterResponse = await live(instructions, input_data, tools, settings, history)
-        return response
+        return await self.live.execute(request)
 
     def _lookup(self, schema: type[BaseModel] | None) -> AdapterResponse | None:
         """The recorded answer to serve, or ``None`` to send the request live."""
@@ -188,16 +150,14 @@ class ReplayAdapter:
 
     def _serve(self, record: Mapping[str, Any], schema: type[BaseModel] | None) -> AdapterResponse:
         self.served += 1
-        attempts = [_Attempt.of(a, i) for i, a in enumerate(record.get("attempts") or [], 1)]
+        attempts = tuple(_attempt(a, i) for i, a in enumerate(record.get("attempts") or [], 1))
         if record.get("error_code"):
             raise LLMError(
                 str(record.get("error") or record["error_code"]),
                 code=str(record["error_code"]),
-                context={
-                    "served_from": self.mode,
-                    "attempts": attempts,
-                    "usage": _usage(record.get("usage")),
-                },
+                served_from=self.mode,
+                attempts=attempts,
+                usage=_usage(record.get("usage")),
             )
         cls = _result_class(record, schema)
         try:
@@ -206,7 +166,7 @@ class ReplayAdapter:
             raise LLMSchemaError(
                 f"{record.get('request_id')}: the recorded answer does not fit "
                 f"{cls.__name__} any more: {exc}",
-                context={"served_from": self.mode},
+                served_from=self.mode,
             ) from exc
         raws = record.get("attempts") or [{}]
         return AdapterResponse(
@@ -216,13 +176,12 @@ class ReplayAdapter:
             model=str(record.get("response_model") or record.get("model") or ""),
             finish_reason=str(record.get("finish_reason") or "stop"),
             raw=str(raws[-1].get("raw") or ""),
-            metadata={"served_from": self.mode, "attempts": attempts},
+            provider=self.name,
+            served_from=self.mode,
+            attempts=attempts,
         )
 
     async def delete_response(self, response_id: str) -> None:
         """Resume deletes through the live provider; a replay never touches the provider."""
         if self.mode == "resume" and self.live is not None:
             await self.live.delete_response(response_id)
-
-    def validate_config(self, settings: CallSettings) -> bool:
-        return True

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from sim.llm.offline import templates as T
+from sim.offline import templates as T
 
 Json = dict[str, Any]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from sim.llm.offline import templates as T
+from sim.offline import templates as T
 
 Json = dict[str, Any]
 
@@ -148,7 +148,7 @@ def intention(
 def decide(
     data: Json, rng: Random, history: Sequence[tuple[str, str]], allowed: frozenset[str]
 ) -> Json | None:
-    """Choose what a character does this tick. See the module docstring of ``sim.llm.offline``."""
+    """Choose what a character does this tick. See the module docstring of ``sim.offline``."""
     ch, loc = data.get("character"), data.get("location")
     if not isinstance(ch, dict) or not isinstance(loc, dict):
         return None

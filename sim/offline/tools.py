@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from random import Random
 from typing import Any
 
-from sim.llm.offline import templates as T
-from sim.llm.offline.engine import Filler, loads, make_rng
-from sim.llm.offline.skills import ACTION_FOR_TOOL, TOOL_FOR_ACTION, decide
+from sim.offline import templates as T
+from sim.offline.engine import Filler, loads, make_rng
+from sim.offline.skills import ACTION_FOR_TOOL, TOOL_FOR_ACTION, decide
 
 Json = dict[str, Any]
 

@@ -7,8 +7,8 @@ from functools import lru_cache
 from random import Random
 from typing import Any
 
-from sim.llm.offline import templates as T
-from sim.llm.offline.skills import loads, pairs, strings, text_of
+from sim.offline import templates as T
+from sim.offline.skills import loads, pairs, strings, text_of
 
 Json = dict[str, Any]
 

@@ -7,7 +7,8 @@ read the (JSON) input and the chain window; anything else gets a generic, schema
 ``generate_tool_call`` does the same for OpenAI-style function tools.
 """
 
-from sim.llm.offline.engine import estimate_tokens, generate
-from sim.llm.offline.tools import generate_tool_call
+from sim.llm.tokens import estimate_tokens
+from sim.offline.engine import generate
+from sim.offline.tools import generate_tool_call
 
 __all__ = ["estimate_tokens", "generate", "generate_tool_call"]

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from sim.llm.offline import templates as T
-from sim.llm.offline.resolution import resolve
-from sim.llm.offline.skills import intention
-from sim.llm.offline.story import narrate, summarize
+from sim.offline import templates as T
+from sim.offline.resolution import resolve
+from sim.offline.skills import intention
+from sim.offline.story import narrate, summarize
 
 Json = dict[str, Any]
 Skill = Callable[[Json, Random, Sequence[tuple[str, str]], Json], Json | None]
@@ -155,11 +155,6 @@ _LONG_KEYS = (
 def make_rng(seed: str, *salt: str) -> Random:
     """The one source of randomness: a ``Random`` seeded from the seed string (plus salt)."""
     return Random(seed + "\x1f" + "\x1f".join(salt) if salt else seed)
-
-
-def estimate_tokens(text: str) -> int:
-    """About four characters per token; at least one for any non-empty text."""
-    return (len(text) + 3) // 4 if text else 0
 
 
 def loads(text: str) -> object:

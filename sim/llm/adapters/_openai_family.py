@@ -1,0 +1,147 @@
+"""The base of the OpenAI wire family: ``openai`` (Responses API) and ``chat`` (chat
+completions).
+
+What they share lives here: construction (a pool of SDK clients with retries off and
+explicit timeouts, the key read from a named environment variable and never printed), the
+one POST of a call (the body serialized once with orjson and sent by ``post_json`` with
+the call's idempotency key; SDK errors mapped to the ``LLMError`` tree; a body that is not
+a JSON object is a ``bad_response``), and the flow of ``execute``: build the wire body,
+post it, read the answer. Each adapter keeps only its wire format: ``path``,
+``body(request)`` and ``answer(request, data)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import openai
+import orjson
+
+from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json, request_timeout
+from sim.llm.adapters._openai_errors import map_openai_error
+from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
+from sim.llm.errors import LLMAPIError
+from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
+
+Json = dict[str, Any]
+
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+class OpenAIFamilyAdapter(ABC):
+    """An adapter speaking one of OpenAI's wire formats.
+
+    Args:
+        client: an ``openai.AsyncOpenAI`` to use (tests hand one in); built from the other
+            arguments when omitted, with SDK retries off.
+        base_url: API base URL (``None``: OpenAI's).
+        api_key_env: the environment variable holding the key.
+        timeout_seconds: default total timeout; each call uses its settings' timeout.
+        connect_timeout_seconds: connect timeout.
+        max_concurrency: calls in flight to size the HTTP connection pools for.
+    """
+
+    name: ClassVar[str]
+    #: the endpoint every call posts to, under the base URL
+    path: ClassVar[str]
+    #: a base URL on this machine may go without a key (local model servers)
+    local_without_key: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI | None = None,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_seconds: float = 60.0,
+        connect_timeout_seconds: float = 10.0,
+        max_concurrency: int = 64,
+    ) -> None:
+        self.api_key_env = api_key_env
+        self.connect_timeout_seconds = connect_timeout_seconds
+        local = bool(base_url) and any(host in str(base_url) for host in _LOCAL_HOSTS)
+        self.pool = (
+            ClientPool([client])
+            if client is not None
+            else build_pool(
+                base_url=base_url,
+                api_key_env=api_key_env,
+                timeout_seconds=timeout_seconds,
+                connect_timeout_seconds=connect_timeout_seconds,
+                max_concurrency=max_concurrency,
+                require_key=not (self.local_without_key and local),
+            )
+        )
+        #: the (first) SDK client, for direct use
+        self.client = self.pool.first
+
+    @abstractmethod
+    def body(self, request: ModelRequest) -> Json:
+        """The JSON body that asks for ``request`` in this wire format."""
+
+    @abstractmethod
+    async def answer(self, request: ModelRequest, data: Json) -> AdapterResponse:
+        """The answer in ``data``, checked and parsed; raises ``LLMError`` carrying the
+        attempt's usage when it is refused, cut short or invalid."""
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        data = await self.post(request.settings, self.body(request))
+        return await self.answer(request, data)
+
+    def assembler(self) -> Assembler:
+        """What rebuilds this wire format's answer from its stream."""
+        raise NotImplementedError(f"{type(self).__name__} cannot stream")
+
+    def stream_fields(self) -> Json:
+        """Extra body fields of a streamed call."""
+        return {}
+
+    async def post(self, settings: CallSettings, payload: Json) -> Json:
+        """One POST to ``path``; returns the answer as plain JSON.
+
+        The request goes through the SDK's own ``post`` (auth, headers, timeouts, and its
+        errors, which ``map_openai_error`` maps), or for ``http://`` servers straight to the
+        connection pool, but with the body already serialized by orjson and the answer read
+        as raw bytes: the SDK's per-call transformation of the typed params, its
+        stdlib-JSON encoding and its construction of typed models cost more CPU than the
+        rest of a call (measured), and we need only a few fields.
+
+        With ``settings.stream`` the answer is streamed (``_streaming.post_stream``) under
+        the first-token, idle and total clocks, and assembled into the same JSON.
+        """
+        try:
+            if settings.stream:
+                return await post_stream(
+                    self.pool,
+                    self.path,
+                    {**payload, **self.stream_fields()},
+                    self.assembler(),
+                    StreamTimeouts(
+                        settings.timeout_seconds,
+                        settings.first_token_timeout_seconds,
+                        settings.idle_timeout_seconds,
+                    ),
+                    connect_timeout_seconds=self.connect_timeout_seconds,
+                    model=settings.model,
+                )
+            timeout = request_timeout(settings, self.connect_timeout_seconds)
+            raw = await post_json(self.pool, self.path, payload, timeout)
+            data = orjson.loads(raw)
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
+        except orjson.JSONDecodeError as exc:
+            raise LLMAPIError(
+                f"the provider sent a body that is not JSON: {exc}", code="bad_response", cause=exc
+            ) from exc
+        if not isinstance(data, dict):
+            raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
+        return data
+
+    async def delete_response(self, response_id: str) -> None:
+        """Nothing is stored at the provider unless an adapter says otherwise."""
+        return None
+
+    async def aclose(self) -> None:
+        """Close the SDK clients' connections (call on the loop that used them)."""
+        await self.pool.aclose()

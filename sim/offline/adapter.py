@@ -1,0 +1,107 @@
+"""The ``offline`` provider: a deterministic stand-in for a model, with no network.
+
+Answers come from ``sim.offline``, which writes schema-valid, plausible content from the
+names, places and objects in its input. The same world seed, instructions, input and chain
+window always give the same answer, response id and token counts, so a whole run is
+byte-for-byte reproducible while exercising chains, usage and the response store exactly as
+a real provider would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from sim.llm.errors import LLMSchemaError
+from sim.llm.tools import FunctionCall, ToolCalls, schema_of
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
+from sim.offline import estimate_tokens, generate, generate_tool_call
+
+_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """The schema's JSON Schema, computed once per class."""
+    cached = _SCHEMAS.get(schema)
+    if cached is None:
+        cached = _SCHEMAS[schema] = schema.model_json_schema()
+    return cached
+
+
+class OfflineAdapter:
+    """Deterministic offline model.
+
+    Args:
+        seed: the world seed; part of every answer's randomness.
+    """
+
+    name = "offline"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.deleted: list[str] = []
+
+    def _seed(self, instructions: str, input_data: str, history: tuple[Exchange, ...]) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"{self.seed}\x00".encode())
+        digest.update(instructions.encode())
+        digest.update(b"\x00")
+        digest.update(input_data.encode())
+        for exchange in history:
+            digest.update(b"\x00")
+            digest.update(exchange.response_id.encode())
+        return digest.hexdigest()
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """A seeded answer: schema-valid content, or a tool call when ``tools`` are set."""
+        seed = self._seed(request.instructions, request.input, request.history)
+        window = [(e.input, e.output) for e in request.history]
+        parsed: BaseModel
+        if request.tools is not None:
+            name, arguments = generate_tool_call(
+                [tool.openai_responses() for tool in request.tools],
+                request.input,
+                seed=seed,
+                history=window,
+            )
+            calls = [FunctionCall(name=name, arguments=arguments, call_id=f"call_{seed[:12]}")]
+            parsed = ToolCalls(calls=calls if name else [])
+            raw = parsed.dump()
+            finish = "tool_calls" if name else "stop"
+        else:
+            schema = schema_of(self, request)
+            data = generate(
+                json_schema(schema),
+                request.input,
+                seed=seed,
+                history=window,
+                instructions=request.instructions,
+            )
+            try:
+                parsed = schema.model_validate(data)
+            except ValidationError as exc:  # a bug in the offline model, reported like a model's
+                raise LLMSchemaError(
+                    f"offline model produced output invalid for {schema.__name__}: {exc}",
+                    model="offline",
+                ) from exc
+            raw = orjson.dumps(data).decode()
+            finish = "stop"
+        input_tokens = estimate_tokens(request.instructions) + estimate_tokens(request.input)
+        for exchange in request.history:
+            input_tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+        return AdapterResponse(
+            parsed=parsed,
+            response_id=f"off_{seed[:24]}",
+            usage=Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(raw)),
+            model="offline",
+            finish_reason=finish,
+            raw=raw,
+            provider=self.name,
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        """Offline responses live only in the engine's store; record the request."""
+        self.deleted.append(response_id)
