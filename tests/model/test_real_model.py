@@ -9,7 +9,9 @@ the model, the base URL and ``structured_output = "auto"``. The server rejects O
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,30 @@ from click.testing import CliRunner, Result
 
 from sim.cli import main
 from sim.storage import Storage
+from sim.testing.llama_server import MODEL, LlamaServer, ModelUnavailable, model_python
 
 pytestmark = pytest.mark.model
 
-DEMO = Path(__file__).resolve().parents[2] / "worlds" / "demo"
-#: llama-cpp-python serves the one model it loaded under whatever name is asked for
-MODEL = "gemma-3-270m"
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "worlds" / "demo"
 PHASES = ("phase1", "phase2a", "phase2b", "phase4")
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[str]:
+    """llama-cpp-python's server with Gemma 3 270M on a free loopback port.
+
+    Unavailable (no ``.venv-model``, package or weights missing, server not starting):
+    skipped with the reason, but failed in CI (``CI=true``): a CI run must not pass
+    without having talked to the model.
+    """
+    try:
+        with LlamaServer(model_python(REPO)) as base_url:
+            yield base_url
+    except ModelUnavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the real-model tests cannot run in CI: {exc}", pytrace=False)
+        pytest.skip(str(exc))
 
 
 def configure(world: Path, base_url: str, llm: str = "", **phases: str) -> Path:

@@ -14,9 +14,9 @@ Checks, in order: ``finish_reason == "length"`` -> ``LLMIncompleteError``; a ref
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
-import openai
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import strict_schema, validate_text
@@ -121,14 +121,16 @@ class ChatAdapter(OpenAIFamilyAdapter):
     path = "/chat/completions"
     local_without_key = True
 
-    def __init__(self, client: openai.AsyncOpenAI | None = None, **options: Any) -> None:
-        super().__init__(client, **options)
-        endpoint = str(options.get("base_url") or self.client.base_url)
-        #: ``auto`` structured output: the form this endpoint takes, found once per run
-        self.forms = FormSelector(endpoint)
-        #: OpenAI's own API refuses ``max_tokens`` for its reasoning models; every other
-        #: server gets the cap under both names
-        self.legacy_max_tokens = "api.openai.com" not in endpoint
+    @functools.cached_property
+    def forms(self) -> FormSelector:
+        """``auto`` structured output: the form this endpoint takes, found once per run."""
+        return FormSelector(str(self.client.base_url).rstrip("/"))
+
+    @functools.cached_property
+    def legacy_max_tokens(self) -> bool:
+        """Send the cap as ``max_tokens`` too: OpenAI's own API refuses it for its
+        reasoning models; every other server gets the cap under both names."""
+        return "api.openai.com" not in str(self.client.base_url)
 
     def assembler(self) -> ChatAssembler:
         return ChatAssembler()
