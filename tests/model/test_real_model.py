@@ -89,20 +89,33 @@ def test_one_full_tick_of_the_demo_world_then_replay_says_identical(
     world = configure(scratch(tmp_path), model_server)
     characters = len(list((world / "characters").glob("*.json")))
     result = sim("tick", "--world", str(world))
+    # This 270M model sometimes runs a grammar-constrained resolution to its token cap
+    # (incomplete). Two of six in one phase abort the tick uncommitted, as documented; the
+    # documented remedy is to run it again, which resumes it (the calls that succeeded are
+    # not sent again). What must never happen is the failure: refused requests,
+    # timeouts or an open breaker.
+    runs = [result]
+    while result.exit_code != 0 and len(runs) < 3:
+        assert "calls failed after recovery (incomplete)" in result.output, result.output
+        result = sim("tick", "--world", str(world))
+        runs.append(result)
     assert result.exit_code == 0, result.output
     assert Storage(world).load().tick == 1  # committed
+    for run in runs:
+        for bad in ("circuit_open", "server_error", "timeout", "api_error"):
+            assert bad not in run.output, run.output
     # auto found the form this server takes, and said so once
-    assert result.output.count("note: structured output:") == 1
-    assert "rejected json_schema" in result.output
-    assert "using json_object_schema" in result.output
+    assert runs[0].output.count("note: structured output:") == 1
+    assert "rejected json_schema (HTTP 500 naming response_format)" in runs[0].output
+    assert "using json_object_schema" in runs[0].output
     intentions = summary_row(result.output, "intentions")
     assert intentions[0] == characters  # one call per character
     total = summary_row(result.output, "total")
     assert total[3] > 0 and total[4] > 0  # real tokens counted, from the server's usage
     logged = calls(world, 1)
     assert {c["phase"] for c in logged} >= {"intentions", "resolution", "narrative"}
-    # most answers were valid grammar-constrained JSON (the tick would abort otherwise)
-    assert sum(c["error_code"] is None for c in logged) >= 0.75 * len(logged)
+    # the answers were grammar-constrained JSON: the few failures are cut-short answers
+    assert {c["error_code"] for c in logged} <= {None, "incomplete"}
     replayed = sim("replay", "--world", str(world), "--tick", "1")
     assert replayed.exit_code == 0, replayed.output
     assert "tick 1: identical" in replayed.output
