@@ -5,6 +5,8 @@ llama-cpp-python's server (rejects ``json_schema``, one slot)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -227,3 +229,32 @@ async def test_timeouts_fail_the_call_not_the_endpoint(stub_server: StubServer) 
     with pytest.raises(LLMAPIError):
         await stack.execute(ModelRequest("Write.", "x", Note, settings=settings))
     assert stack.breaker(settings.model).state == "open"  # 5xx still open it
+
+
+def test_cli_stub_server_acts_as_a_single_slot_llama_cpp_python() -> None:
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "sim", "stub-server", "--port", "0"),
+            *("--reject-json-schema", "--slots", "1", "--latency", "0.3"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        base = proc.stderr.readline().split(" on ", 1)[1].split()[0]
+        sdk = openai.AsyncOpenAI(base_url=base, api_key="x", max_retries=0)
+
+        async def both() -> list[Any]:
+            adapter = ChatAdapter(sdk)
+            return await asyncio.gather(call(adapter), call(adapter))
+
+        started = time.perf_counter()
+        first, second = asyncio.run(both())
+        assert time.perf_counter() - started >= 0.6  # one slot: served one after the other
+        assert {first.structured_output, second.structured_output} == {"json_object_schema"}
+        stats = httpx2.get(base.removesuffix("/v1") + "/stub/stats").json()
+        assert stats["generations"] == 2  # the refused json_schema requests generated nothing
+    finally:
+        proc.terminate()
+        proc.wait(10)
