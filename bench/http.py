@@ -1,17 +1,21 @@
 """HTTP benchmark scenarios: latency-bound efficiency (scenario 2) and client CPU per call
-(scenario 3), through ``--provider openai`` against ``sim stub-server`` on 127.0.0.1.
+(scenario 3), through ``--provider openai`` against the stub server on 127.0.0.1.
 
 The stub server always runs in a separate process, so its CPU is not counted against the
-client (on a 2-core machine it has the other core). Each command prints one JSON object::
+client (on a 2-core machine it has the other core). For ``https`` it serves a self-signed
+certificate made for the run (``bench.tls``), which the clients trust through
+``SSL_CERT_FILE`` (httpx's public setting, read by the SDK's default client, its aiohttp
+client and the engine alike). Each command prints one JSON object::
 
     python -m bench.http efficiency CHARACTERS LATENCY CONCURRENCY
-    python -m bench.http cpu CHARACTERS LATENCY CONCURRENCY [REPEATS]
+    python -m bench.http cpu CHARACTERS LATENCY CONCURRENCY [REPEATS [SCHEME]]
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -27,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import openai
 
 import sim.llm.adapters._openai_common as common
 from bench.make_world import make_world
+from bench.tls import SelfSigned, self_signed
 from sim.config import load_config
 from sim.engine.runner import Runner, TickResult
 from sim.llm.adapters._openai_common import strict_schema
@@ -61,11 +65,12 @@ class Stub:
 
 
 @contextlib.contextmanager
-def stub_server(latency: float) -> Iterator[Stub]:
-    """``sim stub-server`` with a fixed latency in a child process."""
+def stub_server(latency: float, tls: SelfSigned | None = None) -> Iterator[Stub]:
+    """The stub server with a fixed latency in a child process (``https`` with ``tls``)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    certificate = [str(tls.cert), str(tls.key)] if tls else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim", "stub-server", "--port", "0", "--latency", f"{latency}"],
+        [sys.executable, "-m", "bench.stub", f"{latency}", *certificate],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -75,7 +80,7 @@ def stub_server(latency: float) -> Iterator[Stub]:
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        match = re.search(r"(http://\S+/v1)", line)
+        match = re.search(r"(https?://\S+/v1)", line)
         if match is None:
             raise RuntimeError(f"stub server did not start: {line!r}")
         yield Stub(match.group(1), proc.pid)
@@ -88,9 +93,10 @@ def stub_server(latency: float) -> Iterator[Stub]:
             proc.wait()
 
 
-def stub_stats(base_url: str) -> dict[str, Any]:
+def stub_stats(base_url: str, tls: SelfSigned | None = None) -> dict[str, Any]:
     root = base_url.rsplit("/v1", 1)[0]
-    with urllib.request.urlopen(f"{root}/stub/stats", timeout=10) as resp:
+    context = tls.client_context() if tls else None
+    with urllib.request.urlopen(f"{root}/stub/stats", timeout=10, context=context) as resp:
         stats: dict[str, Any] = json.loads(resp.read())
     return stats
 
@@ -123,14 +129,19 @@ def engine_tick(
     *,
     record: bool = False,
     sdk_path: bool = False,
+    sdk_client: str = "default",
 ) -> EngineRun:
     """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``.
 
     ``sdk_path``: send through the SDK's ``client.post`` on httpx's default (anyio)
-    backend, as for an ``https://`` URL, instead of the plain-TCP direct path that
-    ``http://`` URLs get.
+    transport, as for a URL behind a proxy, instead of the direct path other URLs get;
+    with ``sdk_client="aiohttp"`` on the SDK's aiohttp client instead (an experiment: the
+    engine builds its clients with ``openai.DefaultAsyncHttpxClient``, swapped here).
     """
     common.PLAIN_TCP_BACKEND = not sdk_path
+    default_client = openai.DefaultAsyncHttpxClient
+    if sdk_client == "aiohttp":
+        common.openai.DefaultAsyncHttpxClient = openai.DefaultAioHttpClient  # type: ignore[misc]
     world = tmp / "world"
     make_world(world, characters, max(1, characters // 10), seed=1)
     os.sync()  # the commit's syncfs should not pay for writing out the generated world
@@ -172,6 +183,7 @@ def engine_tick(
         result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
     finally:
         common.PLAIN_TCP_BACKEND = True
+        common.openai.DefaultAsyncHttpxClient = default_client  # type: ignore[misc]
     wall = time.perf_counter() - started
     if result.failures:
         raise RuntimeError(f"{result.failures} calls failed: {result.reports}")
@@ -221,19 +233,21 @@ def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, A
     }
 
 
+#: the SDK's HTTP clients a bare loop can use
+CLIENTS = ("default", "aiohttp")
+
+
 async def bare_loop(
-    base_url: str, requests: list[tuple[str, LLMRequest]], concurrency: int, sized: bool = False
+    base_url: str, requests: list[tuple[str, LLMRequest]], concurrency: int, kind: str
 ) -> tuple[float, float]:
     """The same calls through a bare ``AsyncOpenAI(max_retries=0).responses.create`` loop,
     ``concurrency`` workers; returns (wall, CPU) seconds of the loop.
 
-    ``sized``: give the SDK one HTTP pool of ``concurrency`` keep-alive connections instead
-    of its defaults (which keep 100 alive, so at higher concurrency it reconnects).
+    ``kind``: ``"default"``, the SDK's default client (httpx, keeps 100 connections
+    alive); ``"aiohttp"``, ``openai.DefaultAioHttpClient()`` (the ``openai[aiohttp]``
+    extra; ``RuntimeError`` when it is not installed).
     """
-    http_client = None
-    if sized:
-        limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        http_client = openai.DefaultAsyncHttpxClient(limits=limits)
+    http_client = openai.DefaultAioHttpClient() if kind == "aiohttp" else None
     client = openai.AsyncOpenAI(
         base_url=base_url, api_key="sk-stub", max_retries=0, http_client=http_client
     )
@@ -269,52 +283,71 @@ async def bare_loop(
         await client.close()
 
 
+def aiohttp_installed() -> bool:
+    """Whether the ``openai[aiohttp]`` extra is installed (its client would raise if not)."""
+    return importlib.util.find_spec("aiohttp") is not None
+
+
+def restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def cpu_per_call(
-    characters: int, latency: float, concurrency: int, repeats: int = 3
+    characters: int, latency: float, concurrency: int, repeats: int = 3, scheme: str = "http"
 ) -> dict[str, Any]:
-    """Scenario 3: client CPU per call, engine (whole tick's phases; its http:// direct
-    path and its SDK path) vs the bare SDK loop sending the same requests (default and
-    sized pool), alternated ``repeats`` times against one server."""
-    engine_us: list[float] = []
-    sdk_us: list[float] = []
-    bare_us: list[float] = []
-    sized_us: list[float] = []
+    """Scenario 3: client CPU per call over ``scheme``, the engine (whole tick's phases;
+    its direct path, and the SDK stack it keeps for proxied URLs) vs bare SDK loops
+    sending the same requests (default client; aiohttp client when installed), alternated
+    ``repeats`` times against one server."""
+    runs: dict[str, list[float]] = {"engine": [], "engine_sdk": []}
+    kinds = [k for k in CLIENTS if k != "aiohttp" or aiohttp_installed()]
+    if "aiohttp" in kinds:
+        runs["engine_sdk_aiohttp"] = []
+    for kind in kinds:
+        runs[f"bare_{kind}"] = []
     calls = 0
-    with stub_server(latency) as stub:
+    with contextlib.ExitStack() as stack:
+        tls = None
+        if scheme == "https":
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="sim-bench-tls-"))
+            tls = self_signed(Path(folder))
+            stack.callback(restore_env, "SSL_CERT_FILE", os.environ.get("SSL_CERT_FILE"))
+            os.environ["SSL_CERT_FILE"] = str(tls.cert)  # every client trusts it, publicly
+        stub = stack.enter_context(stub_server(latency, tls))
         url = stub.url
         for _ in range(repeats):
             with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
                 run = engine_tick(Path(tmp), characters, url, concurrency, record=True)
             calls = run.calls
-            engine_us.append(run.phases_cpu / run.calls * 1e6)
+            runs["engine"].append(run.phases_cpu / run.calls * 1e6)
             with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
                 sdk = engine_tick(Path(tmp), characters, url, concurrency, sdk_path=True)
-            sdk_us.append(sdk.phases_cpu / sdk.calls * 1e6)
-            _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency))
-            bare_us.append(cpu / len(run.requests) * 1e6)
-            _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency, sized=True))
-            sized_us.append(cpu / len(run.requests) * 1e6)
-    engine, bare = statistics.median(engine_us), statistics.median(bare_us)
-    sized = statistics.median(sized_us)
-    sdk_path = statistics.median(sdk_us)
+            runs["engine_sdk"].append(sdk.phases_cpu / sdk.calls * 1e6)
+            if "aiohttp" in kinds:
+                with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+                    sdk = engine_tick(
+                        Path(tmp), characters, url, concurrency, sdk_path=True, sdk_client="aiohttp"
+                    )
+                runs["engine_sdk_aiohttp"].append(sdk.phases_cpu / sdk.calls * 1e6)
+            for kind in kinds:
+                _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency, kind))
+                runs[f"bare_{kind}"].append(cpu / len(run.requests) * 1e6)
+    medians = {name: statistics.median(values) for name, values in runs.items()}
+    bare = medians["bare_default"]
     return {
+        "scheme": scheme,
         "characters": characters,
         "latency_s": latency,
         "concurrency": concurrency,
         "calls": calls,
         "repeats": repeats,
-        "engine_us_per_call": engine,
-        "bare_us_per_call": bare,
-        "bare_sized_us_per_call": sized,
-        "engine_sdk_us_per_call": sdk_path,
-        "engine_sdk_runs_us": sdk_us,
-        "ratio_sdk": sdk_path / bare,
-        "ratio_sdk_sized": sdk_path / sized,
-        "engine_runs_us": engine_us,
-        "bare_runs_us": bare_us,
-        "bare_sized_runs_us": sized_us,
-        "ratio": engine / bare,
-        "ratio_sized": engine / sized,
+        "aiohttp": "aiohttp" in kinds,
+        "us_per_call": medians,
+        "runs_us": runs,
+        "ratio": {name: value / bare for name, value in medians.items()},
     }
 
 
@@ -325,7 +358,8 @@ def main() -> None:
         out = efficiency(characters, latency, concurrency)
     else:
         repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 3
-        out = cpu_per_call(characters, latency, concurrency, repeats)
+        scheme = sys.argv[6] if len(sys.argv) > 6 else "http"
+        out = cpu_per_call(characters, latency, concurrency, repeats, scheme)
     print(json.dumps(out))
 
 

@@ -288,48 +288,100 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
         "ideal/actual at 1 s 0.77, 0.72 with asyncio vs 0.74, 0.64 with uvloop: no "
         "gain, so it is not added (no `sim[fast]` extra): the time is in pure-Python "
         "HTTP code, not in the event loop.",
-        "- `https://` URLs (OpenAI itself) keep the SDK path on httpx's default backend, "
-        "about twice the client CPU per call of the direct path (scenario 3, 'SDK "
-        "path').",
+        "  - the direct path on public interfaces only (its own httpcore pool behind a "
+        "public httpx transport, the SDK's errors made from status, headers and body) and "
+        "for `https://` too (TLS on the same socket backend): see scenario 3;",
+        "  - the SDK's aiohttp client (`openai[aiohttp]`): faster than its default client, "
+        "slower than the direct path on both schemes (scenario 3), so not used: only URLs "
+        "behind a proxy take the SDK's stack, on its default client.",
     ]
+
+
+#: scenario 3's targets: engine CPU per call / a bare default-client SDK loop's, per scheme
+HTTP_CPU_TARGETS = {"http": 0.29, "https": 0.55}
+
+HTTP_CPU_ROWS = (
+    ("engine", "engine, direct path (URLs without a proxy)"),
+    ("engine_sdk", "engine, SDK stack on its default client (URLs behind a proxy)"),
+    ("engine_sdk_aiohttp", "engine, SDK stack on `DefaultAioHttpClient` (experiment)"),
+    ("bare_default", "bare `responses.create`, default client"),
+    ("bare_aiohttp", "bare `responses.create`, `DefaultAioHttpClient`"),
+)
+
+
+def http_cpu_notes(by_scheme: dict[str, dict[str, Any]]) -> list[str]:
+    """Which engine path is cheapest per scheme, and how the SDK's aiohttp client compares."""
+    names = {
+        "engine": "the direct path",
+        "engine_sdk": "the SDK stack on its default client",
+        "engine_sdk_aiohttp": "the SDK stack on aiohttp",
+    }
+    lines = []
+    for scheme, r in by_scheme.items():
+        us = r["us_per_call"]
+        cheapest = min((k for k in names if k in us), key=lambda k: us[k])
+        figures = ", ".join(f"{names[k]} {us[k] / 1e3:.2f} ms" for k in names if k in us)
+        line = f"- Cheapest engine path over {scheme}: {names[cheapest]} ({figures})"
+        if "bare_aiohttp" in us:
+            line += (
+                f"; a bare loop on the SDK's aiohttp client costs {r['ratio']['bare_aiohttp']:.2f}"
+                " of one on its default client"
+            )
+        lines.append(line + ".")
+    return lines
 
 
 def scenario_http_cpu(smoke: bool) -> list[str]:
-    args = ("20", "0.01", "8", "1") if smoke else ("1000", "0.1", "200", "3")
-    r = child("http", "cpu", *args)
-    ms = "{:.2f} ms".format
+    args = ("20", "0.01", "8", "1") if smoke else ("1000", "0.1", "100", "3")
+    by_scheme = {scheme: child("http", "cpu", *args, scheme) for scheme in ("http", "https")}
+    first = by_scheme["http"]
     lines = [
-        "## 3. HTTP client CPU per call: engine's openai path vs a bare SDK loop",
+        "## 3. HTTP client CPU per call: the engine vs bare SDK loops, over http and https",
         "",
-        f"Same stub server process, same {r['calls']:,} requests (recorded from the "
-        f"engine's tick of {r['characters']:,} characters), same concurrency "
-        f"({r['concurrency']}), latency {r['latency_s']:g} s; engine and bare runs "
-        f"alternate, {r['repeats']} of each, medians. Engine = the process's CPU during "
+        f"Same stub server process per scheme, same {first['calls']:,} requests (recorded "
+        f"from the engine's tick of {first['characters']:,} characters), concurrency "
+        f"{first['concurrency']}, latency {first['latency_s']:g} s; engine and bare runs "
+        f"alternate, {first['repeats']} of each, medians. `https` is the same stub server "
+        "behind a self-signed certificate made for the run (`bench/tls.py`, `openssl`), "
+        "trusted by every client through `SSL_CERT_FILE`. Engine = the process's CPU during "
         "the tick's phases (prompt building, LLMClient, recovery, budget, adapter, "
-        "validation) / calls, through the direct path `http://` URLs get and through the "
-        "SDK path `https://` URLs get; bare = `AsyncOpenAI(max_retries=0).responses.create` "
-        "(typed response, `output_text`), CPU of the loop / calls, with the SDK's default "
-        "HTTP pool (keeps 100 connections alive) and with one sized to the concurrency.",
+        "validation) / calls; bare = `AsyncOpenAI(max_retries=0).responses.create` (typed "
+        "response, `output_text`), CPU of the loop / calls.",
         "",
-        "| | CPU per call | vs bare, default pool | vs bare, sized pool |",
-        "| --- | ---: | ---: | ---: |",
-        f"| engine, direct path (`http://`) | {ms(r['engine_us_per_call'] / 1e3)} "
-        f"| **{r['ratio']:.2f}** | **{r['ratio_sized']:.2f}** |",
-        f"| engine, SDK path (`https://`) | {ms(r['engine_sdk_us_per_call'] / 1e3)} "
-        f"| {r['ratio_sdk']:.2f} | {r['ratio_sdk_sized']:.2f} |",
-        f"| bare SDK, default pool | {ms(r['bare_us_per_call'] / 1e3)} | 1.00 | |",
-        f"| bare SDK, sized pool | {ms(r['bare_sized_us_per_call'] / 1e3)} | | 1.00 |",
-        "",
-        f"- Runs (µs): engine direct {', '.join(f'{v:.0f}' for v in r['engine_runs_us'])}; "
-        f"engine SDK path {', '.join(f'{v:.0f}' for v in r['engine_sdk_runs_us'])}; "
-        f"bare {', '.join(f'{v:.0f}' for v in r['bare_runs_us'])}; "
-        f"bare, sized pool {', '.join(f'{v:.0f}' for v in r['bare_sized_runs_us'])}.",
-        f"- Target: engine / bare ≤ 1.2 → {r['ratio']:.2f} (ratio target/actual "
-        f"{ratio(1.2, r['ratio'])}); against the sized-pool bare loop {r['ratio_sized']:.2f} "
-        f"(ratio {ratio(1.2, r['ratio_sized'])}); the SDK path {r['ratio_sdk']:.2f} and "
-        f"{r['ratio_sdk_sized']:.2f}.",
-        "",
+        "| | http CPU per call | vs bare default | https CPU per call | vs bare default |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
+    for key, label in HTTP_CPU_ROWS:
+        cells = []
+        for scheme in ("http", "https"):
+            r = by_scheme[scheme]
+            if key not in r["us_per_call"]:
+                cells += ["n/a", ""]
+                continue
+            ratio_text = f"{r['ratio'][key]:.2f}"
+            if key == "engine":
+                ratio_text = f"**{ratio_text}**"
+            cells += [f"{r['us_per_call'][key] / 1e3:.2f} ms", ratio_text]
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    lines.append("")
+    for scheme, r in by_scheme.items():
+        runs = "; ".join(
+            f"{key} {', '.join(f'{v:.0f}' for v in values)}" for key, values in r["runs_us"].items()
+        )
+        lines.append(f"- Runs over {scheme} (µs): {runs}.")
+    for scheme, r in by_scheme.items():
+        target, actual = HTTP_CPU_TARGETS[scheme], r["ratio"]["engine"]
+        lines.append(
+            f"- Target over {scheme}: engine / bare default ≤ {target} → {actual:.2f} "
+            f"(ratio target/actual {ratio(target, actual)})."
+        )
+    lines += http_cpu_notes(by_scheme)
+    if not first["aiohttp"]:
+        lines.append(
+            "- The aiohttp rows need the `openai[aiohttp]` extra "
+            "(`pip install 'openai[aiohttp]'`); it was not installed for this run."
+        )
+    lines.append("")
     return lines
 
 
@@ -342,6 +394,42 @@ SCENARIOS: dict[str, Callable[[bool], list[str]]] = {
     "http-cpu": scenario_http_cpu,
     "depth": scenario_depth,
 }
+
+
+def sections(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """The lines before the first ``## `` heading, and each section by its number."""
+    head: list[str] = []
+    found: dict[str, list[str]] = {}
+    current = head
+    for line in lines:
+        if line.startswith("## "):
+            current = found.setdefault(line.split()[1], [])
+        current.append(line)
+    return head, found
+
+
+def splice(old: str, body: list[str], names: list[str], load: str) -> str:
+    """``old`` RESULTS.md with the sections in ``body`` replaced (or added, in order) and
+    a note in the header of what was re-run, when and where."""
+    head, old_sections = sections(old.splitlines())
+    _, new_sections = sections(body)
+    merged = dict(old_sections)
+    merged.update(new_sections)
+    ordered = sorted(merged, key=lambda n: float(n.rstrip(".")) if n[:-1].isdigit() else 1e9)
+    while head and not head[-1]:
+        head.pop()
+    machine_line, python_line, date_line = machine()
+    date_text = date_line.split(": ", 1)[1]
+    numbers = ", ".join(n.rstrip(".") for n in new_sections)
+    note = [
+        f"- Section {numbers} ({', '.join(names)}) re-run alone on {date_text}: "
+        f"{machine_line[2:]}; {python_line[2:]}.",
+        "  " + load[2:] + ".",
+    ]
+    out = [*head, "", *note, ""]
+    for name in ordered:
+        out += merged[name]
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:
@@ -358,18 +446,18 @@ def main() -> None:
     elapsed = time.monotonic() - started
     others = (busy_cpu_seconds() - busy) - (own_cpu_seconds() - own)
     shared = others / elapsed if elapsed else 0.0
-    lines = ["# Benchmark results", "", *machine()]
-    lines.append(
+    load = (
         f"- Other work on the machine during the {elapsed / 60:.1f}-minute run: "
         f"{shared:.2f} cores busy on average (1-minute load average {load_before[0]:.2f} "
         "before it started)"
         + (
-            ": the machine was shared, so timings are noisy; each figure is a median of "
-            "repeated runs"
+            ": the machine was shared (measured under load), so timings are noisy; each "
+            "figure is a median of repeated runs"
             if shared > 0.2
             else ""
         )
     )
+<<<<<<< HEAD
     lines.append("")
     lines += [
         "Written by `make bench` (bench/run.py). Each figure is measured in a fresh process;",
@@ -384,6 +472,20 @@ def main() -> None:
     if start in old and end in old:
         kept = start + old.partition(start)[2].partition(end)[0] + end
         text = text.rstrip("\n") + "\n\n" + kept + "\n"
+=======
+    if args.only and not args.smoke and RESULTS.exists():
+        # a partial run replaces its own sections and keeps the others as they were
+        text = splice(RESULTS.read_text(encoding="utf-8"), body, args.only, load)
+    else:
+        lines = ["# Benchmark results", "", *machine(), load, ""]
+        lines += [
+            "Written by `make bench` (bench/run.py). Each figure is measured in a fresh process;",
+            "ratios are target / actual (≥ 1 meets the target) or ideal / actual.",
+            "",
+            *body,
+        ]
+        text = "\n".join(lines)
+>>>>>>> main
     if args.smoke:
         print(text)
     else:

@@ -1,7 +1,26 @@
-"""User-facing errors: mistakes in world files, config or usage (exit code 2).
+"""The user-facing errors of sim, in one tree: what the CLI prints and its exit code.
 
-Kept apart from ``sim.llm.errors`` (runtime failures of model calls): a user error says which
-file and field is wrong and what was expected, so the fix is obvious.
+```
+SimError                   a message for the user and an exit code (the CLI prints it)
+├── UserError              a mistake the user fixes: world files, config, command line (2)
+│   ├── InputError         path, field, problem: which file and field, what was expected
+│   └── InvalidWorld       every problem found in a world folder at once (InputErrors)
+└── RunError               the run could not be done as asked; nothing was committed (1)
+    ├── RunFailed          too many failed calls, a budget cap: re-run `sim tick` to resume
+    ├── WorldLockedError   another process is running this world
+    ├── LogError           a tick log that cannot be read: file, line, field
+    └── TickInterrupted    Ctrl-C: in-flight calls cancelled, tick resumable (130)
+```
+
+Failures of model calls are a separate tree, ``sim.llm.errors.LLMError`` (adapters raise
+only those; a model calling an undeclared tool is ``sim.phases.intention_tools
+.UnknownToolError``, an ``LLMError``, because the model erred, not the user). The CLI maps
+``LLMConfigurationError`` (a missing key, an unknown provider) to 2 like a ``UserError``,
+and other ``LLMError`` that stop a run to 1 (``sim.cli.common.errors``).
+
+Kept apart as pydantic-ai keeps ``UserError`` from ``AgentRunError``: a user error says
+which file and field is wrong and what was expected, so the fix is obvious; a run error
+says what happened and how to go on.
 """
 
 from __future__ import annotations
@@ -10,12 +29,24 @@ from pathlib import Path
 
 
 class SimError(Exception):
-    """Base of errors a user must fix; the CLI prints the message and exits 2."""
+    """Base of every error the CLI shows as a message (never a traceback)."""
 
     exit_code = 2
 
 
-class InputError(SimError):
+class UserError(SimError):
+    """A mistake the user fixes (world files, config, command line): exit code 2."""
+
+    exit_code = 2
+
+
+class RunError(SimError):
+    """The run could not be done as asked, and nothing was committed: exit code 1."""
+
+    exit_code = 1
+
+
+class InputError(UserError):
     """A file, field or value is not what was expected.
 
     Args:
@@ -34,19 +65,29 @@ class InputError(SimError):
         super().__init__(f"{where}: {problem}")
 
 
-class WorldLockedError(SimError):
-    """Another process is running this world (the run did not start: exit code 1)."""
+class InvalidWorld(UserError):
+    """Every problem found in a world folder, one per line."""
 
-    exit_code = 1
-
-
-class RunFailed(Exception):
-    """The run stopped without committing (budget, too many failures); exit code 1."""
-
-    exit_code = 1
+    def __init__(self, problems: list[InputError]) -> None:
+        self.problems = problems
+        lines = [str(p) for p in problems]
+        head = "world is invalid" + (f" ({len(lines)} problems)" if len(lines) > 1 else "")
+        super().__init__(head + ":\n  " + "\n  ".join(lines))
 
 
-class TickInterrupted(Exception):
+class WorldLockedError(RunError):
+    """Another process is running this world (the run did not start)."""
+
+
+class RunFailed(RunError):
+    """The run stopped without committing (budget, too many failures)."""
+
+
+class LogError(RunError):
+    """A tick log the engine cannot read (named, with the line and the reason)."""
+
+
+class TickInterrupted(RunError):
     """Ctrl-C stopped a run: in-flight calls were cancelled.
 
     Args:
@@ -75,3 +116,16 @@ class TickInterrupted(Exception):
                 f"interrupted: nothing was committed for tick {tick}; {again} to resume tick {tick}"
             )
         super().__init__(message)
+
+
+__all__ = [
+    "InputError",
+    "InvalidWorld",
+    "LogError",
+    "RunError",
+    "RunFailed",
+    "SimError",
+    "TickInterrupted",
+    "UserError",
+    "WorldLockedError",
+]

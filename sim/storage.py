@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from sim.errors import InputError, SimError, WorldLockedError
+from sim.errors import InputError, InvalidWorld, WorldLockedError
 from sim.world import ID_RE, Character, Entity, Location, World, WorldMeta
 
 SIM_DIR = ".sim"
@@ -36,16 +36,6 @@ _libc_syncfs: Any = None
 with contextlib.suppress(OSError, AttributeError, TypeError):
     _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     _libc_syncfs = _libc.syncfs
-
-
-class InvalidWorld(SimError):
-    """Every problem found in a world folder, one per line."""
-
-    def __init__(self, problems: list[InputError]) -> None:
-        self.problems = problems
-        lines = [str(p) for p in problems]
-        head = "world is invalid" + (f" ({len(lines)} problems)" if len(lines) > 1 else "")
-        super().__init__(head + ":\n  " + "\n  ".join(lines))
 
 
 def dump_json(data: Any) -> bytes:

@@ -25,11 +25,12 @@ from sim.analysis.usage import UsageRow, call_row, log_totals
 from sim.config import PHASE_ALIASES, Config
 from sim.engine.deletions import PENDING
 from sim.engine.runner import Runner
-from sim.llm.budget import Cost, price_attempts
+from sim.llm.budget import Cost, price_usage
 from sim.llm.stack import build_stack, close_stack
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.storage import Storage
+from sim.ticklog.books import call_usage
 from sim.ticklog.format import LOG_DIR, read_logs
 
 PHASE_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
@@ -136,10 +137,10 @@ def run_depth(world_dir: Path, config: Config, section: str, depth: int, ticks: 
         phase = UsageRow(name)
         windows = 0
         for log in logs:
-            for call in log.calls.values():
-                if call.get("phase") == name:
+            for call in log.call_records:
+                if call.phase == name:
                     phase.add(call_row(name, call, config.prices))
-                    windows += len(call.get("history") or [])
+                    windows += len(call.history)
         return TuneRow(depth, ticks, log_totals(logs, config.prices), phase, wall, windows)
 
 
@@ -190,12 +191,12 @@ def estimate(
             asyncio.run(_run(world, depth_config(offline, section, depth), ticks))
             logs, _ = read_logs(world)
         for log in logs:
-            for call in log.calls.values():
-                usage = call.get("usage") or {}
-                input_tokens += int(usage.get("input_tokens", 0))
-                output_tokens += int(usage.get("output_tokens", 0))
-                asked = [{"model": call.get("model"), "usage": usage}]
-                cost = cost + price_attempts(asked, config.prices)
+            for call in log.call_records:
+                usage = call_usage(call)
+                input_tokens += usage.input_tokens
+                output_tokens += usage.output_tokens
+                # the offline model answered; price the tokens at the model the config asks
+                cost = cost + price_usage(usage, call.model, config.prices)
     method = (
         f"estimated by running the same {ticks} ticks x {len(depths)} depths of the "
         f"{name} phase offline (no calls sent) and pricing those token counts at the "

@@ -6,7 +6,10 @@ Two sources, which agree when every tick is logged:
   every attempt counted, kept for the world's whole life);
 - the tick logs in ``.sim/log/`` (one record per call, with its phase, tick, entity, model
   and attempts): the only place that knows which model used which tokens, so cost comes
-  from here, priced per attempt at the ``[prices]`` table (``sim.llm.budget``).
+  from here, priced per attempt at the ``[prices]`` table by ``sim.ticklog.books``, the
+  one function every view uses. Every call record counts, including one a resume sent
+  again, and so do the logs a tick set aside into ``.sim/log/abandoned/`` when it started
+  afresh: their calls were sent, and billed.
 
 A log that cannot be read is reported in ``problems``; its calls are missing from the
 totals, never silently.
@@ -19,12 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.errors import InputError
-from sim.llm.budget import Cost, price_attempts
+from sim.errors import InputError, LogError
+from sim.llm.budget import Cost, Price
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
-from sim.ticklog.format import Record, TickLog, read_logs
+from sim.ticklog.books import call_cost, call_usage, timed_out
+from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
+from sim.ticklog.records import CallRecord
 
 By = Literal["entity", "phase", "tick"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")
@@ -41,6 +46,8 @@ class UsageRow:
     cached_input_tokens: int = 0
     output_tokens: int = 0
     cost: Cost = field(default_factory=Cost)
+    #: attempts that timed out on the client: no usage known, the server may have billed
+    timed_out: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -58,6 +65,7 @@ class UsageRow:
         self.cached_input_tokens += other.cached_input_tokens
         self.output_tokens += other.output_tokens
         self.cost = self.cost + other.cost
+        self.timed_out += other.timed_out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +78,7 @@ class UsageRow:
             "total_tokens": self.total_tokens,
             "cost_usd": self.cost.value,
             "unpriced_models": sorted(self.cost.unpriced),
+            "timed_out": self.timed_out,
         }
 
 
@@ -91,43 +100,41 @@ class UsageReport:
         }
 
 
-def call_usage(call: Record) -> Usage:
-    """Every token a logged call used: the sum over its attempts (each one was paid for)."""
-    attempts = call.get("attempts")
-    if not attempts:
-        return Usage(**(call.get("usage") or {}))
-    total = Usage()
-    for attempt in attempts:
-        total = total + Usage(**(attempt.get("usage") or {}))
-    return total
-
-
-def call_row(key: str, call: Record, prices: Mapping[str, Any]) -> UsageRow:
-    """One logged call as a row: one request, its tokens and its cost."""
-    row = UsageRow(key, requests=1, failures=1 if call.get("error_code") else 0)
+def call_row(
+    key: str,
+    call: CallRecord,
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None] | None = None,
+) -> UsageRow:
+    """One logged call as a row: one request, its tokens and its cost (every attempt)."""
+    row = UsageRow(key, requests=1, failures=1 if call.failed else 0)
     row.add_usage(call_usage(call))
-    attempts = call.get("attempts") or [{"model": call.get("model"), "usage": call.get("usage")}]
-    row.cost = price_attempts(attempts, prices)
+    row.cost = call_cost(call, prices, cache)
+    row.timed_out = timed_out(call)
     return row
 
 
-def entity_id(call: Record) -> str | None:
-    key = call.get("entity_key")
-    return split_key(str(key))[1] if key else None
+def entity_id(call: CallRecord) -> str | None:
+    return split_key(call.entity_key)[1] if call.entity_key else None
 
 
 def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
-    """The logs' calls summed per phase, tick or entity id."""
+    """The logs' call records summed per phase, tick or entity id.
+
+    Every record counts (``TickLog.call_records``): a call a resume sent again was paid for
+    each time. ``requests`` counts records, so a resent call counts once per sending.
+    """
     groups: dict[str, UsageRow] = {}
+    cache: dict[str, Price | None] = {}
     for log in logs:
-        for call in log.calls.values():
+        for call in log.call_records:
             if by == "tick":
                 key = str(log.tick)
             elif by == "phase":
-                key = str(call.get("phase"))
+                key = call.phase
             else:
                 key = entity_id(call) or "-"
-            groups.setdefault(key, UsageRow(key)).add(call_row(key, call, prices))
+            groups.setdefault(key, UsageRow(key)).add(call_row(key, call, prices, cache))
     return groups
 
 
@@ -196,11 +203,42 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
     if by == "entity":
         report = _by_entity(world_dir, logs, prices)
     else:
-        report = _report(by, list(group_calls(logs, by, prices).values()))
+        aside, aside_problems = read_logs(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}")
+        problems += aside_problems
+        report = _report(by, list(group_calls([*logs, *aside], by, prices).values()))
+        if aside:
+            report.notes.append(
+                f"includes {len(aside)} abandoned logs (.sim/log/{ABANDONED_DIR}/): runs of a "
+                "tick set aside when it started afresh; their calls were sent and billed"
+            )
     report.problems = [str(p) for p in problems]
+    _add_interviews(report, world_dir, prices)
     if not logs and by != "entity":
         report.notes.append("no tick logs yet (run `sim tick` first)")
+    if report.total.timed_out:
+        report.notes.append(
+            f"{report.total.timed_out} attempts timed out on the client (may be billed): "
+            "their tokens are unknown and not in these totals"
+        )
     return report
+
+
+def _add_interviews(report: UsageReport, world_dir: Path, prices: Mapping[str, Any]) -> None:
+    """``sim ask``'s calls (``.sim/interviews.jsonl``) as one row, ``ask``, in any grouping."""
+    from sim.interview import INTERVIEWS, interviews_usage
+
+    try:
+        asked, failed, usage, cost = interviews_usage(world_dir, prices)
+    except LogError as exc:
+        report.problems.append(str(exc))
+        return
+    if not asked:
+        return
+    row = UsageRow("ask", requests=asked, failures=failed, cost=cost)
+    row.add_usage(usage)
+    report.rows.append(row)
+    report.total.add(row)
+    report.notes.append(f"ask: {asked} interviews (sim ask, {INTERVIEWS}), outside the ticks")
 
 
 def log_totals(logs: Iterable[TickLog], prices: Mapping[str, Any]) -> UsageRow:
@@ -216,7 +254,7 @@ __all__ = [
     "By",
     "UsageReport",
     "UsageRow",
-    "call_usage",
+    "call_row",
     "entity_usage",
     "log_totals",
     "usage_report",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from sim import __version__
-from sim.cli import history, report, run, stub, tune
+from sim.cli import history, report, research, run, stub, tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -27,6 +27,10 @@ for command in (
     tune.tune_,
     tune.usage_,
     report.report,
+    research.export_,
+    research.init_,
+    research.schema_,
+    research.ask_,
     stub.stub_server,
 ):
     main.add_command(command)

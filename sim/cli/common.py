@@ -41,6 +41,9 @@ def errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
+    except RunFailed as exc:
+        click.echo(f"failed: {exc}", err=True)
+        sys.exit(exc.exit_code)
     except SimError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -50,7 +53,7 @@ def errors() -> Iterator[None]:
     except LLMBudgetExceededError as exc:
         click.echo(f"stopped: {exc} (nothing was committed for this tick)", err=True)
         sys.exit(1)
-    except (RunFailed, LLMError) as exc:
+    except LLMError as exc:
         click.echo(f"failed: {exc}", err=True)
         sys.exit(1)
 

@@ -9,11 +9,8 @@ import click
 import orjson
 
 from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.jsonout import JSON_HELP, emit, json_errors, replay_document
 from sim.errors import InputError
-from sim.ticklog import rewind as history
-from sim.ticklog import view as logview
-from sim.ticklog.format import log_path, read_log, read_logs
-from sim.ticklog.replay import replay
 
 
 def tick_arg(value: str) -> int | None:
@@ -36,9 +33,19 @@ def tick_arg(value: str) -> int | None:
 @click.option(
     "--calls", is_flag=True, help="One line per call: model, depth, window sent, tokens, cost."
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable records.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON Lines: a tick's records as logged, or with --tick all one object per tick "
+    "(docs/cli-json.md).",
+)
 def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None:
     """Show what happened in a tick, from its log."""
+    from sim.ticklog import view as logview
+    from sim.ticklog.format import log_path, read_log, read_logs
+    from sim.ticklog.records import dump_record
+
     with errors():
         if tick_ == "all":
             logs, problems = read_logs(world_dir)
@@ -60,7 +67,7 @@ def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None
         )
         if as_json:
             for record in log.records:
-                click.echo(orjson.dumps(record).decode())
+                click.echo(dump_record(record).decode())
         elif calls:
             for line in logview.call_lines(log):
                 click.echo(line)
@@ -81,14 +88,25 @@ def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None
     help="Send drifted requests to the configured provider and show the change.",
 )
 @CONFIG
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def replay_(
-    world_dir: Path, tick_: int, to: int | None, live: bool, config_file: Path | None
+    world_dir: Path,
+    tick_: int,
+    to: int | None,
+    live: bool,
+    config_file: Path | None,
+    as_json: bool,
 ) -> None:
     """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
-    with errors():
+    from sim.ticklog import view as logview
+    from sim.ticklog.replay import replay
+
+    with json_errors("replay", as_json):
         config = build_config(config_file, world_dir)
         report = replay(world_dir, tick_, to, config=config, live=live)
-        for line in logview.replay_lines(report, live):
+        if as_json:
+            emit(replay_document(report))
+        for line in () if as_json else logview.replay_lines(report, live):
             click.echo(line)
         if not report.identical:
             sys.exit(1)
@@ -105,6 +123,8 @@ def replay_(
 )
 def rewind(world_dir: Path, tick_: int) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
+    from sim.ticklog import rewind as history
+
     with errors():
         done = history.rewind(world_dir, tick_)
         click.echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
@@ -130,6 +150,8 @@ def rewind(world_dir: Path, tick_: int) -> None:
 )
 def fork(world_dir: Path, tick_: int, dest: Path) -> None:
     """Start a new world from a world's state at the start of a tick."""
+    from sim.ticklog import rewind as history
+
     with errors():
         history.fork(world_dir, tick_, dest)
         click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from sim.analysis.report import write_report
-from sim.cli.common import WORLD, errors
+from sim.cli.common import WORLD
+from sim.cli.jsonout import JSON_HELP, emit, json_errors, report_document
 
 
 @click.command("report")
@@ -32,10 +32,22 @@ from sim.cli.common import WORLD, errors
 @click.option(
     "--to", "last", type=click.IntRange(min=1), help="The last tick to show (default: the last)."
 )
-def report(world_dir: Path, out: Path | None, first: int | None, last: int | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def report(
+    world_dir: Path, out: Path | None, first: int | None, last: int | None, as_json: bool
+) -> None:
     """Write one HTML page (no network needed) of the world's ticks, map and costs."""
-    with errors():
+    from sim.analysis.report import write_report
+
+    with json_errors("report", as_json):
         done = write_report(world_dir, out, first, last)
+        if as_json:
+            emit(report_document(done))
+            if done.problems:
+                for problem in done.problems:
+                    click.echo(f"unreadable: {problem}", err=True)
+                sys.exit(1)
+            return
         if done.ticks:
             what = f"{done.ticks} ticks"
         else:

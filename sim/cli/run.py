@@ -6,16 +6,25 @@ import contextlib
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors
-from sim.engine.runner import Runner, TickResult
-from sim.llm.events import LLMEvent
-from sim.llm.streaming import StreamDelta
-from sim.phases.base import PhaseReport
-from sim.storage import Storage
-from sim.ticklog.format import read_logs
+from sim.cli.common import CONFIG, WORLD, build_config
+from sim.cli.jsonout import (
+    JSON_HELP,
+    JSON_LINES_HELP,
+    check_document,
+    emit,
+    json_errors,
+    tick_document,
+)
+
+if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
+    from sim.engine.runner import TickResult
+    from sim.llm.events import LLMEvent
+    from sim.llm.streaming import StreamDelta
+    from sim.phases.base import PhaseReport
 
 
 class Progress:
@@ -204,6 +213,12 @@ def print_tick(result: TickResult) -> None:
         f"{'total':<12} {result.calls:>5}  {result.failures:>6}  {retries:>7}  "
         f"{usage.input_tokens:>9}  {usage.output_tokens:>10}   wall {result.elapsed:.2f}s"
     )
+    timed_out = sum(r.timed_out for r in result.reports)
+    if timed_out:
+        click.echo(
+            f"timed out (may be billed): {timed_out} attempts got no answer before the "
+            "client's timeout; the server may have billed them (tokens unknown)"
+        )
 
 
 @click.command()
@@ -235,6 +250,7 @@ def print_tick(result: TickResult) -> None:
     help="Stream answers and show each place's narrative as it is written "
     "(Ctrl-C once stops the calls in flight; the tick resumes on the next run).",
 )
+@click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
     ticks: int,
@@ -247,9 +263,12 @@ def tick(
     budget_usd: float | None,
     budget_tokens: int | None,
     stream: bool,
+    as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
-    with errors():
+    from sim.engine.runner import Runner
+
+    with json_errors("tick", as_json):
         config = build_config(
             config_file,
             world_dir,
@@ -275,8 +294,8 @@ def tick(
             config,
             events=on_event,
             on_phase=progress.on_phase,
-            on_tick=print_tick,
-            on_delta=view.on_delta if view is not None else None,
+            on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
+            on_delta=view.on_delta if view is not None and not as_json else None,
         )
         runner.run(ticks)
 
@@ -284,12 +303,19 @@ def tick(
 @click.command()
 @WORLD
 @CONFIG
-def check(world_dir: Path, config_file: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     """Validate a world and its config; call nothing, write nothing."""
-    with errors():
+    from sim.storage import Storage
+    from sim.ticklog.format import read_logs
+
+    with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
         storage = Storage(world_dir)
         world = storage.load()
+        if as_json:
+            emit(check_document(world_dir, config, storage, world))
+            return
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"

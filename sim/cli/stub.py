@@ -8,7 +8,9 @@ import sys
 
 import click
 
-from sim.testing.stub_server import FAULTS, RANDOM_FAULTS, StubOptions, StubServer
+#: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
+#: server (a test pins the two together)
+DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
 
 
 @click.command("stub-server")
@@ -43,7 +45,7 @@ from sim.testing.stub_server import FAULTS, RANDOM_FAULTS, StubOptions, StubServ
 )
 @click.option(
     "--faults",
-    default=",".join(RANDOM_FAULTS),
+    default=",".join(DEFAULT_FAULTS),
     show_default=True,
     help="Comma-separated faults the fault rate draws from.",
 )
@@ -86,6 +88,8 @@ def stub_server(
     Rehearse a large run for free: point --base-url at it with --provider openai or chat.
     GET /stub/stats reports requests and tokens served.
     """
+    from sim.testing.stub_server import FAULTS, StubOptions, StubServer
+
     kinds = tuple(f.strip() for f in faults.split(",") if f.strip())
     unknown = sorted(set(kinds) - set(FAULTS))
     if unknown:

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import click
 import orjson
 
-from sim.analysis.tune import PHASE_NAMES, TuneRow, estimate, tune
-from sim.analysis.usage import BY_CHOICES, By, UsageReport, UsageRow, usage_report
 from sim.cli.common import CONFIG, WORLD, build_config, errors
 from sim.config import phase_section
 from sim.errors import InputError
+
+if TYPE_CHECKING:  # imported by the commands (`sim --help` does not load the runner)
+    from sim.analysis.tune import TuneRow
+    from sim.analysis.usage import By, UsageReport, UsageRow
+
+#: ``sim.analysis.usage.BY_CHOICES``, restated for the option (a test pins them together)
+BY_CHOICES = ("entity", "phase", "tick")
 
 TUNE_HEAD = (
     "depth  requests  failed  input tok  cached in  output tok       cost     wall  "
@@ -66,7 +71,12 @@ def unpriced_note(models: frozenset[str]) -> str:
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object per depth: JSON Lines (docs/cli-json.md).",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before spending money.")
 def tune_(
     world_dir: Path,
@@ -85,6 +95,8 @@ def tune_(
     The live world is never touched. With a provider other than offline this spends
     money: it shows an estimate and asks first (--yes skips the question).
     """
+    from sim.analysis.tune import PHASE_NAMES, estimate, tune
+
     with errors():
         section = phase_section(phase)
         tried = parse_depths(depths)
@@ -155,12 +167,14 @@ def print_usage(report: UsageReport) -> None:
     help="Group by entity (their _openai.usage), phase or tick (the tick logs).",
 )
 @CONFIG
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (docs/cli-json.md).")
 def usage_(world_dir: Path, by: str, config_file: Path | None, as_json: bool) -> None:
     """Tokens, requests and cost of a world, most expensive first, with totals."""
+    from sim.analysis.usage import usage_report
+
     with errors():
         config = build_config(config_file, world_dir)
-        report = usage_report(world_dir, cast(By, by), config.prices)
+        report = usage_report(world_dir, cast("By", by), config.prices)
         if as_json:
             click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
         else:

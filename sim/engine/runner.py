@@ -212,6 +212,8 @@ class Runner:
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
                 report = ctx.reports[-1]
                 report.usage = report.usage + event.usage
+                if event.error_code == "timeout":  # no usage came back; may be billed
+                    report.timed_out += 1
                 if not event.final:
                     report.retries += 1
                 elif event.response is not None and event.response.fallback_from is not None:

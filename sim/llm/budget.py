@@ -9,7 +9,7 @@ cap: once spent + reserved + the next estimate would cross it, further calls fai
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,19 +105,6 @@ def price_usage(
     if price is None:
         return Cost(0.0, frozenset({model}))
     return Cost(cost_usd(usage, price))
-
-
-def price_attempts(
-    attempts: Iterable[Mapping[str, Any]],
-    prices: Mapping[str, Any],
-    cache: dict[str, Price | None] | None = None,
-) -> Cost:
-    """What a logged call's attempts cost: each priced for the model it actually used."""
-    total = Cost()
-    for attempt in attempts:
-        usage = Usage(**(attempt.get("usage") or {}))
-        total = total + price_usage(usage, str(attempt.get("model")), prices, cache)
-    return total
 
 
 def estimate_usage(request: ModelRequest) -> Usage:

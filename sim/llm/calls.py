@@ -85,6 +85,9 @@ class CallIdentity:
     depth: int = 0
     #: the tick's call scope (a nonce in its log header, kept across resumes)
     scope: str = ""
+    #: failed attempts of this call whose outcome was seen, in this run and in the runs a
+    #: resume continues (the recorder seeds it from the log, ``note_failure`` counts on)
+    failures_seen: int = 0
 
     @property
     def instructions_digest(self) -> str:
@@ -116,15 +119,37 @@ class CallIdentity:
 #: the call the current task is making (set by the recorder on ``llm_called``)
 current_call: ContextVar[CallIdentity | None] = ContextVar("sim_current_call", default=None)
 
+#: error codes of attempts whose outcome the client never saw: the request may have been
+#: answered (and billed) by the server, so sending it again must reuse its key
+UNOBSERVED = frozenset({"timeout", "connection_error"})
+#: error codes of attempts that were never sent
+UNSENT = frozenset({"circuit_open", "budget_exceeded"})
+
+
+def observed_failure(code: str | None) -> bool:
+    """Whether an attempt that ended with ``code`` failed with an outcome the client saw."""
+    return code is not None and code not in UNOBSERVED and code not in UNSENT
+
+
+def note_failure(code: str | None) -> None:
+    """Count a failed attempt of the current call, if its outcome was seen: the next
+    attempt then asks with a fresh idempotency key (the recovery layer calls this)."""
+    ident = current_call.get()
+    if ident is not None and observed_failure(code):
+        ident.failures_seen += 1
+
 
 def idempotency_key(body: bytes) -> str | None:
     """The ``Idempotency-Key`` for sending ``body`` as the current call, if one is set.
 
-    Same tick scope, request id and exact body give the same key, so the same attempt
-    re-sent after a crash, Ctrl-C or a client-side timeout can be answered from a
-    provider's cache rather than paid for twice; a retry with schema feedback changes the
-    body and so the key. The scope changes when a tick is run anew (after a rewind), so a
-    re-run asks afresh.
+    Same tick scope, request id, exact body and number of failures seen give the same
+    key, so the same attempt re-sent after a crash, Ctrl-C or a client-side timeout (its
+    outcome never seen) can be answered from a provider's cache rather than paid for
+    twice. A retry after a failure the client saw (an error status, an ``incomplete`` or
+    malformed answer) gets a fresh key, in the same run or after a resume: a provider that
+    honours keys would otherwise answer the cached failure forever. A retry with schema
+    feedback changes the body and so the key. The scope changes when a tick is run anew
+    (after a rewind), so a re-run asks afresh.
     """
     ident = current_call.get()
     if ident is None:
@@ -135,6 +160,8 @@ def idempotency_key(body: bytes) -> str | None:
     h.update(ident.request_id.encode())
     h.update(b"\0")
     h.update(body)
+    if ident.failures_seen:
+        h.update(b"\0failures=%d" % ident.failures_seen)
     return "sim-" + h.hexdigest()
 
 

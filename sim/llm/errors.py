@@ -15,8 +15,7 @@ LLMError                        message, code, cause, retry_after, model, usage,
 ├── LLMSchemaError              output did not validate against the schema      (retry + feedback)
 ├── LLMContextLengthError       prompt exceeds the model's context               (not retried)
 ├── LLMBudgetExceededError      a token or cost cap was reached                  (stops the run)
-├── LLMCircuitOpenError         the provider:model breaker is open               (try a fallback)
-└── LLMSubprocessError          a CLI-backed provider failed: return_code, stderr
+└── LLMCircuitOpenError         the provider:model breaker is open               (try a fallback)
 ```
 
 The tree unifies spec documents 000 (failure modes), 001 (adapter error hierarchy),
@@ -183,19 +182,6 @@ class LLMCircuitOpenError(LLMError):
     default_code = "circuit_open"
 
 
-class LLMSubprocessError(LLMError):
-    """A provider backed by a command-line program exited with an error."""
-
-    default_code = "subprocess_error"
-
-    def __init__(
-        self, message: str, *, return_code: int | None = None, stderr: str = "", **kwargs: Any
-    ) -> None:
-        super().__init__(message, **kwargs)
-        self.return_code = return_code
-        self.stderr = stderr
-
-
 __all__ = [
     "LLMAPIError",
     "LLMBudgetExceededError",
@@ -208,6 +194,5 @@ __all__ = [
     "LLMRateLimitError",
     "LLMRefusalError",
     "LLMSchemaError",
-    "LLMSubprocessError",
     "LLMTimeoutError",
 ]

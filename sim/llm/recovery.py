@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from sim.llm.calls import note_failure
 from sim.llm.errors import (
     LLMAPIError,
     LLMChainNotFoundError,
@@ -219,6 +220,7 @@ class RecoveryAdapter(AdapterWrapper):
             try:
                 response = await self.inner.execute(sent)
             except LLMError as exc:
+                note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
                 attempts.append(
                     Attempt(
                         model, len(attempts) + 1, exc.usage, time.perf_counter() - started, exc.code

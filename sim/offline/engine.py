@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from sim.offline import templates as T
+from sim.offline.interview import answer
 from sim.offline.resolution import resolve
 from sim.offline.skills import intention
 from sim.offline.story import narrate, summarize
@@ -29,6 +30,7 @@ SKILLS: dict[str, Skill] = {
     "Resolution": resolve,
     "Narrative": narrate,
     "MemorySummary": summarize,
+    "InterviewAnswer": answer,
 }
 
 _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")

@@ -65,6 +65,8 @@ class PhaseReport:
     retries: int = 0
     #: entity key -> "primary -> fallback" model, where a fallback model answered
     model_fallbacks: dict[str, str] = field(default_factory=dict)
+    #: attempts that timed out on the client: no usage came back, the server may bill them
+    timed_out: int = 0
 
     def fail(self, entity_key: str, error: LLMError) -> None:
         self.failures += 1
@@ -82,6 +84,7 @@ class PhaseReport:
             "warnings": self.warnings,
             "retries": self.retries,
             "model_fallbacks": self.model_fallbacks,
+            "timed_out": self.timed_out,
         }
 
 

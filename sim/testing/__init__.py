@@ -8,8 +8,9 @@ from sim.testing.adapters import (
     MockCall,
     MockItem,
     default_instance,
+    default_tool_calls,
 )
-from sim.testing.counting import CountingAdapter, call_digest, read_counts
+from sim.testing.counting import CountingAdapter, call_digest, read_counts, read_in_flight
 from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
@@ -25,5 +26,7 @@ __all__ = [
     "StubServer",
     "call_digest",
     "default_instance",
+    "default_tool_calls",
     "read_counts",
+    "read_in_flight",
 ]

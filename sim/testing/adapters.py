@@ -1,11 +1,32 @@
 """Test doubles for the ``Adapter`` protocol: deterministic, offline, inspectable.
 
 They ship with the package (not a dev extra), so user code and user tests may depend on
-them (spec 001, "Mock adapters")::
+them (spec 001, "Mock adapters"). Queue answers and failures, then drive a client
+(this example runs as a doctest in the test suite):
 
-    adapter = MockAdapter()
-    adapter.enqueue(Intention(intention="rest"), LLMRateLimitError("slow down"))
-    client = LLMClient(adapter, characters, default_depth=2)
+>>> import asyncio
+>>> from sim.llm.client import LLMClient
+>>> from sim.llm.errors import LLMRateLimitError
+>>> from sim.phases.intentions import Intention
+>>> adapter = MockAdapter()
+>>> adapter.enqueue(
+...     Intention(action="wait", target=None, content="rests", reasoning="tired"),
+...     LLMRateLimitError("slow down"),
+... )
+>>> client = LLMClient(adapter, [{"identity": {"id": "ada"}}], default_depth=2)
+>>> asyncio.run(client.create_response("Intend.", "{}", Intention, "intention:ada"))
+Intention(action='wait', target=None, content='rests', reasoning='tired')
+>>> asyncio.run(client.create_response("Intend.", "{}", Intention, "intention:ada"))
+Traceback (most recent call last):
+...
+sim.llm.errors.LLMRateLimitError: slow down
+>>> adapter.call_count, adapter.pending
+(2, 0)
+
+With nothing queued, an answer is built from the schema (``default_instance``):
+
+>>> asyncio.run(client.create_response("Intend.", "{}", Intention)).action
+'move'
 """
 
 from __future__ import annotations
@@ -20,7 +41,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.errors import LLMError, LLMSchemaError
-from sim.llm.tools import schema_of
+from sim.llm.tools import FunctionCall, ToolCalls, ToolDeclaration
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
 
 #: What ``MockAdapter.enqueue`` accepts: an answer, or an exception to raise.
@@ -135,6 +156,52 @@ def _placeholder(annotation: Any, metadata: Sequence[Any] = ()) -> Any:
     return None  # unknown: validation reports it
 
 
+def default_tool_calls(tools: Sequence[ToolDeclaration]) -> ToolCalls:
+    """One call of the first declared tool, its required arguments filled from their JSON
+    Schema (``"mock"``, ``0``, ``False``, empty collections, an enum's first value).
+
+    >>> wait = ToolDeclaration(name="wait", description="Wait.", parameters={"type": "object"})
+    >>> say = ToolDeclaration(
+    ...     name="say",
+    ...     description="Say something.",
+    ...     parameters={
+    ...         "type": "object",
+    ...         "properties": {"to": {"type": "string"}, "loud": {"type": "boolean"}},
+    ...         "required": ["to"],
+    ...     },
+    ... )
+    >>> default_tool_calls([say, wait]).calls
+    [FunctionCall(name='say', arguments={'to': 'mock'}, call_id='mock_call_1')]
+    """
+    if not tools:
+        return ToolCalls()
+    tool = tools[0]
+    properties = tool.parameters.get("properties") or {}
+    arguments = {
+        name: _json_placeholder(properties.get(name) or {})
+        for name in tool.parameters.get("required") or []
+    }
+    return ToolCalls(
+        calls=[FunctionCall(name=tool.name, arguments=arguments, call_id="mock_call_1")]
+    )
+
+
+def _json_placeholder(schema: Mapping[str, Any]) -> Any:
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    return {
+        "string": "mock",
+        "integer": 0,
+        "number": 0.0,
+        "boolean": False,
+        "array": [],
+        "object": {},
+    }.get(str(kind))
+
+
 class MockAdapter:
     """A deterministic offline adapter: queued answers first, then schema defaults.
 
@@ -197,13 +264,19 @@ class MockAdapter:
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         """Record the call, then answer from the queue or the default.
 
-        Raises:
-            LLMConfigurationError: ``request`` asks for tool calls (no tool support).
+        A tool-calling request (``request.tools``) is answered with a ``ToolCalls``: a
+        queued ``ToolCalls``, ``FunctionCall`` (one call) or dict, else ``default``, else
+        a call of the first declared tool with its required arguments filled
+        (``default_tool_calls``). A queued call of an undeclared tool is answered as is,
+        as a model might.
         """
         self.call_count += 1
         self.calls.append(request)
-        schema = schema_of(self, request)
+        schema = ToolCalls if request.tools is not None else request.schema
+        assert schema is not None  # a ModelRequest has exactly one of schema and tools
         item = self._queue.popleft() if self._queue else None
+        if isinstance(item, FunctionCall):
+            item = ToolCalls(calls=[item])
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -212,11 +285,12 @@ class MockAdapter:
             if isinstance(item, BaseException):
                 raise item
             if item is None:
-                item = (
-                    self.default(schema, request.input)
-                    if self.default is not None
-                    else default_instance(schema)
-                )
+                if self.default is not None:
+                    item = self.default(schema, request.input)
+                elif request.tools is not None:
+                    item = default_tool_calls(request.tools)
+                else:
+                    item = default_instance(schema)
             parsed = _coerce(item, schema)
         finally:
             self.in_flight -= 1
@@ -292,4 +366,5 @@ __all__ = [
     "MockCall",
     "MockItem",
     "default_instance",
+    "default_tool_calls",
 ]

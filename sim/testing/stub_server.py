@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import ssl as ssl_module
 import threading
 import uuid
 from collections import Counter, OrderedDict, deque
@@ -146,6 +147,9 @@ class StubStats:
     generations: int = 0
     #: requests answered from the idempotency cache (not generated, not billed)
     replayed: int = 0
+    #: generation requests received and not yet answered (a test waits on this instead of
+    #: sleeping: after a client is killed, its requests still finish server-side)
+    in_flight: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -159,6 +163,7 @@ class StubStats:
             "connections": self.connections,
             "generations": self.generations,
             "replayed": self.replayed,
+            "in_flight": self.in_flight,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
@@ -201,10 +206,11 @@ class StubServer:
         self.peak_active = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
+        self.scheme = "http"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.scheme}://127.0.0.1:{self.port}/v1"
 
     def enqueue(self, *faults: str | None) -> None:
         """Faults for the next generation requests, in order (``None``: answer normally)."""
@@ -220,9 +226,15 @@ class StubServer:
         self.model_faults.clear()
         self.log.clear()
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._connection, host, port, backlog=1024)
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
+    ) -> int:
+        """Listen on ``host:port`` (0: any free port); with ``ssl``, as an https server."""
+        self._server = await asyncio.start_server(
+            self._connection, host, port, backlog=1024, ssl=ssl
+        )
         self.port = self._server.sockets[0].getsockname()[1]
+        self.scheme = "https" if ssl is not None else "http"
         return self.port
 
     async def close(self) -> None:
@@ -232,8 +244,10 @@ class StubServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def serve_forever(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        await self.start(host, port)
+    async def serve_forever(
+        self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
+    ) -> None:
+        await self.start(host, port, ssl)
         assert self._server is not None
         async with self._server:
             await self._server.serve_forever()
@@ -338,6 +352,7 @@ class StubServer:
                     # answered from the cache, not generated or billed a second time
                     self.stats.replayed += 1
                     return 200, self._answered[idempotency_key], {}
+                self.stats.in_flight += 1
                 self.active += 1
                 self.peak_active = max(self.peak_active, self.active)
                 try:
@@ -346,6 +361,7 @@ class StubServer:
                     else:
                         payload = await self._chat(request)
                 finally:
+                    self.stats.in_flight -= 1
                     self.active -= 1
                 stall = bool(payload.pop("_stub_stall", False))
                 if idempotency_key is not None:
@@ -590,22 +606,35 @@ class StubServer:
 class ServerThread:
     """Run a ``StubServer`` on its own event loop in a daemon thread (pytest, notebooks).
 
-    Usage::
+    Usage (runs as a doctest in the test suite):
 
-        with ServerThread(StubServer()) as server:
-            client = AsyncOpenAI(base_url=server.base_url, api_key="x")
+    >>> from openai import OpenAI
+    >>> with ServerThread(StubServer()) as server:
+    ...     client = OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    ...     answer = client.chat.completions.create(
+    ...         model="stub-model", messages=[{"role": "user", "content": "Hello"}]
+    ...     )
+    ...     print(server.stats.generations, answer.choices[0].message.content)
+    1 Understood.
     """
 
-    def __init__(self, server: StubServer, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        server: StubServer,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
         self.server = server
         self.host, self.port = host, port
+        self.ssl = ssl
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-stub-server", daemon=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self.server.start(self.host, self.port))
+        self._loop.run_until_complete(self.server.start(self.host, self.port, self.ssl))
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(self.server.close())

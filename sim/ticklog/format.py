@@ -20,8 +20,11 @@ marker file (``tick-000004.commit.json``) written through ``Storage.commit``'s j
 ``recover_logs`` copies a marker's record into its log and removes the marker, so after a
 crash at any instant world files, response store and log agree.
 
-A format change is a numbered migration in ``MIGRATIONS`` (records of version k are
-upgraded to k+1 on read); a log the engine cannot read raises ``LogError``.
+Records are typed (``sim.ticklog.records``): ``read_log`` is the one reader, and every
+view (``sim log``, ``sim usage``, the report, replay, rewind, tune) goes through it. A
+format change is a numbered migration in ``MIGRATIONS`` (records of version k are upgraded
+to k+1 on read, as JSON objects, before they are validated); a log the engine cannot read
+raises ``LogError`` naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -37,9 +40,22 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from sim.errors import SimError
+from sim.errors import LogError
 from sim.llm.calls import digest
+from sim.ticklog.records import (
+    CallRecord,
+    CommitRecord,
+    HeaderRecord,
+    LogRecord,
+    PhaseRecord,
+    StateRecord,
+    UsageRecord,
+    dump_record,
+    parse_record,
+    record_data,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +64,12 @@ LOG_DIR = ".sim/log"
 STATE_KINDS = ("characters", "locations")
 STORE_DIR = ".sim/responses"
 
-Record = dict[str, Any]
+#: one record as the JSON object of its line, before validation (what migrations work on)
+RawRecord = dict[str, Any]
 #: version k -> function upgrading one record of version k to version k + 1
-MIGRATIONS: Mapping[int, Callable[[Record], Record]] = {}
-
-
-class LogError(SimError):
-    """A tick log the engine cannot read (named, with the line and the reason)."""
-
-    exit_code = 1
+MIGRATIONS: Mapping[int, Callable[[RawRecord], RawRecord]] = {}
+#: folders of ``LOG_DIR`` holding logs set aside by a tick started afresh (never deleted)
+ABANDONED_DIR = "abandoned"
 
 
 def log_rel(tick: int) -> str:
@@ -71,14 +84,18 @@ def log_path(root: Path, tick: int) -> Path:
     return root / log_rel(tick)
 
 
-def list_logs(root: Path) -> list[tuple[int, Path]]:
-    """(tick, path) of every tick log in the world, oldest first."""
-    folder = root / LOG_DIR
+def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:
+    """(tick, path) of every tick log in ``folder`` of the world, oldest first.
+
+    Logs set aside into ``abandoned/`` are named ``tick-NNNNNN.k.jsonl``; they are listed
+    too when ``folder`` is that folder (their calls were sent: ``sim usage`` counts them).
+    """
+    where = root / folder
     out: list[tuple[int, Path]] = []
-    if not folder.is_dir():
+    if not where.is_dir():
         return out
-    for path in folder.glob("tick-*.jsonl"):
-        number = path.name.removeprefix("tick-").removesuffix(".jsonl")
+    for path in where.glob("tick-*.jsonl"):
+        number = path.name.removeprefix("tick-").split(".", 1)[0]
         if number.isdigit():
             out.append((int(number), path))
     return sorted(out)
@@ -126,21 +143,20 @@ def state_digest(files: Mapping[str, bytes]) -> str:
     return digest(bytes(hasher))
 
 
-def pack_state(files: Mapping[str, bytes]) -> Record:
+def pack_state(files: Mapping[str, bytes]) -> StateRecord:
     payload = orjson.dumps({rel: files[rel].decode("utf-8") for rel in sorted(files)})
-    return {
-        "type": "state_before",
-        "encoding": "zlib+base64",
-        "digest": state_digest(files),
-        "files": len(files),
-        "data": base64.b64encode(zlib.compress(payload, 1)).decode("ascii"),
-    }
+    return StateRecord(
+        encoding="zlib+base64",
+        digest=state_digest(files),
+        files=len(files),
+        data=base64.b64encode(zlib.compress(payload, 1)).decode("ascii"),
+    )
 
 
-def unpack_state(record: Mapping[str, Any]) -> dict[str, bytes]:
-    if record.get("encoding") != "zlib+base64":
-        raise ValueError(f"unknown state encoding {record.get('encoding')!r}")
-    payload = orjson.loads(zlib.decompress(base64.b64decode(record["data"])))
+def unpack_state(record: StateRecord) -> dict[str, bytes]:
+    if record.encoding != "zlib+base64":
+        raise ValueError(f"unknown state encoding {record.encoding!r}")
+    payload = orjson.loads(zlib.decompress(base64.b64decode(record.data)))
     return {rel: text.encode("utf-8") for rel, text in payload.items()}
 
 
@@ -160,9 +176,9 @@ class LogWriter:
         _cut_torn_tail(path)
         self._handle = open(path, "ab")  # noqa: SIM115 - held for the tick, closed by close()
 
-    def append(self, record: Record) -> None:
+    def append(self, record: LogRecord) -> None:
         """Write one record and hand it to the OS (it survives the process being killed)."""
-        self._handle.write(orjson.dumps(record) + b"\n")
+        self._handle.write(dump_record(record) + b"\n")
         self._handle.flush()
 
     def sync(self) -> None:
@@ -187,17 +203,12 @@ def _cut_torn_tail(path: Path) -> None:
             handle.truncate(data.rfind(b"\n") + 1)
 
 
-def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> Record:
+def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> HeaderRecord:
     """The first record. ``scope`` is a nonce for this run of the tick: it keys the
     idempotency of its calls and is kept by a resume (see ``sim.llm.calls``)."""
-    return {
-        "type": "header",
-        "format": FORMAT_VERSION,
-        "tick": tick,
-        "seed": seed,
-        "config": dict(config),
-        "scope": scope,
-    }
+    return HeaderRecord(
+        format=FORMAT_VERSION, tick=tick, seed=seed, config=dict(config), scope=scope
+    )
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -205,20 +216,26 @@ def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> 
 
 @dataclass
 class TickLog:
-    """A tick log as read back: the last record of each kind wins after a resume."""
+    """A tick log as read back: the last record of each kind wins after a resume.
+
+    ``calls`` holds the last record per request id (what replay and resume answer from);
+    ``call_records`` holds every call record in the file, including those a resume
+    superseded by sending the call again: their attempts were billed too (``books``).
+    """
 
     path: Path
     tick: int
-    header: Record
-    state_before: Record | None = None
+    header: HeaderRecord
+    state_before: StateRecord | None = None
     instructions: dict[str, str] = field(default_factory=dict)
-    calls: dict[str, Record] = field(default_factory=dict)
-    phases: dict[str, Record] = field(default_factory=dict)
-    usage: Record | None = None
-    commit: Record | None = None
+    calls: dict[str, CallRecord] = field(default_factory=dict)
+    call_records: list[CallRecord] = field(default_factory=list)
+    phases: dict[str, PhaseRecord] = field(default_factory=dict)
+    usage: UsageRecord | None = None
+    commit: CommitRecord | None = None
     resumes: int = 0
     torn: bool = False
-    records: list[Record] = field(default_factory=list)
+    records: list[LogRecord] = field(default_factory=list)
 
     @property
     def committed(self) -> bool:
@@ -231,13 +248,18 @@ class TickLog:
 
     def phase_results(self, name: str) -> dict[str, Any]:
         record = self.phases.get(name)
-        return dict(record.get("results") or {}) if record else {}
+        return dict(record.results) if record else {}
 
     def failures(self) -> int:
-        return sum(1 for call in self.calls.values() if call.get("error_code"))
+        return sum(1 for call in self.calls.values() if call.failed)
+
+    def replay_calls(self) -> dict[str, dict[str, Any]]:
+        """The last call record per request id as JSON objects: what the ``replay``
+        provider (``sim.llm.adapters.replay``, below this package) answers from."""
+        return {rid: record_data(call) for rid, call in self.calls.items()}
 
 
-def _migrate(record: Record, version: int, path: Path, line: int) -> Record:
+def _migrate(record: RawRecord, version: int, path: Path, line: int) -> RawRecord:
     while version < FORMAT_VERSION:
         step = MIGRATIONS.get(version)
         if step is None:
@@ -247,9 +269,23 @@ def _migrate(record: Record, version: int, path: Path, line: int) -> Record:
     return record
 
 
-def parse_records(lines: Iterable[bytes], path: Path) -> tuple[list[Record], bool]:
+def _invalid(path: Path, line: int, kind: object, exc: ValidationError) -> LogError:
+    """A record that does not fit its model, named by line, field and reason."""
+    problems = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(p) for p in error["loc"] if p != kind)
+        if error["type"] == "extra_forbidden":
+            problems.append(f"unknown field '{where}' (written by a newer sim?)")
+        elif error["type"] == "union_tag_invalid":
+            problems.append(f"unknown record type {kind!r}")
+        else:
+            problems.append(f"field '{where}': {error['msg']}")
+    return LogError(f"{path}: line {line}: {kind} record: {'; '.join(problems)}")
+
+
+def parse_records(lines: Iterable[bytes], path: Path) -> tuple[list[LogRecord], bool]:
     """Parse JSONL lines; a torn last line is reported by the flag, any other bad line raises."""
-    records: list[Record] = []
+    records: list[LogRecord] = []
     raw = list(lines)
     torn = False
     version: int | None = None
@@ -257,34 +293,38 @@ def parse_records(lines: Iterable[bytes], path: Path) -> tuple[list[Record], boo
         if not line.strip():
             continue
         try:
-            record = orjson.loads(line)
+            data = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             if number == len(raw) and not line.endswith(b"\n"):
                 torn = True  # a crash cut the last write short
                 break
             raise LogError(f"{path}: line {number}: not valid JSON ({exc})") from None
-        if not isinstance(record, dict) or "type" not in record:
+        if not isinstance(data, dict) or "type" not in data:
             raise LogError(f"{path}: line {number}: expected an object with a 'type'")
         if version is None:
-            if record["type"] != "header" or not isinstance(record.get("format"), int):
+            if data["type"] != "header" or not isinstance(data.get("format"), int):
                 raise LogError(
                     f"{path}: line {number}: the first record must be a header "
                     "with a format version"
                 )
-            version = record["format"]
+            version = int(data["format"])
             if version > FORMAT_VERSION:
                 raise LogError(
                     f"{path}: log format {version} is newer than this sim "
                     f"(reads up to {FORMAT_VERSION}); upgrade sim"
                 )
-        records.append(_migrate(record, version, path, number))
+        data = _migrate(data, version, path, number)
+        try:
+            records.append(parse_record(data))
+        except ValidationError as exc:
+            raise _invalid(path, number, data.get("type"), exc) from None
     if version is None:
         raise LogError(f"{path}: empty log (no header)")
     return records, torn
 
 
 def read_log(path: Path) -> TickLog:
-    """Read one tick log.
+    """Read one tick log: the one reader of the format.
 
     Raises:
         LogError: the file is missing, malformed, or of an unknown format.
@@ -295,32 +335,33 @@ def read_log(path: Path) -> TickLog:
         raise LogError(f"{path}: cannot read the tick log: {exc.strerror}") from None
     records, torn = parse_records(data.splitlines(keepends=True), path)
     head = records[0]
-    log = TickLog(path, int(head.get("tick", 0)), head, torn=torn, records=records)
+    assert isinstance(head, HeaderRecord)  # parse_records checks the first record
+    log = TickLog(path, head.tick, head, torn=torn, records=records)
     for record in records[1:]:
-        kind = record["type"]
-        if kind == "state_before":
+        if isinstance(record, StateRecord):
             log.state_before = record
-        elif kind == "instructions":
-            log.instructions[record["digest"]] = record["text"]
-        elif kind == "call":
-            log.calls.pop(record["request_id"], None)
-            log.calls[record["request_id"]] = record
-        elif kind == "phase":
-            log.phases[record["name"]] = record
-        elif kind == "usage":
+        elif record.type == "instructions":
+            log.instructions[record.digest] = record.text
+        elif isinstance(record, CallRecord):
+            log.calls.pop(record.request_id, None)
+            log.calls[record.request_id] = record
+            log.call_records.append(record)
+        elif isinstance(record, PhaseRecord):
+            log.phases[record.name] = record
+        elif isinstance(record, UsageRecord):
             log.usage = record
-        elif kind == "commit":
+        elif isinstance(record, CommitRecord):
             log.commit = record
-        elif kind == "resume":
+        elif record.type == "resume":
             log.resumes += 1
     return log
 
 
-def read_logs(root: Path) -> tuple[list[TickLog], list[LogError]]:
-    """Every readable log of a world, and a problem for each one that is not."""
+def read_logs(root: Path, folder: str = LOG_DIR) -> tuple[list[TickLog], list[LogError]]:
+    """Every readable log of a world (in ``folder``), and a problem for each one that is not."""
     logs: list[TickLog] = []
     problems: list[LogError] = []
-    for _, path in list_logs(root):
+    for _, path in list_logs(root, folder):
         try:
             logs.append(read_log(path))
         except LogError as exc:
@@ -341,8 +382,11 @@ def recover_logs(root: Path) -> list[int]:
     if not folder.is_dir():
         return done
     for marker in sorted(folder.glob("tick-*.commit.json")):
-        record = orjson.loads(marker.read_bytes())
-        path = log_path(root, int(record["tick"]))
+        try:
+            record = CommitRecord.model_validate_json(marker.read_bytes())
+        except ValidationError as exc:
+            raise _invalid(marker, 1, "commit", exc) from None
+        path = log_path(root, record.tick)
         if path.is_file():
             try:
                 complete = read_log(path).commit is not None
@@ -353,7 +397,7 @@ def recover_logs(root: Path) -> list[int]:
                 writer = LogWriter(path)
                 writer.append(record)
                 writer.close()
-                done.append(int(record["tick"]))
+                done.append(record.tick)
         marker.unlink()
     return done
 
@@ -368,3 +412,33 @@ def prune(root: Path, current_tick: int, keep_ticks: int) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+__all__ = [
+    "ABANDONED_DIR",
+    "FORMAT_VERSION",
+    "LOG_DIR",
+    "MIGRATIONS",
+    "STATE_KINDS",
+    "STORE_DIR",
+    "LogError",
+    "LogWriter",
+    "RawRecord",
+    "TickLog",
+    "header",
+    "is_state_file",
+    "list_logs",
+    "log_path",
+    "log_rel",
+    "marker_rel",
+    "pack_state",
+    "parse_records",
+    "prune",
+    "read_log",
+    "read_logs",
+    "read_state",
+    "read_store",
+    "recover_logs",
+    "state_digest",
+    "unpack_state",
+]

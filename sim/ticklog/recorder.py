@@ -20,9 +20,17 @@ from typing import Any
 import orjson
 
 from sim.config import Config, redacted
+from sim.errors import LogError
 from sim.llm.adapters.replay import ReplayAdapter
-from sim.llm.budget import Price, price_attempts
-from sim.llm.calls import CallIdentity, current_call, digest, request_id, schema_digest
+from sim.llm.budget import Price
+from sim.llm.calls import (
+    CallIdentity,
+    current_call,
+    digest,
+    observed_failure,
+    request_id,
+    schema_digest,
+)
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
 from sim.llm.streaming import CallText
@@ -30,8 +38,9 @@ from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.phases.base import TickContext
 from sim.storage import Storage
+from sim.ticklog.books import attempts_cost
 from sim.ticklog.format import (
-    LogError,
+    ABANDONED_DIR,
     LogWriter,
     TickLog,
     header,
@@ -43,6 +52,19 @@ from sim.ticklog.format import (
     read_log,
     read_store,
     state_digest,
+)
+from sim.ticklog.records import (
+    AttemptRecord,
+    CallRecord,
+    CommitRecord,
+    InstructionsRecord,
+    InterruptedRecord,
+    PhaseRecord,
+    PhaseReportRecord,
+    ResumeRecord,
+    TokenCounts,
+    UsageRecord,
+    dump_record,
 )
 from sim.world import World
 
@@ -66,16 +88,22 @@ def request_schema(request: LLMRequest) -> tuple[str, str]:
     return request.schema.__name__, schema_digest(request.schema)
 
 
-def _attempt(event: LLMEvent) -> dict[str, Any]:
-    """One attempt of a call, as the log records it (``raw`` only for the final answer)."""
-    return {
+def _attempt(
+    event: LLMEvent, model: str | None = None, raw: str | None = None, error: str | None = None
+) -> AttemptRecord:
+    """One attempt of a call, as the log records it (``raw`` only for the final answer,
+    ``error`` only for a failed final one)."""
+    fields: dict[str, Any] = {
         "attempt": event.attempt,
-        "model": event.model,
-        "usage": event.usage.to_dict(),
+        "model": event.model if model is None else model,
+        "usage": TokenCounts.of(event.usage),
         "latency": round(event.latency, 6),
         "error_code": event.error_code,
-        "raw": None,
+        "raw": raw,
     }
+    if error is not None:
+        fields["error"] = error
+    return AttemptRecord(**fields)
 
 
 def _results(name: str, ctx: TickContext) -> dict[str, Any]:
@@ -90,7 +118,7 @@ def _results(name: str, ctx: TickContext) -> dict[str, Any]:
 
 def _set_aside(path: Path) -> Path:
     """Move a log the tick cannot continue into ``.sim/log/abandoned/``, never deleting it."""
-    folder = path.parent / "abandoned"
+    folder = path.parent / ABANDONED_DIR
     folder.mkdir(parents=True, exist_ok=True)
     n = 1
     while (target := folder / f"{path.stem}.{n}.jsonl").exists():
@@ -125,33 +153,40 @@ class TickRecorder:
         self.resumed_calls = 0
         self._counters: dict[tuple[str, str | None], int] = {}
         self._inflight: dict[int, CallIdentity] = {}
-        self._attempts: dict[int, list[dict[str, Any]]] = {}
+        self._attempts: dict[int, list[AttemptRecord]] = {}
         self._instructions: set[str] = set(partial.instructions) if partial else set()
         self._calls: set[str] = set(partial.calls) if partial else set()
-        self._commit: dict[str, Any] | None = None
+        self._commit: CommitRecord | None = None
         #: what the tick's logged calls cost at the configured prices
         self._cost_usd = 0.0
         self._prices: dict[str, Price | None] = {}
         #: a logged call used a model without a price: the tick's cost is unknown
         self._cost_unknown = False
-        for call in partial.calls.values() if partial else ():
-            self._add_cost(call.get("cost_usd"))
+        #: per request id, the failed attempts whose outcome a run saw (``sim.llm.calls``:
+        #: a call sent again after them asks with a fresh idempotency key)
+        self._failures_seen: dict[str, int] = {}
+        # every call record, superseded ones included: a resumed call's earlier attempts
+        # were billed too
+        for call in partial.call_records if partial else ():
+            self._add_cost(call.cost_usd)
+            self._failures_seen[call.request_id] = self._failures_seen.get(
+                call.request_id, 0
+            ) + sum(1 for a in call.every_attempt() if observed_failure(a.error_code))
         self.writer = LogWriter(log_path(root, tick))
         #: keys the idempotency of this tick's calls; a resume keeps it (sim.llm.calls)
         self.scope = (
-            str(partial.header.get("scope") or partial.path) if partial else secrets.token_hex(8)
+            (partial.header.scope or str(partial.path)) if partial else secrets.token_hex(8)
         )
         if partial is None:
             self.writer.append(header(tick, redacted(config), seed, self.scope))
             self.writer.append(pack_state(before))
         else:
             self.writer.append(
-                {
-                    "type": "resume",
-                    "attempt": partial.resumes + 2,
-                    "calls_logged": len(partial.calls),
-                    "config": redacted(config),
-                }
+                ResumeRecord(
+                    attempt=partial.resumes + 2,
+                    calls_logged=len(partial.calls),
+                    config=redacted(config),
+                )
             )
         self.writer.sync()
 
@@ -174,7 +209,7 @@ class TickRecorder:
                 if (
                     log.committed
                     or log.state_before is None
-                    or log.state_before.get("digest") != state_digest(before)
+                    or log.state_before.digest != state_digest(before)
                 ):
                     target = _set_aside(path)
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
@@ -188,7 +223,7 @@ class TickRecorder:
         """The adapter the tick should use: recording, and resuming if the log has calls."""
         if self.partial is not None and self.partial.calls:
             adapter = ReplayAdapter(
-                self.partial.calls,
+                self.partial.replay_calls(),
                 instructions=self.partial.instructions,
                 live=adapter,
                 mode="resume",
@@ -219,6 +254,9 @@ class TickRecorder:
                 previous_response_id=event.previous_response_id,
                 depth=event.depth,
                 scope=self.scope,
+                failures_seen=self._failures_seen.get(
+                    request_id(self.tick, event.phase, event.entity_key, n), 0
+                ),
             )
             self._inflight[key] = ident
             self._attempts[key] = []
@@ -239,18 +277,17 @@ class TickRecorder:
         partial = {(c.phase, c.entity_key): c.text for c in streamed}
         for ident in self._inflight.values():
             self.writer.append(
-                {
-                    "type": "interrupted",
-                    "request_id": ident.request_id,
-                    "phase": ident.phase,
-                    "entity_key": ident.entity_key,
-                    "partial": partial.get((ident.phase, ident.entity_key), ""),
-                }
+                InterruptedRecord(
+                    request_id=ident.request_id,
+                    phase=ident.phase,
+                    entity_key=ident.entity_key,
+                    partial=partial.get((ident.phase, ident.entity_key), ""),
+                )
             )
         self._inflight.clear()
         self.writer.sync()
 
-    def _record(self, ident: CallIdentity, event: LLMEvent, earlier: list[dict[str, Any]]) -> None:
+    def _record(self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]) -> None:
         record = self._call_record(ident, event, earlier)
         if record is None:
             self.resumed_calls += 1
@@ -258,20 +295,15 @@ class TickRecorder:
         if ident.instructions_digest not in self._instructions:
             self._instructions.add(ident.instructions_digest)
             self.writer.append(
-                {
-                    "type": "instructions",
-                    "digest": ident.instructions_digest,
-                    "text": ident.instructions,
-                }
+                InstructionsRecord(digest=ident.instructions_digest, text=ident.instructions)
             )
         self._calls.add(ident.request_id)
         self.writer.append(record)
 
     def _call_record(
-        self, ident: CallIdentity, event: LLMEvent, earlier: list[dict[str, Any]]
-    ) -> dict[str, Any] | None:
-        record: dict[str, Any] = {
-            "type": "call",
+        self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]
+    ) -> CallRecord | None:
+        sent: dict[str, Any] = {
             "request_id": ident.request_id,
             "phase": ident.phase,
             "entity_key": ident.entity_key,
@@ -287,44 +319,43 @@ class TickRecorder:
             "previous_response_id": ident.previous_response_id,
             "digest": ident.digest,
             "latency": round(event.latency, 6),
-            "usage": event.usage.to_dict(),
+            "usage": TokenCounts.of(event.usage),
         }
         response = event.response
-        final = _attempt(event)
         if event.kind == "llm_completed" and response is not None:
             served = response.served_from
             parsed = response.parsed
-            final.update(model=response.model, raw=response.raw)
-            record.update(
-                source=served,
-                result=parsed.model_dump(mode="json"),
-                result_type=f"{type(parsed).__module__}:{type(parsed).__qualname__}",
-                response_id=response.response_id,
-                response_model=response.model,
-                finish_reason=response.finish_reason,
-                error_code=None,
-                error=None,
-            )
+            final = _attempt(event, model=response.model, raw=response.raw)
+            came_back: dict[str, Any] = {
+                "source": served,
+                "result": parsed.model_dump(mode="json"),
+                "result_type": f"{type(parsed).__module__}:{type(parsed).__qualname__}",
+                "response_id": response.response_id,
+                "response_model": response.model,
+                "finish_reason": response.finish_reason,
+                "error_code": None,
+                "error": None,
+            }
         else:
             error = event.error
             served = error.served_from if error is not None else "live"
             message = str(error) if error is not None else ""
-            final["error"] = message
-            record.update(
-                source=served,
-                result=None,
-                response_id=None,
-                response_model=None,
-                finish_reason=None,
-                error_code=event.error_code,
-                error=message,
-            )
-        record["attempts"] = attempts = [*earlier, final]
-        record["cost_usd"] = self._cost(attempts)
+            final = _attempt(event, error=message)
+            came_back = {
+                "source": served,
+                "result": None,
+                "response_id": None,
+                "response_model": None,
+                "finish_reason": None,
+                "error_code": event.error_code,
+                "error": message,
+            }
+        attempts = [*earlier, final]
+        cost = self._cost(attempts)
         if served == "resume":
             return None  # already in this log, its cost counted
-        self._add_cost(record["cost_usd"])
-        return record
+        self._add_cost(cost)
+        return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost)
 
     def _add_cost(self, cost: float | None) -> None:
         if cost is None:
@@ -332,12 +363,12 @@ class TickRecorder:
         else:
             self._cost_usd += float(cost)
 
-    def _cost(self, attempts: list[dict[str, Any]]) -> float | None:
+    def _cost(self, attempts: list[AttemptRecord]) -> float | None:
         """What the attempts cost at the configured prices (``None``: a model has no price).
 
         Each model's price is looked up once per tick: this runs for every call.
         """
-        return price_attempts(attempts, self.config.prices, self._prices).value
+        return attempts_cost(attempts, self.config.prices, self._prices).value
 
     # -- phases and commit ----------------------------------------------------------------
 
@@ -345,12 +376,11 @@ class TickRecorder:
         """Record a phase's results and make the log durable before the next phase."""
         report = ctx.reports[-1]
         self.writer.append(
-            {
-                "type": "phase",
-                "name": name,
-                "report": report.to_dict(),
-                "results": _results(name, ctx),
-            }
+            PhaseRecord(
+                name=name,
+                report=PhaseReportRecord.model_validate(report.to_dict()),
+                results=_results(name, ctx),
+            )
         )
         self.writer.sync()
 
@@ -373,17 +403,18 @@ class TickRecorder:
                 after[rel] = data
         cost = None if self._cost_unknown else round(self._cost_usd, 8)
         self.writer.append(
-            {"type": "usage", **totals, "cost": cost, "resumed_calls": self.resumed_calls}
+            UsageRecord.model_validate(
+                {**totals, "cost": cost, "resumed_calls": self.resumed_calls}
+            )
         )
         self.writer.sync()
-        self._commit = {
-            "type": "commit",
-            "tick": self.tick,
-            "state_after": state_digest(after),
-            "calls": len(self._calls),
-            "committed_at": time.time(),
-        }
-        return {marker_rel(self.tick): orjson.dumps(self._commit)}
+        self._commit = CommitRecord(
+            tick=self.tick,
+            state_after=state_digest(after),
+            calls=len(self._calls),
+            committed_at=time.time(),
+        )
+        return {marker_rel(self.tick): dump_record(self._commit)}
 
     def committed(self) -> None:
         """After the commit: the log gets its final record, the marker goes, old logs too."""

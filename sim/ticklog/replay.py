@@ -20,12 +20,12 @@ from pathlib import Path
 
 from sim.config import Config
 from sim.engine.runner import Runner, build_adapter
-from sim.errors import InputError
+from sim.errors import InputError, LogError
 from sim.llm.adapters.replay import Drift, ReplayAdapter
 from sim.llm.stack import close_stack
 from sim.llm.types import Adapter
 from sim.storage import Storage
-from sim.ticklog.format import LogError, TickLog, log_path, read_log, read_state, state_digest
+from sim.ticklog.format import TickLog, log_path, read_log, read_state, state_digest
 
 WORLD_INPUTS = ("prompts", "config.toml")
 
@@ -143,7 +143,9 @@ async def _replay(
             if live and sender is None:
                 sender = build_adapter(config, Storage(scratch).load())
             adapter = ReplayAdapter(
-                log.calls, instructions=log.instructions, live=sender if live else None
+                log.replay_calls(),
+                instructions=log.instructions,
+                live=sender if live else None,
             )
             result = (await Runner(scratch, config, adapter=adapter).run_async(1))[0]
             report.ticks.append(_compare(world_dir, scratch, log, adapter, result.narratives))
@@ -158,7 +160,7 @@ def _compare(
 ) -> TickReplay:
     after = read_state(scratch)
     assert log.commit is not None
-    matches = state_digest(after) == log.commit["state_after"]
+    matches = state_digest(after) == log.commit.state_after
     differing: list[str] = []
     following = log_path(world_dir, log.tick + 1)
     if not matches and following.is_file():

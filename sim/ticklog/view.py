@@ -5,13 +5,17 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from sim.llm.adapters.replay import Drift
-from sim.ticklog.format import LogError, TickLog, list_logs, read_log
-from sim.ticklog.replay import ReplayReport
+from sim.errors import LogError
+from sim.ticklog.books import call_cost, call_usage, tick_books
+from sim.ticklog.format import TickLog, list_logs, read_log
+
+if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
+    from sim.llm.adapters.replay import Drift
+    from sim.ticklog.replay import ReplayReport
 
 
 def last_log(root: Path) -> TickLog:
@@ -22,35 +26,23 @@ def last_log(root: Path) -> TickLog:
 
 
 def summary(log: TickLog) -> dict[str, Any]:
-    """One tick in numbers: calls, failures, tokens, cost, wall time."""
-    usage = (log.usage or {}).get("usage") or {}
-    tokens = sum(
-        int(c.get("usage", {}).get("input_tokens", 0))
-        + int(c.get("usage", {}).get("output_tokens", 0))
-        for c in log.calls.values()
-    )
+    """One tick in numbers: calls, failures, tokens and cost over every attempt (at the
+    prices in effect when it ran; ``None``: a model had no price), attempts that timed out,
+    wall time."""
+    books = tick_books(log)
     return {
         "tick": log.tick,
         "committed": log.committed,
-        "calls": len(log.calls),
-        "failures": log.failures(),
-        "tokens": tokens,
-        "input_tokens": usage.get("input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "cost": _cost(log),
-        "wall": (log.usage or {}).get("elapsed"),
+        "calls": books.calls,
+        "failures": books.failures,
+        "tokens": books.tokens,
+        "input_tokens": books.usage.input_tokens,
+        "output_tokens": books.usage.output_tokens,
+        "cost": books.cost.value,
+        "timed_out": books.timed_out,
+        "wall": log.usage.elapsed if log.usage is not None else None,
         "resumes": log.resumes,
     }
-
-
-def _cost(log: TickLog) -> float | None:
-    """The tick's cost at the prices configured when it ran (``None``: a model had no price)."""
-    if log.usage is not None and "cost" in log.usage:
-        cost = log.usage["cost"]
-        return None if cost is None else float(cost)
-    costs = [c.get("cost_usd") for c in log.calls.values()]
-    known = [float(c) for c in costs if c is not None]
-    return None if len(known) < len(costs) else sum(known)
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -58,9 +50,10 @@ def summary_line(data: dict[str, Any]) -> str:
     wall = "-" if data["wall"] is None else f"{data['wall']:.2f}s"
     state = "" if data["committed"] else "  (interrupted: not committed)"
     resumed = f"  resumed {data['resumes']}x" if data["resumes"] else ""
+    timed = f"  {data['timed_out']} timed out (may be billed)" if data.get("timed_out") else ""
     return (
         f"{data['tick']:>6}  {data['calls']:>5}  {data['failures']:>8}  "
-        f"{data['tokens']:>8}  {cost:>9}  {wall:>8}{resumed}{state}"
+        f"{data['tokens']:>8}  {cost:>9}  {wall:>8}{resumed}{timed}{state}"
     )
 
 
@@ -99,16 +92,15 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             yield textwrap.fill(str(narratives[lid]), width=88)
         for outcome in (resolutions.get(lid) or {}).get("outcomes", []):
             cid = outcome.get("character_id")
-            intent = intentions.get(cid, {})
+            intent = intentions.get(cid) or {}
             target = f" {intent['target']}" if intent.get("target") else ""
             who = names.get(cid, cid)
             yield f"  {who}: intends {intent.get('action', '?')}{target}"
             yield f"    -> {outcome.get('outcome', '')}"
     for name, record in log.phases.items():
-        report = record.get("report") or {}
-        for key, reason in (report.get("errors") or {}).items():
+        for key, reason in record.report.errors.items():
             yield f"fallback: {name} {key}: {reason}"
-        for warning in report.get("warnings") or []:
+        for warning in record.report.warnings:
             yield f"ignored: {warning}"
     yield ""
     yield SUMMARY_HEAD
@@ -124,24 +116,20 @@ CALLS_HEAD = (
 def call_lines(log: TickLog) -> Iterator[str]:
     """One line per logged call: the model that answered (else the one asked), the depth
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
-    over all attempts, and cost."""
+    over all attempts, and cost. A call a resume sent again has a line per record: the
+    earlier one's attempts were sent too, so the lines add up to the tick's totals."""
     yield CALLS_HEAD
-    for call in log.calls.values():
-        usage: dict[str, int] = {}
-        for attempt in call.get("attempts") or [{"usage": call.get("usage") or {}}]:
-            for key, value in (attempt.get("usage") or {}).items():
-                usage[key] = usage.get(key, 0) + int(value)
-        window = str(len(call.get("history") or []))
-        if call.get("previous_response_id"):
-            window = "chain"
-        cost = call.get("cost_usd")
-        model = call.get("response_model") or call.get("model")
+    prices = log.header.prices
+    for call in log.call_records:
+        usage = call_usage(call)
+        window = "chain" if call.previous_response_id else str(len(call.history))
+        cost = call_cost(call, prices).text()
+        model = call.response_model or call.model
         yield (
-            f"{call.get('request_id', '?'):<40} {model!s:<15} "
-            f"{call.get('depth', '-'):>5}  {window:>6}  {usage.get('input_tokens', 0):>9}  "
-            f"{usage.get('cached_input_tokens', 0):>9}  {usage.get('output_tokens', 0):>10}  "
-            f"{'unknown' if cost is None else f'${float(cost):.4f}':>9}  "
-            f"{call.get('error_code') or ''}"
+            f"{call.request_id:<40} {model!s:<15} "
+            f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
+            f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
+            f"{cost:>9}  {call.error_code or ''}"
         ).rstrip()
 
 

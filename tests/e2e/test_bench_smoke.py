@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bench.http import cpu_per_call, efficiency
@@ -31,11 +32,17 @@ def test_overhead_and_depth_scenarios_report_their_figures() -> None:
 
 def test_http_scenarios_report_their_figures() -> None:
     """Scenarios 2 and 3 at tiny sizes: a stub server process, the openai provider, and the
-    bare SDK loop all run end to end (no timing asserts: benchmarks are not timed tests)."""
+    bare SDK loop all run end to end, over http and https (no timing asserts: benchmarks
+    are not timed tests)."""
+    before = os.environ.get("SSL_CERT_FILE")
     result = efficiency(20, 0.01, 8)
     assert result["calls"] == sum(p["calls"] for p in result["phases"]) >= 20 + 2 * 2
     assert result["served"] >= result["calls"]
     assert result["ideal_s"] > 0 and result["efficiency"] > 0
-    cpu = cpu_per_call(20, 0.01, 8, repeats=1)
-    assert cpu["calls"] == result["calls"]
-    assert cpu["engine_us_per_call"] > 0 and cpu["bare_us_per_call"] > 0 and cpu["ratio"] > 0
+    for scheme in ("http", "https"):
+        cpu = cpu_per_call(20, 0.01, 8, repeats=1, scheme=scheme)
+        assert cpu["scheme"] == scheme and cpu["calls"] == result["calls"]
+        assert {"engine", "engine_sdk", "bare_default"} <= set(cpu["us_per_call"])
+        assert all(value > 0 for value in cpu["us_per_call"].values())
+        assert cpu["ratio"]["bare_default"] == 1.0 and cpu["ratio"]["engine"] > 0
+    assert os.environ.get("SSL_CERT_FILE") == before  # the https run's setting is undone

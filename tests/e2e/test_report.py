@@ -223,31 +223,68 @@ def test_the_page_steps_through_ticks_in_headless_chromium(hostile_world: Path, 
 
 
 def test_failures_fallbacks_and_prices_come_from_the_log(five_ticks: Path, tmp_path: Path):
-    """Tick 2's log is edited as if a narrative call had failed and the models were priced."""
+    """Tick 2's log is edited as if a narrative call had failed and the model was priced
+    (its header's ``[prices]``): the page prices every attempt at the tick's own prices."""
     world = tmp_path / "w"
     shutil.copytree(five_ticks, world)
     path = log_path(world, 2)
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    price = {"input": 1.0, "cached_input": 0.5, "output": 4.0}  # $ per million tokens
+
+    def cost(call: dict) -> float:
+        total = 0.0
+        for attempt in call["attempts"]:
+            u = attempt["usage"]
+            cached = u["cached_input_tokens"]
+            total += (u["input_tokens"] - cached) * 1.0 + cached * 0.5 + u["output_tokens"] * 4.0
+        return total / 1_000_000
+
+    expected = {"tick": 0.0, "ada": 0.0}
     for record in records:
-        if record["type"] == "call":
-            record["cost_usd"] = 0.001
+        if record["type"] == "header":
+            record["config"]["prices"]["offline"] = price
+        elif record["type"] == "call":
+            expected["tick"] += cost(record)
+            if record["entity_key"].endswith(":ada"):
+                expected["ada"] += cost(record)
             if record["entity_key"] == "narrative:quay":
                 record["error_code"], record["error"] = "timeout", "took too long"
         elif record["type"] == "phase" and record["name"] == "narrative":
             record["report"]["fallbacks"] = ["narrative:quay"]
             record["report"]["errors"] = {"narrative:quay": "timeout: took too long"}
-        elif record["type"] == "usage":
-            record["cost"] = 0.022
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     out = tmp_path / "r.html"
     assert invoke("report", "--world", str(world), "--out", str(out)).exit_code == 0
     data = page_data(out.read_text())
     tick = data["ticks"][1]
-    assert tick["failures"] == 1 and tick["cost"] == 0.022
+    assert expected["tick"] > 0 and expected["ada"] > 0
+    assert tick["failures"] == 1 and tick["cost"] == pytest.approx(expected["tick"])
     assert tick["fallbacks"] == ["narrative narrative:quay: timeout: took too long"]
     assert data["ticks"][0]["cost"] == 0.0 and data["ticks"][0]["fallbacks"] == []
     ada = next(c for c in data["chars"] if c["id"] == "ada")
-    assert ada["cost"] == pytest.approx(0.001)  # her one intention call in tick 2 (no memory yet)
+    assert ada["cost"] == pytest.approx(expected["ada"])  # her calls in tick 2, every attempt
+
+
+def test_a_character_whose_calls_used_an_unpriced_model_has_unknown_cost(
+    five_ticks: Path, tmp_path: Path
+):
+    """Unknown stays unknown: the page never sums a known part and shows it as the cost."""
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    path = log_path(world, 3)
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    for record in records:
+        if record["type"] == "call" and record["entity_key"] == "intention:ada":
+            for attempt in record["attempts"]:
+                attempt["model"] = "a-model-without-a-price"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    out = tmp_path / "r.html"
+    assert invoke("report", "--world", str(world), "--out", str(out)).exit_code == 0
+    data = page_data(out.read_text())
+    ada = next(c for c in data["chars"] if c["id"] == "ada")
+    bram = next(c for c in data["chars"] if c["id"] == "bram")
+    assert ada["cost"] is None and bram["cost"] == 0.0
+    assert data["ticks"][2]["cost"] is None and data["ticks"][1]["cost"] == 0.0
 
 
 def test_a_broken_world_file_still_gets_a_report_of_its_logs(five_ticks: Path, tmp_path: Path):

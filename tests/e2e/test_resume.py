@@ -30,7 +30,7 @@ from sim.errors import TickInterrupted
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.storage import Storage
-from sim.testing import CountingAdapter, call_digest, read_counts
+from sim.testing import CountingAdapter, call_digest, read_counts, read_in_flight
 from sim.ticklog.format import TickLog, log_path, read_log
 from sim.world import World
 
@@ -86,8 +86,7 @@ def reference(base: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dic
 
 def logged_calls(log: TickLog) -> set[str]:
     return {
-        call_digest(log.instructions[c["instructions_digest"]], c["input"])
-        for c in log.calls.values()
+        call_digest(log.instructions[c.instructions_digest], c.input) for c in log.calls.values()
     }
 
 
@@ -125,10 +124,9 @@ def test_a_crash_mid_tick_resumes_to_the_same_result(
     assert tree(world) == ref_tree
     final = read_log(log_path(world, BASE_TICK + 1))
     assert final.committed and final.resumes == 1
-    assert final.commit["state_after"] == ref_log.commit["state_after"]  # type: ignore[index]
-    assert {c["digest"] for c in final.calls.values()} == {
-        c["digest"] for c in ref_log.calls.values()
-    }
+    assert final.commit is not None and ref_log.commit is not None
+    assert final.commit.state_after == ref_log.commit.state_after
+    assert {c.digest for c in final.calls.values()} == {c.digest for c in ref_log.calls.values()}
 
 
 def spawn(world: Path, count_file: Path, delay: float = 0.02, jitter: float = 0.03):
@@ -201,9 +199,14 @@ def test_sigkill_at_random_instants_never_pays_twice(
         counts = tmp_path / f"t{i}.calls"
         child = fork_tick(world, counts)
         if kind == "calls":
-            assert wait_for(lambda: len(read_counts(counts)) >= round(n * total))  # noqa: B023
-            # not at once: the poll wakes just after an answer was counted, the one instant
-            # (before its log line) where a kill makes a call be paid twice
+            # past the goal, with calls in the provider's hands (no sleeping until then)
+            goal = round(n * total)
+            assert wait_for(
+                lambda c=counts, g=goal: len(read_counts(c)) >= g and bool(read_in_flight(c))
+            )
+            # then a random instant, not at once: the poll wakes just after an answer was
+            # counted, the one instant (before its log line) where a kill makes a call be
+            # paid twice
             time.sleep(rng.uniform(0.0005, 0.02))
         else:
             assert wait_for(lambda: log_has(world, "usage"))  # noqa: B023
@@ -264,8 +267,8 @@ def test_ctrl_c_commits_nothing_prints_how_to_resume_and_exits_130(
     shutil.copytree(base, world)
     counts = tmp_path / "calls"
     child = spawn(world, counts, delay=0.05)
-    assert wait_for(lambda: len(read_counts(counts)) >= 4)
-    child.send_signal(signal.SIGINT)
+    assert wait_for(lambda: len(read_counts(counts)) >= 4 and bool(read_in_flight(counts)))
+    child.send_signal(signal.SIGINT)  # with calls in flight
     _, err = child.communicate(timeout=20)
     assert child.returncode == 130, err
     message = err.decode()
@@ -274,8 +277,11 @@ def test_ctrl_c_commits_nothing_prints_how_to_resume_and_exits_130(
     assert Storage(world).load().tick == BASE_TICK
     partial = read_log(log_path(world, BASE_TICK + 1))
     assert logged_calls(partial) == set(read_counts(counts))  # in-flight calls were cancelled
+    cancelled = set(read_in_flight(counts))
+    assert cancelled and not cancelled & logged_calls(partial)
     again = resume(world)
     assert not set(again.answered) & logged_calls(partial)
+    assert cancelled <= set(again.answered)  # sent again: they were never answered
     assert tree(world) == reference[0]
 
 

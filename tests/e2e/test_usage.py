@@ -159,8 +159,8 @@ def test_unreadable_logs_are_reported_not_skipped(tmp_path: Path) -> None:
 
 def test_sim_log_shows_the_depth_and_window_of_every_call(three_ticks: Path) -> None:
     log = read_logs(three_ticks)[0][-1]
-    assert all("depth" in call for call in log.calls.values())
-    depths = {call["phase"]: call["depth"] for call in log.calls.values()}
+    assert all("depth" in call.model_fields_set for call in log.calls.values())
+    depths = {call.phase: call.depth for call in log.calls.values()}
     assert depths == {"intentions": 2, "resolution": 2, "narrative": 0}
     result = invoke("log", "--world", str(three_ticks), "--calls")
     assert result.exit_code == 0, result.output

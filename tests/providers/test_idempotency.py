@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import openai
 import pytest
+from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
+from sim.cli import main
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
-from sim.llm.calls import CallIdentity, current_call, idempotency_key
+from sim.llm.calls import CallIdentity, current_call, idempotency_key, note_failure
 from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import StubServer
+from sim.ticklog.format import log_path, read_log
 
 KEY_ENV = "SIM_TEST_IDEMPOTENCY_KEY"
 SETTINGS = CallSettings(model="stub-model", timeout_seconds=5)
@@ -80,3 +84,53 @@ async def test_a_resent_attempt_is_answered_from_the_cache_not_billed(
     # without a current call (no tick log) nothing is keyed: two calls, two answers
     await adapter.execute(ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS))
     assert stub_server.stats.generations == 2
+
+
+def test_a_seen_failure_changes_the_key_an_unseen_outcome_keeps_it() -> None:
+    """Reuse a key only for an attempt whose outcome was never seen (a timeout, a dropped
+    connection, a crash); after an error the client saw, the next attempt asks afresh."""
+    ident = identity()
+    token = current_call.set(ident)
+    try:
+        first = idempotency_key(b"{}")
+        note_failure("timeout")  # the server may still be generating it: same key
+        note_failure("connection_error")
+        note_failure("circuit_open")  # never sent
+        assert idempotency_key(b"{}") == first and ident.failures_seen == 0
+        note_failure("incomplete")
+        second = idempotency_key(b"{}")
+        assert second != first and ident.failures_seen == 1
+        note_failure("server_error")
+        assert idempotency_key(b"{}") not in (first, second)
+    finally:
+        current_call.reset(token)
+    resumed = identity()
+    resumed.failures_seen = 1  # seeded from the log by the recorder on resume
+    token = current_call.set(resumed)
+    try:
+        assert idempotency_key(b"{}") == second
+    finally:
+        current_call.reset(token)
+
+
+def test_a_resumed_tick_does_not_get_the_cached_failure_again(
+    demo_world: Path, stub_server: StubServer
+) -> None:
+    """The first answer is ``incomplete`` and the server caches it under the request's key;
+    the tick aborts. Resuming sends that call again with a fresh key, so it is generated
+    anew and the tick commits (it used to get the cached ``incomplete`` on every resume)."""
+    (demo_world / "config.toml").write_text("[llm]\nmax_failed_fraction = 0.0\n")
+    stub_server.enqueue("incomplete")
+    args = ["tick", "--world", str(demo_world), "--provider", "chat"]
+    args += ["--base-url", stub_server.base_url]
+    env = {"OPENAI_API_KEY": "sk-test"}
+    first = CliRunner().invoke(main, args, env=env)
+    assert first.exit_code == 1 and "incomplete" in first.output
+    replayed = stub_server.stats.replayed
+    again = CliRunner().invoke(main, args, env=env)
+    assert again.exit_code == 0, again.output
+    assert stub_server.stats.replayed == replayed  # nothing answered from the cache
+    log = read_log(log_path(demo_world, 1))
+    assert log.committed and not any(c.failed for c in log.calls.values())
+    (failed,) = [c for c in log.call_records if c.failed]
+    assert failed.error_code == "incomplete"

@@ -13,6 +13,8 @@ from sim.config import Config
 from sim.engine.runner import Runner
 from sim.errors import RunFailed
 from sim.llm.errors import LLMConfigurationError, LLMRefusalError
+from sim.llm.tools import schema_of
+from sim.llm.types import AdapterResponse, ModelRequest
 from sim.testing import ErrorAdapter, MockAdapter
 from sim.testing.stub_server import StubServer
 
@@ -93,9 +95,16 @@ def test_cli_stub_server_rejects_unknown_faults() -> None:
 
 
 def test_tools_mode_needs_the_capability(demo_world: Path) -> None:
+    class SchemaOnly(MockAdapter):
+        """A provider without tool calling (MockAdapter itself answers tool calls)."""
+
+        async def execute(self, request: ModelRequest) -> AdapterResponse:
+            schema_of(self, request)
+            return await super().execute(request)
+
     config = Config.model_validate({"phase1": {"mode": "tools"}})
-    with pytest.raises(LLMConfigurationError, match="MockAdapter does not support tool"):
-        Runner(demo_world, config, adapter=MockAdapter()).run()
+    with pytest.raises(LLMConfigurationError, match="SchemaOnly does not support tool"):
+        Runner(demo_world, config, adapter=SchemaOnly()).run()
 
 
 def test_failed_fraction_check_raises_run_failed(demo_world: Path) -> None:

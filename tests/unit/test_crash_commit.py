@@ -23,6 +23,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from sim.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -308,6 +310,7 @@ def commit_point(ops: list[str]) -> int:
     return points[0]
 
 
+@pytest.mark.slow
 def test_a_crash_at_any_point_of_a_commit_leaves_tick_0_or_tick_1(tmp_path: Path) -> None:
     base = fresh_copy(tmp_path, "base")
     tick0 = world_files(base)
@@ -333,6 +336,7 @@ def test_a_crash_at_any_point_of_a_commit_leaves_tick_0_or_tick_1(tmp_path: Path
     assert seen[0] > 0 and seen[1] > 0, seen
 
 
+@pytest.mark.slow
 def test_a_crash_during_recovery_is_recovered_too(tmp_path: Path) -> None:
     """A crash while replaying a journal leaves the journal in place for the next recover."""
     base = fresh_copy(tmp_path, "base")

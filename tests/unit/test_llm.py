@@ -30,7 +30,7 @@ from sim.llm.errors import (
 from sim.llm.events import LLMEvent
 from sim.llm.recovery import RecoveryAdapter
 from sim.llm.store import ResponseStore
-from sim.llm.tools import ToolDeclaration
+from sim.llm.tools import ToolDeclaration, schema_of
 from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, ModelRequest, Usage
 from sim.llm.wrapper import AdapterWrapper
 from sim.offline.adapter import OfflineAdapter
@@ -1121,11 +1121,20 @@ def test_a_request_has_a_schema_or_tools() -> None:
 
 
 async def test_an_adapter_without_tool_calling_fails_loudly_naming_its_class() -> None:
+    class SchemaOnly:
+        name = "schema-only"
+
+        async def execute(self, request: ModelRequest) -> AdapterResponse:
+            schema_of(self, request)
+            raise AssertionError("not reached")
+
+        async def delete_response(self, response_id: str) -> None: ...
+
     tool = ToolDeclaration(name="wait", description="Wait.", parameters={"type": "object"})
-    client = LLMClient(Seen(MockAdapter()), [])
+    client = LLMClient(Seen(SchemaOnly()), [])
     (result,) = await client.create_batch([LLMRequest(PROMPT, "x", Intention, tools=(tool,))])
     assert isinstance(result, LLMConfigurationError)
-    assert "MockAdapter does not support tool calling" in str(result)
+    assert "SchemaOnly does not support tool calling" in str(result)
 
 
 def test_unknown_adapter_option_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:

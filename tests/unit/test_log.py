@@ -1,4 +1,5 @@
-"""The tick log format: round trip of every record type, torn tails, bad logs, markers."""
+"""The tick log format: round trip of every record type (typed records, byte for byte), an
+old log, torn tails, bad logs, migrations, markers."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from conftest import copy_demo
 
 from sim.config import load_config
 from sim.engine.runner import Runner
+from sim.errors import LogError
 from sim.ticklog import format as tick_log
+from sim.ticklog.books import tick_books
 from sim.ticklog.format import (
     FORMAT_VERSION,
-    LogError,
     LogWriter,
     list_logs,
     log_path,
@@ -24,10 +26,20 @@ from sim.ticklog.format import (
     state_digest,
     unpack_state,
 )
+from sim.ticklog.records import (
+    CallRecord,
+    HeaderRecord,
+    StateRecord,
+    dump_record,
+    parse_record,
+    record_data,
+)
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "ticklog"
 
 EVERY_RECORD = [
     {"type": "header", "format": FORMAT_VERSION, "tick": 4, "seed": 7, "config": {"llm": {}}},
-    pack_state({"world.json": b'{"tick": 3}\n', "characters/a.json": "é\n".encode()}),
+    record_data(pack_state({"world.json": b'{"tick": 3}\n', "characters/a.json": "é\n".encode()})),
     {"type": "instructions", "digest": "sha256:ab", "text": "Say what you intend."},
     {
         "type": "call",
@@ -62,10 +74,10 @@ EVERY_RECORD = [
         "phase": "intentions",
         "entity_key": "intention:b",
         "n": 0,
+        "result": None,
         "error_code": "timeout",
         "error": "slow",
-        "result": None,
-        "attempts": [{"attempt": 1, "raw": None, "error_code": "timeout"}],
+        "attempts": [{"attempt": 1, "error_code": "timeout", "raw": None}],
     },
     {
         "type": "phase",
@@ -87,17 +99,28 @@ EVERY_RECORD = [
 
 
 def write(path: Path, records: list[dict]) -> None:
+    """Write records given as the JSON objects of their lines, through the typed writer."""
     writer = LogWriter(path)
     for record in records:
-        writer.append(record)
+        writer.append(parse_record(record))
     writer.close()
 
 
 def test_every_record_type_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "tick-000004.jsonl"
     write(path, EVERY_RECORD)
+    assert path.read_bytes() == b"".join(orjson.dumps(r) + b"\n" for r in EVERY_RECORD)
     log = read_log(path)
-    assert log.records == EVERY_RECORD
+    assert [record_data(r) for r in log.records] == EVERY_RECORD
+    assert isinstance(log.header, HeaderRecord) and isinstance(log.state_before, StateRecord)
+    assert all(isinstance(c, CallRecord) for c in log.calls.values())
+    # write -> read -> write gives the same bytes
+    again = tmp_path / "again.jsonl"
+    writer = LogWriter(again)
+    for record in log.records:
+        writer.append(record)
+    writer.close()
+    assert again.read_bytes() == path.read_bytes()
     assert log.tick == 4 and log.committed and log.resumes == 1 and not log.torn
     assert log.instructions == {"sha256:ab": "Say what you intend."}
     assert list(log.calls) == ["4:intentions:intention:a:0", "4:intentions:intention:b:0"]
@@ -105,7 +128,45 @@ def test_every_record_type_round_trips(tmp_path: Path) -> None:
     assert log.phase_results("intentions") == {"a": {"action": "wait"}}
     assert log.state() == {"world.json": b'{"tick": 3}\n', "characters/a.json": "é\n".encode()}
     assert log.state_before is not None
-    assert log.state_before["digest"] == state_digest(log.state())
+    assert log.state_before.digest == state_digest(log.state())
+
+
+def test_a_log_written_before_the_typed_records_reads_and_rewrites_byte_for_byte(
+    tmp_path: Path,
+) -> None:
+    """A real format-1 log from the dict-based writer: a tick against a faulty server,
+    aborted five times (one call failed with ``incomplete`` each time) and then resumed."""
+    original = (FIXTURES / "tick-000001.jsonl").read_bytes()
+    log = read_log(FIXTURES / "tick-000001.jsonl")
+    assert log.committed and log.resumes == 5 and len(log.calls) == 22
+    assert len(log.call_records) == 27  # the resent call's four earlier records are kept
+    assert [c.error_code for c in log.call_records].count("incomplete") == 5
+    copy = tmp_path / "tick-000001.jsonl"
+    writer = LogWriter(copy)
+    for record in log.records:
+        writer.append(record)
+    writer.close()
+    assert copy.read_bytes() == original
+    assert [dump_record(r) for r in log.records] == original.splitlines()
+    assert tick_books(log).tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b'{"type": "call", "request_id": "1:x:-:0", "phase": "x", "colour": 1}', "'colour'"),
+        (b'{"type": "teleport"}', "unknown record type 'teleport'"),
+        (b'{"type": "call", "request_id": "1:x:-:0", "phase": "x", "n": "two"}', "field 'n'"),
+        (b'{"type": "commit", "tick": 1}', "field 'state_after'"),
+    ],
+)
+def test_a_record_that_does_not_fit_its_type_is_named(
+    tmp_path: Path, line: bytes, reason: str
+) -> None:
+    path = tmp_path / "tick-000001.jsonl"
+    path.write_bytes(b'{"type": "header", "format": 1, "tick": 1}\n' + line + b"\n")
+    with pytest.raises(LogError, match=f"line 2: .*{reason}"):
+        read_log(path)
 
 
 def test_state_packing_round_trips() -> None:
@@ -122,7 +183,7 @@ def test_a_torn_last_line_is_flagged_and_cut_before_appending(tmp_path: Path) ->
     assert log.torn and len(log.records) == 3
     write(path, [EVERY_RECORD[5]])  # a resumed tick appends after cutting the torn tail
     log = read_log(path)
-    assert not log.torn and [r["type"] for r in log.records][-1] == "phase"
+    assert not log.torn and [r.type for r in log.records][-1] == "phase"
 
 
 @pytest.mark.parametrize(
@@ -143,12 +204,19 @@ def test_an_unreadable_log_is_reported(tmp_path: Path, content: bytes, reason: s
 
 
 def test_a_migration_upgrades_old_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tick_log, "FORMAT_VERSION", 2)
-    monkeypatch.setattr(tick_log, "MIGRATIONS", {1: lambda r: {**r, "upgraded": True}})
+    """A version-1 record with a field version 2 dropped: refused as unknown until a
+    migration upgrades it."""
     path = tmp_path / "tick-000001.jsonl"
-    write(path, EVERY_RECORD[:2])
+    old = {**EVERY_RECORD[2], "legacy": True}
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [EVERY_RECORD[0], old]))
+    with pytest.raises(LogError, match="unknown field 'legacy'"):
+        read_log(path)
+    monkeypatch.setattr(tick_log, "FORMAT_VERSION", 2)
+    monkeypatch.setattr(
+        tick_log, "MIGRATIONS", {1: lambda r: {k: v for k, v in r.items() if k != "legacy"}}
+    )
     log = tick_log.read_log(path)
-    assert all(r["upgraded"] for r in log.records)
+    assert log.instructions == {"sha256:ab": "Say what you intend."}
 
 
 def run(world: Path, ticks: int, **overrides: object) -> list:
@@ -162,16 +230,18 @@ def test_a_tick_writes_a_complete_log(tmp_path: Path) -> None:
     assert [t for t, _ in list_logs(world)] == [1, 2]
     first, second = read_log(log_path(world, 1)), read_log(log_path(world, 2))
     assert first.committed and second.committed
-    assert len(first.calls) == results[0].calls == first.commit["calls"]  # type: ignore[index]
+    assert first.commit is not None and second.commit is not None
+    assert second.state_before is not None
+    assert len(first.calls) == results[0].calls == first.commit.calls
     # the state after tick 1 is exactly the state before tick 2, and what is on disk now
-    assert first.commit["state_after"] == second.state_before["digest"]  # type: ignore[index]
-    assert second.commit["state_after"] == state_digest(read_state(world))  # type: ignore[index]
+    assert first.commit.state_after == second.state_before.digest
+    assert second.commit.state_after == state_digest(read_state(world))
     assert set(first.phases) == {"intentions", "resolution", "narrative", "apply", "memory"}
     assert first.phase_results("narrative") == results[0].narratives
     call = next(iter(first.calls.values()))
-    assert call["instructions_digest"] in first.instructions
-    assert call["attempts"][0]["raw"] and call["response_id"] and call["usage"]["input_tokens"]
-    assert first.header["config"]["phase1"]["temperature"] == 0.8
+    assert call.instructions_digest in first.instructions
+    assert call.attempts[0].raw and call.response_id and call.usage.input_tokens
+    assert first.header.config["phase1"]["temperature"] == 0.8
     assert not list((world / ".sim" / "log").glob("*.commit.json"))
 
 
@@ -185,7 +255,8 @@ def test_a_commit_marker_completes_its_log(tmp_path: Path) -> None:
     path.write_bytes(b"".join(lines[:-1]))
     (world / tick_log.marker_rel(1)).write_bytes(orjson.dumps(commit))
     assert recover_logs(world) == [1]
-    assert read_log(path).commit == commit
+    done = read_log(path).commit
+    assert done is not None and record_data(done) == commit
     assert not (world / tick_log.marker_rel(1)).exists()
 
 
@@ -193,3 +264,22 @@ def test_keep_ticks_prunes_old_logs(tmp_path: Path) -> None:
     world = copy_demo(tmp_path / "w")
     run(world, 4, history={"keep_ticks": 2})
     assert [t for t, _ in list_logs(world)] == [3, 4]
+
+
+def test_a_header_with_the_phase_manifest_round_trips(tmp_path: Path) -> None:
+    """Logs of worlds that declare phases carry the phase list and template and schema
+    digests in the header; they read and rewrite byte for byte like any other."""
+    head = {
+        **EVERY_RECORD[0],
+        "scope": "s",
+        "phases": ["intentions", "vote"],
+        "templates": {"intentions.md": "sha256:aa"},
+        "schemas": {"vote": "sha256:bb"},
+    }
+    path = tmp_path / "tick-000004.jsonl"
+    write(path, [head, *EVERY_RECORD[1:3]])
+    log = read_log(path)
+    assert log.header.phases == ["intentions", "vote"] and log.header.schemas == {
+        "vote": "sha256:bb"
+    }
+    assert [record_data(r) for r in log.records] == [head, *EVERY_RECORD[1:3]]

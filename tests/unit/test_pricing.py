@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from sim.config import load_config
-from sim.llm.budget import Cost, Price, find_price, price_attempts, price_usage
+from sim.llm.budget import Cost, Price, find_price, price_usage
 from sim.llm.types import Usage
+from sim.ticklog.books import attempts_cost
+from sim.ticklog.records import AttemptRecord, TokenCounts
 
 PRICES = {"gpt-4.1-mini": Price(input=0.4, cached_input=0.1, output=1.6)}
 
@@ -28,10 +30,10 @@ def test_a_dated_snapshot_uses_the_undated_price_unless_it_has_its_own() -> None
 def test_a_model_without_a_price_makes_the_cost_unknown_not_zero() -> None:
     cost = price_usage(Usage(100, 10), "mystery", PRICES)
     assert cost.value is None and cost.text() == "unknown" and cost.unpriced == {"mystery"}
-    mixed = price_attempts(
+    mixed = attempts_cost(
         [
-            {"model": "gpt-4.1-mini", "usage": {"input_tokens": 100}},
-            {"model": "mystery", "usage": {"input_tokens": 100}},
+            AttemptRecord(model="gpt-4.1-mini", usage=TokenCounts(input_tokens=100)),
+            AttemptRecord(model="mystery", usage=TokenCounts(input_tokens=100)),
         ],
         PRICES,
     )

@@ -66,13 +66,13 @@ def test_earlier_attempts_are_folded_into_one_call_record(tmp_path: Path) -> Non
     rec.close()
     log = read_log(log_path(world, 1))
     (call,) = log.calls.values()
-    assert call["request_id"] == "1:intentions:intention:ada:0"
-    assert [a["attempt"] for a in call["attempts"]] == [1, 2, 3]
-    assert [a["error_code"] for a in call["attempts"]] == ["rate_limit", "timeout", None]
-    assert call["attempts"][0]["usage"]["input_tokens"] == 1
-    assert call["attempts"][-1]["raw"] == '{"a": 1}'
-    assert call["result"] == WAIT.model_dump(mode="json")
-    assert call["result_type"] == "sim.phases.intentions:Intention"
+    assert call.request_id == "1:intentions:intention:ada:0"
+    assert [a.attempt for a in call.attempts] == [1, 2, 3]
+    assert [a.error_code for a in call.attempts] == ["rate_limit", "timeout", None]
+    assert call.attempts[0].usage.input_tokens == 1
+    assert call.attempts[-1].raw == '{"a": 1}'
+    assert call.result == WAIT.model_dump(mode="json")
+    assert call.result_type == "sim.phases.intentions:Intention"
 
 
 async def test_served_answers_carry_their_attempts_back(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ async def test_served_answers_carry_their_attempts_back(tmp_path: Path) -> None:
     rec.on_event(event("llm_completed", request, attempt=2, response=response()))
     rec.close()
     log = read_log(log_path(world, 1))
-    adapter = ReplayAdapter(log.calls, instructions=log.instructions)
+    adapter = ReplayAdapter(log.replay_calls(), instructions=log.instructions)
     # the current call (set by the recorder on llm_called) is the one recorded: it matches
     served = await adapter.execute(ModelRequest("Say.", "{}", Intention))
     assert served.parsed == WAIT and served.response_id == "resp_1"
@@ -122,10 +122,11 @@ async def test_tool_calls_are_recorded_and_served_by_their_class(tmp_path: Path)
     answer = await adapter.execute(asked)
     rec.on_event(event("llm_completed", request, response=answer))
     rec.close()
-    (call,) = read_log(log_path(world, 1)).calls.values()
-    assert call["schema_name"] == "ToolCalls" and call["result_type"].endswith("Intention")
+    log = read_log(log_path(world, 1))
+    (call,) = log.calls.values()
+    assert call.schema_name == "ToolCalls" and str(call.result_type).endswith("Intention")
 
-    replay = ReplayAdapter({call["request_id"]: call})
+    replay = ReplayAdapter(log.replay_calls())
     served = await replay.execute(asked)
     assert served.parsed == WAIT
 
@@ -142,7 +143,7 @@ async def test_a_recorded_failure_replays_as_itself_but_is_retried_on_resume(
     rec.close()
     log = read_log(log_path(world, 1))
     with pytest.raises(LLMError) as caught:
-        await ReplayAdapter(log.calls).execute(ModelRequest("Say.", "{}", Intention))
+        await ReplayAdapter(log.replay_calls()).execute(ModelRequest("Say.", "{}", Intention))
     assert caught.value.code == "timeout" and str(caught.value) == "too slow"
     assert caught.value.served_from == "replay"
 
@@ -157,7 +158,7 @@ async def test_a_recorded_failure_replays_as_itself_but_is_retried_on_resume(
 
         async def delete_response(self, response_id: str) -> None: ...
 
-    resumed = ReplayAdapter(log.calls, mode="resume", live=Live())
+    resumed = ReplayAdapter(log.replay_calls(), mode="resume", live=Live())
     answer = await resumed.execute(ModelRequest("Say.", "{}", Intention))
     assert answer.parsed == WAIT and Live.sent == 1 and resumed.served == 0
 

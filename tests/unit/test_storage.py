@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from sim.errors import InputError, SimError, WorldLockedError
-from sim.storage import InvalidWorld, Storage
+from sim.errors import InputError, InvalidWorld, SimError, WorldLockedError
+from sim.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "worlds" / "demo"

@@ -14,10 +14,12 @@ from typing import Any
 
 import orjson
 
-from sim.errors import SimError
+from sim.errors import LogError, SimError
+from sim.llm.budget import Cost, Price
 from sim.storage import Storage
 from sim.ticklog import view as logview
-from sim.ticklog.format import LogError, TickLog, list_logs, read_log
+from sim.ticklog.books import Books
+from sim.ticklog.format import TickLog, list_logs, read_log
 from sim.world import World
 
 #: entity-key prefixes of the chains that belong to one character
@@ -103,21 +105,11 @@ class _Index:
         return self.pos[ident]
 
 
-@dataclass
-class _CharTotals:
-    tokens: int = 0
-    cost: float | None = None
-    calls: int = 0
-    failures: int = 0
-
-
 def _fallbacks(log: TickLog) -> list[str]:
     out: list[str] = []
     for name, record in log.phases.items():
-        report = record.get("report") or {}
-        errors = report.get("errors") or {}
-        for key in report.get("fallbacks") or []:
-            reason = errors.get(key)
+        for key in record.report.fallbacks:
+            reason = record.report.errors.get(key)
             out.append(f"{name} {key}" + (f": {reason}" if reason else ""))
     return out
 
@@ -155,19 +147,16 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
     return scenes
 
 
-def _per_character(log: TickLog, totals: dict[str, _CharTotals]) -> None:
-    for call in log.calls.values():
-        chain, _, owner = str(call.get("entity_key", "")).partition(":")
+def _per_character(log: TickLog, totals: dict[str, Books]) -> None:
+    """Add a tick's calls to each character's books: every record and attempt, priced at
+    the tick's own prices (``sim.ticklog.books``, as ``sim log`` and ``sim usage`` do)."""
+    prices = log.header.prices
+    cache: dict[str, Price | None] = {}
+    for call in log.call_records:
+        chain, _, owner = (call.entity_key or "").partition(":")
         if chain not in CHARACTER_CHAINS or not owner:
             continue
-        usage = call.get("usage") or {}
-        acc = totals.setdefault(owner, _CharTotals())
-        acc.calls += 1
-        acc.tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-        if call.get("error_code"):
-            acc.failures += 1
-        if call.get("cost_usd") is not None:
-            acc.cost = (acc.cost or 0.0) + float(call["cost_usd"])
+        totals.setdefault(owner, Books()).add_call(call, prices, cache)
 
 
 def _read(path: Path, problems: list[LogError]) -> TickLog | None:
@@ -212,7 +201,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     names: dict[str, str] = {}
     connections: dict[str, list[str]] = {}
     summaries: dict[str, list[Any]] = {}
-    totals: dict[str, _CharTotals] = {}
+    totals: dict[str, Books] = {}
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
 
@@ -302,15 +291,13 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     }
 
 
-def _character(
-    cid: str, name: str, totals: _CharTotals | None, memory: list[Any]
-) -> dict[str, Any]:
-    totals = totals or _CharTotals()
+def _character(cid: str, name: str, totals: Books | None, memory: list[Any]) -> dict[str, Any]:
+    totals = totals or Books(cost=Cost())
     return {
         "id": cid,
         "name": name,
         "tokens": totals.tokens,
-        "cost": totals.cost,
+        "cost": totals.cost.value,
         "calls": totals.calls,
         "failures": totals.failures,
         "memory": _thin(memory, MEMORY_VERSIONS),

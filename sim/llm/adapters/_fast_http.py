@@ -1,46 +1,98 @@
-"""A plain-TCP network backend for httpcore on bare asyncio sockets, for ``http://`` servers.
+"""The adapters' fast HTTP path, built on public interfaces of httpcore2, httpx2 and openai.
 
-httpcore's default backend goes through anyio, which costs CPU on every read and write
-(cancel scopes, typed attribute lookups, a checkpoint that yields to the event loop before
-each write) and on every keep-alive check of an idle connection. At hundreds of calls in
-flight that overhead, and the extra trips round the event loop, are a large part of the
-client's time per call. This backend tries each ``send``/``recv`` at once and waits on the
-loop only when the socket is not ready, with the same timeouts and httpcore's own
-exceptions.
+Three pieces:
 
-It speaks plain TCP only: the adapters use it for ``http://`` base URLs (local servers:
-vLLM, Ollama, llama.cpp, ``sim stub-server``); ``https://`` keeps httpcore's default
-backend and its TLS.
+- ``SocketBackend``: an ``httpcore2.AsyncNetworkBackend`` on bare asyncio sockets (TLS
+  through ``ssl.SSLObject`` on memory buffers). httpcore's default backend goes through
+  anyio, which costs CPU on every read and write (cancel scopes, typed attribute lookups, a
+  checkpoint that yields to the event loop before each write) and on every keep-alive
+  check of an idle connection. This backend tries each ``send``/``recv`` at once and waits
+  on the loop only when the socket is not ready, with the same timeouts and httpcore's
+  own exceptions.
+- ``PoolTransport``: an ``httpx2.AsyncBaseTransport`` over an ``httpcore2.AsyncConnectionPool``
+  that this module builds and owns (on ``SocketBackend``); handed to the SDK as its
+  ``http_client``'s transport, so everything the SDK sends shares the pool.
+- ``DirectPost``: POSTs a serialized body straight to that pool, skipping the SDK's and
+  httpx's per-request layers (option models, header merging, URL parsing, auth and
+  redirect hooks, cookie extraction: about 60% of the client's CPU per call, measured). It
+  sends the client's own default headers and query, and a non-2xx answer becomes the
+  SDK's exception for that status (``_openai_errors.status_error``), so the adapters map
+  both paths' errors through one table.
+
+The adapters use it for ``http://`` and ``https://`` base URLs reached without a proxy
+from the environment (``direct_url``); proxied URLs keep the SDK's own stack.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import select
 import socket
-from collections.abc import Iterable
-from typing import Any
+import ssl
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, TypeVar
 
 import httpcore2
 import httpx2
 import openai
 
-try:  # private helpers: without them the adapters keep the SDK's own path
-    from httpcore2._utils import is_socket_readable
-except ImportError:  # pragma: no cover - depends on the installed httpcore2
-    is_socket_readable = None  # type: ignore[assignment]
+from sim.llm.adapters._openai_errors import status_error
+
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "DirectPost",
+    "PoolTransport",
+    "SocketBackend",
+    "SocketStream",
+    "TLSStream",
+    "direct_url",
+    "plain_tcp_transport",
+]
 
 SocketOption = httpcore2.SOCKET_OPTION
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: bytes asked of the socket per read while TLS records are being assembled
+_TLS_READ = 65536
+#: bytes a stream holds back before sending without waiting for the next read
+_COALESCE = 65536
+
+T = TypeVar("T")
+
+
+def is_socket_readable(sock: socket.socket) -> bool:
+    """Whether ``recv`` would return at once (data, or the ``b""`` of a closed peer).
+
+    httpcore asks this (``get_extra_info("is_readable")``) of an idle keep-alive
+    connection: readable there means the server closed it, so it is not reused.
+    """
+    fd = sock.fileno()
+    if fd < 0:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class SocketStream(httpcore2.AsyncNetworkStream):
-    """One non-blocking TCP socket."""
+    """One non-blocking TCP socket.
+
+    Writes are held back until the next read (or until ``_COALESCE`` bytes wait): httpcore
+    writes a request's head and its body separately and then reads the answer, so both
+    leave in one ``send``, one system call and one wake-up of the server instead of two.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._loop = asyncio.get_running_loop()
+        self._pending: list[bytes] = []
+        self._pending_size = 0
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._pending:
+            await self._send_pending(timeout)
         try:
             return self._sock.recv(max_bytes)
         except (BlockingIOError, InterruptedError):
@@ -58,6 +110,21 @@ class SocketStream(httpcore2.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
+        self._pending.append(buffer)
+        self._pending_size += len(buffer)
+        if self._pending_size >= _COALESCE:
+            await self._send_pending(timeout)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send what writes hold back now."""
+        if self._pending:
+            await self._send_pending(timeout)
+
+    async def _send_pending(self, timeout: float | None) -> None:
+        pending = self._pending
+        buffer = pending[0] if len(pending) == 1 else b"".join(pending)
+        self._pending = []
+        self._pending_size = 0
         view = memoryview(buffer)
         try:
             sent = self._sock.send(view)
@@ -76,12 +143,26 @@ class SocketStream(httpcore2.AsyncNetworkStream):
             raise httpcore2.WriteError(exc) from exc
 
     async def aclose(self) -> None:
+        self._pending = []
         self._sock.close()
 
     async def start_tls(
-        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        raise httpcore2.UnsupportedProtocol("the plain-TCP backend does not speak TLS")
+        """TLS over this socket (an ``ssl.SSLObject`` on memory buffers); handshake done."""
+        tls = TLSStream(self, ssl_context, server_hostname)
+        try:
+            await tls._call(tls._ssl.do_handshake, timeout, httpcore2.ConnectError)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError) as exc:
+            self._sock.close()
+            raise httpcore2.ConnectError(exc) from exc  # the peer hung up mid-handshake
+        except BaseException:
+            self._sock.close()
+            raise
+        return tls
 
     def get_extra_info(self, info: str) -> Any:
         if info == "socket":
@@ -92,7 +173,88 @@ class SocketStream(httpcore2.AsyncNetworkStream):
             return self._sock.getsockname()
         if info == "server_addr":
             return self._sock.getpeername()
-        return None  # "ssl_object" included: never TLS
+        return None  # "ssl_object" included: plain TCP
+
+
+class TLSStream(httpcore2.AsyncNetworkStream):
+    """TLS on a ``SocketStream``: records go through memory buffers, bytes through the
+    socket only when the ``SSLObject`` needs them (as anyio does, minus its layers)."""
+
+    def __init__(
+        self, raw: SocketStream, ssl_context: ssl.SSLContext, server_hostname: str | None
+    ) -> None:
+        self._raw = raw
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._ssl = ssl_context.wrap_bio(
+            self._incoming, self._outgoing, server_hostname=server_hostname
+        )
+
+    async def _flush(self, timeout: float | None) -> None:
+        pending = self._outgoing.read()
+        if pending:
+            await self._raw.write(pending, timeout)
+
+    async def _call(
+        self, operation: Callable[[], T], timeout: float | None, error: type[Exception]
+    ) -> T:
+        """Run one ``SSLObject`` operation, feeding it socket bytes until it completes;
+        what it produced goes to the raw stream (which holds it until the next read)."""
+        while True:
+            try:
+                result = operation()
+            except ssl.SSLWantReadError:
+                await self._flush(timeout)
+                data = await self._raw.read(_TLS_READ, timeout)
+                if data:
+                    self._incoming.write(data)
+                else:
+                    self._incoming.write_eof()
+                continue
+            except ssl.SSLWantWriteError:  # pragma: no cover - memory BIOs do not fill
+                await self._flush(timeout)
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                raise
+            except ssl.SSLError as exc:
+                raise error(exc) from exc
+            await self._flush(timeout)
+            return result
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        await self._raw.flush(timeout)  # what was written goes out before any answer
+        try:
+            return await self._call(lambda: self._ssl.read(max_bytes), timeout, httpcore2.ReadError)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return b""  # the peer closed (with or without close_notify): end of stream
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        try:
+            await self._call(lambda: self._ssl.write(buffer), timeout, httpcore2.WriteError)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError) as exc:
+            raise httpcore2.WriteError(exc) from exc
+
+    async def aclose(self) -> None:
+        # no close_notify exchange: the connection is dropped either way, and waiting
+        # for the peer's answer could hang on a server that never sends one
+        await self._raw.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise httpcore2.UnsupportedProtocol("TLS inside TLS (an https proxy) is not supported")
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "ssl_object":
+            return self._ssl
+        if info == "is_readable":
+            return self._ssl.pending() > 0 or self._raw.get_extra_info("is_readable")
+        return self._raw.get_extra_info(info)
 
 
 class SocketBackend(httpcore2.AsyncNetworkBackend):
@@ -141,64 +303,181 @@ class SocketBackend(httpcore2.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        raise httpcore2.UnsupportedProtocol("the plain-TCP backend does not do unix sockets")
+        raise httpcore2.UnsupportedProtocol("the socket backend does not do unix sockets")
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
-def supported() -> bool:
-    """Whether the installed SDK still has the private pieces the direct path relies on
-    (the SDK's status-error factory, httpx's transport pool attribute, httpcore's socket
-    probe); if a future release drops one, the adapters fall back to the SDK's path."""
-    if is_socket_readable is None:
+# httpcore's exceptions as httpx's, most specific first (what httpx's own transport does)
+_HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx2.TransportError]], ...] = (
+    (httpcore2.ConnectTimeout, httpx2.ConnectTimeout),
+    (httpcore2.ReadTimeout, httpx2.ReadTimeout),
+    (httpcore2.WriteTimeout, httpx2.WriteTimeout),
+    (httpcore2.PoolTimeout, httpx2.PoolTimeout),
+    (httpcore2.TimeoutException, httpx2.TimeoutException),
+    (httpcore2.ConnectError, httpx2.ConnectError),
+    (httpcore2.ReadError, httpx2.ReadError),
+    (httpcore2.WriteError, httpx2.WriteError),
+    (httpcore2.NetworkError, httpx2.NetworkError),
+    (httpcore2.ProxyError, httpx2.ProxyError),
+    (httpcore2.UnsupportedProtocol, httpx2.UnsupportedProtocol),
+    (httpcore2.LocalProtocolError, httpx2.LocalProtocolError),
+    (httpcore2.RemoteProtocolError, httpx2.RemoteProtocolError),
+    (httpcore2.ProtocolError, httpx2.ProtocolError),
+)
+
+
+def _as_httpx_error(exc: Exception) -> Exception:
+    for core, mapped in _HTTPX_ERRORS:
+        if isinstance(exc, core):
+            return mapped(str(exc))
+    return exc
+
+
+class _ResponseStream(httpx2.AsyncByteStream):
+    def __init__(self, stream: AsyncIterator[bytes] | Any) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._stream:
+                yield part
+        except Exception as exc:
+            mapped = _as_httpx_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def aclose(self) -> None:
+        close = getattr(self._stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class PoolTransport(httpx2.AsyncBaseTransport):
+    """An httpx transport over a connection pool it is given (and closes)."""
+
+    def __init__(self, pool: httpcore2.AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        core_request = httpcore2.Request(
+            method=request.method,
+            url=httpcore2.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            response = await self.pool.handle_async_request(core_request)
+        except Exception as exc:
+            mapped = _as_httpx_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+
+def direct_url(url: str) -> bool:
+    """Whether ``url`` is ``http://`` or ``https://`` and reached without a proxy from the
+    environment (the direct path does not speak to proxies: those URLs keep the SDK's
+    stack, which does)."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https"):
         return False
-    if not callable(getattr(openai.AsyncOpenAI, "_make_status_error_from_response", None)):
-        return False
-    return "_pool" in vars(httpx2.AsyncHTTPTransport(verify=False))
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return True
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return bool(urllib.request.proxy_bypass(host))
+
+
+_SSL_CONTEXTS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """httpx's default verifying context (honours ``SSL_CERT_FILE``/``SSL_CERT_DIR``), made
+    once per process and setting: loading the certificate store costs ~30 ms and a run
+    makes a client per 16 connections."""
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    context = _SSL_CONTEXTS.get(key)
+    if context is None:
+        context = _SSL_CONTEXTS[key] = httpx2.create_ssl_context()
+    return context
 
 
 def plain_tcp_transport(
-    limits: httpx2.Limits,
-) -> tuple[httpx2.AsyncHTTPTransport, httpcore2.AsyncConnectionPool]:
-    """httpx's transport with its connection pool on ``SocketBackend``, and that pool."""
-    # no TLS ever happens on this transport (plain TCP only), so skip building a
-    # certificate store per client (~30 ms each; a run at concurrency 200 makes 13)
-    transport = httpx2.AsyncHTTPTransport(limits=limits, verify=False)
+    limits: httpx2.Limits, *, tls: bool = False
+) -> tuple[PoolTransport, httpcore2.AsyncConnectionPool]:
+    """A ``PoolTransport`` on its own pool on ``SocketBackend``, and that pool.
+
+    Args:
+        limits: connections the pool may open and keep alive.
+        tls: the pool will serve ``https://`` URLs (verified with httpx's default context;
+            without it no certificate store is loaded).
+    """
     pool = httpcore2.AsyncConnectionPool(
+        ssl_context=_ssl_context() if tls else None,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
         network_backend=SocketBackend(),
     )
-    transport._pool = pool
-    return transport, pool
+    return PoolTransport(pool), pool
+
+
+def _header_bytes(value: str) -> bytes:
+    try:
+        return value.encode("ascii")
+    except UnicodeEncodeError:
+        return value.encode("utf-8")
 
 
 class DirectPost:
-    """POST a JSON body straight to an SDK client's plain-TCP connection pool.
+    """POST a JSON body straight to an SDK client's connection pool.
 
-    For ``http://`` servers the adapters skip the SDK's and httpx's per-request machinery
-    (option models, header merging, URL parsing, auth and redirect hooks, cookie
-    extraction: measured at about 60% of the client's CPU per call) and send through
-    httpcore directly. The SDK still builds the client (key, base URL, user agent) and
-    still makes the errors: a non-2xx answer becomes the exact ``APIStatusError`` the SDK
-    would raise, a timeout ``APITimeoutError``, anything else ``APIConnectionError``.
+    The SDK still builds the client (key, base URL, default headers and query) and its
+    errors are still the ones raised: a non-2xx answer becomes the SDK's exception for the
+    status (built from status, headers and body by ``_openai_errors.status_error``), a
+    timeout ``APITimeoutError``, any other transport failure ``APIConnectionError``.
     """
 
     def __init__(self, client: openai.AsyncOpenAI, pool: httpcore2.AsyncConnectionPool) -> None:
-        self._client = client
         self._pool = pool
         base = httpx2.URL(str(client.base_url))
-        self._base = str(base).rstrip("/")
+        self._base = str(base.copy_with(query=None, fragment=None)).rstrip("/")
+        query = urllib.parse.urlencode(
+            [(k, str(v)) for k, v in client.default_query.items() if v is not None]
+        )
+        self._query = f"?{query}" if query else ""
         host = f"[{base.host}]" if ":" in base.host else base.host  # IPv6 in brackets
         host += f":{base.port}" if base.port else ""
-        self._headers = [
-            (b"Host", host.encode("ascii")),
-            (b"Accept", b"application/json"),
-            (b"Content-Type", b"application/json"),
-            (b"User-Agent", client.user_agent.encode("ascii", "replace")),
-            (b"Authorization", f"Bearer {client.api_key}".encode("latin-1")),
+        # what the SDK merges for every request: auth, then the client's defaults (its own
+        # and the user's ``default_headers``), an ``Omit`` removing a header
+        merged: dict[str, str] = {}
+        for name, value in [*client.auth_headers.items(), *client.default_headers.items()]:
+            for existing in [k for k in merged if k.lower() == name.lower()]:
+                del merged[existing]
+            if isinstance(value, str):
+                merged[name] = value
+        self._headers = [(b"Host", host.encode("ascii"))] + [
+            (name.encode("ascii"), _header_bytes(value))
+            for name, value in merged.items()
+            if name.lower() not in ("host", "content-length")
         ]
 
     async def post(
@@ -209,7 +488,7 @@ class DirectPost:
         idempotency_key: str | None = None,
     ) -> bytes:
         """The answer's body; raises the SDK's errors."""
-        url = self._base + path
+        url = self._base + path + self._query
         headers = [*self._headers, (b"Content-Length", str(len(content)).encode("ascii"))]
         if idempotency_key is not None:
             headers.append((IDEMPOTENCY_HEADER.encode("ascii"), idempotency_key.encode("ascii")))
@@ -230,7 +509,7 @@ class DirectPost:
         except Exception as exc:  # what the SDK does with any transport failure
             raise openai.APIConnectionError(request=httpx2.Request("POST", url)) from exc
         if not 200 <= response.status < 300:  # httpx's raise_for_status, as the SDK uses
-            raise self._client._make_status_error_from_response(
+            raise status_error(
                 httpx2.Response(
                     response.status,
                     headers=response.headers,

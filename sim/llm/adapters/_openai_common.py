@@ -4,8 +4,6 @@ checking an answer's text against its schema."""
 from __future__ import annotations
 
 import os
-import urllib.parse
-import urllib.request
 import weakref
 from typing import Any
 
@@ -14,15 +12,15 @@ import httpx2
 import openai
 import orjson
 from openai import RequestOptions
-from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.adapters._fast_http import (
     IDEMPOTENCY_HEADER,
     DirectPost,
+    direct_url,
     plain_tcp_transport,
-    supported,
 )
+from sim.llm.adapters._strict_schema import to_strict_json_schema
 from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
@@ -44,9 +42,9 @@ def strict_schema(schema: type[BaseModel]) -> dict[str, Any]:
 #: 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
 POOL_SIZE = 16
 
-#: serve ``http://`` base URLs with the plain-TCP backend (``_fast_http``)
-PLAIN_TCP_BACKEND = supported()
-#: the plain-TCP connection pool of each client ``build_client`` made for an http:// URL
+#: serve base URLs reached without a proxy through ``_fast_http``'s pool and direct path
+PLAIN_TCP_BACKEND = True
+#: the connection pool of each client ``build_client`` made for the direct path
 _PLAIN_POOLS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, httpcore2.AsyncConnectionPool] = (
     weakref.WeakKeyDictionary()
 )
@@ -62,7 +60,7 @@ class ClientPool:
     def __init__(self, clients: list[openai.AsyncOpenAI]) -> None:
         self.clients = clients
         self._in_flight = [0] * len(clients)
-        #: per client, the direct path to its plain-TCP pool (``http://`` clients we built)
+        #: per client, the direct path to its own pool (clients we built, no proxy)
         self.direct: list[DirectPost | None] = [
             DirectPost(client, pool) if (pool := _PLAIN_POOLS.get(client)) else None
             for client in clients
@@ -114,18 +112,6 @@ def build_pool(
     )
 
 
-def plain_http_url(url: str) -> bool:
-    """Whether ``url`` is ``http://`` and reached without a proxy from the environment
-    (the direct path does not speak to proxies: those URLs keep the SDK's path)."""
-    if not url.lower().startswith("http://"):
-        return False
-    proxies = urllib.request.getproxies()
-    if not (proxies.get("http") or proxies.get("all")):
-        return True
-    host = urllib.parse.urlsplit(url).hostname or ""
-    return bool(urllib.request.proxy_bypass(host))
-
-
 def build_client(
     *,
     base_url: str | None,
@@ -149,9 +135,11 @@ def build_client(
             )
         key = "unused"  # local servers (Ollama, llama.cpp) accept any key
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
-    plain = PLAIN_TCP_BACKEND and plain_http_url(base_url or "")
+    # the URL the SDK will use (its default when none is configured)
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    plain = PLAIN_TCP_BACKEND and direct_url(url)
     if plain:
-        transport, pool = plain_tcp_transport(limits)
+        transport, pool = plain_tcp_transport(limits, tls=url.lower().startswith("https:"))
         http_client = openai.DefaultAsyncHttpxClient(transport=transport)
     else:
         http_client = openai.DefaultAsyncHttpxClient(limits=limits)
@@ -196,8 +184,8 @@ async def post_json(
 ) -> bytes:
     """POST ``payload`` (serialized once, with orjson) on the least busy client; raw body.
 
-    ``http://`` servers get the direct path to the connection pool, others the SDK's
-    ``post``; either way errors are the SDK's. The call's idempotency key (from its
+    URLs reached without a proxy get the direct path to the connection pool, others the
+    SDK's ``post``; either way errors are the SDK's. The call's idempotency key (from its
     identity and exact body) goes along, so a request re-sent after a crash or a timeout
     can be answered from the provider's cache instead of being paid for twice.
     """
@@ -206,7 +194,7 @@ async def post_json(
     index = pool.acquire()
     try:
         direct = pool.direct[index]
-        if direct is not None:  # an http:// server: straight to the connection pool
+        if direct is not None:  # no proxy in the way: straight to the connection pool
             return await direct.post(path, content, timeout, key)
         options: RequestOptions = {"timeout": timeout}
         if key is not None:

@@ -1,13 +1,18 @@
-"""The one place where ``openai`` SDK exceptions become ``LLMError``s (both adapters).
+"""The one place where HTTP failures become ``LLMError``s (both adapters, both paths).
 
-Most specific first: ``APITimeoutError`` is a subclass of ``APIConnectionError``, and
-``RateLimitError`` of ``APIStatusError``.
+A non-2xx answer is first the SDK's exception for its status (``status_error``: the
+SDK's documented status table, used by the direct path; the SDK's own stack makes the
+same), then ``map_openai_error`` turns every SDK exception into the sim error tree from
+status, headers (``Retry-After``) and body. Most specific first: ``APITimeoutError`` is a
+subclass of ``APIConnectionError``, and ``RateLimitError`` of ``APIStatusError``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx2
 import openai
 
 from sim.llm.errors import (
@@ -22,6 +27,42 @@ from sim.llm.errors import (
 )
 
 _CONTEXT_CODES = ("context_length_exceeded", "string_above_max_length")
+
+#: HTTP status -> the SDK's exception class, as the openai SDK documents it ("Handling
+#: errors": 400 BadRequestError ... >=500 InternalServerError, other APIStatusError)
+STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+
+
+def status_error(response: httpx2.Response) -> openai.APIStatusError:
+    """The SDK exception for a non-2xx ``response`` (read in full), built as the SDK builds
+    it: the JSON body (or its text) kept, its ``error`` object as ``body`` and its message
+    in the exception's text."""
+    status = response.status_code
+    text = response.text.strip()
+    body: object = text
+    message = f"Error code: {status}"
+    try:
+        body = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        inner = body.get("error", body) if isinstance(body, dict) else None
+        detail = inner.get("message") if isinstance(inner, dict) else None
+        if isinstance(detail, str) and detail:
+            message += f" - {detail}"
+    data = body.get("error", body) if isinstance(body, dict) else body
+    kind = STATUS_ERRORS.get(status) or (
+        openai.InternalServerError if status >= 500 else openai.APIStatusError
+    )
+    return kind(message, response=response, body=data)
 
 
 def _error_body(exc: openai.APIError) -> dict[str, Any]:

@@ -1,0 +1,217 @@
+"""``sim export`` and ``sim.analysis.load``: a world's history as tidy tables on disk or as
+pandas DataFrames.
+
+CSV and JSON Lines need nothing beyond sim (stdlib ``csv``, orjson); Parquet and DataFrames
+need the optional ``sim[analysis]`` extra (pandas and pyarrow), and say so when it is
+missing. Cells that hold a list or an object (``inventory``, ``occupants``, a custom field
+holding a list) are JSON text in CSV, Parquet and DataFrames, and native JSON in JSON Lines.
+An empty cell (unknown cost, no target) is empty in CSV, ``null`` in JSON Lines and
+missing (``None``/``NaN``) in DataFrames.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+import orjson
+
+from sim.analysis.tables import Cell, Table, Tables, build_tables
+from sim.errors import InputError, LogError, UserError
+
+if TYPE_CHECKING:
+    import pandas
+
+Format = Literal["csv", "jsonl", "parquet"]
+FORMATS: tuple[Format, ...] = ("csv", "jsonl", "parquet")
+
+
+class MissingExtra(UserError):
+    """An optional dependency is not installed: names the extra that brings it."""
+
+    def __init__(self, what: str, extra: str = "analysis") -> None:
+        super().__init__(
+            f"{what} needs pandas and pyarrow, from the optional '{extra}' extra: "
+            f"pip install 'sim[{extra}]'"
+        )
+
+
+def _pandas(what: str) -> Any:
+    """The pandas module (and pyarrow, checked), or ``MissingExtra`` naming the extra."""
+    try:
+        import pandas
+        import pyarrow  # noqa: F401 - Parquet's engine; checked here so the message is ours
+    except ImportError:
+        raise MissingExtra(what) from None
+    return pandas
+
+
+def _text(value: Cell) -> Cell:
+    """A cell as a flat value: lists and objects become JSON text."""
+    if isinstance(value, list | dict):
+        return orjson.dumps(value).decode()
+    return value
+
+
+def _csv_cell(value: Cell) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(_text(value))
+
+
+@contextmanager
+def _atomic(path: Path, mode: Literal["w", "wb"]) -> Iterator[IO[Any]]:
+    """Write to a temporary file beside ``path`` and rename it over ``path`` when done."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        if mode == "w":
+            with open(fd, "w", encoding="utf-8", newline="") as handle:
+                yield handle
+        else:
+            with open(fd, "wb") as handle:
+                yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(table: Table, path: Path) -> None:
+    with _atomic(path, "w") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(table.columns)
+        for row in table.records():
+            writer.writerow([_csv_cell(row[c]) for c in table.columns])
+
+
+def write_jsonl(table: Table, path: Path) -> None:
+    with _atomic(path, "wb") as handle:
+        for row in table.records():
+            handle.write(orjson.dumps(row) + b"\n")
+
+
+def frame(table: Table) -> pandas.DataFrame:
+    """A table as a DataFrame (columns in order; lists and objects as JSON text; a column
+    whose values mix strings with numbers as strings, so Parquet can type it)."""
+    pd = _pandas("a DataFrame")
+    records = table.records()
+    for column in table.columns:
+        kinds = {type(_text(r[column])) for r in records if r[column] is not None}
+        mixed = str in kinds and len(kinds) > 1
+        for r in records:
+            value = _text(r[column])
+            r[column] = str(value) if mixed and value is not None else value
+    return pd.DataFrame.from_records(records, columns=table.columns)
+
+
+def write_parquet(table: Table, path: Path) -> None:
+    data = frame(table)
+    with _atomic(path, "wb") as handle:
+        data.to_parquet(handle, engine="pyarrow", index=False)
+
+
+WRITERS: dict[Format, Callable[[Table, Path], None]] = {
+    "csv": write_csv,
+    "jsonl": write_jsonl,
+    "parquet": write_parquet,
+}
+
+
+@dataclass
+class Exported:
+    """What ``export`` wrote: a file and a row count per table, and what it could not read."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    ticks: list[int] = field(default_factory=list)
+    problems: list[LogError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def export(
+    root: Path,
+    out: Path,
+    fmt: Format = "csv",
+    first: int | None = None,
+    last: int | None = None,
+) -> Exported:
+    """Write ``characters``, ``interactions``, ``locations`` and ``calls`` tables of a world's
+    committed ticks ``first``..``last`` into ``out`` (created if missing) as ``<table>.<fmt>``.
+
+    Raises:
+        InputError: an unknown format, a bad range, or not a world folder.
+        MissingExtra: Parquet without pandas and pyarrow.
+    """
+    if fmt not in WRITERS:
+        raise InputError(None, "--format", f"expected one of {', '.join(FORMATS)} (got {fmt!r})")
+    if fmt == "parquet":
+        _pandas("--format parquet")  # before any work, so nothing is half written
+    tables = build_tables(root, first, last)
+    if out.exists() and not out.is_dir():
+        raise InputError(out, None, "exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    done = Exported(ticks=tables.ticks, problems=tables.problems, notes=tables.notes)
+    for table in tables.all():
+        path = out / f"{table.name}.{fmt}"
+        WRITERS[fmt](table, path)
+        done.files[table.name] = path
+        done.rows[table.name] = len(table.rows)
+    return done
+
+
+@dataclass
+class Frames:
+    """The tables of ``sim export`` as pandas DataFrames (``sim.analysis.load``)."""
+
+    characters: pandas.DataFrame
+    interactions: pandas.DataFrame
+    locations: pandas.DataFrame
+    calls: pandas.DataFrame
+    #: logs that could not be read (their ticks are missing from the tables)
+    problems: list[LogError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def load(world: Path | str, first: int | None = None, last: int | None = None) -> Frames:
+    """A world's history as DataFrames: ``characters``, ``interactions``, ``locations``,
+    ``calls`` (see ``sim.analysis.tables`` for what each row is).
+
+    Raises:
+        MissingExtra: pandas or pyarrow is not installed (``pip install 'sim[analysis]'``).
+        InputError: not a world folder, or a bad tick range.
+    """
+    _pandas("sim.analysis.load")
+    tables: Tables = build_tables(Path(world), first, last)
+    return Frames(
+        frame(tables.characters),
+        frame(tables.interactions),
+        frame(tables.locations),
+        frame(tables.calls),
+        problems=tables.problems,
+        notes=tables.notes,
+    )
+
+
+__all__ = [
+    "FORMATS",
+    "Exported",
+    "Format",
+    "Frames",
+    "MissingExtra",
+    "export",
+    "frame",
+    "load",
+    "write_csv",
+    "write_jsonl",
+    "write_parquet",
+]

@@ -1,0 +1,201 @@
+"""``sim export``: a world's history as tidy tables for analysis (the research loop)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import click
+import orjson
+
+from sim.cli.common import CONFIG, WORLD, build_config, errors
+from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
+
+if TYPE_CHECKING:
+    from sim.analysis.export import Format
+
+
+@click.command("export")
+@WORLD
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The folder to write the tables into (created if missing; tables are replaced).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "jsonl", "parquet"]),
+    default="csv",
+    show_default=True,
+    help="csv and jsonl need nothing more; parquet needs the 'analysis' extra "
+    "(pip install 'sim[analysis]').",
+)
+@click.option("--from", "first", type=click.IntRange(min=1), help="The first tick to export.")
+@click.option("--to", "last", type=click.IntRange(min=1), help="The last tick to export.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def export_(
+    world_dir: Path, out: Path, fmt: str, first: int | None, last: int | None, as_json: bool
+) -> None:
+    """Write tidy tables of the committed ticks: characters, interactions, locations, calls.
+
+    characters has one row per tick and character (state after the tick, what it did);
+    interactions one per speech, act or custom verb; locations one per tick and location;
+    calls one per logged call (tokens and cost over every attempt; cost empty when a
+    model has no price). See docs/analysis.md.
+    """
+    from sim.analysis.export import export
+
+    with json_errors("export", as_json):
+        done = export(world_dir, out, cast("Format", fmt), first, last)
+        if as_json:
+            click.echo(
+                orjson.dumps(
+                    {
+                        "command": "export",
+                        "ok": not done.problems,
+                        "out": str(out),
+                        "format": fmt,
+                        "ticks": done.ticks,
+                        "tables": {
+                            name: {"path": str(path), "rows": done.rows[name]}
+                            for name, path in done.files.items()
+                        },
+                        "notes": done.notes,
+                        "problems": [str(p) for p in done.problems],
+                    }
+                ).decode()
+            )
+        else:
+            span = f"ticks {done.ticks[0]}-{done.ticks[-1]}" if done.ticks else "no ticks"
+            click.echo(f"exported {span} to {out}:")
+            for name, path in done.files.items():
+                click.echo(f"  {name:<13} {done.rows[name]:>6} rows  {path}")
+            for note in done.notes:
+                click.echo(f"note: {note}")
+        for problem in done.problems:
+            click.echo(f"unreadable: {problem}", err=True)
+        if done.problems:
+            sys.exit(1)
+
+
+@click.command("init")
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--characters",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1, max=500),
+    help="How many characters.",
+)
+@click.option(
+    "--locations",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1, max=500),
+    help="How many locations (connected in a ring).",
+)
+def init_(folder: Path, characters: int, locations: int) -> None:
+    """Write a small new world into FOLDER (missing or empty) that runs at once, offline.
+
+    It holds world.json, characters/, locations/, config.toml (offline provider),
+    prompts/ (the built-in templates, to edit) and a README.
+    """
+    from sim.worldgen import init_world
+
+    with errors():
+        made = init_world(folder, characters, locations)
+        click.echo(
+            f"created {folder}: {len(made.characters)} characters "
+            f"({', '.join(made.characters)}), {len(made.locations)} locations "
+            f"({', '.join(made.locations)})"
+        )
+        click.echo(f"next: sim check --world {folder} && sim tick --world {folder}")
+
+
+@click.command("schema")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The folder to write the schemas into (created if missing).",
+)
+def schema_(out: Path) -> None:
+    """Write JSON Schemas of world.json, character and location files, for editors.
+
+    See docs/world-format.md for pointing an editor at them.
+    """
+    from sim.worldgen import write_schemas
+
+    with errors():
+        for path in write_schemas(out):
+            click.echo(f"wrote {path}")
+
+
+@click.command("ask")
+@WORLD
+@click.argument("character", required=False)
+@click.argument("question", required=False)
+@click.option(
+    "--all", "everyone", is_flag=True, help="Ask every character (a survey): give only QUESTION."
+)
+@CONFIG
+@click.option("--provider", help="LLM provider (overrides [llm] provider).")
+@click.option("--model", help="Model to answer (overrides [phase1] model).")
+@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def ask_(
+    world_dir: Path,
+    character: str | None,
+    question: str | None,
+    everyone: bool,
+    config_file: Path | None,
+    provider: str | None,
+    model: str | None,
+    base_url: str | None,
+    as_json: bool,
+) -> None:
+    """Ask CHARACTER a QUESTION and get an in-character answer; the world is not changed.
+
+    Uses the [phase1] model and the configured provider (offline works). Every question
+    and answer is appended to .sim/interviews.jsonl with its tick, model and usage, and
+    counted by `sim usage`. With --all, every character answers (a survey).
+    """
+    from sim.errors import InputError
+    from sim.interview import ask
+
+    with json_errors("ask", as_json):
+        if everyone:
+            if question is not None or character is None:
+                raise InputError(None, "--all", 'expected one QUESTION: sim ask --all "..."')
+            question, who = character, None
+        else:
+            if character is None or question is None:
+                raise InputError(None, "CHARACTER", 'expected CHARACTER "QUESTION" (or --all)')
+            who = [character]
+        config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
+        asked = ask(world_dir, config, question, who)
+        if as_json:
+            emit(ask_document(asked, config.prices))
+        else:
+            for interview in asked.interviews:
+                name = asked.names.get(interview.character, interview.character)
+                click.secho(f"[{name}]", fg="cyan")
+                if interview.answer is not None:
+                    click.echo(textwrap.fill(interview.answer, width=88))
+                else:
+                    click.echo(f"failed: {interview.error}")
+            tokens = sum(i.usage.input_tokens + i.usage.output_tokens for i in asked.interviews)
+            click.echo(
+                f"\nasked at tick {asked.tick}; recorded in "
+                f"{world_dir / '.sim' / 'interviews.jsonl'} ({tokens} tokens)",
+                err=True,
+            )
+        if asked.failures:
+            click.echo(f"failed: {asked.failures} of {len(asked.interviews)} answers", err=True)
+            sys.exit(1)

@@ -1,0 +1,318 @@
+"""``sim ask``: interview characters, in character, without changing the world.
+
+A question goes to the configured provider with the character's identity, state and
+memory (``interview_input``), under the ``[phase1]`` model and settings (the character's
+own voice: the model that decides what it does). Nothing is written to the world's files:
+the entities are read, no chain or usage is added to them, no response is stored. Every
+question and answer is appended to ``.sim/interviews.jsonl`` (one ``Interview`` per line,
+with the tick, the model and every attempt's usage), which ``sim usage`` counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.config import Config
+from sim.errors import InputError, LogError
+from sim.llm.budget import Cost, Price
+from sim.llm.client import LLMClient, LLMRequest
+from sim.llm.errors import LLMError
+from sim.llm.events import LLMEvent
+from sim.llm.stack import build_stack, close_stack
+from sim.llm.types import Usage
+from sim.storage import Storage
+from sim.ticklog.books import attempts_cost
+from sim.ticklog.records import AttemptRecord, TokenCounts
+from sim.world import Entity, World
+
+INTERVIEWS = ".sim/interviews.jsonl"
+#: the config section whose model and settings answer (the characters' own voice)
+SECTION = "phase1"
+PHASE = "ask"
+RECENT_CELLS = 5
+MAX_QUESTION = 2000
+
+INSTRUCTIONS = """\
+You are being interviewed as one character of a living, turn-based world simulation. The
+JSON input describes the world, who you are (identity, goals, mood, belongings, where you
+are, any other state), what you remember, and the interviewer's question.
+
+Answer the question in character, in the first person, in your own voice, from what you
+know, want, feel and remember. Do not invent events you could not know about, and do not
+step out of character or mention the simulation. Keep the answer under 80 words.
+"""
+
+
+class InterviewAnswer(BaseModel):
+    """What the model answers: the character's reply."""
+
+    model_config = ConfigDict(extra="forbid", title="InterviewAnswer")
+
+    answer: str = Field(description="the character's reply, in the first person")
+
+
+class Interview(BaseModel):
+    """One question and its answer, as ``.sim/interviews.jsonl`` holds it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tick: int
+    character: str
+    question: str
+    answer: str | None = None
+    #: the model asked for, and the one that answered (a fallback model, a dated snapshot)
+    model: str
+    answered_by: str | None = None
+    #: tokens over every attempt (a failed attempt may be billed)
+    usage: TokenCounts = Field(default_factory=TokenCounts)
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    error_code: str | None = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.answer is None
+
+    def cost(self, prices: Mapping[str, Any], cache: dict[str, Price | None] | None = None) -> Cost:
+        """Every attempt at its model's price (unknown when a model has none)."""
+        return attempts_cost(self.attempts, prices, cache)
+
+
+@dataclass
+class Asked:
+    """What one ``ask`` did: an interview per character asked, in order."""
+
+    tick: int
+    question: str
+    interviews: list[Interview] = field(default_factory=list)
+    #: character id -> name, for printing
+    names: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for i in self.interviews if i.failed)
+
+
+def interview_input(world: World, char: Entity, question: str) -> str:
+    """The model's view of a character being interviewed (JSON, keys in a fixed order)."""
+    identity, state, memory = char["identity"], char["state"], char.get("memory", {})
+    place = world.locations.get(state["location"])
+    custom = {k: v for k, v in state.items() if k not in ("location", "mood", "inventory")}
+    you: dict[str, Any] = {
+        "id": identity["id"],
+        "name": identity["name"],
+        "description": identity.get("description", ""),
+        "personality": identity.get("personality", ""),
+        "goals": identity.get("goals", []),
+        "mood": state.get("mood", ""),
+        "inventory": state.get("inventory", []),
+        "location": {
+            "id": state["location"],
+            "name": place["identity"]["name"] if place else state["location"],
+            "description": place["identity"].get("description", "") if place else "",
+        },
+    }
+    if custom:
+        you["state"] = custom
+    return orjson.dumps(
+        {
+            "world": {
+                "name": world.meta.get("name", ""),
+                "description": world.meta.get("description", ""),
+            },
+            "tick": world.tick,
+            "you": you,
+            "memory": {
+                "summary": memory.get("summary", ""),
+                "recent": list(memory.get("cells", []))[-RECENT_CELLS:],
+            },
+            "question": question,
+        }
+    ).decode()
+
+
+def _interview(
+    tick: int,
+    cid: str,
+    question: str,
+    model: str,
+    result: object,
+    events: Sequence[LLMEvent],
+) -> Interview:
+    attempts = [
+        AttemptRecord(
+            attempt=event.attempt,
+            model=event.response.model if event.response is not None else event.model,
+            usage=TokenCounts.of(event.usage),
+            latency=round(event.latency, 6),
+            error_code=event.error_code,
+        )
+        for event in events
+        if event.kind != "llm_called"
+    ]
+    total = Usage()
+    for attempt in attempts:
+        total = total + attempt.usage.to_usage()
+    fields: dict[str, Any] = {
+        "tick": tick,
+        "character": cid,
+        "question": question,
+        "model": model,
+        "usage": TokenCounts.of(total),
+        "attempts": attempts,
+    }
+    if isinstance(result, InterviewAnswer):
+        fields["answer"] = result.answer
+        fields["answered_by"] = attempts[-1].model if attempts else model
+    else:
+        error = result if isinstance(result, LLMError) else LLMError(str(result))
+        fields["error_code"] = error.code
+        fields["error"] = str(error)
+    return Interview(**fields)
+
+
+async def _ask(world: World, config: Config, question: str, ids: Sequence[str]) -> list[Interview]:
+    section = config.phase(SECTION)
+    adapter = build_stack(config, world.seed)
+    by_request: dict[int, list[LLMEvent]] = {}
+    try:
+        # no entities: the calls are independent (no chain), and nothing is written into
+        # the characters (no usage, no response ids)
+        client = LLMClient(
+            adapter,
+            [],
+            0,
+            settings=section.settings(config.llm),
+            chain_mode=config.llm.chain_mode,
+            max_concurrency=config.llm.max_concurrency,
+            events=lambda event: by_request.setdefault(id(event.request), []).append(event),
+            phase=PHASE,
+        )
+        requests = [
+            LLMRequest(
+                INSTRUCTIONS,
+                interview_input(world, world.characters[cid], question),
+                InterviewAnswer,
+            )
+            for cid in ids
+        ]
+        results = await client.create_batch(requests)
+    finally:
+        await close_stack(adapter)
+    return [
+        _interview(world.tick, cid, question, section.model, result, by_request.get(id(req), []))
+        for cid, req, result in zip(ids, requests, results, strict=True)
+    ]
+
+
+def _check_record(root: Path) -> None:
+    """Refuse, before anything is sent, a record that would be written through a link."""
+    folder = root / ".sim"
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise InputError(folder, None, "expected a folder inside the world (not a link)")
+    path = root / INTERVIEWS
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise InputError(path, None, "expected a file inside the world (not a link)")
+
+
+def _append(root: Path, interviews: Sequence[Interview]) -> None:
+    """Append to ``.sim/interviews.jsonl``, never through a symlink out of the world."""
+    _check_record(root)
+    (root / ".sim").mkdir(exist_ok=True)
+    data = b"".join(orjson.dumps(i.model_dump(mode="json")) + b"\n" for i in interviews)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        fd = os.open(root / INTERVIEWS, flags, 0o644)
+    except OSError as exc:
+        raise InputError(root / INTERVIEWS, None, f"cannot append: {exc.strerror}") from None
+    with os.fdopen(fd, "ab") as handle:
+        handle.write(data)
+
+
+def ask(
+    world_dir: Path, config: Config, question: str, characters: Sequence[str] | None = None
+) -> Asked:
+    """Ask characters (``None``: every one) a question; record and return the answers.
+
+    Raises:
+        InputError: an empty or overlong question, an unknown character.
+        InvalidWorld: the world cannot be loaded.
+        LLMConfigurationError: the provider cannot be set up (a missing key).
+    """
+    question = question.strip()
+    if not question:
+        raise InputError(None, "QUESTION", "expected a question (got an empty one)")
+    if len(question) > MAX_QUESTION:
+        raise InputError(None, "QUESTION", f"expected at most {MAX_QUESTION} characters")
+    world = Storage(world_dir).load()
+    ids = sorted(world.characters) if characters is None else list(characters)
+    for cid in ids:
+        if cid not in world.characters:
+            known = ", ".join(sorted(world.characters)) or "none"
+            raise InputError(None, "CHARACTER", f"no character {cid!r} (known: {known})")
+    _check_record(world_dir)
+    interviews = asyncio.run(_ask(world, config, question, ids))
+    _append(world_dir, interviews)
+    names = {cid: str(world.characters[cid]["identity"]["name"]) for cid in ids}
+    return Asked(world.tick, question, interviews, names)
+
+
+def read_interviews(world_dir: Path) -> list[Interview]:
+    """Every recorded interview of a world, oldest first (none when there is no file).
+
+    Raises:
+        LogError: a line is not an interview (names the file and line).
+    """
+    path = world_dir / INTERVIEWS
+    if path.is_symlink() or not path.is_file():
+        return []
+    out: list[Interview] = []
+    lines = path.read_bytes().splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Interview.model_validate_json(line))
+        except ValidationError as exc:
+            if number == len(lines) and not path.read_bytes().endswith(b"\n"):
+                break  # a torn last line: the write was cut short
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise LogError(f"{path}: line {number}: {where or 'line'}: {problem['msg']}") from None
+    return out
+
+
+def interviews_usage(world_dir: Path, prices: Mapping[str, Any]) -> tuple[int, int, Usage, Cost]:
+    """Interviews, failed ones, tokens (every attempt) and cost of a world's ``sim ask``s.
+
+    Raises:
+        LogError: ``.sim/interviews.jsonl`` holds a line that is not an interview.
+    """
+    usage, cost = Usage(), Cost()
+    cache: dict[str, Price | None] = {}
+    interviews = read_interviews(world_dir)
+    for interview in interviews:
+        usage = usage + interview.usage.to_usage()
+        cost = cost + interview.cost(prices, cache)
+    return len(interviews), sum(1 for i in interviews if i.failed), usage, cost
+
+
+__all__ = [
+    "INSTRUCTIONS",
+    "INTERVIEWS",
+    "Asked",
+    "Interview",
+    "InterviewAnswer",
+    "ask",
+    "interview_input",
+    "interviews_usage",
+    "read_interviews",
+]

@@ -1,0 +1,113 @@
+"""What logged calls used and cost: the one place every view (``sim log``, ``sim usage``,
+``sim tune``, the report) gets a call's tokens and money from.
+
+Every attempt counts, not only the last: a failed attempt was sent and may have been
+billed. Every call record counts, including one a resume superseded by sending the call
+again (``TickLog.call_records``), and so does a log set aside into ``.sim/log/abandoned/``
+when the tick started afresh. A cost with a model that has no price is *unknown*
+(``Cost.value`` is ``None``), never summed as zero.
+
+An attempt that timed out on the client has no usage (the answer never arrived), but the
+server may have generated and billed it: ``Books.timed_out`` counts those attempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.llm.budget import Cost, Price, price_usage
+from sim.llm.types import Usage
+from sim.ticklog.format import TickLog
+from sim.ticklog.records import AttemptRecord, CallRecord
+
+#: the error code of an attempt that timed out on the client
+TIMEOUT = "timeout"
+
+
+def attempts_cost(
+    attempts: Iterable[AttemptRecord],
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None] | None = None,
+) -> Cost:
+    """What attempts cost at ``prices``, each priced for the model it actually used."""
+    total = Cost()
+    for attempt in attempts:
+        total = total + price_usage(attempt.usage.to_usage(), attempt.model, prices, cache)
+    return total
+
+
+def call_usage(call: CallRecord) -> Usage:
+    """Every token a logged call used: the sum over its attempts."""
+    total = Usage()
+    for attempt in call.every_attempt():
+        total = total + attempt.usage.to_usage()
+    return total
+
+
+def call_cost(
+    call: CallRecord, prices: Mapping[str, Any], cache: dict[str, Price | None] | None = None
+) -> Cost:
+    """What a logged call cost at ``prices``: every attempt, each at its model's price."""
+    return attempts_cost(call.every_attempt(), prices, cache)
+
+
+def timed_out(call: CallRecord) -> int:
+    """How many of a call's attempts timed out on the client (maybe billed, usage unknown)."""
+    return sum(1 for attempt in call.every_attempt() if attempt.error_code == TIMEOUT)
+
+
+@dataclass
+class Books:
+    """Calls, tokens and cost of a set of logged calls."""
+
+    calls: int = 0
+    failures: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost: Cost = field(default_factory=Cost)
+    timed_out: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.usage.total_tokens
+
+    def add_call(
+        self,
+        call: CallRecord,
+        prices: Mapping[str, Any],
+        cache: dict[str, Price | None] | None = None,
+    ) -> None:
+        self.calls += 1
+        self.failures += 1 if call.failed else 0
+        self.usage = self.usage + call_usage(call)
+        self.cost = self.cost + call_cost(call, prices, cache)
+        self.timed_out += timed_out(call)
+
+
+def tick_books(log: TickLog, prices: Mapping[str, Any] | None = None) -> Books:
+    """Everything a tick's log says was sent: every call record, every attempt.
+
+    ``prices`` defaults to the ``[prices]`` in effect when the tick ran (its header).
+    ``calls`` and ``failures`` count the tick's calls as they ended (one per request id);
+    tokens, cost and timeouts count every record, superseded ones included.
+    """
+    table = log.header.prices if prices is None else prices
+    cache: dict[str, Price | None] = {}
+    books = Books()
+    for call in log.call_records:
+        books.add_call(call, table, cache)
+    books.calls = len(log.calls)
+    books.failures = log.failures()
+    return books
+
+
+__all__ = [
+    "TIMEOUT",
+    "Books",
+    "attempts_cost",
+    "call_cost",
+    "call_usage",
+    "tick_books",
+    "timed_out",
+]

@@ -1,0 +1,283 @@
+"""The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
+
+One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
+``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``) and ``LogRecord``, their union discriminated
+on ``type``. ``parse_record`` is the only way a line of a log becomes a record, and
+``dump_record`` the only way a record becomes a line.
+
+Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
+``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
+by this sim reads back and re-serialises to the same bytes, and a field that was absent in
+an older log of format 1 stays absent. Fields added to format 1 over time have defaults, so
+older logs read. A field no model declares is refused (``extra="forbid"``): logs are
+written only by sim, so an unknown field means a newer sim or a hand edit, and the reader
+names it rather than guess; a change old readers must not miss bumps ``FORMAT_VERSION``
+and adds a migration (``sim.ticklog.format.MIGRATIONS``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from sim.llm.budget import Price
+from sim.llm.types import Usage
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Record(_Model):
+    """Base of the top-level records: the ``type`` tag is always written."""
+
+    type: str
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.__pydantic_fields_set__.add("type")
+
+
+class TokenCounts(_Model):
+    """Tokens as the log writes them (``Usage.to_dict()``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    @classmethod
+    def of(cls, usage: Usage) -> TokenCounts:
+        return cls(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+        )
+
+    def to_usage(self) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cached_input_tokens=self.cached_input_tokens,
+        )
+
+
+class HeaderRecord(_Record):
+    """First record: format version, tick, seed, the config used (no secrets), call scope."""
+
+    type: Literal["header"] = "header"
+    format: int
+    tick: int = 0
+    seed: int = 0
+    config: dict[str, Any] = Field(default_factory=dict)
+    #: a nonce for this run of the tick: keys its calls' idempotency, kept by a resume
+    scope: str = ""
+    #: the phases run, in order, and the digests of their templates and answer schemas by
+    #: name (absent in logs written before phases were declared by worlds)
+    phases: list[str] | None = None
+    templates: dict[str, str] | None = None
+    schemas: dict[str, str] | None = None
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """The ``[prices]`` table in effect when the tick ran (an entry that cannot be read
+        leaves its model unpriced: its cost shows as unknown, never as zero)."""
+        table = self.config.get("prices")
+        out: dict[str, Price] = {}
+        for model, entry in (table if isinstance(table, dict) else {}).items():
+            try:
+                out[str(model)] = Price(
+                    float(entry["input"]), float(entry["cached_input"]), float(entry["output"])
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+        return out
+
+
+class StateRecord(_Record):
+    """The state at the start of the tick, zlib-compressed and base64-encoded."""
+
+    type: Literal["state_before"] = "state_before"
+    encoding: str
+    digest: str
+    files: int = 0
+    data: str
+
+
+class InstructionsRecord(_Record):
+    type: Literal["instructions"] = "instructions"
+    digest: str
+    text: str
+
+
+class AttemptRecord(_Model):
+    """One attempt of a call; ``raw`` only on the final one, ``error`` on a failed final."""
+
+    attempt: int = 1
+    model: str = ""
+    usage: TokenCounts = Field(default_factory=TokenCounts)
+    latency: float = 0.0
+    error_code: str | None = None
+    raw: str | None = None
+    error: str | None = None
+
+
+class CallRecord(_Record):
+    """One completed LLM call: what was sent, what came back, every attempt."""
+
+    type: Literal["call"] = "call"
+    request_id: str
+    phase: str
+    entity_key: str | None = None
+    n: int = 0
+    instructions_digest: str = ""
+    input: str = ""
+    schema_name: str = ""
+    schema_digest: str = ""
+    model: str = ""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    depth: int = 0
+    history: list[str] = Field(default_factory=list)
+    previous_response_id: str | None = None
+    digest: str = ""
+    latency: float = 0.0
+    #: the final attempt's tokens (``attempts`` has every attempt's)
+    usage: TokenCounts = Field(default_factory=TokenCounts)
+    source: str = "live"
+    result: dict[str, Any] | None = None
+    result_type: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+    finish_reason: str | None = None
+    error_code: str | None = None
+    error: str | None = None
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    #: the attempts' cost at the prices in effect (``None``: a model had no price)
+    cost_usd: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error_code is not None
+
+    def every_attempt(self) -> list[AttemptRecord]:
+        """The attempts, or for a record without them the call as one attempt."""
+        if self.attempts:
+            return self.attempts
+        return [AttemptRecord(model=self.model, usage=self.usage, error_code=self.error_code)]
+
+
+class PhaseReportRecord(_Model):
+    """A phase's report (``PhaseReport.to_dict()``)."""
+
+    name: str = ""
+    calls: int = 0
+    failures: int = 0
+    usage: TokenCounts = Field(default_factory=TokenCounts)
+    fallbacks: list[str] = Field(default_factory=list)
+    errors: dict[str, str] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    retries: int = 0
+    model_fallbacks: dict[str, str] = Field(default_factory=dict)
+    #: attempts that timed out on the client (the server may have billed them)
+    timed_out: int = 0
+
+
+class PhaseRecord(_Record):
+    type: Literal["phase"] = "phase"
+    name: str
+    report: PhaseReportRecord = Field(default_factory=PhaseReportRecord)
+    #: intentions, resolutions or narratives by id, as JSON
+    results: dict[str, Any] = Field(default_factory=dict)
+
+
+class ResumeRecord(_Record):
+    type: Literal["resume"] = "resume"
+    attempt: int
+    calls_logged: int = 0
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class InterruptedRecord(_Record):
+    """A call still in flight when the tick was interrupted (Ctrl-C), with the text it had
+    streamed by then; resume sends it again."""
+
+    type: Literal["interrupted"] = "interrupted"
+    request_id: str
+    phase: str
+    entity_key: str | None = None
+    partial: str = ""
+
+
+class UsageRecord(_Record):
+    """The tick's totals, written just before the commit."""
+
+    type: Literal["usage"] = "usage"
+    calls: int = 0
+    failures: int = 0
+    usage: TokenCounts = Field(default_factory=TokenCounts)
+    elapsed: float | None = None
+    cost: float | None = None
+    resumed_calls: int = 0
+
+
+class CommitRecord(_Record):
+    type: Literal["commit"] = "commit"
+    tick: int
+    state_after: str
+    calls: int = 0
+    committed_at: float = 0.0
+
+
+LogRecord = Annotated[
+    HeaderRecord
+    | StateRecord
+    | InstructionsRecord
+    | CallRecord
+    | PhaseRecord
+    | ResumeRecord
+    | InterruptedRecord
+    | UsageRecord
+    | CommitRecord,
+    Field(discriminator="type"),
+]
+
+_RECORD: TypeAdapter[LogRecord] = TypeAdapter(LogRecord)
+
+
+def parse_record(data: Any) -> LogRecord:
+    """A record from its parsed JSON object.
+
+    Raises:
+        pydantic.ValidationError: not a record of a known type, or a field is wrong.
+    """
+    return _RECORD.validate_python(data)
+
+
+def record_data(record: BaseModel) -> dict[str, Any]:
+    """A record as the JSON object its line holds (the fields it was given, in order)."""
+    return record.model_dump(mode="json", exclude_unset=True)
+
+
+def dump_record(record: BaseModel) -> bytes:
+    """A record as one log line's bytes, without the newline."""
+    return orjson.dumps(record_data(record))
+
+
+__all__ = [
+    "AttemptRecord",
+    "CallRecord",
+    "CommitRecord",
+    "HeaderRecord",
+    "InstructionsRecord",
+    "InterruptedRecord",
+    "LogRecord",
+    "PhaseRecord",
+    "PhaseReportRecord",
+    "ResumeRecord",
+    "StateRecord",
+    "TokenCounts",
+    "UsageRecord",
+    "dump_record",
+    "parse_record",
+    "record_data",
+]

@@ -1,0 +1,108 @@
+"""`--json` on check, tick, replay and report: one JSON document on stdout (JSON Lines for
+tick), also when the command fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+
+def run(*args: str):
+    """stdout and stderr apart: a script reads only stdout."""
+    return CliRunner().invoke(main, list(args))
+
+
+def documents(output: str) -> list[dict]:
+    lines = output.splitlines()
+    assert lines, "nothing on stdout"
+    return [orjson.loads(line) for line in lines]
+
+
+def test_check_json(demo_world: Path) -> None:
+    result = run("check", "--world", str(demo_world), "--json")
+    assert result.exit_code == 0, result.output
+    [doc] = documents(result.stdout)
+    assert doc["command"] == "check" and doc["ok"] is True
+    assert doc["tick"] == 0
+    assert doc["characters"] == sorted(p.stem for p in (demo_world / "characters").iterdir())
+    assert doc["provider"] == "offline"
+    assert doc["interrupted_tick"] is None and doc["pending_commit"] is False
+
+
+def test_check_json_reports_an_invalid_world_as_a_document(demo_world: Path) -> None:
+    (demo_world / "characters" / "ada.json").write_text('{"identity": {}}')
+    result = run("check", "--world", str(demo_world), "--json")
+    assert result.exit_code == 2
+    [doc] = documents(result.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2
+    assert doc["error"]["type"] == "InvalidWorld"
+    assert "ada.json" in doc["error"]["message"]
+    assert "ada.json" in result.stderr  # the human message is still there
+
+
+def test_tick_json_is_one_line_per_tick(demo_world: Path) -> None:
+    result = run("tick", "--world", str(demo_world), "--ticks", "2", "--json")
+    assert result.exit_code == 0, result.output
+    docs = documents(result.stdout)
+    assert [d["tick"] for d in docs] == [1, 2]
+    for doc in docs:
+        assert doc["command"] == "tick" and doc["ok"] is True
+        assert doc["narratives"] and doc["calls"] > 0
+        assert [p["name"] for p in doc["phases"]][:3] == ["intentions", "resolution", "narrative"]
+        assert doc["usage"]["input_tokens"] > 0
+    assert "JSON Lines" in run("tick", "--help").stdout
+
+
+def test_tick_json_failure_is_a_document(demo_world: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    result = run("tick", "--world", str(demo_world), "--provider", "openai", "--json")
+    assert result.exit_code == 2
+    [doc] = documents(result.stdout)
+    assert doc == {
+        "command": "tick",
+        "ok": False,
+        "exit_code": 2,
+        "error": {"type": doc["error"]["type"], "message": doc["error"]["message"]},
+    }
+    assert "OPENAI_API_KEY" in doc["error"]["message"]
+
+
+def test_replay_json_identical_and_drifted(demo_world: Path) -> None:
+    assert run("tick", "--world", str(demo_world), "--ticks", "2").exit_code == 0
+    result = run("replay", "--world", str(demo_world), "--tick", "1", "--to", "2", "--json")
+    assert result.exit_code == 0, result.output
+    [doc] = documents(result.stdout)
+    assert doc["ok"] is True and [t["tick"] for t in doc["ticks"]] == [1, 2]
+    assert all(t["identical"] and t["served"] > 0 for t in doc["ticks"])
+
+    prompts = demo_world / "prompts"
+    prompts.mkdir(exist_ok=True)
+    (prompts / "narrative.md").write_text("Tell it as a ballad.\n")
+    result = run("replay", "--world", str(demo_world), "--tick", "1", "--json")
+    assert result.exit_code == 1
+    [doc] = documents(result.stdout)  # the replay's document, not an error document as well
+    assert doc["command"] == "replay" and doc["ok"] is False
+    assert doc["ticks"][0]["drifts"]
+    assert "instructions" in doc["ticks"][0]["drifts"][0]["fields"]
+
+
+def test_report_json(demo_world: Path, tmp_path: Path) -> None:
+    assert run("tick", "--world", str(demo_world)).exit_code == 0
+    page = tmp_path / "page.html"
+    result = run("report", "--world", str(demo_world), "--out", str(page), "--json")
+    assert result.exit_code == 0, result.output
+    [doc] = documents(result.stdout)
+    assert doc == {
+        "command": "report",
+        "ok": True,
+        "path": str(page),
+        "ticks": 1,
+        "logged": 1,
+        "unreadable_logs": [],
+    }
+    assert page.is_file()
