@@ -7,11 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := .demo/world
 
 .DEFAULT_GOAL := help
-<<<<<<< HEAD
-.PHONY: help install demo test test-model model-env bench-model lint typecheck format all bench clean
-=======
-.PHONY: help install demo test test-fast lint typecheck format all bench clean
->>>>>>> main
+.PHONY: help install demo test test-fast test-model model-env bench-model lint typecheck format all bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,7 +29,6 @@ demo: $(STAMP) ## Run 3 ticks of a scratch copy of worlds/demo, offline, no API 
 test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q
 
-<<<<<<< HEAD
 # The real-model tests: llama-cpp-python's server (built from source once per machine; pip's
 # wheel cache makes later venvs take seconds) running Gemma 3 270M, in a venv of its own.
 MODEL_VENV := .venv-model
@@ -61,10 +56,9 @@ test-model: $(STAMP) ## Run tests/model against a real model (fails in CI when u
 
 bench-model: $(STAMP) model-env ## One demo tick on the real model at concurrency 1 and 2 -> bench/RESULTS.md
 	$(BIN)/python bench/real_model.py
-=======
+
 test-fast: $(STAMP) ## The suite without the tests marked slow (the kill -9 and crash trials)
-	$(BIN)/python -m pytest -q -m "not slow"
->>>>>>> main
+	$(BIN)/python -m pytest -q -m "not slow and not model"
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check sim tests bench

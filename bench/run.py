@@ -457,22 +457,6 @@ def main() -> None:
             else ""
         )
     )
-<<<<<<< HEAD
-    lines.append("")
-    lines += [
-        "Written by `make bench` (bench/run.py). Each figure is measured in a fresh process;",
-        "ratios are target / actual (≥ 1 meets the target) or ideal / actual.",
-        "",
-        *body,
-    ]
-    text = "\n".join(lines)
-    # keep the real-model section (bench/real_model.py, `make bench-model`)
-    old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
-    start, end = "<!-- real-model:start -->", "<!-- real-model:end -->"
-    if start in old and end in old:
-        kept = start + old.partition(start)[2].partition(end)[0] + end
-        text = text.rstrip("\n") + "\n\n" + kept + "\n"
-=======
     if args.only and not args.smoke and RESULTS.exists():
         # a partial run replaces its own sections and keeps the others as they were
         text = splice(RESULTS.read_text(encoding="utf-8"), body, args.only, load)
@@ -485,7 +469,12 @@ def main() -> None:
             *body,
         ]
         text = "\n".join(lines)
->>>>>>> main
+    # keep the real-model section (bench/real_model.py, `make bench-model`)
+    old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    start, end = "<!-- real-model:start -->", "<!-- real-model:end -->"
+    if start in old and end in old and start not in text:
+        kept = start + old.partition(start)[2].partition(end)[0] + end
+        text = text.rstrip("\n") + "\n\n" + kept + "\n"
     if args.smoke:
         print(text)
     else:
