@@ -1,8 +1,8 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
 One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``) and ``LogRecord``, their union discriminated
-on ``type``. ``parse_record`` is the only way a line of a log becomes a record, and
+``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``) and ``LogRecord``, their
+union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes a record, and
 ``dump_record`` the only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
