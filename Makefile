@@ -55,7 +55,7 @@ test-model: $(STAMP) ## Run tests/model against a real model (fails in CI when u
 	fi
 
 bench-model: $(STAMP) model-env ## One demo tick on the real model at concurrency 1 and 2 -> bench/RESULTS.md
-	$(BIN)/python bench/real_model.py
+	$(BIN)/python -m bench.real_model
 
 test-fast: $(STAMP) ## The suite without the tests marked slow (the kill -9 and crash trials)
 	$(BIN)/python -m pytest -q -m "not slow and not model"

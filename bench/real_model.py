@@ -1,4 +1,5 @@
-"""One tick of the demo world on a real model, at concurrency 1 and 2 (``make bench-model``).
+"""One tick of the demo world on a real model, at concurrency 1 and 2 (``make bench-model``,
+or ``python -m bench.real_model`` from the repository root).
 
 llama-cpp-python's server running Gemma 3 270M (``.venv-model``, as ``make test-model``)
 on this machine; the ``chat`` provider with default settings except the model, the base
@@ -25,8 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
 START, END = "<!-- real-model:start -->", "<!-- real-model:end -->"
 
-sys.path.insert(0, str(ROOT))
-from sim.testing.llama_server import MODEL, LlamaServer, model_python  # noqa: E402
+from sim.testing.llama_server import MODEL, LlamaServer, model_python
 
 
 def tick(base_url: str, concurrency: int, scratch: Path) -> dict[str, Any]:
