@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sim.testing.llama_server import MODEL, LlamaServer, model_python
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
 START, END = "<!-- real-model:start -->", "<!-- real-model:end -->"
-
-from sim.testing.llama_server import MODEL, LlamaServer, model_python
 
 
 def tick(base_url: str, concurrency: int, scratch: Path) -> dict[str, Any]:
