@@ -84,12 +84,15 @@ def section(rows: list[dict[str, Any]]) -> str:
         "## Real model: one demo tick on llama-cpp-python + Gemma 3 270M (CPU)",
         "",
         f"Written by `make bench-model` (bench/real_model.py) on {platform.machine()}, "
-        f"Python {platform.python_version()}, {_cores()} cores shared with other work. The",
-        "`chat` provider, default settings except model, base URL and",
+        f"Python {platform.python_version()}, {_cores()} cores",
+        "shared with other work. The `chat` provider, default settings except model, base URL and",
         '`structured_output = "auto"` (it switched to `json_object_schema` after one refused',
         "request), `max_concurrency` as shown; the server generates one request at a time.",
         "Schema feedback: calls with an answer rejected by validation and re-asked with the",
         "error (the grammar makes this rare; cut-short answers count as `incomplete`).",
+        "Output tokens vary run to run (sampling at the phases' temperatures); one answer run",
+        "to its cap (900 tokens for resolution) dominates a tick's wall time, so the two rows",
+        "differ more by that than by the concurrency, which a one-slot server cannot use.",
         "",
         "| concurrency | committed | calls | failed | attempts | input tok | output tok "
         "| schema feedback | tick wall |",
