@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR := .demo/world
+VOTE_DIR := .demo/harvest-vote
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo test test-fast test-model model-env bench-model lint typecheck format all bench clean
@@ -20,11 +21,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install sim with dev extras
 
-demo: $(STAMP) ## Run 3 ticks of a scratch copy of worlds/demo, offline, no API key
+demo: $(STAMP) ## Run 3 ticks of scratch copies of worlds/demo and worlds/harvest-vote, offline, no API key
 	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r worlds/demo $(DEMO_DIR)
 	@rm -rf $(DEMO_DIR)/.sim
 	$(BIN)/sim check --world $(DEMO_DIR)
 	$(BIN)/sim tick --world $(DEMO_DIR) --ticks 3
+	@rm -rf $(VOTE_DIR) && cp -r worlds/harvest-vote $(VOTE_DIR) && rm -rf $(VOTE_DIR)/.sim
+	$(BIN)/sim check --world $(VOTE_DIR)
+	$(BIN)/sim tick --world $(VOTE_DIR) --ticks 3
 
 test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q

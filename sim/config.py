@@ -8,13 +8,14 @@ that holds the bad key.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from sim.errors import InputError
 from sim.llm.types import CallSettings, StructuredOutput
@@ -26,7 +27,16 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
 }
-PROVIDERS = ("offline", "openai", "chat")
+PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
+#: the built-in phases, in their default order
+BUILTIN_PHASES = ("intentions", "resolution", "narrative", "apply", "memory")
+DEFAULT_ORDER = BUILTIN_PHASES
+#: phase and verb names: they become chain keys (``opinion:{id}``) and file names
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+#: config keys that decide where requests (and the API key) go. The trust rule for world
+#: configs (sim.config strictness) applies to every key whose last part is in this set,
+#: wherever it appears: ``llm.*``, ``phase1.*`` .. ``phase4.*`` and ``phases.<name>.*``.
+ENDPOINT_KEYS = frozenset({"provider", "base_url", "api_key_env"})
 
 
 class _Strict(BaseModel):
@@ -72,6 +82,18 @@ DEFAULT_PRICES = {
     "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
     "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
     "gpt-4o-mini": PriceConfig(input=0.15, cached_input=0.075, output=0.6),
+    # Gemini API list prices entered on 2026-11-23 (2.5 Pro: prompts up to 200k tokens);
+    # check them against Google's pricing page
+    "gemini-2.5-pro": PriceConfig(input=1.25, cached_input=0.125, output=10.0),
+    "gemini-2.5-flash": PriceConfig(input=0.3, cached_input=0.03, output=2.5),
+    "gemini-2.5-flash-lite": PriceConfig(input=0.1, cached_input=0.01, output=0.4),
+    "gemini-2.0-flash": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
+    # Anthropic list prices entered on 2026-11-23 (Sonnet: prompts up to 200k tokens;
+    # cache reads as cached_input, cache writes priced as input): check Anthropic's pricing page
+    "claude-opus-4-5": PriceConfig(input=5.0, cached_input=0.5, output=25.0),
+    "claude-opus-4-1": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
+    "claude-sonnet-4-5": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
+    "claude-haiku-4-5": PriceConfig(input=1.0, cached_input=0.1, output=5.0),
 }
 
 
@@ -83,6 +105,19 @@ class PhaseConfig(_Strict):
     fallback_models: tuple[str, ...] = ()
     #: this phase's structured-output form; unset: ``[llm] structured_output``
     structured_output: StructuredOutput | None = None
+    #: this phase's provider, server and key variable ("" = [llm]'s): endpoint keys
+    #: (ENDPOINT_KEYS), under the trust rule for world configs
+    provider: str = ""
+    base_url: str = ""
+    api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+
+    def endpoint(self, llm: LLMConfig) -> tuple[str, str, str]:
+        """(provider, base_url, api_key_env) this phase's requests go to. A phase that
+        names another provider does not inherit [llm]'s server."""
+        key = self.api_key_env or llm.api_key_env
+        if self.provider and self.provider != llm.provider:
+            return self.provider, self.base_url, key
+        return llm.provider, self.base_url or llm.base_url, key
 
     def settings(self, llm: LLMConfig) -> CallSettings:
         return CallSettings(
@@ -105,6 +140,33 @@ class HistoryConfig(_Strict):
 class Phase1Config(PhaseConfig):
     #: schema: answer an Intention; tools: choose one of move_to/say/act/wait
     mode: Literal["schema", "tools"] = "schema"
+    #: tools mode: how many look/recall/inventory steps a character may take before acting
+    max_tool_steps: int = Field(3, ge=0, le=10)
+
+
+class TickConfig(_Strict):
+    #: the phases of a tick, in order: built-ins by name, declared ones by their section
+    phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
+
+
+class DeclaredPhaseConfig(PhaseConfig):
+    """``[phases.<name>]``: a phase the world declares (or settings for a Python phase).
+
+    For a phase declared in TOML, ``instructions`` and ``schema`` are required; a phase
+    from the ``sim.phases`` entry-point group brings its own and takes only the settings.
+    """
+
+    per: Literal["character", "location", "world"] = "character"
+    instructions: str = ""
+    input: str = ""
+    schema_: str = Field("", alias="schema")
+    writes: dict[str, str] = Field(default_factory=dict)
+    mode: Literal["schema"] = "schema"
+
+    model_config = ConfigDict(populate_by_name=True)  # merged with _Strict's
+
+
+VerbName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
 class Config(_Strict):
@@ -116,20 +178,77 @@ class Config(_Strict):
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     history: HistoryConfig = HistoryConfig()
+    tick: TickConfig = TickConfig()
+    phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
+        Field(default_factory=dict)
+    )
+    #: verbs the world adds to the intention schema: name -> what it does
+    actions: dict[VerbName, Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=dict
+    )
 
     def phase(self, section: str) -> PhaseConfig:
-        value = getattr(self, section)
-        assert isinstance(value, PhaseConfig)
-        return value
+        """A phase's settings by section (``phase2a``, ``phases.opinion``) or by name.
+
+        A Python phase without a ``[phases.<name>]`` section gets the defaults.
+        """
+        section = PHASE_ALIASES.get(section, section)
+        if section in PHASE_SECTIONS:
+            value = getattr(self, section)
+            assert isinstance(value, PhaseConfig)
+            return value
+        name = section.removeprefix("phases.")
+        return self.phases.get(name) or DeclaredPhaseConfig()
+
+    def with_phase(self, section: str, **update: Any) -> Config:
+        """A copy with one phase's settings changed (``sim tune``)."""
+        section = PHASE_ALIASES.get(section, section)
+        phase = self.phase(section).model_copy(update=update)
+        if section in PHASE_SECTIONS:
+            return self.model_copy(update={section: phase})
+        assert isinstance(phase, DeclaredPhaseConfig)
+        name = section.removeprefix("phases.")
+        return self.model_copy(update={"phases": {**self.phases, name: phase}})
 
 
-def phase_section(name: str) -> str:
-    """Map ``phase2a`` or ``resolution`` to the config section name; raise on anything else."""
+#: config section -> phase name, for the built-in LLM phases
+SECTION_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
+
+
+def phase_section(name: str, declared: tuple[str, ...] = ()) -> str:
+    """Map ``phase2a``, ``resolution`` or a declared phase's name (``opinion`` ->
+    ``phases.opinion``) to its config section; raise on anything else."""
     section = PHASE_ALIASES.get(name, name)
-    if section not in PHASE_SECTIONS:
-        choices = ", ".join((*PHASE_SECTIONS, *PHASE_ALIASES))
-        raise InputError(None, "--depth", f"unknown phase {name!r}; expected one of: {choices}")
-    return section
+    if section in PHASE_SECTIONS:
+        return section
+    bare = name.removeprefix("phases.")
+    if bare in declared and bare not in BUILTIN_PHASES:
+        return f"phases.{bare}"
+    choices = ", ".join(
+        (*PHASE_SECTIONS, *PHASE_ALIASES, *(d for d in declared if d not in BUILTIN_PHASES))
+    )
+    raise InputError(None, "--depth", f"unknown phase {name!r}; expected one of: {choices}")
+
+
+def section_name(section: str) -> str:
+    """The phase name of a config section (``phase2a`` -> ``resolution``)."""
+    return SECTION_NAMES.get(section, section.removeprefix("phases."))
+
+
+def endpoint_paths(data: Mapping[str, Any]) -> list[str]:
+    """Dotted paths of the endpoint keys (``ENDPOINT_KEYS``) a raw config layer sets, e.g.
+    ``["llm.base_url", "phases.opinion.provider"]``: what the trust rule checks."""
+    out: list[str] = []
+    for section, value in data.items():
+        if not isinstance(value, Mapping):
+            continue
+        if section == "phases":
+            for name, phase in value.items():
+                if isinstance(phase, Mapping):
+                    out.extend(f"phases.{name}.{k}" for k in phase if k in ENDPOINT_KEYS)
+        elif section == "llm" or section in PHASE_SECTIONS:
+            out.extend(f"{section}.{k}" for k in value if k in ENDPOINT_KEYS)
+    return out
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -169,7 +288,68 @@ def _validate(data: Mapping[str, Any], source: Path | None) -> Config:
             "llm.provider",
             f"unknown provider {config.llm.provider!r}; expected one of: {', '.join(PROVIDERS)}",
         )
+    if config.llm.provider in ("gemini", "anthropic") and config.llm.chain_mode == "server":
+        api = "the Gemini API" if config.llm.provider == "gemini" else "the Messages API"
+        raise InputError(
+            source,
+            "llm.chain_mode",
+            f'server chains are not offered for provider "{config.llm.provider}" ({api} '
+            'keeps no responses to chain); use chain_mode = "window"',
+        )
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        provider = config.phase(section).provider
+        if provider and provider not in PROVIDERS:
+            raise InputError(
+                source,
+                f"{section}.provider",
+                f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
+            )
+    for verb in config.actions:
+        if verb in ("move", "speak", "act", "wait"):
+            raise InputError(source, f"actions.{verb}", "a built-in action; choose another verb")
+    for name in config.phases:
+        if name in BUILTIN_PHASES:
+            raise InputError(
+                source,
+                f"phases.{name}",
+                "a built-in phase: configure it in its own section "
+                f"([{PHASE_ALIASES.get(name, name)}])"
+                if name in PHASE_ALIASES
+                else "a built-in phase without settings",
+            )
     return config
+
+
+#: the model of a gemini phase whose model was left at the built-in default, when
+#: ``GEMINI_MODEL`` is unset
+GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
+
+
+def provider_models(config: Config, environ: Mapping[str, str]) -> Config:
+    """The config with the provider's default model where a phase did not choose one.
+
+    With ``provider = "gemini"``, a phase whose ``model`` is still the built-in default
+    (no config file, world config or ``--model`` changed it) uses ``$GEMINI_MODEL``, or
+    ``gemini-2.5-flash`` when that is unset or empty; a model set anywhere is kept as is,
+    and so are ``fallback_models``. Other providers are left unchanged.
+    """
+    if config.llm.provider != "gemini":
+        return config
+    model = environ.get("GEMINI_MODEL", "").strip() or GEMINI_DEFAULT_MODEL
+    defaults = Config.model_validate(defaults_data())
+    update: dict[str, Any] = {
+        section: config.phase(section).model_copy(update={"model": model})
+        for section in PHASE_SECTIONS
+        if config.phase(section).model == defaults.phase(section).model
+    }
+    default_model = DeclaredPhaseConfig().model
+    declared = {
+        name: phase.model_copy(update={"model": model}) if phase.model == default_model else phase
+        for name, phase in config.phases.items()
+    }
+    if declared:
+        update["phases"] = declared
+    return config.model_copy(update=update)
 
 
 def defaults_data() -> dict[str, Any]:
@@ -203,9 +383,9 @@ def load_config(
         _validate(data, path)
     if overrides:
         data = _merge(data, overrides)
-    return _validate(data, None)
+    return provider_models(_validate(data, None), os.environ)
 
 
 def redacted(config: Config) -> dict[str, Any]:
     """The config as plain data, safe to log (holds no secrets by construction)."""
-    return config.model_dump(mode="json")
+    return config.model_dump(mode="json", by_alias=True)

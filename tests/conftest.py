@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from sim.llm.calls import current_call
-from sim.testing.pytest_plugin import stub_server  # noqa: F401  (fixture)
+from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
+    anthropic_stub,
+    gemini_stub,
+    stub_server,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "worlds" / "demo"

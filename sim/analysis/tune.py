@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.analysis.usage import UsageRow, call_row, log_totals
-from sim.config import PHASE_ALIASES, Config
+from sim.config import PHASE_ALIASES, Config, section_name
 from sim.engine.deletions import PENDING
 from sim.engine.runner import Runner
 from sim.llm.budget import Cost, price_usage
@@ -33,7 +33,7 @@ from sim.storage import Storage
 from sim.ticklog.books import call_usage
 from sim.ticklog.format import LOG_DIR, read_logs
 
-PHASE_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
+PHASE_NAMES = {section: name for name, section in PHASE_ALIASES.items()}  # built-ins only
 
 
 @dataclass
@@ -103,15 +103,16 @@ def scratch_copy(world_dir: Path, dest: Path) -> Path:
         return [n for n in names if (n if rel == "." else f"{rel}/{n}") in skip_rel]
 
     with Storage(world_dir).lock():
-        shutil.copytree(world_dir, dest, ignore=ignore)
+        # symlinks stay symlinks: the copy reads nothing the live world would refuse to read
+        shutil.copytree(world_dir, dest, ignore=ignore, symlinks=True)
     return dest
 
 
 def depth_config(config: Config, section: str, depth: int) -> Config:
     """``config`` with one phase's depth set, and every tick log kept (the rows read them)."""
-    phase = config.phase(section).model_copy(update={"response_chain_depth": depth})
     history = config.history.model_copy(update={"keep_ticks": 0})
-    return config.model_copy(update={section: phase, "history": history})
+    tuned = config.with_phase(section, response_chain_depth=depth)
+    return tuned.model_copy(update={"history": history})
 
 
 async def _run(world: Path, config: Config, ticks: int) -> None:
@@ -125,7 +126,7 @@ async def _run(world: Path, config: Config, ticks: int) -> None:
 
 def run_depth(world_dir: Path, config: Config, section: str, depth: int, ticks: int) -> TuneRow:
     """Run ``ticks`` ticks of a scratch copy with ``section`` at ``depth``; its row."""
-    name = PHASE_NAMES[section]
+    name = section_name(section)
     with tempfile.TemporaryDirectory(prefix="sim-tune-") as tmp:
         world = scratch_copy(world_dir, Path(tmp) / "world")
         started = time.perf_counter()
@@ -182,7 +183,7 @@ def estimate(
             "llm": config.llm.model_copy(update={"provider": "offline", "chain_mode": "window"})
         }
     )
-    name = PHASE_NAMES[section]
+    name = section_name(section)
     input_tokens = output_tokens = 0
     cost = Cost()
     for depth in depths:

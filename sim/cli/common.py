@@ -11,7 +11,14 @@ from typing import Any
 
 import click
 
-from sim.config import PHASE_SECTIONS, Config, load_config, phase_section
+from sim.config import (
+    BUILTIN_PHASES,
+    PHASE_ALIASES,
+    PHASE_SECTIONS,
+    Config,
+    load_config,
+    phase_section,
+)
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 
@@ -67,7 +74,12 @@ def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:
         depth = int(number)
         if depth < 0:
             raise InputError(None, "--depth", f"depth must be >= 0 (got {depth})")
-        out[phase_section(name.strip())] = {"response_chain_depth": depth}
+        name = name.strip()
+        if name in PHASE_ALIASES or name in PHASE_SECTIONS or name in BUILTIN_PHASES:
+            out[phase_section(name)] = {"response_chain_depth": depth}
+        else:  # a declared phase: checked against [tick] phases once the config is built
+            bare = name.removeprefix("phases.")
+            out.setdefault("phases", {})[bare] = {"response_chain_depth": depth}
     return out
 
 
@@ -106,4 +118,10 @@ def build_config(
         budget["max_total_tokens"] = budget_tokens
     if budget:
         overrides["budget"] = budget
-    return load_config(config_file, world_dir if world_dir.is_dir() else None, overrides)
+    config = load_config(config_file, world_dir if world_dir.is_dir() else None, overrides)
+    for name in overrides.get("phases", {}):
+        phase_section(name, config.tick.phases)  # raises: --depth for an unknown phase
+    if model is not None:
+        for name in config.phases:
+            config = config.with_phase(f"phases.{name}", model=model)
+    return config

@@ -306,6 +306,7 @@ def tick(
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     """Validate a world and its config; call nothing, write nothing."""
+    from sim.phases.check import check_phases
     from sim.storage import Storage
     from sim.ticklog.format import read_logs
 
@@ -313,12 +314,38 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
         config = build_config(config_file, world_dir)
         storage = Storage(world_dir)
         world = storage.load()
+        phases = check_phases(config, world)
+        if not phases.ok:
+            if as_json:
+                emit(
+                    {
+                        "command": "check",
+                        "ok": False,
+                        "exit_code": 2,
+                        "errors": phases.errors,
+                        "warnings": phases.warnings,
+                    }
+                )
+            for warning in phases.warnings:
+                click.echo(f"warning: {warning}", err=as_json)
+            for error in phases.errors:
+                click.echo(f"error: {error}", err=True)
+            sys.exit(2)
         if as_json:
-            emit(check_document(world_dir, config, storage, world))
+            document = check_document(world_dir, config, storage, world)
+            document["phases"] = [spec.name for spec in phases.phases]
+            document["warnings"] = phases.warnings
+            emit(document)
             return
+        for warning in phases.warnings:
+            click.echo(f"warning: {warning}")
         click.echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"
+        )
+        click.echo(
+            f"phases: {', '.join(spec.name for spec in phases.phases)} "
+            f"({phases.renders} template renders checked)"
         )
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")

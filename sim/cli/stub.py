@@ -1,4 +1,5 @@
-"""``sim stub-server``: a loopback OpenAI-compatible server answered by the offline model."""
+"""``sim stub-server``: a loopback OpenAI-compatible (or Gemini API, or Anthropic Messages
+API) server answered by the offline model."""
 
 from __future__ import annotations
 
@@ -71,6 +72,15 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     type=click.FloatRange(min=0),
     help="Seconds between the events of a streamed answer.",
 )
+@click.option(
+    "--api",
+    default="openai",
+    show_default=True,
+    type=click.Choice(["openai", "gemini", "anthropic"]),
+    help="Wire format: OpenAI's (/v1/responses, /v1/chat/completions), the Gemini API's "
+    "(/v1beta/models/{model}:generateContent) or Anthropic's Messages API (/v1/messages; "
+    "adds the overloaded, permission and bad_request faults).",
+)
 def stub_server(
     host: str,
     port: int,
@@ -82,19 +92,24 @@ def stub_server(
     reject_json_schema: bool,
     slots: int,
     stream_chunk_delay: float,
+    api: str,
 ) -> None:
     """Serve a loopback OpenAI-compatible API answered by the offline model.
 
-    Rehearse a large run for free: point --base-url at it with --provider openai or chat.
+    Rehearse a large run for free: point --base-url at it with --provider openai or chat
+    (or, with --api gemini, --provider gemini; with --api anthropic, --provider anthropic).
     GET /stub/stats reports requests and tokens served.
     """
+    from sim.testing.anthropic_stub import ANTHROPIC_FAULTS, AnthropicStubServer
+    from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
     from sim.testing.stub_server import FAULTS, StubOptions, StubServer
 
     kinds = tuple(f.strip() for f in faults.split(",") if f.strip())
-    unknown = sorted(set(kinds) - set(FAULTS))
+    known = {"gemini": GEMINI_FAULTS, "anthropic": ANTHROPIC_FAULTS}.get(api, FAULTS)
+    unknown = sorted(set(kinds) - set(known))
     if unknown:
         click.echo(
-            f"error: unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)}",
+            f"error: unknown fault(s) {', '.join(unknown)}; choose from {', '.join(known)}",
             err=True,
         )
         sys.exit(2)
@@ -108,11 +123,19 @@ def stub_server(
         slots=slots,
         stream_chunk_delay=stream_chunk_delay,
     )
-    server = StubServer(options)
+    server: StubServer
+    if api == "gemini":
+        server = GeminiStubServer(options)
+    elif api == "anthropic":
+        server = AnthropicStubServer(options)
+    else:
+        server = StubServer(options)
+    root = f"http://{host}:{{port}}" + ("" if api in ("gemini", "anthropic") else "/v1")
 
     async def serve() -> None:
         await server.start(host, port)
-        click.echo(f"stub server on http://{host}:{server.port}/v1 (Ctrl-C to stop)", err=True)
+        url = root.format(port=server.port)
+        click.echo(f"stub server on {url} ({api} API; Ctrl-C to stop)", err=True)
         await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):

@@ -10,7 +10,7 @@ import click
 import orjson
 
 from sim.cli.common import CONFIG, WORLD, build_config, errors
-from sim.config import phase_section
+from sim.config import phase_section, section_name
 from sim.errors import InputError
 
 if TYPE_CHECKING:  # imported by the commands (`sim --help` does not load the runner)
@@ -95,13 +95,13 @@ def tune_(
     The live world is never touched. With a provider other than offline this spends
     money: it shows an estimate and asks first (--yes skips the question).
     """
-    from sim.analysis.tune import PHASE_NAMES, estimate, tune
+    from sim.analysis.tune import estimate, tune
 
     with errors():
-        section = phase_section(phase)
         tried = parse_depths(depths)
         config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
-        name = PHASE_NAMES[section]
+        section = phase_section(phase, config.tick.phases)
+        name = section_name(section)
         if config.llm.provider != "offline" and not yes:
             guess = estimate(world_dir, config, section, tried, ticks)
             runs = f"{len(tried)} depths x {ticks} ticks of {world_dir} on {config.llm.provider}"

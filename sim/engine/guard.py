@@ -45,10 +45,12 @@ class PhaseGuard:
                     cause=self.fatal,
                 )
             raise self.fatal
-        if report.calls and report.failures / report.calls > self.max_failed_fraction:
+        # a phase with several calls per entity fails by entity, not by call
+        total, unit = (report.entities, "entities") if report.entities else (report.calls, "calls")
+        if total and report.failures / total > self.max_failed_fraction:
             reasons = sorted({reason.split(":", 1)[0] for reason in report.errors.values()})
             raise RunFailed(
-                f"phase {report.name}: {report.failures} of {report.calls} calls failed "
+                f"phase {report.name}: {report.failures} of {total} {unit} failed "
                 f"after recovery ({', '.join(reasons)}), more than max_failed_fraction = "
                 f"{self.max_failed_fraction}; the tick was not committed and can be re-run"
             )

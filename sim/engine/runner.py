@@ -20,8 +20,9 @@ from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import DeltaSink, StreamHub, installed
 from sim.llm.types import Adapter, Usage
-from sim.phases import PHASES
+from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
+from sim.phases.templates import Prompts
 from sim.storage import Storage
 from sim.ticklog.format import recover_logs
 from sim.ticklog.recorder import TickRecorder
@@ -138,6 +139,11 @@ class Runner:
         self.on_tick = on_tick
         self.on_delta = on_delta
         self.current_tick: int | None = None
+        #: the phase list and templates, resolved once per run from the config
+        self.phases: list[PhaseSpec] | None = None
+        self.prompts: Prompts | None = None
+        #: adapters of phases with their own provider/base_url (built like ``adapter``)
+        self.endpoint_adapters: dict[tuple[str, str, str], Adapter] = {}
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.
@@ -170,16 +176,45 @@ class Runner:
             if built and self.adapter is not None:  # its HTTP client belongs to this loop
                 await close_stack(self.adapter)
                 self.adapter = None
+            for extra in self.endpoint_adapters.values():
+                await close_stack(extra)
+            self.endpoint_adapters.clear()
         return results
+
+    def _endpoints(self, world: World, phases: list[PhaseSpec]) -> None:
+        """Build an adapter stack for each other (provider, base_url) a phase sets, sharing
+        the run's budget. An injected adapter (tests, replay) serves every phase instead."""
+        llm = self.config.llm
+        budget = find_budget(self.adapter)
+        for spec in phases:
+            endpoint = self.config.phase(spec.name).endpoint(llm)
+            if endpoint == (llm.provider, llm.base_url, llm.api_key_env):
+                continue
+            if endpoint in self.endpoint_adapters:
+                continue
+            provider, base_url, key = endpoint
+            changed = {"provider": provider, "base_url": base_url, "api_key_env": key}
+            config = self.config.model_copy(update={"llm": llm.model_copy(update=changed)})
+            self.endpoint_adapters[endpoint] = build_stack(config, world.seed, budget=budget)
 
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
         timings = {"load": time.perf_counter() - started}
+        if self.phases is None or self.prompts is None:
+            self.prompts = Prompts(world.root)
+            self.phases = resolve_phases(self.config, world.root)
+            for spec in self.phases:  # a template that does not parse stops the run here,
+                for name in spec.templates:  # before its tick writes anything
+                    required = spec.kind == "declared" or not name.endswith(".input.md")
+                    self.prompts.get(name, required=required)
         if self.adapter is None:  # built once per run: budget and breakers span its ticks
             self.adapter = build_adapter(self.config, world)
+            self._endpoints(world, self.phases)
         self.current_tick = world.tick + 1
-        recorder = TickRecorder.begin(self.storage, world, self.config)
+        recorder = TickRecorder.begin(
+            self.storage, world, self.config, manifest(self.phases, self.prompts)
+        )
         hub = StreamHub(self.on_delta)
         try:
             with installed(hub):
@@ -200,6 +235,9 @@ class Runner:
     ) -> TickResult:
         store = ResponseStore(world.root)
         ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
+        ctx.prompts = self.prompts
+        ctx.endpoint_adapters = {k: recorder.wrap(a) for k, a in self.endpoint_adapters.items()}
+        assert self.phases is not None
 
         notes: list[str] = []
 
@@ -228,7 +266,8 @@ class Runner:
         )
         ctx.occupancy = world.characters_at()
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
-        for name, run_phase in PHASES:
+        for spec in self.phases:
+            name, run_phase = spec.name, spec.run
             if self.on_phase:
                 self.on_phase(name, "start", None)
             phase_started = time.perf_counter()

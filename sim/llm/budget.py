@@ -38,16 +38,17 @@ def cost_usd(usage: Usage, price: Price) -> float:
     ) / 1_000_000
 
 
-_SNAPSHOT = re.compile(r"^(?P<base>.+)-\d{4}-\d{2}-\d{2}$")
+#: a dated snapshot: OpenAI's ``-2025-04-14`` or Anthropic's ``-20251001``
+_SNAPSHOT = re.compile(r"^(?P<base>.+)-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 
 
 def find_price(prices: Mapping[str, Any], model: str) -> Price | None:
     """A model's price from a price table, or ``None`` when the table has none.
 
-    Providers often answer with a dated snapshot name (``gpt-4.1-mini-2025-04-14``) for the
-    model asked for (``gpt-4.1-mini``): an exact entry wins, else the undated name's. The
-    table's values may be ``Price`` or anything with ``input``, ``cached_input`` and
-    ``output`` (the config's ``[prices]`` entries).
+    Providers often answer with a dated snapshot name (``gpt-4.1-mini-2025-04-14``,
+    ``claude-haiku-4-5-20251001``) for the model asked for (``gpt-4.1-mini``): an exact
+    entry wins, else the undated name's. The table's values may be ``Price`` or anything
+    with ``input``, ``cached_input`` and ``output`` (the config's ``[prices]`` entries).
     """
     found = prices.get(model)
     if found is None and (match := _SNAPSHOT.match(model)):
@@ -112,6 +113,8 @@ def estimate_usage(request: ModelRequest) -> Usage:
     tokens = estimate_tokens(request.instructions) + estimate_tokens(request.input)
     for exchange in request.history:
         tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+    for message in request.messages:  # a tool conversation's calls and answers
+        tokens += estimate_tokens(message.model_dump_json(exclude_none=True))
     return Usage(input_tokens=tokens, output_tokens=request.settings.max_output_tokens)
 
 

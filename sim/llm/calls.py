@@ -112,6 +112,12 @@ class CallIdentity:
         """Fill in what the adapter is actually sent."""
         self.model = request.settings.model
         self.settings = settings_dict(request.settings)
+        if request.messages or request.tool_choice != "required":
+            # a step of a tool conversation: what was said so far decides its answer too
+            # (absent for single-turn calls, so their records and digests are unchanged)
+            steps = [m.model_dump(mode="json", exclude_none=True) for m in request.messages]
+            self.settings["tool_choice"] = request.tool_choice
+            self.settings["conversation"] = digest(orjson.dumps(steps))
         self.history = [e.response_id for e in request.history]
         self.previous_response_id = request.previous_response_id
 

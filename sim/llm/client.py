@@ -30,7 +30,7 @@ from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import call_scope
-from sim.llm.tools import ToolDeclaration
+from sim.llm.tools import LLMMessage, ToolDeclaration
 from sim.llm.types import (
     Adapter,
     AdapterResponse,
@@ -38,6 +38,7 @@ from sim.llm.types import (
     CallSettings,
     Exchange,
     ModelRequest,
+    ToolChoice,
     Usage,
 )
 
@@ -59,6 +60,8 @@ class LLMRequest:
         depth_override: this request's chain depth instead of the client's default.
         tools: declare these tools and ask for a call instead of a schema answer; the
             result's ``parsed`` is then a ``ToolCalls`` (``schema`` is ignored).
+        messages: with ``tools``, the tool conversation so far (a later step of it).
+        tool_choice: with ``tools``, whether a call is required, allowed or not allowed.
     """
 
     instructions: str
@@ -67,6 +70,8 @@ class LLMRequest:
     entity_key: str | None = None
     depth_override: int | None = None
     tools: tuple[ToolDeclaration, ...] | None = None
+    messages: tuple[LLMMessage, ...] = ()
+    tool_choice: ToolChoice = "required"
 
 
 class _AdapterCancelled(Exception):
@@ -227,6 +232,8 @@ class LLMClient:
             history=history,
             previous_response_id=previous_id if tools is None else None,
             settings=self.settings,
+            messages=request.messages if tools is not None else (),
+            tool_choice=request.tool_choice,
         )
 
     async def _call(

@@ -20,6 +20,9 @@ from sim.llm.types import Adapter
 if TYPE_CHECKING:
     from sim.config import Config
 
+#: the built-in ``[llm] api_key_env``
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
 
 def provider_options(config: Config, seed: int) -> dict[str, Any]:
     """Constructor options for the configured provider's adapter."""
@@ -35,6 +38,12 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     }
     if llm.provider == "openai":  # the one provider that keeps responses (server chains)
         options["store"] = llm.chain_mode == "server"
+    if llm.provider == "gemini" and llm.api_key_env == OPENAI_KEY_ENV:
+        # the [llm] default names OpenAI's variable; gemini's own default is GEMINI_API_KEY
+        options["api_key_env"] = "GEMINI_API_KEY"
+    if llm.provider == "anthropic" and llm.api_key_env == OPENAI_KEY_ENV:
+        # likewise: anthropic's own default is ANTHROPIC_API_KEY
+        options["api_key_env"] = "ANTHROPIC_API_KEY"
     return options
 
 

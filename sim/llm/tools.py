@@ -5,36 +5,58 @@ through the same ``execute``; an adapter that lacks it takes its schema with ``s
 which fails such a request loudly with ``LLMConfigurationError`` naming its class. A tool
 call's answer travels as an ``AdapterResponse`` whose ``parsed`` is a ``ToolCalls`` (so
 chains, usage, recovery and events treat it like any structured answer).
+
+A conversation over several turns (spec 004's ``generate(messages, tools)``) is the same
+call: the request's ``messages`` carry the model's earlier function calls and the tools'
+answers after its ``input``, and ``tool_choice`` says whether a call is required, allowed
+or not allowed. Every adapter renders those messages in its own wire format;
+``generate`` wraps that into spec 004's signature and ``LLMResponse``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
-from sim.llm.types import AdapterResponse, ModelRequest
+from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, ToolChoice, Usage
+
+if TYPE_CHECKING:
+    from sim.llm.types import Adapter
 
 
 class FunctionCall(BaseModel):
-    """One call the model chose: a tool name and its parsed arguments."""
+    """One call the model chose: a tool name and its parsed arguments.
+
+    ``signature`` is opaque provider data that must go back with the call when a
+    conversation continues (Gemini's thought signature, base64); ``None`` for most.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     call_id: str = ""
+    signature: str | None = Field(default=None, repr=False)
 
 
 class FunctionResponse(BaseModel):
-    """What a tool returned, to send back to the model."""
+    """What a tool returned, to send back to the model.
+
+    ``call_id`` names the call it answers; when empty, it answers the earliest unanswered
+    call of the same tool (``with_call_ids``).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     response: dict[str, Any] = Field(default_factory=dict)
+    call_id: str = ""
 
 
 class LLMMessage(BaseModel):
@@ -96,13 +118,171 @@ class ToolCalls(BaseModel):
 ToolCallResponse = AdapterResponse
 
 
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """Spec 004's answer to ``generate``: text and/or function calls.
+
+    Failures are raised as ``LLMError``s (the one error tree), so ``finish_reason`` is
+    ``"stop"`` or ``"tool_calls"`` and ``error`` stays ``None``; both are kept for the
+    spec's shape.
+    """
+
+    content: str | None
+    function_calls: list[FunctionCall] | None
+    finish_reason: Literal["stop", "tool_calls", "max_tokens", "error"]
+    usage: Usage | None = None
+    error: str | None = None
+    #: the adapter's whole answer (response id, model, attempts...)
+    response: AdapterResponse | None = None
+
+
+class ToolRegistry:
+    """Tools by name, immutable; ``get_tool_declarations`` picks a phase's set (spec 004).
+
+    Raises:
+        ValueError: two tools share a name.
+    """
+
+    def __init__(self, tools: Iterable[ToolDeclaration]) -> None:
+        by_name: dict[str, ToolDeclaration] = {}
+        for tool in tools:
+            if tool.name in by_name:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            by_name[tool.name] = tool
+        self._tools = MappingProxyType(by_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def get_tool_declarations(self, names: Iterable[str]) -> tuple[ToolDeclaration, ...]:
+        """The declarations of ``names``, in that order.
+
+        Raises:
+            LLMConfigurationError: a name is not registered (the known names are listed).
+        """
+        out = []
+        for name in names:
+            tool = self._tools.get(name)
+            if tool is None:
+                raise LLMConfigurationError(
+                    f"unknown tool {name!r}; the registry has: {', '.join(self._tools) or 'none'}"
+                )
+            out.append(tool)
+        return tuple(out)
+
+
+def with_call_ids(messages: Sequence[LLMMessage]) -> tuple[LLMMessage, ...]:
+    """The conversation with every call and response paired by id.
+
+    A function call without an id gets ``call_{n}`` (its position), deterministically; a
+    function response without one answers the earliest unanswered call of its tool (else
+    the last call of any tool), as wire formats that pair them by id need.
+    """
+    out: list[LLMMessage] = []
+    open_calls: list[FunctionCall] = []
+    for n, message in enumerate(messages):
+        call = message.function_call
+        if call is not None:
+            if not call.call_id:
+                call = call.model_copy(update={"call_id": f"call_{n}"})
+                message = message.model_copy(update={"function_call": call})
+            open_calls.append(call)
+        answer = message.function_response
+        if answer is not None:
+            match = next((c for c in open_calls if c.call_id == answer.call_id), None)
+            if match is None and not answer.call_id:
+                match = next((c for c in open_calls if c.name == answer.name), None) or (
+                    open_calls[-1] if open_calls else None
+                )
+                if match is not None:
+                    answer = answer.model_copy(update={"call_id": match.call_id})
+                    message = message.model_copy(update={"function_response": answer})
+            if match is not None:
+                open_calls.remove(match)
+        out.append(message)
+    return tuple(out)
+
+
+def response_json(answer: FunctionResponse) -> str:
+    """A tool's answer as the compact JSON text the OpenAI wire formats carry."""
+    return orjson.dumps(answer.response).decode()
+
+
+def conversation_request(
+    messages: Sequence[LLMMessage],
+    tools: Sequence[ToolDeclaration],
+    *,
+    instructions: str = "",
+    settings: CallSettings | None = None,
+    tool_choice: ToolChoice = "auto",
+) -> ModelRequest:
+    """A spec-004 conversation as one ``ModelRequest``: the first message (a user text) is
+    the input, the rest its ``messages``.
+
+    Raises:
+        ValueError: the conversation does not start with a user text, or has no tools.
+    """
+    if not messages or messages[0].role != "user" or messages[0].content is None:
+        raise ValueError("a conversation starts with a user message with content")
+    return ModelRequest(
+        instructions,
+        messages[0].content,
+        tools=tuple(tools),
+        messages=with_call_ids(messages[1:]),
+        tool_choice=tool_choice,
+        settings=settings or CallSettings(),
+    )
+
+
+async def generate(
+    adapter: Adapter,
+    messages: Sequence[LLMMessage],
+    tools: Sequence[ToolDeclaration],
+    *,
+    instructions: str = "",
+    settings: CallSettings | None = None,
+    tool_choice: ToolChoice = "auto",
+) -> LLMResponse:
+    """One turn of a tool-calling conversation on any adapter (spec 004's ``generate``).
+
+    Args:
+        adapter: the provider (or a wrapped stack: recovery, budget...).
+        messages: the conversation so far, starting with the user's message.
+        tools: the tools the model may call.
+        instructions: the system instructions.
+        settings: model, temperature, ``max_output_tokens`` (spec: ``max_tokens``).
+        tool_choice: ``auto`` (may call), ``required`` (must), ``none`` (must not).
+
+    Raises:
+        LLMError: the call failed (rate limit, timeout, refusal...).
+    """
+    request = conversation_request(
+        messages, tools, instructions=instructions, settings=settings, tool_choice=tool_choice
+    )
+    response = await adapter.execute(request)
+    parsed = response.parsed
+    calls = list(parsed.calls) if isinstance(parsed, ToolCalls) else []
+    content = parsed.content if isinstance(parsed, ToolCalls) else response.raw
+    return LLMResponse(
+        content=content,
+        function_calls=calls or None,
+        finish_reason="tool_calls" if calls else "stop",
+        usage=response.usage,
+        response=response,
+    )
+
+
 def schema_of(adapter: object, request: ModelRequest) -> type[BaseModel]:
     """The schema ``request`` asks for; a tool-calling request is a loud error naming the
     adapter's class (call this where an adapter without tool calling reads the schema)."""
     if request.schema is None:
         raise LLMConfigurationError(
             f"{type(adapter).__name__} does not support tool calling; use a provider that "
-            'does (offline, openai, chat) or set [phase1] mode = "schema"'
+            'does (offline, openai, chat, gemini, anthropic) or set [phase1] mode = "schema"'
         )
     return request.schema
 

@@ -8,7 +8,11 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from sim.llm.tools import ToolDeclaration
+    from sim.llm.tools import LLMMessage, ToolDeclaration
+
+#: whether a tool-calling request must call a tool (``required``), may (``auto``) or may not
+#: (``none``: answer in text, e.g. to close a conversation)
+ToolChoice = Literal["auto", "required", "none"]
 
 #: how a chat-completions server is asked for the schema (``sim.llm.adapters._structured``)
 StructuredOutput = Literal["auto", "json_schema", "json_object_schema", "tool", "prompt"]
@@ -87,6 +91,9 @@ class ModelRequest:
     Exactly one of ``schema`` (structured output) and ``tools`` (ask for a tool call; the
     answer's ``parsed`` is then a ``ToolCalls``) is set. ``history`` is the chain window
     (``window`` mode); ``previous_response_id`` the provider-side chain (``server`` mode).
+    ``messages`` continue a tool-calling conversation after ``input`` (the model's function
+    calls and what the tools answered, spec 004's ``LLMMessage``); ``tool_choice`` says
+    whether the answer must call a tool.
     Who asks (request id, tick scope) travels beside it in ``sim.llm.calls.current_call``.
     """
 
@@ -97,10 +104,14 @@ class ModelRequest:
     history: tuple[Exchange, ...] = ()
     previous_response_id: str | None = None
     settings: CallSettings = field(default_factory=CallSettings)
+    messages: tuple[LLMMessage, ...] = ()
+    tool_choice: ToolChoice = "required"
 
     def __post_init__(self) -> None:
         if (self.schema is None) == (self.tools is None):
             raise ValueError("a ModelRequest needs exactly one of schema and tools")
+        if self.messages and self.tools is None:
+            raise ValueError("a ModelRequest with messages (a tool conversation) needs tools")
 
 
 @dataclass(frozen=True, slots=True)

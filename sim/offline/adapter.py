@@ -16,9 +16,10 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.errors import LLMSchemaError
-from sim.llm.tools import FunctionCall, ToolCalls, schema_of
+from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.offline import estimate_tokens, generate, generate_tool_call
+from sim.offline.tools import generate_query_call
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 
@@ -29,6 +30,11 @@ def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     if cached is None:
         cached = _SCHEMAS[schema] = schema.model_json_schema()
     return cached
+
+
+def message_text(message: LLMMessage) -> str:
+    """One conversation message as text: its content, call or tool answer as JSON."""
+    return orjson.dumps(message.model_dump(mode="json", exclude_none=True)).decode()
 
 
 class OfflineAdapter:
@@ -44,7 +50,13 @@ class OfflineAdapter:
         self.seed = seed
         self.deleted: list[str] = []
 
-    def _seed(self, instructions: str, input_data: str, history: tuple[Exchange, ...]) -> str:
+    def _seed(
+        self,
+        instructions: str,
+        input_data: str,
+        history: tuple[Exchange, ...],
+        steps: tuple[str, ...] = (),
+    ) -> str:
         digest = hashlib.blake2b(digest_size=16)
         digest.update(f"{self.seed}\x00".encode())
         digest.update(instructions.encode())
@@ -53,15 +65,31 @@ class OfflineAdapter:
         for exchange in history:
             digest.update(b"\x00")
             digest.update(exchange.response_id.encode())
+        for step in steps:  # none in a single-turn call: its seed is unchanged
+            digest.update(b"\x01")
+            digest.update(step.encode())
         return digest.hexdigest()
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        """A seeded answer: schema-valid content, or a tool call when ``tools`` are set."""
-        seed = self._seed(request.instructions, request.input, request.history)
+        """A seeded answer: schema-valid content, or a tool call when ``tools`` are set
+        (a short text instead when ``tool_choice`` is ``none``). Each step of a tool
+        conversation (``messages``) is part of the seed, so each gets its own answer."""
+        steps = tuple(message_text(m) for m in request.messages)
+        seed = self._seed(request.instructions, request.input, request.history, steps)
         window = [(e.input, e.output) for e in request.history]
+        window += [(text, "") for text in steps]
         parsed: BaseModel
-        if request.tools is not None:
-            name, arguments = generate_tool_call(
+        if request.tools is not None and request.tool_choice == "none":
+            parsed = ToolCalls(calls=[], content="Understood.")
+            raw = parsed.dump()
+            finish = "stop"
+        elif request.tools is not None:
+            # with sim's query tools offered, one look/recall/inventory step comes first
+            step = None
+            if not request.messages:
+                offered = {tool.name for tool in request.tools}
+                step = generate_query_call(offered, request.input, seed=seed)
+            name, arguments = step or generate_tool_call(
                 [tool.openai_responses() for tool in request.tools],
                 request.input,
                 seed=seed,
@@ -92,6 +120,7 @@ class OfflineAdapter:
         input_tokens = estimate_tokens(request.instructions) + estimate_tokens(request.input)
         for exchange in request.history:
             input_tokens += estimate_tokens(exchange.input) + estimate_tokens(exchange.output)
+        input_tokens += sum(estimate_tokens(step) for step in steps)
         return AdapterResponse(
             parsed=parsed,
             response_id=f"off_{seed[:24]}",

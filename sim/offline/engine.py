@@ -138,6 +138,26 @@ _FORMATS = {
     "ipv6": "::1",
     "hostname": "example.com",
 }
+_FEELING_KEYS = ("mood", "feeling", "emotion")
+_MOODS = (
+    "hopeful",
+    "wary",
+    "resolute",
+    "anxious",
+    "bitter",
+    "calm",
+    "torn",
+    "defiant",
+    "weary",
+    "cautiously optimistic",
+    "angry",
+    "uneasy",
+)
+#: fields answered with one whole sentence taken from the input (the subject's own words)
+_REASON_KEYS = ("reason", "why", "because", "rationale", "justification", "statement")
+_SENTENCE_CHARS = 2000
+_SENTENCE = re.compile(r"[A-Z][^.!?\n{}\[\]\"]{18,180}[.!?]")
+_LABEL = re.compile(r"^[A-Z][A-Za-z ]{1,30}:\s+")
 _LONG_KEYS = (
     "description",
     "reasoning",
@@ -219,6 +239,7 @@ class Filler:
         self.rng = rng
         self._text = input_text
         self._words: list[str] | None = None
+        self._sentences: list[str] | None = None
 
     @property
     def words(self) -> list[str]:
@@ -229,6 +250,34 @@ class Filler:
                     seen.setdefault(w, None)
             self._words = list(seen) or list(_FALLBACK_WORDS)
         return self._words
+
+    @property
+    def sentences(self) -> list[str]:
+        """Whole sentences of the input (of its text values, when it is JSON), in order,
+        from about its first ``_SENTENCE_CHARS`` characters (the subject comes first)."""
+        if self._sentences is None:
+            head = self._text[: _SENTENCE_CHARS * 2]
+            data = loads(self._text) if self._text[:1] in "{[" else None
+            texts: list[str] = []
+            if isinstance(data, dict | list):
+                _strings_in(data, texts)
+            else:
+                texts = [head]
+            kept, size = [], 0
+            for text in texts:
+                if size >= _SENTENCE_CHARS:
+                    break
+                kept.append(text[:_SENTENCE_CHARS])
+                size += len(text)
+            texts = kept
+            found = [
+                T.cap(_LABEL.sub("", m.group(0).strip()))
+                for t in texts
+                for m in _SENTENCE.finditer(t)
+            ]
+            # a "Label: value." line is a field, not a sentence, once its label is gone
+            self._sentences = list(dict.fromkeys(f for f in found if len(f.split()) >= 4))
+        return self._sentences
 
     def resolve_ref(self, node: Json) -> Json:
         for _ in range(16):
@@ -367,6 +416,12 @@ class Filler:
             return rng.choice(words).lower()
         if k in ("name", "title") or k.endswith("_name"):
             return " ".join(w.capitalize() for w in rng.sample(words, min(2, len(words))))
+        if any(part in k for part in _FEELING_KEYS):
+            return rng.choice(_MOODS)
+        if any(part in k for part in _REASON_KEYS) and not k.startswith("reasoning"):
+            sentences = self.sentences
+            if sentences:
+                return rng.choice(sentences)
         if any(part in k for part in _LONG_KEYS):
             picked = rng.sample(words, min(len(words), rng.randint(4, 8)))
             return T.cap(" ".join(picked)) + "."
@@ -392,6 +447,19 @@ class Filler:
             k_lo, k_hi = math.ceil(low), math.floor(high)
             return self.rng.randint(k_lo, max(k_lo, k_hi))
         return min(max(round(self.rng.uniform(low, high), 2), low), high)
+
+
+def _strings_in(data: object, out: list[str], depth: int = 0) -> None:
+    if depth > 8 or len(out) > 200:
+        return
+    if isinstance(data, str):
+        out.append(data)
+    elif isinstance(data, dict):
+        for value in data.values():
+            _strings_in(value, out, depth + 1)
+    elif isinstance(data, list):
+        for value in data:
+            _strings_in(value, out, depth + 1)
 
 
 def _num(value: object) -> float | None:

@@ -257,6 +257,19 @@ def resolve(
             else:
                 kw["obj"] = T.the(obj or "something useful")
                 said, moods = [pick(T.NOT_FOUND).format(**kw)], T.MOODS_STUCK
+        elif isinstance(action, str) and action and action not in _BUILTIN_ACTIONS:
+            # a verb the world declares: decided as for ``act``, aimed at someone or something
+            other = names.get(target) if isinstance(target, str) else None
+            thing = T.the(target if isinstance(target, str) and target else "something")
+            label = other or f"with {thing}"
+            ok = rng.random() < 0.55
+            moods = T.MOODS_GOOD if ok else T.MOODS_BAD
+            tail = (
+                ", and it went as hoped."
+                if ok
+                else f", but {other or 'it'} would not go along with it."
+            )
+            said = [f"{name} tried to {action} {label}{tail}"]
         else:
             said = [pick(T.IDLE).format(**kw)]
         if history and len(said) == 1 and not moved_to and rng.random() < 0.7:
@@ -288,6 +301,9 @@ def resolve(
     if atmosphere or added or removed:
         update = {"atmosphere": atmosphere, "objects_added": added, "objects_removed": removed}
     return {"outcomes": outcomes, "location_update": update}
+
+
+_BUILTIN_ACTIONS = frozenset({"move", "speak", "act", "wait"})
 
 
 def _gm_recall(

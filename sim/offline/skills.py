@@ -119,6 +119,23 @@ def _weighted(rng: Random, weights: dict[str, float]) -> str | None:
     return next(k for k, w in weights.items() if w > 0)
 
 
+def _world_verb(
+    verb: str,
+    name: str,
+    ch: Json,
+    present: list[tuple[str, str, str]],
+    goals: list[str],
+    rng: Random,
+) -> Json:
+    """An intention to use one of the world's own verbs, in the character's own words."""
+    target, label = rng.choice(present)[:2]
+    goal = rng.choice(goals) if goals else text_of(ch.get("personality")).split(".", 1)[0]
+    goal = goal.rstrip(".") if goal else "it has to be done"
+    content = f"{name} means to {verb} {label}."
+    reasoning = T.cap(f"{goal[:1].lower()}{goal[1:]}; to {verb} {label} serves that.")
+    return {"action": verb, "target": target, "content": content, "reasoning": reasoning}
+
+
 def _allowed_actions(schema: Json) -> frozenset[str]:
     prop = schema.get("properties", {}).get("action", {})
     enum = prop.get("enum") if isinstance(prop, dict) else None
@@ -142,13 +159,30 @@ def _mood_bias(mood: str) -> tuple[bool, bool]:
 def intention(
     data: Json, rng: Random, history: Sequence[tuple[str, str]], schema: Json
 ) -> Json | None:
-    return decide(data, rng, history, _allowed_actions(schema))
+    return decide(data, rng, history, _allowed_actions(schema), _world_verbs(schema))
+
+
+def _world_verbs(schema: Json) -> tuple[str, ...]:
+    """The verbs a world declares in ``[actions]``: the action enum's non-built-in values."""
+    prop = schema.get("properties", {}).get("action", {})
+    enum = prop.get("enum") if isinstance(prop, dict) else None
+    if not isinstance(enum, list):
+        return ()
+    return tuple(a for a in enum if isinstance(a, str) and a not in _ALL_ACTIONS)
 
 
 def decide(
-    data: Json, rng: Random, history: Sequence[tuple[str, str]], allowed: frozenset[str]
+    data: Json,
+    rng: Random,
+    history: Sequence[tuple[str, str]],
+    allowed: frozenset[str],
+    verbs: tuple[str, ...] = (),
 ) -> Json | None:
-    """Choose what a character does this tick. See the module docstring of ``sim.offline``."""
+    """Choose what a character does this tick. See the module docstring of ``sim.offline``.
+
+    ``verbs`` are the world's own actions: chosen now and then, aimed at someone present
+    (else at an object), with their outcome left to the game master as for ``act``.
+    """
     ch, loc = data.get("character"), data.get("location")
     if not isinstance(ch, dict) or not isinstance(loc, dict):
         return None
@@ -201,9 +235,13 @@ def decide(
     for key in ACTIONS:
         if key not in allowed:
             w[key] = 0.0
+    for verb in verbs:  # the world's own verbs are aimed at people: only with company
+        w[verb] = 0.0 if alone else 2.0
     action = _weighted(rng, w)
     if action is None:
         return None
+    if action in verbs:
+        return _world_verb(action, name, ch, present, goals, rng)
 
     goal = _clause(rng.choice(goals), names_blob) if goals else ""
     persona = text_of(ch.get("personality")).split(".", 1)[0]

@@ -71,10 +71,19 @@ def generate_tool_call(
         data = loads(input_text)
         if isinstance(data, dict):
             allowed = frozenset(ACTION_FOR_TOOL[n] for n in phase1)
+            # a world's own verbs ([actions]): declared beside the phase-1 tools, with a target
+            verbs = tuple(
+                name
+                for name, params in specs
+                if name not in _PHASE1
+                and name not in QUERY_TOOLS
+                and "target" in T.as_dict(params.get("properties"))
+            )
             try:
-                choice = decide(data, rng, history, allowed)
+                choice = decide(data, rng, history, allowed, verbs)
                 if choice is not None:
-                    tool = TOOL_FOR_ACTION[choice["action"]]
+                    action = choice["action"]
+                    tool = action if action in verbs else TOOL_FOR_ACTION[action]
                     return tool, _tool_args(by_name[tool], choice, rng, input_text)
             except Exception:  # never raise: fall through to a generic call
                 pass
@@ -128,3 +137,43 @@ def _accepts(filler: Filler, node: object, value: str) -> bool:
     return (not isinstance(lo, int) or len(value) >= lo) and (
         not isinstance(hi, int) or len(value) <= hi
     )
+
+
+#: sim's phase-1 query tools (``sim.phases.intention_steps``): asked before acting
+QUERY_TOOLS = frozenset({"look", "recall", "inventory"})
+
+
+def generate_query_call(
+    offered: set[str], input_text: str, *, seed: str
+) -> tuple[str, Json] | None:
+    """A look/recall/inventory step for a character's situation, or ``None`` when no query
+    tool is offered or the input is not a phase-1 situation.
+
+    Looks at someone present (else an object, else an exit), or recalls a word of a goal,
+    or checks the inventory when something is carried: a seeded choice among those.
+    """
+    data = loads(input_text)
+    if not isinstance(data, dict) or not QUERY_TOOLS & offered:
+        return None
+    rng = make_rng(seed, "query")
+    options: list[tuple[str, Json]] = []
+    if "look" in offered:
+        present = [p.get("id") for p in data.get("present") or () if isinstance(p, dict)]
+        location = T.as_dict(data.get("location"))
+        objects = location.get("objects")
+        exits = [e.get("id") for e in data.get("exits") or () if isinstance(e, dict)]
+        pools: list[list[Any]] = [present, objects if isinstance(objects, list) else [], exits]
+        for pool in pools:
+            names = [n for n in pool if isinstance(n, str) and n]
+            if names:
+                options.append(("look", {"target": rng.choice(names)}))
+                break
+    character = T.as_dict(data.get("character"))
+    if "recall" in offered:
+        goals = " ".join(g for g in character.get("goals") or () if isinstance(g, str))
+        words = sorted({w for w in goals.replace(",", " ").split() if len(w) >= 5})
+        if words:
+            options.append(("recall", {"topic": rng.choice(words).strip(".;:!?").lower()}))
+    if "inventory" in offered and character.get("inventory"):
+        options.append(("inventory", {}))
+    return rng.choice(options) if options else None

@@ -1,15 +1,32 @@
-"""The phases of a tick, in the one order they run."""
+"""The phases of a tick: the built-ins, and the list a world declares in ``[tick] phases``.
+
+``resolve_phases`` turns the configured names into runnable ``PhaseSpec``s: built-ins by
+name, ``[phases.<name>]`` sections as ``DeclaredPhase``, anything else from the ``sim.phases``
+entry-point group. An order the engine cannot run is a named error (``check_order``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel
+
+from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config
+from sim.errors import InputError
+from sim.llm.calls import digest, schema_digest
 from sim.phases import apply, intentions, memory, narrative, resolution
 from sim.phases.base import TickContext
+from sim.phases.declared import DeclaredPhase
+from sim.phases.protocol import Phase, entry_point_phases, load_entry_point, run_phase
+from sim.phases.templates import Prompts
 
 PhaseRun = Callable[[TickContext], Awaitable[None]]
 
-#: (name, run) in execution order: 1 intentions, 2a resolution, 2b narrative, 3 apply, 4 memory
+#: (name, run) of the built-ins in their default order: 1 intentions, 2a resolution,
+#: 2b narrative, 3 apply, 4 memory
 PHASES: tuple[tuple[str, PhaseRun], ...] = (
     (intentions.NAME, intentions.run),
     (resolution.NAME, resolution.run),
@@ -17,5 +34,160 @@ PHASES: tuple[tuple[str, PhaseRun], ...] = (
     (apply.NAME, apply.run),
     (memory.NAME, memory.run),
 )
+_BUILTIN_RUN = dict(PHASES)
+_BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
+    "intentions": intentions.Intention,
+    "resolution": resolution.Resolution,
+    "narrative": narrative.Narrative,
+    "apply": None,
+    "memory": memory.MemorySummary,
+}
+#: a built-in phase -> the phases that must run before it, and why
+REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
+    "resolution": (("intentions", "it resolves the intentions"),),
+    "narrative": (("intentions", "it tells what was intended and what happened"),),
+    "apply": (("intentions", "it records what each character meant to do"),),
+    "memory": (("apply", "it folds the memories apply writes"),),
+}
 
-__all__ = ["PHASES", "TickContext"]
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """One phase of the tick as the runner sees it.
+
+    Attributes:
+        name: the phase's name (log records, usage, chain keys).
+        run: runs it on a tick's context.
+        templates: names (in ``prompts/``) of the templates it renders.
+        schema: its answer schema (digested in the tick log), if it has a fixed one.
+        kind: ``builtin``, ``declared`` or ``entry-point``.
+    """
+
+    name: str
+    run: PhaseRun
+    templates: tuple[str, ...] = ()
+    schema: type[BaseModel] | None = None
+    kind: str = "builtin"
+    declared: DeclaredPhase | None = field(default=None, compare=False)
+
+
+def _config_source(root: Path | None) -> Path:
+    if root is not None and (root / "config.toml").is_file():
+        return root / "config.toml"
+    return Path("config.toml")
+
+
+def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
+    """Refuse a phase list the engine cannot run, naming the problem.
+
+    Raises:
+        InputError: no phases, a phase twice, a built-in before what it needs.
+    """
+    if not names:
+        raise InputError(source, "tick.phases", "expected at least one phase")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InputError(source, "tick.phases", f"{name!r} is listed twice")
+        for needed, why in REQUIRES.get(name, ()):
+            if needed not in seen:
+                problem = (
+                    f"{name!r} must come after {needed!r} ({why})"
+                    if needed in names
+                    else f"{name!r} needs {needed!r} earlier in the list ({why})"
+                )
+                raise InputError(source, "tick.phases", problem)
+        seen.add(name)
+
+
+def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
+    """The configured phase list, ready to run, checked.
+
+    Raises:
+        InputError: an impossible order, an unknown phase, a declared phase that is not
+            listed, a bad template path, schema or ``writes``, a broken entry point.
+    """
+    source = _config_source(root)
+    names = config.tick.phases
+    check_order(names, source)
+    for name in config.phases:
+        if name not in names:
+            raise InputError(
+                source,
+                f"phases.{name}",
+                "declared but not in [tick] phases; add it where it should run "
+                f"(now: {', '.join(names)})",
+            )
+    plugins: dict[str, object] | None = None
+    specs: list[PhaseSpec] = []
+    for name in names:
+        if name in BUILTIN_PHASES:
+            templates = () if name == "apply" else (f"{name}.md", f"{name}.input.md")
+            schema = _BUILTIN_SCHEMA[name]
+            if name == "intentions":
+                schema = intentions.intention_schema(config.actions)
+            specs.append(PhaseSpec(name, _BUILTIN_RUN[name], templates, schema))
+            continue
+        declared = config.phases.get(name)
+        if declared is not None and (declared.schema_ or declared.instructions):
+            phase = DeclaredPhase(name, declared, root, source)
+            specs.append(
+                PhaseSpec(name, _runner(phase), phase.templates, phase.schema, "declared", phase)
+            )
+            continue
+        if plugins is None:
+            plugins = dict(entry_point_phases())
+        ep = plugins.get(name)
+        if ep is None:
+            raise InputError(
+                source,
+                "tick.phases",
+                f"unknown phase {name!r}: not built in ({', '.join(BUILTIN_PHASES)}), "
+                f"no [phases.{name}] with instructions and schema, and no installed package "
+                "offers it (entry-point group 'sim.phases')",
+            )
+        plugin = load_entry_point(ep)  # type: ignore[arg-type]
+        schema = getattr(plugin, "schema", None)
+        specs.append(
+            PhaseSpec(
+                name,
+                _runner(plugin),
+                tuple(getattr(plugin, "templates", ()) or ()),
+                schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None,
+                "entry-point",
+            )
+        )
+    return specs
+
+
+def _runner(phase: Phase) -> PhaseRun:
+    async def run(ctx: TickContext) -> None:
+        await run_phase(phase, ctx)
+
+    return run
+
+
+def manifest(specs: list[PhaseSpec], prompts: Prompts) -> dict[str, Any]:
+    """What the tick log's header records about the phases: the list, each template's
+    digest (the world's or the built-in; partials in ``prompts/`` too) and each schema's."""
+    names = tuple(name for spec in specs for name in spec.templates)
+    templates = prompts.snapshot(names)
+    schemas: dict[str, str] = {}
+    for spec in specs:
+        if spec.declared is not None:
+            schemas[spec.name] = digest(spec.declared.schema_bytes)
+        elif spec.schema is not None:
+            schemas[spec.name] = schema_digest(spec.schema)
+    return {"phases": [s.name for s in specs], "templates": templates, "schemas": schemas}
+
+
+__all__ = [
+    "DEFAULT_ORDER",
+    "PHASES",
+    "Phase",
+    "PhaseSpec",
+    "TickContext",
+    "check_order",
+    "manifest",
+    "resolve_phases",
+]

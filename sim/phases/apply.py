@@ -23,7 +23,8 @@ def unresolved_text(name: str, intention: Intention) -> str:
         return f"{name} waited; nothing came of it."
     target = f" {intention.target}" if intention.target else ""
     what = {"move": "meant to go to", "speak": "meant to speak to", "act": "meant to use"}
-    return f"{name} {what[intention.action]}{target}, but nothing came of it."
+    verb = what.get(intention.action, f"meant to {intention.action}")
+    return f"{name} {verb}{target}, but nothing came of it."
 
 
 def _apply_outcome(

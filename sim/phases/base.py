@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from pydantic import BaseModel
 
 from sim.llm.client import LLMClient
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.phases.templates import Prompts
+from sim.world import (
+    Character,
+    CharacterIdentity,
+    CharacterState,
+    Location,
+    LocationIdentity,
+    LocationState,
+    Memory,
+    WorldMeta,
+)
 
 if TYPE_CHECKING:
     from sim.config import Config
@@ -21,11 +32,83 @@ if TYPE_CHECKING:
     from sim.phases.resolution import Resolution
     from sim.world import Entity, World
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+#: template variables that do not change within a tick
+STATIC_NAMES = frozenset({"world", "tick", "actions"})
+#: engine bookkeeping, never shown to a model
+ENGINE_KEYS = frozenset({"_openai"})
+_WORLD_ENGINE = frozenset({"tick", "seed"})
+
+
+def _known(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(f.alias or name for name, f in model.model_fields.items())
+
+
+_KNOWN = {
+    "world": _known(WorldMeta),
+    "character": _known(Character) | ENGINE_KEYS,
+    "character.identity": _known(CharacterIdentity),
+    "character.state": _known(CharacterState),
+    "character.memory": _known(Memory),
+    "location": _known(Location) | ENGINE_KEYS,
+    "location.identity": _known(LocationIdentity),
+    "location.state": _known(LocationState),
+}
+
+
+def extras(part: Any, kind: str) -> dict[str, Any]:
+    """The fields of an entity part the engine does not know (a world's own fields)."""
+    if not isinstance(part, dict):
+        return {}
+    known = _KNOWN[kind]
+    return {k: v for k, v in part.items() if k not in known}
+
+
+def _add(view: dict[str, Any], more: dict[str, Any]) -> None:
+    for key, value in more.items():
+        view.setdefault(key, value)  # a known field of the same name wins
+
+
+def world_view(world: World) -> dict[str, Any]:
+    """``world.json`` as the model sees it: name, description and the world's own fields."""
+    view = {"name": world.meta["name"], "description": world.meta.get("description", "")}
+    _add(view, {k: v for k, v in extras(world.meta, "world").items() if k not in _WORLD_ENGINE})
+    return view
+
+
+def character_view(char: Entity, *, full: bool = True) -> dict[str, Any]:
+    """A character as the model sees it: the known fields, then the world's own fields
+    (``identity``, ``state`` and top level), so a custom ``age`` or secret goal reaches it.
+
+    Args:
+        full: description, mood and inventory too (a memory summary needs neither).
+    """
+    identity, state = char["identity"], char["state"]
+    view: dict[str, Any] = {"id": identity["id"], "name": identity["name"]}
+    if full:
+        view["description"] = identity["description"]
+    view["personality"] = identity["personality"]
+    view["goals"] = identity["goals"]
+    _add(view, extras(identity, "character.identity"))
+    if full:
+        view["mood"] = state["mood"]
+        view["inventory"] = state["inventory"]
+    _add(view, extras(state, "character.state"))
+    _add(view, extras(char, "character"))
+    return view
+
+
+def own_fields(char: Entity) -> dict[str, Any]:
+    """A character's own fields (``identity``, ``state``, top level), in that order."""
+    view: dict[str, Any] = {}
+    _add(view, extras(char["identity"], "character.identity"))
+    _add(view, extras(char["state"], "character.state"))
+    _add(view, extras(char, "character"))
+    return view
 
 
 def place_view(loc: Entity, *, objects: bool = True) -> dict[str, Any]:
-    """A location as the model sees it (input documents of phases 1, 2a and 2b)."""
+    """A location as the model sees it (input documents of phases 1, 2a and 2b), with the
+    world's own fields after the known ones."""
     view = {
         "id": loc["identity"]["id"],
         "name": loc["identity"]["name"],
@@ -34,7 +117,26 @@ def place_view(loc: Entity, *, objects: bool = True) -> dict[str, Any]:
     }
     if objects:
         view["objects"] = loc["state"]["objects"]
+    _add(view, extras(loc["identity"], "location.identity"))
+    _add(view, extras(loc["state"], "location.state"))
+    _add(view, extras(loc, "location"))
     return view
+
+
+def memory_view(memory: dict[str, Any], recent: int) -> dict[str, Any]:
+    """A character's memory as the model sees it: the summary, the last ``recent`` cells,
+    and the world's own memory fields."""
+    view: dict[str, Any] = {
+        "summary": memory["summary"],
+        "recent": [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]],
+    }
+    _add(view, extras(memory, "character.memory"))
+    return view
+
+
+def public(entity: Entity) -> dict[str, Any]:
+    """An entity for templates: every field but the engine's bookkeeping."""
+    return {k: v for k, v in entity.items() if k not in ENGINE_KEYS}
 
 
 def exits_view(world: World, loc: Entity) -> list[dict[str, str]]:
@@ -65,6 +167,9 @@ class PhaseReport:
     retries: int = 0
     #: entity key -> "primary -> fallback" model, where a fallback model answered
     model_fallbacks: dict[str, str] = field(default_factory=dict)
+    #: when a phase makes several calls per entity (tools-mode steps): the entities its
+    #: calls decided for, which the failure fraction is taken over (0: one call each)
+    entities: int = 0
     #: attempts that timed out on the client: no usage came back, the server may bill them
     timed_out: int = 0
 
@@ -107,7 +212,47 @@ class TickContext:
     occupancy: dict[str, list[str]] = field(default_factory=dict)
     reports: list[PhaseReport] = field(default_factory=list)
     clients: list[LLMClient] = field(default_factory=list)
-    _prompts: dict[str, str] = field(default_factory=dict)
+    #: results of phases declared by the world or a package, by phase name (for the log)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: adapters of phases that set their own provider, base_url or api_key_env, by those
+    endpoint_adapters: dict[tuple[str, str, str], Adapter] = field(default_factory=dict)
+    prompts: Prompts | None = None
+    _static: dict[str, str] = field(default_factory=dict)
+    _has_input: dict[str, bool] = field(default_factory=dict)
+    _world_view: dict[str, Any] | None = None
+    _outcomes: tuple[int, dict[str, str]] | None = None
+
+    @property
+    def templates(self) -> Prompts:
+        if self.prompts is None:
+            self.prompts = Prompts(self.world.root)
+        return self.prompts
+
+    @property
+    def world_view(self) -> dict[str, Any]:
+        """The world as models see it, built once per tick."""
+        if self._world_view is None:
+            self._world_view = world_view(self.world)
+        return self._world_view
+
+    def outcomes(self) -> dict[str, str]:
+        """Character id -> this tick's resolved outcome text (the first one given), built
+        once per set of resolutions rather than searched per character."""
+        if self._outcomes is None or self._outcomes[0] != len(self.resolutions):
+            found: dict[str, str] = {}
+            for resolution in self.resolutions.values():
+                for item in resolution.outcomes:
+                    found.setdefault(item.character_id, item.outcome)
+            self._outcomes = (len(self.resolutions), found)
+        return self._outcomes[1]
+
+    def base_context(self) -> dict[str, Any]:
+        """What every template sees: ``world``, ``tick`` and the world's ``actions``."""
+        return {
+            "world": self.world_view,
+            "tick": self.tick,
+            "actions": dict(self.config.actions),
+        }
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)
@@ -117,8 +262,9 @@ class TickContext:
     def client(self, section: str, entities: Sequence[Entity], phase: str) -> LLMClient:
         """An ``LLMClient`` for one phase, configured from its config section."""
         phase_config = self.config.phase(section)
+        adapter = self.endpoint_adapters.get(phase_config.endpoint(self.config.llm), self.adapter)
         client = LLMClient(
-            self.adapter,
+            adapter,
             entities,
             phase_config.response_chain_depth,
             settings=phase_config.settings(self.config.llm),
@@ -131,11 +277,30 @@ class TickContext:
         self.clients.append(client)
         return client
 
-    def prompt(self, name: str) -> str:
-        """The instructions for a phase: the world's ``prompts/<name>.md`` if it has one."""
-        text = self._prompts.get(name)
-        if text is None:
-            override = self.world.root / "prompts" / f"{name}.md"
-            path = override if override.is_file() else PROMPTS_DIR / f"{name}.md"
-            text = self._prompts[name] = path.read_text(encoding="utf-8").strip()
-        return text
+    def render(self, template: str, context: Callable[[], dict[str, Any]]) -> str:
+        """A template rendered for one subject; one that uses only ``world``, ``tick`` and
+        ``actions`` is rendered once a tick (static instructions keep provider caching)."""
+        text = self._static.get(template)
+        if text is not None:
+            return text
+        prompts = self.templates
+        if prompts.is_static(template, STATIC_NAMES):
+            text = self._static[template] = prompts.render(template, self.base_context())
+            return text
+        return prompts.render(template, {**self.base_context(), **context()})
+
+    def prompt(self, name: str, context: Callable[[], dict[str, Any]] | None = None) -> str:
+        """The instructions for a phase: the template ``prompts/<name>.md`` (the world's,
+        else the built-in) rendered for a subject."""
+        return self.render(f"{name}.md", context or dict)
+
+    def input_for(
+        self, name: str, default: Callable[[], str], context: Callable[[], dict[str, Any]]
+    ) -> str:
+        """A subject's input: the world's ``prompts/<name>.input.md`` rendered, else the
+        default JSON document."""
+        template = f"{name}.input.md"
+        has = self._has_input.get(template)
+        if has is None:
+            has = self._has_input[template] = self.templates.exists(template)
+        return self.render(template, context) if has else default()

@@ -7,6 +7,8 @@ fallback intention and the phase report says why.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from sim.llm.errors import LLMError
@@ -65,6 +67,33 @@ TOOLS: tuple[ToolDeclaration, ...] = (
 )
 
 
+def verb_tool(verb: str, description: str) -> ToolDeclaration:
+    """A verb the world declares in ``[actions]``, as a tool."""
+    return ToolDeclaration(
+        name=verb,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {
+                "target": {"type": "string", "description": "who or what it is done to"},
+                "content": {"type": "string", "description": "what exactly is done or offered"},
+                "reasoning": _REASONING,
+            },
+            "required": ["target", "content", "reasoning"],
+        },
+    )
+
+
+@lru_cache(maxsize=64)
+def _tools(verbs: tuple[tuple[str, str], ...]) -> tuple[ToolDeclaration, ...]:
+    return TOOLS + tuple(verb_tool(verb, text) for verb, text in verbs)
+
+
+def tools_for(actions: Mapping[str, str]) -> tuple[ToolDeclaration, ...]:
+    """The built-in tools plus one per ``[actions]`` verb."""
+    return _tools(tuple(actions.items())) if actions else TOOLS
+
+
 class UnknownToolError(LLMError):
     """The model called a tool that was not declared (or none at all)."""
 
@@ -76,9 +105,18 @@ def _text(args: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def to_intention_data(call: FunctionCall) -> dict[str, Any] | None:
+def to_intention_data(
+    call: FunctionCall, actions: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
     """The Intention fields for a declared tool's call, or ``None`` for an unknown tool."""
     args = call.arguments
+    if actions and call.name in actions:
+        return {
+            "action": call.name,
+            "target": _text(args, "target") or None,
+            "content": _text(args, "content"),
+            "reasoning": _text(args, "reasoning"),
+        }
     reasoning = _text(args, "reasoning")
     if call.name == "move_to":
         return {
@@ -106,14 +144,14 @@ def to_intention_data(call: FunctionCall) -> dict[str, Any] | None:
     return None
 
 
-def intention_data(result: ToolCalls) -> dict[str, Any]:
+def intention_data(result: ToolCalls, actions: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The first call that names a declared tool, as Intention fields.
 
     Raises:
         UnknownToolError: no call named a declared tool.
     """
     for call in result.calls:
-        data = to_intention_data(call)
+        data = to_intention_data(call, actions)
         if data is not None:
             return data
     names = ", ".join(call.name for call in result.calls) or "no call"

@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
-from sim.phases.base import TickContext, exits_view, place_view, to_json
-from sim.phases.intention_tools import TOOLS, intention_data
+from sim.phases import intention_steps
+from sim.phases.base import (
+    TickContext,
+    character_view,
+    exits_view,
+    memory_view,
+    place_view,
+    public,
+    to_json,
+)
+from sim.phases.intention_tools import intention_data, tools_for
 from sim.world import Entity, World
 
 NAME = "intentions"
 SECTION = "phase1"
 CHAIN = "intention"
 RECENT_CELLS = 3
+BUILTIN_ACTIONS = ("move", "speak", "act", "wait")
 
 
+# A world's [actions] verbs widen ``action`` in a subclass (``intention_schema``). The
+# docstring below is the schema's description, sent to the model: changing it changes
+# every intentions request and its digest.
 class Intention(BaseModel):
     """What a character means to do: move, speak, act on something, or wait."""
 
@@ -38,13 +53,37 @@ class Intention(BaseModel):
         return cls(action="wait", target=None, content="", reasoning="LLM error, using fallback")
 
 
-def character_input(world: World, char: Entity, tick: int, here: list[str]) -> str:
+@lru_cache(maxsize=64)
+def _schema_for(verbs: tuple[str, ...]) -> type[Intention]:
+    actions = Literal[(*BUILTIN_ACTIONS, *verbs)]  # type: ignore[valid-type]
+    model: type[Intention] = create_model(
+        "Intention",
+        __base__=Intention,
+        action=(actions, ...),
+    )
+    return model
+
+
+def intention_schema(actions: Mapping[str, str]) -> type[Intention]:
+    """The Intention schema for a world: the built-in actions plus its ``[actions]`` verbs
+    (``Intention`` itself when it has none, so its schema and digest stay the same)."""
+    return _schema_for(tuple(actions)) if actions else Intention
+
+
+def character_input(
+    world: World,
+    char: Entity,
+    tick: int,
+    here: list[str],
+    view: dict[str, Any] | None = None,
+) -> str:
     """The model's view of one character at the start of a tick.
 
     Args:
         here: ids of every character at the same location (including this one).
+        view: the world as models see it (``world_view``); default: its name only.
     """
-    identity, state, memory = char["identity"], char["state"], char["memory"]
+    state, memory = char["state"], char["memory"]
     loc = world.locations[state["location"]]
     present = [
         {
@@ -58,22 +97,9 @@ def character_input(world: World, char: Entity, tick: int, here: list[str]) -> s
     return to_json(
         {
             "tick": tick,
-            "world": world.meta["name"],
-            "character": {
-                "id": identity["id"],
-                "name": identity["name"],
-                "description": identity["description"],
-                "personality": identity["personality"],
-                "goals": identity["goals"],
-                "mood": state["mood"],
-                "inventory": state["inventory"],
-            },
-            "memory": {
-                "summary": memory["summary"],
-                "recent": [
-                    f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-RECENT_CELLS:]
-                ],
-            },
+            "world": view if view is not None else world.meta["name"],
+            "character": character_view(char),
+            "memory": memory_view(memory, RECENT_CELLS),
             "location": place_view(loc),
             "exits": exits_view(world, loc),
             "present": present,
@@ -81,30 +107,64 @@ def character_input(world: World, char: Entity, tick: int, here: list[str]) -> s
     )
 
 
+def template_context(world: World, char: Entity, here: list[str]) -> dict[str, Any]:
+    """What an intentions template sees besides ``world``, ``tick`` and ``actions``."""
+    loc = world.locations[char["state"]["location"]]
+    return {
+        "character": public(char),
+        "memory": char["memory"],
+        "location": public(loc),
+        "exits": exits_view(world, loc),
+        "present": [public(world.characters[cid]) for cid in here if cid != char["identity"]["id"]],
+    }
+
+
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world = ctx.world
     chars = list(world.characters.values())
     client = ctx.client(SECTION, chars, NAME)
-    instructions = ctx.prompt(NAME)
-    tools = TOOLS if ctx.config.phase1.mode == "tools" else None
-    requests = [
-        LLMRequest(
-            instructions,
-            character_input(world, char, ctx.tick, ctx.occupancy[char["state"]["location"]]),
-            Intention,
-            f"{CHAIN}:{char['identity']['id']}",
-            tools=tools,
+    tools = tools_for(ctx.config.actions) if ctx.config.phase1.mode == "tools" else None
+    schema = intention_schema(ctx.config.actions)
+    view = ctx.world_view
+    requests = []
+    for char in chars:
+        here = ctx.occupancy[char["state"]["location"]]
+
+        def context(char: Entity = char, here: list[str] = here) -> dict[str, Any]:
+            return template_context(world, char, here)
+
+        def default(char: Entity = char, here: list[str] = here) -> str:
+            return character_input(world, char, ctx.tick, here, view)
+
+        requests.append(
+            LLMRequest(
+                ctx.prompt(NAME, context),
+                ctx.input_for(NAME, default, context),
+                schema,
+                f"{CHAIN}:{char['identity']['id']}",
+                tools=tools,
+            )
         )
-        for char in chars
-    ]
-    results = await client.create_batch(requests)
-    report.calls += len(requests)
+    if tools is not None and ctx.config.phase1.max_tool_steps > 0:  # look before acting
+        results, calls = await intention_steps.decide(
+            world,
+            client,
+            chars,
+            requests,
+            ctx.occupancy,
+            ctx.config.phase1.max_tool_steps,
+            action_tools=tools,
+        )
+        report.entities += len(chars)
+    else:
+        results, calls = await client.create_batch(requests), len(requests)
+    report.calls += calls
     for char, request, result in zip(chars, requests, results, strict=True):
         cid = char["identity"]["id"]
         if isinstance(result, ToolCalls):
             try:
-                result = Intention.model_validate(intention_data(result))
+                result = schema.model_validate(intention_data(result, ctx.config.actions))
             except LLMError as exc:
                 result = exc
         if isinstance(result, LLMError):

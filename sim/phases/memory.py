@@ -3,11 +3,13 @@ cells evicted and folded into its running summary by the model."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, to_json
+from sim.phases.base import TickContext, character_view, public, to_json
 from sim.world import Entity
 
 NAME = "memory"
@@ -21,17 +23,19 @@ class MemorySummary(BaseModel):
     summary: str = Field(description="the running summary with the evicted memories folded in")
 
 
-def memory_input(char: Entity, evicted: list[dict[str, object]], tick: int) -> str:
-    identity = char["identity"]
+def memory_input(
+    char: Entity,
+    evicted: list[dict[str, object]],
+    tick: int,
+    view: dict[str, Any] | None = None,
+) -> str:
+    document: dict[str, Any] = {"tick": tick}
+    if view is not None:
+        document["world"] = view
     return to_json(
         {
-            "tick": tick,
-            "character": {
-                "id": identity["id"],
-                "name": identity["name"],
-                "personality": identity["personality"],
-                "goals": identity["goals"],
-            },
+            **document,
+            "character": character_view(char, full=False),
             "summary": char["memory"]["summary"],
             "evicted": evicted,
         }
@@ -55,16 +59,26 @@ async def run(ctx: TickContext) -> None:
         if excess > 0:
             overflowing.append((char, memory["cells"][:excess]))
     client = ctx.client(SECTION, [char for char, _ in overflowing], NAME)
-    instructions = ctx.prompt(NAME)
-    requests = [
-        LLMRequest(
-            instructions,
-            memory_input(char, evicted, ctx.tick),
-            MemorySummary,
-            f"{CHAIN}:{char['identity']['id']}",
+    view = ctx.world_view
+    requests = []
+    for char, evicted in overflowing:
+
+        def context(
+            char: Entity = char, evicted: list[dict[str, object]] = evicted
+        ) -> dict[str, Any]:
+            return {"character": public(char), "memory": char["memory"], "evicted": evicted}
+
+        def default(char: Entity = char, evicted: list[dict[str, object]] = evicted) -> str:
+            return memory_input(char, evicted, ctx.tick, view)
+
+        requests.append(
+            LLMRequest(
+                ctx.prompt(NAME, context),
+                ctx.input_for(NAME, default, context),
+                MemorySummary,
+                f"{CHAIN}:{char['identity']['id']}",
+            )
         )
-        for char, evicted in overflowing
-    ]
     results = await client.create_batch(requests)
     report.calls += len(requests)
     for (char, evicted), request, result in zip(overflowing, requests, results, strict=True):

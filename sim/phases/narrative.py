@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import TickContext, place_view, to_json
-from sim.phases.resolution import Outcome, Resolution
+from sim.phases.resolution import Outcome, Resolution, template_context
 from sim.world import World
 
 NAME = "narrative"
@@ -42,7 +44,7 @@ def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
     return to_json(
         {
             "tick": ctx.tick,
-            "world": world.meta["name"],
+            "world": ctx.world_view,
             "location": place_view(loc, objects=False),
             "events": events,
         }
@@ -54,11 +56,24 @@ async def run(ctx: TickContext) -> None:
     world = ctx.world
     occupied = list(ctx.occupancy)
     client = ctx.client(SECTION, [world.locations[lid] for lid in occupied], NAME)
-    instructions = ctx.prompt(NAME)
-    requests = [
-        LLMRequest(instructions, narrative_input(ctx, world, lid), Narrative, f"{CHAIN}:{lid}")
-        for lid in occupied
-    ]
+    requests = []
+    for lid in occupied:
+
+        def context(lid: str = lid) -> dict[str, Any]:
+            resolution = ctx.resolutions.get(lid, Resolution.empty())
+            return {**template_context(ctx, lid), "resolution": resolution.model_dump()}
+
+        def default(lid: str = lid) -> str:
+            return narrative_input(ctx, world, lid)
+
+        requests.append(
+            LLMRequest(
+                ctx.prompt(NAME, context),
+                ctx.input_for(NAME, default, context),
+                Narrative,
+                f"{CHAIN}:{lid}",
+            )
+        )
     results = await client.create_batch(requests)
     report.calls += len(requests)
     for lid, request, result in zip(occupied, requests, results, strict=True):

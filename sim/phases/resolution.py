@@ -3,13 +3,22 @@ everyone present into per-character outcomes and an optional change to the place
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
-from sim.phases.base import TickContext, exits_view, place_view, to_json
+from sim.phases.base import (
+    TickContext,
+    exits_view,
+    own_fields,
+    place_view,
+    public,
+    to_json,
+)
 from sim.phases.intentions import Intention
-from sim.world import World
+from sim.world import Entity, World
 
 NAME = "resolution"
 SECTION = "phase2a"
@@ -49,28 +58,39 @@ class Resolution(BaseModel):
         return cls(outcomes=[], location_update=None)
 
 
+def _add_own(view: dict[str, Any], char: Entity) -> None:
+    for key, value in own_fields(char).items():
+        view.setdefault(key, value)
+
+
 def location_input(
-    world: World, location_id: str, tick: int, present: list[str], intentions: dict[str, Intention]
+    world: World,
+    location_id: str,
+    tick: int,
+    present: list[str],
+    intentions: dict[str, Intention],
+    view: dict[str, Any] | None = None,
 ) -> str:
-    """The game master's view: the place, its exits, and what everyone here intends."""
+    """The game master's view: the place, its exits, and what everyone here intends, with
+    each character's own fields (the game master may know their secrets)."""
     loc = world.locations[location_id]
     characters = []
     for cid in present:
         char = world.characters[cid]
-        characters.append(
-            {
-                "id": cid,
-                "name": char["identity"]["name"],
-                "personality": char["identity"]["personality"],
-                "mood": char["state"]["mood"],
-                "inventory": char["state"]["inventory"],
-                "intention": intentions[cid].model_dump(),
-            }
-        )
+        who = {
+            "id": cid,
+            "name": char["identity"]["name"],
+            "personality": char["identity"]["personality"],
+            "mood": char["state"]["mood"],
+            "inventory": char["state"]["inventory"],
+        }
+        _add_own(who, char)
+        who["intention"] = intentions[cid].model_dump()
+        characters.append(who)
     return to_json(
         {
             "tick": tick,
-            "world": world.meta["name"],
+            "world": view if view is not None else world.meta["name"],
             "location": place_view(loc),
             "exits": exits_view(world, loc),
             "characters": characters,
@@ -78,21 +98,44 @@ def location_input(
     )
 
 
+def template_context(ctx: TickContext, lid: str) -> dict[str, Any]:
+    """What a resolution (or narrative) template sees besides ``world``, ``tick``, ``actions``."""
+    world = ctx.world
+    loc = world.locations[lid]
+    here = ctx.occupancy.get(lid, [])
+    return {
+        "location": public(loc),
+        "exits": exits_view(world, loc),
+        "present": [public(world.characters[cid]) for cid in here],
+        "intentions": {
+            cid: ctx.intentions[cid].model_dump() for cid in here if cid in ctx.intentions
+        },
+    }
+
+
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world = ctx.world
     occupied = list(ctx.occupancy)
     client = ctx.client(SECTION, [world.locations[lid] for lid in occupied], NAME)
-    instructions = ctx.prompt(NAME)
-    requests = [
-        LLMRequest(
-            instructions,
-            location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions),
-            Resolution,
-            f"{CHAIN}:{lid}",
+    view = ctx.world_view
+    requests = []
+    for lid in occupied:
+
+        def context(lid: str = lid) -> dict[str, Any]:
+            return template_context(ctx, lid)
+
+        def default(lid: str = lid) -> str:
+            return location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions, view)
+
+        requests.append(
+            LLMRequest(
+                ctx.prompt(NAME, context),
+                ctx.input_for(NAME, default, context),
+                Resolution,
+                f"{CHAIN}:{lid}",
+            )
         )
-        for lid in occupied
-    ]
     results = await client.create_batch(requests)
     report.calls += len(requests)
     for lid, request, result in zip(occupied, requests, results, strict=True):

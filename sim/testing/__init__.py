@@ -1,5 +1,6 @@
-"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and a
-loopback OpenAI-compatible server with fault injection."""
+"""Test doubles for code built on ``sim``: offline adapters with recorded calls, and
+loopback OpenAI-compatible, Gemini API and Anthropic Messages API servers with fault
+injection."""
 
 from sim.testing.adapters import (
     DefaultFactory,
@@ -10,14 +11,20 @@ from sim.testing.adapters import (
     default_instance,
     default_tool_calls,
 )
+from sim.testing.anthropic_stub import ANTHROPIC_FAULTS, AnthropicStubServer
 from sim.testing.counting import CountingAdapter, call_digest, read_counts, read_in_flight
+from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
 from sim.testing.stub_server import FAULTS, ServerThread, StubOptions, StubServer
 
 __all__ = [
+    "ANTHROPIC_FAULTS",
     "FAULTS",
+    "GEMINI_FAULTS",
+    "AnthropicStubServer",
     "CountingAdapter",
     "DefaultFactory",
     "ErrorAdapter",
+    "GeminiStubServer",
     "MockAdapter",
     "MockCall",
     "MockItem",

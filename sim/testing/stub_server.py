@@ -527,6 +527,8 @@ class StubServer:
         fmt = (request.get("text") or {}).get("format") or {}
         schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
         tools = request.get("tools") or None
+        if request.get("tool_choice") == "none":  # tools declared but not to be called: text
+            tools = None
         instructions = str(request.get("instructions") or "")
         ans = self._answer(
             model,
@@ -584,6 +586,8 @@ class StubServer:
         elif fmt.get("type") == "json_object" and isinstance(fmt.get("schema"), dict):
             schema = fmt["schema"]  # llama-cpp-python's form
         tools = request.get("tools") or None
+        if request.get("tool_choice") == "none":  # tools declared but not to be called: text
+            tools = None
         ans = self._answer(
             model, system, pairs, input_text, schema, tools, None if fault == "stall" else fault
         )

@@ -203,11 +203,19 @@ def _cut_torn_tail(path: Path) -> None:
             handle.truncate(data.rfind(b"\n") + 1)
 
 
-def header(tick: int, config: Mapping[str, Any], seed: int, scope: str = "") -> HeaderRecord:
+def header(
+    tick: int,
+    config: Mapping[str, Any],
+    seed: int,
+    scope: str = "",
+    phases: Mapping[str, Any] | None = None,
+) -> HeaderRecord:
     """The first record. ``scope`` is a nonce for this run of the tick: it keys the
-    idempotency of its calls and is kept by a resume (see ``sim.llm.calls``)."""
+    idempotency of its calls and is kept by a resume (see ``sim.llm.calls``). ``phases``
+    adds ``phases`` (the list run), ``templates`` and ``schemas`` (name -> digest)."""
+    extra = {k: phases[k] for k in ("phases", "templates", "schemas") if phases and k in phases}
     return HeaderRecord(
-        format=FORMAT_VERSION, tick=tick, seed=seed, config=dict(config), scope=scope
+        format=FORMAT_VERSION, tick=tick, seed=seed, config=dict(config), scope=scope, **extra
     )
 
 

@@ -113,7 +113,7 @@ def _results(name: str, ctx: TickContext) -> dict[str, Any]:
         return {k: v.model_dump(mode="json") for k, v in ctx.resolutions.items()}
     if name == "narrative":
         return dict(ctx.narratives)
-    return {}
+    return dict(ctx.results.get(name, {}))  # a declared or entry-point phase
 
 
 def _set_aside(path: Path) -> Path:
@@ -143,6 +143,7 @@ class TickRecorder:
         seed: int,
         before: dict[str, bytes],
         partial: TickLog | None,
+        phases: Mapping[str, Any] | None = None,
     ) -> None:
         self.root = root
         self.tick = tick
@@ -178,7 +179,7 @@ class TickRecorder:
             (partial.header.scope or str(partial.path)) if partial else secrets.token_hex(8)
         )
         if partial is None:
-            self.writer.append(header(tick, redacted(config), seed, self.scope))
+            self.writer.append(header(tick, redacted(config), seed, self.scope, phases))
             self.writer.append(pack_state(before))
         else:
             self.writer.append(
@@ -191,8 +192,18 @@ class TickRecorder:
         self.writer.sync()
 
     @classmethod
-    def begin(cls, storage: Storage, world: World, config: Config) -> TickRecorder:
-        """Start the log of the tick after ``world.tick``, resuming an interrupted one."""
+    def begin(
+        cls,
+        storage: Storage,
+        world: World,
+        config: Config,
+        phases: Mapping[str, Any] | None = None,
+    ) -> TickRecorder:
+        """Start the log of the tick after ``world.tick``, resuming an interrupted one.
+
+        Args:
+            phases: the phase list and template and schema digests, for the header.
+        """
         root = storage.root
         tick = world.tick + 1
         before = {rel: data for rel, data in world.originals.items() if is_state_file(rel)}
@@ -215,7 +226,7 @@ class TickRecorder:
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
                 else:
                     partial = log
-        recorder = cls(root, tick, config, world.seed, before, partial)
+        recorder = cls(root, tick, config, world.seed, before, partial, phases)
         recorder.notes.extend(notes)
         return recorder
 

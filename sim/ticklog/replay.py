@@ -1,8 +1,11 @@
 """Replay and verification of logged ticks, in a scratch copy; the live world is never touched.
 
 ``replay(world, tick, to)`` rebuilds the state at the start of ``tick`` from its log in a
-temporary folder (with the world's current ``prompts/`` and ``config.toml``), then runs the
-ticks ``tick..to`` there with the ``replay`` provider answering every call from the logs.
+temporary folder (with the world's current ``prompts/``, ``schemas/`` and ``config.toml``),
+then runs the ticks ``tick..to`` there with the ``replay`` provider answering every call from
+the logs, each with the configuration its log recorded. What changed since is named: the
+config keys that differ now, the phase list, and each template and schema whose digest
+differs from the one in the log's header.
 Each tick is identical when no request drifted and its state after matches the logged
 digest byte for byte. A drifted request (its instructions, input, schema, model, settings
 or chain differ from the recording) is reported and answered from the recording anyway, so
@@ -14,11 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sim.config import Config
+from pydantic import ValidationError
+
+from sim.config import Config, redacted
 from sim.engine.runner import Runner, build_adapter
 from sim.errors import InputError, LogError
 from sim.llm.adapters.replay import Drift, ReplayAdapter
@@ -27,7 +34,7 @@ from sim.llm.types import Adapter
 from sim.storage import Storage
 from sim.ticklog.format import TickLog, log_path, read_log, read_state, state_digest
 
-WORLD_INPUTS = ("prompts", "config.toml")
+WORLD_INPUTS = ("prompts", "schemas", "config.toml")
 
 
 @dataclass
@@ -42,6 +49,15 @@ class TickReplay:
     sent: int = 0
     recorded_narratives: dict[str, str] = field(default_factory=dict)
     narratives: dict[str, str] = field(default_factory=dict)
+    #: "key: logged X, now Y" for each config key that differs from the log's
+    config_changes: list[str] = field(default_factory=list)
+    #: the phase list, if it differs: "logged a, b; now a, b, c"
+    phase_change: str = ""
+    #: "name: changed" / "added" / "removed", for templates and answer schemas
+    template_changes: list[str] = field(default_factory=list)
+    schema_changes: list[str] = field(default_factory=list)
+    #: why the logged config could not be used (the current one was, instead)
+    config_note: str = ""
 
     @property
     def identical(self) -> bool:
@@ -79,17 +95,79 @@ def write_state(root: Path, files: dict[str, bytes]) -> None:
         target.write_bytes(data)
 
 
+def _copy_regular(source: Path, dest: Path) -> None:
+    """Copy ``source`` (a file or a folder tree) without following a symlink or opening a
+    special file: a world's symlinked template must not become readable content in the
+    scratch copy (a live replay could send it), and a FIFO must not hang the copy."""
+    try:
+        info = source.lstat()
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode):
+        shutil.copyfile(source, dest, follow_symlinks=False)
+    elif stat.S_ISDIR(info.st_mode):
+        dest.mkdir(exist_ok=True)
+        for child in sorted(source.iterdir()):
+            _copy_regular(child, dest / child.name)
+
+
 def scratch_world(world_dir: Path, log: TickLog, dest: Path) -> Path:
-    """A world at the start of ``log``'s tick, with the live world's prompts and config."""
+    """A world at the start of ``log``'s tick, with the live world's prompts, schemas and
+    config (regular files only)."""
     dest.mkdir(parents=True)
     for name in WORLD_INPUTS:
-        source = world_dir / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name)
-        elif source.is_file():
-            shutil.copy2(source, dest / name)
+        _copy_regular(world_dir / name, dest / name)
     write_state(dest, log.state())
     return dest
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out if out or not prefix else {prefix[:-1]: {}}
+    return {prefix[:-1]: data}
+
+
+def config_changes(logged: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Each config key whose value now differs from the logged one, named."""
+    before, after = _flatten(logged), _flatten(now)
+    out = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key, "(unset)"), after.get(key, "(unset)")
+        if old != new:
+            out.append(f"{key}: logged {old!r}, now {new!r}")
+    return out
+
+
+def digest_changes(logged: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Names whose digest changed, was added or removed."""
+    out = []
+    for name in sorted(set(logged) | set(now)):
+        if name not in now:
+            out.append(f"{name}: removed")
+        elif name not in logged:
+            out.append(f"{name}: added")
+        elif logged[name] != now[name]:
+            out.append(f"{name}: changed")
+    return out
+
+
+def logged_config(log: TickLog, current: Config) -> tuple[Config, str]:
+    """The config ``log``'s tick ran with, or the current one and why it could not be."""
+    data = log.header.config
+    if not data:
+        return current, "the log records no config; replayed with the current one"
+    try:
+        return Config.model_validate(data), ""
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return current, (
+            f"the logged config is not valid for this sim ({where}: {err['msg'].lower()}); "
+            "replayed with the current one"
+        )
 
 
 def _differing(after: dict[str, bytes], expected: dict[str, bytes]) -> list[str]:
@@ -110,7 +188,8 @@ def replay(
     Args:
         world_dir: the live world (read only).
         tick, to: the first and last tick to replay (``to`` defaults to ``tick``).
-        config: the effective config now (drift in it is reported).
+        config: the effective config now. Each tick is re-run with the config its log
+            recorded; the keys that differ now are named in the report.
         live: send drifted requests to the configured provider.
         live_adapter: the adapter for ``live`` (default: the configured provider's).
 
@@ -140,19 +219,40 @@ async def _replay(
     sender = live_adapter
     try:
         for log in logs:
-            if live and sender is None:
+            used, note = logged_config(log, config)
+            if live and sender is None:  # live calls go where the user now points them
                 sender = build_adapter(config, Storage(scratch).load())
             adapter = ReplayAdapter(
                 log.replay_calls(),
                 instructions=log.instructions,
                 live=sender if live else None,
             )
-            result = (await Runner(scratch, config, adapter=adapter).run_async(1))[0]
-            report.ticks.append(_compare(world_dir, scratch, log, adapter, result.narratives))
+            result = (await Runner(scratch, used, adapter=adapter).run_async(1))[0]
+            tick = _compare(world_dir, scratch, log, adapter, result.narratives)
+            _explain(tick, log, read_log(log_path(scratch, log.tick)), config)
+            tick.config_note = note
+            report.ticks.append(tick)
     finally:
         if sender is not None and live_adapter is None:
             await close_stack(sender)
     return report
+
+
+def _explain(tick: TickReplay, log: TickLog, rerun: TickLog, current: Config) -> None:
+    """Name what changed since ``log`` was written: config keys, phases, templates, schemas."""
+    head, now = log.header, rerun.header
+    if head.config:
+        try:  # normalised, so keys a newer sim added with their defaults are not "changes"
+            logged = redacted(Config.model_validate(head.config))
+        except ValidationError:
+            logged = head.config
+        tick.config_changes = config_changes(logged, redacted(current))
+    if head.phases is not None and list(current.tick.phases) != head.phases:
+        tick.phase_change = f"logged {', '.join(head.phases)}; now {', '.join(current.tick.phases)}"
+    if head.templates is not None:
+        tick.template_changes = digest_changes(head.templates, now.templates or {})
+    if head.schemas is not None:
+        tick.schema_changes = digest_changes(head.schemas, now.schemas or {})
 
 
 def _compare(

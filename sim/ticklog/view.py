@@ -15,7 +15,7 @@ from sim.ticklog.format import TickLog, list_logs, read_log
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
     from sim.llm.adapters.replay import Drift
-    from sim.ticklog.replay import ReplayReport
+    from sim.ticklog.replay import ReplayReport, TickReplay
 
 
 def last_log(root: Path) -> TickLog:
@@ -97,6 +97,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             who = names.get(cid, cid)
             yield f"  {who}: intends {intent.get('action', '?')}{target}"
             yield f"    -> {outcome.get('outcome', '')}"
+    yield from declared_lines(log, names)
     for name, record in log.phases.items():
         for key, reason in record.report.errors.items():
             yield f"fallback: {name} {key}: {reason}"
@@ -107,17 +108,53 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     yield summary_line(summary(log))
 
 
+BUILTIN = ("intentions", "resolution", "narrative", "apply", "memory")
+
+
+def answer_text(answer: object) -> str:
+    """A declared phase's answer on one line: ``stance: for · mood: calm``."""
+    if isinstance(answer, dict):
+        return " · ".join(f"{k}: {answer_text(v)}" for k, v in answer.items())
+    if isinstance(answer, list):
+        return ", ".join(answer_text(v) for v in answer)
+    return str(answer)
+
+
+def declared_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
+    """The answers of the phases a world declared (or a package added), per subject."""
+    for name in log.phases:
+        if name in BUILTIN:
+            continue
+        results = log.phase_results(name)
+        if not results:
+            continue
+        yield ""
+        yield f"[{name}]"
+        for subject, answer in results.items():
+            yield f"  {names.get(subject, subject)}: {answer_text(answer)}"
+
+
 CALLS_HEAD = (
     "request                                  model           depth  window  input tok  "
     "cached in  output tok       cost  error"
 )
 
 
+def _tools_called(result: dict[str, Any] | None) -> str:
+    """The tools a tool-calling answer called (``look``, ``move_to``...), if it was one."""
+    calls = result.get("calls") if isinstance(result, dict) else None
+    if not isinstance(calls, list):
+        return ""
+    names = [str(c.get("name")) for c in calls if isinstance(c, dict)]
+    return "tools: " + (", ".join(names) or "none")
+
+
 def call_lines(log: TickLog) -> Iterator[str]:
     """One line per logged call: the model that answered (else the one asked), the depth
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
-    over all attempts, and cost. A call a resume sent again has a line per record: the
-    earlier one's attempts were sent too, so the lines add up to the tick's totals."""
+    over all attempts, and cost; for a tool-calling answer, the tools it called. A call a
+    resume sent again has a line per record: the earlier one's attempts were sent too, so
+    the lines add up to the tick's totals."""
     yield CALLS_HEAD
     prices = log.header.prices
     for call in log.call_records:
@@ -129,7 +166,7 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.request_id:<40} {model!s:<15} "
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
-            f"{cost:>9}  {call.error_code or ''}"
+            f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
         ).rstrip()
 
 
@@ -139,16 +176,34 @@ def drift_lines(drift: Drift) -> Iterator[str]:
         yield f"      {line}"
 
 
+def change_lines(tick: TickReplay) -> Iterator[str]:
+    """What changed since the tick was logged, by name."""
+    if tick.config_note:
+        yield f"  note: {tick.config_note}"
+    if tick.phase_change:
+        yield f"  phases changed: {tick.phase_change}"
+    for change in tick.template_changes:
+        yield f"  template {change}"
+    for change in tick.schema_changes:
+        yield f"  schema {change}"
+    if tick.config_changes:
+        yield "  config now differs from the logged one (the replay used the logged one):"
+        for change in tick.config_changes:
+            yield f"    {change}"
+
+
 def replay_lines(report: ReplayReport, live: bool) -> Iterator[str]:
     for tick in report.ticks:
         if tick.identical:
             yield f"tick {tick.tick}: identical ({tick.served} calls served from the log)"
+            yield from change_lines(tick)
             continue
         what = []
         if tick.drifts:
             what.append(f"{len(tick.drifts)} requests drifted")
         what.append("state matches the log" if tick.state_matches else "state differs from the log")
         yield f"tick {tick.tick}: {', '.join(what)}"
+        yield from change_lines(tick)
         for drift in tick.drifts:
             yield from drift_lines(drift)
         if tick.differing_files:

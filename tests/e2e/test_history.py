@@ -175,17 +175,15 @@ def test_an_unreadable_log_is_reported_not_skipped(five_ticks: Path, tmp_path: P
     assert result.exit_code == 1 and "line 2" in result.output
 
 
-def test_a_config_change_drifts_only_that_phase_and_names_settings(
+def test_a_config_change_replays_with_the_logged_config_and_names_the_key(
     five_ticks: Path, tmp_path: Path
 ) -> None:
     world = tmp_path / "w"
     shutil.copytree(five_ticks, world)
     (world / "config.toml").write_text("[phase2b]\ntemperature = 1.0\n")
     report = replay(world, 4, config=load_config(world_dir=world, cwd=world))
-    assert report.drifts
-    assert all(":narrative:" in d.request_id for d in report.drifts)
-    assert all(d.fields == ("settings",) for d in report.drifts)
-    assert "'temperature': 0.9" in report.drifts[0].diff
+    assert report.identical  # the tick re-ran with the settings it was logged with
+    assert report.ticks[0].config_changes == ["phase2b.temperature: logged 0.9, now 1.0"]
 
 
 def test_a_request_the_log_lacks_is_reported_missing(five_ticks: Path, tmp_path: Path) -> None:

@@ -156,3 +156,47 @@ def test_every_config_snippet_in_providers_doc_is_valid(tmp_path: Path) -> None:
         path = tmp_path / f"snippet{i}.toml"
         path.write_text(snippet.split("```", 1)[0])
         load_config(path)  # raises InputError naming the key if a snippet is wrong
+
+
+def test_world_declared_sections_are_checked(tmp_path: Path) -> None:
+    from sim.config import ENDPOINT_KEYS, endpoint_paths
+    from sim.errors import InputError
+
+    cases = {
+        "[phases.intentions]\nmodel = 'x'\n": ("phases.intentions", "[phase1]"),
+        "[phases.Bad-Name]\nper = 'character'\n": ("phases", ""),
+        "[phases.opinion]\nper = 'crowd'\n": ("phases.opinion.per", ""),
+        "[phases.opinion]\nprovider = 'nope'\n": ("phases.opinion.provider", "unknown provider"),
+        "[actions]\nwait = 'x'\n": ("actions.wait", "built-in action"),
+        "[actions]\ntrade = ''\n": ("actions.trade", ""),
+        "[tick]\norder = []\n": ("tick.order", "unknown key"),
+    }
+    for text, (field, problem) in cases.items():
+        path = write(tmp_path / "c.toml", text)
+        with pytest.raises(InputError) as caught:
+            load_config(path, cwd=tmp_path)
+        assert caught.value.field is not None and caught.value.field.startswith(field), text
+        assert problem in caught.value.problem, text
+    layer = {
+        "llm": {"provider": "x"},
+        "phase2b": {"base_url": "u"},
+        "phases": {"o": {"api_key_env": "K", "model": "m"}},
+    }
+    assert endpoint_paths(layer) == ["llm.provider", "phase2b.base_url", "phases.o.api_key_env"]
+    assert {"provider", "base_url", "api_key_env"} <= ENDPOINT_KEYS
+
+
+def test_a_declared_phase_takes_the_gemini_default_model_like_the_builtins() -> None:
+    from sim.config import GEMINI_DEFAULT_MODEL, provider_models
+
+    config = load_config(
+        overrides={
+            "llm": {"provider": "gemini"},
+            "tick": {"phases": ["intentions", "apply", "opinion", "vote"]},
+            "phases": {"opinion": {"schema": "s.json"}, "vote": {"model": "mine"}},
+        }
+    )
+    chosen = provider_models(config, {})
+    assert chosen.phase("opinion").model == GEMINI_DEFAULT_MODEL
+    assert chosen.phase("vote").model == "mine"
+    assert chosen.phase("phase1").model == GEMINI_DEFAULT_MODEL

@@ -265,11 +265,21 @@ async def test_batch_empty_requests(adapter: MockAdapter) -> None:
 
 
 class ReverseDelayAdapter(MockAdapter):
-    """Answers request ``"<n>"`` after ``(10 - n)`` ms, so later requests finish first."""
+    """Answers request ``"<n>"`` only once request ``n + 1`` has been answered, so the
+    last request finishes first (an ordering, not a timing: it holds on a loaded machine)."""
+
+    def __init__(self, *args: Any, count: int = 10, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answered = [asyncio.Event() for _ in range(count + 1)]
+        self.answered[count].set()
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        await asyncio.sleep((10 - int(request.input)) / 1000)
-        return await super().execute(request)
+        n = int(request.input)
+        await self.answered[n + 1].wait()
+        try:
+            return await super().execute(request)
+        finally:
+            self.answered[n].set()
 
 
 async def test_batch_preserves_order() -> None:

@@ -534,3 +534,37 @@ def test_output_is_stable_across_processes() -> None:
     here = generate({"title": "Intention"}, intention_input(), seed="fixed")
     outputs.add(json.dumps(here) + "\n")
     assert len(outputs) == 1
+
+
+def test_a_declared_schema_is_answered_plausibly_from_the_subjects_words() -> None:
+    from pathlib import Path
+
+    from sim.offline import generate
+    from sim.phases.schema import model_from_schema
+
+    model = model_from_schema(
+        {
+            "type": "object",
+            "properties": {
+                "stance": {"type": "string", "enum": ["sell", "keep", "undecided"]},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                "votes": {"type": "integer", "minimum": 3, "maximum": 5},
+                "reason": {"type": "string", "maxLength": 200},
+                "mood": {"type": "string"},
+            },
+            "required": ["stance", "confidence", "votes", "reason", "mood"],
+        },
+        "vote",
+        Path("vote.json"),
+    )
+    text = (
+        '{"character": {"name": "Marta Oyelaran", "secret_goal": '
+        '"She has already decided to vote no, whatever it costs her."}}'
+    )
+    answers = [generate(model.model_json_schema(), text, seed=f"s{i}") for i in range(20)]
+    for answer in answers:
+        model.model_validate(answer)
+        assert 0 <= answer["confidence"] <= 1 and 3 <= answer["votes"] <= 5
+        assert answer["reason"] == "She has already decided to vote no, whatever it costs her."
+    assert len({a["stance"] for a in answers}) > 1
+    assert generate(model.model_json_schema(), text, seed="s1") == answers[1]

@@ -147,14 +147,43 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
     return scenes
 
 
+def _character_chains(log: TickLog) -> set[str]:
+    """The built-in per-character chains, and those of phases declared per character."""
+    chains = set(CHARACTER_CHAINS)
+    declared = log.header.config.get("phases") or {}
+    for name, section in declared.items() if isinstance(declared, dict) else ():
+        is_declared = isinstance(section, dict) and bool(section.get("schema"))
+        if is_declared and section.get("per", "character") == "character":
+            chains.add(str(name))  # a Python phase's subjects are its own business
+    return chains
+
+
+def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
+    """Per phase the world declared (or a package added): each subject's answer, on one line."""
+    out: list[Any] = []
+    for name in log.phases:
+        if name in logview.BUILTIN:
+            continue
+        rows = []
+        for subject, answer in log.phase_results(name).items():
+            ref = ["c", chars.add(subject)] if subject in chars.pos else None
+            if ref is None and subject in locs.pos:
+                ref = ["l", locs.add(subject)]
+            rows.append([ref or ["w", subject], logview.answer_text(answer)])
+        if rows:
+            out.append({"p": name, "r": rows})
+    return out
+
+
 def _per_character(log: TickLog, totals: dict[str, Books]) -> None:
     """Add a tick's calls to each character's books: every record and attempt, priced at
     the tick's own prices (``sim.ticklog.books``, as ``sim log`` and ``sim usage`` do)."""
     prices = log.header.prices
     cache: dict[str, Price | None] = {}
+    chains = _character_chains(log)
     for call in log.call_records:
         chain, _, owner = (call.entity_key or "").partition(":")
-        if chain not in CHARACTER_CHAINS or not owner:
+        if chain not in chains or not owner:
             continue
         totals.setdefault(owner, Books()).add_call(call, prices, cache)
 
@@ -264,6 +293,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 "at": {chars.add(c): locs.add(lid) for c, lid in sorted(where.items())},
                 "moves": moves,
                 "scenes": _scenes(log, chars, locs, where),
+                "phases": _declared(log, chars, locs),
             }
         )
     if current is not None:

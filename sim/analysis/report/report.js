@@ -229,6 +229,19 @@
       if (scene.r.length) sec.appendChild(table);
       box.appendChild(sec);
     }
+    for (const phase of t.phases || []) {
+      const sec = el("div", { class: "scene" });
+      sec.appendChild(el("h3", {}, phase.p));
+      const table = el("table", { class: "rows" });
+      for (const [[kind, ref], answer] of phase.r) {
+        const who = kind === "c"
+          ? el("a", { href: "#", class: "who", style: "--c:" + colour(ref), onclick: (e) => { e.preventDefault(); follow(ref); } }, charName(ref))
+          : el("span", {}, kind === "l" ? locName(ref) : String(ref));
+        table.appendChild(el("tr", { class: kind === "c" && ref === followed ? "hl" : "" }, el("td", {}, who), el("td", { class: "outcome" }, answer)));
+      }
+      sec.appendChild(table);
+      box.appendChild(sec);
+    }
   }
 
   // -- timeline, chart and tables ------------------------------------------------------------

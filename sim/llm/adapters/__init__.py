@@ -15,6 +15,8 @@ _REGISTRY = MappingProxyType(
         "offline": "sim.offline.adapter:OfflineAdapter",
         "openai": "sim.llm.adapters.openai:OpenAIAdapter",
         "chat": "sim.llm.adapters.chat:ChatAdapter",
+        "gemini": "sim.llm.adapters.gemini:GeminiAdapter",  # the sim[gemini] extra
+        "anthropic": "sim.llm.adapters.anthropic:AnthropicAdapter",  # the sim[anthropic] extra
         "replay": "sim.llm.adapters.replay:ReplayAdapter",  # needs a log: sim replay, resume
     }
 )

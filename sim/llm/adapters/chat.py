@@ -17,6 +17,7 @@ import dataclasses
 import functools
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import strict_schema, validate_text
@@ -33,7 +34,14 @@ from sim.llm.adapters._structured import (
     request_fields,
 )
 from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError, LLMRefusalError
-from sim.llm.tools import FunctionCall, ToolCalls, parse_arguments, schema_of
+from sim.llm.tools import (
+    FunctionCall,
+    LLMMessage,
+    ToolCalls,
+    parse_arguments,
+    response_json,
+    schema_of,
+)
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
 
 
@@ -48,13 +56,42 @@ def _usage(data: Json) -> Usage:
 
 
 def _messages(
-    instructions: str, history: tuple[Exchange, ...], input_data: str
+    instructions: str,
+    history: tuple[Exchange, ...],
+    input_data: str,
+    conversation: tuple[LLMMessage, ...] = (),
 ) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
     for exchange in history:
         messages.append({"role": "user", "content": exchange.input})
         messages.append({"role": "assistant", "content": exchange.output})
     messages.append({"role": "user", "content": input_data})
+    for message in conversation:  # a tool conversation: calls, then the tools' answers
+        call, answer = message.function_call, message.function_response
+        if answer is not None:
+            messages.append(
+                {"role": "tool", "tool_call_id": answer.call_id, "content": response_json(answer)}
+            )
+        elif message.role == "assistant":
+            last = messages[-1]
+            if call is not None and last["role"] == "assistant" and "tool_calls" in last:
+                target = last  # one assistant turn holds all the calls it made
+            else:
+                target = {"role": "assistant", "content": message.content}
+                messages.append(target)
+            if call is not None:
+                target.setdefault("tool_calls", []).append(
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {
+                            "name": call.name,
+                            "arguments": orjson.dumps(call.arguments).decode(),
+                        },
+                    }
+                )
+        else:
+            messages.append({"role": "user", "content": message.content or ""})
     return messages
 
 
@@ -146,7 +183,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
         extra: Json
         if request.tools is not None:
             extra = {
-                "tool_choice": "required",
+                "tool_choice": request.tool_choice,
                 "tools": [tool.openai_chat() for tool in request.tools],
             }
         else:
@@ -159,7 +196,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
             "model": settings.model,
             "temperature": settings.temperature,
             "max_completion_tokens": settings.max_output_tokens,
-            "messages": _messages(instructions, request.history, request.input),
+            "messages": _messages(instructions, request.history, request.input, request.messages),
             **extra,
         }
         if self.legacy_max_tokens:

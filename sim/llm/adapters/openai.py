@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 
 import openai
+import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import strict_schema, validate_text
@@ -24,7 +25,14 @@ from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
-from sim.llm.tools import FunctionCall, ToolCalls, parse_arguments, schema_of
+from sim.llm.tools import (
+    FunctionCall,
+    LLMMessage,
+    ToolCalls,
+    parse_arguments,
+    response_json,
+    schema_of,
+)
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
 
@@ -49,12 +57,36 @@ def _output_text(data: Json) -> str:
     )
 
 
-def _input_items(history: tuple[Exchange, ...], input_data: str) -> list[Json]:
+def _input_items(
+    history: tuple[Exchange, ...], input_data: str, conversation: tuple[LLMMessage, ...] = ()
+) -> list[Json]:
     items: list[Json] = []
     for exchange in history:
         items.append({"role": "user", "content": exchange.input})
         items.append({"role": "assistant", "content": exchange.output})
     items.append({"role": "user", "content": input_data})
+    for message in conversation:  # a tool conversation: function_call / _output items
+        call, answer = message.function_call, message.function_response
+        if message.content and answer is None:
+            role = "assistant" if message.role == "assistant" else "user"
+            items.append({"role": role, "content": message.content})
+        if call is not None:
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": orjson.dumps(call.arguments).decode(),
+                }
+            )
+        if answer is not None:
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": answer.call_id,
+                    "output": response_json(answer),
+                }
+            )
     return items
 
 
@@ -149,11 +181,11 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             "max_output_tokens": settings.max_output_tokens,
             "store": self.store,
             "instructions": request.instructions,
-            "input": _input_items(request.history, request.input),
+            "input": _input_items(request.history, request.input, request.messages),
         }
         if request.tools is not None:
             body["tools"] = [tool.openai_responses() for tool in request.tools]
-            body["tool_choice"] = "required"
+            body["tool_choice"] = request.tool_choice
         else:
             schema = schema_of(self, request)
             body["text"] = {

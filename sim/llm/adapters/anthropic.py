@@ -1,0 +1,456 @@
+"""The ``anthropic`` provider: Claude through Anthropic's own SDK and its Messages API.
+
+A request becomes one ``POST /v1/messages``: the instructions as ``system``, the chain
+window (``window`` mode) and the input as alternating user/assistant ``messages``, and
+
+- structured output: one tool whose ``input_schema`` is the answer's JSON Schema, forced
+  with ``tool_choice = {"type": "tool", "name": ...}``; the tool call's ``input`` is the
+  answer, validated against the schema here (an invalid one is an ``LLMSchemaError``, so
+  recovery retries with the validation error fed back, as for every provider);
+- tool calling (``request.tools``): the tools declared with the request's ``tool_choice``
+  (``required`` -> ``{"type": "any"}``, ``auto``, ``none``); the ``tool_use`` blocks become
+  the same ``ToolCalls`` the other adapters return. A tool conversation
+  (``request.messages``) continues after the input: the model's calls as ``tool_use``
+  blocks of assistant turns, the tools' answers as ``tool_result`` blocks of user turns.
+
+No temperature is sent: the Messages API of the SDK this adapter is written against (2.x)
+takes no sampling parameters, so a phase's ``temperature`` does not apply to Claude.
+
+The answer is checked in this order: ``stop_reason`` ``refusal`` -> ``LLMRefusalError``;
+``max_tokens`` (or another early stop) -> ``LLMIncompleteError``; a missing or invalid
+answer -> ``LLMSchemaError``. Every failure carries the attempt's usage.
+
+Usage: Anthropic's ``input_tokens`` leaves out cached tokens, so the input counted here is
+``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``, of which
+``cache_read_input_tokens`` are the cached input (priced at ``cached_input``). Cache writes
+are counted as input at the input price: sim never asks for prompt caching
+(``cache_control``), so Anthropic writes none for its requests and the count is 0; a
+gateway that reports some is under-priced by the write premium (docs/providers.md).
+
+Anthropic keeps no responses: there are no server chains and nothing to delete. The SDK is
+an optional extra (``pip install 'sim[anthropic]'``); its own retries stay off (recovery
+owns retries), and every call passes its timeout explicitly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from sim.llm.adapters._openai_errors import retry_after_seconds
+from sim.llm.errors import (
+    LLMAPIError,
+    LLMBudgetExceededError,
+    LLMConfigurationError,
+    LLMContextLengthError,
+    LLMError,
+    LLMIncompleteError,
+    LLMRateLimitError,
+    LLMRefusalError,
+    LLMSchemaError,
+    LLMTimeoutError,
+)
+from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, response_json, schema_of
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, ToolChoice, Usage
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message
+
+#: the environment variable read for the key unless ``[llm] api_key_env`` names another
+DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
+INSTALL_HINT = "pip install 'sim[anthropic]'"
+
+#: stop reasons of a complete answer
+_DONE = frozenset({"end_turn", "tool_use", "stop_sequence", None})
+_CONTEXT = re.compile(r"prompt is too long|context (window|length)|too many tokens", re.I)
+_CREDIT = re.compile(r"credit balance is too low", re.I)
+_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+_INPUT_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def require_sdk() -> Any:
+    """The ``anthropic`` module; a clear configuration error when it is not installed."""
+    try:
+        return importlib.import_module("anthropic")
+    except ImportError:
+        raise LLMConfigurationError(
+            f'provider "anthropic" needs Anthropic\'s SDK (anthropic): {INSTALL_HINT}'
+        ) from None
+
+
+def input_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """The schema as a tool's ``input_schema`` (its JSON Schema), computed once per class."""
+    cached = _INPUT_SCHEMAS.get(schema)
+    if cached is None:
+        cached = _INPUT_SCHEMAS[schema] = schema.model_json_schema()
+    return cached
+
+
+def answer_tool(schema: type[BaseModel]) -> str:
+    """The name of the forced tool that carries a ``schema`` answer (a valid tool name)."""
+    return _TOOL_NAME.sub("_", schema.__name__)[:64] or "answer"
+
+
+#: spec 004's tool_choice as the Messages API's
+_TOOL_CHOICE: dict[ToolChoice, dict[str, str]] = {
+    "required": {"type": "any"},
+    "auto": {"type": "auto"},
+    "none": {"type": "none"},
+}
+
+
+def _turn(out: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The content blocks of the last turn if it is ``role``'s, else of a new one (the
+    Messages API alternates roles: a turn's calls, or tool answers, share one turn)."""
+    last = out[-1] if out else None
+    if last is None or last["role"] != role or isinstance(last["content"], str):
+        last = {"role": role, "content": []}
+        out.append(last)
+    blocks: list[dict[str, Any]] = last["content"]
+    return blocks
+
+
+def messages(
+    history: tuple[Exchange, ...],
+    input_data: str,
+    conversation: tuple[LLMMessage, ...] = (),
+) -> list[dict[str, Any]]:
+    """The window's exchanges as user/assistant turns, the input as a user turn, then a
+    tool conversation: calls as ``tool_use`` blocks, the tools' answers as ``tool_result``."""
+    out: list[dict[str, Any]] = []
+    for exchange in history:
+        out.append({"role": "user", "content": exchange.input})
+        out.append({"role": "assistant", "content": exchange.output})
+    out.append({"role": "user", "content": input_data})
+    for message in conversation:
+        call, answer = message.function_call, message.function_response
+        if answer is not None:
+            _turn(out, "user").append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": answer.call_id,
+                    "content": response_json(answer),
+                }
+            )
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _turn(out, role)
+        if message.content:
+            blocks.append({"type": "text", "text": message.content})
+        if call is not None:
+            blocks.append(
+                {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments}
+            )
+    return out
+
+
+def usage_of(message: Message) -> Usage:
+    """Input including cache reads and writes (Anthropic counts them apart), cache reads
+    as the cached part, and output."""
+    usage = message.usage
+    read = usage.cache_read_input_tokens or 0
+    written = usage.cache_creation_input_tokens or 0
+    return Usage(
+        input_tokens=usage.input_tokens + read + written,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=read,
+    )
+
+
+def check_stop(message: Message, usage: Usage, model: str) -> None:
+    """Raise for a refused or cut-short answer."""
+    reason = message.stop_reason
+    if reason == "refusal":
+        details = message.stop_details
+        detail = (details.explanation if details is not None else None) or "no explanation"
+        category = details.category if details is not None else None
+        raise LLMRefusalError(
+            f"the model refused ({category or 'refusal'}): {detail}",
+            refusal_message=detail,
+            model=model,
+            usage=usage,
+        )
+    if reason == "max_tokens":
+        raise LLMIncompleteError(
+            "the answer was cut short (max_output_tokens)",
+            reason="max_output_tokens",
+            model=model,
+            usage=usage,
+        )
+    if reason not in _DONE:
+        raise LLMIncompleteError(
+            f"the answer stopped early ({reason})", reason=str(reason), model=model, usage=usage
+        )
+
+
+def _text(message: Message) -> str:
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+def tool_calls(message: Message) -> ToolCalls:
+    """The ``tool_use`` blocks (and any text) of an answer, in our own types."""
+    calls = [
+        FunctionCall(name=block.name, arguments=dict(block.input), call_id=block.id)
+        for block in message.content
+        if block.type == "tool_use"
+    ]
+    return ToolCalls(calls=calls, content=_text(message) or None)
+
+
+def structured(
+    schema: type[BaseModel], message: Message, usage: Usage, model: str
+) -> tuple[BaseModel, str]:
+    """The forced tool call's input, validated against ``schema``; and its JSON.
+
+    Raises:
+        LLMSchemaError: no call of the answer tool, or input that does not validate.
+    """
+    name = answer_tool(schema)
+    for block in message.content:
+        if block.type == "tool_use" and block.name == name:
+            raw = orjson.dumps(block.input).decode()
+            try:
+                return schema.model_validate(block.input), raw
+            except ValidationError as exc:
+                raise LLMSchemaError(
+                    f"output does not validate against {schema.__name__}: "
+                    f"{exc.errors(include_url=False)[:3]}",
+                    cause=exc,
+                    model=model,
+                    usage=usage,
+                    raw=raw[:2000],
+                ) from exc
+    text = _text(message)
+    raise LLMSchemaError(
+        f"the model did not call the {name} tool with its answer",
+        model=model,
+        usage=usage,
+        raw=text[:2000],
+    )
+
+
+def _error_type(exc: anthropic.APIStatusError) -> str:
+    """``error.type`` of an Anthropic error body (``{"type": "error", "error": {...}}``)."""
+    kind = exc.type
+    if kind is None and isinstance(exc.body, dict):
+        inner = exc.body.get("error")
+        if isinstance(inner, dict):
+            kind = inner.get("type")
+    return str(kind or "")
+
+
+def map_anthropic_error(exc: Exception, *, api_key_env: str, model: str) -> LLMError:
+    """Convert what the SDK raised into the matching ``LLMError``.
+
+    Most specific first: timeouts before other connection errors; rate limits, auth,
+    billing, context length and unknown models before other statuses. ``overloaded_error``
+    (529) and 5xx are ``LLMAPIError`` with their status, which recovery retries with
+    backoff (transient).
+    """
+    sdk = require_sdk()
+    if isinstance(exc, LLMError):
+        return exc
+    if isinstance(exc, sdk.APITimeoutError):
+        return LLMTimeoutError(f"request to {model} timed out", cause=exc, model=model)
+    if isinstance(exc, sdk.APIConnectionError):
+        return LLMAPIError(
+            f"connection to the Anthropic API failed: {exc.message}",
+            code="connection_error",
+            cause=exc,
+            model=model,
+        )
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        kind = _error_type(exc)
+        message = str(exc.api_message or exc.message)
+        if status in (401, 403) or kind in ("authentication_error", "permission_error"):
+            return LLMConfigurationError(
+                f"the Anthropic API rejected the API key from ${api_key_env} (HTTP {status} "
+                f"{kind}); set a valid key in {api_key_env} or change [llm] api_key_env",
+                cause=exc,
+                model=model,
+            )
+        if status == 402 or kind == "billing_error" or _CREDIT.search(message):
+            return LLMBudgetExceededError(
+                f"the Anthropic account is out of credit: {message}",
+                code="insufficient_quota",
+                cause=exc,
+                model=model,
+            )
+        if status == 429 or kind == "rate_limit_error":
+            return LLMRateLimitError(
+                f"rate limited by the Anthropic API: {message}",
+                status_code=status,
+                response_body=exc.body,
+                cause=exc,
+                model=model,
+                retry_after=retry_after_seconds(exc.response.headers),
+            )
+        if status == 413 or (status == 400 and _CONTEXT.search(message)):
+            return LLMContextLengthError(
+                f"the prompt is too long for {model}: {message}", cause=exc, model=model
+            )
+        if status == 404:
+            return LLMConfigurationError(
+                f"unknown Anthropic model {model!r}: {message}; check the phase's model in "
+                "config.toml (or --model)",
+                cause=exc,
+                model=model,
+            )
+        overloaded = status == 529 or kind == "overloaded_error"
+        return LLMAPIError(
+            f"HTTP {status} {kind} from the Anthropic API: {message}",
+            status_code=status,
+            response_body=exc.body,
+            cause=exc,
+            model=model,
+            code="overloaded" if overloaded else "server_error" if status >= 500 else "api_error",
+        )
+    if isinstance(exc, sdk.APIError):  # response validation and other SDK failures
+        return LLMAPIError(
+            f"Anthropic API error: {exc.message}", code="bad_response", cause=exc, model=model
+        )
+    return LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc, model=model)
+
+
+class AnthropicAdapter:
+    """Messages API adapter on the ``anthropic`` SDK.
+
+    Args:
+        client: an ``anthropic.AsyncAnthropic`` to use (tests may hand one in); built from
+            the other arguments when omitted, with the SDK's retries off.
+        base_url: API root (``None``: Anthropic's, or ``$ANTHROPIC_BASE_URL``); the SDK adds
+            ``/v1/messages``, so a loopback stub is ``http://127.0.0.1:PORT``.
+        api_key_env: the environment variable holding the key (never printed).
+        timeout_seconds: default total timeout; each call uses its settings' timeout.
+        connect_timeout_seconds: connect timeout.
+        max_concurrency: calls in flight to size the HTTP connection pool for.
+
+    Raises:
+        LLMConfigurationError: the SDK is not installed, or the key variable is unset.
+    """
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic | None = None,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = DEFAULT_KEY_ENV,
+        timeout_seconds: float = 60.0,
+        connect_timeout_seconds: float = 10.0,
+        max_concurrency: int = 64,
+    ) -> None:
+        sdk = require_sdk()
+        self.api_key_env = api_key_env
+        self.connect_timeout_seconds = connect_timeout_seconds
+        if client is None:
+            key = os.environ.get(api_key_env, "").strip()
+            if not key:
+                raise LLMConfigurationError(
+                    f"no API key: set the environment variable {api_key_env} to an Anthropic "
+                    "API key (or change [llm] api_key_env in config.toml)"
+                )
+            limits = httpx2.Limits(
+                max_connections=max_concurrency, max_keepalive_connections=max_concurrency
+            )
+            client = sdk.AsyncAnthropic(
+                api_key=key,
+                base_url=base_url or None,
+                max_retries=0,
+                timeout=httpx2.Timeout(timeout_seconds, connect=connect_timeout_seconds),
+                http_client=sdk.DefaultAsyncHttpxClient(limits=limits),
+            )
+        self.client: anthropic.AsyncAnthropic = client
+
+    def params(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create`` that ask for ``request``."""
+        settings = request.settings
+        params: dict[str, Any] = {
+            "model": settings.model,
+            "max_tokens": settings.max_output_tokens,
+            "messages": messages(request.history, request.input, request.messages),
+            "timeout": httpx2.Timeout(
+                settings.timeout_seconds, connect=self.connect_timeout_seconds
+            ),
+        }
+        if request.instructions:
+            params["system"] = request.instructions
+        if request.tools is not None:
+            params["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in request.tools
+            ]
+            params["tool_choice"] = _TOOL_CHOICE[request.tool_choice]
+        else:
+            schema = schema_of(self, request)
+            name = answer_tool(schema)
+            params["tools"] = [
+                {
+                    "name": name,
+                    "description": (
+                        f"Give your answer as the input of this tool: a {schema.__name__} "
+                        "that matches the schema exactly."
+                    ),
+                    "input_schema": input_schema(schema),
+                }
+            ]
+            params["tool_choice"] = {"type": "tool", "name": name}
+        return params
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        settings = request.settings
+        if request.previous_response_id:
+            raise LLMConfigurationError(
+                'provider "anthropic" keeps no responses, so it has no server chains; '
+                'set [llm] chain_mode = "window"',
+                model=settings.model,
+            )
+        params = self.params(request)
+        try:
+            message = await self.client.messages.create(**params)
+        except Exception as exc:
+            raise map_anthropic_error(
+                exc, api_key_env=self.api_key_env, model=settings.model
+            ) from exc
+        return self.answer(request, message)
+
+    def answer(self, request: ModelRequest, message: Message) -> AdapterResponse:
+        """The checked, parsed answer of one Messages API response."""
+        model = request.settings.model
+        usage = usage_of(message)
+        check_stop(message, usage, model)
+        parsed: BaseModel
+        if request.tools is not None:
+            parsed = tool_calls(message)
+            raw = parsed.dump()
+            finish = "tool_calls" if parsed.calls else "stop"
+        else:
+            parsed, raw = structured(schema_of(self, request), message, usage, model)
+            finish = "stop"
+        return AdapterResponse(
+            parsed=parsed,
+            response_id=message.id,
+            usage=usage,
+            model=str(message.model or model),
+            finish_reason=finish,
+            raw=raw,
+            provider=self.name,
+        )
+
+    async def delete_response(self, response_id: str) -> None:
+        """Anthropic stores nothing for us: nothing to delete."""
+        return None
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections (call on the loop that used it)."""
+        await self.client.close()

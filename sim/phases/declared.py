@@ -1,0 +1,317 @@
+"""A phase a world declares in ``[phases.<name>]``: templates, a JSON Schema, writes.
+
+::
+
+    [phases.opinion]
+    per = "character"                     # character | location | world
+    instructions = "prompts/opinion.md"   # template
+    input = "prompts/opinion.input.md"    # optional; default: the subject's JSON view
+    schema = "schemas/opinion.json"       # JSON Schema of the answer
+    writes = { "state.stance" = "stance" }   # entity field <- answer field
+
+Each subject gets one request (chain key ``opinion:<id>``). After the batch, ``writes``
+copies answer fields into the subject entity; a write that would make the entity invalid
+(by the same models ``Storage`` loads with) is undone and reported, so what commits is
+always a valid world. Fields the engine relies on (ids, a character's location, a place's
+connections, memory, chains, the tick) cannot be written.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from sim.config import DeclaredPhaseConfig
+from sim.errors import InputError
+from sim.llm.client import LLMRequest
+from sim.llm.errors import LLMError
+from sim.phases.base import (
+    TickContext,
+    character_view,
+    exits_view,
+    memory_view,
+    place_view,
+    public,
+    to_json,
+)
+from sim.phases.files import read_world_file
+from sim.phases.schema import load_schema
+from sim.phases.templates import template_name
+from sim.world import Character, Entity, Location, WorldMeta
+
+#: entity fields a phase may not write: what the engine's rules and files depend on
+PROTECTED = {
+    "character": ("identity.id", "state.location", "memory", "_openai"),
+    "location": ("identity.id", "state.connections", "_openai"),
+    "world": ("tick", "seed", "name"),
+}
+_VALIDATORS: dict[str, type[BaseModel]] = {
+    "character": Character,
+    "location": Location,
+    "world": WorldMeta,
+}
+
+
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Write:
+    """One ``writes`` entry: entity field path <- answer field path."""
+
+    target: tuple[str, ...]
+    answer: tuple[str, ...]
+
+
+def _path(text: str) -> tuple[str, ...]:
+    return tuple(text.split("."))
+
+
+def parse_writes(
+    writes: Mapping[str, str], per: str, schema: type[BaseModel], source: Path, name: str
+) -> tuple[Write, ...]:
+    """Check ``writes`` against the subject kind and the answer schema.
+
+    Raises:
+        InputError: a protected or malformed target, an answer field the schema lacks.
+    """
+    out: list[Write] = []
+    for target, answer in writes.items():
+        where = f"phases.{name}.writes.{target}"
+        parts = _path(target)
+        if not all(p.isidentifier() or p.replace("-", "_").isidentifier() for p in parts):
+            raise InputError(source, where, "expected a dotted field path like state.stance")
+        dotted = ".".join(parts)
+        for protected in PROTECTED[per]:
+            if dotted == protected or dotted.startswith(protected + "."):
+                raise InputError(
+                    source, where, f"{protected} is the engine's; it cannot be written"
+                )
+        fields = _path(answer)
+        model: Any = schema
+        for i, part in enumerate(fields):
+            known = getattr(model, "model_fields", None)
+            if known is None or part not in known:
+                raise InputError(
+                    source, where, f"the answer schema has no field {'.'.join(fields[: i + 1])!r}"
+                )
+            model = known[part].annotation
+        out.append(Write(parts, fields))
+    return tuple(out)
+
+
+def _get(answer: Any, path: tuple[str, ...]) -> Any:
+    value = answer
+    for part in path:
+        value = getattr(value, part, None) if isinstance(value, BaseModel) else None
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def _set(entity: dict[str, Any], path: tuple[str, ...], value: Any) -> str | None:
+    node = entity
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            return f"{'.'.join(path)}: {part} is not an object"
+        node = child
+    node[path[-1]] = value
+    return None
+
+
+class DeclaredPhase:
+    """A ``[phases.<name>]`` phase (follows ``sim.phases.protocol.Phase``)."""
+
+    def __init__(self, name: str, config: DeclaredPhaseConfig, root: Path, source: Path) -> None:
+        self.name = name
+        self.per = config.per
+        if not config.instructions:
+            raise InputError(source, f"phases.{name}.instructions", "required: a template path")
+        if not config.schema_:
+            raise InputError(source, f"phases.{name}.schema", "required: a JSON Schema path")
+        self.instructions = template_name(
+            config.instructions, source, f"phases.{name}.instructions"
+        )
+        self.input = (
+            template_name(config.input, source, f"phases.{name}.input") if config.input else None
+        )
+        data = read_world_file(root, config.schema_, field=f"phases.{name}.schema", source=source)
+        self.schema_bytes = data
+        self.schema = load_schema(data, name, root / config.schema_)
+        self.writes = parse_writes(config.writes, self.per, self.schema, source, name)
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        return (self.instructions, *([self.input] if self.input else []))
+
+    # -- the protocol ----------------------------------------------------------------------
+
+    def subjects(self, ctx: TickContext) -> Sequence[Entity]:
+        world = ctx.world
+        if self.per == "character":
+            return list(world.characters.values())
+        if self.per == "location":
+            return list(world.locations.values())
+        return [world.meta]
+
+    def subject_id(self, subject: Entity) -> str:
+        return "world" if self.per == "world" else str(subject["identity"]["id"])
+
+    def context(
+        self, ctx: TickContext, subject: Entity, where: Mapping[str, list[str]]
+    ) -> dict[str, Any]:
+        """What this phase's templates see for one subject (``where``: location id -> ids
+        of the characters there now)."""
+        world = ctx.world
+        if self.per == "world":
+            return {
+                "characters": [public(c) for c in world.characters.values()],
+                "locations": [public(loc) for loc in world.locations.values()],
+            }
+        if self.per == "location":
+            lid = subject["identity"]["id"]
+            here = [world.characters[c] for c in where.get(lid, [])]
+            return {
+                "location": public(subject),
+                "exits": exits_view(world, subject),
+                "present": [public(c) for c in here],
+            }
+        cid = subject["identity"]["id"]
+        loc = world.locations[subject["state"]["location"]]
+        here = [world.characters[c] for c in where.get(loc["identity"]["id"], [])]
+        intention = ctx.intentions.get(cid)
+        return {
+            "character": public(subject),
+            "memory": subject["memory"],
+            "location": public(loc),
+            "exits": exits_view(world, loc),
+            "present": [public(c) for c in here if c is not subject],
+            "intention": intention.model_dump() if intention is not None else None,
+            "outcome": self._outcome(ctx, cid),
+        }
+
+    @staticmethod
+    def _outcome(ctx: TickContext, cid: str) -> str | None:
+        return ctx.outcomes().get(cid)
+
+    @staticmethod
+    def _brief(char: Entity) -> dict[str, Any]:
+        return {
+            "id": char["identity"]["id"],
+            "name": char["identity"]["name"],
+            "mood": char["state"]["mood"],
+        }
+
+    def default_input(
+        self, ctx: TickContext, subject: Entity, where: Mapping[str, list[str]]
+    ) -> str:
+        """The subject's JSON view: the subject first (the offline model takes its words
+        from the start of the input), then this tick so far, then the world."""
+        world = ctx.world
+        doc: dict[str, Any] = {}
+        if self.per == "character":
+            cid = subject["identity"]["id"]
+            loc = world.locations[subject["state"]["location"]]
+            intention = ctx.intentions.get(cid)
+            doc["character"] = character_view(subject)
+            doc["memory"] = memory_view(subject["memory"], 3)
+            if intention is not None:
+                doc["intention"] = intention.model_dump()
+            outcome = self._outcome(ctx, cid)
+            if outcome is not None:
+                doc["outcome"] = outcome
+            doc["location"] = place_view(loc)
+            doc["present"] = [
+                self._brief(world.characters[c])
+                for c in where.get(loc["identity"]["id"], [])
+                if c != cid
+            ]
+        elif self.per == "location":
+            lid = subject["identity"]["id"]
+            doc["location"] = place_view(subject)
+            doc["exits"] = exits_view(world, subject)
+            doc["present"] = [self._brief(world.characters[c]) for c in where.get(lid, [])]
+        else:
+            doc["characters"] = [
+                {
+                    "id": c["identity"]["id"],
+                    "name": c["identity"]["name"],
+                    "location": c["state"]["location"],
+                    "mood": c["state"]["mood"],
+                }
+                for c in world.characters.values()
+            ]
+            doc["locations"] = [
+                {"id": lid, "name": loc["identity"]["name"]} for lid, loc in world.locations.items()
+            ]
+        doc["world"] = ctx.world_view
+        doc["tick"] = ctx.tick
+        return to_json(doc)
+
+    def requests(self, ctx: TickContext, subjects: Sequence[Entity]) -> Sequence[LLMRequest]:
+        out = []
+        where = ctx.world.characters_at()  # now: apply may have moved people
+        for subject in subjects:
+
+            def context(subject: Entity = subject) -> dict[str, Any]:
+                return self.context(ctx, subject, where)
+
+            def default(subject: Entity = subject) -> str:
+                return self.default_input(ctx, subject, where)
+
+            instructions = ctx.render(self.instructions, context)
+            text = ctx.render(self.input, context) if self.input else default()
+            out.append(
+                LLMRequest(
+                    instructions, text, self.schema, f"{self.name}:{self.subject_id(subject)}"
+                )
+            )
+        return out
+
+    def apply(
+        self, ctx: TickContext, subjects: Sequence[Entity], results: Sequence[Any]
+    ) -> Mapping[str, Any]:
+        logged: dict[str, Any] = {}
+        report = ctx.reports[-1]
+        for subject, result in zip(subjects, results, strict=True):
+            if isinstance(result, LLMError) or not isinstance(result, BaseModel):
+                continue  # fallback: nothing written for this subject this tick
+            sid = self.subject_id(subject)
+            logged[sid] = result.model_dump(mode="json")
+            if not self.writes:
+                continue
+            problem = self.write(subject, result)
+            if problem is not None:
+                report.warnings.append(f"{self.name}:{sid}: writes ignored: {problem}")
+        return logged
+
+    def write(self, subject: Entity, answer: BaseModel) -> str | None:
+        """Apply ``writes`` to one subject; undo them all and say why if the entity would
+        not be valid (by the models ``Storage`` loads with). Only the top-level parts the
+        writes touch are copied for the undo."""
+        before = {
+            key: copy.deepcopy(subject[key]) if key in subject else _ABSENT
+            for key in dict.fromkeys(w.target[0] for w in self.writes)
+        }
+        problem = None
+        for write in self.writes:
+            problem = _set(subject, write.target, copy.deepcopy(_get(answer, write.answer)))
+            if problem:
+                break
+        if problem is None:
+            try:
+                _VALIDATORS[self.per].model_validate(subject)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                problem = f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()}"
+        if problem is not None:
+            for key, value in before.items():
+                if value is _ABSENT:
+                    subject.pop(key, None)
+                else:
+                    subject[key] = value
+        return problem

@@ -1,0 +1,195 @@
+"""A declared phase's answer schema: a JSON Schema file turned into a pydantic model.
+
+The structured-output path validates answers with a pydantic model, so a world's JSON Schema
+becomes one with ``create_model``. Only a subset is supported, the one every structured-output
+provider accepts: ``object`` (``properties``, ``required``, ``additionalProperties: false``),
+``string`` (``enum``, ``minLength``, ``maxLength``), ``number`` and ``integer`` (``minimum``,
+``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``, ``enum``), ``boolean``, ``array``
+(``items``, ``minItems``, ``maxItems``) and nested objects, with ``title`` and
+``description`` anywhere. Anything else is refused by name, so a schema never means more to
+the user than to the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from sim.errors import InputError
+
+_COMMON = {"type", "title", "description"}
+ALLOWED = {
+    "object": _COMMON | {"properties", "required", "additionalProperties"},
+    "string": _COMMON | {"enum", "minLength", "maxLength"},
+    "number": _COMMON | {"enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+    "integer": _COMMON | {"enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+    "boolean": _COMMON,
+    "array": _COMMON | {"items", "minItems", "maxItems"},
+}
+_ROOT_EXTRA = {"$schema", "$id"}
+#: titles the offline model answers with sim's own skills; a declared schema never uses one
+RESERVED_TITLES = frozenset({"Intention", "Resolution", "Narrative", "MemorySummary", "ToolCalls"})
+_MAX_DEPTH = 8
+
+
+def _at(where: str, key: str) -> str:
+    """The dotted path of ``key`` inside the node at ``where`` ("" is the root)."""
+    return f"{where}.{key}" if where else key
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace("-", "_").split("_")) or "Answer"
+
+
+class _Builder:
+    def __init__(self, source: Path) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> InputError:
+        return InputError(self.source, where or "(root)", problem)
+
+    def node(self, node: Any, where: str, name: str, depth: int) -> Any:
+        """The Python type for one schema node."""
+        if depth > _MAX_DEPTH:
+            raise self.fail(where, f"nested deeper than {_MAX_DEPTH} levels")
+        if not isinstance(node, dict):
+            raise self.fail(where, "expected a JSON Schema object")
+        kind = node.get("type")
+        if not isinstance(kind, str) or kind not in ALLOWED:
+            raise self.fail(
+                _at(where, "type"),
+                f"expected one of {', '.join(ALLOWED)} (got {kind!r}); "
+                "type lists, $ref, anyOf, oneOf and allOf are not supported",
+            )
+        allowed = ALLOWED[kind] | (_ROOT_EXTRA if depth == 0 else set())
+        for key in node:
+            if key not in allowed:
+                raise self.fail(
+                    _at(where, key),
+                    f"unsupported JSON Schema keyword {key!r} for type {kind!r}",
+                )
+        if "enum" in node:
+            values = node["enum"]
+            py: tuple[type, ...] = {"string": (str,), "number": (int, float), "integer": (int,)}[
+                kind
+            ]
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(isinstance(v, py) and not isinstance(v, bool) for v in values)
+            ):
+                raise self.fail(_at(where, "enum"), f"expected a non-empty list of {kind} values")
+            return Literal[tuple(values)]
+        if kind == "string":
+            return Annotated[
+                str,
+                Field(
+                    min_length=self._int(node, "minLength", where),
+                    max_length=self._int(node, "maxLength", where),
+                ),
+            ]
+        if kind in ("number", "integer"):
+            bounds: dict[str, Any] = {}
+            for key, arg in (
+                ("minimum", "ge"),
+                ("maximum", "le"),
+                ("exclusiveMinimum", "gt"),
+                ("exclusiveMaximum", "lt"),
+            ):
+                if key in node:
+                    value = node[key]
+                    if isinstance(value, bool) or not isinstance(value, int | float):
+                        raise self.fail(_at(where, key), "expected a number")
+                    bounds[arg] = value
+            base: type = int if kind == "integer" else float
+            return Annotated[base, Field(**bounds)]
+        if kind == "boolean":
+            return bool
+        if kind == "array":
+            if "items" not in node:
+                raise self.fail(where, "an array needs 'items'")
+            item = self.node(node["items"], _at(where, "items"), name, depth + 1)
+            return Annotated[
+                list[item],  # type: ignore[valid-type]
+                Field(
+                    min_length=self._int(node, "minItems", where),
+                    max_length=self._int(node, "maxItems", where),
+                ),
+            ]
+        return self.model(node, where, name, depth)
+
+    def _int(self, node: dict[str, Any], key: str, where: str) -> int | None:
+        value = node.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(_at(where, key), "expected a non-negative integer")
+        return value
+
+    def model(self, node: dict[str, Any], where: str, name: str, depth: int) -> type[BaseModel]:
+        props = node.get("properties", {})
+        if not isinstance(props, dict) or not props:
+            raise self.fail(_at(where, "properties"), "an object needs at least one property")
+        if node.get("additionalProperties", False) is not False:
+            raise self.fail(
+                _at(where, "additionalProperties"), "only false is supported (answers are closed)"
+            )
+        required = node.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise self.fail(_at(where, "required"), "expected a list of property names")
+        for key in required:
+            if key not in props:
+                raise self.fail(_at(where, "required"), f"{key!r} is not a property")
+        fields: dict[str, Any] = {}
+        for key, sub in props.items():
+            if not key.isidentifier() or key.startswith("_"):
+                raise self.fail(
+                    _at(where, f"properties.{key}"), "property names must be identifiers"
+                )
+            path = _at(where, f"properties.{key}")
+            kind = self.node(sub, path, f"{name}_{key}", depth + 1)
+            description = sub.get("description") if isinstance(sub, dict) else None
+            if key in required:
+                fields[key] = (kind, Field(description=description))
+            else:
+                fields[key] = (kind | None, Field(None, description=description))
+        title = node.get("title") if isinstance(node.get("title"), str) else _camel(name)
+        if title in RESERVED_TITLES:
+            title = f"{title}Answer"
+        model: type[BaseModel] = create_model(
+            _camel(name),
+            __config__=ConfigDict(extra="forbid", title=title),
+            **fields,
+        )
+        if isinstance(node.get("description"), str):
+            model.__doc__ = node["description"]
+        return model
+
+
+def model_from_schema(schema: Any, name: str, source: Path) -> type[BaseModel]:
+    """A pydantic model validating exactly what ``schema`` (the supported subset) allows.
+
+    Args:
+        schema: the parsed JSON Schema; its root must be an object.
+        name: the phase name (the model's class name and default title).
+        source: the schema file, named in errors.
+
+    Raises:
+        InputError: the schema uses an unsupported keyword or is malformed (file and field).
+    """
+    builder = _Builder(source)
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise builder.fail("type", 'the schema\'s root must be {"type": "object", ...}')
+    return builder.model(schema, "", name, 0)
+
+
+def load_schema(data: bytes, name: str, source: Path) -> type[BaseModel]:
+    """Parse a JSON Schema file and build its model (see ``model_from_schema``)."""
+    try:
+        schema = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(source, None, f"not valid JSON: {exc}") from None
+    return model_from_schema(schema, name, source)
