@@ -149,9 +149,12 @@ def build_config(
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
     sends_requests: bool = True,
+    stream: bool | None = None,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
     llm: dict[str, Any] = {}
+    if stream is not None:
+        llm["stream"] = stream
     if provider is not None:
         llm["provider"] = provider
     if concurrency is not None:
