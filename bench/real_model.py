@@ -44,7 +44,10 @@ def tick(base_url: str, concurrency: int, scratch: Path) -> dict[str, Any]:
     (world / "config.toml").write_text("\n".join(lines) + "\n")
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "sim", "tick", "--world", str(world)],
+        [
+            *(sys.executable, "-m", "sim", "tick", "--world", str(world)),
+            "--trust-world-config",  # its config routes to the local model server
+        ],
         capture_output=True,
         text=True,
         check=False,
