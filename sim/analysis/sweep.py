@@ -300,7 +300,9 @@ def config_toml(config: Config) -> str:
         lines.append("[" + ".".join(_toml_key(p) for p in path) + "]")
         subtables = {k: v for k, v in body.items() if isinstance(v, Mapping)}
         for key, value in body.items():
-            if key not in subtables:
+            # TOML has no null: an unset key (a phase's ``structured_output``) is left out,
+            # which reads back as unset
+            if key not in subtables and value is not None:
                 lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
         lines.append("")
         for key, value in subtables.items():

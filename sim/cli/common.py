@@ -175,9 +175,10 @@ def build_config(
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
     sends_requests: bool = True,
+    stream: bool | None = None,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
-    llm = present(provider=provider, max_concurrency=concurrency, base_url=base_url)
+    llm = present(provider=provider, max_concurrency=concurrency, base_url=base_url, stream=stream)
     if llm:
         overrides["llm"] = llm
     if model is not None:

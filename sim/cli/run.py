@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from sim.cli.jsonout import (
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.engine.runner import TickResult
     from sim.llm.events import LLMEvent
+    from sim.llm.streaming import StreamDelta
     from sim.phases.base import PhaseReport
 
 
@@ -55,6 +57,125 @@ class Progress:
         else:
             line = f"  {name:<11} {report.calls}/{report.calls} calls, {report.failures} failed"
         click.echo(("\r" if self.tty else "") + line + "\x1b[K" * self.tty, err=True)
+
+
+def partial_string(text: str, field: str) -> str | None:
+    """The value of the string ``field`` in a JSON object that may still be arriving.
+
+    ``None`` until the field's opening quote has arrived; then its characters so far,
+    unescaped (an escape cut in half waits for the rest).
+    """
+    key = text.find(f'"{field}"')
+    if key < 0:
+        return None
+    at = key + len(field) + 2
+    while at < len(text) and text[at] in " \t\r\n:":
+        at += 1
+    if at >= len(text) or text[at] != '"':
+        return None
+    out: list[str] = []
+    at += 1
+    escapes = {
+        "n": "\n",
+        "t": "\t",
+        "r": "\r",
+        "b": "\b",
+        "f": "\f",
+        '"': '"',
+        "\\": "\\",
+        "/": "/",
+    }
+    while at < len(text):
+        char = text[at]
+        if char == '"':
+            break
+        if char != "\\":
+            out.append(char)
+            at += 1
+            continue
+        if at + 1 >= len(text):
+            break
+        code = text[at + 1]
+        if code == "u":
+            digits = text[at + 2 : at + 6]
+            if len(digits) < 4:
+                break
+            with contextlib.suppress(ValueError):  # not hex: drop the escape
+                out.append(chr(int(digits, 16)))
+            at += 6
+            continue
+        out.append(escapes.get(code, code))
+        at += 2
+    return "".join(out)
+
+
+class StreamView:
+    """``sim tick --stream``: each place's narrative as the model writes it, place by place.
+
+    Narrative calls run in parallel; one place is shown live while the others' text is
+    kept, and shown (caught up, then live) when the current place is finished.
+    """
+
+    def __init__(self) -> None:
+        self.raw: dict[str, list[str]] = {}
+        self.shown: dict[str, int] = {}
+        self.done: set[str] = set()
+        self.order: list[str] = []
+        self.current: str | None = None
+
+    def _visible(self, key: str) -> str:
+        return partial_string("".join(self.raw.get(key, ())), "narrative") or ""
+
+    def _show(self, key: str) -> None:
+        visible = self._visible(key)
+        new = visible[self.shown.get(key, 0) :]
+        if new:
+            click.echo(new, nl=False)
+            self.shown[key] = len(visible)
+
+    def _next(self) -> None:
+        """Show the next place not shown yet: what it has written so far, then live."""
+        for key in self.order:
+            if key in self.shown:
+                continue
+            self.current, self.shown[key] = key, 0
+            click.secho(f"\n[{key.partition(':')[2] or key}]", fg="cyan")
+            self._show(key)
+            if key not in self.done:
+                return
+            click.echo()
+        self.current = None
+
+    def on_delta(self, delta: StreamDelta) -> None:
+        if delta.phase != "narrative" or delta.entity_key is None:
+            return
+        key = delta.entity_key
+        if key not in self.raw:
+            self.order.append(key)
+        if delta.restart:
+            self.raw[key] = []
+            if key == self.current and self.shown.get(key):
+                click.echo(" [retrying]")
+                self.shown[key] = 0
+            return
+        self.raw.setdefault(key, []).append(delta.text)
+        if self.current is None:
+            self._next()
+        elif key == self.current:
+            self._show(key)
+
+    def on_event(self, event: LLMEvent) -> None:
+        if event.phase != "narrative" or not event.final or event.kind == "llm_called":
+            return
+        key = event.entity_key
+        if key is None or key not in self.raw:
+            return
+        self.done.add(key)
+        if key == self.current:
+            self._show(key)
+            click.echo()
+            self.current = None
+            self._next()
 
 
 def print_tick(result: TickResult) -> None:
@@ -136,6 +257,12 @@ def print_tick(result: TickResult) -> None:
     type=click.IntRange(min=0),
     help="Set the world's seed (world.json) before running; later ticks keep it.",
 )
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Stream answers and show each place's narrative as it is written "
+    "(Ctrl-C once stops the calls in flight; the tick resumes on the next run).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
@@ -149,6 +276,7 @@ def tick(
     budget_usd: float | None,
     budget_tokens: int | None,
     seed: int | None,
+    stream: bool,
     as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
@@ -165,15 +293,24 @@ def tick(
             base_url=base_url,
             budget_usd=budget_usd,
             budget_tokens=budget_tokens,
+            stream=stream or None,
         )
         progress = Progress()
+        view = StreamView() if stream else None
+
+        def on_event(event: LLMEvent) -> None:
+            progress.on_event(event)
+            if view is not None:
+                view.on_event(event)
+
         runner = Runner(
             world_dir,
             config,
-            events=progress.on_event,
+            events=on_event,
             on_phase=progress.on_phase,
             on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
             seed=seed,
+            on_delta=view.on_delta if view is not None and not as_json else None,
         )
         runner.run(ticks)
 

@@ -50,6 +50,27 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Randomness seed.")
 @click.option(
+    "--reject-json-schema",
+    is_flag=True,
+    help="Reject response_format json_schema as llama-cpp-python does (HTTP 500); "
+    'take {"type": "json_object", "schema": ...} instead.',
+)
+@click.option(
+    "--slots",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Requests generated at once, the rest queued (1: a single-slot local server; "
+    "0: no limit).",
+)
+@click.option(
+    "--stream-chunk-delay",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between the events of a streamed answer.",
+)
+@click.option(
     "--api",
     default="openai",
     show_default=True,
@@ -66,6 +87,9 @@ def stub_server(
     fault_rate: float,
     faults: str,
     seed: int,
+    reject_json_schema: bool,
+    slots: int,
+    stream_chunk_delay: float,
     api: str,
 ) -> None:
     """Serve a loopback OpenAI-compatible API answered by the offline model.
@@ -93,6 +117,9 @@ def stub_server(
         fault_rate=fault_rate,
         faults=kinds,
         seed=seed,
+        reject_json_schema=reject_json_schema,
+        slots=slots,
+        stream_chunk_delay=stream_chunk_delay,
     )
     server: StubServer
     if api == "gemini":

@@ -20,6 +20,7 @@ from sim.llm.backpressure import find_endpoint
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
+from sim.llm.streaming import DeltaSink, StreamHub, installed
 from sim.llm.types import Adapter, Usage
 from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
@@ -128,6 +129,7 @@ class Runner:
         adapter: use this adapter instead of the configured provider (tests, replay).
         seed: make this the world's seed (``world.json``) before the first tick, in a
             commit of its own, so the ticks, their logs, a resume and a replay all see it.
+        on_delta: receives streamed answer text as it arrives (``[llm] stream``).
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class Runner:
         adapter: Adapter | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
         seed: int | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> None:
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
@@ -148,6 +151,7 @@ class Runner:
         self.on_phase = on_phase
         self.adapter = adapter
         self.on_tick = on_tick
+        self.on_delta = on_delta
         self.current_tick: int | None = None
         #: the phase list and templates, resolved once per run from the config
         self.phases: list[PhaseSpec] | None = None
@@ -192,9 +196,9 @@ class Runner:
 
         try:
             loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-            installed = True
+            handling = True
         except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
-            installed = False
+            handling = False
         try:
             return await self.run_async(ticks)
         except asyncio.CancelledError:
@@ -202,7 +206,7 @@ class Runner:
                 raise _Terminated from None
             raise
         finally:
-            if installed:
+            if handling:
                 loop.remove_signal_handler(signal.SIGTERM)
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
@@ -273,10 +277,20 @@ class Runner:
             self.storage, world, self.config, manifest(self.phases, self.prompts)
         )
         recorder.notes.extend(repairs.notes())
+        hub = StreamHub(self.on_delta)
         try:
-            return await self._run_tick(
-                world, self.adapter, recorder, started, timings, tuple(repairs.store_deletions())
-            )
+            with installed(hub):
+                return await self._run_tick(
+                    world,
+                    self.adapter,
+                    recorder,
+                    started,
+                    timings,
+                    tuple(repairs.store_deletions()),
+                )
+        except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
+            recorder.interrupted(hub.in_flight())
+            raise
         finally:
             recorder.close()
 
@@ -300,7 +314,13 @@ class Runner:
         ctx.endpoint_adapters = {k: recorder.wrap(a) for k, a in self.endpoint_adapters.items()}
         assert self.phases is not None
 
+        notes: list[str] = []
+
         def account(event: LLMEvent) -> None:
+            # a provider adapter that changed how it talks to its server says so once
+            notice = event.response.notice if event.response is not None else None
+            if notice and notice not in notes:
+                notes.append(notice)
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
                 report = ctx.reports[-1]
@@ -345,7 +365,7 @@ class Runner:
             reports=ctx.reports,
             elapsed=0.0,
             timings=timings,
-            notes=recorder.notes,
+            notes=[*recorder.notes, *notes],
             resumed_calls=recorder.resumed_calls,
         )
         if endpoint is not None and pushed_before is not None:

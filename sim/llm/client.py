@@ -29,6 +29,7 @@ from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore
+from sim.llm.streaming import call_scope
 from sim.llm.tools import LLMMessage, ToolDeclaration
 from sim.llm.types import (
     Adapter,
@@ -238,7 +239,8 @@ class LLMClient:
     async def _call(
         self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
     ) -> AdapterResponse:
-        return await self.adapter.execute(self._model_request(request, history, previous_id))
+        with call_scope(self.phase, request.entity_key):  # where streamed text belongs
+            return await self.adapter.execute(self._model_request(request, history, previous_id))
 
     def _emit_attempts(
         self,

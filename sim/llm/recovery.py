@@ -17,7 +17,9 @@ are tried in order (spec 003). A breaker per ``provider:model`` opens after K co
 limits and timeouts never count toward it: they are the provider asking the client to slow
 down, which ``sim.llm.backpressure`` does (an adaptive concurrency limit and a shared pause
 per endpoint); an endpoint that refuses connections is detected there too, by its URL.
-Schema errors and refusals say nothing about the provider's health either.
+A timeout is also a failure of that call, not of the endpoint: calls queued behind a busy
+local server time out while it is healthy, so timeouts are retried but leave the breaker
+as it is. Schema errors and refusals say nothing about the provider's health either.
 
 Every attempt is recorded (model, attempt number, usage, latency, error code) in
 ``response.attempts`` or ``error.attempts``, so the client can emit one event per attempt

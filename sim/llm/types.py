@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 #: (``none``: answer in text, e.g. to close a conversation)
 ToolChoice = Literal["auto", "required", "none"]
 
+#: how a chat-completions server is asked for the schema (``sim.llm.adapters._structured``)
+StructuredOutput = Literal["auto", "json_schema", "json_object_schema", "tool", "prompt"]
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -49,9 +52,19 @@ class CallSettings:
     model: str = "offline"
     temperature: float = 0.7
     max_output_tokens: int = 800
-    timeout_seconds: float = 60.0
+    #: the whole call, queueing at the server included
+    timeout_seconds: float = 600.0
+    #: streamed calls: until the first event (covers time queued behind a busy server)
+    first_token_timeout_seconds: float = 300.0
+    #: streamed calls: between two events (a stream silent this long is hung)
+    idle_timeout_seconds: float = 60.0
+    #: ask the server to stream the answer (``stream: true``); the answer is the same
+    stream: bool = False
     #: models tried in order when ``model`` fails after its retries (recovery wrapper)
     fallback_models: tuple[str, ...] = ()
+    #: how a chat-completions server is asked for the schema: auto, json_schema,
+    #: json_object_schema, tool or prompt (``sim.llm.adapters._structured``)
+    structured_output: StructuredOutput = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +141,9 @@ class AdapterResponse:
             empty when nothing recorded them: the call was one attempt).
         fallback_from, fallback_to: the model asked for and the fallback model that
             answered, when the call fell back (recovery).
+        structured_output: the form the schema was asked for in (``chat``).
+        notice: something the user should hear once, in the tick summary (``chat``:
+            ``auto`` switched this endpoint's structured-output form).
     """
 
     parsed: BaseModel
@@ -141,6 +157,8 @@ class AdapterResponse:
     attempts: tuple[Attempt, ...] = ()
     fallback_from: str | None = None
     fallback_to: str | None = None
+    structured_output: str | None = None
+    notice: str | None = None
 
 
 @runtime_checkable

@@ -221,5 +221,71 @@ def chat_body(cid: str, model: str, ans: Answer) -> Json:
     }
 
 
+def _pieces(text: str, size: int = 12) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def chat_chunks(body: Json, include_usage: bool) -> list[tuple[str | None, Json]]:
+    """A ``chat.completion`` as the ``chat.completion.chunk`` events that stream it."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "model": body["model"]}
+
+    def chunk(delta: Json, finish: str | None = None) -> tuple[str | None, Json]:
+        return None, {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if message.get("refusal"):
+        events.append(chunk({"refusal": message["refusal"]}))
+    for call_index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        for n, piece in enumerate(_pieces(function["arguments"])):
+            head = {"id": call["id"], "type": "function"} if n == 0 else {}
+            fn = {"name": function["name"], "arguments": piece} if n == 0 else {"arguments": piece}
+            events.append(chunk({"tool_calls": [{"index": call_index, **head, "function": fn}]}))
+    if message.get("content"):
+        events.extend(chunk({"content": piece}) for piece in _pieces(message["content"]))
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append((None, {**base, "choices": [], "usage": body["usage"]}))
+    return events
+
+
+def responses_events(body: Json) -> list[tuple[str | None, Json]]:
+    """A Responses API ``response`` as the events that stream it."""
+    events: list[tuple[str | None, Json]] = []
+
+    def event(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **data}))
+
+    event("response.created", response={**body, "status": "in_progress", "output": []})
+    for index, item in enumerate(body["output"]):
+        if item["type"] == "function_call":
+            for piece in _pieces(item["arguments"]):
+                event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    delta=piece,
+                )
+            continue
+        for part in item["content"]:
+            if part["type"] == "output_text":
+                for piece in _pieces(part["text"]):
+                    event(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=index,
+                        content_index=0,
+                        delta=piece,
+                    )
+    final = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
+    event(final, response=body)
+    return events
+
+
 def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> Json:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}

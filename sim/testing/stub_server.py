@@ -11,8 +11,17 @@ billed), ``POST /stub/reset``, ``POST /stub/faults`` (``{"script": [...], "fault
 can also ``hold`` the generation requests a predicate picks until ``release``: a test holds
 one client's call open (to kill it mid-call, say) however loaded the machine is.
 
+Server flavours: ``reject_json_schema`` answers ``response_format: {"type": "json_schema"}``
+exactly as llama-cpp-python's server does (HTTP 500, a validation error naming
+``response_format.type``) and takes ``{"type": "json_object", "schema": ...}`` instead;
+``slots=1`` generates one request at a time and queues the others, like a single-slot local
+server; ``stream: true`` is answered with server-sent events (chat chunks, with ``usage``
+when ``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay``
+apart.
+
 Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
-client's timeout), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
+client's timeout), ``stall`` (a stream that stops after its first event; otherwise a
+hang), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
 ``insufficient_quota`` (429), ``auth`` (401), ``context_length`` (400), ``unknown_tool``.
 
 A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
@@ -45,8 +54,10 @@ from sim.testing.stub_model import (
     Pair,
     answer,
     chat_body,
+    chat_chunks,
     error_body,
     response_body,
+    responses_events,
     split_messages,
 )
 
@@ -61,6 +72,7 @@ FAULTS = (
     "auth",
     "context_length",
     "unknown_tool",
+    "stall",
 )
 #: what ``fault_rate`` draws from unless told otherwise
 RANDOM_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
@@ -72,6 +84,24 @@ _REASONS = {
     429: "Too Many Requests",
     500: "Internal Server Error",
 }
+_GENERATION = ("/v1/responses", "/v1/chat/completions")
+#: llama-cpp-python 0.3's answer to ``response_format: {"type": "json_schema"}`` (its
+#: pydantic request model allows only "text" and "json_object"), captured from the server
+LLAMA_CPP_JSON_SCHEMA_ERROR = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
+    "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}\n\n  File \"llama_cpp/server/app.py\", "
+    "line 376, in create_chat_completion\n    POST /v1/chat/completions"
+)
+
+
+@dataclass(slots=True)
+class _Stream:
+    """A streamed answer: the events to send (``event`` name, data), in order."""
+
+    events: list[tuple[str | None, Json]]
+    done_marker: bool
+    stall: bool = False
 
 
 @dataclass
@@ -87,6 +117,11 @@ class StubOptions:
             (``None``: no header, the client backs off on its own).
         hang_seconds: how long a ``hang`` holds the request (set past the client timeout).
         seed: randomness of faults, latency and answers.
+        reject_json_schema: answer chat ``response_format`` json_schema as
+            llama-cpp-python does (HTTP 500 naming ``response_format.type``).
+        slots: generation requests served at once, the rest queued (0: no limit).
+        stream_chunk_delay: seconds between the events of a streamed answer.
+        stream_usage: honour ``stream_options.include_usage`` (llama-cpp-python does not).
     """
 
     latency: float = 0.0
@@ -96,6 +131,10 @@ class StubOptions:
     retry_after: float | None = 0.01
     hang_seconds: float = 600.0
     seed: int = 0
+    reject_json_schema: bool = False
+    slots: int = 0
+    stream_chunk_delay: float = 0.0
+    stream_usage: bool = True
 
 
 #: how many answers the server keeps for Idempotency-Key replays
@@ -176,6 +215,10 @@ class StubServer:
         self._answered: OrderedDict[str, Json] = OrderedDict()
         self._hold: _Hold | None = None
         self._server: asyncio.Server | None = None
+        self._slots = asyncio.Semaphore(self.options.slots) if self.options.slots > 0 else None
+        #: generation requests being answered right now, and the most at once (slots tests)
+        self.active = 0
+        self.peak_active = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
         self.scheme = "http"
@@ -272,9 +315,21 @@ class StubServer:
                         headers[name.strip().lower()] = value.strip()
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
-                status, payload, extra = await self._dispatch(
-                    method, target.split("?")[0], body, headers.get("idempotency-key")
+                path = target.split("?")[0]
+                slot = (
+                    self._slots
+                    if self._slots is not None and method == "POST" and path in _GENERATION
+                    else contextlib.nullcontext()
                 )
+                async with slot:
+                    status, payload, extra = await self._dispatch(
+                        method, path, body, headers.get("idempotency-key")
+                    )
+                    if isinstance(payload, _Stream):
+                        await self._write_stream(writer, payload)
+                        if headers.get("connection", "").lower() == "close":
+                            break
+                        continue
                 data = orjson.dumps(payload)
                 head_out = [
                     f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
@@ -301,6 +356,32 @@ class StubServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    async def _write_stream(self, writer: asyncio.StreamWriter, stream: _Stream) -> None:
+        """Server-sent events in chunked transfer encoding (the connection stays open)."""
+        head = (
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+        writer.write(head.encode())
+        frames = [
+            (f"event: {name}\n" if name else "") + f"data: {orjson.dumps(data).decode()}\n\n"
+            for name, data in stream.events
+        ]
+        if stream.done_marker:
+            frames.append("data: [DONE]\n\n")
+        delay = self.options.stream_chunk_delay
+        for index, frame in enumerate(frames):
+            if index and delay > 0:
+                await asyncio.sleep(delay)
+            raw = frame.encode()
+            writer.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            await writer.drain()
+            if stream.stall:
+                await asyncio.sleep(self.options.hang_seconds)
+                return
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
     async def _dispatch(
         self, method: str, path: str, body: bytes, idempotency_key: str | None = None
     ) -> tuple[int, Any, dict[str, str]]:
@@ -316,6 +397,8 @@ class StubServer:
                     self.stats.replayed += 1
                     return 200, self._answered[idempotency_key], {}
                 self.stats.in_flight += 1
+                self.active += 1
+                self.peak_active = max(self.peak_active, self.active)
                 try:
                     await self._wait_if_held(request)
                     if path == "/v1/responses":
@@ -324,10 +407,14 @@ class StubServer:
                         payload = await self._chat(request)
                 finally:
                     self.stats.in_flight -= 1
+                    self.active -= 1
+                stall = bool(payload.pop("_stub_stall", False))
                 if idempotency_key is not None:
                     self._answered[idempotency_key] = payload
                     if len(self._answered) > _IDEMPOTENCY_CACHE:
                         self._answered.popitem(last=False)
+                if request.get("stream"):
+                    return 200, self._stream(path, request, payload, stall), {}
                 return 200, payload, {}
             if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
                 return 200, self._stored(method, path.rsplit("/", 1)[1]), {}
@@ -368,7 +455,7 @@ class StubServer:
             return self._rng.choice(opts.faults)
         return None
 
-    async def _prelude(self, model: str) -> str | None:
+    async def _prelude(self, model: str, stream: bool = False) -> str | None:
         """Latency and transport-level faults; returns an answer-level fault, if any."""
         self.stats.models[model] += 1
         fault = self._fault(model)
@@ -381,7 +468,9 @@ class StubServer:
         if fault is None:
             return None
         self.stats.faults[fault] += 1
-        if fault == "hang":
+        if fault == "stall" and stream:
+            return fault
+        if fault in ("hang", "stall"):
             await asyncio.sleep(opts.hang_seconds)
             raise _HTTPError(500, error_body("hung", "server_error", None))
         if fault == "rate_limit":
@@ -475,7 +564,7 @@ class StubServer:
                     ),
                 )
             history.extend(stored.pairs)
-        fault = await self._prelude(model)
+        fault = await self._prelude(model, bool(request.get("stream")))
         raw_input = request.get("input") or ""
         items = [raw_input] if isinstance(raw_input, str) else list(raw_input)
         _, pairs, input_text = split_messages(items)
@@ -486,10 +575,20 @@ class StubServer:
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
         instructions = str(request.get("instructions") or "")
-        ans = self._answer(model, instructions, history, input_text, schema, tools, fault)
+        ans = self._answer(
+            model,
+            instructions,
+            history,
+            input_text,
+            schema,
+            tools,
+            None if fault == "stall" else fault,
+        )
         rid = f"resp_{uuid.uuid4().hex}"
         store = request.get("store", True) is not False
         body = response_body(rid, model, request, ans, store)
+        if fault == "stall":
+            body["_stub_stall"] = True
         if store:
             output = ans.text if ans.call is None else orjson.dumps(ans.call[1]).decode()
             self.responses[rid] = _Stored(body, (*history, (input_text, output)))
@@ -509,17 +608,48 @@ class StubServer:
 
     async def _chat(self, request: Json) -> Json:
         model = str(request.get("model") or "stub")
-        fault = await self._prelude(model)
-        system, pairs, input_text = split_messages(request.get("messages") or [])
         fmt = request.get("response_format") or {}
+        if self.options.reject_json_schema and fmt.get("type") not in (None, "text", "json_object"):
+            raise _HTTPError(
+                500,
+                {
+                    "error": {
+                        "message": LLAMA_CPP_JSON_SCHEMA_ERROR.replace(
+                            "'json_schema'", repr(fmt.get("type"))
+                        ),
+                        "type": "internal_server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        fault = await self._prelude(model, bool(request.get("stream")))
+        system, pairs, input_text = split_messages(request.get("messages") or [])
         schema = None
-        if fmt.get("type") == "json_schema":
+        if fmt.get("type") == "json_schema" and not self.options.reject_json_schema:
             schema = (fmt.get("json_schema") or {}).get("schema")
+        elif fmt.get("type") == "json_object" and isinstance(fmt.get("schema"), dict):
+            schema = fmt["schema"]  # llama-cpp-python's form
         tools = request.get("tools") or None
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
-        ans = self._answer(model, system, pairs, input_text, schema, tools, fault)
-        return chat_body(f"chatcmpl-{uuid.uuid4().hex}", model, ans)
+        ans = self._answer(
+            model, system, pairs, input_text, schema, tools, None if fault == "stall" else fault
+        )
+        body = chat_body(f"chatcmpl-{uuid.uuid4().hex}", model, ans)
+        if fault == "stall":
+            body["_stub_stall"] = True
+        return body
+
+    def _stream(self, path: str, request: Json, body: Json, stall: bool) -> _Stream:
+        if path == "/v1/responses":
+            return _Stream(responses_events(body), done_marker=False, stall=stall)
+        include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+        return _Stream(
+            chat_chunks(body, include_usage and self.options.stream_usage),
+            done_marker=True,
+            stall=stall,
+        )
 
 
 class ServerThread:

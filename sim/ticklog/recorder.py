@@ -33,6 +33,7 @@ from sim.llm.calls import (
 )
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
+from sim.llm.streaming import CallText
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.phases.base import TickContext
@@ -57,6 +58,7 @@ from sim.ticklog.records import (
     CallRecord,
     CommitRecord,
     InstructionsRecord,
+    InterruptedRecord,
     PhaseRecord,
     PhaseReportRecord,
     ResumeRecord,
@@ -282,6 +284,22 @@ class TickRecorder:
         if done is None:
             return
         self._record(done, event, self._attempts.pop(key, []))
+
+    def interrupted(self, streamed: list[CallText]) -> None:
+        """Log each call still in flight when the tick was interrupted, with the text it
+        had streamed so far. Resume ignores these records: the calls are sent again."""
+        partial = {(c.phase, c.entity_key): c.text for c in streamed}
+        for ident in self._inflight.values():
+            self.writer.append(
+                InterruptedRecord(
+                    request_id=ident.request_id,
+                    phase=ident.phase,
+                    entity_key=ident.entity_key,
+                    partial=partial.get((ident.phase, ident.entity_key), ""),
+                )
+            )
+        self._inflight.clear()
+        self.writer.sync()
 
     def _record(self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]) -> None:
         record = self._call_record(ident, event, earlier)

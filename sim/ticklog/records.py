@@ -1,9 +1,9 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
 One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``usage``, ``commit``) and ``LogRecord``, their union discriminated
-on ``type``. ``parse_record`` is the only way a line of a log becomes a record, and
-``dump_record`` the only way a record becomes a line.
+``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``) and ``LogRecord``, their
+union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes a
+record, and ``dump_record`` the only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
@@ -197,6 +197,17 @@ class ResumeRecord(_Record):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+class InterruptedRecord(_Record):
+    """A call still in flight when the tick was interrupted (Ctrl-C), with the text it had
+    streamed by then; resume sends it again."""
+
+    type: Literal["interrupted"] = "interrupted"
+    request_id: str
+    phase: str
+    entity_key: str | None = None
+    partial: str = ""
+
+
 class UsageRecord(_Record):
     """The tick's totals, written just before the commit."""
 
@@ -224,6 +235,7 @@ LogRecord = Annotated[
     | CallRecord
     | PhaseRecord
     | ResumeRecord
+    | InterruptedRecord
     | UsageRecord
     | CommitRecord,
     Field(discriminator="type"),
@@ -257,6 +269,7 @@ __all__ = [
     "CommitRecord",
     "HeaderRecord",
     "InstructionsRecord",
+    "InterruptedRecord",
     "LogRecord",
     "PhaseRecord",
     "PhaseReportRecord",

@@ -20,6 +20,7 @@ import orjson
 
 from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json, request_timeout
 from sim.llm.adapters._openai_errors import map_openai_error
+from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
 from sim.llm.errors import LLMAPIError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 
@@ -88,6 +89,14 @@ class OpenAIFamilyAdapter(ABC):
         data = await self.post(request.settings, self.body(request))
         return await self.answer(request, data)
 
+    def assembler(self) -> Assembler:
+        """What rebuilds this wire format's answer from its stream."""
+        raise NotImplementedError(f"{type(self).__name__} cannot stream")
+
+    def stream_fields(self) -> Json:
+        """Extra body fields of a streamed call."""
+        return {}
+
     async def post(self, settings: CallSettings, payload: Json) -> Json:
         """One POST to ``path``; returns the answer as plain JSON.
 
@@ -97,8 +106,25 @@ class OpenAIFamilyAdapter(ABC):
         as raw bytes: the SDK's per-call transformation of the typed params, its
         stdlib-JSON encoding and its construction of typed models cost more CPU than the
         rest of a call (measured), and we need only a few fields.
+
+        With ``settings.stream`` the answer is streamed (``_streaming.post_stream``) under
+        the first-token, idle and total clocks, and assembled into the same JSON.
         """
         try:
+            if settings.stream:
+                return await post_stream(
+                    self.pool,
+                    self.path,
+                    {**payload, **self.stream_fields()},
+                    self.assembler(),
+                    StreamTimeouts(
+                        settings.timeout_seconds,
+                        settings.first_token_timeout_seconds,
+                        settings.idle_timeout_seconds,
+                    ),
+                    connect_timeout_seconds=self.connect_timeout_seconds,
+                    model=settings.model,
+                )
             timeout = request_timeout(settings, self.connect_timeout_seconds)
             raw = await post_json(self.pool, self.path, payload, timeout)
             data = orjson.loads(raw)

@@ -1,15 +1,20 @@
 """The ``chat`` provider: any OpenAI-compatible chat-completions server.
 
 One adapter, many endpoints (vLLM, Ollama, llama.cpp, SGLang, Gemini's OpenAI endpoint):
-only ``base_url`` and ``api_key_env`` differ. The schema goes as ``response_format``
-json_schema; these servers keep no chains, so the window is always sent as messages
-(the engine keeps it in the world's response store) and there is nothing to delete.
+only ``base_url`` and ``api_key_env`` differ. The schema goes in the call's
+``structured_output`` form (``_structured``; ``auto`` finds the one the server takes); the
+output cap goes as ``max_completion_tokens`` and, to servers other than OpenAI's own, also
+as ``max_tokens`` (llama-cpp-python and older servers read only that). These servers keep
+no chains, so the window is always sent as messages (the engine keeps it in the world's
+response store) and there is nothing to delete.
 Checks, in order: ``finish_reason == "length"`` -> ``LLMIncompleteError``; a refusal ->
 ``LLMRefusalError``; invalid JSON for the schema -> ``LLMSchemaError``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import openai
@@ -18,7 +23,18 @@ from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import strict_schema, validate_text
 from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
-from sim.llm.errors import LLMIncompleteError, LLMRefusalError
+from sim.llm.adapters._streaming import ChatAssembler
+from sim.llm.adapters._structured import (
+    MODES,
+    Form,
+    FormSelector,
+    FormSwitch,
+    answer_text,
+    instructions_for,
+    rejects_form,
+    request_fields,
+)
+from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
     FunctionCall,
     LLMMessage,
@@ -27,7 +43,7 @@ from sim.llm.tools import (
     response_json,
     schema_of,
 )
-from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
 
 
 def _usage(data: Json) -> Usage:
@@ -123,6 +139,14 @@ def _message(data: Json, usage: Usage, model: str) -> Json:
     return message
 
 
+def _mode(value: str) -> StructuredOutput:
+    if value not in MODES:
+        raise LLMConfigurationError(
+            f"unknown structured_output {value!r}; expected one of: {', '.join(MODES)}"
+        )
+    return value
+
+
 class ChatAdapter(OpenAIFamilyAdapter):
     """Chat-completions adapter for OpenAI-compatible servers.
 
@@ -157,35 +181,80 @@ class ChatAdapter(OpenAIFamilyAdapter):
         #: sent as ``seed``: best-effort determinism on servers that take one
         self.seed = seed
 
-    def body(self, request: ModelRequest) -> Json:
-        """The window as messages, and a strict ``response_format`` or the tools."""
+    @functools.cached_property
+    def forms(self) -> FormSelector:
+        """``auto`` structured output: the form this endpoint takes, found once per run."""
+        return FormSelector(str(self.client.base_url).rstrip("/"))
+
+    @functools.cached_property
+    def legacy_max_tokens(self) -> bool:
+        """Send the cap as ``max_tokens`` too: OpenAI's own API refuses it for its
+        reasoning models; every other server gets the cap under both names."""
+        return "api.openai.com" not in str(self.client.base_url)
+
+    def assembler(self) -> ChatAssembler:
+        return ChatAssembler()
+
+    def stream_fields(self) -> Json:
+        return {"stream_options": {"include_usage": True}}
+
+    def body(self, request: ModelRequest, form: Form | None = None) -> Json:
+        """The window as messages, and the schema in ``form`` (default: the endpoint's
+        current one for the call's setting) or the tools."""
         settings = request.settings
+        instructions = request.instructions
+        extra: Json
+        if request.tools is not None:
+            extra = {
+                "tool_choice": request.tool_choice,
+                "tools": [tool.openai_chat() for tool in request.tools],
+            }
+        else:
+            schema = schema_of(self, request)
+            form = form or self.forms.form(_mode(settings.structured_output))
+            json_schema = strict_schema(schema)
+            extra = request_fields(form, schema.__name__, json_schema)
+            instructions = instructions_for(form, instructions, json_schema)
         body: Json = {
             "model": settings.model,
             "temperature": settings.temperature,
             "max_completion_tokens": settings.max_output_tokens,
-            "messages": _messages(
-                request.instructions, request.history, request.input, request.messages
-            ),
+            "messages": _messages(instructions, request.history, request.input, request.messages),
+            **extra,
         }
         if self.seed is not None:
             body["seed"] = self.seed
-        if request.tools is not None:
-            body["tool_choice"] = request.tool_choice
-            body["tools"] = [tool.openai_chat() for tool in request.tools]
-        else:
-            schema = schema_of(self, request)
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": schema.__name__,
-                    "schema": strict_schema(schema),
-                    "strict": True,
-                },
-            }
+        if self.legacy_max_tokens:
+            body["max_tokens"] = settings.max_output_tokens
         return body
 
-    async def answer(self, request: ModelRequest, data: Json) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """One call; with ``auto``, a server refusing the form moves this endpoint on to
+        the next form and the call is sent again in it (``_structured``)."""
+        if request.tools is not None:
+            return await super().execute(request)
+        mode = _mode(request.settings.structured_output)
+        form = self.forms.form(mode)
+        switched: FormSwitch | None = None
+        while True:
+            try:
+                data = await self.post(request.settings, self.body(request, form))
+                break
+            except LLMAPIError as exc:
+                if mode != "auto" or not rejects_form(exc, form):
+                    raise
+                switched = self.forms.switch(form, exc) or switched
+                if self.forms.current == form:  # no form left to try
+                    raise
+                form = self.forms.current
+        response = await self.answer(request, data, form)
+        return dataclasses.replace(
+            response, notice=switched.note() if switched is not None else None
+        )
+
+    async def answer(
+        self, request: ModelRequest, data: Json, form: Form = "json_schema"
+    ) -> AdapterResponse:
         settings = request.settings
         usage = _usage(data)
         message = _message(data, usage, settings.model)
@@ -195,7 +264,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
             raw = parsed.dump()
             finish = "tool_calls" if parsed.calls else "stop"
         else:
-            raw = str(message.get("content") or "")
+            raw = answer_text(form, message)
             parsed = validate_text(schema_of(self, request), raw, usage, settings.model)
             finish = "stop"
         return AdapterResponse(
@@ -206,4 +275,5 @@ class ChatAdapter(OpenAIFamilyAdapter):
             finish_reason=finish,
             raw=raw,
             provider=self.name,
+            structured_output=form if request.tools is None else None,
         )

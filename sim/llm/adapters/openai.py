@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from sim.llm.adapters._openai_common import strict_schema, validate_text
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
+from sim.llm.adapters._streaming import ResponsesAssembler
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
     FunctionCall,
@@ -167,6 +168,9 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             max_concurrency=max_concurrency,
         )
         self.store = store
+
+    def assembler(self) -> ResponsesAssembler:
+        return ResponsesAssembler()
 
     def body(self, request: ModelRequest) -> Json:
         """A strict JSON-schema text format, or the tools with a call required."""

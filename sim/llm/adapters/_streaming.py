@@ -1,0 +1,288 @@
+"""Streamed answers (``stream: true``): assembled into the same body a plain call returns.
+
+Chat completions stream ``chat.completion.chunk`` objects (content, refusal and tool-call
+argument deltas, then a ``finish_reason``, then, asked for with ``stream_options:
+{"include_usage": true}``, a chunk holding only ``usage``); ``ChatAssembler`` rebuilds the
+``chat.completion`` object from them. The Responses API streams typed events whose last
+(``response.completed`` / ``response.incomplete`` / ``response.failed``) carries the whole
+response; ``ResponsesAssembler`` keeps it and the text deltas seen before it.
+
+``read_stream`` reads one stream under three clocks: the first event must arrive within the
+first-token timeout (which therefore also covers time queued behind a busy server), each
+later one within the idle timeout, and the whole call within the total. A timeout raises
+``LLMTimeoutError`` whose context holds the partial text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import openai
+import orjson
+from openai import RequestOptions
+
+from sim.llm.adapters._fast_http import IDEMPOTENCY_HEADER
+from sim.llm.adapters._openai_common import ClientPool
+from sim.llm.calls import idempotency_key
+from sim.llm.errors import LLMTimeoutError
+from sim.llm.streaming import emit_delta, restart_text
+
+Json = dict[str, Any]
+#: called with each piece of answer text as it arrives
+OnDelta = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTimeouts:
+    """The clocks of one streamed call, in seconds (``None``: no limit)."""
+
+    total: float | None = 600.0
+    first_token: float | None = 300.0
+    idle: float | None = 60.0
+
+
+class Assembler(Protocol):
+    def feed(self, event: Json) -> str:
+        """Take one event; return the answer text it adds (may be empty)."""
+
+    @property
+    def partial(self) -> str: ...
+
+    def result(self) -> Json: ...
+
+
+@dataclass
+class _ToolCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChatAssembler:
+    """Rebuilds a ``chat.completion`` object from its ``chat.completion.chunk`` stream."""
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.model = ""
+        self.content: list[str] = []
+        self.refusal: list[str] = []
+        self.tool_calls: dict[int, _ToolCall] = {}
+        self.finish_reason: str | None = None
+        self.usage: Json | None = None
+
+    @property
+    def partial(self) -> str:
+        if self.content:
+            return "".join(self.content)
+        return "".join("".join(call.arguments) for call in self.tool_calls.values())
+
+    def feed(self, event: Json) -> str:
+        self.id = self.id or str(event.get("id") or "")
+        self.model = self.model or str(event.get("model") or "")
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        added: list[str] = []
+        for choice in event.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(str(delta["content"]))
+                added.append(str(delta["content"]))
+            if delta.get("refusal"):
+                self.refusal.append(str(delta["refusal"]))
+            for piece in delta.get("tool_calls") or ():
+                call = self.tool_calls.setdefault(int(piece.get("index") or 0), _ToolCall())
+                call.id = call.id or str(piece.get("id") or "")
+                function = piece.get("function") or {}
+                call.name = call.name or str(function.get("name") or "")
+                if function.get("arguments"):
+                    call.arguments.append(str(function["arguments"]))
+                    added.append(str(function["arguments"]))
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        return "".join(added)
+
+    def result(self) -> Json:
+        message: Json = {
+            "role": "assistant",
+            "content": "".join(self.content) or None,
+            "refusal": "".join(self.refusal) or None,
+        }
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": "".join(call.arguments)},
+                }
+                for _, call in sorted(self.tool_calls.items())
+            ]
+        body: Json = {
+            "id": self.id,
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return body
+
+
+_FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+class ResponsesAssembler:
+    """Keeps the Responses API stream's final response and the text deltas before it."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.response: Json | None = None
+
+    @property
+    def partial(self) -> str:
+        return "".join(self.text)
+
+    def feed(self, event: Json) -> str:
+        kind = event.get("type")
+        if kind in ("response.output_text.delta", "response.function_call_arguments.delta"):
+            delta = str(event.get("delta") or "")
+            self.text.append(delta)
+            return delta
+        if kind in _FINAL_EVENTS and isinstance(event.get("response"), dict):
+            self.response = event["response"]
+        elif kind == "error":
+            self.response = {"status": "failed", "error": event}
+        return ""
+
+    def result(self) -> Json:
+        if self.response is None:
+            return {"status": "incomplete", "incomplete_details": {"reason": "stream_ended"}}
+        return self.response
+
+
+class StreamTimeoutError(LLMTimeoutError):
+    """A streamed call ran past one of its clocks; ``partial`` holds the text it had sent."""
+
+    def __init__(self, message: str, *, partial: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.partial = partial
+
+
+async def read_stream(
+    open_stream: Callable[[], Any],
+    assembler: Assembler,
+    timeouts: StreamTimeouts,
+    *,
+    on_delta: OnDelta | None = None,
+    model: str = "",
+) -> Json:
+    """Open a stream and read it to its end under ``timeouts``; the assembled body.
+
+    Args:
+        open_stream: a coroutine function returning an async iterator of JSON events
+            (the SDK's ``AsyncStream``); its own errors pass through unchanged.
+        assembler: where events go.
+        timeouts: first-token, idle and total clocks.
+        on_delta: called with each piece of answer text.
+        model: named in timeout messages.
+
+    Raises:
+        StreamTimeoutError: a clock ran out (``code`` says which).
+        asyncio.CancelledError: the caller interrupted the call (its text so far went to
+            ``on_delta``).
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    total_deadline = None if timeouts.total is None else started + timeouts.total
+
+    def deadline(span: float | None) -> float | None:
+        ends = [
+            t
+            for t in (total_deadline, None if span is None else loop.time() + span)
+            if t is not None
+        ]
+        return min(ends) if ends else None
+
+    first = True
+    code = "first_token_timeout"
+    wall = time.perf_counter()
+    try:
+        async with asyncio.timeout_at(deadline(timeouts.first_token)) as clock:
+            stream: AsyncIterator[Json] = await open_stream()
+            try:
+                async for event in stream:
+                    if not isinstance(event, dict):
+                        continue
+                    text = assembler.feed(event)
+                    if text and on_delta is not None:
+                        on_delta(text)
+                    if first:
+                        first = False
+                        code = "idle_timeout"
+                    clock.reschedule(deadline(timeouts.idle))
+            finally:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    await close()
+    except TimeoutError as exc:
+        waited = time.perf_counter() - wall
+        if total_deadline is not None and loop.time() >= total_deadline - 1e-3:
+            code, what = "timeout", f"the total timeout ({timeouts.total:g}s)"
+        elif code == "first_token_timeout":
+            what = f"no first token within {timeouts.first_token:g}s"
+        else:
+            what = f"no new token within {timeouts.idle:g}s"
+        raise StreamTimeoutError(
+            f"streamed request to {model or 'the model'} timed out: {what} (after {waited:.1f}s)",
+            code=code,
+            cause=exc,
+            model=model or None,
+            partial=assembler.partial,
+        ) from exc
+    return assembler.result()
+
+
+async def post_stream(
+    pool: ClientPool,
+    path: str,
+    payload: Json,
+    assembler: Assembler,
+    timeouts: StreamTimeouts,
+    *,
+    connect_timeout_seconds: float,
+    model: str,
+) -> Json:
+    """POST ``payload`` with ``stream: true`` on the least busy client; the assembled body.
+
+    The SDK's own ``AsyncStream`` reads the server-sent events (and raises the SDK's errors,
+    for the caller to map); its timeout is only the connect timeout, the stream's clocks
+    are ``read_stream``'s. Each piece of text goes to ``sim.llm.streaming``.
+    """
+    content = orjson.dumps({**payload, "stream": True})
+    key = idempotency_key(content)
+    options: RequestOptions = {"timeout": openai.Timeout(None, connect=connect_timeout_seconds)}
+    if key is not None:
+        options["headers"] = {IDEMPOTENCY_HEADER: key}
+    index = pool.acquire()
+    client = pool.clients[index]
+
+    async def open_stream() -> openai.AsyncStream[object]:
+        return await client.post(
+            path,
+            cast_to=object,
+            content=content,
+            options=options,
+            stream=True,
+            stream_cls=openai.AsyncStream[object],
+        )
+
+    restart_text()  # a retry streams the answer again from its start
+    try:
+        return await read_stream(open_stream, assembler, timeouts, on_delta=emit_delta, model=model)
+    finally:
+        pool.release(index)

@@ -1,0 +1,187 @@
+"""Structured output in the form a chat-completions server understands.
+
+Servers that all call themselves OpenAI-compatible disagree on how a schema is asked for:
+
+- ``json_schema``: OpenAI's ``response_format: {"type": "json_schema", "json_schema": ...}``
+  (OpenAI, vLLM, SGLang, LM Studio, Ollama's ``/v1``).
+- ``json_object_schema``: ``response_format: {"type": "json_object", "schema": ...}``
+  (llama-cpp-python's server, which rejects ``json_schema`` with HTTP 500).
+- ``tool``: force one function call whose parameters are the schema.
+- ``prompt``: no constraint on the server; the schema goes in the instructions and the
+  answer is validated (and, by recovery, retried with the validation error fed back).
+
+``auto`` starts with ``json_schema``; when the server rejects the form (HTTP 400, 422 or
+500 whose body names ``response_format``, or for ``tool`` names ``tool``), the endpoint
+switches to the next form once and keeps it for the rest of the run (``FormSelector``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from sim.llm.errors import LLMAPIError
+from sim.llm.types import StructuredOutput as Mode
+
+Form = Literal["json_schema", "json_object_schema", "tool", "prompt"]
+FORMS: tuple[Form, ...] = get_args(Form)
+MODES: tuple[Mode, ...] = get_args(Mode)
+#: the order ``auto`` tries forms in: the most constrained first
+AUTO_ORDER: tuple[Form, ...] = ("json_schema", "json_object_schema", "tool", "prompt")
+#: the HTTP statuses with which servers refuse a request shape they do not know
+#: (llama-cpp-python answers a pydantic validation error with 500)
+_REJECT_STATUSES = (400, 422, 500)
+
+Json = dict[str, Any]
+
+PROMPT_SCHEMA = (
+    "\n\nAnswer with one JSON object and nothing else (no prose, no code fence). "
+    "It must validate against this JSON Schema:\n{schema}"
+)
+
+
+def request_fields(form: Form, name: str, schema: Json) -> Json:
+    """The chat-completions body fields that ask for ``schema`` in ``form``.
+
+    Args:
+        form: the structured-output form.
+        name: the schema's name (a function name for ``tool``).
+        schema: the JSON Schema (OpenAI's strict form).
+    """
+    if form == "json_schema":
+        return {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": True},
+            }
+        }
+    if form == "json_object_schema":
+        return {"response_format": {"type": "json_object", "schema": schema}}
+    if form == "tool":
+        return {
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": f"Give the answer as a {name}.",
+                        "parameters": schema,
+                    },
+                }
+            ],
+            "tool_choice": {"type": "function", "function": {"name": name}},
+        }
+    return {}
+
+
+def instructions_for(form: Form, instructions: str, schema: Json) -> str:
+    """The instructions to send: ``prompt`` appends the schema, the others send them as is."""
+    if form != "prompt":
+        return instructions
+    return instructions + PROMPT_SCHEMA.format(schema=json.dumps(schema, separators=(",", ":")))
+
+
+_FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def answer_text(form: Form, message: Json) -> str:
+    """The JSON text of the answer in a chat ``message``.
+
+    ``tool``: the forced call's arguments (falling back to the content when a server
+    answers in text). ``prompt``: the content without a surrounding code fence, which
+    small models add even when told not to.
+    """
+    if form == "tool":
+        for call in message.get("tool_calls") or ():
+            arguments = (call.get("function") or {}).get("arguments")
+            if isinstance(arguments, dict):
+                return json.dumps(arguments)
+            if arguments:
+                return str(arguments)
+    text = str(message.get("content") or "")
+    if form == "prompt":
+        fenced = _FENCE.match(text)
+        if fenced:
+            return fenced.group(1).strip()
+        text = text.strip()
+    return text
+
+
+def rejects_form(error: LLMAPIError, form: Form) -> bool:
+    """Whether ``error`` is the server refusing the request shape of ``form``.
+
+    HTTP 400, 422 or 500 whose body names ``response_format`` (the ``json_schema`` and
+    ``json_object_schema`` forms) or ``tool`` (the ``tool`` form). ``prompt`` asks nothing
+    of the server, so nothing rejects it.
+    """
+    if error.status_code not in _REJECT_STATUSES or form == "prompt":
+        return False
+    body = error.response_body
+    text = body if isinstance(body, str) else json.dumps(body, default=str)
+    text = f"{text} {error.message}"
+    needle = "tool" if form == "tool" else "response_format"
+    return needle in text
+
+
+def next_form(form: Form) -> Form | None:
+    index = AUTO_ORDER.index(form)
+    return AUTO_ORDER[index + 1] if index + 1 < len(AUTO_ORDER) else None
+
+
+@dataclass(frozen=True, slots=True)
+class FormSwitch:
+    """One switch ``auto`` made, for the tick summary."""
+
+    endpoint: str
+    old: Form
+    new: Form
+    reason: str
+
+    def note(self) -> str:
+        return (
+            f"structured output: {self.endpoint} rejected {self.old} ({self.reason}); "
+            f"using {self.new} for the rest of the run "
+            f'(set [llm] structured_output = "{self.new}" to start there)'
+        )
+
+
+class FormSelector:
+    """Which form each call to one endpoint uses; ``auto``'s memory for the run.
+
+    Args:
+        endpoint: the server's base URL, named in notes.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.current: Form = AUTO_ORDER[0]
+        self.switches: list[FormSwitch] = []
+        self._lock = threading.Lock()
+
+    def form(self, mode: Mode) -> Form:
+        """The form to send for a call whose setting is ``mode``."""
+        return self.current if mode == "auto" else mode
+
+    def switch(self, rejected: Form, error: LLMAPIError) -> FormSwitch | None:
+        """After the server rejected ``rejected``: move on to the next form, once.
+
+        Calls in flight when the switch happens were sent with the old form; their
+        rejections find the endpoint already moved on and get ``None`` back with
+        ``current`` changed, so they simply resend. Returns the switch this call made, or
+        ``None`` (already switched past ``rejected``, or no form left).
+        """
+        with self._lock:
+            if self.current != rejected:
+                return None
+            new = next_form(rejected)
+            if new is None:
+                return None
+            needle = "tool" if rejected == "tool" else "response_format"
+            reason = f"HTTP {error.status_code} naming {needle}"
+            made = FormSwitch(self.endpoint, rejected, new, reason)
+            self.current = new
+            self.switches.append(made)
+            return made

