@@ -74,18 +74,10 @@ class SDKStubServer(StubServer):
 
     async def _sdk_prelude(self, model: str) -> str | None:
         """Latency and HTTP-level faults in this API's format; returns an answer fault."""
-        self.stats.models[model] += 1
-        fault = self._fault(model)
-        opts = self.options
-        delay = opts.latency + (
-            self._rng.uniform(0, opts.latency_jitter) if opts.latency_jitter else 0.0
-        )
-        if delay > 0:
-            await asyncio.sleep(delay)
+        fault = await self._delay_and_fault(model)
         if fault is None:
             return None
-        self.stats.faults[fault] += 1
         if fault == "hang":
-            await asyncio.sleep(opts.hang_seconds)
+            await asyncio.sleep(self.options.hang_seconds)
             raise _HTTPError(500, self._error(500, "api_error", "hung"))
         return self._http_fault(fault)

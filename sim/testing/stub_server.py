@@ -455,8 +455,11 @@ class StubServer:
             return self._rng.choice(opts.faults)
         return None
 
-    async def _prelude(self, model: str, stream: bool = False) -> str | None:
-        """Latency and transport-level faults; returns an answer-level fault, if any."""
+    async def _delay_and_fault(self, model: str) -> str | None:
+        """Count the model, wait the configured latency and pick (and count) its fault.
+
+        Shared by every API's prelude: what the fault then does is the API's own.
+        """
         self.stats.models[model] += 1
         fault = self._fault(model)
         opts = self.options
@@ -465,9 +468,16 @@ class StubServer:
         )
         if delay > 0:
             await asyncio.sleep(delay)
+        if fault is not None:
+            self.stats.faults[fault] += 1
+        return fault
+
+    async def _prelude(self, model: str, stream: bool = False) -> str | None:
+        """Latency and transport-level faults; returns an answer-level fault, if any."""
+        fault = await self._delay_and_fault(model)
         if fault is None:
             return None
-        self.stats.faults[fault] += 1
+        opts = self.options
         if fault == "stall" and stream:
             return fault
         if fault in ("hang", "stall"):

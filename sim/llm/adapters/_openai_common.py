@@ -85,6 +85,22 @@ class ClientPool:
             await client.close()
 
 
+def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
+    """The ``usage`` of an OpenAI-format answer; the two APIs name the counts differently.
+
+    ``input_key``/``output_key``: ``input_tokens``/``output_tokens`` (Responses) or
+    ``prompt_tokens``/``completion_tokens`` (chat); cached tokens sit in
+    ``<input_key>_details.cached_tokens`` in both.
+    """
+    usage = data.get("usage") or {}
+    details = usage.get(f"{input_key}_details") or {}
+    return Usage(
+        input_tokens=int(usage.get(input_key) or 0),
+        output_tokens=int(usage.get(output_key) or 0),
+        cached_input_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
 def build_pool(
     *,
     base_url: str | None,

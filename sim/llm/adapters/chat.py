@@ -21,7 +21,7 @@ import openai
 import orjson
 from pydantic import BaseModel
 
-from sim.llm.adapters._openai_common import strict_schema, validate_text
+from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ChatAssembler
 from sim.llm.adapters._structured import (
@@ -47,13 +47,7 @@ from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOut
 
 
 def _usage(data: Json) -> Usage:
-    usage = data.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
-    )
+    return usage_from(data, "prompt_tokens", "completion_tokens")
 
 
 def _messages(

@@ -20,7 +20,7 @@ import openai
 import orjson
 from pydantic import BaseModel
 
-from sim.llm.adapters._openai_common import strict_schema, validate_text
+from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
@@ -37,13 +37,7 @@ from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
 
 def _usage(data: Json) -> Usage:
-    usage = data.get("usage") or {}
-    details = usage.get("input_tokens_details") or {}
-    return Usage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
-    )
+    return usage_from(data, "input_tokens", "output_tokens")
 
 
 def _output_text(data: Json) -> str:
