@@ -385,48 +385,59 @@ class StubServer:
     async def _dispatch(
         self, method: str, path: str, body: bytes, idempotency_key: str | None = None
     ) -> tuple[int, Any, dict[str, str]]:
+        """Count the request, parse its JSON body and answer it; errors as HTTP answers."""
         self.stats.requests += 1
         self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
         try:
             request = orjson.loads(body) if body else {}
-            if method == "POST" and path in ("/v1/responses", "/v1/chat/completions"):
-                self.log.append(request)
-                if idempotency_key is not None and idempotency_key in self._answered:
-                    # the same attempt sent again (after a crash or a client timeout):
-                    # answered from the cache, not generated or billed a second time
-                    self.stats.replayed += 1
-                    return 200, self._answered[idempotency_key], {}
-                self.stats.in_flight += 1
-                self.active += 1
-                self.peak_active = max(self.peak_active, self.active)
-                try:
-                    await self._wait_if_held(request)
-                    if path == "/v1/responses":
-                        payload = await self._responses(request)
-                    else:
-                        payload = await self._chat(request)
-                finally:
-                    self.stats.in_flight -= 1
-                    self.active -= 1
-                stall = bool(payload.pop("_stub_stall", False))
-                if idempotency_key is not None:
-                    self._answered[idempotency_key] = payload
-                    if len(self._answered) > _IDEMPOTENCY_CACHE:
-                        self._answered.popitem(last=False)
-                if request.get("stream"):
-                    return 200, self._stream(path, request, payload, stall), {}
-                return 200, payload, {}
-            if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
-                return 200, self._stored(method, path.rsplit("/", 1)[1]), {}
-            if path.startswith("/stub/"):
-                return 200, self._control(method, path, request), {}
-            raise _HTTPError(
-                404, error_body(f"no route {method} {path}", "invalid_request_error", "not_found")
-            )
+            return 200, await self._handle(method, path, request, idempotency_key), {}
         except _HTTPError as exc:
             return exc.status, exc.body, exc.headers
         except orjson.JSONDecodeError:
-            return 400, error_body("body is not JSON", "invalid_request_error", None), {}
+            return 400, self._not_json(), {}
+
+    def _not_json(self) -> Json:
+        """The error body for a request body that is not JSON, in this API's format."""
+        return error_body("body is not JSON", "invalid_request_error", None)
+
+    async def _handle(
+        self, method: str, path: str, request: Json, idempotency_key: str | None
+    ) -> Any:
+        """The answer to one parsed request (an ``_HTTPError`` for an error answer)."""
+        if method == "POST" and path in ("/v1/responses", "/v1/chat/completions"):
+            self.log.append(request)
+            if idempotency_key is not None and idempotency_key in self._answered:
+                # the same attempt sent again (after a crash or a client timeout):
+                # answered from the cache, not generated or billed a second time
+                self.stats.replayed += 1
+                return self._answered[idempotency_key]
+            self.stats.in_flight += 1
+            self.active += 1
+            self.peak_active = max(self.peak_active, self.active)
+            try:
+                await self._wait_if_held(request)
+                if path == "/v1/responses":
+                    payload = await self._responses(request)
+                else:
+                    payload = await self._chat(request)
+            finally:
+                self.stats.in_flight -= 1
+                self.active -= 1
+            stall = bool(payload.pop("_stub_stall", False))
+            if idempotency_key is not None:
+                self._answered[idempotency_key] = payload
+                if len(self._answered) > _IDEMPOTENCY_CACHE:
+                    self._answered.popitem(last=False)
+            if request.get("stream"):
+                return self._stream(path, request, payload, stall)
+            return payload
+        if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
+            return self._stored(method, path.rsplit("/", 1)[1])
+        if path.startswith("/stub/"):
+            return self._control(method, path, request)
+        raise _HTTPError(
+            404, error_body(f"no route {method} {path}", "invalid_request_error", "not_found")
+        )
 
     def _control(self, method: str, path: str, request: Json) -> Any:
         if path == "/stub/stats":
