@@ -185,14 +185,20 @@ def validate_text(schema: type[BaseModel], text: str, usage: Usage, model: str) 
     try:
         return schema.model_validate_json(text)
     except ValidationError as exc:
-        raise LLMSchemaError(
-            f"output does not validate against {schema.__name__}: "
-            f"{exc.errors(include_url=False)[:3]}",
-            cause=exc,
-            model=model,
-            usage=usage,
-            raw=text[:2000],
-        ) from exc
+        raise schema_mismatch(schema, exc, text, usage, model) from exc
+
+
+def schema_mismatch(
+    schema: type[BaseModel], exc: ValidationError, raw: str, usage: Usage, model: str
+) -> LLMSchemaError:
+    """The error for an answer that does not validate against ``schema`` (paid: with usage)."""
+    return LLMSchemaError(
+        f"output does not validate against {schema.__name__}: {exc.errors(include_url=False)[:3]}",
+        cause=exc,
+        model=model,
+        usage=usage,
+        raw=raw[:2000],
+    )
 
 
 async def post_json(

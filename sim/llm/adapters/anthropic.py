@@ -56,6 +56,7 @@ from sim.llm.adapters._adapter_common import (
     unexpected,
     unknown_model,
 )
+from sim.llm.adapters._openai_common import schema_mismatch
 from sim.llm.adapters._openai_errors import retry_after_seconds
 from sim.llm.errors import (
     LLMAPIError,
@@ -219,14 +220,7 @@ def structured(
             try:
                 return schema.model_validate(block.input), raw
             except ValidationError as exc:
-                raise LLMSchemaError(
-                    f"output does not validate against {schema.__name__}: "
-                    f"{exc.errors(include_url=False)[:3]}",
-                    cause=exc,
-                    model=model,
-                    usage=usage,
-                    raw=raw[:2000],
-                ) from exc
+                raise schema_mismatch(schema, exc, raw, usage, model) from exc
     text = _text(message)
     raise LLMSchemaError(
         f"the model did not call the {name} tool with its answer",
