@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from sim.cli.common import seconds_option
+from sim.cli.common import count_option, seconds_option
 
 #: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
 #: server (a test pins the two together)
@@ -55,19 +55,16 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     help="Reject response_format json_schema as llama-cpp-python does (HTTP 500); "
     'take {"type": "json_object", "schema": ...} instead.',
 )
-@click.option(
+@count_option(
     "--slots",
+    minimum=0,
     default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
     help="Requests generated at once, the rest queued (1: a single-slot local server; "
     "0: no limit).",
 )
-@click.option(
+@seconds_option(
     "--stream-chunk-delay",
     default=0.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
     help="Seconds between the events of a streamed answer.",
 )
 @click.option(
