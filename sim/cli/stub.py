@@ -18,13 +18,7 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
 
 @click.command("stub-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    default=8765,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port (0: any free port).",
-)
+@count_option("--port", minimum=0, maximum=65535, default=8765, help="Port (0: any free port).")
 @seconds_option(
     "--latency",
     default=0.0,
