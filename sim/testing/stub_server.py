@@ -137,6 +137,34 @@ class StubOptions:
     stream_usage: bool = True
 
 
+#: the HTTP error each transport-level fault answers with, in OpenAI's wording:
+#: (status, message, type, code, param)
+_HTTP_FAULTS: dict[str, tuple[int, str, str, str | None, str | None]] = {
+    "rate_limit": (
+        429,
+        "Rate limit reached, retry shortly",
+        "requests",
+        "rate_limit_exceeded",
+        None,
+    ),
+    "insufficient_quota": (
+        429,
+        "You exceeded your current quota",
+        "insufficient_quota",
+        "insufficient_quota",
+        None,
+    ),
+    "server_error": (500, "The server had an error", "server_error", None, None),
+    "auth": (401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key", None),
+    "context_length": (
+        400,
+        "This model's maximum context length is 128 tokens",
+        "invalid_request_error",
+        "context_length_exceeded",
+        "input",
+    ),
+}
+
 #: how many answers the server keeps for Idempotency-Key replays
 _IDEMPOTENCY_CACHE = 100_000
 
@@ -494,46 +522,16 @@ class StubServer:
         if fault in ("hang", "stall"):
             await asyncio.sleep(opts.hang_seconds)
             raise _HTTPError(500, error_body("hung", "server_error", None))
-        if fault == "rate_limit":
-            headers = (
-                {}
-                if opts.retry_after is None
-                else {
+        http_fault = _HTTP_FAULTS.get(fault)
+        if http_fault is not None:
+            status, message, type_, code, param = http_fault
+            headers = {}
+            if fault == "rate_limit" and opts.retry_after is not None:
+                headers = {
                     "retry-after-ms": f"{opts.retry_after * 1000:g}",
                     "retry-after": f"{opts.retry_after:g}",
                 }
-            )
-            raise _HTTPError(
-                429,
-                error_body("Rate limit reached, retry shortly", "requests", "rate_limit_exceeded"),
-                headers,
-            )
-        if fault == "insufficient_quota":
-            raise _HTTPError(
-                429,
-                error_body(
-                    "You exceeded your current quota", "insufficient_quota", "insufficient_quota"
-                ),
-            )
-        if fault == "server_error":
-            raise _HTTPError(500, error_body("The server had an error", "server_error", None))
-        if fault == "auth":
-            raise _HTTPError(
-                401,
-                error_body(
-                    "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
-                ),
-            )
-        if fault == "context_length":
-            raise _HTTPError(
-                400,
-                error_body(
-                    "This model's maximum context length is 128 tokens",
-                    "invalid_request_error",
-                    "context_length_exceeded",
-                    "input",
-                ),
-            )
+            raise _HTTPError(status, error_body(message, type_, code, param), headers)
         return fault if fault in ANSWER_FAULTS else None
 
     def _answer(
