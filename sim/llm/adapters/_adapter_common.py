@@ -154,17 +154,6 @@ def pool_limits(max_concurrency: int) -> httpx2.Limits:
     return httpx2.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
 
 
-_JSON_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
-
-
-def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The answer model's JSON Schema as the API takes it, computed once per class."""
-    cached = _JSON_SCHEMAS.get(schema)
-    if cached is None:
-        cached = _JSON_SCHEMAS[schema] = schema.model_json_schema()
-    return cached
-
-
 class SDKAdapter:
     """The frame of an adapter for an API that keeps no responses (no server chains)."""
 

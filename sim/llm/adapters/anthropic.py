@@ -45,7 +45,6 @@ from sim.llm.adapters._adapter_common import (
     SDKAdapter,
     api_key,
     connection_failed,
-    json_schema,
     key_rejected,
     pool_limits,
     rate_limited,
@@ -58,6 +57,7 @@ from sim.llm.adapters._adapter_common import (
 )
 from sim.llm.adapters._openai_common import schema_mismatch
 from sim.llm.adapters._openai_errors import retry_after_seconds
+from sim.llm.calls import schema_json
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
@@ -91,7 +91,7 @@ def require_sdk() -> Any:
 
 
 #: the schema as a tool's ``input_schema`` (its JSON Schema), computed once per class
-input_schema = json_schema
+input_schema = schema_json
 
 
 def answer_tool(schema: type[BaseModel]) -> str:

@@ -34,7 +34,6 @@ from sim.llm.adapters._adapter_common import (
     SDKAdapter,
     api_key,
     connection_failed,
-    json_schema,
     key_rejected,
     pool_limits,
     rate_limited,
@@ -47,6 +46,7 @@ from sim.llm.adapters._adapter_common import (
 )
 from sim.llm.adapters._openai_common import validate_text
 from sim.llm.adapters._openai_errors import retry_after_seconds
+from sim.llm.calls import schema_json
 from sim.llm.errors import (
     LLMAPIError,
     LLMError,
@@ -410,7 +410,7 @@ class GeminiAdapter(SDKAdapter):
             )
         else:
             config.response_mime_type = "application/json"
-            config.response_json_schema = json_schema(schema_of(self, request))
+            config.response_json_schema = schema_json(schema_of(self, request))
         return config
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
