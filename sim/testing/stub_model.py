@@ -263,25 +263,19 @@ def responses_events(body: Json) -> list[tuple[str | None, Json]]:
 
     event("response.created", response={**body, "status": "in_progress", "output": []})
     for index, item in enumerate(body["output"]):
+        # (event kind, streamed text, fields between output_index and delta) per item
+        deltas: list[tuple[str, str, Json]]
         if item["type"] == "function_call":
-            for piece in _pieces(item["arguments"]):
-                event(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    delta=piece,
-                )
-            continue
-        for part in item["content"]:
-            if part["type"] == "output_text":
-                for piece in _pieces(part["text"]):
-                    event(
-                        "response.output_text.delta",
-                        item_id=item["id"],
-                        output_index=index,
-                        content_index=0,
-                        delta=piece,
-                    )
+            deltas = [("response.function_call_arguments.delta", item["arguments"], {})]
+        else:
+            deltas = [
+                ("response.output_text.delta", part["text"], {"content_index": 0})
+                for part in item["content"]
+                if part["type"] == "output_text"
+            ]
+        for kind, text, fields in deltas:
+            for piece in _pieces(text):
+                event(kind, item_id=item["id"], output_index=index, **fields, delta=piece)
     final = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
     event(final, response=body)
     return events
