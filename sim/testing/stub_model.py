@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +37,26 @@ def text_of(content: Any) -> str:
     return ""
 
 
+def pair_turns(turns: Iterable[tuple[str, str]], reply_role: str) -> tuple[list[Pair], str | None]:
+    """(role, text) turns as (user, reply) pairs, a user turn without a reply paired with
+    ""; and the last user text still waiting for its reply (``None`` when there is none)."""
+    pairs: list[Pair] = []
+    pending: str | None = None
+    for role, text in turns:
+        if role == "user":
+            if pending is not None:
+                pairs.append((pending, ""))
+            pending = text
+        elif role == reply_role and pending is not None:
+            pairs.append((pending, text))
+            pending = None
+    return pairs, pending
+
+
 def split_messages(messages: Sequence[Any]) -> tuple[str, list[Pair], str]:
     """(system text, earlier (user, assistant) pairs, the last user text) of a message list."""
     system: list[str] = []
-    pairs: list[Pair] = []
-    pending: str | None = None
-    last = ""
+    turns: list[tuple[str, str]] = []
     for message in messages:
         if isinstance(message, str):
             message = {"role": "user", "content": message}
@@ -52,16 +66,10 @@ def split_messages(messages: Sequence[Any]) -> tuple[str, list[Pair], str]:
         text = text_of(message.get("content"))
         if role in ("system", "developer"):
             system.append(text)
-        elif role == "user":
-            if pending is not None:
-                pairs.append((pending, ""))
-            pending = text
-        elif role == "assistant" and pending is not None:
-            pairs.append((pending, text))
-            pending = None
-    if pending is not None:
-        last = pending
-    return "\n".join(system), pairs, last
+        else:
+            turns.append((str(role), text))
+    pairs, pending = pair_turns(turns, "assistant")
+    return "\n".join(system), pairs, pending or ""
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import httpcore2
 import httpx2
@@ -101,31 +101,21 @@ def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
     )
 
 
-def build_pool(
-    *,
-    base_url: str | None,
-    api_key_env: str,
-    timeout_seconds: float,
-    connect_timeout_seconds: float,
-    max_concurrency: int = POOL_SIZE,
-    require_key: bool = True,
-) -> ClientPool:
+class ClientOptions(TypedDict):
+    """What ``build_client`` builds an SDK client from (``build_pool`` passes it on)."""
+
+    base_url: str | None
+    api_key_env: str
+    timeout_seconds: float
+    connect_timeout_seconds: float
+    require_key: NotRequired[bool]
+
+
+def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOptions]) -> ClientPool:
     """Enough ``AsyncOpenAI`` clients for ``max_concurrency`` calls in flight."""
     count = max(1, -(-max_concurrency // POOL_SIZE))
     size = -(-max_concurrency // count)
-    return ClientPool(
-        [
-            build_client(
-                base_url=base_url,
-                api_key_env=api_key_env,
-                timeout_seconds=timeout_seconds,
-                connect_timeout_seconds=connect_timeout_seconds,
-                require_key=require_key,
-                connections=size,
-            )
-            for _ in range(count)
-        ]
-    )
+    return ClientPool([build_client(**options, connections=size) for _ in range(count)])
 
 
 def build_client(

@@ -13,7 +13,7 @@ post it, read the answer. Each adapter keeps only its wire format: ``path``,
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import openai
 import orjson
@@ -27,6 +27,17 @@ from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 Json = dict[str, Any]
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+class FamilyOptions(TypedDict, total=False):
+    """The keyword options every adapter of the family takes (``OpenAIFamilyAdapter``);
+    an adapter with options of its own passes these on unchanged."""
+
+    base_url: str | None
+    api_key_env: str
+    timeout_seconds: float
+    connect_timeout_seconds: float
+    max_concurrency: int
 
 
 class OpenAIFamilyAdapter(ABC):

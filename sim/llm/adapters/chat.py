@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Unpack
 
 import openai
 import orjson
 from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
-from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
+from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ChatAssembler
 from sim.llm.adapters._structured import (
     MODES,
@@ -157,21 +157,10 @@ class ChatAdapter(OpenAIFamilyAdapter):
         self,
         client: openai.AsyncOpenAI | None = None,
         *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        timeout_seconds: float = 60.0,
-        connect_timeout_seconds: float = 10.0,
-        max_concurrency: int = 64,
         seed: int | None = None,
+        **options: Unpack[FamilyOptions],
     ) -> None:
-        super().__init__(
-            client,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            timeout_seconds=timeout_seconds,
-            connect_timeout_seconds=connect_timeout_seconds,
-            max_concurrency=max_concurrency,
-        )
+        super().__init__(client, **options)
         #: sent as ``seed``: best-effort determinism on servers that take one
         self.seed = seed
 

@@ -15,6 +15,7 @@ with ``previous_response_id``, and evicted ones are deleted after commit.
 from __future__ import annotations
 
 import contextlib
+from typing import Unpack
 
 import openai
 import orjson
@@ -22,7 +23,7 @@ from pydantic import BaseModel
 
 from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_errors import map_openai_error
-from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
+from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
@@ -146,21 +147,10 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         self,
         client: openai.AsyncOpenAI | None = None,
         *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        timeout_seconds: float = 60.0,
-        connect_timeout_seconds: float = 10.0,
-        max_concurrency: int = 64,
         store: bool = False,
+        **options: Unpack[FamilyOptions],
     ) -> None:
-        super().__init__(
-            client,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            timeout_seconds=timeout_seconds,
-            connect_timeout_seconds=connect_timeout_seconds,
-            max_concurrency=max_concurrency,
-        )
+        super().__init__(client, **options)
         self.store = store
 
     def assembler(self) -> ResponsesAssembler:
