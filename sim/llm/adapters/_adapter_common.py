@@ -17,7 +17,7 @@ import importlib
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx2
 from pydantic import BaseModel
@@ -31,7 +31,7 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.tools import ToolCalls, schema_of
-from sim.llm.types import AdapterResponse, ModelRequest, Usage
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
 # -- errors ------------------------------------------------------------------------------------
 
@@ -130,6 +130,17 @@ def unexpected(exc: BaseException, model: str) -> LLMError:
 # -- adapters on a non-OpenAI SDK --------------------------------------------------------------
 
 
+def window_turns(history: tuple[Exchange, ...], input_data: str) -> list[dict[str, Any]]:
+    """The chain window's exchanges as user/assistant turns, then the input as a user turn:
+    the message shape the Responses, chat and Messages APIs share."""
+    turns: list[dict[str, Any]] = []
+    for exchange in history:
+        turns.append({"role": "user", "content": exchange.input})
+        turns.append({"role": "assistant", "content": exchange.output})
+    turns.append({"role": "user", "content": input_data})
+    return turns
+
+
 def require_module(module: str, provider: str, sdk: str, install_hint: str) -> ModuleType:
     """The optional SDK's module; a clear configuration error when it is not installed."""
     try:
@@ -154,19 +165,10 @@ def pool_limits(max_concurrency: int) -> httpx2.Limits:
     return httpx2.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
 
 
-class SDKAdapter:
-    """The frame of an adapter for an API that keeps no responses (no server chains)."""
+class Responder:
+    """What every adapter builds its answer with (one shape for all providers)."""
 
-    name: str
-
-    def require_window(self, request: ModelRequest) -> None:
-        """Refuse a server-chained request: this API stores nothing to chain on."""
-        if request.previous_response_id:
-            raise LLMConfigurationError(
-                f'provider "{self.name}" keeps no responses, so it has no server chains; '
-                'set [llm] chain_mode = "window"',
-                model=request.settings.model,
-            )
+    name: ClassVar[str]
 
     def respond(
         self,
@@ -177,9 +179,11 @@ class SDKAdapter:
         *,
         response_id: str,
         model: str,
+        structured_output: str | None = None,
     ) -> AdapterResponse:
         """The parsed answer: the tool calls with ``request.tools``, else the structured
-        answer (``structured(schema)`` gives the model and its raw JSON)."""
+        answer (``structured(schema)`` gives the model and its raw JSON, in the form
+        ``structured_output`` when the adapter chose one)."""
         parsed: BaseModel
         if request.tools is not None:
             parsed = calls()
@@ -196,7 +200,21 @@ class SDKAdapter:
             finish_reason=finish,
             raw=raw,
             provider=self.name,
+            structured_output=structured_output if request.tools is None else None,
         )
+
+
+class SDKAdapter(Responder):
+    """The frame of an adapter for an API that keeps no responses (no server chains)."""
+
+    def require_window(self, request: ModelRequest) -> None:
+        """Refuse a server-chained request: this API stores nothing to chain on."""
+        if request.previous_response_id:
+            raise LLMConfigurationError(
+                f'provider "{self.name}" keeps no responses, so it has no server chains; '
+                'set [llm] chain_mode = "window"',
+                model=request.settings.model,
+            )
 
     async def delete_response(self, response_id: str) -> None:
         """The API stores nothing for us: nothing to delete."""

@@ -165,15 +165,17 @@ def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> o
     return openai.Timeout(settings.timeout_seconds, connect=connect_timeout_seconds)
 
 
-def validate_text(schema: type[BaseModel], text: str, usage: Usage, model: str) -> BaseModel:
-    """Parse ``text`` into ``schema``.
+def validate_text(
+    schema: type[BaseModel], text: str, usage: Usage, model: str
+) -> tuple[BaseModel, str]:
+    """Parse ``text`` into ``schema``: the model and ``text`` (what ``respond`` takes).
 
     Raises:
         LLMSchemaError: not valid JSON for the schema; it carries the usage, so the
             attempt is still paid for.
     """
     try:
-        return schema.model_validate_json(text)
+        return schema.model_validate_json(text), text
     except ValidationError as exc:
         raise schema_mismatch(schema, exc, text, usage, model) from exc
 

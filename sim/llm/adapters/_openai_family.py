@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TypedDict
 import openai
 import orjson
 
+from sim.llm.adapters._adapter_common import Responder
 from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json, request_timeout
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
@@ -40,7 +41,7 @@ class FamilyOptions(TypedDict, total=False):
     max_concurrency: int
 
 
-class OpenAIFamilyAdapter(ABC):
+class OpenAIFamilyAdapter(Responder, ABC):
     """An adapter speaking one of OpenAI's wire formats.
 
     Args:
@@ -53,7 +54,6 @@ class OpenAIFamilyAdapter(ABC):
         max_concurrency: calls in flight to size the HTTP connection pools for.
     """
 
-    name: ClassVar[str]
     #: the endpoint every call posts to, under the base URL
     path: ClassVar[str]
     #: a base URL on this machine may go without a key (local model servers)

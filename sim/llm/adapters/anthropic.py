@@ -54,6 +54,7 @@ from sim.llm.adapters._adapter_common import (
     too_long,
     unexpected,
     unknown_model,
+    window_turns,
 )
 from sim.llm.adapters._openai_common import schema_mismatch
 from sim.llm.adapters._openai_errors import retry_after_seconds
@@ -125,11 +126,7 @@ def messages(
 ) -> list[dict[str, Any]]:
     """The window's exchanges as user/assistant turns, the input as a user turn, then a
     tool conversation: calls as ``tool_use`` blocks, the tools' answers as ``tool_result``."""
-    out: list[dict[str, Any]] = []
-    for exchange in history:
-        out.append({"role": "user", "content": exchange.input})
-        out.append({"role": "assistant", "content": exchange.output})
-    out.append({"role": "user", "content": input_data})
+    out = window_turns(history, input_data)
     for message in conversation:
         call, answer = message.function_call, message.function_response
         if answer is not None:

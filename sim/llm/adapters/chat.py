@@ -19,8 +19,8 @@ from typing import Any, Unpack
 
 import openai
 import orjson
-from pydantic import BaseModel
 
+from sim.llm.adapters._adapter_common import window_turns
 from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ChatAssembler
@@ -36,12 +36,11 @@ from sim.llm.adapters._structured import (
 )
 from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
-    FunctionCall,
     LLMMessage,
     ToolCalls,
-    parse_arguments,
     response_json,
     schema_of,
+    wire_call,
 )
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
 
@@ -56,11 +55,7 @@ def _messages(
     input_data: str,
     conversation: tuple[LLMMessage, ...] = (),
 ) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
-    for exchange in history:
-        messages.append({"role": "user", "content": exchange.input})
-        messages.append({"role": "assistant", "content": exchange.output})
-    messages.append({"role": "user", "content": input_data})
+    messages = [{"role": "system", "content": instructions}, *window_turns(history, input_data)]
     for message in conversation:  # a tool conversation: calls, then the tools' answers
         call, answer = message.function_call, message.function_response
         if answer is not None:
@@ -95,14 +90,7 @@ def _tool_calls(message: Json) -> ToolCalls:
     calls = []
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
-        name = str(function.get("name") or "")
-        calls.append(
-            FunctionCall(
-                name=name,
-                arguments=parse_arguments(name, function.get("arguments")),
-                call_id=str(call.get("id") or ""),
-            )
-        )
+        calls.append(wire_call(function.get("name"), function.get("arguments"), call.get("id")))
     return ToolCalls(calls=calls, content=message.get("content") or None)
 
 
@@ -241,22 +229,12 @@ class ChatAdapter(OpenAIFamilyAdapter):
         settings = request.settings
         usage = _usage(data)
         message = _message(data, usage, settings.model)
-        parsed: BaseModel
-        if request.tools is not None:
-            parsed = _tool_calls(message)
-            raw = parsed.dump()
-            finish = "tool_calls" if parsed.calls else "stop"
-        else:
-            raw = answer_text(form, message)
-            parsed = validate_text(schema_of(self, request), raw, usage, settings.model)
-            finish = "stop"
-        return AdapterResponse(
-            parsed=parsed,
+        return self.respond(
+            request,
+            usage,
+            lambda: _tool_calls(message),
+            lambda schema: validate_text(schema, answer_text(form, message), usage, settings.model),
             response_id=str(data.get("id") or ""),
-            usage=usage,
             model=str(data.get("model") or settings.model),
-            finish_reason=finish,
-            raw=raw,
-            provider=self.name,
-            structured_output=form if request.tools is None else None,
+            structured_output=form,
         )

@@ -28,7 +28,6 @@ import re
 from typing import Any
 
 import httpx2
-from pydantic import BaseModel
 
 from sim.llm.adapters._adapter_common import (
     SDKAdapter,
@@ -433,16 +432,11 @@ class GeminiAdapter(SDKAdapter):
         model = request.settings.model
         usage = _usage(response)
         parts = _parts(_candidate(response, usage, model))
-
-        def structured(schema: type[BaseModel]) -> tuple[BaseModel, str]:
-            raw = _text(parts)
-            return validate_text(schema, raw, usage, model), raw
-
         return self.respond(
             request,
             usage,
             lambda: _tool_calls(parts),
-            structured,
+            lambda schema: validate_text(schema, _text(parts), usage, model),
             response_id=response.response_id or "",
             model=response.model_version or model,
         )

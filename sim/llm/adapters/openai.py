@@ -19,20 +19,19 @@ from typing import Unpack
 
 import openai
 import orjson
-from pydantic import BaseModel
 
+from sim.llm.adapters._adapter_common import window_turns
 from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
 from sim.llm.tools import (
-    FunctionCall,
     LLMMessage,
     ToolCalls,
-    parse_arguments,
     response_json,
     schema_of,
+    wire_call,
 )
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
@@ -55,11 +54,7 @@ def _output_text(data: Json) -> str:
 def _input_items(
     history: tuple[Exchange, ...], input_data: str, conversation: tuple[LLMMessage, ...] = ()
 ) -> list[Json]:
-    items: list[Json] = []
-    for exchange in history:
-        items.append({"role": "user", "content": exchange.input})
-        items.append({"role": "assistant", "content": exchange.output})
-    items.append({"role": "user", "content": input_data})
+    items = window_turns(history, input_data)
     for message in conversation:  # a tool conversation: function_call / _output items
         call, answer = message.function_call, message.function_response
         if message.content and answer is None:
@@ -117,17 +112,11 @@ def _check(data: Json, usage: Usage, model: str) -> None:
 
 def _tool_calls(data: Json) -> ToolCalls:
     """The function calls (and any text) of a tool-calling answer."""
-    calls: list[FunctionCall] = []
-    for item in data.get("output") or ():
-        if item.get("type") == "function_call":
-            name = str(item.get("name") or "")
-            calls.append(
-                FunctionCall(
-                    name=name,
-                    arguments=parse_arguments(name, item.get("arguments")),
-                    call_id=str(item.get("call_id") or ""),
-                )
-            )
+    calls = [
+        wire_call(item.get("name"), item.get("arguments"), item.get("call_id"))
+        for item in data.get("output") or ()
+        if item.get("type") == "function_call"
+    ]
     return ToolCalls(calls=calls, content=_output_text(data) or None)
 
 
@@ -188,28 +177,19 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         settings = request.settings
         usage = _usage(data)
         rid = str(data.get("id") or "")
-        parsed: BaseModel
         try:
             _check(data, usage, settings.model)
-            if request.tools is not None:
-                parsed = _tool_calls(data)
-                raw = parsed.dump()
-            else:
-                raw = _output_text(data)
-                parsed = validate_text(schema_of(self, request), raw, usage, settings.model)
+            return self.respond(
+                request,
+                usage,
+                lambda: _tool_calls(data),
+                lambda schema: validate_text(schema, _output_text(data), usage, settings.model),
+                response_id=rid,
+                model=str(data.get("model") or settings.model),
+            )
         except LLMError:
             await self._discard(rid)
             raise
-        calls = isinstance(parsed, ToolCalls) and bool(parsed.calls)
-        return AdapterResponse(
-            parsed=parsed,
-            response_id=rid,
-            usage=usage,
-            model=str(data.get("model") or settings.model),
-            finish_reason="tool_calls" if calls else "stop",
-            raw=raw,
-            provider=self.name,
-        )
 
     async def _discard(self, response_id: str) -> None:
         """Delete a stored answer that failed our checks: no chain will ever point at it,
