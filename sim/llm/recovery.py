@@ -271,10 +271,13 @@ class RecoveryAdapter(AdapterWrapper):
         attempts: list[Attempt] = []
         last: LLMError | None = None
         for model in models:
+            sent = (
+                request
+                if model == settings.model
+                else replace(request, settings=replace(settings, model=model))
+            )
             try:
-                response = await self._model(
-                    replace(request, settings=replace(settings, model=model)), attempts
-                )
+                response = await self._model(sent, attempts)
             except LLMError as exc:
                 if isinstance(exc, LLMCircuitOpenError) and last is not None:
                     pass  # keep the more telling error of an earlier model

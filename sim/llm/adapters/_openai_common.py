@@ -19,6 +19,7 @@ from sim.llm.adapters._fast_http import (
     DirectPost,
     direct_url,
     plain_tcp_transport,
+    shared_ssl_context,
 )
 from sim.llm.adapters._strict_schema import to_strict_json_schema
 from sim.llm.calls import idempotency_key
@@ -148,7 +149,8 @@ def build_client(
         transport, pool = plain_tcp_transport(limits, tls=url.lower().startswith("https:"))
         http_client = openai.DefaultAsyncHttpxClient(transport=transport)
     else:
-        http_client = openai.DefaultAsyncHttpxClient(limits=limits)
+        # the SDK's own stack (URLs behind a proxy), verifying with the one shared context
+        http_client = openai.DefaultAsyncHttpxClient(limits=limits, verify=shared_ssl_context())
     client = openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url or None,
