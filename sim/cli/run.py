@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --
     from sim.llm.events import LLMEvent
     from sim.llm.streaming import StreamDelta
     from sim.phases.base import PhaseReport
+    from sim.policy import Approval
 
 
 class Progress:
@@ -178,6 +179,39 @@ class StreamView:
             self._next()
 
 
+class TerminalApprover:
+    """Answers what a policy asks (``approve_above_usd``, a custom policy's ``ask``): a y/N
+    prompt on a terminal; with ``--yes`` approved without asking; with no terminal refused.
+
+    Args:
+        yes: approve every ask (``sim tick --yes``).
+        interactive: whether a person can answer (default: stdin is a terminal).
+    """
+
+    def __init__(self, yes: bool, interactive: bool | None = None) -> None:
+        self.yes = yes
+        self.interactive = sys.stdin.isatty() if interactive is None else interactive
+
+    def __call__(self, question: str) -> Approval:
+        from sim.policy import Approval
+
+        if self.yes:
+            click.echo(f"\napproved (--yes): {question}", err=True)
+            return Approval(True, "--yes")
+        if not self.interactive:
+            return Approval(
+                False,
+                "no terminal",
+                "no terminal to ask: run `sim tick` on a terminal to answer, or pass --yes",
+            )
+        click.echo("", err=True)
+        try:
+            approved = click.confirm(question, default=False, err=True)
+        except click.Abort:  # Ctrl-D / Ctrl-C at the prompt: no
+            approved = False
+        return Approval(approved, "terminal", "" if approved else "answered no at the prompt")
+
+
 def print_tick(result: TickResult) -> None:
     click.secho(f"\n== tick {result.tick} ==", bold=True)
     for note in result.notes:
@@ -263,6 +297,12 @@ def print_tick(result: TickResult) -> None:
     help="Stream answers and show each place's narrative as it is written "
     "(Ctrl-C once stops the calls in flight; the tick resumes on the next run).",
 )
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Approve what a policy asks (approve_above_usd) without a prompt; without it, a "
+    "run with no terminal refuses and the tick is not committed.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
@@ -277,6 +317,7 @@ def tick(
     budget_tokens: int | None,
     seed: int | None,
     stream: bool,
+    yes: bool,
     as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
@@ -311,6 +352,7 @@ def tick(
             on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
             seed=seed,
             on_delta=view.on_delta if view is not None and not as_json else None,
+            approver=TerminalApprover(yes),
         )
         runner.run(ticks)
 
