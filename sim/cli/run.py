@@ -369,6 +369,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.config import endpoint, phase_endpoints
     from sim.engine import deletions, repair
     from sim.phases.check import check_phases
+    from sim.policy import configured_policies
     from sim.storage import Storage
     from sim.ticklog.format import read_logs
 
@@ -379,6 +380,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
         running = storage.running_elsewhere()
         storage.check_engine_dirs()
         world = storage.load()  # entities, prompts, a pending journal
+        policies = [p.name for p in configured_policies(config)]  # a custom one must load
         repairs = [str(item) for item in repair.inspect(world).items]
         pending_problem = deletions.problem(world_dir)
         if pending_problem is not None:
@@ -407,6 +409,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             document = check_document(world_dir, config, storage, world)
             document["phases"] = [spec.name for spec in phases.phases]
             document["warnings"] = phases.warnings
+            document["policies"] = policies
             document.update(endpoint=url, api_key_env=key_env, repairs=repairs, running=running)
             document["phase_endpoints"] = {
                 name: {"endpoint": u, "api_key_env": k}
@@ -424,6 +427,8 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             f"phases: {', '.join(spec.name for spec in phases.phases)} "
             f"({phases.renders} template renders checked)"
         )
+        if policies:
+            click.echo(f"policies: {', '.join(policies)} (docs/policies.md)")
         click.echo(f"endpoint: {url}")
         if key_env is not None:
             state = "set" if os.environ.get(key_env) else "not set"

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from conftest import REPO, copy_demo, tree
 
 from sim.cli import main
+from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path, read_log
 
 PLUGIN = '''
@@ -383,3 +384,60 @@ def test_replay_reproduces_decisions_from_the_log(
     assert result.exit_code == 0, result.output
     assert "tick 1: identical" in result.output
     assert "ask" not in result.output.lower().split("identical")[0]
+
+
+def test_check_names_the_policies_and_refuses_one_that_is_not_installed(
+    demo_world: Path, tmp_path: Path
+) -> None:
+    config = user_config(
+        tmp_path, '[policy]\nallowed_models = ["gpt-4.1-mini"]\napprove_above_usd = 1.0\n'
+    )
+    result = CliRunner().invoke(
+        main, ["check", "--world", str(demo_world), "--config", str(config)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "policies: allowed_models, approve_above_usd" in result.output
+    missing = user_config(tmp_path, '[policy]\ncustom = ["nope"]\n')
+    result = CliRunner().invoke(
+        main, ["check", "--world", str(demo_world), "--config", str(missing)]
+    )
+    assert result.exit_code == 2
+    assert "policy.custom" in result.output and "'nope'" in result.output
+
+
+# -- the failure policy over real HTTP --------------------------------------------------------
+
+
+def test_fail_stops_at_the_first_failed_call_and_the_rerun_pays_only_for_the_rest(
+    demo_world: Path, tmp_path: Path, stub_server: StubServer
+) -> None:
+    """A schema failure (``json_max_retries = 0``) in a ``fail`` resolution phase: nothing
+    is committed and nothing more is sent; the next run resumes without re-sending the
+    intentions, and commits."""
+    config = user_config(
+        tmp_path,
+        "[llm]\njson_max_retries = 0\nmax_concurrency = 1\n"
+        '[phase2a]\nllm_failure_policy = "fail"\n',
+    )
+    flags = ("--provider", "chat", "--base-url", stub_server.base_url)
+    env = {"OPENAI_API_KEY": "sk-test"}
+    before = tree(demo_world)
+    characters = len(list((demo_world / "characters").glob("*.json")))
+    stub_server.enqueue(*[None] * characters, "malformed")  # the first resolution call
+    result = tick(demo_world, config, *flags, env=env)
+    assert result.exit_code == 1, result.output
+    assert "phase resolution: the call for resolution:" in result.output
+    assert "schema_error" in result.output and 'llm_failure_policy = "fail"' in result.output
+    assert tree(demo_world) == before
+    assert stub_server.stats.generations == characters + 1  # nothing sent after the failure
+    log = read_log(log_path(demo_world, 1))
+    halted = [c for c in log.calls.values() if c.error_code == "tick_halted"]
+    assert halted and all(c.phase == "resolution" for c in halted)
+
+    sent = stub_server.stats.generations
+    result = tick(demo_world, config, *flags, env=env)
+    assert result.exit_code == 0, result.output
+    assert f"resumed: {characters} calls taken from the interrupted tick's log" in result.output
+    log = read_log(log_path(demo_world, 1))
+    assert log.committed
+    assert stub_server.stats.generations - sent == len(log.calls) - characters
