@@ -441,3 +441,23 @@ def test_fail_stops_at_the_first_failed_call_and_the_rerun_pays_only_for_the_res
     log = read_log(log_path(demo_world, 1))
     assert log.committed
     assert stub_server.stats.generations - sent == len(log.calls) - characters
+
+
+def test_bad_policy_and_failure_settings_are_named(demo_world: Path, tmp_path: Path) -> None:
+    config = user_config(
+        tmp_path,
+        '[llm]\nllm_failure_policy = "explode"\njson_max_retries = -1\n'
+        "[policy]\napprove_above_usd = -2.0\n[phase2b]\nllm_failure_policy = 3\n",
+    )
+    result = tick(demo_world, config)
+    assert result.exit_code == 2
+    for field in (
+        "llm.llm_failure_policy",
+        "llm.json_max_retries",
+        "policy.approve_above_usd",
+        "phase2b.llm_failure_policy",
+    ):
+        assert f"field '{field}'" in result.output
+    # a world restating the default [policy] is no change, so it needs no trust
+    (demo_world / "config.toml").write_text("[policy]\nallowed_models = []\n")
+    assert tick(demo_world).exit_code == 0
