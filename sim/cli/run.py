@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -179,6 +182,34 @@ class StreamView:
             self._next()
 
 
+class _PromptInterrupted(Exception):
+    """Ctrl-C at a policy's y/N prompt."""
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Let Ctrl-C end a blocking read of the terminal. asyncio's SIGINT handler only
+    cancels the run's main task, which a blocked ``input()`` never notices: this handler
+    calls it (so the run stops as on any Ctrl-C: exit 130, the tick resumable) and then
+    breaks the read with ``_PromptInterrupted``."""
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signum, frame)  # asyncio's: cancel the run, count the interrupt
+            raise _PromptInterrupted
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class TerminalApprover:
     """Answers what a policy asks (``approve_above_usd``, a custom policy's ``ask``): a y/N
     prompt on a terminal; with ``--yes`` approved without asking; with no terminal refused.
@@ -204,11 +235,15 @@ class TerminalApprover:
                 "no terminal",
                 "no terminal to ask: run `sim tick` on a terminal to answer, or pass --yes",
             )
-        click.echo("", err=True)
+        click.echo(f"\n{question} [y/N]: ", nl=False, err=True)
         try:
-            approved = click.confirm(question, default=False, err=True)
-        except click.Abort:  # Ctrl-D / Ctrl-C at the prompt: no
-            approved = False
+            with _interruptible():  # Ctrl-C at the prompt interrupts the run (exit 130)
+                answer = input()
+        except EOFError:  # Ctrl-D: no
+            answer = ""
+        except _PromptInterrupted:
+            return Approval(False, "terminal", "interrupted at the prompt")
+        approved = answer.strip().lower() in ("y", "yes")
         return Approval(approved, "terminal", "" if approved else "answered no at the prompt")
 
 

@@ -7,11 +7,13 @@ Custom policies are installed the way a package installs them: a distribution on
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import select
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -301,9 +303,15 @@ def test_approval_is_asked_once_per_tick_and_kept_by_a_resume(
 
 
 def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, str]:
-    """Run ``sim tick`` in a child whose stdin and stderr are a pseudo-terminal, answer
-    its prompt, and return its exit code and what it showed there."""
+    """Run ``sim tick`` in a child whose stdin and stderr are a pseudo-terminal (its
+    controlling terminal, so Ctrl-C there is a SIGINT), answer its prompt, and return its
+    exit code and what it showed there."""
     master, slave = pty.openpty()
+
+    def controlling_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     child = subprocess.Popen(
         [sys.executable, "-m", "sim", "tick", "--world", str(world), "--config", str(config)],
@@ -311,6 +319,7 @@ def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, 
         stdout=subprocess.PIPE,
         stderr=slave,
         env=env,
+        preexec_fn=controlling_terminal,
     )
     os.close(slave)
     shown = b""
@@ -326,7 +335,7 @@ def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, 
                     break
                 shown += chunk
             if not answered and b"[y/N]" in shown:
-                os.write(master, answer + b"\n")
+                os.write(master, answer)
                 answered = True
             if child.poll() is not None and not ready:
                 break
@@ -343,7 +352,7 @@ def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, 
 
 def test_ask_on_a_terminal_approved(demo_world: Path, tmp_path: Path) -> None:
     config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
-    code, shown = _tick_on_a_terminal(demo_world, config, b"y")
+    code, shown = _tick_on_a_terminal(demo_world, config, b"y\n")
     assert code == 0, shown
     assert "above [policy] approve_above_usd = $0.0001. Run it? [y/N]" in shown
     log = read_log(log_path(demo_world, 1))
@@ -356,12 +365,22 @@ def test_ask_on_a_terminal_approved(demo_world: Path, tmp_path: Path) -> None:
 def test_ask_on_a_terminal_refused(demo_world: Path, tmp_path: Path) -> None:
     config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
     before = tree(demo_world)
-    code, shown = _tick_on_a_terminal(demo_world, config, b"n")
+    code, shown = _tick_on_a_terminal(demo_world, config, b"n\n")
     assert code == 1, shown
     assert "refused (terminal)" in shown and "answered no at the prompt" in shown
     assert tree(demo_world) == before
     [asked] = read_log(log_path(demo_world, 1)).decisions
     assert (asked.answer, asked.by) == ("refused", "terminal")
+
+
+def test_ctrl_c_at_the_prompt_interrupts_the_run(demo_world: Path, tmp_path: Path) -> None:
+    config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
+    before = tree(demo_world)
+    code, shown = _tick_on_a_terminal(demo_world, config, b"\x03")
+    assert code == 130, shown
+    assert "interrupted: nothing was committed for tick 1" in shown
+    assert "Traceback" not in shown and "never retrieved" not in shown
+    assert tree(demo_world) == before
 
 
 # -- replay -----------------------------------------------------------------------------------
