@@ -67,8 +67,8 @@ class MaxCallsPerEntity:
         if call.entity_id is None or call.calls_for_entity < self.limit:
             return ALLOW
         return PolicyDecision.deny(
-            f"{call.entity_id} already had {call.calls_for_entity} calls this tick "
-            f"([policy] max_calls_per_entity_per_tick = {self.limit})"
+            f"{call.entity_id} reached [policy] max_calls_per_entity_per_tick = {self.limit} "
+            "this tick"
         )
 
 
