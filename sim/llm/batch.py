@@ -241,12 +241,11 @@ class BatchSession:
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_when_quiet())
         try:
-            data = await item.future
+            return await item.future
         finally:
             self._waiting -= 1
-        if ident is not None and item.batch_id:
-            ident.batch_ids.append(item.batch_id)
-        return data
+            if ident is not None and item.batch_id:  # answered or failed, it was in a batch
+                ident.batch_ids.append(item.batch_id)
 
     # -- batching -------------------------------------------------------------------------
 
