@@ -294,6 +294,8 @@ def dump_record(record: BaseModel) -> bytes:
 
 __all__ = [
     "AttemptRecord",
+    "BatchLineRecord",
+    "BatchRecord",
     "CallRecord",
     "CommitRecord",
     "HeaderRecord",
