@@ -277,17 +277,26 @@ class BatchSession:
         jobs += [self._submit_and_wait(group) for group in groups.values()]
         try:
             await asyncio.gather(*jobs)
+        except Exception as exc:  # a bug here must not leave calls waiting forever
+            logger.error("%s: handling a batch failed: %r", self.phase, exc)
+            self._fail(items, LLMError(f"handling the batch failed: {exc!r}", cause=exc))
         finally:
-            for item in items:  # whatever happened, no call is left waiting
-                if not item.future.done():
-                    item.future.set_exception(
-                        LLMError("the batch ended without an answer for this call")
-                    )
+            # whatever happened, no call is left waiting
+            self._fail(items, LLMError("the batch ended without an answer for this call"))
+
+    @staticmethod
+    def _settle(item: _Item, answer: Json | LLMError) -> None:
+        """Answer or fail one waiting call (unless it stopped waiting: cancelled)."""
+        if item.future.done():
+            return
+        if isinstance(answer, LLMError):
+            item.future.set_exception(answer)
+        else:
+            item.future.set_result(answer)
 
     def _fail(self, items: list[_Item], error: LLMError) -> None:
         for item in items:
-            if not item.future.done():
-                item.future.set_exception(error)
+            self._settle(item, error)
 
     def _sdk_error(self, exc: Exception, items: list[_Item]) -> LLMError:
         first = items[0]
@@ -434,7 +443,7 @@ class BatchSession:
                 code="batch_expired",
                 model=item.model,
             )
-        item.future.set_exception(error)
+        self._settle(item, error)
 
     def _answer(self, item: _Item, line: Json) -> None:
         """Answer one call from its line, or fail it as its status says."""
@@ -443,7 +452,7 @@ class BatchSession:
             status = int(response.get("status_code") or 0)
             body = response.get("body")
             if status == 200 and isinstance(body, dict):
-                item.future.set_result(body)
+                self._settle(item, body)
                 return
             if status:
                 url = str(item.client.base_url).rstrip("/") + item.endpoint.removeprefix("/v1")
@@ -453,28 +462,30 @@ class BatchSession:
                     request=httpx2.Request("POST", url),
                 )
                 exc = status_error(http)
-                item.future.set_exception(
-                    map_openai_error(exc, api_key_env=item.api_key_env, model=item.model)
+                self._settle(
+                    item, map_openai_error(exc, api_key_env=item.api_key_env, model=item.model)
                 )
                 return
         problem = line.get("error")
         code = str(problem.get("code") or "") if isinstance(problem, dict) else ""
         message = str(problem.get("message") or "") if isinstance(problem, dict) else ""
         if code == "batch_expired":
-            item.future.set_exception(
+            self._settle(
+                item,
                 LLMTimeoutError(
                     f"batch {item.batch_id} expired before this call ran",
                     code="batch_expired",
                     model=item.model,
-                )
+                ),
             )
             return
-        item.future.set_exception(
+        self._settle(
+            item,
             LLMError(
                 f"batch {item.batch_id}: {code or 'error'}: {message or 'no answer'}",
                 code=code or "batch_error",
                 model=item.model,
-            )
+            ),
         )
 
 

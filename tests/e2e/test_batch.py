@@ -140,6 +140,12 @@ def test_batch_tick_commits_the_same_world_as_a_live_tick(
     usage_live = CliRunner().invoke(main, ["usage", "--world", str(live), "--json"])
     usage_batch = CliRunner().invoke(main, ["usage", "--world", str(batched), "--json"])
     assert usage_live.exit_code == usage_batch.exit_code == 0
+    calls = CliRunner().invoke(
+        main, ["log", "--world", str(batched), "--tick", str(BASE_TICK + 1), "--calls"]
+    )
+    assert calls.exit_code == 0, calls.output
+    assert calls.output.count("  batch\n") == len(log.calls)
+    assert f"batch {log.batches[0].batch_id}: intentions" in calls.output
     # replay of the batch tick: offline, from the log, identical
     replayed = CliRunner().invoke(
         main, ["replay", "--world", str(batched), "--tick", str(BASE_TICK + 1)]
