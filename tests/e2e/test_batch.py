@@ -154,8 +154,9 @@ def test_batch_tick_commits_the_same_world_as_a_live_tick(
     assert "identical" in replayed.output
 
 
-def test_kill_during_polling_resumes_the_same_batch(
-    base: Path, tmp_path: Path, server: StubServer
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+def test_stopped_while_polling_resumes_the_same_batch(
+    base: Path, tmp_path: Path, server: StubServer, signum: int
 ) -> None:
     world = scratch(base, tmp_path, "killed")
     server.batches.delay = 60.0  # the first batch stays in progress until the kill
@@ -177,13 +178,14 @@ def test_kill_during_polling_resumes_the_same_batch(
         else:
             pytest.fail("the child never logged its batch")
         time.sleep(0.2)  # polling now
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
+        child.send_signal(signum)
+        child.wait(30)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert child.returncode == -signal.SIGKILL
+    # kill -9 ends it on the spot; Ctrl-C stops the polling and exits 130, resumable
+    assert child.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
     first = batches_of(world)
     assert len(first) == 1 and first[0][0] == "intentions"
     assert len(server.batches.batches) == 1
