@@ -83,6 +83,14 @@ class LLMConfig(_Strict):
     #: degrade: a failed or denied call falls back for its entity (bounded by
     #: max_failed_fraction); fail: the first one leaves the tick uncommitted
     llm_failure_policy: FailurePolicy = "degrade"
+    #: send each phase's calls as one OpenAI Batch API batch (half price, hours of waiting)
+    batch: bool = False
+    #: seconds between two polls of a batch in progress
+    batch_poll_seconds: float = Field(30, gt=0)
+
+
+#: providers whose wire format the Batch API takes (``[llm] batch``)
+BATCH_PROVIDERS = ("openai", "chat")
 
 
 class BudgetConfig(_Strict):
@@ -387,6 +395,20 @@ def _problems(
                 f"provider {config.llm.provider!r} cannot keep chains on its server; "
                 f'use chain_mode = "window" ("server" needs: '
                 f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
+            )
+        )
+    if (
+        combined
+        and config.llm.batch
+        and config.llm.provider in PROVIDERS
+        and config.llm.provider not in BATCH_PROVIDERS
+    ):
+        problems.append(
+            InputError(
+                source,
+                "llm.batch",
+                f"the Batch API is not offered for provider {config.llm.provider!r}; "
+                f"set batch = false or a provider that has it ({', '.join(BATCH_PROVIDERS)})",
             )
         )
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):

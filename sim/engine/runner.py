@@ -17,6 +17,7 @@ from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
 from sim.llm.backpressure import find_endpoint
+from sim.llm.batch import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
@@ -138,6 +139,7 @@ class Runner:
             without one every ask is refused and the tick stops uncommitted.
         decisions: reproduce these recorded policy decisions instead of consulting the
             policies or asking anyone (``sim replay``).
+        on_batch: receives each poll of a Batch API batch (``[llm] batch``).
     """
 
     def __init__(
@@ -153,6 +155,7 @@ class Runner:
         on_delta: DeltaSink | None = None,
         approver: Approver | None = None,
         decisions: list[PolicyRecord] | None = None,
+        on_batch: Callable[[BatchProgress], None] | None = None,
     ) -> None:
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
@@ -166,6 +169,7 @@ class Runner:
         self.decisions = decisions
         #: the policies every call passes (``[policy]``), loaded once per run
         self.policies: list[Policy] | None = None
+        self.on_batch = on_batch
         self.current_tick: int | None = None
         #: the phase list and templates, resolved once per run from the config
         self.phases: list[PhaseSpec] | None = None
@@ -355,6 +359,8 @@ class Runner:
 
         ctx = TickContext(world, config, wrap(adapter), store, world.tick + 1)
         ctx.prompts = self.prompts
+        if config.llm.batch:  # each batch is in the log as soon as it is created
+            ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
         ctx.endpoint_adapters = {k: wrap(a) for k, a in self.endpoint_adapters.items()}
 
         notes: list[str] = []

@@ -50,6 +50,7 @@ from pydantic import ValidationError
 from sim.errors import LogError
 from sim.llm.calls import digest
 from sim.ticklog.records import (
+    BatchRecord,
     CallRecord,
     CommitRecord,
     HeaderRecord,
@@ -286,6 +287,8 @@ class TickLog:
     #: every policy decision that was not "allow", in order (all runs of the tick)
     decisions: list[PolicyRecord] = field(default_factory=list)
     resumes: int = 0
+    #: the Batch API batches the tick created (``[llm] batch``), in order
+    batches: list[BatchRecord] = field(default_factory=list)
     torn: bool = False
     records: list[LogRecord] = field(default_factory=list)
 
@@ -424,6 +427,8 @@ def read_log(path: Path) -> TickLog:
             log.call_records.append(record)
         elif isinstance(record, PhaseRecord):
             log.phases[record.name] = record
+        elif isinstance(record, BatchRecord):
+            log.batches.append(record)
         elif isinstance(record, UsageRecord):
             log.usage = record
         elif isinstance(record, CommitRecord):
