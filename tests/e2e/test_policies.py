@@ -480,3 +480,30 @@ def test_bad_policy_and_failure_settings_are_named(demo_world: Path, tmp_path: P
     # a world restating the default [policy] is no change, so it needs no trust
     (demo_world / "config.toml").write_text("[policy]\nallowed_models = []\n")
     assert tick(demo_world).exit_code == 0
+
+
+def test_a_batched_tick_passes_the_gate_and_a_denied_call_never_joins_a_batch(
+    demo_world: Path, tmp_path: Path, stub_server: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_policies(tmp_path / "site", monkeypatch)
+    config = user_config(
+        tmp_path, '[llm]\nbatch_poll_seconds = 0.05\n[policy]\ncustom = ["no_bram"]\n'
+    )
+    result = tick(
+        demo_world,
+        config,
+        "--batch",
+        "--provider",
+        "openai",
+        "--base-url",
+        stub_server.base_url,
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    assert result.exit_code == 0, result.output
+    log = read_log(log_path(demo_world, 1))
+    assert log.committed and log.batches
+    bram = log.calls["1:intentions:intention:bram:0"]
+    assert bram.error_code == "policy_denied"
+    others = [c for c in log.calls.values() if c.phase == "intentions" and c is not bram]
+    assert others and all(not c.failed for c in others)
+    assert stub_server.stats.generations == sum(1 for c in log.calls.values() if not c.failed)
