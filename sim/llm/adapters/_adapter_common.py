@@ -16,8 +16,9 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import httpx2
 from pydantic import BaseModel
@@ -28,6 +29,7 @@ from sim.llm.errors import (
     LLMContextLengthError,
     LLMError,
     LLMRateLimitError,
+    LLMRefusalError,
     LLMTimeoutError,
 )
 from sim.llm.tools import ToolCalls, schema_of
@@ -48,77 +50,96 @@ def connection_failed(api: str, detail: object, exc: BaseException, model: str) 
     )
 
 
-def key_rejected(
-    api: str, api_key_env: str, status: str, exc: BaseException, model: str
-) -> LLMConfigurationError:
-    """``api`` refused the key: name the variable it came from, never the key."""
-    return LLMConfigurationError(
-        f"{api} rejected the API key from ${api_key_env} ({status}); set a valid key in "
-        f"{api_key_env} or change [llm] api_key_env",
-        cause=exc,
-        model=model,
-    )
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An error status from ``api`` as an error map reads it, once per failure: the
+    status, its message and body, what the SDK raised, and the model asked for. Its
+    methods are the sim errors such a reply can be."""
+
+    api: str
+    status: int | None
+    message: str
+    body: Any
+    exc: BaseException
+    model: str
+
+    def key_rejected(self, api_key_env: str, detail: str) -> LLMConfigurationError:
+        """The API refused the key: name the variable it came from, never the key."""
+        return LLMConfigurationError(
+            f"{self.api} rejected the API key from ${api_key_env} ({detail}); set a valid key "
+            f"in {api_key_env} or change [llm] api_key_env",
+            cause=self.exc,
+            model=self.model,
+        )
+
+    def rate_limited(self, retry_after: float | None) -> LLMRateLimitError:
+        """HTTP 429 (or the API's word for it), with the wait the server asked for."""
+        return LLMRateLimitError(
+            f"rate limited by {self.api}: {self.message}",
+            status_code=self.status,
+            response_body=self.body,
+            cause=self.exc,
+            model=self.model,
+            retry_after=retry_after,
+        )
+
+    def too_long(self) -> LLMContextLengthError:
+        """The prompt does not fit the model's context window."""
+        return LLMContextLengthError(
+            f"the prompt is too long for {self.model}: {self.message}",
+            cause=self.exc,
+            model=self.model,
+        )
+
+    def unknown_model(self, which: str, hint: str = "") -> LLMConfigurationError:
+        """The API does not know the model (``which``: "model", "Gemini model", ...)."""
+        return LLMConfigurationError(
+            f"unknown {which} {self.model!r}: {self.message}; check the phase's model in "
+            f"config.toml{hint}",
+            cause=self.exc,
+            model=self.model,
+        )
+
+    def failure(self, what: str, code: str | None = None) -> LLMAPIError:
+        """Any other error status (``what``: "HTTP 500 from the provider" and the like):
+        its ``code`` if the API names one, else ``server_error`` for 5xx (which recovery
+        retries), else ``api_error``."""
+        return LLMAPIError(
+            f"{what}: {self.message}",
+            status_code=self.status,
+            response_body=self.body,
+            cause=self.exc,
+            model=self.model,
+            code=code or ("server_error" if (self.status or 0) >= 500 else "api_error"),
+        )
 
 
-def rate_limited(
-    api: str,
-    message: str,
-    *,
-    status: int,
-    body: Any,
-    exc: BaseException,
+def transport_failure(exc: BaseException, sdk: ModuleType, api: str, model: str) -> LLMError | None:
+    """A timeout or a failed connection raised by ``sdk`` (``openai`` or ``anthropic``: both
+    SDKs are generated alike and share these exception classes' shape); ``None`` for
+    anything else. Timeouts first: ``APITimeoutError`` is an ``APIConnectionError``."""
+    if isinstance(exc, sdk.APITimeoutError):
+        return timed_out(exc, model)
+    if isinstance(exc, sdk.APIConnectionError):
+        return connection_failed(api, exc.message, exc, model)
+    return None
+
+
+def refused(
+    detail: str,
+    usage: Usage,
     model: str,
-    retry_after: float | None,
-) -> LLMRateLimitError:
-    """HTTP 429 (or the API's word for it), with the wait the server asked for."""
-    return LLMRateLimitError(
-        f"rate limited by {api}: {message}",
-        status_code=status,
-        response_body=body,
-        cause=exc,
-        model=model,
-        retry_after=retry_after,
-    )
-
-
-def too_long(message: str, exc: BaseException, model: str) -> LLMContextLengthError:
-    """The prompt does not fit the model's context window."""
-    return LLMContextLengthError(
-        f"the prompt is too long for {model}: {message}", cause=exc, model=model
-    )
-
-
-def unknown_model(
-    which: str, message: str, exc: BaseException, model: str, hint: str = ""
-) -> LLMConfigurationError:
-    """The API does not know the model (``which``: "model", "Gemini model", ...)."""
-    return LLMConfigurationError(
-        f"unknown {which} {model!r}: {message}; check the phase's model in config.toml{hint}",
-        cause=exc,
-        model=model,
-    )
-
-
-def status_failure(
-    what: str,
-    message: str,
+    why: str | None = None,
     *,
-    status: int | None,
-    body: Any,
-    exc: BaseException,
-    model: str,
-    code: str | None = None,
-) -> LLMAPIError:
-    """Any other error status (``what``: "HTTP 500 from the provider" and the like): its
-    ``code`` if the API names one, else ``server_error`` for 5xx (which recovery retries),
-    else ``api_error``."""
-    return LLMAPIError(
-        f"{what}: {message}",
-        status_code=status,
-        response_body=body,
-        cause=exc,
+    what: str = "the model refused",
+) -> LLMRefusalError:
+    """A refusal, with the attempt's usage (it is paid for); ``why``: the API's reason or
+    category, when it gives one."""
+    return LLMRefusalError(
+        f"{what} ({why}): {detail}" if why else f"{what}: {detail}",
+        refusal_message=detail,
         model=model,
-        code=code or ("server_error" if (status or 0) >= 500 else "api_error"),
+        usage=usage,
     )
 
 
@@ -204,8 +225,58 @@ class Responder:
         )
 
 
-class SDKAdapter(Responder):
-    """The frame of an adapter for an API that keeps no responses (no server chains)."""
+ClientT = TypeVar("ClientT")
+
+
+class SDKAdapter(Responder, Generic[ClientT]):
+    """The frame of an adapter on a provider's own SDK, for an API that keeps no responses
+    (no server chains).
+
+    Args:
+        client: the SDK's client to use (tests may hand one in); built by ``connect`` from
+            the other arguments when omitted.
+        base_url: API root (``None``: the SDK's default); the SDK adds the endpoint's path,
+            so a loopback stub is ``http://127.0.0.1:PORT``.
+        api_key_env: the environment variable holding the key (never printed);
+            ``default_key_env`` when omitted.
+        timeout_seconds: default total timeout; each call uses its settings' timeout.
+        connect_timeout_seconds: connect timeout.
+        max_concurrency: calls in flight to size the HTTP connection pool for.
+
+    Raises:
+        LLMConfigurationError: the SDK is not installed, or the key variable is unset.
+    """
+
+    #: the environment variable read for the key unless ``[llm] api_key_env`` names another
+    default_key_env: ClassVar[str]
+    #: the key as the error for an unset variable names it ("an Anthropic API key")
+    key_name: ClassVar[str]
+    #: checks that the SDK (an optional extra) is installed; says what to install if not
+    require_sdk: Callable[[], object]
+
+    def __init__(
+        self,
+        client: ClientT | None = None,
+        *,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        timeout_seconds: float = 60.0,
+        connect_timeout_seconds: float = 10.0,
+        max_concurrency: int = 64,
+    ) -> None:
+        self.require_sdk()
+        self.api_key_env = api_key_env or self.default_key_env
+        self.connect_timeout_seconds = connect_timeout_seconds
+        if client is None:
+            key = api_key(self.api_key_env, self.key_name)
+            client = self.connect(key, base_url, timeout_seconds, pool_limits(max_concurrency))
+        self.client: ClientT = client
+
+    def connect(
+        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+    ) -> ClientT:
+        """A new SDK client with its retries off (recovery owns retries)."""
+        raise NotImplementedError
 
     def require_window(self, request: ModelRequest) -> None:
         """Refuse a server-chained request: this API stores nothing to chain on."""

@@ -20,7 +20,7 @@ from typing import Any, Unpack
 import openai
 import orjson
 
-from sim.llm.adapters._adapter_common import window_turns
+from sim.llm.adapters._adapter_common import refused, window_turns
 from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ChatAssembler
@@ -34,7 +34,7 @@ from sim.llm.adapters._structured import (
     rejects_form,
     request_fields,
 )
-from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError, LLMRefusalError
+from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
 from sim.llm.tools import (
     LLMMessage,
     ToolCalls,
@@ -112,12 +112,7 @@ def _message(data: Json, usage: Usage, model: str) -> Json:
     message: Json = choice.get("message") or {}
     refusal = message.get("refusal")
     if refusal:
-        raise LLMRefusalError(
-            f"the model refused: {refusal}",
-            refusal_message=str(refusal),
-            model=model,
-            usage=usage,
-        )
+        raise refused(str(refusal), usage, model)
     return message
 
 

@@ -20,12 +20,12 @@ from typing import Unpack
 import openai
 import orjson
 
-from sim.llm.adapters._adapter_common import window_turns
+from sim.llm.adapters._adapter_common import refused, window_turns
 from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
-from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
+from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
 from sim.llm.tools import (
     LLMMessage,
     ToolCalls,
@@ -102,12 +102,7 @@ def _check(data: Json, usage: Usage, model: str) -> None:
         for content in item.get("content") or ():
             if content.get("type") == "refusal":
                 refusal = str(content.get("refusal") or "")
-                raise LLMRefusalError(
-                    f"the model refused: {refusal}",
-                    refusal_message=refusal,
-                    model=model,
-                    usage=usage,
-                )
+                raise refused(refusal, usage, model)
 
 
 def _tool_calls(data: Json) -> ToolCalls:
