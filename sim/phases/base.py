@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel
 
+from sim.interventions import Happenings
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
@@ -222,6 +223,8 @@ class TickContext:
     #: adapters of phases that set their own provider, base_url or api_key_env, by those
     endpoint_adapters: dict[tuple[str, str, str], Adapter] = field(default_factory=dict)
     prompts: Prompts | None = None
+    #: events injected for this tick (``sim inject``), shown in its inputs as ``happenings``
+    happenings: Happenings = field(default_factory=Happenings)
     _static: dict[str, str] = field(default_factory=dict)
     _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None

@@ -171,6 +171,7 @@ class DeclaredPhase:
             return {
                 "characters": [public(c) for c in world.characters.values()],
                 "locations": [public(loc) for loc in world.locations.values()],
+                "happenings": self._all_happenings(ctx),
             }
         if self.per == "location":
             lid = subject["identity"]["id"]
@@ -179,6 +180,7 @@ class DeclaredPhase:
                 "location": public(subject),
                 "exits": exits_view(world, subject),
                 "present": [public(c) for c in here],
+                "happenings": ctx.happenings.here(lid),
             }
         cid = subject["identity"]["id"]
         loc = world.locations[subject["state"]["location"]]
@@ -192,7 +194,13 @@ class DeclaredPhase:
             "present": [public(c) for c in here if c is not subject],
             "intention": intention.model_dump() if intention is not None else None,
             "outcome": self._outcome(ctx, cid),
+            "happenings": ctx.happenings.here(loc["identity"]["id"]),
         }
+
+    @staticmethod
+    def _all_happenings(ctx: TickContext) -> list[dict[str, Any]]:
+        """Every event injected this tick: ``{"at": location id or null, "text"}``."""
+        return [{"at": at, "text": text} for at, text in ctx.happenings.all]
 
     @staticmethod
     def _outcome(ctx: TickContext, cid: str) -> str | None:
@@ -248,6 +256,13 @@ class DeclaredPhase:
             doc["locations"] = [
                 {"id": lid, "name": loc["identity"]["name"]} for lid, loc in world.locations.items()
             ]
+        if self.per == "world":
+            events: list[Any] = self._all_happenings(ctx)
+        else:
+            lid = subject["identity"]["id"] if self.per == "location" else None
+            events = ctx.happenings.here(lid or subject["state"]["location"])
+        if events:  # injected by `sim inject`; left out when none
+            doc["happenings"] = events
         doc["world"] = ctx.world_view
         doc["tick"] = ctx.tick
         return to_json(doc)
