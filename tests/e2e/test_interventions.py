@@ -257,3 +257,18 @@ def test_a_linked_pending_file_is_never_read_or_written(small: Path, tmp_path: P
     assert result.exit_code == 2, result.output
     assert outside.read_text() == '{"version": 1, "interventions": []}'
     assert run("tick", "--world", str(small)).exit_code == 2
+
+
+def test_check_lists_what_waits_for_the_next_tick(small: Path) -> None:
+    assert run("inject", "--world", str(small), "--at", "inn", "The fire goes out.").exit_code == 0
+    assert run("set", "--world", str(small), 'cora.state.mood="wary"').exit_code == 0
+    shown = run("check", "--world", str(small))
+    assert shown.exit_code == 0, shown.output
+    assert 'pending for tick 1: inject at inn: "The fire goes out."' in shown.output
+    assert "pending for tick 1: set characters/cora state.mood:" in shown.output
+    doc = orjson.loads(run("check", "--world", str(small), "--json").stdout)
+    assert [r["kind"] for r in doc["pending_interventions"]] == ["inject", "set"]
+    inject = run("inject", "--world", str(small), "--everywhere", "Dusk.", "--json")
+    made = orjson.loads(inject.stdout)
+    assert (made["command"], made["ok"], made["pending"], made["tick"]) == ("inject", True, 3, 0)
+    assert made["intervention"]["location"] is None
