@@ -1,6 +1,5 @@
 """`--json` on check, tick, replay, report, init, schema, rewind and fork: one JSON document
-on stdout (JSON Lines for
-tick), also when the command fails."""
+on stdout (JSON Lines for tick), also when the command fails."""
 
 from __future__ import annotations
 
