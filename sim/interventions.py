@@ -137,6 +137,8 @@ def parse_pending(raw: bytes, path: Path) -> list[InterventionRecord]:
         raise InputError(
             path, None, 'expected {"version": 1, "interventions": [...]} (written by sim)'
         )
+    if len(data["interventions"]) > MAX_PENDING:
+        raise InputError(path, "interventions", f"at most {MAX_PENDING} may wait for a tick")
     out: list[InterventionRecord] = []
     for i, item in enumerate(data["interventions"]):
         try:
@@ -147,6 +149,8 @@ def parse_pending(raw: bytes, path: Path) -> list[InterventionRecord]:
             raise InputError(path, f"interventions.{where}", err["msg"].lower()) from None
         if record.kind == "inject" and not record.text:
             raise InputError(path, f"interventions.{i}.text", "an inject needs its text")
+        if record.text is not None and len(record.text) > MAX_TEXT:
+            raise InputError(path, f"interventions.{i}.text", f"at most {MAX_TEXT} characters")
         out.append(record)
     return out
 
@@ -359,6 +363,13 @@ def _model_problem(kind: str, entity: Entity) -> tuple[str, str] | None:
     return None
 
 
+def _id_problem(entity_id: str, entity: Entity) -> tuple[str, str] | None:
+    """Replacing ``identity`` whole must keep the id: it is the file's name."""
+    if entity["identity"]["id"] != entity_id:
+        return "identity.id", f"must stay {entity_id!r}: the id is the file's name"
+    return None
+
+
 def _reference_problem(world: World, kind: str, entity: Entity) -> tuple[str, str] | None:
     if kind == "characters":
         where = entity["state"]["location"]
@@ -454,7 +465,11 @@ def set_field(root: Path, assignment: str, config: Config | None = None) -> Made
         problem = _put(edited, parsed.path, copy.deepcopy(parsed.value))
         if problem is not None:
             raise InputError(path, dotted, problem)
-        found = _model_problem(kind, edited) or _reference_problem(world, kind, edited)
+        found = (
+            _model_problem(kind, edited)
+            or _id_problem(parsed.entity, edited)
+            or _reference_problem(world, kind, edited)
+        )
         if found is not None:
             raise InputError(path, found[0], f"{found[1]} (got {parsed.value!r})")
         if limit is not None and len(dump_json(edited)) > limit:

@@ -182,6 +182,7 @@ def test_set_edits_now_logs_who_what_before_after_and_replays(small: Path) -> No
         ('ada.state.mood.deep="x"', "state.mood is not an object"),
         ('ada.state.inventory.9="x"', "expected an index below"),
         ("ada.state.mood=NaN", "is not JSON"),
+        ('ada.identity={"id": "eve", "name": "Eve"}', "must stay 'ada': the id is the file's"),
         ("ada.state.n=99999999999999999999999", "outside the 64-bit range"),
     ],
 )
@@ -246,6 +247,15 @@ def test_a_damaged_pending_file_stops_the_tick_before_any_call(small: Path) -> N
     assert result.exit_code == 2, result.output
     assert f"{PENDING}: field 'interventions.0." in result.output
     assert tree(small, logs=True) == before
+
+
+def test_an_overlong_pending_event_is_refused(small: Path) -> None:
+    (small / ".sim").mkdir(exist_ok=True)
+    record = {"type": "intervention", "kind": "inject", "n": 1, "text": "x" * 5000}
+    (small / PENDING).write_bytes(orjson.dumps({"version": 1, "interventions": [record]}))
+    result = run("tick", "--world", str(small))
+    assert result.exit_code == 2
+    assert "interventions.0.text': at most 4000 characters" in result.output
 
 
 def test_a_linked_pending_file_is_never_read_or_written(small: Path, tmp_path: Path) -> None:
