@@ -114,15 +114,33 @@ class ErrorReply:
         )
 
 
-def transport_failure(exc: BaseException, sdk: ModuleType, api: str, model: str) -> LLMError | None:
-    """A timeout or a failed connection raised by ``sdk`` (``openai`` or ``anthropic``: both
-    SDKs are generated alike and share these exception classes' shape); ``None`` for
-    anything else. Timeouts first: ``APITimeoutError`` is an ``APIConnectionError``."""
+def map_sdk_error(
+    exc: BaseException,
+    sdk: ModuleType,
+    api: str,
+    model: str,
+    statuses: Callable[[Any], LLMError],
+    *,
+    bad_response: str,
+    code: str | None = None,
+) -> LLMError:
+    """The error map of an SDK generated the way ``openai``'s and ``anthropic``'s are (the
+    same exception classes): an ``LLMError`` as it is; a timeout, a failed connection; an
+    error status as ``statuses`` reads it; any other SDK failure (response validation) an
+    ``LLMAPIError`` worded ``bad_response`` with ``code``; anything else unexpected. Most
+    specific first: ``APITimeoutError`` is an ``APIConnectionError``, and
+    ``APIStatusError`` an ``APIError``."""
+    if isinstance(exc, LLMError):
+        return exc
     if isinstance(exc, sdk.APITimeoutError):
         return timed_out(exc, model)
     if isinstance(exc, sdk.APIConnectionError):
         return connection_failed(api, exc.message, exc, model)
-    return None
+    if isinstance(exc, sdk.APIStatusError):
+        return statuses(exc)
+    if isinstance(exc, sdk.APIError):
+        return LLMAPIError(f"{bad_response}: {exc.message}", code=code, cause=exc, model=model)
+    return unexpected(exc, model)
 
 
 def refused(

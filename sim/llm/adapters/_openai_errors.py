@@ -17,11 +17,9 @@ import openai
 
 from sim.llm.adapters._adapter_common import (
     ErrorReply,
-    transport_failure,
-    unexpected,
+    map_sdk_error,
 )
 from sim.llm.errors import (
-    LLMAPIError,
     LLMBudgetExceededError,
     LLMChainNotFoundError,
     LLMError,
@@ -98,10 +96,8 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
         api_key_env: the environment variable the key came from, named in auth errors.
         model: the model requested, for the error and its message.
     """
-    failed = transport_failure(exc, openai, _API, model)
-    if failed is not None:
-        return failed
-    if isinstance(exc, openai.APIStatusError):
+
+    def statuses(exc: openai.APIStatusError) -> LLMError:
         status = exc.status_code
         body = _error_body(exc)
         code = str(body.get("code") or exc.code or "")
@@ -131,8 +127,5 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
         if status == 404 and code == "model_not_found":
             return reply.unknown_model("model")
         return reply.failure(f"HTTP {status} from {_API}")
-    if isinstance(exc, openai.APIError):  # response validation and other SDK failures
-        return LLMAPIError(f"provider error: {exc.message}", cause=exc, model=model)
-    if isinstance(exc, LLMError):
-        return exc
-    return unexpected(exc, model)
+
+    return map_sdk_error(exc, openai, _API, model, statuses, bad_response="provider error")

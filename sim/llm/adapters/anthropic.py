@@ -44,17 +44,15 @@ from pydantic import BaseModel, ValidationError
 from sim.llm.adapters._adapter_common import (
     ErrorReply,
     SDKAdapter,
+    map_sdk_error,
     refused,
     require_module,
-    transport_failure,
-    unexpected,
     window_turns,
 )
 from sim.llm.adapters._openai_common import schema_mismatch
 from sim.llm.adapters._openai_errors import retry_after_seconds
 from sim.llm.calls import schema_json
 from sim.llm.errors import (
-    LLMAPIError,
     LLMBudgetExceededError,
     LLMError,
     LLMIncompleteError,
@@ -233,13 +231,8 @@ def map_anthropic_error(exc: Exception, *, api_key_env: str, model: str) -> LLME
     (529) and 5xx are ``LLMAPIError`` with their status, which recovery retries with
     backoff (transient).
     """
-    sdk = require_sdk()
-    if isinstance(exc, LLMError):
-        return exc
-    failed = transport_failure(exc, sdk, _API, model)
-    if failed is not None:
-        return failed
-    if isinstance(exc, sdk.APIStatusError):
+
+    def statuses(exc: anthropic.APIStatusError) -> LLMError:
         status = exc.status_code
         kind = _error_type(exc)
         message = str(exc.api_message or exc.message)
@@ -263,11 +256,16 @@ def map_anthropic_error(exc: Exception, *, api_key_env: str, model: str) -> LLME
         return reply.failure(
             f"HTTP {status} {kind} from {_API}", code="overloaded" if overloaded else None
         )
-    if isinstance(exc, sdk.APIError):  # response validation and other SDK failures
-        return LLMAPIError(
-            f"Anthropic API error: {exc.message}", code="bad_response", cause=exc, model=model
-        )
-    return unexpected(exc, model)
+
+    return map_sdk_error(
+        exc,
+        require_sdk(),
+        _API,
+        model,
+        statuses,
+        bad_response="Anthropic API error",
+        code="bad_response",
+    )
 
 
 class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
