@@ -135,8 +135,9 @@ def scenario_overhead(smoke: bool) -> list[str]:
         "page faults grow 9.5× (8.5k → 81k). What is left above 10× is per-call CPU that "
         "grows a little with the heap (68 → 335 MiB; probably cache misses, not measured "
         "or pursued), and run-to-run spread: the commit writes and flushes 11,000 files, "
-        "so it depends on the disk and on what else is writing to it. The benchmark flushes the generated world before the tick, so the tick does "
-        "not pay for the set-up.",
+        "so it depends on the disk and on what else is writing to it. The benchmark "
+        "flushes the generated world before the tick, so the tick does not pay for the "
+        "set-up.",
         "- Fixed: the commit's path checks (pathlib and two stats per file) took "
         "0.5–0.7 s of a 10,000-character commit; `os.path` and each parent folder once: "
         "0.12 s.",
