@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("research", "init_"),
     "schema": ("research", "schema_"),
     "ask": ("research", "ask_"),
+    "inject": ("intervene", "inject_"),
+    "set": ("intervene", "set_"),
     "sweep": ("sweep", "sweep"),
     "stub-server": ("stub", "stub_server"),
 }

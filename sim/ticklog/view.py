@@ -12,6 +12,7 @@ import orjson
 from sim.errors import LogError
 from sim.ticklog.books import call_cost, call_usage, tick_books
 from sim.ticklog.format import TickLog, list_logs, read_log
+from sim.ticklog.records import PolicyRecord
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
     from sim.llm.adapters.replay import Drift
@@ -81,6 +82,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     """The narrative, intentions and outcomes of one logged tick."""
     state = "" if log.committed else " (interrupted: not committed; `sim tick` resumes it)"
     yield f"== tick {log.tick} =={state}"
+    yield from intervention_lines(log)
     narratives = log.phase_results("narrative")
     resolutions = log.phase_results("resolution")
     intentions = log.phase_results("intentions")
@@ -103,9 +105,33 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             yield f"fallback: {name} {key}: {reason}"
         for warning in record.report.warnings:
             yield f"ignored: {warning}"
+    for decision in log.decisions:
+        yield decision_line(decision)
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))
+
+
+def decision_line(record: PolicyRecord) -> str:
+    """One policy decision that was not "allow", as ``sim log`` shows it."""
+    who = f"{record.phase} {record.entity_key or '-'} ({record.request_id})"
+    if record.decision == "deny":
+        return f"policy: denied {who} by {record.policy}: {record.reason}"
+    if record.decision == "defer":
+        until = f" until {record.until}" if record.until else ""
+        return f"policy: deferred {who}{until} by {record.policy}: {record.reason}"
+    return (
+        f"policy: asked by {record.policy} before {who}: {record.reason} -> "
+        f"{record.answer or '?'} ({record.by or '?'})"
+    )
+
+
+def intervention_lines(log: TickLog) -> Iterator[str]:
+    """The ``sim inject`` / ``sim set`` interventions the tick applied, one line each."""
+    from sim.interventions import describe, logged
+
+    for record in logged(log):
+        yield f"intervention {record.n}: {describe(record)}"
 
 
 BUILTIN = ("intentions", "resolution", "narrative", "apply", "memory")
@@ -154,7 +180,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
     over all attempts, and cost; for a tool-calling answer, the tools it called. A call a
     resume sent again has a line per record: the earlier one's attempts were sent too, so
-    the lines add up to the tick's totals."""
+    the lines add up to the tick's totals. Calls sent in a Batch API batch say ``batch``
+    (priced at the batch rate), and each batch gets a line of its own after them."""
     yield CALLS_HEAD
     prices = log.header.prices
     for call in log.call_records:
@@ -167,7 +194,10 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
             f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
+            f"{'  batch' if call.batch_ids else ''}"
         ).rstrip()
+    for batch in log.batches:  # sent through the OpenAI Batch API (half price)
+        yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
 
 
 def drift_lines(drift: Drift) -> Iterator[str]:
