@@ -518,13 +518,20 @@ SCENARIOS: dict[str, Callable[[bool], list[str]]] = {
 }
 
 
+REAL_MODEL_START = "<!-- real-model:start -->"
+REAL_MODEL_KEY = "real-model"
+
+
 def sections(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """The lines before the first ``## `` heading, and each section by its number."""
     head: list[str] = []
     found: dict[str, list[str]] = {}
     current = head
     for line in lines:
-        if line.startswith("## "):
+        if line.startswith(REAL_MODEL_START):
+            # the real-model block (marker, heading, table, marker) stays one section, last
+            current = found.setdefault(REAL_MODEL_KEY, [])
+        elif line.startswith("## ") and REAL_MODEL_KEY not in found:
             current = found.setdefault(line.split()[1], [])
         current.append(line)
     return head, found
