@@ -134,7 +134,7 @@ def test_a_commit_does_not_build_a_second_copy_of_the_changed_files(tmp_path: Pa
     storage = Storage(root)
     world = storage.load()
     template = next(iter(world.characters.values()))
-    for i in range(400):  # ~3 MB of character files
+    for i in range(800):  # ~6 MB of character files
         cid = f"extra{i:03d}"
         char: dict[str, Any] = {
             **template,
@@ -145,7 +145,7 @@ def test_a_commit_does_not_build_a_second_copy_of_the_changed_files(tmp_path: Pa
     world = mutate_every_character(storage)
     changed = storage.changed_files(world)
     total = sum(len(data) for data in changed.values())
-    assert total > 2_500_000
+    assert total > 5_000_000
 
     tracemalloc.start()
     try:
