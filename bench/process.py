@@ -120,8 +120,8 @@ def import_seconds(code: str, runs: int = 5) -> float:
     return max(best(code) - best("pass"), 0.0)
 
 
-def imports() -> dict[str, Any]:
-    return {"import_cpu_s": {name: import_seconds(code) for name, code in IMPORTS.items()}}
+def imports(runs: int = 5) -> dict[str, Any]:
+    return {"import_cpu_s": {name: import_seconds(code, runs) for name, code in IMPORTS.items()}}
 
 
 def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, Any]:
