@@ -6,8 +6,11 @@ Two sources, which agree when every tick is logged:
   every attempt counted, kept for the world's whole life);
 - the tick logs in ``.sim/log/`` (one record per call, with its phase, tick, entity, model
   and attempts): the only place that knows which model used which tokens, so cost comes
-  from here, priced per attempt at the ``[prices]`` table by ``sim.ticklog.books``, the
-  one function every view uses. Every call record counts, including one a resume sent
+  from here. Each committed tick's summary (``sim.ticklog.summary``, written at its
+  commit) holds its calls' tokens per phase, entity and model, so ``sim usage`` reads the
+  summaries, not the logs, and prices the tokens at the ``[prices]`` table; a tick without
+  a summary (an older sim's log, an interrupted or set-aside one) is summarised from its
+  log. Every call record counts, including one a resume sent
   again, and so do the logs a tick set aside into ``.sim/log/abandoned/`` when it started
   afresh: their calls were sent, and billed.
 
@@ -28,8 +31,9 @@ from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.ticklog.books import call_cost, call_usage, timed_out
-from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
+from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog
 from sim.ticklog.records import CallRecord
+from sim.ticklog.summary import Listed, group_entries, summaries
 
 By = Literal["entity", "phase", "tick"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")
@@ -157,9 +161,36 @@ def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
     return rows
 
 
-def _by_entity(world_dir: Path, logs: list[TickLog], prices: Mapping[str, Any]) -> UsageReport:
+def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
+    """The ticks' calls summed per phase, tick or entity id, from their summaries (each
+    tick's per-(phase, entity) tokens by model, priced at ``prices``).
+
+    Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
+    each time, and ``requests`` counts records.
+    """
+    groups: dict[str, UsageRow] = {}
+    cache: dict[str, Price | None] = {}
+    for item, entry in group_entries(items):
+        if by == "tick":
+            key = str(item.tick)
+        elif by == "phase":
+            key = entry.phase
+        else:
+            key = (split_key(entry.entity_key)[1] if entry.entity_key else None) or "-"
+        row = groups.get(key)
+        if row is None:
+            row = groups[key] = UsageRow(key)
+        row.requests += entry.requests
+        row.failures += entry.failures
+        row.timed_out += entry.timed_out
+        row.add_usage(entry.usage)
+        row.cost = row.cost + entry.cost(prices, cache)
+    return groups
+
+
+def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) -> UsageReport:
     rows = entity_usage(world_dir)
-    logged = group_calls(logs, "entity", prices)
+    logged = group_rows(items, "entity", prices)
     notes: list[str] = []
     partial = []
     for eid, row in rows.items():
@@ -199,13 +230,17 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
     """
     if not world_dir.is_dir():
         raise InputError(world_dir, None, "world folder not found")
-    logs, problems = read_logs(world_dir)
+    # each tick's summary (written at its commit), or its log for ticks without one
+    listed = list(summaries(world_dir))
+    logs = [item for item in listed if item.summary is not None]
+    problems = [item.problem for item in listed if item.problem is not None]
     if by == "entity":
         report = _by_entity(world_dir, logs, prices)
     else:
-        aside, aside_problems = read_logs(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}")
-        problems += aside_problems
-        report = _report(by, list(group_calls([*logs, *aside], by, prices).values()))
+        aside_listed = list(summaries(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}"))
+        aside = [item for item in aside_listed if item.summary is not None]
+        problems += [item.problem for item in aside_listed if item.problem is not None]
+        report = _report(by, list(group_rows([*logs, *aside], by, prices).values()))
         if aside:
             report.notes.append(
                 f"includes {len(aside)} abandoned logs (.sim/log/{ABANDONED_DIR}/): runs of a "

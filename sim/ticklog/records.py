@@ -1,9 +1,9 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
 One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``) and ``LogRecord``, their
-union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes a
-record, and ``dump_record`` the only way a record becomes a line.
+``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``, ``compacted``) and
+``LogRecord``, their union discriminated on ``type``. ``parse_record`` is the only way a
+line of a log becomes a record, and ``dump_record`` the only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
@@ -228,6 +228,17 @@ class CommitRecord(_Record):
     committed_at: float = 0.0
 
 
+class CompactedRecord(_Record):
+    """``sim log --compact`` dropped this committed tick's call detail (its ``call`` and
+    ``instructions`` records); its summary keeps the numbers. Such a tick cannot be replayed."""
+
+    type: Literal["compacted"] = "compacted"
+    #: call records dropped
+    calls: int = 0
+    #: the ``--before`` tick the compaction was asked for
+    before: int = 0
+
+
 LogRecord = Annotated[
     HeaderRecord
     | StateRecord
@@ -237,7 +248,8 @@ LogRecord = Annotated[
     | ResumeRecord
     | InterruptedRecord
     | UsageRecord
-    | CommitRecord,
+    | CommitRecord
+    | CompactedRecord,
     Field(discriminator="type"),
 ]
 
@@ -267,6 +279,7 @@ __all__ = [
     "AttemptRecord",
     "CallRecord",
     "CommitRecord",
+    "CompactedRecord",
     "HeaderRecord",
     "InstructionsRecord",
     "InterruptedRecord",

@@ -1,0 +1,427 @@
+"""Per-tick summaries: a committed tick's numbers without reading its log.
+
+``.sim/log/tick-000004.summary.jsonl.gz`` is written when tick 4 has committed (a crash
+before that is made good by ``recover_logs``, from the log) and holds two lines (gzip: the
+second is large and repetitive, and reading the first decompresses only its start):
+
+1. ``summary`` (``TickSummary``): the header's facts (seed, scope, phases, the ``[prices]``
+   in effect), the tick's totals as ``sim.ticklog.books.tick_books`` computes them from the
+   full log (calls, failures, tokens, cost at the tick's prices, timeouts), wall time,
+   resumes and the commit's digests. ``sim log --tick all`` and ``sim check`` read only this
+   line.
+2. ``groups`` (``UsageGroups``): per (phase, entity key), the call records, failures,
+   timeouts and tokens per model: what ``sim usage`` prices at any ``[prices]`` table and
+   groups by entity, phase or tick, and what the report's per-character totals use.
+
+``summarize`` builds a summary from a full ``TickLog``; the recorder feeds the same
+``SummaryBuilder`` call by call as it logs them, so the summary a commit writes equals the
+one the log gives (a test checks it). Ticks without a summary (logs of older sims, an
+interrupted tick, logs set aside) are summarised from their log when a view needs them.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import os
+import stat
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from sim.errors import LogError
+from sim.llm.budget import Cost, Price
+from sim.llm.types import Usage
+from sim.ticklog.books import Books, timed_out
+from sim.ticklog.format import LOG_DIR, TickLog, list_logs, read_log, summary_rel
+from sim.ticklog.records import CallRecord, CommitRecord, HeaderRecord, TokenCounts
+
+SUMMARY_FORMAT = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TickSummary(_Model):
+    """One tick in numbers (the first line of its summary file)."""
+
+    type: Literal["summary"] = "summary"
+    format: int = SUMMARY_FORMAT
+    tick: int
+    committed: bool = False
+    seed: int = 0
+    scope: str = ""
+    phases: list[str] | None = None
+    #: the ``[prices]`` table in effect when the tick ran (as its header holds it)
+    prices: dict[str, Any] = {}
+    #: calls as they ended (one per request id) and how many of those failed
+    calls: int = 0
+    failures: int = 0
+    #: every attempt of every call record, superseded ones included
+    usage: TokenCounts = TokenCounts()
+    #: at the tick's prices; ``None``: a model had no price (``unpriced`` names them)
+    cost: float | None = 0.0
+    unpriced: list[str] = []
+    timed_out: int = 0
+    wall: float | None = None
+    resumes: int = 0
+    state_before: str | None = None
+    state_after: str | None = None
+    committed_at: float | None = None
+    #: ``sim log --compact`` dropped the tick's call detail (the log cannot be replayed)
+    compacted: bool = False
+
+    def price_table(self) -> dict[str, Price]:
+        """The tick's ``[prices]``, parsed as its header's are."""
+        return HeaderRecord(format=1, config={"prices": self.prices}).prices
+
+
+#: (phase, entity key, call records, failed records, timed-out attempts, tokens per model as
+#: [model index, input, cached input, output, ...])
+GroupRow = tuple[str, str | None, int, int, int, list[int]]
+
+
+class UsageGroups(_Model):
+    """Per (phase, entity key), what a tick's call records used (the second line)."""
+
+    type: Literal["groups"] = "groups"
+    models: list[str] = []
+    rows: list[GroupRow] = []
+
+    def entries(self) -> Iterator[GroupUsage]:
+        for phase, key, requests, failures, timeouts, tokens in self.rows:
+            by_model: dict[str, Usage] = {}
+            for i in range(0, len(tokens) - 3, 4):
+                by_model[self.models[tokens[i]]] = Usage(
+                    input_tokens=tokens[i + 1],
+                    cached_input_tokens=tokens[i + 2],
+                    output_tokens=tokens[i + 3],
+                )
+            yield GroupUsage(phase, key, requests, failures, timeouts, by_model)
+
+
+@dataclass
+class GroupUsage:
+    """The calls of one phase and entity key in one tick."""
+
+    phase: str
+    entity_key: str | None
+    requests: int = 0
+    failures: int = 0
+    timed_out: int = 0
+    tokens: dict[str, Usage] = field(default_factory=dict)
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for usage in self.tokens.values():
+            total = total + usage
+        return total
+
+    def cost(self, prices: Mapping[str, Any], cache: dict[str, Price | None]) -> Cost:
+        """What these tokens cost at ``prices``, each model's at its own price."""
+        from sim.llm.budget import price_usage
+
+        total = Cost()
+        for model, usage in self.tokens.items():
+            total = total + price_usage(usage, model, prices, cache)
+        return total
+
+
+@dataclass
+class Summary:
+    head: TickSummary
+    groups: UsageGroups
+
+
+class SummaryBuilder:
+    """Accumulates a tick's summary from its call records, in log order.
+
+    Args:
+        header: the tick's header record (prices, seed, scope, phases).
+    """
+
+    def __init__(self, header: HeaderRecord) -> None:
+        self.header = header
+        self._prices = header.prices
+        self._cache: dict[str, Price | None] = {}
+        self.books = Books()
+        self._last_failed: dict[str, bool] = {}
+        self._groups: dict[tuple[str, str | None], list[Any]] = {}
+        self._models: dict[str, int] = {}
+
+    def add_call(self, call: CallRecord) -> None:
+        self.books.add_call(call, self._prices, self._cache)
+        self._last_failed.pop(call.request_id, None)
+        self._last_failed[call.request_id] = call.failed
+        group = self._groups.get((call.phase, call.entity_key))
+        if group is None:
+            group = self._groups[(call.phase, call.entity_key)] = [0, 0, 0, {}]
+        group[0] += 1
+        group[1] += 1 if call.failed else 0
+        group[2] += timed_out(call)
+        tokens: dict[int, list[int]] = group[3]
+        for attempt in call.every_attempt():
+            index = self._models.setdefault(attempt.model, len(self._models))
+            counts = tokens.setdefault(index, [0, 0, 0])
+            counts[0] += attempt.usage.input_tokens
+            counts[1] += attempt.usage.cached_input_tokens
+            counts[2] += attempt.usage.output_tokens
+
+    def finish(
+        self,
+        *,
+        committed: bool,
+        wall: float | None,
+        resumes: int,
+        state_before: str | None,
+        commit: CommitRecord | None,
+    ) -> Summary:
+        books = self.books
+        usage = books.usage
+        head = TickSummary(
+            tick=self.header.tick,
+            committed=committed,
+            seed=self.header.seed,
+            scope=self.header.scope,
+            phases=self.header.phases,
+            prices=dict(self.header.config.get("prices") or {}),
+            calls=len(self._last_failed),
+            failures=sum(self._last_failed.values()),
+            usage=TokenCounts.of(usage),
+            cost=books.cost.value,
+            unpriced=sorted(books.cost.unpriced),
+            timed_out=books.timed_out,
+            wall=wall,
+            resumes=resumes,
+            state_before=state_before,
+            state_after=commit.state_after if commit else None,
+            committed_at=commit.committed_at if commit else None,
+        )
+        rows: list[GroupRow] = []
+        for (phase, key), (requests, failures, timeouts, tokens) in self._groups.items():
+            flat = [n for index, counts in tokens.items() for n in (index, *counts)]
+            rows.append((phase, key, requests, failures, timeouts, flat))
+        return Summary(head, UsageGroups(models=list(self._models), rows=rows))
+
+
+def summarize(log: TickLog) -> Summary:
+    """A tick's summary from its full log (what its commit wrote, for a committed tick)."""
+    builder = SummaryBuilder(log.header)
+    for call in log.call_records:
+        builder.add_call(call)
+    summary = builder.finish(
+        committed=log.committed,
+        wall=log.usage.elapsed if log.usage is not None else None,
+        resumes=log.resumes,
+        state_before=log.state_before.digest if log.state_before is not None else None,
+        commit=log.commit,
+    )
+    if log.compacted is not None:
+        return Summary(summary.head.model_copy(update={"compacted": True}), summary.groups)
+    return summary
+
+
+def dump_summary(summary: Summary) -> bytes:
+    """A summary file's bytes: its two lines, compressed (the same summary always gives the
+    same bytes)."""
+    lines = b"".join(
+        orjson.dumps(part.model_dump(mode="json")) + b"\n"
+        for part in (summary.head, summary.groups)
+    )
+    return gzip.compress(lines, compresslevel=6, mtime=0)
+
+
+def _open_regular(path: Path) -> int:
+    """A descriptor on a summary file: never through a link, never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
+def _lines(path: Path, count: int) -> list[bytes]:
+    try:
+        fd = _open_regular(path)
+    except OSError as exc:
+        raise LogError(f"{path}: cannot read the tick summary: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as handle:
+            return [handle.readline() for _ in range(count)]
+    except (OSError, EOFError, zlib.error) as exc:
+        raise LogError(f"{path}: damaged tick summary ({exc})") from None
+
+
+def _parse(path: Path, line: bytes, model: type[_Model], number: int) -> Any:
+    try:
+        return model.model_validate(orjson.loads(line))
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        problem = str(exc).splitlines()[0]
+        raise LogError(f"{path}: line {number}: not a tick summary ({problem})") from None
+
+
+def summary_path(root: Path, tick: int) -> Path:
+    return root / summary_rel(tick)
+
+
+def read_head(path: Path) -> TickSummary:
+    """The first line of a summary file: the tick's totals.
+
+    Raises:
+        LogError: the file cannot be read or is not a summary.
+    """
+    head: TickSummary = _parse(path, _lines(path, 1)[0], TickSummary, 1)
+    return head
+
+
+def read_summary(path: Path) -> Summary:
+    """Both lines of a summary file.
+
+    Raises:
+        LogError: the file cannot be read or is not a summary.
+    """
+    first, second = _lines(path, 2)
+    return Summary(_parse(path, first, TickSummary, 1), _parse(path, second, UsageGroups, 2))
+
+
+def write_summary(root: Path, summary: Summary) -> Path:
+    """Write a summary file outside a commit (``sim log --compact``), atomically."""
+    path = summary_path(root, summary.head.tick)
+    tmp = path.with_name(path.name + ".tmp")
+    if os.path.lexists(tmp):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(dump_summary(summary))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+# -- what views read ------------------------------------------------------------------------
+
+
+@dataclass
+class Listed:
+    """A logged tick as the views see it: its summary (from its file or its log), or why
+    neither could be read."""
+
+    tick: int
+    path: Path
+    summary: Summary | None = None
+    head: TickSummary | None = None
+    problem: LogError | None = None
+
+
+def _from_log(tick: int, path: Path) -> Listed:
+    try:
+        summary = summarize(read_log(path))
+    except LogError as exc:
+        return Listed(tick, path, problem=exc)
+    return Listed(tick, path, summary, summary.head)
+
+
+def heads(root: Path, folder: str = LOG_DIR) -> Iterator[Listed]:
+    """Each logged tick's totals, oldest first: from its summary's first line when it has
+    one, else from its full log (one in memory at a time)."""
+    for tick, path in list_logs(root, folder):
+        summary_file = summary_path(root, tick) if folder == LOG_DIR else None
+        if summary_file is not None and os.path.lexists(summary_file):
+            try:
+                yield Listed(tick, path, head=read_head(summary_file))
+            except LogError as exc:
+                yield Listed(tick, path, problem=exc)
+        else:
+            yield _from_log(tick, path)
+
+
+def summaries(root: Path, folder: str = LOG_DIR) -> Iterator[Listed]:
+    """Each logged tick's whole summary (totals and groups), oldest first."""
+    for tick, path in list_logs(root, folder):
+        summary_file = summary_path(root, tick) if folder == LOG_DIR else None
+        if summary_file is not None and os.path.lexists(summary_file):
+            try:
+                summary = read_summary(summary_file)
+            except LogError as exc:
+                yield Listed(tick, path, problem=exc)
+                continue
+            yield Listed(tick, path, summary, summary.head)
+        else:
+            yield _from_log(tick, path)
+
+
+@dataclass
+class HistoryCheck:
+    """What ``sim check`` says about a world's logs."""
+
+    #: (tick, calls already logged) of an interrupted tick the next ``sim tick`` resumes
+    interrupted: tuple[int, int] | None = None
+    problems: list[LogError] = field(default_factory=list)
+
+
+def check_history(root: Path, world_tick: int) -> HistoryCheck:
+    """Each committed tick's summary line (or, without one, its log) and the log of the
+    tick after ``world_tick`` if there is one: what ``sim check`` reports, reading neither
+    whole logs of summarised ticks nor their usage groups."""
+    out = HistoryCheck()
+    for item in heads(root):
+        if item.problem is not None:
+            out.problems.append(item.problem)
+        elif item.head is not None and not item.head.committed and item.tick == world_tick + 1:
+            out.interrupted = (item.tick, item.head.calls)
+    return out
+
+
+def summary_numbers(head: TickSummary) -> dict[str, Any]:
+    """One tick in numbers, as ``sim log --tick all`` shows them (``view.summary``)."""
+    return {
+        "tick": head.tick,
+        "committed": head.committed,
+        "calls": head.calls,
+        "failures": head.failures,
+        "tokens": head.usage.input_tokens + head.usage.output_tokens,
+        "input_tokens": head.usage.input_tokens,
+        "output_tokens": head.usage.output_tokens,
+        "cost": head.cost,
+        "timed_out": head.timed_out,
+        "wall": head.wall,
+        "resumes": head.resumes,
+    }
+
+
+def group_entries(items: Iterable[Listed]) -> Iterator[tuple[Listed, GroupUsage]]:
+    """Every (tick, group) of the listed ticks that have a summary."""
+    for item in items:
+        if item.summary is not None:
+            for entry in item.summary.groups.entries():
+                yield item, entry
+
+
+__all__ = [
+    "GroupUsage",
+    "HistoryCheck",
+    "Listed",
+    "Summary",
+    "SummaryBuilder",
+    "TickSummary",
+    "UsageGroups",
+    "check_history",
+    "dump_summary",
+    "group_entries",
+    "heads",
+    "read_head",
+    "read_summary",
+    "summaries",
+    "summarize",
+    "summary_numbers",
+    "summary_path",
+    "write_summary",
+]
