@@ -102,7 +102,7 @@ def log_(
             else logview.last_log(world_dir)
         )
         if as_json:
-            for record in log.records:
+            for record in log.written_records():
                 click.echo(dump_record(record).decode())
         elif calls:
             for line in logview.call_lines(log):

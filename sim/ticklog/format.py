@@ -362,6 +362,17 @@ class TickLog:
     def failures(self) -> int:
         return sum(1 for call in self.calls.values() if call.failed)
 
+    def written_records(self) -> list[LogRecord]:
+        """The records as the running tick wrote them: a compressed log's state snapshot
+        back in its ``zlib+base64`` encoding (the same bytes: compression at level 1 of the
+        same payload), every other record as read."""
+        return [
+            pack_state(unpack_state(r))
+            if isinstance(r, StateRecord) and r.encoding == "json"
+            else r
+            for r in self.records
+        ]
+
     def replay_calls(self) -> dict[str, dict[str, Any]]:
         """The last call record per request id as JSON objects: what the ``replay``
         provider (``sim.llm.adapters.replay``, below this package) answers from."""
