@@ -345,6 +345,8 @@ class TickLog:
     records: list[LogRecord] = field(default_factory=list)
     #: ``sim log --compact`` dropped the call detail (the tick cannot be replayed)
     compacted: CompactedRecord | None = None
+    #: ``False``: read without its call records (``read_log(path, calls=False)``)
+    calls_read: bool = True
 
     @property
     def committed(self) -> bool:
@@ -571,8 +573,17 @@ def read_log_bytes(path: Path) -> bytes:
     return data
 
 
-def read_log(path: Path) -> TickLog:
+#: the lines ``read_log(path, calls=False)`` leaves unparsed
+_CALL_DETAIL = (b'{"type":"call"', b'{"type":"instructions"')
+
+
+def read_log(path: Path, calls: bool = True) -> TickLog:
     """Read one tick log, plain or compressed: the one reader of the format.
+
+    Args:
+        calls: ``False`` skips the ``call`` and ``instructions`` records unparsed (the
+            report, which takes its numbers from the tick's summary); ``calls_read`` then
+            says so and the log's call views are empty.
 
     Raises:
         LogError: the file is missing, malformed, or of an unknown format.
@@ -582,10 +593,13 @@ def read_log(path: Path) -> TickLog:
         if os.path.lexists(packed):
             path = packed
     data = read_log_bytes(path)
-    records, torn = parse_records(data.splitlines(keepends=True), path)
+    lines = data.splitlines(keepends=True)
+    if not calls:
+        lines = [line for line in lines if not line.startswith(_CALL_DETAIL)]
+    records, torn = parse_records(lines, path)
     head = records[0]
     assert isinstance(head, HeaderRecord)  # parse_records checks the first record
-    log = TickLog(path, head.tick, head, torn=torn, records=records)
+    log = TickLog(path, head.tick, head, torn=torn, records=records, calls_read=calls)
     for record in records[1:]:
         if isinstance(record, StateRecord):
             log.state_before = record

@@ -3,11 +3,14 @@
 Only what the page displays is kept: per tick, where each character was (as an index into
 the location list), the scenes (narrative, intentions, outcomes) and the numbers; per
 character, the memory summary each time it changed and the tokens and cost of its calls.
-Full state snapshots are read one tick at a time and never embedded.
+Full state snapshots are read one tick at a time and never embedded. Each tick's numbers
+and per-character totals come from its summary (``sim.ticklog.summary``), so the logs are
+read without their call records.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,13 @@ from sim.storage import Storage
 from sim.ticklog import view as logview
 from sim.ticklog.books import Books
 from sim.ticklog.format import TickLog, list_logs, read_log
+from sim.ticklog.summary import (
+    Summary,
+    read_summary,
+    summarize,
+    summary_numbers,
+    summary_path,
+)
 from sim.world import World
 
 #: entity-key prefixes of the chains that belong to one character
@@ -175,25 +185,46 @@ def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
     return out
 
 
-def _per_character(log: TickLog, totals: dict[str, Books]) -> None:
-    """Add a tick's calls to each character's books: every record and attempt, priced at
-    the tick's own prices (``sim.ticklog.books``, as ``sim log`` and ``sim usage`` do)."""
+def _per_character(log: TickLog, summary: Summary, totals: dict[str, Books]) -> None:
+    """Add a tick's calls to each character's books, from the tick's summary: every record
+    and attempt, priced at the tick's own prices (as ``sim log`` and ``sim usage`` count)."""
     prices = log.header.prices
     cache: dict[str, Price | None] = {}
     chains = _character_chains(log)
-    for call in log.call_records:
-        chain, _, owner = (call.entity_key or "").partition(":")
+    for entry in summary.groups.entries():
+        chain, _, owner = (entry.entity_key or "").partition(":")
         if chain not in chains or not owner:
             continue
-        totals.setdefault(owner, Books()).add_call(call, prices, cache)
+        books = totals.setdefault(owner, Books())
+        books.calls += entry.requests
+        books.failures += entry.failures
+        books.timed_out += entry.timed_out
+        books.usage = books.usage + entry.usage
+        books.cost = books.cost + entry.cost(prices, cache)
 
 
 def _read(path: Path, problems: list[LogError]) -> TickLog | None:
+    """A tick's log without its call records (the numbers come from its summary)."""
     try:
-        return read_log(path)
+        return read_log(path, calls=False)
     except LogError as exc:
         problems.append(exc)
         return None
+
+
+def _summary(world_dir: Path, log: TickLog, problems: list[LogError]) -> Summary:
+    """The tick's summary: its file, or (a log without one) computed from the full log."""
+    path = summary_path(world_dir, log.tick)
+    if os.path.lexists(path):
+        try:
+            return read_summary(path)
+        except LogError as exc:
+            problems.append(exc)
+    try:
+        return summarize(read_log(log.path))
+    except LogError as exc:  # read once already: only a file changed meanwhile gets here
+        problems.append(exc)
+        return summarize(log)
 
 
 def _thin(history: list[Any], limit: int) -> list[Any]:
@@ -273,8 +304,9 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 history = summaries.setdefault(cid, [])
                 if not history or history[-1][1] != text:
                     history.append([s.tick, text])
-        numbers = logview.summary(log)
-        _per_character(log, totals)
+        summary = _summary(world_dir, log, problems)
+        numbers = summary_numbers(summary.head)
+        _per_character(log, summary, totals)
         moves = []
         if after is not None:
             for cid, dest in sorted(after.where.items()):
