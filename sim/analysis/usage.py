@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sim.errors import InputError, LogError
-from sim.llm.budget import Cost, Price
+from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.ticklog.books import call_cost, call_usage, timed_out
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog
 from sim.ticklog.records import CallRecord
-from sim.ticklog.summary import Listed, group_entries, summaries
+from sim.ticklog.summary import Listed, summaries
 
 By = Literal["entity", "phase", "tick"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")
@@ -163,29 +163,55 @@ def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
 
 def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
     """The ticks' calls summed per phase, tick or entity id, from their summaries (each
-    tick's per-(phase, entity) tokens by model, priced at ``prices``).
+    tick's per-(phase, entity) tokens by model), priced at ``prices`` once per group and
+    model.
 
     Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
     each time, and ``requests`` counts records.
     """
-    groups: dict[str, UsageRow] = {}
-    cache: dict[str, Price | None] = {}
-    for item, entry in group_entries(items):
+    # key -> [requests, failures, timed out, {model: [input, cached input, output]}]
+    acc: dict[str, list[Any]] = {}
+    for item in items:
+        if item.summary is None:
+            continue
+        groups = item.summary.groups
         if by == "tick":
-            key = str(item.tick)
+            keys = [str(item.tick)] * len(groups.keys)
         elif by == "phase":
-            key = entry.phase
+            keys = [groups.phases[i] for i in groups.phase]
         else:
-            key = (split_key(entry.entity_key)[1] if entry.entity_key else None) or "-"
-        row = groups.get(key)
-        if row is None:
-            row = groups[key] = UsageRow(key)
-        row.requests += entry.requests
-        row.failures += entry.failures
-        row.timed_out += entry.timed_out
-        row.add_usage(entry.usage)
-        row.cost = row.cost + entry.cost(prices, cache)
-    return groups
+            keys = [(split_key(k)[1] if k else None) or "-" for k in groups.keys]
+        models = groups.models
+        columns = zip(
+            keys, groups.requests, groups.failures, groups.timed_out, groups.tokens, strict=True
+        )
+        for key, requests, failures, timeouts, counts in columns:
+            sums = acc.get(key)
+            if sums is None:
+                sums = acc[key] = [0, 0, 0, {}]
+            sums[0] += requests
+            sums[1] += failures
+            sums[2] += timeouts
+            by_model: dict[str, list[int]] = sums[3]
+            for j in range(0, len(counts), 4):
+                model = models[counts[j]]
+                tokens = by_model.get(model)
+                if tokens is None:
+                    tokens = by_model[model] = [0, 0, 0]
+                tokens[0] += counts[j + 1]
+                tokens[1] += counts[j + 2]
+                tokens[2] += counts[j + 3]
+    rows: dict[str, UsageRow] = {}
+    cache: dict[str, Price | None] = {}
+    for key, (requests, failures, timeouts, by_model) in acc.items():
+        row = rows[key] = UsageRow(key, requests, failures, timed_out=timeouts)
+        for model, (input_tokens, cached, output) in by_model.items():
+            usage = Usage(
+                input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output
+            )
+            row.add_usage(usage)
+            row.cost = row.cost + price_usage(usage, model, prices, cache)
+    return rows
 
 
 def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) -> UsageReport:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sim.errors import LogError
 from sim.llm.budget import Cost, Price
@@ -82,28 +82,55 @@ class TickSummary(_Model):
         return HeaderRecord(format=1, config={"prices": self.prices}).prices
 
 
-#: (phase, entity key, call records, failed records, timed-out attempts, tokens per model as
-#: [model index, input, cached input, output, ...])
-GroupRow = tuple[str, str | None, int, int, int, list[int]]
-
-
 class UsageGroups(_Model):
-    """Per (phase, entity key), what a tick's call records used (the second line)."""
+    """Per (phase, entity key), what a tick's call records used (the second line).
+
+    Column by column (one entry per group in each list), which reads several times faster
+    than a list of mixed rows: ``phase`` indexes ``phases``; ``tokens`` holds, per group,
+    ``[model index, input, cached input, output, ...]`` with model indexes into ``models``.
+    """
 
     type: Literal["groups"] = "groups"
     models: list[str] = []
-    rows: list[GroupRow] = []
+    phases: list[str] = []
+    phase: list[int] = []
+    keys: list[str | None] = []
+    requests: list[int] = []
+    failures: list[int] = []
+    timed_out: list[int] = []
+    tokens: list[list[int]] = []
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> UsageGroups:
+        size = len(self.keys)
+        columns = (self.phase, self.requests, self.failures, self.timed_out, self.tokens)
+        if any(len(column) != size for column in columns):
+            raise ValueError("the group columns differ in length")
+        if any(not 0 <= i < len(self.phases) for i in self.phase):
+            raise ValueError("a phase index is out of range")
+        for counts in self.tokens:
+            if len(counts) % 4 or any(not 0 <= i < len(self.models) for i in counts[::4]):
+                raise ValueError("a token list is not [model index, in, cached, out, ...]")
+        return self
 
     def entries(self) -> Iterator[GroupUsage]:
-        for phase, key, requests, failures, timeouts, tokens in self.rows:
+        for i, key in enumerate(self.keys):
+            counts = self.tokens[i]
             by_model: dict[str, Usage] = {}
-            for i in range(0, len(tokens) - 3, 4):
-                by_model[self.models[tokens[i]]] = Usage(
-                    input_tokens=tokens[i + 1],
-                    cached_input_tokens=tokens[i + 2],
-                    output_tokens=tokens[i + 3],
+            for j in range(0, len(counts), 4):
+                by_model[self.models[counts[j]]] = Usage(
+                    input_tokens=counts[j + 1],
+                    cached_input_tokens=counts[j + 2],
+                    output_tokens=counts[j + 3],
                 )
-            yield GroupUsage(phase, key, requests, failures, timeouts, by_model)
+            yield GroupUsage(
+                self.phases[self.phase[i]],
+                key,
+                self.requests[i],
+                self.failures[i],
+                self.timed_out[i],
+                by_model,
+            )
 
 
 @dataclass
@@ -204,11 +231,19 @@ class SummaryBuilder:
             state_after=commit.state_after if commit else None,
             committed_at=commit.committed_at if commit else None,
         )
-        rows: list[GroupRow] = []
+        phases: dict[str, int] = {}
+        columns: dict[str, list[Any]] = {
+            k: [] for k in ("phase", "keys", "requests", "failures", "timed_out", "tokens")
+        }
         for (phase, key), (requests, failures, timeouts, tokens) in self._groups.items():
-            flat = [n for index, counts in tokens.items() for n in (index, *counts)]
-            rows.append((phase, key, requests, failures, timeouts, flat))
-        return Summary(head, UsageGroups(models=list(self._models), rows=rows))
+            columns["phase"].append(phases.setdefault(phase, len(phases)))
+            columns["keys"].append(key)
+            columns["requests"].append(requests)
+            columns["failures"].append(failures)
+            columns["timed_out"].append(timeouts)
+            columns["tokens"].append([n for i, c in tokens.items() for n in (i, *c)])
+        groups = UsageGroups(models=list(self._models), phases=list(phases), **columns)
+        return Summary(head, groups)
 
 
 def summarize(log: TickLog) -> Summary:

@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 
 from sim.errors import LogError, SimError
-from sim.llm.budget import Cost, Price
+from sim.llm.budget import Cost, Price, price_usage
+from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.ticklog import view as logview
 from sim.ticklog.books import Books
@@ -185,22 +186,55 @@ def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
     return out
 
 
-def _per_character(log: TickLog, summary: Summary, totals: dict[str, Books]) -> None:
-    """Add a tick's calls to each character's books, from the tick's summary: every record
-    and attempt, priced at the tick's own prices (as ``sim log`` and ``sim usage`` count)."""
-    prices = log.header.prices
-    cache: dict[str, Price | None] = {}
-    chains = _character_chains(log)
-    for entry in summary.groups.entries():
-        chain, _, owner = (entry.entity_key or "").partition(":")
-        if chain not in chains or not owner:
-            continue
-        books = totals.setdefault(owner, Books())
-        books.calls += entry.requests
-        books.failures += entry.failures
-        books.timed_out += entry.timed_out
-        books.usage = books.usage + entry.usage
-        books.cost = books.cost + entry.cost(prices, cache)
+class _CharacterBooks:
+    """Each character's calls, failures and tokens per model over the ticks, kept apart by
+    the ``[prices]`` each tick ran with, and priced once per character, model and table at
+    the end (pricing every group of every tick was most of the report's time)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}  # owner -> [calls, failures, timed out]
+        self.tables: dict[str, dict[str, Price]] = {}
+        # (prices key, owner, model) -> [input, cached input, output]
+        self.tokens: dict[tuple[str, str, str], list[int]] = {}
+
+    def add(self, log: TickLog, summary: Summary) -> None:
+        """A tick's calls of per-character chains, from its summary: every record and
+        attempt, at the tick's own prices (as ``sim log`` and ``sim usage`` count)."""
+        table = log.header.prices
+        prices = orjson.dumps(
+            {m: [p.input, p.cached_input, p.output] for m, p in table.items()},
+            option=orjson.OPT_SORT_KEYS,
+        ).decode()
+        self.tables.setdefault(prices, table)
+        chains = _character_chains(log)
+        groups = summary.groups
+        for i, key in enumerate(groups.keys):
+            chain, _, owner = (key or "").partition(":")
+            if chain not in chains or not owner:
+                continue
+            counts = self.counts.setdefault(owner, [0, 0, 0])
+            counts[0] += groups.requests[i]
+            counts[1] += groups.failures[i]
+            counts[2] += groups.timed_out[i]
+            flat = groups.tokens[i]
+            for j in range(0, len(flat), 4):
+                sums = self.tokens.setdefault((prices, owner, groups.models[flat[j]]), [0, 0, 0])
+                sums[0] += flat[j + 1]
+                sums[1] += flat[j + 2]
+                sums[2] += flat[j + 3]
+
+    def books(self) -> dict[str, Books]:
+        out = {
+            owner: Books(calls=c[0], failures=c[1], timed_out=c[2])
+            for owner, c in self.counts.items()
+        }
+        cache: dict[str, dict[str, Price | None]] = {prices: {} for prices in self.tables}
+        for (prices, owner, model), (inp, cached, outp) in self.tokens.items():
+            usage = Usage(input_tokens=inp, cached_input_tokens=cached, output_tokens=outp)
+            books = out[owner]
+            books.usage = books.usage + usage
+            books.cost = books.cost + price_usage(usage, model, self.tables[prices], cache[prices])
+        return out
 
 
 def _read(path: Path, problems: list[LogError]) -> TickLog | None:
@@ -261,7 +295,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     names: dict[str, str] = {}
     connections: dict[str, list[str]] = {}
     summaries: dict[str, list[Any]] = {}
-    totals: dict[str, Books] = {}
+    per_character = _CharacterBooks()
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
 
@@ -306,7 +340,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                     history.append([s.tick, text])
         summary = _summary(world_dir, log, problems)
         numbers = summary_numbers(summary.head)
-        _per_character(log, summary, totals)
+        per_character.add(log, summary)
         moves = []
         if after is not None:
             for cid, dest in sorted(after.where.items()):
@@ -328,6 +362,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 "phases": _declared(log, chars, locs),
             }
         )
+    totals = per_character.books()
     if current is not None:
         names.update(current.names)  # the newest names
         for lid in sorted(current.connections):
