@@ -2,12 +2,12 @@
 
     python -m bench.history build DIR --characters 500 --ticks 100
     python -m bench.history copies DIR OUT --times 10
-    python -m bench.history measure DIR
+    python -m bench.history measure DIR [--only "log --tick all" ...]
 
 ``build`` makes a synthetic world (``bench/make_world.py``) and runs it offline for N
 ticks in this process; ``copies`` makes a longer history from a built one by repeating its
-logs and summaries under later tick numbers (for timing the readers only: the copies'
-contents still name their own ticks); ``measure`` reports the bytes of ``.sim/log`` per
+logs (hard links) and summaries under later tick numbers (for timing the readers only:
+the copies' contents still name their own ticks); ``measure`` reports the bytes of ``.sim/log`` per
 character-tick and, for each history command run as its own ``sim`` process, its wall
 time and peak RSS (``os.wait4`` of that child). Each prints one JSON object.
 """
@@ -63,7 +63,10 @@ def copies(world: Path, out: Path, times: int) -> dict[str, Any]:
     for k in range(1, times):
         for name in names:
             tick = int(name[5:11]) + k * last
-            shutil.copyfile(folder / name, folder / f"tick-{tick:06d}{name[11:]}")
+            os.link(folder / name, folder / f"tick-{tick:06d}{name[11:]}")
+    meta = json.loads((out / "world.json").read_bytes())
+    meta["tick"] = last * times
+    (out / "world.json").write_text(json.dumps(meta))
     return {"ticks": last * times}
 
 
@@ -95,7 +98,13 @@ def _run(world: Path, args: list[str], cwd: Path) -> dict[str, Any]:
     return out
 
 
-def measure(world: Path) -> dict[str, Any]:
+def startup() -> dict[str, Any]:
+    """A ``sim`` process that reads nothing: ``sim log --help`` (imports and start-up)."""
+    with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        return _run(Path(tmp), ["log", "--help"], Path(tmp))
+
+
+def measure(world: Path, only: list[str] | None = None) -> dict[str, Any]:
     """Log bytes per character-tick and each command's time and memory."""
     folder = world / ".sim" / "log"
     logs = summaries = 0
@@ -118,7 +127,8 @@ def measure(world: Path) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
         for name, args in COMMANDS.items():
-            result["commands"][name] = _run(world, args, Path(tmp))
+            if only is None or name in only:
+                result["commands"][name] = _run(world, args, Path(tmp))
     return result
 
 
@@ -135,13 +145,17 @@ def main() -> None:
     c.add_argument("--times", type=int, default=10)
     m = sub.add_parser("measure")
     m.add_argument("world", type=Path)
+    m.add_argument("--only", action="append", choices=sorted(COMMANDS))
+    sub.add_parser("startup")
     args = parser.parse_args()
     if args.what == "build":
         print(json.dumps(build(args.world, args.characters, args.ticks)))
     elif args.what == "copies":
         print(json.dumps(copies(args.world, args.out, args.times)))
+    elif args.what == "startup":
+        print(json.dumps(startup()))
     else:
-        print(json.dumps(measure(args.world)))
+        print(json.dumps(measure(args.world, args.only)))
 
 
 if __name__ == "__main__":

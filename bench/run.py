@@ -385,6 +385,70 @@ def scenario_http_cpu(smoke: bool) -> list[str]:
     return lines
 
 
+#: scenario 8's targets: KB per character-tick, and per command (seconds, MiB)
+HISTORY_KB = 2.0
+HISTORY_TARGETS = {
+    "log --tick all": (0.5, 150),
+    "usage --by entity": (0.5, 150),
+    "usage --by phase": (0.5, 150),
+    "check": (0.5, 150),
+    "report": (2.0, None),
+}
+
+
+def scenario_history(smoke: bool) -> list[str]:
+    """Long histories: log size per character-tick, and reading a long history."""
+    import tempfile
+
+    characters, ticks, times = (20, 3, 2) if smoke else (500, 100, 10)
+    with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        world, longer = Path(tmp) / "world", Path(tmp) / "longer"
+        args = ("--characters", str(characters), "--ticks", str(ticks))
+        built = child("history", "build", str(world), *args)
+        r = child("history", "measure", str(world))
+        child("history", "copies", str(world), str(longer), "--times", str(times))
+        quick = ("--only", "log --tick all", "--only", "check")
+        far = child("history", "measure", str(longer), *quick)
+        base = child("history", "startup")
+    lines = [
+        f"## 8. Long histories: {characters:,} characters × {ticks:,} ticks, offline",
+        "",
+        f"History built offline in {built['build_s']:.0f} s (`bench/history.py build`). Each "
+        "command below is its own `sim` process; time is wall (CPU in brackets) and peak "
+        "RSS is that process's (`os.wait4`). A `sim` process that reads nothing (`sim log "
+        f"--help`) takes {base['wall_s']:.2f} s ({base['cpu_s']:.2f} s CPU) and "
+        f"{base['peak_rss_mib']:.0f} MiB: start-up, in every figure below.",
+        "",
+        f"- Tick log on disk: {r['kb_per_character_tick']:.2f} KB per character-tick "
+        f"(logs {r['log_bytes'] / 2**20:.1f} MiB + summaries "
+        f"{r['summary_bytes'] / 2**20:.1f} MiB); target ≤ {HISTORY_KB} KB → ratio "
+        f"{ratio(HISTORY_KB, r['kb_per_character_tick'])}.",
+        "",
+        f"| command | wall (CPU) at {ticks:,} ticks | peak RSS | target | "
+        f"at {ticks * times:,} ticks |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
+    for name, (seconds, mib) in HISTORY_TARGETS.items():
+        m = r["commands"][name]
+        f = far["commands"].get(name)
+        target = f"≤ {seconds:g} s" + (f", ≤ {mib} MiB" if mib else "")
+        if "page_mb" in m:
+            target += ", page ≤ 5 MB"
+            name = f"{name} (page {m['page_mb']:.1f} MB)"
+        at_far = f"{f['wall_s']:.2f} s ({f['cpu_s']:.2f} s)" if f else "—"
+        lines.append(
+            f"| `sim {name}` | {m['wall_s']:.2f} s ({m['cpu_s']:.2f} s) "
+            f"| {m['peak_rss_mib']:.0f} MiB | {target} | {at_far} |"
+        )
+    lines += [
+        "",
+        f"The {ticks * times:,}-tick column is the same history repeated {times}× under later "
+        "tick numbers (hard links; timing the readers only).",
+        "",
+    ]
+    return lines
+
+
 #: fresh-process runs of each scenario 1 and 2 measurement (the machine may be shared)
 REPEATS = 3
 
@@ -393,6 +457,7 @@ SCENARIOS: dict[str, Callable[[bool], list[str]]] = {
     "latency": scenario_latency,
     "http-cpu": scenario_http_cpu,
     "depth": scenario_depth,
+    "history": scenario_history,
 }
 
 

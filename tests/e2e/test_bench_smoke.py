@@ -46,3 +46,17 @@ def test_http_scenarios_report_their_figures() -> None:
         assert all(value > 0 for value in cpu["us_per_call"].values())
         assert cpu["ratio"]["bare_default"] == 1.0 and cpu["ratio"]["engine"] > 0
     assert os.environ.get("SSL_CERT_FILE") == before  # the https run's setting is undone
+
+
+def test_history_scenario_reports_its_figures(tmp_path: Path) -> None:
+    """Scenario 8 at a tiny size: build, measure each command in its own process, repeat."""
+    from bench.history import build, copies, measure
+
+    world = tmp_path / "w"
+    assert build(world, 12, 2)["ticks"] == 2
+    result = measure(world, ["log --tick all", "usage --by entity"])
+    assert 0 < result["kb_per_character_tick"] and result["summary_bytes"] > 0
+    assert set(result["commands"]) == {"log --tick all", "usage --by entity"}
+    assert all(m["peak_rss_mib"] > 0 for m in result["commands"].values())
+    assert copies(world, tmp_path / "longer", 3) == {"ticks": 6}
+    assert measure(tmp_path / "longer", ["check"])["ticks"] == 6
