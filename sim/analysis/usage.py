@@ -169,7 +169,7 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
     Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
     each time, and ``requests`` counts records.
     """
-    # key -> [requests, failures, timed out, {model: [input, cached input, output]}]
+    # key -> [requests, failures, timed out, {(model, price factor): [input, cached, output]}]
     acc: dict[str, list[Any]] = {}
     for item in items:
         if item.summary is None:
@@ -192,12 +192,12 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
             sums[0] += requests
             sums[1] += failures
             sums[2] += timeouts
-            by_model: dict[str, list[int]] = sums[3]
+            by_model: dict[tuple[str, float], list[int]] = sums[3]
             for j in range(0, len(counts), 4):
-                model = models[counts[j]]
-                tokens = by_model.get(model)
+                priced = (models[counts[j]], groups.factor(counts[j]))
+                tokens = by_model.get(priced)
                 if tokens is None:
-                    tokens = by_model[model] = [0, 0, 0]
+                    tokens = by_model[priced] = [0, 0, 0]
                 tokens[0] += counts[j + 1]
                 tokens[1] += counts[j + 2]
                 tokens[2] += counts[j + 3]
@@ -205,12 +205,12 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
     cache: dict[str, Price | None] = {}
     for key, (requests, failures, timeouts, by_model) in acc.items():
         row = rows[key] = UsageRow(key, requests, failures, timed_out=timeouts)
-        for model, (input_tokens, cached, output) in by_model.items():
+        for (model, factor), (input_tokens, cached, output) in by_model.items():
             usage = Usage(
                 input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output
             )
             row.add_usage(usage)
-            row.cost = row.cost + price_usage(usage, model, prices, cache)
+            row.cost = row.cost + price_usage(usage, model, prices, cache, factor)
     return rows
 
 

@@ -22,6 +22,7 @@ from sim.config import (
 )
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+from sim.policy.types import TickDeferred
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -122,6 +123,9 @@ def errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
+    except TickDeferred as exc:  # a policy said "not now": exit 75, resumable
+        click.echo(f"deferred: {exc}", err=True)
+        sys.exit(exc.exit_code)
     except RunFailed as exc:
         click.echo(f"failed: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -176,9 +180,16 @@ def build_config(
     budget_tokens: int | None = None,
     sends_requests: bool = True,
     stream: bool | None = None,
+    batch: bool | None = None,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
-    llm = present(provider=provider, max_concurrency=concurrency, base_url=base_url, stream=stream)
+    llm = present(
+        provider=provider,
+        max_concurrency=concurrency,
+        base_url=base_url,
+        stream=stream,
+        batch=batch,
+    )
     if llm:
         overrides["llm"] = llm
     if model is not None:

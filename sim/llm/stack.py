@@ -4,7 +4,8 @@ The stack, innermost first: the provider's adapter -> backpressure (an adaptive
 concurrency limit and a shared Retry-After pause per endpoint; not for offline) -> budget
 (each attempt reserves its worst case, priced for the model actually used) -> rate limiter
 (requests and tokens per minute) -> recovery (retries, fallback models, breakers). Phases
-see only the outermost.
+see only the outermost. With ``[llm] batch`` (``sim.llm.batch``) there is no backpressure
+and no rate limiter: calls are lines of a batch upload, not requests in flight.
 """
 
 from __future__ import annotations
@@ -102,7 +103,11 @@ def build_stack(
     """
     llm = config.llm
     inner: Adapter = provider or create_adapter(llm.provider, **provider_options(config, seed))
-    if llm.provider != "offline":  # a network endpoint: slow down when it says so
+    # Batch API calls are lines of one upload, not requests in flight: an endpoint's
+    # concurrency limit and per-minute rates do not apply (and a concurrency limit would
+    # hold back calls the batch waits for)
+    batched = llm.batch and llm.provider in ("openai", "chat")
+    if llm.provider != "offline" and not batched:  # a network endpoint: slow down when told
         inner = BackpressureAdapter(
             inner,
             Endpoint(
@@ -113,13 +118,14 @@ def build_stack(
             ),
         )
     inner = BudgetAdapter(inner, budget or make_budget(config))
-    if llm.requests_per_minute or llm.tokens_per_minute:
+    if (llm.requests_per_minute or llm.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,
             TokenBucket(llm.requests_per_minute) if llm.requests_per_minute else None,
             TokenBucket(llm.tokens_per_minute) if llm.tokens_per_minute else None,
         )
     policy = RetryPolicy(
+        schema_retries=llm.json_max_retries,
         transient_retries=llm.transient_retries,
         backoff_base_seconds=llm.backoff_base_seconds,
         backoff_cap_seconds=llm.backoff_cap_seconds,

@@ -13,6 +13,7 @@ order a tick writes them:
 - ``call``: one completed LLM call (see ``sim.ticklog.recorder``), appended as soon as it finishes;
 - ``phase``: a phase's results and report (fallbacks, errors, warnings), at its end;
 - ``resume``: the tick was interrupted and is being resumed (attempt number);
+- ``policy``: a policy decision that was not "allow" (deny, defer, ask), before its call;
 - ``usage``: totals for the tick;
 - ``commit``: the digest of the state after the tick; present iff the tick committed;
 - ``compacted``: ``sim log --compact`` dropped the tick's ``call`` and ``instructions``
@@ -62,12 +63,15 @@ from pydantic import ValidationError
 from sim.errors import LogError
 from sim.llm.calls import digest
 from sim.ticklog.records import (
+    BatchRecord,
     CallRecord,
     CommitRecord,
     CompactedRecord,
     HeaderRecord,
     LogRecord,
     PhaseRecord,
+    PolicyRecord,
+    ResumeRecord,
     StateRecord,
     UsageRecord,
     dump_record,
@@ -340,7 +344,11 @@ class TickLog:
     phases: dict[str, PhaseRecord] = field(default_factory=dict)
     usage: UsageRecord | None = None
     commit: CommitRecord | None = None
+    #: every policy decision that was not "allow", in order (all runs of the tick)
+    decisions: list[PolicyRecord] = field(default_factory=list)
     resumes: int = 0
+    #: the Batch API batches the tick created (``[llm] batch``), in order
+    batches: list[BatchRecord] = field(default_factory=list)
     torn: bool = False
     records: list[LogRecord] = field(default_factory=list)
     #: ``sim log --compact`` dropped the call detail (the tick cannot be replayed)
@@ -374,6 +382,17 @@ class TickLog:
             else r
             for r in self.records
         ]
+
+    def run_decisions(self) -> list[PolicyRecord]:
+        """The policy decisions of the tick's last run (after its last ``resume``): every
+        call of a run passes the gates, so these are the ones its result was made with."""
+        out: list[PolicyRecord] = []
+        for record in self.records:
+            if isinstance(record, ResumeRecord):
+                out.clear()
+            elif isinstance(record, PolicyRecord):
+                out.append(record)
+        return out
 
     def replay_calls(self) -> dict[str, dict[str, Any]]:
         """The last call record per request id as JSON objects: what the ``replay``
@@ -611,12 +630,16 @@ def read_log(path: Path, calls: bool = True) -> TickLog:
             log.call_records.append(record)
         elif isinstance(record, PhaseRecord):
             log.phases[record.name] = record
+        elif isinstance(record, BatchRecord):
+            log.batches.append(record)
         elif isinstance(record, UsageRecord):
             log.usage = record
         elif isinstance(record, CommitRecord):
             log.commit = record
         elif isinstance(record, CompactedRecord):
             log.compacted = record
+        elif isinstance(record, PolicyRecord):
+            log.decisions.append(record)
         elif record.type == "resume":
             log.resumes += 1
     return log

@@ -1,9 +1,10 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
 One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``, ``compacted``) and
-``LogRecord``, their union discriminated on ``type``. ``parse_record`` is the only way a
-line of a log becomes a record, and ``dump_record`` the only way a record becomes a line.
+``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``, ``usage``, ``commit``,
+``compacted``) and ``LogRecord``, their union discriminated on ``type``. ``parse_record`` is
+the only way a line of a log becomes a record, and ``dump_record`` the only way a record
+becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
@@ -22,6 +23,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from sim.llm.batch import BATCH_PRICE_FACTOR
 from sim.llm.budget import Price
 from sim.llm.types import Usage
 
@@ -154,6 +156,14 @@ class CallRecord(_Record):
     attempts: list[AttemptRecord] = Field(default_factory=list)
     #: the attempts' cost at the prices in effect (``None``: a model had no price)
     cost_usd: float | None = None
+    #: the OpenAI Batch API batches that carried its attempts (absent: sent live); such a
+    #: call is priced at the batch rate (``sim.llm.batch.BATCH_PRICE_FACTOR``)
+    batch_ids: list[str] | None = None
+
+    @property
+    def price_factor(self) -> float:
+        """What fraction of list prices this call is charged at."""
+        return BATCH_PRICE_FACTOR if self.batch_ids else 1.0
 
     @property
     def failed(self) -> bool:
@@ -208,6 +218,50 @@ class InterruptedRecord(_Record):
     partial: str = ""
 
 
+class PolicyRecord(_Record):
+    """A policy decision that was not "allow" (``sim.policy``), before the call it decided.
+
+    ``deny``: the call was not sent (its entity fell back, or with ``llm_failure_policy =
+    "fail"`` the tick stopped); ``defer``: the tick stopped, resumable after ``until``;
+    ``ask``: a person was asked (``answer``, and ``by`` whom or what: ``terminal``,
+    ``--yes``, ``no terminal``). ``sim replay`` reproduces these instead of deciding again.
+    """
+
+    type: Literal["policy"] = "policy"
+    request_id: str
+    phase: str
+    entity_key: str | None = None
+    #: the policy that decided (``allowed_models``, a ``sim.policies`` entry point's name)
+    policy: str
+    decision: Literal["deny", "defer", "ask"]
+    reason: str = ""
+    #: ``defer``: when the tick may run again (ISO 8601, UTC), if the policy said
+    until: str | None = None
+    #: ``ask``: what the answer is remembered by within the tick (asked once per key)
+    key: str | None = None
+    answer: Literal["approved", "refused"] | None = None
+    by: str | None = None
+
+
+class BatchLineRecord(_Model):
+    """One line of a Batch API batch: its custom id and the digest of its body."""
+
+    custom_id: str
+    digest: str
+
+
+class BatchRecord(_Record):
+    """A Batch API batch, written as soon as the provider accepted it: a resumed tick
+    polls it again instead of submitting its calls a second time (``sim.llm.batch``)."""
+
+    type: Literal["batch"] = "batch"
+    batch_id: str
+    phase: str
+    endpoint: str = ""
+    input_file_id: str = ""
+    lines: list[BatchLineRecord] = Field(default_factory=list)
+
+
 class UsageRecord(_Record):
     """The tick's totals, written just before the commit."""
 
@@ -247,6 +301,8 @@ LogRecord = Annotated[
     | PhaseRecord
     | ResumeRecord
     | InterruptedRecord
+    | PolicyRecord
+    | BatchRecord
     | UsageRecord
     | CommitRecord
     | CompactedRecord,
@@ -277,6 +333,8 @@ def dump_record(record: BaseModel) -> bytes:
 
 __all__ = [
     "AttemptRecord",
+    "BatchLineRecord",
+    "BatchRecord",
     "CallRecord",
     "CommitRecord",
     "CompactedRecord",
@@ -286,6 +344,7 @@ __all__ = [
     "LogRecord",
     "PhaseRecord",
     "PhaseReportRecord",
+    "PolicyRecord",
     "ResumeRecord",
     "StateRecord",
     "TokenCounts",

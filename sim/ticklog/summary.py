@@ -26,7 +26,7 @@ import gzip
 import os
 import stat
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,8 +35,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sim.errors import LogError
-from sim.llm.budget import Cost, Price
-from sim.llm.types import Usage
+from sim.llm.budget import Price
 from sim.ticklog.books import Books, timed_out
 from sim.ticklog.format import LOG_DIR, TickLog, list_logs, read_log, summary_rel
 from sim.ticklog.records import CallRecord, CommitRecord, HeaderRecord, TokenCounts
@@ -87,11 +86,15 @@ class UsageGroups(_Model):
 
     Column by column (one entry per group in each list), which reads several times faster
     than a list of mixed rows: ``phase`` indexes ``phases``; ``tokens`` holds, per group,
-    ``[model index, input, cached input, output, ...]`` with model indexes into ``models``.
+    ``[model index, input, cached input, output, ...]`` with model indexes into ``models``
+    (and ``factors``: one model at list price and in a batch is two entries).
     """
 
     type: Literal["groups"] = "groups"
     models: list[str] = []
+    #: per entry of ``models``, the fraction of its list price the calls were charged at
+    #: (``0.5``: sent in a Batch API batch); absent: all at list price
+    factors: list[float] = []
     phases: list[str] = []
     phase: list[int] = []
     keys: list[str | None] = []
@@ -100,8 +103,13 @@ class UsageGroups(_Model):
     timed_out: list[int] = []
     tokens: list[list[int]] = []
 
+    def factor(self, index: int) -> float:
+        return self.factors[index] if self.factors else 1.0
+
     @model_validator(mode="after")
     def _columns_agree(self) -> UsageGroups:
+        if self.factors and len(self.factors) != len(self.models):
+            raise ValueError("factors and models differ in length")
         size = len(self.keys)
         columns = (self.phase, self.requests, self.failures, self.timed_out, self.tokens)
         if any(len(column) != size for column in columns):
@@ -112,53 +120,6 @@ class UsageGroups(_Model):
             if len(counts) % 4 or any(not 0 <= i < len(self.models) for i in counts[::4]):
                 raise ValueError("a token list is not [model index, in, cached, out, ...]")
         return self
-
-    def entries(self) -> Iterator[GroupUsage]:
-        for i, key in enumerate(self.keys):
-            counts = self.tokens[i]
-            by_model: dict[str, Usage] = {}
-            for j in range(0, len(counts), 4):
-                by_model[self.models[counts[j]]] = Usage(
-                    input_tokens=counts[j + 1],
-                    cached_input_tokens=counts[j + 2],
-                    output_tokens=counts[j + 3],
-                )
-            yield GroupUsage(
-                self.phases[self.phase[i]],
-                key,
-                self.requests[i],
-                self.failures[i],
-                self.timed_out[i],
-                by_model,
-            )
-
-
-@dataclass
-class GroupUsage:
-    """The calls of one phase and entity key in one tick."""
-
-    phase: str
-    entity_key: str | None
-    requests: int = 0
-    failures: int = 0
-    timed_out: int = 0
-    tokens: dict[str, Usage] = field(default_factory=dict)
-
-    @property
-    def usage(self) -> Usage:
-        total = Usage()
-        for usage in self.tokens.values():
-            total = total + usage
-        return total
-
-    def cost(self, prices: Mapping[str, Any], cache: dict[str, Price | None]) -> Cost:
-        """What these tokens cost at ``prices``, each model's at its own price."""
-        from sim.llm.budget import price_usage
-
-        total = Cost()
-        for model, usage in self.tokens.items():
-            total = total + price_usage(usage, model, prices, cache)
-        return total
 
 
 @dataclass
@@ -181,7 +142,7 @@ class SummaryBuilder:
         self.books = Books()
         self._last_failed: dict[str, bool] = {}
         self._groups: dict[tuple[str, str | None], list[Any]] = {}
-        self._models: dict[str, int] = {}
+        self._models: dict[tuple[str, float], int] = {}
 
     def add_call(self, call: CallRecord) -> None:
         self.books.add_call(call, self._prices, self._cache)
@@ -195,7 +156,8 @@ class SummaryBuilder:
         group[2] += timed_out(call)
         tokens: dict[int, list[int]] = group[3]
         for attempt in call.every_attempt():
-            index = self._models.setdefault(attempt.model, len(self._models))
+            key = (attempt.model, call.price_factor)
+            index = self._models.setdefault(key, len(self._models))
             counts = tokens.setdefault(index, [0, 0, 0])
             counts[0] += attempt.usage.input_tokens
             counts[1] += attempt.usage.cached_input_tokens
@@ -242,7 +204,11 @@ class SummaryBuilder:
             columns["failures"].append(failures)
             columns["timed_out"].append(timeouts)
             columns["tokens"].append([n for i, c in tokens.items() for n in (i, *c)])
-        groups = UsageGroups(models=list(self._models), phases=list(phases), **columns)
+        models = [model for model, _ in self._models]
+        factors = [factor for _, factor in self._models]
+        if all(factor == 1.0 for factor in factors):
+            factors = []
+        groups = UsageGroups(models=models, factors=factors, phases=list(phases), **columns)
         return Summary(head, groups)
 
 
@@ -432,16 +398,7 @@ def summary_numbers(head: TickSummary) -> dict[str, Any]:
     }
 
 
-def group_entries(items: Iterable[Listed]) -> Iterator[tuple[Listed, GroupUsage]]:
-    """Every (tick, group) of the listed ticks that have a summary."""
-    for item in items:
-        if item.summary is not None:
-            for entry in item.summary.groups.entries():
-                yield item, entry
-
-
 __all__ = [
-    "GroupUsage",
     "HistoryCheck",
     "Listed",
     "Summary",
@@ -450,7 +407,6 @@ __all__ = [
     "UsageGroups",
     "check_history",
     "dump_summary",
-    "group_entries",
     "heads",
     "read_head",
     "read_summary",

@@ -12,6 +12,7 @@ import orjson
 from sim.errors import LogError
 from sim.ticklog.books import call_cost, call_usage
 from sim.ticklog.format import TickLog, list_logs, read_log
+from sim.ticklog.records import PolicyRecord
 from sim.ticklog.summary import read_head, summarize, summary_numbers, summary_path
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
@@ -111,9 +112,25 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             yield f"fallback: {name} {key}: {reason}"
         for warning in record.report.warnings:
             yield f"ignored: {warning}"
+    for decision in log.decisions:
+        yield decision_line(decision)
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))
+
+
+def decision_line(record: PolicyRecord) -> str:
+    """One policy decision that was not "allow", as ``sim log`` shows it."""
+    who = f"{record.phase} {record.entity_key or '-'} ({record.request_id})"
+    if record.decision == "deny":
+        return f"policy: denied {who} by {record.policy}: {record.reason}"
+    if record.decision == "defer":
+        until = f" until {record.until}" if record.until else ""
+        return f"policy: deferred {who}{until} by {record.policy}: {record.reason}"
+    return (
+        f"policy: asked by {record.policy} before {who}: {record.reason} -> "
+        f"{record.answer or '?'} ({record.by or '?'})"
+    )
 
 
 BUILTIN = ("intentions", "resolution", "narrative", "apply", "memory")
@@ -162,7 +179,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
     over all attempts, and cost; for a tool-calling answer, the tools it called. A call a
     resume sent again has a line per record: the earlier one's attempts were sent too, so
-    the lines add up to the tick's totals."""
+    the lines add up to the tick's totals. Calls sent in a Batch API batch say ``batch``
+    (priced at the batch rate), and each batch gets a line of its own after them."""
     if log.compacted is not None:
         yield (
             f"tick {log.tick}: call detail dropped by `sim log --compact --before "
@@ -182,7 +200,10 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
             f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
+            f"{'  batch' if call.batch_ids else ''}"
         ).rstrip()
+    for batch in log.batches:  # sent through the OpenAI Batch API (half price)
+        yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
 
 
 def drift_lines(drift: Drift) -> Iterator[str]:

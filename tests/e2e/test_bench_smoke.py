@@ -55,7 +55,7 @@ def test_history_scenario_reports_its_figures(tmp_path: Path) -> None:
     world = tmp_path / "w"
     assert build(world, 12, 2)["ticks"] == 2
     result = measure(world, ["log --tick all", "usage --by entity"])
-    assert 0 < result["kb_per_character_tick"] and result["summary_bytes"] > 0
+    assert result["kb_per_character_tick"] > 0 and result["summary_bytes"] > 0
     assert set(result["commands"]) == {"log --tick all", "usage --by entity"}
     assert all(m["peak_rss_mib"] > 0 for m in result["commands"].values())
     assert copies(world, tmp_path / "longer", 3) == {"ticks": 6}

@@ -142,6 +142,8 @@ def _random_log(base: TickLog, rng: random.Random) -> TickLog:
         if rng.random() < 0.3:
             update["error_code"] = rng.choice(["timeout", "refusal", None])
         if rng.random() < 0.3:
+            update["batch_ids"] = ["batch_1"]  # charged at the Batch API's rate
+        if rng.random() < 0.3:
             model = rng.choice(["gpt-4.1-mini", "mystery", "offline"])
             update["attempts"] = [a.model_copy(update={"model": model}) for a in record.attempts]
         calls.append(record.model_copy(update=update))

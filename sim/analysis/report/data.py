@@ -194,8 +194,8 @@ class _CharacterBooks:
     def __init__(self) -> None:
         self.counts: dict[str, list[int]] = {}  # owner -> [calls, failures, timed out]
         self.tables: dict[str, dict[str, Price]] = {}
-        # (prices key, owner, model) -> [input, cached input, output]
-        self.tokens: dict[tuple[str, str, str], list[int]] = {}
+        # (prices key, owner, model, price factor) -> [input, cached input, output]
+        self.tokens: dict[tuple[str, str, str, float], list[int]] = {}
 
     def add(self, log: TickLog, summary: Summary) -> None:
         """A tick's calls of per-character chains, from its summary: every record and
@@ -218,7 +218,8 @@ class _CharacterBooks:
             counts[2] += groups.timed_out[i]
             flat = groups.tokens[i]
             for j in range(0, len(flat), 4):
-                sums = self.tokens.setdefault((prices, owner, groups.models[flat[j]]), [0, 0, 0])
+                priced = (prices, owner, groups.models[flat[j]], groups.factor(flat[j]))
+                sums = self.tokens.setdefault(priced, [0, 0, 0])
                 sums[0] += flat[j + 1]
                 sums[1] += flat[j + 2]
                 sums[2] += flat[j + 3]
@@ -229,11 +230,12 @@ class _CharacterBooks:
             for owner, c in self.counts.items()
         }
         cache: dict[str, dict[str, Price | None]] = {prices: {} for prices in self.tables}
-        for (prices, owner, model), (inp, cached, outp) in self.tokens.items():
+        for (prices, owner, model, factor), (inp, cached, outp) in self.tokens.items():
             usage = Usage(input_tokens=inp, cached_input_tokens=cached, output_tokens=outp)
             books = out[owner]
             books.usage = books.usage + usage
-            books.cost = books.cost + price_usage(usage, model, self.tables[prices], cache[prices])
+            table = self.tables[prices]
+            books.cost = books.cost + price_usage(usage, model, table, cache[prices], factor)
         return out
 
 
