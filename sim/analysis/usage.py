@@ -181,26 +181,31 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
             keys = [groups.phases[i] for i in groups.phase]
         else:
             keys = [(split_key(k)[1] if k else None) or "-" for k in groups.keys]
-        models = groups.models
+        priced = [(m, groups.factor(i)) for i, m in enumerate(groups.models)]
         columns = zip(
-            keys, groups.requests, groups.failures, groups.timed_out, groups.tokens, strict=True
+            keys,
+            groups.model,
+            groups.requests,
+            groups.failures,
+            groups.timed_out,
+            groups.input,
+            groups.cached,
+            groups.output,
+            strict=True,
         )
-        for key, requests, failures, timeouts, counts in columns:
+        for key, model, requests, failures, timeouts, inp, cached, out in columns:
             sums = acc.get(key)
             if sums is None:
                 sums = acc[key] = [0, 0, 0, {}]
             sums[0] += requests
             sums[1] += failures
             sums[2] += timeouts
-            by_model: dict[tuple[str, float], list[int]] = sums[3]
-            for j in range(0, len(counts), 4):
-                priced = (models[counts[j]], groups.factor(counts[j]))
-                tokens = by_model.get(priced)
-                if tokens is None:
-                    tokens = by_model[priced] = [0, 0, 0]
-                tokens[0] += counts[j + 1]
-                tokens[1] += counts[j + 2]
-                tokens[2] += counts[j + 3]
+            tokens = sums[3].get(priced[model])
+            if tokens is None:
+                tokens = sums[3][priced[model]] = [0, 0, 0]
+            tokens[0] += inp
+            tokens[1] += cached
+            tokens[2] += out
     rows: dict[str, UsageRow] = {}
     cache: dict[str, Price | None] = {}
     for key, (requests, failures, timeouts, by_model) in acc.items():

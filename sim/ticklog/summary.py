@@ -81,27 +81,35 @@ class TickSummary(_Model):
         return HeaderRecord(format=1, config={"prices": self.prices}).prices
 
 
-class UsageGroups(_Model):
-    """Per (phase, entity key), what a tick's call records used (the second line).
+#: the integer columns of ``UsageGroups``, one entry per row
+COUNT_COLUMNS = ("phase", "model", "requests", "failures", "timed_out", "input", "cached", "output")
 
-    Column by column (one entry per group in each list), which reads several times faster
-    than a list of mixed rows: ``phase`` indexes ``phases``; ``tokens`` holds, per group,
-    ``[model index, input, cached input, output, ...]`` with model indexes into ``models``
-    (and ``factors``: one model at list price and in a batch is two entries).
+
+class UsageGroups(_Model):
+    """What a tick's call records used, per (phase, entity key, model): the second line.
+
+    Column by column, one entry per row in each list, all flat lists of integers (and the
+    keys), which validate several times faster than rows of mixed types: ``phase`` indexes
+    ``phases``, ``model`` indexes ``models`` (and ``factors``: the fraction of the list
+    price charged, ``0.5`` for a Batch API call; absent: all at list price, so a model at
+    list price and in a batch are two entries). A call's ``requests``, ``failures`` and
+    ``timed_out`` are counted in the row of its final attempt's model; every attempt's
+    tokens in the row of the model that attempt used.
     """
 
     type: Literal["groups"] = "groups"
     models: list[str] = []
-    #: per entry of ``models``, the fraction of its list price the calls were charged at
-    #: (``0.5``: sent in a Batch API batch); absent: all at list price
     factors: list[float] = []
     phases: list[str] = []
-    phase: list[int] = []
     keys: list[str | None] = []
+    phase: list[int] = []
+    model: list[int] = []
     requests: list[int] = []
     failures: list[int] = []
     timed_out: list[int] = []
-    tokens: list[list[int]] = []
+    input: list[int] = []
+    cached: list[int] = []
+    output: list[int] = []
 
     def factor(self, index: int) -> float:
         return self.factors[index] if self.factors else 1.0
@@ -111,14 +119,14 @@ class UsageGroups(_Model):
         if self.factors and len(self.factors) != len(self.models):
             raise ValueError("factors and models differ in length")
         size = len(self.keys)
-        columns = (self.phase, self.requests, self.failures, self.timed_out, self.tokens)
-        if any(len(column) != size for column in columns):
+        if any(len(getattr(self, name)) != size for name in COUNT_COLUMNS):
             raise ValueError("the group columns differ in length")
-        if any(not 0 <= i < len(self.phases) for i in self.phase):
-            raise ValueError("a phase index is out of range")
-        for counts in self.tokens:
-            if len(counts) % 4 or any(not 0 <= i < len(self.models) for i in counts[::4]):
-                raise ValueError("a token list is not [model index, in, cached, out, ...]")
+        if size and (
+            min(min(getattr(self, name)) for name in COUNT_COLUMNS) < 0
+            or max(self.phase) >= len(self.phases)
+            or max(self.model) >= len(self.models)
+        ):
+            raise ValueError("a count is negative or an index out of range")
         return self
 
 
@@ -141,27 +149,32 @@ class SummaryBuilder:
         self._cache: dict[str, Price | None] = {}
         self.books = Books()
         self._last_failed: dict[str, bool] = {}
-        self._groups: dict[tuple[str, str | None], list[Any]] = {}
+        #: (phase, entity key, model index) -> [requests, failures, timed out, in, cached, out]
+        self._rows: dict[tuple[str, str | None, int], list[int]] = {}
         self._models: dict[tuple[str, float], int] = {}
+
+    def _row(self, call: CallRecord, model: str) -> list[int]:
+        index = self._models.setdefault((model, call.price_factor), len(self._models))
+        key = (call.phase, call.entity_key, index)
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = [0, 0, 0, 0, 0, 0]
+        return row
 
     def add_call(self, call: CallRecord) -> None:
         self.books.add_call(call, self._prices, self._cache)
         self._last_failed.pop(call.request_id, None)
         self._last_failed[call.request_id] = call.failed
-        group = self._groups.get((call.phase, call.entity_key))
-        if group is None:
-            group = self._groups[(call.phase, call.entity_key)] = [0, 0, 0, {}]
-        group[0] += 1
-        group[1] += 1 if call.failed else 0
-        group[2] += timed_out(call)
-        tokens: dict[int, list[int]] = group[3]
-        for attempt in call.every_attempt():
-            key = (attempt.model, call.price_factor)
-            index = self._models.setdefault(key, len(self._models))
-            counts = tokens.setdefault(index, [0, 0, 0])
-            counts[0] += attempt.usage.input_tokens
-            counts[1] += attempt.usage.cached_input_tokens
-            counts[2] += attempt.usage.output_tokens
+        attempts = call.every_attempt()
+        final = self._row(call, attempts[-1].model)
+        final[0] += 1
+        final[1] += 1 if call.failed else 0
+        final[2] += timed_out(call)
+        for attempt in attempts:
+            row = self._row(call, attempt.model)
+            row[3] += attempt.usage.input_tokens
+            row[4] += attempt.usage.cached_input_tokens
+            row[5] += attempt.usage.output_tokens
 
     def finish(
         self,
@@ -194,16 +207,13 @@ class SummaryBuilder:
             committed_at=commit.committed_at if commit else None,
         )
         phases: dict[str, int] = {}
-        columns: dict[str, list[Any]] = {
-            k: [] for k in ("phase", "keys", "requests", "failures", "timed_out", "tokens")
-        }
-        for (phase, key), (requests, failures, timeouts, tokens) in self._groups.items():
-            columns["phase"].append(phases.setdefault(phase, len(phases)))
+        columns: dict[str, list[Any]] = {name: [] for name in ("keys", *COUNT_COLUMNS)}
+        for (phase, key, model), counts in self._rows.items():
             columns["keys"].append(key)
-            columns["requests"].append(requests)
-            columns["failures"].append(failures)
-            columns["timed_out"].append(timeouts)
-            columns["tokens"].append([n for i, c in tokens.items() for n in (i, *c)])
+            columns["phase"].append(phases.setdefault(phase, len(phases)))
+            columns["model"].append(model)
+            for name, value in zip(COUNT_COLUMNS[2:], counts, strict=True):
+                columns[name].append(value)
         models = [model for model, _ in self._models]
         factors = [factor for _, factor in self._models]
         if all(factor == 1.0 for factor in factors):
@@ -262,8 +272,8 @@ def _lines(path: Path, count: int) -> list[bytes]:
 
 def _parse(path: Path, line: bytes, model: type[_Model], number: int) -> Any:
     try:
-        return model.model_validate(orjson.loads(line))
-    except (orjson.JSONDecodeError, ValidationError) as exc:
+        return model.model_validate_json(line)
+    except ValidationError as exc:
         problem = str(exc).splitlines()[0]
         raise LogError(f"{path}: line {number}: not a tick summary ({problem})") from None
 

@@ -216,13 +216,12 @@ class _CharacterBooks:
             counts[0] += groups.requests[i]
             counts[1] += groups.failures[i]
             counts[2] += groups.timed_out[i]
-            flat = groups.tokens[i]
-            for j in range(0, len(flat), 4):
-                priced = (prices, owner, groups.models[flat[j]], groups.factor(flat[j]))
-                sums = self.tokens.setdefault(priced, [0, 0, 0])
-                sums[0] += flat[j + 1]
-                sums[1] += flat[j + 2]
-                sums[2] += flat[j + 3]
+            model = groups.model[i]
+            priced = (prices, owner, groups.models[model], groups.factor(model))
+            sums = self.tokens.setdefault(priced, [0, 0, 0])
+            sums[0] += groups.input[i]
+            sums[1] += groups.cached[i]
+            sums[2] += groups.output[i]
 
     def books(self) -> dict[str, Books]:
         out = {
