@@ -47,6 +47,7 @@ import base64
 import contextlib
 import errno
 import gzip
+import itertools
 import logging
 import os
 import re
@@ -106,6 +107,11 @@ DERIVED_DIGEST = {"derived": "request"}
 #: set aside into ``abandoned/``
 _LOG_NAME = re.compile(r"tick-([0-9]{6,})(?:\.[0-9]+)?\.jsonl(?:\.gz)?")
 _GZIP_MAGIC = b"\x1f\x8b"
+#: the call detail: the lines a compressed log keeps last and ``read_log(path, calls=False)``
+#: leaves unread
+_CALL_DETAIL = (b'{"type":"call"', b'{"type":"instructions"')
+#: a compressed log's second line: where its call-detail lines were (``_order``)
+_LAYOUT = b'{"type":"layout"'
 
 
 def log_rel(tick: int) -> str:
@@ -537,10 +543,55 @@ def compress_log(path: Path, level: int = COMPRESS_LEVEL) -> Path:
     return target
 
 
+def _detail_last(lines: list[bytes]) -> list[bytes]:
+    """A committed log's lines (without newlines) with the call detail moved to the end and
+    a ``layout`` line after the header saying where it was: reading the tick without its
+    calls (the report, ``sim log --tick N``, rewind) then stops decompressing early."""
+    lines = [line for line in lines if line.strip()]
+    rest = lines[1:]
+    detail = [i for i, line in enumerate(rest) if line.startswith(_CALL_DETAIL)]
+    if not detail:
+        return lines
+    layout = orjson.dumps({"type": "layout", "lines": len(rest), "detail": detail})
+    front = [line for line in rest if not line.startswith(_CALL_DETAIL)]
+    return [lines[0], layout, *front, *(rest[i] for i in detail)]
+
+
+def _layout(line: bytes, path: Path) -> tuple[int, list[int]]:
+    """A ``layout`` line: how many lines follow it and where the call detail was."""
+    try:
+        data = orjson.loads(line)
+        total, detail = data["lines"], data["detail"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise LogError(f"{path}: line 2: not a valid layout record") from None
+    if (
+        not isinstance(total, int)
+        or not isinstance(detail, list)
+        or not all(isinstance(i, int) for i in detail)
+        or any(b <= a for a, b in itertools.pairwise(detail))
+        or (detail and (detail[0] < 0 or detail[-1] >= total))
+    ):
+        raise LogError(f"{path}: line 2: the layout record does not fit the log")
+    return total, detail
+
+
+def _in_order(lines: list[bytes], path: Path) -> list[bytes]:
+    """A compressed log's lines in the order the tick wrote them (undoes ``_detail_last``)."""
+    if len(lines) < 2 or not lines[1].startswith(_LAYOUT):
+        return lines
+    total, detail = _layout(lines[1], path)
+    rest = lines[2:]
+    if len(rest) != total:
+        raise LogError(f"{path}: the log has {len(rest)} lines, its layout says {total}")
+    front = iter(rest[: total - len(detail)])
+    back = dict(zip(detail, rest[total - len(detail) :], strict=True))
+    return [lines[0], *(back[i] if i in back else next(front) for i in range(total))]
+
+
 def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS_LEVEL) -> Path:
     """Write a compressed log from its JSONL lines (packed as the module doc says),
     atomically: to ``<name>.tmp``, fsynced, renamed over ``target``."""
-    packed = b"".join(_pack_line(line) + b"\n" for line in lines if line.strip())
+    packed = b"".join(line + b"\n" for line in _detail_last([_pack_line(x) for x in lines]))
     tmp = target.with_name(target.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
@@ -589,11 +640,45 @@ def read_log_bytes(path: Path) -> bytes:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
+        if data.startswith(_LAYOUT, data.find(b"\n") + 1):
+            data = b"".join(_in_order(data.splitlines(keepends=True), path))
     return data
 
 
-#: the lines ``read_log(path, calls=False)`` leaves unparsed
-_CALL_DETAIL = (b'{"type":"call"', b'{"type":"instructions"')
+def _front_lines(path: Path) -> list[bytes]:
+    """A log's lines without its call detail; of a compressed log only as much is
+    decompressed as holds them (its ``layout`` line says how many there are)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LogError(f"{path}: cannot read the tick log: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise LogError(f"{path}: cannot read the tick log: not a regular file")
+        if handle.read(2) != _GZIP_MAGIC:
+            handle.seek(0)
+            lines = handle.read().splitlines(keepends=True)
+            return [line for line in lines if not line.startswith(_CALL_DETAIL)]
+        handle.seek(0)
+        inflate = zlib.decompressobj(wbits=31)
+        out = bytearray()
+        wanted: int | None = None
+        try:
+            while chunk := handle.read(1 << 16):
+                out += inflate.decompress(chunk)
+                if wanted is None and out.count(b"\n") >= 2:
+                    second = bytes(out).split(b"\n", 2)[1]
+                    if not second.startswith(_LAYOUT):
+                        break  # no layout: read it all
+                    total, detail = _layout(second, path)
+                    wanted = 2 + total - len(detail)
+                if wanted is not None and out.count(b"\n") >= wanted:
+                    lines = bytes(out).splitlines(keepends=True)[:wanted]
+                    return [lines[0], *lines[2:]]
+        except zlib.error as exc:
+            raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
+    lines = read_log_bytes(path).splitlines(keepends=True)
+    return [line for line in lines if not line.startswith(_CALL_DETAIL)]
 
 
 def read_log(path: Path, calls: bool = True) -> TickLog:
@@ -611,10 +696,7 @@ def read_log(path: Path, calls: bool = True) -> TickLog:
         packed = gz_path(path)
         if os.path.lexists(packed):
             path = packed
-    data = read_log_bytes(path)
-    lines = data.splitlines(keepends=True)
-    if not calls:
-        lines = [line for line in lines if not line.startswith(_CALL_DETAIL)]
+    lines = read_log_bytes(path).splitlines(keepends=True) if calls else _front_lines(path)
     records, torn = parse_records(lines, path)
     head = records[0]
     assert isinstance(head, HeaderRecord)  # parse_records checks the first record

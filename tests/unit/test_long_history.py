@@ -314,3 +314,36 @@ def test_compress_level_zero_keeps_logs_plain(tmp_path: Path) -> None:
     run(world, 2, history={"compress_level": 0})
     assert [p.name for _, p in list_logs(world)] == ["tick-000001.jsonl", "tick-000002.jsonl"]
     assert (world / summary_rel(2)).is_file()
+
+
+def test_reading_a_tick_without_its_calls_stops_before_them(tmp_path: Path) -> None:
+    """A compressed log keeps its call detail last (a layout line says where it was): the
+    records read without calls are the full log's other records, and the full log reads
+    back in the order the tick wrote it."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    packed = gz_path(log_path(world, 2))
+    lines = gzip.decompress(packed.read_bytes()).splitlines()
+    kinds = [orjson.loads(line)["type"] for line in lines]
+    assert kinds[:2] == ["header", "layout"] and kinds[-1] == "call"
+    first_call = kinds.index("call")
+    assert set(kinds[first_call:]) <= {"call", "instructions"}
+    full = read_log(packed)
+    light = read_log(packed, calls=False)
+    assert not light.calls_read and not light.call_records and not light.instructions
+    others = [r for r in full.records if r.type not in ("call", "instructions")]
+    assert light.records == others
+    order = [r.type for r in full.records]
+    assert order.index("phase") < len(order) - 1 and "call" in order[order.index("phase") :]
+
+
+def test_a_damaged_layout_is_reported_not_trusted(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 1)
+    packed = gz_path(log_path(world, 1))
+    lines = gzip.decompress(packed.read_bytes()).splitlines(keepends=True)
+    lines[1] = b'{"type":"layout","lines":3,"detail":[7,2]}\n'
+    packed.write_bytes(gzip.compress(b"".join(lines)))
+    for calls in (True, False):
+        with pytest.raises(tick_log.LogError, match="layout"):
+            read_log(packed, calls=calls)
