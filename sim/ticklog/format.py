@@ -26,8 +26,11 @@ once the tick has committed the log is compressed into ``tick-000004.jsonl.gz`` 
 final raw answer when it is byte for byte the compact JSON of its validated ``result``
 (written as ``{"derived": "result"}`` and restored on read), a call's ``digest`` when its
 own fields give it (``{"derived": "request"}``), and the state snapshot stored
-as plain JSON text (``encoding: "json"``) so the one compression covers it. Plain logs
-(written by older sims, or a tick that committed just before a crash) read as before.
+as plain JSON text (``encoding: "json"``) so the one compression covers it. The call
+detail (``call`` and ``instructions`` records) goes last, after a ``layout`` line (the
+second) naming where each was, so ``read_log(path, calls=False)`` decompresses only what
+comes before it and a full read restores the order the tick wrote. Plain logs (written by
+older sims, or a tick that committed just before a crash) read as before.
 
 The ``commit`` record is made atomic with the tick's commit by a small marker file
 (``tick-000004.commit.json``) written through ``Storage.commit``'s journal; ``recover_logs``
