@@ -23,8 +23,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from sim.llm.batch import BATCH_PRICE_FACTOR
-from sim.llm.budget import Price
+from sim.llm.budget import BATCH_PRICE_FACTOR, Price
 from sim.llm.types import Usage
 
 
