@@ -9,20 +9,23 @@ second is large and repetitive, and reading the first decompresses only its star
    full log (calls, failures, tokens, cost at the tick's prices, timeouts), wall time,
    resumes and the commit's digests. ``sim log --tick all`` and ``sim check`` read only this
    line.
-2. ``groups`` (``UsageGroups``): per (phase, entity key), the call records, failures,
-   timeouts and tokens per model: what ``sim usage`` prices at any ``[prices]`` table and
+2. ``groups`` (``UsageGroups``): per (phase, entity key, model), the call records,
+   failures, timeouts and tokens: what ``sim usage`` prices at any ``[prices]`` table and
    groups by entity, phase or tick, and what the report's per-character totals use.
 
 ``summarize`` builds a summary from a full ``TickLog``; the recorder feeds the same
 ``SummaryBuilder`` call by call as it logs them, so the summary a commit writes equals the
 one the log gives (a test checks it). Ticks without a summary (logs of older sims, an
-interrupted tick, logs set aside) are summarised from their log when a view needs them.
+interrupted tick, logs set aside) are summarised from their log when a view needs them,
+and so are ticks whose summary cannot be read: a summary is derived data, the log is the
+record.
 """
 
 from __future__ import annotations
 
 import errno
 import gzip
+import logging
 import os
 import stat
 import zlib
@@ -41,6 +44,7 @@ from sim.ticklog.format import LOG_DIR, TickLog, list_logs, read_log, summary_re
 from sim.ticklog.records import CallRecord, CommitRecord, HeaderRecord, TokenCounts
 
 SUMMARY_FORMAT = 1
+logger = logging.getLogger(__name__)
 
 
 class _Model(BaseModel):
@@ -75,10 +79,6 @@ class TickSummary(_Model):
     committed_at: float | None = None
     #: ``sim log --compact`` dropped the tick's call detail (the log cannot be replayed)
     compacted: bool = False
-
-    def price_table(self) -> dict[str, Price]:
-        """The tick's ``[prices]``, parsed as its header's are."""
-        return HeaderRecord(format=1, config={"prices": self.prices}).prices
 
 
 #: the integer columns of ``UsageGroups``, one entry per row
@@ -348,10 +348,10 @@ def heads(root: Path, folder: str = LOG_DIR) -> Iterator[Listed]:
         if summary_file is not None and os.path.lexists(summary_file):
             try:
                 yield Listed(tick, path, head=read_head(summary_file))
-            except LogError as exc:
-                yield Listed(tick, path, problem=exc)
-        else:
-            yield _from_log(tick, path)
+                continue
+            except LogError as exc:  # derived data: the log still says it all
+                logger.warning("%s; reading the tick's log instead", exc)
+        yield _from_log(tick, path)
 
 
 def summaries(root: Path, folder: str = LOG_DIR) -> Iterator[Listed]:
@@ -361,12 +361,12 @@ def summaries(root: Path, folder: str = LOG_DIR) -> Iterator[Listed]:
         if summary_file is not None and os.path.lexists(summary_file):
             try:
                 summary = read_summary(summary_file)
-            except LogError as exc:
-                yield Listed(tick, path, problem=exc)
+            except LogError as exc:  # derived data: the log still says it all
+                logger.warning("%s; reading the tick's log instead", exc)
+            else:
+                yield Listed(tick, path, summary, summary.head)
                 continue
-            yield Listed(tick, path, summary, summary.head)
-        else:
-            yield _from_log(tick, path)
+        yield _from_log(tick, path)
 
 
 @dataclass

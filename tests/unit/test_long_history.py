@@ -347,3 +347,17 @@ def test_a_damaged_layout_is_reported_not_trusted(tmp_path: Path) -> None:
     for calls in (True, False):
         with pytest.raises(tick_log.LogError, match="layout"):
             read_log(packed, calls=calls)
+
+
+def test_a_damaged_summary_is_rebuilt_from_its_log(tmp_path: Path) -> None:
+    """A summary is derived data: when it cannot be read, the views read the log instead
+    (same numbers), and the next recovery is not needed for that."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    expected = {args: invoke(*args, "--world", str(world)) for args in VIEWS}
+    (world / summary_rel(1)).write_bytes(b"not a summary")
+    (world / summary_rel(2)).write_bytes(gzip.compress(b'{"type":"summary","tick":"x"}\n'))
+    for args in VIEWS:
+        assert invoke(*args, "--world", str(world)) == expected[args]
+    code, out = invoke("check", "--world", str(world))
+    assert code == 0 and "unreadable" not in out

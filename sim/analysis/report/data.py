@@ -10,6 +10,7 @@ read without their call records.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,10 +252,8 @@ def _summary(world_dir: Path, log: TickLog, problems: list[LogError]) -> Summary
     """The tick's summary: its file, or (a log without one) computed from the full log."""
     path = summary_path(world_dir, log.tick)
     if os.path.lexists(path):
-        try:
+        with contextlib.suppress(LogError):  # derived data: the log still says it all
             return read_summary(path)
-        except LogError as exc:
-            problems.append(exc)
     try:
         return summarize(read_log(log.path))
     except LogError as exc:  # read once already: only a file changed meanwhile gets here
