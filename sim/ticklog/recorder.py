@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from sim.ticklog.records import (
     HeaderRecord,
     InstructionsRecord,
     InterruptedRecord,
+    InterventionRecord,
     PhaseRecord,
     PhaseReportRecord,
     PolicyRecord,
@@ -151,6 +152,7 @@ class TickRecorder:
         before: dict[str, bytes],
         partial: TickLog | None,
         phases: Mapping[str, Any] | None = None,
+        interventions: Sequence[InterventionRecord] = (),
     ) -> None:
         self.root = root
         self.tick = tick
@@ -201,7 +203,9 @@ class TickRecorder:
             summary_path(root, tick).unlink()
         if partial is None:
             # created with its header in it: a kill at any instant never leaves an empty log
-            self.writer = LogWriter.create(log_path(root, tick), [head, pack_state(before)])
+            self.writer = LogWriter.create(
+                log_path(root, tick), [head, pack_state(before), *interventions]
+            )
         else:
             self.writer = LogWriter(log_path(root, tick))
             self.writer.append(
@@ -220,11 +224,15 @@ class TickRecorder:
         world: World,
         config: Config,
         phases: Mapping[str, Any] | None = None,
+        *,
+        interventions: Sequence[InterventionRecord] = (),
     ) -> TickRecorder:
         """Start the log of the tick after ``world.tick``, resuming an interrupted one.
 
         Args:
             phases: the phase list and template and schema digests, for the header.
+            interventions: ``sim inject`` / ``sim set`` records this tick applies, logged
+                after the state (a resumed log has them already).
         """
         root = storage.root
         tick = world.tick + 1
@@ -248,7 +256,7 @@ class TickRecorder:
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
                 else:
                     partial = log
-        recorder = cls(root, tick, config, world.seed, before, partial, phases)
+        recorder = cls(root, tick, config, world.seed, before, partial, phases, interventions)
         recorder.notes.extend(notes)
         return recorder
 
