@@ -219,8 +219,6 @@ class TickContext:
     clients: list[LLMClient] = field(default_factory=list)
     #: results of phases declared by the world or a package, by phase name (for the log)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: adapters of phases that set their own provider, base_url or api_key_env, by those
-    endpoint_adapters: dict[tuple[str, str, str], Adapter] = field(default_factory=dict)
     prompts: Prompts | None = None
     _static: dict[str, str] = field(default_factory=dict)
     _has_input: dict[str, bool] = field(default_factory=dict)
@@ -267,12 +265,11 @@ class TickContext:
     def client(self, section: str, entities: Sequence[Entity], phase: str) -> LLMClient:
         """An ``LLMClient`` for one phase, configured from its config section."""
         phase_config = self.config.phase(section)
-        adapter = self.endpoint_adapters.get(phase_config.endpoint(self.config.llm), self.adapter)
         client = LLMClient(
-            adapter,
+            self.adapter,  # routes each model to its endpoint (``sim.llm.stack.Router``)
             entities,
             phase_config.response_chain_depth,
-            settings=phase_config.settings(self.config.llm),
+            settings=self.config.call_settings(section),
             store=self.store,
             chain_mode=self.config.llm.chain_mode,
             max_concurrency=self.config.llm.max_concurrency,

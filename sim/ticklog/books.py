@@ -31,10 +31,13 @@ def attempts_cost(
     prices: Mapping[str, Any],
     cache: dict[str, Price | None] | None = None,
 ) -> Cost:
-    """What attempts cost at ``prices``, each priced for the model it actually used."""
+    """What attempts cost at ``prices``, each priced for the provider and model it actually
+    used."""
     total = Cost()
     for attempt in attempts:
-        total = total + price_usage(attempt.usage.to_usage(), attempt.model, prices, cache)
+        total = total + price_usage(
+            attempt.usage.to_usage(), attempt.model, prices, cache, attempt.provider
+        )
     return total
 
 

@@ -1,0 +1,140 @@
+"""Fallback across providers, end to end: ``sim tick`` whose primary ``openai`` endpoint is a
+dead port falls back to a named ``chat`` endpoint (``[providers.local]``, the stub server on
+loopback); the tick commits, the fallback is named in the summary and in ``sim log``, the
+log records which endpoint each attempt went to, and ``sim replay`` reproduces the tick."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import orjson
+from click.testing import CliRunner, Result
+
+from sim.cli import main
+from sim.storage import Storage
+from sim.testing.stub_server import StubServer
+from sim.ticklog.format import read_logs
+
+PHASES = ("phase1", "phase2a", "phase2b", "phase4")
+
+
+def dead_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def user_config(tmp_path: Path, stub: StubServer, fallback: str = "local/stub-model") -> Path:
+    fallbacks = "".join(f'\n[{s}]\nfallback_models = ["{fallback}"]\n' for s in PHASES)
+    path = tmp_path / "user.toml"
+    path.write_text(
+        f"""
+[llm]
+provider = "openai"
+base_url = "http://127.0.0.1:{dead_port()}/v1"
+connect_timeout_seconds = 2
+timeout_seconds = 5
+backoff_base_seconds = 0.01
+backoff_cap_seconds = 0.02
+
+[providers.local]
+kind = "chat"
+base_url = "{stub.base_url}"
+api_key_env = "LOCAL_KEY"
+structured_output = "json_schema"
+{fallbacks}"""
+    )
+    return path
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(
+        main,
+        list(args),
+        env={"OPENAI_API_KEY": "sk-primary", "LOCAL_KEY": "sk-local"},
+        catch_exceptions=False,
+    )
+
+
+def test_dead_openai_primary_falls_back_to_a_named_chat_endpoint(
+    demo_world: Path, stub_server: StubServer, tmp_path: Path
+) -> None:
+    config = user_config(tmp_path, stub_server)
+    result = run("tick", "--world", str(demo_world), "--config", str(config))
+
+    assert result.exit_code == 0, result.output
+    assert Storage(demo_world).load().tick == 1  # committed
+    lines = [line for line in result.output.splitlines() if line.startswith("fallback model:")]
+    calls = stub_server.stats.models["stub-model"]
+    assert calls >= 10 and len(lines) == calls  # every call went to the chat endpoint
+    assert all(line.endswith("openai/gpt-4.1-mini -> local/stub-model") for line in lines)
+    assert "fallback model: intentions intention:ada: openai/gpt-4.1-mini -> local/stub-model" in (
+        result.output
+    )
+    # the stub (the only live server) saw the chat wire format only
+    assert stub_server.stats.by_route["POST /v1/chat/completions"] == calls
+    assert stub_server.stats.by_route["POST /v1/responses"] == 0
+
+    log = run("log", "--world", str(demo_world), "--tick", "1")
+    assert log.exit_code == 0, log.output
+    logged = [line for line in log.output.splitlines() if line.startswith("fallback model:")]
+    assert sorted(logged) == sorted(lines)
+
+    # each attempt is logged with the endpoint it went to: the dead primary, then local
+    [tick_log], _ = read_logs(demo_world)
+    call = next(iter(tick_log.calls.values()))
+    providers = [attempt.provider for attempt in call.attempts]
+    assert providers[0] == "openai" and providers[-1] == "local"
+    assert call.attempts[-1].model == "stub-model" and call.error_code is None
+
+
+def test_replay_uses_the_logged_config_with_qualified_names(
+    demo_world: Path, stub_server: StubServer, tmp_path: Path
+) -> None:
+    config = user_config(tmp_path, stub_server)
+    assert run("tick", "--world", str(demo_world), "--config", str(config)).exit_code == 0
+    sent = stub_server.stats.requests
+
+    replayed = run("replay", "--world", str(demo_world), "--tick", "1", "--json")
+    assert replayed.exit_code == 0, replayed.output
+    document = json.loads(replayed.output)
+    assert document["identical"] is True
+    assert stub_server.stats.requests == sent  # served from the log
+
+
+def test_candidates_are_deduplicated_by_provider_and_normalised_model(
+    demo_world: Path, stub_server: StubServer, tmp_path: Path
+) -> None:
+    # " Stub-Model " on local is the same candidate as "local/stub-model": asked once
+    config = user_config(tmp_path, stub_server)
+    text = config.read_text().replace(
+        '["local/stub-model"]', '["local/stub-model", "local/ Stub-Model ", "LOCAL-X/y"]', 1
+    )
+    config.write_text(text)
+    stub_server.model_faults["stub-model"] = "server_error"
+    result = run("tick", "--world", str(demo_world), "--config", str(config))
+    # intentions all fail (every candidate is down) but nothing is asked twice of local:
+    # each call asks stub-model once plus its retries, never "Stub-Model" again
+    per_call = 1 + 2  # the attempt and transient_retries
+    assert stub_server.stats.models.get("Stub-Model", 0) == 0
+    # "LOCAL-X/y" is not a provider name (names are lower case): a bare model on openai
+    assert "LOCAL-X/y" not in stub_server.stats.models
+    assert stub_server.stats.models["stub-model"] <= 6 * per_call
+    assert result.exit_code == 1  # the phase lost every call: not committed
+    assert Storage(demo_world).load().tick == 0
+
+
+def test_sim_check_lists_the_named_endpoint(
+    demo_world: Path, stub_server: StubServer, tmp_path: Path
+) -> None:
+    config = user_config(tmp_path, stub_server)
+    result = run("check", "--world", str(demo_world), "--config", str(config), "--json")
+    assert result.exit_code == 0, result.output
+    document = orjson.loads(result.output)
+    assert document["endpoints"] == {
+        "local": {"endpoint": stub_server.base_url, "api_key_env": "LOCAL_KEY"}
+    }

@@ -1,0 +1,281 @@
+"""Where a model runs: qualified model strings, ``[providers.NAME]``, per-phase endpoints as
+sugar, deduplication of candidates, and the trust rule for a world's config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.config import (
+    Config,
+    InvalidConfig,
+    load_config,
+    named_endpoints,
+    phase_endpoints,
+    resolve_model,
+    routing,
+)
+from sim.errors import InputError
+from sim.llm.budget import Budget, Price, find_price
+from sim.llm.recovery import candidates
+from sim.llm.types import CallSettings, ModelTarget
+
+LOCAL = {"kind": "chat", "base_url": "http://localhost:8000/v1", "api_key_env": "LOCAL_KEY"}
+
+
+def config(**data: Any) -> Config:
+    return Config.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    ("name", "provider", "model"),
+    [
+        ("gpt-4.1-mini", "openai", "gpt-4.1-mini"),  # bare: [llm] provider
+        ("openai/gpt-4.1-mini", "openai", "gpt-4.1-mini"),
+        ("local/qwen2.5-7b", "local", "qwen2.5-7b"),  # a declared endpoint
+        ("gemini/gemini-2.5-flash", "gemini", "gemini-2.5-flash"),
+        ("anthropic/claude-haiku-4-5", "anthropic", "claude-haiku-4-5"),
+        ("offline/any", "offline", "any"),
+        # a first segment that is neither a kind nor a declared name: part of the model
+        ("meta-llama/Llama-3-8B", "openai", "meta-llama/Llama-3-8B"),
+        ("models/gemini-2.5-flash", "openai", "models/gemini-2.5-flash"),
+        # only the first segment is read: the rest is the model, slashes and all
+        ("local/meta-llama/Llama-3-8B", "local", "meta-llama/Llama-3-8B"),
+        ("chat/openai/gpt-oss-20b", "chat", "openai/gpt-oss-20b"),
+        # provider names are case-sensitive (lower case): not a qualifier
+        ("Local/qwen", "openai", "Local/qwen"),
+        ("  local/ qwen ", "local", "qwen"),  # whitespace around the parts is dropped
+        ("local/", "openai", "local/"),  # nothing after the slash: not qualified
+    ],
+)
+def test_resolve_model(name: str, provider: str, model: str) -> None:
+    c = config(llm={"provider": "openai"}, providers={"local": LOCAL})
+    assert resolve_model(c, name) == ModelTarget(provider, model)
+
+
+def test_a_model_named_like_a_kind_needs_its_provider_written_out() -> None:
+    # on a chat server (vLLM) the Hugging Face id "openai/gpt-oss-20b" reads as the kind
+    # openai; writing the provider first sends it as is
+    c = config(llm={"provider": "chat", "base_url": "http://localhost:8000/v1"})
+    assert resolve_model(c, "openai/gpt-oss-20b") == ModelTarget("openai", "gpt-oss-20b")
+    assert resolve_model(c, "chat/openai/gpt-oss-20b") == ModelTarget("chat", "openai/gpt-oss-20b")
+    table = routing(
+        c.model_copy(
+            update={"phase1": c.phase1.model_copy(update={"model": "chat/openai/gpt-oss-20b"})}
+        )
+    )
+    [target] = table.candidates("phase1")
+    assert table.endpoints[target.provider].base_url == "http://localhost:8000/v1"
+
+
+def test_kind_prefix_is_the_llm_endpoint_when_it_is_of_that_kind() -> None:
+    c = config(llm={"provider": "chat", "base_url": "http://h/v1", "api_key_env": "K"})
+    table = routing(
+        c.model_copy(
+            update={
+                "phase1": c.phase1.model_copy(update={"fallback_models": ("chat/b", "openai/c")})
+            }
+        )
+    )
+    endpoints = {t.provider: table.endpoints[t.provider] for t in table.candidates("phase1")}
+    assert endpoints["chat"].base_url == "http://h/v1" and endpoints["chat"].api_key_env == "K"
+    # another kind: its SDK's own server and key variable, not [llm]'s
+    assert (
+        endpoints["openai"].base_url == "" and endpoints["openai"].api_key_env == "OPENAI_API_KEY"
+    )
+
+
+def test_named_endpoint_defaults_come_from_llm_and_the_kind() -> None:
+    c = config(
+        llm={"provider": "openai", "max_concurrency": 4, "requests_per_minute": 60},
+        providers={"g": {"kind": "gemini"}, "fast": {**LOCAL, "max_concurrency": 2}},
+        phase1={"model": "g/gemini-2.5-flash", "fallback_models": ["fast/qwen"]},
+    )
+    table = routing(c)
+    g, fast = table.endpoints["g"], table.endpoints["fast"]
+    assert g.kind == "gemini" and g.api_key_env == "GEMINI_API_KEY"
+    assert g.max_concurrency == 4 and g.requests_per_minute == 60
+    assert fast.max_concurrency == 2 and fast.api_key_env == "LOCAL_KEY"
+    assert [s.name for s in table.used()] == ["openai", "g", "fast"]
+
+
+def test_candidates_are_deduplicated_by_provider_and_normalised_model() -> None:
+    c = config(
+        llm={"provider": "openai"},
+        providers={"local": LOCAL},
+        phase2a={
+            "model": "gpt-4.1-mini",
+            "fallback_models": [
+                "GPT-4.1-mini",  # the primary again (case)
+                "openai/ gpt-4.1-mini ",  # and again (qualified, whitespace)
+                "local/gpt-4.1-mini",  # the same model elsewhere: a candidate
+                "local/Qwen",
+                "local/qwen",  # the same as the one before
+            ],
+        },
+    )
+    settings = c.call_settings("resolution")
+    assert (settings.provider, settings.model) == ("openai", "gpt-4.1-mini")
+    assert settings.fallback_models == (
+        ModelTarget("local", "gpt-4.1-mini"),
+        ModelTarget("local", "Qwen"),  # the first spelling is the one sent
+    )
+
+
+def test_recovery_candidates_take_plain_names_on_the_request_provider() -> None:
+    settings = CallSettings(
+        model="A",
+        provider="p",
+        fallback_models=("a", " b", ModelTarget("q", "a"), ModelTarget("p", "B")),
+    )
+    assert candidates(settings) == [
+        ModelTarget("p", "A"),
+        ModelTarget("p", "b"),
+        ModelTarget("q", "a"),
+    ]
+
+
+def test_per_phase_endpoint_is_sugar_for_an_endpoint_of_its_own() -> None:
+    c = config(
+        llm={"provider": "openai"},
+        phase2b={"provider": "chat", "base_url": "http://localhost:11434/v1", "model": "llama3"},
+        phase4={"provider": "gemini", "model": "gemini-2.5-flash"},  # the kind's default
+        phase2a={"provider": "openai"},  # the same as [llm]'s: nothing changes
+    )
+    table = routing(c)
+    [narrative] = table.candidates("narrative")
+    assert narrative == ModelTarget("chat@phase2b", "llama3")
+    assert table.endpoints["chat@phase2b"].base_url == "http://localhost:11434/v1"
+    assert table.candidates("memory") == (ModelTarget("gemini", "gemini-2.5-flash"),)
+    assert table.endpoints["gemini"].api_key_env == "GEMINI_API_KEY"
+    assert table.candidates("resolution")[0].provider == "openai"
+    # a kind prefix in that phase means the phase's own endpoint of that kind
+    assert resolve_model(c, "chat/x", table.endpoints["chat@phase2b"]).provider == "chat@phase2b"
+    assert phase_endpoints(c)["narrative"] == ("http://localhost:11434/v1", "OPENAI_API_KEY")
+    assert set(named_endpoints(c)) == {"chat@phase2b", "gemini"}
+
+
+def test_declared_phase_uses_a_named_endpoint() -> None:
+    c = config(
+        providers={"local": LOCAL},
+        phases={"opinion": {"instructions": "x", "schema": "s.json", "model": "local/m"}},
+    )
+    assert routing(c).candidates("opinion") == (ModelTarget("local", "m"),)
+    assert routing(c).candidates("phases.opinion") == (ModelTarget("local", "m"),)
+    assert routing(c).candidates("phases.python_only")[0].provider == "offline"
+
+
+@pytest.mark.parametrize(
+    ("providers", "field", "says"),
+    [
+        ({"local": {"kind": "vllm"}}, "providers.local.kind", "unknown kind 'vllm'"),
+        ({"openai": {"kind": "openai"}}, "providers.openai", "a provider kind"),
+        ({"local": {"base_url": "x"}}, "providers.local.kind", "field required"),
+        ({"Local": {"kind": "chat"}}, "providers.Local", "string should match pattern"),
+        ({"local": {"kind": "chat", "api_key": "sk-x"}}, "providers.local.api_key", "unknown"),
+        (
+            {"local": {"kind": "chat", "api_key_env": "$KEY"}},
+            "providers.local.api_key_env",
+            "pattern",
+        ),
+    ],
+)
+def test_bad_providers_tables_are_named(
+    tmp_path: Path, providers: dict[str, Any], field: str, says: str
+) -> None:
+    path = tmp_path / "c.toml"
+    lines = []
+    for name, table in providers.items():
+        lines.append(f"[providers.{name}]")
+        lines.extend(f"{k} = {v!r}".replace("'", '"') for k, v in table.items())
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidConfig) as caught:
+        load_config(path, cwd=tmp_path)
+    problems = [(p.field or "", p.problem) for p in caught.value.problems]
+    assert any(f.startswith(field) and says in p for f, p in problems), problems
+
+
+def test_llm_provider_names_are_validated_with_kinds(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[providers.local]\nkind = "chat"\n[phase1]\nmodel = "local/m"\n')
+    assert routing(load_config(path, cwd=tmp_path)).candidates("phase1") == (
+        ModelTarget("local", "m"),
+    )
+
+
+# -- the trust rule ---------------------------------------------------------------------
+
+
+def world_with(tmp_path: Path, text: str) -> Path:
+    world = tmp_path / "world"
+    world.mkdir(exist_ok=True)
+    (world / "config.toml").write_text(text)
+    return world
+
+
+def problems_of(tmp_path: Path, world_text: str, user_text: str = "", **kwargs: Any) -> list[str]:
+    world = world_with(tmp_path, world_text)
+    user = tmp_path / "user.toml"
+    user.write_text(user_text)
+    try:
+        load_config(user, world, cwd=tmp_path, **kwargs)
+    except InvalidConfig as exc:
+        return [p.field or "" for p in exc.problems]
+    return []
+
+
+def test_world_may_not_declare_providers(tmp_path: Path) -> None:
+    text = '[providers.evil]\nkind = "chat"\nbase_url = "http://evil.example/v1"\n'
+    text += '[phase1]\nmodel = "evil/m"\n'
+    assert problems_of(tmp_path, text, '[llm]\nprovider = "openai"\n') == ["providers"]
+
+
+def test_world_may_restate_the_users_providers(tmp_path: Path) -> None:
+    user = '[providers.local]\nkind = "chat"\nbase_url = "http://localhost:8000/v1"\n'
+    assert problems_of(tmp_path, user + '[phase1]\nmodel = "local/other"\n', user) == []
+
+
+def test_world_may_not_qualify_a_model_with_a_kind_the_user_does_not_use(tmp_path: Path) -> None:
+    # the user runs a local chat server; "openai/gpt-4.1" would send OPENAI_API_KEY to OpenAI
+    user = '[llm]\nprovider = "chat"\nbase_url = "http://localhost:8000/v1"\n'
+    world = '[phase1]\nmodel = "openai/gpt-4.1"\n[phase2a]\nfallback_models = ["anthropic/c"]\n'
+    assert problems_of(tmp_path, world, user) == ["phase1.model", "phase2a.fallback_models"]
+    assert problems_of(tmp_path, world, user, trust_world_config=True) == []
+
+
+def test_world_may_use_the_users_endpoints_and_bare_names(tmp_path: Path) -> None:
+    user = '[llm]\nprovider = "chat"\n[providers.local]\nkind = "chat"\n'
+    world = (
+        '[phase1]\nmodel = "chat/m"\nfallback_models = ["local/x", "offline/any", '
+        '"meta-llama/Llama-3-8B"]\n'
+    )
+    assert problems_of(tmp_path, world, user) == []
+
+
+def test_world_model_error_names_the_file_and_says_what_to_do(tmp_path: Path) -> None:
+    world = world_with(tmp_path, '[phase1]\nmodel = "gemini/gemini-2.5-pro"\n')
+    with pytest.raises(InputError) as caught:
+        load_config(None, world, cwd=tmp_path)
+    text = str(caught.value)
+    assert "config.toml" in text and "phase1.model" in text and "--trust-world-config" in text
+
+
+# -- prices and breakers keyed by provider ----------------------------------------------
+
+
+def test_price_for_a_model_on_its_provider_wins() -> None:
+    prices = {"qwen": Price(1.0, 0.5, 2.0), "local/qwen": Price(0.0, 0.0, 0.0)}
+    assert find_price(prices, "qwen", "local") == Price(0.0, 0.0, 0.0)
+    assert find_price(prices, "qwen", "hosted") == Price(1.0, 0.5, 2.0)
+    assert find_price(prices, "qwen") == Price(1.0, 0.5, 2.0)
+    dated = {"local/gpt-4.1-mini": Price(9.0, 9.0, 9.0), "gpt-4.1-mini": Price(1.0, 1.0, 1.0)}
+    assert find_price(dated, "gpt-4.1-mini-2025-04-14", "local") == Price(9.0, 9.0, 9.0)
+
+
+def test_budget_names_the_provider_of_an_unpriced_model() -> None:
+    budget = Budget(max_cost_usd=1.0, prices={"local/qwen": Price(1.0, 1.0, 1.0)})
+    assert budget.price("qwen", "local") == Price(1.0, 1.0, 1.0)
+    with pytest.raises(Exception, match="'qwen' on 'hosted'"):
+        budget.price("qwen", "hosted")
