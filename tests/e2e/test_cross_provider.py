@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from sim.cli import main
 from sim.storage import Storage
+from sim.testing.anthropic_stub import AnthropicStubServer
 from sim.testing.stub_server import StubServer
 from sim.ticklog.format import read_logs
 
@@ -138,3 +139,60 @@ def test_sim_check_lists_the_named_endpoint(
     assert document["endpoints"] == {
         "local": {"endpoint": stub_server.base_url, "api_key_env": "LOCAL_KEY"}
     }
+
+
+def test_dead_openai_primary_falls_back_to_a_named_anthropic_endpoint(
+    demo_world: Path, anthropic_stub: AnthropicStubServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "user.toml"
+    fallbacks = "".join(f'\n[{s}]\nfallback_models = ["claude/claude-haiku-4-5"]\n' for s in PHASES)
+    config.write_text(
+        f"""
+[llm]
+provider = "openai"
+base_url = "http://127.0.0.1:{dead_port()}/v1"
+backoff_base_seconds = 0.01
+backoff_cap_seconds = 0.02
+
+[providers.claude]
+kind = "anthropic"
+base_url = "{anthropic_stub.base_url}"
+api_key_env = "CLAUDE_KEY"
+{fallbacks}"""
+    )
+    result = CliRunner().invoke(
+        main,
+        ["tick", "--world", str(demo_world), "--config", str(config)],
+        env={"OPENAI_API_KEY": "sk-primary", "CLAUDE_KEY": "sk-ant-test"},
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert "openai/gpt-4.1-mini -> claude/claude-haiku-4-5" in result.output
+    assert anthropic_stub.stats.models["claude-haiku-4-5"] >= 10
+    [tick_log], _ = read_logs(demo_world)
+    # priced as claude-haiku-4-5 (a built-in price): the tick's cost is known
+    assert all(call.cost_usd is not None for call in tick_log.calls.values())
+
+
+def test_a_failed_tick_resumes_with_qualified_names(
+    demo_world: Path, stub_server: StubServer, tmp_path: Path
+) -> None:
+    config = user_config(tmp_path, stub_server)
+    text = config.read_text().replace(
+        '[phase2b]\nfallback_models = ["local/stub-model"]',
+        '[phase2b]\nfallback_models = ["local/narrator"]',
+    )
+    config.write_text(text)
+    stub_server.model_faults["narrator"] = "server_error"
+    first = run("tick", "--world", str(demo_world), "--config", str(config))
+    assert first.exit_code == 1, first.output  # narrative lost every call: not committed
+    assert Storage(demo_world).load().tick == 0
+    answered = stub_server.stats.models["stub-model"]
+    assert answered == 16  # intentions and resolution, on local
+
+    stub_server.model_faults.clear()
+    second = run("tick", "--world", str(demo_world), "--config", str(config))
+    assert second.exit_code == 0, second.output
+    assert "resumed: 16 calls" in second.output
+    assert stub_server.stats.models["stub-model"] == answered  # none sent again
+    assert "narrative narrative:quay: openai/gpt-4.1-mini -> local/narrator" in second.output

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from sim.config import (
     Config,
@@ -19,8 +20,17 @@ from sim.config import (
 )
 from sim.errors import InputError
 from sim.llm.budget import Budget, Price, find_price
-from sim.llm.recovery import candidates
-from sim.llm.types import CallSettings, ModelTarget
+from sim.llm.errors import LLMAPIError, LLMConfigurationError
+from sim.llm.ratelimit import RateLimitedAdapter
+from sim.llm.recovery import RecoveryAdapter, RetryPolicy, candidates
+from sim.llm.stack import Router, build_stack
+from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, ModelTarget
+from sim.testing.adapters import MockAdapter
+
+
+class Out(BaseModel):
+    text: str = ""
+
 
 LOCAL = {"kind": "chat", "base_url": "http://localhost:8000/v1", "api_key_env": "LOCAL_KEY"}
 
@@ -279,3 +289,84 @@ def test_budget_names_the_provider_of_an_unpriced_model() -> None:
     assert budget.price("qwen", "local") == Price(1.0, 1.0, 1.0)
     with pytest.raises(Exception, match="'qwen' on 'hosted'"):
         budget.price("qwen", "hosted")
+
+
+# -- the router and recovery across endpoints -------------------------------------------
+
+
+class Down(MockAdapter):
+    """An endpoint whose every answer is a 5xx."""
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.calls.append(request)
+        raise LLMAPIError("overloaded", status_code=503)
+
+
+async def no_sleep(seconds: float) -> None:
+    """Recovery's waits, skipped."""
+
+
+def routed(routes: dict[str, Any], threshold: int = 2) -> RecoveryAdapter:
+    return RecoveryAdapter(
+        Router(routes, "primary"),
+        RetryPolicy(transient_retries=0),
+        breaker_threshold=threshold,
+        sleep=no_sleep,
+    )
+
+
+async def test_fallback_crosses_endpoints_and_breakers_are_per_provider() -> None:
+    primary, local = Down(), MockAdapter()
+    local.name = "chat"
+    adapter = routed({"primary": primary, "local": local})
+    settings = CallSettings(
+        model="m", provider="primary", fallback_models=(ModelTarget("local", "m"),)
+    )
+    request = ModelRequest("Say.", "{}", Out, settings=settings)
+    for _ in range(3):
+        response = await adapter.execute(request)
+        assert (response.fallback_from, response.fallback_to) == ("primary/m", "local/m")
+        assert [a.provider for a in response.attempts][-1] == "local"
+    # the breaker of primary:m opened after 2 failures; local:m (same model) is closed
+    assert len(primary.calls) == 2
+    assert adapter.breakers["primary:m"].state == "open"
+    assert adapter.breakers["local:m"].state == "closed"
+    assert [c.settings.provider for c in local.calls] == ["local"] * 3
+
+
+async def test_router_applies_an_endpoints_structured_output_and_refuses_unknown_names() -> None:
+    local = MockAdapter()
+    router = Router({"primary": MockAdapter(), "local": local}, "primary", {"local": "tool"})
+    settings = CallSettings(model="m", provider="local", structured_output="auto")
+    await router.execute(ModelRequest("Say.", "{}", Out, settings=settings))
+    assert local.calls[-1].settings.structured_output == "tool"
+    with pytest.raises(LLMConfigurationError, match=r"\[providers.nowhere\]"):
+        await router.execute(
+            ModelRequest("Say.", "{}", Out, settings=CallSettings(provider="nowhere"))
+        )
+
+
+def test_stack_builds_each_used_endpoint_with_its_own_pacing(monkeypatch: Any) -> None:
+    monkeypatch.setenv("LOCAL_KEY", "sk-local")
+    c = config(
+        llm={"provider": "offline"},
+        providers={"local": {**LOCAL, "requests_per_minute": 30}, "unused": LOCAL},
+        phase2a={"fallback_models": ["local/qwen"]},
+    )
+    stack = build_stack(c)
+    router = stack.inner
+    assert isinstance(router, Router)
+    assert set(router.routes) == {"offline", "local"}  # "unused" is not built
+    assert isinstance(router.routes["local"], RateLimitedAdapter)
+    assert not isinstance(router.routes["offline"], RateLimitedAdapter)
+
+
+def test_stack_stops_on_a_missing_key_of_a_fallback_endpoint(monkeypatch: Any) -> None:
+    monkeypatch.delenv("LOCAL_KEY", raising=False)
+    c = config(
+        llm={"provider": "offline"},
+        providers={"local": {"kind": "openai", "api_key_env": "LOCAL_KEY"}},
+        phase2a={"fallback_models": ["local/qwen"]},
+    )
+    with pytest.raises(LLMConfigurationError, match="LOCAL_KEY"):
+        build_stack(c)
