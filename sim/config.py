@@ -907,3 +907,28 @@ def routing(config: Config) -> Routing:
         if section.startswith("phases."):
             phases.setdefault(section.removeprefix("phases."), phases[section])
     return Routing(main.name, endpoints, phases)
+
+
+def offline_config(config: Config) -> Config:
+    """The config with every model on the offline provider (``sim tune``'s estimate): no
+    request leaves the process whatever the phases name. Each model string is kept whole
+    as the offline model's name (``offline/openai/gpt-4.1``), so its calls are logged under
+    the name the config asked for and ``resolve_model(config, name)`` prices them."""
+    cleared = {"provider": "", "base_url": "", "api_key_env": ""}
+
+    def offline(phase: PhaseConfig) -> dict[str, Any]:
+        return {
+            **cleared,
+            "model": f"offline/{phase.model.strip()}",
+            "fallback_models": tuple(f"offline/{m.strip()}" for m in phase.fallback_models),
+        }
+
+    update: dict[str, Any] = {
+        "llm": config.llm.model_copy(update={"provider": "offline", "chain_mode": "window"}),
+        "providers": {},
+        "phases": {n: p.model_copy(update=offline(p)) for n, p in config.phases.items()},
+    }
+    for section in PHASE_SECTIONS:
+        phase = config.phase(section)
+        update[section] = phase.model_copy(update=offline(phase))
+    return config.model_copy(update=update)

@@ -115,8 +115,8 @@ def price_usage(
         price = cache[key]
     else:
         price = cache[key] = find_price(prices, model, provider)
-    if price is None:
-        return Cost(0.0, frozenset({key}))
+    if price is None:  # named as [prices] takes it for every provider
+        return Cost(0.0, frozenset({model}))
     return Cost(cost_usd(usage, price))
 
 

@@ -370,3 +370,24 @@ def test_stack_stops_on_a_missing_key_of_a_fallback_endpoint(monkeypatch: Any) -
     )
     with pytest.raises(LLMConfigurationError, match="LOCAL_KEY"):
         build_stack(c)
+
+
+def test_tune_estimate_sends_nothing_and_prices_on_the_provider(
+    tmp_path: Path, stub_server: Any
+) -> None:
+    from conftest import copy_demo
+
+    from sim.analysis.tune import estimate
+    from sim.config import DEFAULT_PRICES, PriceConfig
+
+    world = copy_demo(tmp_path / "w")
+    c = config(
+        llm={"provider": "openai", "base_url": stub_server.base_url},
+        providers={"local": {"kind": "chat", "base_url": stub_server.base_url}},
+        phase2a={"model": "local/qwen", "fallback_models": ["openai/gpt-4.1"]},
+        prices={**DEFAULT_PRICES, "local/qwen": PriceConfig(input=1000.0, output=1000.0)},
+    )
+    result = estimate(world, c, "phase2a", [0], 1)
+    assert stub_server.stats.requests == 0  # every phase ran offline
+    # resolution's tokens priced at local/qwen's $1000 per million, not as gpt-4.1-mini
+    assert result.cost.known and result.cost.usd > 1.0
