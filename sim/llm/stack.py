@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from sim.llm.adapters import create_adapter
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
-from sim.llm.errors import LLMConfigurationError
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, StructuredOutput
@@ -108,17 +107,17 @@ class Router(AdapterWrapper):
         self.structured = dict(structured or {})
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        name = request.settings.provider or self.default
-        adapter = self.routes.get(name)
-        if adapter is None:
-            raise LLMConfigurationError(
-                f"no endpoint {name!r} in this run; declare it as [providers.{name}] "
-                f"(known: {', '.join(self.routes)})"
-            )
+        name = request.settings.provider
+        if name not in self.routes:
+            # a request built from another config than this stack's (``sim replay --live``
+            # re-runs a tick with its logged config and sends drifted requests where the
+            # config now points): the default endpoint. A run's own requests always name
+            # an endpoint of its stack (both come from ``sim.config.routing``).
+            name = self.default
         form = self.structured.get(name)
         if form is not None and form != request.settings.structured_output:
             request = replace(request, settings=replace(request.settings, structured_output=form))
-        return await adapter.execute(request)
+        return await self.routes[name].execute(request)
 
     async def aclose(self) -> None:
         """Close every endpoint's HTTP client."""
