@@ -527,8 +527,9 @@ def _untrusted_models(
     user did not choose: a kind other than ``offline`` and the user's ``[llm] provider``
     (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A provider name only the
     world declares is reported by its ``[providers.*]`` table (``_untrusted_routing``)."""
-    llm = users.get("llm")
-    chosen_kind = llm.get("provider") if isinstance(llm, Mapping) else None
+    chosen_kind = _lookup(flags, "llm.provider")  # --provider, else the user's config
+    if chosen_kind is _MISSING:
+        chosen_kind = _lookup(users, "llm.provider")
     declared = users.get("providers")
     chosen_names = set(declared) if isinstance(declared, Mapping) else set()
     problems: list[InputError] = []

@@ -390,3 +390,12 @@ def test_tune_estimate_sends_nothing_and_prices_on_the_provider(
     assert stub_server.stats.requests == 0  # every phase ran offline
     # resolution's tokens priced at local/qwen's $1000 per million, not as gpt-4.1-mini
     assert result.cost.known and result.cost.usd > 1.0
+
+
+def test_world_may_qualify_with_the_kind_chosen_by_flag(tmp_path: Path) -> None:
+    world = world_with(tmp_path, '[phase1]\nmodel = "openai/gpt-4.1"\n')
+    flags = {"llm": {"provider": "openai"}}
+    config = load_config(None, world, flags, cwd=tmp_path)
+    assert routing(config).candidates("phase1") == (ModelTarget("openai", "gpt-4.1"),)
+    with pytest.raises(InvalidConfig):
+        load_config(None, world, {"llm": {"provider": "chat"}}, cwd=tmp_path)
