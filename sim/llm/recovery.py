@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from sim.llm.backpressure import EndpointDownError
 from sim.llm.calls import note_failure
 from sim.llm.errors import (
     LLMAPIError,
@@ -274,6 +275,8 @@ class RecoveryAdapter(AdapterWrapper):
                     breaker.neutral()
                 if kind == "fatal" or retried[kind] >= self.policy.retries(kind):
                     raise
+                if isinstance(exc, EndpointDownError):
+                    raise  # failed unsent, and will until its cool-down: the next candidate
                 retried[kind] += 1
                 if isinstance(exc, LLMSchemaError):
                     sent = with_feedback(request, exc)

@@ -76,6 +76,10 @@ def test_dead_openai_primary_falls_back_to_a_named_chat_endpoint(
     assert "fallback model: intentions intention:ada: openai/gpt-4.1-mini -> local/stub-model" in (
         result.output
     )
+    # once the primary is known to be down, a call moves on at once: one unsent attempt on
+    # the primary, no retries against it (the columns: calls, failed, retries)
+    row = next(line for line in result.output.splitlines() if line.startswith("resolution "))
+    assert row.split()[1:4] == ["6", "0", "6"]
     # the stub (the only live server) saw the chat wire format only
     assert stub_server.stats.by_route["POST /v1/chat/completions"] == calls
     assert stub_server.stats.by_route["POST /v1/responses"] == 0
