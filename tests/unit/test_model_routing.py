@@ -399,3 +399,16 @@ def test_world_may_qualify_with_the_kind_chosen_by_flag(tmp_path: Path) -> None:
     assert routing(config).candidates("phase1") == (ModelTarget("openai", "gpt-4.1"),)
     with pytest.raises(InvalidConfig):
         load_config(None, world, {"llm": {"provider": "chat"}}, cwd=tmp_path)
+
+
+async def test_a_fallback_to_another_endpoint_is_sent_without_the_server_chain() -> None:
+    primary, local = Down(), MockAdapter()
+    adapter = routed({"primary": primary, "local": local})
+    settings = CallSettings(
+        model="m", provider="primary", fallback_models=("n", ModelTarget("local", "m"))
+    )
+    request = ModelRequest("Say.", "{}", Out, previous_response_id="resp_1", settings=settings)
+    await adapter.execute(request)
+    # the chain id went to the provider that made it (both models there), not to local
+    assert [c.previous_response_id for c in primary.calls] == ["resp_1", "resp_1"]
+    assert local.calls[0].previous_response_id is None
