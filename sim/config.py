@@ -77,6 +77,14 @@ class LLMConfig(_Strict):
     backoff_cap_seconds: float = Field(20, ge=0)
     breaker_threshold: int = Field(5, ge=1)
     breaker_cooldown_seconds: float = Field(30, ge=0)
+    #: send each phase's calls as one OpenAI Batch API batch (half price, hours of waiting)
+    batch: bool = False
+    #: seconds between two polls of a batch in progress
+    batch_poll_seconds: float = Field(30, gt=0)
+
+
+#: providers whose wire format the Batch API takes (``[llm] batch``)
+BATCH_PROVIDERS = ("openai", "chat")
 
 
 class ProviderConfig(_Strict):
@@ -393,6 +401,20 @@ def _problems(
                 f"provider {config.llm.provider!r} cannot keep chains on its server; "
                 f'use chain_mode = "window" ("server" needs: '
                 f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
+            )
+        )
+    if (
+        combined
+        and config.llm.batch
+        and config.llm.provider in PROVIDERS
+        and config.llm.provider not in BATCH_PROVIDERS
+    ):
+        problems.append(
+            InputError(
+                source,
+                "llm.batch",
+                f"the Batch API is not offered for provider {config.llm.provider!r}; "
+                f"set batch = false or a provider that has it ({', '.join(BATCH_PROVIDERS)})",
             )
         )
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):

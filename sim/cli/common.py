@@ -176,9 +176,16 @@ def build_config(
     budget_tokens: int | None = None,
     sends_requests: bool = True,
     stream: bool | None = None,
+    batch: bool | None = None,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
-    llm = present(provider=provider, max_concurrency=concurrency, base_url=base_url, stream=stream)
+    llm = present(
+        provider=provider,
+        max_concurrency=concurrency,
+        base_url=base_url,
+        stream=stream,
+        batch=batch,
+    )
     if llm:
         overrides["llm"] = llm
     if model is not None:

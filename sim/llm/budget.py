@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sim.llm.batch import BATCH_PRICE_FACTOR, batch_enabled
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.tokens import estimate_tokens
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
@@ -26,6 +27,12 @@ class Price:
     input: float = 0.0
     cached_input: float = 0.0
     output: float = 0.0
+
+    def scaled(self, factor: float) -> Price:
+        """This price times ``factor`` (the Batch API's discount)."""
+        if factor == 1.0:
+            return self
+        return Price(self.input * factor, self.cached_input * factor, self.output * factor)
 
 
 def cost_usd(usage: Usage, price: Price) -> float:
@@ -100,11 +107,13 @@ def price_usage(
     prices: Mapping[str, Any],
     cache: dict[str, Price | None] | None = None,
     provider: str = "",
+    factor: float = 1.0,
 ) -> Cost:
     """What ``usage`` of ``model`` on ``provider`` cost at ``prices`` (no tokens cost
     nothing, priced or not).
 
-    ``cache`` keeps each model's price once looked up (for callers pricing every call).
+    ``cache`` keeps each model's price once looked up (for callers pricing every call);
+    ``factor`` scales the price (``BATCH_PRICE_FACTOR`` for a call sent in a batch).
     """
     if usage.total_tokens == 0:
         return Cost()
@@ -117,7 +126,7 @@ def price_usage(
         price = cache[key] = find_price(prices, model, provider)
     if price is None:  # named as [prices] takes it for every provider
         return Cost(0.0, frozenset({model}))
-    return Cost(cost_usd(usage, price))
+    return Cost(cost_usd(usage, price.scaled(factor)))
 
 
 def estimate_usage(request: ModelRequest) -> Usage:
@@ -136,6 +145,8 @@ class Reservation:
     tokens: int
     usd: float
     provider: str = ""
+    #: the price factor the attempt is charged at (the Batch API's discount)
+    factor: float = 1.0
 
 
 class Budget:
@@ -183,14 +194,17 @@ class Budget:
             f" of a cap of {' / '.join(caps)}" if caps else ""
         )
 
-    def reserve(self, model: str, estimate: Usage, provider: str = "") -> Reservation:
-        """Hold an attempt's worst case.
+    def reserve(
+        self, model: str, estimate: Usage, provider: str = "", factor: float = 1.0
+    ) -> Reservation:
+        """Hold an attempt's worst case (at ``factor`` times the price of ``model`` on
+        ``provider``).
 
         Raises:
             LLMBudgetExceededError: the attempt could cross a cap.
             LLMConfigurationError: a cost cap is set and the model has no price.
         """
-        usd = cost_usd(estimate, self.price(model, provider))
+        usd = cost_usd(estimate, self.price(model, provider).scaled(factor))
         tokens = estimate.total_tokens
         if self.max_total_tokens is not None and (
             self.spent_tokens + self.reserved_tokens + tokens > self.max_total_tokens
@@ -210,14 +224,15 @@ class Budget:
             )
         self.reserved_tokens += tokens
         self.reserved_usd += usd
-        return Reservation(model, tokens, usd, provider)
+        return Reservation(model, tokens, usd, provider, factor)
 
     def settle(self, reservation: Reservation, usage: Usage) -> None:
         """Release a reservation and count what the attempt really used."""
         self.reserved_tokens -= reservation.tokens
         self.reserved_usd -= reservation.usd
         self.spent_tokens += usage.total_tokens
-        self.spent_usd += cost_usd(usage, self.price(reservation.model, reservation.provider))
+        price = self.price(reservation.model, reservation.provider)
+        self.spent_usd += cost_usd(usage, price.scaled(reservation.factor))
 
 
 class BudgetAdapter(AdapterWrapper):
@@ -228,16 +243,24 @@ class BudgetAdapter(AdapterWrapper):
 
     Args:
         provider: the endpoint's name, for prices keyed by provider (``local/qwen``).
+        batchable: the endpoint's adapter sends a call through a Batch API session when
+            there is one (``openai``, ``chat``): such a call is priced at batch rates.
     """
 
-    def __init__(self, inner: Adapter, budget: Budget, provider: str = "") -> None:
+    def __init__(
+        self, inner: Adapter, budget: Budget, provider: str = "", *, batchable: bool = True
+    ) -> None:
         super().__init__(inner)
         self.budget = budget
         self.provider = provider
+        self.batchable = batchable
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
+        # a call in a Batch API session is half price, if this endpoint's adapter sends
+        # it in the batch (openai, chat); another kind answers live at its list price
+        factor = BATCH_PRICE_FACTOR if self.batchable and batch_enabled() else 1.0
         reservation = self.budget.reserve(
-            request.settings.model, estimate_usage(request), self.provider
+            request.settings.model, estimate_usage(request), self.provider, factor
         )
         try:
             response = await self.inner.execute(request)

@@ -8,6 +8,8 @@ provider and model actually used) -> rate limiter (requests and tokens per minut
 endpoint). Then a router sends each attempt to its endpoint's stack (``CallSettings.provider``),
 and recovery (retries, fallback models across endpoints, breakers per provider and model)
 wraps the router. Phases see only the outermost.
+With ``[llm] batch`` (``sim.llm.batch``) an ``openai`` or ``chat`` endpoint has no
+backpressure and no rate limiter: calls are lines of a batch upload, not requests in flight.
 """
 
 from __future__ import annotations
@@ -133,9 +135,16 @@ def endpoint_stack(
     provider: Adapter | None = None,
 ) -> Adapter:
     """One endpoint's adapter, backpressure, budget and rate limits."""
+    from sim.config import BATCH_PROVIDERS
+
     llm = config.llm
     inner: Adapter = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
-    if spec.kind != "offline":  # a network endpoint: slow down when it says so
+    # Batch API calls are lines of one upload, not requests in flight: an endpoint's
+    # concurrency limit and per-minute rates do not apply (and a concurrency limit would
+    # hold back calls the batch waits for)
+    batchable = spec.kind in BATCH_PROVIDERS
+    batched = llm.batch and batchable
+    if spec.kind != "offline" and not batched:  # a network endpoint: slow down when told
         inner = BackpressureAdapter(
             inner,
             Endpoint(
@@ -145,8 +154,8 @@ def endpoint_stack(
                 down_cooldown=llm.breaker_cooldown_seconds,
             ),
         )
-    inner = BudgetAdapter(inner, budget, provider=spec.name)
-    if spec.requests_per_minute or spec.tokens_per_minute:
+    inner = BudgetAdapter(inner, budget, provider=spec.name, batchable=batchable)
+    if (spec.requests_per_minute or spec.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,
             TokenBucket(spec.requests_per_minute) if spec.requests_per_minute else None,

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel
 
+from sim.config import BATCH_PROVIDERS, routing
+from sim.llm.batch import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
@@ -220,6 +222,8 @@ class TickContext:
     #: results of phases declared by the world or a package, by phase name (for the log)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     prompts: Prompts | None = None
+    #: send phases' calls through the OpenAI Batch API (``[llm] batch``), when set
+    batch: BatchOptions | None = None
     _static: dict[str, str] = field(default_factory=dict)
     _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None
@@ -265,16 +269,21 @@ class TickContext:
     def client(self, section: str, entities: Sequence[Entity], phase: str) -> LLMClient:
         """An ``LLMClient`` for one phase, configured from its config section."""
         phase_config = self.config.phase(section)
+        settings = self.config.call_settings(section)
+        # a phase whose model runs on a provider without a Batch API runs live
+        kind = routing(self.config).endpoints[settings.provider].kind
+        batch = self.batch if kind in BATCH_PROVIDERS else None
         client = LLMClient(
             self.adapter,  # routes each model to its endpoint (``sim.llm.stack.Router``)
             entities,
             phase_config.response_chain_depth,
-            settings=self.config.call_settings(section),
+            settings=settings,
             store=self.store,
             chain_mode=self.config.llm.chain_mode,
             max_concurrency=self.config.llm.max_concurrency,
             events=self.events,
             phase=phase,
+            batch=batch,
         )
         self.clients.append(client)
         return client

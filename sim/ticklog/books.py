@@ -30,13 +30,14 @@ def attempts_cost(
     attempts: Iterable[AttemptRecord],
     prices: Mapping[str, Any],
     cache: dict[str, Price | None] | None = None,
+    factor: float = 1.0,
 ) -> Cost:
     """What attempts cost at ``prices``, each priced for the provider and model it actually
-    used."""
+    used (times ``factor``: the Batch API's discount for a call sent in a batch)."""
     total = Cost()
     for attempt in attempts:
         total = total + price_usage(
-            attempt.usage.to_usage(), attempt.model, prices, cache, attempt.provider
+            attempt.usage.to_usage(), attempt.model, prices, cache, attempt.provider, factor
         )
     return total
 
@@ -53,7 +54,7 @@ def call_cost(
     call: CallRecord, prices: Mapping[str, Any], cache: dict[str, Price | None] | None = None
 ) -> Cost:
     """What a logged call cost at ``prices``: every attempt, each at its model's price."""
-    return attempts_cost(call.every_attempt(), prices, cache)
+    return attempts_cost(call.every_attempt(), prices, cache, call.price_factor)
 
 
 def timed_out(call: CallRecord) -> int:

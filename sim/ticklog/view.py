@@ -156,7 +156,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
     over all attempts, and cost; for a tool-calling answer, the tools it called. A call a
     resume sent again has a line per record: the earlier one's attempts were sent too, so
-    the lines add up to the tick's totals."""
+    the lines add up to the tick's totals. Calls sent in a Batch API batch say ``batch``
+    (priced at the batch rate), and each batch gets a line of its own after them."""
     yield CALLS_HEAD
     prices = log.header.prices
     for call in log.call_records:
@@ -169,7 +170,10 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
             f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
+            f"{'  batch' if call.batch_ids else ''}"
         ).rstrip()
+    for batch in log.batches:  # sent through the OpenAI Batch API (half price)
+        yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
 
 
 def drift_lines(drift: Drift) -> Iterator[str]:
