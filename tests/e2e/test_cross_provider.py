@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from sim.cli import main
 from sim.storage import Storage
 from sim.testing.anthropic_stub import AnthropicStubServer
-from sim.testing.stub_server import StubServer
+from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import read_logs
 
 PHASES = ("phase1", "phase2a", "phase2b", "phase4")
@@ -200,3 +200,39 @@ def test_a_failed_tick_resumes_with_qualified_names(
     assert "resumed: 16 calls" in second.output
     assert stub_server.stats.models["stub-model"] == answered  # none sent again
     assert "narrative narrative:quay: openai/gpt-4.1-mini -> local/narrator" in second.output
+
+
+def test_batched_phase_falls_back_to_a_named_endpoint_in_its_own_batch(
+    demo_world: Path, tmp_path: Path
+) -> None:
+    # one stub plays both endpoints: OpenAI's Responses API (batched) and a chat server
+    thread = ServerThread(StubServer(StubOptions(batch_delay=0.05)))
+    stub = thread.start()
+    try:
+        config = tmp_path / "user.toml"
+        fallbacks = "".join(f'\n[{s}]\nfallback_models = ["local/stub-model"]\n' for s in PHASES)
+        config.write_text(
+            f"""
+[llm]
+provider = "openai"
+base_url = "{stub.base_url}"
+batch = true
+batch_poll_seconds = 0.05
+backoff_base_seconds = 0.01
+backoff_cap_seconds = 0.02
+
+[providers.local]
+kind = "chat"
+base_url = "{stub.base_url}"
+{fallbacks}"""
+        )
+        stub.model_faults["gpt-4.1-mini"] = "server_error"
+        result = run("tick", "--world", str(demo_world), "--config", str(config))
+        assert result.exit_code == 0, result.output
+        assert "openai/gpt-4.1-mini -> local/stub-model" in result.output
+        endpoints = {batch["endpoint"] for batch in stub.batches.batches.values()}
+        # the primary's lines went in Responses batches, the fallbacks' in chat batches
+        assert endpoints == {"/v1/responses", "/v1/chat/completions"}
+        assert stub.stats.by_route["POST /v1/chat/completions"] == 0  # none sent live
+    finally:
+        thread.stop()
