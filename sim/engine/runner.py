@@ -26,9 +26,13 @@ from sim.llm.types import Adapter, Usage
 from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.templates import Prompts
+from sim.policy import Approver, Policy, configured_policies, nobody
+from sim.policy.gate import TickPolicy
+from sim.policy.plan import plan_tick
 from sim.storage import Storage
 from sim.ticklog.format import recover_logs
 from sim.ticklog.recorder import TickRecorder
+from sim.ticklog.records import PolicyRecord
 from sim.world import World
 
 PhaseStage = Literal["start", "end"]
@@ -131,6 +135,10 @@ class Runner:
         seed: make this the world's seed (``world.json``) before the first tick, in a
             commit of its own, so the ticks, their logs, a resume and a replay all see it.
         on_delta: receives streamed answer text as it arrives (``[llm] stream``).
+        approver: answers what a policy asks (``sim tick``: a y/N prompt, ``--yes``);
+            without one every ask is refused and the tick stops uncommitted.
+        decisions: reproduce these recorded policy decisions instead of consulting the
+            policies or asking anyone (``sim replay``).
         on_batch: receives each poll of a Batch API batch (``[llm] batch``).
     """
 
@@ -145,6 +153,8 @@ class Runner:
         on_tick: Callable[[TickResult], None] | None = None,
         seed: int | None = None,
         on_delta: DeltaSink | None = None,
+        approver: Approver | None = None,
+        decisions: list[PolicyRecord] | None = None,
         on_batch: Callable[[BatchProgress], None] | None = None,
     ) -> None:
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
@@ -155,6 +165,10 @@ class Runner:
         self.adapter = adapter
         self.on_tick = on_tick
         self.on_delta = on_delta
+        self.approver: Approver = approver or nobody
+        self.decisions = decisions
+        #: the policies every call passes (``[policy]``), loaded once per run
+        self.policies: list[Policy] | None = None
         self.on_batch = on_batch
         self.current_tick: int | None = None
         #: the phase list and templates, resolved once per run from the config
@@ -252,6 +266,8 @@ class Runner:
                 for name in spec.templates:  # before its tick writes anything
                     required = spec.kind == "declared" or not name.endswith(".input.md")
                     self.prompts.get(name, required=required)
+        if self.policies is None:  # a custom policy that does not load stops the run here
+            self.policies = [] if self.decisions is not None else configured_policies(self.config)
         if self.adapter is None:  # built once per run: budget and breakers span its ticks
             self.adapter = build_adapter(self.config, world)
         self.current_tick = world.tick + 1
@@ -259,6 +275,19 @@ class Runner:
             self.storage, world, self.config, manifest(self.phases, self.prompts)
         )
         recorder.notes.extend(repairs.notes())
+        partial = recorder.partial
+        gate = TickPolicy(
+            self.policies,
+            plan_tick(world, self.config, self.phases),
+            self.config.prices,
+            approver=self.approver,
+            record=recorder.decision,
+            # a resume does not ask again what a person approved for this tick
+            approved=[d.key for d in partial.decisions if d.answer == "approved" and d.key]
+            if partial is not None
+            else (),
+            replay=self.decisions,
+        )
         hub = StreamHub(self.on_delta)
         try:
             with installed(hub):
@@ -266,6 +295,7 @@ class Runner:
                     world,
                     self.adapter,
                     recorder,
+                    gate,
                     started,
                     timings,
                     tuple(repairs.store_deletions()),
@@ -281,6 +311,7 @@ class Runner:
         world: World,
         adapter: Adapter,
         recorder: TickRecorder,
+        gate: TickPolicy,
         started: float,
         timings: dict[str, float],
         dropped: tuple[str, ...] = (),
@@ -291,11 +322,23 @@ class Runner:
         for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
             chain, _, name = rel.removeprefix(".sim/responses/").partition("/")
             store.discard(f"{chain}:{name.removesuffix('.json')}")
-        ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
-        ctx.prompts = self.prompts
-        if self.config.llm.batch:  # each batch is in the log as soon as it is created
-            ctx.batch = BatchOptions(recorder, self.config.llm.batch_poll_seconds, self.on_batch)
         assert self.phases is not None
+        config = self.config
+        failure_policies = {
+            spec.name: config.phase(spec.name).failure_policy(config.llm) for spec in self.phases
+        }
+        gated = gate.active or "fail" in failure_policies.values()
+
+        def wrap(inner: Adapter) -> Adapter:
+            """The tick's adapter: the policy gate (outermost: every call of the run passes
+            it, resumed ones too), the tick recorder, and a resume's replay."""
+            wrapped = recorder.wrap(inner)
+            return gate.wrap(wrapped) if gated else wrapped
+
+        ctx = TickContext(world, config, wrap(adapter), store, world.tick + 1)
+        ctx.prompts = self.prompts
+        if config.llm.batch:  # each batch is in the log as soon as it is created
+            ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
 
         notes: list[str] = []
 
@@ -318,7 +361,7 @@ class Runner:
                         f"{event.response.fallback_to or event.model}"
                     )
 
-        guard = PhaseGuard(self.config.llm.max_failed_fraction)
+        guard = PhaseGuard(config.llm.max_failed_fraction, failure_policies, on_stop=gate.halt)
         ctx.events = EventFanout(
             account, recorder.on_event, guard, *([self.events] if self.events else [])
         )

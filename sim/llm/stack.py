@@ -199,6 +199,7 @@ def build_stack(
     }
     inner: Adapter = Router(routes, table.default, structured)
     policy = RetryPolicy(
+        schema_retries=llm.json_max_retries,
         transient_retries=llm.transient_retries,
         backoff_base_seconds=llm.backoff_base_seconds,
         backoff_cap_seconds=llm.backoff_cap_seconds,

@@ -13,6 +13,7 @@ order a tick writes them:
 - ``call``: one completed LLM call (see ``sim.ticklog.recorder``), appended as soon as it finishes;
 - ``phase``: a phase's results and report (fallbacks, errors, warnings), at its end;
 - ``resume``: the tick was interrupted and is being resumed (attempt number);
+- ``policy``: a policy decision that was not "allow" (deny, defer, ask), before its call;
 - ``usage``: totals for the tick;
 - ``commit``: the digest of the state after the tick; present iff the tick committed.
 
@@ -55,6 +56,8 @@ from sim.ticklog.records import (
     HeaderRecord,
     LogRecord,
     PhaseRecord,
+    PolicyRecord,
+    ResumeRecord,
     StateRecord,
     UsageRecord,
     dump_record,
@@ -281,6 +284,8 @@ class TickLog:
     phases: dict[str, PhaseRecord] = field(default_factory=dict)
     usage: UsageRecord | None = None
     commit: CommitRecord | None = None
+    #: every policy decision that was not "allow", in order (all runs of the tick)
+    decisions: list[PolicyRecord] = field(default_factory=list)
     resumes: int = 0
     #: the Batch API batches the tick created (``[llm] batch``), in order
     batches: list[BatchRecord] = field(default_factory=list)
@@ -302,6 +307,17 @@ class TickLog:
 
     def failures(self) -> int:
         return sum(1 for call in self.calls.values() if call.failed)
+
+    def run_decisions(self) -> list[PolicyRecord]:
+        """The policy decisions of the tick's last run (after its last ``resume``): every
+        call of a run passes the gates, so these are the ones its result was made with."""
+        out: list[PolicyRecord] = []
+        for record in self.records:
+            if isinstance(record, ResumeRecord):
+                out.clear()
+            elif isinstance(record, PolicyRecord):
+                out.append(record)
+        return out
 
     def replay_calls(self) -> dict[str, dict[str, Any]]:
         """The last call record per request id as JSON objects: what the ``replay``
@@ -417,6 +433,8 @@ def read_log(path: Path) -> TickLog:
             log.usage = record
         elif isinstance(record, CommitRecord):
             log.commit = record
+        elif isinstance(record, PolicyRecord):
+            log.decisions.append(record)
         elif record.type == "resume":
             log.resumes += 1
     return log

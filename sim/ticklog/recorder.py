@@ -64,6 +64,7 @@ from sim.ticklog.records import (
     InterruptedRecord,
     PhaseRecord,
     PhaseReportRecord,
+    PolicyRecord,
     ResumeRecord,
     TokenCounts,
     UsageRecord,
@@ -288,6 +289,13 @@ class TickRecorder:
         if done is None:
             return
         self._record(done, event, self._attempts.pop(key, []))
+
+    def decision(self, record: PolicyRecord) -> None:
+        """Log a policy decision that was not "allow", before the call it decided; one
+        that stops the tick (defer, ask) is made durable at once."""
+        self.writer.append(record)
+        if record.decision != "deny":
+            self.writer.sync()
 
     def interrupted(self, streamed: list[CallText]) -> None:
         """Log each call still in flight when the tick was interrupted, with the text it

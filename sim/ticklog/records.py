@@ -1,9 +1,9 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
 One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``interrupted``, ``batch``, ``usage``, ``commit``) and ``LogRecord``, their
-union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes a
-record, and ``dump_record`` the only way a record becomes a line.
+``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``, ``usage``, ``commit``) and
+``LogRecord``, their union discriminated on ``type``. ``parse_record`` is the only way a
+line of a log becomes a record, and ``dump_record`` the only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
@@ -219,6 +219,31 @@ class InterruptedRecord(_Record):
     partial: str = ""
 
 
+class PolicyRecord(_Record):
+    """A policy decision that was not "allow" (``sim.policy``), before the call it decided.
+
+    ``deny``: the call was not sent (its entity fell back, or with ``llm_failure_policy =
+    "fail"`` the tick stopped); ``defer``: the tick stopped, resumable after ``until``;
+    ``ask``: a person was asked (``answer``, and ``by`` whom or what: ``terminal``,
+    ``--yes``, ``no terminal``). ``sim replay`` reproduces these instead of deciding again.
+    """
+
+    type: Literal["policy"] = "policy"
+    request_id: str
+    phase: str
+    entity_key: str | None = None
+    #: the policy that decided (``allowed_models``, a ``sim.policies`` entry point's name)
+    policy: str
+    decision: Literal["deny", "defer", "ask"]
+    reason: str = ""
+    #: ``defer``: when the tick may run again (ISO 8601, UTC), if the policy said
+    until: str | None = None
+    #: ``ask``: what the answer is remembered by within the tick (asked once per key)
+    key: str | None = None
+    answer: Literal["approved", "refused"] | None = None
+    by: str | None = None
+
+
 class BatchLineRecord(_Model):
     """One line of a Batch API batch: its custom id and the digest of its body."""
 
@@ -266,6 +291,7 @@ LogRecord = Annotated[
     | PhaseRecord
     | ResumeRecord
     | InterruptedRecord
+    | PolicyRecord
     | BatchRecord
     | UsageRecord
     | CommitRecord,
@@ -306,6 +332,7 @@ __all__ = [
     "LogRecord",
     "PhaseRecord",
     "PhaseReportRecord",
+    "PolicyRecord",
     "ResumeRecord",
     "StateRecord",
     "TokenCounts",
