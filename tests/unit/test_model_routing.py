@@ -24,7 +24,7 @@ from sim.llm.errors import LLMAPIError, LLMConfigurationError
 from sim.llm.ratelimit import RateLimitedAdapter
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy, candidates
 from sim.llm.stack import Router, build_stack
-from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, ModelTarget
+from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, ModelTarget, Usage
 from sim.testing.adapters import MockAdapter
 
 
@@ -412,3 +412,56 @@ async def test_a_fallback_to_another_endpoint_is_sent_without_the_server_chain()
     # the chain id went to the provider that made it (both models there), not to local
     assert [c.previous_response_id for c in primary.calls] == ["resp_1", "resp_1"]
     assert local.calls[0].previous_response_id is None
+
+
+# -- policy gates see where each candidate runs ------------------------------------------
+
+
+def test_allowed_models_takes_plain_and_qualified_entries() -> None:
+    from sim.policy.builtin import AllowedModels
+    from sim.policy.types import PolicyCall
+
+    def call(*targets: ModelTarget) -> PolicyCall:
+        return PolicyCall(
+            tick=1,
+            phase="intentions",
+            entity_key=None,
+            entity_id=None,
+            request_id="",
+            model=targets[0].model,
+            fallback_models=tuple(t.model for t in targets[1:]),
+            estimated_usage=Usage(),
+            estimated_cost_usd=0.0,
+            calls_for_entity=0,
+            calls_in_tick=0,
+            tick_calls_planned=1,
+            tick_cost_usd=0.0,
+            targets=targets,
+        )
+
+    policy = AllowedModels(frozenset({"gpt-4.1-mini", "local/qwen"}))
+    allowed = call(ModelTarget("openai", "gpt-4.1-mini"), ModelTarget("local", "qwen"))
+    assert policy.decide(allowed).kind == "allow"
+    # qwen is allowed on local only: the same model hosted elsewhere is not
+    denied = policy.decide(call(ModelTarget("openai", "gpt-4.1-mini"), ModelTarget("h", "qwen")))
+    assert denied.kind == "deny" and "'h/qwen'" in (denied.reason or "")
+
+
+def test_tick_plan_prices_each_phase_on_its_provider(tmp_path: Path) -> None:
+    from conftest import copy_demo
+
+    from sim.config import DEFAULT_PRICES, PriceConfig
+    from sim.phases import resolve_phases
+    from sim.policy.plan import plan_tick
+    from sim.storage import Storage
+
+    world_dir = copy_demo(tmp_path / "w")
+    c = config(
+        providers={"local": LOCAL},
+        phase1={"model": "local/qwen"},
+        prices={**DEFAULT_PRICES, "local/qwen": PriceConfig(input=1.0, output=1.0)},
+    )
+    plan = plan_tick(Storage(world_dir).load(), c, resolve_phases(c, world_dir))
+    intentions = next(p for p in plan.phases if p.name == "intentions")
+    assert (intentions.provider, intentions.model) == ("local", "qwen")
+    assert plan.estimate(100, c.prices).known
