@@ -235,6 +235,11 @@ class DeclaredPhaseConfig(PhaseConfig):
     schema_: str = Field("", alias="schema")
     writes: dict[str, str] = Field(default_factory=dict)
     mode: Literal["schema"] = "schema"
+    #: tools from the engine's registry the model may call before answering (look, recall,
+    #: inventory), each answered by the engine; then it answers by calling ``answer``
+    tools: tuple[str, ...] = Field((), strict=False)  # a TOML array
+    #: with ``tools``: how many query steps a subject may take before it must answer
+    max_tool_steps: int = Field(3, ge=0, le=10)
 
     model_config = ConfigDict(populate_by_name=True)  # merged with _Strict's
 

@@ -431,10 +431,12 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     """
     from sim.config import endpoint, named_endpoints, phase_endpoints
     from sim.engine import deletions, repair
+    from sim.interventions import describe, load_pending
     from sim.phases.check import check_phases
     from sim.policy import configured_policies
     from sim.storage import Storage
     from sim.ticklog.format import read_logs
+    from sim.ticklog.records import record_data
 
     with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
@@ -444,6 +446,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
         storage.check_engine_dirs()
         world = storage.load()  # entities, prompts, a pending journal
         policies = [p.name for p in configured_policies(config)]  # a custom one must load
+        interventions = load_pending(world_dir).records  # sim inject / sim set, waiting
         repairs = [str(item) for item in repair.inspect(world).items]
         pending_problem = deletions.problem(world_dir)
         if pending_problem is not None:
@@ -474,6 +477,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             document["warnings"] = phases.warnings
             document["policies"] = policies
             document.update(endpoint=url, api_key_env=key_env, repairs=repairs, running=running)
+            document["pending_interventions"] = [record_data(r) for r in interventions]
             document["phase_endpoints"] = {
                 name: {"endpoint": u, "api_key_env": k}
                 for name, (u, k) in phase_endpoints(config).items()
@@ -510,6 +514,8 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             click.echo(f"endpoint {name}: {other_url}{key_note}")
         for line in repairs:
             click.echo(f"repair: {line}")
+        for record in interventions:
+            click.echo(f"pending for tick {world.tick + 1}: {describe(record)}")
         if running:
             click.echo(
                 f"running: another sim process is running this world now (tick "

@@ -16,6 +16,7 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
+from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
 from sim.llm.batch import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
@@ -258,6 +259,9 @@ class Runner:
         world = self.storage.load()
         repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
         repair.apply(world, repairs)
+        pending = load_pending(world.root)  # sim inject / sim set since the last tick
+        if pending.raw is not None:  # part of the state: logged, consumed by the commit
+            world.originals[PENDING] = pending.raw
         timings = {"load": time.perf_counter() - started}
         if self.phases is None or self.prompts is None:
             self.prompts = Prompts(world.root)
@@ -272,7 +276,11 @@ class Runner:
             self.adapter = build_adapter(self.config, world)
         self.current_tick = world.tick + 1
         recorder = TickRecorder.begin(
-            self.storage, world, self.config, manifest(self.phases, self.prompts)
+            self.storage,
+            world,
+            self.config,
+            manifest(self.phases, self.prompts),
+            interventions=pending.records,
         )
         recorder.notes.extend(repairs.notes())
         partial = recorder.partial
@@ -299,6 +307,7 @@ class Runner:
                     started,
                     timings,
                     tuple(repairs.store_deletions()),
+                    pending,
                 )
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
@@ -315,6 +324,7 @@ class Runner:
         started: float,
         timings: dict[str, float],
         dropped: tuple[str, ...] = (),
+        interventions: Pending | None = None,
     ) -> TickResult:
         endpoint = find_endpoint(adapter)
         pushed_before = endpoint.stats.to_dict() if endpoint is not None else None
@@ -337,6 +347,8 @@ class Runner:
 
         ctx = TickContext(world, config, wrap(adapter), store, world.tick + 1)
         ctx.prompts = self.prompts
+        if interventions is not None:
+            ctx.happenings = interventions.happenings()
         if config.llm.batch:  # each batch is in the log as soon as it is created
             ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
 
@@ -382,6 +394,8 @@ class Runner:
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
         pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
         extra = store.changes()
+        if interventions is not None and interventions.raw is not None:
+            extra[PENDING] = None  # applied: the log holds them now
         if evicted:
             extra[deletions.PENDING] = deletions.encode(pending)
         result = TickResult(

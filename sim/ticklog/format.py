@@ -9,6 +9,8 @@ order a tick writes them:
 - ``header``: tick, format version, the config used (no secrets), world seed;
 - ``state_before``: the state at the start of the tick (entity files, ``world.json`` and
   the response store), zlib-compressed and base64-encoded, with its digest;
+- ``intervention``: each ``sim inject`` / ``sim set`` made since the last tick, which this
+  tick applies (the pending file, ``.sim/interventions.json``, is part of the state);
 - ``instructions``: an instructions text, once per distinct digest, before its first call;
 - ``call``: one completed LLM call (see ``sim.ticklog.recorder``), appended as soon as it finishes;
 - ``phase``: a phase's results and report (fallbacks, errors, warnings), at its end;
@@ -71,6 +73,9 @@ FORMAT_VERSION = 1
 LOG_DIR = ".sim/log"
 STATE_KINDS = ("characters", "locations")
 STORE_DIR = ".sim/responses"
+#: interventions made between ticks, waiting for the next (``sim.interventions``): part of
+#: the state a tick starts from, so a replay, rewind or fork sees them
+INTERVENTIONS = ".sim/interventions.json"
 
 #: one record as the JSON object of its line, before validation (what migrations work on)
 RawRecord = dict[str, Any]
@@ -122,6 +127,9 @@ def read_state(root: Path) -> dict[str, bytes]:
         for path in sorted((root / kind).glob("*.json")):
             files[f"{kind}/{path.name}"] = path.read_bytes()
     files.update(read_store(root))
+    pending = root / INTERVENTIONS
+    if pending.is_file() and not pending.is_symlink():
+        files[INTERVENTIONS] = pending.read_bytes()
     return files
 
 
@@ -136,7 +144,7 @@ def read_store(root: Path) -> dict[str, bytes]:
 
 
 def is_state_file(rel: str) -> bool:
-    if rel == "world.json":
+    if rel in ("world.json", INTERVENTIONS):
         return True
     if rel.startswith(STORE_DIR + "/"):
         return rel.endswith(".json")
@@ -504,6 +512,7 @@ def prune(root: Path, current_tick: int, keep_ticks: int) -> list[Path]:
 __all__ = [
     "ABANDONED_DIR",
     "FORMAT_VERSION",
+    "INTERVENTIONS",
     "LOG_DIR",
     "MIGRATIONS",
     "STATE_KINDS",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ from sim.ticklog.records import (
     CommitRecord,
     InstructionsRecord,
     InterruptedRecord,
+    InterventionRecord,
     PhaseRecord,
     PhaseReportRecord,
     PolicyRecord,
@@ -149,6 +150,7 @@ class TickRecorder:
         before: dict[str, bytes],
         partial: TickLog | None,
         phases: Mapping[str, Any] | None = None,
+        interventions: Sequence[InterventionRecord] = (),
     ) -> None:
         self.root = root
         self.tick = tick
@@ -186,7 +188,11 @@ class TickRecorder:
             # created with its header in it: a kill at any instant never leaves an empty log
             self.writer = LogWriter.create(
                 log_path(root, tick),
-                [header(tick, redacted(config), seed, self.scope, phases), pack_state(before)],
+                [
+                    header(tick, redacted(config), seed, self.scope, phases),
+                    pack_state(before),
+                    *interventions,
+                ],
             )
         else:
             self.writer = LogWriter(log_path(root, tick))
@@ -206,11 +212,15 @@ class TickRecorder:
         world: World,
         config: Config,
         phases: Mapping[str, Any] | None = None,
+        *,
+        interventions: Sequence[InterventionRecord] = (),
     ) -> TickRecorder:
         """Start the log of the tick after ``world.tick``, resuming an interrupted one.
 
         Args:
             phases: the phase list and template and schema digests, for the header.
+            interventions: ``sim inject`` / ``sim set`` records this tick applies, logged
+                after the state (a resumed log has them already).
         """
         root = storage.root
         tick = world.tick + 1
@@ -234,7 +244,7 @@ class TickRecorder:
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
                 else:
                     partial = log
-        recorder = cls(root, tick, config, world.seed, before, partial, phases)
+        recorder = cls(root, tick, config, world.seed, before, partial, phases, interventions)
         recorder.notes.extend(notes)
         return recorder
 

@@ -1,9 +1,10 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
-One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``, ``usage``, ``commit``) and
-``LogRecord``, their union discriminated on ``type``. ``parse_record`` is the only way a
-line of a log becomes a record, and ``dump_record`` the only way a record becomes a line.
+One model per record ``type`` (``header``, ``state_before``, ``intervention``,
+``instructions``, ``call``, ``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``,
+``usage``, ``commit``) and ``LogRecord``, their union discriminated on ``type``.
+``parse_record`` is the only way a line of a log becomes a record, and ``dump_record`` the
+only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
@@ -103,6 +104,30 @@ class StateRecord(_Record):
     digest: str
     files: int = 0
     data: str
+
+
+class InterventionRecord(_Record):
+    """An intervention made between ticks, which this tick applied: ``sim inject`` (an
+    event the tick's inputs show at ``location``, or everywhere when it is ``None``) or
+    ``sim set`` (``target``'s field ``path`` changed from ``before`` to ``after``; the
+    change was already in the world files when the tick started).
+
+    The same records wait in ``.sim/interventions.json`` until a tick commits them
+    (``sim.interventions``); the log has them right after ``state_before``.
+    """
+
+    type: Literal["intervention"] = "intervention"
+    kind: Literal["inject", "set"]
+    #: its place among the interventions made since the last tick (1, 2, ...)
+    n: int = 0
+    #: inject: the event's text and where it happens (``None``: everywhere)
+    text: str | None = None
+    location: str | None = None
+    #: set: the entity file (``characters/ada``), the dotted field path, the values
+    target: str | None = None
+    path: str | None = None
+    before: Any = None
+    after: Any = None
 
 
 class InstructionsRecord(_Record):
@@ -286,6 +311,7 @@ class CommitRecord(_Record):
 LogRecord = Annotated[
     HeaderRecord
     | StateRecord
+    | InterventionRecord
     | InstructionsRecord
     | CallRecord
     | PhaseRecord
@@ -329,6 +355,7 @@ __all__ = [
     "HeaderRecord",
     "InstructionsRecord",
     "InterruptedRecord",
+    "InterventionRecord",
     "LogRecord",
     "PhaseRecord",
     "PhaseReportRecord",

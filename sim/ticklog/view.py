@@ -82,6 +82,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     """The narrative, intentions and outcomes of one logged tick."""
     state = "" if log.committed else " (interrupted: not committed; `sim tick` resumes it)"
     yield f"== tick {log.tick} =={state}"
+    yield from intervention_lines(log)
     narratives = log.phase_results("narrative")
     resolutions = log.phase_results("resolution")
     intentions = log.phase_results("intentions")
@@ -125,6 +126,14 @@ def decision_line(record: PolicyRecord) -> str:
         f"policy: asked by {record.policy} before {who}: {record.reason} -> "
         f"{record.answer or '?'} ({record.by or '?'})"
     )
+
+
+def intervention_lines(log: TickLog) -> Iterator[str]:
+    """The ``sim inject`` / ``sim set`` interventions the tick applied, one line each."""
+    from sim.interventions import describe, logged
+
+    for record in logged(log):
+        yield f"intervention {record.n}: {describe(record)}"
 
 
 BUILTIN = ("intentions", "resolution", "narrative", "apply", "memory")
