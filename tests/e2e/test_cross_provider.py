@@ -236,3 +236,25 @@ base_url = "{stub.base_url}"
         assert stub.stats.by_route["POST /v1/chat/completions"] == 0  # none sent live
     finally:
         thread.stop()
+
+
+def test_usage_by_model_counts_each_attempt_where_it_ran(
+    demo_world: Path, stub_server: StubServer, tmp_path: Path
+) -> None:
+    config = user_config(tmp_path, stub_server)
+    assert run("tick", "--world", str(demo_world), "--config", str(config)).exit_code == 0
+    shown = run("usage", "--world", str(demo_world), "--config", str(config), "--by", "model")
+    assert shown.exit_code == 0, shown.output
+    document = orjson.loads(
+        run(
+            "usage", "--world", str(demo_world), "--config", str(config), "--by", "model", "--json"
+        ).output
+    )
+    rows = {row["key"]: row for row in document["rows"]}
+    assert set(rows) == {"openai/gpt-4.1-mini", "local/stub-model"}
+    # every request was answered on local; the dead primary only failed, spending nothing
+    assert rows["local/stub-model"]["requests"] == document["total"]["requests"] == 22
+    assert rows["openai/gpt-4.1-mini"]["requests"] == 0
+    assert rows["openai/gpt-4.1-mini"]["total_tokens"] == 0
+    assert rows["local/stub-model"]["total_tokens"] == document["total"]["total_tokens"] > 0
+    assert "local/stub-model" in shown.output
