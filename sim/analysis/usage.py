@@ -27,12 +27,12 @@ from sim.llm.budget import Cost, Price
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
-from sim.ticklog.books import call_cost, call_usage, timed_out
+from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
 from sim.ticklog.records import CallRecord
 
-By = Literal["entity", "phase", "tick"]
-BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")
+By = Literal["entity", "phase", "tick", "model"]
+BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model")
 
 
 @dataclass
@@ -118,8 +118,29 @@ def entity_id(call: CallRecord) -> str | None:
     return split_key(call.entity_key)[1] if call.entity_key else None
 
 
+def model_rows(
+    call: CallRecord, prices: Mapping[str, Any], cache: dict[str, Price | None] | None = None
+) -> list[UsageRow]:
+    """One logged call split by where its attempts ran: a row per ``provider/model`` (an
+    attempt of a log older than the provider field: its model alone), with that
+    attempt's tokens and cost. The request (and its failure) counts for the last attempt's
+    row: the model that answered, or failed last."""
+    rows: dict[str, UsageRow] = {}
+    attempts = call.every_attempt()
+    for n, attempt in enumerate(attempts, 1):
+        key = f"{attempt.provider}/{attempt.model}" if attempt.provider else attempt.model
+        row = rows.setdefault(key, UsageRow(key))
+        row.add_usage(attempt.usage.to_usage())
+        row.cost = row.cost + attempts_cost([attempt], prices, cache, call.price_factor)
+        row.timed_out += 1 if attempt.error_code == TIMEOUT else 0
+        if n == len(attempts):
+            row.requests += 1
+            row.failures += 1 if call.failed else 0
+    return list(rows.values())
+
+
 def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
-    """The logs' call records summed per phase, tick or entity id.
+    """The logs' call records summed per phase, tick, entity id or ``provider/model``.
 
     Every record counts (``TickLog.call_records``): a call a resume sent again was paid for
     each time. ``requests`` counts records, so a resent call counts once per sending.
@@ -128,6 +149,10 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
     cache: dict[str, Price | None] = {}
     for log in logs:
         for call in log.call_records:
+            if by == "model":  # each attempt where it ran: a fallback's tokens are its own
+                for row in model_rows(call, prices, cache):
+                    groups.setdefault(row.key, UsageRow(row.key)).add(row)
+                continue
             if by == "tick":
                 key = str(log.tick)
             elif by == "phase":
@@ -190,7 +215,8 @@ def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> Usa
 
 
 def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageReport:
-    """Tokens, requests and cost of a world, grouped ``by`` entity, phase or tick.
+    """Tokens, requests and cost of a world, grouped ``by`` entity, phase, tick or
+    ``provider/model`` (each attempt where it ran).
 
     Rows are sorted by cost, then tokens, most expensive first.
 
