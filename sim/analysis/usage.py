@@ -30,13 +30,13 @@ from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
-from sim.ticklog.books import call_cost, call_usage, timed_out
+from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog
 from sim.ticklog.records import CallRecord
 from sim.ticklog.summary import Listed, summaries
 
-By = Literal["entity", "phase", "tick"]
-BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")
+By = Literal["entity", "phase", "tick", "model"]
+BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model")
 
 
 @dataclass
@@ -122,8 +122,29 @@ def entity_id(call: CallRecord) -> str | None:
     return split_key(call.entity_key)[1] if call.entity_key else None
 
 
+def model_rows(
+    call: CallRecord, prices: Mapping[str, Any], cache: dict[str, Price | None] | None = None
+) -> list[UsageRow]:
+    """One logged call split by where its attempts ran: a row per ``provider/model`` (an
+    attempt of a log older than the provider field: its model alone), with that
+    attempt's tokens and cost. The request (and its failure) counts for the last attempt's
+    row: the model that answered, or failed last."""
+    rows: dict[str, UsageRow] = {}
+    attempts = call.every_attempt()
+    for n, attempt in enumerate(attempts, 1):
+        key = f"{attempt.provider}/{attempt.model}" if attempt.provider else attempt.model
+        row = rows.setdefault(key, UsageRow(key))
+        row.add_usage(attempt.usage.to_usage())
+        row.cost = row.cost + attempts_cost([attempt], prices, cache, call.price_factor)
+        row.timed_out += 1 if attempt.error_code == TIMEOUT else 0
+        if n == len(attempts):
+            row.requests += 1
+            row.failures += 1 if call.failed else 0
+    return list(rows.values())
+
+
 def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
-    """The logs' call records summed per phase, tick or entity id.
+    """The logs' call records summed per phase, tick, entity id or ``provider/model``.
 
     Every record counts (``TickLog.call_records``): a call a resume sent again was paid for
     each time. ``requests`` counts records, so a resent call counts once per sending.
@@ -132,6 +153,10 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
     cache: dict[str, Price | None] = {}
     for log in logs:
         for call in log.call_records:
+            if by == "model":  # each attempt where it ran: a fallback's tokens are its own
+                for row in model_rows(call, prices, cache):
+                    groups.setdefault(row.key, UsageRow(row.key)).add(row)
+                continue
             if by == "tick":
                 key = str(log.tick)
             elif by == "phase":
@@ -169,7 +194,7 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
     Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
     each time, and ``requests`` counts records.
     """
-    # key -> [requests, failures, timed out, {(model, price factor): [input, cached, output]}]
+    # key -> [requests, failures, timed out, {(model, provider, price factor): [in, cached, out]}]
     acc: dict[str, list[Any]] = {}
     for item in items:
         if item.summary is None:
@@ -179,9 +204,15 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
             keys = [str(item.tick)] * len(groups.keys)
         elif by == "phase":
             keys = [groups.phases[i] for i in groups.phase]
+        elif by == "model":  # each attempt where it ran, as ``model_rows`` splits a call
+            named = [
+                f"{groups.provider(i)}/{m}" if groups.provider(i) else m
+                for i, m in enumerate(groups.models)
+            ]
+            keys = [named[i] for i in groups.model]
         else:
             keys = [(split_key(k)[1] if k else None) or "-" for k in groups.keys]
-        priced = [(m, groups.factor(i)) for i, m in enumerate(groups.models)]
+        priced = [(m, groups.provider(i), groups.factor(i)) for i, m in enumerate(groups.models)]
         columns = zip(
             keys,
             groups.model,
@@ -210,12 +241,12 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
     cache: dict[str, Price | None] = {}
     for key, (requests, failures, timeouts, by_model) in acc.items():
         row = rows[key] = UsageRow(key, requests, failures, timed_out=timeouts)
-        for (model, factor), (input_tokens, cached, output) in by_model.items():
+        for (model, provider, factor), (input_tokens, cached, output) in by_model.items():
             usage = Usage(
                 input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output
             )
             row.add_usage(usage)
-            row.cost = row.cost + price_usage(usage, model, prices, cache, factor)
+            row.cost = row.cost + price_usage(usage, model, prices, cache, provider, factor)
     return rows
 
 
@@ -252,7 +283,8 @@ def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> Usa
 
 
 def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageReport:
-    """Tokens, requests and cost of a world, grouped ``by`` entity, phase or tick.
+    """Tokens, requests and cost of a world, grouped ``by`` entity, phase, tick or
+    ``provider/model`` (each attempt where it ran).
 
     Rows are sorted by cost, then tokens, most expensive first.
 

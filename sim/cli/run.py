@@ -431,7 +431,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
 
     Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
     """
-    from sim.config import endpoint, phase_endpoints
+    from sim.config import endpoint, named_endpoints, phase_endpoints
     from sim.engine import deletions, repair
     from sim.interventions import describe, load_pending
     from sim.phases.check import check_phases
@@ -484,6 +484,10 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                 name: {"endpoint": u, "api_key_env": k}
                 for name, (u, k) in phase_endpoints(config).items()
             }
+            document["endpoints"] = {
+                name: {"endpoint": u, "api_key_env": k}
+                for name, (u, k) in named_endpoints(config).items()
+            }
             emit(document)
             return
         for warning in phases.warnings:
@@ -506,6 +510,10 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             state = "set" if phase_key and os.environ.get(phase_key) else "not set"
             key_note = f", api key from ${phase_key} ({state})" if phase_key else ""
             click.echo(f"endpoint of phase {name}: {phase_url}{key_note}")
+        for name, (other_url, other_key) in named_endpoints(config).items():
+            state = "set" if other_key and os.environ.get(other_key) else "not set"
+            key_note = f", api key from ${other_key} ({state})" if other_key else ""
+            click.echo(f"endpoint {name}: {other_url}{key_note}")
         for line in repairs:
             click.echo(f"repair: {line}")
         for record in interventions:

@@ -104,6 +104,7 @@ def _attempt(
     fields: dict[str, Any] = {
         "attempt": event.attempt,
         "model": event.model if model is None else model,
+        "provider": event.provider,
         "usage": TokenCounts.of(event.usage),
         "latency": round(event.latency, 6),
         "error_code": event.error_code,

@@ -140,6 +140,8 @@ class AttemptRecord(_Model):
 
     attempt: int = 1
     model: str = ""
+    #: the endpoint it went to (``[llm]``'s kind or a ``[providers.NAME]``); "" in older logs
+    provider: str = ""
     usage: TokenCounts = Field(default_factory=TokenCounts)
     latency: float = 0.0
     error_code: str | None = None

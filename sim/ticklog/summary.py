@@ -39,9 +39,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sim.errors import LogError
 from sim.llm.budget import Price
-from sim.ticklog.books import Books, timed_out
+from sim.ticklog.books import TIMEOUT, Books
 from sim.ticklog.format import LOG_DIR, TickLog, list_logs, read_log, summary_rel
-from sim.ticklog.records import CallRecord, CommitRecord, HeaderRecord, TokenCounts
+from sim.ticklog.records import (
+    AttemptRecord,
+    CallRecord,
+    CommitRecord,
+    HeaderRecord,
+    TokenCounts,
+)
 
 SUMMARY_FORMAT = 1
 logger = logging.getLogger(__name__)
@@ -90,15 +96,18 @@ class UsageGroups(_Model):
 
     Column by column, one entry per row in each list, all flat lists of integers (and the
     keys), which validate several times faster than rows of mixed types: ``phase`` indexes
-    ``phases``, ``model`` indexes ``models`` (and ``factors``: the fraction of the list
-    price charged, ``0.5`` for a Batch API call; absent: all at list price, so a model at
-    list price and in a batch are two entries). A call's ``requests``, ``failures`` and
-    ``timed_out`` are counted in the row of its final attempt's model; every attempt's
-    tokens in the row of the model that attempt used.
+    ``phases``, ``model`` indexes ``models`` (with ``providers``, where it ran, and
+    ``factors``, the fraction of the list price charged, ``0.5`` for a Batch API call;
+    each absent when all are "" or 1: a model on two providers, or at list price and in a
+    batch, is two entries). A call's ``requests`` and ``failures`` are counted in the row
+    of its final attempt's model; every attempt's tokens, and its timeout, in the row of
+    the model that attempt used (as ``sim usage --by model`` splits a call).
     """
 
     type: Literal["groups"] = "groups"
     models: list[str] = []
+    #: per entry of ``models``, the provider it ran on ("": an older log's attempt)
+    providers: list[str] = []
     factors: list[float] = []
     phases: list[str] = []
     keys: list[str | None] = []
@@ -114,10 +123,14 @@ class UsageGroups(_Model):
     def factor(self, index: int) -> float:
         return self.factors[index] if self.factors else 1.0
 
+    def provider(self, index: int) -> str:
+        return self.providers[index] if self.providers else ""
+
     @model_validator(mode="after")
     def _columns_agree(self) -> UsageGroups:
-        if self.factors and len(self.factors) != len(self.models):
-            raise ValueError("factors and models differ in length")
+        for extra in (self.factors, self.providers):
+            if extra and len(extra) != len(self.models):
+                raise ValueError("factors or providers and models differ in length")
         size = len(self.keys)
         if any(len(getattr(self, name)) != size for name in COUNT_COLUMNS):
             raise ValueError("the group columns differ in length")
@@ -151,10 +164,11 @@ class SummaryBuilder:
         self._last_failed: dict[str, bool] = {}
         #: (phase, entity key, model index) -> [requests, failures, timed out, in, cached, out]
         self._rows: dict[tuple[str, str | None, int], list[int]] = {}
-        self._models: dict[tuple[str, float], int] = {}
+        self._models: dict[tuple[str, str, float], int] = {}
 
-    def _row(self, call: CallRecord, model: str) -> list[int]:
-        index = self._models.setdefault((model, call.price_factor), len(self._models))
+    def _row(self, call: CallRecord, attempt: AttemptRecord) -> list[int]:
+        entry = (attempt.model, attempt.provider, call.price_factor)
+        index = self._models.setdefault(entry, len(self._models))
         key = (call.phase, call.entity_key, index)
         row = self._rows.get(key)
         if row is None:
@@ -166,12 +180,12 @@ class SummaryBuilder:
         self._last_failed.pop(call.request_id, None)
         self._last_failed[call.request_id] = call.failed
         attempts = call.every_attempt()
-        final = self._row(call, attempts[-1].model)
+        final = self._row(call, attempts[-1])
         final[0] += 1
         final[1] += 1 if call.failed else 0
-        final[2] += timed_out(call)
         for attempt in attempts:
-            row = self._row(call, attempt.model)
+            row = self._row(call, attempt)
+            row[2] += 1 if attempt.error_code == TIMEOUT else 0
             row[3] += attempt.usage.input_tokens
             row[4] += attempt.usage.cached_input_tokens
             row[5] += attempt.usage.output_tokens
@@ -214,11 +228,16 @@ class SummaryBuilder:
             columns["model"].append(model)
             for name, value in zip(COUNT_COLUMNS[2:], counts, strict=True):
                 columns[name].append(value)
-        models = [model for model, _ in self._models]
-        factors = [factor for _, factor in self._models]
-        if all(factor == 1.0 for factor in factors):
-            factors = []
-        groups = UsageGroups(models=models, factors=factors, phases=list(phases), **columns)
+        models = [model for model, _, _ in self._models]
+        providers = [provider for _, provider, _ in self._models]
+        factors = [factor for _, _, factor in self._models]
+        groups = UsageGroups(
+            models=models,
+            providers=providers if any(providers) else [],
+            factors=factors if any(f != 1.0 for f in factors) else [],
+            phases=list(phases),
+            **columns,
+        )
         return Summary(head, groups)
 
 

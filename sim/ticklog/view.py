@@ -111,6 +111,8 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     for name, record in log.phases.items():
         for key, reason in record.report.errors.items():
             yield f"fallback: {name} {key}: {reason}"
+        for key, models in record.report.model_fallbacks.items():
+            yield f"fallback model: {name} {key}: {models}"
         for warning in record.report.warnings:
             yield f"ignored: {warning}"
     for decision in log.decisions:

@@ -143,9 +143,17 @@ def _random_log(base: TickLog, rng: random.Random) -> TickLog:
             update["error_code"] = rng.choice(["timeout", "refusal", None])
         if rng.random() < 0.3:
             update["batch_ids"] = ["batch_1"]  # charged at the Batch API's rate
-        if rng.random() < 0.3:
-            model = rng.choice(["gpt-4.1-mini", "mystery", "offline"])
-            update["attempts"] = [a.model_copy(update={"model": model}) for a in record.attempts]
+        if rng.random() < 0.3:  # a fallback: each attempt on its own model and provider
+            update["attempts"] = [
+                a.model_copy(
+                    update={
+                        "model": rng.choice(["gpt-4.1-mini", "mystery", "offline"]),
+                        "provider": rng.choice(["", "openai", "local"]),
+                        "error_code": rng.choice([None, "timeout"]),
+                    }
+                )
+                for a in record.attempts
+            ]
         calls.append(record.model_copy(update=update))
     rng.shuffle(calls)
     log = TickLog(base.path, base.tick, base.header)
@@ -168,6 +176,7 @@ def test_summaries_equal_the_books_of_the_full_log(seed: int) -> None:
             {},
             {"gpt-4.1-mini": Price(0.4, 0.1, 1.6)},
             {"gpt-4.1-mini": Price(0.4, 0.1, 1.6), "offline": Price(1.0, 0.5, 2.0)},
+            {"gpt-4.1-mini": Price(0.4, 0.1, 1.6), "local/offline": Price(0.1, 0.0, 0.2)},
         ]
     )
     for log in logs:
@@ -183,7 +192,7 @@ def test_summaries_equal_the_books_of_the_full_log(seed: int) -> None:
     listed = [Listed(i + 1, log.path, summarize(log)) for i, log in enumerate(logs)]
     for i, log in enumerate(logs):
         log.tick = i + 1
-    for by in ("entity", "phase", "tick"):
+    for by in ("entity", "phase", "tick", "model"):
         new = group_rows(listed, by, prices)  # type: ignore[arg-type]
         old = group_calls(logs, by, prices)  # type: ignore[arg-type]
         assert set(new) == set(old)

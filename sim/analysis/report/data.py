@@ -195,8 +195,8 @@ class _CharacterBooks:
     def __init__(self) -> None:
         self.counts: dict[str, list[int]] = {}  # owner -> [calls, failures, timed out]
         self.tables: dict[str, dict[str, Price]] = {}
-        # (prices key, owner, model, price factor) -> [input, cached input, output]
-        self.tokens: dict[tuple[str, str, str, float], list[int]] = {}
+        # (prices key, owner, model, provider, price factor) -> [input, cached, output]
+        self.tokens: dict[tuple[str, str, str, str, float], list[int]] = {}
 
     def add(self, log: TickLog, summary: Summary) -> None:
         """A tick's calls of per-character chains, from its summary: every record and
@@ -218,7 +218,13 @@ class _CharacterBooks:
             counts[1] += groups.failures[i]
             counts[2] += groups.timed_out[i]
             model = groups.model[i]
-            priced = (prices, owner, groups.models[model], groups.factor(model))
+            priced = (
+                prices,
+                owner,
+                groups.models[model],
+                groups.provider(model),
+                groups.factor(model),
+            )
             sums = self.tokens.setdefault(priced, [0, 0, 0])
             sums[0] += groups.input[i]
             sums[1] += groups.cached[i]
@@ -230,12 +236,14 @@ class _CharacterBooks:
             for owner, c in self.counts.items()
         }
         cache: dict[str, dict[str, Price | None]] = {prices: {} for prices in self.tables}
-        for (prices, owner, model, factor), (inp, cached, outp) in self.tokens.items():
+        for (prices, owner, model, provider, factor), (inp, cached, outp) in self.tokens.items():
             usage = Usage(input_tokens=inp, cached_input_tokens=cached, output_tokens=outp)
             books = out[owner]
             books.usage = books.usage + usage
             table = self.tables[prices]
-            books.cost = books.cost + price_usage(usage, model, table, cache[prices], factor)
+            books.cost = books.cost + price_usage(
+                usage, model, table, cache[prices], provider, factor
+            )
         return out
 
 
