@@ -674,16 +674,19 @@ def _front_lines(path: Path) -> list[bytes]:
         inflate = zlib.decompressobj(wbits=31)
         out = bytearray()
         wanted: int | None = None
+        newlines = 0  # counted in each new piece only: the buffer grows to megabytes
         try:
             while chunk := handle.read(1 << 16):
-                out += inflate.decompress(chunk)
-                if wanted is None and out.count(b"\n") >= 2:
+                piece = inflate.decompress(chunk)
+                out += piece
+                newlines += piece.count(b"\n")
+                if wanted is None and newlines >= 2:
                     second = bytes(out).split(b"\n", 2)[1]
                     if not second.startswith(_LAYOUT):
                         break  # no layout: read it all
                     total, detail = _layout(second, path)
                     wanted = 2 + total - len(detail)
-                if wanted is not None and out.count(b"\n") >= wanted:
+                if wanted is not None and newlines >= wanted:
                     lines = bytes(out).splitlines(keepends=True)[:wanted]
                     return [lines[0], *lines[2:]]
         except zlib.error as exc:
