@@ -437,8 +437,8 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.phases.check import check_phases
     from sim.policy import configured_policies
     from sim.storage import Storage
-    from sim.ticklog.format import read_logs
     from sim.ticklog.records import record_data
+    from sim.ticklog.summary import check_history
 
     with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
@@ -526,11 +526,12 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             return
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
-        logs, problems = read_logs(world_dir)
-        if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
+        history = check_history(world_dir, world.tick)
+        if history.interrupted is not None:
+            tick, logged = history.interrupted
             click.echo(
-                f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
-                f"resumes it ({len(logs[-1].calls)} calls already logged)"
+                f"note: tick {tick} was interrupted; the next 'sim tick' "
+                f"resumes it ({logged} calls already logged)"
             )
-        for problem in problems:
+        for problem in history.problems:
             click.echo(f"warning: unreadable log: {problem}")

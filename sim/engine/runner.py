@@ -232,7 +232,7 @@ class Runner:
         try:
             with self.storage.lock():
                 self.storage.recover()
-                recover_logs(self.storage.root)
+                recover_logs(self.storage.root, self.config.history.compress_level)
                 if self.seed is not None:
                     self._set_seed(self.seed)
                 for _ in range(ticks):

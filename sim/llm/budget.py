@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sim.llm.batch import BATCH_PRICE_FACTOR, batch_enabled
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.tokens import estimate_tokens
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
 from sim.llm.wrapper import AdapterWrapper
+
+#: what a call sent through the Batch API is charged, as a fraction of the list price (here,
+#: not in ``sim.llm.batch``, so pricing a log never imports the OpenAI SDK)
+BATCH_PRICE_FACTOR = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +259,8 @@ class BudgetAdapter(AdapterWrapper):
         self.batchable = batchable
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
+        from sim.llm.batch import batch_enabled  # imported once calls are sent
+
         # a call in a Batch API session is half price, if this endpoint's adapter sends
         # it in the batch (openai, chat); another kind answers live at its list price
         factor = BATCH_PRICE_FACTOR if self.batchable and batch_enabled() else 1.0
