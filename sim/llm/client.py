@@ -274,9 +274,9 @@ class LLMClient:
         attempts: tuple[Attempt, ...],
         usage: Usage,
         **fields: Any,
-    ) -> tuple[int, Usage]:
-        """Emit one non-final event per earlier attempt; return the final attempt's number
-        and usage (what the adapter reported when it keeps no attempt list)."""
+    ) -> tuple[int, Usage, str]:
+        """Emit one non-final event per earlier attempt; return the final attempt's number,
+        usage (what the adapter reported when it keeps no attempt list) and endpoint."""
         key = request.entity_key
         for earlier in attempts[:-1]:
             self.events(
@@ -291,14 +291,15 @@ class LLMClient:
                     usage=earlier.usage,
                     error_code=earlier.error_code,
                     final=False,
+                    provider=earlier.provider,
                     **fields,
                 )
             )
             if key:
                 self._accumulate_usage(key, earlier.usage, requests=0)
         if attempts:
-            return attempts[-1].attempt, attempts[-1].usage
-        return 1, usage
+            return attempts[-1].attempt, attempts[-1].usage, attempts[-1].provider
+        return 1, usage, self.settings.provider
 
     async def _execute_one(self, request: LLMRequest) -> AdapterResponse:
         key = request.entity_key
@@ -354,7 +355,9 @@ class LLMClient:
             else:  # a bug in an adapter: report it loudly, but as an LLMError
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
-            attempt, usage = self._emit_attempts(request, error.attempts, error.usage, **context())
+            attempt, usage, provider = self._emit_attempts(
+                request, error.attempts, error.usage, **context()
+            )
             if key:
                 self._accumulate_usage(key, usage, requests=0)
             emit(
@@ -365,11 +368,14 @@ class LLMClient:
                 usage=usage,
                 error_code=error.code,
                 error=error,
+                provider=provider,
             )
             if error is exc:
                 raise
             raise error from exc
-        attempt, _ = self._emit_attempts(request, response.attempts, response.usage, **context())
+        attempt, _, provider = self._emit_attempts(
+            request, response.attempts, response.usage, **context()
+        )
         if chain is not None:
             # ids and exchanges change together, in this tick's atomic commit
             exchange = Exchange(response.response_id, request.input_data, response.raw)
@@ -383,6 +389,7 @@ class LLMClient:
             latency=time.perf_counter() - started,
             usage=response.usage,
             response=response,
+            provider=provider,
         )
         return response
 

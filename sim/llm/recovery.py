@@ -13,7 +13,9 @@ A wrapper around any adapter (STYLE #6), implementing spec 000's table exactly:
 
 Backoff is exponential with full jitter, capped. When a model still fails with a retryable
 error after its retries, or its circuit breaker is open, the phase's ``fallback_models``
-are tried in order (spec 003). A breaker per ``provider:model`` opens after K consecutive
+are tried in order (spec 003), each on its own endpoint (``ModelTarget``: a fallback may
+run on another provider), the candidates deduplicated by (provider, model) with the model's
+case and surrounding whitespace ignored. A breaker per ``provider:model`` opens after K consecutive
 5xx answers, fails fast while open and lets one probe through after a cool-down. Rate
 limits and timeouts never count toward it: they are the provider asking the client to slow
 down, which ``sim.llm.backpressure`` does (an adaptive concurrency limit and a shared pause
@@ -38,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from sim.llm.backpressure import EndpointDownError
 from sim.llm.calls import note_failure
 from sim.llm.errors import (
     LLMAPIError,
@@ -48,7 +51,15 @@ from sim.llm.errors import (
     LLMSchemaError,
     LLMTimeoutError,
 )
-from sim.llm.types import Adapter, AdapterResponse, Attempt, ModelRequest, Usage
+from sim.llm.types import (
+    Adapter,
+    AdapterResponse,
+    Attempt,
+    CallSettings,
+    ModelRequest,
+    ModelTarget,
+    Usage,
+)
 from sim.llm.wrapper import AdapterWrapper
 
 Kind = Literal["schema", "rate_limit", "transient", "fatal"]
@@ -208,8 +219,9 @@ class RecoveryAdapter(AdapterWrapper):
         self.clock = clock
         self.breakers: dict[str, CircuitBreaker] = {}
 
-    def breaker(self, model: str) -> CircuitBreaker:
-        key = f"{self.name}:{model}"
+    def breaker(self, model: str, provider: str = "") -> CircuitBreaker:
+        """The breaker of one model on one endpoint (``provider``; "": this stack's)."""
+        key = f"{provider or self.name}:{model.strip().casefold()}"
         breaker = self.breakers.get(key)
         if breaker is None:
             breaker = self.breakers[key] = CircuitBreaker(
@@ -221,18 +233,24 @@ class RecoveryAdapter(AdapterWrapper):
         """One model (``request.settings.model``), retried per the table. Raises the last
         error."""
         model = request.settings.model
-        breaker = self.breaker(model)
+        provider = request.settings.provider
+        breaker = self.breaker(model, provider)
         retried = {"schema": 0, "rate_limit": 0, "transient": 0}
         sent = request
         while True:
             if not breaker.allow():
                 attempts.append(
                     Attempt(
-                        model, len(attempts) + 1, Usage(), 0.0, LLMCircuitOpenError.default_code
+                        model,
+                        len(attempts) + 1,
+                        Usage(),
+                        0.0,
+                        LLMCircuitOpenError.default_code,
+                        provider,
                     )
                 )
                 raise LLMCircuitOpenError(
-                    f"circuit open for {self.name}:{model}: it answered "
+                    f"circuit open for {provider or self.name}:{model}: it answered "
                     f"{self.breaker_threshold} server errors (HTTP 5xx) in a row; "
                     f"tried again after {self.breaker_cooldown:g} s",
                     model=model,
@@ -244,7 +262,12 @@ class RecoveryAdapter(AdapterWrapper):
                 note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
                 attempts.append(
                     Attempt(
-                        model, len(attempts) + 1, exc.usage, time.perf_counter() - started, exc.code
+                        model,
+                        len(attempts) + 1,
+                        exc.usage,
+                        time.perf_counter() - started,
+                        exc.code,
+                        provider,
                     )
                 )
                 kind = classify(exc)
@@ -254,6 +277,8 @@ class RecoveryAdapter(AdapterWrapper):
                     breaker.neutral()
                 if kind == "fatal" or retried[kind] >= self.policy.retries(kind):
                     raise
+                if isinstance(exc, EndpointDownError):
+                    raise  # failed unsent, and will until its cool-down: the next candidate
                 retried[kind] += 1
                 if isinstance(exc, LLMSchemaError):
                     sent = with_feedback(request, exc)
@@ -262,22 +287,33 @@ class RecoveryAdapter(AdapterWrapper):
                 continue
             breaker.success()
             attempts.append(
-                Attempt(model, len(attempts) + 1, response.usage, time.perf_counter() - started)
+                Attempt(
+                    model,
+                    len(attempts) + 1,
+                    response.usage,
+                    time.perf_counter() - started,
+                    provider=provider,
+                )
             )
             return response
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         """The request on its model, then on each fallback model, per the table."""
         settings = request.settings
-        models = list(dict.fromkeys((settings.model, *settings.fallback_models)))
+        first = ModelTarget(settings.provider, settings.model)
         attempts: list[Attempt] = []
         last: LLMError | None = None
-        for model in models:
-            sent = (
-                request
-                if model == settings.model
-                else replace(request, settings=replace(settings, model=model))
-            )
+        for target in candidates(settings):
+            if target.provider == settings.provider and target.model == settings.model:
+                sent = request  # the first target as asked: no copy of the request
+            else:
+                sent = replace(
+                    request,
+                    settings=replace(settings, provider=target.provider, model=target.model),
+                )
+            if target.provider != first.provider and request.previous_response_id:
+                # a server-side chain lives at the provider that made it, not at this one
+                sent = replace(sent, previous_response_id=None)
             try:
                 response = await self._model(sent, attempts)
             except LLMError as exc:
@@ -288,13 +324,26 @@ class RecoveryAdapter(AdapterWrapper):
                 if classify(exc) == "fatal" and not isinstance(exc, LLMCircuitOpenError):
                     break
                 continue
-            fell_back = model != settings.model
+            fell_back = target.key() != first.key()
             return replace(
                 response,
                 attempts=tuple(attempts),
-                fallback_from=settings.model if fell_back else None,
-                fallback_to=model if fell_back else None,
+                fallback_from=str(first) if fell_back else None,
+                fallback_to=str(target) if fell_back else None,
             )
         assert last is not None
         last.attempts = tuple(attempts)
         raise last
+
+
+def candidates(settings: CallSettings) -> list[ModelTarget]:
+    """The model, then each fallback model, on their endpoints: each (provider, model) once,
+    the model's case and surrounding whitespace ignored (the first spelling is sent)."""
+    seen: dict[tuple[str, str], ModelTarget] = {}
+    first = ModelTarget(settings.provider, settings.model.strip())
+    for item in (first, *settings.fallback_models):
+        target = (
+            item if isinstance(item, ModelTarget) else ModelTarget(settings.provider, item.strip())
+        )
+        seen.setdefault(target.key(), target)
+    return list(seen.values())
