@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from sim.testing.sdk_stub import SDKStubServer
-from sim.testing.stub_model import ANSWER_FAULTS, Answer, Json, Pair, pair_turns
+from sim.testing.stub_model import ANSWER_FAULTS, Answer, Ask, Json, Pair, pair_turns
 from sim.testing.stub_server import FAULTS, _HTTPError
 
 GEMINI_FAULTS = (*FAULTS, "blocked")
@@ -259,5 +259,5 @@ class GeminiStubServer(SDKStubServer):
         calling = field(field(request, "toolConfig"), "functionCallingConfig")
         if field(calling, "mode") == "NONE":  # tools declared but not to be called: text
             tools = None
-        ans = self._answer(model, instructions, pairs, input_text, schema, tools, fault)
+        ans = self._answer(Ask(model, instructions, pairs, input_text, schema, tools, fault))
         return content_body(uuid.uuid4().hex[:22], model, ans)

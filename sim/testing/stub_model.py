@@ -84,55 +84,71 @@ class Answer:
     fault: str | None
 
 
-def answer(
-    *,
-    seed: int,
-    model: str,
-    instructions: str,
-    history: Sequence[Pair],
-    input_text: str,
-    schema: Json | None,
-    tools: list[Json] | None,
-    fault: str | None,
-    cached_prefix: bool,
-) -> Answer:
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One request as the stub model reads it, whatever API it came in by: the model, the
+    instructions, the earlier (user, answer) pairs, the input, the answer's JSON Schema or
+    the tools, and an answer-level fault to apply (``ANSWER_FAULTS``)."""
+
+    model: str
+    instructions: str
+    history: Sequence[Pair]
+    input_text: str
+    schema: Json | None = None
+    tools: list[Json] | None = None
+    fault: str | None = None
+
+
+def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
     """Generate the answer to one request, with an answer-level fault applied if any."""
     digest = hashlib.blake2b(digest_size=16)
-    for part in (str(seed), model, instructions, input_text, *(out for _, out in history)):
+    for part in (
+        str(seed),
+        ask.model,
+        ask.instructions,
+        ask.input_text,
+        *(out for _, out in ask.history),
+    ):
         digest.update(part.encode())
         digest.update(b"\x00")
     key = digest.hexdigest()
     call: tuple[str, Json] | None = None
-    if tools:
-        name, args = generate_tool_call(tools, input_text, seed=key, history=list(history))
-        if fault == "unknown_tool":
+    if ask.tools:
+        name, args = generate_tool_call(
+            ask.tools, ask.input_text, seed=key, history=list(ask.history)
+        )
+        if ask.fault == "unknown_tool":
             name = "teleport"
         call = (name, args)
         text = ""
         out_len = len(name) + len(orjson.dumps(args))
     else:
-        if schema is not None:
+        if ask.schema is not None:
             data = generate(
-                schema, input_text, seed=key, history=list(history), instructions=instructions
+                ask.schema,
+                ask.input_text,
+                seed=key,
+                history=list(ask.history),
+                instructions=ask.instructions,
             )
             text = orjson.dumps(data).decode()
         else:
             text = "Understood."
-        if fault in ("malformed", "incomplete"):
+        if ask.fault in ("malformed", "incomplete"):
             text = text[: max(1, len(text) // 2)]
         out_len = len(text)
     prompt = (
-        estimate_tokens(instructions)
-        + estimate_tokens(input_text)
-        + sum(estimate_tokens(a) + estimate_tokens(b) for a, b in history)
+        estimate_tokens(ask.instructions)
+        + estimate_tokens(ask.input_text)
+        + sum(estimate_tokens(a) + estimate_tokens(b) for a, b in ask.history)
     )
     return Answer(
         text=text,
         call=call,
         input_tokens=prompt,
         output_tokens=(out_len + 3) // 4,
-        cached_tokens=estimate_tokens(instructions) if cached_prefix else 0,
-        fault=fault,
+        cached_tokens=estimate_tokens(ask.instructions) if cached_prefix else 0,
+        fault=ask.fault,
     )
 
 

@@ -52,6 +52,7 @@ from sim.testing.batch_routes import BatchRoutes
 from sim.testing.stub_model import (
     ANSWER_FAULTS,
     Answer,
+    Ask,
     Json,
     Pair,
     answer,
@@ -566,30 +567,12 @@ class StubServer:
             raise _HTTPError(status, error_body(message, type_, code, param), headers)
         return fault if fault in ANSWER_FAULTS else None
 
-    def _answer(
-        self,
-        model: str,
-        instructions: str,
-        history: list[Pair],
-        input_text: str,
-        schema: Json | None,
-        tools: list[Json] | None,
-        fault: str | None,
-    ) -> Answer:
-        prefix = (model, instructions)
+    def _answer(self, ask: Ask) -> Answer:
+        """The stub model's answer (an instructions prefix seen before is cached), counted."""
+        prefix = (ask.model, ask.instructions)
         cached = prefix in self._prefixes
         self._prefixes.add(prefix)
-        ans = answer(
-            seed=self.options.seed,
-            model=model,
-            instructions=instructions,
-            history=history,
-            input_text=input_text,
-            schema=schema,
-            tools=tools,
-            fault=fault,
-            cached_prefix=cached,
-        )
+        ans = answer(ask, seed=self.options.seed, cached_prefix=cached)
         self.stats.generations += 1
         self.stats.input_tokens += ans.input_tokens
         self.stats.output_tokens += ans.output_tokens
@@ -626,15 +609,8 @@ class StubServer:
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
         instructions = str(request.get("instructions") or "")
-        ans = self._answer(
-            model,
-            instructions,
-            history,
-            input_text,
-            schema,
-            tools,
-            None if fault == "stall" else fault,
-        )
+        spoil = None if fault == "stall" else fault
+        ans = self._answer(Ask(model, instructions, history, input_text, schema, tools, spoil))
         rid = f"resp_{uuid.uuid4().hex}"
         store = request.get("store", True) is not False
         body = response_body(rid, model, request, ans, store)
@@ -684,9 +660,8 @@ class StubServer:
         tools = request.get("tools") or None
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
-        ans = self._answer(
-            model, system, pairs, input_text, schema, tools, None if fault == "stall" else fault
-        )
+        spoil = None if fault == "stall" else fault
+        ans = self._answer(Ask(model, system, pairs, input_text, schema, tools, spoil))
         body = chat_body(f"chatcmpl-{uuid.uuid4().hex}", model, ans)
         if fault == "stall":
             body["_stub_stall"] = True
