@@ -35,13 +35,7 @@ from sim.llm.adapters._structured import (
     request_fields,
 )
 from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
-from sim.llm.tools import (
-    LLMMessage,
-    ToolCalls,
-    response_json,
-    schema_of,
-    wire_call,
-)
+from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
 
 

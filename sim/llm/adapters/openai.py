@@ -26,13 +26,7 @@ from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
-from sim.llm.tools import (
-    LLMMessage,
-    ToolCalls,
-    response_json,
-    schema_of,
-    wire_call,
-)
+from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
 
