@@ -20,7 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationError,
+)
 
 from sim.errors import InputError
 from sim.llm.types import CallSettings, StructuredOutput
@@ -50,6 +58,37 @@ ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers"}
 ROUTING_TABLES = frozenset({"providers"})
 
 
+def _distinct_urls(value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    if isinstance(value, tuple):
+        if not value:
+            raise ValueError("expected at least one URL (or a single URL as a string)")
+        if any(not url for url in value):
+            raise ValueError("expected non-empty URLs")
+        if len(set(value)) != len(value):
+            raise ValueError("a URL is listed twice")
+    return value
+
+
+#: ``base_url``: one server, or several (a TOML array: a pool, ``sim.llm.pool``); use this
+#: type wherever a config section takes a ``base_url``
+BaseUrl = Annotated[
+    str | Annotated[tuple[str, ...], Strict(False)],  # a TOML array becomes the tuple
+    AfterValidator(_distinct_urls),
+]
+
+
+def base_urls(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The servers a ``base_url`` names: none ("": the provider's default), one, or a pool."""
+    if isinstance(value, tuple):
+        return value
+    return (value,) if value else ()
+
+
+def describe_base_url(value: str | tuple[str, ...]) -> str:
+    """A ``base_url`` for messages: the URL, or a pool's URLs joined by ", "."""
+    return ", ".join(value) if isinstance(value, tuple) else value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
@@ -64,7 +103,8 @@ class LLMConfig(_Strict):
     idle_timeout_seconds: float = Field(60, gt=0)
     stream: bool = False
     structured_output: StructuredOutput = "auto"
-    base_url: str = ""
+    #: one server, or a list of servers of the same provider (a pool: ``sim.llm.pool``)
+    base_url: BaseUrl = ""
     api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     requests_per_minute: int = Field(0, ge=0)
     tokens_per_minute: int = Field(0, ge=0)
@@ -108,6 +148,10 @@ DEFAULT_PRICES = {
 }
 
 
+#: (provider, base_url, api_key_env): where a phase's requests go
+PhaseEndpoint = tuple[str, str | tuple[str, ...], str]
+
+
 class PhaseConfig(_Strict):
     model: str = Field("gpt-4.1-mini", min_length=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
@@ -119,10 +163,10 @@ class PhaseConfig(_Strict):
     #: this phase's provider, server and key variable ("" = [llm]'s): endpoint keys
     #: (ENDPOINT_KEYS), under the trust rule for world configs
     provider: str = ""
-    base_url: str = ""
+    base_url: BaseUrl = ""
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
 
-    def endpoint(self, llm: LLMConfig) -> tuple[str, str, str]:
+    def endpoint(self, llm: LLMConfig) -> PhaseEndpoint:
         """(provider, base_url, api_key_env) this phase's requests go to. A phase that
         names another provider does not inherit [llm]'s server."""
         key = self.api_key_env or llm.api_key_env
@@ -359,6 +403,26 @@ def _problems(
                 f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
             )
         )
+    if config.llm.chain_mode == "server":
+        pooled = [
+            f"{section}.base_url"
+            for section in ("llm", *PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases))
+            if len(
+                base_urls(
+                    config.llm.base_url if section == "llm" else config.phase(section).base_url
+                )
+            )
+            > 1
+        ]
+        problems.extend(
+            InputError(
+                source,
+                field,
+                "a list of servers cannot keep server-side chains (a response id is known "
+                'only to the server that made it); use chain_mode = "window" with a pool',
+            )
+            for field in pooled
+        )
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
         provider = config.phase(section).provider
         if provider and provider not in PROVIDERS:
@@ -569,11 +633,15 @@ def phase_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
     return out
 
 
-def _describe_endpoint(provider: str, base_url: str, key_env: str) -> tuple[str, str | None]:
+def _describe_endpoint(
+    provider: str, base_url: str | tuple[str, ...], key_env: str
+) -> tuple[str, str | None]:
     """The SDKs fall back to their own endpoint (the openai SDK to ``OPENAI_BASE_URL`` first)
-    when ``base_url`` is empty; this says which one applies."""
+    when ``base_url`` is empty; this says which one applies. A pool's URLs are joined."""
     import os
 
+    if isinstance(base_url, tuple):
+        base_url = describe_base_url(base_url)
     if provider == "offline":
         return "none (offline provider: no network)", None
     if provider in ("gemini", "anthropic"):

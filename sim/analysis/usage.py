@@ -27,12 +27,15 @@ from sim.llm.budget import Cost, Price
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
-from sim.ticklog.books import call_cost, call_usage, timed_out
+from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
 from sim.ticklog.records import CallRecord
 
-By = Literal["entity", "phase", "tick"]
-BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick")
+By = Literal["entity", "phase", "tick", "endpoint"]
+BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "endpoint")
+#: the ``--by endpoint`` row of calls that went over no network (offline, or logged
+#: before endpoints were recorded)
+NO_ENDPOINT = "-"
 
 
 @dataclass
@@ -128,6 +131,9 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
     cache: dict[str, Price | None] = {}
     for log in logs:
         for call in log.call_records:
+            if by == "endpoint":
+                _add_by_endpoint(groups, call, prices, cache)
+                continue
             if by == "tick":
                 key = str(log.tick)
             elif by == "phase":
@@ -136,6 +142,28 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
                 key = entity_id(call) or "-"
             groups.setdefault(key, UsageRow(key)).add(call_row(key, call, prices, cache))
     return groups
+
+
+def _add_by_endpoint(
+    groups: dict[str, UsageRow],
+    call: CallRecord,
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None],
+) -> None:
+    """One call into the rows of the servers it went to: each attempt's tokens, cost and
+    timeout where it was sent; the request (and its failure, if it failed) where it ended.
+    A call a pool moved off a failing server thus costs that server only what was sent
+    there."""
+    final = call.endpoint or NO_ENDPOINT
+    row = groups.setdefault(final, UsageRow(final))
+    row.requests += 1
+    row.failures += 1 if call.failed else 0
+    for attempt in call.every_attempt():
+        key = attempt.endpoint or final
+        part = groups.setdefault(key, UsageRow(key))
+        part.add_usage(attempt.usage.to_usage())
+        part.cost = part.cost + attempts_cost([attempt], prices, cache)
+        part.timed_out += 1 if attempt.error_code == TIMEOUT else 0
 
 
 def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
@@ -190,7 +218,8 @@ def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> Usa
 
 
 def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageReport:
-    """Tokens, requests and cost of a world, grouped ``by`` entity, phase or tick.
+    """Tokens, requests and cost of a world, grouped ``by`` entity, phase, tick or
+    endpoint (the server each attempt went to: a pool's servers apart).
 
     Rows are sorted by cost, then tokens, most expensive first.
 

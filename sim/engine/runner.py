@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.config import Config
+from sim.config import Config, PhaseEndpoint
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
@@ -157,7 +157,7 @@ class Runner:
         self.phases: list[PhaseSpec] | None = None
         self.prompts: Prompts | None = None
         #: adapters of phases with their own provider/base_url (built like ``adapter``)
-        self.endpoint_adapters: dict[tuple[str, str, str], Adapter] = {}
+        self.endpoint_adapters: dict[PhaseEndpoint, Adapter] = {}
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.

@@ -265,6 +265,7 @@ class LLMClient:
                     usage=earlier.usage,
                     error_code=earlier.error_code,
                     final=False,
+                    endpoint=earlier.endpoint,
                     **fields,
                 )
             )
@@ -361,6 +362,7 @@ class LLMClient:
                     history=history,
                     previous_response_id=previous_id,
                     depth=depth,
+                    endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
                 )
             )
             if error is exc:
@@ -394,6 +396,7 @@ class LLMClient:
                 history=history,
                 previous_response_id=previous_id,
                 depth=depth,
+                endpoint=response.endpoint,
             )
         )
         return response

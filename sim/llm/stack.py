@@ -4,25 +4,30 @@ The stack, innermost first: the provider's adapter -> backpressure (an adaptive
 concurrency limit and a shared Retry-After pause per endpoint; not for offline) -> budget
 (each attempt reserves its worst case, priced for the model actually used) -> rate limiter
 (requests and tokens per minute) -> recovery (retries, fallback models, breakers). Phases
-see only the outermost.
+see only the outermost. With a list of ``base_url`` servers the first three are built once per
+server, under a ``sim.llm.pool.PoolAdapter`` that spreads attempts over them and moves
+those a failing server drops; the budget object is shared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from sim.config import base_urls
 from sim.llm.adapters import create_adapter
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
+from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.types import Adapter
 
 if TYPE_CHECKING:
     from sim.config import Config
+
 
 #: the built-in ``[llm] api_key_env``
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -33,8 +38,9 @@ def provider_options(config: Config, seed: int) -> dict[str, Any]:
     llm = config.llm
     if llm.provider == "offline":
         return {"seed": seed}
+    urls = base_urls(llm.base_url)
     options: dict[str, Any] = {
-        "base_url": llm.base_url or None,
+        "base_url": urls[0] if urls else None,  # a pool: build_stack sets each server's
         "api_key_env": llm.api_key_env,
         "timeout_seconds": llm.timeout_seconds,
         "connect_timeout_seconds": llm.connect_timeout_seconds,
@@ -79,6 +85,55 @@ def make_budget(config: Config) -> Budget:
     )
 
 
+def _endpoint(config: Config, url: str) -> Endpoint:
+    """The backpressure state of one server (its adaptive concurrency limit)."""
+    llm = config.llm
+    return Endpoint(
+        url,
+        llm.max_concurrency,
+        down_threshold=llm.breaker_threshold,
+        down_cooldown=llm.breaker_cooldown_seconds,
+    )
+
+
+def build_pool(
+    config: Config,
+    seed: int,
+    urls: tuple[str, ...],
+    budget: Budget,
+    *,
+    adapters: Sequence[Adapter] | None = None,
+) -> PoolAdapter:
+    """A pool over ``urls``: per server, its own provider adapter (its own SDK clients) ->
+    backpressure (its own adaptive limit) -> budget (the run's shared ``Budget``).
+
+    Args:
+        adapters: use these provider adapters, one per URL, instead of building them
+            (tests hand in adapters around their own clients).
+
+    Raises:
+        LLMConfigurationError: unknown provider, missing API key.
+    """
+    llm = config.llm
+    options = provider_options(config, seed)
+    servers = []
+    for index, url in enumerate(urls):
+        adapter = (
+            adapters[index]
+            if adapters is not None
+            else create_adapter(llm.provider, **{**options, "base_url": url})
+        )
+        endpoint = _endpoint(config, url)
+        servers.append(
+            Server(url, BudgetAdapter(BackpressureAdapter(adapter, endpoint), budget), endpoint)
+        )
+    return PoolAdapter(
+        servers,
+        breaker_threshold=llm.breaker_threshold,
+        breaker_cooldown=llm.breaker_cooldown_seconds,
+    )
+
+
 def build_stack(
     config: Config,
     seed: int = 0,
@@ -101,18 +156,17 @@ def build_stack(
         LLMConfigurationError: unknown provider, missing API key.
     """
     llm = config.llm
-    inner: Adapter = provider or create_adapter(llm.provider, **provider_options(config, seed))
-    if llm.provider != "offline":  # a network endpoint: slow down when it says so
-        inner = BackpressureAdapter(
-            inner,
-            Endpoint(
-                endpoint_url(llm.provider, llm.base_url),
-                llm.max_concurrency,
-                down_threshold=llm.breaker_threshold,
-                down_cooldown=llm.breaker_cooldown_seconds,
-            ),
-        )
-    inner = BudgetAdapter(inner, budget or make_budget(config))
+    budget = budget or make_budget(config)
+    urls = base_urls(llm.base_url)
+    inner: Adapter
+    if len(urls) > 1 and provider is None and llm.provider != "offline":
+        inner = build_pool(config, seed, urls, budget)
+    else:
+        inner = provider or create_adapter(llm.provider, **provider_options(config, seed))
+        if llm.provider != "offline":  # a network endpoint: slow down when it says so
+            url = endpoint_url(llm.provider, urls[0] if urls else "")
+            inner = BackpressureAdapter(inner, _endpoint(config, url))
+        inner = BudgetAdapter(inner, budget)
     if llm.requests_per_minute or llm.tokens_per_minute:
         inner = RateLimitedAdapter(
             inner,

@@ -27,7 +27,7 @@ from sim.world import (
 )
 
 if TYPE_CHECKING:
-    from sim.config import Config
+    from sim.config import Config, PhaseEndpoint
     from sim.phases.intentions import Intention
     from sim.phases.resolution import Resolution
     from sim.world import Entity, World
@@ -220,7 +220,7 @@ class TickContext:
     #: results of phases declared by the world or a package, by phase name (for the log)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: adapters of phases that set their own provider, base_url or api_key_env, by those
-    endpoint_adapters: dict[tuple[str, str, str], Adapter] = field(default_factory=dict)
+    endpoint_adapters: dict[PhaseEndpoint, Adapter] = field(default_factory=dict)
     prompts: Prompts | None = None
     _static: dict[str, str] = field(default_factory=dict)
     _has_input: dict[str, bool] = field(default_factory=dict)

@@ -103,6 +103,8 @@ def _attempt(
     }
     if error is not None:
         fields["error"] = error
+    if event.endpoint is not None:  # absent without a network (offline, replay)
+        fields["endpoint"] = event.endpoint
     return AttemptRecord(**fields)
 
 
@@ -369,6 +371,8 @@ class TickRecorder:
         if served == "resume":
             return None  # already in this log, its cost counted
         self._add_cost(cost)
+        if event.endpoint is not None:
+            came_back["endpoint"] = event.endpoint
         return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost)
 
     def _add_cost(self, cost: float | None) -> None:

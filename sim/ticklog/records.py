@@ -120,6 +120,8 @@ class AttemptRecord(_Model):
     error_code: str | None = None
     raw: str | None = None
     error: str | None = None
+    #: the server URL the attempt went to (absent: no network, or a log from before)
+    endpoint: str | None = None
 
 
 class CallRecord(_Record):
@@ -154,6 +156,8 @@ class CallRecord(_Record):
     attempts: list[AttemptRecord] = Field(default_factory=list)
     #: the attempts' cost at the prices in effect (``None``: a model had no price)
     cost_usd: float | None = None
+    #: the server URL whose answer (or failure) ended the call (absent: no network)
+    endpoint: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -163,7 +167,14 @@ class CallRecord(_Record):
         """The attempts, or for a record without them the call as one attempt."""
         if self.attempts:
             return self.attempts
-        return [AttemptRecord(model=self.model, usage=self.usage, error_code=self.error_code)]
+        return [
+            AttemptRecord(
+                model=self.model,
+                usage=self.usage,
+                error_code=self.error_code,
+                endpoint=self.endpoint,
+            )
+        ]
 
 
 class PhaseReportRecord(_Model):
