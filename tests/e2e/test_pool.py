@@ -75,7 +75,7 @@ def test_a_server_stopped_mid_tick_moves_its_calls_to_the_others(
 ) -> None:
     world = copy_demo(tmp_path / "demo")
     config = write_config(tmp_path / "config.toml", [s.base_url for _, s in servers])
-    (a_thread, a), (b_thread, b), (c_thread, c) = servers
+    (_, a), (_, b), (c_thread, c) = servers
     c.hold(lambda request: c.stats.generations >= BEFORE_STOP)
     watcher = stop_when_held(c_thread, c)
 
