@@ -24,6 +24,7 @@ from sim.cli.jsonout import (
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.engine.runner import TickResult
     from sim.llm.events import LLMEvent
+    from sim.llm.pool import ServerReport
     from sim.llm.streaming import StreamDelta
     from sim.phases.base import PhaseReport
 
@@ -178,6 +179,22 @@ class StreamView:
             self._next()
 
 
+def servers_line(servers: list[ServerReport]) -> str:
+    """A pool's tick: per server (``host:port``), calls answered, attempts moved away, and
+    whether it is out of the pool."""
+    from urllib.parse import urlsplit
+
+    parts = []
+    for server in servers:
+        text = f"{urlsplit(server.url).netloc or server.url} {server.answered} answered"
+        if server.moved_away:
+            text += f", {server.moved_away} moved away"
+        if server.state != "closed":
+            text += ", out of the pool (probed again after the cool-down)"
+        parts.append(text)
+    return "servers: " + " · ".join(parts)
+
+
 def print_tick(result: TickResult) -> None:
     click.secho(f"\n== tick {result.tick} ==", bold=True)
     for note in result.notes:
@@ -207,6 +224,8 @@ def print_tick(result: TickResult) -> None:
             f"timed-out attempts (retried), paused {pushed['paused_seconds']:.1f}s; "
             f"concurrency limit {pushed['limit']} (lowest {pushed['lowest_limit']})"
         )
+    if result.servers:
+        click.echo("\n" + servers_line(result.servers))
     click.echo("\nphase        calls  failed  retries  input tok  output tok")
     for report in result.reports:
         if report.name == "apply":

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sim.llm.backpressure import Endpoint, EndpointDownError
 from sim.llm.calls import note_failure
@@ -62,6 +62,19 @@ class ServerStats:
     moved_away: int = 0
     #: times its breaker opened
     opened: int = 0
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    """One server's share of a stretch of a run (a tick), for the summary."""
+
+    url: str
+    answered: int
+    moved_away: int
+    #: its breaker took it out of the pool during the stretch
+    opened: int
+    #: ``closed`` (in the pool), ``open`` (out) or ``half_open`` (due a probe)
+    state: str
 
 
 @dataclass(eq=False)
@@ -153,6 +166,23 @@ class PoolAdapter(AdapterWrapper):
                 best = server
         return best
 
+    def snapshot(self) -> list[ServerStats]:
+        """The servers' counters now, for ``since``."""
+        return [replace(server.stats) for server in self.servers]
+
+    def since(self, before: list[ServerStats]) -> list[ServerReport]:
+        """What each server did after ``before`` (a ``snapshot``), and its state now."""
+        return [
+            ServerReport(
+                server.url,
+                server.stats.answered - old.answered,
+                server.stats.moved_away - old.moved_away,
+                server.stats.opened - old.opened,
+                server.breaker.state,
+            )
+            for server, old in zip(self.servers, before, strict=True)
+        ]
+
     def _down(self) -> EndpointDownError:
         urls = ", ".join(server.url for server in self.servers)
         return EndpointDownError(
@@ -236,8 +266,6 @@ class PoolAdapter(AdapterWrapper):
 
 
 def _with(response: AdapterResponse, url: str, moved: list[Attempt]) -> AdapterResponse:
-    from dataclasses import replace
-
     return replace(
         response,
         endpoint=response.endpoint or url,

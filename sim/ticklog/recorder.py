@@ -103,8 +103,9 @@ def _attempt(
     }
     if error is not None:
         fields["error"] = error
-    if event.endpoint is not None:  # absent without a network (offline, replay)
-        fields["endpoint"] = event.endpoint
+    endpoint = getattr(event, "endpoint", None)
+    if endpoint is not None:  # absent without a network (offline, replay)
+        fields["endpoint"] = endpoint
     return AttemptRecord(**fields)
 
 
@@ -371,8 +372,9 @@ class TickRecorder:
         if served == "resume":
             return None  # already in this log, its cost counted
         self._add_cost(cost)
-        if event.endpoint is not None:
-            came_back["endpoint"] = event.endpoint
+        endpoint = getattr(event, "endpoint", None)
+        if endpoint is not None:
+            came_back["endpoint"] = endpoint
         return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost)
 
     def _add_cost(self, cost: float | None) -> None:

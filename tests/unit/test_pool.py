@@ -3,7 +3,7 @@ server, failed attempts moved to the others, servers probed back in, keys kept.
 
 Fakes here (``MockAdapter`` per server, a fake clock); the same pool over real stub
 servers and the real openai SDK is in ``tests/providers/test_pool_http.py`` and
-``tests/e2e/test_pool.py``.
+``tests/e2e/test_tick_pool.py``.
 """
 
 from __future__ import annotations

@@ -88,6 +88,9 @@ def test_a_server_stopped_mid_tick_moves_its_calls_to_the_others(
     watcher.join(60)
     assert result.exit_code == 0, result.output
     assert not c_thread._thread.is_alive(), "the third server was never stopped"
+    summary = next(line for line in result.output.splitlines() if line.startswith("servers: "))
+    c_part = summary.split(" · ")[2]
+    assert "moved away" in c_part and "out of the pool" in c_part
 
     log = read_log(log_path(world, 1))
     assert log.committed
@@ -137,3 +140,29 @@ def test_a_server_stopped_mid_tick_moves_its_calls_to_the_others(
     assert sum(row["requests"] for row in rows.values()) == len(calls)
     assert rows[c.base_url]["output_tokens"] == c.stats.output_tokens
     assert rows[a.base_url]["output_tokens"] == a.stats.output_tokens
+
+
+def test_a_phase_can_have_its_own_pool(
+    tmp_path: Path, servers: list[tuple[ServerThread, StubServer]]
+) -> None:
+    world = copy_demo(tmp_path / "demo")
+    (_, a), (_, b), (_, c) = servers
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[llm]\nprovider = "chat"\nbase_url = "{c.base_url}"\n\n'
+        f'[phase2a]\nbase_url = ["{a.base_url}", "{b.base_url}"]\n'
+    )
+    result = CliRunner().invoke(
+        main, ["tick", "--world", str(world), "--config", str(config)], env=KEY
+    )
+    assert result.exit_code == 0, result.output
+    calls = list(read_log(log_path(world, 1)).calls.values())
+    where = {
+        (call.phase, call.endpoint) for call in calls if call.phase in ("resolution", "narrative")
+    }
+    resolution = {endpoint for phase, endpoint in where if phase == "resolution"}
+    assert resolution == {a.base_url, b.base_url}
+    assert {endpoint for phase, endpoint in where if phase == "narrative"} == {c.base_url}
+    assert a.stats.generations + b.stats.generations == sum(
+        1 for call in calls if call.phase == "resolution"
+    )
