@@ -11,7 +11,6 @@ with the tick, the model and every attempt's usage), which ``sim usage`` counts.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sim import safefs
 from sim.config import Config
 from sim.errors import InputError, LogError
 from sim.llm.budget import Cost, Price
@@ -225,16 +225,11 @@ def _check_record(root: Path) -> None:
 
 def _append(root: Path, interviews: Sequence[Interview]) -> None:
     """Append to ``.sim/interviews.jsonl``, never through a symlink out of the world."""
-    _check_record(root)
-    (root / ".sim").mkdir(exist_ok=True)
     data = b"".join(orjson.dumps(i.model_dump(mode="json")) + b"\n" for i in interviews)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
     try:
-        fd = os.open(root / INTERVIEWS, flags, 0o644)
+        safefs.append_file(root, INTERVIEWS, data)
     except OSError as exc:
         raise InputError(root / INTERVIEWS, None, f"cannot append: {exc.strerror}") from None
-    with os.fdopen(fd, "ab") as handle:
-        handle.write(data)
 
 
 def ask(
@@ -272,17 +267,21 @@ def read_interviews(world_dir: Path) -> list[Interview]:
         LogError: a line is not an interview (names the file and line).
     """
     path = world_dir / INTERVIEWS
-    if path.is_symlink() or not path.is_file():
+    try:
+        raw = safefs.read_optional(world_dir, INTERVIEWS)
+    except safefs.UnsafePath:
+        return []  # `sim check` and `sim ask` name it; a report skips it
+    if raw is None:
         return []
     out: list[Interview] = []
-    lines = path.read_bytes().splitlines()
+    lines = raw.splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             out.append(Interview.model_validate_json(line))
         except ValidationError as exc:
-            if number == len(lines) and not path.read_bytes().endswith(b"\n"):
+            if number == len(lines) and not raw.endswith(b"\n"):
                 break  # a torn last line: the write was cut short
             problem = exc.errors()[0]
             where = ".".join(str(p) for p in problem["loc"])

@@ -190,6 +190,23 @@ def write_at(dir_fd: int, name: str, shown: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def append_file(root: Path, rel: str, data: bytes) -> None:
+    """Append ``data`` to ``root/rel`` (created with its folders), never through a link.
+
+    Raises:
+        UnsafePath: a component is a symlink or not a plain folder/file.
+    """
+    parts = split_rel(rel)
+    with open_dir(root, parts[:-1], create=True) as dir_fd:
+        fd = open_file_at(dir_fd, parts[-1], root / rel, _WRITE_FLAGS | os.O_APPEND)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
 def unlink_at(dir_fd: int, name: str) -> None:
     """Remove a file (a link is removed, never its target); missing is fine."""
     with suppress(FileNotFoundError):
