@@ -268,7 +268,11 @@ def print_tick(result: TickResult) -> None:
 )
 @click.option("--concurrency", type=click.IntRange(min=1), help="Max calls in flight.")
 @click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
-@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--base-url",
+    help="Provider base URL, e.g. http://127.0.0.1:8000/v1; several servers (a pool): "
+    "comma-separated.",
+)
 @click.option("--budget-usd", type=click.FloatRange(min=0), help="Cost cap for this run (USD).")
 @click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for this run.")
 @click.option(

@@ -23,6 +23,8 @@ from click.testing import CliRunner
 from conftest import copy_demo
 
 from sim.cli import main
+from sim.cli.common import build_config
+from sim.config import InvalidConfig
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import log_path, read_log
 
@@ -166,3 +168,13 @@ def test_a_phase_can_have_its_own_pool(
     assert a.stats.generations + b.stats.generations == sum(
         1 for call in calls if call.phase == "resolution"
     )
+
+
+def test_the_command_line_takes_several_servers_comma_separated(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "demo")
+    urls = "http://127.0.0.1:8001/v1, http://127.0.0.1:8002/v1"
+    config = build_config(None, world, "chat", base_url=urls)
+    assert config.llm.base_url == ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1")
+    assert config.phase("phase2a").endpoint(config.llm)[1] == config.llm.base_url
+    with pytest.raises(InvalidConfig, match="listed twice"):
+        build_config(None, world, "chat", base_url="http://a/v1,http://a/v1")
