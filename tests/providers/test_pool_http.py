@@ -130,3 +130,40 @@ async def test_https_servers_share_one_tls_context(
         assert {a.endpoint for a in answers} == {s.base_url for s in servers}
         assert all(s.stats.generations == 4 for s in servers)
     assert len(made) <= 1, f"{len(made)} TLS contexts for two https servers"
+
+
+@pytest.mark.parametrize(("fault", "code"), [("server_error", "server_error"), ("hang", "timeout")])
+async def test_a_failing_server_is_taken_out_and_its_calls_answered_elsewhere(
+    fault: str, code: str
+) -> None:
+    healthy = ServerThread(StubServer(StubOptions(latency=0.01)))
+    failing = ServerThread(
+        StubServer(StubOptions(fault_rate=1.0, faults=(fault,), hang_seconds=30, seed=1))
+    )
+    good, bad = healthy.start(), failing.start()
+    config = Config.model_validate(
+        {
+            "llm": {
+                "provider": "chat",
+                "base_url": [bad.base_url, good.base_url],
+                "breaker_threshold": 2,
+                "timeout_seconds": 1,
+            }
+        }
+    )
+    request = ModelRequest(
+        "Write a note.", "x", Note, settings=CallSettings(model="stub-model", timeout_seconds=1)
+    )
+    stack = build_stack(config)
+    try:
+        answers = [await stack.execute(request) for _ in range(5)]
+    finally:
+        await close_stack(stack)
+        healthy.stop()
+        failing.stop()
+    assert all(a.endpoint == good.base_url for a in answers)
+    assert good.stats.generations == 5 and bad.stats.generations == 0
+    # two failures took the failing server out: the later calls never went there
+    failed = [x for a in answers for x in a.attempts if x.error_code is not None]
+    assert [(x.endpoint, x.error_code) for x in failed] == [(bad.base_url, code)] * 2
+    assert pool_in(stack).servers[0].breaker.state == "open"
