@@ -30,6 +30,7 @@ from sim.storage import Storage
 from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
 from sim.ticklog.records import CallRecord
+from sim.ticklog.view import public_url
 
 By = Literal["entity", "phase", "tick", "endpoint"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "endpoint")
@@ -154,12 +155,12 @@ def _add_by_endpoint(
     timeout where it was sent; the request (and its failure, if it failed) where it ended.
     A call a pool moved off a failing server thus costs that server only what was sent
     there."""
-    final = call.endpoint or NO_ENDPOINT
+    final = public_url(call.endpoint) if call.endpoint else NO_ENDPOINT
     row = groups.setdefault(final, UsageRow(final))
     row.requests += 1
     row.failures += 1 if call.failed else 0
     for attempt in call.every_attempt():
-        key = attempt.endpoint or final
+        key = public_url(attempt.endpoint) if attempt.endpoint else final
         part = groups.setdefault(key, UsageRow(key))
         part.add_usage(attempt.usage.to_usage())
         part.cost = part.cost + attempts_cost([attempt], prices, cache)

@@ -182,11 +182,11 @@ class StreamView:
 def servers_line(servers: list[ServerReport]) -> str:
     """A pool's tick: per server (``host:port``), calls answered, attempts moved away, and
     whether it is out of the pool."""
-    from urllib.parse import urlsplit
+    from sim.ticklog.view import server_name
 
     parts = []
     for server in servers:
-        text = f"{urlsplit(server.url).netloc or server.url} {server.answered} answered"
+        text = f"{server_name(server.url)} {server.answered} answered"
         if server.moved_away:
             text += f", {server.moved_away} moved away"
         if server.state != "closed":

@@ -328,3 +328,11 @@ def test_build_stack_makes_one_provider_per_server_sharing_one_budget(
     budgets = {id(find_budget(s.adapter)) for s in pool.servers}
     assert budgets == {id(find_budget(stack))}
     assert len({id(s.endpoint) for s in pool.servers}) == 3
+
+
+def test_servers_are_shown_without_credentials_written_into_their_url() -> None:
+    from sim.ticklog.view import public_url, server_name
+
+    assert public_url("http://user:secret@gpu1:8000/v1") == "http://gpu1:8000/v1"
+    assert server_name("http://user:secret@gpu1:8000/v1") == "gpu1:8000"
+    assert public_url("https://api.openai.com/v1") == "https://api.openai.com/v1"
