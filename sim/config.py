@@ -114,6 +114,14 @@ class LLMConfig(_Strict):
     backoff_cap_seconds: float = Field(20, ge=0)
     breaker_threshold: int = Field(5, ge=1)
     breaker_cooldown_seconds: float = Field(30, ge=0)
+    #: send each phase's calls as one OpenAI Batch API batch (half price, hours of waiting)
+    batch: bool = False
+    #: seconds between two polls of a batch in progress
+    batch_poll_seconds: float = Field(30, gt=0)
+
+
+#: providers whose wire format the Batch API takes (``[llm] batch``)
+BATCH_PROVIDERS = ("openai", "chat")
 
 
 class BudgetConfig(_Strict):
@@ -403,7 +411,7 @@ def _problems(
                 f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
             )
         )
-    if config.llm.chain_mode == "server":
+    if config.llm.chain_mode == "server" or config.llm.batch:
         pooled = [
             f"{section}.base_url"
             for section in ("llm", *PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases))
@@ -414,14 +422,27 @@ def _problems(
             )
             > 1
         ]
-        problems.extend(
+        why = (
+            "a list of servers cannot keep server-side chains (a response id is known "
+            'only to the server that made it); use chain_mode = "window" with a pool'
+            if config.llm.chain_mode == "server"
+            else "a list of servers cannot take one Batch API upload (a batch lives on the "
+            "server that made it); use batch = false with a pool, or one server"
+        )
+        problems.extend(InputError(source, field, why) for field in pooled)
+    if (
+        combined
+        and config.llm.batch
+        and config.llm.provider in PROVIDERS
+        and config.llm.provider not in BATCH_PROVIDERS
+    ):
+        problems.append(
             InputError(
                 source,
-                field,
-                "a list of servers cannot keep server-side chains (a response id is known "
-                'only to the server that made it); use chain_mode = "window" with a pool',
+                "llm.batch",
+                f"the Batch API is not offered for provider {config.llm.provider!r}; "
+                f"set batch = false or a provider that has it ({', '.join(BATCH_PROVIDERS)})",
             )
-            for field in pooled
         )
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
         provider = config.phase(section).provider

@@ -163,7 +163,7 @@ def _add_by_endpoint(
         key = public_url(attempt.endpoint) if attempt.endpoint else final
         part = groups.setdefault(key, UsageRow(key))
         part.add_usage(attempt.usage.to_usage())
-        part.cost = part.cost + attempts_cost([attempt], prices, cache)
+        part.cost = part.cost + attempts_cost([attempt], prices, cache, call.price_factor)
         part.timed_out += 1 if attempt.error_code == TIMEOUT else 0
 
 

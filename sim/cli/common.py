@@ -176,13 +176,20 @@ def build_config(
     budget_tokens: int | None = None,
     sends_requests: bool = True,
     stream: bool | None = None,
+    batch: bool | None = None,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
     # several servers (a pool) on the command line: comma-separated URLs
     urls: str | list[str] | None = (
         [url.strip() for url in base_url.split(",")] if base_url and "," in base_url else base_url
     )
-    llm = present(provider=provider, max_concurrency=concurrency, base_url=urls, stream=stream)
+    llm = present(
+        provider=provider,
+        max_concurrency=concurrency,
+        base_url=urls,
+        stream=stream,
+        batch=batch,
+    )
     if llm:
         overrides["llm"] = llm
     if model is not None:

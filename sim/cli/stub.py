@@ -70,6 +70,11 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     type=click.FloatRange(min=0),
     help="Seconds between the events of a streamed answer.",
 )
+@seconds_option(
+    "--batch-delay",
+    default=0.0,
+    help="Seconds a Batch API batch (POST /v1/batches) stays in progress.",
+)
 @click.option(
     "--api",
     default="openai",
@@ -90,6 +95,7 @@ def stub_server(
     reject_json_schema: bool,
     slots: int,
     stream_chunk_delay: float,
+    batch_delay: float,
     api: str,
 ) -> None:
     """Serve a loopback OpenAI-compatible API answered by the offline model.
@@ -120,6 +126,7 @@ def stub_server(
         reject_json_schema=reject_json_schema,
         slots=slots,
         stream_chunk_delay=stream_chunk_delay,
+        batch_delay=batch_delay,
     )
     server: StubServer
     if api == "gemini":

@@ -17,6 +17,7 @@ from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
 from sim.llm.backpressure import find_endpoint
+from sim.llm.batch import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport, find_pool
 from sim.llm.stack import build_stack, close_stack, find_budget
@@ -133,6 +134,7 @@ class Runner:
         seed: make this the world's seed (``world.json``) before the first tick, in a
             commit of its own, so the ticks, their logs, a resume and a replay all see it.
         on_delta: receives streamed answer text as it arrives (``[llm] stream``).
+        on_batch: receives each poll of a Batch API batch (``[llm] batch``).
     """
 
     def __init__(
@@ -146,6 +148,7 @@ class Runner:
         on_tick: Callable[[TickResult], None] | None = None,
         seed: int | None = None,
         on_delta: DeltaSink | None = None,
+        on_batch: Callable[[BatchProgress], None] | None = None,
     ) -> None:
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
@@ -155,6 +158,7 @@ class Runner:
         self.adapter = adapter
         self.on_tick = on_tick
         self.on_delta = on_delta
+        self.on_batch = on_batch
         self.current_tick: int | None = None
         #: the phase list and templates, resolved once per run from the config
         self.phases: list[PhaseSpec] | None = None
@@ -316,6 +320,8 @@ class Runner:
             store.discard(f"{chain}:{name.removesuffix('.json')}")
         ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
         ctx.prompts = self.prompts
+        if self.config.llm.batch:  # each batch is in the log as soon as it is created
+            ctx.batch = BatchOptions(recorder, self.config.llm.batch_poll_seconds, self.on_batch)
         ctx.endpoint_adapters = {k: recorder.wrap(a) for k, a in self.endpoint_adapters.items()}
         assert self.phases is not None
 

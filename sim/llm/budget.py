@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sim.llm.batch import BATCH_PRICE_FACTOR, batch_enabled
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.tokens import estimate_tokens
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
@@ -26,6 +27,12 @@ class Price:
     input: float = 0.0
     cached_input: float = 0.0
     output: float = 0.0
+
+    def scaled(self, factor: float) -> Price:
+        """This price times ``factor`` (the Batch API's discount)."""
+        if factor == 1.0:
+            return self
+        return Price(self.input * factor, self.cached_input * factor, self.output * factor)
 
 
 def cost_usd(usage: Usage, price: Price) -> float:
@@ -90,10 +97,12 @@ def price_usage(
     model: str,
     prices: Mapping[str, Any],
     cache: dict[str, Price | None] | None = None,
+    factor: float = 1.0,
 ) -> Cost:
     """What ``usage`` of ``model`` cost at ``prices`` (no tokens cost nothing, priced or not).
 
-    ``cache`` keeps each model's price once looked up (for callers pricing every call).
+    ``cache`` keeps each model's price once looked up (for callers pricing every call);
+    ``factor`` scales the price (``BATCH_PRICE_FACTOR`` for a call sent in a batch).
     """
     if usage.total_tokens == 0:
         return Cost()
@@ -105,7 +114,7 @@ def price_usage(
         price = cache[model] = find_price(prices, model)
     if price is None:
         return Cost(0.0, frozenset({model}))
-    return Cost(cost_usd(usage, price))
+    return Cost(cost_usd(usage, price.scaled(factor)))
 
 
 def estimate_usage(request: ModelRequest) -> Usage:
@@ -123,6 +132,8 @@ class Reservation:
     model: str
     tokens: int
     usd: float
+    #: the price factor the attempt is charged at (the Batch API's discount)
+    factor: float = 1.0
 
 
 class Budget:
@@ -169,14 +180,14 @@ class Budget:
             f" of a cap of {' / '.join(caps)}" if caps else ""
         )
 
-    def reserve(self, model: str, estimate: Usage) -> Reservation:
-        """Hold an attempt's worst case.
+    def reserve(self, model: str, estimate: Usage, factor: float = 1.0) -> Reservation:
+        """Hold an attempt's worst case (at ``factor`` times the model's price).
 
         Raises:
             LLMBudgetExceededError: the attempt could cross a cap.
             LLMConfigurationError: a cost cap is set and the model has no price.
         """
-        usd = cost_usd(estimate, self.price(model))
+        usd = cost_usd(estimate, self.price(model).scaled(factor))
         tokens = estimate.total_tokens
         if self.max_total_tokens is not None and (
             self.spent_tokens + self.reserved_tokens + tokens > self.max_total_tokens
@@ -196,14 +207,14 @@ class Budget:
             )
         self.reserved_tokens += tokens
         self.reserved_usd += usd
-        return Reservation(model, tokens, usd)
+        return Reservation(model, tokens, usd, factor)
 
     def settle(self, reservation: Reservation, usage: Usage) -> None:
         """Release a reservation and count what the attempt really used."""
         self.reserved_tokens -= reservation.tokens
         self.reserved_usd -= reservation.usd
         self.spent_tokens += usage.total_tokens
-        self.spent_usd += cost_usd(usage, self.price(reservation.model))
+        self.spent_usd += cost_usd(usage, self.price(reservation.model).scaled(reservation.factor))
 
 
 class BudgetAdapter(AdapterWrapper):
@@ -218,7 +229,8 @@ class BudgetAdapter(AdapterWrapper):
         self.budget = budget
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        reservation = self.budget.reserve(request.settings.model, estimate_usage(request))
+        factor = BATCH_PRICE_FACTOR if batch_enabled() else 1.0
+        reservation = self.budget.reserve(request.settings.model, estimate_usage(request), factor)
         try:
             response = await self.inner.execute(request)
         except LLMError as exc:

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
+from sim.llm.batch import BatchOptions, BatchSession, current_batch
 from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventSink, LLMEvent, null_sink
@@ -92,6 +93,9 @@ class LLMClient:
         max_concurrency: how many different entity keys run at once.
         events: sink for ``llm_called`` / ``llm_completed`` / ``llm_failed`` events.
         phase: phase name carried by events.
+        batch: send each batch's calls through the OpenAI Batch API (``sim.llm.batch``):
+            every entity key runs at once, and the calls that reach the wire together go
+            out as one batch.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class LLMClient:
         max_concurrency: int = 16,
         events: EventSink = null_sink,
         phase: str = "",
+        batch: BatchOptions | None = None,
     ) -> None:
         if default_depth < 0:
             raise ValueError(f"default_depth must be >= 0, got {default_depth}")
@@ -121,7 +126,10 @@ class LLMClient:
         self.max_concurrency = max(1, max_concurrency)
         self.events = events
         self.phase = phase
+        self.batch = batch
         self.rate_limit_hits = 0
+        #: the Batch API session of the last ``create_batch`` (``None`` without ``batch``)
+        self.batch_session: BatchSession | None = None
 
     @property
     def pending_deletions(self) -> list[tuple[str, str]]:
@@ -180,11 +188,23 @@ class LLMClient:
         queue.reverse()  # pop() from the end keeps request order
         self.rate_limit_hits = 0
 
+        session = BatchSession(self.phase, self.batch) if self.batch is not None else None
+        self.batch_session = session
+
+        async def settle(index: int) -> Any:
+            if session is None:
+                return await self._settle(requests[index])
+            session.enter()
+            try:
+                return await self._settle(requests[index])
+            finally:
+                session.leave()
+
         async def worker() -> None:
             while queue:
                 for index in queue.pop():
                     try:
-                        results[index] = await self._settle(requests[index])
+                        results[index] = await settle(index)
                     except asyncio.CancelledError:
                         task = asyncio.current_task()
                         if task is not None and task.cancelling() == 0:
@@ -193,7 +213,9 @@ class LLMClient:
                             raise _AdapterCancelled from None
                         raise
 
-        workers = min(self.max_concurrency, len(queue))
+        # a Batch API batch holds every call that can be asked now: all keys at once
+        workers = len(queue) if session is not None else min(self.max_concurrency, len(queue))
+        token = current_batch.set(session) if session is not None else None
         try:
             if workers == 1:
                 await worker()
@@ -203,6 +225,10 @@ class LLMClient:
                         group_.create_task(worker())
         except* _AdapterCancelled:
             raise asyncio.CancelledError from None
+        finally:
+            if session is not None and token is not None:
+                current_batch.reset(token)
+                await session.aclose()
         if self.rate_limit_hits:
             logger.warning("%s: batch had %d rate limit hits", self.phase, self.rate_limit_hits)
         return results

@@ -6,7 +6,9 @@ concurrency limit and a shared Retry-After pause per endpoint; not for offline) 
 (requests and tokens per minute) -> recovery (retries, fallback models, breakers). Phases
 see only the outermost. With a list of ``base_url`` servers the first three are built once per
 server, under a ``sim.llm.pool.PoolAdapter`` that spreads attempts over them and moves
-those a failing server drops; the budget object is shared.
+those a failing server drops; the budget object is shared. With ``[llm] batch``
+(``sim.llm.batch``) there is no backpressure and no rate limiter: calls are lines of a
+batch upload, not requests in flight.
 """
 
 from __future__ import annotations
@@ -158,16 +160,20 @@ def build_stack(
     llm = config.llm
     budget = budget or make_budget(config)
     urls = base_urls(llm.base_url)
+    # Batch API calls are lines of one upload, not requests in flight: an endpoint's
+    # concurrency limit and per-minute rates do not apply (and a concurrency limit would
+    # hold back calls the batch waits for)
+    batched = llm.batch and llm.provider in ("openai", "chat")
     inner: Adapter
-    if len(urls) > 1 and provider is None and llm.provider != "offline":
+    if len(urls) > 1 and provider is None and llm.provider != "offline" and not batched:
         inner = build_pool(config, seed, urls, budget)
     else:
         inner = provider or create_adapter(llm.provider, **provider_options(config, seed))
-        if llm.provider != "offline":  # a network endpoint: slow down when it says so
+        if llm.provider != "offline" and not batched:  # a network endpoint: slow down when told
             url = endpoint_url(llm.provider, urls[0] if urls else "")
             inner = BackpressureAdapter(inner, _endpoint(config, url))
         inner = BudgetAdapter(inner, budget)
-    if llm.requests_per_minute or llm.tokens_per_minute:
+    if (llm.requests_per_minute or llm.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,
             TokenBucket(llm.requests_per_minute) if llm.requests_per_minute else None,

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel
 
+from sim.config import BATCH_PROVIDERS
+from sim.llm.batch import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
@@ -222,6 +224,8 @@ class TickContext:
     #: adapters of phases that set their own provider, base_url or api_key_env, by those
     endpoint_adapters: dict[PhaseEndpoint, Adapter] = field(default_factory=dict)
     prompts: Prompts | None = None
+    #: send phases' calls through the OpenAI Batch API (``[llm] batch``), when set
+    batch: BatchOptions | None = None
     _static: dict[str, str] = field(default_factory=dict)
     _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None
@@ -267,7 +271,10 @@ class TickContext:
     def client(self, section: str, entities: Sequence[Entity], phase: str) -> LLMClient:
         """An ``LLMClient`` for one phase, configured from its config section."""
         phase_config = self.config.phase(section)
-        adapter = self.endpoint_adapters.get(phase_config.endpoint(self.config.llm), self.adapter)
+        endpoint = phase_config.endpoint(self.config.llm)
+        adapter = self.endpoint_adapters.get(endpoint, self.adapter)
+        # a phase on a provider without a Batch API runs live
+        batch = self.batch if endpoint[0] in BATCH_PROVIDERS else None
         client = LLMClient(
             adapter,
             entities,
@@ -278,6 +285,7 @@ class TickContext:
             max_concurrency=self.config.llm.max_concurrency,
             events=self.events,
             phase=phase,
+            batch=batch,
         )
         self.clients.append(client)
         return client

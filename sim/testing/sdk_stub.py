@@ -25,6 +25,8 @@ class SDKStubServer(StubServer):
     ``_route`` and maps the HTTP-level faults in ``_http_fault``.
     """
 
+    batch_api = False  # OpenAI's Batch API routes are not this API's
+
     #: the faults this API's stub knows (``enqueue`` refuses others)
     FAULTS: ClassVar[tuple[str, ...]] = FAULTS
     #: the message of the 400 answered to a body that is not JSON

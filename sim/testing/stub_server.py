@@ -43,10 +43,12 @@ import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
+from sim.testing.batch_routes import PREFIXES as BATCH_PREFIXES
+from sim.testing.batch_routes import BatchRoutes
 from sim.testing.stub_model import (
     ANSWER_FAULTS,
     Answer,
@@ -122,6 +124,7 @@ class StubOptions:
         slots: generation requests served at once, the rest queued (0: no limit).
         stream_chunk_delay: seconds between the events of a streamed answer.
         stream_usage: honour ``stream_options.include_usage`` (llama-cpp-python does not).
+        batch_delay: seconds a Batch API batch stays ``in_progress`` (``batch_routes``).
     """
 
     latency: float = 0.0
@@ -135,6 +138,7 @@ class StubOptions:
     slots: int = 0
     stream_chunk_delay: float = 0.0
     stream_usage: bool = True
+    batch_delay: float = 0.0
 
 
 #: how many answers the server keeps for Idempotency-Key replays
@@ -206,6 +210,9 @@ class _HTTPError(Exception):
 class StubServer:
     """The server; ``start``/``close`` on a running loop, or ``ServerThread`` for tests."""
 
+    #: answers OpenAI's files and batches routes (``batch_routes``)
+    batch_api: ClassVar[bool] = True
+
     def __init__(self, options: StubOptions | None = None) -> None:
         self.options = options or StubOptions()
         self.stats = StubStats()
@@ -227,6 +234,8 @@ class StubServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
         self.scheme = "http"
+        #: the Batch API: files and batches (``sim.testing.batch_routes``)
+        self.batches = BatchRoutes(self, self.options.batch_delay)
 
     @property
     def base_url(self) -> str:
@@ -274,6 +283,7 @@ class StubServer:
         self.script.clear()
         self.model_faults.clear()
         self.log.clear()
+        self.batches.reset()
 
     async def start(
         self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
@@ -327,15 +337,25 @@ class StubServer:
                     else contextlib.nullcontext()
                 )
                 async with slot:
-                    status, payload, extra = await self._dispatch(
-                        method, path, body, headers.get("idempotency-key")
-                    )
+                    if self.batch_api and path.startswith(BATCH_PREFIXES):
+                        # the Batch API: multipart uploads in, raw files out
+                        self.stats.requests += 1
+                        self.stats.by_route[f"{method} {path.split('/')[2]}"] += 1
+                        content_type = headers.get("content-type", "")
+                        status, payload = await self.batches.handle(
+                            method, path, body, content_type
+                        )
+                        extra: dict[str, str] = {}
+                    else:
+                        status, payload, extra = await self._dispatch(
+                            method, path, body, headers.get("idempotency-key")
+                        )
                     if isinstance(payload, _Stream):
                         await self._write_stream(writer, payload)
                         if headers.get("connection", "").lower() == "close":
                             break
                         continue
-                data = orjson.dumps(payload)
+                data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
                 head_out = [
                     f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
                     "content-type: application/json",
@@ -435,6 +455,18 @@ class StubServer:
             return exc.status, exc.body, exc.headers
         except orjson.JSONDecodeError:
             return 400, error_body("body is not JSON", "invalid_request_error", None), {}
+
+    async def generate(self, path: str, request: Json) -> tuple[int, Json]:
+        """Answer one generation request as if it had been posted to ``path``: status and
+        body (a Batch API line, ``batch_routes``). Faults, model and counters are the live
+        path's."""
+        self.log.append(request)
+        try:
+            if path == "/v1/responses":
+                return 200, await self._responses(request)
+            return 200, await self._chat(request)
+        except _HTTPError as exc:
+            return exc.status, exc.body
 
     def _control(self, method: str, path: str, request: Json) -> Any:
         if path == "/stub/stats":

@@ -30,11 +30,13 @@ def attempts_cost(
     attempts: Iterable[AttemptRecord],
     prices: Mapping[str, Any],
     cache: dict[str, Price | None] | None = None,
+    factor: float = 1.0,
 ) -> Cost:
-    """What attempts cost at ``prices``, each priced for the model it actually used."""
+    """What attempts cost at ``prices``, each priced for the model it actually used
+    (times ``factor``: the Batch API's discount for a call sent in a batch)."""
     total = Cost()
     for attempt in attempts:
-        total = total + price_usage(attempt.usage.to_usage(), attempt.model, prices, cache)
+        total = total + price_usage(attempt.usage.to_usage(), attempt.model, prices, cache, factor)
     return total
 
 
@@ -50,7 +52,7 @@ def call_cost(
     call: CallRecord, prices: Mapping[str, Any], cache: dict[str, Price | None] | None = None
 ) -> Cost:
     """What a logged call cost at ``prices``: every attempt, each at its model's price."""
-    return attempts_cost(call.every_attempt(), prices, cache)
+    return attempts_cost(call.every_attempt(), prices, cache, call.price_factor)
 
 
 def timed_out(call: CallRecord) -> int:

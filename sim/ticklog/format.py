@@ -49,6 +49,7 @@ from pydantic import ValidationError
 from sim.errors import LogError
 from sim.llm.calls import digest
 from sim.ticklog.records import (
+    BatchRecord,
     CallRecord,
     CommitRecord,
     HeaderRecord,
@@ -281,6 +282,8 @@ class TickLog:
     usage: UsageRecord | None = None
     commit: CommitRecord | None = None
     resumes: int = 0
+    #: the Batch API batches the tick created (``[llm] batch``), in order
+    batches: list[BatchRecord] = field(default_factory=list)
     torn: bool = False
     records: list[LogRecord] = field(default_factory=list)
 
@@ -408,6 +411,8 @@ def read_log(path: Path) -> TickLog:
             log.call_records.append(record)
         elif isinstance(record, PhaseRecord):
             log.phases[record.name] = record
+        elif isinstance(record, BatchRecord):
+            log.batches.append(record)
         elif isinstance(record, UsageRecord):
             log.usage = record
         elif isinstance(record, CommitRecord):

@@ -22,6 +22,7 @@ import orjson
 from sim.config import Config, redacted
 from sim.errors import LogError
 from sim.llm.adapters.replay import ReplayAdapter
+from sim.llm.batch import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
 from sim.llm.budget import Price
 from sim.llm.calls import (
     CallIdentity,
@@ -55,6 +56,8 @@ from sim.ticklog.format import (
 )
 from sim.ticklog.records import (
     AttemptRecord,
+    BatchLineRecord,
+    BatchRecord,
     CallRecord,
     CommitRecord,
     InstructionsRecord,
@@ -368,14 +371,15 @@ class TickRecorder:
                 "error": message,
             }
         attempts = [*earlier, final]
-        cost = self._cost(attempts)
+        batched = {"batch_ids": list(ident.batch_ids)} if ident.batch_ids else {}
+        cost = self._cost(attempts, BATCH_PRICE_FACTOR if batched else 1.0)
         if served == "resume":
             return None  # already in this log, its cost counted
         self._add_cost(cost)
         endpoint = getattr(event, "endpoint", None)
         if endpoint is not None:
             came_back["endpoint"] = endpoint
-        return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost)
+        return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost, **batched)
 
     def _add_cost(self, cost: float | None) -> None:
         if cost is None:
@@ -383,12 +387,39 @@ class TickRecorder:
         else:
             self._cost_usd += float(cost)
 
-    def _cost(self, attempts: list[AttemptRecord]) -> float | None:
-        """What the attempts cost at the configured prices (``None``: a model has no price).
+    def _cost(self, attempts: list[AttemptRecord], factor: float = 1.0) -> float | None:
+        """What the attempts cost at the configured prices (``None``: a model has no price),
+        times ``factor`` (the Batch API's discount).
 
         Each model's price is looked up once per tick: this runs for every call.
         """
-        return attempts_cost(attempts, self.config.prices, self._prices).value
+        return attempts_cost(attempts, self.config.prices, self._prices, factor).value
+
+    # -- Batch API batches (``sim.llm.batch.BatchJournal``) --------------------------------
+
+    def resumable(self) -> dict[BatchLine, str]:
+        """The lines of the batches earlier runs of this tick created, with their batch ids."""
+        found: dict[BatchLine, str] = {}
+        for batch in self.partial.batches if self.partial is not None else ():
+            for line in batch.lines:
+                found[BatchLine(line.custom_id, line.digest)] = batch.batch_id
+        return found
+
+    def submitted(self, batch: SubmittedBatch) -> None:
+        """Log a batch the provider accepted, durably, before waiting for it: if the process
+        stops now, the next run finds it here and polls it rather than paying again."""
+        self.writer.append(
+            BatchRecord(
+                batch_id=batch.batch_id,
+                phase=batch.phase,
+                endpoint=batch.endpoint,
+                input_file_id=batch.input_file_id,
+                lines=[
+                    BatchLineRecord(custom_id=x.custom_id, digest=x.digest) for x in batch.lines
+                ],
+            )
+        )
+        self.writer.sync()
 
     # -- phases and commit ----------------------------------------------------------------
 

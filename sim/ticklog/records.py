@@ -1,7 +1,7 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
 One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``interrupted``, ``usage``, ``commit``) and ``LogRecord``, their
+``phase``, ``resume``, ``interrupted``, ``batch``, ``usage``, ``commit``) and ``LogRecord``, their
 union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes a
 record, and ``dump_record`` the only way a record becomes a line.
 
@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from sim.llm.batch import BATCH_PRICE_FACTOR
 from sim.llm.budget import Price
 from sim.llm.types import Usage
 
@@ -156,8 +157,16 @@ class CallRecord(_Record):
     attempts: list[AttemptRecord] = Field(default_factory=list)
     #: the attempts' cost at the prices in effect (``None``: a model had no price)
     cost_usd: float | None = None
+    #: the OpenAI Batch API batches that carried its attempts (absent: sent live); such a
+    #: call is priced at the batch rate (``sim.llm.batch.BATCH_PRICE_FACTOR``)
+    batch_ids: list[str] | None = None
     #: the server URL whose answer (or failure) ended the call (absent: no network)
     endpoint: str | None = None
+
+    @property
+    def price_factor(self) -> float:
+        """What fraction of list prices this call is charged at."""
+        return BATCH_PRICE_FACTOR if self.batch_ids else 1.0
 
     @property
     def failed(self) -> bool:
@@ -219,6 +228,25 @@ class InterruptedRecord(_Record):
     partial: str = ""
 
 
+class BatchLineRecord(_Model):
+    """One line of a Batch API batch: its custom id and the digest of its body."""
+
+    custom_id: str
+    digest: str
+
+
+class BatchRecord(_Record):
+    """A Batch API batch, written as soon as the provider accepted it: a resumed tick
+    polls it again instead of submitting its calls a second time (``sim.llm.batch``)."""
+
+    type: Literal["batch"] = "batch"
+    batch_id: str
+    phase: str
+    endpoint: str = ""
+    input_file_id: str = ""
+    lines: list[BatchLineRecord] = Field(default_factory=list)
+
+
 class UsageRecord(_Record):
     """The tick's totals, written just before the commit."""
 
@@ -247,6 +275,7 @@ LogRecord = Annotated[
     | PhaseRecord
     | ResumeRecord
     | InterruptedRecord
+    | BatchRecord
     | UsageRecord
     | CommitRecord,
     Field(discriminator="type"),
@@ -276,6 +305,8 @@ def dump_record(record: BaseModel) -> bytes:
 
 __all__ = [
     "AttemptRecord",
+    "BatchLineRecord",
+    "BatchRecord",
     "CallRecord",
     "CommitRecord",
     "HeaderRecord",

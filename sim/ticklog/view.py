@@ -186,7 +186,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
     over all attempts, and cost; for a tool-calling answer, the tools it called; the server
     that answered (and, with a pool, those the call moved away from). A call a resume sent
     again has a line per record: the earlier one's attempts were sent too, so the lines add
-    up to the tick's totals."""
+    up to the tick's totals. Calls sent in a Batch API batch say ``batch`` (priced at the
+    batch rate), and each batch gets a line of its own after them."""
     yield CALLS_HEAD
     prices = log.header.prices
     for call in log.call_records:
@@ -198,9 +199,11 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.request_id:<40} {model!s:<15} "
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
-            f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}  "
-            f"{_served_by(call)}"
+            f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
+            f"{'  batch' if call.batch_ids else ''}  {_served_by(call)}"
         ).rstrip()
+    for batch in log.batches:  # sent through the OpenAI Batch API (half price)
+        yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
 
 
 def drift_lines(drift: Drift) -> Iterator[str]:

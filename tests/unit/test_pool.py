@@ -293,13 +293,18 @@ def test_a_bad_list_of_servers_is_named(tmp_path: Path, value: str, problem: str
     assert "llm.base_url" in str(raised.value) and problem in str(raised.value)
 
 
-def test_server_chains_are_refused_with_a_list_of_servers(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [('chain_mode = "server"', "server-side chains"), ("batch = true", "Batch API upload")],
+)
+def test_server_chains_and_batches_are_refused_with_a_list_of_servers(
+    tmp_path: Path, setting: str, problem: str
+) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
-        '[llm]\nprovider = "openai"\nchain_mode = "server"\n'
-        'base_url = ["http://a/v1", "http://b/v1"]\n'
+        f'[llm]\nprovider = "openai"\n{setting}\nbase_url = ["http://a/v1", "http://b/v1"]\n'
     )
-    with pytest.raises(InvalidConfig, match="server-side chains"):
+    with pytest.raises(InvalidConfig, match=problem):
         load_config(path)
 
 

@@ -21,6 +21,7 @@ import orjson
 from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json, request_timeout
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
+from sim.llm.batch import current_batch
 from sim.llm.errors import LLMAPIError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 
@@ -109,7 +110,19 @@ class OpenAIFamilyAdapter(ABC):
 
         With ``settings.stream`` the answer is streamed (``_streaming.post_stream``) under
         the first-token, idle and total clocks, and assembled into the same JSON.
+
+        Inside a Batch API session (``[llm] batch``) the body becomes a line of the
+        session's next batch instead (``sim.llm.batch``); streaming does not apply.
         """
+        session = current_batch.get()
+        if session is not None:
+            return await session.post(
+                self.client,
+                self.path,
+                payload,
+                model=settings.model,
+                api_key_env=self.api_key_env,
+            )
         try:
             if settings.stream:
                 return await post_stream(

@@ -1,0 +1,507 @@
+"""The OpenAI Batch API as a transport: a phase's calls sent as one batch, half the price.
+
+With ``[llm] batch = true`` an ``LLMClient`` opens a ``BatchSession`` for each batch of
+requests and makes it the current one (``current_batch``). Everything above the wire stays
+as it is: each call still goes through recovery, budget and the recorder, and the
+``openai`` / ``chat`` adapter still builds its body and reads its answer; only the POST
+changes. Instead of sending its body, the adapter hands it to the session
+(``BatchSession.post``) and waits. When every call of the batch in progress is waiting
+(nothing else can still join), the session uploads them as one JSONL file
+(``client.files.create``), creates the batch (``client.batches.create``), polls it
+(``client.batches.retrieve``) and answers each waiting call from the output or error file
+(``client.files.content``). A line that failed comes back to its adapter as the error its
+status maps to, so recovery treats it as it would a live failure: a schema error is retried
+with feedback, a fallback model is tried; those retries join the next batch (a retry batch
+of the failed ones). A line the batch did not run before it expired comes back as a
+transient ``batch_expired`` error and is retried likewise.
+
+Resume: the session tells its ``BatchJournal`` (the tick recorder) about each batch as soon
+as it is created: its id and, per line, the ``custom_id`` and body digest. A later run of
+the same tick passes those lines back; a call whose line (same custom id, same body) is in
+a batch already created waits for that batch instead of being submitted again, so no call
+is paid for twice.
+
+Why a transport and not a separate code path: the answer of a batched call must be
+exactly what the same call would have given live, recorded the same way (``sim log``,
+``sim usage``, replay), and failures must take the same recovery. Only the POST differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, cast
+
+import httpx2
+import openai
+import orjson
+
+from sim.llm.adapters._openai_errors import map_openai_error, status_error
+from sim.llm.calls import current_call, digest
+from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
+
+logger = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+Sleep = Callable[[float], Awaitable[None]]
+BatchEndpoint = Literal["/v1/responses", "/v1/chat/completions"]
+
+#: what a call sent through the Batch API costs, as a fraction of its list price
+BATCH_PRICE_FACTOR = 0.5
+#: batch statuses after which nothing more changes
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+#: how long OpenAI has to complete a batch (the only window it offers)
+COMPLETION_WINDOW: Literal["24h"] = "24h"
+#: consecutive failed polls of one batch before its calls fail
+MAX_POLL_FAILURES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLine:
+    """One request of a batch as the journal keeps it: its custom id and body digest."""
+
+    custom_id: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedBatch:
+    """A batch the provider has accepted (what the tick log records)."""
+
+    batch_id: str
+    phase: str
+    endpoint: str
+    input_file_id: str
+    lines: tuple[BatchLine, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """Where one batch is, for a progress line.
+
+    Attributes:
+        resumed: the batch was created by an earlier run of this tick.
+        elapsed: seconds since this run started waiting for it.
+    """
+
+    phase: str
+    batch_id: str
+    status: str
+    total: int
+    completed: int
+    failed: int
+    resumed: bool
+    elapsed: float
+
+
+class BatchJournal(Protocol):
+    """Where a session records the batches it creates, and finds those of an earlier run."""
+
+    def resumable(self) -> Mapping[BatchLine, str]:
+        """Batch ids by line, of the batches earlier runs of this tick created."""
+        ...
+
+    def submitted(self, batch: SubmittedBatch) -> None:
+        """Record ``batch`` durably (called as soon as the provider accepted it)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """How a run uses the Batch API (the runner builds it from ``[llm]``)."""
+
+    journal: BatchJournal | None = None
+    poll_seconds: float = 30.0
+    on_progress: Callable[[BatchProgress], None] | None = None
+
+
+@dataclass(slots=True)
+class _Item:
+    """One call waiting for its line of a batch."""
+
+    client: openai.AsyncOpenAI
+    endpoint: BatchEndpoint
+    custom_id: str
+    body: bytes
+    line: BatchLine
+    model: str
+    api_key_env: str
+    future: asyncio.Future[Json]
+    batch_id: str = ""
+
+
+#: the session the current task's calls go to (set by ``LLMClient.create_batch``)
+current_batch: ContextVar[BatchSession | None] = ContextVar("sim_current_batch", default=None)
+
+
+class BatchSession:
+    """Collects the calls of one ``create_batch`` into Batch API batches.
+
+    The client counts its calls in (``enter``) and out (``leave``); a call that reaches
+    the wire waits in ``post``. Once every call in progress is waiting, the waiting ones
+    go out as one batch per endpoint (or, when an earlier run created a batch holding
+    them, wait for that one).
+
+    Args:
+        phase: the phase, for the journal and progress.
+        options: journal, poll interval, progress sink.
+        sleep: how polling waits (tests may pass a faster one).
+    """
+
+    def __init__(self, phase: str, options: BatchOptions, sleep: Sleep = asyncio.sleep) -> None:
+        self.phase = phase
+        self.options = options
+        self.sleep = sleep
+        self._resumable: Mapping[BatchLine, str] = (
+            options.journal.resumable() if options.journal is not None else {}
+        )
+        self._active = 0
+        self._waiting = 0
+        self._pending: list[_Item] = []
+        self._changed = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._runs: set[asyncio.Task[None]] = set()
+        self._sent: Counter[str] = Counter()
+        self._anonymous = 0
+        #: batches this session created and batches of an earlier run it waited for
+        self.created: list[str] = []
+        self.resumed: list[str] = []
+
+    # -- the client's side ----------------------------------------------------------------
+
+    def enter(self) -> None:
+        """A call of the batch started."""
+        self._active += 1
+
+    def leave(self) -> None:
+        """A call of the batch finished (answered or failed)."""
+        self._active -= 1
+        self._changed.set()
+
+    async def aclose(self) -> None:
+        """Stop collecting; batches still polled are abandoned (their calls were
+        cancelled), to be resumed by the next run from the journal."""
+        tasks = [t for t in (self._flusher, *self._runs) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._flusher = None
+        self._runs.clear()
+
+    # -- the adapter's side ---------------------------------------------------------------
+
+    async def post(
+        self,
+        client: openai.AsyncOpenAI,
+        path: str,
+        payload: Json,
+        *,
+        model: str,
+        api_key_env: str,
+    ) -> Json:
+        """Send ``payload`` (a body for ``path``) as a line of the next batch; its answer.
+
+        Raises:
+            LLMError: the line failed (mapped from its status as a live answer would
+                be), expired, or the batch could not be submitted or read.
+        """
+        body = orjson.dumps(payload)
+        ident = current_call.get()
+        if ident is not None:
+            name = ident.request_id
+        else:
+            self._anonymous += 1
+            name = f"call-{self._anonymous}"
+        # one custom id per attempt: a retry of a failed line is a new line
+        attempt = self._sent[name]
+        self._sent[name] += 1
+        custom_id = f"{name}#{attempt}"
+        endpoint = cast(BatchEndpoint, "/v1" + path)
+        item = _Item(
+            client,
+            endpoint,
+            custom_id,
+            body,
+            BatchLine(custom_id, digest(endpoint.encode() + b"\0" + body)),
+            model,
+            api_key_env,
+            asyncio.get_running_loop().create_future(),
+        )
+        self._pending.append(item)
+        self._waiting += 1
+        self._changed.set()
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_when_quiet())
+        try:
+            return await item.future
+        finally:
+            self._waiting -= 1
+            if ident is not None and item.batch_id:  # answered or failed, it was in a batch
+                ident.batch_ids.append(item.batch_id)
+
+    # -- batching -------------------------------------------------------------------------
+
+    async def _flush_when_quiet(self) -> None:
+        """Send the waiting calls once every call in progress waits (none can join)."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            # let calls that were just answered run on to their next attempt or finish
+            for _ in range(5):
+                await asyncio.sleep(0)
+            if self._pending and self._waiting >= self._active:
+                items, self._pending = self._pending, []
+                task = asyncio.create_task(self._run(items))
+                self._runs.add(task)
+                task.add_done_callback(self._runs.discard)
+
+    async def _run(self, items: list[_Item]) -> None:
+        """Answer ``items``: resumed ones from their earlier batch, the rest from new ones."""
+        groups: dict[tuple[int, str], list[_Item]] = {}
+        resumed: dict[str, list[_Item]] = {}
+        for item in items:
+            old = self._resumable.get(item.line)
+            if old is not None:
+                resumed.setdefault(old, []).append(item)
+            else:
+                groups.setdefault((id(item.client), item.endpoint), []).append(item)
+        jobs = [self._wait(batch_id, group, resumed=True) for batch_id, group in resumed.items()]
+        jobs += [self._submit_and_wait(group) for group in groups.values()]
+        try:
+            await asyncio.gather(*jobs)
+        except Exception as exc:  # a bug here must not leave calls waiting forever
+            logger.error("%s: handling a batch failed: %r", self.phase, exc)
+            self._fail(items, LLMError(f"handling the batch failed: {exc!r}", cause=exc))
+        finally:
+            # whatever happened, no call is left waiting
+            self._fail(items, LLMError("the batch ended without an answer for this call"))
+
+    @staticmethod
+    def _settle(item: _Item, answer: Json | LLMError) -> None:
+        """Answer or fail one waiting call (unless it stopped waiting: cancelled)."""
+        if item.future.done():
+            return
+        if isinstance(answer, LLMError):
+            item.future.set_exception(answer)
+        else:
+            item.future.set_result(answer)
+
+    def _fail(self, items: list[_Item], error: LLMError) -> None:
+        for item in items:
+            self._settle(item, error)
+
+    def _sdk_error(self, exc: Exception, items: list[_Item]) -> LLMError:
+        first = items[0]
+        return map_openai_error(exc, api_key_env=first.api_key_env, model=first.model)
+
+    async def _submit_and_wait(self, items: list[_Item]) -> None:
+        first = items[0]
+        client = first.client
+        lines = b"".join(
+            b'{"custom_id":'
+            + orjson.dumps(item.custom_id)
+            + b',"method":"POST","url":'
+            + orjson.dumps(item.endpoint)
+            + b',"body":'
+            + item.body
+            + b"}\n"
+            for item in items
+        )
+        try:
+            uploaded = await client.files.create(
+                file=(f"sim-{self.phase}.jsonl", lines, "application/jsonl"), purpose="batch"
+            )
+            batch = await client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint=first.endpoint,
+                completion_window=COMPLETION_WINDOW,
+                metadata={"sim_phase": self.phase[:512]},
+            )
+        except openai.OpenAIError as exc:
+            self._fail(items, self._sdk_error(exc, items))
+            return
+        self.created.append(batch.id)
+        if self.options.journal is not None:
+            self.options.journal.submitted(
+                SubmittedBatch(
+                    batch.id,
+                    self.phase,
+                    first.endpoint,
+                    uploaded.id,
+                    tuple(item.line for item in items),
+                )
+            )
+        await self._wait(batch.id, items, resumed=False)
+
+    async def _wait(self, batch_id: str, items: list[_Item], *, resumed: bool) -> None:
+        """Poll ``batch_id`` until it ends, then answer ``items`` from its files."""
+        for item in items:
+            item.batch_id = batch_id
+        if resumed:
+            self.resumed.append(batch_id)
+        client = items[0].client
+        started = time.monotonic()
+        failures = 0
+        while True:
+            try:
+                batch = await client.batches.retrieve(batch_id)
+            except openai.OpenAIError as exc:
+                error = self._sdk_error(exc, items)
+                failures += 1
+                if failures >= MAX_POLL_FAILURES or (
+                    isinstance(error, LLMAPIError) and error.status_code in (401, 403, 404)
+                ):
+                    self._fail(items, error)
+                    return
+                logger.warning("%s: polling batch %s failed: %s", self.phase, batch_id, error)
+                await self.sleep(self.options.poll_seconds)
+                continue
+            failures = 0
+            counts = batch.request_counts
+            if self.options.on_progress is not None:
+                self.options.on_progress(
+                    BatchProgress(
+                        self.phase,
+                        batch_id,
+                        batch.status,
+                        counts.total if counts else len(items),
+                        counts.completed if counts else 0,
+                        counts.failed if counts else 0,
+                        resumed,
+                        time.monotonic() - started,
+                    )
+                )
+            if batch.status in TERMINAL:
+                break
+            await self.sleep(self.options.poll_seconds)
+        if batch.status == "failed":
+            reasons = "; ".join(
+                f"{e.code or 'error'}: {e.message or ''}"
+                + (f" (line {e.line})" if e.line is not None else "")
+                for e in (batch.errors.data or [] if batch.errors else [])
+            )
+            self._fail(
+                items,
+                LLMAPIError(
+                    f"the provider refused batch {batch_id}: {reasons or 'no reason given'}",
+                    code="batch_failed",
+                    status_code=400,
+                    model=items[0].model,
+                ),
+            )
+            return
+        try:
+            answers = await self._read(client, batch.output_file_id)
+            answers.update(await self._read(client, batch.error_file_id))
+        except openai.OpenAIError as exc:
+            self._fail(items, self._sdk_error(exc, items))
+            return
+        for item in items:
+            line = answers.get(item.custom_id)
+            if line is None:
+                self._unanswered(item, batch_id, batch.status)
+            else:
+                self._answer(item, line)
+
+    async def _read(self, client: openai.AsyncOpenAI, file_id: str | None) -> dict[str, Json]:
+        """The lines of a batch's output or error file, by custom id."""
+        if not file_id:
+            return {}
+        content = await client.files.content(file_id)
+        found: dict[str, Json] = {}
+        for raw in content.content.splitlines():
+            if not raw.strip():
+                continue
+            try:
+                line = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                logger.warning("%s: a line of batch file %s is not JSON", self.phase, file_id)
+                continue
+            if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
+                found[line["custom_id"]] = line
+        return found
+
+    def _unanswered(self, item: _Item, batch_id: str, status: str) -> None:
+        """A line with no answer: not run before the batch expired or was cancelled."""
+        if status == "cancelled":
+            error: LLMError = LLMError(
+                f"batch {batch_id} was cancelled before this call ran",
+                code="batch_cancelled",
+                model=item.model,
+            )
+        else:
+            error = LLMTimeoutError(
+                f"batch {batch_id} {status} before this call ran",
+                code="batch_expired",
+                model=item.model,
+            )
+        self._settle(item, error)
+
+    def _answer(self, item: _Item, line: Json) -> None:
+        """Answer one call from its line, or fail it as its status says."""
+        response = line.get("response")
+        if isinstance(response, dict):
+            status = int(response.get("status_code") or 0)
+            body = response.get("body")
+            if status == 200 and isinstance(body, dict):
+                self._settle(item, body)
+                return
+            if status:
+                url = str(item.client.base_url).rstrip("/") + item.endpoint.removeprefix("/v1")
+                http = httpx2.Response(
+                    status,
+                    content=orjson.dumps(body),
+                    request=httpx2.Request("POST", url),
+                )
+                exc = status_error(http)
+                self._settle(
+                    item, map_openai_error(exc, api_key_env=item.api_key_env, model=item.model)
+                )
+                return
+        problem = line.get("error")
+        code = str(problem.get("code") or "") if isinstance(problem, dict) else ""
+        message = str(problem.get("message") or "") if isinstance(problem, dict) else ""
+        if code == "batch_expired":
+            self._settle(
+                item,
+                LLMTimeoutError(
+                    f"batch {item.batch_id} expired before this call ran",
+                    code="batch_expired",
+                    model=item.model,
+                ),
+            )
+            return
+        self._settle(
+            item,
+            LLMError(
+                f"batch {item.batch_id}: {code or 'error'}: {message or 'no answer'}",
+                code=code or "batch_error",
+                model=item.model,
+            ),
+        )
+
+
+def batch_enabled() -> bool:
+    """Whether the current call goes through a Batch API session (priced at batch rates)."""
+    return current_batch.get() is not None
+
+
+__all__ = [
+    "BATCH_PRICE_FACTOR",
+    "BatchJournal",
+    "BatchLine",
+    "BatchOptions",
+    "BatchProgress",
+    "BatchSession",
+    "SubmittedBatch",
+    "batch_enabled",
+    "current_batch",
+]
