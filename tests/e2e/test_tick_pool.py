@@ -178,3 +178,14 @@ def test_the_command_line_takes_several_servers_comma_separated(tmp_path: Path) 
     assert config.phase("phase2a").endpoint(config.llm)[1] == config.llm.base_url
     with pytest.raises(InvalidConfig, match="listed twice"):
         build_config(None, world, "chat", base_url="http://a/v1,http://a/v1")
+
+
+def test_the_pool_benchmark_runs_end_to_end() -> None:
+    """bench/pool.py (``make bench`` section 9) at a tiny size, a server killed mid-tick:
+    every call answered (no timing asserts: benchmarks are not timed tests)."""
+    from bench.pool import pool_tick
+
+    result = pool_tick(20, 0.01, 2, 3, kill=True)
+    assert result["calls"] > 0 and result["failures"] == 0
+    assert sum(result["answered"]) == result["calls"]
+    assert result["ideal_s"] > 0 and result["efficiency"] > 0
