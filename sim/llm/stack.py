@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sim.config import base_urls
@@ -87,12 +87,12 @@ def make_budget(config: Config) -> Budget:
     )
 
 
-def _endpoint(config: Config, url: str) -> Endpoint:
+def _endpoint(config: Config, url: str, max_concurrency: int | None = None) -> Endpoint:
     """The backpressure state of one server (its adaptive concurrency limit)."""
     llm = config.llm
     return Endpoint(
         url,
-        llm.max_concurrency,
+        max_concurrency or llm.max_concurrency,
         down_threshold=llm.breaker_threshold,
         down_cooldown=llm.breaker_cooldown_seconds,
     )
@@ -100,32 +100,30 @@ def _endpoint(config: Config, url: str) -> Endpoint:
 
 def build_pool(
     config: Config,
-    seed: int,
     urls: tuple[str, ...],
     budget: Budget,
     *,
-    adapters: Sequence[Adapter] | None = None,
+    kind: str,
+    options: Mapping[str, Any],
+    max_concurrency: int | None = None,
 ) -> PoolAdapter:
     """A pool over ``urls``: per server, its own provider adapter (its own SDK clients) ->
     backpressure (its own adaptive limit) -> budget (the run's shared ``Budget``).
 
     Args:
-        adapters: use these provider adapters, one per URL, instead of building them
-            (tests hand in adapters around their own clients).
+        kind: the provider (``chat``, ``openai``...) every server speaks.
+        options: its adapter's constructor options (``provider_options``); each server's
+            ``base_url`` replaces the one in them.
+        max_concurrency: each server's ceiling (default ``[llm] max_concurrency``).
 
     Raises:
         LLMConfigurationError: unknown provider, missing API key.
     """
     llm = config.llm
-    options = provider_options(config, seed)
     servers = []
-    for index, url in enumerate(urls):
-        adapter = (
-            adapters[index]
-            if adapters is not None
-            else create_adapter(llm.provider, **{**options, "base_url": url})
-        )
-        endpoint = _endpoint(config, url)
+    for url in urls:
+        adapter = create_adapter(kind, **{**options, "base_url": url})
+        endpoint = _endpoint(config, url, max_concurrency)
         servers.append(
             Server(url, BudgetAdapter(BackpressureAdapter(adapter, endpoint), budget), endpoint)
         )
@@ -166,7 +164,9 @@ def build_stack(
     batched = llm.batch and llm.provider in ("openai", "chat")
     inner: Adapter
     if len(urls) > 1 and provider is None and llm.provider != "offline" and not batched:
-        inner = build_pool(config, seed, urls, budget)
+        inner = build_pool(
+            config, urls, budget, kind=llm.provider, options=provider_options(config, seed)
+        )
     else:
         inner = provider or create_adapter(llm.provider, **provider_options(config, seed))
         if llm.provider != "offline" and not batched:  # a network endpoint: slow down when told
