@@ -89,6 +89,10 @@ def describe_base_url(value: str | tuple[str, ...]) -> str:
     return ", ".join(value) if isinstance(value, tuple) else value
 
 
+#: what a failed or denied call does to its tick (``[llm]`` and per phase)
+FailurePolicy = Literal["degrade", "fail"]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
@@ -114,6 +118,11 @@ class LLMConfig(_Strict):
     backoff_cap_seconds: float = Field(20, ge=0)
     breaker_threshold: int = Field(5, ge=1)
     breaker_cooldown_seconds: float = Field(30, ge=0)
+    #: schema-feedback retries after an answer that does not fit the schema (spec 000: 2)
+    json_max_retries: int = Field(2, ge=0, le=10)
+    #: degrade: a failed or denied call falls back for its entity (bounded by
+    #: max_failed_fraction); fail: the first one leaves the tick uncommitted
+    llm_failure_policy: FailurePolicy = "degrade"
     #: send each phase's calls as one OpenAI Batch API batch (half price, hours of waiting)
     batch: bool = False
     #: seconds between two polls of a batch in progress
@@ -173,6 +182,12 @@ class PhaseConfig(_Strict):
     provider: str = ""
     base_url: BaseUrl = ""
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+    #: this phase's failure policy; unset: ``[llm] llm_failure_policy``
+    llm_failure_policy: FailurePolicy | None = None
+
+    def failure_policy(self, llm: LLMConfig) -> FailurePolicy:
+        """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""
+        return self.llm_failure_policy or llm.llm_failure_policy
 
     def endpoint(self, llm: LLMConfig) -> PhaseEndpoint:
         """(provider, base_url, api_key_env) this phase's requests go to. A phase that
@@ -194,6 +209,20 @@ class PhaseConfig(_Strict):
             fallback_models=self.fallback_models,
             structured_output=self.structured_output or llm.structured_output,
         )
+
+
+class PolicyConfig(_Strict):
+    """``[policy]``: the gates every LLM call passes before it is sent (docs/policies.md)."""
+
+    #: the models calls may use (a call's model and its fallback_models); empty: any
+    allowed_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
+    #: a tick whose estimated cost exceeds this asks a person once before its first
+    #: call; 0: never asks
+    approve_above_usd: float = Field(0.0, ge=0.0)
+    #: calls about one character or location in one tick, all phases together; 0: no limit
+    max_calls_per_entity_per_tick: int = Field(0, ge=0)
+    #: policies from the ``sim.policies`` entry-point group, by name, asked in this order
+    custom: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field((), strict=False)
 
 
 class HistoryConfig(_Strict):
@@ -230,6 +259,11 @@ class DeclaredPhaseConfig(PhaseConfig):
     schema_: str = Field("", alias="schema")
     writes: dict[str, str] = Field(default_factory=dict)
     mode: Literal["schema"] = "schema"
+    #: tools from the engine's registry the model may call before answering (look, recall,
+    #: inventory), each answered by the engine; then it answers by calling ``answer``
+    tools: tuple[str, ...] = Field((), strict=False)  # a TOML array
+    #: with ``tools``: how many query steps a subject may take before it must answer
+    max_tool_steps: int = Field(3, ge=0, le=10)
 
     model_config = ConfigDict(populate_by_name=True)  # merged with _Strict's
 
@@ -246,6 +280,7 @@ class Config(_Strict):
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     history: HistoryConfig = HistoryConfig()
+    policy: PolicyConfig = PolicyConfig()
     limits: LimitsConfig = LimitsConfig()
     tick: TickConfig = TickConfig()
     phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
@@ -534,6 +569,33 @@ def _untrusted_routing(
     return problems
 
 
+def _untrusted_policy(
+    world: Mapping[str, Any], users: Mapping[str, Any], source: Path
+) -> list[InputError]:
+    """A problem for each ``[policy]`` key a world's config changes from the user's: the
+    gates are the user's safety (what may be spent, on which models), so a shared world
+    may not lift them on its own."""
+    table = world.get("policy")
+    if not isinstance(table, Mapping):
+        return []
+    mine = users.get("policy")
+    mine = mine if isinstance(mine, Mapping) else {}
+    problems: list[InputError] = []
+    for key, value in table.items():
+        if key in mine and mine[key] == value:
+            continue  # the user chose the same (or the world restates the default)
+        problems.append(
+            InputError(
+                source,
+                f"policy.{key}",
+                "a world's config may not change the policy gates (docs/policies.md); "
+                "set it in your own config (--config or ./config.toml) or pass "
+                "--trust-world-config if you trust this world",
+            )
+        )
+    return problems
+
+
 #: the model of a gemini phase whose model was left at the built-in default, when
 #: ``GEMINI_MODEL`` is unset
 GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
@@ -606,6 +668,7 @@ def load_config(
         layer = _read_world_toml(path) if is_world else _read_toml(path)
         if is_world and not trust_world_config:  # the user's layers and flags decide
             problems.extend(_untrusted_routing(layer, data, path, overrides or {}))
+            problems.extend(_untrusted_policy(layer, data, path))
         merged = _merge(data, layer)
         # each layer on top of the defaults alone: a problem is reported once, by its file
         problems.extend(_problems(_merge(defaults, layer), path, combined=False))

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from sim import __version__
-from sim.cli import history, report, research, run, stub, sweep, tune
+from sim.cli import history, intervene, report, research, run, stub, sweep, tune
 from sim.cli.common import os_error_line
 
 
@@ -63,6 +63,8 @@ for command in (
     research.init_,
     research.schema_,
     research.ask_,
+    intervene.inject_,
+    intervene.set_,
     sweep.sweep,
     stub.stub_server,
 ):

@@ -22,6 +22,7 @@ from sim.config import (
 )
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+from sim.policy.types import TickDeferred
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -122,6 +123,9 @@ def errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
+    except TickDeferred as exc:  # a policy said "not now": exit 75, resumable
+        click.echo(f"deferred: {exc}", err=True)
+        sys.exit(exc.exit_code)
     except RunFailed as exc:
         click.echo(f"failed: {exc}", err=True)
         sys.exit(exc.exit_code)

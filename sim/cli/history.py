@@ -115,12 +115,26 @@ def replay_(
 @click.command()
 @WORLD
 @tick_option("Go back to the state at the start of this tick.")
-def rewind(world_dir: Path, tick_: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
     from sim.ticklog import rewind as history
 
-    with errors():
+    with json_errors("rewind", as_json):
         done = history.rewind(world_dir, tick_)
+        if as_json:
+            emit(
+                {
+                    "command": "rewind",
+                    "ok": True,
+                    "world": str(world_dir),
+                    "tick": tick_ - 1,
+                    "next_tick": tick_,
+                    "logs_moved": done.logs_moved,
+                    "moved_to": str(done.moved_to) if done.moved_to is not None else None,
+                }
+            )
+            return
         click.echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
         if done.moved_to is not None:
             click.echo(f"{done.logs_moved} later logs moved to {done.moved_to}")
@@ -138,10 +152,24 @@ def rewind(world_dir: Path, tick_: int) -> None:
 @click.option(
     "--seed", type=click.IntRange(min=0), help="The new world's seed (default: the original's)."
 )
-def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None, as_json: bool) -> None:
     """Start a new world from a world's state at the start of a tick."""
     from sim.ticklog import rewind as history
 
-    with errors():
+    with json_errors("fork", as_json):
         history.fork(world_dir, tick_, dest, seed)
+        if as_json:
+            emit(
+                {
+                    "command": "fork",
+                    "ok": True,
+                    "world": str(dest),
+                    "source": str(world_dir),
+                    "tick": tick_ - 1,
+                    "next_tick": tick_,
+                    "seed": orjson.loads((dest / "world.json").read_bytes()).get("seed"),
+                }
+            )
+            return
         click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")

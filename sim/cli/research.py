@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors, folder_option
+from sim.cli.common import CONFIG, WORLD, build_config, folder_option
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
@@ -98,7 +98,8 @@ def export_(
     type=click.IntRange(min=1, max=500),
     help="How many locations (connected in a ring).",
 )
-def init_(folder: Path, characters: int, locations: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def init_(folder: Path, characters: int, locations: int, as_json: bool) -> None:
     """Write a small new world into FOLDER (missing or empty) that runs at once, offline.
 
     It holds world.json, characters/, locations/, config.toml (offline provider),
@@ -106,8 +107,19 @@ def init_(folder: Path, characters: int, locations: int) -> None:
     """
     from sim.worldgen import init_world
 
-    with errors():
+    with json_errors("init", as_json):
         made = init_world(folder, characters, locations)
+        if as_json:
+            emit(
+                {
+                    "command": "init",
+                    "ok": True,
+                    "world": str(folder),
+                    "characters": list(made.characters),
+                    "locations": list(made.locations),
+                }
+            )
+            return
         click.echo(
             f"created {folder}: {len(made.characters)} characters "
             f"({', '.join(made.characters)}), {len(made.locations)} locations "
@@ -123,15 +135,20 @@ def init_(folder: Path, characters: int, locations: int) -> None:
     required=True,
     help="The folder to write the schemas into (created if missing).",
 )
-def schema_(out: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def schema_(out: Path, as_json: bool) -> None:
     """Write JSON Schemas of world.json, character and location files, for editors.
 
     See docs/world-format.md for pointing an editor at them.
     """
     from sim.worldgen import write_schemas
 
-    with errors():
-        for path in write_schemas(out):
+    with json_errors("schema", as_json):
+        written = write_schemas(out)
+        if as_json:
+            emit({"command": "schema", "ok": True, "paths": [str(p) for p in written]})
+            return
+        for path in written:
             click.echo(f"wrote {path}")
 
 

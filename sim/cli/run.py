@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -28,6 +31,7 @@ if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --
     from sim.llm.pool import ServerReport
     from sim.llm.streaming import StreamDelta
     from sim.phases.base import PhaseReport
+    from sim.policy import Approval
 
 
 class Progress:
@@ -214,6 +218,71 @@ def servers_line(servers: list[ServerReport]) -> str:
     return "servers: " + " · ".join(parts)
 
 
+class _PromptInterrupted(Exception):
+    """Ctrl-C at a policy's y/N prompt."""
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Let Ctrl-C end a blocking read of the terminal. asyncio's SIGINT handler only
+    cancels the run's main task, which a blocked ``input()`` never notices: this handler
+    calls it (so the run stops as on any Ctrl-C: exit 130, the tick resumable) and then
+    breaks the read with ``_PromptInterrupted``."""
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signum, frame)  # asyncio's: cancel the run, count the interrupt
+            raise _PromptInterrupted
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class TerminalApprover:
+    """Answers what a policy asks (``approve_above_usd``, a custom policy's ``ask``): a y/N
+    prompt on a terminal; with ``--yes`` approved without asking; with no terminal refused.
+
+    Args:
+        yes: approve every ask (``sim tick --yes``).
+        interactive: whether a person can answer (default: stdin is a terminal).
+    """
+
+    def __init__(self, yes: bool, interactive: bool | None = None) -> None:
+        self.yes = yes
+        self.interactive = sys.stdin.isatty() if interactive is None else interactive
+
+    def __call__(self, question: str) -> Approval:
+        from sim.policy import Approval
+
+        if self.yes:
+            click.echo(f"\napproved (--yes): {question}", err=True)
+            return Approval(True, "--yes")
+        if not self.interactive:
+            return Approval(
+                False,
+                "no terminal",
+                "no terminal to ask: run `sim tick` on a terminal to answer, or pass --yes",
+            )
+        click.echo(f"\n{question} [y/N]: ", nl=False, err=True)
+        try:
+            with _interruptible():  # Ctrl-C at the prompt interrupts the run (exit 130)
+                answer = input()
+        except EOFError:  # Ctrl-D: no
+            answer = ""
+        except _PromptInterrupted:
+            return Approval(False, "terminal", "interrupted at the prompt")
+        approved = answer.strip().lower() in ("y", "yes")
+        return Approval(approved, "terminal", "" if approved else "answered no at the prompt")
+
+
 def print_tick(result: TickResult) -> None:
     click.secho(f"\n== tick {result.tick} ==", bold=True)
     for note in result.notes:
@@ -306,6 +375,12 @@ def print_tick(result: TickResult) -> None:
     "(Ctrl-C once stops the calls in flight; the tick resumes on the next run).",
 )
 @click.option(
+    "--yes",
+    is_flag=True,
+    help="Approve what a policy asks (approve_above_usd) without a prompt; without it, a "
+    "run with no terminal refuses and the tick is not committed.",
+)
+@click.option(
     "--batch",
     is_flag=True,
     help="Send each phase's calls as one OpenAI Batch API batch: half the price, answers "
@@ -325,6 +400,7 @@ def tick(
     budget_tokens: int | None,
     seed: int | None,
     stream: bool,
+    yes: bool,
     batch: bool,
     as_json: bool,
 ) -> None:
@@ -361,6 +437,7 @@ def tick(
             on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
             seed=seed,
             on_delta=view.on_delta if view is not None and not as_json else None,
+            approver=TerminalApprover(yes),
             on_batch=progress.on_batch,
         )
         runner.run(ticks)
@@ -377,9 +454,12 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     """
     from sim.config import endpoint, phase_endpoints
     from sim.engine import deletions, repair
+    from sim.interventions import describe, load_pending
     from sim.phases.check import check_phases
+    from sim.policy import configured_policies
     from sim.storage import Storage
     from sim.ticklog.format import read_logs
+    from sim.ticklog.records import record_data
 
     with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
@@ -388,6 +468,8 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
         running = storage.running_elsewhere()
         storage.check_engine_dirs()
         world = storage.load()  # entities, prompts, a pending journal
+        policies = [p.name for p in configured_policies(config)]  # a custom one must load
+        interventions = load_pending(world_dir).records  # sim inject / sim set, waiting
         repairs = [str(item) for item in repair.inspect(world).items]
         pending_problem = deletions.problem(world_dir)
         if pending_problem is not None:
@@ -416,7 +498,9 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             document = check_document(world_dir, config, storage, world)
             document["phases"] = [spec.name for spec in phases.phases]
             document["warnings"] = phases.warnings
+            document["policies"] = policies
             document.update(endpoint=url, api_key_env=key_env, repairs=repairs, running=running)
+            document["pending_interventions"] = [record_data(r) for r in interventions]
             document["phase_endpoints"] = {
                 name: {"endpoint": u, "api_key_env": k}
                 for name, (u, k) in phase_endpoints(config).items()
@@ -433,6 +517,8 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             f"phases: {', '.join(spec.name for spec in phases.phases)} "
             f"({phases.renders} template renders checked)"
         )
+        if policies:
+            click.echo(f"policies: {', '.join(policies)} (docs/policies.md)")
         click.echo(f"endpoint: {url}")
         if key_env is not None:
             state = "set" if os.environ.get(key_env) else "not set"
@@ -443,6 +529,8 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             click.echo(f"endpoint of phase {name}: {phase_url}{key_note}")
         for line in repairs:
             click.echo(f"repair: {line}")
+        for record in interventions:
+            click.echo(f"pending for tick {world.tick + 1}: {describe(record)}")
         if running:
             click.echo(
                 f"running: another sim process is running this world now (tick "

@@ -1,4 +1,12 @@
-"""When a tick must not be committed: configuration errors, budget stops, too many failures.
+"""When a tick must not be committed: configuration errors, budget stops, policy stops,
+``llm_failure_policy = "fail"``, too many failures.
+
+``llm_failure_policy`` (``[llm]``, per phase) decides what a failed or denied call does:
+``degrade`` (the default) lets it fall back for its entity, within the abort rules below;
+``fail`` stops the tick at the first one of that phase: the guard tells the policy gate to
+send nothing more (``on_stop``) and raises after the phase, so nothing is written.
+A call a policy denied is never an infrastructure failure; a deferred or refused tick
+stops like a budget stop (``sim.policy``).
 
 Only infrastructure failures count toward aborting a tick: the endpoint did not answer
 (timeouts, 5xx, connection errors, rate limits that outlasted every retry, an open
@@ -10,16 +18,32 @@ least ``MIN_FAILED_CALLS`` calls failed, so one failure in a two-call phase does
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from sim.errors import RunFailed
 from sim.llm.budget import Budget
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
-
-#: error codes of content failures: the model answered, but not usably
-CONTENT_FAILURES = frozenset(
-    {"refusal", "schema_error", "incomplete", "context_length", "tool_error", "unknown_tool"}
+from sim.policy.types import (
+    GATE_CODES,
+    ApprovalRefused,
+    PolicyDeferred,
+    PolicyRefused,
+    TickDeferred,
+    TickHalted,
 )
+
+#: error codes of content failures: the model answered, but not usably; and of calls the
+#: policy gate did not send (a decision, not the endpoint's fault)
+CONTENT_FAILURES = (
+    frozenset(
+        {"refusal", "schema_error", "incomplete", "context_length", "tool_error", "unknown_tool"}
+    )
+    | GATE_CODES
+)
+#: what each phase does with a failed or denied call: ``degrade`` or ``fail``
+FailurePolicies = Mapping[str, str]
 #: the absolute floor: fewer infrastructure failures than this never abort a phase
 MIN_FAILED_CALLS = 2
 
@@ -39,18 +63,36 @@ class PhaseGuard:
     them. The runner raises before committing, so nothing is written.
     """
 
-    def __init__(self, max_failed_fraction: float) -> None:
+    def __init__(
+        self,
+        max_failed_fraction: float,
+        failure_policies: FailurePolicies | None = None,
+        on_stop: Callable[[LLMError], None] | None = None,
+    ) -> None:
         self.max_failed_fraction = max_failed_fraction
+        self.failure_policies = dict(failure_policies or {})
+        self.on_stop = on_stop
         self.fatal: LLMError | None = None
+        #: the first failed or denied call of a phase whose policy is ``fail``
+        self.failed: tuple[str, str | None, LLMError] | None = None
 
     def __call__(self, event: LLMEvent) -> None:
-        if (
-            event.final
-            and event.kind == "llm_failed"
-            and self.fatal is None
-            and isinstance(event.error, (LLMConfigurationError, LLMBudgetExceededError))
+        if not event.final or event.kind != "llm_failed" or event.error is None:
+            return
+        error = event.error
+        if self.fatal is None and isinstance(
+            error,
+            (LLMConfigurationError, LLMBudgetExceededError, PolicyDeferred, PolicyRefused),
         ):
-            self.fatal = event.error
+            self.fatal = error
+        elif (
+            self.failed is None
+            and not isinstance(error, TickHalted)
+            and self.failure_policies.get(event.phase) == "fail"
+        ):
+            self.failed = (event.phase, event.entity_key, error)
+            if self.on_stop is not None:
+                self.on_stop(error)  # nothing more is sent this tick
 
     def check(self, report: PhaseReport, budget: Budget | None = None) -> None:
         """Raise if the tick must stop after this phase.
@@ -58,8 +100,24 @@ class PhaseGuard:
         Raises:
             LLMConfigurationError: a call was rejected for a setting the user must fix.
             LLMBudgetExceededError: a budget cap was reached (message says what was spent).
-            RunFailed: too many of the phase's calls failed.
+            TickDeferred: a policy deferred the tick (resumable; says until when).
+            ApprovalRefused: a policy asked a person, who refused or could not be asked.
+            RunFailed: a call of a ``fail`` phase failed, or too many of the phase's
+                calls failed.
         """
+        resume = "calls already made are kept in its log and not paid for again"
+        if isinstance(self.fatal, PolicyDeferred):
+            after = f" after {self.fatal.until}" if self.fatal.until else ""
+            raise TickDeferred(
+                f"{self.fatal}. Nothing was committed; run `sim tick` again{after} to resume "
+                f"the tick ({resume})",
+                self.fatal.until,
+            )
+        if isinstance(self.fatal, PolicyRefused):
+            raise ApprovalRefused(
+                f"{self.fatal}. Nothing was committed; the next `sim tick` resumes the tick "
+                f"and asks again ({resume})"
+            )
         if self.fatal is not None:
             if self.fatal.code == LLMBudgetExceededError.default_code and budget is not None:
                 raise LLMBudgetExceededError(
@@ -67,6 +125,13 @@ class PhaseGuard:
                     cause=self.fatal,
                 )
             raise self.fatal
+        if self.failed is not None:
+            phase, key, error = self.failed
+            raise RunFailed(
+                f"phase {phase}: the call for {key or 'the phase'} failed ({error.code}: "
+                f'{error}) and llm_failure_policy = "fail"; the tick was not committed '
+                f"and can be re-run ({resume})"
+            )
         failed = infrastructure_failures(report)
         first = next(
             (

@@ -16,6 +16,7 @@ from sim.config import Config, PhaseEndpoint
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
+from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
 from sim.llm.batch import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
@@ -27,9 +28,13 @@ from sim.llm.types import Adapter, Usage
 from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.templates import Prompts
+from sim.policy import Approver, Policy, configured_policies, nobody
+from sim.policy.gate import TickPolicy
+from sim.policy.plan import plan_tick
 from sim.storage import Storage
 from sim.ticklog.format import recover_logs
 from sim.ticklog.recorder import TickRecorder
+from sim.ticklog.records import PolicyRecord
 from sim.world import World
 
 PhaseStage = Literal["start", "end"]
@@ -134,6 +139,10 @@ class Runner:
         seed: make this the world's seed (``world.json``) before the first tick, in a
             commit of its own, so the ticks, their logs, a resume and a replay all see it.
         on_delta: receives streamed answer text as it arrives (``[llm] stream``).
+        approver: answers what a policy asks (``sim tick``: a y/N prompt, ``--yes``);
+            without one every ask is refused and the tick stops uncommitted.
+        decisions: reproduce these recorded policy decisions instead of consulting the
+            policies or asking anyone (``sim replay``).
         on_batch: receives each poll of a Batch API batch (``[llm] batch``).
     """
 
@@ -148,6 +157,8 @@ class Runner:
         on_tick: Callable[[TickResult], None] | None = None,
         seed: int | None = None,
         on_delta: DeltaSink | None = None,
+        approver: Approver | None = None,
+        decisions: list[PolicyRecord] | None = None,
         on_batch: Callable[[BatchProgress], None] | None = None,
     ) -> None:
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
@@ -158,6 +169,10 @@ class Runner:
         self.adapter = adapter
         self.on_tick = on_tick
         self.on_delta = on_delta
+        self.approver: Approver = approver or nobody
+        self.decisions = decisions
+        #: the policies every call passes (``[policy]``), loaded once per run
+        self.policies: list[Policy] | None = None
         self.on_batch = on_batch
         self.current_tick: int | None = None
         #: the phase list and templates, resolved once per run from the config
@@ -268,6 +283,9 @@ class Runner:
         world = self.storage.load()
         repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
         repair.apply(world, repairs)
+        pending = load_pending(world.root)  # sim inject / sim set since the last tick
+        if pending.raw is not None:  # part of the state: logged, consumed by the commit
+            world.originals[PENDING] = pending.raw
         timings = {"load": time.perf_counter() - started}
         if self.phases is None or self.prompts is None:
             self.prompts = Prompts(world.root)
@@ -276,14 +294,33 @@ class Runner:
                 for name in spec.templates:  # before its tick writes anything
                     required = spec.kind == "declared" or not name.endswith(".input.md")
                     self.prompts.get(name, required=required)
+        if self.policies is None:  # a custom policy that does not load stops the run here
+            self.policies = [] if self.decisions is not None else configured_policies(self.config)
         if self.adapter is None:  # built once per run: budget and breakers span its ticks
             self.adapter = build_adapter(self.config, world)
             self._endpoints(world, self.phases)
         self.current_tick = world.tick + 1
         recorder = TickRecorder.begin(
-            self.storage, world, self.config, manifest(self.phases, self.prompts)
+            self.storage,
+            world,
+            self.config,
+            manifest(self.phases, self.prompts),
+            interventions=pending.records,
         )
         recorder.notes.extend(repairs.notes())
+        partial = recorder.partial
+        gate = TickPolicy(
+            self.policies,
+            plan_tick(world, self.config, self.phases),
+            self.config.prices,
+            approver=self.approver,
+            record=recorder.decision,
+            # a resume does not ask again what a person approved for this tick
+            approved=[d.key for d in partial.decisions if d.answer == "approved" and d.key]
+            if partial is not None
+            else (),
+            replay=self.decisions,
+        )
         hub = StreamHub(self.on_delta)
         try:
             with installed(hub):
@@ -291,9 +328,11 @@ class Runner:
                     world,
                     self.adapter,
                     recorder,
+                    gate,
                     started,
                     timings,
                     tuple(repairs.store_deletions()),
+                    pending,
                 )
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
@@ -306,9 +345,11 @@ class Runner:
         world: World,
         adapter: Adapter,
         recorder: TickRecorder,
+        gate: TickPolicy,
         started: float,
         timings: dict[str, float],
         dropped: tuple[str, ...] = (),
+        interventions: Pending | None = None,
     ) -> TickResult:
         pool = find_pool(adapter)
         pool_before = pool.snapshot() if pool is not None else []
@@ -318,12 +359,26 @@ class Runner:
         for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
             chain, _, name = rel.removeprefix(".sim/responses/").partition("/")
             store.discard(f"{chain}:{name.removesuffix('.json')}")
-        ctx = TickContext(world, self.config, recorder.wrap(adapter), store, world.tick + 1)
-        ctx.prompts = self.prompts
-        if self.config.llm.batch:  # each batch is in the log as soon as it is created
-            ctx.batch = BatchOptions(recorder, self.config.llm.batch_poll_seconds, self.on_batch)
-        ctx.endpoint_adapters = {k: recorder.wrap(a) for k, a in self.endpoint_adapters.items()}
         assert self.phases is not None
+        config = self.config
+        failure_policies = {
+            spec.name: config.phase(spec.name).failure_policy(config.llm) for spec in self.phases
+        }
+        gated = gate.active or "fail" in failure_policies.values()
+
+        def wrap(inner: Adapter) -> Adapter:
+            """The tick's adapter: the policy gate (outermost: every call of the run passes
+            it, resumed ones too), the tick recorder, and a resume's replay."""
+            wrapped = recorder.wrap(inner)
+            return gate.wrap(wrapped) if gated else wrapped
+
+        ctx = TickContext(world, config, wrap(adapter), store, world.tick + 1)
+        ctx.prompts = self.prompts
+        if interventions is not None:
+            ctx.happenings = interventions.happenings()
+        if config.llm.batch:  # each batch is in the log as soon as it is created
+            ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
+        ctx.endpoint_adapters = {k: wrap(a) for k, a in self.endpoint_adapters.items()}
 
         notes: list[str] = []
 
@@ -346,7 +401,7 @@ class Runner:
                         f"{event.response.fallback_to or event.model}"
                     )
 
-        guard = PhaseGuard(self.config.llm.max_failed_fraction)
+        guard = PhaseGuard(config.llm.max_failed_fraction, failure_policies, on_stop=gate.halt)
         ctx.events = EventFanout(
             account, recorder.on_event, guard, *([self.events] if self.events else [])
         )
@@ -367,6 +422,8 @@ class Runner:
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
         pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
         extra = store.changes()
+        if interventions is not None and interventions.raw is not None:
+            extra[PENDING] = None  # applied: the log holds them now
         if evicted:
             extra[deletions.PENDING] = deletions.encode(pending)
         result = TickResult(

@@ -4,7 +4,8 @@ A wrapper around any adapter (STYLE #6), implementing spec 000's table exactly:
 
 | error                                   | what happens                                    |
 | --------------------------------------- | ----------------------------------------------- |
-| schema error                            | retry with the validation error fed back, x2    |
+| schema error                            | retry with the validation error fed back,       |
+|                                         | ``json_max_retries`` times (spec 000: 2)        |
 | rate limit (429)                        | wait Retry-After (else backoff), retry, x2      |
 | timeout, 5xx, connection error          | backoff, retry (``transient_retries`` times)    |
 | auth, bad request, context length,      | fail at once                                    |
@@ -92,7 +93,8 @@ def is_server_failure(error: LLMError) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How many retries and how long to wait. Schema and rate-limit counts are spec 000's."""
+    """How many retries and how long to wait. The defaults are spec 000's; the schema count
+    is ``[llm] json_max_retries`` (0: an answer that does not fit fails at once)."""
 
     schema_retries: int = 2
     rate_limit_retries: int = 2

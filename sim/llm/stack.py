@@ -180,6 +180,7 @@ def build_stack(
             TokenBucket(llm.tokens_per_minute) if llm.tokens_per_minute else None,
         )
     policy = RetryPolicy(
+        schema_retries=llm.json_max_retries,
         transient_retries=llm.transient_retries,
         backoff_base_seconds=llm.backoff_base_seconds,
         backoff_cap_seconds=llm.backoff_cap_seconds,

@@ -192,6 +192,11 @@ def narrate(
         "atmos": T.clause(_s(loc.get("atmosphere"))) or "quiet",
     }
     parts = [T.cap(rng.choice(T.OPEN).format(**kw))]
+    # events injected this tick (`sim inject`) come first, in their own words; no draw
+    # from the seeded generator, so a narrative without them is as it was
+    raw_happenings = data.get("happenings")
+    if isinstance(raw_happenings, list):
+        parts.extend(_s(h).strip() for h in raw_happenings[:2] if _s(h).strip())
     budget = _MIDDLE_BUDGET
     prev = _previous_cast(history[-1][0]) if history else {}
     if prev:

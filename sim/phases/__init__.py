@@ -146,6 +146,13 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
                 f"no [phases.{name}] with instructions and schema, and no installed package "
                 "offers it (entry-point group 'sim.phases')",
             )
+        if declared is not None and declared.tools:
+            raise InputError(
+                source,
+                f"phases.{name}.tools",
+                f"phase {name!r} comes from a package (entry point); tools are for phases "
+                "declared with instructions and schema",
+            )
         plugin = load_entry_point(ep)  # type: ignore[arg-type]
         schema = getattr(plugin, "schema", None)
         specs.append(

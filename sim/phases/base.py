@@ -10,6 +10,7 @@ import orjson
 from pydantic import BaseModel
 
 from sim.config import BATCH_PROVIDERS
+from sim.interventions import Happenings
 from sim.llm.batch import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
@@ -226,6 +227,8 @@ class TickContext:
     prompts: Prompts | None = None
     #: send phases' calls through the OpenAI Batch API (``[llm] batch``), when set
     batch: BatchOptions | None = None
+    #: events injected for this tick (``sim inject``), shown in its inputs as ``happenings``
+    happenings: Happenings = field(default_factory=Happenings)
     _static: dict[str, str] = field(default_factory=dict)
     _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None

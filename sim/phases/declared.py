@@ -8,8 +8,12 @@
     input = "prompts/opinion.input.md"    # optional; default: the subject's JSON view
     schema = "schemas/opinion.json"       # JSON Schema of the answer
     writes = { "state.stance" = "stance" }   # entity field <- answer field
+    tools = ["look", "recall"]            # optional: query tools from the registry
 
-Each subject gets one request (chain key ``opinion:<id>``). After the batch, ``writes``
+Each subject gets one request (chain key ``opinion:<id>``); with ``tools``, a conversation
+of steps instead (``sim.phases.tool_steps``): the model may call the named query tools,
+which the engine answers from the world, up to ``max_tool_steps`` times, and answers by
+calling ``answer`` (its parameters are the answer schema). After the batch, ``writes``
 copies answer fields into the subject entity; a write that would make the entity invalid
 (by the same models ``Storage`` loads with) is undone and reported, so what commits is
 always a valid world. Fields the engine relies on (ids, a character's location, a place's
@@ -24,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.config import DeclaredPhaseConfig
 from sim.errors import InputError
-from sim.llm.client import LLMRequest
-from sim.llm.errors import LLMError
+from sim.llm.client import LLMClient, LLMRequest
+from sim.llm.errors import LLMError, LLMSchemaError
+from sim.llm.tools import FunctionCall, ToolCalls, ToolDeclaration
 from sim.phases.base import (
     TickContext,
     character_view,
@@ -40,8 +46,12 @@ from sim.phases.base import (
     to_json,
 )
 from sim.phases.files import read_world_file
+from sim.phases.intention_steps import answer_query, look_from
+from sim.phases.intention_tools import UnknownToolError
 from sim.phases.schema import load_schema
 from sim.phases.templates import template_name
+from sim.phases.tool_registry import ANSWER, declared_tools
+from sim.phases.tool_steps import converse
 from sim.world import Character, Entity, Location, WorldMeta
 
 #: entity fields a phase may not write: what the engine's rules and files depend on
@@ -123,6 +133,17 @@ def _set(entity: dict[str, Any], path: tuple[str, ...], value: Any) -> str | Non
     return None
 
 
+def answer_tool(phase: str, schema_file: bytes) -> ToolDeclaration:
+    """The tool a declared phase's model calls to answer: its parameters are the phase's
+    answer schema as the world wrote it (without ``$schema``/``$id``)."""
+    parameters = {k: v for k, v in orjson.loads(schema_file).items() if k not in ("$schema", "$id")}
+    return ToolDeclaration(
+        name=ANSWER,
+        description=f"Give your answer for {phase}: call this once you have decided.",
+        parameters=parameters,
+    )
+
+
 class DeclaredPhase:
     """A ``[phases.<name>]`` phase (follows ``sim.phases.protocol.Phase``)."""
 
@@ -143,6 +164,10 @@ class DeclaredPhase:
         self.schema_bytes = data
         self.schema = load_schema(data, name, root / config.schema_)
         self.writes = parse_writes(config.writes, self.per, self.schema, source, name)
+        #: query tools the model may call before answering (none: one call per subject)
+        self.tools = declared_tools(config.tools, self.per, source, name) if config.tools else ()
+        self.max_tool_steps = config.max_tool_steps
+        self.answer_tool = answer_tool(name, data) if self.tools else None
 
     @property
     def templates(self) -> tuple[str, ...]:
@@ -171,6 +196,7 @@ class DeclaredPhase:
             return {
                 "characters": [public(c) for c in world.characters.values()],
                 "locations": [public(loc) for loc in world.locations.values()],
+                "happenings": self._all_happenings(ctx),
             }
         if self.per == "location":
             lid = subject["identity"]["id"]
@@ -179,6 +205,7 @@ class DeclaredPhase:
                 "location": public(subject),
                 "exits": exits_view(world, subject),
                 "present": [public(c) for c in here],
+                "happenings": ctx.happenings.here(lid),
             }
         cid = subject["identity"]["id"]
         loc = world.locations[subject["state"]["location"]]
@@ -192,7 +219,13 @@ class DeclaredPhase:
             "present": [public(c) for c in here if c is not subject],
             "intention": intention.model_dump() if intention is not None else None,
             "outcome": self._outcome(ctx, cid),
+            "happenings": ctx.happenings.here(loc["identity"]["id"]),
         }
+
+    @staticmethod
+    def _all_happenings(ctx: TickContext) -> list[dict[str, Any]]:
+        """Every event injected this tick: ``{"at": location id or null, "text"}``."""
+        return [{"at": at, "text": text} for at, text in ctx.happenings.all]
 
     @staticmethod
     def _outcome(ctx: TickContext, cid: str) -> str | None:
@@ -248,6 +281,13 @@ class DeclaredPhase:
             doc["locations"] = [
                 {"id": lid, "name": loc["identity"]["name"]} for lid, loc in world.locations.items()
             ]
+        if self.per == "world":
+            events: list[Any] = self._all_happenings(ctx)
+        else:
+            lid = subject["identity"]["id"] if self.per == "location" else None
+            events = ctx.happenings.here(lid or subject["state"]["location"])
+        if events:  # injected by `sim inject`; left out when none
+            doc["happenings"] = events
         doc["world"] = ctx.world_view
         doc["tick"] = ctx.tick
         return to_json(doc)
@@ -265,12 +305,61 @@ class DeclaredPhase:
 
             instructions = ctx.render(self.instructions, context)
             text = ctx.render(self.input, context) if self.input else default()
-            out.append(
-                LLMRequest(
-                    instructions, text, self.schema, f"{self.name}:{self.subject_id(subject)}"
-                )
-            )
+            key = f"{self.name}:{self.subject_id(subject)}"
+            tools = (self.answer_tool, *self.tools) if self.answer_tool is not None else None
+            out.append(LLMRequest(instructions, text, self.schema, key, tools=tools))
         return out
+
+    async def ask(
+        self,
+        ctx: TickContext,
+        client: LLMClient,
+        subjects: Sequence[Entity],
+        requests: Sequence[LLMRequest],
+    ) -> tuple[list[Any], int]:
+        """With ``tools``: each subject's conversation of query steps, then its answer
+        (the ``answer`` call's arguments as the schema's model, or an ``LLMError``).
+        Without: one batch."""
+        if self.answer_tool is None:
+            return list(await client.create_batch(requests)), len(requests)
+        world = ctx.world
+        where = world.characters_at()
+
+        def answer(i: int, call: FunctionCall) -> dict[str, Any]:
+            subject = subjects[i]
+            if self.per == "character":
+                here = where.get(subject["state"]["location"], [])
+                return answer_query(world, subject, here, call)
+            here = where.get(subject["identity"]["id"], [])  # a location: it can only look
+            return look_from(world, subject, here, str(call.arguments.get("target") or ""))
+
+        results, calls = await converse(
+            client,
+            requests,
+            finals=(self.answer_tool,),
+            queries=self.tools,
+            answer=answer,
+            max_steps=self.max_tool_steps,
+        )
+        return [self._answer(result) for result in results], calls
+
+    def _answer(self, result: Any) -> Any:
+        """The ``answer`` call of a subject's last step, validated by the answer schema."""
+        if not isinstance(result, ToolCalls):
+            return result  # an LLMError
+        for call in result.calls:
+            if call.name == ANSWER:
+                try:
+                    return self.schema.model_validate(call.arguments)
+                except ValidationError as exc:
+                    err = exc.errors()[0]
+                    where = ".".join(str(p) for p in err["loc"]) or "(root)"
+                    return LLMSchemaError(
+                        f"the answer of phase {self.name!r} does not fit its schema: "
+                        f"{where}: {err['msg'].lower()}"
+                    )
+        names = ", ".join(call.name for call in result.calls) or "no call"
+        return UnknownToolError(f"the model did not call {ANSWER} ({names}); ignored")
 
     def apply(
         self, ctx: TickContext, subjects: Sequence[Entity], results: Sequence[Any]

@@ -8,18 +8,19 @@ are offered, so every character ends with one action (or the fallback intention)
 
 Each step is one call of the phase's client: one logged exchange with its own request id,
 so replay and resume serve every step from the tick log and usage counts every step.
-Steps run in rounds: all characters still looking are asked together, in one batch.
+Steps run in rounds: all characters still looking are asked together, in one batch
+(``sim.phases.tool_steps``, which declared phases naming ``tools`` use too).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
 from sim.llm.client import LLMClient, LLMRequest
-from sim.llm.tools import FunctionCall, FunctionResponse, LLMMessage, ToolCalls, ToolDeclaration
+from sim.llm.tools import FunctionCall, LLMMessage, ToolDeclaration
 from sim.phases.intention_tools import TOOLS
+from sim.phases.tool_steps import converse, exchange
 from sim.world import Entity, World
 
 QUERY_TOOLS: tuple[ToolDeclaration, ...] = (
@@ -48,11 +49,24 @@ def _norm(text: object) -> str:
 
 def look(world: World, char: Entity, here: list[str], target: str) -> dict[str, Any]:
     """What ``target`` (a person present, an object here or carried, an exit) looks like."""
-    want = _norm(target)
     loc = world.locations[char["state"]["location"]]
+    return look_from(world, loc, here, target, char["identity"]["id"], char["state"]["inventory"])
+
+
+def look_from(
+    world: World,
+    loc: Entity,
+    here: list[str],
+    target: str,
+    me: str | None = None,
+    carried: list[str] | None = None,
+) -> dict[str, Any]:
+    """What ``target`` looks like from ``loc``: a person there (but ``me``), an object there
+    or ``carried``, or an exit; else what there is to look at."""
+    want = _norm(target)
     for cid in here:
         other = world.characters[cid]
-        if other is not char and want in (
+        if cid != me and want in (
             _norm(other["identity"]["id"]),
             _norm(other["identity"]["name"]),
         ):
@@ -66,7 +80,7 @@ def look(world: World, char: Entity, here: list[str], target: str) -> dict[str, 
     for item in loc["state"]["objects"]:
         if _norm(item) == want:
             return {"kind": "object", "name": item, "where": "here"}
-    for item in char["state"]["inventory"]:
+    for item in carried or ():
         if _norm(item) == want:
             return {"kind": "object", "name": item, "where": "carried"}
     for lid in loc["state"]["connections"]:
@@ -80,9 +94,7 @@ def look(world: World, char: Entity, here: list[str], target: str) -> dict[str, 
             }
     return {
         "error": f"nothing called {target!r} here",
-        "people": [
-            world.characters[c]["identity"]["id"] for c in here if c != char["identity"]["id"]
-        ],
+        "people": [world.characters[c]["identity"]["id"] for c in here if c != me],
         "objects": list(loc["state"]["objects"]),
         "exits": list(loc["state"]["connections"]),
     }
@@ -113,20 +125,7 @@ def step_messages(
     world: World, char: Entity, here: list[str], calls: list[FunctionCall]
 ) -> tuple[LLMMessage, ...]:
     """The model's query calls and the engine's answers, as conversation messages."""
-    messages: list[LLMMessage] = []
-    for call in calls:
-        messages.append(LLMMessage(role="assistant", function_call=call))
-        messages.append(
-            LLMMessage(
-                role="function",
-                function_response=FunctionResponse(
-                    name=call.name,
-                    call_id=call.call_id,
-                    response=answer_query(world, char, here, call),
-                ),
-            )
-        )
-    return tuple(messages)
+    return exchange(calls, lambda call: answer_query(world, char, here, call))
 
 
 async def decide(
@@ -149,30 +148,16 @@ async def decide(
     Returns:
         (each character's last answer: a ``ToolCalls`` or an ``LLMError``, calls made).
     """
-    results: list[Any] = [None] * len(chars)
-    conversations: list[tuple[LLMMessage, ...]] = [()] * len(chars)
-    pending = list(range(len(chars)))
-    calls = 0
-    acting = frozenset(tool.name for tool in action_tools)
-    for step in range(max_steps + 1):
-        tools = (*action_tools, *QUERY_TOOLS) if step < max_steps else action_tools
-        batch = [replace(requests[i], tools=tools, messages=conversations[i]) for i in pending]
-        answers = await client.create_batch(batch)
-        calls += len(batch)
-        looking = []
-        for i, answer in zip(pending, answers, strict=True):
-            results[i] = answer
-            if not isinstance(answer, ToolCalls) or step == max_steps:
-                continue
-            if any(c.name in acting for c in answer.calls):
-                continue
-            queries = [c for c in answer.calls if c.name in QUERY_NAMES]
-            if queries:
-                char = chars[i]
-                where = here.get(char["state"]["location"], [])
-                conversations[i] += step_messages(world, char, where, queries)
-                looking.append(i)
-        pending = looking
-        if not pending:
-            break
-    return results, calls
+
+    def answer(i: int, call: FunctionCall) -> dict[str, Any]:
+        char = chars[i]
+        return answer_query(world, char, here.get(char["state"]["location"], []), call)
+
+    return await converse(
+        client,
+        requests,
+        finals=action_tools,
+        queries=QUERY_TOOLS,
+        answer=answer,
+        max_steps=max_steps,
+    )

@@ -74,12 +74,15 @@ def character_input(
     tick: int,
     here: list[str],
     view: dict[str, Any] | None = None,
+    happenings: list[str] | None = None,
 ) -> str:
     """The model's view of one character at the start of a tick.
 
     Args:
         here: ids of every character at the same location (including this one).
         view: the world as models see it (``world_view``); default: its name only.
+        happenings: events injected here this tick (``sim inject``); the key is left out
+            when there are none, so inputs without them stay as they were.
     """
     state, memory = char["state"], char["memory"]
     loc = world.locations[state["location"]]
@@ -92,20 +95,23 @@ def character_input(
         for other in (world.characters[cid] for cid in here)
         if other is not char
     ]
-    return to_json(
-        {
-            "tick": tick,
-            "world": view if view is not None else world.meta["name"],
-            "character": character_view(char),
-            "memory": memory_view(memory, RECENT_CELLS),
-            "location": place_view(loc),
-            "exits": exits_view(world, loc),
-            "present": present,
-        }
-    )
+    doc: dict[str, Any] = {
+        "tick": tick,
+        "world": view if view is not None else world.meta["name"],
+        "character": character_view(char),
+        "memory": memory_view(memory, RECENT_CELLS),
+        "location": place_view(loc),
+        "exits": exits_view(world, loc),
+        "present": present,
+    }
+    if happenings:
+        doc["happenings"] = happenings
+    return to_json(doc)
 
 
-def template_context(world: World, char: Entity, here: list[str]) -> dict[str, Any]:
+def template_context(
+    world: World, char: Entity, here: list[str], happenings: list[str] | None = None
+) -> dict[str, Any]:
     """What an intentions template sees besides ``world``, ``tick`` and ``actions``."""
     loc = world.locations[char["state"]["location"]]
     return {
@@ -114,6 +120,7 @@ def template_context(world: World, char: Entity, here: list[str]) -> dict[str, A
         "location": public(loc),
         "exits": exits_view(world, loc),
         "present": [public(world.characters[cid]) for cid in here if cid != char["identity"]["id"]],
+        "happenings": happenings or [],
     }
 
 
@@ -128,12 +135,15 @@ async def run(ctx: TickContext) -> None:
     requests = []
     for char in chars:
         here = ctx.occupancy[char["state"]["location"]]
+        events = ctx.happenings.here(char["state"]["location"])
 
-        def context(char: Entity = char, here: list[str] = here) -> dict[str, Any]:
-            return template_context(world, char, here)
+        def context(
+            char: Entity = char, here: list[str] = here, events: list[str] = events
+        ) -> dict[str, Any]:
+            return template_context(world, char, here, events)
 
-        def default(char: Entity = char, here: list[str] = here) -> str:
-            return character_input(world, char, ctx.tick, here, view)
+        def default(char: Entity = char, here: list[str] = here, events: list[str] = events) -> str:
+            return character_input(world, char, ctx.tick, here, view, events)
 
         key = f"{CHAIN}:{char['identity']['id']}"
         requests.append(ctx.request(NAME, schema, key, context, default, tools=tools))

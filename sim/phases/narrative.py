@@ -38,14 +38,16 @@ def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
                 "moved_to": outcome.moved_to if outcome else None,
             }
         )
-    return to_json(
-        {
-            "tick": ctx.tick,
-            "world": ctx.world_view,
-            "location": place_view(loc, objects=False),
-            "events": events,
-        }
-    )
+    doc: dict[str, Any] = {
+        "tick": ctx.tick,
+        "world": ctx.world_view,
+        "location": place_view(loc, objects=False),
+        "events": events,
+    }
+    happenings = ctx.happenings.here(location_id)
+    if happenings:  # injected by `sim inject`; left out when none, so inputs stay as they were
+        doc["happenings"] = happenings
+    return to_json(doc)
 
 
 async def run(ctx: TickContext) -> None:

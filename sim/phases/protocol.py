@@ -18,6 +18,10 @@ A package registers one in its ``pyproject.toml``::
 
 The entry point may name an instance or a class (called without arguments); its ``name``
 must be the entry point's name. A world runs it by listing the name in ``[tick] phases``.
+
+A phase may also define ``async ask(ctx, client, subjects, requests) -> (results, calls)``
+to take several calls per subject (a declared phase with ``tools`` does: tool steps); the
+engine then uses it instead of one batch, and takes the failure fraction over subjects.
 """
 
 from __future__ import annotations
@@ -71,8 +75,14 @@ async def run_phase(phase: Phase, ctx: TickContext) -> None:
     except Exception as exc:
         raise PhaseFailed(f"phase {phase.name!r} failed building its requests: {exc!r}") from exc
     client = ctx.client(f"phases.{phase.name}", subjects, phase.name)
-    results = await client.create_batch(requests) if requests else []
-    report.calls += len(requests)
+    ask = getattr(phase, "ask", None)
+    if ask is not None and requests:  # several calls per subject (tool steps)
+        results, calls = await ask(ctx, client, subjects, requests)
+        report.calls += calls
+        report.entities += len(subjects)
+    else:
+        results = await client.create_batch(requests) if requests else []
+        report.calls += len(requests)
     for request, result in zip(requests, results, strict=True):
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)

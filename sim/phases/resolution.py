@@ -65,9 +65,11 @@ def location_input(
     present: list[str],
     intentions: dict[str, Intention],
     view: dict[str, Any] | None = None,
+    happenings: list[str] | None = None,
 ) -> str:
     """The game master's view: the place, its exits, and what everyone here intends, with
-    each character's own fields (the game master may know their secrets)."""
+    each character's own fields (the game master may know their secrets), and the events
+    injected here this tick (``happenings``, left out when there are none)."""
     loc = world.locations[location_id]
     characters = []
     for cid in present:
@@ -82,15 +84,16 @@ def location_input(
         _add_own(who, char)
         who["intention"] = intentions[cid].model_dump()
         characters.append(who)
-    return to_json(
-        {
-            "tick": tick,
-            "world": view if view is not None else world.meta["name"],
-            "location": place_view(loc),
-            "exits": exits_view(world, loc),
-            "characters": characters,
-        }
-    )
+    doc: dict[str, Any] = {
+        "tick": tick,
+        "world": view if view is not None else world.meta["name"],
+        "location": place_view(loc),
+        "exits": exits_view(world, loc),
+        "characters": characters,
+    }
+    if happenings:
+        doc["happenings"] = happenings
+    return to_json(doc)
 
 
 def template_context(ctx: TickContext, lid: str) -> dict[str, Any]:
@@ -105,6 +108,7 @@ def template_context(ctx: TickContext, lid: str) -> dict[str, Any]:
         "intentions": {
             cid: ctx.intentions[cid].model_dump() for cid in here if cid in ctx.intentions
         },
+        "happenings": ctx.happenings.here(lid),
     }
 
 
@@ -121,7 +125,15 @@ async def run(ctx: TickContext) -> None:
             return template_context(ctx, lid)
 
         def default(lid: str = lid) -> str:
-            return location_input(world, lid, ctx.tick, ctx.occupancy[lid], ctx.intentions, view)
+            return location_input(
+                world,
+                lid,
+                ctx.tick,
+                ctx.occupancy[lid],
+                ctx.intentions,
+                view,
+                ctx.happenings.here(lid),
+            )
 
         requests.append(ctx.request(NAME, Resolution, f"{CHAIN}:{lid}", context, default))
     results = await ask(client, requests, report)

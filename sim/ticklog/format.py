@@ -9,10 +9,13 @@ order a tick writes them:
 - ``header``: tick, format version, the config used (no secrets), world seed;
 - ``state_before``: the state at the start of the tick (entity files, ``world.json`` and
   the response store), zlib-compressed and base64-encoded, with its digest;
+- ``intervention``: each ``sim inject`` / ``sim set`` made since the last tick, which this
+  tick applies (the pending file, ``.sim/interventions.json``, is part of the state);
 - ``instructions``: an instructions text, once per distinct digest, before its first call;
 - ``call``: one completed LLM call (see ``sim.ticklog.recorder``), appended as soon as it finishes;
 - ``phase``: a phase's results and report (fallbacks, errors, warnings), at its end;
 - ``resume``: the tick was interrupted and is being resumed (attempt number);
+- ``policy``: a policy decision that was not "allow" (deny, defer, ask), before its call;
 - ``usage``: totals for the tick;
 - ``commit``: the digest of the state after the tick; present iff the tick committed.
 
@@ -55,6 +58,8 @@ from sim.ticklog.records import (
     HeaderRecord,
     LogRecord,
     PhaseRecord,
+    PolicyRecord,
+    ResumeRecord,
     StateRecord,
     UsageRecord,
     dump_record,
@@ -68,6 +73,9 @@ FORMAT_VERSION = 1
 LOG_DIR = ".sim/log"
 STATE_KINDS = ("characters", "locations")
 STORE_DIR = ".sim/responses"
+#: interventions made between ticks, waiting for the next (``sim.interventions``): part of
+#: the state a tick starts from, so a replay, rewind or fork sees them
+INTERVENTIONS = ".sim/interventions.json"
 
 #: one record as the JSON object of its line, before validation (what migrations work on)
 RawRecord = dict[str, Any]
@@ -119,6 +127,9 @@ def read_state(root: Path) -> dict[str, bytes]:
         for path in sorted((root / kind).glob("*.json")):
             files[f"{kind}/{path.name}"] = path.read_bytes()
     files.update(read_store(root))
+    pending = root / INTERVENTIONS
+    if pending.is_file() and not pending.is_symlink():
+        files[INTERVENTIONS] = pending.read_bytes()
     return files
 
 
@@ -133,7 +144,7 @@ def read_store(root: Path) -> dict[str, bytes]:
 
 
 def is_state_file(rel: str) -> bool:
-    if rel == "world.json":
+    if rel in ("world.json", INTERVENTIONS):
         return True
     if rel.startswith(STORE_DIR + "/"):
         return rel.endswith(".json")
@@ -281,6 +292,8 @@ class TickLog:
     phases: dict[str, PhaseRecord] = field(default_factory=dict)
     usage: UsageRecord | None = None
     commit: CommitRecord | None = None
+    #: every policy decision that was not "allow", in order (all runs of the tick)
+    decisions: list[PolicyRecord] = field(default_factory=list)
     resumes: int = 0
     #: the Batch API batches the tick created (``[llm] batch``), in order
     batches: list[BatchRecord] = field(default_factory=list)
@@ -302,6 +315,17 @@ class TickLog:
 
     def failures(self) -> int:
         return sum(1 for call in self.calls.values() if call.failed)
+
+    def run_decisions(self) -> list[PolicyRecord]:
+        """The policy decisions of the tick's last run (after its last ``resume``): every
+        call of a run passes the gates, so these are the ones its result was made with."""
+        out: list[PolicyRecord] = []
+        for record in self.records:
+            if isinstance(record, ResumeRecord):
+                out.clear()
+            elif isinstance(record, PolicyRecord):
+                out.append(record)
+        return out
 
     def replay_calls(self) -> dict[str, dict[str, Any]]:
         """The last call record per request id as JSON objects: what the ``replay``
@@ -417,6 +441,8 @@ def read_log(path: Path) -> TickLog:
             log.usage = record
         elif isinstance(record, CommitRecord):
             log.commit = record
+        elif isinstance(record, PolicyRecord):
+            log.decisions.append(record)
         elif record.type == "resume":
             log.resumes += 1
     return log
@@ -486,6 +512,7 @@ def prune(root: Path, current_tick: int, keep_ticks: int) -> list[Path]:
 __all__ = [
     "ABANDONED_DIR",
     "FORMAT_VERSION",
+    "INTERVENTIONS",
     "LOG_DIR",
     "MIGRATIONS",
     "STATE_KINDS",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +62,10 @@ from sim.ticklog.records import (
     CommitRecord,
     InstructionsRecord,
     InterruptedRecord,
+    InterventionRecord,
     PhaseRecord,
     PhaseReportRecord,
+    PolicyRecord,
     ResumeRecord,
     TokenCounts,
     UsageRecord,
@@ -150,6 +152,7 @@ class TickRecorder:
         before: dict[str, bytes],
         partial: TickLog | None,
         phases: Mapping[str, Any] | None = None,
+        interventions: Sequence[InterventionRecord] = (),
     ) -> None:
         self.root = root
         self.tick = tick
@@ -187,7 +190,11 @@ class TickRecorder:
             # created with its header in it: a kill at any instant never leaves an empty log
             self.writer = LogWriter.create(
                 log_path(root, tick),
-                [header(tick, redacted(config), seed, self.scope, phases), pack_state(before)],
+                [
+                    header(tick, redacted(config), seed, self.scope, phases),
+                    pack_state(before),
+                    *interventions,
+                ],
             )
         else:
             self.writer = LogWriter(log_path(root, tick))
@@ -207,11 +214,15 @@ class TickRecorder:
         world: World,
         config: Config,
         phases: Mapping[str, Any] | None = None,
+        *,
+        interventions: Sequence[InterventionRecord] = (),
     ) -> TickRecorder:
         """Start the log of the tick after ``world.tick``, resuming an interrupted one.
 
         Args:
             phases: the phase list and template and schema digests, for the header.
+            interventions: ``sim inject`` / ``sim set`` records this tick applies, logged
+                after the state (a resumed log has them already).
         """
         root = storage.root
         tick = world.tick + 1
@@ -235,7 +246,7 @@ class TickRecorder:
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
                 else:
                     partial = log
-        recorder = cls(root, tick, config, world.seed, before, partial, phases)
+        recorder = cls(root, tick, config, world.seed, before, partial, phases, interventions)
         recorder.notes.extend(notes)
         return recorder
 
@@ -290,6 +301,13 @@ class TickRecorder:
         if done is None:
             return
         self._record(done, event, self._attempts.pop(key, []))
+
+    def decision(self, record: PolicyRecord) -> None:
+        """Log a policy decision that was not "allow", before the call it decided; one
+        that stops the tick (defer, ask) is made durable at once."""
+        self.writer.append(record)
+        if record.decision != "deny":
+            self.writer.sync()
 
     def interrupted(self, streamed: list[CallText]) -> None:
         """Log each call still in flight when the tick was interrupted, with the text it

@@ -1,9 +1,10 @@
 """The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
 
-One model per record ``type`` (``header``, ``state_before``, ``instructions``, ``call``,
-``phase``, ``resume``, ``interrupted``, ``batch``, ``usage``, ``commit``) and ``LogRecord``, their
-union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes a
-record, and ``dump_record`` the only way a record becomes a line.
+One model per record ``type`` (``header``, ``state_before``, ``intervention``,
+``instructions``, ``call``, ``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``,
+``usage``, ``commit``) and ``LogRecord``, their union discriminated on ``type``.
+``parse_record`` is the only way a line of a log becomes a record, and ``dump_record`` the
+only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
@@ -103,6 +104,30 @@ class StateRecord(_Record):
     digest: str
     files: int = 0
     data: str
+
+
+class InterventionRecord(_Record):
+    """An intervention made between ticks, which this tick applied: ``sim inject`` (an
+    event the tick's inputs show at ``location``, or everywhere when it is ``None``) or
+    ``sim set`` (``target``'s field ``path`` changed from ``before`` to ``after``; the
+    change was already in the world files when the tick started).
+
+    The same records wait in ``.sim/interventions.json`` until a tick commits them
+    (``sim.interventions``); the log has them right after ``state_before``.
+    """
+
+    type: Literal["intervention"] = "intervention"
+    kind: Literal["inject", "set"]
+    #: its place among the interventions made since the last tick (1, 2, ...)
+    n: int = 0
+    #: inject: the event's text and where it happens (``None``: everywhere)
+    text: str | None = None
+    location: str | None = None
+    #: set: the entity file (``characters/ada``), the dotted field path, the values
+    target: str | None = None
+    path: str | None = None
+    before: Any = None
+    after: Any = None
 
 
 class InstructionsRecord(_Record):
@@ -228,6 +253,31 @@ class InterruptedRecord(_Record):
     partial: str = ""
 
 
+class PolicyRecord(_Record):
+    """A policy decision that was not "allow" (``sim.policy``), before the call it decided.
+
+    ``deny``: the call was not sent (its entity fell back, or with ``llm_failure_policy =
+    "fail"`` the tick stopped); ``defer``: the tick stopped, resumable after ``until``;
+    ``ask``: a person was asked (``answer``, and ``by`` whom or what: ``terminal``,
+    ``--yes``, ``no terminal``). ``sim replay`` reproduces these instead of deciding again.
+    """
+
+    type: Literal["policy"] = "policy"
+    request_id: str
+    phase: str
+    entity_key: str | None = None
+    #: the policy that decided (``allowed_models``, a ``sim.policies`` entry point's name)
+    policy: str
+    decision: Literal["deny", "defer", "ask"]
+    reason: str = ""
+    #: ``defer``: when the tick may run again (ISO 8601, UTC), if the policy said
+    until: str | None = None
+    #: ``ask``: what the answer is remembered by within the tick (asked once per key)
+    key: str | None = None
+    answer: Literal["approved", "refused"] | None = None
+    by: str | None = None
+
+
 class BatchLineRecord(_Model):
     """One line of a Batch API batch: its custom id and the digest of its body."""
 
@@ -270,11 +320,13 @@ class CommitRecord(_Record):
 LogRecord = Annotated[
     HeaderRecord
     | StateRecord
+    | InterventionRecord
     | InstructionsRecord
     | CallRecord
     | PhaseRecord
     | ResumeRecord
     | InterruptedRecord
+    | PolicyRecord
     | BatchRecord
     | UsageRecord
     | CommitRecord,
@@ -312,9 +364,11 @@ __all__ = [
     "HeaderRecord",
     "InstructionsRecord",
     "InterruptedRecord",
+    "InterventionRecord",
     "LogRecord",
     "PhaseRecord",
     "PhaseReportRecord",
+    "PolicyRecord",
     "ResumeRecord",
     "StateRecord",
     "TokenCounts",

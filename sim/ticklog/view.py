@@ -13,7 +13,7 @@ import orjson
 from sim.errors import LogError
 from sim.ticklog.books import call_cost, call_usage, tick_books
 from sim.ticklog.format import TickLog, list_logs, read_log
-from sim.ticklog.records import CallRecord
+from sim.ticklog.records import CallRecord, PolicyRecord
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
     from sim.llm.adapters.replay import Drift
@@ -83,6 +83,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     """The narrative, intentions and outcomes of one logged tick."""
     state = "" if log.committed else " (interrupted: not committed; `sim tick` resumes it)"
     yield f"== tick {log.tick} =={state}"
+    yield from intervention_lines(log)
     narratives = log.phase_results("narrative")
     resolutions = log.phase_results("resolution")
     intentions = log.phase_results("intentions")
@@ -105,9 +106,33 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             yield f"fallback: {name} {key}: {reason}"
         for warning in record.report.warnings:
             yield f"ignored: {warning}"
+    for decision in log.decisions:
+        yield decision_line(decision)
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))
+
+
+def decision_line(record: PolicyRecord) -> str:
+    """One policy decision that was not "allow", as ``sim log`` shows it."""
+    who = f"{record.phase} {record.entity_key or '-'} ({record.request_id})"
+    if record.decision == "deny":
+        return f"policy: denied {who} by {record.policy}: {record.reason}"
+    if record.decision == "defer":
+        until = f" until {record.until}" if record.until else ""
+        return f"policy: deferred {who}{until} by {record.policy}: {record.reason}"
+    return (
+        f"policy: asked by {record.policy} before {who}: {record.reason} -> "
+        f"{record.answer or '?'} ({record.by or '?'})"
+    )
+
+
+def intervention_lines(log: TickLog) -> Iterator[str]:
+    """The ``sim inject`` / ``sim set`` interventions the tick applied, one line each."""
+    from sim.interventions import describe, logged
+
+    for record in logged(log):
+        yield f"intervention {record.n}: {describe(record)}"
 
 
 BUILTIN = ("intentions", "resolution", "narrative", "apply", "memory")

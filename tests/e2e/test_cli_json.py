@@ -1,5 +1,5 @@
-"""`--json` on check, tick, replay and report: one JSON document on stdout (JSON Lines for
-tick), also when the command fails."""
+"""`--json` on check, tick, replay, report, init, schema, rewind and fork: one JSON document
+on stdout (JSON Lines for tick), also when the command fails."""
 
 from __future__ import annotations
 
@@ -106,3 +106,31 @@ def test_report_json(demo_world: Path, tmp_path: Path) -> None:
         "unreadable_logs": [],
     }
     assert page.is_file()
+
+
+def test_init_schema_rewind_and_fork_print_one_json_document(tmp_path: Path) -> None:
+    """Every command that reports takes --json (issue 13): the last four that did not."""
+    world = tmp_path / "w"
+    made = orjson.loads(run("init", str(world), "--json").stdout)
+    assert made == {
+        "command": "init",
+        "ok": True,
+        "world": str(world),
+        "characters": ["ada", "bram", "cora"],
+        "locations": ["inn", "square"],
+    }
+    schemas = orjson.loads(run("schema", "--out", str(tmp_path / "s"), "--json").stdout)
+    assert schemas["ok"] and len(schemas["paths"]) == 3
+    assert all(Path(p).is_file() for p in schemas["paths"])
+    assert run("tick", "--world", str(world), "--ticks", "2").exit_code == 0
+    fork = orjson.loads(
+        run(
+            "fork", "--world", str(world), "--tick", "2", "--to", str(tmp_path / "f"), "--json"
+        ).stdout
+    )
+    assert (fork["command"], fork["tick"], fork["next_tick"], fork["seed"]) == ("fork", 1, 2, 1)
+    back = orjson.loads(run("rewind", "--world", str(world), "--tick", "2", "--json").stdout)
+    assert (back["command"], back["ok"], back["tick"], back["logs_moved"]) == ("rewind", True, 1, 1)
+    failed = run("init", str(world), "--json")
+    assert failed.exit_code == 2
+    assert orjson.loads(failed.stdout)["error"]["type"] == "InputError"

@@ -371,3 +371,21 @@ async def test_lost_server_chain_is_reset_and_resent(stub_server: StubServer) ->
         ("llm_completed", True, None),
     ]
     assert client.pending_deletions == []  # nothing to delete: the provider lost it
+
+
+@pytest.mark.parametrize("retries", [0, 1, 4])
+async def test_json_max_retries_sets_the_schema_feedback_retries(
+    stub_server: StubServer, retries: int
+) -> None:
+    """``[llm] json_max_retries`` replaces the fixed two schema-feedback retries."""
+    config = Config.model_validate({"llm": {"provider": "openai", "json_max_retries": retries}})
+    adapter = build_stack(config, provider=provider(stub_server), sleep=Sleeps())
+    stub_server.enqueue(*["malformed"] * (retries + 1))
+    with pytest.raises(LLMSchemaError) as info:
+        await run(adapter)
+    assert [a.error_code for a in info.value.attempts] == ["schema_error"] * (retries + 1)
+    assert stub_server.stats.generations == retries + 1
+    # one more answer that fits is taken when the retries allow it
+    stub_server.enqueue(*["malformed"] * retries, None)
+    response = await run(adapter)
+    assert len(response.attempts) == retries + 1

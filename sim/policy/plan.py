@@ -1,0 +1,93 @@
+"""A tick's calls counted ahead, for the estimate ``approve_above_usd`` asks about.
+
+Counted from the world at the start of the tick: intentions one call per character (tools
+mode: up to ``max_tool_steps + 1``), resolution and narrative one per occupied location,
+memory one per character whose memory will overflow, a declared phase one per subject.
+Phases from packages cannot be counted ahead and are named as not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sim.config import Config
+from sim.llm.budget import Cost, price_usage
+from sim.llm.types import Usage
+from sim.phases import PhaseSpec
+from sim.world import World
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPhase:
+    """One LLM phase of the tick: the most calls it will make, on which model."""
+
+    name: str
+    calls: int
+    model: str
+    max_output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """The tick's LLM calls counted ahead (``unplanned``: phases that could not be)."""
+
+    tick: int
+    phases: tuple[PlannedPhase, ...] = ()
+    unplanned: tuple[str, ...] = ()
+
+    @property
+    def calls(self) -> int:
+        return sum(p.calls for p in self.phases)
+
+    def estimate(self, input_tokens: int, prices: Mapping[str, Any]) -> Cost:
+        """The worst case: every planned call with ``input_tokens`` of input and all its
+        phase's ``max_output_tokens``, at ``prices`` (unknown where a model has none)."""
+        total = Cost()
+        for phase in self.phases:
+            usage = Usage(
+                input_tokens=input_tokens * phase.calls,
+                output_tokens=phase.max_output_tokens * phase.calls,
+            )
+            total = total + price_usage(usage, phase.model, prices)
+        return total
+
+
+def _overflowing(world: World) -> int:
+    """Characters whose memory will overflow once this tick's apply adds a cell."""
+    count = 0
+    for char in world.characters.values():
+        memory = char.get("memory") or {}
+        if len(memory.get("cells") or ()) + 1 > int(memory.get("capacity") or 0):
+            count += 1
+    return count
+
+
+def plan_tick(world: World, config: Config, phases: Sequence[PhaseSpec]) -> TickPlan:
+    """Count the calls each phase of the next tick will make at most."""
+    characters = len(world.characters)
+    planned: list[PlannedPhase] = []
+    unplanned: list[str] = []
+    for spec in phases:
+        name = spec.name
+        if name == "apply":
+            continue
+        if name == "intentions":
+            steps = config.phase1.max_tool_steps + 1 if config.phase1.mode == "tools" else 1
+            calls = characters * steps
+        elif name in ("resolution", "narrative"):
+            calls = len(world.characters_at())
+        elif name == "memory":
+            calls = _overflowing(world)
+        elif spec.declared is not None:
+            per = spec.declared.per
+            calls = characters if per == "character" else 1
+            if per == "location":
+                calls = len(world.locations)
+        else:
+            unplanned.append(name)
+            continue
+        phase = config.phase(name)
+        planned.append(PlannedPhase(name, calls, phase.model, phase.max_output_tokens))
+    return TickPlan(world.tick + 1, tuple(planned), tuple(unplanned))
