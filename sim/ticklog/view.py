@@ -224,8 +224,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.request_id:<40} {model!s:<15} "
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
-            f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
-            f"{'  batch' if call.batch_ids else ''}  {_served_by(call)}"
+            f"{cost:>9}  {call.error_code or ''}  {_served_by(call)}  "
+            f"{_tools_called(call.result)}{'  batch' if call.batch_ids else ''}"
         ).rstrip()
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)
         yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
