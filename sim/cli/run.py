@@ -271,9 +271,11 @@ class TerminalApprover:
                 "no terminal",
                 "no terminal to ask: run `sim tick` on a terminal to answer, or pass --yes",
             )
-        click.echo(f"\n{question} [y/N]: ", nl=False, err=True)
         try:
-            with _interruptible():  # Ctrl-C at the prompt interrupts the run (exit 130)
+            # Ctrl-C at the prompt interrupts the run (exit 130); the handler is in place
+            # before the prompt shows, so a Ctrl-C typed at once is not lost
+            with _interruptible():
+                click.echo(f"\n{question} [y/N]: ", nl=False, err=True)
                 answer = input()
         except EOFError:  # Ctrl-D: no
             answer = ""
