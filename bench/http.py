@@ -144,7 +144,7 @@ def engine_tick(
         common.openai.DefaultAsyncHttpxClient = openai.DefaultAioHttpClient  # type: ignore[misc]
     world = tmp / "world"
     make_world(world, characters, max(1, characters // 10), seed=1)
-    os.sync()  # the commit's syncfs should not pay for writing out the generated world
+    os.sync()  # the commit's flushes should not pay for writing out the generated world
     os.environ.setdefault(KEY_ENV, "sk-stub")
     config = load_config(
         cwd=tmp,

@@ -42,8 +42,8 @@ def overhead(characters: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
         world = Path(tmp) / "world"
         make_world(world, characters, max(1, characters // 10), seed=1)
-        # the commit flushes the whole filesystem (syncfs): write the freshly generated
-        # world out first, so the tick does not pay for the benchmark's own set-up
+        # write the freshly generated world out first, so the tick's flushes do not pay
+        # for the benchmark's own set-up
         os.sync()
         config = load_config(cwd=Path(tmp))
         adapter = TimedOffline(seed=1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -177,8 +177,9 @@ def read_optional(root: Path, rel: str, max_bytes: int | None = None) -> bytes |
         return None
 
 
-def write_at(dir_fd: int, name: str, shown: Path, data: bytes) -> None:
-    """Replace a file's content in place (no truncate-to-zero first, no rename)."""
+def write_at(dir_fd: int, name: str, shown: Path, data: bytes, *, sync: bool = False) -> None:
+    """Replace a file's content in place (no truncate-to-zero first, no rename); with
+    ``sync``, flush its data and size to the disk before returning."""
     fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS)
     try:
         view = memoryview(data)
@@ -186,8 +187,38 @@ def write_at(dir_fd: int, name: str, shown: Path, data: bytes) -> None:
         while offset < len(view):
             offset += os.pwrite(fd, view[offset:], offset)
         os.ftruncate(fd, len(data))
+        if sync:
+            os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def write_stream_at(
+    dir_fd: int, name: str, shown: Path, chunks: Iterable[bytes], buffer: int = 1 << 20
+) -> None:
+    """Write ``chunks`` into a new file ``name`` (gathered into writes of about ``buffer``
+    bytes), then fsync it: a large file is written without being built in memory."""
+    fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS | os.O_TRUNC)
+    try:
+        pending: list[bytes] = []
+        size = 0
+        for chunk in chunks:
+            pending.append(chunk)
+            size += len(chunk)
+            if size >= buffer:
+                _write_all(fd, b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            _write_all(fd, b"".join(pending))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def append_file(root: Path, rel: str, data: bytes) -> None:

@@ -1,19 +1,23 @@
 """Storage: load and validate a world folder, commit a tick atomically, lock the world.
 
 Commit protocol (a redo journal, so a crash at any instant leaves tick N or N+1, never a
-mix): every file the tick changes is first written into one journal file, which is
-fsynced and then renamed to ``.sim/journal.json`` — that rename is the commit point. The
-files are then overwritten in place (the journal makes that safe), the filesystem is
-synced once, and the journal removed. ``recover()`` — run under the lock before every tick —
-replays a committed journal and discards an uncommitted one. One journal write and one
-sync per tick keeps saves fast for worlds of thousands of files.
+mix): every file the tick changes is streamed, once serialised, into one journal file,
+which is fsynced and then renamed to ``.sim/journal.json`` — that rename is the commit
+point. The files are then overwritten in place (the journal makes that safe), each one
+fdatasync'ed by the thread that wrote it (only what the commit wrote is flushed, never the
+rest of the filesystem), their folders fsynced, and the journal removed. ``recover()`` —
+run under the lock before every tick — replays a committed journal and discards an
+uncommitted one.
+
+Why not write each file once, to a temporary name, and rename it into place? Measured on
+ext4 with 50,000 files of 3 KB: temp-and-rename took 20–113 s (creating inodes, and ext4
+flushing each replaced file's data on rename), the journal plus in-place overwrites 5.7–6.2 s,
+of which the journal — one sequential write — 0.3 s. The second copy is the cheap one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
 import json
 import os
@@ -74,12 +78,6 @@ class CorruptJournal(UserError):
         )
 
 
-_libc_syncfs: Any = None
-with contextlib.suppress(OSError, AttributeError, TypeError):
-    _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    _libc_syncfs = _libc.syncfs
-
-
 PROMPTS_DIR = "prompts"
 MAX_PROMPT_BYTES = 1024 * 1024
 
@@ -125,14 +123,37 @@ def dump_json(data: Any) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-_WRITE_THREADS = 8
+#: threads writing (and fdatasync'ing) a commit's files: each flush waits on the disk, so
+#: more threads than cores let the filesystem batch them into fewer journal commits
+_WRITE_THREADS = 16
 _PARALLEL_WRITES_FROM = 64
+
+#: first line of a journal in the streamed format (version 2); version 1 was one JSON object
+JOURNAL_MAGIC = b"sim-journal 2\n"
+#: bytes gathered before each write() of the journal
+_JOURNAL_CHUNK = 1 << 20
 
 
 def _overwrite(item: tuple[int, str, Path, bytes]) -> None:
-    """Replace a file's content in place, relative to its (already opened) folder."""
+    """Replace a file's content in place, relative to its (already opened) folder, and
+    flush it to the disk (data and size)."""
     dir_fd, name, shown, data = item
-    safefs.write_at(dir_fd, name, shown, data)
+    safefs.write_at(dir_fd, name, shown, data, sync=True)
+
+
+def journal_chunks(files: Mapping[str, bytes | None]) -> Iterator[bytes]:
+    """The streamed journal (version 2): the magic line, then per file a JSON header line
+    ``{"path": rel, "size": n}`` (``"size": null`` for a deletion) followed by its ``n``
+    bytes and a newline, then ``{"end": count}``. Files are never re-encoded: their bytes
+    go in as they are, so no second copy of the world is built in memory."""
+    yield JOURNAL_MAGIC
+    for rel, data in files.items():
+        size = None if data is None else len(data)
+        yield orjson.dumps({"path": rel, "size": size}) + b"\n"
+        if data is not None:
+            yield data
+            yield b"\n"
+    yield orjson.dumps({"end": len(files)}) + b"\n"
 
 
 # orjson reads integers beyond 64 bits as floats, which would silently change them on save:
@@ -224,18 +245,6 @@ def _shape_problem(raw: bytes, data: dict[str, Any]) -> tuple[str | None, str] |
                 "be lost on save: keep one"
             )
     return None
-
-
-def _sync_filesystem(path: Path) -> None:
-    """Flush everything written on the filesystem holding ``path`` (one syscall)."""
-    if _libc_syncfs is not None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if _libc_syncfs(fd) == 0:
-                return
-        finally:
-            os.close(fd)
-    os.sync()
 
 
 def _describe(err: Mapping[str, Any]) -> str:
@@ -467,13 +476,22 @@ class Storage:
             out["world.json"] = meta
         return out
 
-    def commit(self, world: World, extra: Mapping[str, bytes | None] | None = None) -> list[str]:
+    def commit(
+        self,
+        world: World,
+        extra: Mapping[str, bytes | None] | None = None,
+        *,
+        changed: Mapping[str, bytes] | None = None,
+    ) -> list[str]:
         """Atomically write every changed entity, ``world.json`` and ``extra`` files.
 
         Args:
             world: the mutated world (its ``meta["tick"]`` already advanced).
             extra: more files relative to the world folder: bytes to write, ``None`` to
                 delete; each must be one of ``COMMIT_PATHS``.
+            changed: ``changed_files(world)`` when the caller already has it (the tick
+                computes it once for its log and its commit; serialising 100,000
+                entities twice cost seconds and a second copy of the world in memory).
 
         Returns:
             The relative paths written or deleted.
@@ -483,27 +501,19 @@ class Storage:
             OSError: the disk refused (full, read-only); nothing was committed unless the
                 journal's rename had happened, in which case the next run finishes it.
         """
-        # a committed journal still pending is carried into this one, so its files are
-        # never lost even if the caller skipped recover()
+        # a committed journal still pending (the caller skipped recover()) is carried into
+        # this one, so its files are never lost
         files: dict[str, bytes | None] = self._journal_overlay()
-        files.update(self.changed_files(world))  # paths built from validated ids
-        self._check_rels(extra or {})
+        files.update(self.changed_files(world) if changed is None else changed)
+        self._check_rels(extra or {})  # entity paths are built from validated ids
         files.update(extra or {})
-        journal = {
-            "version": 1,
-            "files": {rel: (None if b is None else b.decode("utf-8")) for rel, b in files.items()},
-        }
-        payload = orjson.dumps(journal)
         with safefs.open_dir(self.root, [SIM_DIR], create=True) as sim_fd:
             tmp_name = JOURNAL_TMP.rsplit("/", 1)[1]
             try:
                 safefs.unlink_at(sim_fd, tmp_name)
-                safefs.write_at(sim_fd, tmp_name, self.root / JOURNAL_TMP, payload)
-                fd = safefs.open_file_at(sim_fd, tmp_name, self.root / JOURNAL_TMP)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                safefs.write_stream_at(
+                    sim_fd, tmp_name, self.root / JOURNAL_TMP, journal_chunks(files), _JOURNAL_CHUNK
+                )
             except BaseException:
                 with contextlib.suppress(OSError):
                     safefs.unlink_at(sim_fd, tmp_name)
@@ -568,14 +578,17 @@ class Storage:
     def _apply(self, files: Mapping[str, bytes | None]) -> None:
         # Files are overwritten in place: the committed journal already makes the tick
         # atomic (recovery rewrites every file from it), and on common filesystems an
-        # in-place write is several times cheaper than write-temp-and-rename. Each folder
-        # is opened once, by descriptor, without following links (sim.safefs).
+        # in-place write is several times cheaper than write-temp-and-rename (see the
+        # module docstring). Each folder is opened once, by descriptor, without following
+        # links (sim.safefs); each file is flushed by the thread that wrote it, and each
+        # folder once, before the journal goes: nothing else on the disk is flushed.
         by_folder: dict[str, list[tuple[str, bytes | None]]] = {}
         for rel, data in files.items():
             folder, _, name = rel.rpartition("/")
             by_folder.setdefault(folder, []).append((name, data))
         with contextlib.ExitStack() as stack:
             writes: list[tuple[int, str, Path, bytes]] = []
+            folders: list[int] = []
             for folder, entries in by_folder.items():
                 parts = folder.split("/") if folder else []
                 creating = any(data is not None for _, data in entries)
@@ -583,6 +596,7 @@ class Storage:
                     dir_fd = stack.enter_context(safefs.open_dir(self.root, parts, create=creating))
                 except FileNotFoundError:
                     continue  # only deletions, in a folder that is not there
+                folders.append(dir_fd)
                 for name, data in entries:
                     if data is None:
                         safefs.unlink_at(dir_fd, name)
@@ -595,7 +609,8 @@ class Storage:
             else:
                 for item in writes:
                     _overwrite(item)
-        _sync_filesystem(self.root)
+            for dir_fd in folders:  # files created or removed: their names, durably
+                os.fsync(dir_fd)
         with safefs.open_dir(self.root, [SIM_DIR]) as sim_fd:
             os.unlink(JOURNAL.rsplit("/", 1)[1], dir_fd=sim_fd)
             os.fsync(sim_fd)
@@ -623,6 +638,27 @@ class Storage:
         return self._validate_journal(raw)
 
     def _validate_journal(self, raw: bytes) -> dict[str, bytes | None]:
+        """The files of a journal in either format, every path checked."""
+        files = (
+            self._parse_streamed_journal(raw)
+            if raw.startswith(JOURNAL_MAGIC)
+            else self._parse_json_journal(raw)
+        )
+        for rel, data in files.items():
+            try:
+                safefs.split_rel(rel)
+                problem = commit_path_problem(rel) or safefs.symlink_on_path(self.root, rel)
+            except UnsafePath as exc:
+                problem = exc.problem
+            if data is None and problem == f"{rel} is a symlink":
+                problem = None  # deleting a link removes the link, never its target
+            if problem is not None:
+                raise CorruptJournal(self.root, f"names an unsafe path: {problem}")
+        return files
+
+    def _parse_json_journal(self, raw: bytes) -> dict[str, bytes | None]:
+        """Version 1 (written by earlier versions of sim): ``{"version": 1, "files":
+        {path: text or null}}``."""
         try:
             journal = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -639,17 +675,41 @@ class Storage:
         for rel, text in journal["files"].items():
             if text is not None and not isinstance(text, str):
                 raise CorruptJournal(self.root, f"{rel!r}: expected text or null")
-            try:
-                safefs.split_rel(rel)
-                problem = commit_path_problem(rel) or safefs.symlink_on_path(self.root, rel)
-            except UnsafePath as exc:
-                problem = exc.problem
-            if text is None and problem == f"{rel} is a symlink":
-                problem = None  # deleting a link removes the link, never its target
-            if problem is not None:
-                raise CorruptJournal(self.root, f"names an unsafe path: {problem}")
             out[rel] = None if text is None else text.encode("utf-8")
         return out
+
+    def _parse_streamed_journal(self, raw: bytes) -> dict[str, bytes | None]:
+        """Version 2 (``journal_chunks``); anything short of its ``end`` line is refused."""
+        out: dict[str, bytes | None] = {}
+        pos = len(JOURNAL_MAGIC)
+        while True:
+            end = raw.find(b"\n", pos)
+            if end < 0:
+                raise CorruptJournal(self.root, "truncated (no end record)")
+            try:
+                head = orjson.loads(raw[pos:end])
+            except orjson.JSONDecodeError as exc:
+                raise CorruptJournal(self.root, f"bad record at byte {pos} ({exc})") from None
+            if not isinstance(head, dict):
+                raise CorruptJournal(self.root, f"bad record at byte {pos}: expected an object")
+            if "end" in head:
+                if head["end"] != len(out) or end + 1 != len(raw):
+                    raise CorruptJournal(self.root, "the end record does not match its files")
+                return out
+            rel, size = head.get("path"), head.get("size")
+            if not isinstance(rel, str) or rel in out:
+                raise CorruptJournal(self.root, f"bad record at byte {pos}: path {rel!r}")
+            if size is None:
+                out[rel] = None
+                pos = end + 1
+                continue
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise CorruptJournal(self.root, f"{rel!r}: expected a size in bytes or null")
+            start, stop = end + 1, end + 1 + size
+            if raw[stop : stop + 1] != b"\n":
+                raise CorruptJournal(self.root, f"{rel!r}: truncated ({size} bytes expected)")
+            out[rel] = raw[start:stop]
+            pos = stop + 1
 
     def pending_journal(self) -> bool:
         """Whether a committed tick is waiting to be written into place."""

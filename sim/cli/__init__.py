@@ -4,10 +4,15 @@ Exit codes: 0 ok, 1 the run failed, 2 bad input or usage, 130 interrupted (Ctrl-
 143 terminated (SIGTERM). No input makes a command print a Python traceback: each command
 maps the errors it expects (``sim.cli.common.errors``), and ``_Main`` turns anything else
 into one line and exit 1 (``SIM_DEBUG=1`` shows the traceback).
+
+Each command's module is imported only when that command runs (or ``--help`` lists them
+all): ``sim tick`` does not pay for the modules of ``sim report``, ``sim sweep`` or the
+stub server at start-up.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Any
@@ -15,12 +20,43 @@ from typing import Any
 import click
 
 from sim import __version__
-from sim.cli import history, intervene, report, research, run, stub, sweep, tune
-from sim.cli.common import os_error_line
+
+#: command name -> (module in sim.cli, attribute): the commands, loaded when used
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tick": ("run", "tick"),
+    "check": ("run", "check"),
+    "log": ("history", "log_"),
+    "replay": ("history", "replay_"),
+    "rewind": ("history", "rewind"),
+    "fork": ("history", "fork"),
+    "tune": ("tune", "tune_"),
+    "usage": ("tune", "usage_"),
+    "report": ("report", "report"),
+    "export": ("research", "export_"),
+    "init": ("research", "init_"),
+    "schema": ("research", "schema_"),
+    "ask": ("research", "ask_"),
+    "inject": ("intervene", "inject_"),
+    "set": ("intervene", "set_"),
+    "sweep": ("sweep", "sweep"),
+    "stub-server": ("stub", "stub_server"),
+}
 
 
 class _Main(click.Group):
-    """The backstop: an error no command expected is one line and exit 1, not a traceback."""
+    """The backstop: an error no command expected is one line and exit 1, not a traceback.
+    Commands are looked up in ``COMMANDS`` and imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(f"sim.cli.{module}"), attr)
+            assert isinstance(command, click.Command) and command.name == cmd_name, cmd_name
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -30,6 +66,8 @@ class _Main(click.Group):
         except OSError as exc:
             if os.environ.get("SIM_DEBUG"):
                 raise
+            from sim.cli.common import os_error_line
+
             click.echo(os_error_line(exc), err=True)
             sys.exit(1)
         except Exception as exc:
@@ -48,26 +86,5 @@ class _Main(click.Group):
 def main() -> None:
     """sim: a tick-based engine for LLM-driven world simulations."""
 
-
-for command in (
-    run.tick,
-    run.check,
-    history.log_,
-    history.replay_,
-    history.rewind,
-    history.fork,
-    tune.tune_,
-    tune.usage_,
-    report.report,
-    research.export_,
-    research.init_,
-    research.schema_,
-    research.ask_,
-    intervene.inject_,
-    intervene.set_,
-    sweep.sweep,
-    stub.stub_server,
-):
-    main.add_command(command)
 
 __all__ = ["main"]

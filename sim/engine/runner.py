@@ -446,9 +446,11 @@ class Runner:
             "usage": result.usage.to_dict(),
             "elapsed": time.perf_counter() - started,
         }
-        extra.update(recorder.commit_files(self.storage, world, extra, totals))
+        changed = self.storage.changed_files(world)  # serialised once: log digest and commit
+        extra.update(recorder.commit_files(self.storage, world, extra, totals, changed))
         commit_started = time.perf_counter()
-        self.storage.commit(world, extra)
+        self.storage.commit(world, extra, changed=changed)
+        del changed
         self.current_tick = None  # an interrupt from here on loses nothing
         recorder.committed()
         store.mark_committed()

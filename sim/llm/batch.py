@@ -36,15 +36,19 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-import httpx2
-import openai
 import orjson
 
-from sim.llm.adapters._openai_errors import map_openai_error, status_error
 from sim.llm.calls import current_call, digest
 from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
+
+if TYPE_CHECKING:
+    import openai
+
+# The SDK (~0.6 s to import) and the error mapping are imported where a batch uses them:
+# the budget prices every call with ``batch_enabled()``, and an offline tick (or any tick
+# without a batch) must not pay for the SDK's import at start-up.
 
 logger = logging.getLogger(__name__)
 
@@ -299,10 +303,14 @@ class BatchSession:
             self._settle(item, error)
 
     def _sdk_error(self, exc: Exception, items: list[_Item]) -> LLMError:
+        from sim.llm.adapters._openai_errors import map_openai_error
+
         first = items[0]
         return map_openai_error(exc, api_key_env=first.api_key_env, model=first.model)
 
     async def _submit_and_wait(self, items: list[_Item]) -> None:
+        import openai
+
         first = items[0]
         client = first.client
         lines = b"".join(
@@ -343,6 +351,8 @@ class BatchSession:
 
     async def _wait(self, batch_id: str, items: list[_Item], *, resumed: bool) -> None:
         """Poll ``batch_id`` until it ends, then answer ``items`` from its files."""
+        import openai
+
         for item in items:
             item.batch_id = batch_id
         if resumed:
@@ -447,6 +457,10 @@ class BatchSession:
 
     def _answer(self, item: _Item, line: Json) -> None:
         """Answer one call from its line, or fail it as its status says."""
+        import httpx2
+
+        from sim.llm.adapters._openai_errors import map_openai_error, status_error
+
         response = line.get("response")
         if isinstance(response, dict):
             status = int(response.get("status_code") or 0)

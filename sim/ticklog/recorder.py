@@ -459,10 +459,14 @@ class TickRecorder:
         world: World,
         store_changes: Mapping[str, bytes | None],
         totals: Mapping[str, Any],
+        changed: Mapping[str, bytes] | None = None,
     ) -> dict[str, bytes | None]:
-        """The marker file that completes the log, to put into the tick's atomic commit."""
+        """The marker file that completes the log, to put into the tick's atomic commit.
+
+        ``changed``: ``storage.changed_files(world)`` if the caller already has it.
+        """
         after = dict(self.before)
-        after.update(storage.changed_files(world))
+        after.update(storage.changed_files(world) if changed is None else changed)
         for rel, data in store_changes.items():
             if not is_state_file(rel):
                 continue

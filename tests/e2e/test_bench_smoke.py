@@ -8,6 +8,8 @@ from pathlib import Path
 from bench.http import cpu_per_call, efficiency
 from bench.make_world import make_world
 from bench.offline import depth_cost, overhead
+from bench.process import efficiency as process_efficiency
+from bench.process import imports, scale
 from sim.storage import Storage
 
 
@@ -46,3 +48,19 @@ def test_http_scenarios_report_their_figures() -> None:
         assert all(value > 0 for value in cpu["us_per_call"].values())
         assert cpu["ratio"]["bare_default"] == 1.0 and cpu["ratio"]["engine"] > 0
     assert os.environ.get("SSL_CERT_FILE") == before  # the https run's setting is undone
+
+
+def test_whole_process_scenarios_report_their_figures() -> None:
+    """Scenarios 5 and 6 at tiny sizes: ``sim tick`` child processes, offline and against
+    a stub server process (no timing asserts)."""
+    run = scale(40)
+    assert run["calls"] >= 40 + 2 * 4
+    assert run["wall_s"] > 0 and run["cpu_s"] > 0 and run["peak_rss_mib"] > 0
+    assert {"load", "commit"} <= set(run["timings"])
+    found = imports(runs=1)["import_cpu_s"]
+    assert set(found) == {"cli", "offline tick", "openai tick"}
+    assert all(seconds >= 0 for seconds in found.values())
+    whole = process_efficiency(20, 0.01, 8)
+    assert whole["calls"] >= 20 + 2 * 2 and whole["ideal_s"] > 0
+    assert whole["process_wall_s"] >= whole["tick_wall_s"] > 0
+    assert 0 < whole["process_efficiency"] <= whole["tick_efficiency"]

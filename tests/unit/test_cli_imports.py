@@ -3,9 +3,14 @@ when it runs, so the runner, replay and the stub server stay unloaded."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import click
+
+import sim.cli
 from sim.analysis.usage import BY_CHOICES
 from sim.cli import stub, tune
 from sim.testing.stub_server import RANDOM_FAULTS
@@ -51,3 +56,53 @@ def test_running_a_command_loads_what_it_needs() -> None:
 def test_the_options_restated_for_speed_match_their_sources() -> None:
     assert stub.DEFAULT_FAULTS == RANDOM_FAULTS
     assert tune.BY_CHOICES == BY_CHOICES
+
+
+REPO = Path(__file__).resolve().parents[2]
+COMMAND_MODULES = {f"sim.cli.{module}" for module, _ in sim.cli.COMMANDS.values()}
+
+
+def loaded_everything_after(code: str, cwd: Path | None = None) -> set[str]:
+    """Every module (not only sim's) a fresh Python has loaded after running ``code``."""
+    script = f"import sys\n{code}\nprint(' '.join(sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=cwd,
+    )
+    return set(done.stdout.splitlines()[-1].split())
+
+
+def test_importing_the_cli_loads_no_command_and_no_config_models() -> None:
+    """Each command's module (and pydantic, which the config's models need) loads only
+    when a command runs: ``sim tick`` pays for no other command's imports."""
+    loaded = loaded_everything_after("import sim.cli")
+    assert not loaded & COMMAND_MODULES, sorted(loaded & COMMAND_MODULES)
+    assert "pydantic" not in loaded and "sim.config" not in loaded
+
+
+def test_an_offline_tick_loads_only_its_own_command_and_no_http_sdk(tmp_path: Path) -> None:
+    world = tmp_path / "demo"
+    shutil.copytree(REPO / "worlds" / "demo", world, ignore=shutil.ignore_patterns(".sim"))
+    loaded = loaded_everything_after(
+        "from sim.cli import main\n"
+        f"try:\n    main(['tick', '--world', {str(world)!r}])\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code",
+        cwd=tmp_path,
+    )
+    assert "sim.engine.runner" in loaded  # the control: the tick ran here
+    assert (tmp_path / "demo" / ".sim").is_dir()
+    assert loaded & COMMAND_MODULES == {"sim.cli.run"}
+    sdk = {"openai", "httpx2", "httpcore2", "anyio", "anthropic", "google"}
+    assert not loaded & sdk, sorted(loaded & sdk)
+
+
+def test_every_lazy_command_is_reachable() -> None:
+    from sim.cli import COMMANDS, main
+
+    for name in COMMANDS:
+        command = main.get_command(click.Context(main), name)
+        assert command is not None and command.name == name

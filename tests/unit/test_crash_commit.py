@@ -110,8 +110,6 @@ def install():
         setattr(os, name, wrap(f"os.{name}", getattr(os, name)))
     for name in ("write", "pwrite"):
         setattr(os, name, torn_write(f"os.{name}", getattr(os, name)))
-    if st._libc_syncfs is not None:
-        st._libc_syncfs = wrap("syncfs", st._libc_syncfs)
 
     real_open = builtins.open
 

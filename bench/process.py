@@ -1,0 +1,181 @@
+"""Whole-process benchmarks: ``sim tick`` as a user runs it, start-up included.
+
+``python -m bench.process scale N`` — one offline tick of a fresh N-character world
+(``bench/make_world.py``, locations = N / 10) by a ``sim tick`` child process: its wall
+time from spawn to exit, its CPU and its peak RSS (``wait4``), and the tick's own timings.
+
+``python -m bench.process imports`` — CPU seconds a fresh Python spends importing what
+``sim tick`` needs (the best of several runs, less a bare interpreter's start-up).
+
+``python -m bench.process efficiency N LATENCY CONCURRENCY`` — one tick of N characters by a
+``sim tick`` child process with provider ``openai`` against ``sim stub-server`` at LATENCY:
+ideal (Σ over phases ⌈calls / concurrency⌉ × latency) / the whole process's wall time.
+
+Each prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.make_world import make_world
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY_ENV = "SIM_BENCH_STUB_KEY"
+
+
+def run_child(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``args``; its wall time (spawn to exit), CPU and peak RSS from ``wait4``."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=env or dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{err.decode()[-3000:]}")
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+        "stdout": out.decode(),
+    }
+
+
+def sim_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sim", *args]
+
+
+def child_env() -> dict[str, str]:
+    """The children's environment: sim importable, the stub's key, and bytecode caches
+    on as for any installed program (``PYTHONDONTWRITEBYTECODE`` would make every start
+    compile sim's modules from source again, ~0.2 s)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{KEY_ENV: "sk-stub"})
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def compile_sim() -> None:
+    """Write sim's bytecode caches once, so that no measured start-up compiles them."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "sim")],
+        check=True,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def tick_document(stdout: str) -> dict[str, Any]:
+    """The ``--json`` document of the (one) tick."""
+    doc: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return doc
+
+
+def scale(characters: int) -> dict[str, Any]:
+    """One offline tick of a fresh world by a ``sim tick`` process."""
+    with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        world = Path(tmp) / "world"
+        make_world(world, characters, max(1, characters // 10), seed=1)
+        os.sync()  # the generated world on disk first: the tick does not pay for it
+        run = run_child(
+            sim_command("tick", "--world", str(world), "--json"), Path(tmp), child_env()
+        )
+    doc = tick_document(run.pop("stdout"))
+    return {"characters": characters, "calls": doc["calls"], "timings": doc["timings"], **run}
+
+
+#: what ``sim tick`` imports, by provider (the modules it loads to run a tick)
+IMPORTS = {
+    "cli": "import sim.cli",
+    "offline tick": "import sim.cli.run, sim.engine.runner, sim.offline.adapter",
+    "openai tick": "import sim.cli.run, sim.engine.runner, sim.llm.adapters.openai",
+}
+
+
+def import_seconds(code: str, runs: int = 5) -> float:
+    """The least CPU over ``runs`` fresh Pythons running ``code``, less a bare start-up."""
+
+    def best(source: str) -> float:
+        return min(
+            run_child([sys.executable, "-c", source], ROOT, child_env())["cpu_s"]
+            for _ in range(runs)
+        )
+
+    return max(best(code) - best("pass"), 0.0)
+
+
+def imports(runs: int = 5) -> dict[str, Any]:
+    return {"import_cpu_s": {name: import_seconds(code, runs) for name, code in IMPORTS.items()}}
+
+
+def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, Any]:
+    """The whole ``sim tick`` process against the stub server, ideal / wall."""
+    from bench.http import stub_server
+
+    with stub_server(latency) as stub, tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        world = Path(tmp) / "world"
+        make_world(world, characters, max(1, characters // 10), seed=1)
+        (Path(tmp) / "config.toml").write_text(
+            "[llm]\n"
+            'provider = "openai"\n'
+            f'base_url = "{stub.url}"\n'
+            f'api_key_env = "{KEY_ENV}"\n'
+            f"max_concurrency = {concurrency}\n",
+            encoding="utf-8",
+        )
+        os.sync()
+        run = run_child(
+            sim_command("tick", "--world", str(world), "--json"), Path(tmp), child_env()
+        )
+    doc = tick_document(run.pop("stdout"))
+    if doc["failures"]:
+        raise SystemExit(f"{doc['failures']} calls failed")
+    ideal = sum(math.ceil(p["calls"] / concurrency) * latency for p in doc["phases"])
+    tick = doc["elapsed"]
+    return {
+        "characters": characters,
+        "latency_s": latency,
+        "concurrency": concurrency,
+        "calls": doc["calls"],
+        "ideal_s": ideal,
+        "process_wall_s": run["wall_s"],
+        "tick_wall_s": tick,
+        "outside_tick_s": run["wall_s"] - tick,
+        "process_efficiency": ideal / run["wall_s"],
+        "tick_efficiency": ideal / tick,
+        "cpu_s": run["cpu_s"],
+    }
+
+
+def main() -> None:
+    kind = sys.argv[1]
+    compile_sim()
+    if kind == "scale":
+        out = scale(int(sys.argv[2]))
+    elif kind == "imports":
+        out = imports()
+    elif kind == "efficiency":
+        out = efficiency(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+    else:
+        raise SystemExit(f"unknown benchmark {kind!r}: scale, imports or efficiency")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

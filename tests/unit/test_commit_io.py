@@ -1,0 +1,186 @@
+"""What a commit writes and flushes, and how much memory it takes beyond the world.
+
+A real world folder under ``tmp_path`` and the real ``Storage``; the only patches observe
+(count or copy) the filesystem calls a commit makes, then let them run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim import safefs
+from sim.config import load_config
+from sim.engine.runner import Runner
+from sim.storage import JOURNAL_MAGIC, CorruptJournal, Storage, dump_json
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "worlds" / "demo"
+
+
+def demo(tmp_path: Path) -> Path:
+    root = tmp_path / "demo"
+    shutil.copytree(DEMO, root, ignore=shutil.ignore_patterns(".sim"))
+    return root
+
+
+def journal_copy(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[bytes]:
+    """Copies of every journal a commit renames into place (its commit point)."""
+    copies: list[bytes] = []
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if str(dst).endswith("journal.json"):
+            copies.append((root / ".sim" / "journal.tmp").read_bytes())
+        real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return copies
+
+
+def mutate_every_character(storage: Storage) -> Any:
+    world = storage.load()
+    for char in world.characters.values():
+        char["state"]["mood"] = "changed"
+    world.meta["tick"] += 1
+    return world
+
+
+def test_a_commit_writes_each_changed_file_once_in_place_and_once_in_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = demo(tmp_path)
+    storage = Storage(root)
+    world = mutate_every_character(storage)
+    expected = storage.changed_files(world)
+    assert len(expected) == len(world.characters) + 1  # and world.json
+
+    writes: Counter[str] = Counter()
+    real_write_at = safefs.write_at
+
+    def write_at(dir_fd: int, name: str, shown: Path, data: bytes, **kw: Any) -> None:
+        writes[Path(shown).relative_to(root).as_posix()] += 1
+        real_write_at(dir_fd, name, shown, data, **kw)
+
+    monkeypatch.setattr(safefs, "write_at", write_at)
+    journals = journal_copy(monkeypatch, root)
+    assert storage.commit(world) == sorted(expected)
+
+    assert writes == Counter(dict.fromkeys(expected, 1))  # each file once, in place
+    (journal,) = journals
+    assert journal.startswith(JOURNAL_MAGIC)
+    recorded = storage._validate_journal(journal)
+    assert recorded == expected  # each file once in the journal, bytes as written
+    for rel, data in expected.items():
+        assert (root / rel).read_bytes() == data
+        assert journal.count(data) == 1
+
+
+def test_a_commit_flushes_only_the_files_it_wrote_never_the_whole_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sync``/``syncfs`` would also flush every other process's writes on that disk."""
+    root = demo(tmp_path)
+    storage = Storage(root)
+    world = mutate_every_character(storage)
+    expected = storage.changed_files(world)
+
+    def refuse(*args: Any) -> None:
+        raise AssertionError("the commit flushed the whole filesystem")
+
+    monkeypatch.setattr(os, "sync", refuse)
+    flushed: list[str] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    storage.commit(world)
+    assert sorted(Path(p).relative_to(root.resolve()).as_posix() for p in flushed) == sorted(
+        expected
+    )
+
+
+def test_a_tick_serialises_its_changed_files_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tick log's state digest and the commit share one ``changed_files``."""
+    root = demo(tmp_path)
+    calls: list[int] = []
+    real = Storage.changed_files
+
+    def counted(self: Storage, world: Any) -> dict[str, bytes]:
+        calls.append(world.tick)
+        return real(self, world)
+
+    monkeypatch.setattr(Storage, "changed_files", counted)
+    Runner(root, load_config(cwd=tmp_path)).run(2)
+    assert calls == [1, 2]
+
+
+def test_a_commit_does_not_build_a_second_copy_of_the_changed_files(tmp_path: Path) -> None:
+    """The journal is streamed from the serialised files, not built as one document: the
+    memory a commit allocates beyond the files it was given stays well under their size
+    (the JSON journal built from decoded text took about twice their size)."""
+    root = demo(tmp_path)
+    storage = Storage(root)
+    world = storage.load()
+    template = next(iter(world.characters.values()))
+    for i in range(800):  # ~6 MB of character files
+        cid = f"extra{i:03d}"
+        char: dict[str, Any] = {
+            **template,
+            "identity": {**template["identity"], "id": cid},
+            "state": {**template["state"], "notes": "x" * 6000},
+        }
+        (root / "characters" / f"{cid}.json").write_bytes(dump_json(char))
+    world = mutate_every_character(storage)
+    changed = storage.changed_files(world)
+    total = sum(len(data) for data in changed.values())
+    assert total > 5_000_000
+
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        storage.commit(world, changed=changed)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < total / 2, (peak, total)
+    assert Storage(root).load().characters["extra000"]["state"]["mood"] == "changed"
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        pytest.param(lambda j: j[:-3], id="truncated end"),
+        pytest.param(lambda j: j[: len(j) // 2], id="cut in a file"),
+        pytest.param(lambda j: j.replace(b'"size":', b'"size":1', 1), id="wrong size"),
+        pytest.param(lambda j: j + b"extra", id="bytes after the end"),
+    ],
+)
+def test_a_damaged_streamed_journal_is_refused_not_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: Any
+) -> None:
+    root = demo(tmp_path)
+    storage = Storage(root)
+    world = mutate_every_character(storage)
+    before = {p: p.read_bytes() for p in (root / "characters").iterdir()}
+    with monkeypatch.context() as m:
+        journals = journal_copy(m, root)
+        storage.commit(world)
+    for path, data in before.items():
+        path.write_bytes(data)  # back to tick 0, a damaged journal pending
+    (root / ".sim" / "journal.json").write_bytes(cut(journals[0]))
+    with pytest.raises(CorruptJournal), storage.lock():
+        storage.recover()
+    assert {p: p.read_bytes() for p in (root / "characters").iterdir()} == before
