@@ -419,6 +419,96 @@ def scenario_pool(smoke: bool) -> list[str]:
     return lines
 
 
+#: scenario 8's targets: KB per character-tick, and per command (seconds, MiB)
+HISTORY_KB = 2.0
+HISTORY_TARGETS = {
+    "log --tick all": (0.5, 150),
+    "usage --by entity": (0.5, 150),
+    "usage --by phase": (0.5, 150),
+    "check": (0.5, 150),
+    "report": (2.0, None),
+}
+
+
+def scenario_history(smoke: bool) -> list[str]:
+    """Long histories: log size per character-tick, and reading a long history."""
+    import tempfile
+
+    characters, ticks, times = (20, 3, 2) if smoke else (500, 100, 10)
+    repeats = 1 if smoke else REPEATS
+    with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        world, longer = Path(tmp) / "world", Path(tmp) / "longer"
+        args = ("--characters", str(characters), "--ticks", str(ticks))
+        built = child("history", "build", str(world), *args)
+        near = repeated(repeats, "history", "measure", str(world))
+        child("history", "copies", str(world), str(longer), "--times", str(times))
+        quick = ("--only", "log --tick all", "--only", "check")
+        far = repeated(repeats, "history", "measure", str(longer), *quick)
+        base = repeated(repeats, "history", "startup")
+    return history_lines(built, near, far, base, times)
+
+
+def _median_commands(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``runs``' first result with each command's figures from its run of median wall."""
+    out = dict(runs[0])
+    out["commands"] = {
+        name: median_run([r["commands"][name] for r in runs], "wall_s")
+        for name in runs[0]["commands"]
+    }
+    return out
+
+
+def history_lines(
+    built: dict[str, Any],
+    near_runs: list[dict[str, Any]],
+    far_runs: list[dict[str, Any]],
+    base_runs: list[dict[str, Any]],
+    times: int,
+) -> list[str]:
+    """Scenario 8's section from its measurements (medians of the repeated runs)."""
+    r, far = _median_commands(near_runs), _median_commands(far_runs)
+    base = median_run(base_runs, "wall_s")
+    characters, ticks = built["characters"], built["ticks"]
+    lines = [
+        f"## 8. Long histories: {characters:,} characters × {ticks:,} ticks, offline",
+        "",
+        f"History built offline in {built['build_s']:.0f} s (`bench/history.py build`). Each "
+        "command below is its own `sim` process; time is wall (CPU in brackets) and peak "
+        f"RSS is that process's (`os.wait4`); each is the run of median wall of "
+        f"{len(near_runs)}. A `sim` process that reads nothing (`sim log --help`) takes "
+        f"{base['wall_s']:.2f} s ({base['cpu_s']:.2f} s CPU) and "
+        f"{base['peak_rss_mib']:.0f} MiB: start-up, in every figure below.",
+        "",
+        f"- Tick log on disk: {r['kb_per_character_tick']:.2f} KB per character-tick "
+        f"(logs {r['log_bytes'] / 2**20:.1f} MiB + summaries "
+        f"{r['summary_bytes'] / 2**20:.1f} MiB); target ≤ {HISTORY_KB} KB → ratio "
+        f"{ratio(HISTORY_KB, r['kb_per_character_tick'])}.",
+        "",
+        f"| command | wall (CPU) at {ticks:,} ticks | peak RSS | target | "
+        f"at {ticks * times:,} ticks |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
+    for name, (seconds, mib) in HISTORY_TARGETS.items():
+        m = r["commands"][name]
+        f = far["commands"].get(name)
+        target = f"≤ {seconds:g} s" + (f", ≤ {mib} MiB" if mib else "")
+        if "page_mb" in m:
+            target += ", page ≤ 5 MB"
+            name = f"{name} (page {m['page_mb']:.1f} MB)"
+        at_far = f"{f['wall_s']:.2f} s ({f['cpu_s']:.2f} s)" if f else "—"
+        lines.append(
+            f"| `sim {name}` | {m['wall_s']:.2f} s ({m['cpu_s']:.2f} s) "
+            f"| {m['peak_rss_mib']:.0f} MiB | {target} | {at_far} |"
+        )
+    lines += [
+        "",
+        f"The {ticks * times:,}-tick column is the same history repeated {times}× under later "
+        "tick numbers (hard links; timing the readers only).",
+        "",
+    ]
+    return lines
+
+
 #: scenario 5's world sizes (characters); the second is 10× the first
 SCALE_SIZES = (10_000, 100_000)
 SCALE_SMOKE = (200, 2_000)
@@ -550,6 +640,7 @@ SCENARIOS: dict[str, Callable[[bool], list[str]]] = {
     "scale": scenario_scale,
     "startup": scenario_startup,
     "pool": scenario_pool,
+    "history": scenario_history,
 }
 
 
@@ -575,6 +666,8 @@ def sections(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
 def splice(old: str, body: list[str], names: list[str], load: str) -> str:
     """``old`` RESULTS.md with the sections in ``body`` replaced (or added, in order) and
     a note in the header of what was re-run, when and where."""
+    # the real-model block is kept apart and put back last by ``main``
+    old = old.partition("<!-- real-model:start -->")[0]
     head, old_sections = sections(old.splitlines())
     _, new_sections = sections(body)
     merged = dict(old_sections)

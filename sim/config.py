@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,7 +32,7 @@ from pydantic import (
 )
 
 from sim.errors import InputError
-from sim.llm.types import CallSettings, StructuredOutput
+from sim.llm.types import CallSettings, ModelTarget, StructuredOutput
 
 PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4")
 PHASE_ALIASES = {
@@ -56,6 +57,8 @@ ENDPOINT_KEYS = frozenset({"provider", "base_url", "api_key_env"})
 #: under ``[providers.*]``: a world's config may not set them on its own
 ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers"}
 ROUTING_TABLES = frozenset({"providers"})
+#: a ``[providers.NAME]`` name: what a qualified model string starts with (``local/qwen``)
+PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
 
 
 def _distinct_urls(value: str | tuple[str, ...]) -> str | tuple[str, ...]:
@@ -131,6 +134,23 @@ class LLMConfig(_Strict):
 
 #: providers whose wire format the Batch API takes (``[llm] batch``)
 BATCH_PROVIDERS = ("openai", "chat")
+
+
+class ProviderConfig(_Strict):
+    """``[providers.NAME]``: a named endpoint, used by qualified models (``NAME/model``).
+
+    Unset optional keys take ``[llm]``'s value; ``api_key_env`` left empty is the kind's
+    own variable (``OPENAI_API_KEY``, ``GEMINI_API_KEY``, ``ANTHROPIC_API_KEY``).
+    """
+
+    kind: str
+    base_url: BaseUrl = ""
+    api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+    #: how a ``chat`` endpoint is asked for the schema; unset: the phase's (or [llm]'s)
+    structured_output: StructuredOutput | None = None
+    max_concurrency: int | None = Field(None, ge=1, le=10_000)
+    requests_per_minute: int | None = Field(None, ge=0)
+    tokens_per_minute: int | None = Field(None, ge=0)
 
 
 class BudgetConfig(_Strict):
@@ -226,7 +246,10 @@ class PolicyConfig(_Strict):
 
 
 class HistoryConfig(_Strict):
+    #: logs of the last N ticks are kept (0: all)
     keep_ticks: int = Field(0, ge=0)
+    #: gzip level of a committed tick's log (1 fastest .. 9 smallest; 0 leaves it plain)
+    compress_level: int = Field(6, ge=0, le=9)
 
 
 class LimitsConfig(_Strict):
@@ -269,11 +292,14 @@ class DeclaredPhaseConfig(PhaseConfig):
 
 
 VerbName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+ProviderName = Annotated[str, StringConstraints(pattern=PROVIDER_NAME_PATTERN)]
 
 
 class Config(_Strict):
     llm: LLMConfig = LLMConfig()
     budget: BudgetConfig = BudgetConfig()
+    #: named endpoints (``[providers.local]``), for ``local/<model>`` model strings
+    providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
     phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=400)
     phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
@@ -303,6 +329,19 @@ class Config(_Strict):
             return value
         name = section.removeprefix("phases.")
         return self.phases.get(name) or DeclaredPhaseConfig()
+
+    def call_settings(self, section: str) -> CallSettings:
+        """A phase's call settings with its models resolved to where they run: the
+        primary's endpoint in ``provider``, the fallbacks as ``ModelTarget``s,
+        deduplicated by (provider, normalised model)."""
+        phase = self.phase(section)
+        primary, *fallbacks = routing(self).candidates(section)
+        return replace(
+            phase.settings(self.llm),
+            model=primary.model,
+            provider=primary.provider,
+            fallback_models=tuple(fallbacks),
+        )
 
     def with_phase(self, section: str, **update: Any) -> Config:
         """A copy with one phase's settings changed (``sim tune``)."""
@@ -457,6 +496,12 @@ def _problems(
             )
             > 1
         ]
+        if config.llm.batch:  # a named endpoint keeps no server chains, but it batches
+            pooled += [
+                f"providers.{name}.base_url"
+                for name, named in config.providers.items()
+                if len(base_urls(named.base_url)) > 1
+            ]
         why = (
             "a list of servers cannot keep server-side chains (a response id is known "
             'only to the server that made it); use chain_mode = "window" with a pool'
@@ -487,6 +532,24 @@ def _problems(
                     source,
                     f"{section}.provider",
                     f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
+                )
+            )
+    for name, spec in config.providers.items():
+        if name in PROVIDERS or name == "replay":
+            problems.append(
+                InputError(
+                    source,
+                    f"providers.{name}",
+                    f"{name!r} is a provider kind ({name}/model already means it); "
+                    "give the endpoint another name",
+                )
+            )
+        if spec.kind not in PROVIDERS:
+            problems.append(
+                InputError(
+                    source,
+                    f"providers.{name}.kind",
+                    f"unknown kind {spec.kind!r}; expected one of: {', '.join(PROVIDERS)}",
                 )
             )
     for verb in config.actions:
@@ -566,6 +629,65 @@ def _untrusted_routing(
                 "--trust-world-config if you trust this world",
             )
         )
+    return problems
+
+
+def _phase_layers(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Section -> settings of every phase section a raw config layer sets."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for section in PHASE_SECTIONS:
+        if isinstance(data.get(section), Mapping):
+            out[section] = data[section]
+    declared = data.get("phases")
+    if isinstance(declared, Mapping):
+        for name, value in declared.items():
+            if isinstance(value, Mapping):
+                out[f"phases.{name}"] = value
+    return out
+
+
+def _untrusted_models(
+    world: Mapping[str, Any],
+    users: Mapping[str, Any],
+    source: Path,
+    flags: Mapping[str, Any],
+) -> list[InputError]:
+    """A problem for each model string in the world's config qualified with an endpoint the
+    user did not choose: a kind other than ``offline`` and the user's ``[llm] provider``
+    (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A provider name only the
+    world declares is reported by its ``[providers.*]`` table (``_untrusted_routing``)."""
+    chosen_kind = _lookup(flags, "llm.provider")  # --provider, else the user's config
+    if chosen_kind is _MISSING:
+        chosen_kind = _lookup(users, "llm.provider")
+    declared = users.get("providers")
+    chosen_names = set(declared) if isinstance(declared, Mapping) else set()
+    problems: list[InputError] = []
+    for section, settings in _phase_layers(world).items():
+        for key in ("model", "fallback_models"):
+            if key not in settings or _lookup(flags, f"{section}.{key}") is not _MISSING:
+                continue
+            value = settings[key]
+            names = [value] if isinstance(value, str) else value
+            if not isinstance(names, (list, tuple)):
+                continue  # a type error, reported by validation
+            for name in names:
+                if not isinstance(name, str):
+                    continue
+                head, slash, rest = name.strip().partition("/")
+                if not slash or not rest.strip() or head in chosen_names:
+                    continue
+                if head not in PROVIDERS or head in ("offline", chosen_kind):
+                    continue  # a bare name, or an endpoint the user's config chose
+                problems.append(
+                    InputError(
+                        source,
+                        f"{section}.{key}",
+                        f"{name!r} runs on {head!r}, an endpoint your config does not use: "
+                        "a world's config may not change where requests go or which "
+                        "credential they carry; set it in your own config (--config or "
+                        "./config.toml) or pass --trust-world-config if you trust this world",
+                    )
+                )
     return problems
 
 
@@ -668,6 +790,7 @@ def load_config(
         layer = _read_world_toml(path) if is_world else _read_toml(path)
         if is_world and not trust_world_config:  # the user's layers and flags decide
             problems.extend(_untrusted_routing(layer, data, path, overrides or {}))
+            problems.extend(_untrusted_models(layer, data, path, overrides or {}))
             problems.extend(_untrusted_policy(layer, data, path))
         merged = _merge(data, layer)
         # each layer on top of the defaults alone: a problem is reported once, by its file
@@ -707,14 +830,28 @@ def endpoint(config: Config) -> tuple[str, str | None]:
 
 
 def phase_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
-    """Phase name -> (url, key variable) for each phase sending elsewhere than [llm]."""
+    """Phase name -> (url, key variable) for each phase whose model runs elsewhere than
+    [llm]'s endpoint (its own ``provider``/``base_url``, or a qualified model)."""
     main = endpoint(config)
+    table = routing(config)
     out: dict[str, tuple[str, str | None]] = {}
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
-        where = _describe_endpoint(*config.phase(section).endpoint(config.llm))
+        spec = table.endpoints[table.candidates(section)[0].provider]
+        where = _describe_endpoint(spec.kind, spec.base_url, spec.api_key_env)
         if where != main:
             out[section_name(section)] = where
     return out
+
+
+def named_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
+    """Endpoint name -> (url, key variable) of every endpoint the phases' models (fallback
+    models included) use besides [llm]'s: what ``sim check`` lists."""
+    table = routing(config)
+    return {
+        spec.name: _describe_endpoint(spec.kind, spec.base_url, spec.api_key_env)
+        for spec in table.used()
+        if spec.name != table.default
+    }
 
 
 def _describe_endpoint(
@@ -742,3 +879,219 @@ def _describe_endpoint(
 def redacted(config: Config) -> dict[str, Any]:
     """The config as plain data, safe to log (holds no secrets by construction)."""
     return config.model_dump(mode="json", by_alias=True)
+
+
+# -- where a model runs -------------------------------------------------------------------
+
+#: each kind's own key variable (``[llm] api_key_env``'s default names OpenAI's)
+KIND_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "chat": "OPENAI_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "offline": "",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """One endpoint requests can go to, resolved from the config: ``[llm]``'s (named by its
+    kind), a kind's SDK default, a ``[providers.NAME]``, or a phase's own
+    ``provider``/``base_url``/``api_key_env`` (named ``KIND@SECTION``)."""
+
+    name: str
+    kind: str
+    #: one server, or a pool's (``sim.llm.pool``)
+    base_url: str | tuple[str, ...] = ""
+    api_key_env: str = ""
+    #: the endpoint's own structured-output form (``None``: the phase's)
+    structured_output: StructuredOutput | None = None
+    max_concurrency: int = 16
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+
+    def where(self) -> tuple[str, str | tuple[str, ...], str]:
+        """What makes two endpoints the same connection: kind, server and key variable."""
+        return self.kind, self.base_url, self.api_key_env
+
+
+def own_key_env(kind: str, key_env: str) -> str:
+    """``key_env`` for ``kind``, with the built-in default (OpenAI's variable) read as
+    the kind's own (``GEMINI_API_KEY`` for gemini)."""
+    if not key_env or (key_env == KIND_KEY_ENV["openai"] and kind in ("gemini", "anthropic")):
+        return KIND_KEY_ENV.get(kind, "")
+    return key_env
+
+
+def normalised_model(model: str) -> str:
+    """A model name as candidates are compared: case and surrounding whitespace ignored."""
+    return model.strip().casefold()
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Every endpoint the config's phases use, and each phase's candidate models.
+
+    Built by ``routing(config)``; ``sim.llm.stack`` builds one adapter stack per endpoint.
+    """
+
+    default: str
+    endpoints: dict[str, EndpointSpec]
+    phases: dict[str, tuple[ModelTarget, ...]] = field(default_factory=dict)
+
+    def candidates(self, section: str) -> tuple[ModelTarget, ...]:
+        """A phase's model, then its fallback models, each once. A Python phase without a
+        ``[phases.<name>]`` section has the default model on the default endpoint."""
+        found = self.phases.get(PHASE_ALIASES.get(section, section))
+        return found or (ModelTarget(self.default, DeclaredPhaseConfig().model),)
+
+    def used(self) -> list[EndpointSpec]:
+        """The default endpoint and every endpoint a phase's candidates name, in order."""
+        names = dict.fromkeys(
+            [self.default, *(t.provider for ts in self.phases.values() for t in ts)]
+        )
+        return [self.endpoints[name] for name in names]
+
+
+def llm_endpoint(config: Config) -> EndpointSpec:
+    """``[llm]``'s endpoint, named by its kind."""
+    llm = config.llm
+    return EndpointSpec(
+        llm.provider,
+        llm.provider,
+        llm.base_url,
+        own_key_env(llm.provider, llm.api_key_env),
+        None,
+        llm.max_concurrency,
+        llm.requests_per_minute,
+        llm.tokens_per_minute,
+    )
+
+
+def kind_endpoint(config: Config, kind: str) -> EndpointSpec:
+    """``KIND/`` as a prefix: ``[llm]``'s endpoint when it is of that kind, else the kind's
+    SDK default (its default server and key variable) with ``[llm]``'s pacing."""
+    if kind == config.llm.provider:
+        return llm_endpoint(config)
+    llm = config.llm
+    return EndpointSpec(
+        kind,
+        kind,
+        "",
+        KIND_KEY_ENV.get(kind, ""),
+        None,
+        llm.max_concurrency,
+        llm.requests_per_minute,
+        llm.tokens_per_minute,
+    )
+
+
+def named_endpoint(config: Config, name: str) -> EndpointSpec:
+    """``[providers.NAME]``, its unset keys taken from ``[llm]``."""
+    spec = config.providers[name]
+    llm = config.llm
+
+    def pick(value: int | None, default: int) -> int:
+        return default if value is None else value
+
+    return EndpointSpec(
+        name,
+        spec.kind,
+        spec.base_url,
+        own_key_env(spec.kind, spec.api_key_env),
+        spec.structured_output,
+        pick(spec.max_concurrency, llm.max_concurrency),
+        pick(spec.requests_per_minute, llm.requests_per_minute),
+        pick(spec.tokens_per_minute, llm.tokens_per_minute),
+    )
+
+
+def phase_home(config: Config, section: str) -> EndpointSpec:
+    """Where a phase's bare model names run: ``[llm]``'s endpoint, unless the phase sets
+    ``provider``/``base_url``/``api_key_env`` (sugar for an endpoint of its own, named
+    ``KIND@SECTION``, or the kind's endpoint when it is the same connection)."""
+    phase = config.phase(section)
+    main = llm_endpoint(config)
+    if not (phase.provider or phase.base_url or phase.api_key_env):
+        return main
+    kind, base_url, key_env = phase.endpoint(config.llm)
+    key_env = own_key_env(kind, key_env)
+    if (kind, base_url, key_env) == main.where():
+        return main
+    same_kind = kind_endpoint(config, kind)
+    if (kind, base_url, key_env) == same_kind.where():
+        return same_kind
+    return replace(same_kind, name=f"{kind}@{section}", base_url=base_url, api_key_env=key_env)
+
+
+def resolve_model(config: Config, name: str, home: EndpointSpec | None = None) -> ModelTarget:
+    """Where a model string runs (the rule ``docs/providers.md`` documents).
+
+    ``NAME/model`` with ``NAME`` a ``[providers.NAME]`` runs on that endpoint; ``KIND/model``
+    with ``KIND`` one of ``PROVIDERS`` on the nearest endpoint of that kind (``home``'s,
+    else ``[llm]``'s, else the kind's SDK default). Anything else, including a name whose
+    first segment is neither (``meta-llama/Llama-3-8B``, ``models/gemini-2.5-flash``), is a
+    bare model on ``home`` (default: ``[llm]``'s endpoint), sent as written. Only the first
+    segment is read: ``chat/openai/gpt-oss-20b`` is ``openai/gpt-oss-20b`` on ``chat``.
+    """
+    home = home or llm_endpoint(config)
+    text = name.strip()
+    head, slash, rest = text.partition("/")
+    rest = rest.strip()
+    if slash and rest:
+        if head in config.providers:
+            return ModelTarget(head, rest)
+        if head in PROVIDERS:
+            return ModelTarget(home.name if home.kind == head else head, rest)
+    return ModelTarget(home.name, text)
+
+
+def routing(config: Config) -> Routing:
+    """Every phase's candidates (model, then fallback models, deduplicated by (provider,
+    normalised model)) and the endpoints they run on."""
+    main = llm_endpoint(config)
+    endpoints: dict[str, EndpointSpec] = {main.name: main}
+    phases: dict[str, tuple[ModelTarget, ...]] = {}
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        phase = config.phase(section)
+        home = phase_home(config, section)
+        endpoints.setdefault(home.name, home)
+        seen: dict[tuple[str, str], ModelTarget] = {}
+        for name in (phase.model, *phase.fallback_models):
+            target = resolve_model(config, name, home)
+            if target.provider not in endpoints:
+                endpoints[target.provider] = (
+                    named_endpoint(config, target.provider)
+                    if target.provider in config.providers
+                    else kind_endpoint(config, target.provider)
+                )
+            seen.setdefault(target.key(), target)
+        phases[section] = tuple(seen.values())
+        if section.startswith("phases."):
+            phases.setdefault(section.removeprefix("phases."), phases[section])
+    return Routing(main.name, endpoints, phases)
+
+
+def offline_config(config: Config) -> Config:
+    """The config with every model on the offline provider (``sim tune``'s estimate): no
+    request leaves the process whatever the phases name. Each model string is kept whole
+    as the offline model's name (``offline/openai/gpt-4.1``), so its calls are logged under
+    the name the config asked for and ``resolve_model(config, name)`` prices them."""
+    cleared = {"provider": "", "base_url": "", "api_key_env": ""}
+
+    def offline(phase: PhaseConfig) -> dict[str, Any]:
+        return {
+            **cleared,
+            "model": f"offline/{phase.model.strip()}",
+            "fallback_models": tuple(f"offline/{m.strip()}" for m in phase.fallback_models),
+        }
+
+    update: dict[str, Any] = {
+        "llm": config.llm.model_copy(update={"provider": "offline", "chain_mode": "window"}),
+        "providers": {},
+        "phases": {n: p.model_copy(update=offline(p)) for n, p in config.phases.items()},
+    }
+    for section in PHASE_SECTIONS:
+        phase = config.phase(section)
+        update[section] = phase.model_copy(update=offline(phase))
+    return config.model_copy(update=update)

@@ -151,6 +151,7 @@ def _interview(
         AttemptRecord(
             attempt=event.attempt,
             model=event.response.model if event.response is not None else event.model,
+            provider=event.provider,
             usage=TokenCounts.of(event.usage),
             latency=round(event.latency, 6),
             error_code=event.error_code,
@@ -190,7 +191,7 @@ async def _ask(world: World, config: Config, question: str, ids: Sequence[str]) 
             adapter,
             [],
             0,
-            settings=section.settings(config.llm),
+            settings=config.call_settings(SECTION),
             chain_mode=config.llm.chain_mode,
             max_concurrency=config.llm.max_concurrency,
             events=lambda event: by_request.setdefault(id(event.request), []).append(event),

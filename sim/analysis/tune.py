@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.analysis.usage import UsageRow, call_row, log_totals
-from sim.config import PHASE_ALIASES, Config, section_name
+from sim.config import PHASE_ALIASES, Config, offline_config, resolve_model, section_name
 from sim.engine.deletions import PENDING
 from sim.engine.runner import Runner
 from sim.llm.budget import Cost, price_usage
@@ -178,11 +178,7 @@ def estimate(
     The offline engine counts tokens roughly (about four characters each) and writes
     shorter answers than most models, so this is an order of magnitude, not a quote.
     """
-    offline = config.model_copy(
-        update={
-            "llm": config.llm.model_copy(update={"provider": "offline", "chain_mode": "window"})
-        }
-    )
+    offline = offline_config(config)
     name = section_name(section)
     input_tokens = output_tokens = 0
     cost = Cost()
@@ -196,8 +192,12 @@ def estimate(
                 usage = call_usage(call)
                 input_tokens += usage.input_tokens
                 output_tokens += usage.output_tokens
-                # the offline model answered; price the tokens at the model the config asks
-                cost = cost + price_usage(usage, call.model, config.prices)
+                # the offline model answered; price the tokens at the model the config
+                # asks, on its provider (the offline model is named after it)
+                target = resolve_model(config, call.model)
+                cost = cost + price_usage(
+                    usage, target.model, config.prices, provider=target.provider
+                )
     method = (
         f"estimated by running the same {ticks} ticks x {len(depths)} depths of the "
         f"{name} phase offline (no calls sent) and pricing those token counts at the "

@@ -6,8 +6,11 @@ Two sources, which agree when every tick is logged:
   every attempt counted, kept for the world's whole life);
 - the tick logs in ``.sim/log/`` (one record per call, with its phase, tick, entity, model
   and attempts): the only place that knows which model used which tokens, so cost comes
-  from here, priced per attempt at the ``[prices]`` table by ``sim.ticklog.books``, the
-  one function every view uses. Every call record counts, including one a resume sent
+  from here. Each committed tick's summary (``sim.ticklog.summary``, written at its
+  commit) holds its calls' tokens per phase, entity and model, so ``sim usage`` reads the
+  summaries, not the logs, and prices the tokens at the ``[prices]`` table; a tick without
+  a summary (an older sim's log, an interrupted or set-aside one) is summarised from its
+  log. Every call record counts, including one a resume sent
   again, and so do the logs a tick set aside into ``.sim/log/abandoned/`` when it started
   afresh: their calls were sent, and billed.
 
@@ -23,17 +26,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sim.errors import InputError, LogError
-from sim.llm.budget import Cost, Price
+from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
 from sim.ticklog.records import CallRecord
+from sim.ticklog.summary import Listed, summaries
 from sim.ticklog.view import public_url
 
-By = Literal["entity", "phase", "tick", "endpoint"]
-BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "endpoint")
+By = Literal["entity", "phase", "tick", "model", "endpoint"]
+BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model", "endpoint")
 #: the ``--by endpoint`` row of calls that went over no network (offline, or logged
 #: before endpoints were recorded)
 NO_ENDPOINT = "-"
@@ -122,8 +126,29 @@ def entity_id(call: CallRecord) -> str | None:
     return split_key(call.entity_key)[1] if call.entity_key else None
 
 
+def model_rows(
+    call: CallRecord, prices: Mapping[str, Any], cache: dict[str, Price | None] | None = None
+) -> list[UsageRow]:
+    """One logged call split by where its attempts ran: a row per ``provider/model`` (an
+    attempt of a log older than the provider field: its model alone), with that
+    attempt's tokens and cost. The request (and its failure) counts for the last attempt's
+    row: the model that answered, or failed last."""
+    rows: dict[str, UsageRow] = {}
+    attempts = call.every_attempt()
+    for n, attempt in enumerate(attempts, 1):
+        key = f"{attempt.provider}/{attempt.model}" if attempt.provider else attempt.model
+        row = rows.setdefault(key, UsageRow(key))
+        row.add_usage(attempt.usage.to_usage())
+        row.cost = row.cost + attempts_cost([attempt], prices, cache, call.price_factor)
+        row.timed_out += 1 if attempt.error_code == TIMEOUT else 0
+        if n == len(attempts):
+            row.requests += 1
+            row.failures += 1 if call.failed else 0
+    return list(rows.values())
+
+
 def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
-    """The logs' call records summed per phase, tick or entity id.
+    """The logs' call records summed per phase, tick, entity id or ``provider/model``.
 
     Every record counts (``TickLog.call_records``): a call a resume sent again was paid for
     each time. ``requests`` counts records, so a resent call counts once per sending.
@@ -134,6 +159,10 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
         for call in log.call_records:
             if by == "endpoint":
                 _add_by_endpoint(groups, call, prices, cache)
+                continue
+            if by == "model":  # each attempt where it ran: a fallback's tokens are its own
+                for row in model_rows(call, prices, cache):
+                    groups.setdefault(row.key, UsageRow(row.key)).add(row)
                 continue
             if by == "tick":
                 key = str(log.tick)
@@ -186,9 +215,73 @@ def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
     return rows
 
 
-def _by_entity(world_dir: Path, logs: list[TickLog], prices: Mapping[str, Any]) -> UsageReport:
+def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
+    """The ticks' calls summed per phase, tick or entity id, from their summaries (each
+    tick's per-(phase, entity) tokens by model), priced at ``prices`` once per group and
+    model.
+
+    Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
+    each time, and ``requests`` counts records.
+    """
+    # key -> [requests, failures, timed out, {(model, provider, price factor): [in, cached, out]}]
+    acc: dict[str, list[Any]] = {}
+    for item in items:
+        if item.summary is None:
+            continue
+        groups = item.summary.groups
+        if by == "tick":
+            keys = [str(item.tick)] * len(groups.keys)
+        elif by == "phase":
+            keys = [groups.phases[i] for i in groups.phase]
+        elif by == "model":  # each attempt where it ran, as ``model_rows`` splits a call
+            named = [
+                f"{groups.provider(i)}/{m}" if groups.provider(i) else m
+                for i, m in enumerate(groups.models)
+            ]
+            keys = [named[i] for i in groups.model]
+        else:
+            keys = [(split_key(k)[1] if k else None) or "-" for k in groups.keys]
+        priced = [(m, groups.provider(i), groups.factor(i)) for i, m in enumerate(groups.models)]
+        columns = zip(
+            keys,
+            groups.model,
+            groups.requests,
+            groups.failures,
+            groups.timed_out,
+            groups.input,
+            groups.cached,
+            groups.output,
+            strict=True,
+        )
+        for key, model, requests, failures, timeouts, inp, cached, out in columns:
+            sums = acc.get(key)
+            if sums is None:
+                sums = acc[key] = [0, 0, 0, {}]
+            sums[0] += requests
+            sums[1] += failures
+            sums[2] += timeouts
+            tokens = sums[3].get(priced[model])
+            if tokens is None:
+                tokens = sums[3][priced[model]] = [0, 0, 0]
+            tokens[0] += inp
+            tokens[1] += cached
+            tokens[2] += out
+    rows: dict[str, UsageRow] = {}
+    cache: dict[str, Price | None] = {}
+    for key, (requests, failures, timeouts, by_model) in acc.items():
+        row = rows[key] = UsageRow(key, requests, failures, timed_out=timeouts)
+        for (model, provider, factor), (input_tokens, cached, output) in by_model.items():
+            usage = Usage(
+                input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output
+            )
+            row.add_usage(usage)
+            row.cost = row.cost + price_usage(usage, model, prices, cache, provider, factor)
+    return rows
+
+
+def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) -> UsageReport:
     rows = entity_usage(world_dir)
-    logged = group_calls(logs, "entity", prices)
+    logged = group_rows(items, "entity", prices)
     notes: list[str] = []
     partial = []
     for eid, row in rows.items():
@@ -220,7 +313,8 @@ def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> Usa
 
 def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageReport:
     """Tokens, requests and cost of a world, grouped ``by`` entity, phase, tick or
-    endpoint (the server each attempt went to: a pool's servers apart).
+    ``provider/model`` (each attempt where it ran), or endpoint (the server each attempt
+    went to: a pool's servers apart; read from the full logs, which alone record it).
 
     Rows are sorted by cost, then tokens, most expensive first.
 
@@ -229,13 +323,27 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
     """
     if not world_dir.is_dir():
         raise InputError(world_dir, None, "world folder not found")
-    logs, problems = read_logs(world_dir)
+    # each tick's summary (written at its commit), or its log for ticks without one
+    listed = list(summaries(world_dir))
+    logs = [item for item in listed if item.summary is not None]
+    problems = [item.problem for item in listed if item.problem is not None]
     if by == "entity":
         report = _by_entity(world_dir, logs, prices)
+    elif by == "endpoint":  # only the full logs record each attempt's server
+        full, unread = read_logs(world_dir)
+        set_aside, unread_aside = read_logs(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}")
+        problems = [*unread, *unread_aside]
+        report = _report(by, list(group_calls([*full, *set_aside], by, prices).values()))
+        if set_aside:
+            report.notes.append(
+                f"includes {len(set_aside)} abandoned logs (.sim/log/{ABANDONED_DIR}/): runs "
+                "of a tick set aside when it started afresh; their calls were sent and billed"
+            )
     else:
-        aside, aside_problems = read_logs(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}")
-        problems += aside_problems
-        report = _report(by, list(group_calls([*logs, *aside], by, prices).values()))
+        aside_listed = list(summaries(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}"))
+        aside = [item for item in aside_listed if item.summary is not None]
+        problems += [item.problem for item in aside_listed if item.problem is not None]
+        report = _report(by, list(group_rows([*logs, *aside], by, prices).values()))
         if aside:
             report.notes.append(
                 f"includes {len(aside)} abandoned logs (.sim/log/{ABANDONED_DIR}/): runs of a "

@@ -40,19 +40,55 @@ def tick_arg(value: str) -> int | None:
     help="JSON Lines: a tick's records as logged, or with --tick all one object per tick "
     "(docs/cli-json.md).",
 )
-def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None:
-    """Show what happened in a tick, from its log."""
+@click.option(
+    "--compact",
+    is_flag=True,
+    help="Compress the committed logs still plain and give each a summary; with --before N, "
+    "also drop the call detail of ticks before N (their summaries, results and start "
+    "states stay; they can no longer be replayed).",
+)
+@click.option(
+    "--before",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --compact: drop the call detail of ticks before N.",
+)
+def log_(
+    world_dir: Path,
+    tick_: str | None,
+    calls: bool,
+    as_json: bool,
+    compact: bool,
+    before: int | None,
+) -> None:
+    """Show what happened in a tick, from its log (or compact old logs)."""
     from sim.ticklog import view as logview
-    from sim.ticklog.format import log_path, read_log, read_logs
+    from sim.ticklog.compact import compact_history
+    from sim.ticklog.format import log_path, read_log
     from sim.ticklog.records import dump_record
+    from sim.ticklog.summary import heads, summary_numbers
 
     with errors():
+        if compact:
+            if tick_ is not None or calls or as_json:
+                raise InputError(None, "--compact", "takes only --world and --before")
+            done = compact_history(world_dir, before)
+            for line in logview.compact_lines(done):
+                click.echo(line)
+            return
+        if before is not None:
+            raise InputError(None, "--before", "only with --compact")
         if tick_ == "all":
-            logs, problems = read_logs(world_dir)
+            # each tick's summary (written at its commit), not its whole log
+            problems = []
             if not as_json:
                 click.echo(logview.SUMMARY_HEAD)
-            for log in logs:
-                data = logview.summary(log)
+            for item in heads(world_dir):
+                if item.head is None:
+                    problems.append(item.problem)
+                    continue
+                data = summary_numbers(item.head)
                 click.echo(orjson.dumps(data).decode() if as_json else logview.summary_line(data))
             for problem in problems:
                 click.echo(f"unreadable: {problem}", err=True)
@@ -66,7 +102,7 @@ def log_(world_dir: Path, tick_: str | None, calls: bool, as_json: bool) -> None
             else logview.last_log(world_dir)
         )
         if as_json:
-            for record in log.records:
+            for record in log.written_records():
                 click.echo(dump_record(record).decode())
         elif calls:
             for line in logview.call_lines(log):

@@ -77,12 +77,14 @@ def check_document(
     world_dir: Path, config: Config, storage: Storage, world: World
 ) -> dict[str, Any]:
     """``sim check --json``: the world, the provider, and what the next tick will do first."""
-    from sim.ticklog.format import read_logs
+    from sim.ticklog.summary import check_history
 
-    logs, problems = read_logs(world_dir)
+    history = check_history(world_dir, world.tick)
+    problems = history.problems
     interrupted = None
-    if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
-        interrupted = {"tick": logs[-1].tick, "calls_logged": len(logs[-1].calls)}
+    if history.interrupted is not None:
+        tick, logged = history.interrupted
+        interrupted = {"tick": tick, "calls_logged": logged}
     return {
         "command": "check",
         "ok": True,

@@ -454,14 +454,14 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
 
     Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
     """
-    from sim.config import endpoint, phase_endpoints
+    from sim.config import endpoint, named_endpoints, phase_endpoints
     from sim.engine import deletions, repair
     from sim.interventions import describe, load_pending
     from sim.phases.check import check_phases
     from sim.policy import configured_policies
     from sim.storage import Storage
-    from sim.ticklog.format import read_logs
     from sim.ticklog.records import record_data
+    from sim.ticklog.summary import check_history
 
     with json_errors("check", as_json):
         config = build_config(config_file, world_dir)
@@ -507,6 +507,10 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                 name: {"endpoint": u, "api_key_env": k}
                 for name, (u, k) in phase_endpoints(config).items()
             }
+            document["endpoints"] = {
+                name: {"endpoint": u, "api_key_env": k}
+                for name, (u, k) in named_endpoints(config).items()
+            }
             emit(document)
             return
         for warning in phases.warnings:
@@ -529,6 +533,10 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             state = "set" if phase_key and os.environ.get(phase_key) else "not set"
             key_note = f", api key from ${phase_key} ({state})" if phase_key else ""
             click.echo(f"endpoint of phase {name}: {phase_url}{key_note}")
+        for name, (other_url, other_key) in named_endpoints(config).items():
+            state = "set" if other_key and os.environ.get(other_key) else "not set"
+            key_note = f", api key from ${other_key} ({state})" if other_key else ""
+            click.echo(f"endpoint {name}: {other_url}{key_note}")
         for line in repairs:
             click.echo(f"repair: {line}")
         for record in interventions:
@@ -541,11 +549,12 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             return
         if storage.pending_journal():
             click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
-        logs, problems = read_logs(world_dir)
-        if logs and not logs[-1].committed and logs[-1].tick == world.tick + 1:
+        history = check_history(world_dir, world.tick)
+        if history.interrupted is not None:
+            tick, logged = history.interrupted
             click.echo(
-                f"note: tick {logs[-1].tick} was interrupted; the next 'sim tick' "
-                f"resumes it ({len(logs[-1].calls)} calls already logged)"
+                f"note: tick {tick} was interrupted; the next 'sim tick' "
+                f"resumes it ({logged} calls already logged)"
             )
-        for problem in problems:
+        for problem in history.problems:
             click.echo(f"warning: unreadable log: {problem}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.config import Config, PhaseEndpoint
+from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
@@ -178,8 +178,6 @@ class Runner:
         #: the phase list and templates, resolved once per run from the config
         self.phases: list[PhaseSpec] | None = None
         self.prompts: Prompts | None = None
-        #: adapters of phases with their own provider/base_url (built like ``adapter``)
-        self.endpoint_adapters: dict[PhaseEndpoint, Adapter] = {}
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.
@@ -237,7 +235,7 @@ class Runner:
         try:
             with self.storage.lock():
                 self.storage.recover()
-                recover_logs(self.storage.root)
+                recover_logs(self.storage.root, self.config.history.compress_level)
                 if self.seed is not None:
                     self._set_seed(self.seed)
                 for _ in range(ticks):
@@ -250,9 +248,6 @@ class Runner:
             if built and self.adapter is not None:  # its HTTP client belongs to this loop
                 await close_stack(self.adapter)
                 self.adapter = None
-            for extra in self.endpoint_adapters.values():
-                await close_stack(extra)
-            self.endpoint_adapters.clear()
         return results
 
     def _set_seed(self, seed: int) -> None:
@@ -261,22 +256,6 @@ class Runner:
         if world.seed != seed:
             world.meta["seed"] = seed
             self.storage.commit(world)
-
-    def _endpoints(self, world: World, phases: list[PhaseSpec]) -> None:
-        """Build an adapter stack for each other (provider, base_url) a phase sets, sharing
-        the run's budget. An injected adapter (tests, replay) serves every phase instead."""
-        llm = self.config.llm
-        budget = find_budget(self.adapter)
-        for spec in phases:
-            endpoint = self.config.phase(spec.name).endpoint(llm)
-            if endpoint == (llm.provider, llm.base_url, llm.api_key_env):
-                continue
-            if endpoint in self.endpoint_adapters:
-                continue
-            provider, base_url, key = endpoint
-            changed = {"provider": provider, "base_url": base_url, "api_key_env": key}
-            config = self.config.model_copy(update={"llm": llm.model_copy(update=changed)})
-            self.endpoint_adapters[endpoint] = build_stack(config, world.seed, budget=budget)
 
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
@@ -298,7 +277,6 @@ class Runner:
             self.policies = [] if self.decisions is not None else configured_policies(self.config)
         if self.adapter is None:  # built once per run: budget and breakers span its ticks
             self.adapter = build_adapter(self.config, world)
-            self._endpoints(world, self.phases)
         self.current_tick = world.tick + 1
         recorder = TickRecorder.begin(
             self.storage,
@@ -378,7 +356,6 @@ class Runner:
             ctx.happenings = interventions.happenings()
         if config.llm.batch:  # each batch is in the log as soon as it is created
             ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
-        ctx.endpoint_adapters = {k: wrap(a) for k, a in self.endpoint_adapters.items()}
 
         notes: list[str] = []
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import orjson
 
+from sim.llm.budget import BATCH_PRICE_FACTOR
 from sim.llm.calls import current_call, digest
 from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 
@@ -56,8 +57,6 @@ Json = dict[str, Any]
 Sleep = Callable[[float], Awaitable[None]]
 BatchEndpoint = Literal["/v1/responses", "/v1/chat/completions"]
 
-#: what a call sent through the Batch API costs, as a fraction of its list price
-BATCH_PRICE_FACTOR = 0.5
 #: batch statuses after which nothing more changes
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 #: how long OpenAI has to complete a batch (the only window it offers)

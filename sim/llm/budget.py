@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sim.llm.batch import BATCH_PRICE_FACTOR, batch_enabled
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.tokens import estimate_tokens
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
 from sim.llm.wrapper import AdapterWrapper
+
+#: what a call sent through the Batch API is charged, as a fraction of the list price (here,
+#: not in ``sim.llm.batch``, so pricing a log never imports the OpenAI SDK)
+BATCH_PRICE_FACTOR = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +52,26 @@ def cost_usd(usage: Usage, price: Price) -> float:
 _SNAPSHOT = re.compile(r"^(?P<base>.+)-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 
 
-def find_price(prices: Mapping[str, Any], model: str) -> Price | None:
+def find_price(prices: Mapping[str, Any], model: str, provider: str = "") -> Price | None:
     """A model's price from a price table, or ``None`` when the table has none.
 
-    Providers often answer with a dated snapshot name (``gpt-4.1-mini-2025-04-14``,
-    ``claude-haiku-4-5-20251001``) for the model asked for (``gpt-4.1-mini``): an exact
-    entry wins, else the undated name's. The table's values may be ``Price`` or anything
-    with ``input``, ``cached_input`` and ``output`` (the config's ``[prices]`` entries).
+    A price for the model on its provider (``[prices."local/qwen2.5-7b"]``) wins over the
+    model's own (``[prices."qwen2.5-7b"]``): the same model may cost differently, or
+    nothing, on another endpoint. Providers often answer with a dated snapshot name
+    (``gpt-4.1-mini-2025-04-14``, ``claude-haiku-4-5-20251001``) for the model asked for
+    (``gpt-4.1-mini``): an exact entry wins, else the undated name's. The table's values
+    may be ``Price`` or anything with ``input``, ``cached_input`` and ``output`` (the
+    config's ``[prices]`` entries).
     """
-    found = prices.get(model)
-    if found is None and (match := _SNAPSHOT.match(model)):
-        found = prices.get(match["base"])
+    names = [model]
+    if match := _SNAPSHOT.match(model):
+        names.append(match["base"])
+    keys = [f"{provider}/{name}" for name in names] if provider else []
+    found = None
+    for key in (*keys, *names):
+        found = prices.get(key)
+        if found is not None:
+            break
     if found is None or isinstance(found, Price):
         return found
     return Price(float(found.input), float(found.cached_input), float(found.output))
@@ -97,22 +109,25 @@ def price_usage(
     model: str,
     prices: Mapping[str, Any],
     cache: dict[str, Price | None] | None = None,
+    provider: str = "",
     factor: float = 1.0,
 ) -> Cost:
-    """What ``usage`` of ``model`` cost at ``prices`` (no tokens cost nothing, priced or not).
+    """What ``usage`` of ``model`` on ``provider`` cost at ``prices`` (no tokens cost
+    nothing, priced or not).
 
     ``cache`` keeps each model's price once looked up (for callers pricing every call);
     ``factor`` scales the price (``BATCH_PRICE_FACTOR`` for a call sent in a batch).
     """
     if usage.total_tokens == 0:
         return Cost()
+    key = f"{provider}/{model}" if provider else model
     if cache is None:
-        price = find_price(prices, model)
-    elif model in cache:
-        price = cache[model]
+        price = find_price(prices, model, provider)
+    elif key in cache:
+        price = cache[key]
     else:
-        price = cache[model] = find_price(prices, model)
-    if price is None:
+        price = cache[key] = find_price(prices, model, provider)
+    if price is None:  # named as [prices] takes it for every provider
         return Cost(0.0, frozenset({model}))
     return Cost(cost_usd(usage, price.scaled(factor)))
 
@@ -132,6 +147,7 @@ class Reservation:
     model: str
     tokens: int
     usd: float
+    provider: str = ""
     #: the price factor the attempt is charged at (the Batch API's discount)
     factor: float = 1.0
 
@@ -159,12 +175,13 @@ class Budget:
         self.reserved_tokens = 0
         self.reserved_usd = 0.0
 
-    def price(self, model: str) -> Price:
-        price = find_price(self.prices, model)
+    def price(self, model: str, provider: str = "") -> Price:
+        price = find_price(self.prices, model, provider)
         if price is None:
             if self.max_cost_usd is not None:
+                where = f" on {provider!r}" if provider else ""
                 raise LLMConfigurationError(
-                    f"no price for model {model!r} while [budget] max_cost_usd is set; "
+                    f"no price for model {model!r}{where} while [budget] max_cost_usd is set; "
                     f'add [prices."{model}"] input/cached_input/output to config.toml'
                 )
             return Price()
@@ -180,14 +197,17 @@ class Budget:
             f" of a cap of {' / '.join(caps)}" if caps else ""
         )
 
-    def reserve(self, model: str, estimate: Usage, factor: float = 1.0) -> Reservation:
-        """Hold an attempt's worst case (at ``factor`` times the model's price).
+    def reserve(
+        self, model: str, estimate: Usage, provider: str = "", factor: float = 1.0
+    ) -> Reservation:
+        """Hold an attempt's worst case (at ``factor`` times the price of ``model`` on
+        ``provider``).
 
         Raises:
             LLMBudgetExceededError: the attempt could cross a cap.
             LLMConfigurationError: a cost cap is set and the model has no price.
         """
-        usd = cost_usd(estimate, self.price(model).scaled(factor))
+        usd = cost_usd(estimate, self.price(model, provider).scaled(factor))
         tokens = estimate.total_tokens
         if self.max_total_tokens is not None and (
             self.spent_tokens + self.reserved_tokens + tokens > self.max_total_tokens
@@ -207,30 +227,46 @@ class Budget:
             )
         self.reserved_tokens += tokens
         self.reserved_usd += usd
-        return Reservation(model, tokens, usd, factor)
+        return Reservation(model, tokens, usd, provider, factor)
 
     def settle(self, reservation: Reservation, usage: Usage) -> None:
         """Release a reservation and count what the attempt really used."""
         self.reserved_tokens -= reservation.tokens
         self.reserved_usd -= reservation.usd
         self.spent_tokens += usage.total_tokens
-        self.spent_usd += cost_usd(usage, self.price(reservation.model).scaled(reservation.factor))
+        price = self.price(reservation.model, reservation.provider)
+        self.spent_usd += cost_usd(usage, price.scaled(reservation.factor))
 
 
 class BudgetAdapter(AdapterWrapper):
     """Wraps an adapter: every attempt reserves before it is sent and settles after.
 
     Placed directly around the provider, so retries and fallback models are each priced
-    with the model actually used.
+    with the provider and model actually used.
+
+    Args:
+        provider: the endpoint's name, for prices keyed by provider (``local/qwen``).
+        batchable: the endpoint's adapter sends a call through a Batch API session when
+            there is one (``openai``, ``chat``): such a call is priced at batch rates.
     """
 
-    def __init__(self, inner: Adapter, budget: Budget) -> None:
+    def __init__(
+        self, inner: Adapter, budget: Budget, provider: str = "", *, batchable: bool = True
+    ) -> None:
         super().__init__(inner)
         self.budget = budget
+        self.provider = provider
+        self.batchable = batchable
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        factor = BATCH_PRICE_FACTOR if batch_enabled() else 1.0
-        reservation = self.budget.reserve(request.settings.model, estimate_usage(request), factor)
+        from sim.llm.batch import batch_enabled  # imported once calls are sent
+
+        # a call in a Batch API session is half price, if this endpoint's adapter sends
+        # it in the batch (openai, chat); another kind answers live at its list price
+        factor = BATCH_PRICE_FACTOR if self.batchable and batch_enabled() else 1.0
+        reservation = self.budget.reserve(
+            request.settings.model, estimate_usage(request), self.provider, factor
+        )
         try:
             response = await self.inner.execute(request)
         except LLMError as exc:

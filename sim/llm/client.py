@@ -274,9 +274,9 @@ class LLMClient:
         attempts: tuple[Attempt, ...],
         usage: Usage,
         **fields: Any,
-    ) -> tuple[int, Usage]:
-        """Emit one non-final event per earlier attempt; return the final attempt's number
-        and usage (what the adapter reported when it keeps no attempt list)."""
+    ) -> tuple[int, Usage, str]:
+        """Emit one non-final event per earlier attempt; return the final attempt's number,
+        usage (what the adapter reported when it keeps no attempt list) and endpoint."""
         key = request.entity_key
         for earlier in attempts[:-1]:
             self.events(
@@ -291,6 +291,7 @@ class LLMClient:
                     usage=earlier.usage,
                     error_code=earlier.error_code,
                     final=False,
+                    provider=earlier.provider,
                     endpoint=earlier.endpoint,
                     **fields,
                 )
@@ -298,8 +299,8 @@ class LLMClient:
             if key:
                 self._accumulate_usage(key, earlier.usage, requests=0)
         if attempts:
-            return attempts[-1].attempt, attempts[-1].usage
-        return 1, usage
+            return attempts[-1].attempt, attempts[-1].usage, attempts[-1].provider
+        return 1, usage, self.settings.provider
 
     async def _execute_one(self, request: LLMRequest) -> AdapterResponse:
         key = request.entity_key
@@ -363,7 +364,7 @@ class LLMClient:
             else:  # a bug in an adapter: report it loudly, but as an LLMError
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
-            attempt, usage = self._emit_attempts(
+            attempt, usage, provider = self._emit_attempts(
                 request,
                 error.attempts,
                 error.usage,
@@ -388,13 +389,14 @@ class LLMClient:
                     history=history,
                     previous_response_id=previous_id,
                     depth=depth,
+                    provider=provider,
                     endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
                 )
             )
             if error is exc:
                 raise
             raise error from exc
-        attempt, _ = self._emit_attempts(
+        attempt, _, provider = self._emit_attempts(
             request,
             response.attempts,
             response.usage,
@@ -422,6 +424,7 @@ class LLMClient:
                 history=history,
                 previous_response_id=previous_id,
                 depth=depth,
+                provider=provider,
                 endpoint=response.endpoint,
             )
         )

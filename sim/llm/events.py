@@ -40,6 +40,8 @@ class LLMEvent:
     previous_response_id: str | None = None
     depth: int = 0
     final: bool = True
+    #: the endpoint the attempt went to (``sim.config.routing``; "": the only one)
+    provider: str = ""
     #: the server URL this attempt went to (``None``: no network, or not known)
     endpoint: str | None = None
 

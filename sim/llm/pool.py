@@ -223,7 +223,7 @@ class PoolAdapter(AdapterWrapper):
                         exc.usage,
                         time.perf_counter() - started,
                         exc.code,
-                        exc.endpoint,
+                        endpoint=exc.endpoint,
                     )
                 )
                 server = following

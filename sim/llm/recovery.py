@@ -13,7 +13,9 @@ A wrapper around any adapter (STYLE #6), implementing spec 000's table exactly:
 
 Backoff is exponential with full jitter, capped. When a model still fails with a retryable
 error after its retries, or its circuit breaker is open, the phase's ``fallback_models``
-are tried in order (spec 003). A breaker per ``provider:model`` opens after K consecutive
+are tried in order (spec 003), each on its own endpoint (``ModelTarget``: a fallback may
+run on another provider), the candidates deduplicated by (provider, model) with the model's
+case and surrounding whitespace ignored. A breaker per ``provider:model`` opens after K consecutive
 5xx answers, fails fast while open and lets one probe through after a cool-down. Rate
 limits and timeouts never count toward it: they are the provider asking the client to slow
 down, which ``sim.llm.backpressure`` does (an adaptive concurrency limit and a shared pause
@@ -39,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from sim.llm.backpressure import EndpointDownError
 from sim.llm.calls import note_failure
 from sim.llm.errors import (
     LLMAPIError,
@@ -49,7 +52,15 @@ from sim.llm.errors import (
     LLMSchemaError,
     LLMTimeoutError,
 )
-from sim.llm.types import Adapter, AdapterResponse, Attempt, ModelRequest, Usage
+from sim.llm.types import (
+    Adapter,
+    AdapterResponse,
+    Attempt,
+    CallSettings,
+    ModelRequest,
+    ModelTarget,
+    Usage,
+)
 from sim.llm.wrapper import AdapterWrapper
 
 Kind = Literal["schema", "rate_limit", "transient", "fatal"]
@@ -169,11 +180,12 @@ class CircuitBreaker:
         self.probing = False
 
 
-def _add_moved(attempts: list[Attempt], moved: tuple[Attempt, ...]) -> None:
-    """Attempts a pool moved to another server (``sim.llm.pool``), numbered in order:
-    they were sent (and may have been billed), but are not retries of this layer."""
+def _add_moved(attempts: list[Attempt], moved: tuple[Attempt, ...], provider: str) -> None:
+    """Attempts a pool moved to another server (``sim.llm.pool``), numbered in order and
+    named by the endpoint (``provider``) the pool serves: they were sent (and may have
+    been billed), but are not retries of this layer."""
     for attempt in moved:
-        attempts.append(replace(attempt, attempt=len(attempts) + 1))
+        attempts.append(replace(attempt, attempt=len(attempts) + 1, provider=provider))
 
 
 def with_feedback(request: ModelRequest, error: LLMSchemaError) -> ModelRequest:
@@ -216,8 +228,9 @@ class RecoveryAdapter(AdapterWrapper):
         self.clock = clock
         self.breakers: dict[str, CircuitBreaker] = {}
 
-    def breaker(self, model: str) -> CircuitBreaker:
-        key = f"{self.name}:{model}"
+    def breaker(self, model: str, provider: str = "") -> CircuitBreaker:
+        """The breaker of one model on one endpoint (``provider``; "": this stack's)."""
+        key = f"{provider or self.name}:{model.strip().casefold()}"
         breaker = self.breakers.get(key)
         if breaker is None:
             breaker = self.breakers[key] = CircuitBreaker(
@@ -229,18 +242,24 @@ class RecoveryAdapter(AdapterWrapper):
         """One model (``request.settings.model``), retried per the table. Raises the last
         error."""
         model = request.settings.model
-        breaker = self.breaker(model)
+        provider = request.settings.provider
+        breaker = self.breaker(model, provider)
         retried = {"schema": 0, "rate_limit": 0, "transient": 0}
         sent = request
         while True:
             if not breaker.allow():
                 attempts.append(
                     Attempt(
-                        model, len(attempts) + 1, Usage(), 0.0, LLMCircuitOpenError.default_code
+                        model,
+                        len(attempts) + 1,
+                        Usage(),
+                        0.0,
+                        LLMCircuitOpenError.default_code,
+                        provider,
                     )
                 )
                 raise LLMCircuitOpenError(
-                    f"circuit open for {self.name}:{model}: it answered "
+                    f"circuit open for {provider or self.name}:{model}: it answered "
                     f"{self.breaker_threshold} server errors (HTTP 5xx) in a row; "
                     f"tried again after {self.breaker_cooldown:g} s",
                     model=model,
@@ -250,7 +269,7 @@ class RecoveryAdapter(AdapterWrapper):
                 response = await self.inner.execute(sent)
             except LLMError as exc:
                 note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
-                _add_moved(attempts, exc.moved)
+                _add_moved(attempts, exc.moved, provider)
                 attempts.append(
                     Attempt(
                         model,
@@ -258,6 +277,7 @@ class RecoveryAdapter(AdapterWrapper):
                         exc.usage,
                         time.perf_counter() - started,
                         exc.code,
+                        provider,
                         exc.endpoint,
                     )
                 )
@@ -268,6 +288,8 @@ class RecoveryAdapter(AdapterWrapper):
                     breaker.neutral()
                 if kind == "fatal" or retried[kind] >= self.policy.retries(kind):
                     raise
+                if isinstance(exc, EndpointDownError):
+                    raise  # failed unsent, and will until its cool-down: the next candidate
                 retried[kind] += 1
                 if isinstance(exc, LLMSchemaError):
                     sent = with_feedback(request, exc)
@@ -275,13 +297,14 @@ class RecoveryAdapter(AdapterWrapper):
                     await self.sleep(self.policy.delay(retried[kind], exc, self.rng))
                 continue
             breaker.success()
-            _add_moved(attempts, response.moved)
+            _add_moved(attempts, response.moved, provider)
             attempts.append(
                 Attempt(
                     model,
                     len(attempts) + 1,
                     response.usage,
                     time.perf_counter() - started,
+                    provider=provider,
                     endpoint=response.endpoint,
                 )
             )
@@ -290,14 +313,19 @@ class RecoveryAdapter(AdapterWrapper):
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         """The request on its model, then on each fallback model, per the table."""
         settings = request.settings
-        models = list(dict.fromkeys((settings.model, *settings.fallback_models)))
+        first = ModelTarget(settings.provider, settings.model)
         attempts: list[Attempt] = []
         last: LLMError | None = None
-        for model in models:
+        for target in candidates(settings):
+            sent = replace(
+                request,
+                settings=replace(settings, provider=target.provider, model=target.model),
+            )
+            if target.provider != first.provider and request.previous_response_id:
+                # a server-side chain lives at the provider that made it, not at this one
+                sent = replace(sent, previous_response_id=None)
             try:
-                response = await self._model(
-                    replace(request, settings=replace(settings, model=model)), attempts
-                )
+                response = await self._model(sent, attempts)
             except LLMError as exc:
                 if isinstance(exc, LLMCircuitOpenError) and last is not None:
                     pass  # keep the more telling error of an earlier model
@@ -306,13 +334,26 @@ class RecoveryAdapter(AdapterWrapper):
                 if classify(exc) == "fatal" and not isinstance(exc, LLMCircuitOpenError):
                     break
                 continue
-            fell_back = model != settings.model
+            fell_back = target.key() != first.key()
             return replace(
                 response,
                 attempts=tuple(attempts),
-                fallback_from=settings.model if fell_back else None,
-                fallback_to=model if fell_back else None,
+                fallback_from=str(first) if fell_back else None,
+                fallback_to=str(target) if fell_back else None,
             )
         assert last is not None
         last.attempts = tuple(attempts)
         raise last
+
+
+def candidates(settings: CallSettings) -> list[ModelTarget]:
+    """The model, then each fallback model, on their endpoints: each (provider, model) once,
+    the model's case and surrounding whitespace ignored (the first spelling is sent)."""
+    seen: dict[tuple[str, str], ModelTarget] = {}
+    first = ModelTarget(settings.provider, settings.model.strip())
+    for item in (first, *settings.fallback_models):
+        target = (
+            item if isinstance(item, ModelTarget) else ModelTarget(settings.provider, item.strip())
+        )
+        seen.setdefault(target.key(), target)
+    return list(seen.values())

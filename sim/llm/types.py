@@ -46,6 +46,23 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelTarget:
+    """Where one model runs: an endpoint's name (``openai``, ``local``) and the model as that
+    endpoint names it. Written ``provider/model`` (``sim.config.resolve_model`` parses it)."""
+
+    provider: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model}" if self.provider else self.model
+
+    def key(self) -> tuple[str, str]:
+        """What two candidates are the same by: the provider and the model, case and
+        surrounding whitespace ignored (``"A"`` and ``" a"`` are one model)."""
+        return self.provider, self.model.strip().casefold()
+
+
+@dataclass(frozen=True, slots=True)
 class CallSettings:
     """Per-call generation settings, taken from a phase's config section."""
 
@@ -60,8 +77,12 @@ class CallSettings:
     idle_timeout_seconds: float = 60.0
     #: ask the server to stream the answer (``stream: true``); the answer is the same
     stream: bool = False
-    #: models tried in order when ``model`` fails after its retries (recovery wrapper)
-    fallback_models: tuple[str, ...] = ()
+    #: the endpoint ``model`` runs on (a name from ``sim.config.routing``; "": the stack's
+    #: default endpoint)
+    provider: str = ""
+    #: models tried in order when ``model`` fails after its retries (recovery wrapper): a
+    #: plain name runs on ``provider``, a ``ModelTarget`` on its own endpoint
+    fallback_models: tuple[str | ModelTarget, ...] = ()
     #: how a chat-completions server is asked for the schema: auto, json_schema,
     #: json_object_schema, tool or prompt (``sim.llm.adapters._structured``)
     structured_output: StructuredOutput = "auto"
@@ -123,6 +144,8 @@ class Attempt:
     usage: Usage
     latency: float
     error_code: str | None = None
+    #: the endpoint the attempt went to ("": the stack's only one)
+    provider: str = ""
     #: the server URL the attempt went to (``None``: no network, e.g. offline)
     endpoint: str | None = None
 
@@ -142,7 +165,8 @@ class AdapterResponse:
         attempts: every attempt of the call, the successful one last (set by recovery;
             empty when nothing recorded them: the call was one attempt).
         fallback_from, fallback_to: the model asked for and the fallback model that
-            answered, when the call fell back (recovery).
+            answered, when the call fell back (recovery): ``provider/model`` when the
+            request named its provider.
         structured_output: the form the schema was asked for in (``chat``).
         notice: something the user should hear once, in the tick summary (``chat``:
             ``auto`` switched this endpoint's structured-output form).

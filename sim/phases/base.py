@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel
 
-from sim.config import BATCH_PROVIDERS
+from sim.config import BATCH_PROVIDERS, routing
 from sim.interventions import Happenings
 from sim.llm.batch import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
@@ -30,7 +30,7 @@ from sim.world import (
 )
 
 if TYPE_CHECKING:
-    from sim.config import Config, PhaseEndpoint
+    from sim.config import Config
     from sim.phases.intentions import Intention
     from sim.phases.resolution import Resolution
     from sim.world import Entity, World
@@ -222,8 +222,6 @@ class TickContext:
     clients: list[LLMClient] = field(default_factory=list)
     #: results of phases declared by the world or a package, by phase name (for the log)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: adapters of phases that set their own provider, base_url or api_key_env, by those
-    endpoint_adapters: dict[PhaseEndpoint, Adapter] = field(default_factory=dict)
     prompts: Prompts | None = None
     #: send phases' calls through the OpenAI Batch API (``[llm] batch``), when set
     batch: BatchOptions | None = None
@@ -274,15 +272,15 @@ class TickContext:
     def client(self, section: str, entities: Sequence[Entity], phase: str) -> LLMClient:
         """An ``LLMClient`` for one phase, configured from its config section."""
         phase_config = self.config.phase(section)
-        endpoint = phase_config.endpoint(self.config.llm)
-        adapter = self.endpoint_adapters.get(endpoint, self.adapter)
-        # a phase on a provider without a Batch API runs live
-        batch = self.batch if endpoint[0] in BATCH_PROVIDERS else None
+        settings = self.config.call_settings(section)
+        # a phase whose model runs on a provider without a Batch API runs live
+        kind = routing(self.config).endpoints[settings.provider].kind
+        batch = self.batch if kind in BATCH_PROVIDERS else None
         client = LLMClient(
-            adapter,
+            self.adapter,  # routes each model to its endpoint (``sim.llm.stack.Router``)
             entities,
             phase_config.response_chain_depth,
-            settings=phase_config.settings(self.config.llm),
+            settings=settings,
             store=self.store,
             chain_mode=self.config.llm.chain_mode,
             max_concurrency=self.config.llm.max_concurrency,

@@ -15,13 +15,21 @@ from sim.policy.types import ALLOW, Policy, PolicyCall, PolicyDecision
 @dataclass(frozen=True, slots=True)
 class AllowedModels:
     """``allowed_models``: a call whose model, or any of its fallback models, is not in
-    the list is denied (names are compared exactly as configured)."""
+    the list is denied (names are compared exactly as configured). An entry may name a
+    model anywhere (``gpt-4.1-mini``) or on one endpoint (``local/qwen``)."""
 
     models: frozenset[str]
     name: str = "allowed_models"
 
     def decide(self, call: PolicyCall) -> PolicyDecision:
-        outside = [model for model in call.models if model not in self.models]
+        if call.targets:
+            outside = [
+                str(t)
+                for t in call.targets
+                if t.model not in self.models and str(t) not in self.models
+            ]
+        else:
+            outside = [model for model in call.models if model not in self.models]
         if not outside:
             return ALLOW
         listed = ", ".join(repr(m) for m in sorted(self.models))

@@ -34,6 +34,7 @@ from typing import Any
 from sim.llm.budget import estimate_usage, price_usage
 from sim.llm.calls import current_call
 from sim.llm.errors import LLMConfigurationError, LLMError
+from sim.llm.recovery import candidates
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.policy.plan import TickPlan
@@ -220,7 +221,10 @@ class TickPolicy:
         entity = key.partition(":")[2] or None if key else None
         settings = request.settings
         usage = estimate_usage(request)
-        cost = price_usage(usage, settings.model, self.prices, self._price_cache)
+        cost = price_usage(
+            usage, settings.model, self.prices, self._price_cache, provider=settings.provider
+        )
+        targets = tuple(candidates(settings))
         if self._tick_cost is None:  # the first call's input stands for every call's
             estimate = self.plan.estimate(usage.input_tokens, self.prices)
             self._tick_cost = (estimate.value, tuple(sorted(estimate.unpriced)))
@@ -231,7 +235,7 @@ class TickPolicy:
             entity_id=entity,
             request_id=ident.request_id if ident is not None else "",
             model=settings.model,
-            fallback_models=settings.fallback_models,
+            fallback_models=tuple(t.model for t in targets[1:]),
             estimated_usage=usage,
             estimated_cost_usd=cost.value,
             calls_for_entity=self.per_entity.get(entity, 0) if entity else 0,
@@ -239,6 +243,7 @@ class TickPolicy:
             tick_calls_planned=self.plan.calls,
             tick_cost_usd=self._tick_cost[0],
             tick_unpriced=self._tick_cost[1],
+            targets=targets,
         )
 
 

@@ -27,6 +27,8 @@ class PlannedPhase:
     calls: int
     model: str
     max_output_tokens: int
+    #: the endpoint the model runs on (for prices keyed by provider)
+    provider: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,7 @@ class TickPlan:
                 input_tokens=input_tokens * phase.calls,
                 output_tokens=phase.max_output_tokens * phase.calls,
             )
-            total = total + price_usage(usage, phase.model, prices)
+            total = total + price_usage(usage, phase.model, prices, provider=phase.provider)
         return total
 
 
@@ -88,6 +90,8 @@ def plan_tick(world: World, config: Config, phases: Sequence[PhaseSpec]) -> Tick
         else:
             unplanned.append(name)
             continue
-        phase = config.phase(name)
-        planned.append(PlannedPhase(name, calls, phase.model, phase.max_output_tokens))
+        settings = config.call_settings(name)  # the model as it runs: "local/qwen" -> qwen
+        planned.append(
+            PlannedPhase(name, calls, settings.model, settings.max_output_tokens, settings.provider)
+        )
     return TickPlan(world.tick + 1, tuple(planned), tuple(unplanned))

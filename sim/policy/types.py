@@ -13,7 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from sim.errors import RunError, RunFailed
 from sim.llm.errors import LLMError
-from sim.llm.types import Usage
+from sim.llm.types import ModelTarget, Usage
 
 DecisionKind = Literal["allow", "deny", "defer", "ask"]
 
@@ -82,6 +82,8 @@ class PolicyCall:
         request_id: ``{tick}:{phase}:{entity_key}:{n}``, as the tick log names it.
         model: the model asked for.
         fallback_models: the models recovery may try after it (the call may use any).
+        targets: the model, then each fallback model, with the endpoint each runs on
+            (``ModelTarget``: ``openai/gpt-4.1-mini``, ``local/qwen``).
         estimated_usage: this call's worst case: estimated input, all its output tokens.
         estimated_cost_usd: that worst case at the configured prices (``None``: a model
             has no price).
@@ -110,6 +112,7 @@ class PolicyCall:
     tick_calls_planned: int
     tick_cost_usd: float | None
     tick_unpriced: tuple[str, ...] = ()
+    targets: tuple[ModelTarget, ...] = ()
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -32,11 +32,13 @@ def attempts_cost(
     cache: dict[str, Price | None] | None = None,
     factor: float = 1.0,
 ) -> Cost:
-    """What attempts cost at ``prices``, each priced for the model it actually used
-    (times ``factor``: the Batch API's discount for a call sent in a batch)."""
+    """What attempts cost at ``prices``, each priced for the provider and model it actually
+    used (times ``factor``: the Batch API's discount for a call sent in a batch)."""
     total = Cost()
     for attempt in attempts:
-        total = total + price_usage(attempt.usage.to_usage(), attempt.model, prices, cache, factor)
+        total = total + price_usage(
+            attempt.usage.to_usage(), attempt.model, prices, cache, attempt.provider, factor
+        )
     return total
 
 

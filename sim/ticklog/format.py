@@ -17,12 +17,26 @@ order a tick writes them:
 - ``resume``: the tick was interrupted and is being resumed (attempt number);
 - ``policy``: a policy decision that was not "allow" (deny, defer, ask), before its call;
 - ``usage``: totals for the tick;
-- ``commit``: the digest of the state after the tick; present iff the tick committed.
+- ``commit``: the digest of the state after the tick; present iff the tick committed;
+- ``compacted``: ``sim log --compact`` dropped the tick's ``call`` and ``instructions``
+  records (its summary keeps the numbers; the tick can no longer be replayed).
 
 Durability: call records are flushed as they are written and the file is fsynced at the
-end of every phase. The ``commit`` record is made atomic with the tick's commit by a small
-marker file (``tick-000004.commit.json``) written through ``Storage.commit``'s journal;
-``recover_logs`` copies a marker's record into its log and removes the marker, so after a
+end of every phase. A running tick's log stays plain JSONL, so a ``kill -9`` loses nothing;
+once the tick has committed the log is compressed into ``tick-000004.jsonl.gz`` (gzip, so
+``zcat`` reads it) by ``compress_log``, with what can be rebuilt exactly left out: a call's
+final raw answer when it is byte for byte the compact JSON of its validated ``result``
+(written as ``{"derived": "result"}`` and restored on read), a call's ``digest`` when its
+own fields give it (``{"derived": "request"}``), and the state snapshot stored
+as plain JSON text (``encoding: "json"``) so the one compression covers it. The call
+detail (``call`` and ``instructions`` records) goes last, after a ``layout`` line (the
+second) naming where each was, so ``read_log(path, calls=False)`` decompresses only what
+comes before it and a full read restores the order the tick wrote. Plain logs (written by
+older sims, or a tick that committed just before a crash) read as before.
+
+The ``commit`` record is made atomic with the tick's commit by a small marker file
+(``tick-000004.commit.json``) written through ``Storage.commit``'s journal; ``recover_logs``
+copies a marker's record into its log and removes the marker, so after a
 crash at any instant world files, response store and log agree.
 
 Records are typed (``sim.ticklog.records``): ``read_log`` is the one reader, and every
@@ -37,8 +51,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import gzip
+import itertools
 import logging
 import os
+import re
 import stat
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -55,6 +72,7 @@ from sim.ticklog.records import (
     BatchRecord,
     CallRecord,
     CommitRecord,
+    CompactedRecord,
     HeaderRecord,
     LogRecord,
     PhaseRecord,
@@ -85,6 +103,25 @@ MIGRATIONS: Mapping[int, Callable[[RawRecord], RawRecord]] = {}
 ABANDONED_DIR = "abandoned"
 
 
+#: the suffix of a committed, compressed log (``tick-000004.jsonl.gz``)
+GZ = ".gz"
+#: default gzip level of committed logs (``[history] compress_level``; 0 keeps them plain)
+COMPRESS_LEVEL = 6
+#: a committed log's final raw answer that is the compact JSON of its ``result``
+DERIVED_RAW = {"derived": "result"}
+#: a committed log's call digest that its own fields give (``request_digest``)
+DERIVED_DIGEST = {"derived": "request"}
+#: a tick log's name: ``tick-NNNNNN.jsonl``, ``.jsonl.gz``, or ``tick-NNNNNN.k.jsonl`` when
+#: set aside into ``abandoned/``
+_LOG_NAME = re.compile(r"tick-([0-9]{6,})(?:\.[0-9]+)?\.jsonl(?:\.gz)?")
+_GZIP_MAGIC = b"\x1f\x8b"
+#: the call detail: the lines a compressed log keeps last and ``read_log(path, calls=False)``
+#: leaves unread
+_CALL_DETAIL = (b'{"type":"call"', b'{"type":"instructions"')
+#: a compressed log's second line: where its call-detail lines were (``_order``)
+_LAYOUT = b'{"type":"layout"'
+
+
 def log_rel(tick: int) -> str:
     return f"{LOG_DIR}/tick-{tick:06d}.jsonl"
 
@@ -93,8 +130,29 @@ def marker_rel(tick: int) -> str:
     return f"{LOG_DIR}/tick-{tick:06d}.commit.json"
 
 
+def summary_rel(tick: int) -> str:
+    """A committed tick's summary (``sim.ticklog.summary``), written after its commit."""
+    return f"{LOG_DIR}/tick-{tick:06d}.summary.jsonl.gz"
+
+
 def log_path(root: Path, tick: int) -> Path:
+    """Where tick ``tick``'s log is written while it runs (the plain JSONL file)."""
     return root / log_rel(tick)
+
+
+def gz_path(path: Path) -> Path:
+    """The compressed form of a plain log's path."""
+    return path.with_name(path.name + GZ)
+
+
+def log_file(root: Path, tick: int) -> Path:
+    """Tick ``tick``'s log as it is on disk: compressed once committed, else plain.
+
+    A missing log gives the plain path (whose absence the caller reports).
+    """
+    plain = log_path(root, tick)
+    packed = gz_path(plain)
+    return packed if packed.is_file() else plain
 
 
 def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:
@@ -102,16 +160,22 @@ def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:
 
     Logs set aside into ``abandoned/`` are named ``tick-NNNNNN.k.jsonl``; they are listed
     too when ``folder`` is that folder (their calls were sent: ``sim usage`` counts them).
+    A log present both plain and compressed (a crash after compressing it) is listed once,
+    compressed: the ``.gz`` is only renamed into place complete.
     """
     where = root / folder
-    out: list[tuple[int, Path]] = []
+    found: dict[str, tuple[int, Path]] = {}
     if not where.is_dir():
-        return out
-    for path in where.glob("tick-*.jsonl"):
-        number = path.name.removeprefix("tick-").split(".", 1)[0]
-        if number.isdigit():
-            out.append((int(number), path))
-    return sorted(out)
+        return []
+    for path in where.glob("tick-*.jsonl*"):
+        match = _LOG_NAME.fullmatch(path.name)
+        if match is None:
+            continue
+        stem = path.name.removesuffix(GZ)
+        if stem in found and not path.name.endswith(GZ):
+            continue
+        found[stem] = (int(match.group(1)), path)
+    return sorted(found.values())
 
 
 # -- state snapshots --------------------------------------------------------------------------
@@ -170,9 +234,14 @@ def pack_state(files: Mapping[str, bytes]) -> StateRecord:
 
 
 def unpack_state(record: StateRecord) -> dict[str, bytes]:
-    if record.encoding != "zlib+base64":
+    """The files of a state snapshot (``zlib+base64`` as written, ``json`` once the log is
+    compressed as a whole)."""
+    if record.encoding == "zlib+base64":
+        payload = orjson.loads(zlib.decompress(base64.b64decode(record.data)))
+    elif record.encoding == "json":
+        payload = orjson.loads(record.data)
+    else:
         raise ValueError(f"unknown state encoding {record.encoding!r}")
-    payload = orjson.loads(zlib.decompress(base64.b64decode(record.data)))
     return {rel: text.encode("utf-8") for rel, text in payload.items()}
 
 
@@ -299,6 +368,10 @@ class TickLog:
     batches: list[BatchRecord] = field(default_factory=list)
     torn: bool = False
     records: list[LogRecord] = field(default_factory=list)
+    #: ``sim log --compact`` dropped the call detail (the tick cannot be replayed)
+    compacted: CompactedRecord | None = None
+    #: ``False``: read without its call records (``read_log(path, calls=False)``)
+    calls_read: bool = True
 
     @property
     def committed(self) -> bool:
@@ -315,6 +388,17 @@ class TickLog:
 
     def failures(self) -> int:
         return sum(1 for call in self.calls.values() if call.failed)
+
+    def written_records(self) -> list[LogRecord]:
+        """The records as the running tick wrote them: a compressed log's state snapshot
+        back in its ``zlib+base64`` encoding (the same bytes: compression at level 1 of the
+        same payload), every other record as read."""
+        return [
+            pack_state(unpack_state(r))
+            if isinstance(r, StateRecord) and r.encoding == "json"
+            else r
+            for r in self.records
+        ]
 
     def run_decisions(self) -> list[PolicyRecord]:
         """The policy decisions of the tick's last run (after its last ``resume``): every
@@ -388,6 +472,8 @@ def parse_records(lines: Iterable[bytes], path: Path) -> tuple[list[LogRecord], 
                     f"(reads up to {FORMAT_VERSION}); upgrade sim"
                 )
         data = _migrate(data, version, path, number)
+        if data["type"] == "call":
+            _restore_derived(data)
         try:
             records.append(parse_record(data))
         except ValidationError as exc:
@@ -395,6 +481,140 @@ def parse_records(lines: Iterable[bytes], path: Path) -> tuple[list[LogRecord], 
     if version is None:
         raise LogError(f"{path}: empty log (no header)")
     return records, torn
+
+
+def request_digest(call: RawRecord) -> str:
+    """A call's digest from the fields it is taken over (``sim.llm.calls.CallIdentity``)."""
+    history = call.get("history")
+    fields = {
+        "instructions": call.get("instructions_digest", ""),
+        "input": call.get("input", ""),
+        "schema": call.get("schema_digest", ""),
+        "model": call.get("model", ""),
+        "settings": call.get("settings", {}),
+        "history": [
+            *(history if isinstance(history, list) else []),
+            call.get("previous_response_id"),
+        ],
+    }
+    return digest(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
+
+
+def _restore_derived(call: RawRecord) -> None:
+    """Put back what a compressed log left out because it can be rebuilt exactly: the
+    final raw answer (``DERIVED_RAW``) and the request digest (``DERIVED_DIGEST``)."""
+    if call.get("digest") == DERIVED_DIGEST:
+        call["digest"] = request_digest(call)
+    attempts = call.get("attempts")
+    if not isinstance(attempts, list) or not attempts or not isinstance(attempts[-1], dict):
+        return
+    if attempts[-1].get("raw") == DERIVED_RAW:
+        attempts[-1]["raw"] = orjson.dumps(call.get("result")).decode()
+
+
+def _pack_line(line: bytes) -> bytes:
+    """One line of a committed log as its compressed log holds it (see the module doc)."""
+    if line.startswith(b'{"type":"call"'):
+        data = orjson.loads(line)
+        changed = False
+        attempts = data.get("attempts")
+        result = data.get("result")
+        if attempts and isinstance(result, dict):
+            raw = attempts[-1].get("raw")
+            if isinstance(raw, str) and raw.encode() == orjson.dumps(result):
+                attempts[-1]["raw"] = DERIVED_RAW
+                changed = True
+        if isinstance(data.get("digest"), str) and data["digest"] == request_digest(data):
+            data["digest"] = DERIVED_DIGEST
+            changed = True
+        return orjson.dumps(data) if changed else line
+    if line.startswith(b'{"type":"state_before"'):
+        data = orjson.loads(line)
+        if data.get("encoding") == "zlib+base64":
+            data["encoding"] = "json"
+            data["data"] = zlib.decompress(base64.b64decode(data["data"])).decode("utf-8")
+            return orjson.dumps(data)
+    return line
+
+
+def compress_log(path: Path, level: int = COMPRESS_LEVEL) -> Path:
+    """Replace a committed plain log by its compressed form; returns the new path.
+
+    The ``.gz`` is written beside it, fsynced and renamed into place before the plain log
+    is removed, so a crash leaves one of them complete (``list_logs`` prefers the ``.gz``;
+    ``recover_logs`` removes a plain log left beside one). Reading it back gives the same
+    records (a state snapshot in its ``json`` encoding).
+    """
+    data = _read_regular(path)
+    lines = data.splitlines()
+    if data and not data.endswith(b"\n"):
+        lines = lines[:-1]  # a torn tail was never part of the log
+    target = write_compressed(gz_path(path), lines, level)
+    path.unlink()
+    return target
+
+
+def _detail_last(lines: list[bytes]) -> list[bytes]:
+    """A committed log's lines (without newlines) with the call detail moved to the end and
+    a ``layout`` line after the header saying where it was: reading the tick without its
+    calls (the report, ``sim log --tick N``, rewind) then stops decompressing early."""
+    lines = [line for line in lines if line.strip()]
+    rest = lines[1:]
+    detail = [i for i, line in enumerate(rest) if line.startswith(_CALL_DETAIL)]
+    if not detail:
+        return lines
+    layout = orjson.dumps({"type": "layout", "lines": len(rest), "detail": detail})
+    front = [line for line in rest if not line.startswith(_CALL_DETAIL)]
+    return [lines[0], layout, *front, *(rest[i] for i in detail)]
+
+
+def _layout(line: bytes, path: Path) -> tuple[int, list[int]]:
+    """A ``layout`` line: how many lines follow it and where the call detail was."""
+    try:
+        data = orjson.loads(line)
+        total, detail = data["lines"], data["detail"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise LogError(f"{path}: line 2: not a valid layout record") from None
+    if (
+        not isinstance(total, int)
+        or not isinstance(detail, list)
+        or not all(isinstance(i, int) for i in detail)
+        or any(b <= a for a, b in itertools.pairwise(detail))
+        or (detail and (detail[0] < 0 or detail[-1] >= total))
+    ):
+        raise LogError(f"{path}: line 2: the layout record does not fit the log")
+    return total, detail
+
+
+def _in_order(lines: list[bytes], path: Path) -> list[bytes]:
+    """A compressed log's lines in the order the tick wrote them (undoes ``_detail_last``)."""
+    if len(lines) < 2 or not lines[1].startswith(_LAYOUT):
+        return lines
+    total, detail = _layout(lines[1], path)
+    rest = lines[2:]
+    if len(rest) != total:
+        raise LogError(f"{path}: the log has {len(rest)} lines, its layout says {total}")
+    front = iter(rest[: total - len(detail)])
+    back = dict(zip(detail, rest[total - len(detail) :], strict=True))
+    return [lines[0], *(back[i] if i in back else next(front) for i in range(total))]
+
+
+def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS_LEVEL) -> Path:
+    """Write a compressed log from its JSONL lines (packed as the module doc says),
+    atomically: to ``<name>.tmp``, fsynced, renamed over ``target``."""
+    packed = b"".join(line + b"\n" for line in _detail_last([_pack_line(x) for x in lines]))
+    tmp = target.with_name(target.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        # mtime=0: the same log always compresses to the same bytes
+        handle.write(gzip.compress(packed, compresslevel=level, mtime=0))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, target)
+    _fsync_dir(target.parent)
+    return target
 
 
 def _read_regular(path: Path) -> bytes:
@@ -410,20 +630,91 @@ def _read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
-def read_log(path: Path) -> TickLog:
-    """Read one tick log: the one reader of the format.
+def read_log_bytes(path: Path) -> bytes:
+    """A log file's JSONL bytes, decompressed if it is a compressed log.
+
+    ``path`` may name the plain log of a tick whose log is now compressed.
 
     Raises:
-        LogError: the file is missing, malformed, or of an unknown format.
+        LogError: the file is missing, unreadable, or a damaged compressed log.
     """
+    if not path.name.endswith(GZ) and not os.path.lexists(path):
+        packed = gz_path(path)
+        if os.path.lexists(packed):
+            path = packed
     try:
         data = _read_regular(path)
     except OSError as exc:
         raise LogError(f"{path}: cannot read the tick log: {exc.strerror}") from None
-    records, torn = parse_records(data.splitlines(keepends=True), path)
+    if data.startswith(_GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
+        if data.startswith(_LAYOUT, data.find(b"\n") + 1):
+            data = b"".join(_in_order(data.splitlines(keepends=True), path))
+    return data
+
+
+def _front_lines(path: Path) -> list[bytes]:
+    """A log's lines without its call detail; of a compressed log only as much is
+    decompressed as holds them (its ``layout`` line says how many there are)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LogError(f"{path}: cannot read the tick log: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise LogError(f"{path}: cannot read the tick log: not a regular file")
+        if handle.read(2) != _GZIP_MAGIC:
+            handle.seek(0)
+            lines = handle.read().splitlines(keepends=True)
+            return [line for line in lines if not line.startswith(_CALL_DETAIL)]
+        handle.seek(0)
+        inflate = zlib.decompressobj(wbits=31)
+        out = bytearray()
+        wanted: int | None = None
+        newlines = 0  # counted in each new piece only: the buffer grows to megabytes
+        try:
+            while chunk := handle.read(1 << 16):
+                piece = inflate.decompress(chunk)
+                out += piece
+                newlines += piece.count(b"\n")
+                if wanted is None and newlines >= 2:
+                    second = bytes(out).split(b"\n", 2)[1]
+                    if not second.startswith(_LAYOUT):
+                        break  # no layout: read it all
+                    total, detail = _layout(second, path)
+                    wanted = 2 + total - len(detail)
+                if wanted is not None and newlines >= wanted:
+                    lines = bytes(out).splitlines(keepends=True)[:wanted]
+                    return [lines[0], *lines[2:]]
+        except zlib.error as exc:
+            raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
+    lines = read_log_bytes(path).splitlines(keepends=True)
+    return [line for line in lines if not line.startswith(_CALL_DETAIL)]
+
+
+def read_log(path: Path, calls: bool = True) -> TickLog:
+    """Read one tick log, plain or compressed: the one reader of the format.
+
+    Args:
+        calls: ``False`` skips the ``call`` and ``instructions`` records unparsed (the
+            report, which takes its numbers from the tick's summary); ``calls_read`` then
+            says so and the log's call views are empty.
+
+    Raises:
+        LogError: the file is missing, malformed, or of an unknown format.
+    """
+    if not path.name.endswith(GZ) and not os.path.lexists(path):
+        packed = gz_path(path)
+        if os.path.lexists(packed):
+            path = packed
+    lines = read_log_bytes(path).splitlines(keepends=True) if calls else _front_lines(path)
+    records, torn = parse_records(lines, path)
     head = records[0]
     assert isinstance(head, HeaderRecord)  # parse_records checks the first record
-    log = TickLog(path, head.tick, head, torn=torn, records=records)
+    log = TickLog(path, head.tick, head, torn=torn, records=records, calls_read=calls)
     for record in records[1:]:
         if isinstance(record, StateRecord):
             log.state_before = record
@@ -441,6 +732,8 @@ def read_log(path: Path) -> TickLog:
             log.usage = record
         elif isinstance(record, CommitRecord):
             log.commit = record
+        elif isinstance(record, CompactedRecord):
+            log.compacted = record
         elif isinstance(record, PolicyRecord):
             log.decisions.append(record)
         elif record.type == "resume":
@@ -463,8 +756,9 @@ def read_logs(root: Path, folder: str = LOG_DIR) -> tuple[list[TickLog], list[Lo
 # -- commit markers and retention ----------------------------------------------------------
 
 
-def recover_logs(root: Path) -> list[int]:
-    """Complete the logs of ticks that committed: copy each marker's record into its log.
+def recover_logs(root: Path, level: int = COMPRESS_LEVEL) -> list[int]:
+    """Complete the logs of ticks that committed: copy each marker's record into its log,
+    and compress what a crash left plain (``level`` 0 leaves plain logs plain).
 
     Run under the world lock after ``Storage.recover()``. Returns the ticks completed.
     """
@@ -494,11 +788,46 @@ def recover_logs(root: Path) -> list[int]:
                 writer.close()
                 done.append(record.tick)
         marker.unlink()
+    _finish_compression(root, level)
     return done
 
 
+def _finish_compression(root: Path, level: int) -> None:
+    """What a crash between a commit and the end of ``TickRecorder.committed`` left undone:
+    a plain log beside its complete ``.gz`` is removed, and the newest log, if plain and
+    committed, gets its summary (rebuilt from it: one left by an earlier run of that tick
+    number may be stale) and is compressed. Older plain logs (an older sim's) are left as
+    they are: ``sim log --compact`` converts them."""
+    folder = root / LOG_DIR
+    plain: list[tuple[int, Path]] = []
+    for path in folder.glob("tick-*.jsonl"):
+        match = _LOG_NAME.fullmatch(path.name)
+        if match is None or path.is_symlink():
+            continue
+        if gz_path(path).is_file():
+            path.unlink()
+        else:
+            plain.append((int(match.group(1)), path))
+    listed = list_logs(root)
+    if not plain or not listed or max(plain)[1] != listed[-1][1]:
+        return
+    tick, path = max(plain)
+    from sim.ticklog.summary import summarize, write_summary  # it builds on this module
+
+    try:
+        log = read_log(path)
+        if not log.committed:
+            return
+        write_summary(root, summarize(log))
+        if level > 0:
+            compress_log(path, level)
+    except (LogError, OSError) as exc:  # left plain; `sim log` and `sim check` report it
+        logger.warning("tick log %d left as it is: %s", tick, exc)
+
+
 def prune(root: Path, current_tick: int, keep_ticks: int) -> list[Path]:
-    """Delete the logs of ticks older than the last ``keep_ticks`` (0 keeps all)."""
+    """Delete the logs (and summaries) of ticks older than the last ``keep_ticks``
+    (0 keeps all)."""
     if keep_ticks <= 0:
         return []
     removed: list[Path] = []
@@ -506,12 +835,18 @@ def prune(root: Path, current_tick: int, keep_ticks: int) -> list[Path]:
         if tick <= current_tick - keep_ticks:
             path.unlink()
             removed.append(path)
+            with contextlib.suppress(FileNotFoundError):
+                (root / summary_rel(tick)).unlink()
     return removed
 
 
 __all__ = [
     "ABANDONED_DIR",
+    "COMPRESS_LEVEL",
+    "DERIVED_DIGEST",
+    "DERIVED_RAW",
     "FORMAT_VERSION",
+    "GZ",
     "INTERVENTIONS",
     "LOG_DIR",
     "MIGRATIONS",
@@ -521,9 +856,12 @@ __all__ = [
     "LogWriter",
     "RawRecord",
     "TickLog",
+    "compress_log",
+    "gz_path",
     "header",
     "is_state_file",
     "list_logs",
+    "log_file",
     "log_path",
     "log_rel",
     "marker_rel",
@@ -531,10 +869,13 @@ __all__ = [
     "parse_records",
     "prune",
     "read_log",
+    "read_log_bytes",
     "read_logs",
     "read_state",
     "read_store",
     "recover_logs",
     "state_digest",
+    "summary_rel",
     "unpack_state",
+    "write_compressed",
 ]

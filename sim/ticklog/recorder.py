@@ -44,6 +44,7 @@ from sim.ticklog.format import (
     ABANDONED_DIR,
     LogWriter,
     TickLog,
+    compress_log,
     header,
     is_state_file,
     log_path,
@@ -60,6 +61,7 @@ from sim.ticklog.records import (
     BatchRecord,
     CallRecord,
     CommitRecord,
+    HeaderRecord,
     InstructionsRecord,
     InterruptedRecord,
     InterventionRecord,
@@ -71,6 +73,7 @@ from sim.ticklog.records import (
     UsageRecord,
     dump_record,
 )
+from sim.ticklog.summary import Summary, SummaryBuilder, summary_path, write_summary
 from sim.world import World
 
 
@@ -101,6 +104,7 @@ def _attempt(
     fields: dict[str, Any] = {
         "attempt": event.attempt,
         "model": event.model if model is None else model,
+        "provider": event.provider,
         "usage": TokenCounts.of(event.usage),
         "latency": round(event.latency, 6),
         "error_code": event.error_code,
@@ -167,6 +171,7 @@ class TickRecorder:
         self._instructions: set[str] = set(partial.instructions) if partial else set()
         self._calls: set[str] = set(partial.calls) if partial else set()
         self._commit: CommitRecord | None = None
+        self._summary: Summary | None = None
         #: what the tick's logged calls cost at the configured prices
         self._cost_usd = 0.0
         self._prices: dict[str, Price | None] = {}
@@ -186,15 +191,24 @@ class TickRecorder:
         self.scope = (
             (partial.header.scope or str(partial.path)) if partial else secrets.token_hex(8)
         )
+        head: HeaderRecord = (
+            partial.header
+            if partial is not None
+            else header(tick, redacted(config), seed, self.scope, phases)
+        )
+        #: the tick's summary, fed every call record the log holds (sim.ticklog.summary)
+        self.summary = SummaryBuilder(head)
+        for call in partial.call_records if partial else ():
+            self.summary.add_call(call)
+        self._state_before = state_digest(before)
+        # a tick not yet committed has no summary: one left by an earlier run of this tick
+        # number (a crash during `sim rewind`) must not describe it
+        with contextlib.suppress(FileNotFoundError):
+            summary_path(root, tick).unlink()
         if partial is None:
             # created with its header in it: a kill at any instant never leaves an empty log
             self.writer = LogWriter.create(
-                log_path(root, tick),
-                [
-                    header(tick, redacted(config), seed, self.scope, phases),
-                    pack_state(before),
-                    *interventions,
-                ],
+                log_path(root, tick), [head, pack_state(before), *interventions]
             )
         else:
             self.writer = LogWriter(log_path(root, tick))
@@ -337,6 +351,7 @@ class TickRecorder:
             )
         self._calls.add(ident.request_id)
         self.writer.append(record)
+        self.summary.add_call(record)
 
     def _call_record(
         self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]
@@ -475,11 +490,10 @@ class TickRecorder:
             else:
                 after[rel] = data
         cost = None if self._cost_unknown else round(self._cost_usd, 8)
-        self.writer.append(
-            UsageRecord.model_validate(
-                {**totals, "cost": cost, "resumed_calls": self.resumed_calls}
-            )
+        usage = UsageRecord.model_validate(
+            {**totals, "cost": cost, "resumed_calls": self.resumed_calls}
         )
+        self.writer.append(usage)
         self.writer.sync()
         self._commit = CommitRecord(
             tick=self.tick,
@@ -487,15 +501,29 @@ class TickRecorder:
             calls=len(self._calls),
             committed_at=time.time(),
         )
+        self._summary = self.summary.finish(
+            committed=True,
+            wall=usage.elapsed,
+            resumes=self.partial.resumes + 1 if self.partial is not None else 0,
+            state_before=self._state_before,
+            commit=self._commit,
+        )
         return {marker_rel(self.tick): dump_record(self._commit)}
 
     def committed(self) -> None:
-        """After the commit: the log gets its final record, the marker goes, old logs too."""
+        """After the commit: the log gets its final record and is compressed, the marker
+        goes, old logs too."""
         assert self._commit is not None
         self.writer.append(self._commit)
         self.writer.close()
         with contextlib.suppress(FileNotFoundError):
             (self.root / marker_rel(self.tick)).unlink()
+        # derived from the log: a crash before these is made good by `recover_logs`
+        assert self._summary is not None
+        write_summary(self.root, self._summary)
+        level = self.config.history.compress_level
+        if level > 0:
+            compress_log(self.writer.path, level)
         prune(self.root, self.tick, self.config.history.keep_ticks)
 
     def close(self) -> None:

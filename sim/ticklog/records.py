@@ -2,9 +2,9 @@
 
 One model per record ``type`` (``header``, ``state_before``, ``intervention``,
 ``instructions``, ``call``, ``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``,
-``usage``, ``commit``) and ``LogRecord``, their union discriminated on ``type``.
-``parse_record`` is the only way a line of a log becomes a record, and ``dump_record`` the
-only way a record becomes a line.
+``usage``, ``commit``, ``compacted``) and ``LogRecord``, their union discriminated on
+``type``. ``parse_record`` is the only way a line of a log becomes a record, and
+``dump_record`` the only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
@@ -23,8 +23,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from sim.llm.batch import BATCH_PRICE_FACTOR
-from sim.llm.budget import Price
+from sim.llm.budget import BATCH_PRICE_FACTOR, Price
 from sim.llm.types import Usage
 
 
@@ -141,6 +140,8 @@ class AttemptRecord(_Model):
 
     attempt: int = 1
     model: str = ""
+    #: the endpoint it went to (``[llm]``'s kind or a ``[providers.NAME]``); "" in older logs
+    provider: str = ""
     usage: TokenCounts = Field(default_factory=TokenCounts)
     latency: float = 0.0
     error_code: str | None = None
@@ -317,6 +318,17 @@ class CommitRecord(_Record):
     committed_at: float = 0.0
 
 
+class CompactedRecord(_Record):
+    """``sim log --compact`` dropped this committed tick's call detail (its ``call`` and
+    ``instructions`` records); its summary keeps the numbers. Such a tick cannot be replayed."""
+
+    type: Literal["compacted"] = "compacted"
+    #: call records dropped
+    calls: int = 0
+    #: the ``--before`` tick the compaction was asked for
+    before: int = 0
+
+
 LogRecord = Annotated[
     HeaderRecord
     | StateRecord
@@ -329,7 +341,8 @@ LogRecord = Annotated[
     | PolicyRecord
     | BatchRecord
     | UsageRecord
-    | CommitRecord,
+    | CommitRecord
+    | CompactedRecord,
     Field(discriminator="type"),
 ]
 
@@ -361,6 +374,7 @@ __all__ = [
     "BatchRecord",
     "CallRecord",
     "CommitRecord",
+    "CompactedRecord",
     "HeaderRecord",
     "InstructionsRecord",
     "InterruptedRecord",

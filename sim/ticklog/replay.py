@@ -32,7 +32,7 @@ from sim.llm.adapters.replay import Drift, ReplayAdapter
 from sim.llm.stack import close_stack
 from sim.llm.types import Adapter
 from sim.storage import Storage
-from sim.ticklog.format import TickLog, log_path, read_log, read_state, state_digest
+from sim.ticklog.format import TickLog, log_file, log_path, read_log, read_state, state_digest
 
 WORLD_INPUTS = ("prompts", "schemas", "config.toml")
 
@@ -79,12 +79,19 @@ class ReplayReport:
 
 def committed_log(world_dir: Path, tick: int) -> TickLog:
     """The committed log of ``tick``, or an error saying why it cannot be used."""
-    path = log_path(world_dir, tick)
+    path = log_file(world_dir, tick)
     if not path.is_file():
         raise InputError(path, None, f"no log for tick {tick} (see `sim log --tick all`)")
     log = read_log(path)
     if not log.committed:
         raise LogError(f"{path}: tick {tick} never committed; run `sim tick` to resume it")
+    if log.compacted is not None:
+        raise LogError(
+            f"{path}: tick {tick} cannot be replayed: `sim log --compact --before "
+            f"{log.compacted.before}` dropped its {log.compacted.calls} recorded calls, which "
+            "replay answers from (its summary, results and start state are kept: `sim log "
+            f"--tick {tick}`, `sim rewind`, `sim fork` still work)"
+        )
     return log
 
 
@@ -265,7 +272,7 @@ def _compare(
     assert log.commit is not None
     matches = state_digest(after) == log.commit.state_after
     differing: list[str] = []
-    following = log_path(world_dir, log.tick + 1)
+    following = log_file(world_dir, log.tick + 1)
     if not matches and following.is_file():
         try:
             differing = _differing(after, read_log(following).state())

@@ -9,6 +9,7 @@ of the ticks before N, leaving the original untouched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -22,15 +23,18 @@ from sim.errors import InputError
 from sim.safefs import UnsafePath
 from sim.storage import SIM_DIR, Storage, commit_path_problem, dump_json
 from sim.ticklog.format import (
+    GZ,
     LOG_DIR,
     LogError,
     TickLog,
     is_state_file,
     list_logs,
-    log_path,
+    log_file,
     read_log,
+    read_log_bytes,
     read_state,
     recover_logs,
+    summary_rel,
 )
 from sim.world import World
 
@@ -44,7 +48,7 @@ class Rewound:
 
 def state_log(world_dir: Path, tick: int) -> TickLog:
     """Tick ``tick``'s log, which must hold the state at the start of that tick."""
-    path = log_path(world_dir, tick)
+    path = log_file(world_dir, tick)
     if not path.is_file():
         have = ", ".join(str(t) for t, _ in list_logs(world_dir)) or "none"
         raise InputError(path, None, f"no log for tick {tick} (logs kept for ticks: {have})")
@@ -131,11 +135,16 @@ def rewind(world_dir: Path, tick: int) -> Rewound:
         aside = _aside_dir(world_dir) if later else None
         for _, path in later:  # moved through the journal: atomic with the state
             rel = path.relative_to(world_dir).as_posix()
-            files[f"{aside}/{path.name}"] = path.read_bytes()
+            # the journal holds text: a compressed log is moved as its JSONL lines
+            name = path.name.removesuffix(GZ)
+            files[f"{aside}/{name}"] = read_log_bytes(path)
             files[rel] = None
         meta = orjson.loads(safefs.read_file(world_dir, "world.json"))
         unchanged = World(world_dir, meta, {}, {}, {"world.json": dump_json(meta)})
         storage.commit(unchanged, files)
+        for number, _ in later:  # derived from those logs; a stale one is rebuilt anyway
+            with contextlib.suppress(FileNotFoundError):
+                (world_dir / summary_rel(number)).unlink()
     return Rewound(tick, world_dir / aside if aside else None, len(later))
 
 
@@ -185,8 +194,10 @@ def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Pat
             with safefs.open_dir(dest, parts[:-1], create=True) as dir_fd:
                 safefs.unlink_at(dir_fd, parts[-1])
                 safefs.write_at(dir_fd, parts[-1], dest / rel, data)
-        for _, path in earlier:
-            copy = dest / LOG_DIR / path.name
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, copy)
+        for number, path in earlier:
+            summary = world_dir / summary_rel(number)
+            for copied in (path, summary) if summary.is_file() else (path,):
+                copy = dest / LOG_DIR / copied.name
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(copied, copy)
     return dest

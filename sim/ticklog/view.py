@@ -11,12 +11,14 @@ from urllib.parse import urlsplit
 import orjson
 
 from sim.errors import LogError
-from sim.ticklog.books import call_cost, call_usage, tick_books
+from sim.ticklog.books import call_cost, call_usage
 from sim.ticklog.format import TickLog, list_logs, read_log
 from sim.ticklog.records import CallRecord, PolicyRecord
+from sim.ticklog.summary import read_head, summarize, summary_numbers, summary_path
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
     from sim.llm.adapters.replay import Drift
+    from sim.ticklog.compact import Compacted
     from sim.ticklog.replay import ReplayReport, TickReplay
 
 
@@ -31,20 +33,26 @@ def summary(log: TickLog) -> dict[str, Any]:
     """One tick in numbers: calls, failures, tokens and cost over every attempt (at the
     prices in effect when it ran; ``None``: a model had no price), attempts that timed out,
     wall time."""
-    books = tick_books(log)
-    return {
-        "tick": log.tick,
-        "committed": log.committed,
-        "calls": books.calls,
-        "failures": books.failures,
-        "tokens": books.tokens,
-        "input_tokens": books.usage.input_tokens,
-        "output_tokens": books.usage.output_tokens,
-        "cost": books.cost.value,
-        "timed_out": books.timed_out,
-        "wall": log.usage.elapsed if log.usage is not None else None,
-        "resumes": log.resumes,
-    }
+    if log.compacted is not None:  # its calls are gone: the summary has the numbers
+        path = summary_path(log.path.parent.parent.parent, log.tick)
+        try:
+            return summary_numbers(read_head(path))
+        except LogError:
+            pass
+    return summary_numbers(summarize(log).head)
+
+
+def compact_lines(done: Compacted) -> Iterator[str]:
+    """What ``sim log --compact`` did."""
+    mib = 1024 * 1024
+    yield (
+        f"compacted: {len(done.compressed)} logs compressed, {len(done.summarized)} "
+        f"summaries written, call detail of {len(done.dropped)} ticks dropped "
+        f"({done.calls_dropped} calls); logs {done.bytes_before / mib:.1f} MiB -> "
+        f"{done.bytes_after / mib:.1f} MiB"
+    )
+    for problem in done.problems:
+        yield f"unreadable, left as it is: {problem}"
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -104,6 +112,8 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     for name, record in log.phases.items():
         for key, reason in record.report.errors.items():
             yield f"fallback: {name} {key}: {reason}"
+        for key, models in record.report.model_fallbacks.items():
+            yield f"fallback model: {name} {key}: {models}"
         for warning in record.report.warnings:
             yield f"ignored: {warning}"
     for decision in log.decisions:
@@ -210,9 +220,16 @@ def call_lines(log: TickLog) -> Iterator[str]:
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
     over all attempts, and cost; for a tool-calling answer, the tools it called; the server
     that answered (and, with a pool, those the call moved away from). A call a resume sent
-    again has a line per record: the earlier one's attempts were sent too, so the lines add
-    up to the tick's totals. Calls sent in a Batch API batch say ``batch`` (priced at the
-    batch rate), and each batch gets a line of its own after them."""
+    again has a line per record: the earlier one's attempts were sent too, so
+    the lines add up to the tick's totals. Calls sent in a Batch API batch say ``batch``
+    (priced at the batch rate), and each batch gets a line of its own after them."""
+    if log.compacted is not None:
+        yield (
+            f"tick {log.tick}: call detail dropped by `sim log --compact --before "
+            f"{log.compacted.before}` ({log.compacted.calls} calls); `sim usage` and "
+            "`sim log --tick all` still have its numbers"
+        )
+        return
     yield CALLS_HEAD
     prices = log.header.prices
     for call in log.call_records:

@@ -50,6 +50,20 @@ def test_http_scenarios_report_their_figures() -> None:
     assert os.environ.get("SSL_CERT_FILE") == before  # the https run's setting is undone
 
 
+def test_history_scenario_reports_its_figures(tmp_path: Path) -> None:
+    """Scenario 8 at a tiny size: build, measure each command in its own process, repeat."""
+    from bench.history import build, copies, measure
+
+    world = tmp_path / "w"
+    assert build(world, 12, 2)["ticks"] == 2
+    result = measure(world, ["log --tick all", "usage --by entity"])
+    assert result["kb_per_character_tick"] > 0 and result["summary_bytes"] > 0
+    assert set(result["commands"]) == {"log --tick all", "usage --by entity"}
+    assert all(m["peak_rss_mib"] > 0 for m in result["commands"].values())
+    assert copies(world, tmp_path / "longer", 3) == {"ticks": 6}
+    assert measure(tmp_path / "longer", ["check"])["ticks"] == 6
+
+
 def test_whole_process_scenarios_report_their_figures() -> None:
     """Scenarios 5 and 6 at tiny sizes: ``sim tick`` child processes, offline and against
     a stub server process (no timing asserts)."""

@@ -15,7 +15,7 @@ from conftest import copy_demo
 from sim.analysis.report.data import collect
 from sim.cli import main
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path, read_log, read_log_bytes
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "ticklog" / "tick-000001.jsonl"
 #: gpt-4.1-mini in the default [prices] ($ per million tokens), what the fixture's tick used
@@ -33,7 +33,7 @@ def raw_books(paths: list[Path]) -> dict[str, Any]:
     tokens = cost = 0.0
     per_char: dict[str, float] = {}
     for path in paths:
-        for line in path.read_bytes().splitlines():
+        for line in read_log_bytes(path).splitlines():
             record = orjson.loads(line)
             if record["type"] != "call":
                 continue

@@ -15,6 +15,7 @@ from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.errors import InputError
+from sim.testing.logs import plain_log
 from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path, read_log
 
@@ -596,7 +597,7 @@ def test_a_python_phase_that_raises_is_named(
 def test_replay_of_a_log_from_before_these_keys_names_no_changes(demo_world: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(main, ["tick", "--world", str(demo_world)]).exit_code == 0
-    path = log_path(demo_world, 1)
+    path = plain_log(demo_world, 1)
     lines = path.read_bytes().splitlines(keepends=True)
     head = orjson.loads(lines[0])
     for key in ("tick", "phases", "actions"):

@@ -144,7 +144,7 @@ def test_deny_falls_back_for_the_entity_and_is_shown_by_sim_log(
     shown = sim_log(demo_world)
     assert (
         "policy: denied intentions intention:ada (1:intentions:intention:ada:0) by "
-        "allowed_models: model 'gpt-4.1-mini' not in [policy] allowed_models" in shown
+        "allowed_models: model 'offline/gpt-4.1-mini' not in [policy] allowed_models" in shown
     )
 
 

@@ -16,6 +16,7 @@ from sim.analysis.report import embed_json
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
+from sim.testing.logs import plain_log
 from sim.ticklog.format import log_path, read_log
 
 HOSTILE = "<script>alert(1)</script>"
@@ -138,7 +139,7 @@ def test_a_missing_world_is_bad_input(tmp_path: Path):
 def test_an_unreadable_log_is_reported_and_the_page_still_written(five_ticks: Path, tmp_path: Path):
     world = tmp_path / "w"
     shutil.copytree(five_ticks, world)
-    log_path(world, 3).write_text("not json\n")
+    plain_log(world, 3).write_text("not json\n")
     result = CliRunner().invoke(main, ["report", "--world", str(world)])
     assert result.exit_code == 1
     assert "unreadable" in result.output and "tick-000003" in result.output
@@ -227,7 +228,7 @@ def test_failures_fallbacks_and_prices_come_from_the_log(five_ticks: Path, tmp_p
     (its header's ``[prices]``): the page prices every attempt at the tick's own prices."""
     world = tmp_path / "w"
     shutil.copytree(five_ticks, world)
-    path = log_path(world, 2)
+    path = plain_log(world, 2)
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     price = {"input": 1.0, "cached_input": 0.5, "output": 4.0}  # $ per million tokens
 
@@ -271,7 +272,7 @@ def test_a_character_whose_calls_used_an_unpriced_model_has_unknown_cost(
     """Unknown stays unknown: the page never sums a known part and shows it as the cost."""
     world = tmp_path / "w"
     shutil.copytree(five_ticks, world)
-    path = log_path(world, 3)
+    path = plain_log(world, 3)
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     for record in records:
         if record["type"] == "call" and record["entity_key"] == "intention:ada":

@@ -20,6 +20,7 @@ from sim.cli import main
 from sim.cli.run import partial_string
 from sim.storage import Storage
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+from sim.ticklog.format import read_log_bytes
 
 
 def configure(world: Path, base_url: str) -> Path:
@@ -32,7 +33,7 @@ def configure(world: Path, base_url: str) -> Path:
 
 def records(world: Path, tick: int = 1) -> list[dict[str, object]]:
     log = world / ".sim" / "log" / f"tick-{tick:06d}.jsonl"
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    return [json.loads(line) for line in read_log_bytes(log).splitlines()]
 
 
 def test_partial_string_reads_a_field_as_it_arrives() -> None:

@@ -97,7 +97,7 @@ def test_overloaded_primary_falls_back(
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("fallback model:")]
     assert len(lines) == anthropic_stub.stats.models["backup-model"] >= 10
-    assert f"{MODEL} -> backup-model" in lines[0]
+    assert f"anthropic/{MODEL} -> anthropic/backup-model" in lines[0]
     # 529s count for the breaker like 5xx: after 5 in a row the later phases skip the
     # primary (bound as in test_tick_providers: the 10 first attempts, all in flight at
     # once, plus a retry for each of the 4 failures before the breaker opened)

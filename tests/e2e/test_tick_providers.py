@@ -181,7 +181,7 @@ def test_fallback_model_is_reported(demo_world: Path, stub_server: StubServer) -
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("fallback model:")]
     assert len(lines) == stub_server.stats.models["backup-model"] >= 10
-    assert "gpt-4.1-mini -> backup-model" in lines[0]
+    assert "openai/gpt-4.1-mini -> openai/backup-model" in lines[0]
     # the primary's breaker opened after 5 consecutive 5xx: the later phases skip it
     # (without a breaker: 3 attempts x every call, 30+). Bound: the 10 first attempts, all
     # in flight at once, plus one retry for each of the 4 failures before the breaker

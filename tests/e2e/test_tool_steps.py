@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from click.testing import CliRunner
 from conftest import copy_demo, tree
@@ -25,6 +24,8 @@ from sim.phases.intention_steps import QUERY_NAMES, answer_query, look, recall
 from sim.storage import Storage
 from sim.testing import default_instance
 from sim.testing.gemini_stub import GeminiStubServer
+from sim.ticklog.format import read_log
+from sim.ticklog.records import record_data
 
 TOOLS_MODE = '[phase1]\nmode = "tools"\n'
 
@@ -205,8 +206,8 @@ def test_gemini_tools_mode_offers_query_tools(
 def test_logged_steps_carry_the_conversation(demo_world: Path, steps: int) -> None:
     (demo_world / "config.toml").write_text(TOOLS_MODE + f"max_tool_steps = {steps}\n")
     assert run(["tick", "--world", str(demo_world)]).exit_code == 0
-    log = (demo_world / ".sim" / "log" / "tick-000001.jsonl").read_bytes().splitlines()
-    records = [orjson.loads(line) for line in log]
+    log = read_log(demo_world / ".sim" / "log" / "tick-000001.jsonl")
+    records = [record_data(record) for record in log.records]
     calls = [r for r in records if str(r.get("request_id", "")).startswith("1:intentions:")]
     first = {r["request_id"]: r for r in calls if r["request_id"].endswith(":0")}
     second = {r["request_id"]: r for r in calls if r["request_id"].endswith(":1")}

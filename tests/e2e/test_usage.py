@@ -16,8 +16,9 @@ from sim.cli import main
 from sim.llm.budget import Price, cost_usd
 from sim.llm.types import Usage
 from sim.storage import Storage
+from sim.testing.logs import plain_log
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import list_logs, read_logs
+from sim.ticklog.format import list_logs, read_log_bytes, read_logs
 
 FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens")
 
@@ -48,7 +49,7 @@ def log_sums(world: Path) -> dict[str, int]:
     """Every attempt of every logged call, summed straight from the JSONL records."""
     sums = dict.fromkeys(("requests", *FIELDS), 0)
     for _, path in list_logs(world):
-        for line in path.read_bytes().splitlines():
+        for line in read_log_bytes(path).splitlines():
             record = orjson.loads(line)
             if record["type"] != "call":
                 continue
@@ -145,7 +146,7 @@ def test_usage_over_http_prices_each_model_and_unknown_ones_say_so(
 def test_unreadable_logs_are_reported_not_skipped(tmp_path: Path) -> None:
     world = copy_demo(tmp_path / "demo")
     assert invoke("tick", "--world", str(world), "--ticks", "2").exit_code == 0
-    path = list_logs(world)[0][1]
+    path = plain_log(world, 1)  # a log without a summary is read whole
     path.write_bytes(b"not json\n" + path.read_bytes())
     for by in ("phase", "entity"):
         result = invoke("usage", "--world", str(world), "--by", by)

@@ -12,6 +12,7 @@ from conftest import copy_demo
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.errors import LogError
+from sim.testing.logs import plain_log
 from sim.ticklog import format as tick_log
 from sim.ticklog.books import tick_books
 from sim.ticklog.format import (
@@ -249,7 +250,7 @@ def test_a_commit_marker_completes_its_log(tmp_path: Path) -> None:
     """A crash after the commit, before the log's last line: the marker finishes it."""
     world = copy_demo(tmp_path / "w")
     run(world, 1)
-    path = log_path(world, 1)
+    path = plain_log(world, 1)  # as it was before `committed()`: plain, no summary
     lines = path.read_bytes().splitlines(keepends=True)
     commit = orjson.loads(lines[-1])
     path.write_bytes(b"".join(lines[:-1]))
@@ -258,6 +259,9 @@ def test_a_commit_marker_completes_its_log(tmp_path: Path) -> None:
     done = read_log(path).commit
     assert done is not None and record_data(done) == commit
     assert not (world / tick_log.marker_rel(1)).exists()
+    # and what `committed()` does after the commit record is made good too
+    assert not path.exists() and tick_log.gz_path(path).is_file()
+    assert (world / tick_log.summary_rel(1)).is_file()
 
 
 def test_keep_ticks_prunes_old_logs(tmp_path: Path) -> None:
@@ -312,7 +316,10 @@ def test_a_new_log_appears_with_its_header_or_not_at_all(
     assert log.committed and log.resumes == 0 and len(log.calls) == result.calls
     assert result.notes == []  # nothing was set aside
     assert not (world / ".sim" / "log" / "abandoned").exists()
-    assert [p.name for p in (world / ".sim" / "log").iterdir()] == ["tick-000001.jsonl"]
+    assert sorted(p.name for p in (world / ".sim" / "log").iterdir()) == [
+        "tick-000001.jsonl.gz",
+        "tick-000001.summary.jsonl.gz",
+    ]
 
 
 def test_an_empty_log_left_by_an_older_sim_is_set_aside(tmp_path: Path) -> None:

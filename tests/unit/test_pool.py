@@ -341,3 +341,33 @@ def test_servers_are_shown_without_credentials_written_into_their_url() -> None:
     assert public_url("http://user:secret@gpu1:8000/v1") == "http://gpu1:8000/v1"
     assert server_name("http://user:secret@gpu1:8000/v1") == "gpu1:8000"
     assert public_url("https://api.openai.com/v1") == "https://api.openai.com/v1"
+
+
+def test_a_named_endpoint_may_list_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.llm.stack import Router
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    urls = ["http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1"]
+    config = Config.model_validate(
+        {
+            "providers": {"gpus": {"kind": "chat", "base_url": urls}},
+            "phase2a": {"model": "gpus/qwen"},
+        }
+    )
+    stack = build_stack(config)
+    router = stack.inner
+    assert isinstance(router, Router)
+    pool = router.routes["gpus"]
+    while not isinstance(pool, PoolAdapter):
+        pool = pool.inner  # type: ignore[attr-defined]
+    assert [s.url for s in pool.servers] == urls
+
+
+def test_a_named_pool_is_refused_with_batches(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        "[llm]\nbatch = true\n\n[providers.gpus]\n"
+        'kind = "chat"\nbase_url = ["http://a/v1", "http://b/v1"]\n'
+    )
+    with pytest.raises(InvalidConfig, match=r"providers\.gpus\.base_url"):
+        load_config(path)

@@ -44,6 +44,7 @@ def event(kind: str, request: LLMRequest, **fields):  # type: ignore[no-untyped-
         previous_response_id=None,
         depth=0,
         final=True,
+        provider="",
     )
     base.update(fields)
     return SimpleNamespace(**base)

@@ -3,11 +3,15 @@
 Only what the page displays is kept: per tick, where each character was (as an index into
 the location list), the scenes (narrative, intentions, outcomes) and the numbers; per
 character, the memory summary each time it changed and the tokens and cost of its calls.
-Full state snapshots are read one tick at a time and never embedded.
+Full state snapshots are read one tick at a time and never embedded. Each tick's numbers
+and per-character totals come from its summary (``sim.ticklog.summary``), so the logs are
+read without their call records.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,11 +19,19 @@ from typing import Any
 import orjson
 
 from sim.errors import LogError, SimError
-from sim.llm.budget import Cost, Price
+from sim.llm.budget import Cost, Price, price_usage
+from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.ticklog import view as logview
 from sim.ticklog.books import Books
 from sim.ticklog.format import TickLog, list_logs, read_log
+from sim.ticklog.summary import (
+    Summary,
+    read_summary,
+    summarize,
+    summary_numbers,
+    summary_path,
+)
 from sim.world import World
 
 #: entity-key prefixes of the chains that belong to one character
@@ -175,25 +187,86 @@ def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
     return out
 
 
-def _per_character(log: TickLog, totals: dict[str, Books]) -> None:
-    """Add a tick's calls to each character's books: every record and attempt, priced at
-    the tick's own prices (``sim.ticklog.books``, as ``sim log`` and ``sim usage`` do)."""
-    prices = log.header.prices
-    cache: dict[str, Price | None] = {}
-    chains = _character_chains(log)
-    for call in log.call_records:
-        chain, _, owner = (call.entity_key or "").partition(":")
-        if chain not in chains or not owner:
-            continue
-        totals.setdefault(owner, Books()).add_call(call, prices, cache)
+class _CharacterBooks:
+    """Each character's calls, failures and tokens per model over the ticks, kept apart by
+    the ``[prices]`` each tick ran with, and priced once per character, model and table at
+    the end (pricing every group of every tick was most of the report's time)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}  # owner -> [calls, failures, timed out]
+        self.tables: dict[str, dict[str, Price]] = {}
+        # (prices key, owner, model, provider, price factor) -> [input, cached, output]
+        self.tokens: dict[tuple[str, str, str, str, float], list[int]] = {}
+
+    def add(self, log: TickLog, summary: Summary) -> None:
+        """A tick's calls of per-character chains, from its summary: every record and
+        attempt, at the tick's own prices (as ``sim log`` and ``sim usage`` count)."""
+        table = log.header.prices
+        prices = orjson.dumps(
+            {m: [p.input, p.cached_input, p.output] for m, p in table.items()},
+            option=orjson.OPT_SORT_KEYS,
+        ).decode()
+        self.tables.setdefault(prices, table)
+        chains = _character_chains(log)
+        groups = summary.groups
+        for i, key in enumerate(groups.keys):
+            chain, _, owner = (key or "").partition(":")
+            if chain not in chains or not owner:
+                continue
+            counts = self.counts.setdefault(owner, [0, 0, 0])
+            counts[0] += groups.requests[i]
+            counts[1] += groups.failures[i]
+            counts[2] += groups.timed_out[i]
+            model = groups.model[i]
+            priced = (
+                prices,
+                owner,
+                groups.models[model],
+                groups.provider(model),
+                groups.factor(model),
+            )
+            sums = self.tokens.setdefault(priced, [0, 0, 0])
+            sums[0] += groups.input[i]
+            sums[1] += groups.cached[i]
+            sums[2] += groups.output[i]
+
+    def books(self) -> dict[str, Books]:
+        out = {
+            owner: Books(calls=c[0], failures=c[1], timed_out=c[2])
+            for owner, c in self.counts.items()
+        }
+        cache: dict[str, dict[str, Price | None]] = {prices: {} for prices in self.tables}
+        for (prices, owner, model, provider, factor), (inp, cached, outp) in self.tokens.items():
+            usage = Usage(input_tokens=inp, cached_input_tokens=cached, output_tokens=outp)
+            books = out[owner]
+            books.usage = books.usage + usage
+            table = self.tables[prices]
+            books.cost = books.cost + price_usage(
+                usage, model, table, cache[prices], provider, factor
+            )
+        return out
 
 
 def _read(path: Path, problems: list[LogError]) -> TickLog | None:
+    """A tick's log without its call records (the numbers come from its summary)."""
     try:
-        return read_log(path)
+        return read_log(path, calls=False)
     except LogError as exc:
         problems.append(exc)
         return None
+
+
+def _summary(world_dir: Path, log: TickLog, problems: list[LogError]) -> Summary:
+    """The tick's summary: its file, or (a log without one) computed from the full log."""
+    path = summary_path(world_dir, log.tick)
+    if os.path.lexists(path):
+        with contextlib.suppress(LogError):  # derived data: the log still says it all
+            return read_summary(path)
+    try:
+        return summarize(read_log(log.path))
+    except LogError as exc:  # read once already: only a file changed meanwhile gets here
+        problems.append(exc)
+        return summarize(log)
 
 
 def _thin(history: list[Any], limit: int) -> list[Any]:
@@ -230,7 +303,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     names: dict[str, str] = {}
     connections: dict[str, list[str]] = {}
     summaries: dict[str, list[Any]] = {}
-    totals: dict[str, Books] = {}
+    per_character = _CharacterBooks()
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
 
@@ -273,8 +346,9 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 history = summaries.setdefault(cid, [])
                 if not history or history[-1][1] != text:
                     history.append([s.tick, text])
-        numbers = logview.summary(log)
-        _per_character(log, totals)
+        summary = _summary(world_dir, log, problems)
+        numbers = summary_numbers(summary.head)
+        per_character.add(log, summary)
         moves = []
         if after is not None:
             for cid, dest in sorted(after.where.items()):
@@ -296,6 +370,7 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
                 "phases": _declared(log, chars, locs),
             }
         )
+    totals = per_character.books()
     if current is not None:
         names.update(current.names)  # the newest names
         for lid in sorted(current.connections):

@@ -48,6 +48,7 @@ def _attempt(data: Mapping[str, Any], number: int) -> Attempt:
         _usage(data.get("usage")),
         float(data.get("latency") or 0.0),
         data.get("error_code"),
+        str(data.get("provider") or ""),
     )
 
 

@@ -1,0 +1,447 @@
+"""Per-tick summaries: a committed tick's numbers without reading its log.
+
+``.sim/log/tick-000004.summary.jsonl.gz`` is written when tick 4 has committed (a crash
+before that is made good by ``recover_logs``, from the log) and holds two lines (gzip: the
+second is large and repetitive, and reading the first decompresses only its start):
+
+1. ``summary`` (``TickSummary``): the header's facts (seed, scope, phases, the ``[prices]``
+   in effect), the tick's totals as ``sim.ticklog.books.tick_books`` computes them from the
+   full log (calls, failures, tokens, cost at the tick's prices, timeouts), wall time,
+   resumes and the commit's digests. ``sim log --tick all`` and ``sim check`` read only this
+   line.
+2. ``groups`` (``UsageGroups``): per (phase, entity key, model), the call records,
+   failures, timeouts and tokens: what ``sim usage`` prices at any ``[prices]`` table and
+   groups by entity, phase or tick, and what the report's per-character totals use.
+
+``summarize`` builds a summary from a full ``TickLog``; the recorder feeds the same
+``SummaryBuilder`` call by call as it logs them, so the summary a commit writes equals the
+one the log gives (a test checks it). Ticks without a summary (logs of older sims, an
+interrupted tick, logs set aside) are summarised from their log when a view needs them,
+and so are ticks whose summary cannot be read: a summary is derived data, the log is the
+record.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import logging
+import os
+import stat
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from sim.errors import LogError
+from sim.llm.budget import Price
+from sim.ticklog.books import TIMEOUT, Books
+from sim.ticklog.format import LOG_DIR, TickLog, list_logs, read_log, summary_rel
+from sim.ticklog.records import (
+    AttemptRecord,
+    CallRecord,
+    CommitRecord,
+    HeaderRecord,
+    TokenCounts,
+)
+
+SUMMARY_FORMAT = 1
+logger = logging.getLogger(__name__)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TickSummary(_Model):
+    """One tick in numbers (the first line of its summary file)."""
+
+    type: Literal["summary"] = "summary"
+    format: int = SUMMARY_FORMAT
+    tick: int
+    committed: bool = False
+    seed: int = 0
+    scope: str = ""
+    phases: list[str] | None = None
+    #: the ``[prices]`` table in effect when the tick ran (as its header holds it)
+    prices: dict[str, Any] = {}
+    #: calls as they ended (one per request id) and how many of those failed
+    calls: int = 0
+    failures: int = 0
+    #: every attempt of every call record, superseded ones included
+    usage: TokenCounts = TokenCounts()
+    #: at the tick's prices; ``None``: a model had no price (``unpriced`` names them)
+    cost: float | None = 0.0
+    unpriced: list[str] = []
+    timed_out: int = 0
+    wall: float | None = None
+    resumes: int = 0
+    state_before: str | None = None
+    state_after: str | None = None
+    committed_at: float | None = None
+    #: ``sim log --compact`` dropped the tick's call detail (the log cannot be replayed)
+    compacted: bool = False
+
+
+#: the integer columns of ``UsageGroups``, one entry per row
+COUNT_COLUMNS = ("phase", "model", "requests", "failures", "timed_out", "input", "cached", "output")
+
+
+class UsageGroups(_Model):
+    """What a tick's call records used, per (phase, entity key, model): the second line.
+
+    Column by column, one entry per row in each list, all flat lists of integers (and the
+    keys), which validate several times faster than rows of mixed types: ``phase`` indexes
+    ``phases``, ``model`` indexes ``models`` (with ``providers``, where it ran, and
+    ``factors``, the fraction of the list price charged, ``0.5`` for a Batch API call;
+    each absent when all are "" or 1: a model on two providers, or at list price and in a
+    batch, is two entries). A call's ``requests`` and ``failures`` are counted in the row
+    of its final attempt's model; every attempt's tokens, and its timeout, in the row of
+    the model that attempt used (as ``sim usage --by model`` splits a call).
+    """
+
+    type: Literal["groups"] = "groups"
+    models: list[str] = []
+    #: per entry of ``models``, the provider it ran on ("": an older log's attempt)
+    providers: list[str] = []
+    factors: list[float] = []
+    phases: list[str] = []
+    keys: list[str | None] = []
+    phase: list[int] = []
+    model: list[int] = []
+    requests: list[int] = []
+    failures: list[int] = []
+    timed_out: list[int] = []
+    input: list[int] = []
+    cached: list[int] = []
+    output: list[int] = []
+
+    def factor(self, index: int) -> float:
+        return self.factors[index] if self.factors else 1.0
+
+    def provider(self, index: int) -> str:
+        return self.providers[index] if self.providers else ""
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> UsageGroups:
+        for extra in (self.factors, self.providers):
+            if extra and len(extra) != len(self.models):
+                raise ValueError("factors or providers and models differ in length")
+        size = len(self.keys)
+        if any(len(getattr(self, name)) != size for name in COUNT_COLUMNS):
+            raise ValueError("the group columns differ in length")
+        if size and (
+            min(min(getattr(self, name)) for name in COUNT_COLUMNS) < 0
+            or max(self.phase) >= len(self.phases)
+            or max(self.model) >= len(self.models)
+        ):
+            raise ValueError("a count is negative or an index out of range")
+        return self
+
+
+@dataclass
+class Summary:
+    head: TickSummary
+    groups: UsageGroups
+
+
+class SummaryBuilder:
+    """Accumulates a tick's summary from its call records, in log order.
+
+    Args:
+        header: the tick's header record (prices, seed, scope, phases).
+    """
+
+    def __init__(self, header: HeaderRecord) -> None:
+        self.header = header
+        self._prices = header.prices
+        self._cache: dict[str, Price | None] = {}
+        self.books = Books()
+        self._last_failed: dict[str, bool] = {}
+        #: (phase, entity key, model index) -> [requests, failures, timed out, in, cached, out]
+        self._rows: dict[tuple[str, str | None, int], list[int]] = {}
+        self._models: dict[tuple[str, str, float], int] = {}
+
+    def _row(self, call: CallRecord, attempt: AttemptRecord) -> list[int]:
+        entry = (attempt.model, attempt.provider, call.price_factor)
+        index = self._models.setdefault(entry, len(self._models))
+        key = (call.phase, call.entity_key, index)
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = [0, 0, 0, 0, 0, 0]
+        return row
+
+    def add_call(self, call: CallRecord) -> None:
+        self.books.add_call(call, self._prices, self._cache)
+        self._last_failed.pop(call.request_id, None)
+        self._last_failed[call.request_id] = call.failed
+        attempts = call.every_attempt()
+        final = self._row(call, attempts[-1])
+        final[0] += 1
+        final[1] += 1 if call.failed else 0
+        for attempt in attempts:
+            row = self._row(call, attempt)
+            row[2] += 1 if attempt.error_code == TIMEOUT else 0
+            row[3] += attempt.usage.input_tokens
+            row[4] += attempt.usage.cached_input_tokens
+            row[5] += attempt.usage.output_tokens
+
+    def finish(
+        self,
+        *,
+        committed: bool,
+        wall: float | None,
+        resumes: int,
+        state_before: str | None,
+        commit: CommitRecord | None,
+    ) -> Summary:
+        books = self.books
+        usage = books.usage
+        head = TickSummary(
+            tick=self.header.tick,
+            committed=committed,
+            seed=self.header.seed,
+            scope=self.header.scope,
+            phases=self.header.phases,
+            prices=dict(self.header.config.get("prices") or {}),
+            calls=len(self._last_failed),
+            failures=sum(self._last_failed.values()),
+            usage=TokenCounts.of(usage),
+            cost=books.cost.value,
+            unpriced=sorted(books.cost.unpriced),
+            timed_out=books.timed_out,
+            wall=wall,
+            resumes=resumes,
+            state_before=state_before,
+            state_after=commit.state_after if commit else None,
+            committed_at=commit.committed_at if commit else None,
+        )
+        phases: dict[str, int] = {}
+        columns: dict[str, list[Any]] = {name: [] for name in ("keys", *COUNT_COLUMNS)}
+        for (phase, key, model), counts in self._rows.items():
+            columns["keys"].append(key)
+            columns["phase"].append(phases.setdefault(phase, len(phases)))
+            columns["model"].append(model)
+            for name, value in zip(COUNT_COLUMNS[2:], counts, strict=True):
+                columns[name].append(value)
+        models = [model for model, _, _ in self._models]
+        providers = [provider for _, provider, _ in self._models]
+        factors = [factor for _, _, factor in self._models]
+        groups = UsageGroups(
+            models=models,
+            providers=providers if any(providers) else [],
+            factors=factors if any(f != 1.0 for f in factors) else [],
+            phases=list(phases),
+            **columns,
+        )
+        return Summary(head, groups)
+
+
+def summarize(log: TickLog) -> Summary:
+    """A tick's summary from its full log (what its commit wrote, for a committed tick)."""
+    builder = SummaryBuilder(log.header)
+    for call in log.call_records:
+        builder.add_call(call)
+    summary = builder.finish(
+        committed=log.committed,
+        wall=log.usage.elapsed if log.usage is not None else None,
+        resumes=log.resumes,
+        state_before=log.state_before.digest if log.state_before is not None else None,
+        commit=log.commit,
+    )
+    if log.compacted is not None:
+        return Summary(summary.head.model_copy(update={"compacted": True}), summary.groups)
+    return summary
+
+
+def dump_summary(summary: Summary) -> bytes:
+    """A summary file's bytes: its two lines, compressed (the same summary always gives the
+    same bytes)."""
+    lines = b"".join(
+        orjson.dumps(part.model_dump(mode="json")) + b"\n"
+        for part in (summary.head, summary.groups)
+    )
+    return gzip.compress(lines, compresslevel=6, mtime=0)
+
+
+def _open_regular(path: Path) -> int:
+    """A descriptor on a summary file: never through a link, never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
+def _lines(path: Path, count: int) -> list[bytes]:
+    try:
+        fd = _open_regular(path)
+    except OSError as exc:
+        raise LogError(f"{path}: cannot read the tick summary: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as handle:
+            return [handle.readline() for _ in range(count)]
+    except (OSError, EOFError, zlib.error) as exc:
+        raise LogError(f"{path}: damaged tick summary ({exc})") from None
+
+
+def _parse(path: Path, line: bytes, model: type[_Model], number: int) -> Any:
+    try:
+        return model.model_validate_json(line)
+    except ValidationError as exc:
+        problem = str(exc).splitlines()[0]
+        raise LogError(f"{path}: line {number}: not a tick summary ({problem})") from None
+
+
+def summary_path(root: Path, tick: int) -> Path:
+    return root / summary_rel(tick)
+
+
+def read_head(path: Path) -> TickSummary:
+    """The first line of a summary file: the tick's totals.
+
+    Raises:
+        LogError: the file cannot be read or is not a summary.
+    """
+    head: TickSummary = _parse(path, _lines(path, 1)[0], TickSummary, 1)
+    return head
+
+
+def read_summary(path: Path) -> Summary:
+    """Both lines of a summary file.
+
+    Raises:
+        LogError: the file cannot be read or is not a summary.
+    """
+    first, second = _lines(path, 2)
+    return Summary(_parse(path, first, TickSummary, 1), _parse(path, second, UsageGroups, 2))
+
+
+def write_summary(root: Path, summary: Summary) -> Path:
+    """Write a summary file outside a commit (``sim log --compact``), atomically."""
+    path = summary_path(root, summary.head.tick)
+    tmp = path.with_name(path.name + ".tmp")
+    if os.path.lexists(tmp):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(dump_summary(summary))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+# -- what views read ------------------------------------------------------------------------
+
+
+@dataclass
+class Listed:
+    """A logged tick as the views see it: its summary (from its file or its log), or why
+    neither could be read."""
+
+    tick: int
+    path: Path
+    summary: Summary | None = None
+    head: TickSummary | None = None
+    problem: LogError | None = None
+
+
+def _from_log(tick: int, path: Path) -> Listed:
+    try:
+        summary = summarize(read_log(path))
+    except LogError as exc:
+        return Listed(tick, path, problem=exc)
+    return Listed(tick, path, summary, summary.head)
+
+
+def heads(root: Path, folder: str = LOG_DIR) -> Iterator[Listed]:
+    """Each logged tick's totals, oldest first: from its summary's first line when it has
+    one, else from its full log (one in memory at a time)."""
+    for tick, path in list_logs(root, folder):
+        summary_file = summary_path(root, tick) if folder == LOG_DIR else None
+        if summary_file is not None and os.path.lexists(summary_file):
+            try:
+                yield Listed(tick, path, head=read_head(summary_file))
+                continue
+            except LogError as exc:  # derived data: the log still says it all
+                logger.warning("%s; reading the tick's log instead", exc)
+        yield _from_log(tick, path)
+
+
+def summaries(root: Path, folder: str = LOG_DIR) -> Iterator[Listed]:
+    """Each logged tick's whole summary (totals and groups), oldest first."""
+    for tick, path in list_logs(root, folder):
+        summary_file = summary_path(root, tick) if folder == LOG_DIR else None
+        if summary_file is not None and os.path.lexists(summary_file):
+            try:
+                summary = read_summary(summary_file)
+            except LogError as exc:  # derived data: the log still says it all
+                logger.warning("%s; reading the tick's log instead", exc)
+            else:
+                yield Listed(tick, path, summary, summary.head)
+                continue
+        yield _from_log(tick, path)
+
+
+@dataclass
+class HistoryCheck:
+    """What ``sim check`` says about a world's logs."""
+
+    #: (tick, calls already logged) of an interrupted tick the next ``sim tick`` resumes
+    interrupted: tuple[int, int] | None = None
+    problems: list[LogError] = field(default_factory=list)
+
+
+def check_history(root: Path, world_tick: int) -> HistoryCheck:
+    """Each committed tick's summary line (or, without one, its log) and the log of the
+    tick after ``world_tick`` if there is one: what ``sim check`` reports, reading neither
+    whole logs of summarised ticks nor their usage groups."""
+    out = HistoryCheck()
+    for item in heads(root):
+        if item.problem is not None:
+            out.problems.append(item.problem)
+        elif item.head is not None and not item.head.committed and item.tick == world_tick + 1:
+            out.interrupted = (item.tick, item.head.calls)
+    return out
+
+
+def summary_numbers(head: TickSummary) -> dict[str, Any]:
+    """One tick in numbers, as ``sim log --tick all`` shows them (``view.summary``)."""
+    return {
+        "tick": head.tick,
+        "committed": head.committed,
+        "calls": head.calls,
+        "failures": head.failures,
+        "tokens": head.usage.input_tokens + head.usage.output_tokens,
+        "input_tokens": head.usage.input_tokens,
+        "output_tokens": head.usage.output_tokens,
+        "cost": head.cost,
+        "timed_out": head.timed_out,
+        "wall": head.wall,
+        "resumes": head.resumes,
+    }
+
+
+__all__ = [
+    "HistoryCheck",
+    "Listed",
+    "Summary",
+    "SummaryBuilder",
+    "TickSummary",
+    "UsageGroups",
+    "check_history",
+    "dump_summary",
+    "heads",
+    "read_head",
+    "read_summary",
+    "summaries",
+    "summarize",
+    "summary_numbers",
+    "summary_path",
+    "write_summary",
+]

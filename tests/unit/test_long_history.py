@@ -1,0 +1,372 @@
+"""Long histories: compressed committed logs, per-tick summaries and compaction (issue #16)."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from conftest import copy_demo
+
+from sim.analysis.usage import group_calls, group_rows
+from sim.cli import main
+from sim.config import load_config
+from sim.engine.runner import Runner
+from sim.llm.budget import Price
+from sim.testing.logs import plain_logs
+from sim.ticklog import format as tick_log
+from sim.ticklog import recorder as tick_recorder
+from sim.ticklog.books import tick_books
+from sim.ticklog.format import (
+    DERIVED_DIGEST,
+    DERIVED_RAW,
+    TickLog,
+    gz_path,
+    list_logs,
+    log_path,
+    read_log,
+    read_log_bytes,
+    recover_logs,
+    summary_rel,
+)
+from sim.ticklog.records import dump_record
+from sim.ticklog.summary import Listed, read_summary, summarize, summary_numbers
+from sim.ticklog.view import summary
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "ticklog"
+
+
+def run(world: Path, ticks: int, **overrides: object) -> list:
+    config = load_config(world_dir=world, overrides=overrides or None, cwd=world)
+    return Runner(world, config).run(ticks)
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
+    """Each committed log's plain bytes, taken just before the recorder compresses it."""
+    plain: dict[int, bytes] = {}
+    real = tick_recorder.compress_log
+
+    def keep(path: Path, level: int = 6) -> Path:
+        plain[int(path.name[5:11])] = path.read_bytes()
+        return real(path, level)
+
+    monkeypatch.setattr(tick_recorder, "compress_log", keep)
+    return plain
+
+
+def test_a_compressed_log_reads_back_as_the_bytes_the_tick_wrote(
+    tmp_path: Path, captured: dict[int, bytes]
+) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 3)
+    assert sorted(captured) == [1, 2, 3]
+    for tick, original in captured.items():
+        assert not log_path(world, tick).exists()
+        packed = gz_path(log_path(world, tick))
+        log = read_log(packed)
+        again = b"".join(dump_record(r) + b"\n" for r in log.written_records())
+        assert again == original
+        # what the compressed form leaves out, it can rebuild: raw answers and digests
+        lines = [orjson.loads(line) for line in gzip.decompress(packed.read_bytes()).splitlines()]
+        calls = [r for r in lines if r["type"] == "call"]
+        assert calls and all(r["attempts"][-1]["raw"] == DERIVED_RAW for r in calls)
+        assert all(r["digest"] == DERIVED_DIGEST for r in calls)
+        assert len(packed.read_bytes()) * 3 < len(original)
+
+
+def test_a_raw_answer_that_is_not_its_result_is_kept(tmp_path: Path) -> None:
+    """Only what rebuilds byte for byte is left out: a model's own spacing is kept."""
+    path = tmp_path / "tick-000001.jsonl"
+    lines = (FIXTURES / "tick-000001.jsonl").read_bytes().splitlines()
+    edited = []
+    for line in lines:
+        record = orjson.loads(line)
+        if record["type"] == "call":
+            if record.get("result") is not None:
+                raw = orjson.dumps(record["result"]).decode() + " "
+                record["attempts"][-1]["raw"] = raw
+            record["digest"] = "sha256:" + "0" * 32  # not what its fields give
+        edited.append(orjson.dumps(record))
+    path.write_bytes(b"\n".join(edited) + b"\n")
+    before = read_log(path)
+    packed = tick_log.compress_log(path)
+    after = read_log(packed)
+    assert [dump_record(r) for r in after.written_records()] == [
+        dump_record(r) for r in before.records
+    ]
+    assert b'"derived"' not in gzip.decompress(packed.read_bytes())
+
+
+def test_replay_of_compressed_ticks_is_identical(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 3)
+    assert [p.name.endswith(".jsonl.gz") for _, p in list_logs(world)] == [True] * 3
+    code, out = invoke("replay", "--world", str(world), "--tick", "1", "--to", "3")
+    assert code == 0, out
+    assert out.strip().endswith("identical")
+
+
+def test_the_summary_a_commit_writes_equals_the_one_its_log_gives(tmp_path: Path) -> None:
+    """Written call by call by the recorder, or computed from the full log: the same."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 2, phase1={"response_chain_depth": 2})
+    for tick, path in list_logs(world):
+        written = read_summary(world / summary_rel(tick))
+        log = read_log(path)
+        from_log = summarize(log)
+        assert written.head == from_log.head.model_copy(update={"committed": True})
+        assert written.groups == from_log.groups
+        books = tick_books(log)
+        assert written.head.calls == books.calls and written.head.cost == books.cost.value
+        assert summary_numbers(written.head) == summary(log)
+
+
+def _random_log(base: TickLog, rng: random.Random) -> TickLog:
+    """The fixture log with a random selection of its call records, in a random order, each
+    maybe failed or on another model (records of one request id stay in order)."""
+    calls = []
+    for record in base.call_records:
+        if rng.random() < 0.3:
+            continue
+        update: dict[str, object] = {}
+        if rng.random() < 0.3:
+            update["error_code"] = rng.choice(["timeout", "refusal", None])
+        if rng.random() < 0.3:
+            update["batch_ids"] = ["batch_1"]  # charged at the Batch API's rate
+        if rng.random() < 0.3:  # a fallback: each attempt on its own model and provider
+            update["attempts"] = [
+                a.model_copy(
+                    update={
+                        "model": rng.choice(["gpt-4.1-mini", "mystery", "offline"]),
+                        "provider": rng.choice(["", "openai", "local"]),
+                        "error_code": rng.choice([None, "timeout"]),
+                    }
+                )
+                for a in record.attempts
+            ]
+        calls.append(record.model_copy(update=update))
+    rng.shuffle(calls)
+    log = TickLog(base.path, base.tick, base.header)
+    for call in calls:
+        log.calls.pop(call.request_id, None)
+        log.calls[call.request_id] = call
+        log.call_records.append(call)
+    return log
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_summaries_equal_the_books_of_the_full_log(seed: int) -> None:
+    """Property: for any set of call records, a summary's totals are ``tick_books`` of the
+    log, and ``sim usage``'s rows from summaries equal its rows from the call records."""
+    rng = random.Random(seed)
+    base = read_log(FIXTURES / "tick-000001.jsonl")
+    logs = [_random_log(base, rng) for _ in range(rng.randint(1, 4))]
+    prices = rng.choice(
+        [
+            {},
+            {"gpt-4.1-mini": Price(0.4, 0.1, 1.6)},
+            {"gpt-4.1-mini": Price(0.4, 0.1, 1.6), "offline": Price(1.0, 0.5, 2.0)},
+            {"gpt-4.1-mini": Price(0.4, 0.1, 1.6), "local/offline": Price(0.1, 0.0, 0.2)},
+        ]
+    )
+    for log in logs:
+        head = summarize(log).head
+        books = tick_books(log)
+        assert (head.calls, head.failures, head.timed_out) == (
+            books.calls,
+            books.failures,
+            books.timed_out,
+        )
+        assert head.usage.to_usage() == books.usage
+        assert head.cost == books.cost.value and set(head.unpriced) == books.cost.unpriced
+    listed = [Listed(i + 1, log.path, summarize(log)) for i, log in enumerate(logs)]
+    for i, log in enumerate(logs):
+        log.tick = i + 1
+    for by in ("entity", "phase", "tick", "model"):
+        new = group_rows(listed, by, prices)  # type: ignore[arg-type]
+        old = group_calls(logs, by, prices)  # type: ignore[arg-type]
+        assert set(new) == set(old)
+        for key, row in old.items():
+            other = new[key]
+            assert (other.requests, other.failures, other.timed_out) == (
+                row.requests,
+                row.failures,
+                row.timed_out,
+            )
+            assert (other.input_tokens, other.cached_input_tokens, other.output_tokens) == (
+                row.input_tokens,
+                row.cached_input_tokens,
+                row.output_tokens,
+            )
+            assert other.cost.unpriced == row.cost.unpriced
+            assert math.isclose(other.cost.usd, row.cost.usd, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_views_read_summaries_and_check_reads_only_what_it_checks(tmp_path: Path) -> None:
+    """A damaged committed log (its summary intact): `sim log --tick all`, `sim usage` and
+    `sim check` do not read it; `sim log --tick N` does, and says so."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 3)
+    before = {args: invoke(*args, "--world", str(world)) for args in VIEWS}
+    gz_path(log_path(world, 2)).write_bytes(b"\x1f\x8bnot gzip")
+    for args in VIEWS:
+        assert invoke(*args, "--world", str(world)) == before[args]
+    code, out = invoke("log", "--world", str(world), "--tick", "2")
+    assert code == 1 and "damaged compressed tick log" in out
+
+
+VIEWS = (("log", "--tick", "all"), ("usage", "--by", "entity"), ("usage", "--by", "tick"))
+
+
+def test_logs_of_an_older_sim_read_and_compact_into_the_same_numbers(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 3)
+    expected = {args: invoke(*args, "--world", str(world)) for args in VIEWS}
+    plain_logs(world)  # plain JSONL without summaries, as an older sim left them
+    assert not list((world / ".sim" / "log").glob("*.gz"))
+    for args in VIEWS:
+        assert invoke(*args, "--world", str(world)) == expected[args]
+    code, out = invoke("log", "--world", str(world), "--compact")
+    # (the newest is done by the recovery every command runs first, as after a crash)
+    assert code == 0 and "2 logs compressed, 2 summaries written" in out, out
+    assert len(list((world / ".sim" / "log").glob("*.summary.jsonl.gz"))) == 3
+    assert [p.name.endswith(".gz") for _, p in list_logs(world)] == [True] * 3
+    for args in VIEWS:
+        assert invoke(*args, "--world", str(world)) == expected[args]
+
+
+def test_compact_before_drops_call_detail_and_keeps_the_numbers(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 4)
+    expected = {args: invoke(*args, "--world", str(world)) for args in VIEWS}
+    sizes = {t: p.stat().st_size for t, p in list_logs(world)}
+    code, out = invoke("log", "--world", str(world), "--compact", "--before", "3")
+    assert code == 0, out
+    assert "call detail of 2 ticks dropped" in out
+    for tick, path in list_logs(world):
+        log = read_log(path)
+        if tick < 3:
+            assert log.compacted is not None and log.compacted.before == 3
+            assert not log.call_records and log.compacted.calls > 0
+            assert log.state_before is not None and log.phases and log.committed
+            assert path.stat().st_size < sizes[tick]
+        else:
+            assert log.compacted is None and log.call_records
+    for args in VIEWS:
+        assert invoke(*args, "--world", str(world)) == expected[args]
+    code, out = invoke("log", "--world", str(world), "--tick", "1", "--calls")
+    assert code == 0 and "call detail dropped" in out
+    code, out = invoke("log", "--world", str(world), "--tick", "2")
+    assert code == 0 and "== tick 2 ==" in out
+    code, out = invoke("replay", "--world", str(world), "--tick", "2")
+    assert code != 0 and "cannot be replayed" in out and "--compact --before 3" in out
+    code, out = invoke("replay", "--world", str(world), "--tick", "3", "--to", "4")
+    assert code == 0 and out.strip().endswith("identical"), out
+    # compacting again changes nothing; rewinding to a compacted tick still works
+    code, out = invoke("log", "--world", str(world), "--compact", "--before", "3")
+    assert code == 0 and "call detail of 0 ticks dropped" in out
+    code, out = invoke("rewind", "--world", str(world), "--tick", "2")
+    assert code == 0, out
+    assert orjson.loads((world / "world.json").read_bytes())["tick"] == 1
+
+
+def test_compact_refuses_other_options(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 1)
+    code, out = invoke("log", "--world", str(world), "--compact", "--tick", "1")
+    assert code == 2 and "--compact" in out
+    code, out = invoke("log", "--world", str(world), "--before", "1")
+    assert code == 2 and "--before" in out
+
+
+def test_a_crash_between_compressing_and_removing_the_plain_log(tmp_path: Path) -> None:
+    """Both forms on disk: listed once (the complete .gz), and the plain one is removed."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    packed = gz_path(log_path(world, 2))
+    plain = log_path(world, 2)
+    plain.write_bytes(read_log_bytes(packed))
+    assert [p for t, p in list_logs(world) if t == 2] == [packed]
+    recover_logs(world)
+    assert not plain.exists() and packed.is_file()
+    [result] = run(world, 1)
+    assert result.tick == 3
+
+
+def test_a_rewind_moves_compressed_logs_aside_as_plain_logs(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 3)
+    code, out = invoke("rewind", "--world", str(world), "--tick", "2")
+    assert code == 0, out
+    aside = world / ".sim" / "log" / "rewound-1"
+    assert sorted(p.name for p in aside.iterdir()) == ["tick-000002.jsonl", "tick-000003.jsonl"]
+    assert read_log(aside / "tick-000003.jsonl").committed
+    assert not (world / summary_rel(2)).exists() and not (world / summary_rel(3)).exists()
+    assert [t for t, _ in list_logs(world)] == [1]
+    run(world, 2)
+    code, out = invoke("log", "--world", str(world), "--tick", "all")
+    assert code == 0 and len(out.strip().splitlines()) == 4
+
+
+def test_compress_level_zero_keeps_logs_plain(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 2, history={"compress_level": 0})
+    assert [p.name for _, p in list_logs(world)] == ["tick-000001.jsonl", "tick-000002.jsonl"]
+    assert (world / summary_rel(2)).is_file()
+
+
+def test_reading_a_tick_without_its_calls_stops_before_them(tmp_path: Path) -> None:
+    """A compressed log keeps its call detail last (a layout line says where it was): the
+    records read without calls are the full log's other records, and the full log reads
+    back in the order the tick wrote it."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    packed = gz_path(log_path(world, 2))
+    lines = gzip.decompress(packed.read_bytes()).splitlines()
+    kinds = [orjson.loads(line)["type"] for line in lines]
+    assert kinds[:2] == ["header", "layout"] and kinds[-1] == "call"
+    first_call = kinds.index("call")
+    assert set(kinds[first_call:]) <= {"call", "instructions"}
+    full = read_log(packed)
+    light = read_log(packed, calls=False)
+    assert not light.calls_read and not light.call_records and not light.instructions
+    others = [r for r in full.records if r.type not in ("call", "instructions")]
+    assert light.records == others
+    order = [r.type for r in full.records]
+    assert order.index("phase") < len(order) - 1 and "call" in order[order.index("phase") :]
+
+
+def test_a_damaged_layout_is_reported_not_trusted(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    run(world, 1)
+    packed = gz_path(log_path(world, 1))
+    lines = gzip.decompress(packed.read_bytes()).splitlines(keepends=True)
+    lines[1] = b'{"type":"layout","lines":3,"detail":[7,2]}\n'
+    packed.write_bytes(gzip.compress(b"".join(lines)))
+    for calls in (True, False):
+        with pytest.raises(tick_log.LogError, match="layout"):
+            read_log(packed, calls=calls)
+
+
+def test_a_damaged_summary_is_rebuilt_from_its_log(tmp_path: Path) -> None:
+    """A summary is derived data: when it cannot be read, the views read the log instead
+    (same numbers), and the next recovery is not needed for that."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    expected = {args: invoke(*args, "--world", str(world)) for args in VIEWS}
+    (world / summary_rel(1)).write_bytes(b"not a summary")
+    (world / summary_rel(2)).write_bytes(gzip.compress(b'{"type":"summary","tick":"x"}\n'))
+    for args in VIEWS:
+        assert invoke(*args, "--world", str(world)) == expected[args]
+    code, out = invoke("check", "--world", str(world))
+    assert code == 0 and "unreadable" not in out
