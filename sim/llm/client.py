@@ -292,6 +292,7 @@ class LLMClient:
                     error_code=earlier.error_code,
                     final=False,
                     provider=earlier.provider,
+                    endpoint=earlier.endpoint,
                     **fields,
                 )
             )
@@ -369,6 +370,7 @@ class LLMClient:
                 error_code=error.code,
                 error=error,
                 provider=provider,
+                endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
             )
             if error is exc:
                 raise
@@ -390,6 +392,7 @@ class LLMClient:
             usage=response.usage,
             response=response,
             provider=provider,
+            endpoint=response.endpoint,
         )
         return response
 
