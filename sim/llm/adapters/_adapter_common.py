@@ -50,6 +50,9 @@ def connection_failed(api: str, detail: object, exc: BaseException, model: str) 
     )
 
 
+StatusErrorT = TypeVar("StatusErrorT", bound=LLMAPIError)
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorReply:
     """An error status from ``api`` as an error map reads it, once per failure: the
@@ -74,13 +77,8 @@ class ErrorReply:
 
     def rate_limited(self, retry_after: float | None) -> LLMRateLimitError:
         """HTTP 429 (or the API's word for it), with the wait the server asked for."""
-        return LLMRateLimitError(
-            f"rate limited by {self.api}: {self.message}",
-            status_code=self.status,
-            response_body=self.body,
-            cause=self.exc,
-            model=self.model,
-            retry_after=retry_after,
+        return self._status_error(
+            LLMRateLimitError, f"rate limited by {self.api}", retry_after=retry_after
         )
 
     def too_long(self) -> LLMContextLengthError:
@@ -104,13 +102,21 @@ class ErrorReply:
         """Any other error status (``what``: "HTTP 500 from the provider" and the like):
         its ``code`` if the API names one, else ``server_error`` for 5xx (which recovery
         retries), else ``api_error``."""
-        return LLMAPIError(
+        return self._status_error(
+            LLMAPIError,
+            what,
+            code=code or ("server_error" if (self.status or 0) >= 500 else "api_error"),
+        )
+
+    def _status_error(self, kind: type[StatusErrorT], what: str, **extra: Any) -> StatusErrorT:
+        """``kind`` worded "``what``: the API's message", with the reply's status and body."""
+        return kind(
             f"{what}: {self.message}",
             status_code=self.status,
             response_body=self.body,
             cause=self.exc,
             model=self.model,
-            code=code or ("server_error" if (self.status or 0) >= 500 else "api_error"),
+            **extra,
         )
 
 
