@@ -818,7 +818,7 @@ def _finish_compression(root: Path, level: int) -> None:
         log = read_log(path)
         if not log.committed:
             return
-        write_summary(root, summarize(log))
+        write_summary(root, summarize(log, places=True))
         if level > 0:
             compress_log(path, level)
     except (LogError, OSError) as exc:  # left plain; `sim log` and `sim check` report it

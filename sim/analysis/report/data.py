@@ -2,10 +2,12 @@
 
 Only what the page displays is kept: per tick, where each character was (as an index into
 the location list), the scenes (narrative, intentions, outcomes) and the numbers; per
-character, the memory summary each time it changed and the tokens and cost of its calls.
-Full state snapshots are read one tick at a time and never embedded. Each tick's numbers
-and per-character totals come from its summary (``sim.ticklog.summary``), so the logs are
-read without their call records.
+character, its memory summary over time and the tokens and cost of its calls. Each tick's
+numbers, per-character totals and characters' places come from its summary
+(``sim.ticklog.summary``), so the logs are read without their call records and their state
+snapshots are unpacked only at a few evenly spread ticks (names, map and memory summaries:
+``SNAPSHOTS``), and at every tick whose summary is older than places (its log says where
+characters were).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sim.ticklog import view as logview
 from sim.ticklog.books import Books
 from sim.ticklog.format import TickLog, list_logs, read_log
 from sim.ticklog.summary import (
+    Places,
     Summary,
     read_summary,
     summarize,
@@ -39,6 +42,10 @@ CHARACTER_CHAINS = ("intention", "memory")
 #: memory summaries kept per character (a summary changes every tick once memory is full,
 #: and hundreds of characters times a hundred ticks of them would dwarf everything else)
 MEMORY_VERSIONS = 16
+#: ticks whose state snapshot is unpacked for names, connections and memory summaries
+#: (evenly spread, the first always; the world's current state is read too): unpacking
+#: every tick's was most of a long history's report
+SNAPSHOTS = MEMORY_VERSIONS
 
 
 @dataclass
@@ -261,12 +268,17 @@ def _summary(world_dir: Path, log: TickLog, problems: list[LogError]) -> Summary
     path = summary_path(world_dir, log.tick)
     if os.path.lexists(path):
         with contextlib.suppress(LogError):  # derived data: the log still says it all
-            return read_summary(path)
+            return read_summary(path, places=True)
     try:
         return summarize(read_log(log.path))
     except LogError as exc:  # read once already: only a file changed meanwhile gets here
         problems.append(exc)
         return summarize(log)
+
+
+def _sampled(numbers: list[int], limit: int) -> set[int]:
+    """At most ``limit`` of ``numbers``, evenly spread, always the first and the last."""
+    return set(_thin(numbers, limit)) if limit > 1 else set(numbers[:limit])
 
 
 def _thin(history: list[Any], limit: int) -> list[Any]:
@@ -275,6 +287,24 @@ def _thin(history: list[Any], limit: int) -> list[Any]:
         return history
     step = (len(history) - 1) / (limit - 1)
     return [history[round(i * step)] for i in range(limit)]
+
+
+@dataclass
+class _Loaded:
+    """A tick as the report reads it: its log (without calls), its summary, where each
+    character was at its start and, when unpacked, its state snapshot."""
+
+    log: TickLog
+    summary: Summary
+    where: dict[str, str]
+    snap: Snapshot | None
+
+
+def _where(places: Places | None, snap: Snapshot | None) -> dict[str, str]:
+    """Character -> location at a tick's start: from its summary, else its snapshot."""
+    if places is not None:
+        return places.where()
+    return dict(snap.where) if snap is not None else {}
 
 
 def _world_or_none(world_dir: Path) -> World | None:
@@ -307,51 +337,73 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
 
-    # One log in memory at a time, plus the next one (whose start state is where this tick
+    def wanted(number: int) -> bool:
+        return (first is None or number >= first) and (last is None or number <= last)
+
+    sampled = _sampled([n for n, _ in listed if wanted(n)], SNAPSHOTS)
+
+    def load(number: int, path: Path, seen: list[LogError], sample: bool) -> _Loaded | None:
+        log = _read(path, seen)
+        if log is None:
+            return None
+        summary = _summary(world_dir, log, seen)
+        # a summary written before places were: the log's snapshot says where they were
+        snap = snapshot_from_log(log) if sample or summary.places is None else None
+        where = _where(summary.places, snap)
+        return _Loaded(log, summary, where, snap)
+
+    # One log in memory at a time, plus the next one (whose start is where this tick
     # ended): logs can be large.
-    ahead: tuple[int, TickLog | None, Snapshot | None] | None = None
+    ahead: tuple[int, _Loaded | None] | None = None
     ticks: list[dict[str, Any]] = []
     for number, path in listed:
-        if (first is not None and number < first) or (last is not None and number > last):
+        if not wanted(number):
             continue
         if ahead is not None and ahead[0] == number:
-            _, log, snap = ahead
+            loaded = ahead[1]
         else:
-            log = _read(path, problems)
-            snap = snapshot_from_log(log) if log is not None else None
+            loaded = load(number, path, problems, number in sampled)
         ahead = None
-        if log is None:
+        if loaded is None:
             continue
+        log, summary, where, snap = loaded.log, loaded.summary, loaded.where, loaded.snap
+        after_where: dict[str, str] | None = None
         after: Snapshot | None = None
         if number + 1 in paths:
             in_range = last is None or number + 1 <= last
-            # a log after the range is only peeked at: its problems are not this report's
-            following = _read(paths[number + 1], problems if in_range else [])
-            after = snapshot_from_log(following) if following is not None else None
-            ahead = (number + 1, following, after)
+            # a log after the range is only peeked at (its problems are not this report's),
+            # and its state is where the range ended
+            following = load(
+                number + 1,
+                paths[number + 1],
+                problems if in_range else [],
+                number + 1 in sampled or not in_range,
+            )
+            ahead = (number + 1, following)
+            if following is not None:
+                after_where, after = following.where, following.snap
         elif current is not None and current.tick == log.tick and log.committed:
-            after = current
-        where = snap.where if snap else {}
+            after_where, after = current.where, current
         for s in (snap, after):
             if s is None:
                 continue
             names.update(s.names)
             connections.update(s.connections)
             world_name = s.world_name or world_name
-            for cid in sorted(s.where):
-                chars.add(cid)
             for lid in sorted(s.connections):
                 locs.add(lid)
             for cid, text in s.summaries.items():
                 history = summaries.setdefault(cid, [])
                 if not history or history[-1][1] != text:
                     history.append([s.tick, text])
-        summary = _summary(world_dir, log, problems)
+        for places in (where, after_where or {}):
+            for cid in sorted(places):
+                chars.add(cid)
         numbers = summary_numbers(summary.head)
         per_character.add(log, summary)
         moves = []
-        if after is not None:
-            for cid, dest in sorted(after.where.items()):
+        if after_where is not None:
+            for cid, dest in sorted(after_where.items()):
                 if cid in where and where[cid] != dest:
                     moves.append([chars.add(cid), locs.add(where[cid]), locs.add(dest)])
         ticks.append(
