@@ -254,21 +254,29 @@ class _CharacterBooks:
         return out
 
 
-def _read(path: Path, problems: list[LogError]) -> TickLog | None:
-    """A tick's log without its call records (the numbers come from its summary)."""
+def _read(path: Path, problems: list[LogError], state: bool = True) -> TickLog | None:
+    """A tick's log without its call records (the numbers come from its summary) and,
+    unless ``state``, without its state snapshot."""
     try:
-        return read_log(path, calls=False)
+        return read_log(path, calls=False, state=state)
     except LogError as exc:
         problems.append(exc)
         return None
 
 
-def _summary(world_dir: Path, log: TickLog, problems: list[LogError]) -> Summary:
-    """The tick's summary: its file, or (a log without one) computed from the full log."""
-    path = summary_path(world_dir, log.tick)
+def _summary_file(world_dir: Path, tick: int) -> Summary | None:
+    """The tick's summary file, places included (``None``: none, or unreadable)."""
+    path = summary_path(world_dir, tick)
     if os.path.lexists(path):
         with contextlib.suppress(LogError):  # derived data: the log still says it all
-            return read_summary(path, places=True)
+            summary = read_summary(path, places=True)
+            if summary.head.tick == tick:
+                return summary
+    return None
+
+
+def _summary_of_log(log: TickLog, problems: list[LogError]) -> Summary:
+    """A tick's summary computed from its full log (a log without a summary file)."""
     try:
         return summarize(read_log(log.path))
     except LogError as exc:  # read once already: only a file changed meanwhile gets here
@@ -343,12 +351,15 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     sampled = _sampled([n for n, _ in listed if wanted(n)], SNAPSHOTS)
 
     def load(number: int, path: Path, seen: list[LogError], sample: bool) -> _Loaded | None:
-        log = _read(path, seen)
+        found = _summary_file(world_dir, number)
+        # without places (a summary written before them, or none), the log's snapshot
+        # says where characters were
+        unpack = sample or found is None or found.places is None
+        log = _read(path, seen, state=unpack)
         if log is None:
             return None
-        summary = _summary(world_dir, log, seen)
-        # a summary written before places were: the log's snapshot says where they were
-        snap = snapshot_from_log(log) if sample or summary.places is None else None
+        summary = found if found is not None else _summary_of_log(log, seen)
+        snap = snapshot_from_log(log) if unpack else None
         where = _where(summary.places, snap)
         return _Loaded(log, summary, where, snap)
 
