@@ -13,7 +13,9 @@ characters were).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,9 @@ MEMORY_VERSIONS = 16
 #: (evenly spread, the first always; the world's current state is read too): unpacking
 #: every tick's was most of a long history's report
 SNAPSHOTS = MEMORY_VERSIONS
+#: threads reading ticks, and how many ticks are read ahead of the one being gathered
+READERS = 2
+READ_AHEAD = 3
 
 
 @dataclass
@@ -143,6 +148,7 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
     for cid, lid in where.items():
         present.setdefault(lid, []).append(cid)
     scenes: list[Any] = []
+    add_char = chars.add
     for lid in sorted(set(narratives) | set(resolutions) | set(present)):
         outcomes: dict[str, str] = {}
         resolution = resolutions.get(lid)
@@ -152,13 +158,19 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
         rows = []
         for cid in sorted(set(present.get(lid, [])) | set(outcomes)):
             intent = intentions.get(cid)
-            intent = intent if isinstance(intent, dict) else {}
+            if not isinstance(intent, dict):
+                intent = {}
+            action, target, content = (
+                intent.get("action"),
+                intent.get("target"),
+                intent.get("content"),
+            )
             rows.append(
                 [
-                    chars.add(cid),
-                    _text(intent.get("action")),
-                    _text(intent.get("target")),
-                    _text(intent.get("content")),
+                    add_char(cid),
+                    "" if action is None else str(action),
+                    "" if target is None else str(target),
+                    "" if content is None else str(content),
                     outcomes.get(cid, ""),
                 ]
             )
@@ -204,6 +216,8 @@ class _CharacterBooks:
         self.tables: dict[str, dict[str, Price]] = {}
         # (prices key, owner, model, provider, price factor) -> [input, cached, output]
         self.tokens: dict[tuple[str, str, str, str, float], list[int]] = {}
+        #: entity key -> (chain, owner)
+        self._split: dict[str, tuple[str, str]] = {}
 
     def add(self, log: TickLog, summary: Summary) -> None:
         """A tick's calls of per-character chains, from its summary: every record and
@@ -216,26 +230,46 @@ class _CharacterBooks:
         self.tables.setdefault(prices, table)
         chains = _character_chains(log)
         groups = summary.groups
-        for i, key in enumerate(groups.keys):
-            chain, _, owner = (key or "").partition(":")
+        # per model entry: what its tokens are priced by
+        priced_by = [
+            (prices, model, groups.provider(m), groups.factor(m))
+            for m, model in enumerate(groups.models)
+        ]
+        split = self._split
+        counts_of = self.counts
+        tokens = self.tokens
+        for key, requests, failures, timed_out, model, inp, cached, outp in zip(
+            groups.keys,
+            groups.requests,
+            groups.failures,
+            groups.timed_out,
+            groups.model,
+            groups.input,
+            groups.cached,
+            groups.output,
+            strict=True,
+        ):
+            parts = split.get(key or "")
+            if parts is None:
+                chain, _, owner = (key or "").partition(":")
+                parts = split[key or ""] = (chain, owner)
+            chain, owner = parts
             if chain not in chains or not owner:
                 continue
-            counts = self.counts.setdefault(owner, [0, 0, 0])
-            counts[0] += groups.requests[i]
-            counts[1] += groups.failures[i]
-            counts[2] += groups.timed_out[i]
-            model = groups.model[i]
-            priced = (
-                prices,
-                owner,
-                groups.models[model],
-                groups.provider(model),
-                groups.factor(model),
-            )
-            sums = self.tokens.setdefault(priced, [0, 0, 0])
-            sums[0] += groups.input[i]
-            sums[1] += groups.cached[i]
-            sums[2] += groups.output[i]
+            counts = counts_of.get(owner)
+            if counts is None:
+                counts = counts_of[owner] = [0, 0, 0]
+            counts[0] += requests
+            counts[1] += failures
+            counts[2] += timed_out
+            table, name, provider, factor = priced_by[model]
+            entry = (table, owner, name, provider, factor)
+            sums = tokens.get(entry)
+            if sums is None:
+                sums = tokens[entry] = [0, 0, 0]
+            sums[0] += inp
+            sums[1] += cached
+            sums[2] += outp
 
     def books(self) -> dict[str, Books]:
         out = {
@@ -350,89 +384,98 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
 
     sampled = _sampled([n for n, _ in listed if wanted(n)], SNAPSHOTS)
 
-    def load(number: int, path: Path, seen: list[LogError], sample: bool) -> _Loaded | None:
+    def load(number: int) -> tuple[_Loaded | None, list[LogError]]:
+        """A tick's log, summary and places (and the problems reading them)."""
+        seen: list[LogError] = []
         found = _summary_file(world_dir, number)
         # without places (a summary written before them, or none), the log's snapshot
-        # says where characters were
+        # says where characters were; a tick after the range is where the range ended
+        sample = number in sampled or not wanted(number)
         unpack = sample or found is None or found.places is None
-        log = _read(path, seen, state=unpack)
+        log = _read(paths[number], seen, state=unpack)
         if log is None:
-            return None
+            return None, seen
         summary = found if found is not None else _summary_of_log(log, seen)
         snap = snapshot_from_log(log) if unpack else None
-        where = _where(summary.places, snap)
-        return _Loaded(log, summary, where, snap)
+        return _Loaded(log, summary, _where(summary.places, snap), snap), seen
 
-    # One log in memory at a time, plus the next one (whose start is where this tick
-    # ended): logs can be large.
-    ahead: tuple[int, _Loaded | None] | None = None
+    # Each tick in the range, and the one after each (whose start is where it ended): read
+    # a few ahead on other threads (decompressing a log releases the GIL), handled in order.
+    selected = [n for n, _ in listed if wanted(n)]
+    jobs = sorted(set(selected) | {n + 1 for n in selected if n + 1 in paths})
     ticks: list[dict[str, Any]] = []
-    for number, path in listed:
-        if not wanted(number):
-            continue
-        if ahead is not None and ahead[0] == number:
-            loaded = ahead[1]
-        else:
-            loaded = load(number, path, problems, number in sampled)
-        ahead = None
-        if loaded is None:
-            continue
-        log, summary, where, snap = loaded.log, loaded.summary, loaded.where, loaded.snap
-        after_where: dict[str, str] | None = None
-        after: Snapshot | None = None
-        if number + 1 in paths:
-            in_range = last is None or number + 1 <= last
-            # a log after the range is only peeked at (its problems are not this report's),
-            # and its state is where the range ended
-            following = load(
-                number + 1,
-                paths[number + 1],
-                problems if in_range else [],
-                number + 1 in sampled or not in_range,
-            )
-            ahead = (number + 1, following)
-            if following is not None:
-                after_where, after = following.where, following.snap
-        elif current is not None and current.tick == log.tick and log.committed:
-            after_where, after = current.where, current
-        for s in (snap, after):
-            if s is None:
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        pending: dict[int, Future[tuple[_Loaded | None, list[LogError]]]] = {}
+        done: dict[int, _Loaded | None] = {}
+        queue = iter(jobs)
+
+        def result(number: int) -> _Loaded | None:
+            """Tick ``number`` read (its problems noted if it is in the range)."""
+            if number not in done:
+                while number not in pending:
+                    following = next(queue)
+                    pending[following] = pool.submit(load, following)
+                for following in itertools.islice(queue, max(0, READ_AHEAD - len(pending))):
+                    pending[following] = pool.submit(load, following)
+                loaded, seen = pending.pop(number).result()
+                if wanted(number):
+                    problems.extend(seen)
+                done[number] = loaded
+            return done[number]
+
+        for number in selected:
+            loaded = result(number)
+            after_loaded = result(number + 1) if number + 1 in paths else None
+            for older in [n for n in done if n < number]:
+                del done[older]  # one log in memory, plus the next one: logs can be large
+            if loaded is None:
                 continue
-            names.update(s.names)
-            connections.update(s.connections)
-            world_name = s.world_name or world_name
-            for lid in sorted(s.connections):
-                locs.add(lid)
-            for cid, text in s.summaries.items():
-                history = summaries.setdefault(cid, [])
-                if not history or history[-1][1] != text:
-                    history.append([s.tick, text])
-        for places in (where, after_where or {}):
-            for cid in sorted(places):
-                chars.add(cid)
-        numbers = summary_numbers(summary.head)
-        per_character.add(log, summary)
-        moves = []
-        if after_where is not None:
-            for cid, dest in sorted(after_where.items()):
-                if cid in where and where[cid] != dest:
-                    moves.append([chars.add(cid), locs.add(where[cid]), locs.add(dest)])
-        ticks.append(
-            {
-                "t": log.tick,
-                "committed": log.committed,
-                "calls": numbers["calls"],
-                "failures": numbers["failures"],
-                "tokens": numbers["tokens"],
-                "cost": numbers["cost"],
-                "wall": numbers["wall"],
-                "fallbacks": _fallbacks(log),
-                "at": {chars.add(c): locs.add(lid) for c, lid in sorted(where.items())},
-                "moves": moves,
-                "scenes": _scenes(log, chars, locs, where),
-                "phases": _declared(log, chars, locs),
-            }
-        )
+            log, summary, where, snap = loaded.log, loaded.summary, loaded.where, loaded.snap
+            after_where: dict[str, str] | None = None
+            after: Snapshot | None = None
+            if after_loaded is not None:
+                after_where, after = after_loaded.where, after_loaded.snap
+            elif number + 1 not in paths and current is not None:
+                if current.tick == log.tick and log.committed:
+                    after_where, after = current.where, current
+            for s in (snap, after):
+                if s is None:
+                    continue
+                names.update(s.names)
+                connections.update(s.connections)
+                world_name = s.world_name or world_name
+                for lid in sorted(s.connections):
+                    locs.add(lid)
+                for cid, text in s.summaries.items():
+                    history = summaries.setdefault(cid, [])
+                    if not history or history[-1][1] != text:
+                        history.append([s.tick, text])
+            for places in (where, after_where or {}):
+                for cid in sorted(places):
+                    chars.add(cid)
+            numbers = summary_numbers(summary.head)
+            per_character.add(log, summary)
+            moves = []
+            if after_where is not None:
+                for cid, dest in sorted(after_where.items()):
+                    if cid in where and where[cid] != dest:
+                        moves.append([chars.add(cid), locs.add(where[cid]), locs.add(dest)])
+            ticks.append(
+                {
+                    "t": log.tick,
+                    "committed": log.committed,
+                    "calls": numbers["calls"],
+                    "failures": numbers["failures"],
+                    "tokens": numbers["tokens"],
+                    "cost": numbers["cost"],
+                    "wall": numbers["wall"],
+                    "fallbacks": _fallbacks(log),
+                    "at": {chars.add(c): locs.add(lid) for c, lid in sorted(where.items())},
+                    "moves": moves,
+                    "scenes": _scenes(log, chars, locs, where),
+                    "phases": _declared(log, chars, locs),
+                }
+            )
     totals = per_character.books()
     if current is not None:
         names.update(current.names)  # the newest names
