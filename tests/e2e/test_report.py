@@ -34,7 +34,10 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-SIDE_RE = re.compile(r'^simReport(?:Tick\("([0-9a-f]{16})", (\d+), |Memory\("([0-9a-f]{16})", )(.*)\);\n$', re.DOTALL)
+SIDE_RE = re.compile(
+    r'^simReport(?:Tick\("([0-9a-f]{16})", (\d+), |Memory\("([0-9a-f]{16})", )(.*)\);\n$',
+    re.DOTALL,
+)
 
 
 def side_file(path: Path) -> tuple[str, int | None, object]:
@@ -378,9 +381,7 @@ def test_a_page_outside_the_world_is_self_contained(five_ticks: Path, tmp_path: 
     assert "detail" not in data and all(t["scenes"] for t in data["ticks"])
 
 
-def test_a_side_folder_that_is_a_link_out_of_the_world_is_refused(
-    five_ticks: Path, tmp_path: Path
-):
+def test_a_side_folder_that_is_a_link_out_of_the_world_is_refused(five_ticks: Path, tmp_path: Path):
     world = tmp_path / "w"
     shutil.copytree(five_ticks, world)
     outside = tmp_path / "outside"

@@ -111,9 +111,7 @@ def write_report(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Written(
-        target, len(data["ticks"]), list(data["problems"]), int(data["logged"]), detail
-    )
+    return Written(target, len(data["ticks"]), list(data["problems"]), int(data["logged"]), detail)
 
 
 __all__ = [

@@ -435,9 +435,13 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
             after: Snapshot | None = None
             if after_loaded is not None:
                 after_where, after = after_loaded.where, after_loaded.snap
-            elif number + 1 not in paths and current is not None:
-                if current.tick == log.tick and log.committed:
-                    after_where, after = current.where, current
+            elif (
+                number + 1 not in paths
+                and current is not None
+                and current.tick == log.tick
+                and log.committed
+            ):
+                after_where, after = current.where, current
             for s in (snap, after):
                 if s is None:
                     continue
