@@ -1,7 +1,7 @@
 """Per-tick summaries: a committed tick's numbers without reading its log.
 
 ``.sim/log/tick-000004.summary.jsonl.gz`` is written when tick 4 has committed (a crash
-before that is made good by ``recover_logs``, from the log) and holds two lines (gzip: the
+before that is made good by ``recover_logs``, from the log) and holds three lines (gzip: the
 second is large and repetitive, and reading the first decompresses only its start):
 
 1. ``summary`` (``TickSummary``): the header's facts (seed, scope, phases, the ``[prices]``
