@@ -372,6 +372,19 @@ def test_a_page_in_the_world_loads_tick_detail_from_side_files(five_ticks: Path,
     assert memory == [c["memory"] for c in full["chars"]]
 
 
+def test_side_files_escape_hostile_text(hostile_world: Path, tmp_path: Path):
+    world = tmp_path / "w"
+    shutil.copytree(hostile_world, world)
+    assert invoke("report", "--world", str(world)).exit_code == 0
+    texts = [p.read_text(encoding="utf-8") for p in (world / "report-ticks").iterdir()]
+    assert len(texts) == 4
+    for text in texts:
+        assert not set(text) & {"<", ">", "&", "\u2028", "\u2029"}
+    details = [side_file(p)[2] for p in sorted((world / "report-ticks").glob("tick-*.js"))]
+    narratives = [s["n"] for d in details for s in d["scenes"]]  # type: ignore[index]
+    assert any("</script>" in n for n in narratives)  # the real text, once parsed
+
+
 def test_a_page_outside_the_world_is_self_contained(five_ticks: Path, tmp_path: Path):
     out = tmp_path / "elsewhere" / "r.html"
     assert invoke("report", "--world", str(five_ticks), "--out", str(out)).exit_code == 0
