@@ -354,7 +354,9 @@ def test_a_page_in_the_world_loads_tick_detail_from_side_files(five_ticks: Path,
     folder.mkdir()
     (folder / "tick-000099.js").write_text("stale")
     (folder / "notes.txt").write_text("mine")
-    assert invoke("report", "--world", str(world)).exit_code == 0
+    result = invoke("report", "--world", str(world))
+    assert result.exit_code == 0
+    assert f"(5 ticks; each tick's scenes in {world / 'report-ticks'}/" in result.output
     data = page_data((world / "report.html").read_text(encoding="utf-8"))
     full = collect(world)
     assert data["detail"]["dir"] == "report-ticks"
