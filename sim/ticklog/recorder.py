@@ -73,7 +73,7 @@ from sim.ticklog.records import (
     UsageRecord,
     dump_record,
 )
-from sim.ticklog.summary import Summary, SummaryBuilder, summary_path, write_summary
+from sim.ticklog.summary import Summary, SummaryBuilder, places_of, summary_path, write_summary
 from sim.world import World
 
 
@@ -507,6 +507,7 @@ class TickRecorder:
             resumes=self.partial.resumes + 1 if self.partial is not None else 0,
             state_before=self._state_before,
             commit=self._commit,
+            places=places_of(self.before),  # what `sim report` places characters by
         )
         return {marker_rel(self.tick): dump_record(self._commit)}
 
