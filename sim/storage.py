@@ -422,33 +422,34 @@ class Storage:
         )
         known_locations = set(locations) | bad_locations
 
+        def problem(kind: str, eid: str, field: str, message: str) -> None:
+            """A problem in the entity file ``<kind>/<eid>.json``."""
+            problems.append(InputError(self.root / kind / f"{eid}.json", field, message))
+
         for cid in sorted(set(characters) & set(locations)):
-            problems.append(
-                InputError(
-                    self.root / "locations" / f"{cid}.json",
-                    "identity.id",
-                    f"duplicate id {cid!r}: also used by characters/{cid}.json",
-                )
+            problem(
+                "locations",
+                cid,
+                "identity.id",
+                f"duplicate id {cid!r}: also used by characters/{cid}.json",
             )
         for cid, char in characters.items():
             where = char["state"]["location"]
             if where not in known_locations:
-                problems.append(
-                    InputError(
-                        self.root / "characters" / f"{cid}.json",
-                        "state.location",
-                        f"unknown location {where!r}; expected one of the ids in locations/",
-                    )
+                problem(
+                    "characters",
+                    cid,
+                    "state.location",
+                    f"unknown location {where!r}; expected one of the ids in locations/",
                 )
         for lid, loc in locations.items():
             for i, target in enumerate(loc["state"]["connections"]):
                 if target not in known_locations:
-                    problems.append(
-                        InputError(
-                            self.root / "locations" / f"{lid}.json",
-                            f"state.connections.{i}",
-                            f"connection to missing location {target!r}",
-                        )
+                    problem(
+                        "locations",
+                        lid,
+                        f"state.connections.{i}",
+                        f"connection to missing location {target!r}",
                     )
         problems.extend(prompt_problems(self.root))
         if not locations and not bad_locations:

@@ -37,9 +37,13 @@ def file_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:
     return click.option(*decls, type=click.Path(path_type=Path, dir_okay=False), **attrs)
 
 
-def count_option(*decls: str, minimum: int = 1, **attrs: Any) -> Callable[[_F], _F]:
-    """A whole-number option of at least ``minimum``, its default shown in ``--help``."""
-    return click.option(*decls, show_default=True, type=click.IntRange(min=minimum), **attrs)
+def count_option(
+    *decls: str, minimum: int = 1, maximum: int | None = None, **attrs: Any
+) -> Callable[[_F], _F]:
+    """A whole number from ``minimum`` (to ``maximum``), its default shown in ``--help``."""
+    return click.option(
+        *decls, show_default=True, type=click.IntRange(min=minimum, max=maximum), **attrs
+    )
 
 
 def seconds_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:

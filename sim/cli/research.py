@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, folder_option
+from sim.cli.common import CONFIG, WORLD, build_config, count_option, folder_option
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
@@ -84,19 +84,9 @@ def export_(
 
 @click.command("init")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
-@click.option(
-    "--characters",
-    default=3,
-    show_default=True,
-    type=click.IntRange(min=1, max=500),
-    help="How many characters.",
-)
-@click.option(
-    "--locations",
-    default=2,
-    show_default=True,
-    type=click.IntRange(min=1, max=500),
-    help="How many locations (connected in a ring).",
+@count_option("--characters", maximum=500, default=3, help="How many characters.")
+@count_option(
+    "--locations", maximum=500, default=2, help="How many locations (connected in a ring)."
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def init_(folder: Path, characters: int, locations: int, as_json: bool) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config
+from sim.cli.common import CONFIG, WORLD, build_config, count_option
 from sim.cli.jsonout import (
     JSON_HELP,
     JSON_LINES_HELP,
@@ -340,13 +340,7 @@ def print_tick(result: TickResult) -> None:
 
 @click.command()
 @WORLD
-@click.option(
-    "--ticks",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="How many ticks to run.",
-)
+@count_option("--ticks", default=1, help="How many ticks to run.")
 @CONFIG
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option(

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from sim.cli.common import seconds_option
+from sim.cli.common import count_option, seconds_option
 
 #: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
 #: server (a test pins the two together)
@@ -18,13 +18,7 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
 
 @click.command("stub-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    default=8765,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port (0: any free port).",
-)
+@count_option("--port", minimum=0, maximum=65535, default=8765, help="Port (0: any free port).")
 @seconds_option(
     "--latency",
     default=0.0,
@@ -55,19 +49,16 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     help="Reject response_format json_schema as llama-cpp-python does (HTTP 500); "
     'take {"type": "json_object", "schema": ...} instead.',
 )
-@click.option(
+@count_option(
     "--slots",
+    minimum=0,
     default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
     help="Requests generated at once, the rest queued (1: a single-slot local server; "
     "0: no limit).",
 )
-@click.option(
+@seconds_option(
     "--stream-chunk-delay",
     default=0.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
     help="Seconds between the events of a streamed answer.",
 )
 @seconds_option(

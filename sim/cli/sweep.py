@@ -47,13 +47,7 @@ def _outcome_line(outcome: Outcome) -> str:
     "--out",
     help="Folder of the runs (one sub-folder per run).",
 )
-@click.option(
-    "--jobs",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1, max=256),
-    help="Runs at a time (each its own process).",
-)
+@count_option("--jobs", maximum=256, default=1, help="Runs at a time (each its own process).")
 @CONFIG
 @click.option(
     "--budget-usd",

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from sim.llm.batch import BatchOptions, BatchSession, current_batch
 from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
-from sim.llm.events import EventSink, LLMEvent, null_sink
+from sim.llm.events import EventKind, EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import call_scope
 from sim.llm.tools import LLMMessage, ToolDeclaration
@@ -314,18 +314,17 @@ class LLMClient:
             else:
                 history = chain.window(depth)
         model = self.settings.model
-        self.events(
-            LLMEvent(
-                "llm_called",
-                self.phase,
-                key,
-                model,
-                request,
-                depth=depth,
-                history=history,
-                previous_response_id=previous_id,
+
+        def context() -> dict[str, Any]:
+            """The chain context the call is sent with now (it changes if a chain is lost)."""
+            return {"history": history, "previous_response_id": previous_id, "depth": depth}
+
+        def emit(kind: EventKind, event_model: str, **fields: Any) -> None:
+            self.events(
+                LLMEvent(kind, self.phase, key, event_model, request, **context(), **fields)
             )
-        )
+
+        emit("llm_called", model)
         started = time.perf_counter()
         try:
             try:
@@ -340,20 +339,13 @@ class LLMClient:
                     key,
                     previous_id,
                 )
-                self.events(
-                    LLMEvent(
-                        "llm_failed",
-                        self.phase,
-                        key,
-                        model,
-                        request,
-                        latency=time.perf_counter() - started,
-                        error_code=lost.code,
-                        error=lost,
-                        previous_response_id=previous_id,
-                        depth=depth,
-                        final=False,
-                    )
+                emit(
+                    "llm_failed",
+                    model,
+                    latency=time.perf_counter() - started,
+                    error_code=lost.code,
+                    error=lost,
+                    final=False,
                 )
                 history = chain.exchanges(chain.reset()[-depth:])
                 previous_id = None
@@ -365,44 +357,26 @@ class LLMClient:
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
             attempt, usage, provider = self._emit_attempts(
-                request,
-                error.attempts,
-                error.usage,
-                history=history,
-                previous_response_id=previous_id,
-                depth=depth,
+                request, error.attempts, error.usage, **context()
             )
             if key:
                 self._accumulate_usage(key, usage, requests=0)
-            self.events(
-                LLMEvent(
-                    "llm_failed",
-                    self.phase,
-                    key,
-                    model,
-                    request,
-                    attempt=attempt,
-                    latency=time.perf_counter() - started,
-                    usage=usage,
-                    error_code=error.code,
-                    error=error,
-                    history=history,
-                    previous_response_id=previous_id,
-                    depth=depth,
-                    provider=provider,
-                    endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
-                )
+            emit(
+                "llm_failed",
+                model,
+                attempt=attempt,
+                latency=time.perf_counter() - started,
+                usage=usage,
+                error_code=error.code,
+                error=error,
+                provider=provider,
+                endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
             )
             if error is exc:
                 raise
             raise error from exc
         attempt, _, provider = self._emit_attempts(
-            request,
-            response.attempts,
-            response.usage,
-            history=history,
-            previous_response_id=previous_id,
-            depth=depth,
+            request, response.attempts, response.usage, **context()
         )
         if chain is not None:
             # ids and exchanges change together, in this tick's atomic commit
@@ -410,23 +384,15 @@ class LLMClient:
             chain.confirm(response.response_id, exchange, depth)
         if key:
             self._accumulate_usage(key, response.usage)
-        self.events(
-            LLMEvent(
-                "llm_completed",
-                self.phase,
-                key,
-                response.model,
-                request,
-                attempt=attempt,
-                latency=time.perf_counter() - started,
-                usage=response.usage,
-                response=response,
-                history=history,
-                previous_response_id=previous_id,
-                depth=depth,
-                provider=provider,
-                endpoint=response.endpoint,
-            )
+        emit(
+            "llm_completed",
+            response.model,
+            attempt=attempt,
+            latency=time.perf_counter() - started,
+            usage=response.usage,
+            response=response,
+            provider=provider,
+            endpoint=response.endpoint,
         )
         return response
 

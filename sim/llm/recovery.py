@@ -317,10 +317,13 @@ class RecoveryAdapter(AdapterWrapper):
         attempts: list[Attempt] = []
         last: LLMError | None = None
         for target in candidates(settings):
-            sent = replace(
-                request,
-                settings=replace(settings, provider=target.provider, model=target.model),
-            )
+            if target.provider == settings.provider and target.model == settings.model:
+                sent = request  # the first target as asked: no copy of the request
+            else:
+                sent = replace(
+                    request,
+                    settings=replace(settings, provider=target.provider, model=target.model),
+                )
             if target.provider != first.provider and request.previous_response_id:
                 # a server-side chain lives at the provider that made it, not at this one
                 sent = replace(sent, previous_response_id=None)

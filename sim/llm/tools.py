@@ -310,3 +310,12 @@ def parse_arguments(name: str, text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise LLMSchemaError(f"arguments of {name} are not a JSON object")
     return value
+
+
+def wire_call(name: Any, arguments: str | None, call_id: Any) -> FunctionCall:
+    """A function call as the OpenAI wire formats send it: JSON-text ``arguments``, parsed
+    here (``LLMSchemaError`` when they are not a JSON object); a missing name or id is ""."""
+    name = str(name or "")
+    return FunctionCall(
+        name=name, arguments=parse_arguments(name, arguments), call_id=str(call_id or "")
+    )

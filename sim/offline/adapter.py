@@ -10,26 +10,16 @@ a real provider would.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from sim.llm.calls import schema_json
 from sim.llm.errors import LLMSchemaError
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.offline import estimate_tokens, generate, generate_tool_call
 from sim.offline.tools import generate_query_call
-
-_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
-
-
-def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The schema's JSON Schema, computed once per class."""
-    cached = _SCHEMAS.get(schema)
-    if cached is None:
-        cached = _SCHEMAS[schema] = schema.model_json_schema()
-    return cached
 
 
 def message_text(message: LLMMessage) -> str:
@@ -102,7 +92,7 @@ class OfflineAdapter:
         else:
             schema = schema_of(self, request)
             data = generate(
-                json_schema(schema),
+                schema_json(schema),
                 request.input,
                 seed=seed,
                 history=window,

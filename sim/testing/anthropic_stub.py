@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from sim.testing.sdk_stub import SDKStubServer
-from sim.testing.stub_model import Answer, Json, split_messages, text_of
+from sim.testing.stub_model import Answer, Ask, Json, split_messages, text_of
 from sim.testing.stub_server import FAULTS, _HTTPError
 
 ANTHROPIC_FAULTS = (*FAULTS, "overloaded", "bad_request", "permission")
@@ -221,6 +221,6 @@ class AnthropicStubServer(SDKStubServer):
             tools = _tools(request["tools"])  # with tool_choice none: a text answer
         # malformed and incomplete answers are spoiled here, as tool input (an object)
         own = fault if fault in ("refusal", "unknown_tool") else None
-        ans = self._answer(model, instructions, pairs, input_text, schema, tools, own)
+        ans = self._answer(Ask(model, instructions, pairs, input_text, schema, tools, own))
         tool = str(forced.get("name")) if forced is not None else None
         return message_body(f"msg_{uuid.uuid4().hex[:24]}", model, ans, tool, fault)

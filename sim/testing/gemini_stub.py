@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from sim.testing.sdk_stub import SDKStubServer
-from sim.testing.stub_model import ANSWER_FAULTS, Answer, Json, Pair
+from sim.testing.stub_model import ANSWER_FAULTS, Answer, Ask, Json, Pair, pair_turns
 from sim.testing.stub_server import FAULTS, _HTTPError
 
 GEMINI_FAULTS = (*FAULTS, "blocked")
@@ -85,16 +85,7 @@ def split_contents(contents: list[Any]) -> tuple[list[Pair], str]:
     ]
     asked = [i for i, (role, _, has_text) in enumerate(turns) if role == "user" and has_text]
     last = asked[-1] if asked else len(turns)
-    pairs: list[Pair] = []
-    pending: str | None = None
-    for role, text, _ in turns[:last]:
-        if role == "user":
-            if pending is not None:
-                pairs.append((pending, ""))
-            pending = text
-        elif role == "model" and pending is not None:
-            pairs.append((pending, text))
-            pending = None
+    pairs, pending = pair_turns(((role, text) for role, text, _ in turns[:last]), "model")
     if pending is not None:
         pairs.append((pending, ""))
     pairs.extend((text, "") for _, text, _ in turns[last + 1 :])
@@ -268,5 +259,5 @@ class GeminiStubServer(SDKStubServer):
         calling = field(field(request, "toolConfig"), "functionCallingConfig")
         if field(calling, "mode") == "NONE":  # tools declared but not to be called: text
             tools = None
-        ans = self._answer(model, instructions, pairs, input_text, schema, tools, fault)
+        ans = self._answer(Ask(model, instructions, pairs, input_text, schema, tools, fault))
         return content_body(uuid.uuid4().hex[:22], model, ans)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-import orjson
-
 from sim.testing.stub_model import Json
 from sim.testing.stub_server import FAULTS, StubServer, _HTTPError
 
@@ -56,38 +54,25 @@ class SDKStubServer(StubServer):
         """Raise the ``_HTTPError`` an HTTP-level ``fault`` is; else the answer-level fault."""
         raise NotImplementedError
 
-    async def _dispatch(
-        self, method: str, path: str, body: bytes, idempotency_key: str | None = None
-    ) -> tuple[int, Any, dict[str, str]]:
-        self.stats.requests += 1
-        self.stats.by_route[f"{method} {path}"] += 1
-        try:
-            request = orjson.loads(body) if body else {}
-            answer = await self._route(method, path, request)
-            if answer is not None:
-                return 200, answer, {}
-            if path.startswith("/stub/"):
-                return 200, self._control(method, path, request), {}
-            raise _HTTPError(404, self._error(404, "not_found_error", f"no route {method} {path}"))
-        except _HTTPError as exc:
-            return exc.status, exc.body, exc.headers
-        except orjson.JSONDecodeError:
-            return 400, self._error(400, "invalid_request_error", self.NOT_JSON), {}
+    def _not_json(self) -> Json:
+        return self._error(400, "invalid_request_error", self.NOT_JSON)
+
+    async def _handle(
+        self, method: str, path: str, request: Json, idempotency_key: str | None
+    ) -> Any:
+        answer = await self._route(method, path, request)
+        if answer is not None:
+            return answer
+        if path.startswith("/stub/"):
+            return self._control(method, path, request)
+        raise _HTTPError(404, self._error(404, "not_found_error", f"no route {method} {path}"))
 
     async def _sdk_prelude(self, model: str) -> str | None:
         """Latency and HTTP-level faults in this API's format; returns an answer fault."""
-        self.stats.models[model] += 1
-        fault = self._fault(model)
-        opts = self.options
-        delay = opts.latency + (
-            self._rng.uniform(0, opts.latency_jitter) if opts.latency_jitter else 0.0
-        )
-        if delay > 0:
-            await asyncio.sleep(delay)
+        fault = await self._delay_and_fault(model)
         if fault is None:
             return None
-        self.stats.faults[fault] += 1
         if fault == "hang":
-            await asyncio.sleep(opts.hang_seconds)
+            await asyncio.sleep(self.options.hang_seconds)
             raise _HTTPError(500, self._error(500, "api_error", "hung"))
         return self._http_fault(fault)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +37,26 @@ def text_of(content: Any) -> str:
     return ""
 
 
+def pair_turns(turns: Iterable[tuple[str, str]], reply_role: str) -> tuple[list[Pair], str | None]:
+    """(role, text) turns as (user, reply) pairs, a user turn without a reply paired with
+    ""; and the last user text still waiting for its reply (``None`` when there is none)."""
+    pairs: list[Pair] = []
+    pending: str | None = None
+    for role, text in turns:
+        if role == "user":
+            if pending is not None:
+                pairs.append((pending, ""))
+            pending = text
+        elif role == reply_role and pending is not None:
+            pairs.append((pending, text))
+            pending = None
+    return pairs, pending
+
+
 def split_messages(messages: Sequence[Any]) -> tuple[str, list[Pair], str]:
     """(system text, earlier (user, assistant) pairs, the last user text) of a message list."""
     system: list[str] = []
-    pairs: list[Pair] = []
-    pending: str | None = None
-    last = ""
+    turns: list[tuple[str, str]] = []
     for message in messages:
         if isinstance(message, str):
             message = {"role": "user", "content": message}
@@ -52,16 +66,10 @@ def split_messages(messages: Sequence[Any]) -> tuple[str, list[Pair], str]:
         text = text_of(message.get("content"))
         if role in ("system", "developer"):
             system.append(text)
-        elif role == "user":
-            if pending is not None:
-                pairs.append((pending, ""))
-            pending = text
-        elif role == "assistant" and pending is not None:
-            pairs.append((pending, text))
-            pending = None
-    if pending is not None:
-        last = pending
-    return "\n".join(system), pairs, last
+        else:
+            turns.append((str(role), text))
+    pairs, pending = pair_turns(turns, "assistant")
+    return "\n".join(system), pairs, pending or ""
 
 
 @dataclass(slots=True)
@@ -76,55 +84,71 @@ class Answer:
     fault: str | None
 
 
-def answer(
-    *,
-    seed: int,
-    model: str,
-    instructions: str,
-    history: Sequence[Pair],
-    input_text: str,
-    schema: Json | None,
-    tools: list[Json] | None,
-    fault: str | None,
-    cached_prefix: bool,
-) -> Answer:
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One request as the stub model reads it, whatever API it came in by: the model, the
+    instructions, the earlier (user, answer) pairs, the input, the answer's JSON Schema or
+    the tools, and an answer-level fault to apply (``ANSWER_FAULTS``)."""
+
+    model: str
+    instructions: str
+    history: Sequence[Pair]
+    input_text: str
+    schema: Json | None = None
+    tools: list[Json] | None = None
+    fault: str | None = None
+
+
+def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
     """Generate the answer to one request, with an answer-level fault applied if any."""
     digest = hashlib.blake2b(digest_size=16)
-    for part in (str(seed), model, instructions, input_text, *(out for _, out in history)):
+    for part in (
+        str(seed),
+        ask.model,
+        ask.instructions,
+        ask.input_text,
+        *(out for _, out in ask.history),
+    ):
         digest.update(part.encode())
         digest.update(b"\x00")
     key = digest.hexdigest()
     call: tuple[str, Json] | None = None
-    if tools:
-        name, args = generate_tool_call(tools, input_text, seed=key, history=list(history))
-        if fault == "unknown_tool":
+    if ask.tools:
+        name, args = generate_tool_call(
+            ask.tools, ask.input_text, seed=key, history=list(ask.history)
+        )
+        if ask.fault == "unknown_tool":
             name = "teleport"
         call = (name, args)
         text = ""
         out_len = len(name) + len(orjson.dumps(args))
     else:
-        if schema is not None:
+        if ask.schema is not None:
             data = generate(
-                schema, input_text, seed=key, history=list(history), instructions=instructions
+                ask.schema,
+                ask.input_text,
+                seed=key,
+                history=list(ask.history),
+                instructions=ask.instructions,
             )
             text = orjson.dumps(data).decode()
         else:
             text = "Understood."
-        if fault in ("malformed", "incomplete"):
+        if ask.fault in ("malformed", "incomplete"):
             text = text[: max(1, len(text) // 2)]
         out_len = len(text)
     prompt = (
-        estimate_tokens(instructions)
-        + estimate_tokens(input_text)
-        + sum(estimate_tokens(a) + estimate_tokens(b) for a, b in history)
+        estimate_tokens(ask.instructions)
+        + estimate_tokens(ask.input_text)
+        + sum(estimate_tokens(a) + estimate_tokens(b) for a, b in ask.history)
     )
     return Answer(
         text=text,
         call=call,
         input_tokens=prompt,
         output_tokens=(out_len + 3) // 4,
-        cached_tokens=estimate_tokens(instructions) if cached_prefix else 0,
-        fault=fault,
+        cached_tokens=estimate_tokens(ask.instructions) if cached_prefix else 0,
+        fault=ask.fault,
     )
 
 
@@ -263,25 +287,19 @@ def responses_events(body: Json) -> list[tuple[str | None, Json]]:
 
     event("response.created", response={**body, "status": "in_progress", "output": []})
     for index, item in enumerate(body["output"]):
+        # (event kind, streamed text, fields between output_index and delta) per item
+        deltas: list[tuple[str, str, Json]]
         if item["type"] == "function_call":
-            for piece in _pieces(item["arguments"]):
-                event(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    delta=piece,
-                )
-            continue
-        for part in item["content"]:
-            if part["type"] == "output_text":
-                for piece in _pieces(part["text"]):
-                    event(
-                        "response.output_text.delta",
-                        item_id=item["id"],
-                        output_index=index,
-                        content_index=0,
-                        delta=piece,
-                    )
+            deltas = [("response.function_call_arguments.delta", item["arguments"], {})]
+        else:
+            deltas = [
+                ("response.output_text.delta", part["text"], {"content_index": 0})
+                for part in item["content"]
+                if part["type"] == "output_text"
+            ]
+        for kind, text, fields in deltas:
+            for piece in _pieces(text):
+                event(kind, item_id=item["id"], output_index=index, **fields, delta=piece)
     final = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
     event(final, response=body)
     return events

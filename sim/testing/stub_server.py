@@ -52,6 +52,7 @@ from sim.testing.batch_routes import BatchRoutes
 from sim.testing.stub_model import (
     ANSWER_FAULTS,
     Answer,
+    Ask,
     Json,
     Pair,
     answer,
@@ -140,6 +141,34 @@ class StubOptions:
     stream_usage: bool = True
     batch_delay: float = 0.0
 
+
+#: the HTTP error each transport-level fault answers with, in OpenAI's wording:
+#: (status, message, type, code, param)
+_HTTP_FAULTS: dict[str, tuple[int, str, str, str | None, str | None]] = {
+    "rate_limit": (
+        429,
+        "Rate limit reached, retry shortly",
+        "requests",
+        "rate_limit_exceeded",
+        None,
+    ),
+    "insufficient_quota": (
+        429,
+        "You exceeded your current quota",
+        "insufficient_quota",
+        "insufficient_quota",
+        None,
+    ),
+    "server_error": (500, "The server had an error", "server_error", None, None),
+    "auth": (401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key", None),
+    "context_length": (
+        400,
+        "This model's maximum context length is 128 tokens",
+        "invalid_request_error",
+        "context_length_exceeded",
+        "input",
+    ),
+}
 
 #: how many answers the server keeps for Idempotency-Key replays
 _IDEMPOTENCY_CACHE = 100_000
@@ -410,51 +439,62 @@ class StubServer:
     async def _dispatch(
         self, method: str, path: str, body: bytes, idempotency_key: str | None = None
     ) -> tuple[int, Any, dict[str, str]]:
+        """Count the request, parse its JSON body and answer it; errors as HTTP answers."""
         self.stats.requests += 1
         self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
         try:
             request = orjson.loads(body) if body else {}
-            if method == "POST" and path in ("/v1/responses", "/v1/chat/completions"):
-                self.log.append(request)
-                if idempotency_key is not None:
-                    self.stats.received_keys[idempotency_key] += 1
-                if idempotency_key is not None and idempotency_key in self._answered:
-                    # the same attempt sent again (after a crash or a client timeout):
-                    # answered from the cache, not generated or billed a second time
-                    self.stats.replayed += 1
-                    return 200, self._answered[idempotency_key], {}
-                self.stats.in_flight += 1
-                self.active += 1
-                self.peak_active = max(self.peak_active, self.active)
-                try:
-                    await self._wait_if_held(request)
-                    if path == "/v1/responses":
-                        payload = await self._responses(request)
-                    else:
-                        payload = await self._chat(request)
-                finally:
-                    self.stats.in_flight -= 1
-                    self.active -= 1
-                stall = bool(payload.pop("_stub_stall", False))
-                if idempotency_key is not None:
-                    self.stats.generated_keys[idempotency_key] += 1
-                    self._answered[idempotency_key] = payload
-                    if len(self._answered) > _IDEMPOTENCY_CACHE:
-                        self._answered.popitem(last=False)
-                if request.get("stream"):
-                    return 200, self._stream(path, request, payload, stall), {}
-                return 200, payload, {}
-            if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
-                return 200, self._stored(method, path.rsplit("/", 1)[1]), {}
-            if path.startswith("/stub/"):
-                return 200, self._control(method, path, request), {}
-            raise _HTTPError(
-                404, error_body(f"no route {method} {path}", "invalid_request_error", "not_found")
-            )
+            return 200, await self._handle(method, path, request, idempotency_key), {}
         except _HTTPError as exc:
             return exc.status, exc.body, exc.headers
         except orjson.JSONDecodeError:
-            return 400, error_body("body is not JSON", "invalid_request_error", None), {}
+            return 400, self._not_json(), {}
+
+    def _not_json(self) -> Json:
+        """The error body for a request body that is not JSON, in this API's format."""
+        return error_body("body is not JSON", "invalid_request_error", None)
+
+    async def _handle(
+        self, method: str, path: str, request: Json, idempotency_key: str | None
+    ) -> Any:
+        """The answer to one parsed request (an ``_HTTPError`` for an error answer)."""
+        if method == "POST" and path in ("/v1/responses", "/v1/chat/completions"):
+            self.log.append(request)
+            if idempotency_key is not None:
+                self.stats.received_keys[idempotency_key] += 1
+            if idempotency_key is not None and idempotency_key in self._answered:
+                # the same attempt sent again (after a crash or a client timeout):
+                # answered from the cache, not generated or billed a second time
+                self.stats.replayed += 1
+                return self._answered[idempotency_key]
+            self.stats.in_flight += 1
+            self.active += 1
+            self.peak_active = max(self.peak_active, self.active)
+            try:
+                await self._wait_if_held(request)
+                if path == "/v1/responses":
+                    payload = await self._responses(request)
+                else:
+                    payload = await self._chat(request)
+            finally:
+                self.stats.in_flight -= 1
+                self.active -= 1
+            stall = bool(payload.pop("_stub_stall", False))
+            if idempotency_key is not None:
+                self.stats.generated_keys[idempotency_key] += 1
+                self._answered[idempotency_key] = payload
+                if len(self._answered) > _IDEMPOTENCY_CACHE:
+                    self._answered.popitem(last=False)
+            if request.get("stream"):
+                return self._stream(path, request, payload, stall)
+            return payload
+        if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
+            return self._stored(method, path.rsplit("/", 1)[1])
+        if path.startswith("/stub/"):
+            return self._control(method, path, request)
+        raise _HTTPError(
+            404, error_body(f"no route {method} {path}", "invalid_request_error", "not_found")
+        )
 
     async def generate(self, path: str, request: Json) -> tuple[int, Json]:
         """Answer one generation request as if it had been posted to ``path``: status and
@@ -495,8 +535,11 @@ class StubServer:
             return self._rng.choice(opts.faults)
         return None
 
-    async def _prelude(self, model: str, stream: bool = False) -> str | None:
-        """Latency and transport-level faults; returns an answer-level fault, if any."""
+    async def _delay_and_fault(self, model: str) -> str | None:
+        """Count the model, wait the configured latency and pick (and count) its fault.
+
+        Shared by every API's prelude: what the fault then does is the API's own.
+        """
         self.stats.models[model] += 1
         fault = self._fault(model)
         opts = self.options
@@ -505,80 +548,39 @@ class StubServer:
         )
         if delay > 0:
             await asyncio.sleep(delay)
+        if fault is not None:
+            self.stats.faults[fault] += 1
+        return fault
+
+    async def _prelude(self, model: str, stream: bool = False) -> str | None:
+        """Latency and transport-level faults; returns an answer-level fault, if any."""
+        fault = await self._delay_and_fault(model)
         if fault is None:
             return None
-        self.stats.faults[fault] += 1
+        opts = self.options
         if fault == "stall" and stream:
             return fault
         if fault in ("hang", "stall"):
             await asyncio.sleep(opts.hang_seconds)
             raise _HTTPError(500, error_body("hung", "server_error", None))
-        if fault == "rate_limit":
-            headers = (
-                {}
-                if opts.retry_after is None
-                else {
+        http_fault = _HTTP_FAULTS.get(fault)
+        if http_fault is not None:
+            status, message, type_, code, param = http_fault
+            headers = {}
+            if fault == "rate_limit" and opts.retry_after is not None:
+                headers = {
                     "retry-after-ms": f"{opts.retry_after * 1000:g}",
                     "retry-after": f"{opts.retry_after:g}",
                 }
-            )
-            raise _HTTPError(
-                429,
-                error_body("Rate limit reached, retry shortly", "requests", "rate_limit_exceeded"),
-                headers,
-            )
-        if fault == "insufficient_quota":
-            raise _HTTPError(
-                429,
-                error_body(
-                    "You exceeded your current quota", "insufficient_quota", "insufficient_quota"
-                ),
-            )
-        if fault == "server_error":
-            raise _HTTPError(500, error_body("The server had an error", "server_error", None))
-        if fault == "auth":
-            raise _HTTPError(
-                401,
-                error_body(
-                    "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
-                ),
-            )
-        if fault == "context_length":
-            raise _HTTPError(
-                400,
-                error_body(
-                    "This model's maximum context length is 128 tokens",
-                    "invalid_request_error",
-                    "context_length_exceeded",
-                    "input",
-                ),
-            )
+            raise _HTTPError(status, error_body(message, type_, code, param), headers)
         return fault if fault in ANSWER_FAULTS else None
 
-    def _answer(
-        self,
-        model: str,
-        instructions: str,
-        history: list[Pair],
-        input_text: str,
-        schema: Json | None,
-        tools: list[Json] | None,
-        fault: str | None,
-    ) -> Answer:
-        prefix = (model, instructions)
+    def _answer(self, ask: Ask) -> Answer:
+        """The stub model's answer (an instructions prefix seen before is cached), counted."""
+        prefix = (ask.model, ask.instructions)
         cached = prefix in self._prefixes
         self._prefixes.add(prefix)
-        ans = answer(
-            seed=self.options.seed,
-            model=model,
-            instructions=instructions,
-            history=history,
-            input_text=input_text,
-            schema=schema,
-            tools=tools,
-            fault=fault,
-            cached_prefix=cached,
-        )
+        ans = answer(ask, seed=self.options.seed, cached_prefix=cached)
         self.stats.generations += 1
         self.stats.input_tokens += ans.input_tokens
         self.stats.output_tokens += ans.output_tokens
@@ -615,15 +617,8 @@ class StubServer:
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
         instructions = str(request.get("instructions") or "")
-        ans = self._answer(
-            model,
-            instructions,
-            history,
-            input_text,
-            schema,
-            tools,
-            None if fault == "stall" else fault,
-        )
+        spoil = None if fault == "stall" else fault
+        ans = self._answer(Ask(model, instructions, history, input_text, schema, tools, spoil))
         rid = f"resp_{uuid.uuid4().hex}"
         store = request.get("store", True) is not False
         body = response_body(rid, model, request, ans, store)
@@ -673,9 +668,8 @@ class StubServer:
         tools = request.get("tools") or None
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
-        ans = self._answer(
-            model, system, pairs, input_text, schema, tools, None if fault == "stall" else fault
-        )
+        spoil = None if fault == "stall" else fault
+        ans = self._answer(Ask(model, system, pairs, input_text, schema, tools, spoil))
         body = chat_body(f"chatcmpl-{uuid.uuid4().hex}", model, ans)
         if fault == "stall":
             body["_stub_stall"] = True

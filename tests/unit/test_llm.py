@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from sim.llm.adapters import create_adapter
+from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.client import LLMClient, LLMRequest, ResponseChainManager
 from sim.llm.errors import (
     LLMConfigurationError,
@@ -1154,6 +1155,12 @@ def test_unknown_adapter_option_is_rejected(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("SIM_TEST_KEY", "k")
     with pytest.raises(LLMConfigurationError, match="'store'"):
         create_adapter("chat", api_key_env="SIM_TEST_KEY", store=True)  # chat keeps nothing
+    # the options an adapter passes on to its base class count as its own, misspelt or not
+    with pytest.raises(LLMConfigurationError, match=r"'max_concurency'.*max_concurrency"):
+        create_adapter("openai", api_key_env="SIM_TEST_KEY", max_concurency=4)
+    adapter = create_adapter("openai", api_key_env="SIM_TEST_KEY", max_concurrency=40, store=True)
+    assert isinstance(adapter, OpenAIAdapter) and adapter.store
+    assert len(adapter.pool.clients) == 3  # 40 calls in flight over pools of 16
     with pytest.raises(TypeError):
         OfflineAdapter(seed=1, sede=2)  # type: ignore[call-arg]
 

@@ -26,6 +26,25 @@ def providers() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def options_of(cls: type) -> list[str]:
+    """The keyword options ``cls`` takes: its constructor's, and, where a constructor passes
+    ``**options`` on to its base class, the base's as well (down the MRO)."""
+    taken: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]  # after self
+        taken += [
+            p.name
+            for p in params
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in taken
+        ]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return taken
+
+
 def create_adapter(provider: str, **options: Any) -> Adapter:
     """Build the adapter registered as ``provider`` with its own keyword options.
 
@@ -42,16 +61,12 @@ def create_adapter(provider: str, **options: Any) -> Adapter:
         ) from None
     module_name, _, class_name = target.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    try:
-        inspect.signature(cls).bind_partial(**options)
-    except TypeError as exc:
-        taken = [
-            p.name
-            for p in inspect.signature(cls).parameters.values()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
+    taken = options_of(cls)
+    unknown = [name for name in options if name not in taken]
+    if unknown:
         raise LLMConfigurationError(
-            f"provider {provider!r}: {exc}; it takes: {', '.join(taken)}"
-        ) from None
+            f"provider {provider!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"it takes: {', '.join(taken)}"
+        )
     adapter: Adapter = cls(**options)
     return adapter

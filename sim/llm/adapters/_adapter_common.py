@@ -16,8 +16,9 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 import httpx2
 from pydantic import BaseModel
@@ -28,10 +29,11 @@ from sim.llm.errors import (
     LLMContextLengthError,
     LLMError,
     LLMRateLimitError,
+    LLMRefusalError,
     LLMTimeoutError,
 )
 from sim.llm.tools import ToolCalls, schema_of
-from sim.llm.types import AdapterResponse, ModelRequest, Usage
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
 # -- errors ------------------------------------------------------------------------------------
 
@@ -48,77 +50,120 @@ def connection_failed(api: str, detail: object, exc: BaseException, model: str) 
     )
 
 
-def key_rejected(
-    api: str, api_key_env: str, status: str, exc: BaseException, model: str
-) -> LLMConfigurationError:
-    """``api`` refused the key: name the variable it came from, never the key."""
-    return LLMConfigurationError(
-        f"{api} rejected the API key from ${api_key_env} ({status}); set a valid key in "
-        f"{api_key_env} or change [llm] api_key_env",
-        cause=exc,
-        model=model,
-    )
+StatusErrorT = TypeVar("StatusErrorT", bound=LLMAPIError)
 
 
-def rate_limited(
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An error status from ``api`` as an error map reads it, once per failure: the
+    status, its message and body, what the SDK raised, and the model asked for. Its
+    methods are the sim errors such a reply can be."""
+
+    api: str
+    status: int | None
+    message: str
+    body: Any
+    exc: BaseException
+    model: str
+
+    def key_rejected(self, api_key_env: str, detail: str) -> LLMConfigurationError:
+        """The API refused the key: name the variable it came from, never the key."""
+        return LLMConfigurationError(
+            f"{self.api} rejected the API key from ${api_key_env} ({detail}); set a valid key "
+            f"in {api_key_env} or change [llm] api_key_env",
+            cause=self.exc,
+            model=self.model,
+        )
+
+    def rate_limited(self, retry_after: float | None) -> LLMRateLimitError:
+        """HTTP 429 (or the API's word for it), with the wait the server asked for."""
+        return self._status_error(
+            LLMRateLimitError, f"rate limited by {self.api}", retry_after=retry_after
+        )
+
+    def too_long(self) -> LLMContextLengthError:
+        """The prompt does not fit the model's context window."""
+        return LLMContextLengthError(
+            f"the prompt is too long for {self.model}: {self.message}",
+            cause=self.exc,
+            model=self.model,
+        )
+
+    def unknown_model(self, which: str, hint: str = "") -> LLMConfigurationError:
+        """The API does not know the model (``which``: "model", "Gemini model", ...)."""
+        return LLMConfigurationError(
+            f"unknown {which} {self.model!r}: {self.message}; check the phase's model in "
+            f"config.toml{hint}",
+            cause=self.exc,
+            model=self.model,
+        )
+
+    def failure(self, what: str, code: str | None = None) -> LLMAPIError:
+        """Any other error status (``what``: "HTTP 500 from the provider" and the like):
+        its ``code`` if the API names one, else ``server_error`` for 5xx (which recovery
+        retries), else ``api_error``."""
+        return self._status_error(
+            LLMAPIError,
+            what,
+            code=code or ("server_error" if (self.status or 0) >= 500 else "api_error"),
+        )
+
+    def _status_error(self, kind: type[StatusErrorT], what: str, **extra: Any) -> StatusErrorT:
+        """``kind`` worded "``what``: the API's message", with the reply's status and body."""
+        return kind(
+            f"{what}: {self.message}",
+            status_code=self.status,
+            response_body=self.body,
+            cause=self.exc,
+            model=self.model,
+            **extra,
+        )
+
+
+def map_sdk_error(
+    exc: BaseException,
+    sdk: ModuleType,
     api: str,
-    message: str,
-    *,
-    status: int,
-    body: Any,
-    exc: BaseException,
     model: str,
-    retry_after: float | None,
-) -> LLMRateLimitError:
-    """HTTP 429 (or the API's word for it), with the wait the server asked for."""
-    return LLMRateLimitError(
-        f"rate limited by {api}: {message}",
-        status_code=status,
-        response_body=body,
-        cause=exc,
-        model=model,
-        retry_after=retry_after,
-    )
-
-
-def too_long(message: str, exc: BaseException, model: str) -> LLMContextLengthError:
-    """The prompt does not fit the model's context window."""
-    return LLMContextLengthError(
-        f"the prompt is too long for {model}: {message}", cause=exc, model=model
-    )
-
-
-def unknown_model(
-    which: str, message: str, exc: BaseException, model: str, hint: str = ""
-) -> LLMConfigurationError:
-    """The API does not know the model (``which``: "model", "Gemini model", ...)."""
-    return LLMConfigurationError(
-        f"unknown {which} {model!r}: {message}; check the phase's model in config.toml{hint}",
-        cause=exc,
-        model=model,
-    )
-
-
-def status_failure(
-    what: str,
-    message: str,
+    statuses: Callable[[Any], LLMError],
     *,
-    status: int | None,
-    body: Any,
-    exc: BaseException,
-    model: str,
+    bad_response: str,
     code: str | None = None,
-) -> LLMAPIError:
-    """Any other error status (``what``: "HTTP 500 from the provider" and the like): its
-    ``code`` if the API names one, else ``server_error`` for 5xx (which recovery retries),
-    else ``api_error``."""
-    return LLMAPIError(
-        f"{what}: {message}",
-        status_code=status,
-        response_body=body,
-        cause=exc,
+) -> LLMError:
+    """The error map of an SDK generated the way ``openai``'s and ``anthropic``'s are (the
+    same exception classes): an ``LLMError`` as it is; a timeout, a failed connection; an
+    error status as ``statuses`` reads it; any other SDK failure (response validation) an
+    ``LLMAPIError`` worded ``bad_response`` with ``code``; anything else unexpected. Most
+    specific first: ``APITimeoutError`` is an ``APIConnectionError``, and
+    ``APIStatusError`` an ``APIError``."""
+    if isinstance(exc, LLMError):
+        return exc
+    if isinstance(exc, sdk.APITimeoutError):
+        return timed_out(exc, model)
+    if isinstance(exc, sdk.APIConnectionError):
+        return connection_failed(api, exc.message, exc, model)
+    if isinstance(exc, sdk.APIStatusError):
+        return statuses(exc)
+    if isinstance(exc, sdk.APIError):
+        return LLMAPIError(f"{bad_response}: {exc.message}", code=code, cause=exc, model=model)
+    return unexpected(exc, model)
+
+
+def refused(
+    detail: str,
+    usage: Usage,
+    model: str,
+    why: str | None = None,
+    *,
+    what: str = "the model refused",
+) -> LLMRefusalError:
+    """A refusal, with the attempt's usage (it is paid for); ``why``: the API's reason or
+    category, when it gives one."""
+    return LLMRefusalError(
+        f"{what} ({why}): {detail}" if why else f"{what}: {detail}",
+        refusal_message=detail,
         model=model,
-        code=code or ("server_error" if (status or 0) >= 500 else "api_error"),
+        usage=usage,
     )
 
 
@@ -128,6 +173,17 @@ def unexpected(exc: BaseException, model: str) -> LLMError:
 
 
 # -- adapters on a non-OpenAI SDK --------------------------------------------------------------
+
+
+def window_turns(history: tuple[Exchange, ...], input_data: str) -> list[dict[str, Any]]:
+    """The chain window's exchanges as user/assistant turns, then the input as a user turn:
+    the message shape the Responses, chat and Messages APIs share."""
+    turns: list[dict[str, Any]] = []
+    for exchange in history:
+        turns.append({"role": "user", "content": exchange.input})
+        turns.append({"role": "assistant", "content": exchange.output})
+    turns.append({"role": "user", "content": input_data})
+    return turns
 
 
 def require_module(module: str, provider: str, sdk: str, install_hint: str) -> ModuleType:
@@ -154,30 +210,10 @@ def pool_limits(max_concurrency: int) -> httpx2.Limits:
     return httpx2.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
 
 
-_JSON_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+class Responder:
+    """What every adapter builds its answer with (one shape for all providers)."""
 
-
-def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The answer model's JSON Schema as the API takes it, computed once per class."""
-    cached = _JSON_SCHEMAS.get(schema)
-    if cached is None:
-        cached = _JSON_SCHEMAS[schema] = schema.model_json_schema()
-    return cached
-
-
-class SDKAdapter:
-    """The frame of an adapter for an API that keeps no responses (no server chains)."""
-
-    name: str
-
-    def require_window(self, request: ModelRequest) -> None:
-        """Refuse a server-chained request: this API stores nothing to chain on."""
-        if request.previous_response_id:
-            raise LLMConfigurationError(
-                f'provider "{self.name}" keeps no responses, so it has no server chains; '
-                'set [llm] chain_mode = "window"',
-                model=request.settings.model,
-            )
+    name: ClassVar[str]
 
     def respond(
         self,
@@ -188,9 +224,11 @@ class SDKAdapter:
         *,
         response_id: str,
         model: str,
+        structured_output: str | None = None,
     ) -> AdapterResponse:
         """The parsed answer: the tool calls with ``request.tools``, else the structured
-        answer (``structured(schema)`` gives the model and its raw JSON)."""
+        answer (``structured(schema)`` gives the model and its raw JSON, in the form
+        ``structured_output`` when the adapter chose one)."""
         parsed: BaseModel
         if request.tools is not None:
             parsed = calls()
@@ -207,7 +245,71 @@ class SDKAdapter:
             finish_reason=finish,
             raw=raw,
             provider=self.name,
+            structured_output=structured_output if request.tools is None else None,
         )
+
+
+ClientT = TypeVar("ClientT")
+
+
+class SDKAdapter(Responder, Generic[ClientT]):
+    """The frame of an adapter on a provider's own SDK, for an API that keeps no responses
+    (no server chains).
+
+    Args:
+        client: the SDK's client to use (tests may hand one in); built by ``connect`` from
+            the other arguments when omitted.
+        base_url: API root (``None``: the SDK's default); the SDK adds the endpoint's path,
+            so a loopback stub is ``http://127.0.0.1:PORT``.
+        api_key_env: the environment variable holding the key (never printed);
+            ``default_key_env`` when omitted.
+        timeout_seconds: default total timeout; each call uses its settings' timeout.
+        connect_timeout_seconds: connect timeout.
+        max_concurrency: calls in flight to size the HTTP connection pool for.
+
+    Raises:
+        LLMConfigurationError: the SDK is not installed, or the key variable is unset.
+    """
+
+    #: the environment variable read for the key unless ``[llm] api_key_env`` names another
+    default_key_env: ClassVar[str]
+    #: the key as the error for an unset variable names it ("an Anthropic API key")
+    key_name: ClassVar[str]
+    #: checks that the SDK (an optional extra) is installed; says what to install if not
+    require_sdk: Callable[[], object]
+
+    def __init__(
+        self,
+        client: ClientT | None = None,
+        *,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        timeout_seconds: float = 60.0,
+        connect_timeout_seconds: float = 10.0,
+        max_concurrency: int = 64,
+    ) -> None:
+        self.require_sdk()
+        self.api_key_env = api_key_env or self.default_key_env
+        self.connect_timeout_seconds = connect_timeout_seconds
+        if client is None:
+            key = api_key(self.api_key_env, self.key_name)
+            client = self.connect(key, base_url, timeout_seconds, pool_limits(max_concurrency))
+        self.client: ClientT = client
+
+    def connect(
+        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+    ) -> ClientT:
+        """A new SDK client with its retries off (recovery owns retries)."""
+        raise NotImplementedError
+
+    def require_window(self, request: ModelRequest) -> None:
+        """Refuse a server-chained request: this API stores nothing to chain on."""
+        if request.previous_response_id:
+            raise LLMConfigurationError(
+                f'provider "{self.name}" keeps no responses, so it has no server chains; '
+                'set [llm] chain_mode = "window"',
+                model=request.settings.model,
+            )
 
     async def delete_response(self, response_id: str) -> None:
         """The API stores nothing for us: nothing to delete."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import httpcore2
 import httpx2
@@ -19,6 +19,7 @@ from sim.llm.adapters._fast_http import (
     DirectPost,
     direct_url,
     plain_tcp_transport,
+    shared_ssl_context,
 )
 from sim.llm.adapters._strict_schema import to_strict_json_schema
 from sim.llm.calls import idempotency_key
@@ -85,31 +86,37 @@ class ClientPool:
             await client.close()
 
 
-def build_pool(
-    *,
-    base_url: str | None,
-    api_key_env: str,
-    timeout_seconds: float,
-    connect_timeout_seconds: float,
-    max_concurrency: int = POOL_SIZE,
-    require_key: bool = True,
-) -> ClientPool:
+def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
+    """The ``usage`` of an OpenAI-format answer; the two APIs name the counts differently.
+
+    ``input_key``/``output_key``: ``input_tokens``/``output_tokens`` (Responses) or
+    ``prompt_tokens``/``completion_tokens`` (chat); cached tokens sit in
+    ``<input_key>_details.cached_tokens`` in both.
+    """
+    usage = data.get("usage") or {}
+    details = usage.get(f"{input_key}_details") or {}
+    return Usage(
+        input_tokens=int(usage.get(input_key) or 0),
+        output_tokens=int(usage.get(output_key) or 0),
+        cached_input_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+class ClientOptions(TypedDict):
+    """What ``build_client`` builds an SDK client from (``build_pool`` passes it on)."""
+
+    base_url: str | None
+    api_key_env: str
+    timeout_seconds: float
+    connect_timeout_seconds: float
+    require_key: NotRequired[bool]
+
+
+def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOptions]) -> ClientPool:
     """Enough ``AsyncOpenAI`` clients for ``max_concurrency`` calls in flight."""
     count = max(1, -(-max_concurrency // POOL_SIZE))
     size = -(-max_concurrency // count)
-    return ClientPool(
-        [
-            build_client(
-                base_url=base_url,
-                api_key_env=api_key_env,
-                timeout_seconds=timeout_seconds,
-                connect_timeout_seconds=connect_timeout_seconds,
-                require_key=require_key,
-                connections=size,
-            )
-            for _ in range(count)
-        ]
-    )
+    return ClientPool([build_client(**options, connections=size) for _ in range(count)])
 
 
 def build_client(
@@ -142,7 +149,8 @@ def build_client(
         transport, pool = plain_tcp_transport(limits, tls=url.lower().startswith("https:"))
         http_client = openai.DefaultAsyncHttpxClient(transport=transport)
     else:
-        http_client = openai.DefaultAsyncHttpxClient(limits=limits)
+        # the SDK's own stack (URLs behind a proxy), verifying with the one shared context
+        http_client = openai.DefaultAsyncHttpxClient(limits=limits, verify=shared_ssl_context())
     client = openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url or None,
@@ -159,24 +167,32 @@ def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> o
     return openai.Timeout(settings.timeout_seconds, connect=connect_timeout_seconds)
 
 
-def validate_text(schema: type[BaseModel], text: str, usage: Usage, model: str) -> BaseModel:
-    """Parse ``text`` into ``schema``.
+def validate_text(
+    schema: type[BaseModel], text: str, usage: Usage, model: str
+) -> tuple[BaseModel, str]:
+    """Parse ``text`` into ``schema``: the model and ``text`` (what ``respond`` takes).
 
     Raises:
         LLMSchemaError: not valid JSON for the schema; it carries the usage, so the
             attempt is still paid for.
     """
     try:
-        return schema.model_validate_json(text)
+        return schema.model_validate_json(text), text
     except ValidationError as exc:
-        raise LLMSchemaError(
-            f"output does not validate against {schema.__name__}: "
-            f"{exc.errors(include_url=False)[:3]}",
-            cause=exc,
-            model=model,
-            usage=usage,
-            raw=text[:2000],
-        ) from exc
+        raise schema_mismatch(schema, exc, text, usage, model) from exc
+
+
+def schema_mismatch(
+    schema: type[BaseModel], exc: ValidationError, raw: str, usage: Usage, model: str
+) -> LLMSchemaError:
+    """The error for an answer that does not validate against ``schema`` (paid: with usage)."""
+    return LLMSchemaError(
+        f"output does not validate against {schema.__name__}: {exc.errors(include_url=False)[:3]}",
+        cause=exc,
+        model=model,
+        usage=usage,
+        raw=raw[:2000],
+    )
 
 
 async def post_json(

@@ -16,17 +16,10 @@ import httpx2
 import openai
 
 from sim.llm.adapters._adapter_common import (
-    connection_failed,
-    key_rejected,
-    rate_limited,
-    status_failure,
-    timed_out,
-    too_long,
-    unexpected,
-    unknown_model,
+    ErrorReply,
+    map_sdk_error,
 )
 from sim.llm.errors import (
-    LLMAPIError,
     LLMBudgetExceededError,
     LLMChainNotFoundError,
     LLMError,
@@ -103,17 +96,15 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
         api_key_env: the environment variable the key came from, named in auth errors.
         model: the model requested, for the error and its message.
     """
-    if isinstance(exc, openai.APITimeoutError):
-        return timed_out(exc, model)
-    if isinstance(exc, openai.APIConnectionError):
-        return connection_failed(_API, exc.message, exc, model)
-    if isinstance(exc, openai.APIStatusError):
+
+    def statuses(exc: openai.APIStatusError) -> LLMError:
         status = exc.status_code
         body = _error_body(exc)
         code = str(body.get("code") or exc.code or "")
         message = str(body.get("message") or exc.message)
+        reply = ErrorReply(_API, status, message, exc.body, exc, model)
         if status in (401, 403):
-            return key_rejected(_API, api_key_env, f"HTTP {status}", exc, model)
+            return reply.key_rejected(api_key_env, f"HTTP {status}")
         if status == 429:
             if code == "insufficient_quota":
                 return LLMBudgetExceededError(
@@ -122,15 +113,7 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
                     cause=exc,
                     model=model,
                 )
-            return rate_limited(
-                _API,
-                message,
-                status=status,
-                body=exc.body,
-                exc=exc,
-                model=model,
-                retry_after=retry_after_seconds(exc.response.headers),
-            )
+            return reply.rate_limited(retry_after_seconds(exc.response.headers))
         if code == "previous_response_not_found":
             return LLMChainNotFoundError(
                 message,
@@ -140,19 +123,9 @@ def map_openai_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
                 model=model,
             )
         if status == 400 and (code in _CONTEXT_CODES or "context length" in message.lower()):
-            return too_long(message, exc, model)
+            return reply.too_long()
         if status == 404 and code == "model_not_found":
-            return unknown_model("model", message, exc, model)
-        return status_failure(
-            f"HTTP {status} from {_API}",
-            message,
-            status=status,
-            body=exc.body,
-            exc=exc,
-            model=model,
-        )
-    if isinstance(exc, openai.APIError):  # response validation and other SDK failures
-        return LLMAPIError(f"provider error: {exc.message}", cause=exc, model=model)
-    if isinstance(exc, LLMError):
-        return exc
-    return unexpected(exc, model)
+            return reply.unknown_model("model")
+        return reply.failure(f"HTTP {status} from {_API}")
+
+    return map_sdk_error(exc, openai, _API, model, statuses, bad_response="provider error")

@@ -13,11 +13,12 @@ post it, read the answer. Each adapter keeps only its wire format: ``path``,
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import openai
 import orjson
 
+from sim.llm.adapters._adapter_common import Responder
 from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json, request_timeout
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
@@ -30,7 +31,18 @@ Json = dict[str, Any]
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
-class OpenAIFamilyAdapter(ABC):
+class FamilyOptions(TypedDict, total=False):
+    """The keyword options every adapter of the family takes (``OpenAIFamilyAdapter``);
+    an adapter with options of its own passes these on unchanged."""
+
+    base_url: str | None
+    api_key_env: str
+    timeout_seconds: float
+    connect_timeout_seconds: float
+    max_concurrency: int
+
+
+class OpenAIFamilyAdapter(Responder, ABC):
     """An adapter speaking one of OpenAI's wire formats.
 
     Args:
@@ -43,7 +55,6 @@ class OpenAIFamilyAdapter(ABC):
         max_concurrency: calls in flight to size the HTTP connection pools for.
     """
 
-    name: ClassVar[str]
     #: the endpoint every call posts to, under the base URL
     path: ClassVar[str]
     #: a base URL on this machine may go without a key (local model servers)

@@ -42,27 +42,20 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.adapters._adapter_common import (
+    ErrorReply,
     SDKAdapter,
-    api_key,
-    connection_failed,
-    json_schema,
-    key_rejected,
-    pool_limits,
-    rate_limited,
+    map_sdk_error,
+    refused,
     require_module,
-    status_failure,
-    timed_out,
-    too_long,
-    unexpected,
-    unknown_model,
+    window_turns,
 )
+from sim.llm.adapters._openai_common import schema_mismatch
 from sim.llm.adapters._openai_errors import retry_after_seconds
+from sim.llm.calls import schema_json
 from sim.llm.errors import (
-    LLMAPIError,
     LLMBudgetExceededError,
     LLMError,
     LLMIncompleteError,
-    LLMRefusalError,
     LLMSchemaError,
 )
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, response_json, schema_of
@@ -90,7 +83,7 @@ def require_sdk() -> Any:
 
 
 #: the schema as a tool's ``input_schema`` (its JSON Schema), computed once per class
-input_schema = json_schema
+input_schema = schema_json
 
 
 def answer_tool(schema: type[BaseModel]) -> str:
@@ -124,11 +117,7 @@ def messages(
 ) -> list[dict[str, Any]]:
     """The window's exchanges as user/assistant turns, the input as a user turn, then a
     tool conversation: calls as ``tool_use`` blocks, the tools' answers as ``tool_result``."""
-    out: list[dict[str, Any]] = []
-    for exchange in history:
-        out.append({"role": "user", "content": exchange.input})
-        out.append({"role": "assistant", "content": exchange.output})
-    out.append({"role": "user", "content": input_data})
+    out = window_turns(history, input_data)
     for message in conversation:
         call, answer = message.function_call, message.function_response
         if answer is not None:
@@ -171,12 +160,7 @@ def check_stop(message: Message, usage: Usage, model: str) -> None:
         details = message.stop_details
         detail = (details.explanation if details is not None else None) or "no explanation"
         category = details.category if details is not None else None
-        raise LLMRefusalError(
-            f"the model refused ({category or 'refusal'}): {detail}",
-            refusal_message=detail,
-            model=model,
-            usage=usage,
-        )
+        raise refused(detail, usage, model, category or "refusal")
     if reason == "max_tokens":
         raise LLMIncompleteError(
             "the answer was cut short (max_output_tokens)",
@@ -219,14 +203,7 @@ def structured(
             try:
                 return schema.model_validate(block.input), raw
             except ValidationError as exc:
-                raise LLMSchemaError(
-                    f"output does not validate against {schema.__name__}: "
-                    f"{exc.errors(include_url=False)[:3]}",
-                    cause=exc,
-                    model=model,
-                    usage=usage,
-                    raw=raw[:2000],
-                ) from exc
+                raise schema_mismatch(schema, exc, raw, usage, model) from exc
     text = _text(message)
     raise LLMSchemaError(
         f"the model did not call the {name} tool with its answer",
@@ -254,19 +231,14 @@ def map_anthropic_error(exc: Exception, *, api_key_env: str, model: str) -> LLME
     (529) and 5xx are ``LLMAPIError`` with their status, which recovery retries with
     backoff (transient).
     """
-    sdk = require_sdk()
-    if isinstance(exc, LLMError):
-        return exc
-    if isinstance(exc, sdk.APITimeoutError):
-        return timed_out(exc, model)
-    if isinstance(exc, sdk.APIConnectionError):
-        return connection_failed(_API, exc.message, exc, model)
-    if isinstance(exc, sdk.APIStatusError):
+
+    def statuses(exc: anthropic.APIStatusError) -> LLMError:
         status = exc.status_code
         kind = _error_type(exc)
         message = str(exc.api_message or exc.message)
+        reply = ErrorReply(_API, status, message, exc.body, exc, model)
         if status in (401, 403) or kind in ("authentication_error", "permission_error"):
-            return key_rejected(_API, api_key_env, f"HTTP {status} {kind}", exc, model)
+            return reply.key_rejected(api_key_env, f"HTTP {status} {kind}")
         if status == 402 or kind == "billing_error" or _CREDIT.search(message):
             return LLMBudgetExceededError(
                 f"the Anthropic account is out of credit: {message}",
@@ -275,78 +247,51 @@ def map_anthropic_error(exc: Exception, *, api_key_env: str, model: str) -> LLME
                 model=model,
             )
         if status == 429 or kind == "rate_limit_error":
-            return rate_limited(
-                _API,
-                message,
-                status=status,
-                body=exc.body,
-                exc=exc,
-                model=model,
-                retry_after=retry_after_seconds(exc.response.headers),
-            )
+            return reply.rate_limited(retry_after_seconds(exc.response.headers))
         if status == 413 or (status == 400 and _CONTEXT.search(message)):
-            return too_long(message, exc, model)
+            return reply.too_long()
         if status == 404:
-            return unknown_model("Anthropic model", message, exc, model, " (or --model)")
+            return reply.unknown_model("Anthropic model", " (or --model)")
         overloaded = status == 529 or kind == "overloaded_error"
-        return status_failure(
-            f"HTTP {status} {kind} from {_API}",
-            message,
-            status=status,
-            body=exc.body,
-            exc=exc,
-            model=model,
-            code="overloaded" if overloaded else None,
+        return reply.failure(
+            f"HTTP {status} {kind} from {_API}", code="overloaded" if overloaded else None
         )
-    if isinstance(exc, sdk.APIError):  # response validation and other SDK failures
-        return LLMAPIError(
-            f"Anthropic API error: {exc.message}", code="bad_response", cause=exc, model=model
-        )
-    return unexpected(exc, model)
+
+    return map_sdk_error(
+        exc,
+        require_sdk(),
+        _API,
+        model,
+        statuses,
+        bad_response="Anthropic API error",
+        code="bad_response",
+    )
 
 
-class AnthropicAdapter(SDKAdapter):
-    """Messages API adapter on the ``anthropic`` SDK.
-
-    Args:
-        client: an ``anthropic.AsyncAnthropic`` to use (tests may hand one in); built from
-            the other arguments when omitted, with the SDK's retries off.
-        base_url: API root (``None``: Anthropic's, or ``$ANTHROPIC_BASE_URL``); the SDK adds
-            ``/v1/messages``, so a loopback stub is ``http://127.0.0.1:PORT``.
-        api_key_env: the environment variable holding the key (never printed).
-        timeout_seconds: default total timeout; each call uses its settings' timeout.
-        connect_timeout_seconds: connect timeout.
-        max_concurrency: calls in flight to size the HTTP connection pool for.
-
-    Raises:
-        LLMConfigurationError: the SDK is not installed, or the key variable is unset.
+class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
+    """Messages API adapter on the ``anthropic`` SDK; takes the options of every SDK
+    adapter (``SDKAdapter``). ``client`` is an ``anthropic.AsyncAnthropic``; ``base_url``
+    ``None`` is Anthropic's (or ``$ANTHROPIC_BASE_URL``), under which the SDK posts to
+    ``/v1/messages``.
     """
 
     name = "anthropic"
+    default_key_env = DEFAULT_KEY_ENV
+    key_name = "an Anthropic API key"
+    require_sdk = staticmethod(require_sdk)
 
-    def __init__(
-        self,
-        client: anthropic.AsyncAnthropic | None = None,
-        *,
-        base_url: str | None = None,
-        api_key_env: str = DEFAULT_KEY_ENV,
-        timeout_seconds: float = 60.0,
-        connect_timeout_seconds: float = 10.0,
-        max_concurrency: int = 64,
-    ) -> None:
+    def connect(
+        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+    ) -> anthropic.AsyncAnthropic:
         sdk = require_sdk()
-        self.api_key_env = api_key_env
-        self.connect_timeout_seconds = connect_timeout_seconds
-        if client is None:
-            limits = pool_limits(max_concurrency)
-            client = sdk.AsyncAnthropic(
-                api_key=api_key(api_key_env, "an Anthropic API key"),
-                base_url=base_url or None,
-                max_retries=0,
-                timeout=httpx2.Timeout(timeout_seconds, connect=connect_timeout_seconds),
-                http_client=sdk.DefaultAsyncHttpxClient(limits=limits),
-            )
-        self.client: anthropic.AsyncAnthropic = client
+        client: anthropic.AsyncAnthropic = sdk.AsyncAnthropic(
+            api_key=key,
+            base_url=base_url or None,
+            max_retries=0,
+            timeout=httpx2.Timeout(timeout_seconds, connect=self.connect_timeout_seconds),
+            http_client=sdk.DefaultAsyncHttpxClient(limits=limits),
+        )
+        return client
 
     def params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` that ask for ``request``."""

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Unpack
 
 import openai
 import orjson
-from pydantic import BaseModel
 
-from sim.llm.adapters._openai_common import strict_schema, validate_text
-from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
+from sim.llm.adapters._adapter_common import refused, window_turns
+from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
+from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ChatAssembler
 from sim.llm.adapters._structured import (
     MODES,
@@ -34,26 +34,13 @@ from sim.llm.adapters._structured import (
     rejects_form,
     request_fields,
 )
-from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError, LLMRefusalError
-from sim.llm.tools import (
-    FunctionCall,
-    LLMMessage,
-    ToolCalls,
-    parse_arguments,
-    response_json,
-    schema_of,
-)
+from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
+from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
 
 
 def _usage(data: Json) -> Usage:
-    usage = data.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
-    )
+    return usage_from(data, "prompt_tokens", "completion_tokens")
 
 
 def _messages(
@@ -62,11 +49,7 @@ def _messages(
     input_data: str,
     conversation: tuple[LLMMessage, ...] = (),
 ) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
-    for exchange in history:
-        messages.append({"role": "user", "content": exchange.input})
-        messages.append({"role": "assistant", "content": exchange.output})
-    messages.append({"role": "user", "content": input_data})
+    messages = [{"role": "system", "content": instructions}, *window_turns(history, input_data)]
     for message in conversation:  # a tool conversation: calls, then the tools' answers
         call, answer = message.function_call, message.function_response
         if answer is not None:
@@ -101,14 +84,7 @@ def _tool_calls(message: Json) -> ToolCalls:
     calls = []
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
-        name = str(function.get("name") or "")
-        calls.append(
-            FunctionCall(
-                name=name,
-                arguments=parse_arguments(name, function.get("arguments")),
-                call_id=str(call.get("id") or ""),
-            )
-        )
+        calls.append(wire_call(function.get("name"), function.get("arguments"), call.get("id")))
     return ToolCalls(calls=calls, content=message.get("content") or None)
 
 
@@ -130,12 +106,7 @@ def _message(data: Json, usage: Usage, model: str) -> Json:
     message: Json = choice.get("message") or {}
     refusal = message.get("refusal")
     if refusal:
-        raise LLMRefusalError(
-            f"the model refused: {refusal}",
-            refusal_message=str(refusal),
-            model=model,
-            usage=usage,
-        )
+        raise refused(str(refusal), usage, model)
     return message
 
 
@@ -163,21 +134,10 @@ class ChatAdapter(OpenAIFamilyAdapter):
         self,
         client: openai.AsyncOpenAI | None = None,
         *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        timeout_seconds: float = 60.0,
-        connect_timeout_seconds: float = 10.0,
-        max_concurrency: int = 64,
         seed: int | None = None,
+        **options: Unpack[FamilyOptions],
     ) -> None:
-        super().__init__(
-            client,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            timeout_seconds=timeout_seconds,
-            connect_timeout_seconds=connect_timeout_seconds,
-            max_concurrency=max_concurrency,
-        )
+        super().__init__(client, **options)
         #: sent as ``seed``: best-effort determinism on servers that take one
         self.seed = seed
 
@@ -258,22 +218,12 @@ class ChatAdapter(OpenAIFamilyAdapter):
         settings = request.settings
         usage = _usage(data)
         message = _message(data, usage, settings.model)
-        parsed: BaseModel
-        if request.tools is not None:
-            parsed = _tool_calls(message)
-            raw = parsed.dump()
-            finish = "tool_calls" if parsed.calls else "stop"
-        else:
-            raw = answer_text(form, message)
-            parsed = validate_text(schema_of(self, request), raw, usage, settings.model)
-            finish = "stop"
-        return AdapterResponse(
-            parsed=parsed,
+        return self.respond(
+            request,
+            usage,
+            lambda: _tool_calls(message),
+            lambda schema: validate_text(schema, answer_text(form, message), usage, settings.model),
             response_id=str(data.get("id") or ""),
-            usage=usage,
             model=str(data.get("model") or settings.model),
-            finish_reason=finish,
-            raw=raw,
-            provider=self.name,
-            structured_output=form if request.tools is None else None,
+            structured_output=form,
         )

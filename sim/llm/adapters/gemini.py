@@ -28,30 +28,23 @@ import re
 from typing import Any
 
 import httpx2
-from pydantic import BaseModel
 
 from sim.llm.adapters._adapter_common import (
+    ErrorReply,
     SDKAdapter,
-    api_key,
     connection_failed,
-    json_schema,
-    key_rejected,
-    pool_limits,
-    rate_limited,
+    refused,
     require_module,
-    status_failure,
     timed_out,
-    too_long,
     unexpected,
-    unknown_model,
 )
 from sim.llm.adapters._openai_common import validate_text
 from sim.llm.adapters._openai_errors import retry_after_seconds
+from sim.llm.calls import schema_json
 from sim.llm.errors import (
     LLMAPIError,
     LLMError,
     LLMIncompleteError,
-    LLMRefusalError,
     LLMSchemaError,
 )
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
@@ -184,12 +177,7 @@ def _candidate(response: gt.GenerateContentResponse, usage: Usage, model: str) -
     if feedback is not None and feedback.block_reason is not None:
         reason = _name(feedback.block_reason)
         detail = feedback.block_reason_message or reason
-        raise LLMRefusalError(
-            f"Gemini blocked the prompt ({reason}): {detail}",
-            refusal_message=detail,
-            model=model,
-            usage=usage,
-        )
+        raise refused(detail, usage, model, reason, what="Gemini blocked the prompt")
     if not response.candidates:
         raise LLMIncompleteError(
             "Gemini returned no candidates", reason="empty", model=model, usage=usage
@@ -198,12 +186,7 @@ def _candidate(response: gt.GenerateContentResponse, usage: Usage, model: str) -
     reason = _name(candidate.finish_reason)
     if reason in _REFUSALS:
         detail = candidate.finish_message or f"finish reason {reason}"
-        raise LLMRefusalError(
-            f"the model refused ({reason}): {detail}",
-            refusal_message=detail,
-            model=model,
-            usage=usage,
-        )
+        raise refused(detail, usage, model, reason)
     if reason == "MAX_TOKENS":
         raise LLMIncompleteError(
             "the answer was cut short (max_output_tokens; Gemini counts thinking tokens too)",
@@ -294,30 +277,16 @@ def map_gemini_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
         reasons = {
             str(d.get("reason") or "") for d in _error_details(exc) if d.get("@type") == _ERROR_INFO
         }
+        reply = ErrorReply(_API, status or None, message, exc.details, exc, model)
         if status in (401, 403) or "API_KEY_INVALID" in reasons:
-            return key_rejected(_API, api_key_env, f"HTTP {status}: {exc.status or ''}", exc, model)
+            return reply.key_rejected(api_key_env, f"HTTP {status}: {exc.status or ''}")
         if status == 429:
-            return rate_limited(
-                _API,
-                message,
-                status=status,
-                body=exc.details,
-                exc=exc,
-                model=model,
-                retry_after=retry_delay_seconds(exc),
-            )
+            return reply.rate_limited(retry_delay_seconds(exc))
         if status == 400 and _CONTEXT.search(message):
-            return too_long(message, exc, model)
+            return reply.too_long()
         if status == 404:
-            return unknown_model("Gemini model", message, exc, model, " (or GEMINI_MODEL)")
-        return status_failure(
-            f"HTTP {status} {exc.status or ''} from {_API}",
-            message,
-            status=status or None,
-            body=exc.details,
-            exc=exc,
-            model=model,
-        )
+            return reply.unknown_model("Gemini model", " (or GEMINI_MODEL)")
+        return reply.failure(f"HTTP {status} {exc.status or ''} from {_API}")
     if isinstance(exc, json.JSONDecodeError):
         return LLMAPIError(
             f"the Gemini API sent a body that is not JSON: {exc}",
@@ -328,56 +297,37 @@ def map_gemini_error(exc: Exception, *, api_key_env: str, model: str) -> LLMErro
     return unexpected(exc, model)
 
 
-class GeminiAdapter(SDKAdapter):
-    """Gemini API adapter on ``google-genai``.
-
-    Args:
-        client: a ``google.genai.Client`` to use (tests may hand one in); built from the
-            other arguments when omitted.
-        base_url: API root (``None``: Google's); the SDK adds ``/v1beta/models/...``, so
-            a loopback stub is ``http://127.0.0.1:PORT``.
-        api_key_env: the environment variable holding the key (never printed).
-        timeout_seconds: default timeout; each call uses its settings' timeout.
-        connect_timeout_seconds: connect timeout of the HTTP client.
-        max_concurrency: calls in flight to size the HTTP connection pool for.
-
-    Raises:
-        LLMConfigurationError: the SDK is not installed, or the key variable is unset.
+class GeminiAdapter(SDKAdapter["genai.Client"]):
+    """Gemini API adapter on ``google-genai``; takes the options of every SDK adapter
+    (``SDKAdapter``). ``client`` is a ``google.genai.Client``; ``base_url`` ``None`` is
+    Google's, under which the SDK posts to ``/v1beta/models/...``.
     """
 
     name = "gemini"
+    default_key_env = DEFAULT_KEY_ENV
+    key_name = "a Gemini API key"
+    require_sdk = staticmethod(require_sdk)
+    #: the HTTP client this adapter built (none for a client handed in)
+    _http: httpx2.AsyncClient | None = None
 
-    def __init__(
-        self,
-        client: genai.Client | None = None,
-        *,
-        base_url: str | None = None,
-        api_key_env: str = DEFAULT_KEY_ENV,
-        timeout_seconds: float = 60.0,
-        connect_timeout_seconds: float = 10.0,
-        max_concurrency: int = 64,
-    ) -> None:
-        require_sdk()
-        self.api_key_env = api_key_env
-        self._http: httpx2.AsyncClient | None = None
-        if client is None:
-            key = api_key(api_key_env, "a Gemini API key")
-            # our own pool: sized for the run, and the SDK's aiohttp path is never taken
-            self._http = httpx2.AsyncClient(
-                limits=pool_limits(max_concurrency),
-                timeout=httpx2.Timeout(timeout_seconds, connect=connect_timeout_seconds),
-            )
-            client = genai.Client(
-                vertexai=False,  # not GOOGLE_GENAI_USE_VERTEXAI from the environment
-                api_key=key,
-                http_options=gt.HttpOptions(
-                    base_url=base_url or None,
-                    api_version=API_VERSION,
-                    timeout=int(timeout_seconds * 1000),
-                    httpx_async_client=self._http,
-                ),
-            )
-        self.client = client
+    def connect(
+        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+    ) -> genai.Client:
+        # our own pool: sized for the run, and the SDK's aiohttp path is never taken
+        self._http = httpx2.AsyncClient(
+            limits=limits,
+            timeout=httpx2.Timeout(timeout_seconds, connect=self.connect_timeout_seconds),
+        )
+        return genai.Client(
+            vertexai=False,  # not GOOGLE_GENAI_USE_VERTEXAI from the environment
+            api_key=key,
+            http_options=gt.HttpOptions(
+                base_url=base_url or None,
+                api_version=API_VERSION,
+                timeout=int(timeout_seconds * 1000),
+                httpx_async_client=self._http,
+            ),
+        )
 
     def config(self, request: ModelRequest) -> gt.GenerateContentConfig:
         """The generation config: settings, system instruction, and the schema or tools."""
@@ -410,7 +360,7 @@ class GeminiAdapter(SDKAdapter):
             )
         else:
             config.response_mime_type = "application/json"
-            config.response_json_schema = json_schema(schema_of(self, request))
+            config.response_json_schema = schema_json(schema_of(self, request))
         return config
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
@@ -433,16 +383,11 @@ class GeminiAdapter(SDKAdapter):
         model = request.settings.model
         usage = _usage(response)
         parts = _parts(_candidate(response, usage, model))
-
-        def structured(schema: type[BaseModel]) -> tuple[BaseModel, str]:
-            raw = _text(parts)
-            return validate_text(schema, raw, usage, model), raw
-
         return self.respond(
             request,
             usage,
             lambda: _tool_calls(parts),
-            structured,
+            lambda schema: validate_text(schema, _text(parts), usage, model),
             response_id=response.response_id or "",
             model=response.model_version or model,
         )

@@ -15,35 +15,23 @@ with ``previous_response_id``, and evicted ones are deleted after commit.
 from __future__ import annotations
 
 import contextlib
+from typing import Unpack
 
 import openai
 import orjson
-from pydantic import BaseModel
 
-from sim.llm.adapters._openai_common import strict_schema, validate_text
+from sim.llm.adapters._adapter_common import refused, window_turns
+from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
 from sim.llm.adapters._openai_errors import map_openai_error
-from sim.llm.adapters._openai_family import Json, OpenAIFamilyAdapter
+from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
-from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError, LLMRefusalError
-from sim.llm.tools import (
-    FunctionCall,
-    LLMMessage,
-    ToolCalls,
-    parse_arguments,
-    response_json,
-    schema_of,
-)
+from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
+from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
 
 def _usage(data: Json) -> Usage:
-    usage = data.get("usage") or {}
-    details = usage.get("input_tokens_details") or {}
-    return Usage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
-    )
+    return usage_from(data, "input_tokens", "output_tokens")
 
 
 def _output_text(data: Json) -> str:
@@ -60,11 +48,7 @@ def _output_text(data: Json) -> str:
 def _input_items(
     history: tuple[Exchange, ...], input_data: str, conversation: tuple[LLMMessage, ...] = ()
 ) -> list[Json]:
-    items: list[Json] = []
-    for exchange in history:
-        items.append({"role": "user", "content": exchange.input})
-        items.append({"role": "assistant", "content": exchange.output})
-    items.append({"role": "user", "content": input_data})
+    items = window_turns(history, input_data)
     for message in conversation:  # a tool conversation: function_call / _output items
         call, answer = message.function_call, message.function_response
         if message.content and answer is None:
@@ -112,27 +96,16 @@ def _check(data: Json, usage: Usage, model: str) -> None:
         for content in item.get("content") or ():
             if content.get("type") == "refusal":
                 refusal = str(content.get("refusal") or "")
-                raise LLMRefusalError(
-                    f"the model refused: {refusal}",
-                    refusal_message=refusal,
-                    model=model,
-                    usage=usage,
-                )
+                raise refused(refusal, usage, model)
 
 
 def _tool_calls(data: Json) -> ToolCalls:
     """The function calls (and any text) of a tool-calling answer."""
-    calls: list[FunctionCall] = []
-    for item in data.get("output") or ():
-        if item.get("type") == "function_call":
-            name = str(item.get("name") or "")
-            calls.append(
-                FunctionCall(
-                    name=name,
-                    arguments=parse_arguments(name, item.get("arguments")),
-                    call_id=str(item.get("call_id") or ""),
-                )
-            )
+    calls = [
+        wire_call(item.get("name"), item.get("arguments"), item.get("call_id"))
+        for item in data.get("output") or ()
+        if item.get("type") == "function_call"
+    ]
     return ToolCalls(calls=calls, content=_output_text(data) or None)
 
 
@@ -152,21 +125,10 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         self,
         client: openai.AsyncOpenAI | None = None,
         *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        timeout_seconds: float = 60.0,
-        connect_timeout_seconds: float = 10.0,
-        max_concurrency: int = 64,
         store: bool = False,
+        **options: Unpack[FamilyOptions],
     ) -> None:
-        super().__init__(
-            client,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            timeout_seconds=timeout_seconds,
-            connect_timeout_seconds=connect_timeout_seconds,
-            max_concurrency=max_concurrency,
-        )
+        super().__init__(client, **options)
         self.store = store
 
     def assembler(self) -> ResponsesAssembler:
@@ -204,28 +166,19 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         settings = request.settings
         usage = _usage(data)
         rid = str(data.get("id") or "")
-        parsed: BaseModel
         try:
             _check(data, usage, settings.model)
-            if request.tools is not None:
-                parsed = _tool_calls(data)
-                raw = parsed.dump()
-            else:
-                raw = _output_text(data)
-                parsed = validate_text(schema_of(self, request), raw, usage, settings.model)
+            return self.respond(
+                request,
+                usage,
+                lambda: _tool_calls(data),
+                lambda schema: validate_text(schema, _output_text(data), usage, settings.model),
+                response_id=rid,
+                model=str(data.get("model") or settings.model),
+            )
         except LLMError:
             await self._discard(rid)
             raise
-        calls = isinstance(parsed, ToolCalls) and bool(parsed.calls)
-        return AdapterResponse(
-            parsed=parsed,
-            response_id=rid,
-            usage=usage,
-            model=str(data.get("model") or settings.model),
-            finish_reason="tool_calls" if calls else "stop",
-            raw=raw,
-            provider=self.name,
-        )
 
     async def _discard(self, response_id: str) -> None:
         """Delete a stored answer that failed our checks: no chain will ever point at it,
