@@ -30,10 +30,11 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, runtime_checkable
 
-from sim.errors import InputError, SimError
+from sim.errors import SimError
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import TickContext
+from sim.plugins import load_plugin
 from sim.world import Entity
 
 GROUP = "sim.phases"
@@ -105,22 +106,7 @@ def load_entry_point(ep: EntryPoint) -> Phase:
     Raises:
         InputError: it cannot be imported, or it does not follow the protocol.
     """
-    where = f"entry point {ep.name!r} ({ep.value}) in group {GROUP!r}"
-    try:
-        obj = ep.load()
-        phase = obj() if isinstance(obj, type) else obj
-    except Exception as exc:  # a broken plugin is named, never a traceback
-        raise InputError(
-            None, f"tick.phases: {ep.name}", f"{where} failed to load: {exc}"
-        ) from None
-    if not isinstance(phase, Phase):
-        raise InputError(
-            None,
-            f"tick.phases: {ep.name}",
-            f"{where} is not a phase: it needs name, subjects, requests and apply",
-        )
-    if phase.name != ep.name:
-        raise InputError(
-            None, f"tick.phases: {ep.name}", f"{where} says its name is {phase.name!r}"
-        )
+    phase: Phase = load_plugin(
+        ep, Phase, "tick.phases", "a phase: it needs name, subjects, requests and apply"
+    )
     return phase

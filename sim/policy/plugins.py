@@ -14,6 +14,7 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 
 from sim.errors import InputError
+from sim.plugins import load_plugin
 from sim.policy.types import Policy
 
 GROUP = "sim.policies"
@@ -49,22 +50,7 @@ def load_policies(names: tuple[str, ...]) -> list[Policy]:
 
 
 def _load(ep: EntryPoint) -> Policy:
-    where = f"entry point {ep.name!r} ({ep.value}) in group {GROUP!r}"
-    try:
-        obj = ep.load()
-        policy = obj() if isinstance(obj, type) else obj
-    except Exception as exc:  # a broken plugin is named, never a traceback
-        raise InputError(
-            None, f"policy.custom: {ep.name}", f"{where} failed to load: {exc}"
-        ) from None
-    if not isinstance(policy, Policy):
-        raise InputError(
-            None,
-            f"policy.custom: {ep.name}",
-            f"{where} is not a policy: it needs a name and decide(call)",
-        )
-    if policy.name != ep.name:
-        raise InputError(
-            None, f"policy.custom: {ep.name}", f"{where} says its name is {policy.name!r}"
-        )
+    policy: Policy = load_plugin(
+        ep, Policy, "policy.custom", "a policy: it needs a name and decide(call)"
+    )
     return policy

@@ -206,6 +206,16 @@ def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
     return out
 
 
+def _add3(sums_of: dict[Any, list[int]], key: Any, a: int, b: int, c: int) -> None:
+    """Add three counts to ``sums_of[key]`` (started at zeros)."""
+    sums = sums_of.get(key)
+    if sums is None:
+        sums = sums_of[key] = [0, 0, 0]
+    sums[0] += a
+    sums[1] += b
+    sums[2] += c
+
+
 class _CharacterBooks:
     """Each character's calls, failures and tokens per model over the ticks, kept apart by
     the ``[prices]`` each tick ran with, and priced once per character, model and table at
@@ -256,20 +266,9 @@ class _CharacterBooks:
             chain, owner = parts
             if chain not in chains or not owner:
                 continue
-            counts = counts_of.get(owner)
-            if counts is None:
-                counts = counts_of[owner] = [0, 0, 0]
-            counts[0] += requests
-            counts[1] += failures
-            counts[2] += timed_out
+            _add3(counts_of, owner, requests, failures, timed_out)
             table, name, provider, factor = priced_by[model]
-            entry = (table, owner, name, provider, factor)
-            sums = tokens.get(entry)
-            if sums is None:
-                sums = tokens[entry] = [0, 0, 0]
-            sums[0] += inp
-            sums[1] += cached
-            sums[2] += outp
+            _add3(tokens, (table, owner, name, provider, factor), inp, cached, outp)
 
     def books(self) -> dict[str, Books]:
         out = {
