@@ -58,10 +58,10 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 from pydantic import ValidationError
@@ -544,12 +544,20 @@ def compress_log(path: Path, level: int = COMPRESS_LEVEL) -> Path:
     is removed, so a crash leaves one of them complete (``list_logs`` prefers the ``.gz``;
     ``recover_logs`` removes a plain log left beside one). Reading it back gives the same
     records (a state snapshot in its ``json`` encoding).
+
+    The log is streamed from the file (read twice, one line at a time) and compressed as
+    it goes: a 100,000-character tick's log is gigabytes of JSON, never held in memory.
     """
-    data = _read_regular(path)
-    lines = data.splitlines()
-    if data and not data.endswith(b"\n"):
-        lines = lines[:-1]  # a torn tail was never part of the log
-    target = write_compressed(gz_path(path), lines, level)
+
+    def lines() -> Iterator[bytes]:
+        with _open_regular(path) as handle:
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    return  # a torn tail was never part of the log
+                if raw.strip():
+                    yield raw[:-1]
+
+    target = _write_gz(gz_path(path), lines, level)
     path.unlink()
     return target
 
@@ -602,19 +610,76 @@ def _in_order(lines: list[bytes], path: Path) -> list[bytes]:
 def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS_LEVEL) -> Path:
     """Write a compressed log from its JSONL lines (packed as the module doc says),
     atomically: to ``<name>.tmp``, fsynced, renamed over ``target``."""
-    packed = b"".join(line + b"\n" for line in _detail_last([_pack_line(x) for x in lines]))
+    kept = [line for line in lines if line.strip()]
+    return _write_gz(target, lambda: iter(kept), level)
+
+
+#: how much packed text ``_write_gz`` gathers before handing it to the compressor
+_CHUNK = 1 << 20
+
+
+def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) -> Path:
+    """``write_compressed`` over a source read twice: once for the ``layout`` line (where
+    the call detail is), once more to pack and compress each line in that order.
+
+    Streaming gives the bytes one-shot ``gzip.compress(..., mtime=0)`` gives (zlib's own
+    gzip wrapper, no flush until the end), so a log compresses the same either way.
+    """
+    first = b""
+    total = 0
+    detail: list[int] = []
+    for i, line in enumerate(lines()):
+        if i == 0:
+            first = line
+        else:
+            if line.startswith(_CALL_DETAIL):
+                detail.append(total)
+            total += 1
     tmp = target.with_name(target.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "wb") as handle:
-        # mtime=0: the same log always compresses to the same bytes
-        handle.write(gzip.compress(packed, compresslevel=level, mtime=0))
+        # wbits 31, mtime 0: the same log always compresses to the same bytes
+        packer = zlib.compressobj(level, zlib.DEFLATED, 31)
+        buffer = bytearray()
+
+        def put(line: bytes) -> None:
+            buffer.extend(line)
+            buffer.extend(b"\n")
+            if len(buffer) >= _CHUNK:
+                handle.write(packer.compress(buffer))
+                buffer.clear()
+
+        if total or first:
+            put(_pack_line(first))
+        if detail:
+            put(orjson.dumps({"type": "layout", "lines": total, "detail": detail}))
+        wanted = set(detail)
+        # the lines outside the call detail in order, then the call detail (``_detail_last``)
+        for rounds in ((False, True) if detail else (None,)):
+            for i, line in enumerate(itertools.islice(lines(), 1, None)):
+                if rounds is None or (i in wanted) == rounds:
+                    put(_pack_line(line))
+        handle.write(packer.compress(buffer))
+        handle.write(packer.flush())
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, target)
     _fsync_dir(target.parent)
     return target
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """A log file opened for reading: never through a link, never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _read_regular(path: Path) -> bytes:
