@@ -370,3 +370,30 @@ def test_a_damaged_summary_is_rebuilt_from_its_log(tmp_path: Path) -> None:
         assert invoke(*args, "--world", str(world)) == expected[args]
     code, out = invoke("check", "--world", str(world))
     assert code == 0 and "unreadable" not in out
+
+
+def test_compressing_a_big_log_streams_it_into_the_same_bytes(tmp_path: Path) -> None:
+    """A 100,000-character tick's log is gigabytes: it is compressed as it is read, never
+    held whole (the one-shot compressor held it four times over), into the same bytes."""
+    import tracemalloc
+
+    lines = (FIXTURES / "tick-000001.jsonl").read_bytes().splitlines()
+    head, calls = lines[:3], [line for line in lines if line.startswith(b'{"type":"call"')]
+    rest = [line for line in lines[3:] if not line.startswith(b'{"type":"call"')]
+    big = [*head, *(calls * (20_000 // len(calls) + 1)), *rest]
+    path = tmp_path / "tick-000001.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in big) + b'{"type":"torn')
+    size = path.stat().st_size
+    assert size > 20_000_000
+    packed = [tick_log._pack_line(line) for line in big]
+    one_shot = b"".join(line + b"\n" for line in tick_log._detail_last(packed))
+    expected = gzip.compress(one_shot, compresslevel=6, mtime=0)
+    del packed, one_shot
+    tracemalloc.start()
+    try:
+        target = tick_log.compress_log(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert target.read_bytes() == expected
+    assert peak < size / 5
