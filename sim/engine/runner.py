@@ -353,6 +353,10 @@ class Runner:
             ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
 
         notes: list[str] = []
+        # the phases' reports, not the context: a closure over ``ctx`` held in ``ctx.events``
+        # would make a reference cycle, keeping the whole tick (intentions, outcomes, call
+        # settings) alive until the next full collection instead of freeing it on return
+        reports = ctx.reports
 
         def account(event: LLMEvent) -> None:
             # a provider adapter that changed how it talks to its server says so once
@@ -360,8 +364,8 @@ class Runner:
             if notice and notice not in notes:
                 notes.append(notice)
             # every finished call (and, with recovery, every failed attempt) is paid for
-            if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
-                report = ctx.reports[-1]
+            if event.kind != "llm_called" and reports and reports[-1].name == event.phase:
+                report = reports[-1]
                 report.usage = report.usage + event.usage
                 if event.error_code == "timeout":  # no usage came back; may be billed
                     report.timed_out += 1
