@@ -657,7 +657,7 @@ def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) ->
             put(orjson.dumps({"type": "layout", "lines": total, "detail": detail}))
         wanted = set(detail)
         # the lines outside the call detail in order, then the call detail (``_detail_last``)
-        for rounds in ((False, True) if detail else (None,)):
+        for rounds in (False, True) if detail else (None,):
             for i, line in enumerate(itertools.islice(lines(), 1, None)):
                 if rounds is None or (i in wanted) == rounds:
                     put(_pack_line(line))
