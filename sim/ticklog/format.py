@@ -58,7 +58,9 @@ import os
 import re
 import stat
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -639,16 +641,22 @@ def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) ->
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle:
+    with os.fdopen(fd, "wb") as handle, ThreadPoolExecutor(1) as worker:
         # wbits 31, mtime 0: the same log always compresses to the same bytes
         packer = zlib.compressobj(level, zlib.DEFLATED, 31)
         buffer = bytearray()
+        # zlib lets go of the GIL: one thread compresses (in order) while this one packs
+        # the next lines; at most two chunks wait, so memory stays bounded
+        waiting: deque[Future[int]] = deque()
 
         def put(line: bytes) -> None:
             buffer.extend(line)
             buffer.extend(b"\n")
             if len(buffer) >= _CHUNK:
-                handle.write(packer.compress(buffer))
+                if len(waiting) >= 2:
+                    waiting.popleft().result()
+                chunk = bytes(buffer)
+                waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
                 buffer.clear()
 
         if total or first:
@@ -661,6 +669,8 @@ def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) ->
             for i, line in enumerate(itertools.islice(lines(), 1, None)):
                 if rounds is None or (i in wanted) == rounds:
                     put(_pack_line(line))
+        while waiting:
+            waiting.popleft().result()
         handle.write(packer.compress(buffer))
         handle.write(packer.flush())
         handle.flush()
