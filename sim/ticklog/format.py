@@ -225,11 +225,13 @@ def state_digest(files: Mapping[str, bytes]) -> str:
     return digest(bytes(hasher))
 
 
-def pack_state(files: Mapping[str, bytes]) -> StateRecord:
+def pack_state(files: Mapping[str, bytes], digest_: str | None = None) -> StateRecord:
+    """The ``state_before`` record of ``files`` (``digest_``: their ``state_digest``, when
+    the caller has it already: hashing a big world's files costs)."""
     payload = orjson.dumps({rel: files[rel].decode("utf-8") for rel in sorted(files)})
     return StateRecord(
         encoding="zlib+base64",
-        digest=state_digest(files),
+        digest=state_digest(files) if digest_ is None else digest_,
         files=len(files),
         data=base64.b64encode(zlib.compress(payload, 1)).decode("ascii"),
     )

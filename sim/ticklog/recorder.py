@@ -205,7 +205,7 @@ class TickRecorder:
         if partial is None:
             # created with its header in it: a kill at any instant never leaves an empty log
             self.writer = LogWriter.create(
-                log_path(root, tick), [head, pack_state(before), *interventions]
+                log_path(root, tick), [head, pack_state(before, self._state_before), *interventions]
             )
         else:
             self.writer = LogWriter(log_path(root, tick))
