@@ -49,6 +49,7 @@ raises ``LogError`` naming the file, the line and the field.
 from __future__ import annotations
 
 import base64
+import codecs
 import contextlib
 import errno
 import gzip
@@ -122,6 +123,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _CALL_DETAIL = (b'{"type":"call"', b'{"type":"instructions"')
 #: a compressed log's second line: where its call-detail lines were (``_order``)
 _LAYOUT = b'{"type":"layout"'
+_STATE = b'{"type":"state_before"'
 
 
 def log_rel(tick: int) -> str:
@@ -620,6 +622,45 @@ def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS
 
 #: how much packed text ``_write_gz`` gathers before handing it to the compressor
 _CHUNK = 1 << 20
+#: a state snapshot line as ``pack_state`` writes it (``_packed_state`` streams its packing)
+_STATE_LINE = re.compile(
+    rb'\{"type":"state_before","encoding":"zlib\+base64","digest":("(?:[^"\\]|\\.)*"),'
+    rb'"files":(-?[0-9]+),"data":"([A-Za-z0-9+/=]*)"\}'
+)
+
+
+def _packed_state(line: bytes) -> Iterator[bytes] | None:
+    """``_pack_line`` of a state snapshot, in pieces: its JSON text (hundreds of megabytes
+    for a big world) is inflated, decoded and escaped a chunk at a time, never whole.
+    ``None`` for a line of another shape (``_pack_line`` packs it)."""
+    match = _STATE_LINE.fullmatch(line)
+    if match is None:
+        return None
+
+    def pieces() -> Iterator[bytes]:
+        yield (
+            b'{"type":"state_before","encoding":"json","digest":'
+            + match[1]
+            + b',"files":'
+            + match[2]
+            + b',"data":"'
+        )
+        start, end = match.span(3)
+        encoded = memoryview(line)[start:end]
+        inflater = zlib.decompressobj()
+        text = codecs.getincrementaldecoder("utf-8")()
+        step = _CHUNK // 8  # a multiple of 4: each piece of base64 decodes alone
+        for at in range(0, len(encoded), step):
+            out = inflater.decompress(base64.b64decode(encoded[at : at + step]))
+            # JSON escapes each character alone: the escaped pieces join into the whole
+            yield orjson.dumps(text.decode(out))[1:-1]
+        out = inflater.flush()
+        if not inflater.eof:
+            raise zlib.error("incomplete or truncated stream")
+        yield orjson.dumps(text.decode(out, final=True))[1:-1]
+        yield b'"}'
+
+    return pieces()
 
 
 def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) -> Path:
@@ -651,18 +692,23 @@ def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) ->
         # the next lines; at most two chunks wait, so memory stays bounded
         waiting: deque[Future[int]] = deque()
 
+        def send() -> None:
+            if len(waiting) >= 2:
+                waiting.popleft().result()
+            chunk = bytes(buffer)
+            waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
+            buffer.clear()
+
         def put(line: bytes) -> None:
-            buffer.extend(line)
+            state = _packed_state(line) if line.startswith(_STATE) else None
+            for piece in state if state is not None else (_pack_line(line),):
+                buffer.extend(piece)
+                if len(buffer) >= _CHUNK:
+                    send()
             buffer.extend(b"\n")
-            if len(buffer) >= _CHUNK:
-                if len(waiting) >= 2:
-                    waiting.popleft().result()
-                chunk = bytes(buffer)
-                waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
-                buffer.clear()
 
         if total or first:
-            put(_pack_line(first))
+            put(first)
         if detail:
             put(orjson.dumps({"type": "layout", "lines": total, "detail": detail}))
         wanted = set(detail)
@@ -670,7 +716,7 @@ def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) ->
         for rounds in (False, True) if detail else (None,):
             for i, line in enumerate(itertools.islice(lines(), 1, None)):
                 if rounds is None or (i in wanted) == rounds:
-                    put(_pack_line(line))
+                    put(line)
         while waiting:
             waiting.popleft().result()
         handle.write(packer.compress(buffer))

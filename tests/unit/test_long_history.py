@@ -397,3 +397,41 @@ def test_compressing_a_big_log_streams_it_into_the_same_bytes(tmp_path: Path) ->
         tracemalloc.stop()
     assert target.read_bytes() == expected
     assert peak < size / 5
+
+
+def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(tmp_path: Path) -> None:
+    """The snapshot of a big world is hundreds of megabytes of JSON once inflated: it is
+    inflated, decoded and escaped a piece at a time (with quotes, newlines and non-ASCII
+    text cut across pieces), never whole."""
+    import tracemalloc
+
+    rng = random.Random(3)
+    words = ["é", '"q"', "\\", "\n", "ü\u2028", "plain", "\t", "日本"]
+    files = {
+        f"characters/c{i:05d}.json": orjson.dumps(
+            {"id": i, "text": " ".join(rng.choice(words) for _ in range(400))}
+        )
+        for i in range(8_000)
+    }
+    state = tick_log.pack_state(files)
+    lines = (FIXTURES / "tick-000001.jsonl").read_bytes().splitlines()
+    big = [lines[0], dump_record(state), *lines[2:]]
+    assert big[1].startswith(b'{"type":"state_before","encoding":"zlib+base64"')
+    path = tmp_path / "tick-000001.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in big))
+    packed = [tick_log._pack_line(line) for line in big]
+    text_size = len(packed[1])
+    assert text_size > 20_000_000
+    expected = gzip.compress(
+        b"".join(line + b"\n" for line in tick_log._detail_last(packed)), 6, mtime=0
+    )
+    del packed
+    tracemalloc.start()
+    try:
+        target = tick_log.compress_log(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert target.read_bytes() == expected
+    assert peak < text_size  # packing it whole held it four times over
+    assert tick_log.unpack_state(read_log(target).state_before) == files
