@@ -299,7 +299,7 @@ class Runner:
         hub = StreamHub(self.on_delta)
         try:
             with installed(hub):
-                return await self._run_tick(
+                result = await self._run_tick(
                     world,
                     self.adapter,
                     recorder,
@@ -314,6 +314,14 @@ class Runner:
             raise
         finally:
             recorder.close()
+        # committed: the world is freed before the log is compressed, so a big world's
+        # peak memory is the world or the compression, never both
+        del world, repairs, gate, pending, partial
+        compress_started = time.perf_counter()
+        recorder.compress()
+        timings["commit"] += time.perf_counter() - compress_started
+        result.elapsed = time.perf_counter() - started
+        return result
 
     async def _run_tick(
         self,

@@ -141,7 +141,8 @@ class TickRecorder:
 
     Build it with ``TickRecorder.begin``; then ``wrap`` the adapter, pass ``on_event`` to
     the phases' clients, call ``phase_end`` after each phase, put ``commit_files`` into the
-    tick's commit and call ``committed`` after it (or ``close`` when the tick fails).
+    tick's commit and call ``committed`` after it, then ``compress`` (or ``close`` when the
+    tick fails).
     """
 
     def __init__(
@@ -475,6 +476,7 @@ class TickRecorder:
         ``changed``: ``storage.changed_files(world)`` if the caller already has it.
         """
         after = dict(self.before)
+        self.before = {}  # not needed again: freed with the world once the tick is done
         after.update(storage.changed_files(world) if changed is None else changed)
         for rel, data in store_changes.items():
             if not is_state_file(rel):
@@ -505,8 +507,8 @@ class TickRecorder:
         return {marker_rel(self.tick): dump_record(self._commit)}
 
     def committed(self) -> None:
-        """After the commit: the log gets its final record and is compressed, the marker
-        goes, old logs too."""
+        """After the commit: the log gets its final record and its summary, the marker
+        goes. ``compress`` does the rest, once the caller has let go of the world."""
         assert self._commit is not None
         self.writer.append(self._commit)
         self.writer.close()
@@ -515,6 +517,11 @@ class TickRecorder:
         # derived from the log: a crash before these is made good by `recover_logs`
         assert self._summary is not None
         write_summary(self.root, self._summary)
+
+    def compress(self) -> None:
+        """After ``committed``: the log is compressed and old logs go (derived from the
+        log: a crash before this is made good by ``recover_logs``)."""
+        assert self._commit is not None
         level = self.config.history.compress_level
         if level > 0:
             compress_log(self.writer.path, level)

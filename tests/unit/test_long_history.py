@@ -435,3 +435,25 @@ def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(tmp_path: 
     assert target.read_bytes() == expected
     assert peak < text_size  # packing it whole held it four times over
     assert tick_log.unpack_state(read_log(target).state_before) == files
+
+
+def test_the_world_is_freed_before_its_log_is_compressed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big world's peak memory is the world or the log's compression, never both."""
+    import gc
+
+    from sim.world import World
+
+    alive: list[int] = []
+    real = tick_recorder.compress_log
+
+    def counting(path: Path, level: int = 6) -> Path:
+        alive.append(sum(isinstance(o, World) for o in gc.get_objects()))
+        return real(path, level)
+
+    monkeypatch.setattr(tick_recorder, "compress_log", counting)
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    assert alive == [0, 0]
+    assert gz_path(log_path(world, 2)).exists()
