@@ -385,6 +385,40 @@ def scenario_http_cpu(smoke: bool) -> list[str]:
     return lines
 
 
+def scenario_pool(smoke: bool) -> list[str]:
+    """Section 9: a pool of servers (``base_url`` a list) against the ideal, and a server
+    killed mid-tick."""
+    characters, latency, slots = (20, 0.02, 2) if smoke else (1000, 0.2, 16)
+    runs = [
+        child("pool", str(characters), str(latency), str(slots), str(servers), kill)
+        for servers, kill in ((1, "0"), (3, "0"), (3, "1"))
+    ]
+    lines = [
+        f"## 9. A pool of servers: {characters:,} characters, `sim stub-server`s of {slots} "
+        f"slots at {latency:g} s, provider chat",
+        "",
+        "| servers | calls | failed | moved | answered per server | ideal | wall | ideal / wall |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for run in runs:
+        label = f"{run['servers']}" + (" (one killed as phase 2 starts)" if run["killed"] else "")
+        answered = ", ".join(str(n) for n in run["answered"]) or "-"
+        lines.append(
+            f"| {label} | {run['calls']} | {run['failures']} | {run['moved']} | {answered} "
+            f"| {run['ideal_s']:.1f} s | {run['tick_wall_s']:.1f} s | {run['efficiency']:.2f} |"
+        )
+    lines += [
+        "",
+        "Each server generates `slots` requests at once (`--slots`, a GPU server's batch); "
+        "`max_concurrency` is slots × servers. The ideal is Σ over phases of ⌈calls / "
+        "(slots × servers up)⌉ × latency; a killed server counts for the first phase only. "
+        "Its calls in the later phases are refused and move to the others (`moved`: "
+        "attempts, none of them a failed call).",
+        "",
+    ]
+    return lines
+
+
 #: scenario 8's targets: KB per character-tick, and per command (seconds, MiB)
 HISTORY_KB = 2.0
 HISTORY_TARGETS = {
@@ -605,6 +639,7 @@ SCENARIOS: dict[str, Callable[[bool], list[str]]] = {
     "depth": scenario_depth,
     "scale": scenario_scale,
     "startup": scenario_startup,
+    "pool": scenario_pool,
     "history": scenario_history,
 }
 

@@ -21,7 +21,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationError,
+)
 
 from sim.errors import InputError
 from sim.llm.types import CallSettings, ModelTarget, StructuredOutput
@@ -53,6 +61,37 @@ ROUTING_TABLES = frozenset({"providers"})
 PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
 
 
+def _distinct_urls(value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    if isinstance(value, tuple):
+        if not value:
+            raise ValueError("expected at least one URL (or a single URL as a string)")
+        if any(not url for url in value):
+            raise ValueError("expected non-empty URLs")
+        if len(set(value)) != len(value):
+            raise ValueError("a URL is listed twice")
+    return value
+
+
+#: ``base_url``: one server, or several (a TOML array: a pool, ``sim.llm.pool``); use this
+#: type wherever a config section takes a ``base_url``
+BaseUrl = Annotated[
+    str | Annotated[tuple[str, ...], Strict(False)],  # a TOML array becomes the tuple
+    AfterValidator(_distinct_urls),
+]
+
+
+def base_urls(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The servers a ``base_url`` names: none ("": the provider's default), one, or a pool."""
+    if isinstance(value, tuple):
+        return value
+    return (value,) if value else ()
+
+
+def describe_base_url(value: str | tuple[str, ...]) -> str:
+    """A ``base_url`` for messages: the URL, or a pool's URLs joined by ", "."""
+    return ", ".join(value) if isinstance(value, tuple) else value
+
+
 #: what a failed or denied call does to its tick (``[llm]`` and per phase)
 FailurePolicy = Literal["degrade", "fail"]
 
@@ -71,7 +110,8 @@ class LLMConfig(_Strict):
     idle_timeout_seconds: float = Field(60, gt=0)
     stream: bool = False
     structured_output: StructuredOutput = "auto"
-    base_url: str = ""
+    #: one server, or a list of servers of the same provider (a pool: ``sim.llm.pool``)
+    base_url: BaseUrl = ""
     api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     requests_per_minute: int = Field(0, ge=0)
     tokens_per_minute: int = Field(0, ge=0)
@@ -104,7 +144,7 @@ class ProviderConfig(_Strict):
     """
 
     kind: str
-    base_url: str = ""
+    base_url: BaseUrl = ""
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
     #: how a ``chat`` endpoint is asked for the schema; unset: the phase's (or [llm]'s)
     structured_output: StructuredOutput | None = None
@@ -145,6 +185,10 @@ DEFAULT_PRICES = {
 }
 
 
+#: (provider, base_url, api_key_env): where a phase's requests go
+PhaseEndpoint = tuple[str, str | tuple[str, ...], str]
+
+
 class PhaseConfig(_Strict):
     model: str = Field("gpt-4.1-mini", min_length=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
@@ -156,7 +200,7 @@ class PhaseConfig(_Strict):
     #: this phase's provider, server and key variable ("" = [llm]'s): endpoint keys
     #: (ENDPOINT_KEYS), under the trust rule for world configs
     provider: str = ""
-    base_url: str = ""
+    base_url: BaseUrl = ""
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
     #: this phase's failure policy; unset: ``[llm] llm_failure_policy``
     llm_failure_policy: FailurePolicy | None = None
@@ -165,7 +209,7 @@ class PhaseConfig(_Strict):
         """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""
         return self.llm_failure_policy or llm.llm_failure_policy
 
-    def endpoint(self, llm: LLMConfig) -> tuple[str, str, str]:
+    def endpoint(self, llm: LLMConfig) -> PhaseEndpoint:
         """(provider, base_url, api_key_env) this phase's requests go to. A phase that
         names another provider does not inherit [llm]'s server."""
         key = self.api_key_env or llm.api_key_env
@@ -441,6 +485,31 @@ def _problems(
                 f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
             )
         )
+    if config.llm.chain_mode == "server" or config.llm.batch:
+        pooled = [
+            f"{section}.base_url"
+            for section in ("llm", *PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases))
+            if len(
+                base_urls(
+                    config.llm.base_url if section == "llm" else config.phase(section).base_url
+                )
+            )
+            > 1
+        ]
+        if config.llm.batch:  # a named endpoint keeps no server chains, but it batches
+            pooled += [
+                f"providers.{name}.base_url"
+                for name, named in config.providers.items()
+                if len(base_urls(named.base_url)) > 1
+            ]
+        why = (
+            "a list of servers cannot keep server-side chains (a response id is known "
+            'only to the server that made it); use chain_mode = "window" with a pool'
+            if config.llm.chain_mode == "server"
+            else "a list of servers cannot take one Batch API upload (a batch lives on the "
+            "server that made it); use batch = false with a pool, or one server"
+        )
+        problems.extend(InputError(source, field, why) for field in pooled)
     if (
         combined
         and config.llm.batch
@@ -785,11 +854,15 @@ def named_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
     }
 
 
-def _describe_endpoint(provider: str, base_url: str, key_env: str) -> tuple[str, str | None]:
+def _describe_endpoint(
+    provider: str, base_url: str | tuple[str, ...], key_env: str
+) -> tuple[str, str | None]:
     """The SDKs fall back to their own endpoint (the openai SDK to ``OPENAI_BASE_URL`` first)
-    when ``base_url`` is empty; this says which one applies."""
+    when ``base_url`` is empty; this says which one applies. A pool's URLs are joined."""
     import os
 
+    if isinstance(base_url, tuple):
+        base_url = describe_base_url(base_url)
     if provider == "offline":
         return "none (offline provider: no network)", None
     if provider in ("gemini", "anthropic"):
@@ -828,7 +901,8 @@ class EndpointSpec:
 
     name: str
     kind: str
-    base_url: str = ""
+    #: one server, or a pool's (``sim.llm.pool``)
+    base_url: str | tuple[str, ...] = ""
     api_key_env: str = ""
     #: the endpoint's own structured-output form (``None``: the phase's)
     structured_output: StructuredOutput | None = None
@@ -836,7 +910,7 @@ class EndpointSpec:
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
 
-    def where(self) -> tuple[str, str, str]:
+    def where(self) -> tuple[str, str | tuple[str, ...], str]:
         """What makes two endpoints the same connection: kind, server and key variable."""
         return self.kind, self.base_url, self.api_key_env
 

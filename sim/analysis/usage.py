@@ -31,12 +31,16 @@ from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
-from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog
+from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
 from sim.ticklog.records import CallRecord
 from sim.ticklog.summary import Listed, summaries
+from sim.ticklog.view import public_url
 
-By = Literal["entity", "phase", "tick", "model"]
-BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model")
+By = Literal["entity", "phase", "tick", "model", "endpoint"]
+BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model", "endpoint")
+#: the ``--by endpoint`` row of calls that went over no network (offline, or logged
+#: before endpoints were recorded)
+NO_ENDPOINT = "-"
 
 
 @dataclass
@@ -153,6 +157,9 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
     cache: dict[str, Price | None] = {}
     for log in logs:
         for call in log.call_records:
+            if by == "endpoint":
+                _add_by_endpoint(groups, call, prices, cache)
+                continue
             if by == "model":  # each attempt where it ran: a fallback's tokens are its own
                 for row in model_rows(call, prices, cache):
                     groups.setdefault(row.key, UsageRow(row.key)).add(row)
@@ -165,6 +172,28 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
                 key = entity_id(call) or "-"
             groups.setdefault(key, UsageRow(key)).add(call_row(key, call, prices, cache))
     return groups
+
+
+def _add_by_endpoint(
+    groups: dict[str, UsageRow],
+    call: CallRecord,
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None],
+) -> None:
+    """One call into the rows of the servers it went to: each attempt's tokens, cost and
+    timeout where it was sent; the request (and its failure, if it failed) where it ended.
+    A call a pool moved off a failing server thus costs that server only what was sent
+    there."""
+    final = public_url(call.endpoint) if call.endpoint else NO_ENDPOINT
+    row = groups.setdefault(final, UsageRow(final))
+    row.requests += 1
+    row.failures += 1 if call.failed else 0
+    for attempt in call.every_attempt():
+        key = public_url(attempt.endpoint) if attempt.endpoint else final
+        part = groups.setdefault(key, UsageRow(key))
+        part.add_usage(attempt.usage.to_usage())
+        part.cost = part.cost + attempts_cost([attempt], prices, cache, call.price_factor)
+        part.timed_out += 1 if attempt.error_code == TIMEOUT else 0
 
 
 def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
@@ -284,7 +313,8 @@ def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> Usa
 
 def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageReport:
     """Tokens, requests and cost of a world, grouped ``by`` entity, phase, tick or
-    ``provider/model`` (each attempt where it ran).
+    ``provider/model`` (each attempt where it ran), or endpoint (the server each attempt
+    went to: a pool's servers apart; read from the full logs, which alone record it).
 
     Rows are sorted by cost, then tokens, most expensive first.
 
@@ -299,6 +329,16 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
     problems = [item.problem for item in listed if item.problem is not None]
     if by == "entity":
         report = _by_entity(world_dir, logs, prices)
+    elif by == "endpoint":  # only the full logs record each attempt's server
+        full, unread = read_logs(world_dir)
+        set_aside, unread_aside = read_logs(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}")
+        problems = [*unread, *unread_aside]
+        report = _report(by, list(group_calls([*full, *set_aside], by, prices).values()))
+        if set_aside:
+            report.notes.append(
+                f"includes {len(set_aside)} abandoned logs (.sim/log/{ABANDONED_DIR}/): runs "
+                "of a tick set aside when it started afresh; their calls were sent and billed"
+            )
     else:
         aside_listed = list(summaries(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}"))
         aside = [item for item in aside_listed if item.summary is not None]

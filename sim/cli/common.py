@@ -183,10 +183,14 @@ def build_config(
     batch: bool | None = None,
 ) -> Config:
     overrides: dict[str, Any] = depth_overrides(depth)
+    # several servers (a pool) on the command line: comma-separated URLs
+    urls: str | list[str] | None = (
+        [url.strip() for url in base_url.split(",")] if base_url and "," in base_url else base_url
+    )
     llm = present(
         provider=provider,
         max_concurrency=concurrency,
-        base_url=base_url,
+        base_url=urls,
         stream=stream,
         batch=batch,
     )

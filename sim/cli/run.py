@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --
     from sim.engine.runner import TickResult
     from sim.llm.batch import BatchProgress
     from sim.llm.events import LLMEvent
+    from sim.llm.pool import ServerReport
     from sim.llm.streaming import StreamDelta
     from sim.phases.base import PhaseReport
     from sim.policy import Approval
@@ -201,6 +202,22 @@ class StreamView:
             self._next()
 
 
+def servers_line(servers: list[ServerReport]) -> str:
+    """A pool's tick: per server (``host:port``), calls answered, attempts moved away, and
+    whether it is out of the pool."""
+    from sim.ticklog.view import server_name
+
+    parts = []
+    for server in servers:
+        text = f"{server_name(server.url)} {server.answered} answered"
+        if server.moved_away:
+            text += f", {server.moved_away} moved away"
+        if server.state != "closed":
+            text += ", out of the pool (probed again after the cool-down)"
+        parts.append(text)
+    return "servers: " + " · ".join(parts)
+
+
 class _PromptInterrupted(Exception):
     """Ctrl-C at a policy's y/N prompt."""
 
@@ -297,6 +314,8 @@ def print_tick(result: TickResult) -> None:
             f"timed-out attempts (retried), paused {pushed['paused_seconds']:.1f}s; "
             f"concurrency limit {pushed['limit']} (lowest {pushed['lowest_limit']})"
         )
+    if result.servers:
+        click.echo("\n" + servers_line(result.servers))
     click.echo("\nphase        calls  failed  retries  input tok  output tok")
     for report in result.reports:
         if report.name == "apply":
@@ -339,7 +358,11 @@ def print_tick(result: TickResult) -> None:
 )
 @click.option("--concurrency", type=click.IntRange(min=1), help="Max calls in flight.")
 @click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
-@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--base-url",
+    help="Provider base URL, e.g. http://127.0.0.1:8000/v1; several servers (a pool): "
+    "comma-separated.",
+)
 @click.option("--budget-usd", type=click.FloatRange(min=0), help="Cost cap for this run (USD).")
 @click.option("--budget-tokens", type=click.IntRange(min=0), help="Token cap for this run.")
 @click.option(

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # imported by the commands (`sim --help` does not load the ru
     from sim.analysis.usage import By, UsageReport, UsageRow
 
 #: ``sim.analysis.usage.BY_CHOICES``, restated for the option (a test pins them together)
-BY_CHOICES = ("entity", "phase", "tick", "model")
+BY_CHOICES = ("entity", "phase", "tick", "model", "endpoint")
 
 TUNE_HEAD = (
     "depth  requests  failed  input tok  cached in  output tok       cost     wall  "
@@ -162,8 +162,9 @@ def print_usage(report: UsageReport) -> None:
     type=click.Choice(BY_CHOICES),
     default="entity",
     show_default=True,
-    help="Group by entity (their _openai.usage), phase, tick or provider/model (the tick "
-    "logs; model: each attempt where it ran, fallbacks included).",
+    help="Group by entity (their _openai.usage), phase, tick, provider/model (the tick "
+    "logs; model: each attempt where it ran, fallbacks included) or endpoint (the server "
+    "each attempt went to).",
 )
 @CONFIG
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (docs/cli-json.md).")

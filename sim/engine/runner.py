@@ -20,6 +20,7 @@ from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
 from sim.llm.batch import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
+from sim.llm.pool import ServerReport, find_pool
 from sim.llm.stack import build_stack, close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import DeltaSink, StreamHub, installed
@@ -61,6 +62,8 @@ class TickResult:
     resumed_calls: int = 0
     #: how the endpoint pushed back during this tick (``EndpointStats.to_dict``), if any
     backpressure: dict[str, Any] | None = None
+    #: with a pool of servers (``[llm] base_url`` a list): what each server did this tick
+    servers: list[ServerReport] = field(default_factory=list)
 
     @property
     def calls(self) -> int:
@@ -334,7 +337,9 @@ class Runner:
         dropped: tuple[str, ...] = (),
         interventions: Pending | None = None,
     ) -> TickResult:
-        endpoint = find_endpoint(adapter)
+        pool = find_pool(adapter)
+        pool_before = pool.snapshot() if pool is not None else []
+        endpoint = find_endpoint(adapter) if pool is None else None  # a pool: per server
         pushed_before = endpoint.stats.to_dict() if endpoint is not None else None
         store = ResponseStore(world.root)
         for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
@@ -422,6 +427,8 @@ class Runner:
         )
         if endpoint is not None and pushed_before is not None:
             result.backpressure = endpoint.stats.since(pushed_before, endpoint.limit)
+        if pool is not None:
+            result.servers = pool.since(pool_before)
         totals = {
             "calls": result.calls,
             "failures": result.failures,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.llm.errors import LLMAPIError, LLMError, LLMRateLimitError, LLMTimeoutError
@@ -276,6 +276,7 @@ class BackpressureAdapter(AdapterWrapper):
             response = await self.inner.execute(request)
         except LLMError as exc:
             endpoint.release(sent_at, exc)
+            exc.endpoint = endpoint.url
             if exc.code == "connection_error" and not isinstance(exc, EndpointDownError):
                 exc.message = f"{describe_connection_error(endpoint.url, exc)}: {exc.message}"
                 exc.args = (exc.message,)
@@ -284,7 +285,7 @@ class BackpressureAdapter(AdapterWrapper):
             endpoint.release(sent_at, _CANCELLED)
             raise
         endpoint.release(sent_at, None)
-        return response
+        return replace(response, endpoint=endpoint.url)
 
 
 def find_endpoint(adapter: object) -> Endpoint | None:

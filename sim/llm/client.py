@@ -292,6 +292,7 @@ class LLMClient:
                     error_code=earlier.error_code,
                     final=False,
                     provider=earlier.provider,
+                    endpoint=earlier.endpoint,
                     **fields,
                 )
             )
@@ -389,6 +390,7 @@ class LLMClient:
                     previous_response_id=previous_id,
                     depth=depth,
                     provider=provider,
+                    endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
                 )
             )
             if error is exc:
@@ -423,6 +425,7 @@ class LLMClient:
                 previous_response_id=previous_id,
                 depth=depth,
                 provider=provider,
+                endpoint=response.endpoint,
             )
         )
         return response

@@ -43,6 +43,11 @@ class LLMError(Exception):
             charge for an answer it then refused, cut short or got wrong).
         attempts: every attempt of the call, this failure's last (set by recovery).
         served_from: ``"live"``, or the tick log's mode when a recording failed again.
+
+    Attributes:
+        endpoint: the server URL the failed attempt went to, when known (backpressure).
+        moved: attempts that failed on other servers of a pool before this one
+            (``sim.llm.pool``); recovery puts them in ``attempts``.
     """
 
     default_code = "llm_error"
@@ -68,6 +73,8 @@ class LLMError(Exception):
         self.usage: Usage = usage or Usage()
         self.attempts: tuple[Attempt, ...] = tuple(attempts)
         self.served_from: ServedFrom = served_from
+        self.endpoint: str | None = None
+        self.moved: tuple[Attempt, ...] = ()
 
     @property
     def total_usage(self) -> Usage:

@@ -42,6 +42,8 @@ class LLMEvent:
     final: bool = True
     #: the endpoint the attempt went to (``sim.config.routing``; "": the only one)
     provider: str = ""
+    #: the server URL this attempt went to (``None``: no network, or not known)
+    endpoint: str | None = None
 
 
 EventSink = Callable[[LLMEvent], None]

@@ -24,11 +24,12 @@ A timeout is also a failure of that call, not of the endpoint: calls queued behi
 local server time out while it is healthy, so timeouts are retried but leave the breaker
 as it is. Schema errors and refusals say nothing about the provider's health either.
 
-Every attempt is recorded (model, attempt number, usage, latency, error code) in
+Every attempt is recorded (model, attempt number, usage, latency, error code, server) in
 ``response.attempts`` or ``error.attempts``, so the client can emit one event per attempt
-and every attempt's usage is counted. Each retry or fallback is the caller's
-``ModelRequest`` changed with ``dataclasses.replace``: the schema feedback appended to its
-instructions, the fallback model in its settings.
+and every attempt's usage is counted; attempts a pool of servers moved elsewhere
+(``sim.llm.pool``) are recorded among them but are not retries here. Each retry or
+fallback is the caller's ``ModelRequest`` changed with ``dataclasses.replace``: the schema
+feedback appended to its instructions, the fallback model in its settings.
 """
 
 from __future__ import annotations
@@ -179,6 +180,14 @@ class CircuitBreaker:
         self.probing = False
 
 
+def _add_moved(attempts: list[Attempt], moved: tuple[Attempt, ...], provider: str) -> None:
+    """Attempts a pool moved to another server (``sim.llm.pool``), numbered in order and
+    named by the endpoint (``provider``) the pool serves: they were sent (and may have
+    been billed), but are not retries of this layer."""
+    for attempt in moved:
+        attempts.append(replace(attempt, attempt=len(attempts) + 1, provider=provider))
+
+
 def with_feedback(request: ModelRequest, error: LLMSchemaError) -> ModelRequest:
     """The request to retry after a schema error: the same, with the error fed back."""
     return replace(
@@ -260,6 +269,7 @@ class RecoveryAdapter(AdapterWrapper):
                 response = await self.inner.execute(sent)
             except LLMError as exc:
                 note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
+                _add_moved(attempts, exc.moved, provider)
                 attempts.append(
                     Attempt(
                         model,
@@ -268,6 +278,7 @@ class RecoveryAdapter(AdapterWrapper):
                         time.perf_counter() - started,
                         exc.code,
                         provider,
+                        exc.endpoint,
                     )
                 )
                 kind = classify(exc)
@@ -286,6 +297,7 @@ class RecoveryAdapter(AdapterWrapper):
                     await self.sleep(self.policy.delay(retried[kind], exc, self.rng))
                 continue
             breaker.success()
+            _add_moved(attempts, response.moved, provider)
             attempts.append(
                 Attempt(
                     model,
@@ -293,6 +305,7 @@ class RecoveryAdapter(AdapterWrapper):
                     response.usage,
                     time.perf_counter() - started,
                     provider=provider,
+                    endpoint=response.endpoint,
                 )
             )
             return response

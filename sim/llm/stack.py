@@ -10,6 +10,9 @@ and recovery (retries, fallback models across endpoints, breakers per provider a
 wraps the router. Phases see only the outermost.
 With ``[llm] batch`` (``sim.llm.batch``) an ``openai`` or ``chat`` endpoint has no
 backpressure and no rate limiter: calls are lines of a batch upload, not requests in flight.
+With a list of ``base_url`` servers, an endpoint's adapter, backpressure and budget are
+built once per server under a ``sim.llm.pool.PoolAdapter``, which spreads attempts over
+them and moves those a failing server drops.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sim.config import base_urls
 from sim.llm.adapters import create_adapter
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
+from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, StructuredOutput
@@ -30,6 +35,7 @@ from sim.llm.wrapper import AdapterWrapper
 
 if TYPE_CHECKING:
     from sim.config import Config, EndpointSpec
+
 
 #: the built-in ``[llm] api_key_env``
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -45,8 +51,9 @@ def provider_options(
     spec = endpoint or llm_endpoint(config)
     if spec.kind == "offline":
         return {"seed": seed}
+    urls = base_urls(spec.base_url)
     options: dict[str, Any] = {
-        "base_url": spec.base_url or None,
+        "base_url": urls[0] if urls else None,  # a pool: build_pool sets each server's
         # the [llm] default names OpenAI's variable; gemini's and anthropic's own are
         # GEMINI_API_KEY and ANTHROPIC_API_KEY (``own_key_env``)
         "api_key_env": spec.api_key_env,
@@ -84,6 +91,62 @@ def make_budget(config: Config) -> Budget:
         prices={
             model: Price(p.input, p.cached_input, p.output) for model, p in config.prices.items()
         },
+    )
+
+
+def _endpoint(config: Config, url: str, max_concurrency: int | None = None) -> Endpoint:
+    """The backpressure state of one server (its adaptive concurrency limit)."""
+    llm = config.llm
+    return Endpoint(
+        url,
+        max_concurrency or llm.max_concurrency,
+        down_threshold=llm.breaker_threshold,
+        down_cooldown=llm.breaker_cooldown_seconds,
+    )
+
+
+def build_pool(
+    config: Config,
+    urls: tuple[str, ...],
+    budget: Budget,
+    *,
+    kind: str,
+    options: Mapping[str, Any],
+    max_concurrency: int | None = None,
+    name: str = "",
+    batchable: bool = True,
+) -> PoolAdapter:
+    """A pool over ``urls``: per server, its own provider adapter (its own SDK clients) ->
+    backpressure (its own adaptive limit) -> budget (the run's shared ``Budget``).
+
+    Args:
+        kind: the provider (``chat``, ``openai``...) every server speaks.
+        options: its adapter's constructor options (``provider_options``); each server's
+            ``base_url`` replaces the one in them.
+        max_concurrency: each server's ceiling (default ``[llm] max_concurrency``).
+        name, batchable: the endpoint's name and whether it batches, for its budget gate.
+
+    Raises:
+        LLMConfigurationError: unknown provider, missing API key.
+    """
+    llm = config.llm
+    servers = []
+    for url in urls:
+        adapter = create_adapter(kind, **{**options, "base_url": url})
+        endpoint = _endpoint(config, url, max_concurrency)
+        servers.append(
+            Server(
+                url,
+                BudgetAdapter(
+                    BackpressureAdapter(adapter, endpoint), budget, name, batchable=batchable
+                ),
+                endpoint,
+            )
+        )
+    return PoolAdapter(
+        servers,
+        breaker_threshold=llm.breaker_threshold,
+        breaker_cooldown=llm.breaker_cooldown_seconds,
     )
 
 
@@ -138,23 +201,30 @@ def endpoint_stack(
     from sim.config import BATCH_PROVIDERS
 
     llm = config.llm
-    inner: Adapter = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
     # Batch API calls are lines of one upload, not requests in flight: an endpoint's
     # concurrency limit and per-minute rates do not apply (and a concurrency limit would
     # hold back calls the batch waits for)
     batchable = spec.kind in BATCH_PROVIDERS
     batched = llm.batch and batchable
-    if spec.kind != "offline" and not batched:  # a network endpoint: slow down when told
-        inner = BackpressureAdapter(
-            inner,
-            Endpoint(
-                endpoint_url(spec.kind, spec.base_url),
-                spec.max_concurrency,
-                down_threshold=llm.breaker_threshold,
-                down_cooldown=llm.breaker_cooldown_seconds,
-            ),
+    urls = base_urls(spec.base_url)
+    inner: Adapter
+    if len(urls) > 1 and provider is None and spec.kind != "offline" and not batched:
+        inner = build_pool(
+            config,
+            urls,
+            budget,
+            kind=spec.kind,
+            options=provider_options(config, seed, spec),
+            max_concurrency=spec.max_concurrency,
+            name=spec.name,
+            batchable=batchable,
         )
-    inner = BudgetAdapter(inner, budget, provider=spec.name, batchable=batchable)
+    else:
+        inner = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
+        if spec.kind != "offline" and not batched:  # a network endpoint: slow down when told
+            url = endpoint_url(spec.kind, urls[0] if urls else "")
+            inner = BackpressureAdapter(inner, _endpoint(config, url, spec.max_concurrency))
+        inner = BudgetAdapter(inner, budget, provider=spec.name, batchable=batchable)
     if (spec.requests_per_minute or spec.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,

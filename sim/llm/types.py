@@ -146,6 +146,8 @@ class Attempt:
     error_code: str | None = None
     #: the endpoint the attempt went to ("": the stack's only one)
     provider: str = ""
+    #: the server URL the attempt went to (``None``: no network, e.g. offline)
+    endpoint: str | None = None
 
 
 #: where an answer came from: the provider, or a tick log (``sim replay``, a resumed tick)
@@ -168,6 +170,9 @@ class AdapterResponse:
         structured_output: the form the schema was asked for in (``chat``).
         notice: something the user should hear once, in the tick summary (``chat``:
             ``auto`` switched this endpoint's structured-output form).
+        endpoint: the server URL that answered (set by ``sim.llm.backpressure``).
+        moved: attempts that failed on other servers of a pool before this one answered
+            (``sim.llm.pool``); recovery puts them in ``attempts``.
     """
 
     parsed: BaseModel
@@ -183,6 +188,8 @@ class AdapterResponse:
     fallback_to: str | None = None
     structured_output: str | None = None
     notice: str | None = None
+    endpoint: str | None = None
+    moved: tuple[Attempt, ...] = ()
 
 
 @runtime_checkable

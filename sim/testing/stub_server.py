@@ -165,6 +165,10 @@ class StubStats:
     by_route: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     models: Counter[str] = field(default_factory=Counter)
+    #: generation requests received, and generated (billed), per Idempotency-Key: a test
+    #: over several servers proves no call was paid twice and a moved call kept its key
+    received_keys: Counter[str] = field(default_factory=Counter)
+    generated_keys: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> Json:
         return {
@@ -180,6 +184,7 @@ class StubStats:
             "by_route": dict(self.by_route),
             "faults": dict(self.faults),
             "models": dict(self.models),
+            "keys_generated_twice": sum(1 for n in self.generated_keys.values() if n > 1),
         }
 
 
@@ -411,6 +416,8 @@ class StubServer:
             request = orjson.loads(body) if body else {}
             if method == "POST" and path in ("/v1/responses", "/v1/chat/completions"):
                 self.log.append(request)
+                if idempotency_key is not None:
+                    self.stats.received_keys[idempotency_key] += 1
                 if idempotency_key is not None and idempotency_key in self._answered:
                     # the same attempt sent again (after a crash or a client timeout):
                     # answered from the cache, not generated or billed a second time
@@ -430,6 +437,7 @@ class StubServer:
                     self.active -= 1
                 stall = bool(payload.pop("_stub_stall", False))
                 if idempotency_key is not None:
+                    self.stats.generated_keys[idempotency_key] += 1
                     self._answered[idempotency_key] = payload
                     if len(self._answered) > _IDEMPOTENCY_CACHE:
                         self._answered.popitem(last=False)

@@ -112,6 +112,9 @@ def _attempt(
     }
     if error is not None:
         fields["error"] = error
+    endpoint = getattr(event, "endpoint", None)
+    if endpoint is not None:  # absent without a network (offline, replay)
+        fields["endpoint"] = endpoint
     return AttemptRecord(**fields)
 
 
@@ -407,6 +410,9 @@ class TickRecorder:
         if served == "resume":
             return None  # already in this log, its cost counted
         self._add_cost(cost)
+        endpoint = getattr(event, "endpoint", None)
+        if endpoint is not None:
+            came_back["endpoint"] = endpoint
         return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost, **batched)
 
     def _add_cost(self, cost: float | None) -> None:

@@ -147,6 +147,8 @@ class AttemptRecord(_Model):
     error_code: str | None = None
     raw: str | None = None
     error: str | None = None
+    #: the server URL the attempt went to (absent: no network, or a log from before)
+    endpoint: str | None = None
 
 
 class CallRecord(_Record):
@@ -184,6 +186,8 @@ class CallRecord(_Record):
     #: the OpenAI Batch API batches that carried its attempts (absent: sent live); such a
     #: call is priced at the batch rate (``sim.llm.batch.BATCH_PRICE_FACTOR``)
     batch_ids: list[str] | None = None
+    #: the server URL whose answer (or failure) ended the call (absent: no network)
+    endpoint: str | None = None
 
     @property
     def price_factor(self) -> float:
@@ -198,7 +202,14 @@ class CallRecord(_Record):
         """The attempts, or for a record without them the call as one attempt."""
         if self.attempts:
             return self.attempts
-        return [AttemptRecord(model=self.model, usage=self.usage, error_code=self.error_code)]
+        return [
+            AttemptRecord(
+                model=self.model,
+                usage=self.usage,
+                error_code=self.error_code,
+                endpoint=self.endpoint,
+            )
+        ]
 
 
 class PhaseReportRecord(_Model):

@@ -6,13 +6,14 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from sim.errors import LogError
 from sim.ticklog.books import call_cost, call_usage
 from sim.ticklog.format import TickLog, list_logs, read_log
-from sim.ticklog.records import PolicyRecord
+from sim.ticklog.records import CallRecord, PolicyRecord
 from sim.ticklog.summary import read_head, summarize, summary_numbers, summary_path
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
@@ -185,11 +186,41 @@ def _tools_called(result: dict[str, Any] | None) -> str:
     return "tools: " + (", ".join(names) or "none")
 
 
+def public_url(url: str) -> str:
+    """``url`` without a user or password written into it, for display."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def server_name(url: str) -> str:
+    """A server as call lines show it: ``host:port`` (what tells a pool's servers apart;
+    never a user or password written into the URL)."""
+    netloc = urlsplit(url).netloc
+    return netloc.rpartition("@")[2] or url
+
+
+def _served_by(call: CallRecord) -> str:
+    """``@ host:port`` of the server that ended the call, and the servers a pool moved it
+    away from (``sim.llm.pool``); empty for calls that went over no network."""
+    if call.endpoint is None:
+        return ""
+    away = [
+        server_name(a.endpoint)
+        for a in call.attempts
+        if a.endpoint is not None and a.endpoint != call.endpoint and a.error_code is not None
+    ]
+    moved = f" (moved from {', '.join(dict.fromkeys(away))})" if away else ""
+    return f"@ {server_name(call.endpoint)}{moved}"
+
+
 def call_lines(log: TickLog) -> Iterator[str]:
     """One line per logged call: the model that answered (else the one asked), the depth
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
-    over all attempts, and cost; for a tool-calling answer, the tools it called. A call a
-    resume sent again has a line per record: the earlier one's attempts were sent too, so
+    over all attempts, and cost; for a tool-calling answer, the tools it called; the server
+    that answered (and, with a pool, those the call moved away from). A call a resume sent
+    again has a line per record: the earlier one's attempts were sent too, so
     the lines add up to the tick's totals. Calls sent in a Batch API batch say ``batch``
     (priced at the batch rate), and each batch gets a line of its own after them."""
     if log.compacted is not None:
@@ -210,8 +241,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{call.request_id:<40} {model!s:<15} "
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
-            f"{cost:>9}  {call.error_code or ''}  {_tools_called(call.result)}"
-            f"{'  batch' if call.batch_ids else ''}"
+            f"{cost:>9}  {call.error_code or ''}  {_served_by(call)}  "
+            f"{_tools_called(call.result)}{'  batch' if call.batch_ids else ''}"
         ).rstrip()
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)
         yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
