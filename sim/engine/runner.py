@@ -408,6 +408,7 @@ class Runner:
                 self.on_phase(name, "end", ctx.reports[-1])
             guard.check(ctx.reports[-1], find_budget(adapter))  # raises: nothing committed
         world.meta["tick"] = ctx.tick
+        ctx.drop_phase_state()  # logged and applied: not held through the commit
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
         pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
         extra = store.changes()

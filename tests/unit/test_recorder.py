@@ -196,3 +196,32 @@ def test_a_finished_tick_is_freed_by_reference_counting(tmp_path: Path) -> None:
         if enabled:
             gc.enable()
     assert left == []
+
+
+def test_the_phases_results_are_let_go_before_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Intentions and outcomes are logged and applied by the time the world is committed:
+    a big world's commit does not hold them too."""
+    import gc
+
+    from sim.engine.runner import Runner
+    from sim.phases.resolution import Resolution
+
+    alive: list[int] = []
+    real = Storage.commit
+
+    def counting(self: Storage, *args: object, **kwargs: object) -> object:
+        gc.collect()
+        found = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, Intention | Resolution) and o is not WAIT  # WAIT: this module's
+        ]
+        alive.append(len(found))
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Storage, "commit", counting)
+    world = copy_demo(tmp_path / "w")
+    Runner(world, load_config(world_dir=world, cwd=world)).run(1)
+    assert alive == [0]
