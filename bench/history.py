@@ -9,7 +9,9 @@ ticks in this process; ``copies`` makes a longer history from a built one by rep
 logs (hard links) and summaries under later tick numbers (for timing the readers only:
 the copies' contents still name their own ticks); ``measure`` reports the bytes of ``.sim/log`` per
 character-tick and, for each history command run as its own ``sim`` process, its wall
-time and peak RSS (``os.wait4`` of that child). Each prints one JSON object.
+time and peak RSS (``os.wait4`` of that child); ``sim report`` writes its page into the
+world (``report.html`` and its ``report-ticks/`` detail files, sized, then removed). Each
+prints one JSON object.
 """
 
 from __future__ import annotations
@@ -73,8 +75,11 @@ def copies(world: Path, out: Path, times: int) -> dict[str, Any]:
 def _run(world: Path, args: list[str], cwd: Path) -> dict[str, Any]:
     """One ``sim`` process: its wall time and peak RSS (its own, from ``wait4``)."""
     command = [sys.executable, "-m", "sim", *args[:1], "--world", str(world), *args[1:]]
+    page = world / "report.html"
+    side = world / "report-ticks"  # the ticks' detail, loaded by the page when shown
     if args[0] == "report":
-        command += ["--out", str(cwd / "report.html")]
+        page.unlink(missing_ok=True)
+        shutil.rmtree(side, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -94,7 +99,13 @@ def _run(world: Path, args: list[str], cwd: Path) -> dict[str, Any]:
         "peak_rss_mib": usage.ru_maxrss / 1024,
     }
     if args[0] == "report":
-        out["page_mb"] = (cwd / "report.html").stat().st_size / 1e6
+        out["page_mb"] = page.stat().st_size / 1e6
+        files = list(side.iterdir()) if side.is_dir() else []
+        out["detail_files"] = len(files)
+        out["detail_mb"] = sum(p.stat().st_size for p in files) / 1e6
+        out["largest_detail_file_mb"] = max((p.stat().st_size for p in files), default=0) / 1e6
+        page.unlink()  # the world is left as it was
+        shutil.rmtree(side, ignore_errors=True)
     return out
 
 

@@ -495,6 +495,11 @@ def history_lines(
         if "page_mb" in m:
             target += ", page ≤ 5 MB"
             name = f"{name} (page {m['page_mb']:.1f} MB)"
+            if m.get("detail_files"):
+                name += (
+                    f"` + {m['detail_files']} detail files, {m['detail_mb']:.1f} MB, "
+                    f"each ≤ {m['largest_detail_file_mb']:.2f} MB, loaded when shown`"
+                )
         at_far = f"{f['wall_s']:.2f} s ({f['cpu_s']:.2f} s)" if f else "—"
         lines.append(
             f"| `sim {name}` | {m['wall_s']:.2f} s ({m['cpu_s']:.2f} s) "

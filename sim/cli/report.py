@@ -51,6 +51,8 @@ def report(
             what = f"{done.ticks} ticks"
         else:
             what = "no ticks in that range" if done.logged else "no tick logs yet"
+        if done.detail is not None:
+            what += f"; each tick's scenes in {done.detail}/, loaded by the page"
         click.echo(f"wrote {done.path} ({what})")
         for problem in done.problems:
             click.echo(f"unreadable: {problem}", err=True)

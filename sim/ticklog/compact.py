@@ -71,10 +71,10 @@ def compact_history(
             summary_file = summary_path(world_dir, tick)
             drop = before is not None and tick < before and log.compacted is None
             if drop or not os.path.lexists(summary_file):
-                summary = summarize(log)
+                summary = summarize(log, places=True)
                 if drop:
                     head = summary.head.model_copy(update={"compacted": True})
-                    summary = type(summary)(head, summary.groups)
+                    summary = type(summary)(head, summary.groups, summary.places)
                 write_summary(world_dir, summary)
                 done.summarized.append(tick)
             if drop:

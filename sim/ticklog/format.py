@@ -818,13 +818,15 @@ def _front_lines(path: Path) -> list[bytes]:
     return [line for line in lines if not line.startswith(_CALL_DETAIL)]
 
 
-def read_log(path: Path, calls: bool = True) -> TickLog:
+def read_log(path: Path, calls: bool = True, state: bool = True) -> TickLog:
     """Read one tick log, plain or compressed: the one reader of the format.
 
     Args:
         calls: ``False`` skips the ``call`` and ``instructions`` records unparsed (the
             report, which takes its numbers from the tick's summary); ``calls_read`` then
             says so and the log's call views are empty.
+        state: ``False`` skips the state snapshot unparsed (``state_before`` is then
+            ``None``): the report, when the tick's summary says where characters were.
 
     Raises:
         LogError: the file is missing, malformed, or of an unknown format.
@@ -834,6 +836,8 @@ def read_log(path: Path, calls: bool = True) -> TickLog:
         if os.path.lexists(packed):
             path = packed
     lines = read_log_bytes(path).splitlines(keepends=True) if calls else _front_lines(path)
+    if not state:
+        lines = [line for line in lines if not line.startswith(_STATE)]
     records, torn = parse_records(lines, path)
     head = records[0]
     assert isinstance(head, HeaderRecord)  # parse_records checks the first record
@@ -941,7 +945,7 @@ def _finish_compression(root: Path, level: int) -> None:
         log = read_log(path)
         if not log.committed:
             return
-        write_summary(root, summarize(log))
+        write_summary(root, summarize(log, places=True))
         if level > 0:
             compress_log(path, level)
     except (LogError, OSError) as exc:  # left plain; `sim log` and `sim check` report it

@@ -73,7 +73,7 @@ from sim.ticklog.records import (
     UsageRecord,
     dump_record,
 )
-from sim.ticklog.summary import Summary, SummaryBuilder, summary_path, write_summary
+from sim.ticklog.summary import Summary, SummaryBuilder, places_of, summary_path, write_summary
 from sim.world import World
 
 
@@ -482,7 +482,6 @@ class TickRecorder:
         ``changed``: ``storage.changed_files(world)`` if the caller already has it.
         """
         after = dict(self.before)
-        self.before = {}  # not needed again: freed with the world once the tick is done
         after.update(storage.changed_files(world) if changed is None else changed)
         for rel, data in store_changes.items():
             if not is_state_file(rel):
@@ -509,7 +508,9 @@ class TickRecorder:
             resumes=self.partial.resumes + 1 if self.partial is not None else 0,
             state_before=self._state_before,
             commit=self._commit,
+            places=places_of(self.before),  # what `sim report` places characters by
         )
+        self.before = {}  # not needed again: freed with the world once the tick is done
         return {marker_rel(self.tick): dump_record(self._commit)}
 
     def committed(self) -> None:

@@ -1,7 +1,7 @@
 """Per-tick summaries: a committed tick's numbers without reading its log.
 
 ``.sim/log/tick-000004.summary.jsonl.gz`` is written when tick 4 has committed (a crash
-before that is made good by ``recover_logs``, from the log) and holds two lines (gzip: the
+before that is made good by ``recover_logs``, from the log) and holds three lines (gzip: the
 second is large and repetitive, and reading the first decompresses only its start):
 
 1. ``summary`` (``TickSummary``): the header's facts (seed, scope, phases, the ``[prices]``
@@ -12,6 +12,9 @@ second is large and repetitive, and reading the first decompresses only its star
 2. ``groups`` (``UsageGroups``): per (phase, entity key, model), the call records,
    failures, timeouts and tokens: what ``sim usage`` prices at any ``[prices]`` table and
    groups by entity, phase or tick, and what the report's per-character totals use.
+3. ``places`` (``Places``, optional: summaries written before it have two lines): where
+   each character was at the start of the tick, as the log's state snapshot says: what
+   ``sim report`` places characters by without unpacking every tick's snapshot.
 
 ``summarize`` builds a summary from a full ``TickLog``; the recorder feeds the same
 ``SummaryBuilder`` call by call as it logs them, so the summary a commit writes equals the
@@ -29,7 +32,7 @@ import logging
 import os
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -143,10 +146,55 @@ class UsageGroups(_Model):
         return self
 
 
+class Places(_Model):
+    """Where each character was at the start of a tick (the third line, optional).
+
+    ``characters`` are ids, sorted; ``at`` holds, per character, an index into
+    ``locations``. Characters whose file has no readable ``state.location`` are left out
+    (the report skips them too).
+    """
+
+    type: Literal["places"] = "places"
+    locations: list[str] = []
+    characters: list[str] = []
+    at: list[int] = []
+
+    def where(self) -> dict[str, str]:
+        """Character id -> location id."""
+        return {c: self.locations[i] for c, i in zip(self.characters, self.at, strict=True)}
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> Places:
+        if len(self.at) != len(self.characters):
+            raise ValueError("characters and at differ in length")
+        if self.at and (min(self.at) < 0 or max(self.at) >= len(self.locations)):
+            raise ValueError("a location index is out of range")
+        return self
+
+
+def places_of(files: Mapping[str, bytes]) -> Places:
+    """Each character's location in a state snapshot's files (relative path -> bytes)."""
+    where: dict[str, str] = {}
+    for rel, raw in files.items():
+        if not rel.startswith("characters/"):
+            continue
+        try:
+            data = orjson.loads(raw)
+            where[str(data["identity"]["id"])] = str(data["state"]["location"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    locations: dict[str, int] = {}
+    characters = sorted(where)
+    at = [locations.setdefault(where[c], len(locations)) for c in characters]
+    return Places(locations=list(locations), characters=characters, at=at)
+
+
 @dataclass
 class Summary:
     head: TickSummary
     groups: UsageGroups
+    #: ``None``: a summary written before places were (or without a state snapshot)
+    places: Places | None = None
 
 
 class SummaryBuilder:
@@ -198,6 +246,7 @@ class SummaryBuilder:
         resumes: int,
         state_before: str | None,
         commit: CommitRecord | None,
+        places: Places | None = None,
     ) -> Summary:
         books = self.books
         usage = books.usage
@@ -238,11 +287,15 @@ class SummaryBuilder:
             phases=list(phases),
             **columns,
         )
-        return Summary(head, groups)
+        return Summary(head, groups, places)
 
 
-def summarize(log: TickLog) -> Summary:
-    """A tick's summary from its full log (what its commit wrote, for a committed tick)."""
+def summarize(log: TickLog, places: bool = False) -> Summary:
+    """A tick's summary from its full log (what its commit wrote, for a committed tick).
+
+    ``places``: also unpack the log's state snapshot for where characters were (what a
+    commit writes; a view that only wants the numbers leaves it out).
+    """
     builder = SummaryBuilder(log.header)
     for call in log.call_records:
         builder.add_call(call)
@@ -252,19 +305,21 @@ def summarize(log: TickLog) -> Summary:
         resumes=log.resumes,
         state_before=log.state_before.digest if log.state_before is not None else None,
         commit=log.commit,
+        places=places_of(log.state()) if places and log.state_before is not None else None,
     )
     if log.compacted is not None:
-        return Summary(summary.head.model_copy(update={"compacted": True}), summary.groups)
+        head = summary.head.model_copy(update={"compacted": True})
+        return Summary(head, summary.groups, summary.places)
     return summary
 
 
 def dump_summary(summary: Summary) -> bytes:
-    """A summary file's bytes: its two lines, compressed (the same summary always gives the
-    same bytes)."""
-    lines = b"".join(
-        orjson.dumps(part.model_dump(mode="json")) + b"\n"
-        for part in (summary.head, summary.groups)
-    )
+    """A summary file's bytes: its two or three lines, compressed (the same summary always
+    gives the same bytes)."""
+    parts: list[_Model] = [summary.head, summary.groups]
+    if summary.places is not None:
+        parts.append(summary.places)
+    lines = b"".join(orjson.dumps(part.model_dump(mode="json")) + b"\n" for part in parts)
     return gzip.compress(lines, compresslevel=6, mtime=0)
 
 
@@ -311,14 +366,18 @@ def read_head(path: Path) -> TickSummary:
     return head
 
 
-def read_summary(path: Path) -> Summary:
-    """Both lines of a summary file.
+def read_summary(path: Path, places: bool = False) -> Summary:
+    """The lines of a summary file: totals and groups, and with ``places`` its third line
+    (``Summary.places`` is ``None`` for a summary written without one).
 
     Raises:
         LogError: the file cannot be read or is not a summary.
     """
-    first, second = _lines(path, 2)
-    return Summary(_parse(path, first, TickSummary, 1), _parse(path, second, UsageGroups, 2))
+    lines = _lines(path, 3 if places else 2)
+    head = _parse(path, lines[0], TickSummary, 1)
+    groups = _parse(path, lines[1], UsageGroups, 2)
+    where = _parse(path, lines[2], Places, 3) if places and lines[2].strip() else None
+    return Summary(head, groups, where)
 
 
 def write_summary(root: Path, summary: Summary) -> Path:
@@ -430,6 +489,7 @@ def summary_numbers(head: TickSummary) -> dict[str, Any]:
 __all__ = [
     "HistoryCheck",
     "Listed",
+    "Places",
     "Summary",
     "SummaryBuilder",
     "TickSummary",
@@ -437,6 +497,7 @@ __all__ = [
     "check_history",
     "dump_summary",
     "heads",
+    "places_of",
     "read_head",
     "read_summary",
     "summaries",

@@ -145,7 +145,9 @@ def test_the_issues_config_adds_a_phase_that_writes_stance(demo_world: Path) -> 
     out = world / "report.html"
     report = runner.invoke(main, ["report", "--world", str(world), "--out", str(out)])
     assert report.exit_code == 0, report.output
-    assert '"p":"opinion"' in out.read_text()
+    assert "simReportTick" in out.read_text()  # in the world: the ticks' detail beside it
+    detail = [p.read_text() for p in (world / "report-ticks").glob("tick-*.js")]
+    assert len(detail) == 2 and all('"p":"opinion"' in text for text in detail)
 
 
 def test_writes_that_break_the_world_are_refused_up_front(demo_world: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -12,12 +13,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import copy_demo
 
-from sim.analysis.report import embed_json
+from sim.analysis.report import collect, embed_json
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.testing.logs import plain_log
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import list_logs, log_path, read_log, summary_rel
+from sim.ticklog.summary import dump_summary, read_summary
 
 HOSTILE = "<script>alert(1)</script>"
 DATA_RE = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.DOTALL)
@@ -30,6 +32,21 @@ def run(world: Path, ticks: int) -> None:
 
 def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+SIDE_RE = re.compile(
+    r'^simReport(?:Tick\("([0-9a-f]{16})", (\d+), |Memory\("([0-9a-f]{16})", )(.*)\);\n$',
+    re.DOTALL,
+)
+
+
+def side_file(path: Path) -> tuple[str, int | None, object]:
+    """A detail file's token, tick (``None``: the memory file) and data."""
+    match = SIDE_RE.match(path.read_text(encoding="utf-8"))
+    assert match, path
+    token = match.group(1) or match.group(3)
+    tick = int(match.group(2)) if match.group(2) else None
+    return token, tick, orjson.loads(match.group(4))
 
 
 def page_data(page: str) -> dict:
@@ -223,6 +240,31 @@ def test_the_page_steps_through_ticks_in_headless_chromium(hostile_world: Path, 
     assert shots[0] != shots[1]  # the map and the tick shown changed
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_a_ticks_detail_appears_when_it_is_selected_in_headless_chromium(
+    hostile_world: Path, tmp_path: Path
+):
+    """The page in the world, opened from disk: the tick picked by the URL loads its
+    scenes from its side file (escaped like the rest), and a missing file says so."""
+    world = tmp_path / "w"
+    shutil.copytree(hostile_world, world)
+    assert invoke("report", "--world", str(world)).exit_code == 0
+    url = (world / "report.html").resolve().as_uri()
+    narrative = read_log(log_path(world, 2)).phase_results("narrative")
+    budget = "--virtual-time-budget=5000"  # the page's side file loads after the page
+    dom = chromium(tmp_path, f"{url}#tick=2", budget, "--dump-dom")
+    assert "<h2>Tick 2" in dom and 'class="scene"' in dom
+    shown = re.findall(r'<p class="narrative">([^<]*)</p>', dom)
+    assert shown and all(html.unescape(text) in narrative.values() for text in shown)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom  # in the scenes' rows too
+    assert HOSTILE not in dom and "<img" not in dom
+    (world / "report-ticks" / "tick-000003.js").unlink()
+    dom = chromium(tmp_path, f"{url}#tick=3", budget, "--dump-dom")
+    assert "<h2>Tick 3" in dom and 'class="scene"' not in dom
+    assert "scenes are not available" in dom
+
+
 def test_failures_fallbacks_and_prices_come_from_the_log(five_ticks: Path, tmp_path: Path):
     """Tick 2's log is edited as if a narrative call had failed and the model was priced
     (its header's ``[prices]``): the page prices every attempt at the tick's own prices."""
@@ -297,3 +339,105 @@ def test_a_broken_world_file_still_gets_a_report_of_its_logs(five_ticks: Path, t
     data = page_data(out.read_text())
     assert [t["t"] for t in data["ticks"]] == [1, 2, 3, 4, 5]
     assert "Ada Strand" in {c["name"] for c in data["chars"]}  # from the logged states
+
+
+# -- tick detail in side files ----------------------------------------------------------------
+
+
+def test_a_page_in_the_world_loads_tick_detail_from_side_files(five_ticks: Path, tmp_path: Path):
+    """The default page keeps each tick's scenes (and the memory summaries) in
+    ``report-ticks/`` beside it, escaped, tied to the page by a token; a detail file of a
+    tick no longer shown goes, other files stay."""
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    folder = world / "report-ticks"
+    folder.mkdir()
+    (folder / "tick-000099.js").write_text("stale")
+    (folder / "notes.txt").write_text("mine")
+    result = invoke("report", "--world", str(world))
+    assert result.exit_code == 0
+    assert f"(5 ticks; each tick's scenes in {world / 'report-ticks'}/" in result.output
+    data = page_data((world / "report.html").read_text(encoding="utf-8"))
+    full = collect(world)
+    assert data["detail"]["dir"] == "report-ticks"
+    token = data["detail"]["token"]
+    assert all("scenes" not in t and t["d"] == 1 for t in data["ticks"])
+    assert all("memory" not in c for c in data["chars"])
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["memory.js", "notes.txt", *(f"tick-{n:06d}.js" for n in range(1, 6))]
+    for tick in full["ticks"]:
+        got_token, number, detail = side_file(folder / f"tick-{tick['t']:06d}.js")
+        assert (got_token, number) == (token, tick["t"])
+        assert detail == {"scenes": tick["scenes"], "phases": tick["phases"]}
+    got_token, number, memory = side_file(folder / "memory.js")
+    assert got_token == token and number is None
+    assert memory == [c["memory"] for c in full["chars"]]
+
+
+def test_side_files_escape_hostile_text(hostile_world: Path, tmp_path: Path):
+    world = tmp_path / "w"
+    shutil.copytree(hostile_world, world)
+    assert invoke("report", "--world", str(world)).exit_code == 0
+    texts = [p.read_text(encoding="utf-8") for p in (world / "report-ticks").iterdir()]
+    assert len(texts) == 4
+    for text in texts:
+        assert not set(text) & {"<", ">", "&", "\u2028", "\u2029"}
+    details = [side_file(p)[2] for p in sorted((world / "report-ticks").glob("tick-*.js"))]
+    narratives = [s["n"] for d in details for s in d["scenes"]]  # type: ignore[index]
+    assert any("</script>" in n for n in narratives)  # the real text, once parsed
+
+
+def test_a_page_outside_the_world_is_self_contained(five_ticks: Path, tmp_path: Path):
+    out = tmp_path / "elsewhere" / "r.html"
+    assert invoke("report", "--world", str(five_ticks), "--out", str(out)).exit_code == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["r.html"]
+    assert not (five_ticks / "r-ticks").exists()
+    data = page_data(out.read_text(encoding="utf-8"))
+    assert "detail" not in data and all(t["scenes"] for t in data["ticks"])
+
+
+def test_a_side_folder_that_is_a_link_out_of_the_world_is_refused(five_ticks: Path, tmp_path: Path):
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (world / "report-ticks").symlink_to(outside)
+    result = CliRunner().invoke(main, ["report", "--world", str(world)])
+    assert result.exit_code == 2, result.output
+    assert "report-ticks" in result.output and "symlink" in result.output
+    assert list(outside.iterdir()) == [] and not (world / "report.html").exists()
+
+
+def test_old_summaries_without_places_give_the_same_report(five_ticks: Path, tmp_path: Path):
+    """Summaries written before places were: characters are placed from the logs'
+    snapshots instead, and the report is the same."""
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    with_places = collect(world)
+    for tick, _ in list_logs(world):
+        file = world / summary_rel(tick)
+        summary = read_summary(file, places=True)
+        assert summary.places is not None
+        file.write_bytes(dump_summary(type(summary)(summary.head, summary.groups)))
+    assert read_summary(world / summary_rel(1), places=True).places is None
+    assert collect(world) == with_places
+    assert any(t["moves"] for t in with_places["ticks"])
+
+
+def test_the_page_stays_small_on_a_generated_history(tmp_path: Path):
+    """A generated world of 120 characters over 4 ticks: the page in the world holds the
+    numbers and places only, the scenes are in side files."""
+    from bench.make_world import make_world
+
+    world = tmp_path / "big"
+    make_world(world, 120, 12, seed=3)
+    run(world, 4)
+    assert invoke("report", "--world", str(world)).exit_code == 0
+    page = (world / "report.html").stat().st_size
+    inline = tmp_path / "inline.html"
+    assert invoke("report", "--world", str(world), "--out", str(inline)).exit_code == 0
+    side = sum(p.stat().st_size for p in (world / "report-ticks").iterdir())
+    # the places and moves of 120 characters over 4 ticks, their names, ids and numbers,
+    # and the page's own code (~35 KB)
+    assert page < 36_000 + 120 * 4 * 30 + 120 * 120, page
+    assert page * 4 < inline.stat().st_size and side > inline.stat().st_size * 0.8

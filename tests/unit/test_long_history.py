@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import math
 import random
 from pathlib import Path
@@ -34,7 +35,13 @@ from sim.ticklog.format import (
     summary_rel,
 )
 from sim.ticklog.records import dump_record
-from sim.ticklog.summary import Listed, read_summary, summarize, summary_numbers
+from sim.ticklog.summary import (
+    Listed,
+    dump_summary,
+    read_summary,
+    summarize,
+    summary_numbers,
+)
 from sim.ticklog.view import summary
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ticklog"
@@ -126,6 +133,10 @@ def test_the_summary_a_commit_writes_equals_the_one_its_log_gives(tmp_path: Path
         from_log = summarize(log)
         assert written.head == from_log.head.model_copy(update={"committed": True})
         assert written.groups == from_log.groups
+        assert written.places is None  # read only when asked for
+        assert read_summary(world / summary_rel(tick), places=True).places == (
+            summarize(log, places=True).places
+        )
         books = tick_books(log)
         assert written.head.calls == books.calls and written.head.cost == books.cost.value
         assert summary_numbers(written.head) == summary(log)
@@ -459,3 +470,35 @@ def test_the_world_is_freed_before_its_log_is_compressed(
     run(world, 2)
     assert alive == [0, 0]
     assert gz_path(log_path(world, 2)).exists()
+
+
+def test_summary_places_equal_the_logs_state_snapshots(tmp_path: Path) -> None:
+    """Where each character was at each tick's start, as the commit wrote it in the
+    summary: the same as the log's state snapshot says (the report relies on it)."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 4)
+    seen: list[dict[str, str]] = []
+    for tick, path in list_logs(world):
+        places = read_summary(world / summary_rel(tick), places=True).places
+        assert places is not None
+        state = read_log(path).state()
+        expected = {}
+        for rel, raw in state.items():
+            if rel.startswith("characters/"):
+                data = orjson.loads(raw)
+                expected[data["identity"]["id"]] = data["state"]["location"]
+        assert places.where() == expected and len(expected) == 10
+        seen.append(places.where())
+    assert any(a != b for a, b in itertools.pairwise(seen))  # characters moved
+
+
+def test_a_summary_without_places_reads_as_before(tmp_path: Path) -> None:
+    """A summary written before places were (two lines) still reads; places is None."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 1)
+    file = world / summary_rel(1)
+    full = read_summary(file, places=True)
+    assert full.places is not None
+    file.write_bytes(dump_summary(type(full)(full.head, full.groups)))
+    old = read_summary(file, places=True)
+    assert old.places is None and old.head == full.head and old.groups == full.groups

@@ -2,16 +2,20 @@
 
 Only what the page displays is kept: per tick, where each character was (as an index into
 the location list), the scenes (narrative, intentions, outcomes) and the numbers; per
-character, the memory summary each time it changed and the tokens and cost of its calls.
-Full state snapshots are read one tick at a time and never embedded. Each tick's numbers
-and per-character totals come from its summary (``sim.ticklog.summary``), so the logs are
-read without their call records.
+character, its memory summary over time and the tokens and cost of its calls. Each tick's
+numbers, per-character totals and characters' places come from its summary
+(``sim.ticklog.summary``), so the logs are read without their call records and their state
+snapshots are unpacked only at a few evenly spread ticks (names, map and memory summaries:
+``SNAPSHOTS``), and at every tick whose summary is older than places (its log says where
+characters were).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ from sim.ticklog import view as logview
 from sim.ticklog.books import Books
 from sim.ticklog.format import TickLog, list_logs, read_log
 from sim.ticklog.summary import (
+    Places,
     Summary,
     read_summary,
     summarize,
@@ -39,6 +44,13 @@ CHARACTER_CHAINS = ("intention", "memory")
 #: memory summaries kept per character (a summary changes every tick once memory is full,
 #: and hundreds of characters times a hundred ticks of them would dwarf everything else)
 MEMORY_VERSIONS = 16
+#: ticks whose state snapshot is unpacked for names, connections and memory summaries
+#: (evenly spread, the first always; the world's current state is read too): unpacking
+#: every tick's was most of a long history's report
+SNAPSHOTS = MEMORY_VERSIONS
+#: threads reading ticks, and how many ticks are read ahead of the one being gathered
+READERS = 2
+READ_AHEAD = 3
 
 
 @dataclass
@@ -136,6 +148,7 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
     for cid, lid in where.items():
         present.setdefault(lid, []).append(cid)
     scenes: list[Any] = []
+    add_char = chars.add
     for lid in sorted(set(narratives) | set(resolutions) | set(present)):
         outcomes: dict[str, str] = {}
         resolution = resolutions.get(lid)
@@ -145,13 +158,19 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
         rows = []
         for cid in sorted(set(present.get(lid, [])) | set(outcomes)):
             intent = intentions.get(cid)
-            intent = intent if isinstance(intent, dict) else {}
+            if not isinstance(intent, dict):
+                intent = {}
+            action, target, content = (
+                intent.get("action"),
+                intent.get("target"),
+                intent.get("content"),
+            )
             rows.append(
                 [
-                    chars.add(cid),
-                    _text(intent.get("action")),
-                    _text(intent.get("target")),
-                    _text(intent.get("content")),
+                    add_char(cid),
+                    "" if action is None else str(action),
+                    "" if target is None else str(target),
+                    "" if content is None else str(content),
                     outcomes.get(cid, ""),
                 ]
             )
@@ -197,6 +216,8 @@ class _CharacterBooks:
         self.tables: dict[str, dict[str, Price]] = {}
         # (prices key, owner, model, provider, price factor) -> [input, cached, output]
         self.tokens: dict[tuple[str, str, str, str, float], list[int]] = {}
+        #: entity key -> (chain, owner)
+        self._split: dict[str, tuple[str, str]] = {}
 
     def add(self, log: TickLog, summary: Summary) -> None:
         """A tick's calls of per-character chains, from its summary: every record and
@@ -209,26 +230,46 @@ class _CharacterBooks:
         self.tables.setdefault(prices, table)
         chains = _character_chains(log)
         groups = summary.groups
-        for i, key in enumerate(groups.keys):
-            chain, _, owner = (key or "").partition(":")
+        # per model entry: what its tokens are priced by
+        priced_by = [
+            (prices, model, groups.provider(m), groups.factor(m))
+            for m, model in enumerate(groups.models)
+        ]
+        split = self._split
+        counts_of = self.counts
+        tokens = self.tokens
+        for key, requests, failures, timed_out, model, inp, cached, outp in zip(
+            groups.keys,
+            groups.requests,
+            groups.failures,
+            groups.timed_out,
+            groups.model,
+            groups.input,
+            groups.cached,
+            groups.output,
+            strict=True,
+        ):
+            parts = split.get(key or "")
+            if parts is None:
+                chain, _, owner = (key or "").partition(":")
+                parts = split[key or ""] = (chain, owner)
+            chain, owner = parts
             if chain not in chains or not owner:
                 continue
-            counts = self.counts.setdefault(owner, [0, 0, 0])
-            counts[0] += groups.requests[i]
-            counts[1] += groups.failures[i]
-            counts[2] += groups.timed_out[i]
-            model = groups.model[i]
-            priced = (
-                prices,
-                owner,
-                groups.models[model],
-                groups.provider(model),
-                groups.factor(model),
-            )
-            sums = self.tokens.setdefault(priced, [0, 0, 0])
-            sums[0] += groups.input[i]
-            sums[1] += groups.cached[i]
-            sums[2] += groups.output[i]
+            counts = counts_of.get(owner)
+            if counts is None:
+                counts = counts_of[owner] = [0, 0, 0]
+            counts[0] += requests
+            counts[1] += failures
+            counts[2] += timed_out
+            table, name, provider, factor = priced_by[model]
+            entry = (table, owner, name, provider, factor)
+            sums = tokens.get(entry)
+            if sums is None:
+                sums = tokens[entry] = [0, 0, 0]
+            sums[0] += inp
+            sums[1] += cached
+            sums[2] += outp
 
     def books(self) -> dict[str, Books]:
         out = {
@@ -247,26 +288,39 @@ class _CharacterBooks:
         return out
 
 
-def _read(path: Path, problems: list[LogError]) -> TickLog | None:
-    """A tick's log without its call records (the numbers come from its summary)."""
+def _read(path: Path, problems: list[LogError], state: bool = True) -> TickLog | None:
+    """A tick's log without its call records (the numbers come from its summary) and,
+    unless ``state``, without its state snapshot."""
     try:
-        return read_log(path, calls=False)
+        return read_log(path, calls=False, state=state)
     except LogError as exc:
         problems.append(exc)
         return None
 
 
-def _summary(world_dir: Path, log: TickLog, problems: list[LogError]) -> Summary:
-    """The tick's summary: its file, or (a log without one) computed from the full log."""
-    path = summary_path(world_dir, log.tick)
+def _summary_file(world_dir: Path, tick: int) -> Summary | None:
+    """The tick's summary file, places included (``None``: none, or unreadable)."""
+    path = summary_path(world_dir, tick)
     if os.path.lexists(path):
         with contextlib.suppress(LogError):  # derived data: the log still says it all
-            return read_summary(path)
+            summary = read_summary(path, places=True)
+            if summary.head.tick == tick:
+                return summary
+    return None
+
+
+def _summary_of_log(log: TickLog, problems: list[LogError]) -> Summary:
+    """A tick's summary computed from its full log (a log without a summary file)."""
     try:
         return summarize(read_log(log.path))
     except LogError as exc:  # read once already: only a file changed meanwhile gets here
         problems.append(exc)
         return summarize(log)
+
+
+def _sampled(numbers: list[int], limit: int) -> set[int]:
+    """At most ``limit`` of ``numbers``, evenly spread, always the first and the last."""
+    return set(_thin(numbers, limit)) if limit > 1 else set(numbers[:limit])
 
 
 def _thin(history: list[Any], limit: int) -> list[Any]:
@@ -275,6 +329,24 @@ def _thin(history: list[Any], limit: int) -> list[Any]:
         return history
     step = (len(history) - 1) / (limit - 1)
     return [history[round(i * step)] for i in range(limit)]
+
+
+@dataclass
+class _Loaded:
+    """A tick as the report reads it: its log (without calls), its summary, where each
+    character was at its start and, when unpacked, its state snapshot."""
+
+    log: TickLog
+    summary: Summary
+    where: dict[str, str]
+    snap: Snapshot | None
+
+
+def _where(places: Places | None, snap: Snapshot | None) -> dict[str, str]:
+    """Character -> location at a tick's start: from its summary, else its snapshot."""
+    if places is not None:
+        return places.where()
+    return dict(snap.where) if snap is not None else {}
 
 
 def _world_or_none(world_dir: Path) -> World | None:
@@ -307,69 +379,107 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
 
-    # One log in memory at a time, plus the next one (whose start state is where this tick
-    # ended): logs can be large.
-    ahead: tuple[int, TickLog | None, Snapshot | None] | None = None
-    ticks: list[dict[str, Any]] = []
-    for number, path in listed:
-        if (first is not None and number < first) or (last is not None and number > last):
-            continue
-        if ahead is not None and ahead[0] == number:
-            _, log, snap = ahead
-        else:
-            log = _read(path, problems)
-            snap = snapshot_from_log(log) if log is not None else None
-        ahead = None
+    def wanted(number: int) -> bool:
+        return (first is None or number >= first) and (last is None or number <= last)
+
+    sampled = _sampled([n for n, _ in listed if wanted(n)], SNAPSHOTS)
+
+    def load(number: int) -> tuple[_Loaded | None, list[LogError]]:
+        """A tick's log, summary and places (and the problems reading them)."""
+        seen: list[LogError] = []
+        found = _summary_file(world_dir, number)
+        # without places (a summary written before them, or none), the log's snapshot
+        # says where characters were; a tick after the range is where the range ended
+        sample = number in sampled or not wanted(number)
+        unpack = sample or found is None or found.places is None
+        log = _read(paths[number], seen, state=unpack)
         if log is None:
-            continue
-        after: Snapshot | None = None
-        if number + 1 in paths:
-            in_range = last is None or number + 1 <= last
-            # a log after the range is only peeked at: its problems are not this report's
-            following = _read(paths[number + 1], problems if in_range else [])
-            after = snapshot_from_log(following) if following is not None else None
-            ahead = (number + 1, following, after)
-        elif current is not None and current.tick == log.tick and log.committed:
-            after = current
-        where = snap.where if snap else {}
-        for s in (snap, after):
-            if s is None:
+            return None, seen
+        summary = found if found is not None else _summary_of_log(log, seen)
+        snap = snapshot_from_log(log) if unpack else None
+        return _Loaded(log, summary, _where(summary.places, snap), snap), seen
+
+    # Each tick in the range, and the one after each (whose start is where it ended): read
+    # a few ahead on other threads (decompressing a log releases the GIL), handled in order.
+    selected = [n for n, _ in listed if wanted(n)]
+    jobs = sorted(set(selected) | {n + 1 for n in selected if n + 1 in paths})
+    ticks: list[dict[str, Any]] = []
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        pending: dict[int, Future[tuple[_Loaded | None, list[LogError]]]] = {}
+        done: dict[int, _Loaded | None] = {}
+        queue = iter(jobs)
+
+        def result(number: int) -> _Loaded | None:
+            """Tick ``number`` read (its problems noted if it is in the range)."""
+            if number not in done:
+                while number not in pending:
+                    following = next(queue)
+                    pending[following] = pool.submit(load, following)
+                for following in itertools.islice(queue, max(0, READ_AHEAD - len(pending))):
+                    pending[following] = pool.submit(load, following)
+                loaded, seen = pending.pop(number).result()
+                if wanted(number):
+                    problems.extend(seen)
+                done[number] = loaded
+            return done[number]
+
+        for number in selected:
+            loaded = result(number)
+            after_loaded = result(number + 1) if number + 1 in paths else None
+            for older in [n for n in done if n < number]:
+                del done[older]  # one log in memory, plus the next one: logs can be large
+            if loaded is None:
                 continue
-            names.update(s.names)
-            connections.update(s.connections)
-            world_name = s.world_name or world_name
-            for cid in sorted(s.where):
-                chars.add(cid)
-            for lid in sorted(s.connections):
-                locs.add(lid)
-            for cid, text in s.summaries.items():
-                history = summaries.setdefault(cid, [])
-                if not history or history[-1][1] != text:
-                    history.append([s.tick, text])
-        summary = _summary(world_dir, log, problems)
-        numbers = summary_numbers(summary.head)
-        per_character.add(log, summary)
-        moves = []
-        if after is not None:
-            for cid, dest in sorted(after.where.items()):
-                if cid in where and where[cid] != dest:
-                    moves.append([chars.add(cid), locs.add(where[cid]), locs.add(dest)])
-        ticks.append(
-            {
-                "t": log.tick,
-                "committed": log.committed,
-                "calls": numbers["calls"],
-                "failures": numbers["failures"],
-                "tokens": numbers["tokens"],
-                "cost": numbers["cost"],
-                "wall": numbers["wall"],
-                "fallbacks": _fallbacks(log),
-                "at": {chars.add(c): locs.add(lid) for c, lid in sorted(where.items())},
-                "moves": moves,
-                "scenes": _scenes(log, chars, locs, where),
-                "phases": _declared(log, chars, locs),
-            }
-        )
+            log, summary, where, snap = loaded.log, loaded.summary, loaded.where, loaded.snap
+            after_where: dict[str, str] | None = None
+            after: Snapshot | None = None
+            if after_loaded is not None:
+                after_where, after = after_loaded.where, after_loaded.snap
+            elif (
+                number + 1 not in paths
+                and current is not None
+                and current.tick == log.tick
+                and log.committed
+            ):
+                after_where, after = current.where, current
+            for s in (snap, after):
+                if s is None:
+                    continue
+                names.update(s.names)
+                connections.update(s.connections)
+                world_name = s.world_name or world_name
+                for lid in sorted(s.connections):
+                    locs.add(lid)
+                for cid, text in s.summaries.items():
+                    history = summaries.setdefault(cid, [])
+                    if not history or history[-1][1] != text:
+                        history.append([s.tick, text])
+            for places in (where, after_where or {}):
+                for cid in sorted(places):
+                    chars.add(cid)
+            numbers = summary_numbers(summary.head)
+            per_character.add(log, summary)
+            moves = []
+            if after_where is not None:
+                for cid, dest in sorted(after_where.items()):
+                    if cid in where and where[cid] != dest:
+                        moves.append([chars.add(cid), locs.add(where[cid]), locs.add(dest)])
+            ticks.append(
+                {
+                    "t": log.tick,
+                    "committed": log.committed,
+                    "calls": numbers["calls"],
+                    "failures": numbers["failures"],
+                    "tokens": numbers["tokens"],
+                    "cost": numbers["cost"],
+                    "wall": numbers["wall"],
+                    "fallbacks": _fallbacks(log),
+                    "at": {chars.add(c): locs.add(lid) for c, lid in sorted(where.items())},
+                    "moves": moves,
+                    "scenes": _scenes(log, chars, locs, where),
+                    "phases": _declared(log, chars, locs),
+                }
+            )
     totals = per_character.books()
     if current is not None:
         names.update(current.names)  # the newest names

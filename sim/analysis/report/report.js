@@ -199,8 +199,50 @@
   }
 
   // -- tick detail ---------------------------------------------------------------------------
+  // A long history's scenes are in side files beside the page (D.detail), one script per
+  // tick calling simReportTick(token, tick, detail), loaded when the tick is first shown:
+  // a page opened from disk cannot fetch JSON, but it can load a script from its folder.
+  const loaded = new Map(); // side file name -> its detail, or "loading" / "missing"
+  const tickFile = (tick) => "tick-" + String(tick).padStart(6, "0") + ".js";
+  let onMemory = null; // redraws the open memory row when memory.js arrives
+  function arrived(token, name, detail, redraw) {
+    if (!D.detail || token !== D.detail.token || !detail) return; // another run's file
+    loaded.set(name, detail);
+    redraw();
+  }
+  window.simReportTick = function (token, tick, detail) {
+    arrived(token, tickFile(tick), detail, () => { if (ticks[cur] && ticks[cur].t === tick) drawDetail(); });
+  };
+  window.simReportMemory = function (token, memory) {
+    arrived(token, "memory.js", memory, () => { if (onMemory) onMemory(); });
+  };
+  // A side file's content, or "loading" (it is being loaded: redraw() runs if it never
+  // arrives) or "missing".
+  function side(name, redraw) {
+    const got = loaded.get(name);
+    if (got !== undefined) return got;
+    loaded.set(name, "loading");
+    const script = document.createElement("script");
+    script.src = encodeURIComponent(D.detail.dir) + "/" + name;
+    const done = () => {
+      script.remove();
+      if (typeof loaded.get(name) === "string") {
+        loaded.set(name, "missing"); // no file, or one from another run of sim report
+        redraw();
+      }
+    };
+    script.addEventListener("load", done);
+    script.addEventListener("error", done);
+    document.head.appendChild(script);
+    return "loading";
+  }
+  function detailOf(t) {
+    return t.d ? side(tickFile(t.t), () => { if (ticks[cur] === t) drawDetail(); }) : t;
+  }
+  const missingText = () => D.detail.dir + "/ beside this page is missing or from another run of sim report (run it again).";
   function drawDetail() {
     const t = ticks[cur];
+    const detail = detailOf(t);
     const box = $("tick-detail");
     box.replaceChildren();
     box.appendChild(el("h2", {}, "Tick " + t.t, t.committed ? null : el("span", { class: "badge bad" }, "not committed")));
@@ -215,7 +257,14 @@
       box.appendChild(el("p", { class: "following" }, "Following ", el("b", {}, charName(followed)), " · ",
         el("a", { href: "#", onclick: (e) => { e.preventDefault(); follow(-1); } }, "stop")));
     }
-    for (const scene of t.scenes) {
+    if (typeof detail === "string") {
+      box.appendChild(el("p", { class: detail === "missing" ? "muted warn-text" : "muted", id: "detail-state" },
+        detail === "missing"
+          ? "This tick's scenes are not available: " + missingText()
+          : "Loading this tick's scenes…"));
+      return;
+    }
+    for (const scene of detail.scenes) {
       const sec = el("div", { class: "scene" });
       sec.appendChild(el("h3", {}, locName(scene.l)));
       sec.appendChild(el("p", { class: scene.n ? "narrative" : "narrative muted" }, scene.n || "(no narrative)"));
@@ -229,7 +278,7 @@
       if (scene.r.length) sec.appendChild(table);
       box.appendChild(sec);
     }
-    for (const phase of t.phases || []) {
+    for (const phase of detail.phases || []) {
       const sec = el("div", { class: "scene" });
       sec.appendChild(el("h3", {}, phase.p));
       const table = el("table", { class: "rows" });
@@ -302,12 +351,22 @@
     return [tr, mem];
   });
   ct.appendChild(cbody);
-  function memoryOf(ch) {
-    const box = el("div", {}, el("b", {}, "Memory summary over time"));
-    if (ch.memory_versions > ch.memory.length) {
-      box.appendChild(el("span", { class: "muted small" }, " (" + ch.memory.length + " of " + ch.memory_versions + " versions, evenly spread)"));
+  function memoryOf(c) {
+    const ch = chars[c];
+    const box = el("div", { class: "memorybox" }, el("b", {}, "Memory summary over time"));
+    let memory = ch.memory;
+    if (memory === undefined) {
+      const all = side("memory.js", () => { if (onMemory) onMemory(); });
+      if (typeof all === "string") {
+        box.appendChild(el("p", { class: "muted" }, all === "missing" ? "Not available: " + missingText() : "Loading…"));
+        return box;
+      }
+      memory = all[c] || [];
     }
-    const list = ch.memory.filter((m) => m[1]);
+    if (ch.memory_versions > memory.length) {
+      box.appendChild(el("span", { class: "muted small" }, " (" + memory.length + " of " + ch.memory_versions + " versions, evenly spread)"));
+    }
+    const list = memory.filter((m) => m[1]);
     if (!list.length) box.appendChild(el("p", { class: "muted" }, "(no summary yet)"));
     for (const [tick, text] of list) box.appendChild(el("p", {}, el("span", { class: "badge" }, "after tick " + tick), " " + text));
     return box;
@@ -346,7 +405,12 @@
     followed = c;
     setHash();
     charRows.forEach(([tr, mem], k) => { tr.classList.toggle("hl", k === c); mem.hidden = k !== c; });
-    if (c >= 0 && !charRows[c][1].firstChild) charRows[c][1].appendChild(el("td", { colspan: 5 }, memoryOf(chars[c])));
+    if (c >= 0) {
+      const row = charRows[c][1];
+      const fill = () => row.replaceChildren(el("td", { colspan: 5 }, memoryOf(c)));
+      onMemory = fill;
+      fill();
+    }
     drawTrail();
     drawMap();
     drawDetail();
