@@ -302,7 +302,7 @@ class Runner:
         hub = StreamHub(self.on_delta)
         try:
             with installed(hub):
-                return await self._run_tick(
+                result = await self._run_tick(
                     world,
                     self.adapter,
                     recorder,
@@ -317,6 +317,14 @@ class Runner:
             raise
         finally:
             recorder.close()
+        # committed: the world is freed before the log is compressed, so a big world's
+        # peak memory is the world or the compression, never both
+        del world, repairs, gate, pending, partial
+        compress_started = time.perf_counter()
+        recorder.compress()
+        timings["commit"] += time.perf_counter() - compress_started
+        result.elapsed = time.perf_counter() - started
+        return result
 
     async def _run_tick(
         self,
@@ -358,6 +366,10 @@ class Runner:
             ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
 
         notes: list[str] = []
+        # the phases' reports, not the context: a closure over ``ctx`` held in ``ctx.events``
+        # would make a reference cycle, keeping the whole tick (intentions, outcomes, call
+        # settings) alive until the next full collection instead of freeing it on return
+        reports = ctx.reports
 
         def account(event: LLMEvent) -> None:
             # a provider adapter that changed how it talks to its server says so once
@@ -365,8 +377,8 @@ class Runner:
             if notice and notice not in notes:
                 notes.append(notice)
             # every finished call (and, with recovery, every failed attempt) is paid for
-            if event.kind != "llm_called" and ctx.reports and ctx.reports[-1].name == event.phase:
-                report = ctx.reports[-1]
+            if event.kind != "llm_called" and reports and reports[-1].name == event.phase:
+                report = reports[-1]
                 report.usage = report.usage + event.usage
                 if event.error_code == "timeout":  # no usage came back; may be billed
                     report.timed_out += 1
@@ -396,6 +408,7 @@ class Runner:
                 self.on_phase(name, "end", ctx.reports[-1])
             guard.check(ctx.reports[-1], find_budget(adapter))  # raises: nothing committed
         world.meta["tick"] = ctx.tick
+        ctx.drop_phase_state()  # logged and applied: not held through the commit
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
         pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
         extra = store.changes()

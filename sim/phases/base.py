@@ -232,6 +232,18 @@ class TickContext:
     _world_view: dict[str, Any] | None = None
     _outcomes: tuple[int, dict[str, str]] | None = None
 
+    def drop_phase_state(self) -> None:
+        """Let go of what only the phases use (their typed results, logged by then, and
+        their caches) once all have run: a big world's commit then needs less memory."""
+        self.intentions = {}
+        self.resolutions = {}
+        self.results = {}
+        self.occupancy = {}
+        self._static = {}
+        self._has_input = {}
+        self._world_view = None
+        self._outcomes = None
+
     @property
     def templates(self) -> Prompts:
         if self.prompts is None:

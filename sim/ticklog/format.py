@@ -49,6 +49,7 @@ raises ``LogError`` naming the file, the line and the field.
 from __future__ import annotations
 
 import base64
+import codecs
 import contextlib
 import errno
 import gzip
@@ -58,10 +59,12 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 from pydantic import ValidationError
@@ -224,11 +227,13 @@ def state_digest(files: Mapping[str, bytes]) -> str:
     return digest(bytes(hasher))
 
 
-def pack_state(files: Mapping[str, bytes]) -> StateRecord:
+def pack_state(files: Mapping[str, bytes], digest_: str | None = None) -> StateRecord:
+    """The ``state_before`` record of ``files`` (``digest_``: their ``state_digest``, when
+    the caller has it already: hashing a big world's files costs)."""
     payload = orjson.dumps({rel: files[rel].decode("utf-8") for rel in sorted(files)})
     return StateRecord(
         encoding="zlib+base64",
-        digest=state_digest(files),
+        digest=state_digest(files) if digest_ is None else digest_,
         files=len(files),
         data=base64.b64encode(zlib.compress(payload, 1)).decode("ascii"),
     )
@@ -545,12 +550,20 @@ def compress_log(path: Path, level: int = COMPRESS_LEVEL) -> Path:
     is removed, so a crash leaves one of them complete (``list_logs`` prefers the ``.gz``;
     ``recover_logs`` removes a plain log left beside one). Reading it back gives the same
     records (a state snapshot in its ``json`` encoding).
+
+    The log is streamed from the file (read twice, one line at a time) and compressed as
+    it goes: a 100,000-character tick's log is gigabytes of JSON, never held in memory.
     """
-    data = _read_regular(path)
-    lines = data.splitlines()
-    if data and not data.endswith(b"\n"):
-        lines = lines[:-1]  # a torn tail was never part of the log
-    target = write_compressed(gz_path(path), lines, level)
+
+    def lines() -> Iterator[bytes]:
+        with _open_regular(path) as handle:
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    return  # a torn tail was never part of the log
+                if raw.strip():
+                    yield raw[:-1]
+
+    target = _write_gz(gz_path(path), lines, level)
     path.unlink()
     return target
 
@@ -603,19 +616,128 @@ def _in_order(lines: list[bytes], path: Path) -> list[bytes]:
 def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS_LEVEL) -> Path:
     """Write a compressed log from its JSONL lines (packed as the module doc says),
     atomically: to ``<name>.tmp``, fsynced, renamed over ``target``."""
-    packed = b"".join(line + b"\n" for line in _detail_last([_pack_line(x) for x in lines]))
+    kept = [line for line in lines if line.strip()]
+    return _write_gz(target, lambda: iter(kept), level)
+
+
+#: how much packed text ``_write_gz`` gathers before handing it to the compressor
+_CHUNK = 1 << 20
+#: a state snapshot line as ``pack_state`` writes it (``_packed_state`` streams its packing)
+_STATE_LINE = re.compile(
+    rb'\{"type":"state_before","encoding":"zlib\+base64","digest":("(?:[^"\\]|\\.)*"),'
+    rb'"files":(-?[0-9]+),"data":"([A-Za-z0-9+/=]*)"\}'
+)
+
+
+def _packed_state(line: bytes) -> Iterator[bytes] | None:
+    """``_pack_line`` of a state snapshot, in pieces: its JSON text (hundreds of megabytes
+    for a big world) is inflated, decoded and escaped a chunk at a time, never whole.
+    ``None`` for a line of another shape (``_pack_line`` packs it)."""
+    match = _STATE_LINE.fullmatch(line)
+    if match is None:
+        return None
+
+    def pieces() -> Iterator[bytes]:
+        yield (
+            b'{"type":"state_before","encoding":"json","digest":'
+            + match[1]
+            + b',"files":'
+            + match[2]
+            + b',"data":"'
+        )
+        start, end = match.span(3)
+        encoded = memoryview(line)[start:end]
+        inflater = zlib.decompressobj()
+        text = codecs.getincrementaldecoder("utf-8")()
+        step = _CHUNK // 8  # a multiple of 4: each piece of base64 decodes alone
+        for at in range(0, len(encoded), step):
+            out = inflater.decompress(base64.b64decode(encoded[at : at + step]))
+            # JSON escapes each character alone: the escaped pieces join into the whole
+            yield orjson.dumps(text.decode(out))[1:-1]
+        out = inflater.flush()
+        if not inflater.eof:
+            raise zlib.error("incomplete or truncated stream")
+        yield orjson.dumps(text.decode(out, final=True))[1:-1]
+        yield b'"}'
+
+    return pieces()
+
+
+def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) -> Path:
+    """``write_compressed`` over a source read twice: once for the ``layout`` line (where
+    the call detail is), once more to pack and compress each line in that order.
+
+    Streaming gives the bytes one-shot ``gzip.compress(..., mtime=0)`` gives (zlib's own
+    gzip wrapper, no flush until the end), so a log compresses the same either way.
+    """
+    first = b""
+    total = 0
+    detail: list[int] = []
+    for i, line in enumerate(lines()):
+        if i == 0:
+            first = line
+        else:
+            if line.startswith(_CALL_DETAIL):
+                detail.append(total)
+            total += 1
     tmp = target.with_name(target.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        # mtime=0: the same log always compresses to the same bytes
-        handle.write(gzip.compress(packed, compresslevel=level, mtime=0))
+    with os.fdopen(fd, "wb") as handle, ThreadPoolExecutor(1) as worker:
+        # wbits 31, mtime 0: the same log always compresses to the same bytes
+        packer = zlib.compressobj(level, zlib.DEFLATED, 31)
+        buffer = bytearray()
+        # zlib lets go of the GIL: one thread compresses (in order) while this one packs
+        # the next lines; at most two chunks wait, so memory stays bounded
+        waiting: deque[Future[int]] = deque()
+
+        def send() -> None:
+            if len(waiting) >= 2:
+                waiting.popleft().result()
+            chunk = bytes(buffer)
+            waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
+            buffer.clear()
+
+        def put(line: bytes) -> None:
+            state = _packed_state(line) if line.startswith(_STATE) else None
+            for piece in state if state is not None else (_pack_line(line),):
+                buffer.extend(piece)
+                if len(buffer) >= _CHUNK:
+                    send()
+            buffer.extend(b"\n")
+
+        if total or first:
+            put(first)
+        if detail:
+            put(orjson.dumps({"type": "layout", "lines": total, "detail": detail}))
+        wanted = set(detail)
+        # the lines outside the call detail in order, then the call detail (``_detail_last``)
+        for rounds in (False, True) if detail else (None,):
+            for i, line in enumerate(itertools.islice(lines(), 1, None)):
+                if rounds is None or (i in wanted) == rounds:
+                    put(line)
+        while waiting:
+            waiting.popleft().result()
+        handle.write(packer.compress(buffer))
+        handle.write(packer.flush())
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, target)
     _fsync_dir(target.parent)
     return target
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """A log file opened for reading: never through a link, never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _read_regular(path: Path) -> bytes:

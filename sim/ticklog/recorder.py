@@ -144,7 +144,8 @@ class TickRecorder:
 
     Build it with ``TickRecorder.begin``; then ``wrap`` the adapter, pass ``on_event`` to
     the phases' clients, call ``phase_end`` after each phase, put ``commit_files`` into the
-    tick's commit and call ``committed`` after it (or ``close`` when the tick fails).
+    tick's commit and call ``committed`` after it, then ``compress`` (or ``close`` when the
+    tick fails).
     """
 
     def __init__(
@@ -208,7 +209,7 @@ class TickRecorder:
         if partial is None:
             # created with its header in it: a kill at any instant never leaves an empty log
             self.writer = LogWriter.create(
-                log_path(root, tick), [head, pack_state(before), *interventions]
+                log_path(root, tick), [head, pack_state(before, self._state_before), *interventions]
             )
         else:
             self.writer = LogWriter(log_path(root, tick))
@@ -509,11 +510,12 @@ class TickRecorder:
             commit=self._commit,
             places=places_of(self.before),  # what `sim report` places characters by
         )
+        self.before = {}  # not needed again: freed with the world once the tick is done
         return {marker_rel(self.tick): dump_record(self._commit)}
 
     def committed(self) -> None:
-        """After the commit: the log gets its final record and is compressed, the marker
-        goes, old logs too."""
+        """After the commit: the log gets its final record and its summary, the marker
+        goes. ``compress`` does the rest, once the caller has let go of the world."""
         assert self._commit is not None
         self.writer.append(self._commit)
         self.writer.close()
@@ -522,6 +524,11 @@ class TickRecorder:
         # derived from the log: a crash before these is made good by `recover_logs`
         assert self._summary is not None
         write_summary(self.root, self._summary)
+
+    def compress(self) -> None:
+        """After ``committed``: the log is compressed and old logs go (derived from the
+        log: a crash before this is made good by ``recover_logs``)."""
+        assert self._commit is not None
         level = self.config.history.compress_level
         if level > 0:
             compress_log(self.writer.path, level)

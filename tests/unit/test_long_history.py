@@ -383,6 +383,95 @@ def test_a_damaged_summary_is_rebuilt_from_its_log(tmp_path: Path) -> None:
     assert code == 0 and "unreadable" not in out
 
 
+def test_compressing_a_big_log_streams_it_into_the_same_bytes(tmp_path: Path) -> None:
+    """A 100,000-character tick's log is gigabytes: it is compressed as it is read, never
+    held whole (the one-shot compressor held it four times over), into the same bytes."""
+    import tracemalloc
+
+    lines = (FIXTURES / "tick-000001.jsonl").read_bytes().splitlines()
+    head, calls = lines[:3], [line for line in lines if line.startswith(b'{"type":"call"')]
+    rest = [line for line in lines[3:] if not line.startswith(b'{"type":"call"')]
+    big = [*head, *(calls * (20_000 // len(calls) + 1)), *rest]
+    path = tmp_path / "tick-000001.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in big) + b'{"type":"torn')
+    size = path.stat().st_size
+    assert size > 20_000_000
+    packed = [tick_log._pack_line(line) for line in big]
+    one_shot = b"".join(line + b"\n" for line in tick_log._detail_last(packed))
+    expected = gzip.compress(one_shot, compresslevel=6, mtime=0)
+    del packed, one_shot
+    tracemalloc.start()
+    try:
+        target = tick_log.compress_log(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert target.read_bytes() == expected
+    assert peak < size / 5
+
+
+def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(tmp_path: Path) -> None:
+    """The snapshot of a big world is hundreds of megabytes of JSON once inflated: it is
+    inflated, decoded and escaped a piece at a time (with quotes, newlines and non-ASCII
+    text cut across pieces), never whole."""
+    import tracemalloc
+
+    rng = random.Random(3)
+    words = ["é", '"q"', "\\", "\n", "ü\u2028", "plain", "\t", "日本"]
+    files = {
+        f"characters/c{i:05d}.json": orjson.dumps(
+            {"id": i, "text": " ".join(rng.choice(words) for _ in range(400))}
+        )
+        for i in range(8_000)
+    }
+    state = tick_log.pack_state(files)
+    lines = (FIXTURES / "tick-000001.jsonl").read_bytes().splitlines()
+    big = [lines[0], dump_record(state), *lines[2:]]
+    assert big[1].startswith(b'{"type":"state_before","encoding":"zlib+base64"')
+    path = tmp_path / "tick-000001.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in big))
+    packed = [tick_log._pack_line(line) for line in big]
+    text_size = len(packed[1])
+    assert text_size > 20_000_000
+    expected = gzip.compress(
+        b"".join(line + b"\n" for line in tick_log._detail_last(packed)), 6, mtime=0
+    )
+    del packed
+    tracemalloc.start()
+    try:
+        target = tick_log.compress_log(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert target.read_bytes() == expected
+    assert peak < text_size  # packing it whole held it four times over
+    assert tick_log.unpack_state(read_log(target).state_before) == files
+
+
+def test_the_world_is_freed_before_its_log_is_compressed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big world's peak memory is the world or the log's compression, never both."""
+    import gc
+
+    from sim.world import World
+
+    alive: list[int] = []
+    real = tick_recorder.compress_log
+    world = copy_demo(tmp_path / "w")
+
+    def counting(path: Path, level: int = 6) -> Path:
+        # this world's objects only: other tests' may wait for a collection
+        mine = [o for o in gc.get_objects() if isinstance(o, World)]
+        alive.append(sum(o.root.resolve() == world.resolve() for o in mine))
+        return real(path, level)
+
+    monkeypatch.setattr(tick_recorder, "compress_log", counting)
+    run(world, 2)
+    assert alive == [0, 0]
+    assert gz_path(log_path(world, 2)).exists()
+
+
 def test_summary_places_equal_the_logs_state_snapshots(tmp_path: Path) -> None:
     """Where each character was at each tick's start, as the commit wrote it in the
     summary: the same as the log's state snapshot says (the report relies on it)."""
