@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sim.errors import LogError
 from sim.testing.llama_server import MODEL, LlamaServer, model_python
+from sim.ticklog.format import log_path, read_log
+from sim.ticklog.records import CallRecord, record_data
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -53,12 +56,11 @@ def tick(base_url: str, concurrency: int, scratch: Path) -> dict[str, Any]:
         check=False,
     )
     wall = time.perf_counter() - started
-    log = world / ".sim" / "log" / "tick-000001.jsonl"
-    calls = (
-        [r for r in map(json.loads, log.read_text().splitlines()) if r["type"] == "call"]
-        if log.exists()
-        else []
-    )
+    try:  # committed (compressed) or not (plain): the one reader takes both
+        records = read_log(log_path(world, 1)).written_records()
+    except LogError:  # the tick wrote no log
+        records = []
+    calls = [record_data(r) for r in records if isinstance(r, CallRecord)]
     feedback = [
         c
         for c in calls

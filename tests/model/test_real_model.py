@@ -8,7 +8,6 @@ the model, the base URL and ``structured_output = "auto"``. The server rejects O
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -21,6 +20,8 @@ from click.testing import CliRunner, Result
 from sim.cli import main
 from sim.storage import Storage
 from sim.testing.llama_server import MODEL, LlamaServer, ModelUnavailable, model_python
+from sim.ticklog.format import log_path, read_log
+from sim.ticklog.records import CallRecord, record_data
 
 pytestmark = pytest.mark.model
 
@@ -73,9 +74,9 @@ def sim(*args: str) -> Result:
 
 
 def calls(world: Path, tick: int) -> list[dict[str, Any]]:
-    log = world / ".sim" / "log" / f"tick-{tick:06d}.jsonl"
-    records = [json.loads(line) for line in log.read_text().splitlines()]
-    return [r for r in records if r["type"] == "call"]
+    """A tick's call records as the tick wrote them (a committed log is compressed)."""
+    log = read_log(log_path(world, tick))
+    return [record_data(r) for r in log.written_records() if isinstance(r, CallRecord)]
 
 
 def summary_row(output: str, phase: str) -> list[int]:
