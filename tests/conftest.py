@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from sim.llm.calls import current_call
+from sim.llm.types import AdapterResponse, ModelRequest
+from sim.offline.adapter import OfflineAdapter
 from sim.storage import JOURNAL
 from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     anthropic_stub,
@@ -86,3 +88,27 @@ def hold_the_commit(where: str) -> None:
         TickRecorder.committed = held_committed  # type: ignore[method-assign]
     else:
         raise ValueError(f"hold the commit 'before' or 'after' its commit point, not {where!r}")
+
+
+class Counted:
+    """The offline model, counting what it answers; 'dies' as call number ``crash_at``
+    starts (a ``KeyboardInterrupt``, as a killed process stops mid-tick)."""
+
+    name = "offline"
+
+    def __init__(self, seed: int, crash_at: int = 0) -> None:
+        self.inner = OfflineAdapter(seed=seed)
+        self.crash_at = crash_at
+        self.started = 0
+        self.answered = 0
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.started += 1
+        if self.started == self.crash_at:
+            raise KeyboardInterrupt  # the process dies mid-tick
+        response = await self.inner.execute(request)
+        self.answered += 1
+        return response
+
+    async def delete_response(self, response_id: str) -> None:
+        return None

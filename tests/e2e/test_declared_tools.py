@@ -11,14 +11,13 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, tree
+from conftest import REPO, Counted, tree
 
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
-from sim.offline.adapter import OfflineAdapter
 from sim.phases.tool_registry import REGISTRY
 from sim.storage import Storage
 from sim.testing import default_instance
@@ -180,29 +179,6 @@ def test_steps_are_bounded_and_answered_from_the_world(tmp_path: Path) -> None:
     assert "error" in reply.response or reply.response.get("kind") in ("object", "person", "exit")
     for char in characters.values():
         assert char["state"]["stance"] == "keep"
-
-
-class Counted:
-    """The offline model, counting its answers; dies as call number ``crash_at`` starts."""
-
-    name = "offline"
-
-    def __init__(self, seed: int, crash_at: int = 0) -> None:
-        self.inner = OfflineAdapter(seed=seed)
-        self.crash_at = crash_at
-        self.started = 0
-        self.answered = 0
-
-    async def execute(self, request: ModelRequest) -> AdapterResponse:
-        self.started += 1
-        if self.started == self.crash_at:
-            raise KeyboardInterrupt
-        response = await self.inner.execute(request)
-        self.answered += 1
-        return response
-
-    async def delete_response(self, response_id: str) -> None:
-        return None
 
 
 def test_resume_does_not_pay_finished_vote_steps_again(tmp_path: Path) -> None:

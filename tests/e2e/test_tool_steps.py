@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import copy_demo, tree
+from conftest import Counted, copy_demo, tree
 
 from sim.cli import main
 from sim.config import Config, load_config
@@ -19,7 +19,6 @@ from sim.errors import RunFailed
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
-from sim.offline.adapter import OfflineAdapter
 from sim.phases.intention_steps import QUERY_NAMES, answer_query, look, recall
 from sim.storage import Storage
 from sim.testing import default_instance
@@ -216,29 +215,6 @@ def test_logged_steps_carry_the_conversation(demo_world: Path, steps: int) -> No
         # the second step answers a different question: its digest covers the conversation
         assert record["digest"] != first[rid[:-1] + "0"]["digest"]
         assert "conversation" in record["settings"]
-
-
-class Counted:
-    """The offline model, counting what it answers; 'dies' as call number ``crash_at`` starts."""
-
-    name = "offline"
-
-    def __init__(self, seed: int, crash_at: int = 0) -> None:
-        self.inner = OfflineAdapter(seed=seed)
-        self.crash_at = crash_at
-        self.started = 0
-        self.answered = 0
-
-    async def execute(self, request: ModelRequest) -> AdapterResponse:
-        self.started += 1
-        if self.started == self.crash_at:
-            raise KeyboardInterrupt  # the process dies mid-tick
-        response = await self.inner.execute(request)
-        self.answered += 1
-        return response
-
-    async def delete_response(self, response_id: str) -> None:
-        return None
 
 
 def test_resume_does_not_pay_finished_steps_again(demo_world: Path, tmp_path: Path) -> None:
