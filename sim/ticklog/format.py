@@ -69,6 +69,7 @@ from typing import Any, BinaryIO
 import orjson
 from pydantic import ValidationError
 
+from sim import safefs
 from sim.errors import LogError
 from sim.llm.calls import digest
 from sim.ticklog.records import (
@@ -195,9 +196,9 @@ def read_state(root: Path) -> dict[str, bytes]:
         for path in sorted((root / kind).glob("*.json")):
             files[f"{kind}/{path.name}"] = path.read_bytes()
     files.update(read_store(root))
-    pending = root / INTERVENTIONS
-    if pending.is_file() and not pending.is_symlink():
-        files[INTERVENTIONS] = pending.read_bytes()
+    pending = safefs.read_optional(root, INTERVENTIONS)  # no link on the way is followed
+    if pending is not None:
+        files[INTERVENTIONS] = pending
     return files
 
 
