@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 import sim.llm.adapters._fast_http as fast_http
 import sim.llm.adapters._openai_common as common
 from bench.tls import SelfSigned, self_signed
+from sim.llm.adapters._direct_pool import DirectPool
 from sim.llm.adapters._fast_http import (
     DirectPost,
     PoolTransport,
@@ -113,7 +114,10 @@ def test_http_and_https_base_urls_get_the_direct_path() -> None:
         pool = pool_for(url)
         direct = pool.direct[0]
         assert direct is not None, url
-        assert isinstance(direct._pool._network_backend, SocketBackend)
+        assert isinstance(direct._pool, DirectPool)
+        assert isinstance(direct._pool.backend, SocketBackend)
+        assert direct._pool.scheme == url.split(":")[0]
+        assert direct._pool.port == (9 if url.startswith("http:") else 443)
 
 
 def test_a_proxy_from_the_environment_keeps_the_sdk_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -203,7 +207,9 @@ async def test_https_calls_go_direct_and_reuse_tls_connections(tls_stub: StubSer
                 *(post_json(pool, "/responses", BODY, TIMEOUT) for _ in range(16))
             )
             assert all(b'"output"' in a for a in answers)
-        # the SDK's own stack shares the same pool, TLS included
+        assert tls_stub.stats.connections <= 16  # the direct path's pool, kept alive
+        # what the SDK itself sends goes through its transport (on the same backend, TLS
+        # included), which keeps an httpcore pool of its own
         response = await pool.first.responses.create(
             model="stub-model", input="x", instructions="Write.", text=BODY["text"]
         )
@@ -211,7 +217,7 @@ async def test_https_calls_go_direct_and_reuse_tls_connections(tls_stub: StubSer
     finally:
         await pool.aclose()
     assert tls_stub.stats.generations == 49
-    assert tls_stub.stats.connections <= 16
+    assert tls_stub.stats.connections <= 17
 
 
 async def test_an_untrusted_certificate_is_a_connection_error(
@@ -373,10 +379,11 @@ class Capture:
 
 async def test_the_direct_path_sends_the_clients_default_headers_and_query() -> None:
     async with Capture() as server:
-        transport, pool = plain_tcp_transport(httpx2.Limits(max_connections=2))
+        url = f"http://127.0.0.1:{server.port}/v1"
+        transport, pool = plain_tcp_transport(httpx2.Limits(max_connections=2), url)
         client = openai.AsyncOpenAI(
             api_key="sk-test",
-            base_url=f"http://127.0.0.1:{server.port}/v1",
+            base_url=url,
             max_retries=0,
             default_headers={"X-Team": "red", "api-key": "azure-style"},
             default_query={"api-version": "2024-10-21"},
@@ -412,10 +419,11 @@ async def test_the_direct_path_sends_the_clients_default_headers_and_query() -> 
 
 async def test_an_omitted_default_header_is_not_sent() -> None:
     async with Capture() as server:
-        transport, pool = plain_tcp_transport(httpx2.Limits(max_connections=1))
+        url = f"http://127.0.0.1:{server.port}/v1"
+        transport, pool = plain_tcp_transport(httpx2.Limits(max_connections=1), url)
         client = openai.AsyncOpenAI(
             api_key="sk-test",
-            base_url=f"http://127.0.0.1:{server.port}/v1",
+            base_url=url,
             default_headers={"User-Agent": "sim-test/1"},
             http_client=openai.DefaultAsyncHttpxClient(transport=transport),
         )
@@ -430,7 +438,7 @@ async def test_an_omitted_default_header_is_not_sent() -> None:
 
 
 async def test_the_pool_transport_maps_transport_errors_to_httpx_ones() -> None:
-    transport, _ = plain_tcp_transport(httpx2.Limits(max_connections=1))
+    transport, _ = plain_tcp_transport(httpx2.Limits(max_connections=1), "http://127.0.0.1:9")
     async with httpx2.AsyncClient(transport=transport) as client:
         with pytest.raises(httpx2.ConnectError):
             await client.get("http://127.0.0.1:9/")

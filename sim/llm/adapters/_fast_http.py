@@ -11,10 +11,13 @@ Three pieces:
   own exceptions.
 - ``PoolTransport``: an ``httpx2.AsyncBaseTransport`` over an ``httpcore2.AsyncConnectionPool``
   that this module builds and owns (on ``SocketBackend``); handed to the SDK as its
-  ``http_client``'s transport, so everything the SDK sends shares the pool.
-- ``DirectPost``: POSTs a serialized body straight to that pool, skipping the SDK's and
-  httpx's per-request layers (option models, header merging, URL parsing, auth and
-  redirect hooks, cookie extraction: about 60% of the client's CPU per call, measured). It
+  ``http_client``'s transport, for what the SDK itself sends (streams, batch files).
+- ``DirectPost``: POSTs a serialized body straight to the client's ``DirectPool``
+  (``_direct_pool``: sim's own pool of h11 connections on the same backend, closed with
+  the transport), skipping the SDK's and httpx's per-request layers (option models,
+  header merging, URL parsing, auth and redirect hooks, cookie extraction: about 60% of
+  the client's CPU per call, measured) and httpcore's pool bookkeeping (a quarter of what
+  was left). It
   sends the client's own default headers and query, and a non-2xx answer becomes the
   SDK's exception for that status (``_openai_errors.status_error``), so the adapters map
   both paths' errors through one table.
@@ -32,13 +35,14 @@ import socket
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import httpcore2
 import httpx2
 import openai
 
+from sim.llm.adapters._direct_pool import DirectPool
 from sim.llm.adapters._openai_errors import status_error
 
 __all__ = [
@@ -98,16 +102,23 @@ class SocketStream(httpcore2.AsyncNetworkStream):
         self._readable = ReadableCheck(sock)
         self._pending: list[bytes] = []
         self._pending_size = 0
+        #: a send went out since the last read
+        self._just_sent = False
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         if self._pending:
             await self._send_pending(timeout)
-        try:
-            return self._sock.recv(max_bytes)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            raise httpcore2.ReadError(exc) from exc
+        if self._just_sent:
+            # what was just sent cannot have been answered yet: no point trying ``recv``
+            # (a failed try costs a system call and an exception); wait on the loop
+            self._just_sent = False
+        else:
+            try:
+                return self._sock.recv(max_bytes)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                raise httpcore2.ReadError(exc) from exc
         try:
             async with asyncio.timeout(timeout):
                 return await self._loop.sock_recv(self._sock, max_bytes)
@@ -135,6 +146,7 @@ class SocketStream(httpcore2.AsyncNetworkStream):
         self._pending = []
         self._pending_size = 0
         view = memoryview(buffer)
+        self._just_sent = True
         try:
             sent = self._sock.send(view)
         except (BlockingIOError, InterruptedError):
@@ -232,10 +244,29 @@ class TLSStream(httpcore2.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         await self._raw.flush(timeout)  # what was written goes out before any answer
-        try:
-            return await self._call(lambda: self._ssl.read(max_bytes), timeout, httpcore2.ReadError)
-        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-            return b""  # the peer closed (with or without close_notify): end of stream
+        tls, incoming = self._ssl, self._incoming
+        while True:
+            if not (tls.pending() or incoming.pending or incoming.eof):
+                # nothing to decrypt yet: read the socket first rather than have the
+                # ``SSLObject`` raise ``SSLWantReadError`` to say so
+                data = await self._raw.read(_TLS_READ, timeout)
+                if data:
+                    incoming.write(data)
+                else:
+                    incoming.write_eof()
+            try:
+                result = tls.read(max_bytes)
+            except ssl.SSLWantReadError:
+                if self._outgoing.pending:  # e.g. a key update to answer
+                    await self._flush(timeout)
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""  # the peer closed (with or without close_notify): end of stream
+            except ssl.SSLError as exc:
+                raise httpcore2.ReadError(exc) from exc
+            if self._outgoing.pending:
+                await self._flush(timeout)
+            return result
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
@@ -266,6 +297,18 @@ class TLSStream(httpcore2.AsyncNetworkStream):
         return self._raw.get_extra_info(info)
 
 
+async def _resolve(
+    loop: asyncio.AbstractEventLoop, host: str, port: int
+) -> Sequence[tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]]:
+    """``getaddrinfo`` for a TCP connection. An IP address is converted on the spot
+    (``AI_NUMERICHOST`` never blocks); only names go to the loop's thread pool, whose
+    hand-off cost ~0.3 ms of CPU per connection (anyio skips it for addresses too)."""
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        return await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
 class SocketBackend(httpcore2.AsyncNetworkBackend):
     """Opens ``SocketStream`` connections (TCP_NODELAY, like asyncio's own)."""
 
@@ -280,7 +323,7 @@ class SocketBackend(httpcore2.AsyncNetworkBackend):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                infos = await _resolve(loop, host, port)
                 error: OSError | None = None
                 for family, kind, proto, _, address in infos:
                     sock = socket.socket(family, kind, proto)
@@ -365,10 +408,14 @@ class _ResponseStream(httpx2.AsyncByteStream):
 
 
 class PoolTransport(httpx2.AsyncBaseTransport):
-    """An httpx transport over a connection pool it is given (and closes)."""
+    """An httpx transport over a connection pool it is given (and closes, with the direct
+    path's pool of the same client when given one)."""
 
-    def __init__(self, pool: httpcore2.AsyncConnectionPool) -> None:
+    def __init__(
+        self, pool: httpcore2.AsyncConnectionPool, direct: DirectPool | None = None
+    ) -> None:
         self.pool = pool
+        self.direct = direct
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         core_request = httpcore2.Request(
@@ -398,7 +445,11 @@ class PoolTransport(httpx2.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        await self.pool.aclose()
+        try:
+            await self.pool.aclose()
+        finally:
+            if self.direct is not None:
+                await self.direct.aclose()
 
 
 def direct_url(url: str) -> bool:
@@ -430,24 +481,43 @@ def shared_ssl_context() -> ssl.SSLContext:
     return context
 
 
-def plain_tcp_transport(
-    limits: httpx2.Limits, *, tls: bool = False
-) -> tuple[PoolTransport, httpcore2.AsyncConnectionPool]:
-    """A ``PoolTransport`` on its own pool on ``SocketBackend``, and that pool.
+def plain_tcp_transport(limits: httpx2.Limits, url: str) -> tuple[PoolTransport, DirectPool]:
+    """For a client of ``url`` (``http://`` or ``https://``, no proxy): a ``PoolTransport``
+    on an httpcore pool on ``SocketBackend`` (what the SDK itself sends: streams, batch
+    files, deletes) and the direct path's own pool (``DirectPool``), which the transport
+    closes with it.
 
     Args:
-        limits: connections the pool may open and keep alive.
-        tls: the pool will serve ``https://`` URLs (verified with httpx's default context;
-            without it no certificate store is loaded).
+        limits: connections each pool may open and keep alive.
+        url: the client's base URL; https ones are verified with httpx's default context
+            (for http ones no certificate store is loaded).
     """
+    parsed = httpx2.URL(url)
+    tls = parsed.scheme == "https"
+    context = shared_ssl_context() if tls else None
+    backend = SocketBackend()
     pool = httpcore2.AsyncConnectionPool(
-        ssl_context=shared_ssl_context() if tls else None,
+        ssl_context=context,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
-        network_backend=SocketBackend(),
+        network_backend=backend,
     )
-    return PoolTransport(pool), pool
+    direct = DirectPool(
+        parsed.scheme,
+        parsed.host,
+        parsed.port or (443 if tls else 80),
+        backend=backend,
+        max_connections=limits.max_connections or 100,
+        keepalive_expiry=limits.keepalive_expiry,
+        ssl_context=context,
+    )
+    return PoolTransport(pool, direct), direct
+
+
+def _target(url: str) -> bytes:
+    """A URL's request target: its path and query, as sent on the request line."""
+    return httpx2.URL(url).raw_path
 
 
 def _header_bytes(value: str) -> bytes:
@@ -466,7 +536,7 @@ class DirectPost:
     timeout ``APITimeoutError``, any other transport failure ``APIConnectionError``.
     """
 
-    def __init__(self, client: openai.AsyncOpenAI, pool: httpcore2.AsyncConnectionPool) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, pool: DirectPool) -> None:
         self._pool = pool
         base = httpx2.URL(str(client.base_url))
         self._base = str(base.copy_with(query=None, fragment=None)).rstrip("/")
@@ -474,7 +544,7 @@ class DirectPost:
             [(k, str(v)) for k, v in client.default_query.items() if v is not None]
         )
         self._query = f"?{query}" if query else ""
-        self._urls: dict[str, httpcore2.URL] = {}
+        self._urls: dict[str, bytes] = {}
         host = f"[{base.host}]" if ":" in base.host else base.host  # IPv6 in brackets
         host += f":{base.port}" if base.port else ""
         # what the SDK merges for every request: auth, then the client's defaults (its own
@@ -503,31 +573,14 @@ class DirectPost:
         idempotency_key: str | None = None,
     ) -> bytes:
         """The answer's body; raises the SDK's errors."""
-        url = self._urls.get(path)
-        if url is None:  # parsed once per path, not on every call
-            url = self._urls[path] = httpcore2.URL(self._base + path + self._query)
+        target = self._urls.get(path)
+        if target is None:  # made once per path, not on every call
+            target = self._urls[path] = _target(self._base + path + self._query)
         headers = [*self._headers, (b"Content-Length", str(len(content)).encode("ascii"))]
         if idempotency_key is not None:
             headers.append((IDEMPOTENCY_HEADER.encode("ascii"), idempotency_key.encode("ascii")))
-        extensions = {
-            "timeout": {
-                "connect": timeout.connect,
-                "read": timeout.read,
-                "write": timeout.write,
-                "pool": timeout.pool,
-            }
-        }
-        # the request complete (Host and Content-Length included), so it goes straight
-        # to the pool: ``pool.request`` would parse the URL and check the headers again
-        request = httpcore2.Request(
-            b"POST", url, headers=headers, content=content, extensions=extensions
-        )
         try:
-            response = await self._pool.handle_async_request(request)
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
+            response = await self._pool.request(b"POST", target, headers, content, timeout)
         except httpcore2.TimeoutException as exc:
             raise openai.APITimeoutError(request=self._sdk_request(path)) from exc
         except Exception as exc:  # what the SDK does with any transport failure
@@ -537,8 +590,8 @@ class DirectPost:
                 httpx2.Response(
                     response.status,
                     headers=response.headers,
-                    content=response.content,
+                    content=response.body,
                     request=self._sdk_request(path),
                 )
             )
-        return response.content
+        return response.body

@@ -7,13 +7,13 @@ import os
 import weakref
 from typing import Any, NotRequired, TypedDict, Unpack
 
-import httpcore2
 import httpx2
 import openai
 import orjson
 from openai import RequestOptions
 from pydantic import BaseModel, ValidationError
 
+from sim.llm.adapters._direct_pool import DirectPool
 from sim.llm.adapters._fast_http import (
     IDEMPOTENCY_HEADER,
     DirectPost,
@@ -46,7 +46,7 @@ POOL_SIZE = 16
 #: serve base URLs reached without a proxy through ``_fast_http``'s pool and direct path
 PLAIN_TCP_BACKEND = True
 #: the connection pool of each client ``build_client`` made for the direct path
-_PLAIN_POOLS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, httpcore2.AsyncConnectionPool] = (
+_PLAIN_POOLS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, DirectPool] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -146,7 +146,7 @@ def build_client(
     url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     plain = PLAIN_TCP_BACKEND and direct_url(url)
     if plain:
-        transport, pool = plain_tcp_transport(limits, tls=url.lower().startswith("https:"))
+        transport, pool = plain_tcp_transport(limits, url)
         http_client = openai.DefaultAsyncHttpxClient(transport=transport)
     else:
         # the SDK's own stack (URLs behind a proxy), verifying with the one shared context
