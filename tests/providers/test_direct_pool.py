@@ -11,13 +11,14 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
+import h11
 import httpcore2
 import httpx2
 import orjson
 import pytest
 
 from bench.tls import SelfSigned, self_signed
-from sim.llm.adapters._direct_pool import DirectConnection, DirectPool
+from sim.llm.adapters._direct_pool import DirectConnection, DirectPool, RequestHead
 from sim.llm.adapters._fast_http import SocketBackend, shared_ssl_context
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
@@ -64,7 +65,6 @@ async def post(
     headers = [
         (b"Host", f"{pool.host}:{pool.port}".encode()),
         (b"Content-Type", b"application/json"),
-        (b"Content-Length", str(len(body)).encode()),
     ]
     answer = await pool.request(b"POST", b"/v1/responses", headers, body, timeout)
     return answer.status, answer.body
@@ -442,19 +442,6 @@ async def test_a_garbled_answer_is_a_protocol_error_and_closes_the_connection() 
             await pool.aclose()
 
 
-async def test_an_invalid_header_is_a_local_protocol_error_before_connecting(
-    stub_server: StubServer,
-) -> None:
-    pool = pool_for(stub_server.base_url)
-    try:
-        with pytest.raises(httpcore2.LocalProtocolError):
-            await pool.request(b"POST", b"/v1/responses", [(b"Bad\nName", b"x")], b"", TIMEOUT)
-        assert pool.connections == 0
-    finally:
-        await pool.aclose()
-    assert stub_server.stats.connections == 0
-
-
 async def test_closing_the_pool_closes_its_connections_and_refuses_requests(
     stub_server: StubServer,
 ) -> None:
@@ -485,3 +472,76 @@ def test_the_pool_refuses_what_it_does_not_speak() -> None:
         DirectPool("https", "h", 443, backend=backend, max_connections=1)
     with pytest.raises(ValueError, match="max_connections"):
         DirectPool("http", "h", 80, backend=backend, max_connections=0)
+
+
+# ------------------------------------------------------------------ request heads
+
+SHARED = [
+    (b"Host", b"127.0.0.1:8000"),
+    (b"Authorization", b"Bearer sk-test"),
+    (b"Content-Type", b"application/json"),
+    (b"X-Stainless-Lang", b"python"),
+]
+
+
+def test_a_request_head_is_what_h11_writes_for_the_whole_request() -> None:
+    head = RequestHead(b"POST", b"/v1/responses?api-version=1", SHARED)
+    extra = [(b"Idempotency-Key", b"abc")]
+    event, written = head.request(1234, extra)
+    whole = h11.Request(
+        method=b"POST",
+        target=b"/v1/responses?api-version=1",
+        headers=[*SHARED, *extra, (b"Content-Length", b"1234")],
+    )
+    assert written == h11.Connection(h11.CLIENT).send(whole)
+    # h11 is told the host, the request's own headers and its length
+    assert list(event.headers.raw_items()) == [
+        (b"Host", b"127.0.0.1:8000"),
+        (b"Idempotency-Key", b"abc"),
+        (b"Content-Length", b"1234"),
+    ]
+
+
+def test_a_request_head_tells_h11_the_headers_that_decide_keep_alive() -> None:
+    head = RequestHead(b"POST", b"/v1/responses", [*SHARED, (b"Connection", b"close")])
+    event, written = head.request(0, [])
+    assert (b"connection", b"close") in list(event.headers)
+    assert b"Connection: close\r\n" in written
+
+
+async def test_connection_close_in_the_shared_headers_is_honoured(stub_server: StubServer) -> None:
+    pool = pool_for(stub_server.base_url)
+    host = f"{pool.host}:{pool.port}".encode()
+    headers = [(b"Host", host), (b"Connection", b"close"), (b"Content-Type", b"application/json")]
+    try:
+        for _ in range(2):
+            answer = await pool.request(b"POST", b"/v1/responses", headers, BODY, TIMEOUT)
+            assert answer.status == 200
+            assert pool.connections == 0  # h11 knew the request said close
+    finally:
+        await pool.aclose()
+    assert stub_server.stats.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "extra"),
+    [
+        (SHARED, [(b"Bad Name", b"x")]),
+        (SHARED, [(b"X-Ok", b"line\nbreak")]),
+        ([*SHARED, (b"Content-Length", b"5")], []),
+        (SHARED[1:], []),  # no Host
+    ],
+)
+async def test_an_invalid_request_head_is_refused_before_connecting(
+    stub_server: StubServer,
+    headers: list[tuple[bytes, bytes]],
+    extra: list[tuple[bytes, bytes]],
+) -> None:
+    pool = pool_for(stub_server.base_url)
+    try:
+        with pytest.raises(httpcore2.LocalProtocolError):
+            await pool.request(b"POST", b"/v1/responses", headers, b"{}", TIMEOUT, extra)
+        assert pool.connections == 0
+    finally:
+        await pool.aclose()
+    assert stub_server.stats.connections == 0

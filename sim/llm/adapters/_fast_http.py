@@ -576,11 +576,13 @@ class DirectPost:
         target = self._urls.get(path)
         if target is None:  # made once per path, not on every call
             target = self._urls[path] = _target(self._base + path + self._query)
-        headers = [*self._headers, (b"Content-Length", str(len(content)).encode("ascii"))]
+        extra = []  # Content-Length: the pool sets it from the body
         if idempotency_key is not None:
-            headers.append((IDEMPOTENCY_HEADER.encode("ascii"), idempotency_key.encode("ascii")))
+            extra.append((IDEMPOTENCY_HEADER.encode("ascii"), idempotency_key.encode("ascii")))
         try:
-            response = await self._pool.request(b"POST", target, headers, content, timeout)
+            response = await self._pool.request(
+                b"POST", target, self._headers, content, timeout, extra
+            )
         except httpcore2.TimeoutException as exc:
             raise openai.APITimeoutError(request=self._sdk_request(path)) from exc
         except Exception as exc:  # what the SDK does with any transport failure
