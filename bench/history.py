@@ -9,10 +9,10 @@ ticks in this process; ``copies`` makes a longer history from a built one by rep
 logs (hard links) and summaries under later tick numbers (for timing the readers only:
 the copies' contents still name their own ticks); ``measure`` reports the bytes of ``.sim/log`` per
 character-tick and, for each history command run as its own ``sim`` process, its wall
-time and peak RSS (``os.wait4`` of that child; bytecode caches on and written first, as
-for an installed program: ``bench.process.child_env``); ``sim report`` writes its page into the
-world (``report.html`` and its ``report-ticks/`` detail files, sized, then removed). Each
-prints one JSON object.
+time and peak RSS (``os.wait4`` of that child; sim's bytecode caches written first and
+used, as for an installed program: ``bench.process.child_env``); ``sim report`` writes its
+page into the world (``report.html`` and its ``report-ticks/`` detail files, sized, then
+removed). Each prints one JSON object.
 """
 
 from __future__ import annotations
