@@ -257,6 +257,8 @@ class TLSStream(httpcore2.AsyncNetworkStream):
             try:
                 result = tls.read(max_bytes)
             except ssl.SSLWantReadError:
+                if incoming.eof and not incoming.pending:
+                    return b""  # wants more than the peer will ever send: end of stream
                 if self._outgoing.pending:  # e.g. a key update to answer
                     await self._flush(timeout)
                 continue
