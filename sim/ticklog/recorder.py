@@ -97,15 +97,19 @@ def request_schema(request: LLMRequest) -> tuple[str, str]:
 
 
 def _attempt(
-    event: LLMEvent, model: str | None = None, raw: str | None = None, error: str | None = None
+    event: LLMEvent,
+    model: str | None = None,
+    raw: str | None = None,
+    error: str | None = None,
+    usage: TokenCounts | None = None,
 ) -> AttemptRecord:
     """One attempt of a call, as the log records it (``raw`` only for the final answer,
-    ``error`` only for a failed final one)."""
+    ``error`` only for a failed final one; ``usage``: the event's, if already converted)."""
     fields: dict[str, Any] = {
         "attempt": event.attempt,
         "model": event.model if model is None else model,
         "provider": event.provider,
-        "usage": TokenCounts.of(event.usage),
+        "usage": TokenCounts.of(event.usage) if usage is None else usage,
         "latency": round(event.latency, 6),
         "error_code": event.error_code,
         "raw": raw,
@@ -286,8 +290,9 @@ class TickRecorder:
             n = self._counters.get(counter, 0)
             self._counters[counter] = n + 1
             schema_name, schema_hash = request_schema(request)
+            rid = request_id(self.tick, event.phase, event.entity_key, n)
             ident = CallIdentity(
-                request_id(self.tick, event.phase, event.entity_key, n),
+                rid,
                 event.phase,
                 event.entity_key,
                 n,
@@ -300,9 +305,7 @@ class TickRecorder:
                 previous_response_id=event.previous_response_id,
                 depth=event.depth,
                 scope=self.scope,
-                failures_seen=self._failures_seen.get(
-                    request_id(self.tick, event.phase, event.entity_key, n), 0
-                ),
+                failures_seen=self._failures_seen.get(rid, 0),
             )
             self._inflight[key] = ident
             self._attempts[key] = []
@@ -357,6 +360,7 @@ class TickRecorder:
     def _call_record(
         self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]
     ) -> CallRecord | None:
+        usage = TokenCounts.of(event.usage)  # frozen: the record and its final attempt share it
         sent: dict[str, Any] = {
             "request_id": ident.request_id,
             "phase": ident.phase,
@@ -373,13 +377,13 @@ class TickRecorder:
             "previous_response_id": ident.previous_response_id,
             "digest": ident.digest,
             "latency": round(event.latency, 6),
-            "usage": TokenCounts.of(event.usage),
+            "usage": usage,
         }
         response = event.response
         if event.kind == "llm_completed" and response is not None:
             served = response.served_from
             parsed = response.parsed
-            final = _attempt(event, model=response.model, raw=response.raw)
+            final = _attempt(event, model=response.model, raw=response.raw, usage=usage)
             came_back: dict[str, Any] = {
                 "source": served,
                 "result": parsed.model_dump(mode="json"),
@@ -394,7 +398,7 @@ class TickRecorder:
             error = event.error
             served = error.served_from if error is not None else "live"
             message = str(error) if error is not None else ""
-            final = _attempt(event, error=message)
+            final = _attempt(event, error=message, usage=usage)
             came_back = {
                 "source": served,
                 "result": None,
