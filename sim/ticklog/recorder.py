@@ -69,7 +69,6 @@ from sim.ticklog.records import (
     PhaseReportRecord,
     PolicyRecord,
     ResumeRecord,
-    TokenCounts,
     UsageRecord,
     dump_record,
 )
@@ -97,19 +96,16 @@ def request_schema(request: LLMRequest) -> tuple[str, str]:
 
 
 def _attempt(
-    event: LLMEvent,
-    model: str | None = None,
-    raw: str | None = None,
-    error: str | None = None,
-    usage: TokenCounts | None = None,
+    event: LLMEvent, model: str | None = None, raw: str | None = None, error: str | None = None
 ) -> AttemptRecord:
     """One attempt of a call, as the log records it (``raw`` only for the final answer,
-    ``error`` only for a failed final one; ``usage``: the event's, if already converted)."""
+    ``error`` only for a failed final one). Validated in one pass, its usage included:
+    this runs for every call."""
     fields: dict[str, Any] = {
         "attempt": event.attempt,
         "model": event.model if model is None else model,
         "provider": event.provider,
-        "usage": TokenCounts.of(event.usage) if usage is None else usage,
+        "usage": event.usage.to_dict(),
         "latency": round(event.latency, 6),
         "error_code": event.error_code,
         "raw": raw,
@@ -119,7 +115,7 @@ def _attempt(
     endpoint = getattr(event, "endpoint", None)
     if endpoint is not None:  # absent without a network (offline, replay)
         fields["endpoint"] = endpoint
-    return AttemptRecord(**fields)
+    return AttemptRecord.model_validate(fields)
 
 
 def _results(name: str, ctx: TickContext) -> dict[str, Any]:
@@ -360,7 +356,6 @@ class TickRecorder:
     def _call_record(
         self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]
     ) -> CallRecord | None:
-        usage = TokenCounts.of(event.usage)  # frozen: the record and its final attempt share it
         sent: dict[str, Any] = {
             "request_id": ident.request_id,
             "phase": ident.phase,
@@ -377,13 +372,12 @@ class TickRecorder:
             "previous_response_id": ident.previous_response_id,
             "digest": ident.digest,
             "latency": round(event.latency, 6),
-            "usage": usage,
         }
         response = event.response
         if event.kind == "llm_completed" and response is not None:
             served = response.served_from
             parsed = response.parsed
-            final = _attempt(event, model=response.model, raw=response.raw, usage=usage)
+            final = _attempt(event, model=response.model, raw=response.raw)
             came_back: dict[str, Any] = {
                 "source": served,
                 "result": parsed.model_dump(mode="json"),
@@ -398,7 +392,7 @@ class TickRecorder:
             error = event.error
             served = error.served_from if error is not None else "live"
             message = str(error) if error is not None else ""
-            final = _attempt(event, error=message, usage=usage)
+            final = _attempt(event, error=message)
             came_back = {
                 "source": served,
                 "result": None,
@@ -417,7 +411,10 @@ class TickRecorder:
         endpoint = getattr(event, "endpoint", None)
         if endpoint is not None:
             came_back["endpoint"] = endpoint
-        return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost, **batched)
+        # the final attempt's tokens are the call's: one frozen TokenCounts for both
+        return CallRecord(
+            **sent, usage=final.usage, **came_back, attempts=attempts, cost_usd=cost, **batched
+        )
 
     def _add_cost(self, cost: float | None) -> None:
         if cost is None:
