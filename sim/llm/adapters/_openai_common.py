@@ -75,6 +75,8 @@ class ClientPool:
         direct: per route, its direct path or ``None``.
         connect: builds the SDK client of route ``i`` (on its connection pool, if any).
         clients: SDK clients already built (a client handed in), by route.
+        transports: per direct route, the transport over its connection pool that its SDK
+            client is built on (closed here when no client was).
     """
 
     def __init__(
@@ -82,10 +84,12 @@ class ClientPool:
         direct: list[DirectPost | None],
         connect: Callable[[int], openai.AsyncOpenAI] | None = None,
         clients: Mapping[int, openai.AsyncOpenAI] | None = None,
+        transports: list[httpx2.AsyncBaseTransport] | None = None,
     ) -> None:
         self.direct = direct
         self._connect = connect
         self._clients: dict[int, openai.AsyncOpenAI] = dict(clients or {})
+        self._transports = transports or []
         self._in_flight = [0] * len(direct)
 
     @classmethod
@@ -124,9 +128,13 @@ class ClientPool:
         self._in_flight[index] -= 1
 
     async def aclose(self) -> None:
-        """Close the SDK clients built and the direct routes' connection pools."""
+        """Close the SDK clients built (each closes its transport), the transports no
+        client was built on, and the direct routes' connection pools."""
         for client in self._clients.values():
             await client.close()
+        for index, transport in enumerate(self._transports):
+            if index not in self._clients:
+                await transport.aclose()
         for direct in self.direct:
             if direct is not None:
                 await direct.aclose()
@@ -255,7 +263,11 @@ def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOpti
     def connect(index: int) -> openai.AsyncOpenAI:
         return sdk_client(key, options, transport=routes[index][0])
 
-    return ClientPool([DirectPost(target, pool) for _, pool in routes], connect)
+    return ClientPool(
+        [DirectPost(target, pool) for _, pool in routes],
+        connect,
+        transports=[transport for transport, _ in routes],
+    )
 
 
 def sdk_client(
