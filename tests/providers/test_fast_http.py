@@ -724,3 +724,29 @@ def test_an_answer_is_read_as_the_sdk_reads_it(status: int) -> None:
     flat = read_answer(status, {}, b'{"message": "flat", "code": "c2"}')
     assert flat.body == {"message": "flat", "code": "c2"} and flat.retry_after is None
     assert flat.message == f"Error code: {status} - flat"
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_the_adapters_default_headers_and_query_go_on_either_path(
+    monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """``default_headers``/``default_query`` given to an adapter reach the server on the
+    direct path and on the SDK's (as for a proxied URL) alike, with the key."""
+    monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+    async with Capture() as server:
+        adapter = ChatAdapter(
+            base_url=f"http://127.0.0.1:{server.port}/v1",
+            api_key_env=KEY_ENV,
+            default_headers={"X-Team": "red"},
+            default_query={"api-version": "2024-10-21"},
+        )
+        assert (adapter.pool.direct[0] is not None) == direct
+        try:
+            with pytest.raises(LLMError):  # the capture answers {}: no choices
+                await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
+        finally:
+            await adapter.aclose()
+    target, headers = server.requests[0]
+    assert target == "/v1/chat/completions?api-version=2024-10-21"
+    sent = dict(headers)
+    assert sent["x-team"] == "red" and sent["authorization"] == "Bearer sk-test"
