@@ -551,6 +551,8 @@ class DirectPost:
         default_port = 443 if parts.scheme.lower() == "https" else 80
         if parts.port is not None and parts.port != default_port:
             host += f":{parts.port}"
+        #: the base URL as errors name it: no user info, no query
+        self._shown = f"{parts.scheme}://{host}{parts.path}".rstrip("/")
         self._headers = [(b"Host", host.encode("ascii" if host.isascii() else "idna"))] + [
             (name.encode("ascii"), _header_bytes(value))
             for name, value in target.headers
@@ -591,12 +593,12 @@ class DirectPost:
             finally:
                 await response.aclose()
         except httpcore2.TimeoutException as exc:
-            raise DirectTimeoutError(self._base + path) from exc
+            raise DirectTimeoutError(self._shown + path) from exc
         except Exception as exc:  # any other transport failure: no answer
-            raise DirectConnectionError(self._base + path) from exc
+            raise DirectConnectionError(self._shown + path) from exc
         if not 200 <= response.status < 300:
             raise DirectStatusError(
-                self._base + path,
+                self._shown + path,
                 response.status,
                 {
                     name.decode("latin-1").lower(): value.decode("latin-1")
