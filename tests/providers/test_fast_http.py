@@ -750,3 +750,25 @@ async def test_the_adapters_default_headers_and_query_go_on_either_path(
     assert target == "/v1/chat/completions?api-version=2024-10-21"
     sent = dict(headers)
     assert sent["x-team"] == "red" and sent["authorization"] == "Bearer sk-test"
+
+
+@pytest.mark.parametrize("fault", ["rate_limit", "auth", "bad_gateway"])
+async def test_an_adapter_raises_the_same_error_on_either_path(
+    stub_server: StubServer, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """Through a whole adapter call: the SDK's exceptions (its own stack, as for a proxied
+    URL) are caught and mapped like the direct path's, never passed on raw."""
+    facts = []
+    for direct in (True, False):
+        monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+        adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
+        assert (adapter.pool.direct[0] is not None) == direct
+        stub_server.enqueue(fault)
+        try:
+            with pytest.raises(LLMError) as info:
+                await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
+        finally:
+            await adapter.aclose()
+        assert isinstance(info.value.cause, DirectStatusError if direct else openai.APIError)
+        facts.append(error_facts(info.value))
+    assert facts[0] == facts[1]
