@@ -659,8 +659,9 @@ def scenario_startup(smoke: bool) -> list[str]:
         "with the stub server; on a shared machine, mostly waiting for a core. Outside "
         "the tick "
         f"({r['outside_tick_s']:.2f} s) are Python's start-up and imports "
-        f"(~{found['openai tick']:.2f} s of CPU; `sim.config`'s pydantic models and the "
-        "phases' modules are the largest), loading the world, and compressing the log "
+        f"(~{found['openai tick']:.2f} s of CPU; pydantic and the models built at import, "
+        "the phases' modules and Jinja2 are the largest), loading the world, and "
+        "compressing the log "
         "after the commit.",
         "",
     ]
