@@ -565,6 +565,9 @@ def scenario_scale(smoke: bool) -> list[str]:
             f"| {t['load']:.1f} s | {phases:.1f} s | {t['commit']:.1f} s | {rest:.1f} s "
             f"| {r['peak_rss_mib']:.0f} MiB |"
         )
+    small_phases, big_phases = (
+        sum(v for k, v in r["timings"].items() if k not in ("load", "commit")) for r in (small, big)
+    )
     scale = big["wall_s"] / small["wall_s"]
     lines += [
         "",
@@ -581,6 +584,14 @@ def scenario_scale(smoke: bool) -> list[str]:
         "filesystem (`syncfs` did that before, paying for other processes' writes). "
         "Temp-file-and-rename (each file written once) was measured and rejected: "
         "see docs/architecture.md.",
+        f"- The phases: {small_phases / small['calls'] * 1e6:.0f} µs per call at "
+        f"{sizes[0]:,} characters, {big_phases / big['calls'] * 1e6:.0f} µs at {sizes[1]:,} "
+        "(wall; the tick runs in one process, CPU-bound). Per call, the tick recorder is "
+        "the largest part (the typed call record validated and dumped, the request "
+        "digest, the cost, the line written and flushed, the tick summary's books), then "
+        "the offline model, the client with its events, the adapter stack and the "
+        "phases' input documents: see bench/RESULTS.md §5 for the breakdown and what "
+        "was cut.",
         "- 'rest' is the process's time outside the tick's timed parts: start-up (imports, "
         "config), the tick log's compressed snapshot of the state before the tick "
         "(`TickRecorder.begin`, ~0.6 s per 10,000 characters), and freeing the tick's "
