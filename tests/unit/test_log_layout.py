@@ -20,7 +20,6 @@ from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.ticklog import format as tick_log
 from sim.ticklog.format import (
-    LogError,
     gz_path,
     list_logs,
     log_path,
