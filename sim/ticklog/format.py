@@ -64,6 +64,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -659,10 +660,11 @@ class _Layout:
 
 def _indices(value: object, total: int) -> bool:
     """``value`` is a strictly increasing list of line indices below ``total``."""
+    # checked by C loops: a layout lists every call of a big tick
     return (
         isinstance(value, list)
-        and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
-        and all(b > a for a, b in itertools.pairwise(value))
+        and set(map(type, value)) <= {int}
+        and value == sorted(set(value))
         and (not value or (value[0] >= 0 and value[-1] < total))
     )
 
@@ -684,31 +686,34 @@ def _layout(line: bytes, path: Path) -> _Layout:
     return _Layout(total, detail, state)
 
 
-def _in_order(lines: list[bytes], path: Path, complete: bool = True) -> list[bytes]:
+def _in_order(
+    lines: list[bytes], path: Path, complete: bool = True, layout: _Layout | None = None
+) -> list[bytes]:
     """A compressed log's lines in the order the tick wrote them (undoes ``_detail_last``).
 
     ``complete=False``: ``lines`` are only the first ones of the log (at least up to its
-    moved lines); what was not read is left out.
+    moved lines); what was not read is left out. ``layout``: its layout line, if read.
     """
     if len(lines) < 2 or not lines[1].startswith(_LAYOUT):
         return lines
-    layout = _layout(lines[1], path)
+    if layout is None:
+        layout = _layout(lines[1], path)
     rest = lines[2:]
     short = len(rest) < layout.front if not complete else len(rest) != layout.total
     if short:
         raise LogError(f"{path}: the log has {len(rest)} lines, its layout says {layout.total}")
     moved = [*layout.state, *layout.detail]
-    back = dict(zip(moved, rest[layout.front :], strict=False))
-    front = iter(rest[: layout.front])
-    skipped = set(moved)
-    out = [lines[0]]
-    for i in range(layout.total):
-        line = back.get(i)
-        if line is not None:
-            out.append(line)
-        elif i not in skipped:
-            out.append(next(front))
-    return out
+    if not complete and not layout.state:
+        return [lines[0], *rest[: layout.front]]  # the front lines are in order already
+    # each line read at the index the tick wrote it at (C loops: a big tick's log is
+    # hundreds of thousands of lines)
+    front_at = sorted(set(range(layout.total)).difference(moved))
+    placed = [
+        *zip(front_at, rest[: layout.front], strict=True),
+        *zip(moved, rest[layout.front :], strict=False),  # only those read
+    ]
+    placed.sort(key=itemgetter(0))
+    return [lines[0], *(line for _, line in placed)]
 
 
 def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS_LEVEL) -> Path:
@@ -933,7 +938,7 @@ def _front_lines(path: Path, state: bool) -> list[bytes]:
                     wanted = 2 + layout.front + (len(layout.state) if state else 0)
                 if wanted is not None and newlines >= wanted:
                     lines = bytes(out).splitlines(keepends=True)[:wanted]
-                    return _in_order(lines, path, complete=False)
+                    return _in_order(lines, path, complete=False, layout=layout)
         except (EOFError, zlib.error, zstd.ZstdError) as exc:
             raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
     lines = read_log_bytes(path).splitlines(keepends=True)
