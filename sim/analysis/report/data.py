@@ -151,6 +151,8 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
         present.setdefault(lid, []).append(cid)
     scenes: list[Any] = []
     add_char = chars.add
+    seen = chars.pos  # looked up first: nearly every character is indexed already
+    empty: dict[str, Any] = {}
     for lid in sorted(set(narratives) | set(resolutions) | set(present)):
         outcomes: dict[str, str] = {}
         resolution = resolutions.get(lid)
@@ -158,18 +160,20 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
             if isinstance(item, dict) and item.get("character_id") is not None:
                 outcomes[str(item["character_id"])] = _text(item.get("outcome"))
         rows = []
-        for cid in sorted(set(present.get(lid, [])) | set(outcomes)):
+        here = present.get(lid)
+        for cid in sorted(set(here).union(outcomes) if here else outcomes):
             intent = intentions.get(cid)
             if not isinstance(intent, dict):
-                intent = {}
+                intent = empty
             action, target, content = (
                 intent.get("action"),
                 intent.get("target"),
                 intent.get("content"),
             )
+            at = seen.get(cid)
             rows.append(
                 [
-                    add_char(cid),
+                    add_char(cid) if at is None else at,
                     "" if action is None else str(action),
                     "" if target is None else str(target),
                     "" if content is None else str(content),
