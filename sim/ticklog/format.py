@@ -53,7 +53,6 @@ import codecs
 import contextlib
 import errno
 import gzip
-import itertools
 import logging
 import os
 import re
@@ -595,21 +594,63 @@ def compress_log(path: Path, level: int = COMPRESS_LEVEL) -> Path:
     if path.name.endswith(GZ):
         kept = [line for line in read_log_bytes(path).splitlines() if line.strip()]
         plain = path.with_name(path.name.removesuffix(GZ))
-        target = _write_packed(packed_path(plain), lambda: iter(kept), level)
+        target = _write_packed(packed_path(plain), _ListLines(kept), level)
         path.unlink()
         return target
-
-    def lines() -> Iterator[bytes]:
-        with _open_regular(path) as handle:
-            for raw in handle:
-                if not raw.endswith(b"\n"):
-                    return  # a torn tail was never part of the log
-                if raw.strip():
-                    yield raw[:-1]
-
-    target = _write_packed(packed_path(path), lines, level)
+    with _open_regular(path) as handle:
+        target = _write_packed(packed_path(path), _FileLines(handle), level)
     path.unlink()
     return target
+
+
+class _Lines(Protocol):
+    """What ``_write_packed`` compresses: a log's non-blank lines (without newlines),
+    scanned once in order, then picked by index (0: the header) in the stored order."""
+
+    def scan(self) -> Iterator[bytes]: ...
+
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes]: ...
+
+
+@dataclass
+class _ListLines:
+    """Lines held in memory."""
+
+    lines: list[bytes]
+
+    def scan(self) -> Iterator[bytes]:
+        return iter(self.lines)
+
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes]:
+        return (self.lines[i] for i in indices)
+
+
+@dataclass
+class _FileLines:
+    """A plain log's lines on disk: the scan notes where each starts, so the lines are
+    then read again once each (seeks within the reader's buffer cost no system call),
+    never the whole file once per group of lines."""
+
+    handle: BinaryIO
+    starts: list[int] = field(default_factory=list)
+
+    def scan(self) -> Iterator[bytes]:
+        self.starts.clear()
+        at = 0
+        self.handle.seek(0)
+        for raw in self.handle:
+            if not raw.endswith(b"\n"):
+                return  # a torn tail was never part of the log
+            if raw.strip():
+                self.starts.append(at)
+                yield raw[:-1]
+            at += len(raw)
+
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes]:
+        seek, readline, starts = self.handle.seek, self.handle.readline, self.starts
+        for i in indices:
+            seek(starts[i])
+            yield readline()[:-1]
 
 
 def _detail_last(lines: list[bytes]) -> list[bytes]:
@@ -720,7 +761,7 @@ def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS
     """Write a compressed log from its JSONL lines (packed as the module doc says),
     atomically: to ``<name>.tmp``, fsynced, renamed over ``target``."""
     kept = [line for line in lines if line.strip()]
-    return _write_packed(target, lambda: iter(kept), level)
+    return _write_packed(target, _ListLines(kept), level)
 
 
 #: how much packed text ``_write_packed`` gathers before handing it to the compressor
@@ -766,10 +807,10 @@ def _packed_state(line: bytes) -> Iterator[bytes] | None:
     return pieces()
 
 
-def _write_packed(target: Path, lines: Callable[[], Iterator[bytes]], level: int) -> Path:
-    """``write_compressed`` over a source read more than once: for the ``layout`` line
-    (where the state snapshot and the call detail are), then to pack and compress each
-    line in the order ``_detail_last`` gives (the snapshot's round stops at its line).
+def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
+    """``write_compressed`` over a source scanned for the ``layout`` line (where the state
+    snapshot and the call detail are), then read line by line in the order
+    ``_detail_last`` gives, each packed and compressed.
 
     One Zstandard frame, fed a megabyte at a time: the same log always compresses to the
     same bytes (no time, no threads inside the compressor).
@@ -778,7 +819,7 @@ def _write_packed(target: Path, lines: Callable[[], Iterator[bytes]], level: int
     total = 0
     detail: list[int] = []
     late: list[int] = []
-    for i, line in enumerate(lines()):
+    for i, line in enumerate(lines.scan()):
         if i == 0:
             first = line
         else:
@@ -818,23 +859,14 @@ def _write_packed(target: Path, lines: Callable[[], Iterator[bytes]], level: int
         if detail or late:
             put(_layout_line(total, detail, late))
             # the other lines in order, then the state snapshot, then the call detail
-            # (``_detail_last``); the snapshot's round stops at its (early) line
-            moved = set(detail) | set(late)
-            for i, line in enumerate(itertools.islice(lines(), 1, None)):
-                if i not in moved:
+            # (``_detail_last``)
+            moved = set(detail).union(late)
+            front = [i + 1 for i in range(total) if i not in moved]
+            for group in (front, [i + 1 for i in late], [i + 1 for i in detail]):
+                for line in lines.pick(group):
                     put(line)
-            if late:
-                wanted = set(late)
-                for i, line in enumerate(itertools.islice(lines(), 1, late[-1] + 2)):
-                    if i in wanted:
-                        put(line)
-            if detail:
-                wanted = set(detail)
-                for i, line in enumerate(itertools.islice(lines(), 1, None)):
-                    if i in wanted:
-                        put(line)
         else:
-            for line in itertools.islice(lines(), 1, None):
+            for line in lines.pick(range(1, total + 1)):
                 put(line)
         while waiting:
             waiting.popleft().result()
