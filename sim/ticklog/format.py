@@ -23,16 +23,25 @@ order a tick writes them:
 
 Durability: call records are flushed as they are written and the file is fsynced at the
 end of every phase. A running tick's log stays plain JSONL, so a ``kill -9`` loses nothing;
-once the tick has committed the log is compressed into ``tick-000004.jsonl.gz`` (gzip, so
-``zcat`` reads it) by ``compress_log``, with what can be rebuilt exactly left out: a call's
-final raw answer when it is byte for byte the compact JSON of its validated ``result``
-(written as ``{"derived": "result"}`` and restored on read), a call's ``digest`` when its
-own fields give it (``{"derived": "request"}``), and the state snapshot stored
-as plain JSON text (``encoding: "json"``) so the one compression covers it. The call
-detail (``call`` and ``instructions`` records) goes last, after a ``layout`` line (the
-second) naming where each was, so ``read_log(path, calls=False)`` decompresses only what
-comes before it and a full read restores the order the tick wrote. Plain logs (written by
-older sims, or a tick that committed just before a crash) read as before.
+once the tick has committed the log is compressed into ``tick-000004.jsonl.zst`` (one
+Zstandard frame, ``[history] compress_level``, so ``zstdcat`` reads it) by
+``compress_log``, with what can be rebuilt exactly left out: a call's final raw answer
+when it is byte for byte the compact JSON of its validated ``result`` (written as
+``{"derived": "result"}`` and restored on read), a call's ``digest`` when its own fields
+give it (``{"derived": "request"}``), and the state snapshot stored as plain JSON text
+(``encoding: "json"``) so the one compression covers it.
+
+The compressed layout: the header, then a ``layout`` line (``{"type": "layout", "lines":
+N, "detail": [...], "state": [...]}``: how many lines follow it, and the indices, in the
+order the tick wrote them, of the call detail and of the state snapshot), then the tick's
+other records in order (interventions, phases, usage, commit), then the state snapshot,
+then the call detail (``call`` and ``instructions`` records). ``read_log(path,
+calls=False, state=False)`` (the report, for most ticks) decompresses only up to the
+snapshot, ``calls=False`` up to the end of the snapshot, and a full read restores the
+order the tick wrote. Still read as before: plain logs (older sims, or a tick that
+committed just before a crash) and gzip logs of earlier sims (``tick-000004.jsonl.gz``,
+whose ``layout`` line has no ``state``: their snapshot is second, among the other
+records); ``sim log --compact`` rewrites those in the current form.
 
 The ``commit`` record is made atomic with the tick's commit by a small marker file
 (``tick-000004.commit.json``) written through ``Storage.commit``'s journal; ``recover_logs``
