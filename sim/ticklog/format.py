@@ -28,8 +28,10 @@ Zstandard frame, ``[history] compress_level``, so ``zstdcat`` reads it) by
 ``compress_log``, with what can be rebuilt exactly left out: a call's final raw answer
 when it is byte for byte the compact JSON of its validated ``result`` (written as
 ``{"derived": "result"}`` and restored on read), a call's ``digest`` when its own fields
-give it (``{"derived": "request"}``), and the state snapshot stored as plain JSON text
-(``encoding: "json"``) so the one compression covers it.
+give it (``{"derived": "request"}``), and the state snapshot stored as a plain JSON
+object of its files' text by path (``encoding: "object"``) so the one compression covers
+it and one parse reads it (earlier sims stored that object as JSON text in a string,
+``encoding: "json"``: still read).
 
 The compressed layout: the header, then a ``layout`` line (``{"type": "layout", "lines":
 N, "detail": [...], "state": [...]}``: how many lines follow it, and the indices, in the
@@ -284,12 +286,16 @@ def pack_state(files: Mapping[str, bytes], digest_: str | None = None) -> StateR
 
 
 def unpack_state(record: StateRecord) -> dict[str, bytes]:
-    """The files of a state snapshot (``zlib+base64`` as written, ``json`` once the log is
-    compressed as a whole)."""
-    if record.encoding == "zlib+base64":
-        payload = orjson.loads(zlib.decompress(base64.b64decode(record.data)))
-    elif record.encoding == "json":
-        payload = orjson.loads(record.data)
+    """The files of a state snapshot: ``zlib+base64`` as a running tick writes it,
+    ``object`` (path -> text, parsed with its line) once the log is compressed as a
+    whole, ``json`` (that object as JSON text) in logs compressed by earlier sims."""
+    data = record.data
+    if record.encoding == "object" and isinstance(data, dict):
+        return {rel: text.encode("utf-8") for rel, text in data.items()}
+    if record.encoding == "zlib+base64" and isinstance(data, str):
+        payload = orjson.loads(zlib.decompress(base64.b64decode(data)))
+    elif record.encoding == "json" and isinstance(data, str):
+        payload = orjson.loads(data)
     else:
         raise ValueError(f"unknown state encoding {record.encoding!r}")
     return {rel: text.encode("utf-8") for rel, text in payload.items()}
@@ -445,7 +451,7 @@ class TickLog:
         same payload), every other record as read."""
         return [
             pack_state(unpack_state(r))
-            if isinstance(r, StateRecord) and r.encoding == "json"
+            if isinstance(r, StateRecord) and r.encoding != "zlib+base64"
             else r
             for r in self.records
         ]
@@ -581,8 +587,8 @@ def _pack_line(line: bytes) -> bytes:
     if line.startswith(b'{"type":"state_before"'):
         data = orjson.loads(line)
         if data.get("encoding") == "zlib+base64":
-            data["encoding"] = "json"
-            data["data"] = zlib.decompress(base64.b64decode(data["data"])).decode("utf-8")
+            data["encoding"] = "object"
+            data["data"] = orjson.loads(zlib.decompress(base64.b64decode(data["data"])))
             return orjson.dumps(data)
     return line
 
@@ -792,26 +798,34 @@ def _packed_state(line: bytes) -> Iterator[bytes] | None:
 
     def pieces() -> Iterator[bytes]:
         yield (
-            b'{"type":"state_before","encoding":"json","digest":'
+            b'{"type":"state_before","encoding":"object","digest":'
             + match[1]
             + b',"files":'
             + match[2]
-            + b',"data":"'
+            + b',"data":'
         )
         start, end = match.span(3)
         encoded = memoryview(line)[start:end]
         inflater = zlib.decompressobj()
-        text = codecs.getincrementaldecoder("utf-8")()
+        text = codecs.getincrementaldecoder("utf-8")()  # checked, as ``_pack_line`` does
         step = _CHUNK // 8  # a multiple of 4: each piece of base64 decodes alone
+        # the payload is the compact JSON object ``pack_state`` made: it goes in as it is
+        # (what ``_pack_line`` gives by parsing and writing it again, without doing so)
+        first = True
         for at in range(0, len(encoded), step):
             out = inflater.decompress(base64.b64decode(encoded[at : at + step]))
-            # JSON escapes each character alone: the escaped pieces join into the whole
-            yield orjson.dumps(text.decode(out))[1:-1]
+            if first and out:
+                if not out.startswith(b"{"):
+                    raise zlib.error("the state snapshot is not a JSON object")
+                first = False
+            text.decode(out)
+            yield out
         out = inflater.flush()
         if not inflater.eof:
             raise zlib.error("incomplete or truncated stream")
-        yield orjson.dumps(text.decode(out, final=True))[1:-1]
-        yield b'"}'
+        text.decode(out, final=True)
+        yield out
+        yield b"}"
 
     return pieces()
 

@@ -73,8 +73,12 @@ def test_the_state_snapshot_is_stored_after_the_phase_records(tmp_path: Path) ->
     at = stored.index("state_before")
     assert {"phase", "usage", "commit"} <= set(stored[2:at])
     assert set(stored[at + 1 :]) == {"call", "instructions"}
-    layout = orjson.loads(zstd.decompress(packed.read_bytes()).splitlines()[1])
+    stored_lines = zstd.decompress(packed.read_bytes()).splitlines()
+    layout = orjson.loads(stored_lines[1])
     assert layout["state"] == [kinds(written)[1:].index("state_before")] == [0]
+    # the files as a JSON object, parsed with the line (not JSON text inside a string)
+    snapshot = orjson.loads(stored_lines[at])
+    assert snapshot["encoding"] == "object" and isinstance(snapshot["data"], dict)
     log = read_log(packed)
     again = b"".join(dump_record(r) + b"\n" for r in log.written_records())
     assert again == written
