@@ -9,9 +9,10 @@ ticks in this process; ``copies`` makes a longer history from a built one by rep
 logs (hard links) and summaries under later tick numbers (for timing the readers only:
 the copies' contents still name their own ticks); ``measure`` reports the bytes of ``.sim/log`` per
 character-tick and, for each history command run as its own ``sim`` process, its wall
-time and peak RSS (``os.wait4`` of that child); ``sim report`` writes its page into the
-world (``report.html`` and its ``report-ticks/`` detail files, sized, then removed). Each
-prints one JSON object.
+time and peak RSS (``os.wait4`` of that child; sim's bytecode caches written first and
+used, as for an installed program: ``bench.process.child_env``); ``sim report`` writes its
+page into the world (``report.html`` and its ``report-ticks/`` detail files, sized, then
+removed). Each prints one JSON object.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.process import child_env, compile_sim
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,10 +83,9 @@ def _run(world: Path, args: list[str], cwd: Path) -> dict[str, Any]:
     if args[0] == "report":
         page.unlink(missing_ok=True)
         shutil.rmtree(side, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     started = time.perf_counter()
     proc = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        command, cwd=cwd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
@@ -111,6 +113,7 @@ def _run(world: Path, args: list[str], cwd: Path) -> dict[str, Any]:
 
 def startup() -> dict[str, Any]:
     """A ``sim`` process that reads nothing: ``sim log --help`` (imports and start-up)."""
+    compile_sim()
     with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
         return _run(Path(tmp), ["log", "--help"], Path(tmp))
 
@@ -136,6 +139,7 @@ def measure(world: Path, only: list[str] | None = None) -> dict[str, Any]:
         "kb_per_character_tick": (logs + summaries) / per / 1024,
         "commands": {},
     }
+    compile_sim()
     with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
         for name, args in COMMANDS.items():
             if only is None or name in only:

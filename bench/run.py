@@ -491,7 +491,8 @@ def history_lines(
         f"## 8. Long histories: {characters:,} characters × {ticks:,} ticks, offline",
         "",
         f"History built offline in {built['build_s']:.0f} s (`bench/history.py build`). Each "
-        "command below is its own `sim` process; time is wall (CPU in brackets) and peak "
+        "command below is its own `sim` process (sim's bytecode caches written first, as "
+        "for an installed program); time is wall (CPU in brackets) and peak "
         f"RSS is that process's (`os.wait4`); each is the run of median wall of "
         f"{len(near_runs)}. A `sim` process that reads nothing (`sim log --help`) takes "
         f"{base['wall_s']:.2f} s ({base['cpu_s']:.2f} s CPU) and "

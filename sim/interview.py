@@ -10,28 +10,26 @@ with the tick, the model and every attempt's usage), which ``sim usage`` counts.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim import safefs
-from sim.config import Config
 from sim.errors import InputError, LogError
 from sim.llm.budget import Cost, Price
-from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
-from sim.llm.events import LLMEvent
-from sim.llm.stack import build_stack, close_stack
 from sim.llm.types import Usage
-from sim.storage import Storage
 from sim.ticklog.books import attempts_cost
 from sim.ticklog.records import AttemptRecord, TokenCounts
-from sim.world import Entity, World
+
+if TYPE_CHECKING:  # asking imports the LLM stack; reading interviews (sim usage) does not
+    from sim.config import Config
+    from sim.llm.events import LLMEvent
+    from sim.world import Entity, World
 
 INTERVIEWS = ".sim/interviews.jsonl"
 #: the config section whose model and settings answer (the characters' own voice)
@@ -181,6 +179,9 @@ def _interview(
 
 
 async def _ask(world: World, config: Config, question: str, ids: Sequence[str]) -> list[Interview]:
+    from sim.llm.client import LLMClient, LLMRequest
+    from sim.llm.stack import build_stack, close_stack
+
     section = config.phase(SECTION)
     adapter = build_stack(config, world.seed)
     by_request: dict[int, list[LLMEvent]] = {}
@@ -248,6 +249,10 @@ def ask(
         raise InputError(None, "QUESTION", "expected a question (got an empty one)")
     if len(question) > MAX_QUESTION:
         raise InputError(None, "QUESTION", f"expected at most {MAX_QUESTION} characters")
+    import asyncio
+
+    from sim.storage import Storage
+
     world = Storage(world_dir).load()
     ids = sorted(world.characters) if characters is None else list(characters)
     for cid in ids:

@@ -1,5 +1,9 @@
 """What every command shares: the --world and --config options, config building, and the
-mapping of library errors to messages and exit codes (0 ok, 1 the run failed, 2 bad input)."""
+mapping of library errors to messages and exit codes (0 ok, 1 the run failed, 2 bad input).
+
+The config's models are imported by ``build_config``, when a command builds its config:
+``sim log`` and ``sim report`` read a history without one and do not load them.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +12,15 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from sim.config import (
-    BUILTIN_PHASES,
-    PHASE_ALIASES,
-    PHASE_SECTIONS,
-    Config,
-    load_config,
-    phase_section,
-)
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
-from sim.policy.types import TickDeferred
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -116,6 +114,14 @@ def os_error_line(exc: OSError) -> str:
     )
 
 
+def deferred(exc: SimError) -> bool:
+    """Whether ``exc`` is a policy's deferral (``sim.policy.TickDeferred``). Told apart
+    without importing the policy package (and the config with it) into every command: only
+    a command that loaded its module can have raised one."""
+    types = sys.modules.get("sim.policy.types")
+    return types is not None and isinstance(exc, types.TickDeferred)
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     """Map library errors to a message on stderr and an exit code."""
@@ -127,14 +133,11 @@ def errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
-    except TickDeferred as exc:  # a policy said "not now": exit 75, resumable
-        click.echo(f"deferred: {exc}", err=True)
-        sys.exit(exc.exit_code)
     except RunFailed as exc:
         click.echo(f"failed: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except SimError as exc:
-        click.echo(f"error: {exc}", err=True)
+    except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
+        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {exc}", err=True)
         sys.exit(exc.exit_code)
     except LLMConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -154,6 +157,8 @@ def errors() -> Iterator[None]:
 
 
 def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:
+    from sim.config import BUILTIN_PHASES, PHASE_ALIASES, PHASE_SECTIONS, phase_section
+
     out: dict[str, Any] = {}
     for value in values:
         name, sep, number = value.partition("=")
@@ -186,6 +191,8 @@ def build_config(
     stream: bool | None = None,
     batch: bool | None = None,
 ) -> Config:
+    from sim.config import PHASE_SECTIONS, load_config, phase_section
+
     overrides: dict[str, Any] = depth_overrides(depth)
     # several servers (a pool) on the command line: comma-separated URLs
     urls: str | list[str] | None = (

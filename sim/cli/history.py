@@ -65,13 +65,11 @@ def log_(
 ) -> None:
     """Show what happened in a tick, from its log (or compact old logs)."""
     from sim.ticklog import view as logview
-    from sim.ticklog.compact import compact_history
-    from sim.ticklog.format import log_path, read_log
-    from sim.ticklog.records import dump_record
-    from sim.ticklog.summary import heads, summary_numbers
 
     with errors():
         if compact:
+            from sim.ticklog.compact import compact_history  # loads the world's storage
+
             if tick_ is not None or calls or as_json:
                 raise InputError(None, "--compact", "takes only --world and --before")
             done = compact_history(world_dir, before)
@@ -81,6 +79,8 @@ def log_(
         if before is not None:
             raise InputError(None, "--before", "only with --compact")
         if tick_ == "all":
+            from sim.ticklog.summary import heads, summary_numbers
+
             # each tick's summary (written at its commit), not its whole log
             problems = []
             if not as_json:
@@ -96,6 +96,9 @@ def log_(
             if problems:
                 sys.exit(1)
             return
+        from sim.ticklog.format import log_path, read_log
+        from sim.ticklog.records import dump_record
+
         number = tick_arg(tick_) if tick_ is not None else None
         log = (
             read_log(log_path(world_dir, number))

@@ -10,7 +10,6 @@ import click
 import orjson
 
 from sim.cli.common import CONFIG, WORLD, build_config, count_option, errors
-from sim.config import phase_section, section_name
 from sim.errors import InputError
 
 if TYPE_CHECKING:  # imported by the commands (`sim --help` does not load the runner)
@@ -94,6 +93,7 @@ def tune_(
     money: it shows an estimate and asks first (--yes skips the question).
     """
     from sim.analysis.tune import estimate, tune
+    from sim.config import phase_section, section_name
 
     with errors():
         tried = parse_depths(depths)

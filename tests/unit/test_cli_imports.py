@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 import sim.cli
 from sim.analysis.usage import BY_CHOICES
@@ -106,3 +107,71 @@ def test_every_lazy_command_is_reachable() -> None:
     for name in COMMANDS:
         command = main.get_command(click.Context(main), name)
         assert command is not None and command.name == name
+
+
+def test_a_command_s_help_loads_no_config_and_no_policy() -> None:
+    """The shared options and error mapping do not import the config's models (nor the
+    policy package, which imports them): ``build_config`` does, when a command runs."""
+    loaded = loaded_everything_after(
+        "from sim.cli import main\ntry:\n    main(['log', '--help'])\nexcept SystemExit:\n    pass"
+    )
+    assert "sim.cli.history" in loaded  # the control: the command's module was loaded
+    unused = {"sim.config", "sim.policy", "sim.ticklog.summary"}
+    assert not loaded & unused, sorted(loaded & unused)
+
+
+@pytest.fixture(scope="module")
+def ticked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo world after one offline tick (a log and its summary to read)."""
+    tmp = tmp_path_factory.mktemp("ticked")
+    world = tmp / "demo"
+    shutil.copytree(REPO / "worlds" / "demo", world, ignore=shutil.ignore_patterns(".sim"))
+    done = subprocess.run(
+        [sys.executable, "-m", "sim", "tick", "--world", str(world)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp,
+    )
+    assert done.returncode == 0, done.stderr
+    return world
+
+
+def run_loading(args: list[str], cwd: Path) -> set[str]:
+    """The modules loaded by ``sim ARGS`` run in a fresh Python, which must exit 0."""
+    return loaded_everything_after(
+        "from sim.cli import main\n"
+        f"try:\n    main({args!r})\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code",
+        cwd=cwd,
+    )
+
+
+def test_sim_log_of_every_tick_loads_neither_the_config_nor_the_world(ticked: Path) -> None:
+    """``sim log --tick all`` reads the ticks' summaries: no config models, no entity
+    models or storage, no templates, no LLM client."""
+    loaded = run_loading(["log", "--world", str(ticked), "--tick", "all"], ticked.parent)
+    assert "sim.ticklog.summary" in loaded  # the control: it read the summaries
+    unused = {
+        "sim.config",
+        "sim.policy",
+        "sim.storage",
+        "sim.world",
+        "sim.ticklog.compact",
+        "sim.llm.client",
+        "jinja2",
+        "asyncio",
+    }
+    assert not loaded & unused, sorted(loaded & unused)
+
+
+def test_sim_usage_loads_no_llm_stack_and_by_phase_no_world(ticked: Path) -> None:
+    """``sim usage`` counts interviews without importing what asks them (the LLM client,
+    asyncio), and grouped by phase it reads no entity."""
+    stack = {"sim.llm.client", "sim.llm.stack", "asyncio", "jinja2", "sim.phases"}
+    by_phase = run_loading(["usage", "--world", str(ticked), "--by", "phase"], ticked.parent)
+    assert {"sim.analysis.usage", "sim.interview"} <= by_phase  # the control
+    assert not by_phase & (stack | {"sim.storage", "sim.world"}), sorted(by_phase & stack)
+    by_entity = run_loading(["usage", "--world", str(ticked)], ticked.parent)
+    assert "sim.storage" in by_entity  # the control: the entities were read
+    assert not by_entity & stack, sorted(by_entity & stack)

@@ -1,0 +1,159 @@
+"""Typed configuration: ``config.toml`` layers merged and validated once, strictly.
+
+Layers, later wins: built-in defaults (``sim/defaults.toml``, identical to the shipped
+``config.toml``) < ``--config FILE`` or ``./config.toml`` < the world's ``config.toml`` <
+command-line overrides. Each file is validated as it is merged, so an error names the file
+that holds the bad key, and every error of every file is reported at once.
+
+Types are strict (``"16"`` or ``true`` is not a number) and numbers finite. A world's own
+``config.toml`` is untrusted (worlds are shared): it may not change where requests go or
+which credential they carry (``ROUTING_KEYS``) unless the user trusts it
+(``--trust-world-config``) or sets the same value in their own config.
+
+The package, by concept (every public name is importable from ``sim.config``):
+
+- ``names``: phase sections and aliases, built-in phases, provider kinds, the routing keys
+- ``models``: the pydantic models of the sections (``Config`` and its parts)
+- ``validate``: a layer's problems, all at once (``InvalidConfig``)
+- ``trust``: the rule for a world's own ``config.toml``
+- ``layers``: ``load_config``, the layers merged in order
+- ``endpoints``: where each phase's models run (``routing``), endpoint descriptions
+"""
+
+from __future__ import annotations
+
+from sim.config.endpoints import (
+    KIND_KEY_ENV,
+    EndpointSpec,
+    Routing,
+    endpoint,
+    kind_endpoint,
+    llm_endpoint,
+    named_endpoint,
+    named_endpoints,
+    normalised_model,
+    offline_config,
+    own_key_env,
+    phase_endpoints,
+    phase_home,
+    resolve_model,
+    routing,
+)
+from sim.config.layers import (
+    GEMINI_DEFAULT_MODEL,
+    defaults_data,
+    load_config,
+    provider_models,
+)
+from sim.config.models import (
+    DEFAULT_PRICES,
+    BaseUrl,
+    BudgetConfig,
+    Config,
+    DeclaredPhaseConfig,
+    FailurePolicy,
+    HistoryConfig,
+    LimitsConfig,
+    LLMConfig,
+    Phase1Config,
+    PhaseConfig,
+    PhaseEndpoint,
+    PolicyConfig,
+    PriceConfig,
+    ProviderConfig,
+    ProviderName,
+    TickConfig,
+    VerbName,
+    base_urls,
+    describe_base_url,
+    redacted,
+)
+from sim.config.names import (
+    BATCH_PROVIDERS,
+    BUILTIN_PHASES,
+    DEFAULT_ORDER,
+    ENDPOINT_KEYS,
+    NAME_PATTERN,
+    PHASE_ALIASES,
+    PHASE_SECTIONS,
+    PROVIDER_NAME_PATTERN,
+    PROVIDERS,
+    ROUTING_KEYS,
+    ROUTING_TABLES,
+    SECTION_NAMES,
+    SERVER_CHAIN_PROVIDERS,
+    phase_section,
+    section_name,
+)
+from sim.config.trust import (
+    endpoint_paths,
+    untrusted,
+)
+from sim.config.validate import (
+    InvalidConfig,
+    layer_problems,
+    validated,
+)
+
+__all__ = [
+    "BATCH_PROVIDERS",
+    "BUILTIN_PHASES",
+    "DEFAULT_ORDER",
+    "DEFAULT_PRICES",
+    "ENDPOINT_KEYS",
+    "GEMINI_DEFAULT_MODEL",
+    "KIND_KEY_ENV",
+    "NAME_PATTERN",
+    "PHASE_ALIASES",
+    "PHASE_SECTIONS",
+    "PROVIDERS",
+    "PROVIDER_NAME_PATTERN",
+    "ROUTING_KEYS",
+    "ROUTING_TABLES",
+    "SECTION_NAMES",
+    "SERVER_CHAIN_PROVIDERS",
+    "BaseUrl",
+    "BudgetConfig",
+    "Config",
+    "DeclaredPhaseConfig",
+    "EndpointSpec",
+    "FailurePolicy",
+    "HistoryConfig",
+    "InvalidConfig",
+    "LLMConfig",
+    "LimitsConfig",
+    "Phase1Config",
+    "PhaseConfig",
+    "PhaseEndpoint",
+    "PolicyConfig",
+    "PriceConfig",
+    "ProviderConfig",
+    "ProviderName",
+    "Routing",
+    "TickConfig",
+    "VerbName",
+    "base_urls",
+    "defaults_data",
+    "describe_base_url",
+    "endpoint",
+    "endpoint_paths",
+    "kind_endpoint",
+    "layer_problems",
+    "llm_endpoint",
+    "load_config",
+    "named_endpoint",
+    "named_endpoints",
+    "normalised_model",
+    "offline_config",
+    "own_key_env",
+    "phase_endpoints",
+    "phase_home",
+    "phase_section",
+    "provider_models",
+    "redacted",
+    "resolve_model",
+    "routing",
+    "section_name",
+    "untrusted",
+    "validated",
+]

@@ -1,0 +1,144 @@
+"""Building the effective config from its layers (``sim.config`` says which, in order): each
+TOML file read and validated as it is merged, the trust rule applied to the world's, then
+the command line's overrides."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sim.config.models import Config, DeclaredPhaseConfig
+from sim.config.names import PHASE_SECTIONS
+from sim.config.trust import untrusted
+from sim.config.validate import InvalidConfig, layer_problems, validated
+from sim.errors import InputError
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise InputError(path, None, "config file not found") from None
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, None, "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, None, f"not valid TOML: {exc}") from None
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+#: the model of a gemini phase whose model was left at the built-in default, when
+#: ``GEMINI_MODEL`` is unset
+GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
+
+
+def provider_models(config: Config, environ: Mapping[str, str]) -> Config:
+    """The config with the provider's default model where a phase did not choose one.
+
+    With ``provider = "gemini"``, a phase whose ``model`` is still the built-in default
+    (no config file, world config or ``--model`` changed it) uses ``$GEMINI_MODEL``, or
+    ``gemini-2.5-flash`` when that is unset or empty; a model set anywhere is kept as is,
+    and so are ``fallback_models``. Other providers are left unchanged.
+    """
+    if config.llm.provider != "gemini":
+        return config
+    model = environ.get("GEMINI_MODEL", "").strip() or GEMINI_DEFAULT_MODEL
+    defaults = Config.model_validate(defaults_data())
+    update: dict[str, Any] = {
+        section: config.phase(section).model_copy(update={"model": model})
+        for section in PHASE_SECTIONS
+        if config.phase(section).model == defaults.phase(section).model
+    }
+    default_model = DeclaredPhaseConfig().model
+    declared = {
+        name: phase.model_copy(update={"model": model}) if phase.model == default_model else phase
+        for name, phase in config.phases.items()
+    }
+    if declared:
+        update["phases"] = declared
+    return config.model_copy(update=update)
+
+
+def defaults_data() -> dict[str, Any]:
+    text = resources.files("sim").joinpath("defaults.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def load_config(
+    config_file: Path | None = None,
+    world_dir: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    cwd: Path | None = None,
+    *,
+    trust_world_config: bool = False,
+) -> Config:
+    """Build the effective config from its layers (see the module docstring).
+
+    Args:
+        trust_world_config: let the world's ``config.toml`` set ``ROUTING_KEYS``.
+
+    Raises:
+        InputError: a file is missing or malformed, a key is unknown, a value out of range,
+            a world's config sets where requests go (``InvalidConfig`` lists every problem).
+    """
+    defaults = defaults_data()
+    data = defaults
+    layers: list[tuple[Path, bool]] = []
+    if config_file is not None:
+        layers.append((config_file, False))
+    else:
+        local = (cwd or Path.cwd()) / "config.toml"
+        if local.is_file():
+            layers.append((local, False))
+    if world_dir is not None:
+        world_config = world_dir / "config.toml"
+        if world_config.is_symlink() or world_config.exists():
+            layers.append((world_config, True))
+    problems: list[InputError] = []
+    for path, is_world in layers:
+        layer = _read_world_toml(path) if is_world else _read_toml(path)
+        if is_world and not trust_world_config:  # the user's layers and flags decide
+            problems.extend(untrusted(layer, data, path, overrides or {}))
+        merged = _merge(data, layer)
+        # each layer on top of the defaults alone: a problem is reported once, by its file
+        problems.extend(layer_problems(_merge(defaults, layer), path, combined=False))
+        data = merged
+    if problems:
+        raise InvalidConfig(problems)
+    if overrides:
+        data = _merge(data, overrides)
+    return provider_models(validated(data, None), os.environ)
+
+
+def _read_world_toml(path: Path) -> dict[str, Any]:
+    """A world's ``config.toml``: a regular file inside the world, read without following
+    a link, size-limited."""
+    from sim import safefs
+
+    try:
+        raw = safefs.read_file(path.parent, path.name, 1024 * 1024)
+    except FileNotFoundError:
+        raise InputError(path, None, "config file not found") from None
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(path, None, "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, None, f"not valid TOML: {exc}") from None

@@ -1,0 +1,324 @@
+"""The config's pydantic models, one per section of ``config.toml``: strict types (``"16"``
+or ``true`` is not a number), finite numbers, unknown keys refused, per-phase settings
+over ``[llm]``'s defaults."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+)
+
+from sim.config.names import (
+    DEFAULT_ORDER,
+    NAME_PATTERN,
+    PHASE_ALIASES,
+    PHASE_SECTIONS,
+    PROVIDER_NAME_PATTERN,
+)
+from sim.llm.types import CallSettings, StructuredOutput
+
+
+def _distinct_urls(value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    if isinstance(value, tuple):
+        if not value:
+            raise ValueError("expected at least one URL (or a single URL as a string)")
+        if any(not url for url in value):
+            raise ValueError("expected non-empty URLs")
+        if len(set(value)) != len(value):
+            raise ValueError("a URL is listed twice")
+    return value
+
+
+#: ``base_url``: one server, or several (a TOML array: a pool, ``sim.llm.pool``); use this
+#: type wherever a config section takes a ``base_url``
+BaseUrl = Annotated[
+    str | Annotated[tuple[str, ...], Strict(False)],  # a TOML array becomes the tuple
+    AfterValidator(_distinct_urls),
+]
+
+
+def base_urls(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The servers a ``base_url`` names: none ("": the provider's default), one, or a pool."""
+    if isinstance(value, tuple):
+        return value
+    return (value,) if value else ()
+
+
+def describe_base_url(value: str | tuple[str, ...]) -> str:
+    """A ``base_url`` for messages: the URL, or a pool's URLs joined by ", "."""
+    return ", ".join(value) if isinstance(value, tuple) else value
+
+
+#: what a failed or denied call does to its tick (``[llm]`` and per phase)
+FailurePolicy = Literal["degrade", "fail"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class LLMConfig(_Strict):
+    provider: str = "offline"
+    chain_mode: Literal["window", "server"] = "window"
+    max_concurrency: int = Field(16, ge=1, le=10_000)
+    timeout_seconds: float = Field(600, gt=0)
+    connect_timeout_seconds: float = Field(10, gt=0)
+    first_token_timeout_seconds: float = Field(300, gt=0)
+    idle_timeout_seconds: float = Field(60, gt=0)
+    stream: bool = False
+    structured_output: StructuredOutput = "auto"
+    #: one server, or a list of servers of the same provider (a pool: ``sim.llm.pool``)
+    base_url: BaseUrl = ""
+    api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    requests_per_minute: int = Field(0, ge=0)
+    tokens_per_minute: int = Field(0, ge=0)
+    max_failed_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    transient_retries: int = Field(2, ge=0, le=20)
+    backoff_base_seconds: float = Field(0.5, ge=0)
+    backoff_cap_seconds: float = Field(20, ge=0)
+    breaker_threshold: int = Field(5, ge=1)
+    breaker_cooldown_seconds: float = Field(30, ge=0)
+    #: schema-feedback retries after an answer that does not fit the schema (spec 000: 2)
+    json_max_retries: int = Field(2, ge=0, le=10)
+    #: degrade: a failed or denied call falls back for its entity (bounded by
+    #: max_failed_fraction); fail: the first one leaves the tick uncommitted
+    llm_failure_policy: FailurePolicy = "degrade"
+    #: send each phase's calls as one OpenAI Batch API batch (half price, hours of waiting)
+    batch: bool = False
+    #: seconds between two polls of a batch in progress
+    batch_poll_seconds: float = Field(30, gt=0)
+
+
+class ProviderConfig(_Strict):
+    """``[providers.NAME]``: a named endpoint, used by qualified models (``NAME/model``).
+
+    Unset optional keys take ``[llm]``'s value; ``api_key_env`` left empty is the kind's
+    own variable (``OPENAI_API_KEY``, ``GEMINI_API_KEY``, ``ANTHROPIC_API_KEY``).
+    """
+
+    kind: str
+    base_url: BaseUrl = ""
+    api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+    #: how a ``chat`` endpoint is asked for the schema; unset: the phase's (or [llm]'s)
+    structured_output: StructuredOutput | None = None
+    max_concurrency: int | None = Field(None, ge=1, le=10_000)
+    requests_per_minute: int | None = Field(None, ge=0)
+    tokens_per_minute: int | None = Field(None, ge=0)
+
+
+class BudgetConfig(_Strict):
+    max_total_tokens: int = Field(0, ge=0)
+    max_cost_usd: float = Field(0.0, ge=0.0)
+
+
+class PriceConfig(_Strict):
+    input: float = Field(0.0, ge=0.0)
+    cached_input: float = Field(0.0, ge=0.0)
+    output: float = Field(0.0, ge=0.0)
+
+
+DEFAULT_PRICES = {
+    "offline": PriceConfig(),
+    "gpt-4.1": PriceConfig(input=2.0, cached_input=0.5, output=8.0),
+    "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
+    "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
+    "gpt-4o-mini": PriceConfig(input=0.15, cached_input=0.075, output=0.6),
+    # Gemini API list prices entered on 2026-11-23 (2.5 Pro: prompts up to 200k tokens);
+    # check them against Google's pricing page
+    "gemini-2.5-pro": PriceConfig(input=1.25, cached_input=0.125, output=10.0),
+    "gemini-2.5-flash": PriceConfig(input=0.3, cached_input=0.03, output=2.5),
+    "gemini-2.5-flash-lite": PriceConfig(input=0.1, cached_input=0.01, output=0.4),
+    "gemini-2.0-flash": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
+    # Anthropic list prices entered on 2026-11-23 (Sonnet: prompts up to 200k tokens;
+    # cache reads as cached_input, cache writes priced as input): check Anthropic's pricing page
+    "claude-opus-4-5": PriceConfig(input=5.0, cached_input=0.5, output=25.0),
+    "claude-opus-4-1": PriceConfig(input=15.0, cached_input=1.5, output=75.0),
+    "claude-sonnet-4-5": PriceConfig(input=3.0, cached_input=0.3, output=15.0),
+    "claude-haiku-4-5": PriceConfig(input=1.0, cached_input=0.1, output=5.0),
+}
+
+
+#: (provider, base_url, api_key_env): where a phase's requests go
+PhaseEndpoint = tuple[str, str | tuple[str, ...], str]
+
+
+class PhaseConfig(_Strict):
+    model: str = Field("gpt-4.1-mini", min_length=1)
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    max_output_tokens: int = Field(800, gt=0)
+    response_chain_depth: int = Field(0, ge=0)
+    fallback_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
+    #: this phase's structured-output form; unset: ``[llm] structured_output``
+    structured_output: StructuredOutput | None = None
+    #: this phase's provider, server and key variable ("" = [llm]'s): endpoint keys
+    #: (ENDPOINT_KEYS), under the trust rule for world configs
+    provider: str = ""
+    base_url: BaseUrl = ""
+    api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+    #: this phase's failure policy; unset: ``[llm] llm_failure_policy``
+    llm_failure_policy: FailurePolicy | None = None
+
+    def failure_policy(self, llm: LLMConfig) -> FailurePolicy:
+        """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""
+        return self.llm_failure_policy or llm.llm_failure_policy
+
+    def endpoint(self, llm: LLMConfig) -> PhaseEndpoint:
+        """(provider, base_url, api_key_env) this phase's requests go to. A phase that
+        names another provider does not inherit [llm]'s server."""
+        key = self.api_key_env or llm.api_key_env
+        if self.provider and self.provider != llm.provider:
+            return self.provider, self.base_url, key
+        return llm.provider, self.base_url or llm.base_url, key
+
+    def settings(self, llm: LLMConfig) -> CallSettings:
+        return CallSettings(
+            model=self.model,
+            temperature=self.temperature,
+            max_output_tokens=self.max_output_tokens,
+            timeout_seconds=llm.timeout_seconds,
+            first_token_timeout_seconds=llm.first_token_timeout_seconds,
+            idle_timeout_seconds=llm.idle_timeout_seconds,
+            stream=llm.stream,
+            fallback_models=self.fallback_models,
+            structured_output=self.structured_output or llm.structured_output,
+        )
+
+
+class PolicyConfig(_Strict):
+    """``[policy]``: the gates every LLM call passes before it is sent (docs/policies.md)."""
+
+    #: the models calls may use (a call's model and its fallback_models); empty: any
+    allowed_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
+    #: a tick whose estimated cost exceeds this asks a person once before its first
+    #: call; 0: never asks
+    approve_above_usd: float = Field(0.0, ge=0.0)
+    #: calls about one character or location in one tick, all phases together; 0: no limit
+    max_calls_per_entity_per_tick: int = Field(0, ge=0)
+    #: policies from the ``sim.policies`` entry-point group, by name, asked in this order
+    custom: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field((), strict=False)
+
+
+class HistoryConfig(_Strict):
+    #: logs of the last N ticks are kept (0: all)
+    keep_ticks: int = Field(0, ge=0)
+    #: Zstandard level of a committed tick's log (1 fastest .. 19 smallest; 0 leaves it plain)
+    compress_level: int = Field(3, ge=0, le=19)
+
+
+class LimitsConfig(_Strict):
+    #: the largest entity file loaded; a larger one is refused by name
+    max_entity_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+
+
+class Phase1Config(PhaseConfig):
+    #: schema: answer an Intention; tools: choose one of move_to/say/act/wait
+    mode: Literal["schema", "tools"] = "schema"
+    #: tools mode: how many look/recall/inventory steps a character may take before acting
+    max_tool_steps: int = Field(3, ge=0, le=10)
+
+
+class TickConfig(_Strict):
+    #: the phases of a tick, in order: built-ins by name, declared ones by their section
+    phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
+
+
+class DeclaredPhaseConfig(PhaseConfig):
+    """``[phases.<name>]``: a phase the world declares (or settings for a Python phase).
+
+    For a phase declared in TOML, ``instructions`` and ``schema`` are required; a phase
+    from the ``sim.phases`` entry-point group brings its own and takes only the settings.
+    """
+
+    per: Literal["character", "location", "world"] = "character"
+    instructions: str = ""
+    input: str = ""
+    schema_: str = Field("", alias="schema")
+    writes: dict[str, str] = Field(default_factory=dict)
+    mode: Literal["schema"] = "schema"
+    #: tools from the engine's registry the model may call before answering (look, recall,
+    #: inventory), each answered by the engine; then it answers by calling ``answer``
+    tools: tuple[str, ...] = Field((), strict=False)  # a TOML array
+    #: with ``tools``: how many query steps a subject may take before it must answer
+    max_tool_steps: int = Field(3, ge=0, le=10)
+
+    model_config = ConfigDict(populate_by_name=True)  # merged with _Strict's
+
+
+VerbName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+
+ProviderName = Annotated[str, StringConstraints(pattern=PROVIDER_NAME_PATTERN)]
+
+
+class Config(_Strict):
+    llm: LLMConfig = LLMConfig()
+    budget: BudgetConfig = BudgetConfig()
+    #: named endpoints (``[providers.local]``), for ``local/<model>`` model strings
+    providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
+    prices: dict[str, PriceConfig] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=400)
+    phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
+    phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
+    phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
+    history: HistoryConfig = HistoryConfig()
+    policy: PolicyConfig = PolicyConfig()
+    limits: LimitsConfig = LimitsConfig()
+    tick: TickConfig = TickConfig()
+    phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
+        Field(default_factory=dict)
+    )
+    #: verbs the world adds to the intention schema: name -> what it does
+    actions: dict[VerbName, Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=dict
+    )
+
+    def phase(self, section: str) -> PhaseConfig:
+        """A phase's settings by section (``phase2a``, ``phases.opinion``) or by name.
+
+        A Python phase without a ``[phases.<name>]`` section gets the defaults.
+        """
+        section = PHASE_ALIASES.get(section, section)
+        if section in PHASE_SECTIONS:
+            value = getattr(self, section)
+            assert isinstance(value, PhaseConfig)
+            return value
+        name = section.removeprefix("phases.")
+        return self.phases.get(name) or DeclaredPhaseConfig()
+
+    def call_settings(self, section: str) -> CallSettings:
+        """A phase's call settings with its models resolved to where they run: the
+        primary's endpoint in ``provider``, the fallbacks as ``ModelTarget``s,
+        deduplicated by (provider, normalised model)."""
+        phase = self.phase(section)
+        from sim.config.endpoints import routing  # which needs these models
+
+        primary, *fallbacks = routing(self).candidates(section)
+        return replace(
+            phase.settings(self.llm),
+            model=primary.model,
+            provider=primary.provider,
+            fallback_models=tuple(fallbacks),
+        )
+
+    def with_phase(self, section: str, **update: Any) -> Config:
+        """A copy with one phase's settings changed (``sim tune``)."""
+        section = PHASE_ALIASES.get(section, section)
+        phase = self.phase(section).model_copy(update=update)
+        if section in PHASE_SECTIONS:
+            return self.model_copy(update={section: phase})
+        assert isinstance(phase, DeclaredPhaseConfig)
+        name = section.removeprefix("phases.")
+        return self.model_copy(update={"phases": {**self.phases, name: phase}})
+
+
+def redacted(config: Config) -> dict[str, Any]:
+    """The config as plain data, safe to log (holds no secrets by construction)."""
+    return config.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,80 @@
+"""Phases and providers by name: the config's phase sections and their aliases, the built-in
+phases, the provider kinds, and the keys the trust rule for world configs watches."""
+
+from __future__ import annotations
+
+from sim.errors import InputError
+
+PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4")
+
+
+PHASE_ALIASES = {
+    "intentions": "phase1",
+    "resolution": "phase2a",
+    "narrative": "phase2b",
+    "memory": "phase4",
+}
+
+
+PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
+
+
+#: providers that keep response chains on their server (``chain_mode = "server"``)
+SERVER_CHAIN_PROVIDERS = ("openai",)
+
+
+#: the built-in phases, in their default order
+BUILTIN_PHASES = ("intentions", "resolution", "narrative", "apply", "memory")
+
+
+DEFAULT_ORDER = BUILTIN_PHASES
+
+
+#: phase and verb names: they become chain keys (``opinion:{id}``) and file names
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+
+
+#: config keys that decide where requests (and the API key) go. The trust rule for world
+#: configs applies to every key whose last part is in this set, wherever it appears:
+#: ``llm.*``, ``phase1.*`` .. ``phase4.*`` and ``phases.<name>.*``.
+ENDPOINT_KEYS = frozenset({"provider", "base_url", "api_key_env"})
+
+
+#: ... and these too (a future ``api_key``, ``organization``, ``headers``), plus anything
+#: under ``[providers.*]``: a world's config may not set them on its own
+ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers"}
+
+
+ROUTING_TABLES = frozenset({"providers"})
+
+
+#: a ``[providers.NAME]`` name: what a qualified model string starts with (``local/qwen``)
+PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
+
+
+#: providers whose wire format the Batch API takes (``[llm] batch``)
+BATCH_PROVIDERS = ("openai", "chat")
+
+
+#: config section -> phase name, for the built-in LLM phases
+SECTION_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
+
+
+def phase_section(name: str, declared: tuple[str, ...] = ()) -> str:
+    """Map ``phase2a``, ``resolution`` or a declared phase's name (``opinion`` ->
+    ``phases.opinion``) to its config section; raise on anything else."""
+    section = PHASE_ALIASES.get(name, name)
+    if section in PHASE_SECTIONS:
+        return section
+    bare = name.removeprefix("phases.")
+    if bare in declared and bare not in BUILTIN_PHASES:
+        return f"phases.{bare}"
+    choices = ", ".join(
+        (*PHASE_SECTIONS, *PHASE_ALIASES, *(d for d in declared if d not in BUILTIN_PHASES))
+    )
+    raise InputError(None, "--depth", f"unknown phase {name!r}; expected one of: {choices}")
+
+
+def section_name(section: str) -> str:
+    """The phase name of a config section (``phase2a`` -> ``resolution``)."""
+    return SECTION_NAMES.get(section, section.removeprefix("phases."))

@@ -1,0 +1,189 @@
+"""The trust rule for a world's own ``config.toml``: worlds are shared, so a world's config
+may not change where requests go, which credential they carry or the policy gates, unless
+the user trusts it (``--trust-world-config``) or sets the same value in their own config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sim.config.names import (
+    ENDPOINT_KEYS,
+    PHASE_SECTIONS,
+    PROVIDERS,
+    ROUTING_KEYS,
+    ROUTING_TABLES,
+)
+from sim.errors import InputError
+
+
+def endpoint_paths(data: Mapping[str, Any]) -> list[str]:
+    """Dotted paths of the endpoint keys (``ENDPOINT_KEYS``) a raw config layer sets, e.g.
+    ``["llm.base_url", "phases.opinion.provider"]``: what the trust rule checks."""
+    out: list[str] = []
+    for section, value in data.items():
+        if not isinstance(value, Mapping):
+            continue
+        if section == "phases":
+            for name, phase in value.items():
+                if isinstance(phase, Mapping):
+                    out.extend(f"phases.{name}.{k}" for k in phase if k in ENDPOINT_KEYS)
+        elif section == "llm" or section in PHASE_SECTIONS:
+            out.extend(f"{section}.{k}" for k in value if k in ENDPOINT_KEYS)
+    return out
+
+
+def _routing_settings(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of every routing setting in a config layer."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if (not prefix and key in ROUTING_TABLES) or key in ROUTING_KEYS:
+            out[dotted] = value
+        elif isinstance(value, Mapping):
+            out.update(_routing_settings(value, f"{dotted}."))
+    return out
+
+
+def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = data
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+_MISSING = object()
+
+
+def _untrusted_routing(
+    world: Mapping[str, Any],
+    users: Mapping[str, Any],
+    source: Path,
+    flags: Mapping[str, Any],
+) -> list[InputError]:
+    """A problem for each routing setting the world's config changes from the user's (a
+    setting the user's flags override is moot)."""
+    problems: list[InputError] = []
+    for dotted, value in _routing_settings(world).items():
+        if _lookup(flags, dotted) is not _MISSING:
+            continue  # the command line decides this one
+        if dotted.rpartition(".")[2] == "provider" and value == "offline":
+            continue  # the one choice that sends nothing and carries no key
+        chosen = _lookup(users, dotted)
+        if chosen == value or (chosen is _MISSING and value == ""):
+            continue  # the user chose the same thing (or the world restates the default)
+        problems.append(
+            InputError(
+                source,
+                dotted,
+                "a world's config may not change where requests go or which credential "
+                "they carry; set it in your own config (--config or ./config.toml) or pass "
+                "--trust-world-config if you trust this world",
+            )
+        )
+    return problems
+
+
+def _phase_layers(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Section -> settings of every phase section a raw config layer sets."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for section in PHASE_SECTIONS:
+        if isinstance(data.get(section), Mapping):
+            out[section] = data[section]
+    declared = data.get("phases")
+    if isinstance(declared, Mapping):
+        for name, value in declared.items():
+            if isinstance(value, Mapping):
+                out[f"phases.{name}"] = value
+    return out
+
+
+def _untrusted_models(
+    world: Mapping[str, Any],
+    users: Mapping[str, Any],
+    source: Path,
+    flags: Mapping[str, Any],
+) -> list[InputError]:
+    """A problem for each model string in the world's config qualified with an endpoint the
+    user did not choose: a kind other than ``offline`` and the user's ``[llm] provider``
+    (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A provider name only the
+    world declares is reported by its ``[providers.*]`` table (``_untrusted_routing``)."""
+    chosen_kind = _lookup(flags, "llm.provider")  # --provider, else the user's config
+    if chosen_kind is _MISSING:
+        chosen_kind = _lookup(users, "llm.provider")
+    declared = users.get("providers")
+    chosen_names = set(declared) if isinstance(declared, Mapping) else set()
+    problems: list[InputError] = []
+    for section, settings in _phase_layers(world).items():
+        for key in ("model", "fallback_models"):
+            if key not in settings or _lookup(flags, f"{section}.{key}") is not _MISSING:
+                continue
+            value = settings[key]
+            names = [value] if isinstance(value, str) else value
+            if not isinstance(names, (list, tuple)):
+                continue  # a type error, reported by validation
+            for name in names:
+                if not isinstance(name, str):
+                    continue
+                head, slash, rest = name.strip().partition("/")
+                if not slash or not rest.strip() or head in chosen_names:
+                    continue
+                if head not in PROVIDERS or head in ("offline", chosen_kind):
+                    continue  # a bare name, or an endpoint the user's config chose
+                problems.append(
+                    InputError(
+                        source,
+                        f"{section}.{key}",
+                        f"{name!r} runs on {head!r}, an endpoint your config does not use: "
+                        "a world's config may not change where requests go or which "
+                        "credential they carry; set it in your own config (--config or "
+                        "./config.toml) or pass --trust-world-config if you trust this world",
+                    )
+                )
+    return problems
+
+
+def _untrusted_policy(
+    world: Mapping[str, Any], users: Mapping[str, Any], source: Path
+) -> list[InputError]:
+    """A problem for each ``[policy]`` key a world's config changes from the user's: the
+    gates are the user's safety (what may be spent, on which models), so a shared world
+    may not lift them on its own."""
+    table = world.get("policy")
+    if not isinstance(table, Mapping):
+        return []
+    mine = users.get("policy")
+    mine = mine if isinstance(mine, Mapping) else {}
+    problems: list[InputError] = []
+    for key, value in table.items():
+        if key in mine and mine[key] == value:
+            continue  # the user chose the same (or the world restates the default)
+        problems.append(
+            InputError(
+                source,
+                f"policy.{key}",
+                "a world's config may not change the policy gates (docs/policies.md); "
+                "set it in your own config (--config or ./config.toml) or pass "
+                "--trust-world-config if you trust this world",
+            )
+        )
+    return problems
+
+
+def untrusted(
+    world: Mapping[str, Any],
+    users: Mapping[str, Any],
+    source: Path,
+    flags: Mapping[str, Any],
+) -> list[InputError]:
+    """Every setting of the world's config layer ``world`` (read from ``source``) that the
+    trust rule refuses, given the user's layers merged so far (``users``) and the command
+    line's overrides (``flags``): routing keys, endpoint-qualified models, policy gates."""
+    return [
+        *_untrusted_routing(world, users, source, flags),
+        *_untrusted_models(world, users, source, flags),
+        *_untrusted_policy(world, users, source),
+    ]

@@ -1,0 +1,184 @@
+"""Validating a config layer: every problem at once, each naming its file and field, and the
+rules no single field states (a known provider, server chains and the Batch API only where
+they are offered, no built-in names reused)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sim.config.models import Config, base_urls
+from sim.config.names import (
+    BATCH_PROVIDERS,
+    BUILTIN_PHASES,
+    PHASE_ALIASES,
+    PHASE_SECTIONS,
+    PROVIDERS,
+    SERVER_CHAIN_PROVIDERS,
+)
+from sim.errors import InputError
+
+
+class InvalidConfig(InputError):
+    """Every problem found in the config layers, one per line (exit 2)."""
+
+    def __init__(self, problems: list[InputError]) -> None:
+        first = problems[0]
+        super().__init__(first.path, first.field, first.problem)
+        self.problems = problems
+        if len(problems) > 1:
+            lines = "\n  ".join(str(p) for p in problems)
+            self.args = (f"config is invalid ({len(problems)} problems):\n  {lines}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def layer_problems(
+    data: Mapping[str, Any], source: Path | None, *, combined: bool = True
+) -> list[InputError]:
+    """Every validation problem of ``data``, each naming ``source`` and the field."""
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        out: list[InputError] = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            problem = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].lower()
+            if err["type"] == "finite_number":
+                problem = "expected a finite number"
+            got = err.get("input")
+            if err["type"] != "extra_forbidden" and not isinstance(got, Mapping):
+                problem += f" (got {got!r})"
+            out.append(InputError(source, field, problem))
+        return out
+    problems: list[InputError] = []
+    if config.llm.provider not in PROVIDERS:
+        problems.append(
+            InputError(
+                source,
+                "llm.provider",
+                f"unknown provider {config.llm.provider!r}; "
+                f"expected one of: {', '.join(PROVIDERS)}",
+            )
+        )
+    elif config.llm.provider in ("gemini", "anthropic") and config.llm.chain_mode == "server":
+        api = "the Gemini API" if config.llm.provider == "gemini" else "the Messages API"
+        problems.append(
+            InputError(
+                source,
+                "llm.chain_mode",
+                f'server chains are not offered for provider "{config.llm.provider}" ({api} '
+                'keeps no responses to chain); use chain_mode = "window"',
+            )
+        )
+    elif (
+        combined
+        and config.llm.chain_mode == "server"
+        and config.llm.provider not in SERVER_CHAIN_PROVIDERS
+    ):
+        problems.append(
+            InputError(
+                source,
+                "llm.chain_mode",
+                f"provider {config.llm.provider!r} cannot keep chains on its server; "
+                f'use chain_mode = "window" ("server" needs: '
+                f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
+            )
+        )
+    if config.llm.chain_mode == "server" or config.llm.batch:
+        pooled = [
+            f"{section}.base_url"
+            for section in ("llm", *PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases))
+            if len(
+                base_urls(
+                    config.llm.base_url if section == "llm" else config.phase(section).base_url
+                )
+            )
+            > 1
+        ]
+        if config.llm.batch:  # a named endpoint keeps no server chains, but it batches
+            pooled += [
+                f"providers.{name}.base_url"
+                for name, named in config.providers.items()
+                if len(base_urls(named.base_url)) > 1
+            ]
+        why = (
+            "a list of servers cannot keep server-side chains (a response id is known "
+            'only to the server that made it); use chain_mode = "window" with a pool'
+            if config.llm.chain_mode == "server"
+            else "a list of servers cannot take one Batch API upload (a batch lives on the "
+            "server that made it); use batch = false with a pool, or one server"
+        )
+        problems.extend(InputError(source, field, why) for field in pooled)
+    if (
+        combined
+        and config.llm.batch
+        and config.llm.provider in PROVIDERS
+        and config.llm.provider not in BATCH_PROVIDERS
+    ):
+        problems.append(
+            InputError(
+                source,
+                "llm.batch",
+                f"the Batch API is not offered for provider {config.llm.provider!r}; "
+                f"set batch = false or a provider that has it ({', '.join(BATCH_PROVIDERS)})",
+            )
+        )
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        provider = config.phase(section).provider
+        if provider and provider not in PROVIDERS:
+            problems.append(
+                InputError(
+                    source,
+                    f"{section}.provider",
+                    f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
+                )
+            )
+    for name, spec in config.providers.items():
+        if name in PROVIDERS or name == "replay":
+            problems.append(
+                InputError(
+                    source,
+                    f"providers.{name}",
+                    f"{name!r} is a provider kind ({name}/model already means it); "
+                    "give the endpoint another name",
+                )
+            )
+        if spec.kind not in PROVIDERS:
+            problems.append(
+                InputError(
+                    source,
+                    f"providers.{name}.kind",
+                    f"unknown kind {spec.kind!r}; expected one of: {', '.join(PROVIDERS)}",
+                )
+            )
+    for verb in config.actions:
+        if verb in ("move", "speak", "act", "wait"):
+            problems.append(
+                InputError(source, f"actions.{verb}", "a built-in action; choose another verb")
+            )
+    for name in config.phases:
+        if name in BUILTIN_PHASES:
+            problems.append(
+                InputError(
+                    source,
+                    f"phases.{name}",
+                    "a built-in phase: configure it in its own section "
+                    f"([{PHASE_ALIASES.get(name, name)}])"
+                    if name in PHASE_ALIASES
+                    else "a built-in phase without settings",
+                )
+            )
+    return problems
+
+
+def validated(data: Mapping[str, Any], source: Path | None) -> Config:
+    """``data`` as a ``Config``, or ``InvalidConfig`` naming every problem."""
+    problems = layer_problems(data, source)
+    if problems:
+        raise InvalidConfig(problems)
+    return Config.model_validate(data)
