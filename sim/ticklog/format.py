@@ -818,16 +818,23 @@ def _packed_state(line: bytes) -> Iterator[bytes] | None:
                 if not out.startswith(b"{"):
                     raise zlib.error("the state snapshot is not a JSON object")
                 first = False
-            text.decode(out)
-            yield out
+            yield _one_line(out, text)
         out = inflater.flush()
         if not inflater.eof:
             raise zlib.error("incomplete or truncated stream")
-        text.decode(out, final=True)
-        yield out
+        yield _one_line(out, text, final=True)
         yield b"}"
 
     return pieces()
+
+
+def _one_line(piece: bytes, text: codecs.IncrementalDecoder, final: bool = False) -> bytes:
+    """A piece of a state snapshot's JSON, checked to be UTF-8 and to keep its line one
+    line (compact JSON has no raw newline)."""
+    text.decode(piece, final=final)
+    if b"\n" in piece:
+        raise zlib.error("the state snapshot is not compact JSON")
+    return piece
 
 
 def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
@@ -855,48 +862,52 @@ def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle, ThreadPoolExecutor(1) as worker:
-        packer = zstd.ZstdCompressor(level)
-        buffer = bytearray()
-        # the compressor lets go of the GIL: one thread compresses (in order) while this
-        # one packs the next lines; at most two chunks wait, so memory stays bounded
-        waiting: deque[Future[int]] = deque()
+    try:
+        with os.fdopen(fd, "wb") as handle, ThreadPoolExecutor(1) as worker:
+            packer = zstd.ZstdCompressor(level)
+            buffer = bytearray()
+            # the compressor lets go of the GIL: one thread compresses (in order) while this
+            # one packs the next lines; at most two chunks wait, so memory stays bounded
+            waiting: deque[Future[int]] = deque()
 
-        def send() -> None:
-            if len(waiting) >= 2:
-                waiting.popleft().result()
-            chunk = bytes(buffer)
-            waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
-            buffer.clear()
+            def send() -> None:
+                if len(waiting) >= 2:
+                    waiting.popleft().result()
+                chunk = bytes(buffer)
+                waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
+                buffer.clear()
 
-        def put(line: bytes) -> None:
-            state = _packed_state(line) if line.startswith(_STATE) else None
-            for piece in state if state is not None else (_pack_line(line),):
-                buffer.extend(piece)
-                if len(buffer) >= _CHUNK:
-                    send()
-            buffer.extend(b"\n")
+            def put(line: bytes) -> None:
+                state = _packed_state(line) if line.startswith(_STATE) else None
+                for piece in state if state is not None else (_pack_line(line),):
+                    buffer.extend(piece)
+                    if len(buffer) >= _CHUNK:
+                        send()
+                buffer.extend(b"\n")
 
-        if total or first:
-            put(first)
-        if detail or late:
-            put(_layout_line(total, detail, late))
-            # the other lines in order, then the state snapshot, then the call detail
-            # (``_detail_last``)
-            moved = set(detail).union(late)
-            front = [i + 1 for i in range(total) if i not in moved]
-            for group in (front, [i + 1 for i in late], [i + 1 for i in detail]):
-                for line in lines.pick(group):
+            if total or first:
+                put(first)
+            if detail or late:
+                put(_layout_line(total, detail, late))
+                # the other lines in order, then the state snapshot, then the call detail
+                # (``_detail_last``)
+                moved = set(detail).union(late)
+                front = [i + 1 for i in range(total) if i not in moved]
+                for group in (front, [i + 1 for i in late], [i + 1 for i in detail]):
+                    for line in lines.pick(group):
+                        put(line)
+            else:
+                for line in lines.pick(range(1, total + 1)):
                     put(line)
-        else:
-            for line in lines.pick(range(1, total + 1)):
-                put(line)
-        while waiting:
-            waiting.popleft().result()
-        handle.write(packer.compress(buffer))
-        handle.write(packer.flush())
-        handle.flush()
-        os.fsync(handle.fileno())
+            while waiting:
+                waiting.popleft().result()
+            handle.write(packer.compress(buffer))
+            handle.write(packer.flush())
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a log that cannot be packed stays plain, nothing beside it
+        raise
     os.replace(tmp, target)
     _fsync_dir(target.parent)
     return target

@@ -3,10 +3,12 @@ Zstandard, and logs an earlier sim wrote (gzip, snapshot first) still read (issu
 
 from __future__ import annotations
 
+import base64
 import gzip
 import os
 import shutil
 import sys
+import zlib
 from pathlib import Path
 
 import orjson
@@ -214,3 +216,30 @@ def test_the_compression_level_is_checked(tmp_path: Path) -> None:
         load_config(overrides={"history": {"compress_level": 20}}, cwd=tmp_path)
     run(world, 1, history={"compress_level": 19})
     assert read_log(packed_path(log_path(world, 1))).committed
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b'{"characters/a.json":"{}"}\n{"type":"call"}', b'["not", "an object"]', b'{"a":"\xff"}'],
+)
+def test_a_snapshot_that_is_not_one_compact_object_is_not_packed(
+    tmp_path: Path, payload: bytes
+) -> None:
+    """The snapshot's JSON goes into the compressed line as it is inflated: a payload that
+    would not keep that line one JSON object (a newline, not an object, not UTF-8) stops
+    the compression; the plain log stays, with nothing beside it."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 1, history={"compress_level": 0})
+    plain = log_path(world, 1)
+    lines = plain.read_bytes().splitlines(keepends=True)
+    record = orjson.loads(lines[1])
+    assert record["type"] == "state_before" and record["encoding"] == "zlib+base64"
+    record["data"] = base64.b64encode(zlib.compress(payload)).decode()
+    lines[1] = orjson.dumps(record) + b"\n"
+    plain.write_bytes(b"".join(lines))
+    with pytest.raises((zlib.error, UnicodeDecodeError)):
+        tick_log.compress_log(plain)
+    assert plain.read_bytes() == b"".join(lines)
+    assert sorted(p.name for p in plain.parent.iterdir() if p.name.startswith(plain.name)) == [
+        plain.name
+    ]
