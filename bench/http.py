@@ -141,7 +141,7 @@ def engine_tick(
     common.PLAIN_TCP_BACKEND = not sdk_path
     default_client = openai.DefaultAsyncHttpxClient
     if sdk_client == "aiohttp":
-        common.openai.DefaultAsyncHttpxClient = openai.DefaultAioHttpClient  # type: ignore[misc]
+        openai.DefaultAsyncHttpxClient = openai.DefaultAioHttpClient  # type: ignore[misc]
     world = tmp / "world"
     make_world(world, characters, max(1, characters // 10), seed=1)
     os.sync()  # the commit's flushes should not pay for writing out the generated world
@@ -183,7 +183,7 @@ def engine_tick(
         result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
     finally:
         common.PLAIN_TCP_BACKEND = True
-        common.openai.DefaultAsyncHttpxClient = default_client  # type: ignore[misc]
+        openai.DefaultAsyncHttpxClient = default_client  # type: ignore[misc]
     wall = time.perf_counter() - started
     if result.failures:
         raise RuntimeError(f"{result.failures} calls failed: {result.reports}")

@@ -104,7 +104,13 @@ def scale(characters: int) -> dict[str, Any]:
 IMPORTS = {
     "cli": "import sim.cli",
     "offline tick": "import sim.cli.run, sim.engine.runner, sim.offline.adapter",
-    "openai tick": "import sim.cli.run, sim.engine.runner, sim.llm.adapters.openai",
+    # the adapter built too, on a direct URL, as a tick builds it: nothing it does may
+    # import what a plain call does not use (the OpenAI SDK)
+    "openai tick": (
+        "import sim.cli.run, sim.engine.runner\n"
+        "from sim.llm.adapters import create_adapter\n"
+        f"create_adapter('openai', base_url='http://127.0.0.1:9/v1', api_key_env='{KEY_ENV}')"
+    ),
 }
 
 

@@ -456,9 +456,8 @@ class BatchSession:
 
     def _answer(self, item: _Item, line: Json) -> None:
         """Answer one call from its line, or fail it as its status says."""
-        import httpx2
-
-        from sim.llm.adapters._openai_errors import map_openai_error, status_error
+        from sim.llm.adapters._fast_http import DirectStatusError
+        from sim.llm.adapters._openai_errors import map_openai_error
 
         response = line.get("response")
         if isinstance(response, dict):
@@ -469,12 +468,8 @@ class BatchSession:
                 return
             if status:
                 url = str(item.client.base_url).rstrip("/") + item.endpoint.removeprefix("/v1")
-                http = httpx2.Response(
-                    status,
-                    content=orjson.dumps(body),
-                    request=httpx2.Request("POST", url),
-                )
-                exc = status_error(http)
+                # the line's answer, read and mapped as a live answer's would be
+                exc = DirectStatusError(url, status, {}, orjson.dumps(body))
                 self._settle(
                     item, map_openai_error(exc, api_key_env=item.api_key_env, model=item.model)
                 )

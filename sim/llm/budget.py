@@ -170,13 +170,24 @@ class Budget:
         self.max_total_tokens = max_total_tokens
         self.max_cost_usd = max_cost_usd
         self.prices = dict(prices or {})
+        #: each (model, provider)'s price, looked up once: every attempt is priced twice
+        self._found: dict[tuple[str, str], Price | None] = {}
         self.spent_tokens = 0
         self.spent_usd = 0.0
         self.reserved_tokens = 0
         self.reserved_usd = 0.0
 
     def price(self, model: str, provider: str = "") -> Price:
-        price = find_price(self.prices, model, provider)
+        """The price of ``model`` on ``provider`` (nothing: free, unless a cost cap needs one).
+
+        Raises:
+            LLMConfigurationError: a cost cap is set and the model has no price.
+        """
+        key = (model, provider)
+        if key in self._found:
+            price = self._found[key]
+        else:
+            price = self._found[key] = find_price(self.prices, model, provider)
         if price is None:
             if self.max_cost_usd is not None:
                 where = f" on {provider!r}" if provider else ""

@@ -320,8 +320,19 @@ class LLMClient:
             return {"history": history, "previous_response_id": previous_id, "depth": depth}
 
         def emit(kind: EventKind, event_model: str, **fields: Any) -> None:
+            """An event of this call, with the chain context it is sent with now."""
             self.events(
-                LLMEvent(kind, self.phase, key, event_model, request, **context(), **fields)
+                LLMEvent(
+                    kind,
+                    self.phase,
+                    key,
+                    event_model,
+                    request,
+                    history=history,
+                    previous_response_id=previous_id,
+                    depth=depth,
+                    **fields,
+                )
             )
 
         emit("llm_called", model)

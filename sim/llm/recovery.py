@@ -227,16 +227,34 @@ class RecoveryAdapter(AdapterWrapper):
         self.rng = rng
         self.clock = clock
         self.breakers: dict[str, CircuitBreaker] = {}
+        #: each (model, provider) as spelled in a request -> its breaker (one per call)
+        self._breaker_of: dict[tuple[str, str], CircuitBreaker] = {}
+        #: the candidates of the settings last seen (a phase sends one settings object
+        #: with every call): those settings and their targets
+        self._candidates: tuple[CallSettings, tuple[ModelTarget, ...]] | None = None
 
     def breaker(self, model: str, provider: str = "") -> CircuitBreaker:
         """The breaker of one model on one endpoint (``provider``; "": this stack's)."""
+        found = self._breaker_of.get((model, provider))
+        if found is not None:
+            return found
         key = f"{provider or self.name}:{model.strip().casefold()}"
         breaker = self.breakers.get(key)
         if breaker is None:
             breaker = self.breakers[key] = CircuitBreaker(
                 self.breaker_threshold, self.breaker_cooldown, self.clock
             )
+        self._breaker_of[(model, provider)] = breaker
         return breaker
+
+    def targets(self, settings: CallSettings) -> tuple[ModelTarget, ...]:
+        """``candidates(settings)``, worked out once per settings object."""
+        last = self._candidates
+        if last is not None and last[0] is settings:
+            return last[1]
+        targets = tuple(candidates(settings))
+        self._candidates = (settings, targets)
+        return targets
 
     async def _model(self, request: ModelRequest, attempts: list[Attempt]) -> AdapterResponse:
         """One model (``request.settings.model``), retried per the table. Raises the last
@@ -313,10 +331,10 @@ class RecoveryAdapter(AdapterWrapper):
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         """The request on its model, then on each fallback model, per the table."""
         settings = request.settings
-        first = ModelTarget(settings.provider, settings.model)
+        targets = self.targets(settings)
         attempts: list[Attempt] = []
         last: LLMError | None = None
-        for target in candidates(settings):
+        for index, target in enumerate(targets):
             if target.provider == settings.provider and target.model == settings.model:
                 sent = request  # the first target as asked: no copy of the request
             else:
@@ -324,7 +342,7 @@ class RecoveryAdapter(AdapterWrapper):
                     request,
                     settings=replace(settings, provider=target.provider, model=target.model),
                 )
-            if target.provider != first.provider and request.previous_response_id:
+            if target.provider != settings.provider and request.previous_response_id:
                 # a server-side chain lives at the provider that made it, not at this one
                 sent = replace(sent, previous_response_id=None)
             try:
@@ -337,11 +355,13 @@ class RecoveryAdapter(AdapterWrapper):
                 if classify(exc) == "fatal" and not isinstance(exc, LLMCircuitOpenError):
                     break
                 continue
-            fell_back = target.key() != first.key()
+            fell_back = index > 0  # the candidates are distinct by key()
             return replace(
                 response,
                 attempts=tuple(attempts),
-                fallback_from=str(first) if fell_back else None,
+                fallback_from=str(ModelTarget(settings.provider, settings.model))
+                if fell_back
+                else None,
                 fallback_to=str(target) if fell_back else None,
             )
         assert last is not None

@@ -21,6 +21,9 @@ from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.offline import estimate_tokens, generate, generate_tool_call
 from sim.offline.tools import generate_query_call
 
+#: instructions texts whose hash prefix is kept (a tick's phases send a handful)
+_PREFIXES = 64
+
 
 def message_text(message: LLMMessage) -> str:
     """One conversation message as text: its content, call or tool answer as JSON."""
@@ -39,6 +42,9 @@ class OfflineAdapter:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.deleted: list[str] = []
+        #: the hash state after the seed and each instructions text seen (a phase sends
+        #: one text with every call): a copy of it is each call's start
+        self._prefixes: dict[str, hashlib.blake2b] = {}
 
     def _seed(
         self,
@@ -47,10 +53,16 @@ class OfflineAdapter:
         history: tuple[Exchange, ...],
         steps: tuple[str, ...] = (),
     ) -> str:
-        digest = hashlib.blake2b(digest_size=16)
-        digest.update(f"{self.seed}\x00".encode())
-        digest.update(instructions.encode())
-        digest.update(b"\x00")
+        prefix = self._prefixes.get(instructions)
+        if prefix is None:
+            prefix = hashlib.blake2b(digest_size=16)
+            prefix.update(f"{self.seed}\x00".encode())
+            prefix.update(instructions.encode())
+            prefix.update(b"\x00")
+            if len(self._prefixes) >= _PREFIXES:  # instructions that vary per call
+                self._prefixes.clear()
+            self._prefixes[instructions] = prefix
+        digest = prefix.copy()
         digest.update(input_data.encode())
         for exchange in history:
             digest.update(b"\x00")

@@ -9,6 +9,7 @@ as an adjective phrase), ``atmos`` (the location's atmosphere), ``omood`` (other
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -65,16 +66,25 @@ def short(text: str, limit: int = 80) -> str:
     return text[: cut if cut > limit // 2 else limit].rstrip(",;:—- ") + "…"
 
 
+#: the characters that can end a sentence or open and close quoted speech
+_MARKS = re.compile(r'[".!?]')
+
+
 def first_sentence(text: str) -> str:
-    """The first sentence of ``text``, treating double-quoted speech as opaque."""
+    """The first sentence of ``text``, treating double-quoted speech as opaque.
+
+    Only the marks are visited (a regular expression finds them), not every character:
+    memory texts are long and this runs for each of them.
+    """
     quoted = False
     n = len(text)
-    for i, ch in enumerate(text):
-        if ch == '"':
+    for mark in _MARKS.finditer(text):
+        i = mark.start()
+        if text[i] == '"':
             quoted = not quoted
             if not quoted and i > 0 and text[i - 1] in ".!?" and (i + 1 == n or text[i + 1] == " "):
                 return text[: i + 1]
-        elif ch in ".!?" and not quoted and (i + 1 == n or text[i + 1] == " "):
+        elif not quoted and (i + 1 == n or text[i + 1] == " "):
             return text[: i + 1]
     text = text.strip()
     return text if text[-1:] in '.!?"' else text + "."

@@ -63,6 +63,8 @@ def extras(part: Any, kind: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         return {}
     known = _KNOWN[kind]
+    if known.issuperset(part):  # the usual case: no field of the world's own
+        return {}
     return {k: v for k, v in part.items() if k not in known}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -75,6 +75,7 @@ def character_input(
     here: list[str],
     view: dict[str, Any] | None = None,
     happenings: list[str] | None = None,
+    people: Sequence[tuple[Entity, dict[str, Any]]] | None = None,
 ) -> str:
     """The model's view of one character at the start of a tick.
 
@@ -83,18 +84,13 @@ def character_input(
         view: the world as models see it (``world_view``); default: its name only.
         happenings: events injected here this tick (``sim inject``); the key is left out
             when there are none, so inputs without them stay as they were.
+        people: ``people_here(world, here)`` when the caller keeps it per location (every
+            character there sees the same others).
     """
     state, memory = char["state"], char["memory"]
     loc = world.locations[state["location"]]
-    present = [
-        {
-            "id": other["identity"]["id"],
-            "name": other["identity"]["name"],
-            "mood": other["state"]["mood"],
-        }
-        for other in (world.characters[cid] for cid in here)
-        if other is not char
-    ]
+    everyone = people_here(world, here) if people is None else people
+    present = [seen for other, seen in everyone if other is not char]
     doc: dict[str, Any] = {
         "tick": tick,
         "world": view if view is not None else world.meta["name"],
@@ -107,6 +103,20 @@ def character_input(
     if happenings:
         doc["happenings"] = happenings
     return to_json(doc)
+
+
+def people_here(world: World, here: list[str]) -> list[tuple[Entity, dict[str, Any]]]:
+    """The characters ``here`` (ids), each with how the others there see them."""
+    people = []
+    for cid in here:
+        other = world.characters[cid]
+        seen = {
+            "id": other["identity"]["id"],
+            "name": other["identity"]["name"],
+            "mood": other["state"]["mood"],
+        }
+        people.append((other, seen))
+    return people
 
 
 def template_context(
@@ -133,17 +143,25 @@ async def run(ctx: TickContext) -> None:
     schema = intention_schema(ctx.config.actions)
     view = ctx.world_view
     requests = []
+    # who is where, as the others see them: built once per location, not per character
+    people: dict[str, list[tuple[Entity, dict[str, Any]]]] = {}
     for char in chars:
-        here = ctx.occupancy[char["state"]["location"]]
-        events = ctx.happenings.here(char["state"]["location"])
+        lid = char["state"]["location"]
+        here = ctx.occupancy[lid]
+        events = ctx.happenings.here(lid)
 
         def context(
             char: Entity = char, here: list[str] = here, events: list[str] = events
         ) -> dict[str, Any]:
             return template_context(world, char, here, events)
 
-        def default(char: Entity = char, here: list[str] = here, events: list[str] = events) -> str:
-            return character_input(world, char, ctx.tick, here, view, events)
+        def default(
+            char: Entity = char, here: list[str] = here, events: list[str] = events, lid: str = lid
+        ) -> str:
+            everyone = people.get(lid)
+            if everyone is None:
+                everyone = people[lid] = people_here(world, here)
+            return character_input(world, char, ctx.tick, here, view, events, everyone)
 
         key = f"{CHAIN}:{char['identity']['id']}"
         requests.append(ctx.request(NAME, schema, key, context, default, tools=tools))

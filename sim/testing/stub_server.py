@@ -22,7 +22,9 @@ apart.
 Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
 client's timeout), ``stall`` (a stream that stops after its first event; otherwise a
 hang), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
-``insufficient_quota`` (429), ``auth`` (401), ``context_length`` (400), ``unknown_tool``.
+``insufficient_quota`` (429), ``auth`` (401), ``forbidden`` (403), ``context_length``
+(400), ``model_not_found`` (404), ``bad_gateway`` (502 with a body that is not JSON, as a
+proxy in front of a model server sends), ``unknown_tool``.
 
 A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
 answer back without being generated or billed again (``replayed`` in the stats), as a
@@ -76,6 +78,9 @@ FAULTS = (
     "context_length",
     "unknown_tool",
     "stall",
+    "forbidden",
+    "model_not_found",
+    "bad_gateway",
 )
 #: what ``fault_rate`` draws from unless told otherwise
 RANDOM_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
@@ -83,9 +88,11 @@ _REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     429: "Too Many Requests",
     500: "Internal Server Error",
+    502: "Bad Gateway",
 }
 _GENERATION = ("/v1/responses", "/v1/chat/completions")
 #: llama-cpp-python 0.3's answer to ``response_format: {"type": "json_schema"}`` (its
@@ -161,6 +168,20 @@ _HTTP_FAULTS: dict[str, tuple[int, str, str, str | None, str | None]] = {
     ),
     "server_error": (500, "The server had an error", "server_error", None, None),
     "auth": (401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key", None),
+    "forbidden": (
+        403,
+        "You are not allowed to sample from this model",
+        "invalid_request_error",
+        None,
+        None,
+    ),
+    "model_not_found": (
+        404,
+        "The model does not exist or you do not have access to it.",
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    ),
     "context_length": (
         400,
         "This model's maximum context length is 128 tokens",
@@ -231,8 +252,14 @@ class _Hold:
     released: threading.Event = field(default_factory=threading.Event)
 
 
+#: the body of ``bad_gateway``: a proxy's HTML page, not JSON
+BAD_GATEWAY_BODY = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+
+
 class _HTTPError(Exception):
-    def __init__(self, status: int, body: Json, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, body: Json | bytes, headers: dict[str, str] | None = None
+    ) -> None:
         self.status, self.body, self.headers = status, body, headers or {}
 
 
@@ -506,6 +533,9 @@ class StubServer:
                 return 200, await self._responses(request)
             return 200, await self._chat(request)
         except _HTTPError as exc:
+            if isinstance(exc.body, bytes):  # a batch line's body is JSON: the text wrapped
+                text = exc.body.decode("utf-8", errors="replace")
+                return exc.status, error_body(text, "server_error", None)
             return exc.status, exc.body
 
     def _control(self, method: str, path: str, request: Json) -> Any:
@@ -563,6 +593,8 @@ class StubServer:
         if fault in ("hang", "stall"):
             await asyncio.sleep(opts.hang_seconds)
             raise _HTTPError(500, error_body("hung", "server_error", None))
+        if fault == "bad_gateway":
+            raise _HTTPError(502, BAD_GATEWAY_BODY)
         http_fault = _HTTP_FAULTS.get(fault)
         if http_fault is not None:
             status, message, type_, code, param = http_fault

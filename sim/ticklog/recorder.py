@@ -69,7 +69,6 @@ from sim.ticklog.records import (
     PhaseReportRecord,
     PolicyRecord,
     ResumeRecord,
-    TokenCounts,
     UsageRecord,
     dump_record,
 )
@@ -100,12 +99,13 @@ def _attempt(
     event: LLMEvent, model: str | None = None, raw: str | None = None, error: str | None = None
 ) -> AttemptRecord:
     """One attempt of a call, as the log records it (``raw`` only for the final answer,
-    ``error`` only for a failed final one)."""
+    ``error`` only for a failed final one). Validated in one pass, its usage included:
+    this runs for every call."""
     fields: dict[str, Any] = {
         "attempt": event.attempt,
         "model": event.model if model is None else model,
         "provider": event.provider,
-        "usage": TokenCounts.of(event.usage),
+        "usage": event.usage.to_dict(),
         "latency": round(event.latency, 6),
         "error_code": event.error_code,
         "raw": raw,
@@ -115,7 +115,7 @@ def _attempt(
     endpoint = getattr(event, "endpoint", None)
     if endpoint is not None:  # absent without a network (offline, replay)
         fields["endpoint"] = endpoint
-    return AttemptRecord(**fields)
+    return AttemptRecord.model_validate(fields)
 
 
 def _results(name: str, ctx: TickContext) -> dict[str, Any]:
@@ -286,8 +286,9 @@ class TickRecorder:
             n = self._counters.get(counter, 0)
             self._counters[counter] = n + 1
             schema_name, schema_hash = request_schema(request)
+            rid = request_id(self.tick, event.phase, event.entity_key, n)
             ident = CallIdentity(
-                request_id(self.tick, event.phase, event.entity_key, n),
+                rid,
                 event.phase,
                 event.entity_key,
                 n,
@@ -300,9 +301,7 @@ class TickRecorder:
                 previous_response_id=event.previous_response_id,
                 depth=event.depth,
                 scope=self.scope,
-                failures_seen=self._failures_seen.get(
-                    request_id(self.tick, event.phase, event.entity_key, n), 0
-                ),
+                failures_seen=self._failures_seen.get(rid, 0),
             )
             self._inflight[key] = ident
             self._attempts[key] = []
@@ -373,7 +372,6 @@ class TickRecorder:
             "previous_response_id": ident.previous_response_id,
             "digest": ident.digest,
             "latency": round(event.latency, 6),
-            "usage": TokenCounts.of(event.usage),
         }
         response = event.response
         if event.kind == "llm_completed" and response is not None:
@@ -413,7 +411,10 @@ class TickRecorder:
         endpoint = getattr(event, "endpoint", None)
         if endpoint is not None:
             came_back["endpoint"] = endpoint
-        return CallRecord(**sent, **came_back, attempts=attempts, cost_usd=cost, **batched)
+        # the final attempt's tokens are the call's: one frozen TokenCounts for both
+        return CallRecord(
+            **sent, usage=final.usage, **came_back, attempts=attempts, cost_usd=cost, **batched
+        )
 
     def _add_cost(self, cost: float | None) -> None:
         if cost is None:

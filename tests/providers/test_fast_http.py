@@ -1,7 +1,7 @@
 """The adapters' fast HTTP path (``_fast_http``): socket backend, own pool, direct POST.
 
 Everything runs against real servers on 127.0.0.1 (the stub server, plain and with a
-self-signed certificate) with the real openai SDK.
+self-signed certificate) with the real openai SDK where the SDK's path is compared.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ import sim.llm.adapters._fast_http as fast_http
 import sim.llm.adapters._openai_common as common
 from bench.tls import SelfSigned, self_signed
 from sim.llm.adapters._fast_http import (
+    DirectConnectionError,
     DirectPost,
+    DirectStatusError,
     PoolTransport,
     SocketBackend,
     SocketStream,
@@ -30,13 +32,16 @@ from sim.llm.adapters._fast_http import (
     direct_url,
     plain_tcp_transport,
 )
-from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json
-from sim.llm.adapters._openai_errors import map_openai_error, status_error
+from sim.llm.adapters._openai_common import ClientPool, build_pool, openai_target, post_json
+from sim.llm.adapters._openai_errors import map_openai_error, read_answer, sdk_answer
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import (
     LLMAPIError,
+    LLMBudgetExceededError,
+    LLMChainNotFoundError,
     LLMConfigurationError,
+    LLMContextLengthError,
     LLMError,
     LLMRateLimitError,
     LLMTimeoutError,
@@ -159,7 +164,7 @@ def test_every_client_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) ->
         connect_timeout_seconds=5,
         max_concurrency=64,
     )
-    assert len(direct.clients) == len(proxied.clients) == 4
+    assert len(direct) == len(proxied) == 4
     assert all(d is not None for d in direct.direct)
     assert all(d is None for d in proxied.direct)  # the SDK's stack, through the proxy
     assert len(built) == 1
@@ -221,7 +226,7 @@ async def test_an_untrusted_certificate_is_a_connection_error(
     with ServerThread(StubServer(), ssl=certificate.server_context()) as server:
         pool = pool_for(server.base_url)
         try:
-            with pytest.raises(openai.APIConnectionError) as info:
+            with pytest.raises(DirectConnectionError) as info:
                 await post_json(pool, "/responses", BODY, TIMEOUT)
         finally:
             await pool.aclose()
@@ -246,10 +251,10 @@ async def test_http_errors_still_map(
     try:
         with pytest.raises(error) as info:
             await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
-        assert isinstance(info.value.cause, openai.APIStatusError)
+        assert isinstance(info.value.cause, DirectStatusError)  # no SDK exception on the way
         if fault == "rate_limit":
             assert isinstance(info.value, LLMRateLimitError)
-            assert isinstance(info.value.cause, openai.RateLimitError)
+            assert info.value.cause.status == 429
             assert info.value.retry_after == pytest.approx(stub_server.options.retry_after)
         answer = await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         assert isinstance(answer.parsed, Note)  # the connection is still usable
@@ -258,8 +263,7 @@ async def test_http_errors_still_map(
 
 
 def error_facts(error: LLMError) -> tuple[Any, ...]:
-    cause = error.cause
-    assert isinstance(cause, openai.APIStatusError)
+    """What a user and recovery see of an error (its cause is each path's own)."""
     return (
         type(error),
         error.message,
@@ -267,24 +271,36 @@ def error_facts(error: LLMError) -> tuple[Any, ...]:
         error.retry_after,
         getattr(error, "status_code", None),
         getattr(error, "response_body", None),
-        type(cause),
-        str(cause),
-        cause.body,
-        cause.status_code,
-        cause.response.headers.get("retry-after"),
     )
 
 
-@pytest.mark.parametrize(
-    "fault", ["rate_limit", "insufficient_quota", "auth", "context_length", "server_error"]
-)
+#: every row of the error table the stub can answer (``previous_response_not_found`` is
+#: a request for an unknown previous response)
+TABLE = [
+    "rate_limit",
+    "insufficient_quota",
+    "auth",
+    "forbidden",
+    "context_length",
+    "model_not_found",
+    "server_error",
+    "bad_gateway",
+    "previous_response_not_found",
+]
+
+
+@pytest.mark.parametrize("fault", TABLE)
 async def test_a_status_maps_the_same_on_the_direct_path_and_the_sdk_path(
     tls_stub: StubServer, monkeypatch: pytest.MonkeyPatch, fault: str
 ) -> None:
-    """A 429 with Retry-After (and the other statuses) on the direct path, over http and
-    https, becomes the same error as through the SDK's own stack: same SDK exception,
-    same sim error, same retry_after."""
+    """Each status (a 429 with Retry-After, 401, 403, ...) on the direct path, over http
+    and https, becomes the same sim error as through the SDK's own stack: same type,
+    message, code, retry_after, status and body, and the answer read the same way."""
     facts: dict[str, tuple[Any, ...]] = {}
+    answers = {}
+    body = dict(BODY)
+    if fault == "previous_response_not_found":
+        body["previous_response_id"] = "resp_unknown"
     with ServerThread(StubServer(StubOptions(retry_after=2.5))) as plain:
         for label, url, direct in (
             ("http direct", plain.base_url, True),
@@ -296,18 +312,74 @@ async def test_a_status_maps_the_same_on_the_direct_path_and_the_sdk_path(
             pool = pool_for(url)
             assert (pool.direct[0] is not None) == direct, label
             server = tls_stub if url.startswith("https") else plain
-            server.enqueue(fault)
+            if fault != "previous_response_not_found":
+                server.enqueue(fault)
             try:
-                with pytest.raises(openai.APIStatusError) as info:
-                    await post_json(pool, "/responses", BODY, TIMEOUT)
+                with pytest.raises(Exception) as info:
+                    await post_json(pool, "/responses", body, TIMEOUT)
             finally:
                 await pool.aclose()
-            mapped = map_openai_error(info.value, api_key_env=KEY_ENV, model="stub-model")
+            raised = info.value
+            if direct:
+                assert isinstance(raised, DirectStatusError), label
+                answers[label] = read_answer(raised.status, raised.headers, raised.content)
+            else:
+                assert isinstance(raised, openai.APIStatusError), label
+                answers[label] = sdk_answer(raised)
+            mapped = map_openai_error(raised, api_key_env=KEY_ENV, model="stub-model")
             facts[label] = error_facts(mapped)
+            assert "sk-test" not in str(mapped) and "sk-test" not in str(raised)
     first = facts["http sdk"]
     assert all(value == first for value in facts.values()), facts
+    assert all(answer == answers["http sdk"] for answer in answers.values()), answers
+    expected = {
+        "rate_limit": (LLMRateLimitError, "rate_limit"),
+        "insufficient_quota": (LLMBudgetExceededError, "insufficient_quota"),
+        "auth": (LLMConfigurationError, "configuration_error"),
+        "forbidden": (LLMConfigurationError, "configuration_error"),
+        "context_length": (LLMContextLengthError, "context_length"),
+        "model_not_found": (LLMConfigurationError, "configuration_error"),
+        "server_error": (LLMAPIError, "server_error"),
+        "bad_gateway": (LLMAPIError, "server_error"),
+        "previous_response_not_found": (LLMChainNotFoundError, "previous_response_not_found"),
+    }[fault]
+    assert (first[0], first[2]) == expected, first
     if fault == "rate_limit":
-        assert first[0] is LLMRateLimitError and first[3] == pytest.approx(2.5)
+        assert first[3] == pytest.approx(2.5)
+    if fault in ("auth", "forbidden"):
+        assert KEY_ENV in first[1]  # names the variable, never the key
+    if fault == "bad_gateway":
+        assert first[5] == "<html><body><h1>502 Bad Gateway</h1></body></html>"
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_a_timeout_and_a_refused_connection_map_the_same_on_both_paths(
+    stub_server: StubServer, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+    facts = []
+    for url, fault in ((stub_server.base_url, "hang"), ("http://127.0.0.1:9/v1", None)):
+        pool = pool_for(url)
+        assert (pool.direct[0] is not None) == direct
+        if fault:
+            stub_server.enqueue(fault)
+        try:
+            with pytest.raises(Exception) as info:
+                await post_json(pool, "/responses", BODY, httpx2.Timeout(0.3))
+        finally:
+            await pool.aclose()
+        facts.append(error_facts(map_openai_error(info.value, api_key_env=KEY_ENV, model="m")))
+    assert facts == [
+        (LLMTimeoutError, "request to m timed out", "timeout", None, None, None),
+        (
+            LLMAPIError,
+            "connection to the provider failed: Connection error.",
+            "connection_error",
+            None,
+            None,
+            None,
+        ),
+    ]
 
 
 async def test_a_hang_past_the_timeout_is_a_timeout(stub_server: StubServer) -> None:
@@ -371,19 +443,54 @@ class Capture:
             writer.close()
 
 
-async def test_the_direct_path_sends_the_clients_default_headers_and_query() -> None:
+#: what the SDK sends that the direct path does not: its self-description and per-try
+#: bookkeeping, and httpx's transport defaults (HTTP/1.1 keeps alive without saying)
+SDK_ONLY = {
+    "user-agent",
+    "x-stainless-lang",
+    "x-stainless-package-version",
+    "x-stainless-os",
+    "x-stainless-arch",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-async",
+    "x-stainless-retry-count",
+    "x-stainless-read-timeout",
+    "accept-encoding",
+    "connection",
+}
+
+
+async def test_the_direct_path_sends_what_the_sdk_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target the adapters build without the SDK carries what an SDK client with the
+    same settings sends: the bearer key, JSON headers, the environment's organization,
+    project and custom headers, the user's default headers (replacing any of the same
+    name) and default query, the idempotency key; nothing else but sim's User-Agent."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-1")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-1")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Env: one\nX-Team: env")
+    defaults = {"X-Team": "red", "api-key": "azure-style"}
+    query = {"api-version": "2024-10-21"}
     async with Capture() as server:
-        transport, pool = plain_tcp_transport(httpx2.Limits(max_connections=2))
+        url = f"http://127.0.0.1:{server.port}/v1"
+        pool = build_pool(
+            base_url=url,
+            api_key_env=KEY_ENV,
+            timeout_seconds=5,
+            connect_timeout_seconds=5,
+            default_headers=defaults,
+            default_query=query,
+        )
+        assert pool.direct[0] is not None
         client = openai.AsyncOpenAI(
             api_key="sk-test",
-            base_url=f"http://127.0.0.1:{server.port}/v1",
+            base_url=url,
             max_retries=0,
-            default_headers={"X-Team": "red", "api-key": "azure-style"},
-            default_query={"api-version": "2024-10-21"},
-            http_client=openai.DefaultAsyncHttpxClient(transport=transport),
+            default_headers=defaults,
+            default_query=query,
         )
         try:
-            await DirectPost(client, pool).post("/responses", b"{}", TIMEOUT, "key-1")
+            await post_json(pool, "/responses", {}, TIMEOUT)
             await client.post(
                 "/responses",
                 cast_to=bytes,
@@ -392,41 +499,67 @@ async def test_the_direct_path_sends_the_clients_default_headers_and_query() -> 
             )
         finally:
             await client.close()
+            await pool.aclose()
     (direct_target, direct_headers), (sdk_target, sdk_headers) = server.requests
     assert direct_target == sdk_target == "/v1/responses?api-version=2024-10-21"
     direct = dict(direct_headers)
-    assert direct["x-team"] == "red" and direct["api-key"] == "azure-style"
+    assert len(direct) == len(direct_headers)  # no header twice
     assert direct["authorization"] == "Bearer sk-test"
-    assert direct["idempotency-key"] == "key-1"
-    # everything the SDK sends, the direct path sends too, but the SDK's per-try
-    # bookkeeping and httpx's transport defaults (HTTP/1.1 keeps alive without saying)
-    skipped = {
-        "x-stainless-retry-count",
-        "x-stainless-read-timeout",
-        "accept-encoding",
-        "connection",
-    }
-    sdk = {name: value for name, value in sdk_headers if name not in skipped}
-    assert {name: direct.get(name) for name in sdk} == sdk
+    assert direct["x-team"] == "red" and direct["api-key"] == "azure-style"
+    assert direct["x-env"] == "one"
+    assert direct["openai-organization"] == "org-1" and direct["openai-project"] == "proj-1"
+    assert direct["user-agent"].startswith("sim/")
+    sdk = {name: value for name, value in sdk_headers if name not in SDK_ONLY}
+    # the SDK's idempotency key is the one given here; the direct path's the call's own
+    sdk.pop("idempotency-key")
+    assert {name: value for name, value in direct.items() if name not in SDK_ONLY} == sdk
 
 
-async def test_an_omitted_default_header_is_not_sent() -> None:
+async def test_the_direct_path_sends_the_calls_idempotency_key() -> None:
     async with Capture() as server:
-        transport, pool = plain_tcp_transport(httpx2.Limits(max_connections=1))
-        client = openai.AsyncOpenAI(
-            api_key="sk-test",
+        _, pool = plain_tcp_transport(httpx2.Limits(max_connections=1))
+        target = openai_target(f"http://127.0.0.1:{server.port}/v1", "sk-test")
+        direct = DirectPost(target, pool)
+        try:
+            await direct.post("/responses", b"{}", TIMEOUT, "key-1")
+            await direct.post("/responses", b"{}", TIMEOUT)
+        finally:
+            await direct.aclose()
+    assert dict(server.requests[0][1])["idempotency-key"] == "key-1"
+    assert "idempotency-key" not in dict(server.requests[1][1])
+
+
+async def test_a_default_header_replaces_the_built_in_one_of_any_case() -> None:
+    async with Capture() as server:
+        pool = build_pool(
             base_url=f"http://127.0.0.1:{server.port}/v1",
-            default_headers={"User-Agent": "sim-test/1"},
-            http_client=openai.DefaultAsyncHttpxClient(transport=transport),
+            api_key_env=KEY_ENV,
+            timeout_seconds=5,
+            connect_timeout_seconds=5,
+            default_headers={"user-agent": "sim-test/1", "AUTHORIZATION": "Token other"},
         )
         try:
-            await DirectPost(client, pool).post("/responses", b"{}", TIMEOUT)
+            await post_json(pool, "/responses", {}, TIMEOUT)
         finally:
-            await client.close()
+            await pool.aclose()
     headers = server.requests[0][1]
     assert ("user-agent", "sim-test/1") in headers
     assert [name for name, _ in headers].count("user-agent") == 1
-    assert "openai-organization" not in dict(headers)  # an Omit() in the SDK's defaults
+    assert [value for name, value in headers if name == "authorization"] == ["Token other"]
+    assert "openai-organization" not in dict(headers)  # OPENAI_ORG_ID unset: not sent
+
+
+def test_the_target_never_shows_the_key() -> None:
+    target = openai_target("https://api.example.invalid/v1", "sk-secret-123")
+    assert ("Authorization", "Bearer sk-secret-123") in target.headers
+    assert "sk-secret-123" not in repr(target) and "sk-secret-123" not in str(target)
+    pool = build_pool(
+        base_url="https://api.example.invalid/v1",
+        api_key_env=KEY_ENV,
+        timeout_seconds=5,
+        connect_timeout_seconds=5,
+    )
+    assert "sk-test" not in repr(pool.direct[0]) and "sk-test" not in repr(vars(pool))
 
 
 async def test_the_pool_transport_maps_transport_errors_to_httpx_ones() -> None:
@@ -575,30 +708,67 @@ def test_the_certificate_helper_writes_pem_files(certificate: SelfSigned) -> Non
     assert Path(certificate.cert).read_text().startswith("-----BEGIN CERTIFICATE-----")
 
 
-@pytest.mark.parametrize(
-    ("status", "kind"),
-    [
-        (400, openai.BadRequestError),
-        (401, openai.AuthenticationError),
-        (403, openai.PermissionDeniedError),
-        (404, openai.NotFoundError),
-        (409, openai.ConflictError),
-        (418, openai.APIStatusError),
-        (422, openai.UnprocessableEntityError),
-        (429, openai.RateLimitError),
-        (500, openai.InternalServerError),
-        (503, openai.InternalServerError),
-    ],
-)
-def test_status_error_uses_the_sdks_documented_classes(
-    status: int, kind: type[openai.APIStatusError]
-) -> None:
-    request = httpx2.Request("POST", "http://127.0.0.1/v1/responses")
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 418, 422, 429, 500, 503])
+def test_an_answer_is_read_as_the_sdk_reads_it(status: int) -> None:
+    """The SDK's reading (``Error code: N - message``; the body's ``error`` object, or
+    the text when the body is not JSON), without the SDK."""
     body = b'{"error": {"message": "nope", "code": "c1", "type": "t"}}'
-    error = status_error(httpx2.Response(status, content=body, request=request))
-    assert type(error) is kind
-    assert error.status_code == status and error.code == "c1"
-    assert error.body == {"message": "nope", "code": "c1", "type": "t"}
-    assert str(error) == f"Error code: {status} - nope"
-    plain = status_error(httpx2.Response(status, content=b" gateway down ", request=request))
-    assert plain.body == "gateway down" and str(plain) == f"Error code: {status}"
+    answer = read_answer(status, {"retry-after-ms": "1500", "retry-after": "9"}, body)
+    assert answer.status == status
+    assert answer.body == {"message": "nope", "code": "c1", "type": "t"}
+    assert answer.message == f"Error code: {status} - nope"
+    assert answer.retry_after == 1.5  # milliseconds preferred
+    plain = read_answer(status, {"retry-after": "2"}, b" gateway down ")
+    assert plain.body == "gateway down" and plain.message == f"Error code: {status}"
+    assert plain.retry_after == 2.0
+    flat = read_answer(status, {}, b'{"message": "flat", "code": "c2"}')
+    assert flat.body == {"message": "flat", "code": "c2"} and flat.retry_after is None
+    assert flat.message == f"Error code: {status} - flat"
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_the_adapters_default_headers_and_query_go_on_either_path(
+    monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """``default_headers``/``default_query`` given to an adapter reach the server on the
+    direct path and on the SDK's (as for a proxied URL) alike, with the key."""
+    monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+    async with Capture() as server:
+        adapter = ChatAdapter(
+            base_url=f"http://127.0.0.1:{server.port}/v1",
+            api_key_env=KEY_ENV,
+            default_headers={"X-Team": "red"},
+            default_query={"api-version": "2024-10-21"},
+        )
+        assert (adapter.pool.direct[0] is not None) == direct
+        try:
+            with pytest.raises(LLMError):  # the capture answers {}: no choices
+                await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
+        finally:
+            await adapter.aclose()
+    target, headers = server.requests[0]
+    assert target == "/v1/chat/completions?api-version=2024-10-21"
+    sent = dict(headers)
+    assert sent["x-team"] == "red" and sent["authorization"] == "Bearer sk-test"
+
+
+@pytest.mark.parametrize("fault", ["rate_limit", "auth", "bad_gateway"])
+async def test_an_adapter_raises_the_same_error_on_either_path(
+    stub_server: StubServer, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """Through a whole adapter call: the SDK's exceptions (its own stack, as for a proxied
+    URL) are caught and mapped like the direct path's, never passed on raw."""
+    facts = []
+    for direct in (True, False):
+        monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+        adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
+        assert (adapter.pool.direct[0] is not None) == direct
+        stub_server.enqueue(fault)
+        try:
+            with pytest.raises(LLMError) as info:
+                await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
+        finally:
+            await adapter.aclose()
+        assert isinstance(info.value.cause, DirectStatusError if direct else openai.APIError)
+        facts.append(error_facts(info.value))
+    assert facts[0] == facts[1]

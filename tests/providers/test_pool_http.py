@@ -89,14 +89,18 @@ async def test_each_server_gets_its_own_sdk_clients(provider: str) -> None:
         try:
             pool = pool_in(stack)
             clients: list[openai.AsyncOpenAI] = []
+            routes: list[object] = []
             for server, stub in zip(pool.servers, servers, strict=True):
                 adapter = provider_of(server)
-                assert adapter.pool.clients, "no SDK client"
-                for client in adapter.pool.clients:
+                assert adapter.base_url == stub.base_url
+                assert len(adapter.pool) and all(adapter.pool.direct), "no direct route"
+                routes.extend(adapter.pool.direct)
+                for client in adapter.pool.sdk_clients():  # built when streaming, batching
                     assert isinstance(client, openai.AsyncOpenAI)
                     assert str(client.base_url).rstrip("/") == stub.base_url
-                clients.extend(adapter.pool.clients)
+                clients.extend(adapter.pool.sdk_clients())
             assert len({id(c) for c in clients}) == len(clients)  # none shared between servers
+            assert len({id(r) for r in routes}) == len(routes)
             answers = await asyncio.gather(*(stack.execute(REQUEST) for _ in range(12)))
         finally:
             await close_stack(stack)
@@ -122,8 +126,8 @@ async def test_https_servers_share_one_tls_context(
         stack = build_stack(config_for(servers))
         try:
             pool = pool_in(stack)
-            # 32 in flight: two SDK clients per server, four clients in all
-            assert sum(len(provider_of(s).pool.clients) for s in pool.servers) == 4
+            # 32 in flight: two connection pools per server, four in all
+            assert sum(len(provider_of(s).pool) for s in pool.servers) == 4
             answers = await asyncio.gather(*(stack.execute(REQUEST) for _ in range(8)))
         finally:
             await close_stack(stack)

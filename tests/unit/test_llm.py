@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import hashlib
 import json
 import logging
 from typing import Any
@@ -1160,7 +1161,7 @@ def test_unknown_adapter_option_is_rejected(monkeypatch: pytest.MonkeyPatch) -> 
         create_adapter("openai", api_key_env="SIM_TEST_KEY", max_concurency=4)
     adapter = create_adapter("openai", api_key_env="SIM_TEST_KEY", max_concurrency=40, store=True)
     assert isinstance(adapter, OpenAIAdapter) and adapter.store
-    assert len(adapter.pool.clients) == 3  # 40 calls in flight over pools of 16
+    assert len(adapter.pool) == 3  # 40 calls in flight over pools of 16
     with pytest.raises(TypeError):
         OfflineAdapter(seed=1, sede=2)  # type: ignore[call-arg]
 
@@ -1202,3 +1203,34 @@ def test_chain_without_a_store_keeps_ids_only(bob: dict[str, Any]) -> None:
     assert chain.confirm("r1", Exchange("r1", "in", "out"), depth=2) == []
     assert chain.ids == ["r1"] and chain.window(2) == ()
     assert chain.confirm("r2", None, depth=0) == [] and chain.ids == ["r1"]  # unchained
+
+
+def test_offline_seed_from_a_kept_prefix_is_the_full_hash() -> None:
+    """The offline model keeps the hash state after each instructions text; every seed is
+    still the hash of seed, instructions and input, also once more texts than it keeps
+    have been seen (the kept states are dropped, not mixed up)."""
+
+    def full(seed: int, instructions: str, input_data: str) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        for part in (f"{seed}\x00", instructions, "\x00", input_data):
+            digest.update(part.encode())
+        return digest.hexdigest()
+
+    adapter = OfflineAdapter(seed=5)
+    texts = [f"instructions {i}" for i in range(150)]
+    for round_ in range(2):
+        for i, text in enumerate(texts):
+            got = adapter._seed(text, f"input {i} {round_}", ())
+            assert got == full(5, text, f"input {i} {round_}")
+    assert OfflineAdapter(seed=6)._seed("a", "b", ()) == full(6, "a", "b")
+
+
+def test_recovery_breaker_is_one_per_model_whatever_the_spelling() -> None:
+    """Breakers are found by the spelling a request uses once it has been seen; each
+    spelling of one model on one endpoint still reaches the same breaker."""
+    adapter = RecoveryAdapter(OfflineAdapter())
+    first = adapter.breaker("Primary ")
+    assert adapter.breaker("primary") is first
+    assert adapter.breaker("Primary ") is first
+    assert adapter.breaker("primary", "other") is not first
+    assert adapter.breaker("PRIMARY", "other") is adapter.breaker("primary", "other")

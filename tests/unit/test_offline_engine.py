@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from sim.offline import estimate_tokens, generate, generate_tool_call
+from sim.offline.templates import first_sentence
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -568,3 +570,31 @@ def test_a_declared_schema_is_answered_plausibly_from_the_subjects_words() -> No
         assert answer["reason"] == "She has already decided to vote no, whatever it costs her."
     assert len({a["stance"] for a in answers}) > 1
     assert generate(model.model_json_schema(), text, seed="s1") == answers[1]
+
+
+def _first_sentence_by_char(text: str) -> str:
+    """The reference: ``first_sentence`` as it was written first, one character at a time."""
+    quoted = False
+    n = len(text)
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+            if not quoted and i > 0 and text[i - 1] in ".!?" and (i + 1 == n or text[i + 1] == " "):
+                return text[: i + 1]
+        elif ch in ".!?" and not quoted and (i + 1 == n or text[i + 1] == " "):
+            return text[: i + 1]
+    text = text.strip()
+    return text if text[-1:] in '.!?"' else text + "."
+
+
+def test_first_sentence_visits_only_marks_with_the_same_result() -> None:
+    """Finding the marks by regular expression ends every text where the character scan
+    did: quotes, stops inside and outside them, at the end or before a space."""
+    rng = random.Random(7)
+    alphabet = 'ab .!?" \n'
+    texts = [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30))) for _ in range(20000)
+    ]
+    texts += ['He said "stop." Then left.', '"Go!" she cried', "No stop at all", "", "  "]
+    for text in texts:
+        assert first_sentence(text) == _first_sentence_by_char(text), repr(text)

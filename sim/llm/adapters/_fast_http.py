@@ -1,4 +1,4 @@
-"""The adapters' fast HTTP path, built on public interfaces of httpcore2, httpx2 and openai.
+"""The adapters' fast HTTP path, built on public interfaces of httpcore2 and httpx2.
 
 Three pieces:
 
@@ -10,14 +10,16 @@ Three pieces:
   on the loop only when the socket is not ready, with the same timeouts and httpcore's
   own exceptions.
 - ``PoolTransport``: an ``httpx2.AsyncBaseTransport`` over an ``httpcore2.AsyncConnectionPool``
-  that this module builds and owns (on ``SocketBackend``); handed to the SDK as its
-  ``http_client``'s transport, so everything the SDK sends shares the pool.
-- ``DirectPost``: POSTs a serialized body straight to that pool, skipping the SDK's and
-  httpx's per-request layers (option models, header merging, URL parsing, auth and
-  redirect hooks, cookie extraction: about 60% of the client's CPU per call, measured). It
-  sends the client's own default headers and query, and a non-2xx answer becomes the
-  SDK's exception for that status (``_openai_errors.status_error``), so the adapters map
-  both paths' errors through one table.
+  that this module builds and owns (on ``SocketBackend``); handed to an SDK client as its
+  ``http_client``'s transport when one is needed (streaming, the Batch API), so
+  everything sent to one server shares the pool.
+- ``DirectPost``: POSTs a serialized body straight to that pool, to a ``Target`` (base URL,
+  default query, headers with the key) the adapters build without any SDK: no SDK or
+  httpx per-request layers (option models, header merging, URL parsing, auth and redirect
+  hooks, cookie extraction: about 60% of the client's CPU per call, measured), and no
+  import of the OpenAI SDK (~0.4 s of CPU at start-up). A failure is a
+  ``DirectPostError`` (a non-2xx answer keeps its status, headers and body), which
+  ``_openai_errors`` maps through the same table as the SDK's exceptions.
 
 The adapters use it for ``http://`` and ``https://`` base URLs reached without a proxy
 from the environment (``direct_url``); proxied URLs keep the SDK's own stack.
@@ -32,23 +34,27 @@ import socket
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpcore2
 import httpx2
-import openai
-
-from sim.llm.adapters._openai_errors import status_error
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
+    "DirectConnectionError",
     "DirectPost",
+    "DirectPostError",
+    "DirectStatusError",
+    "DirectTimeoutError",
     "PoolTransport",
     "SocketBackend",
     "SocketStream",
     "TLSStream",
+    "Target",
     "direct_url",
+    "merge_headers",
     "plain_tcp_transport",
     "shared_ssl_context",
 ]
@@ -457,43 +463,101 @@ def _header_bytes(value: str) -> bytes:
         return value.encode("utf-8")
 
 
-class DirectPost:
-    """POST a JSON body straight to an SDK client's connection pool.
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the direct path POSTs, and what every request carries, built by the adapters
+    without an SDK client.
 
-    The SDK still builds the client (key, base URL, default headers and query) and its
-    errors are still the ones raised: a non-2xx answer becomes the SDK's exception for the
-    status (built from status, headers and body by ``_openai_errors.status_error``), a
-    timeout ``APITimeoutError``, any other transport failure ``APIConnectionError``.
+    Attributes:
+        base_url: the API root (``https://api.openai.com/v1``); its own query, if any, is
+            not sent (as the SDK joins paths), ``query`` is.
+        query: the default query of every request (``api-version`` and the like).
+        headers: sent with every request in this order (auth first, then the defaults,
+            a later name replacing an earlier one of any case). They hold the key, so
+            they are left out of the repr.
     """
 
-    def __init__(self, client: openai.AsyncOpenAI, pool: httpcore2.AsyncConnectionPool) -> None:
+    base_url: str
+    query: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+
+def merge_headers(*layers: Mapping[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """Headers merged case-insensitively, a later layer's name replacing an earlier one's
+    and ``None`` removing it (what the SDK does with its ``Omit``)."""
+    merged: dict[str, tuple[str, str]] = {}
+    for layer in layers:
+        for name, value in layer.items():
+            if value is None:
+                merged.pop(name.lower(), None)
+            else:
+                merged[name.lower()] = (name, value)
+    return tuple(merged.values())
+
+
+class DirectPostError(Exception):
+    """A POST on the direct path failed; ``message`` says how (worded as the SDK words
+    it), ``url`` where it went (no query: never a secret, never the headers)."""
+
+    message = "Connection error."
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"{self.message} (POST {url})")
+        self.url = url
+
+
+class DirectConnectionError(DirectPostError):
+    """No answer: the connection could not be opened, or broke (chained from the
+    transport's error, which says why)."""
+
+
+class DirectTimeoutError(DirectConnectionError):
+    """No answer within the timeout."""
+
+    message = "Request timed out."
+
+
+class DirectStatusError(DirectPostError):
+    """A non-2xx answer: its status, headers (names lower-cased) and body, read in full,
+    for the error table (``_openai_errors``)."""
+
+    def __init__(self, url: str, status: int, headers: Mapping[str, str], content: bytes) -> None:
+        self.message = f"HTTP {status}"
+        super().__init__(url)
+        self.status = status
+        self.headers = headers
+        self.content = content
+
+
+class DirectPost:
+    """POST a JSON body straight to a connection pool, to a ``Target``.
+
+    No SDK is involved: the target gives the URL, the default query and the headers (key
+    included), and failures are raised as ``DirectPostError``s: a non-2xx answer
+    ``DirectStatusError`` (status, headers, body), a timeout ``DirectTimeoutError``, any
+    other transport failure ``DirectConnectionError``. ``_openai_errors`` maps them
+    through the same table as the SDK's exceptions.
+    """
+
+    def __init__(self, target: Target, pool: httpcore2.AsyncConnectionPool) -> None:
         self._pool = pool
-        base = httpx2.URL(str(client.base_url))
-        self._base = str(base.copy_with(query=None, fragment=None)).rstrip("/")
-        query = urllib.parse.urlencode(
-            [(k, str(v)) for k, v in client.default_query.items() if v is not None]
-        )
+        parts = urllib.parse.urlsplit(target.base_url)
+        self._base = urllib.parse.urlunsplit((*parts[:3], "", "")).rstrip("/")
+        query = urllib.parse.urlencode(target.query)
         self._query = f"?{query}" if query else ""
         self._urls: dict[str, httpcore2.URL] = {}
-        host = f"[{base.host}]" if ":" in base.host else base.host  # IPv6 in brackets
-        host += f":{base.port}" if base.port else ""
-        # what the SDK merges for every request: auth, then the client's defaults (its own
-        # and the user's ``default_headers``), an ``Omit`` removing a header
-        merged: dict[str, str] = {}
-        for name, value in [*client.auth_headers.items(), *client.default_headers.items()]:
-            for existing in [k for k in merged if k.lower() == name.lower()]:
-                del merged[existing]
-            if isinstance(value, str):
-                merged[name] = value
-        self._headers = [(b"Host", host.encode("ascii"))] + [
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host  # IPv6 in brackets
+        default_port = 443 if parts.scheme.lower() == "https" else 80
+        if parts.port is not None and parts.port != default_port:
+            host += f":{parts.port}"
+        #: the base URL as errors name it: no user info, no query
+        self._shown = f"{parts.scheme}://{host}{parts.path}".rstrip("/")
+        self._headers = [(b"Host", host.encode("ascii" if host.isascii() else "idna"))] + [
             (name.encode("ascii"), _header_bytes(value))
-            for name, value in merged.items()
+            for name, value in target.headers
             if name.lower() not in ("host", "content-length")
         ]
-
-    def _sdk_request(self, path: str) -> httpx2.Request:
-        """The request as the SDK's errors name it."""
-        return httpx2.Request("POST", self._base + path + self._query)
 
     async def post(
         self,
@@ -502,7 +566,7 @@ class DirectPost:
         timeout: httpx2.Timeout,
         idempotency_key: str | None = None,
     ) -> bytes:
-        """The answer's body; raises the SDK's errors."""
+        """The answer's body; raises ``DirectPostError``s."""
         url = self._urls.get(path)
         if url is None:  # parsed once per path, not on every call
             url = self._urls[path] = httpcore2.URL(self._base + path + self._query)
@@ -529,16 +593,22 @@ class DirectPost:
             finally:
                 await response.aclose()
         except httpcore2.TimeoutException as exc:
-            raise openai.APITimeoutError(request=self._sdk_request(path)) from exc
-        except Exception as exc:  # what the SDK does with any transport failure
-            raise openai.APIConnectionError(request=self._sdk_request(path)) from exc
-        if not 200 <= response.status < 300:  # httpx's raise_for_status, as the SDK uses
-            raise status_error(
-                httpx2.Response(
-                    response.status,
-                    headers=response.headers,
-                    content=response.content,
-                    request=self._sdk_request(path),
-                )
+            raise DirectTimeoutError(self._shown + path) from exc
+        except Exception as exc:  # any other transport failure: no answer
+            raise DirectConnectionError(self._shown + path) from exc
+        if not 200 <= response.status < 300:
+            raise DirectStatusError(
+                self._shown + path,
+                response.status,
+                {
+                    name.decode("latin-1").lower(): value.decode("latin-1")
+                    for name, value in response.headers
+                },
+                response.content,
             )
         return response.content
+
+    async def aclose(self) -> None:
+        """Close the connection pool (an SDK client built on it closes it too: twice is
+        harmless)."""
+        await self._pool.aclose()

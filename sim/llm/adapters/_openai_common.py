@@ -1,23 +1,30 @@
-"""What the ``openai`` and ``chat`` adapters share: building the SDK client, strict schemas,
-checking an answer's text against its schema."""
+"""What the ``openai`` and ``chat`` adapters share: where and how a call is sent (the
+direct path's ``Target`` and connection pools, the SDK's clients where they are still
+needed), strict schemas, checking an answer's text against its schema.
+
+The OpenAI SDK is imported only where it is used: for a base URL behind a proxy (its own
+HTTP stack), a client handed in, and, on any URL, streaming, the Batch API and deleting a
+stored response. A plain call to a URL reached without a proxy goes through
+``_fast_http.DirectPost`` and never loads it (``import openai`` costs ~0.4 s of CPU).
+"""
 
 from __future__ import annotations
 
 import os
-import weakref
-from typing import Any, NotRequired, TypedDict, Unpack
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
-import httpcore2
 import httpx2
-import openai
 import orjson
-from openai import RequestOptions
 from pydantic import BaseModel, ValidationError
 
+import sim
 from sim.llm.adapters._fast_http import (
     IDEMPOTENCY_HEADER,
     DirectPost,
+    Target,
     direct_url,
+    merge_headers,
     plain_tcp_transport,
     shared_ssl_context,
 )
@@ -25,6 +32,9 @@ from sim.llm.adapters._strict_schema import to_strict_json_schema
 from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
+
+if TYPE_CHECKING:
+    import openai
 
 _STRICT: dict[type[BaseModel], dict[str, Any]] = {}
 
@@ -37,42 +47,78 @@ def strict_schema(schema: type[BaseModel]) -> dict[str, Any]:
     return cached
 
 
-#: concurrent connections per SDK client: the HTTP pool's bookkeeping costs CPU linear in
-#: its size for every request, so a run at high concurrency spreads over several small pools
-#: (measured at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64 ~2.2 ms,
-#: 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
+#: concurrent connections per connection pool (and SDK client): the HTTP pool's
+#: bookkeeping costs CPU linear in its size for every request, so a run at high
+#: concurrency spreads over several small pools (measured at 200 in flight, client CPU per
+#: call: pools of 200 ~2.9 ms, 64 ~2.2 ms, 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
 POOL_SIZE = 16
 
 #: serve base URLs reached without a proxy through ``_fast_http``'s pool and direct path
 PLAIN_TCP_BACKEND = True
-#: the connection pool of each client ``build_client`` made for the direct path
-_PLAIN_POOLS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, httpcore2.AsyncConnectionPool] = (
-    weakref.WeakKeyDictionary()
-)
+
+#: the endpoint the OpenAI SDK uses when neither ``base_url`` nor ``OPENAI_BASE_URL`` is set
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: the User-Agent of the direct path (the SDK's own stack sends the SDK's)
+USER_AGENT = f"sim/{sim.__version__}"
 
 
 class ClientPool:
-    """One or more ``AsyncOpenAI`` clients (one when a client is injected).
+    """The routes of one adapter to its server, one per connection pool.
 
-    ``acquire`` hands out the client with the fewest calls in flight, so no client's
-    connection pool queues a call while another has a free connection.
+    Each route has a ``DirectPost`` (a URL reached without a proxy) or not (a proxied URL,
+    or a client handed in: the SDK's own stack), and an SDK client, built the first time
+    something needs one (``client``), on the same connection pool. ``acquire`` hands out
+    the route with the fewest calls in flight, so no pool queues a call while another has
+    a free connection.
+
+    Args:
+        direct: per route, its direct path or ``None``.
+        connect: builds the SDK client of route ``i`` (on its connection pool, if any).
+        clients: SDK clients already built (a client handed in), by route.
+        transports: per direct route, the transport over its connection pool that its SDK
+            client is built on (closed here when no client was).
     """
 
-    def __init__(self, clients: list[openai.AsyncOpenAI]) -> None:
-        self.clients = clients
-        self._in_flight = [0] * len(clients)
-        #: per client, the direct path to its own pool (clients we built, no proxy)
-        self.direct: list[DirectPost | None] = [
-            DirectPost(client, pool) if (pool := _PLAIN_POOLS.get(client)) else None
-            for client in clients
-        ]
+    def __init__(
+        self,
+        direct: list[DirectPost | None],
+        connect: Callable[[int], openai.AsyncOpenAI] | None = None,
+        clients: Mapping[int, openai.AsyncOpenAI] | None = None,
+        transports: list[httpx2.AsyncBaseTransport] | None = None,
+    ) -> None:
+        self.direct = direct
+        self._connect = connect
+        self._clients: dict[int, openai.AsyncOpenAI] = dict(clients or {})
+        self._transports = transports or []
+        self._in_flight = [0] * len(direct)
+
+    @classmethod
+    def of(cls, client: openai.AsyncOpenAI) -> ClientPool:
+        """One route: the SDK's own stack on a client handed in."""
+        return cls([None], clients={0: client})
+
+    def __len__(self) -> int:
+        return len(self.direct)
+
+    def client(self, index: int = 0) -> openai.AsyncOpenAI:
+        """The SDK client of route ``index`` (built now if not yet: imports the SDK)."""
+        client = self._clients.get(index)
+        if client is None:
+            if self._connect is None:  # pragma: no cover - every pool gets one of the two
+                raise LookupError(f"route {index} has no SDK client")
+            client = self._clients[index] = self._connect(index)
+        return client
 
     @property
     def first(self) -> openai.AsyncOpenAI:
-        return self.clients[0]
+        return self.client(0)
+
+    def sdk_clients(self) -> list[openai.AsyncOpenAI]:
+        """Every route's SDK client (built now where missing)."""
+        return [self.client(index) for index in range(len(self))]
 
     def acquire(self) -> int:
-        """The index of the least busy client, counted busy until ``release``."""
+        """The index of the least busy route, counted busy until ``release``."""
         counts = self._in_flight
         index = counts.index(min(counts)) if len(counts) > 1 else 0
         counts[index] += 1
@@ -82,8 +128,16 @@ class ClientPool:
         self._in_flight[index] -= 1
 
     async def aclose(self) -> None:
-        for client in self.clients:
+        """Close the SDK clients built (each closes its transport), the transports no
+        client was built on, and the direct routes' connection pools."""
+        for client in self._clients.values():
             await client.close()
+        for index, transport in enumerate(self._transports):
+            if index not in self._clients:
+                await transport.aclose()
+        for direct in self.direct:
+            if direct is not None:
+                await direct.aclose()
 
 
 def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
@@ -103,35 +157,28 @@ def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
 
 
 class ClientOptions(TypedDict):
-    """What ``build_client`` builds an SDK client from (``build_pool`` passes it on)."""
+    """What ``build_pool`` builds an adapter's routes from."""
 
     base_url: str | None
     api_key_env: str
     timeout_seconds: float
     connect_timeout_seconds: float
     require_key: NotRequired[bool]
+    default_headers: NotRequired[Mapping[str, str] | None]
+    default_query: NotRequired[Mapping[str, str] | None]
 
 
-def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOptions]) -> ClientPool:
-    """Enough ``AsyncOpenAI`` clients for ``max_concurrency`` calls in flight."""
-    count = max(1, -(-max_concurrency // POOL_SIZE))
-    size = -(-max_concurrency // count)
-    return ClientPool([build_client(**options, connections=size) for _ in range(count)])
+def resolved_url(base_url: str | None) -> str:
+    """The URL the SDK would use: ``base_url``, else ``OPENAI_BASE_URL``, else OpenAI's."""
+    return base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
 
 
-def build_client(
-    *,
-    base_url: str | None,
-    api_key_env: str,
-    timeout_seconds: float,
-    connect_timeout_seconds: float,
-    require_key: bool = True,
-    connections: int = POOL_SIZE,
-) -> openai.AsyncOpenAI:
-    """An ``AsyncOpenAI`` with the SDK's retries off and an explicit timeout.
+def read_key(api_key_env: str, *, require_key: bool = True) -> str:
+    """The key in ``$api_key_env``; a placeholder for a local server that takes none.
 
     Raises:
-        LLMConfigurationError: the key variable is unset (named, never printed).
+        LLMConfigurationError: the variable is unset and a key is required (named, never
+            printed).
     """
     key = os.environ.get(api_key_env, "")
     if not key:
@@ -141,30 +188,122 @@ def build_client(
                 "(or change [llm] api_key_env in config.toml)"
             )
         key = "unused"  # local servers (Ollama, llama.cpp) accept any key
-    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
-    # the URL the SDK will use (its default when none is configured)
-    url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-    plain = PLAIN_TCP_BACKEND and direct_url(url)
-    if plain:
-        transport, pool = plain_tcp_transport(limits, tls=url.lower().startswith("https:"))
+    return key
+
+
+def environment_headers() -> dict[str, str]:
+    """The headers the OpenAI SDK takes from the environment: ``OpenAI-Organization``
+    (``OPENAI_ORG_ID``), ``OpenAI-Project`` (``OPENAI_PROJECT_ID``) and the lines
+    ``Name: value`` of ``OPENAI_CUSTOM_HEADERS``, so both paths send them alike."""
+    headers: dict[str, str] = {}
+    for name, variable in (
+        ("OpenAI-Organization", "OPENAI_ORG_ID"),
+        ("OpenAI-Project", "OPENAI_PROJECT_ID"),
+    ):
+        value = os.environ.get(variable)
+        if value is not None:
+            headers[name] = value
+    for line in os.environ.get("OPENAI_CUSTOM_HEADERS", "").split("\n"):
+        name, colon, value = line.partition(":")
+        if colon:
+            headers[name.strip()] = value.strip()
+    return headers
+
+
+def openai_target(
+    base_url: str,
+    key: str,
+    *,
+    default_headers: Mapping[str, str] | None = None,
+    default_query: Mapping[str, str] | None = None,
+) -> Target:
+    """Where the direct path sends an OpenAI-format call, with the headers the SDK would
+    send, in its order: ``Authorization: Bearer <key>``, JSON in and out, the environment's
+    (``environment_headers``), then ``default_headers`` (each replacing an earlier header
+    of the same name in any case). The SDK's self-description (``X-Stainless-*``) is left
+    out and the User-Agent is sim's."""
+    headers = merge_headers(
+        {"Authorization": f"Bearer {key}"},
+        {"Accept": "application/json", "Content-Type": "application/json"},
+        {"User-Agent": USER_AGENT},
+        environment_headers(),
+        dict(default_headers or {}),
+    )
+    query = tuple((name, str(value)) for name, value in (default_query or {}).items())
+    return Target(base_url=base_url, query=query, headers=headers)
+
+
+def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOptions]) -> ClientPool:
+    """Enough routes for ``max_concurrency`` calls in flight (``POOL_SIZE`` each).
+
+    A URL reached without a proxy gets, per route, its own connection pool and a
+    ``DirectPost`` to it (no SDK imported); a proxied one the SDK's clients, built now.
+
+    Raises:
+        LLMConfigurationError: the key variable is unset (named, never printed).
+    """
+    count = max(1, -(-max_concurrency // POOL_SIZE))
+    size = -(-max_concurrency // count)
+    key = read_key(options["api_key_env"], require_key=options.get("require_key", True))
+    url = resolved_url(options["base_url"])
+    limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+    if not (PLAIN_TCP_BACKEND and direct_url(url)):
+        # the SDK's own stack (URLs behind a proxy), verifying with the one shared context
+        clients = {i: sdk_client(key, options, limits=limits) for i in range(count)}
+        return ClientPool([None] * count, clients=clients)
+    target = openai_target(
+        url,
+        key,
+        default_headers=options.get("default_headers"),
+        default_query=options.get("default_query"),
+    )
+    tls = url.lower().startswith("https:")
+    routes = [plain_tcp_transport(limits, tls=tls) for _ in range(count)]
+
+    def connect(index: int) -> openai.AsyncOpenAI:
+        return sdk_client(key, options, transport=routes[index][0])
+
+    return ClientPool(
+        [DirectPost(target, pool) for _, pool in routes],
+        connect,
+        transports=[transport for transport, _ in routes],
+    )
+
+
+def sdk_client(
+    key: str,
+    options: ClientOptions,
+    *,
+    limits: httpx2.Limits | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> openai.AsyncOpenAI:
+    """An ``AsyncOpenAI`` (this imports the SDK) with its retries off and an explicit
+    timeout: on ``transport`` (a direct route's connection pool), else on the SDK's own
+    stack with ``limits``, verifying with the one shared TLS context."""
+    import openai
+
+    if transport is not None:
         http_client = openai.DefaultAsyncHttpxClient(transport=transport)
     else:
-        # the SDK's own stack (URLs behind a proxy), verifying with the one shared context
-        http_client = openai.DefaultAsyncHttpxClient(limits=limits, verify=shared_ssl_context())
-    client = openai.AsyncOpenAI(
+        http_client = openai.DefaultAsyncHttpxClient(
+            limits=limits or httpx2.Limits(max_connections=POOL_SIZE),
+            verify=shared_ssl_context(),
+        )
+    return openai.AsyncOpenAI(
         api_key=key,
-        base_url=base_url or None,
+        base_url=options["base_url"] or None,
         max_retries=0,
-        timeout=openai.Timeout(timeout_seconds, connect=connect_timeout_seconds),
+        timeout=httpx2.Timeout(
+            options["timeout_seconds"], connect=options["connect_timeout_seconds"]
+        ),
+        default_headers=options.get("default_headers"),
+        default_query=options.get("default_query"),
         http_client=http_client,
     )
-    if plain:
-        _PLAIN_POOLS[client] = pool
-    return client
 
 
-def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> openai.Timeout:
-    return openai.Timeout(settings.timeout_seconds, connect=connect_timeout_seconds)
+def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> httpx2.Timeout:
+    return httpx2.Timeout(settings.timeout_seconds, connect=connect_timeout_seconds)
 
 
 def validate_text(
@@ -198,10 +337,11 @@ def schema_mismatch(
 async def post_json(
     pool: ClientPool, path: str, payload: dict[str, Any], timeout: httpx2.Timeout
 ) -> bytes:
-    """POST ``payload`` (serialized once, with orjson) on the least busy client; raw body.
+    """POST ``payload`` (serialized once, with orjson) on the least busy route; raw body.
 
-    URLs reached without a proxy get the direct path to the connection pool, others the
-    SDK's ``post``; either way errors are the SDK's. The call's idempotency key (from its
+    URLs reached without a proxy get the direct path to the connection pool (its errors
+    are ``DirectPostError``s), others the SDK's ``post`` (its errors are the SDK's);
+    ``_openai_errors.map_openai_error`` maps both. The call's idempotency key (from its
     identity and exact body) goes along, so a request re-sent after a crash or a timeout
     can be answered from the provider's cache instead of being paid for twice.
     """
@@ -212,9 +352,9 @@ async def post_json(
         direct = pool.direct[index]
         if direct is not None:  # no proxy in the way: straight to the connection pool
             return await direct.post(path, content, timeout, key)
-        options: RequestOptions = {"timeout": timeout}
+        options: openai.RequestOptions = {"timeout": timeout}
         if key is not None:
             options["headers"] = {IDEMPOTENCY_HEADER: key}
-        return await pool.clients[index].post(path, cast_to=bytes, content=content, options=options)
+        return await pool.client(index).post(path, cast_to=bytes, content=content, options=options)
     finally:
         pool.release(index)

@@ -1,30 +1,40 @@
 """The base of the OpenAI wire family: ``openai`` (Responses API) and ``chat`` (chat
 completions).
 
-What they share lives here: construction (a pool of SDK clients with retries off and
-explicit timeouts, the key read from a named environment variable and never printed), the
-one POST of a call (the body serialized once with orjson and sent by ``post_json`` with
-the call's idempotency key; SDK errors mapped to the ``LLMError`` tree; a body that is not
-a JSON object is a ``bad_response``), and the flow of ``execute``: build the wire body,
-post it, read the answer. Each adapter keeps only its wire format: ``path``,
-``body(request)`` and ``answer(request, data)``.
+What they share lives here: construction (the routes to the server: a direct path with
+no SDK for URLs reached without a proxy, SDK clients with retries off and explicit
+timeouts where they are needed; the key read from a named environment variable and
+never printed), the one POST of a call (the body serialized once with orjson and sent by
+``post_json`` with the call's idempotency key; failures of either path mapped to the
+``LLMError`` tree by one table; a body that is not a JSON object is a ``bad_response``),
+and the flow of ``execute``: build the wire body, post it, read the answer. Each adapter
+keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, data)``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, TypedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
-import openai
 import orjson
 
 from sim.llm.adapters._adapter_common import Responder
-from sim.llm.adapters._openai_common import ClientPool, build_pool, post_json, request_timeout
-from sim.llm.adapters._openai_errors import map_openai_error
+from sim.llm.adapters._openai_common import (
+    ClientPool,
+    build_pool,
+    post_json,
+    request_timeout,
+    resolved_url,
+)
+from sim.llm.adapters._openai_errors import map_openai_error, post_failures
 from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
 from sim.llm.batch import current_batch
 from sim.llm.errors import LLMAPIError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
+
+if TYPE_CHECKING:
+    import openai
 
 Json = dict[str, Any]
 
@@ -40,19 +50,28 @@ class FamilyOptions(TypedDict, total=False):
     timeout_seconds: float
     connect_timeout_seconds: float
     max_concurrency: int
+    default_headers: Mapping[str, str] | None
+    default_query: Mapping[str, str] | None
 
 
 class OpenAIFamilyAdapter(Responder, ABC):
     """An adapter speaking one of OpenAI's wire formats.
 
     Args:
-        client: an ``openai.AsyncOpenAI`` to use (tests hand one in); built from the other
-            arguments when omitted, with SDK retries off.
-        base_url: API base URL (``None``: OpenAI's).
+        client: an ``openai.AsyncOpenAI`` to use (tests hand one in; every call then goes
+            through the SDK's stack); when omitted, routes are built from the other
+            arguments: the direct path for a URL reached without a proxy (the SDK is
+            imported only if streaming, the Batch API or a deletion needs a client),
+            SDK clients with retries off for a proxied one.
+        base_url: API base URL (``None``: ``OPENAI_BASE_URL``, else OpenAI's).
         api_key_env: the environment variable holding the key.
         timeout_seconds: default total timeout; each call uses its settings' timeout.
         connect_timeout_seconds: connect timeout.
         max_concurrency: calls in flight to size the HTTP connection pools for.
+        default_headers: headers sent with every call (after the key and the
+            environment's ``OPENAI_ORG_ID``/``OPENAI_PROJECT_ID``/``OPENAI_CUSTOM_HEADERS``,
+            replacing any of the same name), as the SDK's ``default_headers``.
+        default_query: query parameters sent with every call (``api-version``...).
     """
 
     #: the endpoint every call posts to, under the base URL
@@ -69,12 +88,16 @@ class OpenAIFamilyAdapter(Responder, ABC):
         timeout_seconds: float = 60.0,
         connect_timeout_seconds: float = 10.0,
         max_concurrency: int = 64,
+        default_headers: Mapping[str, str] | None = None,
+        default_query: Mapping[str, str] | None = None,
     ) -> None:
         self.api_key_env = api_key_env
         self.connect_timeout_seconds = connect_timeout_seconds
         local = bool(base_url) and any(host in str(base_url) for host in _LOCAL_HOSTS)
+        #: where calls go (the SDK's default when none is configured)
+        self.base_url = str(client.base_url) if client is not None else resolved_url(base_url)
         self.pool = (
-            ClientPool([client])
+            ClientPool.of(client)
             if client is not None
             else build_pool(
                 base_url=base_url,
@@ -83,10 +106,16 @@ class OpenAIFamilyAdapter(Responder, ABC):
                 connect_timeout_seconds=connect_timeout_seconds,
                 max_concurrency=max_concurrency,
                 require_key=not (self.local_without_key and local),
+                default_headers=default_headers,
+                default_query=default_query,
             )
         )
-        #: the (first) SDK client, for direct use
-        self.client = self.pool.first
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The (first) SDK client, for what the direct path does not do (the Batch API,
+        deletions); built, and the SDK imported, on first use."""
+        return self.pool.first
 
     @abstractmethod
     def body(self, request: ModelRequest) -> Json:
@@ -112,12 +141,13 @@ class OpenAIFamilyAdapter(Responder, ABC):
     async def post(self, settings: CallSettings, payload: Json) -> Json:
         """One POST to ``path``; returns the answer as plain JSON.
 
-        The request goes through the SDK's own ``post`` (auth, headers, timeouts, and its
-        errors, which ``map_openai_error`` maps), or for ``http://`` servers straight to the
-        connection pool, but with the body already serialized by orjson and the answer read
-        as raw bytes: the SDK's per-call transformation of the typed params, its
+        For a URL reached without a proxy the request goes straight to the connection pool
+        (``_fast_http.DirectPost``), else through the SDK's own ``post`` (auth, headers,
+        timeouts); either way with the body already serialized by orjson and the answer
+        read as raw bytes: the SDK's per-call transformation of the typed params, its
         stdlib-JSON encoding and its construction of typed models cost more CPU than the
-        rest of a call (measured), and we need only a few fields.
+        rest of a call (measured), and we need only a few fields. Both paths' failures
+        go through ``map_openai_error``'s one table.
 
         With ``settings.stream`` the answer is streamed (``_streaming.post_stream``) under
         the first-token, idle and total clocks, and assembled into the same JSON.
@@ -152,7 +182,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
             timeout = request_timeout(settings, self.connect_timeout_seconds)
             raw = await post_json(self.pool, self.path, payload, timeout)
             data = orjson.loads(raw)
-        except openai.OpenAIError as exc:
+        except post_failures() as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
         except orjson.JSONDecodeError as exc:
             raise LLMAPIError(
@@ -167,5 +197,5 @@ class OpenAIFamilyAdapter(Responder, ABC):
         return None
 
     async def aclose(self) -> None:
-        """Close the SDK clients' connections (call on the loop that used them)."""
+        """Close the connections (call on the loop that used them)."""
         await self.pool.aclose()

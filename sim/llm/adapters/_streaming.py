@@ -19,17 +19,19 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import openai
+import httpx2
 import orjson
-from openai import RequestOptions
 
 from sim.llm.adapters._fast_http import IDEMPOTENCY_HEADER
 from sim.llm.adapters._openai_common import ClientPool
 from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import emit_delta, restart_text
+
+if TYPE_CHECKING:
+    import openai
 
 Json = dict[str, Any]
 #: called with each piece of answer text as it arrives
@@ -257,22 +259,26 @@ async def post_stream(
     connect_timeout_seconds: float,
     model: str,
 ) -> Json:
-    """POST ``payload`` with ``stream: true`` on the least busy client; the assembled body.
+    """POST ``payload`` with ``stream: true`` on the least busy route; the assembled body.
 
     The SDK's own ``AsyncStream`` reads the server-sent events (and raises the SDK's errors,
-    for the caller to map); its timeout is only the connect timeout, the stream's clocks
+    for the caller to map), on the route's SDK client (built, and the SDK imported, by the
+    first streamed call); its timeout is only the connect timeout, the stream's clocks
     are ``read_stream``'s. Each piece of text goes to ``sim.llm.streaming``.
     """
+    import openai
+
     content = orjson.dumps({**payload, "stream": True})
     key = idempotency_key(content)
-    options: RequestOptions = {"timeout": openai.Timeout(None, connect=connect_timeout_seconds)}
+    options: openai.RequestOptions = {
+        "timeout": httpx2.Timeout(None, connect=connect_timeout_seconds)
+    }
     if key is not None:
         options["headers"] = {IDEMPOTENCY_HEADER: key}
     index = pool.acquire()
-    client = pool.clients[index]
 
     async def open_stream() -> openai.AsyncStream[object]:
-        return await client.post(
+        return await pool.client(index).post(
             path,
             cast_to=object,
             content=content,

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
-import openai
 import orjson
 
 from sim.llm.adapters._adapter_common import refused, window_turns
@@ -37,6 +36,9 @@ from sim.llm.adapters._structured import (
 from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
+
+if TYPE_CHECKING:
+    import openai
 
 
 def _usage(data: Json) -> Usage:
@@ -144,13 +146,13 @@ class ChatAdapter(OpenAIFamilyAdapter):
     @functools.cached_property
     def forms(self) -> FormSelector:
         """``auto`` structured output: the form this endpoint takes, found once per run."""
-        return FormSelector(str(self.client.base_url).rstrip("/"))
+        return FormSelector(self.base_url.rstrip("/"))
 
     @functools.cached_property
     def legacy_max_tokens(self) -> bool:
         """Send the cap as ``max_tokens`` too: OpenAI's own API refuses it for its
         reasoning models; every other server gets the cap under both names."""
-        return "api.openai.com" not in str(self.client.base_url)
+        return "api.openai.com" not in self.base_url
 
     def assembler(self) -> ChatAssembler:
         return ChatAssembler()

@@ -15,9 +15,8 @@ with ``previous_response_id``, and evicted ones are deleted after commit.
 from __future__ import annotations
 
 import contextlib
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
-import openai
 import orjson
 
 from sim.llm.adapters._adapter_common import refused, window_turns
@@ -28,6 +27,9 @@ from sim.llm.adapters._streaming import ResponsesAssembler
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
+
+if TYPE_CHECKING:
+    import openai
 
 
 def _usage(data: Json) -> Usage:
@@ -188,9 +190,12 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
                 await self.delete_response(response_id)
 
     async def delete_response(self, response_id: str) -> None:
-        """Delete a stored response; a no-op when responses are not stored (``window``)."""
+        """Delete a stored response; a no-op when responses are not stored (``window``).
+        Through the SDK (imported here: only server chains delete)."""
         if not self.store:
             return
+        import openai
+
         try:
             await self.client.responses.delete(response_id)
         except openai.NotFoundError:
