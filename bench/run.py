@@ -522,17 +522,18 @@ def history_lines(
         m = r["commands"][name]
         f = far["commands"].get(name)
         target = f"≤ {seconds:g} s" + (f", ≤ {mib} MiB" if mib else "")
+        cell = f"`sim {name}`"
         if "page_mb" in m:
             target += ", page ≤ 5 MB"
-            name = f"{name} (page {m['page_mb']:.1f} MB)"
+            cell = f"`sim {name}` (page {m['page_mb']:.1f} MB)"
             if m.get("detail_files"):
-                name += (
-                    f"` + {m['detail_files']} detail files, {m['detail_mb']:.1f} MB, "
-                    f"each ≤ {m['largest_detail_file_mb']:.2f} MB, loaded when shown`"
+                cell += (
+                    f" + {m['detail_files']} detail files, {m['detail_mb']:.1f} MB, "
+                    f"each ≤ {m['largest_detail_file_mb']:.1f} MB, loaded when shown"
                 )
         at_far = f"{f['wall_s']:.2f} s ({f['cpu_s']:.2f} s)" if f else "—"
         lines.append(
-            f"| `sim {name}` | {m['wall_s']:.2f} s ({m['cpu_s']:.2f} s) "
+            f"| {cell} | {m['wall_s']:.2f} s ({m['cpu_s']:.2f} s) "
             f"| {m['peak_rss_mib']:.0f} MiB | {target} | {at_far} |"
         )
     lines += [

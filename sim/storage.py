@@ -53,7 +53,7 @@ COMMIT_PATHS: tuple[re.Pattern[str], ...] = (
     re.compile(rf"\.sim/responses/{_ID}/{_ID}\.json"),
     re.compile(r"\.sim/pending_deletions\.json"),
     re.compile(r"\.sim/interventions\.json"),
-    re.compile(r"\.sim/log/tick-[0-9]{6,}\.(?:jsonl|jsonl\.gz|commit\.json)"),
+    re.compile(r"\.sim/log/tick-[0-9]{6,}\.(?:jsonl|jsonl\.gz|jsonl\.zst|commit\.json)"),
     re.compile(r"\.sim/log/rewound-[0-9]+/tick-[0-9]{6,}\.jsonl"),
 )
 

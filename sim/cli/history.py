@@ -43,7 +43,8 @@ def tick_arg(value: str) -> int | None:
 @click.option(
     "--compact",
     is_flag=True,
-    help="Compress the committed logs still plain and give each a summary; with --before N, "
+    help="Compress the committed logs still plain (or gzip, from an older sim) and give each "
+    "a summary; with --before N, "
     "also drop the call detail of ticks before N (their summaries, results and start "
     "states stay; they can no longer be replayed).",
 )

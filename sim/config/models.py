@@ -209,8 +209,8 @@ class PolicyConfig(_Strict):
 class HistoryConfig(_Strict):
     #: logs of the last N ticks are kept (0: all)
     keep_ticks: int = Field(0, ge=0)
-    #: gzip level of a committed tick's log (1 fastest .. 9 smallest; 0 leaves it plain)
-    compress_level: int = Field(6, ge=0, le=9)
+    #: Zstandard level of a committed tick's log (1 fastest .. 19 smallest; 0 leaves it plain)
+    compress_level: int = Field(3, ge=0, le=19)
 
 
 class LimitsConfig(_Strict):

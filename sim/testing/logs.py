@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from sim.ticklog.format import gz_path, log_path, read_log, summary_rel
+from sim.ticklog.format import PACKED, log_path, read_log, summary_rel
 from sim.ticklog.records import dump_record
 
 
@@ -21,8 +21,9 @@ def plain_log(world: Path, tick: int) -> Path:
     log = read_log(path)
     records = log.written_records()
     path.write_bytes(b"".join(dump_record(record) + b"\n" for record in records))
-    with contextlib.suppress(FileNotFoundError):
-        gz_path(path).unlink()
+    for suffix in PACKED:
+        with contextlib.suppress(FileNotFoundError):
+            path.with_name(path.name + suffix).unlink()
     with contextlib.suppress(FileNotFoundError):
         (world / summary_rel(tick)).unlink()
     return path

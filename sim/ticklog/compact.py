@@ -1,7 +1,8 @@
 """``sim log --compact``: compress old logs, give them summaries, drop old call detail.
 
-Without ``before``, every committed log still plain (written by an older sim) is
-compressed and gets its summary, so the views stop reading it whole. With ``before=N``,
+Without ``before``, every committed log still plain or gzip-compressed (written by an
+older sim) is compressed in the current layout (Zstandard, state snapshot after the phase
+records) and gets its summary, so the views stop reading it whole. With ``before=N``,
 the logs of committed ticks before N also lose their ``call`` and ``instructions``
 records: their summary (computed from the full log first), phase results, state snapshot
 and commit stay, so ``sim log``, ``sim usage``, ``sim report``, ``sim rewind`` and
@@ -20,10 +21,11 @@ from sim.errors import LogError
 from sim.storage import Storage
 from sim.ticklog.format import (
     COMPRESS_LEVEL,
-    GZ,
+    ZST,
     compress_log,
-    gz_path,
     list_logs,
+    log_path,
+    packed_path,
     read_log,
     recover_logs,
     write_compressed,
@@ -86,7 +88,7 @@ def compact_history(
                 ]
                 marker = CompactedRecord(calls=len(log.call_records), before=before)
                 kept.append(dump_record(marker))
-                target = path if path.name.endswith(GZ) else gz_path(path)
+                target = packed_path(log_path(world_dir, tick))
                 write_compressed(target, kept, level or COMPRESS_LEVEL)
                 if target != path:
                     with contextlib.suppress(FileNotFoundError):
@@ -94,7 +96,7 @@ def compact_history(
                 done.dropped.append(tick)
                 done.calls_dropped += marker.calls
                 path = target
-            elif not path.name.endswith(GZ) and level > 0:
+            elif not path.name.endswith(ZST) and level > 0:
                 path = compress_log(path, level)
                 done.compressed.append(tick)
             done.bytes_before += size

@@ -23,16 +23,27 @@ order a tick writes them:
 
 Durability: call records are flushed as they are written and the file is fsynced at the
 end of every phase. A running tick's log stays plain JSONL, so a ``kill -9`` loses nothing;
-once the tick has committed the log is compressed into ``tick-000004.jsonl.gz`` (gzip, so
-``zcat`` reads it) by ``compress_log``, with what can be rebuilt exactly left out: a call's
-final raw answer when it is byte for byte the compact JSON of its validated ``result``
-(written as ``{"derived": "result"}`` and restored on read), a call's ``digest`` when its
-own fields give it (``{"derived": "request"}``), and the state snapshot stored
-as plain JSON text (``encoding: "json"``) so the one compression covers it. The call
-detail (``call`` and ``instructions`` records) goes last, after a ``layout`` line (the
-second) naming where each was, so ``read_log(path, calls=False)`` decompresses only what
-comes before it and a full read restores the order the tick wrote. Plain logs (written by
-older sims, or a tick that committed just before a crash) read as before.
+once the tick has committed the log is compressed into ``tick-000004.jsonl.zst`` (one
+Zstandard frame, ``[history] compress_level``, so ``zstdcat`` reads it) by
+``compress_log``, with what can be rebuilt exactly left out: a call's final raw answer
+when it is byte for byte the compact JSON of its validated ``result`` (written as
+``{"derived": "result"}`` and restored on read), a call's ``digest`` when its own fields
+give it (``{"derived": "request"}``), and the state snapshot stored as a plain JSON
+object of its files' text by path (``encoding: "object"``) so the one compression covers
+it and one parse reads it (earlier sims stored that object as JSON text in a string,
+``encoding: "json"``: still read).
+
+The compressed layout: the header, then a ``layout`` line (``{"type": "layout", "lines":
+N, "detail": [...], "state": [...]}``: how many lines follow it, and the indices, in the
+order the tick wrote them, of the call detail and of the state snapshot), then the tick's
+other records in order (interventions, phases, usage, commit), then the state snapshot,
+then the call detail (``call`` and ``instructions`` records). ``read_log(path,
+calls=False, state=False)`` (the report, for most ticks) decompresses only up to the
+snapshot, ``calls=False`` up to the end of the snapshot, and a full read restores the
+order the tick wrote. Still read as before: plain logs (older sims, or a tick that
+committed just before a crash) and gzip logs of earlier sims (``tick-000004.jsonl.gz``,
+whose ``layout`` line has no ``state``: their snapshot is second, among the other
+records); ``sim log --compact`` rewrites those in the current form.
 
 The ``commit`` record is made atomic with the tick's commit by a small marker file
 (``tick-000004.commit.json``) written through ``Storage.commit``'s journal; ``recover_logs``
@@ -53,21 +64,27 @@ import codecs
 import contextlib
 import errno
 import gzip
-import itertools
 import logging
 import os
 import re
 import stat
+import sys
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import orjson
 from pydantic import ValidationError
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # the standard library's module, for the Pythons before it
+    from backports import zstd
 
 from sim import safefs
 from sim.errors import LogError
@@ -107,18 +124,24 @@ MIGRATIONS: Mapping[int, Callable[[RawRecord], RawRecord]] = {}
 ABANDONED_DIR = "abandoned"
 
 
-#: the suffix of a committed, compressed log (``tick-000004.jsonl.gz``)
+#: the suffix of a committed, compressed log (``tick-000004.jsonl.zst``: Zstandard)
+ZST = ".zst"
+#: the suffix of a log compressed by earlier sims (gzip): still read, no longer written
 GZ = ".gz"
-#: default gzip level of committed logs (``[history] compress_level``; 0 keeps them plain)
-COMPRESS_LEVEL = 6
+#: the suffixes of a compressed log, the one written first
+PACKED = (ZST, GZ)
+#: default Zstandard level of committed logs (``[history] compress_level``; 0 keeps them
+#: plain): level 3 compresses a log ~8x faster than gzip level 6 did, and smaller
+COMPRESS_LEVEL = 3
 #: a committed log's final raw answer that is the compact JSON of its ``result``
 DERIVED_RAW = {"derived": "result"}
 #: a committed log's call digest that its own fields give (``request_digest``)
 DERIVED_DIGEST = {"derived": "request"}
 #: a tick log's name: ``tick-NNNNNN.jsonl``, ``.jsonl.gz``, or ``tick-NNNNNN.k.jsonl`` when
 #: set aside into ``abandoned/``
-_LOG_NAME = re.compile(r"tick-([0-9]{6,})(?:\.[0-9]+)?\.jsonl(?:\.gz)?")
+_LOG_NAME = re.compile(r"tick-([0-9]{6,})(?:\.[0-9]+)?\.jsonl(?:\.gz|\.zst)?")
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 #: the call detail: the lines a compressed log keeps last and ``read_log(path, calls=False)``
 #: leaves unread
 _CALL_DETAIL = (b'{"type":"call"', b'{"type":"instructions"')
@@ -145,9 +168,26 @@ def log_path(root: Path, tick: int) -> Path:
     return root / log_rel(tick)
 
 
+def packed_path(path: Path) -> Path:
+    """The compressed form of a plain log's path (``.jsonl.zst``)."""
+    return path.with_name(path.name + ZST)
+
+
 def gz_path(path: Path) -> Path:
-    """The compressed form of a plain log's path."""
+    """The path an earlier sim compressed a plain log to (``.jsonl.gz``)."""
     return path.with_name(path.name + GZ)
+
+
+def _on_disk(path: Path) -> Path:
+    """``path``, or when it names a plain log that is no longer there, its compressed form
+    (``.zst``, else an earlier sim's ``.gz``) if that is there."""
+    if path.name.endswith(PACKED) or os.path.lexists(path):
+        return path
+    for suffix in PACKED:
+        packed = path.with_name(path.name + suffix)
+        if os.path.lexists(packed):
+            return packed
+    return path
 
 
 def log_file(root: Path, tick: int) -> Path:
@@ -156,8 +196,11 @@ def log_file(root: Path, tick: int) -> Path:
     A missing log gives the plain path (whose absence the caller reports).
     """
     plain = log_path(root, tick)
-    packed = gz_path(plain)
-    return packed if packed.is_file() else plain
+    for suffix in PACKED:
+        packed = plain.with_name(plain.name + suffix)
+        if packed.is_file():
+            return packed
+    return plain
 
 
 def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:
@@ -166,21 +209,23 @@ def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:
     Logs set aside into ``abandoned/`` are named ``tick-NNNNNN.k.jsonl``; they are listed
     too when ``folder`` is that folder (their calls were sent: ``sim usage`` counts them).
     A log present both plain and compressed (a crash after compressing it) is listed once,
-    compressed: the ``.gz`` is only renamed into place complete.
+    compressed: a compressed log is only renamed into place complete (``.zst`` before an
+    earlier sim's ``.gz``, which ``sim log --compact`` rewrote).
     """
     where = root / folder
-    found: dict[str, tuple[int, Path]] = {}
+    found: dict[str, tuple[int, int, Path]] = {}
     if not where.is_dir():
         return []
     for path in where.glob("tick-*.jsonl*"):
         match = _LOG_NAME.fullmatch(path.name)
         if match is None:
             continue
-        stem = path.name.removesuffix(GZ)
-        if stem in found and not path.name.endswith(GZ):
+        stem = path.name.removesuffix(ZST).removesuffix(GZ)
+        rank = 0 if path.name.endswith(ZST) else 1 if path.name.endswith(GZ) else 2
+        if stem in found and found[stem][1] <= rank:
             continue
-        found[stem] = (int(match.group(1)), path)
-    return sorted(found.values())
+        found[stem] = (int(match.group(1)), rank, path)
+    return sorted((tick, path) for tick, _, path in found.values())
 
 
 # -- state snapshots --------------------------------------------------------------------------
@@ -241,12 +286,16 @@ def pack_state(files: Mapping[str, bytes], digest_: str | None = None) -> StateR
 
 
 def unpack_state(record: StateRecord) -> dict[str, bytes]:
-    """The files of a state snapshot (``zlib+base64`` as written, ``json`` once the log is
-    compressed as a whole)."""
-    if record.encoding == "zlib+base64":
-        payload = orjson.loads(zlib.decompress(base64.b64decode(record.data)))
-    elif record.encoding == "json":
-        payload = orjson.loads(record.data)
+    """The files of a state snapshot: ``zlib+base64`` as a running tick writes it,
+    ``object`` (path -> text, parsed with its line) once the log is compressed as a
+    whole, ``json`` (that object as JSON text) in logs compressed by earlier sims."""
+    data = record.data
+    if record.encoding == "object" and isinstance(data, dict):
+        return {rel: text.encode("utf-8") for rel, text in data.items()}
+    if record.encoding == "zlib+base64" and isinstance(data, str):
+        payload = orjson.loads(zlib.decompress(base64.b64decode(data)))
+    elif record.encoding == "json" and isinstance(data, str):
+        payload = orjson.loads(data)
     else:
         raise ValueError(f"unknown state encoding {record.encoding!r}")
     return {rel: text.encode("utf-8") for rel, text in payload.items()}
@@ -402,7 +451,7 @@ class TickLog:
         same payload), every other record as read."""
         return [
             pack_state(unpack_state(r))
-            if isinstance(r, StateRecord) and r.encoding == "json"
+            if isinstance(r, StateRecord) and r.encoding != "zlib+base64"
             else r
             for r in self.records
         ]
@@ -538,8 +587,8 @@ def _pack_line(line: bytes) -> bytes:
     if line.startswith(b'{"type":"state_before"'):
         data = orjson.loads(line)
         if data.get("encoding") == "zlib+base64":
-            data["encoding"] = "json"
-            data["data"] = zlib.decompress(base64.b64decode(data["data"])).decode("utf-8")
+            data["encoding"] = "object"
+            data["data"] = orjson.loads(zlib.decompress(base64.b64decode(data["data"])))
             return orjson.dumps(data)
     return line
 
@@ -552,76 +601,185 @@ def compress_log(path: Path, level: int = COMPRESS_LEVEL) -> Path:
     ``recover_logs`` removes a plain log left beside one). Reading it back gives the same
     records (a state snapshot in its ``json`` encoding).
 
-    The log is streamed from the file (read twice, one line at a time) and compressed as
-    it goes: a 100,000-character tick's log is gigabytes of JSON, never held in memory.
+    The log is streamed from the file (read more than once, one line at a time) and
+    compressed as it goes: a 100,000-character tick's log is gigabytes of JSON, never held
+    in memory. ``path`` may also be an earlier sim's ``.gz`` log (``sim log --compact``):
+    it is rewritten in the current form and layout (read whole: it was written whole).
     """
-
-    def lines() -> Iterator[bytes]:
-        with _open_regular(path) as handle:
-            for raw in handle:
-                if not raw.endswith(b"\n"):
-                    return  # a torn tail was never part of the log
-                if raw.strip():
-                    yield raw[:-1]
-
-    target = _write_gz(gz_path(path), lines, level)
+    if path.name.endswith(GZ):
+        kept = [line for line in read_log_bytes(path).splitlines() if line.strip()]
+        plain = path.with_name(path.name.removesuffix(GZ))
+        target = _write_packed(packed_path(plain), _ListLines(kept), level)
+        path.unlink()
+        return target
+    with _open_regular(path) as handle:
+        target = _write_packed(packed_path(path), _FileLines(handle), level)
     path.unlink()
     return target
 
 
+class _Lines(Protocol):
+    """What ``_write_packed`` compresses: a log's non-blank lines (without newlines),
+    scanned once in order, then picked by index (0: the header) in the stored order."""
+
+    def scan(self) -> Iterator[bytes]: ...
+
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes]: ...
+
+
+@dataclass
+class _ListLines:
+    """Lines held in memory."""
+
+    lines: list[bytes]
+
+    def scan(self) -> Iterator[bytes]:
+        return iter(self.lines)
+
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes]:
+        return (self.lines[i] for i in indices)
+
+
+@dataclass
+class _FileLines:
+    """A plain log's lines on disk: the scan notes where each starts, so the lines are
+    then read again once each (seeks within the reader's buffer cost no system call),
+    never the whole file once per group of lines."""
+
+    handle: BinaryIO
+    starts: list[int] = field(default_factory=list)
+
+    def scan(self) -> Iterator[bytes]:
+        self.starts.clear()
+        at = 0
+        self.handle.seek(0)
+        for raw in self.handle:
+            if not raw.endswith(b"\n"):
+                return  # a torn tail was never part of the log
+            if raw.strip():
+                self.starts.append(at)
+                yield raw[:-1]
+            at += len(raw)
+
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes]:
+        seek, readline, starts = self.handle.seek, self.handle.readline, self.starts
+        for i in indices:
+            seek(starts[i])
+            yield readline()[:-1]
+
+
 def _detail_last(lines: list[bytes]) -> list[bytes]:
-    """A committed log's lines (without newlines) with the call detail moved to the end and
-    a ``layout`` line after the header saying where it was: reading the tick without its
-    calls (the report, ``sim log --tick N``, rewind) then stops decompressing early."""
+    """A committed log's lines (without newlines) as its compressed form orders them: the
+    header, a ``layout`` line saying where the moved lines were, the other records in
+    order, then the state snapshot, then the call detail. Reading the tick without its
+    calls (the report, ``sim log --tick N``, rewind) then stops decompressing at the
+    snapshot, or just after it when the state is wanted."""
     lines = [line for line in lines if line.strip()]
     rest = lines[1:]
     detail = [i for i, line in enumerate(rest) if line.startswith(_CALL_DETAIL)]
-    if not detail:
+    late = [i for i, line in enumerate(rest) if line.startswith(_STATE)]
+    if not detail and not late:
         return lines
-    layout = orjson.dumps({"type": "layout", "lines": len(rest), "detail": detail})
-    front = [line for line in rest if not line.startswith(_CALL_DETAIL)]
-    return [lines[0], layout, *front, *(rest[i] for i in detail)]
+    moved = set(detail) | set(late)
+    front = [line for i, line in enumerate(rest) if i not in moved]
+    return [
+        lines[0],
+        _layout_line(len(rest), detail, late),
+        *front,
+        *(rest[i] for i in late),
+        *(rest[i] for i in detail),
+    ]
 
 
-def _layout(line: bytes, path: Path) -> tuple[int, list[int]]:
-    """A ``layout`` line: how many lines follow it and where the call detail was."""
+def _layout_line(total: int, detail: list[int], late: list[int]) -> bytes:
+    """A compressed log's second line: how many lines follow it and, by their index in the
+    order the tick wrote them, which were moved behind the others: ``state`` (its state
+    snapshot, first) and ``detail`` (its call detail, last). A log compressed before
+    ``state`` was moved has no ``state`` key: its snapshot is among the others."""
+    return orjson.dumps({"type": "layout", "lines": total, "detail": detail, "state": late})
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A ``layout`` line read: ``total`` lines follow it; ``detail`` and ``state`` are the
+    indices (in the order written) of the lines moved to the end, state before detail."""
+
+    total: int
+    detail: list[int]
+    state: list[int]
+
+    @property
+    def front(self) -> int:
+        """How many lines come before the moved ones."""
+        return self.total - len(self.detail) - len(self.state)
+
+
+def _indices(value: object, total: int) -> bool:
+    """``value`` is a strictly increasing list of line indices below ``total``."""
+    # checked by C loops: a layout lists every call of a big tick
+    return (
+        isinstance(value, list)
+        and set(map(type, value)) <= {int}
+        and value == sorted(set(value))
+        and (not value or (value[0] >= 0 and value[-1] < total))
+    )
+
+
+def _layout(line: bytes, path: Path) -> _Layout:
+    """A ``layout`` line, checked against what it may say."""
     try:
         data = orjson.loads(line)
-        total, detail = data["lines"], data["detail"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+        total, detail, state = data["lines"], data["detail"], data.get("state", [])
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         raise LogError(f"{path}: line 2: not a valid layout record") from None
     if (
         not isinstance(total, int)
-        or not isinstance(detail, list)
-        or not all(isinstance(i, int) for i in detail)
-        or any(b <= a for a, b in itertools.pairwise(detail))
-        or (detail and (detail[0] < 0 or detail[-1] >= total))
+        or not _indices(detail, total)
+        or not _indices(state, total)
+        or set(detail) & set(state)
     ):
         raise LogError(f"{path}: line 2: the layout record does not fit the log")
-    return total, detail
+    return _Layout(total, detail, state)
 
 
-def _in_order(lines: list[bytes], path: Path) -> list[bytes]:
-    """A compressed log's lines in the order the tick wrote them (undoes ``_detail_last``)."""
+def _in_order(
+    lines: list[bytes], path: Path, complete: bool = True, layout: _Layout | None = None
+) -> list[bytes]:
+    """A compressed log's lines in the order the tick wrote them (undoes ``_detail_last``).
+
+    ``complete=False``: ``lines`` are only the first ones of the log (at least up to its
+    moved lines); what was not read is left out. ``layout``: its layout line, if read.
+    """
     if len(lines) < 2 or not lines[1].startswith(_LAYOUT):
         return lines
-    total, detail = _layout(lines[1], path)
+    if layout is None:
+        layout = _layout(lines[1], path)
     rest = lines[2:]
-    if len(rest) != total:
-        raise LogError(f"{path}: the log has {len(rest)} lines, its layout says {total}")
-    front = iter(rest[: total - len(detail)])
-    back = dict(zip(detail, rest[total - len(detail) :], strict=True))
-    return [lines[0], *(back[i] if i in back else next(front) for i in range(total))]
+    short = len(rest) < layout.front if not complete else len(rest) != layout.total
+    if short:
+        raise LogError(f"{path}: the log has {len(rest)} lines, its layout says {layout.total}")
+    moved = [*layout.state, *layout.detail]
+    if not complete and not layout.state:
+        return [lines[0], *rest[: layout.front]]  # the front lines are in order already
+    # each line read at the index the tick wrote it at (C loops: a big tick's log is
+    # hundreds of thousands of lines)
+    front_at = sorted(set(range(layout.total)).difference(moved))
+    placed = [
+        *zip(front_at, rest[: layout.front], strict=True),
+        *zip(moved, rest[layout.front :], strict=False),  # only those read
+    ]
+    placed.sort(key=itemgetter(0))
+    return [lines[0], *(line for _, line in placed)]
 
 
 def write_compressed(target: Path, lines: Iterable[bytes], level: int = COMPRESS_LEVEL) -> Path:
     """Write a compressed log from its JSONL lines (packed as the module doc says),
     atomically: to ``<name>.tmp``, fsynced, renamed over ``target``."""
     kept = [line for line in lines if line.strip()]
-    return _write_gz(target, lambda: iter(kept), level)
+    return _write_packed(target, _ListLines(kept), level)
 
 
-#: how much packed text ``_write_gz`` gathers before handing it to the compressor
+#: how much packed text ``_write_packed`` gathers before handing it to the compressor
 _CHUNK = 1 << 20
 #: a state snapshot line as ``pack_state`` writes it (``_packed_state`` streams its packing)
 _STATE_LINE = re.compile(
@@ -640,90 +798,116 @@ def _packed_state(line: bytes) -> Iterator[bytes] | None:
 
     def pieces() -> Iterator[bytes]:
         yield (
-            b'{"type":"state_before","encoding":"json","digest":'
+            b'{"type":"state_before","encoding":"object","digest":'
             + match[1]
             + b',"files":'
             + match[2]
-            + b',"data":"'
+            + b',"data":'
         )
         start, end = match.span(3)
         encoded = memoryview(line)[start:end]
         inflater = zlib.decompressobj()
-        text = codecs.getincrementaldecoder("utf-8")()
+        text = codecs.getincrementaldecoder("utf-8")()  # checked, as ``_pack_line`` does
         step = _CHUNK // 8  # a multiple of 4: each piece of base64 decodes alone
+        # the payload is the compact JSON object ``pack_state`` made: it goes in as it is
+        # (what ``_pack_line`` gives by parsing and writing it again, without doing so)
+        first = True
         for at in range(0, len(encoded), step):
             out = inflater.decompress(base64.b64decode(encoded[at : at + step]))
-            # JSON escapes each character alone: the escaped pieces join into the whole
-            yield orjson.dumps(text.decode(out))[1:-1]
+            if first and out:
+                if not out.startswith(b"{"):
+                    raise zlib.error("the state snapshot is not a JSON object")
+                first = False
+            yield _one_line(out, text)
         out = inflater.flush()
         if not inflater.eof:
             raise zlib.error("incomplete or truncated stream")
-        yield orjson.dumps(text.decode(out, final=True))[1:-1]
-        yield b'"}'
+        yield _one_line(out, text, final=True)
+        yield b"}"
 
     return pieces()
 
 
-def _write_gz(target: Path, lines: Callable[[], Iterator[bytes]], level: int) -> Path:
-    """``write_compressed`` over a source read twice: once for the ``layout`` line (where
-    the call detail is), once more to pack and compress each line in that order.
+def _one_line(piece: bytes, text: codecs.IncrementalDecoder, final: bool = False) -> bytes:
+    """A piece of a state snapshot's JSON, checked to be UTF-8 and to keep its line one
+    line (compact JSON has no raw newline)."""
+    text.decode(piece, final=final)
+    if b"\n" in piece:
+        raise zlib.error("the state snapshot is not compact JSON")
+    return piece
 
-    Streaming gives the bytes one-shot ``gzip.compress(..., mtime=0)`` gives (zlib's own
-    gzip wrapper, no flush until the end), so a log compresses the same either way.
+
+def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
+    """``write_compressed`` over a source scanned for the ``layout`` line (where the state
+    snapshot and the call detail are), then read line by line in the order
+    ``_detail_last`` gives, each packed and compressed.
+
+    One Zstandard frame, fed a megabyte at a time: the same log always compresses to the
+    same bytes (no time, no threads inside the compressor).
     """
     first = b""
     total = 0
     detail: list[int] = []
-    for i, line in enumerate(lines()):
+    late: list[int] = []
+    for i, line in enumerate(lines.scan()):
         if i == 0:
             first = line
         else:
             if line.startswith(_CALL_DETAIL):
                 detail.append(total)
+            elif line.startswith(_STATE):
+                late.append(total)
             total += 1
     tmp = target.with_name(target.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle, ThreadPoolExecutor(1) as worker:
-        # wbits 31, mtime 0: the same log always compresses to the same bytes
-        packer = zlib.compressobj(level, zlib.DEFLATED, 31)
-        buffer = bytearray()
-        # zlib lets go of the GIL: one thread compresses (in order) while this one packs
-        # the next lines; at most two chunks wait, so memory stays bounded
-        waiting: deque[Future[int]] = deque()
+    try:
+        with os.fdopen(fd, "wb") as handle, ThreadPoolExecutor(1) as worker:
+            packer = zstd.ZstdCompressor(level)
+            buffer = bytearray()
+            # the compressor lets go of the GIL: one thread compresses (in order) while this
+            # one packs the next lines; at most two chunks wait, so memory stays bounded
+            waiting: deque[Future[int]] = deque()
 
-        def send() -> None:
-            if len(waiting) >= 2:
-                waiting.popleft().result()
-            chunk = bytes(buffer)
-            waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
-            buffer.clear()
+            def send() -> None:
+                if len(waiting) >= 2:
+                    waiting.popleft().result()
+                chunk = bytes(buffer)
+                waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
+                buffer.clear()
 
-        def put(line: bytes) -> None:
-            state = _packed_state(line) if line.startswith(_STATE) else None
-            for piece in state if state is not None else (_pack_line(line),):
-                buffer.extend(piece)
-                if len(buffer) >= _CHUNK:
-                    send()
-            buffer.extend(b"\n")
+            def put(line: bytes) -> None:
+                state = _packed_state(line) if line.startswith(_STATE) else None
+                for piece in state if state is not None else (_pack_line(line),):
+                    buffer.extend(piece)
+                    if len(buffer) >= _CHUNK:
+                        send()
+                buffer.extend(b"\n")
 
-        if total or first:
-            put(first)
-        if detail:
-            put(orjson.dumps({"type": "layout", "lines": total, "detail": detail}))
-        wanted = set(detail)
-        # the lines outside the call detail in order, then the call detail (``_detail_last``)
-        for rounds in (False, True) if detail else (None,):
-            for i, line in enumerate(itertools.islice(lines(), 1, None)):
-                if rounds is None or (i in wanted) == rounds:
+            if total or first:
+                put(first)
+            if detail or late:
+                put(_layout_line(total, detail, late))
+                # the other lines in order, then the state snapshot, then the call detail
+                # (``_detail_last``)
+                moved = set(detail).union(late)
+                front = [i + 1 for i in range(total) if i not in moved]
+                for group in (front, [i + 1 for i in late], [i + 1 for i in detail]):
+                    for line in lines.pick(group):
+                        put(line)
+            else:
+                for line in lines.pick(range(1, total + 1)):
                     put(line)
-        while waiting:
-            waiting.popleft().result()
-        handle.write(packer.compress(buffer))
-        handle.write(packer.flush())
-        handle.flush()
-        os.fsync(handle.fileno())
+            while waiting:
+                waiting.popleft().result()
+            handle.write(packer.compress(buffer))
+            handle.write(packer.flush())
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a log that cannot be packed stays plain, nothing beside it
+        raise
     os.replace(tmp, target)
     _fsync_dir(target.parent)
     return target
@@ -762,27 +946,31 @@ def read_log_bytes(path: Path) -> bytes:
     Raises:
         LogError: the file is missing, unreadable, or a damaged compressed log.
     """
-    if not path.name.endswith(GZ) and not os.path.lexists(path):
-        packed = gz_path(path)
-        if os.path.lexists(packed):
-            path = packed
+    path = _on_disk(path)
     try:
         data = _read_regular(path)
     except OSError as exc:
         raise LogError(f"{path}: cannot read the tick log: {exc.strerror}") from None
-    if data.startswith(_GZIP_MAGIC):
+    if data.startswith((_ZSTD_MAGIC, _GZIP_MAGIC)):
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
+            data = zstd.decompress(data) if data.startswith(_ZSTD_MAGIC) else gzip.decompress(data)
+        except (OSError, EOFError, zlib.error, zstd.ZstdError) as exc:
             raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
         if data.startswith(_LAYOUT, data.find(b"\n") + 1):
             data = b"".join(_in_order(data.splitlines(keepends=True), path))
     return data
 
 
-def _front_lines(path: Path) -> list[bytes]:
-    """A log's lines without its call detail; of a compressed log only as much is
-    decompressed as holds them (its ``layout`` line says how many there are)."""
+class _Inflater(Protocol):
+    """What ``_front_lines`` streams a log through: zlib's or Zstandard's decompressor."""
+
+    def decompress(self, data: bytes, /) -> bytes: ...
+
+
+def _front_lines(path: Path, state: bool) -> list[bytes]:
+    """A log's lines without its call detail (and without its state snapshot unless
+    ``state``), in the order written; of a compressed log only as much is decompressed as
+    holds them (its ``layout`` line says how many lines come first)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -790,12 +978,15 @@ def _front_lines(path: Path) -> list[bytes]:
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             raise LogError(f"{path}: cannot read the tick log: not a regular file")
-        if handle.read(2) != _GZIP_MAGIC:
+        magic = handle.read(4)
+        if not magic.startswith((_ZSTD_MAGIC, _GZIP_MAGIC)):
             handle.seek(0)
             lines = handle.read().splitlines(keepends=True)
             return [line for line in lines if not line.startswith(_CALL_DETAIL)]
         handle.seek(0)
-        inflate = zlib.decompressobj(wbits=31)
+        inflate: _Inflater = (
+            zstd.ZstdDecompressor() if magic == _ZSTD_MAGIC else zlib.decompressobj(wbits=31)
+        )
         out = bytearray()
         wanted: int | None = None
         newlines = 0  # counted in each new piece only: the buffer grows to megabytes
@@ -808,12 +999,13 @@ def _front_lines(path: Path) -> list[bytes]:
                     second = bytes(out).split(b"\n", 2)[1]
                     if not second.startswith(_LAYOUT):
                         break  # no layout: read it all
-                    total, detail = _layout(second, path)
-                    wanted = 2 + total - len(detail)
+                    layout = _layout(second, path)
+                    # the snapshot comes right after the front lines (``_detail_last``)
+                    wanted = 2 + layout.front + (len(layout.state) if state else 0)
                 if wanted is not None and newlines >= wanted:
                     lines = bytes(out).splitlines(keepends=True)[:wanted]
-                    return [lines[0], *lines[2:]]
-        except zlib.error as exc:
+                    return _in_order(lines, path, complete=False, layout=layout)
+        except (EOFError, zlib.error, zstd.ZstdError) as exc:
             raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
     lines = read_log_bytes(path).splitlines(keepends=True)
     return [line for line in lines if not line.startswith(_CALL_DETAIL)]
@@ -832,11 +1024,8 @@ def read_log(path: Path, calls: bool = True, state: bool = True) -> TickLog:
     Raises:
         LogError: the file is missing, malformed, or of an unknown format.
     """
-    if not path.name.endswith(GZ) and not os.path.lexists(path):
-        packed = gz_path(path)
-        if os.path.lexists(packed):
-            path = packed
-    lines = read_log_bytes(path).splitlines(keepends=True) if calls else _front_lines(path)
+    path = _on_disk(path)
+    lines = read_log_bytes(path).splitlines(keepends=True) if calls else _front_lines(path, state)
     if not state:
         lines = [line for line in lines if not line.startswith(_STATE)]
     records, torn = parse_records(lines, path)
@@ -932,7 +1121,7 @@ def _finish_compression(root: Path, level: int) -> None:
         match = _LOG_NAME.fullmatch(path.name)
         if match is None or path.is_symlink():
             continue
-        if gz_path(path).is_file():
+        if any(path.with_name(path.name + suffix).is_file() for suffix in PACKED):
             path.unlink()
         else:
             plain.append((int(match.group(1)), path))
@@ -978,8 +1167,10 @@ __all__ = [
     "INTERVENTIONS",
     "LOG_DIR",
     "MIGRATIONS",
+    "PACKED",
     "STATE_KINDS",
     "STORE_DIR",
+    "ZST",
     "LogError",
     "LogWriter",
     "RawRecord",
@@ -994,6 +1185,7 @@ __all__ = [
     "log_rel",
     "marker_rel",
     "pack_state",
+    "packed_path",
     "parse_records",
     "prune",
     "read_log",

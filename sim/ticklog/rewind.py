@@ -25,6 +25,7 @@ from sim.storage import SIM_DIR, Storage, commit_path_problem, dump_json
 from sim.ticklog.format import (
     GZ,
     LOG_DIR,
+    ZST,
     LogError,
     TickLog,
     is_state_file,
@@ -136,7 +137,7 @@ def rewind(world_dir: Path, tick: int) -> Rewound:
         for _, path in later:  # moved through the journal: atomic with the state
             rel = path.relative_to(world_dir).as_posix()
             # the journal holds text: a compressed log is moved as its JSONL lines
-            name = path.name.removesuffix(GZ)
+            name = path.name.removesuffix(ZST).removesuffix(GZ)
             files[f"{aside}/{name}"] = read_log_bytes(path)
             files[rel] = None
         meta = orjson.loads(safefs.read_file(world_dir, "world.json"))

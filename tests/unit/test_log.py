@@ -260,7 +260,7 @@ def test_a_commit_marker_completes_its_log(tmp_path: Path) -> None:
     assert done is not None and record_data(done) == commit
     assert not (world / tick_log.marker_rel(1)).exists()
     # and what `committed()` does after the commit record is made good too
-    assert not path.exists() and tick_log.gz_path(path).is_file()
+    assert not path.exists() and tick_log.packed_path(path).is_file()
     assert (world / tick_log.summary_rel(1)).is_file()
 
 
@@ -317,7 +317,7 @@ def test_a_new_log_appears_with_its_header_or_not_at_all(
     assert result.notes == []  # nothing was set aside
     assert not (world / ".sim" / "log" / "abandoned").exists()
     assert sorted(p.name for p in (world / ".sim" / "log").iterdir()) == [
-        "tick-000001.jsonl.gz",
+        "tick-000001.jsonl.zst",
         "tick-000001.summary.jsonl.gz",
     ]
 

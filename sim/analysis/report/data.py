@@ -13,8 +13,10 @@ characters were).
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +151,8 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
         present.setdefault(lid, []).append(cid)
     scenes: list[Any] = []
     add_char = chars.add
+    seen = chars.pos  # looked up first: nearly every character is indexed already
+    empty: dict[str, Any] = {}
     for lid in sorted(set(narratives) | set(resolutions) | set(present)):
         outcomes: dict[str, str] = {}
         resolution = resolutions.get(lid)
@@ -156,18 +160,20 @@ def _scenes(log: TickLog, chars: _Index, locs: _Index, where: dict[str, str]) ->
             if isinstance(item, dict) and item.get("character_id") is not None:
                 outcomes[str(item["character_id"])] = _text(item.get("outcome"))
         rows = []
-        for cid in sorted(set(present.get(lid, [])) | set(outcomes)):
+        here = present.get(lid)
+        for cid in sorted(set(here).union(outcomes) if here else outcomes):
             intent = intentions.get(cid)
             if not isinstance(intent, dict):
-                intent = {}
+                intent = empty
             action, target, content = (
                 intent.get("action"),
                 intent.get("target"),
                 intent.get("content"),
             )
+            at = seen.get(cid)
             rows.append(
                 [
-                    add_char(cid),
+                    add_char(cid) if at is None else at,
                     "" if action is None else str(action),
                     "" if target is None else str(target),
                     "" if content is None else str(content),
@@ -204,16 +210,6 @@ def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
         if rows:
             out.append({"p": name, "r": rows})
     return out
-
-
-def _add3(sums_of: dict[Any, list[int]], key: Any, a: int, b: int, c: int) -> None:
-    """Add three counts to ``sums_of[key]`` (started at zeros)."""
-    sums = sums_of.get(key)
-    if sums is None:
-        sums = sums_of[key] = [0, 0, 0]
-    sums[0] += a
-    sums[1] += b
-    sums[2] += c
 
 
 class _CharacterBooks:
@@ -266,9 +262,21 @@ class _CharacterBooks:
             chain, owner = parts
             if chain not in chains or not owner:
                 continue
-            _add3(counts_of, owner, requests, failures, timed_out)
+            # two hundred thousand groups in a 500 x 100 history: summed inline
+            counts = counts_of.get(owner)
+            if counts is None:
+                counts = counts_of[owner] = [0, 0, 0]
+            counts[0] += requests
+            counts[1] += failures
+            counts[2] += timed_out
             table, name, provider, factor = priced_by[model]
-            _add3(tokens, (table, owner, name, provider, factor), inp, cached, outp)
+            key = (table, owner, name, provider, factor)
+            sums = tokens.get(key)
+            if sums is None:
+                sums = tokens[key] = [0, 0, 0]
+            sums[0] += inp
+            sums[1] += cached
+            sums[2] += outp
 
     def books(self) -> dict[str, Books]:
         out = {
@@ -355,6 +363,20 @@ def _world_or_none(world_dir: Path) -> World | None:
         return None
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the report gathers: it builds a long
+    history's page data as plain lists and dicts (no cycles), and full collections
+    rescanned that growing heap again and again (~0.3 s of CPU on a 500 x 100 history)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def collect(world_dir: Path, first: int | None = None, last: int | None = None) -> dict[str, Any]:
     """Everything the page shows, as plain JSON-ready data.
 
@@ -366,6 +388,11 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
         A dict with ``world``, ``ticks``, ``chars``, ``locs``, ``edges``, ``problems`` and
         ``logged`` (how many tick logs the world has, in the range or not).
     """
+    with _gc_paused():
+        return _collect(world_dir, first, last)
+
+
+def _collect(world_dir: Path, first: int | None, last: int | None) -> dict[str, Any]:
     world = _world_or_none(world_dir)
     listed = list_logs(world_dir)
     paths = dict(listed)
