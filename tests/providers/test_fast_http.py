@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 import sim.llm.adapters._fast_http as fast_http
 import sim.llm.adapters._openai_common as common
 from bench.tls import SelfSigned, self_signed
+from sim.llm.adapters._direct_pool import DirectPool
 from sim.llm.adapters._fast_http import (
     DirectConnectionError,
     DirectPost,
@@ -118,7 +119,10 @@ def test_http_and_https_base_urls_get_the_direct_path() -> None:
         pool = pool_for(url)
         direct = pool.direct[0]
         assert direct is not None, url
-        assert isinstance(direct._pool._network_backend, SocketBackend)
+        assert isinstance(direct._pool, DirectPool)
+        assert isinstance(direct._pool.backend, SocketBackend)
+        assert direct._pool.scheme == url.split(":")[0]
+        assert direct._pool.port == (9 if url.startswith("http:") else 443)
 
 
 def test_a_proxy_from_the_environment_keeps_the_sdk_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,7 +212,9 @@ async def test_https_calls_go_direct_and_reuse_tls_connections(tls_stub: StubSer
                 *(post_json(pool, "/responses", BODY, TIMEOUT) for _ in range(16))
             )
             assert all(b'"output"' in a for a in answers)
-        # the SDK's own stack shares the same pool, TLS included
+        assert tls_stub.stats.connections <= 16  # the direct path's pool, kept alive
+        # what the SDK itself sends goes through its transport (on the same backend, TLS
+        # included), which keeps an httpcore pool of its own
         response = await pool.first.responses.create(
             model="stub-model", input="x", instructions="Write.", text=BODY["text"]
         )
@@ -216,7 +222,7 @@ async def test_https_calls_go_direct_and_reuse_tls_connections(tls_stub: StubSer
     finally:
         await pool.aclose()
     assert tls_stub.stats.generations == 49
-    assert tls_stub.stats.connections <= 16
+    assert tls_stub.stats.connections <= 17
 
 
 async def test_an_untrusted_certificate_is_a_connection_error(
@@ -517,8 +523,9 @@ async def test_the_direct_path_sends_what_the_sdk_sends(monkeypatch: pytest.Monk
 
 async def test_the_direct_path_sends_the_calls_idempotency_key() -> None:
     async with Capture() as server:
-        _, pool = plain_tcp_transport(httpx2.Limits(max_connections=1))
-        target = openai_target(f"http://127.0.0.1:{server.port}/v1", "sk-test")
+        url = f"http://127.0.0.1:{server.port}/v1"
+        _, pool = plain_tcp_transport(httpx2.Limits(max_connections=1), url)
+        target = openai_target(url, "sk-test")
         direct = DirectPost(target, pool)
         try:
             await direct.post("/responses", b"{}", TIMEOUT, "key-1")
@@ -563,7 +570,7 @@ def test_the_target_never_shows_the_key() -> None:
 
 
 async def test_the_pool_transport_maps_transport_errors_to_httpx_ones() -> None:
-    transport, _ = plain_tcp_transport(httpx2.Limits(max_connections=1))
+    transport, _ = plain_tcp_transport(httpx2.Limits(max_connections=1), "http://127.0.0.1:9")
     async with httpx2.AsyncClient(transport=transport) as client:
         with pytest.raises(httpx2.ConnectError):
             await client.get("http://127.0.0.1:9/")

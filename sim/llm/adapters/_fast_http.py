@@ -11,15 +11,16 @@ Three pieces:
   own exceptions.
 - ``PoolTransport``: an ``httpx2.AsyncBaseTransport`` over an ``httpcore2.AsyncConnectionPool``
   that this module builds and owns (on ``SocketBackend``); handed to an SDK client as its
-  ``http_client``'s transport when one is needed (streaming, the Batch API), so
-  everything sent to one server shares the pool.
-- ``DirectPost``: POSTs a serialized body straight to that pool, to a ``Target`` (base URL,
+  ``http_client``'s transport when one is needed (streaming, the Batch API).
+- ``DirectPost``: POSTs a serialized body straight to a ``DirectPool`` (``_direct_pool``:
+  sim's own pool of h11 connections on the same backend), to a ``Target`` (base URL,
   default query, headers with the key) the adapters build without any SDK: no SDK or
   httpx per-request layers (option models, header merging, URL parsing, auth and redirect
-  hooks, cookie extraction: about 60% of the client's CPU per call, measured), and no
-  import of the OpenAI SDK (~0.4 s of CPU at start-up). A failure is a
-  ``DirectPostError`` (a non-2xx answer keeps its status, headers and body), which
-  ``_openai_errors`` maps through the same table as the SDK's exceptions.
+  hooks, cookie extraction: about 60% of the client's CPU per call, measured), no
+  httpcore pool bookkeeping (a quarter of what was left), and no import of the OpenAI SDK
+  (~0.4 s of CPU at start-up). A failure is a ``DirectPostError`` (a non-2xx answer keeps
+  its status, headers and body), which ``_openai_errors`` maps through the same table as
+  the SDK's exceptions.
 
 The adapters use it for ``http://`` and ``https://`` base URLs reached without a proxy
 from the environment (``direct_url``); proxied URLs keep the SDK's own stack.
@@ -34,12 +35,14 @@ import socket
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpcore2
 import httpx2
+
+from sim.llm.adapters._direct_pool import DirectPool
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -104,16 +107,23 @@ class SocketStream(httpcore2.AsyncNetworkStream):
         self._readable = ReadableCheck(sock)
         self._pending: list[bytes] = []
         self._pending_size = 0
+        #: a send went out since the last read
+        self._just_sent = False
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         if self._pending:
             await self._send_pending(timeout)
-        try:
-            return self._sock.recv(max_bytes)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            raise httpcore2.ReadError(exc) from exc
+        if self._just_sent:
+            # what was just sent cannot have been answered yet: no point trying ``recv``
+            # (a failed try costs a system call and an exception); wait on the loop
+            self._just_sent = False
+        else:
+            try:
+                return self._sock.recv(max_bytes)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                raise httpcore2.ReadError(exc) from exc
         try:
             async with asyncio.timeout(timeout):
                 return await self._loop.sock_recv(self._sock, max_bytes)
@@ -141,6 +151,7 @@ class SocketStream(httpcore2.AsyncNetworkStream):
         self._pending = []
         self._pending_size = 0
         view = memoryview(buffer)
+        self._just_sent = True
         try:
             sent = self._sock.send(view)
         except (BlockingIOError, InterruptedError):
@@ -238,10 +249,31 @@ class TLSStream(httpcore2.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         await self._raw.flush(timeout)  # what was written goes out before any answer
-        try:
-            return await self._call(lambda: self._ssl.read(max_bytes), timeout, httpcore2.ReadError)
-        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-            return b""  # the peer closed (with or without close_notify): end of stream
+        tls, incoming = self._ssl, self._incoming
+        while True:
+            if not (tls.pending() or incoming.pending or incoming.eof):
+                # nothing to decrypt yet: read the socket first rather than have the
+                # ``SSLObject`` raise ``SSLWantReadError`` to say so
+                data = await self._raw.read(_TLS_READ, timeout)
+                if data:
+                    incoming.write(data)
+                else:
+                    incoming.write_eof()
+            try:
+                result = tls.read(max_bytes)
+            except ssl.SSLWantReadError:
+                if incoming.eof and not incoming.pending:
+                    return b""  # wants more than the peer will ever send: end of stream
+                if self._outgoing.pending:  # e.g. a key update to answer
+                    await self._flush(timeout)
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""  # the peer closed (with or without close_notify): end of stream
+            except ssl.SSLError as exc:
+                raise httpcore2.ReadError(exc) from exc
+            if self._outgoing.pending:
+                await self._flush(timeout)
+            return result
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
@@ -272,6 +304,18 @@ class TLSStream(httpcore2.AsyncNetworkStream):
         return self._raw.get_extra_info(info)
 
 
+async def _resolve(
+    loop: asyncio.AbstractEventLoop, host: str, port: int
+) -> Sequence[tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]]:
+    """``getaddrinfo`` for a TCP connection. An IP address is converted on the spot
+    (``AI_NUMERICHOST`` never blocks); only names go to the loop's thread pool, whose
+    hand-off cost ~0.3 ms of CPU per connection (anyio skips it for addresses too)."""
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        return await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
 class SocketBackend(httpcore2.AsyncNetworkBackend):
     """Opens ``SocketStream`` connections (TCP_NODELAY, like asyncio's own)."""
 
@@ -286,7 +330,7 @@ class SocketBackend(httpcore2.AsyncNetworkBackend):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                infos = await _resolve(loop, host, port)
                 error: OSError | None = None
                 for family, kind, proto, _, address in infos:
                     sock = socket.socket(family, kind, proto)
@@ -371,10 +415,14 @@ class _ResponseStream(httpx2.AsyncByteStream):
 
 
 class PoolTransport(httpx2.AsyncBaseTransport):
-    """An httpx transport over a connection pool it is given (and closes)."""
+    """An httpx transport over a connection pool it is given (and closes, with the direct
+    path's pool of the same client when given one)."""
 
-    def __init__(self, pool: httpcore2.AsyncConnectionPool) -> None:
+    def __init__(
+        self, pool: httpcore2.AsyncConnectionPool, direct: DirectPool | None = None
+    ) -> None:
         self.pool = pool
+        self.direct = direct
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         core_request = httpcore2.Request(
@@ -404,7 +452,11 @@ class PoolTransport(httpx2.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        await self.pool.aclose()
+        try:
+            await self.pool.aclose()
+        finally:
+            if self.direct is not None:
+                await self.direct.aclose()
 
 
 def direct_url(url: str) -> bool:
@@ -436,24 +488,43 @@ def shared_ssl_context() -> ssl.SSLContext:
     return context
 
 
-def plain_tcp_transport(
-    limits: httpx2.Limits, *, tls: bool = False
-) -> tuple[PoolTransport, httpcore2.AsyncConnectionPool]:
-    """A ``PoolTransport`` on its own pool on ``SocketBackend``, and that pool.
+def plain_tcp_transport(limits: httpx2.Limits, url: str) -> tuple[PoolTransport, DirectPool]:
+    """For a client of ``url`` (``http://`` or ``https://``, no proxy): a ``PoolTransport``
+    on an httpcore pool on ``SocketBackend`` (what the SDK itself sends: streams, batch
+    files, deletes) and the direct path's own pool (``DirectPool``), which the transport
+    closes with it.
 
     Args:
-        limits: connections the pool may open and keep alive.
-        tls: the pool will serve ``https://`` URLs (verified with httpx's default context;
-            without it no certificate store is loaded).
+        limits: connections each pool may open and keep alive.
+        url: the client's base URL; https ones are verified with httpx's default context
+            (for http ones no certificate store is loaded).
     """
+    parsed = httpx2.URL(url)
+    tls = parsed.scheme == "https"
+    context = shared_ssl_context() if tls else None
+    backend = SocketBackend()
     pool = httpcore2.AsyncConnectionPool(
-        ssl_context=shared_ssl_context() if tls else None,
+        ssl_context=context,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
-        network_backend=SocketBackend(),
+        network_backend=backend,
     )
-    return PoolTransport(pool), pool
+    direct = DirectPool(
+        parsed.scheme,
+        parsed.host,
+        parsed.port or (443 if tls else 80),
+        backend=backend,
+        max_connections=limits.max_connections or 100,
+        keepalive_expiry=limits.keepalive_expiry,
+        ssl_context=context,
+    )
+    return PoolTransport(pool, direct), direct
+
+
+def _target(url: str) -> bytes:
+    """A URL's request target: its path and query, as sent on the request line."""
+    return httpx2.URL(url).raw_path
 
 
 def _header_bytes(value: str) -> bytes:
@@ -539,13 +610,13 @@ class DirectPost:
     through the same table as the SDK's exceptions.
     """
 
-    def __init__(self, target: Target, pool: httpcore2.AsyncConnectionPool) -> None:
+    def __init__(self, target: Target, pool: DirectPool) -> None:
         self._pool = pool
         parts = urllib.parse.urlsplit(target.base_url)
         self._base = urllib.parse.urlunsplit((*parts[:3], "", "")).rstrip("/")
         query = urllib.parse.urlencode(target.query)
         self._query = f"?{query}" if query else ""
-        self._urls: dict[str, httpcore2.URL] = {}
+        self._urls: dict[str, bytes] = {}
         host = parts.hostname or ""
         host = f"[{host}]" if ":" in host else host  # IPv6 in brackets
         default_port = 443 if parts.scheme.lower() == "https" else 80
@@ -567,31 +638,16 @@ class DirectPost:
         idempotency_key: str | None = None,
     ) -> bytes:
         """The answer's body; raises ``DirectPostError``s."""
-        url = self._urls.get(path)
-        if url is None:  # parsed once per path, not on every call
-            url = self._urls[path] = httpcore2.URL(self._base + path + self._query)
-        headers = [*self._headers, (b"Content-Length", str(len(content)).encode("ascii"))]
+        target = self._urls.get(path)
+        if target is None:  # made once per path, not on every call
+            target = self._urls[path] = _target(self._base + path + self._query)
+        extra = []  # Content-Length: the pool sets it from the body
         if idempotency_key is not None:
-            headers.append((IDEMPOTENCY_HEADER.encode("ascii"), idempotency_key.encode("ascii")))
-        extensions = {
-            "timeout": {
-                "connect": timeout.connect,
-                "read": timeout.read,
-                "write": timeout.write,
-                "pool": timeout.pool,
-            }
-        }
-        # the request complete (Host and Content-Length included), so it goes straight
-        # to the pool: ``pool.request`` would parse the URL and check the headers again
-        request = httpcore2.Request(
-            b"POST", url, headers=headers, content=content, extensions=extensions
-        )
+            extra.append((IDEMPOTENCY_HEADER.encode("ascii"), idempotency_key.encode("ascii")))
         try:
-            response = await self._pool.handle_async_request(request)
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
+            response = await self._pool.request(
+                b"POST", target, self._headers, content, timeout, extra
+            )
         except httpcore2.TimeoutException as exc:
             raise DirectTimeoutError(self._shown + path) from exc
         except Exception as exc:  # any other transport failure: no answer
@@ -604,9 +660,9 @@ class DirectPost:
                     name.decode("latin-1").lower(): value.decode("latin-1")
                     for name, value in response.headers
                 },
-                response.content,
+                response.body,
             )
-        return response.content
+        return response.body
 
     async def aclose(self) -> None:
         """Close the connection pool (an SDK client built on it closes it too: twice is

@@ -257,8 +257,7 @@ def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOpti
         default_headers=options.get("default_headers"),
         default_query=options.get("default_query"),
     )
-    tls = url.lower().startswith("https:")
-    routes = [plain_tcp_transport(limits, tls=tls) for _ in range(count)]
+    routes = [plain_tcp_transport(limits, url) for _ in range(count)]
 
     def connect(index: int) -> openai.AsyncOpenAI:
         return sdk_client(key, options, transport=routes[index][0])
