@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +14,7 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.errors import TickInterrupted
+from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
 from sim.llm.batch import BatchOptions, BatchProgress
@@ -101,25 +100,6 @@ def build_adapter(config: Config, world: World) -> Adapter:
         LLMConfigurationError: unknown provider, missing API key.
     """
     return build_stack(config, world.seed)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for one tick.
-
-    A tick allocates the whole world as plain dicts and makes little cyclic garbage; with
-    the collector on, its full collections rescan the growing heap again and again, which
-    made load and phases super-linear in the world size (measured: +40% at 10,000
-    characters). Reference counting still frees everything acyclic at once; cycles left
-    by the tick are collected when the collector resumes.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class Runner:
@@ -239,7 +219,7 @@ class Runner:
                 if self.seed is not None:
                     self._set_seed(self.seed)
                 for _ in range(ticks):
-                    with _gc_paused():
+                    with gc_paused():
                         result = await self._tick()
                     results.append(result)
                     if self.on_tick:
