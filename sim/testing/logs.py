@@ -3,7 +3,7 @@
 Tests that edit a log by hand (a damaged line, a changed price, a failed call) first turn
 it back into what an older sim wrote: plain JSONL, with no summary, so every view reads
 that log itself. The records are those ``read_log`` gives (derived fields restored, the
-state snapshot in its ``zlib+base64`` encoding, as a running tick writes it).
+state snapshot as a JSON object, as a running tick writes it).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ order a tick writes them:
 
 - ``header``: tick, format version, the config used (no secrets), world seed;
 - ``state_before``: the state at the start of the tick (entity files, ``world.json`` and
-  the response store), zlib-compressed and base64-encoded, with its digest;
+  the response store) as a JSON object of their text by path (``encoding: "object"``),
+  with its digest;
 - ``intervention``: each ``sim inject`` / ``sim set`` made since the last tick, which this
   tick applies (the pending file, ``.sim/interventions.json``, is part of the state);
 - ``instructions``: an instructions text, once per distinct digest, before its first call;
@@ -25,13 +26,16 @@ Durability: call records are flushed as they are written and the file is fsynced
 end of every phase. A running tick's log stays plain JSONL, so a ``kill -9`` loses nothing;
 once the tick has committed the log is compressed into ``tick-000004.jsonl.zst`` (one
 Zstandard frame, ``[history] compress_level``, so ``zstdcat`` reads it) by
-``compress_log``, with what can be rebuilt exactly left out: a call's final raw answer
-when it is byte for byte the compact JSON of its validated ``result`` (written as
-``{"derived": "result"}`` and restored on read), a call's ``digest`` when its own fields
-give it (``{"derived": "request"}``), and the state snapshot stored as a plain JSON
-object of its files' text by path (``encoding: "object"``) so the one compression covers
-it and one parse reads it (earlier sims stored that object as JSON text in a string,
-``encoding: "json"``: still read).
+``compress_log``. What can be rebuilt exactly is left out of a call's line, by the
+recorder as it writes it (``LogWriter.append_call``) and by ``compress_log`` in a line
+written otherwise: a call's final raw answer when it is byte for byte the compact JSON of
+its validated ``result`` (written as ``{"derived": "result"}`` and restored on read), and
+a call's ``digest`` when its own fields give it (``{"derived": "request"}``). The state
+snapshot is a plain JSON object, so the one compression covers it and one parse reads it;
+compression takes the snapshot and the packed call lines as they are, unparsed. Earlier
+sims wrote the running log's snapshot zlib-compressed and base64-encoded (``encoding:
+"zlib+base64"``) and stored the object as JSON text in a string in compressed logs
+(``encoding: "json"``): both still read.
 
 The compressed layout: the header, then a ``layout`` line (``{"type": "layout", "lines":
 N, "detail": [...], "state": [...]}``: how many lines follow it, and the indices, in the
@@ -273,16 +277,40 @@ def state_digest(files: Mapping[str, bytes]) -> str:
     return digest(bytes(hasher))
 
 
-def pack_state(files: Mapping[str, bytes], digest_: str | None = None) -> StateRecord:
+def _state_payload(files: Mapping[str, bytes]) -> dict[str, str]:
+    return {rel: files[rel].decode("utf-8") for rel in sorted(files)}
+
+
+def pack_state(
+    files: Mapping[str, bytes], digest_: str | None = None, *, encoding: str = "object"
+) -> StateRecord:
     """The ``state_before`` record of ``files`` (``digest_``: their ``state_digest``, when
-    the caller has it already: hashing a big world's files costs)."""
-    payload = orjson.dumps({rel: files[rel].decode("utf-8") for rel in sorted(files)})
-    return StateRecord(
-        encoding="zlib+base64",
-        digest=state_digest(files) if digest_ is None else digest_,
-        files=len(files),
-        data=base64.b64encode(zlib.compress(payload, 1)).decode("ascii"),
-    )
+    the caller has it already: hashing a big world's files costs), in the ``object``
+    encoding a tick writes, or the ``zlib+base64`` one earlier sims wrote."""
+    payload = _state_payload(files)
+    found = state_digest(files) if digest_ is None else digest_
+    if encoding == "object":
+        return StateRecord(encoding="object", digest=found, files=len(files), data=payload)
+    if encoding != "zlib+base64":
+        raise ValueError(f"unknown state encoding {encoding!r}")
+    data = base64.b64encode(zlib.compress(orjson.dumps(payload), 1)).decode("ascii")
+    return StateRecord(encoding="zlib+base64", digest=found, files=len(files), data=data)
+
+
+def state_line(files: Mapping[str, bytes], digest_: str) -> list[bytes]:
+    """``pack_state(files, digest_)``'s log line (without the newline), in pieces: the
+    same bytes as ``dump_record`` gives, without a typed copy of a big world's text or the
+    line joined into one more copy of it."""
+    head = {"type": "state_before", "encoding": "object", "digest": digest_, "files": len(files)}
+    return [orjson.dumps(head)[:-1], b',"data":', orjson.dumps(_state_payload(files)), b"}"]
+
+
+def log_line(record: LogRecord) -> bytes:
+    """A record as a running tick's log holds it (without the newline): a call record
+    packed (``packed_call_line``), any other as ``dump_record`` gives it."""
+    if isinstance(record, CallRecord):
+        return packed_call_line(record)
+    return dump_record(record)
 
 
 def unpack_state(record: StateRecord) -> dict[str, bytes]:
@@ -311,17 +339,19 @@ class LogWriter:
         path: the log file (created with its folder if missing).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, whole: bool = False) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        _cut_torn_tail(path)
+        if not whole:  # ``whole``: just written whole, by ``create``
+            _cut_torn_tail(path)
         # never through a link planted in the world's .sim/log folder
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         self._handle = os.fdopen(fd, "ab")
 
     @classmethod
-    def create(cls, path: Path, first: Iterable[LogRecord]) -> LogWriter:
-        """Start a new log that appears with its ``first`` records already in it.
+    def create(cls, path: Path, first: Iterable[LogRecord | list[bytes]]) -> LogWriter:
+        """Start a new log that appears with its ``first`` records already in it (a record,
+        or a line's bytes in pieces: ``state_line``).
 
         They are written to ``<name>.tmp``, fsynced and renamed into place, so a crash at
         any instant leaves either no log or one that starts with its header, never an
@@ -333,16 +363,26 @@ class LogWriter:
             tmp.unlink()  # a leftover, or a link planted there: removed, never written through
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(b"".join(dump_record(record) + b"\n" for record in first))
+            for item in first:
+                for piece in item if isinstance(item, list) else (log_line(item),):
+                    handle.write(piece)
+                handle.write(b"\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
-        return cls(path)
+        return cls(path, whole=True)
 
     def append(self, record: LogRecord) -> None:
         """Write one record and hand it to the OS (it survives the process being killed)."""
         self._handle.write(dump_record(record) + b"\n")
+        self._handle.flush()
+
+    def append_call(self, record: CallRecord) -> None:
+        """``append`` for a call record the recorder made, packed (``packed_call_line``
+        with ``own_digest``): a running tick's log is then as compact as a compressed one
+        before compression, and compressing it does not parse its calls again."""
+        self._handle.write(packed_call_line(record, own_digest=True) + b"\n")
         self._handle.flush()
 
     def sync(self) -> None:
@@ -367,16 +407,33 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _cut_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline (a crash mid-write) off the log, reading back
+    from the end only as far as the line before it (a log's first lines are large)."""
     try:
-        data = _read_regular(path)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return
-    if data and not data.endswith(b"\n"):
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.ftruncate(fd, data.rfind(b"\n") + 1)
-        finally:
-            os.close(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        end = os.fstat(fd).st_size
+        if end == 0 or os.pread(fd, 1, end - 1) == b"\n":
+            return
+        at = end
+        while at > 0:
+            start = max(0, at - _TAIL_STEP)
+            found = os.pread(fd, at - start, start).rfind(b"\n")
+            if found >= 0:
+                os.ftruncate(fd, start + found + 1)
+                return
+            at = start
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+
+
+#: how far ``_cut_torn_tail`` reads back at a time
+_TAIL_STEP = 1 << 16
 
 
 def header(
@@ -446,12 +503,12 @@ class TickLog:
         return sum(1 for call in self.calls.values() if call.failed)
 
     def written_records(self) -> list[LogRecord]:
-        """The records as the running tick wrote them: a compressed log's state snapshot
-        back in its ``zlib+base64`` encoding (the same bytes: compression at level 1 of the
-        same payload), every other record as read."""
+        """The records as the running tick wrote them (``log_line`` gives each line's
+        bytes): a state snapshot an earlier sim stored otherwise back in the ``object``
+        encoding, every other record as read (derived fields restored)."""
         return [
-            pack_state(unpack_state(r))
-            if isinstance(r, StateRecord) and r.encoding != "zlib+base64"
+            pack_state(unpack_state(r), r.digest)
+            if isinstance(r, StateRecord) and r.encoding != "object"
             else r
             for r in self.records
         ]
@@ -568,22 +625,56 @@ def _restore_derived(call: RawRecord) -> None:
         attempts[-1]["raw"] = orjson.dumps(call.get("result")).decode()
 
 
+def _pack_raw(call: RawRecord) -> bool:
+    """Leave out the final raw answer of ``call`` (a call record's JSON object) when it is
+    byte for byte the compact JSON of its ``result``; whether it did."""
+    attempts = call.get("attempts")
+    result = call.get("result")
+    if attempts and isinstance(result, dict):
+        raw = attempts[-1].get("raw")
+        if isinstance(raw, str) and raw.encode() == orjson.dumps(result):
+            attempts[-1]["raw"] = DERIVED_RAW
+            return True
+    return False
+
+
+def packed_call_line(record: CallRecord, *, own_digest: bool = False) -> bytes:
+    """A call record's line packed as a compressed log holds it (``compress_log`` then
+    takes the line as it is, unparsed): its final raw answer and its digest left out when
+    they can be rebuilt exactly.
+
+    ``own_digest``: the caller made the record's digest from the very fields
+    ``request_digest`` reads (the recorder: ``CallIdentity.digest``), so it is left out
+    without computing it again.
+    """
+    data = record_data(record)
+    _pack_raw(data)
+    found = data.get("digest")
+    if isinstance(found, str) and (own_digest or found == request_digest(data)):
+        data["digest"] = DERIVED_DIGEST
+    return orjson.dumps(data)
+
+
+#: a call line written packed (``packed_call_line``): ``_pack_line`` leaves it as it is
+_PACKED_CALL = b'"digest":{"derived":"request"}'
+#: a state snapshot already in the compressed log's encoding
+_OBJECT_STATE = b'{"type":"state_before","encoding":"object"'
+
+
 def _pack_line(line: bytes) -> bytes:
     """One line of a committed log as its compressed log holds it (see the module doc)."""
     if line.startswith(b'{"type":"call"'):
+        if _PACKED_CALL in line:
+            # packed when written: parsing and packing it again gives the same bytes
+            return line
         data = orjson.loads(line)
-        changed = False
-        attempts = data.get("attempts")
-        result = data.get("result")
-        if attempts and isinstance(result, dict):
-            raw = attempts[-1].get("raw")
-            if isinstance(raw, str) and raw.encode() == orjson.dumps(result):
-                attempts[-1]["raw"] = DERIVED_RAW
-                changed = True
+        changed = _pack_raw(data)
         if isinstance(data.get("digest"), str) and data["digest"] == request_digest(data):
             data["digest"] = DERIVED_DIGEST
             changed = True
         return orjson.dumps(data) if changed else line
+    if line.startswith(_OBJECT_STATE):
+        return line
     if line.startswith(b'{"type":"state_before"'):
         data = orjson.loads(line)
         if data.get("encoding") == "zlib+base64":
@@ -620,11 +711,12 @@ def compress_log(path: Path, level: int = COMPRESS_LEVEL) -> Path:
 
 class _Lines(Protocol):
     """What ``_write_packed`` compresses: a log's non-blank lines (without newlines),
-    scanned once in order, then picked by index (0: the header) in the stored order."""
+    scanned once in order (for each line its start at least: what it is), then picked by
+    index (0: the header) in the stored order."""
 
     def scan(self) -> Iterator[bytes]: ...
 
-    def pick(self, indices: Iterable[int]) -> Iterator[bytes]: ...
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes | _Pieces]: ...
 
 
 @dataclass
@@ -636,36 +728,70 @@ class _ListLines:
     def scan(self) -> Iterator[bytes]:
         return iter(self.lines)
 
-    def pick(self, indices: Iterable[int]) -> Iterator[bytes]:
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes | _Pieces]:
         return (self.lines[i] for i in indices)
 
 
 @dataclass
 class _FileLines:
-    """A plain log's lines on disk: the scan notes where each starts, so the lines are
-    then read again once each (seeks within the reader's buffer cost no system call),
-    never the whole file once per group of lines."""
+    """A plain log's lines on disk: the scan notes where each starts and how long it is,
+    so the lines are then read again once each (seeks within the reader's buffer cost no
+    system call), never the whole file once per group of lines. A line longer than
+    ``_CHUNK`` (a big world's state snapshot: hundreds of megabytes) is scanned a chunk
+    at a time, and its start is what the scan gives of it; a state snapshot of that size
+    already in the compressed form (``encoding: "object"``) is then picked as its chunks
+    (``_Pieces``), never read whole."""
 
     handle: BinaryIO
-    starts: list[int] = field(default_factory=list)
+    #: per line: where it starts, its length without the newline, whether it goes as pieces
+    spans: list[tuple[int, int, bool]] = field(default_factory=list)
 
     def scan(self) -> Iterator[bytes]:
-        self.starts.clear()
+        self.spans.clear()
         at = 0
+        readline = self.handle.readline
         self.handle.seek(0)
-        for raw in self.handle:
+        while True:
+            raw = readline(_CHUNK)
+            start, at = at, at + len(raw)
+            head = raw
+            while raw and not raw.endswith(b"\n"):
+                raw = readline(_CHUNK)
+                at += len(raw)
             if not raw.endswith(b"\n"):
-                return  # a torn tail was never part of the log
-            if raw.strip():
-                self.starts.append(at)
-                yield raw[:-1]
-            at += len(raw)
+                return  # the end; a torn tail was never part of the log
+            if head.strip():
+                long = head is not raw
+                self.spans.append((start, at - start - 1, long and head.startswith(_OBJECT_STATE)))
+                yield head if long else head[:-1]
 
-    def pick(self, indices: Iterable[int]) -> Iterator[bytes]:
-        seek, readline, starts = self.handle.seek, self.handle.readline, self.starts
+    def pick(self, indices: Iterable[int]) -> Iterator[bytes | _Pieces]:
+        seek, read, spans = self.handle.seek, self.handle.read, self.spans
         for i in indices:
-            seek(starts[i])
-            yield readline()[:-1]
+            start, length, pieces = spans[i]
+            seek(start)
+            if pieces:
+                yield _Pieces(read, length)  # read as it is written, before the next line
+            else:
+                yield read(length)  # the line without its newline, in one piece
+
+
+@dataclass
+class _Pieces:
+    """A line too long to hold whole that goes into the compressed log as it is: its
+    ``length`` bytes from ``read``, a chunk at a time."""
+
+    read: Callable[[int], bytes]
+    length: int
+
+    def __iter__(self) -> Iterator[bytes]:
+        left = self.length
+        while left > 0:
+            chunk = self.read(min(left, _CHUNK))
+            if not chunk:
+                raise OSError(errno.EIO, "the log got shorter while it was being compressed")
+            left -= len(chunk)
+            yield chunk
 
 
 def _detail_last(lines: list[bytes]) -> list[bytes]:
@@ -845,19 +971,20 @@ def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
     One Zstandard frame, fed a megabyte at a time: the same log always compresses to the
     same bytes (no time, no threads inside the compressor).
     """
-    first = b""
+    any_line = False
     total = 0
     detail: list[int] = []
     late: list[int] = []
     for i, line in enumerate(lines.scan()):
-        if i == 0:
-            first = line
-        else:
+        any_line = True
+        if i > 0:
             if line.startswith(_CALL_DETAIL):
                 detail.append(total)
             elif line.startswith(_STATE):
                 late.append(total)
             total += 1
+    first = next(iter(lines.pick([0]))) if any_line else b""
+    assert isinstance(first, bytes)  # a header is never a snapshot
     tmp = target.with_name(target.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
@@ -877,12 +1004,18 @@ def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
                 waiting.append(worker.submit(lambda: handle.write(packer.compress(chunk))))
                 buffer.clear()
 
-            def put(line: bytes) -> None:
-                state = _packed_state(line) if line.startswith(_STATE) else None
-                for piece in state if state is not None else (_pack_line(line),):
-                    buffer.extend(piece)
-                    if len(buffer) >= _CHUNK:
-                        send()
+            def put(line: bytes | _Pieces) -> None:
+                if isinstance(line, _Pieces):
+                    pieces: Iterable[bytes] = line  # packed already (``_FileLines``)
+                else:
+                    state = _packed_state(line) if line.startswith(_STATE) else None
+                    pieces = state if state is not None else (_pack_line(line),)
+                for piece in pieces:
+                    view = memoryview(piece)  # a big world's snapshot line: hundreds of MB
+                    for at in range(0, len(view), _CHUNK):
+                        buffer.extend(view[at : at + _CHUNK])
+                        if len(buffer) >= _CHUNK:
+                            send()
                 buffer.extend(b"\n")
 
             if total or first:
@@ -894,11 +1027,11 @@ def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
                 moved = set(detail).union(late)
                 front = [i + 1 for i in range(total) if i not in moved]
                 for group in (front, [i + 1 for i in late], [i + 1 for i in detail]):
-                    for line in lines.pick(group):
-                        put(line)
+                    for picked in lines.pick(group):
+                        put(picked)
             else:
-                for line in lines.pick(range(1, total + 1)):
-                    put(line)
+                for picked in lines.pick(range(1, total + 1)):
+                    put(picked)
             while waiting:
                 waiting.popleft().result()
             handle.write(packer.compress(buffer))

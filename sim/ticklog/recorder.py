@@ -49,11 +49,11 @@ from sim.ticklog.format import (
     is_state_file,
     log_path,
     marker_rel,
-    pack_state,
     prune,
     read_log,
     read_store,
     state_digest,
+    state_line,
 )
 from sim.ticklog.records import (
     AttemptRecord,
@@ -209,7 +209,7 @@ class TickRecorder:
         if partial is None:
             # created with its header in it: a kill at any instant never leaves an empty log
             self.writer = LogWriter.create(
-                log_path(root, tick), [head, pack_state(before, self._state_before), *interventions]
+                log_path(root, tick), [head, state_line(before, self._state_before), *interventions]
             )
         else:
             self.writer = LogWriter(log_path(root, tick))
@@ -350,7 +350,7 @@ class TickRecorder:
                 InstructionsRecord(digest=ident.instructions_digest, text=ident.instructions)
             )
         self._calls.add(ident.request_id)
-        self.writer.append(record)
+        self.writer.append_call(record)
         self.summary.add_call(record)
 
     def _call_record(

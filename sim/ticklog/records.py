@@ -96,11 +96,10 @@ class HeaderRecord(_Record):
 
 
 class StateRecord(_Record):
-    """The state at the start of the tick: its files' text by path, zlib-compressed and
-    base64-encoded as a running tick writes it (``encoding: "zlib+base64"``), as a JSON
-    object once the log is compressed (``"object"``), or that object's JSON text in logs
-    compressed by earlier sims (``"json"``); ``sim.ticklog.format.unpack_state`` reads
-    each."""
+    """The state at the start of the tick: its files' text by path as a JSON object
+    (``encoding: "object"``), zlib-compressed and base64-encoded in the running logs of
+    earlier sims (``"zlib+base64"``), or that object's JSON text in logs they compressed
+    (``"json"``); ``sim.ticklog.format.unpack_state`` reads each."""
 
     type: Literal["state_before"] = "state_before"
     encoding: str

@@ -28,6 +28,7 @@ from sim.ticklog.format import (
     DERIVED_RAW,
     TickLog,
     list_logs,
+    log_line,
     log_path,
     packed_path,
     read_log,
@@ -35,7 +36,7 @@ from sim.ticklog.format import (
     recover_logs,
     summary_rel,
 )
-from sim.ticklog.records import dump_record
+from sim.ticklog.records import CallRecord, dump_record
 from sim.ticklog.summary import (
     Listed,
     dump_summary,
@@ -83,8 +84,16 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
 
 
 def test_a_compressed_log_reads_back_as_the_bytes_the_tick_wrote(
-    tmp_path: Path, captured: dict[int, bytes]
+    tmp_path: Path, captured: dict[int, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    made: dict[tuple[int, str], str] = {}  # the digest each call was made with
+    pack = tick_log.packed_call_line
+
+    def packed(record: CallRecord, *, own_digest: bool = False) -> bytes:
+        made[(len(captured) + 1, record.request_id)] = record.digest
+        return pack(record, own_digest=own_digest)
+
+    monkeypatch.setattr(tick_log, "packed_call_line", packed)
     world = copy_demo(tmp_path / "w")
     run(world, 3)
     assert sorted(captured) == [1, 2, 3]
@@ -92,7 +101,7 @@ def test_a_compressed_log_reads_back_as_the_bytes_the_tick_wrote(
         assert not log_path(world, tick).exists()
         packed = packed_path(log_path(world, tick))
         log = read_log(packed)
-        again = b"".join(dump_record(r) + b"\n" for r in log.written_records())
+        again = b"".join(log_line(r) + b"\n" for r in log.written_records())
         assert again == original
         # what the compressed form leaves out, it can rebuild: raw answers and digests
         lines = [orjson.loads(line) for line in unpacked(packed).splitlines()]
@@ -100,6 +109,13 @@ def test_a_compressed_log_reads_back_as_the_bytes_the_tick_wrote(
         assert calls and all(r["attempts"][-1]["raw"] == DERIVED_RAW for r in calls)
         assert all(r["digest"] == DERIVED_DIGEST for r in calls)
         assert len(packed.read_bytes()) * 3 < len(original)
+        # the running tick wrote its call lines packed already: compression took them as
+        # they were, and the digests read back are the ones the calls were made with
+        written = [orjson.loads(line) for line in original.splitlines()]
+        assert [r for r in written if r["type"] == "call"] == calls
+        assert {r.request_id: r.digest for r in log.call_records} == {
+            rid: d for (t, rid), d in made.items() if t == tick
+        }
 
 
 def test_a_raw_answer_that_is_not_its_result_is_kept(tmp_path: Path) -> None:
@@ -120,7 +136,7 @@ def test_a_raw_answer_that_is_not_its_result_is_kept(tmp_path: Path) -> None:
     packed = tick_log.compress_log(path)
     after = read_log(packed)
     assert [dump_record(r) for r in after.written_records()] == [
-        dump_record(r) for r in before.records
+        dump_record(r) for r in before.written_records()
     ]
     assert b'"derived"' not in unpacked(packed)
 
@@ -425,10 +441,15 @@ def test_compressing_a_big_log_streams_it_into_the_same_bytes(tmp_path: Path) ->
     assert tick_log.compress_log(path).read_bytes() == first
 
 
-def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(tmp_path: Path) -> None:
-    """The snapshot of a big world is hundreds of megabytes of JSON once inflated: it is
-    inflated and checked a piece at a time (with quotes, newlines and non-ASCII text cut
-    across pieces), never whole, into the object ``_pack_line`` gives."""
+@pytest.mark.parametrize("encoding", ["object", "zlib+base64"])
+def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(
+    tmp_path: Path, encoding: str
+) -> None:
+    """The snapshot of a big world is hundreds of megabytes of JSON: a running tick's
+    (``object``) is copied into the compressed log a chunk at a time, and an earlier
+    sim's (``zlib+base64``) is inflated and checked a piece at a time (with quotes,
+    newlines and non-ASCII text cut across pieces), never whole, into the object
+    ``_pack_line`` gives."""
     import tracemalloc
 
     rng = random.Random(3)
@@ -439,10 +460,10 @@ def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(tmp_path: 
         )
         for i in range(8_000)
     }
-    state = tick_log.pack_state(files)
+    state = tick_log.pack_state(files, encoding=encoding)
     lines = (FIXTURES / "tick-000001.jsonl").read_bytes().splitlines()
     big = [lines[0], dump_record(state), *lines[2:]]
-    assert big[1].startswith(b'{"type":"state_before","encoding":"zlib+base64"')
+    assert big[1].startswith(b'{"type":"state_before","encoding":"%s"' % encoding.encode())
     path = tmp_path / "tick-000001.jsonl"
     path.write_bytes(b"".join(line + b"\n" for line in big))
     packed = [tick_log._pack_line(line) for line in big]
