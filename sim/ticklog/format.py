@@ -73,9 +73,10 @@ import os
 import re
 import stat
 import sys
+import threading
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -743,31 +744,44 @@ class _FileLines:
     (``_Pieces``), never read whole."""
 
     handle: BinaryIO
+    #: lines that follow the file's (``LogCompression``: the commit record to come)
+    tail: list[bytes] = field(default_factory=list)
+    #: read the file only this far (``None``: to its end)
+    end: int | None = None
     #: per line: where it starts, its length without the newline, whether it goes as pieces
     spans: list[tuple[int, int, bool]] = field(default_factory=list)
 
     def scan(self) -> Iterator[bytes]:
         self.spans.clear()
         at = 0
-        readline = self.handle.readline
+        handle_readline = self.handle.readline
+        end = self.end
+
+        def readline() -> bytes:
+            return handle_readline(_CHUNK if end is None else min(_CHUNK, end - at))
+
         self.handle.seek(0)
         while True:
-            raw = readline(_CHUNK)
+            raw = readline() if end is None or at < end else b""
             start, at = at, at + len(raw)
             head = raw
             while raw and not raw.endswith(b"\n"):
-                raw = readline(_CHUNK)
+                raw = readline() if end is None or at < end else b""
                 at += len(raw)
             if not raw.endswith(b"\n"):
-                return  # the end; a torn tail was never part of the log
+                break  # the end; a torn tail was never part of the log
             if head.strip():
                 long = head is not raw
                 self.spans.append((start, at - start - 1, long and head.startswith(_OBJECT_STATE)))
                 yield head if long else head[:-1]
+        yield from self.tail
 
     def pick(self, indices: Iterable[int]) -> Iterator[bytes | _Pieces]:
         seek, read, spans = self.handle.seek, self.handle.read, self.spans
         for i in indices:
+            if i >= len(spans):
+                yield self.tail[i - len(spans)]
+                continue
             start, length, pieces = spans[i]
             seek(start)
             if pieces:
@@ -966,7 +980,23 @@ def _one_line(piece: bytes, text: codecs.IncrementalDecoder, final: bool = False
 def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
     """``write_compressed`` over a source scanned for the ``layout`` line (where the state
     snapshot and the call detail are), then read line by line in the order
-    ``_detail_last`` gives, each packed and compressed.
+    ``_detail_last`` gives, each packed and compressed (``_pack_into``)."""
+    tmp = _tmp_of(target)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    _pack_into(tmp, lines, level)
+    os.replace(tmp, target)
+    _fsync_dir(target.parent)
+    return target
+
+
+def _tmp_of(target: Path) -> Path:
+    return target.with_name(target.name + ".tmp")
+
+
+def _pack_into(tmp: Path, lines: _Lines, level: int) -> None:
+    """Write ``lines`` packed and compressed into the new file ``tmp`` and fsync it; on
+    any error ``tmp`` is removed.
 
     One Zstandard frame, fed a megabyte at a time: the same log always compresses to the
     same bytes (no time, no threads inside the compressor).
@@ -985,9 +1015,6 @@ def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
             total += 1
     first = next(iter(lines.pick([0]))) if any_line else b""
     assert isinstance(first, bytes)  # a header is never a snapshot
-    tmp = target.with_name(target.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         with os.fdopen(fd, "wb") as handle, ThreadPoolExecutor(1) as worker:
@@ -1041,9 +1068,57 @@ def _write_packed(target: Path, lines: _Lines, level: int) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)  # a log that cannot be packed stays plain, nothing beside it
         raise
-    os.replace(tmp, target)
-    _fsync_dir(target.parent)
-    return target
+
+
+class LogCompression:
+    """``compress_log`` of a running tick's plain log, done in a thread while the tick's
+    files are committed: started once the log holds every record but the ``commit`` one
+    (given as ``tail``, the line the log will end with), finished after the commit.
+
+    The thread reads the log only as far as it reached when it started, and writes
+    ``<name>.zst.tmp``; ``finish`` renames that into place and removes the plain log, once
+    the log has its commit record (a ``.zst`` exists only for a committed tick), and
+    ``cancel`` removes it. Compressing holds a few megabytes (``_pack_into``), so it can
+    run beside the world; the commit's writes mostly wait on the disk, which leaves the
+    interpreter to this thread.
+    """
+
+    def __init__(self, path: Path, level: int, tail: Sequence[bytes]) -> None:
+        self.path = path
+        self.target = packed_path(path)
+        self._tmp = _tmp_of(self.target)
+        self._level = level
+        self._tail = list(tail)
+        self._error: BaseException | None = None
+        with contextlib.suppress(FileNotFoundError):
+            self._tmp.unlink()
+        self._thread = threading.Thread(target=self._run, name="sim-log-compression")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with _open_regular(self.path) as handle:
+                end = os.fstat(handle.fileno()).st_size
+                lines = _FileLines(handle, tail=self._tail, end=end)
+                _pack_into(self._tmp, lines, self._level)
+        except BaseException as exc:  # handed to the caller by ``finish``
+            self._error = exc
+
+    def finish(self) -> Path:
+        """Wait for the compressed log and put it in place of the plain one (which must
+        end with the ``tail`` by now); raises what the compression raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        os.replace(self._tmp, self.target)
+        _fsync_dir(self.target.parent)
+        self.path.unlink()
+        return self.target
+
+    def cancel(self) -> None:
+        """The tick did not commit: the compressed copy goes, the plain log stays."""
+        self._thread.join()
+        self._tmp.unlink(missing_ok=True)
 
 
 def _open_regular(path: Path) -> BinaryIO:
@@ -1304,6 +1379,7 @@ __all__ = [
     "STATE_KINDS",
     "STORE_DIR",
     "ZST",
+    "LogCompression",
     "LogError",
     "LogWriter",
     "RawRecord",

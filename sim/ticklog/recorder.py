@@ -42,9 +42,9 @@ from sim.storage import Storage
 from sim.ticklog.books import attempts_cost
 from sim.ticklog.format import (
     ABANDONED_DIR,
+    LogCompression,
     LogWriter,
     TickLog,
-    compress_log,
     header,
     is_state_file,
     log_path,
@@ -172,6 +172,9 @@ class TickRecorder:
         self._instructions: set[str] = set(partial.instructions) if partial else set()
         self._calls: set[str] = set(partial.calls) if partial else set()
         self._commit: CommitRecord | None = None
+        self._committed = False
+        #: the log compressed while the commit runs (``commit_files`` starts it)
+        self._compression: LogCompression | None = None
         self._summary: Summary | None = None
         #: what the tick's logged calls cost at the configured prices
         self._cost_usd = 0.0
@@ -512,14 +515,19 @@ class TickRecorder:
             places=places_of(self.before),  # what `sim report` places characters by
         )
         self.before = {}  # not needed again: freed with the world once the tick is done
-        return {marker_rel(self.tick): dump_record(self._commit)}
+        marker = dump_record(self._commit)
+        level = self.config.history.compress_level
+        if level > 0:  # compressed while the commit writes the world (LogCompression)
+            self._compression = LogCompression(self.writer.path, level, [marker])
+        return {marker_rel(self.tick): marker}
 
     def committed(self) -> None:
         """After the commit: the log gets its final record and its summary, the marker
-        goes. ``compress`` does the rest, once the caller has let go of the world."""
+        goes. ``compress`` does the rest."""
         assert self._commit is not None
         self.writer.append(self._commit)
         self.writer.close()
+        self._committed = True
         with contextlib.suppress(FileNotFoundError):
             (self.root / marker_rel(self.tick)).unlink()
         # derived from the log: a crash before these is made good by `recover_logs`
@@ -527,17 +535,22 @@ class TickRecorder:
         write_summary(self.root, self._summary)
 
     def compress(self) -> None:
-        """After ``committed``: the log is compressed and old logs go (derived from the
-        log: a crash before this is made good by ``recover_logs``)."""
-        assert self._commit is not None
-        level = self.config.history.compress_level
-        if level > 0:
-            compress_log(self.writer.path, level)
+        """After ``committed``: the compressed log takes the plain one's place and old
+        logs go (derived from the log: a crash before this is made good by
+        ``recover_logs``)."""
+        assert self._committed
+        if self._compression is not None:
+            self._compression.finish()
+            self._compression = None
         prune(self.root, self.tick, self.config.history.keep_ticks)
 
     def close(self) -> None:
-        """The tick stopped without committing: keep what was logged, durably."""
+        """Called however the tick ended; one that stopped without committing keeps what
+        was logged, durably, and plain."""
         self.writer.close()
+        if self._compression is not None and not self._committed:
+            self._compression.cancel()
+            self._compression = None
 
 
 __all__ = ["RecordingAdapter", "TickRecorder"]

@@ -187,6 +187,21 @@ def test_a_torn_last_line_is_flagged_and_cut_before_appending(tmp_path: Path) ->
     assert not log.torn and [r.type for r in log.records][-1] == "phase"
 
 
+@pytest.mark.parametrize("torn", [b'{"text": "' + b"x" * 200_000, b"", b"{"])
+def test_a_torn_tail_is_cut_back_to_the_last_whole_line(tmp_path: Path, torn: bytes) -> None:
+    """The tail is found reading back from the end (a log's first lines can be hundreds of
+    megabytes), however long the torn line is; a file that is one torn line empties."""
+    path = tmp_path / "tick-000004.jsonl"
+    write(path, EVERY_RECORD[:3])
+    whole = path.read_bytes()
+    path.write_bytes(whole + torn)
+    LogWriter(path).close()
+    assert path.read_bytes() == whole
+    path.write_bytes(torn)
+    LogWriter(path).close()
+    assert path.read_bytes() == b""
+
+
 @pytest.mark.parametrize(
     ("content", "reason"),
     [

@@ -21,7 +21,6 @@ from sim.engine.runner import Runner
 from sim.llm.budget import Price
 from sim.testing.logs import plain_logs
 from sim.ticklog import format as tick_log
-from sim.ticklog import recorder as tick_recorder
 from sim.ticklog.books import tick_books
 from sim.ticklog.format import (
     DERIVED_DIGEST,
@@ -71,15 +70,15 @@ def invoke(*args: str) -> tuple[int, str]:
 
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
-    """Each committed log's plain bytes, taken just before the recorder compresses it."""
+    """Each committed log's plain bytes, taken just before its compressed form replaces it."""
     plain: dict[int, bytes] = {}
-    real = tick_recorder.compress_log
+    real = tick_log.LogCompression.finish
 
-    def keep(path: Path, level: int = 6) -> Path:
-        plain[int(path.name[5:11])] = path.read_bytes()
-        return real(path, level)
+    def keep(self: tick_log.LogCompression) -> Path:
+        plain[int(self.path.name[5:11])] = self.path.read_bytes()
+        return real(self)
 
-    monkeypatch.setattr(tick_recorder, "compress_log", keep)
+    monkeypatch.setattr(tick_log.LogCompression, "finish", keep)
     return plain
 
 
@@ -482,28 +481,47 @@ def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(
     assert tick_log.unpack_state(read_log(target).state_before) == files
 
 
-def test_the_world_is_freed_before_its_log_is_compressed(
+def test_the_log_compressed_beside_the_commit_is_the_committed_log_compressed(
+    tmp_path: Path, captured: dict[int, bytes]
+) -> None:
+    """The log is compressed while the commit writes the world, from the log as it stood
+    then and the commit record to come: the result is the committed log compressed."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    for tick, plain in captured.items():
+        again = tmp_path / f"again-{tick}" / log_path(world, tick).name
+        again.parent.mkdir()
+        again.write_bytes(plain)
+        assert plain.splitlines()[-1].startswith(b'{"type":"commit"')
+        expected = tick_log.compress_log(again).read_bytes()
+        assert packed_path(log_path(world, tick)).read_bytes() == expected
+    assert sorted(p.name for p in (world / ".sim" / "log").iterdir() if ".tmp" in p.name) == []
+
+
+def test_a_tick_that_does_not_commit_keeps_its_log_plain(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A big world's peak memory is the world or the log's compression, never both."""
-    import gc
+    """The compression started for the commit is dropped when the commit fails: the log
+    stays plain with nothing beside it, and the next run resumes and compresses it."""
+    from sim.storage import Storage
 
-    from sim.world import World
-
-    alive: list[int] = []
-    real = tick_recorder.compress_log
     world = copy_demo(tmp_path / "w")
+    real = Storage.commit
 
-    def counting(path: Path, level: int = 6) -> Path:
-        # this world's objects only: other tests' may wait for a collection
-        mine = [o for o in gc.get_objects() if isinstance(o, World)]
-        alive.append(sum(o.root.resolve() == world.resolve() for o in mine))
-        return real(path, level)
+    def refuse(self: Storage, *args: object, **kwargs: object) -> list[str]:
+        if args and (self.root / ".sim" / "log").is_dir():
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tick_recorder, "compress_log", counting)
-    run(world, 2)
-    assert alive == [0, 0]
-    assert packed_path(log_path(world, 2)).exists()
+    monkeypatch.setattr(Storage, "commit", refuse)
+    with pytest.raises(OSError, match="No space"):
+        run(world, 1)
+    names = sorted(p.name for p in (world / ".sim" / "log").iterdir())
+    assert names == [log_path(world, 1).name]
+    monkeypatch.setattr(Storage, "commit", real)
+    run(world, 1)
+    assert packed_path(log_path(world, 1)).exists() and not log_path(world, 1).exists()
+    assert read_log(packed_path(log_path(world, 1))).resumes == 1
 
 
 def test_summary_places_equal_the_logs_state_snapshots(tmp_path: Path) -> None:
