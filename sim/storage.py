@@ -463,18 +463,29 @@ class Storage:
 
     # -- committing ---------------------------------------------------------------------
 
-    def changed_files(self, world: World) -> dict[str, bytes]:
-        """Entity and world files whose serialised form differs from what was loaded."""
+    def changed_files(self, world: World, *, adopt: bool = False) -> dict[str, bytes]:
+        """Entity and world files whose serialised form differs from what was loaded.
+
+        ``adopt``: ``world.originals`` takes each new form as it is found (a tick about
+        to commit them): a big world's loaded bytes are then freed as they are replaced,
+        never held beside their new form (at 100,000 characters, hundreds of megabytes at
+        the tick's peak). Should the commit then fail, the world object is stale.
+        """
         out: dict[str, bytes] = {}
+        originals = world.originals
         for kind, entities in (("characters", world.characters), ("locations", world.locations)):
             for entity_id, entity in entities.items():
                 rel = f"{kind}/{entity_id}.json"
                 data = dump_json(entity)
-                if world.originals.get(rel) != data:
+                if originals.get(rel) != data:
                     out[rel] = data
+                    if adopt:
+                        originals[rel] = data
         meta = dump_json(world.meta)
-        if world.originals.get("world.json") != meta:
+        if originals.get("world.json") != meta:
             out["world.json"] = meta
+            if adopt:
+                originals["world.json"] = meta
         return out
 
     def commit(

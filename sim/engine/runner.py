@@ -297,8 +297,7 @@ class Runner:
             raise
         finally:
             recorder.close()
-        # committed: the world is freed before the log is compressed, so a big world's
-        # peak memory is the world or the compression, never both
+        # committed: the log, compressed while the commit ran, replaces the plain one
         del world, repairs, gate, pending, partial
         compress_started = time.perf_counter()
         recorder.compress()
@@ -416,7 +415,9 @@ class Runner:
             "usage": result.usage.to_dict(),
             "elapsed": time.perf_counter() - started,
         }
-        changed = self.storage.changed_files(world)  # serialised once: log digest and commit
+        # serialised once, for the log's digest and the commit (adopted: the loaded bytes
+        # go as their new form comes)
+        changed = self.storage.changed_files(world, adopt=True)
         extra.update(recorder.commit_files(self.storage, world, extra, totals, changed))
         commit_started = time.perf_counter()
         self.storage.commit(world, extra, changed=changed)

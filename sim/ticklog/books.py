@@ -81,11 +81,14 @@ class Books:
         call: CallRecord,
         prices: Mapping[str, Any],
         cache: dict[str, Price | None] | None = None,
+        cost: Cost | None = None,
     ) -> None:
+        """Count ``call``; ``cost``: its ``call_cost`` at ``prices`` when the caller has
+        it already (the recorder prices each call as it logs it)."""
         self.calls += 1
         self.failures += 1 if call.failed else 0
         self.usage = self.usage + call_usage(call)
-        self.cost = self.cost + call_cost(call, prices, cache)
+        self.cost = self.cost + (call_cost(call, prices, cache) if cost is None else cost)
         self.timed_out += timed_out(call)
 
 

@@ -272,9 +272,15 @@ def is_state_file(rel: str) -> bool:
 
 
 def state_digest(files: Mapping[str, bytes]) -> str:
+    """The digest of a state: its files by relative path (``digests_state`` of theirs)."""
+    return digests_state({rel: digest(data) for rel, data in files.items()})
+
+
+def digests_state(digests: Mapping[str, str]) -> str:
+    """``state_digest`` of files given by each one's ``digest``."""
     hasher = bytearray()
-    for rel in sorted(files):
-        hasher += rel.encode() + b"\x00" + digest(files[rel]).encode() + b"\n"
+    for rel in sorted(digests):
+        hasher += rel.encode() + b"\x00" + digests[rel].encode() + b"\n"
     return digest(bytes(hasher))
 
 
@@ -1385,6 +1391,7 @@ __all__ = [
     "RawRecord",
     "TickLog",
     "compress_log",
+    "digests_state",
     "gz_path",
     "header",
     "is_state_file",

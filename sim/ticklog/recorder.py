@@ -23,7 +23,7 @@ from sim.config import Config, redacted
 from sim.errors import LogError
 from sim.llm.adapters.replay import ReplayAdapter
 from sim.llm.batch import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
-from sim.llm.budget import Price
+from sim.llm.budget import Cost, Price
 from sim.llm.calls import (
     CallIdentity,
     current_call,
@@ -45,6 +45,7 @@ from sim.ticklog.format import (
     LogCompression,
     LogWriter,
     TickLog,
+    digests_state,
     header,
     is_state_file,
     log_path,
@@ -72,7 +73,14 @@ from sim.ticklog.records import (
     UsageRecord,
     dump_record,
 )
-from sim.ticklog.summary import Summary, SummaryBuilder, places_of, summary_path, write_summary
+from sim.ticklog.summary import (
+    Summary,
+    SummaryBuilder,
+    places_at,
+    places_of,
+    summary_path,
+    write_summary,
+)
 from sim.world import World
 
 
@@ -158,11 +166,17 @@ class TickRecorder:
         partial: TickLog | None,
         phases: Mapping[str, Any] | None = None,
         interventions: Sequence[InterventionRecord] = (),
+        where: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root
         self.tick = tick
         self.config = config
-        self.before = before
+        #: the digest of each state file as the tick began: all the commit needs of them
+        #: (their bytes stay the world's, freed as the commit replaces them)
+        self._digests = {rel: digest(data) for rel, data in before.items()}
+        #: each character's location as the tick began (``where``: from the loaded world;
+        #: parsing every character file again at the commit cost seconds for a big world)
+        self._where = dict(where) if where is not None else places_of(before).where()
         self.partial = partial
         self.notes: list[str] = []
         self.resumed_calls = 0
@@ -204,7 +218,7 @@ class TickRecorder:
         self.summary = SummaryBuilder(head)
         for call in partial.call_records if partial else ():
             self.summary.add_call(call)
-        self._state_before = state_digest(before)
+        self._state_before = digests_state(self._digests)
         # a tick not yet committed has no summary: one left by an earlier run of this tick
         # number (a crash during `sim rewind`) must not describe it
         with contextlib.suppress(FileNotFoundError):
@@ -264,7 +278,10 @@ class TickRecorder:
                     notes.append(f"a log of tick {tick} for another state was set aside: {target}")
                 else:
                     partial = log
-        recorder = cls(root, tick, config, world.seed, before, partial, phases, interventions)
+        where = {cid: c["state"]["location"] for cid, c in world.characters.items()}
+        recorder = cls(
+            root, tick, config, world.seed, before, partial, phases, interventions, where
+        )
         recorder.notes.extend(notes)
         return recorder
 
@@ -343,10 +360,11 @@ class TickRecorder:
         self.writer.sync()
 
     def _record(self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]) -> None:
-        record = self._call_record(ident, event, earlier)
-        if record is None:
+        made = self._call_record(ident, event, earlier)
+        if made is None:
             self.resumed_calls += 1
             return
+        record, cost = made
         if ident.instructions_digest not in self._instructions:
             self._instructions.add(ident.instructions_digest)
             self.writer.append(
@@ -354,11 +372,15 @@ class TickRecorder:
             )
         self._calls.add(ident.request_id)
         self.writer.append_call(record)
-        self.summary.add_call(record)
+        # a fresh tick's header holds this config's prices: the summary takes the cost as
+        # priced here (a resumed one prices at its header's, which the config may not hold)
+        self.summary.add_call(record, cost if self.partial is None else None)
 
     def _call_record(
         self, ident: CallIdentity, event: LLMEvent, earlier: list[AttemptRecord]
-    ) -> CallRecord | None:
+    ) -> tuple[CallRecord, Cost] | None:
+        """The call's record and its cost at the configured prices (``None``: a resumed
+        call, already in this log)."""
         sent: dict[str, Any] = {
             "request_id": ident.request_id,
             "phase": ident.phase,
@@ -407,17 +429,23 @@ class TickRecorder:
             }
         attempts = [*earlier, final]
         batched = {"batch_ids": list(ident.batch_ids)} if ident.batch_ids else {}
-        cost = self._cost(attempts, BATCH_PRICE_FACTOR if batched else 1.0)
         if served == "resume":
             return None  # already in this log, its cost counted
-        self._add_cost(cost)
+        cost = self._cost(attempts, BATCH_PRICE_FACTOR if batched else 1.0)
+        self._add_cost(cost.value)
         endpoint = getattr(event, "endpoint", None)
         if endpoint is not None:
             came_back["endpoint"] = endpoint
         # the final attempt's tokens are the call's: one frozen TokenCounts for both
-        return CallRecord(
-            **sent, usage=final.usage, **came_back, attempts=attempts, cost_usd=cost, **batched
+        record = CallRecord(
+            **sent,
+            usage=final.usage,
+            **came_back,
+            attempts=attempts,
+            cost_usd=cost.value,
+            **batched,
         )
+        return record, cost
 
     def _add_cost(self, cost: float | None) -> None:
         if cost is None:
@@ -425,13 +453,13 @@ class TickRecorder:
         else:
             self._cost_usd += float(cost)
 
-    def _cost(self, attempts: list[AttemptRecord], factor: float = 1.0) -> float | None:
-        """What the attempts cost at the configured prices (``None``: a model has no price),
-        times ``factor`` (the Batch API's discount).
+    def _cost(self, attempts: list[AttemptRecord], factor: float = 1.0) -> Cost:
+        """What the attempts cost at the configured prices (its ``value`` is ``None``: a
+        model has no price), times ``factor`` (the Batch API's discount).
 
         Each model's price is looked up once per tick: this runs for every call.
         """
-        return attempts_cost(attempts, self.config.prices, self._prices, factor).value
+        return attempts_cost(attempts, self.config.prices, self._prices, factor)
 
     # -- Batch API batches (``sim.llm.batch.BatchJournal``) --------------------------------
 
@@ -485,15 +513,16 @@ class TickRecorder:
 
         ``changed``: ``storage.changed_files(world)`` if the caller already has it.
         """
-        after = dict(self.before)
-        after.update(storage.changed_files(world) if changed is None else changed)
+        after = dict(self._digests)
+        for rel, new in (storage.changed_files(world) if changed is None else changed).items():
+            after[rel] = digest(new)
         for rel, data in store_changes.items():
             if not is_state_file(rel):
                 continue
             if data is None:
                 after.pop(rel, None)
             else:
-                after[rel] = data
+                after[rel] = digest(data)
         cost = None if self._cost_unknown else round(self._cost_usd, 8)
         usage = UsageRecord.model_validate(
             {**totals, "cost": cost, "resumed_calls": self.resumed_calls}
@@ -502,7 +531,7 @@ class TickRecorder:
         self.writer.sync()
         self._commit = CommitRecord(
             tick=self.tick,
-            state_after=state_digest(after),
+            state_after=digests_state(after),
             calls=len(self._calls),
             committed_at=time.time(),
         )
@@ -512,9 +541,8 @@ class TickRecorder:
             resumes=self.partial.resumes + 1 if self.partial is not None else 0,
             state_before=self._state_before,
             commit=self._commit,
-            places=places_of(self.before),  # what `sim report` places characters by
+            places=places_at(self._where),  # what `sim report` places characters by
         )
-        self.before = {}  # not needed again: freed with the world once the tick is done
         marker = dump_record(self._commit)
         level = self.config.history.compress_level
         if level > 0:  # compressed while the commit writes the world (LogCompression)

@@ -41,7 +41,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sim.errors import LogError
-from sim.llm.budget import Price
+from sim.llm.budget import Cost, Price
 from sim.ticklog.books import TIMEOUT, Books
 from sim.ticklog.format import LOG_DIR, TickLog, list_logs, read_log, summary_rel
 from sim.ticklog.records import (
@@ -183,6 +183,11 @@ def places_of(files: Mapping[str, bytes]) -> Places:
             where[str(data["identity"]["id"])] = str(data["state"]["location"])
         except (orjson.JSONDecodeError, KeyError, TypeError):
             continue
+    return places_at(where)
+
+
+def places_at(where: Mapping[str, str]) -> Places:
+    """``Places`` from each character's location by id."""
     locations: dict[str, int] = {}
     characters = sorted(where)
     at = [locations.setdefault(where[c], len(locations)) for c in characters]
@@ -223,8 +228,9 @@ class SummaryBuilder:
             row = self._rows[key] = [0, 0, 0, 0, 0, 0]
         return row
 
-    def add_call(self, call: CallRecord) -> None:
-        self.books.add_call(call, self._prices, self._cache)
+    def add_call(self, call: CallRecord, cost: Cost | None = None) -> None:
+        """Count ``call``; ``cost``: its cost at the header's prices, when known."""
+        self.books.add_call(call, self._prices, self._cache, cost)
         self._last_failed.pop(call.request_id, None)
         self._last_failed[call.request_id] = call.failed
         attempts = call.every_attempt()
@@ -497,6 +503,7 @@ __all__ = [
     "check_history",
     "dump_summary",
     "heads",
+    "places_at",
     "places_of",
     "read_head",
     "read_summary",

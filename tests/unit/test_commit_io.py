@@ -112,18 +112,21 @@ def test_a_commit_flushes_only_the_files_it_wrote_never_the_whole_filesystem(
 def test_a_tick_serialises_its_changed_files_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The tick log's state digest and the commit share one ``changed_files``."""
+    """The tick log's state digest and the commit share one ``changed_files``, which
+    hands each new form to the world's originals as it goes (the loaded bytes go then)."""
     root = demo(tmp_path)
-    calls: list[int] = []
+    calls: list[tuple[int, bool]] = []
     real = Storage.changed_files
 
-    def counted(self: Storage, world: Any) -> dict[str, bytes]:
-        calls.append(world.tick)
-        return real(self, world)
+    def counted(self: Storage, world: Any, *, adopt: bool = False) -> dict[str, bytes]:
+        calls.append((world.tick, adopt))
+        found = real(self, world, adopt=adopt)
+        assert found and all(world.originals[rel] is data for rel, data in found.items())
+        return found
 
     monkeypatch.setattr(Storage, "changed_files", counted)
     Runner(root, load_config(cwd=tmp_path)).run(2)
-    assert calls == [1, 2]
+    assert calls == [(1, True), (2, True)]
 
 
 def test_a_commit_does_not_build_a_second_copy_of_the_changed_files(tmp_path: Path) -> None:

@@ -149,10 +149,15 @@ def test_replay_of_compressed_ticks_is_identical(tmp_path: Path) -> None:
     assert out.strip().endswith("identical")
 
 
-def test_the_summary_a_commit_writes_equals_the_one_its_log_gives(tmp_path: Path) -> None:
-    """Written call by call by the recorder, or computed from the full log: the same."""
+@pytest.mark.parametrize("priced", [False, True])
+def test_the_summary_a_commit_writes_equals_the_one_its_log_gives(
+    tmp_path: Path, priced: bool
+) -> None:
+    """Written call by call by the recorder (which prices each call once, for its record
+    and the summary), or computed from the full log: the same."""
     world = copy_demo(tmp_path / "w")
-    run(world, 2, phase1={"response_chain_depth": 2})
+    prices = {"offline": {"input": 1.25, "cached_input": 0.125, "output": 10.0}}
+    run(world, 2, phase1={"response_chain_depth": 2}, **({"prices": prices} if priced else {}))
     for tick, path in list_logs(world):
         written = read_summary(world / summary_rel(tick))
         log = read_log(path)
@@ -165,6 +170,7 @@ def test_the_summary_a_commit_writes_equals_the_one_its_log_gives(tmp_path: Path
         )
         books = tick_books(log)
         assert written.head.calls == books.calls and written.head.cost == books.cost.value
+        assert (written.head.cost or 0) > 0 if priced else written.head.cost == 0
         assert summary_numbers(written.head) == summary(log)
 
 
