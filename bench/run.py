@@ -595,7 +595,10 @@ def scenario_scale(smoke: bool) -> list[str]:
         "that wrote it: only what sim wrote reaches the disk, never the rest of the "
         "filesystem (`syncfs` did that before, paying for other processes' writes). "
         "Temp-file-and-rename (each file written once) was measured and rejected: "
-        "see docs/architecture.md.",
+        "see docs/architecture.md. While those writes wait on the disk, a thread "
+        "compresses the tick log (`LogCompression`), whose call lines and state snapshot "
+        "the running tick already wrote in their compressed form, so they are copied, "
+        "not parsed; the 'commit' column includes what is left of it after the commit.",
         f"- The phases: {small_phases / small['calls'] * 1e6:.0f} µs per call at "
         f"{sizes[0]:,} characters, {big_phases / big['calls'] * 1e6:.0f} µs at {sizes[1]:,} "
         "(wall; the tick runs in one process, CPU-bound). Per call, the tick recorder is "
@@ -605,16 +608,15 @@ def scenario_scale(smoke: bool) -> list[str]:
         "phases' input documents: see bench/RESULTS.md §5 for the breakdown and what "
         "was cut.",
         "- 'rest' is the process's time outside the tick's timed parts: start-up (imports, "
-        "config), the tick log's compressed snapshot of the state before the tick "
-        "(`TickRecorder.begin`, ~0.6 s per 10,000 characters), and freeing the tick's "
-        "objects when the garbage collector resumes after it (~0.5 s per 10,000 "
-        "characters: the tick context is held by a reference cycle until then). A "
-        "command that exits without freeing what it is about to drop would save the "
-        "latter; not done.",
-        "- Peak memory: the commit no longer builds the journal as one JSON document from "
-        "decoded text (it held the serialised world three times over); the peak is now "
-        "the world itself during the phases (loaded bytes, parsed entities, the tick's "
-        "intentions, outcomes and call records).",
+        "config), the state snapshot at the head of the tick log (`TickRecorder.begin`: "
+        "every state file hashed, written as one JSON object and fsynced), the phase "
+        "records between phases, the commit's digests and summary, and exit (at 30,000 "
+        "characters the process ended 0.6 s after its tick, start-up included).",
+        "- Peak memory is at the commit: the world, the tick's records and the changed "
+        "files serialised. The loaded bytes of each changed file are let go as its new "
+        "form is made (`Storage.changed_files(adopt=True)`; the tick log keeps only each "
+        "file's digest), not held beside it; the journal is streamed, not built as one "
+        "document.",
         "",
     ]
     return lines
