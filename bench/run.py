@@ -685,9 +685,9 @@ def scenario_startup(smoke: bool) -> list[str]:
         "the tick "
         f"({r['outside_tick_s']:.2f} s) are Python's start-up and imports "
         f"(~{found['openai tick']:.2f} s of CPU; pydantic and the models built at import, "
-        "the phases' modules and Jinja2 are the largest), loading the world, and "
-        "compressing the log "
-        "after the commit.",
+        "the phases' modules and Jinja2 are the largest), the config read, and exit "
+        "(the tick's own time starts at loading the world and ends once its log is "
+        "in place).",
         "",
     ]
     return lines
