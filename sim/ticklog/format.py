@@ -1000,9 +1000,14 @@ def _tmp_of(target: Path) -> Path:
     return target.with_name(target.name + ".tmp")
 
 
-def _pack_into(tmp: Path, lines: _Lines, level: int) -> None:
+class _Stopped(Exception):
+    """``_pack_into`` was told to stop (``LogCompression.cancel``)."""
+
+
+def _pack_into(tmp: Path, lines: _Lines, level: int, stop: threading.Event | None = None) -> None:
     """Write ``lines`` packed and compressed into the new file ``tmp`` and fsync it; on
-    any error ``tmp`` is removed.
+    any error, or when ``stop`` is set (checked line by line: ``_Stopped``), ``tmp`` is
+    removed.
 
     One Zstandard frame, fed a megabyte at a time: the same log always compresses to the
     same bytes (no time, no threads inside the compressor).
@@ -1038,6 +1043,8 @@ def _pack_into(tmp: Path, lines: _Lines, level: int) -> None:
                 buffer.clear()
 
             def put(line: bytes | _Pieces) -> None:
+                if stop is not None and stop.is_set():
+                    raise _Stopped
                 if isinstance(line, _Pieces):
                     pieces: Iterable[bytes] = line  # packed already (``_FileLines``)
                 else:
@@ -1096,6 +1103,7 @@ class LogCompression:
         self._level = level
         self._tail = list(tail)
         self._error: BaseException | None = None
+        self._stop = threading.Event()
         with contextlib.suppress(FileNotFoundError):
             self._tmp.unlink()
         self._thread = threading.Thread(target=self._run, name="sim-log-compression")
@@ -1106,7 +1114,7 @@ class LogCompression:
             with _open_regular(self.path) as handle:
                 end = os.fstat(handle.fileno()).st_size
                 lines = _FileLines(handle, tail=self._tail, end=end)
-                _pack_into(self._tmp, lines, self._level)
+                _pack_into(self._tmp, lines, self._level, self._stop)
         except BaseException as exc:  # handed to the caller by ``finish``
             self._error = exc
 
@@ -1122,7 +1130,9 @@ class LogCompression:
         return self.target
 
     def cancel(self) -> None:
-        """The tick did not commit: the compressed copy goes, the plain log stays."""
+        """The tick did not commit: the compression stops at its next line, its copy
+        goes, the plain log stays."""
+        self._stop.set()
         self._thread.join()
         self._tmp.unlink(missing_ok=True)
 
