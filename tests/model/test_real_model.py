@@ -108,8 +108,10 @@ def test_one_full_tick_of_the_demo_world_then_replay_says_identical(
     assert total[3] > 0 and total[4] > 0  # real tokens counted, from the server's usage
     logged = calls(world, 1)
     assert {c["phase"] for c in logged} >= {"intentions", "resolution", "narrative"}
-    # the answers were grammar-constrained JSON: the few failures are cut-short answers
-    assert {c["error_code"] for c in logged} <= {None, "incomplete"}
+    # the answers were grammar-constrained JSON: the few failures are content failures,
+    # answers cut short or (the grammar does not carry every constraint of the schema)
+    # ones still invalid after the re-ask; never a protocol failure
+    assert {c["error_code"] for c in logged} <= {None, "incomplete", "schema_error"}
     replayed = sim("replay", "--world", str(world), "--tick", "1")
     assert replayed.exit_code == 0, replayed.output
     assert "tick 1: identical" in replayed.output
