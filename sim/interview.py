@@ -52,7 +52,7 @@ step out of character or mention the simulation. Keep the answer under 80 words.
 class InterviewAnswer(BaseModel):
     """What the model answers: the character's reply."""
 
-    model_config = ConfigDict(extra="forbid", title="InterviewAnswer")
+    model_config = ConfigDict(extra="forbid", title="InterviewAnswer", defer_build=True)
 
     answer: str = Field(description="the character's reply, in the first person")
 
@@ -60,7 +60,7 @@ class InterviewAnswer(BaseModel):
 class Interview(BaseModel):
     """One question and its answer, as ``.sim/interviews.jsonl`` holds it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     tick: int
     character: str

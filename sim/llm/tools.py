@@ -37,7 +37,7 @@ class FunctionCall(BaseModel):
     conversation continues (Gemini's thought signature, base64); ``None`` for most.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -52,7 +52,7 @@ class FunctionResponse(BaseModel):
     call of the same tool (``with_call_ids``).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str
     response: dict[str, Any] = Field(default_factory=dict)
@@ -62,7 +62,7 @@ class FunctionResponse(BaseModel):
 class LLMMessage(BaseModel):
     """One message of a tool-calling conversation (spec 004)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     role: Literal["user", "assistant", "function"]
     content: str | None = None
@@ -73,7 +73,7 @@ class LLMMessage(BaseModel):
 class ToolDeclaration(BaseModel):
     """A tool the model may call: name, what it is for, its JSON Schema parameters."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str
@@ -114,7 +114,7 @@ class ToolDeclaration(BaseModel):
 class ToolCalls(BaseModel):
     """The parsed answer of a tool-calling request: the calls, and any text."""
 
-    model_config = ConfigDict(title="ToolCalls")
+    model_config = ConfigDict(title="ToolCalls", defer_build=True)
 
     calls: list[FunctionCall] = Field(default_factory=list)
     content: str | None = None

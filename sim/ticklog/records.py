@@ -18,6 +18,7 @@ and adds a migration (``sim.ticklog.format.MIGRATIONS``).
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -28,7 +29,7 @@ from sim.llm.types import Usage
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class _Record(_Model):
@@ -349,7 +350,10 @@ LogRecord = Annotated[
     Field(discriminator="type"),
 ]
 
-_RECORD: TypeAdapter[LogRecord] = TypeAdapter(LogRecord)
+
+@functools.cache
+def _record_adapter() -> TypeAdapter[LogRecord]:
+    return TypeAdapter(LogRecord)
 
 
 def parse_record(data: Any) -> LogRecord:
@@ -358,7 +362,7 @@ def parse_record(data: Any) -> LogRecord:
     Raises:
         pydantic.ValidationError: not a record of a known type, or a field is wrong.
     """
-    return _RECORD.validate_python(data)
+    return _record_adapter().validate_python(data)
 
 
 def record_data(record: BaseModel) -> dict[str, Any]:

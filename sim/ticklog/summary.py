@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class TickSummary(_Model):
