@@ -21,7 +21,8 @@ apart.
 
 Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
 client's timeout), ``stall`` (a stream that stops after its first event; otherwise a
-hang), ``malformed`` (invalid JSON output), ``refusal``, ``incomplete``,
+hang), ``malformed`` (invalid JSON output), ``raw_newline`` (a raw line break inside a
+JSON string, as small models write one), ``refusal``, ``incomplete``,
 ``insufficient_quota`` (429), ``auth`` (401), ``forbidden`` (403), ``context_length``
 (400), ``model_not_found`` (404), ``bad_gateway`` (502 with a body that is not JSON, as a
 proxy in front of a model server sends), ``unknown_tool``.
@@ -71,6 +72,7 @@ FAULTS = (
     "server_error",
     "hang",
     "malformed",
+    "raw_newline",
     "refusal",
     "incomplete",
     "insufficient_quota",

@@ -143,6 +143,20 @@ FAULT_ERRORS: list[tuple[str, type[LLMError], str]] = [
 ]
 
 
+@pytest.mark.parametrize("kind", ["openai", "chat"])
+async def test_a_raw_line_break_inside_a_string_is_read_as_meant(
+    stub_server: StubServer, kind: str
+) -> None:
+    """A small model's answer with a line break written as itself inside a JSON string
+    (invalid JSON) is read with it escaped; the log keeps the answer as it came."""
+    adapter = adapters(stub_server)[0 if kind == "openai" else 1]
+    stub_server.enqueue("raw_newline")
+    response = await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
+    assert isinstance(response.parsed, Note)
+    assert "\n" in response.parsed.text
+    assert "\n" in response.raw and response.raw != response.parsed.model_dump_json()
+
+
 @pytest.mark.parametrize(("fault", "error", "code"), FAULT_ERRORS)
 @pytest.mark.parametrize("kind", ["openai", "chat"])
 async def test_faults_map_to_llm_errors(

@@ -11,6 +11,7 @@ stored response. A plain call to a URL reached without a proxy goes through
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
@@ -317,7 +318,50 @@ def validate_text(
     try:
         return schema.model_validate_json(text), text
     except ValidationError as exc:
+        repaired = escape_raw_controls(text) if _raw_control(exc) else None
+        if repaired is not None:
+            try:
+                return schema.model_validate_json(repaired), text
+            except ValidationError:
+                pass  # the answer's own error is the one to report
         raise schema_mismatch(schema, exc, text, usage, model) from exc
+
+
+#: what changes the meaning of what follows in JSON text: an escape, a quote; and the raw
+#: control characters (one step each: the scan is linear whatever the text)
+_JSON_TOKEN = re.compile(r'\\.|"|[\x00-\x1f]', re.DOTALL)
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _raw_control(exc: ValidationError) -> bool:
+    return any(
+        e["type"] == "json_invalid" and "control character" in e["msg"] for e in exc.errors()
+    )
+
+
+def escape_raw_controls(text: str) -> str | None:
+    """``text`` with the raw control characters inside its JSON strings escaped, or
+    ``None`` when it has none there.
+
+    Small models (Gemma 3 270M on llama.cpp, for one) write a line break inside a string
+    as the character itself, which JSON does not allow; the escaped text is what they
+    meant. Nothing outside the strings changes: a control character there is still an
+    error, and so is anything else wrong with the answer.
+    """
+    pieces: list[str] = []
+    done = 0  # text[:done] is in pieces
+    inside = False
+    for token in _JSON_TOKEN.finditer(text):
+        char = token.group()
+        if char == '"':
+            inside = not inside
+        elif inside and len(char) == 1:  # a raw control character in a string
+            pieces += (text[done : token.start()], _ESCAPES.get(char, f"\\u{ord(char):04x}"))
+            done = token.end()
+    if not pieces:
+        return None
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def schema_mismatch(
