@@ -224,11 +224,12 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
     Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
     each time, and ``requests`` counts records.
     """
-    # (key, (model, provider, price factor)) -> [requests, failures, timed out, input,
+    # (model, provider, price factor) -> key -> [requests, failures, timed out, input,
     # cached, output]: one lookup per row of a summary (110,000 rows for 100 ticks of 500
-    # characters), each key's models in the order they first appear (the order of the
-    # cost's sum)
-    acc: dict[tuple[str, tuple[str, str, float]], list[int]] = {}
+    # characters) by the key's string alone; ``order`` keeps each (key, model) in the order
+    # it first appears (the order of the cost's sum)
+    tables: dict[tuple[str, str, float], dict[str, list[int]]] = {}
+    order: list[tuple[str, tuple[str, str, float], list[int]]] = []
     ids: dict[str | None, str] = {}  # entity key -> entity id ("-": none), across ticks
     for item in items:
         if item.summary is None:
@@ -253,6 +254,7 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
                     ids[entity_key] = eid
                 keys.append(eid)
         priced = [(m, groups.provider(i), groups.factor(i)) for i, m in enumerate(groups.models)]
+        by_model = [tables.setdefault(price, {}) for price in priced]
         columns = zip(
             keys,
             groups.model,
@@ -265,10 +267,11 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
             strict=True,
         )
         for key, model, requests, failures, timeouts, inp, cached, out in columns:
-            slot = (key, priced[model])
-            sums = acc.get(slot)
+            table = by_model[model]
+            sums = table.get(key)
             if sums is None:
-                acc[slot] = [requests, failures, timeouts, inp, cached, out]
+                sums = table[key] = [requests, failures, timeouts, inp, cached, out]
+                order.append((key, priced[model], sums))
                 continue
             sums[0] += requests
             sums[1] += failures
@@ -278,7 +281,7 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
             sums[5] += out
     rows: dict[str, UsageRow] = {}
     cache: dict[str, Price | None] = {}
-    for (key, (model, provider, factor)), sums in acc.items():
+    for key, (model, provider, factor), sums in order:
         row = rows.get(key)
         if row is None:
             row = rows[key] = UsageRow(key)
