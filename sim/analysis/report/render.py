@@ -25,21 +25,28 @@ import orjson
 
 from sim.analysis.report.layout import layout
 
+#: escaped in the UTF-8 bytes orjson writes (the line separators as their encodings)
 _ESCAPES = {
-    "<": "\\u003c",
-    ">": "\\u003e",
-    "&": "\\u0026",
-    "\u2028": "\\u2028",
-    "\u2029": "\\u2029",
+    b"<": b"\\u003c",
+    b">": b"\\u003e",
+    b"&": b"\\u0026",
+    "\u2028".encode(): b"\\u2028",
+    "\u2029".encode(): b"\\u2029",
 }
+
+
+def embed_json_bytes(data: Any) -> bytes:
+    """``embed_json``'s text as UTF-8, escaped in bytes (a third of the time on a long
+    history's report: no decoding, and no scans of wide strings)."""
+    text = orjson.dumps(data)
+    for raw, escaped in _ESCAPES.items():
+        text = text.replace(raw, escaped)
+    return text
 
 
 def embed_json(data: Any) -> str:
     """JSON that is safe inside a ``<script>`` element (and still parses to ``data``)."""
-    text = orjson.dumps(data).decode("utf-8")
-    for raw, escaped in _ESCAPES.items():
-        text = text.replace(raw, escaped)
-    return text
+    return embed_json_bytes(data).decode("utf-8")
 
 
 def _asset(name: str) -> str:
@@ -64,22 +71,22 @@ def detail_files(data: dict[str, Any], folder: str) -> dict[str, bytes]:
     The page then says where they are (``data["detail"]``: the folder, relative to the
     page, and the token); each tick keeps ``"d": 1``.
     """
-    blobs: dict[int, str] = {}
+    blobs: dict[int, bytes] = {}
     hasher = hashlib.sha256()
     for tick in data["ticks"]:
         detail = {key: tick.pop(key) for key in DETAIL_KEYS}
         tick["d"] = 1
-        blobs[tick["t"]] = embed_json(detail)
-        hasher.update(f"{tick['t']}\n{blobs[tick['t']]}\n".encode())
-    memory = embed_json([char.pop("memory") for char in data["chars"]])
-    hasher.update(memory.encode())
+        blob = blobs[tick["t"]] = embed_json_bytes(detail)
+        hasher.update(b"%d\n%b\n" % (tick["t"], blob))
+    memory = embed_json_bytes([char.pop("memory") for char in data["chars"]])
+    hasher.update(memory)
     token = hasher.hexdigest()[:16]
     data["detail"] = {"dir": folder, "token": token}
     files = {
-        detail_name(t): f'simReportTick("{token}", {t}, {blob});\n'.encode()
+        detail_name(t): b'simReportTick("%b", %d, %b);\n' % (token.encode(), t, blob)
         for t, blob in blobs.items()
     }
-    files[MEMORY_FILE] = f'simReportMemory("{token}", {memory});\n'.encode()
+    files[MEMORY_FILE] = b'simReportMemory("%b", %b);\n' % (token.encode(), memory)
     return files
 
 
