@@ -24,7 +24,8 @@ from typing import Any
 
 from sim.errors import LogError
 from sim.testing.llama_server import MODEL, LlamaServer, model_python
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import CallRecord, record_data
 
 ROOT = Path(__file__).resolve().parents[1]

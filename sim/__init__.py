@@ -32,8 +32,8 @@ _EXPORTS = {
     "TickContext": "sim.phases.base",
     "LLMRequest": "sim.llm.client",
     # results and history
-    "TickLog": "sim.ticklog.format",
-    "read_log": "sim.ticklog.format",
+    "TickLog": "sim.ticklog.reader",
+    "read_log": "sim.ticklog.reader",
     "log_path": "sim.ticklog.format",
     "replay": "sim.ticklog.replay",
     "ReplayReport": "sim.ticklog.replay",
@@ -96,6 +96,7 @@ if TYPE_CHECKING:
     from sim.phases.base import PhaseReport, TickContext
     from sim.phases.protocol import Phase
     from sim.storage import Storage
-    from sim.ticklog.format import TickLog, log_path, read_log
+    from sim.ticklog.format import log_path
+    from sim.ticklog.reader import TickLog, read_log
     from sim.ticklog.replay import ReplayReport, replay
     from sim.world import Entity, World

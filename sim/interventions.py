@@ -40,7 +40,7 @@ from sim.world import ID_RE, Character, Entity, Location, World
 
 if TYPE_CHECKING:
     from sim.config import Config
-    from sim.ticklog.format import TickLog
+    from sim.ticklog.reader import TickLog
 
 #: the pending file, relative to the world folder
 PENDING = INTERVENTIONS

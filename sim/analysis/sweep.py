@@ -51,15 +51,9 @@ from sim.llm.budget import Cost
 from sim.llm.types import Usage
 from sim.storage import SIM_DIR, Storage, dump_json
 from sim.ticklog.books import tick_books
-from sim.ticklog.format import (
-    ABANDONED_DIR,
-    LOG_DIR,
-    is_state_file,
-    log_path,
-    read_logs,
-    read_state,
-    recover_logs,
-)
+from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, is_state_file, log_path, read_state
+from sim.ticklog.reader import read_logs
+from sim.ticklog.recovery import recover_logs
 
 #: the file in a run's folder that says which sweep run it is
 RUN_FILE = "sweep-run.json"

@@ -16,7 +16,7 @@ Four tables, one row per observation, for ``sim export`` and ``sim.analysis.load
   (``sim.ticklog.books``) and the cost empty (``None``) where a model had no price.
 
 The state after tick N is the ``state_before`` snapshot of tick N+1's log (read with the
-log reader, ``sim.ticklog.format``), or the world folder itself when N is the world's
+log reader, ``sim.ticklog.reader``), or the world folder itself when N is the world's
 current tick. Only committed ticks up to the world's current tick are exported: an
 interrupted tick changed nothing.
 """
@@ -35,7 +35,8 @@ from sim.errors import InputError, LogError
 from sim.llm.budget import Price
 from sim.llm.store import split_key
 from sim.ticklog.books import call_cost, call_usage
-from sim.ticklog.format import TickLog, read_logs, read_state, unpack_state
+from sim.ticklog.format import read_state, unpack_state
+from sim.ticklog.reader import TickLog, read_logs
 
 #: a table cell: JSON-like (lists and objects are kept as such until a writer encodes them)
 Cell = Any

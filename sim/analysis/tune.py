@@ -31,7 +31,8 @@ from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.storage import Storage
 from sim.ticklog.books import call_usage
-from sim.ticklog.format import LOG_DIR, read_logs
+from sim.ticklog.format import LOG_DIR
+from sim.ticklog.reader import read_logs
 
 PHASE_NAMES = {section: name for name, section in PHASE_ALIASES.items()}  # built-ins only
 

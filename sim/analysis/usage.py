@@ -30,7 +30,8 @@ from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
-from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, TickLog, read_logs
+from sim.ticklog.format import ABANDONED_DIR, LOG_DIR
+from sim.ticklog.reader import TickLog, read_logs
 from sim.ticklog.records import CallRecord
 from sim.ticklog.summary import Listed, summaries
 from sim.ticklog.view import public_url

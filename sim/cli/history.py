@@ -96,7 +96,8 @@ def log_(
             if problems:
                 sys.exit(1)
             return
-        from sim.ticklog.format import log_path, read_log
+        from sim.ticklog.format import log_path
+        from sim.ticklog.reader import read_log
         from sim.ticklog.records import dump_record
 
         number = tick_arg(tick_) if tick_ is not None else None

@@ -31,9 +31,9 @@ from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
 from sim.storage import Storage
-from sim.ticklog.format import recover_logs
 from sim.ticklog.recorder import TickRecorder
 from sim.ticklog.records import PolicyRecord
+from sim.ticklog.recovery import recover_logs
 from sim.world import World
 
 PhaseStage = Literal["start", "end"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from sim.ticklog.format import PACKED, log_path, read_log, summary_rel
+from sim.ticklog.format import PACKED, log_path, summary_rel
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import dump_record
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.types import Usage
-from sim.ticklog.format import TickLog
+from sim.ticklog.reader import TickLog
 from sim.ticklog.records import AttemptRecord, CallRecord
 
 #: the error code of an attempt that timed out on the client

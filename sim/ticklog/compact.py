@@ -19,18 +19,11 @@ from pathlib import Path
 
 from sim.errors import LogError
 from sim.storage import Storage
-from sim.ticklog.format import (
-    COMPRESS_LEVEL,
-    ZST,
-    compress_log,
-    list_logs,
-    log_path,
-    packed_path,
-    read_log,
-    recover_logs,
-    write_compressed,
-)
+from sim.ticklog.compression import COMPRESS_LEVEL, compress_log, write_compressed
+from sim.ticklog.format import ZST, list_logs, log_path, packed_path
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import CallRecord, CompactedRecord, InstructionsRecord, dump_record
+from sim.ticklog.recovery import recover_logs
 from sim.ticklog.summary import summarize, summary_path, write_summary
 
 

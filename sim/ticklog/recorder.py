@@ -40,22 +40,20 @@ from sim.llm.wrapper import AdapterWrapper
 from sim.phases.base import TickContext
 from sim.storage import Storage
 from sim.ticklog.books import attempts_cost
+from sim.ticklog.compression import LogCompression
 from sim.ticklog.format import (
     ABANDONED_DIR,
-    LogCompression,
-    LogWriter,
-    TickLog,
     digests_state,
     header,
     is_state_file,
     log_path,
     marker_rel,
     prune,
-    read_log,
     read_store,
     state_digest,
     state_line,
 )
+from sim.ticklog.reader import TickLog, read_log
 from sim.ticklog.records import (
     AttemptRecord,
     BatchLineRecord,
@@ -81,6 +79,7 @@ from sim.ticklog.summary import (
     summary_path,
     write_summary,
 )
+from sim.ticklog.writer import LogWriter
 from sim.world import World
 
 

@@ -1,4 +1,5 @@
-"""The tick log's records as typed models: what ``sim.ticklog.format`` writes and reads.
+"""The tick log's records as typed models: what ``sim.ticklog.writer`` writes and
+``sim.ticklog.reader`` reads (``sim.ticklog.format``: each record's line).
 
 One model per record ``type`` (``header``, ``state_before``, ``intervention``,
 ``instructions``, ``call``, ``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``,

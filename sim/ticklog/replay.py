@@ -32,7 +32,8 @@ from sim.llm.adapters.replay import Drift, ReplayAdapter
 from sim.llm.stack import close_stack
 from sim.llm.types import Adapter
 from sim.storage import Storage
-from sim.ticklog.format import TickLog, log_file, log_path, read_log, read_state, state_digest
+from sim.ticklog.format import log_file, log_path, read_state, state_digest
+from sim.ticklog.reader import TickLog, read_log
 
 WORLD_INPUTS = ("prompts", "schemas", "config.toml")
 

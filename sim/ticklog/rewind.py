@@ -19,24 +19,21 @@ from pathlib import Path
 import orjson
 
 from sim import safefs
-from sim.errors import InputError
+from sim.errors import InputError, LogError
 from sim.safefs import UnsafePath
 from sim.storage import SIM_DIR, Storage, commit_path_problem, dump_json
 from sim.ticklog.format import (
     GZ,
     LOG_DIR,
     ZST,
-    LogError,
-    TickLog,
     is_state_file,
     list_logs,
     log_file,
-    read_log,
-    read_log_bytes,
     read_state,
-    recover_logs,
     summary_rel,
 )
+from sim.ticklog.reader import TickLog, read_log, read_log_bytes
+from sim.ticklog.recovery import recover_logs
 from sim.world import World
 
 

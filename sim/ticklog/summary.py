@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from sim.errors import LogError
 from sim.llm.budget import Cost, Price
 from sim.ticklog.books import TIMEOUT, Books
-from sim.ticklog.format import LOG_DIR, TickLog, list_logs, read_log, summary_rel
+from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
+from sim.ticklog.reader import TickLog, read_log
 from sim.ticklog.records import (
     AttemptRecord,
     CallRecord,

@@ -12,7 +12,8 @@ import orjson
 
 from sim.errors import LogError
 from sim.ticklog.books import call_cost, call_usage
-from sim.ticklog.format import TickLog, list_logs, read_log
+from sim.ticklog.format import list_logs
+from sim.ticklog.reader import TickLog, read_log
 from sim.ticklog.records import CallRecord, PolicyRecord
 from sim.ticklog.summary import read_head, summarize, summary_numbers, summary_path
 

@@ -28,7 +28,8 @@ from sim.engine.runner import Runner
 from sim.llm.batch import BATCH_PRICE_FACTOR
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.books import attempts_cost
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 BASE_TICK = 5  # tick 6 of the demo calls every LLM phase
 KEY = {"OPENAI_API_KEY": "sk-test"}

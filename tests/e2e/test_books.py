@@ -15,7 +15,8 @@ from conftest import copy_demo
 from sim.analysis.report.data import collect
 from sim.cli import main
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import log_path, read_log, read_log_bytes
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log, read_log_bytes
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "ticklog" / "tick-000001.jsonl"
 #: gpt-4.1-mini in the default [prices] ($ per million tokens), what the fixture's tick used

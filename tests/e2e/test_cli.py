@@ -10,7 +10,8 @@ from conftest import tree
 
 from sim.cli import main
 from sim.storage import Storage
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 
 def invoke(*args: str):

@@ -16,7 +16,7 @@ from sim.cli import main
 from sim.storage import Storage
 from sim.testing.anthropic_stub import AnthropicStubServer
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
-from sim.ticklog.format import read_logs
+from sim.ticklog.reader import read_logs
 
 PHASES = ("phase1", "phase2a", "phase2b", "phase4")
 

@@ -22,7 +22,8 @@ from sim.phases.tool_registry import REGISTRY
 from sim.storage import Storage
 from sim.testing import default_instance
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 VOTE_TOOLS = 'tools = ["look", "recall", "inventory"]\nmax_tool_steps = 2\n'
 

@@ -14,7 +14,8 @@ from conftest import copy_demo
 from sim.cli import main
 from sim.testing.stub_server import StubServer
 from sim.ticklog.books import tick_books
-from sim.ticklog.format import log_path, read_log, read_logs, unpack_state
+from sim.ticklog.format import log_path, unpack_state
+from sim.ticklog.reader import read_log, read_logs
 
 TICKS = 3
 

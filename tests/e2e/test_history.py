@@ -16,7 +16,8 @@ from sim.engine.runner import Runner
 from sim.llm.budget import Price, cost_usd
 from sim.llm.types import Usage
 from sim.testing.logs import plain_log
-from sim.ticklog.format import list_logs, log_path, read_log
+from sim.ticklog.format import list_logs, log_path
+from sim.ticklog.reader import read_log
 from sim.ticklog.replay import replay
 from sim.ticklog.rewind import rewind
 

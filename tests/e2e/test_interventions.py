@@ -16,7 +16,8 @@ from conftest import REPO, tree
 from sim.cli import main
 from sim.interventions import PENDING
 from sim.storage import Storage
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import InterventionRecord
 
 STORM = "A storm breaks over the square."

@@ -17,7 +17,8 @@ from sim.engine.runner import Runner
 from sim.errors import InputError
 from sim.testing.logs import plain_log
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 
 def _edit(path: Path, change: object) -> None:

@@ -23,7 +23,8 @@ from conftest import REPO, copy_demo, tree
 
 from sim.cli import main
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 PLUGIN = '''
 import os

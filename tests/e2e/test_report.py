@@ -18,7 +18,8 @@ from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.testing.logs import plain_log
-from sim.ticklog.format import list_logs, log_path, read_log, summary_rel
+from sim.ticklog.format import list_logs, log_path, summary_rel
+from sim.ticklog.reader import read_log
 from sim.ticklog.summary import dump_summary, read_summary
 
 HOSTILE = "<script>alert(1)</script>"

@@ -31,7 +31,8 @@ from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.storage import JOURNAL, Storage
 from sim.testing import CountingAdapter, call_digest, read_counts, read_in_flight
-from sim.ticklog.format import TickLog, log_path, marker_rel, read_log
+from sim.ticklog.format import log_path, marker_rel
+from sim.ticklog.reader import TickLog, read_log
 from sim.world import World
 
 CHILD = Path(__file__).with_name("crash_child.py")

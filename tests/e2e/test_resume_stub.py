@@ -29,7 +29,8 @@ from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.storage import JOURNAL, Storage
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
-from sim.ticklog.format import log_path, marker_rel, read_log
+from sim.ticklog.format import log_path, marker_rel
+from sim.ticklog.reader import read_log
 
 BASE_TICK = 5  # tick 6 of the demo calls every LLM phase
 CONCURRENCY = 3

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from sim.cli import main
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 KEY = {"OPENAI_API_KEY": "sk-test"}
 

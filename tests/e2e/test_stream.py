@@ -20,7 +20,7 @@ from sim.cli import main
 from sim.cli.run import partial_string
 from sim.storage import Storage
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
-from sim.ticklog.format import read_log_bytes
+from sim.ticklog.reader import read_log_bytes
 
 
 def configure(world: Path, base_url: str) -> Path:

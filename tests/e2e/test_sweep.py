@@ -31,7 +31,8 @@ from sim.config import load_config
 from sim.errors import InputError, LogError
 from sim.storage import Storage, dump_json
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
-from sim.ticklog.format import log_path, read_log, read_logs
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log, read_logs
 
 KEY = {"OPENAI_API_KEY": "sk-test"}
 

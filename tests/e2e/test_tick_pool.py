@@ -26,7 +26,8 @@ from sim.cli import main
 from sim.cli.common import build_config
 from sim.config import InvalidConfig
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 KEY = {"OPENAI_API_KEY": "sk-test"}
 #: the stopped server answers at least this many generations (those already past the hold

@@ -23,7 +23,7 @@ from sim.phases.intention_steps import QUERY_NAMES, answer_query, look, recall
 from sim.storage import Storage
 from sim.testing import default_instance
 from sim.testing.gemini_stub import GeminiStubServer
-from sim.ticklog.format import read_log
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import record_data
 
 TOOLS_MODE = '[phase1]\nmode = "tools"\n'

@@ -18,7 +18,8 @@ from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.testing.logs import plain_log
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import list_logs, read_log_bytes, read_logs
+from sim.ticklog.format import list_logs
+from sim.ticklog.reader import read_log_bytes, read_logs
 
 FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens")
 

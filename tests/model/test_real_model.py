@@ -20,7 +20,8 @@ from click.testing import CliRunner, Result
 from sim.cli import main
 from sim.storage import Storage
 from sim.testing.llama_server import MODEL, LlamaServer, ModelUnavailable, model_python
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import CallRecord, record_data
 
 pytestmark = pytest.mark.model

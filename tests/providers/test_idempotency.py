@@ -16,7 +16,8 @@ from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.calls import CallIdentity, current_call, idempotency_key, note_failure
 from sim.llm.types import CallSettings, ModelRequest
 from sim.testing.stub_server import StubServer
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 
 KEY_ENV = "SIM_TEST_IDEMPOTENCY_KEY"
 SETTINGS = CallSettings(model="stub-model", timeout_seconds=5)

@@ -10,8 +10,9 @@ import pytest
 from sim.config import DEFAULT_PRICES
 from sim.llm.batch import BATCH_PRICE_FACTOR
 from sim.ticklog.books import call_cost
-from sim.ticklog.format import LogWriter, read_log
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import BatchRecord, CallRecord, parse_record, record_data
+from sim.ticklog.writer import LogWriter
 
 HEADER = {"type": "header", "format": 1, "tick": 2}
 BATCH = {

@@ -17,16 +17,14 @@ from sim.ticklog import format as tick_log
 from sim.ticklog.books import tick_books
 from sim.ticklog.format import (
     FORMAT_VERSION,
-    LogWriter,
     list_logs,
     log_path,
     pack_state,
-    read_log,
     read_state,
-    recover_logs,
     state_digest,
     unpack_state,
 )
+from sim.ticklog.reader import read_log
 from sim.ticklog.records import (
     CallRecord,
     HeaderRecord,
@@ -35,6 +33,8 @@ from sim.ticklog.records import (
     parse_record,
     record_data,
 )
+from sim.ticklog.recovery import recover_logs
+from sim.ticklog.writer import LogWriter
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ticklog"
 
@@ -227,11 +227,12 @@ def test_a_migration_upgrades_old_records(tmp_path: Path, monkeypatch: pytest.Mo
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [EVERY_RECORD[0], old]))
     with pytest.raises(LogError, match="unknown field 'legacy'"):
         read_log(path)
-    monkeypatch.setattr(tick_log, "FORMAT_VERSION", 2)
+    monkeypatch.setattr("sim.ticklog.reader.FORMAT_VERSION", 2)
     monkeypatch.setattr(
-        tick_log, "MIGRATIONS", {1: lambda r: {k: v for k, v in r.items() if k != "legacy"}}
+        "sim.ticklog.reader.MIGRATIONS",
+        {1: lambda r: {k: v for k, v in r.items() if k != "legacy"}},
     )
-    log = tick_log.read_log(path)
+    log = read_log(path)
     assert log.instructions == {"sha256:ab": "Say what you intend."}
 
 

@@ -20,16 +20,9 @@ from sim.analysis.report.data import collect
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.ticklog import format as tick_log
-from sim.ticklog.format import (
-    gz_path,
-    list_logs,
-    log_line,
-    log_path,
-    packed_path,
-    read_log,
-    read_log_bytes,
-)
+from sim.ticklog.compression import compress_log
+from sim.ticklog.format import gz_path, list_logs, log_line, log_path, pack_state, packed_path
+from sim.ticklog.reader import read_log, read_log_bytes
 from sim.ticklog.records import dump_record
 
 if sys.version_info >= (3, 14):
@@ -69,7 +62,7 @@ def test_the_state_snapshot_is_stored_after_the_phase_records(tmp_path: Path) ->
     run(world, 2, history={"compress_level": 0})
     plain = log_path(world, 2)
     written = plain.read_bytes()
-    packed = tick_log.compress_log(plain)
+    packed = compress_log(plain)
     assert packed.name == "tick-000002.jsonl.zst" and not plain.exists()
     stored = kinds(zstd.decompress(packed.read_bytes()))
     assert stored[:2] == ["header", "layout"]
@@ -105,9 +98,9 @@ def test_reading_a_tick_without_its_state_stops_before_the_snapshot(
     lines = plain.read_bytes().splitlines(keepends=True)
     files = read_log(plain).state()
     files["characters/zz-filler.json"] = orjson.dumps({"text": os.urandom(3_000_000).hex()})
-    lines[1] = dump_record(tick_log.pack_state(files)) + b"\n"
+    lines[1] = dump_record(pack_state(files)) + b"\n"
     plain.write_bytes(b"".join(lines))
-    packed = tick_log.compress_log(plain)
+    packed = compress_log(plain)
     inflated: list[int] = []
     real = zstd.ZstdDecompressor
 
@@ -241,7 +234,7 @@ def test_a_snapshot_that_is_not_one_compact_object_is_not_packed(
     lines[1] = orjson.dumps(record) + b"\n"
     plain.write_bytes(b"".join(lines))
     with pytest.raises((zlib.error, UnicodeDecodeError)):
-        tick_log.compress_log(plain)
+        compress_log(plain)
     assert plain.read_bytes() == b"".join(lines)
     assert sorted(p.name for p in plain.parent.iterdir() if p.name.startswith(plain.name)) == [
         plain.name

@@ -18,24 +18,27 @@ from sim.analysis.usage import group_calls, group_rows
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
+from sim.errors import LogError
 from sim.llm.budget import Price
 from sim.testing.logs import plain_logs
-from sim.ticklog import format as tick_log
 from sim.ticklog.books import tick_books
+from sim.ticklog.compression import LogCompression, _pack_line, compress_log
 from sim.ticklog.format import (
     DERIVED_DIGEST,
     DERIVED_RAW,
-    TickLog,
     list_logs,
     log_line,
     log_path,
+    pack_state,
+    packed_call_line,
     packed_path,
-    read_log,
-    read_log_bytes,
-    recover_logs,
     summary_rel,
+    unpack_state,
 )
+from sim.ticklog.layout import _detail_last
+from sim.ticklog.reader import TickLog, read_log, read_log_bytes
 from sim.ticklog.records import CallRecord, dump_record
+from sim.ticklog.recovery import recover_logs
 from sim.ticklog.summary import (
     Listed,
     dump_summary,
@@ -72,13 +75,13 @@ def invoke(*args: str) -> tuple[int, str]:
 def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
     """Each committed log's plain bytes, taken just before its compressed form replaces it."""
     plain: dict[int, bytes] = {}
-    real = tick_log.LogCompression.finish
+    real = LogCompression.finish
 
-    def keep(self: tick_log.LogCompression) -> Path:
+    def keep(self: LogCompression) -> Path:
         plain[int(self.path.name[5:11])] = self.path.read_bytes()
         return real(self)
 
-    monkeypatch.setattr(tick_log.LogCompression, "finish", keep)
+    monkeypatch.setattr(LogCompression, "finish", keep)
     return plain
 
 
@@ -86,13 +89,13 @@ def test_a_compressed_log_reads_back_as_the_bytes_the_tick_wrote(
     tmp_path: Path, captured: dict[int, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made: dict[tuple[int, str], str] = {}  # the digest each call was made with
-    pack = tick_log.packed_call_line
+    pack = packed_call_line
 
     def packed(record: CallRecord, *, own_digest: bool = False) -> bytes:
         made[(len(captured) + 1, record.request_id)] = record.digest
         return pack(record, own_digest=own_digest)
 
-    monkeypatch.setattr(tick_log, "packed_call_line", packed)
+    monkeypatch.setattr("sim.ticklog.writer.packed_call_line", packed)
     world = copy_demo(tmp_path / "w")
     run(world, 3)
     assert sorted(captured) == [1, 2, 3]
@@ -132,7 +135,7 @@ def test_a_raw_answer_that_is_not_its_result_is_kept(tmp_path: Path) -> None:
         edited.append(orjson.dumps(record))
     path.write_bytes(b"\n".join(edited) + b"\n")
     before = read_log(path)
-    packed = tick_log.compress_log(path)
+    packed = compress_log(path)
     after = read_log(packed)
     assert [dump_record(r) for r in after.written_records()] == [
         dump_record(r) for r in before.written_records()
@@ -397,7 +400,7 @@ def test_a_damaged_layout_is_reported_not_trusted(tmp_path: Path) -> None:
     lines[1] = b'{"type":"layout","lines":3,"detail":[7,2]}\n'
     packed.write_bytes(zstd.compress(b"".join(lines)))
     for calls in (True, False):
-        with pytest.raises(tick_log.LogError, match="layout"):
+        with pytest.raises(LogError, match="layout"):
             read_log(packed, calls=calls)
 
 
@@ -428,13 +431,13 @@ def test_compressing_a_big_log_streams_it_into_the_same_bytes(tmp_path: Path) ->
     path.write_bytes(b"".join(line + b"\n" for line in big) + b'{"type":"torn')
     size = path.stat().st_size
     assert size > 20_000_000
-    packed = [tick_log._pack_line(line) for line in big]
-    expected = b"".join(line + b"\n" for line in tick_log._detail_last(packed))
+    packed = [_pack_line(line) for line in big]
+    expected = b"".join(line + b"\n" for line in _detail_last(packed))
     del packed
     source = path.read_bytes()
     tracemalloc.start()
     try:
-        target = tick_log.compress_log(path)
+        target = compress_log(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -443,7 +446,7 @@ def test_compressing_a_big_log_streams_it_into_the_same_bytes(tmp_path: Path) ->
     # the same log always compresses to the same bytes
     first = target.read_bytes()
     path.write_bytes(source)
-    assert tick_log.compress_log(path).read_bytes() == first
+    assert compress_log(path).read_bytes() == first
 
 
 @pytest.mark.parametrize("encoding", ["object", "zlib+base64"])
@@ -465,26 +468,26 @@ def test_a_big_state_snapshot_is_packed_in_pieces_into_the_same_bytes(
         )
         for i in range(8_000)
     }
-    state = tick_log.pack_state(files, encoding=encoding)
+    state = pack_state(files, encoding=encoding)
     lines = (FIXTURES / "tick-000001.jsonl").read_bytes().splitlines()
     big = [lines[0], dump_record(state), *lines[2:]]
     assert big[1].startswith(b'{"type":"state_before","encoding":"%s"' % encoding.encode())
     path = tmp_path / "tick-000001.jsonl"
     path.write_bytes(b"".join(line + b"\n" for line in big))
-    packed = [tick_log._pack_line(line) for line in big]
+    packed = [_pack_line(line) for line in big]
     text_size = len(packed[1])
     assert text_size > 15_000_000
-    expected = b"".join(line + b"\n" for line in tick_log._detail_last(packed))
+    expected = b"".join(line + b"\n" for line in _detail_last(packed))
     del packed
     tracemalloc.start()
     try:
-        target = tick_log.compress_log(path)
+        target = compress_log(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert unpacked(target) == expected
     assert peak < text_size  # packing it whole held it four times over
-    assert tick_log.unpack_state(read_log(target).state_before) == files
+    assert unpack_state(read_log(target).state_before) == files
 
 
 def test_the_log_compressed_beside_the_commit_is_the_committed_log_compressed(
@@ -499,7 +502,7 @@ def test_the_log_compressed_beside_the_commit_is_the_committed_log_compressed(
         again.parent.mkdir()
         again.write_bytes(plain)
         assert plain.splitlines()[-1].startswith(b'{"type":"commit"')
-        expected = tick_log.compress_log(again).read_bytes()
+        expected = compress_log(again).read_bytes()
         assert packed_path(log_path(world, tick)).read_bytes() == expected
     assert sorted(p.name for p in (world / ".sim" / "log").iterdir() if ".tmp" in p.name) == []
 

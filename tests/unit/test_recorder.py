@@ -16,7 +16,8 @@ from sim.llm.errors import LLMError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, Usage
 from sim.phases.intentions import Intention
 from sim.storage import Storage
-from sim.ticklog.format import log_path, read_log
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
 from sim.ticklog.recorder import TickRecorder
 
 WAIT = Intention(action="wait", target=None, content="", reasoning="tired")

@@ -29,7 +29,8 @@ from sim.llm.types import Usage
 from sim.storage import Storage
 from sim.ticklog import view as logview
 from sim.ticklog.books import Books
-from sim.ticklog.format import TickLog, list_logs, read_log
+from sim.ticklog.format import list_logs
+from sim.ticklog.reader import TickLog, read_log
 from sim.ticklog.summary import (
     Places,
     Summary,
