@@ -1,18 +1,8 @@
 """Storage: load and validate a world folder, commit a tick atomically, lock the world.
 
-Commit protocol (a redo journal, so a crash at any instant leaves tick N or N+1, never a
-mix): every file the tick changes is streamed, once serialised, into one journal file,
-which is fsynced and then renamed to ``.sim/journal.json`` — that rename is the commit
-point. The files are then overwritten in place (the journal makes that safe), each one
-fdatasync'ed by the thread that wrote it (only what the commit wrote is flushed, never the
-rest of the filesystem), their folders fsynced, and the journal removed. ``recover()`` —
-run under the lock before every tick — replays a committed journal and discards an
-uncommitted one.
-
-Why not write each file once, to a temporary name, and rename it into place? Measured on
-ext4 with 50,000 files of 3 KB: temp-and-rename took 20–113 s (creating inodes, and ext4
-flushing each replaced file's data on rename), the journal plus in-place overwrites 5.7–6.2 s,
-of which the journal — one sequential write — 0.3 s. The second copy is the cheap one.
+A commit goes through the redo journal of ``sim.journal`` (``Storage.commit`` and
+``Storage.recover`` call it): this module reads and checks the world's files, works out
+which changed, and holds the world's lock.
 """
 
 from __future__ import annotations
@@ -21,9 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
-import re
-from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,51 +19,25 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim import safefs
-from sim.errors import InputError, InvalidWorld, UserError, WorldLockedError
+from sim.errors import InputError, InvalidWorld, WorldLockedError
+from sim.journal import (
+    JOURNAL,
+    SIM_DIR,
+    apply_journal,
+    check_rels,
+    journal_overlay,
+    recover_journal,
+    write_journal,
+)
 from sim.safefs import UnsafePath
 from sim.world import ID_RE, Character, Entity, Location, World, WorldMeta
 
-SIM_DIR = ".sim"
-JOURNAL = f"{SIM_DIR}/journal.json"
-JOURNAL_TMP = f"{SIM_DIR}/journal.tmp"
 ENTITY_KINDS = ("characters", "locations")
 #: default size limit of one entity file (``[limits] max_entity_bytes``)
 MAX_ENTITY_BYTES = 8 * 1024 * 1024
 #: deepest nesting kept in an entity file: orjson writes at most 254 levels, and deeper
 #: input would load and validate but fail the save after the tick's calls were paid for
 MAX_DEPTH = 200
-
-_ID = ID_RE.pattern.strip("^$")
-#: every file a commit may write or delete: a journal naming anything else is refused
-COMMIT_PATHS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"world\.json"),
-    re.compile(rf"(?:characters|locations)/{_ID}\.json"),
-    re.compile(rf"\.sim/responses/{_ID}/{_ID}\.json"),
-    re.compile(r"\.sim/pending_deletions\.json"),
-    re.compile(r"\.sim/interventions\.json"),
-    re.compile(r"\.sim/log/tick-[0-9]{6,}\.(?:jsonl|jsonl\.gz|jsonl\.zst|commit\.json)"),
-    re.compile(r"\.sim/log/rewound-[0-9]+/tick-[0-9]{6,}\.jsonl"),
-)
-
-
-def commit_path_problem(rel: str) -> str | None:
-    """Why ``rel`` is not a file a commit can write, or ``None`` if it is."""
-    if not isinstance(rel, str) or not any(p.fullmatch(rel) for p in COMMIT_PATHS):
-        return f"{rel!r} is not a file a tick commit writes"
-    return None
-
-
-class CorruptJournal(UserError):
-    """``.sim/journal.json`` cannot be applied safely: reported, never applied (exit 2)."""
-
-    def __init__(self, root: Path, problem: str) -> None:
-        self.problem = problem
-        super().__init__(
-            f"{root / JOURNAL}: {problem}; it was not applied and nothing was written. "
-            f"If this world came from elsewhere, discard the journal with "
-            f"`rm {root / JOURNAL}` (the world stays at the tick its files show), "
-            "then run the command again"
-        )
 
 
 PROMPTS_DIR = "prompts"
@@ -121,39 +83,6 @@ def prompt_problems(root: Path) -> list[InputError]:
 def dump_json(data: Any) -> bytes:
     """Pretty-printed UTF-8 JSON with a trailing newline: the one format of world files."""
     return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
-
-
-#: threads writing (and fdatasync'ing) a commit's files: each flush waits on the disk, so
-#: more threads than cores let the filesystem batch them into fewer journal commits
-_WRITE_THREADS = 16
-_PARALLEL_WRITES_FROM = 64
-
-#: first line of a journal in the streamed format (version 2); version 1 was one JSON object
-JOURNAL_MAGIC = b"sim-journal 2\n"
-#: bytes gathered before each write() of the journal
-_JOURNAL_CHUNK = 1 << 20
-
-
-def _overwrite(item: tuple[int, str, Path, bytes]) -> None:
-    """Replace a file's content in place, relative to its (already opened) folder, and
-    flush it to the disk (data and size)."""
-    dir_fd, name, shown, data = item
-    safefs.write_at(dir_fd, name, shown, data, sync=True)
-
-
-def journal_chunks(files: Mapping[str, bytes | None]) -> Iterator[bytes]:
-    """The streamed journal (version 2): the magic line, then per file a JSON header line
-    ``{"path": rel, "size": n}`` (``"size": null`` for a deletion) followed by its ``n``
-    bytes and a newline, then ``{"end": count}``. Files are never re-encoded: their bytes
-    go in as they are, so no second copy of the world is built in memory."""
-    yield JOURNAL_MAGIC
-    for rel, data in files.items():
-        size = None if data is None else len(data)
-        yield orjson.dumps({"path": rel, "size": size}) + b"\n"
-        if data is not None:
-            yield data
-            yield b"\n"
-    yield orjson.dumps({"end": len(files)}) + b"\n"
 
 
 # orjson reads integers beyond 64 bits as floats, which would silently change them on save:
@@ -402,7 +331,7 @@ class Storage:
         """
         if not self.root.is_dir():
             raise InputError(self.root, None, "world folder not found")
-        overlay = self._journal_overlay()
+        overlay = journal_overlay(self.root)
         problems: list[InputError] = []
         originals: dict[str, bytes] = {}
         meta_path = self.root / "world.json"
@@ -500,7 +429,7 @@ class Storage:
         Args:
             world: the mutated world (its ``meta["tick"]`` already advanced).
             extra: more files relative to the world folder: bytes to write, ``None`` to
-                delete; each must be one of ``COMMIT_PATHS``.
+                delete; each must be one of ``sim.journal.COMMIT_PATHS``.
             changed: ``changed_files(world)`` when the caller already has it (the tick
                 computes it once for its log and its commit; serialising 100,000
                 entities twice cost seconds and a second copy of the world in memory).
@@ -515,213 +444,18 @@ class Storage:
         """
         # a committed journal still pending (the caller skipped recover()) is carried into
         # this one, so its files are never lost
-        files: dict[str, bytes | None] = self._journal_overlay()
+        files: dict[str, bytes | None] = journal_overlay(self.root)
         files.update(self.changed_files(world) if changed is None else changed)
-        self._check_rels(extra or {})  # entity paths are built from validated ids
+        check_rels(self.root, extra or {})  # entity paths are built from validated ids
         files.update(extra or {})
-        with safefs.open_dir(self.root, [SIM_DIR], create=True) as sim_fd:
-            tmp_name = JOURNAL_TMP.rsplit("/", 1)[1]
-            try:
-                safefs.unlink_at(sim_fd, tmp_name)
-                safefs.write_stream_at(
-                    sim_fd, tmp_name, self.root / JOURNAL_TMP, journal_chunks(files), _JOURNAL_CHUNK
-                )
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    safefs.unlink_at(sim_fd, tmp_name)
-                raise
-            journal_name = JOURNAL.rsplit("/", 1)[1]
-            try:
-                os.replace(tmp_name, journal_name, src_dir_fd=sim_fd, dst_dir_fd=sim_fd)  # commit
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    safefs.unlink_at(sim_fd, tmp_name)
-                raise
-            os.fsync(sim_fd)
-        self._apply(files)
+        write_journal(self.root, files)  # the commit point
+        apply_journal(self.root, files)
         for rel, data in files.items():
             if data is not None:
                 world.originals[rel] = data
             else:
                 world.originals.pop(rel, None)
         return sorted(files)
-
-    def _check_rels(self, rels: Iterable[str]) -> None:
-        """``_check_rel`` for many paths, looking at each parent folder once."""
-        parents_ok: set[str] = set()
-        for rel in rels:
-            self._check_rel(rel, parents_ok)
-
-    def _check_rel(self, rel: str, parents_ok: set[str] | None = None) -> None:
-        """Refuse a path outside the world, one a commit never writes, or one that a link,
-        folder or file already in the world makes impossible or unsafe. ``parents_ok``
-        caches parent folders already checked (os.path, not pathlib: this runs for every
-        file of a commit)."""
-        if not isinstance(rel, str):
-            raise UnsafePath(None, None, f"refusing a path that is not text: {rel!r}")
-        parts = rel.split("/")
-        if not rel or rel.startswith("/") or ".." in parts or rel in (".", "") or "\x00" in rel:
-            raise UnsafePath(None, None, f"refusing to write outside the world folder: {rel!r}")
-        if rel in (JOURNAL, JOURNAL_TMP):
-            raise UnsafePath(None, None, f"refusing to write the engine's own journal: {rel!r}")
-        problem = commit_path_problem(rel)
-        if problem is not None:
-            raise UnsafePath(None, None, f"refusing to write {problem}")
-        root = os.fspath(self.root)
-        target = os.path.join(root, rel)
-        if os.path.islink(target):
-            raise UnsafePath(self.root / rel, None, "is a symlink; refusing to write it")
-        if os.path.isdir(target):
-            raise UnsafePath(None, None, f"refusing to replace a folder with a file: {rel!r}")
-        checked = parents_ok if parents_ok is not None else set()
-        for end in range(len(parts) - 1, 0, -1):  # the parents, deepest first
-            parent = "/".join(parts[:end])
-            if parent in checked:
-                break  # and so were its own parents
-            full = os.path.join(root, parent)
-            if os.path.islink(full):
-                raise UnsafePath(
-                    self.root / parent, None, "is a symlink; refusing to write through it"
-                )
-            if os.path.lexists(full) and not os.path.isdir(full):
-                raise UnsafePath(None, None, f"{rel!r}: {parent!r} is a file, not a folder")
-            checked.add(parent)
-
-    def _apply(self, files: Mapping[str, bytes | None]) -> None:
-        # Files are overwritten in place: the committed journal already makes the tick
-        # atomic (recovery rewrites every file from it), and on common filesystems an
-        # in-place write is several times cheaper than write-temp-and-rename (see the
-        # module docstring). Each folder is opened once, by descriptor, without following
-        # links (sim.safefs); each file is flushed by the thread that wrote it, and each
-        # folder once, before the journal goes: nothing else on the disk is flushed.
-        by_folder: dict[str, list[tuple[str, bytes | None]]] = {}
-        for rel, data in files.items():
-            folder, _, name = rel.rpartition("/")
-            by_folder.setdefault(folder, []).append((name, data))
-        with contextlib.ExitStack() as stack:
-            writes: list[tuple[int, str, Path, bytes]] = []
-            folders: list[int] = []
-            for folder, entries in by_folder.items():
-                parts = folder.split("/") if folder else []
-                creating = any(data is not None for _, data in entries)
-                try:
-                    dir_fd = stack.enter_context(safefs.open_dir(self.root, parts, create=creating))
-                except FileNotFoundError:
-                    continue  # only deletions, in a folder that is not there
-                folders.append(dir_fd)
-                for name, data in entries:
-                    if data is None:
-                        safefs.unlink_at(dir_fd, name)
-                    else:
-                        writes.append((dir_fd, name, self.root / folder / name, data))
-            if len(writes) > _PARALLEL_WRITES_FROM:
-                with ThreadPoolExecutor(_WRITE_THREADS) as pool:
-                    for _ in pool.map(_overwrite, writes):
-                        pass
-            else:
-                for item in writes:
-                    _overwrite(item)
-            for dir_fd in folders:  # files created or removed: their names, durably
-                os.fsync(dir_fd)
-        with safefs.open_dir(self.root, [SIM_DIR]) as sim_fd:
-            os.unlink(JOURNAL.rsplit("/", 1)[1], dir_fd=sim_fd)
-            os.fsync(sim_fd)
-
-    def _journal_bytes(self) -> bytes | None:
-        try:
-            return safefs.read_file(self.root, JOURNAL)
-        except FileNotFoundError:
-            return None
-        except InputError as exc:
-            raise CorruptJournal(self.root, exc.problem) from None
-        except OSError as exc:
-            raise CorruptJournal(self.root, f"cannot be read ({exc.strerror})") from None
-
-    def _journal_overlay(self) -> dict[str, bytes | None]:
-        """The files of a committed but not yet applied journal, or ``{}``.
-
-        Raises:
-            CorruptJournal: the journal is not valid JSON of the expected shape, names a
-                file a commit never writes, or a path with a link on it.
-        """
-        raw = self._journal_bytes()
-        if raw is None:
-            return {}
-        return self._validate_journal(raw)
-
-    def _validate_journal(self, raw: bytes) -> dict[str, bytes | None]:
-        """The files of a journal in either format, every path checked."""
-        files = (
-            self._parse_streamed_journal(raw)
-            if raw.startswith(JOURNAL_MAGIC)
-            else self._parse_json_journal(raw)
-        )
-        for rel, data in files.items():
-            try:
-                safefs.split_rel(rel)
-                problem = commit_path_problem(rel) or safefs.symlink_on_path(self.root, rel)
-            except UnsafePath as exc:
-                problem = exc.problem
-            if data is None and problem == f"{rel} is a symlink":
-                problem = None  # deleting a link removes the link, never its target
-            if problem is not None:
-                raise CorruptJournal(self.root, f"names an unsafe path: {problem}")
-        return files
-
-    def _parse_json_journal(self, raw: bytes) -> dict[str, bytes | None]:
-        """Version 1 (written by earlier versions of sim): ``{"version": 1, "files":
-        {path: text or null}}``."""
-        try:
-            journal = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise CorruptJournal(self.root, f"not valid JSON ({exc})") from None
-        if (
-            not isinstance(journal, dict)
-            or journal.get("version") != 1
-            or not isinstance(journal.get("files"), dict)
-        ):
-            raise CorruptJournal(
-                self.root, 'expected {"version": 1, "files": {path: text or null}}'
-            )
-        out: dict[str, bytes | None] = {}
-        for rel, text in journal["files"].items():
-            if text is not None and not isinstance(text, str):
-                raise CorruptJournal(self.root, f"{rel!r}: expected text or null")
-            out[rel] = None if text is None else text.encode("utf-8")
-        return out
-
-    def _parse_streamed_journal(self, raw: bytes) -> dict[str, bytes | None]:
-        """Version 2 (``journal_chunks``); anything short of its ``end`` line is refused."""
-        out: dict[str, bytes | None] = {}
-        pos = len(JOURNAL_MAGIC)
-        while True:
-            end = raw.find(b"\n", pos)
-            if end < 0:
-                raise CorruptJournal(self.root, "truncated (no end record)")
-            try:
-                head = orjson.loads(raw[pos:end])
-            except orjson.JSONDecodeError as exc:
-                raise CorruptJournal(self.root, f"bad record at byte {pos} ({exc})") from None
-            if not isinstance(head, dict):
-                raise CorruptJournal(self.root, f"bad record at byte {pos}: expected an object")
-            if "end" in head:
-                if head["end"] != len(out) or end + 1 != len(raw):
-                    raise CorruptJournal(self.root, "the end record does not match its files")
-                return out
-            rel, size = head.get("path"), head.get("size")
-            if not isinstance(rel, str) or rel in out:
-                raise CorruptJournal(self.root, f"bad record at byte {pos}: path {rel!r}")
-            if size is None:
-                out[rel] = None
-                pos = end + 1
-                continue
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                raise CorruptJournal(self.root, f"{rel!r}: expected a size in bytes or null")
-            start, stop = end + 1, end + 1 + size
-            if raw[stop : stop + 1] != b"\n":
-                raise CorruptJournal(self.root, f"{rel!r}: truncated ({size} bytes expected)")
-            out[rel] = raw[start:stop]
-            pos = stop + 1
 
     def pending_journal(self) -> bool:
         """Whether a committed tick is waiting to be written into place."""
@@ -750,16 +484,7 @@ class Storage:
             CorruptJournal: the journal cannot be applied safely (nothing is written).
         """
         self.check_engine_dirs()
-        with (
-            contextlib.suppress(FileNotFoundError),
-            safefs.open_dir(self.root, [SIM_DIR]) as sim_fd,
-        ):
-            safefs.unlink_at(sim_fd, JOURNAL_TMP.rsplit("/", 1)[1])
-        if self._journal_bytes() is None:
-            return False
-        files = self._journal_overlay()
-        self._apply(files)
-        return True
+        return recover_journal(self.root)
 
     # -- locking ------------------------------------------------------------------------
 

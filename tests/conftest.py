@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from sim.journal import JOURNAL
 from sim.llm.calls import current_call
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
-from sim.storage import JOURNAL
 from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     anthropic_stub,
     gemini_stub,

@@ -47,9 +47,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sim.config import Config, load_config, redacted
 from sim.errors import InputError, RunError, UserError
+from sim.journal import SIM_DIR
 from sim.llm.budget import Cost
 from sim.llm.types import Usage
-from sim.storage import SIM_DIR, Storage, dump_json
+from sim.storage import Storage, dump_json
 from sim.ticklog.books import tick_books
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, is_state_file, log_path, read_state
 from sim.ticklog.reader import read_logs

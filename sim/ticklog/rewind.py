@@ -20,8 +20,9 @@ import orjson
 
 from sim import safefs
 from sim.errors import InputError, LogError
+from sim.journal import SIM_DIR, commit_path_problem
 from sim.safefs import UnsafePath
-from sim.storage import SIM_DIR, Storage, commit_path_problem, dump_json
+from sim.storage import Storage, dump_json
 from sim.ticklog.format import (
     GZ,
     LOG_DIR,

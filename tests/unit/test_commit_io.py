@@ -18,7 +18,8 @@ import pytest
 from sim import safefs
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.storage import JOURNAL_MAGIC, CorruptJournal, Storage, dump_json
+from sim.journal import JOURNAL_MAGIC, CorruptJournal, _validate_journal
+from sim.storage import Storage, dump_json
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "worlds" / "demo"
@@ -75,7 +76,7 @@ def test_a_commit_writes_each_changed_file_once_in_place_and_once_in_the_journal
     assert writes == Counter(dict.fromkeys(expected, 1))  # each file once, in place
     (journal,) = journals
     assert journal.startswith(JOURNAL_MAGIC)
-    recorded = storage._validate_journal(journal)
+    recorded = _validate_journal(root, journal)
     assert recorded == expected  # each file once in the journal, bytes as written
     for rel, data in expected.items():
         assert (root / rel).read_bytes() == data

@@ -2,9 +2,10 @@
 
 A child process loads a copy of ``worlds/demo``, mutates every character, advances
 ``world.json`` to tick 1 and commits. Inside that child only, a crash injector wraps the
-filesystem calls ``sim.storage`` makes and SIGKILLs the process at the K-th one (a write
-is torn first: half its bytes reach the file). The test process is never patched: it
-recovers each crashed copy under the lock and checks it is wholly at tick 0 or tick 1.
+filesystem calls ``sim.storage`` and ``sim.journal`` make and SIGKILLs the process at the
+K-th one (a write is torn first: half its bytes reach the file). The test process is never
+patched: it recovers each crashed copy under the lock and checks it is wholly at tick 0 or
+tick 1.
 
 A counting run (a fresh Python) measures N, the operations of a full commit. The crash
 points K = 1..N are spread over one fresh Python per CPU, each of which forks one process
@@ -37,6 +38,7 @@ import signal
 import sys
 from pathlib import Path
 
+import sim.journal as journal
 import sim.storage as st
 
 ops = []
@@ -117,7 +119,7 @@ def install():
         step(f"open {short(file)}")
         return TornFile(real_open(file, *args, **kwargs))
 
-    st.open = counting_open  # shadows the builtin inside sim.storage only
+    st.open = journal.open = counting_open  # shadows the builtin inside these two only
 
     real_write_bytes = Path.write_bytes
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from sim.errors import InputError, InvalidWorld, SimError, WorldLockedError
-from sim.storage import CorruptJournal, Storage
+from sim.journal import CorruptJournal
+from sim.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "worlds" / "demo"
