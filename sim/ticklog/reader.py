@@ -299,14 +299,18 @@ def _front_lines(path: Path, state: bool) -> list[bytes]:
                 out += piece
                 newlines += piece.count(b"\n")
                 if wanted is None and newlines >= 2:
-                    second = bytes(out).split(b"\n", 2)[1]
+                    first = out.find(b"\n") + 1
+                    second = bytes(out[first : out.find(b"\n", first)])
                     if not second.startswith(LAYOUT):
                         break  # no layout: read it all
                     layout = parse_layout(second, path)
                     # the snapshot comes right after the front lines (``_detail_last``)
                     wanted = 2 + layout.front + (len(layout.state) if state else 0)
                 if wanted is not None and newlines >= wanted:
-                    lines = bytes(out).splitlines(keepends=True)[:wanted]
+                    end = 0  # past the wanted-th newline: only those lines are split
+                    for _ in range(wanted):
+                        end = out.find(b"\n", end) + 1
+                    lines = bytes(memoryview(out)[:end]).splitlines(keepends=True)[:wanted]
                     return in_order(lines, path, complete=False, layout=layout)
         except (EOFError, zlib.error, zstd.ZstdError) as exc:
             raise LogError(f"{path}: damaged compressed tick log ({exc})") from None
