@@ -82,7 +82,7 @@ format: $(STAMP) ## Format and autofix with ruff
 
 all: lint test ## Every check: lint, typecheck, tests
 
-bench: $(STAMP) ## Run every benchmark scenario and write bench/RESULTS.md (~5 min)
+bench: $(STAMP) ## Run every benchmark scenario and write bench/RESULTS.md (~12 min on 2 cores)
 	$(BIN)/python bench/run.py
 
 clean: ## Remove the venv, caches and the demo scratch world
