@@ -99,6 +99,13 @@ class Ask:
     fault: str | None = None
 
 
+def _raw_newline(text: str) -> str:
+    """``text`` with a raw line break opening its first string value (orjson writes
+    ``"key":"value"`` with no space), as small models write one; unchanged without one."""
+    at = text.find('":"')
+    return text if at < 0 else f"{text[: at + 3]}\n{text[at + 3 :]}"
+
+
 def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
     """Generate the answer to one request, with an answer-level fault applied if any."""
     digest = hashlib.blake2b(digest_size=16)
@@ -137,7 +144,7 @@ def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
         if ask.fault in ("malformed", "incomplete"):
             text = text[: max(1, len(text) // 2)]
         elif ask.fault == "raw_newline":  # a small model's habit: a line break as itself
-            text = text.replace(" ", "\n", 1)  # orjson's text has spaces only in strings
+            text = _raw_newline(text)
         out_len = len(text)
     prompt = (
         estimate_tokens(ask.instructions)

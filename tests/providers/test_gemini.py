@@ -184,6 +184,16 @@ async def test_server_chains_are_refused(adapter: GeminiAdapter) -> None:
         await adapter.execute(note(previous_response_id="resp_1"))
 
 
+async def test_a_raw_line_break_inside_a_string_is_read_as_meant(
+    adapter: GeminiAdapter, gemini_stub: GeminiStubServer
+) -> None:
+    gemini_stub.enqueue("raw_newline")
+    response = await adapter.execute(note())
+    assert isinstance(response.parsed, Note)
+    assert "\n" in response.parsed.text
+    assert "\n" in response.raw and response.raw != response.parsed.model_dump_json()
+
+
 async def test_schema_feedback_retry(adapter: GeminiAdapter, gemini_stub: GeminiStubServer) -> None:
     waits: list[float] = []
 
