@@ -817,14 +817,15 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    probe_before = speed_probe()
+    probes = 1 if args.smoke else 3
+    probe_before = speed_probe(probes)
     busy, own, started = busy_cpu_seconds(), own_cpu_seconds(), time.monotonic()
     body: list[str] = []
     for name in args.only or list(SCENARIOS):
         print(f"running {name}...", file=sys.stderr)
         body += SCENARIOS[name](args.smoke)
     elapsed = time.monotonic() - started
-    probe_after = speed_probe()
+    probe_after = speed_probe(probes)
     others = (busy_cpu_seconds() - busy) - (own_cpu_seconds() - own)
     shared = others / elapsed if elapsed else 0.0
     load = (
@@ -844,7 +845,8 @@ def main() -> None:
     else:
         probe = (
             f"- Machine speed probe (a fixed pure-Python workload in a fresh process, the "
-            f"least of 3): {probe_before:.2f} s before the run, {probe_after:.2f} s after. "
+            f"least of {probes}): {probe_before:.2f} s before the run, "
+            f"{probe_after:.2f} s after. "
             "A shared or throttled machine's speed drifts: compare these before comparing "
             "two runs' figures."
         )
