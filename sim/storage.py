@@ -195,7 +195,8 @@ class Storage:
     """Reads and writes one world folder.
 
     Every file is read and written through ``sim.safefs``: no symbolic link is followed
-    inside the world, and only regular files are read or written.
+    inside the world, and only regular files are read or written; an entity file or
+    ``world.json`` with another name (a hard link) is refused by name.
 
     Args:
         root: the world folder (holding ``world.json``, ``characters/``, ``locations/``).
@@ -241,7 +242,7 @@ class Storage:
     def _read(self, rel: str, problems: list[InputError]) -> bytes | None:
         """A world file's bytes (no link followed, size-limited); problems are collected."""
         try:
-            return safefs.read_file(self.root, rel, self.max_entity_bytes)
+            return safefs.read_file(self.root, rel, self.max_entity_bytes, one_link=True)
         except InputError as exc:
             problems.append(exc)
         except FileNotFoundError:
@@ -265,7 +266,7 @@ class Storage:
                         continue
                     try:
                         out[rel] = safefs.read_at(
-                            dir_fd, name, folder / name, self.max_entity_bytes
+                            dir_fd, name, folder / name, self.max_entity_bytes, one_link=True
                         )
                     except InputError as exc:
                         problems.append(exc)

@@ -1,0 +1,95 @@
+"""Untrusted state inside a world folder, round three (issue 24): hard links out of the
+world, crafted commit journals, damaged history that `sim check` must name, huge
+numbers, bad templates, and forks. Each case is refused by name, exits non-zero, and
+leaves the world (and everything outside it) byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from conftest import copy_demo, tree
+
+from sim import safefs
+from sim.cli import main
+
+ADA = "characters/ada.json"
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def clean_exit(result: Result, code: int) -> None:
+    """Exited with ``code`` through SystemExit (never an uncaught exception)."""
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Path:
+    return copy_demo(tmp_path / "w")
+
+
+def everything(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root``, logs included: a file's bytes, or what else it is."""
+    out: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            out[rel] = "special"
+        elif path.is_file():
+            out[rel] = path.read_bytes()
+        else:
+            out[rel] = "folder"
+    return out
+
+
+# -- item 3: hard links ------------------------------------------------------------------------
+
+
+def test_a_hard_linked_entity_file_is_refused_and_the_outside_file_untouched(
+    world: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_bytes((world / ADA).read_bytes())
+    before = outside.read_bytes()
+    (world / ADA).unlink()
+    os.link(outside, world / ADA)
+    for command in ("check", "tick"):
+        result = invoke(command, "--world", str(world))
+        clean_exit(result, 2)
+        assert f"{world / ADA}: is a hard link (2 names share this file" in result.output
+    assert outside.read_bytes() == before
+    assert not (world / ".sim" / "log").exists()
+
+
+def test_a_commit_write_breaks_a_hard_link_instead_of_writing_through_it(
+    tmp_path: Path,
+) -> None:
+    world, outside = tmp_path / "w", tmp_path / "outside.json"
+    world.mkdir()
+    outside.write_bytes(b"precious\n")
+    os.link(outside, world / "f.json")
+    with safefs.open_dir(world, []) as dir_fd:
+        safefs.write_at(dir_fd, "f.json", world / "f.json", b"new\n", sync=True)
+    assert outside.read_bytes() == b"precious\n"
+    assert (world / "f.json").read_bytes() == b"new\n"
+    assert os.stat(world / "f.json").st_nlink == 1
+    assert os.stat(outside).st_nlink == 1
+
+
+def test_an_append_refuses_a_hard_linked_file(tmp_path: Path) -> None:
+    world, outside = tmp_path / "w", tmp_path / "outside.jsonl"
+    (world / ".sim").mkdir(parents=True)
+    outside.write_bytes(b"")
+    os.link(outside, world / ".sim" / "a.jsonl")
+    with pytest.raises(safefs.UnsafePath, match="hard link"):
+        safefs.append_file(world, ".sim/a.jsonl", b"x\n")
+    assert outside.read_bytes() == b""
