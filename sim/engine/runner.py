@@ -13,7 +13,7 @@ from typing import Any, Literal
 from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
-from sim.errors import TickInterrupted
+from sim.errors import InputError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
@@ -34,7 +34,7 @@ from sim.storage import Storage
 from sim.ticklog.recorder import TickRecorder
 from sim.ticklog.records import PolicyRecord
 from sim.ticklog.recovery import recover_logs
-from sim.world import World
+from sim.world import MAX_TICK, World
 
 PhaseStage = Literal["start", "end"]
 
@@ -240,6 +240,13 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        if world.tick >= MAX_TICK:
+            raise InputError(
+                world.root / "world.json",
+                "tick",
+                f"the world is at tick {world.tick}, the last a world may reach ({MAX_TICK}); "
+                "no further tick can run",
+            )
         repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
         repair.apply(world, repairs)
         pending = load_pending(world.root)  # sim inject / sim set since the last tick
@@ -294,6 +301,9 @@ class Runner:
                 )
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
+            raise
+        except UserError:  # bad input before anything was paid for: its log goes too
+            recorder.discard_unused()
             raise
         finally:
             recorder.close()

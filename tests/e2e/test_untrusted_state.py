@@ -6,8 +6,10 @@ leaves the world (and everything outside it) byte for byte as it was.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import cast
 
 import pytest
 from click.testing import CliRunner, Result
@@ -15,6 +17,7 @@ from conftest import copy_demo, tree
 
 from sim import safefs
 from sim.cli import main
+from sim.ticklog.writer import LogWriter
 
 ADA = "characters/ada.json"
 
@@ -93,3 +96,85 @@ def test_an_append_refuses_a_hard_linked_file(tmp_path: Path) -> None:
     with pytest.raises(safefs.UnsafePath, match="hard link"):
         safefs.append_file(world, ".sim/a.jsonl", b"x\n")
     assert outside.read_bytes() == b""
+
+
+# -- item 10: numbers beyond what a world can hold ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("tick", 18446744073709551615, "world.json"),
+        ("tick", 1_000_000_000, "world.json"),
+        ("seed", 2**64 - 1, "world.json"),
+        ("seed", -(2**63) - 1, "world.json"),
+    ],
+)
+def test_a_huge_number_in_world_json_is_refused_by_check_and_tick(
+    world: Path, field: str, value: int, where: str
+) -> None:
+    meta = json.loads((world / "world.json").read_text())
+    meta[field] = value
+    (world / "world.json").write_text(json.dumps(meta, indent=2))
+    before = everything(world)
+    for command in ("check", "tick"):
+        result = invoke(command, "--world", str(world))
+        clean_exit(result, 2)
+        assert f"{world / where}: field '{field}': " in result.output
+    assert everything(world) == before
+
+
+def test_a_world_at_the_last_tick_number_runs_no_tick_and_leaves_no_temp_file(
+    world: Path,
+) -> None:
+    meta = (world / "world.json").read_text()
+    (world / "world.json").write_text(meta.replace('"tick": 0', '"tick": 999999999'))
+    assert '"tick": 999999999' in (world / "world.json").read_text()
+    before = everything(world)
+    result = invoke("tick", "--world", str(world))
+    clean_exit(result, 2)
+    assert "the last a world may reach (999999999)" in result.output
+    assert everything(world) == before
+
+
+def test_a_huge_memory_tick_is_refused_by_name(world: Path) -> None:
+    text = (world / ADA).read_text()
+    assert '"cells": [' in text
+    (world / ADA).write_text(
+        text.replace('"cells": [', '"cells": [{"tick": 18446744073709551615, "text": "x"},', 1)
+    )
+    result = invoke("check", "--world", str(world))
+    clean_exit(result, 2)
+    assert f"{world / ADA}: field 'memory.cells.0.tick'" in result.output
+
+
+# -- item 11: a template that fails to render writes nothing -----------------------------------
+
+
+def test_a_template_error_found_by_tick_leaves_the_world_tree_as_it_was(world: Path) -> None:
+    (world / "prompts").mkdir()
+    (world / "prompts" / "intentions.md").write_text("Hello {{ character.nope.deeper }}\n")
+    before = everything(world)
+    result = invoke("tick", "--world", str(world))
+    clean_exit(result, 2)
+    assert "intentions.md:1: undefined name" in result.output
+    assert everything(world) == before
+    assert not (world / ".sim").exists()
+
+
+def test_a_template_error_after_a_tick_keeps_the_history_and_writes_nothing_new(
+    world: Path,
+) -> None:
+    clean_exit(invoke("tick", "--world", str(world)), 0)
+    (world / "prompts").mkdir()
+    (world / "prompts" / "intentions.md").write_text("Hello {{ character.nope.deeper }}\n")
+    before = everything(world)
+    clean_exit(invoke("tick", "--world", str(world)), 2)
+    assert everything(world) == before
+
+
+def test_a_log_that_cannot_be_written_leaves_no_temporary_file(tmp_path: Path) -> None:
+    path = tmp_path / ".sim" / "log" / "tick-000001.jsonl"
+    with pytest.raises(TypeError):
+        LogWriter.create(path, [[b"{", cast(bytes, object())]])
+    assert list(path.parent.iterdir()) == []
