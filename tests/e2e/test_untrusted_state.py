@@ -178,3 +178,59 @@ def test_a_log_that_cannot_be_written_leaves_no_temporary_file(tmp_path: Path) -
     with pytest.raises(TypeError):
         LogWriter.create(path, [[b"{", cast(bytes, object())]])
     assert list(path.parent.iterdir()) == []
+
+
+# -- items 12 and 21: sim fork --------------------------------------------------------------------
+
+
+def test_a_fork_inside_its_own_world_is_refused(world: Path) -> None:
+    clean_exit(invoke("tick", "--world", str(world)), 0)
+    before = everything(world)
+    for dest in (world / "branch", world / "characters" / "deep" / "er", world):
+        result = invoke("fork", "--world", str(world), "--tick", "1", "--to", str(dest))
+        clean_exit(result, 2)
+        assert "the fork's folder is inside the world it forks" in result.output
+    assert everything(world) == before
+
+
+def test_a_fork_whose_folder_holds_the_world_is_refused(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "outer" / "w")
+    result = invoke("fork", "--world", str(world), "--tick", "1", "--to", str(tmp_path))
+    clean_exit(result, 2)
+    assert "is inside the fork's folder" in result.output
+
+
+def test_the_readme_rewind_then_fork_sequence(world: Path, tmp_path: Path) -> None:
+    clean_exit(invoke("tick", "--world", str(world), "--ticks", "3"), 0)
+    clean_exit(invoke("replay", "--world", str(world), "--tick", "1", "--to", "3"), 0)
+    clean_exit(invoke("rewind", "--world", str(world), "--tick", "2"), 0)
+    branch = tmp_path / "branch"
+    result = invoke("fork", "--world", str(world), "--tick", "2", "--to", str(branch))
+    clean_exit(result, 0)
+    assert "is at tick 1, ready to run tick 2" in result.output
+    assert tree(branch / "characters") == tree(world / "characters")
+    assert sorted(p.name for p in (branch / ".sim" / "log").iterdir()) == [
+        "tick-000001.jsonl.zst",
+        "tick-000001.summary.jsonl.gz",
+    ]
+    # both go on alike: the fork is the world as it stood
+    clean_exit(invoke("tick", "--world", str(world)), 0)
+    clean_exit(invoke("tick", "--world", str(branch)), 0)
+    assert tree(branch) == tree(world)
+
+
+def test_a_fork_at_the_current_tick_copies_the_world_as_it_is(
+    world: Path, tmp_path: Path
+) -> None:
+    clean_exit(invoke("tick", "--world", str(world), "--ticks", "2"), 0)
+    clean_exit(invoke("inject", "--world", str(world), "--at", "quay", "A ship arrives"), 0)
+    before = everything(world)
+    now = tmp_path / "now"
+    result = invoke("fork", "--world", str(world), "--tick", "3", "--to", str(now))
+    clean_exit(result, 0)
+    assert everything(world) == before
+    assert tree(now) == tree(world)  # state, response store, pending interventions
+    assert (now / ".sim" / "interventions.json").is_file()
+    late = invoke("fork", "--world", str(world), "--tick", "4", "--to", str(tmp_path / "x"))
+    clean_exit(late, 2)
+    assert "expected 1..3 for a world at tick 2 (got 4" in late.output
