@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import cast
 
+import orjson
 import pytest
 from click.testing import CliRunner, Result
 from conftest import copy_demo, tree
 
+import sim.storage as storage_module
 from sim import safefs
 from sim.cli import main
+from sim.storage import Storage
+from sim.ticklog.rewind import rewind
 from sim.ticklog.writer import LogWriter
 
 ADA = "characters/ada.json"
@@ -38,6 +43,11 @@ def clean_exit(result: Result, code: int) -> None:
 @pytest.fixture
 def world(tmp_path: Path) -> Path:
     return copy_demo(tmp_path / "w")
+
+
+def copy_world(world: Path, dest: Path) -> Path:
+    shutil.copytree(world, dest, symlinks=True)
+    return dest
 
 
 def everything(root: Path) -> dict[str, bytes | str]:
@@ -234,3 +244,114 @@ def test_a_fork_at_the_current_tick_copies_the_world_as_it_is(
     late = invoke("fork", "--world", str(world), "--tick", "4", "--to", str(tmp_path / "x"))
     clean_exit(late, 2)
     assert "expected 1..3 for a world at tick 2 (got 4" in late.output
+
+
+# -- item 4: a crafted journal is refused whole, before any of it is applied -------------------
+
+
+def write_journal_v1(world: Path, files: dict[str, str | None]) -> Path:
+    (world / ".sim").mkdir(exist_ok=True)
+    path = world / ".sim" / "journal.json"
+    path.write_bytes(orjson.dumps({"version": 1, "files": files}))
+    return path
+
+
+def _bad_character() -> str:
+    return '{"identity": {"id": "zed"}, "state": {}}\n'
+
+
+@pytest.fixture
+def ticked(world: Path) -> Path:
+    clean_exit(invoke("tick", "--world", str(world)), 0)
+    return world
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({ADA: "{garbage"}, "would write an invalid world (characters/ada.json: malformed JSON"),
+        ({"world.json": None}, "world.json: a commit never deletes world.json"),
+        (
+            {"characters/zed.json": _bad_character()},
+            "would write an invalid world (characters/zed.json: field 'identity.name': "
+            "required field is missing",
+        ),
+        (
+            {".sim/log/tick-000001.jsonl.zst": "junk\n"},
+            ".sim/log/tick-000001.jsonl.zst: a commit never writes a committed tick log",
+        ),
+        (
+            {".sim/log/tick-000001.jsonl.zst": None},
+            "removes a committed tick log without moving it aside",
+        ),
+        (
+            {".sim/log/tick-000002.commit.json": "junk\n"},
+            ".sim/log/tick-000002.commit.json: not a commit marker",
+        ),
+        (
+            {".sim/responses/memory/ada.json": "[1]\n"},
+            ".sim/responses/memory/ada.json: expected an object of exchanges",
+        ),
+        (
+            {".sim/interventions.json": '{"version": 1, "interventions": [{"kind": "x"}]}'},
+            ".sim/interventions.json: not a pending interventions file",
+        ),
+        (
+            {
+                ".sim/log/tick-000001.jsonl.zst": None,
+                ".sim/log/rewound-1/tick-000001.jsonl": "junk\n",
+            },
+            ".sim/log/rewound-1/tick-000001.jsonl: is not the log it moves aside",
+        ),
+    ],
+)
+def test_a_crafted_journal_is_refused_whole_and_nothing_is_applied(
+    ticked: Path, files: dict[str, str | None], expected: str
+) -> None:
+    world = ticked
+    # a valid change beside the bad one: it must not be applied either
+    good = (world / "characters" / "bram.json").read_text().replace('"mood": "', '"mood": "X', 1)
+    path = write_journal_v1(world, {"characters/bram.json": good, **files})
+    before = everything(world)
+    for args in (("check",), ("tick",), ("rewind", "--tick", "1")):
+        result = invoke(*args, "--world", str(world))
+        clean_exit(result, 2)
+        assert f"{path}: " in result.output, result.output
+        assert expected in result.output, result.output
+        assert "it was not applied and nothing was written" in result.output
+        assert everything(world) == before
+    path.unlink()  # the fix it names works
+    clean_exit(invoke("tick", "--world", str(world)), 0)
+
+
+def _crash_rewind_after_commit_point(world: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run `sim rewind --tick 2` and stop it right after its journal's commit point."""
+
+    def crash(root: Path, files: object) -> None:
+        raise OSError(5, "simulated crash after the commit point")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(storage_module, "apply_journal", crash)
+        with pytest.raises(OSError, match="simulated crash"):
+            rewind(world, 2)
+    assert (world / ".sim" / "journal.json").exists()
+
+
+@pytest.mark.parametrize("log_already_removed", [False, True])
+def test_a_real_rewind_journal_is_recovered(
+    world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_already_removed: bool
+) -> None:
+    clean_exit(invoke("tick", "--world", str(world), "--ticks", "3"), 0)
+    clean = copy_world(world, tmp_path / "clean")
+    rewind(clean, 2)
+    _crash_rewind_after_commit_point(world, monkeypatch)
+    if log_already_removed:  # the crash came after the log was removed, before its copy
+        (world / ".sim" / "log" / "tick-000003.jsonl.zst").unlink()
+    clean_exit(invoke("check", "--world", str(world)), 0)
+    with Storage(world).lock():
+        assert Storage(world).recover() is True
+    # the later ticks' summaries a crash leaves are derived data, rebuilt when next needed
+    def kept(root: Path) -> dict[str, bytes]:
+        return {rel: data for rel, data in tree(root, logs=True).items() if ".summary." not in rel}
+
+    assert kept(world) == kept(clean)
