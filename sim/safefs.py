@@ -263,9 +263,7 @@ def append_file(root: Path, rel: str, data: bytes) -> None:
     """
     parts = split_rel(rel)
     with open_dir(root, parts[:-1], create=True) as dir_fd:
-        fd = open_file_at(
-            dir_fd, parts[-1], root / rel, _WRITE_FLAGS | os.O_APPEND, one_link=True
-        )
+        fd = open_file_at(dir_fd, parts[-1], root / rel, _WRITE_FLAGS | os.O_APPEND, one_link=True)
         try:
             view = memoryview(data)
             while view:

@@ -31,6 +31,7 @@ from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
 from sim.storage import Storage
+from sim.ticklog.reader import check_log_slot
 from sim.ticklog.recorder import TickRecorder
 from sim.ticklog.records import PolicyRecord
 from sim.ticklog.recovery import recover_logs
@@ -240,6 +241,7 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        check_log_slot(world.root, world.tick + 1)  # a FIFO or link there: refused
         if world.tick >= MAX_TICK:
             raise InputError(
                 world.root / "world.json",
@@ -249,7 +251,7 @@ class Runner:
             )
         repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
         repair.apply(world, repairs)
-        pending = load_pending(world.root)  # sim inject / sim set since the last tick
+        pending = load_pending(world.root, world)  # sim inject / sim set since the last tick
         if pending.raw is not None:  # part of the state: logged, consumed by the commit
             world.originals[PENDING] = pending.raw
         timings = {"load": time.perf_counter() - started}

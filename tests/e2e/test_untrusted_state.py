@@ -229,9 +229,7 @@ def test_the_readme_rewind_then_fork_sequence(world: Path, tmp_path: Path) -> No
     assert tree(branch) == tree(world)
 
 
-def test_a_fork_at_the_current_tick_copies_the_world_as_it_is(
-    world: Path, tmp_path: Path
-) -> None:
+def test_a_fork_at_the_current_tick_copies_the_world_as_it_is(world: Path, tmp_path: Path) -> None:
     clean_exit(invoke("tick", "--world", str(world), "--ticks", "2"), 0)
     clean_exit(invoke("inject", "--world", str(world), "--at", "quay", "A ship arrives"), 0)
     before = everything(world)
@@ -350,8 +348,93 @@ def test_a_real_rewind_journal_is_recovered(
     clean_exit(invoke("check", "--world", str(world)), 0)
     with Storage(world).lock():
         assert Storage(world).recover() is True
+
     # the later ticks' summaries a crash leaves are derived data, rebuilt when next needed
     def kept(root: Path) -> dict[str, bytes]:
         return {rel: data for rel, data in tree(root, logs=True).items() if ".summary." not in rel}
 
     assert kept(world) == kept(clean)
+
+
+# -- item 9: damaged state `sim check` must name ------------------------------------------------
+
+
+@pytest.fixture
+def two_ticks(world: Path) -> Path:
+    clean_exit(invoke("tick", "--world", str(world), "--ticks", "2"), 0)
+    return world
+
+
+def test_pending_interventions_at_an_unknown_location_are_refused(two_ticks: Path) -> None:
+    world = two_ticks
+    clean_exit(invoke("inject", "--world", str(world), "--at", "quay", "A ship arrives"), 0)
+    pending = world / ".sim" / "interventions.json"
+    pending.write_text(pending.read_text().replace('"quay"', '"atlantis"'))
+    before = everything(world)
+    for command in ("check", "tick"):
+        result = invoke(command, "--world", str(world))
+        clean_exit(result, 2)
+        assert (
+            f"{pending}: field 'interventions.0.location': unknown location 'atlantis'"
+            in result.output
+        )
+    assert everything(world) == before
+
+
+def test_pending_set_of_a_missing_entity_is_refused(two_ticks: Path) -> None:
+    world = two_ticks
+    clean_exit(invoke("set", "--world", str(world), 'ada.state.mood="calm"'), 0)
+    pending = world / ".sim" / "interventions.json"
+    pending.write_text(pending.read_text().replace('"characters/ada"', '"characters/nobody"'))
+    result = invoke("check", "--world", str(world))
+    clean_exit(result, 2)
+    assert f"{pending}: field 'interventions.0.target'" in result.output
+
+
+def test_check_names_a_truncated_committed_log(two_ticks: Path) -> None:
+    log = two_ticks / ".sim" / "log" / "tick-000002.jsonl.zst"
+    log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+    result = invoke("check", "--world", str(two_ticks))
+    assert f"warning: unreadable log: {log}: truncated or damaged" in result.output
+    log.write_bytes(b"")
+    assert f"{log}: empty" in invoke("check", "--world", str(two_ticks)).output
+
+
+def test_check_names_bytes_after_a_committed_log(two_ticks: Path) -> None:
+    log = two_ticks / ".sim" / "log" / "tick-000001.jsonl.zst"
+    log.write_bytes(log.read_bytes() + b"junk")
+    result = invoke("check", "--world", str(two_ticks))
+    assert f"warning: unreadable log: {log}: truncated or damaged" in result.output
+
+
+def test_check_names_a_garbage_commit_marker_before_the_tick_sets_it_aside(
+    two_ticks: Path,
+) -> None:
+    marker = two_ticks / ".sim" / "log" / "tick-000003.commit.json"
+    marker.write_text("garbage{\n")
+    result = invoke("check", "--world", str(two_ticks))
+    assert f"warning: unreadable log: {marker}: not a commit marker" in result.output
+    assert "the next tick sets it aside as tick-000003.commit.json.bad" in result.output
+    clean_exit(invoke("tick", "--world", str(two_ticks)), 0)
+    assert (marker.parent / "tick-000003.commit.json.bad").read_text() == "garbage{\n"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "folder"])
+def test_something_not_a_file_where_the_next_log_goes_is_refused(
+    two_ticks: Path, tmp_path: Path, kind: str
+) -> None:
+    slot = two_ticks / ".sim" / "log" / "tick-000003.jsonl"
+    if kind == "fifo":
+        os.mkfifo(slot)
+    elif kind == "symlink":
+        (tmp_path / "outside.jsonl").write_bytes(b"")
+        slot.symlink_to(tmp_path / "outside.jsonl")
+    else:
+        slot.mkdir()
+    before = everything(two_ticks)
+    for command in ("check", "tick"):
+        result = invoke(command, "--world", str(two_ticks))
+        clean_exit(result, 2)
+        assert f"{slot}: is a " in result.output
+        assert f"refused; remove it (`rm {slot}`)" in result.output
+    assert everything(two_ticks) == before
