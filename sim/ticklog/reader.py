@@ -11,6 +11,7 @@ that committed just before a crash) and gzip logs of earlier sims
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import mmap
@@ -421,16 +422,22 @@ def packed_damage(path: Path) -> str | None:
 
 
 def check_log_slot(root: Path, tick: int) -> None:
-    """Refuse something that is not a regular file where tick ``tick`` writes its log or
-    its commit marker (a FIFO, a link, a folder): the tick would not write there.
+    """Refuse something that is not a regular file of its own where tick ``tick`` writes
+    its log or its commit marker (a FIFO, a link, a folder, a hard link: a resumed tick
+    appends to its log in place): the tick would not write there.
 
     Raises:
         UnsafePath: naming it, with the command that removes it.
     """
     for rel in (log_rel(tick), marker_rel(tick)):
+        path = root / rel
         problem = safefs.symlink_on_path(root, rel)
+        if problem is None:
+            with contextlib.suppress(FileNotFoundError):
+                links = os.lstat(path).st_nlink
+                if links > 1:
+                    raise safefs.UnsafePath(path, None, safefs.hard_link_problem(links))
         if problem is not None:
-            path = root / rel
             what = problem.removeprefix(rel).strip() if problem.startswith(rel) else problem
             raise safefs.UnsafePath(
                 path,

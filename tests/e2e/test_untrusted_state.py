@@ -438,3 +438,17 @@ def test_something_not_a_file_where_the_next_log_goes_is_refused(
         assert f"{slot}: is a " in result.output
         assert f"refused; remove it (`rm {slot}`)" in result.output
     assert everything(two_ticks) == before
+
+
+def test_an_interrupted_log_that_is_a_hard_link_is_refused_not_appended_to(
+    two_ticks: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(b'{"precious": true}\n')
+    slot = two_ticks / ".sim" / "log" / "tick-000003.jsonl"
+    os.link(outside, slot)
+    for command in ("check", "tick"):
+        result = invoke(command, "--world", str(two_ticks))
+        clean_exit(result, 2)
+        assert f"{slot}: is a hard link (2 names share this file" in result.output
+    assert outside.read_bytes() == b'{"precious": true}\n'
