@@ -452,3 +452,20 @@ def test_an_interrupted_log_that_is_a_hard_link_is_refused_not_appended_to(
         clean_exit(result, 2)
         assert f"{slot}: is a hard link (2 names share this file" in result.output
     assert outside.read_bytes() == b'{"precious": true}\n'
+
+
+def test_completing_a_committed_log_never_appends_through_a_hard_link(
+    two_ticks: Path, tmp_path: Path
+) -> None:
+    """A commit marker makes recovery append the commit record to its tick's log in
+    place: a log that is a hard link to a file outside the world is refused instead."""
+    log_dir = two_ticks / ".sim" / "log"
+    marker = {"type": "commit", "tick": 2, "state_after": "x", "calls": 0, "committed_at": 0}
+    (log_dir / "tick-000002.commit.json").write_bytes(orjson.dumps(marker))
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(b'{"precious": true}\n{"cut": "me')
+    os.link(outside, log_dir / "tick-000002.jsonl")
+    result = invoke("tick", "--world", str(two_ticks))
+    clean_exit(result, 2)
+    assert f"{log_dir / 'tick-000002.jsonl'}: is a hard link" in result.output
+    assert outside.read_bytes() == b'{"precious": true}\n{"cut": "me'
