@@ -469,3 +469,39 @@ def test_completing_a_committed_log_never_appends_through_a_hard_link(
     clean_exit(result, 2)
     assert f"{log_dir / 'tick-000002.jsonl'}: is a hard link" in result.output
     assert outside.read_bytes() == b'{"precious": true}\n{"cut": "me'
+
+
+def test_a_real_tick_journal_passes_every_check_and_is_recovered(
+    two_ticks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a tick's commit really writes (entities, world.json, store files, the
+    interventions removed, its commit marker) is what the journal checks accept."""
+    world = two_ticks
+    clean_exit(invoke("inject", "--world", str(world), "--at", "quay", "A ship arrives"), 0)
+    clean = copy_world(world, tmp_path / "clean")
+    clean_exit(invoke("tick", "--world", str(clean)), 0)
+
+    def crash(root: Path, files: object) -> None:
+        raise OSError(5, "simulated crash after the commit point")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(storage_module, "apply_journal", crash)
+        assert invoke("tick", "--world", str(world)).exit_code == 1
+    journal = (world / ".sim" / "journal.json").read_bytes()
+    for rel in (
+        "world.json",
+        ".sim/interventions.json",
+        ".sim/pending_deletions.json",
+        ".sim/log/tick-000003.commit.json",
+    ):
+        assert f'"path":"{rel}"'.encode() in journal
+    assert b'"path":".sim/responses/' in journal
+    check = invoke("check", "--world", str(world))
+    clean_exit(check, 0)
+    assert "an interrupted commit is pending" in check.output
+    with Storage(world).lock():
+        assert Storage(world).recover() is True
+    # the evicted responses the crash kept from being deleted wait for the next tick
+    assert (world / ".sim" / "pending_deletions.json").is_file()
+    (world / ".sim" / "pending_deletions.json").unlink()
+    assert tree(world) == tree(clean)
