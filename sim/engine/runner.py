@@ -13,7 +13,7 @@ from typing import Any, Literal
 from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
-from sim.errors import TickInterrupted
+from sim.errors import InputError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
@@ -31,10 +31,11 @@ from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
 from sim.storage import Storage
+from sim.ticklog.reader import check_log_slot
 from sim.ticklog.recorder import TickRecorder
 from sim.ticklog.records import PolicyRecord
 from sim.ticklog.recovery import recover_logs
-from sim.world import World
+from sim.world import MAX_TICK, World
 
 PhaseStage = Literal["start", "end"]
 
@@ -240,9 +241,17 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        check_log_slot(world.root, world.tick + 1)  # a FIFO or link there: refused
+        if world.tick >= MAX_TICK:
+            raise InputError(
+                world.root / "world.json",
+                "tick",
+                f"the world is at tick {world.tick}, the last a world may reach ({MAX_TICK}); "
+                "no further tick can run",
+            )
         repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
         repair.apply(world, repairs)
-        pending = load_pending(world.root)  # sim inject / sim set since the last tick
+        pending = load_pending(world.root, world)  # sim inject / sim set since the last tick
         if pending.raw is not None:  # part of the state: logged, consumed by the commit
             world.originals[PENDING] = pending.raw
         timings = {"load": time.perf_counter() - started}
@@ -294,6 +303,9 @@ class Runner:
                 )
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
+            raise
+        except UserError:  # bad input before anything was paid for: its log goes too
+            recorder.discard_unused()
             raise
         finally:
             recorder.close()
