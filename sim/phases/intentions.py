@@ -19,6 +19,7 @@ from sim.phases.base import (
     memory_view,
     place_view,
     public,
+    relationships_view,
     to_json,
 )
 from sim.phases.intention_tools import intention_data, tools_for
@@ -102,6 +103,9 @@ def character_input(
     }
     if happenings:
         doc["happenings"] = happenings
+    ties = relationships_view(world, char)
+    if ties:  # typed relationships (docs/world-format.md); left out when there are none
+        doc["relationships"] = ties
     return to_json(doc)
 
 
