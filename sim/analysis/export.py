@@ -145,8 +145,9 @@ def export(
     first: int | None = None,
     last: int | None = None,
 ) -> Exported:
-    """Write ``characters``, ``interactions``, ``locations`` and ``calls`` tables of a world's
-    committed ticks ``first``..``last`` into ``out`` (created if missing) as ``<table>.<fmt>``.
+    """Write the ``characters``, ``interactions``, ``locations``, ``calls`` and ``edges``
+    tables of a world's committed ticks ``first``..``last`` into ``out`` (created if
+    missing) as ``<table>.<fmt>``.
 
     Raises:
         InputError: an unknown format, a bad range, or not a world folder.
@@ -177,6 +178,9 @@ class Frames:
     interactions: pandas.DataFrame
     locations: pandas.DataFrame
     calls: pandas.DataFrame
+    #: the relationships, one row per tick and tie (``nx.from_pandas_edgelist(..., "from",
+    #: "to", edge_attr=True, create_using=nx.DiGraph)`` for one tick's network)
+    edges: pandas.DataFrame
     #: logs that could not be read (their ticks are missing from the tables)
     problems: list[LogError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -184,7 +188,7 @@ class Frames:
 
 def load(world: Path | str, first: int | None = None, last: int | None = None) -> Frames:
     """A world's history as DataFrames: ``characters``, ``interactions``, ``locations``,
-    ``calls`` (see ``sim.analysis.tables`` for what each row is).
+    ``calls``, ``edges`` (see ``sim.analysis.tables`` for what each row is).
 
     Raises:
         MissingExtra: pandas or pyarrow is not installed (``pip install 'sim[analysis]'``).
@@ -197,6 +201,7 @@ def load(world: Path | str, first: int | None = None, last: int | None = None) -
         frame(tables.interactions),
         frame(tables.locations),
         frame(tables.calls),
+        frame(tables.edges),
         problems=tables.problems,
         notes=tables.notes,
     )

@@ -40,12 +40,14 @@ if TYPE_CHECKING:
 def export_(
     world_dir: Path, out: Path, fmt: str, first: int | None, last: int | None, as_json: bool
 ) -> None:
-    """Write tidy tables of the committed ticks: characters, interactions, locations, calls.
+    """Write tidy tables of the committed ticks: characters, interactions, locations, calls,
+    edges.
 
-    characters has one row per tick and character (state after the tick, what it did);
-    interactions one per speech, act or custom verb; locations one per tick and location;
-    calls one per logged call (tokens and cost over every attempt; cost empty when a
-    model has no price). See docs/analysis.md.
+    characters has one row per tick and character (state after the tick, what it did; a
+    tick-0 baseline row each); interactions one per speech, act or custom verb; locations
+    one per tick and location; calls one per logged call (tokens and cost over every
+    attempt; cost empty when a model has no price); edges one per tick and relationship.
+    See docs/analysis.md.
     """
     from sim.analysis.export import export
 

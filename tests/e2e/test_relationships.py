@@ -4,14 +4,16 @@ editor schema, shown to the model, updated by a declared phase. Through the CLI.
 from __future__ import annotations
 
 import copy
+import csv
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.ticklog.format import log_path
+from sim.ticklog.format import log_path, unpack_state
 from sim.ticklog.reader import read_log
 
 
@@ -189,3 +191,99 @@ def test_a_relationships_write_must_take_a_list_of_updates(tmp_path: Path) -> No
     assert result.exit_code != 0
     assert "phases.bond.writes.relationships" in result.output
     assert "array of objects" in result.output
+
+
+# -- export: the edges table, baseline rows, identity columns -----------------------------------
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def edges_of(world: Path, files: dict[str, bytes] | None = None) -> list[tuple[str, str, dict]]:
+    """(from, to, tie) of every relationship in the world folder (or a state snapshot)."""
+    out = []
+    if files is None:
+        files = {
+            f"characters/{p.name}": p.read_bytes() for p in (world / "characters").glob("*.json")
+        }
+    for rel in sorted(files):
+        if rel.startswith("characters/"):
+            data = orjson.loads(files[rel])
+            for other, tie in sorted((data.get("relationships") or {}).items()):
+                out.append((data["identity"]["id"], other, tie))
+    return out
+
+
+def test_export_has_edges_baseline_rows_and_identity_columns(tmp_path: Path) -> None:
+    world = bond_world(tmp_path)
+    for n, path in enumerate(sorted((world / "characters").glob("*.json"))):
+        data = orjson.loads(path.read_bytes())
+        data["identity"].update(age=30 + n, occupation={"trade": "miller", "years": n})
+        data["relationships"][next(iter(data["relationships"]))]["since"] = f"year {n}"
+        path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    start = edges_of(world)
+    assert invoke("tick", "--world", str(world), "--ticks", "3").exit_code == 0
+    out = tmp_path / "tables"
+    result = invoke("export", "--world", str(world), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "edges" in result.output
+
+    columns, rows = read_csv(out / "edges.csv")
+    assert columns == ["tick", "from", "to", "kind", "trust", "since"]
+    by_tick: dict[int, list[tuple[str, str, dict]]] = {}
+    for row in rows:
+        tie = {k: row[k] for k in ("kind", "trust", "since") if row[k] != ""}
+        by_tick.setdefault(int(row["tick"]), []).append((row["from"], row["to"], tie))
+    assert sorted(by_tick) == [0, 1, 2, 3]
+
+    def text(edges: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
+        return [(a, b, {k: str(v) for k, v in t.items()}) for a, b, t in edges]
+
+    assert by_tick[0] == text([(a, b, {"trust": 0.5, **t}) for a, b, t in start])
+    assert by_tick[3] == text(edges_of(world))  # the world folder after the last tick
+    after_1 = unpack_state(read_log(log_path(world, 2)).state_before)  # type: ignore[arg-type]
+    assert by_tick[1] == text(edges_of(world, after_1))
+    assert by_tick[0] != by_tick[3]  # the bond phase changed the network
+
+    columns, chars = read_csv(out / "characters.csv")
+    assert {"identity.name", "identity.age", "identity.occupation.trade"} <= set(columns)
+    assert "identity.id" not in columns
+    assert [r["tick"] for r in chars[:4]] == ["0"] * 4
+    assert chars[0]["identity.age"] == "30" and chars[1]["identity.occupation.years"] == "1"
+
+    jsonl = tmp_path / "jsonl"
+    assert (
+        invoke("export", "--world", str(world), "--out", str(jsonl), "--format", "jsonl").exit_code
+        == 0
+    )
+    records = [orjson.loads(line) for line in (jsonl / "edges.jsonl").read_bytes().splitlines()]
+    assert len(records) == len(rows) and isinstance(records[0]["trust"], float)
+    # a window leaves the baseline out unless it starts before the first tick
+    windowed = tmp_path / "windowed"
+    assert (
+        invoke("export", "--world", str(world), "--out", str(windowed), "--from", "2").exit_code
+        == 0
+    )
+    _, rows = read_csv(windowed / "edges.csv")
+    assert sorted({r["tick"] for r in rows}) == ["2", "3"]
+
+
+def test_load_gives_an_edges_frame_ready_for_a_graph(tmp_path: Path) -> None:
+    pytest.importorskip("pandas", reason="the analysis extra (pandas) is not installed")
+    from sim.analysis import load
+
+    world = bond_world(tmp_path)
+    assert invoke("tick", "--world", str(world), "--ticks", "2").exit_code == 0
+    frames = load(world)
+    edges = frames.edges
+    assert list(edges.columns) == ["tick", "from", "to", "kind", "trust"]
+    assert sorted(set(edges["tick"])) == [0, 1, 2]
+    last = edges[edges.tick == 2]
+    graph = {(a, b): t for a, b, t in zip(last["from"], last["to"], last["trust"], strict=True)}
+    assert graph == {(a, b): t["trust"] for a, b, t in edges_of(world)}
+    baseline = frames.characters[frames.characters.tick == 0]
+    assert len(baseline) == 4 and baseline["action"].isna().all()
+    assert baseline["identity.name"].iloc[0] == "Ada Marsh"
