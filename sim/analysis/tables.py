@@ -5,8 +5,9 @@ Five tables, one row per observation, for ``sim export`` and ``sim.analysis.load
 - ``characters``: one row per committed tick and character, and a baseline row per
   character for the tick before the first logged one (its ``state_before``: tick 0 for a
   whole history) when the window starts there. The state columns (``location``,
-  ``mood``, ``inventory``, ``memory_summary``, every custom field of ``state`` flattened to ``state.<path>`` and
-  every identity field but the id flattened to ``identity.<path>``) are the character
+  ``mood``, ``inventory``, ``memory_summary``, every custom field of ``state`` flattened
+  to ``state.<path>`` and every identity field but the id flattened to
+  ``identity.<path>``) are the character
   *after* the tick; ``action``, ``target``, ``content``, ``reasoning`` and ``outcome`` are
   what it meant to do during the tick and what came of it (empty in a baseline row).
 - ``interactions``: one row per speech, act or custom verb of a tick, at the location where
