@@ -287,3 +287,101 @@ def test_load_gives_an_edges_frame_ready_for_a_graph(tmp_path: Path) -> None:
     baseline = frames.characters[frames.characters.tick == 0]
     assert len(baseline) == 4 and baseline["action"].isna().all()
     assert baseline["identity.name"].iloc[0] == "Ada Marsh"
+
+
+# -- sim init --network -------------------------------------------------------------------------
+
+
+def network_of(world: Path) -> dict[str, set[str]]:
+    out = {}
+    for path in sorted((world / "characters").glob("*.json")):
+        data = orjson.loads(path.read_bytes())
+        ties = data.get("relationships", {})
+        assert all(t == {"kind": "acquaintance", "trust": 0.5} for t in ties.values())
+        out[path.stem] = set(ties)
+    for cid, others in out.items():  # both ways
+        assert all(cid in out[o] for o in others) and cid not in others
+    return out
+
+
+def init_network(tmp_path: Path, name: str, network: str, n: int, seed: int = 1) -> Path:
+    world = tmp_path / name
+    args = ["--characters", str(n), "--network", network, "--seed", str(seed)]
+    result = invoke("init", str(world), *args)
+    assert result.exit_code == 0, result.output
+    assert f"network {network}" in result.output
+    check = invoke("check", "--world", str(world))
+    assert check.exit_code == 0, check.output
+    assert orjson.loads((world / "world.json").read_bytes())["seed"] == seed
+    return world
+
+
+def test_init_writes_a_ring_and_a_star(tmp_path: Path) -> None:
+    ring = network_of(init_network(tmp_path, "ring", "ring", 8))
+    order = ["ada", "bram", "cora", "dov", "esme", "finn", "greta", "hal"]  # as created
+    assert sorted(ring) == order
+    for i, cid in enumerate(order):
+        assert ring[cid] == {order[i - 1], order[(i + 1) % 8]}
+    star = network_of(init_network(tmp_path, "star", "star", 6))
+    assert star["ada"] == {"bram", "cora", "dov", "esme", "finn"}
+    assert all(star[c] == {"ada"} for c in star if c != "ada")
+
+
+def test_init_small_world_keeps_k_and_rewires(tmp_path: Path) -> None:
+    n = 20
+    rewired = 0
+    for seed in (1, 2, 3):
+        net = network_of(init_network(tmp_path, f"sw{seed}", "small-world", n, seed))
+        pairs = {tuple(sorted((a, b))) for a, others in net.items() for b in others}
+        assert len(pairs) == n * 4 // 2  # k = 4: rewiring moves edges, never adds them
+        assert len(net) == n
+        lattice = network_of(init_network(tmp_path, f"ring{seed}", "ring", n, seed))
+        # the lattice's nearest neighbours are mostly still there (p = 0.1)
+        kept = sum(len(lattice[c] & net[c]) for c in net)
+        assert kept >= 0.6 * 2 * n
+        rewired += sum(len(net[c]) != 4 for c in net) > 0 or kept < 2 * n
+    assert rewired  # some edge moved with one of the seeds
+
+
+def test_init_random_networks_follow_p_and_the_seed(tmp_path: Path) -> None:
+    empty = network_of(init_network(tmp_path, "p0", "random:0", 10))
+    assert all(not others for others in empty.values())
+    full = network_of(init_network(tmp_path, "p1", "random:1", 10))
+    assert all(len(others) == 9 for others in full.values())
+    n, p = 40, 0.3
+    a = init_network(tmp_path, "a", f"random:{p}", n, seed=5)
+    b = init_network(tmp_path, "b", f"random:{p}", n, seed=5)
+    c = init_network(tmp_path, "c", f"random:{p}", n, seed=6)
+    files = lambda w: {q.name: q.read_bytes() for q in (w / "characters").iterdir()}  # noqa: E731
+    assert files(a) == files(b)  # deterministic with the seed
+    assert network_of(a) != network_of(c)
+    pairs = sum(len(o) for o in network_of(a).values()) // 2
+    expected = p * n * (n - 1) / 2  # 234, standard deviation ~12.8
+    assert abs(pairs - expected) < 4 * 12.8
+
+
+def test_init_refuses_an_unknown_network(tmp_path: Path) -> None:
+    for bad in ("mesh", "random:1.5", "random:x", "random", "ring:2"):
+        result = invoke("init", str(tmp_path / "w"), "--network", bad)
+        assert result.exit_code == 2, (bad, result.output)
+        assert "--network" in result.output and "random:p" in result.output
+        assert not (tmp_path / "w").exists()
+
+
+def test_a_network_world_ticks_and_exports_its_edges(tmp_path: Path) -> None:
+    world = init_network(tmp_path, "w", "ring", 5)
+    assert invoke("tick", "--world", str(world), "--ticks", "2").exit_code == 0
+    out = tmp_path / "t"
+    assert invoke("export", "--world", str(world), "--out", str(out)).exit_code == 0
+    _, rows = read_csv(out / "edges.csv")
+    assert len(rows) == 3 * 10  # ticks 0, 1, 2 x 5 pairs both ways
+    assert {(r["from"], r["to"]) for r in rows if r["tick"] == "0"} == {
+        (a, b) for a, others in network_of(world).items() for b in others
+    }
+
+
+def test_init_json_names_the_network(tmp_path: Path) -> None:
+    result = invoke("init", str(tmp_path / "w"), "--characters", "5", "--network", "star", "--json")
+    assert result.exit_code == 0, result.output
+    made = orjson.loads(result.output)
+    assert made["network"] == "star" and made["relationships"] == 8
