@@ -357,7 +357,7 @@
   tt.appendChild(tbody);
 
   // -- the world's own state fields over ticks --------------------------------------------------
-  const PALETTE = ["#2f5fd0", "#d9480f", "#2b8a3e", "#ae3ec9", "#e8a200", "#0c8599", "#c92a2a", "#5c7cfa", "#868e96"];
+  const PALETTE = ["#2f5fd0", "#2b8a3e", "#e8a200", "#ae3ec9", "#0c8599", "#f06595", "#74b816", "#5c7cfa", "#868e96"];
   const fieldCurs = []; // per chart: the line marking the current tick, and its x scale
   if (D.fields && D.fields.length) {
     $("fields").hidden = false;
