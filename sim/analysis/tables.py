@@ -78,6 +78,9 @@ CALL_COLUMNS = (
     "request_id",
 )
 EDGE_COLUMNS = ("tick", "from", "to", "kind", "trust")
+#: the edges table's key columns, and the prefix of an attribute named like one
+_EDGE_KEYS = ("tick", "from", "to")
+EDGE_ATTRIBUTE_PREFIX = "attribute."
 #: a relationship's trust when its file leaves it out
 DEFAULT_TRUST: float = Relationship.model_fields["trust"].default
 #: the prefix of a flattened custom state field's column (``state.health``)
@@ -325,7 +328,11 @@ def _edge_rows(tick: int, state: _State) -> list[dict[str, Cell]]:
         ties = state.characters[cid].relationships or {}
         for other in sorted(ties):
             tie = {"trust": DEFAULT_TRUST, **ties[other]}  # a file may leave the default out
-            rows.append({"tick": tick, "from": cid, "to": other, **flatten(tie, "")})
+            cells = flatten(tie, "")
+            for key in _EDGE_KEYS:  # an attribute named like a key column keeps its value
+                if key in cells:
+                    cells[f"{EDGE_ATTRIBUTE_PREFIX}{key}"] = cells.pop(key)
+            rows.append({"tick": tick, "from": cid, "to": other, **cells})
     return rows
 
 

@@ -102,6 +102,9 @@ def character_view(char: Entity, *, full: bool = True) -> dict[str, Any]:
     return view
 
 
+_IDS = ("id", "name")
+
+
 def relationships_view(world: World, char: Entity) -> list[dict[str, Any]]:
     """A character's relationships as it sees them: each other character's id and name,
     then the relationship's fields (``kind``, ``trust``, the world's own), in file order.
@@ -110,7 +113,7 @@ def relationships_view(world: World, char: Entity) -> list[dict[str, Any]]:
     for other, tie in (char.get("relationships") or {}).items():
         them = world.characters.get(other)
         name = them["identity"]["name"] if them is not None else other
-        out.append({"id": other, "name": name, **tie})
+        out.append({"id": other, "name": name, **{k: v for k, v in tie.items() if k not in _IDS}})
     return out
 
 

@@ -385,3 +385,37 @@ def test_init_json_names_the_network(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     made = orjson.loads(result.output)
     assert made["network"] == "star" and made["relationships"] == 8
+
+
+def test_sim_set_refuses_a_broken_relationship_and_writes_nothing(tmp_path: Path) -> None:
+    world = init_network(tmp_path, "w", "ring", 3)
+    before = (world / "characters" / "ada.json").read_bytes()
+    for bad, words in (
+        ('ada.relationships.zed={"kind": "x"}', "unknown character 'zed'"),
+        ('ada.relationships.ada={"kind": "x"}', "itself"),
+        ("ada.relationships.bram.trust=3", "less than or equal to 1"),
+    ):
+        result = CliRunner().invoke(main, ["set", "--world", str(world), bad])
+        assert result.exit_code == 2, result.output
+        assert "characters/ada.json" in result.output and words in result.output
+    assert (world / "characters" / "ada.json").read_bytes() == before
+    ok = invoke("set", "--world", str(world), "ada.relationships.bram.trust=0.9")
+    assert ok.exit_code == 0, ok.output
+    assert invoke("check", "--world", str(world)).exit_code == 0
+
+
+def test_an_attribute_named_like_a_key_column_keeps_its_value(tmp_path: Path) -> None:
+    world = new_world(tmp_path)
+    tie = {"kind": "debtor", "to": "the bank", "name": "Old Bram", "id": "x"}
+    _edit(world / "characters" / "ada.json", relationships={"bram": tie})
+    assert invoke("tick", "--world", str(world)).exit_code == 0
+    out = tmp_path / "t"
+    assert invoke("export", "--world", str(world), "--out", str(out)).exit_code == 0
+    columns, rows = read_csv(out / "edges.csv")
+    assert columns[:5] == ["tick", "from", "to", "kind", "trust"]
+    assert {(r["to"], r["attribute.to"], r["name"]) for r in rows} == {
+        ("bram", "the bank", "Old Bram")
+    }
+    shown = orjson.loads(read_log(log_path(world, 1)).calls["1:intentions:intention:ada:0"].input)
+    assert shown["relationships"][0]["id"] == "bram"
+    assert shown["relationships"][0]["name"] == "Bram Oakes"  # the character's, not the tie's
