@@ -54,7 +54,7 @@ from sim.phases.schema import load_schema
 from sim.phases.templates import template_name
 from sim.phases.tool_registry import ANSWER, declared_tools
 from sim.phases.tool_steps import converse
-from sim.world import Character, Entity, Location, WorldMeta
+from sim.world import Character, Entity, Location, WorldMeta, relationship_problems
 
 #: entity fields a phase may not write: what the engine's rules and files depend on
 PROTECTED = {
@@ -468,6 +468,11 @@ class DeclaredPhase:
             except ValidationError as exc:
                 err = exc.errors()[0]
                 problem = f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()}"
+        if problem is None and self.per == "character" and known is not None:
+            cid = subject["identity"]["id"]
+            for _, field, message in relationship_problems({cid: subject}, set(known)):
+                problem = f"{field}: {message}"
+                break
         if problem is not None:
             for key, value in before.items():
                 if value is _ABSENT:

@@ -419,3 +419,31 @@ def test_an_attribute_named_like_a_key_column_keeps_its_value(tmp_path: Path) ->
     shown = orjson.loads(read_log(log_path(world, 1)).calls["1:intentions:intention:ada:0"].input)
     assert shown["relationships"][0]["id"] == "bram"
     assert shown["relationships"][0]["name"] == "Bram Oakes"  # the character's, not the tie's
+
+
+def test_a_fixed_write_into_an_unknown_relationship_is_undone(tmp_path: Path) -> None:
+    world = bond_world(tmp_path)
+    (world / "schemas" / "bond.json").write_bytes(
+        orjson.dumps(
+            {
+                "type": "object",
+                "properties": {"kind": {"type": "string", "enum": ["rival"]}},
+                "required": ["kind"],
+                "additionalProperties": False,
+            }
+        )
+    )
+    config = (world / "config.toml").read_text()
+    config = config.replace(
+        '"relationships" = "updates", "state.mood" = "mood"', '"relationships.zed.kind" = "kind"'
+    )
+    (world / "config.toml").write_text(config)
+    before = {p.name: p.read_bytes() for p in (world / "characters").iterdir()}
+    result = invoke("tick", "--world", str(world))
+    assert result.exit_code == 0, result.output
+    assert "unknown character 'zed'" in result.output  # reported as ignored
+    for path in (world / "characters").iterdir():
+        ties = orjson.loads(path.read_bytes())["relationships"]
+        held = orjson.loads(before[path.name])["relationships"]
+        assert ties == {k: {**v, "trust": 0.5} for k, v in held.items()}  # default filled
+    assert invoke("check", "--world", str(world)).exit_code == 0
