@@ -69,7 +69,7 @@ sim log --world {folder} --tick all
 - `characters/<id>.json`, `locations/<id>.json`: one file per character and location; the
   file name is the id. Add fields to `state` freely: the engine keeps them, and `sim
   export` makes each a column.
-- `config.toml`: this world's settings (provider, models, prices, budgets); see
+{network}- `config.toml`: this world's settings (provider, models, prices, budgets); see
   `sim --help` and docs/providers.md. Switch `provider` to `openai` or `chat` for a real model.
 - `prompts/`: the instructions each phase sends, copied from sim's built-in ones; edit
   them to change how characters and the game master behave, or delete one to use the
@@ -77,6 +77,11 @@ sim log --world {folder} --tick all
 
 The format is described in docs/world-format.md; `sim schema --out schemas` writes JSON
 Schemas an editor can check these files against as you type.
+"""
+
+NETWORK_README = """\
+- `relationships` in each character file: who knows whom, written by
+  `sim init --network {network}`; `sim export` gives them as the `edges` table.
 """
 
 WORLD_CONFIG = """\
@@ -219,7 +224,11 @@ def init_world(
     name = root.resolve().name.replace("-", " ").replace("_", " ").strip().title() or "New World"
     files = world_files(name, characters, locations, network, seed)
     readme = WORLD_README.format(
-        name=name, characters=characters, locations=locations, folder=root.as_posix()
+        name=name,
+        characters=characters,
+        locations=locations,
+        folder=root.as_posix(),
+        network=NETWORK_README.format(network=network) if network is not None else "",
     )
     files["README.md"] = readme.encode()
     root.parent.mkdir(parents=True, exist_ok=True)
