@@ -7,7 +7,9 @@ numbers, per-character totals and characters' places come from its summary
 (``sim.ticklog.summary``), so the logs are read without their call records and their state
 snapshots are unpacked only at a few evenly spread ticks (names, map and memory summaries:
 ``SNAPSHOTS``), and at every tick whose summary is older than places (its log says where
-characters were).
+characters were). The same snapshots give the charts of the characters' own state fields
+over the ticks (``field_charts``), and each tick's ``intervention`` records the
+interventions marked on the page.
 """
 
 from __future__ import annotations
