@@ -157,6 +157,11 @@ def test_a_declared_phase_updates_relationships(tmp_path: Path) -> None:
             tie.setdefault("trust", 0.5)
     result = invoke("tick", "--world", str(world), "--ticks", "3")
     assert result.exit_code == 0, result.output
+    first = read_log(log_path(world, 1))
+    shown = {c.entity_key: orjson.loads(c.input) for c in first.calls.values()}
+    for cid in ids:  # the phase's default input shows the subject's relationships
+        ties = [t["id"] for t in shown[f"bond:{cid}"]["relationships"]]
+        assert ties == list(expected[cid])
     refused = merged = 0
     for tick in (1, 2, 3):  # what the answers say, merged as documented
         answers = read_log(log_path(world, tick)).phase_results("bond")
