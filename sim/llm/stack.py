@@ -257,7 +257,6 @@ def build_stack(
     """
     from sim.config import routing
 
-    llm = config.llm
     table = routing(config)
     shared = budget or make_budget(config)
     routes: dict[str, Adapter] = {}
@@ -267,7 +266,19 @@ def build_stack(
     structured = {
         s.name: s.structured_output for s in table.used() if s.structured_output is not None
     }
-    inner: Adapter = Router(routes, table.default, structured)
+    return with_recovery(config, Router(routes, table.default, structured), sleep=sleep)
+
+
+def with_recovery(
+    config: Config,
+    inner: Adapter,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> RecoveryAdapter:
+    """``inner`` wrapped in recovery as ``[llm]`` sets it (retries, backoff, schema
+    feedback, fallback models, breakers): the outermost layer of every stack, and what
+    ``Runner(adapter=...)`` puts around an adapter it is handed."""
+    llm = config.llm
     policy = RetryPolicy(
         schema_retries=llm.json_max_retries,
         transient_retries=llm.transient_retries,
