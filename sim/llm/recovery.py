@@ -15,8 +15,9 @@ Backoff is exponential with full jitter, capped. When a model still fails with a
 error after its retries, or its circuit breaker is open, the phase's ``fallback_models``
 are tried in order (spec 003), each on its own endpoint (``ModelTarget``: a fallback may
 run on another provider), the candidates deduplicated by (provider, model) with the model's
-case and surrounding whitespace ignored. A breaker per ``llm:{provider}:{model}`` (spec 003's key) opens after K consecutive
-5xx answers, fails fast while open and lets one probe through after a cool-down. Rate
+case and surrounding whitespace ignored. A breaker per ``llm:{provider}:{model}`` (spec
+003's key) opens after K consecutive 5xx answers, fails fast while open and lets one probe
+through after a cool-down. Rate
 limits and timeouts never count toward it: they are the provider asking the client to slow
 down, which ``sim.llm.backpressure`` does (an adaptive concurrency limit and a shared pause
 per endpoint); an endpoint that refuses connections is detected there too, by its URL.
