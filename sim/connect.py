@@ -64,7 +64,8 @@ from sim.ticklog.records import AttemptRecord, CallRecord, TokenCounts
 
 T = TypeVar("T")
 
-#: the ``model_params`` keys ``execute_prompt`` of a configured adapter reads
+#: the ``model_params`` keys ``execute_prompt`` of a configured adapter reads (``instructions``:
+#: the system prompt; ``schema``: a pydantic model to answer in; ``fallback_models``)
 MODEL_PARAMS = frozenset({"instructions", "schema", "fallback_models"})
 
 
@@ -220,17 +221,22 @@ class ConfiguredAdapter(LLMAdapter):
         except Exception as exc:  # invariant 2: nothing but an LLMError leaves
             raise LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc) from exc
         self._count(response.attempts, request)
-        return self._response(response, schema, request.settings)
+        answer = self._response(response, schema, request.settings)
+        unused = unused_params(config)
+        if unused:  # a pass-through no sim provider takes: said, not silently dropped
+            answer.metadata["unused_model_params"] = unused
+        return answer
 
     def validate_config(self, config: RunConfig) -> bool:
-        """Whether ``config`` suits this adapter: known ``model_params``, a schema that
-        is a pydantic model, and a ``model_name`` (when set) on an endpoint it was built
-        with. Advisory (spec 001): nothing is checked against the provider."""
+        """Whether ``config`` suits this adapter: only ``model_params`` it reads, a schema
+        that is a pydantic model, and a ``model_name`` (when set) on an endpoint it was
+        built with. Advisory (spec 001): other ``model_params`` do not stop a call (they
+        are listed in its ``metadata["unused_model_params"]``); nothing is sent."""
         try:
             self._request("", config)
         except LLMError:
             return False
-        return True
+        return not unused_params(config)
 
     def close(self) -> None:
         """Close every HTTP client on the adapter's loop and stop it (idempotent)."""
@@ -253,13 +259,6 @@ class ConfiguredAdapter(LLMAdapter):
 
     def _request(self, prompt: str, config: RunConfig) -> tuple[type[BaseModel], ModelRequest]:
         params = config.model_params
-        unknown = sorted(set(params) - MODEL_PARAMS)
-        if unknown:
-            raise LLMConfigurationError(
-                f"model_params {', '.join(map(repr, unknown))} are not used by sim; it takes: "
-                f"{', '.join(sorted(MODEL_PARAMS))}",
-                context={"model_params": unknown},
-            )
         schema = params.get("schema", Answer)
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
             raise LLMConfigurationError(
@@ -401,6 +400,11 @@ class ConfiguredAdapter(LLMAdapter):
                 attempts=records,
             )
             self.books.add_call(call, self.config.prices, self._prices)
+
+
+def unused_params(config: RunConfig) -> list[str]:
+    """The ``model_params`` keys a configured adapter does not read (``MODEL_PARAMS``)."""
+    return sorted(set(config.model_params) - MODEL_PARAMS)
 
 
 def _total(attempts: Iterable[Attempt]) -> Usage:
