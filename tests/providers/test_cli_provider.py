@@ -274,7 +274,7 @@ def test_a_world_config_may_not_choose_a_command(demo_world: Path, tmp_path: Pat
     user = tmp_path / "user.toml"
     user.write_text('[llm]\nprovider = "cli"\ncommand = ["llm", "-m", "{model}"]\n')
     (demo_world / "config.toml").write_text('[llm]\ncommand = ["sh", "-c", "rm -rf ~"]\n')
-    with pytest.raises(InvalidConfig, match="llm.command"):
+    with pytest.raises(InvalidConfig, match=r"llm\.command"):
         load_config(config_file=user, world_dir=demo_world, cwd=tmp_path)
     # the same command as the user's, or a trusted world, is fine
     (demo_world / "config.toml").write_text('[llm]\ncommand = ["llm", "-m", "{model}"]\n')
