@@ -172,10 +172,7 @@ class ConfiguredAdapter(LLMAdapter):
     """
 
     def __init__(self, config: Config, *, phase: str = "narrative", seed: int = 0) -> None:
-        try:
-            section = phase_section(phase, tuple(config.phases))
-        except InputError as exc:
-            raise LLMConfigurationError(exc.problem, cause=exc) from None
+        section = _section(phase, config)
         self.config = config
         self.phase = phase
         self.seed = seed
@@ -448,21 +445,41 @@ def configured(config: Config | str | Path | None = None, **overrides: Any) -> L
             "phase, seed, a phase setting (model, fallback_models, temperature...) or an "
             "[llm] key (provider, base_url, command...)"
         )
+    llm = {k: v for k, v in overrides.items() if k in llm_keys}
+    own = {k: v for k, v in overrides.items() if k not in llm_keys}
     try:
-        section = phase_section(phase)
-        llm = {k: v for k, v in overrides.items() if k in llm_keys}
-        own = {k: v for k, v in overrides.items() if k not in llm_keys}
-        layer: dict[str, Any] = {"llm": llm} if llm else {}
-        if own:
-            layer.update(_nest(section, own))
         if isinstance(config, Config):
-            built = validated(_merged(redacted(config), layer), None) if layer else config
+            base, layer = config, ({"llm": llm} if llm else {})
         else:
             path = Path(config) if config is not None else None
-            built = load_config(config_file=path, overrides=layer or None, cwd=Path.cwd())
+            base = load_config(config_file=path, overrides={"llm": llm} if llm else None)
+            layer = {}
+        if own:  # the phase's settings: its section known once the config is
+            layer.update(_nest(_section(phase, base), own))
+        built = validated(_merged(redacted(base), layer), None) if layer else base
     except InputError as exc:
-        raise LLMConfigurationError(str(exc), cause=exc) from None
+        raise LLMConfigurationError(_described(exc), cause=exc) from None
     return ConfiguredAdapter(built, phase=phase, seed=seed)
+
+
+def _described(error: InputError) -> str:
+    """A config problem as ``configured()`` reports it: a file's problems name the file;
+    those of its keyword overrides name the setting."""
+    problems = getattr(error, "problems", None) or [error]
+    if any(p.path is not None for p in problems):
+        return str(error)
+    parts = [f"{p.field}: {p.problem}" if p.field else p.problem for p in problems]
+    return "configured(): " + "; ".join(parts)
+
+
+def _section(phase: str, config: Config) -> str:
+    """The config section of ``phase`` (``narrative``, ``phase2b``, a declared phase)."""
+    try:
+        return phase_section(phase, tuple(config.phases))
+    except InputError as exc:
+        raise LLMConfigurationError(
+            "phase: " + exc.problem.replace("unknown phase", "no phase named"), cause=exc
+        ) from None
 
 
 def _nest(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
