@@ -15,7 +15,7 @@ LLMError                        message, code, cause, retry_after, model, usage,
 ├── LLMSchemaError              output did not validate against the schema      (retry + feedback)
 ├── LLMContextLengthError       prompt exceeds the model's context               (not retried)
 ├── LLMBudgetExceededError      a token or cost cap was reached                  (stops the run)
-├── LLMCircuitOpenError         the provider:model breaker is open               (try a fallback)
+├── LLMCircuitOpenError         the llm:{provider}:{model} breaker is open       (try a fallback)
 ├── LLMSubprocessError          a ``cli`` provider's command failed: return_code, stderr
 ├── LLMFallbackExhausted        every model of a fallback chain failed: exceptions (each one's)
 └── ToolNotFoundError           the model called a tool it was not offered: tool  (ignored)

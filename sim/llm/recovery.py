@@ -105,7 +105,7 @@ def classify(error: LLMError) -> Kind:
 
 
 def is_server_failure(error: LLMError) -> bool:
-    """An HTTP 5xx: the model's server failed (what opens a ``provider:model`` breaker).
+    """An HTTP 5xx: the model's server failed (what opens an ``llm:{provider}:{model}`` breaker).
 
     Not a 429 or a timeout (backpressure), not a connection error (the endpoint, not the
     model: ``sim.llm.backpressure`` tracks it by URL), not a content failure.
