@@ -326,3 +326,13 @@ def test_a_named_cli_endpoint_serves_its_models(tmp_path: Path, notes: Path) -> 
     response = asyncio.run(stack.execute(request(settings)))
     assert response.parsed == Note(text="calm", mood="calm")
     assert calls(notes)[-1]["argv"] == ["tiny"]
+
+
+@pytest.mark.parametrize("model", ["--output=/tmp/x", "-v", "a\x00b", " "])
+async def test_a_model_name_cannot_add_an_option(tmp_path: Path, model: str) -> None:
+    """A phase's model (a world may choose it) is one argument, never an option."""
+    adapter = CLIAdapter([*script(tmp_path, "model", ANSWERING), "-m", "{model}"])
+    with pytest.raises(LLMConfigurationError, match="cannot be passed to the command"):
+        await adapter.execute(request(CallSettings(model=model)))
+    fixed = CLIAdapter(script(tmp_path, "model", ANSWERING))  # no {model}: any name is a label
+    assert fixed.argv("--label") == list(fixed.command) and len(fixed.argv(model)) == 2

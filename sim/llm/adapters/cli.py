@@ -38,7 +38,8 @@ import signal
 from collections.abc import Sequence
 
 from sim.llm.adapters._adapter_common import Responder
-from sim.llm.adapters._openai_common import strict_schema, validate_text
+from sim.llm.adapters._openai_common import validate_text
+from sim.llm.adapters._strict_schema import to_strict_json_schema
 from sim.llm.adapters._structured import answer_text, instructions_for
 from sim.llm.errors import LLMConfigurationError, LLMSubprocessError, LLMTimeoutError
 from sim.llm.tokens import estimate_tokens
@@ -144,14 +145,27 @@ class CLIAdapter(Responder):
         self.timeout_seconds = timeout_seconds
 
     def argv(self, model: str) -> list[str]:
-        """The command line for a call to ``model``."""
+        """The command line for a call to ``model``.
+
+        Raises:
+            LLMConfigurationError: ``model`` would be read as an option (it starts with
+                ``-``) or cannot be an argument (a NUL): a model name comes from a phase's
+                config, which a world may set, and must not add options to your command.
+        """
+        uses = any(MODEL_PLACEHOLDER in arg for arg in self.command)
+        if uses and (model.startswith("-") or "\x00" in model or not model.strip()):
+            raise LLMConfigurationError(
+                f"model {model!r} cannot be passed to the command: a model name for a "
+                '"cli" provider must not be empty, start with "-" or hold a NUL',
+                model=model,
+            )
         return [arg.replace(MODEL_PLACEHOLDER, model) for arg in self.command]
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         settings = request.settings
         model = settings.model
         schema = schema_of(self, request)  # no tool calling: a request with tools fails here
-        json_schema = strict_schema(schema)
+        json_schema = to_strict_json_schema(schema)
         prompt = prompt_text(request, instructions_for("prompt", request.instructions, json_schema))
         out = await self.run(self.argv(model), prompt, settings.timeout_seconds, model)
         text = out.decode("utf-8", errors="replace")
