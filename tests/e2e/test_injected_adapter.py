@@ -92,6 +92,10 @@ def test_every_models_error_is_logged_and_shown(demo_world: Path) -> None:
     assert out.exit_code == 0, out.output
     assert "    offline/big: server_error: big is down" in out.output
     assert "    offline/small: server_error: small is down" in out.output
+    summary = CliRunner().invoke(main, ["log", "--world", str(demo_world), "--tick", "1"])
+    assert "all 2 models failed: offline/big: big is down; offline/small: small is down" in (
+        summary.output
+    )
 
 
 def test_a_call_on_one_model_logs_no_model_errors(demo_world: Path) -> None:
