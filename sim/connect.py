@@ -208,7 +208,7 @@ class ConfiguredAdapter(LLMAdapter):
                 "execute_prompt takes a prompt (str) and a RunConfig",
                 context={"prompt": type(prompt).__name__, "config": type(config).__name__},
             )
-        schema, request = self._request(prompt, config)
+        request = self._request(prompt, config)
         stack = self._stack(config.budget_tracker or self.budget)
         try:
             response = self._run(self._call(stack, request, config.timeout_seconds))
@@ -218,7 +218,7 @@ class ConfiguredAdapter(LLMAdapter):
         except Exception as exc:  # invariant 2: nothing but an LLMError leaves
             raise LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc) from exc
         self._count(response.attempts, request)
-        answer = self._response(response, schema, request.settings)
+        answer = self._response(response, request.settings)
         unused = unused_params(config)
         if unused:  # a pass-through no sim provider takes: said, not silently dropped
             answer.metadata["unused_model_params"] = unused
@@ -254,7 +254,9 @@ class ConfiguredAdapter(LLMAdapter):
 
     # -- from a RunConfig to a ModelRequest and back -----------------------------------------
 
-    def _request(self, prompt: str, config: RunConfig) -> tuple[type[BaseModel], ModelRequest]:
+    def _request(self, prompt: str, config: RunConfig) -> ModelRequest:
+        """The request ``config`` makes of ``prompt`` (``LLMConfigurationError``: a
+        ``model_params`` value or a model this adapter cannot use)."""
         params = config.model_params
         schema = params.get("schema", Answer)
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
@@ -285,7 +287,7 @@ class ConfiguredAdapter(LLMAdapter):
             )
         except ValueError as exc:  # RunConfig's own ranges make this unreachable
             raise LLMConfigurationError(str(exc), cause=exc) from None
-        return schema, ModelRequest(instructions, prompt, schema, settings=settings)
+        return ModelRequest(instructions, prompt, schema, settings=settings)
 
     def _on(self, settings: CallSettings, model: str) -> CallSettings:
         """``settings`` with ``model`` (``provider/model`` or bare) as the model to call."""
@@ -299,9 +301,7 @@ class ConfiguredAdapter(LLMAdapter):
             )
         return replace(settings, model=target.model, provider=target.provider, fallback_models=())
 
-    def _response(
-        self, response: AdapterResponse, schema: type[BaseModel], settings: CallSettings
-    ) -> LLMResponse:
+    def _response(self, response: AdapterResponse, settings: CallSettings) -> LLMResponse:
         parsed = response.parsed
         if isinstance(parsed, Answer):
             content = parsed.text
@@ -315,7 +315,10 @@ class ConfiguredAdapter(LLMAdapter):
             finish_reason=response.finish_reason,
             metadata={
                 "provider": response.provider or settings.provider,
-                "endpoint": settings.provider,
+                # the endpoint that answered (a fallback model's may be another)
+                "endpoint": response.attempts[-1].provider
+                if response.attempts
+                else settings.provider,
                 "response_id": response.response_id,
                 "attempts": len(response.attempts) or 1,
                 "fallback_from": response.fallback_from,
