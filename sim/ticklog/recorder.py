@@ -64,6 +64,7 @@ from sim.ticklog.records import (
     InstructionsRecord,
     InterruptedRecord,
     InterventionRecord,
+    ModelErrorRecord,
     PhaseRecord,
     PhaseReportRecord,
     PolicyRecord,
@@ -434,6 +435,15 @@ class TickRecorder:
                 "error_code": event.error_code,
                 "error": message,
             }
+            if error is not None and error.model_errors:  # each model of a fallback chain
+                came_back["model_errors"] = [
+                    ModelErrorRecord(
+                        target=str(e.context.get("target") or e.model or ""),
+                        error_code=e.code,
+                        error=str(e),
+                    )
+                    for e in error.model_errors
+                ]
         attempts = [*earlier, final]
         batched = {"batch_ids": list(ident.batch_ids)} if ident.batch_ids else {}
         if served == "resume":
