@@ -81,6 +81,11 @@ class LLMConfig(_Strict):
     requests_per_minute: int = Field(0, ge=0)
     tokens_per_minute: int = Field(0, ge=0)
     max_failed_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    #: a phase where more of its calls than this came back unusable (refusals, schema
+    #: failures, cut-short or empty answers) aborts the tick uncommitted ...
+    max_content_failed_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    #: ... once at least this many did (fewer never abort)
+    min_content_failures: int = Field(3, ge=1)
     transient_retries: int = Field(2, ge=0, le=20)
     backoff_base_seconds: float = Field(0.5, ge=0)
     backoff_cap_seconds: float = Field(20, ge=0)
