@@ -59,6 +59,10 @@ def describe_base_url(value: str | tuple[str, ...]) -> str:
 
 #: what a failed or denied call does to its tick (``[llm]`` and per phase)
 FailurePolicy = Literal["degrade", "fail"]
+#: how an answer's references are held to the ids valid for its request
+#: (``sim.phases.refs``): ``schema`` sends them as enums and checks; ``validate`` checks;
+#: ``auto`` picks per provider
+ConstrainRefs = Literal["auto", "schema", "validate"]
 
 
 class _Strict(BaseModel):
@@ -75,6 +79,9 @@ class LLMConfig(_Strict):
     idle_timeout_seconds: float = Field(60, gt=0)
     stream: bool = False
     structured_output: StructuredOutput = "auto"
+    #: references (ids) in answers: sent as enums and checked (schema), or checked
+    #: (validate); auto: per provider (docs/providers.md)
+    constrain_refs: ConstrainRefs = "auto"
     #: one server, or a list of servers of the same provider (a pool: ``sim.llm.pool``)
     base_url: BaseUrl = ""
     api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -170,6 +177,8 @@ class PhaseConfig(_Strict):
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
     #: this phase's failure policy; unset: ``[llm] llm_failure_policy``
     llm_failure_policy: FailurePolicy | None = None
+    #: this phase's references mode; unset: ``[llm] constrain_refs``
+    constrain_refs: ConstrainRefs | None = None
 
     def failure_policy(self, llm: LLMConfig) -> FailurePolicy:
         """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""

@@ -56,9 +56,7 @@ FailurePolicies = Mapping[str, str]
 MIN_FAILED_CALLS = 2
 #: error codes of answers that came back but not in the expected form: the content
 #: failures the second abort rule counts
-ANSWER_FAILURES = frozenset(
-    {"refusal", "schema_error", "incomplete", "tool_error", "unknown_tool"}
-)
+ANSWER_FAILURES = frozenset({"refusal", "schema_error", "incomplete", "tool_error", "unknown_tool"})
 
 
 def infrastructure_failures(report: PhaseReport) -> list[str]:

@@ -17,7 +17,9 @@ CHAIN = "memory"
 
 
 class MemorySummary(PhaseAnswer, title="MemorySummary"):
-    summary: str = Field(description="the running summary with the evicted memories folded in")
+    summary: str = Field(
+        description="the running summary with the evicted memories folded in", max_length=1200
+    )
 
 
 def memory_input(

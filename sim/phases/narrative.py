@@ -17,7 +17,7 @@ CHAIN = "narrative"
 
 
 class Narrative(PhaseAnswer, title="Narrative"):
-    narrative: str = Field(description="three to six sentences of prose")
+    narrative: str = Field(description="three to six sentences of prose", max_length=1200)
 
 
 def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:

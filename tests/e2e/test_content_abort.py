@@ -69,9 +69,7 @@ def test_an_empty_body_on_the_responses_api_commits_nothing(
     assert tree(demo) == before
 
 
-def test_occasional_content_failures_still_fall_back(
-    demo: Path, stub_server: StubServer
-) -> None:
+def test_occasional_content_failures_still_fall_back(demo: Path, stub_server: StubServer) -> None:
     stub_server.enqueue("refusal", "refusal")  # 2 of the 10 intentions
     result = tick(demo, stub_server.base_url)
     assert result.exit_code == 0, result.output
@@ -100,5 +98,5 @@ def test_the_share_and_the_floor_are_configurable() -> None:
     # a prompt too long and a call the policy did not send are neither rule's
     guard.check(_report(3, {"a": "context_length", "b": "policy_denied", "c": "refusal"}))
     strict = PhaseGuard(0.25, max_content_failed_fraction=0.1, min_content_failures=1)
-    with pytest.raises(RunFailed, match="max_content_failed_fraction = 0.1"):
+    with pytest.raises(RunFailed, match=r"max_content_failed_fraction = 0\.1"):
         strict.check(_report(5, {"a": "refusal"}))
