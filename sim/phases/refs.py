@@ -128,7 +128,8 @@ class ResolutionRefs:
     """The ids one location's resolution may name.
 
     Attributes:
-        present: the characters here (each must get exactly one outcome).
+        present: the characters here (each gets at most one outcome; one left out is
+            remembered as what it meant to do, by apply).
         exits: where they may move.
         objects: the objects here (the only ones a location update may remove).
         places: ids and names of every location, and ids of every character: what an
@@ -165,9 +166,6 @@ class ResolutionRefs:
                     f"moved_to {item.moved_to!r} of {cid!r} is not an exit from here "
                     f"(exits: {listed(self.exits)}; null if they stay)"
                 )
-        missing = [cid for cid in self.present if cid not in seen]
-        if missing:
-            problems.append(f"no outcome for {listed(missing)}")
         update = answer.location_update
         if update is not None:
             for obj in update.objects_removed:

@@ -110,7 +110,6 @@ def test_resolution_references_are_checked() -> None:
         "character_id '1' is not a character here",
         "moved_to 'nowhere'",
         "a second outcome for 'ann'",
-        'no outcome for "bo"',
         "objects_removed names 'a ghost'",
         "objects_added names 'Gate'",
         'character_id one of "ann", "bo"',
