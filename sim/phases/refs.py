@@ -185,6 +185,50 @@ class ResolutionRefs:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class DeclaredRefs:
+    """The references of a declared phase's answer (``x-sim-ref`` fields) for one subject.
+
+    Attributes:
+        fields: (path, kind) of each marked field (``sim.phases.schema.ref_fields``).
+        ids: kind -> the ids valid for this subject.
+    """
+
+    fields: tuple[tuple[tuple[str, ...], str], ...]
+    ids: Mapping[str, tuple[str, ...]]
+
+    def enums(self) -> SchemaEnums:
+        return SchemaEnums(
+            tuple(EnumField(path, self.ids.get(kind, ())) for path, kind in self.fields)
+        )
+
+    def problem(self, answer: BaseModel) -> str | None:
+        data = answer.model_dump(mode="json")
+        problems = []
+        for path, kind in self.fields:
+            valid = self.ids.get(kind, ())
+            for value in _values(data, path):
+                if value is not None and value not in valid:
+                    where = ".".join(p for p in path if p != "*")
+                    problems.append(
+                        f"{where} {value!r} is not a {kind} id here: use one of {listed(valid)}"
+                    )
+        return "; ".join(problems) or None
+
+
+def _values(data: Any, path: tuple[str, ...]) -> list[Any]:
+    """The values at ``path`` in answer data (``*``: each item of a list)."""
+    if not path:
+        return [data]
+    step, rest = path[0], path[1:]
+    if step == "*":
+        items = data if isinstance(data, list) else []
+        return [v for item in items for v in _values(item, rest)]
+    if isinstance(data, dict) and step in data:
+        return _values(data[step], rest)
+    return []
+
+
 def check_for(problem: Callable[[Any], str | None]) -> Check:
     """An answer check (``LLMRequest.check``) from a ``problem`` function."""
 
@@ -209,6 +253,7 @@ def verified(result: Any, check: Check | None) -> Any:
 __all__ = [
     "AUTO_MODES",
     "ConstrainRefs",
+    "DeclaredRefs",
     "IntentionRefs",
     "ResolutionRefs",
     "check_for",
