@@ -104,7 +104,7 @@ def test_the_keyword_is_checked_and_kept_out_of_what_is_sent() -> None:
     assert ref_fields(schema) == ((("who",), "present"),)
     assert without_refs(schema)["properties"]["who"] == {"type": "string"}
     bad = {**schema, "properties": {"who": {"type": "string", "x-sim-ref": "someone"}}}
-    with pytest.raises(InputError, match="x-sim-ref.*expected one of character, location"):
+    with pytest.raises(InputError, match=r"x-sim-ref.*expected one of character, location"):
         model_from_schema(bad, "p", Path("s.json"))
     refs = DeclaredRefs(ref_fields(schema), {"present": ("ann",)})
     model = model_from_schema(schema, "p", Path("s.json"))
