@@ -3,7 +3,7 @@
 A phase's answer schema is one pydantic class for every request; the ids valid for one
 request (the exits of this place, the characters present) differ from request to request.
 Rather than a class per request (``pydantic.create_model`` costs milliseconds: measured in
-``bench/RESULTS.md``), a request carries ``SchemaEnums``: the fields, addressed by their path
+``docs/providers.md``), a request carries ``SchemaEnums``: the fields, addressed by their path
 from the root (property names, ``*`` for an array's items), and the values each allows.
 ``constrain`` writes them into a copy of the class's JSON Schema as ``enum``, which is what a
 schema-enforcing server (llama.cpp and vLLM grammars, OpenAI strict mode) is sent; the
