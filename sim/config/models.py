@@ -278,9 +278,11 @@ class Config(_Strict):
     #: named endpoints (``[providers.local]``), for ``local/<model>`` model strings
     providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
-    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=400)
-    phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
-    phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
+    # output caps from the answer schemas' length caps (docs/providers.md): an intention
+    # is at most ~700 characters, an outcome ~450 (about 120 tokens), a narrative 1,200
+    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=300)
+    phase2a: PhaseConfig = PhaseConfig(max_output_tokens=600, response_chain_depth=2)
+    phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=400)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     history: HistoryConfig = HistoryConfig()
     policy: PolicyConfig = PolicyConfig()

@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
-import orjson
-
+from sim import sections
 from sim.offline import templates as T
 from sim.offline.interview import answer
 from sim.offline.resolution import resolve
@@ -180,10 +179,8 @@ def make_rng(seed: str, *salt: str) -> Random:
 
 
 def loads(text: str) -> object:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
+    """An input document: the built-in phases' labelled sections, or JSON (``sim.sections``)."""
+    return sections.loads(text)
 
 
 def generate(
@@ -257,7 +254,7 @@ class Filler:
         from about its first ``_SENTENCE_CHARS`` characters (the subject comes first)."""
         if self._sentences is None:
             head = self._text[: _SENTENCE_CHARS * 2]
-            data = loads(self._text) if self._text[:1] in "{[" else None
+            data = loads(self._text) if self._text[:1] in "{[#" else None
             texts: list[str] = []
             if isinstance(data, dict | list):
                 _strings_in(data, texts)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
+from sim import sections
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
 from sim.phases import intention_steps
@@ -19,7 +20,6 @@ from sim.phases.base import (
     memory_view,
     place_view,
     public,
-    to_json,
 )
 from sim.phases.intention_tools import intention_data, tools_for
 from sim.phases.refs import IntentionRefs, check_for, verified
@@ -106,7 +106,7 @@ def character_input(
     }
     if happenings:
         doc["happenings"] = happenings
-    return to_json(doc)
+    return sections.dumps(doc)
 
 
 def intention_refs(world: World, char: Entity, here: Sequence[str]) -> IntentionRefs:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
+from sim import sections
 from sim.llm.errors import LLMError
 from sim.phases.base import (
     PhaseAnswer,
@@ -16,7 +17,6 @@ from sim.phases.base import (
     own_fields,
     place_view,
     public,
-    to_json,
 )
 from sim.phases.intentions import Intention
 from sim.phases.refs import ResolutionRefs, check_for, verified
@@ -95,6 +95,7 @@ def location_input(
             "id": cid,
             "name": char["identity"]["name"],
             "personality": char["identity"]["personality"],
+            "goals": char["identity"]["goals"],
             "mood": char["state"]["mood"],
             "inventory": char["state"]["inventory"],
         }
@@ -110,7 +111,7 @@ def location_input(
     }
     if happenings:
         doc["happenings"] = happenings
-    return to_json(doc)
+    return sections.dumps(doc)
 
 
 def template_context(ctx: TickContext, lid: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import tree
 
+from sim import sections
 from sim.cli import main
 from sim.storage import Storage
 from sim.testing.stub_server import StubServer
@@ -103,7 +104,8 @@ def test_the_chat_schema_carries_the_ids_as_an_enum(
     setup(demo_world)
     assert tick(demo_world, stub_server.base_url).exit_code == 0
     body = stub_server.log[0]
-    data = json.loads(body["messages"][-1]["content"])
+    data = sections.loads(body["messages"][-1]["content"])
+    assert data is not None
     loc = data["location"]["id"]
     world = Storage(demo_world).load()
     before = world.locations[loc]["state"]
