@@ -114,13 +114,15 @@ class IntentionRefs:
                 f"target {target!r} is not an exit from here: to move, set target to one of "
                 f"{listed(self.exits)}"
             )
-        if target is None or target in valid:
-            return None
         what = "someone here" if action == "speak" else "an object here or carried"
-        if not valid:
+        if not valid:  # no one to speak to, nothing to use: only null names nothing wrong
+            if target is None:
+                return None
             nothing = "no one else is here" if action == "speak" else "there is nothing here"
             return f"target {target!r} is not {what} ({nothing}): set target to null"
-        return f"target {target!r} is not {what}: set target to one of {listed(valid)}, or null"
+        if target in valid:
+            return None
+        return f"target {target!r} is not {what}: set target to one of {listed(valid)}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,10 @@ def test_intention_targets_follow_the_action() -> None:
     spoke = REFS.problem(intent("speak", "me"))
     assert spoke is not None and '"ann"' in spoke
     assert REFS.problem(intent("wait", "")) is not None
+    assert REFS.problem(intent("speak", None)) is not None  # someone is here to name
+    nobody = IntentionRefs(exits=("gate",), people=(), objects=())
+    assert nobody.problem(intent("speak", None)) is None
+    assert "no one else is here" in str(nobody.problem(intent("speak", "ann")))
     alone = IntentionRefs(exits=(), people=(), objects=())
     stuck = alone.problem(intent("move", "gate"))
     assert stuck is not None and "no exit" in stuck
