@@ -160,3 +160,15 @@ def test_a_model_that_never_names_a_valid_id_commits_nothing(
     assert "not answering in the expected form" in result.output
     assert "is not an exit from here" in result.output or "is not someone here" in result.output
     assert tree(demo_world) == before
+
+
+def test_constrain_refs_per_phase(demo_world: Path, stub_server: StubServer) -> None:
+    setup(demo_world, '\n[phase1]\nconstrain_refs = "validate"\n')
+    assert tick(demo_world, stub_server.base_url).exit_code == 0
+    bodies = list(stub_server.log)
+    intentions = [b for b in bodies if '"Intention"' in json.dumps(b["response_format"])]
+    resolutions = [b for b in bodies if '"Resolution"' in json.dumps(b["response_format"])]
+    assert intentions and resolutions
+    assert all(_target_enum(b) is None for b in intentions)
+    schema = resolutions[0]["response_format"]["json_schema"]["schema"]
+    assert schema["$defs"]["Outcome"]["properties"]["character_id"]["enum"]
