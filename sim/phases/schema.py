@@ -9,7 +9,8 @@ provider accepts: ``object`` (``properties``, ``required``, ``additionalProperti
 ``description`` anywhere. Anything else is refused by name, so a schema never means more to
 the user than to the engine.
 
-One keyword of sim's own: ``"x-sim-ref"`` on a string marks it as a reference to something
+A string without ``maxLength`` is capped at ``MAX_STRING`` characters (a model's answer is
+written into the world). One keyword of sim's own: ``"x-sim-ref"`` on a string marks it as a reference to something
 in the world (``REF_KINDS``): the ids valid for each request are sent as its ``enum`` (or
 only checked; ``[llm] constrain_refs``) and an answer naming anything else is re-asked,
 then falls back (``sim.phases.refs``). ``ref_fields`` lists the marked fields.
@@ -43,6 +44,9 @@ REF_KINDS = ("character", "location", "present", "exit", "object")
 #: titles the offline model answers with sim's own skills; a declared schema never uses one
 RESERVED_TITLES = frozenset({"Intention", "Resolution", "Narrative", "MemorySummary", "ToolCalls"})
 _MAX_DEPTH = 8
+#: the length cap of a string whose schema sets none (``maxLength``): what a model writes
+#: into the world is bounded, and a grammar-bound model cannot ramble past it
+MAX_STRING = 2000
 
 
 def _at(where: str, key: str) -> str:
@@ -103,7 +107,7 @@ class _Builder:
                 str,
                 Field(
                     min_length=self._int(node, "minLength", where),
-                    max_length=self._int(node, "maxLength", where),
+                    max_length=self._int(node, "maxLength", where) or MAX_STRING,
                 ),
             ]
         if kind in ("number", "integer"):

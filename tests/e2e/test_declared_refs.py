@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from pydantic import ValidationError
 from conftest import REPO, tree
 
 from sim.cli import main
 from sim.errors import InputError
 from sim.phases.refs import DeclaredRefs
-from sim.phases.schema import model_from_schema, ref_fields, without_refs
+from sim.phases.schema import MAX_STRING, model_from_schema, ref_fields, without_refs
 from sim.storage import Storage
 from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path
@@ -111,3 +112,18 @@ def test_the_keyword_is_checked_and_kept_out_of_what_is_sent() -> None:
     assert refs.problem(model(who="ann")) is None
     problem = refs.problem(model(who="bob"))
     assert problem is not None and '"ann"' in problem
+
+
+def test_a_string_without_a_cap_gets_one() -> None:
+    schema = {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]}
+    model = model_from_schema(schema, "p", Path("s.json"))
+    assert model.model_json_schema()["properties"]["note"]["maxLength"] == MAX_STRING
+    with pytest.raises(ValidationError):
+        model(note="x" * (MAX_STRING + 1))
+    capped = {**schema, "properties": {"note": {"type": "string", "maxLength": 5}}}
+    assert (
+        model_from_schema(capped, "p", Path("s.json")).model_json_schema()["properties"]["note"][
+            "maxLength"
+        ]
+        == 5
+    )
