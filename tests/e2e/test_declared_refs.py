@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from pydantic import ValidationError
 from conftest import REPO, tree
+from pydantic import ValidationError
 
 from sim.cli import main
 from sim.errors import InputError
