@@ -11,9 +11,10 @@ the user than to the engine.
 
 A string without ``maxLength`` is capped at ``MAX_STRING`` characters (a model's answer is
 written into the world). One keyword of sim's own: ``"x-sim-ref"`` on a string marks it as
-a reference to something in the world (``REF_KINDS``): the ids valid for each request are sent as its ``enum`` (or
-only checked; ``[llm] constrain_refs``) and an answer naming anything else is re-asked,
-then falls back (``sim.phases.refs``). ``ref_fields`` lists the marked fields.
+a reference to something in the world (``REF_KINDS``): the ids valid for each request are
+sent as its ``enum`` (or only checked; ``[llm] constrain_refs``) and an answer naming
+anything else is re-asked, then falls back (``sim.phases.refs``). ``ref_fields`` lists the
+marked fields.
 """
 
 from __future__ import annotations
