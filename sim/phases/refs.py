@@ -72,6 +72,13 @@ def listed(ids: Sequence[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
+def _q(value: object) -> str:
+    """A value the model wrote, quoted for a message and cut short: it is echoed into the
+    re-ask and the log, and nothing bounds its length."""
+    text = value if isinstance(value, str) else str(value)
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
 def _unique(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
@@ -96,22 +103,20 @@ class IntentionRefs:
         if action == "wait":
             if target is None:
                 return None
-            return f'target {target!r} is not allowed for "wait": set target to null'
+            return f'target {_q(target)} is not allowed for "wait": set target to null'
         valid = {"move": self.exits, "speak": self.people, "act": self.objects}.get(action)
         if valid is None:  # a world's own verb: anyone or anything here, or nothing
             valid = _unique((*self.people, *self.objects, *self.exits))
             if target is None or target in valid:
                 return None
-            return (
-                f"target {target!r} is not here: for {action!r} use one of {listed(valid)}, or null"
-            )
+            return f"target {_q(target)} is not here: for {action!r} use one of {listed(valid)}, or null"
         if action == "move":
             if target in self.exits:
                 return None
             if not self.exits:
                 return 'there is no exit from here: choose another action than "move"'
             return (
-                f"target {target!r} is not an exit from here: to move, set target to one of "
+                f"target {_q(target)} is not an exit from here: to move, set target to one of "
                 f"{listed(self.exits)}"
             )
         what = "someone here" if action == "speak" else "an object here or carried"
@@ -119,10 +124,10 @@ class IntentionRefs:
             if target is None:
                 return None
             nothing = "no one else is here" if action == "speak" else "there is nothing here"
-            return f"target {target!r} is not {what} ({nothing}): set target to null"
+            return f"target {_q(target)} is not {what} ({nothing}): set target to null"
         if target in valid:
             return None
-        return f"target {target!r} is not {what}: set target to one of {listed(valid)}"
+        return f"target {_q(target)} is not {what}: set target to one of {listed(valid)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +164,13 @@ class ResolutionRefs:
         for item in answer.outcomes:
             cid = item.character_id
             if cid not in self.present:
-                problems.append(f"character_id {cid!r} is not a character here")
+                problems.append(f"character_id {_q(cid)} is not a character here")
             elif cid in seen:
-                problems.append(f"a second outcome for {cid!r}")
+                problems.append(f"a second outcome for {_q(cid)}")
             seen.add(cid)
             if item.moved_to is not None and item.moved_to not in self.exits:
                 problems.append(
-                    f"moved_to {item.moved_to!r} of {cid!r} is not an exit from here "
+                    f"moved_to {_q(item.moved_to)} of {_q(cid)} is not an exit from here "
                     f"(exits: {listed(self.exits)}; null if they stay)"
                 )
         update = answer.location_update
@@ -173,12 +178,12 @@ class ResolutionRefs:
             for obj in update.objects_removed:
                 if obj not in self.objects:
                     problems.append(
-                        f"objects_removed names {obj!r}, which is not here "
+                        f"objects_removed names {_q(obj)}, which is not here "
                         f"(objects here: {listed(self.objects)})"
                     )
             for obj in update.objects_added:
                 if obj in self.places:
-                    problems.append(f"objects_added names {obj!r}, a place or character")
+                    problems.append(f"objects_added names {_q(obj)}, a place or character")
         if not problems:
             return None
         return (
@@ -213,7 +218,7 @@ class DeclaredRefs:
                 if value is not None and value not in valid:
                     where = ".".join(p for p in path if p != "*")
                     problems.append(
-                        f"{where} {value!r} is not a {kind} id here: use one of {listed(valid)}"
+                        f"{where} {_q(value)} is not a {kind} id here: use one of {listed(valid)}"
                     )
         return "; ".join(problems) or None
 

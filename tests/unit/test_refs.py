@@ -139,3 +139,8 @@ def test_a_per_request_schema_costs_far_less_than_a_class_per_request() -> None:
         strict_schema(Resolution, enums)
     per_call = (time.process_time() - started) / 200
     assert per_call < 0.002  # measured 0.12 ms on the 2-core machine (docs/providers.md)
+
+
+def test_what_the_model_wrote_is_echoed_cut_short() -> None:
+    problem = REFS.problem(Intention(action="move", target="x" * 10_000, content="", reasoning=""))
+    assert problem is not None and len(problem) < 300 and "..." in problem
