@@ -109,7 +109,10 @@ class IntentionRefs:
             valid = _unique((*self.people, *self.objects, *self.exits))
             if target is None or target in valid:
                 return None
-            return f"target {_q(target)} is not here: for {action!r} use one of {listed(valid)}, or null"
+            return (
+                f"target {_q(target)} is not here: for {action!r} use one of "
+                f"{listed(valid)}, or null"
+            )
         if action == "move":
             if target in self.exits:
                 return None
