@@ -183,6 +183,13 @@ def loads(text: str) -> object:
     return sections.loads(text)
 
 
+#: what a sim skill answers when it cannot read its input: nothing named, nothing changed
+_IDLE: dict[str, Json] = {
+    "Intention": {"action": "wait", "target": None},
+    "Resolution": {"outcomes": [], "location_update": None},
+}
+
+
 def generate(
     schema: Json,
     input_text: str,
@@ -208,6 +215,11 @@ def generate(
                 out = None
             if out is not None:
                 return _complete(schema, out, rng, input_text)
+        # an input the skill cannot read (a world's own prose template): an answer that
+        # names nothing, rather than ids made of its words (the engine would reject them)
+        idle = _IDLE.get(title) if isinstance(title, str) else None
+        if idle is not None:
+            return _complete(schema, dict(idle), rng, input_text)
     try:
         value = Filler(schema, rng, input_text).fill(schema)
     except Exception:  # never raise: a malformed schema yields an empty object
