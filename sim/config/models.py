@@ -74,6 +74,10 @@ Command = Annotated[
 
 #: what a failed or denied call does to its tick (``[llm]`` and per phase)
 FailurePolicy = Literal["degrade", "fail"]
+#: how an answer's references are held to the ids valid for its request
+#: (``sim.phases.refs``): ``schema`` sends them as enums and checks; ``validate`` checks;
+#: ``auto`` picks per provider
+ConstrainRefs = Literal["auto", "schema", "validate"]
 
 
 class _Strict(BaseModel):
@@ -90,12 +94,20 @@ class LLMConfig(_Strict):
     idle_timeout_seconds: float = Field(60, gt=0)
     stream: bool = False
     structured_output: StructuredOutput = "auto"
+    #: references (ids) in answers: sent as enums and checked (schema), or checked
+    #: (validate); auto: per provider (docs/providers.md)
+    constrain_refs: ConstrainRefs = "auto"
     #: one server, or a list of servers of the same provider (a pool: ``sim.llm.pool``)
     base_url: BaseUrl = ""
     api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     requests_per_minute: int = Field(0, ge=0)
     tokens_per_minute: int = Field(0, ge=0)
     max_failed_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    #: a phase where more of its calls than this came back unusable (refusals, schema
+    #: failures, cut-short or empty answers) aborts the tick uncommitted ...
+    max_content_failed_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    #: ... once at least this many did (fewer never abort)
+    min_content_failures: int = Field(3, ge=1)
     transient_retries: int = Field(2, ge=0, le=20)
     backoff_base_seconds: float = Field(0.5, ge=0)
     backoff_cap_seconds: float = Field(20, ge=0)
@@ -185,6 +197,8 @@ class PhaseConfig(_Strict):
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
     #: this phase's failure policy; unset: ``[llm] llm_failure_policy``
     llm_failure_policy: FailurePolicy | None = None
+    #: this phase's references mode; unset: ``[llm] constrain_refs``
+    constrain_refs: ConstrainRefs | None = None
 
     def failure_policy(self, llm: LLMConfig) -> FailurePolicy:
         """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""
@@ -284,9 +298,11 @@ class Config(_Strict):
     #: named endpoints (``[providers.local]``), for ``local/<model>`` model strings
     providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
-    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=400)
-    phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
-    phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
+    # output caps from the answer schemas' length caps (docs/providers.md): an intention
+    # is at most ~700 characters, an outcome ~450 (about 120 tokens), a narrative 1,200
+    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=300)
+    phase2a: PhaseConfig = PhaseConfig(max_output_tokens=600, response_chain_depth=2)
+    phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=400)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     history: HistoryConfig = HistoryConfig()
     policy: PolicyConfig = PolicyConfig()
