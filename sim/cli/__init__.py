@@ -85,6 +85,9 @@ class _Main(click.Group):
 @click.version_option(__version__, prog_name="sim")
 def main() -> None:
     """sim: a tick-based engine for LLM-driven world simulations."""
+    from sim.lifeline import follow_parent
+
+    follow_parent()  # started by a sweep or study: die with it
 
 
 __all__ = ["main"]

@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, count_option, folder_option
+from sim.cli.common import (
+    CONFIG,
+    SETTINGS,
+    WORLD,
+    build_config,
+    count_option,
+    folder_option,
+)
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
@@ -150,6 +157,7 @@ def schema_(out: Path, as_json: bool) -> None:
     "--all", "everyone", is_flag=True, help="Ask every character (a survey): give only QUESTION."
 )
 @CONFIG
+@SETTINGS
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option("--model", help="Model to answer (overrides [phase1] model).")
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
@@ -160,6 +168,7 @@ def ask_(
     question: str | None,
     everyone: bool,
     config_file: Path | None,
+    settings: tuple[str, ...],
     provider: str | None,
     model: str | None,
     base_url: str | None,
@@ -183,7 +192,9 @@ def ask_(
             if character is None or question is None:
                 raise InputError(None, "CHARACTER", 'expected CHARACTER "QUESTION" (or --all)')
             who = [character]
-        config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
+        config = build_config(
+            config_file, world_dir, provider, model=model, base_url=base_url, settings=settings
+        )
         asked = ask(world_dir, config, question, who)
         if as_json:
             emit(ask_document(asked, config.prices))
