@@ -16,6 +16,7 @@ from sim.cli.common import (
     WORLD,
     build_config,
     count_option,
+    file_option,
     folder_option,
 )
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
@@ -161,6 +162,18 @@ def schema_(out: Path, as_json: bool) -> None:
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option("--model", help="Model to answer (overrides [phase1] model).")
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--format",
+    "answer_form",
+    metavar="yesno|likert5|number|choice:A,B,..",
+    help="Code the answer: a value of this form, validated, with a free-text reason beside it "
+    "(default: free text).",
+)
+@file_option(
+    "--schema",
+    "schema_file",
+    help="Code the answer as an object of this JSON Schema (the subset declared phases use).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def ask_(
     world_dir: Path,
@@ -172,6 +185,8 @@ def ask_(
     provider: str | None,
     model: str | None,
     base_url: str | None,
+    answer_form: str | None,
+    schema_file: Path | None,
     as_json: bool,
 ) -> None:
     """Ask CHARACTER a QUESTION and get an in-character answer; the world is not changed.
@@ -181,9 +196,10 @@ def ask_(
     counted by `sim usage`. With --all, every character answers (a survey).
     """
     from sim.errors import InputError
-    from sim.interview import ask
+    from sim.interview import answer_format, ask
 
     with json_errors("ask", as_json):
+        form = answer_format(answer_form, schema_file)
         if everyone:
             if question is not None or character is None:
                 raise InputError(None, "--all", 'expected one QUESTION: sim ask --all "..."')
@@ -195,14 +211,17 @@ def ask_(
         config = build_config(
             config_file, world_dir, provider, model=model, base_url=base_url, settings=settings
         )
-        asked = ask(world_dir, config, question, who)
+        asked = ask(world_dir, config, question, who, form)
         if as_json:
             emit(ask_document(asked, config.prices))
         else:
             for interview in asked.interviews:
                 name = asked.names.get(interview.character, interview.character)
                 click.secho(f"[{name}]", fg="cyan")
-                if interview.answer is not None:
+                if interview.answer is not None and interview.format is not None:
+                    click.echo(f"answer: {interview.answer}")
+                    click.echo(textwrap.fill(f"reason: {interview.reason}", width=88))
+                elif interview.answer is not None:
                     click.echo(textwrap.fill(interview.answer, width=88))
                 else:
                     click.echo(f"failed: {interview.error}")
