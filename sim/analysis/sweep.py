@@ -478,6 +478,13 @@ def check_out(plan: Plan, design: Mapping[str, Any] | None = None) -> None:
         return
     if not plan.out.is_dir():
         raise InputError(plan.out, None, "not a folder: expected the folder of the runs")
+    if (plan.out / "study.json").exists():
+        raise InputError(
+            plan.out / "study.json",
+            None,
+            "this folder holds a study (sim study run): use another output folder "
+            "(nothing was written)",
+        )
     keys = sorted({k for spec in plan.runs for k in spec.overrides})
     wanted = {spec.name: spec for spec in plan.runs}
     for run_dir in run_folders(plan.out):
@@ -841,6 +848,7 @@ __all__ = [
     "OUTPUT_FILE",
     "RUN_FILE",
     "Executor",
+    "Grant",
     "Ledger",
     "Outcome",
     "Plan",
@@ -848,6 +856,7 @@ __all__ = [
     "RunSpec",
     "Setting",
     "Spend",
+    "Status",
     "SweepResult",
     "check_out",
     "config_toml",

@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inject": ("intervene", "inject_"),
     "set": ("intervene", "set_"),
     "sweep": ("sweep", "sweep"),
+    "study": ("study", "study"),
     "stub-server": ("stub", "stub_server"),
 }
 
