@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 
 
 @click.command("export")
-@WORLD
+@folder_option("--world", "world_dir", help="The world folder.")
+@folder_option(
+    "--study",
+    "study_dir",
+    help="A study's folder (sim study run --out): every run's tables, with its condition, "
+    "seed, run and factors.",
+)
 @folder_option(
     "--out",
     "out",
@@ -46,19 +52,34 @@ if TYPE_CHECKING:
 @click.option("--to", "last", type=click.IntRange(min=1), help="The last tick to export.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def export_(
-    world_dir: Path, out: Path, fmt: str, first: int | None, last: int | None, as_json: bool
+    world_dir: Path | None,
+    study_dir: Path | None,
+    out: Path,
+    fmt: str,
+    first: int | None,
+    last: int | None,
+    as_json: bool,
 ) -> None:
-    """Write tidy tables of the committed ticks: characters, interactions, locations, calls.
+    """Write tidy tables of the committed ticks: characters, interactions, locations, calls,
+    surveys.
 
     characters has one row per tick and character (state after the tick, what it did);
     interactions one per speech, act or custom verb; locations one per tick and location;
     calls one per logged call (tokens and cost over every attempt; cost empty when a
-    model has no price). See docs/analysis.md.
+    model has no price); surveys one per tick, character and question asked (sim ask).
+    With --study, every run of a study. See docs/analysis.md.
     """
-    from sim.analysis.export import export
+    from sim.analysis.export import export, export_study
+    from sim.errors import InputError
 
     with json_errors("export", as_json):
-        done = export(world_dir, out, cast("Format", fmt), first, last)
+        if (world_dir is None) == (study_dir is None):
+            raise InputError(None, "--world/--study", "expected exactly one of them")
+        if study_dir is not None:
+            done = export_study(study_dir, out, cast("Format", fmt), first, last)
+        else:
+            assert world_dir is not None
+            done = export(world_dir, out, cast("Format", fmt), first, last)
         if as_json:
             click.echo(
                 orjson.dumps(

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from sim.cli.common import CONFIG, count_option, file_option, folder_option, trusting_world_config
+from sim.cli.common import (
+    CONFIG,
+    count_option,
+    file_option,
+    folder_option,
+    trusting_world_config,
+)
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
 from sim.cli.sweep import _outcome_line
 from sim.errors import InputError
@@ -117,3 +123,41 @@ def run_(
                 click.echo("run the same command again to resume the runs not finished", err=True)
         if not result.ok:
             sys.exit(1)
+
+
+@study.command("report")
+@click.argument("study_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--field",
+    "field_spec",
+    metavar="FIELD[=VALUE]|survey[:N]",
+    help="A state field of the characters (coins), a survey's answer (survey: the first; "
+    "survey:N), or FIELD=VALUE for the share holding VALUE (default: the first survey).",
+)
+@file_option("--html", "html_out", help="Also write the report as one HTML page to this file.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_json: bool) -> None:
+    """A measure of a study per condition and tick: mean over runs with a 95% interval, and
+    each condition's difference from the first, paired by run."""
+    from sim.analysis.studyreport import report_lines, study_report, write_html
+
+    with json_errors("study report", as_json):
+        report = study_report(study_dir, field_spec)
+        if html_out is not None:
+            write_html(report, html_out, f"Study {study_dir.name or study_dir}")
+        if as_json:
+            emit(
+                {
+                    "command": "study report",
+                    "ok": True,
+                    **report.to_dict(),
+                    "html": None if html_out is None else str(html_out),
+                }
+            )
+            return
+        for line in report_lines(report):
+            click.echo(line)
+        for note in report.notes:
+            click.echo(f"note: {note}", err=True)
+        if html_out is not None:
+            click.echo(f"wrote {html_out}", err=True)
