@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -225,3 +226,88 @@ def test_folder_spend_counts_answers(here: Path) -> None:
     arm = here / "out" / "announce" / "seed-1"
     spent = folder_spend(arm, {})
     assert spent.calls == sum(tick_books(read_log(p)).calls for _, p in list_logs(arm)) + 6
+
+
+RUNS = ("seed-1_phase1.temperature=0.5", "seed-2_phase1.temperature=0.5")
+
+
+def test_one_table_for_the_whole_study_and_its_report(here: Path, tmp_path: Path) -> None:
+    """load_study, sim export --study and sim study report over one study's runs."""
+    study = STUDY.replace(
+        "[conditions.control]", "[factors]\n'phase1.temperature' = [0.5]\n\n[conditions.control]"
+    )
+    (here / "study.toml").write_text(study)
+    code, output = sim("study", "run", "study.toml", "--out", "out", "--jobs", "2")
+    assert code == 0, output
+    code, output = sim("export", "--study", "out", "--out", "tables", "--format", "jsonl", "--json")
+    assert code == 0, output
+    rows = {
+        name: [
+            orjson.loads(line)
+            for line in (here / "tables" / f"{name}.jsonl").read_bytes().splitlines()
+        ]
+        for name in ("characters", "calls", "surveys")
+    }
+    assert len(rows["surveys"]) == 2 * 2 * 2 * 3  # conditions x seeds x ticks x characters
+    assert list(rows["surveys"][0])[:4] == ["condition", "seed", "run", "phase1.temperature"]
+    assert {r["condition"] for r in rows["characters"]} == {"control", "announce"}
+    assert all(r["phase1.temperature"] == 0.5 for r in rows["characters"])
+    assert all(r["shared"] == (r["tick"] <= 2) for r in rows["calls"] + rows["surveys"])
+    assert all(r["answer"] in ("yes", "no") for r in rows["surveys"])
+
+    pandas = pytest.importorskip("pandas")
+    from sim.analysis import load_study
+
+    frames = load_study(here / "out")
+    assert isinstance(frames.characters, pandas.DataFrame)
+    assert frames.factors == ["phase1.temperature"] and len(frames.runs) == 4
+    assert len(frames.surveys) == 24 and set(frames.characters["seed"]) == {1, 2}
+
+    # the report: a survey's share of "yes", and the coins the treated arm's edit moved
+    code, output = sim("study", "report", "out", "--json", "--html", str(tmp_path / "r.html"))
+    assert code == 0, output
+    report = orjson.loads(output)
+    assert report["reference"] == "control" and set(report["conditions"]) == {"control", "announce"}
+    yes = {
+        (c, r, t): statistics.fmean(
+            1.0 if s["answer"] == "yes" else 0.0
+            for s in rows["surveys"]
+            if (s["condition"], s["run"], s["tick"]) == (c, r, t)
+        )
+        for c in ("control", "announce")
+        for r in RUNS
+        for t in (2, 4)
+    }
+    for estimate in report["conditions"]["announce"]:
+        runs = [yes[("announce", r, estimate["tick"])] for r in RUNS]
+        assert estimate["n"] == 2 and estimate["mean"] == pytest.approx(statistics.fmean(runs))
+    tick2 = report["differences"]["announce"][0]
+    assert tick2["tick"] == 2 and tick2["mean"] == 0 and tick2["low"] == tick2["high"] == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "<svg" in page and "<script" not in page and "announce" in page
+
+    code, output = sim("study", "report", "out", "--field", "coins", "--json")
+    assert code == 0, output
+    diffs = {e["tick"]: e for e in orjson.loads(output)["differences"]["announce"]}
+    assert diffs[1]["mean"] == 0  # the shared prefix: identical
+    # `sim set` for tick 3 edits the files once tick 2 is committed: the state after tick 2
+    # (the state tick 3 starts from) holds it
+    ada = [
+        r
+        for r in rows["characters"]
+        if r["character"] == "ada" and r["tick"] == 1 and r["condition"] == "control"
+    ]
+    moved = statistics.fmean(99 - r["state.coins"] for r in ada) / 3
+    assert [diffs[t]["mean"] for t in (2, 3, 4)] == pytest.approx([moved] * 3)
+
+    for args, words in (
+        (["--field", "nope"], "no state field"),
+        (["--field", "mood"], "mood=VALUE"),
+        (["--field", "survey:9"], "no survey"),
+    ):
+        code, output = sim("study", "report", "out", *args)
+        assert code == 2 and words in output, output
+    code, output = sim("study", "report", str(here / "w"))
+    assert code == 2 and "study.json" in output
+    code, output = sim("sweep", "report", "--runs", "out")
+    assert code == 2 and "announce" in output and "control" in output
