@@ -226,3 +226,21 @@ def test_a_report_of_a_folder_of_folders_names_them(
     assert "control" in output and "treat" in output
     code, output = sim("sweep", "report", "--runs", str(tmp_path / "runs" / "treat"))
     assert code == 0 and "seed-0" in output
+
+
+def test_tick_and_ask_take_set_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--set SECTION.KEY=VALUE``: what each child of a sweep is given its settings by."""
+    monkeypatch.chdir(tmp_path)
+    world = make_world(tmp_path)
+    code, output = sim("tick", "--world", str(world), "--set", "phase1.temperature=0.25")
+    assert code == 0, output
+    from sim.ticklog.format import log_file
+    from sim.ticklog.reader import read_log
+
+    assert read_log(log_file(world, 1)).header.config["phase1"]["temperature"] == 0.25
+    for bad in ("nope", "phase1=1", "phase1.nope=1", "phase1.temperature=9"):
+        code, output = sim("tick", "--world", str(world), "--set", bad)
+        assert code == 2 and ("--set" in output or "phase1" in output), (bad, output)
+        code, output = sim("ask", "--world", str(world), "--all", "Q?", "--set", bad)
+        assert code == 2, (bad, output)
+    assert orjson.loads((world / "world.json").read_bytes())["tick"] == 1
