@@ -487,6 +487,7 @@ def check_out(plan: Plan, design: Mapping[str, Any] | None = None) -> None:
         )
     keys = sorted({k for spec in plan.runs for k in spec.overrides})
     wanted = {spec.name: spec for spec in plan.runs}
+    now = current_tick(plan.world)
     for run_dir in run_folders(plan.out):
         record = read_record(run_dir)
         where = run_dir / RUN_FILE
@@ -507,6 +508,14 @@ def check_out(plan: Plan, design: Mapping[str, Any] | None = None) -> None:
                 f"holds a run of another design ({shown}"
                 + (f"; {record.design}" if record.design else "")
                 + "): use another output folder (nothing was written)",
+            )
+        if record.start_tick != now:
+            raise InputError(
+                where,
+                "start_tick",
+                f"holds a run forked from {plan.world} at tick {record.start_tick}, and the "
+                f"world is now at tick {now}: its runs would not start from one state; use "
+                "another output folder (nothing was written)",
             )
         spec = wanted.get(run_dir.name)
         if spec is not None and (record.seed, record.overrides) != (spec.seed, spec.overrides):

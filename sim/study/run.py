@@ -501,11 +501,20 @@ def run_study(
             shown = ", ".join(f"{k}={v!r}" for k, v in unit.overrides.items())
             raise InputError(study.path, "factors", f"{shown}: {exc}") from None
     check_folder(study, out)
+    now = current_tick(study.world)
     for unit in study.units:  # every existing run folder checked before anything is written
         for condition in [None, *study.spec.conditions]:
             rel = f"{condition or SHARED}/{unit.name}"
-            if (out / rel).exists():
-                _check_run(out / rel, study, unit, condition)
+            if (out / rel).exists() and _check_run(
+                out / rel, study, unit, condition
+            ).start_tick != now:
+                raise InputError(
+                    out / rel / RUN_FILE,
+                    "start_tick",
+                    f"forked from {study.world} at another tick than its current one ({now}): "
+                    "its runs would not start from one state; use another --out "
+                    "(nothing was written)",
+                )
     write_record(study, out)
     start = current_tick(study.world)
     ledger = Ledger(budget_usd, budget_tokens, study_spend(study, out, plan), jobs)

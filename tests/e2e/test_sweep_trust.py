@@ -244,3 +244,18 @@ def test_tick_and_ask_take_set_flags(tmp_path: Path, monkeypatch: pytest.MonkeyP
         code, output = sim("ask", "--world", str(world), "--all", "Q?", "--set", bad)
         assert code == 2, (bad, output)
     assert orjson.loads((world / "world.json").read_bytes())["tick"] == 1
+
+
+def test_runs_of_an_earlier_state_of_the_world_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The world ticked on since the runs were forked: new runs would start elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    world = make_world(tmp_path)
+    runs = tmp_path / "runs"
+    assert sim("sweep", "--world", str(world), "--seeds", "1", "--out", str(runs))[0] == 0
+    before = tree(runs, logs=True)
+    assert sim("tick", "--world", str(world))[0] == 0
+    code, output = sim("sweep", "--world", str(world), "--seeds", "1-2", "--out", str(runs))
+    assert code == 2 and "start_tick" in output and "now at tick 1" in output, output
+    assert tree(runs, logs=True) == before
