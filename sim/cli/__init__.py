@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inject": ("intervene", "inject_"),
     "set": ("intervene", "set_"),
     "sweep": ("sweep", "sweep"),
+    "study": ("study", "study"),
     "stub-server": ("stub", "stub_server"),
 }
 
@@ -85,6 +86,9 @@ class _Main(click.Group):
 @click.version_option(__version__, prog_name="sim")
 def main() -> None:
     """sim: a tick-based engine for LLM-driven world simulations."""
+    from sim.lifeline import follow_parent
+
+    follow_parent()  # started by a sweep or study: die with it
 
 
 __all__ = ["main"]

@@ -88,6 +88,45 @@ def CONFIG(command: Any) -> Any:
     return _CONFIG_FILE(_TRUST(command))
 
 
+SETTINGS = click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="A config key for this command (JSON where it parses, else text), over every "
+    "config file; repeatable. sim sweep and sim study pass each run's settings this way.",
+)
+
+
+def setting_overrides(values: tuple[str, ...]) -> dict[str, Any]:
+    """``--set SECTION.KEY=VALUE`` flags as nested overrides (one value each: JSON where it
+    parses, else the text).
+
+    Raises:
+        InputError: a flag is not ``SECTION.KEY=VALUE``.
+    """
+    import orjson
+
+    out: dict[str, Any] = {}
+    for text in values:
+        key, sep, raw = text.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) < 2 or not all(parts):
+            raise InputError(None, "--set", f"expected SECTION.KEY=VALUE (got {text!r})")
+        try:
+            value: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = raw
+        table = out
+        for part in parts[:-1]:
+            nested = table.setdefault(part, {})
+            if not isinstance(nested, dict):
+                raise InputError(None, "--set", f"{key} is inside a value set by another --set")
+            table = nested
+        table[parts[-1]] = value
+    return out
+
+
 def trusting_world_config() -> bool:
     ctx = click.get_current_context(silent=True)
     return bool(ctx is not None and ctx.meta.get(TRUST_KEY))
@@ -156,6 +195,16 @@ def errors() -> Iterator[None]:
         sys.exit(1)
 
 
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:
     from sim.config import BUILTIN_PHASES, PHASE_ALIASES, PHASE_SECTIONS, phase_section
 
@@ -190,10 +239,11 @@ def build_config(
     sends_requests: bool = True,
     stream: bool | None = None,
     batch: bool | None = None,
+    settings: tuple[str, ...] = (),
 ) -> Config:
     from sim.config import PHASE_SECTIONS, load_config, phase_section
 
-    overrides: dict[str, Any] = depth_overrides(depth)
+    overrides: dict[str, Any] = _merged(setting_overrides(settings), depth_overrides(depth))
     # several servers (a pool) on the command line: comma-separated URLs
     urls: str | list[str] | None = (
         [url.strip() for url in base_url.split(",")] if base_url and "," in base_url else base_url
@@ -206,13 +256,13 @@ def build_config(
         batch=batch,
     )
     if llm:
-        overrides["llm"] = llm
+        overrides = _merged(overrides, {"llm": llm})
     if model is not None:
         for section in PHASE_SECTIONS:
-            overrides.setdefault(section, {})["model"] = model
+            overrides = _merged(overrides, {section: {"model": model}})
     budget = present(max_cost_usd=budget_usd, max_total_tokens=budget_tokens)
     if budget:
-        overrides["budget"] = budget
+        overrides = _merged(overrides, {"budget": budget})
     config = load_config(
         config_file,
         world_dir if world_dir.is_dir() else None,
@@ -220,7 +270,7 @@ def build_config(
         # a command that sends nothing (usage, an offline replay) cannot misroute a key
         trust_world_config=trusting_world_config() or not sends_requests,
     )
-    for name in overrides.get("phases", {}):
+    for name in depth_overrides(depth).get("phases", {}):
         phase_section(name, config.tick.phases)  # raises: --depth for an unknown phase
     if model is not None:
         for name in config.phases:
