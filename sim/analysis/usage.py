@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from sim.errors import InputError, LogError
 from sim.llm.budget import Cost, Price, price_usage
+from sim.llm.redact import redact_url
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
@@ -34,7 +35,6 @@ from sim.ticklog.format import ABANDONED_DIR, LOG_DIR
 from sim.ticklog.reader import TickLog, read_logs
 from sim.ticklog.records import CallRecord
 from sim.ticklog.summary import Listed, summaries
-from sim.ticklog.view import public_url
 
 By = Literal["entity", "phase", "tick", "model", "endpoint"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model", "endpoint")
@@ -184,12 +184,12 @@ def _add_by_endpoint(
     timeout where it was sent; the request (and its failure, if it failed) where it ended.
     A call a pool moved off a failing server thus costs that server only what was sent
     there."""
-    final = public_url(call.endpoint) if call.endpoint else NO_ENDPOINT
+    final = redact_url(call.endpoint) if call.endpoint else NO_ENDPOINT
     row = groups.setdefault(final, UsageRow(final))
     row.requests += 1
     row.failures += 1 if call.failed else 0
     for attempt in call.every_attempt():
-        key = public_url(attempt.endpoint) if attempt.endpoint else final
+        key = redact_url(attempt.endpoint) if attempt.endpoint else final
         part = groups.setdefault(key, UsageRow(key))
         part.add_usage(attempt.usage.to_usage())
         part.cost = part.cost + attempts_cost([attempt], prices, cache, call.price_factor)

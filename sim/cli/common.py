@@ -18,6 +18,7 @@ import click
 
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+from sim.llm.redact import redact_text
 
 if TYPE_CHECKING:
     from sim.config import Config
@@ -122,37 +123,43 @@ def deferred(exc: SimError) -> bool:
     return types is not None and isinstance(exc, types.TickDeferred)
 
 
+def _told(exc: BaseException) -> str:
+    """An error's message as printed: any URL in it without its credentials (a server
+    named with ``user:pw@`` or ``?api-key=``)."""
+    return redact_text(str(exc))
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     """Map library errors to a message on stderr and an exit code."""
     try:
         yield
     except TickInterrupted as exc:
-        click.echo(f"\n{exc}", err=True)
+        click.echo(f"\n{_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
     except RunFailed as exc:
-        click.echo(f"failed: {exc}", err=True)
+        click.echo(f"failed: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
-        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {exc}", err=True)
+        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except LLMConfigurationError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_told(exc)}", err=True)
         sys.exit(2)
     except LLMBudgetExceededError as exc:
-        click.echo(f"stopped: {exc} (nothing was committed for this tick)", err=True)
+        click.echo(f"stopped: {_told(exc)} (nothing was committed for this tick)", err=True)
         sys.exit(1)
     except LLMError as exc:
-        click.echo(f"failed: {exc}", err=True)
+        click.echo(f"failed: {_told(exc)}", err=True)
         sys.exit(1)
     except RecursionError:
         click.echo("error: input nested too deeply to process", err=True)
         sys.exit(2)
     except OSError as exc:
-        click.echo(os_error_line(exc), err=True)
+        click.echo(redact_text(os_error_line(exc)), err=True)
         sys.exit(1)
 
 

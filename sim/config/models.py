@@ -23,6 +23,7 @@ from sim.config.names import (
     PHASE_SECTIONS,
     PROVIDER_NAME_PATTERN,
 )
+from sim.llm.redact import redact_url
 from sim.llm.types import CallSettings, StructuredOutput
 
 
@@ -320,5 +321,21 @@ class Config(_Strict):
 
 
 def redacted(config: Config) -> dict[str, Any]:
-    """The config as plain data, safe to log (holds no secrets by construction)."""
-    return config.model_dump(mode="json", by_alias=True)
+    """The config as plain data, safe to log: it holds no key (only the names of the
+    variables holding them), and each ``base_url`` has the credentials a URL can carry
+    (``user:pw@``, ``?api-key=``) masked (``sim.llm.redact``)."""
+    return _redact_base_urls(config.model_dump(mode="json", by_alias=True))
+
+
+def _redact_base_urls(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out[key] = _redact_base_urls(value)
+        elif key == "base_url" and isinstance(value, str):
+            out[key] = redact_url(value)
+        elif key == "base_url" and isinstance(value, list):
+            out[key] = [redact_url(v) if isinstance(v, str) else v for v in value]
+        else:
+            out[key] = value
+    return out

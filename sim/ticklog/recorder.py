@@ -34,6 +34,7 @@ from sim.llm.calls import (
 )
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
+from sim.llm.redact import redact_text
 from sim.llm.streaming import CallText
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
@@ -415,7 +416,8 @@ class TickRecorder:
         else:
             error = event.error
             served = error.served_from if error is not None else "live"
-            message = str(error) if error is not None else ""
+            # stored: any URL the error quotes without its credentials
+            message = redact_text(str(error)) if error is not None else ""
             final = _attempt(event, error=message)
             came_back = {
                 "source": served,

@@ -187,14 +187,6 @@ def _tools_called(result: dict[str, Any] | None) -> str:
     return "tools: " + (", ".join(names) or "none")
 
 
-def public_url(url: str) -> str:
-    """``url`` without a user or password written into it, for display."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-
-
 def server_name(url: str) -> str:
     """A server as call lines show it: ``host:port`` (what tells a pool's servers apart;
     never a user or password written into the URL)."""
