@@ -138,6 +138,8 @@ def layer_problems(
                     f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
                 )
             )
+    if combined:
+        problems.extend(_undeclared_endpoints(config, source))
     for name, spec in config.providers.items():
         if name in PROVIDERS or name == "replay":
             problems.append(
@@ -173,6 +175,39 @@ def layer_problems(
                     else "a built-in phase without settings",
                 )
             )
+    return problems
+
+
+def _undeclared_endpoints(config: Config, source: Path | None) -> list[InputError]:
+    """A problem for each model written ``NAME/model`` that would run on the offline
+    provider because no ``[providers.NAME]`` declares ``NAME``.
+
+    On a server, ``meta-llama/Llama-3-8B`` is a model's own name, sent as written (the
+    server says if it has no such model). The offline model answers any name, so there
+    ``local/qwen2.5-7b`` would quietly run offline while the user believes a model ran.
+    """
+    from sim.config.endpoints import phase_home  # needs the config's models
+
+    problems: list[InputError] = []
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        if phase_home(config, section).kind != "offline":
+            continue
+        phase = config.phase(section)
+        for key, names in (("model", (phase.model,)), ("fallback_models", phase.fallback_models)):
+            for name in names:
+                head, slash, rest = name.strip().partition("/")
+                if not slash or not rest.strip() or head in PROVIDERS or head in config.providers:
+                    continue
+                problems.append(
+                    InputError(
+                        source,
+                        f"{section}.{key}",
+                        f"{name!r} names the endpoint {head!r}, but no [providers.{head}] "
+                        "section declares it, and the offline provider would answer in its "
+                        f"place; add [providers.{head}] (kind, base_url: docs/providers.md) "
+                        "to your config, or choose the provider with --provider",
+                    )
+                )
     return problems
 
 
