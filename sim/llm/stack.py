@@ -139,7 +139,11 @@ def build_pool(
             Server(
                 redact_url(url),  # as the tick log records it
                 BudgetAdapter(
-                    BackpressureAdapter(adapter, endpoint), budget, name, batchable=batchable
+                    BackpressureAdapter(adapter, endpoint),
+                    budget,
+                    name,
+                    kind=kind,
+                    batchable=batchable,
                 ),
                 endpoint,
             )
@@ -225,7 +229,9 @@ def endpoint_stack(
         if spec.kind != "offline" and not batched:  # a network endpoint: slow down when told
             url = endpoint_url(spec.kind, urls[0] if urls else "")
             inner = BackpressureAdapter(inner, _endpoint(config, url, spec.max_concurrency))
-        inner = BudgetAdapter(inner, budget, provider=spec.name, batchable=batchable)
+        inner = BudgetAdapter(
+            inner, budget, provider=spec.name, kind=spec.kind, batchable=batchable
+        )
     if (spec.requests_per_minute or spec.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,
