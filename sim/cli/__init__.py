@@ -1,7 +1,9 @@
 """The ``sim`` command line: thin commands that parse, call the library and print.
 
 Exit codes: 0 ok, 1 the run failed, 2 bad input or usage, 130 interrupted (Ctrl-C),
-143 terminated (SIGTERM). No input makes a command print a Python traceback: each command
+143 terminated (SIGTERM), 141 a read-only command's output closed by its reader
+(``sim usage | head -1``: quietly, ``sim.cli.common.reader_gone``). No input makes a
+command print a Python traceback: each command
 maps the errors it expects (``sim.cli.common.errors``), and ``_Main`` turns anything else
 into one line and exit 1 (``SIM_DEBUG=1`` shows the traceback).
 

@@ -8,11 +8,12 @@ The config's models are imported by ``build_config``, when a command builds its 
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -129,9 +130,30 @@ def _told(exc: BaseException) -> str:
     return redact_text(str(exc))
 
 
+#: the exit code of a command whose output's reader went away: a shell's for SIGPIPE
+CLOSED_PIPE_EXIT = 128 + 13
+
+
+def reader_gone() -> NoReturn:
+    """End a read-only command whose stdout's reader went away (``sim usage | head -1``):
+    quietly, as ``cat`` does, since nothing failed. What is still to be written (and
+    the interpreter's flush at exit) goes to ``/dev/null``."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor behind stdout (a test's runner)
+        pass
+    sys.exit(CLOSED_PIPE_EXIT)
+
+
 @contextmanager
-def errors() -> Iterator[None]:
-    """Map library errors to a message on stderr and an exit code."""
+def errors(*, read_only: bool = False) -> Iterator[None]:
+    """Map library errors to a message on stderr and an exit code.
+
+    Args:
+        read_only: the command changes nothing, so a closed output pipe (its reader went
+            away) ends it quietly (``reader_gone``) rather than as a failed run.
+    """
     try:
         yield
     except TickInterrupted as exc:
@@ -159,6 +181,8 @@ def errors() -> Iterator[None]:
         click.echo("error: input nested too deeply to process", err=True)
         sys.exit(2)
     except OSError as exc:
+        if read_only and isinstance(exc, BrokenPipeError):
+            reader_gone()
         click.echo(redact_text(os_error_line(exc)), err=True)
         sys.exit(1)
 
