@@ -41,6 +41,9 @@ BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model", "endpoint")
 #: the ``--by endpoint`` row of calls that went over no network (offline, or logged
 #: before endpoints were recorded)
 NO_ENDPOINT = "-"
+#: the ``--by endpoint`` row of the calls of ticks whose call detail ``sim log --compact
+#: --before`` dropped: their summaries keep the numbers, not the server of each call
+COMPACTED_ENDPOINT = "(compacted: server not kept)"
 
 
 @dataclass
@@ -320,6 +323,29 @@ def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) 
     return _report("entity", list(rows.values()), notes)
 
 
+def _add_compacted(
+    groups: dict[str, UsageRow],
+    full: list[TickLog],
+    listed: list[Listed],
+    prices: Mapping[str, Any],
+) -> list[str]:
+    """The calls of the compacted ticks among ``full`` (their call records dropped), from
+    their summaries in ``listed``, as one row (``COMPACTED_ENDPOINT``), so every grouping
+    counts the same calls; the note that says so."""
+    compacted = {log.tick for log in full if log.compacted is not None}
+    if not compacted:
+        return []
+    kept = [item for item in listed if item.tick in compacted]
+    row = groups.setdefault(COMPACTED_ENDPOINT, UsageRow(COMPACTED_ENDPOINT))
+    for part in group_rows(kept, "tick", prices).values():
+        row.add(part)
+    return [
+        f"{len(compacted)} ticks' call detail was dropped by `sim log --compact --before`: "
+        f"their {row.requests} requests are counted as {COMPACTED_ENDPOINT!r}, from their "
+        "summaries, which do not keep the server of each call"
+    ]
+
+
 def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> UsageReport:
     rows.sort(key=lambda r: (-r.cost.usd, -r.total_tokens, r.key))
     total = UsageRow("total")
@@ -350,7 +376,9 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
         full, unread = read_logs(world_dir)
         set_aside, unread_aside = read_logs(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}")
         problems = [*unread, *unread_aside]
-        report = _report(by, list(group_calls([*full, *set_aside], by, prices).values()))
+        groups = group_calls([*full, *set_aside], by, prices)
+        notes = _add_compacted(groups, full, logs, prices)
+        report = _report(by, list(groups.values()), notes)
         if set_aside:
             report.notes.append(
                 f"includes {len(set_aside)} abandoned logs (.sim/log/{ABANDONED_DIR}/): runs "
