@@ -96,13 +96,13 @@ def log_(
             if problems:
                 sys.exit(1)
             return
-        from sim.ticklog.format import log_path
+        from sim.ticklog.format import existing_log
         from sim.ticklog.reader import read_log
         from sim.ticklog.records import dump_record
 
         number = tick_arg(tick_) if tick_ is not None else None
         log = (
-            read_log(log_path(world_dir, number))
+            read_log(existing_log(world_dir, number))
             if number is not None
             else logview.last_log(world_dir)
         )

@@ -98,7 +98,7 @@ def tune_(
     with errors(read_only=True):  # on scratch copies
         tried = parse_depths(depths)
         config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
-        section = phase_section(phase, config.tick.phases)
+        section = phase_section(phase, config.tick.phases, "--phase")
         name = section_name(section)
         if config.llm.provider != "offline" and not yes:
             guess = estimate(world_dir, config, section, tried, ticks)

@@ -32,7 +32,7 @@ from sim.llm.adapters.replay import Drift, ReplayAdapter
 from sim.llm.stack import close_stack
 from sim.llm.types import Adapter
 from sim.storage import Storage
-from sim.ticklog.format import log_file, log_path, read_state, state_digest
+from sim.ticklog.format import existing_log, log_file, log_path, read_state, state_digest
 from sim.ticklog.reader import TickLog, read_log
 
 WORLD_INPUTS = ("prompts", "schemas", "config.toml")
@@ -80,9 +80,7 @@ class ReplayReport:
 
 def committed_log(world_dir: Path, tick: int) -> TickLog:
     """The committed log of ``tick``, or an error saying why it cannot be used."""
-    path = log_file(world_dir, tick)
-    if not path.is_file():
-        raise InputError(path, None, f"no log for tick {tick} (see `sim log --tick all`)")
+    path = existing_log(world_dir, tick)
     log = read_log(path)
     if not log.committed:
         raise LogError(f"{path}: tick {tick} never committed; run `sim tick` to resume it")

@@ -80,3 +80,18 @@ def test_a_read_only_command_ends_quietly_on_a_closed_pipe(
     assert code == 141, err  # a shell's exit code for SIGPIPE, as `yes | head -1` ends
     assert err == ""  # no "failed: Broken pipe ... an interrupted tick resumes"
     assert tree(played, logs=True) == before
+
+
+def test_tune_names_the_phase_option_it_was_given(played: Path, tmp_path: Path) -> None:
+    result = sim("tune", "--world", str(played), "--phase", "nope", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "'--phase': unknown phase 'nope'" in result.stderr
+    assert "--depth" not in result.stderr
+
+
+def test_log_and_replay_of_a_tick_with_no_log_say_the_same(played: Path, tmp_path: Path) -> None:
+    shown = sim("log", "--world", str(played), "--tick", "99", cwd=tmp_path)
+    replayed = sim("replay", "--world", str(played), "--tick", "99", cwd=tmp_path)
+    assert shown.returncode == replayed.returncode == 2
+    assert shown.stderr == replayed.stderr
+    assert "no log for tick 99 (see `sim log --tick all`)" in shown.stderr
