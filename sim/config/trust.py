@@ -197,6 +197,9 @@ def untrusted(
 CAPS: dict[str, bool] = {
     "budget.max_cost_usd": True,
     "budget.max_total_tokens": True,
+    # the pace the user keeps to their provider's quota
+    "llm.requests_per_minute": True,
+    "llm.tokens_per_minute": True,
     "limits.max_entity_bytes": False,
 }
 

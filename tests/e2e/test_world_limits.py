@@ -104,6 +104,18 @@ def test_a_world_cannot_raise_the_users_entity_size_limit(tmp_path: Path) -> Non
     assert "limits.max_entity_bytes" in result.stderr  # the note naming the world's field
 
 
+def test_a_world_cannot_lift_the_users_pace(tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    world.mkdir()
+    (world / "config.toml").write_text("[llm]\nrequests_per_minute = 0\ntokens_per_minute = 9000\n")
+    (tmp_path / "user.toml").write_text(
+        "[llm]\nrequests_per_minute = 30\ntokens_per_minute = 500\n"
+    )
+    config = load_config(tmp_path / "user.toml", world)
+    assert (config.llm.requests_per_minute, config.llm.tokens_per_minute) == (30, 500)
+    assert load_config(None, world, cwd=tmp_path).llm.tokens_per_minute == 9000  # tightened
+
+
 def test_a_world_may_tighten_every_limit(tmp_path: Path) -> None:
     world = tmp_path / "w"
     world.mkdir()
