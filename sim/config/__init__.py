@@ -68,6 +68,7 @@ from sim.config.models import (
     VerbName,
     base_urls,
     describe_base_url,
+    loggable,
     redacted,
 )
 from sim.config.names import (
@@ -143,6 +144,7 @@ __all__ = [
     "layer_problems",
     "llm_endpoint",
     "load_config",
+    "loggable",
     "named_endpoint",
     "named_endpoints",
     "normalised_model",

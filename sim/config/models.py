@@ -321,10 +321,17 @@ class Config(_Strict):
 
 
 def redacted(config: Config) -> dict[str, Any]:
-    """The config as plain data, safe to log: it holds no key (only the names of the
-    variables holding them), and each ``base_url`` has the credentials a URL can carry
-    (``user:pw@``, ``?api-key=``) masked (``sim.llm.redact``)."""
-    return _redact_base_urls(config.model_dump(mode="json", by_alias=True))
+    """The config as plain data that reads back to the same config: it holds no key, only
+    the names of the variables holding them; but a ``base_url`` keeps any credentials
+    written into it (``user:pw@``, ``?api-key=``). What is printed or stored is
+    ``loggable``."""
+    return config.model_dump(mode="json", by_alias=True)
+
+
+def loggable(config: Config) -> dict[str, Any]:
+    """The config as the tick log records it: ``redacted``, with the credentials a
+    ``base_url`` can carry masked (``sim.llm.redact``)."""
+    return _redact_base_urls(redacted(config))
 
 
 def _redact_base_urls(data: dict[str, Any]) -> dict[str, Any]:

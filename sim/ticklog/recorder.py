@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from sim.config import Config, redacted
+from sim.config import Config, loggable
 from sim.errors import LogError
 from sim.llm.adapters.replay import ReplayAdapter
 from sim.llm.batch import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
@@ -212,7 +212,7 @@ class TickRecorder:
         head: HeaderRecord = (
             partial.header
             if partial is not None
-            else header(tick, redacted(config), seed, self.scope, phases)
+            else header(tick, loggable(config), seed, self.scope, phases)
         )
         #: the tick's summary, fed every call record the log holds (sim.ticklog.summary)
         self.summary = SummaryBuilder(head)
@@ -234,7 +234,7 @@ class TickRecorder:
                 ResumeRecord(
                     attempt=partial.resumes + 2,
                     calls_logged=len(partial.calls),
-                    config=redacted(config),
+                    config=loggable(config),
                 )
             )
             self.writer.sync()

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sim.config import Config, redacted
+from sim.config import Config, loggable
 from sim.engine.runner import Runner, build_adapter
 from sim.errors import InputError, LogError
 from sim.llm.adapters.replay import Drift, ReplayAdapter
@@ -252,10 +252,10 @@ def _explain(tick: TickReplay, log: TickLog, rerun: TickLog, current: Config) ->
     head, now = log.header, rerun.header
     if head.config:
         try:  # normalised, so keys a newer sim added with their defaults are not "changes"
-            logged = redacted(Config.model_validate(head.config))
+            logged = loggable(Config.model_validate(head.config))
         except ValidationError:
             logged = head.config
-        tick.config_changes = config_changes(logged, redacted(current))
+        tick.config_changes = config_changes(logged, loggable(current))
     if head.phases is not None and list(current.tick.phases) != head.phases:
         tick.phase_change = f"logged {', '.join(head.phases)}; now {', '.join(current.tick.phases)}"
     if head.templates is not None:

@@ -154,3 +154,20 @@ def test_redact_text_finds_every_url_in_a_message() -> None:
     assert redact_text(text) == (
         "cannot connect to http://***@h:1/v1 or https://g/v1?token=*** (refused)"
     )
+
+
+def test_the_logged_config_masks_credentials_the_plain_one_reads_back() -> None:
+    from sim.config import Config, loggable, redacted
+
+    url = "http://alice:PWSECRET@gpu1:8000/v1?api-key=QSECRET"
+    config = Config.model_validate(
+        {"llm": {"provider": "chat", "base_url": [url, "http://gpu2:8000/v1"]}}
+    )
+    # a config written out to be read back (a sweep run's) keeps the URL it must reach
+    assert Config.model_validate(redacted(config)) == config
+    logged = loggable(config)
+    assert logged["llm"]["base_url"] == [
+        "http://***@gpu1:8000/v1?api-key=***",
+        "http://gpu2:8000/v1",
+    ]
+    assert_no_secret(str(logged))
