@@ -15,7 +15,12 @@ from typing import Any
 from sim.config.models import Config, DeclaredPhaseConfig
 from sim.config.names import PHASE_SECTIONS
 from sim.config.trust import tightened, untrusted
-from sim.config.validate import InvalidConfig, layer_problems, validated
+from sim.config.validate import (
+    InvalidConfig,
+    layer_problems,
+    undeclared_endpoints,
+    validated,
+)
 from sim.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -117,8 +122,10 @@ def load_config(
             layers.append((world_config, True))
     problems: list[InputError] = []
     world_layer: tuple[dict[str, Any], dict[str, Any], Path] | None = None
+    read: list[tuple[Path, dict[str, Any]]] = []
     for path, is_world in layers:
         layer = _read_world_toml(path) if is_world else _read_toml(path)
+        read.append((path, layer))
         if is_world:
             world_layer = (layer, data, path)  # with the user's layers merged so far
         if is_world and not trust_world_config:  # the user's layers and flags decide
@@ -136,7 +143,31 @@ def load_config(
         data, notes = tightened(data, layer, _merge(users, overrides or {}), path)
         for note in notes:
             logger.warning("note: %s", note)
-    return provider_models(validated(data, None), os.environ)
+    config = validated(data, None)
+
+    def source(dotted: str) -> tuple[Path | None, str]:
+        """The file (``None``: the command line) and field that set ``dotted``."""
+        if _has(overrides or {}, dotted):
+            return None, "--model" if dotted.endswith(".model") else dotted
+        for path, layer in reversed(read):
+            if _has(layer, dotted):
+                return path, dotted
+        return None, dotted
+
+    problems = undeclared_endpoints(config, source)
+    if problems:
+        raise InvalidConfig(problems)
+    return provider_models(config, os.environ)
+
+
+def _has(data: Mapping[str, Any], dotted: str) -> bool:
+    """Whether a raw layer sets the dotted key."""
+    value: Any = data
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return False
+        value = value[part]
+    return True
 
 
 def _read_world_toml(path: Path) -> dict[str, Any]:

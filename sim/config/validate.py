@@ -4,7 +4,7 @@ they are offered, no built-in names reused)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +138,6 @@ def layer_problems(
                     f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
                 )
             )
-    if combined:
-        problems.extend(_undeclared_endpoints(config, source))
     for name, spec in config.providers.items():
         if name in PROVIDERS or name == "replay":
             problems.append(
@@ -178,9 +176,12 @@ def layer_problems(
     return problems
 
 
-def _undeclared_endpoints(config: Config, source: Path | None) -> list[InputError]:
+def undeclared_endpoints(
+    config: Config, source: Callable[[str], tuple[Path | None, str]]
+) -> list[InputError]:
     """A problem for each model written ``NAME/model`` that would run on the offline
-    provider because no ``[providers.NAME]`` declares ``NAME``.
+    provider because no ``[providers.NAME]`` declares ``NAME``; ``source`` says which file
+    (``None``: the command line) and field set a dotted key.
 
     On a server, ``meta-llama/Llama-3-8B`` is a model's own name, sent as written (the
     server says if it has no such model). The offline model answers any name, so there
@@ -198,16 +199,17 @@ def _undeclared_endpoints(config: Config, source: Path | None) -> list[InputErro
                 head, slash, rest = name.strip().partition("/")
                 if not slash or not rest.strip() or head in PROVIDERS or head in config.providers:
                     continue
-                problems.append(
-                    InputError(
-                        source,
-                        f"{section}.{key}",
-                        f"{name!r} names the endpoint {head!r}, but no [providers.{head}] "
-                        "section declares it, and the offline provider would answer in its "
-                        f"place; add [providers.{head}] (kind, base_url: docs/providers.md) "
-                        "to your config, or choose the provider with --provider",
-                    )
+                path, field = source(f"{section}.{key}")
+                problem = InputError(
+                    path,
+                    field,
+                    f"{name!r} names the endpoint {head!r}, but no [providers.{head}] "
+                    "section declares it, and the offline provider would answer in its "
+                    f"place; add [providers.{head}] (kind, base_url: docs/providers.md) "
+                    "to your config, or choose the provider with --provider",
                 )
+                if str(problem) not in {str(p) for p in problems}:  # --model: said once
+                    problems.append(problem)
     return problems
 
 

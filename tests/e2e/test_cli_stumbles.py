@@ -34,7 +34,7 @@ def test_a_model_on_an_undeclared_endpoint_is_an_error_naming_the_section(
     before = tree(world, logs=True)
     result = sim("tick", "--world", str(world), "--model", "local/qwen2.5-7b", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "[providers.local]" in result.stderr
+    assert "[providers.local]" in result.stderr and "field '--model'" in result.stderr
     assert "Traceback" not in result.stderr
     assert tree(world, logs=True) == before  # nothing ran, nothing written
 
