@@ -8,16 +8,18 @@ The config's models are imported by ``build_config``, when a command builds its 
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+from sim.llm.redact import redact_text
 
 if TYPE_CHECKING:
     from sim.config import Config
@@ -161,37 +163,66 @@ def deferred(exc: SimError) -> bool:
     return types is not None and isinstance(exc, types.TickDeferred)
 
 
+def _told(exc: BaseException) -> str:
+    """An error's message as printed: any URL in it without its credentials (a server
+    named with ``user:pw@`` or ``?api-key=``)."""
+    return redact_text(str(exc))
+
+
+#: the exit code of a command whose output's reader went away: a shell's for SIGPIPE
+CLOSED_PIPE_EXIT = 128 + 13
+
+
+def reader_gone() -> NoReturn:
+    """End a read-only command whose stdout's reader went away (``sim usage | head -1``):
+    quietly, as ``cat`` does, since nothing failed. What is still to be written (and
+    the interpreter's flush at exit) goes to ``/dev/null``."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor behind stdout (a test's runner)
+        pass
+    sys.exit(CLOSED_PIPE_EXIT)
+
+
 @contextmanager
-def errors() -> Iterator[None]:
-    """Map library errors to a message on stderr and an exit code."""
+def errors(*, read_only: bool = False) -> Iterator[None]:
+    """Map library errors to a message on stderr and an exit code.
+
+    Args:
+        read_only: the command changes nothing, so a closed output pipe (its reader went
+            away) ends it quietly (``reader_gone``) rather than as a failed run.
+    """
     try:
         yield
     except TickInterrupted as exc:
-        click.echo(f"\n{exc}", err=True)
+        click.echo(f"\n{_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
     except RunFailed as exc:
-        click.echo(f"failed: {exc}", err=True)
+        click.echo(f"failed: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
-        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {exc}", err=True)
+        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except LLMConfigurationError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_told(exc)}", err=True)
         sys.exit(2)
     except LLMBudgetExceededError as exc:
-        click.echo(f"stopped: {exc} (nothing was committed for this tick)", err=True)
+        click.echo(f"stopped: {_told(exc)} (nothing was committed for this tick)", err=True)
         sys.exit(1)
     except LLMError as exc:
-        click.echo(f"failed: {exc}", err=True)
+        click.echo(f"failed: {_told(exc)}", err=True)
         sys.exit(1)
     except RecursionError:
         click.echo("error: input nested too deeply to process", err=True)
         sys.exit(2)
     except OSError as exc:
-        click.echo(os_error_line(exc), err=True)
+        if read_only and isinstance(exc, BrokenPipeError):
+            reader_gone()
+        click.echo(redact_text(os_error_line(exc)), err=True)
         sys.exit(1)
 
 

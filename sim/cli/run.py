@@ -461,7 +461,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.ticklog.records import record_data
     from sim.ticklog.summary import check_history
 
-    with json_errors("check", as_json):
+    with json_errors("check", as_json, read_only=True):
         config = build_config(config_file, world_dir)
         url, key_env = endpoint(config)
         storage = Storage(world_dir, config.limits.max_entity_bytes)

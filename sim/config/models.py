@@ -23,6 +23,7 @@ from sim.config.names import (
     PHASE_SECTIONS,
     PROVIDER_NAME_PATTERN,
 )
+from sim.llm.redact import redact_url
 from sim.llm.types import CallSettings, StructuredOutput
 
 
@@ -356,5 +357,28 @@ class Config(_Strict):
 
 
 def redacted(config: Config) -> dict[str, Any]:
-    """The config as plain data, safe to log (holds no secrets by construction)."""
+    """The config as plain data that reads back to the same config: it holds no key, only
+    the names of the variables holding them; but a ``base_url`` keeps any credentials
+    written into it (``user:pw@``, ``?api-key=``). What is printed or stored is
+    ``loggable``."""
     return config.model_dump(mode="json", by_alias=True)
+
+
+def loggable(config: Config) -> dict[str, Any]:
+    """The config as the tick log records it: ``redacted``, with the credentials a
+    ``base_url`` can carry masked (``sim.llm.redact``)."""
+    return _redact_base_urls(redacted(config))
+
+
+def _redact_base_urls(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out[key] = _redact_base_urls(value)
+        elif key == "base_url" and isinstance(value, str):
+            out[key] = redact_url(value)
+        elif key == "base_url" and isinstance(value, list):
+            out[key] = [redact_url(v) if isinstance(v, str) else v for v in value]
+        else:
+            out[key] = value
+    return out

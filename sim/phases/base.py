@@ -15,6 +15,7 @@ from sim.llm.batch import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
+from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
 from sim.phases.templates import Prompts
@@ -186,7 +187,8 @@ class PhaseReport:
     def fail(self, entity_key: str, error: LLMError) -> None:
         self.failures += 1
         self.fallbacks.append(entity_key)
-        self.errors[entity_key] = f"{error.code}: {error}"
+        # printed and logged: any URL the error quotes without its credentials
+        self.errors[entity_key] = redact_text(f"{error.code}: {error}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
