@@ -20,7 +20,8 @@ from sim.llm.backpressure import find_endpoint
 from sim.llm.batch import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport, find_pool
-from sim.llm.stack import build_stack, close_stack, find_budget
+from sim.llm.recovery import RecoveryAdapter
+from sim.llm.stack import build_stack, close_stack, find_budget, with_recovery
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import DeltaSink, StreamHub, installed
 from sim.llm.types import Adapter, Usage
@@ -116,7 +117,12 @@ class Runner:
         events: receives every LLM call event (progress lines, logs).
         on_phase: called at the start and end of each phase.
         on_tick: called with each tick's result once it has committed.
-        adapter: use this adapter instead of the configured provider (tests, replay).
+        adapter: use this adapter instead of the configured provider (tests, replay). It
+            is wrapped in recovery as ``[llm]`` sets it (retries, fallback models,
+            breakers), like the configured provider's stack, unless ``recovery`` is false.
+        recovery: false: ``adapter`` is used bare, for one that already is a whole stack
+            (``sim tune``) or serves a tick log's answers (``sim replay``: a recorded call
+            already holds every attempt).
         seed: make this the world's seed (``world.json``) before the first tick, in a
             commit of its own, so the ticks, their logs, a resume and a replay all see it.
         on_delta: receives streamed answer text as it arrives (``[llm] stream``).
@@ -141,7 +147,10 @@ class Runner:
         approver: Approver | None = None,
         decisions: list[PolicyRecord] | None = None,
         on_batch: Callable[[BatchProgress], None] | None = None,
+        recovery: bool = True,
     ) -> None:
+        if adapter is not None and recovery and not isinstance(adapter, RecoveryAdapter):
+            adapter = with_recovery(config, adapter)
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
         self.config = config
@@ -381,7 +390,13 @@ class Runner:
                         f"{event.response.fallback_to or event.model}"
                     )
 
-        guard = PhaseGuard(config.llm.max_failed_fraction, failure_policies, on_stop=gate.halt)
+        guard = PhaseGuard(
+            config.llm.max_failed_fraction,
+            failure_policies,
+            on_stop=gate.halt,
+            max_content_failed_fraction=config.llm.max_content_failed_fraction,
+            min_content_failures=config.llm.min_content_failures,
+        )
         ctx.events = EventFanout(
             account, recorder.on_event, guard, *([self.events] if self.events else [])
         )
