@@ -12,6 +12,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from sim import sections
 from sim.cli import main
 from sim.ticklog.format import log_path, unpack_state
 from sim.ticklog.reader import read_log
@@ -82,7 +83,7 @@ def test_relationships_reach_the_intentions_input_and_files_keep_them(tmp_path: 
     result = invoke("tick", "--world", str(world))
     assert result.exit_code == 0, result.output
     log = read_log(log_path(world, 1))
-    inputs = {c.entity_key: orjson.loads(c.input) for c in log.calls.values()}
+    inputs = {c.entity_key: sections.loads(c.input) for c in log.calls.values()}
     ada = inputs["intention:ada"]
     assert ada["relationships"] == [{"id": "bram", "name": "Bram Oakes", **tie}]
     assert "relationships" not in inputs["intention:bram"]  # nothing added where none
@@ -158,7 +159,7 @@ def test_a_declared_phase_updates_relationships(tmp_path: Path) -> None:
     result = invoke("tick", "--world", str(world), "--ticks", "3")
     assert result.exit_code == 0, result.output
     first = read_log(log_path(world, 1))
-    shown = {c.entity_key: orjson.loads(c.input) for c in first.calls.values()}
+    shown = {c.entity_key: sections.loads(c.input) for c in first.calls.values()}
     for cid in ids:  # the phase's default input shows the subject's relationships
         ties = [t["id"] for t in shown[f"bond:{cid}"]["relationships"]]
         assert ties == list(expected[cid])
@@ -421,7 +422,7 @@ def test_an_attribute_named_like_a_key_column_keeps_its_value(tmp_path: Path) ->
     assert {(r["to"], r["attribute.to"], r["name"]) for r in rows} == {
         ("bram", "the bank", "Old Bram")
     }
-    shown = orjson.loads(read_log(log_path(world, 1)).calls["1:intentions:intention:ada:0"].input)
+    shown = sections.loads(read_log(log_path(world, 1)).calls["1:intentions:intention:ada:0"].input)
     assert shown["relationships"][0]["id"] == "bram"
     assert shown["relationships"][0]["name"] == "Bram Oakes"  # the character's, not the tie's
 
