@@ -453,3 +453,34 @@ def test_a_fixed_write_into_an_unknown_relationship_is_undone(tmp_path: Path) ->
         held = orjson.loads(before[path.name])["relationships"]
         assert ties == {k: {**v, "trust": 0.5} for k, v in held.items()}  # default filled
     assert invoke("check", "--world", str(world)).exit_code == 0
+
+
+def test_a_studys_tables_have_every_runs_edges(tmp_path: Path, monkeypatch: Any) -> None:
+    """`sim export --study` and `sim.analysis.load_study` carry the edges table, led by
+    condition, seed and run like the others."""
+    monkeypatch.chdir(tmp_path)
+    init_network(tmp_path, "w", "star", 3)
+    (tmp_path / "study.toml").write_text(
+        'world = "w"\nseeds = "1"\nticks = 2\n[conditions.control]\n[conditions.shock]\n'
+        'set = [{ tick = 2, path = "ada.relationships.bram.trust", value = 0.1 }]\n'
+    )
+    result = invoke("study", "run", "study.toml", "--out", "runs")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "tables"
+    result = invoke("export", "--study", "runs", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    columns, rows = read_csv(out / "edges.csv")
+    assert columns[:3] == ["condition", "seed", "run"]
+    assert {"tick", "from", "to", "kind", "trust"} <= set(columns)
+    trust = {
+        (r["condition"], r["tick"]): r["trust"]
+        for r in rows
+        if r["from"] == "ada" and r["to"] == "bram"
+    }
+    assert trust[("control", "2")] == "0.5" and trust[("shock", "2")] == "0.1"
+    assert trust[("control", "0")] == trust[("shock", "0")] == "0.5"
+    pytest.importorskip("pandas", reason="the analysis extra (pandas) is not installed")
+    from sim.analysis import load_study
+
+    frames = load_study(tmp_path / "runs")
+    assert len(frames.edges) == len(rows)
