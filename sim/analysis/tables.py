@@ -1,6 +1,6 @@
 """Tidy tables of a world's history, built from its tick logs and its folder (stdlib only).
 
-Five tables, one row per observation, for ``sim export`` and ``sim.analysis.load``:
+Six tables, one row per observation, for ``sim export`` and ``sim.analysis.load``:
 
 - ``characters``: one row per committed tick and character, and a baseline row per
   character for the tick before the first logged one (its ``state_before``: tick 0 for a
