@@ -103,21 +103,6 @@ def character_view(char: Entity, *, full: bool = True) -> dict[str, Any]:
     return view
 
 
-_IDS = ("id", "name")
-
-
-def relationships_view(world: World, char: Entity) -> list[dict[str, Any]]:
-    """A character's relationships as it sees them: each other character's id and name,
-    then the relationship's fields (``kind``, ``trust``, the world's own), in file order.
-    Empty when it has none, so inputs of worlds without relationships stay as they were."""
-    out = []
-    for other, tie in (char.get("relationships") or {}).items():
-        them = world.characters.get(other)
-        name = them["identity"]["name"] if them is not None else other
-        out.append({"id": other, "name": name, **{k: v for k, v in tie.items() if k not in _IDS}})
-    return out
-
-
 def own_fields(char: Entity) -> dict[str, Any]:
     """A character's own fields (``identity``, ``state``, top level), in that order."""
     view: dict[str, Any] = {}

@@ -44,7 +44,6 @@ from sim.phases.base import (
     memory_view,
     place_view,
     public,
-    relationships_view,
     to_json,
 )
 from sim.phases.files import read_world_file
@@ -55,7 +54,14 @@ from sim.phases.schema import load_schema, ref_fields, without_refs
 from sim.phases.templates import template_name
 from sim.phases.tool_registry import ANSWER, declared_tools
 from sim.phases.tool_steps import converse
-from sim.world import Character, Entity, Location, WorldMeta, relationship_problems
+from sim.world import (
+    Character,
+    Entity,
+    Location,
+    WorldMeta,
+    relationship_problems,
+    relationships_view,
+)
 
 #: entity fields a phase may not write: what the engine's rules and files depend on
 PROTECTED = {

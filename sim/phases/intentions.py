@@ -20,11 +20,10 @@ from sim.phases.base import (
     memory_view,
     place_view,
     public,
-    relationships_view,
 )
 from sim.phases.intention_tools import intention_data, tools_for
 from sim.phases.refs import IntentionRefs, check_for, verified
-from sim.world import Entity, World
+from sim.world import Entity, World, relationships_view
 
 NAME = "intentions"
 SECTION = "phase1"

@@ -484,3 +484,22 @@ def test_a_studys_tables_have_every_runs_edges(tmp_path: Path, monkeypatch: Any)
 
     frames = load_study(tmp_path / "runs")
     assert len(frames.edges) == len(rows)
+
+
+def test_sim_ask_shows_the_character_its_relationships(tmp_path: Path, stub_server: Any) -> None:
+    """An interview's input, as the server received it, lists who the character knows."""
+    world = init_network(tmp_path, "w", "star", 3)
+    args = ("--provider", "chat", "--base-url", stub_server.base_url)
+    result = invoke("ask", "--world", str(world), "ada", "Whom do you trust?", *args)
+    assert result.exit_code == 0, result.output
+    result = invoke("ask", "--world", str(world), "bram", "Whom do you trust?", *args)
+    assert result.exit_code == 0, result.output
+    [ada, bram] = [r for r in stub_server.log if "messages" in r]
+    said = {
+        name: orjson.loads(next(m["content"] for m in r["messages"] if m["role"] == "user"))
+        for name, r in (("ada", ada), ("bram", bram))
+    }
+    assert [t["id"] for t in said["ada"]["you"]["relationships"]] == ["bram", "cora"]
+    assert said["bram"]["you"]["relationships"] == [
+        {"id": "ada", "name": "Ada Marsh", "kind": "acquaintance", "trust": 0.5}
+    ]
