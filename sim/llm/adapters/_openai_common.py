@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
-import httpx2
 import orjson
 from pydantic import BaseModel, ValidationError
 
@@ -237,13 +236,12 @@ def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOpti
     size = -(-max_concurrency // count)
     key = read_key(options["api_key_env"], require_key=options.get("require_key", True))
     url = resolved_url(options["base_url"])
-    limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
 
     def connect(index: int) -> openai.AsyncOpenAI:
-        return sdk_client(key, options, limits=limits)
+        return sdk_client(key, options, size)
 
     if not AIOHTTP_ROUTES:  # the bench's comparison: the SDK's own stack for every call
-        clients = {i: sdk_client(key, options, limits=limits) for i in range(count)}
+        clients = {i: sdk_client(key, options, size) for i in range(count)}
         return ClientPool([None] * count, clients=clients)
     target = openai_target(
         url,
@@ -257,16 +255,17 @@ def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOpti
     return ClientPool(routes, connect)
 
 
-def sdk_client(
-    key: str, options: ClientOptions, *, limits: httpx2.Limits | None = None
-) -> openai.AsyncOpenAI:
+def sdk_client(key: str, options: ClientOptions, size: int = POOL_SIZE) -> openai.AsyncOpenAI:
     """An ``AsyncOpenAI`` (this imports the SDK) with its retries off and an explicit
-    timeout, on the SDK's own stack with ``limits``, verifying with the one shared TLS
-    context."""
+    timeout, on the SDK's own stack with ``size`` connections, verifying with the one
+    shared TLS context."""
+    # here, not at the top: the SDK and httpx2 cost ~0.6 s of CPU to import, and a call
+    # on a route needs neither
+    import httpx2
     import openai
 
     http_client = openai.DefaultAsyncHttpxClient(
-        limits=limits or httpx2.Limits(max_connections=POOL_SIZE),
+        limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
         verify=shared_ssl_context(),
     )
     return openai.AsyncOpenAI(
@@ -377,6 +376,8 @@ async def post_json(
         route = pool.routes[index]
         if route is not None:
             return await route.post(path, content, timeout_seconds, key)
+        import httpx2  # loaded already: a client was handed in
+
         options: openai.RequestOptions = {
             "timeout": httpx2.Timeout(timeout_seconds, connect=connect_timeout_seconds)
         }

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx2
 import orjson
 
 from sim.llm.adapters._http import IDEMPOTENCY_HEADER
@@ -296,6 +295,8 @@ async def post_stream(
     async def open_stream() -> AsyncIterator[Json]:
         if route is not None:
             return route.stream(path, content, key)
+        # loaded already: a client was handed in
+        import httpx2
         import openai
 
         options: openai.RequestOptions = {
