@@ -2,10 +2,11 @@
 completions).
 
 What they share lives here: construction (the routes to the server: aiohttp sessions
-with no SDK, SDK clients with retries off and explicit timeouts where they are needed; the key read from a named environment variable and
-never printed), the one POST of a call (the body serialized once with orjson and sent by
-``post_json`` with the call's idempotency key; failures of either path mapped to the
-``LLMError`` tree by one table; a body that is not a JSON object is a ``bad_response``),
+with no SDK, SDK clients with retries off and explicit timeouts where they are needed;
+the key read from a named environment variable and never printed), the one POST of a
+call (the body serialized once with orjson and sent by ``post_json`` with the call's
+idempotency key; failures of either path mapped to the ``LLMError`` tree by one table; a
+body that is not a JSON object is a ``bad_response``),
 and the flow of ``execute``: build the wire body, post it, read the answer. Each adapter
 keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, data)``.
 """
