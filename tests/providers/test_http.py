@@ -721,3 +721,51 @@ async def test_an_adapter_raises_the_same_error_on_either_path(
         assert isinstance(info.value.cause, HttpStatusError if direct else openai.APIError)
         facts.append(error_facts(info.value))
     assert facts[0] == facts[1]
+
+
+async def test_a_redirect_is_an_error_never_followed() -> None:
+    """A 307 to another server is not followed: the key is sent only where the user
+    chose (a redirect-following client would re-send the POST, key and all)."""
+
+    async def elsewhere(request: RawRequest, writer: asyncio.StreamWriter) -> bool:
+        writer.write(head(200, 2) + b"{}")
+        return True
+
+    other = RawServer(elsewhere)
+    await other.start()
+
+    async def redirect(request: RawRequest, writer: asyncio.StreamWriter) -> bool:
+        location = f"location: {other.base_url}/responses\r\n".encode()
+        writer.write(head(307, 0, location))
+        return True
+
+    first = RawServer(redirect)
+    await first.start()
+    pool = pool_for(first.base_url)
+    try:
+        with pytest.raises(HttpStatusError) as info:
+            await post_json(pool, "/responses", {}, 5, 5)
+    finally:
+        await pool.aclose()
+        await first.close()
+        await other.close()
+    assert info.value.status == 307
+    assert other.requests == []
+    mapped = map_openai_error(info.value, api_key_env=KEY_ENV, model="m")
+    assert isinstance(mapped, LLMAPIError) and "307" in mapped.message
+
+
+def test_a_route_works_on_a_new_event_loop(stub_server: StubServer) -> None:
+    """An adapter used by one ``asyncio.run`` and then another (its first loop gone)
+    makes new connections on the new loop rather than failing on the old ones."""
+    pool = pool_for(stub_server.base_url)
+    assert b'"output"' in asyncio.run(post_json(pool, "/responses", BODY, 5, 5))
+
+    async def again() -> bytes:
+        try:
+            return await post_json(pool, "/responses", BODY, 5, 5)
+        finally:
+            await pool.aclose()
+
+    assert b'"output"' in asyncio.run(again())
+    assert stub_server.stats.generations == 2

@@ -66,8 +66,6 @@ __all__ = [
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: seconds an idle connection is kept for reuse (httpx's default)
 KEEPALIVE_SECONDS = 5.0
-#: the longest line of a server-sent event stream read at once
-_STREAM_LINE = 2**24
 
 # -- TLS --------------------------------------------------------------------------------------
 
@@ -375,6 +373,8 @@ class Route:
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None
+        #: the loop the sessions were made on
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: stale keep-alive connections retried (for tests and the curious)
         self.stale_retries = 0
 
@@ -403,15 +403,25 @@ class Route:
 
     def _pooled(self) -> aiohttp.ClientSession:
         session = self._session
-        if session is None or session.closed:
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            self._forget_other_loop()
             session = self._session = self._new_session(reuse=True)
         return session
 
     def _fresh_session(self) -> aiohttp.ClientSession:
         session = self._fresh
-        if session is None or session.closed:
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            self._forget_other_loop()
             session = self._fresh = self._new_session(reuse=False)
         return session
+
+    def _forget_other_loop(self) -> None:
+        """Sessions made on another loop (one that has ended) cannot be used or closed on
+        this one: they are dropped, and new ones made here."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._session = self._fresh = None
+            self._loop = loop
 
     def _url(self, path: str) -> URL:
         url = self._urls.get(path)
@@ -482,6 +492,7 @@ class Route:
             headers=headers,
             timeout=self._timeout(timeout),
             proxy_headers=self._proxy_headers,
+            allow_redirects=False,  # a redirect is an error status, never followed
         ) as response:
             body = await response.read()
             if not 200 <= response.status < 300:
@@ -519,6 +530,7 @@ class Route:
                     headers=headers,
                     timeout=self._timeout(None),
                     proxy_headers=self._proxy_headers,
+                    allow_redirects=False,
                 )
             except _STALE:
                 self.stale_retries += 1
@@ -528,6 +540,7 @@ class Route:
                     headers=headers,
                     timeout=self._timeout(None),
                     proxy_headers=self._proxy_headers,
+                    allow_redirects=False,
                 )
             async with response:
                 if not 200 <= response.status < 300:
@@ -547,9 +560,10 @@ class Route:
 
     async def aclose(self) -> None:
         """Close the connections (on the loop that used them)."""
-        for session in (self._session, self._fresh):
-            if session is not None and not session.closed:
-                await session.close()
+        if self._loop is asyncio.get_running_loop():
+            for session in (self._session, self._fresh):
+                if session is not None and not session.closed:
+                    await session.close()
         self._session = self._fresh = None
 
 
