@@ -174,8 +174,8 @@ class ResponsesAssembler:
         return ""
 
     def result(self) -> Json:
-        if self.response is None:
-            return {"status": "incomplete", "incomplete_details": {"reason": "stream_ended"}}
+        if self.response is None:  # ``read_stream`` checks ``complete`` first
+            raise RuntimeError("the stream has no final response event")
         return self.response
 
 
