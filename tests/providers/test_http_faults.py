@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
+import struct
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable
@@ -97,11 +99,22 @@ async def close_reused(request: RawRequest, writer: asyncio.StreamWriter) -> boo
     return await answer(request, writer)
 
 
+async def reset_reused(request: RawRequest, writer: asyncio.StreamWriter) -> bool:
+    """As ``close_reused``, but the connection is reset (RST), not closed."""
+    if request.on_connection > 1:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        return False
+    return await answer(request, writer)
+
+
+@pytest.mark.parametrize("reply", [close_reused, reset_reused], ids=["closed", "reset"])
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one(
-    kind: type[Adapter],
+    kind: type[Adapter], reply: Reply
 ) -> None:
-    async with serving(close_reused, kind) as (server, adapter):
+    async with serving(reply, kind) as (server, adapter):
         for _ in range(4):  # one after another: each after the first reuses a connection
             response = await adapter.execute(request())
             assert isinstance(response.parsed, Note)

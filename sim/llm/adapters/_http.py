@@ -248,8 +248,19 @@ class HttpStreamError(HttpPostError):
         self.body = body
 
 
-#: the failures that mean the request never reached an answer on a reused connection
-_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError)
+#: the failures of a request that got no answer because its connection was gone: a
+#: server's close or reset met as the request went out (what aiohttp itself retries once
+#: for idempotent methods; a POST here carries its idempotency key). Failing to open a
+#: connection (``ClientConnectorError``) is not one of them.
+_STALE = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientConnectionResetError,
+    aiohttp.ClientOSError,
+)
+
+
+def _stale(exc: BaseException) -> bool:
+    return isinstance(exc, _STALE) and not isinstance(exc, aiohttp.ClientConnectorError)
 
 
 def _named(exc: BaseException, url: str) -> HttpPostError:
@@ -464,7 +475,9 @@ class Route:
         try:
             try:
                 return await self._post_once(self._pooled(), url, content, headers, timeout, shown)
-            except _STALE:
+            except _STALE as exc:
+                if not _stale(exc):
+                    raise
                 # a keep-alive connection the server closed as the request went out: once
                 # more, on a connection opened for it, within what is left of the deadline
                 self.stale_retries += 1
@@ -532,7 +545,9 @@ class Route:
                     proxy_headers=self._proxy_headers,
                     allow_redirects=False,
                 )
-            except _STALE:
+            except _STALE as exc:
+                if not _stale(exc):
+                    raise
                 self.stale_retries += 1
                 response = await self._fresh_session().post(
                     url,
