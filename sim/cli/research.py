@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, count_option, folder_option
+from sim.cli.common import (
+    CONFIG,
+    WORLD,
+    build_config,
+    count_option,
+    echo,
+    echo_json,
+    folder_option,
+    secho,
+)
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
@@ -52,7 +61,7 @@ def export_(
     with json_errors("export", as_json):
         done = export(world_dir, out, cast("Format", fmt), first, last)
         if as_json:
-            click.echo(
+            echo_json(
                 orjson.dumps(
                     {
                         "command": "export",
@@ -71,13 +80,13 @@ def export_(
             )
         else:
             span = f"ticks {done.ticks[0]}-{done.ticks[-1]}" if done.ticks else "no ticks"
-            click.echo(f"exported {span} to {out}:")
+            echo(f"exported {span} to {out}:")
             for name, path in done.files.items():
-                click.echo(f"  {name:<13} {done.rows[name]:>6} rows  {path}")
+                echo(f"  {name:<13} {done.rows[name]:>6} rows  {path}")
             for note in done.notes:
-                click.echo(f"note: {note}")
+                echo(f"note: {note}")
         for problem in done.problems:
-            click.echo(f"unreadable: {problem}", err=True)
+            echo(f"unreadable: {problem}", err=True)
         if done.problems:
             sys.exit(1)
 
@@ -110,12 +119,12 @@ def init_(folder: Path, characters: int, locations: int, as_json: bool) -> None:
                 }
             )
             return
-        click.echo(
+        echo(
             f"created {folder}: {len(made.characters)} characters "
             f"({', '.join(made.characters)}), {len(made.locations)} locations "
             f"({', '.join(made.locations)})"
         )
-        click.echo(f"next: sim check --world {folder} && sim tick --world {folder}")
+        echo(f"next: sim check --world {folder} && sim tick --world {folder}")
 
 
 @click.command("schema")
@@ -139,7 +148,7 @@ def schema_(out: Path, as_json: bool) -> None:
             emit({"command": "schema", "ok": True, "paths": [str(p) for p in written]})
             return
         for path in written:
-            click.echo(f"wrote {path}")
+            echo(f"wrote {path}")
 
 
 @click.command("ask")
@@ -190,17 +199,17 @@ def ask_(
         else:
             for interview in asked.interviews:
                 name = asked.names.get(interview.character, interview.character)
-                click.secho(f"[{name}]", fg="cyan")
+                secho(f"[{name}]", fg="cyan")
                 if interview.answer is not None:
-                    click.echo(textwrap.fill(interview.answer, width=88))
+                    echo(textwrap.fill(interview.answer, width=88))
                 else:
-                    click.echo(f"failed: {interview.error}")
+                    echo(f"failed: {interview.error}")
             tokens = sum(i.usage.input_tokens + i.usage.output_tokens for i in asked.interviews)
-            click.echo(
+            echo(
                 f"\nasked at tick {asked.tick}; recorded in "
                 f"{world_dir / '.sim' / 'interviews.jsonl'} ({tokens} tokens)",
                 err=True,
             )
         if asked.failures:
-            click.echo(f"failed: {asked.failures} of {len(asked.interviews)} answers", err=True)
+            echo(f"failed: {asked.failures} of {len(asked.interviews)} answers", err=True)
             sys.exit(1)
