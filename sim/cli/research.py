@@ -45,9 +45,21 @@ if TYPE_CHECKING:
 )
 @click.option("--from", "first", type=click.IntRange(min=1), help="The first tick to export.")
 @click.option("--to", "last", type=click.IntRange(min=1), help="The last tick to export.")
+@click.option(
+    "--csv-raw",
+    is_flag=True,
+    help="Write CSV text cells exactly. By default a text cell starting with = + - @, a tab "
+    "or a carriage return gets a leading ' so that a spreadsheet does not run it as a formula.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def export_(
-    world_dir: Path, out: Path, fmt: str, first: int | None, last: int | None, as_json: bool
+    world_dir: Path,
+    out: Path,
+    fmt: str,
+    first: int | None,
+    last: int | None,
+    csv_raw: bool,
+    as_json: bool,
 ) -> None:
     """Write tidy tables of the committed ticks: characters, interactions, locations, calls.
 
@@ -59,7 +71,7 @@ def export_(
     from sim.analysis.export import export
 
     with json_errors("export", as_json):
-        done = export(world_dir, out, cast("Format", fmt), first, last)
+        done = export(world_dir, out, cast("Format", fmt), first, last, csv_raw=csv_raw)
         if as_json:
             echo_json(
                 orjson.dumps(
