@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,24 @@ def tree(root: Path, logs: bool = False) -> dict[str, bytes]:
     return {
         rel: p.read_bytes() for rel, p in out.items() if logs or not rel.startswith(".sim/log/")
     }
+
+
+@contextmanager
+def interruptible_children() -> Iterator[None]:
+    """Processes started inside get Ctrl-C (SIGINT) at its default, as from a terminal.
+
+    A runner started in the background (``nohup make test &``, a CI step) may leave SIGINT
+    ignored, and an ignored signal stays ignored across ``exec``: a child Python would
+    never see its Ctrl-C. A *handled* signal is reset to its default by ``exec``, so
+    handling SIGINT here while the children start gives each of them the default, which
+    Python turns into ``KeyboardInterrupt``. Nothing runs in the forked child (unlike
+    ``preexec_fn``, unsafe beside the stub servers' threads).
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 #: how long a child held in its commit waits for the kill (far longer than any trial takes)
