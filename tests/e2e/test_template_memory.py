@@ -39,9 +39,7 @@ MAX_PEAK_KIB = 300 * 1024
         "{% set x = 'x'*300000 %}" + "{% set x = x ~ x %}" * 12 + "{{ x|length }}",
     ],
 )
-def test_sim_check_refuses_a_template_that_asks_for_gigabytes(
-    tmp_path: Path, source: str
-) -> None:
+def test_sim_check_refuses_a_template_that_asks_for_gigabytes(tmp_path: Path, source: str) -> None:
     world = copy_demo(tmp_path / "w")
     (world / "prompts").mkdir()
     (world / "prompts" / "intentions.md").write_text(source + "\n")
