@@ -1,4 +1,4 @@
-"""Shared fixtures: scratch copies of the demo world."""
+"""Shared fixtures: scratch copies of the bundled worlds as released."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ import atexit
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import orjson
 import pytest
 
 from sim.journal import JOURNAL
@@ -25,57 +23,10 @@ from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     gemini_stub,
     stub_server,
 )
+from sim.testing.worlds import pristine_worlds
 from sim.ticklog.recorder import TickRecorder
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-class TickedWorld(RuntimeError):
-    """A bundled world was changed in place and there is no git index to restore it from."""
-
-
-def pristine_worlds(repo: Path, dest: Path) -> Path:
-    """The bundled worlds (``repo/worlds``) as released, copied into ``dest``; returns it.
-
-    Following the README (``sim tick --world worlds/demo``) changes the tracked world in
-    place, and tests that copied it then failed. In a git checkout the worlds are taken
-    from the index (what is tracked, and staged edits: ``git checkout-index``), whatever
-    the working files hold. Without git (an sdist), the working files are copied without
-    their ``.sim/`` state, and a world that has been ticked is refused by name.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    listed = _git(repo, "ls-files", "-z", "--", "worlds")
-    if listed:
-        done = subprocess.run(
-            ["git", "-C", str(repo), "checkout-index", "-z", "--stdin", f"--prefix={dest}/"],
-            input=listed,
-            capture_output=True,
-            check=False,
-        )
-        if done.returncode == 0:
-            return dest / "worlds"
-    for world in sorted((repo / "worlds").iterdir()):
-        if not world.is_dir():
-            continue
-        tick = orjson.loads((world / "world.json").read_bytes()).get("tick", 0)
-        if tick != 0 or (world / ".sim").exists():
-            raise TickedWorld(
-                f"{world} has been ticked in place (tick {tick}); the tests need it as "
-                "released: restore it from the release archive"
-            )
-        shutil.copytree(world, dest / "worlds" / world.name, ignore=shutil.ignore_patterns(".sim"))
-    return dest / "worlds"
-
-
-def _git(repo: Path, *args: str) -> bytes:
-    """The output of ``git -C repo ARGS``; empty when there is no git or no repository."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(repo), *args], capture_output=True, check=False, timeout=60
-        )
-    except OSError:  # no git
-        return b""
-    return done.stdout if done.returncode == 0 else b""
 
 
 #: the bundled worlds as released, for the whole session (removed at exit)

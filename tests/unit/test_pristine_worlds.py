@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import DEMO, TickedWorld, pristine_worlds, tree
+from conftest import DEMO, tree
 
 from sim.cli import main
+from sim.testing.worlds import TickedWorld, pristine_worlds
 
 
 def layout(root: Path) -> Path:
