@@ -58,7 +58,8 @@ def mask_wall(text: str) -> str:
     """Wall-clock times (``wall 0.09s``, a tune row's ``   0.47s``) masked, keeping each
     column's width: the only part of an offline run that differs between runs."""
     text = re.sub(r"wall \d+\.\d+s", f"wall {MASK}s", text)
-    return re.sub(r"(?<= ) +\d+\.\d+s(?= )", lambda m: f"{MASK}s".rjust(len(m.group())), text)
+    column = re.compile(r"(?<= ) +\d+\.\d+s(?= |$)", re.M)
+    return column.sub(lambda m: f"{MASK}s".rjust(len(m.group())), text)
 
 
 @dataclass
@@ -323,6 +324,49 @@ def harvest_vote_calls(tmp: Path) -> Samples:
     }
 
 
+@scenario
+def harvest_vote_five(tmp: Path) -> Samples:
+    """README: five offline ticks of harvest-vote, the last one, its votes, the usage."""
+    s = Scratch.make(tmp, "hv-five")
+    s.copy("harvest-vote", "hv")
+    out = s.sim("tick", "--world", "hv", "--ticks", "5")
+    log = s.sim("log", "--world", "hv", "--tick", "5")
+    usage = s.sim("usage", "--world", "hv", "--by", "phase")
+    return {
+        "readme-hv-tick5": block(mask_wall(out[out.index("== tick 5 ==") :])),
+        "readme-hv-votes": block(log[log.rindex("[vote]") :].split("\n\n")[0]),
+        "readme-hv-usage": block(usage),
+    }
+
+
+@scenario
+def interventions(tmp: Path) -> Samples:
+    """README: `sim inject` and `sim set` before a tick, its log and its replay."""
+    s = Scratch.make(tmp, "interventions")
+    s.sim("init", "world")
+    s.sim("tick", "--world", "world", "--ticks", "2")
+    inject = ("inject", "--world", "world", "--at", "square", "A storm breaks over the square.")
+    injected = s.sim(*inject)
+    setting = s.sim("set", "--world", "world", 'bram.state.mood="soaked"')
+    s.sim("tick", "--world", "world")
+    log = s.sim("log", "--world", "world", "--tick", "3").splitlines()
+    told = [line for line in log if line.startswith("intervention ")]
+    square = log.index("[Town Square]")
+    end = next(
+        (n for n in range(square + 1, len(log)) if not log[n] or log[n].startswith(" ")), len(log)
+    )
+    scene = log[square:end]  # the place's narrative, not the intentions listed after it
+    replay = s.sim("replay", "--world", "world", "--tick", "3")
+    text = (
+        f'$ sim inject --world world --at square "A storm breaks over the square."\n{injected}'
+        "$ sim set --world world 'bram.state.mood=\"soaked\"'      # the value is JSON\n"
+        f"{setting}$ sim tick --world world\n...\n$ sim log --world world --tick 3\n"
+        + "\n".join([log[0], *told, "...", *scene])
+        + f"\n$ sim replay --world world --tick 3\n{replay}"
+    )
+    return {"readme-interventions": block(text)}
+
+
 # -- rewriting the docs -----------------------------------------------------------------------
 
 
@@ -388,14 +432,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = [p for p, names in used(doc_files()).items() if names]
     samples = generate(args.only)
-    if args.check:
-        stale = drifted(paths, samples, partial=bool(args.only))
+    try:
+        return _apply(paths, samples, check=args.check, partial=bool(args.only))
+    except KeyError as exc:  # a marker no scenario fills
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+
+
+def _apply(paths: list[Path], samples: Samples, *, check: bool, partial: bool) -> int:
+    if check:
+        stale = drifted(paths, samples, partial)
         for path, diff in stale.items():
             print(f"drifted: {path.relative_to(REPO)} (run `make docs`)\n{diff}")
         return 1 if stale else 0
     for path in paths:
         text = path.read_text()
-        fresh = rewrite(text, samples, str(path), partial=bool(args.only))
+        fresh = rewrite(text, samples, str(path), partial)
         if fresh != text:
             path.write_text(fresh)
             print(f"rewrote {path.relative_to(REPO)}")

@@ -57,3 +57,6 @@ def test_wall_times_are_masked_keeping_the_columns() -> None:
         "    0       121       0      84632    $0.0000    #.##s         20746        0.00"
     )
     assert mask_wall("total  18   wall 12.09s") == "total  18   wall #.##s"
+    assert (
+        mask_wall("     5     24    $0.0000     0.24s\n") == "     5     24    $0.0000     #.##s\n"
+    )
