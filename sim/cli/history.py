@@ -195,12 +195,15 @@ def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
 
 @click.command()
 @WORLD
-@tick_option("Start the new world from the state at the start of this tick.")
+@tick_option(
+    "Start the new world from the state at the start of this tick (the current tick + 1:"
+    " the world as it is now)."
+)
 @folder_option(
     "--to",
     "dest",
     required=True,
-    help="The new world's folder (must not exist yet).",
+    help="The new world's folder (must not exist yet, nor be inside the world).",
 )
 @click.option(
     "--seed", type=click.IntRange(min=0), help="The new world's seed (default: the original's)."

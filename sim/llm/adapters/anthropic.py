@@ -52,6 +52,7 @@ from sim.llm.adapters._adapter_common import (
 from sim.llm.adapters._openai_common import schema_mismatch
 from sim.llm.adapters._openai_errors import retry_after_seconds
 from sim.llm.calls import schema_json
+from sim.llm.enums import constrain
 from sim.llm.errors import (
     LLMBudgetExceededError,
     LLMError,
@@ -322,7 +323,7 @@ class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
                         f"Give your answer as the input of this tool: a {schema.__name__} "
                         "that matches the schema exactly."
                     ),
-                    "input_schema": input_schema(schema),
+                    "input_schema": constrain(input_schema(schema), request.enums),
                 }
             ]
             params["tool_choice"] = {"type": "tool", "name": name}

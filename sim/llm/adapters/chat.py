@@ -174,7 +174,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
         else:
             schema = schema_of(self, request)
             form = form or self.forms.form(_mode(settings.structured_output))
-            json_schema = strict_schema(schema)
+            json_schema = strict_schema(schema, request.enums)
             extra = request_fields(form, schema.__name__, json_schema)
             instructions = instructions_for(form, instructions, json_schema)
         body: Json = {
