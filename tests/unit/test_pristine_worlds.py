@@ -58,3 +58,16 @@ def test_without_git_the_working_files_are_used_and_a_ticked_world_is_named(
     tick_in_place(repo / "worlds" / "demo")
     with pytest.raises(TickedWorld, match=r"worlds/demo has been ticked in place \(tick 2\)"):
         pristine_worlds(repo, tmp_path / "b")
+
+
+def test_no_test_copies_the_checkouts_worlds_directly() -> None:
+    """Every test takes the worlds from conftest (DEMO, HARVEST, WORLDS), as released."""
+    tests = Path(__file__).resolve().parents[1]
+    direct = [
+        f"{path.relative_to(tests)}:{n}"
+        for path in sorted(tests.rglob("*.py"))
+        if path.name != "conftest.py" and path != Path(__file__).resolve()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if 'REPO / "worlds"' in line or 'parents[2] / "worlds"' in line
+    ]
+    assert direct == []
