@@ -86,21 +86,43 @@ def refuse_over(estimate: int, what: str) -> None:
         )
 
 
-def check_args(args: Iterable[Any], what: str = "a template call") -> None:
+def check_args(args: Iterable[Any], what: str = "a template call", *, text: bool = True) -> None:
     """Refuse arguments that would make a huge value: a width or count over the value cap
-    (``center(10**9)``, ``'x'.ljust(10**9)``), or arguments over it in all (a macro that
-    doubles its argument each call, a list holding one long string a thousand times)."""
+    (``center(10**9)``, ``'x'.ljust(10**9)``), a string or sequence longer than it, and,
+    when the callee makes ``text`` of them (``string``, ``tojson``, ``upper`` on a list),
+    arguments over it in all as text (a list holding one long string a thousand times).
+
+    A callee that only rearranges its arguments (``sort``, ``selectattr``, a macro, a
+    loop) is given ``text=False``: a large cast passes through it, and whatever later
+    makes text of the result is measured then.
+    """
     total = 0
     for arg in args:
         if isinstance(arg, bool):
             continue
         if isinstance(arg, int | float) and abs(arg) > MAX_VALUE_CHARS:
             raise SecurityError(f"a number too big for a template argument ({arg:.3g})")
+        if isinstance(arg, str | list | tuple | dict) and len(arg) > MAX_VALUE_CHARS:
+            raise SecurityError(f"a value too big for an argument of {what}")
+        if not text:
+            continue
         total += size(arg, MAX_VALUE_CHARS - total)
         if total > MAX_VALUE_CHARS:
             raise SecurityError(
                 f"arguments of {what} over the template limit of {MAX_VALUE_CHARS:,} characters"
             )
+
+
+#: Jinja's built-in filters that never make text of their input (they count, pick,
+#: sort or regroup it): their arguments are not measured as text
+REARRANGING_FILTERS = frozenset(
+    {
+        "abs", "attr", "batch", "count", "d", "default", "dictsort", "first", "float",
+        "groupby", "int", "items", "last", "length", "list", "map", "max", "min", "random",
+        "reject", "rejectattr", "reverse", "round", "select", "selectattr", "slice", "sort",
+        "unique",
+    }
+)  # fmt: skip
 
 
 def _largest_int(values: Iterable[Any]) -> int:

@@ -44,6 +44,7 @@ from sim.phases.template_limits import (
     MAX_INT_BITS,
     MAX_RENDER_CHARS,
     MAX_VALUE_CHARS,
+    REARRANGING_FILTERS,
     SizedValue,
     check_args,
     filter_size,
@@ -217,7 +218,8 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             passed, rest = args[:lead], list(args[lead:])
             if name == "join" and rest and not isinstance(rest[0], str | list):
                 rest[0] = list(rest[0])  # a generator, measured as it will be joined
-            check_args([*rest, *kwargs.values()], f"the filter {name}")
+            text = name not in REARRANGING_FILTERS  # a plugin's filter is measured
+            check_args([*rest, *kwargs.values()], f"the filter {name}", text=text)
             estimate = filter_size(name, rest, kwargs)
             if estimate is not None:
                 refuse_over(estimate, f"the filter {name}")
@@ -258,8 +260,9 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         method = getattr(__obj, "__name__", "")
         if isinstance(owner, str) and method == "join" and args:
             args = (list(args[0]), *args[1:])
-        if __obj != __self._guard:  # a loop's iterable is walked, never made into text
-            check_args([*args, *kwargs.values()], f"{method or 'a call'}()")
+        # a macro, a loop's guard, a method: their arguments are passed on, not made text
+        # here (a str method that makes text is estimated below; `~` and bodies measure)
+        check_args([*args, *kwargs.values()], f"{method or 'a call'}()", text=False)
         if isinstance(owner, str):
             estimate = method_size(owner, method, list(args), kwargs)
             if estimate is not None:

@@ -65,7 +65,7 @@ def test_renders_with_context_and_falls_back_to_the_builtins(tmp_path: Path) -> 
         "{% set ns.b = ns.a %}{% endfor %}",
         "{% macro m() %}{% for i in range(100000) %}{{ 'x'*300000 }}{% endfor %}{% endmacro %}"
         "{{ m()|length }}",
-        "{{ range(1000)|map('replace', '0', 'x'*100000)|list|length }}",
+        "{{ range(1000)|map('string')|map('center', 300000)|list|length }}",
         "{% set ns = namespace(n=10**60) %}{% for i in range(30) %}{% set ns.n = ns.n*ns.n %}"
         "{% endfor %}",
     ],
@@ -152,3 +152,23 @@ def test_a_symlinked_override_is_refused_not_replaced_by_the_builtin(tmp_path: P
     (prompts.root / "prompts" / "memory.md").symlink_to(target)
     with pytest.raises(TemplateError, match="symlink"):
         prompts.render("memory.md", {})
+
+
+def test_a_large_cast_passes_through_filters_and_macros_that_only_rearrange_it(
+    tmp_path: Path,
+) -> None:
+    """Over the value limit as text in all (2,000 characters of 300 characters each), but
+    only sorted, selected and named: nothing here makes text of the whole cast."""
+    cast = [{"name": f"c{n:04d}", "bio": "b" * 300, "votes": n % 3} for n in range(2000)]
+    source = (
+        "{% macro names(people) %}{{ people|map(attribute='name')|first }}{% endmacro %}"
+        "{{ cast|length }} {{ names(cast|sort(attribute='name', reverse=true)) }} "
+        "{{ cast|selectattr('votes', 'equalto', 2)|list|length }} "
+        "{% for c in cast|rejectattr('votes')|list %}{% if loop.last %}{{ c.name }}"
+        "{% endif %}{% endfor %}"
+    )
+    prompts = world(tmp_path, t__md=source)
+    assert prompts.render("t.md", {"cast": cast}) == "2000 c1999 666 c1998"
+    refused = world(tmp_path / "2", t__md="{{ cast|tojson|length }}")
+    with pytest.raises(TemplateError, match="arguments of the filter tojson over"):
+        refused.render("t.md", {"cast": cast})
