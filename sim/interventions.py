@@ -32,7 +32,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sim import safefs
-from sim.errors import InputError
+from sim.errors import InputError, InvalidWorld
 from sim.storage import MAX_DEPTH, Storage, dump_json
 from sim.ticklog.format import INTERVENTIONS
 from sim.ticklog.records import InterventionRecord, record_data
@@ -102,12 +102,15 @@ class Happenings:
 # -- the pending file -------------------------------------------------------------------------
 
 
-def load_pending(root: Path) -> Pending:
+def load_pending(root: Path, world: World | None = None) -> Pending:
     """The interventions waiting in ``root``'s pending file (none when it is absent).
+
+    With ``world`` (the world they wait in), each must also fit it (``world_problems``).
 
     Raises:
         InputError: the file is not a regular file inside the world, too large, not
             JSON of the expected shape, or a record in it is not an intervention.
+        InvalidWorld: with ``world``, records that name what the world does not hold.
     """
     path = root / PENDING
     try:
@@ -116,7 +119,46 @@ def load_pending(root: Path) -> Pending:
         raise InputError(path, None, f"cannot read: {exc.strerror}") from None
     if raw is None:
         return Pending()
-    return Pending(parse_pending(raw, path), raw)
+    records = parse_pending(raw, path)
+    if world is not None:
+        problems = world_problems(world, records, path)
+        if problems:
+            raise InvalidWorld(problems)
+    return Pending(records, raw)
+
+
+def world_problems(
+    world: World, records: Sequence[InterventionRecord], path: Path
+) -> list[InputError]:
+    """Each pending record that names what ``world`` does not hold: an inject at an
+    unknown location, a set of an entity that is not there (the file is untrusted: only
+    ``sim inject`` and ``sim set`` write it, and they check both)."""
+    out: list[InputError] = []
+    for i, record in enumerate(records):
+        if record.kind == "inject" and record.location is not None:
+            if record.location not in world.locations:
+                out.append(
+                    InputError(
+                        path,
+                        f"interventions.{i}.location",
+                        f"unknown location {record.location!r}; expected one of the ids "
+                        "in locations/ (or null: everywhere)",
+                    )
+                )
+        elif record.kind == "set":
+            kind, _, eid = (record.target or "").partition("/")
+            entities = {"characters": world.characters, "locations": world.locations}.get(kind)
+            if entities is None or eid not in entities or not record.path:
+                out.append(
+                    InputError(
+                        path,
+                        f"interventions.{i}.target",
+                        f"expected an entity of this world, as characters/<id> or "
+                        f"locations/<id>, and a field path (got {record.target!r}, "
+                        f"{record.path!r})",
+                    )
+                )
+    return out
 
 
 def parse_pending(raw: bytes, path: Path) -> list[InterventionRecord]:
@@ -518,4 +560,5 @@ __all__ = [
     "parse_assignment",
     "parse_pending",
     "set_field",
+    "world_problems",
 ]

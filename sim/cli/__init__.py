@@ -1,9 +1,11 @@
 """The ``sim`` command line: thin commands that parse, call the library and print.
 
 Exit codes: 0 ok, 1 the run failed, 2 bad input or usage, 130 interrupted (Ctrl-C),
-143 terminated (SIGTERM). No input makes a command print a Python traceback: each command
-maps the errors it expects (``sim.cli.common.errors``), and ``_Main`` turns anything else
-into one line and exit 1 (``SIM_DEBUG=1`` shows the traceback).
+143 terminated (SIGTERM), 141 a read-only command's output closed by its reader
+(``sim usage | head -1``: quietly, ``sim.cli.common.reader_gone``). No input makes a
+command print a Python traceback: each command maps the errors it expects
+(``sim.cli.common.errors``), and ``_Main`` turns anything else into one line and exit 1
+(``SIM_DEBUG=1`` shows the traceback).
 
 Each command's module is imported only when that command runs (or ``--help`` lists them
 all): ``sim tick`` does not pay for the modules of ``sim report``, ``sim sweep`` or the
@@ -39,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inject": ("intervene", "inject_"),
     "set": ("intervene", "set_"),
     "sweep": ("sweep", "sweep"),
+    "study": ("study", "study"),
     "stub-server": ("stub", "stub_server"),
 }
 
@@ -66,14 +69,16 @@ class _Main(click.Group):
         except OSError as exc:
             if os.environ.get("SIM_DEBUG"):
                 raise
-            from sim.cli.common import os_error_line
+            from sim.cli.common import echo, os_error_line
 
-            click.echo(os_error_line(exc), err=True)
+            echo(os_error_line(exc), err=True)
             sys.exit(1)
         except Exception as exc:
             if os.environ.get("SIM_DEBUG"):
                 raise
-            click.echo(
+            from sim.cli.common import echo
+
+            echo(
                 f"internal error: {type(exc).__name__}: {exc} (this is a bug in sim; "
                 "SIM_DEBUG=1 shows the traceback)",
                 err=True,
@@ -85,6 +90,13 @@ class _Main(click.Group):
 @click.version_option(__version__, prog_name="sim")
 def main() -> None:
     """sim: a tick-based engine for LLM-driven world simulations."""
+    from sim.lifeline import follow_parent
+
+    follow_parent()  # started by a sweep or study: die with it
+
+    from sim.cli.common import echo_logging
+
+    echo_logging()  # the library's warnings are printed as every other line
 
 
 __all__ = ["main"]

@@ -8,7 +8,16 @@ from pathlib import Path
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors, folder_option, tick_option
+from sim.cli.common import (
+    CONFIG,
+    WORLD,
+    build_config,
+    echo,
+    echo_json,
+    errors,
+    folder_option,
+    tick_option,
+)
 from sim.cli.jsonout import JSON_HELP, emit, json_errors, replay_document
 from sim.errors import InputError
 
@@ -66,7 +75,7 @@ def log_(
     """Show what happened in a tick, from its log (or compact old logs)."""
     from sim.ticklog import view as logview
 
-    with errors():
+    with errors(read_only=True):  # --compact's work is done before it prints
         if compact:
             from sim.ticklog.compact import compact_history  # loads the world's storage
 
@@ -74,7 +83,7 @@ def log_(
                 raise InputError(None, "--compact", "takes only --world and --before")
             done = compact_history(world_dir, before)
             for line in logview.compact_lines(done):
-                click.echo(line)
+                echo(line)
             return
         if before is not None:
             raise InputError(None, "--before", "only with --compact")
@@ -84,37 +93,40 @@ def log_(
             # each tick's summary (written at its commit), not its whole log
             problems = []
             if not as_json:
-                click.echo(logview.SUMMARY_HEAD)
+                echo(logview.SUMMARY_HEAD)
             for item in heads(world_dir):
                 if item.head is None:
                     problems.append(item.problem)
                     continue
                 data = summary_numbers(item.head)
-                click.echo(orjson.dumps(data).decode() if as_json else logview.summary_line(data))
+                if as_json:
+                    echo_json(orjson.dumps(data).decode())
+                else:
+                    echo(logview.summary_line(data))
             for problem in problems:
-                click.echo(f"unreadable: {problem}", err=True)
+                echo(f"unreadable: {problem}", err=True)
             if problems:
                 sys.exit(1)
             return
-        from sim.ticklog.format import log_path
+        from sim.ticklog.format import existing_log
         from sim.ticklog.reader import read_log
         from sim.ticklog.records import dump_record
 
         number = tick_arg(tick_) if tick_ is not None else None
         log = (
-            read_log(log_path(world_dir, number))
+            read_log(existing_log(world_dir, number))
             if number is not None
             else logview.last_log(world_dir)
         )
         if as_json:
             for record in log.written_records():
-                click.echo(dump_record(record).decode())
+                echo_json(dump_record(record).decode())
         elif calls:
             for line in logview.call_lines(log):
-                click.echo(line)
+                echo(line)
         else:
             for line in logview.tick_lines(log):
-                click.echo(line)
+                echo(line)
 
 
 @click.command("replay")
@@ -142,13 +154,13 @@ def replay_(
     from sim.ticklog import view as logview
     from sim.ticklog.replay import replay
 
-    with json_errors("replay", as_json):
+    with json_errors("replay", as_json, read_only=True):  # in a scratch copy
         config = build_config(config_file, world_dir, sends_requests=live)
         report = replay(world_dir, tick_, to, config=config, live=live)
         if as_json:
             emit(replay_document(report))
         for line in () if as_json else logview.replay_lines(report, live):
-            click.echo(line)
+            echo(line)
         if not report.identical:
             sys.exit(1)
 
@@ -176,19 +188,22 @@ def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
                 }
             )
             return
-        click.echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
+        echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
         if done.moved_to is not None:
-            click.echo(f"{done.logs_moved} later logs moved to {done.moved_to}")
+            echo(f"{done.logs_moved} later logs moved to {done.moved_to}")
 
 
 @click.command()
 @WORLD
-@tick_option("Start the new world from the state at the start of this tick.")
+@tick_option(
+    "Start the new world from the state at the start of this tick (the current tick + 1:"
+    " the world as it is now)."
+)
 @folder_option(
     "--to",
     "dest",
     required=True,
-    help="The new world's folder (must not exist yet).",
+    help="The new world's folder (must not exist yet, nor be inside the world).",
 )
 @click.option(
     "--seed", type=click.IntRange(min=0), help="The new world's seed (default: the original's)."
@@ -213,4 +228,4 @@ def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None, as_json: boo
                 }
             )
             return
-        click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")
+        echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")

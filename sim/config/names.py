@@ -16,7 +16,11 @@ PHASE_ALIASES = {
 }
 
 
-PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
+PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic", "cli")
+
+
+#: providers that send nothing over the network (no server, no key, no backpressure)
+LOCAL_PROVIDERS = ("offline", "cli")
 
 
 #: providers that keep response chains on their server (``chain_mode = "server"``)
@@ -40,9 +44,10 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 ENDPOINT_KEYS = frozenset({"provider", "base_url", "api_key_env"})
 
 
-#: ... and these too (a future ``api_key``, ``organization``, ``headers``), plus anything
-#: under ``[providers.*]``: a world's config may not set them on its own
-ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers"}
+#: ... and these too (a future ``api_key``, ``organization``, ``headers``; ``command``, the
+#: program a ``cli`` provider runs), plus anything under ``[providers.*]``: a world's config
+#: may not set them on its own (a shared world must not run commands of its choosing)
+ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers", "command"}
 
 
 ROUTING_TABLES = frozenset({"providers"})
@@ -60,9 +65,10 @@ BATCH_PROVIDERS = ("openai", "chat")
 SECTION_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
 
 
-def phase_section(name: str, declared: tuple[str, ...] = ()) -> str:
+def phase_section(name: str, declared: tuple[str, ...] = (), option: str = "--depth") -> str:
     """Map ``phase2a``, ``resolution`` or a declared phase's name (``opinion`` ->
-    ``phases.opinion``) to its config section; raise on anything else."""
+    ``phases.opinion``) to its config section; raise on anything else, naming ``option``
+    (the command-line option the name came from)."""
     section = PHASE_ALIASES.get(name, name)
     if section in PHASE_SECTIONS:
         return section
@@ -72,7 +78,7 @@ def phase_section(name: str, declared: tuple[str, ...] = ()) -> str:
     choices = ", ".join(
         (*PHASE_SECTIONS, *PHASE_ALIASES, *(d for d in declared if d not in BUILTIN_PHASES))
     )
-    raise InputError(None, "--depth", f"unknown phase {name!r}; expected one of: {choices}")
+    raise InputError(None, option, f"unknown phase {name!r}; expected one of: {choices}")
 
 
 def section_name(section: str) -> str:

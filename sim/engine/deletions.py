@@ -38,6 +38,11 @@ def problem(root: Path) -> str | None:
         return str(exc)
     if raw is None:
         return None
+    return content_problem(raw)
+
+
+def content_problem(raw: bytes) -> str | None:
+    """Why the pending list's bytes are not a list the engine writes, or ``None``."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -122,7 +122,8 @@ def _store_entry_ok(value: Any) -> bool:
     )
 
 
-def _store_problem(raw: bytes) -> str | None:
+def store_problem(raw: bytes) -> str | None:
+    """Why a response-store file's bytes are not one the engine wrote, or ``None``."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -155,7 +156,7 @@ def _store_problems(root: Path, world: World) -> list[Repair]:
             rel = f"{STORE_DIR}/{chain}/{name}"
             try:
                 raw = safefs.read_file(root, rel, MAX_STORE_BYTES)
-                problem = _store_problem(raw)
+                problem = store_problem(raw)
             except safefs.UnsafePath as exc:
                 out.append(
                     Repair(

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from sim.llm.batch import BatchOptions, BatchSession, current_batch
 from sim.llm.chain import Chain, ResponseChainManager
+from sim.llm.enums import SchemaEnums
 from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
 from sim.llm.events import EventKind, EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore
@@ -35,6 +36,7 @@ from sim.llm.tools import LLMMessage, ToolDeclaration
 from sim.llm.types import (
     Adapter,
     AdapterResponse,
+    AnswerCheck,
     Attempt,
     CallSettings,
     Exchange,
@@ -63,6 +65,10 @@ class LLMRequest:
             result's ``parsed`` is then a ``ToolCalls`` (``schema`` is ignored).
         messages: with ``tools``, the tool conversation so far (a later step of it).
         tool_choice: with ``tools``, whether a call is required, allowed or not allowed.
+        enums: the values some fields of the schema may hold in this request, sent in
+            the schema (``sim.llm.enums``); ``None``: the schema as it is.
+        check: a check of the parsed answer beyond its schema (a phase's references);
+            a problem is a schema error, re-asked with it fed back (``sim.llm.recovery``).
     """
 
     instructions: str
@@ -73,6 +79,8 @@ class LLMRequest:
     tools: tuple[ToolDeclaration, ...] | None = None
     messages: tuple[LLMMessage, ...] = ()
     tool_choice: ToolChoice = "required"
+    enums: SchemaEnums | None = None
+    check: AnswerCheck | None = None
 
 
 class _AdapterCancelled(Exception):
@@ -237,7 +245,7 @@ class LLMClient:
         try:
             return (await self._execute_one(request)).parsed
         except LLMError as exc:
-            if isinstance(exc, LLMRateLimitError):
+            if any(isinstance(e, LLMRateLimitError) for e in (exc, *exc.model_errors)):
                 self.rate_limit_hits += 1
             return exc
 
@@ -260,6 +268,8 @@ class LLMClient:
             settings=self.settings,
             messages=request.messages if tools is not None else (),
             tool_choice=request.tool_choice,
+            enums=request.enums if tools is None else None,
+            check=request.check,
         )
 
     async def _call(

@@ -30,6 +30,7 @@ from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
+from sim.llm.redact import redact_url
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, StructuredOutput
 from sim.llm.wrapper import AdapterWrapper
 
@@ -51,6 +52,8 @@ def provider_options(
     spec = endpoint or llm_endpoint(config)
     if spec.kind == "offline":
         return {"seed": seed}
+    if spec.kind == "cli":
+        return {"command": spec.command, "timeout_seconds": llm.timeout_seconds}
     urls = base_urls(spec.base_url)
     options: dict[str, Any] = {
         "base_url": urls[0] if urls else None,  # a pool: build_pool sets each server's
@@ -98,7 +101,7 @@ def _endpoint(config: Config, url: str, max_concurrency: int | None = None) -> E
     """The backpressure state of one server (its adaptive concurrency limit)."""
     llm = config.llm
     return Endpoint(
-        url,
+        redact_url(url),  # its name in messages and the tick log: no credentials
         max_concurrency or llm.max_concurrency,
         down_threshold=llm.breaker_threshold,
         down_cooldown=llm.breaker_cooldown_seconds,
@@ -136,9 +139,13 @@ def build_pool(
         endpoint = _endpoint(config, url, max_concurrency)
         servers.append(
             Server(
-                url,
+                redact_url(url),  # as the tick log records it
                 BudgetAdapter(
-                    BackpressureAdapter(adapter, endpoint), budget, name, batchable=batchable
+                    BackpressureAdapter(adapter, endpoint),
+                    budget,
+                    name,
+                    kind=kind,
+                    batchable=batchable,
                 ),
                 endpoint,
             )
@@ -198,7 +205,7 @@ def endpoint_stack(
     provider: Adapter | None = None,
 ) -> Adapter:
     """One endpoint's adapter, backpressure, budget and rate limits."""
-    from sim.config import BATCH_PROVIDERS
+    from sim.config import BATCH_PROVIDERS, LOCAL_PROVIDERS
 
     llm = config.llm
     # Batch API calls are lines of one upload, not requests in flight: an endpoint's
@@ -208,7 +215,8 @@ def endpoint_stack(
     batched = llm.batch and batchable
     urls = base_urls(spec.base_url)
     inner: Adapter
-    if len(urls) > 1 and provider is None and spec.kind != "offline" and not batched:
+    local = spec.kind in LOCAL_PROVIDERS  # no server: nothing to pool or slow down for
+    if len(urls) > 1 and provider is None and not local and not batched:
         inner = build_pool(
             config,
             urls,
@@ -221,10 +229,12 @@ def endpoint_stack(
         )
     else:
         inner = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
-        if spec.kind != "offline" and not batched:  # a network endpoint: slow down when told
+        if not local and not batched:  # a network endpoint: slow down when told
             url = endpoint_url(spec.kind, urls[0] if urls else "")
             inner = BackpressureAdapter(inner, _endpoint(config, url, spec.max_concurrency))
-        inner = BudgetAdapter(inner, budget, provider=spec.name, batchable=batchable)
+        inner = BudgetAdapter(
+            inner, budget, provider=spec.name, kind=spec.kind, batchable=batchable
+        )
     if (spec.requests_per_minute or spec.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,
@@ -257,7 +267,6 @@ def build_stack(
     """
     from sim.config import routing
 
-    llm = config.llm
     table = routing(config)
     shared = budget or make_budget(config)
     routes: dict[str, Adapter] = {}
@@ -267,7 +276,19 @@ def build_stack(
     structured = {
         s.name: s.structured_output for s in table.used() if s.structured_output is not None
     }
-    inner: Adapter = Router(routes, table.default, structured)
+    return with_recovery(config, Router(routes, table.default, structured), sleep=sleep)
+
+
+def with_recovery(
+    config: Config,
+    inner: Adapter,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> RecoveryAdapter:
+    """``inner`` wrapped in recovery as ``[llm]`` sets it (retries, backoff, schema
+    feedback, fallback models, breakers): the outermost layer of every stack, and what
+    ``Runner(adapter=...)`` puts around an adapter it is handed."""
+    llm = config.llm
     policy = RetryPolicy(
         schema_retries=llm.json_max_retries,
         transient_retries=llm.transient_retries,

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from sim.errors import LogError
+from sim.llm.redact import redact_text
 from sim.ticklog.books import call_cost, call_usage
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import TickLog, read_log
@@ -112,7 +113,8 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     yield from declared_lines(log, names)
     for name, record in log.phases.items():
         for key, reason in record.report.errors.items():
-            yield f"fallback: {name} {key}: {reason}"
+            # a log written before errors were redacted may quote a server's credentials
+            yield f"fallback: {name} {key}: {redact_text(reason)}"
         for key, models in record.report.model_fallbacks.items():
             yield f"fallback model: {name} {key}: {models}"
         for warning in record.report.warnings:
@@ -187,14 +189,6 @@ def _tools_called(result: dict[str, Any] | None) -> str:
     return "tools: " + (", ".join(names) or "none")
 
 
-def public_url(url: str) -> str:
-    """``url`` without a user or password written into it, for display."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-
-
 def server_name(url: str) -> str:
     """A server as call lines show it: ``host:port`` (what tells a pool's servers apart;
     never a user or password written into the URL)."""
@@ -220,7 +214,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
     """One line per logged call: the model that answered (else the one asked), the depth
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
     over all attempts, and cost; for a tool-calling answer, the tools it called; the server
-    that answered (and, with a pool, those the call moved away from). A call a resume sent
+    that answered (and, with a pool, those the call moved away from); under a call that
+    failed on several models, each model's error. A call a resume sent
     again has a line per record: the earlier one's attempts were sent too, so
     the lines add up to the tick's totals. Calls sent in a Batch API batch say ``batch``
     (priced at the batch rate), and each batch gets a line of its own after them."""
@@ -245,6 +240,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{cost:>9}  {call.error_code or ''}  {_served_by(call)}  "
             f"{_tools_called(call.result)}{'  batch' if call.batch_ids else ''}"
         ).rstrip()
+        for failed in call.model_errors or ():  # each model of a fallback chain that failed
+            yield f"    {failed.target}: {failed.error_code}: {failed.error}"
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)
         yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, Counted, tree
+from conftest import HARVEST, Counted, tree
 
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
+from sim.phases.intentions import Intention
 from sim.phases.tool_registry import REGISTRY
 from sim.storage import Storage
 from sim.testing import default_instance
@@ -34,7 +35,7 @@ def run(*args: str) -> Result:
 
 def harvest(dest: Path, extra: str = VOTE_TOOLS, section: str = "[phases.vote]\n") -> Path:
     """A copy of worlds/harvest-vote whose vote phase gets ``extra`` settings."""
-    shutil.copytree(REPO / "worlds" / "harvest-vote", dest, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(HARVEST, dest, ignore=shutil.ignore_patterns(".sim"))
     config = dest / "config.toml"
     text = config.read_text()
     assert section in text
@@ -144,7 +145,13 @@ class Looking:
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         if request.schema is not None:
-            return AdapterResponse(default_instance(request.schema), "r", Usage(5, 1), "fake")
+            # an intention must name what is there: the idle one names nothing
+            parsed = (
+                Intention.fallback()
+                if issubclass(request.schema, Intention)
+                else default_instance(request.schema)
+            )
+            return AdapterResponse(parsed, "r", Usage(5, 1), "fake")
         self.requests.append(request)
         names = [t.name for t in request.tools or ()]
         if names != ["answer"]:

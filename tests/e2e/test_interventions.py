@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, tree
+from conftest import HARVEST, tree
 
+from sim import sections
 from sim.cli import main
 from sim.interventions import PENDING
 from sim.storage import Storage
@@ -31,7 +32,9 @@ def calls_by_phase(world: Path, tick: int, phase: str) -> dict[str, dict[str, An
     """Entity key -> the logged input document of each call of ``phase``."""
     log = read_log(log_path(world, tick))
     return {
-        str(c.entity_key): orjson.loads(c.input) for c in log.calls.values() if c.phase == phase
+        str(c.entity_key): sections.loads(c.input) or {}
+        for c in log.calls.values()
+        if c.phase == phase
     }
 
 
@@ -203,7 +206,7 @@ def test_a_bad_set_names_file_field_and_expectation_and_writes_nothing(
 
 def test_set_checks_a_field_a_declared_phase_writes_against_its_schema(tmp_path: Path) -> None:
     world = tmp_path / "hv"
-    shutil.copytree(REPO / "worlds" / "harvest-vote", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(HARVEST, world, ignore=shutil.ignore_patterns(".sim"))
     before = tree(world)
     bad = run("set", "--world", str(world), 'ana.state.stance="maybe"')
     assert bad.exit_code == 2

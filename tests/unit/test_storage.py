@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DEMO
 
 from sim.errors import InputError, InvalidWorld, SimError, WorldLockedError
 from sim.journal import CorruptJournal
 from sim.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "worlds" / "demo"
 ID_PATTERN = "^[a-z0-9][a-z0-9_-]*$"
 
 
@@ -690,6 +690,10 @@ def test_commit_refuses_unwritable_or_reserved_paths(tmp_path: Path, rel: str) -
 # -- recover --------------------------------------------------------------------------------
 
 
+#: a response-store file as the store writes one (a journal may hold nothing else there)
+STORE_FILE = '{\n  "resp_1": {\n    "input": "hi",\n    "output": "hello"\n  }\n}\n'
+
+
 def test_recover_replays_a_committed_journal(world: Path) -> None:
     ada = read_json(world / ADA)
     ada["state"]["mood"] = "recovered"
@@ -701,7 +705,7 @@ def test_recover_replays_a_committed_journal(world: Path) -> None:
         "files": {
             ADA: text(ada),
             "world.json": text(meta),
-            ".sim/responses/memory/ada.json": '{"exchanges": []}\n',
+            ".sim/responses/memory/ada.json": STORE_FILE,
             ".sim/responses/intention/ada.json": None,
         },
     }
@@ -716,7 +720,7 @@ def test_recover_replays_a_committed_journal(world: Path) -> None:
     assert not (world / ".sim" / "journal.json").exists()
     assert (world / ADA).read_text(encoding="utf-8") == text(ada)
     assert (world / "world.json").read_text(encoding="utf-8") == text(meta)
-    assert (world / ".sim/responses/memory/ada.json").read_text() == '{"exchanges": []}\n'
+    assert (world / ".sim/responses/memory/ada.json").read_text() == STORE_FILE
     assert not (world / ".sim/responses/intention/ada.json").exists()
     assert (world / "characters" / "bob.json").read_bytes() == bob_bytes
     loaded = storage.load()

@@ -17,6 +17,7 @@ _REGISTRY = MappingProxyType(
         "chat": "sim.llm.adapters.chat:ChatAdapter",
         "gemini": "sim.llm.adapters.gemini:GeminiAdapter",  # the sim[gemini] extra
         "anthropic": "sim.llm.adapters.anthropic:AnthropicAdapter",  # the sim[anthropic] extra
+        "cli": "sim.llm.adapters.cli:CLIAdapter",  # a local command: prompt in, answer out
         "replay": "sim.llm.adapters.replay:ReplayAdapter",  # needs a log: sim replay, resume
     }
 )
