@@ -98,7 +98,7 @@ def test_an_offline_tick_loads_only_its_own_command_and_no_http_sdk(tmp_path: Pa
     assert "sim.engine.runner" in loaded  # the control: the tick ran here
     assert (tmp_path / "demo" / ".sim").is_dir()
     assert loaded & COMMAND_MODULES == {"sim.cli.run"}
-    sdk = {"openai", "httpx2", "httpcore2", "anyio", "anthropic", "google"}
+    sdk = {"openai", "httpx2", "httpcore2", "anyio", "aiohttp", "anthropic", "google"}
     assert not loaded & sdk, sorted(loaded & sdk)
 
 
