@@ -134,11 +134,11 @@ def engine_tick(
     """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``.
 
     ``sdk_path``: send through the SDK's ``client.post`` on httpx's default (anyio)
-    transport, as for a URL behind a proxy, instead of the direct path other URLs get;
-    with ``sdk_client="aiohttp"`` on the SDK's aiohttp client instead (an experiment: the
-    engine builds its clients with ``openai.DefaultAsyncHttpxClient``, swapped here).
+    transport instead of the engine's own aiohttp routes (``_http.Route``); with
+    ``sdk_client="aiohttp"`` on the SDK's aiohttp client instead (an experiment: the
+    engine builds its SDK clients with ``openai.DefaultAsyncHttpxClient``, swapped here).
     """
-    common.PLAIN_TCP_BACKEND = not sdk_path
+    common.AIOHTTP_ROUTES = not sdk_path
     default_client = openai.DefaultAsyncHttpxClient
     if sdk_client == "aiohttp":
         openai.DefaultAsyncHttpxClient = openai.DefaultAioHttpClient  # type: ignore[misc]
@@ -182,7 +182,7 @@ def engine_tick(
     try:
         result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
     finally:
-        common.PLAIN_TCP_BACKEND = True
+        common.AIOHTTP_ROUTES = True
         openai.DefaultAsyncHttpxClient = default_client  # type: ignore[misc]
     wall = time.perf_counter() - started
     if result.failures:
@@ -299,7 +299,7 @@ def cpu_per_call(
     characters: int, latency: float, concurrency: int, repeats: int = 3, scheme: str = "http"
 ) -> dict[str, Any]:
     """Scenario 3: client CPU per call over ``scheme``, the engine (whole tick's phases;
-    its direct path, and the SDK stack it keeps for proxied URLs) vs bare SDK loops
+    on its aiohttp routes, and on the SDK's stacks for comparison) vs bare SDK loops
     sending the same requests (default client; aiohttp client when installed), alternated
     ``repeats`` times against one server."""
     runs: dict[str, list[float]] = {"engine": [], "engine_sdk": []}

@@ -456,7 +456,7 @@ class BatchSession:
 
     def _answer(self, item: _Item, line: Json) -> None:
         """Answer one call from its line, or fail it as its status says."""
-        from sim.llm.adapters._fast_http import DirectStatusError
+        from sim.llm.adapters._http import HttpStatusError
         from sim.llm.adapters._openai_errors import map_openai_error
 
         response = line.get("response")
@@ -469,7 +469,7 @@ class BatchSession:
             if status:
                 url = str(item.client.base_url).rstrip("/") + item.endpoint.removeprefix("/v1")
                 # the line's answer, read and mapped as a live answer's would be
-                exc = DirectStatusError(url, status, {}, orjson.dumps(body))
+                exc = HttpStatusError(url, status, {}, orjson.dumps(body))
                 self._settle(
                     item, map_openai_error(exc, api_key_env=item.api_key_env, model=item.model)
                 )

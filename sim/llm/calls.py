@@ -128,8 +128,9 @@ class CallIdentity:
 current_call: ContextVar[CallIdentity | None] = ContextVar("sim_current_call", default=None)
 
 #: error codes of attempts whose outcome the client never saw: the request may have been
-#: answered (and billed) by the server, so sending it again must reuse its key
-UNOBSERVED = frozenset({"timeout", "connection_error"})
+#: answered (and billed) by the server, so sending it again must reuse its key (a stream
+#: cut short: the provider may have finished the answer the client did not receive)
+UNOBSERVED = frozenset({"timeout", "connection_error", "stream_cut"})
 #: error codes of attempts that were never sent
 UNSENT = frozenset({"circuit_open", "budget_exceeded"})
 

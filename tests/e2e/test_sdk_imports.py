@@ -1,7 +1,7 @@
-"""A tick imports only what it uses: an offline tick, and an openai or chat tick on a URL
-reached without a proxy, never load the OpenAI SDK (~0.4 s of CPU at start-up); the
-features that still use it (streaming here) do. Each tick runs in a fresh Python against
-the stub server on 127.0.0.1, and reports what it loaded (``sys.modules``)."""
+"""A tick imports only what it uses: an offline tick, and an openai or chat tick, streamed
+or not, never load the OpenAI SDK (~0.4 s of CPU at start-up); only the Batch API and
+deleting stored responses do. Each tick runs in a fresh Python against the stub server on
+127.0.0.1, and reports what it loaded (``sys.modules``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: runs ``sim tick`` with the arguments in argv, then prints its result and the modules
 #: of interest that were loaded
 SCRIPT = """
-import json, sys
+import json, os, sys
+if os.environ.get("SIM_TEST_PRELOAD"):
+    __import__(os.environ["SIM_TEST_PRELOAD"])
 from sim.cli import main
 try:
     main(['tick', *sys.argv[1:]])
@@ -33,13 +35,13 @@ print(json.dumps({'exit': code, 'loaded': loaded}))
 """
 
 
-def tick_in_a_fresh_python(world: Path, *args: str) -> dict[str, object]:
+def tick_in_a_fresh_python(world: Path, *args: str, preload: str = "") -> dict[str, object]:
     env = {
         name: value
         for name, value in os.environ.items()
         if name.lower() not in ("http_proxy", "https_proxy", "all_proxy")
     }
-    env.update(OPENAI_API_KEY="sk-test", PYTHONPATH=str(ROOT))
+    env.update(OPENAI_API_KEY="sk-test", PYTHONPATH=str(ROOT), SIM_TEST_PRELOAD=preload)
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, "--world", str(world), *args],
         capture_output=True,
@@ -69,10 +71,18 @@ def test_a_tick_on_a_direct_url_imports_no_sdk(
     assert stub_server.stats.generations > 0  # the tick did go over HTTP
 
 
-def test_a_streamed_tick_loads_the_sdk_it_uses(demo_world: Path, stub_server: StubServer) -> None:
-    """The control: streaming reads server-sent events with the SDK, and the check above
-    sees it loaded."""
+def test_a_streamed_tick_imports_no_sdk(demo_world: Path, stub_server: StubServer) -> None:
+    """Streams are read by the HTTP routes too (``_http.Route.stream``)."""
     result = tick_in_a_fresh_python(
         demo_world, "--provider", "openai", "--base-url", stub_server.base_url, "--stream"
+    )
+    assert result["loaded"] == []
+    assert stub_server.log and all(body.get("stream") is True for body in stub_server.log)
+
+
+def test_the_check_sees_a_loaded_sdk(demo_world: Path, stub_server: StubServer) -> None:
+    """The control: the same tick with the SDK imported first reports it."""
+    result = tick_in_a_fresh_python(
+        demo_world, "--provider", "openai", "--base-url", stub_server.base_url, preload="openai"
     )
     assert result["loaded"] == ["openai"]

@@ -93,8 +93,8 @@ async def test_each_server_gets_its_own_sdk_clients(provider: str) -> None:
             for server, stub in zip(pool.servers, servers, strict=True):
                 adapter = provider_of(server)
                 assert adapter.base_url == stub.base_url
-                assert len(adapter.pool) and all(adapter.pool.direct), "no direct route"
-                routes.extend(adapter.pool.direct)
+                assert len(adapter.pool) and all(adapter.pool.routes), "no aiohttp route"
+                routes.extend(adapter.pool.routes)
                 for client in adapter.pool.sdk_clients():  # built when streaming, batching
                     assert isinstance(client, openai.AsyncOpenAI)
                     assert str(client.base_url).rstrip("/") == stub.base_url

@@ -153,6 +153,7 @@ def test_assemblers_rebuild_bodies_from_events() -> None:
         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
     ):
         chat.feed(event)
+    assert chat.complete  # the finish_reason came
     body = chat.result()
     assert body["id"] == "c1" and body["usage"]["completion_tokens"] == 2
     assert body["choices"][0] == {
@@ -162,6 +163,8 @@ def test_assemblers_rebuild_bodies_from_events() -> None:
     }
     responses = ResponsesAssembler()
     assert responses.feed({"type": "response.output_text.delta", "delta": "ab"}) == "ab"
-    assert responses.result()["status"] == "incomplete"  # a stream that ended early
+    assert not responses.complete  # a stream ending here was cut short (``stream_cut``)
     responses.feed({"type": "response.completed", "response": {"id": "r", "status": "completed"}})
+    assert responses.complete
     assert responses.result() == {"id": "r", "status": "completed"}
+    assert not ChatAssembler().complete

@@ -8,9 +8,22 @@ import re
 from pathlib import Path
 
 SIM = Path(__file__).resolve().parents[2] / "sim"
-DEPENDENCIES = ("openai", "httpx", "httpx2", "httpcore", "httpcore2", "pydantic", "click", "orjson")
+DEPENDENCIES = (
+    "openai",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "aiohttp",
+    "yarl",
+    "pydantic",
+    "click",
+    "orjson",
+)
 #: the check as a one-line grep would do it (``grep -rE`` over sim/)
-PATTERN = re.compile(r"^\s*(from|import)\s+(openai|httpx2?|httpcore2?)(\.\w+)*\._", re.MULTILINE)
+PATTERN = re.compile(
+    r"^\s*(from|import)\s+(openai|httpx2?|httpcore2?|aiohttp|yarl)(\.\w+)*\._", re.MULTILINE
+)
 
 
 def private_imports(source: str) -> list[str]:
@@ -39,7 +52,8 @@ def test_the_check_finds_what_it_looks_for() -> None:
     assert private_imports("from openai import _exceptions\n")
     assert private_imports("import httpx2._transports.default\n")
     assert not private_imports("from openai import AsyncOpenAI\nimport httpcore2\n")
-    assert not private_imports("from sim.llm.adapters._fast_http import DirectPost\n")
+    assert private_imports("from aiohttp._http_parser import HttpResponseParser\n")
+    assert not private_imports("from sim.llm.adapters._http import Route\n")
 
 
 def test_sim_imports_no_private_module_of_a_dependency() -> None:

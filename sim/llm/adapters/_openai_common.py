@@ -1,39 +1,37 @@
 """What the ``openai`` and ``chat`` adapters share: where and how a call is sent (the
-direct path's ``Target`` and connection pools, the SDK's clients where they are still
+``Target`` and the aiohttp routes of ``_http``, the SDK's clients where they are still
 needed), strict schemas, checking an answer's text against its schema.
 
-The OpenAI SDK is imported only where it is used: for a base URL behind a proxy (its own
-HTTP stack), a client handed in, and, on any URL, streaming, the Batch API and deleting a
-stored response. A plain call to a URL reached without a proxy goes through
-``_fast_http.DirectPost`` and never loads it (``import openai`` costs ~0.4 s of CPU).
+The OpenAI SDK is imported only where it is used: a client handed in, the Batch API and
+deleting a stored response. Calls, streamed or not, go through ``_http.Route`` (aiohttp,
+proxies from the environment included) and never load it (``import openai`` costs ~0.4 s
+of CPU).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
-import httpx2
 import orjson
 from pydantic import BaseModel, ValidationError
 
 import sim
-from sim.llm.adapters._fast_http import (
+from sim.llm.adapters._http import (
     IDEMPOTENCY_HEADER,
-    DirectPost,
+    Route,
     Target,
-    direct_url,
     merge_headers,
-    plain_tcp_transport,
     shared_ssl_context,
 )
 from sim.llm.adapters._strict_schema import to_strict_json_schema, without_lengths
 from sim.llm.calls import idempotency_key
 from sim.llm.enums import SchemaEnums, constrain
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
-from sim.llm.types import CallSettings, Usage
+from sim.llm.types import Usage
 
 if TYPE_CHECKING:
     import openai
@@ -58,50 +56,46 @@ def strict_schema(
     return constrain(cached, enums)
 
 
-#: concurrent connections per connection pool (and SDK client): the HTTP pool's
-#: bookkeeping costs CPU linear in its size for every request, so a run at high
-#: concurrency spreads over several small pools (measured at 200 in flight, client CPU per
-#: call: pools of 200 ~2.9 ms, 64 ~2.2 ms, 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
+#: concurrent connections per connection pool (and SDK client): a run at high
+#: concurrency spreads over several small pools, each call on the least busy (measured
+#: with httpx's pool at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64
+#: ~2.2 ms, 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
 POOL_SIZE = 16
 
-#: serve base URLs reached without a proxy through ``_fast_http``'s pool and direct path
-PLAIN_TCP_BACKEND = True
+#: send calls through ``_http.Route`` (aiohttp); ``False``: through the SDK's own stack on
+#: its default client instead (the bench's comparison row, nothing else)
+AIOHTTP_ROUTES = True
 
 #: the endpoint the OpenAI SDK uses when neither ``base_url`` nor ``OPENAI_BASE_URL`` is set
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-#: the User-Agent of the direct path (the SDK's own stack sends the SDK's)
+#: the User-Agent of the routes (the SDK's own stack sends the SDK's)
 USER_AGENT = f"sim/{sim.__version__}"
 
 
 class ClientPool:
     """The routes of one adapter to its server, one per connection pool.
 
-    Each route has a ``DirectPost`` (a URL reached without a proxy) or not (a proxied URL,
-    or a client handed in: the SDK's own stack), and an SDK client, built the first time
-    something needs one (``client``), on the same connection pool. ``acquire`` hands out
-    the route with the fewest calls in flight, so no pool queues a call while another has
-    a free connection.
+    Each route has an aiohttp ``Route`` or not (a client handed in: the SDK's own stack),
+    and an SDK client, built the first time something needs one (``client``: the Batch
+    API, deletions) on the SDK's own stack. ``acquire`` hands out the route with the
+    fewest calls in flight, so no pool queues a call while another has a free connection.
 
     Args:
-        direct: per route, its direct path or ``None``.
-        connect: builds the SDK client of route ``i`` (on its connection pool, if any).
+        routes: per route, its ``Route`` or ``None``.
+        connect: builds the SDK client of route ``i``.
         clients: SDK clients already built (a client handed in), by route.
-        transports: per direct route, the transport over its connection pool that its SDK
-            client is built on (closed here when no client was).
     """
 
     def __init__(
         self,
-        direct: list[DirectPost | None],
+        routes: list[Route | None],
         connect: Callable[[int], openai.AsyncOpenAI] | None = None,
         clients: Mapping[int, openai.AsyncOpenAI] | None = None,
-        transports: list[httpx2.AsyncBaseTransport] | None = None,
     ) -> None:
-        self.direct = direct
+        self.routes = routes
         self._connect = connect
         self._clients: dict[int, openai.AsyncOpenAI] = dict(clients or {})
-        self._transports = transports or []
-        self._in_flight = [0] * len(direct)
+        self._in_flight = [0] * len(routes)
 
     @classmethod
     def of(cls, client: openai.AsyncOpenAI) -> ClientPool:
@@ -109,7 +103,7 @@ class ClientPool:
         return cls([None], clients={0: client})
 
     def __len__(self) -> int:
-        return len(self.direct)
+        return len(self.routes)
 
     def client(self, index: int = 0) -> openai.AsyncOpenAI:
         """The SDK client of route ``index`` (built now if not yet: imports the SDK)."""
@@ -139,16 +133,12 @@ class ClientPool:
         self._in_flight[index] -= 1
 
     async def aclose(self) -> None:
-        """Close the SDK clients built (each closes its transport), the transports no
-        client was built on, and the direct routes' connection pools."""
+        """Close the SDK clients built and the routes' connections."""
         for client in self._clients.values():
             await client.close()
-        for index, transport in enumerate(self._transports):
-            if index not in self._clients:
-                await transport.aclose()
-        for direct in self.direct:
-            if direct is not None:
-                await direct.aclose()
+        for route in self.routes:
+            if route is not None:
+                await route.aclose()
 
 
 def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
@@ -228,7 +218,7 @@ def openai_target(
     default_headers: Mapping[str, str] | None = None,
     default_query: Mapping[str, str] | None = None,
 ) -> Target:
-    """Where the direct path sends an OpenAI-format call, with the headers the SDK would
+    """Where a route sends an OpenAI-format call, with the headers the SDK would
     send, in its order: ``Authorization: Bearer <key>``, JSON in and out, the environment's
     (``environment_headers``), then ``default_headers`` (each replacing an earlier header
     of the same name in any case). The SDK's self-description (``X-Stainless-*``) is left
@@ -245,22 +235,23 @@ def openai_target(
 
 
 def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOptions]) -> ClientPool:
-    """Enough routes for ``max_concurrency`` calls in flight (``POOL_SIZE`` each).
-
-    A URL reached without a proxy gets, per route, its own connection pool and a
-    ``DirectPost`` to it (no SDK imported); a proxied one the SDK's clients, built now.
+    """Enough routes for ``max_concurrency`` calls in flight (``POOL_SIZE`` each), each an
+    aiohttp ``Route`` of its own (no SDK imported; a proxy from the environment applies).
 
     Raises:
-        LLMConfigurationError: the key variable is unset (named, never printed).
+        LLMConfigurationError: the key variable is unset (named, never printed), or
+            ``SSL_CERT_FILE``/``SSL_CERT_DIR`` names nothing usable (an https URL).
     """
     count = max(1, -(-max_concurrency // POOL_SIZE))
     size = -(-max_concurrency // count)
     key = read_key(options["api_key_env"], require_key=options.get("require_key", True))
     url = resolved_url(options["base_url"])
-    limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
-    if not (PLAIN_TCP_BACKEND and direct_url(url)):
-        # the SDK's own stack (URLs behind a proxy), verifying with the one shared context
-        clients = {i: sdk_client(key, options, limits=limits) for i in range(count)}
+
+    def connect(index: int) -> openai.AsyncOpenAI:
+        return sdk_client(key, options, size)
+
+    if not AIOHTTP_ROUTES:  # the bench's comparison: the SDK's own stack for every call
+        clients = {i: sdk_client(key, options, size) for i in range(count)}
         return ClientPool([None] * count, clients=clients)
     target = openai_target(
         url,
@@ -268,37 +259,25 @@ def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOpti
         default_headers=options.get("default_headers"),
         default_query=options.get("default_query"),
     )
-    routes = [plain_tcp_transport(limits, url) for _ in range(count)]
-
-    def connect(index: int) -> openai.AsyncOpenAI:
-        return sdk_client(key, options, transport=routes[index][0])
-
-    return ClientPool(
-        [DirectPost(target, pool) for _, pool in routes],
-        connect,
-        transports=[transport for transport, _ in routes],
-    )
+    routes: list[Route | None] = [
+        Route(target, size, options["connect_timeout_seconds"]) for _ in range(count)
+    ]
+    return ClientPool(routes, connect)
 
 
-def sdk_client(
-    key: str,
-    options: ClientOptions,
-    *,
-    limits: httpx2.Limits | None = None,
-    transport: httpx2.AsyncBaseTransport | None = None,
-) -> openai.AsyncOpenAI:
+def sdk_client(key: str, options: ClientOptions, size: int = POOL_SIZE) -> openai.AsyncOpenAI:
     """An ``AsyncOpenAI`` (this imports the SDK) with its retries off and an explicit
-    timeout: on ``transport`` (a direct route's connection pool), else on the SDK's own
-    stack with ``limits``, verifying with the one shared TLS context."""
+    timeout, on the SDK's own stack with ``size`` connections, verifying with the one
+    shared TLS context."""
+    # here, not at the top: the SDK and httpx2 cost ~0.6 s of CPU to import, and a call
+    # on a route needs neither
+    import httpx2
     import openai
 
-    if transport is not None:
-        http_client = openai.DefaultAsyncHttpxClient(transport=transport)
-    else:
-        http_client = openai.DefaultAsyncHttpxClient(
-            limits=limits or httpx2.Limits(max_connections=POOL_SIZE),
-            verify=shared_ssl_context(),
-        )
+    http_client = openai.DefaultAsyncHttpxClient(
+        limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
+        verify=shared_ssl_context(),
+    )
     return openai.AsyncOpenAI(
         api_key=key,
         base_url=options["base_url"] or None,
@@ -310,10 +289,6 @@ def sdk_client(
         default_query=options.get("default_query"),
         http_client=http_client,
     )
-
-
-def request_timeout(settings: CallSettings, connect_timeout_seconds: float) -> httpx2.Timeout:
-    return httpx2.Timeout(settings.timeout_seconds, connect=connect_timeout_seconds)
 
 
 def validate_text(
@@ -388,26 +363,39 @@ def schema_mismatch(
 
 
 async def post_json(
-    pool: ClientPool, path: str, payload: dict[str, Any], timeout: httpx2.Timeout
+    pool: ClientPool,
+    path: str,
+    payload: dict[str, Any],
+    timeout_seconds: float,
+    connect_timeout_seconds: float,
 ) -> bytes:
     """POST ``payload`` (serialized once, with orjson) on the least busy route; raw body.
 
-    URLs reached without a proxy get the direct path to the connection pool (its errors
-    are ``DirectPostError``s), others the SDK's ``post`` (its errors are the SDK's);
-    ``_openai_errors.map_openai_error`` maps both. The call's idempotency key (from its
-    identity and exact body) goes along, so a request re-sent after a crash or a timeout
-    can be answered from the provider's cache instead of being paid for twice.
+    ``timeout_seconds`` is a total deadline: connecting, the headers and the body all
+    count against it. A route sends through aiohttp (its errors are ``_http``'s
+    ``HttpPostError``s); a client handed in through the SDK's ``post`` (its errors are
+    the SDK's, and ``TimeoutError`` at the deadline); ``_openai_errors.map_openai_error``
+    maps them all. The call's idempotency key (from its identity and exact body) goes
+    along, so a request re-sent after a crash or a timeout can be answered from the
+    provider's cache instead of being paid for twice.
     """
     content = orjson.dumps(payload)
     key = idempotency_key(content)
     index = pool.acquire()
     try:
-        direct = pool.direct[index]
-        if direct is not None:  # no proxy in the way: straight to the connection pool
-            return await direct.post(path, content, timeout, key)
-        options: openai.RequestOptions = {"timeout": timeout}
+        route = pool.routes[index]
+        if route is not None:
+            return await route.post(path, content, timeout_seconds, key)
+        import httpx2  # loaded already: a client was handed in
+
+        options: openai.RequestOptions = {
+            "timeout": httpx2.Timeout(timeout_seconds, connect=connect_timeout_seconds)
+        }
         if key is not None:
             options["headers"] = {IDEMPOTENCY_HEADER: key}
-        return await pool.client(index).post(path, cast_to=bytes, content=content, options=options)
+        async with asyncio.timeout(timeout_seconds):  # httpx's timeouts are per read
+            return await pool.client(index).post(
+                path, cast_to=bytes, content=content, options=options
+            )
     finally:
         pool.release(index)

@@ -2,10 +2,12 @@
 
 A non-2xx answer is read into a ``StatusAnswer`` (status, the SDK's message and body,
 the wait it asks for) the way the OpenAI SDK reads it: from status, headers and body on
-the direct path (``read_answer``), from the SDK's exception on the SDK's stack
+an aiohttp route (``read_answer``), from the SDK's exception on the SDK's stack
 (``sdk_answer``). ``status_failure`` is then the one table both go through, so the two
 paths cannot drift. Timeouts and failed connections likewise, most specific first (a
-timeout is a connection failure in both trees).
+timeout is a connection failure in both trees). What only a route names: an answer that
+is not valid HTTP (``bad_response``, retried), a stream cut short (``stream_cut``,
+retried), a certificate that does not verify (a configuration error naming the host).
 
 The SDK is never imported here: an SDK exception can only exist once something else
 imported the SDK, so ``map_openai_error`` looks for it among loaded modules.
@@ -26,15 +28,21 @@ from sim.llm.adapters._adapter_common import (
     timed_out,
     unexpected,
 )
-from sim.llm.adapters._fast_http import (
-    DirectConnectionError,
-    DirectPostError,
-    DirectStatusError,
-    DirectTimeoutError,
+from sim.llm.adapters._http import (
+    HttpConnectionError,
+    HttpPostError,
+    HttpProtocolError,
+    HttpStatusError,
+    HttpStreamCutError,
+    HttpStreamError,
+    HttpTimeoutError,
+    HttpTLSError,
 )
 from sim.llm.errors import (
+    LLMAPIError,
     LLMBudgetExceededError,
     LLMChainNotFoundError,
+    LLMConfigurationError,
     LLMError,
 )
 
@@ -131,7 +139,7 @@ def status_failure(
     (``server_error`` for 5xx, which recovery retries).
 
     Args:
-        cause: the exception the answer came with (the SDK's, or ``DirectStatusError``).
+        cause: the exception the answer came with (the SDK's, or ``HttpStatusError``).
         api_key_env: the environment variable the key came from, named in auth errors.
         model: the model requested, for the error and its message.
     """
@@ -168,29 +176,47 @@ def status_failure(
 
 
 def post_failures() -> tuple[type[Exception], ...]:
-    """What a POST of either path raises on failure, for an ``except`` clause: the direct
-    path's ``DirectPostError``, and the SDK's base exception if the SDK is loaded
-    (nothing can raise it before, and looking must not import it)."""
+    """What a POST of either path raises on failure, for an ``except`` clause: a route's
+    ``HttpPostError``, ``TimeoutError`` (the deadline around the SDK's stack), and the
+    SDK's base exception if the SDK is loaded (nothing can raise it before, and looking
+    must not import it)."""
     sdk = sys.modules.get("openai")
-    return (DirectPostError, sdk.OpenAIError) if sdk is not None else (DirectPostError,)
+    own: tuple[type[Exception], ...] = (HttpPostError, TimeoutError)
+    return (*own, sdk.OpenAIError) if sdk is not None else own
 
 
 def map_openai_error(exc: BaseException, *, api_key_env: str, model: str) -> LLMError:
     """Convert a failure of either path into the matching ``LLMError``.
 
     Args:
-        exc: what the direct path (``DirectPostError``) or the SDK raised, or anything else
-            (an ``LLMError`` as it is, any other an ``unexpected`` error).
+        exc: what a route (``HttpPostError``) or the SDK raised, or anything else (an
+            ``LLMError`` as it is, any other an ``unexpected`` error).
         api_key_env: the environment variable the key came from, named in auth errors.
         model: the model requested, for the error and its message.
     """
-    if isinstance(exc, DirectStatusError):
+    if isinstance(exc, HttpStatusError):
         answer = read_answer(exc.status, exc.headers, exc.content)
         return status_failure(answer, cause=exc, api_key_env=api_key_env, model=model)
-    if isinstance(exc, DirectTimeoutError):
+    if isinstance(exc, HttpTimeoutError | TimeoutError):
         return timed_out(exc, model)
-    if isinstance(exc, DirectConnectionError):
+    if isinstance(exc, HttpStreamCutError):
+        return stream_cut(exc.message, exc, model)
+    if isinstance(exc, HttpConnectionError):
         return connection_failed(_API, exc.message, exc, model)
+    if isinstance(exc, HttpTLSError):
+        return LLMConfigurationError(
+            f"cannot reach {exc.url}: {exc.message}", code="tls_error", cause=exc, model=model
+        )
+    if isinstance(exc, HttpProtocolError):
+        return LLMAPIError(
+            f"{_API} sent an answer that is not valid HTTP ({exc.url}): "
+            f"{exc.message.partition(': ')[2] or exc.message}",
+            code="bad_response",
+            cause=exc,
+            model=model,
+        )
+    if isinstance(exc, HttpStreamError):
+        return LLMAPIError(f"provider error: {exc.message}", cause=exc, model=model)
     sdk = sys.modules.get("openai")
     if sdk is None:  # nothing imported the SDK, so it raised nothing
         return exc if isinstance(exc, LLMError) else unexpected(exc, model)
@@ -199,3 +225,15 @@ def map_openai_error(exc: BaseException, *, api_key_env: str, model: str) -> LLM
         return status_failure(sdk_answer(error), cause=error, api_key_env=api_key_env, model=model)
 
     return map_sdk_error(exc, sdk, _API, model, statuses, bad_response="provider error")
+
+
+def stream_cut(detail: str, exc: BaseException | None, model: str) -> LLMAPIError:
+    """A streamed answer that broke off before its last event: no answer was seen, so it
+    is retried (transient) with the same idempotency key, which lets a provider that
+    finished it answer from its cache."""
+    return LLMAPIError(
+        f"the streamed answer from {_API} was cut short: {detail}",
+        code="stream_cut",
+        cause=exc,
+        model=model,
+    )

@@ -1,12 +1,12 @@
 """The base of the OpenAI wire family: ``openai`` (Responses API) and ``chat`` (chat
 completions).
 
-What they share lives here: construction (the routes to the server: a direct path with
-no SDK for URLs reached without a proxy, SDK clients with retries off and explicit
-timeouts where they are needed; the key read from a named environment variable and
-never printed), the one POST of a call (the body serialized once with orjson and sent by
-``post_json`` with the call's idempotency key; failures of either path mapped to the
-``LLMError`` tree by one table; a body that is not a JSON object is a ``bad_response``),
+What they share lives here: construction (the routes to the server: aiohttp sessions
+with no SDK, SDK clients with retries off and explicit timeouts where they are needed;
+the key read from a named environment variable and never printed), the one POST of a
+call (the body serialized once with orjson and sent by ``post_json`` with the call's
+idempotency key; failures of either path mapped to the ``LLMError`` tree by one table; a
+body that is not a JSON object is a ``bad_response``),
 and the flow of ``execute``: build the wire body, post it, read the answer. Each adapter
 keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, data)``.
 """
@@ -24,7 +24,6 @@ from sim.llm.adapters._openai_common import (
     ClientPool,
     build_pool,
     post_json,
-    request_timeout,
     resolved_url,
 )
 from sim.llm.adapters._openai_errors import map_openai_error, post_failures
@@ -60,9 +59,9 @@ class OpenAIFamilyAdapter(Responder, ABC):
     Args:
         client: an ``openai.AsyncOpenAI`` to use (tests hand one in; every call then goes
             through the SDK's stack); when omitted, routes are built from the other
-            arguments: the direct path for a URL reached without a proxy (the SDK is
-            imported only if streaming, the Batch API or a deletion needs a client),
-            SDK clients with retries off for a proxied one.
+            arguments: aiohttp routes (``_http.Route``; a proxy from the environment
+            applies; the SDK is imported only if the Batch API or a deletion needs a
+            client).
         base_url: API base URL (``None``: ``OPENAI_BASE_URL``, else OpenAI's).
         api_key_env: the environment variable holding the key.
         timeout_seconds: default total timeout; each call uses its settings' timeout.
@@ -113,7 +112,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
 
     @property
     def client(self) -> openai.AsyncOpenAI:
-        """The (first) SDK client, for what the direct path does not do (the Batch API,
+        """The (first) SDK client, for what the routes do not do (the Batch API,
         deletions); built, and the SDK imported, on first use."""
         return self.pool.first
 
@@ -141,9 +140,9 @@ class OpenAIFamilyAdapter(Responder, ABC):
     async def post(self, settings: CallSettings, payload: Json) -> Json:
         """One POST to ``path``; returns the answer as plain JSON.
 
-        For a URL reached without a proxy the request goes straight to the connection pool
-        (``_fast_http.DirectPost``), else through the SDK's own ``post`` (auth, headers,
-        timeouts); either way with the body already serialized by orjson and the answer
+        The request goes through the route's aiohttp session (``_http.Route``), or, on a
+        client handed in, through the SDK's own ``post`` (auth, headers, timeouts); either
+        way with the body already serialized by orjson and the answer
         read as raw bytes: the SDK's per-call transformation of the typed params, its
         stdlib-JSON encoding and its construction of typed models cost more CPU than the
         rest of a call (measured), and we need only a few fields. Both paths' failures
@@ -179,8 +178,13 @@ class OpenAIFamilyAdapter(Responder, ABC):
                     connect_timeout_seconds=self.connect_timeout_seconds,
                     model=settings.model,
                 )
-            timeout = request_timeout(settings, self.connect_timeout_seconds)
-            raw = await post_json(self.pool, self.path, payload, timeout)
+            raw = await post_json(
+                self.pool,
+                self.path,
+                payload,
+                settings.timeout_seconds,
+                self.connect_timeout_seconds,
+            )
             data = orjson.loads(raw)
         except post_failures() as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc

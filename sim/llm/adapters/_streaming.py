@@ -10,7 +10,10 @@ response; ``ResponsesAssembler`` keeps it and the text deltas seen before it.
 ``read_stream`` reads one stream under three clocks: the first event must arrive within the
 first-token timeout (which therefore also covers time queued behind a busy server), each
 later one within the idle timeout, and the whole call within the total. A timeout raises
-``LLMTimeoutError`` whose context holds the partial text.
+``LLMTimeoutError`` whose context holds the partial text. A stream that ends before its
+last event (no ``finish_reason`` in a chat stream, no final ``response.*`` event in a
+Responses stream), or whose connection breaks mid-stream, was cut short: an
+``LLMAPIError`` coded ``stream_cut``, retried as transient with the same idempotency key.
 """
 
 from __future__ import annotations
@@ -19,19 +22,16 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-import httpx2
 import orjson
 
-from sim.llm.adapters._fast_http import IDEMPOTENCY_HEADER
+from sim.llm.adapters._http import IDEMPOTENCY_HEADER
 from sim.llm.adapters._openai_common import ClientPool
+from sim.llm.adapters._openai_errors import stream_cut
 from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import emit_delta, restart_text
-
-if TYPE_CHECKING:
-    import openai
 
 Json = dict[str, Any]
 #: called with each piece of answer text as it arrives
@@ -53,6 +53,10 @@ class Assembler(Protocol):
 
     @property
     def partial(self) -> str: ...
+
+    @property
+    def complete(self) -> bool:
+        """Whether the stream's last event arrived (else it was cut short)."""
 
     def result(self) -> Json: ...
 
@@ -81,6 +85,10 @@ class ChatAssembler:
         if self.content:
             return "".join(self.content)
         return "".join("".join(call.arguments) for call in self.tool_calls.values())
+
+    @property
+    def complete(self) -> bool:
+        return self.finish_reason is not None
 
     def feed(self, event: Json) -> str:
         self.id = self.id or str(event.get("id") or "")
@@ -149,6 +157,10 @@ class ResponsesAssembler:
     def partial(self) -> str:
         return "".join(self.text)
 
+    @property
+    def complete(self) -> bool:
+        return self.response is not None
+
     def feed(self, event: Json) -> str:
         kind = event.get("type")
         if kind in ("response.output_text.delta", "response.function_call_arguments.delta"):
@@ -162,8 +174,8 @@ class ResponsesAssembler:
         return ""
 
     def result(self) -> Json:
-        if self.response is None:
-            return {"status": "incomplete", "incomplete_details": {"reason": "stream_ended"}}
+        if self.response is None:  # ``read_stream`` checks ``complete`` first
+            raise RuntimeError("the stream has no final response event")
         return self.response
 
 
@@ -187,7 +199,8 @@ async def read_stream(
 
     Args:
         open_stream: a coroutine function returning an async iterator of JSON events
-            (the SDK's ``AsyncStream``); its own errors pass through unchanged.
+            (``_http.Route.stream``, or the SDK's ``AsyncStream``); its own errors pass
+            through unchanged.
         assembler: where events go.
         timeouts: first-token, idle and total clocks.
         on_delta: called with each piece of answer text.
@@ -195,6 +208,7 @@ async def read_stream(
 
     Raises:
         StreamTimeoutError: a clock ran out (``code`` says which).
+        LLMAPIError: the stream ended before its last event (``stream_cut``).
         asyncio.CancelledError: the caller interrupted the call (its text so far went to
             ``on_delta``).
     """
@@ -228,7 +242,7 @@ async def read_stream(
                         code = "idle_timeout"
                     clock.reschedule(deadline(timeouts.idle))
             finally:
-                close = getattr(stream, "close", None)
+                close = getattr(stream, "aclose", None) or getattr(stream, "close", None)
                 if close is not None:
                     await close()
     except TimeoutError as exc:
@@ -246,6 +260,13 @@ async def read_stream(
             model=model or None,
             partial=assembler.partial,
         ) from exc
+    if not assembler.complete:
+        raise stream_cut(
+            f"the stream ended before its last event ({len(assembler.partial)} characters "
+            "of text received)",
+            None,
+            model,
+        )
     return assembler.result()
 
 
@@ -261,24 +282,29 @@ async def post_stream(
 ) -> Json:
     """POST ``payload`` with ``stream: true`` on the least busy route; the assembled body.
 
-    The SDK's own ``AsyncStream`` reads the server-sent events (and raises the SDK's errors,
-    for the caller to map), on the route's SDK client (built, and the SDK imported, by the
-    first streamed call); its timeout is only the connect timeout, the stream's clocks
-    are ``read_stream``'s. Each piece of text goes to ``sim.llm.streaming``.
+    A route reads the server-sent events itself (``_http.Route.stream``); a client handed
+    in reads them with the SDK's ``AsyncStream`` (whose errors are the SDK's, for the
+    caller to map). Only connecting has a timeout of its own: the stream's clocks are
+    ``read_stream``'s. Each piece of text goes to ``sim.llm.streaming``.
     """
-    import openai
-
     content = orjson.dumps({**payload, "stream": True})
     key = idempotency_key(content)
-    options: openai.RequestOptions = {
-        "timeout": httpx2.Timeout(None, connect=connect_timeout_seconds)
-    }
-    if key is not None:
-        options["headers"] = {IDEMPOTENCY_HEADER: key}
     index = pool.acquire()
+    route = pool.routes[index]
 
-    async def open_stream() -> openai.AsyncStream[object]:
-        return await pool.client(index).post(
+    async def open_stream() -> AsyncIterator[Json]:
+        if route is not None:
+            return route.stream(path, content, key)
+        # loaded already: a client was handed in
+        import httpx2
+        import openai
+
+        options: openai.RequestOptions = {
+            "timeout": httpx2.Timeout(None, connect=connect_timeout_seconds)
+        }
+        if key is not None:
+            options["headers"] = {IDEMPOTENCY_HEADER: key}
+        stream: AsyncIterator[Json] = await pool.client(index).post(  # type: ignore[assignment]
             path,
             cast_to=object,
             content=content,
@@ -286,6 +312,7 @@ async def post_stream(
             stream=True,
             stream_cls=openai.AsyncStream[object],
         )
+        return stream
 
     restart_text()  # a retry streams the answer again from its start
     try:

@@ -1,7 +1,9 @@
-"""The adapters' fast HTTP path (``_fast_http``): socket backend, own pool, direct POST.
+"""The adapters' HTTP routes (``_http.Route``, aiohttp): what they send, how answers and
+failures map, TLS, proxies.
 
 Everything runs against real servers on 127.0.0.1 (the stub server, plain and with a
 self-signed certificate) with the real openai SDK where the SDK's path is compared.
+Misbehaving servers are in ``test_http_faults.py``.
 """
 
 from __future__ import annotations
@@ -12,26 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpcore2
-import httpx2
 import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-import sim.llm.adapters._fast_http as fast_http
+import sim.llm.adapters._http as http
 import sim.llm.adapters._openai_common as common
 from bench.tls import SelfSigned, self_signed
-from sim.llm.adapters._direct_pool import DirectPool
-from sim.llm.adapters._fast_http import (
-    DirectConnectionError,
-    DirectPost,
-    DirectStatusError,
-    PoolTransport,
-    SocketBackend,
-    SocketStream,
-    TLSStream,
-    direct_url,
-    plain_tcp_transport,
+from sim.llm.adapters._http import (
+    HttpPostError,
+    HttpStatusError,
+    HttpTLSError,
+    Route,
+    environment_proxy,
 )
 from sim.llm.adapters._openai_common import ClientPool, build_pool, openai_target, post_json
 from sim.llm.adapters._openai_errors import map_openai_error, read_answer, sdk_answer
@@ -48,11 +43,11 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.types import CallSettings, ModelRequest
+from sim.testing.raw_http import RawRequest, RawServer, head
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 KEY_ENV = "SIM_FAST_HTTP_TEST_KEY"
 SETTINGS = CallSettings(model="stub-model", timeout_seconds=5)
-TIMEOUT = httpx2.Timeout(5.0)
 BODY = {
     "model": "stub-model",
     "instructions": "Write a note.",
@@ -114,71 +109,154 @@ def pool_for(url: str) -> ClientPool:
     )
 
 
-def test_http_and_https_base_urls_get_the_direct_path() -> None:
+def test_http_and_https_base_urls_get_aiohttp_routes() -> None:
     for url in ("http://127.0.0.1:9/v1", "https://api.example.invalid/v1"):
         pool = pool_for(url)
-        direct = pool.direct[0]
-        assert direct is not None, url
-        assert isinstance(direct._pool, DirectPool)
-        assert isinstance(direct._pool.backend, SocketBackend)
-        assert direct._pool.scheme == url.split(":")[0]
-        assert direct._pool.port == (9 if url.startswith("http:") else 443)
+        assert len(pool) == 1
+        route = pool.routes[0]
+        assert isinstance(route, Route), url
+        assert route.scheme == url.split(":")[0]
+        assert route.proxy is None
+        assert route.size == common.POOL_SIZE
 
 
-def test_a_proxy_from_the_environment_keeps_the_sdk_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert direct_url("http://10.1.2.3:8000/v1")
-    assert direct_url("https://api.example.invalid/v1")
+def test_a_proxy_comes_from_the_environment_unless_no_proxy_covers_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert environment_proxy("http://10.1.2.3:8000/v1") is None
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
-    assert not direct_url("http://10.1.2.3:8000/v1")
-    assert direct_url("https://api.example.invalid/v1")  # an http proxy is not an https one
-    assert pool_for("http://10.1.2.3:8000/v1").direct[0] is None
+    assert environment_proxy("http://10.1.2.3:8000/v1") == "http://proxy.invalid:3128"
+    assert environment_proxy("https://api.example.invalid/v1") is None  # not an https one
+    route = pool_for("http://10.1.2.3:8000/v1").routes[0]
+    assert route is not None and route.proxy == "http://proxy.invalid:3128"
     monkeypatch.setenv("NO_PROXY", "10.1.2.3")
-    assert direct_url("http://10.1.2.3:8000/v1")
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    assert not direct_url("https://api.example.invalid/v1")
-    assert not direct_url("ftp://example.invalid/v1")
+    assert environment_proxy("http://10.1.2.3:8000/v1") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3129")
+    assert environment_proxy("https://api.example.invalid/v1") == "http://proxy.invalid:3129"
+    monkeypatch.setenv("NO_PROXY", ".example.invalid")
+    assert environment_proxy("https://api.example.invalid/v1") is None
 
 
-def test_every_client_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both paths verify with one context per process: loading the certificate store for
-    each client (one per 16 connections) cost ~0.27 s of start-up at concurrency 200."""
+async def test_calls_go_through_the_proxy_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``HTTP_PROXY`` set the request goes to the proxy, in absolute form, with the
+    proxy's credentials in ``Proxy-Authorization``; ``NO_PROXY`` sends it straight."""
+
+    async def answer(request: RawRequest, writer: asyncio.StreamWriter) -> bool:
+        writer.write(head(200, 2) + b"{}")
+        return True
+
+    proxy, origin = RawServer(answer), RawServer(answer)
+    await proxy.start()
+    await origin.start()
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://user:pw@127.0.0.1:{proxy.port}")
+        pool = pool_for(origin.base_url)
+        try:
+            assert await post_json(pool, "/responses", {}, 5, 5) == b"{}"
+        finally:
+            await pool.aclose()
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        pool = pool_for(origin.base_url)
+        try:
+            assert await post_json(pool, "/responses", {}, 5, 5) == b"{}"
+        finally:
+            await pool.aclose()
+    finally:
+        await proxy.close()
+        await origin.close()
+    (through,) = proxy.requests
+    assert through.target == f"{origin.base_url}/responses"
+    assert through.headers["proxy-authorization"] == "Basic dXNlcjpwdw=="  # user:pw
+    assert through.headers["authorization"] == "Bearer sk-test"
+    (straight,) = origin.requests
+    assert straight.target == "/v1/responses" and "proxy-authorization" not in straight.headers
+
+
+async def test_an_https_proxy_tunnel_never_carries_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """For an https URL the proxy is asked for a tunnel (CONNECT) with its own
+    credentials only: the API key travels inside the TLS tunnel, never to the proxy."""
+
+    async def refuse(request: RawRequest, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+        return False
+
+    proxy = RawServer(refuse)
+    await proxy.start()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://user:pw@127.0.0.1:{proxy.port}")
+    pool = pool_for("https://api.example.invalid/v1")
+    try:
+        with pytest.raises(HttpPostError):
+            await post_json(pool, "/responses", {}, 5, 5)
+    finally:
+        await pool.aclose()
+        await proxy.close()
+    (tunnel,) = proxy.requests
+    assert tunnel.method == "CONNECT" and tunnel.target == "api.example.invalid:443"
+    assert tunnel.headers["proxy-authorization"] == "Basic dXNlcjpwdw=="
+    assert "authorization" not in tunnel.headers
+    assert "sk-test" not in str(tunnel.headers)
+
+
+def test_every_route_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routes and SDK clients verify with one context per process: loading the
+    certificate store for each route (one per 16 connections) cost ~0.27 s of start-up at
+    concurrency 200."""
     built: list[ssl.SSLContext] = []
-    default = httpcore2.default_ssl_context
+    default = ssl.create_default_context
 
     def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
         built.append(default(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(httpcore2, "default_ssl_context", counting)
-    monkeypatch.setattr(fast_http, "_SSL_CONTEXTS", {})
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    monkeypatch.setattr(http, "_SSL_CONTEXTS", {})
     monkeypatch.setenv(KEY_ENV, "sk-test")
     url = "https://api.example.invalid/v1"
-    direct = build_pool(
-        base_url=url,
-        api_key_env=KEY_ENV,
-        timeout_seconds=5,
-        connect_timeout_seconds=5,
-        max_concurrency=64,
-    )
+    options: Any = {"base_url": url, "api_key_env": KEY_ENV}
+    direct = build_pool(**options, timeout_seconds=5, connect_timeout_seconds=5, max_concurrency=64)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     proxied = build_pool(
-        base_url=url,
-        api_key_env=KEY_ENV,
-        timeout_seconds=5,
-        connect_timeout_seconds=5,
-        max_concurrency=64,
+        **options, timeout_seconds=5, connect_timeout_seconds=5, max_concurrency=64
     )
     assert len(direct) == len(proxied) == 4
-    assert all(d is not None for d in direct.direct)
-    assert all(d is None for d in proxied.direct)  # the SDK's stack, through the proxy
+    assert all(isinstance(r, Route) and r.proxy is None for r in direct.routes)
+    assert all(isinstance(r, Route) and r.proxy for r in proxied.routes)
+    direct.sdk_clients()  # built for the Batch API and deletions: the same context
     assert len(built) == 1
-    assert fast_http.shared_ssl_context() is built[0]
+    assert http.shared_ssl_context() is built[0]
 
 
-def test_the_host_header_brackets_ipv6() -> None:
-    direct = pool_for("http://[::1]:8000/v1").direct[0]
-    assert direct is not None
-    assert (b"Host", b"[::1]:8000") in direct._headers
+def test_a_missing_certificate_file_or_folder_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http, "_SSL_CONTEXTS", {})
+    missing = tmp_path / "nowhere" / "ca.pem"
+    monkeypatch.setenv("SSL_CERT_FILE", str(missing))
+    with pytest.raises(LLMConfigurationError) as info:
+        pool_for("https://api.example.invalid/v1")
+    assert "SSL_CERT_FILE" in str(info.value) and str(missing) in str(info.value)
+    assert isinstance(pool_for("http://127.0.0.1:9/v1").routes[0], Route)  # no TLS: no need
+    monkeypatch.delenv("SSL_CERT_FILE")
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "no-dir"))
+    with pytest.raises(LLMConfigurationError) as info:
+        pool_for("https://api.example.invalid/v1")
+    assert "SSL_CERT_DIR" in str(info.value) and "no-dir" in str(info.value)
+    empty = tmp_path / "empty.pem"
+    empty.write_text("not a certificate\n")
+    monkeypatch.delenv("SSL_CERT_DIR")
+    monkeypatch.setenv("SSL_CERT_FILE", str(empty))
+    with pytest.raises(LLMConfigurationError, match="SSL_CERT_FILE"):
+        pool_for("https://api.example.invalid/v1")
+
+
+def test_errors_name_an_ipv6_host_in_brackets_without_user_or_query() -> None:
+    route = pool_for("http://user:pw@[::1]:8000/v1?secret=1").routes[0]
+    assert route is not None
+    assert route.shown == "http://[::1]:8000/v1"
 
 
 @pytest.mark.parametrize("kind", [OpenAIAdapter, ChatAdapter])
@@ -203,18 +281,18 @@ async def test_many_calls_in_flight_reuse_connections(
     assert stub_server.stats.connections <= 40  # kept alive across the rounds
 
 
-async def test_https_calls_go_direct_and_reuse_tls_connections(tls_stub: StubServer) -> None:
+async def test_https_calls_reuse_tls_connections(tls_stub: StubServer) -> None:
     pool = pool_for(tls_stub.base_url)
-    assert pool.direct[0] is not None
+    assert pool.routes[0] is not None
     try:
         for _ in range(3):
             answers = await asyncio.gather(
-                *(post_json(pool, "/responses", BODY, TIMEOUT) for _ in range(16))
+                *(post_json(pool, "/responses", BODY, 5, 5) for _ in range(16))
             )
             assert all(b'"output"' in a for a in answers)
-        assert tls_stub.stats.connections <= 16  # the direct path's pool, kept alive
-        # what the SDK itself sends goes through its transport (on the same backend, TLS
-        # included), which keeps an httpcore pool of its own
+        assert tls_stub.stats.connections <= 16  # the route's pool, kept alive
+        # what the SDK itself sends (the Batch API, deletions) goes through its own
+        # stack, verifying with the same context
         response = await pool.first.responses.create(
             model="stub-model", input="x", instructions="Write.", text=BODY["text"]
         )
@@ -225,19 +303,28 @@ async def test_https_calls_go_direct_and_reuse_tls_connections(tls_stub: StubSer
     assert tls_stub.stats.connections <= 17
 
 
-async def test_an_untrusted_certificate_is_a_connection_error(
-    certificate: SelfSigned, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kind", [OpenAIAdapter, ChatAdapter])
+async def test_an_untrusted_certificate_is_named_with_its_host(
+    certificate: SelfSigned,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: type[OpenAIAdapter | ChatAdapter],
 ) -> None:
+    """Not "cannot connect": a configuration error (it stops the tick; retrying cannot
+    help) naming the host, what failed and the setting that fixes it."""
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     with ServerThread(StubServer(), ssl=certificate.server_context()) as server:
-        pool = pool_for(server.base_url)
+        adapter = kind(base_url=server.base_url, api_key_env=KEY_ENV)
         try:
-            with pytest.raises(DirectConnectionError) as info:
-                await post_json(pool, "/responses", BODY, TIMEOUT)
+            with pytest.raises(LLMConfigurationError) as info:
+                await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         finally:
-            await pool.aclose()
-    assert isinstance(info.value.__cause__, httpcore2.ConnectError)
-    assert "CERTIFICATE_VERIFY_FAILED" in str(info.value.__cause__)
+            await adapter.aclose()
+    assert isinstance(info.value.cause, HttpTLSError)
+    assert info.value.cause.host == "127.0.0.1"
+    message = info.value.message
+    assert "certificate of 127.0.0.1 did not verify" in message
+    assert "self-signed certificate" in message and "SSL_CERT_FILE" in message
+    assert info.value.code == "tls_error"
 
 
 @pytest.mark.parametrize(
@@ -252,12 +339,12 @@ async def test_http_errors_still_map(
     stub_server: StubServer, fault: str, error: type[LLMError]
 ) -> None:
     adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
-    assert adapter.pool.direct[0] is not None
+    assert adapter.pool.routes[0] is not None
     stub_server.enqueue(fault)
     try:
         with pytest.raises(error) as info:
             await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
-        assert isinstance(info.value.cause, DirectStatusError)  # no SDK exception on the way
+        assert isinstance(info.value.cause, HttpStatusError)  # no SDK exception on the way
         if fault == "rate_limit":
             assert isinstance(info.value, LLMRateLimitError)
             assert info.value.cause.status == 429
@@ -296,10 +383,10 @@ TABLE = [
 
 
 @pytest.mark.parametrize("fault", TABLE)
-async def test_a_status_maps_the_same_on_the_direct_path_and_the_sdk_path(
+async def test_a_status_maps_the_same_on_a_route_and_on_the_sdk_path(
     tls_stub: StubServer, monkeypatch: pytest.MonkeyPatch, fault: str
 ) -> None:
-    """Each status (a 429 with Retry-After, 401, 403, ...) on the direct path, over http
+    """Each status (a 429 with Retry-After, 401, 403, ...) on a route, over http
     and https, becomes the same sim error as through the SDK's own stack: same type,
     message, code, retry_after, status and body, and the answer read the same way."""
     facts: dict[str, tuple[Any, ...]] = {}
@@ -314,20 +401,20 @@ async def test_a_status_maps_the_same_on_the_direct_path_and_the_sdk_path(
             ("http sdk", plain.base_url, False),
             ("https sdk", tls_stub.base_url, False),
         ):
-            monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+            monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
             pool = pool_for(url)
-            assert (pool.direct[0] is not None) == direct, label
+            assert (pool.routes[0] is not None) == direct, label
             server = tls_stub if url.startswith("https") else plain
             if fault != "previous_response_not_found":
                 server.enqueue(fault)
             try:
                 with pytest.raises(Exception) as info:
-                    await post_json(pool, "/responses", body, TIMEOUT)
+                    await post_json(pool, "/responses", body, 5, 5)
             finally:
                 await pool.aclose()
             raised = info.value
             if direct:
-                assert isinstance(raised, DirectStatusError), label
+                assert isinstance(raised, HttpStatusError), label
                 answers[label] = read_answer(raised.status, raised.headers, raised.content)
             else:
                 assert isinstance(raised, openai.APIStatusError), label
@@ -362,30 +449,27 @@ async def test_a_status_maps_the_same_on_the_direct_path_and_the_sdk_path(
 async def test_a_timeout_and_a_refused_connection_map_the_same_on_both_paths(
     stub_server: StubServer, monkeypatch: pytest.MonkeyPatch, direct: bool
 ) -> None:
-    monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+    """Same type and code on a route and on the SDK's stack; a route's message also says
+    what the connection attempt met."""
+    monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
     facts = []
     for url, fault in ((stub_server.base_url, "hang"), ("http://127.0.0.1:9/v1", None)):
         pool = pool_for(url)
-        assert (pool.direct[0] is not None) == direct
+        assert (pool.routes[0] is not None) == direct
         if fault:
             stub_server.enqueue(fault)
         try:
             with pytest.raises(Exception) as info:
-                await post_json(pool, "/responses", BODY, httpx2.Timeout(0.3))
+                await post_json(pool, "/responses", BODY, 0.3, 5)
         finally:
             await pool.aclose()
         facts.append(error_facts(map_openai_error(info.value, api_key_env=KEY_ENV, model="m")))
-    assert facts == [
-        (LLMTimeoutError, "request to m timed out", "timeout", None, None, None),
-        (
-            LLMAPIError,
-            "connection to the provider failed: Connection error.",
-            "connection_error",
-            None,
-            None,
-            None,
-        ),
-    ]
+    assert facts[0] == (LLMTimeoutError, "request to m timed out", "timeout", None, None, None)
+    kind, message, code = facts[1][:3]
+    assert (kind, code) == (LLMAPIError, "connection_error")
+    assert message.startswith("connection to the provider failed: Connection error")
+    if direct:
+        assert "Cannot connect to host 127.0.0.1:9" in message
 
 
 async def test_a_hang_past_the_timeout_is_a_timeout(stub_server: StubServer) -> None:
@@ -414,7 +498,7 @@ async def test_connection_refused_is_a_connection_error() -> None:
 
 class Capture:
     """A loopback HTTP server that records each request's target and headers and answers
-    ``{}`` (what the SDK and the direct path send, compared byte for byte)."""
+    ``{}`` (what the SDK and a route send, compared byte for byte)."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, list[tuple[str, str]]]] = []
@@ -449,8 +533,9 @@ class Capture:
             writer.close()
 
 
-#: what the SDK sends that the direct path does not: its self-description and per-try
-#: bookkeeping, and httpx's transport defaults (HTTP/1.1 keeps alive without saying)
+#: what the SDK sends that a route does not: its self-description and per-try
+#: bookkeeping, and the clients' transport defaults (HTTP/1.1 keeps alive without
+#: saying; aiohttp's ``Accept-Encoding: gzip, deflate``)
 SDK_ONLY = {
     "user-agent",
     "x-stainless-lang",
@@ -467,7 +552,7 @@ SDK_ONLY = {
 }
 
 
-async def test_the_direct_path_sends_what_the_sdk_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_route_sends_what_the_sdk_sends(monkeypatch: pytest.MonkeyPatch) -> None:
     """The target the adapters build without the SDK carries what an SDK client with the
     same settings sends: the bearer key, JSON headers, the environment's organization,
     project and custom headers, the user's default headers (replacing any of the same
@@ -487,7 +572,7 @@ async def test_the_direct_path_sends_what_the_sdk_sends(monkeypatch: pytest.Monk
             default_headers=defaults,
             default_query=query,
         )
-        assert pool.direct[0] is not None
+        assert pool.routes[0] is not None
         client = openai.AsyncOpenAI(
             api_key="sk-test",
             base_url=url,
@@ -496,7 +581,7 @@ async def test_the_direct_path_sends_what_the_sdk_sends(monkeypatch: pytest.Monk
             default_query=query,
         )
         try:
-            await post_json(pool, "/responses", {}, TIMEOUT)
+            await post_json(pool, "/responses", {}, 5, 5)
             await client.post(
                 "/responses",
                 cast_to=bytes,
@@ -507,6 +592,7 @@ async def test_the_direct_path_sends_what_the_sdk_sends(monkeypatch: pytest.Monk
             await client.close()
             await pool.aclose()
     (direct_target, direct_headers), (sdk_target, sdk_headers) = server.requests
+    assert dict(direct_headers)["accept-encoding"].startswith("gzip, deflate")
     assert direct_target == sdk_target == "/v1/responses?api-version=2024-10-21"
     direct = dict(direct_headers)
     assert len(direct) == len(direct_headers)  # no header twice
@@ -516,22 +602,20 @@ async def test_the_direct_path_sends_what_the_sdk_sends(monkeypatch: pytest.Monk
     assert direct["openai-organization"] == "org-1" and direct["openai-project"] == "proj-1"
     assert direct["user-agent"].startswith("sim/")
     sdk = {name: value for name, value in sdk_headers if name not in SDK_ONLY}
-    # the SDK's idempotency key is the one given here; the direct path's the call's own
+    # the SDK's idempotency key is the one given here; a route's the call's own
     sdk.pop("idempotency-key")
     assert {name: value for name, value in direct.items() if name not in SDK_ONLY} == sdk
 
 
-async def test_the_direct_path_sends_the_calls_idempotency_key() -> None:
+async def test_a_route_sends_the_calls_idempotency_key() -> None:
     async with Capture() as server:
         url = f"http://127.0.0.1:{server.port}/v1"
-        _, pool = plain_tcp_transport(httpx2.Limits(max_connections=1), url)
-        target = openai_target(url, "sk-test")
-        direct = DirectPost(target, pool)
+        route = Route(openai_target(url, "sk-test"), 1, 5)
         try:
-            await direct.post("/responses", b"{}", TIMEOUT, "key-1")
-            await direct.post("/responses", b"{}", TIMEOUT)
+            await route.post("/responses", b"{}", 5, "key-1")
+            await route.post("/responses", b"{}", 5)
         finally:
-            await direct.aclose()
+            await route.aclose()
     assert dict(server.requests[0][1])["idempotency-key"] == "key-1"
     assert "idempotency-key" not in dict(server.requests[1][1])
 
@@ -546,7 +630,7 @@ async def test_a_default_header_replaces_the_built_in_one_of_any_case() -> None:
             default_headers={"user-agent": "sim-test/1", "AUTHORIZATION": "Token other"},
         )
         try:
-            await post_json(pool, "/responses", {}, TIMEOUT)
+            await post_json(pool, "/responses", {}, 5, 5)
         finally:
             await pool.aclose()
     headers = server.requests[0][1]
@@ -566,149 +650,7 @@ def test_the_target_never_shows_the_key() -> None:
         timeout_seconds=5,
         connect_timeout_seconds=5,
     )
-    assert "sk-test" not in repr(pool.direct[0]) and "sk-test" not in repr(vars(pool))
-
-
-async def test_the_pool_transport_maps_transport_errors_to_httpx_ones() -> None:
-    transport, _ = plain_tcp_transport(httpx2.Limits(max_connections=1), "http://127.0.0.1:9")
-    async with httpx2.AsyncClient(transport=transport) as client:
-        with pytest.raises(httpx2.ConnectError):
-            await client.get("http://127.0.0.1:9/")
-    assert isinstance(transport, PoolTransport)
-
-
-async def test_stream_reads_writes_and_reports_a_closed_peer() -> None:
-    received: list[bytes] = []
-
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        data = await reader.readexactly(200_000)
-        received.append(data)
-        writer.write(b"ok")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(echo, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
-        assert isinstance(stream, SocketStream)
-        assert stream.get_extra_info("ssl_object") is None
-        assert stream.get_extra_info("server_addr")[1] == port
-        assert stream.get_extra_info("is_readable") is False
-        await stream.write(b"x" * 200_000, timeout=5)  # more than one send() takes
-        assert await stream.read(10, timeout=5) == b"ok"
-        for _ in range(500):  # the peer's FIN may trail its last bytes
-            if stream.get_extra_info("is_readable"):
-                break
-            await asyncio.sleep(0.01)
-        assert stream.get_extra_info("is_readable") is True  # closed: not to be reused
-        assert await stream.read(10, timeout=5) == b""  # the peer closed
-        await stream.aclose()
-        assert stream.get_extra_info("is_readable") is True
-        with pytest.raises(httpcore2.ConnectError):
-            await SocketBackend().connect_tcp("127.0.0.1", 9, timeout=5)
-    finally:
-        server.close()
-        await server.wait_closed()
-    assert received == [b"x" * 200_000]
-
-
-async def test_small_writes_leave_together_with_the_next_read() -> None:
-    """A request's head and body go out in one send, when the client starts reading."""
-    chunks: list[bytes] = []
-    early: list[bool] = []
-    first_read_over = asyncio.Event()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await asyncio.wait_for(reader.read(100), 0.2)
-            early.append(True)
-        except TimeoutError:
-            early.append(False)
-        first_read_over.set()
-        chunks.append(await reader.read(100))
-        writer.write(b"ok")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
-        await stream.write(b"head;", timeout=5)
-        await stream.write(b"body", timeout=5)
-        # the client reads only once the server's first read is over (timed out: nothing
-        # was sent), however late a loaded machine runs the server's side
-        await asyncio.wait_for(first_read_over.wait(), 10)
-        assert await stream.read(10, timeout=5) == b"ok"
-        await stream.aclose()
-    finally:
-        server.close()
-    assert early == [False]
-    assert chunks == [b"head;body"]
-
-
-async def test_tls_stream_reads_writes_and_reports_a_closed_peer(certificate: SelfSigned) -> None:
-    received: list[bytes] = []
-
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        received.append(await reader.readexactly(200_000))
-        writer.write(b"ok")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=certificate.server_context())
-    port = server.sockets[0].getsockname()[1]
-    try:
-        raw = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
-        stream = await raw.start_tls(certificate.client_context(), "127.0.0.1", timeout=5)
-        assert isinstance(stream, TLSStream)
-        assert isinstance(stream.get_extra_info("ssl_object"), ssl.SSLObject)
-        assert stream.get_extra_info("server_addr")[1] == port
-        await stream.write(b"y" * 200_000, timeout=5)  # many TLS records
-        assert await stream.read(10, timeout=5) == b"ok"
-        assert await stream.read(10, timeout=5) == b""
-        await stream.aclose()
-        # the wrong name for the certificate is refused during the handshake
-        raw = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
-        with pytest.raises(httpcore2.ConnectError):
-            await raw.start_tls(certificate.client_context(), "wrong.invalid", timeout=5)
-    finally:
-        server.close()
-    assert received == [b"y" * 200_000]
-
-
-async def test_a_peer_hanging_up_mid_handshake_is_a_connect_error(
-    certificate: SelfSigned,
-) -> None:
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1)  # the ClientHello arrived
-        writer.close()
-
-    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        raw = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
-        with pytest.raises(httpcore2.ConnectError):
-            await raw.start_tls(certificate.client_context(), "127.0.0.1", timeout=5)
-    finally:
-        server.close()
-
-
-async def test_a_read_that_waits_past_its_timeout_raises_read_timeout() -> None:
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1)
-
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        stream = await SocketBackend().connect_tcp("127.0.0.1", port, timeout=5)
-        with pytest.raises(httpcore2.ReadTimeout):
-            await stream.read(10, timeout=0.05)
-        await stream.aclose()
-    finally:
-        server.close()
-        await server.wait_closed()
+    assert "sk-test" not in repr(pool.routes[0]) and "sk-test" not in repr(vars(pool))
 
 
 def test_the_certificate_helper_writes_pem_files(certificate: SelfSigned) -> None:
@@ -737,9 +679,9 @@ def test_an_answer_is_read_as_the_sdk_reads_it(status: int) -> None:
 async def test_the_adapters_default_headers_and_query_go_on_either_path(
     monkeypatch: pytest.MonkeyPatch, direct: bool
 ) -> None:
-    """``default_headers``/``default_query`` given to an adapter reach the server on the
-    direct path and on the SDK's (as for a proxied URL) alike, with the key."""
-    monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+    """``default_headers``/``default_query`` given to an adapter reach the server on a
+    route and on the SDK's stack alike, with the key."""
+    monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
     async with Capture() as server:
         adapter = ChatAdapter(
             base_url=f"http://127.0.0.1:{server.port}/v1",
@@ -747,7 +689,7 @@ async def test_the_adapters_default_headers_and_query_go_on_either_path(
             default_headers={"X-Team": "red"},
             default_query={"api-version": "2024-10-21"},
         )
-        assert (adapter.pool.direct[0] is not None) == direct
+        assert (adapter.pool.routes[0] is not None) == direct
         try:
             with pytest.raises(LLMError):  # the capture answers {}: no choices
                 await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
@@ -763,19 +705,67 @@ async def test_the_adapters_default_headers_and_query_go_on_either_path(
 async def test_an_adapter_raises_the_same_error_on_either_path(
     stub_server: StubServer, monkeypatch: pytest.MonkeyPatch, fault: str
 ) -> None:
-    """Through a whole adapter call: the SDK's exceptions (its own stack, as for a proxied
-    URL) are caught and mapped like the direct path's, never passed on raw."""
+    """Through a whole adapter call: the SDK's exceptions (its own stack, as for a client
+    handed in) are caught and mapped like a route's, never passed on raw."""
     facts = []
     for direct in (True, False):
-        monkeypatch.setattr(common, "PLAIN_TCP_BACKEND", direct)
+        monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
         adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
-        assert (adapter.pool.direct[0] is not None) == direct
+        assert (adapter.pool.routes[0] is not None) == direct
         stub_server.enqueue(fault)
         try:
             with pytest.raises(LLMError) as info:
                 await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
         finally:
             await adapter.aclose()
-        assert isinstance(info.value.cause, DirectStatusError if direct else openai.APIError)
+        assert isinstance(info.value.cause, HttpStatusError if direct else openai.APIError)
         facts.append(error_facts(info.value))
     assert facts[0] == facts[1]
+
+
+async def test_a_redirect_is_an_error_never_followed() -> None:
+    """A 307 to another server is not followed: the key is sent only where the user
+    chose (a redirect-following client would re-send the POST, key and all)."""
+
+    async def elsewhere(request: RawRequest, writer: asyncio.StreamWriter) -> bool:
+        writer.write(head(200, 2) + b"{}")
+        return True
+
+    other = RawServer(elsewhere)
+    await other.start()
+
+    async def redirect(request: RawRequest, writer: asyncio.StreamWriter) -> bool:
+        location = f"location: {other.base_url}/responses\r\n".encode()
+        writer.write(head(307, 0, location))
+        return True
+
+    first = RawServer(redirect)
+    await first.start()
+    pool = pool_for(first.base_url)
+    try:
+        with pytest.raises(HttpStatusError) as info:
+            await post_json(pool, "/responses", {}, 5, 5)
+    finally:
+        await pool.aclose()
+        await first.close()
+        await other.close()
+    assert info.value.status == 307
+    assert other.requests == []
+    mapped = map_openai_error(info.value, api_key_env=KEY_ENV, model="m")
+    assert isinstance(mapped, LLMAPIError) and "307" in mapped.message
+
+
+def test_a_route_works_on_a_new_event_loop(stub_server: StubServer) -> None:
+    """An adapter used by one ``asyncio.run`` and then another (its first loop gone)
+    makes new connections on the new loop rather than failing on the old ones."""
+    pool = pool_for(stub_server.base_url)
+    assert b'"output"' in asyncio.run(post_json(pool, "/responses", BODY, 5, 5))
+
+    async def again() -> bytes:
+        try:
+            return await post_json(pool, "/responses", BODY, 5, 5)
+        finally:
+            await pool.aclose()
+
+    assert b'"output"' in asyncio.run(again())
+    assert stub_server.stats.generations == 2
