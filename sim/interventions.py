@@ -36,7 +36,7 @@ from sim.errors import InputError, InvalidWorld
 from sim.storage import MAX_DEPTH, Storage, dump_json
 from sim.ticklog.format import INTERVENTIONS
 from sim.ticklog.records import InterventionRecord, record_data
-from sim.world import ID_RE, Character, Entity, Location, World
+from sim.world import ID_RE, Character, Entity, Location, World, relationship_problems
 
 if TYPE_CHECKING:
     from sim.config import Config
@@ -419,6 +419,9 @@ def _reference_problem(world: World, kind: str, entity: Entity) -> tuple[str, st
             return "state.location", (
                 f"unknown location {where!r}; expected one of: {', '.join(world.locations)}"
             )
+        cid = entity["identity"]["id"]
+        for _, field, message in relationship_problems({cid: entity}, set(world.characters)):
+            return field, message
         return None
     for i, target in enumerate(entity["state"]["connections"]):
         if target not in world.locations:

@@ -32,6 +32,7 @@ TITLES: dict[str, str] = {
     "exits": "Exits (move: target one of these ids)",
     "present": "Who is here (speak: target one of these ids)",
     "happenings": "Just happened here",
+    "relationships": "Who you know (your relationships)",
     "characters": "Characters here, with what they intend",
     "events": "What each character meant to do, and what happened",
     "summary": "Their memory so far",

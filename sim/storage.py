@@ -31,7 +31,15 @@ from sim.journal import (
     write_journal,
 )
 from sim.safefs import UnsafePath
-from sim.world import ID_RE, Character, Entity, Location, World, WorldMeta
+from sim.world import (
+    ID_RE,
+    Character,
+    Entity,
+    Location,
+    World,
+    WorldMeta,
+    relationship_problems,
+)
 
 ENTITY_KINDS = ("characters", "locations")
 #: default size limit of one entity file (``[limits] max_entity_bytes``)
@@ -352,7 +360,9 @@ class Storage:
             meta = self._parse(meta_path, meta_raw, WorldMeta, problems)
             if meta is not None:
                 originals["world.json"] = meta_raw
-        characters, _ = self._read_kind("characters", Character, problems, originals, overlay)
+        characters, bad_characters = self._read_kind(
+            "characters", Character, problems, originals, overlay
+        )
         locations, bad_locations = self._read_kind(
             "locations", Location, problems, originals, overlay
         )
@@ -378,6 +388,10 @@ class Storage:
                     "state.location",
                     f"unknown location {where!r}; expected one of the ids in locations/",
                 )
+        for cid, field, message in relationship_problems(
+            characters, set(characters) | bad_characters
+        ):
+            problem("characters", cid, field, message)
         for lid, loc in locations.items():
             for i, target in enumerate(loc["state"]["connections"]):
                 if target not in known_locations:

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    model_serializer,
+)
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 ID_RE = re.compile(ID_PATTERN)
@@ -69,10 +76,33 @@ class Memory(_Open):
     summary: str = ""
 
 
+#: the bounds of a relationship's ``trust``
+TRUST_RANGE = (0.0, 1.0)
+
+
+class Relationship(_Open):
+    """How a character stands to another: a kind, a trust and any attributes of the
+    world's own (kept, exported as columns of the ``edges`` table)."""
+
+    kind: Annotated[str, StringConstraints(min_length=1)]
+    trust: float = Field(0.5, ge=TRUST_RANGE[0], le=TRUST_RANGE[1])
+
+
 class Character(_Open):
     identity: CharacterIdentity
     state: CharacterState
     memory: Memory = Memory()
+    #: other character id -> the relationship; left out of the file when there are none
+    relationships: dict[EntityId, Relationship] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave ``relationships`` out of a file that has none (older files keep their
+        bytes)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("relationships", 0) is None:
+            del data["relationships"]
+        return data
 
 
 class LocationIdentity(_Open):
@@ -119,3 +149,46 @@ class World:
         for cid, char in self.characters.items():
             where.setdefault(char["state"]["location"], []).append(cid)
         return {loc: where[loc] for loc in sorted(where)}
+
+
+def relationship_problems(
+    characters: dict[str, Entity], known: set[str]
+) -> list[tuple[str, str, str]]:
+    """Relationships naming a character that does not exist, or the character itself:
+    ``(character id, field, message)`` for each, in id order.
+
+    Args:
+        known: every character id of the world (invalid files' too, so that one broken
+            file is not blamed twice).
+    """
+    out = []
+    for cid in sorted(characters):
+        for other in characters[cid].get("relationships") or {}:
+            where = f"relationships.{other}"
+            if other == cid:
+                out.append((cid, where, "a character cannot have a relationship to itself"))
+            elif other not in known:
+                out.append(
+                    (
+                        cid,
+                        where,
+                        f"unknown character {other!r}; expected one of the ids in characters/",
+                    )
+                )
+    return out
+
+
+#: keys of a relationship's view that are the other character's, not the tie's
+_IDS = ("id", "name")
+
+
+def relationships_view(world: World, char: Entity) -> list[dict[str, Any]]:
+    """A character's relationships as it sees them: each other character's id and name,
+    then the relationship's fields (``kind``, ``trust``, the world's own), in file order.
+    Empty when it has none, so inputs of worlds without relationships stay as they were."""
+    out = []
+    for other, tie in (char.get("relationships") or {}).items():
+        them = world.characters.get(other)
+        name = them["identity"]["name"] if them is not None else other
+        out.append({"id": other, "name": name, **{k: v for k, v in tie.items() if k not in _IDS}})
+    return out

@@ -24,6 +24,8 @@ import orjson
 from pydantic import BaseModel
 
 from sim.errors import InputError
+from sim.network import Network
+from sim.network import edges as network_edges
 from sim.world import Character, Location, WorldMeta
 
 MAX_ENTITIES = 500
@@ -67,7 +69,7 @@ sim log --world {folder} --tick all
 - `characters/<id>.json`, `locations/<id>.json`: one file per character and location; the
   file name is the id. Add fields to `state` freely: the engine keeps them, and `sim
   export` makes each a column.
-- `config.toml`: this world's settings (provider, models, prices, budgets); see
+{network}- `config.toml`: this world's settings (provider, models, prices, budgets); see
   `sim --help` and docs/providers.md. Switch `provider` to `openai` or `chat` for a real model.
 - `prompts/`: the instructions each phase sends, copied from sim's built-in ones; edit
   them to change how characters and the game master behave, or delete one to use the
@@ -75,6 +77,11 @@ sim log --world {folder} --tick all
 
 The format is described in docs/world-format.md; `sim schema --out schemas` writes JSON
 Schemas an editor can check these files against as you type.
+"""
+
+NETWORK_README = """\
+- `relationships` in each character file: who knows whom, written by
+  `sim init --network {network}`; `sim export` gives them as the `edges` table.
 """
 
 WORLD_CONFIG = """\
@@ -94,6 +101,8 @@ class Created:
     characters: list[str]
     locations: list[str]
     files: list[str]
+    #: relationships written (two per pair who know each other)
+    relationships: int = 0
 
 
 def _dump(data: Any) -> bytes:
@@ -110,8 +119,38 @@ def _name(table: tuple[tuple[str, ...], ...], i: int) -> tuple[str, ...]:
     return (f"{entry[0]}-{rounds + 1}", f"{entry[1]} {rounds + 1}", *entry[2:])
 
 
-def world_files(name: str, characters: int, locations: int) -> dict[str, bytes]:
-    """Every file of a new world (path relative to its folder -> bytes), prompts included."""
+#: the relationship ``sim init --network`` gives each pair of characters who know each other
+NETWORK_TIE = {"kind": "acquaintance", "trust": 0.5}
+
+
+def ties(ids: list[str], network: Network | None, seed: int) -> dict[str, dict[str, Any]]:
+    """Character id -> its relationships in ``network`` (both ways), each in id order."""
+    out: dict[str, dict[str, Any]] = {cid: {} for cid in ids}
+    if network is None:
+        return out
+    known: dict[int, list[int]] = {i: [] for i in range(len(ids))}
+    for i, j in network_edges(network, len(ids), seed):
+        known[i].append(j)
+        known[j].append(i)
+    for i, others in known.items():
+        for j in sorted(others, key=lambda j: ids[j]):
+            out[ids[i]][ids[j]] = dict(NETWORK_TIE)
+    return out
+
+
+def world_files(
+    name: str,
+    characters: int,
+    locations: int,
+    network: Network | None = None,
+    seed: int = 1,
+) -> dict[str, bytes]:
+    """Every file of a new world (path relative to its folder -> bytes), prompts included.
+
+    Args:
+        network: relationships between the characters (none: no ``relationships``).
+        seed: the world's seed, which also draws a random network.
+    """
     places = [_name(_PLACES, i) for i in range(locations)]
     ids = [p[0] for p in places]
     files: dict[str, bytes] = {
@@ -120,7 +159,7 @@ def world_files(name: str, characters: int, locations: int) -> dict[str, bytes]:
                 "name": name,
                 "description": "A small river town on the evening the ferry fails to come.",
                 "tick": 0,
-                "seed": 1,
+                "seed": seed,
             }
         )
     }
@@ -133,10 +172,11 @@ def world_files(name: str, characters: int, locations: int) -> dict[str, bytes]:
                 "state": {"connections": links, "objects": [thing], "atmosphere": "quiet"},
             }
         )
-    people = []
+    people = [_name(_PEOPLE, i)[0] for i in range(characters)]
+    network_ties = ties(people, network, seed)
     for i in range(characters):
         cid, full, description = _name(_PEOPLE, i)
-        people.append(cid)
+        relationships = {"relationships": network_ties[cid]} if network_ties[cid] else {}
         files[f"characters/{cid}.json"] = _dump(
             {
                 "identity": {
@@ -152,6 +192,7 @@ def world_files(name: str, characters: int, locations: int) -> dict[str, bytes]:
                     "inventory": [],
                 },
                 "memory": {"capacity": 5, "cells": [], "summary": ""},
+                **relationships,
             }
         )
     for template in sorted(PROMPTS_DIR.glob("*.md")):
@@ -160,8 +201,15 @@ def world_files(name: str, characters: int, locations: int) -> dict[str, bytes]:
     return files
 
 
-def init_world(root: Path, characters: int = 3, locations: int = 2) -> Created:
-    """Write a new world into ``root`` (missing or an empty folder).
+def init_world(
+    root: Path,
+    characters: int = 3,
+    locations: int = 2,
+    network: Network | None = None,
+    seed: int = 1,
+) -> Created:
+    """Write a new world into ``root`` (missing or an empty folder), its characters related
+    by ``network`` if one is given (``sim.network``; a random one drawn with ``seed``).
 
     Raises:
         InputError: ``root`` is not empty or is a file, or a count is out of range.
@@ -174,9 +222,13 @@ def init_world(root: Path, characters: int = 3, locations: int = 2) -> Created:
     if root.is_dir() and any(root.iterdir()):
         raise InputError(root, None, "is not empty: sim init writes only into a new folder")
     name = root.resolve().name.replace("-", " ").replace("_", " ").strip().title() or "New World"
-    files = world_files(name, characters, locations)
+    files = world_files(name, characters, locations, network, seed)
     readme = WORLD_README.format(
-        name=name, characters=characters, locations=locations, folder=root.as_posix()
+        name=name,
+        characters=characters,
+        locations=locations,
+        folder=root.as_posix(),
+        network=NETWORK_README.format(network=network) if network is not None else "",
     )
     files["README.md"] = readme.encode()
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +246,12 @@ def init_world(root: Path, characters: int = 3, locations: int = 2) -> Created:
         raise
     chars = sorted(rel.split("/")[1][:-5] for rel in files if rel.startswith("characters/"))
     places = sorted(rel.split("/")[1][:-5] for rel in files if rel.startswith("locations/"))
-    return Created(root, chars, places, sorted(files))
+    related = sum(
+        len(orjson.loads(data).get("relationships", {}))
+        for rel, data in files.items()
+        if rel.startswith("characters/")
+    )
+    return Created(root, chars, places, sorted(files), related)
 
 
 # -- schemas -------------------------------------------------------------------------------------

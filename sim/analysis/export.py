@@ -191,8 +191,9 @@ def export(
     *,
     csv_raw: bool = False,
 ) -> Exported:
-    """Write ``characters``, ``interactions``, ``locations`` and ``calls`` tables of a world's
-    committed ticks ``first``..``last`` into ``out`` (created if missing) as ``<table>.<fmt>``.
+    """Write the ``characters``, ``interactions``, ``locations``, ``calls`` and ``edges``
+    tables of a world's committed ticks ``first``..``last`` into ``out`` (created if
+    missing) as ``<table>.<fmt>``.
 
     ``csv_raw`` writes CSV text cells exactly, formulas included (see the module's note).
 
@@ -223,6 +224,9 @@ class Frames:
     interactions: pandas.DataFrame
     locations: pandas.DataFrame
     calls: pandas.DataFrame
+    #: the relationships, one row per tick and tie (``nx.from_pandas_edgelist(..., "from",
+    #: "to", edge_attr=True, create_using=nx.DiGraph)`` for one tick's network)
+    edges: pandas.DataFrame
     #: logs that could not be read (their ticks are missing from the tables)
     problems: list[LogError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -272,6 +276,8 @@ class StudyFrames:
     locations: pandas.DataFrame
     calls: pandas.DataFrame
     surveys: pandas.DataFrame
+    #: every run's relationships, one row per tick and tie (see ``Frames.edges``)
+    edges: pandas.DataFrame
     conditions: list[str] = field(default_factory=list)
     factors: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
@@ -296,6 +302,7 @@ def load_study(study: Path | str, first: int | None = None, last: int | None = N
         frame(t["locations"]),
         frame(t["calls"]),
         frame(t["surveys"]),
+        frame(t["edges"]),
         conditions=tables.conditions,
         factors=tables.factors,
         runs=tables.runs,
@@ -306,7 +313,7 @@ def load_study(study: Path | str, first: int | None = None, last: int | None = N
 
 def load(world: Path | str, first: int | None = None, last: int | None = None) -> Frames:
     """A world's history as DataFrames: ``characters``, ``interactions``, ``locations``,
-    ``calls`` (see ``sim.analysis.tables`` for what each row is).
+    ``calls``, ``edges`` (see ``sim.analysis.tables`` for what each row is).
 
     Raises:
         MissingExtra: pandas or pyarrow is not installed (``pip install 'sim[analysis]'``).
@@ -319,6 +326,7 @@ def load(world: Path | str, first: int | None = None, last: int | None = None) -
         frame(tables.interactions),
         frame(tables.locations),
         frame(tables.calls),
+        frame(tables.edges),
         problems=tables.problems,
         notes=tables.notes,
         surveys=frame(tables.surveys),

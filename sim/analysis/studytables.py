@@ -26,7 +26,7 @@ from sim.errors import InputError, LogError
 
 #: the columns that lead every row of a study's tables (then one per factor)
 KEYS = ("condition", "seed", "run")
-TABLES = ("characters", "interactions", "locations", "calls", "surveys")
+TABLES = ("characters", "interactions", "locations", "calls", "surveys", "edges")
 #: the record ``sim study run`` writes in the study's folder
 STUDY_RECORD = "study.json"
 

@@ -1,16 +1,22 @@
 """Tidy tables of a world's history, built from its tick logs and its folder (stdlib only).
 
-Four tables, one row per observation, for ``sim export`` and ``sim.analysis.load``:
+Six tables, one row per observation, for ``sim export`` and ``sim.analysis.load``:
 
-- ``characters``: one row per committed tick and character. The state columns
-  (``location``, ``mood``, ``inventory``, ``memory_summary`` and every custom field of
-  ``state``, flattened to ``state.<path>``) are the character *after* the tick; ``action``,
-  ``target``, ``content``, ``reasoning`` and ``outcome`` are what it meant to do during the
-  tick and what came of it.
+- ``characters``: one row per committed tick and character, and a baseline row per
+  character for the tick before the first logged one (its ``state_before``: tick 0 for a
+  whole history) when the window starts there. The state columns (``location``,
+  ``mood``, ``inventory``, ``memory_summary``, every custom field of ``state`` flattened
+  to ``state.<path>`` and every identity field but the id flattened to
+  ``identity.<path>``) are the character
+  *after* the tick; ``action``, ``target``, ``content``, ``reasoning`` and ``outcome`` are
+  what it meant to do during the tick and what came of it (empty in a baseline row).
 - ``interactions``: one row per speech, act or custom verb of a tick, at the location where
   the character stood when the tick began (``from`` the character, ``to`` its target).
 - ``locations``: one row per committed tick and location: who is there after the tick and
   the tick's narrative of the place (the scene of those who were there when it began).
+- ``edges``: one row per tick and relationship (``from`` the character holding it, ``to``
+  the other, ``kind``, ``trust`` and the world's own attributes as columns), the network
+  after the tick, with the same baseline tick as ``characters``.
 - ``calls``: one row per logged call record, superseded ones included (a resumed tick may
   have sent a call twice: both were billed), with tokens and cost over every attempt
   (``sim.ticklog.books``) and the cost empty (``None``) where a model had no price.
@@ -40,6 +46,7 @@ from sim.llm.store import split_key
 from sim.ticklog.books import call_cost, call_usage
 from sim.ticklog.format import read_state, unpack_state
 from sim.ticklog.reader import TickLog, read_logs
+from sim.world import Relationship
 
 #: a table cell: JSON-like (lists and objects are kept as such until a writer encodes them)
 Cell = Any
@@ -74,8 +81,16 @@ CALL_COLUMNS = (
     "error",
     "request_id",
 )
+EDGE_COLUMNS = ("tick", "from", "to", "kind", "trust")
+#: the edges table's key columns, and the prefix of an attribute named like one
+_EDGE_KEYS = ("tick", "from", "to")
+EDGE_ATTRIBUTE_PREFIX = "attribute."
+#: a relationship's trust when its file leaves it out
+DEFAULT_TRUST: float = Relationship.model_fields["trust"].default
 #: the prefix of a flattened custom state field's column (``state.health``)
 STATE_PREFIX = "state."
+#: the prefix of a flattened identity field's column (``identity.age``)
+IDENTITY_PREFIX = "identity."
 #: intention actions that are not interactions with someone or something
 _NOT_INTERACTIONS = frozenset({"move", "wait"})
 #: the kind an interaction is listed as, by intention action (others keep their verb)
@@ -97,7 +112,7 @@ class Table:
 
 @dataclass
 class Tables:
-    """The four tables of ``sim export``, and the logs that could not be read."""
+    """The tables of ``sim export``, and the logs that could not be read."""
 
     characters: Table
     interactions: Table
@@ -107,9 +122,18 @@ class Tables:
     problems: list[LogError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     surveys: Table = field(default_factory=lambda: Table("surveys", list(SURVEY_COLUMNS)))
+    #: one row per relationship per tick (the network after the tick)
+    edges: Table = field(default_factory=lambda: Table("edges", list(EDGE_COLUMNS)))
 
     def all(self) -> list[Table]:
-        return [self.characters, self.interactions, self.locations, self.calls, self.surveys]
+        return [
+            self.characters,
+            self.interactions,
+            self.locations,
+            self.calls,
+            self.surveys,
+            self.edges,
+        ]
 
 
 # -- typed views of what the tables read -------------------------------------------------------
@@ -136,8 +160,10 @@ class _Memory(_View):
 
 
 class _Character(_View):
+    identity: dict[str, Any] = {}
     state: _CharacterState
     memory: _Memory = _Memory()
+    relationships: dict[str, dict[str, Any]] | None = None
 
 
 class _Intention(_View):
@@ -243,9 +269,19 @@ def build_tables(root: Path, first: int | None = None, last: int | None = None) 
         problems=problems,
     )
     custom: dict[str, None] = {}  # custom columns in first-seen order
-    for tick in ticks:
+    identity: dict[str, None] = {}
+    attributes: dict[str, None] = {}  # edge attributes beyond kind and trust
+    for i, tick in enumerate(ticks):
         log = by_tick[tick]
         before = _state(log.state(), f"{log.path}: state_before")
+        if i == 0 and tick == committed[0]:  # the state before the first logged tick
+            for row in _baseline_rows(tick - 1, before):
+                custom.update(dict.fromkeys(k for k in row if k.startswith(STATE_PREFIX)))
+                identity.update(dict.fromkeys(k for k in row if k.startswith(IDENTITY_PREFIX)))
+                tables.characters.rows.append(row)
+            for row in _edge_rows(tick - 1, before):
+                attributes.update(dict.fromkeys(k for k in row if k not in EDGE_COLUMNS))
+                tables.edges.rows.append(row)
         after_log = by_tick.get(tick + 1)
         if tick == current_tick:
             after: _State | None = _state(current_files, str(root))
@@ -259,13 +295,58 @@ def build_tables(root: Path, first: int | None = None, last: int | None = None) 
             )
         for row in _character_rows(log, before, after, tables.notes):
             custom.update(dict.fromkeys(k for k in row if k.startswith(STATE_PREFIX)))
+            identity.update(dict.fromkeys(k for k in row if k.startswith(IDENTITY_PREFIX)))
             tables.characters.rows.append(row)
         tables.interactions.rows.extend(_interaction_rows(log, before, tables.notes))
         tables.locations.rows.extend(_location_rows(log, before, after))
         tables.calls.rows.extend(_call_rows(log))
+        if after is not None:
+            for row in _edge_rows(tick, after):
+                attributes.update(dict.fromkeys(k for k in row if k not in EDGE_COLUMNS))
+                tables.edges.rows.append(row)
     tables.characters.columns.extend(custom)
+    tables.characters.columns.extend(identity)
+    tables.edges.columns.extend(attributes)
     tables.surveys.rows.extend(_survey_rows(root, first, last, current_tick, problems))
     return tables
+
+
+def _snapshot_cells(char: _Character) -> dict[str, Cell]:
+    """A character's state columns, custom ``state.*`` and ``identity.*`` ones included."""
+    cells: dict[str, Cell] = {
+        "location": char.state.location,
+        "mood": char.state.mood,
+        "inventory": list(char.state.inventory),
+        "memory_summary": char.memory.summary,
+    }
+    cells.update(flatten(char.state.model_extra or {}))
+    cells.update(flatten({k: v for k, v in char.identity.items() if k != "id"}, IDENTITY_PREFIX))
+    return cells
+
+
+def _baseline_rows(tick: int, before: _State) -> list[dict[str, Cell]]:
+    """The characters as they stood before the first exported tick (its ``state_before``),
+    as rows of the tick before it: no intention or outcome, only state."""
+    return [
+        {"tick": tick, "character": cid, **_snapshot_cells(before.characters[cid])}
+        for cid in sorted(before.characters)
+    ]
+
+
+def _edge_rows(tick: int, state: _State) -> list[dict[str, Cell]]:
+    """One row per relationship in a state (``from`` the holder, ``to`` the other), its
+    attributes as columns (nested ones flattened)."""
+    rows: list[dict[str, Cell]] = []
+    for cid in sorted(state.characters):
+        ties = state.characters[cid].relationships or {}
+        for other in sorted(ties):
+            tie = {"trust": DEFAULT_TRUST, **ties[other]}  # a file may leave the default out
+            cells = flatten(tie, "")
+            for key in _EDGE_KEYS:  # an attribute named like a key column keeps its value
+                if key in cells:
+                    cells[f"{EDGE_ATTRIBUTE_PREFIX}{key}"] = cells.pop(key)
+            rows.append({"tick": tick, "from": cid, "to": other, **cells})
+    return rows
 
 
 def _survey_rows(
@@ -311,11 +392,7 @@ def _character_rows(
         row: dict[str, Cell] = {"tick": log.tick, "character": cid}
         now = after.characters.get(cid) if after is not None else None
         if now is not None:
-            row["location"] = now.state.location
-            row["mood"] = now.state.mood
-            row["inventory"] = list(now.state.inventory)
-            row["memory_summary"] = now.memory.summary
-            row.update(flatten(now.state.model_extra or {}))
+            row.update(_snapshot_cells(now))
         intention = intentions.get(cid)
         if intention is not None:
             row.update(
@@ -397,6 +474,8 @@ def _call_rows(log: TickLog) -> list[dict[str, Cell]]:
 __all__ = [
     "CALL_COLUMNS",
     "CHARACTER_COLUMNS",
+    "EDGE_COLUMNS",
+    "IDENTITY_PREFIX",
     "INTERACTION_COLUMNS",
     "LOCATION_COLUMNS",
     "STATE_PREFIX",

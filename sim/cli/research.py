@@ -71,13 +71,14 @@ def export_(
     as_json: bool,
 ) -> None:
     """Write tidy tables of the committed ticks: characters, interactions, locations, calls,
-    surveys.
+    surveys, edges.
 
-    characters has one row per tick and character (state after the tick, what it did);
-    interactions one per speech, act or custom verb; locations one per tick and location;
-    calls one per logged call (tokens and cost over every attempt; cost empty when a
-    model has no price); surveys one per tick, character and question asked (sim ask).
-    With --study, every run of a study. See docs/analysis.md.
+    characters has one row per tick and character (state after the tick, what it did; a
+    tick-0 baseline row each); interactions one per speech, act or custom verb; locations
+    one per tick and location; calls one per logged call (tokens and cost over every
+    attempt; cost empty when a model has no price); surveys one per tick, character and
+    question asked (sim ask); edges one per tick and relationship. With --study, every run
+    of a study. See docs/analysis.md.
     """
     from sim.analysis.export import export, export_study
     from sim.errors import InputError
@@ -127,17 +128,36 @@ def export_(
 @count_option(
     "--locations", maximum=500, default=2, help="How many locations (connected in a ring)."
 )
+@click.option(
+    "--network",
+    metavar="ring|small-world|star|random:p",
+    help="Give the characters relationships in this network (kind acquaintance, trust "
+    "0.5, both ways): a ring; Watts-Strogatz with k=4, rewire p=0.1; a star around the "
+    "first; Erdos-Renyi with edge probability p. Drawn with --seed.",
+)
+@count_option(
+    "--seed", minimum=0, maximum=2**63 - 1, default=1, help="The world's seed (and the network's)."
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def init_(folder: Path, characters: int, locations: int, as_json: bool) -> None:
+def init_(
+    folder: Path,
+    characters: int,
+    locations: int,
+    network: str | None,
+    seed: int,
+    as_json: bool,
+) -> None:
     """Write a small new world into FOLDER (missing or empty) that runs at once, offline.
 
     It holds world.json, characters/, locations/, config.toml (offline provider),
     prompts/ (the built-in templates, to edit) and a README.
     """
+    from sim.network import parse_network
     from sim.worldgen import init_world
 
     with json_errors("init", as_json):
-        made = init_world(folder, characters, locations)
+        shape = parse_network(network) if network is not None else None
+        made = init_world(folder, characters, locations, shape, seed)
         if as_json:
             emit(
                 {
@@ -146,6 +166,8 @@ def init_(folder: Path, characters: int, locations: int, as_json: bool) -> None:
                     "world": str(folder),
                     "characters": list(made.characters),
                     "locations": list(made.locations),
+                    "network": str(shape) if shape is not None else None,
+                    "relationships": made.relationships,
                 }
             )
             return
@@ -153,6 +175,7 @@ def init_(folder: Path, characters: int, locations: int, as_json: bool) -> None:
             f"created {folder}: {len(made.characters)} characters "
             f"({', '.join(made.characters)}), {len(made.locations)} locations "
             f"({', '.join(made.locations)})"
+            + (f"; network {shape}, {made.relationships} relationships" if shape else "")
         )
         echo(f"next: sim check --world {folder} && sim tick --world {folder}")
 

@@ -23,10 +23,11 @@ connections, memory, chains, the tick) cannot be written.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -53,7 +54,14 @@ from sim.phases.schema import load_schema, ref_fields, without_refs
 from sim.phases.templates import template_name
 from sim.phases.tool_registry import ANSWER, declared_tools
 from sim.phases.tool_steps import converse
-from sim.world import Character, Entity, Location, WorldMeta
+from sim.world import (
+    Character,
+    Entity,
+    Location,
+    WorldMeta,
+    relationship_problems,
+    relationships_view,
+)
 
 #: entity fields a phase may not write: what the engine's rules and files depend on
 PROTECTED = {
@@ -71,12 +79,38 @@ _VALIDATORS: dict[str, type[BaseModel]] = {
 _ABSENT = object()
 
 
+#: the ``writes`` target that merges relationship updates into a character's relationships
+RELATIONSHIPS = ("relationships",)
+#: the field of a relationship update naming the other character
+TO = "to"
+
+
 @dataclass(frozen=True)
 class Write:
-    """One ``writes`` entry: entity field path <- answer field path."""
+    """One ``writes`` entry: entity field path <- answer field path. A write to
+    ``relationships`` merges a list of updates ``{"to": id, <field>: value, ...}``."""
 
     target: tuple[str, ...]
     answer: tuple[str, ...]
+
+    @property
+    def merges_relationships(self) -> bool:
+        return self.target == RELATIONSHIPS
+
+
+def _item_model(annotation: Any) -> Any:
+    """The item model of a list-of-objects answer field (``None`` for any other type)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _item_model(args[0])
+    if origin in (Union, UnionType):
+        found = [_item_model(a) for a in args if a is not type(None)]
+        return found[0] if len(found) == 1 else None
+    if origin is list and args:
+        item = args[0]
+        item = get_args(item)[0] if get_origin(item) is Annotated else item
+        return item if isinstance(item, type) and issubclass(item, BaseModel) else None
+    return None
 
 
 def _path(text: str) -> tuple[str, ...]:
@@ -112,6 +146,16 @@ def parse_writes(
                     source, where, f"the answer schema has no field {'.'.join(fields[: i + 1])!r}"
                 )
             model = known[part].annotation
+        if parts == RELATIONSHIPS:
+            item = _item_model(model)
+            if per != "character" or item is None or TO not in item.model_fields:
+                raise InputError(
+                    source,
+                    where,
+                    "relationships takes a list of updates: the answer field must be an "
+                    f'array of objects with a "{TO}" property (the other character\'s id), '
+                    "in a phase per character",
+                )
         out.append(Write(parts, fields))
     return tuple(out)
 
@@ -120,7 +164,30 @@ def _get(answer: Any, path: tuple[str, ...]) -> Any:
     value = answer
     for part in path:
         value = getattr(value, part, None) if isinstance(value, BaseModel) else None
+    if isinstance(value, list):
+        return [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def _merge_relationships(
+    entity: dict[str, Any], updates: Any, known: Collection[str] | None
+) -> str | None:
+    """Merge ``[{"to": id, <field>: value}]`` into ``entity["relationships"]``: a field
+    given (not null) replaces the one held; a new id starts a relationship. ``known``: the
+    world's character ids (``None``: do not check the references)."""
+    me = entity["identity"]["id"]
+    ties = entity.get("relationships")
+    ties = {} if ties is None else ties
+    for update in updates or ():
+        other = update.get(TO)
+        if known is not None and (other == me or other not in known):
+            return f"relationships: {other!r} is not another character of this world"
+        fields = {k: v for k, v in update.items() if k != TO and v is not None}
+        current = ties.get(other)
+        ties[other] = {**current, **fields} if isinstance(current, dict) else fields
+    if ties:
+        entity["relationships"] = ties
+    return None
 
 
 def _set(entity: dict[str, Any], path: tuple[str, ...], value: Any) -> str | None:
@@ -267,6 +334,9 @@ class DeclaredPhase:
                 for c in where.get(loc["identity"]["id"], [])
                 if c != cid
             ]
+            ties = relationships_view(world, subject)
+            if ties:
+                doc["relationships"] = ties
         elif self.per == "location":
             lid = subject["identity"]["id"]
             doc["location"] = place_view(subject)
@@ -422,22 +492,29 @@ class DeclaredPhase:
             logged[sid] = result.model_dump(mode="json")
             if not self.writes:
                 continue
-            problem = self.write(subject, result)
+            problem = self.write(subject, result, ctx.world.characters)
             if problem is not None:
                 report.warnings.append(f"{self.name}:{sid}: writes ignored: {problem}")
         return logged
 
-    def write(self, subject: Entity, answer: BaseModel) -> str | None:
+    def write(
+        self, subject: Entity, answer: BaseModel, known: Collection[str] | None = None
+    ) -> str | None:
         """Apply ``writes`` to one subject; undo them all and say why if the entity would
-        not be valid (by the models ``Storage`` loads with). Only the top-level parts the
-        writes touch are copied for the undo."""
+        not be valid (by the models ``Storage`` loads with), or a relationship would name
+        no other character of ``known`` (the world's character ids; ``None``: unchecked).
+        Only the top-level parts the writes touch are copied for the undo."""
         before = {
             key: copy.deepcopy(subject[key]) if key in subject else _ABSENT
             for key in dict.fromkeys(w.target[0] for w in self.writes)
         }
         problem = None
         for write in self.writes:
-            problem = _set(subject, write.target, copy.deepcopy(_get(answer, write.answer)))
+            value = copy.deepcopy(_get(answer, write.answer))
+            if write.merges_relationships:
+                problem = _merge_relationships(subject, value, known)
+            else:
+                problem = _set(subject, write.target, value)
             if problem:
                 break
         if problem is None:
@@ -446,6 +523,11 @@ class DeclaredPhase:
             except ValidationError as exc:
                 err = exc.errors()[0]
                 problem = f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()}"
+        if problem is None and self.per == "character" and known is not None:
+            cid = subject["identity"]["id"]
+            for _, field, message in relationship_problems({cid: subject}, set(known)):
+                problem = f"{field}: {message}"
+                break
         if problem is not None:
             for key, value in before.items():
                 if value is _ABSENT:

@@ -23,7 +23,7 @@ from sim.phases.base import (
 )
 from sim.phases.intention_tools import intention_data, tools_for
 from sim.phases.refs import IntentionRefs, check_for, verified
-from sim.world import Entity, World
+from sim.world import Entity, World, relationships_view
 
 NAME = "intentions"
 SECTION = "phase1"
@@ -106,6 +106,9 @@ def character_input(
     }
     if happenings:
         doc["happenings"] = happenings
+    ties = relationships_view(world, char)
+    if ties:  # typed relationships (docs/world-format.md); left out when there are none
+        doc["relationships"] = ties
     return sections.dumps(doc)
 
 

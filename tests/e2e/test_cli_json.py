@@ -118,6 +118,8 @@ def test_init_schema_rewind_and_fork_print_one_json_document(tmp_path: Path) -> 
         "world": str(world),
         "characters": ["ada", "bram", "cora"],
         "locations": ["inn", "square"],
+        "network": None,
+        "relationships": 0,
     }
     schemas = orjson.loads(run("schema", "--out", str(tmp_path / "s"), "--json").stdout)
     assert schemas["ok"] and len(schemas["paths"]) == 4

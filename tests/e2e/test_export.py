@@ -82,10 +82,19 @@ def test_csv_tables_have_a_row_per_tick_and_character(world: Path, tmp_path: Pat
         "state.relations.rival",
         "state.flags",
     } <= set(columns)
-    assert len(rows) == TICKS * len(chars)
+    # a tick-0 baseline row per character, then a row per tick and character
+    assert len(rows) == (TICKS + 1) * len(chars)
     assert [(int(r["tick"]), r["character"]) for r in rows] == [
-        (t, c) for t in range(1, TICKS + 1) for c in chars
+        (t, c) for t in range(TICKS + 1) for c in chars
     ]
+    baseline, rows = rows[: len(chars)], rows[len(chars) :]
+    start = unpack_state(read_log(log_path(world, 1)).state_before)  # type: ignore[arg-type]
+    for row in baseline:  # the state before tick 1, and no intention or outcome
+        data = orjson.loads(start[f"characters/{row['character']}.json"])
+        assert (row["location"], row["mood"]) == (data["state"]["location"], data["state"]["mood"])
+        assert row["state.health"] == str(data["state"]["health"])
+        assert row["identity.name"] == data["identity"]["name"]
+        assert row["action"] == row["outcome"] == row["content"] == ""
     # the last tick's state is the world folder's; tick 1's is tick 2's start snapshot
     for row in rows[-len(chars) :]:
         data = orjson.loads((world / "characters" / f"{row['character']}.json").read_bytes())
@@ -246,8 +255,8 @@ def test_parquet_round_trips_to_the_same_frames(world: Path, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     frames = load(world)
     chars = characters_of(world)
-    assert frames.characters.shape[0] == TICKS * len(chars)
-    for name in ("characters", "interactions", "locations", "calls"):
+    assert frames.characters.shape[0] == (TICKS + 1) * len(chars)
+    for name in ("characters", "interactions", "locations", "calls", "edges"):
         back = pd.read_parquet(out / f"{name}.parquet")
         mine = getattr(frames, name)
         assert list(back.columns) == list(mine.columns)

@@ -7,7 +7,9 @@ numbers, per-character totals and characters' places come from its summary
 (``sim.ticklog.summary``), so the logs are read without their call records and their state
 snapshots are unpacked only at a few evenly spread ticks (names, map and memory summaries:
 ``SNAPSHOTS``), and at every tick whose summary is older than places (its log says where
-characters were).
+characters were). The same snapshots give the charts of the characters' own state fields
+over the ticks (``field_charts``), and each tick's ``intervention`` records the
+interventions marked on the page.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sim.ticklog import view as logview
 from sim.ticklog.books import Books
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import TickLog, read_log
+from sim.ticklog.records import InterventionRecord
 from sim.ticklog.summary import (
     Places,
     Summary,
@@ -65,6 +68,8 @@ class Snapshot:
     where: dict[str, str] = field(default_factory=dict)
     summaries: dict[str, str] = field(default_factory=dict)
     world_name: str = ""
+    #: character -> its own state fields, flattened (``votes.harbour``: the state charts)
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _snapshot_of(tick: int, files: dict[str, Any]) -> Snapshot:
@@ -85,8 +90,137 @@ def _snapshot_of(tick: int, files: dict[str, Any]) -> Snapshot:
             elif kind == "characters":
                 snap.where[ident] = str(data["state"]["location"])
                 snap.summaries[ident] = str((data.get("memory") or {}).get("summary") or "")
+                snap.fields[ident] = own_state(data["state"])
         except (KeyError, TypeError, AttributeError):
             continue
+    return snap
+
+
+#: a character's state fields the engine knows (the charts show the world's own)
+KNOWN_STATE = frozenset({"location", "mood", "inventory"})
+#: at most this many state fields are charted, and a text field with more distinct values
+#: than this is free text, not a category
+MAX_FIELDS = 12
+MAX_CATEGORIES = 12
+#: categories drawn per field (the rest are summed as "other")
+SHOWN_CATEGORIES = 8
+
+
+def own_state(state: Any) -> dict[str, Any]:
+    """A character's own state fields (not ``location``, ``mood``, ``inventory``), nested
+    objects flattened to dotted names."""
+    out: dict[str, Any] = {}
+    if not isinstance(state, dict):
+        return out
+
+    def walk(value: dict[str, Any], prefix: str) -> None:
+        for key, item in value.items():
+            if isinstance(item, dict) and item:
+                walk(item, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = item
+
+    walk({k: v for k, v in state.items() if k not in KNOWN_STATE}, "")
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def field_charts(series: dict[int, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per own state field, its course over the ticks of ``series`` (tick -> character ->
+    flattened fields): ``{"f", "kind": "num", "t", "mean", "min", "max", "n"}`` for a field
+    whose values are all numbers, ``{"f", "kind": "cat", "t", "cats", "counts"}`` (counts
+    per tick, in ``cats`` order; ``other`` sums the rest) for one of text or booleans with
+    at most ``MAX_CATEGORIES`` values. Lists, objects and free text are left out."""
+    ticks = sorted(series)
+    names: dict[str, None] = {}
+    for tick in ticks:
+        for fields in series[tick].values():
+            names.update(dict.fromkeys(fields))
+    out: list[dict[str, Any]] = []
+    for name in sorted(names):
+        per_tick = [[f[name] for f in series[t].values() if f.get(name) is not None] for t in ticks]
+        values = [v for vs in per_tick for v in vs]
+        if not values:
+            continue
+        if all(_is_number(v) for v in values):
+            out.append(
+                {
+                    "f": name,
+                    "kind": "num",
+                    "t": ticks,
+                    "mean": [sum(vs) / len(vs) if vs else None for vs in per_tick],
+                    "min": [min(vs) if vs else None for vs in per_tick],
+                    "max": [max(vs) if vs else None for vs in per_tick],
+                    "n": [len(vs) for vs in per_tick],
+                }
+            )
+        elif all(isinstance(v, str | bool) for v in values):
+            labels = [orjson.dumps(v).decode() if isinstance(v, bool) else v for v in values]
+            totals: dict[str, int] = {}
+            for label in labels:
+                totals[label] = totals.get(label, 0) + 1
+            if len(totals) > MAX_CATEGORIES:
+                continue  # free text
+            cats = sorted(totals, key=lambda c: (-totals[c], c))
+            shown, rest = cats[:SHOWN_CATEGORIES], set(cats[SHOWN_CATEGORIES:])
+            counts = []
+            for vs in per_tick:
+                row = [0] * (len(shown) + (1 if rest else 0))
+                for v in vs:
+                    label = orjson.dumps(v).decode() if isinstance(v, bool) else v
+                    row[shown.index(label) if label not in rest else len(shown)] += 1
+                counts.append(row)
+            out.append(
+                {
+                    "f": name,
+                    "kind": "cat",
+                    "t": ticks,
+                    "cats": [*shown, *(["other"] if rest else [])],
+                    "counts": counts,
+                }
+            )
+        if len(out) == MAX_FIELDS:
+            break
+    return out
+
+
+def _interventions(log: TickLog) -> list[list[str | None]]:
+    """The interventions the tick applied (``sim inject``, ``sim set``), as the page shows
+    them: ``["inject", location id or None (everywhere), text]`` or ``["set", "<file>
+    <field>", "<before> → <after>"]``."""
+    out: list[list[str | None]] = []
+    for record in log.records:
+        if not isinstance(record, InterventionRecord):
+            continue
+        if record.kind == "inject":
+            out.append(["inject", record.location, record.text or ""])
+        else:
+            change = (
+                f"{orjson.dumps(record.before).decode()} → {orjson.dumps(record.after).decode()}"
+            )
+            out.append(["set", f"{record.target} {record.path}", change])
+    return out
+
+
+def _undo_sets(snap: Snapshot, log: TickLog) -> Snapshot:
+    """``snap`` (the log's ``state_before``) with the own state fields its ``sim set``
+    interventions changed put back as they were: the state after the previous tick, which
+    the charts show (the sets are marked just before this tick)."""
+    for record in log.records:
+        if not isinstance(record, InterventionRecord) or record.kind != "set":
+            continue
+        kind, _, cid = (record.target or "").partition("/")
+        path = record.path or ""
+        fields = snap.fields.get(cid)
+        if kind != "characters" or fields is None or not path.startswith("state."):
+            continue
+        name = path.removeprefix("state.")
+        for key in [k for k in fields if k == name or k.startswith(name + ".")]:
+            del fields[key]
+        fields.update(own_state({name: record.before}) if record.before is not None else {})
     return snap
 
 
@@ -371,8 +505,9 @@ def collect(world_dir: Path, first: int | None = None, last: int | None = None) 
         first, last: the range of ticks to include (default: every logged tick).
 
     Returns:
-        A dict with ``world``, ``ticks``, ``chars``, ``locs``, ``edges``, ``problems`` and
-        ``logged`` (how many tick logs the world has, in the range or not).
+        A dict with ``world``, ``ticks``, ``chars``, ``locs``, ``edges``, ``fields`` (the
+        own state fields' charts), ``problems`` and ``logged`` (how many tick logs the
+        world has, in the range or not).
     """
     with gc_paused():
         return _collect(world_dir, first, last)
@@ -387,6 +522,7 @@ def _collect(world_dir: Path, first: int | None, last: int | None) -> dict[str, 
     names: dict[str, str] = {}
     connections: dict[str, list[str]] = {}
     summaries: dict[str, list[Any]] = {}
+    series: dict[int, dict[str, dict[str, Any]]] = {}  # tick -> character -> own fields
     per_character = _CharacterBooks()
     world_name = ""
     current = snapshot_from_world(world) if world is not None else None
@@ -409,6 +545,8 @@ def _collect(world_dir: Path, first: int | None, last: int | None) -> dict[str, 
             return None, seen
         summary = found if found is not None else _summary_of_log(log, seen)
         snap = snapshot_from_log(log) if unpack else None
+        if snap is not None:
+            snap = _undo_sets(snap, log)
         return _Loaded(log, summary, _where(summary.places, snap), snap), seen
 
     # Each tick in the range, and the one after each (whose start is where it ended): read
@@ -459,6 +597,7 @@ def _collect(world_dir: Path, first: int | None, last: int | None) -> dict[str, 
                     continue
                 names.update(s.names)
                 connections.update(s.connections)
+                series.setdefault(s.tick, s.fields)
                 world_name = s.world_name or world_name
                 for lid in sorted(s.connections):
                     locs.add(lid)
@@ -490,6 +629,7 @@ def _collect(world_dir: Path, first: int | None, last: int | None) -> dict[str, 
                     "moves": moves,
                     "scenes": _scenes(log, chars, locs, where),
                     "phases": _declared(log, chars, locs),
+                    "iv": _interventions(log),
                 }
             )
     totals = per_character.books()
@@ -513,6 +653,7 @@ def _collect(world_dir: Path, first: int | None, last: int | None) -> dict[str, 
         ],
         "locs": [{"id": lid, "name": names.get(lid, lid)} for lid in locs.ids],
         "edges": edges,
+        "fields": field_charts(series),
         "problems": [str(p) for p in problems],
         "logged": len(listed),
     }

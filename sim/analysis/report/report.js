@@ -73,6 +73,10 @@
   locs.forEach((x) => nameById.set(x.id, x.name));
   chars.forEach((x) => nameById.set(x.id, x.name));
   const targetText = (target) => (nameById.has(target) ? nameById.get(target) : target);
+  // an intervention: ["inject", location id or null (everywhere), text] or ["set", "file field", "before → after"]
+  const ivText = (iv) => iv[0] === "inject"
+    ? "inject " + (iv[1] === null ? "everywhere" : "at " + targetText(iv[1])) + ": " + iv[2]
+    : "set " + iv[1] + ": " + iv[2];
 
   // -- header ------------------------------------------------------------------------------
   $("title").textContent = D.world;
@@ -248,6 +252,11 @@
     box.appendChild(el("h2", {}, "Tick " + t.t, t.committed ? null : el("span", { class: "badge bad" }, "not committed")));
     box.appendChild(el("p", { class: "muted" }, fmtInt(t.calls) + " calls · " + fmtInt(t.failures) + " failed · " +
       fmtInt(t.tokens) + " tokens · " + (t.cost === null ? "cost unknown" : fmtCost(t.cost)) + " · wall " + fmtWall(t.wall)));
+    if (t.iv && t.iv.length) {
+      const ul = el("ul", { class: "interventions" });
+      for (const iv of t.iv) ul.appendChild(el("li", {}, "intervention before this tick: " + ivText(iv)));
+      box.appendChild(ul);
+    }
     if (t.fallbacks.length) {
       const ul = el("ul", { class: "fallbacks" });
       for (const f of t.fallbacks) ul.appendChild(el("li", {}, "fallback: " + f));
@@ -297,7 +306,12 @@
   const maxTokens = Math.max(1, ...ticks.map((t) => t.tokens || 0));
   const timeline = $("timeline");
   const cells = ticks.map((t, i) => {
-    const cell = el("button", { type: "button", class: "cell" + (t.failures ? " failed" : "") + (t.committed ? "" : " open"), title: "tick " + t.t, onclick: () => go(i) });
+    const iv = t.iv || [];
+    const cell = el("button", {
+      type: "button", class: "cell" + (t.failures ? " failed" : "") + (t.committed ? "" : " open") + (iv.length ? " iv" : ""),
+      title: "tick " + t.t + iv.map((x) => "\n" + ivText(x)).join(""), onclick: () => go(i),
+    });
+    cell.appendChild(el("span", { class: "ivmark" }, iv.length ? "◆" : ""));
     cell.appendChild(el("span", { class: "bar", style: "height:" + Math.round(6 + 24 * (t.tokens || 0) / maxTokens) + "px" }));
     cell.appendChild(el("span", { class: "num" }, String(t.t)));
     timeline.appendChild(cell);
@@ -317,6 +331,11 @@
     r.appendChild(svg("title", {}, "tick " + t.t + ": " + fmtInt(t.tokens) + " tokens, " + fmtInt(t.calls) + " calls, " + fmtInt(t.failures) + " failed, " + fmtCost(t.cost)));
     chart.appendChild(r);
     if (t.failures) chart.appendChild(svg("circle", { cx: L + (i + 0.5) * bw, cy: T + 4, r: 4, class: "fail" }));
+    if (t.iv && t.iv.length) {
+      const mark = svg("line", { x1: L + i * bw, y1: T, x2: L + i * bw, y2: CH - B, class: "ivline" });
+      mark.appendChild(svg("title", {}, "before tick " + t.t + ": " + t.iv.map(ivText).join("; ")));
+      chart.appendChild(mark);
+    }
     if (ticks.length <= 40 || i % Math.ceil(ticks.length / 40) === 0) chart.appendChild(svg("text", { x: L + (i + 0.5) * bw, y: CH - 6, class: "xlab" }, t.t));
     return r;
   });
@@ -336,6 +355,71 @@
     return tr;
   });
   tt.appendChild(tbody);
+
+  // -- the world's own state fields over ticks --------------------------------------------------
+  const PALETTE = ["#2f5fd0", "#2b8a3e", "#e8a200", "#ae3ec9", "#0c8599", "#f06595", "#74b816", "#5c7cfa", "#868e96"];
+  const fieldCurs = []; // per chart: the line marking the current tick, and its x scale
+  if (D.fields && D.fields.length) {
+    $("fields").hidden = false;
+    const box = $("field-charts");
+    const FW = 1000, FH = 170, FL = 60, FR = 14, FT = 12, FB = 24;
+    for (const f of D.fields) {
+      const lo = Math.min(f.t[0], ticks[0].t - 1), hi = Math.max(f.t[f.t.length - 1], ticks[ticks.length - 1].t);
+      const x = (t) => FL + (FW - FL - FR) * (hi === lo ? 0.5 : (t - lo) / (hi - lo));
+      const chartBox = el("div", { class: "fieldchart" }, el("h3", {}, f.f));
+      const g = svg("svg", { class: "fchart", viewBox: "0 0 " + FW + " " + FH, role: "img", "aria-label": f.f + " over ticks" });
+      g.appendChild(svg("line", { x1: FL, y1: FH - FB, x2: FW - FR, y2: FH - FB, class: "axis" }));
+      const step = Math.max(1, Math.ceil((hi - lo + 1) / 40));
+      for (let t = lo; t <= hi; t++) if ((t - lo) % step === 0) g.appendChild(svg("text", { x: x(t), y: FH - 6, class: "xlab" }, t));
+      if (f.kind === "num") {
+        const vals = f.min.concat(f.max).filter((v) => v !== null);
+        let ymin = Math.min(...vals), ymax = Math.max(...vals);
+        if (ymin === ymax) { ymin -= 1; ymax += 1; }
+        const y = (v) => FH - FB - (FH - FB - FT) * (v - ymin) / (ymax - ymin);
+        g.appendChild(svg("text", { x: FL - 6, y: FT + 8, class: "ylab" }, +ymax.toFixed(3)));
+        g.appendChild(svg("text", { x: FL - 6, y: FH - FB, class: "ylab" }, +ymin.toFixed(3)));
+        const idx = f.t.map((_, k) => k).filter((k) => f.mean[k] !== null);
+        const band = idx.map((k) => x(f.t[k]) + "," + y(f.max[k])).concat(idx.slice().reverse().map((k) => x(f.t[k]) + "," + y(f.min[k])));
+        if (idx.length > 1) g.appendChild(svg("polygon", { points: band.join(" "), class: "band" }));
+        if (idx.length > 1) g.appendChild(svg("polyline", { points: idx.map((k) => x(f.t[k]) + "," + y(f.mean[k])).join(" "), class: "meanline" }));
+        for (const k of idx) {
+          const dot = svg("circle", { cx: x(f.t[k]), cy: y(f.mean[k]), r: 3.5, class: "meandot" });
+          dot.appendChild(svg("title", {}, "after tick " + f.t[k] + ": mean " + (+f.mean[k].toFixed(3)) + ", min " + f.min[k] + ", max " + f.max[k] + " (" + f.n[k] + " characters)"));
+          g.appendChild(dot);
+        }
+        chartBox.appendChild(el("div", { class: "catlegend muted" }, "mean (line) and lowest–highest (shaded) over the characters"));
+      } else {
+        const most = Math.max(1, ...f.counts.map((row) => row.reduce((a, b) => a + b, 0)));
+        const y = (v) => FH - FB - (FH - FB - FT) * v / most;
+        g.appendChild(svg("text", { x: FL - 6, y: FT + 8, class: "ylab" }, most));
+        g.appendChild(svg("text", { x: FL - 6, y: FH - FB, class: "ylab" }, "0"));
+        const w = Math.max(3, Math.min(40, (FW - FL - FR) / (hi - lo + 1) * 0.7));
+        f.t.forEach((t, k) => {
+          let base = 0;
+          f.counts[k].forEach((n, c) => {
+            if (!n) return;
+            const r = svg("rect", { x: x(t) - w / 2, y: y(base + n), width: w, height: y(base) - y(base + n), fill: PALETTE[c % PALETTE.length] });
+            r.appendChild(svg("title", {}, "after tick " + t + ": " + f.cats[c] + " " + n));
+            g.appendChild(r);
+            base += n;
+          });
+        });
+        chartBox.appendChild(el("div", { class: "catlegend" }, ...f.cats.map((c, k) =>
+          el("span", {}, el("span", { class: "swatch", style: "background:" + PALETTE[k % PALETTE.length] }), c))));
+      }
+      for (const t of ticks) {
+        if (!t.iv || !t.iv.length) continue;
+        const mark = svg("line", { x1: x(t.t - 0.5), y1: FT, x2: x(t.t - 0.5), y2: FH - FB, class: "ivline" });
+        mark.appendChild(svg("title", {}, "before tick " + t.t + ": " + t.iv.map(ivText).join("; ")));
+        g.appendChild(mark);
+      }
+      const curLine = svg("line", { x1: 0, y1: FT, x2: 0, y2: FH - FB, class: "curline" });
+      g.appendChild(curLine);
+      fieldCurs.push([curLine, x]);
+      chartBox.appendChild(g);
+      box.appendChild(chartBox);
+    }
+  }
 
   const ct = $("char-table");
   ct.appendChild(el("thead", {}, el("tr", {}, ...["character", "path (location and ticks)", "calls", "tokens", "cost"].map((h) => el("th", {}, h)))));
@@ -393,6 +477,10 @@
     cells.forEach((cell, k) => cell.classList.toggle("current", k === cur));
     bars.forEach((bar, k) => bar.classList.toggle("current", k === cur));
     rows.forEach((row, k) => row.classList.toggle("current", k === cur));
+    for (const [line, x] of fieldCurs) {
+      line.setAttribute("x1", String(x(ticks[cur].t)));
+      line.setAttribute("x2", String(x(ticks[cur].t)));
+    }
     drawMap();
     drawDetail();
     setHash();
