@@ -179,8 +179,9 @@ def _interview(
 
 
 async def _ask(world: World, config: Config, question: str, ids: Sequence[str]) -> list[Interview]:
+    from sim.engine.stack import build_stack
     from sim.llm.client import LLMClient, LLMRequest
-    from sim.llm.stack import build_stack, close_stack
+    from sim.llm.router import close_stack
 
     section = config.phase(SECTION)
     adapter = build_stack(config, world.seed)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.engine.recorder import TickRecorder
 from sim.journal import JOURNAL
 from sim.llm.calls import current_call
 from sim.llm.types import AdapterResponse, ModelRequest
@@ -19,7 +20,6 @@ from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     gemini_stub,
     stub_server,
 )
-from sim.ticklog.recorder import TickRecorder
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "worlds" / "demo"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sim.analysis.logview import public_url
 from sim.errors import InputError, LogError
 from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.store import split_key
@@ -34,7 +35,6 @@ from sim.ticklog.format import ABANDONED_DIR, LOG_DIR
 from sim.ticklog.reader import TickLog, read_logs
 from sim.ticklog.records import CallRecord
 from sim.ticklog.summary import Listed, summaries
-from sim.ticklog.view import public_url
 
 By = Literal["entity", "phase", "tick", "model", "endpoint"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model", "endpoint")

@@ -64,7 +64,7 @@ def log_(
     before: int | None,
 ) -> None:
     """Show what happened in a tick, from its log (or compact old logs)."""
-    from sim.ticklog import view as logview
+    from sim.analysis import logview
 
     with errors():
         if compact:
@@ -139,8 +139,8 @@ def replay_(
     as_json: bool,
 ) -> None:
     """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
-    from sim.ticklog import view as logview
-    from sim.ticklog.replay import replay
+    from sim.analysis import logview
+    from sim.engine.replay import replay
 
     with json_errors("replay", as_json):
         config = build_config(config_file, world_dir, sends_requests=live)

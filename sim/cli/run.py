@@ -205,7 +205,7 @@ class StreamView:
 def servers_line(servers: list[ServerReport]) -> str:
     """A pool's tick: per server (``host:port``), calls answered, attempts moved away, and
     whether it is out of the pool."""
-    from sim.ticklog.view import server_name
+    from sim.analysis.logview import server_name
 
     parts = []
     for server in servers:

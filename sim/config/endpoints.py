@@ -11,6 +11,7 @@ from typing import Any
 from sim.config.models import Config, DeclaredPhaseConfig, PhaseConfig, describe_base_url
 from sim.config.names import PHASE_ALIASES, PHASE_SECTIONS, PROVIDERS, section_name
 from sim.llm.types import ModelTarget, StructuredOutput
+from sim.llm.urls import endpoint_url
 
 
 def endpoint(config: Config) -> tuple[str, str | None]:
@@ -55,8 +56,6 @@ def _describe_endpoint(
     if provider == "offline":
         return "none (offline provider: no network)", None
     if provider in ("gemini", "anthropic"):
-        from sim.llm.stack import endpoint_url
-
         own = "GEMINI_API_KEY" if provider == "gemini" else "ANTHROPIC_API_KEY"
         return endpoint_url(provider, base_url), own if key_env == "OPENAI_API_KEY" else key_env
     url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -116,7 +115,7 @@ def normalised_model(model: str) -> str:
 class Routing:
     """Every endpoint the config's phases use, and each phase's candidate models.
 
-    Built by ``routing(config)``; ``sim.llm.stack`` builds one adapter stack per endpoint.
+    Built by ``routing(config)``; ``sim.engine.stack`` builds one adapter stack per endpoint.
     """
 
     default: str

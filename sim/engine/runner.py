@@ -13,6 +13,8 @@ from typing import Any, Literal
 from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
+from sim.engine.recorder import TickRecorder
+from sim.engine.stack import build_stack
 from sim.errors import TickInterrupted
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
@@ -20,7 +22,7 @@ from sim.llm.backpressure import find_endpoint
 from sim.llm.batch import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport, find_pool
-from sim.llm.stack import build_stack, close_stack, find_budget
+from sim.llm.router import close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import DeltaSink, StreamHub, installed
 from sim.llm.types import Adapter, Usage
@@ -31,7 +33,6 @@ from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
 from sim.storage import Storage
-from sim.ticklog.recorder import TickRecorder
 from sim.ticklog.records import PolicyRecord
 from sim.ticklog.recovery import recover_logs
 from sim.world import World
@@ -105,7 +106,7 @@ def build_adapter(config: Config, world: World) -> Adapter:
 class Runner:
     """Runs ticks of one world folder.
 
-    Every tick is logged as it runs (``sim.ticklog.recorder``); a tick whose log exists without a
+    Every tick is logged as it runs (``sim.engine.recorder``); a tick whose log exists without a
     ``commit`` record was interrupted, and the next run resumes it, answering the calls
     that log already holds from it.
 

@@ -3,7 +3,7 @@
 A call is named ``{tick}:{phase}:{entity_key}:{n}`` (``n`` counts that entity key's calls
 within the phase, from 0) and fingerprinted by a digest over everything that decides its
 answer: instructions, input, schema, model and settings, and the chain sent (window
-history or ``previous_response_id``). The tick recorder (``sim.ticklog.recorder``) sets the current
+history or ``previous_response_id``). The tick recorder (``sim.engine.recorder``) sets the current
 call in a context variable just before the client hands the request to the adapter, so
 adapter wrappers that serve recorded answers (``replay``, resume) know which call they are
 answering without the client having to pass it along.

@@ -29,7 +29,7 @@ from sim.config import Config, redacted
 from sim.engine.runner import Runner, build_adapter
 from sim.errors import InputError, LogError
 from sim.llm.adapters.replay import Drift, ReplayAdapter
-from sim.llm.stack import close_stack
+from sim.llm.router import close_stack
 from sim.llm.types import Adapter
 from sim.storage import Storage
 from sim.ticklog.format import log_file, log_path, read_state, state_digest
