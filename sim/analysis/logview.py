@@ -19,7 +19,7 @@ from sim.ticklog.summary import read_head, summarize, summary_numbers, summary_p
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
     from sim.engine.replay import ReplayReport, TickReplay
-    from sim.llm.adapters.replay import Drift
+    from sim.providers.replay import Drift
     from sim.ticklog.compact import Compacted
 
 

@@ -19,7 +19,7 @@ from sim.errors import TickInterrupted
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
-from sim.llm.batch import BatchOptions, BatchProgress
+from sim.llm.batching import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport, find_pool
 from sim.llm.router import close_stack, find_budget
@@ -32,6 +32,7 @@ from sim.phases.templates import Prompts
 from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
+from sim.providers.batch import BatchSession
 from sim.storage import Storage
 from sim.ticklog.records import PolicyRecord
 from sim.ticklog.recovery import recover_logs
@@ -343,7 +344,9 @@ class Runner:
         if interventions is not None:
             ctx.happenings = interventions.happenings()
         if config.llm.batch:  # each batch is in the log as soon as it is created
-            ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
+            ctx.batch = BatchOptions(
+                recorder, config.llm.batch_poll_seconds, self.on_batch, transport=BatchSession
+            )
 
         notes: list[str] = []
         # the phases' reports, not the context: a closure over ``ctx`` held in ``ctx.events``

@@ -8,7 +8,7 @@ provider and model actually used) -> rate limiter (requests and tokens per minut
 endpoint). Then a router sends each attempt to its endpoint's stack (``CallSettings.provider``),
 and recovery (retries, fallback models across endpoints, breakers per provider and model)
 wraps the router. Phases see only the outermost.
-With ``[llm] batch`` (``sim.llm.batch``) an ``openai`` or ``chat`` endpoint has no
+With ``[llm] batch`` (``sim.providers.batch``) an ``openai`` or ``chat`` endpoint has no
 backpressure and no rate limiter: calls are lines of a batch upload, not requests in flight.
 With a list of ``base_url`` servers, an endpoint's adapter, backpressure and budget are
 built once per server under a ``sim.llm.pool.PoolAdapter``, which spreads attempts over
@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from sim.config import BATCH_PROVIDERS, Config, EndpointSpec, base_urls, llm_endpoint, routing
-from sim.llm.adapters import create_adapter
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.pool import PoolAdapter, Server
@@ -31,6 +30,7 @@ from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.router import Router
 from sim.llm.types import Adapter
 from sim.llm.urls import endpoint_url
+from sim.providers import create_adapter
 
 #: the built-in ``[llm] api_key_env``
 OPENAI_KEY_ENV = "OPENAI_API_KEY"

@@ -88,7 +88,7 @@ class CallIdentity:
     #: failed attempts of this call whose outcome was seen, in this run and in the runs a
     #: resume continues (the recorder seeds it from the log, ``note_failure`` counts on)
     failures_seen: int = 0
-    #: the Batch API batches that carried this call's attempts (``sim.llm.batch``)
+    #: the Batch API batches that carried this call's attempts (``sim.providers.batch``)
     batch_ids: list[str] = field(default_factory=list)
 
     @property

@@ -10,7 +10,7 @@ import orjson
 from pydantic import BaseModel
 
 from sim.config import BATCH_PROVIDERS, routing
-from sim.llm.batch import BatchOptions
+from sim.llm.batching import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink

@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from bench.tls import SelfSigned, self_signed
-from sim.llm.adapters._direct_pool import DirectConnection, DirectPool, RequestHead
-from sim.llm.adapters._fast_http import SocketBackend, shared_ssl_context
+from sim.providers._direct_pool import DirectConnection, DirectPool, RequestHead
+from sim.providers._fast_http import SocketBackend, shared_ssl_context
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 TIMEOUT = httpx2.Timeout(5.0)

@@ -18,25 +18,9 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-import sim.llm.adapters._fast_http as fast_http
-import sim.llm.adapters._openai_common as common
+import sim.providers._fast_http as fast_http
+import sim.providers._openai_common as common
 from bench.tls import SelfSigned, self_signed
-from sim.llm.adapters._direct_pool import DirectPool
-from sim.llm.adapters._fast_http import (
-    DirectConnectionError,
-    DirectPost,
-    DirectStatusError,
-    PoolTransport,
-    SocketBackend,
-    SocketStream,
-    TLSStream,
-    direct_url,
-    plain_tcp_transport,
-)
-from sim.llm.adapters._openai_common import ClientPool, build_pool, openai_target, post_json
-from sim.llm.adapters._openai_errors import map_openai_error, read_answer, sdk_answer
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
@@ -48,6 +32,22 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers._direct_pool import DirectPool
+from sim.providers._fast_http import (
+    DirectConnectionError,
+    DirectPost,
+    DirectStatusError,
+    PoolTransport,
+    SocketBackend,
+    SocketStream,
+    TLSStream,
+    direct_url,
+    plain_tcp_transport,
+)
+from sim.providers._openai_common import ClientPool, build_pool, openai_target, post_json
+from sim.providers._openai_errors import map_openai_error, read_answer, sdk_answer
+from sim.providers.chat import ChatAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 KEY_ENV = "SIM_FAST_HTTP_TEST_KEY"

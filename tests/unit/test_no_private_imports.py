@@ -39,7 +39,7 @@ def test_the_check_finds_what_it_looks_for() -> None:
     assert private_imports("from openai import _exceptions\n")
     assert private_imports("import httpx2._transports.default\n")
     assert not private_imports("from openai import AsyncOpenAI\nimport httpcore2\n")
-    assert not private_imports("from sim.llm.adapters._fast_http import DirectPost\n")
+    assert not private_imports("from sim.providers._fast_http import DirectPost\n")
 
 
 def test_sim_imports_no_private_module_of_a_dependency() -> None:

@@ -20,7 +20,10 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 import sim
-from sim.llm.adapters._fast_http import (
+from sim.llm.calls import idempotency_key
+from sim.llm.errors import LLMConfigurationError, LLMSchemaError
+from sim.llm.types import CallSettings, Usage
+from sim.providers._fast_http import (
     IDEMPOTENCY_HEADER,
     DirectPost,
     Target,
@@ -29,10 +32,7 @@ from sim.llm.adapters._fast_http import (
     plain_tcp_transport,
     shared_ssl_context,
 )
-from sim.llm.adapters._strict_schema import to_strict_json_schema
-from sim.llm.calls import idempotency_key
-from sim.llm.errors import LLMConfigurationError, LLMSchemaError
-from sim.llm.types import CallSettings, Usage
+from sim.providers._strict_schema import to_strict_json_schema
 
 if TYPE_CHECKING:
     import openai

@@ -19,23 +19,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sim.llm.adapters._adapter_common import (
+from sim.llm.errors import (
+    LLMBudgetExceededError,
+    LLMChainNotFoundError,
+    LLMError,
+)
+from sim.providers._adapter_common import (
     ErrorReply,
     connection_failed,
     map_sdk_error,
     timed_out,
     unexpected,
 )
-from sim.llm.adapters._fast_http import (
+from sim.providers._fast_http import (
     DirectConnectionError,
     DirectPostError,
     DirectStatusError,
     DirectTimeoutError,
-)
-from sim.llm.errors import (
-    LLMBudgetExceededError,
-    LLMChainNotFoundError,
-    LLMError,
 )
 
 if TYPE_CHECKING:

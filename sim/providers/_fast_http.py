@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import httpcore2
 import httpx2
 
-from sim.llm.adapters._direct_pool import DirectPool
+from sim.providers._direct_pool import DirectPool
 
 __all__ = [
     "IDEMPOTENCY_HEADER",

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx2
 import orjson
 
-from sim.llm.adapters._fast_http import IDEMPOTENCY_HEADER
-from sim.llm.adapters._openai_common import ClientPool
 from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import emit_delta, restart_text
+from sim.providers._fast_http import IDEMPOTENCY_HEADER
+from sim.providers._openai_common import ClientPool
 
 if TYPE_CHECKING:
     import openai
