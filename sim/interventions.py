@@ -32,8 +32,9 @@ import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sim import safefs
-from sim.errors import InputError
+from sim.errors import InputError, InvalidWorld
 from sim.phases.happenings import Happenings
+from sim.statefiles import MAX_PENDING, MAX_TEXT, PENDING_VERSION, parse_pending
 from sim.storage import MAX_DEPTH, Storage, dump_json
 from sim.ticklog.format import INTERVENTIONS
 from sim.ticklog.records import InterventionRecord, record_data
@@ -46,13 +47,8 @@ if TYPE_CHECKING:
 #: the pending file, relative to the world folder
 PENDING = INTERVENTIONS
 MAX_PENDING_BYTES = 4 * 1024 * 1024
-#: the longest event text ``sim inject`` takes
-MAX_TEXT = 4000
-#: the most interventions that may wait for one tick
-MAX_PENDING = 1000
 #: fields ``sim set`` may not change: the file name and the engine's chains
 PROTECTED = ("identity.id", "_openai")
-_VERSION = 1
 
 
 @dataclass
@@ -69,12 +65,15 @@ class Pending:
 # -- the pending file -------------------------------------------------------------------------
 
 
-def load_pending(root: Path) -> Pending:
+def load_pending(root: Path, world: World | None = None) -> Pending:
     """The interventions waiting in ``root``'s pending file (none when it is absent).
+
+    With ``world`` (the world they wait in), each must also fit it (``world_problems``).
 
     Raises:
         InputError: the file is not a regular file inside the world, too large, not
             JSON of the expected shape, or a record in it is not an intervention.
+        InvalidWorld: with ``world``, records that name what the world does not hold.
     """
     path = root / PENDING
     try:
@@ -83,48 +82,53 @@ def load_pending(root: Path) -> Pending:
         raise InputError(path, None, f"cannot read: {exc.strerror}") from None
     if raw is None:
         return Pending()
-    return Pending(parse_pending(raw, path), raw)
+    records = parse_pending(raw, path)
+    if world is not None:
+        problems = world_problems(world, records, path)
+        if problems:
+            raise InvalidWorld(problems)
+    return Pending(records, raw)
 
 
-def parse_pending(raw: bytes, path: Path) -> list[InterventionRecord]:
-    """The records of a pending file's bytes.
-
-    Raises:
-        InputError: not ``{"version": 1, "interventions": [...]}`` of intervention records.
-    """
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(path, None, f"malformed JSON: {exc}") from None
-    if (
-        not isinstance(data, dict)
-        or data.get("version") != _VERSION
-        or not isinstance(data.get("interventions"), list)
-    ):
-        raise InputError(
-            path, None, 'expected {"version": 1, "interventions": [...]} (written by sim)'
-        )
-    if len(data["interventions"]) > MAX_PENDING:
-        raise InputError(path, "interventions", f"at most {MAX_PENDING} may wait for a tick")
-    out: list[InterventionRecord] = []
-    for i, item in enumerate(data["interventions"]):
-        try:
-            record = InterventionRecord.model_validate(item)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in (i, *err["loc"]))
-            raise InputError(path, f"interventions.{where}", err["msg"].lower()) from None
-        if record.kind == "inject" and not record.text:
-            raise InputError(path, f"interventions.{i}.text", "an inject needs its text")
-        if record.text is not None and len(record.text) > MAX_TEXT:
-            raise InputError(path, f"interventions.{i}.text", f"at most {MAX_TEXT} characters")
-        out.append(record)
+def world_problems(
+    world: World, records: Sequence[InterventionRecord], path: Path
+) -> list[InputError]:
+    """Each pending record that names what ``world`` does not hold: an inject at an
+    unknown location, a set of an entity that is not there (the file is untrusted: only
+    ``sim inject`` and ``sim set`` write it, and they check both)."""
+    out: list[InputError] = []
+    for i, record in enumerate(records):
+        if record.kind == "inject" and record.location is not None:
+            if record.location not in world.locations:
+                out.append(
+                    InputError(
+                        path,
+                        f"interventions.{i}.location",
+                        f"unknown location {record.location!r}; expected one of the ids "
+                        "in locations/ (or null: everywhere)",
+                    )
+                )
+        elif record.kind == "set":
+            kind, _, eid = (record.target or "").partition("/")
+            entities = {"characters": world.characters, "locations": world.locations}.get(kind)
+            if entities is None or eid not in entities or not record.path:
+                out.append(
+                    InputError(
+                        path,
+                        f"interventions.{i}.target",
+                        f"expected an entity of this world, as characters/<id> or "
+                        f"locations/<id>, and a field path (got {record.target!r}, "
+                        f"{record.path!r})",
+                    )
+                )
     return out
 
 
 def encode_pending(records: Sequence[InterventionRecord]) -> bytes:
     """The pending file's bytes (pretty JSON, like every world file)."""
-    return dump_json({"version": _VERSION, "interventions": [record_data(r) for r in records]})
+    return dump_json(
+        {"version": PENDING_VERSION, "interventions": [record_data(r) for r in records]}
+    )
 
 
 def logged(log: TickLog) -> list[InterventionRecord]:
@@ -484,4 +488,5 @@ __all__ = [
     "parse_assignment",
     "parse_pending",
     "set_field",
+    "world_problems",
 ]

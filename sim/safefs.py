@@ -9,6 +9,12 @@ name; nothing is checked first and opened later, so swapping a file for a link b
 two cannot redirect a read or a write. ``O_NONBLOCK`` makes opening a FIFO return at once
 instead of waiting for a writer.
 
+A hard link is a second name for the same file, which may sit outside the world: writing
+in place through ``characters/zoe.json`` would change that outside file too. The world's
+files are refused by name when they have more than one link (``one_link``: ``Storage``
+loads them so), and ``write_at`` never writes through one: it removes the name and
+writes a new file there, so the other name keeps its bytes.
+
 The world folder itself is the user's choice and may be reached through a symlink.
 """
 
@@ -106,11 +112,14 @@ def open_dir(root: Path, parts: list[str], *, create: bool = False) -> Iterator[
         os.close(fd)
 
 
-def open_file_at(dir_fd: int, name: str, shown: Path, flags: int = _READ_FLAGS) -> int:
-    """Open ``name`` in ``dir_fd`` without following a link; the result is a regular file.
+def open_file_at(
+    dir_fd: int, name: str, shown: Path, flags: int = _READ_FLAGS, *, one_link: bool = False
+) -> int:
+    """Open ``name`` in ``dir_fd`` without following a link; the result is a regular file
+    (with ``one_link``, one that no other name shares: not a hard link).
 
     Raises:
-        UnsafePath: a symlink, FIFO, device or folder.
+        UnsafePath: a symlink, FIFO, device or folder; with ``one_link``, a hard link.
         FileNotFoundError: no such file.
     """
     try:
@@ -120,11 +129,22 @@ def open_file_at(dir_fd: int, name: str, shown: Path, flags: int = _READ_FLAGS) 
             mode = os.lstat(name, dir_fd=dir_fd).st_mode
             raise UnsafePath(shown, None, f"is {_kind(mode)}; expected a regular file") from None
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UnsafePath(shown, None, f"is {_kind(mode)}; expected a regular file")
+        raise UnsafePath(shown, None, f"is {_kind(info.st_mode)}; expected a regular file")
+    if one_link and info.st_nlink > 1:
+        os.close(fd)
+        raise UnsafePath(shown, None, hard_link_problem(info.st_nlink))
     return fd
+
+
+def hard_link_problem(links: int) -> str:
+    """What is wrong with a world file that has ``links`` names (hard links)."""
+    return (
+        f"is a hard link ({links} names share this file, one may be outside the world); "
+        "expected a file of its own: replace it with a copy (`cp F F.copy && mv F.copy F`)"
+    )
 
 
 def read_fd(fd: int, shown: Path, max_bytes: int | None = None) -> bytes:
@@ -150,15 +170,19 @@ def read_fd(fd: int, shown: Path, max_bytes: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def read_at(dir_fd: int, name: str, shown: Path, max_bytes: int | None = None) -> bytes:
-    fd = open_file_at(dir_fd, name, shown)
+def read_at(
+    dir_fd: int, name: str, shown: Path, max_bytes: int | None = None, *, one_link: bool = False
+) -> bytes:
+    fd = open_file_at(dir_fd, name, shown, one_link=one_link)
     try:
         return read_fd(fd, shown, max_bytes)
     finally:
         os.close(fd)
 
 
-def read_file(root: Path, rel: str, max_bytes: int | None = None) -> bytes:
+def read_file(
+    root: Path, rel: str, max_bytes: int | None = None, *, one_link: bool = False
+) -> bytes:
     """The bytes of ``root/rel``, a regular file reached without following any link.
 
     Raises:
@@ -166,7 +190,7 @@ def read_file(root: Path, rel: str, max_bytes: int | None = None) -> bytes:
     """
     parts = split_rel(rel)
     with open_dir(root, parts[:-1]) as dir_fd:
-        return read_at(dir_fd, parts[-1], root / rel, max_bytes)
+        return read_at(dir_fd, parts[-1], root / rel, max_bytes, one_link=one_link)
 
 
 def read_optional(root: Path, rel: str, max_bytes: int | None = None) -> bytes | None:
@@ -179,8 +203,17 @@ def read_optional(root: Path, rel: str, max_bytes: int | None = None) -> bytes |
 
 def write_at(dir_fd: int, name: str, shown: Path, data: bytes, *, sync: bool = False) -> None:
     """Replace a file's content in place (no truncate-to-zero first, no rename); with
-    ``sync``, flush its data and size to the disk before returning."""
+    ``sync``, flush its data and size to the disk before returning.
+
+    A file with other names (a hard link, perhaps to a file outside the world) is never
+    written through: its name is removed and a new file is made in its place, exclusively
+    (a name planted again in between is refused, not followed).
+    """
     fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS)
+    if os.fstat(fd).st_nlink > 1:
+        os.close(fd)
+        os.unlink(name, dir_fd=dir_fd)
+        fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS | os.O_EXCL)
     try:
         view = memoryview(data)
         offset = 0
@@ -225,11 +258,12 @@ def append_file(root: Path, rel: str, data: bytes) -> None:
     """Append ``data`` to ``root/rel`` (created with its folders), never through a link.
 
     Raises:
-        UnsafePath: a component is a symlink or not a plain folder/file.
+        UnsafePath: a component is a symlink or not a plain folder/file, or the file is a
+            hard link.
     """
     parts = split_rel(rel)
     with open_dir(root, parts[:-1], create=True) as dir_fd:
-        fd = open_file_at(dir_fd, parts[-1], root / rel, _WRITE_FLAGS | os.O_APPEND)
+        fd = open_file_at(dir_fd, parts[-1], root / rel, _WRITE_FLAGS | os.O_APPEND, one_link=True)
         try:
             view = memoryview(data)
             while view:

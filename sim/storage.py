@@ -23,6 +23,7 @@ from sim.errors import InputError, InvalidWorld, WorldLockedError
 from sim.journal import (
     JOURNAL,
     SIM_DIR,
+    CorruptJournal,
     apply_journal,
     check_rels,
     journal_overlay,
@@ -187,6 +188,11 @@ def _describe(err: Mapping[str, Any]) -> str:
     return f"expected {msg.removeprefix('input should be ')} (got {err.get('input')!r})"
 
 
+def _after_path(problem: InputError) -> str:
+    """A problem's message without its file: ``field 'x': what`` or ``what``."""
+    return f"field '{problem.field}': {problem.problem}" if problem.field else problem.problem
+
+
 def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
@@ -195,7 +201,8 @@ class Storage:
     """Reads and writes one world folder.
 
     Every file is read and written through ``sim.safefs``: no symbolic link is followed
-    inside the world, and only regular files are read or written.
+    inside the world, and only regular files are read or written; an entity file or
+    ``world.json`` with another name (a hard link) is refused by name.
 
     Args:
         root: the world folder (holding ``world.json``, ``characters/``, ``locations/``).
@@ -241,7 +248,7 @@ class Storage:
     def _read(self, rel: str, problems: list[InputError]) -> bytes | None:
         """A world file's bytes (no link followed, size-limited); problems are collected."""
         try:
-            return safefs.read_file(self.root, rel, self.max_entity_bytes)
+            return safefs.read_file(self.root, rel, self.max_entity_bytes, one_link=True)
         except InputError as exc:
             problems.append(exc)
         except FileNotFoundError:
@@ -265,7 +272,7 @@ class Storage:
                         continue
                     try:
                         out[rel] = safefs.read_at(
-                            dir_fd, name, folder / name, self.max_entity_bytes
+                            dir_fd, name, folder / name, self.max_entity_bytes, one_link=True
                         )
                     except InputError as exc:
                         problems.append(exc)
@@ -331,7 +338,7 @@ class Storage:
         """
         if not self.root.is_dir():
             raise InputError(self.root, None, "world folder not found")
-        overlay = journal_overlay(self.root)
+        overlay = self.pending_files()
         problems: list[InputError] = []
         originals: dict[str, bytes] = {}
         meta_path = self.root / "world.json"
@@ -385,10 +392,47 @@ class Storage:
             problems.append(
                 InputError(self.root / "locations", None, "a world needs at least one location")
             )
+        if overlay:  # a problem in a file the pending journal writes is the journal's
+            blamed = [p for p in problems if p.path is not None and self._rel(p.path) in overlay]
+            if blamed:
+                raise CorruptJournal(
+                    self.root,
+                    "would write an invalid world ("
+                    + "; ".join(f"{self._rel(p.path)}: {_after_path(p)}" for p in blamed if p.path)
+                    + ")",
+                )
         if problems:
             raise InvalidWorld(problems)
         assert meta is not None
         return World(self.root, meta, characters, locations, originals)
+
+    def _rel(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return ""
+
+    def pending_files(self) -> dict[str, bytes | None]:
+        """The files of a committed journal still waiting to be applied (``{}``: none).
+
+        Refused whole when one of them is something no commit writes
+        (``sim.journalcheck``); ``load`` checks its entities and ``world.json``.
+
+        Raises:
+            CorruptJournal: naming the journal and each file at fault; nothing is written.
+        """
+        files = journal_overlay(self.root)
+        if files:
+            # the checks read the formats of the engine's state, some defined by modules
+            # that build on this one (interventions, the response store's repair)
+            from sim.journalcheck import journal_problems
+
+            problems = journal_problems(self.root, files)
+            if problems:
+                raise CorruptJournal(
+                    self.root, "holds what no commit writes (" + "; ".join(problems) + ")"
+                )
+        return files
 
     # -- committing ---------------------------------------------------------------------
 
@@ -444,7 +488,7 @@ class Storage:
         """
         # a committed journal still pending (the caller skipped recover()) is carried into
         # this one, so its files are never lost
-        files: dict[str, bytes | None] = journal_overlay(self.root)
+        files: dict[str, bytes | None] = self.pending_files()
         files.update(self.changed_files(world) if changed is None else changed)
         check_rels(self.root, extra or {})  # entity paths are built from validated ids
         files.update(extra or {})
@@ -480,10 +524,17 @@ class Storage:
 
         Call with the lock held. Returns whether a committed journal was replayed.
 
+        A committed journal is applied only when everything it writes is what a commit
+        writes: the world is loaded through it first, and any problem in a file it writes
+        refuses it whole.
+
         Raises:
             CorruptJournal: the journal cannot be applied safely (nothing is written).
+            InvalidWorld: the world through the journal is invalid elsewhere.
         """
         self.check_engine_dirs()
+        if self.pending_journal():
+            self.load()
         return recover_journal(self.root)
 
     # -- locking ------------------------------------------------------------------------

@@ -20,6 +20,16 @@ ID_RE = re.compile(ID_PATTERN)
 
 EntityId = Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=128)]
 
+#: the highest tick number a world may reach (a tick log's name, a header's number and
+#: every sum over ticks stay far inside 64 bits)
+MAX_TICK = 999_999_999
+#: a seed is sent to providers as a signed 64-bit integer
+MAX_SEED = 2**63 - 1
+#: the most memory cells a character may keep
+MAX_MEMORY_CAPACITY = 100_000
+
+Tick = Annotated[int, Field(ge=0, le=MAX_TICK)]
+
 
 class _Open(BaseModel):
     """Known fields validated; unknown fields kept as they are."""
@@ -30,8 +40,8 @@ class _Open(BaseModel):
 class WorldMeta(_Open):
     name: str
     description: str = ""
-    tick: int = Field(0, ge=0)
-    seed: int = 0
+    tick: Tick = 0
+    seed: int = Field(0, ge=-MAX_SEED - 1, le=MAX_SEED)
 
 
 class CharacterIdentity(_Open):
@@ -49,12 +59,12 @@ class CharacterState(_Open):
 
 
 class MemoryCell(_Open):
-    tick: int = Field(ge=0)
+    tick: Tick
     text: str
 
 
 class Memory(_Open):
-    capacity: int = Field(5, ge=1)
+    capacity: int = Field(5, ge=1, le=MAX_MEMORY_CAPACITY)
     cells: list[MemoryCell] = []
     summary: str = ""
 

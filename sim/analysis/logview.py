@@ -18,9 +18,9 @@ from sim.ticklog.records import CallRecord, PolicyRecord
 from sim.ticklog.summary import read_head, summarize, summary_numbers, summary_path
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
+    from sim.engine.compact import Compacted
     from sim.engine.replay import ReplayReport, TickReplay
     from sim.providers.replay import Drift
-    from sim.ticklog.compact import Compacted
 
 
 def last_log(root: Path) -> TickLog:
@@ -220,7 +220,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
     """One line per logged call: the model that answered (else the one asked), the depth
     asked for, the window actually sent (earlier exchanges, or a server-side chain), tokens
     over all attempts, and cost; for a tool-calling answer, the tools it called; the server
-    that answered (and, with a pool, those the call moved away from). A call a resume sent
+    that answered (and, with a pool, those the call moved away from); under a call that
+    failed on several models, each model's error. A call a resume sent
     again has a line per record: the earlier one's attempts were sent too, so
     the lines add up to the tick's totals. Calls sent in a Batch API batch say ``batch``
     (priced at the batch rate), and each batch gets a line of its own after them."""
@@ -245,6 +246,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
             f"{cost:>9}  {call.error_code or ''}  {_served_by(call)}  "
             f"{_tools_called(call.result)}{'  batch' if call.batch_ids else ''}"
         ).rstrip()
+        for failed in call.model_errors or ():  # each model of a fallback chain that failed
+            yield f"    {failed.target}: {failed.error_code}: {failed.error}"
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)
         yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
 

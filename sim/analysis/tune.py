@@ -121,7 +121,7 @@ async def _run(world: Path, config: Config, ticks: int) -> None:
     seed = Storage(world).load().seed
     adapter = ScratchAdapter(build_stack(config, seed))
     try:
-        await Runner(world, config, adapter=adapter).run_async(ticks)
+        await Runner(world, config, adapter=adapter, recovery=False).run_async(ticks)
     finally:
         await close_stack(adapter)
 

@@ -68,7 +68,7 @@ def log_(
 
     with errors():
         if compact:
-            from sim.ticklog.compact import compact_history  # loads the world's storage
+            from sim.engine.compact import compact_history  # loads the world's storage
 
             if tick_ is not None or calls or as_json:
                 raise InputError(None, "--compact", "takes only --world and --before")
@@ -159,7 +159,7 @@ def replay_(
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
-    from sim.ticklog import rewind as history
+    from sim.engine import rewind as history
 
     with json_errors("rewind", as_json):
         done = history.rewind(world_dir, tick_)
@@ -183,12 +183,15 @@ def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
 
 @click.command()
 @WORLD
-@tick_option("Start the new world from the state at the start of this tick.")
+@tick_option(
+    "Start the new world from the state at the start of this tick (the current tick + 1:"
+    " the world as it is now)."
+)
 @folder_option(
     "--to",
     "dest",
     required=True,
-    help="The new world's folder (must not exist yet).",
+    help="The new world's folder (must not exist yet, nor be inside the world).",
 )
 @click.option(
     "--seed", type=click.IntRange(min=0), help="The new world's seed (default: the original's)."
@@ -196,7 +199,7 @@ def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None, as_json: bool) -> None:
     """Start a new world from a world's state at the start of a tick."""
-    from sim.ticklog import rewind as history
+    from sim.engine import rewind as history
 
     with json_errors("fork", as_json):
         history.fork(world_dir, tick_, dest, seed)

@@ -454,6 +454,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.phases.check import check_phases
     from sim.policy import configured_policies
     from sim.storage import Storage
+    from sim.ticklog.reader import check_log_slot
     from sim.ticklog.records import record_data
     from sim.ticklog.summary import check_history
 
@@ -465,7 +466,8 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
         storage.check_engine_dirs()
         world = storage.load()  # entities, prompts, a pending journal
         policies = [p.name for p in configured_policies(config)]  # a custom one must load
-        interventions = load_pending(world_dir).records  # sim inject / sim set, waiting
+        interventions = load_pending(world_dir, world).records  # sim inject / sim set, waiting
+        check_log_slot(world_dir, world.tick + 1)  # the next tick refuses a FIFO or link there
         repairs = [str(item) for item in repair.inspect(world).items]
         pending_problem = deletions.problem(world_dir)
         if pending_problem is not None:

@@ -5,6 +5,7 @@ string resolves to one (docs/providers.md), and the endpoint lines ``sim check``
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,7 +19,7 @@ def endpoint(config: Config) -> tuple[str, str | None]:
     """(where [llm]'s requests go, the environment variable whose key they carry) — never
     the key."""
     llm = config.llm
-    return _describe_endpoint(llm.provider, llm.base_url, llm.api_key_env)
+    return _describe_endpoint(llm.provider, llm.base_url, llm.api_key_env, llm.command)
 
 
 def phase_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
@@ -29,7 +30,7 @@ def phase_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
     out: dict[str, tuple[str, str | None]] = {}
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
         spec = table.endpoints[table.candidates(section)[0].provider]
-        where = _describe_endpoint(spec.kind, spec.base_url, spec.api_key_env)
+        where = _describe_endpoint(spec.kind, spec.base_url, spec.api_key_env, spec.command)
         if where != main:
             out[section_name(section)] = where
     return out
@@ -40,21 +41,27 @@ def named_endpoints(config: Config) -> dict[str, tuple[str, str | None]]:
     models included) use besides [llm]'s: what ``sim check`` lists."""
     table = routing(config)
     return {
-        spec.name: _describe_endpoint(spec.kind, spec.base_url, spec.api_key_env)
+        spec.name: _describe_endpoint(spec.kind, spec.base_url, spec.api_key_env, spec.command)
         for spec in table.used()
         if spec.name != table.default
     }
 
 
 def _describe_endpoint(
-    provider: str, base_url: str | tuple[str, ...], key_env: str
+    provider: str,
+    base_url: str | tuple[str, ...],
+    key_env: str,
+    command: tuple[str, ...] = (),
 ) -> tuple[str, str | None]:
     """The SDKs fall back to their own endpoint (the openai SDK to ``OPENAI_BASE_URL`` first)
-    when ``base_url`` is empty; this says which one applies. A pool's URLs are joined."""
+    when ``base_url`` is empty; this says which one applies. A pool's URLs are joined. A
+    ``cli`` endpoint is its command (what it sends where is the command's business)."""
     if isinstance(base_url, tuple):
         base_url = describe_base_url(base_url)
     if provider == "offline":
         return "none (offline provider: no network)", None
+    if provider == "cli":
+        return f"the local command {shlex.join(command) or '(none set)'}", None
     if provider in ("gemini", "anthropic"):
         own = "GEMINI_API_KEY" if provider == "gemini" else "ANTHROPIC_API_KEY"
         return endpoint_url(provider, base_url), own if key_env == "OPENAI_API_KEY" else key_env
@@ -73,6 +80,7 @@ KIND_KEY_ENV = {
     "gemini": "GEMINI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
     "offline": "",
+    "cli": "",
 }
 
 
@@ -92,6 +100,8 @@ class EndpointSpec:
     max_concurrency: int = 16
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
+    #: a ``cli`` endpoint's program and arguments
+    command: tuple[str, ...] = ()
 
     def where(self) -> tuple[str, str | tuple[str, ...], str]:
         """What makes two endpoints the same connection: kind, server and key variable."""
@@ -148,6 +158,7 @@ def llm_endpoint(config: Config) -> EndpointSpec:
         llm.max_concurrency,
         llm.requests_per_minute,
         llm.tokens_per_minute,
+        llm.command,
     )
 
 
@@ -186,6 +197,7 @@ def named_endpoint(config: Config, name: str) -> EndpointSpec:
         pick(spec.max_concurrency, llm.max_concurrency),
         pick(spec.requests_per_minute, llm.requests_per_minute),
         pick(spec.tokens_per_minute, llm.tokens_per_minute),
+        spec.command,
     )
 
 

@@ -57,6 +57,21 @@ def describe_base_url(value: str | tuple[str, ...]) -> str:
     return ", ".join(value) if isinstance(value, tuple) else value
 
 
+def _command(value: tuple[str, ...]) -> tuple[str, ...]:
+    if value and not value[0].strip():
+        raise ValueError("expected the program's name or path first")
+    if any("\x00" in arg for arg in value):
+        raise ValueError("an argument holds a NUL character")
+    return value
+
+
+#: a ``cli`` provider's command: a TOML array of strings, the program first (no shell)
+Command = Annotated[
+    Annotated[tuple[str, ...], Strict(False)],  # a TOML array becomes the tuple
+    AfterValidator(_command),
+]
+
+
 #: what a failed or denied call does to its tick (``[llm]`` and per phase)
 FailurePolicy = Literal["degrade", "fail"]
 
@@ -95,6 +110,9 @@ class LLMConfig(_Strict):
     batch: bool = False
     #: seconds between two polls of a batch in progress
     batch_poll_seconds: float = Field(30, gt=0)
+    #: ``provider = "cli"``: the program and its arguments, run once per call with the
+    #: prompt on stdin (``{model}`` in an argument is the phase's model); a routing key
+    command: Command = ()
 
 
 class ProviderConfig(_Strict):
@@ -112,6 +130,8 @@ class ProviderConfig(_Strict):
     max_concurrency: int | None = Field(None, ge=1, le=10_000)
     requests_per_minute: int | None = Field(None, ge=0)
     tokens_per_minute: int | None = Field(None, ge=0)
+    #: ``kind = "cli"``: the program and its arguments (``[llm] command``)
+    command: Command = ()
 
 
 class BudgetConfig(_Strict):

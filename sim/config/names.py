@@ -16,7 +16,11 @@ PHASE_ALIASES = {
 }
 
 
-PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
+PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic", "cli")
+
+
+#: providers that send nothing over the network (no server, no key, no backpressure)
+LOCAL_PROVIDERS = ("offline", "cli")
 
 
 #: providers that keep response chains on their server (``chain_mode = "server"``)
@@ -40,9 +44,10 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 ENDPOINT_KEYS = frozenset({"provider", "base_url", "api_key_env"})
 
 
-#: ... and these too (a future ``api_key``, ``organization``, ``headers``), plus anything
-#: under ``[providers.*]``: a world's config may not set them on its own
-ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers"}
+#: ... and these too (a future ``api_key``, ``organization``, ``headers``; ``command``, the
+#: program a ``cli`` provider runs), plus anything under ``[providers.*]``: a world's config
+#: may not set them on its own (a shared world must not run commands of its choosing)
+ROUTING_KEYS = ENDPOINT_KEYS | {"api_key", "organization", "headers", "command"}
 
 
 ROUTING_TABLES = frozenset({"providers"})

@@ -165,6 +165,7 @@ def layer_problems(
                     f"unknown kind {spec.kind!r}; expected one of: {', '.join(PROVIDERS)}",
                 )
             )
+    problems.extend(_command_problems(config, source, combined))
     for verb in config.actions:
         if verb in ("move", "speak", "act", "wait"):
             problems.append(
@@ -180,6 +181,35 @@ def layer_problems(
                     f"([{PHASE_ALIASES.get(name, name)}])"
                     if name in PHASE_ALIASES
                     else "a built-in phase without settings",
+                )
+            )
+    return problems
+
+
+def _command_problems(config: Config, source: Path | None, combined: bool) -> list[InputError]:
+    """A ``cli`` endpoint needs a ``command``; no other kind takes one. ``[llm]``'s rule is
+    checked on the merged layers only (one layer may set the provider, another the
+    command)."""
+    tables = [(f"providers.{n}", p.kind, p.command) for n, p in config.providers.items()]
+    if combined:
+        tables.insert(0, ("llm", config.llm.provider, config.llm.command))
+    problems = []
+    for where, kind, command in tables:
+        if kind == "cli" and not command:
+            problems.append(
+                InputError(
+                    source,
+                    f"{where}.command",
+                    'a "cli" provider needs the command to run, e.g. command = ["llm", "-m", '
+                    '"gpt-4.1-mini"]: it gets the prompt on stdin and answers on stdout',
+                )
+            )
+        elif command and kind != "cli" and kind in PROVIDERS:
+            problems.append(
+                InputError(
+                    source,
+                    f"{where}.command",
+                    f'only a "cli" provider runs a command, not {kind!r}',
                 )
             )
     return problems

@@ -22,8 +22,8 @@ from sim import safefs
 from sim.errors import InputError
 from sim.llm.errors import LLMAPIError, LLMError
 from sim.llm.types import Adapter
-
-PENDING = ".sim/pending_deletions.json"
+from sim.statefiles import PENDING_DELETIONS as PENDING
+from sim.statefiles import deletions_problem as content_problem
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +38,7 @@ def problem(root: Path) -> str | None:
         return str(exc)
     if raw is None:
         return None
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
-    if not isinstance(data, dict) or not isinstance(data.get("pending", []), list):
-        return 'expected {"pending": [...]}'
-    return None
+    return content_problem(raw)
 
 
 def load(root: Path) -> list[Entry]:

@@ -64,6 +64,7 @@ from sim.ticklog.records import (
     InstructionsRecord,
     InterruptedRecord,
     InterventionRecord,
+    ModelErrorRecord,
     PhaseRecord,
     PhaseReportRecord,
     PolicyRecord,
@@ -222,7 +223,13 @@ class TickRecorder:
         # number (a crash during `sim rewind`) must not describe it
         with contextlib.suppress(FileNotFoundError):
             summary_path(root, tick).unlink()
+        #: a new log's folders that did not exist before it (``discard_unused`` removes them)
+        self._made_dirs: list[Path] = []
+        #: a call, a policy decision or a batch went into the log (it may have cost money)
+        self._spent = False
         if partial is None:
+            log_dir = log_path(root, tick).parent
+            self._made_dirs = [d for d in (log_dir, log_dir.parent) if not d.exists()]
             # created with its header in it: a kill at any instant never leaves an empty log
             self.writer = LogWriter.create(
                 log_path(root, tick), [head, state_line(before, self._state_before), *interventions]
@@ -301,6 +308,7 @@ class TickRecorder:
         request = event.request
         key = id(request)
         if event.kind == "llm_called":
+            self._spent = True
             counter = (event.phase, event.entity_key)
             n = self._counters.get(counter, 0)
             self._counters[counter] = n + 1
@@ -338,6 +346,7 @@ class TickRecorder:
     def decision(self, record: PolicyRecord) -> None:
         """Log a policy decision that was not "allow", before the call it decided; one
         that stops the tick (defer, ask) is made durable at once."""
+        self._spent = True
         self.writer.append(record)
         if record.decision != "deny":
             self.writer.sync()
@@ -426,6 +435,15 @@ class TickRecorder:
                 "error_code": event.error_code,
                 "error": message,
             }
+            if error is not None and error.model_errors:  # each model of a fallback chain
+                came_back["model_errors"] = [
+                    ModelErrorRecord(
+                        target=str(e.context.get("target") or e.model or ""),
+                        error_code=e.code,
+                        error=str(e),
+                    )
+                    for e in error.model_errors
+                ]
         attempts = [*earlier, final]
         batched = {"batch_ids": list(ident.batch_ids)} if ident.batch_ids else {}
         if served == "resume":
@@ -473,6 +491,7 @@ class TickRecorder:
     def submitted(self, batch: SubmittedBatch) -> None:
         """Log a batch the provider accepted, durably, before waiting for it: if the process
         stops now, the next run finds it here and polls it rather than paying again."""
+        self._spent = True
         self.writer.append(
             BatchRecord(
                 batch_id=batch.batch_id,
@@ -578,6 +597,22 @@ class TickRecorder:
         if self._compression is not None and not self._committed:
             self._compression.cancel()
             self._compression = None
+
+    def discard_unused(self) -> bool:
+        """Remove a log this run created for a tick that stopped on bad input (a template
+        that fails to render, say) before any call, decision or batch was logged: it holds
+        only what the world's files already say, and bad input writes nothing. The folders
+        its creation made go too. Returns whether it was removed (a resumed log, or one
+        holding anything paid for, is kept)."""
+        if self.partial is not None or self._spent or self._committed:
+            return False
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.writer.path.unlink()
+        for folder in self._made_dirs:  # deepest first; one holding anything else stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        return True
 
 
 __all__ = ["RecordingAdapter", "TickRecorder"]

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from sim import safefs
 from sim.errors import InputError
+from sim.statefiles import store_problem
 from sim.world import ID_RE, Entity, World
 
 STORE_DIR = ".sim/responses"
@@ -114,27 +113,6 @@ def _openai_problems(root: Path, kind: str, eid: str, entity: Entity) -> list[Re
     return out
 
 
-def _store_entry_ok(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("input"), str)
-        and isinstance(value.get("output"), str)
-    )
-
-
-def _store_problem(raw: bytes) -> str | None:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
-    if not isinstance(data, dict):
-        return f"expected an object of exchanges by response id, got {type(data).__name__}"
-    for rid, entry in data.items():
-        if not _store_entry_ok(entry):
-            return f"exchange {rid!r} is not an object with text 'input' and 'output'"
-    return None
-
-
 def _store_problems(root: Path, world: World) -> list[Repair]:
     out: list[Repair] = []
     chains = safefs.list_names(root, [".sim", "responses"], "") or []
@@ -155,7 +133,7 @@ def _store_problems(root: Path, world: World) -> list[Repair]:
             rel = f"{STORE_DIR}/{chain}/{name}"
             try:
                 raw = safefs.read_file(root, rel, MAX_STORE_BYTES)
-                problem = _store_problem(raw)
+                problem = store_problem(raw)
             except safefs.UnsafePath as exc:
                 out.append(
                     Repair(

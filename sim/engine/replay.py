@@ -237,7 +237,9 @@ async def _replay(
             )
             # the policy decisions the log recorded are reproduced: no policy is consulted
             # (a custom one need not be installed), no one is asked
-            runner = Runner(scratch, used, adapter=adapter, decisions=log.run_decisions())
+            runner = Runner(
+                scratch, used, adapter=adapter, decisions=log.run_decisions(), recovery=False
+            )
             result = (await runner.run_async(1))[0]
             tick = _compare(world_dir, scratch, log, adapter, result.narratives)
             _explain(tick, log, read_log(log_path(scratch, log.tick)), config)

@@ -14,14 +14,15 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
-from sim.engine.stack import build_stack
-from sim.errors import TickInterrupted
+from sim.engine.stack import build_stack, with_recovery
+from sim.errors import InputError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
 from sim.llm.batching import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport, find_pool
+from sim.llm.recovery import RecoveryAdapter
 from sim.llm.router import close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import DeltaSink, StreamHub, installed
@@ -34,9 +35,10 @@ from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
 from sim.providers.batch import BatchSession
 from sim.storage import Storage
+from sim.ticklog.reader import check_log_slot
 from sim.ticklog.records import PolicyRecord
 from sim.ticklog.recovery import recover_logs
-from sim.world import World
+from sim.world import MAX_TICK, World
 
 PhaseStage = Literal["start", "end"]
 
@@ -117,7 +119,12 @@ class Runner:
         events: receives every LLM call event (progress lines, logs).
         on_phase: called at the start and end of each phase.
         on_tick: called with each tick's result once it has committed.
-        adapter: use this adapter instead of the configured provider (tests, replay).
+        adapter: use this adapter instead of the configured provider (tests, replay). It
+            is wrapped in recovery as ``[llm]`` sets it (retries, fallback models,
+            breakers), like the configured provider's stack, unless ``recovery`` is false.
+        recovery: false: ``adapter`` is used bare, for one that already is a whole stack
+            (``sim tune``) or serves a tick log's answers (``sim replay``: a recorded call
+            already holds every attempt).
         seed: make this the world's seed (``world.json``) before the first tick, in a
             commit of its own, so the ticks, their logs, a resume and a replay all see it.
         on_delta: receives streamed answer text as it arrives (``[llm] stream``).
@@ -142,7 +149,10 @@ class Runner:
         approver: Approver | None = None,
         decisions: list[PolicyRecord] | None = None,
         on_batch: Callable[[BatchProgress], None] | None = None,
+        recovery: bool = True,
     ) -> None:
+        if adapter is not None and recovery and not isinstance(adapter, RecoveryAdapter):
+            adapter = with_recovery(config, adapter)
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
         self.config = config
@@ -242,9 +252,17 @@ class Runner:
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
         world = self.storage.load()
+        check_log_slot(world.root, world.tick + 1)  # a FIFO or link there: refused
+        if world.tick >= MAX_TICK:
+            raise InputError(
+                world.root / "world.json",
+                "tick",
+                f"the world is at tick {world.tick}, the last a world may reach ({MAX_TICK}); "
+                "no further tick can run",
+            )
         repairs = repair.inspect(world)  # damaged engine state: fixed in this tick's commit
         repair.apply(world, repairs)
-        pending = load_pending(world.root)  # sim inject / sim set since the last tick
+        pending = load_pending(world.root, world)  # sim inject / sim set since the last tick
         if pending.raw is not None:  # part of the state: logged, consumed by the commit
             world.originals[PENDING] = pending.raw
         timings = {"load": time.perf_counter() - started}
@@ -296,6 +314,9 @@ class Runner:
                 )
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
+            raise
+        except UserError:  # bad input before anything was paid for: its log goes too
+            recorder.discard_unused()
             raise
         finally:
             recorder.close()

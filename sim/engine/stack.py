@@ -21,7 +21,15 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from sim.config import BATCH_PROVIDERS, Config, EndpointSpec, base_urls, llm_endpoint, routing
+from sim.config import (
+    BATCH_PROVIDERS,
+    LOCAL_PROVIDERS,
+    Config,
+    EndpointSpec,
+    base_urls,
+    llm_endpoint,
+    routing,
+)
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.pool import PoolAdapter, Server
@@ -44,6 +52,8 @@ def provider_options(
     spec = endpoint or llm_endpoint(config)
     if spec.kind == "offline":
         return {"seed": seed}
+    if spec.kind == "cli":
+        return {"command": spec.command, "timeout_seconds": llm.timeout_seconds}
     urls = base_urls(spec.base_url)
     options: dict[str, Any] = {
         "base_url": urls[0] if urls else None,  # a pool: build_pool sets each server's
@@ -143,7 +153,8 @@ def endpoint_stack(
     batched = llm.batch and batchable
     urls = base_urls(spec.base_url)
     inner: Adapter
-    if len(urls) > 1 and provider is None and spec.kind != "offline" and not batched:
+    local = spec.kind in LOCAL_PROVIDERS  # no server: nothing to pool or slow down for
+    if len(urls) > 1 and provider is None and not local and not batched:
         inner = server_pool(
             config,
             urls,
@@ -156,7 +167,7 @@ def endpoint_stack(
         )
     else:
         inner = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
-        if spec.kind != "offline" and not batched:  # a network endpoint: slow down when told
+        if not local and not batched:  # a network endpoint: slow down when told
             url = endpoint_url(spec.kind, urls[0] if urls else "")
             inner = BackpressureAdapter(inner, _endpoint(config, url, spec.max_concurrency))
         inner = BudgetAdapter(inner, budget, provider=spec.name, batchable=batchable)
@@ -190,7 +201,6 @@ def build_stack(
     Raises:
         LLMConfigurationError: unknown provider, missing API key (of any endpoint used).
     """
-    llm = config.llm
     table = routing(config)
     shared = budget or make_budget(config)
     routes: dict[str, Adapter] = {}
@@ -200,7 +210,19 @@ def build_stack(
     structured = {
         s.name: s.structured_output for s in table.used() if s.structured_output is not None
     }
-    inner: Adapter = Router(routes, table.default, structured)
+    return with_recovery(config, Router(routes, table.default, structured), sleep=sleep)
+
+
+def with_recovery(
+    config: Config,
+    inner: Adapter,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> RecoveryAdapter:
+    """``inner`` wrapped in recovery as ``[llm]`` sets it (retries, backoff, schema
+    feedback, fallback models, breakers): the outermost layer of every stack, and what
+    ``Runner(adapter=...)`` puts around an adapter it is handed."""
+    llm = config.llm
     policy = RetryPolicy(
         schema_retries=llm.json_max_retries,
         transient_retries=llm.transient_retries,

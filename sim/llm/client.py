@@ -246,7 +246,7 @@ class LLMClient:
         try:
             return (await self._execute_one(request)).parsed
         except LLMError as exc:
-            if isinstance(exc, LLMRateLimitError):
+            if any(isinstance(e, LLMRateLimitError) for e in (exc, *exc.model_errors)):
                 self.rate_limit_hits += 1
             return exc
 

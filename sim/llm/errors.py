@@ -15,16 +15,23 @@ LLMError                        message, code, cause, retry_after, model, usage,
 ├── LLMSchemaError              output did not validate against the schema      (retry + feedback)
 ├── LLMContextLengthError       prompt exceeds the model's context               (not retried)
 ├── LLMBudgetExceededError      a token or cost cap was reached                  (stops the run)
-└── LLMCircuitOpenError         the provider:model breaker is open               (try a fallback)
+├── LLMCircuitOpenError         the llm:{provider}:{model} breaker is open       (try a fallback)
+├── LLMSubprocessError          a ``cli`` provider's command failed: return_code, stderr
+├── LLMFallbackExhausted        every model of a fallback chain failed: exceptions (each one's)
+└── ToolNotFoundError           the model called a tool it was not offered: tool  (ignored)
 ```
 
+Every error carries ``cause`` (the exception it was converted from) and ``context`` (a dict
+of what is known about the failure: spec 001), and, when recovery tried more than one model,
+``model_errors``: each model's error in order.
+
 The tree unifies spec documents 000 (failure modes), 001 (adapter error hierarchy),
-002 (refusal / incomplete) and 004 (``retry_after`` on rate limits).
+002 (refusal / incomplete) and 004 (``retry_after`` on rate limits, ``ToolNotFoundError``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sim.llm.types import Attempt, ServedFrom, Usage
@@ -43,11 +50,14 @@ class LLMError(Exception):
             charge for an answer it then refused, cut short or got wrong).
         attempts: every attempt of the call, this failure's last (set by recovery).
         served_from: ``"live"``, or the tick log's mode when a recording failed again.
+        context: what else is known about the failure, as plain data (spec 001).
 
     Attributes:
         endpoint: the server URL the failed attempt went to, when known (backpressure).
         moved: attempts that failed on other servers of a pool before this one
             (``sim.llm.pool``); recovery puts them in ``attempts``.
+        model_errors: each model's error of a fallback chain, in order, this one's last
+            (set by recovery when it tried more than one model; else empty).
     """
 
     default_code = "llm_error"
@@ -63,11 +73,12 @@ class LLMError(Exception):
         usage: Usage | None = None,
         attempts: Iterable[Attempt] = (),
         served_from: ServedFrom = "live",
+        context: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.default_code
-        self.cause = cause
+        self._cause = cause
         self.retry_after = retry_after
         self.model = model
         self.usage: Usage = usage or Usage()
@@ -75,6 +86,18 @@ class LLMError(Exception):
         self.served_from: ServedFrom = served_from
         self.endpoint: str | None = None
         self.moved: tuple[Attempt, ...] = ()
+        self.context: dict[str, Any] = dict(context or {})
+        self.model_errors: tuple[LLMError, ...] = ()
+
+    @property
+    def cause(self) -> BaseException | None:
+        """The exception this one was converted from: the one given, else the one it was
+        raised ``from`` (``None``: none, or ``from None``)."""
+        return self._cause if self._cause is not None else self.__cause__
+
+    @cause.setter
+    def cause(self, value: BaseException | None) -> None:
+        self._cause = value
 
     @property
     def total_usage(self) -> Usage:
@@ -189,6 +212,68 @@ class LLMCircuitOpenError(LLMError):
     default_code = "circuit_open"
 
 
+class LLMSubprocessError(LLMError):
+    """A ``cli`` provider's command failed: it exited non-zero, or could not be started.
+
+    Args:
+        return_code: its exit status (negative: killed by that signal; ``None``: it never
+            ran).
+        stderr: the end of what it wrote on its standard error.
+    """
+
+    default_code = "subprocess_error"
+
+    def __init__(
+        self, message: str, *, return_code: int | None = None, stderr: str = "", **kwargs: Any
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.return_code = return_code
+        self.stderr = stderr
+
+
+class LLMFallbackExhausted(LLMError):
+    """Every model of a fallback chain failed with an error worth trying the next model
+    for: each one's error, in order, like an ``ExceptionGroup`` holds them (``exceptions``).
+
+    Its ``code``, ``model``, ``usage``, ``retry_after`` and ``served_from`` are those of
+    ``main`` (default: the last error; recovery passes the most telling one, not an open
+    breaker's); ``attempts`` has every model's attempts. Each error is named by its
+    ``context["target"]`` (``provider/model``, set by recovery), else its model.
+    """
+
+    default_code = "fallback_exhausted"
+
+    def __init__(self, errors: Sequence[LLMError], main: LLMError | None = None) -> None:
+        if not errors:
+            raise ValueError("LLMFallbackExhausted needs at least one error")
+        last = main or errors[-1]
+        each = "; ".join(f"{e.context.get('target') or e.model or '?'}: {e}" for e in errors)
+        super().__init__(
+            f"all {len(errors)} models failed: {each}",
+            code=last.code,
+            cause=last,
+            retry_after=last.retry_after,
+            model=last.model,
+            usage=last.usage,
+            served_from=last.served_from,
+            context={"targets": [e.context.get("target") or e.model for e in errors]},
+        )
+        self.exceptions: tuple[LLMError, ...] = tuple(errors)
+        self.model_errors = self.exceptions
+
+
+class ToolNotFoundError(LLMError):
+    """The model called a tool it was not offered (spec 004). Not raised by a call: the
+    unknown call is ignored and the conversation goes on; ``sim.llm.tools.generate`` lists
+    these in ``LLMResponse.ignored``."""
+
+    default_code = "tool_not_found"
+
+    def __init__(self, message: str, *, tool: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.tool = tool
+
+
 __all__ = [
     "LLMAPIError",
     "LLMBudgetExceededError",
@@ -197,9 +282,12 @@ __all__ = [
     "LLMConfigurationError",
     "LLMContextLengthError",
     "LLMError",
+    "LLMFallbackExhausted",
     "LLMIncompleteError",
     "LLMRateLimitError",
     "LLMRefusalError",
     "LLMSchemaError",
+    "LLMSubprocessError",
     "LLMTimeoutError",
+    "ToolNotFoundError",
 ]

@@ -15,8 +15,9 @@ Backoff is exponential with full jitter, capped. When a model still fails with a
 error after its retries, or its circuit breaker is open, the phase's ``fallback_models``
 are tried in order (spec 003), each on its own endpoint (``ModelTarget``: a fallback may
 run on another provider), the candidates deduplicated by (provider, model) with the model's
-case and surrounding whitespace ignored. A breaker per ``provider:model`` opens after K consecutive
-5xx answers, fails fast while open and lets one probe through after a cool-down. Rate
+case and surrounding whitespace ignored. A breaker per ``llm:{provider}:{model}`` (spec
+003's key) opens after K consecutive 5xx answers, fails fast while open and lets one probe
+through after a cool-down. Rate
 limits and timeouts never count toward it: they are the provider asking the client to slow
 down, which ``sim.llm.backpressure`` does (an adaptive concurrency limit and a shared pause
 per endpoint); an endpoint that refuses connections is detected there too, by its URL.
@@ -30,6 +31,13 @@ and every attempt's usage is counted; attempts a pool of servers moved elsewhere
 (``sim.llm.pool``) are recorded among them but are not retries here. Each retry or
 fallback is the caller's ``ModelRequest`` changed with ``dataclasses.replace``: the schema
 feedback appended to its instructions, the fallback model in its settings.
+
+When more than one model was tried, every model's error is kept (``LLMError.model_errors``):
+a chain that ran out of models raises ``LLMFallbackExhausted``, which holds them all like an
+``ExceptionGroup`` (pydantic-ai's ``FallbackExceptionGroup``); a chain ended by a fatal
+error (budget, key, a lost server chain) raises that error, whose type decides what the
+caller does, with the earlier models' errors in its ``model_errors``. The tick log keeps
+them (``CallRecord.model_errors``) and ``sim log --calls`` shows them.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from sim.llm.errors import (
     LLMChainNotFoundError,
     LLMCircuitOpenError,
     LLMError,
+    LLMFallbackExhausted,
     LLMRateLimitError,
     LLMSchemaError,
     LLMTimeoutError,
@@ -72,6 +81,12 @@ FEEDBACK = (
 )
 
 
+def breaker_key(adapter: str, model: str) -> str:
+    """The name of a model's breaker, spec 003's ``llm:{adapter}:{normalized_model}``: the
+    endpoint (``adapter``) and the model with its case and surrounding whitespace ignored."""
+    return f"llm:{adapter}:{model.strip().casefold()}"
+
+
 def classify(error: LLMError) -> Kind:
     """Which row of the recovery table an error belongs to."""
     if isinstance(error, LLMSchemaError):
@@ -90,7 +105,7 @@ def classify(error: LLMError) -> Kind:
 
 
 def is_server_failure(error: LLMError) -> bool:
-    """An HTTP 5xx: the model's server failed (what opens a ``provider:model`` breaker).
+    """An HTTP 5xx: the model's server failed (what opens an ``llm:{provider}:{model}`` breaker).
 
     Not a 429 or a timeout (backpressure), not a connection error (the endpoint, not the
     model: ``sim.llm.backpressure`` tracks it by URL), not a content failure.
@@ -238,7 +253,7 @@ class RecoveryAdapter(AdapterWrapper):
         found = self._breaker_of.get((model, provider))
         if found is not None:
             return found
-        key = f"{provider or self.name}:{model.strip().casefold()}"
+        key = breaker_key(provider or self.name, model)
         breaker = self.breakers.get(key)
         if breaker is None:
             breaker = self.breakers[key] = CircuitBreaker(
@@ -277,7 +292,7 @@ class RecoveryAdapter(AdapterWrapper):
                     )
                 )
                 raise LLMCircuitOpenError(
-                    f"circuit open for {provider or self.name}:{model}: it answered "
+                    f"circuit open for {breaker_key(provider or self.name, model)}: it answered "
                     f"{self.breaker_threshold} server errors (HTTP 5xx) in a row; "
                     f"tried again after {self.breaker_cooldown:g} s",
                     model=model,
@@ -333,7 +348,9 @@ class RecoveryAdapter(AdapterWrapper):
         settings = request.settings
         targets = self.targets(settings)
         attempts: list[Attempt] = []
+        errors: list[LLMError] = []  # each model's, in order
         last: LLMError | None = None
+        exhausted = True  # every model failed with an error worth trying the next one for
         for index, target in enumerate(targets):
             if target.provider == settings.provider and target.model == settings.model:
                 sent = request  # the first target as asked: no copy of the request
@@ -348,11 +365,15 @@ class RecoveryAdapter(AdapterWrapper):
             try:
                 response = await self._model(sent, attempts)
             except LLMError as exc:
+                exc.context.setdefault("target", str(target))
+                errors.append(exc)
                 if isinstance(exc, LLMCircuitOpenError) and last is not None:
                     pass  # keep the more telling error of an earlier model
                 else:
                     last = exc
                 if classify(exc) == "fatal" and not isinstance(exc, LLMCircuitOpenError):
+                    exhausted = False
+                    last = exc  # it decides what happens next (stop the run, resend a chain)
                     break
                 continue
             fell_back = index > 0  # the candidates are distinct by key()
@@ -365,6 +386,12 @@ class RecoveryAdapter(AdapterWrapper):
                 fallback_to=str(target) if fell_back else None,
             )
         assert last is not None
+        if len(errors) > 1:
+            # every model's error is kept: a group when all were worth a fallback, else the
+            # fatal one that ended the chain (its type decides what the caller does)
+            failure = LLMFallbackExhausted(errors, last) if exhausted else last
+            failure.model_errors = tuple(errors)
+            last = failure
         last.attempts = tuple(attempts)
         raise last
 

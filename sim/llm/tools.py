@@ -15,6 +15,7 @@ or not allowed. Every adapter renders those messages in its own wire format;
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -23,11 +24,22 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.llm.errors import LLMConfigurationError, LLMSchemaError
+from sim.llm.errors import (
+    LLMConfigurationError,
+    LLMError,
+    LLMIncompleteError,
+    LLMSchemaError,
+    ToolNotFoundError,
+)
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, ToolChoice, Usage
 
 if TYPE_CHECKING:
     from sim.llm.types import Adapter
+
+logger = logging.getLogger(__name__)
+
+#: ``LLMIncompleteError.reason``s that mean the answer hit the token cap (``max_tokens``)
+CUT_AT_TOKEN_CAP = frozenset({"max_output_tokens", "max_tokens", "length"})
 
 
 class FunctionCall(BaseModel):
@@ -132,9 +144,12 @@ ToolCallResponse = AdapterResponse
 class LLMResponse:
     """Spec 004's answer to ``generate``: text and/or function calls.
 
-    Failures are raised as ``LLMError``s (the one error tree), so ``finish_reason`` is
-    ``"stop"`` or ``"tool_calls"`` and ``error`` stays ``None``; both are kept for the
-    spec's shape.
+    ``finish_reason`` is ``"tool_calls"`` (calls to offered tools), ``"stop"`` (text
+    only), ``"max_tokens"`` (the answer was cut short at the token cap) or ``"error"`` (the
+    answer was malformed even after recovery's retries; ``error`` says how). Other failures
+    (rate limit, timeout, key...) are raised as ``LLMError``s, as the spec's table says.
+    ``ignored`` holds a ``ToolNotFoundError`` for each call of a tool that was not offered:
+    such a call is left out of ``function_calls`` and the conversation goes on (spec 004).
     """
 
     content: str | None
@@ -142,8 +157,10 @@ class LLMResponse:
     finish_reason: Literal["stop", "tool_calls", "max_tokens", "error"]
     usage: Usage | None = None
     error: str | None = None
-    #: the adapter's whole answer (response id, model, attempts...)
+    #: the adapter's whole answer (response id, model, attempts...); ``None`` when the
+    #: call ended in ``max_tokens`` or ``error``
     response: AdapterResponse | None = None
+    ignored: tuple[ToolNotFoundError, ...] = ()
 
 
 class ToolRegistry:
@@ -273,9 +290,33 @@ async def generate(
     request = conversation_request(
         messages, tools, instructions=instructions, settings=settings, tool_choice=tool_choice
     )
-    response = await adapter.execute(request)
+    try:
+        response = await adapter.execute(request)
+    except LLMIncompleteError as exc:
+        if exc.reason not in CUT_AT_TOKEN_CAP:
+            raise
+        return LLMResponse(None, None, "max_tokens", exc.total_usage, str(exc))
+    except LLMError as exc:
+        if exc.code != LLMSchemaError.default_code:  # also a fallback chain's last error
+            raise
+        return LLMResponse(None, None, "error", exc.total_usage, str(exc))
     parsed = response.parsed
+    offered = {tool.name for tool in tools}
     calls = list(parsed.calls) if isinstance(parsed, ToolCalls) else []
+    ignored = tuple(
+        ToolNotFoundError(
+            f"the model called {call.name!r}, which it was not offered "
+            f"({', '.join(sorted(offered))}); the call is ignored",
+            tool=call.name,
+            model=response.model,
+            context={"arguments": call.arguments, "call_id": call.call_id},
+        )
+        for call in calls
+        if call.name not in offered
+    )
+    for unknown in ignored:
+        logger.warning("%s", unknown)
+    calls = [call for call in calls if call.name in offered]
     content = parsed.content if isinstance(parsed, ToolCalls) else response.raw
     return LLMResponse(
         content=content,
@@ -283,6 +324,7 @@ async def generate(
         finish_reason="tool_calls" if calls else "stop",
         usage=response.usage,
         response=response,
+        ignored=ignored,
     )
 
 

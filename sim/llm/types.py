@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -86,6 +87,25 @@ class CallSettings:
     #: how a chat-completions server is asked for the schema: auto, json_schema,
     #: json_object_schema, tool or prompt (``sim.providers._structured``)
     structured_output: StructuredOutput = "auto"
+
+    def __post_init__(self) -> None:
+        """Spec 001's invariants, for settings built in code as for those from a config:
+        0 <= temperature <= 2, a positive token cap, positive finite timeouts.
+
+        Raises:
+            ValueError: naming each setting out of range.
+        """
+        problems = []
+        if not 0.0 <= self.temperature <= 2.0:  # a NaN fails this too
+            problems.append(f"temperature must be between 0 and 2, got {self.temperature!r}")
+        if isinstance(self.max_output_tokens, bool) or self.max_output_tokens <= 0:
+            problems.append(f"max_output_tokens must be > 0, got {self.max_output_tokens!r}")
+        for name in ("timeout_seconds", "first_token_timeout_seconds", "idle_timeout_seconds"):
+            value = getattr(self, name)
+            if not 0.0 < value < math.inf:
+                problems.append(f"{name} must be a positive number of seconds, got {value!r}")
+        if problems:
+            raise ValueError("invalid CallSettings: " + "; ".join(problems))
 
 
 @dataclass(frozen=True, slots=True)

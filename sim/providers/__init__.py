@@ -29,6 +29,7 @@ _BUILTIN = MappingProxyType(
         "chat": "sim.providers.chat:ChatAdapter",
         "gemini": "sim.providers.gemini:GeminiAdapter",  # the sim[gemini] extra
         "anthropic": "sim.providers.anthropic:AnthropicAdapter",  # the sim[anthropic] extra
+        "cli": "sim.providers.cli:CLIAdapter",  # a local command: prompt in, answer out
         "replay": "sim.providers.replay:ReplayAdapter",  # needs a log: sim replay, resume
     }
 )

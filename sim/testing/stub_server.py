@@ -24,8 +24,9 @@ client's timeout), ``stall`` (a stream that stops after its first event; otherwi
 hang), ``malformed`` (invalid JSON output), ``raw_newline`` (a raw line break inside a
 JSON string, as small models write one), ``refusal``, ``incomplete``,
 ``insufficient_quota`` (429), ``auth`` (401), ``forbidden`` (403), ``context_length``
-(400), ``model_not_found`` (404), ``bad_gateway`` (502 with a body that is not JSON, as a
-proxy in front of a model server sends), ``unknown_tool``.
+(400), ``bad_request`` (400 for a parameter), ``model_not_found`` (404), ``bad_gateway``
+(502 with a body that is not JSON, as a proxy in front of a model server sends),
+``unknown_tool``.
 
 A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
 answer back without being generated or billed again (``replayed`` in the stats), as a
@@ -83,6 +84,7 @@ FAULTS = (
     "forbidden",
     "model_not_found",
     "bad_gateway",
+    "bad_request",
 )
 #: what ``fault_rate`` draws from unless told otherwise
 RANDOM_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
@@ -190,6 +192,13 @@ _HTTP_FAULTS: dict[str, tuple[int, str, str, str | None, str | None]] = {
         "invalid_request_error",
         "context_length_exceeded",
         "input",
+    ),
+    "bad_request": (
+        400,
+        "Unsupported value: 'temperature' does not support this value with this model",
+        "invalid_request_error",
+        "unsupported_value",
+        "temperature",
     ),
 }
 

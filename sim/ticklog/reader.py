@@ -11,8 +11,10 @@ that committed just before a crash) and gzip logs of earlier sims
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
+import mmap
 import os
 import stat
 import sys
@@ -30,14 +32,18 @@ if sys.version_info >= (3, 14):
 else:  # the standard library's module, for the Pythons before it
     from backports import zstd
 
+from sim import safefs
 from sim.errors import LogError
 from sim.ticklog.format import (
     FORMAT_VERSION,
     LOG_DIR,
     MIGRATIONS,
     PACKED,
+    ZST,
     RawRecord,
     list_logs,
+    log_rel,
+    marker_rel,
     pack_state,
     restore_derived,
     unpack_state,
@@ -377,9 +383,75 @@ def read_logs(root: Path, folder: str = LOG_DIR) -> tuple[list[TickLog], list[Lo
     return logs, problems
 
 
+def packed_damage(path: Path) -> str | None:
+    """Why a compressed (``.zst``) log is not whole: truncated, or bytes after its frames;
+    ``None`` when it is whole, or not a ``.zst`` log.
+
+    Only the frames' block headers are read (the file is mapped, and the library walks
+    from header to header without decompressing), so ``sim check`` can afford it for every
+    log of a long history.
+    """
+    if not path.name.endswith(ZST):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        if info.st_size == 0:
+            return "empty"
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                at = 0
+                while at < info.st_size:
+                    at += zstd.get_frame_size(view[at:])
+            except zstd.ZstdError:
+                return (
+                    f"truncated or damaged: the Zstandard frame at byte {at} does not end "
+                    f"within the file's {info.st_size} bytes"
+                )
+            finally:
+                view.release()
+    finally:
+        os.close(fd)
+    return None
+
+
+def check_log_slot(root: Path, tick: int) -> None:
+    """Refuse something that is not a regular file of its own where tick ``tick`` writes
+    its log or its commit marker (a FIFO, a link, a folder, a hard link: a resumed tick
+    appends to its log in place): the tick would not write there.
+
+    Raises:
+        UnsafePath: naming it, with the command that removes it.
+    """
+    for rel in (log_rel(tick), marker_rel(tick)):
+        path = root / rel
+        problem = safefs.symlink_on_path(root, rel)
+        if problem is None:
+            with contextlib.suppress(FileNotFoundError):
+                links = os.lstat(path).st_nlink
+                if links > 1:
+                    raise safefs.UnsafePath(path, None, safefs.hard_link_problem(links))
+        if problem is not None:
+            what = problem.removeprefix(rel).strip() if problem.startswith(rel) else problem
+            raise safefs.UnsafePath(
+                path,
+                None,
+                f"{what}; expected tick {tick}'s log (a regular file) or nothing there: "
+                f"refused; remove it (`rm {path}`)",
+            )
+
+
 __all__ = [
     "TickLog",
+    "check_log_slot",
     "open_regular",
+    "packed_damage",
     "parse_records",
     "read_log",
     "read_log_bytes",

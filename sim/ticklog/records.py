@@ -156,6 +156,15 @@ class AttemptRecord(_Model):
     endpoint: str | None = None
 
 
+class ModelErrorRecord(_Model):
+    """One model's error in a failed fallback chain (``LLMError.model_errors``)."""
+
+    #: ``provider/model`` as recovery tried it
+    target: str
+    error_code: str
+    error: str
+
+
 class CallRecord(_Record):
     """One completed LLM call: what was sent, what came back, every attempt."""
 
@@ -193,6 +202,9 @@ class CallRecord(_Record):
     batch_ids: list[str] | None = None
     #: the server URL whose answer (or failure) ended the call (absent: no network)
     endpoint: str | None = None
+    #: a failed call that tried several models: each model's error, in order (absent: one
+    #: model was tried, or a log from before)
+    model_errors: list[ModelErrorRecord] | None = None
 
     @property
     def price_factor(self) -> float:
@@ -388,6 +400,7 @@ __all__ = [
     "InterruptedRecord",
     "InterventionRecord",
     "LogRecord",
+    "ModelErrorRecord",
     "PhaseRecord",
     "PhaseReportRecord",
     "PolicyRecord",

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from sim.errors import LogError
+from sim.safefs import UnsafePath, hard_link_problem
 from sim.ticklog.compression import COMPRESS_LEVEL, compress_log
 from sim.ticklog.format import LOG_DIR, LOG_NAME, PACKED, list_logs, log_path
 from sim.ticklog.reader import read_log, read_regular
@@ -44,6 +45,9 @@ def recover_logs(root: Path, level: int = COMPRESS_LEVEL) -> list[int]:
             os.replace(marker, marker.with_name(marker.name + ".bad"))
             continue
         path = log_path(root, record.tick)
+        if path.is_file() and (links := os.lstat(path).st_nlink) > 1:
+            # completing it appends in place: never through another name
+            raise UnsafePath(path, None, hard_link_problem(links))
         if path.is_file():
             try:
                 complete = read_log(path).commit is not None

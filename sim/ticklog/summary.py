@@ -44,7 +44,7 @@ from sim.errors import LogError
 from sim.llm.budget import Cost, Price
 from sim.ticklog.books import TIMEOUT, Books
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
-from sim.ticklog.reader import TickLog, read_log
+from sim.ticklog.reader import TickLog, packed_damage, read_log, read_regular
 from sim.ticklog.records import (
     AttemptRecord,
     CallRecord,
@@ -471,9 +471,31 @@ def check_history(root: Path, world_tick: int) -> HistoryCheck:
     for item in heads(root):
         if item.problem is not None:
             out.problems.append(item.problem)
+            continue
+        damage = packed_damage(item.path)  # a summary read instead says nothing of the log
+        if damage is not None:
+            out.problems.append(LogError(f"{item.path}: {damage}"))
         elif item.head is not None and not item.head.committed and item.tick == world_tick + 1:
             out.interrupted = (item.tick, item.head.calls)
+    for marker in sorted((root / LOG_DIR).glob("tick-*.commit.json")):
+        problem = marker_problem(marker)
+        if problem is not None:
+            out.problems.append(
+                LogError(f"{marker}: {problem}; the next tick sets it aside as {marker.name}.bad")
+            )
     return out
+
+
+def marker_problem(path: Path) -> str | None:
+    """Why a commit marker left by a crash cannot be read (``recover_logs`` sets such a
+    marker aside), or ``None``."""
+    try:
+        CommitRecord.model_validate_json(read_regular(path))
+    except OSError as exc:
+        return f"cannot be read as a commit marker ({exc.strerror})"
+    except ValidationError as exc:
+        return f"not a commit marker ({str(exc).splitlines()[0]})"
+    return None
 
 
 def summary_numbers(head: TickSummary) -> dict[str, Any]:
@@ -504,6 +526,7 @@ __all__ = [
     "check_history",
     "dump_summary",
     "heads",
+    "marker_problem",
     "places_at",
     "places_of",
     "read_head",

@@ -48,14 +48,19 @@ class LogWriter:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # a leftover, or a link planted there: removed, never written through
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            for item in first:
-                for piece in item if isinstance(item, list) else (log_line(item),):
-                    handle.write(piece)
-                handle.write(b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for item in first:
+                    for piece in item if isinstance(item, list) else (log_line(item),):
+                        handle.write(piece)
+                    handle.write(b"\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # a record that cannot be written: no temporary file left
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         fsync_dir(path.parent)
         return cls(path, whole=True)
 

@@ -21,6 +21,7 @@ from sim.llm.errors import (
     LLMConfigurationError,
     LLMContextLengthError,
     LLMError,
+    LLMFallbackExhausted,
     LLMIncompleteError,
     LLMRateLimitError,
     LLMRefusalError,
@@ -239,11 +240,18 @@ async def test_fallback_model_when_breaker_open(stub_server: StubServer) -> None
     assert stub_server.stats.models["primary"] == 1  # never sent again while open
 
 
-async def test_all_models_fail_raises_the_last_real_error(stub_server: StubServer) -> None:
+async def test_all_models_fail_keeps_every_models_error(stub_server: StubServer) -> None:
     stub_server.model_faults.update(primary="server_error", backup="rate_limit")
-    with pytest.raises(LLMRateLimitError) as info:
+    with pytest.raises(LLMFallbackExhausted) as info:
         await run(stack(stub_server, Sleeps()), settings(fallback_models=("backup",)))
-    assert len(info.value.attempts) == 6
+    group = info.value
+    assert len(group.attempts) == 6
+    first, second = group.exceptions
+    assert type(first) is LLMAPIError and first.status_code == 500
+    assert isinstance(second, LLMRateLimitError)
+    assert group.model_errors == group.exceptions
+    assert group.code == "rate_limit"  # the last model's: what ended the call
+    assert "primary" in str(group) and "backup" in str(group)
 
 
 # ------------------------------------------------------------------ budget

@@ -157,7 +157,7 @@ def test_sim_log_of_every_tick_loads_neither_the_config_nor_the_world(ticked: Pa
         "sim.policy",
         "sim.storage",
         "sim.world",
-        "sim.ticklog.compact",
+        "sim.engine.compact",
         "sim.llm.client",
         "jinja2",
         "asyncio",

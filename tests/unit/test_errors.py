@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import sim.llm.errors as llm_errors
 from sim.cli import main
 from sim.errors import (
     InputError,
@@ -37,10 +36,6 @@ def test_every_user_facing_error_is_in_one_tree(error: SimError, root: type, cod
     assert isinstance(error, SimError) and isinstance(error, root)
     assert not isinstance(error, UserError if root is RunError else RunError)
     assert error.exit_code == code
-
-
-def test_an_error_nothing_raises_is_gone() -> None:
-    assert not hasattr(llm_errors, "LLMSubprocessError")
 
 
 def test_the_cli_maps_the_tree_to_exit_codes(tmp_path: Path) -> None:

@@ -330,8 +330,8 @@ async def test_fallback_crosses_endpoints_and_breakers_are_per_provider() -> Non
         assert [a.provider for a in response.attempts][-1] == "local"
     # the breaker of primary:m opened after 2 failures; local:m (same model) is closed
     assert len(primary.calls) == 2
-    assert adapter.breakers["primary:m"].state == "open"
-    assert adapter.breakers["local:m"].state == "closed"
+    assert adapter.breakers["llm:primary:m"].state == "open"
+    assert adapter.breakers["llm:local:m"].state == "closed"
     assert [c.settings.provider for c in local.calls] == ["local"] * 3
 
 

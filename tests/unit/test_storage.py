@@ -690,6 +690,10 @@ def test_commit_refuses_unwritable_or_reserved_paths(tmp_path: Path, rel: str) -
 # -- recover --------------------------------------------------------------------------------
 
 
+#: a response-store file as the store writes one (a journal may hold nothing else there)
+STORE_FILE = '{\n  "resp_1": {\n    "input": "hi",\n    "output": "hello"\n  }\n}\n'
+
+
 def test_recover_replays_a_committed_journal(world: Path) -> None:
     ada = read_json(world / ADA)
     ada["state"]["mood"] = "recovered"
@@ -701,7 +705,7 @@ def test_recover_replays_a_committed_journal(world: Path) -> None:
         "files": {
             ADA: text(ada),
             "world.json": text(meta),
-            ".sim/responses/memory/ada.json": '{"exchanges": []}\n',
+            ".sim/responses/memory/ada.json": STORE_FILE,
             ".sim/responses/intention/ada.json": None,
         },
     }
@@ -716,7 +720,7 @@ def test_recover_replays_a_committed_journal(world: Path) -> None:
     assert not (world / ".sim" / "journal.json").exists()
     assert (world / ADA).read_text(encoding="utf-8") == text(ada)
     assert (world / "world.json").read_text(encoding="utf-8") == text(meta)
-    assert (world / ".sim/responses/memory/ada.json").read_text() == '{"exchanges": []}\n'
+    assert (world / ".sim/responses/memory/ada.json").read_text() == STORE_FILE
     assert not (world / ".sim/responses/intention/ada.json").exists()
     assert (world / "characters" / "bob.json").read_bytes() == bob_bytes
     loaded = storage.load()

@@ -4,7 +4,8 @@ Both take the state at the start of tick N from tick N's log (its ``state_before
 ``rewind`` writes it back through the commit journal, in one atomic step together with
 moving the logs of ticks N and later aside into ``.sim/log/rewound-<k>/`` (never deleting
 them). ``fork`` writes it into a new folder with the world's prompts and config and the logs
-of the ticks before N, leaving the original untouched.
+of the ticks before N, leaving the original untouched; forking at the tick after the
+current one (no log yet) copies the state as the world's files hold it now.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import orjson
 
 from sim import safefs
 from sim.errors import InputError, LogError
-from sim.journal import SIM_DIR, commit_path_problem
+from sim.journal import SIM_DIR, commit_path_problem, journal_overlay
 from sim.safefs import UnsafePath
 from sim.storage import Storage, dump_json
 from sim.ticklog.format import (
     GZ,
+    INTERVENTIONS,
     LOG_DIR,
+    STORE_DIR,
     ZST,
     is_state_file,
     list_logs,
@@ -88,8 +91,12 @@ def logged_state(log: TickLog) -> dict[str, bytes]:
 
 
 def _current_tick(world_dir: Path) -> int:
+    """The tick ``world.json`` shows (a committed journal's copy if one is pending)."""
     try:
-        meta = orjson.loads(safefs.read_file(world_dir, "world.json"))
+        raw = journal_overlay(world_dir).get("world.json") or safefs.read_file(
+            world_dir, "world.json"
+        )
+        meta = orjson.loads(raw)
         return int(meta["tick"])
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise InputError(world_dir / "world.json", "tick", "cannot read the current tick") from None
@@ -167,20 +174,82 @@ def _copy_tree(src: Path, dest: Path, skip: str) -> None:
                 shutil.copy2(here / name, dest / rel)
 
 
+def current_state(storage: Storage) -> dict[str, bytes]:
+    """The state the world is in now (what the next tick's log will snapshot), every file
+    read without following a link: the validated world (a pending committed journal's
+    files included), its response store and the interventions waiting.
+
+    Raises:
+        InvalidWorld, UnsafePath, CorruptJournal: the world as it stands cannot be read.
+    """
+    root = storage.root
+    world = storage.load()
+    files = {rel: data for rel, data in world.originals.items() if is_state_file(rel)}
+    store = STORE_DIR.split("/")
+    for chain in safefs.list_names(root, store, "") or []:
+        for name in safefs.list_names(root, [*store, chain], ".json") or []:
+            rel = f"{STORE_DIR}/{chain}/{name}"
+            files[rel] = safefs.read_file(root, rel)
+    pending = safefs.read_optional(root, INTERVENTIONS)
+    if pending is not None:
+        files[INTERVENTIONS] = pending
+    for rel, data in journal_overlay(root).items():  # entities are in ``world`` already
+        if is_state_file(rel) and data is None:
+            files.pop(rel, None)
+        elif is_state_file(rel) and data is not None:
+            files[rel] = data
+    return {rel: files[rel] for rel in sorted(files)}
+
+
+def _refuse_nested(world_dir: Path, dest: Path) -> None:
+    """A fork inside its own world would copy itself into itself without end; a world
+    inside the fork's folder would be copied over."""
+    source, target = world_dir.resolve(), dest.resolve()
+    if target == source or source in target.parents:
+        raise InputError(
+            dest,
+            None,
+            f"the fork's folder is inside the world it forks ({world_dir}); "
+            "choose a folder outside it",
+        )
+    if target in source.parents:
+        raise InputError(
+            dest,
+            None,
+            f"the world to fork ({world_dir}) is inside the fork's folder; "
+            "choose a folder outside it",
+        )
+
+
 def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Path:
     """A new world at ``dest`` in the state at the start of ``tick``; the original is only read.
 
-    With ``seed``, the new world's ``world.json`` holds that seed instead.
+    ``tick`` is any tick whose log is kept, or the tick after the world's current one:
+    the world as it stands now (right after ``sim rewind`` too). With ``seed``, the new
+    world's ``world.json`` holds that seed instead.
 
     Raises:
-        InputError: ``dest`` exists and is not empty, or there is no log for ``tick``.
+        InputError: ``dest`` is inside the world (or the world inside it), exists and is
+            not empty, ``tick`` is past the next one, or there is no log for ``tick``.
     """
+    _refuse_nested(world_dir, dest)
     if dest.is_symlink() or (dest.exists() and (not dest.is_dir() or any(dest.iterdir()))):
         raise InputError(dest, None, "the fork's folder must not exist yet (or be empty)")
     storage = Storage(world_dir)
     with storage.lock():
-        log = state_log(world_dir, tick)
-        target = logged_state(log)
+        current = _current_tick(world_dir)
+        if tick > current + 1:
+            raise InputError(
+                None,
+                "--tick",
+                f"expected 1..{current + 1} for a world at tick {current} (got {tick}; "
+                f"{current + 1} is the world as it is now)",
+            )
+        target = (
+            current_state(storage)
+            if tick == current + 1
+            else logged_state(state_log(world_dir, tick))
+        )
         earlier = [(t, p) for t, p in list_logs(world_dir) if t < tick]
         dest.mkdir(parents=True, exist_ok=True)
         _copy_tree(world_dir, dest, SIM_DIR)
