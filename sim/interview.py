@@ -6,6 +6,11 @@ own voice: the model that decides what it does). Nothing is written to the world
 the entities are read, no chain or usage is added to them, no response is stored. Every
 question and answer is appended to ``.sim/interviews.jsonl`` (one ``Interview`` per line,
 with the tick, the model and every attempt's usage), which ``sim usage`` counts.
+
+An answer may be structured (``AnswerFormat``: ``yesno``, ``likert5``, ``number``,
+``choice:a,b,c`` or a JSON Schema file): the model then answers ``{"answer": <value>,
+"reason": "<why, in its own voice>"}``, validated (and retried) like every structured
+output; the record keeps the value, the reason and the format beside the answer's text.
 """
 
 from __future__ import annotations
@@ -13,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from sim import safefs
 from sim.errors import InputError, LogError
@@ -57,6 +62,101 @@ class InterviewAnswer(BaseModel):
     answer: str = Field(description="the character's reply, in the first person")
 
 
+#: the answer formats ``--format`` names (``choice:a,b,c`` besides)
+FORMATS = ("text", "yesno", "likert5", "number")
+#: the most options of a ``choice:`` format, and the longest option
+MAX_CHOICES = 50
+MAX_CHOICE_CHARS = 100
+#: the most bytes of a ``--schema`` file
+MAX_SCHEMA_BYTES = 256 * 1024
+SURVEY_TITLE = "SurveyAnswer"
+_REASON = Field(description="why, in a sentence or two, in your own voice")
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How an answer is coded: free text, or a value of a fixed shape with a reason."""
+
+    #: ``text``, ``yesno``, ``likert5``, ``number``, ``choice:a,b,c`` or ``schema:<file>``
+    name: str
+    #: the model the answer must validate against
+    model: type[BaseModel]
+    #: what the model is told about the answer's form
+    hint: str
+
+    @property
+    def structured(self) -> bool:
+        return self.name != "text"
+
+
+def _survey_model(annotation: Any) -> type[BaseModel]:
+    model: type[BaseModel] = create_model(
+        SURVEY_TITLE,
+        __config__=ConfigDict(extra="forbid", title=SURVEY_TITLE),
+        answer=(annotation, Field(description="your answer, in the form asked")),
+        reason=(str, _REASON),
+    )
+    return model
+
+
+TEXT = AnswerFormat("text", InterviewAnswer, "")
+
+
+def answer_format(spec: str | None = None, schema_file: Path | None = None) -> AnswerFormat:
+    """The format ``--format SPEC`` or ``--schema FILE`` names (free text without either).
+
+    Raises:
+        InputError: an unknown format, a bad ``choice:`` list, an unreadable or unsupported
+            schema (the JSON Schema subset of declared phases, ``sim.phases.schema``).
+    """
+    if schema_file is not None:
+        if spec not in (None, "text"):
+            raise InputError(None, "--schema", "give --format or --schema, not both")
+        from sim.phases.schema import model_from_schema
+
+        try:
+            with schema_file.open("rb") as handle:
+                raw = handle.read(MAX_SCHEMA_BYTES + 1)
+        except OSError as exc:
+            raise InputError(schema_file, None, f"cannot read: {exc.strerror or exc}") from None
+        if len(raw) > MAX_SCHEMA_BYTES:
+            raise InputError(schema_file, None, f"larger than {MAX_SCHEMA_BYTES} bytes")
+        try:
+            schema = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InputError(schema_file, None, f"not valid JSON: {exc}") from None
+        inner = model_from_schema(schema, "survey_value", schema_file)
+        hint = "an object of the schema given: " + orjson.dumps(schema).decode()[:2000]
+        return AnswerFormat(f"schema:{schema_file.name}", _survey_model(inner), hint)
+    if spec is None or spec == "text":
+        return TEXT
+    if spec == "yesno":
+        return AnswerFormat(spec, _survey_model(Literal["yes", "no"]), '"yes" or "no"')
+    if spec == "likert5":
+        scale = Annotated[int, Field(ge=1, le=5)]
+        hint = "a whole number from 1 (strongly disagree) to 5 (strongly agree)"
+        return AnswerFormat(spec, _survey_model(scale), hint)
+    if spec == "number":
+        return AnswerFormat(spec, _survey_model(float), "a number")
+    head, sep, rest = spec.partition(":")
+    if head == "choice" and sep:
+        options = [o.strip() for o in rest.split(",")]
+        if len(options) < 2 or not all(options) or len(set(options)) != len(options):
+            raise InputError(None, "--format", "choice: needs two or more distinct options")
+        if len(options) > MAX_CHOICES or max(map(len, options)) > MAX_CHOICE_CHARS:
+            raise InputError(
+                None, "--format", f"at most {MAX_CHOICES} options of {MAX_CHOICE_CHARS} chars"
+            )
+        model = _survey_model(Literal[tuple(options)])
+        hint = "exactly one of: " + ", ".join(options)
+        return AnswerFormat("choice:" + ",".join(options), model, hint)
+    raise InputError(
+        None,
+        "--format",
+        f"expected one of {', '.join(FORMATS)} or choice:A,B,... (got {spec!r})",
+    )
+
+
 class Interview(BaseModel):
     """One question and its answer, as ``.sim/interviews.jsonl`` holds it."""
 
@@ -65,7 +165,12 @@ class Interview(BaseModel):
     tick: int
     character: str
     question: str
+    #: the answer as text (a structured answer's value as JSON text); ``None``: it failed
     answer: str | None = None
+    #: a structured answer: its format, its value and the reason given beside it
+    format: str | None = None
+    value: Any = None
+    reason: str | None = None
     #: the model asked for, and the one that answered (a fallback model, a dated snapshot)
     model: str
     answered_by: str | None = None
@@ -144,6 +249,7 @@ def _interview(
     model: str,
     result: object,
     events: Sequence[LLMEvent],
+    form: AnswerFormat = TEXT,
 ) -> Interview:
     attempts = [
         AttemptRecord(
@@ -168,8 +274,16 @@ def _interview(
         "usage": TokenCounts.of(total),
         "attempts": attempts,
     }
-    if isinstance(result, InterviewAnswer):
-        fields["answer"] = result.answer
+    if form.structured:
+        fields["format"] = form.name
+    if isinstance(result, form.model):
+        if form.structured:
+            value = result.model_dump(mode="json")["answer"]
+            fields["value"] = value
+            fields["reason"] = str(getattr(result, "reason", ""))
+            fields["answer"] = value if isinstance(value, str) else orjson.dumps(value).decode()
+        else:
+            fields["answer"] = getattr(result, "answer", "")
         fields["answered_by"] = attempts[-1].model if attempts else model
     else:
         error = result if isinstance(result, LLMError) else LLMError(str(result))
@@ -178,7 +292,23 @@ def _interview(
     return Interview(**fields)
 
 
-async def _ask(world: World, config: Config, question: str, ids: Sequence[str]) -> list[Interview]:
+def _instructions(form: AnswerFormat) -> str:
+    if not form.structured:
+        return INSTRUCTIONS
+    return (
+        INSTRUCTIONS.replace("Keep the answer under 80 words.", "")
+        + f"Put your answer in `answer` as {form.hint}, and in `reason`, in a sentence or "
+        "two in your own voice, why.\n"
+    )
+
+
+async def _ask(
+    world: World,
+    config: Config,
+    question: str,
+    ids: Sequence[str],
+    form: AnswerFormat = TEXT,
+) -> list[Interview]:
     from sim.engine.stack import build_stack
     from sim.llm.client import LLMClient, LLMRequest
     from sim.llm.router import close_stack
@@ -201,9 +331,9 @@ async def _ask(world: World, config: Config, question: str, ids: Sequence[str]) 
         )
         requests = [
             LLMRequest(
-                INSTRUCTIONS,
+                _instructions(form),
                 interview_input(world, world.characters[cid], question),
-                InterviewAnswer,
+                form.model,
             )
             for cid in ids
         ]
@@ -211,7 +341,9 @@ async def _ask(world: World, config: Config, question: str, ids: Sequence[str]) 
     finally:
         await close_stack(adapter)
     return [
-        _interview(world.tick, cid, question, section.model, result, by_request.get(id(req), []))
+        _interview(
+            world.tick, cid, question, section.model, result, by_request.get(id(req), []), form
+        )
         for cid, req, result in zip(ids, requests, results, strict=True)
     ]
 
@@ -236,9 +368,14 @@ def _append(root: Path, interviews: Sequence[Interview]) -> None:
 
 
 def ask(
-    world_dir: Path, config: Config, question: str, characters: Sequence[str] | None = None
+    world_dir: Path,
+    config: Config,
+    question: str,
+    characters: Sequence[str] | None = None,
+    form: AnswerFormat = TEXT,
 ) -> Asked:
-    """Ask characters (``None``: every one) a question; record and return the answers.
+    """Ask characters (``None``: every one) a question; record and return the answers
+    (in the answer format ``form``: free text by default).
 
     Raises:
         InputError: an empty or overlong question, an unknown character.
@@ -261,7 +398,7 @@ def ask(
             known = ", ".join(sorted(world.characters)) or "none"
             raise InputError(None, "CHARACTER", f"no character {cid!r} (known: {known})")
     _check_record(world_dir)
-    interviews = asyncio.run(_ask(world, config, question, ids))
+    interviews = asyncio.run(_ask(world, config, question, ids, form))
     _append(world_dir, interviews)
     names = {cid: str(world.characters[cid]["identity"]["name"]) for cid in ids}
     return Asked(world.tick, question, interviews, names)
@@ -312,11 +449,15 @@ def interviews_usage(world_dir: Path, prices: Mapping[str, Any]) -> tuple[int, i
 
 
 __all__ = [
+    "FORMATS",
     "INSTRUCTIONS",
     "INTERVIEWS",
+    "TEXT",
+    "AnswerFormat",
     "Asked",
     "Interview",
     "InterviewAnswer",
+    "answer_format",
     "ask",
     "interview_input",
     "interviews_usage",

@@ -229,6 +229,18 @@ def write_schemas(out: Path) -> list[Path]:
         path = out / file_name
         path.write_bytes(_dump(schema_of(model, title)))
         written.append(path)
+    from sim.study.design import StudyFile  # the study file of `sim study run`
+
+    study = {
+        "$schema": JSON_SCHEMA_DIALECT,
+        **StudyFile.model_json_schema(by_alias=True),
+        "title": "sim study file",
+        "description": "A study for `sim study run` (TOML; docs/analysis.md). Unknown "
+        "fields are refused.",
+    }
+    path = out / "study.schema.json"
+    path.write_bytes(_dump(study))
+    written.append(path)
     return written
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sim.analysis.export import Frames
+    from sim.analysis.export import Frames, StudyFrames
 
 
 def load(world: Path | str, first: int | None = None, last: int | None = None) -> Frames:
@@ -22,4 +22,13 @@ def load(world: Path | str, first: int | None = None, last: int | None = None) -
     return load_frames(world, first, last)
 
 
-__all__ = ["load"]
+def load_study(study: Path | str, first: int | None = None, last: int | None = None) -> StudyFrames:
+    """A study's tables (``sim study run --out DIR``) as pandas DataFrames: every run's
+    ``characters``, ``interactions``, ``locations``, ``calls`` and ``surveys``, each row led
+    by ``condition``, ``seed``, ``run`` and one column per factor (docs/analysis.md)."""
+    from sim.analysis.export import load_study as load_frames
+
+    return load_frames(study, first, last)
+
+
+__all__ = ["load", "load_study"]

@@ -180,6 +180,82 @@ class Frames:
     #: logs that could not be read (their ticks are missing from the tables)
     problems: list[LogError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the answers of ``sim ask`` (a study's surveys): tick, character, question, answer
+    surveys: pandas.DataFrame | None = None
+
+
+def export_study(
+    study: Path,
+    out: Path,
+    fmt: Format = "csv",
+    first: int | None = None,
+    last: int | None = None,
+) -> Exported:
+    """Write a study's tables (``sim.analysis.studytables``) into ``out`` as
+    ``<table>.<fmt>``: every run's rows, led by condition, seed, run and the factors.
+
+    Raises:
+        InputError: an unknown format, not a study's folder; MissingExtra: as ``export``.
+    """
+    from sim.analysis.studytables import build_study_tables
+
+    if fmt not in WRITERS:
+        raise InputError(None, "--format", f"expected one of {', '.join(FORMATS)} (got {fmt!r})")
+    if fmt == "parquet":
+        _pandas("--format parquet")
+    tables = build_study_tables(study, first, last)
+    if out.exists() and not out.is_dir():
+        raise InputError(out, None, "exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    ticks = sorted({int(r["tick"]) for r in tables.tables["characters"].rows})
+    done = Exported(ticks=ticks, problems=tables.problems, notes=tables.notes)
+    for table in tables.all():
+        path = out / f"{table.name}.{fmt}"
+        WRITERS[fmt](table, path)
+        done.files[table.name] = path
+        done.rows[table.name] = len(table.rows)
+    return done
+
+
+@dataclass
+class StudyFrames:
+    """A study's tables as pandas DataFrames (``sim.analysis.load_study``)."""
+
+    characters: pandas.DataFrame
+    interactions: pandas.DataFrame
+    locations: pandas.DataFrame
+    calls: pandas.DataFrame
+    surveys: pandas.DataFrame
+    conditions: list[str] = field(default_factory=list)
+    factors: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    problems: list[LogError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def load_study(study: Path | str, first: int | None = None, last: int | None = None) -> StudyFrames:
+    """A study's tables as DataFrames (``sim.analysis.studytables``).
+
+    Raises:
+        MissingExtra: pandas or pyarrow is not installed; InputError: not a study's folder.
+    """
+    from sim.analysis.studytables import build_study_tables
+
+    _pandas("sim.analysis.load_study")
+    tables = build_study_tables(Path(study), first, last)
+    t = tables.tables
+    return StudyFrames(
+        frame(t["characters"]),
+        frame(t["interactions"]),
+        frame(t["locations"]),
+        frame(t["calls"]),
+        frame(t["surveys"]),
+        conditions=tables.conditions,
+        factors=tables.factors,
+        runs=tables.runs,
+        problems=tables.problems,
+        notes=tables.notes,
+    )
 
 
 def load(world: Path | str, first: int | None = None, last: int | None = None) -> Frames:
@@ -199,6 +275,7 @@ def load(world: Path | str, first: int | None = None, last: int | None = None) -
         frame(tables.calls),
         problems=tables.problems,
         notes=tables.notes,
+        surveys=frame(tables.surveys),
     )
 
 
@@ -208,9 +285,12 @@ __all__ = [
     "Format",
     "Frames",
     "MissingExtra",
+    "StudyFrames",
     "export",
+    "export_study",
     "frame",
     "load",
+    "load_study",
     "write_csv",
     "write_jsonl",
     "write_parquet",

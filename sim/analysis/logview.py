@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from sim.errors import LogError
+from sim.llm.redact import redact_text
 from sim.ticklog.books import call_cost, call_usage
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import TickLog, read_log
@@ -112,7 +113,8 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     yield from declared_lines(log, names)
     for name, record in log.phases.items():
         for key, reason in record.report.errors.items():
-            yield f"fallback: {name} {key}: {reason}"
+            # a log written before errors were redacted may quote a server's credentials
+            yield f"fallback: {name} {key}: {redact_text(reason)}"
         for key, models in record.report.model_fallbacks.items():
             yield f"fallback model: {name} {key}: {models}"
         for warning in record.report.warnings:
@@ -185,14 +187,6 @@ def _tools_called(result: dict[str, Any] | None) -> str:
         return ""
     names = [str(c.get("name")) for c in calls if isinstance(c, dict)]
     return "tools: " + (", ".join(names) or "none")
-
-
-def public_url(url: str) -> str:
-    """``url`` without a user or password written into it, for display."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def server_name(url: str) -> str:

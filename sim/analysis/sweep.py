@@ -2,11 +2,20 @@
 
 Each run is a fork of the world's current state in its own folder, ``OUT/<run-name>/``,
 named from its seed and settings (``seed-3_phase1.temperature=0.5``). The fork is a world
-like any other: its ``world.json`` holds the run's seed, its ``config.toml`` the whole
-effective config with the run's overrides (so ``sim tick --world OUT/<run-name>`` alone
-continues it the same way), and ``sweep-run.json`` records the source world, the tick it
-started from, the seed and the overrides. A run is one ``sim tick`` process on its folder:
-``--jobs N`` runs N at a time.
+like any other: its ``world.json`` holds the run's seed, its ``config.toml`` the source
+world's own config layer with the run's overrides (never the user's endpoints or keys, so
+``sim tick --world OUT/<run-name>`` continues it under the trust rule, as for any world),
+and ``sweep-run.json`` records the source world, the tick it started from, the seed and
+the overrides. A run is one ``sim tick`` process on its folder: ``--jobs N`` runs N at a
+time.
+
+The run folders are untrusted input: anyone may edit them. A run's endpoints and key
+variables come only from what the user trusts: the sweep's ``--config`` (else the
+``./config.toml`` of the folder the sweep was started in), passed to each ``sim tick``
+with the run's settings as ``--set`` flags, never ``--trust-world-config``; the child runs
+in the sweep's own working folder, not in the run folder. A folder of runs that holds runs
+of another world, or of other settings' keys, is refused by name before anything is
+written. Each child dies with the sweep (``SIM_PARENT_PID``, ``sim.lifeline``).
 
 Re-running a sweep skips the runs that reached their last tick (their folders are not
 written to at all) and runs the others on: a run whose process was killed resumes its
@@ -36,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -76,6 +86,8 @@ class RunRecord(BaseModel):
     overrides: dict[str, Any]
     source: str
     start_tick: int
+    #: what else the run is (a study's condition); absent for a sweep's runs
+    design: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,22 @@ class Plan:
     runs: list[RunSpec]
     ticks: int
     config_file: Path | None = None
+    #: the folder the sweep was started in: each child runs there (never in a run folder)
+    cwd: Path = field(default_factory=Path.cwd)
+
+    @property
+    def trusted_config(self) -> Path | None:
+        """The user's config file the children are given: ``--config``, else the
+        ``./config.toml`` of the sweep's folder (both absolute), else none."""
+        if self.config_file is not None:
+            return (self.cwd / self.config_file).resolve()
+        local = self.cwd / "config.toml"
+        return local.resolve() if local.is_file() else None
+
+    def config(self, overrides: Mapping[str, Any]) -> Config:
+        """A run's effective config, from the trusted layers only (the source world's
+        config under the trust rule, the user's config, the run's settings)."""
+        return load_config(self.config_file, self.world, nested(overrides), cwd=self.cwd)
 
 
 @dataclass
@@ -246,9 +274,10 @@ def make_plan(
         dict(zip(keys, combo, strict=True))
         for combo in itertools.product(*(s.values for s in settings))
     ]
+    cwd = Path.cwd()
     for overrides in combos:
         try:
-            load_config(config_file, world, nested(overrides))
+            load_config(config_file, world, nested(overrides), cwd=cwd)
         except InputError as exc:
             shown = ", ".join(f"{k}={_value_text(v)}" for k, v in overrides.items())
             raise InputError(None, "--set", f"{shown}: {exc}") from None
@@ -257,7 +286,7 @@ def make_plan(
         for seed in seeds
         for overrides in combos
     ]
-    return Plan(world, out, runs, ticks, config_file)
+    return Plan(world, out, runs, ticks, config_file, cwd)
 
 
 # -- the config of a run, as TOML --------------------------------------------------------------
@@ -284,12 +313,17 @@ def _toml_value(value: Any) -> str:
         return orjson.dumps(value).decode()
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):  # a table inside an array: inline
+        body = ", ".join(
+            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
+        )
+        return "{ " + body + " }" if body else "{}"
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 
-def config_toml(config: Config) -> str:
-    """The whole config as TOML that ``load_config`` reads back to the same config."""
-    lines = ["# written by `sim sweep`: this run's whole effective config", ""]
+def toml_text(data: Mapping[str, Any], header: str) -> str:
+    """Tables of TOML that ``tomllib`` reads back to ``data`` (``None`` values left out)."""
+    lines = [f"# {header}", ""]
 
     def table(path: list[str], body: Mapping[str, Any]) -> None:
         lines.append("[" + ".".join(_toml_key(p) for p in path) + "]")
@@ -303,9 +337,66 @@ def config_toml(config: Config) -> str:
         for key, value in subtables.items():
             table([*path, key], value)
 
-    for section, body in redacted(config).items():
-        table([section], body)
+    for section, body in data.items():
+        if isinstance(body, Mapping):
+            table([section], body)
+        elif body is not None:
+            lines.insert(2, f"{_toml_key(section)} = {_toml_value(body)}")
     return "\n".join(lines)
+
+
+def config_toml(config: Config) -> str:
+    """The whole config as TOML that ``load_config`` reads back to the same config."""
+    return toml_text(redacted(config), "written by `sim sweep`: this run's whole effective config")
+
+
+#: the most of a world's ``config.toml`` a fork reads
+_MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def world_layer(world: Path) -> dict[str, Any]:
+    """A world's own ``config.toml`` as data (``{}`` without one): read inside the world,
+    without following a link, size-limited.
+
+    Raises:
+        InputError: it cannot be read or is not TOML.
+    """
+    from sim import safefs
+
+    path = world / "config.toml"
+    try:
+        raw = safefs.read_optional(world, "config.toml", _MAX_CONFIG_BYTES)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    if raw is None:
+        return {}
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(path, None, f"not valid TOML: {exc}") from None
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, tables merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def run_config_text(world: Path, overrides: Mapping[str, Any]) -> str | None:
+    """A run's ``config.toml``: the source world's own layer with the run's settings on top
+    (``None`` when both are empty). It holds nothing of the user's config: no endpoint, key
+    variable or budget the user chose is copied into the run's folder."""
+    layer = merged(world_layer(world), nested(overrides))
+    if not layer:
+        return None
+    return toml_text(
+        layer, "written by `sim sweep`: the source world's config.toml with this run's settings"
+    )
 
 
 # -- a run's folder ----------------------------------------------------------------------------
@@ -326,9 +417,10 @@ def _copy_tree(src: Path, dest: Path, top: Path) -> None:
             shutil.copy2(item, dest / rel)
 
 
-def fork_current(world: Path, dest: Path, seed: int, config: Config) -> int:
-    """Fork ``world``'s current state into ``dest`` (made atomically) with ``seed`` and
-    ``config``; return the tick it starts from. The source is only read.
+def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any]) -> int:
+    """Fork ``world``'s current state into ``dest`` (made atomically) with ``seed`` and the
+    settings ``overrides`` (in its ``config.toml``: ``run_config_text``); return the tick it
+    starts from. The source is only read.
 
     Raises:
         InputError: the source has an interrupted commit, or holds a symlink.
@@ -352,7 +444,9 @@ def fork_current(world: Path, dest: Path, seed: int, config: Config) -> int:
         path = tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    (tmp / "config.toml").write_text(config_toml(config), encoding="utf-8")
+    text = run_config_text(world, overrides)
+    if text is not None:
+        (tmp / "config.toml").write_text(text, encoding="utf-8")
     return int(meta["tick"])
 
 
@@ -368,7 +462,71 @@ def read_record(run_dir: Path) -> RunRecord:
         raise InputError(path, loc or None, problem["msg"]) from None
 
 
-def prepare(plan: Plan, spec: RunSpec) -> RunRecord:
+def _same_world(record: RunRecord, plan: Plan) -> bool:
+    return (plan.cwd / record.source).resolve() == plan.world.resolve()
+
+
+def check_out(plan: Plan, design: Mapping[str, Any] | None = None) -> None:
+    """Refuse, before anything is written, a folder of runs that holds runs of another
+    world, of other settings' keys or of another design (a run folder named in the plan
+    that records another run is refused too).
+
+    Raises:
+        InputError: naming the run folder and what it holds.
+    """
+    if not plan.out.exists():
+        return
+    if not plan.out.is_dir():
+        raise InputError(plan.out, None, "not a folder: expected the folder of the runs")
+    if (plan.out / "study.json").exists():
+        raise InputError(
+            plan.out / "study.json",
+            None,
+            "this folder holds a study (sim study run): use another output folder "
+            "(nothing was written)",
+        )
+    keys = sorted({k for spec in plan.runs for k in spec.overrides})
+    wanted = {spec.name: spec for spec in plan.runs}
+    now = current_tick(plan.world)
+    for run_dir in run_folders(plan.out):
+        record = read_record(run_dir)
+        where = run_dir / RUN_FILE
+        if not _same_world(record, plan):
+            raise InputError(
+                where,
+                "source",
+                f"holds a run of the world {record.source}, not of {plan.world}: "
+                "use another output folder (nothing was written)",
+            )
+        if sorted(record.overrides) != keys or (record.design or None) != (
+            dict(design) if design else None
+        ):
+            shown = ", ".join(sorted(record.overrides)) or "no settings"
+            raise InputError(
+                where,
+                "overrides" if sorted(record.overrides) != keys else "design",
+                f"holds a run of another design ({shown}"
+                + (f"; {record.design}" if record.design else "")
+                + "): use another output folder (nothing was written)",
+            )
+        if record.start_tick != now:
+            raise InputError(
+                where,
+                "start_tick",
+                f"holds a run forked from {plan.world} at tick {record.start_tick}, and the "
+                f"world is now at tick {now}: its runs would not start from one state; use "
+                "another output folder (nothing was written)",
+            )
+        spec = wanted.get(run_dir.name)
+        if spec is not None and (record.seed, record.overrides) != (spec.seed, spec.overrides):
+            raise InputError(where, None, "records another run (seed or settings differ)")
+    for name in wanted:
+        run_dir = plan.out / name
+        if run_dir.exists() and not (run_dir / RUN_FILE).is_file():
+            raise InputError(run_dir / RUN_FILE, None, "not found: this folder is not a sweep run")
+
+
+def prepare(plan: Plan, spec: RunSpec, design: Mapping[str, Any] | None = None) -> RunRecord:
     """The run's folder: made (forked) the first time, checked against the plan after."""
     run_dir = plan.out / spec.name
     if run_dir.exists():
@@ -378,18 +536,18 @@ def prepare(plan: Plan, spec: RunSpec) -> RunRecord:
                 run_dir / RUN_FILE, None, "records another run (seed or settings differ)"
             )
         return record
-    config = load_config(plan.config_file, plan.world, nested(spec.overrides))
     plan.out.mkdir(parents=True, exist_ok=True)
-    start = fork_current(plan.world, run_dir, spec.seed, config)
+    start = fork_current(plan.world, run_dir, spec.seed, spec.overrides)
     tmp = plan.out / f".{spec.name}.tmp"
     record = RunRecord(
         name=spec.name,
         seed=spec.seed,
         overrides=spec.overrides,
-        source=str(plan.world),
+        source=str(plan.world.resolve()),
         start_tick=start,
+        design=dict(design) if design else None,
     )
-    (tmp / RUN_FILE).write_bytes(dump_json(record.model_dump(mode="json")))
+    (tmp / RUN_FILE).write_bytes(dump_json(record.model_dump(mode="json", exclude_none=True)))
     tmp.rename(run_dir)
     return record
 
@@ -487,12 +645,30 @@ class Ledger:
 # -- running -----------------------------------------------------------------------------------
 
 
-def tick_command(run_dir: Path, ticks: int, grant: Grant, config: Config) -> list[str]:
-    """The ``sim tick`` that runs a run on, under its grant (never above its own config's cap)."""
+def setting_flags(overrides: Mapping[str, Any]) -> list[str]:
+    """A run's settings as ``--set KEY=JSON`` flags (one value each, read back exactly)."""
+    flags: list[str] = []
+    for key, value in overrides.items():
+        flags += ["--set", f"{key}={orjson.dumps(value).decode()}"]
+    return flags
+
+
+def trusted_flags(plan: Plan, overrides: Mapping[str, Any]) -> list[str]:
+    """What every command a sweep runs on a run folder is given so that its endpoints and
+    keys come from the user, not from the folder: ``--config`` and the settings."""
+    trusted = plan.trusted_config
+    return (["--config", str(trusted)] if trusted else []) + setting_flags(overrides)
+
+
+def tick_command(
+    run_dir: Path, ticks: int, grant: Grant, config: Config, trusted: Sequence[str] = ()
+) -> list[str]:
+    """The ``sim tick`` that runs a run on, under its grant (never above its own config's
+    cap), with the user's ``trusted`` flags (``trusted_flags``); never
+    ``--trust-world-config``: the run's folder is untrusted input."""
     where = str(run_dir.resolve())
     command = [sys.executable, "-m", "sim", "tick", "--world", where, "--ticks", str(ticks)]
-    command.append("--trust-world-config")  # the run's config.toml is the sweep's own copy
-
+    command += trusted
     if grant.usd is not None:
         own = config.budget.max_cost_usd
         command += ["--budget-usd", repr(min(grant.usd, own) if own else grant.usd)]
@@ -513,20 +689,25 @@ def _last_line(path: Path) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-#: runs one run's ``sim tick`` command in its folder to its end; returns the exit code
-Executor = Callable[[Path, list[str]], int]
+#: runs one command of a run (``sim tick``, ...) to its end, in the given working folder
+#: (the sweep's own); its output goes to the run's ``OUTPUT_FILE``; returns the exit code
+Executor = Callable[[Path, list[str], Path], int]
 
 
-def run_one(run_dir: Path | str, command: list[str]) -> int:
-    """Run one run's ``sim tick`` to its end; its output is appended to ``OUTPUT_FILE``."""
+def run_one(run_dir: Path | str, command: list[str], cwd: Path | str | None = None) -> int:
+    """Run one command of a run to its end, in ``cwd`` (never the run's folder, whose
+    ``config.toml`` must not be read as the user's); its output is appended to
+    ``OUTPUT_FILE``. The child dies with this process (``sim.lifeline``)."""
+    from sim.lifeline import PARENT_ENV
+
     run_dir = Path(run_dir)
     output = run_dir / OUTPUT_FILE
     output.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
     with output.open("ab") as handle:
         done = subprocess.run(
             command,
-            cwd=run_dir,
+            cwd=Path.cwd() if cwd is None else Path(cwd),
             stdin=subprocess.DEVNULL,
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -561,8 +742,8 @@ def ray_executor(address: str | None = None) -> Executor:
             raise RunError(f"--executor ray: cannot start or reach Ray ({where}): {exc}") from None
     task = ray.remote(num_cpus=1, max_retries=0)(run_one)
 
-    def execute(run_dir: Path, command: list[str]) -> int:
-        return int(ray.get(task.remote(str(run_dir.resolve()), command)))
+    def execute(run_dir: Path, command: list[str], cwd: Path) -> int:
+        return int(ray.get(task.remote(str(run_dir.resolve()), command, str(cwd))))
 
     return execute
 
@@ -581,6 +762,7 @@ def run_sweep(
     Raises:
         InputError: a run folder holds another run, or the world cannot be forked.
     """
+    check_out(plan)
     records = [prepare(plan, spec) for spec in plan.runs]
     dirs = [plan.out / spec.name for spec in plan.runs]
     spent = [spend(d) for d in dirs]
@@ -628,9 +810,10 @@ def run_sweep(
             base.message = grant
             report(index, base)
             return
-        config = load_config(None, run_dir, cwd=run_dir)
+        config = plan.config(record.overrides)  # the trusted layers, not the run's folder
         ticks = target - current_tick(run_dir)
-        code = executor(run_dir, tick_command(run_dir, ticks, grant, config))
+        command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, record.overrides))
+        code = executor(run_dir, command, plan.cwd)
         after = spend(run_dir)
         ledger.settle(grant, spent[index], after)
         base.tick, base.exit_code = current_tick(run_dir), code
@@ -657,13 +840,24 @@ def run_folders(out: Path) -> list[Path]:
     """The sweep runs under ``out`` (folders holding ``sweep-run.json``), by name."""
     if not out.is_dir():
         raise InputError(out, None, "not found: expected the folder of a sweep's runs")
-    return sorted(p for p in out.iterdir() if p.is_dir() and (p / RUN_FILE).is_file())
+    return sorted(
+        p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and (p / RUN_FILE).is_file()
+    )
+
+
+def nested_run_folders(out: Path) -> list[Path]:
+    """The sub-folders of ``out`` that hold sweep runs themselves (``out/control/seed-1``):
+    what a report of ``out`` names when ``out`` holds no run of its own."""
+    if not out.is_dir():
+        return []
+    return sorted(p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and run_folders(p))
 
 
 __all__ = [
     "OUTPUT_FILE",
     "RUN_FILE",
     "Executor",
+    "Grant",
     "Ledger",
     "Outcome",
     "Plan",
@@ -671,21 +865,29 @@ __all__ = [
     "RunSpec",
     "Setting",
     "Spend",
+    "Status",
     "SweepResult",
+    "check_out",
     "config_toml",
     "current_tick",
     "finished",
     "fork_current",
     "make_plan",
     "nested",
+    "nested_run_folders",
     "parse_seeds",
     "parse_setting",
     "prepare",
     "ray_executor",
     "read_record",
+    "run_config_text",
     "run_folders",
     "run_name",
     "run_one",
     "run_sweep",
+    "setting_flags",
     "spend",
+    "toml_text",
+    "trusted_flags",
+    "world_layer",
 ]

@@ -20,8 +20,16 @@ from typing import Any
 
 import orjson
 
-from sim.analysis.sweep import current_tick, read_record, run_folders, spend
+from sim.analysis.sweep import (
+    RUN_FILE,
+    current_tick,
+    nested_run_folders,
+    read_record,
+    run_folders,
+    spend,
+)
 from sim.analysis.tables import STATE_PREFIX, build_tables
+from sim.errors import InputError
 
 
 @dataclass
@@ -139,11 +147,22 @@ def sweep_report(out: Path) -> SweepReport:
     """Every run under ``out``, by name.
 
     Raises:
-        InputError: ``out`` is not a folder, a run's ``sweep-run.json`` or ``world.json``
-            cannot be read.
+        InputError: ``out`` is not a folder or holds no run (naming its sub-folders that
+            hold runs, a study's arms), a run's ``sweep-run.json`` or ``world.json`` cannot
+            be read.
     """
     notes: list[str] = []
-    rows = [run_row(run_dir, notes) for run_dir in run_folders(out)]
+    folders = run_folders(out)
+    if not folders:
+        inner = nested_run_folders(out)
+        hint = (
+            "; its sub-folders " + ", ".join(p.name for p in inner) + " hold runs: "
+            f"report each (--runs {inner[0]})"
+            if inner
+            else ""
+        )
+        raise InputError(out, None, f"holds no sweep run (no */{RUN_FILE}){hint}")
+    rows = [run_row(run_dir, notes) for run_dir in folders]
     names: dict[str, None] = {}
     for row in rows:
         names.update(dict.fromkeys(row.fields))

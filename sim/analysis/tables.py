@@ -14,6 +14,9 @@ Four tables, one row per observation, for ``sim export`` and ``sim.analysis.load
 - ``calls``: one row per logged call record, superseded ones included (a resumed tick may
   have sent a call twice: both were billed), with tokens and cost over every attempt
   (``sim.ticklog.books``) and the cost empty (``None``) where a model had no price.
+- ``surveys``: one row per tick, character and question answered with ``sim ask`` (a
+  study's surveys): the answer (a coded answer's value), its format and reason; the last
+  answer given when a question was asked twice at one tick, failed answers left out.
 
 The state after tick N is the ``state_before`` snapshot of tick N+1's log (read with the
 log reader, ``sim.ticklog.reader``), or the world folder itself when N is the world's
@@ -56,6 +59,7 @@ CHARACTER_COLUMNS = (
 )
 INTERACTION_COLUMNS = ("tick", "location", "from", "to", "kind", "content")
 LOCATION_COLUMNS = ("tick", "location", "occupants", "narrative")
+SURVEY_COLUMNS = ("tick", "character", "question", "format", "answer", "reason", "model")
 CALL_COLUMNS = (
     "tick",
     "phase",
@@ -102,9 +106,10 @@ class Tables:
     ticks: list[int] = field(default_factory=list)
     problems: list[LogError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    surveys: Table = field(default_factory=lambda: Table("surveys", list(SURVEY_COLUMNS)))
 
     def all(self) -> list[Table]:
-        return [self.characters, self.interactions, self.locations, self.calls]
+        return [self.characters, self.interactions, self.locations, self.calls, self.surveys]
 
 
 # -- typed views of what the tables read -------------------------------------------------------
@@ -259,7 +264,37 @@ def build_tables(root: Path, first: int | None = None, last: int | None = None) 
         tables.locations.rows.extend(_location_rows(log, before, after))
         tables.calls.rows.extend(_call_rows(log))
     tables.characters.columns.extend(custom)
+    tables.surveys.rows.extend(_survey_rows(root, first, last, current_tick, problems))
     return tables
+
+
+def _survey_rows(
+    root: Path, first: int | None, last: int | None, current: int, problems: list[LogError]
+) -> list[dict[str, Cell]]:
+    """The answers of ``.sim/interviews.jsonl`` at ticks ``first``..``last`` (tick 0 too)."""
+    from sim.interview import read_interviews
+
+    try:
+        interviews = read_interviews(root)
+    except LogError as exc:
+        problems.append(exc)
+        return []
+    latest: dict[tuple[int, str, str], dict[str, Cell]] = {}
+    for i in interviews:
+        if i.failed or i.tick > current:
+            continue
+        if (first is not None and i.tick < first) or (last is not None and i.tick > last):
+            continue
+        latest[(i.tick, i.character, i.question)] = {
+            "tick": i.tick,
+            "character": i.character,
+            "question": i.question,
+            "format": i.format or "text",
+            "answer": i.value if i.format is not None else i.answer,
+            "reason": i.reason,
+            "model": i.answered_by or i.model,
+        }
+    return [latest[key] for key in sorted(latest)]
 
 
 def _character_rows(
@@ -365,6 +400,7 @@ __all__ = [
     "INTERACTION_COLUMNS",
     "LOCATION_COLUMNS",
     "STATE_PREFIX",
+    "SURVEY_COLUMNS",
     "Table",
     "Tables",
     "build_tables",

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.analysis.logview import public_url
 from sim.errors import InputError, LogError
 from sim.llm.budget import Cost, Price, price_usage
+from sim.llm.redact import redact_url
 from sim.llm.store import split_key
 from sim.llm.types import Usage
 from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
@@ -41,6 +41,9 @@ BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model", "endpoint")
 #: the ``--by endpoint`` row of calls that went over no network (offline, or logged
 #: before endpoints were recorded)
 NO_ENDPOINT = "-"
+#: the ``--by endpoint`` row of the calls of ticks whose call detail ``sim log --compact
+#: --before`` dropped: their summaries keep the numbers, not the server of each call
+COMPACTED_ENDPOINT = "(compacted: server not kept)"
 
 
 @dataclass
@@ -184,12 +187,12 @@ def _add_by_endpoint(
     timeout where it was sent; the request (and its failure, if it failed) where it ended.
     A call a pool moved off a failing server thus costs that server only what was sent
     there."""
-    final = public_url(call.endpoint) if call.endpoint else NO_ENDPOINT
+    final = redact_url(call.endpoint) if call.endpoint else NO_ENDPOINT
     row = groups.setdefault(final, UsageRow(final))
     row.requests += 1
     row.failures += 1 if call.failed else 0
     for attempt in call.every_attempt():
-        key = public_url(attempt.endpoint) if attempt.endpoint else final
+        key = redact_url(attempt.endpoint) if attempt.endpoint else final
         part = groups.setdefault(key, UsageRow(key))
         part.add_usage(attempt.usage.to_usage())
         part.cost = part.cost + attempts_cost([attempt], prices, cache, call.price_factor)
@@ -320,6 +323,29 @@ def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) 
     return _report("entity", list(rows.values()), notes)
 
 
+def _add_compacted(
+    groups: dict[str, UsageRow],
+    full: list[TickLog],
+    listed: list[Listed],
+    prices: Mapping[str, Any],
+) -> list[str]:
+    """The calls of the compacted ticks among ``full`` (their call records dropped), from
+    their summaries in ``listed``, as one row (``COMPACTED_ENDPOINT``), so every grouping
+    counts the same calls; the note that says so."""
+    compacted = {log.tick for log in full if log.compacted is not None}
+    if not compacted:
+        return []
+    kept = [item for item in listed if item.tick in compacted]
+    row = groups.setdefault(COMPACTED_ENDPOINT, UsageRow(COMPACTED_ENDPOINT))
+    for part in group_rows(kept, "tick", prices).values():
+        row.add(part)
+    return [
+        f"{len(compacted)} ticks' call detail was dropped by `sim log --compact --before`: "
+        f"their {row.requests} requests are counted as {COMPACTED_ENDPOINT!r}, from their "
+        "summaries, which do not keep the server of each call"
+    ]
+
+
 def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> UsageReport:
     rows.sort(key=lambda r: (-r.cost.usd, -r.total_tokens, r.key))
     total = UsageRow("total")
@@ -350,7 +376,9 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
         full, unread = read_logs(world_dir)
         set_aside, unread_aside = read_logs(world_dir, f"{LOG_DIR}/{ABANDONED_DIR}")
         problems = [*unread, *unread_aside]
-        report = _report(by, list(group_calls([*full, *set_aside], by, prices).values()))
+        groups = group_calls([*full, *set_aside], by, prices)
+        notes = _add_compacted(groups, full, logs, prices)
+        report = _report(by, list(groups.values()), notes)
         if set_aside:
             report.notes.append(
                 f"includes {len(set_aside)} abandoned logs (.sim/log/{ABANDONED_DIR}/): runs "

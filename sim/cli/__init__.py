@@ -1,9 +1,11 @@
 """The ``sim`` command line: thin commands that parse, call the library and print.
 
 Exit codes: 0 ok, 1 the run failed, 2 bad input or usage, 130 interrupted (Ctrl-C),
-143 terminated (SIGTERM). No input makes a command print a Python traceback: each command
-maps the errors it expects (``sim.cli.common.errors``), and ``_Main`` turns anything else
-into one line and exit 1 (``SIM_DEBUG=1`` shows the traceback).
+143 terminated (SIGTERM), 141 a read-only command's output closed by its reader
+(``sim usage | head -1``: quietly, ``sim.cli.common.reader_gone``). No input makes a
+command print a Python traceback: each command maps the errors it expects
+(``sim.cli.common.errors``), and ``_Main`` turns anything else into one line and exit 1
+(``SIM_DEBUG=1`` shows the traceback).
 
 Each command's module is imported only when that command runs (or ``--help`` lists them
 all): ``sim tick`` does not pay for the modules of ``sim report``, ``sim sweep`` or the
@@ -39,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inject": ("intervene", "inject_"),
     "set": ("intervene", "set_"),
     "sweep": ("sweep", "sweep"),
+    "study": ("study", "study"),
     "stub-server": ("stub", "stub_server"),
 }
 
@@ -85,6 +88,9 @@ class _Main(click.Group):
 @click.version_option(__version__, prog_name="sim")
 def main() -> None:
     """sim: a tick-based engine for LLM-driven world simulations."""
+    from sim.lifeline import follow_parent
+
+    follow_parent()  # started by a sweep or study: die with it
 
 
 __all__ = ["main"]

@@ -8,16 +8,18 @@ The config's models are imported by ``build_config``, when a command builds its 
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+from sim.llm.redact import redact_text
 
 if TYPE_CHECKING:
     from sim.config import Config
@@ -88,6 +90,45 @@ def CONFIG(command: Any) -> Any:
     return _CONFIG_FILE(_TRUST(command))
 
 
+SETTINGS = click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="A config key for this command (JSON where it parses, else text), over every "
+    "config file; repeatable. sim sweep and sim study pass each run's settings this way.",
+)
+
+
+def setting_overrides(values: tuple[str, ...]) -> dict[str, Any]:
+    """``--set SECTION.KEY=VALUE`` flags as nested overrides (one value each: JSON where it
+    parses, else the text).
+
+    Raises:
+        InputError: a flag is not ``SECTION.KEY=VALUE``.
+    """
+    import orjson
+
+    out: dict[str, Any] = {}
+    for text in values:
+        key, sep, raw = text.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) < 2 or not all(parts):
+            raise InputError(None, "--set", f"expected SECTION.KEY=VALUE (got {text!r})")
+        try:
+            value: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = raw
+        table = out
+        for part in parts[:-1]:
+            nested = table.setdefault(part, {})
+            if not isinstance(nested, dict):
+                raise InputError(None, "--set", f"{key} is inside a value set by another --set")
+            table = nested
+        table[parts[-1]] = value
+    return out
+
+
 def trusting_world_config() -> bool:
     ctx = click.get_current_context(silent=True)
     return bool(ctx is not None and ctx.meta.get(TRUST_KEY))
@@ -122,38 +163,77 @@ def deferred(exc: SimError) -> bool:
     return types is not None and isinstance(exc, types.TickDeferred)
 
 
+def _told(exc: BaseException) -> str:
+    """An error's message as printed: any URL in it without its credentials (a server
+    named with ``user:pw@`` or ``?api-key=``)."""
+    return redact_text(str(exc))
+
+
+#: the exit code of a command whose output's reader went away: a shell's for SIGPIPE
+CLOSED_PIPE_EXIT = 128 + 13
+
+
+def reader_gone() -> NoReturn:
+    """End a read-only command whose stdout's reader went away (``sim usage | head -1``):
+    quietly, as ``cat`` does, since nothing failed. What is still to be written (and
+    the interpreter's flush at exit) goes to ``/dev/null``."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor behind stdout (a test's runner)
+        pass
+    sys.exit(CLOSED_PIPE_EXIT)
+
+
 @contextmanager
-def errors() -> Iterator[None]:
-    """Map library errors to a message on stderr and an exit code."""
+def errors(*, read_only: bool = False) -> Iterator[None]:
+    """Map library errors to a message on stderr and an exit code.
+
+    Args:
+        read_only: the command changes nothing, so a closed output pipe (its reader went
+            away) ends it quietly (``reader_gone``) rather than as a failed run.
+    """
     try:
         yield
     except TickInterrupted as exc:
-        click.echo(f"\n{exc}", err=True)
+        click.echo(f"\n{_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
     except RunFailed as exc:
-        click.echo(f"failed: {exc}", err=True)
+        click.echo(f"failed: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
-        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {exc}", err=True)
+        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except LLMConfigurationError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_told(exc)}", err=True)
         sys.exit(2)
     except LLMBudgetExceededError as exc:
-        click.echo(f"stopped: {exc} (nothing was committed for this tick)", err=True)
+        click.echo(f"stopped: {_told(exc)} (nothing was committed for this tick)", err=True)
         sys.exit(1)
     except LLMError as exc:
-        click.echo(f"failed: {exc}", err=True)
+        click.echo(f"failed: {_told(exc)}", err=True)
         sys.exit(1)
     except RecursionError:
         click.echo("error: input nested too deeply to process", err=True)
         sys.exit(2)
     except OSError as exc:
-        click.echo(os_error_line(exc), err=True)
+        if read_only and isinstance(exc, BrokenPipeError):
+            reader_gone()
+        click.echo(redact_text(os_error_line(exc)), err=True)
         sys.exit(1)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:
@@ -190,10 +270,11 @@ def build_config(
     sends_requests: bool = True,
     stream: bool | None = None,
     batch: bool | None = None,
+    settings: tuple[str, ...] = (),
 ) -> Config:
     from sim.config import PHASE_SECTIONS, load_config, phase_section
 
-    overrides: dict[str, Any] = depth_overrides(depth)
+    overrides: dict[str, Any] = _merged(setting_overrides(settings), depth_overrides(depth))
     # several servers (a pool) on the command line: comma-separated URLs
     urls: str | list[str] | None = (
         [url.strip() for url in base_url.split(",")] if base_url and "," in base_url else base_url
@@ -206,13 +287,13 @@ def build_config(
         batch=batch,
     )
     if llm:
-        overrides["llm"] = llm
+        overrides = _merged(overrides, {"llm": llm})
     if model is not None:
         for section in PHASE_SECTIONS:
-            overrides.setdefault(section, {})["model"] = model
+            overrides = _merged(overrides, {section: {"model": model}})
     budget = present(max_cost_usd=budget_usd, max_total_tokens=budget_tokens)
     if budget:
-        overrides["budget"] = budget
+        overrides = _merged(overrides, {"budget": budget})
     config = load_config(
         config_file,
         world_dir if world_dir.is_dir() else None,
@@ -220,7 +301,7 @@ def build_config(
         # a command that sends nothing (usage, an offline replay) cannot misroute a key
         trust_world_config=trusting_world_config() or not sends_requests,
     )
-    for name in overrides.get("phases", {}):
+    for name in depth_overrides(depth).get("phases", {}):
         phase_section(name, config.tick.phases)  # raises: --depth for an unknown phase
     if model is not None:
         for name in config.phases:

@@ -66,7 +66,7 @@ def log_(
     """Show what happened in a tick, from its log (or compact old logs)."""
     from sim.analysis import logview
 
-    with errors():
+    with errors(read_only=True):  # --compact's work is done before it prints
         if compact:
             from sim.engine.compact import compact_history  # loads the world's storage
 
@@ -96,13 +96,13 @@ def log_(
             if problems:
                 sys.exit(1)
             return
-        from sim.ticklog.format import log_path
+        from sim.ticklog.format import existing_log
         from sim.ticklog.reader import read_log
         from sim.ticklog.records import dump_record
 
         number = tick_arg(tick_) if tick_ is not None else None
         log = (
-            read_log(log_path(world_dir, number))
+            read_log(existing_log(world_dir, number))
             if number is not None
             else logview.last_log(world_dir)
         )
@@ -142,7 +142,7 @@ def replay_(
     from sim.analysis import logview
     from sim.engine.replay import replay
 
-    with json_errors("replay", as_json):
+    with json_errors("replay", as_json, read_only=True):  # in a scratch copy
         config = build_config(config_file, world_dir, sends_requests=live)
         report = replay(world_dir, tick_, to, config=config, live=live)
         if as_json:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from sim.cli.common import errors
+from sim.cli.common import CLOSED_PIPE_EXIT, errors
 
 if TYPE_CHECKING:
     from sim.analysis.report import Written
@@ -40,15 +40,16 @@ def emit(document: Mapping[str, Any]) -> None:
 
 
 @contextmanager
-def json_errors(command: str, enabled: bool) -> Iterator[None]:
-    """``sim.cli.common.errors``, and with ``enabled`` a failure document on stdout too.
+def json_errors(command: str, enabled: bool, *, read_only: bool = False) -> Iterator[None]:
+    """``sim.cli.common.errors`` (``read_only`` passed on), and with ``enabled`` a failure
+    document on stdout too.
 
     The exit code and the message on stderr are what ``errors`` makes them; this only adds
     the document, so a script reading stdout always gets one.
     """
     caught: BaseException | None = None
     try:
-        with errors():
+        with errors(read_only=read_only):
             try:
                 yield
             except BaseException as exc:
@@ -57,7 +58,7 @@ def json_errors(command: str, enabled: bool) -> Iterator[None]:
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else 1
         # a command that exits on its own (replay drifted) has printed its document
-        if enabled and code != 0 and not isinstance(caught, SystemExit):
+        if enabled and code not in (0, CLOSED_PIPE_EXIT) and not isinstance(caught, SystemExit):
             error = caught
             emit(
                 {
@@ -156,6 +157,9 @@ def ask_document(asked: Asked, prices: Mapping[str, Any]) -> dict[str, Any]:
                 "character": i.character,
                 "name": asked.names.get(i.character, i.character),
                 "answer": i.answer,
+                "format": i.format,
+                "value": i.value,
+                "reason": i.reason,
                 "model": i.model,
                 "answered_by": i.answered_by,
                 "usage": i.usage.model_dump(),

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, count_option, folder_option
+from sim.cli.common import (
+    CONFIG,
+    SETTINGS,
+    WORLD,
+    build_config,
+    count_option,
+    file_option,
+    folder_option,
+)
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
@@ -18,7 +26,13 @@ if TYPE_CHECKING:
 
 
 @click.command("export")
-@WORLD
+@folder_option("--world", "world_dir", help="The world folder.")
+@folder_option(
+    "--study",
+    "study_dir",
+    help="A study's folder (sim study run --out): every run's tables, with its condition, "
+    "seed, run and factors.",
+)
 @folder_option(
     "--out",
     "out",
@@ -38,19 +52,34 @@ if TYPE_CHECKING:
 @click.option("--to", "last", type=click.IntRange(min=1), help="The last tick to export.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def export_(
-    world_dir: Path, out: Path, fmt: str, first: int | None, last: int | None, as_json: bool
+    world_dir: Path | None,
+    study_dir: Path | None,
+    out: Path,
+    fmt: str,
+    first: int | None,
+    last: int | None,
+    as_json: bool,
 ) -> None:
-    """Write tidy tables of the committed ticks: characters, interactions, locations, calls.
+    """Write tidy tables of the committed ticks: characters, interactions, locations, calls,
+    surveys.
 
     characters has one row per tick and character (state after the tick, what it did);
     interactions one per speech, act or custom verb; locations one per tick and location;
     calls one per logged call (tokens and cost over every attempt; cost empty when a
-    model has no price). See docs/analysis.md.
+    model has no price); surveys one per tick, character and question asked (sim ask).
+    With --study, every run of a study. See docs/analysis.md.
     """
-    from sim.analysis.export import export
+    from sim.analysis.export import export, export_study
+    from sim.errors import InputError
 
     with json_errors("export", as_json):
-        done = export(world_dir, out, cast("Format", fmt), first, last)
+        if (world_dir is None) == (study_dir is None):
+            raise InputError(None, "--world/--study", "expected exactly one of them")
+        if study_dir is not None:
+            done = export_study(study_dir, out, cast("Format", fmt), first, last)
+        else:
+            assert world_dir is not None
+            done = export(world_dir, out, cast("Format", fmt), first, last)
         if as_json:
             click.echo(
                 orjson.dumps(
@@ -150,9 +179,22 @@ def schema_(out: Path, as_json: bool) -> None:
     "--all", "everyone", is_flag=True, help="Ask every character (a survey): give only QUESTION."
 )
 @CONFIG
+@SETTINGS
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option("--model", help="Model to answer (overrides [phase1] model).")
 @click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option(
+    "--format",
+    "answer_form",
+    metavar="yesno|likert5|number|choice:A,B,..",
+    help="Code the answer: a value of this form, validated, with a free-text reason beside it "
+    "(default: free text).",
+)
+@file_option(
+    "--schema",
+    "schema_file",
+    help="Code the answer as an object of this JSON Schema (the subset declared phases use).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def ask_(
     world_dir: Path,
@@ -160,9 +202,12 @@ def ask_(
     question: str | None,
     everyone: bool,
     config_file: Path | None,
+    settings: tuple[str, ...],
     provider: str | None,
     model: str | None,
     base_url: str | None,
+    answer_form: str | None,
+    schema_file: Path | None,
     as_json: bool,
 ) -> None:
     """Ask CHARACTER a QUESTION and get an in-character answer; the world is not changed.
@@ -172,9 +217,10 @@ def ask_(
     counted by `sim usage`. With --all, every character answers (a survey).
     """
     from sim.errors import InputError
-    from sim.interview import ask
+    from sim.interview import answer_format, ask
 
     with json_errors("ask", as_json):
+        form = answer_format(answer_form, schema_file)
         if everyone:
             if question is not None or character is None:
                 raise InputError(None, "--all", 'expected one QUESTION: sim ask --all "..."')
@@ -183,15 +229,20 @@ def ask_(
             if character is None or question is None:
                 raise InputError(None, "CHARACTER", 'expected CHARACTER "QUESTION" (or --all)')
             who = [character]
-        config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
-        asked = ask(world_dir, config, question, who)
+        config = build_config(
+            config_file, world_dir, provider, model=model, base_url=base_url, settings=settings
+        )
+        asked = ask(world_dir, config, question, who, form)
         if as_json:
             emit(ask_document(asked, config.prices))
         else:
             for interview in asked.interviews:
                 name = asked.names.get(interview.character, interview.character)
                 click.secho(f"[{name}]", fg="cyan")
-                if interview.answer is not None:
+                if interview.answer is not None and interview.format is not None:
+                    click.echo(f"answer: {interview.answer}")
+                    click.echo(textwrap.fill(f"reason: {interview.reason}", width=88))
+                elif interview.answer is not None:
                     click.echo(textwrap.fill(interview.answer, width=88))
                 else:
                     click.echo(f"failed: {interview.error}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config, count_option
+from sim.cli.common import CONFIG, SETTINGS, WORLD, build_config, count_option
 from sim.cli.jsonout import (
     JSON_HELP,
     JSON_LINES_HELP,
@@ -342,6 +342,7 @@ def print_tick(result: TickResult) -> None:
 @WORLD
 @count_option("--ticks", default=1, help="How many ticks to run.")
 @CONFIG
+@SETTINGS
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option(
     "--depth",
@@ -387,6 +388,7 @@ def tick(
     world_dir: Path,
     ticks: int,
     config_file: Path | None,
+    settings: tuple[str, ...],
     provider: str | None,
     depth: tuple[str, ...],
     concurrency: int | None,
@@ -416,6 +418,7 @@ def tick(
             budget_tokens=budget_tokens,
             stream=stream or None,
             batch=batch or None,
+            settings=settings,
         )
         progress = Progress()
         view = StreamView() if stream else None
@@ -458,7 +461,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.ticklog.records import record_data
     from sim.ticklog.summary import check_history
 
-    with json_errors("check", as_json):
+    with json_errors("check", as_json, read_only=True):
         config = build_config(config_file, world_dir)
         url, key_env = endpoint(config)
         storage = Storage(world_dir, config.limits.max_entity_bytes)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, count_option, file_option, folder_option
+from sim.cli.common import CONFIG, count_option, file_option, folder_option, trusting_world_config
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
 from sim.errors import InputError
 
@@ -98,6 +98,13 @@ def sweep(
     with json_errors("sweep", as_json):
         if world_dir is None or out is None:
             raise InputError(None, "--world/--out", "both are needed to run a sweep")
+        if trusting_world_config():
+            raise InputError(
+                None,
+                "--trust-world-config",
+                "a sweep's runs never trust a config inside their folders: put the "
+                "endpoints in your own config (--config)",
+            )
         plan = sweeps.make_plan(
             world_dir,
             out,
@@ -161,7 +168,7 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
     from sim.analysis.sweepreport import report_lines, sweep_report, write_html
 
     with json_errors("sweep report", as_json):
-        report = sweep_report(runs_dir)
+        report = sweep_report(runs_dir)  # raises: no runs in the folder
         if html_out is not None:
             write_html(report, html_out, runs_dir.name or str(runs_dir))
         if as_json:

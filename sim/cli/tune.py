@@ -95,10 +95,10 @@ def tune_(
     from sim.analysis.tune import estimate, tune
     from sim.config import phase_section, section_name
 
-    with errors():
+    with errors(read_only=True):  # on scratch copies
         tried = parse_depths(depths)
         config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
-        section = phase_section(phase, config.tick.phases)
+        section = phase_section(phase, config.tick.phases, "--phase")
         name = section_name(section)
         if config.llm.provider != "offline" and not yes:
             guess = estimate(world_dir, config, section, tried, ticks)
@@ -172,7 +172,7 @@ def usage_(world_dir: Path, by: str, config_file: Path | None, as_json: bool) ->
     """Tokens, requests and cost of a world, most expensive first, with totals."""
     from sim.analysis.usage import usage_report
 
-    with errors():
+    with errors(read_only=True):
         config = build_config(config_file, world_dir, sends_requests=False)
         report = usage_report(world_dir, cast("By", by), config.prices)
         if as_json:

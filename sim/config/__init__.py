@@ -8,7 +8,9 @@ that holds the bad key, and every error of every file is reported at once.
 Types are strict (``"16"`` or ``true`` is not a number) and numbers finite. A world's own
 ``config.toml`` is untrusted (worlds are shared): it may not change where requests go or
 which credential they carry (``ROUTING_KEYS``) unless the user trusts it
-(``--trust-world-config``) or sets the same value in their own config.
+(``--trust-world-config``) or sets the same value in their own config. Trusted or not,
+it may tighten the user's limits (``[budget]``, ``[prices]``, ``[limits]``), never loosen
+them (``trust.tightened``).
 
 The package, by concept (every public name is importable from ``sim.config``):
 
@@ -50,6 +52,7 @@ from sim.config.models import (
     BaseUrl,
     BudgetConfig,
     Config,
+    ConstrainRefs,
     DeclaredPhaseConfig,
     FailurePolicy,
     HistoryConfig,
@@ -66,6 +69,7 @@ from sim.config.models import (
     VerbName,
     base_urls,
     describe_base_url,
+    loggable,
     redacted,
 )
 from sim.config.names import (
@@ -117,6 +121,7 @@ __all__ = [
     "BaseUrl",
     "BudgetConfig",
     "Config",
+    "ConstrainRefs",
     "DeclaredPhaseConfig",
     "EndpointSpec",
     "FailurePolicy",
@@ -143,6 +148,7 @@ __all__ = [
     "layer_problems",
     "llm_endpoint",
     "load_config",
+    "loggable",
     "named_endpoint",
     "named_endpoints",
     "normalised_model",

@@ -11,6 +11,7 @@ from typing import Any
 
 from sim.config.models import Config, DeclaredPhaseConfig, PhaseConfig, describe_base_url
 from sim.config.names import PHASE_ALIASES, PHASE_SECTIONS, PROVIDERS, section_name
+from sim.llm.redact import redact_url, redact_urls
 from sim.llm.types import ModelTarget, StructuredOutput
 from sim.llm.urls import endpoint_url
 
@@ -56,16 +57,16 @@ def _describe_endpoint(
     """The SDKs fall back to their own endpoint (the openai SDK to ``OPENAI_BASE_URL`` first)
     when ``base_url`` is empty; this says which one applies. A pool's URLs are joined. A
     ``cli`` endpoint is its command (what it sends where is the command's business)."""
-    if isinstance(base_url, tuple):
-        base_url = describe_base_url(base_url)
+    base_url = describe_base_url(redact_urls(base_url))  # printed: no credentials
     if provider == "offline":
         return "none (offline provider: no network)", None
     if provider == "cli":
         return f"the local command {shlex.join(command) or '(none set)'}", None
     if provider in ("gemini", "anthropic"):
         own = "GEMINI_API_KEY" if provider == "gemini" else "ANTHROPIC_API_KEY"
-        return endpoint_url(provider, base_url), own if key_env == "OPENAI_API_KEY" else key_env
-    url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        key = own if key_env == "OPENAI_API_KEY" else key_env
+        return redact_url(endpoint_url(provider, base_url)), key
+    url = redact_url(base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
     if not base_url and os.environ.get("OPENAI_BASE_URL"):
         url += " (from OPENAI_BASE_URL)"
     return url, key_env

@@ -4,6 +4,7 @@ the command line's overrides."""
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -13,9 +14,16 @@ from typing import Any
 
 from sim.config.models import Config, DeclaredPhaseConfig
 from sim.config.names import PHASE_SECTIONS
-from sim.config.trust import untrusted
-from sim.config.validate import InvalidConfig, layer_problems, validated
+from sim.config.trust import tightened, untrusted
+from sim.config.validate import (
+    InvalidConfig,
+    layer_problems,
+    undeclared_endpoints,
+    validated,
+)
 from sim.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -90,7 +98,10 @@ def load_config(
     """Build the effective config from its layers (see the module docstring).
 
     Args:
-        trust_world_config: let the world's ``config.toml`` set ``ROUTING_KEYS``.
+        trust_world_config: let the world's ``config.toml`` set ``ROUTING_KEYS``. Whether
+            trusted or not, a world's config may tighten the user's limits (``[budget]``,
+            ``[prices]``, ``[limits]``), never loosen them (``sim.config.trust.tightened``:
+            the user's value is kept and a note logged, naming the file and field).
 
     Raises:
         InputError: a file is missing or malformed, a key is unknown, a value out of range,
@@ -110,8 +121,13 @@ def load_config(
         if world_config.is_symlink() or world_config.exists():
             layers.append((world_config, True))
     problems: list[InputError] = []
+    world_layer: tuple[dict[str, Any], dict[str, Any], Path] | None = None
+    read: list[tuple[Path, dict[str, Any]]] = []
     for path, is_world in layers:
         layer = _read_world_toml(path) if is_world else _read_toml(path)
+        read.append((path, layer))
+        if is_world:
+            world_layer = (layer, data, path)  # with the user's layers merged so far
         if is_world and not trust_world_config:  # the user's layers and flags decide
             problems.extend(untrusted(layer, data, path, overrides or {}))
         merged = _merge(data, layer)
@@ -122,7 +138,36 @@ def load_config(
         raise InvalidConfig(problems)
     if overrides:
         data = _merge(data, overrides)
-    return provider_models(validated(data, None), os.environ)
+    if world_layer is not None:  # trusted or not, a world may only tighten the user's limits
+        layer, users, path = world_layer
+        data, notes = tightened(data, layer, _merge(users, overrides or {}), path)
+        for note in notes:
+            logger.warning("note: %s", note)
+    config = validated(data, None)
+
+    def source(dotted: str) -> tuple[Path | None, str]:
+        """The file (``None``: the command line) and field that set ``dotted``."""
+        if _has(overrides or {}, dotted):
+            return None, "--model" if dotted.endswith(".model") else dotted
+        for path, layer in reversed(read):
+            if _has(layer, dotted):
+                return path, dotted
+        return None, dotted
+
+    problems = undeclared_endpoints(config, source)
+    if problems:
+        raise InvalidConfig(problems)
+    return provider_models(config, os.environ)
+
+
+def _has(data: Mapping[str, Any], dotted: str) -> bool:
+    """Whether a raw layer sets the dotted key."""
+    value: Any = data
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return False
+        value = value[part]
+    return True
 
 
 def _read_world_toml(path: Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from sim.config.names import (
     PHASE_SECTIONS,
     PROVIDER_NAME_PATTERN,
 )
+from sim.llm.redact import redact_url
 from sim.llm.types import CallSettings, StructuredOutput
 
 
@@ -74,6 +75,10 @@ Command = Annotated[
 
 #: what a failed or denied call does to its tick (``[llm]`` and per phase)
 FailurePolicy = Literal["degrade", "fail"]
+#: how an answer's references are held to the ids valid for its request
+#: (``sim.phases.refs``): ``schema`` sends them as enums and checks; ``validate`` checks;
+#: ``auto`` picks per provider
+ConstrainRefs = Literal["auto", "schema", "validate"]
 
 
 class _Strict(BaseModel):
@@ -90,12 +95,20 @@ class LLMConfig(_Strict):
     idle_timeout_seconds: float = Field(60, gt=0)
     stream: bool = False
     structured_output: StructuredOutput = "auto"
+    #: references (ids) in answers: sent as enums and checked (schema), or checked
+    #: (validate); auto: per provider (docs/providers.md)
+    constrain_refs: ConstrainRefs = "auto"
     #: one server, or a list of servers of the same provider (a pool: ``sim.llm.pool``)
     base_url: BaseUrl = ""
     api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     requests_per_minute: int = Field(0, ge=0)
     tokens_per_minute: int = Field(0, ge=0)
     max_failed_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    #: a phase where more of its calls than this came back unusable (refusals, schema
+    #: failures, cut-short or empty answers) aborts the tick uncommitted ...
+    max_content_failed_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    #: ... once at least this many did (fewer never abort)
+    min_content_failures: int = Field(3, ge=1)
     transient_retries: int = Field(2, ge=0, le=20)
     backoff_base_seconds: float = Field(0.5, ge=0)
     backoff_cap_seconds: float = Field(20, ge=0)
@@ -185,6 +198,8 @@ class PhaseConfig(_Strict):
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
     #: this phase's failure policy; unset: ``[llm] llm_failure_policy``
     llm_failure_policy: FailurePolicy | None = None
+    #: this phase's references mode; unset: ``[llm] constrain_refs``
+    constrain_refs: ConstrainRefs | None = None
 
     def failure_policy(self, llm: LLMConfig) -> FailurePolicy:
         """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""
@@ -284,9 +299,11 @@ class Config(_Strict):
     #: named endpoints (``[providers.local]``), for ``local/<model>`` model strings
     providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
-    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=400)
-    phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
-    phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
+    # output caps from the answer schemas' length caps (docs/providers.md): an intention
+    # is at most ~700 characters, an outcome ~450 (about 120 tokens), a narrative 1,200
+    phase1: Phase1Config = Phase1Config(temperature=0.8, max_output_tokens=300)
+    phase2a: PhaseConfig = PhaseConfig(max_output_tokens=600, response_chain_depth=2)
+    phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=400)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     history: HistoryConfig = HistoryConfig()
     policy: PolicyConfig = PolicyConfig()
@@ -340,5 +357,28 @@ class Config(_Strict):
 
 
 def redacted(config: Config) -> dict[str, Any]:
-    """The config as plain data, safe to log (holds no secrets by construction)."""
+    """The config as plain data that reads back to the same config: it holds no key, only
+    the names of the variables holding them; but a ``base_url`` keeps any credentials
+    written into it (``user:pw@``, ``?api-key=``). What is printed or stored is
+    ``loggable``."""
     return config.model_dump(mode="json", by_alias=True)
+
+
+def loggable(config: Config) -> dict[str, Any]:
+    """The config as the tick log records it: ``redacted``, with the credentials a
+    ``base_url`` can carry masked (``sim.llm.redact``)."""
+    return _redact_base_urls(redacted(config))
+
+
+def _redact_base_urls(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out[key] = _redact_base_urls(value)
+        elif key == "base_url" and isinstance(value, str):
+            out[key] = redact_url(value)
+        elif key == "base_url" and isinstance(value, list):
+            out[key] = [redact_url(v) if isinstance(v, str) else v for v in value]
+        else:
+            out[key] = value
+    return out

@@ -65,9 +65,10 @@ BATCH_PROVIDERS = ("openai", "chat")
 SECTION_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
 
 
-def phase_section(name: str, declared: tuple[str, ...] = ()) -> str:
+def phase_section(name: str, declared: tuple[str, ...] = (), option: str = "--depth") -> str:
     """Map ``phase2a``, ``resolution`` or a declared phase's name (``opinion`` ->
-    ``phases.opinion``) to its config section; raise on anything else."""
+    ``phases.opinion``) to its config section; raise on anything else, naming ``option``
+    (the command-line option the name came from)."""
     section = PHASE_ALIASES.get(name, name)
     if section in PHASE_SECTIONS:
         return section
@@ -77,7 +78,7 @@ def phase_section(name: str, declared: tuple[str, ...] = ()) -> str:
     choices = ", ".join(
         (*PHASE_SECTIONS, *PHASE_ALIASES, *(d for d in declared if d not in BUILTIN_PHASES))
     )
-    raise InputError(None, "--depth", f"unknown phase {name!r}; expected one of: {choices}")
+    raise InputError(None, option, f"unknown phase {name!r}; expected one of: {choices}")
 
 
 def section_name(section: str) -> str:

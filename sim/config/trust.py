@@ -16,6 +16,7 @@ from sim.config.names import (
     ROUTING_TABLES,
 )
 from sim.errors import InputError
+from sim.llm.budget import Price, find_price
 
 
 def endpoint_paths(data: Mapping[str, Any]) -> list[str]:
@@ -187,3 +188,136 @@ def untrusted(
         *_untrusted_models(world, users, source, flags),
         *_untrusted_policy(world, users, source),
     ]
+
+
+# -- limits: a world may tighten them, never loosen them --------------------------------------
+
+#: the caps a world's config may only tighten, with what 0 means: ``True`` when 0 is "no
+#: cap" (the stricter of two caps is then the smaller non-zero one)
+CAPS: dict[str, bool] = {
+    "budget.max_cost_usd": True,
+    "budget.max_total_tokens": True,
+    # the pace the user keeps to their provider's quota
+    "llm.requests_per_minute": True,
+    "llm.tokens_per_minute": True,
+    "limits.max_entity_bytes": False,
+}
+
+#: the fields of a ``[prices."<model>"]`` entry (US dollars per million tokens)
+PRICE_FIELDS = ("input", "cached_input", "output")
+
+#: the user's settings under which a price a world adds for a model the user has not
+#: priced could let calls through: a cost cap, and the approval a tick's cost asks
+_PRICE_GUARDS = ("budget.max_cost_usd", "policy.approve_above_usd")
+
+
+def _number(value: Any) -> float | None:
+    """A TOML number (not a bool), else ``None`` (validation reports the type)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _stricter(mine: float, theirs: float, zero_is_no_cap: bool) -> float:
+    if zero_is_no_cap and mine == 0:
+        return theirs
+    if zero_is_no_cap and theirs == 0:
+        return mine
+    return min(mine, theirs)
+
+
+def _price_table(raw: Mapping[str, Any]) -> dict[str, Price]:
+    """A raw ``[prices]`` table as ``Price``s (a malformed entry, which validation reports,
+    left out)."""
+    out: dict[str, Price] = {}
+    for key, entry in raw.items():
+        if isinstance(entry, Mapping):
+            values = [_number(entry.get(f, 0.0)) for f in PRICE_FIELDS]
+            if all(v is not None for v in values):
+                out[key] = Price(*(v or 0.0 for v in values))
+    return out
+
+
+def _users_price(prices: Mapping[str, Price], key: str) -> Price | None:
+    """The user's price a world's ``[prices."<key>"]`` stands in for: the same key, else
+    what the lookup (``find_price``) would find without it: the undated name of a
+    snapshot, the model of a provider-qualified key."""
+    _, slash, rest = key.partition("/")
+    for name in (key, rest) if slash and rest else (key,):
+        found = find_price(prices, name)
+        if found is not None:
+            return found
+    return None
+
+
+def tightened(
+    merged: Mapping[str, Any],
+    world: Mapping[str, Any],
+    users: Mapping[str, Any],
+    source: Path,
+) -> tuple[dict[str, Any], list[str]]:
+    """``merged`` (every layer, flags included) with each limit the world's layer ``world``
+    (read from ``source``) tried to loosen set back to the user's (``users``: the user's
+    layers and flags without the world's), and a note for each.
+
+    A world may tighten a limit, never loosen it: of two caps (``CAPS``) the stricter wins;
+    a world's ``[prices]`` entry may raise a price the user's config (or the built-in
+    table) sets, never lower it; and it may price a model the user has not priced only
+    when no cost cap or cost approval (``_PRICE_GUARDS``) depends on that price. This holds
+    with ``--trust-world-config`` too: that flag trusts a world's routing, not its spending.
+    """
+    out = {
+        key: dict(value) if isinstance(value, Mapping) else value for key, value in merged.items()
+    }
+    notes: list[str] = []
+    for dotted, zero_is_no_cap in CAPS.items():
+        section, _, key = dotted.partition(".")
+        theirs = _number(_lookup(world, dotted))
+        if theirs is None:
+            continue
+        mine = _number(_lookup(users, dotted))
+        if mine is None:
+            continue  # the user's layers always hold the built-in default
+        stricter = _stricter(mine, theirs, zero_is_no_cap)
+        if stricter == theirs:
+            continue  # tightened, or the same
+        value = _lookup(users, dotted)
+        out[section][key] = value
+        notes.append(
+            f"{source}: {dotted} = {_lookup(world, dotted)!r} would loosen your "
+            f"{value!r}; using yours (a world's config may tighten a limit, never loosen it)"
+        )
+    table = world.get("prices")
+    if isinstance(table, Mapping):
+        raw = users.get("prices")
+        users_prices = _price_table(raw) if isinstance(raw, Mapping) else {}
+        guarded = [g for g in _PRICE_GUARDS if (_number(_lookup(users, g)) or 0.0) > 0]
+        prices = dict(out.get("prices") or {})
+        for model, entry in table.items():
+            if not isinstance(entry, Mapping):
+                continue  # a type error, reported by validation
+            theirs_entry = {f: _number(entry.get(f, 0.0)) for f in PRICE_FIELDS}
+            if any(v is None for v in theirs_entry.values()):
+                continue
+            mine_entry = _users_price(users_prices, model)
+            where = f'{source}: prices."{model}"'
+            if mine_entry is None:
+                if guarded:
+                    prices.pop(model, None)
+                    notes.append(
+                        f"{where} prices a model your config does not price; ignored, since "
+                        f"your {' and '.join(guarded)} depend on prices (add the price to "
+                        "your own config)"
+                    )
+                continue
+            mine_values = {f: getattr(mine_entry, f) for f in PRICE_FIELDS}
+            lowered = [f for f in PRICE_FIELDS if (theirs_entry[f] or 0.0) < mine_values[f]]
+            if not lowered:
+                continue
+            prices[model] = {f: max(theirs_entry[f] or 0.0, mine_values[f]) for f in PRICE_FIELDS}
+            notes.append(
+                f"{where}: {', '.join(lowered)} would lower your price; using yours (a world's "
+                "config may raise a price, never lower it)"
+            )
+        out["prices"] = prices
+    return out, notes

@@ -4,7 +4,7 @@ they are offered, no built-in names reused)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,43 @@ def _command_problems(config: Config, source: Path | None, combined: bool) -> li
                     f'only a "cli" provider runs a command, not {kind!r}',
                 )
             )
+    return problems
+
+
+def undeclared_endpoints(
+    config: Config, source: Callable[[str], tuple[Path | None, str]]
+) -> list[InputError]:
+    """A problem for each model written ``NAME/model`` that would run on the offline
+    provider because no ``[providers.NAME]`` declares ``NAME``; ``source`` says which file
+    (``None``: the command line) and field set a dotted key.
+
+    On a server, ``meta-llama/Llama-3-8B`` is a model's own name, sent as written (the
+    server says if it has no such model). The offline model answers any name, so there
+    ``local/qwen2.5-7b`` would quietly run offline while the user believes a model ran.
+    """
+    from sim.config.endpoints import phase_home  # needs the config's models
+
+    problems: list[InputError] = []
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        if phase_home(config, section).kind != "offline":
+            continue
+        phase = config.phase(section)
+        for key, names in (("model", (phase.model,)), ("fallback_models", phase.fallback_models)):
+            for name in names:
+                head, slash, rest = name.strip().partition("/")
+                if not slash or not rest.strip() or head in PROVIDERS or head in config.providers:
+                    continue
+                path, field = source(f"{section}.{key}")
+                problem = InputError(
+                    path,
+                    field,
+                    f"{name!r} names the endpoint {head!r}, but no [providers.{head}] "
+                    "section declares it, and the offline provider would answer in its "
+                    f"place; add [providers.{head}] (kind, base_url: docs/providers.md) "
+                    "to your config, or choose the provider with --provider",
+                )
+                if str(problem) not in {str(p) for p in problems}:  # --model: said once
+                    problems.append(problem)
     return problems
 
 

@@ -22,8 +22,10 @@ from sim import safefs
 from sim.errors import InputError
 from sim.llm.errors import LLMAPIError, LLMError
 from sim.llm.types import Adapter
-from sim.statefiles import PENDING_DELETIONS as PENDING
-from sim.statefiles import deletions_problem as content_problem
+from sim.statefiles import PENDING_DELETIONS, deletions_problem
+
+#: the pending list (``sim.statefiles`` checks what it must hold)
+PENDING = PENDING_DELETIONS
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ def problem(root: Path) -> str | None:
         return str(exc)
     if raw is None:
         return None
-    return content_problem(raw)
+    return deletions_problem(raw)
 
 
 def load(root: Path) -> list[Entry]:

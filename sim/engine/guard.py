@@ -8,12 +8,20 @@ send nothing more (``on_stop``) and raises after the phase, so nothing is writte
 A call a policy denied is never an infrastructure failure; a deferred or refused tick
 stops like a budget stop (``sim.policy``).
 
-Only infrastructure failures count toward aborting a tick: the endpoint did not answer
-(timeouts, 5xx, connection errors, rate limits that outlasted every retry, an open
-breaker). Content failures (a refusal, an answer still invalid after schema feedback, a
-truncated answer, a prompt too long) fall back for their entity and never abort: re-running
-the tick would mostly ask the same model the same thing. And a phase aborts only when at
-least ``MIN_FAILED_CALLS`` calls failed, so one failure in a two-call phase does not.
+Two abort rules count failures after all recovery, each over the phase's calls:
+
+- infrastructure failures: the endpoint did not answer (timeouts, 5xx, connection errors,
+  rate limits that outlasted every retry, an open breaker). More than
+  ``max_failed_fraction`` of the calls, and at least ``MIN_FAILED_CALLS`` of them, abort.
+- content failures: the endpoint answered, but not in the expected form (``ANSWER_FAILURES``:
+  a refusal, an answer still invalid after schema feedback (wrong ids included), a cut-short
+  or empty answer, a bad tool call). An occasional one falls back for its entity; more than
+  ``max_content_failed_fraction`` of the calls, and at least ``min_content_failures`` of
+  them, abort: a world made of fallbacks is not worth committing, and the message says the
+  endpoint is not answering in the expected form.
+
+A prompt too long for the model and a call the policy gate did not send count toward
+neither rule.
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ CONTENT_FAILURES = (
 FailurePolicies = Mapping[str, str]
 #: the absolute floor: fewer infrastructure failures than this never abort a phase
 MIN_FAILED_CALLS = 2
+#: error codes of answers that came back but not in the expected form: the content
+#: failures the second abort rule counts
+ANSWER_FAILURES = frozenset({"refusal", "schema_error", "incomplete", "tool_error", "unknown_tool"})
 
 
 def infrastructure_failures(report: PhaseReport) -> list[str]:
@@ -54,13 +65,21 @@ def infrastructure_failures(report: PhaseReport) -> list[str]:
     return [code for code in codes if code not in CONTENT_FAILURES]
 
 
+def answer_failures(report: PhaseReport) -> list[str]:
+    """The error codes of the phase's failures where an answer came back unusable."""
+    codes = [reason.split(":", 1)[0] for reason in report.errors.values()]
+    return [code for code in codes if code in ANSWER_FAILURES]
+
+
 class PhaseGuard:
     """An event sink that remembers stopping errors, and the check run after each phase.
 
     A configuration error or a budget stop aborts the tick; so does a phase that lost more
     than ``max_failed_fraction`` of its calls to infrastructure failures after all recovery
     (rather than saving a world made of fallbacks), and at least ``MIN_FAILED_CALLS`` of
-    them. The runner raises before committing, so nothing is written.
+    them; and one where more than ``max_content_failed_fraction`` of the calls, and at
+    least ``min_content_failures``, came back unusable (``ANSWER_FAILURES``). The runner
+    raises before committing, so nothing is written.
     """
 
     def __init__(
@@ -68,8 +87,13 @@ class PhaseGuard:
         max_failed_fraction: float,
         failure_policies: FailurePolicies | None = None,
         on_stop: Callable[[LLMError], None] | None = None,
+        *,
+        max_content_failed_fraction: float = 0.5,
+        min_content_failures: int = 3,
     ) -> None:
         self.max_failed_fraction = max_failed_fraction
+        self.max_content_failed_fraction = max_content_failed_fraction
+        self.min_content_failures = max(1, min_content_failures)
         self.failure_policies = dict(failure_policies or {})
         self.on_stop = on_stop
         self.fatal: LLMError | None = None
@@ -103,7 +127,7 @@ class PhaseGuard:
             TickDeferred: a policy deferred the tick (resumable; says until when).
             ApprovalRefused: a policy asked a person, who refused or could not be asked.
             RunFailed: a call of a ``fail`` phase failed, or too many of the phase's
-                calls failed.
+                calls failed (on the infrastructure, or on content).
         """
         resume = "calls already made are kept in its log and not paid for again"
         if isinstance(self.fatal, PolicyDeferred):
@@ -155,3 +179,30 @@ class PhaseGuard:
                 f"{self.max_failed_fraction}; the tick was not committed and can be re-run. "
                 f"First: {first.split(': ', 1)[-1]}"
             )
+        self._check_content(report, total, unit)
+
+    def _check_content(self, report: PhaseReport, total: int, unit: str) -> None:
+        """Raise when most of the phase's answers came back unusable."""
+        failed = answer_failures(report)
+        if (
+            not total
+            or len(failed) < self.min_content_failures
+            or len(failed) / total <= self.max_content_failed_fraction
+        ):
+            return
+        counts: dict[str, int] = {}
+        for code in failed:
+            counts[code] = counts.get(code, 0) + 1
+        named = ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
+        first = next(
+            reason
+            for reason in report.errors.values()
+            if reason.split(":", 1)[0] in ANSWER_FAILURES
+        )
+        raise RunFailed(
+            f"phase {report.name}: the endpoint is not answering in the expected form: "
+            f"{len(failed)} of {total} {unit} came back unusable ({named}), more than "
+            f"max_content_failed_fraction = {self.max_content_failed_fraction}; the tick was "
+            f"not committed. Check the model and its structured-output setting "
+            f"([llm] structured_output, docs/providers.md). First: {first}"
+        )

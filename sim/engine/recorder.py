@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from sim.config import Config, redacted
+from sim.config import Config, loggable
 from sim.errors import LogError
 from sim.llm.batching import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
 from sim.llm.budget import Cost, Price
@@ -33,6 +33,7 @@ from sim.llm.calls import (
 )
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
+from sim.llm.redact import redact_text
 from sim.llm.streaming import CallText
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
@@ -212,7 +213,7 @@ class TickRecorder:
         head: HeaderRecord = (
             partial.header
             if partial is not None
-            else header(tick, redacted(config), seed, self.scope, phases)
+            else header(tick, loggable(config), seed, self.scope, phases)
         )
         #: the tick's summary, fed every call record the log holds (sim.ticklog.summary)
         self.summary = SummaryBuilder(head)
@@ -240,7 +241,7 @@ class TickRecorder:
                 ResumeRecord(
                     attempt=partial.resumes + 2,
                     calls_logged=len(partial.calls),
-                    config=redacted(config),
+                    config=loggable(config),
                 )
             )
             self.writer.sync()
@@ -424,7 +425,8 @@ class TickRecorder:
         else:
             error = event.error
             served = error.served_from if error is not None else "live"
-            message = str(error) if error is not None else ""
+            # stored: any URL the error quotes without its credentials
+            message = redact_text(str(error)) if error is not None else ""
             final = _attempt(event, error=message)
             came_back = {
                 "source": served,

@@ -25,14 +25,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sim.config import Config, redacted
+from sim.config import Config, loggable
 from sim.engine.runner import Runner, build_adapter
 from sim.errors import InputError, LogError
 from sim.llm.router import close_stack
 from sim.llm.types import Adapter
 from sim.providers.replay import Drift, ReplayAdapter
 from sim.storage import Storage
-from sim.ticklog.format import log_file, log_path, read_state, state_digest
+from sim.ticklog.format import existing_log, log_file, log_path, read_state, state_digest
 from sim.ticklog.reader import TickLog, read_log
 
 WORLD_INPUTS = ("prompts", "schemas", "config.toml")
@@ -80,9 +80,7 @@ class ReplayReport:
 
 def committed_log(world_dir: Path, tick: int) -> TickLog:
     """The committed log of ``tick``, or an error saying why it cannot be used."""
-    path = log_file(world_dir, tick)
-    if not path.is_file():
-        raise InputError(path, None, f"no log for tick {tick} (see `sim log --tick all`)")
+    path = existing_log(world_dir, tick)
     log = read_log(path)
     if not log.committed:
         raise LogError(f"{path}: tick {tick} never committed; run `sim tick` to resume it")
@@ -256,10 +254,10 @@ def _explain(tick: TickReplay, log: TickLog, rerun: TickLog, current: Config) ->
     head, now = log.header, rerun.header
     if head.config:
         try:  # normalised, so keys a newer sim added with their defaults are not "changes"
-            logged = redacted(Config.model_validate(head.config))
+            logged = loggable(Config.model_validate(head.config))
         except ValidationError:
             logged = head.config
-        tick.config_changes = config_changes(logged, redacted(current))
+        tick.config_changes = config_changes(logged, loggable(current))
     if head.phases is not None and list(current.tick.phases) != head.phases:
         tick.phase_change = f"logged {', '.join(head.phases)}; now {', '.join(current.tick.phases)}"
     if head.templates is not None:

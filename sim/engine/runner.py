@@ -394,7 +394,13 @@ class Runner:
                         f"{event.response.fallback_to or event.model}"
                     )
 
-        guard = PhaseGuard(config.llm.max_failed_fraction, failure_policies, on_stop=gate.halt)
+        guard = PhaseGuard(
+            config.llm.max_failed_fraction,
+            failure_policies,
+            on_stop=gate.halt,
+            max_content_failed_fraction=config.llm.max_content_failed_fraction,
+            min_content_failures=config.llm.min_content_failures,
+        )
         ctx.events = EventFanout(
             account, recorder.on_event, guard, *([self.events] if self.events else [])
         )

@@ -35,6 +35,7 @@ from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
+from sim.llm.redact import redact_url
 from sim.llm.router import Router
 from sim.llm.types import Adapter
 from sim.llm.urls import endpoint_url
@@ -85,7 +86,7 @@ def _endpoint(config: Config, url: str, max_concurrency: int | None = None) -> E
     """The backpressure state of one server (its adaptive concurrency limit)."""
     llm = config.llm
     return Endpoint(
-        url,
+        redact_url(url),  # its name in messages and the tick log: no credentials
         max_concurrency or llm.max_concurrency,
         down_threshold=llm.breaker_threshold,
         down_cooldown=llm.breaker_cooldown_seconds,
@@ -123,9 +124,13 @@ def server_pool(
         endpoint = _endpoint(config, url, max_concurrency)
         servers.append(
             Server(
-                url,
+                redact_url(url),  # as the tick log records it
                 BudgetAdapter(
-                    BackpressureAdapter(adapter, endpoint), budget, name, batchable=batchable
+                    BackpressureAdapter(adapter, endpoint),
+                    budget,
+                    name,
+                    kind=kind,
+                    batchable=batchable,
                 ),
                 endpoint,
             )
@@ -170,7 +175,9 @@ def endpoint_stack(
         if not local and not batched:  # a network endpoint: slow down when told
             url = endpoint_url(spec.kind, urls[0] if urls else "")
             inner = BackpressureAdapter(inner, _endpoint(config, url, spec.max_concurrency))
-        inner = BudgetAdapter(inner, budget, provider=spec.name, batchable=batchable)
+        inner = BudgetAdapter(
+            inner, budget, provider=spec.name, kind=spec.kind, batchable=batchable
+        )
     if (spec.requests_per_minute or spec.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,

@@ -48,6 +48,17 @@ def cost_usd(usage: Usage, price: Price) -> float:
     ) / 1_000_000
 
 
+#: endpoint kinds that answer under one model name whatever model was asked for, so their
+#: calls are priced as that model: the offline provider answers as ``offline`` (its
+#: ``[prices."offline"]``, $0 by default), not at the price of the model a phase names
+ANSWERS_AS = {"offline": "offline"}
+
+
+def priced_model(kind: str, model: str) -> str:
+    """The model a call to ``model`` on an endpoint of ``kind`` is priced as."""
+    return ANSWERS_AS.get(kind, model)
+
+
 #: a dated snapshot: OpenAI's ``-2025-04-14`` or Anthropic's ``-20251001``
 _SNAPSHOT = re.compile(r"^(?P<base>.+)-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 
@@ -257,16 +268,25 @@ class BudgetAdapter(AdapterWrapper):
 
     Args:
         provider: the endpoint's name, for prices keyed by provider (``local/qwen``).
+        kind: the endpoint's kind: an offline endpoint's calls are priced as the model it
+            answers as (``priced_model``).
         batchable: the endpoint's adapter sends a call through a Batch API session when
             there is one (``openai``, ``chat``): such a call is priced at batch rates.
     """
 
     def __init__(
-        self, inner: Adapter, budget: Budget, provider: str = "", *, batchable: bool = True
+        self,
+        inner: Adapter,
+        budget: Budget,
+        provider: str = "",
+        *,
+        kind: str = "",
+        batchable: bool = True,
     ) -> None:
         super().__init__(inner)
         self.budget = budget
         self.provider = provider
+        self.kind = kind
         self.batchable = batchable
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
@@ -275,9 +295,8 @@ class BudgetAdapter(AdapterWrapper):
         # a call in a Batch API session is half price, if this endpoint's adapter sends
         # it in the batch (openai, chat); another kind answers live at its list price
         factor = BATCH_PRICE_FACTOR if self.batchable and batch_enabled() else 1.0
-        reservation = self.budget.reserve(
-            request.settings.model, estimate_usage(request), self.provider, factor
-        )
+        model = priced_model(self.kind, request.settings.model)
+        reservation = self.budget.reserve(model, estimate_usage(request), self.provider, factor)
         try:
             response = await self.inner.execute(request)
         except LLMError as exc:

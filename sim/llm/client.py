@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from sim.llm.batching import BatchOptions, BatchTransport, current_batch
 from sim.llm.chain import Chain, ResponseChainManager
+from sim.llm.enums import SchemaEnums
 from sim.llm.errors import (
     LLMChainNotFoundError,
     LLMConfigurationError,
@@ -40,6 +41,7 @@ from sim.llm.tools import LLMMessage, ToolDeclaration
 from sim.llm.types import (
     Adapter,
     AdapterResponse,
+    AnswerCheck,
     Attempt,
     CallSettings,
     Exchange,
@@ -68,6 +70,10 @@ class LLMRequest:
             result's ``parsed`` is then a ``ToolCalls`` (``schema`` is ignored).
         messages: with ``tools``, the tool conversation so far (a later step of it).
         tool_choice: with ``tools``, whether a call is required, allowed or not allowed.
+        enums: the values some fields of the schema may hold in this request, sent in
+            the schema (``sim.llm.enums``); ``None``: the schema as it is.
+        check: a check of the parsed answer beyond its schema (a phase's references);
+            a problem is a schema error, re-asked with it fed back (``sim.llm.recovery``).
     """
 
     instructions: str
@@ -78,6 +84,8 @@ class LLMRequest:
     tools: tuple[ToolDeclaration, ...] | None = None
     messages: tuple[LLMMessage, ...] = ()
     tool_choice: ToolChoice = "required"
+    enums: SchemaEnums | None = None
+    check: AnswerCheck | None = None
 
 
 class _AdapterCancelled(Exception):
@@ -269,6 +277,8 @@ class LLMClient:
             settings=self.settings,
             messages=request.messages if tools is not None else (),
             tool_choice=request.tool_choice,
+            enums=request.enums if tools is None else None,
+            check=request.check,
         )
 
     async def _call(

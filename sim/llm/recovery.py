@@ -4,8 +4,8 @@ A wrapper around any adapter (STYLE #6), implementing spec 000's table exactly:
 
 | error                                   | what happens                                    |
 | --------------------------------------- | ----------------------------------------------- |
-| schema error                            | retry with the validation error fed back,       |
-|                                         | ``json_max_retries`` times (spec 000: 2)        |
+| schema error (or the request's answer   | retry with the validation error fed back,       |
+| check failed: a wrong id)               | ``json_max_retries`` times (spec 000: 2)        |
 | rate limit (429)                        | wait Retry-After (else backoff), retry, x2      |
 | timeout, 5xx, connection error          | backoff, retry (``transient_retries`` times)    |
 | auth, bad request, context length,      | fail at once                                    |
@@ -203,6 +203,25 @@ def _add_moved(attempts: list[Attempt], moved: tuple[Attempt, ...], provider: st
         attempts.append(replace(attempt, attempt=len(attempts) + 1, provider=provider))
 
 
+def checked(request: ModelRequest, response: AdapterResponse) -> AdapterResponse:
+    """``response`` if it passes the request's answer check (``ModelRequest.check``).
+
+    Raises:
+        LLMSchemaError: the check found a problem (worded for the model); it carries the
+            attempt's usage and answer, like any schema error.
+    """
+    if request.check is None or request.tools is not None:
+        return response
+    problem = request.check(response.parsed)
+    if problem is None:
+        return response
+    error = LLMSchemaError(
+        problem, model=response.model, usage=response.usage, raw=response.raw[:2000]
+    )
+    error.endpoint, error.moved = response.endpoint, response.moved
+    raise error
+
+
 def with_feedback(request: ModelRequest, error: LLMSchemaError) -> ModelRequest:
     """The request to retry after a schema error: the same, with the error fed back."""
     return replace(
@@ -299,7 +318,7 @@ class RecoveryAdapter(AdapterWrapper):
                 )
             started = time.perf_counter()
             try:
-                response = await self.inner.execute(sent)
+                response = checked(sent, await self.inner.execute(sent))
             except LLMError as exc:
                 note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
                 _add_moved(attempts, exc.moved, provider)

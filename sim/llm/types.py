@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from sim.llm.enums import SchemaEnums
     from sim.llm.tools import LLMMessage, ToolDeclaration
+
+#: a check of a parsed answer beyond its schema (a phase's references): the problem, worded
+#: for the model (recovery feeds it back like a schema error), or ``None`` when it is fine
+AnswerCheck = Callable[[BaseModel], "str | None"]
 
 #: whether a tool-calling request must call a tool (``required``), may (``auto``) or may not
 #: (``none``: answer in text, e.g. to close a conversation)
@@ -134,7 +140,9 @@ class ModelRequest:
     (``window`` mode); ``previous_response_id`` the provider-side chain (``server`` mode).
     ``messages`` continue a tool-calling conversation after ``input`` (the model's function
     calls and what the tools answered, spec 004's ``LLMMessage``); ``tool_choice`` says
-    whether the answer must call a tool.
+    whether the answer must call a tool. ``enums`` limit some fields of the schema sent to
+    the values valid for this request (``sim.llm.enums``); ``check`` looks at the parsed
+    answer (recovery: a problem is a schema error, re-asked with it fed back).
     Who asks (request id, tick scope) travels beside it in ``sim.llm.calls.current_call``.
     """
 
@@ -147,6 +155,8 @@ class ModelRequest:
     settings: CallSettings = field(default_factory=CallSettings)
     messages: tuple[LLMMessage, ...] = ()
     tool_choice: ToolChoice = "required"
+    enums: SchemaEnums | None = None
+    check: AnswerCheck | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.schema is None) == (self.tools is None):

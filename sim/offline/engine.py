@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from random import Random
 from typing import Any
 
-import orjson
-
+from sim import sections
 from sim.offline import templates as T
 from sim.offline.interview import answer
 from sim.offline.resolution import resolve
@@ -180,10 +179,15 @@ def make_rng(seed: str, *salt: str) -> Random:
 
 
 def loads(text: str) -> object:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
+    """An input document: the built-in phases' labelled sections, or JSON (``sim.sections``)."""
+    return sections.loads(text)
+
+
+#: what a sim skill answers when it cannot read its input: nothing named, nothing changed
+_IDLE: dict[str, Json] = {
+    "Intention": {"action": "wait", "target": None},
+    "Resolution": {"outcomes": [], "location_update": None},
+}
 
 
 def generate(
@@ -211,6 +215,11 @@ def generate(
                 out = None
             if out is not None:
                 return _complete(schema, out, rng, input_text)
+        # an input the skill cannot read (a world's own prose template): an answer that
+        # names nothing, rather than ids made of its words (the engine would reject them)
+        idle = _IDLE.get(title) if isinstance(title, str) else None
+        if idle is not None:
+            return _complete(schema, dict(idle), rng, input_text)
     try:
         value = Filler(schema, rng, input_text).fill(schema)
     except Exception:  # never raise: a malformed schema yields an empty object
@@ -257,7 +266,7 @@ class Filler:
         from about its first ``_SENTENCE_CHARS`` characters (the subject comes first)."""
         if self._sentences is None:
             head = self._text[: _SENTENCE_CHARS * 2]
-            data = loads(self._text) if self._text[:1] in "{[" else None
+            data = loads(self._text) if self._text[:1] in "{[#" else None
             texts: list[str] = []
             if isinstance(data, dict | list):
                 _strings_in(data, texts)

@@ -13,8 +13,7 @@ from functools import lru_cache
 from random import Random
 from typing import Any
 
-import orjson
-
+from sim import sections
 from sim.offline import templates as T
 
 Json = dict[str, Any]
@@ -60,10 +59,8 @@ def pairs(value: object, extra: str = "") -> list[tuple[str, str, str]]:
 
 
 def loads(text: str) -> object:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
+    """A document: labelled sections (an input) or a JSON object (an answer)."""
+    return sections.loads(text)
 
 
 def prev_action(out: object) -> tuple[str, str | None] | None:

@@ -8,8 +8,7 @@ from functools import lru_cache
 from random import Random
 from typing import Any
 
-import orjson
-
+from sim import sections
 from sim.offline import templates as T
 
 Json = dict[str, Any]
@@ -166,10 +165,7 @@ def _event_line(ev: Json, name: str) -> str:
 @lru_cache(maxsize=1024)
 def _previous_cast(last_in: str) -> dict[str, str]:
     """Who appeared in the previous exchange's events (id → name). Cached; read-only."""
-    try:
-        prev = orjson.loads(last_in)
-    except orjson.JSONDecodeError:
-        return {}
+    prev = sections.loads(last_in)
     cast: dict[str, str] = {}
     if isinstance(prev, dict) and isinstance(prev.get("events"), list):
         for ev in prev["events"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel
@@ -14,6 +14,7 @@ from sim.llm.batching import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
+from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
 from sim.phases.happenings import Happenings
@@ -186,7 +187,8 @@ class PhaseReport:
     def fail(self, entity_key: str, error: LLMError) -> None:
         self.failures += 1
         self.fallbacks.append(entity_key)
-        self.errors[entity_key] = f"{error.code}: {error}"
+        # printed and logged: any URL the error quotes without its credentials
+        self.errors[entity_key] = redact_text(f"{error.code}: {error}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -283,6 +285,16 @@ class TickContext:
         self.reports.append(report)
         return report
 
+    def refs_mode(self, section: str) -> Literal["schema", "validate"]:
+        """How this phase's references are held to their ids (``sim.phases.refs``): the
+        phase's ``constrain_refs``, else ``[llm]``'s, ``auto`` resolved for the provider
+        its model runs on."""
+        from sim.phases.refs import mode_for
+
+        setting = self.config.phase(section).constrain_refs or self.config.llm.constrain_refs
+        provider = self.config.call_settings(section).provider
+        return mode_for(setting, routing(self.config).endpoints[provider].kind)
+
     def client(self, section: str, entities: Sequence[Entity], phase: str) -> LLMClient:
         """An ``LLMClient`` for one phase, configured from its config section."""
         phase_config = self.config.phase(section)
@@ -343,7 +355,8 @@ class TickContext:
         **extra: Any,
     ) -> LLMRequest:
         """One subject's request for built-in phase ``name``: its instructions and input
-        rendered from the world's templates (else the defaults), chained on ``entity_key``."""
+        rendered from the world's templates (else the defaults), chained on ``entity_key``
+        (``extra``: ``LLMRequest``'s other fields: tools, enums, check)."""
         instructions = self.prompt(name, context)
         return LLMRequest(
             instructions, self.input_for(name, default, context), schema, entity_key, **extra

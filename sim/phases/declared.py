@@ -48,7 +48,8 @@ from sim.phases.base import (
 from sim.phases.files import read_world_file
 from sim.phases.intention_steps import answer_query, look_from
 from sim.phases.intention_tools import UnknownToolError
-from sim.phases.schema import load_schema
+from sim.phases.refs import DeclaredRefs, check_for
+from sim.phases.schema import load_schema, ref_fields, without_refs
 from sim.phases.templates import template_name
 from sim.phases.tool_registry import ANSWER, declared_tools
 from sim.phases.tool_steps import converse
@@ -136,7 +137,8 @@ def _set(entity: dict[str, Any], path: tuple[str, ...], value: Any) -> str | Non
 def answer_tool(phase: str, schema_file: bytes) -> ToolDeclaration:
     """The tool a declared phase's model calls to answer: its parameters are the phase's
     answer schema as the world wrote it (without ``$schema``/``$id``)."""
-    parameters = {k: v for k, v in orjson.loads(schema_file).items() if k not in ("$schema", "$id")}
+    raw = without_refs(orjson.loads(schema_file))
+    parameters = {k: v for k, v in raw.items() if k not in ("$schema", "$id")}
     return ToolDeclaration(
         name=ANSWER,
         description=f"Give your answer for {phase}: call this once you have decided.",
@@ -163,6 +165,8 @@ class DeclaredPhase:
         data = read_world_file(root, config.schema_, field=f"phases.{name}.schema", source=source)
         self.schema_bytes = data
         self.schema = load_schema(data, name, root / config.schema_)
+        #: the answer fields marked ``x-sim-ref`` (checked: the schema loaded)
+        self.refs = ref_fields(orjson.loads(data))
         self.writes = parse_writes(config.writes, self.per, self.schema, source, name)
         #: query tools the model may call before answering (none: one call per subject)
         self.tools = declared_tools(config.tools, self.per, source, name) if config.tools else ()
@@ -292,9 +296,43 @@ class DeclaredPhase:
         doc["tick"] = ctx.tick
         return to_json(doc)
 
+    def ref_ids(
+        self, ctx: TickContext, subject: Entity, where: Mapping[str, list[str]]
+    ) -> dict[str, tuple[str, ...]]:
+        """The ids each ``x-sim-ref`` kind may name for one subject (``REF_KINDS``)."""
+        world = ctx.world
+        kinds = {kind for _, kind in self.refs}
+        ids: dict[str, tuple[str, ...]] = {}
+        if "character" in kinds:
+            ids["character"] = tuple(world.characters)
+        if "location" in kinds:
+            ids["location"] = tuple(world.locations)
+        if self.per == "world":
+            places = list(world.locations.values())
+            ids["present"] = tuple(world.characters)
+            ids["exit"] = tuple(world.locations)
+        else:
+            lid = subject["identity"]["id"] if self.per == "location" else None
+            place = world.locations[lid or subject["state"]["location"]]
+            places = [place]
+            me = subject["identity"]["id"] if self.per == "character" else None
+            here = where.get(place["identity"]["id"], [])
+            ids["present"] = tuple(c for c in here if c != me)
+            ids["exit"] = tuple(place["state"]["connections"])
+        things = [o for loc in places for o in loc["state"]["objects"]]
+        if self.per == "character":
+            things += subject["state"]["inventory"]
+        ids["object"] = tuple(dict.fromkeys(things))
+        return ids
+
     def requests(self, ctx: TickContext, subjects: Sequence[Entity]) -> Sequence[LLMRequest]:
         out = []
         where = ctx.world.characters_at()  # now: apply may have moved people
+        constrain = (
+            bool(self.refs)
+            and self.answer_tool is None
+            and ctx.refs_mode(f"phases.{self.name}") == "schema"
+        )
         for subject in subjects:
 
             def context(subject: Entity = subject) -> dict[str, Any]:
@@ -307,7 +345,18 @@ class DeclaredPhase:
             text = ctx.render(self.input, context) if self.input else default()
             key = f"{self.name}:{self.subject_id(subject)}"
             tools = (self.answer_tool, *self.tools) if self.answer_tool is not None else None
-            out.append(LLMRequest(instructions, text, self.schema, key, tools=tools))
+            refs = DeclaredRefs(self.refs, self.ref_ids(ctx, subject, where)) if self.refs else None
+            out.append(
+                LLMRequest(
+                    instructions,
+                    text,
+                    self.schema,
+                    key,
+                    tools=tools,
+                    enums=refs.enums() if refs is not None and constrain else None,
+                    check=check_for(refs.problem) if refs is not None else None,
+                )
+            )
         return out
 
     async def ask(

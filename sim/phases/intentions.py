@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
+from sim import sections
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
 from sim.phases import intention_steps
@@ -19,9 +20,9 @@ from sim.phases.base import (
     memory_view,
     place_view,
     public,
-    to_json,
 )
 from sim.phases.intention_tools import intention_data, tools_for
+from sim.phases.refs import IntentionRefs, check_for, verified
 from sim.world import Entity, World
 
 NAME = "intentions"
@@ -42,8 +43,11 @@ class Intention(PhaseAnswer, title="Intention"):
         description="move: a connected location id; speak: a present character id; "
         "act: an object here or carried; wait: null"
     )
-    content: str = Field(description="speak: the words said; act: what is done; move, wait: how")
-    reasoning: str = Field(description="why, in a sentence")
+    content: str = Field(
+        description="speak: the words said; act: what is done; move, wait: how",
+        max_length=300,
+    )
+    reasoning: str = Field(description="why, in a sentence", max_length=300)
 
     @classmethod
     def fallback(cls) -> Intention:
@@ -102,7 +106,20 @@ def character_input(
     }
     if happenings:
         doc["happenings"] = happenings
-    return to_json(doc)
+    return sections.dumps(doc)
+
+
+def intention_refs(world: World, char: Entity, here: Sequence[str]) -> IntentionRefs:
+    """The ids one character's intention may name this tick: the exits of its location,
+    the others there, the objects there and those it carries."""
+    loc = world.locations[char["state"]["location"]]
+    cid = char["identity"]["id"]
+    objects = dict.fromkeys([*loc["state"]["objects"], *char["state"]["inventory"]])
+    return IntentionRefs(
+        exits=tuple(loc["state"]["connections"]),
+        people=tuple(other for other in here if other != cid),
+        objects=tuple(objects),
+    )
 
 
 def people_here(world: World, here: list[str]) -> list[tuple[Entity, dict[str, Any]]]:
@@ -142,7 +159,9 @@ async def run(ctx: TickContext) -> None:
     tools = tools_for(ctx.config.actions) if ctx.config.phase1.mode == "tools" else None
     schema = intention_schema(ctx.config.actions)
     view = ctx.world_view
+    constrain = tools is None and ctx.refs_mode(SECTION) == "schema"
     requests = []
+    checks = []
     # who is where, as the others see them: built once per location, not per character
     people: dict[str, list[tuple[Entity, dict[str, Any]]]] = {}
     for char in chars:
@@ -164,7 +183,13 @@ async def run(ctx: TickContext) -> None:
             return character_input(world, char, ctx.tick, here, view, events, everyone)
 
         key = f"{CHAIN}:{char['identity']['id']}"
-        requests.append(ctx.request(NAME, schema, key, context, default, tools=tools))
+        refs = intention_refs(world, char, here)
+        check = check_for(refs.problem)
+        checks.append(check)
+        enums = refs.enums() if constrain else None
+        requests.append(
+            ctx.request(NAME, schema, key, context, default, tools=tools, enums=enums, check=check)
+        )
     if tools is not None and ctx.config.phase1.max_tool_steps > 0:  # look before acting
         results, calls = await intention_steps.decide(
             world,
@@ -179,13 +204,14 @@ async def run(ctx: TickContext) -> None:
     else:
         results, calls = await client.create_batch(requests), len(requests)
     report.calls += calls
-    for char, request, result in zip(chars, requests, results, strict=True):
+    for char, request, check, result in zip(chars, requests, checks, results, strict=True):
         cid = char["identity"]["id"]
         if isinstance(result, ToolCalls):
             try:
                 result = schema.model_validate(intention_data(result, ctx.config.actions))
             except LLMError as exc:
                 result = exc
+        result = verified(result, check)
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)
             result = Intention.fallback()

@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import Field
 
+from sim import sections
 from sim.llm.errors import LLMError
-from sim.phases.base import PhaseAnswer, TickContext, ask, character_view, public, to_json
+from sim.phases.base import PhaseAnswer, TickContext, ask, character_view, public
 from sim.world import Entity
 
 NAME = "memory"
@@ -17,7 +18,9 @@ CHAIN = "memory"
 
 
 class MemorySummary(PhaseAnswer, title="MemorySummary"):
-    summary: str = Field(description="the running summary with the evicted memories folded in")
+    summary: str = Field(
+        description="the running summary with the evicted memories folded in", max_length=1200
+    )
 
 
 def memory_input(
@@ -29,7 +32,7 @@ def memory_input(
     document: dict[str, Any] = {"tick": tick}
     if view is not None:
         document["world"] = view
-    return to_json(
+    return sections.dumps(
         {
             **document,
             "character": character_view(char, full=False),

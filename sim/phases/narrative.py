@@ -6,8 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
+from sim import sections
 from sim.llm.errors import LLMError
-from sim.phases.base import PhaseAnswer, TickContext, ask, place_view, to_json
+from sim.phases.base import PhaseAnswer, TickContext, ask, place_view
 from sim.phases.resolution import Outcome, Resolution, template_context
 from sim.world import World
 
@@ -17,7 +18,7 @@ CHAIN = "narrative"
 
 
 class Narrative(PhaseAnswer, title="Narrative"):
-    narrative: str = Field(description="three to six sentences of prose")
+    narrative: str = Field(description="three to six sentences of prose", max_length=1200)
 
 
 def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
@@ -47,7 +48,7 @@ def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
     happenings = ctx.happenings.here(location_id)
     if happenings:  # injected by `sim inject`; left out when none, so inputs stay as they were
         doc["happenings"] = happenings
-    return to_json(doc)
+    return sections.dumps(doc)
 
 
 async def run(ctx: TickContext) -> None:

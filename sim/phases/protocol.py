@@ -34,6 +34,7 @@ from sim.errors import SimError
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.phases.base import TickContext
+from sim.phases.refs import verified
 from sim.plugins import load_plugin
 from sim.world import Entity
 
@@ -84,6 +85,8 @@ async def run_phase(phase: Phase, ctx: TickContext) -> None:
     else:
         results = await client.create_batch(requests) if requests else []
         report.calls += len(requests)
+    # an answer from a tick log, or a tool call, never passed recovery's check
+    results = [verified(r, q.check) for q, r in zip(requests, results, strict=True)]
     for request, result in zip(requests, results, strict=True):
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)

@@ -3,10 +3,11 @@ everyone present into per-character outcomes and an optional change to the place
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
+from sim import sections
 from sim.llm.errors import LLMError
 from sim.phases.base import (
     PhaseAnswer,
@@ -16,9 +17,9 @@ from sim.phases.base import (
     own_fields,
     place_view,
     public,
-    to_json,
 )
 from sim.phases.intentions import Intention
+from sim.phases.refs import ResolutionRefs, check_for, verified
 from sim.world import Entity, World
 
 NAME = "resolution"
@@ -26,19 +27,27 @@ SECTION = "phase2a"
 CHAIN = "resolution"
 
 
+#: an object's name as a model may write it into the world
+Thing = Annotated[str, StringConstraints(min_length=1, max_length=60)]
+#: the most objects one answer may add or remove for one character or place
+MAX_THINGS = 5
+
+
 class Outcome(PhaseAnswer, title="Outcome"):
     character_id: str = Field(description="id of a character present at this location")
-    outcome: str = Field(description="what happened to them, one or two sentences")
+    outcome: str = Field(description="what happened to them, one or two sentences", max_length=300)
     moved_to: str | None = Field(description="id of the connected location they reached, or null")
-    mood: str | None = Field(description="their new mood, or null if unchanged")
-    gained: list[str] = Field(description="objects they now carry")
-    lost: list[str] = Field(description="objects they no longer carry")
+    mood: str | None = Field(description="their new mood, or null if unchanged", max_length=40)
+    gained: list[Thing] = Field(description="objects they now carry", max_length=MAX_THINGS)
+    lost: list[Thing] = Field(description="objects they no longer carry", max_length=MAX_THINGS)
 
 
 class LocationUpdate(PhaseAnswer, title="LocationUpdate"):
-    atmosphere: str | None = Field(description="the place's new atmosphere, or null")
-    objects_added: list[str]
-    objects_removed: list[str]
+    atmosphere: str | None = Field(
+        description="the place's new atmosphere, or null", max_length=160
+    )
+    objects_added: list[Thing] = Field(max_length=MAX_THINGS)
+    objects_removed: list[Thing] = Field(max_length=MAX_THINGS)
 
 
 class Resolution(PhaseAnswer, title="Resolution"):
@@ -51,6 +60,14 @@ class Resolution(PhaseAnswer, title="Resolution"):
     def empty(cls) -> Resolution:
         """The fallback when the call failed: nothing is resolved, nothing changes."""
         return cls(outcomes=[], location_update=None)
+
+
+def named_things(world: World) -> frozenset[str]:
+    """What an object added to a place must not be called: every location's id and name,
+    every character's id."""
+    names = {*world.locations, *world.characters}
+    names.update(loc["identity"]["name"] for loc in world.locations.values())
+    return frozenset(names)
 
 
 def _add_own(view: dict[str, Any], char: Entity) -> None:
@@ -78,6 +95,7 @@ def location_input(
             "id": cid,
             "name": char["identity"]["name"],
             "personality": char["identity"]["personality"],
+            "goals": char["identity"]["goals"],
             "mood": char["state"]["mood"],
             "inventory": char["state"]["inventory"],
         }
@@ -93,7 +111,7 @@ def location_input(
     }
     if happenings:
         doc["happenings"] = happenings
-    return to_json(doc)
+    return sections.dumps(doc)
 
 
 def template_context(ctx: TickContext, lid: str) -> dict[str, Any]:
@@ -118,7 +136,10 @@ async def run(ctx: TickContext) -> None:
     occupied = list(ctx.occupancy)
     client = ctx.client(SECTION, [world.locations[lid] for lid in occupied], NAME)
     view = ctx.world_view
+    constrain = ctx.refs_mode(SECTION) == "schema"
+    places = named_things(world)
     requests = []
+    checks = []
     for lid in occupied:
 
         def context(lid: str = lid) -> dict[str, Any]:
@@ -135,9 +156,24 @@ async def run(ctx: TickContext) -> None:
                 ctx.happenings.here(lid),
             )
 
-        requests.append(ctx.request(NAME, Resolution, f"{CHAIN}:{lid}", context, default))
+        loc = world.locations[lid]
+        refs = ResolutionRefs(
+            present=tuple(ctx.occupancy[lid]),
+            exits=tuple(loc["state"]["connections"]),
+            objects=tuple(dict.fromkeys(loc["state"]["objects"])),
+            places=places,
+        )
+        check = check_for(refs.problem)
+        checks.append(check)
+        enums = refs.enums() if constrain else None
+        requests.append(
+            ctx.request(
+                NAME, Resolution, f"{CHAIN}:{lid}", context, default, enums=enums, check=check
+            )
+        )
     results = await ask(client, requests, report)
-    for lid, request, result in zip(occupied, requests, results, strict=True):
+    for lid, request, check, result in zip(occupied, requests, checks, results, strict=True):
+        result = verified(result, check)
         if isinstance(result, LLMError):
             report.fail(str(request.entity_key), result)
             result = Resolution.empty()

@@ -8,6 +8,13 @@ provider accepts: ``object`` (``properties``, ``required``, ``additionalProperti
 (``items``, ``minItems``, ``maxItems``) and nested objects, with ``title`` and
 ``description`` anywhere. Anything else is refused by name, so a schema never means more to
 the user than to the engine.
+
+A string without ``maxLength`` is capped at ``MAX_STRING`` characters (a model's answer is
+written into the world). One keyword of sim's own: ``"x-sim-ref"`` on a string marks it as
+a reference to something in the world (``REF_KINDS``): the ids valid for each request are
+sent as its ``enum`` (or only checked; ``[llm] constrain_refs``) and an answer naming
+anything else is re-asked, then falls back (``sim.phases.refs``). ``ref_fields`` lists the
+marked fields.
 """
 
 from __future__ import annotations
@@ -23,16 +30,24 @@ from sim.errors import InputError
 _COMMON = {"type", "title", "description"}
 ALLOWED = {
     "object": _COMMON | {"properties", "required", "additionalProperties"},
-    "string": _COMMON | {"enum", "minLength", "maxLength"},
+    "string": _COMMON | {"enum", "minLength", "maxLength", "x-sim-ref"},
     "number": _COMMON | {"enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
     "integer": _COMMON | {"enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
     "boolean": _COMMON,
     "array": _COMMON | {"items", "minItems", "maxItems"},
 }
 _ROOT_EXTRA = {"$schema", "$id"}
+#: the keyword marking a string as a reference, and what it may name: any character or
+#: location of the world, the characters at the subject's place (``present``), its exits
+#: (``exit``), the objects there and those a character subject carries (``object``)
+REF_KEYWORD = "x-sim-ref"
+REF_KINDS = ("character", "location", "present", "exit", "object")
 #: titles the offline model answers with sim's own skills; a declared schema never uses one
 RESERVED_TITLES = frozenset({"Intention", "Resolution", "Narrative", "MemorySummary", "ToolCalls"})
 _MAX_DEPTH = 8
+#: the length cap of a string whose schema sets none (``maxLength``): what a model writes
+#: into the world is bounded, and a grammar-bound model cannot ramble past it
+MAX_STRING = 2000
 
 
 def _at(where: str, key: str) -> str:
@@ -71,6 +86,11 @@ class _Builder:
                     _at(where, key),
                     f"unsupported JSON Schema keyword {key!r} for type {kind!r}",
                 )
+        if REF_KEYWORD in node and node[REF_KEYWORD] not in REF_KINDS:
+            raise self.fail(
+                _at(where, REF_KEYWORD),
+                f"expected one of {', '.join(REF_KINDS)} (got {node[REF_KEYWORD]!r})",
+            )
         if "enum" in node:
             values = node["enum"]
             py: tuple[type, ...] = {"string": (str,), "number": (int, float), "integer": (int,)}[
@@ -88,7 +108,7 @@ class _Builder:
                 str,
                 Field(
                     min_length=self._int(node, "minLength", where),
-                    max_length=self._int(node, "maxLength", where),
+                    max_length=self._int(node, "maxLength", where) or MAX_STRING,
                 ),
             ]
         if kind in ("number", "integer"):
@@ -193,3 +213,32 @@ def load_schema(data: bytes, name: str, source: Path) -> type[BaseModel]:
     except orjson.JSONDecodeError as exc:
         raise InputError(source, None, f"not valid JSON: {exc}") from None
     return model_from_schema(schema, name, source)
+
+
+def ref_fields(schema: Any) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """The fields of a (checked) schema marked ``x-sim-ref``: (path, kind) each, the path
+    as property names from the root with ``*`` for an array's items (``sim.llm.enums``)."""
+    found: list[tuple[tuple[str, ...], str]] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(node, dict):
+            return
+        kind = node.get(REF_KEYWORD)
+        if isinstance(kind, str):
+            found.append((path, kind))
+        for key, sub in (node.get("properties") or {}).items():
+            walk(sub, (*path, key))
+        if "items" in node:
+            walk(node["items"], (*path, "*"))
+
+    walk(schema, ())
+    return tuple(found)
+
+
+def without_refs(schema: Any) -> Any:
+    """``schema`` without sim's ``x-sim-ref`` keyword (what a provider is sent)."""
+    if isinstance(schema, dict):
+        return {k: without_refs(v) for k, v in schema.items() if k != REF_KEYWORD}
+    if isinstance(schema, list):
+        return [without_refs(v) for v in schema]
+    return schema

@@ -221,8 +221,9 @@ class TickPolicy:
         entity = key.partition(":")[2] or None if key else None
         settings = request.settings
         usage = estimate_usage(request)
+        priced = self.plan.priced_model(settings.model, settings.provider)
         cost = price_usage(
-            usage, settings.model, self.prices, self._price_cache, provider=settings.provider
+            usage, priced, self.prices, self._price_cache, provider=settings.provider
         )
         targets = tuple(candidates(settings))
         if self._tick_cost is None:  # the first call's input stands for every call's

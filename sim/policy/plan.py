@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config import Config
-from sim.llm.budget import Cost, price_usage
+from sim.config import Config, routing
+from sim.llm.budget import Cost, price_usage, priced_model
 from sim.llm.types import Usage
 from sim.phases import PhaseSpec
 from sim.world import World
@@ -38,6 +38,14 @@ class TickPlan:
     tick: int
     phases: tuple[PlannedPhase, ...] = ()
     unplanned: tuple[str, ...] = ()
+    #: (endpoint name, kind) of every endpoint the phases' models run on
+    kinds: tuple[tuple[str, str], ...] = ()
+
+    def priced_model(self, model: str, provider: str) -> str:
+        """The model a call to ``model`` on endpoint ``provider`` is priced as: the offline
+        provider's calls as the model it answers as (``offline``, $0 by default), any
+        other by its own name (``sim.llm.budget.priced_model``)."""
+        return priced_model(dict(self.kinds).get(provider, ""), model)
 
     @property
     def calls(self) -> int:
@@ -52,7 +60,8 @@ class TickPlan:
                 input_tokens=input_tokens * phase.calls,
                 output_tokens=phase.max_output_tokens * phase.calls,
             )
-            total = total + price_usage(usage, phase.model, prices, provider=phase.provider)
+            model = self.priced_model(phase.model, phase.provider)
+            total = total + price_usage(usage, model, prices, provider=phase.provider)
         return total
 
 
@@ -94,4 +103,5 @@ def plan_tick(world: World, config: Config, phases: Sequence[PhaseSpec]) -> Tick
         planned.append(
             PlannedPhase(name, calls, settings.model, settings.max_output_tokens, settings.provider)
         )
-    return TickPlan(world.tick + 1, tuple(planned), tuple(unplanned))
+    kinds = tuple((name, spec.kind) for name, spec in routing(config).endpoints.items())
+    return TickPlan(world.tick + 1, tuple(planned), tuple(unplanned), kinds)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 import sim
 from sim.llm.calls import idempotency_key
+from sim.llm.enums import SchemaEnums, constrain
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import CallSettings, Usage
 from sim.providers._fast_http import (
@@ -32,20 +33,29 @@ from sim.providers._fast_http import (
     plain_tcp_transport,
     shared_ssl_context,
 )
-from sim.providers._strict_schema import to_strict_json_schema
+from sim.providers._strict_schema import to_strict_json_schema, without_lengths
 
 if TYPE_CHECKING:
     import openai
 
-_STRICT: dict[type[BaseModel], dict[str, Any]] = {}
+_STRICT: dict[tuple[type[BaseModel], bool], dict[str, Any]] = {}
 
 
-def strict_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The schema in OpenAI's strict structured-output form, computed once per class."""
-    cached = _STRICT.get(schema)
+def strict_schema(
+    schema: type[BaseModel], enums: SchemaEnums | None = None, *, lengths: bool = True
+) -> dict[str, Any]:
+    """The schema in OpenAI's strict structured-output form, computed once per class, with
+    this request's ``enums`` written in (``sim.llm.enums``; a copy when there are any).
+
+    Args:
+        lengths: keep string length limits (``maxLength``); OpenAI's own API does not
+            document them in strict mode, local grammars (llama.cpp, vLLM) use them.
+    """
+    cached = _STRICT.get((schema, lengths))
     if cached is None:
-        cached = _STRICT[schema] = to_strict_json_schema(schema)
-    return cached
+        strict = to_strict_json_schema(schema)
+        cached = _STRICT[(schema, lengths)] = strict if lengths else without_lengths(strict)
+    return constrain(cached, enums)
 
 
 #: concurrent connections per connection pool (and SDK client): the HTTP pool's

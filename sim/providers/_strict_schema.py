@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["to_strict_json_schema"]
+__all__ = ["to_strict_json_schema", "without_lengths"]
 
 _MISSING = object()
 
@@ -105,3 +105,33 @@ def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise ValueError(f"$ref {ref!r} resolves to {node!r}, not a schema object")
     return node
+
+
+#: string keywords OpenAI's strict mode does not document (the answer is still validated
+#: against them by the pydantic class)
+_LENGTH_KEYWORDS = ("maxLength", "minLength")
+
+
+def without_lengths(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (strict) without string length keywords, for an API whose strict mode
+    does not take them; a new dict, ``schema`` unchanged. The class still validates the
+    lengths, so a longer answer is a schema error fed back to the model."""
+    out = copy.deepcopy(schema)
+    _drop_lengths(out)
+    return out
+
+
+def _drop_lengths(node: object) -> None:
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "string":
+        for key in _LENGTH_KEYWORDS:
+            node.pop(key, None)
+    for key in ("$defs", "definitions", "properties"):
+        sub = node.get(key)
+        if isinstance(sub, dict):
+            for child in sub.values():
+                _drop_lengths(child)
+    _drop_lengths(node.get("items"))
+    for branch in node.get("anyOf") or ():
+        _drop_lengths(branch)

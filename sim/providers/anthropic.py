@@ -16,7 +16,9 @@ window (``window`` mode) and the input as alternating user/assistant ``messages`
 No temperature is sent: the Messages API of the SDK this adapter is written against (2.x)
 takes no sampling parameters, so a phase's ``temperature`` does not apply to Claude.
 
-The answer is checked in this order: ``stop_reason`` ``refusal`` -> ``LLMRefusalError``;
+The answer is checked in this order: not a message at all (``{}``, no content blocks or
+no usage) -> ``LLMAPIError`` with code ``malformed_answer``, not retried (it is a fallback
+model's turn); ``stop_reason`` ``refusal`` -> ``LLMRefusalError``;
 ``max_tokens`` (or another early stop) -> ``LLMIncompleteError``; a missing or invalid
 answer -> ``LLMSchemaError``. Every failure carries the attempt's usage.
 
@@ -42,7 +44,9 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.calls import schema_json
+from sim.llm.enums import constrain
 from sim.llm.errors import (
+    LLMAPIError,
     LLMBudgetExceededError,
     LLMError,
     LLMIncompleteError,
@@ -138,6 +142,32 @@ def messages(
                 {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments}
             )
     return out
+
+
+def malformed(message: Message) -> str | None:
+    """What makes ``message`` no Messages API message, or ``None``: the fields this adapter
+    reads (``content``, a list of blocks with a ``type``; ``usage`` with whole
+    ``input_tokens`` and ``output_tokens``). The SDK builds its answer object without
+    validating it, so a ``{}`` answered with status 200 arrives with all of them ``None``."""
+    content = getattr(message, "content", None)
+    if not isinstance(content, list):
+        return "no content blocks"
+    for block in content:
+        kind = getattr(block, "type", None)
+        if not isinstance(kind, str):
+            return "a content block without a type"
+        if kind == "text" and not isinstance(getattr(block, "text", None), str):
+            return "a text block without text"
+        if kind == "tool_use" and not (
+            isinstance(getattr(block, "name", None), str)
+            and isinstance(getattr(block, "input", None), dict)
+        ):
+            return "a tool_use block without a name or an input object"
+    usage = getattr(message, "usage", None)
+    counts = (getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None))
+    if usage is None or not all(isinstance(n, int) and n >= 0 for n in counts):
+        return "no usage (input_tokens, output_tokens)"
+    return None
 
 
 def usage_of(message: Message) -> Usage:
@@ -322,7 +352,7 @@ class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
                         f"Give your answer as the input of this tool: a {schema.__name__} "
                         "that matches the schema exactly."
                     ),
-                    "input_schema": input_schema(schema),
+                    "input_schema": constrain(input_schema(schema), request.enums),
                 }
             ]
             params["tool_choice"] = {"type": "tool", "name": name}
@@ -343,6 +373,15 @@ class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
     def answer(self, request: ModelRequest, message: Message) -> AdapterResponse:
         """The checked, parsed answer of one Messages API response."""
         model = request.settings.model
+        problem = malformed(message)
+        if problem is not None:  # status 200, but not an answer: the gateway's or API's fault
+            raise LLMAPIError(
+                f"malformed answer from the Messages API: {problem} (expected a message "
+                "with content blocks and usage)",
+                code="malformed_answer",
+                status_code=200,
+                model=model,
+            )
         usage = usage_of(message)
         check_stop(message, usage, model)
         return self.respond(

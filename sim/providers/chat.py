@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import orjson
 
 from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
+from sim.llm.redact import redact_url
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
 from sim.providers._adapter_common import refused, window_turns
@@ -146,7 +147,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
     @functools.cached_property
     def forms(self) -> FormSelector:
         """``auto`` structured output: the form this endpoint takes, found once per run."""
-        return FormSelector(self.base_url.rstrip("/"))
+        return FormSelector(redact_url(self.base_url.rstrip("/")))
 
     @functools.cached_property
     def legacy_max_tokens(self) -> bool:
@@ -174,7 +175,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
         else:
             schema = schema_of(self, request)
             form = form or self.forms.form(_mode(settings.structured_output))
-            json_schema = strict_schema(schema)
+            json_schema = strict_schema(schema, request.enums)
             extra = request_fields(form, schema.__name__, json_schema)
             instructions = instructions_for(form, instructions, json_schema)
         body: Json = {

@@ -30,6 +30,7 @@ from typing import Any
 import httpx2
 
 from sim.llm.calls import schema_json
+from sim.llm.enums import constrain
 from sim.llm.errors import (
     LLMAPIError,
     LLMError,
@@ -360,7 +361,9 @@ class GeminiAdapter(SDKAdapter["genai.Client"]):
             )
         else:
             config.response_mime_type = "application/json"
-            config.response_json_schema = schema_json(schema_of(self, request))
+            config.response_json_schema = constrain(
+                schema_json(schema_of(self, request)), request.enums
+            )
         return config
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:

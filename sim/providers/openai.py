@@ -156,7 +156,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
                 "format": {
                     "type": "json_schema",
                     "name": schema.__name__,
-                    "schema": strict_schema(schema),
+                    "schema": strict_schema(schema, request.enums, lengths=False),
                     "strict": True,
                 }
             }

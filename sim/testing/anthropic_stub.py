@@ -14,11 +14,14 @@ Point the SDK at ``server.base_url`` (``sim tick --provider anthropic --base-url
 Faults, latency, stats and ``ServerThread`` work as for ``StubServer``; the faults mean, in
 Anthropic's terms: ``rate_limit`` 429 ``rate_limit_error`` with ``retry-after``,
 ``overloaded`` 529 ``overloaded_error``, ``server_error`` 500 ``api_error``, ``hang``,
-``auth`` 401 ``authentication_error``, ``permission`` 403 ``permission_error``,
+``stall`` (a hang: no streams here), ``bad_gateway`` (502 with a proxy's HTML page),
+``auth`` 401 ``authentication_error``, ``permission`` and ``forbidden`` 403
+``permission_error``, ``model_not_found`` 404 ``not_found_error`` "model: NAME",
 ``bad_request`` 400 ``invalid_request_error``, ``insufficient_quota`` 400 "credit balance is too
 low", ``context_length`` 400 "prompt is too long", ``malformed`` (a tool input missing half
 its fields), ``refusal`` (``stop_reason: refusal``), ``incomplete`` (``stop_reason:
-max_tokens``), ``unknown_tool``.
+max_tokens``), ``unknown_tool``, ``empty`` (status 200 with ``{}``). Every fault listed in
+``ANTHROPIC_FAULTS`` is performed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,15 @@ from sim.testing.sdk_stub import SDKStubServer
 from sim.testing.stub_model import Answer, Ask, Json, split_messages, text_of
 from sim.testing.stub_server import FAULTS, _HTTPError
 
-ANTHROPIC_FAULTS = (*FAULTS, "overloaded", "bad_request", "permission")
+#: the faults the stub performs: the OpenAI stub's but ``raw_newline`` (a tool's input is
+#: an object here, not JSON text), and Anthropic's own
+ANTHROPIC_FAULTS = (
+    *(fault for fault in FAULTS if fault != "raw_newline"),
+    "overloaded",
+    "bad_request",
+    "permission",
+    "empty",
+)
 ROUTE = "/v1/messages"
 REFUSAL_EXPLANATION = "This request was declined under the usage policy."
 
@@ -154,7 +165,7 @@ class AnthropicStubServer(SDKStubServer):
         finally:
             self.stats.in_flight -= 1
 
-    def _http_fault(self, fault: str) -> str | None:
+    def _http_fault(self, fault: str, model: str) -> str | None:
         """Anthropic's status and error type for each HTTP-level fault."""
         opts = self.options
         if fault == "rate_limit":
@@ -174,6 +185,16 @@ class AnthropicStubServer(SDKStubServer):
             raise _HTTPError(500, anthropic_error("api_error", "Internal server error"))
         if fault == "auth":
             raise _HTTPError(401, anthropic_error("authentication_error", "invalid x-api-key"))
+        if fault == "forbidden":
+            raise _HTTPError(
+                403,
+                anthropic_error(
+                    "permission_error",
+                    "Your API key does not have permission to use the specified resource.",
+                ),
+            )
+        if fault == "model_not_found":
+            raise _HTTPError(404, anthropic_error("not_found_error", f"model: {model}"))
         if fault == "permission":
             raise _HTTPError(
                 403,
@@ -210,6 +231,8 @@ class AnthropicStubServer(SDKStubServer):
         model = str(request.get("model") or "stub")
         forced = _forced(request)
         fault = await self._sdk_prelude(model)
+        if fault == "empty":  # status 200 and an empty object: no message at all
+            return {}
         turns = [m for m in request.get("messages") or () if not _tool_blocks_only(m)]
         _, pairs, input_text = split_messages(turns)
         instructions = text_of(request.get("system") or "")

@@ -12,10 +12,13 @@ gemini --base-url ...``). Faults, latency, stats and ``ServerThread`` work as fo
 ``StubServer``; the faults mean, in Gemini's terms: ``rate_limit`` 429
 ``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` delay, ``insufficient_quota`` 429 with a daily
 ``QuotaFailure`` and no delay, ``server_error`` 500 ``INTERNAL``, ``hang``, ``auth`` 400
-``API_KEY_INVALID`` (what Gemini answers a bad key with), ``context_length`` 400 "input
-token count exceeds", ``malformed`` (half the JSON), ``refusal`` (``finishReason: SAFETY``),
-``blocked`` (``promptFeedback.blockReason: SAFETY``), ``incomplete`` (``MAX_TOKENS``),
-``unknown_tool``.
+``API_KEY_INVALID`` (what Gemini answers a bad key with), ``forbidden`` 403
+``PERMISSION_DENIED``, ``model_not_found`` 404 ``NOT_FOUND``, ``bad_gateway`` (502 with a
+proxy's HTML page), ``stall`` (a hang: no streams here), ``context_length`` 400 "input
+token count exceeds", ``malformed`` (half the JSON), ``raw_newline`` (a raw line break in a
+JSON string), ``refusal`` (``finishReason: SAFETY``), ``blocked``
+(``promptFeedback.blockReason: SAFETY``), ``incomplete`` (``MAX_TOKENS``),
+``unknown_tool``. Every fault listed in ``GEMINI_FAULTS`` is performed.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ GEMINI_FAULTS = (*FAULTS, "blocked")
 _ROUTE = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):generateContent$")
 _STATUS = {
     400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
@@ -178,7 +182,7 @@ class GeminiStubServer(SDKStubServer):
         self.log.append(request)
         return await self._generate(match["model"], request)
 
-    def _http_fault(self, fault: str) -> str | None:
+    def _http_fault(self, fault: str, model: str) -> str | None:
         """Google's status and error details for each HTTP-level fault."""
         opts = self.options
         if fault == "rate_limit":
@@ -236,6 +240,22 @@ class GeminiStubServer(SDKStubServer):
                             "domain": "googleapis.com",
                         }
                     ],
+                ),
+            )
+        if fault == "forbidden":
+            raise _HTTPError(
+                403,
+                google_error(
+                    403, "Permission denied: Consumer does not have access to this model."
+                ),
+            )
+        if fault == "model_not_found":
+            raise _HTTPError(
+                404,
+                google_error(
+                    404,
+                    f"models/{model} is not found for API version v1beta, or is not "
+                    "supported for generateContent.",
                 ),
             )
         if fault == "context_length":

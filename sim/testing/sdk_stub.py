@@ -13,7 +13,7 @@ import asyncio
 from typing import Any, ClassVar
 
 from sim.testing.stub_model import Json
-from sim.testing.stub_server import FAULTS, StubServer, _HTTPError
+from sim.testing.stub_server import BAD_GATEWAY_BODY, FAULTS, StubServer, _HTTPError
 
 
 class SDKStubServer(StubServer):
@@ -50,8 +50,9 @@ class SDKStubServer(StubServer):
         """The answer to a request on this API's route, ``None`` when it is not the route."""
         raise NotImplementedError
 
-    def _http_fault(self, fault: str) -> str | None:
-        """Raise the ``_HTTPError`` an HTTP-level ``fault`` is; else the answer-level fault."""
+    def _http_fault(self, fault: str, model: str) -> str | None:
+        """Raise the ``_HTTPError`` an HTTP-level ``fault`` is (for ``model``); else the
+        answer-level fault."""
         raise NotImplementedError
 
     def _not_json(self) -> Json:
@@ -72,7 +73,9 @@ class SDKStubServer(StubServer):
         fault = await self._delay_and_fault(model)
         if fault is None:
             return None
-        if fault == "hang":
+        if fault in ("hang", "stall"):  # no streams here: a stall is a hang, as unstreamed
             await asyncio.sleep(self.options.hang_seconds)
             raise _HTTPError(500, self._error(500, "api_error", "hung"))
-        return self._http_fault(fault)
+        if fault == "bad_gateway":  # a proxy in front of the API: its page, not JSON
+            raise _HTTPError(502, BAD_GATEWAY_BODY)
+        return self._http_fault(fault, model)

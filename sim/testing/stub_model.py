@@ -20,7 +20,9 @@ Json = dict[str, Any]
 Pair = tuple[str, str]
 
 #: faults that change the answer rather than the HTTP status
-ANSWER_FAULTS = frozenset({"malformed", "raw_newline", "refusal", "incomplete", "unknown_tool"})
+ANSWER_FAULTS = frozenset(
+    {"malformed", "raw_newline", "refusal", "incomplete", "unknown_tool", "wrong_ids"}
+)
 REFUSAL = "I'm sorry, but I can't help with that."
 
 
@@ -106,6 +108,33 @@ def _raw_newline(text: str) -> str:
     return text if at < 0 else f"{text[: at + 3]}\n{text[at + 3 :]}"
 
 
+def wrong_ids(data: Any) -> Any:
+    """``data`` (a generated answer) with its references made wrong the way small models
+    make them (issue 25): an intention's ``target`` becomes ``"place"`` (and a ``wait`` a
+    ``move``, so the target matters), an outcome's ``character_id`` ``"1"``, ``"2"``...,
+    ``moved_to`` ``"nowhere"``, removed objects ``["a ghost"]``. The answer still fits
+    the schema's types; only the ids are wrong."""
+    if isinstance(data, list):
+        return [wrong_ids(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    out = {key: wrong_ids(value) for key, value in data.items()}
+    if "target" in out and "action" in out:
+        out["target"] = "place"
+        if out["action"] == "wait":
+            out["action"] = "move"
+    if "moved_to" in out:
+        out["moved_to"] = "nowhere"
+    if "objects_removed" in out:
+        out["objects_removed"] = ["a ghost"]
+    outcomes = out.get("outcomes")
+    if isinstance(outcomes, list):
+        for n, item in enumerate(outcomes, 1):
+            if isinstance(item, dict) and "character_id" in item:
+                item["character_id"] = str(n)
+    return out
+
+
 def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
     """Generate the answer to one request, with an answer-level fault applied if any."""
     digest = hashlib.blake2b(digest_size=16)
@@ -138,6 +167,8 @@ def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
                 history=list(ask.history),
                 instructions=ask.instructions,
             )
+            if ask.fault == "wrong_ids":
+                data = wrong_ids(data)
             text = orjson.dumps(data).decode()
         else:
             text = "Understood."

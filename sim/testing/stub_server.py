@@ -26,7 +26,10 @@ JSON string, as small models write one), ``refusal``, ``incomplete``,
 ``insufficient_quota`` (429), ``auth`` (401), ``forbidden`` (403), ``context_length``
 (400), ``bad_request`` (400 for a parameter), ``model_not_found`` (404), ``bad_gateway``
 (502 with a body that is not JSON, as a proxy in front of a model server sends),
-``unknown_tool``.
+``unknown_tool``, ``empty`` (``200 {}``: a body with no answer in it), ``wrong_ids`` (a
+schema-valid answer whose references name nothing in the world: a target ``"place"``,
+outcomes for characters ``"1"`` and ``"2"``, a move to ``"nowhere"``, as a small model
+writes them; ``stub_model.wrong_ids``).
 
 A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
 answer back without being generated or billed again (``replayed`` in the stats), as a
@@ -85,6 +88,8 @@ FAULTS = (
     "model_not_found",
     "bad_gateway",
     "bad_request",
+    "empty",
+    "wrong_ids",
 )
 #: what ``fault_rate`` draws from unless told otherwise
 RANDOM_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", "incomplete")
@@ -606,6 +611,8 @@ class StubServer:
             raise _HTTPError(500, error_body("hung", "server_error", None))
         if fault == "bad_gateway":
             raise _HTTPError(502, BAD_GATEWAY_BODY)
+        if fault == "empty":  # a server (or bridge) that answers with nothing in the body
+            raise _HTTPError(200, {})
         http_fault = _HTTP_FAULTS.get(fault)
         if http_fault is not None:
             status, message, type_, code, param = http_fault

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import re
 import zlib
 from collections.abc import Callable, Mapping
@@ -56,6 +57,7 @@ from typing import Any
 import orjson
 
 from sim import safefs
+from sim.errors import InputError
 from sim.llm.calls import digest
 from sim.ticklog.records import (
     CallRecord,
@@ -139,6 +141,19 @@ def log_file(root: Path, tick: int) -> Path:
         if packed.is_file():
             return packed
     return plain
+
+
+def existing_log(root: Path, tick: int) -> Path:
+    """Tick ``tick``'s log on disk (``log_file``), or the one error ``sim log`` and ``sim
+    replay`` give for a tick with no log (exit 2, as for any tick the user names wrong).
+
+    Raises:
+        InputError: there is no log for ``tick``.
+    """
+    path = log_file(root, tick)
+    if not os.path.lexists(path):  # a link or a FIFO is there: the reader refuses it by name
+        raise InputError(path, None, f"no log for tick {tick} (see `sim log --tick all`)")
+    return path
 
 
 def list_logs(root: Path, folder: str = LOG_DIR) -> list[tuple[int, Path]]:

@@ -120,7 +120,7 @@ def test_init_schema_rewind_and_fork_print_one_json_document(tmp_path: Path) -> 
         "locations": ["inn", "square"],
     }
     schemas = orjson.loads(run("schema", "--out", str(tmp_path / "s"), "--json").stdout)
-    assert schemas["ok"] and len(schemas["paths"]) == 3
+    assert schemas["ok"] and len(schemas["paths"]) == 4
     assert all(Path(p).is_file() for p in schemas["paths"])
     assert run("tick", "--world", str(world), "--ticks", "2").exit_code == 0
     fork = orjson.loads(

@@ -18,6 +18,7 @@ from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
+from sim.phases.intentions import Intention
 from sim.phases.tool_registry import REGISTRY
 from sim.storage import Storage
 from sim.testing import default_instance
@@ -144,7 +145,13 @@ class Looking:
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         if request.schema is not None:
-            return AdapterResponse(default_instance(request.schema), "r", Usage(5, 1), "fake")
+            # an intention must name what is there: the idle one names nothing
+            parsed = (
+                Intention.fallback()
+                if issubclass(request.schema, Intention)
+                else default_instance(request.schema)
+            )
+            return AdapterResponse(parsed, "r", Usage(5, 1), "fake")
         self.requests.append(request)
         names = [t.name for t in request.tools or ()]
         if names != ["answer"]:

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import REPO, tree
 
+from sim import sections
 from sim.cli import main
 from sim.interventions import PENDING
 from sim.storage import Storage
@@ -31,7 +32,9 @@ def calls_by_phase(world: Path, tick: int, phase: str) -> dict[str, dict[str, An
     """Entity key -> the logged input document of each call of ``phase``."""
     log = read_log(log_path(world, tick))
     return {
-        str(c.entity_key): orjson.loads(c.input) for c in log.calls.values() if c.phase == phase
+        str(c.entity_key): sections.loads(c.input) or {}
+        for c in log.calls.values()
+        if c.phase == phase
     }
 
 

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from sim import sections
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
@@ -42,7 +43,8 @@ def test_description_and_custom_fields_reach_every_intention_input(demo_world: P
         intentions = [c for c in log.calls.values() if c.phase == "intentions"]
         assert len(intentions) == 10
         for call in intentions:
-            document = orjson.loads(call.input)
+            document = sections.loads(call.input)
+            assert document is not None
             assert "MARKER-PREMISE-41" in call.input
             assert "MARKER-SECRET-77" in call.input
             assert document["world"]["season"] == "drought"
@@ -580,7 +582,7 @@ def test_declared_phases_per_location_and_per_world(demo_world: Path) -> None:
     assert any(c.entity_key == "omen:world" for c in log.calls.values())
     # the world's own new field reaches the next tick's inputs
     first = next(c for c in log.calls.values() if c.phase == "intentions")
-    assert orjson.loads(first.input)["world"]["omen"]
+    assert (sections.loads(first.input) or {})["world"]["omen"]
 
 
 def test_a_python_phase_that_raises_is_named(

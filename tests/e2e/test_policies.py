@@ -92,6 +92,11 @@ def install_policies(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+#: the offline provider's calls priced (it is free by default) so that a tick's estimate
+#: has something to ask about
+PRICED = '[prices."offline"]\ninput = 0.4\ncached_input = 0.1\noutput = 1.6\n'
+
+
 def user_config(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "user-config.toml"
     path.write_text(text)
@@ -267,7 +272,7 @@ def test_defer_stops_the_tick_and_the_next_run_resumes_it_without_paying_twice(
 
 
 def test_ask_without_a_terminal_is_refused_unless_yes(demo_world: Path, tmp_path: Path) -> None:
-    config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
+    config = user_config(tmp_path, PRICED + "[policy]\napprove_above_usd = 0.0001\n")
     before = tree(demo_world)
     result = tick(demo_world, config)  # CliRunner's stdin is not a terminal
     assert result.exit_code == 1
@@ -352,7 +357,7 @@ def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, 
 
 
 def test_ask_on_a_terminal_approved(demo_world: Path, tmp_path: Path) -> None:
-    config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
+    config = user_config(tmp_path, PRICED + "[policy]\napprove_above_usd = 0.0001\n")
     code, shown = _tick_on_a_terminal(demo_world, config, b"y\n")
     assert code == 0, shown
     assert "above [policy] approve_above_usd = $0.0001. Run it? [y/N]" in shown
@@ -364,7 +369,7 @@ def test_ask_on_a_terminal_approved(demo_world: Path, tmp_path: Path) -> None:
 
 
 def test_ask_on_a_terminal_refused(demo_world: Path, tmp_path: Path) -> None:
-    config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
+    config = user_config(tmp_path, PRICED + "[policy]\napprove_above_usd = 0.0001\n")
     before = tree(demo_world)
     code, shown = _tick_on_a_terminal(demo_world, config, b"n\n")
     assert code == 1, shown
@@ -375,7 +380,7 @@ def test_ask_on_a_terminal_refused(demo_world: Path, tmp_path: Path) -> None:
 
 
 def test_ctrl_c_at_the_prompt_interrupts_the_run(demo_world: Path, tmp_path: Path) -> None:
-    config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
+    config = user_config(tmp_path, PRICED + "[policy]\napprove_above_usd = 0.0001\n")
     before = tree(demo_world)
     code, shown = _tick_on_a_terminal(demo_world, config, b"\x03")
     assert code == 130, shown
@@ -392,7 +397,9 @@ def test_replay_reproduces_decisions_from_the_log(
 ) -> None:
     """A tick with a custom denial and an approval replays identically where the policy
     is not installed and no one can be asked."""
-    config = user_config(tmp_path, '[policy]\ncustom = ["no_bram"]\napprove_above_usd = 0.0001\n')
+    config = user_config(
+        tmp_path, PRICED + '[policy]\ncustom = ["no_bram"]\napprove_above_usd = 0.0001\n'
+    )
     with monkeypatch.context() as patch:
         install_policies(tmp_path / "site", patch)
         result = tick(demo_world, config, "--yes")
@@ -508,3 +515,19 @@ def test_a_batched_tick_passes_the_gate_and_a_denied_call_never_joins_a_batch(
     others = [c for c in log.calls.values() if c.phase == "intentions" and c is not bram]
     assert others and all(not c.failed for c in others)
     assert stub_server.stats.generations == sum(1 for c in log.calls.values() if not c.failed)
+
+
+def test_an_offline_tick_is_estimated_at_its_own_price(demo_world: Path, tmp_path: Path) -> None:
+    """The offline provider costs $0 (its own [prices."offline"]), whatever model the
+    phases name: its tick is neither asked about nor refused, nor stopped by a cost cap."""
+    config = user_config(tmp_path, "[policy]\napprove_above_usd = 0.0001\n")
+    result = tick(demo_world, config)  # no terminal: an ask would be refused
+    assert result.exit_code == 0, result.output
+    assert "approve_above_usd" not in result.output
+    stopped = tick(demo_world, None, "--budget-usd", "0.00001")
+    assert stopped.exit_code == 0, stopped.output
+    # priced by its own table: an offline price makes the estimate ask again
+    priced = user_config(tmp_path, PRICED + "[policy]\napprove_above_usd = 0.0001\n")
+    asked = tick(demo_world, priced)
+    assert asked.exit_code == 1
+    assert "approve_above_usd asked and was refused (no terminal)" in asked.output

@@ -98,7 +98,10 @@ class Curious:
 
 def test_steps_are_bounded_then_only_actions_are_offered(demo_world: Path) -> None:
     config = Config.model_validate(
-        {"phase1": {"mode": "tools", "max_tool_steps": 2}, "llm": {"max_failed_fraction": 1.0}}
+        {
+            "phase1": {"mode": "tools", "max_tool_steps": 2},
+            "llm": {"max_failed_fraction": 1.0, "max_content_failed_fraction": 1.0},
+        }
     )
     model = Curious()
     result = Runner(demo_world, config, adapter=model).run()[0]
@@ -136,11 +139,14 @@ def test_the_failure_fraction_is_per_character(demo_world: Path) -> None:
     assert Storage(demo_world).load().tick == 0
 
 
-def test_a_model_that_never_acts_falls_back_without_aborting(demo_world: Path) -> None:
-    # content failures (an undeclared tool) fall back per character, even all of them
+def test_a_model_that_never_acts_leaves_the_tick_uncommitted(demo_world: Path) -> None:
+    # content failures (an undeclared tool) fall back per character, but not all of them:
+    # past max_content_failed_fraction the endpoint is not answering in the expected form
     config = Config.model_validate({"phase1": {"mode": "tools", "max_tool_steps": 2}})
-    Runner(demo_world, config, adapter=Curious()).run()
-    assert Storage(demo_world).load().tick == 1
+    before = tree(demo_world)
+    with pytest.raises(RunFailed, match=r"10 of 10 entities came back unusable \(10 unknown_tool"):
+        Runner(demo_world, config, adapter=Curious()).run()
+    assert tree(demo_world) == before
 
 
 def test_query_answers_come_from_the_world(demo_world: Path) -> None:

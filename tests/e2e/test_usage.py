@@ -170,3 +170,32 @@ def test_sim_log_shows_the_depth_and_window_of_every_call(three_ticks: Path) -> 
     assert len(lines) == len(log.calls)
     intentions = [parts for parts in lines if ":intentions:" in parts[0]]
     assert intentions and all(parts[2] == "2" and parts[3] == "2" for parts in intentions)
+
+
+def test_every_grouping_counts_the_same_calls_after_compaction(
+    demo_world: Path, stub_server: StubServer
+) -> None:
+    """``sim usage --by endpoint`` read only the full logs: after ``sim log --compact
+    --before`` dropped old ticks' call detail, it counted fewer requests than every other
+    grouping (40 against 62). The compacted ticks count from their summaries."""
+    url = stub_server.base_url
+    ran = invoke(
+        "tick", "--world", str(demo_world), "--provider", "chat", "--base-url", url,
+        "--ticks", "3",
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    before = usage_json(demo_world, "endpoint")["total"]
+    assert before["requests"] == stub_server.stats.generations
+    compacted = invoke("log", "--world", str(demo_world), "--compact", "--before", "3")
+    assert compacted.exit_code == 0, compacted.output
+    totals = {
+        by: usage_json(demo_world, by) for by in ("entity", "phase", "tick", "model", "endpoint")
+    }
+    keys = ("requests", "failures", *FIELDS, "cost_usd")
+    for by, data in totals.items():
+        assert {k: data["total"][k] for k in keys} == {k: before[k] for k in keys}, by
+    endpoint = totals["endpoint"]
+    rows = {row["key"]: row for row in endpoint["rows"]}
+    assert url in rows  # tick 3 still knows its server
+    assert rows["(compacted: server not kept)"]["requests"] > 0
+    assert any("--compact" in note for note in endpoint["notes"])

@@ -84,7 +84,12 @@ def load_schemas(tmp_path: Path) -> dict[str, dict]:
 def test_schemas_accept_valid_worlds_and_refuse_what_check_refuses(tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (dev extra) not installed")
     schemas = load_schemas(tmp_path)
-    assert set(schemas) == {"world.schema.json", "character.schema.json", "location.schema.json"}
+    assert set(schemas) == {
+        "world.schema.json",
+        "character.schema.json",
+        "location.schema.json",
+        "study.schema.json",
+    }
     validators = {name: jsonschema.Draft202012Validator(s) for name, s in schemas.items()}
     for validator in validators.values():
         validator.check_schema(validator.schema)

@@ -92,9 +92,11 @@ def test_one_full_tick_of_the_demo_world_then_replay_says_identical(
     characters = len(list((world / "characters").glob("*.json")))
     result = sim("tick", "--world", str(world), "--trust-world-config")
     # This 270M model sometimes runs a grammar-constrained resolution to its token cap
-    # (incomplete). A cut-short answer is a content failure: it falls back for its entity
-    # and never aborts the tick, so one run commits. What must never happen is the issue's
-    # failure: refused requests, timeouts or an open breaker.
+    # (incomplete), or names an id that is valid for another action. Such an answer is a
+    # content failure: re-asked (a wrong id, with the valid ones fed back), then it falls
+    # back for its entity; only a phase where most answers fail aborts, so one run commits.
+    # What must never happen is the failure: refused requests, timeouts or an open
+    # breaker.
     assert result.exit_code == 0, result.output
     assert Storage(world).load().tick == 1  # committed
     for bad in ("circuit_open", "server_error", "timeout", "api_error"):
@@ -151,8 +153,8 @@ def test_depth_two_chain_sends_the_two_previous_exchanges(
 def test_forced_schema_failure_is_reported_by_entity(model_server: str, tmp_path: Path) -> None:
     # 6 tokens cannot hold an Intention: the grammar-constrained answer is cut short
     # for every character, and each failure is reported under its character. Cut-short
-    # answers are content failures, so even all of a phase's calls failing this way does
-    # not abort the tick (default max_failed_fraction)
+    # answers are content failures: two of them are below min_content_failures (3), so
+    # they fall back without aborting the tick
     world = configure(
         scratch(tmp_path, keep=("bram", "corin")),
         model_server,

@@ -466,3 +466,17 @@ def test_tick_plan_prices_each_phase_on_its_provider(tmp_path: Path) -> None:
     intentions = next(p for p in plan.phases if p.name == "intentions")
     assert (intentions.provider, intentions.model) == ("local", "qwen")
     assert plan.estimate(100, c.prices).known
+
+
+def test_an_undeclared_endpoint_prefix_on_the_offline_provider_is_an_error(
+    tmp_path: Path,
+) -> None:
+    # the offline model answers any name: "local/qwen" would quietly run offline
+    world = '[phase1]\nmodel = "local/qwen2.5-7b"\n[phase2a]\nfallback_models = ["x/y"]\n'
+    assert problems_of(tmp_path, "", world) == ["phase1.model", "phase2a.fallback_models"]
+    # declared, or a kind, or a bare name on a server: no problem
+    declared = '[providers.local]\nkind = "chat"\n[phase1]\nmodel = "local/qwen2.5-7b"\n'
+    assert problems_of(tmp_path, "", declared) == []
+    assert problems_of(tmp_path, "", '[phase1]\nmodel = "offline/any"\n') == []
+    server = '[llm]\nprovider = "chat"\n[phase1]\nmodel = "meta-llama/Llama-3-8B"\n'
+    assert problems_of(tmp_path, "", server) == []

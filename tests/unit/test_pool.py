@@ -337,11 +337,12 @@ def test_build_stack_makes_one_provider_per_server_sharing_one_budget(
 
 
 def test_servers_are_shown_without_credentials_written_into_their_url() -> None:
-    from sim.analysis.logview import public_url, server_name
+    from sim.analysis.logview import server_name
+    from sim.llm.redact import redact_url
 
-    assert public_url("http://user:secret@gpu1:8000/v1") == "http://gpu1:8000/v1"
+    assert redact_url("http://user:secret@gpu1:8000/v1") == "http://***@gpu1:8000/v1"
     assert server_name("http://user:secret@gpu1:8000/v1") == "gpu1:8000"
-    assert public_url("https://api.openai.com/v1") == "https://api.openai.com/v1"
+    assert redact_url("https://api.openai.com/v1") == "https://api.openai.com/v1"
 
 
 def test_a_named_endpoint_may_list_servers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from conftest import copy_demo
+from pydantic import BaseModel
 
 from sim.config import load_config
 from sim.engine.runner import Runner
@@ -12,7 +14,7 @@ from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMRateLimitError
 from sim.llm.tools import FunctionCall, ToolCalls
 from sim.phases.intention_tools import TOOLS
-from sim.testing import MockAdapter, default_tool_calls
+from sim.testing import MockAdapter, default_instance, default_tool_calls
 
 PROMPT = "Say what you do."
 
@@ -46,7 +48,14 @@ def test_a_tick_in_tool_mode_runs_on_the_mock(tmp_path: Path) -> None:
     mock answers; the tick commits."""
     world = copy_demo(tmp_path / "w")
     (world / "config.toml").write_text('[phase1]\nmode = "tools"\n')
-    adapter = MockAdapter()
+
+    def waits(schema: type[BaseModel], text: str) -> Any:
+        # the mock's own default call (move_to "mock") names no exit: it would fall back
+        if schema is ToolCalls:
+            return ToolCalls(calls=[FunctionCall(name="wait", arguments={"reasoning": "mock"})])
+        return default_instance(schema)
+
+    adapter = MockAdapter(default=waits)
     config = load_config(world_dir=world, cwd=world)
     (result,) = Runner(world, config, adapter=adapter).run(1)
     tool_requests = [r for r in adapter.calls if r.tools is not None]

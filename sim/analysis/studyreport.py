@@ -1,0 +1,360 @@
+"""``sim study report``: one measure of a study, per condition and tick, with intervals.
+
+The measure is a characters' state field (``coins``, ``state.coins``) or a survey's
+answer (``survey``: the first survey; ``survey:N``: the N-th, from 1; ``survey:QUESTION``),
+coded as a number: numbers as they are, ``yes``/``true`` as 1 and ``no``/``false`` as 0,
+and any other value through ``FIELD=VALUE`` (1 where the value is VALUE, else 0: the share
+holding it). Each run's value at a tick is the mean over its characters; each condition's
+value is the mean over its runs, with a 95% t interval (runs are the units: seeds and
+factor values). The difference between arms is each condition less the reference (the
+study's first condition), paired by run (the arms of a seed share everything before
+their fork), with its 95% t interval.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sim.analysis.studytables import StudyTables, build_study_tables, study_design
+from sim.analysis.tables import STATE_PREFIX, Cell
+from sim.errors import InputError
+
+#: two-sided 95% quantiles of Student's t for 1..30 degrees of freedom
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+_TRUE = frozenset({"yes", "true"})
+_FALSE = frozenset({"no", "false"})
+
+
+def t975(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom."""
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df)  # the first Cornish-Fisher term: within 0.001 above 30
+
+
+@dataclass
+class Estimate:
+    """A mean with its 95% interval (``None`` bounds below two runs)."""
+
+    tick: int
+    n: int
+    mean: float
+    low: float | None
+    high: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tick": self.tick,
+            "n": self.n,
+            "mean": self.mean,
+            "low": self.low,
+            "high": self.high,
+        }
+
+
+def estimate(tick: int, values: Sequence[float]) -> Estimate:
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return Estimate(tick, n, round(mean, 6), None, None)
+    half = t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return Estimate(tick, n, round(mean, 6), round(mean - half, 6), round(mean + half, 6))
+
+
+@dataclass
+class StudyReport:
+    """The measure per condition per tick, and each condition's difference from the first."""
+
+    measure: str
+    coding: str
+    reference: str
+    conditions: dict[str, list[Estimate]]
+    differences: dict[str, list[Estimate]]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "field": self.measure,
+            "coding": self.coding,
+            "reference": self.reference,
+            "conditions": {c: [e.to_dict() for e in es] for c, es in self.conditions.items()},
+            "differences": {c: [e.to_dict() for e in es] for c, es in self.differences.items()},
+            "notes": self.notes,
+        }
+
+
+def _code(value: Cell, level: str | None) -> float | None:
+    if value is None:
+        return None
+    if level is not None:
+        return 1.0 if str(value) == level else 0.0
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return 1.0 if value.strip().lower() in _TRUE else 0.0
+    raise ValueError(str(value))
+
+
+def _measure(
+    tables: StudyTables, design: dict[str, Any], spec: str
+) -> tuple[str, str, list[dict[str, Cell]], str]:
+    """(label, column, rows, what) of the measure ``spec`` names (level split off later)."""
+    surveys = design.get("surveys") or []
+    if spec == "survey" or spec.startswith("survey:"):
+        if not surveys:
+            raise InputError(None, "--field", "this study has no survey")
+        which = spec.partition(":")[2]
+        if not which:
+            question = surveys[0]["question"]
+        elif which.isdigit() and 1 <= int(which) <= len(surveys):
+            question = surveys[int(which) - 1]["question"]
+        else:
+            found = [s["question"] for s in surveys if s["question"] == which]
+            if not found:
+                known = "; ".join(f"{i}: {s['question']}" for i, s in enumerate(surveys, 1))
+                raise InputError(None, "--field", f"no survey {which!r} (surveys: {known})")
+            question = str(found[0])
+        rows = [r for r in tables.tables["surveys"].rows if r.get("question") == question]
+        return f"survey: {question}", "answer", rows, "answer"
+    columns = tables.tables["characters"].columns
+    column = spec if spec.startswith(STATE_PREFIX) or spec in columns else STATE_PREFIX + spec
+    if column not in columns or column in ("tick", "seed"):
+        state = [c.removeprefix(STATE_PREFIX) for c in columns if c.startswith(STATE_PREFIX)]
+        raise InputError(
+            None,
+            "--field",
+            f"no state field {spec!r}; fields: {', '.join(state) or 'none'}"
+            + ("; or survey, survey:N" if surveys else ""),
+        )
+    return column.removeprefix(STATE_PREFIX), column, tables.tables["characters"].rows, "field"
+
+
+def study_report(out: Path, spec: str | None = None) -> StudyReport:
+    """The report of the study in ``out`` for the measure ``spec`` (default: the first
+    survey, else the first numeric state field).
+
+    Raises:
+        InputError: not a study's folder, no such field or survey, a value that is not a
+            number (names the values to pick with FIELD=VALUE), no run begun.
+    """
+    design = study_design(out)
+    tables = build_study_tables(out)
+    if not tables.runs:
+        raise InputError(out, None, "no run of this study has begun: run sim study run first")
+    if spec is None:
+        if design.get("surveys"):
+            spec = "survey"
+        else:
+            numeric = [
+                c
+                for c in tables.tables["characters"].columns
+                if c.startswith(STATE_PREFIX)
+                and any(isinstance(r.get(c), int | float) for r in tables.tables["characters"].rows)
+            ]
+            if not numeric:
+                raise InputError(None, "--field", "no survey and no numeric state field: name one")
+            spec = numeric[0]
+    name, level = spec, None
+    if "=" in spec:
+        name, _, level = spec.partition("=")
+    label, column, rows, what = _measure(tables, design, name)
+    per_run: dict[tuple[str, str, int], list[float]] = {}
+    odd: set[str] = set()
+    for row in rows:
+        try:
+            coded = _code(row.get(column), level)
+        except ValueError:
+            odd.add(str(row.get(column)))
+            continue
+        if coded is not None:
+            key = (str(row["condition"]), str(row["run"]), int(row["tick"]))
+            per_run.setdefault(key, []).append(coded)
+    if odd:
+        shown = ", ".join(sorted(odd)[:10])
+        raise InputError(
+            None,
+            "--field",
+            f"{label} holds values that are not numbers or yes/no ({shown}): "
+            f"pick one with --field {name}=VALUE (the share holding it)",
+        )
+    if not per_run:
+        raise InputError(None, "--field", f"{label}: no value recorded yet")
+    conditions = [c for c in tables.conditions if any(k[0] == c for k in per_run)]
+    reference = conditions[0]
+    means = {key: statistics.fmean(v) for key, v in per_run.items()}
+    ticks = sorted({k[2] for k in means})
+    report = StudyReport(
+        label,
+        f"{what} {'= ' + level if level else '(numbers; yes/true = 1, no/false = 0)'}",
+        reference,
+        {},
+        {},
+        notes=tables.notes,
+    )
+    for cond in conditions:
+        report.conditions[cond] = [
+            estimate(t, vals)
+            for t in ticks
+            if (vals := [m for (c, _, tt), m in means.items() if c == cond and tt == t])
+        ]
+        if cond == reference:
+            continue
+        diffs: list[Estimate] = []
+        for t in ticks:
+            paired = [
+                m - means[(reference, run, t)]
+                for (c, run, tt), m in means.items()
+                if c == cond and tt == t and (reference, run, t) in means
+            ]
+            if paired:
+                diffs.append(estimate(t, paired))
+        report.differences[cond] = diffs
+    return report
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def report_lines(report: StudyReport) -> list[str]:
+    """The report as text: one line per condition and tick, then the differences."""
+    lines = [f"{report.measure}  ({report.coding})", ""]
+    lines.append(f"{'condition':<16} {'tick':>4} {'n':>3} {'mean':>8}  95% interval")
+    for cond, estimates in report.conditions.items():
+        for e in estimates:
+            ci = f"[{_fmt(e.low)}, {_fmt(e.high)}]" if e.low is not None else ""
+            lines.append(f"{cond:<16} {e.tick:>4} {e.n:>3} {e.mean:>8.3f}  {ci}")
+    for cond, estimates in report.differences.items():
+        lines.append("")
+        lines.append(f"{cond} - {report.reference} (paired by run)")
+        for e in estimates:
+            ci = f"[{_fmt(e.low)}, {_fmt(e.high)}]" if e.low is not None else ""
+            lines.append(f"{'':<16} {e.tick:>4} {e.n:>3} {e.mean:>+8.3f}  {ci}")
+    return lines
+
+
+_COLORS = ("#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989")
+
+
+def _chart(report: StudyReport) -> str:
+    """An inline SVG of each condition's mean over ticks, its interval as a band."""
+    points = [e for es in report.conditions.values() for e in es]
+    ticks = sorted({e.tick for e in points})
+    values = [v for e in points for v in (e.mean, e.low, e.high) if v is not None]
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5, hi + 0.5
+    w, h, pad = 640, 280, 40
+    t0, t1 = ticks[0], ticks[-1] if ticks[-1] > ticks[0] else ticks[0] + 1
+
+    def x(t: int) -> float:
+        return pad + (t - t0) / (t1 - t0) * (w - 2 * pad)
+
+    def y(v: float) -> float:
+        return h - pad - (v - lo) / (hi - lo) * (h - 2 * pad)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" '
+        f'height="{h}" role="img" aria-label="mean per condition over ticks">',
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#888"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#888"/>',
+        f'<text x="4" y="{y(hi) + 4:.1f}" font-size="11">{hi:.2f}</text>',
+        f'<text x="4" y="{y(lo) + 4:.1f}" font-size="11">{lo:.2f}</text>',
+    ]
+    for t in ticks:
+        parts.append(
+            f'<text x="{x(t):.1f}" y="{h - pad + 16}" font-size="11" '
+            f'text-anchor="middle">{t}</text>'
+        )
+    for i, (cond, es) in enumerate(report.conditions.items()):
+        color = _COLORS[i % len(_COLORS)]
+        band = [e for e in es if e.low is not None and e.high is not None]
+        if len(band) > 1:
+            upper = " ".join(f"{x(e.tick):.1f},{y(e.high or 0):.1f}" for e in band)
+            lower = " ".join(f"{x(e.tick):.1f},{y(e.low or 0):.1f}" for e in reversed(band))
+            parts.append(f'<polygon points="{upper} {lower}" fill="{color}" opacity="0.15"/>')
+        line = " ".join(f"{x(e.tick):.1f},{y(e.mean):.1f}" for e in es)
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for e in es:
+            parts.append(
+                f'<circle cx="{x(e.tick):.1f}" cy="{y(e.mean):.1f}" r="3" fill="{color}"/>'
+            )
+        parts.append(
+            f'<text x="{w - pad + 4}" y="{pad + 14 * i}" font-size="11" fill="{color}">'
+            f"{html.escape(cond)}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def report_html(report: StudyReport, title: str) -> str:
+    """One self-contained page: the chart and the tables (no script, every text escaped)."""
+    esc = html.escape
+
+    def rows(estimates: dict[str, list[Estimate]], signed: bool) -> str:
+        out = []
+        for cond, es in estimates.items():
+            for e in es:
+                mean = f"{e.mean:+.3f}" if signed else f"{e.mean:.3f}"
+                ci = f"[{_fmt(e.low)}, {_fmt(e.high)}]" if e.low is not None else ""
+                out.append(
+                    f"<tr><td>{esc(cond)}</td><td>{e.tick}</td><td>{e.n}</td>"
+                    f"<td>{mean}</td><td>{ci}</td></tr>"
+                )
+        return "".join(out)
+
+    head = "<tr><th>condition</th><th>tick</th><th>n</th><th>mean</th><th>95% interval</th></tr>"
+    diff_head = head.replace("condition", f"condition − {esc(report.reference)}")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{esc(title)}</title><style>body{{font:14px system-ui,sans-serif;margin:2em;"
+        "max-width:60em}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid "
+        "#ccc;padding:.2em .6em;text-align:right}td:first-child,th:first-child{text-align:"
+        "left}</style></head><body>"
+        f"<h1>{esc(title)}</h1><p><b>{esc(report.measure)}</b> ({esc(report.coding)}): "
+        "mean per condition per tick over runs, with a 95% t interval.</p>"
+        f"{_chart(report)}<table>{head}{rows(report.conditions, False)}</table>"
+        f"<h2>Difference from {esc(report.reference)}</h2><p>Paired by run (the arms of a "
+        "seed share everything before their fork).</p>"
+        f"<table>{diff_head}{rows(report.differences, True)}</table>"
+        + "".join(f"<p class='note'>{esc(n)}</p>" for n in report.notes)
+        + "</body></html>"
+    )
+
+
+def write_html(report: StudyReport, path: Path, title: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(report_html(report, title), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def report_json(report: StudyReport) -> bytes:
+    return orjson.dumps(report.to_dict())
+
+
+__all__ = [
+    "Estimate",
+    "StudyReport",
+    "estimate",
+    "report_html",
+    "report_lines",
+    "study_report",
+    "t975",
+    "write_html",
+]

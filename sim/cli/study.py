@@ -1,0 +1,163 @@
+"""``sim study run`` and ``sim study report``: a designed experiment from one file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sim.cli.common import (
+    CONFIG,
+    count_option,
+    file_option,
+    folder_option,
+    trusting_world_config,
+)
+from sim.cli.jsonout import JSON_HELP, emit, json_errors
+from sim.cli.sweep import _outcome_line
+from sim.errors import InputError
+
+
+@click.group("study")
+def study() -> None:
+    """Run a study (conditions, scheduled interventions, surveys) and report on it."""
+
+
+@study.command("run")
+@click.argument("study_file", type=click.Path(path_type=Path, dir_okay=False))
+@folder_option("--out", required=True, help="The study's folder (one sub-folder per condition).")
+@count_option("--jobs", maximum=256, default=1, help="Runs at a time (each step its own process).")
+@CONFIG
+@click.option(
+    "--budget-usd",
+    type=click.FloatRange(min=0),
+    help="Cost cap for the whole study (USD; 0 = none).",
+)
+@click.option(
+    "--budget-tokens", type=click.IntRange(min=0), help="Token cap for the whole study (0 = none)."
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: each step a process here; ray: each step a Ray task (pip install 'sim[ray]').",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="The Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def run_(
+    study_file: Path,
+    out: Path,
+    jobs: int,
+    config_file: Path | None,
+    budget_usd: float | None,
+    budget_tokens: int | None,
+    executor: str,
+    ray_address: str | None,
+    as_json: bool,
+) -> None:
+    """Run STUDY_FILE into OUT: every seed, factor combination and condition.
+
+    The conditions of a seed share the ticks before the first intervention: those run
+    once, then each condition is forked from them. Running the same study again resumes.
+    See docs/analysis.md.
+    """
+    from sim.analysis import sweep as sweeps
+    from sim.study.design import read_study
+    from sim.study.run import run_study
+
+    with json_errors("study run", as_json):
+        if trusting_world_config():
+            raise InputError(
+                None,
+                "--trust-world-config",
+                "a study's runs never trust a config inside their folders: put the "
+                "endpoints in your own config (--config)",
+            )
+        if ray_address is not None and executor != "ray":
+            raise InputError(None, "--ray-address", "goes with --executor ray")
+        plan = read_study(study_file)
+        run = sweeps.ray_executor(ray_address) if executor == "ray" else sweeps.run_one
+        if not as_json:
+            click.echo(
+                f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
+                f"{len(plan.units)} seeds/factor values) of {plan.world} into {out}; "
+                f"{plan.prefix} shared ticks",
+                err=True,
+            )
+        result = run_study(
+            plan,
+            out,
+            jobs,
+            budget_usd or None,
+            budget_tokens or None,
+            config_file,
+            on_outcome=None if as_json else lambda o: click.echo(_outcome_line(o), err=True),
+            executor=run,
+        )
+        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
+        if as_json:
+            emit(
+                {
+                    "command": "study run",
+                    "ok": result.ok,
+                    "out": str(out),
+                    "prefix_ticks": plan.prefix,
+                    "runs": [o.to_dict() for o in result.runs],
+                    "spent_usd": result.spent_usd,
+                    "spent_tokens": result.spent_tokens,
+                }
+            )
+        else:
+            counts: dict[str, int] = {}
+            for outcome in result.runs:
+                counts[outcome.status] = counts.get(outcome.status, 0) + 1
+            summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+            click.echo(f"{summary}; the study has spent {result.spent_tokens} tokens, {spent}")
+            if not result.ok:
+                click.echo("run the same command again to resume the runs not finished", err=True)
+        if not result.ok:
+            sys.exit(1)
+
+
+@study.command("report")
+@click.argument("study_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--field",
+    "field_spec",
+    metavar="FIELD[=VALUE]|survey[:N]",
+    help="A state field of the characters (coins), a survey's answer (survey: the first; "
+    "survey:N), or FIELD=VALUE for the share holding VALUE (default: the first survey).",
+)
+@file_option("--html", "html_out", help="Also write the report as one HTML page to this file.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_json: bool) -> None:
+    """A measure of a study per condition and tick: mean over runs with a 95% interval, and
+    each condition's difference from the first, paired by run."""
+    from sim.analysis.studyreport import report_lines, study_report, write_html
+
+    with json_errors("study report", as_json):
+        report = study_report(study_dir, field_spec)
+        if html_out is not None:
+            write_html(report, html_out, f"Study {study_dir.name or study_dir}")
+        if as_json:
+            emit(
+                {
+                    "command": "study report",
+                    "ok": True,
+                    **report.to_dict(),
+                    "html": None if html_out is None else str(html_out),
+                }
+            )
+            return
+        for line in report_lines(report):
+            click.echo(line)
+        for note in report.notes:
+            click.echo(f"note: {note}", err=True)
+        if html_out is not None:
+            click.echo(f"wrote {html_out}", err=True)

@@ -1,0 +1,273 @@
+"""References: answer fields that name something in the world, and the ids valid for them.
+
+An intention's target (an exit for a move, someone present for speech, an object there for
+an act), an outcome's ``character_id`` and ``moved_to``, the objects a location update
+removes, and the fields of a declared phase's schema marked ``"x-sim-ref"`` name things in
+the world. For one request only some ids are valid; the phase builds a ``Refs`` per
+request, which gives both halves of keeping a world valid on any model:
+
+- ``enums``: the valid ids as ``enum`` in the schema sent (``[llm] constrain_refs =
+  "schema"``), so a server that enforces schemas (llama.cpp and vLLM grammars, OpenAI strict
+  mode) cannot produce another;
+- ``check``: the answer checked before it is used, whatever the mode. A problem is worded
+  for the model and names the valid ids; recovery feeds it back like a schema error, within
+  ``json_max_retries``, and an answer still wrong falls back for its entity
+  (``verified``), so no invalid id reaches the world or the tick log's results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from sim.config import ConstrainRefs
+from sim.llm.enums import EnumField, SchemaEnums
+from sim.llm.errors import LLMError, LLMSchemaError
+
+if TYPE_CHECKING:
+    from sim.phases.intentions import Intention
+    from sim.phases.resolution import Resolution
+
+#: ``auto``'s choice per provider kind, and why (docs/providers.md):
+#: - chat: local servers compile a grammar per request anyway (llama.cpp, vLLM), so an
+#:   enum costs nothing there and makes a wrong id impossible;
+#: - gemini: its response schema takes ``enum``; no per-schema cost is documented;
+#: - openai: "the first request you make with any schema will have additional latency as
+#:   our API processes the schema" (OpenAI, Structured Outputs): a schema per request
+#:   would pay it on every call;
+#: - anthropic: structured output is a forced tool whose input schema is not enforced, so
+#:   an enum would only be a hint: checked instead;
+#: - offline: reads the ids from the input; nothing is enforced on a wire.
+AUTO_MODES: Mapping[str, Literal["schema", "validate"]] = {
+    "chat": "schema",
+    "gemini": "schema",
+    "openai": "validate",
+    "anthropic": "validate",
+    "offline": "validate",
+}
+
+#: how many valid ids a message lists before it says "and N more"
+_SHOWN = 40
+
+Check = Callable[[BaseModel], "str | None"]
+
+
+def mode_for(setting: ConstrainRefs, provider_kind: str) -> Literal["schema", "validate"]:
+    """The mode a phase runs in: its setting, ``auto`` resolved for the provider kind
+    (a kind not listed, such as a plugin's: ``validate``)."""
+    if setting != "auto":
+        return setting
+    return AUTO_MODES.get(provider_kind, "validate")
+
+
+def listed(ids: Sequence[str]) -> str:
+    """Ids for a message to the model: quoted, comma-separated, long lists cut short."""
+    if not ids:
+        return "(none)"
+    shown = ", ".join(f'"{i}"' for i in ids[:_SHOWN])
+    more = len(ids) - _SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _q(value: object) -> str:
+    """A value the model wrote, quoted for a message and cut short: it is echoed into the
+    re-ask and the log, and nothing bounds its length."""
+    text = value if isinstance(value, str) else str(value)
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def _unique(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+@dataclass(frozen=True, slots=True)
+class IntentionRefs:
+    """The ids one character's intention may name: exits, others present, objects."""
+
+    exits: tuple[str, ...]
+    people: tuple[str, ...]
+    objects: tuple[str, ...]
+
+    def enums(self) -> SchemaEnums:
+        """``target`` limited to every id any action may name (or null)."""
+        return SchemaEnums(
+            (EnumField(("target",), _unique((*self.exits, *self.people, *self.objects))),)
+        )
+
+    def problem(self, answer: Intention) -> str | None:
+        """What is wrong with the intention's target, for the model; ``None``: nothing."""
+        action, target = answer.action, answer.target
+        if action == "wait":
+            if target is None:
+                return None
+            return f'target {_q(target)} is not allowed for "wait": set target to null'
+        valid = {"move": self.exits, "speak": self.people, "act": self.objects}.get(action)
+        if valid is None:  # a world's own verb: anyone or anything here, or nothing
+            valid = _unique((*self.people, *self.objects, *self.exits))
+            if target is None or target in valid:
+                return None
+            return (
+                f"target {_q(target)} is not here: for {action!r} use one of "
+                f"{listed(valid)}, or null"
+            )
+        if action == "move":
+            if target in self.exits:
+                return None
+            if not self.exits:
+                return 'there is no exit from here: choose another action than "move"'
+            return (
+                f"target {_q(target)} is not an exit from here: to move, set target to one of "
+                f"{listed(self.exits)}"
+            )
+        what = "someone here" if action == "speak" else "an object here or carried"
+        if not valid:  # no one to speak to, nothing to use: only null names nothing wrong
+            if target is None:
+                return None
+            nothing = "no one else is here" if action == "speak" else "there is nothing here"
+            return f"target {_q(target)} is not {what} ({nothing}): set target to null"
+        if target in valid:
+            return None
+        return f"target {_q(target)} is not {what}: set target to one of {listed(valid)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionRefs:
+    """The ids one location's resolution may name.
+
+    Attributes:
+        present: the characters here (each gets at most one outcome; one left out is
+            remembered as what it meant to do, by apply).
+        exits: where they may move.
+        objects: the objects here (the only ones a location update may remove).
+        places: ids and names of every location, and ids of every character: what an
+            added object must not be called (a model copying the exits into the objects).
+    """
+
+    present: tuple[str, ...]
+    exits: tuple[str, ...]
+    objects: tuple[str, ...]
+    places: frozenset[str]
+
+    def enums(self) -> SchemaEnums:
+        return SchemaEnums(
+            (
+                EnumField(("outcomes", "*", "character_id"), self.present),
+                EnumField(("outcomes", "*", "moved_to"), self.exits),
+                EnumField(("location_update", "objects_removed", "*"), self.objects),
+            )
+        )
+
+    def problem(self, answer: Resolution) -> str | None:
+        """Every problem with the resolution's references, for the model."""
+        problems: list[str] = []
+        seen: set[str] = set()
+        for item in answer.outcomes:
+            cid = item.character_id
+            if cid not in self.present:
+                problems.append(f"character_id {_q(cid)} is not a character here")
+            elif cid in seen:
+                problems.append(f"a second outcome for {_q(cid)}")
+            seen.add(cid)
+            if item.moved_to is not None and item.moved_to not in self.exits:
+                problems.append(
+                    f"moved_to {_q(item.moved_to)} of {_q(cid)} is not an exit from here "
+                    f"(exits: {listed(self.exits)}; null if they stay)"
+                )
+        update = answer.location_update
+        if update is not None:
+            for obj in update.objects_removed:
+                if obj not in self.objects:
+                    problems.append(
+                        f"objects_removed names {_q(obj)}, which is not here "
+                        f"(objects here: {listed(self.objects)})"
+                    )
+            for obj in update.objects_added:
+                if obj in self.places:
+                    problems.append(f"objects_added names {_q(obj)}, a place or character")
+        if not problems:
+            return None
+        return (
+            "; ".join(problems) + f". Give exactly one outcome for each character here: "
+            f"character_id one of {listed(self.present)}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredRefs:
+    """The references of a declared phase's answer (``x-sim-ref`` fields) for one subject.
+
+    Attributes:
+        fields: (path, kind) of each marked field (``sim.phases.schema.ref_fields``).
+        ids: kind -> the ids valid for this subject.
+    """
+
+    fields: tuple[tuple[tuple[str, ...], str], ...]
+    ids: Mapping[str, tuple[str, ...]]
+
+    def enums(self) -> SchemaEnums:
+        return SchemaEnums(
+            tuple(EnumField(path, self.ids.get(kind, ())) for path, kind in self.fields)
+        )
+
+    def problem(self, answer: BaseModel) -> str | None:
+        data = answer.model_dump(mode="json")
+        problems = []
+        for path, kind in self.fields:
+            valid = self.ids.get(kind, ())
+            for value in _values(data, path):
+                if value is not None and value not in valid:
+                    where = ".".join(p for p in path if p != "*")
+                    problems.append(
+                        f"{where} {_q(value)} is not a {kind} id here: use one of {listed(valid)}"
+                    )
+        return "; ".join(problems) or None
+
+
+def _values(data: Any, path: tuple[str, ...]) -> list[Any]:
+    """The values at ``path`` in answer data (``*``: each item of a list)."""
+    if not path:
+        return [data]
+    step, rest = path[0], path[1:]
+    if step == "*":
+        items = data if isinstance(data, list) else []
+        return [v for item in items for v in _values(item, rest)]
+    if isinstance(data, dict) and step in data:
+        return _values(data[step], rest)
+    return []
+
+
+def check_for(problem: Callable[[Any], str | None]) -> Check:
+    """An answer check (``LLMRequest.check``) from a ``problem`` function."""
+
+    def check(answer: BaseModel) -> str | None:
+        return problem(answer)
+
+    return check
+
+
+def verified(result: Any, check: Check | None) -> Any:
+    """A phase's result checked once more before it is used: an answer served from a tick
+    log (resume, replay) or built from a tool call never passed recovery's check. A
+    problem makes it an ``LLMSchemaError`` (the entity falls back)."""
+    if check is None or isinstance(result, LLMError) or not isinstance(result, BaseModel):
+        return result
+    problem = check(result)
+    if problem is None:
+        return result
+    return LLMSchemaError(f"the answer names what is not there: {problem}")
+
+
+__all__ = [
+    "AUTO_MODES",
+    "ConstrainRefs",
+    "DeclaredRefs",
+    "IntentionRefs",
+    "ResolutionRefs",
+    "check_for",
+    "listed",
+    "mode_for",
+    "verified",
+]

@@ -1,0 +1,313 @@
+"""A study file and its expanded design.
+
+A study file is TOML (``StudyFile``; its JSON Schema is written by ``sim schema``)::
+
+    world = "../worlds/village"        # relative to the study file
+    seeds = "1-5"
+    ticks = 7
+    [factors]
+    "phase1.temperature" = [0.5, 0.9]
+    [conditions.control]
+    [conditions.announce]
+    inject = [{ tick = 3, at = "square", text = "The lord will pay half the mill." }]
+    set = [{ tick = 2, path = "bram.state.mood", value = "angry" }]
+    [[surveys]]
+    ticks = [2, 6]
+    question = "Will you vote to rebuild the mill?"
+    format = "yesno"
+
+Ticks count from the world's tick when the study starts: an intervention at tick 3 is in
+the inputs of the run's third tick (queued once its second is committed); a survey at tick
+2 asks every character once the second tick is committed (tick 0: before the first).
+
+The design (``expand``) is one *unit* per seed and combination of factor values, and one
+*arm* per unit and condition. The arms of a unit share every tick before the first
+intervention of any condition (the prefix): the prefix runs once, in
+``DIR/_shared/<run>``, and each arm is forked from it into ``DIR/<condition>/<run>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.analysis.sweep import parse_seeds, parse_setting, run_name
+from sim.errors import InputError
+from sim.interventions import parse_assignment
+from sim.interview import MAX_QUESTION, AnswerFormat, answer_format
+from sim.statefiles import MAX_TEXT
+
+#: the folder of the shared prefixes, beside the conditions' folders
+SHARED = "_shared"
+#: the files a study's folder records it in
+STUDY_RECORD = "study.json"
+STUDY_COPY = "study.toml"
+#: the most runs a study may expand to
+MAX_RUNS = 10_000
+_CONDITION = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+_MAX_FILE_BYTES = 1024 * 1024
+
+
+class Inject(BaseModel):
+    """An event in the inputs of tick ``tick``: at a location, or everywhere."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tick: int = Field(ge=1, le=1_000_000, description="the tick whose inputs show it")
+    at: str | None = Field(default=None, description="the location id where it happens")
+    everywhere: bool = Field(default=False, description="it happens at every location")
+    text: str = Field(min_length=1, max_length=MAX_TEXT, description="what happens")
+
+    @model_validator(mode="after")
+    def _where(self) -> Inject:
+        if (self.at is None) == (not self.everywhere):
+            raise ValueError("expected exactly one of at = LOCATION or everywhere = true")
+        return self
+
+
+class SetField(BaseModel):
+    """A field set before tick ``tick`` runs (``sim set``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tick: int = Field(ge=1, le=1_000_000, description="the tick that starts with it set")
+    path: str = Field(description="ENTITY.field.path, e.g. bram.state.mood")
+    value: Any = Field(description="the new value (any JSON value)")
+
+    @model_validator(mode="after")
+    def _assignment(self) -> SetField:
+        try:
+            parse_assignment(self.assignment)
+        except InputError as exc:
+            raise ValueError(exc.problem) from None
+        return self
+
+    @property
+    def assignment(self) -> str:
+        return f"{self.path}={orjson.dumps(self.value).decode()}"
+
+
+class Condition(BaseModel):
+    """One arm of the study: its scheduled interventions (none: a control)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    inject: list[Inject] = Field(default_factory=list)
+    set_: list[SetField] = Field(default_factory=list, alias="set")
+
+    def first_tick(self) -> int | None:
+        ticks = [i.tick for i in self.inject] + [s.tick for s in self.set_]
+        return min(ticks) if ticks else None
+
+
+class Survey(BaseModel):
+    """A question every character answers at the given ticks."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    ticks: list[int] = Field(min_length=1, description="after which ticks (0: before the first)")
+    question: str = Field(min_length=1, max_length=MAX_QUESTION)
+    format: str = Field(
+        default="text", description="text, yesno, likert5, number or choice:A,B,..."
+    )
+    schema_file: str | None = Field(
+        default=None,
+        alias="schema",
+        description="a JSON Schema file for the answer (relative to the study file)",
+    )
+
+
+class StudyFile(BaseModel):
+    """A study: the world, its runs, its conditions and its surveys (``sim study run``)."""
+
+    model_config = ConfigDict(extra="forbid", title="sim study file")
+
+    world: str = Field(description="the world folder, relative to the study file")
+    seeds: str | list[int] = Field(default="0", description='"1-5", "1,4,9" or [1, 2]')
+    ticks: int = Field(ge=1, le=1_000_000, description="ticks each run gets")
+    factors: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="config keys (as sim sweep --set) and the values each takes",
+    )
+    conditions: dict[str, Condition] = Field(
+        min_length=1, description="name -> scheduled interventions (an empty table: control)"
+    )
+    surveys: list[Survey] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A seed and factor values: the runs that share a prefix."""
+
+    seed: int
+    overrides: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return run_name(self.seed, self.overrides)
+
+
+@dataclass(frozen=True)
+class Arm:
+    condition: str
+    unit: Unit
+
+    @property
+    def rel(self) -> str:
+        return f"{self.condition}/{self.unit.name}"
+
+
+@dataclass
+class Study:
+    """A study file read and expanded."""
+
+    path: Path
+    text: str
+    spec: StudyFile
+    world: Path
+    seeds: list[int]
+    units: list[Unit]
+    forms: list[AnswerFormat]
+    #: ticks every arm of a unit shares (before any condition's first intervention)
+    prefix: int
+
+    @property
+    def arms(self) -> list[Arm]:
+        return [Arm(c, u) for u in self.units for c in self.spec.conditions]
+
+    def design(self) -> dict[str, Any]:
+        """The expanded design, as recorded in ``DIR/study.json`` (paths absolute)."""
+        return {
+            "world": str(self.world),
+            "ticks": self.spec.ticks,
+            "prefix_ticks": self.prefix,
+            "factors": self.spec.factors,
+            "conditions": {
+                name: cond.model_dump(mode="json", by_alias=True)
+                for name, cond in self.spec.conditions.items()
+            },
+            "surveys": [
+                {**s.model_dump(mode="json", by_alias=True), "format": f.name}
+                for s, f in zip(self.spec.surveys, self.forms, strict=True)
+            ],
+            "seeds": self.seeds,
+            "runs": [arm.rel for arm in self.arms],
+        }
+
+    def identity(self) -> str:
+        """What a folder of this study must match to be resumed: the design but its seeds."""
+        design = {k: v for k, v in self.design().items() if k not in ("seeds", "runs")}
+        return hashlib.sha256(orjson.dumps(design, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def _problem(path: Path, exc: ValidationError) -> InputError:
+    problem = exc.errors()[0]
+    where = ".".join(str(p) for p in problem["loc"])
+    return InputError(path, where or None, str(problem["msg"]))
+
+
+def read_study(path: Path) -> Study:
+    """Read, validate and expand a study file.
+
+    Raises:
+        InputError: the file is missing, not TOML, or a field is wrong (file and field
+            named); the world is missing; a factor, condition or survey is malformed.
+    """
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(_MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > _MAX_FILE_BYTES:
+        raise InputError(path, None, f"larger than {_MAX_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(path, None, f"not valid TOML: {exc}") from None
+    try:
+        spec = StudyFile.model_validate(data)
+    except ValidationError as exc:
+        raise _problem(path, exc) from None
+    world = (path.parent / spec.world).resolve()
+    if not (world / "world.json").is_file():
+        raise InputError(path, "world", f"{world}: no world.json (is this a world folder?)")
+    try:
+        seeds = (
+            parse_seeds(spec.seeds)
+            if isinstance(spec.seeds, str)
+            else list(dict.fromkeys(spec.seeds))
+        )
+    except InputError as exc:
+        raise InputError(path, "seeds", exc.problem) from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise InputError(path, "seeds", "expected one or more seeds >= 0")
+    for name in spec.conditions:
+        if name == SHARED or not _CONDITION.match(name):
+            raise InputError(
+                path, f"conditions.{name}", f"a condition's name must match {_CONDITION.pattern}"
+            )
+    keys = list(spec.factors)
+    for key, values in spec.factors.items():
+        if not values:
+            raise InputError(path, f"factors.{key}", "expected one or more values")
+        try:
+            parse_setting(f"{key}=0")
+        except InputError as exc:
+            raise InputError(path, f"factors.{key}", exc.problem) from None
+    combos = [
+        dict(zip(keys, combo, strict=True))
+        for combo in itertools.product(*(spec.factors[k] for k in keys))
+    ]
+    units = [Unit(seed, combo) for seed in seeds for combo in combos]
+    if len(units) * len(spec.conditions) > MAX_RUNS:
+        raise InputError(path, None, f"expands to more than {MAX_RUNS} runs")
+    forms: list[AnswerFormat] = []
+    for i, survey in enumerate(spec.surveys):
+        where = f"surveys.{i}"
+        if any(t < 0 or t > spec.ticks for t in survey.ticks):
+            raise InputError(path, f"{where}.ticks", f"expected ticks from 0 to {spec.ticks}")
+        schema = None if survey.schema_file is None else path.parent / survey.schema_file
+        try:
+            forms.append(answer_format(survey.format if schema is None else None, schema))
+        except InputError as exc:
+            raise InputError(path, f"{where}.format", str(exc)) from None
+    for name, cond in spec.conditions.items():
+        scheduled: list[tuple[str, int, int]] = [
+            *(("inject", j, item.tick) for j, item in enumerate(cond.inject)),
+            *(("set", j, item.tick) for j, item in enumerate(cond.set_)),
+        ]
+        for kind, j, tick in scheduled:
+            if tick > spec.ticks:
+                raise InputError(
+                    path,
+                    f"conditions.{name}.{kind}.{j}.tick",
+                    f"after the study's last tick ({spec.ticks})",
+                )
+    firsts = [c.first_tick() for c in spec.conditions.values()]
+    prefix = min([spec.ticks, *(t - 1 for t in firsts if t is not None)])
+    return Study(path, text, spec, world, seeds, units, forms, prefix)
+
+
+__all__ = [
+    "SHARED",
+    "STUDY_COPY",
+    "STUDY_RECORD",
+    "Arm",
+    "Condition",
+    "Inject",
+    "SetField",
+    "Study",
+    "StudyFile",
+    "Survey",
+    "Unit",
+    "read_study",
+]

@@ -1,0 +1,589 @@
+"""``sim study run``: a study's runs, with the sweep's machinery.
+
+Every step of a run is one ``sim`` process on its folder, started by the executor of
+``sim.analysis.sweep`` (local processes or Ray tasks), with the user's trusted flags only
+(``trusted_flags``: ``--config`` and the run's settings as ``--set``), never
+``--trust-world-config``, in the folder the study was started in, and dying with it:
+
+- ``sim tick`` up to the next stop (under a share of the study's budget);
+- ``sim ask --all`` for a survey due at the run's tick (``--format`` or ``--schema``);
+- ``sim inject`` / ``sim set`` for the interventions of the next tick.
+
+Each step is found done or not from the run's own files (the tick in ``world.json``, the
+answers in ``.sim/interviews.jsonl``, the pending ``.sim/interventions.json``), so running
+the same study again resumes where it stopped and repeats nothing that completed.
+
+**Matched arms.** The arms of a unit (a seed and factor values) share the ticks before the
+first intervention of any condition. That prefix runs once, in ``DIR/_shared/<run>``
+(with the surveys due in it); each arm is then forked from its current state into
+``DIR/<condition>/<run>``, with the prefix's tick logs and survey answers copied byte for
+byte, and runs on with its own interventions. The prefix's calls are made once per unit.
+
+**Budget.** ``--budget-usd``/``--budget-tokens`` cap the whole study: what it has spent is
+read from every folder's logs and answers, each copied log or answer counted once; each
+step is given a share of what is left (``Ledger``), as ``--budget-usd`` for a tick and as
+``budget.max_cost_usd`` for a survey.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sim.analysis.sweep import (
+    RUN_FILE,
+    Executor,
+    Grant,
+    Ledger,
+    Outcome,
+    Plan,
+    RunRecord,
+    Spend,
+    Status,
+    SweepResult,
+    current_tick,
+    finished,
+    fork_current,
+    read_record,
+    run_one,
+    tick_command,
+    trusted_flags,
+)
+from sim.config import Config
+from sim.errors import InputError
+from sim.interventions import load_pending, parse_assignment
+from sim.interview import INTERVIEWS, Interview, read_interviews
+from sim.llm.types import Usage
+from sim.storage import Storage, dump_json
+from sim.study.design import SHARED, STUDY_COPY, STUDY_RECORD, Arm, Study, Unit
+from sim.ticklog.books import tick_books
+from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, list_logs, summary_rel
+from sim.ticklog.reader import read_log
+from sim.ticklog.recovery import recover_logs
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Books:
+    """What folders' logs and answers say was spent, each copied file or answer once."""
+
+    seen: set[str]
+    spend: Spend
+
+    @classmethod
+    def empty(cls) -> Books:
+        return cls(set(), Spend())
+
+    def add_folder(self, run_dir: Path, prices: Mapping[str, Any]) -> None:
+        for folder in (LOG_DIR, f"{LOG_DIR}/{ABANDONED_DIR}"):
+            for _, path in list_logs(run_dir, folder):
+                try:
+                    key = _digest(path.read_bytes())
+                except OSError:
+                    continue
+                if key in self.seen:
+                    continue
+                self.seen.add(key)
+                try:
+                    books = tick_books(read_log(path))
+                except Exception:  # an unreadable log: `sim check` names it
+                    continue
+                self.spend.usage = self.spend.usage + books.usage
+                self.spend.cost = self.spend.cost + books.cost
+                if folder == LOG_DIR:
+                    self.spend.calls += books.calls
+                    self.spend.failures += books.failures
+        try:
+            interviews = read_interviews(run_dir)
+        except Exception:  # a damaged record: counted as nothing, `sim usage` names it
+            interviews = []
+        for interview in interviews:
+            key = _digest(orjson.dumps(interview.model_dump(mode="json")))
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            self.spend.usage = self.spend.usage + _usage(interview)
+            self.spend.cost = self.spend.cost + interview.cost(prices)
+            self.spend.calls += 1
+            self.spend.failures += int(interview.failed)
+
+
+def _usage(interview: Interview) -> Usage:
+    return interview.usage.to_usage()
+
+
+def folder_spend(run_dir: Path, prices: Mapping[str, Any]) -> Spend:
+    books = Books.empty()
+    books.add_folder(run_dir, prices)
+    return books.spend
+
+
+# -- the study's folder ----------------------------------------------------------------------
+
+
+def _differing(recorded: Mapping[str, Any], design: Mapping[str, Any]) -> str:
+    for key in ("world", "ticks", "prefix_ticks", "factors", "conditions", "surveys"):
+        if recorded.get(key) != design.get(key):
+            return key
+    return "design"
+
+
+def check_folder(study: Study, out: Path) -> None:
+    """Refuse, before anything is written, a folder holding anything but this study.
+
+    Raises:
+        InputError: ``out`` is a file, holds another study (names the field that differs)
+            or files of something else (a sweep's runs, a world).
+    """
+    if not out.exists():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise InputError(out, None, "not a folder: expected the study's folder")
+    record = out / STUDY_RECORD
+    if not record.is_file():
+        if any(out.iterdir()):
+            raise InputError(
+                out,
+                None,
+                f"holds files of something else (no {STUDY_RECORD}): use another --out "
+                "(nothing was written)",
+            )
+        return
+    try:
+        data = orjson.loads(record.read_bytes())
+        identity, recorded = data["identity"], data["design"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(record, None, f"cannot read the study's record: {exc}") from None
+    if identity != study.identity():
+        key = _differing(recorded if isinstance(recorded, dict) else {}, study.design())
+        raise InputError(
+            record,
+            key,
+            "records another study (its world or design differ): use another --out "
+            "(nothing was written)",
+        )
+
+
+def write_record(study: Study, out: Path) -> None:
+    """``DIR/study.json`` (the expanded design) and ``DIR/study.toml`` (the file as given)."""
+    out.mkdir(parents=True, exist_ok=True)
+    document: dict[str, Any] = {
+        "identity": study.identity(),
+        "study_file": str(study.path.resolve()),
+        "design": study.design(),
+    }
+    for name, data in (
+        (STUDY_RECORD, dump_json(document)),
+        (STUDY_COPY, study.text.encode("utf-8")),
+    ):
+        tmp = out / f".{name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, out / name)
+
+
+def _design(study: Study, condition: str | None, fork_tick: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"study": study.identity(), "condition": condition}
+    if fork_tick is not None:
+        out["fork_tick"] = fork_tick
+    return out
+
+
+def _check_run(run_dir: Path, study: Study, unit: Unit, condition: str | None) -> RunRecord:
+    record = read_record(run_dir)
+    design = record.design or {}
+    if (
+        record.seed != unit.seed
+        or record.overrides != unit.overrides
+        or design.get("study") != study.identity()
+        or design.get("condition") != condition
+    ):
+        raise InputError(run_dir / RUN_FILE, None, "records another run of another design")
+    return record
+
+
+def _finish_fork(tmp: Path, dest: Path, record: RunRecord) -> None:
+    (tmp / RUN_FILE).write_bytes(dump_json(record.model_dump(mode="json", exclude_none=True)))
+    tmp.rename(dest)
+
+
+def make_prefix(study: Study, out: Path, unit: Unit) -> RunRecord:
+    """``DIR/_shared/<run>``: a fork of the world for the unit's shared ticks."""
+    run_dir = out / SHARED / unit.name
+    if run_dir.exists():
+        return _check_run(run_dir, study, unit, None)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    start = fork_current(study.world, run_dir, unit.seed, unit.overrides)
+    record = RunRecord(
+        name=unit.name,
+        seed=unit.seed,
+        overrides=unit.overrides,
+        source=str(study.world),
+        start_tick=start,
+        design=_design(study, None, None),
+    )
+    _finish_fork(run_dir.parent / f".{run_dir.name}.tmp", run_dir, record)
+    return record
+
+
+def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
+    """``DIR/<condition>/<run>``: forked from the unit's prefix at its current tick, with
+    the prefix's logs and answers copied byte for byte (from the world without a prefix)."""
+    run_dir = out / arm.rel
+    if run_dir.exists():
+        return _check_run(run_dir, study, arm.unit, arm.condition)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    prefix = out / SHARED / arm.unit.name if study.prefix > 0 else None
+    source = prefix or study.world
+    fork_tick = fork_current(source, run_dir, arm.unit.seed, arm.unit.overrides)
+    tmp = run_dir.parent / f".{run_dir.name}.tmp"
+    if prefix is not None:
+        for tick, path in list_logs(prefix):
+            if tick > fork_tick:
+                continue
+            (tmp / LOG_DIR).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, tmp / LOG_DIR / path.name)
+            summary = prefix / summary_rel(tick)
+            if summary.is_file():
+                shutil.copy2(summary, tmp / summary_rel(tick))
+        answers = prefix / INTERVIEWS
+        if answers.is_file() and not answers.is_symlink():
+            (tmp / INTERVIEWS).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(answers, tmp / INTERVIEWS)
+    record = RunRecord(
+        name=arm.unit.name,
+        seed=arm.unit.seed,
+        overrides=arm.unit.overrides,
+        source=str(study.world),
+        start_tick=start,
+        design=_design(study, arm.condition, fork_tick),
+    )
+    _finish_fork(tmp, run_dir, record)
+    return record
+
+
+# -- one run's steps --------------------------------------------------------------------------
+
+
+def _characters(run_dir: Path) -> set[str]:
+    return {p.stem for p in (run_dir / "characters").glob("*.json")}
+
+
+def survey_done(run_dir: Path, tick: int, question: str, form: str) -> bool:
+    """Whether every character has a recorded answer to ``question`` at ``tick``."""
+    try:
+        interviews = read_interviews(run_dir)
+    except Exception:
+        return False
+    answered = {
+        i.character
+        for i in interviews
+        if i.tick == tick
+        and i.question == question.strip()
+        and (i.format or "text") == form
+        and not i.failed
+    }
+    return _characters(run_dir) <= answered
+
+
+def _queued(run_dir: Path) -> list[tuple[Any, ...]]:
+    return [
+        ("inject", r.text, r.location)
+        if r.kind == "inject"
+        else ("set", (r.target or "").partition("/")[2], r.path, orjson.dumps(r.after))
+        for r in load_pending(run_dir).records
+    ]
+
+
+class Runner:
+    """Runs the steps of one study's runs (shared by the threads of ``run_study``)."""
+
+    def __init__(
+        self,
+        study: Study,
+        out: Path,
+        plan: Plan,
+        ledger: Ledger,
+        executor: Executor,
+        waiting: int,
+    ) -> None:
+        self.study, self.out, self.plan, self.ledger = study, out, plan, ledger
+        self.executor = executor
+        self.waiting = waiting
+        self.lock = threading.Lock()
+        self.configs: dict[str, Config] = {}
+
+    def config(self, overrides: Mapping[str, Any]) -> Config:
+        key = orjson.dumps(dict(overrides), option=orjson.OPT_SORT_KEYS).decode()
+        with self.lock:
+            if key not in self.configs:
+                self.configs[key] = self.plan.config(overrides)
+            return self.configs[key]
+
+    def _grant(self) -> Grant | str:
+        with self.lock:
+            waiting = self.waiting
+        return self.ledger.grant(max(1, waiting))
+
+    def _step(self, run_dir: Path, command: list[str], overrides: Mapping[str, Any]) -> int:
+        return self.executor(run_dir, command, self.plan.cwd)
+
+    def _paid_step(
+        self, run_dir: Path, overrides: Mapping[str, Any], make: Callable[[Grant], list[str]]
+    ) -> tuple[int, str]:
+        grant = self._grant()
+        if isinstance(grant, str):
+            return -1000, grant.replace("sweep", "study")
+        if self.ledger.cap_usd is None and self.ledger.cap_tokens is None:
+            return self._step(run_dir, make(grant), overrides), ""  # nothing to count
+        prices = self.config(overrides).prices
+        before = folder_spend(run_dir, prices)
+        code = self._step(run_dir, make(grant), overrides)
+        self.ledger.settle(grant, before, folder_spend(run_dir, prices))
+        return code, ""
+
+    def _sim(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "sim", *args]
+
+    def drive(
+        self,
+        run_dir: Path,
+        start: int,
+        ticks: int,
+        condition: str | None,
+        overrides: Mapping[str, Any],
+    ) -> tuple[Status, str]:
+        """Run a folder's steps to ``start + ticks``; (status, message)."""
+        study = self.study
+        target = start + ticks
+        cond = study.spec.conditions.get(condition) if condition else None
+        surveys = list(zip(study.spec.surveys, study.forms, strict=True))
+
+        def due_surveys(tick: int) -> list[int]:
+            return [
+                i
+                for i, (s, f) in enumerate(surveys)
+                if tick - start in s.ticks and not survey_done(run_dir, tick, s.question, f.name)
+            ]
+
+        if finished(run_dir, target) and not due_surveys(current_tick(run_dir)):
+            return "finished", ""
+        trusted = trusted_flags(self.plan, overrides)
+        config = self.config(overrides)
+        storage = Storage(run_dir)
+        with storage.lock():  # complete a commit cut short, so the tick count is right
+            storage.recover()
+            recover_logs(run_dir)
+        while True:
+            tick = current_tick(run_dir)
+            k = tick - start
+            for i in due_surveys(tick):
+                survey, form = surveys[i]
+
+                def ask(grant: Grant, survey: Any = survey, form: Any = form) -> list[str]:
+                    command = self._sim("ask", "--world", str(run_dir.resolve()), *trusted)
+                    if grant.usd is not None:
+                        command += ["--set", f"budget.max_cost_usd={grant.usd!r}"]
+                    if grant.tokens is not None:
+                        command += ["--set", f"budget.max_total_tokens={grant.tokens}"]
+                    if survey.schema_file is not None:
+                        schema = (study.path.parent / survey.schema_file).resolve()
+                        command += ["--schema", str(schema)]
+                    elif form.name != "text":
+                        command += ["--format", form.name]
+                    return [*command, "--all", "--", survey.question]
+
+                code, why = self._paid_step(run_dir, overrides, ask)
+                if code != 0:
+                    return "failed", why or f"survey at tick {k}: exit {code}"
+            if tick >= target:
+                return "done", ""
+            if cond is not None:
+                queued = _queued(run_dir)
+                for event in cond.inject:
+                    if event.tick != k + 1 or ("inject", event.text.strip(), event.at) in queued:
+                        continue
+                    where = ["--at", event.at] if event.at else ["--everywhere"]
+                    command = self._sim("inject", "--world", str(run_dir.resolve()), *where)
+                    code = self._step(run_dir, [*command, "--", event.text], overrides)
+                    if code != 0:
+                        return "failed", f"inject for tick {k + 1}: exit {code}"
+                for edit in cond.set_:
+                    parsed = parse_assignment(edit.assignment)
+                    key = ("set", parsed.entity, ".".join(parsed.path), orjson.dumps(parsed.value))
+                    if edit.tick != k + 1 or key in queued:
+                        continue
+                    command = self._sim("set", "--world", str(run_dir.resolve()))
+                    if self.plan.trusted_config is not None:
+                        command += ["--config", str(self.plan.trusted_config)]
+                    code = self._step(run_dir, [*command, "--", edit.assignment], overrides)
+                    if code != 0:
+                        return "failed", f"set for tick {k + 1}: exit {code}"
+            stops = [t for s in study.spec.surveys for t in s.ticks if t > k]
+            if cond is not None:
+                scheduled = [e.tick for e in cond.inject] + [e.tick for e in cond.set_]
+                stops += [t - 1 for t in scheduled if t - 1 > k]
+            stop = min([ticks, *stops])
+
+            def tick_step(grant: Grant, n: int = stop - k) -> list[str]:
+                return tick_command(run_dir, n, grant, config, trusted)
+
+            code, why = self._paid_step(run_dir, overrides, tick_step)
+            if code != 0 or current_tick(run_dir) < start + stop:
+                if why:
+                    return "not started" if current_tick(run_dir) == tick else "failed", why
+                reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+                return "failed", f"{reason}: {_last_line(run_dir)}"
+
+    def done_one(self) -> None:
+        with self.lock:
+            self.waiting -= 1
+
+
+def _last_line(run_dir: Path) -> str:
+    from sim.analysis.sweep import OUTPUT_FILE
+
+    try:
+        lines = (run_dir / OUTPUT_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return next((ln.strip() for ln in reversed(lines.splitlines()) if ln.strip()), "")
+
+
+# -- the whole study -------------------------------------------------------------------------
+
+
+def study_spend(study: Study, out: Path, plan: Plan) -> Spend:
+    """What every folder of the study spent, each copied log or answer counted once."""
+    books = Books.empty()
+    for unit in study.units:
+        prices = plan.config(unit.overrides).prices
+        for rel in [f"{SHARED}/{unit.name}", *(f"{c}/{unit.name}" for c in study.spec.conditions)]:
+            if (out / rel / RUN_FILE).is_file():
+                books.add_folder(out / rel, prices)
+    return books.spend
+
+
+def run_study(
+    study: Study,
+    out: Path,
+    jobs: int = 1,
+    budget_usd: float | None = None,
+    budget_tokens: int | None = None,
+    config_file: Path | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    executor: Executor = run_one,
+) -> SweepResult:
+    """Run (or resume) every arm of ``study`` in ``out``: the shared prefixes first, then
+    the arms forked from them, ``jobs`` folders at a time.
+
+    Raises:
+        InputError: ``out`` holds something else (``check_folder``), a run folder in it
+            records another run, a factor combination is not a valid config.
+    """
+    plan = Plan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
+    for unit in study.units:  # every combination checked as a config before anything
+        try:
+            plan.config(unit.overrides)
+        except InputError as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in unit.overrides.items())
+            raise InputError(study.path, "factors", f"{shown}: {exc}") from None
+    check_folder(study, out)
+    now = current_tick(study.world)
+    for unit in study.units:  # every existing run folder checked before anything is written
+        for condition in [None, *study.spec.conditions]:
+            rel = f"{condition or SHARED}/{unit.name}"
+            if (out / rel).exists() and _check_run(
+                out / rel, study, unit, condition
+            ).start_tick != now:
+                raise InputError(
+                    out / rel / RUN_FILE,
+                    "start_tick",
+                    f"forked from {study.world} at another tick than its current one ({now}): "
+                    "its runs would not start from one state; use another --out "
+                    "(nothing was written)",
+                )
+    write_record(study, out)
+    start = current_tick(study.world)
+    ledger = Ledger(budget_usd, budget_tokens, study_spend(study, out, plan), jobs)
+    arms = study.arms
+    runner = Runner(study, out, plan, ledger, executor, len(arms))
+    outcomes: dict[str, Outcome] = {}
+    prefix_failed: dict[str, str] = {}
+    report_lock = threading.Lock()
+    fork_lock = threading.Lock()  # a fork holds its source's lock: one at a time
+
+    def report(outcome: Outcome, key: str) -> None:
+        with report_lock:
+            outcomes[key] = outcome
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    def run_prefix(unit: Unit) -> None:
+        with fork_lock:
+            record = make_prefix(study, out, unit)
+        run_dir = out / SHARED / unit.name
+        status, message = runner.drive(
+            run_dir, record.start_tick, study.prefix, None, unit.overrides
+        )
+        if status not in ("done", "finished"):
+            prefix_failed[unit.name] = f"shared prefix {SHARED}/{unit.name}: {message}"
+
+    def run_arm(arm: Arm) -> None:
+        target = start + study.spec.ticks
+        base = Outcome(arm.rel, arm.unit.seed, arm.unit.overrides, "not started", 0, target)
+        try:
+            if arm.unit.name in prefix_failed:
+                base.message = prefix_failed[arm.unit.name]
+                base.status = "failed"
+                return
+            with fork_lock:
+                record = make_arm(study, out, arm, start)
+            run_dir = out / arm.rel
+            base.target = record.start_tick + study.spec.ticks
+            base.status, base.message = runner.drive(
+                run_dir, record.start_tick, study.spec.ticks, arm.condition, arm.unit.overrides
+            )
+            base.tick = current_tick(run_dir)
+        finally:
+            runner.done_one()
+            report(base, arm.rel)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        if study.prefix > 0:
+            for future in [pool.submit(run_prefix, unit) for unit in study.units]:
+                future.result()
+        for future in [pool.submit(run_arm, arm) for arm in arms]:
+            future.result()
+    spent = study_spend(study, out, plan)
+    unpriced = bool(spent.cost.unpriced)
+    return SweepResult(
+        [outcomes[arm.rel] for arm in arms],
+        None if unpriced else round(spent.cost.usd, 8),
+        spent.tokens,
+    )
+
+
+__all__ = [
+    "Books",
+    "check_folder",
+    "folder_spend",
+    "make_arm",
+    "make_prefix",
+    "run_study",
+    "study_spend",
+    "survey_done",
+    "write_record",
+]
