@@ -1,11 +1,15 @@
-"""Shared fixtures: scratch copies of the demo world."""
+"""Shared fixtures: scratch copies of the bundled worlds as released."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import signal
+import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,9 +24,17 @@ from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     gemini_stub,
     stub_server,
 )
+from sim.testing.worlds import pristine_worlds
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "worlds" / "demo"
+
+
+#: the bundled worlds as released, for the whole session (removed at exit)
+_PRISTINE = Path(tempfile.mkdtemp(prefix="sim-test-worlds-"))
+atexit.register(shutil.rmtree, _PRISTINE, ignore_errors=True)
+WORLDS = pristine_worlds(REPO, _PRISTINE)
+DEMO = WORLDS / "demo"
+HARVEST = WORLDS / "harvest-vote"
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +53,7 @@ def copy_demo(dest: Path) -> Path:
 
 @pytest.fixture
 def demo_world(tmp_path: Path) -> Path:
-    """A scratch copy of worlds/demo; the original is never touched."""
+    """A scratch copy of worlds/demo as released; the original is never touched."""
     return copy_demo(tmp_path / "demo")
 
 
@@ -54,6 +66,24 @@ def tree(root: Path, logs: bool = False) -> dict[str, bytes]:
     return {
         rel: p.read_bytes() for rel, p in out.items() if logs or not rel.startswith(".sim/log/")
     }
+
+
+@contextmanager
+def interruptible_children() -> Iterator[None]:
+    """Processes started inside get Ctrl-C (SIGINT) at its default, as from a terminal.
+
+    A runner started in the background (``nohup make test &``, a CI step) may leave SIGINT
+    ignored, and an ignored signal stays ignored across ``exec``: a child Python would
+    never see its Ctrl-C. A *handled* signal is reset to its default by ``exec``, so
+    handling SIGINT here while the children start gives each of them the default, which
+    Python turns into ``KeyboardInterrupt``. Nothing runs in the forked child (unlike
+    ``preexec_fn``, unsafe beside the stub servers' threads).
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 #: how long a child held in its commit waits for the kill (far longer than any trial takes)

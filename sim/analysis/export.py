@@ -7,11 +7,21 @@ missing. Cells that hold a list or an object (``inventory``, ``occupants``, a cu
 holding a list) are JSON text in CSV, Parquet and DataFrames, and native JSON in JSON Lines.
 An empty cell (unknown cost, no target) is empty in CSV, ``null`` in JSON Lines and
 missing (``None``/``NaN``) in DataFrames.
+
+A text cell is untrusted (names, speech and custom fields come from worlds and models),
+and a spreadsheet runs a cell starting with ``=``, ``+``, ``-`` or ``@`` as a formula
+(``=HYPERLINK(...)`` sends data away when clicked). CSV text cells starting with one of
+those, a tab or a carriage return get a leading ``'``, as OWASP recommends ("CSV
+Injection"); numbers are written as they are, so ``-3`` stays a number. ``raw=True``
+(``sim export --csv-raw``) writes text exactly. JSON Lines and Parquet hold typed values,
+never formulas, and are unchanged.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
+import io
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -59,14 +69,23 @@ def _text(value: Cell) -> Cell:
     return value
 
 
-def _csv_cell(value: Cell) -> str:
+#: what makes a spreadsheet read a text cell as a formula (OWASP, "CSV Injection")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: Cell, raw: bool = False) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    return str(_text(value))
+    if isinstance(value, int):
+        return str(value)
+    text = str(_text(value))
+    if not raw and text.startswith(FORMULA_STARTS):
+        return "'" + text  # shown as text, never run
+    return text
 
 
 @contextmanager
@@ -86,12 +105,25 @@ def _atomic(path: Path, mode: Literal["w", "wb"]) -> Iterator[IO[Any]]:
         raise
 
 
-def write_csv(table: Table, path: Path) -> None:
+def write_csv(table: Table, path: Path, *, raw: bool = False) -> None:
+    """A table as CSV, text cells a spreadsheet would run as formulas neutralised (a
+    leading ``'``) unless ``raw``."""
+    # Rows end in "\n"; the writer is told "\r\n" so that it quotes a cell holding a
+    # carriage return too (it quotes only the characters of its line terminator), which
+    # a reader would otherwise take for the end of the row.
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+
+    def line(cells: list[str]) -> str:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(cells)
+        return buffer.getvalue()[:-2] + "\n"
+
     with _atomic(path, "w") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(table.columns)
+        handle.write(line(list(table.columns)))
         for row in table.records():
-            writer.writerow([_csv_cell(row[c]) for c in table.columns])
+            handle.write(line([_csv_cell(row[c], raw) for c in table.columns]))
 
 
 def write_jsonl(table: Table, path: Path) -> None:
@@ -138,24 +170,38 @@ class Exported:
     notes: list[str] = field(default_factory=list)
 
 
+def _writer(fmt: str, csv_raw: bool) -> Callable[[Table, Path], None]:
+    """The writer of ``fmt`` (CSV cells exact with ``csv_raw``), checked before any work so
+    that nothing is half written."""
+    if fmt not in WRITERS:
+        raise InputError(None, "--format", f"expected one of {', '.join(FORMATS)} (got {fmt!r})")
+    if csv_raw and fmt != "csv":
+        raise InputError(None, "--csv-raw", f"applies to --format csv only (got {fmt})")
+    if fmt == "parquet":
+        _pandas("--format parquet")
+    return functools.partial(write_csv, raw=True) if csv_raw else WRITERS[fmt]
+
+
 def export(
     root: Path,
     out: Path,
     fmt: Format = "csv",
     first: int | None = None,
     last: int | None = None,
+    *,
+    csv_raw: bool = False,
 ) -> Exported:
     """Write ``characters``, ``interactions``, ``locations`` and ``calls`` tables of a world's
     committed ticks ``first``..``last`` into ``out`` (created if missing) as ``<table>.<fmt>``.
 
+    ``csv_raw`` writes CSV text cells exactly, formulas included (see the module's note).
+
     Raises:
-        InputError: an unknown format, a bad range, or not a world folder.
+        InputError: an unknown format, a bad range, ``csv_raw`` with another format, or
+            not a world folder.
         MissingExtra: Parquet without pandas and pyarrow.
     """
-    if fmt not in WRITERS:
-        raise InputError(None, "--format", f"expected one of {', '.join(FORMATS)} (got {fmt!r})")
-    if fmt == "parquet":
-        _pandas("--format parquet")  # before any work, so nothing is half written
+    write = _writer(fmt, csv_raw)
     tables = build_tables(root, first, last)
     if out.exists() and not out.is_dir():
         raise InputError(out, None, "exists and is not a folder")
@@ -163,7 +209,7 @@ def export(
     done = Exported(ticks=tables.ticks, problems=tables.problems, notes=tables.notes)
     for table in tables.all():
         path = out / f"{table.name}.{fmt}"
-        WRITERS[fmt](table, path)
+        write(table, path)
         done.files[table.name] = path
         done.rows[table.name] = len(table.rows)
     return done
@@ -190,19 +236,19 @@ def export_study(
     fmt: Format = "csv",
     first: int | None = None,
     last: int | None = None,
+    *,
+    csv_raw: bool = False,
 ) -> Exported:
     """Write a study's tables (``sim.analysis.studytables``) into ``out`` as
     ``<table>.<fmt>``: every run's rows, led by condition, seed, run and the factors.
 
     Raises:
-        InputError: an unknown format, not a study's folder; MissingExtra: as ``export``.
+        InputError: an unknown format, ``csv_raw`` with another format, not a study's
+            folder; MissingExtra: as ``export``.
     """
     from sim.analysis.studytables import build_study_tables
 
-    if fmt not in WRITERS:
-        raise InputError(None, "--format", f"expected one of {', '.join(FORMATS)} (got {fmt!r})")
-    if fmt == "parquet":
-        _pandas("--format parquet")
+    write = _writer(fmt, csv_raw)
     tables = build_study_tables(study, first, last)
     if out.exists() and not out.is_dir():
         raise InputError(out, None, "exists and is not a folder")
@@ -211,7 +257,7 @@ def export_study(
     done = Exported(ticks=ticks, problems=tables.problems, notes=tables.notes)
     for table in tables.all():
         path = out / f"{table.name}.{fmt}"
-        WRITERS[fmt](table, path)
+        write(table, path)
         done.files[table.name] = path
         done.rows[table.name] = len(table.rows)
     return done

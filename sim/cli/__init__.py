@@ -69,14 +69,16 @@ class _Main(click.Group):
         except OSError as exc:
             if os.environ.get("SIM_DEBUG"):
                 raise
-            from sim.cli.common import os_error_line
+            from sim.cli.common import echo, os_error_line
 
-            click.echo(os_error_line(exc), err=True)
+            echo(os_error_line(exc), err=True)
             sys.exit(1)
         except Exception as exc:
             if os.environ.get("SIM_DEBUG"):
                 raise
-            click.echo(
+            from sim.cli.common import echo
+
+            echo(
                 f"internal error: {type(exc).__name__}: {exc} (this is a bug in sim; "
                 "SIM_DEBUG=1 shows the traceback)",
                 err=True,
@@ -91,6 +93,10 @@ def main() -> None:
     from sim.lifeline import follow_parent
 
     follow_parent()  # started by a sweep or study: die with it
+
+    from sim.cli.common import echo_logging
+
+    echo_logging()  # the library's warnings are printed as every other line
 
 
 __all__ = ["main"]

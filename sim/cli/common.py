@@ -8,7 +8,9 @@ The config's models are imported by ``build_config``, when a command builds its 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +27,65 @@ if TYPE_CHECKING:
     from sim.config import Config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+#: what a terminal acts on rather than shows: C0 controls but line feed and tab (ESC starts
+#: every escape sequence, BEL ends OSC titles, CR rewrites a line), DEL and the C1 controls
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: what JSON may hold raw inside a string and a terminal acts on (orjson escapes C0)
+_JSON_CONTROL = re.compile(r"[\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character a terminal would act on shown as ``\\xNN``.
+
+    Names, narratives, answers and messages come from worlds, logs and models: untrusted.
+    A name holding ``\\x1b]0;...\\x07`` would retitle the terminal, ``\\x1b[2J`` clear it.
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def echo(
+    message: object = None, *, err: bool = False, nl: bool = True, overwrite: bool = False
+) -> None:
+    """Every line of human output goes through here, its control characters shown, never
+    sent (``printable``). ``overwrite``: a status line that replaces the one before it on a
+    terminal (carriage return before, clear-to-end-of-line after)."""
+    text = "" if message is None else printable(str(message))
+    if overwrite:
+        text = f"\r{text}\x1b[K"
+    click.echo(text, err=err, nl=nl)
+
+
+def secho(message: object, *, err: bool = False, nl: bool = True, **styles: Any) -> None:
+    """``echo`` in a colour or weight (``fg="cyan"``, ``bold=True``): the styles are added
+    to the made-printable text, so only sim's own escapes reach the terminal."""
+    click.echo(click.style(printable(str(message)), **styles), err=err, nl=nl)
+
+
+def echo_json(text: str) -> None:
+    """One JSON document or line to stdout. JSON escapes C0 controls already; DEL and C1,
+    which it may hold raw, are written as ``\\u00NN`` escapes: the same JSON value."""
+    click.echo(_JSON_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
+class _EchoHandler(logging.Handler):
+    """The library's warnings, printed as every other line (``echo``) to stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            echo(self.format(record), err=True)
+        except Exception:
+            self.handleError(record)
+
+
+def echo_logging() -> None:
+    """Send the ``sim`` loggers' warnings through ``echo`` (once per process), instead of
+    Python's last-resort handler, which would write their text raw."""
+    logger = logging.getLogger("sim")
+    if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
+        handler = _EchoHandler(logging.WARNING)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
 
 
 def folder_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:
@@ -196,33 +257,33 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
     try:
         yield
     except TickInterrupted as exc:
-        click.echo(f"\n{_told(exc)}", err=True)
+        echo(f"\n{_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("\ninterrupted: nothing was committed", err=True)
+        echo("\ninterrupted: nothing was committed", err=True)
         sys.exit(130)
     except RunFailed as exc:
-        click.echo(f"failed: {_told(exc)}", err=True)
+        echo(f"failed: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
-        click.echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
+        echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
     except LLMConfigurationError as exc:
-        click.echo(f"error: {_told(exc)}", err=True)
+        echo(f"error: {_told(exc)}", err=True)
         sys.exit(2)
     except LLMBudgetExceededError as exc:
-        click.echo(f"stopped: {_told(exc)} (nothing was committed for this tick)", err=True)
+        echo(f"stopped: {_told(exc)} (nothing was committed for this tick)", err=True)
         sys.exit(1)
     except LLMError as exc:
-        click.echo(f"failed: {_told(exc)}", err=True)
+        echo(f"failed: {_told(exc)}", err=True)
         sys.exit(1)
     except RecursionError:
-        click.echo("error: input nested too deeply to process", err=True)
+        echo("error: input nested too deeply to process", err=True)
         sys.exit(2)
     except OSError as exc:
         if read_only and isinstance(exc, BrokenPipeError):
             reader_gone()
-        click.echo(redact_text(os_error_line(exc)), err=True)
+        echo(redact_text(os_error_line(exc)), err=True)
         sys.exit(1)
 
 

@@ -8,7 +8,16 @@ from pathlib import Path
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, errors, folder_option, tick_option
+from sim.cli.common import (
+    CONFIG,
+    WORLD,
+    build_config,
+    echo,
+    echo_json,
+    errors,
+    folder_option,
+    tick_option,
+)
 from sim.cli.jsonout import JSON_HELP, emit, json_errors, replay_document
 from sim.errors import InputError
 
@@ -74,7 +83,7 @@ def log_(
                 raise InputError(None, "--compact", "takes only --world and --before")
             done = compact_history(world_dir, before)
             for line in logview.compact_lines(done):
-                click.echo(line)
+                echo(line)
             return
         if before is not None:
             raise InputError(None, "--before", "only with --compact")
@@ -84,15 +93,18 @@ def log_(
             # each tick's summary (written at its commit), not its whole log
             problems = []
             if not as_json:
-                click.echo(logview.SUMMARY_HEAD)
+                echo(logview.SUMMARY_HEAD)
             for item in heads(world_dir):
                 if item.head is None:
                     problems.append(item.problem)
                     continue
                 data = summary_numbers(item.head)
-                click.echo(orjson.dumps(data).decode() if as_json else logview.summary_line(data))
+                if as_json:
+                    echo_json(orjson.dumps(data).decode())
+                else:
+                    echo(logview.summary_line(data))
             for problem in problems:
-                click.echo(f"unreadable: {problem}", err=True)
+                echo(f"unreadable: {problem}", err=True)
             if problems:
                 sys.exit(1)
             return
@@ -108,13 +120,13 @@ def log_(
         )
         if as_json:
             for record in log.written_records():
-                click.echo(dump_record(record).decode())
+                echo_json(dump_record(record).decode())
         elif calls:
             for line in logview.call_lines(log):
-                click.echo(line)
+                echo(line)
         else:
             for line in logview.tick_lines(log):
-                click.echo(line)
+                echo(line)
 
 
 @click.command("replay")
@@ -148,7 +160,7 @@ def replay_(
         if as_json:
             emit(replay_document(report))
         for line in () if as_json else logview.replay_lines(report, live):
-            click.echo(line)
+            echo(line)
         if not report.identical:
             sys.exit(1)
 
@@ -176,9 +188,9 @@ def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
                 }
             )
             return
-        click.echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
+        echo(f"rewound: the world is at tick {tick_ - 1}, ready to run tick {tick_}")
         if done.moved_to is not None:
-            click.echo(f"{done.logs_moved} later logs moved to {done.moved_to}")
+            echo(f"{done.logs_moved} later logs moved to {done.moved_to}")
 
 
 @click.command()
@@ -216,4 +228,4 @@ def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None, as_json: boo
                 }
             )
             return
-        click.echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")
+        echo(f"forked: {dest} is at tick {tick_ - 1}, ready to run tick {tick_}")

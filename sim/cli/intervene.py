@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config
+from sim.cli.common import CONFIG, WORLD, build_config, echo
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
 
 if TYPE_CHECKING:
@@ -31,9 +31,9 @@ def _document(command: str, world_dir: Path, made: Made) -> dict[str, Any]:
 def _report(world_dir: Path, made: Made) -> None:
     from sim.interventions import describe
 
-    click.echo(f"recorded: {describe(made.record)}")
+    echo(f"recorded: {describe(made.record)}")
     waiting = len(made.pending)
-    click.echo(
+    echo(
         f"applies at tick {made.applies_at} (the next `sim tick --world {world_dir}`); "
         f"{waiting} intervention{'s' if waiting != 1 else ''} pending",
         err=True,

@@ -16,10 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
 import orjson
 
-from sim.cli.common import CLOSED_PIPE_EXIT, errors
+from sim.cli.common import CLOSED_PIPE_EXIT, echo_json, errors
 
 if TYPE_CHECKING:
     from sim.analysis.report import Written
@@ -36,7 +35,7 @@ JSON_LINES_HELP = "Print one JSON document per tick on stdout: JSON Lines (docs/
 
 def emit(document: Mapping[str, Any]) -> None:
     """Print one document as one line of JSON."""
-    click.echo(orjson.dumps(document).decode())
+    echo_json(orjson.dumps(document).decode())
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from sim.cli.common import WORLD, file_option
+from sim.cli.common import WORLD, echo, file_option
 from sim.cli.jsonout import JSON_HELP, emit, json_errors, report_document
 
 
@@ -44,7 +44,7 @@ def report(
             emit(report_document(done))
             if done.problems:
                 for problem in done.problems:
-                    click.echo(f"unreadable: {problem}", err=True)
+                    echo(f"unreadable: {problem}", err=True)
                 sys.exit(1)
             return
         if done.ticks:
@@ -53,8 +53,8 @@ def report(
             what = "no ticks in that range" if done.logged else "no tick logs yet"
         if done.detail is not None:
             what += f"; each tick's scenes in {done.detail}/, loaded by the page"
-        click.echo(f"wrote {done.path} ({what})")
+        echo(f"wrote {done.path} ({what})")
         for problem in done.problems:
-            click.echo(f"unreadable: {problem}", err=True)
+            echo(f"unreadable: {problem}", err=True)
         if done.problems:
             sys.exit(1)

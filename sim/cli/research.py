@@ -16,8 +16,11 @@ from sim.cli.common import (
     WORLD,
     build_config,
     count_option,
+    echo,
+    echo_json,
     file_option,
     folder_option,
+    secho,
 )
 from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
 
@@ -50,6 +53,12 @@ if TYPE_CHECKING:
 )
 @click.option("--from", "first", type=click.IntRange(min=1), help="The first tick to export.")
 @click.option("--to", "last", type=click.IntRange(min=1), help="The last tick to export.")
+@click.option(
+    "--csv-raw",
+    is_flag=True,
+    help="Write CSV text cells exactly. By default a text cell starting with = + - @, a tab "
+    "or a carriage return gets a leading ' so that a spreadsheet does not run it as a formula.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def export_(
     world_dir: Path | None,
@@ -58,6 +67,7 @@ def export_(
     fmt: str,
     first: int | None,
     last: int | None,
+    csv_raw: bool,
     as_json: bool,
 ) -> None:
     """Write tidy tables of the committed ticks: characters, interactions, locations, calls,
@@ -76,12 +86,12 @@ def export_(
         if (world_dir is None) == (study_dir is None):
             raise InputError(None, "--world/--study", "expected exactly one of them")
         if study_dir is not None:
-            done = export_study(study_dir, out, cast("Format", fmt), first, last)
+            done = export_study(study_dir, out, cast("Format", fmt), first, last, csv_raw=csv_raw)
         else:
             assert world_dir is not None
-            done = export(world_dir, out, cast("Format", fmt), first, last)
+            done = export(world_dir, out, cast("Format", fmt), first, last, csv_raw=csv_raw)
         if as_json:
-            click.echo(
+            echo_json(
                 orjson.dumps(
                     {
                         "command": "export",
@@ -100,13 +110,13 @@ def export_(
             )
         else:
             span = f"ticks {done.ticks[0]}-{done.ticks[-1]}" if done.ticks else "no ticks"
-            click.echo(f"exported {span} to {out}:")
+            echo(f"exported {span} to {out}:")
             for name, path in done.files.items():
-                click.echo(f"  {name:<13} {done.rows[name]:>6} rows  {path}")
+                echo(f"  {name:<13} {done.rows[name]:>6} rows  {path}")
             for note in done.notes:
-                click.echo(f"note: {note}")
+                echo(f"note: {note}")
         for problem in done.problems:
-            click.echo(f"unreadable: {problem}", err=True)
+            echo(f"unreadable: {problem}", err=True)
         if done.problems:
             sys.exit(1)
 
@@ -139,12 +149,12 @@ def init_(folder: Path, characters: int, locations: int, as_json: bool) -> None:
                 }
             )
             return
-        click.echo(
+        echo(
             f"created {folder}: {len(made.characters)} characters "
             f"({', '.join(made.characters)}), {len(made.locations)} locations "
             f"({', '.join(made.locations)})"
         )
-        click.echo(f"next: sim check --world {folder} && sim tick --world {folder}")
+        echo(f"next: sim check --world {folder} && sim tick --world {folder}")
 
 
 @click.command("schema")
@@ -168,7 +178,7 @@ def schema_(out: Path, as_json: bool) -> None:
             emit({"command": "schema", "ok": True, "paths": [str(p) for p in written]})
             return
         for path in written:
-            click.echo(f"wrote {path}")
+            echo(f"wrote {path}")
 
 
 @click.command("ask")
@@ -238,20 +248,20 @@ def ask_(
         else:
             for interview in asked.interviews:
                 name = asked.names.get(interview.character, interview.character)
-                click.secho(f"[{name}]", fg="cyan")
+                secho(f"[{name}]", fg="cyan")
                 if interview.answer is not None and interview.format is not None:
-                    click.echo(f"answer: {interview.answer}")
-                    click.echo(textwrap.fill(f"reason: {interview.reason}", width=88))
+                    echo(f"answer: {interview.answer}")
+                    echo(textwrap.fill(f"reason: {interview.reason}", width=88))
                 elif interview.answer is not None:
-                    click.echo(textwrap.fill(interview.answer, width=88))
+                    echo(textwrap.fill(interview.answer, width=88))
                 else:
-                    click.echo(f"failed: {interview.error}")
+                    echo(f"failed: {interview.error}")
             tokens = sum(i.usage.input_tokens + i.usage.output_tokens for i in asked.interviews)
-            click.echo(
+            echo(
                 f"\nasked at tick {asked.tick}; recorded in "
                 f"{world_dir / '.sim' / 'interviews.jsonl'} ({tokens} tokens)",
                 err=True,
             )
         if asked.failures:
-            click.echo(f"failed: {asked.failures} of {len(asked.interviews)} answers", err=True)
+            echo(f"failed: {asked.failures} of {len(asked.interviews)} answers", err=True)
             sys.exit(1)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, SETTINGS, WORLD, build_config, count_option
+from sim.cli.common import CONFIG, SETTINGS, WORLD, build_config, count_option, echo, secho
 from sim.cli.jsonout import (
     JSON_HELP,
     JSON_LINES_HELP,
@@ -56,9 +56,9 @@ class Progress:
             f"waited {progress.elapsed:.0f}s"
         )
         if self.tty:
-            click.echo("\r" + line + "\x1b[K", err=True, nl=False)
+            echo(line, err=True, nl=False, overwrite=True)
         else:
-            click.echo(line, err=True)
+            echo(line, err=True)
 
     def on_event(self, event: LLMEvent) -> None:
         if event.kind == "llm_called" or not event.final:
@@ -67,9 +67,8 @@ class Progress:
         if event.kind == "llm_failed":
             self.failed += 1
         if self.tty and self.done % 25 == 0:
-            click.echo(
-                f"\r  {event.phase:<11} {self.done} calls, {self.failed} failed", err=True, nl=False
-            )
+            line = f"  {event.phase:<11} {self.done} calls, {self.failed} failed"
+            echo(line, err=True, nl=False, overwrite=True)
 
     def on_phase(self, name: str, stage: str, report: PhaseReport | None) -> None:
         if stage == "start":
@@ -80,7 +79,7 @@ class Progress:
             line = f"  {name:<11} {len(report.warnings)} rule violations ignored"
         else:
             line = f"  {name:<11} {report.calls}/{report.calls} calls, {report.failures} failed"
-        click.echo(("\r" if self.tty else "") + line + "\x1b[K" * self.tty, err=True)
+        echo(line, err=True, overwrite=self.tty)
 
 
 def partial_string(text: str, field: str) -> str | None:
@@ -154,7 +153,7 @@ class StreamView:
         visible = self._visible(key)
         new = visible[self.shown.get(key, 0) :]
         if new:
-            click.echo(new, nl=False)
+            echo(new, nl=False)
             self.shown[key] = len(visible)
 
     def _next(self) -> None:
@@ -163,11 +162,11 @@ class StreamView:
             if key in self.shown:
                 continue
             self.current, self.shown[key] = key, 0
-            click.secho(f"\n[{key.partition(':')[2] or key}]", fg="cyan")
+            secho(f"\n[{key.partition(':')[2] or key}]", fg="cyan")
             self._show(key)
             if key not in self.done:
                 return
-            click.echo()
+            echo()
         self.current = None
 
     def on_delta(self, delta: StreamDelta) -> None:
@@ -179,7 +178,7 @@ class StreamView:
         if delta.restart:
             self.raw[key] = []
             if key == self.current and self.shown.get(key):
-                click.echo(" [retrying]")
+                echo(" [retrying]")
                 self.shown[key] = 0
             return
         self.raw.setdefault(key, []).append(delta.text)
@@ -197,7 +196,7 @@ class StreamView:
         self.done.add(key)
         if key == self.current:
             self._show(key)
-            click.echo()
+            echo()
             self.current = None
             self._next()
 
@@ -263,7 +262,7 @@ class TerminalApprover:
         from sim.policy import Approval
 
         if self.yes:
-            click.echo(f"\napproved (--yes): {question}", err=True)
+            echo(f"\napproved (--yes): {question}", err=True)
             return Approval(True, "--yes")
         if not self.interactive:
             return Approval(
@@ -275,7 +274,7 @@ class TerminalApprover:
             # Ctrl-C at the prompt interrupts the run (exit 130); the handler is in place
             # before the prompt shows, so a Ctrl-C typed at once is not lost
             with _interruptible():
-                click.echo(f"\n{question} [y/N]: ", nl=False, err=True)
+                echo(f"\n{question} [y/N]: ", nl=False, err=True)
                 answer = input()
         except EOFError:  # Ctrl-D: no
             answer = ""
@@ -286,53 +285,53 @@ class TerminalApprover:
 
 
 def print_tick(result: TickResult) -> None:
-    click.secho(f"\n== tick {result.tick} ==", bold=True)
+    secho(f"\n== tick {result.tick} ==", bold=True)
     for note in result.notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
     if result.resumed_calls:
-        click.echo(
+        echo(
             f"resumed: {result.resumed_calls} calls taken from the interrupted tick's "
             "log, not sent again"
         )
     for lid, text in result.narratives.items():
-        click.secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
-        click.echo(textwrap.fill(text, width=88))
+        secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
+        echo(textwrap.fill(text, width=88))
     if result.moved:
         moves = ", ".join(f"{cid} {a}→{b}" for cid, a, b in result.moved)
-        click.echo(f"\nmoved: {moves}")
+        echo(f"\nmoved: {moves}")
     for report in result.reports:
         for entity_key, reason in report.errors.items():
-            click.echo(f"fallback: {report.name} {entity_key}: {reason}")
+            echo(f"fallback: {report.name} {entity_key}: {reason}")
         for entity_key, models in report.model_fallbacks.items():
-            click.echo(f"fallback model: {report.name} {entity_key}: {models}")
+            echo(f"fallback model: {report.name} {entity_key}: {models}")
         for warning in report.warnings:
-            click.echo(f"ignored: {warning}")
+            echo(f"ignored: {warning}")
     pushed = result.backpressure
     if pushed and (pushed["rate_limited"] or pushed["timeouts"] or pushed["down_failures"]):
-        click.echo(
+        echo(
             f"\nbackpressure: {pushed['rate_limited']} rate-limited and {pushed['timeouts']} "
             f"timed-out attempts (retried), paused {pushed['paused_seconds']:.1f}s; "
             f"concurrency limit {pushed['limit']} (lowest {pushed['lowest_limit']})"
         )
     if result.servers:
-        click.echo("\n" + servers_line(result.servers))
-    click.echo("\nphase        calls  failed  retries  input tok  output tok")
+        echo("\n" + servers_line(result.servers))
+    echo("\nphase        calls  failed  retries  input tok  output tok")
     for report in result.reports:
         if report.name == "apply":
             continue
-        click.echo(
+        echo(
             f"{report.name:<12} {report.calls:>5}  {report.failures:>6}  {report.retries:>7}  "
             f"{report.usage.input_tokens:>9}  {report.usage.output_tokens:>10}"
         )
     usage = result.usage
     retries = sum(r.retries for r in result.reports)
-    click.echo(
+    echo(
         f"{'total':<12} {result.calls:>5}  {result.failures:>6}  {retries:>7}  "
         f"{usage.input_tokens:>9}  {usage.output_tokens:>10}   wall {result.elapsed:.2f}s"
     )
     timed_out = sum(r.timed_out for r in result.reports)
     if timed_out:
-        click.echo(
+        echo(
             f"timed out (may be billed): {timed_out} attempts got no answer before the "
             "client's timeout; the server may have billed them (tokens unknown)"
         )
@@ -491,9 +490,9 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                     }
                 )
             for warning in phases.warnings:
-                click.echo(f"warning: {warning}", err=as_json)
+                echo(f"warning: {warning}", err=as_json)
             for error in phases.errors:
-                click.echo(f"error: {error}", err=True)
+                echo(f"error: {error}", err=True)
             sys.exit(2)
         if as_json:
             document = check_document(world_dir, config, storage, world)
@@ -513,47 +512,47 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             emit(document)
             return
         for warning in phases.warnings:
-            click.echo(f"warning: {warning}")
-        click.echo(
+            echo(f"warning: {warning}")
+        echo(
             f"ok: {world.meta['name']!r} at tick {world.tick}: {len(world.characters)} "
             f"characters, {len(world.locations)} locations; provider {config.llm.provider}"
         )
-        click.echo(
+        echo(
             f"phases: {', '.join(spec.name for spec in phases.phases)} "
             f"({phases.renders} template renders checked)"
         )
         if policies:
-            click.echo(f"policies: {', '.join(policies)} (docs/policies.md)")
-        click.echo(f"endpoint: {url}")
+            echo(f"policies: {', '.join(policies)} (docs/policies.md)")
+        echo(f"endpoint: {url}")
         if key_env is not None:
             state = "set" if os.environ.get(key_env) else "not set"
-            click.echo(f"api key: from ${key_env} ({state})")
+            echo(f"api key: from ${key_env} ({state})")
         for name, (phase_url, phase_key) in phase_endpoints(config).items():
             state = "set" if phase_key and os.environ.get(phase_key) else "not set"
             key_note = f", api key from ${phase_key} ({state})" if phase_key else ""
-            click.echo(f"endpoint of phase {name}: {phase_url}{key_note}")
+            echo(f"endpoint of phase {name}: {phase_url}{key_note}")
         for name, (other_url, other_key) in named_endpoints(config).items():
             state = "set" if other_key and os.environ.get(other_key) else "not set"
             key_note = f", api key from ${other_key} ({state})" if other_key else ""
-            click.echo(f"endpoint {name}: {other_url}{key_note}")
+            echo(f"endpoint {name}: {other_url}{key_note}")
         for line in repairs:
-            click.echo(f"repair: {line}")
+            echo(f"repair: {line}")
         for record in interventions:
-            click.echo(f"pending for tick {world.tick + 1}: {describe(record)}")
+            echo(f"pending for tick {world.tick + 1}: {describe(record)}")
         if running:
-            click.echo(
+            echo(
                 f"running: another sim process is running this world now (tick "
                 f"{world.tick + 1}); run `sim check` again when it has finished"
             )
             return
         if storage.pending_journal():
-            click.echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
+            echo("note: an interrupted commit is pending; the next 'sim tick' completes it")
         history = check_history(world_dir, world.tick)
         if history.interrupted is not None:
             tick, logged = history.interrupted
-            click.echo(
+            echo(
                 f"note: tick {tick} was interrupted; the next 'sim tick' "
                 f"resumes it ({logged} calls already logged)"
             )
         for problem in history.problems:
-            click.echo(f"warning: unreadable log: {problem}")
+            echo(f"warning: unreadable log: {problem}")

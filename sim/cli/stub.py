@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from sim.cli.common import count_option, seconds_option
+from sim.cli.common import count_option, echo, seconds_option
 
 #: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
 #: server (a test pins the two together)
@@ -103,7 +103,7 @@ def stub_server(
     known = {"gemini": GEMINI_FAULTS, "anthropic": ANTHROPIC_FAULTS}.get(api, FAULTS)
     unknown = sorted(set(kinds) - set(known))
     if unknown:
-        click.echo(
+        echo(
             f"error: unknown fault(s) {', '.join(unknown)}; choose from {', '.join(known)}",
             err=True,
         )
@@ -131,7 +131,7 @@ def stub_server(
     async def serve() -> None:
         await server.start(host, port)
         url = root.format(port=server.port)
-        click.echo(f"stub server on {url} ({api} API; Ctrl-C to stop)", err=True)
+        echo(f"stub server on {url} ({api} API; Ctrl-C to stop)", err=True)
         await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):

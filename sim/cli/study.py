@@ -10,6 +10,7 @@ import click
 from sim.cli.common import (
     CONFIG,
     count_option,
+    echo,
     file_option,
     folder_option,
     trusting_world_config,
@@ -84,7 +85,7 @@ def run_(
         plan = read_study(study_file)
         run = sweeps.ray_executor(ray_address) if executor == "ray" else sweeps.run_one
         if not as_json:
-            click.echo(
+            echo(
                 f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
                 f"{len(plan.units)} seeds/factor values) of {plan.world} into {out}; "
                 f"{plan.prefix} shared ticks",
@@ -97,7 +98,7 @@ def run_(
             budget_usd or None,
             budget_tokens or None,
             config_file,
-            on_outcome=None if as_json else lambda o: click.echo(_outcome_line(o), err=True),
+            on_outcome=None if as_json else lambda o: echo(_outcome_line(o), err=True),
             executor=run,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
@@ -118,9 +119,9 @@ def run_(
             for outcome in result.runs:
                 counts[outcome.status] = counts.get(outcome.status, 0) + 1
             summary = ", ".join(f"{n} {status}" for status, n in counts.items())
-            click.echo(f"{summary}; the study has spent {result.spent_tokens} tokens, {spent}")
+            echo(f"{summary}; the study has spent {result.spent_tokens} tokens, {spent}")
             if not result.ok:
-                click.echo("run the same command again to resume the runs not finished", err=True)
+                echo("run the same command again to resume the runs not finished", err=True)
         if not result.ok:
             sys.exit(1)
 
@@ -156,8 +157,8 @@ def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_j
             )
             return
         for line in report_lines(report):
-            click.echo(line)
+            echo(line)
         for note in report.notes:
-            click.echo(f"note: {note}", err=True)
+            echo(f"note: {note}", err=True)
         if html_out is not None:
-            click.echo(f"wrote {html_out}", err=True)
+            echo(f"wrote {html_out}", err=True)

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, count_option, file_option, folder_option, trusting_world_config
+from sim.cli.common import (
+    CONFIG,
+    count_option,
+    echo,
+    file_option,
+    folder_option,
+    trusting_world_config,
+)
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
 from sim.errors import InputError
 
@@ -117,13 +124,13 @@ def sweep(
             raise InputError(None, "--ray-address", "goes with --executor ray")
         run = sweeps.ray_executor(ray_address) if executor == "ray" else sweeps.run_one
         if not as_json:
-            click.echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
+            echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
         result = sweeps.run_sweep(
             plan,
             jobs,
             budget_usd or None,  # 0 = no cap, as for sim tick and [budget]
             budget_tokens or None,
-            on_outcome=None if as_json else lambda o: click.echo(_outcome_line(o), err=True),
+            on_outcome=None if as_json else lambda o: echo(_outcome_line(o), err=True),
             executor=run,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
@@ -143,9 +150,9 @@ def sweep(
             for outcome in result.runs:
                 counts[outcome.status] = counts.get(outcome.status, 0) + 1
             summary = ", ".join(f"{n} {status}" for status, n in counts.items())
-            click.echo(f"{summary}; the sweep has spent {result.spent_tokens} tokens, {spent}")
+            echo(f"{summary}; the sweep has spent {result.spent_tokens} tokens, {spent}")
             if not result.ok:
-                click.echo("run the same command again to resume the runs not finished", err=True)
+                echo("run the same command again to resume the runs not finished", err=True)
         if not result.ok:
             sys.exit(1)
 
@@ -184,8 +191,8 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
             )
             return
         for line in report_lines(report):
-            click.echo(line)
+            echo(line)
         for note in report.notes:
-            click.echo(f"note: {note}", err=True)
+            echo(f"note: {note}", err=True)
         if html_out is not None:
-            click.echo(f"wrote {html_out}", err=True)
+            echo(f"wrote {html_out}", err=True)

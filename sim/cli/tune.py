@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, count_option, errors
+from sim.cli.common import CONFIG, WORLD, build_config, count_option, echo, echo_json, errors
 from sim.errors import InputError
 
 if TYPE_CHECKING:  # imported by the commands (`sim --help` does not load the runner)
@@ -104,34 +104,34 @@ def tune_(
             guess = estimate(world_dir, config, section, tried, ticks)
             runs = f"{len(tried)} depths x {ticks} ticks of {world_dir} on {config.llm.provider}"
             cost = guess.cost.text() if guess.cost.known else "unknown"
-            click.echo(
+            echo(
                 f"sim tune will run {runs}: about {guess.input_tokens:,} input and "
                 f"{guess.output_tokens:,} output tokens, cost {cost}",
                 err=True,
             )
-            click.echo(f"  ({guess.method})", err=True)
+            echo(f"  ({guess.method})", err=True)
             if not guess.cost.known:
-                click.echo(f"  {unpriced_note(guess.cost.unpriced)}", err=True)
+                echo(f"  {unpriced_note(guess.cost.unpriced)}", err=True)
             click.confirm("Spend it?", abort=True, err=True)
         if not as_json:
-            click.echo(
+            echo(
                 f"tune {name} ({section}): {ticks} ticks per depth on a scratch copy of "
                 f"{world_dir}; provider {config.llm.provider}"
             )
-            click.echo(TUNE_HEAD)
+            echo(TUNE_HEAD)
         unpriced: set[str] = set()
 
         def show(row: TuneRow) -> None:
             unpriced.update(row.total.cost.unpriced)
             if as_json:
                 data = {"phase": name, "provider": config.llm.provider, **row.to_dict()}
-                click.echo(orjson.dumps(data).decode())
+                echo_json(orjson.dumps(data).decode())
             else:
-                click.echo(tune_line(row))
+                echo(tune_line(row))
 
         tune(world_dir, config, section, tried, ticks, on_row=show)
         if unpriced and not as_json:
-            click.echo(unpriced_note(frozenset(unpriced)))
+            echo(unpriced_note(frozenset(unpriced)))
 
 
 def usage_line(row: UsageRow, width: int) -> str:
@@ -144,15 +144,15 @@ def usage_line(row: UsageRow, width: int) -> str:
 
 def print_usage(report: UsageReport) -> None:
     width = max([len(report.by), 5, *(len(r.key) for r in report.rows)])
-    click.echo(f"{report.by:<{width}}  {USAGE_HEAD}")
+    echo(f"{report.by:<{width}}  {USAGE_HEAD}")
     for row in report.rows:
-        click.echo(usage_line(row, width))
-    click.echo(usage_line(report.total, width))
+        echo(usage_line(row, width))
+    echo(usage_line(report.total, width))
     models = {m for m in report.total.cost.unpriced if not m.startswith("(")}
     if models:
-        click.echo(unpriced_note(frozenset(models)))
+        echo(unpriced_note(frozenset(models)))
     for note in report.notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
 
 
 @click.command("usage")
@@ -176,10 +176,10 @@ def usage_(world_dir: Path, by: str, config_file: Path | None, as_json: bool) ->
         config = build_config(config_file, world_dir, sends_requests=False)
         report = usage_report(world_dir, cast("By", by), config.prices)
         if as_json:
-            click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+            echo_json(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
         else:
             print_usage(report)
         for problem in report.problems:
-            click.echo(f"unreadable log (its calls are not counted): {problem}", err=True)
+            echo(f"unreadable log (its calls are not counted): {problem}", err=True)
         if report.problems:
             sys.exit(1)

@@ -18,33 +18,51 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import jinja2
-from jinja2 import meta
+from jinja2 import meta, nodes
+from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension
 from jinja2.lexer import Token, TokenStream
+from jinja2.nodes import EvalContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
 from sim.errors import InputError
 from sim.llm.calls import digest
 from sim.phases.files import MissingFile, read_world_file, read_world_text
+from sim.phases.template_limits import (
+    MAX_INT_BITS,
+    MAX_RENDER_CHARS,
+    MAX_VALUE_CHARS,
+    REARRANGING_FILTERS,
+    SizedValue,
+    check_args,
+    filter_size,
+    format_size,
+    join_size,
+    method_size,
+    refuse_over,
+    size,
+)
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "prompts"
 PROMPTS = "prompts"
 #: loop iterations plus calls allowed in one render
 MAX_STEPS = 1_000_000
-MAX_OUTPUT_CHARS = 400_000
+MAX_OUTPUT_CHARS = MAX_VALUE_CHARS
 MAX_SECONDS = 5.0
 _GUARD = "_sim_guard"
+_T = TypeVar("_T")
 
 
 class TemplateError(InputError):
@@ -65,11 +83,23 @@ class _Budget:
 
     def __init__(self) -> None:
         self.steps = 0
+        self.chars = 0
         self.deadline = 0.0
 
     def reset(self) -> None:
         self.steps = 0
+        self.chars = 0
         self.deadline = time.monotonic() + MAX_SECONDS
+
+    def made(self, value: _T) -> _T:
+        """Charge a string the render made to its budget of text; return it."""
+        if isinstance(value, str):
+            self.chars += len(value)
+            if self.chars > MAX_RENDER_CHARS:
+                raise SecurityError(
+                    f"template too costly: it made over {MAX_RENDER_CHARS:,} characters of text"
+                )
+        return value
 
     def step(self, n: int = 1) -> None:
         self.steps += n
@@ -114,45 +144,49 @@ class _GuardLoops(Extension):
 
 
 _BIG_WIDTH = re.compile(r"\d{7,}")
+#: the values a filter is handed ahead of its input (``pass_context`` and the like)
+_PASSED = (jinja2.runtime.Context, EvalContext, jinja2.Environment)
 
 
-def _check_args(args: Iterable[Any]) -> None:
-    """Refuse arguments that would make a huge value: a width or count over the output cap
-    (``center(10**9)``, ``'x'.ljust(10**9)``), or a string already over it (a macro that
-    doubles its argument each call)."""
-    for arg in args:
-        if isinstance(arg, bool):
-            continue
-        if isinstance(arg, int | float) and abs(arg) > MAX_OUTPUT_CHARS:
-            raise SecurityError(f"a number too big for a template argument ({arg:.3g})")
-        if isinstance(arg, str | list | tuple | dict) and len(arg) > MAX_OUTPUT_CHARS:
-            raise SecurityError("a value too big for a template argument")
+class _BoundedNamespace(Namespace, SizedValue):
+    """``namespace()`` whose values cannot grow past the value cap in all (a loop that
+    doubles a string held in a namespace, or sets a thousand names to one long string,
+    would otherwise exhaust memory before any step limit)."""
 
-
-def _guarded(func: Callable[..., Any]) -> Callable[..., Any]:
-    """A filter with its arguments checked (``functools.wraps`` keeps Jinja's pass-arg
-    marks, so context filters still get their context)."""
-
-    @functools.wraps(func)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        _check_args(args)
-        _check_args(kwargs.values())
-        return func(*args, **kwargs)
-
-    return guarded
-
-
-class _BoundedNamespace(Namespace):
-    """``namespace()`` whose values cannot grow past the output cap (a loop that doubles a
-    string held in a namespace would otherwise exhaust memory before any step limit)."""
+    def __init__(*args: Any, **kwargs: Any) -> None:
+        self = args[0]
+        initial = dict(*args[1:], **kwargs)
+        check_args(initial.values(), "namespace()")
+        Namespace.__init__(self, initial)
+        self._sim_sizes = {name: size(value) for name, value in initial.items()}
 
     def __setitem__(self, name: str, value: Any) -> None:
-        _check_args((value,))
+        sizes: dict[str, int] = object.__getattribute__(self, "_sim_sizes")
+        refuse_over(sum(sizes.values()) - sizes.get(name, 0) + size(value), "a namespace")
+        sizes[name] = size(value)
         super().__setitem__(name, value)
+
+    def text_size(self) -> int:
+        sizes: dict[str, int] = object.__getattribute__(self, "_sim_sizes")
+        return 16 + sum(sizes.values())
+
+
+class _CodeGenerator(CodeGenerator):
+    """Jinja's code generator with ``~`` sent through the sandbox's measured join (the
+    sandbox has no hook for it: ``{% set x = x ~ x %}`` doubles a string per line)."""
+
+    @optimizeconst
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.measured_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = _CodeGenerator
 
     def __init__(self, loader: jinja2.BaseLoader) -> None:
         super().__init__(
@@ -162,17 +196,57 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             keep_trailing_newline=False,
             extensions=[_GuardLoops],
             auto_reload=False,
+            finalize=self._finalize,
         )
         self.budget = _Budget()
         self.globals[_GUARD] = self._guard
         self.globals["namespace"] = _BoundedNamespace
         self.globals.pop("lipsum", None)  # generates text by the megabyte on request
-        self.filters = {name: _guarded(f) for name, f in self.filters.items()}
+        self.filters = {name: self._guarded(name, f) for name, f in self.filters.items()}
+
+    def _guarded(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        """A filter with its arguments measured, its result estimated before it is made
+        when it can multiply its input, and charged to the render's budget after
+        (``functools.wraps`` keeps Jinja's pass-arg marks, so context filters still get
+        their context)."""
+
+        @functools.wraps(func)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            lead = 0
+            while lead < len(args) and isinstance(args[lead], _PASSED):
+                lead += 1
+            passed, rest = args[:lead], list(args[lead:])
+            if name == "join" and rest and not isinstance(rest[0], str | list):
+                rest[0] = list(rest[0])  # a generator, measured as it will be joined
+            text = name not in REARRANGING_FILTERS  # a plugin's filter is measured
+            check_args([*rest, *kwargs.values()], f"the filter {name}", text=text)
+            estimate = filter_size(name, rest, kwargs)
+            if estimate is not None:
+                refuse_over(estimate, f"the filter {name}")
+            return self.budget.made(func(*passed, *rest, **kwargs))
+
+        return guarded
 
     def _guard(self, iterable: Iterable[Any]) -> Iterator[Any]:
         for item in iterable:
             self.budget.step()
             yield item
+
+    def _finalize(self, value: Any) -> Any:
+        refuse_over(size(value), "an output expression")
+        return value
+
+    def concat(self, parts: Iterable[str]) -> str:
+        """The body of a block, a macro or ``{% set %}``, joined once its length is known."""
+        chunks = list(parts)
+        refuse_over(sum(len(chunk) for chunk in chunks), "a block's body")
+        return self.budget.made("".join(chunks))
+
+    def measured_concat(self, values: Iterable[Any]) -> str:
+        """``a ~ b``: measured, then joined."""
+        items = list(values)
+        refuse_over(join_size(items, ""), "the operator ~")
+        return self.budget.made("".join(str(item) for item in items))
 
     def call(
         __self,
@@ -182,34 +256,58 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         **kwargs: Any,
     ) -> Any:
         __self.budget.step()
-        _check_args(args)
-        _check_args(kwargs.values())
-        return super().call(__context, __obj, *args, **kwargs)
+        owner = getattr(__obj, "__self__", None)
+        method = getattr(__obj, "__name__", "")
+        if isinstance(owner, str) and method == "join" and args:
+            args = (list(args[0]), *args[1:])
+        # a macro, a loop's guard, a method: their arguments are passed on, not made text
+        # here (a str method that makes text is estimated below; `~` and bodies measure)
+        check_args([*args, *kwargs.values()], f"{method or 'a call'}()", text=False)
+        if isinstance(owner, str):
+            estimate = method_size(owner, method, list(args), kwargs)
+            if estimate is not None:
+                refuse_over(estimate, f"str.{method}()")
+        return __self.budget.made(super().call(__context, __obj, *args, **kwargs))
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapper = super().wrap_str_format(value)
         if wrapper is None:
             return None
-        if _BIG_WIDTH.search(value.__self__):
+        text: str = value.__self__
+        if _BIG_WIDTH.search(text):
             raise SecurityError("a format width too big in a template")
-        return wrapper
+        method: str = value.__name__
+
+        @functools.wraps(wrapper)
+        def measured(*args: Any, **kwargs: Any) -> str:
+            estimate = method_size(text, method, list(args), kwargs)
+            refuse_over(estimate or 0, f"str.{method}()")
+            return self.budget.made(wrapper(*args, **kwargs))
+
+        return measured
 
     def call_binop(
         self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any
     ) -> Any:
         if operator == "**" and isinstance(right, int | float) and abs(right) > 64:
             raise SecurityError("exponent too big in a template")
-        if operator == "%" and isinstance(left, str) and _BIG_WIDTH.search(left):
-            raise SecurityError("a format width too big in a template")
-        joined = operator == "+" and isinstance(left, str | list | tuple)
-        if joined and isinstance(right, Sized) and len(left) + len(right) > MAX_OUTPUT_CHARS:
-            raise SecurityError("a value too big in a template")
+        if operator in ("*", "**") and isinstance(left, int) and isinstance(right, int):
+            bits = left.bit_length() + right.bit_length()
+            if operator == "**":
+                bits = left.bit_length() * abs(right)
+            if bits > MAX_INT_BITS:
+                raise SecurityError(f"a number over {MAX_INT_BITS:,} bits in a template")
+        if operator == "%" and isinstance(left, str):
+            if _BIG_WIDTH.search(left):
+                raise SecurityError("a format width too big in a template")
+            refuse_over(format_size(left, right, left.count("%")), "the operator %")
+        if operator == "+" and isinstance(left, str | list | tuple):
+            refuse_over(size(left) + size(right), "the operator +")
         if operator == "*":
             for seq, n in ((left, right), (right, left)):
-                big = isinstance(seq, str | list | tuple) and isinstance(n, int)
-                if big and len(seq) * n > MAX_OUTPUT_CHARS:
-                    raise SecurityError("a repeated value too big in a template")
-        return super().call_binop(context, operator, left, right)
+                if isinstance(seq, str | list | tuple) and isinstance(n, int):
+                    refuse_over(size(seq) * n, "the operator *")
+        return self.budget.made(super().call_binop(context, operator, left, right))
 
 
 class _Loader(jinja2.BaseLoader):
@@ -323,17 +421,28 @@ class Prompts:
                     raise SecurityError(f"output over {MAX_OUTPUT_CHARS:,} characters")
                 parts.append(chunk)
             return "".join(parts).strip()
-        except jinja2.TemplateSyntaxError as exc:  # in an included template
-            raise TemplateError(exc.filename, exc.lineno, exc.message or "") from None
-        except jinja2.TemplateNotFound as exc:
+        except MemoryError as exc:  # a bound this sandbox missed: still a named error
             file, line = _line_of(exc.__traceback__, self._filenames())
-            raise TemplateError(
-                file or template.filename, line, f"template not found: {exc.name}"
-            ) from None
-        except Exception as exc:  # UndefinedError, SecurityError, TypeError in an expression
-            file, line = _line_of(exc.__traceback__, self._filenames())
-            kind = "undefined name" if isinstance(exc, jinja2.UndefinedError) else "error"
-            raise TemplateError(file or template.filename, line, f"{kind}: {exc}") from None
+            error = TemplateError(file or template.filename, line, "error: out of memory")
+        except Exception as exc:  # every failure becomes a TemplateError
+            error = self._render_error(exc, template.filename)
+        # A failed render's traceback (rewritten by Jinja) is a reference cycle holding
+        # its frames and whatever they had built, up to the budget: free it now, not at
+        # the next collection, or `sim check` rendering for every character keeps them all.
+        gc.collect()
+        raise error
+
+    def _render_error(self, exc: Exception, filename: str | None) -> TemplateError:
+        """The error of a failed render, with the file and line where it happened."""
+        if isinstance(exc, jinja2.TemplateSyntaxError):  # in an included template
+            return TemplateError(exc.filename, exc.lineno, exc.message or "")
+        file, line = _line_of(exc.__traceback__, self._filenames())
+        if isinstance(exc, jinja2.TemplateNotFound):
+            return TemplateError(file or filename, line, f"template not found: {exc.name}")
+        # UndefinedError, SecurityError, TypeError in an expression
+        kind = "undefined name" if isinstance(exc, jinja2.UndefinedError) else "error"
+        problem = str(exc) or type(exc).__name__
+        return TemplateError(file or filename, line, f"{kind}: {problem}")
 
     def snapshot(self, names: Iterable[str], limit: int = 500) -> dict[str, str]:
         """Digests of the templates ``names`` (the world's, else the built-in, when there

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import HARVEST
 
 import sim
 
@@ -16,7 +17,7 @@ DOC = (REPO / "docs" / "api.md").read_text()
 
 def test_the_api_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shutil.copytree(
-        REPO / "worlds" / "harvest-vote",
+        HARVEST,
         tmp_path / "worlds" / "harvest-vote",
         ignore=shutil.ignore_patterns(".sim"),
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, copy_demo, tree
+from conftest import REPO, copy_demo, interruptible_children, tree
 
 from sim.cli import main
 from sim.config import load_config
@@ -162,12 +162,13 @@ def test_stopped_while_polling_resumes_the_same_batch(
     world = scratch(base, tmp_path, "killed")
     server.batches.delay = 60.0  # the first batch stays in progress until the kill
     env = {**os.environ, **KEY, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "sim", *args(world, server, "--batch")],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with interruptible_children():  # Ctrl-C reaches it even if ours is ignored
+        child = subprocess.Popen(
+            [sys.executable, "-m", "sim", *args(world, server, "--batch")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
     try:
         deadline = time.monotonic() + 60
         log = log_path(world, BASE_TICK + 1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, tree
+from conftest import HARVEST, tree
 from pydantic import ValidationError
 
 from sim.cli import main
@@ -33,7 +33,7 @@ EXTRA = {
 
 
 def harvest(dest: Path, mode: str) -> Path:
-    shutil.copytree(REPO / "worlds" / "harvest-vote", dest, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(HARVEST, dest, ignore=shutil.ignore_patterns(".sim"))
     schema_file = dest / "schemas" / "vote.json"
     schema = json.loads(schema_file.read_text())
     schema["properties"].update(EXTRA)

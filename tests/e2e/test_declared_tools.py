@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, Counted, tree
+from conftest import HARVEST, Counted, tree
 
 from sim.cli import main
 from sim.config import load_config
@@ -35,7 +35,7 @@ def run(*args: str) -> Result:
 
 def harvest(dest: Path, extra: str = VOTE_TOOLS, section: str = "[phases.vote]\n") -> Path:
     """A copy of worlds/harvest-vote whose vote phase gets ``extra`` settings."""
-    shutil.copytree(REPO / "worlds" / "harvest-vote", dest, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(HARVEST, dest, ignore=shutil.ignore_patterns(".sim"))
     config = dest / "config.toml"
     text = config.read_text()
     assert section in text

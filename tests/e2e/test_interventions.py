@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, tree
+from conftest import HARVEST, tree
 
 from sim import sections
 from sim.cli import main
@@ -206,7 +206,7 @@ def test_a_bad_set_names_file_field_and_expectation_and_writes_nothing(
 
 def test_set_checks_a_field_a_declared_phase_writes_against_its_schema(tmp_path: Path) -> None:
     world = tmp_path / "hv"
-    shutil.copytree(REPO / "worlds" / "harvest-vote", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(HARVEST, world, ignore=shutil.ignore_patterns(".sim"))
     before = tree(world)
     bad = run("set", "--world", str(world), 'ana.state.stance="maybe"')
     assert bad.exit_code == 2

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import HARVEST
 
 from sim import sections
 from sim.cli import main
@@ -498,8 +499,6 @@ def test_a_phase_can_send_its_requests_to_another_provider(
 
 
 # -- the harvest-vote example world ------------------------------------------------------------
-
-HARVEST = Path(__file__).resolve().parents[2] / "worlds" / "harvest-vote"
 
 
 def test_harvest_vote_runs_offline_and_writes_every_stance(tmp_path: Path) -> None:

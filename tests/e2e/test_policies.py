@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, copy_demo, tree
+from conftest import REPO, copy_demo, interruptible_children, tree
 
 from sim.cli import main
 from sim.testing.stub_server import StubServer
@@ -319,14 +319,15 @@ def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, 
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "sim", "tick", "--world", str(world), "--config", str(config)],
-        stdin=slave,
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        env=env,
-        preexec_fn=controlling_terminal,
-    )
+    with interruptible_children():  # Ctrl-C at the prompt must reach it
+        child = subprocess.Popen(
+            [sys.executable, "-m", "sim", "tick", "--world", str(world), "--config", str(config)],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env=env,
+            preexec_fn=controlling_terminal,
+        )
     os.close(slave)
     shown = b""
     deadline = time.monotonic() + 60

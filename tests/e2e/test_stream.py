@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import interruptible_children
 
 from sim.cli import main
 from sim.cli.run import partial_string
@@ -85,22 +86,23 @@ def _run_until(process: subprocess.Popen[str], marker: str, seconds: float) -> s
 
 
 def _start(world: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sim",
-            "tick",
-            "--world",
-            str(world),
-            "--stream",
-            "--trust-world-config",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    with interruptible_children():  # the tests send it Ctrl-C
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sim",
+                "tick",
+                "--world",
+                str(world),
+                "--stream",
+                "--trust-world-config",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import DEMO
 
 from sim.cli import main
 from sim.storage import Storage
@@ -27,7 +28,6 @@ from sim.ticklog.records import CallRecord, record_data
 pytestmark = pytest.mark.model
 
 REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "worlds" / "demo"
 PHASES = ("phase1", "phase2a", "phase2b", "phase4")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import DEMO
 
 from bench.make_world import make_world
 from sim.cli import main
@@ -27,8 +28,6 @@ from sim.llm.errors import LLMError, LLMRateLimitError, LLMRefusalError, LLMTime
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
 from sim.phases.base import PhaseReport
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class Scripted:
@@ -114,7 +113,7 @@ def test_a_429_never_opens_the_breaker(stub_server: StubServer, tmp_path: Path) 
     """Every call of the first attempt is rate limited, then answered: the tick commits, and
     no call is refused by an open breaker (breaker_threshold = 1 would open at once)."""
     world = tmp_path / "w"
-    shutil.copytree(REPO / "worlds" / "demo", world)
+    shutil.copytree(DEMO, world)
     config = tmp_path / "c.toml"
     config.write_text("[llm]\nbreaker_threshold = 1\n")
     stub_server.enqueue(*["rate_limit"] * 10)
@@ -133,7 +132,7 @@ def test_a_429_never_opens_the_breaker(stub_server: StubServer, tmp_path: Path) 
 
 def test_a_server_that_is_not_running_is_named_by_its_url(tmp_path: Path) -> None:
     world = tmp_path / "w"
-    shutil.copytree(REPO / "worlds" / "demo", world)
+    shutil.copytree(DEMO, world)
     url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, connection refused
     result = CliRunner().invoke(
         main,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 import pytest
+from conftest import DEMO
 
 import sim.cli
 from sim.analysis.usage import BY_CHOICES
@@ -87,7 +88,7 @@ def test_importing_the_cli_loads_no_command_and_no_config_models() -> None:
 
 def test_an_offline_tick_loads_only_its_own_command_and_no_http_sdk(tmp_path: Path) -> None:
     world = tmp_path / "demo"
-    shutil.copytree(REPO / "worlds" / "demo", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(DEMO, world, ignore=shutil.ignore_patterns(".sim"))
     loaded = loaded_everything_after(
         "from sim.cli import main\n"
         f"try:\n    main(['tick', '--world', {str(world)!r}])\n"
@@ -125,7 +126,7 @@ def ticked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo world after one offline tick (a log and its summary to read)."""
     tmp = tmp_path_factory.mktemp("ticked")
     world = tmp / "demo"
-    shutil.copytree(REPO / "worlds" / "demo", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(DEMO, world, ignore=shutil.ignore_patterns(".sim"))
     done = subprocess.run(
         [sys.executable, "-m", "sim", "tick", "--world", str(world)],
         capture_output=True,

@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DEMO
 
 from sim import safefs
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.journal import JOURNAL_MAGIC, CorruptJournal, _validate_journal
 from sim.storage import Storage, dump_json
-
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "worlds" / "demo"
 
 
 def demo(tmp_path: Path) -> Path:

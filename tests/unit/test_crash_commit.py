@@ -25,11 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import DEMO
 
 from sim.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "worlds" / "demo"
 
 INJECTOR = r'''
 import builtins

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DEMO
 
 from sim.errors import InputError, InvalidWorld, SimError, WorldLockedError
 from sim.journal import CorruptJournal
 from sim.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "worlds" / "demo"
 ID_PATTERN = "^[a-z0-9][a-z0-9_-]*$"
 
 
