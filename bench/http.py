@@ -33,15 +33,15 @@ from typing import Any
 
 import openai
 
-import sim.llm.adapters._openai_common as common
+import sim.providers._openai_common as common
 from bench.make_world import make_world
 from bench.tls import SelfSigned, self_signed
 from sim.config import load_config
 from sim.engine.runner import Runner, TickResult
-from sim.llm.adapters._openai_common import strict_schema
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
+from sim.providers._openai_common import strict_schema
 
 #: the environment variable holding the (dummy) key the stub server accepts
 KEY_ENV = "SIM_BENCH_STUB_KEY"

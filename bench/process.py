@@ -108,7 +108,7 @@ IMPORTS = {
     # import what a plain call does not use (the OpenAI SDK)
     "openai tick": (
         "import sim.cli.run, sim.engine.runner\n"
-        "from sim.llm.adapters import create_adapter\n"
+        "from sim.providers import create_adapter\n"
         f"create_adapter('openai', base_url='http://127.0.0.1:9/v1', api_key_env='{KEY_ENV}')"
     ),
 }

@@ -342,7 +342,7 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
         "slower than the direct path on both schemes (scenario 3), so not used;",
         "  - the hand-written path above (own socket backend, TLS streams and h11 pool, "
         "~1,200 lines) replaced by aiohttp, a kept client, with no SDK in the way "
-        "(`sim/llm/adapters/_http.py`: one `ClientSession` per route of 16 connections, "
+        "(`sim/providers/_http.py`: one `ClientSession` per route of 16 connections, "
         "the request already serialized, the answer read as bytes): a red team found "
         "stale keep-alive connections failing calls together, `timeout_seconds` not a "
         "deadline, unasked gzip undecoded and broken answers misnamed in the hand-written "

@@ -35,8 +35,8 @@ _EXPORTS = {
     "TickLog": "sim.ticklog.reader",
     "read_log": "sim.ticklog.reader",
     "log_path": "sim.ticklog.format",
-    "replay": "sim.ticklog.replay",
-    "ReplayReport": "sim.ticklog.replay",
+    "replay": "sim.engine.replay",
+    "ReplayReport": "sim.engine.replay",
     "usage_report": "sim.analysis.usage",
     # errors
     "SimError": "sim.errors",
@@ -88,6 +88,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from sim.analysis.usage import usage_report
     from sim.config import Config, load_config
+    from sim.engine.replay import ReplayReport, replay
     from sim.engine.runner import Runner, TickResult
     from sim.errors import InputError, RunFailed, SimError
     from sim.llm.client import LLMRequest
@@ -98,5 +99,4 @@ if TYPE_CHECKING:
     from sim.storage import Storage
     from sim.ticklog.format import log_path
     from sim.ticklog.reader import TickLog, read_log
-    from sim.ticklog.replay import ReplayReport, replay
     from sim.world import Entity, World

@@ -45,6 +45,7 @@ from sim.config import (
     routing,
     validated,
 )
+from sim.engine.stack import build_stack, make_budget
 from sim.errors import InputError
 from sim.llm.budget import Budget
 from sim.llm.errors import (
@@ -56,7 +57,7 @@ from sim.llm.errors import (
     LLMSubprocessError,
     LLMTimeoutError,
 )
-from sim.llm.stack import build_stack, close_stack, make_budget
+from sim.llm.router import close_stack
 from sim.llm.tokens import estimate_tokens
 from sim.llm.types import Adapter, AdapterResponse, Attempt, CallSettings, ModelRequest, Usage
 from sim.ticklog.books import Books

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,6 +33,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sim import safefs
 from sim.errors import InputError, InvalidWorld
+from sim.phases.happenings import Happenings
+from sim.statefiles import MAX_PENDING, MAX_TEXT, PENDING_VERSION, parse_pending
 from sim.storage import MAX_DEPTH, Storage, dump_json
 from sim.ticklog.format import INTERVENTIONS
 from sim.ticklog.records import InterventionRecord, record_data
@@ -45,13 +47,8 @@ if TYPE_CHECKING:
 #: the pending file, relative to the world folder
 PENDING = INTERVENTIONS
 MAX_PENDING_BYTES = 4 * 1024 * 1024
-#: the longest event text ``sim inject`` takes
-MAX_TEXT = 4000
-#: the most interventions that may wait for one tick
-MAX_PENDING = 1000
 #: fields ``sim set`` may not change: the file name and the engine's chains
 PROTECTED = ("identity.id", "_openai")
-_VERSION = 1
 
 
 @dataclass
@@ -63,40 +60,6 @@ class Pending:
 
     def happenings(self) -> Happenings:
         return Happenings.of(self.records)
-
-
-@dataclass(frozen=True)
-class Happenings:
-    """The injected events of a tick: everywhere, and by location, in the order made."""
-
-    everywhere: tuple[str, ...] = ()
-    at: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: every event as (location id or ``None`` for everywhere, text), in order
-    all: tuple[tuple[str | None, str], ...] = ()
-
-    @classmethod
-    def of(cls, records: Iterable[InterventionRecord]) -> Happenings:
-        everywhere: list[str] = []
-        at: dict[str, list[str]] = {}
-        ordered: list[tuple[str | None, str]] = []
-        for record in records:
-            if record.kind != "inject" or record.text is None:
-                continue
-            ordered.append((record.location, record.text))
-            if record.location is None:
-                everywhere.append(record.text)
-            else:
-                at.setdefault(record.location, []).append(record.text)
-        return cls(tuple(everywhere), {k: tuple(v) for k, v in at.items()}, tuple(ordered))
-
-    def here(self, location_id: str) -> list[str]:
-        """What happens at ``location_id`` this tick (everywhere ones included), in order."""
-        if not self.all:
-            return []
-        return [text for where, text in self.all if where is None or where == location_id]
-
-    def __bool__(self) -> bool:
-        return bool(self.all)
 
 
 # -- the pending file -------------------------------------------------------------------------
@@ -161,45 +124,11 @@ def world_problems(
     return out
 
 
-def parse_pending(raw: bytes, path: Path) -> list[InterventionRecord]:
-    """The records of a pending file's bytes.
-
-    Raises:
-        InputError: not ``{"version": 1, "interventions": [...]}`` of intervention records.
-    """
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(path, None, f"malformed JSON: {exc}") from None
-    if (
-        not isinstance(data, dict)
-        or data.get("version") != _VERSION
-        or not isinstance(data.get("interventions"), list)
-    ):
-        raise InputError(
-            path, None, 'expected {"version": 1, "interventions": [...]} (written by sim)'
-        )
-    if len(data["interventions"]) > MAX_PENDING:
-        raise InputError(path, "interventions", f"at most {MAX_PENDING} may wait for a tick")
-    out: list[InterventionRecord] = []
-    for i, item in enumerate(data["interventions"]):
-        try:
-            record = InterventionRecord.model_validate(item)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in (i, *err["loc"]))
-            raise InputError(path, f"interventions.{where}", err["msg"].lower()) from None
-        if record.kind == "inject" and not record.text:
-            raise InputError(path, f"interventions.{i}.text", "an inject needs its text")
-        if record.text is not None and len(record.text) > MAX_TEXT:
-            raise InputError(path, f"interventions.{i}.text", f"at most {MAX_TEXT} characters")
-        out.append(record)
-    return out
-
-
 def encode_pending(records: Sequence[InterventionRecord]) -> bytes:
     """The pending file's bytes (pretty JSON, like every world file)."""
-    return dump_json({"version": _VERSION, "interventions": [record_data(r) for r in records]})
+    return dump_json(
+        {"version": PENDING_VERSION, "interventions": [record_data(r) for r in records]}
+    )
 
 
 def logged(log: TickLog) -> list[InterventionRecord]:
@@ -551,7 +480,6 @@ Kind = Literal["inject", "set"]
 __all__ = [
     "PENDING",
     "Assignment",
-    "Happenings",
     "Kind",
     "Made",
     "Pending",

@@ -313,8 +313,9 @@ async def _ask(
     ids: Sequence[str],
     form: AnswerFormat = TEXT,
 ) -> list[Interview]:
+    from sim.engine.stack import build_stack
     from sim.llm.client import LLMClient, LLMRequest
-    from sim.llm.stack import build_stack, close_stack
+    from sim.llm.router import close_stack
 
     section = config.phase(SECTION)
     adapter = build_stack(config, world.seed)

@@ -27,13 +27,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sim.engine.deletions import PENDING as PENDING_DELETIONS
-from sim.engine.deletions import content_problem as deletions_problem
-from sim.engine.repair import store_problem
 from sim.errors import InputError, LogError
-from sim.interventions import PENDING as INTERVENTIONS
-from sim.interventions import parse_pending
-from sim.ticklog.format import LOG_DIR, STORE_DIR
+from sim.statefiles import PENDING_DELETIONS, deletions_problem, parse_pending, store_problem
+from sim.ticklog.format import INTERVENTIONS, LOG_DIR, STORE_DIR
 from sim.ticklog.reader import parse_records, read_log_bytes
 from sim.ticklog.records import CommitRecord, HeaderRecord
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.engine.recorder import TickRecorder
 from sim.journal import JOURNAL
 from sim.llm.calls import current_call
 from sim.llm.types import AdapterResponse, ModelRequest
@@ -24,7 +25,6 @@ from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     stub_server,
 )
 from sim.testing.worlds import pristine_worlds
-from sim.ticklog.recorder import TickRecorder
 
 REPO = Path(__file__).resolve().parents[1]
 

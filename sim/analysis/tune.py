@@ -25,8 +25,9 @@ from sim.analysis.usage import UsageRow, call_row, log_totals
 from sim.config import PHASE_ALIASES, Config, offline_config, resolve_model, section_name
 from sim.engine.deletions import PENDING
 from sim.engine.runner import Runner
+from sim.engine.stack import build_stack
 from sim.llm.budget import Cost, price_usage
-from sim.llm.stack import build_stack, close_stack
+from sim.llm.router import close_stack
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.storage import Storage

@@ -73,11 +73,11 @@ def log_(
     before: int | None,
 ) -> None:
     """Show what happened in a tick, from its log (or compact old logs)."""
-    from sim.ticklog import view as logview
+    from sim.analysis import logview
 
     with errors(read_only=True):  # --compact's work is done before it prints
         if compact:
-            from sim.ticklog.compact import compact_history  # loads the world's storage
+            from sim.engine.compact import compact_history  # loads the world's storage
 
             if tick_ is not None or calls or as_json:
                 raise InputError(None, "--compact", "takes only --world and --before")
@@ -151,8 +151,8 @@ def replay_(
     as_json: bool,
 ) -> None:
     """Re-run logged ticks from their recorded responses in a scratch copy and compare."""
-    from sim.ticklog import view as logview
-    from sim.ticklog.replay import replay
+    from sim.analysis import logview
+    from sim.engine.replay import replay
 
     with json_errors("replay", as_json, read_only=True):  # in a scratch copy
         config = build_config(config_file, world_dir, sends_requests=live)
@@ -171,7 +171,7 @@ def replay_(
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
-    from sim.ticklog import rewind as history
+    from sim.engine import rewind as history
 
     with json_errors("rewind", as_json):
         done = history.rewind(world_dir, tick_)
@@ -211,7 +211,7 @@ def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None, as_json: bool) -> None:
     """Start a new world from a world's state at the start of a tick."""
-    from sim.ticklog import rewind as history
+    from sim.engine import rewind as history
 
     with json_errors("fork", as_json):
         history.fork(world_dir, tick_, dest, seed)

@@ -23,10 +23,10 @@ from sim.cli.common import CLOSED_PIPE_EXIT, echo_json, errors
 if TYPE_CHECKING:
     from sim.analysis.report import Written
     from sim.config import Config
+    from sim.engine.replay import ReplayReport
     from sim.engine.runner import TickResult
     from sim.interview import Asked
     from sim.storage import Storage
-    from sim.ticklog.replay import ReplayReport
     from sim.world import World
 
 JSON_HELP = "Print one JSON document on stdout (docs/cli-json.md)."

@@ -26,7 +26,7 @@ from sim.cli.jsonout import (
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.engine.runner import TickResult
-    from sim.llm.batch import BatchProgress
+    from sim.llm.batching import BatchProgress
     from sim.llm.events import LLMEvent
     from sim.llm.pool import ServerReport
     from sim.llm.streaming import StreamDelta
@@ -204,7 +204,7 @@ class StreamView:
 def servers_line(servers: list[ServerReport]) -> str:
     """A pool's tick: per server (``host:port``), calls answered, attempts moved away, and
     whether it is out of the pool."""
-    from sim.ticklog.view import server_name
+    from sim.analysis.logview import server_name
 
     parts = []
     for server in servers:

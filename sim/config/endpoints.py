@@ -13,6 +13,7 @@ from sim.config.models import Config, DeclaredPhaseConfig, PhaseConfig, describe
 from sim.config.names import PHASE_ALIASES, PHASE_SECTIONS, PROVIDERS, section_name
 from sim.llm.redact import redact_url, redact_urls
 from sim.llm.types import ModelTarget, StructuredOutput
+from sim.llm.urls import endpoint_url
 
 
 def endpoint(config: Config) -> tuple[str, str | None]:
@@ -62,8 +63,6 @@ def _describe_endpoint(
     if provider == "cli":
         return f"the local command {shlex.join(command) or '(none set)'}", None
     if provider in ("gemini", "anthropic"):
-        from sim.llm.stack import endpoint_url
-
         own = "GEMINI_API_KEY" if provider == "gemini" else "ANTHROPIC_API_KEY"
         key = own if key_env == "OPENAI_API_KEY" else key_env
         return redact_url(endpoint_url(provider, base_url)), key
@@ -127,7 +126,7 @@ def normalised_model(model: str) -> str:
 class Routing:
     """Every endpoint the config's phases use, and each phase's candidate models.
 
-    Built by ``routing(config)``; ``sim.llm.stack`` builds one adapter stack per endpoint.
+    Built by ``routing(config)``; ``sim.engine.stack`` builds one adapter stack per endpoint.
     """
 
     default: str

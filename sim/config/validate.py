@@ -22,6 +22,15 @@ from sim.config.names import (
 from sim.errors import InputError
 
 
+def known_provider(kind: str) -> bool:
+    """A built-in provider kind, or one an installed package offers (``sim.providers``)."""
+    if kind in PROVIDERS:
+        return True
+    from sim.providers import plugin_providers  # reads entry points: only for other names
+
+    return kind in plugin_providers()
+
+
 class InvalidConfig(InputError):
     """Every problem found in the config layers, one per line (exit 2)."""
 
@@ -56,7 +65,7 @@ def layer_problems(
             out.append(InputError(source, field, problem))
         return out
     problems: list[InputError] = []
-    if config.llm.provider not in PROVIDERS:
+    if not known_provider(config.llm.provider):
         problems.append(
             InputError(
                 source,
@@ -130,7 +139,7 @@ def layer_problems(
         )
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
         provider = config.phase(section).provider
-        if provider and provider not in PROVIDERS:
+        if provider and not known_provider(provider):
             problems.append(
                 InputError(
                     source,
@@ -148,7 +157,7 @@ def layer_problems(
                     "give the endpoint another name",
                 )
             )
-        if spec.kind not in PROVIDERS:
+        if not known_provider(spec.kind):
             problems.append(
                 InputError(
                     source,

@@ -22,8 +22,10 @@ from sim import safefs
 from sim.errors import InputError
 from sim.llm.errors import LLMAPIError, LLMError
 from sim.llm.types import Adapter
+from sim.statefiles import PENDING_DELETIONS, deletions_problem
 
-PENDING = ".sim/pending_deletions.json"
+#: the pending list (``sim.statefiles`` checks what it must hold)
+PENDING = PENDING_DELETIONS
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +40,7 @@ def problem(root: Path) -> str | None:
         return str(exc)
     if raw is None:
         return None
-    return content_problem(raw)
-
-
-def content_problem(raw: bytes) -> str | None:
-    """Why the pending list's bytes are not a list the engine writes, or ``None``."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
-    if not isinstance(data, dict) or not isinstance(data.get("pending", []), list):
-        return 'expected {"pending": [...]}'
-    return None
+    return deletions_problem(raw)
 
 
 def load(root: Path) -> list[Entry]:

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from sim import safefs
 from sim.errors import InputError
+from sim.statefiles import store_problem
 from sim.world import ID_RE, Entity, World
 
 STORE_DIR = ".sim/responses"
@@ -112,28 +111,6 @@ def _openai_problems(root: Path, kind: str, eid: str, entity: Entity) -> list[Re
                 )
             )
     return out
-
-
-def _store_entry_ok(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("input"), str)
-        and isinstance(value.get("output"), str)
-    )
-
-
-def store_problem(raw: bytes) -> str | None:
-    """Why a response-store file's bytes are not one the engine wrote, or ``None``."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
-    if not isinstance(data, dict):
-        return f"expected an object of exchanges by response id, got {type(data).__name__}"
-    for rid, entry in data.items():
-        if not _store_entry_ok(entry):
-            return f"exchange {rid!r} is not an object with text 'input' and 'output'"
-    return None
 
 
 def _store_problems(root: Path, world: World) -> list[Repair]:

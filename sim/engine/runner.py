@@ -13,15 +13,17 @@ from typing import Any, Literal
 from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
+from sim.engine.recorder import TickRecorder
+from sim.engine.stack import build_stack, with_recovery
 from sim.errors import InputError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.backpressure import find_endpoint
-from sim.llm.batch import BatchOptions, BatchProgress
+from sim.llm.batching import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport, find_pool
 from sim.llm.recovery import RecoveryAdapter
-from sim.llm.stack import build_stack, close_stack, find_budget, with_recovery
+from sim.llm.router import close_stack, find_budget
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import DeltaSink, StreamHub, installed
 from sim.llm.types import Adapter, Usage
@@ -31,9 +33,9 @@ from sim.phases.templates import Prompts
 from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
+from sim.providers.batch import BatchSession
 from sim.storage import Storage
 from sim.ticklog.reader import check_log_slot
-from sim.ticklog.recorder import TickRecorder
 from sim.ticklog.records import PolicyRecord
 from sim.ticklog.recovery import recover_logs
 from sim.world import MAX_TICK, World
@@ -107,7 +109,7 @@ def build_adapter(config: Config, world: World) -> Adapter:
 class Runner:
     """Runs ticks of one world folder.
 
-    Every tick is logged as it runs (``sim.ticklog.recorder``); a tick whose log exists without a
+    Every tick is logged as it runs (``sim.engine.recorder``); a tick whose log exists without a
     ``commit`` record was interrupted, and the next run resumes it, answering the calls
     that log already holds from it.
 
@@ -363,7 +365,9 @@ class Runner:
         if interventions is not None:
             ctx.happenings = interventions.happenings()
         if config.llm.batch:  # each batch is in the log as soon as it is created
-            ctx.batch = BatchOptions(recorder, config.llm.batch_poll_seconds, self.on_batch)
+            ctx.batch = BatchOptions(
+                recorder, config.llm.batch_poll_seconds, self.on_batch, transport=BatchSession
+            )
 
         notes: list[str] = []
         # the phases' reports, not the context: a closure over ``ctx`` held in ``ctx.events``

@@ -19,7 +19,7 @@ from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
 from sim.llm.wrapper import AdapterWrapper
 
 #: what a call sent through the Batch API is charged, as a fraction of the list price (here,
-#: not in ``sim.llm.batch``, so pricing a log never imports the OpenAI SDK)
+#: not in ``sim.providers.batch``, so pricing a log never imports the OpenAI SDK)
 BATCH_PRICE_FACTOR = 0.5
 
 
@@ -290,7 +290,7 @@ class BudgetAdapter(AdapterWrapper):
         self.batchable = batchable
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        from sim.llm.batch import batch_enabled  # imported once calls are sent
+        from sim.llm.batching import batch_enabled  # imported once calls are sent
 
         # a call in a Batch API session is half price, if this endpoint's adapter sends
         # it in the batch (openai, chat); another kind answers live at its list price

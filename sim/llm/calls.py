@@ -3,7 +3,7 @@
 A call is named ``{tick}:{phase}:{entity_key}:{n}`` (``n`` counts that entity key's calls
 within the phase, from 0) and fingerprinted by a digest over everything that decides its
 answer: instructions, input, schema, model and settings, and the chain sent (window
-history or ``previous_response_id``). The tick recorder (``sim.ticklog.recorder``) sets the current
+history or ``previous_response_id``). The tick recorder (``sim.engine.recorder``) sets the current
 call in a context variable just before the client hands the request to the adapter, so
 adapter wrappers that serve recorded answers (``replay``, resume) know which call they are
 answering without the client having to pass it along.
@@ -88,7 +88,7 @@ class CallIdentity:
     #: failed attempts of this call whose outcome was seen, in this run and in the runs a
     #: resume continues (the recorder seeds it from the log, ``note_failure`` counts on)
     failures_seen: int = 0
-    #: the Batch API batches that carried this call's attempts (``sim.llm.batch``)
+    #: the Batch API batches that carried this call's attempts (``sim.providers.batch``)
     batch_ids: list[str] = field(default_factory=list)
 
     @property

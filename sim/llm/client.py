@@ -25,10 +25,15 @@ from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
-from sim.llm.batch import BatchOptions, BatchSession, current_batch
+from sim.llm.batching import BatchOptions, BatchTransport, current_batch
 from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.enums import SchemaEnums
-from sim.llm.errors import LLMChainNotFoundError, LLMError, LLMRateLimitError
+from sim.llm.errors import (
+    LLMChainNotFoundError,
+    LLMConfigurationError,
+    LLMError,
+    LLMRateLimitError,
+)
 from sim.llm.events import EventKind, EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import call_scope
@@ -101,7 +106,7 @@ class LLMClient:
         max_concurrency: how many different entity keys run at once.
         events: sink for ``llm_called`` / ``llm_completed`` / ``llm_failed`` events.
         phase: phase name carried by events.
-        batch: send each batch's calls through the OpenAI Batch API (``sim.llm.batch``):
+        batch: send each batch's calls through the OpenAI Batch API (``sim.providers.batch``):
             every entity key runs at once, and the calls that reach the wire together go
             out as one batch.
     """
@@ -137,7 +142,7 @@ class LLMClient:
         self.batch = batch
         self.rate_limit_hits = 0
         #: the Batch API session of the last ``create_batch`` (``None`` without ``batch``)
-        self.batch_session: BatchSession | None = None
+        self.batch_session: BatchTransport | None = None
 
     @property
     def pending_deletions(self) -> list[tuple[str, str]]:
@@ -196,7 +201,11 @@ class LLMClient:
         queue.reverse()  # pop() from the end keeps request order
         self.rate_limit_hits = 0
 
-        session = BatchSession(self.phase, self.batch) if self.batch is not None else None
+        session = None
+        if self.batch is not None:
+            if self.batch.transport is None:
+                raise LLMConfigurationError("batch mode needs a transport (BatchOptions.transport)")
+            session = self.batch.transport(self.phase, self.batch)
         self.batch_session = session
 
         async def settle(index: int) -> Any:

@@ -258,8 +258,8 @@ class PoolAdapter(AdapterWrapper):
             await server.adapter.delete_response(response_id)
 
     async def aclose(self) -> None:
-        """Close every server's HTTP clients (``sim.llm.stack.close_stack``)."""
-        from sim.llm.stack import close_stack
+        """Close every server's HTTP clients (``sim.llm.router.close_stack``)."""
+        from sim.llm.router import close_stack
 
         for server in self.servers:
             await close_stack(server.adapter)

@@ -21,7 +21,7 @@ AnswerCheck = Callable[[BaseModel], "str | None"]
 #: (``none``: answer in text, e.g. to close a conversation)
 ToolChoice = Literal["auto", "required", "none"]
 
-#: how a chat-completions server is asked for the schema (``sim.llm.adapters._structured``)
+#: how a chat-completions server is asked for the schema (``sim.providers._structured``)
 StructuredOutput = Literal["auto", "json_schema", "json_object_schema", "tool", "prompt"]
 
 
@@ -91,7 +91,7 @@ class CallSettings:
     #: plain name runs on ``provider``, a ``ModelTarget`` on its own endpoint
     fallback_models: tuple[str | ModelTarget, ...] = ()
     #: how a chat-completions server is asked for the schema: auto, json_schema,
-    #: json_object_schema, tool or prompt (``sim.llm.adapters._structured``)
+    #: json_object_schema, tool or prompt (``sim.providers._structured``)
     structured_output: StructuredOutput = "auto"
 
     def __post_init__(self) -> None:

@@ -10,14 +10,14 @@ import orjson
 from pydantic import BaseModel
 
 from sim.config import BATCH_PROVIDERS, routing
-from sim.interventions import Happenings
-from sim.llm.batch import BatchOptions
+from sim.llm.batching import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.phases.happenings import Happenings
 from sim.phases.templates import Prompts
 from sim.world import (
     Character,
@@ -303,7 +303,7 @@ class TickContext:
         kind = routing(self.config).endpoints[settings.provider].kind
         batch = self.batch if kind in BATCH_PROVIDERS else None
         client = LLMClient(
-            self.adapter,  # routes each model to its endpoint (``sim.llm.stack.Router``)
+            self.adapter,  # routes each model to its endpoint (``sim.llm.router.Router``)
             entities,
             phase_config.response_chain_depth,
             settings=settings,

@@ -41,8 +41,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sim.analysis.sweep import parse_seeds, parse_setting, run_name
 from sim.errors import InputError
-from sim.interventions import MAX_TEXT, parse_assignment
+from sim.interventions import parse_assignment
 from sim.interview import MAX_QUESTION, AnswerFormat, answer_format
+from sim.statefiles import MAX_TEXT
 
 #: the folder of the shared prefixes, beside the conditions' folders
 SHARED = "_shared"

@@ -13,7 +13,7 @@ order a tick writes them:
 - ``intervention``: each ``sim inject`` / ``sim set`` made since the last tick, which this
   tick applies (the pending file, ``.sim/interventions.json``, is part of the state);
 - ``instructions``: an instructions text, once per distinct digest, before its first call;
-- ``call``: one completed LLM call (see ``sim.ticklog.recorder``), appended as soon as it finishes;
+- ``call``: one completed LLM call (see ``sim.engine.recorder``), appended as soon as it finishes;
 - ``phase``: a phase's results and report (fallbacks, errors, warnings), at its end;
 - ``resume``: the tick was interrupted and is being resumed (attempt number);
 - ``policy``: a policy decision that was not "allow" (deny, defer, ask), before its call;

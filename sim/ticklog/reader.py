@@ -140,7 +140,7 @@ class TickLog:
 
     def replay_calls(self) -> dict[str, dict[str, Any]]:
         """The last call record per request id as JSON objects: what the ``replay``
-        provider (``sim.llm.adapters.replay``, below this package) answers from."""
+        provider (``sim.providers.replay``, below this package) answers from."""
         return {rid: record_data(call) for rid, call in self.calls.items()}
 
 

@@ -198,7 +198,7 @@ class CallRecord(_Record):
     #: the attempts' cost at the prices in effect (``None``: a model had no price)
     cost_usd: float | None = None
     #: the OpenAI Batch API batches that carried its attempts (absent: sent live); such a
-    #: call is priced at the batch rate (``sim.llm.batch.BATCH_PRICE_FACTOR``)
+    #: call is priced at the batch rate (``sim.llm.budget.BATCH_PRICE_FACTOR``)
     batch_ids: list[str] | None = None
     #: the server URL whose answer (or failure) ended the call (absent: no network)
     endpoint: str | None = None
@@ -305,7 +305,7 @@ class BatchLineRecord(_Model):
 
 class BatchRecord(_Record):
     """A Batch API batch, written as soon as the provider accepted it: a resumed tick
-    polls it again instead of submitting its calls a second time (``sim.llm.batch``)."""
+    polls it again instead of submitting its calls a second time (``sim.providers.batch``)."""
 
     type: Literal["batch"] = "batch"
     batch_id: str

@@ -25,7 +25,7 @@ from conftest import REPO, copy_demo, interruptible_children, tree
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.llm.batch import BATCH_PRICE_FACTOR
+from sim.llm.batching import BATCH_PRICE_FACTOR
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.books import attempts_cost
 from sim.ticklog.format import log_path

@@ -12,14 +12,14 @@ from conftest import copy_demo, tree
 
 from sim.cli import main
 from sim.config import load_config
+from sim.engine.replay import replay
+from sim.engine.rewind import rewind
 from sim.engine.runner import Runner
 from sim.llm.budget import Price, cost_usd
 from sim.llm.types import Usage
 from sim.testing.logs import plain_log
 from sim.ticklog.format import list_logs, log_path
 from sim.ticklog.reader import read_log
-from sim.ticklog.replay import replay
-from sim.ticklog.rewind import rewind
 
 PROMPTS = Path(__file__).resolve().parents[2] / "sim" / "prompts"
 

@@ -20,8 +20,8 @@ from conftest import copy_demo, tree
 import sim.storage as storage_module
 from sim import safefs
 from sim.cli import main
+from sim.engine.rewind import rewind
 from sim.storage import Storage
-from sim.ticklog.rewind import rewind
 from sim.ticklog.writer import LogWriter
 
 ADA = "characters/ada.json"

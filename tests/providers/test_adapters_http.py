@@ -8,9 +8,6 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters import create_adapter
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
@@ -26,6 +23,9 @@ from sim.llm.errors import (
 )
 from sim.llm.types import CallSettings, Exchange, ModelRequest, Usage
 from sim.phases.intention_tools import TOOLS
+from sim.providers import create_adapter
+from sim.providers.chat import ChatAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.stub_server import StubServer
 
 KEY = "sk-test-not-a-real-key"

@@ -12,8 +12,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from sim.config import DEFAULT_PRICES, load_config
-from sim.llm.adapters import create_adapter
-from sim.llm.adapters.anthropic import AnthropicAdapter, usage_of
+from sim.engine.stack import provider_options
 from sim.llm.budget import Budget, BudgetAdapter, Price, cost_usd, find_price
 from sim.llm.errors import (
     LLMAPIError,
@@ -28,10 +27,11 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy, classify
-from sim.llm.stack import provider_options
 from sim.llm.tools import ToolCalls
 from sim.llm.types import CallSettings, Exchange, ModelRequest, Usage
 from sim.phases.intention_tools import TOOLS
+from sim.providers import create_adapter
+from sim.providers.anthropic import AnthropicAdapter, usage_of
 from sim.testing.anthropic_stub import AnthropicStubServer
 
 KEY = "sk-ant-test-not-a-real-key"

@@ -9,11 +9,11 @@ import os
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters.anthropic import AnthropicAdapter
 from sim.llm.errors import LLMConfigurationError
 from sim.llm.tools import ToolCalls
 from sim.llm.types import CallSettings, Exchange, ModelRequest
 from sim.phases.intention_tools import TOOLS
+from sim.providers.anthropic import AnthropicAdapter
 
 pytestmark = [
     pytest.mark.integration,

@@ -16,8 +16,7 @@ from pydantic import BaseModel
 
 from sim.config import InvalidConfig, load_config, named_endpoints, routing
 from sim.engine.runner import Runner
-from sim.llm.adapters import create_adapter
-from sim.llm.adapters.cli import CLIAdapter
+from sim.engine.stack import build_stack
 from sim.llm.errors import (
     LLMConfigurationError,
     LLMSchemaError,
@@ -25,9 +24,10 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
-from sim.llm.stack import build_stack
 from sim.llm.types import CallSettings, Exchange, ModelRequest
 from sim.phases.intention_tools import TOOLS
+from sim.providers import create_adapter
+from sim.providers.cli import CLIAdapter
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
 
@@ -194,7 +194,7 @@ async def test_a_cancelled_call_kills_its_command(tmp_path: Path) -> None:
 async def test_a_flood_of_output_is_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("sim.llm.adapters.cli.MAX_OUTPUT_BYTES", 100_000)
+    monkeypatch.setattr("sim.providers.cli.MAX_OUTPUT_BYTES", 100_000)
     body = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
     adapter = CLIAdapter(script(tmp_path, "flood", body))
     with pytest.raises(LLMSubprocessError, match="wrote more than 100000 bytes"):

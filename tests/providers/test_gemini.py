@@ -8,8 +8,6 @@ import sys
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters import create_adapter
-from sim.llm.adapters.gemini import GeminiAdapter, _usage
 from sim.llm.budget import Budget, BudgetAdapter, estimate_usage
 from sim.llm.errors import (
     LLMAPIError,
@@ -27,6 +25,8 @@ from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.tools import ToolCalls
 from sim.llm.types import CallSettings, Exchange, ModelRequest, Usage
 from sim.phases.intention_tools import TOOLS
+from sim.providers import create_adapter
+from sim.providers.gemini import GeminiAdapter, _usage
 from sim.testing.gemini_stub import GeminiStubServer
 
 KEY = "gemini-test-not-a-real-key"

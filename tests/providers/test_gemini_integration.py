@@ -8,10 +8,10 @@ import os
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters.gemini import GeminiAdapter
 from sim.llm.tools import ToolCalls
 from sim.llm.types import CallSettings, Exchange, ModelRequest
 from sim.phases.intention_tools import TOOLS
+from sim.providers.gemini import GeminiAdapter
 
 pytestmark = [
     pytest.mark.integration,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import openai
 import pytest
 
-from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.errors import (
     LLMIncompleteError,
     LLMRateLimitError,
@@ -18,6 +17,7 @@ from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, generate
 from sim.llm.types import CallSettings, Usage
 from sim.phases.intention_tools import TOOLS
+from sim.providers.chat import ChatAdapter
 from sim.testing import MockAdapter
 from sim.testing.stub_server import StubServer
 

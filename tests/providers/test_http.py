@@ -18,20 +18,9 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-import sim.llm.adapters._http as http
-import sim.llm.adapters._openai_common as common
+import sim.providers._http as http
+import sim.providers._openai_common as common
 from bench.tls import SelfSigned, self_signed
-from sim.llm.adapters._http import (
-    HttpPostError,
-    HttpStatusError,
-    HttpTLSError,
-    Route,
-    environment_proxy,
-)
-from sim.llm.adapters._openai_common import ClientPool, build_pool, openai_target, post_json
-from sim.llm.adapters._openai_errors import map_openai_error, read_answer, sdk_answer
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
@@ -43,6 +32,17 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers._http import (
+    HttpPostError,
+    HttpStatusError,
+    HttpTLSError,
+    Route,
+    environment_proxy,
+)
+from sim.providers._openai_common import ClientPool, build_pool, openai_target, post_json
+from sim.providers._openai_errors import map_openai_error, read_answer, sdk_answer
+from sim.providers.chat import ChatAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.raw_http import RawRequest, RawServer, head
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 

@@ -29,13 +29,13 @@ from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
 from sim.cli import main
-from sim.llm.adapters._http import Route
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.calls import CallIdentity, current_call
 from sim.llm.errors import LLMAPIError, LLMTimeoutError
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers._http import Route
+from sim.providers.chat import ChatAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.raw_http import RawRequest, RawServer, RawServerThread, Reply, head
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.tls import SelfSigned, self_signed
-from sim.llm.adapters._http import (
+from sim.providers._http import (
     HttpConnectionError,
     HttpProtocolError,
     HttpTimeoutError,

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
 from sim.cli import main
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.calls import CallIdentity, current_call, idempotency_key, note_failure
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers.chat import ChatAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log

@@ -15,10 +15,10 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.stub_server import StubServer
 
 

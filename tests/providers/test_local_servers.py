@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict
 
 from sim.cli import main
 from sim.config import Config, LLMConfig, load_config
-from sim.llm.adapters.chat import ChatAdapter
+from sim.engine.stack import build_stack
 from sim.llm.errors import LLMAPIError, LLMTimeoutError
 from sim.llm.recovery import RetryPolicy
-from sim.llm.stack import build_stack
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers.chat import ChatAdapter
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 

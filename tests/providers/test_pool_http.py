@@ -18,10 +18,11 @@ from pydantic import BaseModel
 
 from bench.tls import SelfSigned, self_signed
 from sim.config import Config
-from sim.llm.adapters._openai_family import OpenAIFamilyAdapter
+from sim.engine.stack import build_stack
 from sim.llm.pool import PoolAdapter, Server
-from sim.llm.stack import build_stack, close_stack
+from sim.llm.router import close_stack
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers._openai_family import OpenAIFamilyAdapter
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 

@@ -11,8 +11,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from sim.config import Config
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
+from sim.engine.stack import build_stack
 from sim.llm.budget import Budget, BudgetAdapter, Price, cost_usd
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import (
@@ -32,8 +31,9 @@ from sim.llm.errors import (
 from sim.llm.events import LLMEvent
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import CircuitBreaker, RecoveryAdapter, RetryPolicy
-from sim.llm.stack import build_stack
 from sim.llm.types import CallSettings, ModelRequest, Usage
+from sim.providers.chat import ChatAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.stub_server import StubServer
 
 

@@ -10,11 +10,11 @@ import anthropic
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters.anthropic import AnthropicAdapter
-from sim.llm.adapters.gemini import GeminiAdapter
 from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMError, LLMTimeoutError
 from sim.llm.recovery import classify
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers.anthropic import AnthropicAdapter
+from sim.providers.gemini import GeminiAdapter
 from sim.testing.anthropic_stub import ANTHROPIC_FAULTS, AnthropicStubServer
 from sim.testing.gemini_stub import GEMINI_FAULTS, GeminiStubServer
 from sim.testing.stub_model import ANSWER_FAULTS

@@ -10,13 +10,13 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters._streaming import ChatAssembler, ResponsesAssembler
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import LLMIncompleteError, LLMRefusalError, LLMTimeoutError
 from sim.llm.streaming import StreamDelta, StreamHub, call_scope, installed
 from sim.llm.tools import ToolCalls, ToolDeclaration
 from sim.llm.types import CallSettings, ModelRequest
+from sim.providers._streaming import ChatAssembler, ResponsesAssembler
+from sim.providers.chat import ChatAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.stub_server import StubServer
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.llm.adapters._strict_schema import to_strict_json_schema
 from sim.phases.intentions import Intention
 from sim.phases.memory import MemorySummary
 from sim.phases.narrative import Narrative
 from sim.phases.resolution import Resolution
+from sim.providers._strict_schema import to_strict_json_schema
 
 PINNED = json.loads((Path(__file__).parent / "data" / "strict_schemas.json").read_text())
 

@@ -10,10 +10,6 @@ from typing import Any
 import openai
 import pytest
 
-from sim.llm.adapters.anthropic import AnthropicAdapter
-from sim.llm.adapters.chat import ChatAdapter
-from sim.llm.adapters.gemini import GeminiAdapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.errors import LLMConfigurationError
 from sim.llm.tools import (
     FunctionCall,
@@ -27,6 +23,10 @@ from sim.llm.tools import (
 from sim.llm.types import CallSettings, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.phases.intention_tools import TOOLS
+from sim.providers.anthropic import AnthropicAdapter
+from sim.providers.chat import ChatAdapter
+from sim.providers.gemini import GeminiAdapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing.anthropic_stub import AnthropicStubServer
 from sim.testing.gemini_stub import GeminiStubServer
 from sim.testing.stub_server import StubServer

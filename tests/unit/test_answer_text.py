@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from sim.llm.adapters._openai_common import escape_raw_controls, validate_text
 from sim.llm.errors import LLMSchemaError
 from sim.llm.types import Usage
+from sim.providers._openai_common import escape_raw_controls, validate_text
 
 
 class Line(BaseModel):

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from sim.config import DEFAULT_PRICES
-from sim.llm.batch import BATCH_PRICE_FACTOR
+from sim.llm.batching import BATCH_PRICE_FACTOR
 from sim.ticklog.books import call_cost
 from sim.ticklog.reader import read_log
 from sim.ticklog.records import BatchRecord, CallRecord, parse_record, record_data
@@ -68,10 +68,11 @@ def test_a_batched_call_costs_the_batch_rate() -> None:
 def test_the_budget_charges_batched_attempts_at_the_batch_rate() -> None:
     import asyncio
 
-    from sim.llm.batch import BatchOptions, BatchSession, current_batch
+    from sim.llm.batching import BatchOptions, current_batch
     from sim.llm.budget import Budget, BudgetAdapter, Price
     from sim.llm.types import CallSettings, ModelRequest
     from sim.phases.intentions import Intention
+    from sim.providers.batch import BatchSession
     from sim.testing.adapters import MockAdapter
 
     request = ModelRequest("Intend.", "{}", Intention, settings=CallSettings(model="m"))

@@ -17,7 +17,7 @@ from sim.analysis.usage import BY_CHOICES
 from sim.cli import stub, tune
 from sim.testing.stub_server import RANDOM_FAULTS
 
-HEAVY = ("sim.engine.runner", "sim.ticklog.replay", "sim.testing.stub_server", "sim.llm.client")
+HEAVY = ("sim.engine.runner", "sim.engine.replay", "sim.testing.stub_server", "sim.llm.client")
 
 
 def loaded_after(code: str) -> set[str]:
@@ -52,7 +52,7 @@ def test_running_a_command_loads_what_it_needs() -> None:
         "try:\n    main(['replay', '--world', '/nonexistent', '--tick', '1'])\n"
         "except SystemExit:\n    pass"
     )
-    assert {"sim.engine.runner", "sim.ticklog.replay"} <= loaded
+    assert {"sim.engine.runner", "sim.engine.replay"} <= loaded
 
 
 def test_the_options_restated_for_speed_match_their_sources() -> None:
@@ -158,7 +158,7 @@ def test_sim_log_of_every_tick_loads_neither_the_config_nor_the_world(ticked: Pa
         "sim.policy",
         "sim.storage",
         "sim.world",
-        "sim.ticklog.compact",
+        "sim.engine.compact",
         "sim.llm.client",
         "jinja2",
         "asyncio",
@@ -169,7 +169,7 @@ def test_sim_log_of_every_tick_loads_neither_the_config_nor_the_world(ticked: Pa
 def test_sim_usage_loads_no_llm_stack_and_by_phase_no_world(ticked: Path) -> None:
     """``sim usage`` counts interviews without importing what asks them (the LLM client,
     asyncio), and grouped by phase it reads no entity."""
-    stack = {"sim.llm.client", "sim.llm.stack", "asyncio", "jinja2", "sim.phases"}
+    stack = {"sim.llm.client", "sim.engine.stack", "asyncio", "jinja2", "sim.phases"}
     by_phase = run_loading(["usage", "--world", str(ticked), "--by", "phase"], ticked.parent)
     assert {"sim.analysis.usage", "sim.interview"} <= by_phase  # the control
     assert not by_phase & (stack | {"sim.storage", "sim.world"}), sorted(by_phase & stack)

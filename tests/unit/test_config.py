@@ -97,7 +97,8 @@ def test_bad_values_name_file_field_and_expectation(
 
 
 def test_provider_settings_reach_the_adapter_stack() -> None:
-    from sim.llm.stack import build_stack, find_budget, provider_options
+    from sim.engine.stack import build_stack, provider_options
+    from sim.llm.router import find_budget
 
     config = Config.model_validate(
         {

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from sim.config import PHASE_SECTIONS, Config, load_config, provider_models
+from sim.engine.stack import provider_options
 from sim.errors import InputError
 from sim.llm.budget import find_price
-from sim.llm.stack import provider_options
 
 
 def gemini(**llm: object) -> Config:

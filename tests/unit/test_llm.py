@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from sim.llm.adapters import create_adapter
-from sim.llm.adapters.openai import OpenAIAdapter
 from sim.llm.client import LLMClient, LLMRequest, ResponseChainManager
 from sim.llm.errors import (
     LLMConfigurationError,
@@ -36,6 +34,8 @@ from sim.llm.tools import ToolDeclaration, schema_of
 from sim.llm.types import Adapter, AdapterResponse, CallSettings, Exchange, ModelRequest, Usage
 from sim.llm.wrapper import AdapterWrapper
 from sim.offline.adapter import OfflineAdapter
+from sim.providers import create_adapter
+from sim.providers.openai import OpenAIAdapter
 from sim.testing import ErrorAdapter, MockAdapter, MockCall, default_instance
 
 PROMPT = "You are a character."

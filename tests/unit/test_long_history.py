@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import copy_demo
 
+from sim.analysis.logview import summary
 from sim.analysis.usage import group_calls, group_rows
 from sim.cli import main
 from sim.config import load_config
@@ -46,7 +47,6 @@ from sim.ticklog.summary import (
     summarize,
     summary_numbers,
 )
-from sim.ticklog.view import summary
 
 if sys.version_info >= (3, 14):
     from compression import zstd

@@ -18,12 +18,13 @@ from sim.config import (
     resolve_model,
     routing,
 )
+from sim.engine.stack import build_stack
 from sim.errors import InputError
 from sim.llm.budget import Budget, Price, find_price
 from sim.llm.errors import LLMAPIError, LLMConfigurationError
 from sim.llm.ratelimit import RateLimitedAdapter
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy, candidates
-from sim.llm.stack import Router, build_stack
+from sim.llm.router import Router
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, ModelTarget, Usage
 from sim.testing.adapters import MockAdapter
 

@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from sim.config import Config, InvalidConfig, load_config
+from sim.engine.stack import build_stack
 from sim.llm.backpressure import Endpoint, EndpointDownError
 from sim.llm.calls import CallIdentity, current_call, idempotency_key
 from sim.llm.errors import (
@@ -26,7 +27,7 @@ from sim.llm.errors import (
 )
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
-from sim.llm.stack import build_stack, find_budget
+from sim.llm.router import find_budget
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 from sim.testing.adapters import MockAdapter
 
@@ -336,8 +337,8 @@ def test_build_stack_makes_one_provider_per_server_sharing_one_budget(
 
 
 def test_servers_are_shown_without_credentials_written_into_their_url() -> None:
+    from sim.analysis.logview import server_name
     from sim.llm.redact import redact_url
-    from sim.ticklog.view import server_name
 
     assert redact_url("http://user:secret@gpu1:8000/v1") == "http://***@gpu1:8000/v1"
     assert server_name("http://user:secret@gpu1:8000/v1") == "gpu1:8000"
@@ -345,7 +346,7 @@ def test_servers_are_shown_without_credentials_written_into_their_url() -> None:
 
 
 def test_a_named_endpoint_may_list_servers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sim.llm.stack import Router
+    from sim.llm.router import Router
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     urls = ["http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1"]

@@ -9,16 +9,16 @@ import pytest
 from conftest import copy_demo
 
 from sim.config import load_config
-from sim.llm.adapters.replay import ReplayAdapter
+from sim.engine.recorder import TickRecorder
 from sim.llm.calls import current_call
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, Usage
 from sim.phases.intentions import Intention
+from sim.providers.replay import ReplayAdapter
 from sim.storage import Storage
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
-from sim.ticklog.recorder import TickRecorder
 
 WAIT = Intention(action="wait", target=None, content="", reasoning="tired")
 

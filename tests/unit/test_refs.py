@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from sim.llm.adapters._openai_common import strict_schema
 from sim.llm.calls import schema_json
 from sim.llm.enums import MAX_ENUM, EnumField, SchemaEnums, constrain
 from sim.phases.intentions import Intention, intention_schema
 from sim.phases.refs import IntentionRefs, ResolutionRefs, mode_for
 from sim.phases.resolution import LocationUpdate, Outcome, Resolution
+from sim.providers._openai_common import strict_schema
 
 REFS = IntentionRefs(exits=("gate", "well"), people=("ann",), objects=("a lamp",))
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from sim.llm.adapters._structured import (
+from sim.llm.errors import LLMAPIError
+from sim.providers._structured import (
     AUTO_ORDER,
     FormSelector,
     answer_text,
@@ -13,7 +14,6 @@ from sim.llm.adapters._structured import (
     rejects_form,
     request_fields,
 )
-from sim.llm.errors import LLMAPIError
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 

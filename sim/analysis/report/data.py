@@ -24,12 +24,12 @@ from typing import Any
 
 import orjson
 
+from sim.analysis import logview
 from sim.errors import LogError, SimError
 from sim.gcpause import gc_paused
 from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.types import Usage
 from sim.storage import Storage
-from sim.ticklog import view as logview
 from sim.ticklog.books import Books
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import TickLog, read_log

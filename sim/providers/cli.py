@@ -10,7 +10,7 @@ command = ["llm", "-m", "{model}"]   # {model}: the phase's model, in any argume
 One process per call, started without a shell (the command is a list: the program, then
 its arguments) in a session of its own, with sim's environment (the command reads its own
 keys). The prompt is the instructions, the JSON Schema the answer must validate against
-(the chat provider's ``prompt`` form: ``sim.llm.adapters._structured``), the chain window's
+(the chat provider's ``prompt`` form: ``sim.providers._structured``), the chain window's
 earlier exchanges and the input, as one text. The answer is stdout, a surrounding code
 fence removed, validated against the schema: an answer that does not fit is an
 ``LLMSchemaError``, which recovery retries with the validation error fed back.
@@ -37,14 +37,14 @@ import shutil
 import signal
 from collections.abc import Sequence
 
-from sim.llm.adapters._adapter_common import Responder
-from sim.llm.adapters._openai_common import validate_text
-from sim.llm.adapters._strict_schema import to_strict_json_schema
-from sim.llm.adapters._structured import answer_text, instructions_for
 from sim.llm.errors import LLMConfigurationError, LLMSubprocessError, LLMTimeoutError
 from sim.llm.tokens import estimate_tokens
 from sim.llm.tools import ToolCalls, schema_of
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
+from sim.providers._adapter_common import Responder
+from sim.providers._openai_common import validate_text
+from sim.providers._strict_schema import to_strict_json_schema
+from sim.providers._structured import answer_text, instructions_for
 
 #: the most a command may write on stdout for one answer (a runaway command is stopped)
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024

@@ -29,17 +29,6 @@ from typing import Any
 
 import httpx2
 
-from sim.llm.adapters._adapter_common import (
-    ErrorReply,
-    SDKAdapter,
-    connection_failed,
-    refused,
-    require_module,
-    timed_out,
-    unexpected,
-)
-from sim.llm.adapters._openai_common import validate_text
-from sim.llm.adapters._openai_errors import retry_after_seconds
 from sim.llm.calls import schema_json
 from sim.llm.enums import constrain
 from sim.llm.errors import (
@@ -50,6 +39,17 @@ from sim.llm.errors import (
 )
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, ToolChoice, Usage
+from sim.providers._adapter_common import (
+    ErrorReply,
+    SDKAdapter,
+    connection_failed,
+    refused,
+    require_module,
+    timed_out,
+    unexpected,
+)
+from sim.providers._openai_common import validate_text
+from sim.providers._openai_errors import retry_after_seconds
 
 try:  # the optional extra; GeminiAdapter() says what to install when it is missing
     from google import genai

@@ -26,12 +26,12 @@ from typing import Any, Protocol
 
 import orjson
 
-from sim.llm.adapters._http import IDEMPOTENCY_HEADER
-from sim.llm.adapters._openai_common import ClientPool
-from sim.llm.adapters._openai_errors import stream_cut
 from sim.llm.calls import idempotency_key
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import emit_delta, restart_text
+from sim.providers._http import IDEMPOTENCY_HEADER
+from sim.providers._openai_common import ClientPool
+from sim.providers._openai_errors import stream_cut
 
 Json = dict[str, Any]
 #: called with each piece of answer text as it arrives

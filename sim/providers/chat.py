@@ -19,11 +19,15 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import orjson
 
-from sim.llm.adapters._adapter_common import refused, window_turns
-from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
-from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
-from sim.llm.adapters._streaming import ChatAssembler
-from sim.llm.adapters._structured import (
+from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
+from sim.llm.redact import redact_url
+from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
+from sim.providers._adapter_common import refused, window_turns
+from sim.providers._openai_common import strict_schema, usage_from, validate_text
+from sim.providers._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
+from sim.providers._streaming import ChatAssembler
+from sim.providers._structured import (
     MODES,
     Form,
     FormSelector,
@@ -33,10 +37,6 @@ from sim.llm.adapters._structured import (
     rejects_form,
     request_fields,
 )
-from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
-from sim.llm.redact import redact_url
-from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
-from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
 
 if TYPE_CHECKING:
     import openai

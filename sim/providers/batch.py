@@ -34,13 +34,12 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 
-from sim.llm.budget import BATCH_PRICE_FACTOR
+from sim.llm.batching import BatchLine, BatchOptions, BatchProgress, SubmittedBatch
 from sim.llm.calls import current_call, digest
 from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 
@@ -65,65 +64,6 @@ COMPLETION_WINDOW: Literal["24h"] = "24h"
 MAX_POLL_FAILURES = 10
 
 
-@dataclass(frozen=True, slots=True)
-class BatchLine:
-    """One request of a batch as the journal keeps it: its custom id and body digest."""
-
-    custom_id: str
-    digest: str
-
-
-@dataclass(frozen=True, slots=True)
-class SubmittedBatch:
-    """A batch the provider has accepted (what the tick log records)."""
-
-    batch_id: str
-    phase: str
-    endpoint: str
-    input_file_id: str
-    lines: tuple[BatchLine, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class BatchProgress:
-    """Where one batch is, for a progress line.
-
-    Attributes:
-        resumed: the batch was created by an earlier run of this tick.
-        elapsed: seconds since this run started waiting for it.
-    """
-
-    phase: str
-    batch_id: str
-    status: str
-    total: int
-    completed: int
-    failed: int
-    resumed: bool
-    elapsed: float
-
-
-class BatchJournal(Protocol):
-    """Where a session records the batches it creates, and finds those of an earlier run."""
-
-    def resumable(self) -> Mapping[BatchLine, str]:
-        """Batch ids by line, of the batches earlier runs of this tick created."""
-        ...
-
-    def submitted(self, batch: SubmittedBatch) -> None:
-        """Record ``batch`` durably (called as soon as the provider accepted it)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class BatchOptions:
-    """How a run uses the Batch API (the runner builds it from ``[llm]``)."""
-
-    journal: BatchJournal | None = None
-    poll_seconds: float = 30.0
-    on_progress: Callable[[BatchProgress], None] | None = None
-
-
 @dataclass(slots=True)
 class _Item:
     """One call waiting for its line of a batch."""
@@ -137,10 +77,6 @@ class _Item:
     api_key_env: str
     future: asyncio.Future[Json]
     batch_id: str = ""
-
-
-#: the session the current task's calls go to (set by ``LLMClient.create_batch``)
-current_batch: ContextVar[BatchSession | None] = ContextVar("sim_current_batch", default=None)
 
 
 class BatchSession:
@@ -302,7 +238,7 @@ class BatchSession:
             self._settle(item, error)
 
     def _sdk_error(self, exc: Exception, items: list[_Item]) -> LLMError:
-        from sim.llm.adapters._openai_errors import map_openai_error
+        from sim.providers._openai_errors import map_openai_error
 
         first = items[0]
         return map_openai_error(exc, api_key_env=first.api_key_env, model=first.model)
@@ -456,8 +392,8 @@ class BatchSession:
 
     def _answer(self, item: _Item, line: Json) -> None:
         """Answer one call from its line, or fail it as its status says."""
-        from sim.llm.adapters._http import HttpStatusError
-        from sim.llm.adapters._openai_errors import map_openai_error
+        from sim.providers._http import HttpStatusError
+        from sim.providers._openai_errors import map_openai_error
 
         response = line.get("response")
         if isinstance(response, dict):
@@ -497,19 +433,4 @@ class BatchSession:
         )
 
 
-def batch_enabled() -> bool:
-    """Whether the current call goes through a Batch API session (priced at batch rates)."""
-    return current_batch.get() is not None
-
-
-__all__ = [
-    "BATCH_PRICE_FACTOR",
-    "BatchJournal",
-    "BatchLine",
-    "BatchOptions",
-    "BatchProgress",
-    "BatchSession",
-    "SubmittedBatch",
-    "batch_enabled",
-    "current_batch",
-]
+__all__ = ["BatchSession"]

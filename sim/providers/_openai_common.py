@@ -20,18 +20,18 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 import sim
-from sim.llm.adapters._http import (
+from sim.llm.calls import idempotency_key
+from sim.llm.enums import SchemaEnums, constrain
+from sim.llm.errors import LLMConfigurationError, LLMSchemaError
+from sim.llm.types import Usage
+from sim.providers._http import (
     IDEMPOTENCY_HEADER,
     Route,
     Target,
     merge_headers,
     shared_ssl_context,
 )
-from sim.llm.adapters._strict_schema import to_strict_json_schema, without_lengths
-from sim.llm.calls import idempotency_key
-from sim.llm.enums import SchemaEnums, constrain
-from sim.llm.errors import LLMConfigurationError, LLMSchemaError
-from sim.llm.types import Usage
+from sim.providers._strict_schema import to_strict_json_schema, without_lengths
 
 if TYPE_CHECKING:
     import openai

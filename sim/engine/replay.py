@@ -28,9 +28,9 @@ from pydantic import ValidationError
 from sim.config import Config, loggable
 from sim.engine.runner import Runner, build_adapter
 from sim.errors import InputError, LogError
-from sim.llm.adapters.replay import Drift, ReplayAdapter
-from sim.llm.stack import close_stack
+from sim.llm.router import close_stack
 from sim.llm.types import Adapter
+from sim.providers.replay import Drift, ReplayAdapter
 from sim.storage import Storage
 from sim.ticklog.format import existing_log, log_file, log_path, read_state, state_digest
 from sim.ticklog.reader import TickLog, read_log

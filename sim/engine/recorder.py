@@ -21,8 +21,7 @@ import orjson
 
 from sim.config import Config, loggable
 from sim.errors import LogError
-from sim.llm.adapters.replay import ReplayAdapter
-from sim.llm.batch import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
+from sim.llm.batching import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
 from sim.llm.budget import Cost, Price
 from sim.llm.calls import (
     CallIdentity,
@@ -39,6 +38,7 @@ from sim.llm.streaming import CallText
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.phases.base import TickContext
+from sim.providers.replay import ReplayAdapter
 from sim.storage import Storage
 from sim.ticklog.books import attempts_cost
 from sim.ticklog.compression import LogCompression
@@ -480,7 +480,7 @@ class TickRecorder:
         """
         return attempts_cost(attempts, self.config.prices, self._prices, factor)
 
-    # -- Batch API batches (``sim.llm.batch.BatchJournal``) --------------------------------
+    # -- Batch API batches (``sim.llm.batching.BatchJournal``) --------------------------------
 
     def resumable(self) -> dict[BatchLine, str]:
         """The lines of the batches earlier runs of this tick created, with their batch ids."""

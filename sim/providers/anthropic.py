@@ -43,16 +43,6 @@ import httpx2
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from sim.llm.adapters._adapter_common import (
-    ErrorReply,
-    SDKAdapter,
-    map_sdk_error,
-    refused,
-    require_module,
-    window_turns,
-)
-from sim.llm.adapters._openai_common import schema_mismatch
-from sim.llm.adapters._openai_errors import retry_after_seconds
 from sim.llm.calls import schema_json
 from sim.llm.enums import constrain
 from sim.llm.errors import (
@@ -64,6 +54,16 @@ from sim.llm.errors import (
 )
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, response_json, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, ToolChoice, Usage
+from sim.providers._adapter_common import (
+    ErrorReply,
+    SDKAdapter,
+    map_sdk_error,
+    refused,
+    require_module,
+    window_turns,
+)
+from sim.providers._openai_common import schema_mismatch
+from sim.providers._openai_errors import retry_after_seconds
 
 if TYPE_CHECKING:
     import anthropic

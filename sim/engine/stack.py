@@ -8,7 +8,7 @@ provider and model actually used) -> rate limiter (requests and tokens per minut
 endpoint). Then a router sends each attempt to its endpoint's stack (``CallSettings.provider``),
 and recovery (retries, fallback models across endpoints, breakers per provider and model)
 wraps the router. Phases see only the outermost.
-With ``[llm] batch`` (``sim.llm.batch``) an ``openai`` or ``chat`` endpoint has no
+With ``[llm] batch`` (``sim.providers.batch``) an ``openai`` or ``chat`` endpoint has no
 backpressure and no rate limiter: calls are lines of a batch upload, not requests in flight.
 With a list of ``base_url`` servers, an endpoint's adapter, backpressure and budget are
 built once per server under a ``sim.llm.pool.PoolAdapter``, which spreads attempts over
@@ -18,25 +18,28 @@ them and moves those a failing server drops.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sim.config import base_urls
-from sim.llm.adapters import create_adapter
+from sim.config import (
+    BATCH_PROVIDERS,
+    LOCAL_PROVIDERS,
+    Config,
+    EndpointSpec,
+    base_urls,
+    llm_endpoint,
+    routing,
+)
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.redact import redact_url
-from sim.llm.types import Adapter, AdapterResponse, ModelRequest, StructuredOutput
-from sim.llm.wrapper import AdapterWrapper
-
-if TYPE_CHECKING:
-    from sim.config import Config, EndpointSpec
-
+from sim.llm.router import Router
+from sim.llm.types import Adapter
+from sim.llm.urls import endpoint_url
+from sim.providers import create_adapter
 
 #: the built-in ``[llm] api_key_env``
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -46,8 +49,6 @@ def provider_options(
     config: Config, seed: int, endpoint: EndpointSpec | None = None
 ) -> dict[str, Any]:
     """Constructor options for an endpoint's adapter (default: ``[llm]``'s)."""
-    from sim.config import llm_endpoint
-
     llm = config.llm
     spec = endpoint or llm_endpoint(config)
     if spec.kind == "offline":
@@ -71,22 +72,6 @@ def provider_options(
     return options
 
 
-#: the endpoints the SDKs use when ``base_url`` is empty (the OpenAI SDK reads
-#: ``OPENAI_BASE_URL`` first, the Anthropic SDK ``ANTHROPIC_BASE_URL``)
-DEFAULT_URLS = {
-    "gemini": ("", "https://generativelanguage.googleapis.com"),
-    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
-}
-
-
-def endpoint_url(provider: str, base_url: str) -> str:
-    """Where requests go: ``base_url``, else the provider's SDK default."""
-    if base_url:
-        return base_url
-    env, url = DEFAULT_URLS.get(provider, ("OPENAI_BASE_URL", "https://api.openai.com/v1"))
-    return (os.environ.get(env) if env else None) or url
-
-
 def make_budget(config: Config) -> Budget:
     return Budget(
         max_total_tokens=config.budget.max_total_tokens or None,
@@ -108,7 +93,7 @@ def _endpoint(config: Config, url: str, max_concurrency: int | None = None) -> E
     )
 
 
-def build_pool(
+def server_pool(
     config: Config,
     urls: tuple[str, ...],
     budget: Budget,
@@ -157,46 +142,6 @@ def build_pool(
     )
 
 
-class Router(AdapterWrapper):
-    """Sends each attempt to the stack of the endpoint its settings name
-    (``CallSettings.provider``; empty: the default endpoint).
-
-    ``inner`` is the default endpoint's stack, so code that looks inside a stack (its
-    budget, its endpoint's backpressure) finds ``[llm]``'s. An endpoint's own
-    ``structured_output`` (``[providers.NAME]``) replaces the phase's for its requests:
-    it describes that server.
-    """
-
-    def __init__(
-        self,
-        routes: Mapping[str, Adapter],
-        default: str,
-        structured: Mapping[str, StructuredOutput] | None = None,
-    ) -> None:
-        super().__init__(routes[default])
-        self.default = default
-        self.routes = dict(routes)
-        self.structured = dict(structured or {})
-
-    async def execute(self, request: ModelRequest) -> AdapterResponse:
-        name = request.settings.provider
-        if name not in self.routes:
-            # a request built from another config than this stack's (``sim replay --live``
-            # re-runs a tick with its logged config and sends drifted requests where the
-            # config now points): the default endpoint. A run's own requests always name
-            # an endpoint of its stack (both come from ``sim.config.routing``).
-            name = self.default
-        form = self.structured.get(name)
-        if form is not None and form != request.settings.structured_output:
-            request = replace(request, settings=replace(request.settings, structured_output=form))
-        return await self.routes[name].execute(request)
-
-    async def aclose(self) -> None:
-        """Close every endpoint's HTTP client."""
-        for adapter in self.routes.values():
-            await close_stack(adapter)
-
-
 def endpoint_stack(
     config: Config,
     spec: EndpointSpec,
@@ -205,8 +150,6 @@ def endpoint_stack(
     provider: Adapter | None = None,
 ) -> Adapter:
     """One endpoint's adapter, backpressure, budget and rate limits."""
-    from sim.config import BATCH_PROVIDERS, LOCAL_PROVIDERS
-
     llm = config.llm
     # Batch API calls are lines of one upload, not requests in flight: an endpoint's
     # concurrency limit and per-minute rates do not apply (and a concurrency limit would
@@ -217,7 +160,7 @@ def endpoint_stack(
     inner: Adapter
     local = spec.kind in LOCAL_PROVIDERS  # no server: nothing to pool or slow down for
     if len(urls) > 1 and provider is None and not local and not batched:
-        inner = build_pool(
+        inner = server_pool(
             config,
             urls,
             budget,
@@ -265,8 +208,6 @@ def build_stack(
     Raises:
         LLMConfigurationError: unknown provider, missing API key (of any endpoint used).
     """
-    from sim.config import routing
-
     table = routing(config)
     shared = budget or make_budget(config)
     routes: dict[str, Adapter] = {}
@@ -302,22 +243,3 @@ def with_recovery(
         breaker_cooldown=llm.breaker_cooldown_seconds,
         sleep=sleep,
     )
-
-
-async def close_stack(adapter: object) -> None:
-    """Close the HTTP client at the bottom of a stack, on the loop that used it."""
-    while adapter is not None:
-        close = getattr(adapter, "aclose", None)
-        if close is not None:
-            await close()
-            return
-        adapter = getattr(adapter, "inner", None)
-
-
-def find_budget(adapter: object) -> Budget | None:
-    """The budget inside a stack, if any (for reports)."""
-    while adapter is not None:
-        if isinstance(adapter, BudgetAdapter):
-            return adapter.budget
-        adapter = getattr(adapter, "inner", None)
-    return None

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import orjson
 
-from sim.llm.adapters._adapter_common import Responder
-from sim.llm.adapters._openai_common import (
+from sim.llm.batching import current_batch
+from sim.llm.errors import LLMAPIError
+from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
+from sim.providers._adapter_common import Responder
+from sim.providers._openai_common import (
     ClientPool,
     build_pool,
     post_json,
     resolved_url,
 )
-from sim.llm.adapters._openai_errors import map_openai_error, post_failures
-from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
-from sim.llm.batch import current_batch
-from sim.llm.errors import LLMAPIError
-from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
+from sim.providers._openai_errors import map_openai_error, post_failures
+from sim.providers._streaming import Assembler, StreamTimeouts, post_stream
 
 if TYPE_CHECKING:
     import openai
@@ -152,7 +152,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         the first-token, idle and total clocks, and assembled into the same JSON.
 
         Inside a Batch API session (``[llm] batch``) the body becomes a line of the
-        session's next batch instead (``sim.llm.batch``); streaming does not apply.
+        session's next batch instead (``sim.providers.batch``); streaming does not apply.
         """
         session = current_batch.get()
         if session is not None:

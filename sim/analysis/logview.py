@@ -19,9 +19,9 @@ from sim.ticklog.records import CallRecord, PolicyRecord
 from sim.ticklog.summary import read_head, summarize, summary_numbers, summary_path
 
 if TYPE_CHECKING:  # only their types: `sim log` must not import the runner
-    from sim.llm.adapters.replay import Drift
-    from sim.ticklog.compact import Compacted
-    from sim.ticklog.replay import ReplayReport, TickReplay
+    from sim.engine.compact import Compacted
+    from sim.engine.replay import ReplayReport, TickReplay
+    from sim.providers.replay import Drift
 
 
 def last_log(root: Path) -> TickLog:

@@ -21,14 +21,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sim.llm.adapters._adapter_common import (
+from sim.llm.errors import (
+    LLMAPIError,
+    LLMBudgetExceededError,
+    LLMChainNotFoundError,
+    LLMConfigurationError,
+    LLMError,
+)
+from sim.providers._adapter_common import (
     ErrorReply,
     connection_failed,
     map_sdk_error,
     timed_out,
     unexpected,
 )
-from sim.llm.adapters._http import (
+from sim.providers._http import (
     HttpConnectionError,
     HttpPostError,
     HttpProtocolError,
@@ -37,13 +44,6 @@ from sim.llm.adapters._http import (
     HttpStreamError,
     HttpTimeoutError,
     HttpTLSError,
-)
-from sim.llm.errors import (
-    LLMAPIError,
-    LLMBudgetExceededError,
-    LLMChainNotFoundError,
-    LLMConfigurationError,
-    LLMError,
 )
 
 if TYPE_CHECKING:

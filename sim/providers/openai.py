@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Unpack
 
 import orjson
 
-from sim.llm.adapters._adapter_common import refused, window_turns
-from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_text
-from sim.llm.adapters._openai_errors import map_openai_error
-from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
-from sim.llm.adapters._streaming import ResponsesAssembler
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
+from sim.providers._adapter_common import refused, window_turns
+from sim.providers._openai_common import strict_schema, usage_from, validate_text
+from sim.providers._openai_errors import map_openai_error
+from sim.providers._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
+from sim.providers._streaming import ResponsesAssembler
 
 if TYPE_CHECKING:
     import openai

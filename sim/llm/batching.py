@@ -1,0 +1,123 @@
+"""Batch mode, as the provider-agnostic client sees it: a phase's calls sent as one batch.
+
+With ``[llm] batch = true`` an ``LLMClient`` opens a session (``BatchOptions.transport``;
+the OpenAI Batch API's is ``sim.providers.batch.BatchSession``) for each batch of requests
+and makes it the current one (``current_batch``). Everything above the wire stays as it is:
+each call still goes through recovery, budget and the recorder; only the POST changes (the
+``openai`` / ``chat`` adapters hand their body to the session). The records a batch leaves
+in the tick log (``BatchLine``, ``SubmittedBatch``) and the journal a session resumes from
+(``BatchJournal``) are defined here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sim.llm.budget import BATCH_PRICE_FACTOR
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLine:
+    """One request of a batch as the journal keeps it: its custom id and body digest."""
+
+    custom_id: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedBatch:
+    """A batch the provider has accepted (what the tick log records)."""
+
+    batch_id: str
+    phase: str
+    endpoint: str
+    input_file_id: str
+    lines: tuple[BatchLine, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """Where one batch is, for a progress line.
+
+    Attributes:
+        resumed: the batch was created by an earlier run of this tick.
+        elapsed: seconds since this run started waiting for it.
+    """
+
+    phase: str
+    batch_id: str
+    status: str
+    total: int
+    completed: int
+    failed: int
+    resumed: bool
+    elapsed: float
+
+
+class BatchJournal(Protocol):
+    """Where a session records the batches it creates, and finds those of an earlier run."""
+
+    def resumable(self) -> Mapping[BatchLine, str]:
+        """Batch ids by line, of the batches earlier runs of this tick created."""
+        ...
+
+    def submitted(self, batch: SubmittedBatch) -> None:
+        """Record ``batch`` durably (called as soon as the provider accepted it)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """How a run uses the Batch API (the runner builds it from ``[llm]``)."""
+
+    journal: BatchJournal | None = None
+    poll_seconds: float = 30.0
+    on_progress: Callable[[BatchProgress], None] | None = None
+    #: opens the session of one ``create_batch`` for a phase (the Batch API's:
+    #: ``sim.providers.batch.BatchSession``; the stack's builder chooses it)
+    transport: Callable[[str, BatchOptions], BatchTransport] | None = None
+
+
+class BatchTransport(Protocol):
+    """A session collecting the calls of one ``create_batch``: the client counts its calls
+    in and out; the adapters of the endpoints that batch post their bodies to it."""
+
+    created: list[str]
+    resumed: list[str]
+
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def post(
+        self, client: Any, path: str, payload: Json, *, model: str, api_key_env: str
+    ) -> Json: ...
+
+
+#: the session the current task's calls go to (set by ``LLMClient.create_batch``)
+current_batch: ContextVar[BatchTransport | None] = ContextVar("sim_current_batch", default=None)
+
+
+def batch_enabled() -> bool:
+    """Whether the current call goes through a batch session (priced at batch rates)."""
+    return current_batch.get() is not None
+
+
+__all__ = [
+    "BATCH_PRICE_FACTOR",
+    "BatchJournal",
+    "BatchLine",
+    "BatchOptions",
+    "BatchProgress",
+    "BatchTransport",
+    "SubmittedBatch",
+    "batch_enabled",
+    "current_batch",
+]

@@ -1,0 +1,69 @@
+"""The router at the top of a stack's endpoints, and the helpers that look inside a stack."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from sim.llm.budget import Budget, BudgetAdapter
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest, StructuredOutput
+from sim.llm.wrapper import AdapterWrapper
+
+
+class Router(AdapterWrapper):
+    """Sends each attempt to the stack of the endpoint its settings name
+    (``CallSettings.provider``; empty: the default endpoint).
+
+    ``inner`` is the default endpoint's stack, so code that looks inside a stack (its
+    budget, its endpoint's backpressure) finds ``[llm]``'s. An endpoint's own
+    ``structured_output`` (``[providers.NAME]``) replaces the phase's for its requests:
+    it describes that server.
+    """
+
+    def __init__(
+        self,
+        routes: Mapping[str, Adapter],
+        default: str,
+        structured: Mapping[str, StructuredOutput] | None = None,
+    ) -> None:
+        super().__init__(routes[default])
+        self.default = default
+        self.routes = dict(routes)
+        self.structured = dict(structured or {})
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        name = request.settings.provider
+        if name not in self.routes:
+            # a request built from another config than this stack's (``sim replay --live``
+            # re-runs a tick with its logged config and sends drifted requests where the
+            # config now points): the default endpoint. A run's own requests always name
+            # an endpoint of its stack (both come from ``sim.config.routing``).
+            name = self.default
+        form = self.structured.get(name)
+        if form is not None and form != request.settings.structured_output:
+            request = replace(request, settings=replace(request.settings, structured_output=form))
+        return await self.routes[name].execute(request)
+
+    async def aclose(self) -> None:
+        """Close every endpoint's HTTP client."""
+        for adapter in self.routes.values():
+            await close_stack(adapter)
+
+
+async def close_stack(adapter: object) -> None:
+    """Close the HTTP client at the bottom of a stack, on the loop that used it."""
+    while adapter is not None:
+        close = getattr(adapter, "aclose", None)
+        if close is not None:
+            await close()
+            return
+        adapter = getattr(adapter, "inner", None)
+
+
+def find_budget(adapter: object) -> Budget | None:
+    """The budget inside a stack, if any (for reports)."""
+    while adapter is not None:
+        if isinstance(adapter, BudgetAdapter):
+            return adapter.budget
+        adapter = getattr(adapter, "inner", None)
+    return None

@@ -1,0 +1,120 @@
+"""Provider adapters, one module per wire format, by name.
+
+The registry is immutable and imports lazily: the built-ins below, then the adapters an
+installed package offers in the ``sim.providers`` entry-point group (read once, at first
+use; a built-in's name cannot be taken). ``sim/llm`` is the provider-agnostic pipeline
+these plug into; nothing there imports this package.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
+from types import MappingProxyType
+from typing import Any
+
+from sim.llm.errors import LLMConfigurationError
+from sim.llm.types import Adapter
+
+#: the entry-point group of providers offered by installed packages
+GROUP = "sim.providers"
+
+_BUILTIN = MappingProxyType(
+    {
+        "offline": "sim.offline.adapter:OfflineAdapter",
+        "openai": "sim.providers.openai:OpenAIAdapter",
+        "chat": "sim.providers.chat:ChatAdapter",
+        "gemini": "sim.providers.gemini:GeminiAdapter",  # the sim[gemini] extra
+        "anthropic": "sim.providers.anthropic:AnthropicAdapter",  # the sim[anthropic] extra
+        "cli": "sim.providers.cli:CLIAdapter",  # a local command: prompt in, answer out
+        "replay": "sim.providers.replay:ReplayAdapter",  # needs a log: sim replay, resume
+    }
+)
+
+
+@functools.cache
+def _registry() -> Mapping[str, str | EntryPoint]:
+    """Built-ins, then the ``sim.providers`` entry points (a built-in's name is kept)."""
+    offered = {ep.name: ep for ep in entry_points(group=GROUP) if ep.name not in _BUILTIN}
+    return MappingProxyType({**_BUILTIN, **dict(sorted(offered.items()))})
+
+
+def providers() -> tuple[str, ...]:
+    return tuple(_registry())
+
+
+def plugin_providers() -> tuple[str, ...]:
+    """The providers installed packages offer (the ``sim.providers`` group)."""
+    return tuple(name for name in _registry() if name not in _BUILTIN)
+
+
+def options_of(cls: type) -> list[str]:
+    """The keyword options ``cls`` takes: its constructor's, and, where a constructor passes
+    ``**options`` on to its base class, the base's as well (down the MRO)."""
+    taken: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]  # after self
+        taken += [
+            p.name
+            for p in params
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in taken
+        ]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return taken
+
+
+def create_adapter(provider: str, **options: Any) -> Adapter:
+    """Build the adapter registered as ``provider`` with its own keyword options.
+
+    Raises:
+        LLMConfigurationError: no such provider, or an option it does not take (a
+            misspelt option is an error, never silently ignored).
+    """
+    registry = _registry()
+    try:
+        target = registry[provider]
+    except KeyError:
+        raise LLMConfigurationError(
+            f"unknown provider {provider!r}; choose one of: {', '.join(registry)} "
+            "(set [llm] provider in config.toml or pass --provider)"
+        ) from None
+    if isinstance(target, EntryPoint):
+        cls = _load_plugin(provider, target)
+    else:
+        module_name, _, class_name = target.partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
+    taken = options_of(cls)
+    if isinstance(target, EntryPoint):
+        # an installed provider takes what it declares of the options sim passes every
+        # network provider (base_url, api_key_env, timeouts...)
+        options = {name: value for name, value in options.items() if name in taken}
+    unknown = [name for name in options if name not in taken]
+    if unknown:
+        raise LLMConfigurationError(
+            f"provider {provider!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"it takes: {', '.join(taken)}"
+        )
+    adapter: Adapter = cls(**options)
+    return adapter
+
+
+def _load_plugin(provider: str, ep: EntryPoint) -> type:
+    """The adapter class an entry point names, or an error naming the entry point."""
+    where = f"provider {provider!r} (entry point {ep.value} in group {GROUP!r})"
+    try:
+        cls = ep.load()
+    except Exception as exc:  # a broken plugin is named, never a traceback
+        raise LLMConfigurationError(f"{where} failed to load: {exc}") from None
+    if not isinstance(cls, type) or not inspect.iscoroutinefunction(getattr(cls, "execute", None)):
+        raise LLMConfigurationError(
+            f"{where} is not an adapter class: it needs an `async def execute(self, request)` "
+            "(the sim.llm.types.Adapter protocol)"
+        )
+    return cls
