@@ -225,6 +225,60 @@ class Phase1Config(PhaseConfig):
     max_tool_steps: int = Field(3, ge=0, le=10)
 
 
+class MemoryWeights(_Strict):
+    """How much each part of a memory cell's score counts (``[memory] weights``)."""
+
+    recency: float = Field(1.0, ge=0.0, le=100.0)
+    importance: float = Field(1.0, ge=0.0, le=100.0)
+    relevance: float = Field(1.0, ge=0.0, le=100.0)
+
+
+class ImportanceRule(_Strict):
+    """A declared importance: a cell whose text holds ``contains`` (any case) rates this."""
+
+    contains: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    importance: int = Field(ge=1, le=10)
+
+
+class MemoryPhaseConfig(_Strict):
+    """``[memory.phases.<name>]``: one phase's memory settings, where they differ."""
+
+    mode: Literal["window", "retrieve"] | None = None
+    k: int | None = Field(None, ge=1, le=100)
+    embeddings: Literal["none", "provider"] | None = None
+
+
+class MemoryConfig(_Strict):
+    """``[memory]``: what of a character's memory its phases see (docs/phases.md, Memory)."""
+
+    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept
+    mode: Literal["window", "retrieve"] = "window"
+    #: how many cells a phase's input shows
+    k: int = Field(3, ge=1, le=100)
+    weights: MemoryWeights = MemoryWeights()
+    #: recency = decay ** (ticks since the cell)
+    decay: float = Field(0.995, gt=0.0, le=1.0)
+    #: relevance: none = lexical (BM25) only; provider = + cosine over embeddings
+    embeddings: Literal["none", "provider"] = "none"
+    #: model: the resolution rates each outcome 1..10; rule: ``rules``, else ``importance``
+    rate: Literal["model", "rule"] = "model"
+    #: a cell's importance when nothing rated it (and the floor of ``rule``)
+    importance: int = Field(3, ge=1, le=10)
+    #: declared importances: the highest rule a cell's text matches
+    rules: tuple[ImportanceRule, ...] = Field((), strict=False)  # a TOML array of tables
+    #: the long-term store's size per character (oldest dropped beyond it)
+    max_archive: int = Field(5000, ge=0, le=1_000_000)
+    #: per phase, where it differs: ``[memory.phases.narrative] k = 5``
+    phases: dict[str, MemoryPhaseConfig] = Field(default_factory=dict)
+
+    def for_phase(self, name: str) -> MemoryConfig:
+        """This config with phase ``name``'s overrides applied."""
+        override = self.phases.get(name)
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
     phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
@@ -272,6 +326,7 @@ class Config(_Strict):
     policy: PolicyConfig = PolicyConfig()
     limits: LimitsConfig = LimitsConfig()
     tick: TickConfig = TickConfig()
+    memory: MemoryConfig = MemoryConfig()
     phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
         Field(default_factory=dict)
     )

@@ -17,6 +17,7 @@ from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.mind.retrieve import recall_view, situation
 from sim.phases.templates import Prompts
 from sim.world import (
     Character,
@@ -128,13 +129,17 @@ def place_view(loc: Entity, *, objects: bool = True) -> dict[str, Any]:
     return view
 
 
-def memory_view(memory: dict[str, Any], recent: int) -> dict[str, Any]:
-    """A character's memory as the model sees it: the summary, the last ``recent`` cells,
-    and the world's own memory fields."""
-    view: dict[str, Any] = {
-        "summary": memory["summary"],
-        "recent": [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]],
-    }
+def memory_view(
+    memory: dict[str, Any], recent: int, recalled: list[str] | None = None
+) -> dict[str, Any]:
+    """A character's memory as the model sees it: the summary, the last ``recent`` cells
+    (or, retrieving, the ``recalled`` ones under ``recall``), and the world's own memory
+    fields."""
+    view: dict[str, Any] = {"summary": memory["summary"]}
+    if recalled is None:
+        view["recent"] = [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]]
+    else:
+        view["recall"] = recalled
     _add(view, extras(memory, "character.memory"))
     return view
 
@@ -277,6 +282,17 @@ class TickContext:
             "tick": self.tick,
             "actions": dict(self.config.actions),
         }
+
+    def memory_for(
+        self, char: Entity, here: Sequence[str], happenings: Sequence[str], phase: str
+    ) -> dict[str, Any]:
+        """A character's memory as phase ``phase``'s input shows it: ``[memory] k`` cells,
+        the last ones (``window``) or the best for its situation (``retrieve``)."""
+        config = self.config.memory.for_phase(phase)
+        if config.mode == "window":
+            return memory_view(char["memory"], config.k)
+        now = situation(self.world, char, here, happenings, self.tick)
+        return memory_view(char["memory"], config.k, recall_view(char["memory"], now, config))
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, create_model
 
+from sim.config import Config
 from sim.llm.errors import LLMError
+from sim.mind.cells import rated_by_model
 from sim.phases.base import (
     PhaseAnswer,
     TickContext,
@@ -51,6 +53,26 @@ class Resolution(PhaseAnswer, title="Resolution"):
     def empty(cls) -> Resolution:
         """The fallback when the call failed: nothing is resolved, nothing changes."""
         return cls(outcomes=[], location_update=None)
+
+
+class RatedOutcome(Outcome, title="RatedOutcome"):
+    """An outcome that also rates how much it matters to the character (``[memory]``)."""
+
+    importance: int = Field(
+        ge=1, le=10, description="how much this matters to them: 1 mundane .. 10 life-changing"
+    )
+
+
+#: the resolution whose outcomes rate their importance: asked when the mind keeps rated
+#: cells (``sim.mind.cells.rated_by_model``); same title, so the offline model resolves it
+RatedResolution = create_model(
+    "RatedResolution", __base__=Resolution, outcomes=(list[RatedOutcome], ...)
+)
+
+
+def resolution_schema(config: Config) -> type[Resolution]:
+    """The schema this world's resolution answers: rated outcomes when the mind asks."""
+    return RatedResolution if rated_by_model(config) else Resolution
 
 
 def _add_own(view: dict[str, Any], char: Entity) -> None:
@@ -118,6 +140,7 @@ async def run(ctx: TickContext) -> None:
     occupied = list(ctx.occupancy)
     client = ctx.client(SECTION, [world.locations[lid] for lid in occupied], NAME)
     view = ctx.world_view
+    schema = resolution_schema(ctx.config)
     requests = []
     for lid in occupied:
 
@@ -135,7 +158,7 @@ async def run(ctx: TickContext) -> None:
                 ctx.happenings.here(lid),
             )
 
-        requests.append(ctx.request(NAME, Resolution, f"{CHAIN}:{lid}", context, default))
+        requests.append(ctx.request(NAME, schema, f"{CHAIN}:{lid}", context, default))
     results = await ask(client, requests, report)
     for lid, request, result in zip(occupied, requests, results, strict=True):
         if isinstance(result, LLMError):
