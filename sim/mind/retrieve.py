@@ -1,12 +1,15 @@
 """Retrieval: the ``k`` cells of a character's memory (window and long-term store) that score
 highest by recency, importance and relevance to its situation (Generative Agents' memory
-stream). Each part is scaled to 0..1 (relevance divided by the best cell's) and weighted by
-``[memory] weights``; ties go to the later cell. The cells come back oldest first.
+stream). Each part is scaled to 0..1 (recency ``decay ** age``, importance ``(i - 1) / 9``,
+relevance divided by the best cell's) and weighted by ``[memory] weights``; ties go to the
+later cell. The cells come back oldest first. Relevance reads a cell's text, where the
+names of the people and places it mentions are.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,12 +50,6 @@ def candidates(memory: dict[str, Any]) -> list[dict[str, Any]]:
     return [*(memory.get("archive") or ()), *memory["cells"]]
 
 
-def _doc(cell: dict[str, Any]) -> str:
-    mentions = cell.get("mentions")
-    text = str(cell["text"])
-    return f"{text} {' '.join(mentions)}" if mentions else text
-
-
 def relevance(docs: Sequence[str], now: Situation, embeddings: bool) -> list[float]:
     """Each document's relevance to the situation, 0..1 (the best one's 1)."""
     raw = similarities(docs, now.text) if embeddings else bm25(docs, terms(now.text))
@@ -66,15 +63,17 @@ def retrieve(memory: dict[str, Any], now: Situation, config: MemoryConfig) -> li
     if len(cells) <= config.k:
         return cells
     weights, decay, unrated = config.weights, config.decay, config.importance
-    rel = (
-        relevance([_doc(c) for c in cells], now, config.embeddings == "provider")
-        if weights.relevance
-        else [0.0] * len(cells)
-    )
+    if weights.relevance:
+        texts = [str(c["text"]) for c in cells]
+        rel = relevance(texts, now, config.embeddings == "provider")
+    else:
+        rel = [0.0] * len(cells)
+    log_decay = math.log(decay)
+    w_rec, w_imp, w_rel = weights.recency, weights.importance / 9, weights.relevance
     scores = [
-        weights.recency * decay ** max(0, now.tick - int(c["tick"]))
-        + weights.importance * ((c.get("importance") or unrated) - 1) / 9
-        + weights.relevance * r
+        w_rec * math.exp(log_decay * max(0, now.tick - c["tick"]))
+        + w_imp * ((c.get("importance") or unrated) - 1)
+        + w_rel * r
         for c, r in zip(cells, rel, strict=True)
     ]
     best = heapq.nlargest(config.k, range(len(cells)), key=lambda i: (scores[i], i))
