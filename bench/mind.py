@@ -27,13 +27,61 @@ from sim.config import MemoryConfig, load_config
 from sim.engine.runner import Runner
 from sim.mind.retrieve import Situation, retrieve
 
-_SUBJECTS = "ada bram cora the smuggler the miller a stranger the priest the ferryman".split(" ")
-_VERBS = "saw,heard,carried,mended,sold,bought,hid,found,lost,watched,counted,cleaned".split(",")
-_THINGS = (
-    "the nets,a lantern,the cart,a letter,the bread,a coin,the rope,the boat,a barrel,"
-    "the gate,a knife,the well bucket,a candle,the map,the ledger,a basket of eels"
-).split(",")
-_PLACES = "at the inn,by the river,in the square,at the mill,on the bridge,in the chapel".split(",")
+_SUBJECTS = [
+    "ada",
+    "bram",
+    "cora",
+    "the",
+    "smuggler",
+    "the",
+    "miller",
+    "a",
+    "stranger",
+    "the",
+    "priest",
+    "the",
+    "ferryman",
+]
+_VERBS = [
+    "saw",
+    "heard",
+    "carried",
+    "mended",
+    "sold",
+    "bought",
+    "hid",
+    "found",
+    "lost",
+    "watched",
+    "counted",
+    "cleaned",
+]
+_THINGS = [
+    "the nets",
+    "a lantern",
+    "the cart",
+    "a letter",
+    "the bread",
+    "a coin",
+    "the rope",
+    "the boat",
+    "a barrel",
+    "the gate",
+    "a knife",
+    "the well bucket",
+    "a candle",
+    "the map",
+    "the ledger",
+    "a basket of eels",
+]
+_PLACES = [
+    "at the inn",
+    "by the river",
+    "in the square",
+    "at the mill",
+    "on the bridge",
+    "in the chapel",
+]
 
 
 def _cell(rng: random.Random, tick: int) -> dict[str, Any]:
