@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config
+from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
 from sim.phases import apply, intentions, memory, narrative, resolution
@@ -100,6 +100,31 @@ def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
         seen.add(name)
 
 
+def check_memory(config: Config, source: Path | None = None) -> None:
+    """Refuse ``[memory] embeddings = "provider"`` for a phase whose model runs where sim
+    has no embeddings yet (only the offline provider's are implemented).
+
+    Raises:
+        InputError: naming the phase and its provider.
+    """
+    declared = tuple(config.phases)
+    for name in ("intentions", *declared):
+        memory = config.memory.for_phase(name)
+        if name not in config.tick.phases or memory.mode != "retrieve":
+            continue
+        if memory.embeddings != "provider":
+            continue
+        provider = config.call_settings(phase_section(name, declared)).provider
+        kind = routing(config).endpoints[provider].kind
+        if kind != "offline":
+            raise InputError(
+                source,
+                "memory.embeddings",
+                f"phase {name!r} runs on provider {kind!r}, whose embeddings sim does not "
+                'fetch yet; use embeddings = "none" (lexical relevance) or the offline provider',
+            )
+
+
 def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
     """The configured phase list, ready to run, checked.
 
@@ -118,6 +143,7 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
                 "declared but not in [tick] phases; add it where it should run "
                 f"(now: {', '.join(names)})",
             )
+    check_memory(config, source)
     plugins: dict[str, object] | None = None
     specs: list[PhaseSpec] = []
     for name in names:
@@ -126,6 +152,8 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
             schema = _BUILTIN_SCHEMA[name]
             if name == "intentions":
                 schema = intentions.intention_schema(config.actions)
+            elif name == "resolution":
+                schema = resolution.resolution_schema(config)
             specs.append(PhaseSpec(name, _BUILTIN_RUN[name], templates, schema))
             continue
         declared = config.phases.get(name)

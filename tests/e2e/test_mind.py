@@ -190,3 +190,21 @@ def test_a_bad_importance_is_refused_by_name(town: Path) -> None:
     assert result.exit_code == 2
     assert "memory.archive.0.importance" in result.output
     assert tree(town) == before
+
+
+def test_provider_embeddings_off_the_offline_provider_are_refused(
+    town: Path, tmp_path: Path
+) -> None:
+    """Only the offline provider's embeddings exist so far: asking a remote one for them is
+    a named config error, not a silent fallback."""
+    config = tmp_path / "mine.toml"
+    config.write_text(
+        '[llm]\nprovider = "openai"\n\n[memory]\nmode = "retrieve"\nembeddings = "provider"\n'
+    )
+    (town / "config.toml").unlink()
+    before = tree(town)
+    result = run("tick", "--world", str(town), "--config", str(config))
+    assert result.exit_code == 2, result.output
+    assert "memory.embeddings" in result.output
+    assert "'openai'" in result.output
+    assert tree(town) == before
