@@ -279,6 +279,18 @@ class MemoryConfig(_Strict):
         return self.model_copy(update=override.model_dump(exclude_none=True))
 
 
+class ReflectionConfig(PhaseConfig):
+    """``[reflection]``: the reflection phase (docs/phases.md, Reflection)."""
+
+    #: a character reflects once its new cells' importance since its last reflection
+    #: adds up to this
+    threshold: int = Field(30, ge=1)
+    #: the most insights one reflection stores
+    insights: int = Field(3, ge=1, le=10)
+    #: how many retrieved cells it reflects on
+    cells: int = Field(12, ge=1, le=100)
+
+
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
     phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
@@ -322,6 +334,7 @@ class Config(_Strict):
     phase2a: PhaseConfig = PhaseConfig(max_output_tokens=900, response_chain_depth=2)
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
+    reflection: ReflectionConfig = ReflectionConfig(temperature=0.5, max_output_tokens=500)
     history: HistoryConfig = HistoryConfig()
     policy: PolicyConfig = PolicyConfig()
     limits: LimitsConfig = LimitsConfig()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sim.errors import InputError
 
-PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4")
+PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4", "reflection")
 
 
 PHASE_ALIASES = {
@@ -13,6 +13,7 @@ PHASE_ALIASES = {
     "resolution": "phase2a",
     "narrative": "phase2b",
     "memory": "phase4",
+    "reflection": "reflection",
 }
 
 
@@ -23,11 +24,12 @@ PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic")
 SERVER_CHAIN_PROVIDERS = ("openai",)
 
 
-#: the built-in phases, in their default order
-BUILTIN_PHASES = ("intentions", "resolution", "narrative", "apply", "memory")
+#: the built-in phases, the default order first; the rest run only where [tick] phases
+#: names them
+BUILTIN_PHASES = ("intentions", "resolution", "narrative", "apply", "memory", "reflection")
 
 
-DEFAULT_ORDER = BUILTIN_PHASES
+DEFAULT_ORDER = BUILTIN_PHASES[:5]
 
 
 #: phase and verb names: they become chain keys (``opinion:{id}``) and file names

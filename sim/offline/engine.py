@@ -18,6 +18,7 @@ import orjson
 
 from sim.offline import templates as T
 from sim.offline.interview import answer
+from sim.offline.reflect import reflect
 from sim.offline.resolution import resolve
 from sim.offline.skills import intention
 from sim.offline.story import narrate, summarize
@@ -31,6 +32,7 @@ SKILLS: dict[str, Skill] = {
     "Narrative": narrate,
     "MemorySummary": summarize,
     "InterviewAnswer": answer,
+    "Reflection": reflect,
 }
 
 _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")

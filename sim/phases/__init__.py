@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
-from sim.phases import apply, intentions, memory, narrative, resolution
+from sim.phases import apply, intentions, memory, narrative, reflection, resolution
 from sim.phases.base import TickContext
 from sim.phases.declared import DeclaredPhase
 from sim.phases.protocol import Phase, entry_point_phases, load_entry_point, run_phase
@@ -26,13 +26,14 @@ from sim.phases.templates import Prompts
 PhaseRun = Callable[[TickContext], Awaitable[None]]
 
 #: (name, run) of the built-ins in their default order: 1 intentions, 2a resolution,
-#: 2b narrative, 3 apply, 4 memory
+#: 2b narrative, 3 apply, 4 memory; then reflection, which runs only where it is named
 PHASES: tuple[tuple[str, PhaseRun], ...] = (
     (intentions.NAME, intentions.run),
     (resolution.NAME, resolution.run),
     (narrative.NAME, narrative.run),
     (apply.NAME, apply.run),
     (memory.NAME, memory.run),
+    (reflection.NAME, reflection.run),
 )
 _BUILTIN_RUN = dict(PHASES)
 _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
@@ -41,6 +42,7 @@ _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
     "narrative": narrative.Narrative,
     "apply": None,
     "memory": memory.MemorySummary,
+    "reflection": reflection.Reflection,
 }
 #: a built-in phase -> the phases that must run before it, and why
 REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -48,6 +50,7 @@ REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
     "narrative": (("intentions", "it tells what was intended and what happened"),),
     "apply": (("intentions", "it records what each character meant to do"),),
     "memory": (("apply", "it folds the memories apply writes"),),
+    "reflection": (("apply", "it reflects on the memories apply writes and rates"),),
 }
 
 

@@ -63,7 +63,16 @@ class _Collector:
 
 def _check_builtin(name: str, c: _Collector, world: World, ctx: TickContext) -> None:
     templates = (f"{name}.md", f"{name}.input.md")
-    if name in ("intentions", "memory"):
+    if name == "reflection":
+        for cid, char in world.characters.items():
+            cells = char["memory"]["cells"][:1] or [{"tick": 0, "text": "..."}]
+
+            def reflecting(char: Entity = char, cells: list[Any] = cells) -> dict[str, Any]:
+                return {"character": public(char), "memory": char["memory"], "memories": cells}
+
+            for template in templates:
+                c.render(template, cid, reflecting)
+    elif name in ("intentions", "memory"):
         for cid, char in world.characters.items():
             here = ctx.occupancy.get(char["state"]["location"], [])
             for template in templates:

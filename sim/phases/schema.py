@@ -31,7 +31,9 @@ ALLOWED = {
 }
 _ROOT_EXTRA = {"$schema", "$id"}
 #: titles the offline model answers with sim's own skills; a declared schema never uses one
-RESERVED_TITLES = frozenset({"Intention", "Resolution", "Narrative", "MemorySummary", "ToolCalls"})
+RESERVED_TITLES = frozenset(
+    {"Intention", "Resolution", "Narrative", "MemorySummary", "Reflection", "ToolCalls"}
+)
 _MAX_DEPTH = 8
 
 
