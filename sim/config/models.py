@@ -10,12 +10,15 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
     StringConstraints,
+    field_validator,
 )
 
+from sim.clock import Clock, parse_duration, parse_start, parse_when
 from sim.config.names import (
     DEFAULT_ORDER,
     NAME_PATTERN,
@@ -150,6 +153,25 @@ DEFAULT_PRICES = {
 PhaseEndpoint = tuple[str, str | tuple[str, ...], str]
 
 
+def _when_list(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+def _check_when(value: tuple[str, ...]) -> tuple[str, ...]:
+    for text in value:
+        parse_when(text)
+    return value
+
+
+#: ``when``: the in-world times a phase runs at (``"18:00"``, ``"sun 18:00"``, or a list)
+When = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_when_list),
+    Strict(False),
+    AfterValidator(_check_when),
+]
+
+
 class PhaseConfig(_Strict):
     model: str = Field("gpt-4.1-mini", min_length=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
@@ -165,6 +187,9 @@ class PhaseConfig(_Strict):
     api_key_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
     #: this phase's failure policy; unset: ``[llm] llm_failure_policy``
     llm_failure_policy: FailurePolicy | None = None
+    #: run only in ticks that contain one of these in-world times (needs ``[time]``);
+    #: empty: every tick
+    when: When = ()
 
     def failure_policy(self, llm: LLMConfig) -> FailurePolicy:
         """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""
@@ -291,6 +316,30 @@ class ReflectionConfig(PhaseConfig):
     cells: int = Field(12, ge=1, le=100)
 
 
+class TimeConfig(_Strict):
+    """``[time]``: ticks as in-world time (docs/phases.md, Time)."""
+
+    #: when tick 1 happens: ``YYYY-MM-DDTHH:MM``
+    start: str
+    #: how long a tick lasts in the world: ``1h``, ``30m``, ``1d``, ``1d12h``, ``2w``
+    tick: str = "1h"
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, value: str) -> str:
+        parse_start(value)
+        return value
+
+    @field_validator("tick")
+    @classmethod
+    def _tick(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    def clock(self) -> Clock:
+        return Clock(parse_start(self.start), parse_duration(self.tick))
+
+
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
     phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
@@ -340,6 +389,8 @@ class Config(_Strict):
     limits: LimitsConfig = LimitsConfig()
     tick: TickConfig = TickConfig()
     memory: MemoryConfig = MemoryConfig()
+    #: in-world time; unset: ticks are plain numbers
+    time: TimeConfig | None = None
     phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
         Field(default_factory=dict)
     )

@@ -8,7 +8,7 @@ entry-point group. An order the engine cannot run is a named error (``check_orde
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,47 @@ def check_memory(config: Config, source: Path | None = None) -> None:
             )
 
 
+#: phases every later one depends on: they run every tick
+_EVERY_TICK = ("intentions", "resolution", "narrative")
+
+
+def check_when(config: Config, source: Path | None = None) -> None:
+    """Refuse a ``when`` without ``[time]``, or on a phase the tick cannot do without.
+
+    Raises:
+        InputError: naming the section.
+    """
+    declared = tuple(config.phases)
+    for name in config.tick.phases:
+        if name == "apply" or (name not in BUILTIN_PHASES and name not in declared):
+            continue
+        section = phase_section(name, declared)
+        if not config.phase(section).when:
+            continue
+        if name in _EVERY_TICK:
+            raise InputError(
+                source, f"{section}.when", f"{name!r} runs every tick (later phases need it)"
+            )
+        if config.time is None:
+            raise InputError(
+                source, f"{section}.when", "needs [time] (start, tick) to know when a tick is"
+            )
+
+
+def _timed(name: str, run: PhaseRun, when: tuple[str, ...]) -> PhaseRun:
+    """``run`` only in ticks that contain one of ``when``'s in-world times; in the others
+    the phase reports that it made no calls."""
+
+    async def timed(ctx: TickContext) -> None:
+        time = ctx.config.time
+        if time is not None and not time.clock().due(ctx.tick, when):
+            ctx.report(name)
+            return
+        await run(ctx)
+
+    return timed
+
+
 def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
     """The configured phase list, ready to run, checked.
 
@@ -147,6 +188,7 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
                 f"(now: {', '.join(names)})",
             )
     check_memory(config, source)
+    check_when(config, source)
     plugins: dict[str, object] | None = None
     specs: list[PhaseSpec] = []
     for name in names:
@@ -195,6 +237,15 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
                 "entry-point",
             )
         )
+    declared_names = tuple(config.phases)
+    for i, spec in enumerate(specs):
+        if spec.name == "apply" or (
+            spec.name not in BUILTIN_PHASES and spec.name not in declared_names
+        ):
+            continue
+        when = config.phase(phase_section(spec.name, declared_names)).when
+        if when:
+            specs[i] = replace(spec, run=_timed(spec.name, spec.run, when))
     return specs
 
 

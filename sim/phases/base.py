@@ -10,6 +10,7 @@ import orjson
 from pydantic import BaseModel
 
 from sim.config import BATCH_PROVIDERS, routing
+from sim.errors import InputError
 from sim.interventions import Happenings
 from sim.llm.batch import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from sim.world import Entity, World
 
 #: template variables that do not change within a tick
-STATIC_NAMES = frozenset({"world", "tick", "actions"})
+STATIC_NAMES = frozenset({"world", "tick", "actions", "time"})
 #: engine bookkeeping, never shown to a model
 ENGINE_KEYS = frozenset({"_openai"})
 _WORLD_ENGINE = frozenset({"tick", "seed"})
@@ -259,10 +260,31 @@ class TickContext:
 
     @property
     def world_view(self) -> dict[str, Any]:
-        """The world as models see it, built once per tick."""
+        """The world as models see it, built once per tick; with ``[time]``, its ``time``
+        (this tick's in-world time) after the description."""
         if self._world_view is None:
-            self._world_view = world_view(self.world)
+            view = world_view(self.world)
+            now = self.time
+            if now is not None:
+                timed = {"name": view["name"], "description": view["description"], "time": now}
+                for key, value in view.items():
+                    timed.setdefault(key, value)
+                view = timed
+            self._world_view = view
         return self._world_view
+
+    @property
+    def time(self) -> dict[str, Any] | None:
+        """This tick's in-world time (``[time]``): now, date, weekday, time, part of day,
+        elapsed since tick 1; ``None`` when ticks are plain numbers."""
+        if self.config.time is None:
+            return None
+        try:
+            return self.config.time.clock().view(self.tick)
+        except OverflowError:
+            raise InputError(
+                None, "time", f"tick {self.tick} falls beyond the year 9999 of [time]"
+            ) from None
 
     def outcomes(self) -> dict[str, str]:
         """Character id -> this tick's resolved outcome text (the first one given), built
@@ -276,11 +298,13 @@ class TickContext:
         return self._outcomes[1]
 
     def base_context(self) -> dict[str, Any]:
-        """What every template sees: ``world``, ``tick`` and the world's ``actions``."""
+        """What every template sees: ``world``, ``tick``, the world's ``actions`` and the
+        in-world ``time`` (``None`` without ``[time]``)."""
         return {
             "world": self.world_view,
             "tick": self.tick,
             "actions": dict(self.config.actions),
+            "time": self.time,
         }
 
     def memory_for(
