@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR := .demo/world
 VOTE_DIR := .demo/harvest-vote
+MINDS_DIR := .demo/minds
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo test test-fast test-model model-env bench-model lint typecheck format all bench clean
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install sim with dev extras
 
-demo: $(STAMP) ## Run 3 ticks of scratch copies of worlds/demo and worlds/harvest-vote, offline, no API key
+demo: $(STAMP) ## Run 3 ticks of scratch copies of worlds/demo, worlds/harvest-vote and worlds/minds, offline, no API key
 	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r worlds/demo $(DEMO_DIR)
 	@rm -rf $(DEMO_DIR)/.sim
 	$(BIN)/sim check --world $(DEMO_DIR)
@@ -29,6 +30,9 @@ demo: $(STAMP) ## Run 3 ticks of scratch copies of worlds/demo and worlds/harves
 	@rm -rf $(VOTE_DIR) && cp -r worlds/harvest-vote $(VOTE_DIR) && rm -rf $(VOTE_DIR)/.sim
 	$(BIN)/sim check --world $(VOTE_DIR)
 	$(BIN)/sim tick --world $(VOTE_DIR) --ticks 3
+	@rm -rf $(MINDS_DIR) && cp -r worlds/minds $(MINDS_DIR) && rm -rf $(MINDS_DIR)/.sim
+	$(BIN)/sim check --world $(MINDS_DIR)
+	$(BIN)/sim tick --world $(MINDS_DIR) --ticks 3
 
 test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q

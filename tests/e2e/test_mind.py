@@ -3,13 +3,14 @@ by recency, importance and relevance, through the CLI; replayed byte for byte.""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import tree
+from conftest import REPO, tree
 
 from sim.cli import main
 from sim.ticklog.format import log_path
@@ -208,3 +209,21 @@ def test_provider_embeddings_off_the_offline_provider_are_refused(
     assert "memory.embeddings" in result.output
     assert "'openai'" in result.output
     assert tree(town) == before
+
+
+def test_the_minds_example_world_runs_and_replays(tmp_path: Path) -> None:
+    """worlds/minds: retrieval, reflection and time together, replayed byte for byte."""
+    world = tmp_path / "minds"
+    shutil.copytree(REPO / "worlds" / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    assert run("check", "--world", str(world)).exit_code == 0
+    result = run("tick", "--world", str(world), "--ticks", "6")
+    assert result.exit_code == 0, result.output
+    reflected = [
+        t
+        for t in range(1, 7)
+        if any(c.phase == "reflection" for c in read_log(log_path(world, t)).calls.values())
+    ]
+    assert reflected
+    for tick in (reflected[0], 6):
+        replay = run("replay", "--world", str(world), "--tick", str(tick))
+        assert replay.exit_code == 0, replay.output
