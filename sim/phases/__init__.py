@@ -104,13 +104,21 @@ def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
 
 
 def check_memory(config: Config, source: Path | None = None) -> None:
-    """Refuse ``[memory] embeddings = "provider"`` for a phase whose model runs where sim
-    has no embeddings yet (only the offline provider's are implemented).
+    """Refuse a ``[memory.phases.<name>]`` for a phase the tick does not run, and
+    ``embeddings = "provider"`` for a phase whose model runs where sim has no embeddings
+    yet (only the offline provider's are implemented).
 
     Raises:
         InputError: naming the phase and its provider.
     """
     declared = tuple(config.phases)
+    for name in config.memory.phases:
+        if name not in config.tick.phases:
+            raise InputError(
+                source,
+                f"memory.phases.{name}",
+                f"{name!r} is not in [tick] phases (now: {', '.join(config.tick.phases)})",
+            )
     for name in ("intentions", *declared):
         memory = config.memory.for_phase(name)
         if name not in config.tick.phases or memory.mode != "retrieve":

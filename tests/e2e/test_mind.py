@@ -227,3 +227,46 @@ def test_the_minds_example_world_runs_and_replays(tmp_path: Path) -> None:
     for tick in (reflected[0], 6):
         replay = run("replay", "--world", str(world), "--tick", str(tick))
         assert replay.exit_code == 0, replay.output
+
+
+OPINION = """
+[tick]
+phases = ["intentions", "resolution", "narrative", "apply", "opinion", "memory"]
+
+[phases.opinion]
+per = "character"
+instructions = "prompts/opinion.md"
+schema = "schemas/opinion.json"
+"""
+
+
+def test_one_phase_may_retrieve_while_the_others_keep_the_window(town: Path) -> None:
+    (town / "schemas").mkdir()
+    (town / "schemas" / "opinion.json").write_text(
+        '{"type": "object", "title": "Opinion", "properties": {"view": {"type": "string"}},'
+        ' "required": ["view"]}'
+    )
+    (town / "prompts" / "opinion.md").write_text("Say what you think.")
+    write_config(town, 'mode = "window"\nk = 3\n\n[memory.phases.opinion]\nmode = "retrieve"')
+    (town / "config.toml").write_text((town / "config.toml").read_text() + OPINION)
+    assert run("inject", "--world", str(town), "--at", "square", BELL).exit_code == 0
+    result = run("tick", "--world", str(town))
+    assert result.exit_code == 0, result.output
+    assert all(KEY not in line for line in memory_lines(intention_input(town, 200)))
+    log = read_log(log_path(town, 200))
+    (opinion,) = [c for c in log.calls.values() if c.entity_key == "opinion:ada"]
+    assert f"tick 5: {KEY}" in orjson.loads(opinion.input)["memory"]["recall"]
+    # retrieval in one phase keeps evicted cells for all
+    assert (
+        len(orjson.loads((town / "characters" / "ada.json").read_bytes())["memory"]["archive"])
+        == 97
+    )
+
+
+def test_memory_settings_for_a_phase_not_run_are_refused(town: Path) -> None:
+    write_config(town, 'mode = "retrieve"\n\n[memory.phases.vote]\nk = 5')
+    before = tree(town)
+    result = run("tick", "--world", str(town))
+    assert result.exit_code == 2
+    assert "memory.phases.vote" in result.output
+    assert tree(town) == before
