@@ -340,6 +340,15 @@ class TimeConfig(_Strict):
         return Clock(parse_start(self.start), parse_duration(self.tick))
 
 
+class ConversationConfig(PhaseConfig):
+    """``[conversation]``: the conversation phase (docs/phases.md, Conversations)."""
+
+    #: the most utterances one conversation holds (each one call)
+    max_turns: int = Field(4, ge=1, le=20)
+    #: the most conversations one tick holds (the first openers by id)
+    max_conversations_per_tick: int = Field(20, ge=0)
+
+
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
     phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
@@ -384,6 +393,7 @@ class Config(_Strict):
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=500)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     reflection: ReflectionConfig = ReflectionConfig(temperature=0.5, max_output_tokens=500)
+    conversation: ConversationConfig = ConversationConfig(temperature=0.8, max_output_tokens=200)
     history: HistoryConfig = HistoryConfig()
     policy: PolicyConfig = PolicyConfig()
     limits: LimitsConfig = LimitsConfig()

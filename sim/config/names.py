@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sim.errors import InputError
 
-PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4", "reflection")
+PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4", "reflection", "conversation")
 
 
 PHASE_ALIASES = {
@@ -14,6 +14,7 @@ PHASE_ALIASES = {
     "narrative": "phase2b",
     "memory": "phase4",
     "reflection": "reflection",
+    "conversation": "conversation",
 }
 
 
@@ -26,7 +27,15 @@ SERVER_CHAIN_PROVIDERS = ("openai",)
 
 #: the built-in phases, the default order first; the rest run only where [tick] phases
 #: names them
-BUILTIN_PHASES = ("intentions", "resolution", "narrative", "apply", "memory", "reflection")
+BUILTIN_PHASES = (
+    "intentions",
+    "resolution",
+    "narrative",
+    "apply",
+    "memory",
+    "reflection",
+    "conversation",
+)
 
 
 DEFAULT_ORDER = BUILTIN_PHASES[:5]

@@ -22,6 +22,7 @@ from sim.offline.reflect import reflect
 from sim.offline.resolution import resolve
 from sim.offline.skills import intention
 from sim.offline.story import narrate, summarize
+from sim.offline.talk import utter
 
 Json = dict[str, Any]
 Skill = Callable[[Json, Random, Sequence[tuple[str, str]], Json], Json | None]
@@ -33,6 +34,7 @@ SKILLS: dict[str, Skill] = {
     "MemorySummary": summarize,
     "InterviewAnswer": answer,
     "Reflection": reflect,
+    "Utterance": utter,
 }
 
 _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")

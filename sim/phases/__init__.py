@@ -17,7 +17,15 @@ from pydantic import BaseModel
 from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
-from sim.phases import apply, intentions, memory, narrative, reflection, resolution
+from sim.phases import (
+    apply,
+    conversation,
+    intentions,
+    memory,
+    narrative,
+    reflection,
+    resolution,
+)
 from sim.phases.base import TickContext
 from sim.phases.declared import DeclaredPhase
 from sim.phases.protocol import Phase, entry_point_phases, load_entry_point, run_phase
@@ -34,6 +42,7 @@ PHASES: tuple[tuple[str, PhaseRun], ...] = (
     (apply.NAME, apply.run),
     (memory.NAME, memory.run),
     (reflection.NAME, reflection.run),
+    (conversation.NAME, conversation.run),
 )
 _BUILTIN_RUN = dict(PHASES)
 _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
@@ -43,6 +52,7 @@ _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
     "apply": None,
     "memory": memory.MemorySummary,
     "reflection": reflection.Reflection,
+    "conversation": conversation.Utterance,
 }
 #: a built-in phase -> the phases that must run before it, and why
 REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -51,6 +61,7 @@ REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
     "apply": (("intentions", "it records what each character meant to do"),),
     "memory": (("apply", "it folds the memories apply writes"),),
     "reflection": (("apply", "it reflects on the memories apply writes and rates"),),
+    "conversation": (("intentions", "a conversation opens from an intention to speak"),),
 }
 
 
@@ -137,7 +148,7 @@ def check_memory(config: Config, source: Path | None = None) -> None:
 
 
 #: phases every later one depends on: they run every tick
-_EVERY_TICK = ("intentions", "resolution", "narrative")
+_EVERY_TICK = ("intentions", "resolution", "narrative", "conversation")
 
 
 def check_when(config: Config, source: Path | None = None) -> None:

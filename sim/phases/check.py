@@ -63,7 +63,16 @@ class _Collector:
 
 def _check_builtin(name: str, c: _Collector, world: World, ctx: TickContext) -> None:
     templates = (f"{name}.md", f"{name}.input.md")
-    if name == "reflection":
+    if name == "conversation":
+        for cid, char in world.characters.items():
+            talk = {"location": char["state"]["location"], "participants": [cid], "lines": []}
+
+            def talking(char: Entity = char, talk: dict[str, Any] = talk) -> dict[str, Any]:
+                return {"speaker": public(char), "conversation": talk, "turn": 1}
+
+            for template in templates:
+                c.render(template, cid, talking)
+    elif name == "reflection":
         for cid, char in world.characters.items():
             cells = char["memory"]["cells"][:1] or [{"tick": 0, "text": "..."}]
 

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from sim.llm.errors import LLMError
 from sim.phases.base import PhaseAnswer, TickContext, ask, place_view, to_json
+from sim.phases.conversation import dialogues_at
 from sim.phases.resolution import Outcome, Resolution, template_context
 from sim.world import World
 
@@ -47,6 +48,9 @@ def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
     happenings = ctx.happenings.here(location_id)
     if happenings:  # injected by `sim inject`; left out when none, so inputs stay as they were
         doc["happenings"] = happenings
+    conversations = dialogues_at(ctx, location_id)
+    if conversations:  # the conversation phase's dialogues here, to quote from
+        doc["conversations"] = conversations
     return to_json(doc)
 
 

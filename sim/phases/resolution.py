@@ -20,6 +20,7 @@ from sim.phases.base import (
     public,
     to_json,
 )
+from sim.phases.conversation import dialogues_at
 from sim.phases.intentions import Intention
 from sim.world import Entity, World
 
@@ -88,10 +89,12 @@ def location_input(
     intentions: dict[str, Intention],
     view: dict[str, Any] | None = None,
     happenings: list[str] | None = None,
+    conversations: list[dict[str, Any]] | None = None,
 ) -> str:
     """The game master's view: the place, its exits, and what everyone here intends, with
     each character's own fields (the game master may know their secrets), and the events
-    injected here this tick (``happenings``, left out when there are none)."""
+    injected here this tick (``happenings``, left out when there are none), and this
+    tick's ``conversations`` here (the conversation phase; left out when none)."""
     loc = world.locations[location_id]
     characters = []
     for cid in present:
@@ -115,6 +118,8 @@ def location_input(
     }
     if happenings:
         doc["happenings"] = happenings
+    if conversations:
+        doc["conversations"] = conversations
     return to_json(doc)
 
 
@@ -131,6 +136,7 @@ def template_context(ctx: TickContext, lid: str) -> dict[str, Any]:
             cid: ctx.intentions[cid].model_dump() for cid in here if cid in ctx.intentions
         },
         "happenings": ctx.happenings.here(lid),
+        "conversations": dialogues_at(ctx, lid),
     }
 
 
@@ -156,6 +162,7 @@ async def run(ctx: TickContext) -> None:
                 ctx.intentions,
                 view,
                 ctx.happenings.here(lid),
+                dialogues_at(ctx, lid),
             )
 
         requests.append(ctx.request(NAME, schema, f"{CHAIN}:{lid}", context, default))

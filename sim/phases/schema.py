@@ -32,7 +32,15 @@ ALLOWED = {
 _ROOT_EXTRA = {"$schema", "$id"}
 #: titles the offline model answers with sim's own skills; a declared schema never uses one
 RESERVED_TITLES = frozenset(
-    {"Intention", "Resolution", "Narrative", "MemorySummary", "Reflection", "ToolCalls"}
+    {
+        "Intention",
+        "Resolution",
+        "Narrative",
+        "MemorySummary",
+        "Reflection",
+        "Utterance",
+        "ToolCalls",
+    }
 )
 _MAX_DEPTH = 8
 
