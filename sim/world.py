@@ -70,6 +70,16 @@ class MemoryCell(_Open):
 _OPTIONAL_CELL = ("importance", "mentions", "sources")
 
 
+class PlanItem(_Open):
+    at: Annotated[str, StringConstraints(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+    intention: str
+
+
+class DailyPlan(_Open):
+    date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+    items: list[PlanItem] = []
+
+
 class Memory(_Open):
     capacity: int = Field(5, ge=1)
     cells: list[MemoryCell] = []
@@ -78,11 +88,13 @@ class Memory(_Open):
     archive: list[MemoryCell] | None = None
     #: importance accumulated since the last reflection (the ``reflection`` phase)
     unreflected: int | None = Field(None, ge=0)
+    #: today's plan (the ``planning`` phase): ``{date, items: [{at, intention}]}``
+    plan: DailyPlan | None = None
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for key in ("archive", "unreflected"):
+        for key in ("archive", "unreflected", "plan"):
             if data.get(key) is None:
                 data.pop(key, None)
         for cells in (data["cells"], data.get("archive") or ()):

@@ -349,6 +349,13 @@ class ConversationConfig(PhaseConfig):
     max_conversations_per_tick: int = Field(20, ge=0)
 
 
+class PlanningConfig(PhaseConfig):
+    """``[planning]``: the planning phase (docs/phases.md, Daily plans)."""
+
+    #: the most items of one day's plan
+    items: int = Field(6, ge=1, le=24)
+
+
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
     phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
@@ -394,6 +401,7 @@ class Config(_Strict):
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
     reflection: ReflectionConfig = ReflectionConfig(temperature=0.5, max_output_tokens=500)
     conversation: ConversationConfig = ConversationConfig(temperature=0.8, max_output_tokens=200)
+    planning: PlanningConfig = PlanningConfig(temperature=0.7, max_output_tokens=500)
     history: HistoryConfig = HistoryConfig()
     policy: PolicyConfig = PolicyConfig()
     limits: LimitsConfig = LimitsConfig()

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from sim.errors import InputError
 
-PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4", "reflection", "conversation")
+PHASE_SECTIONS = (
+    "phase1",
+    "phase2a",
+    "phase2b",
+    "phase4",
+    "reflection",
+    "conversation",
+    "planning",
+)
 
 
 PHASE_ALIASES = {
@@ -15,6 +23,7 @@ PHASE_ALIASES = {
     "memory": "phase4",
     "reflection": "reflection",
     "conversation": "conversation",
+    "planning": "planning",
 }
 
 
@@ -35,6 +44,7 @@ BUILTIN_PHASES = (
     "memory",
     "reflection",
     "conversation",
+    "planning",
 )
 
 

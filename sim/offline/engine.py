@@ -18,6 +18,7 @@ import orjson
 
 from sim.offline import templates as T
 from sim.offline.interview import answer
+from sim.offline.plan import plan
 from sim.offline.reflect import reflect
 from sim.offline.resolution import resolve
 from sim.offline.skills import intention
@@ -35,6 +36,7 @@ SKILLS: dict[str, Skill] = {
     "InterviewAnswer": answer,
     "Reflection": reflect,
     "Utterance": utter,
+    "Plan": plan,
 }
 
 _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")

@@ -23,6 +23,7 @@ from sim.phases import (
     intentions,
     memory,
     narrative,
+    planning,
     reflection,
     resolution,
 )
@@ -43,6 +44,7 @@ PHASES: tuple[tuple[str, PhaseRun], ...] = (
     (memory.NAME, memory.run),
     (reflection.NAME, reflection.run),
     (conversation.NAME, conversation.run),
+    (planning.NAME, planning.run),
 )
 _BUILTIN_RUN = dict(PHASES)
 _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
@@ -53,6 +55,7 @@ _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
     "memory": memory.MemorySummary,
     "reflection": reflection.Reflection,
     "conversation": conversation.Utterance,
+    "planning": planning.Plan,
 }
 #: a built-in phase -> the phases that must run before it, and why
 REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -172,6 +175,10 @@ def check_when(config: Config, source: Path | None = None) -> None:
             raise InputError(
                 source, f"{section}.when", "needs [time] (start, tick) to know when a tick is"
             )
+    if "planning" in config.tick.phases and config.time is None:
+        raise InputError(
+            source, "tick.phases", "'planning' needs [time] (start, tick): plans are timed"
+        )
 
 
 def _timed(name: str, run: PhaseRun, when: tuple[str, ...]) -> PhaseRun:

@@ -18,6 +18,7 @@ from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.mind.plan import plan_view
 from sim.mind.retrieve import recall_view, situation
 from sim.phases.templates import Prompts
 from sim.world import (
@@ -314,9 +315,14 @@ class TickContext:
         the last ones (``window``) or the best for its situation (``retrieve``)."""
         config = self.config.memory.for_phase(phase)
         if config.mode == "window":
-            return memory_view(char["memory"], config.k)
-        now = situation(self.world, char, here, happenings, self.tick)
-        return memory_view(char["memory"], config.k, recall_view(char["memory"], now, config))
+            view = memory_view(char["memory"], config.k)
+        else:
+            now = situation(self.world, char, here, happenings, self.tick)
+            view = memory_view(char["memory"], config.k, recall_view(char["memory"], now, config))
+        plan = plan_view(char["memory"], self.time)
+        if plan is not None:  # the planning phase's plan for today: its item for now
+            view["plan"] = plan
+        return view
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)

@@ -72,6 +72,14 @@ def _check_builtin(name: str, c: _Collector, world: World, ctx: TickContext) -> 
 
             for template in templates:
                 c.render(template, cid, talking)
+    elif name == "planning":
+        for cid, char in world.characters.items():
+
+            def planning(char: Entity = char) -> dict[str, Any]:
+                return {"character": public(char), "memory": char["memory"]}
+
+            for template in templates:
+                c.render(template, cid, planning)
     elif name == "reflection":
         for cid, char in world.characters.items():
             cells = char["memory"]["cells"][:1] or [{"tick": 0, "text": "..."}]

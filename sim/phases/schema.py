@@ -39,6 +39,7 @@ RESERVED_TITLES = frozenset(
         "MemorySummary",
         "Reflection",
         "Utterance",
+        "Plan",
         "ToolCalls",
     }
 )
