@@ -227,7 +227,9 @@ def scenario_mind(smoke: bool) -> list[str]:
         f"- Phase-1 input tokens per character-tick at k = {cost['k']} ({cost['characters']} "
         f"characters, {cost['ticks']} offline ticks): window "
         f"{window['input_tokens_per_character_tick']:.1f}, retrieve "
-        f"{retrieve['input_tokens_per_character_tick']:.1f}.",
+        f"{retrieve['input_tokens_per_character_tick']:.1f} (each cell is shown as the "
+        "window's are: what differs is which cells, and their own lengths; runs diverge "
+        "once the inputs differ).",
         f"- Whole offline tick: {window['wall_per_tick_s']:.2f} s with retrieval off, "
         f"{retrieve['wall_per_tick_s']:.2f} s on "
         f"({retrieve['wall_per_tick_s'] / window['wall_per_tick_s']:.2f}×; these worlds' "
