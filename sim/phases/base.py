@@ -240,6 +240,7 @@ class TickContext:
     _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None
     _outcomes: tuple[int, dict[str, str]] | None = None
+    _time: tuple[int, dict[str, Any]] | None = None
 
     def drop_phase_state(self) -> None:
         """Let go of what only the phases use (their typed results, logged by then, and
@@ -280,12 +281,14 @@ class TickContext:
         elapsed since tick 1; ``None`` when ticks are plain numbers."""
         if self.config.time is None:
             return None
-        try:
-            return self.config.time.clock().view(self.tick)
-        except OverflowError:
-            raise InputError(
-                None, "time", f"tick {self.tick} falls beyond the year 9999 of [time]"
-            ) from None
+        if self._time is None or self._time[0] != self.tick:
+            try:
+                self._time = (self.tick, self.config.time.clock().view(self.tick))
+            except OverflowError:
+                raise InputError(
+                    None, "time", f"tick {self.tick} falls beyond the year 9999 of [time]"
+                ) from None
+        return self._time[1]
 
     def outcomes(self) -> dict[str, str]:
         """Character id -> this tick's resolved outcome text (the first one given), built

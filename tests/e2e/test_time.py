@@ -146,3 +146,17 @@ def test_clock_spans_and_weeks() -> None:
     assert parse_duration("1d12h") == 36 * 3600
     with pytest.raises(ValueError, match="duration"):
         parse_duration("")
+
+
+def test_time_past_the_year_9999_is_a_named_error(tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    assert run("init", str(world)).exit_code == 0
+    (world / "config.toml").write_text(
+        '[llm]\nprovider = "offline"\n[time]\nstart = "9999-12-31T23:00"\ntick = "1h"\n'
+    )
+    assert run("tick", "--world", str(world)).exit_code == 0  # tick 1: 23:00
+    before = tree(world)
+    result = run("tick", "--world", str(world))
+    assert result.exit_code == 2, result.output
+    assert "beyond the year 9999" in result.output
+    assert tree(world) == before
