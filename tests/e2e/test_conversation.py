@@ -123,3 +123,19 @@ def test_a_crash_mid_conversation_resumes_without_paying_twice(tmp_path: Path) -
     assert not set(again.answered) & logged(partial)
     assert len(again.answered) + len(partial.calls) == len(ref_log.calls)
     assert tree(world) == tree(reference)
+
+
+def test_the_cost_estimate_counts_the_mind_phases(tmp_path: Path) -> None:
+    from sim.phases import resolve_phases
+    from sim.policy.plan import plan_tick
+
+    world = demo(tmp_path, "max_turns = 3\nmax_conversations_per_tick = 2")
+    order = ORDER.replace('"memory"]', '"reflection", "memory"]')
+    (world / "config.toml").write_text((world / "config.toml").read_text().replace(ORDER, order))
+    config = load_config(world_dir=world, cwd=world)
+    loaded = Storage(world).load()
+    plan = plan_tick(loaded, config, resolve_phases(config, world))
+    calls = {p.name: p.calls for p in plan.phases}
+    assert calls["conversation"] == 2 * 3
+    assert calls["reflection"] == len(loaded.characters)
+    assert plan.unplanned == ()
