@@ -73,6 +73,10 @@ def test_conversations_take_turns_and_reach_the_game_master(tmp_path: Path) -> N
         assert "conversations" in orjson.loads(story.input)
     replay = run("replay", "--world", str(world), "--tick", "1")
     assert replay.exit_code == 0, replay.output
+    shown = run("log", "--world", str(world), "--tick", "1")
+    assert "[conversation at " in shown.output
+    first_line = next(iter(held.values()))["lines"][0]["says"]
+    assert f": {first_line}" in shown.output
 
     out = tmp_path / "tables"
     assert (
