@@ -240,8 +240,8 @@ def scenario_mind(smoke: bool) -> list[str]:
                 "- Not met. Every cell is scored in Python each tick (recency, importance, "
                 "a BM25 term test): about 4 µs a cell here, under load; one character's "
                 "1,000 cells scored in a loop on the same machine took about 2 ms. What "
-                "would meet it: an index kept per character across ticks (cells are only "
-                "appended and archived), or the scoring vectorised (numpy).",
+                "would meet it: the scoring vectorised (numpy), or an index kept across "
+                "ticks (the world is reloaded each tick, so keyed by the cells' content).",
             ]
             if lex["next_ms"] > 1.0
             else []
