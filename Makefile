@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 SIM_STAMP := $(VENV)/.installed-sim
 DEMO_DIR := .demo/world
 VOTE_DIR := .demo/harvest-vote
+MINDS_DIR := .demo/minds
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo docs test test-fast test-model model-env bench-model lint format all bench clean
@@ -28,7 +29,7 @@ $(STAMP): $(SIM_STAMP) pyproject.toml
 
 install: $(STAMP) ## Create .venv and install sim with dev extras
 
-demo: $(SIM_STAMP) ## Install sim alone in .venv; run 3 ticks of scratch copies of worlds/demo and worlds/harvest-vote, offline
+demo: $(SIM_STAMP) ## Install sim alone in .venv; run 3 ticks of scratch copies of worlds/demo, worlds/harvest-vote and worlds/minds, offline
 	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r worlds/demo $(DEMO_DIR)
 	@rm -rf $(DEMO_DIR)/.sim
 	$(BIN)/sim check --world $(DEMO_DIR)
@@ -36,6 +37,9 @@ demo: $(SIM_STAMP) ## Install sim alone in .venv; run 3 ticks of scratch copies 
 	@rm -rf $(VOTE_DIR) && cp -r worlds/harvest-vote $(VOTE_DIR) && rm -rf $(VOTE_DIR)/.sim
 	$(BIN)/sim check --world $(VOTE_DIR)
 	$(BIN)/sim tick --world $(VOTE_DIR) --ticks 3
+	@rm -rf $(MINDS_DIR) && cp -r worlds/minds $(MINDS_DIR) && rm -rf $(MINDS_DIR)/.sim
+	$(BIN)/sim check --world $(MINDS_DIR)
+	$(BIN)/sim tick --world $(MINDS_DIR) --ticks 3
 
 docs: $(STAMP) ## Regenerate every sample of real output in README.md and docs/*.md
 	$(BIN)/python -m tools.docsamples

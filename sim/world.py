@@ -68,12 +68,51 @@ class CharacterState(_Open):
 class MemoryCell(_Open):
     tick: Tick
     text: str
+    #: 1..10, rated by the model that wrote the cell or by a declared rule (``[memory]``)
+    importance: int | None = Field(None, ge=1, le=10)
+    #: ids of the characters and locations the cell mentions
+    mentions: list[EntityId] | None = None
+    #: a reflection's sources: the ticks of the cells it was drawn from
+    sources: list[Annotated[int, Field(ge=0)]] | None = None
+
+
+#: a cell's optional fields, left out of its file while unset (older worlds keep their bytes)
+_OPTIONAL_CELL = ("importance", "mentions", "sources")
+
+
+class PlanItem(_Open):
+    at: Annotated[str, StringConstraints(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+    intention: str
+
+
+class DailyPlan(_Open):
+    date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+    items: list[PlanItem] = []
 
 
 class Memory(_Open):
     capacity: int = Field(5, ge=1, le=MAX_MEMORY_CAPACITY)
     cells: list[MemoryCell] = []
     summary: str = ""
+    #: the long-term store (``[memory] mode = "retrieve"``): cells evicted from ``cells``
+    archive: list[MemoryCell] | None = None
+    #: importance accumulated since the last reflection (the ``reflection`` phase)
+    unreflected: int | None = Field(None, ge=0)
+    #: today's plan (the ``planning`` phase): ``{date, items: [{at, intention}]}``
+    plan: DailyPlan | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in ("archive", "unreflected", "plan"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        for cells in (data["cells"], data.get("archive") or ()):
+            for cell in cells:
+                for key in _OPTIONAL_CELL:
+                    if cell.get(key, 0) is None:
+                        del cell[key]
+        return data
 
 
 #: the bounds of a relationship's ``trust``

@@ -160,6 +160,21 @@ def answer_text(answer: object) -> str:
     return str(answer)
 
 
+def conversation_lines(results: dict[str, Any], names: dict[str, str]) -> Iterator[str]:
+    """The conversation phase's dialogues: each under its place, a line per utterance."""
+    for talk in results.values():
+        if not isinstance(talk, dict):
+            continue
+        yield ""
+        where = str(talk.get("location"))
+        yield f"[conversation at {names.get(where, where)}]"
+        for line in talk.get("lines") or ():
+            if isinstance(line, dict):
+                who = str(line.get("speaker"))
+                yield f"  {names.get(who, who)}: {line.get('says')}"
+        yield f"  (ended: {talk.get('ended')})"
+
+
 def declared_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
     """The answers of the phases a world declared (or a package added), per subject."""
     for name in log.phases:
@@ -167,6 +182,9 @@ def declared_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
             continue
         results = log.phase_results(name)
         if not results:
+            continue
+        if name == "conversation":  # the built-in phase's dialogues, line by line
+            yield from conversation_lines(results, names)
             continue
         yield ""
         yield f"[{name}]"

@@ -10,7 +10,8 @@ Six tables, one row per observation, for ``sim export`` and ``sim.analysis.load`
   ``identity.<path>``) are the character
   *after* the tick; ``action``, ``target``, ``content``, ``reasoning`` and ``outcome`` are
   what it meant to do during the tick and what came of it (empty in a baseline row).
-- ``interactions``: one row per speech, act or custom verb of a tick, at the location where
+- ``interactions``: one row per speech, act or custom verb of a tick, and per utterance of
+  its conversations (``kind`` ``utterance``), at the location where
   the character stood when the tick began (``from`` the character, ``to`` its target).
 - ``locations``: one row per committed tick and location: who is there after the tick and
   the tick's narrative of the place (the scene of those who were there when it began).
@@ -424,6 +425,35 @@ def _interaction_rows(log: TickLog, before: _State, notes: list[str]) -> list[di
                 "content": intention.content,
             }
         )
+    rows.extend(_utterance_rows(log))
+    return rows
+
+
+def _utterance_rows(log: TickLog) -> list[dict[str, Cell]]:
+    """One ``utterance`` row per line of the conversation phase's dialogues, to the others
+    taking part (a list when there are several)."""
+    rows: list[dict[str, Cell]] = []
+    talks = log.phase_results("conversation")
+    for opener in sorted(talks):
+        talk = talks[opener]
+        if not isinstance(talk, dict):
+            continue
+        people = [p for p in talk.get("participants") or () if isinstance(p, str)]
+        for line in talk.get("lines") or ():
+            if not isinstance(line, dict):
+                continue
+            speaker = line.get("speaker")
+            others = [p for p in people if p != speaker]
+            rows.append(
+                {
+                    "tick": log.tick,
+                    "location": talk.get("location"),
+                    "from": speaker,
+                    "to": ", ".join(others),
+                    "kind": "utterance",
+                    "content": line.get("says"),
+                }
+            )
     return rows
 
 

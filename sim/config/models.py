@@ -10,12 +10,15 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
     StringConstraints,
+    field_validator,
 )
 
+from sim.clock import Clock, parse_duration, parse_start, parse_when
 from sim.config.names import (
     DEFAULT_ORDER,
     NAME_PATTERN,
@@ -183,6 +186,25 @@ DEFAULT_PRICES = {
 PhaseEndpoint = tuple[str, str | tuple[str, ...], str]
 
 
+def _when_list(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+def _check_when(value: tuple[str, ...]) -> tuple[str, ...]:
+    for text in value:
+        parse_when(text)
+    return value
+
+
+#: ``when``: the in-world times a phase runs at (``"18:00"``, ``"sun 18:00"``, or a list)
+When = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_when_list),
+    Strict(False),
+    AfterValidator(_check_when),
+]
+
+
 class PhaseConfig(_Strict):
     model: str = Field("gpt-4.1-mini", min_length=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
@@ -200,6 +222,9 @@ class PhaseConfig(_Strict):
     llm_failure_policy: FailurePolicy | None = None
     #: this phase's references mode; unset: ``[llm] constrain_refs``
     constrain_refs: ConstrainRefs | None = None
+    #: run only in ticks that contain one of these in-world times (needs ``[time]``);
+    #: empty: every tick
+    when: When = ()
 
     def failure_policy(self, llm: LLMConfig) -> FailurePolicy:
         """``degrade`` or ``fail``: this phase's, else ``[llm]``'s."""
@@ -260,6 +285,112 @@ class Phase1Config(PhaseConfig):
     max_tool_steps: int = Field(3, ge=0, le=10)
 
 
+class MemoryWeights(_Strict):
+    """How much each part of a memory cell's score counts (``[memory] weights``)."""
+
+    recency: float = Field(1.0, ge=0.0, le=100.0)
+    importance: float = Field(1.0, ge=0.0, le=100.0)
+    relevance: float = Field(1.0, ge=0.0, le=100.0)
+
+
+class ImportanceRule(_Strict):
+    """A declared importance: a cell whose text holds ``contains`` (any case) rates this."""
+
+    contains: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    importance: int = Field(ge=1, le=10)
+
+
+class MemoryPhaseConfig(_Strict):
+    """``[memory.phases.<name>]``: one phase's memory settings, where they differ."""
+
+    mode: Literal["window", "retrieve"] | None = None
+    k: int | None = Field(None, ge=1, le=100)
+    embeddings: Literal["none", "provider"] | None = None
+
+
+class MemoryConfig(_Strict):
+    """``[memory]``: what of a character's memory its phases see (docs/phases.md, Memory)."""
+
+    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept
+    mode: Literal["window", "retrieve"] = "window"
+    #: how many cells a phase's input shows
+    k: int = Field(3, ge=1, le=100)
+    weights: MemoryWeights = MemoryWeights()
+    #: recency = decay ** (ticks since the cell)
+    decay: float = Field(0.995, gt=0.0, le=1.0)
+    #: relevance: none = lexical (BM25) only; provider = + cosine over embeddings
+    embeddings: Literal["none", "provider"] = "none"
+    #: model: the resolution rates each outcome 1..10; rule: ``rules``, else ``importance``
+    rate: Literal["model", "rule"] = "model"
+    #: a cell's importance when nothing rated it (and the floor of ``rule``)
+    importance: int = Field(3, ge=1, le=10)
+    #: declared importances: the highest rule a cell's text matches
+    rules: tuple[ImportanceRule, ...] = Field((), strict=False)  # a TOML array of tables
+    #: the long-term store's size per character (oldest dropped beyond it)
+    max_archive: int = Field(5000, ge=0, le=1_000_000)
+    #: per phase, where it differs: ``[memory.phases.narrative] k = 5``
+    phases: dict[str, MemoryPhaseConfig] = Field(default_factory=dict)
+
+    def for_phase(self, name: str) -> MemoryConfig:
+        """This config with phase ``name``'s overrides applied."""
+        override = self.phases.get(name)
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+
+class ReflectionConfig(PhaseConfig):
+    """``[reflection]``: the reflection phase (docs/phases.md, Reflection)."""
+
+    #: a character reflects once its new cells' importance since its last reflection
+    #: adds up to this
+    threshold: int = Field(30, ge=1)
+    #: the most insights one reflection stores
+    insights: int = Field(3, ge=1, le=10)
+    #: how many retrieved cells it reflects on
+    cells: int = Field(12, ge=1, le=100)
+
+
+class TimeConfig(_Strict):
+    """``[time]``: ticks as in-world time (docs/phases.md, Time)."""
+
+    #: when tick 1 happens: ``YYYY-MM-DDTHH:MM``
+    start: str
+    #: how long a tick lasts in the world: ``1h``, ``30m``, ``1d``, ``1d12h``, ``2w``
+    tick: str = "1h"
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, value: str) -> str:
+        parse_start(value)
+        return value
+
+    @field_validator("tick")
+    @classmethod
+    def _tick(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    def clock(self) -> Clock:
+        return Clock(parse_start(self.start), parse_duration(self.tick))
+
+
+class ConversationConfig(PhaseConfig):
+    """``[conversation]``: the conversation phase (docs/phases.md, Conversations)."""
+
+    #: the most utterances one conversation holds (each one call)
+    max_turns: int = Field(4, ge=1, le=20)
+    #: the most conversations one tick holds (the first openers by id)
+    max_conversations_per_tick: int = Field(20, ge=0)
+
+
+class PlanningConfig(PhaseConfig):
+    """``[planning]``: the planning phase (docs/phases.md, Daily plans)."""
+
+    #: the most items of one day's plan
+    items: int = Field(6, ge=1, le=24)
+
+
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
     phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
@@ -305,10 +436,16 @@ class Config(_Strict):
     phase2a: PhaseConfig = PhaseConfig(max_output_tokens=600, response_chain_depth=2)
     phase2b: PhaseConfig = PhaseConfig(temperature=0.9, max_output_tokens=400)
     phase4: PhaseConfig = PhaseConfig(temperature=0.3, max_output_tokens=400)
+    reflection: ReflectionConfig = ReflectionConfig(temperature=0.5, max_output_tokens=500)
+    conversation: ConversationConfig = ConversationConfig(temperature=0.8, max_output_tokens=200)
+    planning: PlanningConfig = PlanningConfig(temperature=0.7, max_output_tokens=500)
     history: HistoryConfig = HistoryConfig()
     policy: PolicyConfig = PolicyConfig()
     limits: LimitsConfig = LimitsConfig()
     tick: TickConfig = TickConfig()
+    memory: MemoryConfig = MemoryConfig()
+    #: in-world time; unset: ticks are plain numbers
+    time: TimeConfig | None = None
     phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
         Field(default_factory=dict)
     )

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from sim.errors import InputError
 
-PHASE_SECTIONS = ("phase1", "phase2a", "phase2b", "phase4")
+PHASE_SECTIONS = (
+    "phase1",
+    "phase2a",
+    "phase2b",
+    "phase4",
+    "reflection",
+    "conversation",
+    "planning",
+)
 
 
 PHASE_ALIASES = {
@@ -13,6 +21,9 @@ PHASE_ALIASES = {
     "resolution": "phase2a",
     "narrative": "phase2b",
     "memory": "phase4",
+    "reflection": "reflection",
+    "conversation": "conversation",
+    "planning": "planning",
 }
 
 
@@ -27,11 +38,21 @@ LOCAL_PROVIDERS = ("offline", "cli")
 SERVER_CHAIN_PROVIDERS = ("openai",)
 
 
-#: the built-in phases, in their default order
-BUILTIN_PHASES = ("intentions", "resolution", "narrative", "apply", "memory")
+#: the built-in phases, the default order first; the rest run only where [tick] phases
+#: names them
+BUILTIN_PHASES = (
+    "intentions",
+    "resolution",
+    "narrative",
+    "apply",
+    "memory",
+    "reflection",
+    "conversation",
+    "planning",
+)
 
 
-DEFAULT_ORDER = BUILTIN_PHASES
+DEFAULT_ORDER = BUILTIN_PHASES[:5]
 
 
 #: phase and verb names: they become chain keys (``opinion:{id}``) and file names

@@ -17,9 +17,12 @@ from typing import Any
 from sim import sections
 from sim.offline import templates as T
 from sim.offline.interview import answer
+from sim.offline.plan import plan
+from sim.offline.reflect import reflect
 from sim.offline.resolution import resolve
 from sim.offline.skills import intention
 from sim.offline.story import narrate, summarize
+from sim.offline.talk import utter
 
 Json = dict[str, Any]
 Skill = Callable[[Json, Random, Sequence[tuple[str, str]], Json], Json | None]
@@ -30,6 +33,9 @@ SKILLS: dict[str, Skill] = {
     "Narrative": narrate,
     "MemorySummary": summarize,
     "InterviewAnswer": answer,
+    "Reflection": reflect,
+    "Utterance": utter,
+    "Plan": plan,
 }
 
 _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")

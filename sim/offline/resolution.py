@@ -297,6 +297,9 @@ def resolve(
         atmosphere = rng.choice(T.ATMOS_TALK)
     elif rng.random() < 0.15:
         atmosphere = rng.choice(T.ATMOS_ANY)
+    if _rates(schema):
+        for item in outcomes:
+            item["importance"] = importance(item)
     update = None
     if atmosphere or added or removed:
         update = {"atmosphere": atmosphere, "objects_added": added, "objects_removed": removed}
@@ -304,6 +307,51 @@ def resolve(
 
 
 _BUILTIN_ACTIONS = frozenset({"move", "speak", "act", "wait"})
+#: words that make a memory weigh more (secrets, loss, violence, love)
+_WEIGHTY = (
+    "secret",
+    "hid",
+    "hidden",
+    "key",
+    "stole",
+    "steal",
+    "thief",
+    "smuggl",
+    "dead",
+    "died",
+    "kill",
+    "blood",
+    "fire",
+    "love",
+    "betray",
+    "threat",
+    "promise",
+    "gold",
+    "lost",
+    "fled",
+)
+
+
+def _rates(schema: Json) -> bool:
+    """Whether the resolution schema asks each outcome for its importance."""
+    rated = schema.get("$defs", {}).get("RatedOutcome")
+    return isinstance(rated, dict) and "importance" in rated.get("properties", {})
+
+
+def importance(outcome: Json) -> int:
+    """An outcome's importance, 1..10, from what happened (no draw from the RNG, so the
+    outcomes are the ones an unrated resolution gives): a change of place, hands or mood
+    weighs more than idling, and each weighty word (a secret, a theft, a death) more still."""
+    score = 2
+    if outcome.get("moved_to"):
+        score += 1
+    if outcome.get("gained") or outcome.get("lost"):
+        score += 3
+    if outcome.get("mood"):
+        score += 1
+    text = str(outcome.get("outcome", "")).lower()
+    score += 2 * sum(1 for word in _WEIGHTY if word in text)
+    return max(1, min(10, score))
 
 
 def _gm_recall(

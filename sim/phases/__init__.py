@@ -8,16 +8,25 @@ entry-point group. An order the engine cannot run is a named error (``check_orde
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config
+from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
-from sim.phases import apply, intentions, memory, narrative, resolution
+from sim.phases import (
+    apply,
+    conversation,
+    intentions,
+    memory,
+    narrative,
+    planning,
+    reflection,
+    resolution,
+)
 from sim.phases.base import TickContext
 from sim.phases.declared import DeclaredPhase
 from sim.phases.protocol import Phase, entry_point_phases, load_entry_point, run_phase
@@ -26,13 +35,16 @@ from sim.phases.templates import Prompts
 PhaseRun = Callable[[TickContext], Awaitable[None]]
 
 #: (name, run) of the built-ins in their default order: 1 intentions, 2a resolution,
-#: 2b narrative, 3 apply, 4 memory
+#: 2b narrative, 3 apply, 4 memory; then reflection, which runs only where it is named
 PHASES: tuple[tuple[str, PhaseRun], ...] = (
     (intentions.NAME, intentions.run),
     (resolution.NAME, resolution.run),
     (narrative.NAME, narrative.run),
     (apply.NAME, apply.run),
     (memory.NAME, memory.run),
+    (reflection.NAME, reflection.run),
+    (conversation.NAME, conversation.run),
+    (planning.NAME, planning.run),
 )
 _BUILTIN_RUN = dict(PHASES)
 _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
@@ -41,6 +53,9 @@ _BUILTIN_SCHEMA: dict[str, type[BaseModel] | None] = {
     "narrative": narrative.Narrative,
     "apply": None,
     "memory": memory.MemorySummary,
+    "reflection": reflection.Reflection,
+    "conversation": conversation.Utterance,
+    "planning": planning.Plan,
 }
 #: a built-in phase -> the phases that must run before it, and why
 REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -48,6 +63,8 @@ REQUIRES: dict[str, tuple[tuple[str, str], ...]] = {
     "narrative": (("intentions", "it tells what was intended and what happened"),),
     "apply": (("intentions", "it records what each character meant to do"),),
     "memory": (("apply", "it folds the memories apply writes"),),
+    "reflection": (("apply", "it reflects on the memories apply writes and rates"),),
+    "conversation": (("intentions", "a conversation opens from an intention to speak"),),
 }
 
 
@@ -100,6 +117,84 @@ def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
         seen.add(name)
 
 
+def check_memory(config: Config, source: Path | None = None) -> None:
+    """Refuse a ``[memory.phases.<name>]`` for a phase the tick does not run, and
+    ``embeddings = "provider"`` for a phase whose model runs where sim has no embeddings
+    yet (only the offline provider's are implemented).
+
+    Raises:
+        InputError: naming the phase and its provider.
+    """
+    declared = tuple(config.phases)
+    for name in config.memory.phases:
+        if name not in config.tick.phases:
+            raise InputError(
+                source,
+                f"memory.phases.{name}",
+                f"{name!r} is not in [tick] phases (now: {', '.join(config.tick.phases)})",
+            )
+    for name in ("intentions", *declared):
+        memory = config.memory.for_phase(name)
+        if name not in config.tick.phases or memory.mode != "retrieve":
+            continue
+        if memory.embeddings != "provider":
+            continue
+        provider = config.call_settings(phase_section(name, declared)).provider
+        kind = routing(config).endpoints[provider].kind
+        if kind != "offline":
+            raise InputError(
+                source,
+                "memory.embeddings",
+                f"phase {name!r} runs on provider {kind!r}, whose embeddings sim does not "
+                'fetch yet; use embeddings = "none" (lexical relevance) or the offline provider',
+            )
+
+
+#: phases every later one depends on: they run every tick
+_EVERY_TICK = ("intentions", "resolution", "narrative", "conversation")
+
+
+def check_when(config: Config, source: Path | None = None) -> None:
+    """Refuse a ``when`` without ``[time]``, or on a phase the tick cannot do without.
+
+    Raises:
+        InputError: naming the section.
+    """
+    declared = tuple(config.phases)
+    for name in config.tick.phases:
+        if name == "apply" or (name not in BUILTIN_PHASES and name not in declared):
+            continue
+        section = phase_section(name, declared)
+        if not config.phase(section).when:
+            continue
+        if name in _EVERY_TICK:
+            raise InputError(
+                source, f"{section}.when", f"{name!r} runs every tick (later phases need it)"
+            )
+        if config.time is None:
+            raise InputError(
+                source, f"{section}.when", "needs [time] (start, tick) to know when a tick is"
+            )
+    if "planning" in config.tick.phases and config.time is None:
+        raise InputError(
+            source, "tick.phases", "'planning' needs [time] (start, tick): plans are timed"
+        )
+
+
+def _timed(name: str, run: PhaseRun, when: tuple[str, ...]) -> PhaseRun:
+    """``run`` only in ticks that contain one of ``when``'s in-world times; in the others
+    the phase reports that it made no calls."""
+
+    async def timed(ctx: TickContext) -> None:
+        time = ctx.config.time
+        if time is not None and not time.clock().due(ctx.tick, when):
+            ctx.report(name)
+            return
+        await run(ctx)
+
+    return timed
+
+
 def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
     """The configured phase list, ready to run, checked.
 
@@ -118,6 +213,8 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
                 "declared but not in [tick] phases; add it where it should run "
                 f"(now: {', '.join(names)})",
             )
+    check_memory(config, source)
+    check_when(config, source)
     plugins: dict[str, object] | None = None
     specs: list[PhaseSpec] = []
     for name in names:
@@ -126,6 +223,8 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
             schema = _BUILTIN_SCHEMA[name]
             if name == "intentions":
                 schema = intentions.intention_schema(config.actions)
+            elif name == "resolution":
+                schema = resolution.resolution_schema(config)
             specs.append(PhaseSpec(name, _BUILTIN_RUN[name], templates, schema))
             continue
         declared = config.phases.get(name)
@@ -164,6 +263,15 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
                 "entry-point",
             )
         )
+    declared_names = tuple(config.phases)
+    for i, spec in enumerate(specs):
+        if spec.name == "apply" or (
+            spec.name not in BUILTIN_PHASES and spec.name not in declared_names
+        ):
+            continue
+        when = config.phase(phase_section(spec.name, declared_names)).when
+        if when:
+            specs[i] = replace(spec, run=_timed(spec.name, spec.run, when))
     return specs
 
 

@@ -4,16 +4,17 @@ Rules: a character moves only along a connection of the location it started the 
 an outcome for a character who is not at that location (or does not exist) is ignored and
 reported; a second outcome for the same character is ignored and reported. Every character
 gets exactly one new memory cell: its outcome, or what it meant to do when nothing was
-resolved for it.
+resolved for it (with the mind on, ``[memory]``: rated, its mentions found).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sim.mind.cells import Mentions, mind_on, new_cell, remember
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.intentions import Intention
-from sim.phases.resolution import LocationUpdate, Outcome
+from sim.phases.resolution import LocationUpdate, Outcome, RatedOutcome
 from sim.world import Entity
 
 NAME = "apply"
@@ -67,6 +68,7 @@ async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world = ctx.world
     cells: dict[str, str] = {}
+    importance: dict[str, int] = {}  # rated by the resolution (``[memory] rate = "model"``)
     for lid, present in ctx.occupancy.items():
         location = world.locations[lid]
         resolution = ctx.resolutions.get(lid)
@@ -83,9 +85,17 @@ async def run(ctx: TickContext) -> None:
                 report.warnings.append(f"{lid}: second outcome for {cid!r} ignored")
                 continue
             cells[cid] = outcome.outcome
+            if isinstance(outcome, RatedOutcome):
+                importance[cid] = outcome.importance
             _apply_outcome(ctx, report, location, world.characters[cid], outcome)
         if resolution.location_update is not None:
             _apply_location_update(location, resolution.location_update)
+    rated = mind_on(ctx.config)
+    mentions = Mentions(world) if rated else None
     for cid, char in world.characters.items():
         text = cells.get(cid) or unresolved_text(char["identity"]["name"], ctx.intentions[cid])
-        char["memory"]["cells"].append({"tick": ctx.tick, "text": text})
+        if mentions is None:
+            char["memory"]["cells"].append({"tick": ctx.tick, "text": text})
+            continue
+        cell = new_cell(ctx.tick, text, ctx.config.memory, mentions, importance.get(cid))
+        remember(char["memory"], cell)

@@ -10,6 +10,7 @@ import orjson
 from pydantic import BaseModel
 
 from sim.config import BATCH_PROVIDERS, routing
+from sim.errors import InputError
 from sim.llm.batching import BatchOptions
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
@@ -17,6 +18,8 @@ from sim.llm.events import EventSink, null_sink
 from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, Usage
+from sim.mind.plan import plan_view
+from sim.mind.retrieve import recall_view, situation
 from sim.phases.happenings import Happenings
 from sim.phases.templates import Prompts
 from sim.world import (
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from sim.world import Entity, World
 
 #: template variables that do not change within a tick
-STATIC_NAMES = frozenset({"world", "tick", "actions"})
+STATIC_NAMES = frozenset({"world", "tick", "actions", "time"})
 #: engine bookkeeping, never shown to a model
 ENGINE_KEYS = frozenset({"_openai"})
 _WORLD_ENGINE = frozenset({"tick", "seed"})
@@ -129,13 +132,17 @@ def place_view(loc: Entity, *, objects: bool = True) -> dict[str, Any]:
     return view
 
 
-def memory_view(memory: dict[str, Any], recent: int) -> dict[str, Any]:
-    """A character's memory as the model sees it: the summary, the last ``recent`` cells,
-    and the world's own memory fields."""
-    view: dict[str, Any] = {
-        "summary": memory["summary"],
-        "recent": [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]],
-    }
+def memory_view(
+    memory: dict[str, Any], recent: int, recalled: list[str] | None = None
+) -> dict[str, Any]:
+    """A character's memory as the model sees it: the summary, the last ``recent`` cells
+    (or, retrieving, the ``recalled`` ones under ``recall``), and the world's own memory
+    fields."""
+    view: dict[str, Any] = {"summary": memory["summary"]}
+    if recalled is None:
+        view["recent"] = [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]]
+    else:
+        view["recall"] = recalled
     _add(view, extras(memory, "character.memory"))
     return view
 
@@ -235,6 +242,7 @@ class TickContext:
     _has_input: dict[str, bool] = field(default_factory=dict)
     _world_view: dict[str, Any] | None = None
     _outcomes: tuple[int, dict[str, str]] | None = None
+    _time: tuple[int, dict[str, Any]] | None = None
 
     def drop_phase_state(self) -> None:
         """Let go of what only the phases use (their typed results, logged by then, and
@@ -256,10 +264,33 @@ class TickContext:
 
     @property
     def world_view(self) -> dict[str, Any]:
-        """The world as models see it, built once per tick."""
+        """The world as models see it, built once per tick; with ``[time]``, its ``time``
+        (this tick's in-world time) after the description."""
         if self._world_view is None:
-            self._world_view = world_view(self.world)
+            view = world_view(self.world)
+            now = self.time
+            if now is not None:
+                timed = {"name": view["name"], "description": view["description"], "time": now}
+                for key, value in view.items():
+                    timed.setdefault(key, value)
+                view = timed
+            self._world_view = view
         return self._world_view
+
+    @property
+    def time(self) -> dict[str, Any] | None:
+        """This tick's in-world time (``[time]``): now, date, weekday, time, part of day,
+        elapsed since tick 1; ``None`` when ticks are plain numbers."""
+        if self.config.time is None:
+            return None
+        if self._time is None or self._time[0] != self.tick:
+            try:
+                self._time = (self.tick, self.config.time.clock().view(self.tick))
+            except OverflowError:
+                raise InputError(
+                    None, "time", f"tick {self.tick} falls beyond the year 9999 of [time]"
+                ) from None
+        return self._time[1]
 
     def outcomes(self) -> dict[str, str]:
         """Character id -> this tick's resolved outcome text (the first one given), built
@@ -273,12 +304,30 @@ class TickContext:
         return self._outcomes[1]
 
     def base_context(self) -> dict[str, Any]:
-        """What every template sees: ``world``, ``tick`` and the world's ``actions``."""
+        """What every template sees: ``world``, ``tick``, the world's ``actions`` and the
+        in-world ``time`` (``None`` without ``[time]``)."""
         return {
             "world": self.world_view,
             "tick": self.tick,
             "actions": dict(self.config.actions),
+            "time": self.time,
         }
+
+    def memory_for(
+        self, char: Entity, here: Sequence[str], happenings: Sequence[str], phase: str
+    ) -> dict[str, Any]:
+        """A character's memory as phase ``phase``'s input shows it: ``[memory] k`` cells,
+        the last ones (``window``) or the best for its situation (``retrieve``)."""
+        config = self.config.memory.for_phase(phase)
+        if config.mode == "window":
+            view = memory_view(char["memory"], config.k)
+        else:
+            now = situation(self.world, char, here, happenings, self.tick)
+            view = memory_view(char["memory"], config.k, recall_view(char["memory"], now, config))
+        plan = plan_view(char["memory"], self.time)
+        if plan is not None:  # the planning phase's plan for today: its item for now
+            view["plan"] = plan
+        return view
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)

@@ -63,7 +63,33 @@ class _Collector:
 
 def _check_builtin(name: str, c: _Collector, world: World, ctx: TickContext) -> None:
     templates = (f"{name}.md", f"{name}.input.md")
-    if name in ("intentions", "memory"):
+    if name == "conversation":
+        for cid, char in world.characters.items():
+            talk = {"location": char["state"]["location"], "participants": [cid], "lines": []}
+
+            def talking(char: Entity = char, talk: dict[str, Any] = talk) -> dict[str, Any]:
+                return {"speaker": public(char), "conversation": talk, "turn": 1}
+
+            for template in templates:
+                c.render(template, cid, talking)
+    elif name == "planning":
+        for cid, char in world.characters.items():
+
+            def planning(char: Entity = char) -> dict[str, Any]:
+                return {"character": public(char), "memory": char["memory"]}
+
+            for template in templates:
+                c.render(template, cid, planning)
+    elif name == "reflection":
+        for cid, char in world.characters.items():
+            cells = char["memory"]["cells"][:1] or [{"tick": 0, "text": "..."}]
+
+            def reflecting(char: Entity = char, cells: list[Any] = cells) -> dict[str, Any]:
+                return {"character": public(char), "memory": char["memory"], "memories": cells}
+
+            for template in templates:
+                c.render(template, cid, reflecting)
+    elif name in ("intentions", "memory"):
         for cid, char in world.characters.items():
             here = ctx.occupancy.get(char["state"]["location"], [])
             for template in templates:

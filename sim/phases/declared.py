@@ -41,7 +41,6 @@ from sim.phases.base import (
     TickContext,
     character_view,
     exits_view,
-    memory_view,
     place_view,
     public,
     to_json,
@@ -322,7 +321,9 @@ class DeclaredPhase:
             loc = world.locations[subject["state"]["location"]]
             intention = ctx.intentions.get(cid)
             doc["character"] = character_view(subject)
-            doc["memory"] = memory_view(subject["memory"], 3)
+            lid = loc["identity"]["id"]
+            here = ctx.happenings.here(lid)
+            doc["memory"] = ctx.memory_for(subject, where.get(lid, [cid]), here, self.name)
             if intention is not None:
                 doc["intention"] = intention.model_dump()
             outcome = self._outcome(ctx, cid)

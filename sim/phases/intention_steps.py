@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.tools import FunctionCall, LLMMessage, ToolDeclaration
+from sim.mind.retrieve import candidates
 from sim.phases.intention_tools import TOOLS
 from sim.phases.tool_steps import converse, exchange
 from sim.world import Entity, World
@@ -101,11 +102,12 @@ def look_from(
 
 
 def recall(char: Entity, topic: str) -> dict[str, Any]:
-    """The memory cells that mention ``topic`` (its words of 3+ letters), latest last."""
+    """The memory cells that mention ``topic`` (its words of 3+ letters), latest last; the
+    long-term store's too (``[memory] mode = "retrieve"``)."""
     words = {w for w in re.findall(r"\w+", _norm(topic)) if len(w) >= 3}
     cells = [
         f"tick {c['tick']}: {c['text']}"
-        for c in char["memory"]["cells"]
+        for c in candidates(char["memory"])
         if words & set(re.findall(r"\w+", _norm(c["text"])))
     ]
     return {"summary": char["memory"]["summary"], "memories": cells[-RECALL_LIMIT:]}

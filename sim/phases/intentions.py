@@ -80,6 +80,7 @@ def character_input(
     view: dict[str, Any] | None = None,
     happenings: list[str] | None = None,
     people: Sequence[tuple[Entity, dict[str, Any]]] | None = None,
+    memory_doc: dict[str, Any] | None = None,
 ) -> str:
     """The model's view of one character at the start of a tick.
 
@@ -90,6 +91,7 @@ def character_input(
             when there are none, so inputs without them stay as they were.
         people: ``people_here(world, here)`` when the caller keeps it per location (every
             character there sees the same others).
+        memory_doc: the memory as shown (``TickContext.memory_for``); default: the window.
     """
     state, memory = char["state"], char["memory"]
     loc = world.locations[state["location"]]
@@ -99,7 +101,7 @@ def character_input(
         "tick": tick,
         "world": view if view is not None else world.meta["name"],
         "character": character_view(char),
-        "memory": memory_view(memory, RECENT_CELLS),
+        "memory": memory_view(memory, RECENT_CELLS) if memory_doc is None else memory_doc,
         "location": place_view(loc),
         "exits": exits_view(world, loc),
         "present": present,
@@ -183,7 +185,8 @@ async def run(ctx: TickContext) -> None:
             everyone = people.get(lid)
             if everyone is None:
                 everyone = people[lid] = people_here(world, here)
-            return character_input(world, char, ctx.tick, here, view, events, everyone)
+            memory = ctx.memory_for(char, here, events, NAME)
+            return character_input(world, char, ctx.tick, here, view, events, everyone, memory)
 
         key = f"{CHAIN}:{char['identity']['id']}"
         refs = intention_refs(world, char, here)

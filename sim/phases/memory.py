@@ -1,5 +1,7 @@
 """Phase 4, memory: a character whose memory cells overflow its capacity has the oldest
-cells evicted and folded into its running summary by the model."""
+cells evicted and folded into its running summary by the model. Retrieving
+(``[memory] mode = "retrieve"``), the evicted cells are also kept in the character's
+long-term store (``memory.archive``), where retrieval still finds them."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pydantic import Field
 
 from sim import sections
 from sim.llm.errors import LLMError
+from sim.mind.cells import archive, retrieving
 from sim.phases.base import PhaseAnswer, TickContext, ask, character_view, public
 from sim.world import Entity
 
@@ -74,6 +77,7 @@ async def run(ctx: TickContext) -> None:
         key = f"{CHAIN}:{char['identity']['id']}"
         requests.append(ctx.request(NAME, MemorySummary, key, context, default))
     results = await ask(client, requests, report)
+    keep = retrieving(ctx.config.memory)
     for (char, evicted), request, result in zip(overflowing, requests, results, strict=True):
         memory = char["memory"]
         if isinstance(result, LLMError):
@@ -81,4 +85,6 @@ async def run(ctx: TickContext) -> None:
             memory["summary"] = fallback_summary(memory["summary"], evicted)
         else:
             memory["summary"] = result.summary
+        if keep:  # retrieval reads evicted cells from the long-term store
+            archive(memory, evicted, ctx.config.memory.max_archive)
         del memory["cells"][: len(evicted)]

@@ -9,6 +9,7 @@ from pydantic import Field
 from sim import sections
 from sim.llm.errors import LLMError
 from sim.phases.base import PhaseAnswer, TickContext, ask, place_view
+from sim.phases.conversation import dialogues_at
 from sim.phases.resolution import Outcome, Resolution, template_context
 from sim.world import World
 
@@ -48,6 +49,9 @@ def narrative_input(ctx: TickContext, world: World, location_id: str) -> str:
     happenings = ctx.happenings.here(location_id)
     if happenings:  # injected by `sim inject`; left out when none, so inputs stay as they were
         doc["happenings"] = happenings
+    conversations = dialogues_at(ctx, location_id)
+    if conversations:  # the conversation phase's dialogues here, to quote from
+        doc["conversations"] = conversations
     return sections.dumps(doc)
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, create_model
 
 from sim import sections
+from sim.config import Config
 from sim.llm.errors import LLMError
+from sim.mind.cells import rated_by_model
 from sim.phases.base import (
     PhaseAnswer,
     TickContext,
@@ -18,6 +20,7 @@ from sim.phases.base import (
     place_view,
     public,
 )
+from sim.phases.conversation import dialogues_at
 from sim.phases.intentions import Intention
 from sim.phases.refs import ResolutionRefs, check_for, verified
 from sim.world import Entity, World
@@ -70,6 +73,26 @@ def named_things(world: World) -> frozenset[str]:
     return frozenset(names)
 
 
+class RatedOutcome(Outcome, title="RatedOutcome"):
+    """An outcome that also rates how much it matters to the character (``[memory]``)."""
+
+    importance: int = Field(
+        ge=1, le=10, description="how much this matters to them: 1 mundane .. 10 life-changing"
+    )
+
+
+#: the resolution whose outcomes rate their importance: asked when the mind keeps rated
+#: cells (``sim.mind.cells.rated_by_model``); same title, so the offline model resolves it
+RatedResolution = create_model(
+    "RatedResolution", __base__=Resolution, outcomes=(list[RatedOutcome], ...)
+)
+
+
+def resolution_schema(config: Config) -> type[Resolution]:
+    """The schema this world's resolution answers: rated outcomes when the mind asks."""
+    return RatedResolution if rated_by_model(config) else Resolution
+
+
 def _add_own(view: dict[str, Any], char: Entity) -> None:
     for key, value in own_fields(char).items():
         view.setdefault(key, value)
@@ -83,10 +106,12 @@ def location_input(
     intentions: dict[str, Intention],
     view: dict[str, Any] | None = None,
     happenings: list[str] | None = None,
+    conversations: list[dict[str, Any]] | None = None,
 ) -> str:
     """The game master's view: the place, its exits, and what everyone here intends, with
     each character's own fields (the game master may know their secrets), and the events
-    injected here this tick (``happenings``, left out when there are none)."""
+    injected here this tick (``happenings``, left out when there are none), and this
+    tick's ``conversations`` here (the conversation phase; left out when none)."""
     loc = world.locations[location_id]
     characters = []
     for cid in present:
@@ -111,6 +136,8 @@ def location_input(
     }
     if happenings:
         doc["happenings"] = happenings
+    if conversations:
+        doc["conversations"] = conversations
     return sections.dumps(doc)
 
 
@@ -127,6 +154,7 @@ def template_context(ctx: TickContext, lid: str) -> dict[str, Any]:
             cid: ctx.intentions[cid].model_dump() for cid in here if cid in ctx.intentions
         },
         "happenings": ctx.happenings.here(lid),
+        "conversations": dialogues_at(ctx, lid),
     }
 
 
@@ -138,6 +166,7 @@ async def run(ctx: TickContext) -> None:
     view = ctx.world_view
     constrain = ctx.refs_mode(SECTION) == "schema"
     places = named_things(world)
+    schema = resolution_schema(ctx.config)
     requests = []
     checks = []
     for lid in occupied:
@@ -154,6 +183,7 @@ async def run(ctx: TickContext) -> None:
                 ctx.intentions,
                 view,
                 ctx.happenings.here(lid),
+                dialogues_at(ctx, lid),
             )
 
         loc = world.locations[lid]
@@ -167,9 +197,7 @@ async def run(ctx: TickContext) -> None:
         checks.append(check)
         enums = refs.enums() if constrain else None
         requests.append(
-            ctx.request(
-                NAME, Resolution, f"{CHAIN}:{lid}", context, default, enums=enums, check=check
-            )
+            ctx.request(NAME, schema, f"{CHAIN}:{lid}", context, default, enums=enums, check=check)
         )
     results = await ask(client, requests, report)
     for lid, request, check, result in zip(occupied, requests, checks, results, strict=True):

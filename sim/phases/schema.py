@@ -43,7 +43,18 @@ _ROOT_EXTRA = {"$schema", "$id"}
 REF_KEYWORD = "x-sim-ref"
 REF_KINDS = ("character", "location", "present", "exit", "object")
 #: titles the offline model answers with sim's own skills; a declared schema never uses one
-RESERVED_TITLES = frozenset({"Intention", "Resolution", "Narrative", "MemorySummary", "ToolCalls"})
+RESERVED_TITLES = frozenset(
+    {
+        "Intention",
+        "Resolution",
+        "Narrative",
+        "MemorySummary",
+        "Reflection",
+        "Utterance",
+        "Plan",
+        "ToolCalls",
+    }
+)
 _MAX_DEPTH = 8
 #: the length cap of a string whose schema sets none (``maxLength``): what a model writes
 #: into the world is bounded, and a grammar-bound model cannot ramble past it

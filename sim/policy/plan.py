@@ -2,7 +2,9 @@
 
 Counted from the world at the start of the tick: intentions one call per character (tools
 mode: up to ``max_tool_steps + 1``), resolution and narrative one per occupied location,
-memory one per character whose memory will overflow, a declared phase one per subject.
+memory one per character whose memory will overflow, reflection and planning at most one
+per character, conversation ``max_turns`` per conversation (at most one per pair of
+characters, and ``max_conversations_per_tick``), a declared phase one per subject.
 Phases from packages cannot be counted ahead and are named as not counted.
 """
 
@@ -91,6 +93,11 @@ def plan_tick(world: World, config: Config, phases: Sequence[PhaseSpec]) -> Tick
             calls = len(world.characters_at())
         elif name == "memory":
             calls = _overflowing(world)
+        elif name in ("reflection", "planning"):
+            calls = characters  # at most each character once
+        elif name == "conversation":
+            talks = min(config.conversation.max_conversations_per_tick, characters // 2)
+            calls = talks * config.conversation.max_turns
         elif spec.declared is not None:
             per = spec.declared.per
             calls = characters if per == "character" else 1

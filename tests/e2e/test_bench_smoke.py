@@ -78,3 +78,13 @@ def test_whole_process_scenarios_report_their_figures() -> None:
     assert whole["calls"] >= 20 + 2 * 2 and whole["ideal_s"] > 0
     assert whole["process_wall_s"] >= whole["tick_wall_s"] > 0
     assert 0 < whole["process_efficiency"] <= whole["tick_efficiency"]
+
+
+def test_mind_scenario_reports_its_figures() -> None:
+    from bench.mind import retrieval_cpu, token_cost
+
+    cpu = retrieval_cpu(cells=60, characters=3)
+    assert cpu["lexical"]["next_ms"] > 0 and cpu["embeddings"]["next_ms"] > 0
+    cost = token_cost(characters=10, ticks=2)
+    assert cost["window"]["input_tokens_per_character_tick"] > 0
+    assert cost["retrieve"]["input_tokens_per_character_tick"] > 0

@@ -245,3 +245,12 @@ def test_resume_does_not_pay_finished_steps_again(demo_world: Path, tmp_path: Pa
     assert crashing.answered == characters + 2
     assert crashing.answered + resumed.answered == whole.answered  # nothing paid twice
     assert tree(demo_world) == tree(reference)
+
+
+def test_recall_finds_the_long_term_store(demo_world: Path) -> None:
+    """Retrieving, evicted cells live in ``memory.archive``: the recall tool finds them."""
+    world = Storage(demo_world).load()
+    char = next(iter(world.characters.values()))
+    char["memory"]["archive"] = [{"tick": 1, "text": "The smuggler hid the key under the bell."}]
+    found = recall(char, "smuggler")
+    assert found["memories"] == ["tick 1: The smuggler hid the key under the bell."]

@@ -18,7 +18,9 @@ def gemini(**llm: object) -> Config:
 
 def test_phases_left_at_the_default_take_gemini_model() -> None:
     config = provider_models(gemini(), {"GEMINI_MODEL": " gemini-2.5-pro "})
-    assert [config.phase(s).model for s in PHASE_SECTIONS] == ["gemini-2.5-pro"] * 4
+    assert [config.phase(s).model for s in PHASE_SECTIONS] == ["gemini-2.5-pro"] * len(
+        PHASE_SECTIONS
+    )
 
 
 def test_without_gemini_model_the_default_is_flash() -> None:

@@ -1,0 +1,82 @@
+"""Retrieval, reflection and time over real HTTP: the openai, chat, gemini and anthropic
+providers against their stub servers (the offline provider: tests/e2e/test_mind.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from conftest import REPO
+
+from sim.cli import main
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
+
+#: worlds/minds' config without its [llm] provider (the command line chooses it)
+MIND = """
+[time]
+start = "1340-05-01T06:00"
+tick = "1h"
+
+[tick]
+phases = ["intentions", "resolution", "narrative", "apply", "reflection", "memory"]
+
+[memory]
+mode = "retrieve"
+k = 3
+
+[reflection]
+threshold = 8
+"""
+
+
+def minds(tmp_path: Path) -> Path:
+    world = tmp_path / "minds"
+    shutil.copytree(REPO / "worlds" / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    (world / "config.toml").write_text(MIND)
+    return world
+
+
+def run_ticks(world: Path, provider: str, base_url: str, env: dict[str, Any]) -> None:
+    args = ["tick", "--world", str(world), "--provider", provider, "--base-url", base_url]
+    if provider == "anthropic":
+        args += ["--model", "claude-haiku-4-5"]
+    result = CliRunner().invoke(main, [*args, "--ticks", "3"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+
+def check(world: Path) -> None:
+    calls = [c for t in (1, 2, 3) for c in read_log(log_path(world, t)).calls.values()]
+    assert any(c.phase == "reflection" for c in calls)
+    intention = next(c for c in calls if c.phase == "intentions")
+    doc = orjson.loads(intention.input)
+    assert "recall" in doc["memory"] and doc["world"]["time"]["date"] == "1340-05-01"
+    for path in (world / "characters").glob("*.json"):
+        cells = orjson.loads(path.read_bytes())["memory"]["cells"]
+        # every cell a tick wrote is rated (the world's own tick-0 cells may not be)
+        assert all(1 <= c["importance"] <= 10 for c in cells if c["tick"] > 0)
+
+
+@pytest.mark.parametrize("provider", ["openai", "chat"])
+def test_openai_wire(tmp_path: Path, stub_server: Any, provider: str) -> None:
+    world = minds(tmp_path)
+    run_ticks(world, provider, stub_server.base_url, {"OPENAI_API_KEY": "sk-test"})
+    check(world)
+
+
+def test_gemini(tmp_path: Path, gemini_stub: Any) -> None:
+    world = minds(tmp_path)
+    env = {"GEMINI_API_KEY": "gemini-test", "GEMINI_MODEL": None, "OPENAI_API_KEY": None}
+    run_ticks(world, "gemini", gemini_stub.base_url, env)
+    check(world)
+
+
+def test_anthropic(tmp_path: Path, anthropic_stub: Any) -> None:
+    world = minds(tmp_path)
+    env = {"ANTHROPIC_API_KEY": "sk-ant-test", "OPENAI_API_KEY": None}
+    run_ticks(world, "anthropic", anthropic_stub.base_url, env)
+    check(world)
