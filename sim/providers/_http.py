@@ -352,7 +352,11 @@ class Route:
                 f"base_url {_shown(target.base_url)!r}: only http:// and https:// URLs are "
                 "supported"
             )
-        self._base = urllib.parse.urlunsplit((*parts[:3], "", "")).rstrip("/")
+        # user info in a base_url is not sent: the request's key goes in its Authorization
+        # header, and aiohttp refuses both at once (the user info is redacted wherever the
+        # URL is shown or stored)
+        netloc = parts.netloc.rpartition("@")[2]
+        self._base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
         query = urllib.parse.urlencode(target.query)
         self._query = f"?{query}" if query else ""
         #: the base URL as errors name it: no user info, no query

@@ -10,16 +10,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, tree
+from conftest import DEMO, tree
 from test_reflection import CrashAt, logged
 
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.offline.adapter import OfflineAdapter
+from sim.sections import loads as read_sections
 from sim.storage import Storage
 from sim.testing import CountingAdapter
 from sim.ticklog.format import log_path
@@ -28,13 +28,20 @@ from sim.ticklog.reader import read_log
 ORDER = '["intentions", "conversation", "resolution", "narrative", "apply", "memory"]'
 
 
+def read_input(text: str) -> dict[str, Any]:
+    """A call's input as its phase wrote it (labelled sections, or JSON)."""
+    doc = read_sections(text)
+    assert doc is not None, text
+    return doc
+
+
 def run(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
 
 
 def demo(tmp_path: Path, extra: str = "") -> Path:
     world = tmp_path / "demo"
-    shutil.copytree(REPO / "worlds" / "demo", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(DEMO, world, ignore=shutil.ignore_patterns(".sim"))
     (world / "config.toml").write_text(
         f'[llm]\nprovider = "offline"\n\n[tick]\nphases = {ORDER}\n\n[conversation]\n{extra}\n'
     )
@@ -62,15 +69,15 @@ def test_conversations_take_turns_and_reach_the_game_master(tmp_path: Path) -> N
         assert [line["speaker"] for line in lines] == [a, b, a, b][: len(lines)]
         assert talk["ended"] in ("said", "cap")
         # each utterance was one call that saw the dialogue so far
-        mine = [orjson.loads(c.input) for c in calls if c.entity_key == f"conversation:{opener}"]
+        mine = [read_input(c.input) for c in calls if c.entity_key == f"conversation:{opener}"]
         assert [len(doc["dialogue"]) for doc in mine] == list(range(len(lines)))
         # the game master and the narrative saw the whole dialogue
         where = talk["location"]
         (gm,) = [c for c in log.calls.values() if c.entity_key == f"resolution:{where}"]
-        said = [d["says"] for d in orjson.loads(gm.input)["conversations"][0]["dialogue"]]
+        said = [d["says"] for d in read_input(gm.input)["conversations"][0]["dialogue"]]
         assert said == [line["says"] for line in lines]
         (story,) = [c for c in log.calls.values() if c.entity_key == f"narrative:{where}"]
-        assert "conversations" in orjson.loads(story.input)
+        assert "conversations" in read_input(story.input)
     replay = run("replay", "--world", str(world), "--tick", "1")
     assert replay.exit_code == 0, replay.output
     shown = run("log", "--world", str(world), "--tick", "1")

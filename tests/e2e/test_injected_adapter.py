@@ -5,6 +5,7 @@ raised error, in the tick log and in ``sim log --calls``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -21,7 +22,8 @@ from sim.llm.errors import (
 )
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
-from sim.testing import MockAdapter
+from sim.phases.intentions import Intention
+from sim.testing import MockAdapter, default_instance
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
 
@@ -33,11 +35,19 @@ class Note(BaseModel):
 FAST = "[llm]\nbackoff_base_seconds = 0.0\nbackoff_cap_seconds = 0.0\n"
 
 
+def valid(schema: type[BaseModel], text: str) -> Any:
+    """The mock's default answers, but an intention that waits: its own default (a move to
+    no exit) names nothing in the world, and would fail the reference check."""
+    if schema is Intention:
+        return Intention(action="wait", target=None, content="", reasoning="mock")
+    return default_instance(schema)
+
+
 class ByModel(MockAdapter):
     """Fails every call to a model in ``failing`` with a 5xx naming it; answers the rest."""
 
     def __init__(self, *failing: str) -> None:
-        super().__init__()
+        super().__init__(default=valid)
         self.failing = failing
         self.models: list[str] = []
 
@@ -51,7 +61,7 @@ class ByModel(MockAdapter):
 
 def test_an_injected_adapter_is_retried_by_recovery(demo_world: Path) -> None:
     (demo_world / "config.toml").write_text(FAST)
-    adapter = MockAdapter()
+    adapter = MockAdapter(default=valid)
     adapter.enqueue(LLMTimeoutError("slow"))  # the first call times out once
     config = load_config(world_dir=demo_world, cwd=demo_world)
     (result,) = Runner(demo_world, config, adapter=adapter).run(1)
@@ -62,7 +72,7 @@ def test_an_injected_adapter_is_retried_by_recovery(demo_world: Path) -> None:
 
 def test_recovery_false_leaves_the_adapter_bare(demo_world: Path) -> None:
     (demo_world / "config.toml").write_text(FAST)
-    adapter = MockAdapter()
+    adapter = MockAdapter(default=valid)
     adapter.enqueue(LLMTimeoutError("slow"))
     config = load_config(world_dir=demo_world, cwd=demo_world)
     (result,) = Runner(demo_world, config, adapter=adapter, recovery=False).run(1)
@@ -133,7 +143,7 @@ def test_call_settings_name_every_problem_at_once() -> None:
 
 
 async def test_a_fatal_error_after_a_fallback_keeps_its_type_and_the_earlier_errors() -> None:
-    adapter = MockAdapter()
+    adapter = MockAdapter(default=valid)
     adapter.enqueue(
         LLMAPIError("big is down", status_code=503, model="big"),
         LLMBudgetExceededError("budget spent", model="small"),
@@ -151,7 +161,7 @@ async def test_a_fatal_error_after_a_fallback_keeps_its_type_and_the_earlier_err
 
 
 def test_the_breaker_key_is_spec_003s() -> None:
-    stack = RecoveryAdapter(MockAdapter())
+    stack = RecoveryAdapter(MockAdapter(default=valid))
     breaker = stack.breaker(" GPT-4.1 ", "local")
     assert stack.breakers == {"llm:local:gpt-4.1": breaker}
     assert stack.breaker("gpt-4.1") is stack.breakers["llm:mock:gpt-4.1"]

@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, tree
+from conftest import WORLDS, tree
 
 from sim.cli import main
+from sim.sections import loads as read_sections
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
 
@@ -30,6 +31,13 @@ CHORES = (
 )
 
 
+def read_input(text: str) -> dict[str, Any]:
+    """A call's input as its phase wrote it (labelled sections, or JSON)."""
+    doc = read_sections(text)
+    assert doc is not None, text
+    return doc
+
+
 def run(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
 
@@ -37,7 +45,7 @@ def run(*args: str) -> Result:
 def intention_input(world: Path, tick: int, cid: str = "ada") -> dict[str, Any]:
     log = read_log(log_path(world, tick))
     (call,) = [c for c in log.calls.values() if c.entity_key == f"intention:{cid}"]
-    doc: dict[str, Any] = orjson.loads(call.input)
+    doc: dict[str, Any] = read_input(call.input)
     return doc
 
 
@@ -214,7 +222,7 @@ def test_provider_embeddings_off_the_offline_provider_are_refused(
 def test_the_minds_example_world_runs_and_replays(tmp_path: Path) -> None:
     """worlds/minds: retrieval, reflection and time together, replayed byte for byte."""
     world = tmp_path / "minds"
-    shutil.copytree(REPO / "worlds" / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
     assert run("check", "--world", str(world)).exit_code == 0
     result = run("tick", "--world", str(world), "--ticks", "6")
     assert result.exit_code == 0, result.output
@@ -255,7 +263,7 @@ def test_one_phase_may_retrieve_while_the_others_keep_the_window(town: Path) -> 
     assert all(KEY not in line for line in memory_lines(intention_input(town, 200)))
     log = read_log(log_path(town, 200))
     (opinion,) = [c for c in log.calls.values() if c.entity_key == "opinion:ada"]
-    assert f"tick 5: {KEY}" in orjson.loads(opinion.input)["memory"]["recall"]
+    assert f"tick 5: {KEY}" in read_input(opinion.input)["memory"]["recall"]
     # retrieval in one phase keeps evicted cells for all
     assert (
         len(orjson.loads((town / "characters" / "ada.json").read_bytes())["memory"]["archive"])

@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import REPO
+from conftest import WORLDS
 
 from sim.cli import main
+from sim.sections import loads as read_sections
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
 
@@ -34,9 +35,16 @@ threshold = 8
 """
 
 
+def read_input(text: str) -> dict[str, Any]:
+    """A call's input as its phase wrote it (labelled sections, or JSON)."""
+    doc = read_sections(text)
+    assert doc is not None, text
+    return doc
+
+
 def minds(tmp_path: Path) -> Path:
     world = tmp_path / "minds"
-    shutil.copytree(REPO / "worlds" / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
     (world / "config.toml").write_text(MIND)
     return world
 
@@ -53,7 +61,7 @@ def check(world: Path) -> None:
     calls = [c for t in (1, 2, 3) for c in read_log(log_path(world, t)).calls.values()]
     assert any(c.phase == "reflection" for c in calls)
     intention = next(c for c in calls if c.phase == "intentions")
-    doc = orjson.loads(intention.input)
+    doc = read_input(intention.input)
     assert "recall" in doc["memory"] and doc["world"]["time"]["date"] == "1340-05-01"
     for path in (world / "characters").glob("*.json"):
         cells = orjson.loads(path.read_bytes())["memory"]["cells"]

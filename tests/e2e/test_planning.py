@@ -9,9 +9,10 @@ from typing import Any
 
 import orjson
 from click.testing import CliRunner, Result
-from conftest import REPO, tree
+from conftest import DEMO, tree
 
 from sim.cli import main
+from sim.sections import loads as read_sections
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
 
@@ -31,13 +32,20 @@ items = 4
 """
 
 
+def read_input(text: str) -> dict[str, Any]:
+    """A call's input as its phase wrote it (labelled sections, or JSON)."""
+    doc = read_sections(text)
+    assert doc is not None, text
+    return doc
+
+
 def run(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
 
 
 def demo(tmp_path: Path, config: str = CONFIG) -> Path:
     world = tmp_path / "demo"
-    shutil.copytree(REPO / "worlds" / "demo", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(DEMO, world, ignore=shutil.ignore_patterns(".sim"))
     (world / "config.toml").write_text(config)
     return world
 
@@ -45,7 +53,7 @@ def demo(tmp_path: Path, config: str = CONFIG) -> Path:
 def intention_memory(world: Path, tick: int, cid: str) -> dict[str, Any]:
     log = read_log(log_path(world, tick))
     (call,) = [c for c in log.calls.values() if c.entity_key == f"intention:{cid}"]
-    memory: dict[str, Any] = orjson.loads(call.input)["memory"]
+    memory: dict[str, Any] = read_input(call.input)["memory"]
     return memory
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import HARVEST
 
 from sim.cli import main
 from sim.ticklog.format import log_path, unpack_state
@@ -44,7 +45,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The harvest-vote world (its vote phase writes state.stance) with a number and a
     nested number of its own, an injection before tick 2 and a set before tick 3."""
     root = tmp_path_factory.mktemp("fields") / "vote"
-    shutil.copytree(Path(__file__).parents[2] / "worlds" / "harvest-vote", root)
+    shutil.copytree(HARVEST, root)
     shutil.rmtree(root / ".sim", ignore_errors=True)
     for n, path in enumerate(sorted((root / "characters").glob("*.json"))):
         _edit(path, lambda d, n=n: d["state"].update(savings=100 * n, farm={"acres": n}))

@@ -13,6 +13,7 @@ from conftest import tree
 
 from sim.cli import main
 from sim.clock import Clock, parse_duration, parse_start
+from sim.sections import loads as read_sections
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
 
@@ -26,15 +27,20 @@ schema = "schemas/vote.json"
 """
 
 
+def read_input(text: str) -> dict[str, Any]:
+    """A call's input as its phase wrote it (labelled sections, or JSON)."""
+    doc = read_sections(text)
+    assert doc is not None, text
+    return doc
+
+
 def run(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
 
 
 def calls(world: Path, tick: int, phase: str) -> dict[str, dict[str, Any]]:
     log = read_log(log_path(world, tick))
-    return {
-        str(c.entity_key): orjson.loads(c.input) for c in log.calls.values() if c.phase == phase
-    }
+    return {str(c.entity_key): read_input(c.input) for c in log.calls.values() if c.phase == phase}
 
 
 def instructions(world: Path, tick: int, phase: str) -> list[str]:

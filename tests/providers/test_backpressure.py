@@ -145,7 +145,9 @@ def test_a_server_that_is_not_running_is_named_by_its_url(tmp_path: Path) -> Non
 
 
 def test_only_infrastructure_failures_abort_and_never_one_of_two() -> None:
-    guard = PhaseGuard(0.25)
+    """The infrastructure rule alone: content failures are left to their own rule (here
+    switched off with max_content_failed_fraction = 1; tests/e2e/test_content_abort.py)."""
+    guard = PhaseGuard(0.25, max_content_failed_fraction=1.0)
     one_of_two = PhaseReport("resolution", calls=2, failures=1)
     one_of_two.errors["resolution:quay"] = "timeout: request timed out"
     guard.check(one_of_two)  # 50% failed, but one call is below the floor
@@ -153,7 +155,9 @@ def test_only_infrastructure_failures_abort_and_never_one_of_two() -> None:
     for i in range(5):
         content.errors[f"intention:a{i}"] = f"refusal: {LLMRefusalError('no')}"
         content.errors[f"intention:b{i}"] = "schema_error: still invalid after feedback"
-    guard.check(content)  # every call failed, all for content: fallbacks, no abort
+    guard.check(content)  # every call failed, all for content: not this rule's to stop
+    with pytest.raises(RunFailed, match="not answering in the expected form"):
+        PhaseGuard(0.25).check(content)  # the content rule's default stops it
     both = PhaseReport("resolution", calls=2, failures=2)
     both.errors = {"resolution:a": "timeout: t", "resolution:b": "server_error: HTTP 500"}
     with pytest.raises(RunFailed, match="2 of 2 calls failed"):
