@@ -135,6 +135,8 @@ class StubOptions:
         stream_chunk_delay: seconds between the events of a streamed answer.
         stream_usage: honour ``stream_options.include_usage`` (llama-cpp-python does not).
         batch_delay: seconds a Batch API batch stays ``in_progress`` (``batch_routes``).
+        props, ignore_previous_response_id, delete_not_found, null_usage: local servers
+            and Responses bridges (see each field).
     """
 
     latency: float = 0.0
@@ -149,6 +151,17 @@ class StubOptions:
     stream_chunk_delay: float = 0.0
     stream_usage: bool = True
     batch_delay: float = 0.0
+    # -- local servers and bridges (issue 25: a local server used well) ------------------
+    #: answer llama.cpp's ``GET /props`` (``total_slots``) and ``GET /slots`` (one entry per
+    #: slot) with ``slots``, as llama.cpp's own server reports its capacity
+    props: bool = False
+    #: answer Responses calls as a bridge that ignores ``previous_response_id`` does: the
+    #: model sees only the request's own input (no error, no chain)
+    ignore_previous_response_id: bool = False
+    #: answer every ``DELETE /responses/{id}`` with 404, as a bridge that keeps nothing does
+    delete_not_found: bool = False
+    #: send ``usage: null`` in Responses answers, as llama-stack does
+    null_usage: bool = False
 
 
 #: the HTTP error each transport-level fault answers with, in OpenAI's wording:
@@ -519,6 +532,8 @@ class StubServer:
             return payload
         if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
             return self._stored(method, path.rsplit("/", 1)[1])
+        if method == "GET" and path in ("/props", "/slots") and self.options.props:
+            return self._capacity(path)
         if path.startswith("/stub/"):
             return self._control(method, path, request)
         raise _HTTPError(
@@ -627,6 +642,8 @@ class StubServer:
         model = str(request.get("model") or "stub")
         history: list[Pair] = []
         previous = request.get("previous_response_id")
+        if self.options.ignore_previous_response_id:
+            previous = None
         if previous:
             stored = self.responses.get(previous)
             if stored is None:
@@ -646,7 +663,8 @@ class StubServer:
         _, pairs, input_text = split_messages(items)
         history.extend(pairs)
         fmt = (request.get("text") or {}).get("format") or {}
-        schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
+        self._bridge_rejects(fmt)
+        schema = fmt.get("schema") if fmt.get("type") in ("json_schema", "json_object") else None
         tools = request.get("tools") or None
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
@@ -656,6 +674,8 @@ class StubServer:
         rid = f"resp_{uuid.uuid4().hex}"
         store = request.get("store", True) is not False
         body = response_body(rid, model, request, ans, store)
+        if self.options.null_usage:
+            body["usage"] = None
         if fault == "stall":
             body["_stub_stall"] = True
         if store:
@@ -665,7 +685,7 @@ class StubServer:
 
     def _stored(self, method: str, rid: str) -> Json:
         stored = self.responses.get(rid)
-        if stored is None:
+        if stored is None or (method == "DELETE" and self.options.delete_not_found):
             raise _HTTPError(
                 404,
                 error_body(f"No response found with id '{rid}'.", "invalid_request_error", None),
@@ -674,6 +694,36 @@ class StubServer:
             del self.responses[rid]
             return {"id": rid, "object": "response.deleted", "deleted": True}
         return stored.body
+
+    # ------------------------------------------------------------------ local servers
+
+    def _capacity(self, path: str) -> Any:
+        """llama.cpp's ``/props`` and ``/slots``: how many requests it serves at once."""
+        slots = max(1, self.options.slots) if self.options.slots > 0 else 1
+        if path == "/props":
+            return {
+                "total_slots": slots,
+                "default_generation_settings": {"n_ctx": 4096},
+                "model_path": "stub.gguf",
+            }
+        return [{"id": i, "is_processing": False} for i in range(slots)]
+
+    def _bridge_rejects(self, fmt: Json) -> None:
+        """A Responses bridge in front of llama-cpp-python passes ``json_schema`` on, and
+        relays the server's refusal (``reject_json_schema``)."""
+        if self.options.reject_json_schema and fmt.get("type") == "json_schema":
+            message = LLAMA_CPP_JSON_SCHEMA_ERROR.replace("'response_format'", "'text', 'format'")
+            raise _HTTPError(
+                500,
+                {
+                    "error": {
+                        "message": message,
+                        "type": "internal_server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
 
     async def _chat(self, request: Json) -> Json:
         model = str(request.get("model") or "stub")

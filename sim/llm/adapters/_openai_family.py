@@ -13,6 +13,7 @@ keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, da
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
@@ -29,6 +30,7 @@ from sim.llm.adapters._openai_common import (
 )
 from sim.llm.adapters._openai_errors import map_openai_error, post_failures
 from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
+from sim.llm.adapters._structured import FormSelector
 from sim.llm.batch import current_batch
 from sim.llm.errors import LLMAPIError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
@@ -78,6 +80,8 @@ class OpenAIFamilyAdapter(Responder, ABC):
     path: ClassVar[str]
     #: a base URL on this machine may go without a key (local model servers)
     local_without_key: ClassVar[bool] = False
+    #: the request field a server names when it refuses a structured-output form
+    schema_field: ClassVar[str] = "response_format"
 
     def __init__(
         self,
@@ -110,6 +114,16 @@ class OpenAIFamilyAdapter(Responder, ABC):
                 default_query=default_query,
             )
         )
+
+    @functools.cached_property
+    def forms(self) -> FormSelector:
+        """``auto`` structured output: the form this endpoint takes, settled once per run."""
+        return FormSelector(self.base_url.rstrip("/"), self.schema_field)
+
+    @property
+    def batching(self) -> bool:
+        """Whether calls are lines of a Batch API session now (``sim.llm.batch``)."""
+        return current_batch.get() is not None
 
     @property
     def client(self) -> openai.AsyncOpenAI:

@@ -1,7 +1,11 @@
 """The ``openai`` provider: OpenAI's Responses API.
 
-The schema goes as a strict ``json_schema`` text format and the instructions are re-sent
-with every call. The answer is checked here, in this order: ``status == "incomplete"`` ->
+The schema goes in the call's ``structured_output`` form, as for ``chat``
+(``_structured``): a strict ``json_schema`` text format (``auto`` starts there), a
+``json_object`` text format with the schema, a forced function call, or the schema in the
+instructions; ``auto`` moves on to the next form when the server refuses one (HTTP 400,
+422 or 500 naming ``format``, as a Responses bridge in front of llama-cpp-python answers).
+The instructions are re-sent with every call. The answer is checked here, in this order: ``status == "incomplete"`` ->
 ``LLMIncompleteError`` (never re-asked as a schema error: a truncated answer re-asked burns
 tokens); refusal content -> ``LLMRefusalError``; ``model_validate_json(output_text)``
 failure -> ``LLMSchemaError``. Every failure carries the attempt's usage in
@@ -15,6 +19,7 @@ with ``previous_response_id``, and evicted ones are deleted after commit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import TYPE_CHECKING, Unpack
 
 import orjson
@@ -24,6 +29,13 @@ from sim.llm.adapters._openai_common import strict_schema, usage_from, validate_
 from sim.llm.adapters._openai_errors import map_openai_error
 from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.llm.adapters._streaming import ResponsesAssembler
+from sim.llm.adapters._structured import (
+    Form,
+    checked_mode,
+    instructions_for,
+    responses_fields,
+    unfenced,
+)
 from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
@@ -101,6 +113,18 @@ def _check(data: Json, usage: Usage, model: str) -> None:
                 raise refused(refusal, usage, model)
 
 
+def _answer_text(form: Form, data: Json) -> str:
+    """The JSON text of the answer: the forced call's arguments for ``tool`` (else the
+    text), the text without a code fence for ``prompt``."""
+    if form == "tool":
+        for item in data.get("output") or ():
+            if item.get("type") == "function_call" and item.get("arguments"):
+                arguments = item["arguments"]
+                return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+    text = _output_text(data)
+    return unfenced(text) if form == "prompt" else text
+
+
 def _tool_calls(data: Json) -> ToolCalls:
     """The function calls (and any text) of a tool-calling answer."""
     calls = [
@@ -122,6 +146,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
 
     name = "openai"
     path = "/responses"
+    schema_field = "format"
 
     def __init__(
         self,
@@ -136,8 +161,9 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()
 
-    def body(self, request: ModelRequest) -> Json:
-        """A strict JSON-schema text format, or the tools with a call required."""
+    def body(self, request: ModelRequest, form: Form | None = None) -> Json:
+        """The schema in ``form`` (default: the endpoint's current one for the call's
+        setting), or the tools with a call required."""
         settings = request.settings
         body: Json = {
             "model": settings.model,
@@ -152,19 +178,33 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             body["tool_choice"] = request.tool_choice
         else:
             schema = schema_of(self, request)
-            body["text"] = {
-                "format": {
-                    "type": "json_schema",
-                    "name": schema.__name__,
-                    "schema": strict_schema(schema),
-                    "strict": True,
-                }
-            }
+            form = form or self.forms.form(checked_mode(settings.structured_output))
+            json_schema = strict_schema(schema)
+            body.update(responses_fields(form, schema.__name__, json_schema))
+            body["instructions"] = instructions_for(form, request.instructions, json_schema)
         if request.previous_response_id:
             body["previous_response_id"] = request.previous_response_id
         return body
 
-    async def answer(self, request: ModelRequest, data: Json) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """One call; with ``auto``, the form is settled as for ``chat``
+        (``_structured.FormSelector.send``)."""
+        if request.tools is not None:
+            return await super().execute(request)
+        mode = checked_mode(request.settings.structured_output)
+
+        async def post(form: Form) -> Json:
+            return await self.post(request.settings, self.body(request, form))
+
+        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
+        response = await self.answer(request, data, form)
+        if switched is None:
+            return response
+        return dataclasses.replace(response, notice=switched.note())
+
+    async def answer(
+        self, request: ModelRequest, data: Json, form: Form = "json_schema"
+    ) -> AdapterResponse:
         settings = request.settings
         usage = _usage(data)
         rid = str(data.get("id") or "")
@@ -174,9 +214,12 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
                 request,
                 usage,
                 lambda: _tool_calls(data),
-                lambda schema: validate_text(schema, _output_text(data), usage, settings.model),
+                lambda schema: validate_text(
+                    schema, _answer_text(form, data), usage, settings.model
+                ),
                 response_id=rid,
                 model=str(data.get("model") or settings.model),
+                structured_output=form,
             )
         except LLMError:
             await self._discard(rid)
