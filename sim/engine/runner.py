@@ -353,8 +353,9 @@ class Runner:
         def account(event: LLMEvent) -> None:
             # a provider adapter that changed how it talks to its server says so once
             notice = event.response.notice if event.response is not None else None
-            if notice and notice not in notes:
-                notes.append(notice)
+            for line in (notice or "").splitlines():  # one note a line
+                if line not in notes:
+                    notes.append(line)
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and reports and reports[-1].name == event.phase:
                 report = reports[-1]

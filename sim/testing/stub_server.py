@@ -97,6 +97,9 @@ _REASONS = {
     502: "Bad Gateway",
 }
 _GENERATION = ("/v1/responses", "/v1/chat/completions")
+#: where servers report their capacity (``sim.llm.capacity``): answered by
+#: ``capacity_report``, counted as ``probes``, not as billable ``requests``
+CAPACITY_PATHS = ("/props", "/slots", "/openapi.json")
 #: llama-cpp-python 0.3's answer to ``response_format: {"type": "json_schema"}`` (its
 #: pydantic request model allows only "text" and "json_object"), captured from the server
 LLAMA_CPP_JSON_SCHEMA_ERROR = (
@@ -135,8 +138,8 @@ class StubOptions:
         stream_chunk_delay: seconds between the events of a streamed answer.
         stream_usage: honour ``stream_options.include_usage`` (llama-cpp-python does not).
         batch_delay: seconds a Batch API batch stays ``in_progress`` (``batch_routes``).
-        props, ignore_previous_response_id, delete_not_found, null_usage: local servers
-            and Responses bridges (see each field).
+        capacity_report, ignore_previous_response_id, delete_not_found, null_usage:
+            local servers and Responses bridges (see each field).
     """
 
     latency: float = 0.0
@@ -152,9 +155,11 @@ class StubOptions:
     stream_usage: bool = True
     batch_delay: float = 0.0
     # -- local servers and bridges (issue 25: a local server used well) ------------------
-    #: answer llama.cpp's ``GET /props`` (``total_slots``) and ``GET /slots`` (one entry per
-    #: slot) with ``slots``, as llama.cpp's own server reports its capacity
-    props: bool = False
+    #: how the server reports its capacity (``slots``, or 1): ``"props"``: llama.cpp's
+    #: ``GET /props`` (``total_slots``) and ``GET /slots``; ``"slots"``: only ``/slots``;
+    #: ``"llama-cpp-python"``: only ``GET /openapi.json`` titled as llama-cpp-python's
+    #: (which serves one request at a time); ``""``: nothing (404)
+    capacity_report: str = ""
     #: answer Responses calls as a bridge that ignores ``previous_response_id`` does: the
     #: model sees only the request's own input (no error, no chain)
     ignore_previous_response_id: bool = False
@@ -224,6 +229,8 @@ class StubStats:
     in_flight: int = 0
     #: generation requests waiting at a ``hold`` (a test waits on this before acting)
     held: int = 0
+    #: capacity questions (``GET /props``, ``/slots``, ``/openapi.json``): not billed
+    probes: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -243,6 +250,7 @@ class StubStats:
             "replayed": self.replayed,
             "in_flight": self.in_flight,
             "held": self.held,
+            "probes": self.probes,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
@@ -482,8 +490,9 @@ class StubServer:
         self, method: str, path: str, body: bytes, idempotency_key: str | None = None
     ) -> tuple[int, Any, dict[str, str]]:
         """Count the request, parse its JSON body and answer it; errors as HTTP answers."""
-        self.stats.requests += 1
-        self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
+        if path not in CAPACITY_PATHS:
+            self.stats.requests += 1
+            self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
         try:
             request = orjson.loads(body) if body else {}
             return 200, await self._handle(method, path, request, idempotency_key), {}
@@ -532,7 +541,7 @@ class StubServer:
             return payload
         if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
             return self._stored(method, path.rsplit("/", 1)[1])
-        if method == "GET" and path in ("/props", "/slots") and self.options.props:
+        if method == "GET" and path in CAPACITY_PATHS:
             return self._capacity(path)
         if path.startswith("/stub/"):
             return self._control(method, path, request)
@@ -698,15 +707,22 @@ class StubServer:
     # ------------------------------------------------------------------ local servers
 
     def _capacity(self, path: str) -> Any:
-        """llama.cpp's ``/props`` and ``/slots``: how many requests it serves at once."""
-        slots = max(1, self.options.slots) if self.options.slots > 0 else 1
-        if path == "/props":
+        """How many requests it serves at once, as the server flavour reports it
+        (``capacity_report``); 404 where the flavour has no such route."""
+        self.stats.probes += 1
+        report = self.options.capacity_report
+        slots = self.options.slots if self.options.slots > 0 else 1
+        if path == "/props" and report == "props":
             return {
                 "total_slots": slots,
                 "default_generation_settings": {"n_ctx": 4096},
                 "model_path": "stub.gguf",
             }
-        return [{"id": i, "is_processing": False} for i in range(slots)]
+        if path == "/slots" and report in ("props", "slots"):
+            return [{"id": i, "is_processing": False} for i in range(slots)]
+        if path == "/openapi.json" and report == "llama-cpp-python":
+            return {"openapi": "3.1.0", "info": {"title": "llama.cpp Python API"}, "paths": {}}
+        raise _HTTPError(404, {"detail": "Not Found"})
 
     def _bridge_rejects(self, fmt: Json) -> None:
         """A Responses bridge in front of llama-cpp-python passes ``json_schema`` on, and

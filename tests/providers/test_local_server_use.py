@@ -11,11 +11,15 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from sim.config import Config, LLMConfig
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
+from sim.llm.backpressure import Endpoint, find_endpoint
+from sim.llm.capacity import ServerCapacity
 from sim.llm.errors import LLMAPIError, LLMTimeoutError
+from sim.llm.stack import build_stack
 from sim.llm.types import CallSettings, ModelRequest
-from sim.testing.stub_server import StubServer
+from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 
 
 class Note(BaseModel):
@@ -132,3 +136,103 @@ async def test_openai_provider_with_a_fixed_form_is_not_switched(stub_server: St
     response = await call(adapter, structured_output="json_object_schema")
     assert isinstance(response.parsed, Note)
     assert responses_forms(stub_server) == ["json_schema", "json_object"]
+
+
+# -- concurrency that fits the server ----------------------------------------------------
+
+
+def local_stack(server: StubServer, **llm: Any) -> Any:
+    config = Config(
+        llm=LLMConfig(provider="chat", base_url=server.base_url, max_concurrency=16, **llm)
+    )
+    return config, build_stack(config)
+
+
+async def gather_calls(server: StubServer, n: int, **llm: Any) -> tuple[Any, list[Any]]:
+    config, stack = local_stack(server, **llm)
+    settings = config.phase2a.settings(config.llm)
+    results = await asyncio.gather(
+        *(
+            stack.execute(ModelRequest("Write a note.", f"note {i}", Note, settings=settings))
+            for i in range(n)
+        ),
+        return_exceptions=True,
+    )
+    return stack, results
+
+
+@pytest.mark.parametrize("report", ["props", "slots", "llama-cpp-python"])
+async def test_a_one_slot_server_gets_one_request_at_a_time_and_no_call_times_out(
+    report: str,
+) -> None:
+    """6 calls at once to a one-slot server answering in 0.4 s, with a 1 s timeout: sent
+    all at once, the last ones would wait 2 s in the server's queue and time out. Fitted
+    to the reported capacity, they wait on the client's side, where no timeout runs."""
+    options = StubOptions(slots=1, latency=0.4, capacity_report=report)
+    with ServerThread(StubServer(options)) as server:
+        stack, results = await gather_calls(server, 6, timeout_seconds=1.0)
+        assert [type(r).__name__ for r in results] == ["AdapterResponse"] * 6
+        assert server.peak_active == 1
+        assert server.stats.generations == 6  # nothing timed out and was sent again
+        endpoint = find_endpoint(stack)
+        assert endpoint is not None and endpoint.limit == 1
+        assert endpoint.capacity is not None and endpoint.capacity.slots == 1
+        notes = [r.notice for r in results if r.notice]
+        assert len(notes) == 1 and "serves 1 request(s) at once" in notes[0]
+        assert server.stats.requests == 6  # the capacity questions are not billed requests
+
+
+async def test_a_reported_capacity_caps_the_limit_but_never_raises_it() -> None:
+    with ServerThread(StubServer(StubOptions(slots=4, capacity_report="props"))) as server:
+        stack, results = await gather_calls(server, 8)
+        assert all(not isinstance(r, BaseException) for r in results)
+        endpoint = find_endpoint(stack)
+        assert endpoint is not None and endpoint.max_limit == 4 and endpoint.limit <= 4
+        assert server.stats.probes == 1  # asked once: /props answered
+    config = Config(llm=LLMConfig(provider="chat", base_url="http://x/v1", max_concurrency=2))
+    endpoint = Endpoint("http://x/v1", config.llm.max_concurrency)
+    endpoint.fit(ServerCapacity(8, "test"))
+    assert endpoint.limit == 2
+
+
+async def test_an_unreported_capacity_is_asked_once_and_adapts_to_latency(
+    stub_server: StubServer,
+) -> None:
+    stack, results = await gather_calls(stub_server, 5)
+    assert all(not isinstance(r, BaseException) for r in results)
+    endpoint = find_endpoint(stack)
+    assert endpoint is not None and endpoint.capacity is not None
+    assert endpoint.capacity.slots is None and endpoint.adapt_to_latency
+    assert stub_server.stats.probes == 3  # /props, /slots, /openapi.json: each once
+    assert all(r.notice is None for r in results)
+
+
+def test_openais_own_api_is_not_asked() -> None:
+    adapter = OpenAIAdapter(
+        openai.AsyncOpenAI(base_url="https://api.openai.com/v1", api_key="x", max_retries=0)
+    )
+    assert asyncio.run(adapter.server_capacity()) is None  # would need the network
+
+
+def test_a_window_of_queued_answers_halves_the_limit_and_a_quick_one_does_not() -> None:
+    clock = [0.0]
+    endpoint = Endpoint("http://x/v1", 16, clock=lambda: clock[0])
+    endpoint.fit(ServerCapacity(None))
+
+    def window(latencies: list[float]) -> None:
+        sent = [endpoint.clock() for _ in latencies]
+        for _ in latencies:
+            endpoint.in_flight += 1
+        for at, seconds in zip(sent, latencies, strict=True):
+            clock[0] = at + seconds
+            endpoint.release(at, None, work=100.0)
+            clock[0] = at
+
+    window([1.0, 1.2, 0.9, 1.1, 1.0, 1.3, 1.0, 0.95, 1.05, 1.1, 1.0, 1.2, 1.0, 1.1, 1.0, 1.0])
+    assert endpoint.limit == 16 and endpoint.stats.slow_windows == 0
+    window([1.0 * k for k in range(1, 17)])  # one slot: each waits for those before it
+    assert endpoint.limit == 8 and endpoint.stats.slow_windows == 1
+    # a server that reported its capacity is not second-guessed by latency
+    fitted = Endpoint("http://y/v1", 16, clock=lambda: clock[0])
+    fitted.fit(ServerCapacity(16, "test"))
+    assert not fitted.adapt_to_latency

@@ -32,6 +32,7 @@ from sim.llm.adapters._openai_errors import map_openai_error, post_failures
 from sim.llm.adapters._streaming import Assembler, StreamTimeouts, post_stream
 from sim.llm.adapters._structured import FormSelector
 from sim.llm.batch import current_batch
+from sim.llm.capacity import ServerCapacity, discover, server_root
 from sim.llm.errors import LLMAPIError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 Json = dict[str, Any]
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: hosts that serve far more than any client's concurrency and report none: not asked
+_HOSTED = ("api.openai.com",)
+#: seconds a capacity question may take (the server answers it without the model)
+_CAPACITY_TIMEOUT = 5.0
 
 
 class FamilyOptions(TypedDict, total=False):
@@ -205,6 +210,28 @@ class OpenAIFamilyAdapter(Responder, ABC):
         if not isinstance(data, dict):
             raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
         return data
+
+    async def server_capacity(self) -> ServerCapacity | None:
+        """How many requests the server serves at once, as it reports it
+        (``sim.llm.capacity``); ``None`` for OpenAI's own API, which is not asked.
+        Through the SDK's client (its key and headers; no retries, a short timeout), to
+        the server's root on the configured host only."""
+        if any(host in self.base_url for host in _HOSTED):
+            return None
+        root = server_root(self.base_url)
+        import openai
+
+        async def fetch(path: str) -> Any:
+            try:
+                return await self.client.get(
+                    root + path,
+                    cast_to=object,
+                    options={"timeout": _CAPACITY_TIMEOUT, "max_retries": 0},
+                )
+            except (openai.OpenAIError, ValueError):
+                return None
+
+        return await discover(fetch)
 
     async def delete_response(self, response_id: str) -> None:
         """Nothing is stored at the provider unless an adapter says otherwise."""
