@@ -429,7 +429,9 @@ class Runner:
         timings["commit"] = time.perf_counter() - commit_started
         for client in ctx.clients:
             client.pending_deletions.clear()  # now in the pending list, deleted below
-        await deletions.flush(world.root, adapter, pending)
+        lost: list[str] = []
+        await deletions.flush(world.root, adapter, pending, lost)
+        result.notes.extend(f"deletions: {message}" for message in lost)
         result.moved = [
             (cid, start_locations[cid], c["state"]["location"])
             for cid, c in world.characters.items()

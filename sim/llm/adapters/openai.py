@@ -13,13 +13,20 @@ failure -> ``LLMSchemaError``. Every failure carries the attempt's usage in
 
 Chains: in ``window`` mode the window's exchanges are sent as input items and nothing is
 stored server-side (``store=False``); in ``server`` mode responses are stored and chained
-with ``previous_response_id``, and evicted ones are deleted after commit.
+with ``previous_response_id``, and evicted ones are deleted after commit. Servers that
+say they do this and do not are caught (``ChainCheck``): a chained call whose input
+tokens do not cover the previous exchange (made earlier in this run) means the server
+ignored ``previous_response_id``, and the call fails with a configuration error that
+names ``chain_mode = "window"`` (the tick stops; nothing is committed); a server that
+reports no usage cannot be checked, and says so once. A deletion answered 404 for a
+response this run made is reported (``response_missing``), not taken as done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from typing import TYPE_CHECKING, Unpack
 
 import orjson
@@ -36,7 +43,7 @@ from sim.llm.adapters._structured import (
     responses_fields,
     unfenced,
 )
-from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
+from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 
@@ -135,6 +142,104 @@ def _tool_calls(data: Json) -> ToolCalls:
     return ToolCalls(calls=calls, content=_output_text(data) or None)
 
 
+#: a response id that may go in a URL path
+_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
+#: the most responses of this run whose sizes are kept for ``ChainCheck`` (the oldest go)
+_KEPT_SIZES = 100_000
+
+
+class ChainCheck:
+    """Whether a server keeps the chains it is asked to (``server`` chain mode).
+
+    Remembers each stored response's input and output tokens; a call chained on one of
+    them must have read at least that many input tokens (the earlier exchange, and then
+    its own input). A response made in an earlier run is looked up at the server
+    (``GET /responses/{id}``: its usage) until one chained call has been seen covered,
+    at most ``MAX_LOOKUPS`` times a run.
+
+    Args:
+        endpoint: the server's URL, named in messages.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.sizes: dict[str, tuple[int, int]] = {}
+        #: the responses this run made and has not deleted (insertion-ordered)
+        self.created: dict[str, None] = {}
+        self.said_unknown = False
+        #: a chained call was seen to cover its previous exchange: no more lookups
+        self.verified = False
+        self.lookups = 0
+
+    MAX_LOOKUPS = 3
+
+    def wants(self, previous: str | None) -> bool:
+        """Whether to look ``previous`` up at the server before checking a call on it
+        (a yes counts as one of the run's lookups)."""
+        wanted = (
+            previous is not None
+            and _ID.fullmatch(previous) is not None  # read from the world: untrusted
+            and previous not in self.sizes
+            and not self.verified
+            and self.lookups < self.MAX_LOOKUPS
+        )
+        self.lookups += wanted
+        return wanted
+
+    def learn(self, response_id: str, usage: Usage | None) -> None:
+        """A looked-up response's usage (``None``: the lookup failed)."""
+        if usage is not None and (usage.input_tokens > 0 or usage.output_tokens > 0):
+            self.sizes[response_id] = (usage.input_tokens, usage.output_tokens)
+
+    def made(self, response_id: str) -> bool:
+        """Whether this run made (and has not deleted) ``response_id``."""
+        return response_id in self.created
+
+    def forget(self, response_id: str) -> None:
+        """Drop a deleted response."""
+        self.sizes.pop(response_id, None)
+        self.created.pop(response_id, None)
+
+    def check(self, previous: str | None, response_id: str, usage: Usage) -> str | None:
+        """Check one stored answer; returns a note to show once, if any.
+
+        Raises:
+            LLMConfigurationError: the server ignored ``previous``.
+        """
+        reported = usage.input_tokens > 0 or usage.output_tokens > 0
+        before = self.sizes.get(previous) if previous else None
+        if response_id:
+            self.created[response_id] = None
+            if len(self.created) > _KEPT_SIZES:
+                del self.created[next(iter(self.created))]
+        if response_id and reported:
+            self.sizes[response_id] = (usage.input_tokens, usage.output_tokens)
+            if len(self.sizes) > _KEPT_SIZES:
+                del self.sizes[next(iter(self.sizes))]
+        if previous is None:
+            return None
+        if not reported:
+            if self.said_unknown:
+                return None
+            self.said_unknown = True
+            return (
+                f"chains: {self.endpoint} reports no token usage, so whether it keeps "
+                'chains (previous_response_id) cannot be told; if answers forget earlier '
+                'ticks, set [llm] chain_mode = "window"'
+            )
+        if before is not None and usage.input_tokens < sum(before):
+            raise LLMConfigurationError(
+                f"{self.endpoint} ignores previous_response_id: a chained call read "
+                f"{usage.input_tokens} input tokens, fewer than the {sum(before)} of the "
+                "exchange it continues, so the server keeps no chains and the model does "
+                'not see its earlier ticks. Set [llm] chain_mode = "window" (the engine '
+                "then sends the window itself)"
+            )
+        if before is not None:
+            self.verified = True
+        return None
+
+
 class OpenAIAdapter(OpenAIFamilyAdapter):
     """OpenAI Responses API adapter.
 
@@ -157,6 +262,8 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
     ) -> None:
         super().__init__(client, **options)
         self.store = store
+        #: what server chains are checked against (``store``: ``server`` mode)
+        self.chains = ChainCheck(self.base_url.rstrip("/"))
 
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()
@@ -198,9 +305,24 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
 
         data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
         response = await self.answer(request, data, form)
-        if switched is None:
+        notes = [switched.note()] if switched is not None else []
+        if self.store:
+            previous = request.previous_response_id
+            if self.chains.wants(previous):
+                assert previous is not None
+                self.chains.learn(previous, await self._usage_of(previous))
+            try:
+                chain_note = self.chains.check(
+                    request.previous_response_id, response.response_id, response.usage
+                )
+            except LLMConfigurationError as exc:
+                exc.usage = response.usage
+                await self._discard(response.response_id)
+                raise
+            notes += [chain_note] if chain_note is not None else []
+        if not notes:
             return response
-        return dataclasses.replace(response, notice=switched.note())
+        return dataclasses.replace(response, notice="\n".join(notes))
 
     async def answer(
         self, request: ModelRequest, data: Json, form: Form = "json_schema"
@@ -225,6 +347,20 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             await self._discard(rid)
             raise
 
+    async def _usage_of(self, response_id: str) -> Usage | None:
+        """A stored response's usage, from the server (``None``: not to be had)."""
+        import openai
+
+        try:
+            data = await self.client.get(
+                f"/responses/{response_id}",
+                cast_to=object,
+                options={"timeout": self.connect_timeout_seconds, "max_retries": 0},
+            )
+        except (openai.OpenAIError, ValueError):
+            return None
+        return _usage(data) if isinstance(data, dict) else None
+
     async def _discard(self, response_id: str) -> None:
         """Delete a stored answer that failed our checks: no chain will ever point at it,
         so it can go at once (best effort; never masks the original error)."""
@@ -239,9 +375,20 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             return
         import openai
 
+        made = self.chains.made(response_id)
+        self.chains.forget(response_id)
         try:
             await self.client.responses.delete(response_id)
-        except openai.NotFoundError:
-            return  # already gone: the goal of a deletion
+        except openai.NotFoundError as exc:
+            if not made:
+                return  # made before this run: deleted before a crash, say; gone is done
+            raise LLMAPIError(
+                f"{self.chains.endpoint} answered 404 to deleting response {response_id}, "
+                "which it made in this run: it does not keep the responses it is asked to "
+                '(chains through it are lost; set [llm] chain_mode = "window")',
+                code="response_missing",
+                status_code=404,
+                cause=exc,
+            ) from exc
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model="") from exc
