@@ -25,12 +25,12 @@ from sim.llm.adapters._openai_family import FamilyOptions, Json, OpenAIFamilyAda
 from sim.llm.adapters._streaming import ChatAssembler
 from sim.llm.adapters._structured import (
     Form,
-    checked_mode,
     answer_text,
+    checked_mode,
     instructions_for,
     request_fields,
 )
-from sim.llm.errors import LLMConfigurationError, LLMIncompleteError
+from sim.llm.errors import LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 

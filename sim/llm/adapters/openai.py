@@ -5,10 +5,10 @@ The schema goes in the call's ``structured_output`` form, as for ``chat``
 ``json_object`` text format with the schema, a forced function call, or the schema in the
 instructions; ``auto`` moves on to the next form when the server refuses one (HTTP 400,
 422 or 500 naming ``format``, as a Responses bridge in front of llama-cpp-python answers).
-The instructions are re-sent with every call. The answer is checked here, in this order: ``status == "incomplete"`` ->
-``LLMIncompleteError`` (never re-asked as a schema error: a truncated answer re-asked burns
-tokens); refusal content -> ``LLMRefusalError``; ``model_validate_json(output_text)``
-failure -> ``LLMSchemaError``. Every failure carries the attempt's usage in
+The instructions are re-sent with every call. The answer is checked here, in this
+order: ``status == "incomplete"`` -> ``LLMIncompleteError`` (never re-asked as a schema
+error: a truncated answer re-asked burns tokens); refusal content -> ``LLMRefusalError``;
+``model_validate_json`` of the answer's JSON text -> ``LLMSchemaError``. Every failure carries the attempt's usage in
 ``error.usage`` so recovery and the budget can count it.
 
 Chains: in ``window`` mode the window's exchanges are sent as input items and nothing is
