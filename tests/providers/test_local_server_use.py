@@ -30,9 +30,7 @@ class Note(BaseModel):
 
 
 def sdk(server: StubServer, timeout: float = 10.0) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=server.base_url, api_key="x", max_retries=0, timeout=timeout
-    )
+    return openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=timeout)
 
 
 async def call(adapter: Any, timeout: float = 10.0, **kw: Any) -> Any:

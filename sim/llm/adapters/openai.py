@@ -8,8 +8,8 @@ instructions; ``auto`` moves on to the next form when the server refuses one (HT
 The instructions are re-sent with every call. The answer is checked here, in this
 order: ``status == "incomplete"`` -> ``LLMIncompleteError`` (never re-asked as a schema
 error: a truncated answer re-asked burns tokens); refusal content -> ``LLMRefusalError``;
-``model_validate_json`` of the answer's JSON text -> ``LLMSchemaError``. Every failure carries the attempt's usage in
-``error.usage`` so recovery and the budget can count it.
+``model_validate_json`` of the answer's JSON text -> ``LLMSchemaError``. Every failure
+carries the attempt's usage in ``error.usage`` so recovery and the budget can count it.
 
 Chains: in ``window`` mode the window's exchanges are sent as input items and nothing is
 stored server-side (``store=False``); in ``server`` mode responses are stored and chained
@@ -224,7 +224,7 @@ class ChainCheck:
             self.said_unknown = True
             return (
                 f"chains: {self.endpoint} reports no token usage, so whether it keeps "
-                'chains (previous_response_id) cannot be told; if answers forget earlier '
+                "chains (previous_response_id) cannot be told; if answers forget earlier "
                 'ticks, set [llm] chain_mode = "window"'
             )
         if before is not None and usage.input_tokens < sum(before):
