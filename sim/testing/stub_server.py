@@ -15,7 +15,12 @@ Server flavours: ``reject_json_schema`` answers ``response_format: {"type": "jso
 exactly as llama-cpp-python's server does (HTTP 500, a validation error naming
 ``response_format.type``) and takes ``{"type": "json_object", "schema": ...}`` instead;
 ``slots=1`` generates one request at a time and queues the others, like a single-slot local
-server; ``stream: true`` is answered with server-sent events (chat chunks, with ``usage``
+server; ``capacity_report`` answers how a local server reports that capacity (llama.cpp's
+``/props`` and ``/slots``, llama-cpp-python's ``/openapi.json``; counted as ``probes``, not
+billed ``requests``); a Responses bridge: ``reject_json_schema`` also refuses
+``text.format`` ``json_schema`` (and takes ``json_object`` with a ``schema``),
+``ignore_previous_response_id`` drops the chain, ``delete_not_found`` answers every
+delete 404 and ``null_usage`` sends ``usage: null`` (llama-stack's quirks); ``stream: true`` is answered with server-sent events (chat chunks, with ``usage``
 when ``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay``
 apart.
 
