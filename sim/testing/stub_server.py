@@ -20,9 +20,9 @@ server; ``capacity_report`` answers how a local server reports that capacity (ll
 billed ``requests``); a Responses bridge: ``reject_json_schema`` also refuses
 ``text.format`` ``json_schema`` (and takes ``json_object`` with a ``schema``),
 ``ignore_previous_response_id`` drops the chain, ``delete_not_found`` answers every
-delete 404 and ``null_usage`` sends ``usage: null`` (llama-stack's quirks); ``stream: true`` is answered with server-sent events (chat chunks, with ``usage``
-when ``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay``
-apart.
+delete 404 and ``null_usage`` sends ``usage: null`` (llama-stack's quirks);
+``stream: true`` is answered with server-sent events (chat chunks, with ``usage`` when
+``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay`` apart.
 
 Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
 client's timeout), ``stall`` (a stream that stops after its first event; otherwise a

@@ -14,10 +14,12 @@ keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, da
 from __future__ import annotations
 
 import functools
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
+import httpx2
 import orjson
 
 from sim.llm.adapters._adapter_common import Responder
@@ -46,6 +48,8 @@ _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 _HOSTED = ("api.openai.com",)
 #: seconds a capacity question may take (the server answers it without the model)
 _CAPACITY_TIMEOUT = 5.0
+#: the largest answer to a capacity question read (llama-cpp-python's OpenAPI is ~60 kB)
+_CAPACITY_MAX_BYTES = 4 * 1024 * 1024
 
 
 class FamilyOptions(TypedDict, total=False):
@@ -214,24 +218,31 @@ class OpenAIFamilyAdapter(Responder, ABC):
     async def server_capacity(self) -> ServerCapacity | None:
         """How many requests the server serves at once, as it reports it
         (``sim.llm.capacity``); ``None`` for OpenAI's own API, which is not asked.
-        Through the SDK's client (its key and headers; no retries, a short timeout), to
-        the server's root on the configured host only."""
+
+        Three small GETs at most, to the server's root on the configured host (no
+        redirects followed, a short timeout, the key sent as the calls send it), on a
+        client of their own: the SDK is not imported for them."""
         if any(host in self.base_url for host in _HOSTED):
             return None
         root = server_root(self.base_url)
-        import openai
+        key = os.environ.get(self.api_key_env, "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with httpx2.AsyncClient(
+            timeout=httpx2.Timeout(_CAPACITY_TIMEOUT, connect=self.connect_timeout_seconds),
+            headers=headers,
+            follow_redirects=False,
+        ) as http:
 
-        async def fetch(path: str) -> Any:
-            try:
-                return await self.client.get(
-                    root + path,
-                    cast_to=object,
-                    options={"timeout": _CAPACITY_TIMEOUT, "max_retries": 0},
-                )
-            except (openai.OpenAIError, ValueError):
-                return None
+            async def fetch(path: str) -> Any:
+                try:
+                    answer = await http.get(root + path)
+                    if answer.status_code != 200 or len(answer.content) > _CAPACITY_MAX_BYTES:
+                        return None
+                    return orjson.loads(answer.content)
+                except (httpx2.HTTPError, orjson.JSONDecodeError, ValueError):
+                    return None
 
-        return await discover(fetch)
+            return await discover(fetch)
 
     async def delete_response(self, response_id: str) -> None:
         """Nothing is stored at the provider unless an adapter says otherwise."""
