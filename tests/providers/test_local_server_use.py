@@ -5,12 +5,15 @@ stub server told to behave like llama-cpp-python (or a Responses bridge in front
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
+from sim.cli import main
 from sim.config import Config, LLMConfig
 from sim.llm.adapters.chat import ChatAdapter
 from sim.llm.adapters.openai import OpenAIAdapter
@@ -234,3 +237,26 @@ def test_a_window_of_queued_answers_halves_the_limit_and_a_quick_one_does_not() 
     fitted = Endpoint("http://y/v1", 16, clock=lambda: clock[0])
     fitted.fit(ServerCapacity(16, "test"))
     assert not fitted.adapt_to_latency
+
+
+def test_a_tick_on_a_llama_cpp_python_like_server_notes_form_and_capacity(
+    demo_world: Path,
+) -> None:
+    options = StubOptions(reject_json_schema=True, slots=1, capacity_report="llama-cpp-python")
+    with ServerThread(StubServer(options)) as server:
+        result = CliRunner().invoke(
+            main,
+            [
+                *("tick", "--world", str(demo_world), "--provider", "chat"),
+                *("--base-url", server.base_url, "--model", "gemma"),
+            ],
+            catch_exceptions=False,
+        )
+        assert result.exit_code == 0, result.output
+        assert server.peak_active == 1
+        refused = [b for b in server.log if b["response_format"]["type"] == "json_schema"]
+        assert len(refused) == 1
+    notes = [line for line in result.output.splitlines() if line.startswith("note:")]
+    assert len(notes) == 2, notes  # one note a line, each once
+    assert notes[0].startswith("note: structured output:")
+    assert notes[1].startswith("note: concurrency:") and "serves 1 request(s)" in notes[1]
