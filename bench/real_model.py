@@ -185,11 +185,10 @@ def main() -> None:
             row = tick(world, number)
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
+            write(section(rows, _load()))  # after each tick: a cut-short run keeps its rows
             if not row["committed"]:  # the next run would resume this tick
                 break
-    text = section(rows, _load())
-    print(text)
-    write(text)
+    print(section(rows, _load()))
 
 
 if __name__ == "__main__":
