@@ -128,13 +128,16 @@ def answer_refs(call: Mapping[str, Any], answer: Any, world: Snapshot) -> Tally:
 
 
 def raw_answers(call: Mapping[str, Any]) -> list[Any]:
-    """Every answer the model gave for a call, re-asked ones included (JSON it sent)."""
+    """Every answer the model gave for a call, re-asked ones included (JSON it sent; the
+    used answer stands in for a final attempt whose text was not kept)."""
     out = []
-    for attempt in call.get("attempts") or ():
+    attempts = list(call.get("attempts") or ())
+    for index, attempt in enumerate(attempts):
         try:
             out.append(json.loads(attempt.get("raw") or ""))
         except (json.JSONDecodeError, TypeError):
-            continue
+            if index == len(attempts) - 1 and call.get("error_code") is None:
+                out.append(call.get("result"))
     return out
 
 

@@ -11,7 +11,7 @@ where no timeout runs:
   else ``GET /slots`` -> one entry per slot (when started with ``--slots``);
 - llama-cpp-python's server reports no capacity, but it serves one request at a time by
   design (its model sits behind one lock), and says who it is: its ``/openapi.json``
-  is titled ``llama.cpp Python API``;
+  is titled ``🦙 llama.cpp Python API``;
 - anything else (vLLM, Ollama, SGLang, a gateway): unreported. The endpoint then adapts
   its limit to latency as well as to 429s and timeouts (``sim.llm.backpressure``).
 
@@ -27,7 +27,7 @@ from typing import Any
 
 #: the largest slot count believed (a larger one is treated as no answer)
 MAX_SLOTS = 4096
-#: the title of llama-cpp-python's FastAPI app (``llama_cpp/server/app.py``)
+#: the title of llama-cpp-python's FastAPI app (``llama_cpp/server/app.py``: after an emoji)
 LLAMA_CPP_PYTHON_TITLE = "llama.cpp Python API"
 
 #: GET a path under the server's root: the parsed JSON body, or ``None`` (any failure)
@@ -86,6 +86,7 @@ async def discover(fetch: Fetch) -> ServerCapacity:
             return ServerCapacity(slots, "llama.cpp /slots")
     spec = await fetch("/openapi.json")
     info = spec.get("info") if isinstance(spec, dict) else None
-    if isinstance(info, dict) and info.get("title") == LLAMA_CPP_PYTHON_TITLE:
+    title = info.get("title") if isinstance(info, dict) else None
+    if isinstance(title, str) and title.endswith(LLAMA_CPP_PYTHON_TITLE):
         return ServerCapacity(1, "llama-cpp-python serves one request at a time")
     return UNREPORTED

@@ -726,7 +726,8 @@ class StubServer:
         if path == "/slots" and report in ("props", "slots"):
             return [{"id": i, "is_processing": False} for i in range(slots)]
         if path == "/openapi.json" and report == "llama-cpp-python":
-            return {"openapi": "3.1.0", "info": {"title": "llama.cpp Python API"}, "paths": {}}
+            # llama-cpp-python 0.3's title, emoji and all
+            return {"openapi": "3.1.0", "info": {"title": "\U0001f999 llama.cpp Python API"}}
         raise _HTTPError(404, {"detail": "Not Found"})
 
     def _bridge_rejects(self, fmt: Json) -> None:
