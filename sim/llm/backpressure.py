@@ -15,6 +15,16 @@ provider URL:
 - **A shared pause.** A 429's ``Retry-After`` (or, without one, a short default) pauses
   *every* attempt to that endpoint, not just the one that was told: the others would be
   told the same thing a moment later.
+- **The server's own capacity.** Before an endpoint's first attempt, one call asks the
+  server how many requests it serves at once (``sim.llm.capacity``: llama.cpp's
+  ``/props`` or ``/slots``, llama-cpp-python's one-at-a-time) while the others wait; a
+  reported capacity caps the limit, so a one-slot server never gets 16 requests and the
+  ones past its capacity wait here, where no ``timeout_seconds`` runs (a call's timeout
+  starts when its request is sent).
+- **Latency as well as 429s.** Where the server reports no capacity (and is not OpenAI's
+  API), a window is also congested when its attempts' median latency per unit of work
+  (output tokens, plus input tokens at ``INPUT_WEIGHT``) is more than
+  ``LATENCY_FACTOR`` times the fastest seen: requests queued at the server.
 - **Down is not slow.** Connection refused (or reset) means the endpoint is down. After
   ``down_threshold`` of them in a row, attempts
   fail at once for ``down_cooldown`` seconds (one probe then goes through), with a message
@@ -30,11 +40,13 @@ down, for the summary.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sim.llm.capacity import ServerCapacity
 from sim.llm.errors import LLMAPIError, LLMError, LLMRateLimitError, LLMTimeoutError
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
@@ -47,6 +59,12 @@ MIN_WINDOW = 10
 DEFAULT_PAUSE_SECONDS = 1.0
 #: the longest pause honoured from one Retry-After (a larger one is capped, not obeyed)
 MAX_PAUSE_SECONDS = 60.0
+#: a window whose median latency per unit of work is this many times the fastest seen is
+#: congested (servers that report no capacity)
+LATENCY_FACTOR = 3.0
+#: what one input token weighs against one output token in a unit of work (a prompt is
+#: read far faster than an answer is written)
+INPUT_WEIGHT = 1 / 16
 
 
 @dataclass
@@ -59,6 +77,8 @@ class EndpointStats:
     paused_seconds: float = 0.0
     down_failures: int = 0
     lowest_limit: float = 0.0
+    #: windows found congested by latency (requests queued at the server)
+    slow_windows: int = 0
 
     def since(self, before: dict[str, Any], limit: float) -> dict[str, Any]:
         """What happened after the snapshot ``before`` (a ``to_dict``), and the limit now."""
@@ -163,6 +183,48 @@ class Endpoint:
         self.clock = clock
         self.stats = EndpointStats(lowest_limit=self.limit)
         self._changed: asyncio.Event | None = None
+        #: what the server said about its capacity; ``None`` until asked (``fit``)
+        self.capacity: ServerCapacity | None = None
+        #: adapt the limit to latency too (the server reports no capacity)
+        self.adapt_to_latency = False
+        #: the fastest seconds per unit of work seen, and this window's ratios to it
+        self.fastest: float | None = None
+        self.window_ratios: list[float] = []
+        self._fitting: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    # -- capacity ------------------------------------------------------------------------
+
+    async def fit_once(
+        self, ask: Callable[[], Awaitable[ServerCapacity | None]] | None
+    ) -> str | None:
+        """Ask the server its capacity (``ask``) before the first attempt, once: the first
+        caller asks while the others wait. Returns the note for the summary (to the caller
+        that asked), else ``None``."""
+        if self.capacity is not None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._fitting is None or self._fitting[0] is not loop:
+            self._fitting = (loop, asyncio.Lock())
+        async with self._fitting[1]:
+            if self.capacity is not None:
+                return None
+            capacity = await ask() if ask is not None else None
+            return self.fit(capacity)
+
+    def fit(self, capacity: ServerCapacity | None) -> str | None:
+        """Cap the limit at a reported capacity; with none reported, adapt to latency.
+        ``None`` (the server was not asked): as before. Returns the note, if any."""
+        if capacity is None:
+            self.capacity = ServerCapacity(None, "not asked")
+            return None
+        self.capacity = capacity
+        if capacity.slots is None:
+            self.adapt_to_latency = True
+        else:
+            self.max_limit = float(min(self.max_limit, capacity.slots))
+            self.limit = min(self.limit, self.max_limit)
+            self.stats.lowest_limit = min(self.stats.lowest_limit, self.limit)
+        return capacity.note(self.url, int(self.limit))
 
     # -- gate ----------------------------------------------------------------------------
 
@@ -208,12 +270,14 @@ class Endpoint:
 
     # -- outcomes ------------------------------------------------------------------------
 
-    def release(self, sent_at: float, error: LLMError | None) -> None:
-        """Adapt the limit and health to one attempt's outcome."""
+    def release(self, sent_at: float, error: LLMError | None, work: float = 0.0) -> None:
+        """Adapt the limit and health to one attempt's outcome (``work``: the answer's
+        units of work, for the latency signal)."""
         self.in_flight -= 1
         now = self.clock()
         congested = isinstance(error, (LLMRateLimitError, LLMTimeoutError))
         if error is None:
+            self._latency(now - sent_at, work)
             self.down_streak = 0
             self.down_since = None
             self.probing = False
@@ -242,19 +306,40 @@ class Endpoint:
             self._count(congested)
         self._notify()
 
+    def _latency(self, seconds: float, work: float) -> None:
+        """Record one answered attempt's seconds per unit of work (latency signal only)."""
+        if not self.adapt_to_latency or work <= 0 or seconds <= 0:
+            return
+        rate = seconds / work
+        if self.fastest is None or rate < self.fastest:
+            self.fastest = rate
+        self.window_ratios.append(rate / self.fastest)
+
+    def _slow(self) -> bool:
+        """This window's attempts waited in the server's queue: their median latency per
+        unit of work is ``LATENCY_FACTOR`` times the fastest (at least half the window
+        answered, and more than one attempt was allowed in flight)."""
+        ratios = self.window_ratios
+        if self.limit <= 1 or len(ratios) * 2 < self.window_done:
+            return False
+        return statistics.median(ratios) > LATENCY_FACTOR
+
     def _count(self, congested: bool) -> None:
         """One more attempt in the current window; decide the limit when it is full."""
         self.window_done += 1
         self.window_congested += congested
         if self.window_done < max(MIN_WINDOW, int(self.limit)):
             return
-        if self.window_congested > CONGESTION_FRACTION * self.window_done:
+        slow = self._slow()
+        if slow or self.window_congested > CONGESTION_FRACTION * self.window_done:
             self.limit = max(1.0, self.limit / 2.0)
             self.stats.decreases += 1
+            self.stats.slow_windows += slow
             self.stats.lowest_limit = min(self.stats.lowest_limit, self.limit)
         else:
             self.limit = min(self.max_limit, self.limit + 1.0)
         self.window_done = self.window_congested = 0
+        self.window_ratios = []
 
 
 class BackpressureAdapter(AdapterWrapper):
@@ -271,6 +356,9 @@ class BackpressureAdapter(AdapterWrapper):
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         endpoint = self.endpoint
+        note = None
+        if endpoint.capacity is None:  # the first attempts: one asks, the others wait
+            note = await endpoint.fit_once(getattr(self.inner, "server_capacity", None))
         sent_at = await endpoint.acquire()
         try:
             response = await self.inner.execute(request)
@@ -284,7 +372,13 @@ class BackpressureAdapter(AdapterWrapper):
         except BaseException:
             endpoint.release(sent_at, _CANCELLED)
             raise
-        endpoint.release(sent_at, None)
+        usage = response.usage
+        endpoint.release(
+            sent_at, None, (usage.output_tokens or 0) + (usage.input_tokens or 0) * INPUT_WEIGHT
+        )
+        if note is not None:  # one note a line (the runner shows each once)
+            notice = f"{response.notice}\n{note}" if response.notice else note
+            return replace(response, endpoint=endpoint.url, notice=notice)
         return replace(response, endpoint=endpoint.url)
 
 

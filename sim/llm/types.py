@@ -197,9 +197,10 @@ class AdapterResponse:
         fallback_from, fallback_to: the model asked for and the fallback model that
             answered, when the call fell back (recovery): ``provider/model`` when the
             request named its provider.
-        structured_output: the form the schema was asked for in (``chat``).
-        notice: something the user should hear once, in the tick summary (``chat``:
-            ``auto`` switched this endpoint's structured-output form).
+        structured_output: the form the schema was asked for in (``chat``, ``openai``).
+        notice: something the user should hear once, in the tick summary, one note a
+            line (``auto`` switched this endpoint's structured-output form; what the
+            server said about its capacity, ``sim.llm.backpressure``).
         endpoint: the server URL that answered (set by ``sim.llm.backpressure``).
         moved: attempts that failed on other servers of a pool before this one answered
             (``sim.llm.pool``); recovery puts them in ``attempts``.

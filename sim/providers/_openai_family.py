@@ -13,14 +13,19 @@ keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, da
 
 from __future__ import annotations
 
+import functools
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
+import httpx2
 import orjson
 
 from sim.llm.batching import current_batch
+from sim.llm.capacity import ServerCapacity, discover, server_root
 from sim.llm.errors import LLMAPIError
+from sim.llm.redact import redact_url
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import (
@@ -31,6 +36,7 @@ from sim.providers._openai_common import (
 )
 from sim.providers._openai_errors import map_openai_error, post_failures
 from sim.providers._streaming import Assembler, StreamTimeouts, post_stream
+from sim.providers._structured import FormSelector
 
 if TYPE_CHECKING:
     import openai
@@ -38,6 +44,12 @@ if TYPE_CHECKING:
 Json = dict[str, Any]
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: hosts that serve far more than any client's concurrency and report none: not asked
+_HOSTED = ("api.openai.com",)
+#: seconds a capacity question may take (the server answers it without the model)
+_CAPACITY_TIMEOUT = 5.0
+#: the largest answer to a capacity question read (llama-cpp-python's OpenAPI is ~60 kB)
+_CAPACITY_MAX_BYTES = 4 * 1024 * 1024
 
 
 class FamilyOptions(TypedDict, total=False):
@@ -77,6 +89,8 @@ class OpenAIFamilyAdapter(Responder, ABC):
     path: ClassVar[str]
     #: a base URL on this machine may go without a key (local model servers)
     local_without_key: ClassVar[bool] = False
+    #: the request field a server names when it refuses a structured-output form
+    schema_field: ClassVar[str] = "response_format"
 
     def __init__(
         self,
@@ -109,6 +123,16 @@ class OpenAIFamilyAdapter(Responder, ABC):
                 default_query=default_query,
             )
         )
+
+    @functools.cached_property
+    def forms(self) -> FormSelector:
+        """``auto`` structured output: the form this endpoint takes, settled once per run."""
+        return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field)
+
+    @property
+    def batching(self) -> bool:
+        """Whether calls are lines of a Batch API session now (``sim.llm.batching``)."""
+        return current_batch.get() is not None
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -195,6 +219,35 @@ class OpenAIFamilyAdapter(Responder, ABC):
         if not isinstance(data, dict):
             raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
         return data
+
+    async def server_capacity(self) -> ServerCapacity | None:
+        """How many requests the server serves at once, as it reports it
+        (``sim.llm.capacity``); ``None`` for OpenAI's own API, which is not asked.
+
+        Three small GETs at most, to the server's root on the configured host (no
+        redirects followed, a short timeout, the key sent as the calls send it), on a
+        client of their own: the SDK is not imported for them."""
+        if any(host in self.base_url for host in _HOSTED):
+            return None
+        root = server_root(self.base_url)
+        key = os.environ.get(self.api_key_env, "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with httpx2.AsyncClient(
+            timeout=httpx2.Timeout(_CAPACITY_TIMEOUT, connect=self.connect_timeout_seconds),
+            headers=headers,
+            follow_redirects=False,
+        ) as http:
+
+            async def fetch(path: str) -> Any:
+                try:
+                    answer = await http.get(root + path)
+                    if answer.status_code != 200 or len(answer.content) > _CAPACITY_MAX_BYTES:
+                        return None
+                    return orjson.loads(answer.content)
+                except (httpx2.HTTPError, orjson.JSONDecodeError, ValueError):
+                    return None
+
+            return await discover(fetch)
 
     async def delete_response(self, response_id: str) -> None:
         """Nothing is stored at the provider unless an adapter says otherwise."""

@@ -13,17 +13,27 @@ Servers that all call themselves OpenAI-compatible disagree on how a schema is a
 ``auto`` starts with ``json_schema``; when the server rejects the form (HTTP 400, 422 or
 500 whose body names ``response_format``, or for ``tool`` names ``tool``), the endpoint
 switches to the next form once and keeps it for the rest of the run (``FormSelector``).
+The form is settled once per endpoint before a phase fans out: while it is not, one call
+probes the server (switching as often as it is refused) and the calls behind it wait, so
+a run sends at most one refused request per form, however many calls start at once.
+
+The Responses API (``openai``) has the same four forms in its own fields: ``text.format``
+of type ``json_schema`` or ``json_object`` with a ``schema`` (what a Responses bridge in
+front of llama-cpp-python passes on), a forced function call, or the schema in the
+instructions (``responses_fields``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
-from sim.llm.errors import LLMAPIError
+from sim.llm.errors import LLMAPIError, LLMConfigurationError
 from sim.llm.types import StructuredOutput as Mode
 
 Form = Literal["json_schema", "json_object_schema", "tool", "prompt"]
@@ -36,11 +46,21 @@ AUTO_ORDER: tuple[Form, ...] = ("json_schema", "json_object_schema", "tool", "pr
 _REJECT_STATUSES = (400, 422, 500)
 
 Json = dict[str, Any]
+T = TypeVar("T")
 
 PROMPT_SCHEMA = (
     "\n\nAnswer with one JSON object and nothing else (no prose, no code fence). "
     "It must validate against this JSON Schema:\n{schema}"
 )
+
+
+def checked_mode(value: str) -> Mode:
+    """``value`` as a ``structured_output`` setting; anything else is a configuration error."""
+    if value not in MODES:
+        raise LLMConfigurationError(
+            f"unknown structured_output {value!r}; expected one of: {', '.join(MODES)}"
+        )
+    return value
 
 
 def request_fields(form: Form, name: str, schema: Json) -> Json:
@@ -77,6 +97,38 @@ def request_fields(form: Form, name: str, schema: Json) -> Json:
     return {}
 
 
+def responses_fields(form: Form, name: str, schema: Json) -> Json:
+    """The Responses API body fields that ask for ``schema`` in ``form``.
+
+    Args:
+        form: the structured-output form.
+        name: the schema's name (a function name for ``tool``).
+        schema: the JSON Schema (OpenAI's strict form).
+    """
+    if form == "json_schema":
+        return {
+            "text": {
+                "format": {"type": "json_schema", "name": name, "schema": schema, "strict": True}
+            }
+        }
+    if form == "json_object_schema":
+        return {"text": {"format": {"type": "json_object", "schema": schema}}}
+    if form == "tool":
+        return {
+            "tools": [
+                {
+                    "type": "function",
+                    "name": name,
+                    "description": f"Give the answer as a {name}.",
+                    "parameters": schema,
+                    "strict": True,
+                }
+            ],
+            "tool_choice": {"type": "function", "name": name},
+        }
+    return {}
+
+
 def instructions_for(form: Form, instructions: str, schema: Json) -> str:
     """The instructions to send: ``prompt`` appends the schema, the others send them as is."""
     if form != "prompt":
@@ -85,6 +137,12 @@ def instructions_for(form: Form, instructions: str, schema: Json) -> str:
 
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def unfenced(text: str) -> str:
+    """``text`` without a surrounding code fence (small models add one when told not to)."""
+    fenced = _FENCE.match(text)
+    return fenced.group(1).strip() if fenced else text.strip()
 
 
 def answer_text(form: Form, message: Json) -> str:
@@ -102,27 +160,23 @@ def answer_text(form: Form, message: Json) -> str:
             if arguments:
                 return str(arguments)
     text = str(message.get("content") or "")
-    if form == "prompt":
-        fenced = _FENCE.match(text)
-        if fenced:
-            return fenced.group(1).strip()
-        text = text.strip()
-    return text
+    return unfenced(text) if form == "prompt" else text
 
 
-def rejects_form(error: LLMAPIError, form: Form) -> bool:
+def rejects_form(error: LLMAPIError, form: Form, schema_field: str = "response_format") -> bool:
     """Whether ``error`` is the server refusing the request shape of ``form``.
 
-    HTTP 400, 422 or 500 whose body names ``response_format`` (the ``json_schema`` and
-    ``json_object_schema`` forms) or ``tool`` (the ``tool`` form). ``prompt`` asks nothing
-    of the server, so nothing rejects it.
+    HTTP 400, 422 or 500 whose body names ``schema_field`` (the ``json_schema`` and
+    ``json_object_schema`` forms: ``response_format`` for chat completions, ``format`` for
+    the Responses API's ``text.format``) or ``tool`` (the ``tool`` form). ``prompt`` asks
+    nothing of the server, so nothing rejects it.
     """
     if error.status_code not in _REJECT_STATUSES or form == "prompt":
         return False
     body = error.response_body
     text = body if isinstance(body, str) else json.dumps(body, default=str)
     text = f"{text} {error.message}"
-    needle = "tool" if form == "tool" else "response_format"
+    needle = "tool" if form == "tool" else schema_field
     return needle in text
 
 
@@ -153,13 +207,19 @@ class FormSelector:
 
     Args:
         endpoint: the server's base URL, named in notes.
+        schema_field: the request field a server names when it refuses a schema form
+            (``rejects_form``).
     """
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, schema_field: str = "response_format") -> None:
         self.endpoint = endpoint
+        self.schema_field = schema_field
         self.current: Form = AUTO_ORDER[0]
+        #: the server took ``current`` (or refused every form): no call probes any more
+        self.settled = False
         self.switches: list[FormSwitch] = []
         self._lock = threading.Lock()
+        self._probe: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def form(self, mode: Mode) -> Form:
         """The form to send for a call whose setting is ``mode``."""
@@ -179,9 +239,60 @@ class FormSelector:
             new = next_form(rejected)
             if new is None:
                 return None
-            needle = "tool" if rejected == "tool" else "response_format"
+            needle = "tool" if rejected == "tool" else self.schema_field
             reason = f"HTTP {error.status_code} naming {needle}"
             made = FormSwitch(self.endpoint, rejected, new, reason)
             self.current = new
             self.switches.append(made)
             return made
+
+    def _probe_lock(self) -> asyncio.Lock:
+        """The lock the probing call holds (one per event loop: a lock is bound to one)."""
+        loop = asyncio.get_running_loop()
+        if self._probe is None or self._probe[0] is not loop:
+            self._probe = (loop, asyncio.Lock())
+        return self._probe[1]
+
+    async def send(
+        self, mode: Mode, post: Callable[[Form], Awaitable[T]], *, probe: bool = True
+    ) -> tuple[T, Form, FormSwitch | None]:
+        """Send one call with ``post(form)``: its answer, the form it went in, and the
+        switch it made, if any.
+
+        A fixed ``mode`` is sent as it is. With ``auto``, while the endpoint's form is not
+        settled, one call at a time probes: it holds the probe lock, moves on to the next
+        form each time the server refuses one, and settles the form when the server
+        answers. The calls behind it wait (before anything is sent: no timeout runs) and
+        then go in the settled form. A probe that fails otherwise (a timeout, a 5xx not
+        naming the form) settles nothing: the next call probes.
+
+        Without ``probe`` (a call that is a line of a Batch API upload: holding the others
+        back would hold back the batch it waits for) the current form is sent as it is.
+        """
+        if mode != "auto" or not probe:
+            form = self.form(mode)
+            return await post(form), form, None
+        if not self.settled:
+            async with self._probe_lock():
+                if not self.settled:
+                    sent = await self._fall_back(post)
+                    self.settled = True
+                    return sent
+        return await self._fall_back(post)
+
+    async def _fall_back(
+        self, post: Callable[[Form], Awaitable[T]]
+    ) -> tuple[T, Form, FormSwitch | None]:
+        form = self.current
+        switched: FormSwitch | None = None
+        while True:
+            try:
+                return await post(form), form, switched
+            except LLMAPIError as exc:
+                if not rejects_form(exc, form, self.schema_field):
+                    raise
+                switched = self.switch(form, exc) or switched
+                if self.current == form:  # no form left to try
+                    self.settled = True
+                    raise
+                form = self.current

@@ -19,22 +19,18 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import orjson
 
-from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMIncompleteError
-from sim.llm.redact import redact_url
+from sim.llm.errors import LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
-from sim.llm.types import AdapterResponse, Exchange, ModelRequest, StructuredOutput, Usage
+from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.providers._adapter_common import refused, window_turns
 from sim.providers._openai_common import strict_schema, usage_from, validate_text
 from sim.providers._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.providers._streaming import ChatAssembler
 from sim.providers._structured import (
-    MODES,
     Form,
-    FormSelector,
-    FormSwitch,
     answer_text,
+    checked_mode,
     instructions_for,
-    rejects_form,
     request_fields,
 )
 
@@ -113,14 +109,6 @@ def _message(data: Json, usage: Usage, model: str) -> Json:
     return message
 
 
-def _mode(value: str) -> StructuredOutput:
-    if value not in MODES:
-        raise LLMConfigurationError(
-            f"unknown structured_output {value!r}; expected one of: {', '.join(MODES)}"
-        )
-    return value
-
-
 class ChatAdapter(OpenAIFamilyAdapter):
     """Chat-completions adapter for OpenAI-compatible servers.
 
@@ -143,11 +131,6 @@ class ChatAdapter(OpenAIFamilyAdapter):
         super().__init__(client, **options)
         #: sent as ``seed``: best-effort determinism on servers that take one
         self.seed = seed
-
-    @functools.cached_property
-    def forms(self) -> FormSelector:
-        """``auto`` structured output: the form this endpoint takes, found once per run."""
-        return FormSelector(redact_url(self.base_url.rstrip("/")))
 
     @functools.cached_property
     def legacy_max_tokens(self) -> bool:
@@ -174,7 +157,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
             }
         else:
             schema = schema_of(self, request)
-            form = form or self.forms.form(_mode(settings.structured_output))
+            form = form or self.forms.form(checked_mode(settings.structured_output))
             json_schema = strict_schema(schema, request.enums)
             extra = request_fields(form, schema.__name__, json_schema)
             instructions = instructions_for(form, instructions, json_schema)
@@ -192,24 +175,17 @@ class ChatAdapter(OpenAIFamilyAdapter):
         return body
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        """One call; with ``auto``, a server refusing the form moves this endpoint on to
-        the next form and the call is sent again in it (``_structured``)."""
+        """One call; with ``auto``, the endpoint's form is settled by one probing call
+        while the others wait, and a server refusing a form moves the endpoint on to the
+        next (``_structured.FormSelector.send``)."""
         if request.tools is not None:
             return await super().execute(request)
-        mode = _mode(request.settings.structured_output)
-        form = self.forms.form(mode)
-        switched: FormSwitch | None = None
-        while True:
-            try:
-                data = await self.post(request.settings, self.body(request, form))
-                break
-            except LLMAPIError as exc:
-                if mode != "auto" or not rejects_form(exc, form):
-                    raise
-                switched = self.forms.switch(form, exc) or switched
-                if self.forms.current == form:  # no form left to try
-                    raise
-                form = self.forms.current
+        mode = checked_mode(request.settings.structured_output)
+
+        async def post(form: Form) -> Json:
+            return await self.post(request.settings, self.body(request, form))
+
+        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
         response = await self.answer(request, data, form)
         return dataclasses.replace(
             response, notice=switched.note() if switched is not None else None

@@ -1,25 +1,37 @@
 """The ``openai`` provider: OpenAI's Responses API.
 
-The schema goes as a strict ``json_schema`` text format and the instructions are re-sent
-with every call. The answer is checked here, in this order: ``status == "incomplete"`` ->
-``LLMIncompleteError`` (never re-asked as a schema error: a truncated answer re-asked burns
-tokens); refusal content -> ``LLMRefusalError``; ``model_validate_json(output_text)``
-failure -> ``LLMSchemaError``. Every failure carries the attempt's usage in
-``error.usage`` so recovery and the budget can count it.
+The schema goes in the call's ``structured_output`` form, as for ``chat``
+(``_structured``): a strict ``json_schema`` text format (``auto`` starts there), a
+``json_object`` text format with the schema, a forced function call, or the schema in the
+instructions; ``auto`` moves on to the next form when the server refuses one (HTTP 400,
+422 or 500 naming ``format``, as a Responses bridge in front of llama-cpp-python answers).
+The instructions are re-sent with every call. The answer is checked here, in this
+order: ``status == "incomplete"`` -> ``LLMIncompleteError`` (never re-asked as a schema
+error: a truncated answer re-asked burns tokens); refusal content -> ``LLMRefusalError``;
+``model_validate_json`` of the answer's JSON text -> ``LLMSchemaError``. Every failure
+carries the attempt's usage in ``error.usage`` so recovery and the budget can count it.
 
 Chains: in ``window`` mode the window's exchanges are sent as input items and nothing is
 stored server-side (``store=False``); in ``server`` mode responses are stored and chained
-with ``previous_response_id``, and evicted ones are deleted after commit.
+with ``previous_response_id``, and evicted ones are deleted after commit. Servers that
+say they do this and do not are caught (``ChainCheck``): a chained call whose input
+tokens do not cover the previous exchange (made earlier in this run) means the server
+ignored ``previous_response_id``, and the call fails with a configuration error that
+names ``chain_mode = "window"`` (the tick stops; nothing is committed); a server that
+reports no usage cannot be checked, and says so once. A deletion answered 404 for a
+response this run made is reported (``response_missing``), not taken as done.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 from typing import TYPE_CHECKING, Unpack
 
 import orjson
 
-from sim.llm.errors import LLMAPIError, LLMError, LLMIncompleteError
+from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.providers._adapter_common import refused, window_turns
@@ -27,6 +39,13 @@ from sim.providers._openai_common import strict_schema, usage_from, validate_tex
 from sim.providers._openai_errors import map_openai_error
 from sim.providers._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.providers._streaming import ResponsesAssembler
+from sim.providers._structured import (
+    Form,
+    checked_mode,
+    instructions_for,
+    responses_fields,
+    unfenced,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -101,6 +120,18 @@ def _check(data: Json, usage: Usage, model: str) -> None:
                 raise refused(refusal, usage, model)
 
 
+def _answer_text(form: Form, data: Json) -> str:
+    """The JSON text of the answer: the forced call's arguments for ``tool`` (else the
+    text), the text without a code fence for ``prompt``."""
+    if form == "tool":
+        for item in data.get("output") or ():
+            if item.get("type") == "function_call" and item.get("arguments"):
+                arguments = item["arguments"]
+                return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+    text = _output_text(data)
+    return unfenced(text) if form == "prompt" else text
+
+
 def _tool_calls(data: Json) -> ToolCalls:
     """The function calls (and any text) of a tool-calling answer."""
     calls = [
@@ -109,6 +140,104 @@ def _tool_calls(data: Json) -> ToolCalls:
         if item.get("type") == "function_call"
     ]
     return ToolCalls(calls=calls, content=_output_text(data) or None)
+
+
+#: a response id that may go in a URL path
+_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
+#: the most responses of this run whose sizes are kept for ``ChainCheck`` (the oldest go)
+_KEPT_SIZES = 100_000
+
+
+class ChainCheck:
+    """Whether a server keeps the chains it is asked to (``server`` chain mode).
+
+    Remembers each stored response's input and output tokens; a call chained on one of
+    them must have read at least that many input tokens (the earlier exchange, and then
+    its own input). A response made in an earlier run is looked up at the server
+    (``GET /responses/{id}``: its usage) until one chained call has been seen covered,
+    at most ``MAX_LOOKUPS`` times a run.
+
+    Args:
+        endpoint: the server's URL, named in messages.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.sizes: dict[str, tuple[int, int]] = {}
+        #: the responses this run made and has not deleted (insertion-ordered)
+        self.created: dict[str, None] = {}
+        self.said_unknown = False
+        #: a chained call was seen to cover its previous exchange: no more lookups
+        self.verified = False
+        self.lookups = 0
+
+    MAX_LOOKUPS = 3
+
+    def wants(self, previous: str | None) -> bool:
+        """Whether to look ``previous`` up at the server before checking a call on it
+        (a yes counts as one of the run's lookups)."""
+        wanted = (
+            previous is not None
+            and _ID.fullmatch(previous) is not None  # read from the world: untrusted
+            and previous not in self.sizes
+            and not self.verified
+            and self.lookups < self.MAX_LOOKUPS
+        )
+        self.lookups += wanted
+        return wanted
+
+    def learn(self, response_id: str, usage: Usage | None) -> None:
+        """A looked-up response's usage (``None``: the lookup failed)."""
+        if usage is not None and (usage.input_tokens > 0 or usage.output_tokens > 0):
+            self.sizes[response_id] = (usage.input_tokens, usage.output_tokens)
+
+    def made(self, response_id: str) -> bool:
+        """Whether this run made (and has not deleted) ``response_id``."""
+        return response_id in self.created
+
+    def forget(self, response_id: str) -> None:
+        """Drop a deleted response."""
+        self.sizes.pop(response_id, None)
+        self.created.pop(response_id, None)
+
+    def check(self, previous: str | None, response_id: str, usage: Usage) -> str | None:
+        """Check one stored answer; returns a note to show once, if any.
+
+        Raises:
+            LLMConfigurationError: the server ignored ``previous``.
+        """
+        reported = usage.input_tokens > 0 or usage.output_tokens > 0
+        before = self.sizes.get(previous) if previous else None
+        if response_id:
+            self.created[response_id] = None
+            if len(self.created) > _KEPT_SIZES:
+                del self.created[next(iter(self.created))]
+        if response_id and reported:
+            self.sizes[response_id] = (usage.input_tokens, usage.output_tokens)
+            if len(self.sizes) > _KEPT_SIZES:
+                del self.sizes[next(iter(self.sizes))]
+        if previous is None:
+            return None
+        if not reported:
+            if self.said_unknown:
+                return None
+            self.said_unknown = True
+            return (
+                f"chains: {self.endpoint} reports no token usage, so whether it keeps "
+                "chains (previous_response_id) cannot be told; if answers forget earlier "
+                'ticks, set [llm] chain_mode = "window"'
+            )
+        if before is not None and usage.input_tokens < sum(before):
+            raise LLMConfigurationError(
+                f"{self.endpoint} ignores previous_response_id: a chained call read "
+                f"{usage.input_tokens} input tokens, fewer than the {sum(before)} of the "
+                "exchange it continues, so the server keeps no chains and the model does "
+                'not see its earlier ticks. Set [llm] chain_mode = "window" (the engine '
+                "then sends the window itself)"
+            )
+        if before is not None:
+            self.verified = True
+        return None
 
 
 class OpenAIAdapter(OpenAIFamilyAdapter):
@@ -122,6 +251,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
 
     name = "openai"
     path = "/responses"
+    schema_field = "format"
 
     def __init__(
         self,
@@ -132,12 +262,15 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
     ) -> None:
         super().__init__(client, **options)
         self.store = store
+        #: what server chains are checked against (``store``: ``server`` mode)
+        self.chains = ChainCheck(self.base_url.rstrip("/"))
 
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()
 
-    def body(self, request: ModelRequest) -> Json:
-        """A strict JSON-schema text format, or the tools with a call required."""
+    def body(self, request: ModelRequest, form: Form | None = None) -> Json:
+        """The schema in ``form`` (default: the endpoint's current one for the call's
+        setting), or the tools with a call required."""
         settings = request.settings
         body: Json = {
             "model": settings.model,
@@ -152,19 +285,48 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             body["tool_choice"] = request.tool_choice
         else:
             schema = schema_of(self, request)
-            body["text"] = {
-                "format": {
-                    "type": "json_schema",
-                    "name": schema.__name__,
-                    "schema": strict_schema(schema, request.enums, lengths=False),
-                    "strict": True,
-                }
-            }
+            form = form or self.forms.form(checked_mode(settings.structured_output))
+            json_schema = strict_schema(schema, request.enums, lengths=False)
+            body.update(responses_fields(form, schema.__name__, json_schema))
+            body["instructions"] = instructions_for(form, request.instructions, json_schema)
         if request.previous_response_id:
             body["previous_response_id"] = request.previous_response_id
         return body
 
-    async def answer(self, request: ModelRequest, data: Json) -> AdapterResponse:
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        """One call; with ``auto``, the form is settled as for ``chat``
+        (``_structured.FormSelector.send``)."""
+        if request.tools is not None:
+            return await super().execute(request)
+        mode = checked_mode(request.settings.structured_output)
+
+        async def post(form: Form) -> Json:
+            return await self.post(request.settings, self.body(request, form))
+
+        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
+        response = await self.answer(request, data, form)
+        notes = [switched.note()] if switched is not None else []
+        if self.store:
+            previous = request.previous_response_id
+            if self.chains.wants(previous):
+                assert previous is not None
+                self.chains.learn(previous, await self._usage_of(previous))
+            try:
+                chain_note = self.chains.check(
+                    request.previous_response_id, response.response_id, response.usage
+                )
+            except LLMConfigurationError as exc:
+                exc.usage = response.usage
+                await self._discard(response.response_id)
+                raise
+            notes += [chain_note] if chain_note is not None else []
+        if not notes:
+            return response
+        return dataclasses.replace(response, notice="\n".join(notes))
+
+    async def answer(
+        self, request: ModelRequest, data: Json, form: Form = "json_schema"
+    ) -> AdapterResponse:
         settings = request.settings
         usage = _usage(data)
         rid = str(data.get("id") or "")
@@ -174,13 +336,30 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
                 request,
                 usage,
                 lambda: _tool_calls(data),
-                lambda schema: validate_text(schema, _output_text(data), usage, settings.model),
+                lambda schema: validate_text(
+                    schema, _answer_text(form, data), usage, settings.model
+                ),
                 response_id=rid,
                 model=str(data.get("model") or settings.model),
+                structured_output=form,
             )
         except LLMError:
             await self._discard(rid)
             raise
+
+    async def _usage_of(self, response_id: str) -> Usage | None:
+        """A stored response's usage, from the server (``None``: not to be had)."""
+        import openai
+
+        try:
+            data = await self.client.get(
+                f"/responses/{response_id}",
+                cast_to=object,
+                options={"timeout": self.connect_timeout_seconds, "max_retries": 0},
+            )
+        except (openai.OpenAIError, ValueError):
+            return None
+        return _usage(data) if isinstance(data, dict) else None
 
     async def _discard(self, response_id: str) -> None:
         """Delete a stored answer that failed our checks: no chain will ever point at it,
@@ -196,9 +375,20 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             return
         import openai
 
+        made = self.chains.made(response_id)
+        self.chains.forget(response_id)
         try:
             await self.client.responses.delete(response_id)
-        except openai.NotFoundError:
-            return  # already gone: the goal of a deletion
+        except openai.NotFoundError as exc:
+            if not made:
+                return  # made before this run: deleted before a crash, say; gone is done
+            raise LLMAPIError(
+                f"{self.chains.endpoint} answered 404 to deleting response {response_id}, "
+                "which it made in this run: it does not keep the responses it is asked to "
+                '(chains through it are lost; set [llm] chain_mode = "window")',
+                code="response_missing",
+                status_code=404,
+                cause=exc,
+            ) from exc
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, api_key_env=self.api_key_env, model="") from exc

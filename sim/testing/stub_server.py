@@ -15,9 +15,14 @@ Server flavours: ``reject_json_schema`` answers ``response_format: {"type": "jso
 exactly as llama-cpp-python's server does (HTTP 500, a validation error naming
 ``response_format.type``) and takes ``{"type": "json_object", "schema": ...}`` instead;
 ``slots=1`` generates one request at a time and queues the others, like a single-slot local
-server; ``stream: true`` is answered with server-sent events (chat chunks, with ``usage``
-when ``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay``
-apart.
+server; ``capacity_report`` answers how a local server reports that capacity (llama.cpp's
+``/props`` and ``/slots``, llama-cpp-python's ``/openapi.json``; counted as ``probes``, not
+billed ``requests``); a Responses bridge: ``reject_json_schema`` also refuses
+``text.format`` ``json_schema`` (and takes ``json_object`` with a ``schema``),
+``ignore_previous_response_id`` drops the chain, ``delete_not_found`` answers every
+delete 404 and ``null_usage`` sends ``usage: null`` (llama-stack's quirks);
+``stream: true`` is answered with server-sent events (chat chunks, with ``usage`` when
+``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay`` apart.
 
 Faults: ``rate_limit`` (429 with retry-after), ``server_error`` (500), ``hang`` (past the
 client's timeout), ``stall`` (a stream that stops after its first event; otherwise a
@@ -104,6 +109,9 @@ _REASONS = {
     502: "Bad Gateway",
 }
 _GENERATION = ("/v1/responses", "/v1/chat/completions")
+#: where servers report their capacity (``sim.llm.capacity``): answered by
+#: ``capacity_report``, counted as ``probes``, not as billable ``requests``
+CAPACITY_PATHS = ("/props", "/slots", "/openapi.json")
 #: llama-cpp-python 0.3's answer to ``response_format: {"type": "json_schema"}`` (its
 #: pydantic request model allows only "text" and "json_object"), captured from the server
 LLAMA_CPP_JSON_SCHEMA_ERROR = (
@@ -142,6 +150,8 @@ class StubOptions:
         stream_chunk_delay: seconds between the events of a streamed answer.
         stream_usage: honour ``stream_options.include_usage`` (llama-cpp-python does not).
         batch_delay: seconds a Batch API batch stays ``in_progress`` (``batch_routes``).
+        capacity_report, ignore_previous_response_id, delete_not_found, null_usage:
+            local servers and Responses bridges (see each field).
     """
 
     latency: float = 0.0
@@ -156,6 +166,19 @@ class StubOptions:
     stream_chunk_delay: float = 0.0
     stream_usage: bool = True
     batch_delay: float = 0.0
+    # -- local servers and bridges (issue 25: a local server used well) ------------------
+    #: how the server reports its capacity (``slots``, or 1): ``"props"``: llama.cpp's
+    #: ``GET /props`` (``total_slots``) and ``GET /slots``; ``"slots"``: only ``/slots``;
+    #: ``"llama-cpp-python"``: only ``GET /openapi.json`` titled as llama-cpp-python's
+    #: (which serves one request at a time); ``""``: nothing (404)
+    capacity_report: str = ""
+    #: answer Responses calls as a bridge that ignores ``previous_response_id`` does: the
+    #: model sees only the request's own input (no error, no chain)
+    ignore_previous_response_id: bool = False
+    #: answer every ``DELETE /responses/{id}`` with 404, as a bridge that keeps nothing does
+    delete_not_found: bool = False
+    #: send ``usage: null`` in Responses answers, as llama-stack does
+    null_usage: bool = False
 
 
 #: the HTTP error each transport-level fault answers with, in OpenAI's wording:
@@ -225,6 +248,8 @@ class StubStats:
     in_flight: int = 0
     #: generation requests waiting at a ``hold`` (a test waits on this before acting)
     held: int = 0
+    #: capacity questions (``GET /props``, ``/slots``, ``/openapi.json``): not billed
+    probes: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -244,6 +269,7 @@ class StubStats:
             "replayed": self.replayed,
             "in_flight": self.in_flight,
             "held": self.held,
+            "probes": self.probes,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
@@ -483,8 +509,9 @@ class StubServer:
         self, method: str, path: str, body: bytes, idempotency_key: str | None = None
     ) -> tuple[int, Any, dict[str, str]]:
         """Count the request, parse its JSON body and answer it; errors as HTTP answers."""
-        self.stats.requests += 1
-        self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
+        if path not in CAPACITY_PATHS:
+            self.stats.requests += 1
+            self.stats.by_route[f"{method} {path.split('/resp_')[0]}"] += 1
         try:
             request = orjson.loads(body) if body else {}
             return 200, await self._handle(method, path, request, idempotency_key), {}
@@ -533,6 +560,8 @@ class StubServer:
             return payload
         if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
             return self._stored(method, path.rsplit("/", 1)[1])
+        if method == "GET" and path in CAPACITY_PATHS:
+            return self._capacity(path)
         if path.startswith("/stub/"):
             return self._control(method, path, request)
         raise _HTTPError(
@@ -643,6 +672,8 @@ class StubServer:
         model = str(request.get("model") or "stub")
         history: list[Pair] = []
         previous = request.get("previous_response_id")
+        if self.options.ignore_previous_response_id:
+            previous = None
         if previous:
             stored = self.responses.get(previous)
             if stored is None:
@@ -662,7 +693,8 @@ class StubServer:
         _, pairs, input_text = split_messages(items)
         history.extend(pairs)
         fmt = (request.get("text") or {}).get("format") or {}
-        schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
+        self._bridge_rejects(fmt)
+        schema = fmt.get("schema") if fmt.get("type") in ("json_schema", "json_object") else None
         tools = request.get("tools") or None
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None
@@ -672,6 +704,8 @@ class StubServer:
         rid = f"resp_{uuid.uuid4().hex}"
         store = request.get("store", True) is not False
         body = response_body(rid, model, request, ans, store)
+        if self.options.null_usage:
+            body["usage"] = None
         if fault == "stall":
             body["_stub_stall"] = True
         if store:
@@ -681,7 +715,7 @@ class StubServer:
 
     def _stored(self, method: str, rid: str) -> Json:
         stored = self.responses.get(rid)
-        if stored is None:
+        if stored is None or (method == "DELETE" and self.options.delete_not_found):
             raise _HTTPError(
                 404,
                 error_body(f"No response found with id '{rid}'.", "invalid_request_error", None),
@@ -690,6 +724,44 @@ class StubServer:
             del self.responses[rid]
             return {"id": rid, "object": "response.deleted", "deleted": True}
         return stored.body
+
+    # ------------------------------------------------------------------ local servers
+
+    def _capacity(self, path: str) -> Any:
+        """How many requests it serves at once, as the server flavour reports it
+        (``capacity_report``); 404 where the flavour has no such route."""
+        self.stats.probes += 1
+        report = self.options.capacity_report
+        slots = self.options.slots if self.options.slots > 0 else 1
+        if path == "/props" and report == "props":
+            return {
+                "total_slots": slots,
+                "default_generation_settings": {"n_ctx": 4096},
+                "model_path": "stub.gguf",
+            }
+        if path == "/slots" and report in ("props", "slots"):
+            return [{"id": i, "is_processing": False} for i in range(slots)]
+        if path == "/openapi.json" and report == "llama-cpp-python":
+            # llama-cpp-python 0.3's title, emoji and all
+            return {"openapi": "3.1.0", "info": {"title": "\U0001f999 llama.cpp Python API"}}
+        raise _HTTPError(404, {"detail": "Not Found"})
+
+    def _bridge_rejects(self, fmt: Json) -> None:
+        """A Responses bridge in front of llama-cpp-python passes ``json_schema`` on, and
+        relays the server's refusal (``reject_json_schema``)."""
+        if self.options.reject_json_schema and fmt.get("type") == "json_schema":
+            message = LLAMA_CPP_JSON_SCHEMA_ERROR.replace("'response_format'", "'text', 'format'")
+            raise _HTTPError(
+                500,
+                {
+                    "error": {
+                        "message": message,
+                        "type": "internal_server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
 
     async def _chat(self, request: Json) -> Json:
         model = str(request.get("model") or "stub")
