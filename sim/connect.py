@@ -39,6 +39,7 @@ from sim.config import (
     LLMConfig,
     PhaseConfig,
     load_config,
+    merge_tables,
     phase_section,
     redacted,
     resolve_model,
@@ -460,7 +461,7 @@ def configured(config: Config | str | Path | None = None, **overrides: Any) -> L
             layer = {}
         if own:  # the phase's settings: its section known once the config is
             layer.update(_nest(_section(phase, base), own))
-        built = validated(_merged(redacted(base), layer), None) if layer else base
+        built = validated(merge_tables(redacted(base), layer), None) if layer else base
     except InputError as exc:
         raise LLMConfigurationError(_described(exc), cause=exc) from None
     return ConfiguredAdapter(built, phase=phase, seed=seed)
@@ -490,16 +491,6 @@ def _nest(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """``{"phases": {"x": values}}`` for ``phases.x``, else ``{section: values}``."""
     head, _, name = section.partition(".")
     return {head: {name: dict(values)}} if name else {head: dict(values)}
-
-
-def _merged(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in layer.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 # -- test primitives (spec 001: part of Core) ------------------------------------------------

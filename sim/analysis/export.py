@@ -24,7 +24,7 @@ import functools
 import io
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,11 +204,22 @@ def export(
     """
     write = _writer(fmt, csv_raw)
     tables = build_tables(root, first, last)
+    done = Exported(ticks=tables.ticks, problems=tables.problems, notes=tables.notes)
+    return _write_all(tables.all(), out, fmt, write, done)
+
+
+def _write_all(
+    tables: Iterable[Table],
+    out: Path,
+    fmt: str,
+    write: Callable[[Table, Path], None],
+    done: Exported,
+) -> Exported:
+    """Each table into ``out`` (created if missing) as ``<table>.<fmt>``, counted in ``done``."""
     if out.exists() and not out.is_dir():
         raise InputError(out, None, "exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    done = Exported(ticks=tables.ticks, problems=tables.problems, notes=tables.notes)
-    for table in tables.all():
+    for table in tables:
         path = out / f"{table.name}.{fmt}"
         write(table, path)
         done.files[table.name] = path
@@ -254,17 +265,9 @@ def export_study(
 
     write = _writer(fmt, csv_raw)
     tables = build_study_tables(study, first, last)
-    if out.exists() and not out.is_dir():
-        raise InputError(out, None, "exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
     ticks = sorted({int(r["tick"]) for r in tables.tables["characters"].rows})
     done = Exported(ticks=ticks, problems=tables.problems, notes=tables.notes)
-    for table in tables.all():
-        path = out / f"{table.name}.{fmt}"
-        write(table, path)
-        done.files[table.name] = path
-        done.rows[table.name] = len(table.rows)
-    return done
+    return _write_all(tables.all(), out, fmt, write, done)
 
 
 @dataclass

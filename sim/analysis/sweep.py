@@ -55,7 +55,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sim.config import Config, load_config, redacted
+from sim.config import Config, load_config, merge_tables, redacted
 from sim.errors import InputError, RunError, UserError
 from sim.journal import SIM_DIR
 from sim.llm.budget import Cost
@@ -376,22 +376,11 @@ def world_layer(world: Path) -> dict[str, Any]:
         raise InputError(path, None, f"not valid TOML: {exc}") from None
 
 
-def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``over`` on top of ``base``, tables merged key by key."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def run_config_text(world: Path, overrides: Mapping[str, Any]) -> str | None:
     """A run's ``config.toml``: the source world's own layer with the run's settings on top
     (``None`` when both are empty). It holds nothing of the user's config: no endpoint, key
     variable or budget the user chose is copied into the run's folder."""
-    layer = merged(world_layer(world), nested(overrides))
+    layer = merge_tables(world_layer(world), nested(overrides))
     if not layer:
         return None
     return toml_text(

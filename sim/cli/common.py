@@ -287,16 +287,6 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
         sys.exit(1)
 
 
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:
     from sim.config import BUILTIN_PHASES, PHASE_ALIASES, PHASE_SECTIONS, phase_section
 
@@ -333,9 +323,9 @@ def build_config(
     batch: bool | None = None,
     settings: tuple[str, ...] = (),
 ) -> Config:
-    from sim.config import PHASE_SECTIONS, load_config, phase_section
+    from sim.config import PHASE_SECTIONS, load_config, merge_tables, phase_section
 
-    overrides: dict[str, Any] = _merged(setting_overrides(settings), depth_overrides(depth))
+    overrides: dict[str, Any] = merge_tables(setting_overrides(settings), depth_overrides(depth))
     # several servers (a pool) on the command line: comma-separated URLs
     urls: str | list[str] | None = (
         [url.strip() for url in base_url.split(",")] if base_url and "," in base_url else base_url
@@ -348,13 +338,13 @@ def build_config(
         batch=batch,
     )
     if llm:
-        overrides = _merged(overrides, {"llm": llm})
+        overrides = merge_tables(overrides, {"llm": llm})
     if model is not None:
         for section in PHASE_SECTIONS:
-            overrides = _merged(overrides, {section: {"model": model}})
+            overrides = merge_tables(overrides, {section: {"model": model}})
     budget = present(max_cost_usd=budget_usd, max_total_tokens=budget_tokens)
     if budget:
-        overrides = _merged(overrides, {"budget": budget})
+        overrides = merge_tables(overrides, {"budget": budget})
     config = load_config(
         config_file,
         world_dir if world_dir.is_dir() else None,

@@ -16,7 +16,7 @@ from sim.cli.common import (
     trusting_world_config,
 )
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
-from sim.cli.sweep import _outcome_line
+from sim.cli.sweep import budget_and_executor, outcome_line
 from sim.errors import InputError
 
 
@@ -30,26 +30,7 @@ def study() -> None:
 @folder_option("--out", required=True, help="The study's folder (one sub-folder per condition).")
 @count_option("--jobs", maximum=256, default=1, help="Runs at a time (each step its own process).")
 @CONFIG
-@click.option(
-    "--budget-usd",
-    type=click.FloatRange(min=0),
-    help="Cost cap for the whole study (USD; 0 = none).",
-)
-@click.option(
-    "--budget-tokens", type=click.IntRange(min=0), help="Token cap for the whole study (0 = none)."
-)
-@click.option(
-    "--executor",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="local: each step a process here; ray: each step a Ray task (pip install 'sim[ray]').",
-)
-@click.option(
-    "--ray-address",
-    metavar="ADDR",
-    help="The Ray cluster (default: $RAY_ADDRESS, else a local instance).",
-)
+@budget_and_executor("study", "step")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def run_(
     study_file: Path,
@@ -98,7 +79,7 @@ def run_(
             budget_usd or None,
             budget_tokens or None,
             config_file,
-            on_outcome=None if as_json else lambda o: echo(_outcome_line(o), err=True),
+            on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
             executor=run,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -19,13 +20,53 @@ from sim.cli.common import (
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
 from sim.errors import InputError
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 if TYPE_CHECKING:
     from sim.analysis.sweep import Outcome
 
 
-def _outcome_line(outcome: Outcome) -> str:
+def outcome_line(outcome: Outcome) -> str:
     line = f"{outcome.status:<11} {outcome.name}  tick {outcome.tick}/{outcome.target}"
     return line + (f"  {outcome.message}" if outcome.message else "")
+
+
+def budget_and_executor(whole: str, unit: str) -> Callable[[F], F]:
+    """The options a sweep and a study share: caps for the ``whole`` of it, and where each
+    ``unit`` (a run, a step) runs."""
+
+    def decorate(command: F) -> F:
+        for option in reversed(
+            (
+                click.option(
+                    "--budget-usd",
+                    type=click.FloatRange(min=0),
+                    help=f"Cost cap for the whole {whole} (USD; 0 = none).",
+                ),
+                click.option(
+                    "--budget-tokens",
+                    type=click.IntRange(min=0),
+                    help=f"Token cap for the whole {whole} (0 = none).",
+                ),
+                click.option(
+                    "--executor",
+                    type=click.Choice(["local", "ray"]),
+                    default="local",
+                    show_default=True,
+                    help=f"local: each {unit} a process here; ray: each {unit} a Ray task "
+                    "(pip install 'sim[ray]').",
+                ),
+                click.option(
+                    "--ray-address",
+                    metavar="ADDR",
+                    help="The Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+                ),
+            )
+        ):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 @click.group(invoke_without_command=True)
@@ -56,26 +97,7 @@ def _outcome_line(outcome: Outcome) -> str:
 )
 @count_option("--jobs", maximum=256, default=1, help="Runs at a time (each its own process).")
 @CONFIG
-@click.option(
-    "--budget-usd",
-    type=click.FloatRange(min=0),
-    help="Cost cap for the whole sweep (USD; 0 = none).",
-)
-@click.option(
-    "--budget-tokens", type=click.IntRange(min=0), help="Token cap for the whole sweep (0 = none)."
-)
-@click.option(
-    "--executor",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="local: each run a process here; ray: each run a Ray task (pip install 'sim[ray]').",
-)
-@click.option(
-    "--ray-address",
-    metavar="ADDR",
-    help="The Ray cluster (default: $RAY_ADDRESS, else a local instance).",
-)
+@budget_and_executor("sweep", "run")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def sweep(
@@ -130,7 +152,7 @@ def sweep(
             jobs,
             budget_usd or None,  # 0 = no cap, as for sim tick and [budget]
             budget_tokens or None,
-            on_outcome=None if as_json else lambda o: echo(_outcome_line(o), err=True),
+            on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
             executor=run,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"

@@ -45,6 +45,7 @@ from sim.config.layers import (
     GEMINI_DEFAULT_MODEL,
     defaults_data,
     load_config,
+    merge_tables,
     provider_models,
 )
 from sim.config.models import (
@@ -165,6 +166,7 @@ __all__ = [
     "llm_endpoint",
     "load_config",
     "loggable",
+    "merge_tables",
     "named_endpoint",
     "named_endpoints",
     "normalised_model",

@@ -40,11 +40,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(path, None, f"not valid TOML: {exc}") from None
 
 
-def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merge_tables(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, TOML tables merged key by key (a config layer's rule)."""
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_tables(out[key], value)
         else:
             out[key] = value
     return out
@@ -130,17 +131,17 @@ def load_config(
             world_layer = (layer, data, path)  # with the user's layers merged so far
         if is_world and not trust_world_config:  # the user's layers and flags decide
             problems.extend(untrusted(layer, data, path, overrides or {}))
-        merged = _merge(data, layer)
+        merged = merge_tables(data, layer)
         # each layer on top of the defaults alone: a problem is reported once, by its file
-        problems.extend(layer_problems(_merge(defaults, layer), path, combined=False))
+        problems.extend(layer_problems(merge_tables(defaults, layer), path, combined=False))
         data = merged
     if problems:
         raise InvalidConfig(problems)
     if overrides:
-        data = _merge(data, overrides)
+        data = merge_tables(data, overrides)
     if world_layer is not None:  # trusted or not, a world may only tighten the user's limits
         layer, users, path = world_layer
-        data, notes = tightened(data, layer, _merge(users, overrides or {}), path)
+        data, notes = tightened(data, layer, merge_tables(users, overrides or {}), path)
         for note in notes:
             logger.warning("note: %s", note)
     config = validated(data, None)
