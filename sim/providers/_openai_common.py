@@ -46,8 +46,9 @@ def strict_schema(
     this request's ``enums`` written in (``sim.llm.enums``; a copy when there are any).
 
     Args:
-        lengths: keep string length limits (``maxLength``); OpenAI's own API does not
-            document them in strict mode, local grammars (llama.cpp, vLLM) use them.
+        lengths: keep string length limits (``maxLength``). Neither adapter sends them:
+            OpenAI's API does not document them in strict mode, and llama.cpp's grammar
+            builder aborts its server on a long one; answers are checked against them.
     """
     cached = _STRICT.get((schema, lengths))
     if cached is None:
