@@ -94,7 +94,13 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
     here: each real tick takes minutes on 2 cores). What they commit holds only valid
     references (bench/references.py): every id an applied answer names is one the
     request offered, and the world files name only places that exist."""
-    world = configure(scratch(tmp_path), model_server)
+    # This 270M model names, in about half its intentions, an id that is valid for another
+    # action (a person to act on, a place to speak to); re-asked with the valid ids, many
+    # stay wrong and fall back to waiting. The default rule would then stop the tick as an
+    # endpoint not answering in the expected form (measured: 6 of 10 intentions). What this
+    # test holds the engine to is that nothing invalid is committed, so content failures
+    # fall back here and never abort.
+    world = configure(scratch(tmp_path), model_server, llm="max_content_failed_fraction = 1.0")
     characters = len(list((world / "characters").glob("*.json")))
     snapshots = [Snapshot.read(world)]
     result = sim("tick", "--world", str(world), "--trust-world-config")
