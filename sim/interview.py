@@ -30,7 +30,6 @@ from sim.llm.errors import LLMError
 from sim.llm.types import Usage
 from sim.ticklog.books import attempts_cost
 from sim.ticklog.records import AttemptRecord, TokenCounts
-from sim.world import relationships_view
 
 if TYPE_CHECKING:  # asking imports the LLM stack; reading interviews (sim usage) does not
     from sim.config import Config
@@ -226,6 +225,8 @@ def interview_input(world: World, char: Entity, question: str) -> str:
     }
     if custom:
         you["state"] = custom
+    from sim.world import relationships_view  # here: reading interviews loads no world
+
     ties = relationships_view(world, char)
     if ties:  # typed relationships (docs/world-format.md); left out when there are none
         you["relationships"] = ties

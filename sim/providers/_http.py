@@ -577,6 +577,30 @@ class Route:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise _named(exc, shown) from exc
 
+    async def get(self, path: str, timeout: float, max_bytes: int) -> bytes | None:
+        """GET ``path`` (absolute, on the base URL's scheme and host: llama.cpp serves
+        ``/props`` beside ``/v1``), with the target's headers, no redirect followed; the
+        body of a 200 answer of at most ``max_bytes``, else ``None``.
+
+        For what a server says of itself (``sim.llm.capacity``): a failure of any kind is
+        an answer of ``None``, never an error."""
+        parts = urllib.parse.urlsplit(self._base)
+        url = URL(urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", "")))
+        try:
+            async with self._pooled().get(
+                url,
+                headers=self._headers,
+                timeout=self._timeout(timeout),
+                proxy_headers=self._proxy_headers,
+                allow_redirects=False,
+            ) as response:
+                if response.status != 200:
+                    return None
+                body = await response.content.read(max_bytes + 1)
+                return body if len(body) <= max_bytes else None
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            return None
+
     async def aclose(self) -> None:
         """Close the connections (on the loop that used them)."""
         if self._loop is asyncio.get_running_loop():

@@ -14,12 +14,11 @@ keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, da
 from __future__ import annotations
 
 import functools
-import os
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
-import httpx2
 import orjson
 
 from sim.llm.batching import current_batch
@@ -225,29 +224,24 @@ class OpenAIFamilyAdapter(Responder, ABC):
         (``sim.llm.capacity``); ``None`` for OpenAI's own API, which is not asked.
 
         Three small GETs at most, to the server's root on the configured host (no
-        redirects followed, a short timeout, the key sent as the calls send it), on a
-        client of their own: the SDK is not imported for them."""
+        redirects followed, a short timeout, the key sent as the calls send it), on the
+        first route's connections (its TLS context, proxy and headers): the SDK is not
+        imported for them."""
         if any(host in self.base_url for host in _HOSTED):
             return None
-        root = server_root(self.base_url)
-        key = os.environ.get(self.api_key_env, "")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        async with httpx2.AsyncClient(
-            timeout=httpx2.Timeout(_CAPACITY_TIMEOUT, connect=self.connect_timeout_seconds),
-            headers=headers,
-            follow_redirects=False,
-        ) as http:
+        route = self.pool.routes[0]
+        if route is None:  # an SDK client handed in: its own stack, not asked
+            return None
+        root = urllib.parse.urlsplit(server_root(self.base_url)).path
 
-            async def fetch(path: str) -> Any:
-                try:
-                    answer = await http.get(root + path)
-                    if answer.status_code != 200 or len(answer.content) > _CAPACITY_MAX_BYTES:
-                        return None
-                    return orjson.loads(answer.content)
-                except (httpx2.HTTPError, orjson.JSONDecodeError, ValueError):
-                    return None
+        async def fetch(path: str) -> Any:
+            body = await route.get(root + path, _CAPACITY_TIMEOUT, _CAPACITY_MAX_BYTES)
+            try:
+                return None if body is None else orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return None
 
-            return await discover(fetch)
+        return await discover(fetch)
 
     async def delete_response(self, response_id: str) -> None:
         """Nothing is stored at the provider unless an adapter says otherwise."""
