@@ -13,6 +13,16 @@ rejects a value outside the enum whatever the server did.
 A field whose list is longer than ``MAX_ENUM`` values is left unconstrained on the wire
 (OpenAI's documented limits: 1,000 enum values in a schema, and a length cap on an enum of
 more than 250): the answer check still holds it to the list.
+
+Some fields' valid values depend on another field: an intention's target is an exit when
+the action is ``move``, someone present when it is ``speak``. ``SchemaEnums.cases`` says so
+(``EnumCases``), and ``constrain(..., cases=True)`` writes the schema as one branch per value
+of the deciding field (a root ``anyOf`` of objects, each with its action and that action's
+targets), so a grammar-bound model cannot pair an action with another action's id (Gemma 3
+270M did in about half its intentions with one flat enum). A root ``anyOf`` is what
+llama.cpp's and vLLM's grammar builders compile; OpenAI's strict mode, Gemini's and
+Anthropic's tool schemas want an object at the root, so they get the flat enum
+(``cases=False``) and the answer check pairs them instead.
 """
 
 from __future__ import annotations
@@ -41,22 +51,48 @@ class EnumField:
 
 
 @dataclass(frozen=True, slots=True)
+class EnumCases:
+    """A root field whose values depend on another root field's value.
+
+    Attributes:
+        key: the deciding field (``action``); its values are read from the schema's
+            ``enum`` (or ``const``).
+        field: the field that depends on it (``target``).
+        cases: per value of ``key``, the values ``field`` may then hold; an empty tuple:
+            null only. A value of ``key`` not listed keeps ``field`` as the flat enum has
+            it (a world's own verbs: anything here, or null).
+        omit: values of ``key`` that no answer may take here (``move`` with no exit).
+    """
+
+    key: str
+    field: str
+    cases: tuple[tuple[str, tuple[str, ...]], ...]
+    omit: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SchemaEnums:
-    """The constrained fields of one request's answer schema."""
+    """The constrained fields of one request's answer schema, and the pairing of two of
+    them where one decides the other (``cases``)."""
 
     fields: tuple[EnumField, ...] = ()
+    cases: EnumCases | None = None
 
     def __bool__(self) -> bool:
         return bool(self.fields)
 
 
-def constrain(schema: Json, enums: SchemaEnums | None) -> Json:
+def constrain(schema: Json, enums: SchemaEnums | None, *, cases: bool = False) -> Json:
     """``schema`` with each field of ``enums`` limited to its values: a new dict when there
     is anything to write (``schema`` itself is never changed), else ``schema``.
 
     A nullable field keeps its ``null``; one with no values left is null only; a field
     with no values that cannot be null, or more than ``MAX_ENUM`` values, or a path the
     schema does not have, is left as it is (the answer check still holds it).
+
+    Args:
+        cases: write ``enums.cases`` as a root ``anyOf`` of one branch per value of its
+            key (see the module doc); ``False``: the flat enums only.
     """
     if not enums:
         return schema
@@ -67,7 +103,55 @@ def constrain(schema: Json, enums: SchemaEnums | None) -> Json:
         node = _find(out, out, field.path)
         if node is not None:
             _limit(node, field.values)
+    if cases and enums.cases is not None:
+        return _branched(out, enums.cases)
     return out
+
+
+def _branched(schema: Json, cases: EnumCases) -> Json:
+    """``schema`` (an object) as a root ``anyOf``: one branch per value of ``cases.key``,
+    each with that value alone and ``cases.field`` limited to its case; ``schema`` as it
+    is when it has not both fields, or a key without an ``enum`` of strings."""
+    props = schema.get("properties")
+    if schema.get("type") != "object" or not isinstance(props, dict):
+        return schema
+    key, field = props.get(cases.key), props.get(cases.field)
+    if not isinstance(key, dict) or not isinstance(field, dict):
+        return schema
+    values = key.get("enum", [key["const"]] if "const" in key else None)
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        return schema
+    table = dict(cases.cases)
+    defs = schema.get("$defs")
+    body = {name: part for name, part in schema.items() if name != "$defs"}
+    branches: list[Json] = []
+    for value in values:
+        if value in cases.omit:
+            continue
+        branch = copy.deepcopy(body)
+        branch["properties"][cases.key] = {**key, "enum": [value]}
+        allowed = table.get(value)
+        if allowed is not None:
+            branch["properties"][cases.field] = _only(field, allowed)
+        branches.append(branch)
+    if not branches:
+        return schema
+    out: Json = {"anyOf": branches}
+    if "title" in schema:  # what the answer is (the offline model and stub read it)
+        out["title"] = schema["title"]
+    if defs is not None:
+        out["$defs"] = defs
+    return out
+
+
+def _only(field: Json, values: tuple[str, ...]) -> Json:
+    """A field that holds one of ``values`` (none: null only), keeping its description."""
+    kept = {name: part for name, part in field.items() if name == "description"}
+    if not values:
+        return {**kept, "type": "null"}
+    if len(values) > MAX_ENUM:
+        return {**kept, "type": "string"}
+    return {**kept, "type": "string", "enum": list(values)}
 
 
 def _resolve(root: Json, node: Json) -> Json:
@@ -123,4 +207,4 @@ def _limit(node: Json, values: tuple[str, ...]) -> None:
         node["enum"] = list(values)
 
 
-__all__ = ["MAX_ENUM", "EnumField", "SchemaEnums", "constrain"]
+__all__ = ["MAX_ENUM", "EnumCases", "EnumField", "SchemaEnums", "constrain"]

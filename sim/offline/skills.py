@@ -133,10 +133,21 @@ def _world_verb(
     return {"action": verb, "target": target, "content": content, "reasoning": reasoning}
 
 
-def _allowed_actions(schema: Json) -> frozenset[str]:
+def _action_enum(schema: Json) -> list[Any] | None:
+    """The values the schema's ``action`` may take: its enum, or, for a schema sent as one
+    branch per action (``sim.llm.enums``), every branch's."""
+    branches = schema.get("anyOf")
+    if isinstance(branches, list):
+        values = [value for branch in branches for value in _action_enum(branch) or ()]
+        return values or None
     prop = schema.get("properties", {}).get("action", {})
     enum = prop.get("enum") if isinstance(prop, dict) else None
-    if isinstance(enum, list) and enum:
+    return enum if isinstance(enum, list) else None
+
+
+def _allowed_actions(schema: Json) -> frozenset[str]:
+    enum = _action_enum(schema)
+    if enum:
         return _allowed_from(tuple(a for a in enum if isinstance(a, str)))
     return _ALL_ACTIONS
 
@@ -161,9 +172,8 @@ def intention(
 
 def _world_verbs(schema: Json) -> tuple[str, ...]:
     """The verbs a world declares in ``[actions]``: the action enum's non-built-in values."""
-    prop = schema.get("properties", {}).get("action", {})
-    enum = prop.get("enum") if isinstance(prop, dict) else None
-    if not isinstance(enum, list):
+    enum = _action_enum(schema)
+    if enum is None:
         return ()
     return tuple(a for a in enum if isinstance(a, str) and a not in _ALL_ACTIONS)
 

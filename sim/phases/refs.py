@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 from sim.config import ConstrainRefs
-from sim.llm.enums import EnumField, SchemaEnums
+from sim.llm.enums import EnumCases, EnumField, SchemaEnums
 from sim.llm.errors import LLMError, LLMSchemaError
 
 if TYPE_CHECKING:
@@ -92,9 +92,23 @@ class IntentionRefs:
     objects: tuple[str, ...]
 
     def enums(self) -> SchemaEnums:
-        """``target`` limited to every id any action may name (or null)."""
+        """``target`` limited to every id any action may name (or null); and per action,
+        what that action may name (``cases``): ``move`` an exit (no exit: no move),
+        ``speak`` someone here, ``act`` an object here or carried (none: null), ``wait``
+        null; a world's own verbs any of them, or null."""
         return SchemaEnums(
-            (EnumField(("target",), _unique((*self.exits, *self.people, *self.objects))),)
+            (EnumField(("target",), _unique((*self.exits, *self.people, *self.objects))),),
+            EnumCases(
+                "action",
+                "target",
+                (
+                    ("move", self.exits),
+                    ("speak", self.people),
+                    ("act", self.objects),
+                    ("wait", ()),
+                ),
+                omit=() if self.exits else ("move",),
+            ),
         )
 
     def problem(self, answer: Intention) -> str | None:

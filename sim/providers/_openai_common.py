@@ -40,7 +40,11 @@ _STRICT: dict[tuple[type[BaseModel], bool], dict[str, Any]] = {}
 
 
 def strict_schema(
-    schema: type[BaseModel], enums: SchemaEnums | None = None, *, lengths: bool = True
+    schema: type[BaseModel],
+    enums: SchemaEnums | None = None,
+    *,
+    lengths: bool = True,
+    cases: bool = False,
 ) -> dict[str, Any]:
     """The schema in OpenAI's strict structured-output form, computed once per class, with
     this request's ``enums`` written in (``sim.llm.enums``; a copy when there are any).
@@ -49,12 +53,14 @@ def strict_schema(
         lengths: keep string length limits (``maxLength``). Neither adapter sends them:
             OpenAI's API does not document them in strict mode, and llama.cpp's grammar
             builder aborts its server on a long one; answers are checked against them.
+        cases: write the enums' cases as per-value branches (a root ``anyOf``), for a
+            server whose grammar takes one; not OpenAI's strict mode.
     """
     cached = _STRICT.get((schema, lengths))
     if cached is None:
         strict = to_strict_json_schema(schema)
         cached = _STRICT[(schema, lengths)] = strict if lengths else without_lengths(strict)
-    return constrain(cached, enums)
+    return constrain(cached, enums, cases=cases)
 
 
 #: concurrent connections per connection pool (and SDK client): a run at high

@@ -108,6 +108,10 @@ class OpenAIFamilyAdapter(Responder, ABC):
         local = bool(base_url) and any(host in str(base_url) for host in _LOCAL_HOSTS)
         #: where calls go (the SDK's default when none is configured)
         self.base_url = str(client.base_url) if client is not None else resolved_url(base_url)
+        #: OpenAI's own API: its strict mode wants an object at a schema's root, so answer
+        #: schemas go without their per-action branches (``sim.llm.enums``); its capacity
+        #: is not asked
+        self.hosted = urllib.parse.urlsplit(self.base_url).hostname in _HOSTED
         self.pool = (
             ClientPool.of(client)
             if client is not None
@@ -227,7 +231,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         redirects followed, a short timeout, the key sent as the calls send it), on the
         first route's connections (its TLS context, proxy and headers): the SDK is not
         imported for them."""
-        if any(host in self.base_url for host in _HOSTED):
+        if self.hosted:
             return None
         route = self.pool.routes[0]
         if route is None:  # an SDK client handed in: its own stack, not asked

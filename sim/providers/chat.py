@@ -161,7 +161,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
             # no maxLength: llama.cpp turns a long one into a grammar rule repeated that many
             # times, refuses it and its server dies (a 1,200-character narrative, measured);
             # the engine checks every length on the answer instead
-            json_schema = strict_schema(schema, request.enums, lengths=False)
+            json_schema = strict_schema(schema, request.enums, lengths=False, cases=not self.hosted)
             extra = request_fields(form, schema.__name__, json_schema)
             instructions = instructions_for(form, instructions, json_schema)
         body: Json = {

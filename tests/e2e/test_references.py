@@ -51,10 +51,28 @@ def _instructions(body: dict[str, Any]) -> str:
     )
 
 
-def _target_enum(body: dict[str, Any]) -> list[str] | None:
+def _schema(body: dict[str, Any]) -> dict[str, Any]:
     fmt = body.get("response_format") or {}
-    schema = (fmt.get("json_schema") or {}).get("schema") or {}
-    branches = schema.get("properties", {}).get("target", {}).get("anyOf", [])
+    schema: dict[str, Any] = (fmt.get("json_schema") or {}).get("schema") or {}
+    return schema
+
+
+def _targets(body: dict[str, Any]) -> dict[str, list[str] | None]:
+    """Per action, the target ids the intention schema sent allows (a local server gets
+    one root branch per action)."""
+    return {
+        branch["properties"]["action"]["enum"][0]: branch["properties"]["target"].get("enum")
+        for branch in _schema(body).get("anyOf", [])
+    }
+
+
+def _target_enum(body: dict[str, Any]) -> list[str] | None:
+    """Every target id the intention schema sent allows, whatever the action."""
+    per_action = _targets(body)
+    if per_action:
+        named = [i for ids in per_action.values() for i in ids or ()]
+        return list(dict.fromkeys(named)) if named else None
+    branches = _schema(body).get("properties", {}).get("target", {}).get("anyOf", [])
     for branch in branches:
         if branch.get("type") == "string":
             return branch.get("enum")
@@ -113,6 +131,11 @@ def test_the_chat_schema_carries_the_ids_as_an_enum(
     assert enum is not None
     assert set(before["connections"]) <= set(enum)
     assert data["character"]["id"] not in enum  # no one speaks to themselves
+    # each action allows only its own ids: a grammar cannot pair a move with a person
+    targets = _targets(body)
+    assert targets["move"] == before["connections"]
+    assert targets["wait"] is None
+    assert not set(targets.get("speak") or ()) & set(before["connections"])
 
 
 def test_validate_mode_sends_the_schema_as_it_is(demo_world: Path, stub_server: StubServer) -> None:
@@ -158,7 +181,7 @@ def test_a_model_that_never_names_a_valid_id_commits_nothing(
     result = tick(demo_world, stub_server.base_url)
     assert result.exit_code == 1, result.output
     assert "not answering in the expected form" in result.output
-    assert "is not an exit from here" in result.output or "is not someone here" in result.output
+    assert re.search(r"is not (an exit from here|someone here|an object here)", result.output)
     assert tree(demo_world) == before
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from sim.llm.calls import schema_json
 from sim.llm.enums import MAX_ENUM, EnumField, SchemaEnums, constrain
 from sim.phases.intentions import Intention, intention_schema
@@ -144,3 +146,56 @@ def test_a_per_request_schema_costs_far_less_than_a_class_per_request() -> None:
 def test_what_the_model_wrote_is_echoed_cut_short() -> None:
     problem = REFS.problem(Intention(action="move", target="x" * 10_000, content="", reasoning=""))
     assert problem is not None and len(problem) < 300 and "..." in problem
+
+
+def _branches(sent: dict) -> dict[str, dict]:
+    """The root branches of a schema sent with its cases, by the action each allows."""
+    return {b["properties"]["action"]["enum"][0]: b["properties"]["target"] for b in sent["anyOf"]}
+
+
+def test_a_local_server_gets_each_actions_own_targets() -> None:
+    """With one flat enum a grammar lets a model pair ``move`` with a person (Gemma 3 270M
+    did, in about half its intentions): sent with its cases, each action is a branch of
+    the root that allows only its own ids."""
+    sent = strict_schema(intention_schema({"trade": "swap"}), REFS.enums(), cases=True)
+    assert "properties" not in sent and sent["title"] == "Intention"  # the root: branches
+    targets = _branches(sent)
+    assert list(targets) == ["move", "speak", "act", "wait", "trade"]
+    assert targets["move"]["enum"] == ["gate", "well"] and targets["move"]["type"] == "string"
+    assert targets["speak"]["enum"] == ["ann"]
+    assert targets["act"]["enum"] == ["a lamp"]
+    assert targets["wait"] == {"description": targets["wait"]["description"], "type": "null"}
+    # a world's own verb: anything here, or null (the flat enum)
+    assert _string_branch(targets["trade"])["enum"] == ["gate", "well", "ann", "a lamp"]
+    assert {"type": "null"} in targets["trade"]["anyOf"]
+    for branch in sent["anyOf"]:  # each branch is still a strict object
+        assert branch["additionalProperties"] is False
+        assert branch["required"] == ["action", "target", "content", "reasoning"]
+    # without cases (OpenAI's strict mode, Gemini, Anthropic): the flat enum, an object root
+    flat = strict_schema(intention_schema({"trade": "swap"}), REFS.enums())
+    assert flat["type"] == "object" and "anyOf" not in flat
+
+
+def test_no_exit_means_no_move_and_no_one_here_means_speaking_to_no_one() -> None:
+    alone = IntentionRefs(exits=(), people=(), objects=())
+    targets = _branches(strict_schema(Intention, alone.enums(), cases=True))
+    assert "move" not in targets
+    assert targets["speak"]["type"] == "null" and targets["act"]["type"] == "null"
+    # what the schema allows, the check allows too
+    for action in ("speak", "act", "wait"):
+        answer = Intention(action=action, target=None, content="", reasoning="")
+        assert alone.problem(answer) is None
+    assert alone.problem(Intention(action="move", target=None, content="", reasoning=""))
+
+
+def test_only_openais_own_api_gets_the_flat_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.providers.chat import ChatAdapter
+
+    monkeypatch.setenv("SIM_TEST_NO_KEY", "sk-test")
+
+    local = ChatAdapter(base_url="http://127.0.0.1:8080/v1", api_key_env="SIM_TEST_NO_KEY")
+    hosted = ChatAdapter(base_url="https://api.openai.com/v1", api_key_env="SIM_TEST_NO_KEY")
+    lookalike = ChatAdapter(
+        base_url="http://127.0.0.1:9/api.openai.com/v1", api_key_env="SIM_TEST_NO_KEY"
+    )
+    assert not local.hosted and hosted.hosted and not lookalike.hosted
