@@ -338,3 +338,70 @@ def test_one_condition_forks_the_world_and_books_come_from_summaries(here: Path)
     assert (after.calls, after.tokens) == (before.calls, before.tokens)
     assert (swept_after.calls, swept_after.tokens) == (swept.calls, swept.tokens)
 
+
+TINY = """\
+world = "w"
+seeds = "1-2"
+ticks = 1
+[conditions.control]
+[[surveys]]
+ticks = [1]
+question = "Will you vote to rebuild the mill?"
+format = "yesno"
+"""
+
+
+def _results(out: Path) -> dict[str, bytes]:
+    """A study's folder, byte for byte, less what records times (tick logs, the children's
+    output, the answers' latencies) and where the study file was read from."""
+    files = {
+        rel: data
+        for rel, data in tree(out).items()
+        if "/.sim/log/" not in rel
+        and not rel.endswith(".sim/sweep-output.log")
+        and rel != "study.json"
+    }
+    for rel, data in files.items():
+        if rel.endswith(".sim/interviews.jsonl"):
+            lines = [orjson.loads(line) for line in data.splitlines()]
+            for line in lines:
+                for attempt in line["attempts"]:
+                    attempt.pop("latency")
+            files[rel] = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+    return files
+
+
+@pytest.mark.slow
+def test_a_study_through_ray_equals_the_local_one(here: Path) -> None:
+    """``--executor ray`` on a local Ray instance: every step of every run a Ray task; the
+    study's folder is byte-identical to the one the local executor makes."""
+    ray = pytest.importorskip("ray", reason="Ray cannot be installed here (pip install ray)")
+    (here / "tiny.toml").write_text(TINY)
+    code, output = sim("study", "run", "tiny.toml", "--out", "local", "--jobs", "2")
+    assert code == 0, output
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        code, output = sim(
+            "study", "run", "tiny.toml", "--out", "ray", "--jobs", "2", "--executor", "ray",
+            "--json",
+        )  # fmt: skip
+        assert code == 0, output
+        document = orjson.loads(output.splitlines()[-1])
+        assert [r["status"] for r in document["runs"]] == ["done", "done"]
+        # every step (a tick and a survey per run) ran as a Ray task: Ray's own record
+        tasks = [e for e in ray.timeline() if str(e.get("name", "")).endswith(".run_one")]
+        assert len(tasks) >= 4, [e.get("name") for e in ray.timeline()]
+    finally:
+        ray.shutdown()
+    local, remote = _results(here / "local"), _results(here / "ray")
+    assert sorted(local) == sorted(remote)
+    assert "control/seed-2/world.json" in local and "control/seed-1/.sim/interviews.jsonl" in local
+    for rel, data in local.items():
+        assert remote[rel] == data, rel
+    for seed in (1, 2):
+        world = orjson.loads(
+            (here / "ray" / "control" / f"seed-{seed}" / "world.json").read_bytes()
+        )
+        assert world["tick"] == 1 and world["seed"] == seed
+        answers = read_interviews(here / "ray" / "control" / f"seed-{seed}")
+        assert len(answers) == 3 and all(a.value in ("yes", "no") for a in answers)
