@@ -339,6 +339,23 @@ def test_one_condition_forks_the_world_and_books_come_from_summaries(here: Path)
     assert (swept_after.calls, swept_after.tokens) == (swept.calls, swept.tokens)
 
 
+def test_a_survey_of_characters_names_characters_of_the_world(here: Path) -> None:
+    """``format = "character"`` in a study's survey: every answer in the export's surveys
+    table is the id of a character of the world (``sim ask --format character``)."""
+    (here / "who.toml").write_text(
+        'world = "w"\nseeds = "1"\nticks = 1\n[conditions.control]\n[[surveys]]\nticks = [1]\n'
+        'question = "Whom would you trust with the mill\'s keys?"\nformat = "character"\n'
+    )
+    code, output = sim("study", "run", "who.toml", "--out", "who")
+    assert code == 0, output
+    code, output = sim("export", "--study", "who", "--out", "t", "--format", "jsonl", "--json")
+    assert code == 0, output
+    rows = [orjson.loads(line) for line in (here / "t" / "surveys.jsonl").read_bytes().splitlines()]
+    people = {p.stem for p in (here / "w" / "characters").glob("*.json")}
+    assert len(rows) == len(people)
+    assert all(r["format"] == "character" and r["answer"] in people for r in rows)
+
+
 TINY = """\
 world = "w"
 seeds = "1-2"
