@@ -8,9 +8,18 @@ question and answer is appended to ``.sim/interviews.jsonl`` (one ``Interview`` 
 with the tick, the model and every attempt's usage), which ``sim usage`` counts.
 
 An answer may be structured (``AnswerFormat``: ``yesno``, ``likert5``, ``number``,
-``choice:a,b,c`` or a JSON Schema file): the model then answers ``{"answer": <value>,
-"reason": "<why, in its own voice>"}``, validated (and retried) like every structured
-output; the record keeps the value, the reason and the format beside the answer's text.
+``choice:a,b,c``, ``character`` or a JSON Schema file): the model then answers
+``{"answer": <value>, "reason": "<why, in its own voice>"}``, validated (and retried) like
+every structured output; the record keeps the value, the reason and the format beside the
+answer's text.
+
+An answer that names something in the world (the ``character`` format: one character id;
+a schema's strings marked ``"x-sim-ref"``) is held to the ids as a declared phase's answer
+is (``sim.phases.refs``): the ids valid for the character asked go out as the field's
+``enum`` (unless ``constrain_refs = "validate"``: a survey's world-wide ids make one schema
+per question, so ``auto`` sends them whatever the provider) and are named in the
+instructions; an answer naming anything else is re-asked with the problem fed back, and
+one still wrong is recorded as failed, which no table counts as an answer.
 """
 
 from __future__ import annotations
@@ -63,7 +72,7 @@ class InterviewAnswer(BaseModel):
 
 
 #: the answer formats ``--format`` names (``choice:a,b,c`` besides)
-FORMATS = ("text", "yesno", "likert5", "number")
+FORMATS = ("text", "yesno", "likert5", "number", "character")
 #: the most options of a ``choice:`` format, and the longest option
 MAX_CHOICES = 50
 MAX_CHOICE_CHARS = 100
@@ -71,6 +80,9 @@ MAX_CHOICE_CHARS = 100
 MAX_SCHEMA_BYTES = 256 * 1024
 SURVEY_TITLE = "SurveyAnswer"
 _REASON = Field(description="why, in a sentence or two, in your own voice")
+#: the fields of an answer that name something in the world: (path from the answer's root,
+#: with ``*`` for a list's items, and the kind: ``sim.phases.schema.REF_KINDS``) each
+RefFields = tuple[tuple[tuple[str, ...], str], ...]
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,8 @@ class AnswerFormat:
     model: type[BaseModel]
     #: what the model is told about the answer's form
     hint: str
+    #: the answer's fields that name something in the world (checked, sent as enums)
+    refs: RefFields = ()
 
     @property
     def structured(self) -> bool:
@@ -126,8 +140,12 @@ def answer_format(spec: str | None = None, schema_file: Path | None = None) -> A
         except orjson.JSONDecodeError as exc:
             raise InputError(schema_file, None, f"not valid JSON: {exc}") from None
         inner = model_from_schema(schema, "survey_value", schema_file)
-        hint = "an object of the schema given: " + orjson.dumps(schema).decode()[:2000]
-        return AnswerFormat(f"schema:{schema_file.name}", _survey_model(inner), hint)
+        from sim.phases.schema import ref_fields, without_refs
+
+        shown = orjson.dumps(without_refs(schema)).decode()[:2000]
+        hint = "an object of the schema given: " + shown
+        refs = tuple((("answer", *path), kind) for path, kind in ref_fields(schema))
+        return AnswerFormat(f"schema:{schema_file.name}", _survey_model(inner), hint, refs)
     if spec is None or spec == "text":
         return TEXT
     if spec == "yesno":
@@ -138,6 +156,9 @@ def answer_format(spec: str | None = None, schema_file: Path | None = None) -> A
         return AnswerFormat(spec, _survey_model(scale), hint)
     if spec == "number":
         return AnswerFormat(spec, _survey_model(float), "a number")
+    if spec == "character":
+        hint = "the id of one character of the world (not a name)"
+        return AnswerFormat(spec, _survey_model(str), hint, ((("answer",), "character"),))
     head, sep, rest = spec.partition(":")
     if head == "choice" and sep:
         options = [o.strip() for o in rest.split(",")]
@@ -297,14 +318,26 @@ def _interview(
     return Interview(**fields)
 
 
-def _instructions(form: AnswerFormat) -> str:
+def _instructions(form: AnswerFormat, ids: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The instructions for ``form``; ``ids``: the ids its references may name (kind ->
+    ids), named too (a long list cut short: the schema's enum holds them all)."""
     if not form.structured:
         return INSTRUCTIONS
-    return (
+    text = (
         INSTRUCTIONS.replace("Keep the answer under 80 words.", "")
         + f"Put your answer in `answer` as {form.hint}, and in `reason`, in a sentence or "
         "two in your own voice, why.\n"
     )
+    if ids:
+        from sim.phases.refs import listed
+
+        kinds = dict.fromkeys(kind for _, kind in form.refs)
+        text += (
+            "Where the answer names something in the world, use one of these ids: "
+            + "; ".join(f"{kind}: {listed(ids.get(kind, ()))}" for kind in kinds)
+            + ".\n"
+        )
+    return text
 
 
 async def _ask(
@@ -317,8 +350,23 @@ async def _ask(
     from sim.engine.stack import build_stack
     from sim.llm.client import LLMClient, LLMRequest
     from sim.llm.router import close_stack
+    from sim.phases.refs import DeclaredRefs, check_for, subject_ids, verified
 
     section = config.phase(SECTION)
+    # references: the ids valid for each character asked, checked on every answer; sent as
+    # the field's enum unless the user chose "validate" (a survey's world-wide ids are one
+    # schema per question, so ``auto`` sends them whatever the provider)
+    kinds = {kind for _, kind in form.refs}
+    where = world.characters_at() if form.refs else {}
+    send = (section.constrain_refs or config.llm.constrain_refs) != "validate"
+    refs = [
+        DeclaredRefs(
+            form.refs, subject_ids(world, kinds, "character", world.characters[cid], where)
+        )
+        if form.refs
+        else None
+        for cid in ids
+    ]
     adapter = build_stack(config, world.seed)
     by_request: dict[int, list[LLMEvent]] = {}
     try:
@@ -336,13 +384,18 @@ async def _ask(
         )
         requests = [
             LLMRequest(
-                _instructions(form),
+                _instructions(form, ref.ids if ref is not None else None),
                 interview_input(world, world.characters[cid], question),
                 form.model,
+                enums=ref.enums() if ref is not None and send else None,
+                check=check_for(ref.problem) if ref is not None else None,
             )
-            for cid in ids
+            for cid, ref in zip(ids, refs, strict=True)
         ]
-        results = await client.create_batch(requests)
+        results = [
+            verified(result, request.check)
+            for request, result in zip(requests, await client.create_batch(requests), strict=True)
+        ]
     finally:
         await close_stack(adapter)
     return [

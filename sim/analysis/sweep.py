@@ -61,10 +61,9 @@ from sim.journal import SIM_DIR
 from sim.llm.budget import Cost
 from sim.llm.types import Usage
 from sim.storage import Storage, dump_json
-from sim.ticklog.books import tick_books
-from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, is_state_file, log_path, read_state
-from sim.ticklog.reader import read_logs
+from sim.ticklog.format import is_state_file, log_path, read_state
 from sim.ticklog.recovery import recover_logs
+from sim.ticklog.summary import logged_books
 
 #: the file in a run's folder that says which sweep run it is
 RUN_FILE = "sweep-run.json"
@@ -391,19 +390,24 @@ def run_config_text(world: Path, overrides: Mapping[str, Any]) -> str | None:
 # -- a run's folder ----------------------------------------------------------------------------
 
 
-def _copy_tree(src: Path, dest: Path, top: Path) -> None:
-    """Copy a world's files that are not state or ``.sim``; refuse a symlink (untrusted input)."""
-    for item in sorted(src.iterdir()):
-        rel = item.relative_to(top).as_posix()
+def _copy_tree(src: Path, dest: Path, prefix: str = "") -> None:
+    """Copy a world's files that are not state or ``.sim``; refuse a symlink (untrusted input).
+
+    ``prefix``: ``src``'s path inside the world (``""`` at its top, else ending in ``/``).
+    """
+    with os.scandir(src) as found:
+        entries = sorted(found, key=lambda e: e.name)
+    for entry in entries:
+        rel = prefix + entry.name
         if rel in (SIM_DIR, RUN_FILE) or is_state_file(rel):
             continue
-        if item.is_symlink():
-            raise InputError(item, None, "a symlink in a world folder cannot be forked")
-        if item.is_dir():
+        if entry.is_symlink():
+            raise InputError(src / entry.name, None, "a symlink in a world folder cannot be forked")
+        if entry.is_dir(follow_symlinks=False):
             (dest / rel).mkdir()
-            _copy_tree(item, dest, top)
-        elif item.is_file():
-            shutil.copy2(item, dest / rel)
+            _copy_tree(src / entry.name, dest, rel + "/")
+        elif entry.is_file(follow_symlinks=False):
+            shutil.copy2(entry.path, dest / rel)
 
 
 def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any]) -> int:
@@ -425,14 +429,18 @@ def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        _copy_tree(world, tmp, world)
+        _copy_tree(world, tmp)
     meta = orjson.loads(state["world.json"])
     meta["seed"] = seed
     state["world.json"] = dump_json(meta)
+    made: set[str] = set()  # each folder made once, not once per file (thousands)
     for rel, data in state.items():
-        path = tmp / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        parent = os.path.dirname(rel)
+        if parent and parent not in made:
+            (tmp / parent).mkdir(parents=True, exist_ok=True)
+            made.add(parent)
+        with open(os.path.join(tmp, rel), "wb") as handle:
+            handle.write(data)
     text = run_config_text(world, overrides)
     if text is not None:
         (tmp / "config.toml").write_text(text, encoding="utf-8")
@@ -558,17 +566,16 @@ def finished(run_dir: Path, target: int) -> bool:
 
 def spend(run_dir: Path) -> Spend:
     """Everything a run's logs say it sent, abandoned logs included; unreadable logs skipped
-    (a log cut short by a kill is read up to its last whole line by the log reader)."""
+    (a log cut short by a kill is read up to its last whole line by the log reader). A
+    committed tick is counted from its summary (``logged_books``), not its whole log: the
+    sweep's process reads every run's books, one after another."""
     total = Spend()
-    for folder in (LOG_DIR, f"{LOG_DIR}/{ABANDONED_DIR}"):
-        logs, _ = read_logs(run_dir, folder)
-        for log in logs:
-            books = tick_books(log)
-            total.usage = total.usage + books.usage
-            total.cost = total.cost + books.cost
-            if folder == LOG_DIR:
-                total.calls += books.calls
-                total.failures += books.failures
+    for _, aside, books in logged_books(run_dir):
+        total.usage = total.usage + books.usage
+        total.cost = total.cost + books.cost
+        if not aside:
+            total.calls += books.calls
+            total.failures += books.failures
     return total
 
 
@@ -752,34 +759,47 @@ def run_sweep(
         InputError: a run folder holds another run, or the world cannot be forked.
     """
     check_out(plan)
-    records = [prepare(plan, spec) for spec in plan.runs]
     dirs = [plan.out / spec.name for spec in plan.runs]
-    spent = [spend(d) for d in dirs]
+    # the folders made before: checked now; the others are forked by the worker that runs
+    # them (``prepare`` in ``work``), so a world copy overlaps the runs already going
+    # instead of delaying the first one by a copy per run
+    records: dict[int, RunRecord] = {
+        i: prepare(plan, spec) for i, spec in enumerate(plan.runs) if dirs[i].exists()
+    }
+    spent = {i: spend(dirs[i]) for i in records}
     total = Spend()
-    for one in spent:
+    for one in spent.values():
         total.usage, total.cost = total.usage + one.usage, total.cost + one.cost
     ledger = Ledger(budget_usd, budget_tokens, total, jobs)
     outcomes: list[Outcome | None] = [None] * len(plan.runs)
     todo = [
         i
-        for i, (d, r) in enumerate(zip(dirs, records, strict=True))
-        if not finished(d, r.start_tick + plan.ticks)
+        for i in range(len(plan.runs))
+        if i not in records or not finished(dirs[i], records[i].start_tick + plan.ticks)
     ]
     waiting = [len(todo)]
     count_lock = threading.Lock()
+    fork_lock = threading.Lock()  # a fork holds the world's lock: one at a time
 
     def report(index: int, outcome: Outcome) -> None:
         outcomes[index] = outcome
         if on_outcome is not None:
             on_outcome(outcome)
 
-    for i, (d, r) in enumerate(zip(dirs, records, strict=True)):
+    for i, r in records.items():
         if i not in todo:
             target = r.start_tick + plan.ticks
-            report(i, Outcome(r.name, r.seed, r.overrides, "finished", current_tick(d), target))
+            outcome = Outcome(
+                r.name, r.seed, r.overrides, "finished", current_tick(dirs[i]), target
+            )
+            report(i, outcome)
 
     def work(index: int) -> None:
-        run_dir, record = dirs[index], records[index]
+        run_dir = dirs[index]
+        record = records.get(index)
+        if record is None:
+            with fork_lock:
+                record = prepare(plan, plan.runs[index])
         target = record.start_tick + plan.ticks
         with count_lock:
             left = waiting[0]
@@ -804,7 +824,7 @@ def run_sweep(
         command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, record.overrides))
         code = executor(run_dir, command, plan.cwd)
         after = spend(run_dir)
-        ledger.settle(grant, spent[index], after)
+        ledger.settle(grant, spent.get(index, Spend()), after)
         base.tick, base.exit_code = current_tick(run_dir), code
         base.granted_usd, base.granted_tokens = grant.usd, grant.tokens
         if code == 0 and finished(run_dir, target):

@@ -219,7 +219,7 @@ def schema_(out: Path, as_json: bool) -> None:
 @click.option(
     "--format",
     "answer_form",
-    metavar="yesno|likert5|number|choice:A,B,..",
+    metavar="yesno|likert5|number|character|choice:A,B,..",
     help="Code the answer: a value of this form, validated, with a free-text reason beside it "
     "(default: free text).",
 )

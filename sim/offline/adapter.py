@@ -15,6 +15,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from sim.llm.calls import schema_json
+from sim.llm.enums import constrain
 from sim.llm.errors import LLMSchemaError
 from sim.llm.tools import FunctionCall, LLMMessage, ToolCalls, schema_of
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
@@ -103,8 +104,10 @@ class OfflineAdapter:
             finish = "tool_calls" if name else "stop"
         else:
             schema = schema_of(self, request)
+            # the ids a request sends as enums (``sim.llm.enums``) bind the offline model as
+            # they bind a grammar-enforcing server: a field it fills picks one of them
             data = generate(
-                schema_json(schema),
+                constrain(schema_json(schema), request.enums),
                 request.input,
                 seed=seed,
                 history=window,

@@ -48,7 +48,7 @@ from sim.phases.base import (
 from sim.phases.files import read_world_file
 from sim.phases.intention_steps import answer_query, look_from
 from sim.phases.intention_tools import UnknownToolError
-from sim.phases.refs import DeclaredRefs, check_for
+from sim.phases.refs import DeclaredRefs, check_for, subject_ids
 from sim.phases.schema import load_schema, ref_fields, without_refs
 from sim.phases.templates import template_name
 from sim.phases.tool_registry import ANSWER, declared_tools
@@ -371,30 +371,7 @@ class DeclaredPhase:
         self, ctx: TickContext, subject: Entity, where: Mapping[str, list[str]]
     ) -> dict[str, tuple[str, ...]]:
         """The ids each ``x-sim-ref`` kind may name for one subject (``REF_KINDS``)."""
-        world = ctx.world
-        kinds = {kind for _, kind in self.refs}
-        ids: dict[str, tuple[str, ...]] = {}
-        if "character" in kinds:
-            ids["character"] = tuple(world.characters)
-        if "location" in kinds:
-            ids["location"] = tuple(world.locations)
-        if self.per == "world":
-            places = list(world.locations.values())
-            ids["present"] = tuple(world.characters)
-            ids["exit"] = tuple(world.locations)
-        else:
-            lid = subject["identity"]["id"] if self.per == "location" else None
-            place = world.locations[lid or subject["state"]["location"]]
-            places = [place]
-            me = subject["identity"]["id"] if self.per == "character" else None
-            here = where.get(place["identity"]["id"], [])
-            ids["present"] = tuple(c for c in here if c != me)
-            ids["exit"] = tuple(place["state"]["connections"])
-        things = [o for loc in places for o in loc["state"]["objects"]]
-        if self.per == "character":
-            things += subject["state"]["inventory"]
-        ids["object"] = tuple(dict.fromkeys(things))
-        return ids
+        return subject_ids(ctx.world, {kind for _, kind in self.refs}, self.per, subject, where)
 
     def requests(self, ctx: TickContext, subjects: Sequence[Entity]) -> Sequence[LLMRequest]:
         out = []

@@ -17,7 +17,7 @@ request, which gives both halves of keeping a world valid on any model:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +30,7 @@ from sim.llm.errors import LLMError, LLMSchemaError
 if TYPE_CHECKING:
     from sim.phases.intentions import Intention
     from sim.phases.resolution import Resolution
+    from sim.world import Entity, World
 
 #: ``auto``'s choice per provider kind, and why (docs/providers.md):
 #: - chat: local servers compile a grammar per request anyway (llama.cpp, vLLM), so an
@@ -240,6 +241,42 @@ class DeclaredRefs:
         return "; ".join(problems) or None
 
 
+def subject_ids(
+    world: World,
+    kinds: Collection[str],
+    per: str,
+    subject: Entity,
+    where: Mapping[str, list[str]],
+) -> dict[str, tuple[str, ...]]:
+    """The ids each reference kind may name for one subject (``sim.phases.schema.REF_KINDS``)
+    of a phase run ``per`` character, location or world: any character or location of the
+    world, those present at the subject's place (a character subject left out), its exits,
+    the objects there and those a character subject carries. ``where``: location id -> the
+    characters there (``World.characters_at``)."""
+    ids: dict[str, tuple[str, ...]] = {}
+    if "character" in kinds:
+        ids["character"] = tuple(world.characters)
+    if "location" in kinds:
+        ids["location"] = tuple(world.locations)
+    if per == "world":
+        places = list(world.locations.values())
+        ids["present"] = tuple(world.characters)
+        ids["exit"] = tuple(world.locations)
+    else:
+        lid = subject["identity"]["id"] if per == "location" else None
+        place = world.locations[lid or subject["state"]["location"]]
+        places = [place]
+        me = subject["identity"]["id"] if per == "character" else None
+        here = where.get(place["identity"]["id"], [])
+        ids["present"] = tuple(c for c in here if c != me)
+        ids["exit"] = tuple(place["state"]["connections"])
+    things = [o for loc in places for o in loc["state"]["objects"]]
+    if per == "character":
+        things += subject["state"]["inventory"]
+    ids["object"] = tuple(dict.fromkeys(things))
+    return ids
+
+
 def _values(data: Any, path: tuple[str, ...]) -> list[Any]:
     """The values at ``path`` in answer data (``*``: each item of a list)."""
     if not path:
@@ -283,5 +320,6 @@ __all__ = [
     "check_for",
     "listed",
     "mode_for",
+    "subject_ids",
     "verified",
 ]

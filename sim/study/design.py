@@ -23,7 +23,8 @@ the inputs of the run's third tick (queued once its second is committed); a surv
 The design (``expand``) is one *unit* per seed and combination of factor values, and one
 *arm* per unit and condition. The arms of a unit share every tick before the first
 intervention of any condition (the prefix): the prefix runs once, in
-``DIR/_shared/<run>``, and each arm is forked from it into ``DIR/<condition>/<run>``.
+``DIR/_shared/<run>``, and each arm is forked from it into ``DIR/<condition>/<run>``. A
+study of one condition has no prefix (nothing shares it): its runs fork the world.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class Survey(BaseModel):
     ticks: list[int] = Field(min_length=1, description="after which ticks (0: before the first)")
     question: str = Field(min_length=1, max_length=MAX_QUESTION)
     format: str = Field(
-        default="text", description="text, yesno, likert5, number or choice:A,B,..."
+        default="text", description="text, yesno, likert5, number, character or choice:A,B,..."
     )
     schema_file: str | None = Field(
         default=None,
@@ -293,7 +294,12 @@ def read_study(path: Path) -> Study:
                     f"after the study's last tick ({spec.ticks})",
                 )
     firsts = [c.first_tick() for c in spec.conditions.values()]
-    prefix = min([spec.ticks, *(t - 1 for t in firsts if t is not None)])
+    # one condition shares with nothing: a prefix would only cost a world copy per run
+    prefix = (
+        min([spec.ticks, *(t - 1 for t in firsts if t is not None)])
+        if len(spec.conditions) > 1
+        else 0
+    )
     return Study(path, text, spec, world, seeds, units, forms, prefix)
 
 

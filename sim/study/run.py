@@ -66,10 +66,9 @@ from sim.interview import INTERVIEWS, Interview, read_interviews
 from sim.llm.types import Usage
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, STUDY_RECORD, Arm, Study, Unit
-from sim.ticklog.books import tick_books
-from sim.ticklog.format import ABANDONED_DIR, LOG_DIR, list_logs, summary_rel
-from sim.ticklog.reader import read_log
+from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.recovery import recover_logs
+from sim.ticklog.summary import logged_books
 
 
 def _digest(data: bytes) -> str:
@@ -88,24 +87,21 @@ class Books:
         return cls(set(), Spend())
 
     def add_folder(self, run_dir: Path, prices: Mapping[str, Any]) -> None:
-        for folder in (LOG_DIR, f"{LOG_DIR}/{ABANDONED_DIR}"):
-            for _, path in list_logs(run_dir, folder):
-                try:
-                    key = _digest(path.read_bytes())
-                except OSError:
-                    continue
-                if key in self.seen:
-                    continue
-                self.seen.add(key)
-                try:
-                    books = tick_books(read_log(path))
-                except Exception:  # an unreadable log: `sim check` names it
-                    continue
-                self.spend.usage = self.spend.usage + books.usage
-                self.spend.cost = self.spend.cost + books.cost
-                if folder == LOG_DIR:
-                    self.spend.calls += books.calls
-                    self.spend.failures += books.failures
+        # a committed tick's books from its summary, not its whole log (``logged_books``):
+        # the study's process reads every folder's, one after another
+        for path, aside, books in logged_books(run_dir, prices):
+            try:
+                key = _digest(path.read_bytes())
+            except OSError:
+                continue
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            self.spend.usage = self.spend.usage + books.usage
+            self.spend.cost = self.spend.cost + books.cost
+            if not aside:
+                self.spend.calls += books.calls
+                self.spend.failures += books.failures
         try:
             interviews = read_interviews(run_dir)
         except Exception:  # a damaged record: counted as nothing, `sim usage` names it

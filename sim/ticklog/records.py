@@ -85,16 +85,21 @@ class HeaderRecord(_Record):
     def prices(self) -> dict[str, Price]:
         """The ``[prices]`` table in effect when the tick ran (an entry that cannot be read
         leaves its model unpriced: its cost shows as unknown, never as zero)."""
-        table = self.config.get("prices")
-        out: dict[str, Price] = {}
-        for model, entry in (table if isinstance(table, dict) else {}).items():
-            try:
-                out[str(model)] = Price(
-                    float(entry["input"]), float(entry["cached_input"]), float(entry["output"])
-                )
-            except (KeyError, TypeError, ValueError):
-                continue
-        return out
+        return price_table(self.config.get("prices"))
+
+
+def price_table(table: Any) -> dict[str, Price]:
+    """A logged ``[prices]`` table (a header's, a summary's) as prices: an entry that cannot
+    be read leaves its model unpriced (its cost shows as unknown, never as zero)."""
+    out: dict[str, Price] = {}
+    for model, entry in (table if isinstance(table, dict) else {}).items():
+        try:
+            out[str(model)] = Price(
+                float(entry["input"]), float(entry["cached_input"]), float(entry["output"])
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
 
 
 class StateRecord(_Record):
@@ -410,5 +415,6 @@ __all__ = [
     "UsageRecord",
     "dump_record",
     "parse_record",
+    "price_table",
     "record_data",
 ]

@@ -151,3 +151,99 @@ def test_an_answer_out_of_its_format_is_retried(
     assert len(_Chat.seen) == 2 and not _Chat.answers
     schema = orjson.dumps(_Chat.seen[0]["response_format"]).decode()
     assert '"yes"' in schema and '"no"' in schema and "reason" in schema
+
+
+def _ids(world: Path, kind: str) -> list[str]:
+    return sorted(p.stem for p in (world / kind).glob("*.json"))
+
+
+def test_a_character_answer_names_a_character_of_the_world(world: Path) -> None:
+    """``--format character``, offline: every answer is the id of a character that exists
+    (the ids go out as the answer's enum, which the offline model picks from)."""
+    people = _ids(world, "characters")
+    q = "Whom would you trust with the mill's keys?"
+    code, output = run("ask", "--world", str(world), "--all", q, "--format", "character", "--json")
+    assert code == 0, output
+    got = answers(output)
+    assert len(got) == len(people)
+    assert all(a["format"] == "character" and a["value"] in people and a["reason"] for a in got)
+
+
+def _reply(answer: object) -> str:
+    return json.dumps({"answer": answer, "reason": "Because."})
+
+
+def _chat_ask(world: Path, url: str, *args: str) -> tuple[int, str]:
+    return run(
+        "ask", "--world", str(world), "ada", "Whom do you trust?", *args,
+        "--provider", "chat", "--base-url", url, "--json",
+    )  # fmt: skip
+
+
+def test_an_answer_naming_no_character_is_asked_again_then_refused(
+    world: Path, chat_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real server on loopback names "zed", who does not exist: the problem is fed back
+    and the question asked again; an answer still wrong after ``json_max_retries`` is
+    recorded as failed and never reaches the export's surveys table."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    people = _ids(world, "characters")
+    other = next(p for p in people if p != "ada")
+    _Chat.answers[:] = [_reply("zed"), _reply(other)]
+    _Chat.seen.clear()
+    code, output = _chat_ask(world, chat_server, "--format", "character")
+    assert code == 0, output
+    [answer] = answers(output)
+    assert answer["value"] == other
+    assert len(_Chat.seen) == 2 and not _Chat.answers
+    sent = orjson.dumps(_Chat.seen[0]["response_format"]).decode()
+    assert all(f'"{p}"' in sent for p in people)  # the ids, as the answer's enum
+    assert "zed" in orjson.dumps(_Chat.seen[1]["messages"]).decode()  # the problem fed back
+    # with constrain_refs = "validate" the ids are not sent, and still checked: "zed" each
+    # time (a first answer and json_max_retries = 2 re-asks) is refused
+    _Chat.answers[:] = [_reply("zed")] * 3
+    _Chat.seen.clear()
+    code, output = _chat_ask(
+        world, chat_server, "--format", "character", "--set", "llm.constrain_refs=validate"
+    )
+    assert code != 0, output
+    assert len(_Chat.seen) == 3 and not _Chat.answers
+    assert '"enum"' not in orjson.dumps(_Chat.seen[0]["response_format"]).decode()
+    assert all(f'"{p}"' in _Chat.seen[0]["messages"][0]["content"] for p in people)
+    failed = read_interviews(world)[-1]
+    assert failed.failed and failed.value is None and "zed" in (failed.error or "")
+    from sim.analysis.tables import build_tables
+
+    rows = build_tables(world).surveys.rows
+    assert [r["answer"] for r in rows] == [other]  # the refused answer is not a row
+
+
+def test_a_schema_reference_is_held_to_the_world(
+    world: Path, tmp_path: Path, chat_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--schema`` with an ``x-sim-ref`` string: the location ids go out as its enum (the
+    keyword itself is not sent), and an answer naming a place that does not exist is asked
+    again."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    places = _ids(world, "locations")
+    schema = tmp_path / "where.json"
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"place": {"type": "string", "x-sim-ref": "location"}},
+                "required": ["place"],
+                "additionalProperties": False,
+            }
+        )
+    )
+    _Chat.answers[:] = [_reply({"place": "atlantis"}), _reply({"place": places[0]})]
+    _Chat.seen.clear()
+    code, output = _chat_ask(world, chat_server, "--schema", str(schema))
+    assert code == 0, output
+    [answer] = answers(output)
+    assert answer["value"] == {"place": places[0]}
+    assert len(_Chat.seen) == 2
+    sent = orjson.dumps(_Chat.seen[0]["response_format"]).decode()
+    assert all(f'"{p}"' in sent for p in places) and "x-sim-ref" not in sent
+    assert "atlantis" in orjson.dumps(_Chat.seen[1]["messages"]).decode()

@@ -311,3 +311,114 @@ def test_one_table_for_the_whole_study_and_its_report(here: Path, tmp_path: Path
     assert code == 2 and "study.json" in output
     code, output = sim("sweep", "report", "--runs", "out")
     assert code == 2 and "announce" in output and "control" in output
+
+
+def test_one_condition_forks_the_world_and_books_come_from_summaries(here: Path) -> None:
+    """A study of one condition has no shared prefix (a second world copy and a copy of
+    every log per run, for nothing to share); what a folder spent is read from each
+    committed tick's summary, not by parsing its log (which took the study's process about
+    a second per tick of 2,200 calls): a log whose bytes are damaged changes nothing."""
+    from sim.analysis.sweep import spend
+
+    (here / "one.toml").write_text('world = "w"\nseeds = "1-2"\nticks = 2\n[conditions.control]\n')
+    code, output = sim("study", "run", "one.toml", "--out", "one", "--jobs", "2", "--json")
+    assert code == 0, output
+    document = orjson.loads(output.splitlines()[-1])
+    assert document["prefix_ticks"] == 0 and not (here / "one" / "_shared").exists()
+    run = here / "one" / "control" / "seed-1"
+    before, swept = folder_spend(run, {}), spend(run)
+    other = folder_spend(here / "one" / "control" / "seed-2", {})
+    assert before.calls > 0 and before.tokens == swept.tokens
+    assert before.tokens + other.tokens == document["spent_tokens"]
+    logs = list_logs(run)
+    assert [tick for tick, _ in logs] == [1, 2]
+    for _, path in logs:
+        path.write_bytes(path.read_bytes()[:64])  # the calls unreadable; the summary kept
+    after, swept_after = folder_spend(run, {}), spend(run)
+    assert (after.calls, after.tokens) == (before.calls, before.tokens)
+    assert (swept_after.calls, swept_after.tokens) == (swept.calls, swept.tokens)
+
+
+def test_a_survey_of_characters_names_characters_of_the_world(here: Path) -> None:
+    """``format = "character"`` in a study's survey: every answer in the export's surveys
+    table is the id of a character of the world (``sim ask --format character``)."""
+    (here / "who.toml").write_text(
+        'world = "w"\nseeds = "1"\nticks = 1\n[conditions.control]\n[[surveys]]\nticks = [1]\n'
+        'question = "Whom would you trust with the mill\'s keys?"\nformat = "character"\n'
+    )
+    code, output = sim("study", "run", "who.toml", "--out", "who")
+    assert code == 0, output
+    code, output = sim("export", "--study", "who", "--out", "t", "--format", "jsonl", "--json")
+    assert code == 0, output
+    rows = [orjson.loads(line) for line in (here / "t" / "surveys.jsonl").read_bytes().splitlines()]
+    people = {p.stem for p in (here / "w" / "characters").glob("*.json")}
+    assert len(rows) == len(people)
+    assert all(r["format"] == "character" and r["answer"] in people for r in rows)
+
+
+TINY = """\
+world = "w"
+seeds = "1-2"
+ticks = 1
+[conditions.control]
+[[surveys]]
+ticks = [1]
+question = "Will you vote to rebuild the mill?"
+format = "yesno"
+"""
+
+
+def _results(out: Path) -> dict[str, bytes]:
+    """A study's folder, byte for byte, less what records times (tick logs, the children's
+    output, the answers' latencies) and where the study file was read from."""
+    files = {
+        rel: data
+        for rel, data in tree(out).items()
+        if "/.sim/log/" not in rel
+        and not rel.endswith(".sim/sweep-output.log")
+        and rel != "study.json"
+    }
+    for rel, data in files.items():
+        if rel.endswith(".sim/interviews.jsonl"):
+            lines = [orjson.loads(line) for line in data.splitlines()]
+            for line in lines:
+                for attempt in line["attempts"]:
+                    attempt.pop("latency")
+            files[rel] = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+    return files
+
+
+@pytest.mark.slow
+def test_a_study_through_ray_equals_the_local_one(here: Path) -> None:
+    """``--executor ray`` on a local Ray instance: every step of every run a Ray task; the
+    study's folder is byte-identical to the one the local executor makes."""
+    ray = pytest.importorskip("ray", reason="Ray cannot be installed here (pip install ray)")
+    (here / "tiny.toml").write_text(TINY)
+    code, output = sim("study", "run", "tiny.toml", "--out", "local", "--jobs", "2")
+    assert code == 0, output
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        code, output = sim(
+            "study", "run", "tiny.toml", "--out", "ray", "--jobs", "2", "--executor", "ray",
+            "--json",
+        )  # fmt: skip
+        assert code == 0, output
+        document = orjson.loads(output.splitlines()[-1])
+        assert [r["status"] for r in document["runs"]] == ["done", "done"]
+        # every step (a tick and a survey per run) ran as a Ray task: Ray's own record
+        tasks = [e for e in ray.timeline() if str(e.get("name", "")).endswith(".run_one")]
+        assert len(tasks) >= 4, [e.get("name") for e in ray.timeline()]
+    finally:
+        ray.shutdown()
+    local, remote = _results(here / "local"), _results(here / "ray")
+    assert sorted(local) == sorted(remote)
+    assert "control/seed-2/world.json" in local and "control/seed-1/.sim/interviews.jsonl" in local
+    for rel, data in local.items():
+        assert remote[rel] == data, rel
+    for seed in (1, 2):
+        world = orjson.loads(
+            (here / "ray" / "control" / f"seed-{seed}" / "world.json").read_bytes()
+        )
+        assert world["tick"] == 1 and world["seed"] == seed
+        answers = read_interviews(here / "ray" / "control" / f"seed-{seed}")
+        assert len(answers) == 3 and all(a.value in ("yes", "no") for a in answers)

@@ -45,6 +45,7 @@ from sim.ticklog.summary import (
     dump_summary,
     read_summary,
     summarize,
+    summary_books,
     summary_numbers,
 )
 
@@ -218,8 +219,9 @@ def _random_log(base: TickLog, rng: random.Random) -> TickLog:
 
 @pytest.mark.parametrize("seed", range(25))
 def test_summaries_equal_the_books_of_the_full_log(seed: int) -> None:
-    """Property: for any set of call records, a summary's totals are ``tick_books`` of the
-    log, and ``sim usage``'s rows from summaries equal its rows from the call records."""
+    """Property: for any set of call records, a summary's totals (and ``summary_books``,
+    at any prices) are ``tick_books`` of the log, and ``sim usage``'s rows from summaries
+    equal its rows from the call records."""
     rng = random.Random(seed)
     base = read_log(FIXTURES / "tick-000001.jsonl")
     logs = [_random_log(base, rng) for _ in range(rng.randint(1, 4))]
@@ -241,6 +243,17 @@ def test_summaries_equal_the_books_of_the_full_log(seed: int) -> None:
         )
         assert head.usage.to_usage() == books.usage
         assert head.cost == books.cost.value and set(head.unpriced) == books.cost.unpriced
+        # what a sweep or study counts a folder's spend with (not parsing the log): the
+        # same books, at the tick's own prices and at others
+        for table, full in ((None, books), (prices, tick_books(log, prices))):
+            fast = summary_books(summarize(log), table)
+            assert (fast.calls, fast.failures, fast.timed_out) == (
+                full.calls,
+                full.failures,
+                full.timed_out,
+            )
+            assert fast.usage == full.usage and fast.cost.unpriced == full.cost.unpriced
+            assert math.isclose(fast.cost.usd, full.cost.usd, rel_tol=1e-9, abs_tol=1e-12)
     listed = [Listed(i + 1, log.path, summarize(log)) for i, log in enumerate(logs)]
     for i, log in enumerate(logs):
         log.tick = i + 1
