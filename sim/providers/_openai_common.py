@@ -36,30 +36,42 @@ from sim.providers._strict_schema import to_strict_json_schema, without_lengths
 if TYPE_CHECKING:
     import openai
 
-_STRICT: dict[tuple[type[BaseModel], bool], dict[str, Any]] = {}
+#: by class and the caps kept (-1: all)
+_STRICT: dict[tuple[type[BaseModel], int], dict[str, Any]] = {}
+
+#: the longest string cap sent to a local server: its grammar stops a model at the cap
+#: (Gemma 3 270M otherwise rambles past it, to a schema error or to the token cap), and
+#: llama-cpp-python took 60 and 300 while llama.cpp's grammar builder aborted its server on
+#: a narrative's 1,200 (measured); a longer cap is checked on the answer only
+LOCAL_MAX_LENGTH = 300
 
 
 def strict_schema(
     schema: type[BaseModel],
     enums: SchemaEnums | None = None,
     *,
-    lengths: bool = True,
+    lengths: bool | int = True,
     cases: bool = False,
 ) -> dict[str, Any]:
     """The schema in OpenAI's strict structured-output form, computed once per class, with
     this request's ``enums`` written in (``sim.llm.enums``; a copy when there are any).
 
     Args:
-        lengths: keep string length limits (``maxLength``). Neither adapter sends them:
-            OpenAI's API does not document them in strict mode, and llama.cpp's grammar
-            builder aborts its server on a long one; answers are checked against them.
+        lengths: which string length limits (``maxLength``) to keep: all (``True``),
+            none (``False``: OpenAI's API does not document them in strict mode), or
+            those up to so many characters (``LOCAL_MAX_LENGTH`` for a local server: its
+            grammar then stops a rambling answer at the cap, and llama.cpp's grammar
+            builder aborts its server on a long one). Answers are checked against all.
         cases: write the enums' cases as per-value branches (a root ``anyOf``), for a
             server whose grammar takes one; not OpenAI's strict mode.
     """
-    cached = _STRICT.get((schema, lengths))
+    kept = -1 if lengths is True else int(lengths)  # True == 1 as a key: not the same here
+    cached = _STRICT.get((schema, kept))
     if cached is None:
         strict = to_strict_json_schema(schema)
-        cached = _STRICT[(schema, lengths)] = strict if lengths else without_lengths(strict)
+        if kept >= 0:
+            strict = without_lengths(strict, kept)
+        cached = _STRICT[(schema, kept)] = strict
     return constrain(cached, enums, cases=cases)
 
 

@@ -28,6 +28,7 @@ from sim.llm.redact import redact_url
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import (
+    LOCAL_MAX_LENGTH,
     ClientPool,
     build_pool,
     post_json,
@@ -112,6 +113,9 @@ class OpenAIFamilyAdapter(Responder, ABC):
         #: schemas go without their per-action branches (``sim.llm.enums``); its capacity
         #: is not asked
         self.hosted = urllib.parse.urlsplit(self.base_url).hostname in _HOSTED
+        #: the string caps sent in answer schemas (``strict_schema``): none to OpenAI's
+        #: strict mode, the short ones to a server whose grammar enforces them
+        self.sent_lengths: bool | int = False if self.hosted else LOCAL_MAX_LENGTH
         self.pool = (
             ClientPool.of(client)
             if client is not None

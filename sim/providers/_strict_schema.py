@@ -112,26 +112,28 @@ def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any]:
 _LENGTH_KEYWORDS = ("maxLength", "minLength")
 
 
-def without_lengths(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` (strict) without string length keywords, for an API whose strict mode
-    does not take them; a new dict, ``schema`` unchanged. The class still validates the
-    lengths, so a longer answer is a schema error fed back to the model."""
+def without_lengths(schema: dict[str, Any], keep_up_to: int = 0) -> dict[str, Any]:
+    """``schema`` (strict) without the string length keywords over ``keep_up_to``
+    characters (``0``: without any), for a server that does not take them or not that
+    long; a new dict, ``schema`` unchanged. The class still validates the lengths, so a
+    longer answer is a schema error fed back to the model."""
     out = copy.deepcopy(schema)
-    _drop_lengths(out)
+    _drop_lengths(out, keep_up_to)
     return out
 
 
-def _drop_lengths(node: object) -> None:
+def _drop_lengths(node: object, keep_up_to: int) -> None:
     if not isinstance(node, dict):
         return
     if node.get("type") == "string":
         for key in _LENGTH_KEYWORDS:
-            node.pop(key, None)
+            if key in node and not (isinstance(node[key], int) and node[key] <= keep_up_to):
+                del node[key]
     for key in ("$defs", "definitions", "properties"):
         sub = node.get(key)
         if isinstance(sub, dict):
             for child in sub.values():
-                _drop_lengths(child)
-    _drop_lengths(node.get("items"))
+                _drop_lengths(child, keep_up_to)
+    _drop_lengths(node.get("items"), keep_up_to)
     for branch in node.get("anyOf") or ():
-        _drop_lengths(branch)
+        _drop_lengths(branch, keep_up_to)

@@ -158,10 +158,13 @@ class ChatAdapter(OpenAIFamilyAdapter):
         else:
             schema = schema_of(self, request)
             form = form or self.forms.form(checked_mode(settings.structured_output))
-            # no maxLength: llama.cpp turns a long one into a grammar rule repeated that many
-            # times, refuses it and its server dies (a 1,200-character narrative, measured);
-            # the engine checks every length on the answer instead
-            json_schema = strict_schema(schema, request.enums, lengths=False, cases=not self.hosted)
+            # only the short caps (``LOCAL_MAX_LENGTH``; none to OpenAI): llama.cpp turns a
+            # long one into a grammar rule repeated that many times, refuses it and its
+            # server dies (a 1,200-character narrative, measured); the engine checks every
+            # length on the answer
+            json_schema = strict_schema(
+                schema, request.enums, lengths=self.sent_lengths, cases=not self.hosted
+            )
             extra = request_fields(form, schema.__name__, json_schema)
             instructions = instructions_for(form, instructions, json_schema)
         body: Json = {

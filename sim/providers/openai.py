@@ -286,7 +286,9 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         else:
             schema = schema_of(self, request)
             form = form or self.forms.form(checked_mode(settings.structured_output))
-            json_schema = strict_schema(schema, request.enums, lengths=False, cases=not self.hosted)
+            json_schema = strict_schema(
+                schema, request.enums, lengths=self.sent_lengths, cases=not self.hosted
+            )
             body.update(responses_fields(form, schema.__name__, json_schema))
             body["instructions"] = instructions_for(form, request.instructions, json_schema)
         if request.previous_response_id:

@@ -11,7 +11,7 @@ from sim.llm.enums import MAX_ENUM, EnumField, SchemaEnums, constrain
 from sim.phases.intentions import Intention, intention_schema
 from sim.phases.refs import IntentionRefs, ResolutionRefs, mode_for
 from sim.phases.resolution import LocationUpdate, Outcome, Resolution
-from sim.providers._openai_common import strict_schema
+from sim.providers._openai_common import LOCAL_MAX_LENGTH, strict_schema
 
 REFS = IntentionRefs(exits=("gate", "well"), people=("ann",), objects=("a lamp",))
 
@@ -69,6 +69,23 @@ def test_openai_gets_no_length_keywords_local_servers_do() -> None:
     assert local["properties"]["outcome"]["maxLength"] > 0
     assert "maxLength" not in hosted["properties"]["outcome"]
     assert "maxLength" not in _string_branch(hosted["properties"]["mood"])
+
+
+
+def test_a_local_server_gets_the_short_caps_its_grammar_can_hold() -> None:
+    """A grammar holds a small model to a short cap (Gemma 3 270M rambled past an object's
+    60 characters and an intention's 300, to schema errors and to the token cap); a long
+    one (a narrative's 1,200) killed llama.cpp's server, so it is checked on the answer."""
+    from sim.phases.narrative import Narrative
+
+    local = strict_schema(Resolution, lengths=LOCAL_MAX_LENGTH)
+    outcome = local["$defs"]["Outcome"]["properties"]
+    assert outcome["outcome"]["maxLength"] == 300
+    assert outcome["gained"]["items"]["maxLength"] == 60
+    assert _string_branch(outcome["mood"])["maxLength"] == 40
+    narrative = strict_schema(Narrative, lengths=LOCAL_MAX_LENGTH)
+    assert all("maxLength" not in field for field in narrative["properties"].values())
+    assert strict_schema(Narrative)["properties"]["narrative"]["maxLength"] == 1200
 
 
 def test_intention_targets_follow_the_action() -> None:
