@@ -89,12 +89,16 @@ def intention_refs(character: str, answer: Mapping[str, Any], world: Snapshot) -
     where, inventory = world.characters[character]
     connections, objects = world.locations.get(where, ((), ()))
     action, target = answer.get("action"), answer.get("target")
+    allowed: tuple[str, ...] | None = None
     if action == "move":
-        tally.add("intention.target", target, connections)
+        allowed = tuple(connections)
     elif action == "speak":
-        tally.add("intention.target", target, world.present(where) - {character})
+        allowed = tuple(world.present(where) - {character})
     elif action == "act":
-        tally.add("intention.target", target, (*objects, *inventory))
+        allowed = (*objects, *inventory)
+    # with no one to speak to or nothing to use, null names nothing wrong (the engine's rule)
+    if allowed is not None and (allowed or target is not None or action == "move"):
+        tally.add("intention.target", target, allowed)
     return tally
 
 

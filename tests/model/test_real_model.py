@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import DEMO
 
-from bench.references import Snapshot, applied, world_problems
+from bench.references import Snapshot, applied, every_answer, world_problems
 from sim.cli import main
 from sim.storage import Storage
 from sim.testing.llama_server import MODEL, LlamaServer, ModelUnavailable, model_python
@@ -94,12 +94,13 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
     here: each real tick takes minutes on 2 cores). What they commit holds only valid
     references (bench/references.py): every id an applied answer names is one the
     request offered, and the world files name only places that exist."""
-    # This 270M model names, in about half its intentions, an id that is valid for another
-    # action (a person to act on, a place to speak to); re-asked with the valid ids, many
-    # stay wrong and fall back to waiting. The default rule would then stop the tick as an
-    # endpoint not answering in the expected form (measured: 6 of 10 intentions). What this
-    # test holds the engine to is that nothing invalid is committed, so content failures
-    # fall back here and never abort.
+    # The intention schema goes out with one branch per action, each with its own targets,
+    # so the grammar cannot pair an action with another's id (with one flat enum this 270M
+    # model did in about half its intentions). Its resolutions still often fail on content
+    # (rambling to the token cap, outcomes the schema refuses), and the default rule would
+    # stop such a tick as an endpoint not answering in the expected form. What this test
+    # holds the engine to is that nothing invalid is committed, so content failures fall
+    # back here and never abort.
     world = configure(scratch(tmp_path), model_server, llm="max_content_failed_fraction = 1.0")
     characters = len(list((world / "characters").glob("*.json")))
     snapshots = [Snapshot.read(world)]
@@ -131,6 +132,10 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
     assert {c["phase"] for c in logged} >= {"intentions", "resolution", "narrative"}
     # never a protocol failure
     assert {c["error_code"] for c in logged} <= {None, "incomplete", "schema_error"}
+    # every intention the model wrote, re-asked ones included, names an id valid for its
+    # action: the grammar held it (fails with one flat enum of every id)
+    written = every_answer([c for c in logged if c["phase"] == "intentions"], snapshots[0])
+    assert written.total > 0 and written.invalid == [], written.invalid
     # only valid references committed (issue 25: fails until the engine checks every
     # reference before an answer is used)
     for tick in (1, 2):
