@@ -6,7 +6,8 @@
 - ``tokens``: phase-1 input tokens per character-tick, window vs retrieve at the same ``k``
   (offline, 5 ticks), and the whole offline tick's wall time with retrieval off and on.
 
-``python -m bench.mind cpu 1000`` / ``python -m bench.mind tokens 200`` print one JSON line.
+``python -m bench.mind cpu 1000`` / ``python -m bench.mind tokens 200 [ticks]`` print one JSON
+line.
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def token_cost(characters: int = 200, ticks: int = 5, k: int = 3) -> dict[str, A
 
 def main() -> None:
     kind, value = sys.argv[1], int(sys.argv[2])
-    out = retrieval_cpu(value) if kind == "cpu" else token_cost(value)
+    ticks = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    out = retrieval_cpu(value) if kind == "cpu" else token_cost(value, ticks)
     print(json.dumps(out))
 
 

@@ -13,10 +13,11 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 from hashlib import blake2b
-from itertools import repeat
-from operator import mul
 
-from sim.mind.lexical import terms
+import numpy as np
+
+from sim.mind.index import Features, Floats, Store
+from sim.mind.words import terms
 
 DIMENSIONS = 1024
 #: a trigram counts this much beside its whole word
@@ -46,19 +47,12 @@ def hashed(text: str) -> Vector:
     return {k: v / norm for k, v in vector.items() if v} if norm else {}
 
 
-#: text -> its embedding as (axes, weights), the form the cosine loop reads fastest
-_PACKED: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
-_MEMO_LIMIT = 200_000
+def _axes(text: str) -> Features:
+    vector = hashed(text)
+    return tuple(vector), tuple(vector.values()), 0.0
 
 
-def _packed(text: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    got = _PACKED.get(text)
-    if got is None:
-        if len(_PACKED) >= _MEMO_LIMIT:
-            _PACKED.clear()
-        vector = hashed(text)
-        got = _PACKED[text] = (tuple(vector), tuple(vector.values()))
-    return got
+_STORE = Store(_axes)
 
 
 def cosine(a: Vector, b: Vector) -> float:
@@ -68,14 +62,16 @@ def cosine(a: Vector, b: Vector) -> float:
     return sum(v * b[k] for k, v in a.items() if k in b)
 
 
-def similarities(docs: Sequence[str], query: str) -> list[float]:
-    """Each document's cosine with the query, under the offline embeddings, floored at 0."""
+def similarities(docs: Sequence[str], query: str) -> Floats:
+    """Each document's cosine with the query, under the offline embeddings, floored at 0
+    (each document's products summed in its own axis order)."""
     q = hashed(query)
-    if not q:
-        return [0.0] * len(docs)
-    get = q.get
-    out = []
-    for doc in docs:
-        axes, weights = _packed(doc)
-        out.append(max(0.0, sum(map(mul, weights, map(get, axes, repeat(0.0))))))
-    return out
+    if not q or not docs:
+        return np.zeros(len(docs))
+    rows = _STORE.rows(docs)
+    weight = np.zeros(len(rows.feature) and int(rows.feature.max()) + 1)
+    for axis, number in zip(q, _STORE.ids(q), strict=True):
+        if 0 <= number < len(weight):
+            weight[number] = q[axis]
+    each = rows.value * weight[rows.feature]
+    return np.maximum(np.bincount(rows.row, weights=each, minlength=len(docs)), 0.0)
