@@ -4,7 +4,8 @@ The offline provider's embeddings are hashed: each word and each of its letter t
 lands, by a stable hash (BLAKE2b, not ``hash()``), on one of ``DIMENSIONS`` signed axes, and
 the vector is scaled to unit length. Same text, same vector, in every process; texts that
 share words or word stems (``bell``, ``bells``) point the same way. Vectors are sparse
-(axis -> weight), so a cosine costs the axes two texts share, not ``DIMENSIONS``.
+(axis -> weight); each document's is kept once per process (``sim.mind.index``), and a
+retrieval's cosines are array operations over the documents' axes.
 """
 
 from __future__ import annotations
