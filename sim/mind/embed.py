@@ -4,8 +4,8 @@ The offline provider's embeddings are hashed: each word and each of its letter t
 lands, by a stable hash (BLAKE2b, not ``hash()``), on one of ``DIMENSIONS`` signed axes, and
 the vector is scaled to unit length. Same text, same vector, in every process; texts that
 share words or word stems (``bell``, ``bells``) point the same way. Vectors are sparse
-(axis -> weight); each document's is kept once per process (``sim.mind.index``), and a
-retrieval's cosines are array operations over the documents' axes.
+(axis -> weight). This module's cosines are the plain loop (``sim.mind.loop``, a few
+cells); ``sim.mind.scoring`` computes the same with arrays.
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 from hashlib import blake2b
 
-import numpy as np
-
-from sim.mind.index import Features, Floats, Store
 from sim.mind.words import terms
 
 DIMENSIONS = 1024
@@ -48,14 +45,6 @@ def hashed(text: str) -> Vector:
     return {k: v / norm for k, v in vector.items() if v} if norm else {}
 
 
-def _axes(text: str) -> Features:
-    vector = hashed(text)
-    return tuple(vector), tuple(vector.values()), 0.0
-
-
-_STORE = Store(_axes)
-
-
 def cosine(a: Vector, b: Vector) -> float:
     """The cosine of two unit vectors (their dot product over shared axes)."""
     if len(a) > len(b):
@@ -63,16 +52,16 @@ def cosine(a: Vector, b: Vector) -> float:
     return sum(v * b[k] for k, v in a.items() if k in b)
 
 
-def similarities(docs: Sequence[str], query: str) -> Floats:
+def similarities(docs: Sequence[str], query: str) -> list[float]:
     """Each document's cosine with the query, under the offline embeddings, floored at 0
-    (each document's products summed in its own axis order)."""
+    (each document's products summed in its own axis order, from 0.0)."""
     q = hashed(query)
-    if not q or not docs:
-        return np.zeros(len(docs))
-    rows = _STORE.rows(docs)
-    weight = np.zeros(len(rows.feature) and int(rows.feature.max()) + 1)
-    for axis, number in zip(q, _STORE.ids(q), strict=True):
-        if 0 <= number < len(weight):
-            weight[number] = q[axis]
-    each = rows.value * weight[rows.feature]
-    return np.maximum(np.bincount(rows.row, weights=each, minlength=len(docs)), 0.0)
+    if not q:
+        return [0.0] * len(docs)
+    out = []
+    for doc in docs:
+        total = 0.0
+        for axis, weight in hashed(doc).items():
+            total += weight * q.get(axis, 0.0)
+        out.append(max(total, 0.0))
+    return out

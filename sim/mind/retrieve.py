@@ -3,7 +3,8 @@ highest by recency, importance and relevance to its situation (Generative Agents
 stream). Each part is scaled to 0..1 (recency ``decay ** age``, importance ``(i - 1) / 9``,
 relevance divided by the best cell's) and weighted by ``[memory] weights``; ties go to the
 later cell. The cells come back oldest first. The scoring (``sim.mind.scoring``) is array
-arithmetic over all of a character's cells at once. Relevance reads a cell's text, where the
+arithmetic over all of a character's cells at once; a few cells are scored in a loop
+(``sim.mind.loop``), to the same result. Relevance reads a cell's text, where the
 names of the people and places it mentions are.
 """
 
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.config import MemoryConfig
+from sim.mind import loop
+from sim.mind.loop import SMALL
 from sim.world import Entity, World
 
 
@@ -52,7 +55,9 @@ def retrieve(memory: dict[str, Any], now: Situation, config: MemoryConfig) -> li
     cells = candidates(memory)
     if len(cells) <= config.k:
         return cells
-    from sim.mind.scoring import best  # numpy: loaded only where a phase retrieves
+    if len(cells) < SMALL:  # a few cells: a loop is faster than arrays
+        return [cells[i] for i in loop.best(cells, now.tick, now.text, config)]
+    from sim.mind.scoring import best  # numpy: loaded only where a phase retrieves many
 
     return [cells[i] for i in best(cells, now.tick, now.text, config)]
 

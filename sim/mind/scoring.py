@@ -9,17 +9,70 @@ phase retrieves (``sim.mind.retrieve``), so window worlds do not load numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from sim.config import MemoryConfig
-from sim.mind.embed import similarities
-from sim.mind.index import Floats, Ints
-from sim.mind.lexical import bm25
+from sim.mind import lexical
+from sim.mind.embed import hashed
+from sim.mind.index import Features, Floats, Ints, Store
+from sim.mind.lexical import K1, B
 from sim.mind.words import terms
+
+
+def _term_counts(text: str) -> Features:
+    counts, length = lexical.counted(text)
+    return [t for t, _ in counts], [float(f) for _, f in counts], float(length)
+
+
+def _axes(text: str) -> Features:
+    vector = hashed(text)
+    return tuple(vector), tuple(vector.values()), 0.0
+
+
+#: each distinct text's terms, and its offline embedding, once per process
+_TERMS = Store(_term_counts)
+_AXES = Store(_axes)
+
+
+def bm25(docs: Sequence[str], query: Iterable[str]) -> Floats:
+    """``lexical.bm25`` as array operations, to the same doubles."""
+    n = len(docs)
+    query = set(query)
+    if not n or not query:
+        return np.zeros(n)
+    rows = _TERMS.rows(docs)  # first: it numbers the terms of texts seen for the first time
+    wanted = sorted({i for i in _TERMS.ids(query) if i >= 0})
+    if not wanted:
+        return np.zeros(n)
+    known = np.array(wanted, dtype=np.int64)
+    place = np.minimum(np.searchsorted(known, rows.feature), len(known) - 1)
+    hit = known[place] == rows.feature
+    row, count, term = rows.row[hit], rows.value[hit], place[hit]
+    # each (document, term) is one entry, so a term's entries are its document frequency
+    df = np.bincount(term, minlength=len(known)).tolist()
+    weight = np.array([lexical.idf(n, f) for f in df])
+    avg = float(rows.size.sum()) / n or 1.0
+    norm = K1 * (1.0 - B + B * rows.size / avg)
+    each = weight[term] * count * (K1 + 1.0) / (count + norm[row])
+    return np.asarray(np.bincount(row, weights=each, minlength=n), dtype=np.float64)
+
+
+def similarities(docs: Sequence[str], query: str) -> Floats:
+    """``embed.similarities`` as array operations, to the same doubles."""
+    q = hashed(query)
+    if not q or not docs:
+        return np.zeros(len(docs))
+    rows = _AXES.rows(docs)
+    weight = np.zeros(len(rows.feature) and int(rows.feature.max()) + 1)
+    for axis, number in zip(q, _AXES.ids(q), strict=True):
+        if 0 <= number < len(weight):
+            weight[number] = q[axis]
+    each = rows.value * weight[rows.feature]
+    return np.maximum(np.bincount(rows.row, weights=each, minlength=len(docs)), 0.0)
 
 
 def relevance(docs: Sequence[str], query: str, embeddings: bool) -> Floats:

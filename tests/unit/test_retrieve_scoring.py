@@ -1,7 +1,8 @@
-"""Retrieval's array scoring (sim/mind/index.py, lexical.py, embed.py, retrieve.py) against
-the plain loop it replaced: the same floats, bit for bit, and so the same cells chosen in the
-same order, on random memories (duplicates, texts without terms, unrated cells, zero weights,
-ages past the recency table, a store that starts again when full)."""
+"""Retrieval's scoring, as arrays (sim/mind/scoring.py, index.py) and as a loop for a few
+cells (sim/mind/loop.py, lexical.py, embed.py), against the plain loop sim ran before:
+the same floats, bit for bit, and so the same cells chosen in the same order, on random
+memories (duplicates, texts without terms, unrated cells, zero weights, ages past the
+recency table, a store that starts again when full)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from typing import Any
 import pytest
 
 from sim.config import MemoryConfig
-from sim.mind import index, lexical, retrieve
-from sim.mind.embed import hashed, similarities
-from sim.mind.lexical import K1, B, bm25
+from sim.mind import embed, index, lexical, loop, retrieve, scoring
+from sim.mind.embed import hashed
+from sim.mind.lexical import K1, B
 from sim.mind.retrieve import Situation
 from sim.mind.words import terms
 
@@ -124,8 +125,12 @@ def test_scores_are_the_loops_bit_for_bit(seed: int) -> None:
     docs = [text(rng) for _ in range(rng.randint(1, 300))]
     docs += rng.sample(docs, min(len(docs), 20))  # repeated texts
     query = text(rng) + " bell"
-    assert bm25(docs, terms(query)).tolist() == loop_bm25(docs, terms(query))
-    assert similarities(docs, query).tolist() == loop_similarities(docs, query)
+    expected = loop_bm25(docs, terms(query))
+    assert scoring.bm25(docs, terms(query)).tolist() == expected
+    assert lexical.bm25(docs, terms(query)) == expected
+    expected = loop_similarities(docs, query)
+    assert scoring.similarities(docs, query).tolist() == expected
+    assert embed.similarities(docs, query) == expected
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -146,31 +151,46 @@ def test_the_same_cells_are_chosen_in_the_same_order(seed: int) -> None:
     start = rng.choice([0, 0, 5_000_000])
     mem = memory(rng, rng.randint(1, 400), start)
     now = Situation(start + 250 + rng.choice([0, 3_000_000]), text(rng) + " smuggler bell")
-    assert retrieve.retrieve(mem, now, config) == loop_retrieve(mem, now, config)
-    picked = retrieve.retrieve(mem, now, config)
-    assert [id(c) for c in picked] == [id(c) for c in loop_retrieve(mem, now, config)]
+    expected = [id(c) for c in loop_retrieve(mem, now, config)]
+    assert [id(c) for c in retrieve.retrieve(mem, now, config)] == expected
+    # the loop for a few cells and the arrays for many choose alike at any size
+    cells = [*mem["archive"], *mem["cells"]]
+    if len(cells) > config.k:
+        by_loop = loop.best(cells, now.tick, now.text, config)
+        assert scoring.best(cells, now.tick, now.text, config) == by_loop
+        assert [id(cells[i]) for i in by_loop] == expected
 
 
 def test_a_full_store_starts_again_and_scores_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index, "MEMO_LIMIT", 50)
-    store = index.Store(lexical._term_counts)
-    monkeypatch.setattr(lexical, "_STORE", store)
+    store = index.Store(scoring._term_counts)
+    monkeypatch.setattr(scoring, "_TERMS", store)
     rng = random.Random(3)
     for _ in range(6):
         docs = [f"{text(rng)} {rng.random()}" for _ in range(40)]  # each text new
-        assert bm25(docs, ["bell", "key"]).tolist() == loop_bm25(docs, ["bell", "key"])
+        assert scoring.bm25(docs, ["bell", "key"]).tolist() == loop_bm25(docs, ["bell", "key"])
         assert len(store._key) <= 50 + 40
 
 
 def test_no_cells_no_terms_no_query() -> None:
-    assert bm25([], ["bell"]).tolist() == []
-    assert bm25(["the of a", ""], ["bell"]).tolist() == [0.0, 0.0]
-    assert bm25(["bell"], []).tolist() == [0.0]
-    assert similarities(["bell", ""], "").tolist() == [0.0, 0.0]
+    for bm25 in (scoring.bm25, lexical.bm25):
+        assert list(bm25([], ["bell"])) == []
+        assert list(bm25(["the of a", ""], ["bell"])) == [0.0, 0.0]
+        assert list(bm25(["bell"], [])) == [0.0]
+    assert scoring.similarities(["bell", ""], "").tolist() == [0.0, 0.0]
+    assert embed.similarities(["bell", ""], "") == [0.0, 0.0]
 
 
-def test_a_window_world_does_not_load_numpy() -> None:
-    script = "import sys, sim.engine.runner, sim.phases.base; print('numpy' in sys.modules)"
+def test_a_window_world_and_a_few_cells_do_not_load_numpy() -> None:
+    script = (
+        "import sys, sim.engine.runner, sim.phases.base\n"
+        "from sim.config import MemoryConfig\n"
+        "from sim.mind.retrieve import Situation, retrieve\n"
+        "cells = [{'tick': t, 'text': f'bell {t}', 'importance': 3} for t in range(40)]\n"
+        "got = retrieve({'cells': cells}, Situation(50, 'bell'), MemoryConfig(k=3))\n"
+        "assert len(got) == 3\n"
+        "print('numpy' in sys.modules)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
