@@ -253,7 +253,9 @@ def scenario_mind(smoke: bool) -> list[str]:
         "cells at once; each distinct cell text's terms are kept once per process "
         "(sim/mind/index.py), so a later tick reads each cell once (its text, tick and "
         "importance) and looks its text up once. What is left per cell is those two passes "
-        "over Python objects; the rest is a few array operations per character.",
+        "over Python objects; the rest is a few array operations per character. Under 48 "
+        "cells a loop scores them instead, to the same doubles (sim/mind/loop.py): the "
+        "arrays' fixed cost per call is larger than the work there.",
         *(
             [
                 "- Not met on this machine: the two passes over the cells' Python objects "
