@@ -6,17 +6,21 @@
 - ``tokens``: phase-1 input tokens per character-tick, window vs retrieve at the same ``k``
   (offline, 5 ticks), and the whole offline tick's wall time with retrieval off and on.
 
-``python -m bench.mind cpu 1000`` / ``python -m bench.mind tokens 200`` print one JSON line.
+``python -m bench.mind cpu 1000`` / ``python -m bench.mind tokens 200 [ticks]`` print one JSON
+line.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
+import math
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,9 @@ import orjson
 from bench.make_world import make_world
 from sim.config import MemoryConfig, load_config
 from sim.engine.runner import Runner
+from sim.mind.lexical import K1, B
 from sim.mind.retrieve import Situation, retrieve
+from sim.mind.words import terms
 
 _SUBJECTS = [
     "ada",
@@ -92,6 +98,50 @@ def _cell(rng: random.Random, tick: int) -> dict[str, Any]:
     return {"tick": tick, "text": text, "importance": rng.randint(1, 10), "mentions": mentions}
 
 
+#: text -> (term counts, length): the memo the loop below kept (as sim did before arrays)
+_COUNTED: dict[str, tuple[Counter[str], int]] = {}
+
+
+def _loop_retrieve(memory: dict[str, Any], now: Situation, config: MemoryConfig) -> list[Any]:
+    """Retrieval as sim scored it before ``sim.mind.scoring`` (lexical): a Python loop over
+    the cells (BM25 by set tests on memoised term counts), kept here as the baseline."""
+    cells = [*(memory.get("archive") or ()), *memory["cells"]]
+    n = len(cells)
+    wanted = set(terms(now.text))
+    stats = []
+    for c in cells:
+        got = _COUNTED.get(c["text"])
+        if got is None:
+            found = terms(c["text"])
+            got = _COUNTED[c["text"]] = (Counter(found), len(found))
+        stats.append(got)
+    avg = sum([length for _, length in stats]) / n or 1.0
+    hits = [
+        (i, wanted.intersection(k)) for i, (k, _) in enumerate(stats) if not wanted.isdisjoint(k)
+    ]
+    df: Counter[str] = Counter()
+    for _, common in hits:
+        df.update(common)
+    idf = {t: math.log(1.0 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+    raw = [0.0] * n
+    for i, common in hits:
+        counts, length = stats[i]
+        norm = K1 * (1.0 - B + B * length / avg)
+        raw[i] = sum([idf[t] * counts[t] * (K1 + 1.0) / (counts[t] + norm) for t in common])
+    top = max(raw)
+    rel = [r / top for r in raw] if top > 0 else raw
+    w = config.weights
+    log_decay, w_imp = math.log(config.decay), w.importance / 9
+    scores = [
+        w.recency * math.exp(log_decay * max(0, now.tick - c["tick"]))
+        + w_imp * ((c.get("importance") or config.importance) - 1)
+        + w.relevance * r
+        for c, r in zip(cells, rel, strict=True)
+    ]
+    best = heapq.nlargest(config.k, range(n), key=lambda i: (scores[i], i))
+    return [cells[i] for i in sorted(best)]
+
+
 def retrieval_cpu(cells: int = 1000, characters: int = 200, k: int = 5) -> dict[str, Any]:
     """CPU seconds per character-tick of ``retrieve`` over ``cells`` cells per character."""
     rng = random.Random(7)
@@ -121,6 +171,23 @@ def retrieval_cpu(cells: int = 1000, characters: int = 200, k: int = 5) -> dict[
             "first_ms": per_tick[0] * 1e3,
             "next_ms": statistics.median(per_tick[1:]) * 1e3,
         }
+    # the loop sim ran before against the arrays, alternated in this process (the load
+    # of a shared machine weighs on both alike); the same cells chosen
+    config = MemoryConfig(mode="retrieve", k=k)
+    timed: dict[str, list[float]] = {"loop": [], "arrays": []}
+    for _ in range(3):
+        for name, how in (("loop", _loop_retrieve), ("arrays", retrieve)):
+            started = time.process_time()
+            chosen = [
+                how(m, Situation(cells + 3, n.text), config)
+                for m, n in zip(memories, situations, strict=True)
+            ]
+            timed[name].append((time.process_time() - started) / characters)
+            if name == "loop":
+                expected = chosen
+            elif chosen != expected:
+                raise AssertionError("the arrays chose other cells than the loop")
+    out["same_process"] = {name: statistics.median(t) * 1e3 for name, t in timed.items()}
     return out
 
 
@@ -132,22 +199,25 @@ def token_cost(characters: int = 200, ticks: int = 5, k: int = 3) -> dict[str, A
             world = Path(tmp) / "world"
             make_world(world, characters, max(1, characters // 10), seed=1)
             config = load_config(cwd=Path(tmp), overrides={"memory": {"mode": mode, "k": k}})
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             results = Runner(world, config).run(ticks)
-            wall = time.perf_counter() - started
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         tokens = [
             r.usage.input_tokens for res in results for r in res.reports if r.name == "intentions"
         ]
         out[mode] = {
             "input_tokens_per_character_tick": sum(tokens) / (characters * ticks),
             "wall_per_tick_s": wall / ticks,
+            # the process's CPU: steadier than wall time on a shared machine
+            "cpu_per_tick_s": cpu / ticks,
         }
     return out
 
 
 def main() -> None:
     kind, value = sys.argv[1], int(sys.argv[2])
-    out = retrieval_cpu(value) if kind == "cpu" else token_cost(value)
+    ticks = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    out = retrieval_cpu(value) if kind == "cpu" else token_cost(value, ticks)
     print(json.dumps(out))
 
 

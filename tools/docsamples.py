@@ -300,6 +300,15 @@ def tune(tmp: Path) -> Samples:
 
 
 @scenario
+def tune_memory(tmp: Path) -> Samples:
+    """docs/tuning.md: the minds world's intentions, window against retrieve, offline."""
+    s = Scratch.make(tmp, "tune-memory")
+    args = ("--world", "worlds/minds", "--phase", "intentions", "--memory", "window,retrieve")
+    out = s.sim("tune", *args, "--ticks", "3")
+    return {"tune-memory": block(f"$ sim tune {' '.join(args)} --ticks 3\n{mask_wall(out)}")}
+
+
+@scenario
 def harvest_vote_calls(tmp: Path) -> Samples:
     """docs/phases.md: the vote phase's calls, with tools, in a tick's log."""
     s = Scratch.make(tmp, "hv")

@@ -23,6 +23,10 @@ TUNE_HEAD = (
     "depth  requests  failed  input tok  cached in  output tok       cost     wall  "
     "phase in tok  avg window"
 )
+MEMORY_HEAD = (
+    "memory    requests  failed  input tok  cached in  output tok       cost     wall  "
+    "phase in tok  mem lines  mean age  differs"
+)
 USAGE_HEAD = "requests  failed  input tok  cached in  output tok  total tok       cost"
 
 
@@ -45,6 +49,26 @@ def tune_line(row: TuneRow) -> str:
     )
 
 
+def parse_memory(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    modes = [part.strip() for part in value.split(",")]
+    if not modes or any(m not in ("window", "retrieve") for m in modes):
+        raise InputError(None, "--memory", f"expected window,retrieve (got {value!r})")
+    return list(dict.fromkeys(modes))
+
+
+def memory_line(row: TuneRow) -> str:
+    t = row.total
+    differs = "-" if row.differs is None else f"{row.differs:.0%}"
+    return (
+        f"{row.memory or '':<8}  {t.requests:>8}  {t.failures:>6}  {t.input_tokens:>9}  "
+        f"{t.cached_input_tokens:>9}  {t.output_tokens:>10}  {t.cost.text():>9}  "
+        f"{row.wall_seconds:>6.2f}s  {row.phase.input_tokens:>12}  {row.memory_lines:>9.2f}  "
+        f"{row.mean_age:>8.1f}  {differs:>7}"
+    )
+
+
 def unpriced_note(models: frozenset[str]) -> str:
     names = ", ".join(sorted(models))
     return (
@@ -64,6 +88,13 @@ def unpriced_note(models: frozenset[str]) -> str:
     default=3,
     help="Ticks to run at each depth.",
 )
+@click.option(
+    "--memory",
+    "memory_modes",
+    metavar="MODES",
+    help="Compare memory modes instead of depths, e.g. window,retrieve: the phase's "
+    "[memory] mode in each row, at its own depth.",
+)
 @CONFIG
 @click.option("--provider", help="LLM provider (overrides [llm] provider).")
 @click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
@@ -72,7 +103,7 @@ def unpriced_note(models: frozenset[str]) -> str:
     "--json",
     "as_json",
     is_flag=True,
-    help="One JSON object per depth: JSON Lines (docs/cli-json.md).",
+    help="One JSON object per depth (or memory mode): JSON Lines (docs/cli-json.md).",
 )
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before spending money.")
 def tune_(
@@ -80,6 +111,7 @@ def tune_(
     phase: str,
     depths: str,
     ticks: int,
+    memory_modes: str | None,
     config_file: Path | None,
     provider: str | None,
     model: str | None,
@@ -89,6 +121,10 @@ def tune_(
 ) -> None:
     """Run TICKS ticks at each depth of one phase on scratch copies and compare the cost.
 
+    With --memory, one row per memory mode instead: the tokens, and what the phase's calls
+    were shown (memory lines per call, their mean age in ticks, and how often they differ
+    from the first row's for the same character and tick).
+
     The live world is never touched. With a provider other than offline this spends
     money: it shows an estimate and asks first (--yes skips the question).
     """
@@ -97,12 +133,17 @@ def tune_(
 
     with errors(read_only=True):  # on scratch copies
         tried = parse_depths(depths)
+        modes = parse_memory(memory_modes)
+        source = click.get_current_context().get_parameter_source("depths")
+        if modes and source is not click.core.ParameterSource.DEFAULT:
+            raise InputError(None, "--memory", "compares memory modes; give it without --depths")
         config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
         section = phase_section(phase, config.tick.phases, "--phase")
         name = section_name(section)
         if config.llm.provider != "offline" and not yes:
-            guess = estimate(world_dir, config, section, tried, ticks)
-            runs = f"{len(tried)} depths x {ticks} ticks of {world_dir} on {config.llm.provider}"
+            guess = estimate(world_dir, config, section, tried, ticks, memory=modes)
+            variants = f"{len(modes)} memory modes" if modes else f"{len(tried)} depths"
+            runs = f"{variants} x {ticks} ticks of {world_dir} on {config.llm.provider}"
             cost = guess.cost.text() if guess.cost.known else "unknown"
             echo(
                 f"sim tune will run {runs}: about {guess.input_tokens:,} input and "
@@ -115,10 +156,11 @@ def tune_(
             click.confirm("Spend it?", abort=True, err=True)
         if not as_json:
             echo(
-                f"tune {name} ({section}): {ticks} ticks per depth on a scratch copy of "
+                f"tune {name} ({section}): {ticks} ticks per "
+                f"{'memory mode' if modes else 'depth'} on a scratch copy of "
                 f"{world_dir}; provider {config.llm.provider}"
             )
-            echo(TUNE_HEAD)
+            echo(MEMORY_HEAD if modes else TUNE_HEAD)
         unpriced: set[str] = set()
 
         def show(row: TuneRow) -> None:
@@ -127,9 +169,9 @@ def tune_(
                 data = {"phase": name, "provider": config.llm.provider, **row.to_dict()}
                 echo_json(orjson.dumps(data).decode())
             else:
-                echo(tune_line(row))
+                echo(memory_line(row) if modes else tune_line(row))
 
-        tune(world_dir, config, section, tried, ticks, on_row=show)
+        tune(world_dir, config, section, tried, ticks, on_row=show, memory=modes)
         if unpriced and not as_json:
             echo(unpriced_note(frozenset(unpriced)))
 

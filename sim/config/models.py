@@ -382,6 +382,9 @@ class ConversationConfig(PhaseConfig):
     max_turns: int = Field(4, ge=1, le=20)
     #: the most conversations one tick holds (the first openers by id)
     max_conversations_per_tick: int = Field(20, ge=0)
+    #: the most characters one conversation holds: beyond two, others present join who
+    #: mean to speak to someone in it or whom someone in it addresses
+    max_participants: int = Field(2, ge=2, le=10)
 
 
 class PlanningConfig(PhaseConfig):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.config import Config, MemoryConfig
-from sim.mind.lexical import terms
+from sim.mind.words import terms
 from sim.world import World
 
 #: the longest name (in words) looked for in a cell's text

@@ -4,7 +4,8 @@ The offline provider's embeddings are hashed: each word and each of its letter t
 lands, by a stable hash (BLAKE2b, not ``hash()``), on one of ``DIMENSIONS`` signed axes, and
 the vector is scaled to unit length. Same text, same vector, in every process; texts that
 share words or word stems (``bell``, ``bells``) point the same way. Vectors are sparse
-(axis -> weight), so a cosine costs the axes two texts share, not ``DIMENSIONS``.
+(axis -> weight). This module's cosines are the plain loop (``sim.mind.loop``, a few
+cells); ``sim.mind.scoring`` computes the same with arrays.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 from hashlib import blake2b
-from itertools import repeat
-from operator import mul
 
-from sim.mind.lexical import terms
+from sim.mind.words import terms
 
 DIMENSIONS = 1024
 #: a trigram counts this much beside its whole word
@@ -46,21 +45,6 @@ def hashed(text: str) -> Vector:
     return {k: v / norm for k, v in vector.items() if v} if norm else {}
 
 
-#: text -> its embedding as (axes, weights), the form the cosine loop reads fastest
-_PACKED: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
-_MEMO_LIMIT = 200_000
-
-
-def _packed(text: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    got = _PACKED.get(text)
-    if got is None:
-        if len(_PACKED) >= _MEMO_LIMIT:
-            _PACKED.clear()
-        vector = hashed(text)
-        got = _PACKED[text] = (tuple(vector), tuple(vector.values()))
-    return got
-
-
 def cosine(a: Vector, b: Vector) -> float:
     """The cosine of two unit vectors (their dot product over shared axes)."""
     if len(a) > len(b):
@@ -69,13 +53,15 @@ def cosine(a: Vector, b: Vector) -> float:
 
 
 def similarities(docs: Sequence[str], query: str) -> list[float]:
-    """Each document's cosine with the query, under the offline embeddings, floored at 0."""
+    """Each document's cosine with the query, under the offline embeddings, floored at 0
+    (each document's products summed in its own axis order, from 0.0)."""
     q = hashed(query)
     if not q:
         return [0.0] * len(docs)
-    get = q.get
     out = []
     for doc in docs:
-        axes, weights = _packed(doc)
-        out.append(max(0.0, sum(map(mul, weights, map(get, axes, repeat(0.0))))))
+        total = 0.0
+        for axis, weight in hashed(doc).items():
+            total += weight * q.get(axis, 0.0)
+        out.append(max(total, 0.0))
     return out

@@ -1,5 +1,7 @@
 """Conversation (off unless named in ``[tick] phases``, after intentions): a character who
-intends to speak to someone present opens a conversation; the two take turns, one call per
+intends to speak to someone present opens a conversation; with ``max_participants`` above
+two, others at the place join who mean to speak to someone in it or whom someone in it
+addresses. The participants take turns in order (opener, partner, joiners), one call per
 utterance that sees the dialogue so far, until one says it ends or ``max_turns`` is
 reached. The resolution sees each whole dialogue, the narrative may quote it, and the
 export lists each utterance.
@@ -59,10 +61,10 @@ def dialogues_at(ctx: TickContext, location_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def _open(ctx: TickContext, limit: int) -> list[tuple[str, list[str]]]:
+def _open(ctx: TickContext, limit: int, size: int) -> list[tuple[str, list[str]]]:
     """(opener, participants) of each conversation this tick: a character who means to
     speak to someone at the same place, in id order, neither already talking; at most
-    ``limit``."""
+    ``limit``. With ``size`` above two, others then join (``_join``)."""
     talking: set[str] = set()
     opened: list[tuple[str, list[str]]] = []
     for cid in sorted(ctx.intentions):
@@ -80,7 +82,43 @@ def _open(ctx: TickContext, limit: int) -> list[tuple[str, list[str]]]:
             continue
         talking.update((cid, other))
         opened.append((cid, [cid, other]))
+    if size > 2:
+        for _, participants in opened:
+            _join(ctx, participants, talking, size)
     return opened
+
+
+def _speaks_to(ctx: TickContext, cid: str) -> str | None:
+    intention = ctx.intentions.get(cid)
+    if intention is None or intention.action != "speak" or intention.target == cid:
+        return None
+    return intention.target or None
+
+
+def _join(ctx: TickContext, participants: list[str], talking: set[str], size: int) -> None:
+    """Add to a conversation, up to ``size``, the characters at its place not talking yet
+    who mean to speak to someone in it, or whom someone in it means to speak to: round by
+    round (a joiner may bring another), each round in id order."""
+    characters = ctx.world.characters
+    where = characters[participants[0]]["state"]["location"]
+    present = [
+        cid
+        for cid in sorted(characters)
+        if cid not in talking and characters[cid]["state"]["location"] == where
+    ]
+    while len(participants) < size:
+        inside = set(participants)
+        addressed = {_speaks_to(ctx, p) for p in participants}
+        joining = [
+            cid
+            for cid in present
+            if cid not in talking and (cid in addressed or _speaks_to(ctx, cid) in inside)
+        ]
+        if not joining:
+            return
+        for cid in joining[: size - len(participants)]:
+            participants.append(cid)
+            talking.add(cid)
 
 
 def utterance_input(
@@ -111,7 +149,8 @@ async def run(ctx: TickContext) -> None:
     config = ctx.config.conversation
     world = ctx.world
     talks: dict[str, dict[str, Any]] = {}
-    for opener, participants in _open(ctx, config.max_conversations_per_tick):
+    opened = _open(ctx, config.max_conversations_per_tick, config.max_participants)
+    for opener, participants in opened:
         where = world.characters[opener]["state"]["location"]
         talks[opener] = {
             "location": where,

@@ -1,0 +1,129 @@
+"""Scoring a character's cells for retrieval, as arrays (numpy) over all of them at once.
+
+Each element is computed as the plain loop would compute it (the same operations, in the
+same order, on the same doubles), so the cells chosen are the loop's; the test
+tests/unit/test_retrieve_scoring.py holds the loop and checks it. Imported only when a
+phase retrieves (``sim.mind.retrieve``), so window worlds do not load numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from sim.config import MemoryConfig
+from sim.mind import lexical
+from sim.mind.embed import hashed
+from sim.mind.index import Features, Floats, Ints, Store
+from sim.mind.lexical import K1, B
+from sim.mind.words import terms
+
+
+def _term_counts(text: str) -> Features:
+    counts, length = lexical.counted(text)
+    return [t for t, _ in counts], [float(f) for _, f in counts], float(length)
+
+
+def _axes(text: str) -> Features:
+    vector = hashed(text)
+    return tuple(vector), tuple(vector.values()), 0.0
+
+
+#: each distinct text's terms, and its offline embedding, once per process
+_TERMS = Store(_term_counts)
+_AXES = Store(_axes)
+
+
+def bm25(docs: Sequence[str], query: Iterable[str]) -> Floats:
+    """``lexical.bm25`` as array operations, to the same doubles."""
+    n = len(docs)
+    query = set(query)
+    if not n or not query:
+        return np.zeros(n)
+    rows = _TERMS.rows(docs)  # first: it numbers the terms of texts seen for the first time
+    wanted = sorted({i for i in _TERMS.ids(query) if i >= 0})
+    if not wanted:
+        return np.zeros(n)
+    known = np.array(wanted, dtype=np.int64)
+    place = np.minimum(np.searchsorted(known, rows.feature), len(known) - 1)
+    hit = known[place] == rows.feature
+    row, count, term = rows.row[hit], rows.value[hit], place[hit]
+    # each (document, term) is one entry, so a term's entries are its document frequency
+    df = np.bincount(term, minlength=len(known)).tolist()
+    weight = np.array([lexical.idf(n, f) for f in df])
+    avg = float(rows.size.sum()) / n or 1.0
+    norm = K1 * (1.0 - B + B * rows.size / avg)
+    each = weight[term] * count * (K1 + 1.0) / (count + norm[row])
+    return np.asarray(np.bincount(row, weights=each, minlength=n), dtype=np.float64)
+
+
+def similarities(docs: Sequence[str], query: str) -> Floats:
+    """``embed.similarities`` as array operations, to the same doubles."""
+    q = hashed(query)
+    if not q or not docs:
+        return np.zeros(len(docs))
+    rows = _AXES.rows(docs)
+    weight = np.zeros(len(rows.feature) and int(rows.feature.max()) + 1)
+    for axis, number in zip(q, _AXES.ids(q), strict=True):
+        if 0 <= number < len(weight):
+            weight[number] = q[axis]
+    each = rows.value * weight[rows.feature]
+    return np.maximum(np.bincount(rows.row, weights=each, minlength=len(docs)), 0.0)
+
+
+def relevance(docs: Sequence[str], query: str, embeddings: bool) -> Floats:
+    """Each document's relevance to the query, 0..1 (the best one's 1)."""
+    raw = similarities(docs, query) if embeddings else bm25(docs, terms(query))
+    top = float(raw.max()) if len(raw) else 0.0
+    return raw / top if top > 0 else raw
+
+
+#: the longest run of ages kept as a table of recencies (beyond it, each age is worked out)
+_TABLE_LIMIT = 1 << 20
+#: decay -> decay ** age for age 0, 1, 2, ... (each ``math.exp``, as a loop would compute it)
+_RECENCY: dict[float, Floats] = {}
+
+
+def recency(ages: Ints, decay: float) -> Floats:
+    """``decay ** age`` for each age (ages >= 0), as ``math.exp(log(decay) * age)``."""
+    log_decay = math.log(decay)
+    oldest = int(ages.max()) if len(ages) else 0
+    if oldest >= _TABLE_LIMIT:
+        distinct, at = np.unique(ages, return_inverse=True)
+        return np.array([math.exp(log_decay * a) for a in distinct.tolist()])[at]
+    table = _RECENCY.get(decay)
+    if table is None or len(table) <= oldest:
+        size = max(oldest + 1, 2 * len(table) if table is not None else 1024)
+        size = min(size, _TABLE_LIMIT)
+        table = _RECENCY[decay] = np.array([math.exp(log_decay * a) for a in range(size)])
+    return table[ages]
+
+
+def best(
+    cells: Sequence[dict[str, Any]], now_tick: int, query: str, config: MemoryConfig
+) -> list[int]:
+    """The positions of the ``config.k`` highest-scoring cells, in order; ties go to the
+    later cell."""
+    n = len(cells)
+    try:  # one pass over the cells
+        texts, ticks, rated = zip(
+            *map(itemgetter("text", "tick", "importance"), cells), strict=True
+        )
+    except KeyError:  # a cell written before cells were rated
+        texts, ticks, rated = zip(
+            *[(c["text"], c["tick"], c.get("importance")) for c in cells], strict=True
+        )
+    weights = config.weights
+    rel = relevance(texts, query, config.embeddings == "provider") if weights.relevance else 0.0
+    if None in rated or 0 in rated:
+        rated = tuple(i or config.importance for i in rated)
+    importance = np.array(rated, dtype=np.int64)
+    ages = np.maximum(now_tick - np.array(ticks, dtype=np.int64), 0)
+    w_rec, w_imp, w_rel = weights.recency, weights.importance / 9, weights.relevance
+    scores = w_rec * recency(ages, config.decay) + w_imp * (importance - 1) + w_rel * rel
+    top = np.lexsort((np.arange(n), scores))[-config.k :]  # by score, then by position
+    return sorted(top.tolist())
