@@ -183,8 +183,10 @@ class LlamaStack:
         }
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                [str(self.python), "-m", "llama_stack.cli.llama", "stack", "run", str(config)]
-                + ["--port", str(port)],
+                [
+                    *(str(self.python), "-m", "llama_stack.cli.llama"),
+                    *("stack", "run", str(config), "--port", str(port)),
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
