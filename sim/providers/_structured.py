@@ -245,6 +245,8 @@ class FormSelector:
         #: the server took ``current`` (or refused every form): no call probes any more
         self.settled = False
         self.switches: list[FormSwitch] = []
+        #: how many of ``switches`` an answer has said (``untold``)
+        self.told = 0
         self._lock = threading.Lock()
         self._probe: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
@@ -276,6 +278,15 @@ class FormSelector:
             self.current = new
             self.switches.append(made)
             return made
+
+    def untold(self) -> list[str]:
+        """The notes of the switches no answer has said yet, marked said: a switch made
+        by a call that then failed (its answer a schema error, say) is said by the next
+        answer instead of being lost with the error."""
+        with self._lock:
+            notes = [made.note() for made in self.switches[self.told :]]
+            self.told = len(self.switches)
+            return notes
 
     def _probe_lock(self) -> asyncio.Lock:
         """The lock the probing call holds (one per event loop: a lock is bound to one)."""

@@ -188,11 +188,9 @@ class ChatAdapter(OpenAIFamilyAdapter):
         async def post(form: Form) -> Json:
             return await self.post(request.settings, self.body(request, form))
 
-        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
+        data, form, _ = await self.forms.send(mode, post, probe=not self.batching)
         response = await self.answer(request, data, form)
-        return dataclasses.replace(
-            response, notice=switched.note() if switched is not None else None
-        )
+        return dataclasses.replace(response, notice="\n".join(self.forms.untold()) or None)
 
     async def answer(
         self, request: ModelRequest, data: Json, form: Form = "json_schema"

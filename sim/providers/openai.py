@@ -318,13 +318,11 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             schema = strict_schema(schema_of(self, request), request.enums, lengths=False)
             return fits_shape(_answer_text(form, data), schema)
 
-        data, form, switched = await self.forms.send(
-            mode, post, probe=not self.batching, applied=applied
-        )
+        data, form, _ = await self.forms.send(mode, post, probe=not self.batching, applied=applied)
         for misfit in answered[:-1]:  # stored answers of forms the server dropped
             await self._discard(misfit)
         response = await self.answer(request, data, form)
-        notes = [switched.note()] if switched is not None else []
+        notes: list[str] = []
         if self.store:
             previous = request.previous_response_id
             if self.chains.wants(previous):
@@ -339,6 +337,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
                 await self._discard(response.response_id)
                 raise
             notes += [chain_note] if chain_note is not None else []
+        notes = self.forms.untold() + notes
         if not notes:
             return response
         return dataclasses.replace(response, notice="\n".join(notes))

@@ -18,7 +18,7 @@ from sim.config import Config, LLMConfig
 from sim.engine.stack import build_stack
 from sim.llm.backpressure import Endpoint, find_endpoint
 from sim.llm.capacity import ServerCapacity
-from sim.llm.errors import LLMAPIError, LLMTimeoutError
+from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 from sim.llm.types import CallSettings, ModelRequest
 from sim.providers.chat import ChatAdapter
 from sim.providers.openai import OpenAIAdapter
@@ -155,6 +155,23 @@ async def test_openai_provider_takes_the_tool_and_prompt_forms(stub_server: Stub
     body = stub_server.log[-1]
     assert "text" not in body and "tools" not in body
     assert '"required":["text","count"]' in body["instructions"]
+
+
+async def test_a_switch_made_by_a_call_that_then_failed_is_said_by_the_next_answer(
+    stub_server: StubServer,
+) -> None:
+    # found behind llama-stack: the probing call switched forms, then its answer failed
+    # validation, and the note went down with the error
+    stub_server.options.reject_json_schema = True
+    adapter = ChatAdapter(sdk(stub_server))
+    stub_server.enqueue("malformed")  # the json_object_schema answer, after the refusal
+    with pytest.raises(LLMError) as info:
+        await call(adapter)
+    assert info.value.code == "schema_error"
+    response = await call(adapter)
+    assert response.notice is not None
+    assert "rejected json_schema (HTTP 500 naming response_format)" in response.notice
+    assert (await call(adapter)).notice is None  # said once
 
 
 async def test_openai_provider_with_a_fixed_form_is_not_switched(stub_server: StubServer) -> None:
