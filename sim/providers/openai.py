@@ -311,17 +311,25 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             return data
 
         def applied(data: Json, form: Form) -> bool | None:
-            """Whether a complete answer has the schema's shape (``_structured``: a
-            server that took the form and dropped the schema)."""
-            if form == "prompt" or data.get("status") != "completed":
-                return True if form == "prompt" else None
+            """For ``json_object_schema`` (no Responses API of its own: a bridge's),
+            whether a complete answer has the schema's shape (``_structured``: a server
+            that took the form and dropped the schema). The other forms are taken as
+            applied, as before."""
+            if form != "json_object_schema":
+                return True
+            if data.get("status") != "completed":
+                return None
             schema = strict_schema(schema_of(self, request), request.enums, lengths=False)
             return fits_shape(_answer_text(form, data), schema)
 
         data, form, _ = await self.forms.send(mode, post, probe=not self.batching, applied=applied)
         for misfit in answered[:-1]:  # stored answers of forms the server dropped
             await self._discard(misfit)
-        response = await self.answer(request, data, form)
+        try:
+            response = await self.answer(request, data, form)
+        except LLMError as exc:
+            exc.notice = "\n".join(self.forms.untold()) or None
+            raise
         notes: list[str] = []
         if self.store:
             previous = request.previous_response_id
