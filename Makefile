@@ -71,7 +71,10 @@ model-env: $(MODEL_STAMP) ## Create .venv-model: llama-cpp-python's server and G
 # llama-stack's Responses API server (sqlite stores), run over llama-cpp-python's server by
 # tests/model/test_llama_stack.py: a venv of its own, on Python 3.12 (0.7.3 needs it;
 # `mcp<2`: 0.7.3 imports mcp 1's modules). ~4 min to install on 2 cores.
-STACK_PYTHON ?= $(shell command -v python3.12 || ls /root/.pyenv/versions/3.12.*/bin/python3.12 2>/dev/null | tail -1)
+# the first python3.12 that runs (a pyenv shim may exist and refuse to, outside its version)
+STACK_PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12.*/bin/python3.12; do \
+	if $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then \
+	command -v $$p; break; fi; done)
 STACK_VENV := .venv-stack
 STACK_STAMP := $(STACK_VENV)/.installed
 STACK_PACKAGES := 'llama-stack==0.7.3' 'mcp<2'
