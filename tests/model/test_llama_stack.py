@@ -110,7 +110,7 @@ def two_ticks(tmp_path: Path, stack: LlamaStack, chain_mode: str) -> tuple[Path,
         for bad in ("circuit_open", "server_error", "timeout", "api_error", "deletions:"):
             assert bad not in output, output
     # auto found the form the stack honours: json_schema refused, json_object's schema
-    # dropped, the forced function call taken (said once, in the first tick)
+    # dropped, the forced function call taken (said by each run: each `sim tick` probes)
     assert "rejected json_schema (HTTP 500 naming format)" in outputs[0]
     assert "rejected json_object_schema (answered outside the schema" in outputs[0]
     assert "using tool for the rest of the run" in outputs[0]
