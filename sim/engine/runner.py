@@ -377,7 +377,11 @@ class Runner:
 
         def account(event: LLMEvent) -> None:
             # a provider adapter that changed how it talks to its server says so once
-            notice = event.response.notice if event.response is not None else None
+            # (a failed call's too: a form switch made by a call whose answer then failed)
+            if event.response is not None:
+                notice = event.response.notice
+            else:
+                notice = event.error.notice if event.error is not None else None
             for line in (notice or "").splitlines():  # one note a line
                 if line not in notes:
                     notes.append(line)

@@ -58,6 +58,8 @@ class LLMError(Exception):
             (``sim.llm.pool``); recovery puts them in ``attempts``.
         model_errors: each model's error of a fallback chain, in order, this one's last
             (set by recovery when it tried more than one model; else empty).
+        notice: what the adapter had to say once (``AdapterResponse.notice``: a form
+            switch, say) when the call then failed: the tick summary shows it all the same.
     """
 
     default_code = "llm_error"
@@ -88,6 +90,7 @@ class LLMError(Exception):
         self.moved: tuple[Attempt, ...] = ()
         self.context: dict[str, Any] = dict(context or {})
         self.model_errors: tuple[LLMError, ...] = ()
+        self.notice: str | None = None
 
     @property
     def cause(self) -> BaseException | None:

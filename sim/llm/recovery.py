@@ -219,6 +219,7 @@ def checked(request: ModelRequest, response: AdapterResponse) -> AdapterResponse
         problem, model=response.model, usage=response.usage, raw=response.raw[:2000]
     )
     error.endpoint, error.moved = response.endpoint, response.moved
+    error.notice = response.notice
     raise error
 
 
@@ -298,6 +299,7 @@ class RecoveryAdapter(AdapterWrapper):
         breaker = self.breaker(model, provider)
         retried = {"schema": 0, "rate_limit": 0, "transient": 0}
         sent = request
+        notices: list[str] = []
         while True:
             if not breaker.allow():
                 attempts.append(
@@ -320,6 +322,9 @@ class RecoveryAdapter(AdapterWrapper):
             try:
                 response = checked(sent, await self.inner.execute(sent))
             except LLMError as exc:
+                # a failed attempt's notice goes with the call's outcome, whatever it is
+                notices += [exc.notice] if exc.notice else []
+                exc.notice = "\n".join(notices) or None
                 note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
                 _add_moved(attempts, exc.moved, provider)
                 attempts.append(
@@ -360,6 +365,9 @@ class RecoveryAdapter(AdapterWrapper):
                     endpoint=response.endpoint,
                 )
             )
+            if notices:  # what failed attempts had to say, before this answer's own
+                said = "\n".join([*notices, *([response.notice] if response.notice else [])])
+                return replace(response, notice=said)
             return response
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:

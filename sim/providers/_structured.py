@@ -13,6 +13,10 @@ Servers that all call themselves OpenAI-compatible disagree on how a schema is a
 ``auto`` starts with ``json_schema``; when the server rejects the form (HTTP 400, 422 or
 500 whose body names ``response_format``, or for ``tool`` names ``tool``), the endpoint
 switches to the next form once and keeps it for the rest of the run (``FormSelector``).
+A server may also take a form and drop its schema (llama-stack 0.7.3 turns ``json_object``
+with a schema into plain ``json_object``): a provider that can tell (``openai``) checks
+the probing call's complete answer for the schema's shape (``fits_shape``), and a
+misfit moves on to the next form as a refusal does.
 The form is settled once per endpoint before a phase fans out: while it is not, one call
 probes the server (switching as often as it is refused) and the calls behind it wait, so
 a run sends at most one refused request per form, however many calls start at once.
@@ -180,6 +184,29 @@ def rejects_form(error: LLMAPIError, form: Form, schema_field: str = "response_f
     return needle in text
 
 
+def fits_shape(text: str, schema: Json) -> bool:
+    """Whether ``text`` is a JSON object of ``schema``'s top-level shape: every required
+    key, and no key outside its properties when ``additionalProperties`` is false.
+
+    A server that applies the schema (a grammar, guided decoding) cannot answer
+    otherwise, whatever the model; one that took the form and dropped the schema answers
+    whatever JSON the model likes. Only the top level is looked at: the answer's content
+    is the validator's to judge, and its errors are fed back by recovery.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    if any(key not in data for key in schema.get("required") or ()):
+        return False
+    properties = schema.get("properties") or {}
+    return schema.get("additionalProperties", True) is not False or all(
+        key in properties for key in data
+    )
+
+
 def next_form(form: Form) -> Form | None:
     index = AUTO_ORDER.index(form)
     return AUTO_ORDER[index + 1] if index + 1 < len(AUTO_ORDER) else None
@@ -218,6 +245,8 @@ class FormSelector:
         #: the server took ``current`` (or refused every form): no call probes any more
         self.settled = False
         self.switches: list[FormSwitch] = []
+        #: how many of ``switches`` an answer has said (``untold``)
+        self.told = 0
         self._lock = threading.Lock()
         self._probe: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
@@ -225,8 +254,9 @@ class FormSelector:
         """The form to send for a call whose setting is ``mode``."""
         return self.current if mode == "auto" else mode
 
-    def switch(self, rejected: Form, error: LLMAPIError) -> FormSwitch | None:
-        """After the server rejected ``rejected``: move on to the next form, once.
+    def switch(self, rejected: Form, error: LLMAPIError | str) -> FormSwitch | None:
+        """After the server rejected ``rejected`` (``error``: its refusal, or why its
+        answer shows the form was not applied): move on to the next form, once.
 
         Calls in flight when the switch happens were sent with the old form; their
         rejections find the endpoint already moved on and get ``None`` back with
@@ -239,12 +269,24 @@ class FormSelector:
             new = next_form(rejected)
             if new is None:
                 return None
-            needle = "tool" if rejected == "tool" else self.schema_field
-            reason = f"HTTP {error.status_code} naming {needle}"
+            if isinstance(error, str):
+                reason = error
+            else:
+                needle = "tool" if rejected == "tool" else self.schema_field
+                reason = f"HTTP {error.status_code} naming {needle}"
             made = FormSwitch(self.endpoint, rejected, new, reason)
             self.current = new
             self.switches.append(made)
             return made
+
+    def untold(self) -> list[str]:
+        """The notes of the switches no answer has said yet, marked said: a switch made
+        by a call that then failed (its answer a schema error, say) is said by the next
+        answer instead of being lost with the error."""
+        with self._lock:
+            notes = [made.note() for made in self.switches[self.told :]]
+            self.told = len(self.switches)
+            return notes
 
     def _probe_lock(self) -> asyncio.Lock:
         """The lock the probing call holds (one per event loop: a lock is bound to one)."""
@@ -254,7 +296,12 @@ class FormSelector:
         return self._probe[1]
 
     async def send(
-        self, mode: Mode, post: Callable[[Form], Awaitable[T]], *, probe: bool = True
+        self,
+        mode: Mode,
+        post: Callable[[Form], Awaitable[T]],
+        *,
+        probe: bool = True,
+        applied: Callable[[T, Form], bool | None] | None = None,
     ) -> tuple[T, Form, FormSwitch | None]:
         """Send one call with ``post(form)``: its answer, the form it went in, and the
         switch it made, if any.
@@ -268,6 +315,10 @@ class FormSelector:
 
         Without ``probe`` (a call that is a line of a Batch API upload: holding the others
         back would hold back the batch it waits for) the current form is sent as it is.
+
+        ``applied(answer, form)``: whether the probing call's answer shows the server
+        applied the form's schema (``None``: cannot tell, e.g. an answer cut short). A
+        ``False`` moves on to the next form as a refusal does; a ``None`` settles nothing.
         """
         if mode != "auto" or not probe:
             form = self.form(mode)
@@ -275,19 +326,23 @@ class FormSelector:
         if not self.settled:
             async with self._probe_lock():
                 if not self.settled:
-                    sent = await self._fall_back(post)
-                    self.settled = True
-                    return sent
-        return await self._fall_back(post)
+                    answer, form, switched, known = await self._fall_back(post, applied)
+                    self.settled = known
+                    return answer, form, switched
+        answer, form, switched, _ = await self._fall_back(post)
+        return answer, form, switched
 
     async def _fall_back(
-        self, post: Callable[[Form], Awaitable[T]]
-    ) -> tuple[T, Form, FormSwitch | None]:
+        self,
+        post: Callable[[Form], Awaitable[T]],
+        applied: Callable[[T, Form], bool | None] | None = None,
+    ) -> tuple[T, Form, FormSwitch | None, bool]:
+        """The answer, its form, the switch made, and whether the form is known to work."""
         form = self.current
         switched: FormSwitch | None = None
         while True:
             try:
-                return await post(form), form, switched
+                answer = await post(form)
             except LLMAPIError as exc:
                 if not rejects_form(exc, form, self.schema_field):
                     raise
@@ -296,3 +351,13 @@ class FormSelector:
                     self.settled = True
                     raise
                 form = self.current
+                continue
+            verdict = True if applied is None else applied(answer, form)
+            if verdict is False:
+                misfit = "answered outside the schema: the server dropped it"
+                switched = self.switch(form, misfit) or switched
+                if self.current != form:
+                    form = self.current
+                    continue
+                verdict = True  # no form left: keep this one
+            return answer, form, switched, verdict is True

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import orjson
 
-from sim.llm.errors import LLMIncompleteError
+from sim.llm.errors import LLMError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.providers._adapter_common import refused, window_turns
@@ -191,11 +191,13 @@ class ChatAdapter(OpenAIFamilyAdapter):
         async def post(form: Form) -> Json:
             return await self.post(request.settings, self.body(request, form))
 
-        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
-        response = await self.answer(request, data, form)
-        return dataclasses.replace(
-            response, notice=switched.note() if switched is not None else None
-        )
+        data, form, _ = await self.forms.send(mode, post, probe=not self.batching)
+        try:
+            response = await self.answer(request, data, form)
+        except LLMError as exc:
+            exc.notice = "\n".join(self.forms.untold()) or None
+            raise
+        return dataclasses.replace(response, notice="\n".join(self.forms.untold()) or None)
 
     async def answer(
         self, request: ModelRequest, data: Json, form: Form = "json_schema"

@@ -4,7 +4,9 @@ The schema goes in the call's ``structured_output`` form, as for ``chat``
 (``_structured``): a strict ``json_schema`` text format (``auto`` starts there), a
 ``json_object`` text format with the schema, a forced function call, or the schema in the
 instructions; ``auto`` moves on to the next form when the server refuses one (HTTP 400,
-422 or 500 naming ``format``, as a Responses bridge in front of llama-cpp-python answers).
+422 or 500 naming ``format``, as a Responses bridge in front of llama-cpp-python answers),
+or when the probing call's complete answer is not of the schema's shape (the bridge took
+the form and dropped the schema, as llama-stack 0.7.3 does with ``json_object``).
 The instructions are re-sent with every call. The answer is checked here, in this
 order: ``status == "incomplete"`` -> ``LLMIncompleteError`` (never re-asked as a schema
 error: a truncated answer re-asked burns tokens); refusal content -> ``LLMRefusalError``;
@@ -42,6 +44,7 @@ from sim.providers._streaming import ResponsesAssembler
 from sim.providers._structured import (
     Form,
     checked_mode,
+    fits_shape,
     instructions_for,
     responses_fields,
     unfenced,
@@ -302,12 +305,34 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             return await super().execute(request)
         mode = checked_mode(request.settings.structured_output)
 
-        async def post(form: Form) -> Json:
-            return await self.post(request.settings, self.body(request, form))
+        answered: list[str] = []
 
-        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
-        response = await self.answer(request, data, form)
-        notes = [switched.note()] if switched is not None else []
+        async def post(form: Form) -> Json:
+            data = await self.post(request.settings, self.body(request, form))
+            answered.append(str(data.get("id") or ""))
+            return data
+
+        def applied(data: Json, form: Form) -> bool | None:
+            """For ``json_object_schema`` (no Responses API of its own: a bridge's),
+            whether a complete answer has the schema's shape (``_structured``: a server
+            that took the form and dropped the schema). The other forms are taken as
+            applied, as before."""
+            if form != "json_object_schema":
+                return True
+            if data.get("status") != "completed":
+                return None
+            schema = strict_schema(schema_of(self, request), request.enums, lengths=False)
+            return fits_shape(_answer_text(form, data), schema)
+
+        data, form, _ = await self.forms.send(mode, post, probe=not self.batching, applied=applied)
+        for misfit in answered[:-1]:  # stored answers of forms the server dropped
+            await self._discard(misfit)
+        try:
+            response = await self.answer(request, data, form)
+        except LLMError as exc:
+            exc.notice = "\n".join(self.forms.untold()) or None
+            raise
+        notes: list[str] = []
         if self.store:
             previous = request.previous_response_id
             if self.chains.wants(previous):
@@ -322,6 +347,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
                 await self._discard(response.response_id)
                 raise
             notes += [chain_note] if chain_note is not None else []
+        notes = self.forms.untold() + notes
         if not notes:
             return response
         return dataclasses.replace(response, notice="\n".join(notes))

@@ -179,6 +179,9 @@ class StubOptions:
     delete_not_found: bool = False
     #: send ``usage: null`` in Responses answers, as llama-stack does
     null_usage: bool = False
+    #: take a Responses ``json_object`` text format and drop its ``schema``, as llama-stack
+    #: 0.7.3 does (the model then answers without the schema: in prose, here)
+    drop_json_object_schema: bool = False
 
 
 #: the HTTP error each transport-level fault answers with, in OpenAI's wording:
@@ -695,6 +698,8 @@ class StubServer:
         fmt = (request.get("text") or {}).get("format") or {}
         self._bridge_rejects(fmt)
         schema = fmt.get("schema") if fmt.get("type") in ("json_schema", "json_object") else None
+        if self.options.drop_json_object_schema and fmt.get("type") == "json_object":
+            schema = None
         tools = request.get("tools") or None
         if request.get("tool_choice") == "none":  # tools declared but not to be called: text
             tools = None

@@ -18,7 +18,7 @@ from sim.config import Config, LLMConfig
 from sim.engine.stack import build_stack
 from sim.llm.backpressure import Endpoint, find_endpoint
 from sim.llm.capacity import ServerCapacity
-from sim.llm.errors import LLMAPIError, LLMTimeoutError
+from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 from sim.llm.types import CallSettings, ModelRequest
 from sim.providers.chat import ChatAdapter
 from sim.providers.openai import OpenAIAdapter
@@ -110,6 +110,35 @@ async def test_openai_provider_falls_back_from_json_schema_once_behind_a_bridge(
     assert len(notes) == 1 and "rejected json_schema (HTTP 500 naming format)" in notes[0]
 
 
+async def test_openai_provider_leaves_a_form_whose_schema_the_bridge_drops(
+    stub_server: StubServer,
+) -> None:
+    # llama-stack 0.7.3 in front of llama-cpp-python: json_schema refused (HTTP 500), a
+    # json_object's schema dropped (the answer comes back in any shape): auto settles on
+    # the forced function call, after one answer in the dropped form, and deletes it
+    stub_server.options.reject_json_schema = True
+    stub_server.options.drop_json_object_schema = True
+    stub_server.options.latency = 0.05
+    adapter = OpenAIAdapter(sdk(stub_server), store=True)
+    results = await asyncio.gather(*(call(adapter) for _ in range(4)))
+    assert all(isinstance(r.parsed, Note) for r in results)
+    assert {r.structured_output for r in results} == {"tool"}
+    assert adapter.forms.settled
+    sent = [
+        body["text"]["format"]["type"] if "text" in body else "tool" for body in stub_server.log
+    ]
+    assert sent == ["json_schema", "json_object", "tool", "tool", "tool", "tool"]
+    notes = [r.notice for r in results if r.notice is not None]
+    assert len(notes) == 1
+    assert (
+        "rejected json_object_schema (answered outside the schema: the server dropped it)"
+        in (notes[0])
+    )
+    assert "using tool for the rest of the run" in notes[0]
+    # the dropped form's stored answer is deleted; the four used ones are kept
+    assert len(stub_server.responses) == 4
+
+
 async def test_openai_provider_takes_the_tool_and_prompt_forms(stub_server: StubServer) -> None:
     adapter = OpenAIAdapter(sdk(stub_server))
     response = await call(adapter, structured_output="tool")
@@ -126,6 +155,23 @@ async def test_openai_provider_takes_the_tool_and_prompt_forms(stub_server: Stub
     body = stub_server.log[-1]
     assert "text" not in body and "tools" not in body
     assert '"required":["text","count"]' in body["instructions"]
+
+
+async def test_a_switch_made_by_a_call_that_then_failed_is_said_by_the_next_answer(
+    stub_server: StubServer,
+) -> None:
+    # found behind llama-stack: the probing call switched forms, then its answer failed
+    # validation, and the note went down with the error
+    stub_server.options.reject_json_schema = True
+    adapter = ChatAdapter(sdk(stub_server))
+    stub_server.enqueue("malformed")  # the json_object_schema answer, after the refusal
+    with pytest.raises(LLMError) as info:
+        await call(adapter)
+    assert info.value.code == "schema_error"
+    # the note goes with the error (the tick summary shows a failed call's notes too)
+    assert info.value.notice is not None
+    assert "rejected json_schema (HTTP 500 naming response_format)" in info.value.notice
+    assert (await call(adapter)).notice is None  # said once
 
 
 async def test_openai_provider_with_a_fixed_form_is_not_switched(stub_server: StubServer) -> None:

@@ -115,6 +115,24 @@ async def test_schema_error_retried_with_feedback_then_succeeds(
     )
 
 
+async def test_a_failed_attempts_notice_goes_with_the_calls_outcome(
+    stub_server: StubServer,
+) -> None:
+    # the probing attempt switched forms (json_schema refused) and its answer failed
+    # validation; the retry's answer says so, and so does a call that fails for good
+    stub_server.options.reject_json_schema = True
+    stub_server.enqueue("malformed")
+    response = await run(stack(stub_server, Sleeps(), "chat"), settings(structured_output="auto"))
+    assert [a.error_code for a in response.attempts] == ["schema_error", None]
+    assert response.notice is not None and "rejected json_schema" in response.notice
+    stub_server.reset()
+    stub_server.options.reject_json_schema = True
+    stub_server.enqueue("malformed", "malformed", "malformed")
+    with pytest.raises(LLMSchemaError) as info:
+        await run(stack(stub_server, Sleeps(), "chat"), settings(structured_output="auto"))
+    assert info.value.notice is not None and "rejected json_schema" in info.value.notice
+
+
 async def test_schema_error_three_times_fails(stub_server: StubServer) -> None:
     stub_server.enqueue("malformed", "malformed", "malformed", None)
     with pytest.raises(LLMSchemaError) as info:

@@ -10,6 +10,7 @@ from sim.providers._structured import (
     AUTO_ORDER,
     FormSelector,
     answer_text,
+    fits_shape,
     instructions_for,
     rejects_form,
     request_fields,
@@ -84,3 +85,21 @@ def test_selector_switches_once_per_form_and_remembers() -> None:
     assert selector.form("auto") == "prompt"
     assert selector.switch("prompt", rejected) is None  # nothing after prompt
     assert [s.new for s in selector.switches] == list(AUTO_ORDER[1:])
+
+
+def test_fits_shape_is_the_schema_top_level() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}, "count": {"type": "integer"}},
+        "required": ["text", "count"],
+        "additionalProperties": False,
+    }
+    assert fits_shape('{"text": "fog", "count": 2}', schema)
+    assert fits_shape('{"text": 3, "count": "x"}', schema)  # content: the validator's
+    assert not fits_shape('{"text": "fog"}', schema)  # a required key missing
+    assert not fits_shape('{"text": "fog", "count": 2, "name": "x"}', schema)  # an extra key
+    assert fits_shape(
+        '{"text": "fog", "count": 2, "name": "x"}', {**schema, "additionalProperties": True}
+    )
+    assert not fits_shape('["text", "count"]', schema)
+    assert not fits_shape("The fog is thick.", schema)
