@@ -361,6 +361,7 @@ class Runner:
             return gate.wrap(wrapped) if gated else wrapped
 
         ctx = TickContext(world, config, wrap(adapter), store, world.tick + 1)
+        ctx.namer = recorder.name_call  # each call's identity travels in its request
         ctx.prompts = self.prompts
         if interventions is not None:
             ctx.happenings = interventions.happenings()

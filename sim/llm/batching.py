@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sim.llm.budget import BATCH_PRICE_FACTOR
+from sim.llm.calls import CallIdentity
 
 Json = dict[str, Any]
 
@@ -70,6 +71,11 @@ class BatchJournal(Protocol):
         """Record ``batch`` durably (called as soon as the provider accepted it)."""
         ...
 
+    def carried(self, request_id: str, batch_id: str) -> None:
+        """Note that batch ``batch_id`` carried an attempt of the call ``request_id``
+        (answered or failed in it)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
@@ -97,7 +103,14 @@ class BatchTransport(Protocol):
     async def aclose(self) -> None: ...
 
     async def post(
-        self, client: Any, path: str, payload: Json, *, model: str, api_key_env: str
+        self,
+        client: Any,
+        path: str,
+        payload: Json,
+        *,
+        model: str,
+        api_key_env: str,
+        call: CallIdentity | None = None,
     ) -> Json: ...
 
 

@@ -20,12 +20,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
 from sim.llm.batching import BatchOptions, BatchTransport, current_batch
+from sim.llm.calls import CallIdentity, CallNamer
 from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.enums import SchemaEnums
 from sim.llm.errors import (
@@ -109,6 +110,9 @@ class LLMClient:
         batch: send each batch's calls through the OpenAI Batch API (``sim.providers.batch``):
             every entity key runs at once, and the calls that reach the wire together go
             out as one batch.
+        namer: names each call as it is made (the tick recorder's ``name_call``); the
+            identity travels in the request (``ModelRequest.call``) and in its events.
+            ``None``: calls are anonymous (no replay, no idempotency key).
     """
 
     def __init__(
@@ -124,6 +128,7 @@ class LLMClient:
         events: EventSink = null_sink,
         phase: str = "",
         batch: BatchOptions | None = None,
+        namer: CallNamer | None = None,
     ) -> None:
         if default_depth < 0:
             raise ValueError(f"default_depth must be >= 0, got {default_depth}")
@@ -140,6 +145,7 @@ class LLMClient:
         self.events = events
         self.phase = phase
         self.batch = batch
+        self.namer = namer
         self.rate_limit_hits = 0
         #: the Batch API session of the last ``create_batch`` (``None`` without ``batch``)
         self.batch_session: BatchTransport | None = None
@@ -281,11 +287,9 @@ class LLMClient:
             check=request.check,
         )
 
-    async def _call(
-        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
-    ) -> AdapterResponse:
+    async def _call(self, request: LLMRequest, sent: ModelRequest) -> AdapterResponse:
         with call_scope(self.phase, request.entity_key):  # where streamed text belongs
-            return await self.adapter.execute(self._model_request(request, history, previous_id))
+            return await self.adapter.execute(sent)
 
     def _emit_attempts(
         self,
@@ -333,10 +337,20 @@ class LLMClient:
             else:
                 history = chain.window(depth)
         model = self.settings.model
+        sent = self._model_request(request, history, previous_id)
+        call: CallIdentity | None = None
+        if self.namer is not None:
+            call = self.namer(self.phase, key, sent, depth)
+            sent = replace(sent, call=call)
 
         def context() -> dict[str, Any]:
             """The chain context the call is sent with now (it changes if a chain is lost)."""
-            return {"history": history, "previous_response_id": previous_id, "depth": depth}
+            return {
+                "history": history,
+                "previous_response_id": previous_id,
+                "depth": depth,
+                "call": call,
+            }
 
         def emit(kind: EventKind, event_model: str, **fields: Any) -> None:
             """An event of this call, with the chain context it is sent with now."""
@@ -350,6 +364,7 @@ class LLMClient:
                     history=history,
                     previous_response_id=previous_id,
                     depth=depth,
+                    call=call,
                     **fields,
                 )
             )
@@ -358,7 +373,7 @@ class LLMClient:
         started = time.perf_counter()
         try:
             try:
-                response = await self._call(request, history, previous_id)
+                response = await self._call(request, sent)
             except LLMChainNotFoundError as lost:
                 if chain is None or previous_id is None:
                     raise
@@ -379,7 +394,11 @@ class LLMClient:
                 )
                 history = chain.exchanges(chain.reset()[-depth:])
                 previous_id = None
-                response = await self._call(request, history, None)
+                sent = self._model_request(request, history, None)
+                if call is not None:  # the same call, sent with the window, after its failures
+                    call = call.sent(sent).after(a.error_code for a in lost.attempts)
+                    sent = replace(sent, call=call)
+                response = await self._call(request, sent)
         except Exception as exc:
             if isinstance(exc, LLMError):
                 error = exc

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sim.llm.backpressure import Endpoint, EndpointDownError
-from sim.llm.calls import note_failure
+from sim.llm.calls import with_attempts
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
@@ -203,7 +203,8 @@ class PoolAdapter(AdapterWrapper):
             server.in_flight += 1
             started = time.perf_counter()
             try:
-                response = await server.adapter.execute(request)
+                # the attempts moved away failed as seen: the next server gets a fresh key
+                response = await server.adapter.execute(with_attempts(request, moved))
             except LLMError as exc:
                 server.in_flight -= 1
                 self._outcome(server, exc)
@@ -214,7 +215,6 @@ class PoolAdapter(AdapterWrapper):
                     exc.moved = (*moved, *exc.moved)
                     raise
                 server.stats.moved_away += 1
-                note_failure(exc.code)  # a seen failure: the next server gets a fresh key
                 moved.extend(exc.moved)
                 moved.append(
                     Attempt(

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from sim.config import BATCH_PROVIDERS, routing
 from sim.errors import InputError
 from sim.llm.batching import BatchOptions
+from sim.llm.calls import CallNamer
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
@@ -225,6 +226,8 @@ class TickContext:
     store: ResponseStore
     tick: int
     events: EventSink = null_sink
+    #: names each call of the tick (the tick recorder's ``name_call``); ``None``: anonymous
+    namer: CallNamer | None = None
     intentions: dict[str, Intention] = field(default_factory=dict)
     resolutions: dict[str, Resolution] = field(default_factory=dict)
     narratives: dict[str, str] = field(default_factory=dict)
@@ -362,6 +365,7 @@ class TickContext:
             events=self.events,
             phase=phase,
             batch=batch,
+            namer=self.namer,
         )
         self.clients.append(client)
         return client

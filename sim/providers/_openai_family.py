@@ -25,7 +25,7 @@ from sim.llm.batching import current_batch
 from sim.llm.capacity import ServerCapacity, discover, server_root
 from sim.llm.errors import LLMAPIError
 from sim.llm.redact import redact_url
-from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
+from sim.llm.types import AdapterResponse, ModelRequest
 from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import (
     ClientPool,
@@ -149,7 +149,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         attempt's usage when it is refused, cut short or invalid."""
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        data = await self.post(request.settings, self.body(request))
+        data = await self.post(request, self.body(request))
         return await self.answer(request, data)
 
     def assembler(self) -> Assembler:
@@ -160,8 +160,9 @@ class OpenAIFamilyAdapter(Responder, ABC):
         """Extra body fields of a streamed call."""
         return {}
 
-    async def post(self, settings: CallSettings, payload: Json) -> Json:
-        """One POST to ``path``; returns the answer as plain JSON.
+    async def post(self, request: ModelRequest, payload: Json) -> Json:
+        """One POST of ``payload`` (the body asking ``request``) to ``path``; returns the
+        answer as plain JSON. The call's identity (``request.call``) keys its idempotency.
 
         The request goes through the route's aiohttp session (``_http.Route``), or, on a
         client handed in, through the SDK's own ``post`` (auth, headers, timeouts); either
@@ -177,6 +178,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         Inside a Batch API session (``[llm] batch``) the body becomes a line of the
         session's next batch instead (``sim.providers.batch``); streaming does not apply.
         """
+        settings = request.settings
         session = current_batch.get()
         if session is not None:
             return await session.post(
@@ -185,6 +187,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
                 payload,
                 model=settings.model,
                 api_key_env=self.api_key_env,
+                call=request.call,
             )
         try:
             if settings.stream:
@@ -200,6 +203,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
                     ),
                     connect_timeout_seconds=self.connect_timeout_seconds,
                     model=settings.model,
+                    call=request.call,
                 )
             raw = await post_json(
                 self.pool,
@@ -207,6 +211,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
                 payload,
                 settings.timeout_seconds,
                 self.connect_timeout_seconds,
+                call=request.call,
             )
             data = orjson.loads(raw)
         except post_failures() as exc:

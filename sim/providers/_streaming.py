@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from sim.llm.calls import idempotency_key
+from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import emit_delta, restart_text
 from sim.providers._http import IDEMPOTENCY_HEADER
@@ -279,6 +279,7 @@ async def post_stream(
     *,
     connect_timeout_seconds: float,
     model: str,
+    call: CallIdentity | None = None,
 ) -> Json:
     """POST ``payload`` with ``stream: true`` on the least busy route; the assembled body.
 
@@ -288,7 +289,7 @@ async def post_stream(
     ``read_stream``'s. Each piece of text goes to ``sim.llm.streaming``.
     """
     content = orjson.dumps({**payload, "stream": True})
-    key = idempotency_key(content)
+    key = idempotency_key(call, content)  # the call's (``call``: ``None`` sends none)
     index = pool.acquire()
     route = pool.routes[index]
 

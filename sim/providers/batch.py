@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import orjson
 
 from sim.llm.batching import BatchLine, BatchOptions, BatchProgress, SubmittedBatch
-from sim.llm.calls import current_call, digest
+from sim.llm.calls import CallIdentity, digest
 from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 
 if TYPE_CHECKING:
@@ -145,17 +145,20 @@ class BatchSession:
         *,
         model: str,
         api_key_env: str,
+        call: CallIdentity | None = None,
     ) -> Json:
         """Send ``payload`` (a body for ``path``) as a line of the next batch; its answer.
+
+        ``call`` names the line (``{request id}#{attempt}``) and is told to the journal
+        when a batch carried it (``None``: an anonymous call, ``call-N``).
 
         Raises:
             LLMError: the line failed (mapped from its status as a live answer would
                 be), expired, or the batch could not be submitted or read.
         """
         body = orjson.dumps(payload)
-        ident = current_call.get()
-        if ident is not None:
-            name = ident.request_id
+        if call is not None:
+            name = call.request_id
         else:
             self._anonymous += 1
             name = f"call-{self._anonymous}"
@@ -183,8 +186,9 @@ class BatchSession:
             return await item.future
         finally:
             self._waiting -= 1
-            if ident is not None and item.batch_id:  # answered or failed, it was in a batch
-                ident.batch_ids.append(item.batch_id)
+            journal = self.options.journal
+            if call is not None and item.batch_id and journal is not None:
+                journal.carried(call.request_id, item.batch_id)  # answered or failed in it
 
     # -- batching -------------------------------------------------------------------------
 

@@ -186,7 +186,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
         mode = checked_mode(request.settings.structured_output)
 
         async def post(form: Form) -> Json:
-            return await self.post(request.settings, self.body(request, form))
+            return await self.post(request, self.body(request, form))
 
         data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
         response = await self.answer(request, data, form)
