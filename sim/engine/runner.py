@@ -14,7 +14,7 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
-from sim.engine.stack import build_stack, with_recovery
+from sim.engine.stack import batch_transport, build_stack, with_recovery
 from sim.errors import InputError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
@@ -33,7 +33,6 @@ from sim.phases.templates import Prompts
 from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
-from sim.providers.batch import BatchSession
 from sim.storage import Storage
 from sim.ticklog.reader import check_log_slot
 from sim.ticklog.records import PolicyRecord
@@ -365,9 +364,10 @@ class Runner:
         ctx.prompts = self.prompts
         if interventions is not None:
             ctx.happenings = interventions.happenings()
-        if config.llm.batch:  # each batch is in the log as soon as it is created
+        transport = batch_transport(config)
+        if transport is not None:  # each batch is in the log as soon as it is created
             ctx.batch = BatchOptions(
-                recorder, config.llm.batch_poll_seconds, self.on_batch, transport=BatchSession
+                recorder, config.llm.batch_poll_seconds, self.on_batch, transport=transport
             )
 
         notes: list[str] = []

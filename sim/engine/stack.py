@@ -31,6 +31,7 @@ from sim.config import (
     routing,
 )
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
+from sim.llm.batching import BatchOptions, BatchTransport
 from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
@@ -70,6 +71,17 @@ def provider_options(
     if spec.kind == "openai":  # the one provider that keeps responses (server chains)
         options["store"] = llm.chain_mode == "server" and spec.name == llm.provider
     return options
+
+
+def batch_transport(config: Config) -> Callable[[str, BatchOptions], BatchTransport] | None:
+    """The transport the stack's batching endpoints (``openai``, ``chat``) send through with
+    ``[llm] batch``: the OpenAI Batch API's session, opened by each ``create_batch``
+    (``BatchOptions.transport``); ``None``: calls are sent live."""
+    if not config.llm.batch:
+        return None
+    from sim.providers.batch import BatchSession  # the SDK only when a batch runs
+
+    return BatchSession
 
 
 def make_budget(config: Config) -> Budget:

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
-from sim.llm.batching import BatchOptions, BatchTransport, current_batch
+from sim.llm.batching import BatchOptions, BatchTransport
 from sim.llm.calls import CallIdentity, CallNamer
 from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.enums import SchemaEnums
@@ -218,8 +218,8 @@ class LLMClient:
             if session is None:
                 return await self._settle(requests[index])
             session.enter()
-            try:
-                return await self._settle(requests[index])
+            try:  # each call carries the session (``ModelRequest.batch``)
+                return await self._settle(requests[index], session)
             finally:
                 session.leave()
 
@@ -238,7 +238,6 @@ class LLMClient:
 
         # a Batch API batch holds every call that can be asked now: all keys at once
         workers = len(queue) if session is not None else min(self.max_concurrency, len(queue))
-        token = current_batch.set(session) if session is not None else None
         try:
             if workers == 1:
                 await worker()
@@ -249,16 +248,15 @@ class LLMClient:
         except* _AdapterCancelled:
             raise asyncio.CancelledError from None
         finally:
-            if session is not None and token is not None:
-                current_batch.reset(token)
+            if session is not None:
                 await session.aclose()
         if self.rate_limit_hits:
             logger.warning("%s: batch had %d rate limit hits", self.phase, self.rate_limit_hits)
         return results
 
-    async def _settle(self, request: LLMRequest) -> Any:
+    async def _settle(self, request: LLMRequest, batch: BatchTransport | None = None) -> Any:
         try:
-            return (await self._execute_one(request)).parsed
+            return (await self._execute_one(request, batch)).parsed
         except LLMError as exc:
             if any(isinstance(e, LLMRateLimitError) for e in (exc, *exc.model_errors)):
                 self.rate_limit_hits += 1
@@ -269,9 +267,14 @@ class LLMClient:
         return max(0, depth)
 
     def _model_request(
-        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
+        self,
+        request: LLMRequest,
+        history: tuple[Exchange, ...],
+        previous_id: str | None,
+        batch: BatchTransport | None = None,
     ) -> ModelRequest:
-        """What the adapter is sent for ``request`` with this chain window."""
+        """What the adapter is sent for ``request`` with this chain window (``batch``: in
+        this Batch API session)."""
         tools = request.tools
         return ModelRequest(
             instructions=request.instructions,
@@ -285,6 +288,7 @@ class LLMClient:
             tool_choice=request.tool_choice,
             enums=request.enums if tools is None else None,
             check=request.check,
+            batch=batch,
         )
 
     async def _call(self, request: LLMRequest, sent: ModelRequest) -> AdapterResponse:
@@ -325,7 +329,9 @@ class LLMClient:
             return attempts[-1].attempt, attempts[-1].usage, attempts[-1].provider
         return 1, usage, self.settings.provider
 
-    async def _execute_one(self, request: LLMRequest) -> AdapterResponse:
+    async def _execute_one(
+        self, request: LLMRequest, batch: BatchTransport | None = None
+    ) -> AdapterResponse:
         key = request.entity_key
         chain: Chain | None = self.chain_manager.chain(key) if key else None
         depth = self._depth(request) if key else 0
@@ -337,7 +343,7 @@ class LLMClient:
             else:
                 history = chain.window(depth)
         model = self.settings.model
-        sent = self._model_request(request, history, previous_id)
+        sent = self._model_request(request, history, previous_id, batch)
         call: CallIdentity | None = None
         if self.namer is not None:
             call = self.namer(self.phase, key, sent, depth)
@@ -394,7 +400,7 @@ class LLMClient:
                 )
                 history = chain.exchanges(chain.reset()[-depth:])
                 previous_id = None
-                sent = self._model_request(request, history, None)
+                sent = self._model_request(request, history, None, batch)
                 if call is not None:  # the same call, sent with the window, after its failures
                     call = call.sent(sent).after(a.error_code for a in lost.attempts)
                     sent = replace(sent, call=call)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from sim.llm.batching import BatchTransport
     from sim.llm.calls import CallIdentity
     from sim.llm.enums import SchemaEnums
     from sim.llm.tools import LLMMessage, ToolDeclaration
@@ -147,6 +148,9 @@ class ModelRequest:
     ``call`` names the call (request id, tick scope, failures seen: ``sim.llm.calls``) for
     the layers that need to know which call they serve (the policy gate, replay, the
     Batch API, the idempotency key); ``None``: an anonymous call (no tick recorder).
+    ``batch`` is the Batch API session of the ``create_batch`` the call belongs to
+    (``[llm] batch``: ``sim.llm.batching``): an endpoint that batches posts the body to it
+    instead of sending it, and the budget prices it at the batch rate.
     """
 
     instructions: str
@@ -161,6 +165,7 @@ class ModelRequest:
     enums: SchemaEnums | None = None
     check: AnswerCheck | None = field(default=None, compare=False)
     call: CallIdentity | None = field(default=None, compare=False)
+    batch: BatchTransport | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.schema is None) == (self.tools is None):

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import orjson
 
-from sim.llm.batching import current_batch
 from sim.llm.capacity import ServerCapacity, discover, server_root
 from sim.llm.errors import LLMAPIError
 from sim.llm.redact import redact_url
@@ -129,11 +128,6 @@ class OpenAIFamilyAdapter(Responder, ABC):
         return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field)
 
     @property
-    def batching(self) -> bool:
-        """Whether calls are lines of a Batch API session now (``sim.llm.batching``)."""
-        return current_batch.get() is not None
-
-    @property
     def client(self) -> openai.AsyncOpenAI:
         """The (first) SDK client, for what the routes do not do (the Batch API,
         deletions); built, and the SDK imported, on first use."""
@@ -175,11 +169,12 @@ class OpenAIFamilyAdapter(Responder, ABC):
         With ``settings.stream`` the answer is streamed (``_streaming.post_stream``) under
         the first-token, idle and total clocks, and assembled into the same JSON.
 
-        Inside a Batch API session (``[llm] batch``) the body becomes a line of the
-        session's next batch instead (``sim.providers.batch``); streaming does not apply.
+        A request of a Batch API session (``request.batch``: ``[llm] batch``) becomes a
+        line of the session's next batch instead (``sim.providers.batch``); streaming
+        does not apply.
         """
         settings = request.settings
-        session = current_batch.get()
+        session = request.batch
         if session is not None:
             return await session.post(
                 self.client,

@@ -1,10 +1,11 @@
 """The OpenAI Batch API as a transport: a phase's calls sent as one batch, half the price.
 
-With ``[llm] batch = true`` an ``LLMClient`` opens a ``BatchSession`` for each batch of
-requests and makes it the current one (``current_batch``). Everything above the wire stays
-as it is: each call still goes through recovery, budget and the recorder, and the
-``openai`` / ``chat`` adapter still builds its body and reads its answer; only the POST
-changes. Instead of sending its body, the adapter hands it to the session
+With ``[llm] batch = true`` the stack's builder chooses this transport
+(``sim.engine.stack.batch_transport``), an ``LLMClient`` opens a ``BatchSession`` for each
+batch of requests, and each request of the batch carries it (``ModelRequest.batch``).
+Everything above the wire stays as it is: each call still goes through recovery, budget
+and the recorder, and the ``openai`` / ``chat`` adapter still builds its body and reads its
+answer; only the POST changes. Instead of sending its body, the adapter hands it to the session
 (``BatchSession.post``) and waits. When every call of the batch in progress is waiting
 (nothing else can still join), the session uploads them as one JSONL file
 (``client.files.create``), creates the batch (``client.batches.create``), polls it
@@ -47,8 +48,8 @@ if TYPE_CHECKING:
     import openai
 
 # The SDK (~0.6 s to import) and the error mapping are imported where a batch uses them:
-# the budget prices every call with ``batch_enabled()``, and an offline tick (or any tick
-# without a batch) must not pay for the SDK's import at start-up.
+# the stack's builder names this transport for every ``[llm] batch`` run, and an offline
+# tick (or any tick without a batch) must not pay for the SDK's import at start-up.
 
 logger = logging.getLogger(__name__)
 

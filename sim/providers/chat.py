@@ -188,7 +188,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
         async def post(form: Form) -> Json:
             return await self.post(request, self.body(request, form))
 
-        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
+        data, form, switched = await self.forms.send(mode, post, probe=request.batch is None)
         response = await self.answer(request, data, form)
         return dataclasses.replace(
             response, notice=switched.note() if switched is not None else None

@@ -303,7 +303,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         async def post(form: Form) -> Json:
             return await self.post(request, self.body(request, form))
 
-        data, form, switched = await self.forms.send(mode, post, probe=not self.batching)
+        data, form, switched = await self.forms.send(mode, post, probe=request.batch is None)
         response = await self.answer(request, data, form)
         notes = [switched.note()] if switched is not None else []
         if self.store:
