@@ -316,10 +316,10 @@ async def _ask(
 ) -> list[Interview]:
     from sim.engine.stack import build_stack
     from sim.llm.client import LLMClient, LLMRequest
-    from sim.llm.router import close_stack
 
     section = config.phase(SECTION)
-    adapter = build_stack(config, world.seed)
+    stack = build_stack(config, world.seed)
+    adapter = stack.adapter
     by_request: dict[int, list[LLMEvent]] = {}
     try:
         # no entities: the calls are independent (no chain), and nothing is written into
@@ -344,7 +344,7 @@ async def _ask(
         ]
         results = await client.create_batch(requests)
     finally:
-        await close_stack(adapter)
+        await stack.aclose()
     return [
         _interview(
             world.tick, cid, question, section.model, result, by_request.get(id(req), []), form

@@ -141,7 +141,7 @@ class PoolAdapter(AdapterWrapper):
     ) -> None:
         if not servers:
             raise ValueError("a pool needs at least one server")
-        super().__init__(servers[0].adapter)  # ``inner``: find_budget reaches the budget
+        super().__init__(servers[0].adapter)  # ``inner``: the first server's stack
         self.servers = list(servers)
         self.breaker_cooldown = breaker_cooldown
         for server in self.servers:
@@ -271,12 +271,3 @@ def _with(response: AdapterResponse, url: str, moved: list[Attempt]) -> AdapterR
         endpoint=response.endpoint or url,
         moved=(*moved, *response.moved),
     )
-
-
-def find_pool(adapter: object) -> PoolAdapter | None:
-    """The pool inside a stack, if any (for the tick summary)."""
-    while adapter is not None:
-        if isinstance(adapter, PoolAdapter):
-            return adapter
-        adapter = getattr(adapter, "inner", None)
-    return None

@@ -1,7 +1,8 @@
 """No side channels in the call pipeline: what a layer needs travels in the request or in
 the objects the stack's builder returns, never in a ``ContextVar`` (issue 26).
 
-A call's identity is ``ModelRequest.call``, a batch's session ``ModelRequest.batch``. A
+A call's identity is ``ModelRequest.call``, a batch's session ``ModelRequest.batch``; the
+runner reads the budget, pools and endpoints from the ``Stack`` the builder returns. A
 ContextVar in these packages would let a layer read, or change, what its caller never
 passed it.
 """

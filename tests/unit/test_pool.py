@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from sim.config import Config, InvalidConfig, load_config
 from sim.engine.stack import build_stack
 from sim.llm.backpressure import Endpoint, EndpointDownError
+from sim.llm.budget import BudgetAdapter
 from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.errors import (
     LLMAPIError,
@@ -28,7 +29,6 @@ from sim.llm.errors import (
 )
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
-from sim.llm.router import find_budget
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 from sim.testing.adapters import MockAdapter
 
@@ -358,12 +358,11 @@ def test_build_stack_makes_one_provider_per_server_sharing_one_budget(
     urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1", "http://127.0.0.1:11/v1")
     config = Config.model_validate({"llm": {"provider": "chat", "base_url": list(urls)}})
     stack = build_stack(config)
-    pool = stack.inner
-    while not isinstance(pool, PoolAdapter):
-        pool = pool.inner  # type: ignore[attr-defined]
+    pool = stack.pool  # the stack says which pool it built: nothing walks its layers
+    assert pool is not None and stack.pools == {"chat": pool} and stack.endpoint is None
     assert [s.url for s in pool.servers] == list(urls)
-    budgets = {id(find_budget(s.adapter)) for s in pool.servers}
-    assert budgets == {id(find_budget(stack))}
+    budgets = {id(s.adapter.budget) for s in pool.servers if isinstance(s.adapter, BudgetAdapter)}
+    assert budgets == {id(stack.budget)}
     assert len({id(s.endpoint) for s in pool.servers}) == 3
 
 
@@ -388,11 +387,10 @@ def test_a_named_endpoint_may_list_servers(monkeypatch: pytest.MonkeyPatch) -> N
         }
     )
     stack = build_stack(config)
-    router = stack.inner
-    assert isinstance(router, Router)
-    pool = router.routes["gpus"]
-    while not isinstance(pool, PoolAdapter):
-        pool = pool.inner  # type: ignore[attr-defined]
+    router = stack.adapter.inner  # type: ignore[attr-defined]
+    assert isinstance(router, Router) and "gpus" in router.routes
+    pool = stack.pools["gpus"]
+    assert stack.pool is None  # [llm]'s own endpoint is not a pool
     assert [s.url for s in pool.servers] == urls
 
 
