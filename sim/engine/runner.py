@@ -23,7 +23,7 @@ from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport
 from sim.llm.recovery import RecoveryAdapter
 from sim.llm.store import ResponseStore
-from sim.llm.streaming import DeltaSink, StreamHub, installed
+from sim.llm.streaming import DeltaSink, StreamHub
 from sim.llm.types import Adapter, Usage
 from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
@@ -306,19 +306,19 @@ class Runner:
             else (),
             replay=self.decisions,
         )
-        hub = StreamHub(self.on_delta)
+        hub = StreamHub(self.on_delta)  # the phases' clients send each call's text to it
         try:
-            with installed(hub):
-                result = await self._run_tick(
-                    world,
-                    self.stack,
-                    recorder,
-                    gate,
-                    started,
-                    timings,
-                    tuple(repairs.store_deletions()),
-                    pending,
-                )
+            result = await self._run_tick(
+                world,
+                self.stack,
+                recorder,
+                gate,
+                hub,
+                started,
+                timings,
+                tuple(repairs.store_deletions()),
+                pending,
+            )
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
             raise
@@ -341,6 +341,7 @@ class Runner:
         stack: Stack,
         recorder: TickRecorder,
         gate: TickPolicy,
+        hub: StreamHub,
         started: float,
         timings: dict[str, float],
         dropped: tuple[str, ...] = (),
@@ -370,6 +371,7 @@ class Runner:
 
         ctx = TickContext(world, config, wrap(adapter), store, world.tick + 1)
         ctx.namer = recorder.name_call  # each call's identity travels in its request
+        ctx.stream = hub  # and so does where its streamed text goes
         ctx.prompts = self.prompts
         if interventions is not None:
             ctx.happenings = interventions.happenings()

@@ -37,7 +37,7 @@ from sim.llm.errors import (
 )
 from sim.llm.events import EventKind, EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore
-from sim.llm.streaming import call_scope
+from sim.llm.streaming import StreamHub
 from sim.llm.tools import LLMMessage, ToolDeclaration
 from sim.llm.types import (
     Adapter,
@@ -113,6 +113,8 @@ class LLMClient:
         namer: names each call as it is made (the tick recorder's ``name_call``); the
             identity travels in the request (``ModelRequest.call``) and in its events.
             ``None``: calls are anonymous (no replay, no idempotency key).
+        stream: where streamed answer text goes (the tick's ``StreamHub``): each call
+            sends its own text target on it (``ModelRequest.stream_to``).
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class LLMClient:
         phase: str = "",
         batch: BatchOptions | None = None,
         namer: CallNamer | None = None,
+        stream: StreamHub | None = None,
     ) -> None:
         if default_depth < 0:
             raise ValueError(f"default_depth must be >= 0, got {default_depth}")
@@ -146,6 +149,7 @@ class LLMClient:
         self.phase = phase
         self.batch = batch
         self.namer = namer
+        self.stream = stream
         self.rate_limit_hits = 0
         #: the Batch API session of the last ``create_batch`` (``None`` without ``batch``)
         self.batch_session: BatchTransport | None = None
@@ -292,8 +296,10 @@ class LLMClient:
         )
 
     async def _call(self, request: LLMRequest, sent: ModelRequest) -> AdapterResponse:
-        with call_scope(self.phase, request.entity_key):  # where streamed text belongs
+        if self.stream is None:
             return await self.adapter.execute(sent)
+        with self.stream.call(self.phase, request.entity_key) as text:  # where its text goes
+            return await self.adapter.execute(replace(sent, stream_to=text))
 
     def _emit_attempts(
         self,

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from sim.llm.batching import BatchTransport
     from sim.llm.calls import CallIdentity
     from sim.llm.enums import SchemaEnums
+    from sim.llm.streaming import CallText
     from sim.llm.tools import LLMMessage, ToolDeclaration
 
 #: a check of a parsed answer beyond its schema (a phase's references): the problem, worded
@@ -150,7 +151,9 @@ class ModelRequest:
     Batch API, the idempotency key); ``None``: an anonymous call (no tick recorder).
     ``batch`` is the Batch API session of the ``create_batch`` the call belongs to
     (``[llm] batch``: ``sim.llm.batching``): an endpoint that batches posts the body to it
-    instead of sending it, and the budget prices it at the batch rate.
+    instead of sending it, and the budget prices it at the batch rate. ``stream_to`` is
+    where a streamed answer's text goes as it arrives (``sim.llm.streaming``; ``None``:
+    nowhere).
     """
 
     instructions: str
@@ -166,6 +169,7 @@ class ModelRequest:
     check: AnswerCheck | None = field(default=None, compare=False)
     call: CallIdentity | None = field(default=None, compare=False)
     batch: BatchTransport | None = field(default=None, compare=False)
+    stream_to: CallText | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.schema is None) == (self.tools is None):

@@ -199,6 +199,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
                     connect_timeout_seconds=self.connect_timeout_seconds,
                     model=settings.model,
                     call=request.call,
+                    stream_to=request.stream_to,
                 )
             raw = await post_json(
                 self.pool,
