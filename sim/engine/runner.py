@@ -365,7 +365,7 @@ class Runner:
 
         def wrap(inner: Adapter) -> Adapter:
             """The tick's adapter: the policy gate (outermost: every call of the run passes
-            it, resumed ones too), the tick recorder, and a resume's replay."""
+            it, resumed ones too) and a resume's replay (``TickRecorder.wrap``)."""
             wrapped = recorder.wrap(inner)
             return gate.wrap(wrapped) if gated else wrapped
 

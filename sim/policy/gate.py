@@ -3,7 +3,7 @@
 ``TickPolicy`` holds one tick's state (calls let through per entity, the cost estimate,
 answers a person gave, a stop) and decides each call; ``PolicyGate`` is the adapter
 wrapper the runner puts outermost around the tick's adapters (one per endpoint, one
-shared ``TickPolicy``). It sits above the tick recorder's wrapper and the resume replay,
+shared ``TickPolicy``). It sits above the resume replay the tick recorder adds,
 so every call of a run passes it, including calls a resume answers from the log, and a
 denied call is logged as a failed call with the decision before it.
 
