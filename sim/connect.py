@@ -340,7 +340,7 @@ class ConfiguredAdapter(LLMAdapter):
             return found[1]
 
         async def build() -> Adapter:
-            return build_stack(self.config, self.seed, budget=budget)
+            return build_stack(self.config, self.seed, budget=budget).adapter
 
         stack = self._run(build())
         with self._lock:

@@ -349,7 +349,6 @@ async def _ask(
 ) -> list[Interview]:
     from sim.engine.stack import build_stack
     from sim.llm.client import LLMClient, LLMRequest
-    from sim.llm.router import close_stack
     from sim.phases.refs import DeclaredRefs, check_for, subject_ids, verified
 
     section = config.phase(SECTION)
@@ -367,7 +366,8 @@ async def _ask(
         else None
         for cid in ids
     ]
-    adapter = build_stack(config, world.seed)
+    stack = build_stack(config, world.seed)
+    adapter = stack.adapter
     by_request: dict[int, list[LLMEvent]] = {}
     try:
         # no entities: the calls are independent (no chain), and nothing is written into
@@ -397,7 +397,7 @@ async def _ask(
             for request, result in zip(requests, await client.create_batch(requests), strict=True)
         ]
     finally:
-        await close_stack(adapter)
+        await stack.aclose()
     return [
         _interview(
             world.tick, cid, question, section.model, result, by_request.get(id(req), []), form

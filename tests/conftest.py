@@ -16,7 +16,6 @@ import pytest
 
 from sim.engine.recorder import TickRecorder
 from sim.journal import JOURNAL
-from sim.llm.calls import current_call
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
@@ -35,15 +34,6 @@ atexit.register(shutil.rmtree, _PRISTINE, ignore_errors=True)
 WORLDS = pristine_worlds(REPO, _PRISTINE)
 DEMO = WORLDS / "demo"
 HARVEST = WORLDS / "harvest-vote"
-
-
-@pytest.fixture(autouse=True)
-def no_current_call() -> Iterator[None]:
-    """A test that plays the recorder (sets the current call) does not leak it into the
-    next test, where it would add idempotency keys the test did not ask for."""
-    token = current_call.set(None)
-    yield
-    current_call.reset(token)
 
 
 def copy_demo(dest: Path) -> Path:

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ from sim.engine.runner import Runner
 from sim.engine.stack import build_stack
 from sim.errors import InputError
 from sim.llm.budget import Cost, price_usage
-from sim.llm.router import close_stack
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 from sim.sections import loads as read_input
@@ -201,11 +200,12 @@ def memory_config(config: Config, section: str, mode: str) -> Config:
 
 async def _run(world: Path, config: Config, ticks: int) -> None:
     seed = Storage(world).load().seed
-    adapter = ScratchAdapter(build_stack(config, seed))
+    built = build_stack(config, seed)
+    stack = replace(built, adapter=ScratchAdapter(built.adapter))
     try:
-        await Runner(world, config, adapter=adapter, recovery=False).run_async(ticks)
+        await Runner(world, config, stack=stack).run_async(ticks)
     finally:
-        await close_stack(adapter)
+        await stack.aclose()
 
 
 def run_depth(world_dir: Path, config: Config, section: str, depth: int, ticks: int) -> TuneRow:

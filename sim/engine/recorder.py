@@ -1,11 +1,12 @@
 """The tick recorder: writes a tick's log as it runs, and resumes an interrupted tick.
 
-It is two things the runner plugs in: an ``LLMEvent`` sink (``on_event``) that names each
-call (``sim.llm.calls``) and appends a ``call`` record as soon as it completes, and an
-adapter wrapper (``wrap``) that notes the exact settings and chain each call is sent. When a
-log for the tick already exists without a ``commit`` record, the tick was interrupted: the
-recorder appends a ``resume`` record and wraps the adapter in a ``ReplayAdapter`` in
-``resume`` mode, so calls the log already holds are answered from it and never sent again.
+It is three things the runner plugs in: a ``CallNamer`` (``name_call``) the phases' clients
+name each call with (``sim.llm.calls``: the identity then travels in the request, with the
+exact settings and chain it is sent), an ``LLMEvent`` sink (``on_event``) that appends a
+``call`` record as soon as a call completes, and ``wrap`` for the adapter. When a log for
+the tick already exists without a ``commit`` record, the tick was interrupted: the recorder
+appends a ``resume`` record and ``wrap`` puts a ``ReplayAdapter`` in ``resume`` mode around
+the adapter, so calls the log already holds are answered from it and never sent again.
 """
 
 from __future__ import annotations
@@ -25,18 +26,15 @@ from sim.llm.batching import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
 from sim.llm.budget import Cost, Price
 from sim.llm.calls import (
     CallIdentity,
-    current_call,
     digest,
     observed_failure,
     request_id,
     schema_digest,
 )
-from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
 from sim.llm.redact import redact_text
 from sim.llm.streaming import CallText
-from sim.llm.types import Adapter, AdapterResponse, ModelRequest
-from sim.llm.wrapper import AdapterWrapper
+from sim.llm.types import Adapter, ModelRequest
 from sim.phases.base import TickContext
 from sim.providers.replay import ReplayAdapter
 from sim.storage import Storage
@@ -85,22 +83,12 @@ from sim.ticklog.writer import LogWriter
 from sim.world import World
 
 
-class RecordingAdapter(AdapterWrapper):
-    """Passes every call through, noting what the adapter is actually sent."""
-
-    async def execute(self, request: ModelRequest) -> AdapterResponse:
-        ident = current_call.get()
-        if ident is not None:
-            ident.set_sent(request)
-        return await self.inner.execute(request)
-
-
-def request_schema(request: LLMRequest) -> tuple[str, str]:
+def request_schema(request: ModelRequest) -> tuple[str, str]:
     """The name and digest of what a request asks for: its schema, or its tools."""
-    tools = getattr(request, "tools", None)
-    if tools is not None:
-        declared = [tool.model_dump(mode="json") for tool in tools]
+    if request.tools is not None:
+        declared = [tool.model_dump(mode="json") for tool in request.tools]
         return "ToolCalls", digest(orjson.dumps(declared, option=orjson.OPT_SORT_KEYS))
+    assert request.schema is not None  # a ModelRequest has exactly one of the two
     return request.schema.__name__, schema_digest(request.schema)
 
 
@@ -151,10 +139,10 @@ def _set_aside(path: Path) -> Path:
 class TickRecorder:
     """Records one tick into ``.sim/log/tick-NNNNNN.jsonl``.
 
-    Build it with ``TickRecorder.begin``; then ``wrap`` the adapter, pass ``on_event`` to
-    the phases' clients, call ``phase_end`` after each phase, put ``commit_files`` into the
-    tick's commit and call ``committed`` after it, then ``compress`` (or ``close`` when the
-    tick fails).
+    Build it with ``TickRecorder.begin``; then ``wrap`` the adapter, give ``name_call`` and
+    ``on_event`` to the phases' clients, call ``phase_end`` after each phase, put
+    ``commit_files`` into the tick's commit and call ``committed`` after it, then
+    ``compress`` (or ``close`` when the tick fails).
     """
 
     def __init__(
@@ -199,6 +187,8 @@ class TickRecorder:
         #: per request id, the failed attempts whose outcome a run saw (``sim.llm.calls``:
         #: a call sent again after them asks with a fresh idempotency key)
         self._failures_seen: dict[str, int] = {}
+        #: per request id, the Batch API batches that carried its attempts (``carried``)
+        self._batch_ids: dict[str, list[str]] = {}
         # every call record, superseded ones included: a resumed call's earlier attempts
         # were billed too
         for call in partial.call_records if partial else ():
@@ -293,47 +283,49 @@ class TickRecorder:
         return recorder
 
     def wrap(self, adapter: Adapter) -> Adapter:
-        """The adapter the tick should use: recording, and resuming if the log has calls."""
+        """The adapter the tick should use: resuming if the log has calls."""
         if self.partial is not None and self.partial.calls:
-            adapter = ReplayAdapter(
+            return ReplayAdapter(
                 self.partial.replay_calls(),
                 instructions=self.partial.instructions,
                 live=adapter,
                 mode="resume",
             )
-        return RecordingAdapter(adapter)
+        return adapter
 
-    # -- events ---------------------------------------------------------------------------
+    # -- calls and events -----------------------------------------------------------------
+
+    def name_call(
+        self, phase: str, entity_key: str | None, request: ModelRequest, depth: int
+    ) -> CallIdentity:
+        """The identity of a call the client is making now (``sim.llm.calls.CallNamer``):
+        named ``{tick}:{phase}:{entity_key}:{n}``, with what ``request`` sends."""
+        counter = (phase, entity_key)
+        n = self._counters.get(counter, 0)
+        self._counters[counter] = n + 1
+        schema_name, schema_hash = request_schema(request)
+        rid = request_id(self.tick, phase, entity_key, n)
+        return CallIdentity(
+            rid,
+            phase,
+            entity_key,
+            n,
+            request.instructions,
+            request.input,
+            schema_name,
+            schema_hash,
+            depth=depth,
+            scope=self.scope,
+            failures_seen=self._failures_seen.get(rid, 0),
+        ).sent(request)
 
     def on_event(self, event: LLMEvent) -> None:
-        request = event.request
-        key = id(request)
+        key = id(event.request)
         if event.kind == "llm_called":
             self._spent = True
-            counter = (event.phase, event.entity_key)
-            n = self._counters.get(counter, 0)
-            self._counters[counter] = n + 1
-            schema_name, schema_hash = request_schema(request)
-            rid = request_id(self.tick, event.phase, event.entity_key, n)
-            ident = CallIdentity(
-                rid,
-                event.phase,
-                event.entity_key,
-                n,
-                request.instructions,
-                request.input_data,
-                schema_name,
-                schema_hash,
-                model=event.model,
-                history=[e.response_id for e in event.history],
-                previous_response_id=event.previous_response_id,
-                depth=event.depth,
-                scope=self.scope,
-                failures_seen=self._failures_seen.get(rid, 0),
-            )
-            self._inflight[key] = ident
-            self._attempts[key] = []
-            current_call.set(ident)
+            if event.call is not None:  # a call the recorder named
+                self._inflight[key] = event.call
+                self._attempts[key] = []
             return
         if not getattr(event, "final", True):  # an earlier attempt of a call with retries
             if key in self._attempts:
@@ -342,7 +334,8 @@ class TickRecorder:
         done = self._inflight.pop(key, None)
         if done is None:
             return
-        self._record(done, event, self._attempts.pop(key, []))
+        # as it was last sent (a call whose provider lost its chain was sent again)
+        self._record(event.call or done, event, self._attempts.pop(key, []))
 
     def decision(self, record: PolicyRecord) -> None:
         """Log a policy decision that was not "allow", before the call it decided; one
@@ -447,7 +440,8 @@ class TickRecorder:
                     for e in error.model_errors
                 ]
         attempts = [*earlier, final]
-        batched = {"batch_ids": list(ident.batch_ids)} if ident.batch_ids else {}
+        carried = self._batch_ids.pop(ident.request_id, None)
+        batched = {"batch_ids": carried} if carried else {}
         if served == "resume":
             return None  # already in this log, its cost counted
         cost = self._cost(attempts, BATCH_PRICE_FACTOR if batched else 1.0)
@@ -489,6 +483,11 @@ class TickRecorder:
             for line in batch.lines:
                 found[BatchLine(line.custom_id, line.digest)] = batch.batch_id
         return found
+
+    def carried(self, request_id: str, batch_id: str) -> None:
+        """Note that a batch carried an attempt of the call ``request_id`` (its record
+        then names the batches, and is priced at the Batch API's rate)."""
+        self._batch_ids.setdefault(request_id, []).append(batch_id)
 
     def submitted(self, batch: SubmittedBatch) -> None:
         """Log a batch the provider accepted, durably, before waiting for it: if the process
@@ -617,4 +616,4 @@ class TickRecorder:
         return True
 
 
-__all__ = ["RecordingAdapter", "TickRecorder"]
+__all__ = ["TickRecorder"]

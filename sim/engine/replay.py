@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sim.config import Config, loggable
-from sim.engine.runner import Runner, build_adapter
+from sim.engine.runner import Runner, build_run_stack
 from sim.errors import InputError, LogError
 from sim.llm.router import close_stack
 from sim.llm.types import Adapter
@@ -227,7 +227,7 @@ async def _replay(
         for log in logs:
             used, note = logged_config(log, config)
             if live and sender is None:  # live calls go where the user now points them
-                sender = build_adapter(config, Storage(scratch).load())
+                sender = build_run_stack(config, Storage(scratch).load()).adapter
             adapter = ReplayAdapter(
                 log.replay_calls(),
                 instructions=log.instructions,

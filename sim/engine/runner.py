@@ -14,18 +14,16 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
-from sim.engine.stack import build_stack, with_recovery
+from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
 from sim.errors import InputError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
-from sim.llm.backpressure import find_endpoint
 from sim.llm.batching import BatchOptions, BatchProgress
 from sim.llm.events import EventFanout, EventSink, LLMEvent
-from sim.llm.pool import ServerReport, find_pool
+from sim.llm.pool import ServerReport
 from sim.llm.recovery import RecoveryAdapter
-from sim.llm.router import close_stack, find_budget
 from sim.llm.store import ResponseStore
-from sim.llm.streaming import DeltaSink, StreamHub, installed
+from sim.llm.streaming import DeltaSink, StreamHub
 from sim.llm.types import Adapter, Usage
 from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
@@ -33,7 +31,6 @@ from sim.phases.templates import Prompts
 from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
-from sim.providers.batch import BatchSession
 from sim.storage import Storage
 from sim.ticklog.reader import check_log_slot
 from sim.ticklog.records import PolicyRecord
@@ -97,7 +94,7 @@ class TickResult:
         }
 
 
-def build_adapter(config: Config, world: World) -> Adapter:
+def build_run_stack(config: Config, world: World) -> Stack:
     """The configured provider's adapter stack (recovery, rate limits, budget) for this world.
 
     Raises:
@@ -122,9 +119,11 @@ class Runner:
         adapter: use this adapter instead of the configured provider (tests, replay). It
             is wrapped in recovery as ``[llm]`` sets it (retries, fallback models,
             breakers), like the configured provider's stack, unless ``recovery`` is false.
-        recovery: false: ``adapter`` is used bare, for one that already is a whole stack
-            (``sim tune``) or serves a tick log's answers (``sim replay``: a recorded call
-            already holds every attempt).
+        recovery: false: ``adapter`` is used bare, for one that serves a tick log's
+            answers (``sim replay``: a recorded call already holds every attempt).
+        stack: use this built stack (``sim.engine.stack.build_stack``, its adapter perhaps
+            wrapped: ``sim tune``) instead of building the configured provider's; its
+            budget, pool and endpoint are what the ticks report.
         seed: make this the world's seed (``world.json``) before the first tick, in a
             commit of its own, so the ticks, their logs, a resume and a replay all see it.
         on_delta: receives streamed answer text as it arrives (``[llm] stream``).
@@ -150,15 +149,23 @@ class Runner:
         decisions: list[PolicyRecord] | None = None,
         on_batch: Callable[[BatchProgress], None] | None = None,
         recovery: bool = True,
+        stack: Stack | None = None,
     ) -> None:
-        if adapter is not None and recovery and not isinstance(adapter, RecoveryAdapter):
-            adapter = with_recovery(config, adapter)
+        if adapter is not None:
+            if stack is not None:
+                raise ValueError("a Runner takes an adapter or a stack, not both")
+            if recovery and not isinstance(adapter, RecoveryAdapter):
+                adapter = with_recovery(config, adapter)
+            # an adapter handed in is a stack of its own: no budget, pool or endpoint to
+            # report; batch mode as ``[llm]`` sets it
+            stack = Stack(adapter, batch=batch_transport(config))
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
         self.config = config
         self.events = events
         self.on_phase = on_phase
-        self.adapter = adapter
+        #: the adapter stack the ticks call (built on the first tick when not handed in)
+        self.stack = stack
         self.on_tick = on_tick
         self.on_delta = on_delta
         self.approver: Approver = approver or nobody
@@ -223,7 +230,7 @@ class Runner:
 
     async def run_async(self, ticks: int = 1) -> list[TickResult]:
         results: list[TickResult] = []
-        built = self.adapter is None
+        built = self.stack is None
         try:
             with self.storage.lock():
                 self.storage.recover()
@@ -237,9 +244,9 @@ class Runner:
                     if self.on_tick:
                         self.on_tick(result)
         finally:
-            if built and self.adapter is not None:  # its HTTP client belongs to this loop
-                await close_stack(self.adapter)
-                self.adapter = None
+            if built and self.stack is not None:  # its HTTP client belongs to this loop
+                await self.stack.aclose()
+                self.stack = None
         return results
 
     def _set_seed(self, seed: int) -> None:
@@ -275,8 +282,8 @@ class Runner:
                     self.prompts.get(name, required=required)
         if self.policies is None:  # a custom policy that does not load stops the run here
             self.policies = [] if self.decisions is not None else configured_policies(self.config)
-        if self.adapter is None:  # built once per run: budget and breakers span its ticks
-            self.adapter = build_adapter(self.config, world)
+        if self.stack is None:  # built once per run: budget and breakers span its ticks
+            self.stack = build_run_stack(self.config, world)
         self.current_tick = world.tick + 1
         recorder = TickRecorder.begin(
             self.storage,
@@ -299,19 +306,19 @@ class Runner:
             else (),
             replay=self.decisions,
         )
-        hub = StreamHub(self.on_delta)
+        hub = StreamHub(self.on_delta)  # the phases' clients send each call's text to it
         try:
-            with installed(hub):
-                result = await self._run_tick(
-                    world,
-                    self.adapter,
-                    recorder,
-                    gate,
-                    started,
-                    timings,
-                    tuple(repairs.store_deletions()),
-                    pending,
-                )
+            result = await self._run_tick(
+                world,
+                self.stack,
+                recorder,
+                gate,
+                hub,
+                started,
+                timings,
+                tuple(repairs.store_deletions()),
+                pending,
+            )
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
             raise
@@ -331,17 +338,19 @@ class Runner:
     async def _run_tick(
         self,
         world: World,
-        adapter: Adapter,
+        stack: Stack,
         recorder: TickRecorder,
         gate: TickPolicy,
+        hub: StreamHub,
         started: float,
         timings: dict[str, float],
         dropped: tuple[str, ...] = (),
         interventions: Pending | None = None,
     ) -> TickResult:
-        pool = find_pool(adapter)
+        adapter = stack.adapter
+        pool = stack.pool
         pool_before = pool.snapshot() if pool is not None else []
-        endpoint = find_endpoint(adapter) if pool is None else None  # a pool: per server
+        endpoint = stack.endpoint if pool is None else None  # a pool: per server
         pushed_before = endpoint.stats.to_dict() if endpoint is not None else None
         store = ResponseStore(world.root)
         for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
@@ -356,17 +365,20 @@ class Runner:
 
         def wrap(inner: Adapter) -> Adapter:
             """The tick's adapter: the policy gate (outermost: every call of the run passes
-            it, resumed ones too), the tick recorder, and a resume's replay."""
+            it, resumed ones too) and a resume's replay (``TickRecorder.wrap``)."""
             wrapped = recorder.wrap(inner)
             return gate.wrap(wrapped) if gated else wrapped
 
         ctx = TickContext(world, config, wrap(adapter), store, world.tick + 1)
+        ctx.namer = recorder.name_call  # each call's identity travels in its request
+        ctx.stream = hub  # and so does where its streamed text goes
         ctx.prompts = self.prompts
         if interventions is not None:
             ctx.happenings = interventions.happenings()
-        if config.llm.batch:  # each batch is in the log as soon as it is created
+        transport = stack.batch  # chosen when the stack was built
+        if transport is not None:  # each batch is in the log as soon as it is created
             ctx.batch = BatchOptions(
-                recorder, config.llm.batch_poll_seconds, self.on_batch, transport=BatchSession
+                recorder, config.llm.batch_poll_seconds, self.on_batch, transport=transport
             )
 
         notes: list[str] = []
@@ -421,7 +433,7 @@ class Runner:
             timings[name] = time.perf_counter() - phase_started
             if self.on_phase:
                 self.on_phase(name, "end", ctx.reports[-1])
-            guard.check(ctx.reports[-1], find_budget(adapter))  # raises: nothing committed
+            guard.check(ctx.reports[-1], stack.budget)  # raises: nothing committed
         world.meta["tick"] = ctx.tick
         ctx.drop_phase_state()  # logged and applied: not held through the commit
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]

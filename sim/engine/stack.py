@@ -13,12 +13,17 @@ backpressure and no rate limiter: calls are lines of a batch upload, not request
 With a list of ``base_url`` servers, an endpoint's adapter, backpressure and budget are
 built once per server under a ``sim.llm.pool.PoolAdapter``, which spreads attempts over
 them and moves those a failing server drops.
+
+``build_stack`` returns a ``Stack``: the outermost adapter and what the builder made that
+the runner reports from (the budget, each endpoint's pool or backpressure state, the batch
+transport), so nothing has to look inside the adapters for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sim.config import (
@@ -31,18 +36,73 @@ from sim.config import (
     routing,
 )
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
+from sim.llm.batching import BatchOptions, BatchTransport
 from sim.llm.budget import Budget, BudgetAdapter, Price
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.redact import redact_url
-from sim.llm.router import Router
+from sim.llm.router import Router, close_stack
 from sim.llm.types import Adapter
 from sim.llm.urls import endpoint_url
 from sim.providers import create_adapter
 
 #: the built-in ``[llm] api_key_env``
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
+#: opens the Batch API session of one ``create_batch`` (``BatchOptions.transport``)
+BatchTransportFactory = Callable[[str, BatchOptions], BatchTransport]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One endpoint's stack as ``endpoint_stack`` built it.
+
+    Attributes:
+        adapter: the endpoint's outermost layer (rate limits, budget...).
+        pool: its pool of servers (``base_url`` a list), if it has one.
+        endpoint: its backpressure state (one network server), if it has one.
+    """
+
+    adapter: Adapter
+    pool: PoolAdapter | None = None
+    endpoint: Endpoint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """A built adapter stack and what the runner reads from it, as the builder made them.
+
+    Attributes:
+        adapter: the outermost adapter, the one phases call (recovery, for a built stack).
+        budget: the run's budget (``None``: a stack handed in without one).
+        pools: the pool of each endpoint that has one, by endpoint name.
+        endpoints: the backpressure state of each single-server network endpoint, by name.
+        default: the name of ``[llm]``'s endpoint (the one the tick summary reports on).
+        batch: the Batch API transport the batching endpoints use (``[llm] batch``), else
+            ``None``: calls are sent live.
+    """
+
+    adapter: Adapter
+    budget: Budget | None = None
+    pools: Mapping[str, PoolAdapter] = field(default_factory=dict)
+    endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
+    default: str = ""
+    batch: BatchTransportFactory | None = None
+
+    @property
+    def pool(self) -> PoolAdapter | None:
+        """The default endpoint's pool of servers, if it has one."""
+        return self.pools.get(self.default)
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """The default endpoint's backpressure state, if it is one network server."""
+        return self.endpoints.get(self.default)
+
+    async def aclose(self) -> None:
+        """Close every HTTP client of the stack, on the loop that used them."""
+        await close_stack(self.adapter)
 
 
 def provider_options(
@@ -70,6 +130,17 @@ def provider_options(
     if spec.kind == "openai":  # the one provider that keeps responses (server chains)
         options["store"] = llm.chain_mode == "server" and spec.name == llm.provider
     return options
+
+
+def batch_transport(config: Config) -> BatchTransportFactory | None:
+    """The transport the stack's batching endpoints (``openai``, ``chat``) send through with
+    ``[llm] batch``: the OpenAI Batch API's session, opened by each ``create_batch``
+    (``BatchOptions.transport``); ``None``: calls are sent live."""
+    if not config.llm.batch:
+        return None
+    from sim.providers.batch import BatchSession  # the SDK only when a batch runs
+
+    return BatchSession
 
 
 def make_budget(config: Config) -> Budget:
@@ -148,7 +219,7 @@ def endpoint_stack(
     seed: int,
     budget: Budget,
     provider: Adapter | None = None,
-) -> Adapter:
+) -> Route:
     """One endpoint's adapter, backpressure, budget and rate limits."""
     llm = config.llm
     # Batch API calls are lines of one upload, not requests in flight: an endpoint's
@@ -158,9 +229,11 @@ def endpoint_stack(
     batched = llm.batch and batchable
     urls = base_urls(spec.base_url)
     inner: Adapter
+    pool: PoolAdapter | None = None
+    endpoint: Endpoint | None = None
     local = spec.kind in LOCAL_PROVIDERS  # no server: nothing to pool or slow down for
     if len(urls) > 1 and provider is None and not local and not batched:
-        inner = server_pool(
+        inner = pool = server_pool(
             config,
             urls,
             budget,
@@ -174,7 +247,8 @@ def endpoint_stack(
         inner = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
         if not local and not batched:  # a network endpoint: slow down when told
             url = endpoint_url(spec.kind, urls[0] if urls else "")
-            inner = BackpressureAdapter(inner, _endpoint(config, url, spec.max_concurrency))
+            endpoint = _endpoint(config, url, spec.max_concurrency)
+            inner = BackpressureAdapter(inner, endpoint)
         inner = BudgetAdapter(
             inner, budget, provider=spec.name, kind=spec.kind, batchable=batchable
         )
@@ -184,7 +258,7 @@ def endpoint_stack(
             TokenBucket(spec.requests_per_minute) if spec.requests_per_minute else None,
             TokenBucket(spec.tokens_per_minute) if spec.tokens_per_minute else None,
         )
-    return inner
+    return Route(inner, pool, endpoint)
 
 
 def build_stack(
@@ -194,8 +268,9 @@ def build_stack(
     provider: Adapter | None = None,
     budget: Budget | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> RecoveryAdapter:
-    """The full adapter stack for a run: every endpoint the phases' models use.
+) -> Stack:
+    """The full adapter stack for a run: every endpoint the phases' models use, and what
+    the runner reads from it (``Stack``).
 
     Args:
         config: the effective configuration.
@@ -210,14 +285,22 @@ def build_stack(
     """
     table = routing(config)
     shared = budget or make_budget(config)
-    routes: dict[str, Adapter] = {}
+    routes: dict[str, Route] = {}
     for spec in table.used():  # all built now: a missing key stops the run before a call
         injected = provider if spec.name == table.default else None
         routes[spec.name] = endpoint_stack(config, spec, seed, shared, injected)
     structured = {
         s.name: s.structured_output for s in table.used() if s.structured_output is not None
     }
-    return with_recovery(config, Router(routes, table.default, structured), sleep=sleep)
+    router = Router({n: r.adapter for n, r in routes.items()}, table.default, structured)
+    return Stack(
+        with_recovery(config, router, sleep=sleep),
+        shared,
+        pools={n: r.pool for n, r in routes.items() if r.pool is not None},
+        endpoints={n: r.endpoint for n, r in routes.items() if r.endpoint is not None},
+        default=table.default,
+        batch=batch_transport(config),
+    )
 
 
 def with_recovery(

@@ -380,12 +380,3 @@ class BackpressureAdapter(AdapterWrapper):
             notice = f"{response.notice}\n{note}" if response.notice else note
             return replace(response, endpoint=endpoint.url, notice=notice)
         return replace(response, endpoint=endpoint.url)
-
-
-def find_endpoint(adapter: object) -> Endpoint | None:
-    """The endpoint inside a stack, if any (for the tick summary)."""
-    while adapter is not None:
-        if isinstance(adapter, BackpressureAdapter):
-            return adapter.endpoint
-        adapter = getattr(adapter, "inner", None)
-    return None

@@ -1,10 +1,12 @@
 """Batch mode, as the provider-agnostic client sees it: a phase's calls sent as one batch.
 
-With ``[llm] batch = true`` an ``LLMClient`` opens a session (``BatchOptions.transport``;
-the OpenAI Batch API's is ``sim.providers.batch.BatchSession``) for each batch of requests
-and makes it the current one (``current_batch``). Everything above the wire stays as it is:
-each call still goes through recovery, budget and the recorder; only the POST changes (the
-``openai`` / ``chat`` adapters hand their body to the session). The records a batch leaves
+With ``[llm] batch = true`` the stack's builder chooses the transport (the OpenAI Batch
+API's ``sim.providers.batch.BatchSession``: ``sim.engine.stack``), and an ``LLMClient``
+opens a session of it (``BatchOptions.transport``) for each batch of requests; each request
+of the batch carries its session (``ModelRequest.batch``). Everything above the wire stays
+as it is: each call still goes through recovery, budget and the recorder; only the POST
+changes (the ``openai`` / ``chat`` adapters hand their body to the request's session, and
+the budget prices it at the batch rate). The records a batch leaves
 in the tick log (``BatchLine``, ``SubmittedBatch``) and the journal a session resumes from
 (``BatchJournal``) are defined here.
 """
@@ -12,11 +14,11 @@ in the tick log (``BatchLine``, ``SubmittedBatch``) and the journal a session re
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sim.llm.budget import BATCH_PRICE_FACTOR
+from sim.llm.calls import CallIdentity
 
 Json = dict[str, Any]
 
@@ -70,6 +72,11 @@ class BatchJournal(Protocol):
         """Record ``batch`` durably (called as soon as the provider accepted it)."""
         ...
 
+    def carried(self, request_id: str, batch_id: str) -> None:
+        """Note that batch ``batch_id`` carried an attempt of the call ``request_id``
+        (answered or failed in it)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
@@ -97,17 +104,15 @@ class BatchTransport(Protocol):
     async def aclose(self) -> None: ...
 
     async def post(
-        self, client: Any, path: str, payload: Json, *, model: str, api_key_env: str
+        self,
+        client: Any,
+        path: str,
+        payload: Json,
+        *,
+        model: str,
+        api_key_env: str,
+        call: CallIdentity | None = None,
     ) -> Json: ...
-
-
-#: the session the current task's calls go to (set by ``LLMClient.create_batch``)
-current_batch: ContextVar[BatchTransport | None] = ContextVar("sim_current_batch", default=None)
-
-
-def batch_enabled() -> bool:
-    """Whether the current call goes through a batch session (priced at batch rates)."""
-    return current_batch.get() is not None
 
 
 __all__ = [
@@ -118,6 +123,4 @@ __all__ = [
     "BatchProgress",
     "BatchTransport",
     "SubmittedBatch",
-    "batch_enabled",
-    "current_batch",
 ]

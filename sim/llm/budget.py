@@ -290,11 +290,10 @@ class BudgetAdapter(AdapterWrapper):
         self.batchable = batchable
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        from sim.llm.batching import batch_enabled  # imported once calls are sent
-
         # a call in a Batch API session is half price, if this endpoint's adapter sends
         # it in the batch (openai, chat); another kind answers live at its list price
-        factor = BATCH_PRICE_FACTOR if self.batchable and batch_enabled() else 1.0
+        batched = self.batchable and request.batch is not None
+        factor = BATCH_PRICE_FACTOR if batched else 1.0
         model = priced_model(self.kind, request.settings.model)
         reservation = self.budget.reserve(model, estimate_usage(request), self.provider, factor)
         try:

@@ -3,10 +3,12 @@
 A call is named ``{tick}:{phase}:{entity_key}:{n}`` (``n`` counts that entity key's calls
 within the phase, from 0) and fingerprinted by a digest over everything that decides its
 answer: instructions, input, schema, model and settings, and the chain sent (window
-history or ``previous_response_id``). The tick recorder (``sim.engine.recorder``) sets the current
-call in a context variable just before the client hands the request to the adapter, so
-adapter wrappers that serve recorded answers (``replay``, resume) know which call they are
-answering without the client having to pass it along.
+history or ``previous_response_id``). The tick recorder (``sim.engine.recorder``) names each
+call when the client makes it (a ``CallNamer``), and the identity travels in the request
+(``ModelRequest.call``): every layer that needs to know which call it serves (the policy
+gate, ``replay`` and resume, the Batch API session, the idempotency key) reads it there.
+Recovery re-asking after a failure it saw sends a new request whose identity counts that
+failure (``CallIdentity.after``), so the next attempt asks with a fresh idempotency key.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -62,9 +64,10 @@ def settings_dict(settings: CallSettings | None) -> dict[str, Any]:
     return {"temperature": s.temperature, "max_output_tokens": s.max_output_tokens}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CallIdentity:
-    """What one call asked, in the form the tick log records and replay compares.
+    """Which call a request is, and what it asked, in the form the tick log records and
+    replay compares. It travels in the request (``ModelRequest.call``).
 
     ``history`` holds the response ids of the window sent (the exchanges themselves are in
     the response store, whose state the log snapshots).
@@ -85,11 +88,10 @@ class CallIdentity:
     depth: int = 0
     #: the tick's call scope (a nonce in its log header, kept across resumes)
     scope: str = ""
-    #: failed attempts of this call whose outcome was seen, in this run and in the runs a
-    #: resume continues (the recorder seeds it from the log, ``note_failure`` counts on)
+    #: failed attempts of this call whose outcome was seen before this attempt, in this run
+    #: and in the runs a resume continues (the recorder seeds it from the log; recovery and
+    #: the pool count on with ``after``)
     failures_seen: int = 0
-    #: the Batch API batches that carried this call's attempts (``sim.providers.batch``)
-    batch_ids: list[str] = field(default_factory=list)
 
     @property
     def instructions_digest(self) -> str:
@@ -110,22 +112,35 @@ class CallIdentity:
     def digest(self) -> str:
         return digest(orjson.dumps(self.fields(), option=orjson.OPT_SORT_KEYS))
 
-    def set_sent(self, request: ModelRequest) -> None:
-        """Fill in what the adapter is actually sent."""
-        self.model = request.settings.model
-        self.settings = settings_dict(request.settings)
+    def sent(self, request: ModelRequest) -> CallIdentity:
+        """This identity with what the adapter is actually sent by ``request``: its model,
+        settings and chain."""
+        settings = settings_dict(request.settings)
         if request.messages or request.tool_choice != "required":
             # a step of a tool conversation: what was said so far decides its answer too
             # (absent for single-turn calls, so their records and digests are unchanged)
             steps = [m.model_dump(mode="json", exclude_none=True) for m in request.messages]
-            self.settings["tool_choice"] = request.tool_choice
-            self.settings["conversation"] = digest(orjson.dumps(steps))
-        self.history = [e.response_id for e in request.history]
-        self.previous_response_id = request.previous_response_id
+            settings["tool_choice"] = request.tool_choice
+            settings["conversation"] = digest(orjson.dumps(steps))
+        return replace(
+            self,
+            model=request.settings.model,
+            settings=settings,
+            history=[e.response_id for e in request.history],
+            previous_response_id=request.previous_response_id,
+        )
+
+    def after(self, codes: Iterable[str | None]) -> CallIdentity:
+        """The identity of the attempt after failed ones ending with ``codes``: each
+        failure whose outcome was seen is counted, so that attempt asks with a fresh
+        idempotency key (``self`` when none was seen)."""
+        seen = sum(1 for code in codes if observed_failure(code))
+        return replace(self, failures_seen=self.failures_seen + seen) if seen else self
 
 
-#: the call the current task is making (set by the recorder on ``llm_called``)
-current_call: ContextVar[CallIdentity | None] = ContextVar("sim_current_call", default=None)
+#: names a call as the client makes it: (phase, entity key, the request as it will be
+#: sent, chain depth) -> its identity (the tick recorder's ``name_call``)
+CallNamer = Callable[[str, "str | None", ModelRequest, int], CallIdentity]
 
 #: error codes of attempts whose outcome the client never saw: the request may have been
 #: answered (and billed) by the server, so sending it again must reuse its key (a stream
@@ -140,16 +155,20 @@ def observed_failure(code: str | None) -> bool:
     return code is not None and code not in UNOBSERVED and code not in UNSENT
 
 
-def note_failure(code: str | None) -> None:
-    """Count a failed attempt of the current call, if its outcome was seen: the next
-    attempt then asks with a fresh idempotency key (the recovery layer calls this)."""
-    ident = current_call.get()
-    if ident is not None and observed_failure(code):
-        ident.failures_seen += 1
+def with_attempts(request: ModelRequest, attempts: Iterable[Any]) -> ModelRequest:
+    """``request`` as the next attempt after ``attempts`` (``Attempt``s, each with an
+    ``error_code``) asks: its identity counts the failures among them whose outcome was
+    seen (recovery; a request without an identity is returned as it is)."""
+    call = request.call
+    if call is None:
+        return request
+    after = call.after(a.error_code for a in attempts)
+    return request if after is call else replace(request, call=after)
 
 
-def idempotency_key(body: bytes) -> str | None:
-    """The ``Idempotency-Key`` for sending ``body`` as the current call, if one is set.
+def idempotency_key(call: CallIdentity | None, body: bytes) -> str | None:
+    """The ``Idempotency-Key`` for sending ``body`` as ``call`` (``None``: an anonymous
+    call, sent without a key).
 
     Same tick scope, request id, exact body and number of failures seen give the same
     key, so the same attempt re-sent after a crash, Ctrl-C or a client-side timeout (its
@@ -160,7 +179,7 @@ def idempotency_key(body: bytes) -> str | None:
     feedback changes the body and so the key. The scope changes when a tick is run anew
     (after a rewind), so a re-run asks afresh.
     """
-    ident = current_call.get()
+    ident = call
     if ident is None:
         return None
     h = hashlib.blake2b(digest_size=16)

@@ -20,12 +20,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
-from sim.llm.batching import BatchOptions, BatchTransport, current_batch
+from sim.llm.batching import BatchOptions, BatchTransport
+from sim.llm.calls import CallIdentity, CallNamer
 from sim.llm.chain import Chain, ResponseChainManager
 from sim.llm.enums import SchemaEnums
 from sim.llm.errors import (
@@ -36,7 +37,7 @@ from sim.llm.errors import (
 )
 from sim.llm.events import EventKind, EventSink, LLMEvent, null_sink
 from sim.llm.store import ResponseStore
-from sim.llm.streaming import call_scope
+from sim.llm.streaming import StreamHub
 from sim.llm.tools import LLMMessage, ToolDeclaration
 from sim.llm.types import (
     Adapter,
@@ -109,6 +110,11 @@ class LLMClient:
         batch: send each batch's calls through the OpenAI Batch API (``sim.providers.batch``):
             every entity key runs at once, and the calls that reach the wire together go
             out as one batch.
+        namer: names each call as it is made (the tick recorder's ``name_call``); the
+            identity travels in the request (``ModelRequest.call``) and in its events.
+            ``None``: calls are anonymous (no replay, no idempotency key).
+        stream: where streamed answer text goes (the tick's ``StreamHub``): each call
+            sends its own text target on it (``ModelRequest.stream_to``).
     """
 
     def __init__(
@@ -124,6 +130,8 @@ class LLMClient:
         events: EventSink = null_sink,
         phase: str = "",
         batch: BatchOptions | None = None,
+        namer: CallNamer | None = None,
+        stream: StreamHub | None = None,
     ) -> None:
         if default_depth < 0:
             raise ValueError(f"default_depth must be >= 0, got {default_depth}")
@@ -140,6 +148,8 @@ class LLMClient:
         self.events = events
         self.phase = phase
         self.batch = batch
+        self.namer = namer
+        self.stream = stream
         self.rate_limit_hits = 0
         #: the Batch API session of the last ``create_batch`` (``None`` without ``batch``)
         self.batch_session: BatchTransport | None = None
@@ -212,8 +222,8 @@ class LLMClient:
             if session is None:
                 return await self._settle(requests[index])
             session.enter()
-            try:
-                return await self._settle(requests[index])
+            try:  # each call carries the session (``ModelRequest.batch``)
+                return await self._settle(requests[index], session)
             finally:
                 session.leave()
 
@@ -232,7 +242,6 @@ class LLMClient:
 
         # a Batch API batch holds every call that can be asked now: all keys at once
         workers = len(queue) if session is not None else min(self.max_concurrency, len(queue))
-        token = current_batch.set(session) if session is not None else None
         try:
             if workers == 1:
                 await worker()
@@ -243,16 +252,15 @@ class LLMClient:
         except* _AdapterCancelled:
             raise asyncio.CancelledError from None
         finally:
-            if session is not None and token is not None:
-                current_batch.reset(token)
+            if session is not None:
                 await session.aclose()
         if self.rate_limit_hits:
             logger.warning("%s: batch had %d rate limit hits", self.phase, self.rate_limit_hits)
         return results
 
-    async def _settle(self, request: LLMRequest) -> Any:
+    async def _settle(self, request: LLMRequest, batch: BatchTransport | None = None) -> Any:
         try:
-            return (await self._execute_one(request)).parsed
+            return (await self._execute_one(request, batch)).parsed
         except LLMError as exc:
             if any(isinstance(e, LLMRateLimitError) for e in (exc, *exc.model_errors)):
                 self.rate_limit_hits += 1
@@ -263,9 +271,14 @@ class LLMClient:
         return max(0, depth)
 
     def _model_request(
-        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
+        self,
+        request: LLMRequest,
+        history: tuple[Exchange, ...],
+        previous_id: str | None,
+        batch: BatchTransport | None = None,
     ) -> ModelRequest:
-        """What the adapter is sent for ``request`` with this chain window."""
+        """What the adapter is sent for ``request`` with this chain window (``batch``: in
+        this Batch API session)."""
         tools = request.tools
         return ModelRequest(
             instructions=request.instructions,
@@ -279,13 +292,14 @@ class LLMClient:
             tool_choice=request.tool_choice,
             enums=request.enums if tools is None else None,
             check=request.check,
+            batch=batch,
         )
 
-    async def _call(
-        self, request: LLMRequest, history: tuple[Exchange, ...], previous_id: str | None
-    ) -> AdapterResponse:
-        with call_scope(self.phase, request.entity_key):  # where streamed text belongs
-            return await self.adapter.execute(self._model_request(request, history, previous_id))
+    async def _call(self, request: LLMRequest, sent: ModelRequest) -> AdapterResponse:
+        if self.stream is None:
+            return await self.adapter.execute(sent)
+        with self.stream.call(self.phase, request.entity_key) as text:  # where its text goes
+            return await self.adapter.execute(replace(sent, stream_to=text))
 
     def _emit_attempts(
         self,
@@ -321,7 +335,9 @@ class LLMClient:
             return attempts[-1].attempt, attempts[-1].usage, attempts[-1].provider
         return 1, usage, self.settings.provider
 
-    async def _execute_one(self, request: LLMRequest) -> AdapterResponse:
+    async def _execute_one(
+        self, request: LLMRequest, batch: BatchTransport | None = None
+    ) -> AdapterResponse:
         key = request.entity_key
         chain: Chain | None = self.chain_manager.chain(key) if key else None
         depth = self._depth(request) if key else 0
@@ -333,10 +349,20 @@ class LLMClient:
             else:
                 history = chain.window(depth)
         model = self.settings.model
+        sent = self._model_request(request, history, previous_id, batch)
+        call: CallIdentity | None = None
+        if self.namer is not None:
+            call = self.namer(self.phase, key, sent, depth)
+            sent = replace(sent, call=call)
 
         def context() -> dict[str, Any]:
             """The chain context the call is sent with now (it changes if a chain is lost)."""
-            return {"history": history, "previous_response_id": previous_id, "depth": depth}
+            return {
+                "history": history,
+                "previous_response_id": previous_id,
+                "depth": depth,
+                "call": call,
+            }
 
         def emit(kind: EventKind, event_model: str, **fields: Any) -> None:
             """An event of this call, with the chain context it is sent with now."""
@@ -350,6 +376,7 @@ class LLMClient:
                     history=history,
                     previous_response_id=previous_id,
                     depth=depth,
+                    call=call,
                     **fields,
                 )
             )
@@ -358,7 +385,7 @@ class LLMClient:
         started = time.perf_counter()
         try:
             try:
-                response = await self._call(request, history, previous_id)
+                response = await self._call(request, sent)
             except LLMChainNotFoundError as lost:
                 if chain is None or previous_id is None:
                     raise
@@ -379,7 +406,11 @@ class LLMClient:
                 )
                 history = chain.exchanges(chain.reset()[-depth:])
                 previous_id = None
-                response = await self._call(request, history, None)
+                sent = self._model_request(request, history, None, batch)
+                if call is not None:  # the same call, sent with the window, after its failures
+                    call = call.sent(sent).after(a.error_code for a in lost.attempts)
+                    sent = replace(sent, call=call)
+                response = await self._call(request, sent)
         except Exception as exc:
             if isinstance(exc, LLMError):
                 error = exc

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from sim.llm.types import Usage
 
 if TYPE_CHECKING:
+    from sim.llm.calls import CallIdentity
     from sim.llm.client import LLMRequest
     from sim.llm.errors import LLMError
     from sim.llm.types import AdapterResponse, Exchange
@@ -44,6 +45,8 @@ class LLMEvent:
     provider: str = ""
     #: the server URL this attempt went to (``None``: no network, or not known)
     endpoint: str | None = None
+    #: the call's identity as it was last sent (``ModelRequest.call``; ``None``: anonymous)
+    call: CallIdentity | None = None
 
 
 EventSink = Callable[[LLMEvent], None]

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sim.llm.backpressure import Endpoint, EndpointDownError
-from sim.llm.calls import note_failure
+from sim.llm.calls import with_attempts
 from sim.llm.errors import (
     LLMAPIError,
     LLMBudgetExceededError,
@@ -141,7 +141,7 @@ class PoolAdapter(AdapterWrapper):
     ) -> None:
         if not servers:
             raise ValueError("a pool needs at least one server")
-        super().__init__(servers[0].adapter)  # ``inner``: find_budget reaches the budget
+        super().__init__(servers[0].adapter)  # ``inner``: the first server's stack
         self.servers = list(servers)
         self.breaker_cooldown = breaker_cooldown
         for server in self.servers:
@@ -203,7 +203,8 @@ class PoolAdapter(AdapterWrapper):
             server.in_flight += 1
             started = time.perf_counter()
             try:
-                response = await server.adapter.execute(request)
+                # the attempts moved away failed as seen: the next server gets a fresh key
+                response = await server.adapter.execute(with_attempts(request, moved))
             except LLMError as exc:
                 server.in_flight -= 1
                 self._outcome(server, exc)
@@ -214,7 +215,6 @@ class PoolAdapter(AdapterWrapper):
                     exc.moved = (*moved, *exc.moved)
                     raise
                 server.stats.moved_away += 1
-                note_failure(exc.code)  # a seen failure: the next server gets a fresh key
                 moved.extend(exc.moved)
                 moved.append(
                     Attempt(
@@ -271,12 +271,3 @@ def _with(response: AdapterResponse, url: str, moved: list[Attempt]) -> AdapterR
         endpoint=response.endpoint or url,
         moved=(*moved, *response.moved),
     )
-
-
-def find_pool(adapter: object) -> PoolAdapter | None:
-    """The pool inside a stack, if any (for the tick summary)."""
-    while adapter is not None:
-        if isinstance(adapter, PoolAdapter):
-            return adapter
-        adapter = getattr(adapter, "inner", None)
-    return None

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from sim.llm.backpressure import EndpointDownError
-from sim.llm.calls import note_failure
+from sim.llm.calls import with_attempts
 from sim.llm.errors import (
     LLMAPIError,
     LLMChainNotFoundError,
@@ -298,9 +298,12 @@ class RecoveryAdapter(AdapterWrapper):
         provider = request.settings.provider
         breaker = self.breaker(model, provider)
         retried = {"schema": 0, "rate_limit": 0, "transient": 0}
-        sent = request
+        asked = request  # the request of the next attempt, before its identity is counted
         notices: list[str] = []
         while True:
+            # the next attempt's identity counts the failures seen so far (earlier models'
+            # too): a retry after a seen failure asks with a fresh idempotency key
+            sent = with_attempts(asked, attempts)
             if not breaker.allow():
                 attempts.append(
                     Attempt(
@@ -325,7 +328,6 @@ class RecoveryAdapter(AdapterWrapper):
                 # a failed attempt's notice goes with the call's outcome, whatever it is
                 notices += [exc.notice] if exc.notice else []
                 exc.notice = "\n".join(notices) or None
-                note_failure(exc.code)  # a retry after a seen failure asks with a fresh key
                 _add_moved(attempts, exc.moved, provider)
                 attempts.append(
                     Attempt(
@@ -349,7 +351,7 @@ class RecoveryAdapter(AdapterWrapper):
                     raise  # failed unsent, and will until its cool-down: the next candidate
                 retried[kind] += 1
                 if isinstance(exc, LLMSchemaError):
-                    sent = with_feedback(request, exc)
+                    asked = with_feedback(request, exc)
                 else:
                     await self.sleep(self.policy.delay(retried[kind], exc, self.rng))
                 continue

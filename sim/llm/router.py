@@ -1,11 +1,10 @@
-"""The router at the top of a stack's endpoints, and the helpers that look inside a stack."""
+"""The router at the top of a stack's endpoints, and closing a stack's HTTP clients."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
 
-from sim.llm.budget import Budget, BudgetAdapter
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, StructuredOutput
 from sim.llm.wrapper import AdapterWrapper
 
@@ -14,8 +13,7 @@ class Router(AdapterWrapper):
     """Sends each attempt to the stack of the endpoint its settings name
     (``CallSettings.provider``; empty: the default endpoint).
 
-    ``inner`` is the default endpoint's stack, so code that looks inside a stack (its
-    budget, its endpoint's backpressure) finds ``[llm]``'s. An endpoint's own
+    ``inner`` is the default endpoint's stack. An endpoint's own
     ``structured_output`` (``[providers.NAME]``) replaces the phase's for its requests:
     it describes that server.
     """
@@ -58,12 +56,3 @@ async def close_stack(adapter: object) -> None:
             await close()
             return
         adapter = getattr(adapter, "inner", None)
-
-
-def find_budget(adapter: object) -> Budget | None:
-    """The budget inside a stack, if any (for reports)."""
-    while adapter is not None:
-        if isinstance(adapter, BudgetAdapter):
-            return adapter.budget
-        adapter = getattr(adapter, "inner", None)
-    return None

@@ -1,13 +1,14 @@
 """Where streamed text goes while a call is in flight.
 
-An adapter that streams calls ``emit_delta`` with each piece of answer text; it does not
-know which phase or entity the call is for. The client opens a ``call_scope`` around every
-call (phase, entity key), inside the call's own task, and the runner installs one
-``StreamHub`` per tick. The hub forwards each piece to its sink (``sim tick --stream``
-prints narratives as they are written) and keeps the text of the calls still in flight, so
-an interrupted tick can log what each had written so far.
+The runner makes one ``StreamHub`` per tick and gives it to the phases' clients. For every
+call the client opens the call's text on the hub (``StreamHub.call``: phase, entity key)
+and sends it with the request (``ModelRequest.stream_to``); an adapter that streams adds
+each piece of answer text to it (``CallText.add``) without knowing which phase or entity
+the call is for. The hub forwards each piece to its sink (``sim tick --stream`` prints
+narratives as they are written) and keeps the text of the calls still in flight, so an
+interrupted tick can log what each had written so far.
 
-Everything here is a no-op when no hub is installed (tests, library use).
+A request without a text target (tests, library use) streams to nothing.
 """
 
 from __future__ import annotations
@@ -15,21 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-
-
-@dataclass(slots=True)
-class CallText:
-    """The text one in-flight call has streamed so far."""
-
-    phase: str
-    entity_key: str | None
-    pieces: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +31,37 @@ class StreamDelta:
 
 
 DeltaSink = Callable[[StreamDelta], None]
+
+
+@dataclass(slots=True)
+class CallText:
+    """The text one in-flight call has streamed so far, and where each piece goes."""
+
+    phase: str
+    entity_key: str | None
+    pieces: list[str] = field(default_factory=list)
+    #: called with every piece (the hub's sink; ``None``: only kept)
+    sink: DeltaSink | None = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def add(self, text: str) -> None:
+        """Record a piece of the call's answer and pass it to the sink."""
+        if not text:
+            return
+        self.pieces.append(text)
+        if self.sink is not None:
+            self.sink(StreamDelta(self.phase, self.entity_key, text))
+
+    def restart(self) -> None:
+        """Forget the call's text: a new attempt starts the answer again."""
+        if not self.pieces:
+            return
+        self.pieces.clear()
+        if self.sink is not None:
+            self.sink(StreamDelta(self.phase, self.entity_key, "", restart=True))
 
 
 class StreamHub:
@@ -61,64 +79,22 @@ class StreamHub:
         """Calls begun and not ended, oldest first."""
         return list(self.active.values())
 
+    @contextlib.contextmanager
+    def call(self, phase: str, entity_key: str | None) -> Iterator[CallText]:
+        """The text of one call of ``phase`` for ``entity_key``, for the block's duration.
 
-_HUB: ContextVar[StreamHub | None] = ContextVar("sim_stream_hub", default=None)
-_CALL: ContextVar[CallText | None] = ContextVar("sim_stream_call", default=None)
-
-
-@contextlib.contextmanager
-def installed(hub: StreamHub) -> Iterator[StreamHub]:
-    """Install ``hub`` for the calls started inside this block (and the tasks they make)."""
-    token = _HUB.set(hub)
-    try:
-        yield hub
-    finally:
-        _HUB.reset(token)
-
-
-@contextlib.contextmanager
-def call_scope(phase: str, entity_key: str | None) -> Iterator[None]:
-    """Mark the current task as one call of ``phase`` for ``entity_key``.
-
-    The call's entry leaves the hub when the block ends normally or with an error; when
-    it is cancelled (an interrupt) it stays, for the runner to log its partial text.
-    """
-    hub = _HUB.get()
-    if hub is None:
-        yield
-        return
-    call = CallText(phase, entity_key)
-    hub.active[id(call)] = call
-    token = _CALL.set(call)
-    cancelled = False
-    try:
-        yield
-    except BaseException as exc:
-        cancelled = isinstance(exc, asyncio.CancelledError)
-        raise
-    finally:
-        _CALL.reset(token)
-        if not cancelled:
-            hub.active.pop(id(call), None)
-
-
-def emit_delta(text: str) -> None:
-    """Record a piece of the current call's answer and pass it to the hub's sink."""
-    call = _CALL.get()
-    if call is None or not text:
-        return
-    call.pieces.append(text)
-    hub = _HUB.get()
-    if hub is not None and hub.sink is not None:
-        hub.sink(StreamDelta(call.phase, call.entity_key, text))
-
-
-def restart_text() -> None:
-    """Forget the current call's text: a new attempt starts the answer again."""
-    call = _CALL.get()
-    if call is None or not call.pieces:
-        return
-    call.pieces.clear()
-    hub = _HUB.get()
-    if hub is not None and hub.sink is not None:
-        hub.sink(StreamDelta(call.phase, call.entity_key, "", restart=True))
+        The call's entry leaves the hub when the block ends normally or with an error;
+        when it is cancelled (an interrupt) it stays, for the runner to log its partial
+        text.
+        """
+        call = CallText(phase, entity_key, sink=self.sink)
+        self.active[id(call)] = call
+        cancelled = False
+        try:
+            yield call
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            raise
+        finally:
+            if not cancelled:
+                self.active.pop(id(call), None)

@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from sim.llm.batching import BatchTransport
+    from sim.llm.calls import CallIdentity
     from sim.llm.enums import SchemaEnums
+    from sim.llm.streaming import CallText
     from sim.llm.tools import LLMMessage, ToolDeclaration
 
 #: a check of a parsed answer beyond its schema (a phase's references): the problem, worded
@@ -143,7 +146,14 @@ class ModelRequest:
     whether the answer must call a tool. ``enums`` limit some fields of the schema sent to
     the values valid for this request (``sim.llm.enums``); ``check`` looks at the parsed
     answer (recovery: a problem is a schema error, re-asked with it fed back).
-    Who asks (request id, tick scope) travels beside it in ``sim.llm.calls.current_call``.
+    ``call`` names the call (request id, tick scope, failures seen: ``sim.llm.calls``) for
+    the layers that need to know which call they serve (the policy gate, replay, the
+    Batch API, the idempotency key); ``None``: an anonymous call (no tick recorder).
+    ``batch`` is the Batch API session of the ``create_batch`` the call belongs to
+    (``[llm] batch``: ``sim.llm.batching``): an endpoint that batches posts the body to it
+    instead of sending it, and the budget prices it at the batch rate. ``stream_to`` is
+    where a streamed answer's text goes as it arrives (``sim.llm.streaming``; ``None``:
+    nowhere).
     """
 
     instructions: str
@@ -157,6 +167,9 @@ class ModelRequest:
     tool_choice: ToolChoice = "required"
     enums: SchemaEnums | None = None
     check: AnswerCheck | None = field(default=None, compare=False)
+    call: CallIdentity | None = field(default=None, compare=False)
+    batch: BatchTransport | None = field(default=None, compare=False)
+    stream_to: CallText | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.schema is None) == (self.tools is None):

@@ -12,11 +12,13 @@ from pydantic import BaseModel
 from sim.config import BATCH_PROVIDERS, routing
 from sim.errors import InputError
 from sim.llm.batching import BatchOptions
+from sim.llm.calls import CallNamer
 from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
+from sim.llm.streaming import StreamHub
 from sim.llm.types import Adapter, Usage
 from sim.mind.plan import plan_view
 from sim.mind.retrieve import recall_view, situation
@@ -225,6 +227,10 @@ class TickContext:
     store: ResponseStore
     tick: int
     events: EventSink = null_sink
+    #: names each call of the tick (the tick recorder's ``name_call``); ``None``: anonymous
+    namer: CallNamer | None = None
+    #: where the tick's streamed answer text goes (the runner's ``StreamHub``), when set
+    stream: StreamHub | None = None
     intentions: dict[str, Intention] = field(default_factory=dict)
     resolutions: dict[str, Resolution] = field(default_factory=dict)
     narratives: dict[str, str] = field(default_factory=dict)
@@ -362,6 +368,8 @@ class TickContext:
             events=self.events,
             phase=phase,
             batch=batch,
+            namer=self.namer,
+            stream=self.stream,
         )
         self.clients.append(client)
         return client

@@ -3,7 +3,7 @@
 ``TickPolicy`` holds one tick's state (calls let through per entity, the cost estimate,
 answers a person gave, a stop) and decides each call; ``PolicyGate`` is the adapter
 wrapper the runner puts outermost around the tick's adapters (one per endpoint, one
-shared ``TickPolicy``). It sits above the tick recorder's wrapper and the resume replay,
+shared ``TickPolicy``). It sits above the resume replay the tick recorder adds,
 so every call of a run passes it, including calls a resume answers from the log, and a
 denied call is logged as a failed call with the decision before it.
 
@@ -22,7 +22,7 @@ Only decisions that are not "allow" are recorded. In replay (``sim replay``) no 
 consulted and no one is asked: the denials the log recorded are reproduced by request id.
 
 The LLM layer knows nothing of this: the gate is an ordinary ``AdapterWrapper`` that the
-engine adds, and reads the call's name from ``sim.llm.calls.current_call``.
+engine adds, and reads the call's name from the request (``ModelRequest.call``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sim.llm.budget import estimate_usage, price_usage
-from sim.llm.calls import current_call
 from sim.llm.errors import LLMConfigurationError, LLMError
 from sim.llm.recovery import candidates
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
@@ -215,7 +214,7 @@ class TickPolicy:
         )
 
     def _call(self, request: ModelRequest) -> PolicyCall:
-        ident = current_call.get()
+        ident = request.call
         phase = ident.phase if ident is not None else ""
         key = ident.entity_key if ident is not None else None
         entity = key.partition(":")[2] or None if key else None

@@ -20,7 +20,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 import sim
-from sim.llm.calls import idempotency_key
+from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.enums import SchemaEnums, constrain
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import Usage
@@ -387,6 +387,8 @@ async def post_json(
     payload: dict[str, Any],
     timeout_seconds: float,
     connect_timeout_seconds: float,
+    *,
+    call: CallIdentity | None = None,
 ) -> bytes:
     """POST ``payload`` (serialized once, with orjson) on the least busy route; raw body.
 
@@ -396,10 +398,10 @@ async def post_json(
     the SDK's, and ``TimeoutError`` at the deadline); ``_openai_errors.map_openai_error``
     maps them all. The call's idempotency key (from its identity and exact body) goes
     along, so a request re-sent after a crash or a timeout can be answered from the
-    provider's cache instead of being paid for twice.
+    provider's cache instead of being paid for twice (``call``: ``None`` sends none).
     """
     content = orjson.dumps(payload)
-    key = idempotency_key(content)
+    key = idempotency_key(call, content)
     index = pool.acquire()
     try:
         route = pool.routes[index]

@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import orjson
 
-from sim.llm.batching import current_batch
 from sim.llm.capacity import ServerCapacity, discover, server_root
 from sim.llm.errors import LLMAPIError
 from sim.llm.redact import redact_url
-from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
+from sim.llm.types import AdapterResponse, ModelRequest
 from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import (
     LOCAL_MAX_LENGTH,
@@ -137,11 +136,6 @@ class OpenAIFamilyAdapter(Responder, ABC):
         return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field)
 
     @property
-    def batching(self) -> bool:
-        """Whether calls are lines of a Batch API session now (``sim.llm.batching``)."""
-        return current_batch.get() is not None
-
-    @property
     def client(self) -> openai.AsyncOpenAI:
         """The (first) SDK client, for what the routes do not do (the Batch API,
         deletions); built, and the SDK imported, on first use."""
@@ -157,7 +151,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         attempt's usage when it is refused, cut short or invalid."""
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        data = await self.post(request.settings, self.body(request))
+        data = await self.post(request, self.body(request))
         return await self.answer(request, data)
 
     def assembler(self) -> Assembler:
@@ -168,8 +162,9 @@ class OpenAIFamilyAdapter(Responder, ABC):
         """Extra body fields of a streamed call."""
         return {}
 
-    async def post(self, settings: CallSettings, payload: Json) -> Json:
-        """One POST to ``path``; returns the answer as plain JSON.
+    async def post(self, request: ModelRequest, payload: Json) -> Json:
+        """One POST of ``payload`` (the body asking ``request``) to ``path``; returns the
+        answer as plain JSON. The call's identity (``request.call``) keys its idempotency.
 
         The request goes through the route's aiohttp session (``_http.Route``), or, on a
         client handed in, through the SDK's own ``post`` (auth, headers, timeouts); either
@@ -182,10 +177,12 @@ class OpenAIFamilyAdapter(Responder, ABC):
         With ``settings.stream`` the answer is streamed (``_streaming.post_stream``) under
         the first-token, idle and total clocks, and assembled into the same JSON.
 
-        Inside a Batch API session (``[llm] batch``) the body becomes a line of the
-        session's next batch instead (``sim.providers.batch``); streaming does not apply.
+        A request of a Batch API session (``request.batch``: ``[llm] batch``) becomes a
+        line of the session's next batch instead (``sim.providers.batch``); streaming
+        does not apply.
         """
-        session = current_batch.get()
+        settings = request.settings
+        session = request.batch
         if session is not None:
             return await session.post(
                 self.client,
@@ -193,6 +190,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
                 payload,
                 model=settings.model,
                 api_key_env=self.api_key_env,
+                call=request.call,
             )
         try:
             if settings.stream:
@@ -208,6 +206,8 @@ class OpenAIFamilyAdapter(Responder, ABC):
                     ),
                     connect_timeout_seconds=self.connect_timeout_seconds,
                     model=settings.model,
+                    call=request.call,
+                    stream_to=request.stream_to,
                 )
             raw = await post_json(
                 self.pool,
@@ -215,6 +215,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
                 payload,
                 settings.timeout_seconds,
                 self.connect_timeout_seconds,
+                call=request.call,
             )
             data = orjson.loads(raw)
         except post_failures() as exc:

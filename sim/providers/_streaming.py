@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from sim.llm.calls import idempotency_key
+from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.errors import LLMTimeoutError
-from sim.llm.streaming import emit_delta, restart_text
+from sim.llm.streaming import CallText
 from sim.providers._http import IDEMPOTENCY_HEADER
 from sim.providers._openai_common import ClientPool
 from sim.providers._openai_errors import stream_cut
@@ -279,16 +279,19 @@ async def post_stream(
     *,
     connect_timeout_seconds: float,
     model: str,
+    call: CallIdentity | None = None,
+    stream_to: CallText | None = None,
 ) -> Json:
     """POST ``payload`` with ``stream: true`` on the least busy route; the assembled body.
 
     A route reads the server-sent events itself (``_http.Route.stream``); a client handed
     in reads them with the SDK's ``AsyncStream`` (whose errors are the SDK's, for the
     caller to map). Only connecting has a timeout of its own: the stream's clocks are
-    ``read_stream``'s. Each piece of text goes to ``sim.llm.streaming``.
+    ``read_stream``'s. Each piece of text goes to the call's ``stream_to``
+    (``sim.llm.streaming``; ``None``: nowhere).
     """
     content = orjson.dumps({**payload, "stream": True})
-    key = idempotency_key(content)
+    key = idempotency_key(call, content)  # the call's (``call``: ``None`` sends none)
     index = pool.acquire()
     route = pool.routes[index]
 
@@ -314,8 +317,11 @@ async def post_stream(
         )
         return stream
 
-    restart_text()  # a retry streams the answer again from its start
+    on_delta = None
+    if stream_to is not None:
+        stream_to.restart()  # a retry streams the answer again from its start
+        on_delta = stream_to.add
     try:
-        return await read_stream(open_stream, assembler, timeouts, on_delta=emit_delta, model=model)
+        return await read_stream(open_stream, assembler, timeouts, on_delta=on_delta, model=model)
     finally:
         pool.release(index)

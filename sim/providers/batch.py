@@ -1,10 +1,11 @@
 """The OpenAI Batch API as a transport: a phase's calls sent as one batch, half the price.
 
-With ``[llm] batch = true`` an ``LLMClient`` opens a ``BatchSession`` for each batch of
-requests and makes it the current one (``current_batch``). Everything above the wire stays
-as it is: each call still goes through recovery, budget and the recorder, and the
-``openai`` / ``chat`` adapter still builds its body and reads its answer; only the POST
-changes. Instead of sending its body, the adapter hands it to the session
+With ``[llm] batch = true`` the stack's builder chooses this transport
+(``sim.engine.stack.batch_transport``), an ``LLMClient`` opens a ``BatchSession`` for each
+batch of requests, and each request of the batch carries it (``ModelRequest.batch``).
+Everything above the wire stays as it is: each call still goes through recovery, budget
+and the recorder, and the ``openai`` / ``chat`` adapter still builds its body and reads its
+answer; only the POST changes. Instead of sending its body, the adapter hands it to the session
 (``BatchSession.post``) and waits. When every call of the batch in progress is waiting
 (nothing else can still join), the session uploads them as one JSONL file
 (``client.files.create``), creates the batch (``client.batches.create``), polls it
@@ -40,15 +41,15 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import orjson
 
 from sim.llm.batching import BatchLine, BatchOptions, BatchProgress, SubmittedBatch
-from sim.llm.calls import current_call, digest
+from sim.llm.calls import CallIdentity, digest
 from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 
 if TYPE_CHECKING:
     import openai
 
 # The SDK (~0.6 s to import) and the error mapping are imported where a batch uses them:
-# the budget prices every call with ``batch_enabled()``, and an offline tick (or any tick
-# without a batch) must not pay for the SDK's import at start-up.
+# the stack's builder names this transport for every ``[llm] batch`` run, and an offline
+# tick (or any tick without a batch) must not pay for the SDK's import at start-up.
 
 logger = logging.getLogger(__name__)
 
@@ -145,17 +146,20 @@ class BatchSession:
         *,
         model: str,
         api_key_env: str,
+        call: CallIdentity | None = None,
     ) -> Json:
         """Send ``payload`` (a body for ``path``) as a line of the next batch; its answer.
+
+        ``call`` names the line (``{request id}#{attempt}``) and is told to the journal
+        when a batch carried it (``None``: an anonymous call, ``call-N``).
 
         Raises:
             LLMError: the line failed (mapped from its status as a live answer would
                 be), expired, or the batch could not be submitted or read.
         """
         body = orjson.dumps(payload)
-        ident = current_call.get()
-        if ident is not None:
-            name = ident.request_id
+        if call is not None:
+            name = call.request_id
         else:
             self._anonymous += 1
             name = f"call-{self._anonymous}"
@@ -183,8 +187,9 @@ class BatchSession:
             return await item.future
         finally:
             self._waiting -= 1
-            if ident is not None and item.batch_id:  # answered or failed, it was in a batch
-                ident.batch_ids.append(item.batch_id)
+            journal = self.options.journal
+            if call is not None and item.batch_id and journal is not None:
+                journal.carried(call.request_id, item.batch_id)  # answered or failed in it
 
     # -- batching -------------------------------------------------------------------------
 

@@ -189,9 +189,9 @@ class ChatAdapter(OpenAIFamilyAdapter):
         mode = checked_mode(request.settings.structured_output)
 
         async def post(form: Form) -> Json:
-            return await self.post(request.settings, self.body(request, form))
+            return await self.post(request, self.body(request, form))
 
-        data, form, _ = await self.forms.send(mode, post, probe=not self.batching)
+        data, form, _ = await self.forms.send(mode, post, probe=request.batch is None)
         try:
             response = await self.answer(request, data, form)
         except LLMError as exc:

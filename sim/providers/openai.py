@@ -308,7 +308,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         answered: list[str] = []
 
         async def post(form: Form) -> Json:
-            data = await self.post(request.settings, self.body(request, form))
+            data = await self.post(request, self.body(request, form))
             answered.append(str(data.get("id") or ""))
             return data
 
@@ -324,7 +324,9 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             schema = strict_schema(schema_of(self, request), request.enums, lengths=False)
             return fits_shape(_answer_text(form, data), schema)
 
-        data, form, _ = await self.forms.send(mode, post, probe=not self.batching, applied=applied)
+        data, form, _ = await self.forms.send(
+            mode, post, probe=request.batch is None, applied=applied
+        )
         for misfit in answered[:-1]:  # stored answers of forms the server dropped
             await self._discard(misfit)
         try:

@@ -12,8 +12,8 @@ digest of everything that decides its answer (``sim.llm.calls``). Two uses:
   calls the partial log completed successfully are answered from it and never sent again;
   every other request, failed ones included, goes to ``live``.
 
-The current call's identity comes from ``sim.llm.calls.current_call``, set by the tick
-recorder, which must wrap this adapter.
+The call's identity comes in the request (``ModelRequest.call``), named by the tick
+recorder: a request without one cannot be matched.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from sim.llm.calls import CallIdentity, current_call, describe_drift
+from sim.llm.calls import CallIdentity, describe_drift
 from sim.llm.errors import LLMConfigurationError, LLMError, LLMSchemaError
 from sim.llm.types import Adapter, AdapterResponse, Attempt, ModelRequest, Usage
 
@@ -107,18 +107,21 @@ class ReplayAdapter:
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         """The recorded answer, or (unmatched, with ``live``) the live provider's."""
-        served = self._lookup(request.schema)
+        served = self._lookup(request)
         if served is not None:
             return served
         assert self.live is not None
         self.sent += 1
         return await self.live.execute(request)
 
-    def _lookup(self, schema: type[BaseModel] | None) -> AdapterResponse | None:
+    def _lookup(self, request: ModelRequest) -> AdapterResponse | None:
         """The recorded answer to serve, or ``None`` to send the request live."""
-        ident = current_call.get()
+        schema = request.schema
+        ident = request.call
         if ident is None:
-            raise LLMConfigurationError("the replay provider needs the tick recorder around it")
+            raise LLMConfigurationError(
+                "the replay provider needs calls named by the tick recorder"
+            )
         record = self.calls.get(ident.request_id)
         if self.mode == "resume" and record is not None and record.get("error_code"):
             record = None  # a failed call is tried again: the outage may be over

@@ -13,22 +13,25 @@ from pathlib import Path
 
 import sim.engine.runner
 from sim.cli import main
+from sim.engine.stack import Stack
 from sim.offline.adapter import OfflineAdapter
 from sim.testing import CountingAdapter
 
 world, count_file, delay, jitter = sys.argv[1:5]
 
 
-def build(config: object, loaded: sim.engine.runner.World) -> CountingAdapter:
-    return CountingAdapter(
-        OfflineAdapter(seed=loaded.seed),
-        delay=float(delay),
-        jitter=float(jitter),
-        count_file=Path(count_file),
+def build(config: object, loaded: sim.engine.runner.World) -> Stack:
+    return Stack(
+        CountingAdapter(
+            OfflineAdapter(seed=loaded.seed),
+            delay=float(delay),
+            jitter=float(jitter),
+            count_file=Path(count_file),
+        )
     )
 
 
-sim.engine.runner.build_adapter = build  # type: ignore[assignment]
+sim.engine.runner.build_run_stack = build  # type: ignore[assignment]
 # a runner that started us in the background may have left SIGINT ignored: Ctrl-C must work
 signal.signal(signal.SIGINT, signal.default_int_handler)
 main(["tick", "--world", world, "--concurrency", "3"], prog_name="sim")

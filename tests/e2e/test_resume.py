@@ -26,6 +26,7 @@ import sim.engine.runner
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
+from sim.engine.stack import Stack
 from sim.errors import TickInterrupted
 from sim.journal import JOURNAL
 from sim.llm.types import AdapterResponse, ModelRequest
@@ -154,11 +155,13 @@ def fork_tick(
         try:
             sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115
 
-            def build(config: object, loaded: World) -> CountingAdapter:
+            def build(config: object, loaded: World) -> Stack:
                 inner = OfflineAdapter(seed=loaded.seed)
-                return CountingAdapter(inner, delay=delay, jitter=jitter, count_file=count_file)
+                return Stack(
+                    CountingAdapter(inner, delay=delay, jitter=jitter, count_file=count_file)
+                )
 
-            sim.engine.runner.build_adapter = build  # type: ignore[assignment]
+            sim.engine.runner.build_run_stack = build  # type: ignore[assignment]
             if hold is not None:
                 hold_the_commit(hold)
             main(["tick", "--world", str(world), "--concurrency", str(CONCURRENCY)])

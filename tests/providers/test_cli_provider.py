@@ -321,7 +321,7 @@ def test_a_named_cli_endpoint_serves_its_models(tmp_path: Path, notes: Path) -> 
         f"the local command {shlex.join(spec.command)}",
         None,
     )
-    stack = build_stack(config)
+    stack = build_stack(config).adapter
     settings = config.call_settings("phase2b")
     response = asyncio.run(stack.execute(request(settings)))
     assert response.parsed == Note(text="calm", mood="calm")

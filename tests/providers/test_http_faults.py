@@ -21,6 +21,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
 from sim.cli import main
-from sim.llm.calls import CallIdentity, current_call
+from sim.llm.calls import CallIdentity
 from sim.llm.errors import LLMAPIError, LLMTimeoutError
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.types import CallSettings, ModelRequest
@@ -336,13 +337,8 @@ async def test_a_stream_cut_short_is_transient_and_retried_with_its_key(
     assert "cut short" in info.value.message
     async with serving(streaming(cut, framing), kind) as (server, adapter):
         recovered = RecoveryAdapter(adapter, RetryPolicy(), sleep=no_sleep)
-        token = current_call.set(
-            CallIdentity("1:intentions:bo:0", "intentions", "bo", 0, "i", "x", "Note", "d")
-        )
-        try:
-            response = await recovered.execute(request(stream=True))
-        finally:
-            current_call.reset(token)
+        call = CallIdentity("1:intentions:bo:0", "intentions", "bo", 0, "i", "x", "Note", "d")
+        response = await recovered.execute(replace(request(stream=True), call=call))
     assert isinstance(response.parsed, Note)
     assert [a.error_code for a in response.attempts] == ["stream_cut", None]
     keys = [r.headers.get("idempotency-key") for r in server.requests]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import openai
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
 from sim.cli import main
-from sim.llm.calls import CallIdentity, current_call, idempotency_key, note_failure
+from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.types import CallSettings, ModelRequest
 from sim.providers.chat import ChatAdapter
 from sim.providers.openai import OpenAIAdapter
@@ -36,21 +37,13 @@ def identity(request_id: str = "3:intentions:intention:ada:0", scope: str = "s1"
 
 
 def test_the_key_depends_on_scope_request_and_exact_body() -> None:
-    assert idempotency_key(b"{}") is None  # no current call: no key
-    token = current_call.set(identity())
-    try:
-        key = idempotency_key(b'{"a":1}')
-        assert key is not None and key.startswith("sim-")
-        assert idempotency_key(b'{"a":1}') == key
-        assert idempotency_key(b'{"a":2}') != key  # a retry with feedback asks afresh
-    finally:
-        current_call.reset(token)
+    assert idempotency_key(None, b"{}") is None  # an anonymous call: no key
+    key = idempotency_key(identity(), b'{"a":1}')
+    assert key is not None and key.startswith("sim-")
+    assert idempotency_key(identity(), b'{"a":1}') == key
+    assert idempotency_key(identity(), b'{"a":2}') != key  # a retry with feedback asks afresh
     for other in (identity(scope="s2"), identity(request_id="3:intentions:intention:bo:0")):
-        token = current_call.set(other)
-        try:
-            assert idempotency_key(b'{"a":1}') != key
-        finally:
-            current_call.reset(token)
+        assert idempotency_key(other, b'{"a":1}') != key
 
 
 def sdk_path(server: StubServer) -> OpenAIAdapter | ChatAdapter:
@@ -70,19 +63,12 @@ async def test_a_resent_attempt_is_answered_from_the_cache_not_billed(
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-test")
     adapter = make(stub_server)
-    token = current_call.set(identity())
-    try:
-        first = await adapter.execute(
-            ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS)
-        )
-        again = await adapter.execute(
-            ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS)
-        )
-    finally:
-        current_call.reset(token)
+    named = ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS, call=identity())
+    first = await adapter.execute(named)
+    again = await adapter.execute(replace(named, call=identity()))  # the same call, re-sent
     assert again.response_id == first.response_id and again.parsed == first.parsed
     assert stub_server.stats.generations == 1 and stub_server.stats.replayed == 1
-    # without a current call (no tick log) nothing is keyed: two calls, two answers
+    # an anonymous call (no tick log) is not keyed: two calls, two answers
     await adapter.execute(ModelRequest("Write a note.", "about fog", Note, settings=SETTINGS))
     assert stub_server.stats.generations == 2
 
@@ -91,27 +77,17 @@ def test_a_seen_failure_changes_the_key_an_unseen_outcome_keeps_it() -> None:
     """Reuse a key only for an attempt whose outcome was never seen (a timeout, a dropped
     connection, a crash); after an error the client saw, the next attempt asks afresh."""
     ident = identity()
-    token = current_call.set(ident)
-    try:
-        first = idempotency_key(b"{}")
-        note_failure("timeout")  # the server may still be generating it: same key
-        note_failure("connection_error")
-        note_failure("circuit_open")  # never sent
-        assert idempotency_key(b"{}") == first and ident.failures_seen == 0
-        note_failure("incomplete")
-        second = idempotency_key(b"{}")
-        assert second != first and ident.failures_seen == 1
-        note_failure("server_error")
-        assert idempotency_key(b"{}") not in (first, second)
-    finally:
-        current_call.reset(token)
-    resumed = identity()
-    resumed.failures_seen = 1  # seeded from the log by the recorder on resume
-    token = current_call.set(resumed)
-    try:
-        assert idempotency_key(b"{}") == second
-    finally:
-        current_call.reset(token)
+    first = idempotency_key(ident, b"{}")
+    # the server may still be generating it (timeout, dropped connection), or it was never
+    # sent (circuit open): the next attempt asks with the same key
+    unseen = ident.after(["timeout", "connection_error", "circuit_open"])
+    assert unseen is ident and idempotency_key(unseen, b"{}") == first
+    after = ident.after(["incomplete"])
+    second = idempotency_key(after, b"{}")
+    assert second != first and after.failures_seen == 1 and ident.failures_seen == 0
+    assert idempotency_key(after.after(["server_error"]), b"{}") not in (first, second)
+    resumed = replace(identity(), failures_seen=1)  # seeded from the log by the recorder
+    assert idempotency_key(resumed, b"{}") == second
 
 
 def test_a_resumed_tick_does_not_get_the_cached_failure_again(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sim.cli import main
 from sim.config import Config, LLMConfig
 from sim.engine.stack import build_stack
-from sim.llm.backpressure import Endpoint, find_endpoint
+from sim.llm.backpressure import Endpoint
 from sim.llm.capacity import ServerCapacity
 from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 from sim.llm.types import CallSettings, ModelRequest
@@ -200,7 +200,9 @@ async def gather_calls(server: StubServer, n: int, **llm: Any) -> tuple[Any, lis
     settings = config.phase2a.settings(config.llm)
     results = await asyncio.gather(
         *(
-            stack.execute(ModelRequest("Write a note.", f"note {i}", Note, settings=settings))
+            stack.adapter.execute(
+                ModelRequest("Write a note.", f"note {i}", Note, settings=settings)
+            )
             for i in range(n)
         ),
         return_exceptions=True,
@@ -221,7 +223,7 @@ async def test_a_one_slot_server_gets_one_request_at_a_time_and_no_call_times_ou
         assert [type(r).__name__ for r in results] == ["AdapterResponse"] * 6
         assert server.peak_active == 1
         assert server.stats.generations == 6  # nothing timed out and was sent again
-        endpoint = find_endpoint(stack)
+        endpoint = stack.endpoint  # the one the stack built
         assert endpoint is not None and endpoint.limit == 1
         assert endpoint.capacity is not None and endpoint.capacity.slots == 1
         notes = [r.notice for r in results if r.notice]
@@ -233,7 +235,7 @@ async def test_a_reported_capacity_caps_the_limit_but_never_raises_it() -> None:
     with ServerThread(StubServer(StubOptions(slots=4, capacity_report="props"))) as server:
         stack, results = await gather_calls(server, 8)
         assert all(not isinstance(r, BaseException) for r in results)
-        endpoint = find_endpoint(stack)
+        endpoint = stack.endpoint  # the one the stack built
         assert endpoint is not None and endpoint.max_limit == 4 and endpoint.limit <= 4
         assert server.stats.probes == 1  # asked once: /props answered
     config = Config(llm=LLMConfig(provider="chat", base_url="http://x/v1", max_concurrency=2))
@@ -247,7 +249,7 @@ async def test_an_unreported_capacity_is_asked_once_and_adapts_to_latency(
 ) -> None:
     stack, results = await gather_calls(stub_server, 5)
     assert all(not isinstance(r, BaseException) for r in results)
-    endpoint = find_endpoint(stack)
+    endpoint = stack.endpoint  # the one the stack built
     assert endpoint is not None and endpoint.capacity is not None
     assert endpoint.capacity.slots is None and endpoint.adapt_to_latency
     assert stub_server.stats.probes == 3  # /props, /slots, /openapi.json: each once

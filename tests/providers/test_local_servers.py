@@ -184,7 +184,7 @@ async def test_eight_requests_queued_behind_a_single_slot_server_all_succeed() -
         config = Config(
             llm=defaults.model_copy(update={"provider": "chat", "base_url": server.base_url})
         )
-        stack = build_stack(config)
+        stack = build_stack(config).adapter
         settings = config.phase2a.settings(config.llm)
         started = time.perf_counter()
         results = await asyncio.gather(
@@ -215,7 +215,7 @@ async def test_timeouts_fail_the_call_not_the_endpoint(stub_server: StubServer) 
             breaker_threshold=2,
         )
     )
-    stack = build_stack(config, sleep=sleep)
+    stack = build_stack(config, sleep=sleep).adapter
     stack.policy = RetryPolicy(transient_retries=2)
     settings = config.phase1.settings(config.llm)
     stub_server.enqueue("hang", "hang", "hang")

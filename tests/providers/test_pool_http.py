@@ -18,9 +18,8 @@ from pydantic import BaseModel
 
 from bench.tls import SelfSigned, self_signed
 from sim.config import Config
-from sim.engine.stack import build_stack
+from sim.engine.stack import Stack, build_stack
 from sim.llm.pool import PoolAdapter, Server
-from sim.llm.router import close_stack
 from sim.llm.types import CallSettings, ModelRequest
 from sim.providers._openai_family import OpenAIFamilyAdapter
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
@@ -58,10 +57,10 @@ def serve(count: int, tls: ssl.SSLContext | None = None) -> Iterator[list[StubSe
             thread.stop()
 
 
-def pool_in(stack: Any) -> PoolAdapter:
-    while not isinstance(stack, PoolAdapter):
-        stack = stack.inner
-    return stack
+def pool_in(stack: Stack) -> PoolAdapter:
+    """The pool the stack built for ``[llm]``'s endpoint (it says so: nothing walks it)."""
+    assert stack.pool is not None
+    return stack.pool
 
 
 def provider_of(server: Server) -> OpenAIFamilyAdapter:
@@ -102,9 +101,9 @@ async def test_each_server_gets_its_own_sdk_clients(provider: str) -> None:
                 clients.extend(adapter.pool.sdk_clients())
             assert len({id(c) for c in clients}) == len(clients)  # none shared between servers
             assert len({id(r) for r in routes}) == len(routes)
-            answers = await asyncio.gather(*(stack.execute(REQUEST) for _ in range(12)))
+            answers = await asyncio.gather(*(stack.adapter.execute(REQUEST) for _ in range(12)))
         finally:
-            await close_stack(stack)
+            await stack.aclose()
         assert {a.endpoint for a in answers} == {s.base_url for s in servers}
         assert [s.stats.generations for s in servers] == [4, 4, 4]
 
@@ -129,9 +128,9 @@ async def test_https_servers_share_one_tls_context(
             pool = pool_in(stack)
             # 32 in flight: two connection pools per server, four in all
             assert sum(len(provider_of(s).pool) for s in pool.servers) == 4
-            answers = await asyncio.gather(*(stack.execute(REQUEST) for _ in range(8)))
+            answers = await asyncio.gather(*(stack.adapter.execute(REQUEST) for _ in range(8)))
         finally:
-            await close_stack(stack)
+            await stack.aclose()
         assert {a.endpoint for a in answers} == {s.base_url for s in servers}
         assert all(s.stats.generations == 4 for s in servers)
     assert len(made) <= 1, f"{len(made)} TLS contexts for two https servers"
@@ -161,9 +160,9 @@ async def test_a_failing_server_is_taken_out_and_its_calls_answered_elsewhere(
     )
     stack = build_stack(config)
     try:
-        answers = [await stack.execute(request) for _ in range(5)]
+        answers = [await stack.adapter.execute(request) for _ in range(5)]
     finally:
-        await close_stack(stack)
+        await stack.aclose()
         healthy.stop()
         failing.stop()
     assert all(a.endpoint == good.base_url for a in answers)

@@ -355,7 +355,7 @@ async def test_rate_limited_stack_paces_real_calls(stub_server: StubServer) -> N
 async def test_stack_from_config_and_attempt_events(stub_server: StubServer) -> None:
     config = Config.model_validate({"llm": {"provider": "openai", "transient_retries": 1}})
     sleeps = Sleeps()
-    adapter = build_stack(config, provider=provider(stub_server), sleep=sleeps)
+    adapter = build_stack(config, provider=provider(stub_server), sleep=sleeps).adapter
     events: list[LLMEvent] = []
     bob: dict[str, Any] = {"identity": {"id": "bob"}}
     client = LLMClient(adapter, [bob], settings=settings(), events=events.append)
@@ -405,7 +405,7 @@ async def test_json_max_retries_sets_the_schema_feedback_retries(
 ) -> None:
     """``[llm] json_max_retries`` replaces the fixed two schema-feedback retries."""
     config = Config.model_validate({"llm": {"provider": "openai", "json_max_retries": retries}})
-    adapter = build_stack(config, provider=provider(stub_server), sleep=Sleeps())
+    adapter = build_stack(config, provider=provider(stub_server), sleep=Sleeps()).adapter
     stub_server.enqueue(*["malformed"] * (retries + 1))
     with pytest.raises(LLMSchemaError) as info:
         await run(adapter)

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from sim.llm.errors import LLMIncompleteError, LLMRefusalError, LLMTimeoutError
-from sim.llm.streaming import StreamDelta, StreamHub, call_scope, installed
+from sim.llm.streaming import CallText, StreamDelta, StreamHub
 from sim.llm.tools import ToolCalls, ToolDeclaration
 from sim.llm.types import CallSettings, ModelRequest
 from sim.providers._streaming import ChatAssembler, ResponsesAssembler
@@ -36,9 +36,11 @@ def settings(**kw: Any) -> CallSettings:
     return CallSettings(**{"model": "m", "timeout_seconds": 10, **kw})
 
 
-async def note(target: Any, **kw: Any) -> Any:
+async def note(target: Any, stream_to: CallText | None = None, **kw: Any) -> Any:
     return await target.execute(
-        ModelRequest("Write a note.", "about fog", Note, settings=settings(**kw))
+        ModelRequest(
+            "Write a note.", "about fog", Note, settings=settings(**kw), stream_to=stream_to
+        )
     )
 
 
@@ -95,8 +97,8 @@ async def test_text_goes_to_the_hub_as_it_arrives(stub_server: StubServer) -> No
     stub_server.options.stream_chunk_delay = 0.01
     seen: list[StreamDelta] = []
     hub = StreamHub(seen.append)
-    with installed(hub), call_scope("narrative", "narrative:quay"):
-        response = await note(adapter(stub_server, "chat"), stream=True)
+    with hub.call("narrative", "narrative:quay") as text:
+        response = await note(adapter(stub_server, "chat"), stream=True, stream_to=text)
     assert len(seen) > 2  # several pieces, not one block
     assert all(d.phase == "narrative" and d.entity_key == "narrative:quay" for d in seen)
     assert "".join(d.text for d in seen) == response.raw

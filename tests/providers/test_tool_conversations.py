@@ -216,8 +216,7 @@ def test_a_conversation_step_has_its_own_call_digest() -> None:
 
     def sent(request: ModelRequest) -> CallIdentity:
         ident = CallIdentity("1:intentions:ada:0", "intentions", "ada", 0, "Decide.", DATA, "", "")
-        ident.set_sent(request)
-        return ident
+        return ident.sent(request)
 
     single = sent(ModelRequest("Decide.", DATA, tools=TOOLS, settings=SETTINGS))
     assert set(single.settings) == {"temperature", "max_output_tokens"}  # as before

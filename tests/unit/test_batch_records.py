@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -68,7 +69,7 @@ def test_a_batched_call_costs_the_batch_rate() -> None:
 def test_the_budget_charges_batched_attempts_at_the_batch_rate() -> None:
     import asyncio
 
-    from sim.llm.batching import BatchOptions, current_batch
+    from sim.llm.batching import BatchOptions
     from sim.llm.budget import Budget, BudgetAdapter, Price
     from sim.llm.types import CallSettings, ModelRequest
     from sim.phases.intentions import Intention
@@ -80,14 +81,62 @@ def test_the_budget_charges_batched_attempts_at_the_batch_rate() -> None:
     async def spend(batched: bool) -> float:
         budget = Budget(prices={"m": Price(input=1.0, output=2.0)})
         adapter = BudgetAdapter(MockAdapter(), budget)
-        token = current_batch.set(BatchSession("p", BatchOptions()) if batched else None)
-        try:
-            await adapter.execute(request)
-        finally:
-            current_batch.reset(token)
+        session = BatchSession("p", BatchOptions()) if batched else None
+        await adapter.execute(replace(request, batch=session))  # a call of the session
         assert budget.reserved_usd == pytest.approx(0.0)
         return budget.spent_usd
 
     live, batched = asyncio.run(spend(False)), asyncio.run(spend(True))
     assert live > 0
     assert batched == pytest.approx(live * BATCH_PRICE_FACTOR)
+
+
+def test_each_call_of_a_batch_carries_its_session_and_no_other_call_does() -> None:
+    """Batch mode reaches the adapter in the request (``ModelRequest.batch``), not through
+    a context variable: the calls of a ``create_batch`` carry the session the client opened
+    for it, a single call and a client without batch options carry none."""
+    import asyncio
+    from typing import Any
+
+    from sim.llm.batching import BatchOptions, BatchTransport
+    from sim.llm.client import LLMClient, LLMRequest
+    from sim.llm.types import AdapterResponse, ModelRequest
+    from sim.phases.intentions import Intention
+    from sim.testing.adapters import MockAdapter
+
+    opened: list[BatchTransport] = []
+    seen: list[Any] = []
+
+    class Session:
+        def __init__(self) -> None:
+            self.created: list[str] = []
+            self.resumed: list[str] = []
+
+        def enter(self) -> None: ...
+
+        def leave(self) -> None: ...
+
+        async def aclose(self) -> None: ...
+
+        async def post(self, client: Any, path: str, payload: Any, **kw: Any) -> Any: ...
+
+    def transport(phase: str, options: BatchOptions) -> BatchTransport:
+        opened.append(Session())
+        return opened[-1]
+
+    class Seeing(MockAdapter):
+        async def execute(self, request: ModelRequest) -> AdapterResponse:
+            seen.append(request.batch)
+            return await super().execute(request)
+
+    requests = [LLMRequest("Intend.", "{}", Intention, f"intention:{n}") for n in "ab"]
+
+    async def run() -> None:
+        batched = LLMClient(Seeing(), [], batch=BatchOptions(transport=transport))
+        await batched.create_batch(requests)
+        await batched.create_response("Intend.", "{}", Intention)
+        await LLMClient(Seeing(), []).create_batch(requests)
+
+    asyncio.run(run())
+    assert len(opened) == 1
+    assert seen == [opened[0], opened[0], None, None, None]

@@ -98,7 +98,6 @@ def test_bad_values_name_file_field_and_expectation(
 
 def test_provider_settings_reach_the_adapter_stack() -> None:
     from sim.engine.stack import build_stack, provider_options
-    from sim.llm.router import find_budget
 
     config = Config.model_validate(
         {
@@ -119,8 +118,8 @@ def test_provider_settings_reach_the_adapter_stack() -> None:
     openai_llm = config.llm.model_copy(update={"provider": "openai"})
     assert provider_options(config.model_copy(update={"llm": openai_llm}), 1)["store"] is True
     stack = build_stack(config)  # a local chat server needs no key
-    assert stack.breaker_threshold == 3
-    budget = find_budget(stack)
+    assert stack.adapter.breaker_threshold == 3  # type: ignore[attr-defined]
+    budget = stack.budget
     assert budget is not None and budget.max_total_tokens == 1000
     assert config.phase2a.settings(config.llm).fallback_models == ("b", "c")
 

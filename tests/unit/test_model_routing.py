@@ -354,7 +354,7 @@ def test_stack_builds_each_used_endpoint_with_its_own_pacing(monkeypatch: Any) -
         phase2a={"fallback_models": ["local/qwen"]},
     )
     stack = build_stack(c)
-    router = stack.inner
+    router = stack.adapter.inner  # type: ignore[attr-defined]
     assert isinstance(router, Router)
     assert set(router.routes) == {"offline", "local"}  # "unused" is not built
     assert isinstance(router.routes["local"], RateLimitedAdapter)

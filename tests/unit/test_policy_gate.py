@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from sim.config import Config
-from sim.llm.calls import CallIdentity, current_call
+from sim.llm.calls import CallIdentity
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, Usage
 from sim.policy import (
     Approval,
@@ -61,8 +61,8 @@ PRICES = {"m": Config().prices["gpt-4.1"]}
 
 
 async def send(gate_adapter: object, key: str, n: int = 0) -> AdapterResponse:
-    current_call.set(CallIdentity(f"1:intentions:{key}:{n}", "intentions", key, n, "", "", "", ""))
-    request = ModelRequest("do", "x", Answer, settings=CallSettings(model="m"))
+    call = CallIdentity(f"1:intentions:{key}:{n}", "intentions", key, n, "", "", "", "")
+    request = ModelRequest("do", "x", Answer, settings=CallSettings(model="m"), call=call)
     return await gate_adapter.execute(request)  # type: ignore[attr-defined, no-any-return]
 
 

@@ -9,6 +9,7 @@ servers and the real openai SDK is in ``tests/providers/test_pool_http.py`` and
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from pydantic import BaseModel
 from sim.config import Config, InvalidConfig, load_config
 from sim.engine.stack import build_stack
 from sim.llm.backpressure import Endpoint, EndpointDownError
-from sim.llm.calls import CallIdentity, current_call, idempotency_key
+from sim.llm.budget import BudgetAdapter
+from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.errors import (
     LLMAPIError,
     LLMError,
@@ -27,7 +29,6 @@ from sim.llm.errors import (
 )
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
-from sim.llm.router import find_budget
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest
 from sim.testing.adapters import MockAdapter
 
@@ -223,7 +224,7 @@ class KeyRecorder(MockAdapter):
         self.keys: list[str | None] = []
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        self.keys.append(idempotency_key(b"the same body"))
+        self.keys.append(idempotency_key(request.call, b"the same body"))
         return await super().execute(request)
 
 
@@ -236,13 +237,43 @@ async def test_a_moved_attempt_keeps_its_key_unless_its_failure_was_seen(
 ) -> None:
     a, b = KeyRecorder(), KeyRecorder()
     a.enqueue(error)
-    token = current_call.set(CallIdentity("1:intentions:x:0", "intentions", "x", 0, "", "", "", ""))
-    try:
-        await pool_of(a, b).execute(REQUEST)
-    finally:
-        current_call.reset(token)
+    call = CallIdentity("1:intentions:x:0", "intentions", "x", 0, "", "", "", "")
+    await pool_of(a, b).execute(replace(REQUEST, call=call))
     assert a.keys[0] is not None
     assert (a.keys[0] == b.keys[0]) is same_key
+
+
+@pytest.mark.parametrize(
+    ("error", "failures_seen"),
+    [(LLMTimeoutError("slow"), [0, 0]), (server_error(), [0, 1])],
+)
+async def test_recovery_re_asks_with_the_next_attempts_identity(
+    error: LLMError, failures_seen: list[int]
+) -> None:
+    """Each attempt's identity travels in its own request: a retry after a failure the
+    client saw asks with a new identity (one more failure seen: a fresh key), one after an
+    unseen outcome with the same; the request recovery was handed is left as it was."""
+    inner = KeyRecorder()
+    inner.enqueue(error)
+    seen: list[CallIdentity | None] = []
+    original = inner.execute
+
+    async def execute(request: ModelRequest) -> AdapterResponse:
+        seen.append(request.call)
+        return await original(request)
+
+    inner.execute = execute  # type: ignore[method-assign]
+
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    call = CallIdentity("1:intentions:x:0", "intentions", "x", 0, "", "", "", "")
+    asked = replace(REQUEST, call=call)
+    await RecoveryAdapter(inner, RetryPolicy(), sleep=no_sleep).execute(asked)
+    assert [c.failures_seen if c else None for c in seen] == failures_seen
+    assert all(c is not None and c.request_id == call.request_id for c in seen)
+    assert (inner.keys[0] == inner.keys[1]) is (failures_seen[1] == 0)
+    assert asked.call is call and call.failures_seen == 0
 
 
 async def test_a_cancelled_probe_leaves_the_server_probeable() -> None:
@@ -327,12 +358,11 @@ def test_build_stack_makes_one_provider_per_server_sharing_one_budget(
     urls = ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1", "http://127.0.0.1:11/v1")
     config = Config.model_validate({"llm": {"provider": "chat", "base_url": list(urls)}})
     stack = build_stack(config)
-    pool = stack.inner
-    while not isinstance(pool, PoolAdapter):
-        pool = pool.inner  # type: ignore[attr-defined]
+    pool = stack.pool  # the stack says which pool it built: nothing walks its layers
+    assert pool is not None and stack.pools == {"chat": pool} and stack.endpoint is None
     assert [s.url for s in pool.servers] == list(urls)
-    budgets = {id(find_budget(s.adapter)) for s in pool.servers}
-    assert budgets == {id(find_budget(stack))}
+    budgets = {id(s.adapter.budget) for s in pool.servers if isinstance(s.adapter, BudgetAdapter)}
+    assert budgets == {id(stack.budget)}
     assert len({id(s.endpoint) for s in pool.servers}) == 3
 
 
@@ -357,11 +387,10 @@ def test_a_named_endpoint_may_list_servers(monkeypatch: pytest.MonkeyPatch) -> N
         }
     )
     stack = build_stack(config)
-    router = stack.inner
-    assert isinstance(router, Router)
-    pool = router.routes["gpus"]
-    while not isinstance(pool, PoolAdapter):
-        pool = pool.inner  # type: ignore[attr-defined]
+    router = stack.adapter.inner  # type: ignore[attr-defined]
+    assert isinstance(router, Router) and "gpus" in router.routes
+    pool = stack.pools["gpus"]
+    assert stack.pool is None  # [llm]'s own endpoint is not a pool
     assert [s.url for s in pool.servers] == urls
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,7 +11,6 @@ from conftest import copy_demo
 
 from sim.config import load_config
 from sim.engine.recorder import TickRecorder
-from sim.llm.calls import current_call
 from sim.llm.client import LLMRequest
 from sim.llm.errors import LLMError
 from sim.llm.types import AdapterResponse, CallSettings, ModelRequest, Usage
@@ -46,9 +46,15 @@ def event(kind: str, request: LLMRequest, **fields):  # type: ignore[no-untyped-
         depth=0,
         final=True,
         provider="",
+        call=None,
     )
     base.update(fields)
     return SimpleNamespace(**base)
+
+
+def named(rec: TickRecorder, asked: ModelRequest) -> ModelRequest:
+    """``asked`` as the client sends it: named by the recorder (its identity in it)."""
+    return replace(asked, call=rec.name_call("intentions", "intention:ada", asked, 0))
 
 
 def response(parsed=WAIT, **fields) -> AdapterResponse:  # type: ignore[no-untyped-def]
@@ -59,7 +65,8 @@ def test_earlier_attempts_are_folded_into_one_call_record(tmp_path: Path) -> Non
     world = copy_demo(tmp_path / "w")
     rec = recorder_for(world)
     request = LLMRequest("Say.", "{}", Intention, "intention:ada")
-    rec.on_event(event("llm_called", request))
+    call = named(rec, ModelRequest("Say.", "{}", Intention)).call
+    rec.on_event(event("llm_called", request, call=call))
     rec.on_event(
         event("llm_failed", request, final=False, error_code="rate_limit", usage=Usage(1, 0))
     )
@@ -81,14 +88,15 @@ async def test_served_answers_carry_their_attempts_back(tmp_path: Path) -> None:
     world = copy_demo(tmp_path / "w")
     rec = recorder_for(world)
     request = LLMRequest("Say.", "{}", Intention, "intention:ada")
-    rec.on_event(event("llm_called", request))
+    asked = named(rec, ModelRequest("Say.", "{}", Intention))
+    rec.on_event(event("llm_called", request, call=asked.call))
     rec.on_event(event("llm_failed", request, final=False, error_code="rate_limit"))
     rec.on_event(event("llm_completed", request, attempt=2, response=response()))
     rec.close()
     log = read_log(log_path(world, 1))
     adapter = ReplayAdapter(log.replay_calls(), instructions=log.instructions)
-    # the current call (set by the recorder on llm_called) is the one recorded: it matches
-    served = await adapter.execute(ModelRequest("Say.", "{}", Intention))
+    # the call the recorder named is the one recorded: it matches
+    served = await adapter.execute(asked)
     assert served.parsed == WAIT and served.response_id == "resp_1"
     assert [a.attempt for a in served.attempts] == [1, 2]
     assert served.attempts[0].error_code == "rate_limit"
@@ -119,8 +127,8 @@ async def test_tool_calls_are_recorded_and_served_by_their_class(tmp_path: Path)
         async def delete_response(self, response_id: str) -> None: ...
 
     adapter = rec.wrap(Tools())
-    rec.on_event(event("llm_called", request))
-    asked = ModelRequest("Act.", "{}", tools=(WAIT,), settings=CallSettings())  # type: ignore[arg-type]
+    asked = named(rec, ModelRequest("Act.", "{}", tools=(WAIT,), settings=CallSettings()))  # type: ignore[arg-type]
+    rec.on_event(event("llm_called", request, call=asked.call))
     answer = await adapter.execute(asked)
     rec.on_event(event("llm_completed", request, response=answer))
     rec.close()
@@ -139,13 +147,14 @@ async def test_a_recorded_failure_replays_as_itself_but_is_retried_on_resume(
     world = copy_demo(tmp_path / "w")
     rec = recorder_for(world)
     request = LLMRequest("Say.", "{}", Intention, "intention:ada")
-    rec.on_event(event("llm_called", request))
+    asked = named(rec, ModelRequest("Say.", "{}", Intention))
+    rec.on_event(event("llm_called", request, call=asked.call))
     error = LLMError("too slow", code="timeout")
     rec.on_event(event("llm_failed", request, error=error, error_code="timeout"))
     rec.close()
     log = read_log(log_path(world, 1))
     with pytest.raises(LLMError) as caught:
-        await ReplayAdapter(log.replay_calls()).execute(ModelRequest("Say.", "{}", Intention))
+        await ReplayAdapter(log.replay_calls()).execute(asked)
     assert caught.value.code == "timeout" and str(caught.value) == "too slow"
     assert caught.value.served_from == "replay"
 
@@ -161,13 +170,12 @@ async def test_a_recorded_failure_replays_as_itself_but_is_retried_on_resume(
         async def delete_response(self, response_id: str) -> None: ...
 
     resumed = ReplayAdapter(log.replay_calls(), mode="resume", live=Live())
-    answer = await resumed.execute(ModelRequest("Say.", "{}", Intention))
+    answer = await resumed.execute(asked)
     assert answer.parsed == WAIT and Live.sent == 1 and resumed.served == 0
 
 
 async def test_replay_without_the_recorder_is_a_configuration_error() -> None:
-    current_call.set(None)
-    with pytest.raises(LLMError, match="needs the tick recorder"):
+    with pytest.raises(LLMError, match="needs calls named by the tick recorder"):
         await ReplayAdapter({}).execute(ModelRequest("x", "{}", Intention))
 
 

@@ -71,7 +71,6 @@ def test_openai_gets_no_length_keywords_local_servers_do() -> None:
     assert "maxLength" not in _string_branch(hosted["properties"]["mood"])
 
 
-
 def test_a_local_server_gets_the_short_caps_its_grammar_can_hold() -> None:
     """A grammar holds a small model to a short cap (Gemma 3 270M rambled past an object's
     60 characters and an intention's 300, to schema errors and to the token cap); a long
