@@ -117,7 +117,7 @@ def provider_options(
         return {"command": spec.command, "timeout_seconds": llm.timeout_seconds}
     urls = base_urls(spec.base_url)
     options: dict[str, Any] = {
-        "base_url": urls[0] if urls else None,  # a pool: build_pool sets each server's
+        "base_url": urls[0] if urls else None,  # a pool of servers: each server's own below
         # the [llm] default names OpenAI's variable; gemini's and anthropic's own are
         # GEMINI_API_KEY and ANTHROPIC_API_KEY (``own_key_env``)
         "api_key_env": spec.api_key_env,

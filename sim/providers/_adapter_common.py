@@ -205,7 +205,7 @@ def api_key(api_key_env: str, kind: str) -> str:
     return key
 
 
-def pool_limits(max_concurrency: int) -> httpx2.Limits:
+def connection_limits(max_concurrency: int) -> httpx2.Limits:
     """A connection pool sized for the run's calls in flight."""
     return httpx2.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
 
@@ -293,7 +293,9 @@ class SDKAdapter(Responder, Generic[ClientT]):
         self.connect_timeout_seconds = connect_timeout_seconds
         if client is None:
             key = api_key(self.api_key_env, self.key_name)
-            client = self.connect(key, base_url, timeout_seconds, pool_limits(max_concurrency))
+            client = self.connect(
+                key, base_url, timeout_seconds, connection_limits(max_concurrency)
+            )
         self.client: ClientT = client
 
     def connect(

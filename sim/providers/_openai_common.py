@@ -91,7 +91,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 USER_AGENT = f"sim/{sim.__version__}"
 
 
-class ClientPool:
+class Connections:
     """The routes of one adapter to its server, one per connection pool.
 
     Each route has an aiohttp ``Route`` or not (a client handed in: the SDK's own stack),
@@ -117,7 +117,7 @@ class ClientPool:
         self._in_flight = [0] * len(routes)
 
     @classmethod
-    def of(cls, client: openai.AsyncOpenAI) -> ClientPool:
+    def of(cls, client: openai.AsyncOpenAI) -> Connections:
         """One route: the SDK's own stack on a client handed in."""
         return cls([None], clients={0: client})
 
@@ -177,7 +177,7 @@ def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
 
 
 class ClientOptions(TypedDict):
-    """What ``build_pool`` builds an adapter's routes from."""
+    """What ``build_connections`` builds an adapter's routes from."""
 
     base_url: str | None
     api_key_env: str
@@ -253,7 +253,9 @@ def openai_target(
     return Target(base_url=base_url, query=query, headers=headers)
 
 
-def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOptions]) -> ClientPool:
+def build_connections(
+    *, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOptions]
+) -> Connections:
     """Enough routes for ``max_concurrency`` calls in flight (``POOL_SIZE`` each), each an
     aiohttp ``Route`` of its own (no SDK imported; a proxy from the environment applies).
 
@@ -271,7 +273,7 @@ def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOpti
 
     if not AIOHTTP_ROUTES:  # the bench's comparison: the SDK's own stack for every call
         clients = {i: sdk_client(key, options, size) for i in range(count)}
-        return ClientPool([None] * count, clients=clients)
+        return Connections([None] * count, clients=clients)
     target = openai_target(
         url,
         key,
@@ -281,7 +283,7 @@ def build_pool(*, max_concurrency: int = POOL_SIZE, **options: Unpack[ClientOpti
     routes: list[Route | None] = [
         Route(target, size, options["connect_timeout_seconds"]) for _ in range(count)
     ]
-    return ClientPool(routes, connect)
+    return Connections(routes, connect)
 
 
 def sdk_client(key: str, options: ClientOptions, size: int = POOL_SIZE) -> openai.AsyncOpenAI:
@@ -382,7 +384,7 @@ def schema_mismatch(
 
 
 async def post_json(
-    pool: ClientPool,
+    connections: Connections,
     path: str,
     payload: dict[str, Any],
     timeout_seconds: float,
@@ -402,9 +404,9 @@ async def post_json(
     """
     content = orjson.dumps(payload)
     key = idempotency_key(call, content)
-    index = pool.acquire()
+    index = connections.acquire()
     try:
-        route = pool.routes[index]
+        route = connections.routes[index]
         if route is not None:
             return await route.post(path, content, timeout_seconds, key)
         import httpx2  # loaded already: a client was handed in
@@ -415,8 +417,8 @@ async def post_json(
         if key is not None:
             options["headers"] = {IDEMPOTENCY_HEADER: key}
         async with asyncio.timeout(timeout_seconds):  # httpx's timeouts are per read
-            return await pool.client(index).post(
+            return await connections.client(index).post(
                 path, cast_to=bytes, content=content, options=options
             )
     finally:
-        pool.release(index)
+        connections.release(index)

@@ -28,8 +28,8 @@ from sim.llm.types import AdapterResponse, ModelRequest
 from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import (
     LOCAL_MAX_LENGTH,
-    ClientPool,
-    build_pool,
+    Connections,
+    build_connections,
     post_json,
     resolved_url,
 )
@@ -115,10 +115,10 @@ class OpenAIFamilyAdapter(Responder, ABC):
         #: the string caps sent in answer schemas (``strict_schema``): none to OpenAI's
         #: strict mode, the short ones to a server whose grammar enforces them
         self.sent_lengths: bool | int = False if self.hosted else LOCAL_MAX_LENGTH
-        self.pool = (
-            ClientPool.of(client)
+        self.connections = (
+            Connections.of(client)
             if client is not None
-            else build_pool(
+            else build_connections(
                 base_url=base_url,
                 api_key_env=api_key_env,
                 timeout_seconds=timeout_seconds,
@@ -139,7 +139,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
     def client(self) -> openai.AsyncOpenAI:
         """The (first) SDK client, for what the routes do not do (the Batch API,
         deletions); built, and the SDK imported, on first use."""
-        return self.pool.first
+        return self.connections.first
 
     @abstractmethod
     def body(self, request: ModelRequest) -> Json:
@@ -195,7 +195,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         try:
             if settings.stream:
                 return await post_stream(
-                    self.pool,
+                    self.connections,
                     self.path,
                     {**payload, **self.stream_fields()},
                     self.assembler(),
@@ -210,7 +210,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
                     stream_to=request.stream_to,
                 )
             raw = await post_json(
-                self.pool,
+                self.connections,
                 self.path,
                 payload,
                 settings.timeout_seconds,
@@ -238,7 +238,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         imported for them."""
         if self.hosted:
             return None
-        route = self.pool.routes[0]
+        route = self.connections.routes[0]
         if route is None:  # an SDK client handed in: its own stack, not asked
             return None
         root = urllib.parse.urlsplit(server_root(self.base_url)).path
@@ -258,4 +258,4 @@ class OpenAIFamilyAdapter(Responder, ABC):
 
     async def aclose(self) -> None:
         """Close the connections (call on the loop that used them)."""
-        await self.pool.aclose()
+        await self.connections.aclose()

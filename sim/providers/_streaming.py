@@ -30,7 +30,7 @@ from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import CallText
 from sim.providers._http import IDEMPOTENCY_HEADER
-from sim.providers._openai_common import ClientPool
+from sim.providers._openai_common import Connections
 from sim.providers._openai_errors import stream_cut
 
 Json = dict[str, Any]
@@ -271,7 +271,7 @@ async def read_stream(
 
 
 async def post_stream(
-    pool: ClientPool,
+    connections: Connections,
     path: str,
     payload: Json,
     assembler: Assembler,
@@ -292,8 +292,8 @@ async def post_stream(
     """
     content = orjson.dumps({**payload, "stream": True})
     key = idempotency_key(call, content)  # the call's (``call``: ``None`` sends none)
-    index = pool.acquire()
-    route = pool.routes[index]
+    index = connections.acquire()
+    route = connections.routes[index]
 
     async def open_stream() -> AsyncIterator[Json]:
         if route is not None:
@@ -307,7 +307,7 @@ async def post_stream(
         }
         if key is not None:
             options["headers"] = {IDEMPOTENCY_HEADER: key}
-        stream: AsyncIterator[Json] = await pool.client(index).post(  # type: ignore[assignment]
+        stream: AsyncIterator[Json] = await connections.client(index).post(  # type: ignore[assignment]
             path,
             cast_to=object,
             content=content,
@@ -324,4 +324,4 @@ async def post_stream(
     try:
         return await read_stream(open_stream, assembler, timeouts, on_delta=on_delta, model=model)
     finally:
-        pool.release(index)
+        connections.release(index)

@@ -39,7 +39,7 @@ from sim.providers._http import (
     Route,
     environment_proxy,
 )
-from sim.providers._openai_common import ClientPool, build_pool, openai_target, post_json
+from sim.providers._openai_common import Connections, build_connections, openai_target, post_json
 from sim.providers._openai_errors import map_openai_error, read_answer, sdk_answer
 from sim.providers.chat import ChatAdapter
 from sim.providers.openai import OpenAIAdapter
@@ -103,8 +103,8 @@ def tls_stub(certificate: SelfSigned, monkeypatch: pytest.MonkeyPatch) -> Iterat
         thread.stop()
 
 
-def pool_for(url: str) -> ClientPool:
-    return build_pool(
+def pool_for(url: str) -> Connections:
+    return build_connections(
         base_url=url, api_key_env=KEY_ENV, timeout_seconds=5, connect_timeout_seconds=5
     )
 
@@ -217,9 +217,11 @@ def test_every_route_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(KEY_ENV, "sk-test")
     url = "https://api.example.invalid/v1"
     options: Any = {"base_url": url, "api_key_env": KEY_ENV}
-    direct = build_pool(**options, timeout_seconds=5, connect_timeout_seconds=5, max_concurrency=64)
+    direct = build_connections(
+        **options, timeout_seconds=5, connect_timeout_seconds=5, max_concurrency=64
+    )
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    proxied = build_pool(
+    proxied = build_connections(
         **options, timeout_seconds=5, connect_timeout_seconds=5, max_concurrency=64
     )
     assert len(direct) == len(proxied) == 4
@@ -339,7 +341,7 @@ async def test_http_errors_still_map(
     stub_server: StubServer, fault: str, error: type[LLMError]
 ) -> None:
     adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
-    assert adapter.pool.routes[0] is not None
+    assert adapter.connections.routes[0] is not None
     stub_server.enqueue(fault)
     try:
         with pytest.raises(error) as info:
@@ -564,7 +566,7 @@ async def test_a_route_sends_what_the_sdk_sends(monkeypatch: pytest.MonkeyPatch)
     query = {"api-version": "2024-10-21"}
     async with Capture() as server:
         url = f"http://127.0.0.1:{server.port}/v1"
-        pool = build_pool(
+        pool = build_connections(
             base_url=url,
             api_key_env=KEY_ENV,
             timeout_seconds=5,
@@ -622,7 +624,7 @@ async def test_a_route_sends_the_calls_idempotency_key() -> None:
 
 async def test_a_default_header_replaces_the_built_in_one_of_any_case() -> None:
     async with Capture() as server:
-        pool = build_pool(
+        pool = build_connections(
             base_url=f"http://127.0.0.1:{server.port}/v1",
             api_key_env=KEY_ENV,
             timeout_seconds=5,
@@ -644,7 +646,7 @@ def test_the_target_never_shows_the_key() -> None:
     target = openai_target("https://api.example.invalid/v1", "sk-secret-123")
     assert ("Authorization", "Bearer sk-secret-123") in target.headers
     assert "sk-secret-123" not in repr(target) and "sk-secret-123" not in str(target)
-    pool = build_pool(
+    pool = build_connections(
         base_url="https://api.example.invalid/v1",
         api_key_env=KEY_ENV,
         timeout_seconds=5,
@@ -689,7 +691,7 @@ async def test_the_adapters_default_headers_and_query_go_on_either_path(
             default_headers={"X-Team": "red"},
             default_query={"api-version": "2024-10-21"},
         )
-        assert (adapter.pool.routes[0] is not None) == direct
+        assert (adapter.connections.routes[0] is not None) == direct
         try:
             with pytest.raises(LLMError):  # the capture answers {}: no choices
                 await adapter.execute(ModelRequest("Write.", "x", Note, settings=SETTINGS))
@@ -711,7 +713,7 @@ async def test_an_adapter_raises_the_same_error_on_either_path(
     for direct in (True, False):
         monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
         adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
-        assert (adapter.pool.routes[0] is not None) == direct
+        assert (adapter.connections.routes[0] is not None) == direct
         stub_server.enqueue(fault)
         try:
             with pytest.raises(LLMError) as info:

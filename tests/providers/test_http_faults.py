@@ -119,7 +119,7 @@ async def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one(
         for _ in range(4):  # one after another: each after the first reuses a connection
             response = await adapter.execute(request())
             assert isinstance(response.parsed, Note)
-        route = adapter.pool.routes[0]
+        route = adapter.connections.routes[0]
         assert isinstance(route, Route)
     # calls 2 and 4 met the connection the call before had used, closed as they arrived,
     # and went again on a connection of their own; call 3 found no idle one and opened one

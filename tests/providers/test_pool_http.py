@@ -93,12 +93,14 @@ async def test_each_server_gets_its_own_sdk_clients(provider: str) -> None:
             for server, stub in zip(pool.servers, servers, strict=True):
                 adapter = provider_of(server)
                 assert adapter.base_url == stub.base_url
-                assert len(adapter.pool) and all(adapter.pool.routes), "no aiohttp route"
-                routes.extend(adapter.pool.routes)
-                for client in adapter.pool.sdk_clients():  # built when streaming, batching
+                assert len(adapter.connections) and all(adapter.connections.routes), (
+                    "no aiohttp route"
+                )
+                routes.extend(adapter.connections.routes)
+                for client in adapter.connections.sdk_clients():  # built when streaming, batching
                     assert isinstance(client, openai.AsyncOpenAI)
                     assert str(client.base_url).rstrip("/") == stub.base_url
-                clients.extend(adapter.pool.sdk_clients())
+                clients.extend(adapter.connections.sdk_clients())
             assert len({id(c) for c in clients}) == len(clients)  # none shared between servers
             assert len({id(r) for r in routes}) == len(routes)
             answers = await asyncio.gather(*(stack.adapter.execute(REQUEST) for _ in range(12)))
@@ -127,7 +129,7 @@ async def test_https_servers_share_one_tls_context(
         try:
             pool = pool_in(stack)
             # 32 in flight: two connection pools per server, four in all
-            assert sum(len(provider_of(s).pool) for s in pool.servers) == 4
+            assert sum(len(provider_of(s).connections) for s in pool.servers) == 4
             answers = await asyncio.gather(*(stack.adapter.execute(REQUEST) for _ in range(8)))
         finally:
             await stack.aclose()

@@ -1161,7 +1161,7 @@ def test_unknown_adapter_option_is_rejected(monkeypatch: pytest.MonkeyPatch) -> 
         create_adapter("openai", api_key_env="SIM_TEST_KEY", max_concurency=4)
     adapter = create_adapter("openai", api_key_env="SIM_TEST_KEY", max_concurrency=40, store=True)
     assert isinstance(adapter, OpenAIAdapter) and adapter.store
-    assert len(adapter.pool) == 3  # 40 calls in flight over pools of 16
+    assert len(adapter.connections) == 3  # 40 calls in flight over pools of 16
     with pytest.raises(TypeError):
         OfflineAdapter(seed=1, sede=2)  # type: ignore[call-arg]
 
