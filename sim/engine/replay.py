@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sim import safefs
 from sim.config import Config, loggable
 from sim.engine.runner import Runner, build_run_stack
 from sim.errors import InputError, LogError
@@ -123,8 +124,30 @@ def scratch_world(world_dir: Path, log: TickLog, dest: Path) -> Path:
     dest.mkdir(parents=True)
     for name in WORLD_INPUTS:
         _copy_regular(world_dir / name, dest / name)
+    _copy_embeddings(world_dir, dest)
     write_state(dest, log.state())
     return dest
+
+
+def _copy_embeddings(world_dir: Path, dest: Path) -> None:
+    """The world's cached provider embeddings (``sim.mind.vectors``), so a replay scores
+    with the vectors the tick used and sends no embeddings request: regular files of
+    ``.sim/embeddings`` up to the size the cache reads, nothing through a link."""
+    from sim.mind.vectors import FOLDER, MAX_BYTES
+
+    parts = FOLDER.split("/")
+    try:
+        names = safefs.list_names(world_dir, parts, ".jsonl") or []
+    except (InputError, OSError):  # .sim or its folder is a link: nothing copied
+        names = []
+    for name in names:
+        try:
+            data = safefs.read_file(world_dir, f"{FOLDER}/{name}", MAX_BYTES)
+        except (InputError, OSError):  # a link, a special file, too big: not copied
+            continue
+        folder = dest.joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -428,6 +428,7 @@ class Runner:
             if self.on_phase:
                 self.on_phase(name, "start", None)
             phase_started = time.perf_counter()
+            await ctx.prepare_memory(name, stack.budget)  # provider embeddings, if it needs
             await run_phase(ctx)
             recorder.phase_end(name, ctx)
             timings[name] = time.perf_counter() - phase_started
@@ -435,6 +436,10 @@ class Runner:
                 self.on_phase(name, "end", ctx.reports[-1])
             guard.check(ctx.reports[-1], stack.budget)  # raises: nothing committed
         world.meta["tick"] = ctx.tick
+        if ctx.vectors:  # provider embeddings were used (numpy is loaded then)
+            from sim.mind.vectors import embedding_notes
+
+            notes += embedding_notes(ctx.vectors.values())
         ctx.drop_phase_state()  # logged and applied: not held through the commit
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
         pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
