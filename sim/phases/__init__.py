@@ -162,8 +162,9 @@ def check_memory(config: Config, source: Path | None = None) -> None:
             raise InputError(
                 source,
                 field_name,
-                f"phase {name!r} retrieves with embeddings from its {kind!r} endpoint: "
-                'name the embedding model, e.g. embedding_model = "text-embedding-3-small"',
+                f'phase {name!r} retrieves with memory.embeddings = "provider" on its '
+                f"{kind!r} endpoint: name the embedding model, e.g. "
+                'embedding_model = "text-embedding-3-small"',
             )
 
 
