@@ -219,3 +219,22 @@ def test_the_embedding_model_is_required_and_checked(
     assert field in result.output
     assert tree(world) == before
     assert stub_server.stats.requests == 0
+
+
+def test_a_resumed_tick_sends_no_embeddings_request_again(tmp_path: Path, stub_server: Any) -> None:
+    """A tick stopped after its intentions (the server refuses the key from then on) is
+    resumed: the answered calls come from its log, the vectors from the cache."""
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10)
+    chars = len(list((world / "characters").glob("*.json")))
+    stub_server.enqueue(*([None] * chars), *(["auth"] * 200))
+    stopped = tick(world, "chat", stub_server.base_url)
+    assert stopped.exit_code != 0, stopped.output
+    assert "Traceback" not in stopped.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 1
+    stub_server.script.clear()
+    resumed = tick(world, "chat", stub_server.base_url)
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resumed: {chars} calls taken from the interrupted tick's log" in resumed.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 1  # nothing fetched again
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
