@@ -238,3 +238,34 @@ def test_a_resumed_tick_sends_no_embeddings_request_again(tmp_path: Path, stub_s
     assert f"resumed: {chars} calls taken from the interrupted tick's log" in resumed.output
     assert stub_server.stats.by_route["POST /v1/embeddings"] == 1  # nothing fetched again
     assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_embeddings_are_held_against_the_budget(tmp_path: Path, stub_server: Any) -> None:
+    """A token cap the texts could cross: the request is not sent, the tick stops."""
+    world = world_with_cells(tmp_path, 10)
+    (world / "config.toml").write_text(CONFIG + "\n[budget]\nmax_total_tokens = 50\n")
+    before = tree(world)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code != 0
+    assert "token budget reached" in result.output
+    assert stub_server.stats.requests == 0
+    assert tree(world) == before
+
+
+def test_one_phase_may_use_its_own_embedding_model(tmp_path: Path, stub_server: Any) -> None:
+    """``[memory.phases.intentions]`` sets the model for that phase alone; the top level
+    needs none when no other phase uses provider embeddings."""
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10)
+    config = CONFIG.replace('embeddings = "provider"\n', "").replace(
+        f'embedding_model = "{MODEL}"\n', ""
+    )
+    config += '\n[memory.phases.intentions]\nembeddings = "provider"\n'
+    (world / "config.toml").write_text(config)
+    refused = tick(world, "chat", stub_server.base_url)
+    assert refused.exit_code == 2 and "memory.phases.intentions.embedding_model" in refused.output
+    (world / "config.toml").write_text(config + 'embedding_model = "mini-embed"\n')
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert {b["model"] for b in stub_server.embedding_log} == {"mini-embed"}
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
