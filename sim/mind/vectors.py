@@ -89,6 +89,8 @@ class VectorCache:
         #: tokens the embeddings requests of this run counted
         self.usage = Usage()
         self.requests = 0
+        #: a situation was scored without its vector (a phase the engine did not prepare)
+        self.unembedded = False
         self._load()
 
     # -- the file -----------------------------------------------------------------------------
@@ -217,6 +219,12 @@ class VectorCache:
     def similarities(self, docs: Sequence[str], query: str) -> list[float]:
         """Each document's cosine with the query, floored at 0 (0 without a vector)."""
         q = self.unit(query)
+        if q is None and docs and not self.unembedded:
+            self.unembedded = True  # said once a tick
+            self.notes.append(
+                f"a situation had no {self.model!r} embedding (not fetched before its "
+                "phase); its relevance counted 0"
+            )
         out = []
         for doc in docs:
             v = self.unit(doc)
