@@ -191,13 +191,17 @@ def test_a_bad_embeddings_answer_stops_the_tick_with_nothing_written(
     assert tree(world) == before
 
 
+@pytest.mark.parametrize("command", ["tick", "check"])
 @pytest.mark.parametrize("provider", ["anthropic", "gemini"])
-def test_a_provider_without_embeddings_is_refused(tmp_path: Path, provider: str) -> None:
+def test_a_provider_without_embeddings_is_refused(
+    tmp_path: Path, provider: str, command: str
+) -> None:
     world = world_with_cells(tmp_path, 10)
+    (world / "config.toml").unlink()
+    mine = tmp_path / "mine.toml"
+    mine.write_text(f'[llm]\nprovider = "{provider}"\n' + CONFIG)
     before = tree(world)
-    result = run(
-        "tick", "--world", str(world), "--provider", provider, env={"ANTHROPIC_API_KEY": "x"}
-    )
+    result = run(command, "--world", str(world), "--config", str(mine))
     assert result.exit_code == 2, result.output
     assert "memory.embeddings" in result.output and f"'{provider}'" in result.output
     assert tree(world) == before
@@ -269,3 +273,29 @@ def test_one_phase_may_use_its_own_embedding_model(tmp_path: Path, stub_server: 
     assert result.exit_code == 0, result.output
     assert {b["model"] for b in stub_server.embedding_log} == {"mini-embed"}
     assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_embeddings_go_to_the_endpoint_the_phase_runs_on(tmp_path: Path) -> None:
+    """``[llm]`` is one server, the intentions run on ``[providers.near]``, another: the
+    embeddings go to the intentions' server, with its key, and nowhere else."""
+    from sim.testing.stub_server import ServerThread, StubServer
+
+    with ServerThread(StubServer()) as default, ServerThread(StubServer()) as near:
+        near.embedding = vectors
+        world = world_with_cells(tmp_path, 10)
+        config = CONFIG + (
+            f'\n[llm]\nprovider = "chat"\nbase_url = "{default.base_url}"\n'
+            f'\n[providers.near]\nkind = "chat"\nbase_url = "{near.base_url}"\n'
+            'api_key_env = "NEAR_KEY"\n'
+            '\n[phase1]\nmodel = "near/small"\n'
+        )
+        (world / "config.toml").unlink()  # a world's config may not say where requests go
+        mine = tmp_path / "mine.toml"
+        mine.write_text(config)
+        env = {"OPENAI_API_KEY": KEY, "NEAR_KEY": "sk-near"}
+        result = run("tick", "--world", str(world), "--config", str(mine), env=env)
+        assert result.exit_code == 0, result.output
+        assert near.stats.by_route["POST /v1/embeddings"] == 1
+        assert default.stats.by_route["POST /v1/embeddings"] == 0
+        assert default.stats.generations > 0  # the other phases ran there
+        assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
