@@ -24,6 +24,7 @@ import binascii
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,7 @@ BATCH = 256
 Floats = npt.NDArray[np.float64]
 
 
+@lru_cache(maxsize=262144)
 def text_digest(text: str) -> str:
     """The key a text's vector is cached under."""
     return hashlib.sha256(text.encode()).hexdigest()

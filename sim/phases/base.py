@@ -400,7 +400,8 @@ class TickContext:
         if embedder is None:
             raise RunError(
                 f"phase {phase!r} needs embeddings of {cache.model!r} that "
-                f"{cache.rel} does not hold, and its endpoint fetches none here"
+                f"{cache.rel} does not hold, and its endpoint fetches none here (`sim "
+                "replay` sends nothing without --live)"
             )
         from sim.mind.vectors import fetch
 
