@@ -627,7 +627,6 @@ class StubServer:
                 400, error_body("input must be a list of strings", "invalid_request_error", None)
             )
         self.embedding_log.append(request)
-        self.stats.models[model] += 1
         tokens = sum(max(1, len(t.split())) for t in texts)
         self.stats.input_tokens += tokens
         data = [
