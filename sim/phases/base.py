@@ -351,8 +351,7 @@ class TickContext:
         memory = self.config.memory.for_phase(phase)
         if memory.embeddings != "provider" or memory.embedding_model is None:
             return None
-        section = phase_section(phase, tuple(self.config.phases))
-        provider = self.config.call_settings(section).provider
+        provider, _ = self._endpoint_of(phase)
         if routing(self.config).endpoints[provider].kind == "offline":
             return None
         cache = self.vectors.get(memory.embedding_model)
@@ -363,6 +362,16 @@ class TickContext:
                 self.world.root, memory.embedding_model
             )
         return cache
+
+    def _endpoint_of(self, phase: str) -> tuple[str, float]:
+        """The endpoint phase ``phase``'s model runs on, and its calls' timeout; for a
+        phase without a section of its own (an installed one): ``[llm]``'s."""
+        try:
+            section = phase_section(phase, tuple(self.config.phases))
+        except InputError:
+            return routing(self.config).default, self.config.llm.timeout_seconds
+        settings = self.config.call_settings(section)
+        return settings.provider, settings.timeout_seconds
 
     async def prepare_memory(self, phase: str, budget: Budget | None = None) -> None:
         """Before phase ``phase`` builds its inputs: fetch the provider embeddings its
@@ -392,11 +401,10 @@ class TickContext:
             texts += [c["text"] for c in candidates(char["memory"])]
             now = situation(world, char, where.get(lid, []), self.happenings.here(lid), self.tick)
             texts.append(now.text)
-        section = phase_section(phase, tuple(self.config.phases))
-        settings = self.config.call_settings(section)
         if not cache.missing(texts):
             return
-        embedder = embedder_of(self.adapter, settings.provider)
+        provider, timeout = self._endpoint_of(phase)
+        embedder = embedder_of(self.adapter, provider)
         if embedder is None:
             raise RunError(
                 f"phase {phase!r} needs embeddings of {cache.model!r} that "
@@ -405,7 +413,7 @@ class TickContext:
             )
         from sim.mind.vectors import fetch
 
-        await fetch(cache, embedder, texts, settings.timeout_seconds, budget, settings.provider)
+        await fetch(cache, embedder, texts, timeout, budget, provider)
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)
