@@ -19,11 +19,13 @@ whole, atomically (a temporary file renamed over it), so a crash leaves the old 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,7 +36,9 @@ import orjson
 from sim import safefs
 from sim.errors import InputError, RunError
 from sim.llm.budget import Budget
-from sim.llm.embedding import Embedder
+from sim.llm.embedding import Embedded, Embedder
+from sim.llm.errors import LLMError
+from sim.llm.recovery import RetryPolicy, classify
 from sim.llm.types import Usage
 
 #: where the caches live, under the world's folder
@@ -241,11 +245,15 @@ async def fetch(
     timeout_seconds: float,
     budget: Budget | None = None,
     provider: str = "",
+    retry: RetryPolicy | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> int:
     """Fetch the vectors of ``texts`` the cache lacks, ``BATCH`` a request, and write the
     cache; the number of texts fetched. Each request is held against ``budget`` first
     (its worst case: a token per byte of its texts, priced as ``[prices]`` prices the
-    model on ``provider``) and settled with the tokens the server counted.
+    model on ``provider``) and settled with the tokens the server counted. A rate limit
+    or a transient failure (timeout, 5xx, connection) is retried as ``retry`` says
+    (``[llm]``'s counts and backoff), as a call's would be.
 
     Raises:
         LLMError: a request failed (as a call's failures are named), or would cross a
@@ -261,7 +269,7 @@ async def fetch(
             held = budget.reserve(cache.model, worst, provider)
         usage = Usage()
         try:
-            answer = await embedder.embed(cache.model, chunk, timeout_seconds)
+            answer = await _embed(embedder, cache.model, chunk, timeout_seconds, retry, sleep)
             usage = answer.usage
         finally:
             if budget is not None and held is not None:
@@ -274,6 +282,29 @@ async def fetch(
             raise RunError(f"embeddings not used: {exc}") from None
         cache.save()  # each batch kept at once: an interrupted tick does not pay twice
     return len(wanted)
+
+
+async def _embed(
+    embedder: Embedder,
+    model: str,
+    texts: Sequence[str],
+    timeout_seconds: float,
+    retry: RetryPolicy | None,
+    sleep: Callable[[float], Awaitable[None]],
+) -> Embedded:
+    """One embeddings request, retried on a rate limit or a transient failure."""
+    tries = 0
+    while True:
+        try:
+            return await embedder.embed(model, texts, timeout_seconds)
+        except LLMError as exc:
+            kind = classify(exc)
+            tries += 1
+            if retry is None or kind not in ("rate_limit", "transient"):
+                raise
+            if tries > retry.retries(kind):
+                raise
+            await sleep(retry.delay(tries, exc, random.random))
 
 
 def embedding_notes(caches: Iterable[VectorCache]) -> list[str]:

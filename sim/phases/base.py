@@ -18,6 +18,7 @@ from sim.llm.client import LLMClient, LLMRequest
 from sim.llm.embedding import embedder_of
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
+from sim.llm.recovery import RetryPolicy
 from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import StreamHub
@@ -413,7 +414,13 @@ class TickContext:
             )
         from sim.mind.vectors import fetch
 
-        await fetch(cache, embedder, texts, timeout, budget, provider)
+        llm = self.config.llm
+        retry = RetryPolicy(
+            transient_retries=llm.transient_retries,
+            backoff_base_seconds=llm.backoff_base_seconds,
+            backoff_cap_seconds=llm.backoff_cap_seconds,
+        )
+        await fetch(cache, embedder, texts, timeout, budget, provider, retry)
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)

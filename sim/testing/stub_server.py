@@ -23,7 +23,7 @@ billed ``requests``); a Responses bridge: ``reject_json_schema`` also refuses
 delete 404 and ``null_usage`` sends ``usage: null`` (llama-stack's quirks);
 ``POST /embeddings`` answers OpenAI's format with a deterministic vector per text
 (``stub_embedding``: words hashed onto ``EMBEDDING_DIMENSIONS`` axes; a test may set
-``StubServer.embedding`` to its own);
+``StubServer.embedding`` to its own, and fail the next ones with ``embedding_faults``);
 ``stream: true`` is answered with server-sent events (chat chunks, with ``usage`` when
 ``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay`` apart.
 
@@ -347,6 +347,9 @@ class StubServer:
         #: the embeddings request bodies, oldest first, and the vector of a text
         self.embedding_log: deque[Json] = deque(maxlen=1000)
         self.embedding: Callable[[str], list[float]] = stub_embedding
+        #: faults for the next embeddings requests: an HTTP fault's name (``rate_limit``,
+        #: ``server_error``, ``auth``...)
+        self.embedding_faults: deque[str] = deque()
         self._rng = random.Random(f"sim-stub:{self.options.seed}")
         self._prefixes: set[tuple[str, str]] = set()
         #: answers by Idempotency-Key, oldest first (a bounded cache, as providers keep)
@@ -627,6 +630,11 @@ class StubServer:
                 400, error_body("input must be a list of strings", "invalid_request_error", None)
             )
         self.embedding_log.append(request)
+        fault = self.embedding_faults.popleft() if self.embedding_faults else None
+        if fault is not None:
+            self.stats.faults[fault] += 1
+            status, message, type_, code, param = _HTTP_FAULTS[fault]
+            raise _HTTPError(status, error_body(message, type_, code, param), {"retry-after": "0"})
         tokens = sum(max(1, len(t.split())) for t in texts)
         self.stats.input_tokens += tokens
         data = [

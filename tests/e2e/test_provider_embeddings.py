@@ -299,3 +299,28 @@ def test_embeddings_go_to_the_endpoint_the_phase_runs_on(tmp_path: Path) -> None
         assert default.stats.by_route["POST /v1/embeddings"] == 0
         assert default.stats.generations > 0  # the other phases ran there
         assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_a_rate_limit_or_a_server_error_is_retried(tmp_path: Path, stub_server: Any) -> None:
+    stub_server.embedding = vectors
+    stub_server.embedding_faults.extend(["rate_limit", "server_error"])
+    world = world_with_cells(tmp_path, 10)
+    config = CONFIG + "\n[llm]\nbackoff_base_seconds = 0.01\n"
+    (world / "config.toml").write_text(config)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 3
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_a_refused_key_is_not_retried_and_never_printed(tmp_path: Path, stub_server: Any) -> None:
+    stub_server.embedding_faults.append("auth")
+    world = world_with_cells(tmp_path, 10)
+    before = tree(world)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code != 0
+    assert "OPENAI_API_KEY" in result.output and KEY not in result.output
+    assert "Traceback" not in result.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 1
+    assert stub_server.stats.generations == 0
+    assert tree(world) == before
