@@ -103,6 +103,16 @@ class VectorCache:
 
     def _load(self) -> None:
         try:
+            size = (self.root / self.rel).lstat().st_size
+        except OSError:
+            size = 0
+        if size > MAX_BYTES:
+            self.notes.append(
+                f"{self.rel} ignored (it is {size:,} bytes, over the cache's limit of "
+                f"{MAX_BYTES:,}); its vectors are fetched again: delete it to start afresh"
+            )
+            return
+        try:
             data = safefs.read_optional(self.root, self.rel, MAX_BYTES)
         except (InputError, OSError) as exc:  # a link, a folder, too big: not used
             self.notes.append(f"{self.rel} ignored ({exc}); its vectors are fetched again")
@@ -186,10 +196,11 @@ class VectorCache:
     # -- vectors ------------------------------------------------------------------------------
 
     def missing(self, texts: Iterable[str]) -> list[str]:
-        """The distinct texts without a vector, in first-seen order."""
+        """The distinct texts without a vector, in first-seen order; a blank text has none
+        (an embeddings API refuses it) and is relevant to nothing."""
         out: dict[str, None] = {}
         for text in texts:
-            if text not in out and text_digest(text) not in self._raw:
+            if text not in out and text_digest(text) not in self._raw and text.strip():
                 out[text] = None
         return list(out)
 

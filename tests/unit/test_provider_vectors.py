@@ -142,3 +142,22 @@ def test_a_bad_answer_is_a_bad_response(data: Any, problem: str) -> None:
     with pytest.raises(LLMAPIError, match=problem) as caught:
         _embeddings(data, 2)
     assert caught.value.code == "bad_response"
+
+
+def test_a_blank_text_is_never_asked_for(tmp_path: Path) -> None:
+    cache = saved(tmp_path)
+    assert cache.missing(["", "  ", "a rope"]) == ["a rope"]
+    assert cache.similarities(["", "a bell"], "a bell")[0] == 0.0
+
+
+def test_a_file_over_the_limit_is_ignored_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sim.mind.vectors as vectors
+
+    cache = saved(tmp_path)
+    monkeypatch.setattr(vectors, "MAX_BYTES", 10)
+    again = VectorCache(tmp_path, "m")
+    assert again.missing(["a bell"]) == ["a bell"]
+    assert "over the cache's limit of 10" in again.notes[0]
+    assert cache.rel in again.notes[0]
