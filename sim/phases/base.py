@@ -15,7 +15,7 @@ from sim.llm.batching import BatchOptions
 from sim.llm.budget import Budget
 from sim.llm.calls import CallNamer
 from sim.llm.client import LLMClient, LLMRequest
-from sim.llm.embedding import embedder_of
+from sim.llm.embedding import Embedder
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.recovery import RetryPolicy
@@ -374,10 +374,16 @@ class TickContext:
         settings = self.config.call_settings(section)
         return settings.provider, settings.timeout_seconds
 
-    async def prepare_memory(self, phase: str, budget: Budget | None = None) -> None:
+    async def prepare_memory(
+        self,
+        phase: str,
+        budget: Budget | None = None,
+        embedder_of: Callable[[str], Embedder | None] | None = None,
+    ) -> None:
         """Before phase ``phase`` builds its inputs: fetch the provider embeddings its
         retrieval needs (every character's cells and situation) that the world's cache
-        lacks, from the endpoint its model runs on, in a few batched requests (and
+        lacks, from the endpoint its model runs on (``embedder_of(endpoint name)``: the
+        stack's, ``sim.engine.stack.Stack.embedder``), in a few batched requests (and
         count them against ``budget``). Nothing for a phase that does not retrieve with
         a provider's embeddings.
 
@@ -405,7 +411,7 @@ class TickContext:
         if not cache.missing(texts):
             return
         provider, timeout = self._endpoint_of(phase)
-        embedder = embedder_of(self.adapter, provider)
+        embedder = embedder_of(provider) if embedder_of is not None else None
         if embedder is None:
             raise RunError(
                 f"phase {phase!r} needs embeddings of {cache.model!r} that "
