@@ -300,12 +300,19 @@ class ImportanceRule(_Strict):
     importance: int = Field(ge=1, le=10)
 
 
+#: an embedding model's name: a non-empty string without surrounding whitespace
+EmbeddingModel = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)
+]
+
+
 class MemoryPhaseConfig(_Strict):
     """``[memory.phases.<name>]``: one phase's memory settings, where they differ."""
 
     mode: Literal["window", "retrieve"] | None = None
     k: int | None = Field(None, ge=1, le=100)
     embeddings: Literal["none", "provider"] | None = None
+    embedding_model: EmbeddingModel | None = None
 
 
 class MemoryConfig(_Strict):
@@ -320,6 +327,10 @@ class MemoryConfig(_Strict):
     decay: float = Field(0.995, gt=0.0, le=1.0)
     #: relevance: none = lexical (BM25) only; provider = + cosine over embeddings
     embeddings: Literal["none", "provider"] = "none"
+    #: the model whose embeddings ``embeddings = "provider"`` asks an ``openai`` or
+    #: ``chat`` endpoint for (``POST {base_url}/embeddings``); the offline provider's are
+    #: hashed and need none
+    embedding_model: EmbeddingModel | None = None
     #: model: the resolution rates each outcome 1..10; rule: ``rules``, else ``importance``
     rate: Literal["model", "rule"] = "model"
     #: a cell's importance when nothing rated it (and the floor of ``rule``)

@@ -25,9 +25,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sim import safefs
 from sim.config import Config, loggable
 from sim.engine.runner import Runner, build_run_stack
+from sim.engine.stack import Stack, batch_transport
 from sim.errors import InputError, LogError
+from sim.llm.embedding import Embedder
 from sim.llm.router import close_stack
 from sim.llm.types import Adapter
 from sim.providers.replay import Drift, ReplayAdapter
@@ -123,8 +126,30 @@ def scratch_world(world_dir: Path, log: TickLog, dest: Path) -> Path:
     dest.mkdir(parents=True)
     for name in WORLD_INPUTS:
         _copy_regular(world_dir / name, dest / name)
+    _copy_embeddings(world_dir, dest)
     write_state(dest, log.state())
     return dest
+
+
+def _copy_embeddings(world_dir: Path, dest: Path) -> None:
+    """The world's cached provider embeddings (``sim.mind.vectors``), so a replay scores
+    with the vectors the tick used and sends no embeddings request: regular files of
+    ``.sim/embeddings`` up to the size the cache reads, nothing through a link."""
+    from sim.mind.vectors import FOLDER, MAX_BYTES
+
+    parts = FOLDER.split("/")
+    try:
+        names = safefs.list_names(world_dir, parts, ".jsonl") or []
+    except (InputError, OSError):  # .sim or its folder is a link: nothing copied
+        names = []
+    for name in names:
+        try:
+            data = safefs.read_file(world_dir, f"{FOLDER}/{name}", MAX_BYTES)
+        except (InputError, OSError):  # a link, a special file, too big: not copied
+            continue
+        folder = dest.joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -223,11 +248,13 @@ async def _replay(
     """All ticks on one event loop, so a live provider's HTTP client lives and dies on it."""
     report = ReplayReport([])
     sender = live_adapter
+    live_stack: Stack | None = None
     try:
         for log in logs:
             used, note = logged_config(log, config)
             if live and sender is None:  # live calls go where the user now points them
-                sender = build_run_stack(config, Storage(scratch).load()).adapter
+                live_stack = build_run_stack(config, Storage(scratch).load())
+                sender = live_stack.adapter
             adapter = ReplayAdapter(
                 log.replay_calls(),
                 instructions=log.instructions,
@@ -235,9 +262,20 @@ async def _replay(
             )
             # the policy decisions the log recorded are reproduced: no policy is consulted
             # (a custom one need not be installed), no one is asked
-            runner = Runner(
-                scratch, used, adapter=adapter, decisions=log.run_decisions(), recovery=False
+            # (as logged: no recovery around it); embeddings a cache lacks come from the
+            # live stack's endpoints, with --live only
+            replayed = Stack(
+                adapter,
+                batch=batch_transport(used),
+                embedders=(
+                    live_stack.embedders
+                    if live_stack is not None
+                    else {"": sender}
+                    if live and isinstance(sender, Embedder)
+                    else {}
+                ),
             )
+            runner = Runner(scratch, used, stack=replayed, decisions=log.run_decisions())
             result = (await runner.run_async(1))[0]
             tick = _compare(world_dir, scratch, log, adapter, result.narratives)
             _explain(tick, log, read_log(log_path(scratch, log.tick)), config)

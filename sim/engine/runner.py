@@ -19,6 +19,7 @@ from sim.errors import InputError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.batching import BatchOptions, BatchProgress
+from sim.llm.embedding import Embedder
 from sim.llm.events import EventFanout, EventSink, LLMEvent
 from sim.llm.pool import ServerReport
 from sim.llm.recovery import RecoveryAdapter
@@ -154,11 +155,17 @@ class Runner:
         if adapter is not None:
             if stack is not None:
                 raise ValueError("a Runner takes an adapter or a stack, not both")
+            embedder = adapter
             if recovery and not isinstance(adapter, RecoveryAdapter):
                 adapter = with_recovery(config, adapter)
             # an adapter handed in is a stack of its own: no budget, pool or endpoint to
-            # report; batch mode as ``[llm]`` sets it
-            stack = Stack(adapter, batch=batch_transport(config))
+            # report; batch mode as ``[llm]`` sets it; embeddings if it is a provider's
+            # that fetches them (and no wrapper of it)
+            stack = Stack(
+                adapter,
+                batch=batch_transport(config),
+                embedders={"": embedder} if isinstance(embedder, Embedder) else {},
+            )
         self.storage = Storage(world_dir, config.limits.max_entity_bytes)
         self.seed = seed
         self.config = config
@@ -428,6 +435,8 @@ class Runner:
             if self.on_phase:
                 self.on_phase(name, "start", None)
             phase_started = time.perf_counter()
+            # provider embeddings, if it needs them, from the endpoint its model runs on
+            await ctx.prepare_memory(name, stack.budget, stack.embedder)
             await run_phase(ctx)
             recorder.phase_end(name, ctx)
             timings[name] = time.perf_counter() - phase_started
@@ -435,6 +444,10 @@ class Runner:
                 self.on_phase(name, "end", ctx.reports[-1])
             guard.check(ctx.reports[-1], stack.budget)  # raises: nothing committed
         world.meta["tick"] = ctx.tick
+        if ctx.vectors:  # provider embeddings were used (numpy is loaded then)
+            from sim.mind.vectors import embedding_notes
+
+            notes += embedding_notes(ctx.vectors.values())
         ctx.drop_phase_state()  # logged and applied: not held through the commit
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
         pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)

@@ -38,6 +38,7 @@ from sim.config import (
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.batching import BatchOptions, BatchTransport
 from sim.llm.budget import Budget, BudgetAdapter, Price
+from sim.llm.embedding import Embedder
 from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
@@ -62,11 +63,14 @@ class Route:
         adapter: the endpoint's outermost layer (rate limits, budget...).
         pool: its pool of servers (``base_url`` a list), if it has one.
         endpoint: its backpressure state (one network server), if it has one.
+        embedder: its provider adapter if that fetches embeddings (a pool's: its first
+            server's; every server speaks the same provider with the same key).
     """
 
     adapter: Adapter
     pool: PoolAdapter | None = None
     endpoint: Endpoint | None = None
+    embedder: Embedder | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,9 @@ class Stack:
         default: the name of ``[llm]``'s endpoint (the one the tick summary reports on).
         batch: the Batch API transport the batching endpoints use (``[llm] batch``), else
             ``None``: calls are sent live.
+        embedders: the provider adapter of each endpoint that fetches embeddings, by name
+            (``[memory] embeddings = "provider"``: ``sim.llm.embedding``); see
+            ``embedder``.
     """
 
     adapter: Adapter
@@ -89,6 +96,14 @@ class Stack:
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
     default: str = ""
     batch: BatchTransportFactory | None = None
+    embedders: Mapping[str, Embedder] = field(default_factory=dict)
+
+    def embedder(self, name: str) -> Embedder | None:
+        """The embedder of endpoint ``name`` ("": the default endpoint's). Under the name
+        "" alone (endpoint names are never empty), ``embedders`` holds the adapter a
+        stack of one adapter sends every call to: it answers for every name."""
+        found = self.embedders.get(name or self.default)
+        return found if found is not None else self.embedders.get("")
 
     @property
     def pool(self) -> PoolAdapter | None:
@@ -204,6 +219,7 @@ def server_pool(
                     batchable=batchable,
                 ),
                 endpoint,
+                provider=adapter,
             )
         )
     return PoolAdapter(
@@ -229,6 +245,7 @@ def endpoint_stack(
     batched = llm.batch and batchable
     urls = base_urls(spec.base_url)
     inner: Adapter
+    provider_adapter: Adapter | None = None
     pool: PoolAdapter | None = None
     endpoint: Endpoint | None = None
     local = spec.kind in LOCAL_PROVIDERS  # no server: nothing to pool or slow down for
@@ -245,6 +262,7 @@ def endpoint_stack(
         )
     else:
         inner = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
+        provider_adapter = inner
         if not local and not batched:  # a network endpoint: slow down when told
             url = endpoint_url(spec.kind, urls[0] if urls else "")
             endpoint = _endpoint(config, url, spec.max_concurrency)
@@ -258,7 +276,8 @@ def endpoint_stack(
             TokenBucket(spec.requests_per_minute) if spec.requests_per_minute else None,
             TokenBucket(spec.tokens_per_minute) if spec.tokens_per_minute else None,
         )
-    return Route(inner, pool, endpoint)
+    bottom = pool.servers[0].provider if pool is not None else provider_adapter
+    return Route(inner, pool, endpoint, bottom if isinstance(bottom, Embedder) else None)
 
 
 def build_stack(
@@ -300,6 +319,7 @@ def build_stack(
         endpoints={n: r.endpoint for n, r in routes.items() if r.endpoint is not None},
         default=table.default,
         batch=batch_transport(config),
+        embedders={n: r.embedder for n, r in routes.items() if r.embedder is not None},
     )
 
 

@@ -86,6 +86,9 @@ class Server:
         adapter: its adapter stack (provider -> backpressure -> budget).
         endpoint: its backpressure state (the adaptive limit), if any.
         breaker: its health.
+        provider: the provider adapter at the bottom of ``adapter`` (what the builder
+            made it from; ``None``: not said), for what goes around the stack
+            (embeddings: ``sim.llm.embedding``).
     """
 
     url: str
@@ -94,6 +97,7 @@ class Server:
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     in_flight: int = 0
     stats: ServerStats = field(default_factory=ServerStats)
+    provider: Adapter | None = None
 
     @property
     def load(self) -> float:

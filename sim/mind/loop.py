@@ -11,28 +11,39 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.config import MemoryConfig
 from sim.mind.embed import similarities
 from sim.mind.lexical import bm25
 from sim.mind.words import terms
 
+if TYPE_CHECKING:
+    from sim.mind.vectors import VectorCache
+
 #: below this many cells, retrieval scores them here
 SMALL = 48
 
 
 def best(
-    cells: Sequence[dict[str, Any]], now_tick: int, query: str, config: MemoryConfig
+    cells: Sequence[dict[str, Any]],
+    now_tick: int,
+    query: str,
+    config: MemoryConfig,
+    vectors: VectorCache | None = None,
 ) -> list[int]:
     """The positions of the ``config.k`` highest-scoring cells, in order; ties go to the
-    later cell."""
+    later cell. ``vectors``: a provider's embeddings (cosine relevance), else the offline
+    ones or BM25 as ``config.embeddings`` says."""
     n = len(cells)
     weights = config.weights
     if weights.relevance:
         texts = [c["text"] for c in cells]
         embedded = config.embeddings == "provider"
-        raw = similarities(texts, query) if embedded else bm25(texts, terms(query))
+        if vectors is not None:
+            raw = vectors.similarities(texts, query)
+        else:
+            raw = similarities(texts, query) if embedded else bm25(texts, terms(query))
         top = max(raw)
         rel = [r / top for r in raw] if top > 0 else raw
     else:

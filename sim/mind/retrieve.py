@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.config import MemoryConfig
 from sim.mind import loop
 from sim.mind.loop import SMALL
 from sim.world import Entity, World
+
+if TYPE_CHECKING:
+    from sim.mind.vectors import VectorCache
 
 
 @dataclass(frozen=True)
@@ -50,18 +53,29 @@ def candidates(memory: dict[str, Any]) -> list[dict[str, Any]]:
     return [*(memory.get("archive") or ()), *memory["cells"]]
 
 
-def retrieve(memory: dict[str, Any], now: Situation, config: MemoryConfig) -> list[dict[str, Any]]:
-    """The ``config.k`` best cells for this situation, oldest first."""
+def retrieve(
+    memory: dict[str, Any],
+    now: Situation,
+    config: MemoryConfig,
+    vectors: VectorCache | None = None,
+) -> list[dict[str, Any]]:
+    """The ``config.k`` best cells for this situation, oldest first (``vectors``: a
+    provider's embeddings, ``sim.mind.vectors``)."""
     cells = candidates(memory)
     if len(cells) <= config.k:
         return cells
     if len(cells) < SMALL:  # a few cells: a loop is faster than arrays
-        return [cells[i] for i in loop.best(cells, now.tick, now.text, config)]
+        return [cells[i] for i in loop.best(cells, now.tick, now.text, config, vectors)]
     from sim.mind.scoring import best  # numpy: loaded only where a phase retrieves many
 
-    return [cells[i] for i in best(cells, now.tick, now.text, config)]
+    return [cells[i] for i in best(cells, now.tick, now.text, config, vectors)]
 
 
-def recall_view(memory: dict[str, Any], now: Situation, config: MemoryConfig) -> list[str]:
+def recall_view(
+    memory: dict[str, Any],
+    now: Situation,
+    config: MemoryConfig,
+    vectors: VectorCache | None = None,
+) -> list[str]:
     """The retrieved cells as a phase's input shows them, one line each (as the window's)."""
-    return [f"tick {c['tick']}: {c['text']}" for c in retrieve(memory, now, config)]
+    return [f"tick {c['tick']}: {c['text']}" for c in retrieve(memory, now, config, vectors)]

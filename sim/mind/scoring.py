@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from sim.mind.embed import hashed
 from sim.mind.index import Features, Floats, Ints, Store
 from sim.mind.lexical import K1, B
 from sim.mind.words import terms
+
+if TYPE_CHECKING:
+    from sim.mind.vectors import VectorCache
 
 
 def _term_counts(text: str) -> Features:
@@ -75,9 +78,15 @@ def similarities(docs: Sequence[str], query: str) -> Floats:
     return np.maximum(np.bincount(rows.row, weights=each, minlength=len(docs)), 0.0)
 
 
-def relevance(docs: Sequence[str], query: str, embeddings: bool) -> Floats:
-    """Each document's relevance to the query, 0..1 (the best one's 1)."""
-    raw = similarities(docs, query) if embeddings else bm25(docs, terms(query))
+def relevance(
+    docs: Sequence[str], query: str, embeddings: bool, vectors: VectorCache | None = None
+) -> Floats:
+    """Each document's relevance to the query, 0..1 (the best one's 1); ``vectors``: a
+    provider's embeddings (the loop's doubles: ``VectorCache.similarities``)."""
+    if vectors is not None:
+        raw = np.array(vectors.similarities(docs, query), dtype=np.float64)
+    else:
+        raw = similarities(docs, query) if embeddings else bm25(docs, terms(query))
     top = float(raw.max()) if len(raw) else 0.0
     return raw / top if top > 0 else raw
 
@@ -104,10 +113,14 @@ def recency(ages: Ints, decay: float) -> Floats:
 
 
 def best(
-    cells: Sequence[dict[str, Any]], now_tick: int, query: str, config: MemoryConfig
+    cells: Sequence[dict[str, Any]],
+    now_tick: int,
+    query: str,
+    config: MemoryConfig,
+    vectors: VectorCache | None = None,
 ) -> list[int]:
     """The positions of the ``config.k`` highest-scoring cells, in order; ties go to the
-    later cell."""
+    later cell (``vectors``: as ``loop.best``)."""
     n = len(cells)
     try:  # one pass over the cells
         texts, ticks, rated = zip(
@@ -118,7 +131,8 @@ def best(
             *[(c["text"], c["tick"], c.get("importance")) for c in cells], strict=True
         )
     weights = config.weights
-    rel = relevance(texts, query, config.embeddings == "provider") if weights.relevance else 0.0
+    embedded = config.embeddings == "provider"
+    rel = relevance(texts, query, embedded, vectors) if weights.relevance else 0.0
     if None in rated or 0 in rated:
         rated = tuple(i or config.importance for i in rated)
     importance = np.array(rated, dtype=np.int64)

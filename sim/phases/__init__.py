@@ -119,11 +119,12 @@ def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
 
 def check_memory(config: Config, source: Path | None = None) -> None:
     """Refuse a ``[memory.phases.<name>]`` for a phase the tick does not run, and
-    ``embeddings = "provider"`` for a phase whose model runs where sim has no embeddings
-    yet (only the offline provider's are implemented).
+    ``embeddings = "provider"`` for a phase that retrieves on an endpoint sim fetches no
+    embeddings from (only ``openai`` and ``chat`` endpoints, with ``embedding_model``
+    named; the offline provider's are hashed).
 
     Raises:
-        InputError: naming the phase and its provider.
+        InputError: naming the phase, its provider and the field.
     """
     declared = tuple(config.phases)
     for name in config.memory.phases:
@@ -133,21 +134,42 @@ def check_memory(config: Config, source: Path | None = None) -> None:
                 f"memory.phases.{name}",
                 f"{name!r} is not in [tick] phases (now: {', '.join(config.tick.phases)})",
             )
-    for name in ("intentions", *declared):
+    for name in ("intentions", "planning", "reflection", *declared):
         memory = config.memory.for_phase(name)
-        if name not in config.tick.phases or memory.mode != "retrieve":
+        if name not in config.tick.phases or memory.embeddings != "provider":
             continue
-        if memory.embeddings != "provider":
+        if name != "reflection" and memory.mode != "retrieve":  # reflection always retrieves
             continue
         provider = config.call_settings(phase_section(name, declared)).provider
         kind = routing(config).endpoints[provider].kind
-        if kind != "offline":
+        if kind == "offline":
+            continue
+        if kind not in EMBEDDING_PROVIDERS:
             raise InputError(
                 source,
                 "memory.embeddings",
                 f"phase {name!r} runs on provider {kind!r}, whose embeddings sim does not "
-                'fetch yet; use embeddings = "none" (lexical relevance) or the offline provider',
+                f"fetch (only {' and '.join(EMBEDDING_PROVIDERS)} endpoints'); use "
+                'embeddings = "none" (lexical relevance), or run the phase on one of those',
             )
+        if memory.embedding_model is None:
+            override = config.memory.phases.get(name)
+            field_name = (
+                f"memory.phases.{name}.embedding_model"
+                if override is not None and override.embeddings == "provider"
+                else "memory.embedding_model"
+            )
+            raise InputError(
+                source,
+                field_name,
+                f'phase {name!r} retrieves with memory.embeddings = "provider" on its '
+                f"{kind!r} endpoint: name the embedding model, e.g. "
+                'embedding_model = "text-embedding-3-small"',
+            )
+
+
+#: the providers whose adapters fetch embeddings (``OpenAIFamilyAdapter.embed``)
+EMBEDDING_PROVIDERS = ("openai", "chat")
 
 
 #: phases every later one depends on: they run every tick

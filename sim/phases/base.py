@@ -9,19 +9,22 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel
 
-from sim.config import BATCH_PROVIDERS, routing
-from sim.errors import InputError
+from sim.config import BATCH_PROVIDERS, phase_section, routing
+from sim.errors import InputError, RunError
 from sim.llm.batching import BatchOptions
+from sim.llm.budget import Budget
 from sim.llm.calls import CallNamer
 from sim.llm.client import LLMClient, LLMRequest
+from sim.llm.embedding import Embedder
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
+from sim.llm.recovery import RetryPolicy
 from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import StreamHub
 from sim.llm.types import Adapter, Usage
 from sim.mind.plan import plan_view
-from sim.mind.retrieve import recall_view, situation
+from sim.mind.retrieve import candidates, recall_view, situation
 from sim.phases.happenings import Happenings
 from sim.phases.templates import Prompts
 from sim.world import (
@@ -37,6 +40,7 @@ from sim.world import (
 
 if TYPE_CHECKING:
     from sim.config import Config
+    from sim.mind.vectors import VectorCache
     from sim.phases.intentions import Intention
     from sim.phases.resolution import Resolution
     from sim.world import Entity, World
@@ -46,6 +50,8 @@ STATIC_NAMES = frozenset({"world", "tick", "actions", "time"})
 #: engine bookkeeping, never shown to a model
 ENGINE_KEYS = frozenset({"_openai"})
 _WORLD_ENGINE = frozenset({"tick", "seed"})
+#: built-in phases that never show retrieved memory (``TickContext.prepare_memory``)
+NOT_RETRIEVING = frozenset({"resolution", "narrative", "apply", "memory", "conversation"})
 
 
 def _known(model: type[BaseModel]) -> frozenset[str]:
@@ -249,6 +255,8 @@ class TickContext:
     _world_view: dict[str, Any] | None = None
     _outcomes: tuple[int, dict[str, str]] | None = None
     _time: tuple[int, dict[str, Any]] | None = None
+    #: a provider's embeddings by model (``[memory] embeddings = "provider"``), this tick
+    vectors: dict[str, VectorCache] = field(default_factory=dict)
 
     def drop_phase_state(self) -> None:
         """Let go of what only the phases use (their typed results, logged by then, and
@@ -329,11 +337,96 @@ class TickContext:
             view = memory_view(char["memory"], config.k)
         else:
             now = situation(self.world, char, here, happenings, self.tick)
-            view = memory_view(char["memory"], config.k, recall_view(char["memory"], now, config))
+            vectors = self.vectors_for(phase)
+            recalled = recall_view(char["memory"], now, config, vectors)
+            view = memory_view(char["memory"], config.k, recalled)
         plan = plan_view(char["memory"], self.time)
         if plan is not None:  # the planning phase's plan for today: its item for now
             view["plan"] = plan
         return view
+
+    def vectors_for(self, phase: str) -> VectorCache | None:
+        """The provider embeddings phase ``phase`` scores relevance with: ``None`` unless
+        its ``[memory] embeddings = "provider"`` and its model runs on a network
+        endpoint (the offline provider's embeddings are hashed, ``sim.mind.embed``)."""
+        memory = self.config.memory.for_phase(phase)
+        if memory.embeddings != "provider" or memory.embedding_model is None:
+            return None
+        provider, _ = self._endpoint_of(phase)
+        if routing(self.config).endpoints[provider].kind == "offline":
+            return None
+        cache = self.vectors.get(memory.embedding_model)
+        if cache is None:
+            from sim.mind.vectors import VectorCache  # numpy: only where a phase needs it
+
+            cache = self.vectors[memory.embedding_model] = VectorCache(
+                self.world.root, memory.embedding_model
+            )
+        return cache
+
+    def _endpoint_of(self, phase: str) -> tuple[str, float]:
+        """The endpoint phase ``phase``'s model runs on, and its calls' timeout; for a
+        phase without a section of its own (an installed one): ``[llm]``'s."""
+        try:
+            section = phase_section(phase, tuple(self.config.phases))
+        except InputError:
+            return routing(self.config).default, self.config.llm.timeout_seconds
+        settings = self.config.call_settings(section)
+        return settings.provider, settings.timeout_seconds
+
+    async def prepare_memory(
+        self,
+        phase: str,
+        budget: Budget | None = None,
+        embedder_of: Callable[[str], Embedder | None] | None = None,
+    ) -> None:
+        """Before phase ``phase`` builds its inputs: fetch the provider embeddings its
+        retrieval needs (every character's cells and situation) that the world's cache
+        lacks, from the endpoint its model runs on (``embedder_of(endpoint name)``: the
+        stack's, ``sim.engine.stack.Stack.embedder``), in a few batched requests (and
+        count them against ``budget``). Nothing for a phase that does not retrieve with
+        a provider's embeddings.
+
+        Raises:
+            RunError: the endpoint has no embeddings (a stack without one, as
+                ``sim replay`` without ``--live`` when the cache lacks a text).
+            LLMError: a request failed.
+        """
+        if phase in NOT_RETRIEVING:
+            return
+        memory = self.config.memory.for_phase(phase)
+        if phase != "reflection" and memory.mode != "retrieve":
+            return
+        cache = self.vectors_for(phase)
+        if cache is None:
+            return
+        world = self.world
+        where = world.characters_at()
+        texts: list[str] = []
+        for char in world.characters.values():
+            lid = char["state"]["location"]
+            texts += [c["text"] for c in candidates(char["memory"])]
+            now = situation(world, char, where.get(lid, []), self.happenings.here(lid), self.tick)
+            texts.append(now.text)
+        if not cache.missing(texts):
+            return
+        provider, timeout = self._endpoint_of(phase)
+        embedder = embedder_of(provider) if embedder_of is not None else None
+        if embedder is None:
+            raise RunError(
+                f"phase {phase!r} needs embeddings of {cache.model!r} that "
+                f"{cache.rel} does not hold, and its endpoint fetches none here (`sim "
+                "replay` sends nothing without --live)"
+            )
+        from sim.mind.vectors import fetch
+
+        llm = self.config.llm
+        retry = RetryPolicy(
+            transient_retries=llm.transient_retries,
+            backoff_base_seconds=llm.backoff_base_seconds,
+            backoff_cap_seconds=llm.backoff_cap_seconds,
+        )
+        await fetch(cache, embedder, texts, timeout, budget, provider, retry)
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)

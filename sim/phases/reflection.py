@@ -93,13 +93,14 @@ async def run(ctx: TickContext) -> None:
     client = ctx.client(SECTION, chars, NAME)
     memory = ctx.config.memory.for_phase(NAME).model_copy(update={"k": config.cells})
     where = world.characters_at()
+    vectors = ctx.vectors_for(NAME)
     view = ctx.world_view
     chosen: list[list[dict[str, Any]]] = []
     requests = []
     for char in chars:
         lid = char["state"]["location"]
         now = situation(world, char, where.get(lid, []), ctx.happenings.here(lid), ctx.tick)
-        cells = retrieve(char["memory"], now, memory)
+        cells = retrieve(char["memory"], now, memory, vectors)
         chosen.append(cells)
 
         def context(char: Entity = char, cells: list[dict[str, Any]] = cells) -> dict[str, Any]:

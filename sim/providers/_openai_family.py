@@ -14,17 +14,19 @@ keeps only its wire format: ``path``, ``body(request)`` and ``answer(request, da
 from __future__ import annotations
 
 import functools
+import math
 import urllib.parse
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import orjson
 
 from sim.llm.capacity import ServerCapacity, discover, server_root
+from sim.llm.embedding import Embedded
 from sim.llm.errors import LLMAPIError
 from sim.llm.redact import redact_url
-from sim.llm.types import AdapterResponse, ModelRequest
+from sim.llm.types import AdapterResponse, ModelRequest, Usage
 from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import (
     LOCAL_MAX_LENGTH,
@@ -228,6 +230,39 @@ class OpenAIFamilyAdapter(Responder, ABC):
             raise LLMAPIError("the provider sent an unexpected body", code="bad_response")
         return data
 
+    async def embed(self, model: str, texts: Sequence[str], timeout_seconds: float) -> Embedded:
+        """The embeddings of ``texts`` by ``model``: one ``POST {base_url}/embeddings`` in
+        OpenAI's format (``{"model", "input": [...]}`` -> ``data[i].embedding``), on the
+        calls' own connections (base URL, key, headers, proxy, TLS). The answer is
+        untrusted: one vector per text, each a list of the same number of finite numbers,
+        matched to its text by ``index``, else a ``bad_response``.
+
+        Raises:
+            LLMError: as a call's failures are mapped (``map_openai_error``), or
+                ``bad_response`` for an answer that is not the above.
+        """
+        payload = {"model": model, "input": list(texts), "encoding_format": "float"}
+        try:
+            raw = await post_json(
+                self.connections,
+                "/embeddings",
+                payload,
+                timeout_seconds,
+                self.connect_timeout_seconds,
+            )
+            data = orjson.loads(raw)
+        except post_failures() as exc:
+            raise map_openai_error(exc, api_key_env=self.api_key_env, model=model) from exc
+        except orjson.JSONDecodeError as exc:
+            raise LLMAPIError(
+                f"the embeddings answer is not JSON: {exc}", code="bad_response", cause=exc
+            ) from exc
+        vectors = _embeddings(data, len(texts))
+        usage = data.get("usage")
+        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        counted = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
+        return Embedded(vectors, Usage(input_tokens=max(0, counted)))
+
     async def server_capacity(self) -> ServerCapacity | None:
         """How many requests the server serves at once, as it reports it
         (``sim.llm.capacity``); ``None`` for OpenAI's own API, which is not asked.
@@ -259,3 +294,43 @@ class OpenAIFamilyAdapter(Responder, ABC):
     async def aclose(self) -> None:
         """Close the connections (call on the loop that used them)."""
         await self.connections.aclose()
+
+
+def _embeddings(data: object, count: int) -> tuple[tuple[float, ...], ...]:
+    """The ``count`` vectors of an embeddings answer, in input order.
+
+    Raises:
+        LLMAPIError: ``bad_response``, naming what is wrong.
+    """
+
+    def bad(problem: str) -> LLMAPIError:
+        return LLMAPIError(f"the embeddings answer {problem}", code="bad_response")
+
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list) or len(items) != count:
+        raise bad(f"does not hold {count} embeddings under 'data'")
+    found: dict[int, tuple[float, ...]] = {}
+    size = -1
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise bad(f"has an entry that is not an object at data[{position}]")
+        index = item.get("index", position)
+        vector = item.get("embedding")
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
+            raise bad(f"has a bad index at data[{position}]")
+        if index in found:
+            raise bad(f"holds index {index} twice")
+        if (
+            not isinstance(vector, list)
+            or not vector
+            or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in vector
+            )
+        ):
+            raise bad(f"has an embedding that is not a list of numbers at data[{position}]")
+        if size not in (-1, len(vector)):
+            raise bad("has embeddings of different lengths")
+        size = len(vector)
+        found[index] = tuple(float(v) for v in vector)
+    return tuple(found[i] for i in range(count))

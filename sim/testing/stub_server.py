@@ -21,6 +21,9 @@ billed ``requests``); a Responses bridge: ``reject_json_schema`` also refuses
 ``text.format`` ``json_schema`` (and takes ``json_object`` with a ``schema``),
 ``ignore_previous_response_id`` drops the chain, ``delete_not_found`` answers every
 delete 404 and ``null_usage`` sends ``usage: null`` (llama-stack's quirks);
+``POST /embeddings`` answers OpenAI's format with a deterministic vector per text
+(``stub_embedding``: words hashed onto ``EMBEDDING_DIMENSIONS`` axes; a test may set
+``StubServer.embedding`` to its own, and fail the next ones with ``embedding_faults``);
 ``stream: true`` is answered with server-sent events (chat chunks, with ``usage`` when
 ``stream_options.include_usage`` asks, or Responses events), ``stream_chunk_delay`` apart.
 
@@ -48,7 +51,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import random
+import re
 import ssl as ssl_module
 import threading
 import uuid
@@ -301,6 +306,23 @@ class _Hold:
 BAD_GATEWAY_BODY = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 
+#: how many numbers a stub embedding has
+EMBEDDING_DIMENSIONS = 64
+
+
+def stub_embedding(text: str) -> list[float]:
+    """A deterministic embedding: each word of the text (lower case) adds one to an axis
+    of ``EMBEDDING_DIMENSIONS``, chosen by a stable hash (BLAKE2b), with a sign from it;
+    texts that share words point alike. A text without words gets the first axis."""
+    vector = [0.0] * EMBEDDING_DIMENSIONS
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        value = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big")
+        vector[value % EMBEDDING_DIMENSIONS] += 1.0 if value >> 63 else -1.0
+    if not any(vector):
+        vector[0] = 1.0
+    return vector
+
+
 class _HTTPError(Exception):
     def __init__(
         self, status: int, body: Json | bytes, headers: dict[str, str] | None = None
@@ -322,6 +344,12 @@ class StubServer:
         self.responses: dict[str, _Stored] = {}
         #: the last generation request bodies, oldest first (for tests to inspect)
         self.log: deque[Json] = deque(maxlen=1000)
+        #: the embeddings request bodies, oldest first, and the vector of a text
+        self.embedding_log: deque[Json] = deque(maxlen=1000)
+        self.embedding: Callable[[str], list[float]] = stub_embedding
+        #: faults for the next embeddings requests: an HTTP fault's name (``rate_limit``,
+        #: ``server_error``, ``auth``...)
+        self.embedding_faults: deque[str] = deque()
         self._rng = random.Random(f"sim-stub:{self.options.seed}")
         self._prefixes: set[tuple[str, str]] = set()
         #: answers by Idempotency-Key, oldest first (a bounded cache, as providers keep)
@@ -561,6 +589,8 @@ class StubServer:
             if request.get("stream"):
                 return self._stream(path, request, payload, stall)
             return payload
+        if method == "POST" and path == "/v1/embeddings":
+            return self._embeddings(request)
         if path.startswith("/v1/responses/") and method in ("GET", "DELETE"):
             return self._stored(method, path.rsplit("/", 1)[1])
         if method == "GET" and path in CAPACITY_PATHS:
@@ -585,6 +615,38 @@ class StubServer:
                 text = exc.body.decode("utf-8", errors="replace")
                 return exc.status, error_body(text, "server_error", None)
             return exc.status, exc.body
+
+    def _embeddings(self, request: Json) -> Json:
+        """OpenAI's embeddings answer: ``data[i].embedding`` for ``input[i]`` (a string
+        input is one text); ``usage.prompt_tokens`` counts the texts' words."""
+        texts = request.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        model = request.get("model")
+        if not isinstance(model, str) or not model:
+            raise _HTTPError(400, error_body("model is required", "invalid_request_error", None))
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise _HTTPError(
+                400, error_body("input must be a list of strings", "invalid_request_error", None)
+            )
+        self.embedding_log.append(request)
+        fault = self.embedding_faults.popleft() if self.embedding_faults else None
+        if fault is not None:
+            self.stats.faults[fault] += 1
+            status, message, type_, code, param = _HTTP_FAULTS[fault]
+            raise _HTTPError(status, error_body(message, type_, code, param), {"retry-after": "0"})
+        tokens = sum(max(1, len(t.split())) for t in texts)
+        self.stats.input_tokens += tokens
+        data = [
+            {"object": "embedding", "index": i, "embedding": self.embedding(t)}
+            for i, t in enumerate(texts)
+        ]
+        return {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def _control(self, method: str, path: str, request: Json) -> Any:
         if path == "/stub/stats":

@@ -1,0 +1,326 @@
+"""``[memory] embeddings = "provider"`` on the ``chat`` and ``openai`` providers: the
+vectors come from the stub server's ``/v1/embeddings`` over real HTTP (the adapter's own
+aiohttp connections), are cached in the world's ``.sim/embeddings`` and decide which cells
+a character recalls; a second tick, a replay and a corrupt cache are covered, and a
+provider without embeddings is refused by name."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner, Result
+from conftest import WORLDS, tree
+
+from sim.cli import main
+from sim.sections import loads as read_sections
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
+
+MODEL = "text-embedding-3-small"
+ZEBRA = "A zebra walked along the causeway at dawn."
+GIRAFFE = "Someone painted a giraffe on the chapel door."
+#: filler memories; none shares a word with the zebra or the giraffe
+FILLER = "Bram wiped cup number {n} behind the counter."
+KEY = "sk-embed-test-secret"
+
+CONFIG = f"""
+[tick]
+phases = ["intentions", "resolution", "narrative", "apply", "memory"]
+
+[memory]
+mode = "retrieve"
+k = 2
+embeddings = "provider"
+embedding_model = "{MODEL}"
+weights = {{ recency = 0.0, importance = 0.0, relevance = 1.0 }}
+"""
+
+
+def vectors(text: str) -> list[float]:
+    """The stub's embeddings in these tests: every situation (it starts with its place's
+    id) and the zebra point one way, the giraffe nearly so, everything else elsewhere.
+    No word links them: BM25 or the offline embeddings would pick neither (ties go to
+    the latest cells)."""
+    if "zebra" in text or text.split(" ", 1)[0] in LOCATIONS:
+        return [1.0, 0.0, 0.0]
+    if "giraffe" in text:
+        return [0.9, 0.1, 0.0]
+    return [0.0, 0.0, 1.0]
+
+
+LOCATIONS = {p.stem for p in (WORLDS / "minds" / "locations").glob("*.json")}
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def world_with_cells(tmp_path: Path, cells: int) -> Path:
+    """worlds/minds with the config above and, in Bram's long-term store, the zebra (the
+    oldest), the giraffe and ``cells`` fillers."""
+    world = tmp_path / "minds"
+    shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    (world / "config.toml").write_text(CONFIG)
+    path = world / "characters" / "bram.json"
+    bram = orjson.loads(path.read_bytes())
+    texts = [ZEBRA, *(FILLER.format(n=n) for n in range(cells // 2)), GIRAFFE]
+    texts += [FILLER.format(n=n) for n in range(cells // 2, cells)]
+    bram["memory"]["archive"] = [
+        {"tick": 0, "text": t, "importance": 3, "mentions": []} for t in texts
+    ]
+    path.write_bytes(orjson.dumps(bram, option=orjson.OPT_INDENT_2))
+    return world
+
+
+def tick(world: Path, provider: str, base_url: str, *more: str) -> Result:
+    return run(
+        "tick",
+        "--world",
+        str(world),
+        "--provider",
+        provider,
+        "--base-url",
+        base_url,
+        *more,
+        env={"OPENAI_API_KEY": KEY},
+    )
+
+
+def recalled(world: Path, number: int, cid: str = "bram") -> list[str]:
+    calls = read_log(log_path(world, number)).calls.values()
+    call = next(c for c in calls if c.phase == "intentions" and c.entity_key == f"intention:{cid}")
+    doc = read_sections(call.input)
+    assert doc is not None
+    lines: list[str] = doc["memory"]["recall"]
+    return lines
+
+
+def sent_texts(stub: Any) -> list[str]:
+    return [t for body in stub.embedding_log for t in body["input"]]
+
+
+@pytest.mark.parametrize(("provider", "cells"), [("chat", 60), ("openai", 10)])
+def test_retrieval_follows_the_providers_vectors(
+    tmp_path: Path, stub_server: Any, provider: str, cells: int
+) -> None:
+    """60 cells: the numpy scoring; 10: the loop. Either way the two cells the vectors
+    point to are recalled, though they are the oldest and share no word with anything."""
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, cells)
+    result = tick(world, provider, stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+    # one batched request, to the configured model, on the configured server
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 1
+    (body,) = stub_server.embedding_log
+    assert body["model"] == MODEL
+    assert ZEBRA in body["input"] and GIRAFFE in body["input"]
+    assert len(body["input"]) == len(set(body["input"]))  # each text once
+    assert "embeddings: 1 request(s)" in result.output
+    assert KEY not in result.output
+    cache = list((world / ".sim" / "embeddings").glob("*.jsonl"))
+    assert len(cache) == 1 and KEY.encode() not in cache[0].read_bytes()
+    assert orjson.loads(cache[0].read_bytes().split(b"\n")[0]) == {
+        "model": MODEL,
+        "dimensions": 3,
+    }
+
+
+def test_a_second_tick_and_a_replay_send_no_cached_text_again(
+    tmp_path: Path, stub_server: Any
+) -> None:
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 60)
+    assert tick(world, "chat", stub_server.base_url).exit_code == 0
+    first = sent_texts(stub_server)
+    second = tick(world, "chat", stub_server.base_url)
+    assert second.exit_code == 0, second.output
+    again = sent_texts(stub_server)[len(first) :]
+    assert again, "tick 2's new cells and situations are fetched"
+    assert not set(again) & set(first), "a cached text was sent again"
+    assert ZEBRA not in again
+    assert recalled(world, 2) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+    # replayed from the log and the cache: byte for byte, no request at all
+    requests = stub_server.stats.by_route["POST /v1/embeddings"]
+    generations = stub_server.stats.generations
+    replay = run("replay", "--world", str(world), "--tick", "1")
+    assert replay.exit_code == 0, replay.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == requests
+    assert stub_server.stats.generations == generations
+
+
+def test_a_corrupt_cache_is_ignored_and_refetched(tmp_path: Path, stub_server: Any) -> None:
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10)
+    assert tick(world, "chat", stub_server.base_url).exit_code == 0
+    (cache,) = (world / ".sim" / "embeddings").glob("*.jsonl")
+    lines = cache.read_bytes().split(b"\n")
+    # a line of garbage, a vector of the wrong length, a number that is not one
+    lines[1] = b"{not json"
+    lines[2] = orjson.dumps({"text": "0" * 64, "vector": "AAAA"})
+    lines[3] = b'{"text": 5, "vector": []}'
+    cache.write_bytes(b"\n".join(lines))
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "3 bad line(s) ignored" in result.output
+    # and a file that is not a cache at all: ignored whole, every text fetched again
+    cache.write_bytes(b"\x00\xff garbage")
+    before = len(sent_texts(stub_server))
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert "ignored" in result.output
+    assert ZEBRA in sent_texts(stub_server)[before:]
+    assert recalled(world, 3) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_a_bad_embeddings_answer_stops_the_tick_with_nothing_written(
+    tmp_path: Path, stub_server: Any
+) -> None:
+    stub_server.embedding = lambda text: [float("nan")] if "zebra" in text else [1.0]
+    world = world_with_cells(tmp_path, 10)
+    before = tree(world)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert "embeddings" in result.output
+    assert tree(world) == before
+
+
+@pytest.mark.parametrize("command", ["tick", "check"])
+@pytest.mark.parametrize("provider", ["anthropic", "gemini"])
+def test_a_provider_without_embeddings_is_refused(
+    tmp_path: Path, provider: str, command: str
+) -> None:
+    world = world_with_cells(tmp_path, 10)
+    (world / "config.toml").unlink()
+    mine = tmp_path / "mine.toml"
+    mine.write_text(f'[llm]\nprovider = "{provider}"\n' + CONFIG)
+    before = tree(world)
+    result = run(command, "--world", str(world), "--config", str(mine))
+    assert result.exit_code == 2, result.output
+    assert "memory.embeddings" in result.output and f"'{provider}'" in result.output
+    assert tree(world) == before
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [("", "memory.embedding_model"), ('embedding_model = "  "', "memory.embedding_model")],
+)
+def test_the_embedding_model_is_required_and_checked(
+    tmp_path: Path, stub_server: Any, setting: str, field: str
+) -> None:
+    world = world_with_cells(tmp_path, 10)
+    config = CONFIG.replace(f'embedding_model = "{MODEL}"', setting)
+    (world / "config.toml").write_text(config)
+    before = tree(world)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 2, result.output
+    assert field in result.output
+    assert tree(world) == before
+    assert stub_server.stats.requests == 0
+
+
+def test_a_resumed_tick_sends_no_embeddings_request_again(tmp_path: Path, stub_server: Any) -> None:
+    """A tick stopped after its intentions (the server refuses the key from then on) is
+    resumed: the answered calls come from its log, the vectors from the cache."""
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10)
+    chars = len(list((world / "characters").glob("*.json")))
+    stub_server.enqueue(*([None] * chars), *(["auth"] * 200))
+    stopped = tick(world, "chat", stub_server.base_url)
+    assert stopped.exit_code != 0, stopped.output
+    assert "Traceback" not in stopped.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 1
+    stub_server.script.clear()
+    resumed = tick(world, "chat", stub_server.base_url)
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resumed: {chars} calls taken from the interrupted tick's log" in resumed.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 1  # nothing fetched again
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_embeddings_are_held_against_the_budget(tmp_path: Path, stub_server: Any) -> None:
+    """A token cap the texts could cross: the request is not sent, the tick stops."""
+    world = world_with_cells(tmp_path, 10)
+    (world / "config.toml").write_text(CONFIG + "\n[budget]\nmax_total_tokens = 50\n")
+    before = tree(world)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code != 0
+    assert "token budget reached" in result.output
+    assert stub_server.stats.requests == 0
+    assert tree(world) == before
+
+
+def test_one_phase_may_use_its_own_embedding_model(tmp_path: Path, stub_server: Any) -> None:
+    """``[memory.phases.intentions]`` sets the model for that phase alone; the top level
+    needs none when no other phase uses provider embeddings."""
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10)
+    config = CONFIG.replace('embeddings = "provider"\n', "").replace(
+        f'embedding_model = "{MODEL}"\n', ""
+    )
+    config += '\n[memory.phases.intentions]\nembeddings = "provider"\n'
+    (world / "config.toml").write_text(config)
+    refused = tick(world, "chat", stub_server.base_url)
+    assert refused.exit_code == 2 and "memory.phases.intentions.embedding_model" in refused.output
+    (world / "config.toml").write_text(config + 'embedding_model = "mini-embed"\n')
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert {b["model"] for b in stub_server.embedding_log} == {"mini-embed"}
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_embeddings_go_to_the_endpoint_the_phase_runs_on(tmp_path: Path) -> None:
+    """``[llm]`` is one server, the intentions run on ``[providers.near]``, another: the
+    embeddings go to the intentions' server, with its key, and nowhere else."""
+    from sim.testing.stub_server import ServerThread, StubServer
+
+    with ServerThread(StubServer()) as default, ServerThread(StubServer()) as near:
+        near.embedding = vectors
+        world = world_with_cells(tmp_path, 10)
+        config = CONFIG + (
+            f'\n[llm]\nprovider = "chat"\nbase_url = "{default.base_url}"\n'
+            f'\n[providers.near]\nkind = "chat"\nbase_url = "{near.base_url}"\n'
+            'api_key_env = "NEAR_KEY"\n'
+            '\n[phase1]\nmodel = "near/small"\n'
+        )
+        (world / "config.toml").unlink()  # a world's config may not say where requests go
+        mine = tmp_path / "mine.toml"
+        mine.write_text(config)
+        env = {"OPENAI_API_KEY": KEY, "NEAR_KEY": "sk-near"}
+        result = run("tick", "--world", str(world), "--config", str(mine), env=env)
+        assert result.exit_code == 0, result.output
+        assert near.stats.by_route["POST /v1/embeddings"] == 1
+        assert default.stats.by_route["POST /v1/embeddings"] == 0
+        assert default.stats.generations > 0  # the other phases ran there
+        assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_a_rate_limit_or_a_server_error_is_retried(tmp_path: Path, stub_server: Any) -> None:
+    stub_server.embedding = vectors
+    stub_server.embedding_faults.extend(["rate_limit", "server_error"])
+    world = world_with_cells(tmp_path, 10)
+    config = CONFIG + "\n[llm]\nbackoff_base_seconds = 0.01\n"
+    (world / "config.toml").write_text(config)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 3
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+
+
+def test_a_refused_key_is_not_retried_and_never_printed(tmp_path: Path, stub_server: Any) -> None:
+    stub_server.embedding_faults.append("auth")
+    world = world_with_cells(tmp_path, 10)
+    before = tree(world)
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code != 0
+    assert "OPENAI_API_KEY" in result.output and KEY not in result.output
+    assert "Traceback" not in result.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == 1
+    assert stub_server.stats.generations == 0
+    assert tree(world) == before
