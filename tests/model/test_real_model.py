@@ -117,8 +117,12 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
     # back for its entity; only a phase where most answers fail aborts. What must never
     # happen is the failure: refused requests, timeouts or an open breaker.
     for output in (first_output, result.output):
+        # what the tick reports as failed (not its notes, nor the model's prose)
+        failures = [
+            line for line in output.splitlines() if line.startswith(("fallback:", "failed:"))
+        ]
         for bad in ("circuit_open", "server_error", "timeout", "api_error"):
-            assert bad not in output, output
+            assert not any(bad in line for line in failures), output
     # auto found the form this server takes, and the capacity it has, and said so once
     assert first_output.count("note: structured output:") == 1
     assert "rejected json_schema (HTTP 500 naming response_format)" in first_output
