@@ -46,7 +46,7 @@ from sim.config import (
     routing,
     validated,
 )
-from sim.engine.stack import build_stack, make_budget
+from sim.engine.stack import Stack, build_stack, make_budget
 from sim.errors import InputError
 from sim.llm.budget import Budget
 from sim.llm.errors import (
@@ -58,7 +58,6 @@ from sim.llm.errors import (
     LLMSubprocessError,
     LLMTimeoutError,
 )
-from sim.llm.router import close_stack
 from sim.llm.tokens import estimate_tokens
 from sim.llm.types import Adapter, AdapterResponse, Attempt, CallSettings, ModelRequest, Usage
 from sim.ticklog.books import Books
@@ -189,7 +188,7 @@ class ConfiguredAdapter(LLMAdapter):
             target=self._loop.run_forever, name="sim.connect", daemon=True
         )
         self._thread.start()
-        self._stacks: dict[int, tuple[Budget, Adapter]] = {}
+        self._stacks: dict[int, tuple[Budget, Stack]] = {}
         try:
             self._stack(self.budget)  # a missing key fails here, before any call
         except BaseException:
@@ -243,7 +242,7 @@ class ConfiguredAdapter(LLMAdapter):
             return
         stacks, self._stacks = list(self._stacks.values()), {}
         for _, stack in stacks:
-            self._run(close_stack(stack))
+            self._run(stack.aclose())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
@@ -337,15 +336,15 @@ class ConfiguredAdapter(LLMAdapter):
         with self._lock:
             found = self._stacks.get(id(budget))
         if found is not None:
-            return found[1]
+            return found[1].adapter
 
-        async def build() -> Adapter:
-            return build_stack(self.config, self.seed, budget=budget).adapter
+        async def build() -> Stack:
+            return build_stack(self.config, self.seed, budget=budget)
 
         stack = self._run(build())
         with self._lock:
             self._stacks[id(budget)] = (budget, stack)  # the budget kept: its id stays its
-        return stack
+        return stack.adapter
 
     async def _call(self, stack: Adapter, request: ModelRequest, seconds: int) -> AdapterResponse:
         try:

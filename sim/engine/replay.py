@@ -31,7 +31,6 @@ from sim.engine.runner import Runner, build_run_stack
 from sim.engine.stack import Stack, batch_transport
 from sim.errors import InputError, LogError
 from sim.llm.embedding import Embedder
-from sim.llm.router import close_stack
 from sim.llm.types import Adapter
 from sim.providers.replay import Drift, ReplayAdapter
 from sim.storage import Storage
@@ -282,8 +281,8 @@ async def _replay(
             tick.config_note = note
             report.ticks.append(tick)
     finally:
-        if sender is not None and live_adapter is None:
-            await close_stack(sender)
+        if live_stack is not None:  # built here: its clients are this loop's
+            await live_stack.aclose()
     return report
 
 

@@ -43,8 +43,8 @@ from sim.llm.pool import PoolAdapter, Server
 from sim.llm.ratelimit import RateLimitedAdapter, TokenBucket
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.redact import redact_url
-from sim.llm.router import Router, close_stack
-from sim.llm.types import Adapter
+from sim.llm.router import Router
+from sim.llm.types import Adapter, Closeable
 from sim.llm.urls import endpoint_url
 from sim.providers import create_adapter
 
@@ -65,12 +65,14 @@ class Route:
         endpoint: its backpressure state (one network server), if it has one.
         embedder: its provider adapter if that fetches embeddings (a pool's: its first
             server's; every server speaks the same provider with the same key).
+        clients: what holds its connections open (its provider adapter, or its pool).
     """
 
     adapter: Adapter
     pool: PoolAdapter | None = None
     endpoint: Endpoint | None = None
     embedder: Embedder | None = None
+    clients: tuple[Closeable, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,8 @@ class Stack:
         embedders: the provider adapter of each endpoint that fetches embeddings, by name
             (``[memory] embeddings = "provider"``: ``sim.llm.embedding``); see
             ``embedder``.
+        clients: what holds connections open, as the builder made it (each endpoint's
+            provider adapter or pool of servers): ``aclose`` closes these.
     """
 
     adapter: Adapter
@@ -97,6 +101,7 @@ class Stack:
     default: str = ""
     batch: BatchTransportFactory | None = None
     embedders: Mapping[str, Embedder] = field(default_factory=dict)
+    clients: tuple[Closeable, ...] = ()
 
     def embedder(self, name: str) -> Embedder | None:
         """The embedder of endpoint ``name`` ("": the default endpoint's). Under the name
@@ -117,7 +122,8 @@ class Stack:
 
     async def aclose(self) -> None:
         """Close every HTTP client of the stack, on the loop that used them."""
-        await close_stack(self.adapter)
+        for client in self.clients:
+            await client.aclose()
 
 
 def provider_options(
@@ -277,7 +283,14 @@ def endpoint_stack(
             TokenBucket(spec.tokens_per_minute) if spec.tokens_per_minute else None,
         )
     bottom = pool.servers[0].provider if pool is not None else provider_adapter
-    return Route(inner, pool, endpoint, bottom if isinstance(bottom, Embedder) else None)
+    held = pool if pool is not None else provider_adapter
+    return Route(
+        inner,
+        pool,
+        endpoint,
+        bottom if isinstance(bottom, Embedder) else None,
+        (held,) if isinstance(held, Closeable) else (),
+    )
 
 
 def build_stack(
@@ -320,6 +333,7 @@ def build_stack(
         default=table.default,
         batch=batch_transport(config),
         embedders={n: r.embedder for n, r in routes.items() if r.embedder is not None},
+        clients=tuple(client for r in routes.values() for client in r.clients),
     )
 
 

@@ -48,7 +48,7 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.recovery import CircuitBreaker
-from sim.llm.types import Adapter, AdapterResponse, Attempt, ModelRequest
+from sim.llm.types import Adapter, AdapterResponse, Attempt, Closeable, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 
 
@@ -262,11 +262,10 @@ class PoolAdapter(AdapterWrapper):
             await server.adapter.delete_response(response_id)
 
     async def aclose(self) -> None:
-        """Close every server's HTTP clients (``sim.llm.router.close_stack``)."""
-        from sim.llm.router import close_stack
-
+        """Close every server's HTTP client (its provider adapter's)."""
         for server in self.servers:
-            await close_stack(server.adapter)
+            if isinstance(server.provider, Closeable):
+                await server.provider.aclose()
 
 
 def _with(response: AdapterResponse, url: str, moved: list[Attempt]) -> AdapterResponse:

@@ -1,4 +1,4 @@
-"""The router at the top of a stack's endpoints, and closing a stack's HTTP clients."""
+"""The router at the top of a stack's endpoints."""
 
 from __future__ import annotations
 
@@ -41,18 +41,3 @@ class Router(AdapterWrapper):
         if form is not None and form != request.settings.structured_output:
             request = replace(request, settings=replace(request.settings, structured_output=form))
         return await self.routes[name].execute(request)
-
-    async def aclose(self) -> None:
-        """Close every endpoint's HTTP client."""
-        for adapter in self.routes.values():
-            await close_stack(adapter)
-
-
-async def close_stack(adapter: object) -> None:
-    """Close the HTTP client at the bottom of a stack, on the loop that used it."""
-    while adapter is not None:
-        close = getattr(adapter, "aclose", None)
-        if close is not None:
-            await close()
-            return
-        adapter = getattr(adapter, "inner", None)

@@ -249,3 +249,12 @@ class Adapter(Protocol):
     async def execute(self, request: ModelRequest) -> AdapterResponse: ...
 
     async def delete_response(self, response_id: str) -> None: ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """What holds connections open (a provider adapter's HTTP client, a pool of servers):
+    ``aclose`` closes them, on the event loop that used them. The stack's builder keeps
+    the ones it made (``sim.engine.stack.Stack.clients``) and closes exactly those."""
+
+    async def aclose(self) -> None: ...
