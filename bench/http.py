@@ -134,7 +134,7 @@ def engine_tick(
     """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``.
 
     ``sdk_path``: send through the SDK's ``client.post`` on httpx's default (anyio)
-    transport instead of the engine's own aiohttp routes (``_http.Route``); with
+    transport instead of the engine's own aiohttp routes (``http.Route``); with
     ``sdk_client="aiohttp"`` on the SDK's aiohttp client instead (an experiment: the
     engine builds its SDK clients with ``openai.DefaultAsyncHttpxClient``, swapped here).
     """

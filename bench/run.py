@@ -405,7 +405,7 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
         "slower than the direct path on both schemes (scenario 3), so not used;",
         "  - the hand-written path above (own socket backend, TLS streams and h11 pool, "
         "~1,200 lines) replaced by aiohttp, a kept client, with no SDK in the way "
-        "(`sim/providers/_http.py`: one `ClientSession` per route of 16 connections, "
+        "(`sim/providers/http/`: one `ClientSession` per route of 16 connections, "
         "the request already serialized, the answer read as bytes): a red team found "
         "stale keep-alive connections failing calls together, `timeout_seconds` not a "
         "deadline, unasked gzip undecoded and broken answers misnamed in the hand-written "
@@ -420,7 +420,7 @@ HTTP_CPU_TARGETS = {"http": 0.2, "https": 0.2}
 HTTPS_OVER_HTTP_TARGET = 1.2
 
 HTTP_CPU_ROWS = (
-    ("engine", "engine on aiohttp (`_http.Route`: every call, proxied or not)"),
+    ("engine", "engine on aiohttp (`http.Route`: every call, proxied or not)"),
     ("engine_sdk", "engine, SDK stack on its default client (httpx2; comparison)"),
     ("engine_sdk_aiohttp", "engine, SDK stack on `DefaultAioHttpClient` (comparison)"),
     ("bare_default", "bare `responses.create`, default client"),

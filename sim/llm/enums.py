@@ -16,13 +16,21 @@ more than 250): the answer check still holds it to the list.
 
 Some fields' valid values depend on another field: an intention's target is an exit when
 the action is ``move``, someone present when it is ``speak``. ``SchemaEnums.cases`` says so
-(``EnumCases``), and ``constrain(..., cases=True)`` writes the schema as one branch per value
+(``EnumCases``), and ``constrain(..., grammar=True)`` writes the schema as one branch per value
 of the deciding field (a root ``anyOf`` of objects, each with its action and that action's
 targets), so a grammar-bound model cannot pair an action with another action's id (Gemma 3
 270M did in about half its intentions with one flat enum). A root ``anyOf`` is what
 llama.cpp's and vLLM's grammar builders compile; OpenAI's strict mode, Gemini's and
 Anthropic's tool schemas want an object at the root, so they get the flat enum
-(``cases=False``) and the answer check pairs them instead.
+(``grammar=False``) and the answer check pairs them instead.
+
+Some arrays should hold one item per id: a resolution gives one outcome to each
+character present. ``SchemaEnums.each`` says so (``EnumEach``), and
+``constrain(..., grammar=True)`` writes the array as a tuple (``prefixItems``), item ``i``
+naming the ``i``-th id, so a grammar-bound model can neither skip a character nor invent
+one (Gemma 3 270M gave outcomes to ``"1"`` and ``"2"`` and none to those present). OpenAI's
+strict mode does not take ``prefixItems``; there the answer check holds the array to the
+ids, and asks again naming them.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ Json = dict[str, Any]
 
 #: the most values one field's enum is sent with (more: checked, not sent)
 MAX_ENUM = 250
+#: the most items an ``EnumEach`` array is sent as a tuple with (each item a copy of the
+#: item schema; more: the flat enum is sent, and the answer check holds the rest)
+MAX_EACH = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,18 +82,34 @@ class EnumCases:
 
 
 @dataclass(frozen=True, slots=True)
+class EnumEach:
+    """An array that holds one item for each of some ids, in their order.
+
+    Attributes:
+        path: the array's path from the root (as ``EnumField.path``).
+        field: the item's field that names the id (``character_id``).
+        values: the ids, one item each.
+    """
+
+    path: tuple[str, ...]
+    field: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SchemaEnums:
-    """The constrained fields of one request's answer schema, and the pairing of two of
-    them where one decides the other (``cases``)."""
+    """The constrained fields of one request's answer schema, the pairing of two of them
+    where one decides the other (``cases``), and an array of one item per id (``each``)."""
 
     fields: tuple[EnumField, ...] = ()
     cases: EnumCases | None = None
+    each: EnumEach | None = None
 
     def __bool__(self) -> bool:
         return bool(self.fields)
 
 
-def constrain(schema: Json, enums: SchemaEnums | None, *, cases: bool = False) -> Json:
+def constrain(schema: Json, enums: SchemaEnums | None, *, grammar: bool = False) -> Json:
     """``schema`` with each field of ``enums`` limited to its values: a new dict when there
     is anything to write (``schema`` itself is never changed), else ``schema``.
 
@@ -91,8 +118,10 @@ def constrain(schema: Json, enums: SchemaEnums | None, *, cases: bool = False) -
     schema does not have, is left as it is (the answer check still holds it).
 
     Args:
-        cases: write ``enums.cases`` as a root ``anyOf`` of one branch per value of its
-            key (see the module doc); ``False``: the flat enums only.
+        grammar: also write the forms a server that builds a grammar from the schema
+            compiles (llama.cpp, vLLM): ``enums.cases`` as a root ``anyOf`` of one branch
+            per value of its key, ``enums.each`` as a tuple (see the module doc);
+            ``False``: the flat enums only.
     """
     if not enums:
         return schema
@@ -103,9 +132,43 @@ def constrain(schema: Json, enums: SchemaEnums | None, *, cases: bool = False) -
         node = _find(out, out, field.path)
         if node is not None:
             _limit(node, field.values)
-    if cases and enums.cases is not None:
+    if grammar and enums.each is not None:
+        _tuple(out, enums.each)
+    if grammar and enums.cases is not None:
         return _branched(out, enums.cases)
     return out
+
+
+def _tuple(root: Json, each: EnumEach) -> None:
+    """Write ``each``'s array as a tuple of one item per id: ``prefixItems``, each a copy
+    of the item schema with ``each.field`` that id alone, and as many items as ids. Left
+    as it is when the array is not found, its item has no such field, or there are more
+    than ``MAX_EACH`` ids."""
+    if len(each.values) > MAX_EACH:
+        return
+    node = _find(root, root, each.path)
+    if node is None:
+        return
+    array = _container(root, node)
+    items = array.get("items")
+    if array.get("type") != "array" or not isinstance(items, dict):
+        return
+    item = _resolve(root, items)
+    props = item.get("properties")
+    if not isinstance(props, dict) or not isinstance(props.get(each.field), dict):
+        return
+    tuple_items = []
+    for value in each.values:
+        one = copy.deepcopy(item)
+        kept = {k: v for k, v in props[each.field].items() if k == "description"}
+        one["properties"][each.field] = {**kept, "type": "string", "enum": [value]}
+        tuple_items.append(one)
+    for name in ("items", "minItems", "maxItems"):
+        array.pop(name, None)
+    # no ``items: false`` after them: llama.cpp's C++ grammar builder reads ``items``
+    # before ``prefixItems`` and would compile ``false`` as the item; the bounds say it
+    array["prefixItems"] = tuple_items
+    array["minItems"] = array["maxItems"] = len(tuple_items)
 
 
 def _branched(schema: Json, cases: EnumCases) -> Json:
@@ -207,4 +270,12 @@ def _limit(node: Json, values: tuple[str, ...]) -> None:
         node["enum"] = list(values)
 
 
-__all__ = ["MAX_ENUM", "EnumCases", "EnumField", "SchemaEnums", "constrain"]
+__all__ = [
+    "MAX_EACH",
+    "MAX_ENUM",
+    "EnumCases",
+    "EnumEach",
+    "EnumField",
+    "SchemaEnums",
+    "constrain",
+]

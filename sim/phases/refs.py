@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 from sim.config import ConstrainRefs
-from sim.llm.enums import EnumCases, EnumField, SchemaEnums
+from sim.llm.enums import EnumCases, EnumEach, EnumField, SchemaEnums
 from sim.llm.errors import LLMError, LLMSchemaError
 
 if TYPE_CHECKING:
@@ -172,7 +172,8 @@ class ResolutionRefs:
                 EnumField(("outcomes", "*", "character_id"), self.present),
                 EnumField(("outcomes", "*", "moved_to"), self.exits),
                 EnumField(("location_update", "objects_removed", "*"), self.objects),
-            )
+            ),
+            each=EnumEach(("outcomes",), "character_id", self.present),
         )
 
     def problem(self, answer: Resolution) -> str | None:

@@ -1,9 +1,9 @@
 """What the ``openai`` and ``chat`` adapters share: where and how a call is sent (the
-``Target`` and the aiohttp routes of ``_http``, the SDK's clients where they are still
+``Target`` and the aiohttp routes of ``sim.providers.http``, the SDK's clients where they are still
 needed), strict schemas, checking an answer's text against its schema.
 
 The OpenAI SDK is imported only where it is used: a client handed in, the Batch API and
-deleting a stored response. Calls, streamed or not, go through ``_http.Route`` (aiohttp,
+deleting a stored response. Calls, streamed or not, go through ``http.Route`` (aiohttp,
 proxies from the environment included) and never load it (``import openai`` costs ~0.4 s
 of CPU).
 """
@@ -24,14 +24,14 @@ from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.enums import SchemaEnums, constrain
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import Usage
-from sim.providers._http import (
+from sim.providers._strict_schema import to_strict_json_schema, without_lengths
+from sim.providers.http import (
     IDEMPOTENCY_HEADER,
     Route,
     Target,
     merge_headers,
     shared_ssl_context,
 )
-from sim.providers._strict_schema import to_strict_json_schema, without_lengths
 
 if TYPE_CHECKING:
     import openai
@@ -51,7 +51,7 @@ def strict_schema(
     enums: SchemaEnums | None = None,
     *,
     lengths: bool | int = True,
-    cases: bool = False,
+    grammar: bool = False,
 ) -> dict[str, Any]:
     """The schema in OpenAI's strict structured-output form, computed once per class, with
     this request's ``enums`` written in (``sim.llm.enums``; a copy when there are any).
@@ -62,8 +62,9 @@ def strict_schema(
             those up to so many characters (``LOCAL_MAX_LENGTH`` for a local server: its
             grammar then stops a rambling answer at the cap, and llama.cpp's grammar
             builder aborts its server on a long one). Answers are checked against all.
-        cases: write the enums' cases as per-value branches (a root ``anyOf``), for a
-            server whose grammar takes one; not OpenAI's strict mode.
+        grammar: write the enums' forms a server that builds a grammar compiles (cases
+            as per-value branches, a root ``anyOf``; an array of one item per id as a
+            tuple): not for OpenAI's strict mode.
     """
     kept = -1 if lengths is True else int(lengths)  # True == 1 as a key: not the same here
     cached = _STRICT.get((schema, kept))
@@ -72,7 +73,7 @@ def strict_schema(
         if kept >= 0:
             strict = without_lengths(strict, kept)
         cached = _STRICT[(schema, kept)] = strict
-    return constrain(cached, enums, cases=cases)
+    return constrain(cached, enums, grammar=grammar)
 
 
 #: concurrent connections per connection pool (and SDK client): a run at high
@@ -81,7 +82,7 @@ def strict_schema(
 #: ~2.2 ms, 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
 POOL_SIZE = 16
 
-#: send calls through ``_http.Route`` (aiohttp); ``False``: through the SDK's own stack on
+#: send calls through ``http.Route`` (aiohttp); ``False``: through the SDK's own stack on
 #: its default client instead (the bench's comparison row, nothing else)
 AIOHTTP_ROUTES = True
 
@@ -395,7 +396,7 @@ async def post_json(
     """POST ``payload`` (serialized once, with orjson) on the least busy route; raw body.
 
     ``timeout_seconds`` is a total deadline: connecting, the headers and the body all
-    count against it. A route sends through aiohttp (its errors are ``_http``'s
+    count against it. A route sends through aiohttp (its errors are ``sim.providers.http``'s
     ``HttpPostError``s); a client handed in through the SDK's ``post`` (its errors are
     the SDK's, and ``TimeoutError`` at the deadline); ``_openai_errors.map_openai_error``
     maps them all. The call's idempotency key (from its identity and exact body) goes

@@ -35,7 +35,7 @@ from sim.providers._adapter_common import (
     timed_out,
     unexpected,
 )
-from sim.providers._http import (
+from sim.providers.http import (
     HttpConnectionError,
     HttpPostError,
     HttpProtocolError,

@@ -72,7 +72,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
     Args:
         client: an ``openai.AsyncOpenAI`` to use (tests hand one in; every call then goes
             through the SDK's stack); when omitted, routes are built from the other
-            arguments: aiohttp routes (``_http.Route``; a proxy from the environment
+            arguments: aiohttp routes (``http.Route``; a proxy from the environment
             applies; the SDK is imported only if the Batch API or a deletion needs a
             client).
         base_url: API base URL (``None``: ``OPENAI_BASE_URL``, else OpenAI's).
@@ -168,7 +168,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         """One POST of ``payload`` (the body asking ``request``) to ``path``; returns the
         answer as plain JSON. The call's identity (``request.call``) keys its idempotency.
 
-        The request goes through the route's aiohttp session (``_http.Route``), or, on a
+        The request goes through the route's aiohttp session (``http.Route``), or, on a
         client handed in, through the SDK's own ``post`` (auth, headers, timeouts); either
         way with the body already serialized by orjson and the answer
         read as raw bytes: the SDK's per-call transformation of the typed params, its

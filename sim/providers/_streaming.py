@@ -29,9 +29,9 @@ import orjson
 from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import CallText
-from sim.providers._http import IDEMPOTENCY_HEADER
 from sim.providers._openai_common import Connections
 from sim.providers._openai_errors import stream_cut
+from sim.providers.http import IDEMPOTENCY_HEADER
 
 Json = dict[str, Any]
 #: called with each piece of answer text as it arrives
@@ -199,7 +199,7 @@ async def read_stream(
 
     Args:
         open_stream: a coroutine function returning an async iterator of JSON events
-            (``_http.Route.stream``, or the SDK's ``AsyncStream``); its own errors pass
+            (``http.Route.stream``, or the SDK's ``AsyncStream``); its own errors pass
             through unchanged.
         assembler: where events go.
         timeouts: first-token, idle and total clocks.
@@ -284,7 +284,7 @@ async def post_stream(
 ) -> Json:
     """POST ``payload`` with ``stream: true`` on the least busy route; the assembled body.
 
-    A route reads the server-sent events itself (``_http.Route.stream``); a client handed
+    A route reads the server-sent events itself (``http.Route.stream``); a client handed
     in reads them with the SDK's ``AsyncStream`` (whose errors are the SDK's, for the
     caller to map). Only connecting has a timeout of its own: the stream's clocks are
     ``read_stream``'s. Each piece of text goes to the call's ``stream_to``

@@ -397,8 +397,8 @@ class BatchSession:
 
     def _answer(self, item: _Item, line: Json) -> None:
         """Answer one call from its line, or fail it as its status says."""
-        from sim.providers._http import HttpStatusError
         from sim.providers._openai_errors import map_openai_error
+        from sim.providers.http import HttpStatusError
 
         response = line.get("response")
         if isinstance(response, dict):

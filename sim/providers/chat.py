@@ -163,7 +163,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
             # server dies (a 1,200-character narrative, measured); the engine checks every
             # length on the answer
             json_schema = strict_schema(
-                schema, request.enums, lengths=self.sent_lengths, cases=not self.hosted
+                schema, request.enums, lengths=self.sent_lengths, grammar=not self.hosted
             )
             extra = request_fields(form, schema.__name__, json_schema)
             instructions = instructions_for(form, instructions, json_schema)

@@ -290,7 +290,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             schema = schema_of(self, request)
             form = form or self.forms.form(checked_mode(settings.structured_output))
             json_schema = strict_schema(
-                schema, request.enums, lengths=self.sent_lengths, cases=not self.hosted
+                schema, request.enums, lengths=self.sent_lengths, grammar=not self.hosted
             )
             body.update(responses_fields(form, schema.__name__, json_schema))
             body["instructions"] = instructions_for(form, request.instructions, json_schema)

@@ -72,7 +72,7 @@ def test_a_tick_on_a_direct_url_imports_no_sdk(
 
 
 def test_a_streamed_tick_imports_no_sdk(demo_world: Path, stub_server: StubServer) -> None:
-    """Streams are read by the HTTP routes too (``_http.Route.stream``)."""
+    """Streams are read by the HTTP routes too (``http.Route.stream``)."""
     result = tick_in_a_fresh_python(
         demo_world, "--provider", "openai", "--base-url", stub_server.base_url, "--stream"
     )

@@ -140,6 +140,16 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
     # action: the grammar held it (fails with one flat enum of every id)
     written = every_answer([c for c in logged if c["phase"] == "intentions"], snapshots[0])
     assert written.total > 0 and written.invalid == [], written.invalid
+    # each resolution the tick used gave one outcome to each character present, and to
+    # no one else: the outcomes go out as one slot per character (with one flat enum this
+    # model gave outcomes to "1" and "2" and to none of those present)
+    for tick in (1, 2):
+        for call in calls(world, tick):
+            kind, _, location = str(call["entity_key"]).partition(":")
+            if call["phase"] != "resolution" or kind != "resolution" or call["error_code"]:
+                continue
+            named = [o["character_id"] for o in call["result"]["outcomes"]]
+            assert sorted(named) == sorted(snapshots[tick - 1].present(location)), call
     # only valid references committed (issue 25: fails until the engine checks every
     # reference before an answer is used)
     for tick in (1, 2):

@@ -1,4 +1,4 @@
-"""The adapters' HTTP routes (``_http.Route``, aiohttp): what they send, how answers and
+"""The adapters' HTTP routes (``http.Route``, aiohttp): what they send, how answers and
 failures map, TLS, proxies.
 
 Everything runs against real servers on 127.0.0.1 (the stub server, plain and with a
@@ -18,8 +18,9 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-import sim.providers._http as http
 import sim.providers._openai_common as common
+import sim.providers.http as http
+import sim.providers.http.tls as tls
 from bench.tls import SelfSigned, self_signed
 from sim.llm.errors import (
     LLMAPIError,
@@ -32,16 +33,16 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.types import CallSettings, ModelRequest
-from sim.providers._http import (
+from sim.providers._openai_common import Connections, build_connections, openai_target, post_json
+from sim.providers._openai_errors import map_openai_error, read_answer, sdk_answer
+from sim.providers.chat import ChatAdapter
+from sim.providers.http import (
     HttpPostError,
     HttpStatusError,
     HttpTLSError,
     Route,
     environment_proxy,
 )
-from sim.providers._openai_common import Connections, build_connections, openai_target, post_json
-from sim.providers._openai_errors import map_openai_error, read_answer, sdk_answer
-from sim.providers.chat import ChatAdapter
 from sim.providers.openai import OpenAIAdapter
 from sim.testing.raw_http import RawRequest, RawServer, head
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
@@ -213,7 +214,7 @@ def test_every_route_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> 
         return built[-1]
 
     monkeypatch.setattr(ssl, "create_default_context", counting)
-    monkeypatch.setattr(http, "_SSL_CONTEXTS", {})
+    monkeypatch.setattr(tls, "_SSL_CONTEXTS", {})
     monkeypatch.setenv(KEY_ENV, "sk-test")
     url = "https://api.example.invalid/v1"
     options: Any = {"base_url": url, "api_key_env": KEY_ENV}
@@ -235,7 +236,7 @@ def test_every_route_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_missing_certificate_file_or_folder_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http, "_SSL_CONTEXTS", {})
+    monkeypatch.setattr(tls, "_SSL_CONTEXTS", {})
     missing = tmp_path / "nowhere" / "ca.pem"
     monkeypatch.setenv("SSL_CERT_FILE", str(missing))
     with pytest.raises(LLMConfigurationError) as info:

@@ -1,4 +1,4 @@
-"""The HTTP routes (``_http.Route``, aiohttp) against a misbehaving server on loopback
+"""The HTTP routes (``http.Route``, aiohttp) against a misbehaving server on loopback
 (``sim.testing.raw_http``): each case a red team found in the hand-written pool it
 replaced.
 
@@ -34,8 +34,8 @@ from sim.llm.calls import CallIdentity
 from sim.llm.errors import LLMAPIError, LLMTimeoutError
 from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.types import CallSettings, ModelRequest
-from sim.providers._http import Route
 from sim.providers.chat import ChatAdapter
+from sim.providers.http import Route
 from sim.providers.openai import OpenAIAdapter
 from sim.testing.raw_http import RawRequest, RawServer, RawServerThread, Reply, head
 from sim.ticklog.format import log_path

@@ -1,4 +1,4 @@
-"""A route's connections (``_http.Route`` on aiohttp's pool), against real servers on
+"""A route's connections (``http.Route`` on aiohttp's pool), against real servers on
 127.0.0.1: reuse, the size bound, connections the server ends, waiting within the
 deadline, cancellation. Seen from the servers' side (connections accepted, requests
 served), not from the client's internals."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.tls import SelfSigned, self_signed
-from sim.providers._http import (
+from sim.providers.http import (
     HttpConnectionError,
     HttpProtocolError,
     HttpTimeoutError,

@@ -53,7 +53,7 @@ def test_the_check_finds_what_it_looks_for() -> None:
     assert private_imports("import httpx2._transports.default\n")
     assert not private_imports("from openai import AsyncOpenAI\nimport httpcore2\n")
     assert private_imports("from aiohttp._http_parser import HttpResponseParser\n")
-    assert not private_imports("from sim.providers._http import Route\n")
+    assert not private_imports("from sim.providers._openai_common import Connections\n")
 
 
 def test_sim_imports_no_private_module_of_a_dependency() -> None:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from sim.llm.calls import schema_json
-from sim.llm.enums import MAX_ENUM, EnumField, SchemaEnums, constrain
+from sim.llm.enums import MAX_EACH, MAX_ENUM, EnumField, SchemaEnums, constrain
 from sim.phases.intentions import Intention, intention_schema
 from sim.phases.refs import IntentionRefs, ResolutionRefs, mode_for
 from sim.phases.resolution import LocationUpdate, Outcome, Resolution
@@ -173,7 +173,7 @@ def test_a_local_server_gets_each_actions_own_targets() -> None:
     """With one flat enum a grammar lets a model pair ``move`` with a person (Gemma 3 270M
     did, in about half its intentions): sent with its cases, each action is a branch of
     the root that allows only its own ids."""
-    sent = strict_schema(intention_schema({"trade": "swap"}), REFS.enums(), cases=True)
+    sent = strict_schema(intention_schema({"trade": "swap"}), REFS.enums(), grammar=True)
     assert "properties" not in sent and sent["title"] == "Intention"  # the root: branches
     targets = _branches(sent)
     assert list(targets) == ["move", "speak", "act", "wait", "trade"]
@@ -194,7 +194,7 @@ def test_a_local_server_gets_each_actions_own_targets() -> None:
 
 def test_no_exit_means_no_move_and_no_one_here_means_speaking_to_no_one() -> None:
     alone = IntentionRefs(exits=(), people=(), objects=())
-    targets = _branches(strict_schema(Intention, alone.enums(), cases=True))
+    targets = _branches(strict_schema(Intention, alone.enums(), grammar=True))
     assert "move" not in targets
     assert targets["speak"]["type"] == "null" and targets["act"]["type"] == "null"
     # what the schema allows, the check allows too
@@ -215,3 +215,33 @@ def test_only_openais_own_api_gets_the_flat_schema(monkeypatch: pytest.MonkeyPat
         base_url="http://127.0.0.1:9/api.openai.com/v1", api_key_env="SIM_TEST_NO_KEY"
     )
     assert not local.hosted and hosted.hosted and not lookalike.hosted
+
+
+def test_a_local_server_gets_one_outcome_slot_per_character_present() -> None:
+    """Gemma 3 270M gave outcomes to invented characters and none to those present: sent
+    to a grammar-building server, the outcomes are a tuple, item i for the i-th character
+    here, so the grammar makes one outcome for each and no other."""
+    refs = ResolutionRefs(("ann", "bo", "cy"), ("gate",), ("a lamp",), frozenset())
+    sent = strict_schema(Resolution, refs.enums(), grammar=True)
+    outcomes = sent["properties"]["outcomes"]
+    slots = outcomes["prefixItems"]
+    assert [slot["properties"]["character_id"]["enum"] for slot in slots] == [
+        ["ann"],
+        ["bo"],
+        ["cy"],
+    ]
+    assert outcomes["minItems"] == outcomes["maxItems"] == 3
+    # no ``items`` after the tuple: llama.cpp's C++ builder would read it first
+    assert "items" not in outcomes
+    for slot in slots:  # each slot is the outcome's strict object, its exits limited too
+        assert slot["additionalProperties"] is False
+        assert _string_branch(slot["properties"]["moved_to"])["enum"] == ["gate"]
+    # OpenAI's strict mode, Gemini, Anthropic: the flat enum in one item schema
+    flat = strict_schema(Resolution, refs.enums())
+    assert "prefixItems" not in flat["properties"]["outcomes"]
+    assert flat["$defs"]["Outcome"]["properties"]["character_id"]["enum"] == ["ann", "bo", "cy"]
+    # a crowd is not written out one slot each: the flat enum, and the check holds the rest
+    crowd = tuple(f"c{i}" for i in range(MAX_EACH + 1))
+    many = ResolutionRefs(crowd, ("gate",), (), frozenset())
+    sent = strict_schema(Resolution, many.enums(), grammar=True)
+    assert "prefixItems" not in sent["properties"]["outcomes"]

@@ -1,329 +1,34 @@
-"""The adapters' HTTP client: POSTs and server-sent event streams on aiohttp.
-
-``Route`` sends to one base URL (a ``Target``: URL, default query, headers with the key)
-through an ``aiohttp.ClientSession`` it owns: a pool of keep-alive connections (at most
-``size``), TLS verified with ``shared_ssl_context``, a proxy taken from the environment
-when one applies (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY``, ``NO_PROXY`` honoured),
-answers decoded whatever ``Content-Encoding`` (gzip, deflate) they come in. No SDK is
-involved: the request is the body already serialized and the headers the SDK would send;
-the answer is raw bytes (``post``) or the stream's JSON events (``stream``).
-
-What a kept client does for us, and this module adds on top:
-
-- ``timeout_seconds`` is a **total deadline**: connecting, waiting for a connection, the
-  headers and the body all count against it, so a server dripping one byte a second
-  cannot hold a call past it.
-- **A stale keep-alive connection is retried once, on a fresh connection.** A server may
-  close an idle connection just as the next request is written on it; that request was
-  never answered, so it goes again at once on a connection opened for it (a second
-  session whose connections are never reused), within the same deadline. A failure there
-  is the call's.
-- **Failures are named:** a non-2xx answer is ``HttpStatusError`` (status, headers, body,
-  for ``_openai_errors``' table); no answer ``HttpConnectionError``; the deadline
-  ``HttpTimeoutError``; an answer that is not valid HTTP (a header over the size limit,
-  a body shorter or longer than its ``Content-Length``, broken chunking or compression)
-  ``HttpProtocolError``; a certificate that does not verify ``HttpTLSError`` naming the
-  host. A missing ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` is an ``LLMConfigurationError``
-  naming the variable and the path.
-"""
+"""``Route``: POSTs and server-sent event streams to one ``Target`` on an aiohttp session
+of keep-alive connections (see the package's doc for what it adds to aiohttp)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import ssl
 import urllib.parse
-import urllib.request
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import certifi
 import orjson
 from yarl import URL
 
 from sim.llm.errors import LLMConfigurationError
+from sim.providers.http.errors import (
+    STALE_FAILURES,
+    HttpPostError,
+    HttpProtocolError,
+    HttpStatusError,
+    HttpStreamCutError,
+    HttpStreamError,
+    named_failure,
+    stale_connection,
+)
+from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, shown_url
+from sim.providers.http.tls import shared_ssl_context
 
-__all__ = [
-    "IDEMPOTENCY_HEADER",
-    "HttpConnectionError",
-    "HttpPostError",
-    "HttpProtocolError",
-    "HttpStatusError",
-    "HttpStreamCutError",
-    "HttpStreamError",
-    "HttpTLSError",
-    "HttpTimeoutError",
-    "Route",
-    "Target",
-    "environment_proxy",
-    "merge_headers",
-    "shared_ssl_context",
-]
-
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: seconds an idle connection is kept for reuse (httpx's default)
 KEEPALIVE_SECONDS = 5.0
-
-# -- TLS --------------------------------------------------------------------------------------
-
-_SSL_CONTEXTS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
-
-
-def _load_context() -> ssl.SSLContext:
-    """A verifying context: ``SSL_CERT_FILE``, else ``SSL_CERT_DIR``, else the system's
-    certificate store, else certifi's (a system without one, such as a slim container)."""
-    cafile = os.environ.get("SSL_CERT_FILE") or None
-    capath = os.environ.get("SSL_CERT_DIR") or None
-    if cafile is not None:
-        if not os.path.isfile(cafile):
-            raise LLMConfigurationError(
-                f"SSL_CERT_FILE is set to {cafile!r}, which is not a file: point it to a "
-                "PEM file of the certificates to trust, or unset it to use the system's"
-            )
-        try:
-            return ssl.create_default_context(cafile=cafile)
-        except ssl.SSLError as exc:
-            raise LLMConfigurationError(
-                f"SSL_CERT_FILE ({cafile!r}) holds no certificate that can be read: {exc}"
-            ) from exc
-    if capath is not None:
-        if not os.path.isdir(capath):
-            raise LLMConfigurationError(
-                f"SSL_CERT_DIR is set to {capath!r}, which is not a folder: point it to a "
-                "folder of hashed certificates (c_rehash), or unset it to use the system's"
-            )
-        return ssl.create_default_context(capath=capath)
-    context = ssl.create_default_context()
-    if not context.cert_store_stats().get("x509_ca"):
-        context.load_verify_locations(cafile=certifi.where())
-    return context
-
-
-def shared_ssl_context() -> ssl.SSLContext:
-    """The verifying TLS context, made once per process and setting and shared by every
-    client the adapters build: loading a certificate store costs ~30 ms, and a run makes
-    a route per 16 connections.
-
-    Raises:
-        LLMConfigurationError: ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` names nothing usable.
-    """
-    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-    context = _SSL_CONTEXTS.get(key)
-    if context is None:
-        context = _SSL_CONTEXTS[key] = _load_context()
-    return context
-
-
-# -- where requests go ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where a route POSTs, and what every request carries, built by the adapters
-    without an SDK client.
-
-    Attributes:
-        base_url: the API root (``https://api.openai.com/v1``); its own query, if any, is
-            not sent (as the SDK joins paths), ``query`` is.
-        query: the default query of every request (``api-version`` and the like).
-        headers: sent with every request in this order (auth first, then the defaults,
-            a later name replacing an earlier one of any case). They hold the key, so
-            they are left out of the repr.
-    """
-
-    base_url: str
-    query: tuple[tuple[str, str], ...] = ()
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-
-
-def merge_headers(*layers: Mapping[str, str | None]) -> tuple[tuple[str, str], ...]:
-    """Headers merged case-insensitively, a later layer's name replacing an earlier one's
-    and ``None`` removing it (what the SDK does with its ``Omit``)."""
-    merged: dict[str, tuple[str, str]] = {}
-    for layer in layers:
-        for name, value in layer.items():
-            if value is None:
-                merged.pop(name.lower(), None)
-            else:
-                merged[name.lower()] = (name, value)
-    return tuple(merged.values())
-
-
-def environment_proxy(url: str) -> str | None:
-    """The proxy the environment sets for ``url`` (``HTTP_PROXY``, ``HTTPS_PROXY``,
-    ``ALL_PROXY``, any case), or ``None``: none set, or ``NO_PROXY`` covers its host."""
-    parts = urllib.parse.urlsplit(url)
-    proxies = urllib.request.getproxies()
-    proxy = proxies.get(parts.scheme.lower()) or proxies.get("all")
-    if not proxy:
-        return None
-    if urllib.request.proxy_bypass(parts.hostname or ""):
-        return None
-    return proxy
-
-
-def _shown(url: str) -> str:
-    """A URL as errors name it: no user info, no query."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host  # IPv6 in brackets
-    default_port = 443 if parts.scheme.lower() == "https" else 80
-    if parts.port is not None and parts.port != default_port:
-        host += f":{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
-
-
-# -- failures ---------------------------------------------------------------------------------
-
-
-class HttpPostError(Exception):
-    """A request failed; ``message`` says how, ``url`` where it went (no query: never a
-    secret, never the headers)."""
-
-    message = "Connection error."
-
-    def __init__(self, url: str, detail: str = "") -> None:
-        if detail:
-            self.message = f"{self.message.rstrip('.')}: {detail}"
-        super().__init__(f"{self.message} (POST {url})")
-        self.url = url
-
-
-class HttpConnectionError(HttpPostError):
-    """No answer: the connection could not be opened, or broke before an answer (chained
-    from aiohttp's error, which says why)."""
-
-
-class HttpTimeoutError(HttpConnectionError):
-    """No whole answer within the call's total deadline."""
-
-    message = "Request timed out."
-
-
-class HttpStreamCutError(HttpConnectionError):
-    """A streamed answer broke off after it had started (the connection closed or the
-    chunked framing ended mid-stream)."""
-
-    message = "The stream was cut short."
-
-
-class HttpProtocolError(HttpPostError):
-    """The server answered, but not in valid HTTP: ``detail`` names what was wrong."""
-
-    message = "The answer is not valid HTTP."
-
-
-class HttpTLSError(HttpPostError):
-    """The server's TLS certificate did not verify (or the TLS handshake failed)."""
-
-    message = "TLS verification failed."
-
-    def __init__(self, url: str, host: str, detail: str) -> None:
-        super().__init__(url, detail)
-        self.host = host
-
-
-class HttpStatusError(HttpPostError):
-    """A non-2xx answer: its status, headers (names lower-cased) and body, read in full,
-    for the error table (``_openai_errors``)."""
-
-    def __init__(self, url: str, status: int, headers: Mapping[str, str], content: bytes) -> None:
-        self.message = f"HTTP {status}"
-        super().__init__(url)
-        self.status = status
-        self.headers = headers
-        self.content = content
-
-
-class HttpStreamError(HttpPostError):
-    """A stream's event carried an ``error`` object (as the SDK's ``AsyncStream`` reads
-    it): its message and the object."""
-
-    def __init__(self, url: str, detail: str, body: object) -> None:
-        self.message = detail or "An error occurred during streaming"
-        super().__init__(url)
-        self.body = body
-
-
-#: the failures of a request that got no answer because its connection was gone: a
-#: server's close or reset met as the request went out (what aiohttp itself retries once
-#: for idempotent methods; a POST here carries its idempotency key). Failing to open a
-#: connection (``ClientConnectorError``) is not one of them.
-_STALE = (
-    aiohttp.ServerDisconnectedError,
-    aiohttp.ClientConnectionResetError,
-    aiohttp.ClientOSError,
-)
-
-
-def _stale(exc: BaseException) -> bool:
-    return isinstance(exc, _STALE) and not isinstance(exc, aiohttp.ClientConnectorError)
-
-
-def _named(exc: BaseException, url: str) -> HttpPostError:
-    """aiohttp's exception as one of ours, most specific first."""
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        cause = exc.certificate_error
-        reason = getattr(cause, "verify_message", None) or str(cause)
-        return HttpTLSError(
-            url,
-            exc.host,
-            f"the certificate of {exc.host} did not verify ({reason}); if it is signed by "
-            "a private authority, point SSL_CERT_FILE to a PEM file that holds it",
-        )
-    if isinstance(exc, aiohttp.ClientConnectorSSLError):
-        return HttpTLSError(url, exc.host, f"TLS handshake with {exc.host} failed: {exc.os_error}")
-    if isinstance(exc, TimeoutError):  # aiohttp's timeouts are ``asyncio.TimeoutError``s
-        return HttpTimeoutError(url)
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return HttpProtocolError(url, _payload_detail(exc))
-    if isinstance(exc, aiohttp.ClientResponseError):
-        # raised while reading the answer's head (aiohttp's parser), never for a status
-        return HttpProtocolError(url, _head_detail(exc.message))
-    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
-        return HttpConnectionError(url, str(exc) or type(exc).__name__)
-    return HttpConnectionError(url, repr(exc))
-
-
-def _short(text: str, limit: int = 160) -> str:
-    """The first line of a parser's message, at most ``limit`` characters."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _head_detail(message: str) -> str:
-    """What was wrong with an answer's head, in words (aiohttp's parser message kept)."""
-    lowered = message.lower()
-    if "got more than" in lowered or "too long" in lowered or "too many" in lowered:
-        return f"a header is over the size limit (8190 bytes): {_short(message)}"
-    if "bad status line" in lowered:
-        return (
-            "bytes where no answer was due: the server sent more than its Content-Length "
-            "announced (or does not speak HTTP/1.1)"
-        )
-    return f"its head is broken: {_short(message)}"
-
-
-def _payload_detail(exc: aiohttp.ClientPayloadError) -> str:
-    """What was wrong with an answer's body, in words."""
-    text = " ".join(str(part) for part in (exc, exc.__cause__) if part is not None)
-    said = re.search(r"message='([^']*)'", text)
-    if said is not None:
-        text = said.group(1)
-    lowered = text.lower()
-    if "content length" in lowered or "content-length" in lowered:
-        return f"the body ended before its Content-Length: {_short(text)}"
-    if "transfer" in lowered or "chunk" in lowered:
-        return f"the chunked body is broken: {_short(text)}"
-    if "decompress" in lowered or "gzip" in lowered or "deflate" in lowered:
-        return f"the compressed body cannot be decoded: {_short(text)}"
-    return f"the body is broken: {_short(text)}"
-
-
-# -- the route --------------------------------------------------------------------------------
 
 
 class Route:
@@ -349,7 +54,7 @@ class Route:
         self.scheme = parts.scheme.lower()
         if self.scheme not in ("http", "https"):
             raise LLMConfigurationError(
-                f"base_url {_shown(target.base_url)!r}: only http:// and https:// URLs are "
+                f"base_url {shown_url(target.base_url)!r}: only http:// and https:// URLs are "
                 "supported"
             )
         # user info in a base_url is not sent: the request's key goes in its Authorization
@@ -360,7 +65,7 @@ class Route:
         query = urllib.parse.urlencode(target.query)
         self._query = f"?{query}" if query else ""
         #: the base URL as errors name it: no user info, no query
-        self.shown = _shown(target.base_url)
+        self.shown = shown_url(target.base_url)
         self._headers = {
             name: value
             for name, value in target.headers
@@ -479,8 +184,8 @@ class Route:
         try:
             try:
                 return await self._post_once(self._pooled(), url, content, headers, timeout, shown)
-            except _STALE as exc:
-                if not _stale(exc):
+            except STALE_FAILURES as exc:
+                if not stale_connection(exc):
                     raise
                 # a keep-alive connection the server closed as the request went out: once
                 # more, on a connection opened for it, within what is left of the deadline
@@ -492,7 +197,7 @@ class Route:
         except HttpPostError:
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise _named(exc, shown) from exc
+            raise named_failure(exc, shown) from exc
 
     async def _post_once(
         self,
@@ -549,8 +254,8 @@ class Route:
                     proxy_headers=self._proxy_headers,
                     allow_redirects=False,
                 )
-            except _STALE as exc:
-                if not _stale(exc):
+            except STALE_FAILURES as exc:
+                if not stale_connection(exc):
                     raise
                 self.stale_retries += 1
                 response = await self._fresh_session().post(
@@ -575,7 +280,7 @@ class Route:
         except HttpPostError:
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise _named(exc, shown) from exc
+            raise named_failure(exc, shown) from exc
 
     async def get(self, path: str, timeout: float, max_bytes: int) -> bytes | None:
         """GET ``path`` (absolute, on the base URL's scheme and host: llama.cpp serves
@@ -600,6 +305,11 @@ class Route:
                 return body if len(body) <= max_bytes else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
             return None
+
+    @property
+    def open(self) -> bool:
+        """Whether it holds a session (connections may be open): until ``aclose``."""
+        return any(s is not None and not s.closed for s in (self._session, self._fresh))
 
     async def aclose(self) -> None:
         """Close the connections (on the loop that used them)."""
