@@ -24,7 +24,12 @@ provider URL:
 - **Latency as well as 429s.** Where the server reports no capacity (and is not OpenAI's
   API), a window is also congested when its attempts' median latency per unit of work
   (output tokens, plus input tokens at ``INPUT_WEIGHT``) is more than
-  ``LATENCY_FACTOR`` times the fastest seen: requests queued at the server.
+  ``LATENCY_FACTOR`` times the fastest seen for answers of about the same work (within
+  a factor of 2): requests queued at the server. Only like is compared with like: a
+  server whose latency is mostly fixed (a hosted gateway, a stub) answers a short memory
+  summary in about the time of a long resolution, so per unit of work the short answer
+  would look several times slower than the long one, and the limit would halve down to
+  one for no queue at all.
 - **Down is not slow.** Connection refused (or reset) means the endpoint is down. After
   ``down_threshold`` of them in a row, attempts
   fail at once for ``down_cooldown`` seconds (one probe then goes through), with a message
@@ -40,6 +45,7 @@ down, for the summary.
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -187,8 +193,9 @@ class Endpoint:
         self.capacity: ServerCapacity | None = None
         #: adapt the limit to latency too (the server reports no capacity)
         self.adapt_to_latency = False
-        #: the fastest seconds per unit of work seen, and this window's ratios to it
-        self.fastest: float | None = None
+        #: the fastest seconds per unit of work seen, by size of work (the binary
+        #: exponent of its units), and this window's ratios to it
+        self.fastest: dict[int, float] = {}
         self.window_ratios: list[float] = []
         self._fitting: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
@@ -311,14 +318,17 @@ class Endpoint:
         if not self.adapt_to_latency or work <= 0 or seconds <= 0:
             return
         rate = seconds / work
-        if self.fastest is None or rate < self.fastest:
-            self.fastest = rate
-        self.window_ratios.append(rate / self.fastest)
+        size = math.frexp(work)[1]  # work in [2 ** (size - 1), 2 ** size)
+        fastest = self.fastest.get(size)
+        if fastest is None or rate < fastest:
+            fastest = self.fastest[size] = rate
+        self.window_ratios.append(rate / fastest)
 
     def _slow(self) -> bool:
         """This window's attempts waited in the server's queue: their median latency per
-        unit of work is ``LATENCY_FACTOR`` times the fastest (at least half the window
-        answered, and more than one attempt was allowed in flight)."""
+        unit of work is ``LATENCY_FACTOR`` times the fastest of the same size of work (at
+        least half the window answered, and more than one attempt was allowed in
+        flight)."""
         ratios = self.window_ratios
         if self.limit <= 1 or len(ratios) * 2 < self.window_done:
             return False

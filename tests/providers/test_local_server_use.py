@@ -263,19 +263,24 @@ def test_openais_own_api_is_not_asked() -> None:
     assert asyncio.run(adapter.server_capacity()) is None  # would need the network
 
 
+def answered(endpoint: Endpoint, clock: list[float], latencies: list[float], work: float) -> None:
+    """One window of attempts sent together, each answered after its latency."""
+    sent = [endpoint.clock() for _ in latencies]
+    for _ in latencies:
+        endpoint.in_flight += 1
+    for at, seconds in zip(sent, latencies, strict=True):
+        clock[0] = at + seconds
+        endpoint.release(at, None, work=work)
+        clock[0] = at
+
+
 def test_a_window_of_queued_answers_halves_the_limit_and_a_quick_one_does_not() -> None:
     clock = [0.0]
     endpoint = Endpoint("http://x/v1", 16, clock=lambda: clock[0])
     endpoint.fit(ServerCapacity(None))
 
     def window(latencies: list[float]) -> None:
-        sent = [endpoint.clock() for _ in latencies]
-        for _ in latencies:
-            endpoint.in_flight += 1
-        for at, seconds in zip(sent, latencies, strict=True):
-            clock[0] = at + seconds
-            endpoint.release(at, None, work=100.0)
-            clock[0] = at
+        answered(endpoint, clock, latencies, 100.0)
 
     window([1.0, 1.2, 0.9, 1.1, 1.0, 1.3, 1.0, 0.95, 1.05, 1.1, 1.0, 1.2, 1.0, 1.1, 1.0, 1.0])
     assert endpoint.limit == 16 and endpoint.stats.slow_windows == 0
@@ -285,6 +290,26 @@ def test_a_window_of_queued_answers_halves_the_limit_and_a_quick_one_does_not() 
     fitted = Endpoint("http://y/v1", 16, clock=lambda: clock[0])
     fitted.fit(ServerCapacity(16, "test"))
     assert not fitted.adapt_to_latency
+
+
+def test_short_answers_from_a_fixed_latency_server_are_not_taken_for_a_queue() -> None:
+    """A server whose latency is mostly fixed (a hosted gateway; the bench's stub at 1 s)
+    answers a 40-token memory summary in the time of a 600-token resolution. Per unit of
+    work the summary looks 15 times slower; compared with the fastest of any size, every
+    window of the memory phase was "queued" and the limit halved down to 1 (the bench's
+    1,000-character tick then took 600 s instead of 17). Compared with answers of the same
+    size, nothing is slow."""
+    clock = [0.0]
+    endpoint = Endpoint("http://x/v1", 200, clock=lambda: clock[0])
+    endpoint.fit(ServerCapacity(None))
+    for _ in range(2):  # a phase of long answers, then one of short ones, each at 1 s
+        answered(endpoint, clock, [1.0] * 200, 600.0)
+        for _ in range(5):
+            answered(endpoint, clock, [1.0, 1.1, 0.95, 1.05] * 50, 40.0)
+    assert endpoint.stats.slow_windows == 0 and endpoint.limit == 200
+    # short answers that do wait in a queue are still found
+    answered(endpoint, clock, [1.0 * k for k in range(1, 201)], 40.0)
+    assert endpoint.stats.slow_windows == 1 and endpoint.limit == 100
 
 
 def test_a_tick_on_a_llama_cpp_python_like_server_notes_form_and_capacity(
