@@ -244,11 +244,13 @@ def test_gemini_embeds_through_its_sdk_and_caches(tmp_path: Path, gemini_stub: A
     assert gemini_stub.stats.generations == generations
 
 
-def test_a_gemini_rate_limit_is_retried_and_a_bad_answer_stops_the_tick(
+def test_gemini_failures_are_retried_and_a_bad_answer_stops_the_tick(
     tmp_path: Path, gemini_stub: Any
 ) -> None:
+    """A rate limit and a short answer are retried as a call's failures are; an answer
+    that stays bad stops the tick with nothing written."""
     gemini_stub.embedding = vectors
-    gemini_stub.embedding_faults.extend(["rate_limit", "server_error"])
+    gemini_stub.embedding_faults.extend(["rate_limit", "empty"])
     world = world_with_cells(tmp_path, 10)
     config = CONFIG.replace(MODEL, GEMINI_MODEL) + "\n[llm]\nbackoff_base_seconds = 0.01\n"
     (world / "config.toml").write_text(config)
@@ -256,14 +258,14 @@ def test_a_gemini_rate_limit_is_retried_and_a_bad_answer_stops_the_tick(
     assert result.exit_code == 0, result.output
     assert gemini_stub.stats.by_route[GEMINI_ROUTE] == 3
     assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
-    # a short answer: not retried, the tick stops and writes nothing
     fresh = world_with_cells(tmp_path / "fresh", 10)
     (fresh / "config.toml").write_text(config)
-    gemini_stub.embedding_faults.append("empty")
+    gemini_stub.embedding = lambda text: [1.0] * len(text)  # lengths differ: every time
     before = tree(fresh)
     stopped = gemini_tick(fresh, gemini_stub)
     assert stopped.exit_code != 0
-    assert "Traceback" not in stopped.output and "embeddings" in stopped.output
+    assert "Traceback" not in stopped.output
+    assert "embeddings answer has embeddings of different lengths" in stopped.output
     assert tree(fresh) == before
 
 
