@@ -269,6 +269,19 @@ def test_gemini_failures_are_retried_and_a_bad_answer_stops_the_tick(
     assert tree(fresh) == before
 
 
+def test_a_gemini_endpoint_is_asked_for_a_gemini_embedding_model(tmp_path: Path) -> None:
+    world = world_with_cells(tmp_path, 10)
+    (world / "config.toml").unlink()
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        '[llm]\nprovider = "gemini"\n' + CONFIG.replace(f'embedding_model = "{MODEL}"', "")
+    )
+    result = run("check", "--world", str(world), "--config", str(mine))
+    assert result.exit_code == 2, result.output
+    assert "memory.embedding_model" in result.output
+    assert 'embedding_model = "gemini-embedding-001"' in result.output
+
+
 @pytest.mark.parametrize("command", ["tick", "check"])
 @pytest.mark.parametrize("provider", ["anthropic"])
 def test_a_provider_without_embeddings_is_refused(
