@@ -3,10 +3,10 @@ adapter offers them by.
 
 An adapter that can embed has ``async def embed(model, texts, timeout_seconds)``
 returning an ``Embedded`` (one vector per text, in order, and the usage the server
-counted). Only the bottom of a stack has it: the stack's builder hands each endpoint's
-provider adapter that embeds to the runner (``sim.engine.stack.Stack.embedders``), so the
-request goes over the connections, base URL and key that endpoint's calls use, and
-nowhere else.
+counted), and ``max_texts``, the most texts its API takes in one request. Only the
+bottom of a stack has it: the stack's builder hands each endpoint's provider adapter that
+embeds to the runner (``sim.engine.stack.Stack.embedders``), so the request goes over the
+connections, base URL and key that endpoint's calls use, and nowhere else.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ class Embedded:
 
 @runtime_checkable
 class Embedder(Protocol):
-    """An adapter that fetches embeddings (``OpenAIFamilyAdapter.embed``)."""
+    """An adapter that fetches embeddings (``OpenAIFamilyAdapter.embed``,
+    ``GeminiAdapter.embed``)."""
+
+    #: the most texts one ``embed`` may be given (its API's limit per request)
+    max_texts: int
 
     async def embed(self, model: str, texts: Sequence[str], timeout_seconds: float) -> Embedded: ...

@@ -1,5 +1,5 @@
 """A provider's embeddings of memory texts (``[memory] embeddings = "provider"`` on an
-``openai`` or ``chat`` endpoint), cached in the world and scored by cosine.
+``openai``, ``chat`` or ``gemini`` endpoint), cached in the world and scored by cosine.
 
 Before a phase that retrieves builds its inputs, the engine asks the endpoint for the
 vectors of every text (cells and situations) the cache does not hold, a few batched
@@ -259,12 +259,13 @@ async def fetch(
     retry: RetryPolicy | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> int:
-    """Fetch the vectors of ``texts`` the cache lacks, ``BATCH`` a request, and write the
-    cache; the number of texts fetched. Each request is held against ``budget`` first
-    (its worst case: a token per byte of its texts, priced as ``[prices]`` prices the
-    model on ``provider``) and settled with the tokens the server counted. A rate limit
-    or a transient failure (timeout, 5xx, connection) is retried as ``retry`` says
-    (``[llm]``'s counts and backoff), as a call's would be.
+    """Fetch the vectors of ``texts`` the cache lacks, ``BATCH`` a request (fewer if the
+    embedder's ``max_texts`` says so), and write the cache; the number of texts fetched.
+    Each request is held against ``budget`` first (its worst case: a token per byte of
+    its texts, priced as ``[prices]`` prices the model on ``provider``) and settled with
+    the tokens the server counted. A rate limit or a transient failure (timeout, 5xx,
+    connection) is retried as ``retry`` says (``[llm]``'s counts and backoff), as a
+    call's would be.
 
     Raises:
         LLMError: a request failed (as a call's failures are named), or would cross a
@@ -272,8 +273,9 @@ async def fetch(
         RunError: the model sent vectors of different lengths.
     """
     wanted = cache.missing(texts)
-    for start in range(0, len(wanted), BATCH):
-        chunk = wanted[start : start + BATCH]
+    size = max(1, min(BATCH, embedder.max_texts))
+    for start in range(0, len(wanted), size):
+        chunk = wanted[start : start + size]
         held = None
         if budget is not None:
             worst = Usage(input_tokens=sum(len(t.encode()) + 1 for t in chunk))

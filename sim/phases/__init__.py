@@ -149,7 +149,7 @@ def check_memory(config: Config, source: Path | None = None) -> None:
                 source,
                 "memory.embeddings",
                 f"phase {name!r} runs on provider {kind!r}, whose embeddings sim does not "
-                f"fetch (only {' and '.join(EMBEDDING_PROVIDERS)} endpoints'); use "
+                f"fetch (only {', '.join(EMBEDDING_PROVIDERS)} endpoints'); use "
                 'embeddings = "none" (lexical relevance), or run the phase on one of those',
             )
         if memory.embedding_model is None:
@@ -164,12 +164,15 @@ def check_memory(config: Config, source: Path | None = None) -> None:
                 field_name,
                 f'phase {name!r} retrieves with memory.embeddings = "provider" on its '
                 f"{kind!r} endpoint: name the embedding model, e.g. "
-                'embedding_model = "text-embedding-3-small"',
+                f'embedding_model = "{_EMBEDDING_EXAMPLES.get(kind, "text-embedding-3-small")}"',
             )
 
 
-#: the providers whose adapters fetch embeddings (``OpenAIFamilyAdapter.embed``)
-EMBEDDING_PROVIDERS = ("openai", "chat")
+#: the providers whose adapters fetch embeddings (``OpenAIFamilyAdapter.embed``,
+#: ``GeminiAdapter.embed``)
+EMBEDDING_PROVIDERS = ("openai", "chat", "gemini")
+#: an embedding model of a provider, for the error that asks for one
+_EMBEDDING_EXAMPLES = {"gemini": "gemini-embedding-001"}
 
 
 #: phases every later one depends on: they run every tick

@@ -92,6 +92,8 @@ class OpenAIFamilyAdapter(Responder, ABC):
     local_without_key: ClassVar[bool] = False
     #: the request field a server names when it refuses a structured-output form
     schema_field: ClassVar[str] = "response_format"
+    #: the most texts one ``embed`` sends (OpenAI takes 2,048 inputs a request)
+    max_texts: int = 2048
 
     def __init__(
         self,

@@ -8,6 +8,10 @@ tools as function declarations with one call forced (mode ``ANY``; ``AUTO`` / ``
 ``functionResponse`` parts (thought signatures sent back). Gemini keeps no
 responses, so there are no server chains and nothing to delete.
 
+Embeddings (``[memory] embeddings = "provider"``) are the SDK's ``embed_content``: one
+``POST {base_url}/v1beta/models/{model}:batchEmbedContents`` (a ``requests`` entry per text,
+at most ``MAX_EMBED_TEXTS``) over the same client, key and HTTP options as the calls.
+
 The answer is checked here, in this order: a blocked prompt (``promptFeedback``) or a
 candidate stopped for safety, recitation or a blocklist -> ``LLMRefusalError``; ``MAX_TOKENS``
 (Gemini counts thinking tokens against it) or another early stop ->
@@ -24,12 +28,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import httpx2
+import pydantic
 
 from sim.llm.calls import schema_json
+from sim.llm.embedding import Embedded
 from sim.llm.enums import constrain
 from sim.llm.errors import (
     LLMAPIError,
@@ -63,6 +71,9 @@ DEFAULT_KEY_ENV = "GEMINI_API_KEY"
 #: the API version the SDK puts in front of every path (``{base_url}/v1beta/models/...``)
 API_VERSION = "v1beta"
 INSTALL_HINT = "pip install 'sim[gemini]'"
+#: the most texts one ``batchEmbedContents`` request may carry (the API refuses more:
+#: "at most 100 requests can be in one batch")
+MAX_EMBED_TEXTS = 100
 
 #: finish reasons that mean the model (or Google's filters) declined to answer
 _REFUSALS = frozenset(
@@ -239,6 +250,43 @@ def _tool_calls(parts: list[gt.Part]) -> ToolCalls:
     return ToolCalls(calls=calls, content=_text(parts) or None)
 
 
+def _vectors(
+    response: gt.EmbedContentResponse, count: int, model: str
+) -> tuple[tuple[float, ...], ...]:
+    """The ``count`` vectors of a ``batchEmbedContents`` answer, in the texts' order (Gemini
+    answers in request order, without indices).
+
+    Raises:
+        LLMAPIError: ``bad_response``, naming what is wrong: not one embedding per text,
+            an embedding that is empty or holds a number that is not finite, embeddings
+            of different lengths.
+    """
+
+    def bad(problem: str) -> LLMAPIError:
+        return LLMAPIError(f"the embeddings answer {problem}", code="bad_response", model=model)
+
+    embeddings = response.embeddings or []
+    if len(embeddings) != count:
+        raise bad(f"holds {len(embeddings)} embedding(s) for {count} text(s)")
+    vectors: list[tuple[float, ...]] = []
+    for position, embedding in enumerate(embeddings):
+        values = embedding.values
+        if not values or not all(math.isfinite(v) for v in values):
+            raise bad(f"has no list of finite numbers at embeddings[{position}]")
+        if vectors and len(values) != len(vectors[0]):
+            raise bad("has embeddings of different lengths")
+        vectors.append(tuple(float(v) for v in values))
+    return tuple(vectors)
+
+
+def _embed_usage(response: gt.EmbedContentResponse) -> Usage:
+    """The tokens the answer counted (``usageMetadata.promptTokenCount``); none counted
+    when it carries no count."""
+    meta = response.usage_metadata
+    tokens = meta.prompt_token_count if meta is not None else None
+    return Usage(input_tokens=max(0, tokens or 0))
+
+
 def _error_details(exc: genai_errors.APIError) -> list[dict[str, Any]]:
     """The ``details`` list of a Google error body (``{"error": {..., "details": [...]}}``)."""
     body = exc.details
@@ -310,6 +358,8 @@ class GeminiAdapter(SDKAdapter["genai.Client"]):
     require_sdk = staticmethod(require_sdk)
     #: the HTTP client this adapter built (none for a client handed in)
     _http: httpx2.AsyncClient | None = None
+    #: the most texts one ``embed`` sends (``sim.mind.vectors.fetch`` batches by it)
+    max_texts: int = MAX_EMBED_TEXTS
 
     def connect(
         self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
@@ -378,6 +428,36 @@ class GeminiAdapter(SDKAdapter["genai.Client"]):
         except Exception as exc:
             raise map_gemini_error(exc, api_key_env=self.api_key_env, model=settings.model) from exc
         return self.answer(request, response)
+
+    async def embed(self, model: str, texts: Sequence[str], timeout_seconds: float) -> Embedded:
+        """The embeddings of ``texts`` (at most ``max_texts``) by ``model``: the SDK's
+        ``embed_content``, one ``batchEmbedContents`` request, on this adapter's client
+        (base URL, key, HTTP options). Each text is a ``Content`` of its own, so a model
+        the SDK takes for multimodal does not merge them into one. The answer is untrusted
+        (``_vectors``).
+
+        Raises:
+            LLMError: as a call's failures are mapped (``map_gemini_error``), or
+                ``bad_response`` for an answer that is not one vector per text.
+        """
+        contents = [gt.Content(role="user", parts=[gt.Part(text=text)]) for text in texts]
+        config = gt.EmbedContentConfig(
+            http_options=gt.HttpOptions(timeout=max(1, int(timeout_seconds * 1000)))
+        )
+        try:
+            response = await self.client.aio.models.embed_content(
+                model=model, contents=contents, config=config
+            )
+        except pydantic.ValidationError as exc:  # the SDK read an answer of another shape
+            raise LLMAPIError(
+                f"the embeddings answer is not in Gemini's shape ({exc.error_count()} problem(s))",
+                code="bad_response",
+                cause=exc,
+                model=model,
+            ) from exc
+        except Exception as exc:
+            raise map_gemini_error(exc, api_key_env=self.api_key_env, model=model) from exc
+        return Embedded(_vectors(response, len(texts), model), _embed_usage(response))
 
     def answer(
         self, request: ModelRequest, response: gt.GenerateContentResponse

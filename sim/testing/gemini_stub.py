@@ -19,10 +19,19 @@ token count exceeds", ``malformed`` (half the JSON), ``raw_newline`` (a raw line
 JSON string), ``refusal`` (``finishReason: SAFETY``), ``blocked``
 (``promptFeedback.blockReason: SAFETY``), ``incomplete`` (``MAX_TOKENS``),
 ``unknown_tool``. Every fault listed in ``GEMINI_FAULTS`` is performed.
+
+Embeddings: ``POST /v1beta/models/{model}:batchEmbedContents`` (what the SDK's
+``embed_content`` sends: ``{"requests": [{"model": "models/...", "content": {"parts":
+[{"text"}]}}]}``, at most ``MAX_EMBED_TEXTS``) answers ``{"embeddings": [{"values": [...]}],
+"usageMetadata": {"promptTokenCount"}}`` with ``StubServer.embedding`` of each text (the
+same deterministic vectors as the OpenAI stub's ``/v1/embeddings``), in request order.
+``embedding_faults`` fail the next ones: an HTTP-level fault above in Google's words, or
+``malformed`` (half the JSON) or ``empty`` (one embedding short).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import uuid
@@ -32,10 +41,29 @@ import orjson
 
 from sim.testing.sdk_stub import SDKStubServer
 from sim.testing.stub_model import ANSWER_FAULTS, Answer, Ask, Json, Pair, pair_turns
-from sim.testing.stub_server import FAULTS, _HTTPError
+from sim.testing.stub_server import BAD_GATEWAY_BODY, FAULTS, _HTTPError
 
 GEMINI_FAULTS = (*FAULTS, "blocked")
-_ROUTE = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):generateContent$")
+#: the most texts one ``batchEmbedContents`` request may carry, as Gemini's API
+MAX_EMBED_TEXTS = 100
+#: the faults ``embedding_faults`` may hold: HTTP-level ones and two of the answer
+EMBEDDING_FAULTS = (
+    "rate_limit",
+    "insufficient_quota",
+    "server_error",
+    "auth",
+    "forbidden",
+    "model_not_found",
+    "context_length",
+    "hang",
+    "stall",
+    "bad_gateway",
+    "malformed",
+    "empty",
+)
+_ROUTE = re.compile(
+    r"^/v1beta/models/(?P<model>[^/:]+):(?P<method>generateContent|batchEmbedContents)$"
+)
 _STATUS = {
     400: "INVALID_ARGUMENT",
     403: "PERMISSION_DENIED",
@@ -175,12 +203,65 @@ class GeminiStubServer(SDKStubServer):
     def _error(self, status: int, type_: str, message: str) -> Json:
         return google_error(status, message)
 
-    async def _route(self, method: str, path: str, request: Any) -> Json | None:
+    async def _route(self, method: str, path: str, request: Any) -> Json | bytes | None:
         match = _ROUTE.match(path)
         if method != "POST" or not match:
             return None
+        if match["method"] == "batchEmbedContents":
+            return await self._embed(match["model"], request)
         self.log.append(request)
         return await self._generate(match["model"], request)
+
+    async def _embed(self, model: str, request: Any) -> Json | bytes:
+        """``batchEmbedContents``: a vector per request entry, in order; the request is
+        checked as Google checks it (each entry names this model and holds text)."""
+        entries = field(request, "requests")
+        if not isinstance(entries, list) or not entries:
+            raise _HTTPError(400, google_error(400, "requests must be a non-empty list"))
+        if len(entries) > MAX_EMBED_TEXTS:
+            raise _HTTPError(
+                400,
+                google_error(
+                    400,
+                    "* BatchEmbedContentsRequest.requests: at most 100 requests can be in "
+                    "one batch",
+                ),
+            )
+        texts: list[str] = []
+        for n, entry in enumerate(entries):
+            if field(entry, "model") != f"models/{model}":
+                raise _HTTPError(
+                    400, google_error(400, f"requests[{n}].model must be models/{model}")
+                )
+            text = _text(field(entry, "content"))
+            if not text:
+                raise _HTTPError(400, google_error(400, f"requests[{n}].content has no text"))
+            texts.append(text)
+        self.embedding_log.append(request)
+        fault = self.embedding_faults.popleft() if self.embedding_faults else None
+        if fault is not None:
+            if fault not in EMBEDDING_FAULTS:  # a test's mistake: said, not answered
+                raise _HTTPError(400, google_error(400, f"stub: no embeddings fault {fault!r}"))
+            self.stats.faults[fault] += 1
+            if fault in ("hang", "stall"):
+                await asyncio.sleep(self.options.hang_seconds)
+                raise _HTTPError(500, google_error(500, "hung"))
+            if fault == "bad_gateway":
+                raise _HTTPError(502, BAD_GATEWAY_BODY)
+            self._http_fault(fault, model)  # raises for an HTTP-level fault
+        tokens = sum(max(1, len(t.split())) for t in texts)
+        self.stats.input_tokens += tokens
+        vectors = [{"values": self.embedding(t)} for t in texts]
+        if fault == "empty":
+            vectors.pop()
+        body: Json = {
+            "embeddings": vectors,
+            "usageMetadata": {"promptTokenCount": tokens, "totalTokenCount": tokens},
+        }
+        if fault == "malformed":
+            raw = orjson.dumps(body)
+            return raw[: len(raw) // 2]
+        return body
 
     def _http_fault(self, fault: str, model: str) -> str | None:
         """Google's status and error details for each HTTP-level fault."""

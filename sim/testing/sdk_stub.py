@@ -46,8 +46,9 @@ class SDKStubServer(StubServer):
         """An error body in this API's format (``type_``: the Anthropic-style error type)."""
         raise NotImplementedError
 
-    async def _route(self, method: str, path: str, request: Any) -> Json | None:
-        """The answer to a request on this API's route, ``None`` when it is not the route."""
+    async def _route(self, method: str, path: str, request: Any) -> Json | bytes | None:
+        """The answer to a request on this API's route (``bytes``: sent as they are),
+        ``None`` when it is not the route."""
         raise NotImplementedError
 
     def _http_fault(self, fault: str, model: str) -> str | None:

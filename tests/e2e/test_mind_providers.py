@@ -88,3 +88,34 @@ def test_anthropic(tmp_path: Path, anthropic_stub: Any) -> None:
     env = {"ANTHROPIC_API_KEY": "sk-ant-test", "OPENAI_API_KEY": None}
     run_ticks(world, "anthropic", anthropic_stub.base_url, env)
     check(world)
+
+
+#: retrieval and reflection scored with the provider's embeddings, where it has them
+EMBEDDINGS = '\nembeddings = "provider"\nembedding_model = "{model}"\n'
+
+
+@pytest.mark.parametrize("provider", ["openai", "chat", "gemini"])
+def test_provider_embeddings(
+    tmp_path: Path, stub_server: Any, gemini_stub: Any, provider: str
+) -> None:
+    """The providers with embeddings (``[memory] embeddings = "provider"``): three ticks
+    of retrieval and reflection fetch the vectors from the provider's stub once per text
+    and keep them in the world's cache."""
+    world = minds(tmp_path)
+    model = "gemini-embedding-001" if provider == "gemini" else "text-embedding-3-small"
+    config = MIND.replace("k = 3\n", "k = 3" + EMBEDDINGS.format(model=model))
+    (world / "config.toml").write_text(config)
+    if provider == "gemini":
+        stub = gemini_stub
+        env = {"GEMINI_API_KEY": "gemini-test", "GEMINI_MODEL": None, "OPENAI_API_KEY": None}
+    else:
+        stub, env = stub_server, {"OPENAI_API_KEY": "sk-test"}
+    run_ticks(world, provider, stub.base_url, env)
+    check(world)
+    texts = [
+        r["content"]["parts"][0]["text"] if provider == "gemini" else r
+        for body in stub.embedding_log
+        for r in body.get("requests", body.get("input"))
+    ]
+    assert texts and len(texts) == len(set(texts)), "a text was embedded twice"
+    assert len(list((world / ".sim" / "embeddings").glob("*.jsonl"))) == 1

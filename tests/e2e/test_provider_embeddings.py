@@ -1,8 +1,9 @@
-"""``[memory] embeddings = "provider"`` on the ``chat`` and ``openai`` providers: the
-vectors come from the stub server's ``/v1/embeddings`` over real HTTP (the adapter's own
-aiohttp connections), are cached in the world's ``.sim/embeddings`` and decide which cells
-a character recalls; a second tick, a replay and a corrupt cache are covered, and a
-provider without embeddings is refused by name."""
+"""``[memory] embeddings = "provider"`` on the ``chat``, ``openai`` and ``gemini``
+providers: the vectors come from the stub server's ``/v1/embeddings`` over real HTTP (the
+adapter's own aiohttp connections), or the Gemini stub's ``batchEmbedContents`` (Google's
+SDK), are cached in the world's ``.sim/embeddings`` and decide which cells a character
+recalls; a second tick, a replay and a corrupt cache are covered, and a provider without
+embeddings is refused by name."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def vectors(text: str) -> list[float]:
 LOCATIONS = {p.stem for p in (WORLDS / "minds" / "locations").glob("*.json")}
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> Result:
+def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
@@ -191,8 +192,98 @@ def test_a_bad_embeddings_answer_stops_the_tick_with_nothing_written(
     assert tree(world) == before
 
 
+GEMINI_MODEL = "gemini-embedding-001"
+GEMINI_ROUTE = f"POST /v1beta/models/{GEMINI_MODEL}:batchEmbedContents"
+
+
+def gemini_tick(world: Path, stub: Any) -> Result:
+    env = {"GEMINI_API_KEY": KEY, "GEMINI_MODEL": None, "OPENAI_API_KEY": None}
+    args = ["--provider", "gemini", "--base-url", stub.base_url]
+    return run("tick", "--world", str(world), *args, env=env)
+
+
+def gemini_texts(stub: Any) -> list[str]:
+    return [
+        r["content"]["parts"][0]["text"] for body in stub.embedding_log for r in body["requests"]
+    ]
+
+
+def test_gemini_embeds_through_its_sdk_and_caches(tmp_path: Path, gemini_stub: Any) -> None:
+    """The gemini provider: ``batchEmbedContents`` on the configured server, with the
+    configured model; the vectors decide the recall, are cached, and neither a second tick
+    nor a replay sends a cached text again."""
+    gemini_stub.embedding = vectors
+    world = world_with_cells(tmp_path, 60)
+    (world / "config.toml").write_text(CONFIG.replace(MODEL, GEMINI_MODEL))
+    result = gemini_tick(world, gemini_stub)
+    assert result.exit_code == 0, result.output
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+    assert gemini_stub.stats.by_route[GEMINI_ROUTE] == 1
+    (body,) = gemini_stub.embedding_log
+    assert {r["model"] for r in body["requests"]} == {f"models/{GEMINI_MODEL}"}
+    first = gemini_texts(gemini_stub)
+    assert ZEBRA in first and GIRAFFE in first and len(first) == len(set(first))
+    assert "embeddings: 1 request(s)" in result.output
+    assert KEY not in result.output
+    (cache,) = (world / ".sim" / "embeddings").glob("*.jsonl")
+    assert KEY.encode() not in cache.read_bytes()
+    assert orjson.loads(cache.read_bytes().split(b"\n")[0]) == {
+        "model": GEMINI_MODEL,
+        "dimensions": 3,
+    }
+    second = gemini_tick(world, gemini_stub)
+    assert second.exit_code == 0, second.output
+    again = gemini_texts(gemini_stub)[len(first) :]
+    assert again and not set(again) & set(first), "a cached text was sent again"
+    assert recalled(world, 2) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+    requests = gemini_stub.stats.by_route[GEMINI_ROUTE]
+    generations = gemini_stub.stats.generations
+    replay = run("replay", "--world", str(world), "--tick", "1")
+    assert replay.exit_code == 0, replay.output
+    assert gemini_stub.stats.by_route[GEMINI_ROUTE] == requests
+    assert gemini_stub.stats.generations == generations
+
+
+def test_gemini_failures_are_retried_and_a_bad_answer_stops_the_tick(
+    tmp_path: Path, gemini_stub: Any
+) -> None:
+    """A rate limit and a short answer are retried as a call's failures are; an answer
+    that stays bad stops the tick with nothing written."""
+    gemini_stub.embedding = vectors
+    gemini_stub.embedding_faults.extend(["rate_limit", "empty"])
+    world = world_with_cells(tmp_path, 10)
+    config = CONFIG.replace(MODEL, GEMINI_MODEL) + "\n[llm]\nbackoff_base_seconds = 0.01\n"
+    (world / "config.toml").write_text(config)
+    result = gemini_tick(world, gemini_stub)
+    assert result.exit_code == 0, result.output
+    assert gemini_stub.stats.by_route[GEMINI_ROUTE] == 3
+    assert recalled(world, 1) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+    fresh = world_with_cells(tmp_path / "fresh", 10)
+    (fresh / "config.toml").write_text(config)
+    gemini_stub.embedding = lambda text: [1.0] * len(text)  # lengths differ: every time
+    before = tree(fresh)
+    stopped = gemini_tick(fresh, gemini_stub)
+    assert stopped.exit_code != 0
+    assert "Traceback" not in stopped.output
+    assert "embeddings answer has embeddings of different lengths" in stopped.output
+    assert tree(fresh) == before
+
+
+def test_a_gemini_endpoint_is_asked_for_a_gemini_embedding_model(tmp_path: Path) -> None:
+    world = world_with_cells(tmp_path, 10)
+    (world / "config.toml").unlink()
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        '[llm]\nprovider = "gemini"\n' + CONFIG.replace(f'embedding_model = "{MODEL}"', "")
+    )
+    result = run("check", "--world", str(world), "--config", str(mine))
+    assert result.exit_code == 2, result.output
+    assert "memory.embedding_model" in result.output
+    assert 'embedding_model = "gemini-embedding-001"' in result.output
+
+
 @pytest.mark.parametrize("command", ["tick", "check"])
-@pytest.mark.parametrize("provider", ["anthropic", "gemini"])
+@pytest.mark.parametrize("provider", ["anthropic"])
 def test_a_provider_without_embeddings_is_refused(
     tmp_path: Path, provider: str, command: str
 ) -> None:
