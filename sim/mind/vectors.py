@@ -36,7 +36,7 @@ import orjson
 from sim import safefs
 from sim.errors import InputError, RunError
 from sim.llm.budget import Budget
-from sim.llm.embedding import Embedded, Embedder
+from sim.llm.embedding import Embedded, Embedder, EmbeddingSent
 from sim.llm.errors import LLMError
 from sim.llm.recovery import RetryPolicy, classify
 from sim.llm.types import Usage
@@ -258,13 +258,18 @@ async def fetch(
     provider: str = "",
     retry: RetryPolicy | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    phase: str = "",
+    on_sent: Callable[[EmbeddingSent], None] | None = None,
 ) -> int:
     """Fetch the vectors of ``texts`` the cache lacks, ``BATCH`` a request, and write the
     cache; the number of texts fetched. Each request is held against ``budget`` first
     (its worst case: a token per byte of its texts, priced as ``[prices]`` prices the
     model on ``provider``) and settled with the tokens the server counted. A rate limit
     or a transient failure (timeout, 5xx, connection) is retried as ``retry`` says
-    (``[llm]``'s counts and backoff), as a call's would be.
+    (``[llm]``'s counts and backoff), as a call's would be. Each answered request is handed
+    to ``on_sent`` (the tick's log records it, for the books) before its vectors are
+    cached, so one the log lacks is never one the cache holds: a resumed tick that finds
+    the texts cached finds the request logged too.
 
     Raises:
         LLMError: a request failed (as a call's failures are named), or would cross a
@@ -287,6 +292,8 @@ async def fetch(
                 budget.settle(held, usage)
         cache.requests += 1
         cache.usage = cache.usage + usage
+        if on_sent is not None:
+            on_sent(EmbeddingSent(phase, cache.model, provider, len(chunk), usage))
         try:
             cache.add(chunk, answer.vectors)
         except ValueError as exc:
