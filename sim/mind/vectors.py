@@ -266,10 +266,12 @@ async def fetch(
     (its worst case: a token per byte of its texts, priced as ``[prices]`` prices the
     model on ``provider``) and settled with the tokens the server counted. A rate limit
     or a transient failure (timeout, 5xx, connection) is retried as ``retry`` says
-    (``[llm]``'s counts and backoff), as a call's would be. Each answered request is handed
-    to ``on_sent`` (the tick's log records it, for the books) before its vectors are
-    cached, so one the log lacks is never one the cache holds: a resumed tick that finds
-    the texts cached finds the request logged too.
+    (``[llm]``'s counts and backoff), as a call's would be. Each request whose vectors are
+    used is handed to ``on_sent`` (the tick's log records it, for the books) before they
+    are written to the cache file, so one the log lacks is never one the cache holds: a
+    resumed tick that finds the texts cached finds the request logged too. (An answer
+    refused as malformed stops the tick with nothing written: its tokens are in the
+    budget only.)
 
     Raises:
         LLMError: a request failed (as a call's failures are named), or would cross a
@@ -292,12 +294,12 @@ async def fetch(
                 budget.settle(held, usage)
         cache.requests += 1
         cache.usage = cache.usage + usage
-        if on_sent is not None:
-            on_sent(EmbeddingSent(phase, cache.model, provider, len(chunk), usage))
         try:
             cache.add(chunk, answer.vectors)
         except ValueError as exc:
             raise RunError(f"embeddings not used: {exc}") from None
+        if on_sent is not None:  # logged before the cache keeps it
+            on_sent(EmbeddingSent(phase, cache.model, provider, len(chunk), usage))
         cache.save()  # each batch kept at once: an interrupted tick does not pay twice
     return len(wanted)
 
