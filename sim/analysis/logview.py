@@ -270,7 +270,7 @@ def call_lines(log: TickLog) -> Iterator[str]:
         model = f"{record.provider}/{record.model}" if record.provider else record.model
         yield (
             f"embeddings before {record.phase}: {model}, {record.texts} texts, "
-            f"{record.usage.input_tokens} input tokens, "
+            f"{record.input_tokens} input tokens, "
             f"{embedding_cost(record, prices).text()}"
         )
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)

@@ -188,7 +188,7 @@ def embedding_row(
 ) -> UsageRow:
     """One logged embeddings request as a row: its tokens and cost, not a request."""
     row = UsageRow(key, embedding_requests=1, cost=embedding_cost(record, prices, cache))
-    row.add_usage(record.usage.to_usage())
+    row.add_usage(record.to_usage())
     return row
 
 

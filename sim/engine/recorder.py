@@ -70,7 +70,6 @@ from sim.ticklog.records import (
     PhaseReportRecord,
     PolicyRecord,
     ResumeRecord,
-    TokenCounts,
     UsageRecord,
     dump_record,
 )
@@ -349,7 +348,6 @@ class TickRecorder:
         and cost (``sim.ticklog.books``). A resumed or replayed tick finds its texts cached
         and sends (and logs) nothing again."""
         self._spent = True
-        usage = TokenCounts.of(sent.usage)
         cost = price_usage(sent.usage, sent.model, self.config.prices, self._prices, sent.provider)
         self._add_cost(cost.value)
         record = EmbeddingRecord(
@@ -357,7 +355,7 @@ class TickRecorder:
             model=sent.model,
             provider=sent.provider,
             texts=sent.texts,
-            usage=usage,
+            input_tokens=sent.usage.input_tokens,
             cost_usd=cost.value,
         )
         self.writer.append(record)

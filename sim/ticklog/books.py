@@ -14,7 +14,7 @@ Embeddings requests (``[memory] embeddings = "provider"``: ``embedding`` records
 billed too: their tokens and cost are in ``Books.usage`` and ``Books.cost``, each priced as
 ``[prices]`` prices its model on the provider it went to. They are not model calls:
 ``Books.calls`` never counts them, ``Books.embedding_requests`` does (and
-``Books.embedding_usage`` holds their part of the tokens).
+``Books.embedding_tokens`` holds their part of the tokens).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def embedding_cost(
 ) -> Cost:
     """What a logged embeddings request cost at ``prices``: its tokens at its model's price
     on the provider it went to (as its budget reservation priced it)."""
-    return price_usage(record.usage.to_usage(), record.model, prices, cache, record.provider)
+    return price_usage(record.to_usage(), record.model, prices, cache, record.provider)
 
 
 def timed_out(call: CallRecord) -> int:
@@ -83,7 +83,7 @@ class Books:
     """Calls, tokens and cost of a set of logged calls and embeddings requests.
 
     ``calls`` and ``failures`` are model calls only; ``usage`` and ``cost`` are everything
-    billed, embeddings requests included (``embedding_usage`` is their part).
+    billed, embeddings requests included (``embedding_tokens`` is their part).
     """
 
     calls: int = 0
@@ -91,9 +91,9 @@ class Books:
     usage: Usage = field(default_factory=Usage)
     cost: Cost = field(default_factory=Cost)
     timed_out: int = 0
-    #: embeddings requests (not calls) and the tokens the servers counted for them
+    #: embeddings requests (not calls) and the (input) tokens the servers counted for them
     embedding_requests: int = 0
-    embedding_usage: Usage = field(default_factory=Usage)
+    embedding_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -121,10 +121,9 @@ class Books:
         cache: dict[str, Price | None] | None = None,
     ) -> None:
         """Count an embeddings request: its tokens and cost, not a call."""
-        usage = record.usage.to_usage()
         self.embedding_requests += 1
-        self.embedding_usage = self.embedding_usage + usage
-        self.usage = self.usage + usage
+        self.embedding_tokens += record.input_tokens
+        self.usage = self.usage + record.to_usage()
         self.cost = self.cost + embedding_cost(record, prices, cache)
 
 

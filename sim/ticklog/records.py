@@ -24,7 +24,7 @@ import functools
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from sim.llm.budget import BATCH_PRICE_FACTOR, Price
 from sim.llm.types import Usage
@@ -252,15 +252,12 @@ class EmbeddingRecord(_Record):
     #: the endpoint it went to (``[llm]``'s kind or a ``[providers.NAME]``)
     provider: str = ""
     texts: int = Field(default=0, ge=0)
-    usage: TokenCounts = Field(default_factory=TokenCounts)
+    #: the tokens the server counted (an embeddings request has input tokens only)
+    input_tokens: int = Field(default=0, ge=0)
     cost_usd: float | None = None
 
-    @model_validator(mode="after")
-    def _counts(self) -> EmbeddingRecord:
-        usage = self.usage
-        if min(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) < 0:
-            raise ValueError("a token count is negative")
-        return self
+    def to_usage(self) -> Usage:
+        return Usage(input_tokens=self.input_tokens)
 
 
 class PhaseReportRecord(_Model):

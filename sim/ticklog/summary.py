@@ -90,7 +90,7 @@ class TickSummary(_Model):
     #: embeddings requests (not calls: ``calls`` never counts them) and their part of
     #: ``usage`` (absent in summaries written before they were counted: none)
     embedding_requests: int = 0
-    embedding_usage: TokenCounts = TokenCounts()
+    embedding_tokens: int = 0
     wall: float | None = None
     resumes: int = 0
     state_before: str | None = None
@@ -303,7 +303,7 @@ class SummaryBuilder:
         self._phases.setdefault(record.phase)
         row = self._embedding_rows.setdefault((record.phase, index), [0, 0])
         row[0] += 1
-        row[1] += record.usage.input_tokens
+        row[1] += record.input_tokens
 
     def add(self, record: CallRecord | EmbeddingRecord) -> None:
         """Count a record of ``TickLog.billed``."""
@@ -338,7 +338,7 @@ class SummaryBuilder:
             unpriced=sorted(books.cost.unpriced),
             timed_out=books.timed_out,
             embedding_requests=books.embedding_requests,
-            embedding_usage=TokenCounts.of(books.embedding_usage),
+            embedding_tokens=books.embedding_tokens,
             wall=wall,
             resumes=resumes,
             state_before=state_before,
@@ -396,7 +396,7 @@ def summarize(log: TickLog, places: bool = False) -> Summary:
 
 #: fields a summary line leaves out while they hold their default (a tick without
 #: embeddings requests): its file is then what sims before them wrote, byte for byte
-_QUIET = frozenset({"embedding_requests", "embedding_usage", *EMBEDDING_COLUMNS})
+_QUIET = frozenset({"embedding_requests", "embedding_tokens", *EMBEDDING_COLUMNS})
 
 
 def _dumped(part: _Model) -> dict[str, Any]:
@@ -573,7 +573,7 @@ def summary_books(summary: Summary, prices: Mapping[str, Any] | None = None) -> 
         cost,
         head.timed_out,
         head.embedding_requests,
-        head.embedding_usage.to_usage(),
+        head.embedding_tokens,
     )
 
 
@@ -646,7 +646,7 @@ def summary_numbers(head: TickSummary) -> dict[str, Any]:
         "cost": head.cost,
         "timed_out": head.timed_out,
         "embedding_requests": head.embedding_requests,
-        "embedding_tokens": head.embedding_usage.input_tokens,
+        "embedding_tokens": head.embedding_tokens,
         "wall": head.wall,
         "resumes": head.resumes,
     }

@@ -18,7 +18,7 @@ from conftest import WORLDS
 
 from sim.cli import main
 from sim.errors import LogError
-from sim.ticklog.books import tick_books
+from sim.ticklog.books import call_usage, tick_books
 from sim.ticklog.format import list_logs, log_path, summary_rel
 from sim.ticklog.reader import read_log, read_log_bytes
 from sim.ticklog.summary import read_summary, summarize, summary_books
@@ -110,9 +110,9 @@ def assert_books_agree(world: Path) -> None:
             full.failures,
             full.timed_out,
         )
-        assert (fast.embedding_requests, fast.embedding_usage) == (
+        assert (fast.embedding_requests, fast.embedding_tokens) == (
             full.embedding_requests,
-            full.embedding_usage,
+            full.embedding_tokens,
         )
         assert fast.usage == full.usage and fast.cost.unpriced == full.cost.unpriced
         assert math.isclose(fast.cost.usd, full.cost.usd, rel_tol=1e-12)
@@ -133,14 +133,14 @@ def test_sim_usage_counts_the_embeddings_the_stub_counted(tmp_path: Path, stub_s
     log = read_log(log_path(world, 1))
     assert [r.model for r in log.embeddings] == [MODEL] * requests
     assert sum(r.texts for r in log.embeddings) == texts
-    assert sum(r.usage.input_tokens for r in log.embeddings) == tokens
+    assert sum(r.input_tokens for r in log.embeddings) == tokens
     assert {r.phase for r in log.embeddings} == {"intentions"}
     books = tick_books(log)
     assert books.embedding_requests == requests
-    assert books.embedding_usage.input_tokens == tokens
+    assert books.embedding_tokens == tokens
     assert books.calls == len(log.calls)  # model calls only
-    calls_in = sum(c.usage.input_tokens for c in log.call_records)
-    calls_out = sum(c.usage.output_tokens for c in log.call_records)
+    calls_in = sum(call_usage(c).input_tokens for c in log.call_records)
+    calls_out = sum(call_usage(c).output_tokens for c in log.call_records)
     assert books.usage.input_tokens == calls_in + tokens
     expected = (
         tokens * EMBED_PRICE + calls_in * CHAT_PRICES["input"] + calls_out * CHAT_PRICES["output"]
@@ -225,7 +225,7 @@ def test_a_resumed_tick_counts_its_embeddings_once(tmp_path: Path, stub_server: 
     assert_books_agree(world)
     head = read_summary(world / summary_rel(1)).head
     assert head.embedding_requests == requests
-    assert head.embedding_usage.input_tokens == stub_tokens(stub_server)
+    assert head.embedding_tokens == stub_tokens(stub_server)
 
 
 def test_a_log_without_embedding_records_reads_and_a_bad_one_is_named(
@@ -260,14 +260,13 @@ def test_a_log_without_embedding_records_reads_and_a_bad_one_is_named(
     shown = run("usage", "--world", str(world), "--by", "phase")
     assert shown.exit_code == 1 and "Traceback" not in shown.output
     assert "embedding record" in shown.output and str(path) in shown.output
-    negative = orjson.dumps(
-        {
-            "type": "embedding",
-            "phase": "intentions",
-            "model": MODEL,
-            "usage": {"input_tokens": -100},
-        }
-    )
-    path.write_bytes(b"".join([*older[:-1], negative + b"\n", older[-1]]))
-    with pytest.raises(LogError, match="a token count is negative"):
-        read_log(path)
+    for wrong, field in (
+        ({"input_tokens": -100}, "input_tokens"),
+        ({"input_tokens": "many"}, "input_tokens"),
+        ({"usage": {"input_tokens": 5}}, "usage"),  # not a field of this record
+        ({"phase": None}, "phase"),
+    ):
+        line = orjson.dumps({"type": "embedding", "phase": "intentions", "model": MODEL, **wrong})
+        path.write_bytes(b"".join([*older[:-1], line + b"\n", older[-1]]))
+        with pytest.raises(LogError, match=rf"embedding record: .*{field}"):
+            read_log(path)

@@ -13,9 +13,9 @@ import pytest
 
 from sim.analysis.usage import EMBEDDINGS_ROW, group_calls, group_rows
 from sim.llm.budget import Price
-from sim.ticklog.books import tick_books
+from sim.ticklog.books import call_usage, tick_books
 from sim.ticklog.reader import read_log, read_log_bytes
-from sim.ticklog.records import EmbeddingRecord, TokenCounts, dump_record
+from sim.ticklog.records import EmbeddingRecord, dump_record
 from sim.ticklog.summary import (
     Listed,
     UsageGroups,
@@ -39,7 +39,7 @@ def _log_with_embeddings(tmp_path: Path, rng: random.Random, name: str) -> Path:
             model=rng.choice(MODELS),
             provider=rng.choice(["", "chat", "near"]),
             texts=rng.randint(1, 256),
-            usage=TokenCounts(input_tokens=rng.randint(0, 5000)),
+            input_tokens=rng.randint(0, 5000),
         )
         rest.insert(rng.randint(0, len(rest) - 1), dump_record(record) + b"\n")
     path = tmp_path / name
@@ -69,9 +69,9 @@ def test_summaries_count_embeddings_as_the_full_log_does(tmp_path: Path, seed: i
         books = tick_books(log)
         assert books.embedding_requests == len(log.embeddings)
         assert books.calls == len(log.calls)  # calls only, however many embeddings
-        spent = sum(r.usage.input_tokens for r in log.embeddings)
-        assert books.embedding_usage.input_tokens == spent
-        called = sum(c.usage.input_tokens for c in log.call_records)  # one attempt each
+        spent = sum(r.input_tokens for r in log.embeddings)
+        assert books.embedding_tokens == spent
+        called = sum(call_usage(c).input_tokens for c in log.call_records)
         assert books.usage.input_tokens == called + spent
         summary = summarize(log)
         head = summary.head
@@ -85,7 +85,7 @@ def test_summaries_count_embeddings_as_the_full_log_does(tmp_path: Path, seed: i
                 full.failures,
                 full.embedding_requests,
             )
-            assert fast.usage == full.usage and fast.embedding_usage == full.embedding_usage
+            assert fast.usage == full.usage and fast.embedding_tokens == full.embedding_tokens
             assert fast.cost.unpriced == full.cost.unpriced
             assert math.isclose(fast.cost.usd, full.cost.usd, rel_tol=1e-9, abs_tol=1e-12)
         # the summary file reads back as written
