@@ -35,7 +35,7 @@ from sim.llm.embedding import EmbeddingSent
 from sim.llm.events import LLMEvent
 from sim.llm.redact import redact_text
 from sim.llm.streaming import CallText
-from sim.llm.types import Adapter, ModelRequest
+from sim.llm.types import Adapter, ModelRequest, Usage
 from sim.phases.base import TickContext
 from sim.providers.replay import ReplayAdapter
 from sim.storage import Storage
@@ -348,14 +348,16 @@ class TickRecorder:
         and cost (``sim.ticklog.books``). A resumed or replayed tick finds its texts cached
         and sends (and logs) nothing again."""
         self._spent = True
-        cost = price_usage(sent.usage, sent.model, self.config.prices, self._prices, sent.provider)
+        tokens = max(0, sent.usage.input_tokens)  # all an embeddings request is billed for
+        usage = Usage(input_tokens=tokens)
+        cost = price_usage(usage, sent.model, self.config.prices, self._prices, sent.provider)
         self._add_cost(cost.value)
         record = EmbeddingRecord(
             phase=sent.phase,
             model=sent.model,
             provider=sent.provider,
             texts=sent.texts,
-            input_tokens=sent.usage.input_tokens,
+            input_tokens=tokens,
             cost_usd=cost.value,
         )
         self.writer.append(record)
