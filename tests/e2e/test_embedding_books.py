@@ -135,6 +135,9 @@ def test_sim_usage_counts_the_embeddings_the_stub_counted(tmp_path: Path, stub_s
     assert sum(r.texts for r in log.embeddings) == texts
     assert sum(r.input_tokens for r in log.embeddings) == tokens
     assert {r.phase for r in log.embeddings} == {"intentions"}
+    (provider,) = {r.provider for r in log.embeddings}
+    assert provider  # the endpoint the intentions run on
+    named = f"{provider}/{MODEL}"
     books = tick_books(log)
     assert books.embedding_requests == requests
     assert books.embedding_tokens == tokens
@@ -150,7 +153,7 @@ def test_sim_usage_counts_the_embeddings_the_stub_counted(tmp_path: Path, stub_s
 
     embed_cost = tokens * EMBED_PRICE / 1e6
     by_model = usage(world, "model")
-    (row,) = [r for r in by_model["rows"] if r["key"] == f"chat/{MODEL}"]
+    (row,) = [r for r in by_model["rows"] if r["key"] == named]
     assert row["embedding_requests"] == requests and row["requests"] == 0
     assert row["input_tokens"] == tokens and row["output_tokens"] == 0
     assert math.isclose(row["cost_usd"], embed_cost, rel_tol=1e-9)
@@ -182,7 +185,7 @@ def test_sim_usage_counts_the_embeddings_the_stub_counted(tmp_path: Path, stub_s
     shown = run("log", "--world", str(world), "--tick", "1")
     assert f"+{requests} embeddings requests ({tokens} tokens" in shown.output
     calls = run("log", "--world", str(world), "--tick", "1", "--calls")
-    assert f"embeddings before intentions: chat/{MODEL}, " in calls.output
+    assert f"embeddings before intentions: {named}, {texts} texts, {tokens} input" in calls.output
 
 
 def test_a_replay_sends_none_and_reproduces_the_books(tmp_path: Path, stub_server: Any) -> None:
