@@ -144,9 +144,13 @@ def test_sim_usage_counts_the_embeddings_the_stub_counted(tmp_path: Path, stub_s
     assert books.calls == len(log.calls)  # model calls only
     calls_in = sum(call_usage(c).input_tokens for c in log.call_records)
     calls_out = sum(call_usage(c).output_tokens for c in log.call_records)
+    # cached input tokens are free at these prices (no cached_input price)
+    calls_cached = sum(call_usage(c).cached_input_tokens for c in log.call_records)
     assert books.usage.input_tokens == calls_in + tokens
     expected = (
-        tokens * EMBED_PRICE + calls_in * CHAT_PRICES["input"] + calls_out * CHAT_PRICES["output"]
+        tokens * EMBED_PRICE
+        + (calls_in - calls_cached) * CHAT_PRICES["input"]
+        + calls_out * CHAT_PRICES["output"]
     ) / 1e6
     assert math.isclose(books.cost.usd, expected, rel_tol=1e-9) and books.cost.known
     assert_books_agree(world)
