@@ -305,22 +305,22 @@ def group_rows(
                 keys.append(eid)
         priced = [(m, groups.provider(i), groups.factor(i)) for i, m in enumerate(groups.models)]
         by_model = [tables.setdefault(price, {}) for price in priced]
-        for phase, model, requests, inp in groups.embedding_rows() if embeddings else ():
+        for phase, index, sent, tokens in groups.embedding_rows() if embeddings else ():
             if by == "tick":
                 key = str(item.tick)
             elif by == "phase":
                 key = phase
             elif by == "model":
-                key = named_models(groups)[model]
+                key = named_models(groups)[index]
             else:  # no entity's
                 key = EMBEDDINGS_ROW
-            table = by_model[model]
+            table = by_model[index]
             sums = table.get(key)
             if sums is None:
                 sums = table[key] = [0, 0, 0, 0, 0, 0, 0]
-                order.append((key, priced[model], sums))
-            sums[3] += inp
-            sums[6] += requests
+                order.append((key, priced[index], sums))
+            sums[3] += tokens
+            sums[6] += sent
         columns = zip(
             keys,
             groups.model,

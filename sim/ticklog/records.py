@@ -3,9 +3,9 @@
 
 One model per record ``type`` (``header``, ``state_before``, ``intervention``,
 ``instructions``, ``call``, ``embedding``, ``phase``, ``resume``, ``interrupted``,
-``batch``, ``policy``, ``usage``, ``commit``, ``compacted``) and ``LogRecord``, their union discriminated on
-``type``. ``parse_record`` is the only way a line of a log becomes a record, and
-``dump_record`` the only way a record becomes a line.
+``batch``, ``policy``, ``usage``, ``commit``, ``compacted``) and ``LogRecord``, their
+union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes
+a record, and ``dump_record`` the only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written

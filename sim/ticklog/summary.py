@@ -7,12 +7,12 @@ second is large and repetitive, and reading the first decompresses only its star
 1. ``summary`` (``TickSummary``): the header's facts (seed, scope, phases, the ``[prices]``
    in effect), the tick's totals as ``sim.ticklog.books.tick_books`` computes them from the
    full log (calls, failures, tokens, cost at the tick's prices, timeouts, embeddings
-   requests), wall time, resumes and the commit's digests. ``sim log --tick all`` and ``sim check`` read only this
-   line.
+   requests), wall time, resumes and the commit's digests. ``sim log --tick all`` and
+   ``sim check`` read only this line.
 2. ``groups`` (``UsageGroups``): per (phase, entity key, model), the call records,
    failures, timeouts and tokens, and per (phase, model) the embeddings requests and their
-   tokens: what ``sim usage`` prices at any ``[prices]`` table and
-   groups by entity, phase or tick, and what the report's per-character totals use.
+   tokens: what ``sim usage`` prices at any ``[prices]`` table and groups by entity,
+   phase or tick, and what the report's per-character totals use.
 3. ``places`` (``Places``, optional: summaries written before it have two lines): where
    each character was at the start of the tick, as the log's state snapshot says: what
    ``sim report`` places characters by without unpacking every tick's snapshot.

@@ -58,9 +58,7 @@ model = "stub-chat"
 
 
 def run(*args: str) -> Result:
-    return CliRunner().invoke(
-        main, list(args), env={"OPENAI_API_KEY": KEY}, catch_exceptions=False
-    )
+    return CliRunner().invoke(main, list(args), env={"OPENAI_API_KEY": KEY}, catch_exceptions=False)
 
 
 def make_world(tmp_path: Path, config: str = CONFIG) -> Path:
@@ -78,9 +76,7 @@ def make_world(tmp_path: Path, config: str = CONFIG) -> Path:
 
 
 def tick(world: Path, stub: Any) -> Result:
-    result = run(
-        "tick", "--world", str(world), "--provider", "chat", "--base-url", stub.base_url
-    )
+    result = run("tick", "--world", str(world), "--provider", "chat", "--base-url", stub.base_url)
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and KEY not in result.output
     return result
@@ -258,9 +254,7 @@ def test_a_log_without_embedding_records_reads_and_a_bad_one_is_named(
     assert data["total"]["embedding_requests"] == 0 and not data["problems"]
 
     # a record that is not one: named by file, line and field, never a traceback
-    bad = orjson.dumps(
-        {"type": "embedding", "phase": "intentions", "model": MODEL, "texts": -3}
-    )
+    bad = orjson.dumps({"type": "embedding", "phase": "intentions", "model": MODEL, "texts": -3})
     path.write_bytes(b"".join([*older[:-1], bad + b"\n", older[-1]]))
     with pytest.raises(LogError, match=r"line \d+: embedding record: field 'texts'"):
         read_log(path)
