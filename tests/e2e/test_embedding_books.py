@@ -150,6 +150,15 @@ def test_sim_usage_counts_the_embeddings_the_stub_counted(tmp_path: Path, stub_s
     ) / 1e6
     assert math.isclose(books.cost.usd, expected, rel_tol=1e-9) and books.cost.known
     assert_books_agree(world)
+    # what a sweep's budget and a study's books count a folder's spend with
+    from sim.analysis.sweep import spend
+    from sim.config import load_config
+    from sim.study.run import folder_spend
+
+    prices = load_config(world_dir=world, cwd=world).prices
+    for spent in (spend(world), folder_spend(world, prices)):
+        assert spent.usage == books.usage and spent.calls == books.calls
+        assert math.isclose(spent.cost.usd, expected, rel_tol=1e-9)
 
     embed_cost = tokens * EMBED_PRICE / 1e6
     by_model = usage(world, "model")
