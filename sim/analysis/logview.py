@@ -12,7 +12,7 @@ import orjson
 
 from sim.errors import LogError
 from sim.llm.redact import redact_text
-from sim.ticklog.books import call_cost, call_usage
+from sim.ticklog.books import call_cost, call_usage, embedding_cost
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import TickLog, read_log
 from sim.ticklog.records import CallRecord, PolicyRecord
@@ -63,9 +63,15 @@ def summary_line(data: dict[str, Any]) -> str:
     state = "" if data["committed"] else "  (interrupted: not committed)"
     resumed = f"  resumed {data['resumes']}x" if data["resumes"] else ""
     timed = f"  {data['timed_out']} timed out (may be billed)" if data.get("timed_out") else ""
+    embedded = (
+        f"  +{data['embedding_requests']} embeddings requests "
+        f"({data.get('embedding_tokens', 0)} tokens, in the totals)"
+        if data.get("embedding_requests")
+        else ""
+    )
     return (
         f"{data['tick']:>6}  {data['calls']:>5}  {data['failures']:>8}  "
-        f"{data['tokens']:>8}  {cost:>9}  {wall:>8}{resumed}{timed}{state}"
+        f"{data['tokens']:>8}  {cost:>9}  {wall:>8}{resumed}{embedded}{timed}{state}"
     )
 
 
@@ -260,6 +266,13 @@ def call_lines(log: TickLog) -> Iterator[str]:
         ).rstrip()
         for failed in call.model_errors or ():  # each model of a fallback chain that failed
             yield f"    {failed.target}: {failed.error_code}: {failed.error}"
+    for record in log.embeddings:  # [memory] embeddings = "provider": not calls
+        model = f"{record.provider}/{record.model}" if record.provider else record.model
+        yield (
+            f"embeddings before {record.phase}: {model}, {record.texts} texts, "
+            f"{record.input_tokens} input tokens, "
+            f"{embedding_cost(record, prices).text()}"
+        )
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)
         yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
 
@@ -288,6 +301,11 @@ def change_lines(tick: TickReplay) -> Iterator[str]:
 
 def replay_lines(report: ReplayReport, live: bool) -> Iterator[str]:
     for tick in report.ticks:
+        if not tick.embeddings_match:  # a cache that lacked a text (--live fetched it)
+            yield (
+                f"tick {tick.tick}: its embeddings requests differ from the {tick.embeddings} "
+                "logged (texts not in the world's .sim/embeddings were fetched again)"
+            )
         if tick.identical:
             yield f"tick {tick.tick}: identical ({tick.served} calls served from the log)"
             yield from change_lines(tick)

@@ -14,6 +14,12 @@ Two sources, which agree when every tick is logged:
   again, and so do the logs a tick set aside into ``.sim/log/abandoned/`` when it started
   afresh: their calls were sent, and billed.
 
+Embeddings requests (``[memory] embeddings = "provider"``) are billed too: each view counts
+them in ``embedding_requests`` (never in ``requests``, which counts model calls), their
+tokens and cost in the row's: the phase they were sent before, the tick, their
+``provider/model``; ``--by entity`` and ``--by endpoint`` (they belong to no entity, and
+their server is not logged) in a row of their own, ``(embeddings)``.
+
 A log that cannot be read is reported in ``problems``; its calls are missing from the
 totals, never silently.
 """
@@ -30,11 +36,18 @@ from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.redact import redact_url
 from sim.llm.store import split_key
 from sim.llm.types import Usage
-from sim.ticklog.books import TIMEOUT, attempts_cost, call_cost, call_usage, timed_out
+from sim.ticklog.books import (
+    TIMEOUT,
+    attempts_cost,
+    call_cost,
+    call_usage,
+    embedding_cost,
+    timed_out,
+)
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR
 from sim.ticklog.reader import TickLog, read_logs
-from sim.ticklog.records import CallRecord
-from sim.ticklog.summary import Listed, summaries
+from sim.ticklog.records import CallRecord, EmbeddingRecord
+from sim.ticklog.summary import Listed, UsageGroups, summaries
 
 By = Literal["entity", "phase", "tick", "model", "endpoint"]
 BY_CHOICES: tuple[By, ...] = ("entity", "phase", "tick", "model", "endpoint")
@@ -44,6 +57,8 @@ NO_ENDPOINT = "-"
 #: the ``--by endpoint`` row of the calls of ticks whose call detail ``sim log --compact
 #: --before`` dropped: their summaries keep the numbers, not the server of each call
 COMPACTED_ENDPOINT = "(compacted: server not kept)"
+#: the ``--by entity`` and ``--by endpoint`` row of embeddings requests
+EMBEDDINGS_ROW = "(embeddings)"
 
 
 @dataclass
@@ -59,6 +74,8 @@ class UsageRow:
     cost: Cost = field(default_factory=Cost)
     #: attempts that timed out on the client: no usage known, the server may have billed
     timed_out: int = 0
+    #: embeddings requests (not in ``requests``); their tokens and cost are in the row's
+    embedding_requests: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -77,6 +94,7 @@ class UsageRow:
         self.output_tokens += other.output_tokens
         self.cost = self.cost + other.cost
         self.timed_out += other.timed_out
+        self.embedding_requests += other.embedding_requests
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +108,7 @@ class UsageRow:
             "cost_usd": self.cost.value,
             "unpriced_models": sorted(self.cost.unpriced),
             "timed_out": self.timed_out,
+            "embedding_requests": self.embedding_requests,
         }
 
 
@@ -150,8 +169,32 @@ def model_rows(
     return list(rows.values())
 
 
+def embedding_key(by: By, tick: int, record: EmbeddingRecord) -> str:
+    """The row an embeddings request counts in, grouped ``by``."""
+    if by == "tick":
+        return str(tick)
+    if by == "phase":
+        return record.phase
+    if by == "model":
+        return f"{record.provider}/{record.model}" if record.provider else record.model
+    return EMBEDDINGS_ROW  # no entity; the server is not logged
+
+
+def embedding_row(
+    key: str,
+    record: EmbeddingRecord,
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None] | None = None,
+) -> UsageRow:
+    """One logged embeddings request as a row: its tokens and cost, not a request."""
+    row = UsageRow(key, embedding_requests=1, cost=embedding_cost(record, prices, cache))
+    row.add_usage(record.to_usage())
+    return row
+
+
 def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
-    """The logs' call records summed per phase, tick, entity id or ``provider/model``.
+    """The logs' call records (and embeddings requests) summed per phase, tick, entity id,
+    ``provider/model`` or endpoint.
 
     Every record counts (``TickLog.call_records``): a call a resume sent again was paid for
     each time. ``requests`` counts records, so a resent call counts once per sending.
@@ -159,6 +202,9 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
     groups: dict[str, UsageRow] = {}
     cache: dict[str, Price | None] = {}
     for log in logs:
+        for record in log.embeddings:
+            key = embedding_key(by, log.tick, record)
+            groups.setdefault(key, UsageRow(key)).add(embedding_row(key, record, prices, cache))
         for call in log.call_records:
             if by == "endpoint":
                 _add_by_endpoint(groups, call, prices, cache)
@@ -220,18 +266,21 @@ def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
     return rows
 
 
-def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
+def group_rows(
+    items: Iterable[Listed], by: By, prices: Mapping[str, Any], embeddings: bool = True
+) -> dict[str, UsageRow]:
     """The ticks' calls summed per phase, tick or entity id, from their summaries (each
     tick's per-(phase, entity) tokens by model), priced at ``prices`` once per group and
-    model.
+    model; with ``embeddings``, their embeddings requests too (as ``group_calls`` counts
+    them).
 
     Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
     each time, and ``requests`` counts records.
     """
     # (model, provider, price factor) -> key -> [requests, failures, timed out, input,
-    # cached, output]: one lookup per row of a summary (110,000 rows for 100 ticks of 500
-    # characters) by the key's string alone; ``order`` keeps each (key, model) in the order
-    # it first appears (the order of the cost's sum)
+    # cached, output, embeddings requests]: one lookup per row of a summary (110,000 rows
+    # for 100 ticks of 500 characters) by the key's string alone; ``order`` keeps each
+    # (key, model) in the order it first appears (the order of the cost's sum)
     tables: dict[tuple[str, str, float], dict[str, list[int]]] = {}
     order: list[tuple[str, tuple[str, str, float], list[int]]] = []
     ids: dict[str | None, str] = {}  # entity key -> entity id ("-": none), across ticks
@@ -244,10 +293,7 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
         elif by == "phase":
             keys = [groups.phases[i] for i in groups.phase]
         elif by == "model":  # each attempt where it ran, as ``model_rows`` splits a call
-            named = [
-                f"{groups.provider(i)}/{m}" if groups.provider(i) else m
-                for i, m in enumerate(groups.models)
-            ]
+            named = named_models(groups)
             keys = [named[i] for i in groups.model]
         else:
             keys = []
@@ -259,6 +305,22 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
                 keys.append(eid)
         priced = [(m, groups.provider(i), groups.factor(i)) for i, m in enumerate(groups.models)]
         by_model = [tables.setdefault(price, {}) for price in priced]
+        for phase, index, sent, tokens in groups.embedding_rows() if embeddings else ():
+            if by == "tick":
+                key = str(item.tick)
+            elif by == "phase":
+                key = phase
+            elif by == "model":
+                key = named_models(groups)[index]
+            else:  # no entity's
+                key = EMBEDDINGS_ROW
+            table = by_model[index]
+            sums = table.get(key)
+            if sums is None:
+                sums = table[key] = [0, 0, 0, 0, 0, 0, 0]
+                order.append((key, priced[index], sums))
+            sums[3] += tokens
+            sums[6] += sent
         columns = zip(
             keys,
             groups.model,
@@ -274,7 +336,7 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
             table = by_model[model]
             sums = table.get(key)
             if sums is None:
-                sums = table[key] = [requests, failures, timeouts, inp, cached, out]
+                sums = table[key] = [requests, failures, timeouts, inp, cached, out, 0]
                 order.append((key, priced[model], sums))
                 continue
             sums[0] += requests
@@ -289,14 +351,23 @@ def group_rows(items: Iterable[Listed], by: By, prices: Mapping[str, Any]) -> di
         row = rows.get(key)
         if row is None:
             row = rows[key] = UsageRow(key)
-        requests, failures, timeouts, input_tokens, cached, output = sums
+        requests, failures, timeouts, input_tokens, cached, output, embedded = sums
         row.requests += requests
+        row.embedding_requests += embedded
         row.failures += failures
         row.timed_out += timeouts
         usage = Usage(input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output)
         row.add_usage(usage)
         row.cost = row.cost + price_usage(usage, model, prices, cache, provider, factor)
     return rows
+
+
+def named_models(groups: UsageGroups) -> list[str]:
+    """Each model of a summary's groups as ``--by model`` names it: ``provider/model``."""
+    return [
+        f"{groups.provider(i)}/{m}" if groups.provider(i) else m
+        for i, m in enumerate(groups.models)
+    ]
 
 
 def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) -> UsageReport:
@@ -314,6 +385,9 @@ def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) 
                 frozenset({"(ticks without a log)"}) | (seen.cost.unpriced if seen else set()),
             )
             partial.append(eid)
+    embedded = logged.get(EMBEDDINGS_ROW)
+    if embedded is not None:  # billed, but no entity's: a row of their own
+        rows[EMBEDDINGS_ROW] = embedded
     if partial:
         notes.append(
             f"cost unknown for {len(partial)} entities: their usage includes ticks with no "
@@ -337,7 +411,8 @@ def _add_compacted(
         return []
     kept = [item for item in listed if item.tick in compacted]
     row = groups.setdefault(COMPACTED_ENDPOINT, UsageRow(COMPACTED_ENDPOINT))
-    for part in group_rows(kept, "tick", prices).values():
+    # their embeddings requests are in their logs still: ``group_calls`` counted them
+    for part in group_rows(kept, "tick", prices, embeddings=False).values():
         row.add(part)
     return [
         f"{len(compacted)} ticks' call detail was dropped by `sim log --compact --before`: "
@@ -398,6 +473,12 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
     _add_interviews(report, world_dir, prices)
     if not logs and by != "entity":
         report.notes.append("no tick logs yet (run `sim tick` first)")
+    if report.total.embedding_requests:
+        report.notes.append(
+            f"{report.total.embedding_requests} embeddings requests ([memory] embeddings = "
+            '"provider") are counted under embeds, not requests; their tokens and cost are '
+            "in the rows and totals"
+        )
     if report.total.timed_out:
         report.notes.append(
             f"{report.total.timed_out} attempts timed out on the client (may be billed): "
@@ -434,6 +515,7 @@ def log_totals(logs: Iterable[TickLog], prices: Mapping[str, Any]) -> UsageRow:
 
 __all__ = [
     "BY_CHOICES",
+    "EMBEDDINGS_ROW",
     "By",
     "UsageReport",
     "UsageRow",

@@ -127,6 +127,8 @@ def replay_document(report: ReplayReport) -> dict[str, Any]:
                 "differing_files": t.differing_files,
                 "served": t.served,
                 "sent": t.sent,
+                "embedding_requests": t.embeddings,
+                "embeddings_match": t.embeddings_match,
                 "drifts": [
                     {
                         "request_id": d.request_id,

@@ -28,6 +28,8 @@ MEMORY_HEAD = (
     "phase in tok  mem lines  mean age  differs"
 )
 USAGE_HEAD = "requests  failed  input tok  cached in  output tok  total tok       cost"
+#: the column ``sim usage`` adds when embeddings requests were sent (not in ``requests``)
+EMBEDS_HEAD = "  embeds"
 
 
 def parse_depths(value: str) -> list[int]:
@@ -176,20 +178,24 @@ def tune_(
             echo(unpriced_note(frozenset(unpriced)))
 
 
-def usage_line(row: UsageRow, width: int) -> str:
-    return (
+def usage_line(row: UsageRow, width: int, embeddings: bool = False) -> str:
+    """One row of ``sim usage``; ``embeddings``: with the column of embeddings requests."""
+    line = (
         f"{row.key:<{width}}  {row.requests:>8}  {row.failures:>6}  {row.input_tokens:>9}  "
         f"{row.cached_input_tokens:>9}  {row.output_tokens:>10}  {row.total_tokens:>9}  "
         f"{row.cost.text():>9}"
     )
+    return f"{line}  {row.embedding_requests:>6}" if embeddings else line
 
 
 def print_usage(report: UsageReport) -> None:
     width = max([len(report.by), 5, *(len(r.key) for r in report.rows)])
-    echo(f"{report.by:<{width}}  {USAGE_HEAD}")
+    # a world that fetched provider embeddings: their requests get a column of their own
+    embeddings = report.total.embedding_requests > 0
+    echo(f"{report.by:<{width}}  {USAGE_HEAD}{EMBEDS_HEAD if embeddings else ''}")
     for row in report.rows:
-        echo(usage_line(row, width))
-    echo(usage_line(report.total, width))
+        echo(usage_line(row, width, embeddings))
+    echo(usage_line(report.total, width, embeddings))
     models = {m for m in report.total.cost.unpriced if not m.startswith("(")}
     if models:
         echo(unpriced_note(frozenset(models)))

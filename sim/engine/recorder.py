@@ -23,7 +23,7 @@ import orjson
 from sim.config import Config, loggable
 from sim.errors import LogError
 from sim.llm.batching import BATCH_PRICE_FACTOR, BatchLine, SubmittedBatch
-from sim.llm.budget import Cost, Price
+from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.calls import (
     CallIdentity,
     digest,
@@ -31,10 +31,11 @@ from sim.llm.calls import (
     request_id,
     schema_digest,
 )
+from sim.llm.embedding import EmbeddingSent
 from sim.llm.events import LLMEvent
 from sim.llm.redact import redact_text
 from sim.llm.streaming import CallText
-from sim.llm.types import Adapter, ModelRequest
+from sim.llm.types import Adapter, ModelRequest, Usage
 from sim.phases.base import TickContext
 from sim.providers.replay import ReplayAdapter
 from sim.storage import Storage
@@ -59,6 +60,7 @@ from sim.ticklog.records import (
     BatchRecord,
     CallRecord,
     CommitRecord,
+    EmbeddingRecord,
     HeaderRecord,
     InstructionsRecord,
     InterruptedRecord,
@@ -191,6 +193,8 @@ class TickRecorder:
         self._batch_ids: dict[str, list[str]] = {}
         # every call record, superseded ones included: a resumed call's earlier attempts
         # were billed too
+        for earlier in partial.embeddings if partial else ():  # sent, and billed
+            self._add_cost(earlier.cost_usd)
         for call in partial.call_records if partial else ():
             self._add_cost(call.cost_usd)
             self._failures_seen[call.request_id] = self._failures_seen.get(
@@ -205,10 +209,11 @@ class TickRecorder:
             if partial is not None
             else header(tick, loggable(config), seed, self.scope, phases)
         )
-        #: the tick's summary, fed every call record the log holds (sim.ticklog.summary)
+        #: the tick's summary, fed every call record and embeddings request the log holds
+        #: (sim.ticklog.summary), in its order
         self.summary = SummaryBuilder(head)
-        for call in partial.call_records if partial else ():
-            self.summary.add_call(call)
+        for record in partial.billed() if partial else ():
+            self.summary.add(record)
         self._state_before = digests_state(self._digests)
         # a tick not yet committed has no summary: one left by an earlier run of this tick
         # number (a crash during `sim rewind`) must not describe it
@@ -336,6 +341,36 @@ class TickRecorder:
             return
         # as it was last sent (a call whose provider lost its chain was sent again)
         self._record(event.call or done, event, self._attempts.pop(key, []))
+
+    def embedded(self, sent: EmbeddingSent) -> None:
+        """Log an embeddings request the server answered (``sim.mind.vectors.fetch``, before
+        it caches the vectors), priced at the configured prices: the books count its tokens
+        and cost (``sim.ticklog.books``). A resumed or replayed tick finds its texts cached
+        and sends (and logs) nothing again."""
+        self._spent = True
+        tokens = max(0, sent.usage.input_tokens)  # all an embeddings request is billed for
+        usage = Usage(input_tokens=tokens)
+        cost = price_usage(usage, sent.model, self.config.prices, self._prices, sent.provider)
+        self._add_cost(cost.value)
+        record = EmbeddingRecord(
+            phase=sent.phase,
+            model=sent.model,
+            provider=sent.provider,
+            texts=sent.texts,
+            input_tokens=tokens,
+            cost_usd=cost.value,
+        )
+        self.writer.append(record)
+        # a fresh tick's header holds this config's prices, as for a call (``_record``)
+        self.summary.add_embedding(record)
+
+    def replayed(self, record: EmbeddingRecord) -> None:
+        """Write a logged embeddings request into a replayed tick's log as it was logged
+        (``sim replay``: the cache holds its texts, nothing is sent), so the replay's
+        books are the logged tick's."""
+        self._add_cost(record.cost_usd)
+        self.writer.append(record)
+        self.summary.add_embedding(record)
 
     def decision(self, record: PolicyRecord) -> None:
         """Log a policy decision that was not "allow", before the call it decided; one

@@ -36,6 +36,7 @@ from sim.providers.replay import Drift, ReplayAdapter
 from sim.storage import Storage
 from sim.ticklog.format import existing_log, log_file, log_path, read_state, state_digest
 from sim.ticklog.reader import TickLog, read_log
+from sim.ticklog.records import dump_record
 
 WORLD_INPUTS = ("prompts", "schemas", "config.toml")
 
@@ -61,6 +62,10 @@ class TickReplay:
     schema_changes: list[str] = field(default_factory=list)
     #: why the logged config could not be used (the current one was, instead)
     config_note: str = ""
+    #: the embeddings requests the log holds, and whether the replayed log holds the same
+    #: (byte for byte: the same books); a replay sends none, its cache has their texts
+    embeddings: int = 0
+    embeddings_match: bool = True
 
     @property
     def identical(self) -> bool:
@@ -274,16 +279,30 @@ async def _replay(
                     else {}
                 ),
             )
-            runner = Runner(scratch, used, stack=replayed, decisions=log.run_decisions())
+            runner = Runner(
+                scratch,
+                used,
+                stack=replayed,
+                decisions=log.run_decisions(),
+                embeddings=log.embeddings,
+            )
             result = (await runner.run_async(1))[0]
             tick = _compare(world_dir, scratch, log, adapter, result.narratives)
-            _explain(tick, log, read_log(log_path(scratch, log.tick)), config)
+            rerun = read_log(log_path(scratch, log.tick))
+            _explain(tick, log, rerun, config)
+            tick.embeddings = len(log.embeddings)
+            tick.embeddings_match = _embedding_lines(rerun) == _embedding_lines(log)
             tick.config_note = note
             report.ticks.append(tick)
     finally:
         if live_stack is not None:  # built here: its clients are this loop's
             await live_stack.aclose()
     return report
+
+
+def _embedding_lines(log: TickLog) -> list[bytes]:
+    """A log's embeddings requests as its lines hold them."""
+    return [dump_record(record) for record in log.embeddings]
 
 
 def _explain(tick: TickReplay, log: TickLog, rerun: TickLog, current: Config) -> None:

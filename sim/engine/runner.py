@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,7 +34,7 @@ from sim.policy.gate import TickPolicy
 from sim.policy.plan import plan_tick
 from sim.storage import Storage
 from sim.ticklog.reader import check_log_slot
-from sim.ticklog.records import PolicyRecord
+from sim.ticklog.records import EmbeddingRecord, PolicyRecord
 from sim.ticklog.recovery import recover_logs
 from sim.world import MAX_TICK, World
 
@@ -133,6 +133,10 @@ class Runner:
         decisions: reproduce these recorded policy decisions instead of consulting the
             policies or asking anyone (``sim replay``).
         on_batch: receives each poll of a Batch API batch (``[llm] batch``).
+        embeddings: the embeddings requests a logged tick sent (``sim replay``): each is
+            written into the tick's log again before the phase it was sent for, whose
+            texts the world's cache now holds (nothing is sent), so the replayed log has
+            the logged one's books.
     """
 
     def __init__(
@@ -151,6 +155,7 @@ class Runner:
         on_batch: Callable[[BatchProgress], None] | None = None,
         recovery: bool = True,
         stack: Stack | None = None,
+        embeddings: Sequence[EmbeddingRecord] | None = None,
     ) -> None:
         if adapter is not None:
             if stack is not None:
@@ -177,6 +182,7 @@ class Runner:
         self.on_delta = on_delta
         self.approver: Approver = approver or nobody
         self.decisions = decisions
+        self.embeddings = embeddings
         #: the policies every call passes (``[policy]``), loaded once per run
         self.policies: list[Policy] | None = None
         self.on_batch = on_batch
@@ -436,7 +442,11 @@ class Runner:
                 self.on_phase(name, "start", None)
             phase_started = time.perf_counter()
             # provider embeddings, if it needs them, from the endpoint its model runs on
-            await ctx.prepare_memory(name, stack.budget, stack.embedder)
+            # (each request in the tick's log, for the books; a replay's, as logged)
+            for logged in self.embeddings or ():
+                if logged.phase == name:
+                    recorder.replayed(logged)
+            await ctx.prepare_memory(name, stack.budget, stack.embedder, recorder.embedded)
             await run_phase(ctx)
             recorder.phase_end(name, ctx)
             timings[name] = time.perf_counter() - phase_started

@@ -26,6 +26,19 @@ class Embedded:
     usage: Usage = field(default_factory=Usage)
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingSent:
+    """One embeddings request the server answered, as the tick's log records it
+    (``sim.engine.recorder.TickRecorder.embedded``): before which phase, the model, the
+    endpoint it went to, how many texts it carried and the tokens the server counted."""
+
+    phase: str
+    model: str
+    provider: str
+    texts: int
+    usage: Usage = field(default_factory=Usage)
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """An adapter that fetches embeddings (``OpenAIFamilyAdapter.embed``,

@@ -36,7 +36,7 @@ import orjson
 from sim import safefs
 from sim.errors import InputError, RunError
 from sim.llm.budget import Budget
-from sim.llm.embedding import Embedded, Embedder
+from sim.llm.embedding import Embedded, Embedder, EmbeddingSent
 from sim.llm.errors import LLMError
 from sim.llm.recovery import RetryPolicy, classify
 from sim.llm.types import Usage
@@ -258,6 +258,8 @@ async def fetch(
     provider: str = "",
     retry: RetryPolicy | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    phase: str = "",
+    on_sent: Callable[[EmbeddingSent], None] | None = None,
 ) -> int:
     """Fetch the vectors of ``texts`` the cache lacks, ``BATCH`` a request (fewer if the
     embedder's ``max_texts`` says so), and write the cache; the number of texts fetched.
@@ -265,7 +267,11 @@ async def fetch(
     its texts, priced as ``[prices]`` prices the model on ``provider``) and settled with
     the tokens the server counted. A rate limit or a transient failure (timeout, 5xx,
     connection) is retried as ``retry`` says (``[llm]``'s counts and backoff), as a
-    call's would be.
+    call's would be. Each request whose vectors are used is handed to ``on_sent`` (the
+    tick's log records it, for the books) before they are written to the cache file, so
+    one the log lacks is never one the cache holds: a resumed tick that finds the texts
+    cached finds the request logged too. (An answer refused as malformed stops the tick
+    with nothing written: its tokens are in the budget only.)
 
     Raises:
         LLMError: a request failed (as a call's failures are named), or would cross a
@@ -293,6 +299,8 @@ async def fetch(
             cache.add(chunk, answer.vectors)
         except ValueError as exc:
             raise RunError(f"embeddings not used: {exc}") from None
+        if on_sent is not None:  # logged before the cache keeps it
+            on_sent(EmbeddingSent(phase, cache.model, provider, len(chunk), usage))
         cache.save()  # each batch kept at once: an interrupted tick does not pay twice
     return len(wanted)
 

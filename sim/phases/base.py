@@ -15,7 +15,7 @@ from sim.llm.batching import BatchOptions
 from sim.llm.budget import Budget
 from sim.llm.calls import CallNamer
 from sim.llm.client import LLMClient, LLMRequest
-from sim.llm.embedding import Embedder
+from sim.llm.embedding import Embedder, EmbeddingSent
 from sim.llm.errors import LLMError
 from sim.llm.events import EventSink, null_sink
 from sim.llm.recovery import RetryPolicy
@@ -379,13 +379,15 @@ class TickContext:
         phase: str,
         budget: Budget | None = None,
         embedder_of: Callable[[str], Embedder | None] | None = None,
+        on_sent: Callable[[EmbeddingSent], None] | None = None,
     ) -> None:
         """Before phase ``phase`` builds its inputs: fetch the provider embeddings its
         retrieval needs (every character's cells and situation) that the world's cache
         lacks, from the endpoint its model runs on (``embedder_of(endpoint name)``: the
         stack's, ``sim.engine.stack.Stack.embedder``), in a few batched requests (and
-        count them against ``budget``). Nothing for a phase that does not retrieve with
-        a provider's embeddings.
+        count them against ``budget``; each answered request goes to ``on_sent``: the
+        tick's log, ``sim.engine.recorder.TickRecorder.embedded``). Nothing for a phase
+        that does not retrieve with a provider's embeddings.
 
         Raises:
             RunError: the endpoint has no embeddings (a stack without one, as
@@ -426,7 +428,9 @@ class TickContext:
             backoff_base_seconds=llm.backoff_base_seconds,
             backoff_cap_seconds=llm.backoff_cap_seconds,
         )
-        await fetch(cache, embedder, texts, timeout, budget, provider, retry)
+        await fetch(
+            cache, embedder, texts, timeout, budget, provider, retry, phase=phase, on_sent=on_sent
+        )
 
     def report(self, name: str) -> PhaseReport:
         report = PhaseReport(name)

@@ -9,6 +9,12 @@ when the tick started afresh. A cost with a model that has no price is *unknown*
 
 An attempt that timed out on the client has no usage (the answer never arrived), but the
 server may have generated and billed it: ``Books.timed_out`` counts those attempts.
+
+Embeddings requests (``[memory] embeddings = "provider"``: ``embedding`` records) are
+billed too: their tokens and cost are in ``Books.usage`` and ``Books.cost``, each priced as
+``[prices]`` prices its model on the provider it went to. They are not model calls:
+``Books.calls`` never counts them, ``Books.embedding_requests`` does (and
+``Books.embedding_tokens`` holds their part of the tokens).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.types import Usage
 from sim.ticklog.reader import TickLog
-from sim.ticklog.records import AttemptRecord, CallRecord
+from sim.ticklog.records import AttemptRecord, CallRecord, EmbeddingRecord
 
 #: the error code of an attempt that timed out on the client
 TIMEOUT = "timeout"
@@ -57,6 +63,16 @@ def call_cost(
     return attempts_cost(call.every_attempt(), prices, cache, call.price_factor)
 
 
+def embedding_cost(
+    record: EmbeddingRecord,
+    prices: Mapping[str, Any],
+    cache: dict[str, Price | None] | None = None,
+) -> Cost:
+    """What a logged embeddings request cost at ``prices``: its tokens at its model's price
+    on the provider it went to (as its budget reservation priced it)."""
+    return price_usage(record.to_usage(), record.model, prices, cache, record.provider)
+
+
 def timed_out(call: CallRecord) -> int:
     """How many of a call's attempts timed out on the client (maybe billed, usage unknown)."""
     return sum(1 for attempt in call.every_attempt() if attempt.error_code == TIMEOUT)
@@ -64,13 +80,20 @@ def timed_out(call: CallRecord) -> int:
 
 @dataclass
 class Books:
-    """Calls, tokens and cost of a set of logged calls."""
+    """Calls, tokens and cost of a set of logged calls and embeddings requests.
+
+    ``calls`` and ``failures`` are model calls only; ``usage`` and ``cost`` are everything
+    billed, embeddings requests included (``embedding_tokens`` is their part).
+    """
 
     calls: int = 0
     failures: int = 0
     usage: Usage = field(default_factory=Usage)
     cost: Cost = field(default_factory=Cost)
     timed_out: int = 0
+    #: embeddings requests (not calls) and the (input) tokens the servers counted for them
+    embedding_requests: int = 0
+    embedding_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -91,9 +114,22 @@ class Books:
         self.cost = self.cost + (call_cost(call, prices, cache) if cost is None else cost)
         self.timed_out += timed_out(call)
 
+    def add_embedding(
+        self,
+        record: EmbeddingRecord,
+        prices: Mapping[str, Any],
+        cache: dict[str, Price | None] | None = None,
+    ) -> None:
+        """Count an embeddings request: its tokens and cost, not a call."""
+        self.embedding_requests += 1
+        self.embedding_tokens += record.input_tokens
+        self.usage = self.usage + record.to_usage()
+        self.cost = self.cost + embedding_cost(record, prices, cache)
+
 
 def tick_books(log: TickLog, prices: Mapping[str, Any] | None = None) -> Books:
-    """Everything a tick's log says was sent: every call record, every attempt.
+    """Everything a tick's log says was sent: every call record, every attempt, every
+    embeddings request.
 
     ``prices`` defaults to the ``[prices]`` in effect when the tick ran (its header).
     ``calls`` and ``failures`` count the tick's calls as they ended (one per request id);
@@ -102,8 +138,11 @@ def tick_books(log: TickLog, prices: Mapping[str, Any] | None = None) -> Books:
     table = log.header.prices if prices is None else prices
     cache: dict[str, Price | None] = {}
     books = Books()
-    for call in log.call_records:
-        books.add_call(call, table, cache)
+    for record in log.billed():
+        if isinstance(record, CallRecord):
+            books.add_call(record, table, cache)
+        else:
+            books.add_embedding(record, table, cache)
     books.calls = len(log.calls)
     books.failures = log.failures()
     return books
@@ -115,6 +154,7 @@ __all__ = [
     "attempts_cost",
     "call_cost",
     "call_usage",
+    "embedding_cost",
     "tick_books",
     "timed_out",
 ]

@@ -54,6 +54,7 @@ from sim.ticklog.records import (
     CallRecord,
     CommitRecord,
     CompactedRecord,
+    EmbeddingRecord,
     HeaderRecord,
     LogRecord,
     PhaseRecord,
@@ -93,6 +94,8 @@ class TickLog:
     resumes: int = 0
     #: the Batch API batches the tick created (``[llm] batch``), in order
     batches: list[BatchRecord] = field(default_factory=list)
+    #: every embeddings request the tick sent (all runs of it), in order
+    embeddings: list[EmbeddingRecord] = field(default_factory=list)
     torn: bool = False
     records: list[LogRecord] = field(default_factory=list)
     #: ``sim log --compact`` dropped the call detail (the tick cannot be replayed)
@@ -126,6 +129,13 @@ class TickLog:
             else r
             for r in self.records
         ]
+
+    def billed(self) -> list[CallRecord | EmbeddingRecord]:
+        """Every call record and embeddings request, in the order the log holds them: what
+        the books and the summary count (``sim.ticklog.books``)."""
+        if not self.embeddings:
+            return list(self.call_records)
+        return [r for r in self.records if isinstance(r, CallRecord | EmbeddingRecord)]
 
     def run_decisions(self) -> list[PolicyRecord]:
         """The policy decisions of the tick's last run (after its last ``resume``): every
@@ -358,6 +368,8 @@ def read_log(path: Path, calls: bool = True, state: bool = True) -> TickLog:
             log.phases[record.name] = record
         elif isinstance(record, BatchRecord):
             log.batches.append(record)
+        elif isinstance(record, EmbeddingRecord):
+            log.embeddings.append(record)
         elif isinstance(record, UsageRecord):
             log.usage = record
         elif isinstance(record, CommitRecord):

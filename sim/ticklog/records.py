@@ -2,16 +2,17 @@
 ``sim.ticklog.reader`` reads (``sim.ticklog.format``: each record's line).
 
 One model per record ``type`` (``header``, ``state_before``, ``intervention``,
-``instructions``, ``call``, ``phase``, ``resume``, ``interrupted``, ``batch``, ``policy``,
-``usage``, ``commit``, ``compacted``) and ``LogRecord``, their union discriminated on
-``type``. ``parse_record`` is the only way a line of a log becomes a record, and
-``dump_record`` the only way a record becomes a line.
+``instructions``, ``call``, ``embedding``, ``phase``, ``resume``, ``interrupted``,
+``batch``, ``policy``, ``usage``, ``commit``, ``compacted``) and ``LogRecord``, their
+union discriminated on ``type``. ``parse_record`` is the only way a line of a log becomes
+a record, and ``dump_record`` the only way a record becomes a line.
 
 Round trip: a record keeps which fields its line held (pydantic's "fields set"), and
 ``dump_record`` writes exactly those, in declaration order, with orjson, so a log written
 by this sim reads back and re-serialises to the same bytes, and a field that was absent in
 an older log of format 1 stays absent. Fields added to format 1 over time have defaults, so
-older logs read. A field no model declares is refused (``extra="forbid"``): logs are
+older logs read, and so do record types added to format 1 (``embedding``): a log without
+them is what older sims wrote. A field no model declares is refused (``extra="forbid"``): logs are
 written only by sim, so an unknown field means a newer sim or a hand edit, and the reader
 names it rather than guess; a change old readers must not miss bumps ``FORMAT_VERSION``
 and adds a migration (``sim.ticklog.format.MIGRATIONS``).
@@ -234,6 +235,31 @@ class CallRecord(_Record):
         ]
 
 
+class EmbeddingRecord(_Record):
+    """One embeddings request (``[memory] embeddings = "provider"``, ``sim.mind.vectors``),
+    sent before phase ``phase`` built its inputs: the model, how many texts it carried,
+    the tokens the server counted and their cost at the prices in effect (``None``: the
+    model had no price). Appended as soon as the answer arrives, before its vectors are
+    cached: a resumed or replayed tick finds them cached and sends nothing again.
+
+    A request is not a model call: the books count it in ``embedding_requests``, its
+    tokens and cost in the totals (``sim.ticklog.books``).
+    """
+
+    type: Literal["embedding"] = "embedding"
+    phase: str
+    model: str
+    #: the endpoint it went to (``[llm]``'s kind or a ``[providers.NAME]``)
+    provider: str = ""
+    texts: int = Field(default=0, ge=0)
+    #: the tokens the server counted (an embeddings request has input tokens only)
+    input_tokens: int = Field(default=0, ge=0)
+    cost_usd: float | None = None
+
+    def to_usage(self) -> Usage:
+        return Usage(input_tokens=self.input_tokens)
+
+
 class PhaseReportRecord(_Model):
     """A phase's report (``PhaseReport.to_dict()``)."""
 
@@ -357,6 +383,7 @@ LogRecord = Annotated[
     | InterventionRecord
     | InstructionsRecord
     | CallRecord
+    | EmbeddingRecord
     | PhaseRecord
     | ResumeRecord
     | InterruptedRecord
@@ -400,6 +427,7 @@ __all__ = [
     "CallRecord",
     "CommitRecord",
     "CompactedRecord",
+    "EmbeddingRecord",
     "HeaderRecord",
     "InstructionsRecord",
     "InterruptedRecord",

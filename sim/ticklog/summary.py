@@ -6,12 +6,13 @@ second is large and repetitive, and reading the first decompresses only its star
 
 1. ``summary`` (``TickSummary``): the header's facts (seed, scope, phases, the ``[prices]``
    in effect), the tick's totals as ``sim.ticklog.books.tick_books`` computes them from the
-   full log (calls, failures, tokens, cost at the tick's prices, timeouts), wall time,
-   resumes and the commit's digests. ``sim log --tick all`` and ``sim check`` read only this
-   line.
+   full log (calls, failures, tokens, cost at the tick's prices, timeouts, embeddings
+   requests), wall time, resumes and the commit's digests. ``sim log --tick all`` and
+   ``sim check`` read only this line.
 2. ``groups`` (``UsageGroups``): per (phase, entity key, model), the call records,
-   failures, timeouts and tokens: what ``sim usage`` prices at any ``[prices]`` table and
-   groups by entity, phase or tick, and what the report's per-character totals use.
+   failures, timeouts and tokens, and per (phase, model) the embeddings requests and their
+   tokens: what ``sim usage`` prices at any ``[prices]`` table and groups by entity,
+   phase or tick, and what the report's per-character totals use.
 3. ``places`` (``Places``, optional: summaries written before it have two lines): where
    each character was at the start of the tick, as the log's state snapshot says: what
    ``sim report`` places characters by without unpacking every tick's snapshot.
@@ -50,6 +51,7 @@ from sim.ticklog.records import (
     AttemptRecord,
     CallRecord,
     CommitRecord,
+    EmbeddingRecord,
     HeaderRecord,
     TokenCounts,
     price_table,
@@ -78,12 +80,17 @@ class TickSummary(_Model):
     #: calls as they ended (one per request id) and how many of those failed
     calls: int = 0
     failures: int = 0
-    #: every attempt of every call record, superseded ones included
+    #: every attempt of every call record, superseded ones included, and every embeddings
+    #: request
     usage: TokenCounts = TokenCounts()
     #: at the tick's prices; ``None``: a model had no price (``unpriced`` names them)
     cost: float | None = 0.0
     unpriced: list[str] = []
     timed_out: int = 0
+    #: embeddings requests (not calls: ``calls`` never counts them) and their part of
+    #: ``usage`` (absent in summaries written before they were counted: none)
+    embedding_requests: int = 0
+    embedding_tokens: int = 0
     wall: float | None = None
     resumes: int = 0
     state_before: str | None = None
@@ -95,6 +102,15 @@ class TickSummary(_Model):
 
 #: the integer columns of ``UsageGroups``, one entry per row
 COUNT_COLUMNS = ("phase", "model", "requests", "failures", "timed_out", "input", "cached", "output")
+
+
+#: the integer columns of ``UsageGroups``' embeddings requests, one entry per row
+EMBEDDING_COLUMNS = (
+    "embedding_phase",
+    "embedding_model",
+    "embedding_requests",
+    "embedding_input",
+)
 
 
 class UsageGroups(_Model):
@@ -125,6 +141,25 @@ class UsageGroups(_Model):
     input: list[int] = []
     cached: list[int] = []
     output: list[int] = []
+    #: embeddings requests, one entry per (phase, model): ``embedding_phase`` indexes
+    #: ``phases``, ``embedding_model`` ``models``; how many requests and the input tokens
+    #: the servers counted (absent in summaries written before they were counted)
+    embedding_phase: list[int] = []
+    embedding_model: list[int] = []
+    embedding_requests: list[int] = []
+    embedding_input: list[int] = []
+
+    def embedding_rows(self) -> Iterator[tuple[str, int, int, int]]:
+        """(phase, model index, requests, input tokens) of each embeddings entry."""
+        columns = zip(
+            self.embedding_phase,
+            self.embedding_model,
+            self.embedding_requests,
+            self.embedding_input,
+            strict=True,
+        )
+        for phase, model, requests, tokens in columns:
+            yield self.phases[phase], model, requests, tokens
 
     def factor(self, index: int) -> float:
         return self.factors[index] if self.factors else 1.0
@@ -146,6 +181,15 @@ class UsageGroups(_Model):
             or max(self.model) >= len(self.models)
         ):
             raise ValueError("a count is negative or an index out of range")
+        embedding = [getattr(self, name) for name in EMBEDDING_COLUMNS]
+        if any(len(column) != len(self.embedding_phase) for column in embedding):
+            raise ValueError("the embedding columns differ in length")
+        if self.embedding_phase and (
+            min(min(column) for column in embedding) < 0
+            or max(self.embedding_phase) >= len(self.phases)
+            or max(self.embedding_model) >= len(self.models)
+        ):
+            raise ValueError("an embedding count is negative or an index out of range")
         return self
 
 
@@ -221,10 +265,15 @@ class SummaryBuilder:
         #: (phase, entity key, model index) -> [requests, failures, timed out, in, cached, out]
         self._rows: dict[tuple[str, str | None, int], list[int]] = {}
         self._models: dict[tuple[str, str, float], int] = {}
+        #: (phase, model index) -> [requests, input tokens] of embeddings requests
+        self._embedding_rows: dict[tuple[str, int], list[int]] = {}
+        #: the order phases first appear in, calls and embeddings alike
+        self._phases: dict[str, None] = {}
 
     def _row(self, call: CallRecord, attempt: AttemptRecord) -> list[int]:
         entry = (attempt.model, attempt.provider, call.price_factor)
         index = self._models.setdefault(entry, len(self._models))
+        self._phases.setdefault(call.phase)
         key = (call.phase, call.entity_key, index)
         row = self._rows.get(key)
         if row is None:
@@ -246,6 +295,22 @@ class SummaryBuilder:
             row[3] += attempt.usage.input_tokens
             row[4] += attempt.usage.cached_input_tokens
             row[5] += attempt.usage.output_tokens
+
+    def add_embedding(self, record: EmbeddingRecord) -> None:
+        """Count an embeddings request (its tokens and cost; not a call)."""
+        self.books.add_embedding(record, self._prices, self._cache)
+        index = self._models.setdefault((record.model, record.provider, 1.0), len(self._models))
+        self._phases.setdefault(record.phase)
+        row = self._embedding_rows.setdefault((record.phase, index), [0, 0])
+        row[0] += 1
+        row[1] += record.input_tokens
+
+    def add(self, record: CallRecord | EmbeddingRecord) -> None:
+        """Count a record of ``TickLog.billed``."""
+        if isinstance(record, CallRecord):
+            self.add_call(record)
+        else:
+            self.add_embedding(record)
 
     def finish(
         self,
@@ -272,20 +337,27 @@ class SummaryBuilder:
             cost=books.cost.value,
             unpriced=sorted(books.cost.unpriced),
             timed_out=books.timed_out,
+            embedding_requests=books.embedding_requests,
+            embedding_tokens=books.embedding_tokens,
             wall=wall,
             resumes=resumes,
             state_before=state_before,
             state_after=commit.state_after if commit else None,
             committed_at=commit.committed_at if commit else None,
         )
-        phases: dict[str, int] = {}
+        phases = {phase: n for n, phase in enumerate(self._phases)}
         columns: dict[str, list[Any]] = {name: [] for name in ("keys", *COUNT_COLUMNS)}
         for (phase, key, model), counts in self._rows.items():
             columns["keys"].append(key)
-            columns["phase"].append(phases.setdefault(phase, len(phases)))
+            columns["phase"].append(phases[phase])
             columns["model"].append(model)
             for name, value in zip(COUNT_COLUMNS[2:], counts, strict=True):
                 columns[name].append(value)
+        for (phase, model), (requests, tokens) in self._embedding_rows.items():
+            columns.setdefault("embedding_phase", []).append(phases[phase])
+            columns.setdefault("embedding_model", []).append(model)
+            columns.setdefault("embedding_requests", []).append(requests)
+            columns.setdefault("embedding_input", []).append(tokens)
         models = [model for model, _, _ in self._models]
         providers = [provider for _, provider, _ in self._models]
         factors = [factor for _, _, factor in self._models]
@@ -306,8 +378,8 @@ def summarize(log: TickLog, places: bool = False) -> Summary:
     commit writes; a view that only wants the numbers leaves it out).
     """
     builder = SummaryBuilder(log.header)
-    for call in log.call_records:
-        builder.add_call(call)
+    for record in log.billed():
+        builder.add(record)
     summary = builder.finish(
         committed=log.committed,
         wall=log.usage.elapsed if log.usage is not None else None,
@@ -322,13 +394,27 @@ def summarize(log: TickLog, places: bool = False) -> Summary:
     return summary
 
 
+#: fields a summary line leaves out while they hold their default (a tick without
+#: embeddings requests): its file is then what sims before them wrote, byte for byte
+_QUIET = frozenset({"embedding_requests", "embedding_tokens", *EMBEDDING_COLUMNS})
+
+
+def _dumped(part: _Model) -> dict[str, Any]:
+    data = part.model_dump(mode="json")
+    fields = type(part).model_fields
+    for name in _QUIET.intersection(data):
+        if getattr(part, name) == fields[name].default:
+            del data[name]
+    return data
+
+
 def dump_summary(summary: Summary) -> bytes:
     """A summary file's bytes: its two or three lines, compressed (the same summary always
     gives the same bytes)."""
     parts: list[_Model] = [summary.head, summary.groups]
     if summary.places is not None:
         parts.append(summary.places)
-    lines = b"".join(orjson.dumps(part.model_dump(mode="json")) + b"\n" for part in parts)
+    lines = b"".join(orjson.dumps(_dumped(part)) + b"\n" for part in parts)
     return gzip.compress(lines, compresslevel=6, mtime=0)
 
 
@@ -471,6 +557,8 @@ def summary_books(summary: Summary, prices: Mapping[str, Any] | None = None) -> 
         sums[0] += inp
         sums[1] += cached
         sums[2] += out
+    for _, index, _, inp in groups.embedding_rows():
+        tokens.setdefault(index, [0, 0, 0])[0] += inp
     cost = Cost()
     cache: dict[str, Price | None] = {}
     for index, (inp, cached, out) in sorted(tokens.items()):
@@ -478,7 +566,15 @@ def summary_books(summary: Summary, prices: Mapping[str, Any] | None = None) -> 
         cost = cost + price_usage(
             usage, groups.models[index], table, cache, groups.provider(index), groups.factor(index)
         )
-    return Books(head.calls, head.failures, head.usage.to_usage(), cost, head.timed_out)
+    return Books(
+        head.calls,
+        head.failures,
+        head.usage.to_usage(),
+        cost,
+        head.timed_out,
+        head.embedding_requests,
+        head.embedding_tokens,
+    )
 
 
 def logged_books(
@@ -549,6 +645,8 @@ def summary_numbers(head: TickSummary) -> dict[str, Any]:
         "output_tokens": head.usage.output_tokens,
         "cost": head.cost,
         "timed_out": head.timed_out,
+        "embedding_requests": head.embedding_requests,
+        "embedding_tokens": head.embedding_tokens,
         "wall": head.wall,
         "resumes": head.resumes,
     }
