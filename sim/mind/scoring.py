@@ -36,57 +36,32 @@ def _axes(text: str) -> Features:
     return tuple(vector), tuple(vector.values()), 0.0
 
 
-#: each distinct text's terms (with each term's postings), and its offline embedding,
-#: once per process
-_TERMS = Store(_term_counts, postings=True)
+#: each distinct text's terms, and its offline embedding, once per process
+_TERMS = Store(_term_counts)
 _AXES = Store(_axes)
 
 
-#: the place given to a term a document lacks: after all of its own
-_LAST = np.iinfo(np.int64).max
-
-
 def bm25(docs: Sequence[str], query: Iterable[str]) -> Floats:
-    """``lexical.bm25`` as array operations, to the same doubles.
-
-    Only the query's terms are read, from their postings (``index.Store``): for each, the
-    documents that have it, found by a binary search of their text numbers. Each
-    document's products are then added from 0.0 in the order its terms first occur in
-    its text, as the loop adds them."""
+    """``lexical.bm25`` as array operations, to the same doubles."""
     n = len(docs)
     query = set(query)
     if not n or not query:
         return np.zeros(n)
-    at = _TERMS.keys(docs)  # first: it numbers the terms of texts seen for the first time
+    rows = _TERMS.rows(docs)  # first: it numbers the terms of texts seen for the first time
     wanted = sorted({i for i in _TERMS.ids(query) if i >= 0})
     if not wanted:
         return np.zeros(n)
-    size = _TERMS.sizes(at)
-    avg = float(size.sum()) / n or 1.0
-    norm = K1 * (1.0 - B + B * size / avg)
-    products: list[Floats] = []
-    places: list[Ints] = []
-    for number in wanted:
-        post = _TERMS.postings(number)
-        found = np.minimum(np.searchsorted(post.text, at), len(post.text) - 1)
-        hit = post.text[found] == at
-        df = int(np.count_nonzero(hit))
-        if df:
-            count = np.where(hit, post.value[found], 0.0)
-            each = lexical.idf(n, df) * count * (K1 + 1.0) / (count + norm)
-            products.append(np.where(hit, each, 0.0))
-            places.append(np.where(hit, post.place[found], _LAST))
-        del post  # views of the store's arrays: released before it next grows
-    if not products:
-        return np.zeros(n)
-    if len(products) == 1:
-        return products[0] + 0.0  # 0.0 + x, as the loop starts
-    order = np.argsort(np.stack(places, axis=1), axis=1, kind="stable")
-    ordered = np.take_along_axis(np.stack(products, axis=1), order, axis=1)
-    total = np.zeros(n)
-    for column in ordered.T:  # a term a document lacks adds 0.0, after its own terms
-        total = total + column
-    return total
+    known = np.array(wanted, dtype=np.int64)
+    place = np.minimum(np.searchsorted(known, rows.feature), len(known) - 1)
+    hit = known[place] == rows.feature
+    row, count, term = rows.row[hit], rows.value[hit], place[hit]
+    # each (document, term) is one entry, so a term's entries are its document frequency
+    df = np.bincount(term, minlength=len(known)).tolist()
+    weight = np.array([lexical.idf(n, f) for f in df])
+    avg = float(rows.size.sum()) / n or 1.0
+    norm = K1 * (1.0 - B + B * rows.size / avg)
+    each = weight[term] * count * (K1 + 1.0) / (count + norm[row])
+    return np.asarray(np.bincount(row, weights=each, minlength=n), dtype=np.float64)
 
 
 def similarities(docs: Sequence[str], query: str) -> Floats:

@@ -163,7 +163,7 @@ def test_the_same_cells_are_chosen_in_the_same_order(seed: int) -> None:
 
 def test_a_full_store_starts_again_and_scores_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index, "MEMO_LIMIT", 50)
-    store = index.Store(scoring._term_counts, postings=True)
+    store = index.Store(scoring._term_counts)
     monkeypatch.setattr(scoring, "_TERMS", store)
     rng = random.Random(3)
     for _ in range(6):
