@@ -96,11 +96,11 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
     request offered, and the world files name only places that exist."""
     # The intention schema goes out with one branch per action, each with its own targets,
     # so the grammar cannot pair an action with another's id (with one flat enum this 270M
-    # model did in about half its intentions). Its resolutions still often fail on content
-    # (rambling to the token cap, outcomes the schema refuses), and the default rule would
-    # stop such a tick as an endpoint not answering in the expected form. What this test
-    # holds the engine to is that nothing invalid is committed, so content failures fall
-    # back here and never abort.
+    # model did in about half its intentions), and a resolution's outcomes as one slot per
+    # character present. In the bench's three ticks no call failed; a 270M model can still
+    # run an answer to its cap now and then, and the default rule would stop a tick where
+    # most of a phase's few calls did. What this test holds the engine to is that nothing
+    # invalid is committed, so content failures fall back here and never abort.
     world = configure(scratch(tmp_path), model_server, llm="max_content_failed_fraction = 1.0")
     characters = len(list((world / "characters").glob("*.json")))
     snapshots = [Snapshot.read(world)]
