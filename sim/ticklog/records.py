@@ -201,8 +201,9 @@ class CallRecord(_Record):
     error_code: str | None = None
     error: str | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list)
-    #: the attempts' cost at the prices in effect (``None``: a model had no price)
-    cost_usd: float | None = None
+    #: the attempts' cost at the prices in effect (``None``: a model had no price); a log
+    #: is untrusted, so a negative or non-finite cost is refused, not summed into the books
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     #: the OpenAI Batch API batches that carried its attempts (absent: sent live); such a
     #: call is priced at the batch rate (``sim.llm.budget.BATCH_PRICE_FACTOR``)
     batch_ids: list[str] | None = None
@@ -254,7 +255,7 @@ class EmbeddingRecord(_Record):
     texts: int = Field(default=0, ge=0)
     #: the tokens the server counted (an embeddings request has input tokens only)
     input_tokens: int = Field(default=0, ge=0)
-    cost_usd: float | None = None
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     def to_usage(self) -> Usage:
         return Usage(input_tokens=self.input_tokens)

@@ -275,8 +275,16 @@ def test_a_log_without_embedding_records_reads_and_a_bad_one_is_named(
         ({"input_tokens": "many"}, "input_tokens"),
         ({"usage": {"input_tokens": 5}}, "usage"),  # not a field of this record
         ({"phase": None}, "phase"),
+        ({"cost_usd": -5.0}, "cost_usd"),  # a tampered log cannot lower the books
     ):
         line = orjson.dumps({"type": "embedding", "phase": "intentions", "model": MODEL, **wrong})
         path.write_bytes(b"".join([*older[:-1], line + b"\n", older[-1]]))
         with pytest.raises(LogError, match=rf"embedding record: .*{field}"):
             read_log(path)
+    # the same holds for a call's cost
+    call = next(line for line in older if line.startswith(b'{"type":"call"'))
+    data = orjson.loads(call)
+    data["cost_usd"] = -5.0
+    path.write_bytes(b"".join(orjson.dumps(data) + b"\n" if ln is call else ln for ln in older))
+    with pytest.raises(LogError, match=r"call record: .*cost_usd"):
+        read_log(path)
