@@ -9,6 +9,7 @@ the model, the base URL and ``structured_output = "auto"``. The server rejects O
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -69,6 +70,20 @@ def scratch(tmp_path: Path, keep: tuple[str, ...] | None = None) -> Path:
         for path in (world / "characters").glob("*.json"):
             if path.stem not in keep:
                 path.unlink()
+    return world
+
+
+def stay_put(world: Path, *characters: str) -> Path:
+    """The world with no exit from where ``characters`` are (all in one place)."""
+    places = set()
+    for cid in characters:
+        data = json.loads((world / "characters" / f"{cid}.json").read_text(encoding="utf-8"))
+        places.add(data["state"]["location"])
+    assert len(places) == 1, places
+    path = world / "locations" / f"{places.pop()}.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["state"]["connections"] = []
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return world
 
 
@@ -166,9 +181,12 @@ def test_depth_two_chain_sends_the_two_previous_exchanges(
 ) -> None:
     # two characters in one place: one narrative call per tick, chained at depth 2. The
     # narrative chain, not resolution's: this small model sometimes runs a resolution
-    # answer to its token cap, and a lost link would break the chain under test
+    # answer to its token cap, and a lost link would break the chain under test. Their
+    # place has no exit: the model now moves characters (a valid exit is all it can name),
+    # and a move would narrate another place, in a chain of its own
+    world = stay_put(scratch(tmp_path, keep=("bram", "corin")), "bram", "corin")
     world = configure(
-        scratch(tmp_path, keep=("bram", "corin")),
+        world,
         model_server,
         llm="max_failed_fraction = 1.0",
         phase2a="max_output_tokens = 300",
