@@ -201,11 +201,11 @@ def test_a_bad_importance_is_refused_by_name(town: Path) -> None:
     assert tree(town) == before
 
 
-def test_provider_embeddings_off_the_offline_provider_are_refused(
+def test_provider_embeddings_without_an_embedding_model_are_refused(
     town: Path, tmp_path: Path
 ) -> None:
-    """Only the offline provider's embeddings exist so far: asking a remote one for them is
-    a named config error, not a silent fallback."""
+    """A remote provider's embeddings need ``[memory] embedding_model``: without one, the
+    run stops on a named config error (nothing written), not a silent fallback."""
     config = tmp_path / "mine.toml"
     config.write_text(
         '[llm]\nprovider = "openai"\n\n[memory]\nmode = "retrieve"\nembeddings = "provider"\n'
