@@ -108,7 +108,7 @@ test-model: $(STAMP) ## Run tests/model against a real model, also behind llama-
 		echo "note: test-model: could not install $(STACK_PACKAGES) into $(STACK_VENV) (see above): the llama-stack tests skip" >&2; \
 	fi; \
 	SIM_MODEL_PYTHON=$(abspath $(MODEL_VENV))/bin/python SIM_STACK_PYTHON=$(abspath $(STACK_VENV))/bin/python \
-		$(BIN)/python -m pytest -q -m model tests/model
+		$(BIN)/python -m pytest -q -m model --timeout 2700 tests/model
 
 bench-model: $(STAMP) model-env ## Three demo ticks on the real model (references, outcomes, moves, wall time) -> bench/RESULTS.md
 	$(BIN)/python -m bench.real_model

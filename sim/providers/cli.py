@@ -36,6 +36,7 @@ import shlex
 import shutil
 import signal
 from collections.abc import Sequence
+from typing import Any
 
 from sim.llm.errors import LLMConfigurationError, LLMSubprocessError, LLMTimeoutError
 from sim.llm.tokens import estimate_tokens
@@ -50,6 +51,8 @@ from sim.providers._structured import answer_text, instructions_for
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: how much of stderr an error keeps (its end: where a program says what went wrong)
 STDERR_KEPT = 4000
+#: how long a stopped command's pipes may take to close once its group is killed
+REAP_SECONDS = 5.0
 #: what ``{model}`` in an argument becomes
 MODEL_PLACEHOLDER = "{model}"
 
@@ -73,6 +76,31 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
     """SIGKILL the command and everything in its session (it leads its own group)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+async def _drain(stream: asyncio.StreamReader | None) -> None:
+    while stream is not None and await stream.read(65536):
+        pass
+
+
+async def _stop(
+    process: asyncio.subprocess.Process, readers: tuple[asyncio.Future[Any], ...]
+) -> None:
+    """Kill the command's group and reap it.
+
+    Its pipes are read to EOF first: a reader that stopped early leaves a full buffer,
+    asyncio then pauses that pipe, and ``Process.wait()`` (which waits for every pipe to
+    close) would never return. A descendant that left the group and still holds a pipe
+    cannot keep the call waiting longer than ``REAP_SECONDS``.
+    """
+    for reader in readers:
+        reader.cancel()
+    await asyncio.gather(*readers, return_exceptions=True)
+    _kill_group(process)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(REAP_SECONDS):
+            await asyncio.gather(_drain(process.stdout), _drain(process.stderr))
+            await process.wait()
 
 
 class _TooMuchOutput(Exception):
@@ -204,17 +232,17 @@ class CLIAdapter(Responder):
                 model=model,
                 context={"command": argv},
             ) from exc
+        readers = (
+            asyncio.ensure_future(_read_capped(process.stdout, MAX_OUTPUT_BYTES)),
+            asyncio.ensure_future(_read_tail(process.stderr, STDERR_KEPT)),
+            asyncio.ensure_future(_feed(process, prompt.encode())),
+        )
         try:
             async with asyncio.timeout(timeout):
-                out, err, _ = await asyncio.gather(
-                    _read_capped(process.stdout, MAX_OUTPUT_BYTES),
-                    _read_tail(process.stderr, STDERR_KEPT),
-                    _feed(process, prompt.encode()),
-                )
+                out, err, _ = await asyncio.gather(*readers)
                 code = await process.wait()
         except TimeoutError as exc:
-            _kill_group(process)
-            await process.wait()
+            await _stop(process, readers)
             raise LLMTimeoutError(
                 f"{shown} did not answer within {timeout:g} s; it was stopped",
                 cause=exc,
@@ -222,17 +250,15 @@ class CLIAdapter(Responder):
                 context={"command": argv, "timeout_seconds": timeout},
             ) from None
         except _TooMuchOutput:
-            _kill_group(process)
-            await process.wait()
+            await _stop(process, readers)
             raise LLMSubprocessError(
                 f"{shown} wrote more than {MAX_OUTPUT_BYTES} bytes; it was stopped",
                 model=model,
                 context={"command": argv},
             ) from None
         except BaseException:  # cancelled (Ctrl-C): nothing the command started outlives it
-            _kill_group(process)
-            with contextlib.suppress(ProcessLookupError):
-                await asyncio.shield(process.wait())
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(_stop(process, readers))
             raise
         if code != 0:
             stderr = err.decode("utf-8", errors="replace").strip()
