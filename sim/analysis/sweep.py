@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import itertools
-import math
 import os
 import re
 import shutil
@@ -53,6 +52,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
+import tomli_w
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sim.config import Config, load_config, merge_tables, redacted
@@ -290,58 +290,21 @@ def make_plan(
 
 # -- the config of a run, as TOML --------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else orjson.dumps(key).decode()
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):  # a JSON string is a TOML basic string
-        return orjson.dumps(value).decode()
+def _without_none(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):  # a table inside an array: inline
-        body = ", ".join(
-            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
-        )
-        return "{ " + body + " }" if body else "{}"
-    raise TypeError(f"no TOML form for {type(value).__name__}")
+        return [_without_none(v) for v in value]
+    return value
 
 
 def toml_text(data: Mapping[str, Any], header: str) -> str:
-    """Tables of TOML that ``tomllib`` reads back to ``data`` (``None`` values left out)."""
-    lines = [f"# {header}", ""]
+    """TOML (tomli-w) that ``tomllib`` reads back to ``data``, headed by a comment.
 
-    def table(path: list[str], body: Mapping[str, Any]) -> None:
-        lines.append("[" + ".".join(_toml_key(p) for p in path) + "]")
-        subtables = {k: v for k, v in body.items() if isinstance(v, Mapping)}
-        for key, value in body.items():
-            # TOML has no null: an unset key (a phase's ``structured_output``) is left out,
-            # which reads back as unset
-            if key not in subtables and value is not None:
-                lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
-        lines.append("")
-        for key, value in subtables.items():
-            table([*path, key], value)
-
-    for section, body in data.items():
-        if isinstance(body, Mapping):
-            table([section], body)
-        elif body is not None:
-            lines.insert(2, f"{_toml_key(section)} = {_toml_value(body)}")
-    return "\n".join(lines)
+    TOML has no null: a ``None`` value (a phase's unset ``structured_output``) is left
+    out, which reads back as unset."""
+    return f"# {header}\n\n" + tomli_w.dumps(_without_none(data))
 
 
 def config_toml(config: Config) -> str:
