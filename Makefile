@@ -45,7 +45,7 @@ docs: $(STAMP) ## Regenerate every sample of real output in README.md and docs/*
 	$(BIN)/python -m tools.docsamples
 
 test: $(STAMP) ## Run the whole test suite
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # The real-model tests: llama-cpp-python's server (built from source, ~10 min on 2 cores)
 # running Gemma 3 270M, in a venv of its own. llama.cpp is built for AVX2, not for the
@@ -108,7 +108,7 @@ test-model: $(STAMP) ## Run tests/model against a real model, also behind llama-
 		echo "note: test-model: could not install $(STACK_PACKAGES) into $(STACK_VENV) (see above): the llama-stack tests skip" >&2; \
 	fi; \
 	SIM_MODEL_PYTHON=$(abspath $(MODEL_VENV))/bin/python SIM_STACK_PYTHON=$(abspath $(STACK_VENV))/bin/python \
-		$(BIN)/python -m pytest -q -m model --timeout 2700 tests/model
+		$(BIN)/python -m pytest -q -m model --timeout 2700 --durations=0 tests/model
 
 bench-model: $(STAMP) model-env ## Three demo ticks on the real model (references, outcomes, moves, wall time) -> bench/RESULTS.md
 	$(BIN)/python -m bench.real_model
