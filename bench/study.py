@@ -40,7 +40,7 @@ def _tick_walls(run_dir: Path) -> list[float]:
 
 def _copy_seconds(world: Path, scratch: Path) -> float:
     """The median wall time of three forks of ``world`` (what the parent does per run)."""
-    from sim.analysis.sweep import fork_current
+    from sim.runs.fork import fork_current
 
     times = []
     for i in range(3):

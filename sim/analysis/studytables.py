@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from sim.analysis.sweep import RUN_FILE, read_record
 from sim.analysis.tables import Cell, Table, build_tables
 from sim.errors import InputError, LogError
+from sim.runs.fork import RUN_FILE, read_record
 
 #: the columns that lead every row of a study's tables (then one per factor)
 KEYS = ("condition", "seed", "run")

@@ -20,16 +20,10 @@ from typing import Any
 
 import orjson
 
-from sim.analysis.sweep import (
-    RUN_FILE,
-    current_tick,
-    nested_run_folders,
-    read_record,
-    run_folders,
-    spend,
-)
 from sim.analysis.tables import STATE_PREFIX, build_tables
 from sim.errors import InputError
+from sim.runs.fork import RUN_FILE, current_tick, nested_run_folders, read_record, run_folders
+from sim.runs.ledger import spend
 
 
 @dataclass

@@ -49,7 +49,7 @@ def run_(
     once, then each condition is forked from them. Running the same study again resumes.
     See docs/analysis.md.
     """
-    from sim.analysis import sweep as sweeps
+    from sim.runs.process import ray_executor, run_one
     from sim.study.design import read_study
     from sim.study.run import run_study
 
@@ -64,7 +64,7 @@ def run_(
         if ray_address is not None and executor != "ray":
             raise InputError(None, "--ray-address", "goes with --executor ray")
         plan = read_study(study_file)
-        run = sweeps.ray_executor(ray_address) if executor == "ray" else sweeps.run_one
+        run = ray_executor(ray_address) if executor == "ray" else run_one
         if not as_json:
             echo(
                 f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "

@@ -23,7 +23,7 @@ from sim.errors import InputError
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
-    from sim.analysis.sweep import Outcome
+    from sim.runs.process import Outcome
 
 
 def outcome_line(outcome: Outcome) -> str:
@@ -122,7 +122,9 @@ def sweep(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from sim.analysis import sweep as sweeps
+    from sim.runs.plan import make_plan, parse_seeds, parse_setting
+    from sim.runs.process import ray_executor, run_one
+    from sim.runs.sweep import run_sweep
 
     with json_errors("sweep", as_json):
         if world_dir is None or out is None:
@@ -134,20 +136,20 @@ def sweep(
                 "a sweep's runs never trust a config inside their folders: put the "
                 "endpoints in your own config (--config)",
             )
-        plan = sweeps.make_plan(
+        plan = make_plan(
             world_dir,
             out,
-            sweeps.parse_seeds(seeds),
-            [sweeps.parse_setting(s) for s in settings],
+            parse_seeds(seeds),
+            [parse_setting(s) for s in settings],
             ticks,
             config_file,
         )
         if ray_address is not None and executor != "ray":
             raise InputError(None, "--ray-address", "goes with --executor ray")
-        run = sweeps.ray_executor(ray_address) if executor == "ray" else sweeps.run_one
+        run = ray_executor(ray_address) if executor == "ray" else run_one
         if not as_json:
             echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
-        result = sweeps.run_sweep(
+        result = run_sweep(
             plan,
             jobs,
             budget_usd or None,  # 0 = no cap, as for sim tick and [budget]

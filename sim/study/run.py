@@ -1,7 +1,7 @@
 """``sim study run``: a study's runs, with the sweep's machinery.
 
 Every step of a run is one ``sim`` process on its folder, started by the executor of
-``sim.analysis.sweep`` (local processes or Ray tasks), with the user's trusted flags only
+``sim.runs.process`` (local processes or Ray tasks), with the user's trusted flags only
 (``trusted_flags``: ``--config`` and the run's settings as ``--set``), never
 ``--trust-world-config``, in the folder the study was started in, and dying with it:
 
@@ -40,30 +40,23 @@ from typing import Any
 
 import orjson
 
-from sim.analysis.sweep import (
-    RUN_FILE,
-    Executor,
-    Grant,
-    Ledger,
-    Outcome,
-    Plan,
-    RunRecord,
-    Spend,
-    Status,
-    SweepResult,
-    current_tick,
-    finished,
-    fork_current,
-    read_record,
-    run_one,
-    tick_command,
-    trusted_flags,
-)
 from sim.config import Config
 from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
 from sim.interview import INTERVIEWS, Interview, read_interviews
 from sim.llm.types import Usage
+from sim.runs.fork import RUN_FILE, RunRecord, current_tick, finished, fork_current, read_record
+from sim.runs.ledger import Grant, Ledger, Spend
+from sim.runs.plan import Plan
+from sim.runs.process import (
+    Executor,
+    Outcome,
+    Status,
+    SweepResult,
+    run_one,
+    tick_command,
+    trusted_flags,
+)
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, STUDY_RECORD, Arm, Study, Unit
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
@@ -449,7 +442,7 @@ class Runner:
 
 
 def _last_line(run_dir: Path) -> str:
-    from sim.analysis.sweep import OUTPUT_FILE
+    from sim.runs.process import OUTPUT_FILE
 
     try:
         lines = (run_dir / OUTPUT_FILE).read_text(encoding="utf-8", errors="replace")

@@ -151,8 +151,8 @@ def test_sim_usage_counts_the_embeddings_the_stub_counted(tmp_path: Path, stub_s
     assert math.isclose(books.cost.usd, expected, rel_tol=1e-9) and books.cost.known
     assert_books_agree(world)
     # what a sweep's budget and a study's books count a folder's spend with
-    from sim.analysis.sweep import spend
     from sim.config import load_config
+    from sim.runs.ledger import spend
     from sim.study.run import folder_spend
 
     prices = load_config(world_dir=world, cwd=world).prices

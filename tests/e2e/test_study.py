@@ -318,7 +318,7 @@ def test_one_condition_forks_the_world_and_books_come_from_summaries(here: Path)
     every log per run, for nothing to share); what a folder spent is read from each
     committed tick's summary, not by parsing its log (which took the study's process about
     a second per tick of 2,200 calls): a log whose bytes are damaged changes nothing."""
-    from sim.analysis.sweep import spend
+    from sim.runs.ledger import spend
 
     (here / "one.toml").write_text('world = "w"\nseeds = "1-2"\nticks = 2\n[conditions.control]\n')
     code, output = sim("study", "run", "one.toml", "--out", "one", "--jobs", "2", "--json")

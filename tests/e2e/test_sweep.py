@@ -16,19 +16,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import tree
 
-from sim.analysis.sweep import (
-    RUN_FILE,
-    config_toml,
-    make_plan,
-    parse_seeds,
-    parse_setting,
-    run_name,
-    spend,
-)
 from sim.analysis.sweepreport import Distribution, RunRow, SweepReport, report_html
 from sim.cli import main
 from sim.config import load_config
 from sim.errors import InputError, LogError
+from sim.runs.fork import RUN_FILE, config_toml
+from sim.runs.ledger import spend
+from sim.runs.plan import make_plan, parse_seeds, parse_setting, run_name
 from sim.storage import Storage, dump_json
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import log_path
@@ -371,7 +365,8 @@ def test_a_ray_sweep_finishes_and_resumes_a_killed_run(
 ) -> None:
     import threading
 
-    from sim.analysis.sweep import SweepResult, ray_executor, run_sweep
+    from sim.runs.process import SweepResult, ray_executor
+    from sim.runs.sweep import run_sweep
 
     world = make_world(tmp_path)
     config = chat_config(tmp_path, world, held_server)

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import tree
 
-from sim.analysis.sweep import RUN_FILE
 from sim.cli import main
+from sim.runs.fork import RUN_FILE
 from sim.storage import dump_json
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 

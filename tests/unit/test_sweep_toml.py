@@ -7,8 +7,8 @@ import math
 import tomllib
 from pathlib import Path
 
-from sim.analysis.sweep import config_toml, toml_text
 from sim.config import load_config, redacted
+from sim.runs.fork import config_toml, toml_text
 
 
 def test_a_run_config_reads_back_to_its_data() -> None:

@@ -1,0 +1,108 @@
+"""What runs spent and may spend: a run's spending read from its tick logs, and the budget
+of a whole sweep or study (``Ledger``), shared out among the runs as they start."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim.llm.budget import Cost
+from sim.llm.types import Usage
+from sim.ticklog.summary import logged_books
+
+
+@dataclass
+class Spend:
+    """What a run spent, from its logs."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: Cost = field(default_factory=Cost)
+    calls: int = 0
+    failures: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.usage.total_tokens
+
+
+def spend(run_dir: Path) -> Spend:
+    """Everything a run's logs say it sent, abandoned logs included; unreadable logs skipped
+    (a log cut short by a kill is read up to its last whole line by the log reader). A
+    committed tick is counted from its summary (``logged_books``), not its whole log: the
+    sweep's process reads every run's books, one after another."""
+    total = Spend()
+    for _, aside, books in logged_books(run_dir):
+        total.usage = total.usage + books.usage
+        total.cost = total.cost + books.cost
+        if not aside:
+            total.calls += books.calls
+            total.failures += books.failures
+    return total
+
+
+# -- the budget of a sweep ---------------------------------------------------------------------
+
+
+@dataclass
+class Grant:
+    usd: float | None = None
+    tokens: int | None = None
+
+
+class Ledger:
+    """The sweep's budget: what runs spent, what runs still going were given, what is left."""
+
+    def __init__(
+        self, cap_usd: float | None, cap_tokens: int | None, spent: Spend, jobs: int
+    ) -> None:
+        self.cap_usd = cap_usd
+        self.cap_tokens = cap_tokens
+        self.spent_usd = spent.cost.usd
+        self.unpriced = set(spent.cost.unpriced)
+        self.spent_tokens = spent.tokens
+        self.jobs = jobs
+        self.reserved_usd = 0.0
+        self.reserved_tokens = 0
+        self.lock = threading.Lock()
+
+    def grant(self, waiting: int) -> Grant | str:
+        """A share for a run about to start, or why it gets none."""
+        with self.lock:
+            share = max(1, min(self.jobs, waiting))
+            grant = Grant()
+            if self.cap_usd is not None:
+                if self.unpriced:
+                    return (
+                        "not started: the cost of earlier runs is unknown (no price for "
+                        f"{', '.join(sorted(self.unpriced))}); add [prices] to use --budget-usd"
+                    )
+                left = self.cap_usd - self.spent_usd - self.reserved_usd
+                if left <= 1e-9:
+                    return "not started: the sweep's --budget-usd is spent"
+                grant.usd = left / share
+            if self.cap_tokens is not None:
+                left_tokens = self.cap_tokens - self.spent_tokens - self.reserved_tokens
+                if left_tokens < share:
+                    return "not started: the sweep's --budget-tokens is spent"
+                grant.tokens = left_tokens // share
+            self.reserved_usd += grant.usd or 0.0
+            self.reserved_tokens += grant.tokens or 0
+            return grant
+
+    def settle(self, grant: Grant, before: Spend, after: Spend) -> None:
+        """A run ended: its grant goes back, what it spent is counted."""
+        with self.lock:
+            self.reserved_usd -= grant.usd or 0.0
+            self.reserved_tokens -= grant.tokens or 0
+            self.spent_usd += after.cost.usd - before.cost.usd
+            self.unpriced |= set(after.cost.unpriced)
+            self.spent_tokens += after.tokens - before.tokens
+
+
+__all__ = [
+    "Grant",
+    "Ledger",
+    "Spend",
+    "spend",
+]

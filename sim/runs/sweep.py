@@ -1,0 +1,170 @@
+"""``sim sweep``: many runs of one world, the cross product of seeds and config settings.
+
+Each run is a fork of the world's current state in its own folder, ``OUT/<run-name>/``,
+named from its seed and settings (``seed-3_phase1.temperature=0.5``). The fork is a world
+like any other: its ``world.json`` holds the run's seed, its ``config.toml`` the source
+world's own config layer with the run's overrides (never the user's endpoints or keys, so
+``sim tick --world OUT/<run-name>`` continues it under the trust rule, as for any world),
+and ``sweep-run.json`` records the source world, the tick it started from, the seed and
+the overrides. A run is one ``sim tick`` process on its folder: ``--jobs N`` runs N at a
+time.
+
+The run folders are untrusted input: anyone may edit them. A run's endpoints and key
+variables come only from what the user trusts: the sweep's ``--config`` (else the
+``./config.toml`` of the folder the sweep was started in), passed to each ``sim tick``
+with the run's settings as ``--set`` flags, never ``--trust-world-config``; the child runs
+in the sweep's own working folder, not in the run folder. A folder of runs that holds runs
+of another world, or of other settings' keys, is refused by name before anything is
+written. Each child dies with the sweep (``SIM_PARENT_PID``, ``sim.lifeline``).
+
+Re-running a sweep skips the runs that reached their last tick (their folders are not
+written to at all) and runs the others on: a run whose process was killed resumes its
+interrupted tick from its log (the engine's resume), answering the calls already logged
+without sending them again.
+
+A budget (``--budget-usd``, ``--budget-tokens``) caps the whole sweep. What every run
+spent is read from its tick logs (``sim.ticklog.books``: every attempt, abandoned logs
+included). A run is given, as its own cap, a share of what is left when it starts: the
+remainder less what runs still going were given, split among the runs that may start now
+(at most ``--jobs``). The engine holds each run to its cap (each attempt reserves its
+worst case before it is sent), so the sweep never spends more than its cap; what a run
+did not use goes back to the pool when it ends. A run that meets its cap stops in the
+middle of a tick and resumes on the next sweep; a run that cannot get a share is not
+started.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from sim.runs.fork import RunRecord, check_out, current_tick, finished, prepare
+from sim.runs.ledger import Ledger, Spend, spend
+from sim.runs.plan import Plan
+from sim.runs.process import (
+    OUTPUT_FILE,
+    Executor,
+    Outcome,
+    SweepResult,
+    run_one,
+    tick_command,
+    trusted_flags,
+)
+from sim.storage import Storage
+from sim.ticklog.recovery import recover_logs
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+def run_sweep(
+    plan: Plan,
+    jobs: int = 1,
+    budget_usd: float | None = None,
+    budget_tokens: int | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    executor: Executor = run_one,
+) -> SweepResult:
+    """Make the runs' folders, then run every unfinished run to its last tick, ``jobs`` at a
+    time, each through ``executor`` (a local process by default; ``ray_executor``).
+
+    Raises:
+        InputError: a run folder holds another run, or the world cannot be forked.
+    """
+    check_out(plan)
+    dirs = [plan.out / spec.name for spec in plan.runs]
+    # the folders made before: checked now; the others are forked by the worker that runs
+    # them (``prepare`` in ``work``), so a world copy overlaps the runs already going
+    # instead of delaying the first one by a copy per run
+    records: dict[int, RunRecord] = {
+        i: prepare(plan, spec) for i, spec in enumerate(plan.runs) if dirs[i].exists()
+    }
+    spent = {i: spend(dirs[i]) for i in records}
+    total = Spend()
+    for one in spent.values():
+        total.usage, total.cost = total.usage + one.usage, total.cost + one.cost
+    ledger = Ledger(budget_usd, budget_tokens, total, jobs)
+    outcomes: list[Outcome | None] = [None] * len(plan.runs)
+    todo = [
+        i
+        for i in range(len(plan.runs))
+        if i not in records or not finished(dirs[i], records[i].start_tick + plan.ticks)
+    ]
+    waiting = [len(todo)]
+    count_lock = threading.Lock()
+    fork_lock = threading.Lock()  # a fork holds the world's lock: one at a time
+
+    def report(index: int, outcome: Outcome) -> None:
+        outcomes[index] = outcome
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    for i, r in records.items():
+        if i not in todo:
+            target = r.start_tick + plan.ticks
+            outcome = Outcome(
+                r.name, r.seed, r.overrides, "finished", current_tick(dirs[i]), target
+            )
+            report(i, outcome)
+
+    def work(index: int) -> None:
+        run_dir = dirs[index]
+        record = records.get(index)
+        if record is None:
+            with fork_lock:
+                record = prepare(plan, plan.runs[index])
+        target = record.start_tick + plan.ticks
+        with count_lock:
+            left = waiting[0]
+            waiting[0] -= 1
+        base = Outcome(record.name, record.seed, record.overrides, "not started", 0, target)
+        storage = Storage(run_dir)
+        with storage.lock():  # complete a commit cut short, so the tick count is right
+            storage.recover()
+            recover_logs(run_dir)
+        base.tick = current_tick(run_dir)
+        if finished(run_dir, target):
+            base.status = "done"
+            report(index, base)
+            return
+        grant = ledger.grant(left)
+        if isinstance(grant, str):
+            base.message = grant
+            report(index, base)
+            return
+        config = plan.config(record.overrides)  # the trusted layers, not the run's folder
+        ticks = target - current_tick(run_dir)
+        command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, record.overrides))
+        code = executor(run_dir, command, plan.cwd)
+        after = spend(run_dir)
+        ledger.settle(grant, spent.get(index, Spend()), after)
+        base.tick, base.exit_code = current_tick(run_dir), code
+        base.granted_usd, base.granted_tokens = grant.usd, grant.tokens
+        if code == 0 and finished(run_dir, target):
+            base.status = "done"
+        else:
+            base.status = "failed"
+            reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+            base.message = f"{reason}: {_last_line(run_dir / OUTPUT_FILE)}"
+        report(index, base)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for future in [pool.submit(work, i) for i in todo]:
+            future.result()
+    return SweepResult(
+        [o for o in outcomes if o is not None],
+        None if ledger.unpriced else round(ledger.spent_usd, 8),
+        ledger.spent_tokens,
+    )
+
+
+__all__ = [
+    "run_sweep",
+]
