@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -147,16 +148,15 @@ def hard_link_problem(links: int) -> str:
     )
 
 
-def read_fd(fd: int, shown: Path, max_bytes: int | None = None) -> bytes:
-    """All of an open regular file, refusing one larger than ``max_bytes``."""
+def read_fd(
+    fd: int, shown: Path, max_bytes: int | None = None, *, setting: str | None = None
+) -> bytes:
+    """All of an open regular file, refusing one larger than ``max_bytes`` (``setting``:
+    the config key that sets that limit, named in the error)."""
     size = os.fstat(fd).st_size
     if max_bytes is not None and size > max_bytes:
-        raise InputError(
-            shown,
-            None,
-            f"file is {size} bytes, over the limit of {max_bytes} "
-            "([world] max_file_bytes in config.toml)",
-        )
+        where = f" ({setting} in config.toml)" if setting else ""
+        raise InputError(shown, None, f"file is {size} bytes, over the limit of {max_bytes}{where}")
     chunks: list[bytes] = []
     total = 0
     while True:
@@ -171,17 +171,28 @@ def read_fd(fd: int, shown: Path, max_bytes: int | None = None) -> bytes:
 
 
 def read_at(
-    dir_fd: int, name: str, shown: Path, max_bytes: int | None = None, *, one_link: bool = False
+    dir_fd: int,
+    name: str,
+    shown: Path,
+    max_bytes: int | None = None,
+    *,
+    one_link: bool = False,
+    setting: str | None = None,
 ) -> bytes:
     fd = open_file_at(dir_fd, name, shown, one_link=one_link)
     try:
-        return read_fd(fd, shown, max_bytes)
+        return read_fd(fd, shown, max_bytes, setting=setting)
     finally:
         os.close(fd)
 
 
 def read_file(
-    root: Path, rel: str, max_bytes: int | None = None, *, one_link: bool = False
+    root: Path,
+    rel: str,
+    max_bytes: int | None = None,
+    *,
+    one_link: bool = False,
+    setting: str | None = None,
 ) -> bytes:
     """The bytes of ``root/rel``, a regular file reached without following any link.
 
@@ -190,7 +201,7 @@ def read_file(
     """
     parts = split_rel(rel)
     with open_dir(root, parts[:-1]) as dir_fd:
-        return read_at(dir_fd, parts[-1], root / rel, max_bytes, one_link=one_link)
+        return read_at(dir_fd, parts[-1], root / rel, max_bytes, one_link=one_link, setting=setting)
 
 
 def read_optional(root: Path, rel: str, max_bytes: int | None = None) -> bytes | None:
@@ -254,8 +265,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def append_file(root: Path, rel: str, data: bytes) -> None:
-    """Append ``data`` to ``root/rel`` (created with its folders), never through a link.
+def open_append(root: Path, rel: str) -> int:
+    """A blocking descriptor that appends to ``root/rel`` (created with its folders), never
+    through a link; the caller closes it (a child process may write its output there).
 
     Raises:
         UnsafePath: a component is a symlink or not a plain folder/file, or the file is a
@@ -264,12 +276,51 @@ def append_file(root: Path, rel: str, data: bytes) -> None:
     parts = split_rel(rel)
     with open_dir(root, parts[:-1], create=True) as dir_fd:
         fd = open_file_at(dir_fd, parts[-1], root / rel, _WRITE_FLAGS | os.O_APPEND, one_link=True)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def append_file(root: Path, rel: str, data: bytes) -> None:
+    """Append ``data`` to ``root/rel`` (``open_append``)."""
+    fd = open_append(root, rel)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_tail(root: Path, rel: str, max_bytes: int) -> bytes | None:
+    """The last ``max_bytes`` of ``root/rel`` (a regular file reached without following a
+    link), ``None`` when it or a folder on its way does not exist.
+
+    Raises:
+        UnsafePath: see ``open_file_at``.
+    """
+    parts = split_rel(rel)
+    try:
+        with open_dir(root, parts[:-1]) as dir_fd:
+            fd = open_file_at(dir_fd, parts[-1], root / rel)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.pread(fd, max_bytes, max(0, os.fstat(fd).st_size - max_bytes))
+    finally:
+        os.close(fd)
+
+
+def copy_file(root: Path, rel: str, dest: Path) -> None:
+    """Copy ``root/rel`` (a regular file reached without following a link) to ``dest``, a
+    new file (an existing name there, a link included, is refused).
+
+    Raises:
+        UnsafePath: see ``open_file_at``; FileNotFoundError: missing;
+        FileExistsError: ``dest`` exists.
+    """
+    parts = split_rel(rel)
+    with open_dir(root, parts[:-1]) as dir_fd:
+        fd = open_file_at(dir_fd, parts[-1], root / rel)
+    with os.fdopen(fd, "rb") as source, open(dest, "xb") as target:
+        shutil.copyfileobj(source, target, 1 << 20)
 
 
 def unlink_at(dir_fd: int, name: str) -> None:

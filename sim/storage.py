@@ -44,6 +44,8 @@ from sim.world import (
 ENTITY_KINDS = ("characters", "locations")
 #: default size limit of one entity file (``[limits] max_entity_bytes``)
 MAX_ENTITY_BYTES = 8 * 1024 * 1024
+#: the setting of that limit, as a size error names it
+ENTITY_LIMIT = "[limits] max_entity_bytes"
 #: deepest nesting kept in an entity file: orjson writes at most 254 levels, and deeper
 #: input would load and validate but fail the save after the tick's calls were paid for
 MAX_DEPTH = 200
@@ -256,7 +258,9 @@ class Storage:
     def _read(self, rel: str, problems: list[InputError]) -> bytes | None:
         """A world file's bytes (no link followed, size-limited); problems are collected."""
         try:
-            return safefs.read_file(self.root, rel, self.max_entity_bytes, one_link=True)
+            return safefs.read_file(
+                self.root, rel, self.max_entity_bytes, one_link=True, setting=ENTITY_LIMIT
+            )
         except InputError as exc:
             problems.append(exc)
         except FileNotFoundError:
@@ -280,7 +284,12 @@ class Storage:
                         continue
                     try:
                         out[rel] = safefs.read_at(
-                            dir_fd, name, folder / name, self.max_entity_bytes, one_link=True
+                            dir_fd,
+                            name,
+                            folder / name,
+                            self.max_entity_bytes,
+                            one_link=True,
+                            setting=ENTITY_LIMIT,
                         )
                     except InputError as exc:
                         problems.append(exc)

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from sim import safefs
 from sim.analysis.tables import Cell, Table, build_tables
 from sim.errors import InputError, LogError
 from sim.runs.fork import RUN_FILE, read_record
@@ -29,6 +30,8 @@ KEYS = ("condition", "seed", "run")
 TABLES = ("characters", "interactions", "locations", "calls", "surveys", "edges")
 #: the record ``sim study run`` writes in the study's folder
 STUDY_RECORD = "study.json"
+#: the most of it read (a study's folder is untrusted: no link followed, size-limited)
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -54,7 +57,7 @@ def study_design(out: Path) -> dict[str, Any]:
     """
     path = out / STUDY_RECORD
     try:
-        data = orjson.loads(path.read_bytes())
+        data = orjson.loads(safefs.read_file(out, STUDY_RECORD, MAX_RECORD_BYTES))
         design = data["design"]
         if not isinstance(design, dict):
             raise TypeError("design is not an object")

@@ -18,11 +18,12 @@ import orjson
 import tomli_w
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from sim import safefs
 from sim.config import Config, merge_tables, redacted
 from sim.errors import InputError
 from sim.journal import SIM_DIR
 from sim.runs.plan import Plan, RunSpec, nested
-from sim.storage import Storage, dump_json
+from sim.storage import MAX_ENTITY_BYTES, Storage, dump_json
 from sim.ticklog.format import is_state_file, log_path, read_state
 
 #: the file in a run's folder that says which sweep run it is
@@ -165,12 +166,24 @@ def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any
     return int(meta["tick"])
 
 
+#: the most of a run's ``sweep-run.json`` and ``world.json`` read (a run's folder is untrusted)
+_MAX_RECORD_BYTES = 1024 * 1024
+_MAX_WORLD_BYTES = MAX_ENTITY_BYTES
+
+
 def read_record(run_dir: Path) -> RunRecord:
+    """A run's record, read without following a link and size-limited.
+
+    Raises:
+        InputError: missing, unreadable, a link, or not a run record (field named).
+    """
     path = run_dir / RUN_FILE
     try:
-        return RunRecord.model_validate_json(path.read_bytes())
+        return RunRecord.model_validate_json(safefs.read_file(run_dir, RUN_FILE, _MAX_RECORD_BYTES))
     except FileNotFoundError:
         raise InputError(path, None, "not found: this folder is not a sweep run") from None
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
     except ValidationError as exc:
         problem = exc.errors()[0]
         loc = ".".join(str(p) for p in problem["loc"])
@@ -268,10 +281,18 @@ def prepare(plan: Plan, spec: RunSpec, design: Mapping[str, Any] | None = None) 
 
 
 def current_tick(run_dir: Path) -> int:
+    """A run's tick, from its ``world.json`` (read without following a link, size-limited).
+
+    Raises:
+        InputError: it cannot be read, or holds no whole-number tick.
+    """
     try:
-        return int(orjson.loads((run_dir / "world.json").read_bytes())["tick"])
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        tick = orjson.loads(safefs.read_file(run_dir, "world.json", _MAX_WORLD_BYTES))["tick"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
         raise InputError(run_dir / "world.json", "tick", "cannot read the tick") from None
+    if not isinstance(tick, int) or isinstance(tick, bool) or tick < 0:
+        raise InputError(run_dir / "world.json", "tick", f"expected a whole number, got {tick!r}")
+    return tick
 
 
 def finished(run_dir: Path, target: int) -> bool:

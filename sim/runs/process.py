@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 import orjson
 
+from sim import safefs
 from sim.config import Config
-from sim.errors import RunError, UserError
+from sim.errors import InputError, RunError, UserError
 from sim.journal import SIM_DIR
 from sim.runs.ledger import Grant
 from sim.runs.plan import Plan
@@ -108,24 +109,46 @@ Executor = Callable[[Path, list[str], Path], int]
 def run_one(run_dir: Path | str, command: list[str], cwd: Path | str | None = None) -> int:
     """Run one command of a run to its end, in ``cwd`` (never the run's folder, whose
     ``config.toml`` must not be read as the user's); its output is appended to
-    ``OUTPUT_FILE``. The child dies with this process (``sim.lifeline``)."""
+    ``OUTPUT_FILE``, opened without following a link (a run's folder is untrusted: a link
+    planted there must not make the sweep write outside it). The child dies with this
+    process (``sim.lifeline``).
+
+    Raises:
+        UnsafePath: the output file, or a folder on its way, is a link or not a plain file.
+    """
     from sim.lifeline import PARENT_ENV
 
-    run_dir = Path(run_dir)
-    output = run_dir / OUTPUT_FILE
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output = safefs.open_append(Path(run_dir), OUTPUT_FILE)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
-    with output.open("ab") as handle:
+    try:
         done = subprocess.run(
             command,
             cwd=Path.cwd() if cwd is None else Path(cwd),
             stdin=subprocess.DEVNULL,
-            stdout=handle,
+            stdout=output,
             stderr=subprocess.STDOUT,
             env=env,
             check=False,
         )
+    finally:
+        os.close(output)
     return done.returncode
+
+
+#: how much of the end of a run's output ``last_line`` reads
+_TAIL_BYTES = 64 * 1024
+
+
+def last_line(run_dir: Path) -> str:
+    """The last line of a run's output (what its ``sim tick`` said last, for a failed run's
+    message): read from the end of ``OUTPUT_FILE`` only, without following a link; ``""``
+    when there is none to read."""
+    try:
+        tail = safefs.read_tail(run_dir, OUTPUT_FILE, _TAIL_BYTES) or b""
+    except (OSError, InputError):
+        return ""
+    lines = tail.decode("utf-8", errors="replace").splitlines()
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def ray_executor(address: str | None = None) -> Executor:
@@ -165,6 +188,7 @@ __all__ = [
     "Outcome",
     "Status",
     "SweepResult",
+    "last_line",
     "ray_executor",
     "run_one",
     "setting_flags",

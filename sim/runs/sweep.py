@@ -38,30 +38,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from sim.runs.fork import RunRecord, check_out, current_tick, finished, prepare
 from sim.runs.ledger import Ledger, Spend, spend
 from sim.runs.plan import Plan
 from sim.runs.process import (
-    OUTPUT_FILE,
     Executor,
     Outcome,
     SweepResult,
+    last_line,
     run_one,
     tick_command,
     trusted_flags,
 )
 from sim.storage import Storage
 from sim.ticklog.recovery import recover_logs
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def run_sweep(
@@ -152,7 +143,7 @@ def run_sweep(
         else:
             base.status = "failed"
             reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-            base.message = f"{reason}: {_last_line(run_dir / OUTPUT_FILE)}"
+            base.message = f"{reason}: {last_line(run_dir)}"
         report(index, base)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:

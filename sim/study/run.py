@@ -27,9 +27,9 @@ step is given a share of what is left (``Ledger``), as ``--budget-usd`` for a ti
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-import shutil
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from sim import safefs
 from sim.config import Config
 from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
@@ -53,6 +54,7 @@ from sim.runs.process import (
     Outcome,
     Status,
     SweepResult,
+    last_line,
     run_one,
     tick_command,
     trusted_flags,
@@ -60,6 +62,7 @@ from sim.runs.process import (
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, STUDY_RECORD, Arm, Study, Unit
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
+from sim.ticklog.reader import read_regular
 from sim.ticklog.recovery import recover_logs
 from sim.ticklog.summary import logged_books
 
@@ -84,7 +87,7 @@ class Books:
         # the study's process reads every folder's, one after another
         for path, aside, books in logged_books(run_dir, prices):
             try:
-                key = _digest(path.read_bytes())
+                key = _digest(read_regular(path))
             except OSError:
                 continue
             if key in self.seen:
@@ -130,6 +133,10 @@ def _differing(recorded: Mapping[str, Any], design: Mapping[str, Any]) -> str:
     return "design"
 
 
+#: the most of a study's record (``study.json``) read: the folder is untrusted
+_MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
 def check_folder(study: Study, out: Path) -> None:
     """Refuse, before anything is written, a folder holding anything but this study.
 
@@ -142,7 +149,7 @@ def check_folder(study: Study, out: Path) -> None:
     if not out.is_dir() or out.is_symlink():
         raise InputError(out, None, "not a folder: expected the study's folder")
     record = out / STUDY_RECORD
-    if not record.is_file():
+    if not os.path.lexists(record):
         if any(out.iterdir()):
             raise InputError(
                 out,
@@ -152,7 +159,7 @@ def check_folder(study: Study, out: Path) -> None:
             )
         return
     try:
-        data = orjson.loads(record.read_bytes())
+        data = orjson.loads(safefs.read_file(out, STUDY_RECORD, _MAX_RECORD_BYTES))
         identity, recorded = data["identity"], data["design"]
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise InputError(record, None, f"cannot read the study's record: {exc}") from None
@@ -238,19 +245,18 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
     source = prefix or study.world
     fork_tick = fork_current(source, run_dir, arm.unit.seed, arm.unit.overrides)
     tmp = run_dir.parent / f".{run_dir.name}.tmp"
-    if prefix is not None:
+    if prefix is not None:  # the prefix's folder is untrusted too: no link is followed
         for tick, path in list_logs(prefix):
             if tick > fork_tick:
                 continue
             (tmp / LOG_DIR).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, tmp / LOG_DIR / path.name)
-            summary = prefix / summary_rel(tick)
-            if summary.is_file():
-                shutil.copy2(summary, tmp / summary_rel(tick))
-        answers = prefix / INTERVIEWS
-        if answers.is_file() and not answers.is_symlink():
+            rel = f"{LOG_DIR}/{path.name}"
+            safefs.copy_file(prefix, rel, tmp / rel)
+            with contextlib.suppress(FileNotFoundError):
+                safefs.copy_file(prefix, summary_rel(tick), tmp / summary_rel(tick))
+        if os.path.lexists(prefix / INTERVIEWS):
             (tmp / INTERVIEWS).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(answers, tmp / INTERVIEWS)
+            safefs.copy_file(prefix, INTERVIEWS, tmp / INTERVIEWS)
     record = RunRecord(
         name=arm.unit.name,
         seed=arm.unit.seed,
@@ -434,21 +440,11 @@ class Runner:
                 if why:
                     return "not started" if current_tick(run_dir) == tick else "failed", why
                 reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-                return "failed", f"{reason}: {_last_line(run_dir)}"
+                return "failed", f"{reason}: {last_line(run_dir)}"
 
     def done_one(self) -> None:
         with self.lock:
             self.waiting -= 1
-
-
-def _last_line(run_dir: Path) -> str:
-    from sim.runs.process import OUTPUT_FILE
-
-    try:
-        lines = (run_dir / OUTPUT_FILE).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return next((ln.strip() for ln in reversed(lines.splitlines()) if ln.strip()), "")
 
 
 # -- the whole study -------------------------------------------------------------------------

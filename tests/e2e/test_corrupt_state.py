@@ -191,7 +191,10 @@ def test_an_entity_file_over_the_size_limit_is_refused_by_name(world: Path, tmp_
     mine.write_text("[limits]\nmax_entity_bytes = 4096\n")
     result = invoke("check", "--world", str(world), "--config", str(mine))
     clean_exit(result, 2)
-    assert f"{world / ADA}: file is" in result.output and "over the limit of 4096" in result.output
+    assert (
+        f"{world / ADA}: file is" in result.output
+        and "over the limit of 4096 ([limits] max_entity_bytes in config.toml)" in result.output
+    )
     clean_exit(invoke("check", "--world", str(world)), 0)  # the default is 8 MiB
 
 

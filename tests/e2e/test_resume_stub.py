@@ -167,8 +167,10 @@ def test_sigkill_against_the_stub_server_pays_each_completed_call_once(
             # Near the end a loaded machine may poll past the last call's flight: once
             # every call is answered, the kill lands after them (checked the same way)
             assert wait_for(
-                lambda: server.stats.generations >= total
-                or (server.stats.generations >= goal and server.stats.in_flight > 0)
+                lambda: (
+                    server.stats.generations >= total
+                    or (server.stats.generations >= goal and server.stats.in_flight > 0)
+                )
             )
             time.sleep(rng.uniform(0.0, 0.015))  # a random instant, not a wait
         elif kind == "commit":

@@ -1,0 +1,151 @@
+"""The folders a sweep or a study reads are untrusted input: a link, a FIFO or a device
+planted in a run's folder, in a study's shared prefix or as a study's record never makes
+`sim` write outside them, read through to another file, or hang. Each is refused by name;
+the command exits non-zero.
+
+The commands run as processes with a timeout: a regression that hangs fails here, in
+bounded time, instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sim.runs.process import OUTPUT_FILE, last_line
+from sim.storage import dump_json
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="links and FIFOs need POSIX")
+
+STUDY = """\
+world = "w"
+seeds = "1"
+ticks = 3
+[conditions.control]
+[conditions.announce]
+inject = [{ tick = 2, at = "square", text = "The lord will pay half the mill." }]
+"""
+
+
+def sim(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    return subprocess.run(
+        [sys.executable, "-m", "sim", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def refused(result: subprocess.CompletedProcess[str], *named: str) -> None:
+    said = result.stdout + result.stderr
+    assert result.returncode != 0, said
+    assert "Traceback" not in said, said
+    for part in named:
+        assert part in said, said
+
+
+@pytest.fixture
+def here(tmp_path: Path) -> Path:
+    """A folder with a world ``w`` (``sim init``: offline) and ``outside.txt``."""
+    ok(sim(tmp_path, "init", "w"))
+    for i, path in enumerate(sorted((tmp_path / "w" / "characters").glob("*.json"))):
+        data = orjson.loads(path.read_bytes())
+        data["state"]["coins"] = 5 + i
+        path.write_bytes(dump_json(data))
+    (tmp_path / "outside.txt").write_text("outside\n")
+    return tmp_path
+
+
+def swept(here: Path) -> Path:
+    """One run of ``w``, one tick: ``out/seed-1``."""
+    ok(sim(here, "sweep", "--world", "w", "--seeds", "1", "--ticks", "1", "--out", "out"))
+    return here / "out" / "seed-1"
+
+
+def replace_with(path: Path, kind: str, target: Path) -> None:
+    path.unlink()
+    if kind == "symlink":
+        path.symlink_to(target)
+    elif kind == "hard link":
+        os.link(target, path)
+    else:
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [("symlink", "is a symlink"), ("hard link", "is a hard link"), ("fifo", "named pipe")],
+)
+def test_a_run_output_log_that_is_not_its_own_file_is_refused(
+    here: Path, kind: str, said: str
+) -> None:
+    run = swept(here)
+    outside = here / "outside.txt"
+    replace_with(run / OUTPUT_FILE, kind, outside)
+    result = sim(here, "sweep", "--world", "w", "--seeds", "1", "--ticks", "2", "--out", "out")
+    refused(result, f"{Path('out/seed-1') / OUTPUT_FILE}", said)
+    assert outside.read_text() == "outside\n"  # the child's output went nowhere
+    assert orjson.loads((run / "world.json").read_bytes())["tick"] == 1  # nothing ran
+
+
+def test_a_run_world_json_linked_to_a_device_is_refused_without_hanging(here: Path) -> None:
+    run = swept(here)
+    (run / "world.json").unlink()
+    (run / "world.json").symlink_to("/dev/zero")
+    result = sim(here, "sweep", "--world", "w", "--seeds", "1", "--ticks", "2", "--out", "out")
+    refused(result, "world.json", "symlink")
+
+
+def test_a_failed_runs_last_line_is_read_from_its_own_file_only(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / OUTPUT_FILE).parent.mkdir(parents=True)
+    (run / OUTPUT_FILE).write_bytes(b"x" * 200_000 + b"\nerror: the last word\n\n")
+    assert last_line(run) == "error: the last word"  # read from the end
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a secret line\n")
+    for kind in ("symlink", "fifo"):
+        replace_with(run / OUTPUT_FILE, kind, secret)
+        started = time.monotonic()
+        assert last_line(run) == ""
+        assert time.monotonic() - started < 5  # a FIFO without a writer is not waited on
+    (run / OUTPUT_FILE).unlink()
+    assert last_line(run) == ""
+
+
+def test_a_study_prefix_log_linked_outside_is_not_copied(here: Path) -> None:
+    (here / "study.toml").write_text(STUDY)
+    ok(sim(here, "study", "run", "study.toml", "--out", "out"))
+    shared = next((here / "out" / "_shared").iterdir())
+    logs = sorted((shared / ".sim" / "log").glob("tick-000001.jsonl*"))
+    assert logs, "the prefix logged its first tick"
+    arm = here / "out" / "announce" / shared.name
+    assert arm.is_dir()
+    subprocess.run(["rm", "-rf", str(arm)], check=True)  # the arm is made again
+    replace_with(logs[0], "symlink", here / "outside.txt")
+    result = sim(here, "study", "run", "study.toml", "--out", "out")
+    refused(result, logs[0].name, "is a symlink")
+    assert not arm.exists()
+
+
+def test_a_study_report_of_a_record_linked_to_a_device_is_refused(here: Path) -> None:
+    out = here / "out"
+    out.mkdir()
+    (out / "study.json").symlink_to("/dev/zero")
+    refused(sim(here, "study", "report", "out"), "study.json", "symlink")
+    (out / "study.json").unlink()
+    os.mkfifo(out / "study.json")
+    refused(sim(here, "study", "report", "out"), "study.json", "named pipe")
