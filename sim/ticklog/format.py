@@ -200,14 +200,20 @@ def prune(root: Path, current_tick: int, keep_ticks: int) -> list[Path]:
 
 
 def read_state(root: Path) -> dict[str, bytes]:
-    """The files that make a world's state, from disk: what a log snapshots and digests."""
+    """The files that make a world's state, from disk: what a log snapshots and digests.
+
+    Read as ``Storage`` reads a world (``sim.safefs``): a link, a FIFO or a device among
+    them is refused by name, as is an entity file or ``world.json`` with another name (a
+    hard link): a fork or an export copies the world's own files, never another's.
+
+    Raises:
+        UnsafePath: one of them is not a regular file of the world's own.
+    """
     files: dict[str, bytes] = {}
-    meta = root / "world.json"
-    if meta.is_file():
-        files["world.json"] = meta.read_bytes()
+    with contextlib.suppress(FileNotFoundError):
+        files["world.json"] = safefs.read_file(root, "world.json", one_link=True)
     for kind in STATE_KINDS:
-        for path in sorted((root / kind).glob("*.json")):
-            files[f"{kind}/{path.name}"] = path.read_bytes()
+        files.update(_read_tree(root, kind, one_link=True, depth=0))
     files.update(read_store(root))
     pending = safefs.read_optional(root, INTERVENTIONS)  # no link on the way is followed
     if pending is not None:
@@ -216,13 +222,33 @@ def read_state(root: Path) -> dict[str, bytes]:
 
 
 def read_store(root: Path) -> dict[str, bytes]:
-    store = root / STORE_DIR
-    if not store.is_dir():
-        return {}
-    return {
-        path.relative_to(root).as_posix(): path.read_bytes()
-        for path in sorted(store.rglob("*.json"))
-    }
+    """The response store's files (``STORE_DIR/<chain>/<id>.json``), read as
+    ``read_state`` reads a world's."""
+    return _read_tree(root, STORE_DIR, one_link=False, depth=1)
+
+
+def _read_tree(root: Path, rel: str, *, one_link: bool, depth: int) -> dict[str, bytes]:
+    """``rel/.../<name>.json`` -> bytes under the folder ``root/rel`` and its sub-folders
+    ``depth`` levels down, in path order, through the descriptor walk; ``{}`` without it."""
+    out: dict[str, bytes] = {}
+    with contextlib.ExitStack() as stack:
+        try:
+            dir_fd = stack.enter_context(safefs.open_dir(root, rel.split("/")))
+        except FileNotFoundError:
+            return out
+        with os.scandir(dir_fd) as listing:  # the kind of each entry without a stat
+            entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in listing)
+        for name, is_dir in entries:
+            if is_dir:
+                if depth > 0:
+                    out.update(
+                        _read_tree(root, f"{rel}/{name}", one_link=one_link, depth=depth - 1)
+                    )
+            elif name.endswith(".json"):
+                shown = root / rel / name
+                out[f"{rel}/{name}"] = safefs.read_at(dir_fd, name, shown, one_link=one_link)
+    return out
+    return out
 
 
 def is_state_file(rel: str) -> bool:

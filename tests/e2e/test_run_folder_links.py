@@ -149,3 +149,24 @@ def test_a_study_report_of_a_record_linked_to_a_device_is_refused(here: Path) ->
     (out / "study.json").unlink()
     os.mkfifo(out / "study.json")
     refused(sim(here, "study", "report", "out"), "study.json", "named pipe")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "outside.json"])
+def test_a_world_whose_character_is_a_link_is_not_forked_or_exported(
+    here: Path, target: str
+) -> None:
+    """The fork a sweep makes and `sim export` read the world's state files themselves: a
+    character linked to a device does not hang them, nor is an outside file copied in."""
+    (here / "outside.json").write_text('{"secret": "outside"}')
+    (here / "w" / "characters" / "zz.json").symlink_to(
+        target if target.startswith("/") else here / target
+    )
+    result = sim(here, "sweep", "--world", "w", "--seeds", "1", "--out", "out")
+    refused(result, str(Path("w/characters/zz.json")), "is a symlink")
+    assert not any((here / "out").rglob("zz.json"))
+    result = sim(here, "export", "--world", "w", "--out", "exported")
+    refused(result, str(Path("w/characters/zz.json")), "is a symlink")
+    exported = here / "exported"
+    assert not exported.exists() or "outside" not in "".join(
+        p.read_text() for p in exported.rglob("*") if p.is_file()
+    )
