@@ -15,6 +15,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -74,25 +75,46 @@ class Store:
         """The numbers of these features, -1 for one no stored text has."""
         return [self._names.get(name, -1) for name in names]
 
-    def rows(self, texts: Sequence[str]) -> Rows:
-        """The features of these texts (each worked out on first sight)."""
+    def numbers(self, texts: Sequence[str]) -> Ints:
+        """Each text's number in the store (each worked out on first sight)."""
         n = len(texts)
-        try:  # every text seen before: one pass, no Python code per text
-            at = np.fromiter(map(self._key.get, texts), np.int64, n)
-        except TypeError:  # None: a new text
-            if len(self._key) + n > MEMO_LIMIT:
-                self._clear()
-            at = np.fromiter(map(self._lookup, texts), np.int64, n)
+        # one pass with no Python code per text; -1: a text not seen before (a new cell's)
+        at = np.fromiter(map(self._key.get, texts, repeat(-1)), np.int64, n)
+        new = np.flatnonzero(at < 0).tolist()
+        if new and len(self._key) + len(new) > MEMO_LIMIT:
+            self._clear()
+            return np.fromiter(map(self._lookup, texts), np.int64, n)
+        for i in new:
+            at[i] = self._lookup(texts[i])
+        return at
+
+    def entries(self, at: Ints) -> tuple[Ints, Ints]:
+        """Where the texts numbered ``at`` keep their entries (text after text, each in its
+        order), and where each text's entries end in that list."""
         starts = np.frombuffer(self._start, np.int64)
         start, counts = starts[at], starts[at + 1] - starts[at]
         del starts  # a view locks the array's size
         # each text's entries in turn: start[i], start[i] + 1, ..., start[i] + counts[i] - 1
-        before = np.cumsum(counts) - counts
-        entry = np.arange(int(before[-1] + counts[-1]) if n else 0, dtype=np.int64)
-        entry += np.repeat(start - before, counts)
-        return Rows(
-            row=np.repeat(np.arange(n, dtype=np.int64), counts),
-            feature=np.frombuffer(self._ids, np.int64)[entry],
-            value=np.frombuffer(self._values, np.float64)[entry],
-            size=np.frombuffer(self._size, np.float64)[at],
-        )
+        ends = np.cumsum(counts)
+        entry = np.arange(int(ends[-1]) if len(at) else 0, dtype=np.int64)
+        entry += np.repeat(start - (ends - counts), counts)
+        return entry, ends
+
+    def feature(self, entry: Ints) -> Ints:
+        """The feature of each of these entries."""
+        return np.frombuffer(self._ids, np.int64)[entry]
+
+    def value(self, entry: Ints) -> Floats:
+        """The value of each of these entries."""
+        return np.frombuffer(self._values, np.float64)[entry]
+
+    def size(self, at: Ints) -> Floats:
+        """The size of each of the texts numbered ``at``."""
+        return np.frombuffer(self._size, np.float64)[at]
+
+    def rows(self, texts: Sequence[str]) -> Rows:
+        """The features of these texts (each worked out on first sight)."""
+        at = self.numbers(texts)
+        entry, ends = self.entries(at)
+        row = np.repeat(np.arange(len(at), dtype=np.int64), np.diff(ends, prepend=0))
+        return Rows(row, self.feature(entry), self.value(entry), self.size(at))

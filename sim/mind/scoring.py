@@ -36,6 +36,8 @@ def _axes(text: str) -> Features:
     return tuple(vector), tuple(vector.values()), 0.0
 
 
+_TEXT, _TICK, _IMPORTANCE = itemgetter("text"), itemgetter("tick"), itemgetter("importance")
+
 #: each distinct text's terms, and its offline embedding, once per process
 _TERMS = Store(_term_counts)
 _AXES = Store(_axes)
@@ -47,20 +49,24 @@ def bm25(docs: Sequence[str], query: Iterable[str]) -> Floats:
     query = set(query)
     if not n or not query:
         return np.zeros(n)
-    rows = _TERMS.rows(docs)  # first: it numbers the terms of texts seen for the first time
+    at = _TERMS.numbers(docs)  # first: it numbers the terms of texts seen for the first time
     wanted = sorted({i for i in _TERMS.ids(query) if i >= 0})
     if not wanted:
         return np.zeros(n)
     known = np.array(wanted, dtype=np.int64)
-    place = np.minimum(np.searchsorted(known, rows.feature), len(known) - 1)
-    hit = known[place] == rows.feature
-    row, count, term = rows.row[hit], rows.value[hit], place[hit]
+    entry, ends = _TERMS.entries(at)
+    feature = _TERMS.feature(entry)
+    place = np.minimum(np.searchsorted(known, feature), len(known) - 1)
+    hit = np.flatnonzero(known[place] == feature)  # the entries of query terms, in order
+    row = np.searchsorted(ends, hit, side="right")  # whose text each is
+    count, term = _TERMS.value(entry[hit]), place[hit]
     # each (document, term) is one entry, so a term's entries are its document frequency
     df = np.bincount(term, minlength=len(known)).tolist()
     weight = np.array([lexical.idf(n, f) for f in df])
-    avg = float(rows.size.sum()) / n or 1.0
-    norm = K1 * (1.0 - B + B * rows.size / avg)
-    each = weight[term] * count * (K1 + 1.0) / (count + norm[row])
+    size = _TERMS.size(at)
+    avg = float(size.sum()) / n or 1.0
+    norm = K1 * (1.0 - B + B * size[row] / avg)
+    each = weight[term] * count * (K1 + 1.0) / (count + norm)
     return np.asarray(np.bincount(row, weights=each, minlength=n), dtype=np.float64)
 
 
@@ -122,22 +128,33 @@ def best(
     """The positions of the ``config.k`` highest-scoring cells, in order; ties go to the
     later cell (``vectors``: as ``loop.best``)."""
     n = len(cells)
-    try:  # one pass over the cells
-        texts, ticks, rated = zip(
-            *map(itemgetter("text", "tick", "importance"), cells), strict=True
-        )
-    except KeyError:  # a cell written before cells were rated
-        texts, ticks, rated = zip(
-            *[(c["text"], c["tick"], c.get("importance")) for c in cells], strict=True
-        )
+    # a pass per field: the first brings the cells into the cache for the next two
+    texts = list(map(_TEXT, cells))
+    ticks = np.fromiter(map(_TICK, cells), np.int64, n)
+    try:
+        importance = np.fromiter(map(_IMPORTANCE, cells), np.int64, n)
+    except (KeyError, TypeError):  # a cell written before cells were rated
+        rated = (c.get("importance") or config.importance for c in cells)
+        importance = np.fromiter(rated, np.int64, n)
+    else:
+        if not importance.all():  # 0: not rated
+            importance[importance == 0] = config.importance
     weights = config.weights
     embedded = config.embeddings == "provider"
     rel = relevance(texts, query, embedded, vectors) if weights.relevance else 0.0
-    if None in rated or 0 in rated:
-        rated = tuple(i or config.importance for i in rated)
-    importance = np.array(rated, dtype=np.int64)
-    ages = np.maximum(now_tick - np.array(ticks, dtype=np.int64), 0)
+    ages = np.maximum(now_tick - ticks, 0)
     w_rec, w_imp, w_rel = weights.recency, weights.importance / 9, weights.relevance
     scores = w_rec * recency(ages, config.decay) + w_imp * (importance - 1) + w_rel * rel
-    top = np.lexsort((np.arange(n), scores))[-config.k :]  # by score, then by position
-    return sorted(top.tolist())
+    return top(scores, config.k)
+
+
+def top(scores: Floats, k: int) -> list[int]:
+    """The positions of the ``k`` highest scores, in order; ties go to the later position."""
+    n = len(scores)
+    if k >= n:
+        return list(range(n))
+    # the k-th highest score, then every position that reaches it (ties included)
+    least = scores[np.argpartition(scores, n - k)[n - k :]].min()
+    near = np.flatnonzero(scores >= least)
+    chosen = near[np.lexsort((near, scores[near]))[-k:]]  # by score, then by position
+    return sorted(chosen.tolist())
