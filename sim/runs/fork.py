@@ -28,6 +28,11 @@ from sim.ticklog.format import is_state_file, log_path, read_state
 
 #: the file in a run's folder that says which sweep run it is
 RUN_FILE = "sweep-run.json"
+#: the file in a study's folder that records the study (``sim study run`` writes it,
+#: ``sim study report`` reads it)
+STUDY_RECORD = "study.json"
+#: the most of it read (a study's folder is untrusted: no link followed, size-limited)
+MAX_STUDY_RECORD_BYTES = 16 * 1024 * 1024
 
 
 class RunRecord(BaseModel):
@@ -145,7 +150,10 @@ def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any
             )
         state = read_state(world)
         tmp = dest.parent / f".{dest.name}.tmp"
-        if tmp.exists():
+        if tmp.is_symlink() or (os.path.lexists(tmp) and not tmp.is_dir()):
+            # not a fork an interrupted run left: sim's scratch name, planted
+            raise InputError(tmp, None, "is a link or a file, not a fork sim left: remove it")
+        if tmp.exists():  # an interrupted run's fork
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         _copy_tree(world, tmp)

@@ -102,6 +102,21 @@ def test_a_run_output_log_that_is_not_its_own_file_is_refused(
     assert orjson.loads((run / "world.json").read_bytes())["tick"] == 1  # nothing ran
 
 
+@pytest.mark.parametrize("kind", ["a folder", "a file"])
+def test_a_link_at_a_runs_temporary_fork_name_is_refused_by_name(here: Path, kind: str) -> None:
+    outside = here / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep\n")
+    (here / "out").mkdir()
+    target = outside if kind == "a folder" else outside / "keep.txt"
+    (here / "out" / ".seed-1.tmp").symlink_to(target)
+    result = sim(here, "sweep", "--world", "w", "--seeds", "1", "--ticks", "1", "--out", "out")
+    refused(result, ".seed-1.tmp", "is a link or a file")
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]  # nothing made there
+    assert (outside / "keep.txt").read_text() == "keep\n"
+    assert not (here / "out" / "seed-1").exists()
+
+
 def test_a_run_world_json_linked_to_a_device_is_refused_without_hanging(here: Path) -> None:
     run = swept(here)
     (run / "world.json").unlink()
