@@ -23,15 +23,11 @@ import orjson
 from sim import safefs
 from sim.analysis.tables import Cell, Table, build_tables
 from sim.errors import InputError, LogError
-from sim.runs.fork import RUN_FILE, read_record
+from sim.runs.fork import MAX_STUDY_RECORD_BYTES, RUN_FILE, STUDY_RECORD, read_record
 
 #: the columns that lead every row of a study's tables (then one per factor)
 KEYS = ("condition", "seed", "run")
 TABLES = ("characters", "interactions", "locations", "calls", "surveys", "edges")
-#: the record ``sim study run`` writes in the study's folder
-STUDY_RECORD = "study.json"
-#: the most of it read (a study's folder is untrusted: no link followed, size-limited)
-MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -57,7 +53,7 @@ def study_design(out: Path) -> dict[str, Any]:
     """
     path = out / STUDY_RECORD
     try:
-        data = orjson.loads(safefs.read_file(out, STUDY_RECORD, MAX_RECORD_BYTES))
+        data = orjson.loads(safefs.read_file(out, STUDY_RECORD, MAX_STUDY_RECORD_BYTES))
         design = data["design"]
         if not isinstance(design, dict):
             raise TypeError("design is not an object")

@@ -48,8 +48,7 @@ from sim.statefiles import MAX_TEXT
 
 #: the folder of the shared prefixes, beside the conditions' folders
 SHARED = "_shared"
-#: the files a study's folder records it in
-STUDY_RECORD = "study.json"
+#: the copy of the study's file in its folder (beside its record, ``sim.runs.fork.STUDY_RECORD``)
 STUDY_COPY = "study.toml"
 #: the most runs a study may expand to
 MAX_RUNS = 10_000
@@ -306,7 +305,6 @@ def read_study(path: Path) -> Study:
 __all__ = [
     "SHARED",
     "STUDY_COPY",
-    "STUDY_RECORD",
     "Arm",
     "Condition",
     "Inject",

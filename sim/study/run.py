@@ -46,7 +46,16 @@ from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
 from sim.interview import INTERVIEWS, Interview, read_interviews
 from sim.llm.types import Usage
-from sim.runs.fork import RUN_FILE, RunRecord, current_tick, finished, fork_current, read_record
+from sim.runs.fork import (
+    MAX_STUDY_RECORD_BYTES,
+    RUN_FILE,
+    STUDY_RECORD,
+    RunRecord,
+    current_tick,
+    finished,
+    fork_current,
+    read_record,
+)
 from sim.runs.ledger import Grant, Ledger, Spend
 from sim.runs.plan import Plan
 from sim.runs.process import (
@@ -60,7 +69,7 @@ from sim.runs.process import (
     trusted_flags,
 )
 from sim.storage import Storage, dump_json
-from sim.study.design import SHARED, STUDY_COPY, STUDY_RECORD, Arm, Study, Unit
+from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
 from sim.ticklog.recovery import recover_logs
@@ -133,10 +142,6 @@ def _differing(recorded: Mapping[str, Any], design: Mapping[str, Any]) -> str:
     return "design"
 
 
-#: the most of a study's record (``study.json``) read: the folder is untrusted
-_MAX_RECORD_BYTES = 16 * 1024 * 1024
-
-
 def check_folder(study: Study, out: Path) -> None:
     """Refuse, before anything is written, a folder holding anything but this study.
 
@@ -159,7 +164,7 @@ def check_folder(study: Study, out: Path) -> None:
             )
         return
     try:
-        data = orjson.loads(safefs.read_file(out, STUDY_RECORD, _MAX_RECORD_BYTES))
+        data = orjson.loads(safefs.read_file(out, STUDY_RECORD, MAX_STUDY_RECORD_BYTES))
         identity, recorded = data["identity"], data["design"]
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise InputError(record, None, f"cannot read the study's record: {exc}") from None
