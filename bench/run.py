@@ -361,6 +361,17 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
         "so each phase ends a fraction of a second after its ideal (per-phase figures "
         f"above), and the tick adds {rest:.2f} s outside the phases (load, commit, "
         "start-up). The phases alone reach the 'phases only' ratio.",
+        "- The first phase also waits once for the structured-output form: with "
+        '`[llm] structured_output = "auto"` (the default) one call finds the form the '
+        "server takes and the others are sent once it is answered "
+        "(sim/providers/_structured.py: at most one refused request per form, and a "
+        "server that drops the schema is caught before a whole phase is paid for), so the "
+        "first phase pays one latency more than its ideal. Measured once on 2026-11-27 "
+        "(1 s latency, concurrency 200, 1,000 characters, one tick each): 15.26 s with "
+        '`auto`, 14.30 s with `structured_output = "json_schema"` (ideal / actual 0.79 '
+        "and 0.84): 199 of the first 200 calls left 1.0-1.2 s after the first. A run "
+        "settles the form once (each `sim tick` process settles it again); setting the "
+        "form skips it.",
         f"- At {second['latency_s']:g} s and concurrency {second['concurrency']} the ideal "
         f"rate is {need:,.0f} calls/s, but one core spends {cpu_call * 1e3:.2f} ms per "
         f"call on the client (≤ {1 / cpu_call:,.0f} calls/s) and the stub server "
