@@ -140,6 +140,25 @@ def open_file_at(
     return fd
 
 
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+    """A descriptor on the regular file ``path`` (opened with ``flags``), never through a
+    link in its last part and never blocking on a FIFO: for a tick log's files, read by
+    path. Unlike the walk above, a link in a folder on the way is followed.
+
+    Raises:
+        OSError: as ``os.open`` (``ELOOP``: a link); ``EINVAL`` "not a regular file" for a
+            FIFO, a device or a folder.
+    """
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def hard_link_problem(links: int) -> str:
     """What is wrong with a world file that has ``links`` names (hard links)."""
     return (

@@ -16,7 +16,6 @@ import errno
 import gzip
 import mmap
 import os
-import stat
 import sys
 import zlib
 from collections.abc import Iterable
@@ -234,25 +233,15 @@ def _on_disk(path: Path) -> Path:
 
 def open_regular(path: Path) -> BinaryIO:
     """A log file opened for reading: never through a link, never blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return os.fdopen(safefs.open_regular(path), "rb")
 
 
 def read_regular(path: Path) -> bytes:
     """A log file's bytes: never through a link, never blocking on a FIFO (a world folder is
     untrusted input)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = safefs.open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read()
+        return safefs.read_fd(fd, path)
     finally:
         os.close(fd)
 
@@ -291,12 +280,10 @@ def _front_lines(path: Path, state: bool) -> list[bytes]:
     ``state``), in the order written; of a compressed log only as much is decompressed as
     holds them (its ``layout`` line says how many lines come first)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = safefs.open_regular(path)
     except OSError as exc:
         raise LogError(f"{path}: cannot read the tick log: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise LogError(f"{path}: cannot read the tick log: not a regular file")
         magic = handle.read(4)
         if not magic.startswith((_ZSTD_MAGIC, _GZIP_MAGIC)):
             handle.seek(0)
@@ -406,13 +393,11 @@ def packed_damage(path: Path) -> str | None:
     if not path.name.endswith(ZST):
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = safefs.open_regular(path)
     except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
+        return exc.strerror if exc.errno == errno.EINVAL else f"cannot be read ({exc.strerror})"
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return "not a regular file"
         if info.st_size == 0:
             return "empty"
         with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:

@@ -27,11 +27,9 @@ record.
 
 from __future__ import annotations
 
-import errno
 import gzip
 import logging
 import os
-import stat
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +39,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from sim import safefs
 from sim.errors import LogError
 from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.types import Usage
@@ -418,18 +417,9 @@ def dump_summary(summary: Summary) -> bytes:
     return gzip.compress(lines, compresslevel=6, mtime=0)
 
 
-def _open_regular(path: Path) -> int:
-    """A descriptor on a summary file: never through a link, never blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return fd
-
-
 def _lines(path: Path, count: int) -> list[bytes]:
     try:
-        fd = _open_regular(path)
+        fd = safefs.open_regular(path)
     except OSError as exc:
         raise LogError(f"{path}: cannot read the tick summary: {exc.strerror}") from None
     try:

@@ -8,12 +8,11 @@ once the tick has committed the log is compressed (``sim.ticklog.compression``).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from sim import safefs
 from sim.ticklog.format import log_line, packed_call_line
 from sim.ticklog.records import CallRecord, LogRecord, dump_record
 
@@ -101,12 +100,10 @@ def _cut_torn_tail(path: Path) -> None:
     """Cut a last line without its newline (a crash mid-write) off the log, reading back
     from the end only as far as the line before it (a log's first lines are large)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = safefs.open_regular(path, os.O_RDWR)
     except FileNotFoundError:
         return
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
         end = os.fstat(fd).st_size
         if end == 0 or os.pread(fd, 1, end - 1) == b"\n":
             return
