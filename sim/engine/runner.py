@@ -104,6 +104,16 @@ def build_run_stack(config: Config, world: World) -> Stack:
     return build_stack(config, world.seed)
 
 
+def _quiet_second_ctrl_c(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler: a second Ctrl-C raises ``KeyboardInterrupt`` in
+    whichever task is running, and asyncio would print that task's traceback ("Task
+    exception was never retrieved") as the process exits; the interrupt is reported once,
+    by the CLI. Anything else is reported as asyncio would."""
+    if isinstance(context.get("exception"), KeyboardInterrupt):
+        return
+    loop.default_exception_handler(context)
+
+
 class Runner:
     """Runs ticks of one world folder.
 
@@ -217,6 +227,7 @@ class Runner:
         the running tick's task is cancelled, which cancels its in-flight calls; a commit
         is synchronous, so it is never cut in half."""
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_second_ctrl_c)
         task = asyncio.current_task()
         terminated = False
 
