@@ -45,6 +45,8 @@ down, for the summary.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import math
 import statistics
 import time
@@ -188,7 +190,7 @@ class Endpoint:
         self.last_down_error: LLMError | None = None
         self.clock = clock
         self.stats = EndpointStats(lowest_limit=self.limit)
-        self._changed: asyncio.Event | None = None
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         #: what the server said about its capacity; ``None`` until asked (``fit``)
         self.capacity: ServerCapacity | None = None
         #: adapt the limit to latency too (the server reports no capacity)
@@ -235,15 +237,23 @@ class Endpoint:
 
     # -- gate ----------------------------------------------------------------------------
 
-    def _event(self) -> asyncio.Event:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        return self._changed
-
     def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        """Wake the waiters the new state lets through, first come first served: as many
+        as there are free slots, or all of them when the endpoint is paused or down (each
+        then sleeps out the pause or fails). Not the whole queue per freed slot: with a
+        phase's calls queued, that woke every one of them for each answer."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        if self.down_since is not None or self.paused_until > self.clock():
+            wake = len(waiters)
+        else:
+            wake = max(1, int(self.limit)) - self.in_flight
+        while wake > 0 and waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                wake -= 1
 
     async def acquire(self) -> float:
         """Wait for the pause to end and a slot under the limit; returns the send time."""
@@ -256,7 +266,17 @@ class Endpoint:
             if self.in_flight < max(1, int(self.limit)):
                 self.in_flight += 1
                 return now
-            await self._event().wait()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._notify()  # woken, then cancelled: the slot goes to the next
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                raise
 
     def _check_down(self) -> None:
         if self.down_since is None:

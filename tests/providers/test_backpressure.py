@@ -111,6 +111,59 @@ async def test_the_limit_bounds_calls_in_flight() -> None:
     assert provider.peak == 3
 
 
+async def test_queued_calls_go_in_the_order_they_came_one_woken_per_freed_slot() -> None:
+    endpoint = Endpoint("http://stub/v1", 2)
+    held = [await endpoint.acquire(), await endpoint.acquire()]  # both slots taken
+    order: list[int] = []
+    checks = 0
+    check_down = endpoint._check_down
+
+    def counted() -> None:  # runs each time a call looks for a slot
+        nonlocal checks
+        checks += 1
+        check_down()
+
+    endpoint._check_down = counted  # type: ignore[method-assign]
+
+    async def call(n: int) -> None:
+        await endpoint.acquire()
+        order.append(n)
+
+    queued = [asyncio.create_task(call(n)) for n in range(50)]
+    await asyncio.sleep(0)
+    assert endpoint.in_flight == 2 and not order
+    for done in range(50):  # each answer lets exactly the next queued call through
+        endpoint.release(held[0], None)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert order == list(range(done + 1))
+    await asyncio.gather(*queued)
+    # each looked once on arrival and once when woken: not the whole queue woken for
+    # every answer (a herd: 50 + 50 + 49 + ... + 1 looks)
+    assert checks == 100
+    assert endpoint.in_flight == 50 - 48  # the last two still hold their slots
+
+
+async def test_a_queued_call_cancelled_as_it_is_woken_passes_its_slot_on() -> None:
+    endpoint = Endpoint("http://stub/v1", 1)
+    sent = await endpoint.acquire()
+    first = asyncio.create_task(endpoint.acquire())
+    second = asyncio.create_task(endpoint.acquire())
+    await asyncio.sleep(0)
+    endpoint.release(sent, None)  # wakes the first ...
+    first.cancel()  # ... which is cancelled before it runs
+    assert await second > 0 and endpoint.in_flight == 1
+    assert first.cancelled()
+    third = asyncio.create_task(endpoint.acquire())
+    await asyncio.sleep(0)
+    third.cancel()  # cancelled while queued: it leaves the queue
+    with contextlib.suppress(asyncio.CancelledError):
+        await third
+    endpoint.release(sent, None)
+    assert endpoint.in_flight == 0
+    assert await endpoint.acquire() > 0
+
+
 def test_a_429_never_opens_the_breaker(stub_server: StubServer, tmp_path: Path) -> None:
     """Every call of the first attempt is rate limited, then answered: the tick commits, and
     no call is refused by an open breaker (breaker_threshold = 1 would open at once)."""
