@@ -42,8 +42,15 @@ _KEYS = {title: key for key, title in TITLES.items()}
 _HEAD = "## "
 
 
+#: the ASCII characters a JSON text can begin with (a text with no surrounding space)
+_JSON_STARTS = frozenset('{["-0123456789tfn')
+
+
 def _value(value: Any) -> str:
     if isinstance(value, str) and value and value == value.strip() and "\n" not in value:
+        first = value[0]
+        if first.isascii() and first not in _JSON_STARTS:
+            return value  # cannot be JSON: reads back as itself (most text; no parse tried)
         try:
             orjson.loads(value)
         except orjson.JSONDecodeError:

@@ -48,12 +48,16 @@ def conversations_at(ctx: TickContext, location_id: str) -> list[dict[str, Any]]
 def dialogues_at(ctx: TickContext, location_id: str) -> list[dict[str, Any]]:
     """The conversations at a place as the resolution and the narrative see them: who took
     part (names) and the whole dialogue, in order."""
-    names = {cid: c["identity"]["name"] for cid, c in ctx.world.characters.items()}
+    characters = ctx.world.characters  # names looked up for who talked, not for everyone
+
+    def name(cid: str) -> Any:
+        return characters[cid]["identity"]["name"]
+
     return [
         {
-            "participants": [names[cid] for cid in talk["participants"]],
+            "participants": [name(cid) for cid in talk["participants"]],
             "dialogue": [
-                {"speaker": names[line["speaker"]], "says": line["says"]} for line in talk["lines"]
+                {"speaker": name(line["speaker"]), "says": line["says"]} for line in talk["lines"]
             ],
         }
         for talk in conversations_at(ctx, location_id)
