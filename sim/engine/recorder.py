@@ -30,6 +30,7 @@ from sim.llm.calls import (
     observed_failure,
     request_id,
     schema_digest,
+    sent_fields,
 )
 from sim.llm.embedding import EmbeddingSent
 from sim.llm.events import LLMEvent
@@ -322,7 +323,8 @@ class TickRecorder:
             depth=depth,
             scope=self.scope,
             failures_seen=self._failures_seen.get(rid, 0),
-        ).sent(request)
+            **sent_fields(request),  # made as sent: one object per call, not a copy
+        )
 
     def on_event(self, event: LLMEvent) -> None:
         key = id(event.request)

@@ -64,6 +64,24 @@ def settings_dict(settings: CallSettings | None) -> dict[str, Any]:
     return {"temperature": s.temperature, "max_output_tokens": s.max_output_tokens}
 
 
+def sent_fields(request: ModelRequest) -> dict[str, Any]:
+    """What ``request`` actually sends, as ``CallIdentity`` fields: its model, settings and
+    chain (``CallIdentity.sent``; a new identity takes them as it is made)."""
+    settings = settings_dict(request.settings)
+    if request.messages or request.tool_choice != "required":
+        # a step of a tool conversation: what was said so far decides its answer too
+        # (absent for single-turn calls, so their records and digests are unchanged)
+        steps = [m.model_dump(mode="json", exclude_none=True) for m in request.messages]
+        settings["tool_choice"] = request.tool_choice
+        settings["conversation"] = digest(orjson.dumps(steps))
+    return {
+        "model": request.settings.model,
+        "settings": settings,
+        "history": [e.response_id for e in request.history],
+        "previous_response_id": request.previous_response_id,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class CallIdentity:
     """Which call a request is, and what it asked, in the form the tick log records and
@@ -115,20 +133,7 @@ class CallIdentity:
     def sent(self, request: ModelRequest) -> CallIdentity:
         """This identity with what the adapter is actually sent by ``request``: its model,
         settings and chain."""
-        settings = settings_dict(request.settings)
-        if request.messages or request.tool_choice != "required":
-            # a step of a tool conversation: what was said so far decides its answer too
-            # (absent for single-turn calls, so their records and digests are unchanged)
-            steps = [m.model_dump(mode="json", exclude_none=True) for m in request.messages]
-            settings["tool_choice"] = request.tool_choice
-            settings["conversation"] = digest(orjson.dumps(steps))
-        return replace(
-            self,
-            model=request.settings.model,
-            settings=settings,
-            history=[e.response_id for e in request.history],
-            previous_response_id=request.previous_response_id,
-        )
+        return replace(self, **sent_fields(request))
 
     def after(self, codes: Iterable[str | None]) -> CallIdentity:
         """The identity of the attempt after failed ones ending with ``codes``: each

@@ -295,11 +295,15 @@ class LLMClient:
             batch=batch,
         )
 
-    async def _call(self, request: LLMRequest, sent: ModelRequest) -> AdapterResponse:
+    async def _call(
+        self, request: LLMRequest, sent: ModelRequest, call: CallIdentity | None
+    ) -> AdapterResponse:
+        """``sent`` as ``call``, its text streamed to the hub if there is one (one copy of
+        the request with both: this runs for every call)."""
         if self.stream is None:
-            return await self.adapter.execute(sent)
+            return await self.adapter.execute(sent if call is None else replace(sent, call=call))
         with self.stream.call(self.phase, request.entity_key) as text:  # where its text goes
-            return await self.adapter.execute(replace(sent, stream_to=text))
+            return await self.adapter.execute(replace(sent, call=call, stream_to=text))
 
     def _emit_attempts(
         self,
@@ -353,7 +357,6 @@ class LLMClient:
         call: CallIdentity | None = None
         if self.namer is not None:
             call = self.namer(self.phase, key, sent, depth)
-            sent = replace(sent, call=call)
 
         def context() -> dict[str, Any]:
             """The chain context the call is sent with now (it changes if a chain is lost)."""
@@ -385,7 +388,7 @@ class LLMClient:
         started = time.perf_counter()
         try:
             try:
-                response = await self._call(request, sent)
+                response = await self._call(request, sent, call)
             except LLMChainNotFoundError as lost:
                 if chain is None or previous_id is None:
                     raise
@@ -409,8 +412,7 @@ class LLMClient:
                 sent = self._model_request(request, history, None, batch)
                 if call is not None:  # the same call, sent with the window, after its failures
                     call = call.sent(sent).after(a.error_code for a in lost.attempts)
-                    sent = replace(sent, call=call)
-                response = await self._call(request, sent)
+                response = await self._call(request, sent, call)
         except Exception as exc:
             if isinstance(exc, LLMError):
                 error = exc
