@@ -296,59 +296,77 @@ def restore_env(name: str, value: str | None) -> None:
 
 
 def cpu_per_call(
-    characters: int, latency: float, concurrency: int, repeats: int = 3, scheme: str = "http"
-) -> dict[str, Any]:
-    """Scenario 3: client CPU per call over ``scheme``, the engine (whole tick's phases;
-    on its aiohttp routes, and on the SDK's stacks for comparison) vs bare SDK loops
-    sending the same requests (default client; aiohttp client when installed), alternated
-    ``repeats`` times against one server."""
-    runs: dict[str, list[float]] = {"engine": [], "engine_sdk": []}
+    characters: int,
+    latency: float,
+    concurrency: int,
+    repeats: int = 3,
+    schemes: tuple[str, ...] = ("http", "https"),
+) -> dict[str, dict[str, Any]]:
+    """Scenario 3: client CPU per call over each of ``schemes``, the engine (whole tick's
+    phases; on its aiohttp routes, and on the SDK's stacks for comparison) vs bare SDK
+    loops sending the same requests (default client; aiohttp client when installed).
+
+    One stub server per scheme, all started first; each of the ``repeats`` rounds runs
+    every client over every scheme in turn, so the schemes' figures come from the same
+    minutes of a machine whose speed drifts (their ratio is a target too)."""
     kinds = [k for k in CLIENTS if k != "aiohttp" or aiohttp_installed()]
+    names = ["engine", "engine_sdk"]
     if "aiohttp" in kinds:
-        runs["engine_sdk_aiohttp"] = []
-    for kind in kinds:
-        runs[f"bare_{kind}"] = []
+        names.append("engine_sdk_aiohttp")
+    names += [f"bare_{kind}" for kind in kinds]
+    runs: dict[str, dict[str, list[float]]] = {s: {n: [] for n in names} for s in schemes}
     calls = 0
     with contextlib.ExitStack() as stack:
-        tls = None
-        if scheme == "https":
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="sim-bench-tls-"))
-            tls = self_signed(Path(folder))
-            stack.callback(restore_env, "SSL_CERT_FILE", os.environ.get("SSL_CERT_FILE"))
-            os.environ["SSL_CERT_FILE"] = str(tls.cert)  # every client trusts it, publicly
-        stub = stack.enter_context(stub_server(latency, tls))
-        url = stub.url
+        urls = {}
+        for scheme in schemes:
+            tls = None
+            if scheme == "https":
+                folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="sim-bench-tls-"))
+                tls = self_signed(Path(folder))
+                stack.callback(restore_env, "SSL_CERT_FILE", os.environ.get("SSL_CERT_FILE"))
+                os.environ["SSL_CERT_FILE"] = str(tls.cert)  # every client trusts it, publicly
+            urls[scheme] = stack.enter_context(stub_server(latency, tls)).url
         for _ in range(repeats):
-            with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
-                run = engine_tick(Path(tmp), characters, url, concurrency, record=True)
-            calls = run.calls
-            runs["engine"].append(run.phases_cpu / run.calls * 1e6)
-            with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
-                sdk = engine_tick(Path(tmp), characters, url, concurrency, sdk_path=True)
-            runs["engine_sdk"].append(sdk.phases_cpu / sdk.calls * 1e6)
-            if "aiohttp" in kinds:
+            for scheme, url in urls.items():
+                got = runs[scheme]
                 with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
-                    sdk = engine_tick(
-                        Path(tmp), characters, url, concurrency, sdk_path=True, sdk_client="aiohttp"
-                    )
-                runs["engine_sdk_aiohttp"].append(sdk.phases_cpu / sdk.calls * 1e6)
-            for kind in kinds:
-                _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency, kind))
-                runs[f"bare_{kind}"].append(cpu / len(run.requests) * 1e6)
-    medians = {name: statistics.median(values) for name, values in runs.items()}
-    bare = medians["bare_default"]
-    return {
-        "scheme": scheme,
-        "characters": characters,
-        "latency_s": latency,
-        "concurrency": concurrency,
-        "calls": calls,
-        "repeats": repeats,
-        "aiohttp": "aiohttp" in kinds,
-        "us_per_call": medians,
-        "runs_us": runs,
-        "ratio": {name: value / bare for name, value in medians.items()},
-    }
+                    run = engine_tick(Path(tmp), characters, url, concurrency, record=True)
+                calls = run.calls
+                got["engine"].append(run.phases_cpu / run.calls * 1e6)
+                with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+                    sdk = engine_tick(Path(tmp), characters, url, concurrency, sdk_path=True)
+                got["engine_sdk"].append(sdk.phases_cpu / sdk.calls * 1e6)
+                if "aiohttp" in kinds:
+                    with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+                        sdk = engine_tick(
+                            Path(tmp),
+                            characters,
+                            url,
+                            concurrency,
+                            sdk_path=True,
+                            sdk_client="aiohttp",
+                        )
+                    got["engine_sdk_aiohttp"].append(sdk.phases_cpu / sdk.calls * 1e6)
+                for kind in kinds:
+                    _, cpu = asyncio.run(bare_loop(url, run.requests, concurrency, kind))
+                    got[f"bare_{kind}"].append(cpu / len(run.requests) * 1e6)
+    out = {}
+    for scheme, got in runs.items():
+        medians = {name: statistics.median(values) for name, values in got.items()}
+        bare = medians["bare_default"]
+        out[scheme] = {
+            "scheme": scheme,
+            "characters": characters,
+            "latency_s": latency,
+            "concurrency": concurrency,
+            "calls": calls,
+            "repeats": repeats,
+            "aiohttp": "aiohttp" in kinds,
+            "us_per_call": medians,
+            "runs_us": got,
+            "ratio": {name: value / bare for name, value in medians.items()},
+        }
+    return out
 
 
 def main() -> None:
@@ -358,8 +376,8 @@ def main() -> None:
         out = efficiency(characters, latency, concurrency)
     else:
         repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 3
-        scheme = sys.argv[6] if len(sys.argv) > 6 else "http"
-        out = cpu_per_call(characters, latency, concurrency, repeats, scheme)
+        schemes = tuple(sys.argv[6].split(",")) if len(sys.argv) > 6 else ("http", "https")
+        out = cpu_per_call(characters, latency, concurrency, repeats, schemes)
     print(json.dumps(out))
 
 

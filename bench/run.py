@@ -432,7 +432,18 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
         "stale keep-alive connections failing calls together, `timeout_seconds` not a "
         "deadline, unasked gzip undecoded and broken answers misnamed in the hand-written "
         "one, all of which aiohttp handles; proxied URLs take the same path. Its CPU per "
-        "call: scenario 3.",
+        "call: scenario 3;",
+        "  - curl_cffi (libcurl behind `AsyncSession`) instead of aiohttp, measured on the "
+        "stub with 2,200 POSTs at 100 in flight, connections opened first (2026-11-28): "
+        "625–667 µs of CPU per call over http and 708–737 µs over https, against "
+        "aiohttp's 361–400 and 416–425 µs: not cheaper, so aiohttp stays;",
+        "  - a phase's calls over an endpoint's limit queued and let through one per freed "
+        "slot (`Endpoint.acquire`): each answer woke every queued call, and all but one "
+        "went back to wait (at 0.1 s latency the limit adapts below the phase's "
+        "concurrency, so scenario 3 has a queue): callgrind over http, runs of 300 and "
+        "100 characters, 3.82 → 2.92 M instructions per call; with two fewer copies of "
+        "the request per call and a phase input's text values no longer tried as JSON "
+        "when they cannot be, 2.70 M (kept).",
     ]
 
 
@@ -485,10 +496,13 @@ def tls_note(by_scheme: dict[str, dict[str, Any]]) -> list[str]:
         f"- What TLS costs per call (https − http): the engine {extra['engine']:+.0f} µs, "
         f"a bare default-client loop {extra['bare_default']:+.0f} µs. The engine's TLS is "
         "aiohttp's, that is asyncio's SSL protocol (each read and write goes through its "
-        "buffers and an `ssl.SSLObject`, in Python; a loop of bare `Route.post` calls, "
-        "measured once on the loaded 2-core EPYC of 2026-11-27: ~335 µs per call over "
-        "http, ~490 µs over https), plus one handshake per connection (about 100 "
-        "connections for the run's calls). The runs of one row spread by up to "
+        "buffers and an `ssl.SSLObject`, in Python; a loop of bare `Route.post` calls "
+        "sending the engine's recorded request bodies, median 4.6 KB, 100 in flight, "
+        "measured three times each on 2026-11-28: 471–502 µs per call over http, 592–654 "
+        "µs over https, so 1.27× at the transport alone), plus one handshake per "
+        "connection (about 100 connections for the run's calls; py-spy over https: 14% of "
+        "the engine's phase samples in `sslproto` and `ssl`, 4% of them handshakes). The "
+        "runs of one row spread by up to "
         f"{spread:.0%} of their median here, so a difference of a few hundredths in a "
         "ratio is within the noise of one run.",
     ]
@@ -496,7 +510,7 @@ def tls_note(by_scheme: dict[str, dict[str, Any]]) -> list[str]:
 
 def scenario_http_cpu(smoke: bool) -> list[str]:
     args = ("20", "0.01", "8", "1") if smoke else ("1000", "0.1", "100", "3")
-    by_scheme = {scheme: child("http", "cpu", *args, scheme) for scheme in ("http", "https")}
+    by_scheme = child("http", "cpu", *args, "http,https")  # the schemes alternate
     first = by_scheme["http"]
     lines = [
         "## 3. HTTP client CPU per call: the engine vs bare SDK loops, over http and https",
@@ -504,7 +518,8 @@ def scenario_http_cpu(smoke: bool) -> list[str]:
         f"Same stub server process per scheme, same {first['calls']:,} requests (recorded "
         f"from the engine's tick of {first['characters']:,} characters), concurrency "
         f"{first['concurrency']}, latency {first['latency_s']:g} s; engine and bare runs "
-        f"alternate, {first['repeats']} of each, medians. `https` is the same stub server "
+        f"alternate, and so do the schemes, {first['repeats']} of each, medians. `https` is "
+        "the same stub server "
         "behind a self-signed certificate made for the run (`bench/tls.py`, `openssl`), "
         "trusted by every client through `SSL_CERT_FILE`. Engine = the process's CPU during "
         "the tick's phases (prompt building, LLMClient, recovery, budget, adapter, "

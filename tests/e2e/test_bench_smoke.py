@@ -41,8 +41,9 @@ def test_http_scenarios_report_their_figures() -> None:
     assert result["calls"] == sum(p["calls"] for p in result["phases"]) >= 20 + 2 * 2
     assert result["served"] >= result["calls"]
     assert result["ideal_s"] > 0 and result["efficiency"] > 0
-    for scheme in ("http", "https"):
-        cpu = cpu_per_call(20, 0.01, 8, repeats=1, scheme=scheme)
+    by_scheme = cpu_per_call(20, 0.01, 8, repeats=1)
+    assert set(by_scheme) == {"http", "https"}
+    for scheme, cpu in by_scheme.items():
         assert cpu["scheme"] == scheme and cpu["calls"] == result["calls"]
         assert {"engine", "engine_sdk", "bare_default"} <= set(cpu["us_per_call"])
         assert all(value > 0 for value in cpu["us_per_call"].values())
