@@ -352,7 +352,8 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
     server_call = second["server_cpu_s"] / second["calls"]
     return [
         "**What limits it.** The engine is one asyncio process, so its CPU per call "
-        f"(here {cpu_call * 1e3:.2f} ms, scenario 3) is spent on one core, one call after "
+        f"(here {cpu_call * 1e3:.2f} ms at {first['latency_s']:g} s; scenario 3 measures it "
+        "alone) is spent on one core, one call after "
         f"another. At {first['latency_s']:g} s, concurrency {conc}: all calls of a phase "
         f"start together, so a wave of {conc} requests takes about {conc} × "
         f"{cpu_call * 1e3:.2f} ms ≈ {wave:.2f} s of client CPU to send and as much to "
