@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -998,6 +999,35 @@ def sections(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     return head, found
 
 
+_RERUN_NOTE = re.compile(r"- Section ([\d, ]+) \(.*\) re-run alone on ")
+
+
+def _without_notes_for(head: list[str], rerun: set[str]) -> list[str]:
+    """``head`` without the notes of earlier partial runs whose every section was re-run
+    since, by a later partial run or by this one (``rerun``): the figures they describe
+    are gone. A note is its ``- Section ...`` line and the indented lines after it."""
+    blocks: list[tuple[set[str] | None, list[str]]] = []  # (a note's sections, its lines)
+    for line in head:
+        match = _RERUN_NOTE.match(line)
+        if match is not None:
+            blocks.append(({n.strip() for n in match.group(1).split(",")}, [line]))
+        elif line.startswith("  ") and blocks and blocks[-1][0] is not None:
+            blocks[-1][1].append(line)
+        else:
+            blocks.append((None, [line]))
+    out: list[str] = []
+    for index, (numbers, lines) in enumerate(blocks):
+        later = set(rerun)
+        for other, _ in blocks[index + 1 :]:
+            later |= other or set()
+        if numbers is not None and numbers <= later:
+            continue
+        for line in lines:
+            if not (line == "" and out and out[-1] == ""):  # one blank line between notes
+                out.append(line)
+    return out
+
+
 def splice(old: str, body: list[str], names: list[str], load: str) -> str:
     """``old`` RESULTS.md with the sections in ``body`` replaced (or added, in order) and
     a note in the header of what was re-run, when and where."""
@@ -1008,6 +1038,7 @@ def splice(old: str, body: list[str], names: list[str], load: str) -> str:
     merged = dict(old_sections)
     merged.update(new_sections)
     ordered = sorted(merged, key=lambda n: float(n.rstrip(".")) if n[:-1].isdigit() else 1e9)
+    head = _without_notes_for(head, {n.rstrip(".") for n in new_sections})
     while head and not head[-1]:
         head.pop()
     machine_line, python_line, date_line = machine()

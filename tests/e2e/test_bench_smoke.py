@@ -89,3 +89,27 @@ def test_mind_scenario_reports_its_figures() -> None:
     cost = token_cost(characters=10, ticks=2)
     assert cost["window"]["input_tokens_per_character_tick"] > 0
     assert cost["retrieve"]["input_tokens_per_character_tick"] > 0
+
+
+def test_a_partial_run_drops_the_notes_of_runs_whose_figures_it_replaces() -> None:
+    """RESULTS.md's header keeps a note per partial run only while a figure it describes
+    is still in the file."""
+    from bench.run import _without_notes_for
+
+    def note(numbers: str, day: str) -> list[str]:
+        return [f"- Section {numbers} (names) re-run alone on {day}: Machine: m.", "  Load.", ""]
+
+    head = [
+        "# Benchmark results",
+        "",
+        *note("3, 2, 6", "d1"),
+        *note("2, 6", "d2"),
+        *note("10", "d3"),
+        *note("3", "d4"),
+    ]
+    kept = _without_notes_for(head, {"10"})
+    days = [line.rsplit(" on ", 1)[1].split(":")[0] for line in kept if line.startswith("- ")]
+    # d1: 3 re-run by d4, 2 and 6 by d2; d3: by this run; d2 and d4 still hold figures
+    assert days == ["d2", "d4"]
+    assert "  Load." in kept and "" in kept and "\n".join(kept).count("\n\n\n") == 0
+    assert _without_notes_for(head, {"2", "3", "6", "10"})[:2] == ["# Benchmark results", ""]
