@@ -445,8 +445,7 @@ def ask(
         raise InputError(None, "QUESTION", "expected a question (got an empty one)")
     if len(question) > MAX_QUESTION:
         raise InputError(None, "QUESTION", f"expected at most {MAX_QUESTION} characters")
-    import asyncio
-
+    from sim import interrupts  # asyncio: `sim usage` reads this module without it
     from sim.storage import Storage
 
     world = Storage(world_dir).load()
@@ -456,7 +455,7 @@ def ask(
             known = ", ".join(sorted(world.characters)) or "none"
             raise InputError(None, "CHARACTER", f"no character {cid!r} (known: {known})")
     _check_record(world_dir)
-    interviews = asyncio.run(_ask(world, config, question, ids, form))
+    interviews = interrupts.run(_ask(world, config, question, ids, form))
     _append(world_dir, interviews)
     names = {cid: str(world.characters[cid]["identity"]["name"]) for cid in ids}
     return Asked(world.tick, question, interviews, names)

@@ -15,7 +15,6 @@ created are deleted when its chains evict them.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sim import interrupts
 from sim.analysis.usage import UsageRow, call_row, log_totals
 from sim.config import (
     PHASE_ALIASES,
@@ -227,7 +227,7 @@ def _run_row(
     with tempfile.TemporaryDirectory(prefix="sim-tune-") as tmp:
         world = scratch_copy(world_dir, Path(tmp) / "world")
         started = time.perf_counter()
-        asyncio.run(_run(world, config, ticks))
+        interrupts.run(_run(world, config, ticks))
         wall = time.perf_counter() - started
         logs, problems = read_logs(world)
         if problems:  # the scratch run wrote them just now: a bug, not a user error
@@ -304,7 +304,7 @@ def estimate(
     for variant in variants:
         with tempfile.TemporaryDirectory(prefix="sim-tune-estimate-") as tmp:
             world = scratch_copy(world_dir, Path(tmp) / "world")
-            asyncio.run(_run(world, variant, ticks))
+            interrupts.run(_run(world, variant, ticks))
             logs, _ = read_logs(world)
         for log in logs:
             for call in log.call_records:

@@ -15,7 +15,6 @@ configured provider instead, and the outcome's change is shown.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import stat
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sim import safefs
+from sim import interrupts, safefs
 from sim.config import Config, loggable
 from sim.engine.runner import Runner, build_run_stack
 from sim.engine.stack import Stack, batch_transport
@@ -238,7 +237,7 @@ def replay(
     logs = [committed_log(world_dir, t) for t in range(tick, last + 1)]
     with tempfile.TemporaryDirectory(prefix="sim-replay-") as tmp:
         scratch = scratch_world(world_dir, logs[0], Path(tmp) / "world")
-        return asyncio.run(_replay(world_dir, scratch, logs, config, live, live_adapter))
+        return interrupts.run(_replay(world_dir, scratch, logs, config, live, live_adapter))
 
 
 async def _replay(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sim import interrupts
 from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
@@ -102,16 +103,6 @@ def build_run_stack(config: Config, world: World) -> Stack:
         LLMConfigurationError: unknown provider, missing API key.
     """
     return build_stack(config, world.seed)
-
-
-def _quiet_second_ctrl_c(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The loop's exception handler: a second Ctrl-C raises ``KeyboardInterrupt`` in
-    whichever task is running, and asyncio would print that task's traceback ("Task
-    exception was never retrieved") as the process exits; the interrupt is reported once,
-    by the CLI. Anything else is reported as asyncio would."""
-    if isinstance(context.get("exception"), KeyboardInterrupt):
-        return
-    loop.default_exception_handler(context)
 
 
 class Runner:
@@ -209,7 +200,7 @@ class Runner:
                 any) did not commit and is resumed by the next run.
         """
         try:
-            return asyncio.run(self._run_until_signalled(ticks))
+            return interrupts.run(self._run_until_signalled(ticks))
         except KeyboardInterrupt:
             raise TickInterrupted(
                 self.storage.root, self.current_tick, self.storage.pending_journal()
@@ -227,7 +218,6 @@ class Runner:
         the running tick's task is cancelled, which cancels its in-flight calls; a commit
         is synchronous, so it is never cut in half."""
         loop = asyncio.get_running_loop()
-        loop.set_exception_handler(_quiet_second_ctrl_c)
         task = asyncio.current_task()
         terminated = False
 

@@ -1,21 +1,24 @@
 """A second Ctrl-C raises ``KeyboardInterrupt`` inside whichever task is running; asyncio
 would print that task's traceback as the process exits ("Task exception was never
-retrieved"). The runner's loop handler keeps that quiet and reports anything else."""
+retrieved"). The commands' loop handler keeps that quiet and reports anything else, and
+every command that makes model calls runs its loop with it."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import logging
+from pathlib import Path
 
 import pytest
 
-from sim.engine.runner import _quiet_second_ctrl_c
+from sim import interrupts
+from sim.interrupts import quiet_second_ctrl_c
 
 
 def _unretrieved(error: BaseException, caplog: pytest.LogCaptureFixture) -> list[str]:
     loop = asyncio.new_event_loop()
-    loop.set_exception_handler(_quiet_second_ctrl_c)
+    loop.set_exception_handler(quiet_second_ctrl_c)
     future = loop.create_future()
     future.set_exception(error)  # finished with an exception nobody retrieves
     with caplog.at_level(logging.ERROR, logger="asyncio"):
@@ -34,3 +37,19 @@ def test_a_keyboard_interrupt_left_in_a_task_prints_nothing(
 def test_any_other_unretrieved_error_is_still_reported(caplog: pytest.LogCaptureFixture) -> None:
     said = _unretrieved(ValueError("boom"), caplog)
     assert said and "exception was never retrieved" in said[0]
+
+
+def test_run_gives_its_loop_the_handler_and_returns_the_result() -> None:
+    async def handler() -> object:
+        return asyncio.get_running_loop().get_exception_handler()
+
+    assert interrupts.run(handler()) is quiet_second_ctrl_c
+
+
+@pytest.mark.parametrize(
+    "module", ["engine/runner.py", "engine/replay.py", "interview.py", "analysis/tune.py"]
+)
+def test_the_commands_that_make_calls_run_their_loop_with_it(module: str) -> None:
+    """``sim tick``, ``sim replay``, ``sim ask`` and ``sim tune``."""
+    source = (Path(interrupts.__file__).parent / module).read_text(encoding="utf-8")
+    assert "interrupts.run(" in source and "asyncio.run(" not in source
