@@ -119,7 +119,7 @@ test-fast: $(STAMP) ## The suite without the tests marked slow (the kill -9 and 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check sim tests bench tools
 	$(BIN)/ruff format --check sim tests bench tools
-	$(BIN)/mypy sim tools
+	$(BIN)/mypy sim tools bench
 
 format: $(STAMP) ## Format and autofix with ruff
 	$(BIN)/ruff format sim tests bench tools

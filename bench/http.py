@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import openai
 
@@ -139,9 +140,11 @@ def engine_tick(
     engine builds its SDK clients with ``openai.DefaultAsyncHttpxClient``, swapped here).
     """
     common.AIOHTTP_ROUTES = not sdk_path
-    default_client = openai.DefaultAsyncHttpxClient
-    if sdk_client == "aiohttp":
-        openai.DefaultAsyncHttpxClient = openai.DefaultAioHttpClient  # type: ignore[misc]
+    sdk_http_client = (
+        mock.patch.object(openai, "DefaultAsyncHttpxClient", openai.DefaultAioHttpClient)
+        if sdk_client == "aiohttp"
+        else contextlib.nullcontext()
+    )
     world = tmp / "world"
     make_world(world, characters, max(1, characters // 10), seed=1)
     os.sync()  # the commit's flushes should not pay for writing out the generated world
@@ -180,10 +183,10 @@ def engine_tick(
 
     started = time.perf_counter()
     try:
-        result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
+        with sdk_http_client:
+            result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
     finally:
         common.AIOHTTP_ROUTES = True
-        openai.DefaultAsyncHttpxClient = default_client  # type: ignore[misc]
     wall = time.perf_counter() - started
     if result.failures:
         raise RuntimeError(f"{result.failures} calls failed: {result.reports}")

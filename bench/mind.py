@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -160,7 +160,11 @@ def retrieval_cpu(cells: int = 1000, characters: int = 200, k: int = 5) -> dict[
         for _ in range(characters)
     ]
     out: dict[str, Any] = {"cells": cells, "characters": characters, "k": k, "ticks": TICKS}
-    for name, embeddings in (("lexical", "none"), ("embeddings", "provider")):
+    modes: tuple[tuple[str, Literal["none", "provider"]], ...] = (
+        ("lexical", "none"),
+        ("embeddings", "provider"),
+    )
+    for name, embeddings in modes:
         config = MemoryConfig(mode="retrieve", k=k, embeddings=embeddings)
         per_tick = []
         for tick in range(TICKS):

@@ -119,7 +119,7 @@ def import_seconds(code: str, runs: int = 5) -> float:
 
     def best(source: str) -> float:
         return min(
-            run_child([sys.executable, "-c", source], ROOT, child_env())["cpu_s"]
+            float(run_child([sys.executable, "-c", source], ROOT, child_env())["cpu_s"])
             for _ in range(runs)
         )
 
