@@ -7,7 +7,7 @@ certificate made for the run (``bench.tls``), which the clients trust through
 ``SSL_CERT_FILE`` (httpx's public setting, read by the SDK's default client, its aiohttp
 client and the engine alike). Each command prints one JSON object::
 
-    python -m bench.http efficiency CHARACTERS LATENCY CONCURRENCY
+    python -m bench.http efficiency CHARACTERS LATENCY CONCURRENCY [STRUCTURED_OUTPUT]
     python -m bench.http cpu CHARACTERS LATENCY CONCURRENCY [REPEATS [SCHEME]]
 """
 
@@ -131,8 +131,10 @@ def engine_tick(
     record: bool = False,
     sdk_path: bool = False,
     sdk_client: str = "default",
+    structured_output: str = "auto",
 ) -> EngineRun:
-    """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``.
+    """Make a fresh synthetic world in ``tmp`` and run one tick of it against ``base_url``
+    (``structured_output``: ``[llm] structured_output``, the default ``auto`` or a form).
 
     ``sdk_path``: send through the SDK's ``client.post`` on httpx's default (anyio)
     transport instead of the engine's own aiohttp routes (``http.Route``); with
@@ -157,6 +159,7 @@ def engine_tick(
                 "base_url": base_url,
                 "api_key_env": KEY_ENV,
                 "max_concurrency": concurrency,
+                "structured_output": structured_output,
             }
         },
     )
@@ -193,11 +196,15 @@ def engine_tick(
     return EngineRun(result, wall, phase_wall, phase_cpu, requests, latencies)
 
 
-def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, Any]:
+def efficiency(
+    characters: int, latency: float, concurrency: int, structured_output: str = "auto"
+) -> dict[str, Any]:
     """Scenario 2: one tick; ideal = Σ over phases ceil(calls / concurrency) × latency."""
     with stub_server(latency) as stub, tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
         server_started = stub.cpu_seconds()  # its start-up is not the tick's
-        run = engine_tick(Path(tmp), characters, stub.url, concurrency)
+        run = engine_tick(
+            Path(tmp), characters, stub.url, concurrency, structured_output=structured_output
+        )
         server_cpu = stub.cpu_seconds() - server_started
         served = stub_stats(stub.url)["requests"]
     phases = []
@@ -219,6 +226,7 @@ def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, A
         "characters": characters,
         "latency_s": latency,
         "concurrency": concurrency,
+        "structured_output": structured_output,
         "calls": run.calls,
         "served": served,
         "ideal_s": ideal,
@@ -376,7 +384,8 @@ def main() -> None:
     kind = sys.argv[1]
     characters, latency, concurrency = int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
     if kind == "efficiency":
-        out = efficiency(characters, latency, concurrency)
+        form = sys.argv[5] if len(sys.argv) > 5 else "auto"
+        out = efficiency(characters, latency, concurrency, form)
     else:
         repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 3
         schemes = tuple(sys.argv[6].split(",")) if len(sys.argv) > 6 else ("http", "https")

@@ -283,11 +283,17 @@ def scenario_mind(smoke: bool) -> list[str]:
 
 def scenario_latency(smoke: bool) -> list[str]:
     characters = 20 if smoke else 1000
-    settings = ((0.01, 8), (0.01, 16)) if smoke else ((1.0, 200), (0.2, 400))
+    # the target's setting with the default form (auto) and with the form set, then more
+    # concurrency at less latency
+    settings = (
+        ((0.01, 8, "auto"), (0.01, 8, "json_schema"), (0.01, 16, "auto"))
+        if smoke
+        else ((1.0, 200, "auto"), (1.0, 200, "json_schema"), (0.2, 400, "auto"))
+    )
     repeats = 1 if smoke else REPEATS
     every = [
-        repeated(repeats, "http", "efficiency", str(characters), str(lat), str(conc))
-        for lat, conc in settings
+        repeated(repeats, "http", "efficiency", str(characters), str(lat), str(conc), form)
+        for lat, conc, form in settings
     ]
     runs = [median_run(group, "efficiency") for group in every]
     lines = [
@@ -299,19 +305,21 @@ def scenario_latency(smoke: bool) -> list[str]:
         f"the stub server's CPU is its own process's. Each setting run {repeats}× in fresh "
         "processes (each with its own server); the row is the run of median efficiency (all: "
         + "; ".join(
-            f"{g[0]['latency_s']:g} s: " + ", ".join(f"{r['efficiency']:.2f}" for r in g)
+            f"{g[0]['latency_s']:g} s, {g[0]['structured_output']}: "
+            + ", ".join(f"{r['efficiency']:.2f}" for r in g)
             for g in every
         )
         + ").",
         "",
-        "| latency | concurrency | calls | ideal | actual tick | ideal / actual | "
-        "phases only | call latency seen by the client (median, p90) | client CPU "
-        "| client CPU per call | server CPU |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| latency | concurrency | structured output | calls | ideal | actual tick "
+        "| ideal / actual | phases only | call latency seen by the client (median, p90) "
+        "| client CPU | client CPU per call | server CPU |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in runs:
         lines.append(
-            f"| {r['latency_s']:g} s | {r['concurrency']} | {r['calls']:,} | {r['ideal_s']:.1f} s "
+            f"| {r['latency_s']:g} s | {r['concurrency']} | {r['structured_output']} "
+            f"| {r['calls']:,} | {r['ideal_s']:.1f} s "
             f"| {r['tick_wall_s']:.2f} s | **{r['efficiency']:.2f}** "
             f"| {r['phases_efficiency']:.2f} "
             f"| {r['call_latency_median_s']:.2f} s, {r['call_latency_p90_s']:.2f} s "
@@ -325,27 +333,41 @@ def scenario_latency(smoke: bool) -> list[str]:
             for p in r["phases"]
             if p["calls"]
         )
-        lines.append(f"- {r['latency_s']:g} s, concurrency {r['concurrency']}: {parts}")
-    first, second = runs
+        lines.append(
+            f"- {r['latency_s']:g} s, concurrency {r['concurrency']}, "
+            f"{r['structured_output']}: {parts}"
+        )
+    first, form_set, second = runs
     cpu_call = first["client_cpu_s"] / first["calls"]
     bound = second["ideal_s"] / max(second["client_cpu_s"], 1e-9)
     lines += [
         "",
         f"- Target: ideal / actual ≥ 0.9 at {first['latency_s']:g} s latency, concurrency "
         f"{first['concurrency']} → {first['efficiency']:.2f} "
-        f"(ratio to target {first['efficiency'] / 0.9:.2f}).",
+        f"(ratio to target {first['efficiency'] / 0.9:.2f}) with the default "
+        f'`structured_output = "auto"`; with the form set '
+        f'(`"{form_set["structured_output"]}"`) → {form_set["efficiency"]:.2f} '
+        f"(ratio {form_set['efficiency'] / 0.9:.2f}).",
         f"- At {second['latency_s']:g} s, concurrency {second['concurrency']}: "
         f"{second['efficiency']:.2f}. Upper bound from client CPU alone "
         f"(ideal / client CPU) = {bound:.2f}.",
         "",
-        *latency_note(cpu_call, first, second),
+        *latency_note(cpu_call, first, form_set, second),
         "",
     ]
     return lines
 
 
-def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any]) -> list[str]:
-    """What limits scenario 2, with this run's figures."""
+def first_phase(run: dict[str, Any]) -> float:
+    """The wall time of a scenario 2 run's first phase that made calls."""
+    return float(next(p["wall_s"] for p in run["phases"] if p["calls"]))
+
+
+def latency_note(
+    cpu_call: float, first: dict[str, Any], form_set: dict[str, Any], second: dict[str, Any]
+) -> list[str]:
+    """What limits scenario 2, with this run's figures (``form_set``: the first setting
+    with the structured-output form set instead of ``auto``)."""
     conc = first["concurrency"]
     wave = conc * cpu_call
     need = second["concurrency"] / second["latency_s"]
@@ -368,12 +390,14 @@ def latency_note(cpu_call: float, first: dict[str, Any], second: dict[str, Any])
         "server takes and the others are sent once it is answered "
         "(sim/providers/_structured.py: at most one refused request per form, and a "
         "server that drops the schema is caught before a whole phase is paid for), so the "
-        "first phase pays one latency more than its ideal. Measured once on 2026-11-27 "
-        "(1 s latency, concurrency 200, 1,000 characters, one tick each): 15.26 s with "
-        '`auto`, 14.30 s with `structured_output = "json_schema"` (ideal / actual 0.79 '
-        "and 0.84): 199 of the first 200 calls left 1.0-1.2 s after the first. A run "
-        "settles the form once (each `sim tick` process settles it again); setting the "
-        "form skips it.",
+        "first phase pays one latency more than its ideal: in this run the tick took "
+        f"{first['tick_wall_s']:.2f} s with `auto` and {form_set['tick_wall_s']:.2f} s "
+        f"with the form set, its first phase {first_phase(first):.2f} s and "
+        f"{first_phase(form_set):.2f} s. A run settles the form once (each `sim tick` "
+        "process settles it again); setting the form skips it. With the probe, a client "
+        f"that spent no CPU at all would reach at most {first['ideal_s']:.1f} / "
+        f"({first['ideal_s']:.1f} + {first['latency_s']:g} + {rest:.2f}) = "
+        f"{first['ideal_s'] / (first['ideal_s'] + first['latency_s'] + rest):.2f}.",
         f"- At {second['latency_s']:g} s and concurrency {second['concurrency']} the ideal "
         f"rate is {need:,.0f} calls/s, but one core spends {cpu_call * 1e3:.2f} ms per "
         f"call on the client (≤ {1 / cpu_call:,.0f} calls/s) and the stub server "
