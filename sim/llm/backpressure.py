@@ -29,7 +29,12 @@ provider URL:
   server whose latency is mostly fixed (a hosted gateway, a stub) answers a short memory
   summary in about the time of a long resolution, so per unit of work the short answer
   would look several times slower than the long one, and the limit would halve down to
-  one for no queue at all.
+  one for no queue at all. Nor is the client's own queue taken for the server's: a
+  window in which this process was busy for at least ``BUSY_FRACTION`` of the time (CPU
+  seconds per wall second) is not judged by latency, since its answers may have waited
+  for the event loop, not the server (at 0.1 s latency and 200 in flight, the bench's
+  client spent most of each window on its own CPU, and halving the limit on that made
+  the tick about 10% slower).
 - **Down is not slow.** Connection refused (or reset) means the endpoint is down. After
   ``down_threshold`` of them in a row, attempts
   fail at once for ``down_cooldown`` seconds (one probe then goes through), with a message
@@ -73,6 +78,9 @@ LATENCY_FACTOR = 3.0
 #: what one input token weighs against one output token in a unit of work (a prompt is
 #: read far faster than an answer is written)
 INPUT_WEIGHT = 1 / 16
+#: a window in which the process's CPU time was at least this share of its wall time is
+#: not judged by latency: its answers may have waited for the client's own event loop
+BUSY_FRACTION = 0.5
 
 
 @dataclass
@@ -164,6 +172,7 @@ class Endpoint:
         down_threshold: consecutive connection errors that mark the endpoint down.
         down_cooldown: seconds before a probe is let through to a down endpoint.
         clock: monotonic seconds.
+        cpu_clock: this process's CPU seconds (how busy the client itself was).
     """
 
     def __init__(
@@ -174,6 +183,7 @@ class Endpoint:
         down_threshold: int = 5,
         down_cooldown: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.url = url
         self.max_limit = float(max(1, max_concurrency))
@@ -189,6 +199,7 @@ class Endpoint:
         self.probing = False
         self.last_down_error: LLMError | None = None
         self.clock = clock
+        self.cpu_clock = cpu_clock
         self.stats = EndpointStats(lowest_limit=self.limit)
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         #: what the server said about its capacity; ``None`` until asked (``fit``)
@@ -199,6 +210,8 @@ class Endpoint:
         #: exponent of its units), and this window's ratios to it
         self.fastest: dict[int, float] = {}
         self.window_ratios: list[float] = []
+        #: wall and CPU seconds when this window's first attempt was counted
+        self.window_start: tuple[float, float] | None = None
         self._fitting: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     # -- capacity ------------------------------------------------------------------------
@@ -350,12 +363,21 @@ class Endpoint:
         least half the window answered, and more than one attempt was allowed in
         flight)."""
         ratios = self.window_ratios
-        if self.limit <= 1 or len(ratios) * 2 < self.window_done:
+        if self.limit <= 1 or len(ratios) * 2 < self.window_done or self._busy():
             return False
         return statistics.median(ratios) > LATENCY_FACTOR
 
+    def _busy(self) -> bool:
+        """The process spent at least ``BUSY_FRACTION`` of this window on its own CPU."""
+        if self.window_start is None:
+            return False
+        wall = self.clock() - self.window_start[0]
+        return wall > 0 and (self.cpu_clock() - self.window_start[1]) >= BUSY_FRACTION * wall
+
     def _count(self, congested: bool) -> None:
         """One more attempt in the current window; decide the limit when it is full."""
+        if self.window_start is None and self.adapt_to_latency:
+            self.window_start = (self.clock(), self.cpu_clock())
         self.window_done += 1
         self.window_congested += congested
         if self.window_done < max(MIN_WINDOW, int(self.limit)):
@@ -370,6 +392,7 @@ class Endpoint:
             self.limit = min(self.max_limit, self.limit + 1.0)
         self.window_done = self.window_congested = 0
         self.window_ratios = []
+        self.window_start = None
 
 
 class BackpressureAdapter(AdapterWrapper):

@@ -292,6 +292,30 @@ def test_a_window_of_queued_answers_halves_the_limit_and_a_quick_one_does_not() 
     assert not fitted.adapt_to_latency
 
 
+def test_answers_that_waited_for_a_busy_client_are_not_taken_for_a_server_queue() -> None:
+    """At 0.1 s latency and 200 in flight the bench's client spent most of each window on
+    its own CPU: answers waited for its event loop, the latency signal read that as a
+    queue at the server, and the limit halved (the tick took about 10% longer). A window
+    in which the process was busy at least half the time is not judged by latency; the
+    same window with the process idle still is."""
+    clock, cpu = [0.0], [0.0]
+    queued = [0.1 * k for k in range(1, 17)]  # as a one-slot queue would answer
+    for busy, limit in ((0.9, 16), (0.5, 16), (0.1, 8)):
+        endpoint = Endpoint("http://x/v1", 16, clock=lambda: clock[0], cpu_clock=lambda: cpu[0])
+        endpoint.fit(ServerCapacity(None))
+        answered(endpoint, clock, [0.1] * 16, 100.0)  # the fastest: no queue
+        start = clock[0]
+
+        def cpu_clock(busy: float = busy, start: float = start) -> float:
+            return (clock[0] - start) * busy  # this share of the wall time on the CPU
+
+        endpoint.cpu_clock = cpu_clock
+        answered(endpoint, clock, queued, 100.0)
+        assert endpoint.limit == limit, busy
+        assert endpoint.stats.slow_windows == (limit < 16)
+        assert endpoint.stats.decreases == (limit < 16)
+
+
 def test_short_answers_from_a_fixed_latency_server_are_not_taken_for_a_queue() -> None:
     """A server whose latency is mostly fixed (a hosted gateway; the bench's stub at 1 s)
     answers a 40-token memory summary in the time of a 600-token resolution. Per unit of
