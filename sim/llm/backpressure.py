@@ -360,8 +360,8 @@ class Endpoint:
     def _slow(self) -> bool:
         """This window's attempts waited in the server's queue: their median latency per
         unit of work is ``LATENCY_FACTOR`` times the fastest of the same size of work (at
-        least half the window answered, and more than one attempt was allowed in
-        flight)."""
+        least half the window answered, more than one attempt was allowed in flight, and
+        the process itself was not busy for the window: ``_busy``)."""
         ratios = self.window_ratios
         if self.limit <= 1 or len(ratios) * 2 < self.window_done or self._busy():
             return False

@@ -298,10 +298,10 @@ def test_answers_that_waited_for_a_busy_client_are_not_taken_for_a_server_queue(
     queue at the server, and the limit halved (the tick took about 10% longer). A window
     in which the process was busy at least half the time is not judged by latency; the
     same window with the process idle still is."""
-    clock, cpu = [0.0], [0.0]
+    clock = [0.0]
     queued = [0.1 * k for k in range(1, 17)]  # as a one-slot queue would answer
     for busy, limit in ((0.9, 16), (0.5, 16), (0.1, 8)):
-        endpoint = Endpoint("http://x/v1", 16, clock=lambda: clock[0], cpu_clock=lambda: cpu[0])
+        endpoint = Endpoint("http://x/v1", 16, clock=lambda: clock[0], cpu_clock=lambda: 0.0)
         endpoint.fit(ServerCapacity(None))
         answered(endpoint, clock, [0.1] * 16, 100.0)  # the fastest: no queue
         start = clock[0]
