@@ -28,20 +28,33 @@ if TYPE_CHECKING:
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+#: the Unicode bidirectional formatting controls: invisible, they reorder the text around
+#: them as a terminal shows it (U+202E turns "txt.exe" into what reads as "exe.txt"): the
+#: embeddings and overrides (U+202A-U+202E), the isolates (U+2066-U+2069) and the marks
+#: (U+200E, U+200F, U+061C)
+BIDI_CONTROLS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 #: what a terminal acts on rather than shows: C0 controls but line feed and tab (ESC starts
-#: every escape sequence, BEL ends OSC titles, CR rewrites a line), DEL and the C1 controls
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: every escape sequence, BEL ends OSC titles, CR rewrites a line), DEL, the C1 controls
+#: and the bidirectional controls
+_CONTROL = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
 #: what JSON may hold raw inside a string and a terminal acts on (orjson escapes C0)
-_JSON_CONTROL = re.compile(r"[\x7f-\x9f]")
+_JSON_CONTROL = re.compile(rf"[\x7f-\x9f{BIDI_CONTROLS}]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character a terminal would act on shown as ``\\xNN``.
+    """``text`` with every control character a terminal would act on shown as ``\\xNN``
+    (a bidirectional control as ``\\uNNNN``).
 
     Names, narratives, answers and messages come from worlds, logs and models: untrusted.
-    A name holding ``\\x1b]0;...\\x07`` would retitle the terminal, ``\\x1b[2J`` clear it.
+    A name holding ``\\x1b]0;...\\x07`` would retitle the terminal, ``\\x1b[2J`` clear it,
+    and ``\\u202e`` print the rest of the line right to left.
     """
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL.sub(_shown, text)
 
 
 def echo(
@@ -63,8 +76,9 @@ def secho(message: object, *, err: bool = False, nl: bool = True, **styles: Any)
 
 
 def echo_json(text: str) -> None:
-    """One JSON document or line to stdout. JSON escapes C0 controls already; DEL and C1,
-    which it may hold raw, are written as ``\\u00NN`` escapes: the same JSON value."""
+    """One JSON document or line to stdout. JSON escapes C0 controls already; DEL, C1 and
+    the bidirectional controls, which it may hold raw, are written as ``\\uNNNN`` escapes:
+    the same JSON value."""
     click.echo(_JSON_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
