@@ -9,7 +9,13 @@ import pytest
 from pydantic import ValidationError
 
 from sim.errors import InputError
-from sim.phases.schema import model_from_schema
+from sim.phases.schema import (
+    MAX_ITEMS,
+    MAX_LEAST_ANSWER,
+    MAX_LENGTH,
+    least_answer_chars,
+    model_from_schema,
+)
 
 SOURCE = Path("schemas/opinion.json")
 
@@ -112,3 +118,81 @@ def test_unsupported_or_malformed_schemas_are_named(
 def test_a_title_the_offline_skills_use_is_not_taken() -> None:
     model = build({"type": "object", "title": "Intention", "properties": {"a": {"type": "string"}}})
     assert model.model_json_schema()["title"] == "IntentionAnswer"
+
+
+def _with(node: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"a": node}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("node", "field", "problem"),
+    [
+        (
+            {"type": "array", "items": {"type": "string"}, "minItems": 100_000_000},
+            "properties.a.minItems",
+            f"at most {MAX_ITEMS:,} (got 100,000,000)",
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}, "maxItems": MAX_ITEMS + 1},
+            "properties.a.maxItems",
+            f"at most {MAX_ITEMS:,}",
+        ),
+        (
+            {"type": "string", "minLength": 500_000_000},
+            "properties.a.minLength",
+            f"at most {MAX_LENGTH:,} (got 500,000,000)",
+        ),
+        (
+            {"type": "string", "maxLength": MAX_LENGTH + 1},
+            "properties.a.maxLength",
+            f"at most {MAX_LENGTH:,}",
+        ),
+        (
+            {"type": "string", "minLength": 5, "maxLength": 4},
+            "properties.a.minLength",
+            "no answer fits",
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 2},
+            "properties.a.minItems",
+            "no answer fits",
+        ),
+        (  # each count allowed, their product not: the array of arrays is named
+            {
+                "type": "array",
+                "minItems": 1000,
+                "items": {"type": "array", "minItems": 1000, "items": {"type": "boolean"}},
+            },
+            "properties.a",
+            f"at most {MAX_LEAST_ANSWER:,}",
+        ),
+        (  # a string at its longest minimum in a long list
+            {"type": "array", "minItems": 2, "items": {"type": "string", "minLength": MAX_LENGTH}},
+            "properties.a",
+            "least answer",
+        ),
+    ],
+)
+def test_a_schema_demanding_too_much_is_refused(
+    node: dict[str, Any], field: str, problem: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        build(_with(node))
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+    assert caught.value.path == SOURCE
+
+
+def test_the_least_answer_counts_every_field_as_json() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string", "minLength": 3},
+            "n": {"type": "integer"},
+            "b": {"type": "boolean"},
+            "e": {"type": "string", "enum": ["long", "ab"]},
+            "l": {"type": "array", "minItems": 2, "items": {"type": "string"}},
+        },
+    }
+    least = '{"s":"xxx","n":0,"b":true,"e":"ab","l":["",""]}'
+    assert least_answer_chars(schema, SOURCE) == len(least)
