@@ -197,28 +197,56 @@ class _Builder:
                 raise self.fail(_at(where, "required"), f"{key!r} is not a property")
         fields: dict[str, Any] = {}
         for key, sub in props.items():
-            if not key.isidentifier() or key.startswith("_"):
+            if not key.isidentifier():
                 raise self.fail(
                     _at(where, f"properties.{key}"), "property names must be identifiers"
                 )
             path = _at(where, f"properties.{key}")
             kind = self.node(sub, path, f"{name}_{key}", depth + 1)
             description = sub.get("description") if isinstance(sub, dict) else None
+            attribute = key if _plain(key) else _attribute(key, props, fields)
+            alias = None if attribute == key else key
             if key in required:
-                fields[key] = (kind, Field(description=description))
+                fields[attribute] = (kind, Field(description=description, alias=alias))
             else:
-                fields[key] = (kind | None, Field(None, description=description))
+                fields[attribute] = (kind | None, Field(None, description=description, alias=alias))
         title = node.get("title") if isinstance(node.get("title"), str) else _camel(name)
         if title in RESERVED_TITLES:
             title = f"{title}Answer"
         model: type[BaseModel] = create_model(
             _camel(name),
-            __config__=ConfigDict(extra="forbid", title=title),
+            # a property aliased (below) is read and written by its own name
+            __config__=ConfigDict(extra="forbid", title=title, serialize_by_alias=True),
             **fields,
         )
         if isinstance(node.get("description"), str):
             model.__doc__ = node["description"]
         return model
+
+
+def _plain(key: str) -> bool:
+    """Whether a property can be a pydantic field of its own name: not private (``_x``),
+    not in pydantic's namespace (``model_*``), not an attribute of every model (``copy``,
+    ``json``, ``schema``)."""
+    return not key.startswith(("_", "model_")) and not hasattr(BaseModel, key)
+
+
+def _attribute(key: str, props: dict[str, Any], taken: dict[str, Any]) -> str:
+    """The attribute a property that cannot be a field of its own name is kept under (its
+    name is the field's alias): one no property and no other field has."""
+    n = 0
+    while (attribute := f"field_{n}") in props or attribute in taken:
+        n += 1
+    return attribute
+
+
+def answer_field(model: type[BaseModel], name: str) -> str | None:
+    """The attribute of ``model`` holding the answer's property ``name`` (an aliased one's
+    differs: ``model_config`` is kept as ``field_0``), ``None`` when it has none."""
+    for attribute, info in model.model_fields.items():
+        if (info.alias or attribute) == name:
+            return attribute
+    return None
 
 
 def model_from_schema(schema: Any, name: str, source: Path) -> type[BaseModel]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -13,6 +14,7 @@ from sim.phases.schema import (
     MAX_ITEMS,
     MAX_LEAST_ANSWER,
     MAX_LENGTH,
+    answer_field,
     least_answer_chars,
     model_from_schema,
 )
@@ -196,3 +198,26 @@ def test_the_least_answer_counts_every_field_as_json() -> None:
     }
     least = '{"s":"xxx","n":0,"b":true,"e":"ab","l":["",""]}'
     assert least_answer_chars(schema, SOURCE) == len(least)
+
+
+def test_a_property_named_like_pydantics_own_is_kept_as_written() -> None:
+    """``model_config`` was taken for the model's settings (the property vanished),
+    ``model_validate`` ended in a ValueError: a property is data, whatever its name."""
+    names = ("model_validate", "model_dump", "model_config", "copy", "json", "_x", "field_0")
+    model = build(
+        {
+            "type": "object",
+            "properties": {name: {"type": "string"} for name in names},
+            "required": list(names),
+            "additionalProperties": False,
+        }
+    )
+    assert list(model.model_json_schema()["properties"]) == list(names)
+    answer = {name: name.upper() for name in names}
+    parsed = model.model_validate(answer)
+    assert parsed.model_dump(mode="json") == answer
+    assert orjson.loads(parsed.model_dump_json()) == answer
+    assert getattr(parsed, answer_field(model, "model_config") or "") == "MODEL_CONFIG"
+    assert answer_field(model, "field_0") == "field_0" and answer_field(model, "nope") is None
+    with pytest.raises(ValidationError):  # the attribute an alias is kept under is no name
+        model.model_validate({**answer, "field_1": "x"})
