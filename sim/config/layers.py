@@ -17,6 +17,7 @@ from sim.config.names import PHASE_SECTIONS
 from sim.config.trust import tightened, untrusted
 from sim.config.validate import (
     InvalidConfig,
+    cli_model_problems,
     layer_problems,
     undeclared_endpoints,
     validated,
@@ -155,7 +156,7 @@ def load_config(
                 return path, dotted
         return None, dotted
 
-    problems = undeclared_endpoints(config, source)
+    problems = [*undeclared_endpoints(config, source), *cli_model_problems(config, source)]
     if problems:
         raise InvalidConfig(problems)
     return provider_models(config, os.environ)

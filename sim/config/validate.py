@@ -252,6 +252,40 @@ def undeclared_endpoints(
     return problems
 
 
+def cli_model_problems(
+    config: Config, source: Callable[[str], tuple[Path | None, str]]
+) -> list[InputError]:
+    """A problem for each model a ``cli`` endpoint could not pass to its command (one
+    starting with ``-`` would add an option to it: ``sim.providers.cli``), naming the file
+    and field that set it (``source``, as for ``undeclared_endpoints``): found when the
+    config loads, before a tick writes anything."""
+    from sim.config.endpoints import phase_home, resolve_model, routing
+
+    endpoints = routing(config).endpoints
+    problems: list[InputError] = []
+    if not any(spec.kind == "cli" for spec in endpoints.values()):
+        return problems
+    from sim.providers.cli import model_argument_problem  # only for a cli endpoint
+
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        phase = config.phase(section)
+        home = phase_home(config, section)
+        for key, names in (("model", (phase.model,)), ("fallback_models", phase.fallback_models)):
+            for name in names:
+                target = resolve_model(config, name, home)
+                spec = endpoints.get(target.provider)
+                if spec is None or spec.kind != "cli":
+                    continue
+                why = model_argument_problem(spec.command, target.model)
+                if why is None:
+                    continue
+                path, field = source(f"{section}.{key}")
+                problem = InputError(path, field, why)
+                if str(problem) not in {str(p) for p in problems}:  # --model: said once
+                    problems.append(problem)
+    return problems
+
+
 def validated(data: Mapping[str, Any], source: Path | None) -> Config:
     """``data`` as a ``Config``, or ``InvalidConfig`` naming every problem."""
     problems = layer_problems(data, source)

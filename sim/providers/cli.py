@@ -143,6 +143,22 @@ async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
         await stdin.wait_closed()
 
 
+def model_argument_problem(command: Sequence[str], model: str) -> str | None:
+    """Why ``model`` cannot be put in ``command``'s ``{model}`` (``None``: it can): it
+    would be read as an option (it starts with ``-``) or cannot be an argument (a NUL, or
+    nothing). A model name comes from a phase's config, which a world may set, and must not
+    add options to your command. A command without ``{model}`` takes any name (a label).
+    ``sim.config`` checks every phase's models with it when the config loads."""
+    if not any(MODEL_PLACEHOLDER in arg for arg in command):
+        return None
+    if model.startswith("-") or "\x00" in model or not model.strip():
+        return (
+            f"model {model!r} cannot be passed to the command: a model name for a "
+            '"cli" provider must not be empty, start with "-" or hold a NUL'
+        )
+    return None
+
+
 class CLIAdapter(Responder):
     """Runs ``command`` once per call (see the module docstring).
 
@@ -180,13 +196,9 @@ class CLIAdapter(Responder):
                 ``-``) or cannot be an argument (a NUL): a model name comes from a phase's
                 config, which a world may set, and must not add options to your command.
         """
-        uses = any(MODEL_PLACEHOLDER in arg for arg in self.command)
-        if uses and (model.startswith("-") or "\x00" in model or not model.strip()):
-            raise LLMConfigurationError(
-                f"model {model!r} cannot be passed to the command: a model name for a "
-                '"cli" provider must not be empty, start with "-" or hold a NUL',
-                model=model,
-            )
+        problem = model_argument_problem(self.command, model)
+        if problem is not None:
+            raise LLMConfigurationError(problem, model=model)
         return [arg.replace(MODEL_PLACEHOLDER, model) for arg in self.command]
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
