@@ -13,9 +13,10 @@ A string without ``maxLength`` is capped at ``MAX_STRING`` characters (a model's
 written into the world). What a schema may demand is bounded, so that no schema makes an
 answer (the offline model's, or ``sim check``'s sample) too big to build: ``minItems`` and
 ``maxItems`` at most ``MAX_ITEMS``, ``minLength`` and ``maxLength`` at most ``MAX_LENGTH``,
-nesting at most ``MAX_DEPTH`` levels, and the least answer that fills every field at most
-``MAX_LEAST_ANSWER`` characters of JSON (``least_answer_chars``); a schema past one is
-refused by file and field, as is a minimum above its maximum (no answer could fit).
+nesting at most ``MAX_DEPTH`` levels, at most ``MAX_NODES`` schemas in all, and the least
+answer that fills every field at most ``MAX_LEAST_ANSWER`` characters of JSON
+(``least_answer_chars``); a schema past one is refused by file and field, as is a minimum
+above its maximum (no answer could fit).
 
 One keyword of sim's own: ``"x-sim-ref"`` on a string marks it as a reference to
 something in the world (``REF_KINDS``): the ids valid for each request are sent as its
@@ -70,6 +71,10 @@ MAX_STRING = 2000
 MAX_ITEMS = 1000
 #: the most ``minLength``/``maxLength`` may say
 MAX_LENGTH = 100_000
+#: the most nodes (every property's and every array's items' schema, at every level) a
+#: schema may hold: each object becomes a model, and a schema file of 1 MB could otherwise
+#: hold tens of thousands
+MAX_NODES = 1000
 #: the most characters (of JSON) the least answer filling every field may take: each array
 #: at its ``minItems``, each string at its ``minLength``, every property present
 MAX_LEAST_ANSWER = 200_000
@@ -87,6 +92,7 @@ def _camel(name: str) -> str:
 class _Builder:
     def __init__(self, source: Path) -> None:
         self.source = source
+        self.nodes = 0
 
     def fail(self, where: str, problem: str) -> InputError:
         return InputError(self.source, where or "(root)", problem)
@@ -95,6 +101,11 @@ class _Builder:
         """The Python type for one schema node."""
         if depth > MAX_DEPTH:
             raise self.fail(where, f"nested deeper than {MAX_DEPTH} levels")
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise self.fail(
+                where, f"more than {MAX_NODES:,} schemas in one (properties and items, nested)"
+            )
         if not isinstance(node, dict):
             raise self.fail(where, "expected a JSON Schema object")
         kind = node.get("type")

@@ -14,6 +14,7 @@ from sim.phases.schema import (
     MAX_ITEMS,
     MAX_LEAST_ANSWER,
     MAX_LENGTH,
+    MAX_NODES,
     answer_field,
     least_answer_chars,
     model_from_schema,
@@ -221,3 +222,16 @@ def test_a_property_named_like_pydantics_own_is_kept_as_written() -> None:
     assert answer_field(model, "field_0") == "field_0" and answer_field(model, "nope") is None
     with pytest.raises(ValidationError):  # the attribute an alias is kept under is no name
         model.model_validate({**answer, "field_1": "x"})
+
+
+def test_a_schema_of_too_many_parts_is_refused_before_they_are_built() -> None:
+    """Each object becomes a model: a 1 MB file of 14,000 objects took seconds to build."""
+    props = {
+        f"a{i}": {"type": "object", "properties": {"x": {"type": "boolean"}}}
+        for i in range(MAX_NODES)
+    }
+    with pytest.raises(InputError) as caught:
+        build({"type": "object", "properties": props})
+    assert caught.value.field == f"properties.a{MAX_NODES // 2}"  # the 1,001st
+    assert f"more than {MAX_NODES:,} schemas" in caught.value.problem
+    build({"type": "object", "properties": {f"a{i}": {"type": "boolean"} for i in range(999)}})
