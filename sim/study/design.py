@@ -43,15 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sim.errors import InputError
 from sim.interventions import parse_assignment
 from sim.interview import MAX_QUESTION, AnswerFormat, answer_format
-from sim.runs.plan import parse_seeds, parse_setting, run_name
+from sim.runs.plan import MAX_RUNS, count_runs, parse_seeds, parse_setting, run_name, shown_count
 from sim.statefiles import MAX_TEXT
+from sim.world import MAX_SEED
 
 #: the folder of the shared prefixes, beside the conditions' folders
 SHARED = "_shared"
 #: the copy of the study's file in its folder (beside its record, ``sim.runs.fork.STUDY_RECORD``)
 STUDY_COPY = "study.toml"
-#: the most runs a study may expand to
-MAX_RUNS = 10_000
 _CONDITION = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 _MAX_FILE_BYTES = 1024 * 1024
 
@@ -248,8 +247,8 @@ def read_study(path: Path) -> Study:
         )
     except InputError as exc:
         raise InputError(path, "seeds", exc.problem) from None
-    if not seeds or any(s < 0 for s in seeds):
-        raise InputError(path, "seeds", "expected one or more seeds >= 0")
+    if not seeds or any(s < 0 or s > MAX_SEED for s in seeds):
+        raise InputError(path, "seeds", f"expected one or more seeds from 0 to {MAX_SEED}")
     for name in spec.conditions:
         if name == SHARED or not _CONDITION.match(name):
             raise InputError(
@@ -263,13 +262,27 @@ def read_study(path: Path) -> Study:
             parse_setting(f"{key}=0")
         except InputError as exc:
             raise InputError(path, f"factors.{key}", exc.problem) from None
+    # counted before anything is listed: a design of millions is refused, not made
+    combos_count = count_runs(len(v) for v in spec.factors.values())
+    count = count_runs([len(seeds), combos_count, len(spec.conditions)])
+    if count > MAX_RUNS:
+        field = "factors"  # what to cut: the part that alone passes the limit
+        if len(spec.conditions) > MAX_RUNS:
+            field = "conditions"
+        elif combos_count == 1 or len(seeds) * len(spec.conditions) > MAX_RUNS:
+            field = "seeds"
+        raise InputError(
+            path,
+            field,
+            f"{len(seeds)} seeds x {shown_count(combos_count)} combinations of factor values x "
+            f"{len(spec.conditions)} conditions = {shown_count(count)} runs: more than "
+            f"{MAX_RUNS}, the most a study may have",
+        )
     combos = [
         dict(zip(keys, combo, strict=True))
         for combo in itertools.product(*(spec.factors[k] for k in keys))
     ]
     units = [Unit(seed, combo) for seed in seeds for combo in combos]
-    if len(units) * len(spec.conditions) > MAX_RUNS:
-        raise InputError(path, None, f"expands to more than {MAX_RUNS} runs")
     forms: list[AnswerFormat] = []
     for i, survey in enumerate(spec.surveys):
         where = f"surveys.{i}"

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from sim import safefs
-from sim.config import Config
+from sim.config import Config, user_layers
 from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
 from sim.interview import INTERVIEWS, Interview, read_interviews
@@ -70,6 +70,7 @@ from sim.runs.process import (
 )
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
+from sim.study.trust import check_factors
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
 from sim.ticklog.recovery import recover_logs
@@ -475,15 +476,21 @@ def run_study(
     config_file: Path | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
     executor: Executor = run_one,
+    trust_study: bool = False,
 ) -> SweepResult:
     """Run (or resume) every arm of ``study`` in ``out``: the shared prefixes first, then
     the arms forked from them, ``jobs`` folders at a time.
 
+    The study's factors are judged by the trust rule first (``sim.study.trust``: routing
+    only with ``trust_study``, limits only tightened).
+
     Raises:
-        InputError: ``out`` holds something else (``check_folder``), a run folder in it
-            records another run, a factor combination is not a valid config.
+        InputError: a factor the trust rule refuses, ``out`` holds something else
+            (``check_folder``), a run folder in it records another run, a factor
+            combination is not a valid config.
     """
     plan = Plan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
+    check_factors(study, user_layers(config_file, plan.cwd), trust_study)
     for unit in study.units:  # every combination checked as a config before anything
         try:
             plan.config(unit.overrides)
