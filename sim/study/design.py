@@ -40,9 +40,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim import safefs
 from sim.errors import InputError
 from sim.interventions import parse_assignment
-from sim.interview import MAX_QUESTION, AnswerFormat, answer_format
+from sim.interview import MAX_QUESTION, MAX_SCHEMA_BYTES, AnswerFormat, answer_format, schema_format
 from sim.runs.plan import MAX_RUNS, count_runs, parse_seeds, parse_setting, run_name, shown_count
 from sim.statefiles import MAX_TEXT
 from sim.world import MAX_SEED
@@ -213,6 +214,35 @@ def _problem(path: Path, exc: ValidationError) -> InputError:
     return InputError(path, where or None, str(problem["msg"]))
 
 
+def _schema_form(path: Path, rel: str, where: str) -> AnswerFormat:
+    """A survey's schema file, read as a world's files are (``sim.safefs``): inside the
+    study file's folder, no link followed, no FIFO or device, size-limited; the child
+    ``sim ask`` is given the same file.
+
+    Raises:
+        InputError: the path leaves the folder, is missing, a link or not a regular file
+            (the study file and ``where`` named), or the schema is not one a survey takes.
+    """
+    shown = path.parent / rel
+    try:
+        return schema_format(safefs.read_file(path.parent, rel, MAX_SCHEMA_BYTES), shown)
+    except safefs.UnsafePath as exc:
+        if exc.path is None:  # an absolute path, or one with ``..``
+            raise InputError(
+                path,
+                where,
+                f"{rel!r} is outside the study file's folder: expected a path inside it "
+                "(no '..', not absolute)",
+            ) from None
+        raise InputError(path, where, str(exc)) from None
+    except InputError as exc:  # too large, not JSON, not a schema a survey takes
+        raise InputError(path, where, str(exc)) from None
+    except FileNotFoundError:
+        raise InputError(path, where, f"{shown}: not found") from None
+    except OSError as exc:
+        raise InputError(path, where, f"{shown}: cannot read: {exc.strerror or exc}") from None
+
+
 def read_study(path: Path) -> Study:
     """Read, validate and expand a study file.
 
@@ -288,10 +318,14 @@ def read_study(path: Path) -> Study:
         where = f"surveys.{i}"
         if any(t < 0 or t > spec.ticks for t in survey.ticks):
             raise InputError(path, f"{where}.ticks", f"expected ticks from 0 to {spec.ticks}")
-        schema = None if survey.schema_file is None else path.parent / survey.schema_file
         try:
-            forms.append(answer_format(survey.format if schema is None else None, schema))
+            if survey.schema_file is None:
+                forms.append(answer_format(survey.format))
+            else:
+                forms.append(_schema_form(path, survey.schema_file, f"{where}.schema"))
         except InputError as exc:
+            if exc.path == path:
+                raise
             raise InputError(path, f"{where}.format", str(exc)) from None
     for name, cond in spec.conditions.items():
         scheduled: list[tuple[str, int, int]] = [

@@ -303,3 +303,10 @@ def test_a_survey_schema_is_read_inside_the_study_folder_only(here: Path) -> Non
         assert not (here / "out").exists()
     result = attempt("schemas/ok.json")
     assert result.returncode == 0, result.stdout + result.stderr
+    # `sim ask --schema` follows the link the user names, but never waits on a FIFO
+    fifo = str(studies / "schemas" / "fifo.json")
+    result = _run(here, "ask", "--world", "w", "--all", "--schema", fifo, "--", "How are you?")
+    assert result.returncode == 2 and "named pipe" in result.stderr, result.stderr
+    result = _run(here, "ask", "--world", "w", "--all", "--schema", "studies/schemas/link.json",
+                  "--", "How are you?")  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
