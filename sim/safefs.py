@@ -391,6 +391,17 @@ def symlink_on_path(root: Path, rel: str) -> str | None:
     return None
 
 
+def folder_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being a folder of its own (a run's or a study's folder a
+    command makes, continues or reads in place): ``None`` for a plain folder or nothing,
+    else "is a symlink", "is a named pipe (FIFO)", ... (a link is never followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    return None if stat.S_ISDIR(mode) else f"is {_kind(mode)}"
+
+
 def list_names(root: Path, parts: list[str], suffix: str) -> list[str] | None:
     """Names ending in ``suffix`` in the folder ``root/parts`` (sorted), ``None`` if missing."""
     try:

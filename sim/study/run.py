@@ -154,6 +154,7 @@ def check_folder(study: Study, out: Path) -> None:
         return
     if not out.is_dir() or out.is_symlink():
         raise InputError(out, None, "not a folder: expected the study's folder")
+    _check_links(study, out)
     record = out / STUDY_RECORD
     if not os.path.lexists(record):
         if any(out.iterdir()):
@@ -177,6 +178,29 @@ def check_folder(study: Study, out: Path) -> None:
             "records another study (its world or design differ): use another --out "
             "(nothing was written)",
         )
+
+
+def _check_links(study: Study, out: Path) -> None:
+    """Refuse a link (or anything but a folder) where the study makes or continues a
+    folder: ``_shared``, a condition's folder, a run's folder in them. Followed, it would
+    put a whole run outside ``out``.
+
+    Raises:
+        InputError: naming the link.
+    """
+    for group in [SHARED, *study.spec.conditions]:
+        folders = [out / group]
+        if safefs.folder_problem(out / group) is None and (out / group).is_dir():
+            folders += [out / group / unit.name for unit in study.units]
+        for folder in folders:
+            problem = safefs.folder_problem(folder)
+            if problem is not None:
+                raise InputError(
+                    folder,
+                    None,
+                    f"{problem}: a study's folders must be its own, inside {out}; remove it "
+                    "or use another --out (nothing was written)",
+                )
 
 
 def write_record(study: Study, out: Path) -> None:
