@@ -38,6 +38,16 @@ STUDY_RULE = Rule("a study file", "--trust-study if you trust this study")
 _MISSING = object()
 
 
+class RefusedStudy(InvalidConfig):
+    """Every factor of a study file the trust rule refuses, one per line (exit 2)."""
+
+    def __init__(self, problems: list[InputError]) -> None:
+        super().__init__(problems)
+        if len(problems) > 1:
+            lines = "\n  ".join(str(p) for p in problems)
+            self.args = (f"study file refused ({len(problems)} problems):\n  {lines}",)
+
+
 def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
     value: Any = data
     for part in dotted.split("."):
@@ -62,7 +72,7 @@ def check_factors(study: Study, users: Mapping[str, Any], trust: bool = False) -
     (``trust``) let through.
 
     Raises:
-        InvalidConfig: every refused factor, each naming the study file, the factor (its
+        RefusedStudy: every refused factor, each naming the study file, the factor (its
             config key) and what the rule says: a routing setting without ``trust``, a
             limit loosened (with or without it).
     """
@@ -98,13 +108,14 @@ def check_factors(study: Study, users: Mapping[str, Any], trust: bool = False) -
         if trusted:
             notes.append(
                 f"{study.path}: {field} sets where requests go, which credential they "
-                "carry or a policy gate; trusted (--trust-study)"
+                "carry, the program a cli provider runs or a policy gate; trusted "
+                "(--trust-study)"
             )
     if problems:
-        raise InvalidConfig(problems)
+        raise RefusedStudy(problems)
     for note in notes:
         logger.warning("note: %s", note)
     return notes
 
 
-__all__ = ["STUDY_RULE", "check_factors"]
+__all__ = ["STUDY_RULE", "RefusedStudy", "check_factors"]
