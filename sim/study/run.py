@@ -211,13 +211,16 @@ def write_record(study: Study, out: Path) -> None:
         "study_file": str(study.path.resolve()),
         "design": study.design(),
     }
-    for name, data in (
-        (STUDY_RECORD, dump_json(document)),
-        (STUDY_COPY, study.text.encode("utf-8")),
-    ):
-        tmp = out / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, out / name)
+    with safefs.open_dir(out, []) as dir_fd:
+        for name, data in (
+            (STUDY_RECORD, dump_json(document)),
+            (STUDY_COPY, study.text.encode("utf-8")),
+        ):
+            # a link planted at the scratch name is removed, never written through
+            tmp = f".{name}.tmp"
+            safefs.unlink_at(dir_fd, tmp)
+            safefs.write_stream_at(dir_fd, tmp, out / tmp, [data])
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def _design(study: Study, condition: str | None, fork_tick: int | None) -> dict[str, Any]:

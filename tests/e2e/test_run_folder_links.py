@@ -241,3 +241,15 @@ def test_a_linked_run_folder_of_a_sweep_is_refused_by_name(here: Path, keep: boo
     result = sim(here, "sweep", "--world", "w", "--seeds", "1", "--ticks", "2", "--out", "out")
     refused(result, str(Path("out") / "seed-1"), "is a symlink", "nothing was written")
     assert result.returncode == 2 and _files(elsewhere) == before
+
+
+def test_a_link_at_a_study_records_scratch_name_is_not_written_through(here: Path) -> None:
+    (here / "study.toml").write_text(STUDY)
+    ok(sim(here, "study", "run", "study.toml", "--out", "out"))
+    outside = here / "outside.txt"
+    for name in (".study.json.tmp", ".study.toml.tmp"):
+        (here / "out" / name).symlink_to(outside)
+    ok(sim(here, "study", "run", "study.toml", "--out", "out"))
+    assert outside.read_text() == "outside\n"
+    assert (here / "out" / "study.toml").read_text() == STUDY
+    assert not (here / "out" / ".study.json.tmp").exists()
