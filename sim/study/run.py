@@ -2,7 +2,8 @@
 
 Every step of a run is one ``sim`` process on its folder, started by the executor of
 ``sim.runs.process`` (local processes or Ray tasks), with the user's trusted flags only
-(``trusted_flags``: ``--config`` and the run's settings as ``--set``), never
+(``trusted_flags``: ``--config`` and the run's settings as ``--set``, the factors judged
+first by the trust rule for study files, ``sim.study.trust``), never
 ``--trust-world-config``, in the folder the study was started in, and dying with it:
 
 - ``sim tick`` up to the next stop (under a share of the study's budget);
