@@ -399,7 +399,9 @@ def folder_problem(path: Path) -> str | None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return None
-    return None if stat.S_ISDIR(mode) else f"is {_kind(mode)}"
+    if stat.S_ISDIR(mode):
+        return None
+    return "is a file" if stat.S_ISREG(mode) else f"is {_kind(mode)}"
 
 
 def list_names(root: Path, parts: list[str], suffix: str) -> list[str] | None:

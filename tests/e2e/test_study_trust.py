@@ -310,3 +310,21 @@ def test_a_survey_schema_is_read_inside_the_study_folder_only(here: Path) -> Non
     result = _run(here, "ask", "--world", "w", "--all", "--schema", "studies/schemas/link.json",
                   "--", "How are you?")  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(os.name != "posix", reason="links and FIFOs need POSIX")
+def test_folder_problem_names_what_is_there(tmp_path: Path) -> None:
+    from sim.safefs import folder_problem
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    found = {n: folder_problem(tmp_path / n) for n in ("file", "link", "fifo", "folder", "none")}
+    assert found == {
+        "file": "is a file",
+        "link": "is a symlink",
+        "fifo": "is a named pipe (FIFO)",
+        "folder": None,
+        "none": None,
+    }
