@@ -47,6 +47,7 @@ from sim.config.layers import (
     load_config,
     merge_tables,
     provider_models,
+    user_layers,
 )
 from sim.config.models import (
     DEFAULT_PRICES,
@@ -181,5 +182,6 @@ __all__ = [
     "routing",
     "section_name",
     "untrusted",
+    "user_layers",
     "validated",
 ]

@@ -162,6 +162,23 @@ def load_config(
     return provider_models(config, os.environ)
 
 
+def user_layers(config_file: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
+    """The user's own layers merged, as raw data: the built-in defaults with ``--config
+    FILE`` (else ``./config.toml`` of ``cwd``) on top, the file chosen as ``load_config``
+    chooses it: what the trust rule compares an untrusted layer with (a study file's
+    factors, ``sim.study.trust``).
+
+    Raises:
+        InputError: the file is missing or not TOML.
+    """
+    data = defaults_data()
+    path = config_file
+    if path is None:
+        local = (cwd or Path.cwd()) / "config.toml"
+        path = local if local.is_file() else None
+    return data if path is None else merge_tables(data, _read_toml(path))
+
+
 def _has(data: Mapping[str, Any], dotted: str) -> bool:
     """Whether a raw layer sets the dotted key."""
     value: Any = data

@@ -5,6 +5,7 @@ the user trusts it (``--trust-world-config``) or sets the same value in their ow
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,24 @@ from sim.config.names import (
 )
 from sim.errors import InputError
 from sim.llm.budget import Price, find_price
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Whose settings the rule judges and how the user opts in: the words of its errors
+    (the same rule holds for a world's ``config.toml`` and a study file's factors)."""
+
+    #: what set the value, e.g. "a world's config"
+    subject: str
+    #: how to trust it anyway, after "pass", e.g. "--trust-world-config if you trust this world"
+    opt_in: str
+
+    def remedy(self) -> str:
+        return f"set it in your own config (--config or ./config.toml) or pass {self.opt_in}"
+
+
+#: the rule for a world's own ``config.toml``
+WORLD_RULE = Rule("a world's config", "--trust-world-config if you trust this world")
 
 
 def endpoint_paths(data: Mapping[str, Any]) -> list[str]:
@@ -64,6 +83,7 @@ def _untrusted_routing(
     users: Mapping[str, Any],
     source: Path,
     flags: Mapping[str, Any],
+    rule: Rule = WORLD_RULE,
 ) -> list[InputError]:
     """A problem for each routing setting the world's config changes from the user's (a
     setting the user's flags override is moot)."""
@@ -80,9 +100,8 @@ def _untrusted_routing(
             InputError(
                 source,
                 dotted,
-                "a world's config may not change where requests go or which credential "
-                "they carry; set it in your own config (--config or ./config.toml) or pass "
-                "--trust-world-config if you trust this world",
+                f"{rule.subject} may not change where requests go or which credential "
+                f"they carry; {rule.remedy()}",
             )
         )
     return problems
@@ -107,6 +126,7 @@ def _untrusted_models(
     users: Mapping[str, Any],
     source: Path,
     flags: Mapping[str, Any],
+    rule: Rule = WORLD_RULE,
 ) -> list[InputError]:
     """A problem for each model string in the world's config qualified with an endpoint the
     user did not choose: a kind other than ``offline`` and the user's ``[llm] provider``
@@ -139,16 +159,15 @@ def _untrusted_models(
                         source,
                         f"{section}.{key}",
                         f"{name!r} runs on {head!r}, an endpoint your config does not use: "
-                        "a world's config may not change where requests go or which "
-                        "credential they carry; set it in your own config (--config or "
-                        "./config.toml) or pass --trust-world-config if you trust this world",
+                        f"{rule.subject} may not change where requests go or which "
+                        f"credential they carry; {rule.remedy()}",
                     )
                 )
     return problems
 
 
 def _untrusted_policy(
-    world: Mapping[str, Any], users: Mapping[str, Any], source: Path
+    world: Mapping[str, Any], users: Mapping[str, Any], source: Path, rule: Rule = WORLD_RULE
 ) -> list[InputError]:
     """A problem for each ``[policy]`` key a world's config changes from the user's: the
     gates are the user's safety (what may be spent, on which models), so a shared world
@@ -166,9 +185,8 @@ def _untrusted_policy(
             InputError(
                 source,
                 f"policy.{key}",
-                "a world's config may not change the policy gates (docs/policies.md); "
-                "set it in your own config (--config or ./config.toml) or pass "
-                "--trust-world-config if you trust this world",
+                f"{rule.subject} may not change the policy gates (docs/policies.md); "
+                f"{rule.remedy()}",
             )
         )
     return problems
@@ -179,14 +197,16 @@ def untrusted(
     users: Mapping[str, Any],
     source: Path,
     flags: Mapping[str, Any],
+    rule: Rule = WORLD_RULE,
 ) -> list[InputError]:
     """Every setting of the world's config layer ``world`` (read from ``source``) that the
     trust rule refuses, given the user's layers merged so far (``users``) and the command
-    line's overrides (``flags``): routing keys, endpoint-qualified models, policy gates."""
+    line's overrides (``flags``): routing keys, endpoint-qualified models, policy gates.
+    ``rule`` words the errors (a study file's factors: ``sim.study.trust``)."""
     return [
-        *_untrusted_routing(world, users, source, flags),
-        *_untrusted_models(world, users, source, flags),
-        *_untrusted_policy(world, users, source),
+        *_untrusted_routing(world, users, source, flags, rule),
+        *_untrusted_models(world, users, source, flags, rule),
+        *_untrusted_policy(world, users, source, rule),
     ]
 
 

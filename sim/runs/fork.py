@@ -258,6 +258,14 @@ def check_out(plan: Plan, design: Mapping[str, Any] | None = None) -> None:
             raise InputError(where, None, "records another run (seed or settings differ)")
     for name in wanted:
         run_dir = plan.out / name
+        problem = safefs.folder_problem(run_dir)
+        if problem is not None:  # a link would put the run outside the runs' folder
+            raise InputError(
+                run_dir,
+                None,
+                f"{problem}: a run's folder must be its own, inside {plan.out}; remove it or "
+                "use another output folder (nothing was written)",
+            )
         if run_dir.exists() and not (run_dir / RUN_FILE).is_file():
             raise InputError(run_dir / RUN_FILE, None, "not found: this folder is not a sweep run")
 

@@ -130,9 +130,12 @@ def run_sweep(
             base.message = grant
             report(index, base)
             return
-        config = plan.config(record.overrides)  # the trusted layers, not the run's folder
+        # the trusted layers and the command line's settings, never the run's folder: its
+        # record's settings only matched them by value (``1 == true``)
+        overrides = plan.runs[index].overrides
+        config = plan.config(overrides)
         ticks = target - current_tick(run_dir)
-        command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, record.overrides))
+        command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, overrides))
         code = executor(run_dir, command, plan.cwd)
         after = spend(run_dir)
         ledger.settle(grant, spent.get(index, Spend()), after)

@@ -2,7 +2,8 @@
 
 Every step of a run is one ``sim`` process on its folder, started by the executor of
 ``sim.runs.process`` (local processes or Ray tasks), with the user's trusted flags only
-(``trusted_flags``: ``--config`` and the run's settings as ``--set``), never
+(``trusted_flags``: ``--config`` and the run's settings as ``--set``, the factors judged
+first by the trust rule for study files, ``sim.study.trust``), never
 ``--trust-world-config``, in the folder the study was started in, and dying with it:
 
 - ``sim tick`` up to the next stop (under a share of the study's budget);
@@ -41,7 +42,7 @@ from typing import Any
 import orjson
 
 from sim import safefs
-from sim.config import Config
+from sim.config import Config, user_layers
 from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
 from sim.interview import INTERVIEWS, Interview, read_interviews
@@ -70,6 +71,7 @@ from sim.runs.process import (
 )
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
+from sim.study.trust import check_factors
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
 from sim.ticklog.recovery import recover_logs
@@ -153,6 +155,7 @@ def check_folder(study: Study, out: Path) -> None:
         return
     if not out.is_dir() or out.is_symlink():
         raise InputError(out, None, "not a folder: expected the study's folder")
+    _check_links(study, out)
     record = out / STUDY_RECORD
     if not os.path.lexists(record):
         if any(out.iterdir()):
@@ -178,6 +181,29 @@ def check_folder(study: Study, out: Path) -> None:
         )
 
 
+def _check_links(study: Study, out: Path) -> None:
+    """Refuse a link (or anything but a folder) where the study makes or continues a
+    folder: ``_shared``, a condition's folder, a run's folder in them. Followed, it would
+    put a whole run outside ``out``.
+
+    Raises:
+        InputError: naming the link.
+    """
+    for group in [SHARED, *study.spec.conditions]:
+        folders = [out / group]
+        if safefs.folder_problem(out / group) is None and (out / group).is_dir():
+            folders += [out / group / unit.name for unit in study.units]
+        for folder in folders:
+            problem = safefs.folder_problem(folder)
+            if problem is not None:
+                raise InputError(
+                    folder,
+                    None,
+                    f"{problem}: a study's folders must be its own, inside {out}; remove it "
+                    "or use another --out (nothing was written)",
+                )
+
+
 def write_record(study: Study, out: Path) -> None:
     """``DIR/study.json`` (the expanded design) and ``DIR/study.toml`` (the file as given)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -186,13 +212,16 @@ def write_record(study: Study, out: Path) -> None:
         "study_file": str(study.path.resolve()),
         "design": study.design(),
     }
-    for name, data in (
-        (STUDY_RECORD, dump_json(document)),
-        (STUDY_COPY, study.text.encode("utf-8")),
-    ):
-        tmp = out / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, out / name)
+    with safefs.open_dir(out, []) as dir_fd:
+        for name, data in (
+            (STUDY_RECORD, dump_json(document)),
+            (STUDY_COPY, study.text.encode("utf-8")),
+        ):
+            # a link planted at the scratch name is removed, never written through
+            tmp = f".{name}.tmp"
+            safefs.unlink_at(dir_fd, tmp)
+            safefs.write_stream_at(dir_fd, tmp, out / tmp, [data])
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def _design(study: Study, condition: str | None, fork_tick: int | None) -> dict[str, Any]:
@@ -475,15 +504,21 @@ def run_study(
     config_file: Path | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
     executor: Executor = run_one,
+    trust_study: bool = False,
 ) -> SweepResult:
     """Run (or resume) every arm of ``study`` in ``out``: the shared prefixes first, then
     the arms forked from them, ``jobs`` folders at a time.
 
+    The study's factors are judged by the trust rule first (``sim.study.trust``: routing
+    only with ``trust_study``, limits only tightened).
+
     Raises:
-        InputError: ``out`` holds something else (``check_folder``), a run folder in it
-            records another run, a factor combination is not a valid config.
+        InputError: a factor the trust rule refuses, ``out`` holds something else
+            (``check_folder``), a run folder in it records another run, a factor
+            combination is not a valid config.
     """
     plan = Plan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
+    check_factors(study, user_layers(config_file, plan.cwd), trust_study)
     for unit in study.units:  # every combination checked as a config before anything
         try:
             plan.config(unit.overrides)
