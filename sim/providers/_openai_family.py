@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import orjson
 
-from sim.llm.capacity import ServerCapacity, discover, server_root
+from sim.llm.capacity import ServerCapacity
 from sim.llm.embedding import Embedded
 from sim.llm.errors import LLMAPIError
+from sim.llm.profile import ProviderProfile
 from sim.llm.redact import redact_url
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
 from sim.providers._adapter_common import Responder
+from sim.providers._capacity import server_root
 from sim.providers._openai_common import (
     LOCAL_MAX_LENGTH,
     Connections,
@@ -45,8 +47,6 @@ if TYPE_CHECKING:
 Json = dict[str, Any]
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-#: hosts that serve far more than any client's concurrency and report none: not asked
-_HOSTED = ("api.openai.com",)
 #: seconds a capacity question may take (the server answers it without the model)
 _CAPACITY_TIMEOUT = 5.0
 #: the largest answer to a capacity question read (llama-cpp-python's OpenAPI is ~60 kB)
@@ -86,6 +86,8 @@ class OpenAIFamilyAdapter(Responder, ABC):
         default_query: query parameters sent with every call (``api-version``...).
     """
 
+    #: what the rest of sim knows of the kind (``sim.providers.profiles``)
+    profile: ClassVar[ProviderProfile]
     #: the endpoint every call posts to, under the base URL
     path: ClassVar[str]
     #: a base URL on this machine may go without a key (local model servers)
@@ -112,10 +114,14 @@ class OpenAIFamilyAdapter(Responder, ABC):
         local = bool(base_url) and any(host in str(base_url) for host in _LOCAL_HOSTS)
         #: where calls go (the SDK's default when none is configured)
         self.base_url = str(client.base_url) if client is not None else resolved_url(base_url)
-        #: OpenAI's own API: its strict mode wants an object at a schema's root, so answer
-        #: schemas go without their per-action branches (``sim.llm.enums``); its capacity
-        #: is not asked
-        self.hosted = urllib.parse.urlsplit(self.base_url).hostname in _HOSTED
+        host = urllib.parse.urlsplit(self.base_url).hostname
+        #: a schema sent may carry a grammar's forms (a root ``anyOf``, ``prefixItems``:
+        #: ``sim.llm.enums``): the profile says which hosts' strict mode takes neither
+        self.grammar = self.profile.grammar(host)
+        #: OpenAI's own API (a host whose strict mode takes no grammar's forms): it serves
+        #: far more than any client's concurrency and reports none, so its capacity is
+        #: not asked
+        self.hosted = host in self.profile.grammarless_hosts
         #: the string caps sent in answer schemas (``strict_schema``): none to OpenAI's
         #: strict mode, the short ones to a server whose grammar enforces them
         self.sent_lengths: bool | int = False if self.hosted else LOCAL_MAX_LENGTH
@@ -137,7 +143,8 @@ class OpenAIFamilyAdapter(Responder, ABC):
     @functools.cached_property
     def forms(self) -> FormSelector:
         """``auto`` structured output: the form this endpoint takes, settled once per run."""
-        return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field)
+        order = tuple(f for f in self.profile.structured_output if f != "auto")
+        return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field, order)
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -267,13 +274,15 @@ class OpenAIFamilyAdapter(Responder, ABC):
 
     async def server_capacity(self) -> ServerCapacity | None:
         """How many requests the server serves at once, as it reports it
-        (``sim.llm.capacity``); ``None`` for OpenAI's own API, which is not asked.
+        (the profile's ``capacity``: ``sim.providers._capacity``); ``None`` for OpenAI's
+        own API, which is not asked.
 
         Three small GETs at most, to the server's root on the configured host (no
         redirects followed, a short timeout, the key sent as the calls send it), on the
         first route's connections (its TLS context, proxy and headers): the SDK is not
         imported for them."""
-        if self.hosted:
+        probe = self.profile.capacity
+        if self.hosted or probe is None:
             return None
         route = self.connections.routes[0]
         if route is None:  # an SDK client handed in: its own stack, not asked
@@ -287,7 +296,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
             except orjson.JSONDecodeError:
                 return None
 
-        return await discover(fetch)
+        return await probe(fetch)
 
     async def delete_response(self, response_id: str) -> None:
         """Nothing is stored at the provider unless an adapter says otherwise."""

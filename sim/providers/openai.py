@@ -49,6 +49,7 @@ from sim.providers._structured import (
     responses_fields,
     unfenced,
 )
+from sim.providers.profiles import OPENAI
 
 if TYPE_CHECKING:
     import openai
@@ -253,6 +254,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
     """
 
     name = "openai"
+    profile = OPENAI
     path = "/responses"
     schema_field = "format"
 
@@ -290,7 +292,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             schema = schema_of(self, request)
             form = form or self.forms.form(checked_mode(settings.structured_output))
             json_schema = strict_schema(
-                schema, request.enums, lengths=self.sent_lengths, grammar=not self.hosted
+                schema, request.enums, lengths=self.sent_lengths, grammar=self.grammar
             )
             body.update(responses_fields(form, schema.__name__, json_schema))
             body["instructions"] = instructions_for(form, request.instructions, json_schema)
