@@ -33,6 +33,7 @@ from sim.providers._capacity import server_root
 from sim.providers._openai_common import (
     LOCAL_MAX_LENGTH,
     Connections,
+    ServerAPI,
     build_connections,
     post_json,
     resolved_url,
@@ -70,11 +71,10 @@ class OpenAIFamilyAdapter(Responder, ABC):
     """An adapter speaking one of OpenAI's wire formats.
 
     Args:
-        client: an ``openai.AsyncOpenAI`` to use (tests hand one in; every call then goes
-            through the SDK's stack); when omitted, routes are built from the other
-            arguments: aiohttp routes (``http.Route``; a proxy from the environment
-            applies; the SDK is imported only if the Batch API or a deletion needs a
-            client).
+        client: an ``openai.AsyncOpenAI`` to use (every request then goes through the
+            SDK's stack: calls, the Batch API, stored responses); when omitted, aiohttp
+            routes are built from the other arguments (``http.Route``; a proxy from the
+            environment applies) and the SDK is never imported.
         base_url: API base URL (``None``: ``OPENAI_BASE_URL``, else OpenAI's).
         api_key_env: the environment variable holding the key.
         timeout_seconds: default total timeout; each call uses its settings' timeout.
@@ -110,6 +110,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         default_query: Mapping[str, str] | None = None,
     ) -> None:
         self.api_key_env = api_key_env
+        self.timeout_seconds = timeout_seconds
         self.connect_timeout_seconds = connect_timeout_seconds
         local = bool(base_url) and any(host in str(base_url) for host in _LOCAL_HOSTS)
         #: where calls go (the SDK's default when none is configured)
@@ -146,11 +147,11 @@ class OpenAIFamilyAdapter(Responder, ABC):
         order = tuple(f for f in self.profile.structured_output if f != "auto")
         return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field, order)
 
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        """The (first) SDK client, for what the routes do not do (the Batch API,
-        deletions); built, and the SDK imported, on first use."""
-        return self.connections.first
+    @functools.cached_property
+    def api(self) -> ServerAPI:
+        """The rest of the API (the Batch API, stored responses) on the same connections:
+        the first route's, or the client handed in."""
+        return ServerAPI(self.connections, redact_url(self.base_url), self.timeout_seconds)
 
     @abstractmethod
     def body(self, request: ModelRequest) -> Json:
@@ -196,7 +197,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         session = request.batch
         if session is not None:
             return await session.post(
-                self.client,
+                self.api,
                 self.path,
                 payload,
                 model=settings.model,

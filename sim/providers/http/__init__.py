@@ -7,7 +7,9 @@ through an ``aiohttp.ClientSession`` it owns: a pool of keep-alive connections (
 when one applies (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY``, ``NO_PROXY`` honoured),
 answers decoded whatever ``Content-Encoding`` (gzip, deflate) they come in. No SDK is
 involved: the request is the body already serialized and the headers the SDK would send;
-the answer is raw bytes (``post``) or the stream's JSON events (``stream``).
+the answer is raw bytes (``post``) or the stream's JSON events (``stream``). The other
+requests of an API (the Batch API's files and batches, a stored response read or
+deleted) go through the same connections (``request``; a file as a multipart ``Upload``).
 
 What a kept client does for us, and this module adds on top:
 
@@ -43,7 +45,7 @@ from sim.providers.http.errors import (
     HttpTimeoutError,
     HttpTLSError,
 )
-from sim.providers.http.route import Route
+from sim.providers.http.route import Route, Upload
 from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, merge_headers
 from sim.providers.http.tls import shared_ssl_context
 
@@ -59,6 +61,7 @@ __all__ = [
     "HttpTimeoutError",
     "Route",
     "Target",
+    "Upload",
     "environment_proxy",
     "merge_headers",
     "shared_ssl_context",
