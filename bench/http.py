@@ -42,14 +42,8 @@ from sim.engine.runner import Runner, TickResult
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
-from sim.providers._openai_common import (
-    ClientOptions,
-    Connections,
-    pool_sizes,
-    read_key,
-    strict_schema,
-)
-from sim.providers.http import shared_ssl_context
+from sim.providers._openai_common import ClientOptions, Connections, read_key, strict_schema
+from sim.providers.http import pool_sizes, shared_ssl_context
 
 #: the environment variable holding the (dummy) key the stub server accepts
 KEY_ENV = "SIM_BENCH_STUB_KEY"

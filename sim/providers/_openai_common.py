@@ -27,7 +27,15 @@ from sim.llm.enums import SchemaEnums, constrain
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
 from sim.llm.types import Usage
 from sim.providers._strict_schema import to_strict_json_schema, without_lengths
-from sim.providers.http import IDEMPOTENCY_HEADER, Route, Target, Upload, merge_headers
+from sim.providers.http import (
+    IDEMPOTENCY_HEADER,
+    POOL_SIZE,
+    Route,
+    Target,
+    Upload,
+    merge_headers,
+    pool_sizes,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -71,12 +79,6 @@ def strict_schema(
         cached = _STRICT[(schema, kept)] = strict
     return constrain(cached, enums, grammar=grammar)
 
-
-#: concurrent connections per connection pool (and SDK client): a run at high
-#: concurrency spreads over several small pools, each call on the least busy (measured
-#: with httpx's pool at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64
-#: ~2.2 ms, 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
-POOL_SIZE = 16
 
 #: the endpoint the OpenAI SDK uses when neither ``base_url`` nor ``OPENAI_BASE_URL`` is set
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -256,13 +258,6 @@ def build_connections(
         Route(target, size, options["connect_timeout_seconds"]) for _ in range(count)
     ]
     return Connections(routes)
-
-
-def pool_sizes(max_concurrency: int) -> tuple[int, int]:
-    """(pools, connections each) for ``max_concurrency`` calls in flight: enough pools of
-    at most ``POOL_SIZE`` connections."""
-    count = max(1, -(-max_concurrency // POOL_SIZE))
-    return count, -(-max_concurrency // count)
 
 
 class ServerAPI:

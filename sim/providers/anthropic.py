@@ -64,6 +64,7 @@ from sim.providers._adapter_common import (
 )
 from sim.providers._openai_common import schema_mismatch
 from sim.providers._openai_errors import retry_after_seconds
+from sim.providers.http.sdk_pool import sdk_http_client
 from sim.providers.profiles import ANTHROPIC
 
 if TYPE_CHECKING:
@@ -313,7 +314,7 @@ class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
     require_sdk = staticmethod(require_sdk)
 
     def connect(
-        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+        self, key: str, base_url: str | None, timeout_seconds: float, max_concurrency: int
     ) -> anthropic.AsyncAnthropic:
         sdk = require_sdk()
         client: anthropic.AsyncAnthropic = sdk.AsyncAnthropic(
@@ -321,7 +322,7 @@ class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
             base_url=base_url or None,
             max_retries=0,
             timeout=httpx2.Timeout(timeout_seconds, connect=self.connect_timeout_seconds),
-            http_client=sdk.DefaultAsyncHttpxClient(limits=limits),
+            http_client=sdk_http_client(max_concurrency, sdk.DefaultAsyncHttpxClient),
         )
         return client
 

@@ -58,6 +58,7 @@ from sim.providers._adapter_common import (
 )
 from sim.providers._openai_common import validate_text
 from sim.providers._openai_errors import retry_after_seconds
+from sim.providers.http.sdk_pool import sdk_http_client
 from sim.providers.profiles import GEMINI
 
 try:  # the optional extra; GeminiAdapter() says what to install when it is missing
@@ -364,11 +365,12 @@ class GeminiAdapter(SDKAdapter["genai.Client"]):
     max_texts: int = MAX_EMBED_TEXTS
 
     def connect(
-        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+        self, key: str, base_url: str | None, timeout_seconds: float, max_concurrency: int
     ) -> genai.Client:
         # our own pool: sized for the run, and the SDK's aiohttp path is never taken
-        self._http = httpx2.AsyncClient(
-            limits=limits,
+        self._http = sdk_http_client(
+            max_concurrency,
+            httpx2.AsyncClient,
             timeout=httpx2.Timeout(timeout_seconds, connect=self.connect_timeout_seconds),
         )
         return genai.Client(

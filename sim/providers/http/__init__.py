@@ -30,7 +30,9 @@ What a kept client does for us, and this module adds on top:
   naming the variable and the path.
 
 Its modules: ``target`` (where a request goes, headers, proxy), ``tls`` (the shared
-verifying context), ``errors`` (the failures, named) and ``route`` (the client).
+verifying context), ``errors`` (the failures, named), ``route`` (the client, and how
+many connection pools a run's concurrency gets: ``pool_sizes``) and ``sdk_pool`` (the
+pools of the adapters that send through a vendor's SDK: ``gemini``, ``anthropic``).
 """
 
 from __future__ import annotations
@@ -45,12 +47,13 @@ from sim.providers.http.errors import (
     HttpTimeoutError,
     HttpTLSError,
 )
-from sim.providers.http.route import Route, Upload
+from sim.providers.http.route import POOL_SIZE, Route, Upload, pool_sizes
 from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, merge_headers
 from sim.providers.http.tls import shared_ssl_context
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
+    "POOL_SIZE",
     "HttpConnectionError",
     "HttpPostError",
     "HttpProtocolError",
@@ -64,5 +67,6 @@ __all__ = [
     "Upload",
     "environment_proxy",
     "merge_headers",
+    "pool_sizes",
     "shared_ssl_context",
 ]
