@@ -9,7 +9,13 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sim.config.models import Config, DeclaredPhaseConfig, PhaseConfig, describe_base_url
+from sim.config.models import (
+    Config,
+    DeclaredPhaseConfig,
+    LLMConfig,
+    PhaseConfig,
+    describe_base_url,
+)
 from sim.config.names import PHASE_ALIASES, PHASE_SECTIONS, section_name
 from sim.llm.redact import redact_url, redact_urls
 from sim.llm.types import ModelTarget, StructuredOutput
@@ -75,7 +81,7 @@ def _describe_endpoint(
 
 #: the built-in ``[llm] api_key_env`` (``sim/defaults.toml``): read as a kind's own key
 #: variable where the kind has another (``own_key_env``)
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_KEY_ENV: str = LLMConfig.model_fields["api_key_env"].default
 
 
 @dataclass(frozen=True, slots=True)
