@@ -42,7 +42,12 @@ class SeededAdapter(OfflineAdapter):
     world seed (which its response ids carry) and has no Batch API."""
 
     profile = ProviderProfile(
-        kind="seeded", network=False, takes_seed=True, batch_api=False, answers_as="offline"
+        kind="seeded",
+        network=False,
+        takes_seed=True,
+        batch_api=False,
+        answers_as="offline",
+        constrain_refs="schema",
     )
 
     async def execute(self, request):
@@ -135,6 +140,9 @@ def test_an_installed_provider_declares_its_profile(
 
     declared = profile("seeded")
     assert (declared.kind, declared.network, declared.takes_seed) == ("seeded", False, True)
+    from sim.phases.refs import mode_for
+
+    assert mode_for("auto", "seeded") == "schema"  # what auto means for it, its to say
     config = tmp_path / "user.toml"
     config.write_text('[llm]\nprovider = "seeded"\n')
     checked = CliRunner().invoke(
