@@ -154,7 +154,7 @@ def test_an_installed_provider_declares_its_profile(
     assert result.exit_code == 0, result.output
     seed = Storage(demo_world).load().seed
     calls = read_log(log_path(demo_world, 1)).calls.values()
-    assert calls and all(c.response_id.startswith(f"seeded-{seed}-") for c in calls)
+    assert calls and all((c.response_id or "").startswith(f"seeded-{seed}-") for c in calls)
     config.write_text('[llm]\nprovider = "seeded"\nbatch = true\n')
     refused = CliRunner().invoke(
         main, ["check", "--world", str(demo_world), "--config", str(config)]

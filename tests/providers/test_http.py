@@ -18,7 +18,6 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-import sim.providers._openai_common as common
 import sim.providers.http as http
 import sim.providers.http.tls as tls
 from bench.tls import SelfSigned, self_signed
@@ -139,7 +138,7 @@ def test_http_and_https_base_urls_get_aiohttp_routes() -> None:
         assert isinstance(route, Route), url
         assert route.scheme == url.split(":")[0]
         assert route.proxy is None
-        assert route.size == common.POOL_SIZE
+        assert route.size == http.POOL_SIZE
 
 
 def test_a_proxy_comes_from_the_environment_unless_no_proxy_covers_the_host(
