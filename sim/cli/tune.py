@@ -132,6 +132,7 @@ def tune_(
     """
     from sim.analysis.tune import estimate, tune
     from sim.config import phase_section, section_name
+    from sim.providers import profile
 
     with errors(read_only=True):  # on scratch copies
         tried = parse_depths(depths)
@@ -142,7 +143,7 @@ def tune_(
         config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
         section = phase_section(phase, config.tick.phases, "--phase")
         name = section_name(section)
-        if config.llm.provider != "offline" and not yes:
+        if not profile(config.llm.provider).sends_nothing and not yes:
             guess = estimate(world_dir, config, section, tried, ticks, memory=modes)
             variants = f"{len(modes)} memory modes" if modes else f"{len(tried)} depths"
             runs = f"{variants} x {ticks} ticks of {world_dir} on {config.llm.provider}"

@@ -14,7 +14,7 @@ them (``trust.tightened``).
 
 The package, by concept (every public name is importable from ``sim.config``):
 
-- ``names``: phase sections and aliases, built-in phases, provider kinds, the routing keys
+- ``names``: phase sections and aliases, built-in phases, the routing keys
 - ``models``: the pydantic models of the sections (``Config`` and its parts)
 - ``validate``: a layer's problems, all at once (``InvalidConfig``)
 - ``trust``: the rule for a world's own ``config.toml``
@@ -25,7 +25,6 @@ The package, by concept (every public name is importable from ``sim.config``):
 from __future__ import annotations
 
 from sim.config.endpoints import (
-    KIND_KEY_ENV,
     EndpointSpec,
     Routing,
     endpoint,
@@ -42,7 +41,6 @@ from sim.config.endpoints import (
     routing,
 )
 from sim.config.layers import (
-    GEMINI_DEFAULT_MODEL,
     defaults_data,
     load_config,
     merge_tables,
@@ -83,20 +81,16 @@ from sim.config.models import (
     redacted,
 )
 from sim.config.names import (
-    BATCH_PROVIDERS,
     BUILTIN_PHASES,
     DEFAULT_ORDER,
     ENDPOINT_KEYS,
-    LOCAL_PROVIDERS,
     NAME_PATTERN,
     PHASE_ALIASES,
     PHASE_SECTIONS,
     PROVIDER_NAME_PATTERN,
-    PROVIDERS,
     ROUTING_KEYS,
     ROUTING_TABLES,
     SECTION_NAMES,
-    SERVER_CHAIN_PROVIDERS,
     phase_section,
     section_name,
 )
@@ -111,23 +105,17 @@ from sim.config.validate import (
 )
 
 __all__ = [
-    "BATCH_PROVIDERS",
     "BUILTIN_PHASES",
     "DEFAULT_ORDER",
     "DEFAULT_PRICES",
     "ENDPOINT_KEYS",
-    "GEMINI_DEFAULT_MODEL",
-    "KIND_KEY_ENV",
-    "LOCAL_PROVIDERS",
     "NAME_PATTERN",
     "PHASE_ALIASES",
     "PHASE_SECTIONS",
-    "PROVIDERS",
     "PROVIDER_NAME_PATTERN",
     "ROUTING_KEYS",
     "ROUTING_TABLES",
     "SECTION_NAMES",
-    "SERVER_CHAIN_PROVIDERS",
     "BaseUrl",
     "BudgetConfig",
     "Config",

@@ -23,6 +23,7 @@ from sim.config.validate import (
     validated,
 )
 from sim.errors import InputError
+from sim.providers import find_profile
 
 logger = logging.getLogger(__name__)
 
@@ -52,22 +53,20 @@ def merge_tables(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, 
     return out
 
 
-#: the model of a gemini phase whose model was left at the built-in default, when
-#: ``GEMINI_MODEL`` is unset
-GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
-
-
 def provider_models(config: Config, environ: Mapping[str, str]) -> Config:
     """The config with the provider's default model where a phase did not choose one.
 
-    With ``provider = "gemini"``, a phase whose ``model`` is still the built-in default
-    (no config file, world config or ``--model`` changed it) uses ``$GEMINI_MODEL``, or
-    ``gemini-2.5-flash`` when that is unset or empty; a model set anywhere is kept as is,
-    and so are ``fallback_models``. Other providers are left unchanged.
+    With a provider whose profile names a default model (``gemini``), a phase whose
+    ``model`` is still the built-in default (no config file, world config or ``--model``
+    changed it) uses the profile's variable (``$GEMINI_MODEL``), or its default model
+    (``gemini-2.5-flash``) when that is unset or empty; a model set anywhere is kept as
+    is, and so are ``fallback_models``. Other providers are left unchanged.
     """
-    if config.llm.provider != "gemini":
+    kind = find_profile(config.llm.provider)
+    if kind is None or not kind.default_model:
         return config
-    model = environ.get("GEMINI_MODEL", "").strip() or GEMINI_DEFAULT_MODEL
+    chosen = environ.get(kind.default_model_env, "") if kind.default_model_env else ""
+    model = chosen.strip() or kind.default_model
     defaults = Config.model_validate(defaults_data())
     update: dict[str, Any] = {
         section: config.phase(section).model_copy(update={"model": model})

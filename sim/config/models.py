@@ -28,6 +28,7 @@ from sim.config.names import (
 )
 from sim.llm.redact import redact_url
 from sim.llm.types import CallSettings, StructuredOutput
+from sim.providers import DEFAULT_KIND, profile
 
 
 def _distinct_urls(value: str | tuple[str, ...]) -> str | tuple[str, ...]:
@@ -89,7 +90,7 @@ class _Strict(BaseModel):
 
 
 class LLMConfig(_Strict):
-    provider: str = "offline"
+    provider: str = DEFAULT_KIND
     chain_mode: Literal["window", "server"] = "window"
     max_concurrency: int = Field(16, ge=1, le=10_000)
     timeout_seconds: float = Field(600, gt=0)
@@ -162,7 +163,7 @@ class PriceConfig(_Strict):
 
 
 DEFAULT_PRICES = {
-    "offline": PriceConfig(),
+    profile(DEFAULT_KIND).answers_as: PriceConfig(),  # the offline model: $0
     "gpt-4.1": PriceConfig(input=2.0, cached_input=0.5, output=8.0),
     "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
     "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),

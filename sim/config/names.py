@@ -1,5 +1,6 @@
-"""Phases and providers by name: the config's phase sections and their aliases, the built-in
-phases, the provider kinds, and the keys the trust rule for world configs watches."""
+"""Phases by name: the config's phase sections and their aliases, the built-in phases, and
+the keys the trust rule for world configs watches (what a provider kind offers is its
+profile's to say: ``sim.providers.profile``)."""
 
 from __future__ import annotations
 
@@ -25,17 +26,6 @@ PHASE_ALIASES = {
     "conversation": "conversation",
     "planning": "planning",
 }
-
-
-PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic", "cli")
-
-
-#: providers that send nothing over the network (no server, no key, no backpressure)
-LOCAL_PROVIDERS = ("offline", "cli")
-
-
-#: providers that keep response chains on their server (``chain_mode = "server"``)
-SERVER_CHAIN_PROVIDERS = ("openai",)
 
 
 #: the built-in phases, the default order first; the rest run only where [tick] phases
@@ -76,10 +66,6 @@ ROUTING_TABLES = frozenset({"providers"})
 
 #: a ``[providers.NAME]`` name: what a qualified model string starts with (``local/qwen``)
 PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
-
-
-#: providers whose wire format the Batch API takes (``[llm] batch``)
-BATCH_PROVIDERS = ("openai", "chat")
 
 
 #: config section -> phase name, for the built-in LLM phases

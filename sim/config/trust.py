@@ -9,15 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.config.names import (
-    ENDPOINT_KEYS,
-    PHASE_SECTIONS,
-    PROVIDERS,
-    ROUTING_KEYS,
-    ROUTING_TABLES,
-)
+from sim.config.names import ENDPOINT_KEYS, PHASE_SECTIONS, ROUTING_KEYS, ROUTING_TABLES
 from sim.errors import InputError
 from sim.llm.budget import Price, find_price
+from sim.providers import find_profile, selectable_kinds
+
+
+def _sends_nothing(kind: object) -> bool:
+    """A built-in kind that sends no request and carries no key (the offline model)."""
+    found = find_profile(kind) if isinstance(kind, str) and kind in selectable_kinds() else None
+    return found is not None and found.sends_nothing
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def _untrusted_routing(
     for dotted, value in _routing_settings(world).items():
         if _lookup(flags, dotted) is not _MISSING:
             continue  # the command line decides this one
-        if dotted.rpartition(".")[2] == "provider" and value == "offline":
+        if dotted.rpartition(".")[2] == "provider" and _sends_nothing(value):
             continue  # the one choice that sends nothing and carries no key
         chosen = _lookup(users, dotted)
         if chosen == value or (chosen is _MISSING and value == ""):
@@ -129,9 +130,10 @@ def _untrusted_models(
     rule: Rule = WORLD_RULE,
 ) -> list[InputError]:
     """A problem for each model string in the world's config qualified with an endpoint the
-    user did not choose: a kind other than ``offline`` and the user's ``[llm] provider``
-    (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A provider name only the
-    world declares is reported by its ``[providers.*]`` table (``_untrusted_routing``)."""
+    user did not choose: a kind other than one that sends nothing (offline) and the user's
+    ``[llm] provider`` (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A
+    provider name only the world declares is reported by its ``[providers.*]`` table
+    (``_untrusted_routing``)."""
     chosen_kind = _lookup(flags, "llm.provider")  # --provider, else the user's config
     if chosen_kind is _MISSING:
         chosen_kind = _lookup(users, "llm.provider")
@@ -152,7 +154,7 @@ def _untrusted_models(
                 head, slash, rest = name.strip().partition("/")
                 if not slash or not rest.strip() or head in chosen_names:
                     continue
-                if head not in PROVIDERS or head in ("offline", chosen_kind):
+                if head not in selectable_kinds() or _sends_nothing(head) or head == chosen_kind:
                     continue  # a bare name, or an endpoint the user's config chose
                 problems.append(
                     InputError(

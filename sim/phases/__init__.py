@@ -31,6 +31,7 @@ from sim.phases.base import TickContext
 from sim.phases.declared import DeclaredPhase
 from sim.phases.protocol import Phase, entry_point_phases, load_entry_point, run_phase
 from sim.phases.templates import Prompts
+from sim.providers import profile, selectable_kinds
 
 PhaseRun = Callable[[TickContext], Awaitable[None]]
 
@@ -120,8 +121,8 @@ def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
 def check_memory(config: Config, source: Path | None = None) -> None:
     """Refuse a ``[memory.phases.<name>]`` for a phase the tick does not run, and
     ``embeddings = "provider"`` for a phase that retrieves on an endpoint sim fetches no
-    embeddings from (only ``openai`` and ``chat`` endpoints, with ``embedding_model``
-    named; the offline provider's are hashed).
+    embeddings from (its kind's profile says whether they are fetched, with
+    ``embedding_model`` named, or hashed locally, as the offline provider's are).
 
     Raises:
         InputError: naming the phase, its provider and the field.
@@ -142,14 +143,16 @@ def check_memory(config: Config, source: Path | None = None) -> None:
             continue
         provider = config.call_settings(phase_section(name, declared)).provider
         kind = routing(config).endpoints[provider].kind
-        if kind == "offline":
+        embeddings = profile(kind).embeddings
+        if embeddings == "hashed":
             continue
-        if kind not in EMBEDDING_PROVIDERS:
+        if embeddings != "fetched":
+            fetching = [k for k in selectable_kinds() if profile(k).embeddings == "fetched"]
             raise InputError(
                 source,
                 "memory.embeddings",
                 f"phase {name!r} runs on provider {kind!r}, whose embeddings sim does not "
-                f"fetch (only {', '.join(EMBEDDING_PROVIDERS)} endpoints'); use "
+                f"fetch (only {', '.join(fetching)} endpoints'); use "
                 'embeddings = "none" (lexical relevance), or run the phase on one of those',
             )
         if memory.embedding_model is None:
@@ -164,15 +167,8 @@ def check_memory(config: Config, source: Path | None = None) -> None:
                 field_name,
                 f'phase {name!r} retrieves with memory.embeddings = "provider" on its '
                 f"{kind!r} endpoint: name the embedding model, e.g. "
-                f'embedding_model = "{_EMBEDDING_EXAMPLES.get(kind, "text-embedding-3-small")}"',
+                f'embedding_model = "{profile(kind).embedding_example or "..."}"',
             )
-
-
-#: the providers whose adapters fetch embeddings (``OpenAIFamilyAdapter.embed``,
-#: ``GeminiAdapter.embed``)
-EMBEDDING_PROVIDERS = ("openai", "chat", "gemini")
-#: an embedding model of a provider, for the error that asks for one
-_EMBEDDING_EXAMPLES = {"gemini": "gemini-embedding-001"}
 
 
 #: phases every later one depends on: they run every tick

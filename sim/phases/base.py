@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel
 
-from sim.config import BATCH_PROVIDERS, phase_section, routing
+from sim.config import phase_section, routing
 from sim.errors import InputError, RunError
 from sim.llm.batching import BatchOptions
 from sim.llm.budget import Budget
@@ -27,6 +27,7 @@ from sim.mind.plan import plan_view
 from sim.mind.retrieve import candidates, recall_view, situation
 from sim.phases.happenings import Happenings
 from sim.phases.templates import Prompts
+from sim.providers import profile
 from sim.world import (
     Character,
     CharacterIdentity,
@@ -353,7 +354,7 @@ class TickContext:
         if memory.embeddings != "provider" or memory.embedding_model is None:
             return None
         provider, _ = self._endpoint_of(phase)
-        if routing(self.config).endpoints[provider].kind == "offline":
+        if profile(routing(self.config).endpoints[provider].kind).embeddings != "fetched":
             return None
         cache = self.vectors.get(memory.embedding_model)
         if cache is None:
@@ -453,7 +454,7 @@ class TickContext:
         settings = self.config.call_settings(section)
         # a phase whose model runs on a provider without a Batch API runs live
         kind = routing(self.config).endpoints[settings.provider].kind
-        batch = self.batch if kind in BATCH_PROVIDERS else None
+        batch = self.batch if profile(kind).batch_api else None
         client = LLMClient(
             self.adapter,  # routes each model to its endpoint (``sim.llm.router.Router``)
             entities,

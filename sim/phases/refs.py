@@ -26,29 +26,12 @@ from pydantic import BaseModel
 from sim.config import ConstrainRefs
 from sim.llm.enums import EnumCases, EnumEach, EnumField, SchemaEnums
 from sim.llm.errors import LLMError, LLMSchemaError
+from sim.providers import find_profile
 
 if TYPE_CHECKING:
     from sim.phases.intentions import Intention
     from sim.phases.resolution import Resolution
     from sim.world import Entity, World
-
-#: ``auto``'s choice per provider kind, and why (docs/providers.md):
-#: - chat: local servers compile a grammar per request anyway (llama.cpp, vLLM), so an
-#:   enum costs nothing there and makes a wrong id impossible;
-#: - gemini: its response schema takes ``enum``; no per-schema cost is documented;
-#: - openai: "the first request you make with any schema will have additional latency as
-#:   our API processes the schema" (OpenAI, Structured Outputs): a schema per request
-#:   would pay it on every call;
-#: - anthropic: structured output is a forced tool whose input schema is not enforced, so
-#:   an enum would only be a hint: checked instead;
-#: - offline: reads the ids from the input; nothing is enforced on a wire.
-AUTO_MODES: Mapping[str, Literal["schema", "validate"]] = {
-    "chat": "schema",
-    "gemini": "schema",
-    "openai": "validate",
-    "anthropic": "validate",
-    "offline": "validate",
-}
 
 #: how many valid ids a message lists before it says "and N more"
 _SHOWN = 40
@@ -57,11 +40,13 @@ Check = Callable[[BaseModel], "str | None"]
 
 
 def mode_for(setting: ConstrainRefs, provider_kind: str) -> Literal["schema", "validate"]:
-    """The mode a phase runs in: its setting, ``auto`` resolved for the provider kind
-    (a kind not listed, such as a plugin's: ``validate``)."""
+    """The mode a phase runs in: its setting, ``auto`` resolved for the provider kind by
+    its profile (``ProviderProfile.constrain_refs``, which says why; a package's provider
+    that declares none: ``validate``)."""
     if setting != "auto":
         return setting
-    return AUTO_MODES.get(provider_kind, "validate")
+    found = find_profile(provider_kind)
+    return found.constrain_refs if found is not None else "validate"
 
 
 def listed(ids: Sequence[str]) -> str:
@@ -313,7 +298,6 @@ def verified(result: Any, check: Check | None) -> Any:
 
 
 __all__ = [
-    "AUTO_MODES",
     "ConstrainRefs",
     "DeclaredRefs",
     "IntentionRefs",

@@ -46,6 +46,7 @@ from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import validate_text
 from sim.providers._strict_schema import to_strict_json_schema
 from sim.providers._structured import answer_text, instructions_for
+from sim.providers.profiles import CLI
 
 #: the most a command may write on stdout for one answer (a runaway command is stopped)
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -172,6 +173,7 @@ class CLIAdapter(Responder):
     """
 
     name = "cli"
+    profile = CLI
 
     def __init__(self, command: Sequence[str] = (), *, timeout_seconds: float = 600.0) -> None:
         if not command or not command[0].strip():

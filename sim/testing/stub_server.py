@@ -114,7 +114,7 @@ _REASONS = {
     502: "Bad Gateway",
 }
 _GENERATION = ("/v1/responses", "/v1/chat/completions")
-#: where servers report their capacity (``sim.llm.capacity``): answered by
+#: where servers report their capacity (``sim.providers._capacity``): answered by
 #: ``capacity_report``, counted as ``probes``, not as billable ``requests``
 CAPACITY_PATHS = ("/props", "/slots", "/openapi.json")
 #: llama-cpp-python 0.3's answer to ``response_format: {"type": "json_schema"}`` (its

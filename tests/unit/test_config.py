@@ -187,7 +187,10 @@ def test_world_declared_sections_are_checked(tmp_path: Path) -> None:
 
 
 def test_a_declared_phase_takes_the_gemini_default_model_like_the_builtins() -> None:
-    from sim.config import GEMINI_DEFAULT_MODEL, provider_models
+    from sim.config import provider_models
+    from sim.providers import profile
+
+    gemini_default = profile("gemini").default_model
 
     config = load_config(
         overrides={
@@ -197,6 +200,6 @@ def test_a_declared_phase_takes_the_gemini_default_model_like_the_builtins() -> 
         }
     )
     chosen = provider_models(config, {})
-    assert chosen.phase("opinion").model == GEMINI_DEFAULT_MODEL
+    assert chosen.phase("opinion").model == gemini_default == "gemini-2.5-flash"
     assert chosen.phase("vote").model == "mine"
-    assert chosen.phase("phase1").model == GEMINI_DEFAULT_MODEL
+    assert chosen.phase("phase1").model == gemini_default
