@@ -306,6 +306,8 @@ def print_tick(result: TickResult) -> None:
             echo(f"fallback model: {report.name} {entity_key}: {models}")
         for warning in report.warnings:
             echo(f"ignored: {warning}")
+        for gap in report.gaps:
+            echo(f"no outcome: {gap}")
     pushed = result.backpressure
     if pushed and (pushed["rate_limited"] or pushed["timeouts"] or pushed["down_failures"]):
         echo(

@@ -275,6 +275,8 @@ class PhaseReportRecord(_Model):
     model_fallbacks: dict[str, str] = Field(default_factory=dict)
     #: attempts that timed out on the client (the server may have billed them)
     timed_out: int = 0
+    #: what the phase left undone (``PhaseReport.gaps``); absent when nothing was
+    gaps: list[str] = Field(default_factory=list)
 
 
 class PhaseRecord(_Record):
