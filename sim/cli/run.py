@@ -25,6 +25,7 @@ from sim.cli.jsonout import (
 )
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
+    from sim.config import Config
     from sim.engine.runner import TickResult
     from sim.llm.batching import BatchProgress
     from sim.llm.events import LLMEvent
@@ -443,6 +444,28 @@ def tick(
         runner.run(ticks)
 
 
+def _checked_config(config_file: Path | None, world_dir: Path) -> Config:
+    """The config ``sim check`` checks with. A config that is wrong does not hide the
+    world's own problems: the world is read too (within the built-in limits), and every
+    problem of both is reported at once (``InvalidWorld``)."""
+    from sim.errors import InputError, InvalidWorld
+    from sim.storage import Storage
+
+    try:
+        return build_config(config_file, world_dir)
+    except InputError as config_problem:
+        problems = [config_problem]
+        try:
+            Storage(world_dir).load()
+        except InvalidWorld as exc:
+            problems += exc.problems
+        except InputError as exc:
+            problems.append(exc)
+        if len(problems) == 1:
+            raise
+        raise InvalidWorld(problems) from config_problem
+
+
 @click.command()
 @WORLD
 @CONFIG
@@ -463,7 +486,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.ticklog.summary import check_history
 
     with json_errors("check", as_json, read_only=True):
-        config = build_config(config_file, world_dir)
+        config = _checked_config(config_file, world_dir)
         url, key_env = endpoint(config)
         storage = Storage(world_dir, config.limits.max_entity_bytes)
         running = storage.running_elsewhere()

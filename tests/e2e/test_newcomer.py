@@ -1,0 +1,163 @@
+"""The newcomer's path (issue 35): what a first-time user, following the README from a fresh
+clone, tripped on. Each test runs the command as the docs write it, or reads the docs
+against what the code does."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+from conftest import DEMO, copy_demo
+
+from sim.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def sim(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def edit(path: Path, change: dict[str, object], part: str = "state") -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data[part].update(change)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+# -- 1. from a fresh clone to a second command that works -------------------------------
+
+
+def test_the_readme_says_how_sim_gets_on_the_path_before_its_first_sim_command() -> None:
+    lines = README.splitlines()
+    first_sim = next(
+        n for n, line in enumerate(lines) if line.startswith("sim ") or "&& sim " in line
+    )
+    activate = next(n for n, line in enumerate(lines) if "source .venv/bin/activate" in line)
+    assert activate < first_sim
+    assert activate < 20  # among the README's first lines
+
+
+def test_make_demo_ends_with_a_next_step() -> None:
+    recipe = subprocess.run(
+        ["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout
+    # what make demo would run, in order: the last thing it does is say what to do next
+    tail = recipe.strip().splitlines()[-4:]
+    assert any("source .venv/bin/activate" in line for line in tail), recipe
+    assert any("sim tick --world world" in line for line in tail), recipe
+
+
+# -- 2. the README's samples run on the README's own world ---------------------------------
+
+
+def test_the_readmes_intervention_sample_names_places_and_people_of_its_world() -> None:
+    places = {p.stem for p in (DEMO / "locations").glob("*.json")}
+    people = {p.stem for p in (DEMO / "characters").glob("*.json")}
+    at = re.findall(r"sim inject --world world --at (\S+)", README)
+    assert at and set(at) <= places, at
+    setting = re.findall(r"sim set --world world '(\w[\w-]*)\.", README)
+    assert setting and set(setting) <= people, setting
+    asked = re.findall(r"sim ask --world world (\w[\w-]*) ", README)
+    assert set(asked) <= people, asked
+
+
+def test_the_readmes_intervention_sample_runs_on_a_copy_of_the_demo(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "world")
+    at = re.findall(r"sim inject --world world --at (\S+)", README)[0]
+    code, out = sim("inject", "--world", str(world), "--at", at, "A storm breaks.")
+    assert code == 0, out
+
+
+# -- 4. a `sim init` world agrees with itself ----------------------------------------------
+
+
+def test_a_new_world_checks_without_warnings_and_its_readme_tells_what_works(
+    tmp_path: Path,
+) -> None:
+    world = tmp_path / "mine"
+    code, out = sim("init", str(world))
+    assert code == 0, out
+    code, out = sim("check", "--world", str(world))
+    assert code == 0, out
+    assert "warning:" not in out  # no prompt file it wrote itself is unused
+    readme = (world / "README.md").read_text(encoding="utf-8")
+    # no relative link to a file the world does not have
+    for path in re.findall(r"\b((?:docs|prompts|characters|locations)/[\w.-]+\.md)\b", readme):
+        assert (world / path).exists() or "sim's source" in readme, path
+    assert "Switch `provider`" not in readme
+    # the way it gives to a real model works: on the command line, not in the world's config
+    command = re.search(r"`(sim tick --world \S+ --provider openai)`", readme)
+    assert command is not None, readme
+    code, out = sim("tick", "--help")
+    assert code == 0 and "--provider" in out and "--base-url" in out
+    # ... and the world's config may not choose it (what the old README said to do)
+    config = world / "config.toml"
+    config.write_text(config.read_text().replace('"offline"', '"openai"'))
+    code, out = sim("check", "--world", str(world))
+    assert code == 2 and "may not change where requests go" in out
+
+
+# -- 5. sim check reports every problem at once ---------------------------------------------
+
+
+def test_check_reports_a_config_problem_and_the_worlds_problems_together(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    (world / "config.toml").write_text('[phase1]\ntemperature = "hot"\n')
+    edit(world / "characters" / "bram.json", {"location": "nowhere"})
+    edit(world / "characters" / "ada.json", {"mood": 5})
+    code, out = sim("check", "--world", str(world))
+    assert code == 2
+    assert "3 problems" in out
+    assert "config.toml: field 'phase1.temperature'" in out
+    assert "bram.json: field 'state.location': unknown location 'nowhere'" in out
+    assert "ada.json: field 'state.mood'" in out
+
+
+def test_check_with_only_a_config_problem_says_just_that(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    (world / "config.toml").write_text('[phase1]\ntemperature = "hot"\n')
+    code, out = sim("check", "--world", str(world))
+    assert code == 2
+    assert "world is invalid" not in out
+    assert "config.toml: field 'phase1.temperature'" in out
+
+
+# -- 9. smaller ----------------------------------------------------------------------------
+
+
+def test_a_mistyped_command_gets_the_nearest_one() -> None:
+    code, out = sim("tik")
+    assert code == 2
+    assert "No such command 'tik'. Did you mean 'tick'?" in out
+    code, out = sim("zzzz")
+    assert code == 2 and "Did you mean" not in out
+
+
+def test_the_readmes_outputs_are_ignored_by_git() -> None:
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "world/", "tables/", "runs/", "harvest-runs/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    assert sorted(ignored) == ["harvest-runs/", "runs/", "tables/", "world/"]
+
+
+def test_shell_completion_is_documented_and_works() -> None:
+    assert 'eval "$(_SIM_COMPLETE=bash_source' in README
+    done = subprocess.run(
+        [sys.executable, "-c", "from sim.cli import main; main(prog_name='sim')"],
+        env={**os.environ, "_SIM_COMPLETE": "bash_source", "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "_sim_completion" in done.stdout and "complete " in done.stdout, done.stderr
