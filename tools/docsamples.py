@@ -278,14 +278,15 @@ def tune(tmp: Path) -> Samples:
         out = s.sim(*TUNE, "--phase", phase)
         command = f"$ sim tune --world worlds/demo --phase {phase} --depths 0,1,2,4 --ticks 5"
         samples[name] = block(f"{command}\n{mask_wall(out)}")
-    key = {"OPENAI_API_KEY": "sk-stub"}
+    key = {"OPENAI_API_KEY": "any"}  # as the sample shows it: the stub takes any key
     with ServerThread(StubServer()) as server:
         url = ("--provider", "openai", "--base-url", server.base_url)
         out = s.run(*TUNE, "--phase", "phase2a", *url, "--yes", env=key).stdout
         asked = s.run(*TUNE, "--phase", "phase2a", *url, stdin="n\n", code=None, env=key)
     samples["tune-stub"] = block(
-        "$ sim tune --world worlds/demo --phase phase2a --depths 0,1,2,4 --ticks 5 \\\n"
-        "      --provider openai --base-url http://127.0.0.1:8765/v1 --yes\n" + mask_wall(out)
+        "$ OPENAI_API_KEY=any sim tune --world worlds/demo --phase phase2a --depths 0,1,2,4 \\\n"
+        "      --ticks 5 --provider openai --base-url http://127.0.0.1:8765/v1 --yes\n"
+        + mask_wall(out)
     )
     question = asked.stderr[asked.stderr.index("sim tune will run") :]
     question = question[: question.index("[y/N]:") + len("[y/N]:")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,13 @@ from click.testing import CliRunner
 from conftest import DEMO, copy_demo
 
 from sim.cli import main
+from sim.testing.stub_server import StubServer
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def sim(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+def sim(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str]:
     result = CliRunner().invoke(main, list(args), env=env)
     return result.exit_code, result.output
 
@@ -161,3 +163,40 @@ def test_shell_completion_is_documented_and_works() -> None:
         check=False,
     )
     assert "_sim_completion" in done.stdout and "complete " in done.stdout, done.stderr
+
+
+# -- 3. the stub-server samples run as written -----------------------------------------------
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+KEYED = re.compile(r"sim (tick|tune|ask|sweep)\b.*--provider (openai|gemini|anthropic)\b")
+
+
+def test_every_loopback_sample_with_a_keyed_provider_sets_a_key() -> None:
+    found = []
+    for path in DOCS:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if KEYED.search(line) and "127.0.0.1" in line:
+                found.append(line)
+                assert "_API_KEY=" in line, f"{path.name}: {line}"
+    assert len(found) >= 3
+
+
+def test_the_stub_server_sample_runs_as_written(stub_server: StubServer, tmp_path: Path) -> None:
+    text = (REPO / "docs" / "providers.md").read_text(encoding="utf-8")
+    line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("OPENAI_API_KEY=")
+        and "--base-url http://127.0.0.1:8765/v1" in line
+        and "--batch" not in line
+    )
+    assignment, command = line.split(" ", 1)
+    name, value = assignment.split("=", 1)
+    world = copy_demo(tmp_path / "my-world")
+    args = shlex.split(command)[1:]
+    args[args.index("--world") + 1] = str(world)
+    args[args.index("--base-url") + 1] = stub_server.base_url
+    environment = {k: None for k in os.environ if k.endswith("_API_KEY")}
+    code, out = sim(*args, env={**environment, name: value})
+    assert code == 0, out
+    assert stub_server.log  # it went to the stub
