@@ -161,6 +161,12 @@ class AttemptRecord(_Model):
     #: the server URL the attempt went to (absent: no network, or a log from before)
     endpoint: str | None = None
 
+    @property
+    def target(self) -> str:
+        """Where it ran, as ``sim usage --by model`` and ``calls.csv`` name it:
+        ``provider/model`` (a log older than the provider field: the model alone)."""
+        return f"{self.provider}/{self.model}" if self.provider else self.model
+
 
 class ModelErrorRecord(_Model):
     """One model's error in a failed fallback chain (``LLMError.model_errors``)."""

@@ -4,14 +4,17 @@ against what the code does."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from conftest import DEMO, copy_demo
 
@@ -200,3 +203,74 @@ def test_the_stub_server_sample_runs_as_written(stub_server: StubServer, tmp_pat
     code, out = sim(*args, env={**environment, name: value})
     assert code == 0, out
     assert stub_server.log  # it went to the stub
+
+
+# -- 6. the numbers agree between commands ------------------------------------------------
+
+
+def test_calls_csv_names_the_model_as_sim_usage_does(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    assert sim("tick", "--world", str(world))[0] == 0
+    code, out = sim("export", "--world", str(world), "--out", str(tmp_path / "t"))
+    assert code == 0, out
+    with (tmp_path / "t" / "calls.csv").open(encoding="utf-8") as handle:
+        models = {row["model"] for row in csv.DictReader(handle)}
+    code, out = sim("usage", "--world", str(world), "--by", "model", "--json")
+    assert code == 0, out
+    rows = json.loads(out)["rows"]
+    assert models == {row["key"] for row in rows} == {"offline/offline"}
+
+
+def test_usage_by_tick_is_in_tick_order(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    assert sim("tick", "--world", str(world), "--ticks", "3")[0] == 0
+    code, out = sim("usage", "--world", str(world), "--by", "tick")
+    assert code == 0, out
+    ticks = [line.split()[0] for line in out.splitlines()[1:]]
+    assert ticks == ["1", "2", "3", "total"]  # tick 3 spent the most tokens
+
+
+def test_compaction_says_it_ends_replay_and_export_says_what_it_leaves_out(
+    tmp_path: Path,
+) -> None:
+    world = copy_demo(tmp_path / "w")
+    assert sim("tick", "--world", str(world), "--ticks", "3")[0] == 0
+    code, out = sim("log", "--world", str(world), "--compact", "--before", "3")
+    assert code == 0, out
+    assert "note: ticks 1-2 can no longer be replayed" in out
+    code, out = sim("export", "--world", str(world), "--out", str(tmp_path / "t"))
+    assert code == 0, out
+    assert re.search(r"note: 2 ticks \(first 1, last 2\) were compacted .*: their \d+ calls", out)
+    with (tmp_path / "t" / "calls.csv").open(encoding="utf-8") as handle:
+        assert {row["tick"] for row in csv.DictReader(handle)} == {"3"}
+    assert "no more replay" in README
+
+
+def test_sweep_report_sorts_naturally_and_pools_each_setting(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    for path in sorted((world / "characters").glob("*.json")):
+        edit(path, {"coins": len(path.stem)})
+    runs = tmp_path / "runs"
+    args = ["--world", str(world), "--seeds", "2,10,3", "--ticks", "1", "--out", str(runs)]
+    code, out = sim("sweep", *args, "--set", "phase1.temperature=0.5,0.9")
+    assert code == 0, out
+    code, out = sim("sweep", "report", "--runs", str(runs), "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert [r["name"] for r in report["runs"]] == [
+        f"seed-{seed}_phase1.temperature={t}" for seed in (2, 3, 10) for t in (0.5, 0.9)
+    ]
+    settings = {s["setting"]: s for s in report["settings"]}
+    assert set(settings) == {"phase1.temperature=0.5", "phase1.temperature=0.9"}
+    for name, row in settings.items():
+        mine = [r for r in report["runs"] if r["name"].endswith(name)]
+        calls = [r["calls"] for r in mine]
+        assert row["runs"] == 3 and row["calls"]["n"] == 3
+        assert row["calls"]["mean"] == pytest.approx(statistics.fmean(calls))
+        assert row["calls"]["sd"] == pytest.approx(statistics.stdev(calls), abs=1e-6)
+        assert row["coins"]["mean"] == pytest.approx(
+            statistics.fmean(r["fields"]["coins"]["mean"] for r in mine)
+        )
+    code, text = sim("sweep", "report", "--runs", str(runs))
+    assert "per setting, seeds pooled (mean ± sd over runs):" in text
+    assert re.search(r"phase1\.temperature=0\.5\s+3\s+\d+ ± \d", text)
