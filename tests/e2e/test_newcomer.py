@@ -274,3 +274,26 @@ def test_sweep_report_sorts_naturally_and_pools_each_setting(tmp_path: Path) -> 
     code, text = sim("sweep", "report", "--runs", str(runs))
     assert "per setting, seeds pooled (mean ± sd over runs):" in text
     assert re.search(r"phase1\.temperature=0\.5\s+3\s+\d+ ± \d", text)
+
+
+# -- 7. stale claims -------------------------------------------------------------------------
+
+
+def test_world_format_names_the_required_world_json_fields_once_and_rightly() -> None:
+    from sim.world import WorldMeta
+
+    text = (REPO / "docs" / "world-format.md").read_text(encoding="utf-8")
+    required = {name for name, f in WorldMeta.model_fields.items() if f.is_required()}
+    tree_line = next(line for line in text.splitlines() if "├── world.json" in line)
+    named = re.search(r"required: ([\w, ]+?)(?: \(|$)", tree_line)
+    assert named is not None, tree_line
+    assert {n.strip() for n in named.group(1).split(",")} == required
+    table = text.split("## world.json", 1)[1].split("\n## ", 1)[0]
+    in_table = set(re.findall(r"^\| `(\w+)`\s*\|[^|]*\|\s*\*required\*", table, re.M))
+    assert in_table == required
+
+
+def test_the_readme_states_the_measured_size_of_the_demo_venv() -> None:
+    # measured: `python -m venv v && v/bin/pip install -e .` is 159 MB (issue 35)
+    size = re.search(r"installs sim alone \(~(\d+) MB\)", README)
+    assert size is not None and 140 <= int(size.group(1)) <= 180
