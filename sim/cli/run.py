@@ -26,6 +26,7 @@ from sim.cli.jsonout import (
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.config import Config
+    from sim.engine.probe import ProbeResult
     from sim.engine.runner import TickResult
     from sim.llm.batching import BatchProgress
     from sim.llm.events import LLMEvent
@@ -444,7 +445,19 @@ def tick(
         runner.run(ticks)
 
 
-def _checked_config(config_file: Path | None, world_dir: Path) -> Config:
+def _probe(config: Config, seed: int) -> ProbeResult:
+    from sim.engine.probe import probe
+
+    return probe(config, seed)
+
+
+def _checked_config(
+    config_file: Path | None,
+    world_dir: Path,
+    provider: str | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+) -> Config:
     """The config ``sim check`` checks with. A config that is wrong does not hide the
     world's own problems: the world is read too (within the built-in limits), and every
     problem of both is reported at once (``InvalidWorld``)."""
@@ -452,7 +465,7 @@ def _checked_config(config_file: Path | None, world_dir: Path) -> Config:
     from sim.storage import Storage
 
     try:
-        return build_config(config_file, world_dir)
+        return build_config(config_file, world_dir, provider, model=model, base_url=base_url)
     except InputError as config_problem:
         problems = [config_problem]
         try:
@@ -469,9 +482,30 @@ def _checked_config(config_file: Path | None, world_dir: Path) -> Config:
 @click.command()
 @WORLD
 @CONFIG
+@click.option("--provider", help="Probe this provider (overrides [llm] provider).")
+@click.option("--base-url", help="Probe this base URL (overrides [llm] base_url).")
+@click.option("--model", help="Probe this model (overrides each [phaseN] model).")
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="Probe the configured endpoint (implied by --provider, --base-url, --model).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
-    """Validate a world, its config and the engine's state in it; call nothing, write nothing.
+def check(
+    world_dir: Path,
+    config_file: Path | None,
+    provider: str | None,
+    base_url: str | None,
+    model: str | None,
+    probe: bool,
+    as_json: bool,
+) -> None:
+    """Validate a world, its config and the engine's state in it; write nothing.
+
+    Calls nothing, unless asked to probe the endpoint (--probe, or --provider, --base-url,
+    --model): then one small request tells whether it is reachable, takes the key, serves
+    the model, which structured-output form it takes and how many requests it serves at
+    once, before a tick is paid for.
 
     Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
     """
@@ -485,8 +519,9 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.ticklog.records import record_data
     from sim.ticklog.summary import check_history
 
+    probing = probe or any(v is not None for v in (provider, base_url, model))
     with json_errors("check", as_json, read_only=True):
-        config = _checked_config(config_file, world_dir)
+        config = _checked_config(config_file, world_dir, provider, base_url, model)
         url, key_env = endpoint(config)
         storage = Storage(world_dir, config.limits.max_entity_bytes)
         running = storage.running_elsewhere()
@@ -534,6 +569,13 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                 name: {"endpoint": u, "api_key_env": k}
                 for name, (u, k) in named_endpoints(config).items()
             }
+            if probing:
+                probed = _probe(config, world.seed)
+                document["probe"] = probed.to_dict()
+                if not probed.ok:
+                    document.update(ok=False, exit_code=2)
+                    emit(document)
+                    sys.exit(2)
             emit(document)
             return
         for warning in phases.warnings:
@@ -560,6 +602,14 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             state = "set" if other_key and os.environ.get(other_key) else "not set"
             key_note = f", api key from ${other_key} ({state})" if other_key else ""
             echo(f"endpoint {name}: {other_url}{key_note}")
+        if probing:
+            probed = _probe(config, world.seed)
+            echo(f"probe: {probed.endpoint}, model {probed.model!r} (one small request)")
+            for what, finding in probed.lines:
+                echo(f"  {what}: {finding}")
+            if not probed.ok:
+                echo("error: the endpoint probe failed; a tick would fail the same way", err=True)
+                sys.exit(2)
         for line in repairs:
             echo(f"repair: {line}")
         for record in interventions:
