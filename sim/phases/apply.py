@@ -75,7 +75,7 @@ def _gaps(ctx: TickContext, cells: dict[str, str]) -> list[str]:
     failed = {key for report in resolved for key in report.errors}
     out = []
     for lid, present in ctx.occupancy.items():
-        missing = [cid for cid in present if cid not in cells]
+        missing = sorted(cid for cid in present if cid not in cells)
         if not missing:
             continue
         if f"resolution:{lid}" in failed:
