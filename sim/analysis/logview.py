@@ -142,6 +142,8 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             yield f"fallback model: {name} {key}: {models}"
         for warning in record.report.warnings:
             yield f"ignored: {warning}"
+        for gap in record.report.gaps:
+            yield f"no outcome: {gap}"
     for decision in log.decisions:
         yield decision_line(decision)
     yield ""

@@ -168,6 +168,8 @@ def test_the_gap_is_in_the_tick_log_and_a_full_tick_names_none(demo_world: Path)
     run_tick(demo_world, {"quay": lambda n: {"outcomes": []}})
     shown = CliRunner().invoke(main, ["log", "--world", str(demo_world), "--tick", "1", "--json"])
     assert shown.exit_code == 0, shown.output
+    story = CliRunner().invoke(main, ["log", "--world", str(demo_world), "--tick", "1"])
+    assert "no outcome: quay: ada, pell (the game master gave them none;" in story.output
     records = [json.loads(line) for line in shown.output.splitlines()]
     apply = next(r for r in records if r["type"] == "phase" and r["name"] == "apply")
     assert apply["report"]["gaps"][0].startswith("quay: ada, pell (the game master gave")
