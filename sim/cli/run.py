@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --
     from sim.config import Config
     from sim.engine.probe import ProbeResult
     from sim.engine.runner import TickResult
+    from sim.errors import InputError
     from sim.llm.batching import BatchProgress
     from sim.llm.events import LLMEvent
     from sim.llm.pool import ServerReport
@@ -471,12 +472,21 @@ def _checked_config(
         try:
             Storage(world_dir).load()
         except InvalidWorld as exc:
-            problems += exc.problems
+            problems += _with_templates(world_dir, exc.problems)
         except InputError as exc:
-            problems.append(exc)
+            problems += _with_templates(world_dir, [exc])
         if len(problems) == 1:
             raise
         raise InvalidWorld(problems) from config_problem
+
+
+def _with_templates(world_dir: Path, problems: list[InputError]) -> list[InputError]:
+    """A world's load problems and its prompt templates' syntax errors, each once: a
+    world that does not load is not rendered, and would hide a broken template."""
+    from sim.phases.check import template_syntax_problems
+
+    seen = {str(p) for p in problems}
+    return [*problems, *(p for p in template_syntax_problems(world_dir) if str(p) not in seen)]
 
 
 @click.command()
@@ -511,6 +521,7 @@ def check(
     """
     from sim.config import endpoint, named_endpoints, phase_endpoints
     from sim.engine import deletions, repair
+    from sim.errors import InvalidWorld
     from sim.interventions import describe, load_pending
     from sim.phases.check import check_phases
     from sim.policy import configured_policies
@@ -526,7 +537,13 @@ def check(
         storage = Storage(world_dir, config.limits.max_entity_bytes)
         running = storage.running_elsewhere()
         storage.check_engine_dirs()
-        world = storage.load()  # entities, prompts, a pending journal
+        try:
+            world = storage.load()  # entities, prompts, a pending journal
+        except InvalidWorld as exc:
+            every = _with_templates(world_dir, exc.problems)
+            if len(every) == len(exc.problems):
+                raise
+            raise InvalidWorld(every) from None
         policies = [p.name for p in configured_policies(config)]  # a custom one must load
         interventions = load_pending(world_dir, world).records  # sim inject / sim set, waiting
         check_log_slot(world_dir, world.tick + 1)  # the next tick refuses a FIFO or link there

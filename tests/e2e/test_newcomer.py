@@ -300,3 +300,19 @@ def test_the_readme_states_the_measured_size_of_the_demo_venv() -> None:
     # measured: `python -m venv v && v/bin/pip install -e .` is 159 MB (issue 35)
     size = re.search(r"installs sim alone \(~(\d+) MB\)", README)
     assert size is not None and 140 <= int(size.group(1)) <= 180
+
+
+def test_check_reports_a_broken_template_beside_the_worlds_problems(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "w")
+    (world / "prompts").mkdir()
+    (world / "prompts" / "intentions.md").write_text("{{ character.name \n")
+    edit(world / "characters" / "bram.json", {"location": "nowhere"})
+    code, out = sim("check", "--world", str(world))
+    assert code == 2
+    assert "2 problems" in out
+    assert "bram.json: field 'state.location': unknown location 'nowhere'" in out
+    assert "prompts/intentions.md:1: unexpected end of template" in out
+    # with a config problem too: all three
+    (world / "config.toml").write_text('[phase1]\ntemperature = "hot"\n')
+    code, out = sim("check", "--world", str(world))
+    assert code == 2 and "3 problems" in out and "prompts/intentions.md:1:" in out
