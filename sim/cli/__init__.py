@@ -14,6 +14,7 @@ stub server at start-up.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -60,6 +61,18 @@ class _Main(click.Group):
             assert isinstance(command, click.Command) and command.name == cmd_name, cmd_name
             self.add_command(command)
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, with the nearest command named when there is no such command
+        (``sim tik``: "Did you mean 'tick'?")."""
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not name.startswith("-"):
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -199,6 +199,9 @@ class PhaseReport:
     entities: int = 0
     #: attempts that timed out on the client: no usage came back, the server may bill them
     timed_out: int = 0
+    #: what the phase left undone, named for the tick's summary (apply: characters present
+    #: at a place whom no outcome reached)
+    gaps: list[str] = field(default_factory=list)
 
     def fail(self, entity_key: str, error: LLMError) -> None:
         self.failures += 1
@@ -218,6 +221,8 @@ class PhaseReport:
             "retries": self.retries,
             "model_fallbacks": self.model_fallbacks,
             "timed_out": self.timed_out,
+            # only when there are any: a log with none reads as every log before it
+            **({"gaps": self.gaps} if self.gaps else {}),
         }
 
 

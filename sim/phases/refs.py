@@ -65,6 +65,12 @@ def _q(value: object) -> str:
     return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
+def thing_key(name: str) -> str:
+    """A name as an added object is compared with the world's places and characters:
+    case and surrounding space ignored ("bram hollis " is Bram Hollis)."""
+    return " ".join(name.split()).casefold()
+
+
 def _unique(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
@@ -142,8 +148,9 @@ class ResolutionRefs:
             remembered as what it meant to do, by apply).
         exits: where they may move.
         objects: the objects here (the only ones a location update may remove).
-        places: ids and names of every location, and ids of every character: what an
-            added object must not be called (a model copying the exits into the objects).
+        places: ids and names of every location and character, folded (``thing_key``):
+            what an added object (a place's or one a character gains) must not be called
+            (a model copying the exits or the cast into the objects).
     """
 
     present: tuple[str, ...]
@@ -172,6 +179,9 @@ class ResolutionRefs:
             elif cid in seen:
                 problems.append(f"a second outcome for {_q(cid)}")
             seen.add(cid)
+            for obj in item.gained:
+                if thing_key(obj) in self.places:
+                    problems.append(f"gained names {_q(obj)} of {_q(cid)}, a place or character")
             if item.moved_to is not None and item.moved_to not in self.exits:
                 problems.append(
                     f"moved_to {_q(item.moved_to)} of {_q(cid)} is not an exit from here "
@@ -186,8 +196,11 @@ class ResolutionRefs:
                         f"(objects here: {listed(self.objects)})"
                     )
             for obj in update.objects_added:
-                if obj in self.places:
-                    problems.append(f"objects_added names {_q(obj)}, a place or character")
+                if thing_key(obj) in self.places:
+                    problems.append(
+                        f"objects_added names {_q(obj)}, a place or character: "
+                        "add only things, or nothing"
+                    )
         if not problems:
             return None
         return (
@@ -306,5 +319,6 @@ __all__ = [
     "listed",
     "mode_for",
     "subject_ids",
+    "thing_key",
     "verified",
 ]
