@@ -275,7 +275,7 @@ def cli_model_problems(
 
     endpoints = routing(config).endpoints
     problems: list[InputError] = []
-    if not any(spec.kind == "cli" for spec in endpoints.values()):
+    if not any(profile(spec.kind).runs_command for spec in endpoints.values()):
         return problems
     from sim.providers.cli import model_argument_problem  # only for a cli endpoint
 
@@ -286,7 +286,7 @@ def cli_model_problems(
             for name in names:
                 target = resolve_model(config, name, home)
                 spec = endpoints.get(target.provider)
-                if spec is None or spec.kind != "cli":
+                if spec is None or not profile(spec.kind).runs_command:
                     continue
                 why = model_argument_problem(spec.command, target.model)
                 if why is None:

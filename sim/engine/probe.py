@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
-from sim.config import LOCAL_PROVIDERS, Config, routing
+from sim.config import Config, routing
 from sim.engine.stack import provider_options
 from sim.llm.capacity import ServerCapacity
 from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMError, LLMIncompleteError
 from sim.llm.redact import redact_text, redact_url
 from sim.llm.types import Adapter, ModelRequest
-from sim.providers import create_adapter
+from sim.providers import create_adapter, profile
 from sim.providers._structured import FormSelector
 
 #: the phase whose endpoint and model the probe asks (the first a tick calls)
@@ -97,7 +97,7 @@ async def probe_async(config: Config, seed: int = 0) -> ProbeResult:
     url = redact_url(spec.base_url) if isinstance(spec.base_url, str) else ""
     where = f"{spec.name} ({spec.kind}" + (f", {url})" if url else ")")
     result = ProbeResult(where, settings.model)
-    if spec.kind in LOCAL_PROVIDERS:
+    if not profile(spec.kind).network:
         result.lines.append(("reachable", f"{spec.kind}: no server to probe"))
         return result
     try:
