@@ -7,7 +7,8 @@ through an ``aiohttp.ClientSession`` it owns: a pool of keep-alive connections (
 when one applies (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY``, ``NO_PROXY`` honoured),
 answers decoded whatever ``Content-Encoding`` (gzip, deflate) they come in. No SDK is
 involved: the request is the body already serialized and the headers the SDK would send;
-the answer is raw bytes (``post``) or the stream's JSON events (``stream``).
+the answer is raw bytes (``post``) or the stream's JSON events (``stream``; a JSON answer
+to a streamed request, as a provider replays a cached one, is yielded whole).
 
 What a kept client does for us, and this module adds on top:
 
@@ -43,7 +44,7 @@ from sim.providers.http.errors import (
     HttpTimeoutError,
     HttpTLSError,
 )
-from sim.providers.http.route import Route
+from sim.providers.http.route import Route, WholeAnswer, is_event_stream, whole_answer
 from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, merge_headers
 from sim.providers.http.tls import shared_ssl_context
 
@@ -59,7 +60,10 @@ __all__ = [
     "HttpTimeoutError",
     "Route",
     "Target",
+    "WholeAnswer",
     "environment_proxy",
+    "is_event_stream",
     "merge_headers",
     "shared_ssl_context",
+    "whole_answer",
 ]
