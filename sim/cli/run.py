@@ -25,6 +25,7 @@ from sim.cli.jsonout import (
 )
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
+    from sim.config import Config
     from sim.engine.runner import TickResult
     from sim.llm.batching import BatchProgress
     from sim.llm.events import LLMEvent
@@ -441,6 +442,20 @@ def tick(
         runner.run(ticks)
 
 
+def embedding_cache_warnings(config: Config, world_dir: Path) -> list[str]:
+    """What of the world's provider-embeddings caches a tick would not use (a folder in a
+    cache's place: an ``UnsafePath``, as the tick refuses it)."""
+    memories = [config.memory, *(config.memory.for_phase(p) for p in config.memory.phases)]
+    models = [
+        m.embedding_model for m in memories if m.embeddings == "provider" and m.embedding_model
+    ]
+    if not models:
+        return []
+    from sim.mind.vectors import check_caches  # numpy: only for a world that uses them
+
+    return check_caches(world_dir, models)
+
+
 @click.command()
 @WORLD
 @CONFIG
@@ -478,6 +493,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                 "aside (its responses are left on the provider)"
             )
         phases = check_phases(config, world)
+        phases.warnings += embedding_cache_warnings(config, world_dir)
         if not phases.ok:
             if as_json:
                 emit(
