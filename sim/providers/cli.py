@@ -124,7 +124,7 @@ async def _stop(
             process.terminate()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(REAP_SECONDS):
-                await protocol.exited
+                await asyncio.shield(protocol.exited)
     _kill_group(process)  # whatever is left of the group, the guard itself if it hung
     transport.close()
 
@@ -271,10 +271,14 @@ class CLIAdapter(Responder):
         try:
             try:
                 async with asyncio.timeout(timeout):
-                    await asyncio.wait((protocol.exited, stdout), return_when="FIRST_COMPLETED")
+                    await asyncio.wait(
+                        (protocol.exited, stdout), return_when=asyncio.FIRST_COMPLETED
+                    )
                     if stdout.done():
                         stdout.result()  # too much output raises here
-                    await protocol.exited  # the command itself, not what it left running
+                    # the command itself, not what it left running (shielded: a timeout
+                    # or a cancel must not cancel the future the process's end sets)
+                    await asyncio.shield(protocol.exited)
             except TimeoutError as exc:
                 raise LLMTimeoutError(
                     f"{shown} did not answer within {timeout:g} s; it was stopped",
