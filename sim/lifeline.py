@@ -84,6 +84,8 @@ def _guard(args: list[str]) -> NoReturn:
     """Run ``args`` (``PARENT -- PROGRAM ARG...``) until it exits, its group killed when
     the parent dies first."""
     parent, argv = int(args[0]), args[2:]
+    if os.getpgrp() != os.getpid():  # started without a group of its own: make one, so
+        os.setpgid(0, 0)  # that killing "its" group never reaches the caller's
     group = os.getpgrp()
     command: list[int] = []
 
