@@ -515,6 +515,7 @@ class Storage:
         files.update(self.changed_files(world) if changed is None else changed)
         check_rels(self.root, extra or {})  # entity paths are built from validated ids
         files.update(extra or {})
+        self.check_sizes(files)
         write_journal(self.root, files)  # the commit point
         apply_journal(self.root, files)
         for rel, data in files.items():
@@ -523,6 +524,25 @@ class Storage:
             else:
                 world.originals.pop(rel, None)
         return sorted(files)
+
+    def check_sizes(self, files: Mapping[str, bytes | None]) -> None:
+        """Refuse to commit an entity file or ``world.json`` that loading would refuse
+        (over ``max_entity_bytes``): the world would stop at the next load.
+
+        Raises:
+            InputError: naming the first such file, its size and the limit.
+        """
+        for rel, data in sorted(files.items()):
+            if data is None or len(data) <= self.max_entity_bytes:
+                continue
+            if rel == "world.json" or rel.startswith(("characters/", "locations/")):
+                raise InputError(
+                    self.root / rel,
+                    None,
+                    f"the tick would write {len(data)} bytes, over the limit of "
+                    f"{self.max_entity_bytes} ({ENTITY_LIMIT}), which loading enforces: "
+                    "nothing was committed (raise the limit to go on)",
+                )
 
     def pending_journal(self) -> bool:
         """Whether a committed tick is waiting to be written into place."""

@@ -489,6 +489,20 @@ def _with_templates(world_dir: Path, problems: list[InputError]) -> list[InputEr
     return [*problems, *(p for p in template_syntax_problems(world_dir) if str(p) not in seen)]
 
 
+def embedding_cache_warnings(config: Config, world_dir: Path) -> list[str]:
+    """What of the world's provider-embeddings caches a tick would not use (a folder in a
+    cache's place: an ``UnsafePath``, as the tick refuses it)."""
+    memories = [config.memory, *(config.memory.for_phase(p) for p in config.memory.phases)]
+    models = [
+        m.embedding_model for m in memories if m.embeddings == "provider" and m.embedding_model
+    ]
+    if not models:
+        return []
+    from sim.mind.vectors import check_caches  # numpy: only for a world that uses them
+
+    return check_caches(world_dir, models)
+
+
 @click.command()
 @WORLD
 @CONFIG
@@ -555,6 +569,7 @@ def check(
                 "aside (its responses are left on the provider)"
             )
         phases = check_phases(config, world)
+        phases.warnings += embedding_cache_warnings(config, world_dir)
         if not phases.ok:
             if as_json:
                 emit(

@@ -41,7 +41,8 @@ writes them; ``stub_model.wrong_ids``).
 
 A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
 answer back without being generated or billed again (``replayed`` in the stats), as a
-provider with idempotent requests would do.
+provider with idempotent requests would do: as one JSON body, even to a request that asked
+for a stream (a client must read the reply's ``Content-Type``).
 
 Built on asyncio streams with HTTP/1.1 keep-alive, so one process serves hundreds of
 concurrent connections.

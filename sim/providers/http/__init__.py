@@ -7,7 +7,8 @@ through an ``aiohttp.ClientSession`` it owns: a pool of keep-alive connections (
 when one applies (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY``, ``NO_PROXY`` honoured),
 answers decoded whatever ``Content-Encoding`` (gzip, deflate) they come in. No SDK is
 involved: the request is the body already serialized and the headers the SDK would send;
-the answer is raw bytes (``post``) or the stream's JSON events (``stream``). The other
+the answer is raw bytes (``post``) or the stream's JSON events (``stream``; a JSON answer
+to a streamed request, as a provider replays a cached one, is yielded whole). The other
 requests of an API (the Batch API's files and batches, a stored response read or
 deleted) go through the same connections (``request``; a file as a multipart ``Upload``).
 
@@ -47,7 +48,15 @@ from sim.providers.http.errors import (
     HttpTimeoutError,
     HttpTLSError,
 )
-from sim.providers.http.route import POOL_SIZE, Route, Upload, pool_sizes
+from sim.providers.http.route import (
+    POOL_SIZE,
+    Route,
+    Upload,
+    WholeAnswer,
+    is_event_stream,
+    pool_sizes,
+    whole_answer,
+)
 from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, merge_headers
 from sim.providers.http.tls import shared_ssl_context
 
@@ -65,8 +74,11 @@ __all__ = [
     "Route",
     "Target",
     "Upload",
+    "WholeAnswer",
     "environment_proxy",
+    "is_event_stream",
     "merge_headers",
     "pool_sizes",
     "shared_ssl_context",
+    "whole_answer",
 ]

@@ -58,6 +58,39 @@ class Upload:
     fields: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class WholeAnswer:
+    """The answer to a streamed request that came as one JSON body, not as server-sent
+    events: a provider replaying an idempotency key from its cache, or a server that does
+    not stream, answers this way. ``body`` is the JSON object a plain call would get."""
+
+    body: dict[str, Any]
+
+
+def is_event_stream(content_type: str | None) -> bool:
+    """Whether a 2xx answer's ``Content-Type`` says server-sent events: any type but a
+    JSON one is read as events (a server may send none, or a bare ``text/plain``)."""
+    kind = (content_type or "").partition(";")[0].strip().lower()
+    return not (kind == "application/json" or kind.endswith("+json"))
+
+
+def whole_answer(content: bytes, shown: str) -> WholeAnswer:
+    """The JSON object a non-streamed answer to a streamed request holds.
+
+    Raises:
+        HttpProtocolError: the body is not a JSON object.
+    """
+    try:
+        parsed = orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        raise HttpProtocolError(
+            shown, f"a JSON answer to a streamed request is not JSON: {exc}"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise HttpProtocolError(shown, "a JSON answer to a streamed request is not an object")
+    return WholeAnswer(parsed)
+
+
 class Route:
     """POSTs to one ``Target`` on a pool of at most ``size`` keep-alive connections.
 
@@ -255,9 +288,11 @@ class Route:
 
     async def stream(
         self, path: str, content: bytes, idempotency_key: str | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[dict[str, Any] | WholeAnswer]:
         """POST ``content`` and yield the JSON events of the server-sent event stream that
-        answers it, until ``[DONE]`` or the end of the stream.
+        answers it, until ``[DONE]`` or the end of the stream; an answer whose
+        ``Content-Type`` is JSON (a provider replaying the idempotency key from its cache
+        answers so) is read whole and yielded as one ``WholeAnswer``.
 
         Only connecting has a timeout here: the stream's clocks are the caller's
         (``_streaming.read_stream`` cancels this generator when one runs out).
@@ -302,6 +337,9 @@ class Route:
                         {name.lower(): value for name, value in response.headers.items()},
                         body,
                     )
+                if not is_event_stream(response.headers.get("Content-Type")):
+                    yield whole_answer(await response.read(), shown)
+                    return
                 async for event in _events(response, shown):
                     yield event
         except HttpPostError:
