@@ -135,7 +135,7 @@ def memory_shown(text: str) -> tuple[str, ...] | None:
 
 
 @dataclass
-class Estimate:
+class CostEstimate:
     """A cost estimate for a tune run, and how it was made."""
 
     input_tokens: int
@@ -286,7 +286,7 @@ def estimate(
     depths: Sequence[int],
     ticks: int,
     memory: Sequence[str] = (),
-) -> Estimate:
+) -> CostEstimate:
     """Estimate a tune run's cost without calling the provider.
 
     The same ticks are run on scratch copies with the offline provider (free, no network),
@@ -324,11 +324,11 @@ def estimate(
         "configured models' [prices], all input as uncached; real models write more or "
         "less than the offline one, so treat it as a rough guide"
     )
-    return Estimate(input_tokens, output_tokens, cost, method)
+    return CostEstimate(input_tokens, output_tokens, cost, method)
 
 
 __all__ = [
-    "Estimate",
+    "CostEstimate",
     "TuneRow",
     "estimate",
     "memory_shown",

@@ -23,7 +23,7 @@ from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import StreamHub
 from sim.llm.types import Adapter, Usage
-from sim.mind.plan import plan_view
+from sim.mind.dayplan import plan_view
 from sim.mind.retrieve import candidates, recall_view, situation
 from sim.phases.happenings import Happenings
 from sim.phases.templates import Prompts

@@ -39,7 +39,7 @@ class RunSpec:
 
 
 @dataclass
-class Plan:
+class SweepPlan:
     """A sweep: the world, where runs go, the runs and how many ticks each gets."""
 
     world: Path
@@ -140,7 +140,7 @@ def make_plan(
     settings: Sequence[Setting],
     ticks: int,
     config_file: Path | None = None,
-) -> Plan:
+) -> SweepPlan:
     """Every combination of seed and setting values, each checked as a config now.
 
     Raises:
@@ -170,13 +170,13 @@ def make_plan(
         for seed in seeds
         for overrides in combos
     ]
-    return Plan(world, out, runs, ticks, config_file, cwd)
+    return SweepPlan(world, out, runs, ticks, config_file, cwd)
 
 
 __all__ = [
-    "Plan",
     "RunSpec",
     "Setting",
+    "SweepPlan",
     "make_plan",
     "nested",
     "parse_seeds",
