@@ -19,7 +19,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sim import safefs
-from sim.config import Config, merge_tables, redacted
+from sim.config import Config, merge_tables, numbered_sections, redacted
 from sim.errors import InputError
 from sim.journal import SIM_DIR
 from sim.runs.design import RunSpec, SweepPlan, nested
@@ -103,7 +103,10 @@ def run_config_text(world: Path, overrides: Mapping[str, Any]) -> str | None:
     """A run's ``config.toml``: the source world's own layer with the run's settings on top
     (``None`` when both are empty). It holds nothing of the user's config: no endpoint, key
     variable or budget the user chose is copied into the run's folder."""
-    layer = merge_tables(world_layer(world), nested(overrides))
+    path = world / "config.toml"
+    layer = merge_tables(
+        numbered_sections(world_layer(world), path), numbered_sections(nested(overrides), None)
+    )
     if not layer:
         return None
     return toml_text(
