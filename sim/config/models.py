@@ -209,6 +209,10 @@ class PhaseConfig(_Strict):
     model: str = Field("gpt-4.1-mini", min_length=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_output_tokens: int = Field(800, gt=0)
+    #: the phase's chain depth: how many of an entity's earlier exchanges a call sees (0:
+    #: none). One value under the names of its surfaces: ``--depth PHASE=N`` on the command
+    #: line, this key in a config, spec 002's ``LLMClient(default_depth=...)`` and
+    #: ``LLMRequest.depth_override`` (its public names), ``depth`` everywhere inside
     response_chain_depth: int = Field(0, ge=0)
     fallback_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
     #: this phase's structured-output form; unset: ``[llm] structured_output``
