@@ -30,6 +30,7 @@ from sim.config import (
     PHASE_ALIASES,
     Config,
     MemoryPhaseConfig,
+    known_memory,
     offline_config,
     resolve_model,
     section_name,
@@ -189,7 +190,7 @@ def depth_config(config: Config, section: str, depth: int) -> Config:
 def memory_config(config: Config, section: str, mode: str) -> Config:
     """``config`` with one phase's ``[memory] mode`` set (``[memory.phases.<name>]``), and
     every tick log kept."""
-    if mode not in ("window", "retrieve"):
+    if not known_memory(mode):
         raise InputError(None, "--memory", f"expected window and/or retrieve (got {mode!r})")
     name = section_name(section)
     phases = dict(config.memory.phases)

@@ -310,10 +310,15 @@ EmbeddingModel = Annotated[
 ]
 
 
+#: a memory strategy's name (``[memory] mode``): a built-in (``MEMORY_STRATEGIES``) or one an
+#: installed package offers; an unknown one is a problem of the layer (``validate``)
+MemoryMode = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+
 class MemoryPhaseConfig(_Strict):
     """``[memory.phases.<name>]``: one phase's memory settings, where they differ."""
 
-    mode: Literal["window", "retrieve"] | None = None
+    mode: MemoryMode | None = None
     k: int | None = Field(None, ge=1, le=100)
     embeddings: Literal["none", "provider"] | None = None
     embedding_model: EmbeddingModel | None = None
@@ -322,8 +327,9 @@ class MemoryPhaseConfig(_Strict):
 class MemoryConfig(_Strict):
     """``[memory]``: what of a character's memory its phases see (docs/phases.md, Memory)."""
 
-    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept
-    mode: Literal["window", "retrieve"] = "window"
+    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept;
+    #: or a strategy from an installed package (the ``sim.memory`` entry-point group)
+    mode: MemoryMode = "window"
     #: how many cells a phase's input shows
     k: int = Field(3, ge=1, le=100)
     weights: MemoryWeights = MemoryWeights()

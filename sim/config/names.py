@@ -27,6 +27,15 @@ PHASE_SECTIONS = (
 READABLE_SECTIONS = {"intentions": "phase1", "resolution": "phase2a", "narrative": "phase2b"}
 
 
+#: the built-in memory strategies (``[memory] mode``): what a character keeps of its evicted
+#: cells and what of its memory a phase's input shows (``sim.mind.strategy``)
+MEMORY_STRATEGIES = ("window", "retrieve")
+
+
+#: the entry-point group of memory strategies offered by installed packages
+MEMORY_GROUP = "sim.memory"
+
+
 PHASE_ALIASES = {
     "intentions": "phase1",
     "resolution": "phase2a",
@@ -130,6 +139,15 @@ def numbered_sections(layer: Mapping[str, Any], source: Path | None) -> dict[str
                 "set it under one name",
             )
     return {READABLE_SECTIONS.get(key, key): value for key, value in layer.items()}
+
+
+def known_memory(mode: str) -> bool:
+    """A built-in memory strategy, or one an installed package offers (``sim.memory``)."""
+    if mode in MEMORY_STRATEGIES:
+        return True
+    from importlib.metadata import entry_points  # read only for other names
+
+    return any(ep.name == mode for ep in entry_points(group=MEMORY_GROUP))
 
 
 def section_name(section: str) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
+from sim.mind.strategy import memory_strategy
 from sim.phases import (
     apply,
     conversation,
@@ -138,8 +139,8 @@ def check_memory(config: Config, source: Path | None = None) -> None:
         memory = config.memory.for_phase(name)
         if name not in config.tick.phases or memory.embeddings != "provider":
             continue
-        if name != "reflection" and memory.mode != "retrieve":  # reflection always retrieves
-            continue
+        if name != "reflection" and not memory_strategy(memory.mode).uses_situation:
+            continue  # reflection always retrieves
         provider = config.call_settings(phase_section(name, declared)).provider
         kind = routing(config).endpoints[provider].kind
         if kind == "offline":
