@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import install_distribution
 
 from sim.cli import main
 from sim.ticklog.format import log_path
@@ -32,15 +32,7 @@ class NotAStrategy:
 
 
 def install(folder: Path, monkeypatch: pytest.MonkeyPatch, entries: str) -> None:
-    module = "simtest_memory"
-    folder.mkdir()
-    (folder / f"{module}.py").write_text(PLUGIN)
-    info = folder / f"{module}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[sim.memory]\n{entries}\n")
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, module, raising=False)
+    install_distribution(folder, monkeypatch, "simtest_memory", PLUGIN, "sim.memory", entries)
 
 
 @pytest.fixture(autouse=True)
@@ -112,3 +104,29 @@ def test_an_unknown_strategy_is_a_config_error_and_a_builtin_name_cannot_be_take
     )
     assert result.exit_code == 2
     assert "memory.mode" in result.output and "unknown memory strategy 'nosuch'" in result.output
+
+
+def test_the_strategy_in_docs_phases_md_runs(
+    demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "phases.md").read_text()
+    code = re.search(r"```python\n((?:(?!```).)*?class Diary.*?)```", doc, re.S)
+    assert code is not None
+    install_distribution(
+        tmp_path / "site",
+        monkeypatch,
+        "simtest_doc_diary",
+        code.group(1),
+        "sim.memory",
+        "diary = simtest_doc_diary:Diary",
+    )
+    config = tmp_path / "user.toml"
+    config.write_text('[memory]\nmode = "diary"\n')
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    calls = read_log(log_path(demo_world, 1)).calls.values()
+    inputs = [c.input for c in calls if c.phase == "intentions"]
+    assert inputs and all(re.search(r"\bday \d+: ", text) for text in inputs)
+    assert not any(re.search(r"\btick \d+: ", text) for text in inputs)  # not the window's
