@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from conftest import install_distribution
 
 from sim.cli import main
@@ -35,6 +35,13 @@ def install(folder: Path, monkeypatch: pytest.MonkeyPatch, entries: str) -> None
     install_distribution(folder, monkeypatch, "simtest_memory", PLUGIN, "sim.memory", entries)
 
 
+def tick(world: Path, tmp_path: Path, config_text: str) -> Result:
+    """``sim tick`` on ``world`` with a user config of ``config_text``."""
+    config = tmp_path / "user.toml"
+    config.write_text(config_text)
+    return CliRunner().invoke(main, ["tick", "--world", str(world), "--config", str(config)])
+
+
 @pytest.fixture(autouse=True)
 def fresh_registry() -> object:
     from sim.mind.strategy import memory_strategy
@@ -48,9 +55,7 @@ def test_an_installed_memory_strategy_is_what_the_inputs_recall(
     demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install(tmp_path / "site", monkeypatch, "diary = simtest_memory:Diary")
-    config = tmp_path / "user.toml"
-    config.write_text('[memory]\nmode = "diary"\nk = 4\n')
-    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--config", str(config)])
+    result = tick(demo_world, tmp_path, '[memory]\nmode = "diary"\nk = 4\n')
     assert result.exit_code == 0, result.output
     log = read_log(log_path(demo_world, 1))
     intentions = [c for c in log.calls.values() if c.phase == "intentions"]
@@ -60,16 +65,14 @@ def test_an_installed_memory_strategy_is_what_the_inputs_recall(
     from sim.mind.cells import retrieving
 
     # what to remember: the strategy keeps evicted cells, so the long-term store is on
-    assert retrieving(load_config(config).memory)
+    assert retrieving(load_config(tmp_path / "user.toml").memory)
 
 
 def test_a_phase_may_name_its_own_strategy(
     demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install(tmp_path / "site", monkeypatch, "diary = simtest_memory:Diary")
-    config = tmp_path / "user.toml"
-    config.write_text('[memory.phases.intentions]\nmode = "diary"\n')
-    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--config", str(config)])
+    result = tick(demo_world, tmp_path, '[memory.phases.intentions]\nmode = "diary"\n')
     assert result.exit_code == 0, result.output
     calls = read_log(log_path(demo_world, 1)).calls.values()
     assert all("diary-of-" in c.input for c in calls if c.phase == "intentions")
@@ -80,9 +83,7 @@ def test_a_strategy_that_is_not_one_is_named_and_nothing_runs(
     demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install(tmp_path / "site", monkeypatch, "broken = simtest_memory:NotAStrategy")
-    config = tmp_path / "user.toml"
-    config.write_text('[memory]\nmode = "broken"\n')
-    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--config", str(config)])
+    result = tick(demo_world, tmp_path, '[memory]\nmode = "broken"\n')
     assert result.exit_code == 2, result.output
     assert "simtest_memory:NotAStrategy" in result.output
     assert "recall(request)" in result.output
@@ -122,9 +123,7 @@ def test_the_strategy_in_docs_phases_md_runs(
         "sim.memory",
         "diary = simtest_doc_diary:Diary",
     )
-    config = tmp_path / "user.toml"
-    config.write_text('[memory]\nmode = "diary"\n')
-    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--config", str(config)])
+    result = tick(demo_world, tmp_path, '[memory]\nmode = "diary"\n')
     assert result.exit_code == 0, result.output
     calls = read_log(log_path(demo_world, 1)).calls.values()
     inputs = [c.input for c in calls if c.phase == "intentions"]
