@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from sim.engine.recorder import TickRecorder
-from sim.journal import JOURNAL
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
+from sim.storage.journal import JOURNAL
 from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     anthropic_stub,
     gemini_stub,

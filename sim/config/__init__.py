@@ -20,6 +20,16 @@ The package, by concept (every public name is importable from ``sim.config``):
 - ``trust``: the rule for a world's own ``config.toml``
 - ``layers``: ``load_config``, the layers merged in order
 - ``endpoints``: where each phase's models run (``routing``), endpoint descriptions
+
+Owns: the config's layers, their validation and trust rule, and where each phase's
+models run.
+
+May import: ``sim.clock``, ``sim.errors``, ``sim.llm``, ``sim.providers`` (which provider
+kinds exist), ``sim.safefs`` (a world's ``config.toml`` read without following a link).
+
+Next: a new section is a model in ``models`` and a field of ``Config``, with its defaults
+in ``sim/defaults.toml`` (and the shipped ``config.toml``); a rule no single field states
+goes in ``validate``.
 """
 
 from __future__ import annotations

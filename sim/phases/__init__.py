@@ -3,6 +3,15 @@
 ``resolve_phases`` turns the configured names into runnable ``PhaseSpec``s: built-ins by
 name, ``[phases.<name>]`` sections as ``DeclaredPhase``, anything else from the ``sim.phases``
 entry-point group. An order the engine cannot run is a named error (``check_order``).
+
+Owns: the built-in phases (one module each), declared and entry-point phases, the tick
+context phases build inputs from, prompt templates, references.
+
+May import: ``sim.config``, ``sim.errors``, ``sim.llm``, ``sim.mind``, ``sim.offline``,
+``sim.plugins``, ``sim.sections``, ``sim.ticklog``, ``sim.world``.
+
+Next: a built-in phase is a module here, named in ``sim.config.BUILTIN_PHASES`` and in this
+module's registry; a phase from a package goes in the ``sim.phases`` entry-point group.
 """
 
 from __future__ import annotations

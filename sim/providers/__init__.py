@@ -4,6 +4,14 @@ The registry is immutable and imports lazily: the built-ins below, then the adap
 installed package offers in the ``sim.providers`` entry-point group (read once, at first
 use; a built-in's name cannot be taken). ``sim/llm`` is the provider-agnostic pipeline
 these plug into; nothing there imports this package.
+
+Owns: the adapters, one module per wire format, their registry, and the HTTP client
+(``http/``).
+
+May import: ``sim.llm`` only.
+
+Next: a built-in provider is a module here, named in the registry below; a provider from a
+package goes in the ``sim.providers`` entry-point group.
 """
 
 from __future__ import annotations

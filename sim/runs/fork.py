@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sim import safefs
 from sim.config import Config, merge_tables, numbered_sections, redacted
 from sim.errors import InputError
-from sim.journal import SIM_DIR
 from sim.runs.design import RunSpec, SweepPlan, nested
 from sim.storage import MAX_ENTITY_BYTES, Storage, dump_json
+from sim.storage.journal import SIM_DIR
 from sim.ticklog.format import is_state_file, log_path, read_state
 
 #: the file in a run's folder that says which sweep run it is

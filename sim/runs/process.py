@@ -18,9 +18,9 @@ import orjson
 from sim import safefs
 from sim.config import Config
 from sim.errors import InputError, RunError, UserError
-from sim.journal import SIM_DIR
 from sim.runs.design import SweepPlan
 from sim.runs.ledger import Grant
+from sim.storage.journal import SIM_DIR
 
 #: where a run's ``sim tick`` output is appended (inside the run's folder)
 OUTPUT_FILE = f"{SIM_DIR}/sweep-output.log"

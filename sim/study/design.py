@@ -44,7 +44,7 @@ from sim.errors import InputError
 from sim.interventions import parse_assignment
 from sim.interview import MAX_QUESTION, AnswerFormat, answer_format
 from sim.runs.design import parse_seeds, parse_setting, run_name
-from sim.statefiles import MAX_TEXT
+from sim.storage.statefiles import MAX_TEXT
 
 #: the folder of the shared prefixes, beside the conditions' folders
 SHARED = "_shared"
