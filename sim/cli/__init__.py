@@ -10,6 +10,18 @@ command print a Python traceback: each command maps the errors it expects
 Each command's module is imported only when that command runs (or ``--help`` lists them
 all): ``sim tick`` does not pay for the modules of ``sim report``, ``sim sweep`` or the
 stub server at start-up.
+
+Owns: the command line: parsing, calling the library, printing, exit codes.
+
+May import: every package below it, inside the command that needs it: ``sim.analysis``,
+``sim.config``, ``sim.engine``, ``sim.errors``, ``sim.interventions``, ``sim.interview``,
+``sim.lifeline``, ``sim.llm``, ``sim.mind``, ``sim.network``, ``sim.phases``,
+``sim.policy``, ``sim.providers`` (a kind's profile), ``sim.runs``, ``sim.storage``,
+``sim.study``, ``sim.testing``, ``sim.ticklog``, ``sim.world``, ``sim.worldgen``. Only
+``sim.__main__`` imports it.
+
+Next: a new command is a function in its group's module (a new group: a module of its
+own), named in ``COMMANDS``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
-from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.redact import redact_text
 
 if TYPE_CHECKING:
@@ -282,15 +281,6 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
     except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
         echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
-    except LLMConfigurationError as exc:
-        echo(f"error: {_told(exc)}", err=True)
-        sys.exit(2)
-    except LLMBudgetExceededError as exc:
-        echo(f"stopped: {_told(exc)} (nothing was committed for this tick)", err=True)
-        sys.exit(1)
-    except LLMError as exc:
-        echo(f"failed: {_told(exc)}", err=True)
-        sys.exit(1)
     except RecursionError:
         echo("error: input nested too deeply to process", err=True)
         sys.exit(2)
@@ -299,6 +289,28 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
             reader_gone()
         echo(redact_text(os_error_line(exc)), err=True)
         sys.exit(1)
+    except Exception as exc:
+        told = _llm_failure(exc)
+        if told is None:
+            raise
+        echo(told[0], err=True)
+        sys.exit(told[1])
+
+
+def _llm_failure(exc: Exception) -> tuple[str, int] | None:
+    """An LLM error's line and exit code; ``None`` for any other exception. The LLM layer's
+    errors are imported here, when one may have been raised, not with this module: ``sim
+    --help`` loads every command's module, and they would bring the LLM layer's types
+    (pydantic) with them."""
+    from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+
+    if isinstance(exc, LLMConfigurationError):
+        return f"error: {_told(exc)}", 2
+    if isinstance(exc, LLMBudgetExceededError):
+        return f"stopped: {_told(exc)} (nothing was committed for this tick)", 1
+    if isinstance(exc, LLMError):
+        return f"failed: {_told(exc)}", 1
+    return None
 
 
 def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:

@@ -88,51 +88,18 @@ class Progress:
 def partial_string(text: str, field: str) -> str | None:
     """The value of the string ``field`` in a JSON object that may still be arriving.
 
-    ``None`` until the field's opening quote has arrived; then its characters so far,
-    unescaped (an escape cut in half waits for the rest).
+    ``None`` until the field's opening quote has arrived (or when the text is not a JSON
+    object); then its characters so far, unescaped (an escape cut in half waits for the
+    rest). Read by jiter's partial mode.
     """
-    key = text.find(f'"{field}"')
-    if key < 0:
+    import jiter  # only where --stream shows text
+
+    try:
+        data = jiter.from_json(text.encode(), partial_mode="trailing-strings")
+    except ValueError:
         return None
-    at = key + len(field) + 2
-    while at < len(text) and text[at] in " \t\r\n:":
-        at += 1
-    if at >= len(text) or text[at] != '"':
-        return None
-    out: list[str] = []
-    at += 1
-    escapes = {
-        "n": "\n",
-        "t": "\t",
-        "r": "\r",
-        "b": "\b",
-        "f": "\f",
-        '"': '"',
-        "\\": "\\",
-        "/": "/",
-    }
-    while at < len(text):
-        char = text[at]
-        if char == '"':
-            break
-        if char != "\\":
-            out.append(char)
-            at += 1
-            continue
-        if at + 1 >= len(text):
-            break
-        code = text[at + 1]
-        if code == "u":
-            digits = text[at + 2 : at + 6]
-            if len(digits) < 4:
-                break
-            with contextlib.suppress(ValueError):  # not hex: drop the escape
-                out.append(chr(int(digits, 16)))
-            at += 6
-            continue
-        out.append(escapes.get(code, code))
-        at += 2
-    return "".join(out)
+    value = data.get(field) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
 
 
 class StreamView:

@@ -23,10 +23,10 @@ from sim.errors import InputError
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
-    from sim.runs.process import Outcome
+    from sim.runs.process import RunOutcome
 
 
-def outcome_line(outcome: Outcome) -> str:
+def outcome_line(outcome: RunOutcome) -> str:
     line = f"{outcome.status:<11} {outcome.name}  tick {outcome.tick}/{outcome.target}"
     return line + (f"  {outcome.message}" if outcome.message else "")
 
@@ -122,7 +122,7 @@ def sweep(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from sim.runs.plan import make_plan, parse_seeds, parse_setting
+    from sim.runs.design import make_plan, parse_seeds, parse_setting
     from sim.runs.process import ray_executor, run_one
     from sim.runs.sweep import run_sweep
 

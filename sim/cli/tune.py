@@ -54,8 +54,10 @@ def tune_line(row: TuneRow) -> str:
 def parse_memory(value: str | None) -> list[str]:
     if value is None:
         return []
+    from sim.config import known_memory
+
     modes = [part.strip() for part in value.split(",")]
-    if not modes or any(m not in ("window", "retrieve") for m in modes):
+    if not modes or not all(known_memory(m) for m in modes):
         raise InputError(None, "--memory", f"expected window,retrieve (got {value!r})")
     return list(dict.fromkeys(modes))
 

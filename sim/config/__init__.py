@@ -20,6 +20,16 @@ The package, by concept (every public name is importable from ``sim.config``):
 - ``trust``: the rule for a world's own ``config.toml``
 - ``layers``: ``load_config``, the layers merged in order
 - ``endpoints``: where each phase's models run (``routing``), endpoint descriptions
+
+Owns: the config's layers, their validation and trust rule, and where each phase's
+models run.
+
+May import: ``sim.clock``, ``sim.errors``, ``sim.llm``, ``sim.providers`` (which provider
+kinds exist), ``sim.safefs`` (a world's ``config.toml`` read without following a link).
+
+Next: a new section is a model in ``models`` and a field of ``Config``, with its defaults
+in ``sim/defaults.toml`` (and the shipped ``config.toml``); a rule no single field states
+goes in ``validate``.
 """
 
 from __future__ import annotations
@@ -84,13 +94,18 @@ from sim.config.names import (
     BUILTIN_PHASES,
     DEFAULT_ORDER,
     ENDPOINT_KEYS,
+    MEMORY_GROUP,
+    MEMORY_STRATEGIES,
     NAME_PATTERN,
     PHASE_ALIASES,
     PHASE_SECTIONS,
     PROVIDER_NAME_PATTERN,
+    READABLE_SECTIONS,
     ROUTING_KEYS,
     ROUTING_TABLES,
     SECTION_NAMES,
+    known_memory,
+    numbered_sections,
     phase_section,
     section_name,
 )
@@ -109,10 +124,13 @@ __all__ = [
     "DEFAULT_ORDER",
     "DEFAULT_PRICES",
     "ENDPOINT_KEYS",
+    "MEMORY_GROUP",
+    "MEMORY_STRATEGIES",
     "NAME_PATTERN",
     "PHASE_ALIASES",
     "PHASE_SECTIONS",
     "PROVIDER_NAME_PATTERN",
+    "READABLE_SECTIONS",
     "ROUTING_KEYS",
     "ROUTING_TABLES",
     "SECTION_NAMES",
@@ -151,6 +169,7 @@ __all__ = [
     "endpoint",
     "endpoint_paths",
     "kind_endpoint",
+    "known_memory",
     "layer_problems",
     "llm_endpoint",
     "load_config",
@@ -159,6 +178,7 @@ __all__ = [
     "named_endpoint",
     "named_endpoints",
     "normalised_model",
+    "numbered_sections",
     "offline_config",
     "own_key_env",
     "phase_endpoints",

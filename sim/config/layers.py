@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config.models import Config, DeclaredPhaseConfig
-from sim.config.names import PHASE_SECTIONS
+from sim.config.names import PHASE_SECTIONS, numbered_sections
 from sim.config.trust import tightened, untrusted
 from sim.config.validate import (
     InvalidConfig,
@@ -121,11 +121,12 @@ def load_config(
         world_config = world_dir / "config.toml"
         if world_config.is_symlink() or world_config.exists():
             layers.append((world_config, True))
+    overrides = numbered_sections(overrides, None) if overrides else overrides
     problems: list[InputError] = []
     world_layer: tuple[dict[str, Any], dict[str, Any], Path] | None = None
     read: list[tuple[Path, dict[str, Any]]] = []
     for path, is_world in layers:
-        layer = _read_world_toml(path) if is_world else _read_toml(path)
+        layer = numbered_sections(_read_world_toml(path) if is_world else _read_toml(path), path)
         read.append((path, layer))
         if is_world:
             world_layer = (layer, data, path)  # with the user's layers merged so far

@@ -210,6 +210,10 @@ class PhaseConfig(_Strict):
     model: str = Field("gpt-4.1-mini", min_length=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_output_tokens: int = Field(800, gt=0)
+    #: the phase's chain depth: how many of an entity's earlier exchanges a call sees (0:
+    #: none). One value under the names of its surfaces: ``--depth PHASE=N`` on the command
+    #: line, this key in a config, spec 002's ``LLMClient(default_depth=...)`` and
+    #: ``LLMRequest.depth_override`` (its public names), ``depth`` everywhere inside
     response_chain_depth: int = Field(0, ge=0)
     fallback_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
     #: this phase's structured-output form; unset: ``[llm] structured_output``
@@ -307,10 +311,15 @@ EmbeddingModel = Annotated[
 ]
 
 
+#: a memory strategy's name (``[memory] mode``): a built-in (``MEMORY_STRATEGIES``) or one an
+#: installed package offers; an unknown one is a problem of the layer (``validate``)
+MemoryMode = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+
 class MemoryPhaseConfig(_Strict):
     """``[memory.phases.<name>]``: one phase's memory settings, where they differ."""
 
-    mode: Literal["window", "retrieve"] | None = None
+    mode: MemoryMode | None = None
     k: int | None = Field(None, ge=1, le=100)
     embeddings: Literal["none", "provider"] | None = None
     embedding_model: EmbeddingModel | None = None
@@ -319,8 +328,9 @@ class MemoryPhaseConfig(_Strict):
 class MemoryConfig(_Strict):
     """``[memory]``: what of a character's memory its phases see (docs/phases.md, Memory)."""
 
-    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept
-    mode: Literal["window", "retrieve"] = "window"
+    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept;
+    #: or a strategy from an installed package (the ``sim.memory`` entry-point group)
+    mode: MemoryMode = "window"
     #: how many cells a phase's input shows
     k: int = Field(3, ge=1, le=100)
     weights: MemoryWeights = MemoryWeights()

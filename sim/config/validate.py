@@ -11,7 +11,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from sim.config.models import Config, base_urls
-from sim.config.names import BUILTIN_PHASES, PHASE_ALIASES, PHASE_SECTIONS
+from sim.config.names import (
+    BUILTIN_PHASES,
+    MEMORY_GROUP,
+    MEMORY_STRATEGIES,
+    PHASE_ALIASES,
+    PHASE_SECTIONS,
+    known_memory,
+)
 from sim.errors import InputError
 from sim.providers import (
     builtin_kinds,
@@ -46,6 +53,26 @@ class InvalidConfig(InputError):
         return str(self.args[0])
 
 
+def _memory_problems(config: Config, source: Path | None) -> list[InputError]:
+    """``[memory] mode`` (and each phase's) names no memory strategy sim knows."""
+    modes = [("memory.mode", config.memory.mode)] + [
+        (f"memory.phases.{name}.mode", phase.mode)
+        for name, phase in config.memory.phases.items()
+        if phase.mode is not None
+    ]
+    return [
+        InputError(
+            source,
+            field,
+            f"unknown memory strategy {mode!r}; expected one of: "
+            f"{', '.join(MEMORY_STRATEGIES)}, or one an installed package offers "
+            f"(entry-point group {MEMORY_GROUP!r})",
+        )
+        for field, mode in modes
+        if not known_memory(mode)
+    ]
+
+
 def layer_problems(
     data: Mapping[str, Any], source: Path | None, *, combined: bool = True
 ) -> list[InputError]:
@@ -64,7 +91,7 @@ def layer_problems(
                 problem += f" (got {got!r})"
             out.append(InputError(source, field, problem))
         return out
-    problems: list[InputError] = []
+    problems: list[InputError] = _memory_problems(config, source)
     if not known_provider(config.llm.provider):
         problems.append(
             InputError(

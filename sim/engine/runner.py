@@ -32,8 +32,8 @@ from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.templates import Prompts
 from sim.policy import Approver, Policy, configured_policies, nobody
+from sim.policy.forecast import plan_tick
 from sim.policy.gate import TickPolicy
-from sim.policy.plan import plan_tick
 from sim.storage import Storage, dump_json
 from sim.ticklog.reader import check_log_slot
 from sim.ticklog.records import EmbeddingRecord, PolicyRecord

@@ -45,7 +45,7 @@ BatchTransportFactory = Callable[[str, BatchOptions], BatchTransport]
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class EndpointStack:
     """One endpoint's stack as ``endpoint_stack`` built it.
 
     Attributes:
@@ -231,7 +231,7 @@ def endpoint_stack(
     seed: int,
     budget: Budget,
     provider: Adapter | None = None,
-) -> Route:
+) -> EndpointStack:
     """One endpoint's adapter, backpressure, budget and rate limits."""
     llm = config.llm
     # Batch API calls are lines of one upload, not requests in flight: an endpoint's
@@ -279,7 +279,7 @@ def endpoint_stack(
         )
     bottom = pool.servers[0].provider if pool is not None else provider_adapter
     held = pool if pool is not None else provider_adapter
-    return Route(
+    return EndpointStack(
         inner,
         pool,
         endpoint,
@@ -312,7 +312,7 @@ def build_stack(
     """
     table = routing(config)
     shared = budget or make_budget(config)
-    routes: dict[str, Route] = {}
+    routes: dict[str, EndpointStack] = {}
     for spec in table.used():  # all built now: a missing key stops the run before a call
         injected = provider if spec.name == table.default else None
         routes[spec.name] = endpoint_stack(config, spec, seed, shared, injected)

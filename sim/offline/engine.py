@@ -17,7 +17,7 @@ from typing import Any
 from sim import sections
 from sim.offline import templates as T
 from sim.offline.interview import answer
-from sim.offline.plan import plan
+from sim.offline.planning import plan
 from sim.offline.reflect import reflect
 from sim.offline.resolution import resolve
 from sim.offline.skills import intention

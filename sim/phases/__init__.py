@@ -3,6 +3,16 @@
 ``resolve_phases`` turns the configured names into runnable ``PhaseSpec``s: built-ins by
 name, ``[phases.<name>]`` sections as ``DeclaredPhase``, anything else from the ``sim.phases``
 entry-point group. An order the engine cannot run is a named error (``check_order``).
+
+Owns: the built-in phases (one module each), declared and entry-point phases, the tick
+context phases build inputs from, prompt templates, references.
+
+May import: ``sim.config``, ``sim.errors``, ``sim.llm``, ``sim.mind``, ``sim.offline``,
+``sim.plugins``, ``sim.providers`` (a kind's profile), ``sim.sections``, ``sim.ticklog``,
+``sim.world``.
+
+Next: a built-in phase is a module here, named in ``sim.config.BUILTIN_PHASES`` and in this
+module's registry; a phase from a package goes in the ``sim.phases`` entry-point group.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from pydantic import BaseModel
 from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
+from sim.mind.strategy import memory_strategy
 from sim.phases import (
     apply,
     conversation,
@@ -139,8 +150,8 @@ def check_memory(config: Config, source: Path | None = None) -> None:
         memory = config.memory.for_phase(name)
         if name not in config.tick.phases or memory.embeddings != "provider":
             continue
-        if name != "reflection" and memory.mode != "retrieve":  # reflection always retrieves
-            continue
+        if name != "reflection" and not memory_strategy(memory.mode).uses_situation:
+            continue  # reflection always retrieves
         provider = config.call_settings(phase_section(name, declared)).provider
         kind = routing(config).endpoints[provider].kind
         embeddings = profile(kind).embeddings

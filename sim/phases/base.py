@@ -23,8 +23,10 @@ from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import StreamHub
 from sim.llm.types import Adapter, Usage
-from sim.mind.plan import plan_view
-from sim.mind.retrieve import candidates, recall_view, situation
+from sim.mind.dayplan import plan_view
+from sim.mind.retrieve import candidates, situation
+from sim.mind.strategy import Recall, memory_strategy
+from sim.mind.window import recent_lines
 from sim.phases.happenings import Happenings
 from sim.phases.templates import Prompts
 from sim.providers import profile
@@ -147,11 +149,14 @@ def memory_view(
     """A character's memory as the model sees it: the summary, the last ``recent`` cells
     (or, retrieving, the ``recalled`` ones under ``recall``), and the world's own memory
     fields."""
-    view: dict[str, Any] = {"summary": memory["summary"]}
-    if recalled is None:
-        view["recent"] = [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]]
-    else:
-        view["recall"] = recalled
+    shown = {"recent": recent_lines(memory, recent)} if recalled is None else {"recall": recalled}
+    return memory_shown(memory, shown)
+
+
+def memory_shown(memory: dict[str, Any], shown: dict[str, list[str]]) -> dict[str, Any]:
+    """A character's memory as the model sees it: the summary, what its memory strategy
+    recalled (``shown``), and the world's own memory fields."""
+    view: dict[str, Any] = {"summary": memory["summary"], **shown}
     _add(view, extras(memory, "character.memory"))
     return view
 
@@ -336,16 +341,16 @@ class TickContext:
     def memory_for(
         self, char: Entity, here: Sequence[str], happenings: Sequence[str], phase: str
     ) -> dict[str, Any]:
-        """A character's memory as phase ``phase``'s input shows it: ``[memory] k`` cells,
-        the last ones (``window``) or the best for its situation (``retrieve``)."""
+        """A character's memory as phase ``phase``'s input shows it: what its memory
+        strategy recalls (``[memory] mode``; the built-ins: ``[memory] k`` cells, the last
+        ones, ``window``, or the best for its situation, ``retrieve``)."""
         config = self.config.memory.for_phase(phase)
-        if config.mode == "window":
-            view = memory_view(char["memory"], config.k)
-        else:
+        strategy = memory_strategy(config.mode)
+        request = Recall(char["memory"], config)
+        if strategy.uses_situation:
             now = situation(self.world, char, here, happenings, self.tick)
-            vectors = self.vectors_for(phase)
-            recalled = recall_view(char["memory"], now, config, vectors)
-            view = memory_view(char["memory"], config.k, recalled)
+            request = Recall(char["memory"], config, now, self.vectors_for(phase))
+        view = memory_shown(char["memory"], strategy.recall(request))
         plan = plan_view(char["memory"], self.time)
         if plan is not None:  # the planning phase's plan for today: its item for now
             view["plan"] = plan
@@ -403,7 +408,7 @@ class TickContext:
         if phase in NOT_RETRIEVING:
             return
         memory = self.config.memory.for_phase(phase)
-        if phase != "reflection" and memory.mode != "retrieve":
+        if phase != "reflection" and not memory_strategy(memory.mode).uses_situation:
             return
         cache = self.vectors_for(phase)
         if cache is None:

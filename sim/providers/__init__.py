@@ -10,6 +10,15 @@ variable, structured-output forms, embeddings, capacity probe, SDK extra... The
 built-ins' are in ``sim.providers.profiles``; a package's adapter class declares its own
 as a ``profile`` class attribute. Code outside a provider's own module asks ``profile``,
 never a kind's name (``tests/unit/test_provider_names.py``).
+
+Owns: the adapters, one module per wire format, their profiles and registry, and the HTTP
+client (``http/``).
+
+May import: ``sim.llm``, and ``sim.lifeline`` (the guard a ``cli`` command runs under).
+
+Next: a built-in provider is a module here, named in the registry below; a provider from a
+package goes in the ``sim.providers`` entry-point group, its profile a ``profile`` class
+attribute of its adapter.
 """
 
 from __future__ import annotations

@@ -44,8 +44,15 @@ from sim import safefs
 from sim.errors import InputError
 from sim.interventions import parse_assignment
 from sim.interview import MAX_QUESTION, MAX_SCHEMA_BYTES, AnswerFormat, answer_format, schema_format
-from sim.runs.plan import MAX_RUNS, count_runs, parse_seeds, parse_setting, run_name, shown_count
-from sim.statefiles import MAX_TEXT
+from sim.runs.design import (
+    MAX_RUNS,
+    count_runs,
+    parse_seeds,
+    parse_setting,
+    run_name,
+    shown_count,
+)
+from sim.storage.statefiles import MAX_TEXT
 from sim.world import MAX_SEED
 
 #: the folder of the shared prefixes, beside the conditions' folders

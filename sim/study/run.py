@@ -47,6 +47,7 @@ from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
 from sim.interview import INTERVIEWS, Interview, read_interviews
 from sim.llm.types import Usage
+from sim.runs.design import SweepPlan
 from sim.runs.fork import (
     MAX_STUDY_RECORD_BYTES,
     RUN_FILE,
@@ -58,10 +59,9 @@ from sim.runs.fork import (
     read_record,
 )
 from sim.runs.ledger import Grant, Ledger, Spend
-from sim.runs.plan import Plan
 from sim.runs.process import (
     Executor,
-    Outcome,
+    RunOutcome,
     Status,
     SweepResult,
     last_line,
@@ -83,14 +83,14 @@ def _digest(data: bytes) -> str:
 
 
 @dataclass
-class Books:
+class StudyBooks:
     """What folders' logs and answers say was spent, each copied file or answer once."""
 
     seen: set[str]
     spend: Spend
 
     @classmethod
-    def empty(cls) -> Books:
+    def empty(cls) -> StudyBooks:
         return cls(set(), Spend())
 
     def add_folder(self, run_dir: Path, prices: Mapping[str, Any]) -> None:
@@ -129,7 +129,7 @@ def _usage(interview: Interview) -> Usage:
 
 
 def folder_spend(run_dir: Path, prices: Mapping[str, Any]) -> Spend:
-    books = Books.empty()
+    books = StudyBooks.empty()
     books.add_folder(run_dir, prices)
     return books.spend
 
@@ -336,14 +336,14 @@ def _queued(run_dir: Path) -> list[tuple[Any, ...]]:
     ]
 
 
-class Runner:
+class StudyRunner:
     """Runs the steps of one study's runs (shared by the threads of ``run_study``)."""
 
     def __init__(
         self,
         study: Study,
         out: Path,
-        plan: Plan,
+        plan: SweepPlan,
         ledger: Ledger,
         executor: Executor,
         waiting: int,
@@ -484,9 +484,9 @@ class Runner:
 # -- the whole study -------------------------------------------------------------------------
 
 
-def study_spend(study: Study, out: Path, plan: Plan) -> Spend:
+def study_spend(study: Study, out: Path, plan: SweepPlan) -> Spend:
     """What every folder of the study spent, each copied log or answer counted once."""
-    books = Books.empty()
+    books = StudyBooks.empty()
     for unit in study.units:
         prices = plan.config(unit.overrides).prices
         for rel in [f"{SHARED}/{unit.name}", *(f"{c}/{unit.name}" for c in study.spec.conditions)]:
@@ -502,7 +502,7 @@ def run_study(
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
     config_file: Path | None = None,
-    on_outcome: Callable[[Outcome], None] | None = None,
+    on_outcome: Callable[[RunOutcome], None] | None = None,
     executor: Executor = run_one,
     trust_study: bool = False,
 ) -> SweepResult:
@@ -517,7 +517,7 @@ def run_study(
             (``check_folder``), a run folder in it records another run, a factor
             combination is not a valid config.
     """
-    plan = Plan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
+    plan = SweepPlan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
     check_factors(study, user_layers(config_file, plan.cwd), trust_study)
     for unit in study.units:  # every combination checked as a config before anything
         try:
@@ -544,13 +544,13 @@ def run_study(
     start = current_tick(study.world)
     ledger = Ledger(budget_usd, budget_tokens, study_spend(study, out, plan), jobs)
     arms = study.arms
-    runner = Runner(study, out, plan, ledger, executor, len(arms))
-    outcomes: dict[str, Outcome] = {}
+    runner = StudyRunner(study, out, plan, ledger, executor, len(arms))
+    outcomes: dict[str, RunOutcome] = {}
     prefix_failed: dict[str, str] = {}
     report_lock = threading.Lock()
     fork_lock = threading.Lock()  # a fork holds its source's lock: one at a time
 
-    def report(outcome: Outcome, key: str) -> None:
+    def report(outcome: RunOutcome, key: str) -> None:
         with report_lock:
             outcomes[key] = outcome
         if on_outcome is not None:
@@ -568,7 +568,7 @@ def run_study(
 
     def run_arm(arm: Arm) -> None:
         target = start + study.spec.ticks
-        base = Outcome(arm.rel, arm.unit.seed, arm.unit.overrides, "not started", 0, target)
+        base = RunOutcome(arm.rel, arm.unit.seed, arm.unit.overrides, "not started", 0, target)
         try:
             if arm.unit.name in prefix_failed:
                 base.message = prefix_failed[arm.unit.name]
@@ -602,7 +602,7 @@ def run_study(
 
 
 __all__ = [
-    "Books",
+    "StudyBooks",
     "check_folder",
     "folder_spend",
     "make_arm",

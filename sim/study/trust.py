@@ -27,7 +27,7 @@ from typing import Any
 from sim.config import InvalidConfig, merge_tables
 from sim.config.trust import Rule, tightened, untrusted
 from sim.errors import InputError
-from sim.runs.plan import nested
+from sim.runs.design import nested
 from sim.study.design import Study
 
 logger = logging.getLogger(__name__)

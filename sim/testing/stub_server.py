@@ -69,10 +69,10 @@ from sim.testing.batch_routes import PREFIXES as BATCH_PREFIXES
 from sim.testing.batch_routes import BatchRoutes
 from sim.testing.stub_model import (
     ANSWER_FAULTS,
-    Answer,
     Ask,
     Json,
     Pair,
+    StubAnswer,
     answer,
     chat_body,
     chat_chunks,
@@ -720,7 +720,7 @@ class StubServer:
             raise _HTTPError(status, error_body(message, type_, code, param), headers)
         return fault if fault in ANSWER_FAULTS else None
 
-    def _answer(self, ask: Ask) -> Answer:
+    def _answer(self, ask: Ask) -> StubAnswer:
         """The stub model's answer (an instructions prefix seen before is cached), counted."""
         prefix = (ask.model, ask.instructions)
         cached = prefix in self._prefixes

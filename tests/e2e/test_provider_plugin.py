@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import install_distribution
 
 from sim.cli import main
 from sim.ticklog.format import log_path
@@ -61,15 +61,7 @@ class BadProfile(OfflineAdapter):
 
 
 def install(folder: Path, monkeypatch: pytest.MonkeyPatch, entries: str) -> None:
-    module = "simtest_provider"
-    folder.mkdir()
-    (folder / f"{module}.py").write_text(PLUGIN)
-    info = folder / f"{module}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[sim.providers]\n{entries}\n")
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, module, raising=False)
+    install_distribution(folder, monkeypatch, "simtest_provider", PLUGIN, "sim.providers", entries)
     from sim.providers import _registry
 
     _registry.cache_clear()

@@ -28,8 +28,8 @@ from conftest import copy_demo, hold_the_commit, tree
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.journal import JOURNAL
 from sim.storage import Storage
+from sim.storage.journal import JOURNAL
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import log_path, marker_rel
 from sim.ticklog.reader import read_log

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.runs.plan import MAX_RUNS, parse_seeds, parse_setting
+from sim.runs.design import MAX_RUNS, parse_seeds, parse_setting
 from sim.storage import dump_json
 from sim.study.design import read_study
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer

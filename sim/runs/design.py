@@ -45,7 +45,7 @@ class RunSpec:
 
 
 @dataclass
-class Plan:
+class SweepPlan:
     """A sweep: the world, where runs go, the runs and how many ticks each gets."""
 
     world: Path
@@ -197,7 +197,7 @@ def make_plan(
     settings: Sequence[Setting],
     ticks: int,
     config_file: Path | None = None,
-) -> Plan:
+) -> SweepPlan:
     """Every combination of seed and setting values, each checked as a config now.
 
     Raises:
@@ -237,14 +237,14 @@ def make_plan(
         for seed in seeds
         for overrides in combos
     ]
-    return Plan(world, out, runs, ticks, config_file, cwd)
+    return SweepPlan(world, out, runs, ticks, config_file, cwd)
 
 
 __all__ = [
     "MAX_RUNS",
-    "Plan",
     "RunSpec",
     "Setting",
+    "SweepPlan",
     "count_runs",
     "count_seeds",
     "make_plan",
