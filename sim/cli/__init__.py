@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "set": ("intervene", "set_"),
     "sweep": ("sweep", "sweep"),
     "study": ("study", "study"),
+    "serve": ("serve", "serve"),
     "stub-server": ("stub", "stub_server"),
 }
 
