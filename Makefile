@@ -41,8 +41,9 @@ demo: $(SIM_STAMP) ## Install sim alone in .venv; run 3 ticks of scratch copies 
 	$(BIN)/sim check --world $(MINDS_DIR)
 	$(BIN)/sim tick --world $(MINDS_DIR) --ticks 3
 
-docs: $(STAMP) ## Regenerate every sample of real output in README.md and docs/*.md
+docs: $(STAMP) ## Regenerate every sample of real output in README.md and docs/*.md, and the screenshots
 	$(BIN)/python -m tools.docsamples
+	$(BIN)/python -m tools.screenshots
 
 test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q --durations=15

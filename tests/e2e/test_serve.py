@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -454,3 +455,21 @@ def test_a_bad_world_exits_2_before_serving(tmp_path: Path):
     done = CliRunner().invoke(main, ["serve", "--world", str(broken)])
     assert done.exit_code == 2, done.output
     assert "world.json" in done.output
+
+
+def test_the_docs_example_drives_a_running_server(world: Path):
+    """docs/serve.md's Python example, pointed at a real ``sim serve``, runs a tick."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S)
+    assert code is not None
+    process, url = _serve(world)
+    try:
+        example = re.sub(r'url = "[^"]*"', f"url = {url!r}", code.group(1))
+        exec(compile(example, "docs/serve.md", "exec"), {})
+        deadline = time.monotonic() + 60
+        while orjson.loads((world / "world.json").read_bytes())["tick"] != 1:
+            assert time.monotonic() < deadline, "the example's tick did not commit"
+            time.sleep(0.1)
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)

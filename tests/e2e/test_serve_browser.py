@@ -106,7 +106,9 @@ def _open(browser: Browser, url: str) -> tuple[Page, list[str]]:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(str(error)))
-    page.on("dialog", lambda dialog: (problems.append(f"dialog {dialog.message}"), dialog.dismiss()))
+    page.on(
+        "dialog", lambda dialog: (problems.append(f"dialog {dialog.message}"), dialog.dismiss())
+    )
     page.goto(url)
     expect(page.locator("#world-name")).to_have_text("Saltglass Isle: The Lantern Tide")
     return page, problems
@@ -142,7 +144,9 @@ def test_run_pause_step_and_scrub(browser: Browser, hostile: Path, tmp_path: Pat
         page.click("#run")
         expect(page.locator("#pause")).to_be_enabled()
         page.click("#pause")
-        expect(page.locator("#status")).to_have_text(re.compile(r"idle \(ran \d+ of 200\)"), timeout=60_000)
+        expect(page.locator("#status")).to_have_text(
+            re.compile(r"idle \(ran \d+ of 200\)"), timeout=60_000
+        )
         shown = int(page.locator("#world-tick").inner_text().split()[1])
         assert 2 <= shown < 202
         world = orjson.loads((hostile / "world.json").read_bytes())
