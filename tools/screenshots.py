@@ -25,7 +25,6 @@ ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1400, "height": 1000}
 
 
 def _sim(*args: str) -> None:
@@ -60,7 +59,7 @@ def main() -> int:
             url = server.stdout.readline().strip()
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=chromium, args=ARGS)
-                page = browser.new_page(viewport=VIEWPORT)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(url)
                 page.wait_for_selector("#scenes .scene")
                 page.wait_for_selector("#charts svg")
