@@ -73,6 +73,7 @@ class Progress:
         self.ticks = ticks
         self.clock = clock
         self.started = clock()
+        self.committed_at = self.started  # when the last tick committed
         #: the world's tick running (``Runner.current_tick``), set by ``attach``
         self.runner: Runner | None = None
         self.k = 0  # ticks committed this run
@@ -101,7 +102,9 @@ class Progress:
         """The time left, from the ticks committed so far (``None`` before the first)."""
         if self.k == 0 or self.k >= self.ticks:
             return None
-        return _duration((self.clock() - self.started) / self.k * (self.ticks - self.k))
+        per_tick = (self.committed_at - self.started) / self.k
+        running = self.clock() - self.committed_at  # of the tick running now
+        return _duration(max(per_tick * (self.ticks - self.k) - running, 0.0))
 
     def _live(self) -> None:
         """The live bar (terminal only): the run's share done, the phase and its calls."""
@@ -112,7 +115,7 @@ class Progress:
         bar = "#" * filled + "-" * (self.BAR - filled)
         eta = self.eta()
         line = (
-            f"[{bar}] {self._tick} {self.phase}: {self.done} calls"
+            f"[{bar}] {self._tick} {self.phase}: {self.done} call{'' if self.done == 1 else 's'}"
             f"{f', {self.failed} failed' if self.failed else ''}"
             f"{f' · ETA {eta}' if eta else ''}"
         )
@@ -164,6 +167,7 @@ class Progress:
     def on_tick(self, result: TickResult) -> None:
         """A tick committed: its line (calls, tokens, time) and the ETA."""
         self.k += 1
+        self.committed_at = self.clock()
         self.phases_done = 0
         self.calls += result.calls
         self.failures += result.failures

@@ -62,7 +62,11 @@ def test_on_a_terminal_every_call_redraws_the_bar_with_tick_k_of_n_and_an_eta(
     progress.on_event(_event("llm_failed"))
     live = capsys.readouterr().err.split("\r")[-1]
     assert live.startswith("[#####-----") and "tick 8 (2 of 4)" in live
-    assert "1 calls, 1 failed · ETA 30s" in live
+    assert "1 call, 1 failed · ETA 30s" in live
+    now[0] = 14.0  # four seconds into the second tick: four fewer left
+    progress.on_event(_event())
+    assert "2 calls, 1 failed · ETA 26s" in capsys.readouterr().err
+    assert progress.eta() == "26s"
 
 
 def test_the_total_after_a_run_of_several_ticks(capsys: pytest.CaptureFixture[str]):
