@@ -312,7 +312,7 @@ def _chart(report: StudyReport) -> str:
                 f'<text x="{x(t):.1f}" y="{bottom + 16}" font-size="11" '
                 f'text-anchor="middle">{t}</text>'
             )
-    for i, (cond, es) in enumerate(report.conditions.items()):
+    for i, es in enumerate(report.conditions.values()):
         color = _COLORS[i % len(_COLORS)]
         band = [e for e in es if e.low is not None and e.high is not None]
         if len(band) > 1:
