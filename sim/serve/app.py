@@ -101,6 +101,7 @@ class Settings:
 SETTINGS = web.AppKey("settings", Settings)
 DRIVER = web.AppKey("driver", Driver)
 CACHE = web.AppKey("cache", views.WorldCache)
+LOGS = web.AppKey("logs", views.LogViews)
 
 
 class Hub:
@@ -339,17 +340,15 @@ async def get_tick(request: web.Request) -> web.StreamResponse:
     raw = request.match_info["n"]
     if not raw.isdigit() or len(raw) > 9:
         return _problem(400, f"tick: expected a tick number (got {raw!r})")
-    world_dir = request.app[SETTINGS].world_dir
     try:
-        view = await asyncio.to_thread(views.tick_view, world_dir, int(raw))
+        view = await asyncio.to_thread(request.app[LOGS].tick, int(raw))
     except InputError as exc:
         return _problem(404, _error_text(exc))
     return web.json_response(view, dumps=_dumps)
 
 
 async def get_history(request: web.Request) -> web.StreamResponse:
-    world_dir = request.app[SETTINGS].world_dir
-    return web.json_response(await asyncio.to_thread(views.history_view, world_dir), dumps=_dumps)
+    return web.json_response(await asyncio.to_thread(request.app[LOGS].history), dumps=_dumps)
 
 
 async def get_run(request: web.Request) -> web.StreamResponse:
@@ -522,6 +521,7 @@ def make_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[HUB] = Hub()
     app[CACHE] = views.WorldCache(settings.world_dir)
+    app[LOGS] = views.LogViews(settings.world_dir)
     app[DRIVER] = Driver(settings.world_dir, settings.config, app[HUB].publish)
     app.cleanup_ctx.append(_watch)
     app.on_shutdown.append(_close_listeners)

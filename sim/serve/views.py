@@ -39,10 +39,13 @@ def world_tick(world_dir: Path) -> int | None:
 
 
 def _stamp(world_dir: Path) -> tuple[int, ...]:
-    """Changes when a tick commits or ``sim set`` rewrites an entity (each is a rename into
-    its folder, which changes the folder's mtime)."""
+    """Changes when a tick commits (it rewrites ``world.json``), when ``sim set`` or
+    ``sim inject`` records an intervention (each rewrites ``.sim/interventions.json``; a
+    set rewrites its entity in place) and when an entity file is added or removed (its
+    folder's mtime). An entity file edited by hand while serving shows after the next of
+    these."""
     out: list[int] = []
-    for rel in ("world.json", "characters", "locations"):
+    for rel in ("world.json", ".sim/interventions.json", "characters", "locations"):
         try:
             stat = os.stat(world_dir / rel)
             out.extend((stat.st_mtime_ns, stat.st_ino, stat.st_size))
@@ -65,6 +68,52 @@ class WorldCache:
             self._world = Storage(self.world_dir).load()
             self._stamp = stamp
         return self._world
+
+
+def _file_stamp(path: Path) -> tuple[int, ...]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (-1,)
+    return (stat.st_mtime_ns, stat.st_ino, stat.st_size)
+
+
+#: logged ticks' views kept (each is a few hundred kB for a thousand characters)
+KEPT_TICKS = 32
+
+
+class LogViews:
+    """``tick_view`` and ``history_view``, computed again only when what they read changed:
+    the tick's log file (a resume or a compaction rewrites it) and the world's files
+    (names come from the world as it is now)."""
+
+    def __init__(self, world_dir: Path) -> None:
+        self.world_dir = world_dir
+        self._ticks: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._history: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+
+    def tick(self, number: int) -> dict[str, Any]:
+        paths = dict(list_logs(self.world_dir))
+        if number not in paths:
+            raise InputError(None, "tick", f"no logged tick {number}")
+        key = (_file_stamp(paths[number]), _stamp(self.world_dir))
+        kept = self._ticks.get(number)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        view = tick_view(self.world_dir, number)
+        if len(self._ticks) >= KEPT_TICKS:
+            self._ticks.pop(next(iter(self._ticks)))
+        self._ticks[number] = (key, view)
+        return view
+
+    def history(self) -> dict[str, Any]:
+        logs = list_logs(self.world_dir)
+        key = (tuple((n, _file_stamp(p)) for n, p in logs), _stamp(self.world_dir))
+        if self._history is not None and self._history[0] == key:
+            return self._history[1]
+        view = history_view(self.world_dir)
+        self._history = (key, view)
+        return view
 
 
 def _name(entity: dict[str, Any], fallback: str) -> str:

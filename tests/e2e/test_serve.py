@@ -473,3 +473,21 @@ def test_the_docs_example_drives_a_running_server(world: Path):
     finally:
         process.terminate()
         process.communicate(timeout=60)
+
+
+async def test_a_ticks_view_is_kept_until_what_it_reads_changes(client: TestClient[Any, Any]):
+    """``/api/ticks/N`` is computed once, and again when the world's files change (the
+    names it shows are the world's as they are now)."""
+    await _post(client, "/api/step", {})
+    await _until_idle(client)
+
+    async def names() -> set[str]:
+        view = await (await client.get("/api/ticks/1", headers=BEARER)).json()
+        return {row["name"] for scene in view["scenes"] for row in scene["characters"]}
+
+    assert "Ada Strand" in await names()
+    assert await names() == await names()
+    renamed = await _post(client, "/api/set", {"assignment": 'ada.identity.name="Ada Renamed"'})
+    assert renamed.status == 200, await renamed.text()
+    shown = await names()
+    assert "Ada Renamed" in shown and "Ada Strand" not in shown
