@@ -7,8 +7,11 @@ its own process, and measures over HTTP on 127.0.0.1 (a fresh connection per req
 a browser opening the page): the page and its two files, ``/api/world`` and
 ``/api/ticks/N``, the first time (the server's cold caches) and the median of 5 after;
 then the time from a ``sim tick`` commit (``world.json``'s mtime) to the ``world`` event
-on ``/api/events``; and, with Playwright and chromium, the time until the page in the
-browser shows the latest tick's scenes. Prints one JSON object.
+on ``/api/events``; with Playwright and chromium, the time until the page in the browser
+shows the latest tick's scenes; and what serving costs a tick: on two copies of the
+world, in turn, a tick by ``sim tick --json`` and one run from the API (``POST
+/api/step``, an event listener connected), each tick's own wall time as the runner
+measured it (``elapsed``). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -90,6 +93,65 @@ def _event_latency(base: str, token: str, world: Path) -> float:
     return arrived[0] - (world / "world.json").stat().st_mtime
 
 
+def _serve(world: Path, cwd: str) -> tuple[subprocess.Popen[str], str]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sim", "serve", "--world", str(world)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=cwd,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+def _tick_cost(world: Path, tmp: str, rounds: int) -> dict[str, Any]:
+    """A tick's own wall time by ``sim tick`` and run from the API, ``rounds`` of each,
+    alternating, on two copies of ``world`` (the same ticks)."""
+    plain, served = Path(tmp) / "plain", Path(tmp) / "served"
+    shutil.copytree(world, plain, symlinks=True)
+    shutil.copytree(world, served, symlinks=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server, url = _serve(served, tmp)
+    base, _, token = url.partition("/?token=")
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    by_cli: list[float] = []
+    by_api: list[float] = []
+    try:
+        events = urllib.request.urlopen(
+            urllib.request.Request(base + "/api/events", headers=headers), timeout=600
+        )
+        for _ in range(rounds):
+            done = subprocess.run(
+                [sys.executable, "-m", "sim", "tick", "--world", str(plain), "--json"],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp,
+            )
+            by_cli.append(json.loads(done.stdout.splitlines()[-1])["elapsed"])
+            step = urllib.request.Request(
+                base + "/api/step", data=b"{}", headers=headers, method="POST"
+            )
+            urllib.request.urlopen(step, timeout=60).read()
+            kind = ""
+            for raw in events:
+                line = raw.decode()
+                if line.startswith("event: "):
+                    kind = line[7:].strip()
+                elif line.startswith("data: ") and kind == "tick":
+                    by_api.append(json.loads(line[6:])["elapsed"])
+                    break
+        events.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+    cli, api = statistics.median(by_cli), statistics.median(by_api)
+    return {"sim_tick_s": by_cli, "api_s": by_api, "ratio": api / cli}
+
+
 def _browser(url: str, ticks: int) -> float | None:
     """Seconds until chromium shows the latest tick's scenes (``None``: no browser)."""
     chromium = shutil.which("chromium")
@@ -120,22 +182,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--characters", type=int, default=1000)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="ticks timed each way")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sim-bench-serve-") as tmp:
         world = Path(tmp) / "world"
         built = build(world, args.characters, args.ticks)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        server = subprocess.Popen(
-            [sys.executable, "-m", "sim", "serve", "--world", str(world)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            cwd=tmp,
-        )
+        server, url = _serve(world, tmp)
         try:
-            assert server.stdout is not None
-            url = server.stdout.readline().strip()
             base, _, token = url.partition("/?token=")
             headers = {"Authorization": f"Bearer {token}"}
             cold = _open_page(base, headers, args.ticks)
@@ -147,6 +200,7 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=60)
+        cost = _tick_cost(world, tmp, args.rounds)
     result: dict[str, Any] = {
         **built,
         "cold": cold,
@@ -155,6 +209,7 @@ def main() -> None:
         "tick_bytes": tick_bytes,
         "browser_s": browser,
         "event_latency_s": event,
+        "tick_cost": cost,
     }
     print(json.dumps(result, indent=1))
 
