@@ -147,6 +147,7 @@ class Driver:
     async def _ticks(self, ticks: int) -> None:
         from sim.engine.runner import Runner, TickResult, build_run_stack
         from sim.llm.events import LLMEvent
+        from sim.llm.streaming import StreamDelta
         from sim.phases.base import PhaseReport
         from sim.storage import Storage
 
@@ -189,8 +190,29 @@ class Driver:
                 },
             )
 
+        def on_delta(delta: StreamDelta) -> None:
+            """Streamed narrative text (``[llm] stream``), as the model writes it: the page
+            shows each place's scene being written."""
+            if delta.phase != "narrative" or delta.entity_key is None:
+                return
+            place = delta.entity_key.partition(":")[2]
+            self._send(
+                "text",
+                {
+                    "tick": runner.current_tick,
+                    "place": place,
+                    "text": delta.text,
+                    "restart": delta.restart,
+                },
+            )
+
         runner = Runner(
-            self.world_dir, self.config, events=on_event, on_phase=on_phase, on_tick=on_tick
+            self.world_dir,
+            self.config,
+            events=on_event,
+            on_phase=on_phase,
+            on_tick=on_tick,
+            on_delta=on_delta,
         )
         world = Storage(self.world_dir, self.config.limits.max_entity_bytes).load()
         runner.stack = build_run_stack(self.config, world)  # one per run: [budget] spans it

@@ -237,3 +237,32 @@ def test_a_big_world_is_aggregated_not_one_node_per_character(browser: Browser, 
         expect(page.locator("#people-page")).to_have_text("201–400 of 5000")
     finally:
         served.stop()
+
+
+def test_scenes_show_as_they_are_written_with_a_streaming_provider(
+    browser: Browser, tmp_path: Path
+):
+    """With ``[llm] stream`` on a real HTTP provider (the loopback stub), each place's
+    narrative shows on the page while its tick runs, then the committed tick's scenes."""
+    from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+
+    world = copy_demo(tmp_path / "demo")
+    with ServerThread(StubServer(StubOptions(stream_chunk_delay=0.03))) as stub:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            f'[llm]\nprovider = "chat"\nbase_url = "{stub.base_url}"\nstream = true\n'
+        )
+        served = Served(world, "--config", str(config))
+        try:
+            page, problems = _open(browser, served.url)
+            page.click("#step")
+            writing = page.locator("#live-scenes")
+            expect(writing).to_be_visible(timeout=60_000)
+            expect(writing.locator("p.narrative").first).not_to_be_empty()
+            expect(writing).to_contain_text("being written")
+            expect(page.locator("#tick-label")).to_have_text("Tick 1 of 1–1", timeout=120_000)
+            expect(writing).to_be_hidden()
+            expect(page.locator("#scenes .scene").first).to_be_visible()
+            _no_script_ran(page, problems)
+        finally:
+            served.stop()

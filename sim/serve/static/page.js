@@ -382,6 +382,61 @@ async function loadCharts() {
   }
 }
 
+// -- scenes as they are written (a streaming provider: [llm] stream) ---------------------
+
+// The "narrative" string of a JSON answer that is still arriving: its characters so far.
+function partialNarrative(raw) {
+  const key = raw.indexOf('"narrative"');
+  if (key < 0) return "";
+  let at = key + 11;
+  while (at < raw.length && " \t\r\n:".includes(raw[at])) at++;
+  if (raw[at] !== '"') return "";
+  let out = "";
+  const escapes = { n: "\n", t: "\t", r: "\r", b: "\b", f: "\f", '"': '"', "\\": "\\", "/": "/" };
+  for (at++; at < raw.length; at++) {
+    const ch = raw[at];
+    if (ch === '"') break;
+    if (ch !== "\\") { out += ch; continue; }
+    if (at + 1 >= raw.length) break;
+    const code = raw[at + 1];
+    if (code === "u") {
+      if (at + 6 > raw.length) break;
+      const n = parseInt(raw.slice(at + 2, at + 6), 16);
+      if (!Number.isNaN(n)) out += String.fromCharCode(n);
+      at += 5;
+      continue;
+    }
+    out += escapes[code] ?? code;
+    at += 1;
+  }
+  return out;
+}
+
+const live = new Map(); // place -> raw answer text so far
+let liveDrawn = null;
+
+function onText(data) {
+  if (data.restart) live.set(data.place, "");
+  else live.set(data.place, (live.get(data.place) || "") + data.text);
+  if (!liveDrawn) liveDrawn = requestAnimationFrame(drawLive);
+}
+
+function drawLive() {
+  liveDrawn = null;
+  const box = $("live-scenes");
+  const names = new Map((state.world ? state.world.locations : []).map((l) => [l.id, l.name]));
+  box.replaceChildren(el("p", { class: "muted" }, "being written"));
+  for (const [place, raw] of live) {
+    box.append(el("h3", {}, names.get(place) || place), el("p", { class: "narrative" }, partialNarrative(raw)));
+  }
+  box.hidden = live.size === 0;
+}
+
+function clearLive() {
+  live.clear();
+  drawLive();
+}
+
 // -- the run: live from the server's events ---------------------------------------------
 
 function showRun(run) {
@@ -420,8 +475,10 @@ function listen() {
   for (const kind of ["run", "phase", "progress", "tick"]) {
     events.addEventListener(kind, (e) => showRun(JSON.parse(e.data)));
   }
+  events.addEventListener("text", (e) => onText(JSON.parse(e.data)));
+  events.addEventListener("tick", clearLive);
   events.addEventListener("world", refresh);
-  events.addEventListener("run", refresh);
+  events.addEventListener("run", (e) => { if (!JSON.parse(e.data).running) clearLive(); refresh(); });
 }
 
 // -- controls ----------------------------------------------------------------------------
