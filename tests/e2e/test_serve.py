@@ -491,3 +491,22 @@ async def test_a_ticks_view_is_kept_until_what_it_reads_changes(client: TestClie
     assert renamed.status == 200, await renamed.text()
     shown = await names()
     assert "Ada Renamed" in shown and "Ada Strand" not in shown
+
+
+async def test_a_world_locked_by_another_process_is_a_409_and_a_run_says_why(
+    client: TestClient[Any, Any], world: Path
+):
+    """While another process holds the world's lock (a ``sim tick`` running), a change
+    answers 409 naming it and a run stops at once, its status saying why; nothing is
+    written."""
+    from sim.storage import Storage
+
+    before = tree(world, logs=True)
+    with Storage(world).lock():
+        refused = await _post(client, "/api/inject", {"everywhere": True, "text": "x"})
+        assert refused.status == 409
+        assert "another sim process" in (await refused.json())["error"]
+        assert (await _post(client, "/api/run", {"ticks": 2})).status == 202
+        state = await _until_idle(client)
+    assert state["done"] == 0 and "another sim process" in state["error"]
+    assert tree(world, logs=True) == before
