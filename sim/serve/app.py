@@ -328,9 +328,15 @@ async def get_world(request: web.Request) -> web.StreamResponse:
 
 async def get_character(request: web.Request) -> web.StreamResponse:
     cid = request.match_info["id"]
-    cache = request.app[CACHE]
+    cache, logs = request.app[CACHE], request.app[LOGS]
+
+    def read() -> dict[str, Any]:
+        view = views.character_view(cache.get(), cid)
+        view["books"] = logs.character_books(cid)
+        return view
+
     try:
-        view = await asyncio.to_thread(lambda: views.character_view(cache.get(), cid))
+        view = await asyncio.to_thread(read)
     except InputError as exc:
         return _problem(404, _error_text(exc))
     return web.json_response(view, dumps=_dumps)

@@ -90,7 +90,9 @@ class LogViews:
     def __init__(self, world_dir: Path) -> None:
         self.world_dir = world_dir
         self._ticks: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-        self._history: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._history: (
+            tuple[tuple[Any, ...], tuple[dict[str, Any], dict[str, dict[str, Any]]]] | None
+        ) = None
 
     def tick(self, number: int) -> dict[str, Any]:
         paths = dict(list_logs(self.world_dir))
@@ -106,14 +108,22 @@ class LogViews:
         self._ticks[number] = (key, view)
         return view
 
-    def history(self) -> dict[str, Any]:
+    def _both(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         logs = list_logs(self.world_dir)
         key = (tuple((n, _file_stamp(p)) for n, p in logs), _stamp(self.world_dir))
         if self._history is not None and self._history[0] == key:
             return self._history[1]
-        view = history_view(self.world_dir)
-        self._history = (key, view)
-        return view
+        both = history_view(self.world_dir)
+        self._history = (key, both)
+        return both
+
+    def history(self) -> dict[str, Any]:
+        return self._both()[0]
+
+    def character_books(self, cid: str) -> dict[str, Any] | None:
+        """The calls, failures, tokens and cost of a character's own chains (intentions,
+        memory, declared per-character phases) over the logged ticks."""
+        return self._both()[1].get(cid)
 
 
 def _name(entity: dict[str, Any], fallback: str) -> str:
@@ -236,11 +246,13 @@ def tick_view(world_dir: Path, number: int) -> dict[str, Any]:
     }
 
 
-def history_view(world_dir: Path) -> dict[str, Any]:
+def history_view(world_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """``GET /api/history``: per logged tick its calls, tokens, cost and wall time, and the
-    charts of the characters' own state fields over the ticks."""
+    charts of the characters' own state fields over the ticks; and, per character, the
+    calls, failures, tokens and cost of its own chains over the logged ticks (for the
+    inspector: ``character_books``)."""
     data = collect(world_dir)
-    return {
+    view = {
         "ticks": [
             {key: t[key] for key in ("t", "committed", "calls", "failures", "tokens", "cost")}
             for t in data["ticks"]
@@ -248,3 +260,8 @@ def history_view(world_dir: Path) -> dict[str, Any]:
         "fields": data["fields"],
         "problems": data["problems"],
     }
+    books = {
+        str(c["id"]): {key: c[key] for key in ("calls", "failures", "tokens", "cost")}
+        for c in data["chars"]
+    }
+    return view, books

@@ -205,6 +205,8 @@ async def test_character_inspector_and_history(client: TestClient[Any, Any]):
     ada = await (await client.get("/api/characters/ada", headers=BEARER)).json()
     assert ada["name"] == "Ada Strand" and ada["entity"]["identity"]["goals"]
     assert "memory" in ada["entity"] and "state" in ada["entity"]
+    # the calls of her own chains (her intention, at least) over the logged ticks
+    assert ada["books"]["calls"] >= 1 and ada["books"]["tokens"] > 0
     missing = await client.get("/api/characters/nobody", headers=BEARER)
     assert missing.status == 404 and "nobody" in (await missing.json())["error"]
     history = await (await client.get("/api/history", headers=BEARER)).json()

@@ -164,6 +164,7 @@ def test_run_pause_step_and_scrub(browser: Browser, hostile: Path, tmp_path: Pat
         page.locator("#people button", has_text=IMG).click()
         expect(page.locator("#inspector h3")).to_have_text(IMG)
         expect(page.locator("#inspector dd", has_text="quay").first).to_be_visible()
+        expect(page.locator("#inspector dd", has_text="calls for them")).to_be_visible()
         page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
         assert (tmp_path / "page.png").stat().st_size > 20_000
         _no_script_ran(page, problems)

@@ -288,6 +288,11 @@ async function inspect(id) {
     const rows = el("dl");
     const add = (term, node) => rows.append(el("dt", {}, term), el("dd", {}, node));
     add("id", data.id);
+    const books = data.books;
+    if (books) {
+      const cost = books.cost === null ? "cost unknown" : `$${books.cost.toFixed(4)}`;
+      add("calls", `${books.calls} calls for them (${books.failures} failed), ${books.tokens.toLocaleString()} tokens, ${cost} over the logged ticks`);
+    }
     for (const key of ["description", "personality"]) if (identity[key]) add(key, value(identity[key]));
     if (Array.isArray(identity.goals) && identity.goals.length) {
       add("goals", el("ul", {}, ...identity.goals.map((g) => el("li", {}, value(g)))));
