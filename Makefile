@@ -46,8 +46,9 @@ demo: $(SIM_STAMP) ## Install sim alone in .venv; run 3 ticks of scratch copies 
 	@echo "  cp -r worlds/demo world && sim tick --world world"
 	@echo "  sim log --world world --tick 1     # then see README.md, 'Using it'"
 
-docs: $(STAMP) ## Regenerate every sample of real output in README.md and docs/*.md
+docs: $(STAMP) ## Regenerate every sample of real output in README.md and docs/*.md, and the screenshots
 	$(BIN)/python -m tools.docsamples
+	$(BIN)/python -m tools.screenshots
 
 test: $(STAMP) ## Run the whole test suite
 	$(BIN)/python -m pytest -q --durations=15

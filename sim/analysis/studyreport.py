@@ -252,36 +252,67 @@ _COLORS = ("#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989")
 
 
 def _chart(report: StudyReport) -> str:
-    """An inline SVG of each condition's mean over ticks, its interval as a band."""
+    """An inline SVG of each condition's mean over ticks, its interval as a band: both
+    axes with values and titles (the measure, ``tick``), the legend in rows under the
+    plot, each entry as wide as its name (none is cut off)."""
+    esc = html.escape
     points = [e for es in report.conditions.values() for e in es]
     ticks = sorted({e.tick for e in points})
     values = [v for e in points for v in (e.mean, e.low, e.high) if v is not None]
     lo, hi = min(values), max(values)
     if hi - lo < 1e-9:
         lo, hi = lo - 0.5, hi + 0.5
-    w, h, pad = 640, 280, 40
+    # the legend: entries laid out in rows, each as wide as its name
+    w, left, right, top, plot_h = 640, 64, 16, 16, 220
+    rows: list[list[tuple[str, str, float]]] = [[]]
+    at = left
+    room = (w - left - right - 22) // 7  # characters a legend row holds
+    for i, full in enumerate(report.conditions):
+        cond = full if len(full) <= room else full[: room - 1] + "…"
+        width = 22 + 7 * len(cond)
+        if rows[-1] and at + width > w - right:
+            rows.append([])
+            at = left
+        rows[-1].append((cond, _COLORS[i % len(_COLORS)], at))
+        at += width + 14
+    bottom = top + plot_h  # the x axis
+    h = bottom + 44 + 18 * len(rows)
     t0, t1 = ticks[0], ticks[-1] if ticks[-1] > ticks[0] else ticks[0] + 1
 
-    def x(t: int) -> float:
-        return pad + (t - t0) / (t1 - t0) * (w - 2 * pad)
+    def x(t: float) -> float:
+        return left + (t - t0) / (t1 - t0) * (w - left - right)
 
     def y(v: float) -> float:
-        return h - pad - (v - lo) / (hi - lo) * (h - 2 * pad)
+        return bottom - (v - lo) / (hi - lo) * plot_h
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" '
-        f'height="{h}" role="img" aria-label="mean per condition over ticks">',
-        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#888"/>',
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#888"/>',
-        f'<text x="4" y="{y(hi) + 4:.1f}" font-size="11">{hi:.2f}</text>',
-        f'<text x="4" y="{y(lo) + 4:.1f}" font-size="11">{lo:.2f}</text>',
+        f'height="{h}" role="img" aria-label="mean per condition over ticks" '
+        'font-family="system-ui,sans-serif">',
     ]
-    for t in ticks:
+    for k in range(5):  # the y axis: five values, with grid lines
+        v = lo + (hi - lo) * k / 4
         parts.append(
-            f'<text x="{x(t):.1f}" y="{h - pad + 16}" font-size="11" '
-            f'text-anchor="middle">{t}</text>'
+            f'<line x1="{left}" y1="{y(v):.1f}" x2="{w - right}" y2="{y(v):.1f}" stroke="#eee"/>'
+            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="11" text-anchor="end">'
+            f"{v:.3g}</text>"
         )
-    for i, (cond, es) in enumerate(report.conditions.items()):
+    parts.append(
+        f'<line x1="{left}" y1="{bottom}" x2="{w - right}" y2="{bottom}" stroke="#888"/>'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#888"/>'
+        f'<text x="14" y="{top + plot_h / 2:.1f}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">{esc(report.measure)}</text>'
+        f'<text x="{(left + w - right) / 2:.1f}" y="{bottom + 34}" font-size="12" '
+        'text-anchor="middle">tick</text>'
+    )
+    step = max(1, -(-len(ticks) // 16))
+    for i, t in enumerate(ticks):
+        if i % step == 0 or i == len(ticks) - 1:
+            parts.append(
+                f'<text x="{x(t):.1f}" y="{bottom + 16}" font-size="11" '
+                f'text-anchor="middle">{t}</text>'
+            )
+    for i, es in enumerate(report.conditions.values()):
         color = _COLORS[i % len(_COLORS)]
         band = [e for e in es if e.low is not None and e.high is not None]
         if len(band) > 1:
@@ -294,10 +325,13 @@ def _chart(report: StudyReport) -> str:
             parts.append(
                 f'<circle cx="{x(e.tick):.1f}" cy="{y(e.mean):.1f}" r="3" fill="{color}"/>'
             )
-        parts.append(
-            f'<text x="{w - pad + 4}" y="{pad + 14 * i}" font-size="11" fill="{color}">'
-            f"{html.escape(cond)}</text>"
-        )
+    for r, row in enumerate(rows):
+        ly = bottom + 52 + 18 * r
+        for cond, color, lx in row:
+            parts.append(
+                f'<rect x="{lx}" y="{ly - 9}" width="12" height="12" fill="{color}"/>'
+                f'<text x="{lx + 17}" y="{ly + 1}" font-size="12">{esc(cond)}</text>'
+            )
     parts.append("</svg>")
     return "".join(parts)
 

@@ -16,7 +16,7 @@ Owns: the command line: parsing, calling the library, printing, exit codes.
 May import: every package below it, inside the command that needs it: ``sim.analysis``,
 ``sim.config``, ``sim.engine``, ``sim.errors``, ``sim.interventions``, ``sim.interview``,
 ``sim.lifeline``, ``sim.llm``, ``sim.mind``, ``sim.network``, ``sim.phases``,
-``sim.policy``, ``sim.providers`` (a kind's profile), ``sim.runs``, ``sim.storage``,
+``sim.policy``, ``sim.providers`` (a kind's profile), ``sim.runs``, ``sim.serve``, ``sim.storage``,
 ``sim.study``, ``sim.testing``, ``sim.ticklog``, ``sim.world``, ``sim.worldgen``. Only
 ``sim.__main__`` imports it.
 
@@ -55,6 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "set": ("intervene", "set_"),
     "sweep": ("sweep", "sweep"),
     "study": ("study", "study"),
+    "serve": ("serve", "serve"),
     "stub-server": ("stub", "stub_server"),
 }
 

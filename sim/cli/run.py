@@ -7,7 +7,8 @@ import os
 import signal
 import sys
 import textwrap
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -27,7 +28,7 @@ from sim.cli.jsonout import (
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.config import Config
     from sim.engine.probe import ProbeResult
-    from sim.engine.runner import TickResult
+    from sim.engine.runner import Runner, TickResult
     from sim.errors import InputError
     from sim.llm.batching import BatchProgress
     from sim.llm.events import LLMEvent
@@ -37,14 +38,91 @@ if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --
     from sim.policy import Approval
 
 
-class Progress:
-    """One line per phase on stderr: calls done, failures; redrawn in place on a terminal."""
+def _duration(seconds: float) -> str:
+    """``4.2s``, ``42s``, ``3m05s``, ``1h02m``: an ETA or a run's length."""
+    if seconds < 9.95:
+        return f"{max(seconds, 0.0):.1f}s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
+
+class Progress:
+    """``sim tick``'s progress on stderr: tick k of N, the phase running and its calls as
+    each completes, an ETA, and the run's total at the end.
+
+    On a terminal the line being run is a live bar redrawn in place, and each phase's end
+    leaves a line; otherwise each phase's end and each tick's commit is a plain line that
+    names its tick (nothing is redrawn, so logs stay readable).
+
+    Args:
+        ticks: the ticks the run was asked for.
+        tty: whether stderr is a terminal (default: ask it).
+        clock: seconds, monotonic (tests pass their own).
+    """
+
+    BAR = 20
+
+    def __init__(
+        self,
+        ticks: int = 1,
+        tty: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.ticks = ticks
+        self.clock = clock
+        self.started = clock()
+        self.committed_at = self.started  # when the last tick committed
+        #: the world's tick running (``Runner.current_tick``), set by ``attach``
+        self.runner: Runner | None = None
+        self.k = 0  # ticks committed this run
+        self.phase = ""
+        self.phases_done = 0
+        self.phases_total = 0
         self.done = 0
         self.failed = 0
+        self.calls = 0
+        self.failures = 0
+        self.tokens = 0
+        self.first_tick: int | None = None
+        self.last_tick: int | None = None
         self._batch: dict[str, tuple[str, int, int]] = {}
+
+    def attach(self, runner: Runner) -> None:
+        self.runner = runner
+
+    @property
+    def _tick(self) -> str:
+        tick = self.runner.current_tick if self.runner is not None else None
+        number = f"tick {tick}" if tick is not None else "tick"
+        return f"{number} ({self.k + 1} of {self.ticks})" if self.ticks > 1 else number
+
+    def eta(self) -> str | None:
+        """The time left, from the ticks committed so far (``None`` before the first)."""
+        if self.k == 0 or self.k >= self.ticks:
+            return None
+        per_tick = (self.committed_at - self.started) / self.k
+        running = self.clock() - self.committed_at  # of the tick running now
+        return _duration(max(per_tick * (self.ticks - self.k) - running, 0.0))
+
+    def _live(self) -> None:
+        """The live bar (terminal only): the run's share done, the phase and its calls."""
+        share = float(self.k)
+        if self.phases_total:
+            share += self.phases_done / self.phases_total
+        filled = round(self.BAR * share / self.ticks)
+        bar = "#" * filled + "-" * (self.BAR - filled)
+        eta = self.eta()
+        line = (
+            f"[{bar}] {self._tick} {self.phase}: {self.done} call{'' if self.done == 1 else 's'}"
+            f"{f', {self.failed} failed' if self.failed else ''}"
+            f"{f' · ETA {eta}' if eta else ''}"
+        )
+        echo(line, err=True, nl=False, overwrite=True)
 
     def on_batch(self, progress: BatchProgress) -> None:
         """A Batch API batch was polled: one line when its status or counts change."""
@@ -69,20 +147,57 @@ class Progress:
         self.done += 1
         if event.kind == "llm_failed":
             self.failed += 1
-        if self.tty and self.done % 25 == 0:
-            line = f"  {event.phase:<11} {self.done} calls, {self.failed} failed"
-            echo(line, err=True, nl=False, overwrite=True)
+        if self.tty:
+            self._live()
 
     def on_phase(self, name: str, stage: str, report: PhaseReport | None) -> None:
         if stage == "start":
+            if self.runner is not None and self.runner.phases is not None:
+                self.phases_total = len(self.runner.phases)
+            self.phase = name
             self.done = self.failed = 0
+            if self.tty:
+                self._live()
             return
         assert report is not None
+        self.phases_done += 1
         if report.calls == 0 and name == "apply":
-            line = f"  {name:<11} {len(report.warnings)} rule violations ignored"
+            what = f"{len(report.warnings)} rule violations ignored"
         else:
-            line = f"  {name:<11} {report.calls}/{report.calls} calls, {report.failures} failed"
-        echo(line, err=True, overwrite=self.tty)
+            what = f"{report.calls}/{report.calls} calls, {report.failures} failed"
+        echo(f"  {self._tick} {name:<11} {what}", err=True, overwrite=self.tty)
+
+    def on_tick(self, result: TickResult) -> None:
+        """A tick committed: its line (calls, tokens, time) and the ETA."""
+        self.k += 1
+        self.committed_at = self.clock()
+        self.phases_done = 0
+        self.calls += result.calls
+        self.failures += result.failures
+        self.tokens += result.usage.total_tokens
+        self.first_tick = result.tick if self.first_tick is None else self.first_tick
+        self.last_tick = result.tick
+        of = f" ({self.k} of {self.ticks})" if self.ticks > 1 else ""
+        eta = self.eta()
+        echo(
+            f"tick {result.tick} committed{of}: {result.calls} calls, {result.failures} "
+            f"failed, {result.usage.total_tokens:,} tokens, {result.elapsed:.2f}s"
+            f"{f'; ETA {eta}' if eta else ''}",
+            err=True,
+            overwrite=self.tty,
+        )
+
+    def total(self) -> None:
+        """The run's total, after a run of more than one tick."""
+        if self.ticks < 2 or self.k == 0:
+            return
+        span = f"ticks {self.first_tick}–{self.last_tick}"
+        echo(
+            f"ran {self.k} of {self.ticks} ticks ({span}) in "
+            f"{_duration(self.clock() - self.started)}: {self.calls} calls, "
+            f"{self.failures} failed, {self.tokens:,} tokens",
+            err=True,
+        )
 
 
 def partial_string(text: str, field: str) -> str | None:
@@ -109,12 +224,41 @@ class StreamView:
     kept, and shown (caught up, then live) when the current place is finished.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, world_dir: Path | None = None) -> None:
+        self.world_dir = world_dir
+        self.names: dict[str, str] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """A new tick: nothing streamed yet."""
         self.raw: dict[str, list[str]] = {}
         self.shown: dict[str, int] = {}
         self.done: set[str] = set()
         self.order: list[str] = []
         self.current: str | None = None
+
+    def name(self, key: str) -> str:
+        """The place's name (its file's ``identity.name``), else its id."""
+        import orjson
+
+        from sim.world import ID_RE
+
+        lid = key.partition(":")[2] or key
+        if lid not in self.names:
+            self.names[lid] = lid
+            if self.world_dir is not None and ID_RE.match(lid):
+                path = self.world_dir / "locations" / f"{lid}.json"
+                # a missing or odd file: the id stands
+                with contextlib.suppress(OSError, ValueError, LookupError, TypeError):
+                    with open(path, "rb") as handle:
+                        data = orjson.loads(handle.read(1 << 20))
+                    self.names[lid] = str(data["identity"]["name"] or lid)
+        return self.names[lid]
+
+    @property
+    def streamed(self) -> set[str]:
+        """The places whose narrative was shown as it was written."""
+        return {key.partition(":")[2] or key for key in self.shown}
 
     def _visible(self, key: str) -> str:
         return partial_string("".join(self.raw.get(key, ())), "narrative") or ""
@@ -132,7 +276,7 @@ class StreamView:
             if key in self.shown:
                 continue
             self.current, self.shown[key] = key, 0
-            secho(f"\n[{key.partition(':')[2] or key}]", fg="cyan")
+            secho(f"\n[{self.name(key)}]", fg="cyan")
             self._show(key)
             if key not in self.done:
                 return
@@ -254,7 +398,9 @@ class TerminalApprover:
         return Approval(approved, "terminal", "" if approved else "answered no at the prompt")
 
 
-def print_tick(result: TickResult) -> None:
+def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozenset()) -> None:
+    """A committed tick on stdout: notes, each place's narrative (but those in
+    ``streamed``, shown as they were written), moves, fallbacks and the calls table."""
     secho(f"\n== tick {result.tick} ==", bold=True)
     for note in result.notes:
         echo(f"note: {note}")
@@ -263,7 +409,11 @@ def print_tick(result: TickResult) -> None:
             f"resumed: {result.resumed_calls} calls taken from the interrupted tick's "
             "log, not sent again"
         )
+    if streamed:
+        echo(f"narratives: {len(streamed)} places, shown above as they were written")
     for lid, text in result.narratives.items():
+        if lid in streamed:
+            continue
         secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
         echo(textwrap.fill(text, width=88))
     if result.moved:
@@ -391,26 +541,48 @@ def tick(
             batch=batch or None,
             settings=settings,
         )
-        progress = Progress()
-        view = StreamView() if stream else None
+        progress = Progress(ticks)
+        view = StreamView(world_dir) if stream and not as_json else None
+        told: list[bool] = []  # the note that nothing streamed, once
 
         def on_event(event: LLMEvent) -> None:
             progress.on_event(event)
             if view is not None:
                 view.on_event(event)
 
+        def on_tick(result: TickResult) -> None:
+            progress.on_tick(result)
+            if as_json:
+                emit(tick_document(result))
+                return
+            streamed = view.streamed if view is not None else set()
+            if view is not None:
+                if not streamed and result.narratives and not told:
+                    told.append(True)
+                    echo(
+                        f"note: --stream: the {config.llm.provider} provider streamed nothing; "
+                        "each place's narrative is shown when its tick ends",
+                        err=True,
+                    )
+                view.reset()
+            print_tick(result, streamed)
+
         runner = Runner(
             world_dir,
             config,
             events=on_event,
             on_phase=progress.on_phase,
-            on_tick=(lambda result: emit(tick_document(result))) if as_json else print_tick,
+            on_tick=on_tick,
             seed=seed,
-            on_delta=view.on_delta if view is not None and not as_json else None,
+            on_delta=view.on_delta if view is not None else None,
             approver=TerminalApprover(yes),
             on_batch=progress.on_batch,
         )
-        runner.run(ticks)
+        progress.attach(runner)
+        try:
+            runner.run(ticks)
+        finally:
+            progress.total()
 
 
 def _probe(config: Config, seed: int) -> ProbeResult:

@@ -115,3 +115,26 @@ def test_a_partial_run_drops_the_notes_of_runs_whose_figures_it_replaces() -> No
     assert days == ["d2", "d4"]
     assert "  Load." in kept and "" in kept and "\n".join(kept).count("\n\n\n") == 0
     assert _without_notes_for(head, {"2", "3", "6", "10"})[:2] == ["# Benchmark results", ""]
+
+
+def test_the_serve_benchmark_reports_its_figures(tmp_path: Path) -> None:
+    """bench/serve.py on a tiny world: every figure is there and positive."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.serve", "--characters", "20", "--ticks", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["ticks"] == 2 and result["tick_bytes"] > 0
+    assert all(v > 0 for v in result["cold"].values())
+    assert 0 < result["event_latency_s"] < 30

@@ -442,3 +442,37 @@ def test_the_page_stays_small_on_a_generated_history(tmp_path: Path):
     # and the page's own code (~35 KB)
     assert page < 36_000 + 120 * 4 * 30 + 120 * 120, page
     assert page * 4 < inline.stat().st_size and side > inline.stat().st_size * 0.8
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_the_page_opens_at_the_latest_tick_with_labelled_distinct_dots_and_axes(
+    five_ticks: Path, tmp_path: Path
+):
+    """What a new user saw was missing: the page opened at tick 1, the map's dots had no
+    names, two of the demo's characters shared a hue, and the chart had no y values."""
+    out = tmp_path / "r.html"
+    assert invoke("report", "--world", str(five_ticks), "--out", str(out)).exit_code == 0
+    dom = chromium(tmp_path, out.resolve().as_uri(), "--dump-dom")
+    label = re.search(r'id="tick-label"[^>]*>([^<]*)<', dom)
+    assert label and label.group(1) == "Tick 5 of 1–5"
+    # every character on the map has its name beside its dot, in its dot's colour
+    names = {html.unescape(n) for n in re.findall(r'class="dotlabel[^"]*"[^>]*>([^<]*)<', dom)}
+    assert names == {
+        "Ada Strand", "Bram Hollis", "Brother Elm", "Corin Penhallow", "Isolde Marr",
+        "Nessa Quill", "Orla Penhallow", "Pell Dunmore", "Tam Kerrow", "Wren",
+    }  # fmt: skip
+    colours = re.findall(r'<circle[^>]*fill="hsl\((\d+),65%,(\d+)%\)"[^>]*class="dot', dom)
+    assert len(colours) == 10
+    for i, (hue, light) in enumerate(colours):
+        for other, other_light in colours[i + 1 :]:
+            apart = abs(int(hue) - int(other)) % 360
+            apart = min(apart, 360 - apart)
+            # distinct hues, and two of one lightness far apart on the wheel
+            assert apart >= 30 and (light != other_light or apart >= 60), colours
+    # the chart: a title, five values up its y axis, the axes named
+    chart = dom[dom.index('id="chart"') :]
+    chart = chart[: chart.index("</svg>")]
+    assert ">Tokens per tick</text>" in chart
+    assert len(re.findall(r'class="ylab"[^>]*>[\d,]+<', chart)) == 5
+    assert ">tokens</text>" in chart and ">tick</text>" in chart

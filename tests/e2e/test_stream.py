@@ -68,9 +68,14 @@ def test_tick_stream_shows_each_narrative_then_the_summary(demo_world: Path) -> 
         if r["type"] == "call" and r["phase"] == "narrative"
     }
     assert narratives
+    names = Storage(world).load().locations
     for lid, text in narratives.items():
-        # shown whole, in one piece under its own heading, before the summary
-        assert f"[{lid}]\n{text}\n" in live
+        # shown whole, in one piece under its place's name, before the summary, and not
+        # again after it
+        name = names[lid]["identity"]["name"]
+        assert f"[{name}]\n{text}\n" in live
+        assert f"[{name}]" not in summary and text not in summary
+    assert f"narratives: {len(narratives)} places, shown above" in summary
     assert "phase        calls" in summary
 
 

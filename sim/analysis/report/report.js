@@ -36,12 +36,14 @@
   const fmtWall = (w) => (w === null || w === undefined ? "-" : Number(w).toFixed(2) + " s");
   const locName = (i) => (locs[i] ? locs[i].name : "?");
   const charName = (i) => (chars[i] ? chars[i].name : "?");
-  function hue(id) {
-    let h = 0;
-    for (let i = 0; i < id.length; i++) h = (h * 31 + id.charCodeAt(i)) >>> 0;
-    return h % 360;
-  }
-  const colour = (i) => "hsl(" + hue(chars[i].id) + ",62%,46%)";
+  // Each character its own colour: few characters get hues spread evenly around the
+  // wheel, in two lightnesses; many are spread by the golden angle (no two neighbours
+  // close). A hash of the id put two of the demo's ten characters on one hue.
+  const colour = (i) => {
+    const even = chars.length <= 24;
+    const hue = Math.round(even ? (i * 360) / chars.length : (i * 137.508) % 360);
+    return "hsl(" + hue + ",65%," + (i % 2 ? 34 : 44) + "%)";
+  };
 
   // -- derived: each character's location per tick, and after the last -------------------
   const at = ticks.map((t) => {
@@ -117,7 +119,7 @@
   }
   map.appendChild(defs);
   const R = 30;
-  const DOT = 9, PER_ROW = 6;
+  const DOT = 9, LABELS = 5; // characters named beside a place (the rest counted)
   function trimmed(a, b, r1, r2) {
     const x1 = px(a), y1 = py(a), x2 = px(b), y2 = py(b);
     const d = Math.hypot(x2 - x1, y2 - y1) || 1;
@@ -161,22 +163,28 @@
     locs.forEach((_, l) => { counts[l].textContent = here.has(l) ? String(here.get(l).length) : ""; });
     dotLayer.replaceChildren();
     moveLayer.replaceChildren();
+    // beside each place, a column of its characters: a dot and the name in its colour
     for (const [l, cs] of here) {
-      const shown = cs.slice(0, PER_ROW * 2);
+      const shown = cs.slice(0, LABELS);
+      const left = locs[l].x > 0.8; // a place near the right edge: its column to the left
+      const x = px(l) + (left ? -(R + 12) : R + 12);
       shown.forEach((c, k) => {
-        const row = Math.floor(k / PER_ROW), inRow = Math.min(PER_ROW, shown.length - row * PER_ROW);
-        const x = px(l) + (k % PER_ROW - (inRow - 1) / 2) * DOT * 2.3;
-        const y = py(l) - R - DOT - 4 - row * DOT * 2.3;
+        const y = py(l) - R + 4 + k * 24;
+        const pick = () => follow(c === followed ? -1 : c);
         const dot = svg("circle", {
-          cx: x, cy: y, r: c === followed ? DOT * 1.35 : DOT,
-          fill: colour(c), class: c === followed ? "dot followed" : "dot",
-          onclick: () => follow(c === followed ? -1 : c),
+          cx: x, cy: y, r: c === followed ? DOT * 1.2 : DOT * 0.8,
+          fill: colour(c), class: c === followed ? "dot followed" : "dot", onclick: pick,
         });
         dot.appendChild(svg("title", {}, charName(c) + " — " + locName(l)));
         dotLayer.appendChild(dot);
+        const name = charName(c);
+        dotLayer.appendChild(svg("text", {
+          x: x + (left ? -12 : 12), y: y + 5, fill: colour(c), onclick: pick,
+          class: c === followed ? "dotlabel followed" : "dotlabel", "text-anchor": left ? "end" : "start",
+        }, name.length > 22 ? name.slice(0, 21) + "…" : name));
       });
       if (cs.length > shown.length) {
-        dotLayer.appendChild(svg("text", { x: px(l) + PER_ROW * DOT * 1.3, y: py(l) - R - DOT * 4, class: "more" }, "+" + (cs.length - shown.length)));
+        dotLayer.appendChild(svg("text", { x: x + (left ? -12 : 12), y: py(l) - R + 10 + shown.length * 24, class: "more", "text-anchor": left ? "end" : "start" }, "+" + (cs.length - shown.length) + " more"));
       }
     }
     const seen = new Map();
@@ -303,7 +311,14 @@
   }
 
   // -- timeline, chart and tables ------------------------------------------------------------
-  const maxTokens = Math.max(1, ...ticks.map((t) => t.tokens || 0));
+  // an axis's top: the next round number (1, 2, 2.5 or 5 times a power of ten) at or above
+  function nice(v) {
+    if (!(v > 0)) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    return 10 * p;
+  }
+  const maxTokens = nice(Math.max(1, ...ticks.map((t) => t.tokens || 0)));
   const timeline = $("timeline");
   const cells = ticks.map((t, i) => {
     const iv = t.iv || [];
@@ -318,13 +333,23 @@
     return cell;
   });
   const chart = $("chart");
-  const CW = 1000, CH = 180, L = 60, B = 24, T = 12;
-  const bw = (CW - L - 10) / ticks.length;
+  // tokens per tick as bars (left axis), cost as a line (right axis): titled, both axes
+  // with values, the ticks along the bottom
+  const CW = 1000, CH = 230, L = 74, RM = 74, B = 42, T = 34;
+  const bw = (CW - L - RM) / ticks.length;
   const maxCost = Math.max(0, ...ticks.map((t) => t.cost || 0));
-  chart.appendChild(svg("line", { x1: L, y1: CH - B, x2: CW - 10, y2: CH - B, class: "axis" }));
-  chart.appendChild(svg("text", { x: L - 6, y: T + 8, class: "ylab" }, fmtInt(maxTokens)));
-  chart.appendChild(svg("text", { x: L - 6, y: CH - B, class: "ylab" }, "0"));
-  chart.appendChild(svg("text", { x: 4, y: T + 24, class: "legend" }, "tokens"));
+  const ty = (v) => CH - B - (CH - B - T) * v / maxTokens;
+  chart.appendChild(svg("text", { x: L, y: 16, class: "charttitle" }, maxCost > 0 ? "Tokens (bars) and cost (line) per tick" : "Tokens per tick"));
+  for (let k = 0; k <= 4; k++) {
+    const v = maxTokens * k / 4;
+    chart.appendChild(svg("line", { x1: L, y1: ty(v), x2: CW - RM, y2: ty(v), class: "grid" }));
+    chart.appendChild(svg("text", { x: L - 6, y: ty(v) + 4, class: "ylab" }, fmtInt(Math.round(v))));
+  }
+  chart.appendChild(svg("line", { x1: L, y1: CH - B, x2: CW - RM, y2: CH - B, class: "axis" }));
+  chart.appendChild(svg("line", { x1: L, y1: T, x2: L, y2: CH - B, class: "axis" }));
+  const mid = (T + CH - B) / 2;
+  chart.appendChild(svg("text", { x: 14, y: mid, class: "axistitle", transform: "rotate(-90 14 " + mid + ")" }, "tokens"));
+  chart.appendChild(svg("text", { x: (L + CW - RM) / 2, y: CH - 6, class: "axistitle" }, "tick"));
   const bars = ticks.map((t, i) => {
     const h = (CH - B - T) * (t.tokens || 0) / maxTokens;
     const r = svg("rect", { x: L + i * bw + bw * 0.12, y: CH - B - h, width: bw * 0.76, height: Math.max(h, 1), class: "tbar", onclick: () => go(i) });
@@ -336,13 +361,18 @@
       mark.appendChild(svg("title", {}, "before tick " + t.t + ": " + t.iv.map(ivText).join("; ")));
       chart.appendChild(mark);
     }
-    if (ticks.length <= 40 || i % Math.ceil(ticks.length / 40) === 0) chart.appendChild(svg("text", { x: L + (i + 0.5) * bw, y: CH - 6, class: "xlab" }, t.t));
+    if (ticks.length <= 40 || i % Math.ceil(ticks.length / 40) === 0) chart.appendChild(svg("text", { x: L + (i + 0.5) * bw, y: CH - B + 16, class: "xlab" }, t.t));
     return r;
   });
   if (maxCost > 0) {
-    const pts = ticks.map((t, i) => (L + (i + 0.5) * bw) + "," + (CH - B - (CH - B - T) * (t.cost || 0) / maxCost)).join(" ");
+    const cy = (v) => CH - B - (CH - B - T) * v / maxCost;
+    const pts = ticks.map((t, i) => (L + (i + 0.5) * bw) + "," + cy(t.cost || 0)).join(" ");
     chart.appendChild(svg("polyline", { points: pts, class: "costline" }));
-    chart.appendChild(svg("text", { x: CW - 12, y: T + 8, class: "ylab cost" }, "cost max " + fmtCost(maxCost)));
+    chart.appendChild(svg("line", { x1: CW - RM, y1: T, x2: CW - RM, y2: CH - B, class: "axis" }));
+    for (const v of [0, maxCost / 2, maxCost]) {
+      chart.appendChild(svg("text", { x: CW - RM + 6, y: cy(v) + 4, class: "ylab cost right" }, fmtCost(v)));
+    }
+    chart.appendChild(svg("text", { x: CW - 10, y: mid, class: "axistitle cost", transform: "rotate(90 " + (CW - 10) + " " + mid + ")" }, "cost (USD)"));
   }
   const tt = $("tick-table");
   tt.appendChild(el("thead", {}, el("tr", {}, ...["tick", "calls", "failed", "fallbacks", "tokens", "cost", "wall time"].map((h) => el("th", {}, h)))));
@@ -362,22 +392,34 @@
   if (D.fields && D.fields.length) {
     $("fields").hidden = false;
     const box = $("field-charts");
-    const FW = 1000, FH = 170, FL = 60, FR = 14, FT = 12, FB = 24;
+    const FW = 1000, FH = 190, FL = 74, FR = 14, FT = 12, FB = 40;
+    const FM = (FT + FH - FB) / 2;
     for (const f of D.fields) {
       const lo = Math.min(f.t[0], ticks[0].t - 1), hi = Math.max(f.t[f.t.length - 1], ticks[ticks.length - 1].t);
-      const x = (t) => FL + (FW - FL - FR) * (hi === lo ? 0.5 : (t - lo) / (hi - lo));
+      // half a tick of room at each end, so a bar at the first tick clears the y axis
+      const x = (t) => FL + (FW - FL - FR) * (t - lo + 0.5) / (hi - lo + 1);
       const chartBox = el("div", { class: "fieldchart" }, el("h3", {}, f.f));
       const g = svg("svg", { class: "fchart", viewBox: "0 0 " + FW + " " + FH, role: "img", "aria-label": f.f + " over ticks" });
       g.appendChild(svg("line", { x1: FL, y1: FH - FB, x2: FW - FR, y2: FH - FB, class: "axis" }));
+      g.appendChild(svg("line", { x1: FL, y1: FT, x2: FL, y2: FH - FB, class: "axis" }));
+      g.appendChild(svg("text", { x: (FL + FW - FR) / 2, y: FH - 6, class: "axistitle" }, "after tick"));
+      g.appendChild(svg("text", { x: 14, y: FM, class: "axistitle", transform: "rotate(-90 14 " + FM + ")" }, f.kind === "num" ? "value" : "characters"));
       const step = Math.max(1, Math.ceil((hi - lo + 1) / 40));
-      for (let t = lo; t <= hi; t++) if ((t - lo) % step === 0) g.appendChild(svg("text", { x: x(t), y: FH - 6, class: "xlab" }, t));
+      for (let t = lo; t <= hi; t++) if ((t - lo) % step === 0) g.appendChild(svg("text", { x: x(t), y: FH - FB + 16, class: "xlab" }, t));
+      // the y axis: five values with grid lines, from lo to hi of the chart's scale
+      const yaxis = (y, low, high, whole) => {
+        for (let k = 0; k <= 4; k++) {
+          const v = low + (high - low) * k / 4;
+          g.appendChild(svg("line", { x1: FL, y1: y(v), x2: FW - FR, y2: y(v), class: "grid" }));
+          g.appendChild(svg("text", { x: FL - 6, y: y(v) + 4, class: "ylab" }, whole ? String(Math.round(v)) : String(+v.toFixed(3))));
+        }
+      };
       if (f.kind === "num") {
         const vals = f.min.concat(f.max).filter((v) => v !== null);
         let ymin = Math.min(...vals), ymax = Math.max(...vals);
         if (ymin === ymax) { ymin -= 1; ymax += 1; }
         const y = (v) => FH - FB - (FH - FB - FT) * (v - ymin) / (ymax - ymin);
-        g.appendChild(svg("text", { x: FL - 6, y: FT + 8, class: "ylab" }, +ymax.toFixed(3)));
-        g.appendChild(svg("text", { x: FL - 6, y: FH - FB, class: "ylab" }, +ymin.toFixed(3)));
+        yaxis(y, ymin, ymax, false);
         const idx = f.t.map((_, k) => k).filter((k) => f.mean[k] !== null);
         const band = idx.map((k) => x(f.t[k]) + "," + y(f.max[k])).concat(idx.slice().reverse().map((k) => x(f.t[k]) + "," + y(f.min[k])));
         if (idx.length > 1) g.appendChild(svg("polygon", { points: band.join(" "), class: "band" }));
@@ -389,10 +431,10 @@
         }
         chartBox.appendChild(el("div", { class: "catlegend muted" }, "mean (line) and lowest–highest (shaded) over the characters"));
       } else {
-        const most = Math.max(1, ...f.counts.map((row) => row.reduce((a, b) => a + b, 0)));
+        // a whole number of characters at each of the five grid lines
+        const most = 4 * Math.ceil(Math.max(1, ...f.counts.map((row) => row.reduce((a, b) => a + b, 0))) / 4);
         const y = (v) => FH - FB - (FH - FB - FT) * v / most;
-        g.appendChild(svg("text", { x: FL - 6, y: FT + 8, class: "ylab" }, most));
-        g.appendChild(svg("text", { x: FL - 6, y: FH - FB, class: "ylab" }, "0"));
+        yaxis(y, 0, most, true);
         const w = Math.max(3, Math.min(40, (FW - FL - FR) / (hi - lo + 1) * 0.7));
         f.t.forEach((t, k) => {
           let base = 0;
@@ -523,5 +565,5 @@
     else if (e.key === "End") { go(ticks.length - 1); e.preventDefault(); }
   });
   window.addEventListener("hashchange", fromHash);
-  if (!fromHash()) go(0);
+  if (!fromHash()) go(ticks.length - 1); // the latest tick first
 })();

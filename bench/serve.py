@@ -1,0 +1,218 @@
+"""``sim serve`` on a 1,000-character world with 20 logged ticks (issue #38's figures).
+
+    python -m bench.serve [--characters 1000] [--ticks 20]
+
+Builds the world offline (``bench/history.py build``), starts ``sim serve --read-only`` as
+its own process, and measures over HTTP on 127.0.0.1 (a fresh connection per request, as
+a browser opening the page): the page and its two files, ``/api/world`` and
+``/api/ticks/N``, the first time (the server's cold caches) and the median of 5 after;
+then the time from a ``sim tick`` commit (``world.json``'s mtime) to the ``world`` event
+on ``/api/events``; with Playwright and chromium, the time until the page in the browser
+shows the latest tick's scenes; and what serving costs a tick: on two copies of the
+world, in turn, a tick by ``sim tick --json`` and one run from the API (``POST
+/api/step``, an event listener connected), each tick's own wall time as the runner
+measured it (``elapsed``). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.history import build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _get(url: str, headers: dict[str, str]) -> tuple[float, int]:
+    started = time.perf_counter()
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        size = len(answer.read())
+    return time.perf_counter() - started, size
+
+
+def _open_page(base: str, headers: dict[str, str], ticks: int) -> dict[str, float]:
+    """What opening the page fetches before it shows the latest tick, each timed."""
+    out: dict[str, float] = {}
+    for name, path in [
+        ("page", "/"),
+        ("page.js", "/static/page.js"),
+        ("page.css", "/static/page.css"),
+        ("world", "/api/world"),
+        ("tick", f"/api/ticks/{ticks}"),
+    ]:
+        out[name], _ = _get(base + path, headers)
+    out["total"] = sum(out.values())
+    return out
+
+
+def _event_latency(base: str, token: str, world: Path) -> float:
+    """From a ``sim tick`` commit (world.json's mtime) to the ``world`` event arriving."""
+    arrived: list[float] = []
+    ready = threading.Event()
+
+    def listen() -> None:
+        request = urllib.request.Request(
+            base + "/api/events", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(request, timeout=600) as stream:
+            kind = ""
+            for raw in stream:
+                line = raw.decode()
+                if line.startswith("event: "):
+                    kind = line[7:].strip()
+                    if kind == "hello":
+                        ready.set()
+                if line.startswith("data: ") and kind == "world":
+                    arrived.append(time.time())
+                    return
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    ready.wait(30)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(
+        [sys.executable, "-m", "sim", "tick", "--world", str(world)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    thread.join(60)
+    return arrived[0] - (world / "world.json").stat().st_mtime
+
+
+def _serve(world: Path, cwd: str) -> tuple[subprocess.Popen[str], str]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sim", "serve", "--world", str(world)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=cwd,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+def _tick_cost(world: Path, tmp: str, rounds: int) -> dict[str, Any]:
+    """A tick's own wall time by ``sim tick`` and run from the API, ``rounds`` of each,
+    alternating, on two copies of ``world`` (the same ticks)."""
+    plain, served = Path(tmp) / "plain", Path(tmp) / "served"
+    shutil.copytree(world, plain, symlinks=True)
+    shutil.copytree(world, served, symlinks=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server, url = _serve(served, tmp)
+    base, _, token = url.partition("/?token=")
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    by_cli: list[float] = []
+    by_api: list[float] = []
+    try:
+        events = urllib.request.urlopen(
+            urllib.request.Request(base + "/api/events", headers=headers), timeout=600
+        )
+        for _ in range(rounds):
+            done = subprocess.run(
+                [sys.executable, "-m", "sim", "tick", "--world", str(plain), "--json"],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp,
+            )
+            by_cli.append(json.loads(done.stdout.splitlines()[-1])["elapsed"])
+            step = urllib.request.Request(
+                base + "/api/step", data=b"{}", headers=headers, method="POST"
+            )
+            urllib.request.urlopen(step, timeout=60).read()
+            kind = ""
+            for raw in events:
+                line = raw.decode()
+                if line.startswith("event: "):
+                    kind = line[7:].strip()
+                elif line.startswith("data: ") and kind == "tick":
+                    by_api.append(json.loads(line[6:])["elapsed"])
+                    break
+        events.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+    cli, api = statistics.median(by_cli), statistics.median(by_api)
+    return {"sim_tick_s": by_cli, "api_s": by_api, "ratio": api / cli}
+
+
+def _browser(url: str, ticks: int) -> float | None:
+    """Seconds until chromium shows the latest tick's scenes (``None``: no browser)."""
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if chromium is None:
+        return None
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
+        )
+        page = browser.new_page()
+        page.goto("about:blank")
+        started = time.perf_counter()
+        page.goto(url)
+        page.wait_for_selector("#scenes .scene")
+        page.wait_for_function(
+            f"document.getElementById('tick-label').textContent.startsWith('Tick {ticks} ')"
+        )
+        took = time.perf_counter() - started
+        browser.close()
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--characters", type=int, default=1000)
+    parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="ticks timed each way")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sim-bench-serve-") as tmp:
+        world = Path(tmp) / "world"
+        built = build(world, args.characters, args.ticks)
+        server, url = _serve(world, tmp)
+        try:
+            base, _, token = url.partition("/?token=")
+            headers = {"Authorization": f"Bearer {token}"}
+            cold = _open_page(base, headers, args.ticks)
+            warm = [_open_page(base, headers, args.ticks) for _ in range(5)]
+            _, world_bytes = _get(base + "/api/world", headers)
+            _, tick_bytes = _get(base + f"/api/ticks/{args.ticks}", headers)
+            browser = _browser(url, args.ticks)
+            event = _event_latency(base, token, world)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+        cost = _tick_cost(world, tmp, args.rounds)
+    result: dict[str, Any] = {
+        **built,
+        "cold": cold,
+        "warm_median": {k: statistics.median(w[k] for w in warm) for k in cold},
+        "world_bytes": world_bytes,
+        "tick_bytes": tick_bytes,
+        "browser_s": browser,
+        "event_latency_s": event,
+        "tick_cost": cost,
+    }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

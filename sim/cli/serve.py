@@ -1,0 +1,117 @@
+"""``sim serve``: watch and steer a world from a browser page (``sim.serve``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import secrets
+import signal
+import socket
+from pathlib import Path
+
+import click
+
+from sim.cli.common import CONFIG, WORLD, build_config, echo, errors
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one)."""
+    try:
+        ip = ipaddress.ip_address(host)
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    except ValueError:
+        family = socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=128)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@click.command("serve")
+@WORLD
+@CONFIG
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to listen on; another than loopback is reachable from the network "
+    "(a warning says so; the token is still needed).",
+)
+@click.option(
+    "--port",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="The port (0: a free one).",
+)
+@click.option("--read-only", is_flag=True, help="Show the world; refuse every change.")
+@click.option("--open", "open_page", is_flag=True, help="Open the page in a browser.")
+def serve(
+    world_dir: Path,
+    config_file: Path | None,
+    host: str,
+    port: int,
+    read_only: bool,
+    open_page: bool,
+) -> None:
+    """Serve a page that shows WORLD live and runs, pauses and steers it (docs/serve.md).
+
+    The first line printed is the page's address with its token; every request needs
+    the token (the page keeps it as a session cookie). Ctrl-C stops the server after the
+    tick running, if any, has committed.
+    """
+    from aiohttp import web
+
+    from sim.serve.app import Settings, make_app
+    from sim.storage import Storage
+
+    with errors():
+        config = build_config(config_file, world_dir)
+        Storage(world_dir, config.limits.max_entity_bytes).load()  # a bad world: exit 2 now
+        try:
+            sock = _bind(host, port)
+        except OSError as exc:
+            raise click.UsageError(
+                f"--host/--port: cannot listen on {host}:{port}: {exc}"
+            ) from None
+        token = secrets.token_urlsafe(24)
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        url = f"http://{shown}:{bound_port}/?token={token}"
+        echo(url)
+        if not _loopback(host):
+            echo(
+                f"warning: listening on {host}, reachable from other machines; anyone "
+                "who can see the token can run and change this world",
+                err=True,
+            )
+        app = make_app(Settings(world_dir, config, token, read_only=read_only))
+
+        async def main() -> None:
+            runner = web.AppRunner(app, handle_signals=False, access_log=None)
+            await runner.setup()
+            await web.SockSite(runner, sock).start()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for number in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(number, stop.set)
+            if open_page:
+                import webbrowser
+
+                webbrowser.open(url)
+            echo(
+                f"serving {world_dir}{' (read-only)' if read_only else ''}; Ctrl-C stops", err=True
+            )
+            try:
+                await stop.wait()
+            finally:
+                echo("stopping (a tick running commits first)", err=True)
+                await runner.cleanup()
+
+        asyncio.run(main())

@@ -1,0 +1,548 @@
+"""The web application: the page, its JSON API and the trust boundary around both.
+
+The world is untrusted and so is the network. Every ``/api/`` request needs the token
+(``Authorization: Bearer TOKEN``) or the page's session cookie, which opening
+``/?token=TOKEN`` sets; a request whose ``Host`` is not the address it reached is refused
+(DNS rebinding); a change whose ``Origin`` is another site's, or that is not JSON, is
+refused (CSRF); bodies are limited to ``MAX_BODY`` bytes; the page may run only its own
+scripts (``Content-Security-Policy``) and shows world text as text. With ``read_only``
+every change is refused. Every control calls what the matching command calls
+(``sim.interventions.inject`` / ``set_field``, ``sim.interview.ask``, the ``Runner``),
+under the world's lock where the command takes it. Nothing answered holds the config's
+API key: no endpoint shows the config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.config import Config
+from sim.errors import InputError, SimError, UserError, WorldLockedError
+from sim.llm.errors import LLMError
+from sim.llm.redact import redact_text
+from sim.serve import views
+from sim.serve.driver import Busy, Driver
+
+#: the largest request body accepted (bytes): an injected text or a question fits easily
+MAX_BODY = 64 * 1024
+#: ticks one ``POST /api/run`` may ask for
+MAX_RUN = 10_000
+#: how often the world's tick is read to notice a tick committed by another process (s)
+POLL_SECONDS = 0.5
+#: events kept for a listener that reads slowly (the newest are dropped past it)
+QUEUE = 1000
+#: the page's files, shipped in the package (``static/``)
+STATIC = {
+    "page.js": "text/javascript",
+    "page.css": "text/css",
+}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class RunBody(_Body):
+    ticks: int = Field(ge=1, le=MAX_RUN)
+
+
+class InjectBody(_Body):
+    text: str = Field(min_length=1)
+    at: str | None = None
+    everywhere: bool = False
+
+
+class SetBody(_Body):
+    #: ``ENTITY.FIELD.PATH=JSON_VALUE``, as ``sim set`` takes it
+    assignment: str = Field(min_length=1)
+
+
+class AskBody(_Body):
+    question: str = Field(min_length=1)
+    character: str | None = None
+    everyone: bool = False
+
+
+@dataclass
+class Settings:
+    """What one server serves, and how."""
+
+    world_dir: Path
+    config: Config
+    token: str
+    read_only: bool = False
+    #: the page's session cookie's value (set by opening ``/?token=TOKEN``)
+    session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+
+SETTINGS = web.AppKey("settings", Settings)
+DRIVER = web.AppKey("driver", Driver)
+CACHE = web.AppKey("cache", views.WorldCache)
+LOGS = web.AppKey("logs", views.LogViews)
+
+
+class Hub:
+    """The event listeners (``/api/events``): each gets every event, in order."""
+
+    def __init__(self) -> None:
+        self.listeners: set[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = set()
+
+    def publish(self, kind: str, data: dict[str, Any]) -> None:
+        for queue in self.listeners:
+            with contextlib.suppress(asyncio.QueueFull):  # a stalled reader misses some
+                queue.put_nowait((kind, data))
+
+    def close(self) -> None:
+        for queue in self.listeners:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)
+
+
+HUB = web.AppKey("hub", Hub)
+
+
+def _problem(status: int, message: str) -> web.Response:
+    return web.json_response({"error": redact_text(message)}, status=status)
+
+
+def _error_text(exc: SimError) -> str:
+    if isinstance(exc, InputError) and exc.path is None:
+        return f"{exc.field}: {exc.problem}" if exc.field else exc.problem
+    return str(exc)
+
+
+def _served(request: web.Request) -> tuple[str, int] | None:
+    """The address the connection reached (the server's side of it)."""
+    transport = request.transport
+    sock = transport.get_extra_info("sockname") if transport is not None else None
+    if not isinstance(sock, tuple) or len(sock) < 2:
+        return None
+    return str(sock[0]), int(sock[1])
+
+
+def allowed_hosts(address: str, port: int) -> set[str]:
+    """The ``Host`` values a request to ``address:port`` may carry: that address (and
+    ``localhost`` for a loopback one). A DNS name bound to it by someone else is not one."""
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if mapped is not None:
+        ip = mapped
+    shown = f"[{ip}]" if ip.version == 6 else str(ip)
+    hosts = {f"{shown}:{port}"}
+    if ip.is_loopback:
+        hosts |= {f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"}
+    return hosts
+
+
+def _cookie_name(port: int) -> str:
+    return f"sim_serve_{port}"  # cookies ignore ports: each server its own
+
+
+def _authorized(request: web.Request, settings: Settings, port: int) -> str | None:
+    """How the request proves it holds the token: ``"bearer"``, ``"cookie"`` or ``None``."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(
+        value.strip().encode(), settings.token.encode()
+    ):
+        return "bearer"
+    cookie = request.cookies.get(_cookie_name(port), "")
+    if cookie and hmac.compare_digest(cookie.encode(), settings.session.encode()):
+        return "cookie"
+    return None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The trust boundary, before any handler runs (see the module's docstring)."""
+    settings = request.app[SETTINGS]
+    served = _served(request)
+    if served is None:
+        return _problem(400, "cannot tell which address was reached")
+    host = request.headers.get("Host", "")
+    if host not in allowed_hosts(*served):
+        return _problem(421, f"Host {host!r} is not this server's address")
+    changes = request.method not in ("GET", "HEAD", "OPTIONS")
+    origin = request.headers.get("Origin")
+    if changes and origin is not None and origin != f"http://{host}":
+        return _problem(403, f"Origin {origin!r} may not change this world")
+    path = request.path
+    if path == "/" or path.startswith("/api/"):
+        how = _authorized(request, settings, served[1])
+        if path == "/" and how is None:
+            token = request.query.get("token", "")
+            if token and hmac.compare_digest(token.encode(), settings.token.encode()):
+                response = web.HTTPSeeOther("/")  # the token leaves the address bar
+                response.set_cookie(
+                    _cookie_name(served[1]),
+                    settings.session,
+                    httponly=True,
+                    samesite="Strict",
+                    path="/",
+                )
+                raise response
+        if how is None:
+            return _problem(
+                401,
+                "this needs the token: open the address `sim serve` printed "
+                "(/?token=...), or send 'Authorization: Bearer TOKEN'",
+            )
+        if changes and how == "cookie" and origin is None:
+            return _problem(403, "a change from the page must carry its Origin")
+    if changes:
+        if settings.read_only:
+            return _problem(403, "read-only: this server was started with --read-only")
+        if request.content_type != "application/json":
+            return _problem(415, "expected a JSON body (Content-Type: application/json)")
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge:
+        return _problem(413, f"the request body is over {MAX_BODY} bytes")
+
+
+@web.middleware
+async def headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers.update(SECURITY_HEADERS)
+        raise
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+async def _body(request: web.Request, model: type[_Body]) -> Any:
+    """The request's JSON body as ``model``; a 400 naming the problem otherwise."""
+    raw = await request.read()
+    try:
+        data = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise _HTTPProblem(400, f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise _HTTPProblem(400, "expected a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise _HTTPProblem(400, f"{where}: {first['msg']}") from None
+
+
+class _HTTPProblem(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@web.middleware
+async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Library errors as JSON with a 4xx naming the problem (never a traceback)."""
+    try:
+        return await handler(request)
+    except _HTTPProblem as exc:
+        return _problem(exc.status, exc.message)
+    except WorldLockedError as exc:
+        return _problem(409, str(exc))
+    except Busy as exc:
+        return _problem(409, str(exc))
+    except UserError as exc:
+        return _problem(400, _error_text(exc))
+    except LLMError as exc:
+        return _problem(502, f"{type(exc).__name__}: {exc}")
+
+
+# -- the page ---------------------------------------------------------------------------
+
+
+def _static(name: str) -> bytes:
+    return resources.files("sim.serve").joinpath("static", name).read_bytes()
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    return web.Response(body=_static("index.html"), content_type="text/html", charset="utf-8")
+
+
+async def static(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    if name not in STATIC:
+        return _problem(404, f"no file {name!r}")
+    return web.Response(body=_static(name), content_type=STATIC[name], charset="utf-8")
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _HTTPProblem(400, f"{name}: expected a whole number (got {raw!r})") from None
+    if not low <= value <= high:
+        raise _HTTPProblem(400, f"{name}: expected {low} to {high} (got {value})")
+    return value
+
+
+async def get_world(request: web.Request) -> web.StreamResponse:
+    offset = _int(request, "offset", 0, 0, 10**9)
+    limit = _int(request, "limit", views.PAGE, 1, views.MAX_PAGE)
+    cache = request.app[CACHE]
+
+    def read() -> dict[str, Any]:
+        view = views.world_view(cache.get(), offset, limit)
+        view["read_only"] = request.app[SETTINGS].read_only
+        view["run"] = request.app[DRIVER].state.to_dict()
+        return view
+
+    return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
+
+
+async def get_character(request: web.Request) -> web.StreamResponse:
+    cid = request.match_info["id"]
+    cache, logs = request.app[CACHE], request.app[LOGS]
+
+    def read() -> dict[str, Any]:
+        view = views.character_view(cache.get(), cid)
+        view["books"] = logs.character_books(cid)
+        return view
+
+    try:
+        view = await asyncio.to_thread(read)
+    except InputError as exc:
+        return _problem(404, _error_text(exc))
+    return web.json_response(view, dumps=_dumps)
+
+
+async def get_tick(request: web.Request) -> web.StreamResponse:
+    raw = request.match_info["n"]
+    if not raw.isdigit() or len(raw) > 9:
+        return _problem(400, f"tick: expected a tick number (got {raw!r})")
+    try:
+        view = await asyncio.to_thread(request.app[LOGS].tick, int(raw))
+    except InputError as exc:
+        return _problem(404, _error_text(exc))
+    return web.json_response(view, dumps=_dumps)
+
+
+async def get_history(request: web.Request) -> web.StreamResponse:
+    return web.json_response(await asyncio.to_thread(request.app[LOGS].history), dumps=_dumps)
+
+
+async def get_run(request: web.Request) -> web.StreamResponse:
+    return web.json_response(request.app[DRIVER].state.to_dict())
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: ``hello`` (the tick and the run), then ``run``, ``phase``,
+    ``progress``, ``tick`` (a tick this server ran committed) and ``world`` (the world's
+    tick changed, whoever ran it)."""
+    hub = request.app[HUB]
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+    )
+    response.headers.update(SECURITY_HEADERS)
+    await response.prepare(request)
+    queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(QUEUE)
+    hub.listeners.add(queue)
+    try:
+        hello = {
+            "tick": views.world_tick(request.app[SETTINGS].world_dir),
+            "run": request.app[DRIVER].state.to_dict(),
+        }
+        await response.write(_event("hello", hello))
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), 15)
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                continue
+            if item is None:
+                break
+            await response.write(_event(*item))
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        hub.listeners.discard(queue)
+    return response
+
+
+def _event(kind: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+# -- changing ---------------------------------------------------------------------------
+
+
+async def post_run(request: web.Request) -> web.StreamResponse:
+    body = await _body(request, RunBody)
+    request.app[DRIVER].start(body.ticks)
+    return web.json_response(request.app[DRIVER].state.to_dict(), status=202)
+
+
+async def post_step(request: web.Request) -> web.StreamResponse:
+    await _body(request, _Body)
+    request.app[DRIVER].start(1)
+    return web.json_response(request.app[DRIVER].state.to_dict(), status=202)
+
+
+async def post_pause(request: web.Request) -> web.StreamResponse:
+    await _body(request, _Body)
+    driver = request.app[DRIVER]
+    if not driver.pause():
+        return _problem(409, "no run is going")
+    return web.json_response(driver.state.to_dict())
+
+
+def _idle(request: web.Request) -> None:
+    if request.app[DRIVER].state.running:
+        raise _HTTPProblem(409, "a run is going; pause it or wait for it to end")
+
+
+async def post_inject(request: web.Request) -> web.StreamResponse:
+    from sim.interventions import describe, inject
+
+    body = await _body(request, InjectBody)
+    if (body.at is None) == (not body.everywhere):
+        raise _HTTPProblem(400, "expected exactly one of at and everywhere")
+    _idle(request)
+    made = await asyncio.to_thread(inject, request.app[SETTINGS].world_dir, body.text, body.at)
+    return _made(made, describe(made.record))
+
+
+async def post_set(request: web.Request) -> web.StreamResponse:
+    from sim.interventions import describe, set_field
+
+    body = await _body(request, SetBody)
+    _idle(request)
+    settings = request.app[SETTINGS]
+    made = await asyncio.to_thread(set_field, settings.world_dir, body.assignment, settings.config)
+    return _made(made, describe(made.record))
+
+
+def _made(made: Any, text: str) -> web.Response:
+    return web.json_response(
+        {
+            "recorded": text,
+            "tick": made.tick,
+            "applies_at_tick": made.applies_at,
+            "pending": len(made.pending),
+        }
+    )
+
+
+async def post_ask(request: web.Request) -> web.StreamResponse:
+    from sim.interview import ask
+
+    body = await _body(request, AskBody)
+    if (body.character is None) == (not body.everyone):
+        raise _HTTPProblem(400, "expected exactly one of character and everyone")
+    settings = request.app[SETTINGS]
+    who = None if body.everyone else [str(body.character)]
+    asked = await asyncio.to_thread(ask, settings.world_dir, settings.config, body.question, who)
+    return web.json_response(
+        {
+            "tick": asked.tick,
+            "question": asked.question,
+            "answers": [
+                {
+                    "id": i.character,
+                    "name": asked.names.get(i.character, i.character),
+                    "answer": i.answer,
+                    "error": i.error,
+                }
+                for i in asked.interviews
+            ],
+        },
+        dumps=_dumps,
+    )
+
+
+# -- the application --------------------------------------------------------------------
+
+
+async def _watch(app: web.Application) -> AsyncIterator[None]:
+    """Publish ``world`` whenever the world's committed tick changes (any process)."""
+    settings, hub = app[SETTINGS], app[HUB]
+    app[DRIVER].loop = asyncio.get_running_loop()
+
+    async def poll() -> None:
+        last = views.world_tick(settings.world_dir)
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            tick = views.world_tick(settings.world_dir)
+            if tick is not None and tick != last:
+                last = tick
+                hub.publish("world", {"tick": tick})
+
+    task = asyncio.create_task(poll())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    hub.close()
+    app[DRIVER].pause()
+    await asyncio.to_thread(app[DRIVER].join)  # the tick running commits first
+
+
+async def _close_listeners(app: web.Application) -> None:
+    app[HUB].close()
+
+
+def make_app(settings: Settings) -> web.Application:
+    """The application serving ``settings.world_dir``."""
+    app = web.Application(middlewares=[headers, guard, problems], client_max_size=MAX_BODY)
+    app[SETTINGS] = settings
+    app[HUB] = Hub()
+    app[CACHE] = views.WorldCache(settings.world_dir)
+    app[LOGS] = views.LogViews(settings.world_dir)
+    app[DRIVER] = Driver(settings.world_dir, settings.config, app[HUB].publish)
+    app.cleanup_ctx.append(_watch)
+    app.on_shutdown.append(_close_listeners)
+    app.router.add_get("/", index)
+    app.router.add_get("/static/{name}", static)
+    app.router.add_get("/api/world", get_world)
+    app.router.add_get("/api/characters/{id}", get_character)
+    app.router.add_get("/api/ticks/{n}", get_tick)
+    app.router.add_get("/api/history", get_history)
+    app.router.add_get("/api/run", get_run)
+    app.router.add_get("/api/events", events)
+    app.router.add_post("/api/run", post_run)
+    app.router.add_post("/api/step", post_step)
+    app.router.add_post("/api/pause", post_pause)
+    app.router.add_post("/api/inject", post_inject)
+    app.router.add_post("/api/set", post_set)
+    app.router.add_post("/api/ask", post_ask)
+    return app

@@ -1,0 +1,556 @@
+// sim serve's page: everything it shows comes from the JSON API (docs/serve.md), and
+// every piece of world text is put in the page as text (textContent), never as markup.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const PAGE = 200; // characters per page of the list
+const DOTS = 8; // characters drawn by name at one place; more are counted
+const SCENES = 20; // scenes shown at once (more on request)
+
+const state = {
+  world: null, // GET /api/world
+  offset: 0,
+  tick: null, // the tick shown
+  logged: [],
+  scenesShown: SCENES,
+  view: null, // GET /api/ticks/{n}
+  colours: new Map(),
+  selected: null,
+};
+
+function $(id) { return document.getElementById(id); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "class") node.className = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+
+async function api(path, body) {
+  const options = body === undefined ? {} : {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  };
+  const response = await fetch(path, options);
+  const data = await response.json().catch(() => ({ error: response.statusText }));
+  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  return data;
+}
+
+// -- colours: characters in hues spread by the golden angle, two lightnesses -------------
+
+function hash(text) {
+  let h = 0;
+  for (const ch of text) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+  return h;
+}
+
+// Few characters: hues evenly spread around the wheel; many: spread by the golden angle.
+function colour(id, index, total) {
+  if (!state.colours.has(id)) {
+    if (index === undefined) index = hash(id);
+    const even = total !== undefined && total <= 24;
+    const hue = Math.round(even ? (index * 360) / total : (index * 137.508) % 360);
+    const light = index % 2 ? 32 : 42;
+    state.colours.set(id, `hsl(${hue} 70% ${light}%)`);
+  }
+  return state.colours.get(id);
+}
+
+// -- the world -------------------------------------------------------------------------
+
+async function loadWorld() {
+  const world = await api(`/api/world?offset=${state.offset}&limit=${PAGE}`);
+  state.world = world;
+  state.logged = world.logged;
+  $("world-name").textContent = world.name;
+  document.title = `${world.name} · sim serve`;
+  $("world-tick").textContent = `tick ${world.tick}`;
+  $("mode").textContent = world.read_only ? "read-only" : "";
+  $("mode").hidden = !world.read_only;
+  for (const id of ["run", "pause", "step"]) $(id).disabled = world.read_only;
+  for (const form of ["inject-form", "set-form", "ask-form"]) {
+    for (const input of $(form).elements) input.disabled = world.read_only;
+  }
+  const all = [...world.characters].sort((a, b) => a.id.localeCompare(b.id));
+  all.forEach((c, i) => colour(c.id, world.offset + i, world.total_characters));
+  fillSelect($("inject-at"), world.locations, "everywhere");
+  fillSelect($("ask-who"), world.characters, "everyone");
+  showPeople();
+  showRun(world.run);
+  timeline();
+  drawMap();
+}
+
+function fillSelect(select, items, first) {
+  const keep = select.value;
+  select.replaceChildren(el("option", { value: "" }, first));
+  for (const item of items) select.append(el("option", { value: item.id }, item.name));
+  select.value = keep;
+}
+
+function showPeople() {
+  const world = state.world;
+  const places = new Map(world.locations.map((l) => [l.id, l.name]));
+  const list = $("people");
+  list.replaceChildren();
+  for (const c of world.characters) {
+    const button = el("button", { type: "button" }, c.name);
+    button.style.color = colour(c.id);
+    button.addEventListener("click", () => inspect(c.id));
+    list.append(el("li", {}, button, " ", el("span", { class: "where" }, places.get(c.location) || c.location || "")));
+  }
+  const last = Math.min(world.offset + world.characters.length, world.total_characters);
+  $("people-count").textContent = `${world.total_characters}`;
+  $("people-page").textContent = world.total_characters
+    ? `${world.offset + 1}–${last} of ${world.total_characters}` : "none";
+  $("people-prev").disabled = world.offset === 0;
+  $("people-next").disabled = last >= world.total_characters;
+}
+
+// -- the map: places on a ring, their connections, who is there, this tick's moves ------
+
+function layout(locations) {
+  const at = new Map();
+  const n = locations.length;
+  locations.forEach((loc, i) => {
+    const angle = (2 * Math.PI * i) / Math.max(n, 1) - Math.PI / 2;
+    at.set(loc.id, { x: 400 + 300 * Math.cos(angle), y: 280 + 215 * Math.sin(angle) });
+  });
+  return at;
+}
+
+function drawMap() {
+  const world = state.world;
+  const map = $("map");
+  map.replaceChildren();
+  const defs = svg("defs");
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5",
+    markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#555" }));
+  defs.append(marker);
+  map.append(defs);
+  const at = layout(world.locations);
+  const drawn = new Set();
+  for (const loc of world.locations) {
+    for (const other of loc.connections) {
+      const a = at.get(loc.id), b = at.get(other);
+      const key = [loc.id, other].sort().join("\u0000");
+      if (!a || !b || drawn.has(key)) continue;
+      drawn.add(key);
+      map.append(svg("line", { class: "edge", x1: a.x, y1: a.y, x2: b.x, y2: b.y }));
+    }
+  }
+  // who is where: by name when every character is in hand and few are at a place
+  const whole = world.total_characters <= world.characters.length;
+  const here = new Map();
+  if (whole) {
+    for (const c of world.characters) {
+      if (!here.has(c.location)) here.set(c.location, []);
+      here.get(c.location).push(c);
+    }
+  }
+  const moves = state.view && state.view.tick === world.tick ? state.view.moves : [];
+  for (const move of moves) {
+    const a = at.get(move.from.id), b = at.get(move.to.id);
+    if (!a || !b) continue;
+    const mx = (a.x + b.x) / 2 + (b.y - a.y) * 0.15, my = (a.y + b.y) / 2 - (b.x - a.x) * 0.15;
+    const path = svg("path", { class: "move", d: `M${a.x},${a.y} Q${mx},${my} ${b.x},${b.y}` });
+    path.setAttribute("stroke", colour(move.character.id));
+    path.append(svg("title", {}, `${move.character.name}: ${move.from.name} → ${move.to.name}`));
+    map.append(path);
+  }
+  for (const loc of world.locations) {
+    const p = at.get(loc.id);
+    const group = svg("g", { class: "loc" });
+    group.append(svg("circle", { class: "place", cx: p.x, cy: p.y, r: 9 }));
+    group.append(svg("text", { class: "place-name", x: p.x, y: p.y - 14, "text-anchor": "middle" }, loc.name));
+    const people = here.get(loc.id) || [];
+    if (!whole || people.length > DOTS) {
+      group.append(svg("text", { class: "count", x: p.x, y: p.y + 24, "text-anchor": "middle" },
+        `${loc.count} character${loc.count === 1 ? "" : "s"}`));
+    } else {
+      people.forEach((c, i) => {
+        const y = p.y + 22 + i * 14;
+        const dot = svg("circle", { class: "dot", cx: p.x - 30, cy: y - 4, r: 5, fill: colour(c.id) });
+        dot.append(svg("title", {}, c.name));
+        dot.addEventListener("click", () => inspect(c.id));
+        group.append(dot);
+        const label = svg("text", { class: "who", x: p.x - 22, y, fill: colour(c.id) }, c.name);
+        label.addEventListener("click", () => inspect(c.id));
+        group.append(label);
+      });
+    }
+    map.append(group);
+  }
+  $("map-note").textContent = `tick ${world.tick}` + (moves.length ? `: ${moves.length} moved` : "");
+  const legend = $("legend");
+  legend.replaceChildren();
+  if (whole && world.characters.length <= 40) {
+    for (const c of world.characters) {
+      const item = el("span", {}, c.name);
+      item.style.setProperty("--c", colour(c.id));
+      legend.append(item);
+    }
+  }
+}
+
+// -- the timeline and a tick's scenes ------------------------------------------------
+
+function timeline() {
+  const scrub = $("scrub");
+  const logged = state.logged;
+  scrub.max = String(Math.max(logged.length - 1));
+  scrub.disabled = logged.length === 0;
+  if (!logged.length) return;
+  if (state.tick === null || $("follow").checked || !logged.includes(state.tick)) {
+    showTick(logged[logged.length - 1]);
+  }
+}
+
+async function showTick(tick) {
+  state.tick = tick;
+  state.scenesShown = SCENES;
+  const logged = state.logged;
+  const index = logged.indexOf(tick);
+  $("scrub").value = String(index);
+  $("scrub").setAttribute("aria-valuetext", `Tick ${tick}`);
+  $("tick-label").textContent = `Tick ${tick} of ${logged[0]}–${logged[logged.length - 1]}`;
+  $("prev").disabled = index <= 0;
+  $("next").disabled = index >= logged.length - 1;
+  try {
+    const view = await api(`/api/ticks/${tick}`);
+    if (state.tick !== tick) return;
+    state.view = view;
+    showScenes();
+    drawMap();
+  } catch (error) {
+    $("scenes").replaceChildren(el("p", { class: "muted" }, `tick ${tick}: ${error.message}`));
+  }
+}
+
+function showScenes() {
+  const view = state.view;
+  const cost = view.cost === null ? "cost unknown" : `$${view.cost.toFixed(4)}`;
+  $("tick-numbers").textContent =
+    `${view.calls} calls, ${view.failures} failed, ${view.tokens.toLocaleString()} tokens, ${cost}` +
+    (view.committed ? "" : " (not committed)");
+  const box = $("scenes");
+  box.replaceChildren();
+  for (const iv of view.interventions) {
+    box.append(el("p", { class: "muted" }, `${iv.kind} ${iv.where || "everywhere"}: ${iv.what}`));
+  }
+  for (const scene of view.scenes.slice(0, state.scenesShown)) {
+    const rows = el("tbody");
+    for (const c of scene.characters) {
+      const name = el("td", {}, c.name);
+      name.style.color = colour(c.id);
+      rows.append(el("tr", {}, name, el("td", {}, [c.action, c.target].filter(Boolean).join(" → ")),
+        el("td", {}, c.content), el("td", {}, c.outcome)));
+    }
+    const table = el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "who"), el("th", {}, "action"),
+      el("th", {}, "intention"), el("th", {}, "outcome"))), rows);
+    box.append(el("div", { class: "scene" }, el("h3", {}, scene.location.name),
+      el("p", { class: "narrative" }, scene.narrative), table));
+  }
+  const more = $("more-scenes");
+  more.hidden = view.scenes.length <= state.scenesShown;
+  more.textContent = `more scenes (${view.scenes.length - state.scenesShown} left)`;
+}
+
+// -- the inspector -------------------------------------------------------------------
+
+function value(v) {
+  return typeof v === "string" ? v : JSON.stringify(v, null, 1);
+}
+
+async function inspect(id) {
+  state.selected = id;
+  const box = $("inspector");
+  try {
+    const data = await api(`/api/characters/${encodeURIComponent(id)}`);
+    const entity = data.entity || {};
+    const identity = entity.identity || {};
+    const rows = el("dl");
+    const add = (term, node) => rows.append(el("dt", {}, term), el("dd", {}, node));
+    add("id", data.id);
+    const books = data.books;
+    if (books) {
+      const cost = books.cost === null ? "cost unknown" : `$${books.cost.toFixed(4)}`;
+      add("calls", `${books.calls} calls for them (${books.failures} failed), ${books.tokens.toLocaleString()} tokens, ${cost} over the logged ticks`);
+    }
+    for (const key of ["description", "personality"]) if (identity[key]) add(key, value(identity[key]));
+    if (Array.isArray(identity.goals) && identity.goals.length) {
+      add("goals", el("ul", {}, ...identity.goals.map((g) => el("li", {}, value(g)))));
+    }
+    for (const [key, v] of Object.entries(entity.state || {})) add(`state.${key}`, value(v));
+    const memory = entity.memory || {};
+    if (memory.summary) add("memory summary", memory.summary);
+    if (Array.isArray(memory.cells) && memory.cells.length) {
+      add("memories", el("ul", {}, ...memory.cells.map((m) => el("li", {}, `tick ${m.tick}: ${m.text}`))));
+    }
+    const relations = entity.relationships || {};
+    const names = Object.keys(relations);
+    if (names.length) {
+      add("relationships", el("ul", {}, ...names.slice(0, 50).map((other) => el("li", {}, `${other}: ${value(relations[other])}`))));
+    }
+    for (const [key, v] of Object.entries(entity)) {
+      if (!["identity", "state", "memory", "relationships"].includes(key)) add(key, value(v));
+    }
+    const title = el("h3", {}, data.name);
+    title.style.color = colour(id);
+    box.replaceChildren(title, rows);
+  } catch (error) {
+    box.replaceChildren(el("p", { class: "muted" }, error.message));
+  }
+}
+
+// -- charts: an SVG line per series, axes with values and a title ------------------------
+
+function chart(title, ticks, series, unit) {
+  const W = 460, H = 180, L = 52, R = 10, T = 30, B = 28;
+  const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title });
+  box.append(svg("text", { class: "title", x: L, y: 14 }, title));
+  const values = series.flatMap((s) => s.values.filter((v) => v !== null));
+  const top = Math.max(1, ...values);
+  const first = ticks[0], last = ticks[ticks.length - 1];
+  const x = (t) => L + (last === first ? (W - L - R) / 2 : ((t - first) / (last - first)) * (W - L - R));
+  const y = (v) => H - B - (v / top) * (H - T - B - 10);
+  for (let i = 0; i <= 4; i++) { // the y axis: five values
+    const v = (top * i) / 4;
+    box.append(svg("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+    const shown = v >= 1000 ? `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)}k` : String(Math.round(v * 100) / 100);
+    box.append(svg("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" }, shown));
+  }
+  box.append(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }));
+  box.append(svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
+  const step = Math.max(1, Math.ceil(ticks.length / 8));
+  ticks.forEach((t, i) => {
+    if (i % step && i !== ticks.length - 1) return;
+    box.append(svg("text", { x: x(t), y: H - B + 12, "text-anchor": "middle" }, t));
+  });
+  box.append(svg("text", { x: (L + W - R) / 2, y: H - 2, "text-anchor": "middle" }, "tick"));
+  box.append(svg("text", { x: 10, y: (T + H - B) / 2, "text-anchor": "middle",
+    transform: `rotate(-90 10 ${(T + H - B) / 2})` }, unit));
+  series.forEach((s, k) => {
+    const points = ticks.map((t, i) => (s.values[i] === null ? null : `${x(t)},${y(s.values[i])}`)).filter(Boolean);
+    const hue = Math.round((k * 137.508) % 360);
+    box.append(svg("polyline", { points: points.join(" "), fill: "none", stroke: `hsl(${hue} 70% 42%)`, "stroke-width": 2 }));
+  });
+  if (series.length > 1) { // the legend: under the title, one entry after another
+    let at = L;
+    series.forEach((s, k) => {
+      const hue = Math.round((k * 137.508) % 360);
+      box.append(svg("rect", { x: at, y: T - 4, width: 8, height: 8, fill: `hsl(${hue} 70% 42%)` }));
+      const label = String(s.name).slice(0, 24);
+      box.append(svg("text", { x: at + 11, y: T + 4 }, label));
+      at += 22 + label.length * 5.5;
+    });
+  }
+  return el("div", { class: "chart" }, box);
+}
+
+async function loadCharts() {
+  const history = await api("/api/history");
+  const box = $("charts");
+  box.replaceChildren();
+  if (!history.ticks.length) {
+    box.append(el("p", { class: "muted" }, "No tick logged yet."));
+    return;
+  }
+  const ticks = history.ticks.map((t) => t.t);
+  box.append(chart("Tokens per tick", ticks, [{ name: "tokens", values: history.ticks.map((t) => t.tokens) }], "tokens"));
+  box.append(chart("Calls per tick", ticks, [{ name: "calls", values: history.ticks.map((t) => t.calls) },
+    { name: "failed", values: history.ticks.map((t) => t.failures) }], "calls"));
+  for (const field of history.fields.slice(0, 6)) {
+    if (field.kind === "num") {
+      box.append(chart(`state.${field.f} (mean, min, max)`, field.t,
+        [{ name: "mean", values: field.mean }, { name: "min", values: field.min }, { name: "max", values: field.max }], field.f));
+    } else {
+      box.append(chart(`state.${field.f} (characters per value)`, field.t,
+        field.cats.map((cat, i) => ({ name: cat, values: field.counts.map((row) => row[i]) })), "characters"));
+    }
+  }
+}
+
+// -- scenes as they are written (a streaming provider: [llm] stream) ---------------------
+
+// The "narrative" string of a JSON answer that is still arriving: its characters so far.
+function partialNarrative(raw) {
+  const key = raw.indexOf('"narrative"');
+  if (key < 0) return "";
+  let at = key + 11;
+  while (at < raw.length && " \t\r\n:".includes(raw[at])) at++;
+  if (raw[at] !== '"') return "";
+  let out = "";
+  const escapes = { n: "\n", t: "\t", r: "\r", b: "\b", f: "\f", '"': '"', "\\": "\\", "/": "/" };
+  for (at++; at < raw.length; at++) {
+    const ch = raw[at];
+    if (ch === '"') break;
+    if (ch !== "\\") { out += ch; continue; }
+    if (at + 1 >= raw.length) break;
+    const code = raw[at + 1];
+    if (code === "u") {
+      if (at + 6 > raw.length) break;
+      const n = parseInt(raw.slice(at + 2, at + 6), 16);
+      if (!Number.isNaN(n)) out += String.fromCharCode(n);
+      at += 5;
+      continue;
+    }
+    out += escapes[code] ?? code;
+    at += 1;
+  }
+  return out;
+}
+
+const live = new Map(); // place -> raw answer text so far
+let liveDrawn = null;
+
+function onText(data) {
+  if (data.restart) live.set(data.place, "");
+  else live.set(data.place, (live.get(data.place) || "") + data.text);
+  if (!liveDrawn) liveDrawn = requestAnimationFrame(drawLive);
+}
+
+function drawLive() {
+  liveDrawn = null;
+  const box = $("live-scenes");
+  const names = new Map((state.world ? state.world.locations : []).map((l) => [l.id, l.name]));
+  box.replaceChildren(el("p", { class: "muted" }, "being written"));
+  for (const [place, raw] of live) {
+    box.append(el("h3", {}, names.get(place) || place), el("p", { class: "narrative" }, partialNarrative(raw)));
+  }
+  box.hidden = live.size === 0;
+}
+
+function clearLive() {
+  live.clear();
+  drawLive();
+}
+
+// -- the run: live from the server's events ---------------------------------------------
+
+function showRun(run) {
+  if (!run) return;
+  const status = $("status");
+  status.classList.toggle("error", Boolean(run.error));
+  const bar = $("phase-bar");
+  if (run.running) {
+    const tick = run.tick === null ? "between ticks" : `tick ${run.tick}`;
+    const phase = run.phase ? `${run.phase}: ${run.phase_calls} calls` + (run.phase_failed ? `, ${run.phase_failed} failed` : "") : "";
+    status.textContent = `running ${run.done}/${run.ticks} · ${tick}${phase ? " · " + phase : ""}${run.pausing ? " · pausing after this tick" : ""}`;
+    bar.max = run.ticks;
+    bar.value = run.done;
+  } else {
+    status.textContent = run.error ? `stopped: ${run.error}` : run.ticks ? `idle (ran ${run.done} of ${run.ticks})` : "idle";
+    bar.value = 0;
+  }
+  const cost = run.cost === null ? "cost unknown" : `$${run.cost.toFixed(4)}`;
+  $("usage").textContent = run.ticks ? `${(run.input_tokens + run.output_tokens).toLocaleString()} tokens, ${cost} this run` : "";
+  $("run").disabled = $("step").disabled = run.running || (state.world && state.world.read_only);
+  $("pause").disabled = !run.running || run.pausing;
+}
+
+function listen() {
+  const events = new EventSource("/api/events");
+  let refreshing = null;
+  const refresh = () => {
+    if (refreshing) return;
+    refreshing = setTimeout(async () => {
+      refreshing = null;
+      await loadWorld();
+      await loadCharts();
+    }, 50);
+  };
+  events.addEventListener("hello", (e) => showRun(JSON.parse(e.data).run));
+  for (const kind of ["run", "phase", "progress", "tick"]) {
+    events.addEventListener(kind, (e) => showRun(JSON.parse(e.data)));
+  }
+  events.addEventListener("text", (e) => onText(JSON.parse(e.data)));
+  events.addEventListener("tick", clearLive);
+  events.addEventListener("world", refresh);
+  events.addEventListener("run", (e) => { if (!JSON.parse(e.data).running) clearLive(); refresh(); });
+}
+
+// -- controls ----------------------------------------------------------------------------
+
+function said(text, failed) {
+  const box = $("steer-result");
+  box.textContent = text;
+  box.classList.toggle("error", Boolean(failed));
+}
+
+async function control(path, body) {
+  try {
+    return await api(path, body);
+  } catch (error) {
+    said(error.message, true);
+    return null;
+  }
+}
+
+function wire() {
+  $("run-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    control("/api/run", { ticks: Number($("run-ticks").value) }).then((run) => run && showRun(run));
+  });
+  $("pause").addEventListener("click", () => control("/api/pause", {}).then((run) => run && showRun(run)));
+  $("step").addEventListener("click", () => control("/api/step", {}).then((run) => run && showRun(run)));
+  $("scrub").addEventListener("input", () => {
+    $("follow").checked = false;
+    showTick(state.logged[Number($("scrub").value)]);
+  });
+  $("prev").addEventListener("click", () => { $("follow").checked = false; showTick(state.logged[state.logged.indexOf(state.tick) - 1]); });
+  $("next").addEventListener("click", () => showTick(state.logged[state.logged.indexOf(state.tick) + 1]));
+  $("more-scenes").addEventListener("click", () => { state.scenesShown += SCENES; showScenes(); });
+  $("people-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); loadWorld(); });
+  $("people-next").addEventListener("click", () => { state.offset += PAGE; loadWorld(); });
+  $("inject-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const at = $("inject-at").value;
+    const body = at ? { at, text: $("inject-text").value } : { everywhere: true, text: $("inject-text").value };
+    const made = await control("/api/inject", body);
+    if (made) { said(`recorded: ${made.recorded} (applies at tick ${made.applies_at_tick})`); $("inject-text").value = ""; }
+  });
+  $("set-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const made = await control("/api/set", { assignment: $("set-assignment").value });
+    if (made) { said(`recorded: ${made.recorded}`); loadWorld(); if (state.selected) inspect(state.selected); }
+  });
+  $("ask-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const who = $("ask-who").value;
+    const body = who ? { character: who, question: $("ask-question").value } : { everyone: true, question: $("ask-question").value };
+    said("asking…");
+    const asked = await control("/api/ask", body);
+    if (asked) said(asked.answers.map((a) => `${a.name}: ${a.answer ?? "failed: " + a.error}`).join("\n\n"));
+  });
+}
+
+async function start() {
+  wire();
+  try {
+    await loadWorld();
+    await loadCharts();
+  } catch (error) {
+    $("status").textContent = error.message;
+    $("status").classList.add("error");
+  }
+  listen();
+}
+
+start();

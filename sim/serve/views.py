@@ -1,0 +1,267 @@
+"""What the API answers: the world now, one character, one logged tick, the history.
+
+Read from the world folder and its tick logs as ``sim report`` reads them
+(``sim.analysis.report.data``), as plain JSON-ready values keyed by id. A big world is
+answered in pages: ``world`` lists at most ``limit`` characters and counts every place's
+occupants, so neither the answer nor the page grows with the world.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sim.analysis.report.data import collect
+from sim.errors import InputError
+from sim.storage import Storage
+from sim.ticklog.format import list_logs
+from sim.world import World
+
+#: characters listed per page of ``/api/world`` by default, and at most
+PAGE = 200
+MAX_PAGE = 1000
+
+
+def world_tick(world_dir: Path) -> int | None:
+    """The committed tick of the world, read from ``world.json`` alone (cheap: polled);
+    ``None`` when it cannot be read now (a commit renaming it, a broken file)."""
+    try:
+        with open(world_dir / "world.json", "rb") as handle:
+            meta = orjson.loads(handle.read(1 << 20))
+        tick = meta.get("tick") if isinstance(meta, dict) else None
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return tick if isinstance(tick, int) and not isinstance(tick, bool) else None
+
+
+def _stamp(world_dir: Path) -> tuple[int, ...]:
+    """Changes when a tick commits (it rewrites ``world.json``), when ``sim set`` or
+    ``sim inject`` records an intervention (each rewrites ``.sim/interventions.json``; a
+    set rewrites its entity in place) and when an entity file is added or removed (its
+    folder's mtime). An entity file edited by hand while serving shows after the next of
+    these."""
+    out: list[int] = []
+    for rel in ("world.json", ".sim/interventions.json", "characters", "locations"):
+        try:
+            stat = os.stat(world_dir / rel)
+            out.extend((stat.st_mtime_ns, stat.st_ino, stat.st_size))
+        except OSError:
+            out.append(-1)
+    return tuple(out)
+
+
+@dataclass
+class WorldCache:
+    """The world as last loaded, loaded again only when its files changed."""
+
+    world_dir: Path
+    _stamp: tuple[int, ...] = ()
+    _world: World | None = None
+
+    def get(self) -> World:
+        stamp = _stamp(self.world_dir)
+        if self._world is None or stamp != self._stamp:
+            self._world = Storage(self.world_dir).load()
+            self._stamp = stamp
+        return self._world
+
+
+def _file_stamp(path: Path) -> tuple[int, ...]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (-1,)
+    return (stat.st_mtime_ns, stat.st_ino, stat.st_size)
+
+
+#: logged ticks' views kept (each is a few hundred kB for a thousand characters)
+KEPT_TICKS = 32
+
+
+class LogViews:
+    """``tick_view`` and ``history_view``, computed again only when what they read changed:
+    the tick's log file (a resume or a compaction rewrites it) and the world's files
+    (names come from the world as it is now)."""
+
+    def __init__(self, world_dir: Path) -> None:
+        self.world_dir = world_dir
+        self._ticks: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._history: (
+            tuple[tuple[Any, ...], tuple[dict[str, Any], dict[str, dict[str, Any]]]] | None
+        ) = None
+
+    def tick(self, number: int) -> dict[str, Any]:
+        paths = dict(list_logs(self.world_dir))
+        if number not in paths:
+            raise InputError(None, "tick", f"no logged tick {number}")
+        key = (_file_stamp(paths[number]), _stamp(self.world_dir))
+        kept = self._ticks.get(number)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        view = tick_view(self.world_dir, number)
+        if len(self._ticks) >= KEPT_TICKS:
+            self._ticks.pop(next(iter(self._ticks)))
+        self._ticks[number] = (key, view)
+        return view
+
+    def _both(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        logs = list_logs(self.world_dir)
+        key = (tuple((n, _file_stamp(p)) for n, p in logs), _stamp(self.world_dir))
+        if self._history is not None and self._history[0] == key:
+            return self._history[1]
+        both = history_view(self.world_dir)
+        self._history = (key, both)
+        return both
+
+    def history(self) -> dict[str, Any]:
+        return self._both()[0]
+
+    def character_books(self, cid: str) -> dict[str, Any] | None:
+        """The calls, failures, tokens and cost of a character's own chains (intentions,
+        memory, declared per-character phases) over the logged ticks."""
+        return self._both()[1].get(cid)
+
+
+def _name(entity: dict[str, Any], fallback: str) -> str:
+    identity = entity.get("identity")
+    name = identity.get("name") if isinstance(identity, dict) else None
+    return str(name) if name else fallback
+
+
+def _location(entity: dict[str, Any]) -> str | None:
+    state = entity.get("state")
+    where = state.get("location") if isinstance(state, dict) else None
+    return None if where is None else str(where)
+
+
+def world_view(world: World, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
+    """``GET /api/world``: the tick, every location (with how many characters are there)
+    and one page of the characters, sorted by id."""
+    counts: dict[str, int] = {}
+    for entity in world.characters.values():
+        where = _location(entity)
+        if where is not None:
+            counts[where] = counts.get(where, 0) + 1
+    locations = []
+    for lid in sorted(world.locations):
+        entity = world.locations[lid]
+        state = entity.get("state")
+        connections = state.get("connections") if isinstance(state, dict) else None
+        locations.append(
+            {
+                "id": lid,
+                "name": _name(entity, lid),
+                "connections": [str(c) for c in connections or []],
+                "count": counts.get(lid, 0),
+            }
+        )
+    ids = sorted(world.characters)
+    page = ids[offset : offset + limit]
+    return {
+        "name": str(world.meta.get("name") or world.root.name),
+        "tick": world.tick,
+        "logged": [number for number, _ in list_logs(world.root)],
+        "locations": locations,
+        "total_characters": len(ids),
+        "offset": offset,
+        "limit": limit,
+        "characters": [
+            {
+                "id": cid,
+                "name": _name(world.characters[cid], cid),
+                "location": _location(world.characters[cid]),
+            }
+            for cid in page
+        ],
+    }
+
+
+def character_view(world: World, cid: str) -> dict[str, Any]:
+    """``GET /api/characters/{id}``: the character's file as it is now (identity, goals,
+    state, memory, relationships), and its name."""
+    entity = world.characters.get(cid)
+    if entity is None:
+        raise InputError(None, "id", f"no character {cid!r}")
+    return {"id": cid, "name": _name(entity, cid), "tick": world.tick, "entity": entity}
+
+
+def _ref(table: list[dict[str, Any]], index: int) -> dict[str, str]:
+    item = table[index]
+    return {"id": str(item["id"]), "name": str(item["name"])}
+
+
+def tick_view(world_dir: Path, number: int) -> dict[str, Any]:
+    """``GET /api/ticks/{n}``: a logged tick's scenes (narrative, each character's intention
+    and outcome), moves, interventions and numbers, as ``sim report`` reads them.
+
+    Raises:
+        InputError: no log of that tick.
+    """
+    if number not in dict(list_logs(world_dir)):
+        raise InputError(None, "tick", f"no logged tick {number}")
+    data = collect(world_dir, number, number)
+    if not data["ticks"]:
+        problems = "; ".join(data["problems"]) or "its log could not be read"
+        raise InputError(None, "tick", f"tick {number}: {problems}")
+    tick = data["ticks"][0]
+    chars, locs = data["chars"], data["locs"]
+    scenes = []
+    for scene in tick["scenes"]:
+        scenes.append(
+            {
+                "location": _ref(locs, scene["l"]),
+                "narrative": scene["n"],
+                "characters": [
+                    {
+                        **_ref(chars, row[0]),
+                        "action": row[1],
+                        "target": row[2],
+                        "content": row[3],
+                        "outcome": row[4],
+                    }
+                    for row in scene["r"]
+                ],
+            }
+        )
+    return {
+        "tick": tick["t"],
+        "committed": tick["committed"],
+        "calls": tick["calls"],
+        "failures": tick["failures"],
+        "tokens": tick["tokens"],
+        "cost": tick["cost"],
+        "wall": tick["wall"],
+        "scenes": scenes,
+        "moves": [
+            {"character": _ref(chars, c), "from": _ref(locs, a), "to": _ref(locs, b)}
+            for c, a, b in tick["moves"]
+        ],
+        "interventions": [{"kind": k, "where": w, "what": t} for k, w, t in tick["iv"]],
+        "fallbacks": tick["fallbacks"],
+        "problems": data["problems"],
+    }
+
+
+def history_view(world_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``GET /api/history``: per logged tick its calls, tokens, cost and wall time, and the
+    charts of the characters' own state fields over the ticks; and, per character, the
+    calls, failures, tokens and cost of its own chains over the logged ticks (for the
+    inspector: ``character_books``)."""
+    data = collect(world_dir)
+    view = {
+        "ticks": [
+            {key: t[key] for key in ("t", "committed", "calls", "failures", "tokens", "cost")}
+            for t in data["ticks"]
+        ],
+        "fields": data["fields"],
+        "problems": data["problems"],
+    }
+    books = {
+        str(c["id"]): {key: c[key] for key in ("calls", "failures", "tokens", "cost")}
+        for c in data["chars"]
+    }
+    return view, books

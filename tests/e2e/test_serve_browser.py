@@ -1,0 +1,269 @@
+"""``sim serve``'s page in a real browser: Playwright driving Debian's chromium (never
+Playwright's own download). The page runs, pauses, steps, injects and scrubs as a person
+would, and what a person sees is checked: text, labels, and that no script ran from a
+world's names. Skips, saying why, where chromium or Playwright is missing (.ci/run
+installs chromium)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import copy_demo
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - the dev extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="chromium is not installed (Debian: apt-get install chromium); .ci/run installs it",
+    ),
+    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (dev extra)"),
+]
+
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+IMG = "<img src=x onerror=\"window.__pwned='img'\">"
+SCRIPT = "<script>window.__pwned='script'</script>"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def launch(playwright: Any) -> Browser:
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        opened = launch(playwright)
+        yield opened
+        opened.close()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def sim(*args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sim", *args], capture_output=True, env=_env(), check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+class Served:
+    def __init__(self, world: Path, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sim", "serve", "--world", str(world), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+        assert "/?token=" in self.url, self.process.stderr.read() if self.process.stderr else ""
+
+    def stop(self) -> str:
+        self.process.terminate()
+        _, err = self.process.communicate(timeout=60)
+        return err
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> Path:
+    """The demo with two characters named as markup that would run script."""
+    world = copy_demo(tmp_path / "demo")
+    for cid, name in (("ada", IMG), ("bram", SCRIPT)):
+        path = world / "characters" / f"{cid}.json"
+        data = orjson.loads(path.read_bytes())
+        data["identity"]["name"] = name
+        path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    return world
+
+
+def _open(browser: Browser, url: str) -> tuple[Page, list[str]]:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on(
+        "dialog", lambda dialog: (problems.append(f"dialog {dialog.message}"), dialog.dismiss())
+    )
+    page.goto(url)
+    expect(page.locator("#world-name")).to_have_text("Saltglass Isle: The Lantern Tide")
+    return page, problems
+
+
+def _no_script_ran(page: Page, problems: list[str]) -> None:
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#people img, #map img, #scenes img, #inspector img").count() == 0
+    assert page.locator("body script").count() == 0
+    assert not problems, problems
+
+
+def test_run_pause_step_and_scrub(browser: Browser, hostile: Path, tmp_path: Path):
+    served = Served(hostile)
+    try:
+        page, problems = _open(browser, served.url)
+        assert "token=" not in page.url  # the token left the address bar for a cookie
+        expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
+        expect(page.locator("#people-count")).to_have_text("10")
+        # the names are on the map and in the list, as text
+        expect(page.locator("#map text.who", has_text=IMG)).to_have_count(1)
+        expect(page.locator("#people button", has_text=SCRIPT)).to_have_count(1)
+        expect(page.locator("#map .place-name", has_text="Herring Quay")).to_have_count(1)
+        page.fill("#run-ticks", "2")
+        page.click("#run")
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2", timeout=60_000)
+        expect(page.locator("#world-tick")).to_have_text("tick 2")
+        expect(page.locator("#status")).to_have_text(re.compile(r"idle \(ran 2 of 2\)"))
+        expect(page.locator("#scenes .scene h3").first).to_be_visible()
+        expect(page.locator("#charts svg[aria-label='Tokens per tick']")).to_have_count(1)
+        # a long run, paused: it stops after the tick running, every tick committed
+        page.fill("#run-ticks", "200")
+        page.click("#run")
+        expect(page.locator("#pause")).to_be_enabled()
+        page.click("#pause")
+        expect(page.locator("#status")).to_have_text(
+            re.compile(r"idle \(ran \d+ of 200\)"), timeout=60_000
+        )
+        ran = int(re.findall(r"ran (\d+) of 200", page.locator("#status").inner_text())[0])
+        shown = orjson.loads((hostile / "world.json").read_bytes())["tick"]
+        assert shown == 2 + ran < 202  # every tick committed whole, and the run stopped
+        expect(page.locator("#world-tick")).to_have_text(f"tick {shown}")
+        page.click("#step")
+        expect(page.locator("#world-tick")).to_have_text(f"tick {shown + 1}", timeout=60_000)
+        # scrub back: the slider to the first tick shows its scenes
+        page.locator("#scrub").fill("0")
+        expect(page.locator("#tick-label")).to_have_text(f"Tick 1 of 1–{shown + 1}")
+        expect(page.locator("#follow")).not_to_be_checked()
+        expect(page.locator("#scenes .scene").first).to_be_visible()
+        page.click("#next")
+        expect(page.locator("#tick-label")).to_have_text(f"Tick 2 of 1–{shown + 1}")
+        # the inspector shows a hostile name as text
+        page.locator("#people button", has_text=IMG).click()
+        expect(page.locator("#inspector h3")).to_have_text(IMG)
+        expect(page.locator("#inspector dd", has_text="quay").first).to_be_visible()
+        expect(page.locator("#inspector dd", has_text="calls for them")).to_be_visible()
+        page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+        assert (tmp_path / "page.png").stat().st_size > 20_000
+        _no_script_ran(page, problems)
+    finally:
+        err = served.stop()
+    assert "Traceback" not in err
+
+
+def test_inject_set_ask_and_a_tick_run_elsewhere(browser: Browser, tmp_path: Path):
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world)
+    try:
+        page, problems = _open(browser, served.url)
+        page.select_option("#inject-at", label="Herring Quay")
+        page.fill("#inject-text", "A gull drops a silver key on the quay.")
+        page.click("#inject-form button")
+        expect(page.locator("#steer-result")).to_have_text(
+            re.compile(r"recorded: .*silver key.*applies at tick 1")
+        )
+        page.fill("#set-assignment", 'ada.state.mood="furious"')
+        page.click("#set-form button")
+        expect(page.locator("#steer-result")).to_have_text(re.compile("recorded: "))
+        page.fill("#set-assignment", "ada.state.mood=furious")  # not JSON: the error shows
+        page.click("#set-form button")
+        expect(page.locator("#steer-result")).to_have_text(re.compile("JSON"))
+        expect(page.locator("#steer-result")).to_have_class(re.compile("error"))
+        page.select_option("#ask-who", label="Orla Penhallow")
+        page.fill("#ask-question", "Who will you name?")
+        page.click("#ask-form button")
+        expect(page.locator("#steer-result")).to_have_text(re.compile("^Orla Penhallow: ."))
+        page.click("#step")
+        expect(page.locator("#tick-label")).to_have_text("Tick 1 of 1–1", timeout=60_000)
+        expect(page.locator("#scenes")).to_contain_text("silver key")
+        # a tick committed by a `sim tick` in another process reaches the page
+        sim("tick", "--world", str(world))
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2", timeout=10_000)
+        _no_script_ran(page, problems)
+    finally:
+        served.stop()
+
+
+def test_read_only_disables_the_controls(browser: Browser, tmp_path: Path):
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world, "--read-only")
+    try:
+        page, problems = _open(browser, served.url)
+        expect(page.locator("#mode")).to_have_text("read-only")
+        for control in ("#run", "#step", "#inject-form button", "#ask-form button"):
+            expect(page.locator(control)).to_be_disabled()
+        assert not problems
+    finally:
+        served.stop()
+
+
+def test_a_big_world_is_aggregated_not_one_node_per_character(browser: Browser, tmp_path: Path):
+    sys.path.insert(0, str(REPO))
+    from bench.make_world import make_world
+
+    world = tmp_path / "big"
+    make_world(world, 5000, 40)
+    served = Served(world)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        expect(page.locator("#people-count")).to_have_text("5000", timeout=30_000)
+        expect(page.locator("#people-page")).to_have_text("1–200 of 5000")
+        expect(page.locator("#map .count").first).to_have_text(re.compile(r"\d+ characters?"))
+        nodes = page.evaluate("document.getElementsByTagName('*').length")
+        assert nodes < 3000, nodes
+        page.click("#people-next")
+        expect(page.locator("#people-page")).to_have_text("201–400 of 5000")
+    finally:
+        served.stop()
+
+
+def test_scenes_show_as_they_are_written_with_a_streaming_provider(
+    browser: Browser, tmp_path: Path
+):
+    """With ``[llm] stream`` on a real HTTP provider (the loopback stub), each place's
+    narrative shows on the page while its tick runs, then the committed tick's scenes."""
+    from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+
+    world = copy_demo(tmp_path / "demo")
+    with ServerThread(StubServer(StubOptions(stream_chunk_delay=0.03))) as stub:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            f'[llm]\nprovider = "chat"\nbase_url = "{stub.base_url}"\nstream = true\n'
+        )
+        served = Served(world, "--config", str(config))
+        try:
+            page, problems = _open(browser, served.url)
+            page.click("#step")
+            writing = page.locator("#live-scenes")
+            expect(writing).to_be_visible(timeout=60_000)
+            expect(writing.locator("p.narrative").first).not_to_be_empty()
+            expect(writing).to_contain_text("being written")
+            expect(page.locator("#tick-label")).to_have_text("Tick 1 of 1–1", timeout=120_000)
+            expect(writing).to_be_hidden()
+            expect(page.locator("#scenes .scene").first).to_be_visible()
+            _no_script_ran(page, problems)
+        finally:
+            served.stop()
