@@ -23,6 +23,7 @@ from sim.cli.jsonout import (
     json_errors,
     tick_document,
 )
+from sim.errors import UserError
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.engine.runner import TickResult
@@ -382,6 +383,13 @@ def print_tick(result: TickResult) -> None:
     help="Send each phase's calls as one OpenAI Batch API batch: half the price, answers "
     "within 24 h (stopped, the next run resumes polling the same batch).",
 )
+@click.option(
+    "--workers",
+    default="1",
+    metavar="N|auto",
+    help="Run each tick's phases on N shards of the world (split by place), each in a "
+    "process of its own; auto: one per core. Same result as 1 (the default).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
@@ -399,12 +407,20 @@ def tick(
     stream: bool,
     yes: bool,
     batch: bool,
+    workers: str,
     as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
     from sim.engine.runner import Runner
+    from sim.engine.shards import auto_workers
 
     with json_errors("tick", as_json):
+        if workers == "auto":
+            shards = auto_workers()
+        elif workers.isdigit() and 1 <= int(workers) <= 1024:
+            shards = int(workers)
+        else:
+            raise UserError(f"--workers: expected a number from 1 to 1024 or auto, got {workers!r}")
         config = build_config(
             config_file,
             world_dir,
@@ -437,6 +453,7 @@ def tick(
             on_delta=view.on_delta if view is not None and not as_json else None,
             approver=TerminalApprover(yes),
             on_batch=progress.on_batch,
+            workers=shards,
         )
         runner.run(ticks)
 

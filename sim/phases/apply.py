@@ -92,7 +92,8 @@ async def run(ctx: TickContext) -> None:
             _apply_location_update(location, resolution.location_update)
     rated = mind_on(ctx.config)
     mentions = Mentions(world) if rated else None
-    for cid, char in world.characters.items():
+    for char in ctx.characters():
+        cid = char["identity"]["id"]
         text = cells.get(cid) or unresolved_text(char["identity"]["name"], ctx.intentions[cid])
         if mentions is None:
             char["memory"]["cells"].append({"tick": ctx.tick, "text": text})

@@ -1,0 +1,442 @@
+"""A sharded tick (``sim tick --workers N``): the world's places split over N processes.
+
+The coordinator (the ``Runner``) loads the world, begins the tick's log and holds the one
+adapter stack: the budget, the endpoint's concurrency, recovery, the policy gate and a
+resume's replay. Each worker (``sim.engine.shard_worker``, a process of its own) loads the
+same world read-only and runs every phase for its part: the characters at its places as the
+tick began. Its phases build their requests and apply the answers there; each call goes to
+the coordinator, which sends it through the stack and logs it as any call; the call's
+events come back with it, in order. At the end of each phase the workers report (the
+phase's report and results, the state their characters and places now have) and wait; the
+coordinator logs the phase, checks it, and sends every worker the others' state, so a
+character who moved is where the next phase looks for it. After the last phase each worker
+sends its characters and places, its response-store changes and the responses to delete;
+the coordinator puts them in the world and commits the tick once, as with one process.
+
+Places are split in the order ``World.characters_at`` gives them, into contiguous runs of
+about equal numbers of characters, so the merged results come in the order one process
+gives them; with the offline provider the world files, the log's story and its books are
+those of ``--workers 1``.
+
+A worker that dies ends the tick with an error naming it; a coordinator that dies closes
+the workers' sockets, and they exit. Nothing but the coordinator writes to the world.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from sim.config import Config
+from sim.errors import RunError
+from sim.llm.errors import LLMError
+from sim.llm.events import LLMEvent
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.phases import PhaseSpec
+from sim.phases.base import PhaseReport, TickContext
+from sim.phases.happenings import Happenings
+from sim.phases.intentions import MADE, schema_for_verbs
+
+#: the built-in phases a shard can run on its part: each is about the characters (or
+#: places) of one place at a time; ``conversation`` caps its conversations per tick
+#: over the whole world, so it is not among them
+SHARDABLE = frozenset(
+    {"intentions", "resolution", "narrative", "apply", "memory", "reflection", "planning"}
+)
+
+_LENGTH = struct.Struct("!Q")
+
+
+class WorkerDied(RunError):
+    """A shard's worker process ended in the middle of a tick: nothing is committed."""
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What one worker is told at the start of a tick."""
+
+    index: int
+    root: Path
+    config: Config
+    tick: int
+    #: the places of this shard, in ``World.characters_at`` order
+    locations: tuple[str, ...]
+    #: the call namer's copy (``sim.engine.recorder.CallNames``)
+    names: Any
+    adapter_name: str
+    #: this tick's injected events (``sim inject``)
+    happenings: Happenings
+
+
+@dataclass
+class PhaseDone:
+    """A worker's end of one phase."""
+
+    name: str
+    report: PhaseReport
+    results: dict[str, Any]
+    #: ("character" | "location", id) -> its ``state`` now, for those whose state changed
+    states: dict[tuple[str, str], Any]
+
+
+@dataclass
+class ShardFinal:
+    """A worker's part of the world after the last phase."""
+
+    characters: dict[str, Any]
+    locations: dict[str, Any]
+    store: dict[str, bytes | None]
+    deletions: list[tuple[str, str]] = field(default_factory=list)
+
+
+# -- the wire: length-prefixed pickles on a socket ------------------------------------------
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a request's schema made at run time (``intention_schema`` with ``[actions]``
+    verbs) as the call that makes it again."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj in MADE:
+            return schema_for_verbs, (MADE[obj],)
+        return NotImplemented
+
+
+def dumps(message: Any) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+    return buffer.getvalue()
+
+
+def frame(message: Any) -> bytes:
+    data = dumps(message)
+    return _LENGTH.pack(len(data)) + data
+
+
+async def receive(reader: asyncio.StreamReader) -> Any:
+    """The next message. Raises ``asyncio.IncompleteReadError`` when the other side is gone."""
+    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    return pickle.loads(await reader.readexactly(length))
+
+
+def portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives a trip between processes, else a ``RunError`` saying it."""
+    try:
+        pickle.loads(dumps(exc))
+    except Exception:
+        return RunError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+# -- the split ---------------------------------------------------------------------------------
+
+
+def partition(occupancy: Mapping[str, Sequence[str]], workers: int) -> list[tuple[str, ...]]:
+    """The occupied places split into at most ``workers`` contiguous runs (in the order
+    given) of about equal numbers of characters; none empty."""
+    total = sum(len(present) for present in occupancy.values())
+    parts: list[list[str]] = [[] for _ in range(max(1, workers))]
+    done = 0
+    k = 0
+    for lid, present in occupancy.items():
+        while k < len(parts) - 1 and parts[k] and done >= (k + 1) * total / len(parts):
+            k += 1
+        parts[k].append(lid)
+        done += len(present)
+    return [tuple(part) for part in parts if part]
+
+
+def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) -> str | None:
+    """Why this tick cannot run on several workers (``None``: it can)."""
+    for spec in phases:
+        if spec.name not in SHARDABLE or spec.kind != "builtin":
+            return (
+                f"phase {spec.name!r} runs over the whole world; --workers runs only the "
+                f"built-in phases {', '.join(sorted(SHARDABLE))}"
+            )
+        memory = config.memory.for_phase(spec.name)
+        if memory.embeddings == "provider":
+            return f"phase {spec.name!r} retrieves with a provider's embeddings"
+    if config.llm.batch:
+        return "[llm] batch sends each phase's calls as one batch from one process"
+    if streaming:
+        return "streamed answers are shown by one process"
+    return None
+
+
+# -- the coordinator's side --------------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: subprocess.Popen[bytes]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    #: the worker's phase reports and final part, in order; an exception when it failed
+    inbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    #: the stand-in request object of each call in flight (its events are paired by it)
+    tokens: dict[int, object] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"worker {self.index + 1} (pid {self.process.pid})"
+
+
+Sink = Callable[[LLMEvent], None]
+
+
+class Shards:
+    """The workers of one tick, from their start to their end (``async with``).
+
+    Args:
+        plans: one per worker.
+        adapter: the tick's adapter (the policy gate, a resume's replay, the stack), which
+            every worker's calls go through.
+        events: the tick's event sink (the recorder, the books, the guard, the user's).
+    """
+
+    def __init__(self, plans: Sequence[ShardPlan], adapter: Adapter, events: Sink) -> None:
+        self.plans = list(plans)
+        self.adapter = adapter
+        self.events = events
+        self.workers: list[_Worker] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> Shards:
+        for plan in self.plans:
+            ours, theirs = socket.socketpair()
+            try:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "sim.engine.shard_worker", str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # Ctrl-C reaches the coordinator, which ends them
+                )
+            finally:
+                theirs.close()
+            reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
+            worker = _Worker(plan.index, process, reader, writer)
+            self.workers.append(worker)
+            writer.write(frame(plan))
+            task = asyncio.create_task(self._serve(worker))
+            self._tasks.add(task)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for worker in self.workers:
+            worker.writer.close()
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                try:
+                    await asyncio.wait_for(asyncio.to_thread(worker.process.wait), 5)
+                except TimeoutError:
+                    worker.process.kill()
+                    await asyncio.to_thread(worker.process.wait)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, worker: _Worker) -> None:
+        """Read one worker's messages until it ends: calls are answered, events go to the
+        tick's sink, the rest to its inbox."""
+        try:
+            while True:
+                message = await receive(worker.reader)
+                kind = message[0]
+                if kind == "call":
+                    task = asyncio.create_task(self._answer(worker, message[1], message[2]))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                elif kind == "event":
+                    self._event(worker, message[1], message[2])
+                else:
+                    worker.inbox.put_nowait(message)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            code = await asyncio.to_thread(worker.process.wait)
+            worker.inbox.put_nowait(
+                (
+                    "failed",
+                    WorkerDied(
+                        f"{worker.describe()} died in the middle of the tick (exit status "
+                        f"{code}); nothing was committed, the next run resumes the tick"
+                    ),
+                )
+            )
+
+    def _event(self, worker: _Worker, token: int, event: LLMEvent) -> None:
+        """One of a worker's call events, paired with the call's others by a stand-in."""
+        if event.kind == "llm_called":
+            stand_in = worker.tokens[token] = object()
+        elif event.final:
+            stand_in = worker.tokens.pop(token, None) or object()
+        else:
+            stand_in = worker.tokens.get(token) or object()
+        self.events(replace(event, request=stand_in))  # type: ignore[arg-type]
+
+    async def _answer(self, worker: _Worker, n: int, request: ModelRequest) -> None:
+        try:
+            response: AdapterResponse | BaseException = await self.adapter.execute(request)
+        except LLMError as exc:
+            response = portable(exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            response = portable(exc)
+        with contextlib.suppress(ConnectionError, OSError):
+            worker.writer.write(frame(("answer", n, response)))
+
+    async def gather(self, kind: str) -> list[Any]:
+        """Each worker's next message, which must be of ``kind``, in worker order.
+
+        Raises:
+            WorkerDied: a worker ended; or what a worker's phase raised.
+        """
+        got: list[Any] = []
+        pending = {asyncio.ensure_future(w.inbox.get()): w for w in self.workers}
+        by_worker: dict[int, Any] = {}
+        try:
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    worker = pending.pop(future)
+                    message = future.result()
+                    if message[0] == "failed":
+                        raise message[1]
+                    if message[0] != kind:
+                        raise RunError(f"{worker.describe()} sent {message[0]!r}, not {kind!r}")
+                    by_worker[worker.index] = message[1]
+        finally:
+            for future in pending:
+                future.cancel()
+        for worker in self.workers:
+            got.append(by_worker[worker.index])
+        return got
+
+    def broadcast(self, states: Mapping[tuple[str, str], Any]) -> None:
+        """End a phase's barrier: every worker gets the state the others changed."""
+        data = frame(("barrier", dict(states)))
+        for worker in self.workers:
+            worker.writer.write(data)
+
+    async def drain(self) -> None:
+        for worker in self.workers:
+            with contextlib.suppress(ConnectionError, OSError):
+                await worker.writer.drain()
+
+
+def merge_reports(into: PhaseReport, parts: Sequence[PhaseReport]) -> None:
+    """Add the shards' reports of one phase to the coordinator's (whose usage, retries,
+    timeouts and fallback models the tick's events already counted)."""
+    for part in parts:
+        into.calls += part.calls
+        into.failures += part.failures
+        into.fallbacks.extend(part.fallbacks)
+        into.errors.update(part.errors)
+        into.warnings.extend(part.warnings)
+        into.entities += part.entities
+
+
+def merge_results(parts: Sequence[Mapping[str, Any]], order: Mapping[str, int]) -> dict[str, Any]:
+    """The shards' results of one phase as one process orders them: by ``order`` (each
+    character's and place's place in the world), else as they came."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        merged.update(part)
+    late = len(order)
+    keys = sorted(merged, key=lambda key: order.get(key, late))
+    return {key: merged[key] for key in keys}
+
+
+def auto_workers() -> int:
+    """``--workers auto``: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class Merged:
+    """What a sharded tick's phases left besides the world: the response-store changes and
+    the responses to delete once it commits."""
+
+    store: dict[str, bytes | None]
+    deletions: list[tuple[str, str]]
+
+
+async def run_sharded(
+    ctx: TickContext,
+    phases: Sequence[PhaseSpec],
+    workers: int,
+    names: Any,
+    adapter_name: str,
+    on_phase: Callable[[str, bool, PhaseReport | None], None],
+    phase_end: Callable[[str, dict[str, Any]], None],
+    check: Callable[[PhaseReport], None],
+) -> Merged:
+    """Run the tick's phases on ``workers`` shards of ``ctx.world`` and put their parts
+    in it; ``ctx`` is the coordinator's (its adapter and events are the tick's).
+
+    Args:
+        names: the tick's call namer (``TickRecorder.names``); each worker gets a copy.
+        on_phase: a phase starts (``True``) or ends (``False``, with its report).
+        phase_end: log a phase's merged results (``TickRecorder.phase_end``).
+        check: raises if the tick must stop after a phase (``PhaseGuard.check``).
+
+    Raises:
+        WorkerDied: a worker ended mid-tick; or what a worker's phase raised.
+    """
+    world = ctx.world
+    parts = partition(ctx.occupancy, workers)
+    plans = [
+        ShardPlan(
+            i, world.root, ctx.config, ctx.tick, part, names.copy(), adapter_name, ctx.happenings
+        )
+        for i, part in enumerate(parts)
+    ]
+    # the order one process gives results in: characters, then places, as the world has them
+    order = {cid: i for i, cid in enumerate(world.characters)}
+    for lid in ctx.occupancy:
+        order.setdefault(lid, len(order))
+    merged = Merged({}, [])
+    if not phases:
+        return merged
+    on_phase(phases[0].name, True, None)
+    report = ctx.report(phases[0].name)  # before any event of the phase can arrive
+    async with Shards(plans, ctx.adapter, ctx.events) as shards:
+        for i, spec in enumerate(phases):
+            done: list[PhaseDone] = await shards.gather("phase")
+            merge_reports(report, [d.report for d in done])
+            results = merge_results([d.results for d in done], order)
+            if spec.name == "narrative":
+                ctx.narratives = results
+            phase_end(spec.name, results)
+            on_phase(spec.name, False, report)
+            check(report)
+            states: dict[tuple[str, str], Any] = {}
+            for part in done:
+                states.update(part.states)
+            if i + 1 < len(phases):
+                on_phase(phases[i + 1].name, True, None)
+                report = ctx.report(phases[i + 1].name)
+            shards.broadcast(states)
+        finals: list[ShardFinal] = await shards.gather("final")
+    for final in finals:
+        world.characters.update(final.characters)
+        world.locations.update(final.locations)
+        merged.store.update(final.store)
+        merged.deletions.extend(final.deletions)
+    return merged
