@@ -23,7 +23,7 @@ from sim.engine.recorder import phase_results
 from sim.engine.shards import PhaseDone, ShardFinal, ShardPlan, frame, portable, receive
 from sim.errors import RunError
 from sim.gcpause import gc_paused
-from sim.llm.events import LLMEvent
+from sim.llm.events import null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.phases import resolve_phases
@@ -125,10 +125,8 @@ async def run_part(
     mine = [cid for present in ctx.occupancy.values() for cid in present]
     ctx.part = frozenset(mine)
 
-    def forward(event: LLMEvent) -> None:  # paired at the coordinator by the token
-        writer.write(frame(("event", id(event.request), replace_request(event))))
-
-    ctx.events = forward
+    # the coordinator makes each call's events as it answers it: none are sent from here
+    ctx.events = null_sink
     for spec in phases:
         before = {
             **_states(world, "character", iter(mine)),
@@ -155,13 +153,6 @@ async def run_part(
         store=store.changes(),
         deletions=evicted,
     )
-
-
-def replace_request(event: LLMEvent) -> LLMEvent:
-    """The event without its request (the coordinator pairs a call's events by a token)."""
-    from dataclasses import replace
-
-    return replace(event, request=None)  # type: ignore[arg-type]
 
 
 def main(argv: list[str]) -> int:

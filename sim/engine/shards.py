@@ -33,16 +33,18 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
 from sim.config import Config
 from sim.errors import RunError
-from sim.llm.errors import LLMError
+from sim.llm.client import finished_events
+from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import PhaseSpec
@@ -180,6 +182,14 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) ->
 # -- the coordinator's side --------------------------------------------------------------------
 
 
+@dataclass(eq=False)
+class _StandIn:
+    """The request of a worker's call, as the coordinator's events carry it: its entity key
+    (what an event sink may read of it) and an identity that pairs the call's events."""
+
+    entity_key: str | None
+
+
 @dataclass
 class _Worker:
     index: int
@@ -189,7 +199,7 @@ class _Worker:
     #: the worker's phase reports and final part, in order; an exception when it failed
     inbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     #: the stand-in request object of each call in flight (its events are paired by it)
-    tokens: dict[int, object] = field(default_factory=dict)
+    tokens: dict[str, _StandIn] = field(default_factory=dict)
 
     def describe(self) -> str:
         return f"worker {self.index + 1} (pid {self.process.pid})"
@@ -208,10 +218,15 @@ class Shards:
         events: the tick's event sink (the recorder, the books, the guard, the user's).
     """
 
-    def __init__(self, plans: Sequence[ShardPlan], adapter: Adapter, events: Sink) -> None:
+    def __init__(
+        self, plans: Sequence[ShardPlan], adapter: Adapter, events: Sink, slots: int
+    ) -> None:
         self.plans = list(plans)
         self.adapter = adapter
         self.events = events
+        #: ``[llm] max_concurrency`` over all the workers: each worker's clients hold it
+        #: too, so N workers would otherwise have N times as many calls in flight
+        self.slots = asyncio.Semaphore(slots)
         self.workers: list[_Worker] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -260,8 +275,6 @@ class Shards:
                     task = asyncio.create_task(self._answer(worker, message[1], message[2]))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
-                elif kind == "event":
-                    self._event(worker, message[1], message[2])
                 else:
                     worker.inbox.put_nowait(message)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -276,27 +289,75 @@ class Shards:
                 )
             )
 
-    def _event(self, worker: _Worker, token: int, event: LLMEvent) -> None:
-        """One of a worker's call events, paired with the call's others by a stand-in."""
-        if event.kind == "llm_called":
-            stand_in = worker.tokens[token] = object()
-        elif event.final:
-            stand_in = worker.tokens.pop(token, None) or object()
-        else:
-            stand_in = worker.tokens.get(token) or object()
-        self.events(replace(event, request=stand_in))  # type: ignore[arg-type]
-
     async def _answer(self, worker: _Worker, n: int, request: ModelRequest) -> None:
-        try:
-            response: AdapterResponse | BaseException = await self.adapter.execute(request)
-        except LLMError as exc:
-            response = portable(exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            response = portable(exc)
+        """Answer one of a worker's calls through the tick's adapter, and log it here as
+        its answer comes back (``finished_events``, as the client would): a call answered
+        is in the log whatever happens to the worker after."""
+        call = request.call
+        phase = call.phase if call is not None else ""
+        key = call.entity_key if call is not None else None
+        context: dict[str, Any] = {
+            "history": request.history,
+            "previous_response_id": request.previous_response_id,
+            "depth": call.depth if call is not None else 0,
+            "call": call,
+        }
+        # the events of one call are paired by their request object: a stand-in here (a
+        # call sent again after its provider lost its chain keeps the first one's)
+        rid = call.request_id if call is not None else f"{worker.index}:{n}"
+        stand_in = worker.tokens.get(rid)
+        if stand_in is None:
+            stand_in = worker.tokens[rid] = _StandIn(key)
+            called = LLMEvent(
+                "llm_called",
+                phase,
+                key,
+                request.settings.model,
+                cast(Any, stand_in),
+                **context,
+            )
+            self.events(called)
+        answer: AdapterResponse | LLMError
+        async with self.slots:
+            started = time.perf_counter()
+            try:
+                answer = await self.adapter.execute(request)
+            except LLMError as exc:
+                answer = exc
+            except Exception as exc:  # a bug in an adapter: an LLMError, as the client has it
+                answer = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+            latency = time.perf_counter() - started
+        if isinstance(answer, LLMChainNotFoundError) and request.previous_response_id:
+            # the worker's client sends it again with the window: not the call's end
+            lost = LLMEvent(
+                "llm_failed",
+                phase,
+                key,
+                request.settings.model,
+                cast(Any, stand_in),
+                latency=latency,
+                error_code=answer.code,
+                error=answer,
+                final=False,
+                **context,
+            )
+            self.events(lost)
+        else:
+            worker.tokens.pop(rid, None)
+            ended = finished_events(
+                phase,
+                stand_in,
+                request.settings,
+                latency,
+                context,
+                response=answer if isinstance(answer, AdapterResponse) else None,
+                error=answer if isinstance(answer, LLMError) else None,
+            )
+            for event in ended:
+                self.events(event)
+        sent = answer if isinstance(answer, AdapterResponse) else portable(answer)
         with contextlib.suppress(ConnectionError, OSError):
-            worker.writer.write(frame(("answer", n, response)))
+            worker.writer.write(frame(("answer", n, sent)))
 
     async def gather(self, kind: str) -> list[Any]:
         """Each worker's next message, which must be of ``kind``, in worker order.
@@ -416,7 +477,8 @@ async def run_sharded(
         return merged
     on_phase(phases[0].name, True, None)
     report = ctx.report(phases[0].name)  # before any event of the phase can arrive
-    async with Shards(plans, ctx.adapter, ctx.events) as shards:
+    slots = ctx.config.llm.max_concurrency
+    async with Shards(plans, ctx.adapter, ctx.events, slots) as shards:
         for i, spec in enumerate(phases):
             done: list[PhaseDone] = await shards.gather("phase")
             merge_reports(report, [d.report for d in done])
