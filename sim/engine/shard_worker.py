@@ -20,7 +20,7 @@ import orjson
 
 from sim.engine import repair
 from sim.engine.recorder import phase_results
-from sim.engine.shards import PhaseDone, ShardFinal, ShardPlan, frame, portable, receive
+from sim.engine.shards import Outbox, PhaseDone, ShardFinal, ShardPlan, frame, portable, receive
 from sim.errors import RunError
 from sim.gcpause import gc_paused
 from sim.llm.events import null_sink
@@ -38,7 +38,7 @@ class RemoteAdapter:
 
     def __init__(self, name: str, writer: asyncio.StreamWriter) -> None:
         self.name = name
-        self.writer = writer
+        self.outbox = Outbox(writer)
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self._n = 0
 
@@ -47,7 +47,7 @@ class RemoteAdapter:
         n = self._n
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[n] = future
-        self.writer.write(frame(("call", n, request)))
+        self.outbox.post(("call", n, request))
         answer = await future
         if isinstance(answer, BaseException):
             raise answer
@@ -140,7 +140,8 @@ async def run_part(
             if orjson.dumps(state) != was:
                 changed[key] = state
         done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)
-        writer.write(frame(("phase", done)))
+        adapter.outbox.post(("phase", done))
+        adapter.outbox.flush()
         await writer.drain()
         message = await barriers.get()
         for (kind, eid), state in message[1].items():

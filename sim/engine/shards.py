@@ -128,6 +128,28 @@ def frame(message: Any) -> bytes:
     return _LENGTH.pack(len(data)) + data
 
 
+class Outbox:
+    """Messages to one socket, written together once per turn of the event loop: one
+    system call for the answers (or calls) that became ready together, not one each."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._frames: list[bytes] = []
+
+    def post(self, message: Any) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._frames.append(frame(message))
+
+    def flush(self) -> None:
+        if not self._frames:
+            return
+        data = b"".join(self._frames)
+        self._frames.clear()
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):  # the other end went
+            self.writer.write(data)
+
+
 async def receive(reader: asyncio.StreamReader) -> Any:
     """The next message. Raises ``asyncio.IncompleteReadError`` when the other side is gone."""
     (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
@@ -198,6 +220,7 @@ class _Worker:
     writer: asyncio.StreamWriter
     #: the worker's phase reports and final part, in order; an exception when it failed
     inbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    outbox: Outbox = field(init=False)
     #: the stand-in request object of each call in flight (its events are paired by it)
     tokens: dict[str, _StandIn] = field(default_factory=dict)
 
@@ -244,6 +267,7 @@ class Shards:
                 theirs.close()
             reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
             worker = _Worker(plan.index, process, reader, writer)
+            worker.outbox = Outbox(writer)
             self.workers.append(worker)
             writer.write(frame(plan))
             task = asyncio.create_task(self._serve(worker))
@@ -357,7 +381,7 @@ class Shards:
                 self.events(event)
         sent = answer if isinstance(answer, AdapterResponse) else portable(answer)
         with contextlib.suppress(ConnectionError, OSError):
-            worker.writer.write(frame(("answer", n, sent)))
+            worker.outbox.post(("answer", n, sent))
 
     async def gather(self, kind: str) -> list[Any]:
         """Each worker's next message, which must be of ``kind``, in worker order.
