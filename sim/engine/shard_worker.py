@@ -38,7 +38,7 @@ class RemoteAdapter:
 
     def __init__(self, name: str, writer: asyncio.StreamWriter) -> None:
         self.name = name
-        self.outbox = Outbox(writer)
+        self.outbox = Outbox(writer, share=True)
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self._n = 0
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copyreg
 import io
 import os
 import pickle
@@ -107,19 +108,25 @@ class ShardFinal:
 # -- the wire: length-prefixed pickles on a socket ------------------------------------------
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles a request's schema made at run time (``intention_schema`` with ``[actions]``
-    verbs) as the call that makes it again."""
+def _model_class(cls: type[BaseModel]) -> Any:
+    """A pydantic model class, pickled: by its name, or a schema made at run time
+    (``intention_schema`` with ``[actions]`` verbs) as the call that makes it again."""
+    verbs = MADE.get(cls)  # type: ignore[call-overload]
+    if verbs is not None:
+        return schema_for_verbs, (verbs,)
+    return cls.__qualname__  # found in its module by name, as pickle does for a class
 
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj in MADE:
-            return schema_for_verbs, (MADE[obj],)
-        return NotImplemented
+
+#: consulted only for classes whose metaclass is pydantic's (a ``reducer_override`` would
+#: be called for every object pickled, in Python)
+_DISPATCH = {**copyreg.dispatch_table, type(BaseModel): _model_class}
 
 
 def dumps(message: Any) -> bytes:
     buffer = io.BytesIO()
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(message)
     return buffer.getvalue()
 
 
@@ -128,18 +135,57 @@ def frame(message: Any) -> bytes:
     return _LENGTH.pack(len(data)) + data
 
 
+#: a frozenset this big that many requests share (a resolution's check holds every
+#: place's and character's name) goes once per worker, not with each request
+SHARED_SIZE = 64
+
+
+class _Sharing(pickle.Pickler):
+    """Pickles a big frozenset once: later messages name it (``persistent_id``)."""
+
+    def __init__(self, buffer: io.BytesIO, outbox: Outbox) -> None:
+        super().__init__(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = _DISPATCH
+        self.outbox = outbox
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is not frozenset or len(obj) < SHARED_SIZE:
+            return None
+        key = id(obj)
+        if key not in self.outbox.shared:  # held: its id is not reused while we run
+            self.outbox.shared[key] = obj
+            self.outbox.queue(frame(("share", key, obj)))
+        return key
+
+
 class Outbox:
     """Messages to one socket, written together once per turn of the event loop: one
-    system call for the answers (or calls) that became ready together, not one each."""
+    system call for the answers (or calls) that became ready together, not one each.
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    Args:
+        share: send each big frozenset once (``_Sharing``); the other side reads with
+            ``receive(reader, shared)``.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter, *, share: bool = False) -> None:
         self.writer = writer
+        self.share = share
+        self.shared: dict[int, frozenset[Any]] = {}
         self._frames: list[bytes] = []
 
-    def post(self, message: Any) -> None:
+    def queue(self, data: bytes) -> None:
         if not self._frames:
             asyncio.get_running_loop().call_soon(self.flush)
-        self._frames.append(frame(message))
+        self._frames.append(data)
+
+    def post(self, message: Any) -> None:
+        if not self.share:
+            self.queue(frame(message))
+            return
+        buffer = io.BytesIO()
+        _Sharing(buffer, self).dump(message)  # a "share" frame first, if it needs one
+        data = buffer.getvalue()
+        self.queue(_LENGTH.pack(len(data)) + data)
 
     def flush(self) -> None:
         if not self._frames:
@@ -150,10 +196,21 @@ class Outbox:
             self.writer.write(data)
 
 
-async def receive(reader: asyncio.StreamReader) -> Any:
-    """The next message. Raises ``asyncio.IncompleteReadError`` when the other side is gone."""
-    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-    return pickle.loads(await reader.readexactly(length))
+async def receive(reader: asyncio.StreamReader, shared: dict[int, Any] | None = None) -> Any:
+    """The next message (``shared``: what a sharing ``Outbox`` sent once, kept here).
+
+    Raises ``asyncio.IncompleteReadError`` when the other side is gone."""
+    while True:
+        (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+        data = await reader.readexactly(length)
+        if shared is None:
+            return pickle.loads(data)
+        unpickler = pickle.Unpickler(io.BytesIO(data))
+        unpickler.persistent_load = shared.__getitem__  # type: ignore[assignment]
+        message = unpickler.load()
+        if message[0] != "share":
+            return message
+        shared[message[1]] = message[2]
 
 
 def portable(exc: BaseException) -> BaseException:
@@ -221,6 +278,8 @@ class _Worker:
     #: the worker's phase reports and final part, in order; an exception when it failed
     inbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     outbox: Outbox = field(init=False)
+    #: what the worker sent once (``Outbox(share=True)``)
+    shared: dict[int, Any] = field(default_factory=dict)
     #: the stand-in request object of each call in flight (its events are paired by it)
     tokens: dict[str, _StandIn] = field(default_factory=dict)
 
@@ -293,7 +352,7 @@ class Shards:
         tick's sink, the rest to its inbox."""
         try:
             while True:
-                message = await receive(worker.reader)
+                message = await receive(worker.reader, worker.shared)
                 kind = message[0]
                 if kind == "call":
                     task = asyncio.create_task(self._answer(worker, message[1], message[2]))
