@@ -43,7 +43,7 @@ from typing import Any, cast
 from pydantic import BaseModel
 
 from sim.config import Config
-from sim.errors import RunError
+from sim.errors import RunError, SimError, UserError
 from sim.llm.client import finished_events
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
@@ -213,12 +213,23 @@ async def receive(reader: asyncio.StreamReader, shared: dict[int, Any] | None = 
         shared[message[1]] = message[2]
 
 
+class ShardUserError(UserError):
+    """Bad input a worker found (a template that does not render, say) whose own error
+    does not cross between processes: its message, and a user error's exit code."""
+
+
 def portable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives a trip between processes, else a ``RunError`` saying it."""
+    """``exc`` if it survives a trip between processes; else, with its message, a
+    ``ShardUserError`` for a user error, a ``RunError`` (with its exit code) for another."""
     try:
         pickle.loads(dumps(exc))
     except Exception:
-        return RunError(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, UserError):
+            return ShardUserError(str(exc))
+        error = RunError(str(exc) if isinstance(exc, SimError) else f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, SimError):
+            error.exit_code = exc.exit_code
+        return error
     return exc
 
 

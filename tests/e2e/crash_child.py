@@ -1,8 +1,8 @@
 """Run `sim tick` as the CLI does, with a slow adapter that counts answered calls in a file.
 
 Used by the crash and interrupt tests as the child process they kill:
-``python crash_child.py WORLD COUNT_FILE DELAY JITTER [TICK OPTIONS...]``. Only this helper swaps the adapter;
-the engine runs unchanged.
+``python crash_child.py WORLD COUNT_FILE DELAY JITTER [TICK OPTIONS...]``. Only this helper
+swaps the adapter; the engine runs unchanged.
 """
 
 from __future__ import annotations

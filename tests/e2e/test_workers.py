@@ -291,7 +291,9 @@ def test_the_budget_is_the_runs_not_each_workers(tmp_path: Path) -> None:
         world = tmp_path / f"b{workers}"
         shutil.copytree(base, world)
         with pytest.raises(LLMBudgetExceededError):
-            Runner(world, config_for(world, budget={"max_total_tokens": cap}), workers=workers).run(1)
+            Runner(world, config_for(world, budget={"max_total_tokens": cap}), workers=workers).run(
+                1
+            )
         assert Storage(world).load().tick == 0
 
 
@@ -330,3 +332,44 @@ def test_workers_refuse_streaming(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="streamed"):
         Runner(world, config_for(world), workers=2, on_delta=lambda *_: None).run(1)
     assert Storage(world).load().tick == 0
+
+
+def test_interventions_and_auto_workers_give_one_process_result(tmp_path: Path) -> None:
+    """``sim inject`` happenings reach the shard whose place they are at, and everywhere;
+    ``--workers auto`` runs as many workers as there are cores, with the same result."""
+    worlds = []
+    for workers in ("1", "auto"):
+        world = copy_demo(tmp_path / f"w{workers}")
+        invoke("inject", "--world", str(world), "--at", "quay", "A ship burns in the harbour.")
+        invoke("inject", "--world", str(world), "--everywhere", "Thunder rolls over the town.")
+        invoke("set", "--world", str(world), 'ada.state.mood="furious"')
+        invoke("tick", "--world", str(world), "--ticks", "2", "--workers", workers)
+        worlds.append(world)
+    assert tree(worlds[1]) == tree(worlds[0])
+    assert story(worlds[1], 2) == story(worlds[0], 2)
+    inputs = [c.input for c in read_log(log_path(worlds[1], 1)).calls.values()]
+    assert any("A ship burns" in text for text in inputs)
+    assert sum("Thunder rolls" in text for text in inputs) > sum(
+        "A ship burns" in text for text in inputs
+    )
+
+
+def test_bad_input_a_worker_finds_is_the_same_user_error_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A template that fails to render in a worker: exit 2 and the message of one process,
+    no log left behind."""
+    outputs = []
+    for workers in ("1", "2"):
+        world = copy_demo(tmp_path / f"w{workers}")
+        (world / "prompts").mkdir()
+        (world / "prompts" / "intentions.md").write_text(
+            "You are {{ character.name }}. {{ character.identity.nope.deeper }}\n"
+        )
+        before = tree(world, logs=True)
+        result = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", workers])
+        assert result.exit_code == 2, result.output
+        assert tree(world, logs=True) == before
+        outputs.append(result.output.replace(str(world), "WORLD"))
+    assert outputs[1] == outputs[0]
+    assert "intentions.md:1: undefined name" in outputs[0]
