@@ -1004,7 +1004,7 @@ def scenario_workers(smoke: bool) -> list[str]:
         two = statistics.median(x["wall_s"] for x in r["runs"]["2"])
 
         def phases(run: dict[str, Any]) -> float:
-            return sum(v for k, v in run["timings"].items() if k not in ("load", "commit"))
+            return sum(float(v) for k, v in run["timings"].items() if k not in ("load", "commit"))
 
         p1 = statistics.median(phases(x) for x in r["runs"]["1"])
         p2 = statistics.median(phases(x) for x in r["runs"]["2"])

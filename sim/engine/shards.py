@@ -111,7 +111,7 @@ class ShardFinal:
 def _model_class(cls: type[BaseModel]) -> Any:
     """A pydantic model class, pickled: by its name, or a schema made at run time
     (``intention_schema`` with ``[actions]`` verbs) as the call that makes it again."""
-    verbs = MADE.get(cls)  # type: ignore[call-overload]
+    verbs = MADE.get(cls)  # type: ignore[arg-type]
     if verbs is not None:
         return schema_for_verbs, (verbs,)
     return cls.__qualname__  # found in its module by name, as pickle does for a class
@@ -206,7 +206,7 @@ async def receive(reader: asyncio.StreamReader, shared: dict[int, Any] | None = 
         if shared is None:
             return pickle.loads(data)
         unpickler = pickle.Unpickler(io.BytesIO(data))
-        unpickler.persistent_load = shared.__getitem__  # type: ignore[assignment]
+        unpickler.persistent_load = shared.__getitem__  # type: ignore[method-assign]
         message = unpickler.load()
         if message[0] != "share":
             return message
