@@ -1,6 +1,6 @@
 """One shard's worker process of a sharded tick (``sim.engine.shards``).
 
-Started by the coordinator as ``python -m sim.engine.shard_worker FD`` with one end of a
+Started by the coordinator as ``python -m sim.engine.shard_worker FD WORLD`` with one end of a
 socket pair: it reads its ``ShardPlan``, loads the world read-only, runs each phase for its
 part (calls go to the coordinator, which answers them), reports at each phase's end and
 waits for the others' changes, then sends its part of the world and exits. It writes

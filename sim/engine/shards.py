@@ -328,7 +328,14 @@ class Shards:
             ours, theirs = socket.socketpair()
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "sim.engine.shard_worker", str(theirs.fileno())],
+                    # the world's folder named too: `ps` shows whose worker it is
+                    [
+                        sys.executable,
+                        "-m",
+                        "sim.engine.shard_worker",
+                        str(theirs.fileno()),
+                        str(plan.root),
+                    ],
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,  # Ctrl-C reaches the coordinator, which ends them

@@ -190,7 +190,7 @@ def test_a_worker_killed_mid_tick_is_named_commits_nothing_and_the_resume_pays_o
     assert "died in the middle of the tick" in message and "exit status -9" in message
     assert tree(world) == before  # nothing committed
     assert Storage(world).load().tick == 5
-    assert not _children()  # no worker left behind
+    assert not _children() and not _workers_of(world)  # no worker left behind
     paid = list(killer.inner.answered)
     # the next run (with 3 workers) resumes: no logged call is paid for again
     resumed = CountingAdapter(OfflineAdapter(seed=7))
@@ -242,9 +242,9 @@ def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
         process.wait()
         # its workers see their socket close and exit
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _workers_of(process.pid):
+        while time.monotonic() < deadline and _workers_of(world):
             time.sleep(0.05)
-        assert not _workers_of(process.pid)
+        assert not _workers_of(world)
         paid = read_counts(counts) if counts.exists() else []
         tick = Storage(world).load().tick
         assert tick in (5, 6)
@@ -263,18 +263,19 @@ def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
     assert any(t == 5 and p > 0 for _, t, p, _ in outcomes), outcomes
 
 
-def _workers_of(pid: int) -> list[int]:
-    """The ``sim.engine.shard_worker`` processes started by ``pid`` that still run."""
+def _workers_of(world: Path) -> list[int]:
+    """The ``sim.engine.shard_worker`` processes of ``world`` that still run."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
+            args = (entry / "cmdline").read_bytes().split(b"\0")
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if b"sim.engine.shard_worker" in cmdline and stat.split(")")[-1].split()[0] != "Z":
+        running = stat.rsplit(")", 1)[1].split()[0] != "Z"
+        if running and b"sim.engine.shard_worker" in args and str(world).encode() in args:
             found.append(int(entry.name))
     return found
 
@@ -373,3 +374,55 @@ def test_bad_input_a_worker_finds_is_the_same_user_error_and_writes_nothing(
         outputs.append(result.output.replace(str(world), "WORLD"))
     assert outputs[1] == outputs[0]
     assert "intentions.md:1: undefined name" in outputs[0]
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_of_a_sharded_tick_ends_its_workers_and_resumes(
+    tmp_path: Path, signal_number: int
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from sim.testing import read_in_flight
+
+    base = copy_demo(tmp_path / "base")
+    Runner(base, config_for(base)).run(5)
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    counts = tmp_path / "calls"
+    child = subprocess.Popen(  # slow calls: some are in flight when the signal comes
+        [
+            sys.executable,
+            str(Path(__file__).with_name("crash_child.py")),
+            str(world),
+            str(counts),
+            "0.2",
+            "0.0",
+            "--workers",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if counts.exists() and len(read_counts(counts)) >= 4 and read_in_flight(counts):
+            break
+        time.sleep(0.005)
+    child.send_signal(signal_number)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == (130 if signal_number == signal.SIGINT else 143), err
+    assert "nothing was committed for tick 6" in err.decode()
+    assert not _workers_of(world)
+    assert Storage(world).load().tick == 5
+    paid = set(read_counts(counts))
+    logged = read_log(log_path(world, 6))
+    assert len(logged.calls) == len(paid)  # every answered call is in the log
+    again = CountingAdapter(OfflineAdapter(seed=7))
+    Runner(world, config_for(world), adapter=again, workers=2).run(1)
+    assert not set(again.answered) & paid  # never paid twice
+    assert tree(world) == tree(reference)
