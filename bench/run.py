@@ -1035,6 +1035,10 @@ def scenario_workers(smoke: bool) -> list[str]:
         *rows,
         "",
         *notes,
+        "- Under load (the last column: the 1-minute load average before each run, on 2 cores) a "
+        "second worker finds no idle core, and the messages between the processes cost CPU "
+        "the single process does not spend: these figures measure the machine's other work as "
+        "much as sim; the issue's target is for an idle box.",
         "- How the work is split (`sim.engine.shards`): each worker loads the world, builds its "
         "places' requests, applies the answers; every call goes to the coordinator, which "
         "holds the one adapter stack (budget, concurrency, recovery, policies, resume) and "
