@@ -390,6 +390,18 @@ def print_tick(result: TickResult) -> None:
     help="Run each tick's phases on N shards of the world (split by place), each in a "
     "process of its own; auto: one per core. Same result as 1 (the default).",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["process", "ray"]),
+    default="process",
+    show_default=True,
+    help="With --workers: each shard a process here, or a Ray actor (pip install 'sim[ray]').",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="With --executor ray: the Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
@@ -408,6 +420,8 @@ def tick(
     yes: bool,
     batch: bool,
     workers: str,
+    executor: str,
+    ray_address: str | None,
     as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
@@ -421,6 +435,8 @@ def tick(
             shards = int(workers)
         else:
             raise UserError(f"--workers: expected a number from 1 to 1024 or auto, got {workers!r}")
+        if ray_address is not None and executor != "ray":
+            raise UserError("--ray-address is for --executor ray")
         config = build_config(
             config_file,
             world_dir,
@@ -454,6 +470,8 @@ def tick(
             approver=TerminalApprover(yes),
             on_batch=progress.on_batch,
             workers=shards,
+            executor=executor,
+            ray_address=ray_address,
         )
         runner.run(ticks)
 

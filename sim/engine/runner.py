@@ -141,6 +141,8 @@ class Runner:
             the logged one's books.
         workers: run each tick's phases on this many shards of the world, each in a
             process of its own (``sim.engine.shards``); 1: in this process.
+        executor: ``process``, or ``ray``: each shard a Ray actor (``ray_address``: the
+            cluster; ``None``: ``RAY_ADDRESS``, else a local instance).
     """
 
     def __init__(
@@ -161,6 +163,8 @@ class Runner:
         stack: Stack | None = None,
         embeddings: Sequence[EmbeddingRecord] | None = None,
         workers: int = 1,
+        executor: str = "process",
+        ray_address: str | None = None,
     ) -> None:
         if adapter is not None:
             if stack is not None:
@@ -198,6 +202,8 @@ class Runner:
         if workers < 1:
             raise ValueError("workers must be at least 1")
         self.workers = workers
+        self.executor = executor
+        self.ray_address = ray_address
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.
@@ -392,6 +398,8 @@ class Runner:
             on_phase,
             phase_end,
             lambda report: guard.check(report, stack.budget),
+            self.executor,
+            self.ray_address,
         )
 
     async def _run_tick(

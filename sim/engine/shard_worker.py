@@ -156,6 +156,17 @@ async def run_part(
     )
 
 
+class ShardActor:
+    """A shard's worker as a Ray actor (``sim tick --executor ray``): ``run`` connects to
+    the coordinator, says which shard it is, and serves the tick as a process would."""
+
+    def run(self, host: str, port: int, index: int) -> int:
+        sock = socket.create_connection((host, port))
+        sock.sendall(frame(("hello", index, os.getpid(), socket.gethostname())))
+        asyncio.run(serve(sock))
+        return 0
+
+
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
     asyncio.run(serve(sock))

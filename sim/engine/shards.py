@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copyreg
+import importlib
 import io
 import os
 import pickle
@@ -280,10 +281,60 @@ class _StandIn:
     entity_key: str | None
 
 
+class _Local:
+    """A worker process on this machine (``python -m sim.engine.shard_worker``)."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def describe(self) -> str:
+        return f"pid {self.process.pid}"
+
+    async def ended(self) -> str:
+        """Wait for it to end; how it ended."""
+        return f"exit status {await asyncio.to_thread(self.process.wait)}"
+
+    async def stop(self) -> None:
+        """Let it end (its socket is closed), or end it."""
+        if self.process.poll() is None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.process.wait), 5)
+            except TimeoutError:
+                self.process.kill()
+                await asyncio.to_thread(self.process.wait)
+
+
+class _RayActor:
+    """A worker run by a Ray actor (``--executor ray``), connected back to us."""
+
+    def __init__(self, ray: Any, actor: Any, ref: Any) -> None:
+        self.ray = ray
+        self.actor = actor
+        self.ref = ref
+        #: where it runs, once it said (its hello: pid and node)
+        self.where = ""
+
+    def describe(self) -> str:
+        return f"Ray actor{self.where}"
+
+    async def ended(self) -> str:
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(self.ref.future()), 30)
+        except TimeoutError:
+            return "its socket closed"
+        except Exception as exc:  # Ray's errors: the actor died, its node was lost
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return "it returned"
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.actor)
+
+
 @dataclass
 class _Worker:
     index: int
-    process: subprocess.Popen[bytes]
+    process: _Local | _RayActor
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     #: the worker's phase reports and final part, in order; an exception when it failed
@@ -295,7 +346,32 @@ class _Worker:
     tokens: dict[str, _StandIn] = field(default_factory=dict)
 
     def describe(self) -> str:
-        return f"worker {self.index + 1} (pid {self.process.pid})"
+        return f"worker {self.index + 1} ({self.process.describe()})"
+
+
+def start_ray(address: str | None) -> Any:
+    """Ray, started or reached (``address``; else ``RAY_ADDRESS``, else a local instance).
+
+    Raises:
+        UserError: Ray is not installed; RunError: Ray cannot be started or reached.
+    """
+    try:
+        ray: Any = importlib.import_module("ray")
+    except ImportError:
+        raise UserError(
+            "--executor ray needs Ray, from the optional 'ray' extra: pip install 'sim[ray]'"
+        ) from None
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except Exception as exc:  # Ray's errors are many (connection, version, resources)
+            where = address or "a local instance"
+            raise RunError(f"--executor ray: cannot start or reach Ray ({where}): {exc}") from None
+    return ray
+
+
+#: how long Ray may take to place the actors and have them connect
+RAY_START_SECONDS = 120.0
 
 
 Sink = Callable[[LLMEvent], None]
@@ -309,11 +385,23 @@ class Shards:
         adapter: the tick's adapter (the policy gate, a resume's replay, the stack), which
             every worker's calls go through.
         events: the tick's event sink (the recorder, the books, the guard, the user's).
+        slots: ``[llm] max_concurrency``, over all the workers.
+        executor: ``process``: each worker a process here; ``ray``: a Ray actor.
+        ray_address: the Ray cluster (``None``: ``RAY_ADDRESS``, else a local instance).
     """
 
     def __init__(
-        self, plans: Sequence[ShardPlan], adapter: Adapter, events: Sink, slots: int
+        self,
+        plans: Sequence[ShardPlan],
+        adapter: Adapter,
+        events: Sink,
+        slots: int,
+        executor: str = "process",
+        ray_address: str | None = None,
     ) -> None:
+        self.executor = executor
+        self.ray_address = ray_address
+        self._server: asyncio.Server | None = None
         self.plans = list(plans)
         self.adapter = adapter
         self.events = events
@@ -324,6 +412,9 @@ class Shards:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Shards:
+        if self.executor == "ray":
+            await self._start_ray()
+            return self
         for plan in self.plans:
             ours, theirs = socket.socketpair()
             try:
@@ -343,13 +434,76 @@ class Shards:
             finally:
                 theirs.close()
             reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
-            worker = _Worker(plan.index, process, reader, writer)
-            worker.outbox = Outbox(writer)
-            self.workers.append(worker)
-            writer.write(frame(plan))
-            task = asyncio.create_task(self._serve(worker))
-            self._tasks.add(task)
+            self._begin(plan, _Local(process), reader, writer)
         return self
+
+    def _begin(
+        self,
+        plan: ShardPlan,
+        process: _Local | _RayActor,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        worker = _Worker(plan.index, process, reader, writer)
+        worker.outbox = Outbox(writer)
+        self.workers.append(worker)
+        writer.write(frame(plan))
+        task = asyncio.create_task(self._serve(worker))
+        self._tasks.add(task)
+
+    async def _start_ray(self) -> None:
+        """One Ray actor per shard (``sim.engine.shard_worker.ShardActor``), each connecting
+        back to this process on 127.0.0.1 and saying which shard it is."""
+        ray = start_ray(self.ray_address)
+        from sim.engine.shard_worker import ShardActor
+
+        arrived: asyncio.Queue[tuple[int, asyncio.StreamReader, asyncio.StreamWriter]]
+        arrived = asyncio.Queue()
+        handles: dict[int, _RayActor] = {}
+
+        async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                hello = await asyncio.wait_for(receive(reader), RAY_START_SECONDS)
+                index = int(hello[1])
+                handles[index].where = f", pid {int(hello[2])} on {str(hello[3])[:64]}"
+                arrived.put_nowait((index, reader, writer))
+            except Exception:  # not one of ours
+                writer.close()
+
+        server = await asyncio.start_server(connected, "127.0.0.1", 0, limit=2**26)
+        self._server = server
+        port = server.sockets[0].getsockname()[1]
+        remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardActor)
+        for plan in self.plans:
+            actor = remote.remote()
+            handles[plan.index] = _RayActor(
+                ray, actor, actor.run.remote("127.0.0.1", port, plan.index)
+            )
+        by_index = {plan.index: plan for plan in self.plans}
+        waiting = set(by_index)
+        try:
+            while waiting:
+                failed = [
+                    handle
+                    for i, handle in handles.items()
+                    if i in waiting and handle.ref.future().done()
+                ]
+                if failed:
+                    raise WorkerDied(
+                        f"worker {failed[0].describe()} ended before it connected: "
+                        f"{await failed[0].ended()}"
+                    )
+                try:
+                    index, reader, writer = await asyncio.wait_for(arrived.get(), 0.5)
+                except TimeoutError:
+                    continue
+                if index in waiting:
+                    waiting.discard(index)
+                    self._begin(by_index[index], handles[index], reader, writer)
+        except BaseException:
+            for handle in handles.values():
+                await handle.stop()
+            raise
 
     async def __aexit__(self, *exc: object) -> None:
         for task in self._tasks:
@@ -357,12 +511,9 @@ class Shards:
         for worker in self.workers:
             worker.writer.close()
         for worker in self.workers:
-            if worker.process.poll() is None:
-                try:
-                    await asyncio.wait_for(asyncio.to_thread(worker.process.wait), 5)
-                except TimeoutError:
-                    worker.process.kill()
-                    await asyncio.to_thread(worker.process.wait)
+            await worker.process.stop()
+        if self._server is not None:
+            self._server.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, worker: _Worker) -> None:
@@ -379,13 +530,13 @@ class Shards:
                 else:
                     worker.inbox.put_nowait(message)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            code = await asyncio.to_thread(worker.process.wait)
+            how = await worker.process.ended()
             worker.inbox.put_nowait(
                 (
                     "failed",
                     WorkerDied(
-                        f"{worker.describe()} died in the middle of the tick (exit status "
-                        f"{code}); nothing was committed, the next run resumes the tick"
+                        f"{worker.describe()} died in the middle of the tick ({how}); "
+                        "nothing was committed, the next run resumes the tick"
                     ),
                 )
             )
@@ -548,6 +699,8 @@ async def run_sharded(
     on_phase: Callable[[str, bool, PhaseReport | None], None],
     phase_end: Callable[[str, dict[str, Any]], None],
     check: Callable[[PhaseReport], None],
+    executor: str = "process",
+    ray_address: str | None = None,
 ) -> Merged:
     """Run the tick's phases on ``workers`` shards of ``ctx.world`` and put their parts
     in it; ``ctx`` is the coordinator's (its adapter and events are the tick's).
@@ -579,7 +732,7 @@ async def run_sharded(
     on_phase(phases[0].name, True, None)
     report = ctx.report(phases[0].name)  # before any event of the phase can arrive
     slots = ctx.config.llm.max_concurrency
-    async with Shards(plans, ctx.adapter, ctx.events, slots) as shards:
+    async with Shards(plans, ctx.adapter, ctx.events, slots, executor, ray_address) as shards:
         for i, spec in enumerate(phases):
             done: list[PhaseDone] = await shards.gather("phase")
             merge_reports(report, [d.report for d in done])

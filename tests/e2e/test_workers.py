@@ -426,3 +426,12 @@ def test_ctrl_c_or_sigterm_of_a_sharded_tick_ends_its_workers_and_resumes(
     Runner(world, config_for(world), adapter=again, workers=2).run(1)
     assert not set(again.answered) & paid  # never paid twice
     assert tree(world) == tree(reference)
+
+
+def test_ray_address_without_the_ray_executor_is_refused(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "demo")
+    result = CliRunner().invoke(
+        main, ["tick", "--world", str(world), "--workers", "2", "--ray-address", "127.0.0.1:1"]
+    )
+    assert result.exit_code == 2 and "--ray-address is for --executor ray" in result.output
+    assert Storage(world).load().tick == 0
