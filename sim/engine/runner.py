@@ -17,7 +17,7 @@ from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
 from sim.engine.shards import Merged, run_sharded, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
-from sim.errors import InputError, TickInterrupted, UserError
+from sim.errors import InputError, SimError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.batching import BatchOptions, BatchProgress
@@ -389,18 +389,22 @@ class Runner:
         def phase_end(name: str, results: dict[str, Any]) -> None:
             recorder.phase_end(name, ctx, results)
 
-        return await run_sharded(
-            ctx,
-            self.phases,
-            self.workers,
-            recorder.names,
-            stack.adapter.name,
-            on_phase,
-            phase_end,
-            lambda report: guard.check(report, stack.budget),
-            self.executor,
-            self.ray_address,
-        )
+        try:
+            return await run_sharded(
+                ctx,
+                self.phases,
+                self.workers,
+                recorder.names,
+                stack.adapter.name,
+                on_phase,
+                phase_end,
+                lambda report: guard.check(report, stack.budget),
+                self.executor,
+                self.ray_address,
+            )
+        except SimError:  # a worker died, or the tick stopped: its calls in flight were
+            recorder.interrupted([])  # cancelled, and are logged as such
+            raise
 
     async def _run_tick(
         self,
