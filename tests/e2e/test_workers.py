@@ -437,3 +437,33 @@ def test_ray_address_without_the_ray_executor_is_refused(tmp_path: Path) -> None
     )
     assert result.exit_code == 2 and "--ray-address is for --executor ray" in result.output
     assert Storage(world).load().tick == 0
+
+
+@pytest.mark.parametrize(
+    ("slots", "concurrency", "most"),
+    [(2, None, 2), (0, "3", 3)],
+    ids=["a 2-slot server", "--concurrency 3"],
+)
+def test_a_servers_slots_and_the_concurrency_hold_across_workers(
+    tmp_path: Path, slots: int, concurrency: str | None, most: int
+) -> None:
+    """Three workers against a real HTTP server on 127.0.0.1 (the SDK's client, in the
+    coordinator): the server never holds more requests at once than its reported slots,
+    or than ``--concurrency``; each worker's clients alone would allow 16 (or 3) each."""
+    from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+
+    world = copy_demo(tmp_path / "demo")
+    options = StubOptions(slots=slots, latency=0.05, capacity_report="props" if slots else "")
+    with ServerThread(StubServer(options)) as server:
+        result = CliRunner().invoke(
+            main,
+            [
+                *("tick", "--world", str(world), "--provider", "chat", "--workers", "3"),
+                *("--base-url", server.base_url, "--model", "gemma"),
+                *(("--concurrency", concurrency) if concurrency else ()),
+            ],
+            catch_exceptions=False,
+        )
+        assert result.exit_code == 0, result.output
+        assert server.peak_active == most  # reached, never passed
+    assert Storage(world).load().tick == 1
