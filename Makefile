@@ -15,7 +15,7 @@ MINDS_DIR := .demo/minds
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# Two stamps: the demo needs sim alone (~80 MB); the checks add the dev extras on top
+# Two stamps: the demo needs sim alone (~160 MB); the checks add the dev extras on top
 # (ray, pandas, pyarrow, mypy, both SDKs: ~850 MB), only when a check runs.
 $(SIM_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ demo: $(SIM_STAMP) ## Install sim alone in .venv; run 3 ticks of scratch copies 
 	@rm -rf $(MINDS_DIR) && cp -r worlds/minds $(MINDS_DIR) && rm -rf $(MINDS_DIR)/.sim
 	$(BIN)/sim check --world $(MINDS_DIR)
 	$(BIN)/sim tick --world $(MINDS_DIR) --ticks 3
+	@echo
+	@echo "Next: put sim on your PATH and run your own copy of the demo world:"
+	@echo "  source $(VENV)/bin/activate        # or call $(BIN)/sim"
+	@echo "  cp -r worlds/demo world && sim tick --world world"
+	@echo "  sim log --world world --tick 1     # then see README.md, 'Using it'"
 
 docs: $(STAMP) ## Regenerate every sample of real output in README.md and docs/*.md
 	$(BIN)/python -m tools.docsamples

@@ -34,7 +34,7 @@ from unittest import mock
 
 import openai
 
-import sim.providers._openai_common as common
+import sim.providers._openai_family as family
 from bench.make_world import make_world
 from bench.tls import SelfSigned, self_signed
 from sim.config import load_config
@@ -42,7 +42,8 @@ from sim.engine.runner import Runner, TickResult
 from sim.llm.client import LLMRequest
 from sim.llm.events import LLMEvent
 from sim.phases.base import PhaseReport
-from sim.providers._openai_common import strict_schema
+from sim.providers._openai_common import ClientOptions, Connections, read_key, strict_schema
+from sim.providers.http import pool_sizes, shared_ssl_context
 
 #: the environment variable holding the (dummy) key the stub server accepts
 KEY_ENV = "SIM_BENCH_STUB_KEY"
@@ -122,6 +123,37 @@ class EngineRun:
         return sum(self.phase_cpu.values())
 
 
+def sdk_connections(*, max_concurrency: int = 16, **options: Any) -> Connections:
+    """The bench's comparison row: the engine's adapters with every request on the SDK's
+    own stack (one ``AsyncOpenAI`` per pool of connections, as if handed in), in place of
+    ``build_connections``' aiohttp routes. sim sends through the SDK only for a client a
+    user hands in; this builds such clients the way the engine would size its pools."""
+    import httpx2
+
+    count, size = pool_sizes(max_concurrency)
+    settings: ClientOptions = options  # type: ignore[assignment]
+    key = read_key(settings["api_key_env"], require_key=settings.get("require_key", True))
+
+    def client() -> openai.AsyncOpenAI:
+        http_client = openai.DefaultAsyncHttpxClient(
+            limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
+            verify=shared_ssl_context(),
+        )
+        return openai.AsyncOpenAI(
+            api_key=key,
+            base_url=settings["base_url"] or None,
+            max_retries=0,
+            timeout=httpx2.Timeout(
+                settings["timeout_seconds"], connect=settings["connect_timeout_seconds"]
+            ),
+            default_headers=settings.get("default_headers"),
+            default_query=settings.get("default_query"),
+            http_client=http_client,
+        )
+
+    return Connections([None] * count, clients={i: client() for i in range(count)})
+
+
 def engine_tick(
     tmp: Path,
     characters: int,
@@ -137,11 +169,16 @@ def engine_tick(
     (``structured_output``: ``[llm] structured_output``, the default ``auto`` or a form).
 
     ``sdk_path``: send through the SDK's ``client.post`` on httpx's default (anyio)
-    transport instead of the engine's own aiohttp routes (``http.Route``); with
-    ``sdk_client="aiohttp"`` on the SDK's aiohttp client instead (an experiment: the
-    engine builds its SDK clients with ``openai.DefaultAsyncHttpxClient``, swapped here).
+    transport instead of the engine's own aiohttp routes (``http.Route``: the bench's
+    ``sdk_connections`` in place of ``build_connections``); with ``sdk_client="aiohttp"``
+    on the SDK's aiohttp client instead (an experiment: ``sdk_connections`` builds its
+    clients with ``openai.DefaultAsyncHttpxClient``, swapped here).
     """
-    common.AIOHTTP_ROUTES = not sdk_path
+    sdk_stack = (
+        mock.patch.object(family, "build_connections", sdk_connections)
+        if sdk_path
+        else contextlib.nullcontext()
+    )
     sdk_http_client = (
         mock.patch.object(openai, "DefaultAsyncHttpxClient", openai.DefaultAioHttpClient)
         if sdk_client == "aiohttp"
@@ -185,11 +222,8 @@ def engine_tick(
             latencies.append(event.latency)
 
     started = time.perf_counter()
-    try:
-        with sdk_http_client:
-            result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
-    finally:
-        common.AIOHTTP_ROUTES = True
+    with sdk_stack, sdk_http_client:
+        result = Runner(world, config, events=sink, on_phase=on_phase).run(1)[0]
     wall = time.perf_counter() - started
     if result.failures:
         raise RuntimeError(f"{result.failures} calls failed: {result.reports}")

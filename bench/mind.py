@@ -6,8 +6,12 @@
 - ``tokens``: phase-1 input tokens per character-tick, window vs retrieve at the same ``k``
   (offline, 5 ticks), and the whole offline tick's wall time with retrieval off and on.
 
-``python -m bench.mind cpu 1000`` / ``python -m bench.mind tokens 200 [ticks]`` print one JSON
-line.
+- ``cache``: the memory a provider-embeddings cache of about N MB costs (``sim.mind.vectors``,
+  1,536-dimension vectors): the traced peak of loading it, scoring every text once, and
+  saving it after one more vector, against the file's size.
+
+``python -m bench.mind cpu 1000`` / ``python -m bench.mind tokens 200 [ticks]`` /
+``python -m bench.mind cache 20`` print one JSON line.
 """
 
 from __future__ import annotations
@@ -222,10 +226,57 @@ def token_cost(characters: int = 200, ticks: int = 5, k: int = 3) -> dict[str, A
     return out
 
 
+def cache_memory(megabytes: float = 20.0, dimensions: int = 1536) -> dict[str, Any]:
+    """The traced memory of one tick's use of an embeddings cache of about ``megabytes``."""
+    import base64
+    import tracemalloc
+
+    import numpy as np
+
+    from sim.mind.vectors import FOLDER, VectorCache, cache_name, text_digest
+
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        path = root / FOLDER / cache_name("m")
+        path.parent.mkdir(parents=True)
+        count = max(1, int(megabytes * 1e6 / (dimensions * 16 / 3 + 100)))
+        texts = [f"text {n}" for n in range(count)]
+        rng = np.random.default_rng(0)
+        with path.open("wb") as out:
+            out.write(orjson.dumps({"model": "m", "dimensions": dimensions}) + b"\n")
+            for text in texts:
+                vector = rng.standard_normal(dimensions).astype("<f4").tobytes()
+                item = {"text": text_digest(text), "vector": base64.b64encode(vector).decode()}
+                out.write(orjson.dumps(item) + b"\n")
+        size = path.stat().st_size
+        tracemalloc.start()
+        cache = VectorCache(root, "m")
+        loaded, load_peak = tracemalloc.get_traced_memory()
+        cache.similarities(texts, texts[0])
+        cache.add(["one more"], [[0.5] * dimensions])
+        cache.save()
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    mib = 1024 * 1024
+    return {
+        "cache_mib": round(size / mib, 1),
+        "vectors": count,
+        "loaded_mib": round(loaded / mib, 1),
+        "load_peak_mib": round(load_peak / mib, 1),
+        "peak_mib": round(peak / mib, 1),
+        "peak_per_file_byte": round(peak / size, 2),
+    }
+
+
 def main() -> None:
-    kind, value = sys.argv[1], int(sys.argv[2])
+    kind, value = sys.argv[1], sys.argv[2]
     ticks = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-    out = retrieval_cpu(value) if kind == "cpu" else token_cost(value, ticks)
+    if kind == "cache":
+        out = cache_memory(float(value))
+    elif kind == "cpu":
+        out = retrieval_cpu(int(value))
+    else:
+        out = token_cost(int(value), ticks)
     print(json.dumps(out))
 
 

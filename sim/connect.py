@@ -58,8 +58,8 @@ from sim.llm.errors import (
     LLMSubprocessError,
     LLMTimeoutError,
 )
-from sim.llm.tokens import estimate_tokens
 from sim.llm.types import Adapter, AdapterResponse, Attempt, CallSettings, ModelRequest, Usage
+from sim.testing.adapters import ErrorAdapter, MockAdapter
 from sim.ticklog.books import Books
 from sim.ticklog.records import AttemptRecord, CallRecord, TokenCounts
 
@@ -154,55 +154,35 @@ class Answer(BaseModel):
     text: str = Field(description="your whole answer to the prompt, as plain text")
 
 
-class ConfiguredAdapter(LLMAdapter):
-    """The configured provider behind spec 001's call: made by ``configured``.
-
-    Built once, it keeps the run's stack (recovery, breakers, budget, rate limits, HTTP
-    clients) on an event loop of its own in a background thread, so it works from plain
-    scripts and from notebooks whose loop is already running. ``books`` counts every call
-    and attempt (``sim.ticklog.books.Books``: calls, failures, tokens, cost at
-    ``[prices]``); ``budget`` is ``[budget]``'s. ``close()`` (or ``with``) closes it.
+class PipelineAdapter(LLMAdapter):
+    """Spec 001's call as a thin face over the pipeline's contract: any
+    ``sim.llm.types.Adapter`` (a provider's adapter, a built stack, a test double). A
+    ``RunConfig`` becomes one ``ModelRequest`` (``_request``), the adapter answers it on
+    an event loop of the face's own in a background thread (so it works from plain
+    scripts and from notebooks whose loop is already running), and its ``AdapterResponse``
+    becomes an ``LLMResponse`` (``_response``). ``close()`` (or ``with``) stops the loop.
 
     Args:
-        config: the effective configuration.
-        phase: whose model, fallback models and settings a call uses (default ``narrative``).
-        seed: the offline provider's seed.
-
-    Raises:
-        LLMConfigurationError: unknown phase, provider or model, missing API key.
+        adapter: what answers (``sim.llm.types.Adapter``).
+        settings: the calls' settings before a ``RunConfig`` applies its own
+            (``model_name`` always, for a face over one adapter).
     """
 
-    def __init__(self, config: Config, *, phase: str = "narrative", seed: int = 0) -> None:
-        section = _section(phase, config)
-        self.config = config
-        self.phase = phase
-        self.seed = seed
-        self.settings = config.call_settings(section)
-        self.endpoints = frozenset(spec.name for spec in routing(config).used())
-        self.budget = make_budget(config)
-        self.books = Books()
-        self._prices: dict[str, Any] = {}
+    def __init__(self, adapter: Adapter | None, settings: CallSettings | None = None) -> None:
+        #: what answers (``None`` until a subclass has built it)
+        self.adapter = adapter
+        self.settings = settings or CallSettings()
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="sim.connect", daemon=True
-        )
-        self._thread.start()
-        self._stacks: dict[int, tuple[Budget, Stack]] = {}
-        try:
-            self._stack(self.budget)  # a missing key fails here, before any call
-        except BaseException:
-            self.close()
-            raise
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     # -- the spec's calls -----------------------------------------------------------------
 
     def execute_prompt(self, prompt: str, config: RunConfig) -> LLMResponse:
-        """Send ``prompt`` to the configured model (``config.model_name`` instead, when
-        set explicitly), through recovery, the budget and the rate limits.
+        """Send ``prompt`` as ``config`` says; the answer.
 
         Raises:
-            LLMError: the call failed after recovery (a subclass names how).
+            LLMError: the call failed (a subclass names how); nothing else leaves.
         """
         if not isinstance(prompt, str) or not isinstance(config, RunConfig):
             raise LLMConfigurationError(
@@ -210,50 +190,52 @@ class ConfiguredAdapter(LLMAdapter):
                 context={"prompt": type(prompt).__name__, "config": type(config).__name__},
             )
         request = self._request(prompt, config)
-        stack = self._stack(config.budget_tracker or self.budget)
+        adapter = self._adapter(config)
         try:
-            response = self._run(self._call(stack, request, config.timeout_seconds))
+            response = self._run(self._call(adapter, request, config.timeout_seconds))
         except LLMError as exc:
             self._count(exc.attempts, request, failed=exc)
             raise
         except Exception as exc:  # invariant 2: nothing but an LLMError leaves
             raise LLMError(f"unexpected error: {exc!r}", code="unexpected", cause=exc) from exc
         self._count(response.attempts, request)
-        answer = self._response(response, request.settings)
-        unused = unused_params(config)
-        if unused:  # a pass-through no sim provider takes: said, not silently dropped
-            answer.metadata["unused_model_params"] = unused
-        return answer
+        return self._response(response, request.settings)
 
     def validate_config(self, config: RunConfig) -> bool:
-        """Whether ``config`` suits this adapter: only ``model_params`` it reads, a schema
-        that is a pydantic model, and a ``model_name`` (when set) on an endpoint it was
-        built with. Advisory (spec 001): other ``model_params`` do not stop a call (they
-        are listed in its ``metadata["unused_model_params"]``); nothing is sent."""
+        """Whether ``config`` makes a request (its ``model_params`` of the right types).
+        Advisory (spec 001); nothing is sent."""
         try:
             self._request("", config)
         except LLMError:
             return False
-        return not unused_params(config)
+        return True
 
     def close(self) -> None:
-        """Close every HTTP client on the adapter's loop and stop it (idempotent)."""
-        if not self._thread.is_alive():
+        """Stop the face's loop (idempotent)."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None or not thread.is_alive():
             return
-        stacks, self._stacks = list(self._stacks.values()), {}
-        for _, stack in stacks:
-            self._run(stack.aclose())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
 
-    def __enter__(self) -> ConfiguredAdapter:
+    def __enter__(self) -> PipelineAdapter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- from a RunConfig to a ModelRequest and back -----------------------------------------
+
+    def _adapter(self, config: RunConfig) -> Adapter:
+        """What answers a call made with ``config``."""
+        if self.adapter is None:  # pragma: no cover - every subclass builds one
+            raise LLMConfigurationError("this adapter has nothing to answer with")
+        return self.adapter
+
+    def _settings(self, config: RunConfig) -> CallSettings:
+        """The settings before ``config``'s temperature, token cap and timeout apply."""
+        return replace(self.settings, model=config.model_name)
 
     def _request(self, prompt: str, config: RunConfig) -> ModelRequest:
         """The request ``config`` makes of ``prompt`` (``LLMConfigurationError``: a
@@ -267,18 +249,7 @@ class ConfiguredAdapter(LLMAdapter):
         instructions = params.get("instructions", "")
         if not isinstance(instructions, str):
             raise LLMConfigurationError("model_params['instructions'] must be a string")
-        settings = self.settings
-        if "model_name" in config.model_fields_set:  # else the configured model (spec: MAY)
-            settings = self._on(settings, config.model_name)
-        if "fallback_models" in params:
-            fallbacks = params["fallback_models"]
-            if isinstance(fallbacks, str) or not all(isinstance(m, str) for m in fallbacks):
-                raise LLMConfigurationError("model_params['fallback_models'] must be model names")
-            for model in fallbacks:
-                self._on(settings, model)  # each on an endpoint this adapter was built with
-            settings = replace(
-                settings, fallback_models=tuple(resolve_model(self.config, m) for m in fallbacks)
-            )
+        settings = self._settings(config)
         try:
             settings = replace(
                 settings,
@@ -289,18 +260,6 @@ class ConfiguredAdapter(LLMAdapter):
         except ValueError as exc:  # RunConfig's own ranges make this unreachable
             raise LLMConfigurationError(str(exc), cause=exc) from None
         return ModelRequest(instructions, prompt, schema, settings=settings)
-
-    def _on(self, settings: CallSettings, model: str) -> CallSettings:
-        """``settings`` with ``model`` (``provider/model`` or bare) as the model to call."""
-        target = resolve_model(self.config, model)
-        if target.provider not in self.endpoints:
-            raise LLMConfigurationError(
-                f"model {model!r} runs on endpoint {target.provider!r}, which this adapter "
-                f"was not built with ({', '.join(sorted(self.endpoints))}); name it in the "
-                "config or in configured(model=...)",
-                model=model,
-            )
-        return replace(settings, model=target.model, provider=target.provider, fallback_models=())
 
     def _response(self, response: AdapterResponse, settings: CallSettings) -> LLMResponse:
         parsed = response.parsed
@@ -329,6 +288,154 @@ class ConfiguredAdapter(LLMAdapter):
             },
         )
 
+    def _count(
+        self, attempts: Iterable[Attempt], request: ModelRequest, failed: LLMError | None = None
+    ) -> None:
+        """Count one call (a face over one adapter keeps no books)."""
+
+    # -- the adapter on the face's loop -----------------------------------------------------
+
+    async def _call(self, adapter: Adapter, request: ModelRequest, seconds: int) -> AdapterResponse:
+        try:
+            async with asyncio.timeout(seconds):
+                return await adapter.execute(request)
+        except TimeoutError as exc:
+            raise LLMTimeoutError(
+                f"no answer within timeout_seconds = {seconds}",
+                cause=exc,
+                model=request.settings.model,
+                context={"timeout_seconds": seconds},
+            ) from None
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the face's loop (started on first use) and wait for it;
+        Ctrl-C cancels it."""
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="sim.connect", daemon=True
+                )
+                self._thread.start()
+            loop = self._loop
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+
+class ConfiguredAdapter(PipelineAdapter):
+    """The configured provider behind spec 001's call: made by ``configured``.
+
+    Built once, it keeps the run's stack (recovery, breakers, budget, rate limits, HTTP
+    clients) on an event loop of its own in a background thread, so it works from plain
+    scripts and from notebooks whose loop is already running. ``books`` counts every call
+    and attempt (``sim.ticklog.books.Books``: calls, failures, tokens, cost at
+    ``[prices]``); ``budget`` is ``[budget]``'s. ``close()`` (or ``with``) closes it.
+
+    Args:
+        config: the effective configuration.
+        phase: whose model, fallback models and settings a call uses (default ``narrative``).
+        seed: the offline provider's seed.
+
+    Raises:
+        LLMConfigurationError: unknown phase, provider or model, missing API key.
+    """
+
+    def __init__(self, config: Config, *, phase: str = "narrative", seed: int = 0) -> None:
+        section = _section(phase, config)
+        self.config = config
+        self.phase = phase
+        self.seed = seed
+        self.endpoints = frozenset(spec.name for spec in routing(config).used())
+        self.budget = make_budget(config)
+        self.books = Books()
+        self._prices: dict[str, Any] = {}
+        self._stacks: dict[int, tuple[Budget, Stack]] = {}
+        super().__init__(None, config.call_settings(section))
+        try:
+            self.adapter = self._stack(self.budget)  # a missing key fails here, before any call
+        except BaseException:
+            self.close()
+            raise
+
+    # -- the spec's calls -----------------------------------------------------------------
+
+    def execute_prompt(self, prompt: str, config: RunConfig) -> LLMResponse:
+        """Send ``prompt`` to the configured model (``config.model_name`` instead, when
+        set explicitly), through recovery, the budget and the rate limits.
+
+        Raises:
+            LLMError: the call failed after recovery (a subclass names how).
+        """
+        answer = super().execute_prompt(prompt, config)
+        unused = unused_params(config)
+        if unused:  # a pass-through no sim provider takes: said, not silently dropped
+            answer.metadata["unused_model_params"] = unused
+        return answer
+
+    def validate_config(self, config: RunConfig) -> bool:
+        """Whether ``config`` suits this adapter: only ``model_params`` it reads, a schema
+        that is a pydantic model, and a ``model_name`` (when set) on an endpoint it was
+        built with. Advisory (spec 001): other ``model_params`` do not stop a call (they
+        are listed in its ``metadata["unused_model_params"]``); nothing is sent."""
+        try:
+            self._request("", config)
+        except LLMError:
+            return False
+        return not unused_params(config)
+
+    def close(self) -> None:
+        """Close every HTTP client on the adapter's loop and stop it (idempotent)."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        stacks, self._stacks = list(self._stacks.values()), {}
+        for _, stack in stacks:
+            self._run(stack.aclose())
+        super().close()
+
+    def __enter__(self) -> ConfiguredAdapter:
+        return self
+
+    # -- from a RunConfig to a ModelRequest and back -----------------------------------------
+
+    def _adapter(self, config: RunConfig) -> Adapter:
+        return self._stack(config.budget_tracker or self.budget)
+
+    def _settings(self, config: RunConfig) -> CallSettings:
+        """The configured phase's settings, with ``config.model_name`` (when set
+        explicitly) and ``model_params['fallback_models']`` resolved on the endpoints
+        this adapter was built with."""
+        settings = self.settings
+        params = config.model_params
+        if "model_name" in config.model_fields_set:  # else the configured model (spec: MAY)
+            settings = self._on(settings, config.model_name)
+        if "fallback_models" in params:
+            fallbacks = params["fallback_models"]
+            if isinstance(fallbacks, str) or not all(isinstance(m, str) for m in fallbacks):
+                raise LLMConfigurationError("model_params['fallback_models'] must be model names")
+            for model in fallbacks:
+                self._on(settings, model)  # each on an endpoint this adapter was built with
+            settings = replace(
+                settings, fallback_models=tuple(resolve_model(self.config, m) for m in fallbacks)
+            )
+        return settings
+
+    def _on(self, settings: CallSettings, model: str) -> CallSettings:
+        """``settings`` with ``model`` (``provider/model`` or bare) as the model to call."""
+        target = resolve_model(self.config, model)
+        if target.provider not in self.endpoints:
+            raise LLMConfigurationError(
+                f"model {model!r} runs on endpoint {target.provider!r}, which this adapter "
+                f"was not built with ({', '.join(sorted(self.endpoints))}); name it in the "
+                "config or in configured(model=...)",
+                model=model,
+            )
+        return replace(settings, model=target.model, provider=target.provider, fallback_models=())
+
     # -- the stack on the adapter's loop ----------------------------------------------------
 
     def _stack(self, budget: Budget) -> Adapter:
@@ -345,27 +452,6 @@ class ConfiguredAdapter(LLMAdapter):
         with self._lock:
             self._stacks[id(budget)] = (budget, stack)  # the budget kept: its id stays its
         return stack.adapter
-
-    async def _call(self, stack: Adapter, request: ModelRequest, seconds: int) -> AdapterResponse:
-        try:
-            async with asyncio.timeout(seconds):
-                return await stack.execute(request)
-        except TimeoutError as exc:
-            raise LLMTimeoutError(
-                f"no answer within timeout_seconds = {seconds}",
-                cause=exc,
-                model=request.settings.model,
-                context={"timeout_seconds": seconds},
-            ) from None
-
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the adapter's loop and wait for it; Ctrl-C cancels it."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()
-            raise
 
     def _count(
         self, attempts: Iterable[Attempt], request: ModelRequest, failed: LLMError | None = None
@@ -495,18 +581,23 @@ def _nest(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
 # -- test primitives (spec 001: part of Core) ------------------------------------------------
 
 
-class MockLLMAdapter(LLMAdapter):
-    """A deterministic adapter without network I/O (spec 001).
+class MockLLMAdapter(PipelineAdapter):
+    """A deterministic adapter without network I/O (spec 001): the face over the
+    pipeline's own test double (``sim.testing.adapters.MockAdapter``), so both surfaces
+    share one set of mocks.
 
     Answers each call with the next of ``responses``, then with ``response``. Counts calls
     (``call_count``) and records ``last_prompt`` and ``last_config``; ``reset()`` clears
-    them and restores the queue.
+    them and restores the queue. The pipeline's mock is ``mock.adapter`` (its recorded
+    ``ModelRequest``s in ``mock.adapter.calls``).
 
     Args:
         response: the answer once ``responses`` are used up (non-empty).
         responses: answers for the first calls, in order.
         model: the model the answers claim (default: the config's ``model_name``).
     """
+
+    adapter: MockAdapter
 
     def __init__(
         self,
@@ -520,54 +611,63 @@ class MockLLMAdapter(LLMAdapter):
         if not all((*self.responses, response)):
             raise ValueError("a mock's responses must be non-empty (spec 001, invariant 1)")
         self.model = model
+        super().__init__(MockAdapter(lambda schema, _input: Answer(text=self.response)))
         self.reset()
 
+    @property
+    def call_count(self) -> int:
+        return self.adapter.call_count
+
     def reset(self) -> None:
-        self.call_count = 0
+        self.adapter.reset()
+        self.adapter.enqueue(*(Answer(text=r) for r in self.responses))
         self.last_prompt: str | None = None
         self.last_config: RunConfig | None = None
         self.prompts: list[str] = []
 
     def execute_prompt(self, prompt: str, config: RunConfig) -> LLMResponse:
-        self.call_count += 1
-        self.last_prompt = prompt
-        self.last_config = config
+        self.last_prompt = prompt if isinstance(prompt, str) else None
+        self.last_config = config if isinstance(config, RunConfig) else None
         self.prompts.append(prompt)
-        n = self.call_count - 1
-        content = self.responses[n] if n < len(self.responses) else self.response
-        usage = Usage(estimate_tokens(prompt), estimate_tokens(content))
-        return LLMResponse(
-            content=content,
-            model=self.model or config.model_name,
-            usage=usage_dict(usage),
-            metadata={"provider": "mock", "call": self.call_count},
-        )
+        answer = super().execute_prompt(prompt, config)
+        answer.metadata["call"] = self.call_count
+        return answer
+
+    def _settings(self, config: RunConfig) -> CallSettings:
+        return replace(self.settings, model=self.model or config.model_name)
 
     def validate_config(self, config: RunConfig) -> bool:
         return isinstance(config, RunConfig)
 
 
-class ErrorLLMAdapter(LLMAdapter):
-    """An adapter whose every call fails with ``error`` (spec 001's test primitive).
+class ErrorLLMAdapter(PipelineAdapter):
+    """An adapter whose every call fails with ``error`` (spec 001's test primitive): the
+    face over the pipeline's ``sim.testing.adapters.ErrorAdapter``.
 
     Args:
         error: the ``LLMError`` to raise (default: an HTTP 500 ``LLMAPIError``).
     """
 
+    adapter: ErrorAdapter
+
     def __init__(self, error: LLMError | None = None) -> None:
         self.error = error or LLMAPIError("mock failure", status_code=500, code="server_error")
+        super().__init__(ErrorAdapter(self.error))
         self.reset()
 
+    @property
+    def call_count(self) -> int:
+        return self.adapter.call_count
+
     def reset(self) -> None:
-        self.call_count = 0
+        self.adapter.reset()
         self.last_prompt: str | None = None
         self.last_config: RunConfig | None = None
 
     def execute_prompt(self, prompt: str, config: RunConfig) -> LLMResponse:
-        self.call_count += 1
-        self.last_prompt = prompt
-        self.last_config = config
-        raise self.error.with_traceback(None)
+        self.last_prompt = prompt if isinstance(prompt, str) else None
+        self.last_config = config if isinstance(config, RunConfig) else None
+        return super().execute_prompt(prompt, config)
 
     def validate_config(self, config: RunConfig) -> bool:
         return isinstance(config, RunConfig)
@@ -587,6 +687,7 @@ __all__ = [
     "LLMSubprocessError",
     "LLMTimeoutError",
     "MockLLMAdapter",
+    "PipelineAdapter",
     "RunConfig",
     "configured",
     "usage_dict",

@@ -34,8 +34,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from sim import safefs
 from sim.errors import InputError, InvalidWorld
 from sim.phases.happenings import Happenings
-from sim.statefiles import MAX_PENDING, MAX_TEXT, PENDING_VERSION, parse_pending
 from sim.storage import MAX_DEPTH, Storage, dump_json
+from sim.storage.statefiles import MAX_PENDING, MAX_TEXT, PENDING_VERSION, parse_pending
 from sim.ticklog.format import INTERVENTIONS
 from sim.ticklog.records import InterventionRecord, record_data
 from sim.world import ID_RE, Character, Entity, Location, World, relationship_problems

@@ -116,6 +116,29 @@ def _survey_model(annotation: Any) -> type[BaseModel]:
 TEXT = AnswerFormat("text", InterviewAnswer, "")
 
 
+def schema_format(raw: bytes, schema_file: Path) -> AnswerFormat:
+    """The format of a JSON Schema's bytes ``raw``, read from ``schema_file`` (by
+    ``answer_format``, or from a study's folder: ``sim.study.design``).
+
+    Raises:
+        InputError: larger than ``MAX_SCHEMA_BYTES``, not JSON, or not the JSON Schema
+            subset of declared phases (``sim.phases.schema``).
+    """
+    from sim.phases.schema import model_from_schema, ref_fields, without_refs
+
+    if len(raw) > MAX_SCHEMA_BYTES:
+        raise InputError(schema_file, None, f"larger than {MAX_SCHEMA_BYTES} bytes")
+    try:
+        schema = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(schema_file, None, f"not valid JSON: {exc}") from None
+    inner = model_from_schema(schema, "survey_value", schema_file)
+    shown = orjson.dumps(without_refs(schema)).decode()[:2000]
+    hint = "an object of the schema given: " + shown
+    refs = tuple((("answer", *path), kind) for path, kind in ref_fields(schema))
+    return AnswerFormat(f"schema:{schema_file.name}", _survey_model(inner), hint, refs)
+
+
 def answer_format(spec: str | None = None, schema_file: Path | None = None) -> AnswerFormat:
     """The format ``--format SPEC`` or ``--schema FILE`` names (free text without either).
 
@@ -126,26 +149,11 @@ def answer_format(spec: str | None = None, schema_file: Path | None = None) -> A
     if schema_file is not None:
         if spec not in (None, "text"):
             raise InputError(None, "--schema", "give --format or --schema, not both")
-        from sim.phases.schema import model_from_schema
-
-        try:
-            with schema_file.open("rb") as handle:
-                raw = handle.read(MAX_SCHEMA_BYTES + 1)
+        try:  # a FIFO or a device is refused, not waited on
+            raw = safefs.read_named(schema_file, MAX_SCHEMA_BYTES)
         except OSError as exc:
             raise InputError(schema_file, None, f"cannot read: {exc.strerror or exc}") from None
-        if len(raw) > MAX_SCHEMA_BYTES:
-            raise InputError(schema_file, None, f"larger than {MAX_SCHEMA_BYTES} bytes")
-        try:
-            schema = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise InputError(schema_file, None, f"not valid JSON: {exc}") from None
-        inner = model_from_schema(schema, "survey_value", schema_file)
-        from sim.phases.schema import ref_fields, without_refs
-
-        shown = orjson.dumps(without_refs(schema)).decode()[:2000]
-        hint = "an object of the schema given: " + shown
-        refs = tuple((("answer", *path), kind) for path, kind in ref_fields(schema))
-        return AnswerFormat(f"schema:{schema_file.name}", _survey_model(inner), hint, refs)
+        return schema_format(raw, schema_file)
     if spec is None or spec == "text":
         return TEXT
     if spec == "yesno":

@@ -223,6 +223,25 @@ def read_file(
         return read_at(dir_fd, parts[-1], root / rel, max_bytes, one_link=one_link, setting=setting)
 
 
+def read_named(path: Path, max_bytes: int | None = None) -> bytes:
+    """The bytes of ``path``, a file the user named on the command line: a link is
+    followed (the user chose the path), but only a regular file is read, a FIFO without
+    waiting for a writer, refused when larger than ``max_bytes``.
+
+    Raises:
+        UnsafePath: a FIFO, a device, a socket or a folder; FileNotFoundError, OSError:
+            it cannot be opened; InputError: over ``max_bytes``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafePath(path, None, f"is {_kind(mode)}; expected a regular file")
+        return read_fd(fd, path, max_bytes)
+    finally:
+        os.close(fd)
+
+
 def read_optional(root: Path, rel: str, max_bytes: int | None = None) -> bytes | None:
     """``read_file``, or ``None`` when the file (or a folder on its way) does not exist."""
     try:
@@ -370,6 +389,19 @@ def symlink_on_path(root: Path, rel: str) -> str | None:
         if last and not stat.S_ISREG(mode):
             return "/".join(parts) + f" is {_kind(mode)}"
     return None
+
+
+def folder_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being a folder of its own (a run's or a study's folder a
+    command makes, continues or reads in place): ``None`` for a plain folder or nothing,
+    else "is a symlink", "is a named pipe (FIFO)", ... (a link is never followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(mode):
+        return None
+    return "is a file" if stat.S_ISREG(mode) else f"is {_kind(mode)}"
 
 
 def list_names(root: Path, parts: list[str], suffix: str) -> list[str] | None:

@@ -80,14 +80,16 @@ class MemoryCell(_Open):
 _OPTIONAL_CELL = ("importance", "mentions", "sources")
 
 
-class PlanItem(_Open):
+class DailyPlanItem(_Open):
+    model_config = ConfigDict(extra="allow", strict=True, title="PlanItem")
+
     at: Annotated[str, StringConstraints(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
     intention: str
 
 
 class DailyPlan(_Open):
     date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")]
-    items: list[PlanItem] = []
+    items: list[DailyPlanItem] = []
 
 
 class Memory(_Open):

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from sim.config import DEFAULT_ORDER
 from sim.errors import InputError
 from sim.network import Network
 from sim.network import edges as network_edges
@@ -69,14 +70,20 @@ sim log --world {folder} --tick all
 - `characters/<id>.json`, `locations/<id>.json`: one file per character and location; the
   file name is the id. Add fields to `state` freely: the engine keeps them, and `sim
   export` makes each a column.
-{network}- `config.toml`: this world's settings (provider, models, prices, budgets); see
-  `sim --help` and docs/providers.md. Switch `provider` to `openai` or `chat` for a real model.
-- `prompts/`: the instructions each phase sends, copied from sim's built-in ones; edit
-  them to change how characters and the game master behave, or delete one to use the
-  built-in again.
+{network}- `config.toml`: this world's settings (models, prices, budgets, phases); see
+  `sim --help`. Where requests go and which key they carry (`provider`, `base_url`) are
+  not a world's to choose: a shared world could send your key anywhere. Choose a real
+  model on the command line or in your own config (`--config FILE` or `./config.toml`):
+  `sim tick --world {folder} --provider openai` (`OPENAI_API_KEY` set), or for a
+  local server `sim tick --world {folder} --provider chat --base-url URL --model NAME`.
+- `prompts/`: the instructions each phase of this world sends, copied from sim's built-in
+  ones; edit them to change how characters and the game master behave, or delete one to
+  use the built-in again. A phase you turn on later (`reflection`, `planning`,
+  `conversation`) uses the built-in until you add its file.
 
-The format is described in docs/world-format.md; `sim schema --out schemas` writes JSON
-Schemas an editor can check these files against as you type.
+The format is described in sim's own documentation (`docs/world-format.md` and
+`docs/providers.md` in sim's source, not in this folder); `sim schema --out schemas`
+writes JSON Schemas an editor can check these files against as you type.
 """
 
 NETWORK_README = """\
@@ -86,10 +93,11 @@ NETWORK_README = """\
 
 WORLD_CONFIG = """\
 # This world's config: it overrides the built-in defaults (and ./config.toml); command-line
-# flags override both. See docs/providers.md for real providers.
+# flags override both. A real provider is chosen on the command line or in your own config,
+# not here (see README.md): a world's config may not change where requests go.
 
 [llm]
-provider = "offline"        # offline (no key, no network) | openai | chat
+provider = "offline"        # no key, no network
 """
 
 
@@ -195,8 +203,11 @@ def world_files(
                 **relationships,
             }
         )
+    # the templates of the phases this world runs (the default list): a copy of one it
+    # does not run would be an unused prompt, which `sim check` warns about
     for template in sorted(PROMPTS_DIR.glob("*.md")):
-        files[f"prompts/{template.name}"] = template.read_bytes()
+        if template.name.split(".", 1)[0] in DEFAULT_ORDER:
+            files[f"prompts/{template.name}"] = template.read_bytes()
     files["config.toml"] = WORLD_CONFIG.encode()
     return files
 

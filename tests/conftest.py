@@ -6,6 +6,7 @@ import atexit
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -15,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from sim.engine.recorder import TickRecorder
-from sim.journal import JOURNAL
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
+from sim.storage.journal import JOURNAL
 from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     anthropic_stub,
     gemini_stub,
@@ -34,6 +35,22 @@ atexit.register(shutil.rmtree, _PRISTINE, ignore_errors=True)
 WORLDS = pristine_worlds(REPO, _PRISTINE)
 DEMO = WORLDS / "demo"
 HARVEST = WORLDS / "harvest-vote"
+
+
+def install_distribution(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, module: str, code: str, group: str, entries: str
+) -> None:
+    """A tiny installed distribution for one test: module ``module`` (``code``) in
+    ``folder``, offering ``entries`` (``name = module:attr`` lines) in entry-point group
+    ``group``, importable until the test ends."""
+    folder.mkdir(exist_ok=True)
+    (folder / f"{module}.py").write_text(code)
+    info = folder / f"{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{entries}\n")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, module, raising=False)
 
 
 def copy_demo(dest: Path) -> Path:

@@ -278,14 +278,15 @@ def tune(tmp: Path) -> Samples:
         out = s.sim(*TUNE, "--phase", phase)
         command = f"$ sim tune --world worlds/demo --phase {phase} --depths 0,1,2,4 --ticks 5"
         samples[name] = block(f"{command}\n{mask_wall(out)}")
-    key = {"OPENAI_API_KEY": "sk-stub"}
+    key = {"OPENAI_API_KEY": "any"}  # as the sample shows it: the stub takes any key
     with ServerThread(StubServer()) as server:
         url = ("--provider", "openai", "--base-url", server.base_url)
         out = s.run(*TUNE, "--phase", "phase2a", *url, "--yes", env=key).stdout
         asked = s.run(*TUNE, "--phase", "phase2a", *url, stdin="n\n", code=None, env=key)
     samples["tune-stub"] = block(
-        "$ sim tune --world worlds/demo --phase phase2a --depths 0,1,2,4 --ticks 5 \\\n"
-        "      --provider openai --base-url http://127.0.0.1:8765/v1 --yes\n" + mask_wall(out)
+        "$ OPENAI_API_KEY=any sim tune --world worlds/demo --phase phase2a --depths 0,1,2,4 \\\n"
+        "      --ticks 5 --provider openai --base-url http://127.0.0.1:8765/v1 --yes\n"
+        + mask_wall(out)
     )
     question = asked.stderr[asked.stderr.index("sim tune will run") :]
     question = question[: question.index("[y/N]:") + len("[y/N]:")]
@@ -352,22 +353,22 @@ def harvest_vote_five(tmp: Path) -> Samples:
 def interventions(tmp: Path) -> Samples:
     """README: `sim inject` and `sim set` before a tick, its log and its replay."""
     s = Scratch.make(tmp, "interventions")
-    s.sim("init", "world")
+    s.copy("demo", "world")  # the README's own scratch copy (`cp -r worlds/demo world`)
     s.sim("tick", "--world", "world", "--ticks", "2")
-    inject = ("inject", "--world", "world", "--at", "square", "A storm breaks over the square.")
+    inject = ("inject", "--world", "world", "--at", "quay", "A storm breaks over the quay.")
     injected = s.sim(*inject)
     setting = s.sim("set", "--world", "world", 'bram.state.mood="soaked"')
     s.sim("tick", "--world", "world")
     log = s.sim("log", "--world", "world", "--tick", "3").splitlines()
     told = [line for line in log if line.startswith("intervention ")]
-    square = log.index("[Town Square]")
+    quay = log.index("[Herring Quay]")
     end = next(
-        (n for n in range(square + 1, len(log)) if not log[n] or log[n].startswith(" ")), len(log)
+        (n for n in range(quay + 1, len(log)) if not log[n] or log[n].startswith(" ")), len(log)
     )
-    scene = log[square:end]  # the place's narrative, not the intentions listed after it
+    scene = log[quay:end]  # the place's narrative, not the intentions listed after it
     replay = s.sim("replay", "--world", "world", "--tick", "3")
     text = (
-        f'$ sim inject --world world --at square "A storm breaks over the square."\n{injected}'
+        f'$ sim inject --world world --at quay "A storm breaks over the quay."\n{injected}'
         "$ sim set --world world 'bram.state.mood=\"soaked\"'      # the value is JSON\n"
         f"{setting}$ sim tick --world world\n...\n$ sim log --world world --tick 3\n"
         + "\n".join([log[0], *told, "...", *scene])

@@ -1,5 +1,19 @@
 """Reading a world's history: usage and cost, chain-depth tuning, the HTML report, tidy
-tables (``sim export``) and ``load``, the same tables as pandas DataFrames."""
+tables (``sim export``) and ``load``, the same tables as pandas DataFrames.
+
+Owns: reading a world's history after the fact: what ``sim log`` and ``sim replay`` print,
+usage and cost, chain-depth and memory tuning, the tidy tables and their exports, a sweep's
+and a study's reports, the HTML report (``report/``).
+
+May import: ``sim.config``, ``sim.engine`` (tuning runs ticks on scratch copies),
+``sim.errors``, ``sim.gcpause``, ``sim.interrupts``, ``sim.interventions``,
+``sim.interview``, ``sim.llm``, ``sim.providers``, ``sim.runs``, ``sim.safefs``,
+``sim.sections``, ``sim.storage``, ``sim.ticklog``, ``sim.world``. Only the command line
+imports it.
+
+Next: a new view of the history is a module here; it reads the logs' summaries
+(``sim.ticklog.summary``) where they hold what it needs, not whole logs.
+"""
 
 from __future__ import annotations
 

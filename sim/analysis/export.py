@@ -107,7 +107,8 @@ def _atomic(path: Path, mode: Literal["w", "wb"]) -> Iterator[IO[Any]]:
 
 def write_csv(table: Table, path: Path, *, raw: bool = False) -> None:
     """A table as CSV, text cells a spreadsheet would run as formulas neutralised (a
-    leading ``'``) unless ``raw``."""
+    leading ``'``) unless ``raw``. The header row is neutralised like the rows: a column
+    can be named by the world (a relationship's attribute, an entity's own field)."""
     # Rows end in "\n"; the writer is told "\r\n" so that it quotes a cell holding a
     # carriage return too (it quotes only the characters of its line terminator), which
     # a reader would otherwise take for the end of the row.
@@ -121,7 +122,7 @@ def write_csv(table: Table, path: Path, *, raw: bool = False) -> None:
         return buffer.getvalue()[:-2] + "\n"
 
     with _atomic(path, "w") as handle:
-        handle.write(line(list(table.columns)))
+        handle.write(line([_csv_cell(c, raw) for c in table.columns]))
         for row in table.records():
             handle.write(line([_csv_cell(row[c], raw) for c in table.columns]))
 

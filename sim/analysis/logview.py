@@ -53,8 +53,25 @@ def compact_lines(done: Compacted) -> Iterator[str]:
         f"({done.calls_dropped} calls); logs {done.bytes_before / mib:.1f} MiB -> "
         f"{done.bytes_after / mib:.1f} MiB"
     )
+    if done.dropped:
+        ticks = _span(done.dropped)
+        yield (
+            f"note: {ticks} can no longer be replayed (`sim replay` answers from the calls "
+            "dropped); `sim usage` and `sim log --tick all` keep their numbers, `sim export`'s "
+            "calls table leaves them out, and `sim log`, `sim rewind`, `sim fork` still work"
+        )
     for problem in done.problems:
         yield f"unreadable, left as it is: {problem}"
+
+
+def _span(ticks: list[int]) -> str:
+    """``tick 3`` or ``ticks 1-49`` (or ``ticks 1, 4, 9``: not a run)."""
+    ordered = sorted(ticks)
+    if len(ordered) == 1:
+        return f"tick {ordered[0]}"
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"ticks {ordered[0]}-{ordered[-1]}"
+    return "ticks " + ", ".join(str(t) for t in ordered)
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -125,6 +142,8 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             yield f"fallback model: {name} {key}: {models}"
         for warning in record.report.warnings:
             yield f"ignored: {warning}"
+        for gap in record.report.gaps:
+            yield f"no outcome: {gap}"
     for decision in log.decisions:
         yield decision_line(decision)
     yield ""

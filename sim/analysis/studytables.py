@@ -83,8 +83,18 @@ def build_study_tables(out: Path, first: int | None = None, last: int | None = N
     for rel in design["runs"]:
         condition, _, name = rel.partition("/")
         run_dir = out / condition / name
-        if condition not in conditions or "/" in name or not (run_dir / RUN_FILE).is_file():
-            continue  # not begun (or not this study's)
+        if {condition, name} & {"", ".", ".."} or "/" in name:
+            raise InputError(out / STUDY_RECORD, "design.runs", f"{rel!r} is not a run's folder")
+        if condition not in conditions:
+            continue  # not this study's
+        for folder in (out / condition, run_dir):  # never read through a link
+            problem = safefs.folder_problem(folder)
+            if problem is not None:
+                raise InputError(
+                    folder, None, f"{problem}: a study's folders must be its own, inside {out}"
+                )
+        if not (run_dir / RUN_FILE).is_file():
+            continue  # not begun
         record = read_record(run_dir)
         if record.name != name or (record.design or {}).get("condition") != condition:
             raise InputError(run_dir / RUN_FILE, None, f"does not record the run {rel}")

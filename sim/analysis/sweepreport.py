@@ -5,13 +5,18 @@ attempt, from its logs, as ``sim usage`` counts them; the cost is unknown, ``Non
 a model had no price), and for each custom state field of the characters its distribution
 at the run's last committed tick, read through the tables of ``sim export``
 (``sim.analysis.tables``): counts of each value for text and other values, mean, min and
-max for numbers.
+max for numbers. Runs are listed in natural order (``seed-2`` before ``seed-10``). Per
+setting (the runs that share their overrides, whatever their seed): the number of runs
+and, over them, the mean and sample standard deviation of calls, tokens, cost and each
+numeric field's per-run mean.
 """
 
 from __future__ import annotations
 
 import html
 import os
+import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -101,10 +106,99 @@ class RunRow:
 
 
 @dataclass
+class Spread:
+    """One quantity over the runs of a setting: how many had it, their mean and sample
+    standard deviation (``None`` below two values)."""
+
+    n: int
+    mean: float
+    sd: float | None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread | None:
+        if not values:
+            return None
+        sd = statistics.stdev(values) if len(values) > 1 else None
+        return cls(len(values), statistics.fmean(values), sd)
+
+    def text(self) -> str:
+        return f"{_num(self.mean)} ± {'-' if self.sd is None else _num(self.sd)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        sd = None if self.sd is None else round(self.sd, 6)
+        return {"n": self.n, "mean": round(self.mean, 6), "sd": sd}
+
+
+def _num(value: float) -> str:
+    """A mean or sd for the table: whole above 100 (tokens), else three digits."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+@dataclass
+class SettingRow:
+    """The runs of one setting (the same overrides), seeds pooled."""
+
+    setting: str
+    overrides: dict[str, Any]
+    runs: int
+    #: "calls", "tokens", "cost_usd", then each numeric state field -> its spread
+    spreads: dict[str, Spread]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "setting": self.setting,
+            "overrides": self.overrides,
+            "runs": self.runs,
+            **{name: spread.to_dict() for name, spread in self.spreads.items()},
+        }
+
+
+@dataclass
 class SweepReport:
     runs: list[RunRow]
     fields: list[str]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def settings(self) -> list[SettingRow]:
+        """The runs grouped by setting, in the order each first appears."""
+        groups: dict[str, list[RunRow]] = {}
+        for row in self.runs:
+            groups.setdefault(setting_name(row.overrides), []).append(row)
+        out = []
+        for name, rows in groups.items():
+            spreads: dict[str, Spread] = {}
+            costs = [r.cost_usd for r in rows]
+            columns: list[tuple[str, list[float]]] = [
+                ("calls", [float(r.calls) for r in rows]),
+                ("tokens", [float(r.tokens) for r in rows]),
+                # an unknown cost in any run: the setting's cost is unknown too
+                ("cost_usd", [] if None in costs else [float(c or 0.0) for c in costs]),
+            ]
+            for fname in self.fields:
+                means = [
+                    statistics.fmean(r.fields[fname].numbers)
+                    for r in rows
+                    if fname in r.fields and r.fields[fname].numbers
+                ]
+                columns.append((fname, means))
+            for key, values in columns:
+                spread = Spread.of(values)
+                if spread is not None:
+                    spreads[key] = spread
+            out.append(SettingRow(name, rows[0].overrides, len(rows), spreads))
+        return out
+
+
+def setting_name(overrides: dict[str, Any]) -> str:
+    """A run's setting as the sweep names it: ``phase1.temperature=0.5`` (``,`` between
+    several); ``(defaults)`` when it overrides nothing."""
+    return ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "(defaults)"
+
+
+def natural_key(name: str) -> list[tuple[int, int | str]]:
+    """``seed-2`` before ``seed-10``: digit runs compared as numbers."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)]
 
 
 def run_row(run_dir: Path, notes: list[str]) -> RunRow:
@@ -156,7 +250,9 @@ def sweep_report(out: Path) -> SweepReport:
             else ""
         )
         raise InputError(out, None, f"holds no sweep run (no */{RUN_FILE}){hint}")
-    rows = [run_row(run_dir, notes) for run_dir in folders]
+    rows = sorted(
+        (run_row(run_dir, notes) for run_dir in folders), key=lambda r: natural_key(r.name)
+    )
     names: dict[str, None] = {}
     for row in rows:
         names.update(dict.fromkeys(row.fields))
@@ -178,8 +274,33 @@ def report_lines(report: SweepReport) -> list[str]:
         ]
         for row in report.runs
     ]
+    return _table(head, body, right={1, 2, 3, 4, 5})
+
+
+def settings_lines(report: SweepReport) -> list[str]:
+    """Per setting, seeds pooled: runs, then mean ± sd of calls, tokens, cost and each
+    numeric field's per-run mean (``-`` for the sd of one run)."""
+    settings = report.settings
+    numeric = [f for f in report.fields if any(f in s.spreads for s in settings)]
+    head = ["setting", "runs", "calls", "tokens", "cost", *numeric]
+    body = []
+    for row in settings:
+        cells = [row.setting, str(row.runs)]
+        for key in ("calls", "tokens", "cost_usd", *numeric):
+            spread = row.spreads.get(key)
+            if spread is None:
+                cells.append("unknown" if key == "cost_usd" else "-")
+            elif key == "cost_usd":
+                sd = "-" if spread.sd is None else f"${spread.sd:.4f}"
+                cells.append(f"${spread.mean:.4f} ± {sd}")
+            else:
+                cells.append(spread.text())
+        body.append(cells)
+    return _table(head, body, right=set(range(1, len(head))))
+
+
+def _table(head: list[str], body: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    right = {1, 2, 3, 4, 5}
     return [
         "  ".join(
             cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
@@ -288,10 +409,14 @@ def write_html(report: SweepReport, path: Path, title: str) -> Path:
 __all__ = [
     "Distribution",
     "RunRow",
+    "SettingRow",
+    "Spread",
     "SweepReport",
     "report_html",
     "report_lines",
     "run_row",
+    "setting_name",
+    "settings_lines",
     "sweep_report",
     "write_html",
 ]

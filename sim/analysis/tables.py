@@ -305,6 +305,14 @@ def build_tables(root: Path, first: int | None = None, last: int | None = None) 
             for row in _edge_rows(tick, after):
                 attributes.update(dict.fromkeys(k for k in row if k not in EDGE_COLUMNS))
                 tables.edges.rows.append(row)
+    compacted = [(t, by_tick[t].compacted) for t in ticks if by_tick[t].compacted is not None]
+    if compacted:
+        dropped = sum(record.calls for _, record in compacted if record is not None)
+        tables.notes.append(
+            f"{len(compacted)} ticks (first {compacted[0][0]}, last {compacted[-1][0]}) were "
+            f"compacted by `sim log --compact`: their {dropped} calls are not in the calls "
+            "table (`sim usage` counts them from their summaries)"
+        )
     tables.characters.columns.extend(custom)
     tables.characters.columns.extend(identity)
     tables.edges.columns.extend(attributes)
@@ -487,7 +495,9 @@ def _call_rows(log: TickLog) -> list[dict[str, Cell]]:
                 "tick": log.tick,
                 "phase": call.phase,
                 "entity": split_key(call.entity_key)[1] if call.entity_key else None,
-                "model": call.model,
+                # where it ran, as `sim usage --by model` names it (the model that answered,
+                # or failed last), not the model the config asked for
+                "model": call.every_attempt()[-1].target,
                 "attempts": len(call.every_attempt()),
                 "input_tokens": usage.input_tokens,
                 "cached_input_tokens": usage.cached_input_tokens,

@@ -30,6 +30,7 @@ from sim.config import (
     PHASE_ALIASES,
     Config,
     MemoryPhaseConfig,
+    known_memory,
     offline_config,
     resolve_model,
     section_name,
@@ -135,7 +136,7 @@ def memory_shown(text: str) -> tuple[str, ...] | None:
 
 
 @dataclass
-class Estimate:
+class CostEstimate:
     """A cost estimate for a tune run, and how it was made."""
 
     input_tokens: int
@@ -189,7 +190,7 @@ def depth_config(config: Config, section: str, depth: int) -> Config:
 def memory_config(config: Config, section: str, mode: str) -> Config:
     """``config`` with one phase's ``[memory] mode`` set (``[memory.phases.<name>]``), and
     every tick log kept."""
-    if mode not in ("window", "retrieve"):
+    if not known_memory(mode):
         raise InputError(None, "--memory", f"expected window and/or retrieve (got {mode!r})")
     name = section_name(section)
     phases = dict(config.memory.phases)
@@ -286,7 +287,7 @@ def estimate(
     depths: Sequence[int],
     ticks: int,
     memory: Sequence[str] = (),
-) -> Estimate:
+) -> CostEstimate:
     """Estimate a tune run's cost without calling the provider.
 
     The same ticks are run on scratch copies with the offline provider (free, no network),
@@ -324,11 +325,11 @@ def estimate(
         "configured models' [prices], all input as uncached; real models write more or "
         "less than the offline one, so treat it as a rough guide"
     )
-    return Estimate(input_tokens, output_tokens, cost, method)
+    return CostEstimate(input_tokens, output_tokens, cost, method)
 
 
 __all__ = [
-    "Estimate",
+    "CostEstimate",
     "TuneRow",
     "estimate",
     "memory_shown",

@@ -158,7 +158,7 @@ def model_rows(
     rows: dict[str, UsageRow] = {}
     attempts = call.every_attempt()
     for n, attempt in enumerate(attempts, 1):
-        key = f"{attempt.provider}/{attempt.model}" if attempt.provider else attempt.model
+        key = attempt.target
         row = rows.setdefault(key, UsageRow(key))
         row.add_usage(attempt.usage.to_usage())
         row.cost = row.cost + attempts_cost([attempt], prices, cache, call.price_factor)
@@ -422,7 +422,10 @@ def _add_compacted(
 
 
 def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> UsageReport:
-    rows.sort(key=lambda r: (-r.cost.usd, -r.total_tokens, r.key))
+    if by == "tick":  # in tick order (a row that is not a tick's after them)
+        rows.sort(key=lambda r: (0, int(r.key), "") if r.key.isdigit() else (1, 0, r.key))
+    else:
+        rows.sort(key=lambda r: (-r.cost.usd, -r.total_tokens, r.key))
     total = UsageRow("total")
     for row in rows:
         total.add(row)
@@ -434,7 +437,7 @@ def usage_report(world_dir: Path, by: By, prices: Mapping[str, Any]) -> UsageRep
     ``provider/model`` (each attempt where it ran), or endpoint (the server each attempt
     went to: a pool's servers apart; read from the full logs, which alone record it).
 
-    Rows are sorted by cost, then tokens, most expensive first.
+    Rows are sorted by cost, then tokens, most expensive first; by tick, in tick order.
 
     Raises:
         InputError: no such world folder, or (``by="entity"``) the world cannot be loaded.

@@ -10,10 +10,23 @@ command print a Python traceback: each command maps the errors it expects
 Each command's module is imported only when that command runs (or ``--help`` lists them
 all): ``sim tick`` does not pay for the modules of ``sim report``, ``sim sweep`` or the
 stub server at start-up.
+
+Owns: the command line: parsing, calling the library, printing, exit codes.
+
+May import: every package below it, inside the command that needs it: ``sim.analysis``,
+``sim.config``, ``sim.engine``, ``sim.errors``, ``sim.interventions``, ``sim.interview``,
+``sim.lifeline``, ``sim.llm``, ``sim.mind``, ``sim.network``, ``sim.phases``,
+``sim.policy``, ``sim.providers`` (a kind's profile), ``sim.runs``, ``sim.storage``,
+``sim.study``, ``sim.testing``, ``sim.ticklog``, ``sim.world``, ``sim.worldgen``. Only
+``sim.__main__`` imports it.
+
+Next: a new command is a function in its group's module (a new group: a module of its
+own), named in ``COMMANDS``.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -60,6 +73,18 @@ class _Main(click.Group):
             assert isinstance(command, click.Command) and command.name == cmd_name, cmd_name
             self.add_command(command)
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, with the nearest command named when there is no such command
+        (``sim tik``: "Did you mean 'tick'?")."""
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not name.startswith("-"):
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
-from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
 from sim.llm.redact import redact_text
 
 if TYPE_CHECKING:
@@ -28,20 +27,33 @@ if TYPE_CHECKING:
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+#: the Unicode bidirectional formatting controls: invisible, they reorder the text around
+#: them as a terminal shows it (U+202E turns "txt.exe" into what reads as "exe.txt"): the
+#: embeddings and overrides (U+202A-U+202E), the isolates (U+2066-U+2069) and the marks
+#: (U+200E, U+200F, U+061C)
+BIDI_CONTROLS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 #: what a terminal acts on rather than shows: C0 controls but line feed and tab (ESC starts
-#: every escape sequence, BEL ends OSC titles, CR rewrites a line), DEL and the C1 controls
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: every escape sequence, BEL ends OSC titles, CR rewrites a line), DEL, the C1 controls
+#: and the bidirectional controls
+_CONTROL = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
 #: what JSON may hold raw inside a string and a terminal acts on (orjson escapes C0)
-_JSON_CONTROL = re.compile(r"[\x7f-\x9f]")
+_JSON_CONTROL = re.compile(rf"[\x7f-\x9f{BIDI_CONTROLS}]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character a terminal would act on shown as ``\\xNN``.
+    """``text`` with every control character a terminal would act on shown as ``\\xNN``
+    (a bidirectional control as ``\\uNNNN``).
 
     Names, narratives, answers and messages come from worlds, logs and models: untrusted.
-    A name holding ``\\x1b]0;...\\x07`` would retitle the terminal, ``\\x1b[2J`` clear it.
+    A name holding ``\\x1b]0;...\\x07`` would retitle the terminal, ``\\x1b[2J`` clear it,
+    and ``\\u202e`` print the rest of the line right to left.
     """
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL.sub(_shown, text)
 
 
 def echo(
@@ -63,8 +75,9 @@ def secho(message: object, *, err: bool = False, nl: bool = True, **styles: Any)
 
 
 def echo_json(text: str) -> None:
-    """One JSON document or line to stdout. JSON escapes C0 controls already; DEL and C1,
-    which it may hold raw, are written as ``\\u00NN`` escapes: the same JSON value."""
+    """One JSON document or line to stdout. JSON escapes C0 controls already; DEL, C1 and
+    the bidirectional controls, which it may hold raw, are written as ``\\uNNNN`` escapes:
+    the same JSON value."""
     click.echo(_JSON_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
@@ -268,15 +281,6 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
     except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
         echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
         sys.exit(exc.exit_code)
-    except LLMConfigurationError as exc:
-        echo(f"error: {_told(exc)}", err=True)
-        sys.exit(2)
-    except LLMBudgetExceededError as exc:
-        echo(f"stopped: {_told(exc)} (nothing was committed for this tick)", err=True)
-        sys.exit(1)
-    except LLMError as exc:
-        echo(f"failed: {_told(exc)}", err=True)
-        sys.exit(1)
     except RecursionError:
         echo("error: input nested too deeply to process", err=True)
         sys.exit(2)
@@ -285,6 +289,28 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
             reader_gone()
         echo(redact_text(os_error_line(exc)), err=True)
         sys.exit(1)
+    except Exception as exc:
+        told = _llm_failure(exc)
+        if told is None:
+            raise
+        echo(told[0], err=True)
+        sys.exit(told[1])
+
+
+def _llm_failure(exc: Exception) -> tuple[str, int] | None:
+    """An LLM error's line and exit code; ``None`` for any other exception. The LLM layer's
+    errors are imported here, when one may have been raised, not with this module: ``sim
+    --help`` loads every command's module, and they would bring the LLM layer's types
+    (pydantic) with them."""
+    from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+
+    if isinstance(exc, LLMConfigurationError):
+        return f"error: {_told(exc)}", 2
+    if isinstance(exc, LLMBudgetExceededError):
+        return f"stopped: {_told(exc)} (nothing was committed for this tick)", 1
+    if isinstance(exc, LLMError):
+        return f"failed: {_told(exc)}", 1
+    return None
 
 
 def depth_overrides(values: tuple[str, ...]) -> dict[str, Any]:

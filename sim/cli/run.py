@@ -26,7 +26,10 @@ from sim.cli.jsonout import (
 from sim.errors import UserError
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
+    from sim.config import Config
+    from sim.engine.probe import ProbeResult
     from sim.engine.runner import TickResult
+    from sim.errors import InputError
     from sim.llm.batching import BatchProgress
     from sim.llm.events import LLMEvent
     from sim.llm.pool import ServerReport
@@ -86,51 +89,18 @@ class Progress:
 def partial_string(text: str, field: str) -> str | None:
     """The value of the string ``field`` in a JSON object that may still be arriving.
 
-    ``None`` until the field's opening quote has arrived; then its characters so far,
-    unescaped (an escape cut in half waits for the rest).
+    ``None`` until the field's opening quote has arrived (or when the text is not a JSON
+    object); then its characters so far, unescaped (an escape cut in half waits for the
+    rest). Read by jiter's partial mode.
     """
-    key = text.find(f'"{field}"')
-    if key < 0:
+    import jiter  # only where --stream shows text
+
+    try:
+        data = jiter.from_json(text.encode(), partial_mode="trailing-strings")
+    except ValueError:
         return None
-    at = key + len(field) + 2
-    while at < len(text) and text[at] in " \t\r\n:":
-        at += 1
-    if at >= len(text) or text[at] != '"':
-        return None
-    out: list[str] = []
-    at += 1
-    escapes = {
-        "n": "\n",
-        "t": "\t",
-        "r": "\r",
-        "b": "\b",
-        "f": "\f",
-        '"': '"',
-        "\\": "\\",
-        "/": "/",
-    }
-    while at < len(text):
-        char = text[at]
-        if char == '"':
-            break
-        if char != "\\":
-            out.append(char)
-            at += 1
-            continue
-        if at + 1 >= len(text):
-            break
-        code = text[at + 1]
-        if code == "u":
-            digits = text[at + 2 : at + 6]
-            if len(digits) < 4:
-                break
-            with contextlib.suppress(ValueError):  # not hex: drop the escape
-                out.append(chr(int(digits, 16)))
-            at += 6
-            continue
-        out.append(escapes.get(code, code))
-        at += 2
-    return "".join(out)
+    value = data.get(field) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
 
 
 class StreamView:
@@ -307,6 +277,8 @@ def print_tick(result: TickResult) -> None:
             echo(f"fallback model: {report.name} {entity_key}: {models}")
         for warning in report.warnings:
             echo(f"ignored: {warning}")
+        for gap in report.gaps:
+            echo(f"no outcome: {gap}")
     pushed = result.backpressure
     if pushed and (pushed["rate_limited"] or pushed["timeouts"] or pushed["down_failures"]):
         echo(
@@ -476,17 +448,96 @@ def tick(
         runner.run(ticks)
 
 
+def _probe(config: Config, seed: int) -> ProbeResult:
+    from sim.engine.probe import probe
+
+    return probe(config, seed)
+
+
+def _checked_config(
+    config_file: Path | None,
+    world_dir: Path,
+    provider: str | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+) -> Config:
+    """The config ``sim check`` checks with. A config that is wrong does not hide the
+    world's own problems: the world is read too (within the built-in limits), and every
+    problem of both is reported at once (``InvalidWorld``)."""
+    from sim.errors import InputError, InvalidWorld
+    from sim.storage import Storage
+
+    try:
+        return build_config(config_file, world_dir, provider, model=model, base_url=base_url)
+    except InputError as config_problem:
+        problems = [config_problem]
+        try:
+            Storage(world_dir).load()
+        except InvalidWorld as exc:
+            problems += _with_templates(world_dir, exc.problems)
+        except InputError as exc:
+            problems += _with_templates(world_dir, [exc])
+        if len(problems) == 1:
+            raise
+        raise InvalidWorld(problems) from config_problem
+
+
+def _with_templates(world_dir: Path, problems: list[InputError]) -> list[InputError]:
+    """A world's load problems and its prompt templates' syntax errors, each once: a
+    world that does not load is not rendered, and would hide a broken template."""
+    from sim.phases.check import template_syntax_problems
+
+    seen = {str(p) for p in problems}
+    return [*problems, *(p for p in template_syntax_problems(world_dir) if str(p) not in seen)]
+
+
+def embedding_cache_warnings(config: Config, world_dir: Path) -> list[str]:
+    """What of the world's provider-embeddings caches a tick would not use (a folder in a
+    cache's place: an ``UnsafePath``, as the tick refuses it)."""
+    memories = [config.memory, *(config.memory.for_phase(p) for p in config.memory.phases)]
+    models = [
+        m.embedding_model for m in memories if m.embeddings == "provider" and m.embedding_model
+    ]
+    if not models:
+        return []
+    from sim.mind.vectors import check_caches  # numpy: only for a world that uses them
+
+    return check_caches(world_dir, models)
+
+
 @click.command()
 @WORLD
 @CONFIG
+@click.option("--provider", help="Probe this provider (overrides [llm] provider).")
+@click.option("--base-url", help="Probe this base URL (overrides [llm] base_url).")
+@click.option("--model", help="Probe this model (overrides each [phaseN] model).")
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="Probe the configured endpoint (implied by --provider, --base-url, --model).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
-    """Validate a world, its config and the engine's state in it; call nothing, write nothing.
+def check(
+    world_dir: Path,
+    config_file: Path | None,
+    provider: str | None,
+    base_url: str | None,
+    model: str | None,
+    probe: bool,
+    as_json: bool,
+) -> None:
+    """Validate a world, its config and the engine's state in it; write nothing.
+
+    Calls nothing, unless asked to probe the endpoint (--probe, or --provider, --base-url,
+    --model): then one small request tells whether it is reachable, takes the key, serves
+    the model, which structured-output form it takes and how many requests it serves at
+    once, before a tick is paid for.
 
     Exit 0 when a tick can run (repairs the next tick makes are listed), 2 otherwise.
     """
     from sim.config import endpoint, named_endpoints, phase_endpoints
     from sim.engine import deletions, repair
+    from sim.errors import InvalidWorld
     from sim.interventions import describe, load_pending
     from sim.phases.check import check_phases
     from sim.policy import configured_policies
@@ -495,13 +546,20 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
     from sim.ticklog.records import record_data
     from sim.ticklog.summary import check_history
 
+    probing = probe or any(v is not None for v in (provider, base_url, model))
     with json_errors("check", as_json, read_only=True):
-        config = build_config(config_file, world_dir)
+        config = _checked_config(config_file, world_dir, provider, base_url, model)
         url, key_env = endpoint(config)
         storage = Storage(world_dir, config.limits.max_entity_bytes)
         running = storage.running_elsewhere()
         storage.check_engine_dirs()
-        world = storage.load()  # entities, prompts, a pending journal
+        try:
+            world = storage.load()  # entities, prompts, a pending journal
+        except InvalidWorld as exc:
+            every = _with_templates(world_dir, exc.problems)
+            if len(every) == len(exc.problems):
+                raise
+            raise InvalidWorld(every) from None
         policies = [p.name for p in configured_policies(config)]  # a custom one must load
         interventions = load_pending(world_dir, world).records  # sim inject / sim set, waiting
         check_log_slot(world_dir, world.tick + 1)  # the next tick refuses a FIFO or link there
@@ -513,6 +571,7 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                 "aside (its responses are left on the provider)"
             )
         phases = check_phases(config, world)
+        phases.warnings += embedding_cache_warnings(config, world_dir)
         if not phases.ok:
             if as_json:
                 emit(
@@ -544,6 +603,13 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
                 name: {"endpoint": u, "api_key_env": k}
                 for name, (u, k) in named_endpoints(config).items()
             }
+            if probing:
+                probed = _probe(config, world.seed)
+                document["probe"] = probed.to_dict()
+                if not probed.ok:
+                    document.update(ok=False, exit_code=2)
+                    emit(document)
+                    sys.exit(2)
             emit(document)
             return
         for warning in phases.warnings:
@@ -570,6 +636,14 @@ def check(world_dir: Path, config_file: Path | None, as_json: bool) -> None:
             state = "set" if other_key and os.environ.get(other_key) else "not set"
             key_note = f", api key from ${other_key} ({state})" if other_key else ""
             echo(f"endpoint {name}: {other_url}{key_note}")
+        if probing:
+            probed = _probe(config, world.seed)
+            echo(f"probe: {probed.endpoint}, model {probed.model!r} (one small request)")
+            for what, finding in probed.lines:
+                echo(f"  {what}: {finding}")
+            if not probed.ok:
+                echo("error: the endpoint probe failed; a tick would fail the same way", err=True)
+                sys.exit(2)
         for line in repairs:
             echo(f"repair: {line}")
         for record in interventions:

@@ -3,7 +3,6 @@ API) server answered by the offline model."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 
@@ -137,6 +136,7 @@ def stub_server(
     else:
         server = StubServer(options)
     root = f"http://{host}:{{port}}" + ("" if api in ("gemini", "anthropic") else "/v1")
+    import asyncio  # here, not with the module: `sim --help` loads every command's module
 
     async def serve() -> None:
         await server.start(host, port)

@@ -31,6 +31,14 @@ def study() -> None:
 @count_option("--jobs", maximum=256, default=1, help="Runs at a time (each step its own process).")
 @CONFIG
 @budget_and_executor("study", "step")
+@click.option(
+    "--trust-study",
+    is_flag=True,
+    help="Let the study file's factors set where requests go, which credential they "
+    "carry, the program a cli provider runs or a policy gate, as your own config would "
+    "(each is named in a note); its limits may still only tighten. Only for a study you "
+    "trust: see docs/security.md.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def run_(
     study_file: Path,
@@ -41,6 +49,7 @@ def run_(
     budget_tokens: int | None,
     executor: str,
     ray_address: str | None,
+    trust_study: bool,
     as_json: bool,
 ) -> None:
     """Run STUDY_FILE into OUT: every seed, factor combination and condition.
@@ -81,6 +90,7 @@ def run_(
             config_file,
             on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
             executor=run,
+            trust_study=trust_study,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
         if as_json:

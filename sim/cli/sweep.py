@@ -23,10 +23,10 @@ from sim.errors import InputError
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
-    from sim.runs.process import Outcome
+    from sim.runs.process import RunOutcome
 
 
-def outcome_line(outcome: Outcome) -> str:
+def outcome_line(outcome: RunOutcome) -> str:
     line = f"{outcome.status:<11} {outcome.name}  tick {outcome.tick}/{outcome.target}"
     return line + (f"  {outcome.message}" if outcome.message else "")
 
@@ -122,7 +122,7 @@ def sweep(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from sim.runs.plan import make_plan, parse_seeds, parse_setting
+    from sim.runs.design import make_plan, parse_seeds, parse_setting
     from sim.runs.process import ray_executor, run_one
     from sim.runs.sweep import run_sweep
 
@@ -196,7 +196,7 @@ def sweep(
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
     """One table comparing a sweep's runs: tokens, cost, failures, state at the last tick."""
-    from sim.analysis.sweepreport import report_lines, sweep_report, write_html
+    from sim.analysis.sweepreport import report_lines, settings_lines, sweep_report, write_html
 
     with json_errors("sweep report", as_json):
         report = sweep_report(runs_dir)  # raises: no runs in the folder
@@ -209,12 +209,17 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
                     "ok": True,
                     "runs": [row.to_dict() for row in report.runs],
                     "fields": report.fields,
+                    "settings": [row.to_dict() for row in report.settings],
                     "notes": report.notes,
                     "html": None if html_out is None else str(html_out),
                 }
             )
             return
         for line in report_lines(report):
+            echo(line)
+        echo("")
+        echo("per setting, seeds pooled (mean ± sd over runs):")
+        for line in settings_lines(report):
             echo(line)
         for note in report.notes:
             echo(f"note: {note}", err=True)

@@ -54,8 +54,10 @@ def tune_line(row: TuneRow) -> str:
 def parse_memory(value: str | None) -> list[str]:
     if value is None:
         return []
+    from sim.config import known_memory
+
     modes = [part.strip() for part in value.split(",")]
-    if not modes or any(m not in ("window", "retrieve") for m in modes):
+    if not modes or not all(known_memory(m) for m in modes):
         raise InputError(None, "--memory", f"expected window,retrieve (got {value!r})")
     return list(dict.fromkeys(modes))
 
@@ -132,6 +134,7 @@ def tune_(
     """
     from sim.analysis.tune import estimate, tune
     from sim.config import phase_section, section_name
+    from sim.providers import profile
 
     with errors(read_only=True):  # on scratch copies
         tried = parse_depths(depths)
@@ -142,7 +145,7 @@ def tune_(
         config = build_config(config_file, world_dir, provider, model=model, base_url=base_url)
         section = phase_section(phase, config.tick.phases, "--phase")
         name = section_name(section)
-        if config.llm.provider != "offline" and not yes:
+        if not profile(config.llm.provider).sends_nothing and not yes:
             guess = estimate(world_dir, config, section, tried, ticks, memory=modes)
             variants = f"{len(modes)} memory modes" if modes else f"{len(tried)} depths"
             runs = f"{variants} x {ticks} ticks of {world_dir} on {config.llm.provider}"

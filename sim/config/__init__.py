@@ -14,18 +14,27 @@ them (``trust.tightened``).
 
 The package, by concept (every public name is importable from ``sim.config``):
 
-- ``names``: phase sections and aliases, built-in phases, provider kinds, the routing keys
+- ``names``: phase sections and aliases, built-in phases, the routing keys
 - ``models``: the pydantic models of the sections (``Config`` and its parts)
 - ``validate``: a layer's problems, all at once (``InvalidConfig``)
 - ``trust``: the rule for a world's own ``config.toml``
 - ``layers``: ``load_config``, the layers merged in order
 - ``endpoints``: where each phase's models run (``routing``), endpoint descriptions
+
+Owns: the config's layers, their validation and trust rule, and where each phase's
+models run.
+
+May import: ``sim.clock``, ``sim.errors``, ``sim.llm``, ``sim.providers`` (which provider
+kinds exist), ``sim.safefs`` (a world's ``config.toml`` read without following a link).
+
+Next: a new section is a model in ``models`` and a field of ``Config``, with its defaults
+in ``sim/defaults.toml`` (and the shipped ``config.toml``); a rule no single field states
+goes in ``validate``.
 """
 
 from __future__ import annotations
 
 from sim.config.endpoints import (
-    KIND_KEY_ENV,
     EndpointSpec,
     Routing,
     endpoint,
@@ -42,11 +51,11 @@ from sim.config.endpoints import (
     routing,
 )
 from sim.config.layers import (
-    GEMINI_DEFAULT_MODEL,
     defaults_data,
     load_config,
     merge_tables,
     provider_models,
+    user_layers,
 )
 from sim.config.models import (
     DEFAULT_PRICES,
@@ -82,20 +91,21 @@ from sim.config.models import (
     redacted,
 )
 from sim.config.names import (
-    BATCH_PROVIDERS,
     BUILTIN_PHASES,
     DEFAULT_ORDER,
     ENDPOINT_KEYS,
-    LOCAL_PROVIDERS,
+    MEMORY_GROUP,
+    MEMORY_STRATEGIES,
     NAME_PATTERN,
     PHASE_ALIASES,
     PHASE_SECTIONS,
     PROVIDER_NAME_PATTERN,
-    PROVIDERS,
+    READABLE_SECTIONS,
     ROUTING_KEYS,
     ROUTING_TABLES,
     SECTION_NAMES,
-    SERVER_CHAIN_PROVIDERS,
+    known_memory,
+    numbered_sections,
     phase_section,
     section_name,
 )
@@ -110,23 +120,20 @@ from sim.config.validate import (
 )
 
 __all__ = [
-    "BATCH_PROVIDERS",
     "BUILTIN_PHASES",
     "DEFAULT_ORDER",
     "DEFAULT_PRICES",
     "ENDPOINT_KEYS",
-    "GEMINI_DEFAULT_MODEL",
-    "KIND_KEY_ENV",
-    "LOCAL_PROVIDERS",
+    "MEMORY_GROUP",
+    "MEMORY_STRATEGIES",
     "NAME_PATTERN",
     "PHASE_ALIASES",
     "PHASE_SECTIONS",
-    "PROVIDERS",
     "PROVIDER_NAME_PATTERN",
+    "READABLE_SECTIONS",
     "ROUTING_KEYS",
     "ROUTING_TABLES",
     "SECTION_NAMES",
-    "SERVER_CHAIN_PROVIDERS",
     "BaseUrl",
     "BudgetConfig",
     "Config",
@@ -162,6 +169,7 @@ __all__ = [
     "endpoint",
     "endpoint_paths",
     "kind_endpoint",
+    "known_memory",
     "layer_problems",
     "llm_endpoint",
     "load_config",
@@ -170,6 +178,7 @@ __all__ = [
     "named_endpoint",
     "named_endpoints",
     "normalised_model",
+    "numbered_sections",
     "offline_config",
     "own_key_env",
     "phase_endpoints",
@@ -181,5 +190,6 @@ __all__ = [
     "routing",
     "section_name",
     "untrusted",
+    "user_layers",
     "validated",
 ]

@@ -9,11 +9,17 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sim.config.models import Config, DeclaredPhaseConfig, PhaseConfig, describe_base_url
-from sim.config.names import PHASE_ALIASES, PHASE_SECTIONS, PROVIDERS, section_name
+from sim.config.models import (
+    Config,
+    DeclaredPhaseConfig,
+    LLMConfig,
+    PhaseConfig,
+    describe_base_url,
+)
+from sim.config.names import PHASE_ALIASES, PHASE_SECTIONS, section_name
 from sim.llm.redact import redact_url, redact_urls
 from sim.llm.types import ModelTarget, StructuredOutput
-from sim.llm.urls import endpoint_url
+from sim.providers import DEFAULT_KIND, find_profile, profile, selectable_kinds
 
 
 def endpoint(config: Config) -> tuple[str, str | None]:
@@ -55,34 +61,27 @@ def _describe_endpoint(
     command: tuple[str, ...] = (),
 ) -> tuple[str, str | None]:
     """The SDKs fall back to their own endpoint (the openai SDK to ``OPENAI_BASE_URL`` first)
-    when ``base_url`` is empty; this says which one applies. A pool's URLs are joined. A
-    ``cli`` endpoint is its command (what it sends where is the command's business)."""
+    when ``base_url`` is empty; this says which one applies (the kind's profile). A pool's
+    URLs are joined. A command-running endpoint (``cli``) is its command (what it sends
+    where is the command's business)."""
     base_url = describe_base_url(redact_urls(base_url))  # printed: no credentials
-    if provider == "offline":
-        return "none (offline provider: no network)", None
-    if provider == "cli":
+    kind = profile(provider)
+    if kind.runs_command:
         return f"the local command {shlex.join(command) or '(none set)'}", None
-    if provider in ("gemini", "anthropic"):
-        own = "GEMINI_API_KEY" if provider == "gemini" else "ANTHROPIC_API_KEY"
-        key = own if key_env == "OPENAI_API_KEY" else key_env
-        return redact_url(endpoint_url(provider, base_url)), key
-    url = redact_url(base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
-    if not base_url and os.environ.get("OPENAI_BASE_URL"):
-        url += " (from OPENAI_BASE_URL)"
-    return url, key_env
+    if not kind.network:
+        return f"none ({provider} provider: no network)", None
+    key = kind.key_env if key_env == DEFAULT_KEY_ENV and kind.key_env else key_env
+    url = redact_url(kind.url(base_url))
+    if not base_url and kind.base_url_env and os.environ.get(kind.base_url_env):
+        url += f" (from {kind.base_url_env})"
+    return url, key
 
 
 # -- where a model runs -------------------------------------------------------------------
 
-#: each kind's own key variable (``[llm] api_key_env``'s default names OpenAI's)
-KIND_KEY_ENV = {
-    "openai": "OPENAI_API_KEY",
-    "chat": "OPENAI_API_KEY",
-    "gemini": "GEMINI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "offline": "",
-    "cli": "",
-}
+#: the built-in ``[llm] api_key_env`` (``sim/defaults.toml``): read as a kind's own key
+#: variable where the kind has another (``own_key_env``)
+DEFAULT_KEY_ENV: str = LLMConfig.model_fields["api_key_env"].default
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +109,13 @@ class EndpointSpec:
 
 
 def own_key_env(kind: str, key_env: str) -> str:
-    """``key_env`` for ``kind``, with the built-in default (OpenAI's variable) read as
-    the kind's own (``GEMINI_API_KEY`` for gemini)."""
-    if not key_env or (key_env == KIND_KEY_ENV["openai"] and kind in ("gemini", "anthropic")):
-        return KIND_KEY_ENV.get(kind, "")
+    """``key_env`` for ``kind``: unset, or the built-in default (``DEFAULT_KEY_ENV``) where
+    the kind's profile names a key variable of its own, the profile's (``GEMINI_API_KEY``
+    for gemini); a kind no provider has keeps what was set (the config says it is unknown)."""
+    found = find_profile(kind)
+    own = found.key_env if found is not None else ""
+    if not key_env or (key_env == DEFAULT_KEY_ENV and own):
+        return own
     return key_env
 
 
@@ -173,7 +175,7 @@ def kind_endpoint(config: Config, kind: str) -> EndpointSpec:
         kind,
         kind,
         "",
-        KIND_KEY_ENV.get(kind, ""),
+        own_key_env(kind, ""),
         None,
         llm.max_concurrency,
         llm.requests_per_minute,
@@ -224,11 +226,12 @@ def resolve_model(config: Config, name: str, home: EndpointSpec | None = None) -
     """Where a model string runs (the rule ``docs/providers.md`` documents).
 
     ``NAME/model`` with ``NAME`` a ``[providers.NAME]`` runs on that endpoint; ``KIND/model``
-    with ``KIND`` one of ``PROVIDERS`` on the nearest endpoint of that kind (``home``'s,
-    else ``[llm]``'s, else the kind's SDK default). Anything else, including a name whose
-    first segment is neither (``meta-llama/Llama-3-8B``, ``models/gemini-2.5-flash``), is a
-    bare model on ``home`` (default: ``[llm]``'s endpoint), sent as written. Only the first
-    segment is read: ``chat/openai/gpt-oss-20b`` is ``openai/gpt-oss-20b`` on ``chat``.
+    with ``KIND`` a built-in kind (``selectable_kinds``) on the nearest endpoint of that
+    kind (``home``'s, else ``[llm]``'s, else the kind's SDK default). Anything else,
+    including a name whose first segment is neither (``meta-llama/Llama-3-8B``,
+    ``models/gemini-2.5-flash``), is a bare model on ``home`` (default: ``[llm]``'s
+    endpoint), sent as written. Only the first segment is read:
+    ``chat/openai/gpt-oss-20b`` is ``openai/gpt-oss-20b`` on ``chat``.
     """
     home = home or llm_endpoint(config)
     text = name.strip()
@@ -237,7 +240,7 @@ def resolve_model(config: Config, name: str, home: EndpointSpec | None = None) -
     if slash and rest:
         if head in config.providers:
             return ModelTarget(head, rest)
-        if head in PROVIDERS:
+        if head in selectable_kinds():
             return ModelTarget(home.name if home.kind == head else head, rest)
     return ModelTarget(home.name, text)
 
@@ -278,12 +281,12 @@ def offline_config(config: Config) -> Config:
     def offline(phase: PhaseConfig) -> dict[str, Any]:
         return {
             **cleared,
-            "model": f"offline/{phase.model.strip()}",
-            "fallback_models": tuple(f"offline/{m.strip()}" for m in phase.fallback_models),
+            "model": f"{DEFAULT_KIND}/{phase.model.strip()}",
+            "fallback_models": tuple(f"{DEFAULT_KIND}/{m.strip()}" for m in phase.fallback_models),
         }
 
     update: dict[str, Any] = {
-        "llm": config.llm.model_copy(update={"provider": "offline", "chain_mode": "window"}),
+        "llm": config.llm.model_copy(update={"provider": DEFAULT_KIND, "chain_mode": "window"}),
         "providers": {},
         "phases": {n: p.model_copy(update=offline(p)) for n, p in config.phases.items()},
     }

@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from sim.config.models import Config, DeclaredPhaseConfig
-from sim.config.names import PHASE_SECTIONS
+from sim.config.names import PHASE_SECTIONS, numbered_sections
 from sim.config.trust import tightened, untrusted
 from sim.config.validate import (
     InvalidConfig,
+    cli_model_problems,
     layer_problems,
     undeclared_endpoints,
     validated,
 )
 from sim.errors import InputError
+from sim.providers import find_profile
 
 logger = logging.getLogger(__name__)
 
@@ -51,22 +53,20 @@ def merge_tables(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, 
     return out
 
 
-#: the model of a gemini phase whose model was left at the built-in default, when
-#: ``GEMINI_MODEL`` is unset
-GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
-
-
 def provider_models(config: Config, environ: Mapping[str, str]) -> Config:
     """The config with the provider's default model where a phase did not choose one.
 
-    With ``provider = "gemini"``, a phase whose ``model`` is still the built-in default
-    (no config file, world config or ``--model`` changed it) uses ``$GEMINI_MODEL``, or
-    ``gemini-2.5-flash`` when that is unset or empty; a model set anywhere is kept as is,
-    and so are ``fallback_models``. Other providers are left unchanged.
+    With a provider whose profile names a default model (``gemini``), a phase whose
+    ``model`` is still the built-in default (no config file, world config or ``--model``
+    changed it) uses the profile's variable (``$GEMINI_MODEL``), or its default model
+    (``gemini-2.5-flash``) when that is unset or empty; a model set anywhere is kept as
+    is, and so are ``fallback_models``. Other providers are left unchanged.
     """
-    if config.llm.provider != "gemini":
+    kind = find_profile(config.llm.provider)
+    if kind is None or not kind.default_model:
         return config
-    model = environ.get("GEMINI_MODEL", "").strip() or GEMINI_DEFAULT_MODEL
+    chosen = environ.get(kind.default_model_env, "") if kind.default_model_env else ""
+    model = chosen.strip() or kind.default_model
     defaults = Config.model_validate(defaults_data())
     update: dict[str, Any] = {
         section: config.phase(section).model_copy(update={"model": model})
@@ -121,11 +121,12 @@ def load_config(
         world_config = world_dir / "config.toml"
         if world_config.is_symlink() or world_config.exists():
             layers.append((world_config, True))
+    overrides = numbered_sections(overrides, None) if overrides else overrides
     problems: list[InputError] = []
     world_layer: tuple[dict[str, Any], dict[str, Any], Path] | None = None
     read: list[tuple[Path, dict[str, Any]]] = []
     for path, is_world in layers:
-        layer = _read_world_toml(path) if is_world else _read_toml(path)
+        layer = numbered_sections(_read_world_toml(path) if is_world else _read_toml(path), path)
         read.append((path, layer))
         if is_world:
             world_layer = (layer, data, path)  # with the user's layers merged so far
@@ -155,10 +156,27 @@ def load_config(
                 return path, dotted
         return None, dotted
 
-    problems = undeclared_endpoints(config, source)
+    problems = [*undeclared_endpoints(config, source), *cli_model_problems(config, source)]
     if problems:
         raise InvalidConfig(problems)
     return provider_models(config, os.environ)
+
+
+def user_layers(config_file: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
+    """The user's own layers merged, as raw data: the built-in defaults with ``--config
+    FILE`` (else ``./config.toml`` of ``cwd``) on top, the file chosen as ``load_config``
+    chooses it: what the trust rule compares an untrusted layer with (a study file's
+    factors, ``sim.study.trust``).
+
+    Raises:
+        InputError: the file is missing or not TOML.
+    """
+    data = defaults_data()
+    path = config_file
+    if path is None:
+        local = (cwd or Path.cwd()) / "config.toml"
+        path = local if local.is_file() else None
+    return data if path is None else merge_tables(data, _read_toml(path))
 
 
 def _has(data: Mapping[str, Any], dotted: str) -> bool:

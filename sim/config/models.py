@@ -28,6 +28,7 @@ from sim.config.names import (
 )
 from sim.llm.redact import redact_url
 from sim.llm.types import CallSettings, StructuredOutput
+from sim.providers import DEFAULT_KIND, profile
 
 
 def _distinct_urls(value: str | tuple[str, ...]) -> str | tuple[str, ...]:
@@ -89,7 +90,7 @@ class _Strict(BaseModel):
 
 
 class LLMConfig(_Strict):
-    provider: str = "offline"
+    provider: str = DEFAULT_KIND
     chain_mode: Literal["window", "server"] = "window"
     max_concurrency: int = Field(16, ge=1, le=10_000)
     timeout_seconds: float = Field(600, gt=0)
@@ -162,7 +163,7 @@ class PriceConfig(_Strict):
 
 
 DEFAULT_PRICES = {
-    "offline": PriceConfig(),
+    profile(DEFAULT_KIND).answers_as: PriceConfig(),  # the offline model: $0
     "gpt-4.1": PriceConfig(input=2.0, cached_input=0.5, output=8.0),
     "gpt-4.1-mini": PriceConfig(input=0.4, cached_input=0.1, output=1.6),
     "gpt-4.1-nano": PriceConfig(input=0.1, cached_input=0.025, output=0.4),
@@ -209,6 +210,10 @@ class PhaseConfig(_Strict):
     model: str = Field("gpt-4.1-mini", min_length=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     max_output_tokens: int = Field(800, gt=0)
+    #: the phase's chain depth: how many of an entity's earlier exchanges a call sees (0:
+    #: none). One value under the names of its surfaces: ``--depth PHASE=N`` on the command
+    #: line, this key in a config, spec 002's ``LLMClient(default_depth=...)`` and
+    #: ``LLMRequest.depth_override`` (its public names), ``depth`` everywhere inside
     response_chain_depth: int = Field(0, ge=0)
     fallback_models: tuple[str, ...] = Field((), strict=False)  # a TOML array
     #: this phase's structured-output form; unset: ``[llm] structured_output``
@@ -306,10 +311,15 @@ EmbeddingModel = Annotated[
 ]
 
 
+#: a memory strategy's name (``[memory] mode``): a built-in (``MEMORY_STRATEGIES``) or one an
+#: installed package offers; an unknown one is a problem of the layer (``validate``)
+MemoryMode = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+
 class MemoryPhaseConfig(_Strict):
     """``[memory.phases.<name>]``: one phase's memory settings, where they differ."""
 
-    mode: Literal["window", "retrieve"] | None = None
+    mode: MemoryMode | None = None
     k: int | None = Field(None, ge=1, le=100)
     embeddings: Literal["none", "provider"] | None = None
     embedding_model: EmbeddingModel | None = None
@@ -318,8 +328,9 @@ class MemoryPhaseConfig(_Strict):
 class MemoryConfig(_Strict):
     """``[memory]``: what of a character's memory its phases see (docs/phases.md, Memory)."""
 
-    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept
-    mode: Literal["window", "retrieve"] = "window"
+    #: window: the last ``k`` cells; retrieve: the ``k`` best-scored cells, evicted ones kept;
+    #: or a strategy from an installed package (the ``sim.memory`` entry-point group)
+    mode: MemoryMode = "window"
     #: how many cells a phase's input shows
     k: int = Field(3, ge=1, le=100)
     weights: MemoryWeights = MemoryWeights()

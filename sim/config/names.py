@@ -1,7 +1,12 @@
-"""Phases and providers by name: the config's phase sections and their aliases, the built-in
-phases, the provider kinds, and the keys the trust rule for world configs watches."""
+"""Phases by name: the config's phase sections and their aliases, the built-in phases, and
+the keys the trust rule for world configs watches (what a provider kind offers is its
+profile's to say: ``sim.providers.profile``)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from sim.errors import InputError
 
@@ -16,6 +21,22 @@ PHASE_SECTIONS = (
 )
 
 
+#: a numbered phase section by what its phase does: ``[resolution]`` is ``[phase2a]``, in a
+#: config file and in a dotted key (``--set resolution.temperature=0.5``). The numbered names
+#: stay the config's own (its fields, the tick log's copy of it). ``[phase4]``, the memory
+#: phase's, has none: ``[memory]`` is the memory section (what of a memory phases see).
+READABLE_SECTIONS = {"intentions": "phase1", "resolution": "phase2a", "narrative": "phase2b"}
+
+
+#: the built-in memory strategies (``[memory] mode``): what a character keeps of its evicted
+#: cells and what of its memory a phase's input shows (``sim.mind.strategy``)
+MEMORY_STRATEGIES = ("window", "retrieve")
+
+
+#: the entry-point group of memory strategies offered by installed packages
+MEMORY_GROUP = "sim.memory"
+
+
 PHASE_ALIASES = {
     "intentions": "phase1",
     "resolution": "phase2a",
@@ -25,17 +46,6 @@ PHASE_ALIASES = {
     "conversation": "conversation",
     "planning": "planning",
 }
-
-
-PROVIDERS = ("offline", "openai", "chat", "gemini", "anthropic", "cli")
-
-
-#: providers that send nothing over the network (no server, no key, no backpressure)
-LOCAL_PROVIDERS = ("offline", "cli")
-
-
-#: providers that keep response chains on their server (``chain_mode = "server"``)
-SERVER_CHAIN_PROVIDERS = ("openai",)
 
 
 #: the built-in phases, the default order first; the rest run only where [tick] phases
@@ -78,10 +88,6 @@ ROUTING_TABLES = frozenset({"providers"})
 PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
 
 
-#: providers whose wire format the Batch API takes (``[llm] batch``)
-BATCH_PROVIDERS = ("openai", "chat")
-
-
 #: config section -> phase name, for the built-in LLM phases
 SECTION_NAMES = {section: name for name, section in PHASE_ALIASES.items()}
 
@@ -100,6 +106,34 @@ def phase_section(name: str, declared: tuple[str, ...] = (), option: str = "--de
         (*PHASE_SECTIONS, *PHASE_ALIASES, *(d for d in declared if d not in BUILTIN_PHASES))
     )
     raise InputError(None, option, f"unknown phase {name!r}; expected one of: {choices}")
+
+
+def numbered_sections(layer: Mapping[str, Any], source: Path | None) -> dict[str, Any]:
+    """A config layer with its readable phase sections (``[resolution]``) under their
+    numbered names (``[phase2a]``), as the config's models have them.
+
+    Raises:
+        InputError: a layer sets both names of one section (naming ``source``, ``None``:
+            the command line, and both names).
+    """
+    for readable, numbered in READABLE_SECTIONS.items():
+        if readable in layer and numbered in layer:
+            raise InputError(
+                source,
+                readable,
+                f"[{readable}] and [{numbered}] are the same section (phase {readable!r}): "
+                "set it under one name",
+            )
+    return {READABLE_SECTIONS.get(key, key): value for key, value in layer.items()}
+
+
+def known_memory(mode: str) -> bool:
+    """A built-in memory strategy, or one an installed package offers (``sim.memory``)."""
+    if mode in MEMORY_STRATEGIES:
+        return True
+    from importlib.metadata import entry_points  # read only for other names
+
+    return any(ep.name == mode for ep in entry_points(group=MEMORY_GROUP))
 
 
 def section_name(section: str) -> str:

@@ -5,18 +5,38 @@ the user trusts it (``--trust-world-config``) or sets the same value in their ow
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.config.names import (
-    ENDPOINT_KEYS,
-    PHASE_SECTIONS,
-    PROVIDERS,
-    ROUTING_KEYS,
-    ROUTING_TABLES,
-)
+from sim.config.names import ENDPOINT_KEYS, PHASE_SECTIONS, ROUTING_KEYS, ROUTING_TABLES
 from sim.errors import InputError
 from sim.llm.budget import Price, find_price
+from sim.providers import find_profile, selectable_kinds
+
+
+def _sends_nothing(kind: object) -> bool:
+    """A built-in kind that sends no request and carries no key (the offline model)."""
+    found = find_profile(kind) if isinstance(kind, str) and kind in selectable_kinds() else None
+    return found is not None and found.sends_nothing
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Whose settings the rule judges and how the user opts in: the words of its errors
+    (the same rule holds for a world's ``config.toml`` and a study file's factors)."""
+
+    #: what set the value, e.g. "a world's config"
+    subject: str
+    #: how to trust it anyway, after "pass", e.g. "--trust-world-config if you trust this world"
+    opt_in: str
+
+    def remedy(self) -> str:
+        return f"set it in your own config (--config or ./config.toml) or pass {self.opt_in}"
+
+
+#: the rule for a world's own ``config.toml``
+WORLD_RULE = Rule("a world's config", "--trust-world-config if you trust this world")
 
 
 def endpoint_paths(data: Mapping[str, Any]) -> list[str]:
@@ -64,6 +84,7 @@ def _untrusted_routing(
     users: Mapping[str, Any],
     source: Path,
     flags: Mapping[str, Any],
+    rule: Rule = WORLD_RULE,
 ) -> list[InputError]:
     """A problem for each routing setting the world's config changes from the user's (a
     setting the user's flags override is moot)."""
@@ -71,7 +92,7 @@ def _untrusted_routing(
     for dotted, value in _routing_settings(world).items():
         if _lookup(flags, dotted) is not _MISSING:
             continue  # the command line decides this one
-        if dotted.rpartition(".")[2] == "provider" and value == "offline":
+        if dotted.rpartition(".")[2] == "provider" and _sends_nothing(value):
             continue  # the one choice that sends nothing and carries no key
         chosen = _lookup(users, dotted)
         if chosen == value or (chosen is _MISSING and value == ""):
@@ -80,9 +101,8 @@ def _untrusted_routing(
             InputError(
                 source,
                 dotted,
-                "a world's config may not change where requests go or which credential "
-                "they carry; set it in your own config (--config or ./config.toml) or pass "
-                "--trust-world-config if you trust this world",
+                f"{rule.subject} may not change where requests go or which credential "
+                f"they carry; {rule.remedy()}",
             )
         )
     return problems
@@ -107,11 +127,13 @@ def _untrusted_models(
     users: Mapping[str, Any],
     source: Path,
     flags: Mapping[str, Any],
+    rule: Rule = WORLD_RULE,
 ) -> list[InputError]:
     """A problem for each model string in the world's config qualified with an endpoint the
-    user did not choose: a kind other than ``offline`` and the user's ``[llm] provider``
-    (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A provider name only the
-    world declares is reported by its ``[providers.*]`` table (``_untrusted_routing``)."""
+    user did not choose: a kind other than one that sends nothing (offline) and the user's
+    ``[llm] provider`` (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A
+    provider name only the world declares is reported by its ``[providers.*]`` table
+    (``_untrusted_routing``)."""
     chosen_kind = _lookup(flags, "llm.provider")  # --provider, else the user's config
     if chosen_kind is _MISSING:
         chosen_kind = _lookup(users, "llm.provider")
@@ -132,23 +154,22 @@ def _untrusted_models(
                 head, slash, rest = name.strip().partition("/")
                 if not slash or not rest.strip() or head in chosen_names:
                     continue
-                if head not in PROVIDERS or head in ("offline", chosen_kind):
+                if head not in selectable_kinds() or _sends_nothing(head) or head == chosen_kind:
                     continue  # a bare name, or an endpoint the user's config chose
                 problems.append(
                     InputError(
                         source,
                         f"{section}.{key}",
                         f"{name!r} runs on {head!r}, an endpoint your config does not use: "
-                        "a world's config may not change where requests go or which "
-                        "credential they carry; set it in your own config (--config or "
-                        "./config.toml) or pass --trust-world-config if you trust this world",
+                        f"{rule.subject} may not change where requests go or which "
+                        f"credential they carry; {rule.remedy()}",
                     )
                 )
     return problems
 
 
 def _untrusted_policy(
-    world: Mapping[str, Any], users: Mapping[str, Any], source: Path
+    world: Mapping[str, Any], users: Mapping[str, Any], source: Path, rule: Rule = WORLD_RULE
 ) -> list[InputError]:
     """A problem for each ``[policy]`` key a world's config changes from the user's: the
     gates are the user's safety (what may be spent, on which models), so a shared world
@@ -166,9 +187,8 @@ def _untrusted_policy(
             InputError(
                 source,
                 f"policy.{key}",
-                "a world's config may not change the policy gates (docs/policies.md); "
-                "set it in your own config (--config or ./config.toml) or pass "
-                "--trust-world-config if you trust this world",
+                f"{rule.subject} may not change the policy gates (docs/policies.md); "
+                f"{rule.remedy()}",
             )
         )
     return problems
@@ -179,14 +199,16 @@ def untrusted(
     users: Mapping[str, Any],
     source: Path,
     flags: Mapping[str, Any],
+    rule: Rule = WORLD_RULE,
 ) -> list[InputError]:
     """Every setting of the world's config layer ``world`` (read from ``source``) that the
     trust rule refuses, given the user's layers merged so far (``users``) and the command
-    line's overrides (``flags``): routing keys, endpoint-qualified models, policy gates."""
+    line's overrides (``flags``): routing keys, endpoint-qualified models, policy gates.
+    ``rule`` words the errors (a study file's factors: ``sim.study.trust``)."""
     return [
-        *_untrusted_routing(world, users, source, flags),
-        *_untrusted_models(world, users, source, flags),
-        *_untrusted_policy(world, users, source),
+        *_untrusted_routing(world, users, source, flags, rule),
+        *_untrusted_models(world, users, source, flags, rule),
+        *_untrusted_policy(world, users, source, rule),
     ]
 
 

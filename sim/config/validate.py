@@ -12,23 +12,30 @@ from pydantic import ValidationError
 
 from sim.config.models import Config, base_urls
 from sim.config.names import (
-    BATCH_PROVIDERS,
     BUILTIN_PHASES,
+    MEMORY_GROUP,
+    MEMORY_STRATEGIES,
     PHASE_ALIASES,
     PHASE_SECTIONS,
-    PROVIDERS,
-    SERVER_CHAIN_PROVIDERS,
+    known_memory,
 )
 from sim.errors import InputError
+from sim.providers import (
+    builtin_kinds,
+    find_profile,
+    is_builtin,
+    plugin_providers,
+    profile,
+    selectable_kinds,
+)
 
 
 def known_provider(kind: str) -> bool:
-    """A built-in provider kind, or one an installed package offers (``sim.providers``)."""
-    if kind in PROVIDERS:
+    """A built-in provider kind a config may choose, or one an installed package offers
+    (``sim.providers``)."""
+    if kind in selectable_kinds():
         return True
-    from sim.providers import plugin_providers  # reads entry points: only for other names
-
-    return kind in plugin_providers()
+    return kind not in builtin_kinds() and kind in plugin_providers()  # reads entry points
 
 
 class InvalidConfig(InputError):
@@ -44,6 +51,26 @@ class InvalidConfig(InputError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+def _memory_problems(config: Config, source: Path | None) -> list[InputError]:
+    """``[memory] mode`` (and each phase's) names no memory strategy sim knows."""
+    modes = [("memory.mode", config.memory.mode)] + [
+        (f"memory.phases.{name}.mode", phase.mode)
+        for name, phase in config.memory.phases.items()
+        if phase.mode is not None
+    ]
+    return [
+        InputError(
+            source,
+            field,
+            f"unknown memory strategy {mode!r}; expected one of: "
+            f"{', '.join(MEMORY_STRATEGIES)}, or one an installed package offers "
+            f"(entry-point group {MEMORY_GROUP!r})",
+        )
+        for field, mode in modes
+        if not known_memory(mode)
+    ]
 
 
 def layer_problems(
@@ -64,38 +91,38 @@ def layer_problems(
                 problem += f" (got {got!r})"
             out.append(InputError(source, field, problem))
         return out
-    problems: list[InputError] = []
+    problems: list[InputError] = _memory_problems(config, source)
     if not known_provider(config.llm.provider):
         problems.append(
             InputError(
                 source,
                 "llm.provider",
                 f"unknown provider {config.llm.provider!r}; "
-                f"expected one of: {', '.join(PROVIDERS)}",
+                f"expected one of: {', '.join(selectable_kinds())}",
             )
         )
-    elif config.llm.provider in ("gemini", "anthropic") and config.llm.chain_mode == "server":
-        api = "the Gemini API" if config.llm.provider == "gemini" else "the Messages API"
+    elif profile(config.llm.provider).no_chains_why and config.llm.chain_mode == "server":
+        why = profile(config.llm.provider).no_chains_why
         problems.append(
             InputError(
                 source,
                 "llm.chain_mode",
-                f'server chains are not offered for provider "{config.llm.provider}" ({api} '
-                'keeps no responses to chain); use chain_mode = "window"',
+                f'server chains are not offered for provider "{config.llm.provider}" ({why}); '
+                'use chain_mode = "window"',
             )
         )
     elif (
         combined
         and config.llm.chain_mode == "server"
-        and config.llm.provider not in SERVER_CHAIN_PROVIDERS
+        and not profile(config.llm.provider).server_chains
     ):
+        chains = [k for k in selectable_kinds() if profile(k).server_chains]
         problems.append(
             InputError(
                 source,
                 "llm.chain_mode",
                 f"provider {config.llm.provider!r} cannot keep chains on its server; "
-                f'use chain_mode = "window" ("server" needs: '
-                f"{', '.join(SERVER_CHAIN_PROVIDERS)})",
+                f'use chain_mode = "window" ("server" needs: {", ".join(chains)})',
             )
         )
     if config.llm.chain_mode == "server" or config.llm.batch:
@@ -126,15 +153,16 @@ def layer_problems(
     if (
         combined
         and config.llm.batch
-        and config.llm.provider in PROVIDERS
-        and config.llm.provider not in BATCH_PROVIDERS
+        and known_provider(config.llm.provider)
+        and profile(config.llm.provider).batch_api is False
     ):
+        batching = [k for k in selectable_kinds() if profile(k).batch_api]
         problems.append(
             InputError(
                 source,
                 "llm.batch",
                 f"the Batch API is not offered for provider {config.llm.provider!r}; "
-                f"set batch = false or a provider that has it ({', '.join(BATCH_PROVIDERS)})",
+                f"set batch = false or a provider that has it ({', '.join(batching)})",
             )
         )
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
@@ -144,11 +172,12 @@ def layer_problems(
                 InputError(
                     source,
                     f"{section}.provider",
-                    f"unknown provider {provider!r}; expected one of: {', '.join(PROVIDERS)}",
+                    f"unknown provider {provider!r}; "
+                    f"expected one of: {', '.join(selectable_kinds())}",
                 )
             )
     for name, spec in config.providers.items():
-        if name in PROVIDERS or name == "replay":
+        if is_builtin(name):
             problems.append(
                 InputError(
                     source,
@@ -162,7 +191,7 @@ def layer_problems(
                 InputError(
                     source,
                     f"providers.{name}.kind",
-                    f"unknown kind {spec.kind!r}; expected one of: {', '.join(PROVIDERS)}",
+                    f"unknown kind {spec.kind!r}; expected one of: {', '.join(selectable_kinds())}",
                 )
             )
     problems.extend(_command_problems(config, source, combined))
@@ -187,29 +216,33 @@ def layer_problems(
 
 
 def _command_problems(config: Config, source: Path | None, combined: bool) -> list[InputError]:
-    """A ``cli`` endpoint needs a ``command``; no other kind takes one. ``[llm]``'s rule is
-    checked on the merged layers only (one layer may set the provider, another the
-    command)."""
+    """A command-running endpoint (``cli``) needs a ``command``; no other built-in kind
+    takes one. ``[llm]``'s rule is checked on the merged layers only (one layer may set
+    the provider, another the command)."""
     tables = [(f"providers.{n}", p.kind, p.command) for n, p in config.providers.items()]
     if combined:
         tables.insert(0, ("llm", config.llm.provider, config.llm.command))
     problems = []
+    runners = " or ".join(f'"{k}"' for k in selectable_kinds() if profile(k).runs_command)
     for where, kind, command in tables:
-        if kind == "cli" and not command:
+        if not known_provider(kind):
+            continue  # said already
+        runs = profile(kind).runs_command
+        if runs and not command:
             problems.append(
                 InputError(
                     source,
                     f"{where}.command",
-                    'a "cli" provider needs the command to run, e.g. command = ["llm", "-m", '
-                    '"gpt-4.1-mini"]: it gets the prompt on stdin and answers on stdout',
+                    f'a "{kind}" provider needs the command to run, e.g. command = ["llm", '
+                    '"-m", "gpt-4.1-mini"]: it gets the prompt on stdin and answers on stdout',
                 )
             )
-        elif command and kind != "cli" and kind in PROVIDERS:
+        elif command and not runs and is_builtin(kind):
             problems.append(
                 InputError(
                     source,
                     f"{where}.command",
-                    f'only a "cli" provider runs a command, not {kind!r}',
+                    f"only a {runners} provider runs a command, not {kind!r}",
                 )
             )
     return problems
@@ -230,13 +263,19 @@ def undeclared_endpoints(
 
     problems: list[InputError] = []
     for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
-        if phase_home(config, section).kind != "offline":
+        home = find_profile(phase_home(config, section).kind)
+        if home is None or not home.sends_nothing:
             continue
         phase = config.phase(section)
         for key, names in (("model", (phase.model,)), ("fallback_models", phase.fallback_models)):
             for name in names:
                 head, slash, rest = name.strip().partition("/")
-                if not slash or not rest.strip() or head in PROVIDERS or head in config.providers:
+                if (
+                    not slash
+                    or not rest.strip()
+                    or head in selectable_kinds()
+                    or head in config.providers
+                ):
                     continue
                 path, field = source(f"{section}.{key}")
                 problem = InputError(
@@ -247,6 +286,40 @@ def undeclared_endpoints(
                     f"place; add [providers.{head}] (kind, base_url: docs/providers.md) "
                     "to your config, or choose the provider with --provider",
                 )
+                if str(problem) not in {str(p) for p in problems}:  # --model: said once
+                    problems.append(problem)
+    return problems
+
+
+def cli_model_problems(
+    config: Config, source: Callable[[str], tuple[Path | None, str]]
+) -> list[InputError]:
+    """A problem for each model a ``cli`` endpoint could not pass to its command (one
+    starting with ``-`` would add an option to it: ``sim.providers.cli``), naming the file
+    and field that set it (``source``, as for ``undeclared_endpoints``): found when the
+    config loads, before a tick writes anything."""
+    from sim.config.endpoints import phase_home, resolve_model, routing
+
+    endpoints = routing(config).endpoints
+    problems: list[InputError] = []
+    if not any(profile(spec.kind).runs_command for spec in endpoints.values()):
+        return problems
+    from sim.providers.cli import model_argument_problem  # only for a cli endpoint
+
+    for section in (*PHASE_SECTIONS, *(f"phases.{n}" for n in config.phases)):
+        phase = config.phase(section)
+        home = phase_home(config, section)
+        for key, names in (("model", (phase.model,)), ("fallback_models", phase.fallback_models)):
+            for name in names:
+                target = resolve_model(config, name, home)
+                spec = endpoints.get(target.provider)
+                if spec is None or not profile(spec.kind).runs_command:
+                    continue
+                why = model_argument_problem(spec.command, target.model)
+                if why is None:
+                    continue
+                path, field = source(f"{section}.{key}")
+                problem = InputError(path, field, why)
                 if str(problem) not in {str(p) for p in problems}:  # --model: said once
                     problems.append(problem)
     return problems

@@ -25,9 +25,9 @@ from sim import safefs
 from sim.errors import InputError
 from sim.llm.errors import LLMAPIError, LLMError
 from sim.llm.types import Adapter
-from sim.statefiles import PENDING_DELETIONS, deletions_problem
+from sim.storage.statefiles import PENDING_DELETIONS, deletions_problem
 
-#: the pending list (``sim.statefiles`` checks what it must hold)
+#: the pending list (``sim.storage.statefiles`` checks what it must hold)
 PENDING = PENDING_DELETIONS
 
 logger = logging.getLogger(__name__)

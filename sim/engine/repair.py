@@ -22,7 +22,7 @@ from typing import Any
 
 from sim import safefs
 from sim.errors import InputError
-from sim.statefiles import store_problem
+from sim.storage.statefiles import store_problem
 from sim.world import ID_RE, Entity, World
 
 STORE_DIR = ".sim/responses"

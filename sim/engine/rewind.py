@@ -21,9 +21,9 @@ import orjson
 
 from sim import safefs
 from sim.errors import InputError, LogError
-from sim.journal import SIM_DIR, commit_path_problem, journal_overlay
 from sim.safefs import UnsafePath
 from sim.storage import Storage, dump_json
+from sim.storage.journal import SIM_DIR, commit_path_problem, journal_overlay
 from sim.ticklog.format import (
     GZ,
     INTERVENTIONS,

@@ -28,13 +28,14 @@ from sim.llm.recovery import RecoveryAdapter
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import DeltaSink, StreamHub
 from sim.llm.types import Adapter, Usage
+from sim.mind.fit import fit_memory
 from sim.phases import PhaseSpec, manifest, resolve_phases
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.templates import Prompts
 from sim.policy import Approver, Policy, configured_policies, nobody
+from sim.policy.forecast import plan_tick
 from sim.policy.gate import TickPolicy
-from sim.policy.plan import plan_tick
-from sim.storage import Storage
+from sim.storage import Storage, dump_json
 from sim.ticklog.reader import check_log_slot
 from sim.ticklog.records import EmbeddingRecord, PolicyRecord
 from sim.ticklog.recovery import recover_logs
@@ -406,6 +407,23 @@ class Runner:
             recorder.interrupted([])  # cancelled, and are logged as such
             raise
 
+    def _fit_memories(self, world: World, changed: dict[str, bytes]) -> list[str]:
+        """Compact the memory of each character whose file would pass ``[limits]
+        max_entity_bytes`` (``sim.mind.fit``), in ``world`` and ``changed``; a note for
+        each. A file that still does not fit is refused by the commit, naming it."""
+        limit = self.storage.max_entity_bytes
+        notes: list[str] = []
+        for rel, data in changed.items():
+            if len(data) <= limit or not rel.startswith("characters/"):
+                continue
+            char = world.characters[rel.removeprefix("characters/").removesuffix(".json")]
+            trimmed = fit_memory(char, limit, lambda entity: len(dump_json(entity)))
+            if trimmed is None:
+                continue
+            changed[rel] = world.originals[rel] = dump_json(char)
+            notes.append(trimmed.note())
+        return notes
+
     async def _run_tick(
         self,
         world: World,
@@ -554,6 +572,7 @@ class Runner:
         # serialised once, for the log's digest and the commit (adopted: the loaded bytes
         # go as their new form comes)
         changed = self.storage.changed_files(world, adopt=True)
+        result.notes.extend(self._fit_memories(world, changed))
         extra.update(recorder.commit_files(self.storage, world, extra, totals, changed))
         commit_started = time.perf_counter()
         self.storage.commit(world, extra, changed=changed)

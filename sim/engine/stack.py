@@ -8,8 +8,9 @@ provider and model actually used) -> rate limiter (requests and tokens per minut
 endpoint). Then a router sends each attempt to its endpoint's stack (``CallSettings.provider``),
 and recovery (retries, fallback models across endpoints, breakers per provider and model)
 wraps the router. Phases see only the outermost.
-With ``[llm] batch`` (``sim.providers.batch``) an ``openai`` or ``chat`` endpoint has no
-backpressure and no rate limiter: calls are lines of a batch upload, not requests in flight.
+With ``[llm] batch`` (``sim.providers.batch``) an endpoint whose kind has the Batch API
+(its profile's ``batch_api``) has no backpressure and no rate limiter: calls are lines
+of a batch upload, not requests in flight.
 With a list of ``base_url`` servers, an endpoint's adapter, backpressure and budget are
 built once per server under a ``sim.llm.pool.PoolAdapter``, which spreads attempts over
 them and moves those a failing server drops.
@@ -26,15 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config import (
-    BATCH_PROVIDERS,
-    LOCAL_PROVIDERS,
-    Config,
-    EndpointSpec,
-    base_urls,
-    llm_endpoint,
-    routing,
-)
+from sim.config import Config, EndpointSpec, base_urls, llm_endpoint, routing
 from sim.llm.backpressure import BackpressureAdapter, Endpoint
 from sim.llm.batching import BatchOptions, BatchTransport
 from sim.llm.budget import Budget, BudgetAdapter, Price
@@ -45,18 +38,14 @@ from sim.llm.recovery import RecoveryAdapter, RetryPolicy
 from sim.llm.redact import redact_url
 from sim.llm.router import Router
 from sim.llm.types import Adapter, Closeable
-from sim.llm.urls import endpoint_url
-from sim.providers import create_adapter
-
-#: the built-in ``[llm] api_key_env``
-OPENAI_KEY_ENV = "OPENAI_API_KEY"
+from sim.providers import create_adapter, profile
 
 #: opens the Batch API session of one ``create_batch`` (``BatchOptions.transport``)
 BatchTransportFactory = Callable[[str, BatchOptions], BatchTransport]
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class EndpointStack:
     """One endpoint's stack as ``endpoint_stack`` built it.
 
     Attributes:
@@ -132,23 +121,24 @@ def provider_options(
     """Constructor options for an endpoint's adapter (default: ``[llm]``'s)."""
     llm = config.llm
     spec = endpoint or llm_endpoint(config)
-    if spec.kind == "offline":
-        return {"seed": seed}
-    if spec.kind == "cli":
+    kind = profile(spec.kind)
+    if kind.runs_command:
         return {"command": spec.command, "timeout_seconds": llm.timeout_seconds}
+    if not kind.network:
+        return {"seed": seed} if kind.takes_seed else {}
     urls = base_urls(spec.base_url)
     options: dict[str, Any] = {
         "base_url": urls[0] if urls else None,  # a pool of servers: each server's own below
-        # the [llm] default names OpenAI's variable; gemini's and anthropic's own are
-        # GEMINI_API_KEY and ANTHROPIC_API_KEY (``own_key_env``)
+        # the [llm] default names OpenAI's variable, read as the kind's own where it has
+        # another (``own_key_env``)
         "api_key_env": spec.api_key_env,
         "timeout_seconds": llm.timeout_seconds,
         "connect_timeout_seconds": llm.connect_timeout_seconds,
         "max_concurrency": spec.max_concurrency,
     }
-    if spec.kind == "chat":  # the Responses, Gemini and Anthropic APIs take no seed
+    if kind.takes_seed:
         options["seed"] = seed
-    if spec.kind == "openai":  # the one provider that keeps responses (server chains)
+    if kind.server_chains:  # it keeps responses: stored only for [llm]'s server chains
         options["store"] = llm.chain_mode == "server" and spec.name == llm.provider
     return options
 
@@ -221,7 +211,7 @@ def server_pool(
                     BackpressureAdapter(adapter, endpoint),
                     budget,
                     name,
-                    kind=kind,
+                    answers_as=profile(kind).answers_as,
                     batchable=batchable,
                 ),
                 endpoint,
@@ -241,20 +231,21 @@ def endpoint_stack(
     seed: int,
     budget: Budget,
     provider: Adapter | None = None,
-) -> Route:
+) -> EndpointStack:
     """One endpoint's adapter, backpressure, budget and rate limits."""
     llm = config.llm
     # Batch API calls are lines of one upload, not requests in flight: an endpoint's
     # concurrency limit and per-minute rates do not apply (and a concurrency limit would
     # hold back calls the batch waits for)
-    batchable = spec.kind in BATCH_PROVIDERS
+    kind = profile(spec.kind)
+    batchable = bool(kind.batch_api)
     batched = llm.batch and batchable
     urls = base_urls(spec.base_url)
     inner: Adapter
     provider_adapter: Adapter | None = None
     pool: PoolAdapter | None = None
     endpoint: Endpoint | None = None
-    local = spec.kind in LOCAL_PROVIDERS  # no server: nothing to pool or slow down for
+    local = not kind.network  # no server: nothing to pool or slow down for
     if len(urls) > 1 and provider is None and not local and not batched:
         inner = pool = server_pool(
             config,
@@ -270,11 +261,15 @@ def endpoint_stack(
         inner = provider or create_adapter(spec.kind, **provider_options(config, seed, spec))
         provider_adapter = inner
         if not local and not batched:  # a network endpoint: slow down when told
-            url = endpoint_url(spec.kind, urls[0] if urls else "")
+            url = kind.url(urls[0] if urls else "")
             endpoint = _endpoint(config, url, spec.max_concurrency)
             inner = BackpressureAdapter(inner, endpoint)
         inner = BudgetAdapter(
-            inner, budget, provider=spec.name, kind=spec.kind, batchable=batchable
+            inner,
+            budget,
+            provider=spec.name,
+            answers_as=kind.answers_as,
+            batchable=batchable,
         )
     if (spec.requests_per_minute or spec.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
@@ -284,7 +279,7 @@ def endpoint_stack(
         )
     bottom = pool.servers[0].provider if pool is not None else provider_adapter
     held = pool if pool is not None else provider_adapter
-    return Route(
+    return EndpointStack(
         inner,
         pool,
         endpoint,
@@ -317,7 +312,7 @@ def build_stack(
     """
     table = routing(config)
     shared = budget or make_budget(config)
-    routes: dict[str, Route] = {}
+    routes: dict[str, EndpointStack] = {}
     for spec in table.used():  # all built now: a missing key stops the run before a call
         injected = provider if spec.name == table.default else None
         routes[spec.name] = endpoint_stack(config, spec, seed, shared, injected)

@@ -16,7 +16,7 @@ provider URL:
   *every* attempt to that endpoint, not just the one that was told: the others would be
   told the same thing a moment later.
 - **The server's own capacity.** Before an endpoint's first attempt, one call asks the
-  server how many requests it serves at once (``sim.llm.capacity``: llama.cpp's
+  server how many requests it serves at once (its kind's profile's probe: llama.cpp's
   ``/props`` or ``/slots``, llama-cpp-python's one-at-a-time) while the others wait; a
   reported capacity caps the limit, so a one-slot server never gets 16 requests and the
   ones past its capacity wait here, where no ``timeout_seconds`` runs (a call's timeout

@@ -48,15 +48,12 @@ def cost_usd(usage: Usage, price: Price) -> float:
     ) / 1_000_000
 
 
-#: endpoint kinds that answer under one model name whatever model was asked for, so their
-#: calls are priced as that model: the offline provider answers as ``offline`` (its
-#: ``[prices."offline"]``, $0 by default), not at the price of the model a phase names
-ANSWERS_AS = {"offline": "offline"}
-
-
-def priced_model(kind: str, model: str) -> str:
-    """The model a call to ``model`` on an endpoint of ``kind`` is priced as."""
-    return ANSWERS_AS.get(kind, model)
+def priced_model(answers_as: str, model: str) -> str:
+    """The model a call to ``model`` is priced as on an endpoint whose kind answers under
+    one model name whatever was asked (``ProviderProfile.answers_as``: the offline
+    provider answers as ``offline``, priced as ``[prices."offline"]``, $0 by default)
+    rather than at the price of the model a phase names; ``""``: as ``model``."""
+    return answers_as or model
 
 
 #: a dated snapshot: OpenAI's ``-2025-04-14`` or Anthropic's ``-20251001``
@@ -268,8 +265,9 @@ class BudgetAdapter(AdapterWrapper):
 
     Args:
         provider: the endpoint's name, for prices keyed by provider (``local/qwen``).
-        kind: the endpoint's kind: an offline endpoint's calls are priced as the model it
-            answers as (``priced_model``).
+        answers_as: the one model the endpoint's kind answers as, whatever was asked (its
+            profile's ``answers_as``): its calls are priced as that model
+            (``priced_model``); ``""``: as the model asked for.
         batchable: the endpoint's adapter sends a call through a Batch API session when
             there is one (``openai``, ``chat``): such a call is priced at batch rates.
     """
@@ -280,13 +278,13 @@ class BudgetAdapter(AdapterWrapper):
         budget: Budget,
         provider: str = "",
         *,
-        kind: str = "",
+        answers_as: str = "",
         batchable: bool = True,
     ) -> None:
         super().__init__(inner)
         self.budget = budget
         self.provider = provider
-        self.kind = kind
+        self.answers_as = answers_as
         self.batchable = batchable
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
@@ -294,7 +292,7 @@ class BudgetAdapter(AdapterWrapper):
         # it in the batch (openai, chat); another kind answers live at its list price
         batched = self.batchable and request.batch is not None
         factor = BATCH_PRICE_FACTOR if batched else 1.0
-        model = priced_model(self.kind, request.settings.model)
+        model = priced_model(self.answers_as, request.settings.model)
         reservation = self.budget.reserve(model, estimate_usage(request), self.provider, factor)
         try:
             response = await self.inner.execute(request)

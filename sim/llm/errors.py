@@ -268,7 +268,7 @@ class LLMFallbackExhausted(LLMError):
 class ToolNotFoundError(LLMError):
     """The model called a tool it was not offered (spec 004). Not raised by a call: the
     unknown call is ignored and the conversation goes on; ``sim.llm.tools.generate`` lists
-    these in ``LLMResponse.ignored``."""
+    these in ``GenerateResponse.ignored``."""
 
     default_code = "tool_not_found"
 

@@ -10,7 +10,7 @@ A conversation over several turns (spec 004's ``generate(messages, tools)``) is 
 call: the request's ``messages`` carry the model's earlier function calls and the tools'
 answers after its ``input``, and ``tool_choice`` says whether a call is required, allowed
 or not allowed. Every adapter renders those messages in its own wire format;
-``generate`` wraps that into spec 004's signature and ``LLMResponse``.
+``generate`` wraps that into spec 004's signature and ``GenerateResponse``.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ ToolCallResponse = AdapterResponse
 
 
 @dataclass(frozen=True, slots=True)
-class LLMResponse:
+class GenerateResponse:
     """Spec 004's answer to ``generate``: text and/or function calls.
 
     ``finish_reason`` is ``"tool_calls"`` (calls to offered tools), ``"stop"`` (text
@@ -273,7 +273,7 @@ async def generate(
     instructions: str = "",
     settings: CallSettings | None = None,
     tool_choice: ToolChoice = "auto",
-) -> LLMResponse:
+) -> GenerateResponse:
     """One turn of a tool-calling conversation on any adapter (spec 004's ``generate``).
 
     Args:
@@ -295,11 +295,11 @@ async def generate(
     except LLMIncompleteError as exc:
         if exc.reason not in CUT_AT_TOKEN_CAP:
             raise
-        return LLMResponse(None, None, "max_tokens", exc.total_usage, str(exc))
+        return GenerateResponse(None, None, "max_tokens", exc.total_usage, str(exc))
     except LLMError as exc:
         if exc.code != LLMSchemaError.default_code:  # also a fallback chain's last error
             raise
-        return LLMResponse(None, None, "error", exc.total_usage, str(exc))
+        return GenerateResponse(None, None, "error", exc.total_usage, str(exc))
     parsed = response.parsed
     offered = {tool.name for tool in tools}
     calls = list(parsed.calls) if isinstance(parsed, ToolCalls) else []
@@ -318,7 +318,7 @@ async def generate(
         logger.warning("%s", unknown)
     calls = [call for call in calls if call.name in offered]
     content = parsed.content if isinstance(parsed, ToolCalls) else response.raw
-    return LLMResponse(
+    return GenerateResponse(
         content=content,
         function_calls=calls or None,
         finish_reason="tool_calls" if calls else "stop",

@@ -13,8 +13,11 @@ _MAX_NAME_WORDS = 4
 
 
 def retrieving(memory: MemoryConfig) -> bool:
-    """Whether any phase retrieves (so evicted cells go to the long-term store)."""
-    return memory.mode == "retrieve" or any(p.mode == "retrieve" for p in memory.phases.values())
+    """Whether any phase's memory strategy keeps evicted cells (in the long-term store)."""
+    from sim.mind.strategy import memory_strategy
+
+    modes = {memory.mode, *(p.mode for p in memory.phases.values() if p.mode is not None)}
+    return any(memory_strategy(mode).keeps_evicted for mode in sorted(modes))
 
 
 def mind_on(config: Config) -> bool:

@@ -20,6 +20,7 @@ from sim.mind.loop import SMALL
 from sim.world import Entity, World
 
 if TYPE_CHECKING:
+    from sim.mind.strategy import Recall
     from sim.mind.vectors import VectorCache
 
 
@@ -79,3 +80,20 @@ def recall_view(
 ) -> list[str]:
     """The retrieved cells as a phase's input shows them, one line each (as the window's)."""
     return [f"tick {c['tick']}: {c['text']}" for c in retrieve(memory, now, config, vectors)]
+
+
+class RetrieveMemory:
+    """``[memory] mode = "retrieve"``: the ``k`` best-scored cells for the situation (window
+    and long-term store), under ``recall``; evicted cells are kept in the store."""
+
+    name = "retrieve"
+    keeps_evicted = True
+    uses_situation = True
+
+    def recall(self, request: Recall) -> dict[str, list[str]]:
+        assert request.situation is not None  # uses_situation: the phase built it
+        return {
+            "recall": recall_view(
+                request.memory, request.situation, request.config, request.vectors
+            )
+        }

@@ -13,8 +13,13 @@ ones read back from the cache are the same numbers: a replay chooses the same ce
 
 The file is untrusted: it is read without following links and only up to
 ``MAX_BYTES``; a line that is not an entry of this model's length (or a header for
-another model) is skipped and its text fetched again, never a traceback. It is rewritten
-whole, atomically (a temporary file renamed over it), so a crash leaves the old one.
+another model) is skipped and its text fetched again, never a traceback. A header whose
+``dimensions`` is not the length the model sends is named when the first answer shows it,
+and the file's vectors are dropped for the cache to be rebuilt once (it used to fail, and
+be paid for, every tick); a folder in the file's place is refused by name before anything
+is fetched. It is rewritten whole, atomically (a temporary file renamed over it), so a
+crash leaves the old one: read a line at a time and written as its lines are made, so a
+cache costs about its vectors in memory (float32), not several times its file.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import io
 import os
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import stat
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -97,31 +104,61 @@ class VectorCache:
         self.requests = 0
         #: a situation was scored without its vector (a phase the engine did not prepare)
         self.unembedded = False
+        #: ``dimensions`` is the file's header (not yet confirmed by the model's answers)
+        self._from_file = False
         self._load()
 
     # -- the file -----------------------------------------------------------------------------
 
-    def _load(self) -> None:
+    @property
+    def path(self) -> Path:
+        """The cache file."""
+        return self.root / self.rel
+
+    def _check_target(self, dir_fd: int | None = None, name: str | None = None) -> None:
+        """Refuse a folder where the cache file goes: it could never be replaced, and every
+        tick would pay for vectors it cannot keep.
+
+        Raises:
+            UnsafePath: naming the cache file.
+        """
         try:
-            size = (self.root / self.rel).lstat().st_size
+            if dir_fd is None or name is None:
+                mode = self.path.lstat().st_mode
+            else:
+                mode = os.lstat(name, dir_fd=dir_fd).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if stat.S_ISDIR(mode):
+            raise safefs.UnsafePath(
+                self.path,
+                None,
+                f"is a folder; expected the {self.model!r} embeddings cache file (a file "
+                "sim writes): remove the folder",
+            )
+
+    def _load(self) -> None:
+        self._check_target()  # before anything is fetched: nothing paid for in vain
+        try:
+            size = self.path.lstat().st_size
         except OSError:
             size = 0
         if size > MAX_BYTES:
             self.notes.append(
-                f"{self.rel} ignored (it is {size:,} bytes, over the cache's limit of "
+                f"{self.path} ignored (it is {size:,} bytes, over the cache's limit of "
                 f"{MAX_BYTES:,}); its vectors are fetched again: delete it to start afresh"
             )
             return
         try:
             data = safefs.read_optional(self.root, self.rel, MAX_BYTES)
         except (InputError, OSError) as exc:  # a link, a folder, too big: not used
-            self.notes.append(f"{self.rel} ignored ({exc}); its vectors are fetched again")
+            self.notes.append(f"{self.path} ignored ({exc}); its vectors are fetched again")
             return
         if not data:
             return
-        lines = data.split(b"\n")
+        lines = io.BytesIO(data)  # one line at a time: never all of them at once
         try:
-            head = orjson.loads(lines[0])
+            head = orjson.loads(lines.readline())
         except orjson.JSONDecodeError:
             head = None
         dims = head.get("dimensions") if isinstance(head, dict) else None
@@ -133,14 +170,15 @@ class VectorCache:
             or not 0 < dims <= MAX_DIMENSIONS
         ):
             self.notes.append(
-                f"{self.rel} ignored (its first line does not name model {self.model!r} and "
-                "a length); its vectors are fetched again"
+                f"{self.path} ignored (its first line does not name model {self.model!r} "
+                "and its vectors' length, 'dimensions'); its vectors are fetched again"
             )
             return
         self.dimensions = dims
+        self._from_file = True
         bad = 0
-        for line in lines[1:]:
-            if not line:
+        for line in lines:
+            if not line.strip():
                 continue
             entry = self._entry(line, dims)
             if entry is None:
@@ -150,7 +188,8 @@ class VectorCache:
             self._raw[digest] = vector
         if bad:
             self.notes.append(
-                f"{self.rel}: {bad} bad line(s) ignored; those texts are fetched again"
+                f"{self.path}: {bad} bad line(s) ignored (not a text's vector of "
+                f"'dimensions' {dims} numbers); those texts are fetched again"
             )
 
     @staticmethod
@@ -179,17 +218,23 @@ class VectorCache:
         """Write the cache (all of it, atomically) if anything was fetched since it was read."""
         if not self.dirty:
             return
-        head = orjson.dumps({"model": self.model, "dimensions": self.dimensions})
-        lines = [head]
-        for digest in sorted(self._raw):  # sorted: the same vectors, the same bytes
-            encoded = base64.b64encode(self._raw[digest].astype("<f4").tobytes()).decode()
-            lines.append(orjson.dumps({"text": digest, "vector": encoded}))
-        data = b"\n".join(lines) + b"\n"
+        head = orjson.dumps({"model": self.model, "dimensions": self.dimensions}) + b"\n"
+
+        def lines() -> Iterator[bytes]:
+            # written as made, never built whole: a line is plain ASCII (a hex digest and
+            # base64), formatted here as orjson would (whose output buffer for one such
+            # line is many times its size: 20 MB of cache once took 350 MB to save)
+            yield head
+            for digest in sorted(self._raw):  # sorted: the same vectors, the same bytes
+                encoded = base64.b64encode(self._raw[digest].astype("<f4").tobytes())
+                yield b'{"text":"' + digest.encode() + b'","vector":"' + encoded + b'"}\n'
+
         folder, _, name = self.rel.rpartition("/")
         with safefs.open_dir(self.root, folder.split("/"), create=True) as dir_fd:
+            self._check_target(dir_fd, name)
             tmp = name + ".tmp"
             safefs.unlink_at(dir_fd, tmp)  # a planted link is removed, never written through
-            safefs.write_at(dir_fd, tmp, self.root / self.rel, data)
+            safefs.write_stream_at(dir_fd, tmp, self.root / self.rel, lines())
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         self.dirty = False
 
@@ -204,14 +249,34 @@ class VectorCache:
                 out[text] = None
         return list(out)
 
-    def add(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
+    def add(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> bool:
         """Keep fetched vectors (rounded to float32, as the file keeps them).
 
+        The first vectors the model sends settle the length: when the file's header said
+        another, the file is wrong for this model (tampered with, or written for another
+        length), and its vectors are dropped (noted, naming the file and the field) for
+        the cache to be rebuilt, once, rather than fail, and be paid for, every tick.
+
+        Returns:
+            Whether the file's vectors were dropped (their texts need fetching again).
+
         Raises:
-            ValueError: a vector of another length than the cache's.
+            ValueError: a vector of another length than those this run fetched.
         """
+        dropped = False
         for text, values in zip(texts, vectors, strict=True):
             vector = np.asarray(values, dtype=np.float32)
+            if self._from_file and len(vector) != self.dimensions:
+                self.notes.append(
+                    f"{self.path}: field 'dimensions' is {self.dimensions}, but model "
+                    f"{self.model!r} sends vectors of {len(vector)} numbers: its "
+                    f"{len(self._raw)} vector(s) were dropped and the cache is rebuilt"
+                )
+                self._raw.clear()
+                self._unit.clear()
+                self.dimensions = 0
+                dropped = True
+            self._from_file = False
             if not self.dimensions:
                 self.dimensions = len(vector)
             if len(vector) != self.dimensions or len(vector) > MAX_DIMENSIONS:
@@ -221,6 +286,7 @@ class VectorCache:
                 )
             self._raw[text_digest(text)] = vector
             self.dirty = True
+        return dropped
 
     def unit(self, text: str) -> Floats | None:
         """A text's vector scaled to length one, or ``None`` when it has none."""
@@ -278,10 +344,14 @@ async def fetch(
             cap of the budget (``LLMBudgetExceededError``: not sent).
         RunError: the model sent vectors of different lengths.
     """
+    texts = list(texts)
     wanted = cache.missing(texts)
     size = max(1, min(BATCH, embedder.max_texts))
-    for start in range(0, len(wanted), size):
+    fetched = start = 0
+    while start < len(wanted):
         chunk = wanted[start : start + size]
+        start += len(chunk)
+        fetched += len(chunk)
         held = None
         if budget is not None:
             worst = Usage(input_tokens=sum(len(t.encode()) + 1 for t in chunk))
@@ -296,13 +366,15 @@ async def fetch(
         cache.requests += 1
         cache.usage = cache.usage + usage
         try:
-            cache.add(chunk, answer.vectors)
+            dropped = cache.add(chunk, answer.vectors)
         except ValueError as exc:
             raise RunError(f"embeddings not used: {exc}") from None
         if on_sent is not None:  # logged before the cache keeps it
             on_sent(EmbeddingSent(phase, cache.model, provider, len(chunk), usage))
         cache.save()  # each batch kept at once: an interrupted tick does not pay twice
-    return len(wanted)
+        if dropped:  # the file's vectors were of another length: their texts too
+            wanted, start = cache.missing(texts), 0
+    return fetched
 
 
 async def _embed(
@@ -326,6 +398,20 @@ async def _embed(
             if tries > retry.retries(kind):
                 raise
             await sleep(retry.delay(tries, exc, random.random))
+
+
+def check_caches(root: Path, models: Iterable[str]) -> list[str]:
+    """What ``sim check`` says of the world's caches of ``models``' vectors: each note of
+    a cache that is there (what of it a tick would not use, and why).
+
+    Raises:
+        UnsafePath: a folder where a cache file goes (a tick refuses it too).
+    """
+    out: list[str] = []
+    for model in sorted(set(models)):
+        if os.path.lexists(root / FOLDER / cache_name(model)):
+            out += VectorCache(root, model).notes
+    return out
 
 
 def embedding_notes(caches: Iterable[VectorCache]) -> list[str]:

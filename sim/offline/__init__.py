@@ -5,6 +5,14 @@ pure function of its arguments and a caller-supplied seed. Schemas titled ``Inte
 ``Resolution``, ``Narrative`` or ``MemorySummary`` are written by sim-specific "skills" that
 read the (JSON) input and the chain window; anything else gets a generic, schema-valid filler.
 ``generate_tool_call`` does the same for OpenAI-style function tools.
+
+Owns: the offline model (schema-valid answers from the input alone, a pure function of
+a seed) and the ``offline`` provider's adapter.
+
+May import: ``sim.llm`` (the adapter contract), ``sim.sections`` (the input documents it
+reads back).
+
+Next: a skill for a new schema title is a module here, dispatched by title in ``engine``.
 """
 
 from sim.llm.tokens import estimate_tokens

@@ -17,7 +17,7 @@ from typing import Any
 from sim import sections
 from sim.offline import templates as T
 from sim.offline.interview import answer
-from sim.offline.plan import plan
+from sim.offline.planning import plan
 from sim.offline.reflect import reflect
 from sim.offline.resolution import resolve
 from sim.offline.skills import intention
@@ -42,6 +42,13 @@ _WORD = re.compile(r"[A-Za-z][a-z]{2,13}")
 _SCAN_CHARS = 1200
 _MAX_DEPTH = 8
 _HARD_DEPTH = 40
+#: what one generic answer may cost to build, whatever its schema says: values made (each
+#: string costs its length too), the items of one array, the characters of one string. A
+#: schema demanding more (``minItems: 100000000``, a ``$ref`` that doubles at every level)
+#: gets a short answer that does not fit it, soon, rather than a hang.
+FILL_BUDGET = 500_000
+FILL_ITEMS = 1000
+FILL_CHARS = 100_000
 _FALLBACK_WORDS = (
     "lantern",
     "harbor",
@@ -255,6 +262,8 @@ class Filler:
         self._text = input_text
         self._words: list[str] | None = None
         self._sentences: list[str] | None = None
+        #: what is left of ``FILL_BUDGET`` for this answer
+        self.left = FILL_BUDGET
 
     @property
     def words(self) -> list[str]:
@@ -312,6 +321,9 @@ class Filler:
         if not isinstance(node, dict):
             return self.phrase(key)
         if depth > _HARD_DEPTH:  # an unsatisfiable (infinitely recursive) schema: give up
+            return None
+        self.left -= 1
+        if self.left < 0:  # a schema that demands too much: stop building
             return None
         node = self.resolve_ref(node)
         rng = self.rng
@@ -375,6 +387,8 @@ class Filler:
         extra = node.get("additionalProperties")
         if not props and isinstance(extra, dict) and depth < _MAX_DEPTH:
             for _ in range(self._count(node, "minProperties", "maxProperties")):
+                if self.left <= 0:
+                    break
                 out[self.rng.choice(self.words).lower()] = self.fill(extra, depth + 1)
         return out
 
@@ -383,9 +397,11 @@ class Filler:
         if not isinstance(lo, int):
             return 1
         lo = max(lo, 0)
+        lo = min(lo, FILL_ITEMS)
         hi = node.get(hi_key, max(lo, 3))
         if not isinstance(hi, int):
             return max(lo, 1)
+        hi = min(hi, FILL_ITEMS)
         return lo if lo >= hi else self.rng.randint(max(lo, min(1, hi)), max(lo, min(hi, lo + 3)))
 
     def _array(self, node: Json, depth: int, key: str) -> list[Any]:
@@ -396,8 +412,11 @@ class Filler:
         n = self._count(node, "minItems", "maxItems")
         if depth >= _MAX_DEPTH:
             n = node.get("minItems", 0) if isinstance(node.get("minItems"), int) else 0
+            n = min(max(n, 0), FILL_ITEMS)
         out: list[Any] = []
         for _ in range(n * 4 if node.get("uniqueItems") else n):
+            if self.left <= 0:
+                break
             value = self.fill(items, depth + 1, key)
             if node.get("uniqueItems") and value in out:
                 continue
@@ -415,12 +434,19 @@ class Filler:
         text = self.phrase(key)
         lo, hi = node.get("minLength"), node.get("maxLength")
         if isinstance(lo, int):
-            while len(text) < lo:
-                text += " " + self.rng.choice(self.words)
+            lo = min(lo, FILL_CHARS, max(self.left, 0))
+            words = [text]
+            size = len(text)
+            while size < lo:
+                word = self.rng.choice(self.words)
+                words.append(word)
+                size += len(word) + 1
+            text = " ".join(words)
         if isinstance(hi, int) and len(text) > hi:
-            text = text[:hi].rstrip() or text[:hi]
+            text = text[: max(hi, 0)].rstrip() or text[: max(hi, 0)]
             if isinstance(lo, int) and len(text) < lo:
                 text = text.ljust(lo, "x")
+        self.left -= len(text)
         return text
 
     def phrase(self, key: str = "") -> str:

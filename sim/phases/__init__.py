@@ -3,6 +3,16 @@
 ``resolve_phases`` turns the configured names into runnable ``PhaseSpec``s: built-ins by
 name, ``[phases.<name>]`` sections as ``DeclaredPhase``, anything else from the ``sim.phases``
 entry-point group. An order the engine cannot run is a named error (``check_order``).
+
+Owns: the built-in phases (one module each), declared and entry-point phases, the tick
+context phases build inputs from, prompt templates, references.
+
+May import: ``sim.config``, ``sim.errors``, ``sim.llm``, ``sim.mind``, ``sim.offline``,
+``sim.plugins``, ``sim.providers`` (a kind's profile), ``sim.sections``, ``sim.ticklog``,
+``sim.world``.
+
+Next: a built-in phase is a module here, named in ``sim.config.BUILTIN_PHASES`` and in this
+module's registry; a phase from a package goes in the ``sim.phases`` entry-point group.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from pydantic import BaseModel
 from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
+from sim.mind.strategy import memory_strategy
 from sim.phases import (
     apply,
     conversation,
@@ -31,6 +42,7 @@ from sim.phases.base import TickContext
 from sim.phases.declared import DeclaredPhase
 from sim.phases.protocol import Phase, entry_point_phases, load_entry_point, run_phase
 from sim.phases.templates import Prompts
+from sim.providers import profile, selectable_kinds
 
 PhaseRun = Callable[[TickContext], Awaitable[None]]
 
@@ -120,8 +132,8 @@ def check_order(names: tuple[str, ...], source: Path | None = None) -> None:
 def check_memory(config: Config, source: Path | None = None) -> None:
     """Refuse a ``[memory.phases.<name>]`` for a phase the tick does not run, and
     ``embeddings = "provider"`` for a phase that retrieves on an endpoint sim fetches no
-    embeddings from (only ``openai`` and ``chat`` endpoints, with ``embedding_model``
-    named; the offline provider's are hashed).
+    embeddings from (its kind's profile says whether they are fetched, with
+    ``embedding_model`` named, or hashed locally, as the offline provider's are).
 
     Raises:
         InputError: naming the phase, its provider and the field.
@@ -138,18 +150,20 @@ def check_memory(config: Config, source: Path | None = None) -> None:
         memory = config.memory.for_phase(name)
         if name not in config.tick.phases or memory.embeddings != "provider":
             continue
-        if name != "reflection" and memory.mode != "retrieve":  # reflection always retrieves
-            continue
+        if name != "reflection" and not memory_strategy(memory.mode).uses_situation:
+            continue  # reflection always retrieves
         provider = config.call_settings(phase_section(name, declared)).provider
         kind = routing(config).endpoints[provider].kind
-        if kind == "offline":
+        embeddings = profile(kind).embeddings
+        if embeddings == "hashed":
             continue
-        if kind not in EMBEDDING_PROVIDERS:
+        if embeddings != "fetched":
+            fetching = [k for k in selectable_kinds() if profile(k).embeddings == "fetched"]
             raise InputError(
                 source,
                 "memory.embeddings",
                 f"phase {name!r} runs on provider {kind!r}, whose embeddings sim does not "
-                f"fetch (only {', '.join(EMBEDDING_PROVIDERS)} endpoints'); use "
+                f"fetch (only {', '.join(fetching)} endpoints'); use "
                 'embeddings = "none" (lexical relevance), or run the phase on one of those',
             )
         if memory.embedding_model is None:
@@ -164,15 +178,8 @@ def check_memory(config: Config, source: Path | None = None) -> None:
                 field_name,
                 f'phase {name!r} retrieves with memory.embeddings = "provider" on its '
                 f"{kind!r} endpoint: name the embedding model, e.g. "
-                f'embedding_model = "{_EMBEDDING_EXAMPLES.get(kind, "text-embedding-3-small")}"',
+                f'embedding_model = "{profile(kind).embedding_example or "..."}"',
             )
-
-
-#: the providers whose adapters fetch embeddings (``OpenAIFamilyAdapter.embed``,
-#: ``GeminiAdapter.embed``)
-EMBEDDING_PROVIDERS = ("openai", "chat", "gemini")
-#: an embedding model of a provider, for the error that asks for one
-_EMBEDDING_EXAMPLES = {"gemini": "gemini-embedding-001"}
 
 
 #: phases every later one depends on: they run every tick

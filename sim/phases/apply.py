@@ -64,6 +64,30 @@ def _edit_items(items: list[str], removed: Iterable[str], added: Iterable[str]) 
             items.append(item)
 
 
+def _gaps(ctx: TickContext, cells: dict[str, str]) -> list[str]:
+    """Per place, the characters present whom no outcome reached, and why: its resolution
+    fell back (``Resolution.empty``: the call failed, or its answer named what is not
+    there, after every re-ask), or the game master left them out. Each still remembers
+    what they meant to do (``unresolved_text``)."""
+    resolved = [report for report in ctx.reports if report.name == "resolution"]
+    if not resolved:  # a world whose phases resolve nothing: no outcome is expected
+        return []
+    failed = {key for report in resolved for key in report.errors}
+    out = []
+    for lid, present in ctx.occupancy.items():
+        missing = sorted(cid for cid in present if cid not in cells)
+        if not missing:
+            continue
+        if f"resolution:{lid}" in failed:
+            why = "its resolution fell back"
+        elif lid not in ctx.resolutions:
+            why = "it was not resolved"
+        else:
+            why = "the game master gave them none"
+        out.append(f"{lid}: {', '.join(missing)} ({why}; remembered as what they meant to do)")
+    return out
+
+
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world = ctx.world
@@ -90,6 +114,7 @@ async def run(ctx: TickContext) -> None:
             _apply_outcome(ctx, report, location, world.characters[cid], outcome)
         if resolution.location_update is not None:
             _apply_location_update(location, resolution.location_update)
+    report.gaps.extend(_gaps(ctx, cells))
     rated = mind_on(ctx.config)
     mentions = Mentions(world) if rated else None
     part = ctx.part  # a shard's characters (``sim tick --workers``); None: all

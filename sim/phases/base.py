@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel
 
-from sim.config import BATCH_PROVIDERS, phase_section, routing
+from sim.config import phase_section, routing
 from sim.errors import InputError, RunError
 from sim.llm.batching import BatchOptions
 from sim.llm.budget import Budget
@@ -23,10 +23,13 @@ from sim.llm.redact import redact_text
 from sim.llm.store import ResponseStore
 from sim.llm.streaming import StreamHub
 from sim.llm.types import Adapter, Usage
-from sim.mind.plan import plan_view
-from sim.mind.retrieve import candidates, recall_view, situation
+from sim.mind.dayplan import plan_view
+from sim.mind.retrieve import candidates, situation
+from sim.mind.strategy import Recall, memory_strategy
+from sim.mind.window import recent_lines
 from sim.phases.happenings import Happenings
 from sim.phases.templates import Prompts
+from sim.providers import profile
 from sim.world import (
     Character,
     CharacterIdentity,
@@ -146,11 +149,14 @@ def memory_view(
     """A character's memory as the model sees it: the summary, the last ``recent`` cells
     (or, retrieving, the ``recalled`` ones under ``recall``), and the world's own memory
     fields."""
-    view: dict[str, Any] = {"summary": memory["summary"]}
-    if recalled is None:
-        view["recent"] = [f"tick {c['tick']}: {c['text']}" for c in memory["cells"][-recent:]]
-    else:
-        view["recall"] = recalled
+    shown = {"recent": recent_lines(memory, recent)} if recalled is None else {"recall": recalled}
+    return memory_shown(memory, shown)
+
+
+def memory_shown(memory: dict[str, Any], shown: dict[str, list[str]]) -> dict[str, Any]:
+    """A character's memory as the model sees it: the summary, what its memory strategy
+    recalled (``shown``), and the world's own memory fields."""
+    view: dict[str, Any] = {"summary": memory["summary"], **shown}
     _add(view, extras(memory, "character.memory"))
     return view
 
@@ -198,6 +204,9 @@ class PhaseReport:
     entities: int = 0
     #: attempts that timed out on the client: no usage came back, the server may bill them
     timed_out: int = 0
+    #: what the phase left undone, named for the tick's summary (apply: characters present
+    #: at a place whom no outcome reached)
+    gaps: list[str] = field(default_factory=list)
 
     def fail(self, entity_key: str, error: LLMError) -> None:
         self.failures += 1
@@ -217,6 +226,8 @@ class PhaseReport:
             "retries": self.retries,
             "model_fallbacks": self.model_fallbacks,
             "timed_out": self.timed_out,
+            # only when there are any: a log with none reads as every log before it
+            **({"gaps": self.gaps} if self.gaps else {}),
         }
 
 
@@ -342,16 +353,16 @@ class TickContext:
     def memory_for(
         self, char: Entity, here: Sequence[str], happenings: Sequence[str], phase: str
     ) -> dict[str, Any]:
-        """A character's memory as phase ``phase``'s input shows it: ``[memory] k`` cells,
-        the last ones (``window``) or the best for its situation (``retrieve``)."""
+        """A character's memory as phase ``phase``'s input shows it: what its memory
+        strategy recalls (``[memory] mode``; the built-ins: ``[memory] k`` cells, the last
+        ones, ``window``, or the best for its situation, ``retrieve``)."""
         config = self.config.memory.for_phase(phase)
-        if config.mode == "window":
-            view = memory_view(char["memory"], config.k)
-        else:
+        strategy = memory_strategy(config.mode)
+        request = Recall(char["memory"], config)
+        if strategy.uses_situation:
             now = situation(self.world, char, here, happenings, self.tick)
-            vectors = self.vectors_for(phase)
-            recalled = recall_view(char["memory"], now, config, vectors)
-            view = memory_view(char["memory"], config.k, recalled)
+            request = Recall(char["memory"], config, now, self.vectors_for(phase))
+        view = memory_shown(char["memory"], strategy.recall(request))
         plan = plan_view(char["memory"], self.time)
         if plan is not None:  # the planning phase's plan for today: its item for now
             view["plan"] = plan
@@ -365,7 +376,7 @@ class TickContext:
         if memory.embeddings != "provider" or memory.embedding_model is None:
             return None
         provider, _ = self._endpoint_of(phase)
-        if routing(self.config).endpoints[provider].kind == "offline":
+        if profile(routing(self.config).endpoints[provider].kind).embeddings != "fetched":
             return None
         cache = self.vectors.get(memory.embedding_model)
         if cache is None:
@@ -409,7 +420,7 @@ class TickContext:
         if phase in NOT_RETRIEVING:
             return
         memory = self.config.memory.for_phase(phase)
-        if phase != "reflection" and memory.mode != "retrieve":
+        if phase != "reflection" and not memory_strategy(memory.mode).uses_situation:
             return
         cache = self.vectors_for(phase)
         if cache is None:
@@ -465,7 +476,7 @@ class TickContext:
         settings = self.config.call_settings(section)
         # a phase whose model runs on a provider without a Batch API runs live
         kind = routing(self.config).endpoints[settings.provider].kind
-        batch = self.batch if kind in BATCH_PROVIDERS else None
+        batch = self.batch if profile(kind).batch_api else None
         client = LLMClient(
             self.adapter,  # routes each model to its endpoint (``sim.llm.router.Router``)
             entities,

@@ -179,6 +179,25 @@ def _try_writes(phase: DeclaredPhase, ctx: TickContext) -> list[str]:
     ]
 
 
+def template_syntax_problems(root: Path) -> list[TemplateError]:
+    """Each of the world's top-level prompt templates that does not compile (file and
+    line), found without the world: what ``sim check`` adds to the problems of a world
+    that does not load, which would otherwise hide them until it does."""
+    folder = root / PROMPTS
+    if folder.is_symlink() or not folder.is_dir():
+        return []  # a linked or missing folder: loading the world says so
+    prompts = Prompts(root)
+    problems = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or not path.name.endswith(".md"):
+            continue
+        try:
+            prompts.get(path.name)
+        except TemplateError as exc:
+            problems.append(exc)
+    return problems
+
+
 def _unused_prompts(root: Path, phases: list[PhaseSpec]) -> list[str]:
     """A top-level prompt file no phase uses is probably misnamed: warn (``_name.md`` is a
     partial for ``{% include %}`` and is not warned about)."""

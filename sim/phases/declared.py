@@ -49,7 +49,7 @@ from sim.phases.files import read_world_file
 from sim.phases.intention_steps import answer_query, look_from
 from sim.phases.intention_tools import UnknownToolError
 from sim.phases.refs import DeclaredRefs, check_for, subject_ids
-from sim.phases.schema import load_schema, ref_fields, without_refs
+from sim.phases.schema import answer_field, load_schema, ref_fields, without_refs
 from sim.phases.templates import template_name
 from sim.phases.tool_registry import ANSWER, declared_tools
 from sim.phases.tool_steps import converse
@@ -140,14 +140,15 @@ def parse_writes(
         model: Any = schema
         for i, part in enumerate(fields):
             known = getattr(model, "model_fields", None)
-            if known is None or part not in known:
+            attribute = None if known is None else answer_field(model, part)
+            if known is None or attribute is None:
                 raise InputError(
                     source, where, f"the answer schema has no field {'.'.join(fields[: i + 1])!r}"
                 )
-            model = known[part].annotation
+            model = known[attribute].annotation
         if parts == RELATIONSHIPS:
             item = _item_model(model)
-            if per != "character" or item is None or TO not in item.model_fields:
+            if per != "character" or item is None or answer_field(item, TO) is None:
                 raise InputError(
                     source,
                     where,
@@ -162,7 +163,8 @@ def parse_writes(
 def _get(answer: Any, path: tuple[str, ...]) -> Any:
     value = answer
     for part in path:
-        value = getattr(value, part, None) if isinstance(value, BaseModel) else None
+        attribute = answer_field(type(value), part) if isinstance(value, BaseModel) else None
+        value = None if attribute is None else getattr(value, attribute, None)
     if isinstance(value, list):
         return [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value

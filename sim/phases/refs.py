@@ -26,29 +26,12 @@ from pydantic import BaseModel
 from sim.config import ConstrainRefs
 from sim.llm.enums import EnumCases, EnumEach, EnumField, SchemaEnums
 from sim.llm.errors import LLMError, LLMSchemaError
+from sim.providers import find_profile
 
 if TYPE_CHECKING:
     from sim.phases.intentions import Intention
     from sim.phases.resolution import Resolution
     from sim.world import Entity, World
-
-#: ``auto``'s choice per provider kind, and why (docs/providers.md):
-#: - chat: local servers compile a grammar per request anyway (llama.cpp, vLLM), so an
-#:   enum costs nothing there and makes a wrong id impossible;
-#: - gemini: its response schema takes ``enum``; no per-schema cost is documented;
-#: - openai: "the first request you make with any schema will have additional latency as
-#:   our API processes the schema" (OpenAI, Structured Outputs): a schema per request
-#:   would pay it on every call;
-#: - anthropic: structured output is a forced tool whose input schema is not enforced, so
-#:   an enum would only be a hint: checked instead;
-#: - offline: reads the ids from the input; nothing is enforced on a wire.
-AUTO_MODES: Mapping[str, Literal["schema", "validate"]] = {
-    "chat": "schema",
-    "gemini": "schema",
-    "openai": "validate",
-    "anthropic": "validate",
-    "offline": "validate",
-}
 
 #: how many valid ids a message lists before it says "and N more"
 _SHOWN = 40
@@ -57,11 +40,13 @@ Check = Callable[[BaseModel], "str | None"]
 
 
 def mode_for(setting: ConstrainRefs, provider_kind: str) -> Literal["schema", "validate"]:
-    """The mode a phase runs in: its setting, ``auto`` resolved for the provider kind
-    (a kind not listed, such as a plugin's: ``validate``)."""
+    """The mode a phase runs in: its setting, ``auto`` resolved for the provider kind by
+    its profile (``ProviderProfile.constrain_refs``, which says why; a package's provider
+    that declares none: ``validate``)."""
     if setting != "auto":
         return setting
-    return AUTO_MODES.get(provider_kind, "validate")
+    found = find_profile(provider_kind)
+    return found.constrain_refs if found is not None else "validate"
 
 
 def listed(ids: Sequence[str]) -> str:
@@ -78,6 +63,12 @@ def _q(value: object) -> str:
     re-ask and the log, and nothing bounds its length."""
     text = value if isinstance(value, str) else str(value)
     return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def thing_key(name: str) -> str:
+    """A name as an added object is compared with the world's places and characters:
+    case and surrounding space ignored ("bram hollis " is Bram Hollis)."""
+    return " ".join(name.split()).casefold()
 
 
 def _unique(values: Iterable[str]) -> tuple[str, ...]:
@@ -157,8 +148,9 @@ class ResolutionRefs:
             remembered as what it meant to do, by apply).
         exits: where they may move.
         objects: the objects here (the only ones a location update may remove).
-        places: ids and names of every location, and ids of every character: what an
-            added object must not be called (a model copying the exits into the objects).
+        places: ids and names of every location and character, folded (``thing_key``):
+            what an added object (a place's or one a character gains) must not be called
+            (a model copying the exits or the cast into the objects).
     """
 
     present: tuple[str, ...]
@@ -187,6 +179,9 @@ class ResolutionRefs:
             elif cid in seen:
                 problems.append(f"a second outcome for {_q(cid)}")
             seen.add(cid)
+            for obj in item.gained:
+                if thing_key(obj) in self.places:
+                    problems.append(f"gained names {_q(obj)} of {_q(cid)}, a place or character")
             if item.moved_to is not None and item.moved_to not in self.exits:
                 problems.append(
                     f"moved_to {_q(item.moved_to)} of {_q(cid)} is not an exit from here "
@@ -201,8 +196,11 @@ class ResolutionRefs:
                         f"(objects here: {listed(self.objects)})"
                     )
             for obj in update.objects_added:
-                if obj in self.places:
-                    problems.append(f"objects_added names {_q(obj)}, a place or character")
+                if thing_key(obj) in self.places:
+                    problems.append(
+                        f"objects_added names {_q(obj)}, a place or character: "
+                        "add only things, or nothing"
+                    )
         if not problems:
             return None
         return (
@@ -321,7 +319,6 @@ def verified(result: Any, check: Check | None) -> Any:
 
 
 __all__ = [
-    "AUTO_MODES",
     "ConstrainRefs",
     "DeclaredRefs",
     "IntentionRefs",
@@ -330,5 +327,6 @@ __all__ = [
     "listed",
     "mode_for",
     "subject_ids",
+    "thing_key",
     "verified",
 ]

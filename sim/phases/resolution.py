@@ -22,7 +22,7 @@ from sim.phases.base import (
 )
 from sim.phases.conversation import dialogues_at
 from sim.phases.intentions import Intention
-from sim.phases.refs import ResolutionRefs, check_for, verified
+from sim.phases.refs import ResolutionRefs, check_for, thing_key, verified
 from sim.world import Entity, World
 
 NAME = "resolution"
@@ -66,11 +66,15 @@ class Resolution(PhaseAnswer, title="Resolution"):
 
 
 def named_things(world: World) -> frozenset[str]:
-    """What an object added to a place must not be called: every location's id and name,
-    every character's id."""
-    names = {*world.locations, *world.characters}
-    names.update(loc["identity"]["name"] for loc in world.locations.values())
-    return frozenset(names)
+    """What an added object must not be called: every location's and character's id and
+    name, folded (``thing_key``): a game master copying the cast or the exits into the
+    objects (Gemma 3 270M added "Bram Hollis" to The Drowned Bell)."""
+    names = [*world.locations, *world.characters]
+    for entity in (*world.locations.values(), *world.characters.values()):
+        name = entity["identity"].get("name")
+        if isinstance(name, str):
+            names.append(name)
+    return frozenset(thing_key(name) for name in names)
 
 
 class RatedOutcome(Outcome, title="RatedOutcome"):

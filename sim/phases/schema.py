@@ -10,11 +10,18 @@ provider accepts: ``object`` (``properties``, ``required``, ``additionalProperti
 the user than to the engine.
 
 A string without ``maxLength`` is capped at ``MAX_STRING`` characters (a model's answer is
-written into the world). One keyword of sim's own: ``"x-sim-ref"`` on a string marks it as
-a reference to something in the world (``REF_KINDS``): the ids valid for each request are
-sent as its ``enum`` (or only checked; ``[llm] constrain_refs``) and an answer naming
-anything else is re-asked, then falls back (``sim.phases.refs``). ``ref_fields`` lists the
-marked fields.
+written into the world). What a schema may demand is bounded, so that no schema makes an
+answer (the offline model's, or ``sim check``'s sample) too big to build: ``minItems`` and
+``maxItems`` at most ``MAX_ITEMS``, ``minLength`` and ``maxLength`` at most ``MAX_LENGTH``,
+nesting at most ``MAX_DEPTH`` levels, at most ``MAX_NODES`` schemas in all, and the least
+answer that fills every field at most ``MAX_LEAST_ANSWER`` characters of JSON
+(``least_answer_chars``); a schema past one is refused by file and field, as is a minimum
+above its maximum (no answer could fit).
+
+One keyword of sim's own: ``"x-sim-ref"`` on a string marks it as a reference to
+something in the world (``REF_KINDS``): the ids valid for each request are sent as its
+``enum`` (or only checked; ``[llm] constrain_refs``) and an answer naming anything else is
+re-asked, then falls back (``sim.phases.refs``). ``ref_fields`` lists the marked fields.
 """
 
 from __future__ import annotations
@@ -55,10 +62,22 @@ RESERVED_TITLES = frozenset(
         "ToolCalls",
     }
 )
-_MAX_DEPTH = 8
+#: how deep a schema may nest (the root is level 0)
+MAX_DEPTH = 8
 #: the length cap of a string whose schema sets none (``maxLength``): what a model writes
 #: into the world is bounded, and a grammar-bound model cannot ramble past it
 MAX_STRING = 2000
+#: the most ``minItems``/``maxItems`` may say
+MAX_ITEMS = 1000
+#: the most ``minLength``/``maxLength`` may say
+MAX_LENGTH = 100_000
+#: the most nodes (every property's and every array's items' schema, at every level) a
+#: schema may hold: each object becomes a model, and a schema file of 1 MB could otherwise
+#: hold tens of thousands
+MAX_NODES = 1000
+#: the most characters (of JSON) the least answer filling every field may take: each array
+#: at its ``minItems``, each string at its ``minLength``, every property present
+MAX_LEAST_ANSWER = 200_000
 
 
 def _at(where: str, key: str) -> str:
@@ -73,14 +92,20 @@ def _camel(name: str) -> str:
 class _Builder:
     def __init__(self, source: Path) -> None:
         self.source = source
+        self.nodes = 0
 
     def fail(self, where: str, problem: str) -> InputError:
         return InputError(self.source, where or "(root)", problem)
 
     def node(self, node: Any, where: str, name: str, depth: int) -> Any:
         """The Python type for one schema node."""
-        if depth > _MAX_DEPTH:
-            raise self.fail(where, f"nested deeper than {_MAX_DEPTH} levels")
+        if depth > MAX_DEPTH:
+            raise self.fail(where, f"nested deeper than {MAX_DEPTH} levels")
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise self.fail(
+                where, f"more than {MAX_NODES:,} schemas in one (properties and items, nested)"
+            )
         if not isinstance(node, dict):
             raise self.fail(where, "expected a JSON Schema object")
         kind = node.get("type")
@@ -115,13 +140,8 @@ class _Builder:
                 raise self.fail(_at(where, "enum"), f"expected a non-empty list of {kind} values")
             return Literal[tuple(values)]
         if kind == "string":
-            return Annotated[
-                str,
-                Field(
-                    min_length=self._int(node, "minLength", where),
-                    max_length=self._int(node, "maxLength", where) or MAX_STRING,
-                ),
-            ]
+            low, high = self._range(node, "minLength", "maxLength", MAX_LENGTH, where)
+            return Annotated[str, Field(min_length=low, max_length=high or MAX_STRING)]
         if kind in ("number", "integer"):
             bounds: dict[str, Any] = {}
             for key, arg in (
@@ -142,23 +162,35 @@ class _Builder:
         if kind == "array":
             if "items" not in node:
                 raise self.fail(where, "an array needs 'items'")
+            low, high = self._range(node, "minItems", "maxItems", MAX_ITEMS, where)
             item = self.node(node["items"], _at(where, "items"), name, depth + 1)
             return Annotated[
                 list[item],  # type: ignore[valid-type]
-                Field(
-                    min_length=self._int(node, "minItems", where),
-                    max_length=self._int(node, "maxItems", where),
-                ),
+                Field(min_length=low, max_length=high),
             ]
         return self.model(node, where, name, depth)
 
-    def _int(self, node: dict[str, Any], key: str, where: str) -> int | None:
+    def _int(self, node: dict[str, Any], key: str, where: str, limit: int) -> int | None:
         value = node.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(_at(where, key), "expected a non-negative integer")
+        if value > limit:
+            raise self.fail(_at(where, key), f"at most {limit:,} (got {value:,})")
         return value
+
+    def _range(
+        self, node: dict[str, Any], low_key: str, high_key: str, limit: int, where: str
+    ) -> tuple[int | None, int | None]:
+        """A bounded ``(minimum, maximum)`` pair of counts (``minItems``, ``maxItems``)."""
+        low = self._int(node, low_key, where, limit)
+        high = self._int(node, high_key, where, limit)
+        if low is not None and high is not None and low > high:
+            raise self.fail(
+                _at(where, low_key), f"above {high_key} ({low:,} > {high:,}): no answer fits"
+            )
+        return low, high
 
     def model(self, node: dict[str, Any], where: str, name: str, depth: int) -> type[BaseModel]:
         props = node.get("properties", {})
@@ -176,28 +208,56 @@ class _Builder:
                 raise self.fail(_at(where, "required"), f"{key!r} is not a property")
         fields: dict[str, Any] = {}
         for key, sub in props.items():
-            if not key.isidentifier() or key.startswith("_"):
+            if not key.isidentifier():
                 raise self.fail(
                     _at(where, f"properties.{key}"), "property names must be identifiers"
                 )
             path = _at(where, f"properties.{key}")
             kind = self.node(sub, path, f"{name}_{key}", depth + 1)
             description = sub.get("description") if isinstance(sub, dict) else None
+            attribute = key if _plain(key) else _attribute(key, props, fields)
+            alias = None if attribute == key else key
             if key in required:
-                fields[key] = (kind, Field(description=description))
+                fields[attribute] = (kind, Field(description=description, alias=alias))
             else:
-                fields[key] = (kind | None, Field(None, description=description))
+                fields[attribute] = (kind | None, Field(None, description=description, alias=alias))
         title = node.get("title") if isinstance(node.get("title"), str) else _camel(name)
         if title in RESERVED_TITLES:
             title = f"{title}Answer"
         model: type[BaseModel] = create_model(
             _camel(name),
-            __config__=ConfigDict(extra="forbid", title=title),
+            # a property aliased (below) is read and written by its own name
+            __config__=ConfigDict(extra="forbid", title=title, serialize_by_alias=True),
             **fields,
         )
         if isinstance(node.get("description"), str):
             model.__doc__ = node["description"]
         return model
+
+
+def _plain(key: str) -> bool:
+    """Whether a property can be a pydantic field of its own name: not private (``_x``),
+    not in pydantic's namespace (``model_*``), not an attribute of every model (``copy``,
+    ``json``, ``schema``)."""
+    return not key.startswith(("_", "model_")) and not hasattr(BaseModel, key)
+
+
+def _attribute(key: str, props: dict[str, Any], taken: dict[str, Any]) -> str:
+    """The attribute a property that cannot be a field of its own name is kept under (its
+    name is the field's alias): one no property and no other field has."""
+    n = 0
+    while (attribute := f"field_{n}") in props or attribute in taken:
+        n += 1
+    return attribute
+
+
+def answer_field(model: type[BaseModel], name: str) -> str | None:
+    """The attribute of ``model`` holding the answer's property ``name`` (an aliased one's
+    differs: ``model_config`` is kept as ``field_0``), ``None`` when it has none."""
+    for attribute, info in model.model_fields.items():
+        if (info.alias or attribute) == name:
+            return attribute
+    return None
 
 
 def model_from_schema(schema: Any, name: str, source: Path) -> type[BaseModel]:
@@ -214,7 +274,48 @@ def model_from_schema(schema: Any, name: str, source: Path) -> type[BaseModel]:
     builder = _Builder(source)
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise builder.fail("type", 'the schema\'s root must be {"type": "object", ...}')
-    return builder.model(schema, "", name, 0)
+    model = builder.model(schema, "", name, 0)
+    least_answer_chars(schema, source)
+    return model
+
+
+def least_answer_chars(schema: Any, source: Path, where: str = "") -> int:
+    """How many characters of JSON the least answer filling every field of a (checked)
+    schema takes: every property present, each array at its ``minItems`` of least items,
+    each string at its ``minLength``. Counted from the innermost node out, so the field
+    named by the error is the one whose own least answer first passes the bound.
+
+    Raises:
+        InputError: past ``MAX_LEAST_ANSWER`` (the file and the field).
+    """
+    node: dict[str, Any] = schema
+    kind = node.get("type")
+    if "enum" in node:
+        size = min(len(orjson.dumps(v)) for v in node["enum"])
+    elif kind == "string":
+        size = 2 + (node.get("minLength") or 0)
+    elif kind == "array":
+        item = least_answer_chars(node["items"], source, _at(where, "items"))
+        count = node.get("minItems") or 0
+        size = 2 + count * item + max(count - 1, 0)  # [a,b]
+    elif kind == "object":
+        props = node["properties"]
+        size = 1 + sum(  # {"k":v,"l":w}
+            len(orjson.dumps(key))
+            + 2
+            + least_answer_chars(sub, source, _at(where, f"properties.{key}"))
+            for key, sub in props.items()
+        )
+    else:
+        size = 4 if kind == "boolean" else 1  # true, or one digit
+    if size > MAX_LEAST_ANSWER:
+        raise InputError(
+            source,
+            where or "(root)",
+            f"the least answer that fills every field takes {size:,} characters; "
+            f"at most {MAX_LEAST_ANSWER:,} (lower minItems or minLength)",
+        )
+    return size
 
 
 def load_schema(data: bytes, name: str, source: Path) -> type[BaseModel]:

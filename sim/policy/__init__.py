@@ -18,6 +18,16 @@ A custom policy::
             if call.model.startswith("gpt-4.1") and "mini" not in call.model:
                 return PolicyDecision.deny("the full model is not for this world")
             return PolicyDecision.allow()
+
+Owns: the gate, the built-in policies, the ``sim.policies`` group, the tick's forecast
+of its calls (``forecast``).
+
+May import: ``sim.config``, ``sim.errors``, ``sim.llm``, ``sim.phases`` (the forecast counts
+the phases' calls), ``sim.plugins``, ``sim.providers`` (a kind's profile), ``sim.ticklog``,
+``sim.world``.
+
+Next: a built-in policy is a class in ``builtin`` with its ``[policy]`` key; any other goes
+in the ``sim.policies`` entry-point group.
 """
 
 from __future__ import annotations

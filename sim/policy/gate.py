@@ -36,7 +36,7 @@ from sim.llm.errors import LLMConfigurationError, LLMError
 from sim.llm.recovery import candidates
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
-from sim.policy.plan import TickPlan
+from sim.policy.forecast import TickPlan
 from sim.policy.types import (
     Approver,
     Policy,

@@ -1,13 +1,29 @@
-"""Provider adapters, one module per wire format, by name.
+"""Provider adapters, one module per wire format, by name, each with its profile.
 
 The registry is immutable and imports lazily: the built-ins below, then the adapters an
 installed package offers in the ``sim.providers`` entry-point group (read once, at first
 use; a built-in's name cannot be taken). ``sim/llm`` is the provider-agnostic pipeline
 these plug into; nothing there imports this package.
+
+Each kind has a ``ProviderProfile`` (``sim.llm.profile``): its default server and key
+variable, structured-output forms, embeddings, capacity probe, SDK extra... The
+built-ins' are in ``sim.providers.profiles``; a package's adapter class declares its own
+as a ``profile`` class attribute. Code outside a provider's own module asks ``profile``,
+never a kind's name (``tests/unit/test_provider_names.py``).
+
+Owns: the adapters, one module per wire format, their profiles and registry, and the HTTP
+client (``http/``).
+
+May import: ``sim.llm``, and ``sim.lifeline`` (the guard a ``cli`` command runs under).
+
+Next: a built-in provider is a module here, named in the registry below; a provider from a
+package goes in the ``sim.providers`` entry-point group, its profile a ``profile`` class
+attribute of its adapter.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -17,7 +33,9 @@ from types import MappingProxyType
 from typing import Any
 
 from sim.llm.errors import LLMConfigurationError
+from sim.llm.profile import ProviderProfile
 from sim.llm.types import Adapter
+from sim.providers import profiles
 
 #: the entry-point group of providers offered by installed packages
 GROUP = "sim.providers"
@@ -34,6 +52,24 @@ _BUILTIN = MappingProxyType(
     }
 )
 
+_PROFILES: Mapping[str, ProviderProfile] = MappingProxyType(
+    {
+        p.kind: p
+        for p in (
+            profiles.OFFLINE,
+            profiles.OPENAI,
+            profiles.CHAT,
+            profiles.GEMINI,
+            profiles.ANTHROPIC,
+            profiles.CLI,
+            profiles.REPLAY,
+        )
+    }
+)
+
+#: the kind a config that names none runs on: the one that sends nothing and needs no key
+DEFAULT_KIND = profiles.OFFLINE.kind
+
 
 @functools.cache
 def _registry() -> Mapping[str, str | EntryPoint]:
@@ -44,6 +80,65 @@ def _registry() -> Mapping[str, str | EntryPoint]:
 
 def providers() -> tuple[str, ...]:
     return tuple(_registry())
+
+
+def builtin_kinds() -> tuple[str, ...]:
+    """The built-in kinds, sim's own included (``replay``): no endpoint may take their
+    names."""
+    return tuple(_BUILTIN)
+
+
+def selectable_kinds() -> tuple[str, ...]:
+    """The built-in kinds a config may choose, in the order messages list them."""
+    return tuple(kind for kind, p in _PROFILES.items() if p.selectable)
+
+
+def is_builtin(kind: str) -> bool:
+    return kind in _BUILTIN
+
+
+def profile(kind: str) -> ProviderProfile:
+    """The profile of ``kind``: a built-in's, or the one a package's adapter class declares
+    as its ``profile`` class attribute, under the entry point's name (a subclass of a
+    built-in adapter inherits that kind's facts); none declared, or the entry point fails
+    to load: ``UNDECLARED`` (building the adapter says what is wrong).
+
+    Raises:
+        LLMConfigurationError: no such kind, or a package's ``profile`` that is not a
+            ``ProviderProfile``.
+    """
+    found = _PROFILES.get(kind)
+    if found is not None:
+        return found
+    target = _registry().get(kind)
+    if not isinstance(target, EntryPoint):
+        raise LLMConfigurationError(
+            f"unknown provider {kind!r}; choose one of: {', '.join(_registry())}"
+        )
+    return _plugin_profile(kind, target)
+
+
+def find_profile(kind: str) -> ProviderProfile | None:
+    """``profile(kind)``, or ``None`` for a name no provider has."""
+    if kind in _PROFILES:
+        return _PROFILES[kind]
+    return profile(kind) if kind in _registry() else None
+
+
+@functools.cache
+def _plugin_profile(kind: str, ep: EntryPoint) -> ProviderProfile:
+    try:
+        declared = getattr(ep.load(), "profile", None)
+    except Exception:  # named by create_adapter, when the adapter is built
+        declared = None
+    if declared is None:
+        return dataclasses.replace(profiles.UNDECLARED, kind=kind)
+    if not isinstance(declared, ProviderProfile):
+        raise LLMConfigurationError(
+            f"provider {kind!r} (entry point {ep.value} in group {GROUP!r}): its `profile` "
+            "is not a sim.llm.profile.ProviderProfile"
+        )
+    return dataclasses.replace(declared, kind=kind)
 
 
 def plugin_providers() -> tuple[str, ...]:

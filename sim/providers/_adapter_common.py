@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, Generic, TypeVar
 
-import httpx2
 from pydantic import BaseModel
 
 from sim.llm.errors import (
@@ -205,11 +204,6 @@ def api_key(api_key_env: str, kind: str) -> str:
     return key
 
 
-def connection_limits(max_concurrency: int) -> httpx2.Limits:
-    """A connection pool sized for the run's calls in flight."""
-    return httpx2.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-
-
 class Responder:
     """What every adapter builds its answer with (one shape for all providers)."""
 
@@ -293,15 +287,14 @@ class SDKAdapter(Responder, Generic[ClientT]):
         self.connect_timeout_seconds = connect_timeout_seconds
         if client is None:
             key = api_key(self.api_key_env, self.key_name)
-            client = self.connect(
-                key, base_url, timeout_seconds, connection_limits(max_concurrency)
-            )
+            client = self.connect(key, base_url, timeout_seconds, max_concurrency)
         self.client: ClientT = client
 
     def connect(
-        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+        self, key: str, base_url: str | None, timeout_seconds: float, max_concurrency: int
     ) -> ClientT:
-        """A new SDK client with its retries off (recovery owns retries)."""
+        """A new SDK client with its retries off (recovery owns retries), on an httpx
+        client whose pool ``http.sdk_pool`` sizes for ``max_concurrency``."""
         raise NotImplementedError
 
     def require_window(self, request: ModelRequest) -> None:

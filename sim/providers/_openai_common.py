@@ -1,11 +1,13 @@
-"""What the ``openai`` and ``chat`` adapters share: where and how a call is sent (the
-``Target`` and the aiohttp routes of ``sim.providers.http``, the SDK's clients where they are still
-needed), strict schemas, checking an answer's text against its schema.
+"""What the ``openai`` and ``chat`` adapters share: where and how a request is sent (the
+``Target`` and the aiohttp routes of ``sim.providers.http``; the SDK's client only where a
+user hands one in), strict schemas, checking an answer's text against its schema.
 
-The OpenAI SDK is imported only where it is used: a client handed in, the Batch API and
-deleting a stored response. Calls, streamed or not, go through ``http.Route`` (aiohttp,
-proxies from the environment included) and never load it (``import openai`` costs ~0.4 s
-of CPU).
+Every request goes through ``http.Route`` (aiohttp, proxies from the environment
+included): calls, streamed or not (``post_json``), and the rest of the API
+(``ServerAPI``: the Batch API's files and batches, a stored response read or deleted).
+The OpenAI SDK is used only for a client handed in (``OpenAIAdapter(client)``), whose
+every request then goes through the SDK's own stack; nothing else imports it
+(``import openai`` costs ~0.4 s of CPU).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
 import orjson
@@ -27,10 +29,12 @@ from sim.llm.types import Usage
 from sim.providers._strict_schema import to_strict_json_schema, without_lengths
 from sim.providers.http import (
     IDEMPOTENCY_HEADER,
+    POOL_SIZE,
     Route,
     Target,
+    Upload,
     merge_headers,
-    shared_ssl_context,
+    pool_sizes,
 )
 
 if TYPE_CHECKING:
@@ -76,16 +80,6 @@ def strict_schema(
     return constrain(cached, enums, grammar=grammar)
 
 
-#: concurrent connections per connection pool (and SDK client): a run at high
-#: concurrency spreads over several small pools, each call on the least busy (measured
-#: with httpx's pool at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64
-#: ~2.2 ms, 32 ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
-POOL_SIZE = 16
-
-#: send calls through ``http.Route`` (aiohttp); ``False``: through the SDK's own stack on
-#: its default client instead (the bench's comparison row, nothing else)
-AIOHTTP_ROUTES = True
-
 #: the endpoint the OpenAI SDK uses when neither ``base_url`` nor ``OPENAI_BASE_URL`` is set
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: the User-Agent of the routes (the SDK's own stack sends the SDK's)
@@ -95,25 +89,22 @@ USER_AGENT = f"sim/{sim.__version__}"
 class Connections:
     """The routes of one adapter to its server, one per connection pool.
 
-    Each route has an aiohttp ``Route`` or not (a client handed in: the SDK's own stack),
-    and an SDK client, built the first time something needs one (``client``: the Batch
-    API, deletions) on the SDK's own stack. ``acquire`` hands out the route with the
-    fewest calls in flight, so no pool queues a call while another has a free connection.
+    Each route is an aiohttp ``Route``, or ``None`` where a user handed in an SDK client
+    (its requests then go through the SDK's own stack). ``acquire`` hands out the route
+    with the fewest calls in flight, so no pool queues a call while another has a free
+    connection.
 
     Args:
         routes: per route, its ``Route`` or ``None``.
-        connect: builds the SDK client of route ``i``.
-        clients: SDK clients already built (a client handed in), by route.
+        clients: the SDK clients handed in, by route (for each ``None`` route).
     """
 
     def __init__(
         self,
         routes: list[Route | None],
-        connect: Callable[[int], openai.AsyncOpenAI] | None = None,
         clients: Mapping[int, openai.AsyncOpenAI] | None = None,
     ) -> None:
         self.routes = routes
-        self._connect = connect
         self._clients: dict[int, openai.AsyncOpenAI] = dict(clients or {})
         self._in_flight = [0] * len(routes)
 
@@ -126,21 +117,11 @@ class Connections:
         return len(self.routes)
 
     def client(self, index: int = 0) -> openai.AsyncOpenAI:
-        """The SDK client of route ``index`` (built now if not yet: imports the SDK)."""
+        """The SDK client handed in for route ``index`` (a route of aiohttp has none)."""
         client = self._clients.get(index)
-        if client is None:
-            if self._connect is None:  # pragma: no cover - every pool gets one of the two
-                raise LookupError(f"route {index} has no SDK client")
-            client = self._clients[index] = self._connect(index)
+        if client is None:  # pragma: no cover - callers look at the route first
+            raise LookupError(f"route {index} sends through aiohttp: no SDK client")
         return client
-
-    @property
-    def first(self) -> openai.AsyncOpenAI:
-        return self.client(0)
-
-    def sdk_clients(self) -> list[openai.AsyncOpenAI]:
-        """Every route's SDK client (built now where missing)."""
-        return [self.client(index) for index in range(len(self))]
 
     def acquire(self) -> int:
         """The index of the least busy route, counted busy until ``release``."""
@@ -153,7 +134,7 @@ class Connections:
         self._in_flight[index] -= 1
 
     async def aclose(self) -> None:
-        """Close the SDK clients built and the routes' connections."""
+        """Close the SDK clients handed in and the routes' connections."""
         for client in self._clients.values():
             await client.close()
         for route in self.routes:
@@ -264,17 +245,9 @@ def build_connections(
         LLMConfigurationError: the key variable is unset (named, never printed), or
             ``SSL_CERT_FILE``/``SSL_CERT_DIR`` names nothing usable (an https URL).
     """
-    count = max(1, -(-max_concurrency // POOL_SIZE))
-    size = -(-max_concurrency // count)
+    count, size = pool_sizes(max_concurrency)
     key = read_key(options["api_key_env"], require_key=options.get("require_key", True))
     url = resolved_url(options["base_url"])
-
-    def connect(index: int) -> openai.AsyncOpenAI:
-        return sdk_client(key, options, size)
-
-    if not AIOHTTP_ROUTES:  # the bench's comparison: the SDK's own stack for every call
-        clients = {i: sdk_client(key, options, size) for i in range(count)}
-        return Connections([None] * count, clients=clients)
     target = openai_target(
         url,
         key,
@@ -284,33 +257,79 @@ def build_connections(
     routes: list[Route | None] = [
         Route(target, size, options["connect_timeout_seconds"]) for _ in range(count)
     ]
-    return Connections(routes, connect)
+    return Connections(routes)
 
 
-def sdk_client(key: str, options: ClientOptions, size: int = POOL_SIZE) -> openai.AsyncOpenAI:
-    """An ``AsyncOpenAI`` (this imports the SDK) with its retries off and an explicit
-    timeout, on the SDK's own stack with ``size`` connections, verifying with the one
-    shared TLS context."""
-    # here, not at the top: the SDK and httpx2 cost ~0.6 s of CPU to import, and a call
-    # on a route needs neither
-    import httpx2
-    import openai
+class ServerAPI:
+    """The requests of the OpenAI API besides calls: the Batch API's files and batches, a
+    stored response read or deleted. They go on the first route's connections (aiohttp,
+    the calls' headers, proxy and TLS context), or, where a user handed in an SDK client,
+    through it. Failures are a route's ``HttpPostError`` kinds or the SDK's exceptions:
+    ``_openai_errors.post_failures`` catches both, ``map_openai_error`` maps both.
 
-    http_client = openai.DefaultAsyncHttpxClient(
-        limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
-        verify=shared_ssl_context(),
-    )
-    return openai.AsyncOpenAI(
-        api_key=key,
-        base_url=options["base_url"] or None,
-        max_retries=0,
-        timeout=httpx2.Timeout(
-            options["timeout_seconds"], connect=options["connect_timeout_seconds"]
-        ),
-        default_headers=options.get("default_headers"),
-        default_query=options.get("default_query"),
-        http_client=http_client,
-    )
+    Args:
+        connections: the adapter's routes (its first is used: a Batch API batch and a
+            stored response live on one server).
+        base_url: where they go, as messages name it.
+        timeout_seconds: the total deadline of each request.
+    """
+
+    def __init__(self, connections: Connections, base_url: str, timeout_seconds: float) -> None:
+        self.connections = connections
+        self.base_url = base_url
+        self.timeout_seconds = timeout_seconds
+
+    @property
+    def _route(self) -> Route | None:
+        return self.connections.routes[0]
+
+    async def json(
+        self,
+        method: str,
+        path: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """``method`` ``path`` (under the base URL) with ``payload`` as its JSON body; the
+        answer's JSON (``None`` for an empty body)."""
+        timeout = self.timeout_seconds if timeout is None else timeout
+        route = self._route
+        if route is not None:
+            content = None if payload is None else orjson.dumps(payload)
+            body = await route.request(method, path, timeout, content=content)
+            return orjson.loads(body) if body.strip() else None
+        client = self.connections.client(0)
+        options: openai.RequestOptions = {"timeout": timeout, "max_retries": 0}
+        if method == "GET":
+            return await client.get(path, cast_to=object, options=options)
+        if method == "DELETE":
+            return await client.delete(path, cast_to=object, options=options)
+        return await client.post(path, cast_to=object, body=payload, options=options)
+
+    async def content(self, path: str) -> bytes:
+        """GET ``path``: the answer's raw body (a file's content)."""
+        route = self._route
+        if route is not None:
+            return await route.request("GET", path, self.timeout_seconds)
+        client = self.connections.client(0)
+        options: openai.RequestOptions = {"timeout": self.timeout_seconds, "max_retries": 0}
+        return await client.get(path, cast_to=bytes, options=options)
+
+    async def upload(self, purpose: str, filename: str, data: bytes, content_type: str) -> Any:
+        """POST ``data`` as a file for ``purpose`` (``/files``); the file object's JSON."""
+        route = self._route
+        if route is not None:
+            upload = Upload(filename, data, content_type, fields=(("purpose", purpose),))
+            body = await route.request("POST", "/files", self.timeout_seconds, upload=upload)
+            return orjson.loads(body)
+        client = self.connections.client(0)
+        made = await client.files.create(
+            file=(filename, data, content_type),
+            purpose=purpose,  # type: ignore[arg-type]
+            timeout=self.timeout_seconds,
+        )
+        return made.model_dump()
 
 
 def validate_text(

@@ -185,6 +185,12 @@ def post_failures() -> tuple[type[Exception], ...]:
     return (*own, sdk.OpenAIError) if sdk is not None else own
 
 
+def failures_or_odd() -> tuple[type[Exception], ...]:
+    """``post_failures``, and ``ValueError``: an answer that is not what the API answers
+    (not JSON, no id, no status)."""
+    return (*post_failures(), ValueError)
+
+
 def map_openai_error(exc: BaseException, *, api_key_env: str, model: str) -> LLMError:
     """Convert a failure of either path into the matching ``LLMError``.
 

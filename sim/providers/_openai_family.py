@@ -22,15 +22,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import orjson
 
-from sim.llm.capacity import ServerCapacity, discover, server_root
+from sim.llm.capacity import ServerCapacity
 from sim.llm.embedding import Embedded
 from sim.llm.errors import LLMAPIError
+from sim.llm.profile import ProviderProfile
 from sim.llm.redact import redact_url
 from sim.llm.types import AdapterResponse, ModelRequest, Usage
 from sim.providers._adapter_common import Responder
+from sim.providers._capacity import server_root
 from sim.providers._openai_common import (
     LOCAL_MAX_LENGTH,
     Connections,
+    ServerAPI,
     build_connections,
     post_json,
     resolved_url,
@@ -45,8 +48,6 @@ if TYPE_CHECKING:
 Json = dict[str, Any]
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-#: hosts that serve far more than any client's concurrency and report none: not asked
-_HOSTED = ("api.openai.com",)
 #: seconds a capacity question may take (the server answers it without the model)
 _CAPACITY_TIMEOUT = 5.0
 #: the largest answer to a capacity question read (llama-cpp-python's OpenAPI is ~60 kB)
@@ -70,11 +71,10 @@ class OpenAIFamilyAdapter(Responder, ABC):
     """An adapter speaking one of OpenAI's wire formats.
 
     Args:
-        client: an ``openai.AsyncOpenAI`` to use (tests hand one in; every call then goes
-            through the SDK's stack); when omitted, routes are built from the other
-            arguments: aiohttp routes (``http.Route``; a proxy from the environment
-            applies; the SDK is imported only if the Batch API or a deletion needs a
-            client).
+        client: an ``openai.AsyncOpenAI`` to use (every request then goes through the
+            SDK's stack: calls, the Batch API, stored responses); when omitted, aiohttp
+            routes are built from the other arguments (``http.Route``; a proxy from the
+            environment applies) and the SDK is never imported.
         base_url: API base URL (``None``: ``OPENAI_BASE_URL``, else OpenAI's).
         api_key_env: the environment variable holding the key.
         timeout_seconds: default total timeout; each call uses its settings' timeout.
@@ -86,6 +86,8 @@ class OpenAIFamilyAdapter(Responder, ABC):
         default_query: query parameters sent with every call (``api-version``...).
     """
 
+    #: what the rest of sim knows of the kind (``sim.providers.profiles``)
+    profile: ClassVar[ProviderProfile]
     #: the endpoint every call posts to, under the base URL
     path: ClassVar[str]
     #: a base URL on this machine may go without a key (local model servers)
@@ -108,14 +110,19 @@ class OpenAIFamilyAdapter(Responder, ABC):
         default_query: Mapping[str, str] | None = None,
     ) -> None:
         self.api_key_env = api_key_env
+        self.timeout_seconds = timeout_seconds
         self.connect_timeout_seconds = connect_timeout_seconds
         local = bool(base_url) and any(host in str(base_url) for host in _LOCAL_HOSTS)
         #: where calls go (the SDK's default when none is configured)
         self.base_url = str(client.base_url) if client is not None else resolved_url(base_url)
-        #: OpenAI's own API: its strict mode wants an object at a schema's root, so answer
-        #: schemas go without their per-action branches (``sim.llm.enums``); its capacity
-        #: is not asked
-        self.hosted = urllib.parse.urlsplit(self.base_url).hostname in _HOSTED
+        host = urllib.parse.urlsplit(self.base_url).hostname
+        #: a schema sent may carry a grammar's forms (a root ``anyOf``, ``prefixItems``:
+        #: ``sim.llm.enums``): the profile says which hosts' strict mode takes neither
+        self.grammar = self.profile.grammar(host)
+        #: OpenAI's own API (a host whose strict mode takes no grammar's forms): it serves
+        #: far more than any client's concurrency and reports none, so its capacity is
+        #: not asked
+        self.hosted = host in self.profile.grammarless_hosts
         #: the string caps sent in answer schemas (``strict_schema``): none to OpenAI's
         #: strict mode, the short ones to a server whose grammar enforces them
         self.sent_lengths: bool | int = False if self.hosted else LOCAL_MAX_LENGTH
@@ -137,13 +144,14 @@ class OpenAIFamilyAdapter(Responder, ABC):
     @functools.cached_property
     def forms(self) -> FormSelector:
         """``auto`` structured output: the form this endpoint takes, settled once per run."""
-        return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field)
+        order = tuple(f for f in self.profile.structured_output if f != "auto")
+        return FormSelector(redact_url(self.base_url.rstrip("/")), self.schema_field, order)
 
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        """The (first) SDK client, for what the routes do not do (the Batch API,
-        deletions); built, and the SDK imported, on first use."""
-        return self.connections.first
+    @functools.cached_property
+    def api(self) -> ServerAPI:
+        """The rest of the API (the Batch API, stored responses) on the same connections:
+        the first route's, or the client handed in."""
+        return ServerAPI(self.connections, redact_url(self.base_url), self.timeout_seconds)
 
     @abstractmethod
     def body(self, request: ModelRequest) -> Json:
@@ -189,7 +197,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
         session = request.batch
         if session is not None:
             return await session.post(
-                self.client,
+                self.api,
                 self.path,
                 payload,
                 model=settings.model,
@@ -267,13 +275,15 @@ class OpenAIFamilyAdapter(Responder, ABC):
 
     async def server_capacity(self) -> ServerCapacity | None:
         """How many requests the server serves at once, as it reports it
-        (``sim.llm.capacity``); ``None`` for OpenAI's own API, which is not asked.
+        (the profile's ``capacity``: ``sim.providers._capacity``); ``None`` for OpenAI's
+        own API, which is not asked.
 
         Three small GETs at most, to the server's root on the configured host (no
         redirects followed, a short timeout, the key sent as the calls send it), on the
         first route's connections (its TLS context, proxy and headers): the SDK is not
         imported for them."""
-        if self.hosted:
+        probe = self.profile.capacity
+        if self.hosted or probe is None:
             return None
         route = self.connections.routes[0]
         if route is None:  # an SDK client handed in: its own stack, not asked
@@ -287,7 +297,7 @@ class OpenAIFamilyAdapter(Responder, ABC):
             except orjson.JSONDecodeError:
                 return None
 
-        return await discover(fetch)
+        return await probe(fetch)
 
     async def delete_response(self, response_id: str) -> None:
         """Nothing is stored at the provider unless an adapter says otherwise."""

@@ -14,6 +14,12 @@ later one within the idle timeout, and the whole call within the total. A timeou
 last event (no ``finish_reason`` in a chat stream, no final ``response.*`` event in a
 Responses stream), or whose connection breaks mid-stream, was cut short: an
 ``LLMAPIError`` coded ``stream_cut``, retried as transient with the same idempotency key.
+
+A streamed request may be answered with one JSON body instead of events: a provider that
+honours idempotency keys replays a finished answer from its cache so (the attempt resumed
+after a crash). The reply's ``Content-Type`` says which; a JSON one is read whole
+(``http.WholeAnswer``) and handed to the assembler as the body a plain call gets
+(``Assembler.whole``), so a resumed streamed call commits what an uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from sim.llm.errors import LLMTimeoutError
 from sim.llm.streaming import CallText
 from sim.providers._openai_common import Connections
 from sim.providers._openai_errors import stream_cut
-from sim.providers.http import IDEMPOTENCY_HEADER
+from sim.providers.http import IDEMPOTENCY_HEADER, WholeAnswer, is_event_stream, whole_answer
 
 Json = dict[str, Any]
 #: called with each piece of answer text as it arrives
@@ -50,6 +56,10 @@ class StreamTimeouts:
 class Assembler(Protocol):
     def feed(self, event: Json) -> str:
         """Take one event; return the answer text it adds (may be empty)."""
+
+    def whole(self, body: Json) -> str:
+        """Take the whole answer, sent as one JSON body (not as events); return its
+        text."""
 
     @property
     def partial(self) -> str: ...
@@ -79,16 +89,24 @@ class ChatAssembler:
         self.tool_calls: dict[int, _ToolCall] = {}
         self.finish_reason: str | None = None
         self.usage: Json | None = None
+        #: the answer sent whole (``whole``): the result as it came
+        self.body: Json | None = None
 
     @property
     def partial(self) -> str:
+        if self.body is not None:
+            return _chat_text(self.body)
         if self.content:
             return "".join(self.content)
         return "".join("".join(call.arguments) for call in self.tool_calls.values())
 
     @property
     def complete(self) -> bool:
-        return self.finish_reason is not None
+        return self.finish_reason is not None or self.body is not None
+
+    def whole(self, body: Json) -> str:
+        self.body = body
+        return _chat_text(body)
 
     def feed(self, event: Json) -> str:
         self.id = self.id or str(event.get("id") or "")
@@ -118,6 +136,8 @@ class ChatAssembler:
         return "".join(added)
 
     def result(self) -> Json:
+        if self.body is not None:
+            return self.body
         message: Json = {
             "role": "assistant",
             "content": "".join(self.content) or None,
@@ -141,6 +161,44 @@ class ChatAssembler:
         if self.usage is not None:
             body["usage"] = self.usage
         return body
+
+
+def _chat_text(body: Json) -> str:
+    """The text of a whole ``chat.completion`` body's first choice (its content, else its
+    tool calls' arguments), as its stream would have sent it; ``""`` when there is none
+    (the body is checked where it is read, ``answer``)."""
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        return content
+    calls = message.get("tool_calls")
+    return "".join(
+        str(call["function"].get("arguments") or "")
+        for call in (calls if isinstance(calls, list) else ())
+        if isinstance(call, dict) and isinstance(call.get("function"), dict)
+    )
+
+
+def _responses_text(body: Json) -> str:
+    """The text of a whole Responses API body (output text, else function call
+    arguments), as its stream's deltas would have sent it."""
+    texts: list[str] = []
+    arguments: list[str] = []
+    output = body.get("output")
+    for item in output if isinstance(output, list) else ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call" and isinstance(item.get("arguments"), str):
+            arguments.append(item["arguments"])
+        content = item.get("content")
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, dict) and part.get("type") == "output_text":
+                texts.append(str(part.get("text") or ""))
+    return "".join(texts) or "".join(arguments)
 
 
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -173,6 +231,12 @@ class ResponsesAssembler:
             self.response = {"status": "failed", "error": event}
         return ""
 
+    def whole(self, body: Json) -> str:
+        self.response = body
+        text = _responses_text(body)
+        self.text = [text]
+        return text
+
     def result(self) -> Json:
         if self.response is None:  # ``read_stream`` checks ``complete`` first
             raise RuntimeError("the stream has no final response event")
@@ -198,9 +262,9 @@ async def read_stream(
     """Open a stream and read it to its end under ``timeouts``; the assembled body.
 
     Args:
-        open_stream: a coroutine function returning an async iterator of JSON events
-            (``http.Route.stream``, or the SDK's ``AsyncStream``); its own errors pass
-            through unchanged.
+        open_stream: a coroutine function returning an async iterator of JSON events, or
+            of one ``WholeAnswer`` (``http.Route.stream``, or the SDK's ``AsyncStream``);
+            its own errors pass through unchanged.
         assembler: where events go.
         timeouts: first-token, idle and total clocks.
         on_delta: called with each piece of answer text.
@@ -229,12 +293,15 @@ async def read_stream(
     wall = time.perf_counter()
     try:
         async with asyncio.timeout_at(deadline(timeouts.first_token)) as clock:
-            stream: AsyncIterator[Json] = await open_stream()
+            stream: AsyncIterator[Json | WholeAnswer] = await open_stream()
             try:
                 async for event in stream:
-                    if not isinstance(event, dict):
+                    if isinstance(event, WholeAnswer):
+                        text = assembler.whole(event.body)
+                    elif isinstance(event, dict):
+                        text = assembler.feed(event)
+                    else:
                         continue
-                    text = assembler.feed(event)
                     if text and on_delta is not None:
                         on_delta(text)
                     if first:
@@ -270,6 +337,11 @@ async def read_stream(
     return assembler.result()
 
 
+async def _one(answer: WholeAnswer) -> AsyncIterator[Json | WholeAnswer]:
+    """A stream of the one whole answer."""
+    yield answer
+
+
 async def post_stream(
     connections: Connections,
     path: str,
@@ -295,7 +367,7 @@ async def post_stream(
     index = connections.acquire()
     route = connections.routes[index]
 
-    async def open_stream() -> AsyncIterator[Json]:
+    async def open_stream() -> AsyncIterator[Json | WholeAnswer]:
         if route is not None:
             return route.stream(path, content, key)
         # loaded already: a client was handed in
@@ -307,7 +379,7 @@ async def post_stream(
         }
         if key is not None:
             options["headers"] = {IDEMPOTENCY_HEADER: key}
-        stream: AsyncIterator[Json] = await connections.client(index).post(  # type: ignore[assignment]
+        stream: openai.AsyncStream[object] = await connections.client(index).post(
             path,
             cast_to=object,
             content=content,
@@ -315,7 +387,14 @@ async def post_stream(
             stream=True,
             stream_cls=openai.AsyncStream[object],
         )
-        return stream
+        response = stream.response
+        if is_event_stream(response.headers.get("content-type")):
+            return stream  # type: ignore[return-value]
+        try:
+            shown = str(response.url).partition("?")[0]  # no query: never a secret
+            return _one(whole_answer(await response.aread(), shown))
+        finally:
+            await response.aclose()
 
     on_delta = None
     if stream_to is not None:

@@ -207,9 +207,10 @@ def fits_shape(text: str, schema: Json) -> bool:
     )
 
 
-def next_form(form: Form) -> Form | None:
-    index = AUTO_ORDER.index(form)
-    return AUTO_ORDER[index + 1] if index + 1 < len(AUTO_ORDER) else None
+def next_form(form: Form, order: tuple[Form, ...] = AUTO_ORDER) -> Form | None:
+    """The form ``auto`` tries after ``form`` (``order``: the endpoint's kind's forms)."""
+    index = order.index(form) if form in order else len(order)
+    return order[index + 1] if index + 1 < len(order) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,12 +237,20 @@ class FormSelector:
         endpoint: the server's base URL, named in notes.
         schema_field: the request field a server names when it refuses a schema form
             (``rejects_form``).
+        order: the forms ``auto`` tries, in order (the kind's profile's
+            ``structured_output``; default ``AUTO_ORDER``).
     """
 
-    def __init__(self, endpoint: str, schema_field: str = "response_format") -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        schema_field: str = "response_format",
+        order: tuple[Form, ...] = AUTO_ORDER,
+    ) -> None:
         self.endpoint = endpoint
         self.schema_field = schema_field
-        self.current: Form = AUTO_ORDER[0]
+        self.order = order or AUTO_ORDER
+        self.current: Form = self.order[0]
         #: the server took ``current`` (or refused every form): no call probes any more
         self.settled = False
         self.switches: list[FormSwitch] = []
@@ -266,7 +275,7 @@ class FormSelector:
         with self._lock:
             if self.current != rejected:
                 return None
-            new = next_form(rejected)
+            new = next_form(rejected, self.order)
             if new is None:
                 return None
             if isinstance(error, str):

@@ -64,14 +64,16 @@ from sim.providers._adapter_common import (
 )
 from sim.providers._openai_common import schema_mismatch
 from sim.providers._openai_errors import retry_after_seconds
+from sim.providers.http.sdk_pool import sdk_http_client
+from sim.providers.profiles import ANTHROPIC
 
 if TYPE_CHECKING:
     import anthropic
     from anthropic.types import Message
 
 #: the environment variable read for the key unless ``[llm] api_key_env`` names another
-DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
-INSTALL_HINT = "pip install 'sim[anthropic]'"
+DEFAULT_KEY_ENV = ANTHROPIC.key_env
+INSTALL_HINT = f"pip install 'sim[{ANTHROPIC.sdk_extra}]'"
 
 #: stop reasons of a complete answer
 _DONE = frozenset({"end_turn", "tool_use", "stop_sequence", None})
@@ -83,7 +85,7 @@ _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 def require_sdk() -> Any:
     """The ``anthropic`` module; a clear configuration error when it is not installed."""
-    return require_module("anthropic", "anthropic", "Anthropic's SDK (anthropic)", INSTALL_HINT)
+    return require_module("anthropic", ANTHROPIC.kind, "Anthropic's SDK (anthropic)", INSTALL_HINT)
 
 
 #: the schema as a tool's ``input_schema`` (its JSON Schema), computed once per class
@@ -306,12 +308,13 @@ class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
     """
 
     name = "anthropic"
+    profile = ANTHROPIC
     default_key_env = DEFAULT_KEY_ENV
     key_name = "an Anthropic API key"
     require_sdk = staticmethod(require_sdk)
 
     def connect(
-        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+        self, key: str, base_url: str | None, timeout_seconds: float, max_concurrency: int
     ) -> anthropic.AsyncAnthropic:
         sdk = require_sdk()
         client: anthropic.AsyncAnthropic = sdk.AsyncAnthropic(
@@ -319,7 +322,7 @@ class AnthropicAdapter(SDKAdapter["anthropic.AsyncAnthropic"]):
             base_url=base_url or None,
             max_retries=0,
             timeout=httpx2.Timeout(timeout_seconds, connect=self.connect_timeout_seconds),
-            http_client=sdk.DefaultAsyncHttpxClient(limits=limits),
+            http_client=sdk_http_client(max_concurrency, sdk.DefaultAsyncHttpxClient),
         )
         return client
 

@@ -7,10 +7,11 @@ Everything above the wire stays as it is: each call still goes through recovery,
 and the recorder, and the ``openai`` / ``chat`` adapter still builds its body and reads its
 answer; only the POST changes. Instead of sending its body, the adapter hands it to the session
 (``BatchSession.post``) and waits. When every call of the batch in progress is waiting
-(nothing else can still join), the session uploads them as one JSONL file
-(``client.files.create``), creates the batch (``client.batches.create``), polls it
-(``client.batches.retrieve``) and answers each waiting call from the output or error file
-(``client.files.content``). A line that failed comes back to its adapter as the error its
+(nothing else can still join), the session uploads them as one JSONL file (``POST
+/files``), creates the batch (``POST /batches``), polls it (``GET /batches/{id}``) and
+answers each waiting call from the output or error file (``GET /files/{id}/content``),
+on the adapter's own connections (``_openai_common.ServerAPI``: aiohttp, or the SDK
+client a user handed in). A line that failed comes back to its adapter as the error its
 status maps to, so recovery treats it as it would a live failure: a schema error is retried
 with feedback, a fallback model is tried; those retries join the next batch (a retry batch
 of the failed ones). A line the batch did not run before it expired comes back as a
@@ -45,11 +46,11 @@ from sim.llm.calls import CallIdentity, digest
 from sim.llm.errors import LLMAPIError, LLMError, LLMTimeoutError
 
 if TYPE_CHECKING:
-    import openai
+    from sim.providers._openai_common import ServerAPI
 
-# The SDK (~0.6 s to import) and the error mapping are imported where a batch uses them:
-# the stack's builder names this transport for every ``[llm] batch`` run, and an offline
-# tick (or any tick without a batch) must not pay for the SDK's import at start-up.
+# The error mapping is imported where a batch uses it: the stack's builder names this
+# transport for every ``[llm] batch`` run, and an offline tick (or any tick without a
+# batch) must not pay for its imports at start-up.
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ MAX_POLL_FAILURES = 10
 class _Item:
     """One call waiting for its line of a batch."""
 
-    client: openai.AsyncOpenAI
+    client: ServerAPI
     endpoint: BatchEndpoint
     custom_id: str
     body: bytes
@@ -140,7 +141,7 @@ class BatchSession:
 
     async def post(
         self,
-        client: openai.AsyncOpenAI,
+        client: ServerAPI,
         path: str,
         payload: Json,
         *,
@@ -242,14 +243,21 @@ class BatchSession:
         for item in items:
             self._settle(item, error)
 
-    def _sdk_error(self, exc: Exception, items: list[_Item]) -> LLMError:
+    def _mapped(self, exc: Exception, items: list[_Item]) -> LLMError:
         from sim.providers._openai_errors import map_openai_error
 
         first = items[0]
+        if isinstance(exc, ValueError):  # an answer not shaped as the Batch API's
+            return LLMAPIError(
+                f"the Batch API at {first.client.base_url} answered something else: {exc}",
+                code="bad_response",
+                cause=exc,
+                model=first.model,
+            )
         return map_openai_error(exc, api_key_env=first.api_key_env, model=first.model)
 
     async def _submit_and_wait(self, items: list[_Item]) -> None:
-        import openai
+        from sim.providers._openai_errors import failures_or_odd
 
         first = items[0]
         client = first.client
@@ -264,34 +272,40 @@ class BatchSession:
             for item in items
         )
         try:
-            uploaded = await client.files.create(
-                file=(f"sim-{self.phase}.jsonl", lines, "application/jsonl"), purpose="batch"
+            uploaded = _id_of(
+                await client.upload("batch", f"sim-{self.phase}.jsonl", lines, "application/jsonl")
             )
-            batch = await client.batches.create(
-                input_file_id=uploaded.id,
-                endpoint=first.endpoint,
-                completion_window=COMPLETION_WINDOW,
-                metadata={"sim_phase": self.phase[:512]},
+            batch = _id_of(
+                await client.json(
+                    "POST",
+                    "/batches",
+                    {
+                        "input_file_id": uploaded,
+                        "endpoint": first.endpoint,
+                        "completion_window": COMPLETION_WINDOW,
+                        "metadata": {"sim_phase": self.phase[:512]},
+                    },
+                )
             )
-        except openai.OpenAIError as exc:
-            self._fail(items, self._sdk_error(exc, items))
+        except failures_or_odd() as exc:
+            self._fail(items, self._mapped(exc, items))
             return
-        self.created.append(batch.id)
+        self.created.append(batch)
         if self.options.journal is not None:
             self.options.journal.submitted(
                 SubmittedBatch(
-                    batch.id,
+                    batch,
                     self.phase,
                     first.endpoint,
-                    uploaded.id,
+                    uploaded,
                     tuple(item.line for item in items),
                 )
             )
-        await self._wait(batch.id, items, resumed=False)
+        await self._wait(batch, items, resumed=False)
 
     async def _wait(self, batch_id: str, items: list[_Item], *, resumed: bool) -> None:
         """Poll ``batch_id`` until it ends, then answer ``items`` from its files."""
-        import openai
+        from sim.providers._openai_errors import failures_or_odd, post_failures
 
         for item in items:
             item.batch_id = batch_id
@@ -302,9 +316,9 @@ class BatchSession:
         failures = 0
         while True:
             try:
-                batch = await client.batches.retrieve(batch_id)
-            except openai.OpenAIError as exc:
-                error = self._sdk_error(exc, items)
+                batch = BatchState.read(await client.json("GET", f"/batches/{batch_id}"))
+            except failures_or_odd() as exc:
+                error = self._mapped(exc, items)
                 failures += 1
                 if failures >= MAX_POLL_FAILURES or (
                     isinstance(error, LLMAPIError) and error.status_code in (401, 403, 404)
@@ -315,16 +329,16 @@ class BatchSession:
                 await self.sleep(self.options.poll_seconds)
                 continue
             failures = 0
-            counts = batch.request_counts
+            counts = batch.counts
             if self.options.on_progress is not None:
                 self.options.on_progress(
                     BatchProgress(
                         self.phase,
                         batch_id,
                         batch.status,
-                        counts.total if counts else len(items),
-                        counts.completed if counts else 0,
-                        counts.failed if counts else 0,
+                        counts[0] if counts else len(items),
+                        counts[1] if counts else 0,
+                        counts[2] if counts else 0,
                         resumed,
                         time.monotonic() - started,
                     )
@@ -333,11 +347,7 @@ class BatchSession:
                 break
             await self.sleep(self.options.poll_seconds)
         if batch.status == "failed":
-            reasons = "; ".join(
-                f"{e.code or 'error'}: {e.message or ''}"
-                + (f" (line {e.line})" if e.line is not None else "")
-                for e in (batch.errors.data or [] if batch.errors else [])
-            )
+            reasons = "; ".join(batch.errors)
             self._fail(
                 items,
                 LLMAPIError(
@@ -351,8 +361,8 @@ class BatchSession:
         try:
             answers = await self._read(client, batch.output_file_id)
             answers.update(await self._read(client, batch.error_file_id))
-        except openai.OpenAIError as exc:
-            self._fail(items, self._sdk_error(exc, items))
+        except post_failures() as exc:
+            self._fail(items, self._mapped(exc, items))
             return
         for item in items:
             line = answers.get(item.custom_id)
@@ -361,13 +371,13 @@ class BatchSession:
             else:
                 self._answer(item, line)
 
-    async def _read(self, client: openai.AsyncOpenAI, file_id: str | None) -> dict[str, Json]:
+    async def _read(self, client: ServerAPI, file_id: str | None) -> dict[str, Json]:
         """The lines of a batch's output or error file, by custom id."""
         if not file_id:
             return {}
-        content = await client.files.content(file_id)
+        content = await client.content(f"/files/{file_id}/content")
         found: dict[str, Json] = {}
-        for raw in content.content.splitlines():
+        for raw in content.splitlines():
             if not raw.strip():
                 continue
             try:
@@ -408,7 +418,7 @@ class BatchSession:
                 self._settle(item, body)
                 return
             if status:
-                url = str(item.client.base_url).rstrip("/") + item.endpoint.removeprefix("/v1")
+                url = item.client.base_url.rstrip("/") + item.endpoint.removeprefix("/v1")
                 # the line's answer, read and mapped as a live answer's would be
                 exc = HttpStatusError(url, status, {}, orjson.dumps(body))
                 self._settle(
@@ -438,4 +448,72 @@ class BatchSession:
         )
 
 
-__all__ = ["BatchSession"]
+def _id_of(answer: Any) -> str:
+    """The ``id`` of an object the API made (a file, a batch).
+
+    Raises:
+        ValueError: the answer holds none (what a server answers is untrusted).
+    """
+    made = answer.get("id") if isinstance(answer, dict) else None
+    if not isinstance(made, str) or not made:
+        raise ValueError(f"the answer names no id: {str(answer)[:200]}")
+    return made
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchState:
+    """What a poll of a batch says: its status, request counts (total, completed,
+    failed; ``None``: not given), files, and why it failed (one line per error)."""
+
+    status: str
+    counts: tuple[int, int, int] | None
+    output_file_id: str | None
+    error_file_id: str | None
+    errors: tuple[str, ...]
+
+    @classmethod
+    def read(cls, data: Any) -> BatchState:
+        """A batch object as the API answers it (untrusted: odd fields read as absent).
+
+        Raises:
+            ValueError: not an object with a status.
+        """
+        status = data.get("status") if isinstance(data, dict) else None
+        if not isinstance(status, str):
+            raise ValueError(f"a batch without a status: {str(data)[:200]}")
+        counted = data.get("request_counts")
+        counts = (
+            (
+                _count(counted.get("total")),
+                _count(counted.get("completed")),
+                _count(counted.get("failed")),
+            )
+            if isinstance(counted, dict)
+            else None
+        )
+        listed = data.get("errors")
+        found = listed.get("data") if isinstance(listed, dict) else None
+        errors = tuple(
+            f"{_text(e.get('code')) or 'error'}: {_text(e.get('message')) or ''}"
+            + (f" (line {e['line']})" if isinstance(e.get("line"), int) else "")
+            for e in (found if isinstance(found, list) else [])
+            if isinstance(e, dict)
+        )
+        return cls(
+            status,
+            counts,
+            _text(data.get("output_file_id")),
+            _text(data.get("error_file_id")),
+            errors,
+        )
+
+
+__all__ = ["BatchSession", "BatchState"]

@@ -33,6 +33,7 @@ from sim.providers._structured import (
     instructions_for,
     request_fields,
 )
+from sim.providers.profiles import CHAT
 
 if TYPE_CHECKING:
     import openai
@@ -118,6 +119,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
     """
 
     name = "chat"
+    profile = CHAT
     path = "/chat/completions"
     local_without_key = True
 
@@ -163,7 +165,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
             # server dies (a 1,200-character narrative, measured); the engine checks every
             # length on the answer
             json_schema = strict_schema(
-                schema, request.enums, lengths=self.sent_lengths, grammar=not self.hosted
+                schema, request.enums, lengths=self.sent_lengths, grammar=self.grammar
             )
             extra = request_fields(form, schema.__name__, json_schema)
             instructions = instructions_for(form, instructions, json_schema)

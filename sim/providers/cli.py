@@ -9,11 +9,17 @@ command = ["llm", "-m", "{model}"]   # {model}: the phase's model, in any argume
 
 One process per call, started without a shell (the command is a list: the program, then
 its arguments) in a session of its own, with sim's environment (the command reads its own
-keys). The prompt is the instructions, the JSON Schema the answer must validate against
+keys), under a guard (``sim.lifeline.guarded``) that kills its process group when sim
+dies, ``kill -9`` included: an orphaned call would go on to be paid for, its answer lost.
+The prompt is the instructions, the JSON Schema the answer must validate against
 (the chat provider's ``prompt`` form: ``sim.providers._structured``), the chain window's
 earlier exchanges and the input, as one text. The answer is stdout, a surrounding code
 fence removed, validated against the schema: an answer that does not fit is an
 ``LLMSchemaError``, which recovery retries with the validation error fed back.
+
+The answer is what the command wrote on stdout by the time it exited; what it left
+running in its group is then killed, and a pipe held open by a process outside the group
+is not waited for past ``LINGER_SECONDS``.
 
 Failures: a non-zero exit is an ``LLMSubprocessError`` with the exit status and the end of
 stderr (not retried: a command that fails says why, and sending it again rarely helps); a
@@ -38,6 +44,7 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
+from sim.lifeline import guarded
 from sim.llm.errors import LLMConfigurationError, LLMSubprocessError, LLMTimeoutError
 from sim.llm.tokens import estimate_tokens
 from sim.llm.tools import ToolCalls, schema_of
@@ -46,13 +53,17 @@ from sim.providers._adapter_common import Responder
 from sim.providers._openai_common import validate_text
 from sim.providers._strict_schema import to_strict_json_schema
 from sim.providers._structured import answer_text, instructions_for
+from sim.providers.profiles import CLI
 
 #: the most a command may write on stdout for one answer (a runaway command is stopped)
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: how much of stderr an error keeps (its end: where a program says what went wrong)
 STDERR_KEPT = 4000
-#: how long a stopped command's pipes may take to close once its group is killed
+#: how long a killed command may take to be reaped
 REAP_SECONDS = 5.0
+#: how long stdout may stay open after the command exited and its group was killed (a
+#: process that left the group may hold it): what came by then is the answer
+LINGER_SECONDS = 1.0
 #: what ``{model}`` in an argument becomes
 MODEL_PLACEHOLDER = "{model}"
 
@@ -73,60 +84,71 @@ def prompt_text(request: ModelRequest, instructions: str) -> str:
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
-    """SIGKILL the command and everything in its session (it leads its own group)."""
+    """SIGKILL the command and everything in its group (its guard leads it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
 
 
-async def _drain(stream: asyncio.StreamReader | None) -> None:
-    while stream is not None and await stream.read(65536):
-        pass
+class _Watched(asyncio.subprocess.SubprocessStreamProtocol):
+    """A process's pipes as streams, and ``exited``: set when the process itself exits,
+    whether or not something it started still holds its pipes (``Process.wait`` waits
+    for those too)."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
 
 
 async def _stop(
-    process: asyncio.subprocess.Process, readers: tuple[asyncio.Future[Any], ...]
+    process: asyncio.subprocess.Process,
+    protocol: _Watched,
+    transport: asyncio.SubprocessTransport,
+    readers: tuple[asyncio.Future[Any], ...],
 ) -> None:
-    """Kill the command's group and reap it.
+    """Stop the command and its group, wait (briefly) for the end and close the transport.
 
-    Its pipes are read to EOF first: a reader that stopped early leaves a full buffer,
-    asyncio then pauses that pipe, and ``Process.wait()`` (which waits for every pipe to
-    close) would never return. A descendant that left the group and still holds a pipe
-    cannot keep the call waiting longer than ``REAP_SECONDS``.
+    Its pipes are not waited for: a descendant that left the group may hold them open.
+    Closing the transport here, on its loop, leaves nothing for a later garbage
+    collection to close on a loop that is gone ("Event loop is closed").
     """
     for reader in readers:
         reader.cancel()
     await asyncio.gather(*readers, return_exceptions=True)
-    _kill_group(process)
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(REAP_SECONDS):
-            await asyncio.gather(_drain(process.stdout), _drain(process.stderr))
-            await process.wait()
+    if not protocol.exited.done():
+        # the guard kills the command and reaps it, then their group (``sim.lifeline``)
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REAP_SECONDS):
+                await asyncio.shield(protocol.exited)
+    _kill_group(process)  # whatever is left of the group, the guard itself if it hung
+    transport.close()
 
 
 class _TooMuchOutput(Exception):
     pass
 
 
-async def _read_capped(stream: asyncio.StreamReader | None, limit: int) -> bytes:
-    """Everything ``stream`` gives until EOF; ``_TooMuchOutput`` past ``limit`` bytes."""
-    if stream is None:
-        return b""
-    out = bytearray()
-    while chunk := await stream.read(65536):
-        out += chunk
-        if len(out) > limit:
+async def _read_capped(stream: asyncio.StreamReader | None, limit: int, into: bytearray) -> None:
+    """Everything ``stream`` gives until EOF, into ``into``; ``_TooMuchOutput`` past
+    ``limit`` bytes."""
+    while stream is not None and (chunk := await stream.read(65536)):
+        into += chunk
+        if len(into) > limit:
             raise _TooMuchOutput
-    return bytes(out)
 
 
-async def _read_tail(stream: asyncio.StreamReader | None, keep: int) -> bytes:
-    """The last ``keep`` bytes of ``stream`` (read to EOF, so the command never blocks)."""
-    if stream is None:
-        return b""
-    tail = b""
-    while chunk := await stream.read(65536):
-        tail = (tail + chunk)[-keep:]
-    return tail
+async def _read_tail(stream: asyncio.StreamReader | None, keep: int, into: bytearray) -> None:
+    """The last ``keep`` bytes of ``stream``, into ``into`` (read to EOF, so the command
+    never blocks)."""
+    while stream is not None and (chunk := await stream.read(65536)):
+        into += chunk
+        del into[:-keep]
 
 
 async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
@@ -143,6 +165,22 @@ async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
         await stdin.wait_closed()
 
 
+def model_argument_problem(command: Sequence[str], model: str) -> str | None:
+    """Why ``model`` cannot be put in ``command``'s ``{model}`` (``None``: it can): it
+    would be read as an option (it starts with ``-``) or cannot be an argument (a NUL, or
+    nothing). A model name comes from a phase's config, which a world may set, and must not
+    add options to your command. A command without ``{model}`` takes any name (a label).
+    ``sim.config`` checks every phase's models with it when the config loads."""
+    if not any(MODEL_PLACEHOLDER in arg for arg in command):
+        return None
+    if model.startswith("-") or "\x00" in model or not model.strip():
+        return (
+            f"model {model!r} cannot be passed to the command: a model name for a "
+            '"cli" provider must not be empty, start with "-" or hold a NUL'
+        )
+    return None
+
+
 class CLIAdapter(Responder):
     """Runs ``command`` once per call (see the module docstring).
 
@@ -156,6 +194,7 @@ class CLIAdapter(Responder):
     """
 
     name = "cli"
+    profile = CLI
 
     def __init__(self, command: Sequence[str] = (), *, timeout_seconds: float = 600.0) -> None:
         if not command or not command[0].strip():
@@ -180,13 +219,9 @@ class CLIAdapter(Responder):
                 ``-``) or cannot be an argument (a NUL): a model name comes from a phase's
                 config, which a world may set, and must not add options to your command.
         """
-        uses = any(MODEL_PLACEHOLDER in arg for arg in self.command)
-        if uses and (model.startswith("-") or "\x00" in model or not model.strip()):
-            raise LLMConfigurationError(
-                f"model {model!r} cannot be passed to the command: a model name for a "
-                '"cli" provider must not be empty, start with "-" or hold a NUL',
-                model=model,
-            )
+        problem = model_argument_problem(self.command, model)
+        if problem is not None:
+            raise LLMConfigurationError(problem, model=model)
         return [arg.replace(MODEL_PLACEHOLDER, model) for arg in self.command]
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
@@ -215,11 +250,18 @@ class CLIAdapter(Responder):
         )
 
     async def run(self, argv: list[str], prompt: str, timeout: float, model: str) -> bytes:
-        """Run one call's process: its stdout, or the error it ended in."""
+        """Run one call's process: its stdout, or the error it ended in.
+
+        The answer is what the command wrote by the time it exited: what it left running
+        in its group is then stopped, and a process outside it that still holds stdout
+        open is not waited for past ``LINGER_SECONDS``.
+        """
         shown = shlex.join(argv)
+        loop = asyncio.get_running_loop()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Watched(limit=2**16, loop=loop),
+                *guarded(argv),  # dies with sim, kill -9 included, and takes its group along
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -232,37 +274,56 @@ class CLIAdapter(Responder):
                 model=model,
                 context={"command": argv},
             ) from exc
+        process = asyncio.subprocess.Process(transport, protocol, loop)
+        out, err = bytearray(), bytearray()
+        stdout = asyncio.ensure_future(_read_capped(process.stdout, MAX_OUTPUT_BYTES, out))
         readers = (
-            asyncio.ensure_future(_read_capped(process.stdout, MAX_OUTPUT_BYTES)),
-            asyncio.ensure_future(_read_tail(process.stderr, STDERR_KEPT)),
+            stdout,
+            asyncio.ensure_future(_read_tail(process.stderr, STDERR_KEPT, err)),
             asyncio.ensure_future(_feed(process, prompt.encode())),
         )
         try:
-            async with asyncio.timeout(timeout):
-                out, err, _ = await asyncio.gather(*readers)
-                code = await process.wait()
-        except TimeoutError as exc:
-            await _stop(process, readers)
-            raise LLMTimeoutError(
-                f"{shown} did not answer within {timeout:g} s; it was stopped",
-                cause=exc,
-                model=model,
-                context={"command": argv, "timeout_seconds": timeout},
-            ) from None
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.wait(
+                        (protocol.exited, stdout), return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if stdout.done():
+                        stdout.result()  # too much output raises here
+                    # the command itself, not what it left running (shielded: a timeout
+                    # or a cancel must not cancel the future the process's end sets)
+                    await asyncio.shield(protocol.exited)
+            except TimeoutError as exc:
+                raise LLMTimeoutError(
+                    f"{shown} did not answer within {timeout:g} s; it was stopped",
+                    cause=exc,
+                    model=model,
+                    context={"command": argv, "timeout_seconds": timeout},
+                ) from None
+            _kill_group(process)  # what it left running: its pipes then close
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LINGER_SECONDS):
+                    await asyncio.gather(*readers[:2])
+            if len(out) > MAX_OUTPUT_BYTES:
+                raise _TooMuchOutput
         except _TooMuchOutput:
-            await _stop(process, readers)
             raise LLMSubprocessError(
                 f"{shown} wrote more than {MAX_OUTPUT_BYTES} bytes; it was stopped",
                 model=model,
                 context={"command": argv},
             ) from None
-        except BaseException:  # cancelled (Ctrl-C): nothing the command started outlives it
+        finally:
+            # done, failed or cancelled (Ctrl-C): nothing the command started outlives it
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(_stop(process, readers))
-            raise
+                await asyncio.shield(_stop(process, protocol, transport, readers))
+        code = process.returncode
         if code != 0:
-            stderr = err.decode("utf-8", errors="replace").strip()
-            status = f"signal {-code}" if code < 0 else f"status {code}"
+            stderr = bytes(err).decode("utf-8", errors="replace").strip()
+            status = (
+                "no status"
+                if code is None
+                else (f"signal {-code}" if code < 0 else f"status {code}")
+            )
             raise LLMSubprocessError(
                 f"{shown} exited with {status}" + (f": {stderr}" if stderr else ""),
                 return_code=code,
@@ -270,7 +331,7 @@ class CLIAdapter(Responder):
                 model=model,
                 context={"command": argv},
             )
-        return out
+        return bytes(out)
 
     async def delete_response(self, response_id: str) -> None:
         """A command keeps nothing: nothing to delete."""

@@ -58,6 +58,8 @@ from sim.providers._adapter_common import (
 )
 from sim.providers._openai_common import validate_text
 from sim.providers._openai_errors import retry_after_seconds
+from sim.providers.http.sdk_pool import sdk_http_client
+from sim.providers.profiles import GEMINI
 
 try:  # the optional extra; GeminiAdapter() says what to install when it is missing
     from google import genai
@@ -67,10 +69,10 @@ except ImportError:  # pragma: no cover - the extra is installed wherever tests 
     pass
 
 #: the environment variable read for the key unless ``[llm] api_key_env`` names another
-DEFAULT_KEY_ENV = "GEMINI_API_KEY"
+DEFAULT_KEY_ENV = GEMINI.key_env
 #: the API version the SDK puts in front of every path (``{base_url}/v1beta/models/...``)
 API_VERSION = "v1beta"
-INSTALL_HINT = "pip install 'sim[gemini]'"
+INSTALL_HINT = f"pip install 'sim[{GEMINI.sdk_extra}]'"
 #: the most texts one ``batchEmbedContents`` request may carry (the API refuses more:
 #: "at most 100 requests can be in one batch")
 MAX_EMBED_TEXTS = 100
@@ -102,7 +104,7 @@ _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 
 def require_sdk() -> None:
     """Raise a clear configuration error when ``google-genai`` is not installed."""
-    require_module("google.genai", "gemini", "Google's SDK (google-genai)", INSTALL_HINT)
+    require_module("google.genai", GEMINI.kind, "Google's SDK (google-genai)", INSTALL_HINT)
 
 
 _MODES: dict[ToolChoice, str] = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
@@ -353,6 +355,7 @@ class GeminiAdapter(SDKAdapter["genai.Client"]):
     """
 
     name = "gemini"
+    profile = GEMINI
     default_key_env = DEFAULT_KEY_ENV
     key_name = "a Gemini API key"
     require_sdk = staticmethod(require_sdk)
@@ -362,11 +365,12 @@ class GeminiAdapter(SDKAdapter["genai.Client"]):
     max_texts: int = MAX_EMBED_TEXTS
 
     def connect(
-        self, key: str, base_url: str | None, timeout_seconds: float, limits: httpx2.Limits
+        self, key: str, base_url: str | None, timeout_seconds: float, max_concurrency: int
     ) -> genai.Client:
         # our own pool: sized for the run, and the SDK's aiohttp path is never taken
-        self._http = httpx2.AsyncClient(
-            limits=limits,
+        self._http = sdk_http_client(
+            max_concurrency,
+            httpx2.AsyncClient,
             timeout=httpx2.Timeout(timeout_seconds, connect=self.connect_timeout_seconds),
         )
         return genai.Client(

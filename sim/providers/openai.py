@@ -38,7 +38,7 @@ from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.providers._adapter_common import refused, window_turns
 from sim.providers._openai_common import strict_schema, usage_from, validate_text
-from sim.providers._openai_errors import map_openai_error
+from sim.providers._openai_errors import failures_or_odd, map_openai_error, post_failures
 from sim.providers._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.providers._streaming import ResponsesAssembler
 from sim.providers._structured import (
@@ -49,6 +49,7 @@ from sim.providers._structured import (
     responses_fields,
     unfenced,
 )
+from sim.providers.profiles import OPENAI
 
 if TYPE_CHECKING:
     import openai
@@ -253,6 +254,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
     """
 
     name = "openai"
+    profile = OPENAI
     path = "/responses"
     schema_field = "format"
 
@@ -290,7 +292,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             schema = schema_of(self, request)
             form = form or self.forms.form(checked_mode(settings.structured_output))
             json_schema = strict_schema(
-                schema, request.enums, lengths=self.sent_lengths, grammar=not self.hosted
+                schema, request.enums, lengths=self.sent_lengths, grammar=self.grammar
             )
             body.update(responses_fields(form, schema.__name__, json_schema))
             body["instructions"] = instructions_for(form, request.instructions, json_schema)
@@ -379,15 +381,11 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
 
     async def _usage_of(self, response_id: str) -> Usage | None:
         """A stored response's usage, from the server (``None``: not to be had)."""
-        import openai
-
         try:
-            data = await self.client.get(
-                f"/responses/{response_id}",
-                cast_to=object,
-                options={"timeout": self.connect_timeout_seconds, "max_retries": 0},
+            data = await self.api.json(
+                "GET", f"/responses/{response_id}", timeout=self.connect_timeout_seconds
             )
-        except (openai.OpenAIError, ValueError):
+        except failures_or_odd():
             return None
         return _usage(data) if isinstance(data, dict) else None
 
@@ -400,16 +398,16 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
 
     async def delete_response(self, response_id: str) -> None:
         """Delete a stored response; a no-op when responses are not stored (``window``).
-        Through the SDK (imported here: only server chains delete)."""
+        On the calls' connections (``ServerAPI``)."""
         if not self.store:
             return
-        import openai
-
         made = self.chains.made(response_id)
         self.chains.forget(response_id)
         try:
-            await self.client.responses.delete(response_id)
-        except openai.NotFoundError as exc:
+            await self.api.json("DELETE", f"/responses/{response_id}")
+        except post_failures() as exc:
+            if _status(exc) != 404:
+                raise map_openai_error(exc, api_key_env=self.api_key_env, model="") from exc
             if not made:
                 return  # made before this run: deleted before a crash, say; gone is done
             raise LLMAPIError(
@@ -420,5 +418,11 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
                 status_code=404,
                 cause=exc,
             ) from exc
-        except openai.OpenAIError as exc:
-            raise map_openai_error(exc, api_key_env=self.api_key_env, model="") from exc
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status of a failure of either path (a route's or the SDK's), if any."""
+    status = getattr(exc, "status", None)
+    if status is None:
+        status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from sim.llm.calls import CallIdentity, describe_drift
 from sim.llm.errors import LLMConfigurationError, LLMError, LLMSchemaError
 from sim.llm.types import Adapter, AdapterResponse, Attempt, ModelRequest, Usage
+from sim.providers.profiles import REPLAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class ReplayAdapter:
     """
 
     name = "replay"
+    profile = REPLAY
 
     def __init__(
         self,

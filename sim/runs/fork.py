@@ -19,11 +19,11 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sim import safefs
-from sim.config import Config, merge_tables, redacted
+from sim.config import Config, merge_tables, numbered_sections, redacted
 from sim.errors import InputError
-from sim.journal import SIM_DIR
-from sim.runs.plan import Plan, RunSpec, nested
+from sim.runs.design import RunSpec, SweepPlan, nested
 from sim.storage import MAX_ENTITY_BYTES, Storage, dump_json
+from sim.storage.journal import SIM_DIR
 from sim.ticklog.format import is_state_file, log_path, read_state
 
 #: the file in a run's folder that says which sweep run it is
@@ -103,7 +103,10 @@ def run_config_text(world: Path, overrides: Mapping[str, Any]) -> str | None:
     """A run's ``config.toml``: the source world's own layer with the run's settings on top
     (``None`` when both are empty). It holds nothing of the user's config: no endpoint, key
     variable or budget the user chose is copied into the run's folder."""
-    layer = merge_tables(world_layer(world), nested(overrides))
+    path = world / "config.toml"
+    layer = merge_tables(
+        numbered_sections(world_layer(world), path), numbered_sections(nested(overrides), None)
+    )
     if not layer:
         return None
     return toml_text(
@@ -198,11 +201,11 @@ def read_record(run_dir: Path) -> RunRecord:
         raise InputError(path, loc or None, problem["msg"]) from None
 
 
-def _same_world(record: RunRecord, plan: Plan) -> bool:
+def _same_world(record: RunRecord, plan: SweepPlan) -> bool:
     return (plan.cwd / record.source).resolve() == plan.world.resolve()
 
 
-def check_out(plan: Plan, design: Mapping[str, Any] | None = None) -> None:
+def check_out(plan: SweepPlan, design: Mapping[str, Any] | None = None) -> None:
     """Refuse, before anything is written, a folder of runs that holds runs of another
     world, of other settings' keys or of another design (a run folder named in the plan
     that records another run is refused too).
@@ -258,11 +261,19 @@ def check_out(plan: Plan, design: Mapping[str, Any] | None = None) -> None:
             raise InputError(where, None, "records another run (seed or settings differ)")
     for name in wanted:
         run_dir = plan.out / name
+        problem = safefs.folder_problem(run_dir)
+        if problem is not None:  # a link would put the run outside the runs' folder
+            raise InputError(
+                run_dir,
+                None,
+                f"{problem}: a run's folder must be its own, inside {plan.out}; remove it or "
+                "use another output folder (nothing was written)",
+            )
         if run_dir.exists() and not (run_dir / RUN_FILE).is_file():
             raise InputError(run_dir / RUN_FILE, None, "not found: this folder is not a sweep run")
 
 
-def prepare(plan: Plan, spec: RunSpec, design: Mapping[str, Any] | None = None) -> RunRecord:
+def prepare(plan: SweepPlan, spec: RunSpec, design: Mapping[str, Any] | None = None) -> RunRecord:
     """The run's folder: made (forked) the first time, checked against the plan after."""
     run_dir = plan.out / spec.name
     if run_dir.exists():

@@ -18,9 +18,9 @@ import orjson
 from sim import safefs
 from sim.config import Config
 from sim.errors import InputError, RunError, UserError
-from sim.journal import SIM_DIR
+from sim.runs.design import SweepPlan
 from sim.runs.ledger import Grant
-from sim.runs.plan import Plan
+from sim.storage.journal import SIM_DIR
 
 #: where a run's ``sim tick`` output is appended (inside the run's folder)
 OUTPUT_FILE = f"{SIM_DIR}/sweep-output.log"
@@ -30,7 +30,7 @@ Status = Literal["done", "finished", "failed", "not started"]
 
 
 @dataclass
-class Outcome:
+class RunOutcome:
     """How one run of a sweep ended this time."""
 
     name: str
@@ -53,7 +53,7 @@ class Outcome:
 class SweepResult:
     """Every run's outcome, in plan order, and what the whole sweep has spent."""
 
-    runs: list[Outcome]
+    runs: list[RunOutcome]
     spent_usd: float | None
     spent_tokens: int
 
@@ -73,7 +73,7 @@ def setting_flags(overrides: Mapping[str, Any]) -> list[str]:
     return flags
 
 
-def trusted_flags(plan: Plan, overrides: Mapping[str, Any]) -> list[str]:
+def trusted_flags(plan: SweepPlan, overrides: Mapping[str, Any]) -> list[str]:
     """What every command a sweep runs on a run folder is given so that its endpoints and
     keys come from the user, not from the folder: ``--config`` and the settings."""
     trusted = plan.trusted_config
@@ -185,7 +185,7 @@ def ray_executor(address: str | None = None) -> Executor:
 __all__ = [
     "OUTPUT_FILE",
     "Executor",
-    "Outcome",
+    "RunOutcome",
     "Status",
     "SweepResult",
     "last_line",

@@ -39,12 +39,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from sim.runs.design import SweepPlan
 from sim.runs.fork import RunRecord, check_out, current_tick, finished, prepare
 from sim.runs.ledger import Ledger, Spend, spend
-from sim.runs.plan import Plan
 from sim.runs.process import (
     Executor,
-    Outcome,
+    RunOutcome,
     SweepResult,
     last_line,
     run_one,
@@ -56,11 +56,11 @@ from sim.ticklog.recovery import recover_logs
 
 
 def run_sweep(
-    plan: Plan,
+    plan: SweepPlan,
     jobs: int = 1,
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
-    on_outcome: Callable[[Outcome], None] | None = None,
+    on_outcome: Callable[[RunOutcome], None] | None = None,
     executor: Executor = run_one,
 ) -> SweepResult:
     """Make the runs' folders, then run every unfinished run to its last tick, ``jobs`` at a
@@ -82,7 +82,7 @@ def run_sweep(
     for one in spent.values():
         total.usage, total.cost = total.usage + one.usage, total.cost + one.cost
     ledger = Ledger(budget_usd, budget_tokens, total, jobs)
-    outcomes: list[Outcome | None] = [None] * len(plan.runs)
+    outcomes: list[RunOutcome | None] = [None] * len(plan.runs)
     todo = [
         i
         for i in range(len(plan.runs))
@@ -92,7 +92,7 @@ def run_sweep(
     count_lock = threading.Lock()
     fork_lock = threading.Lock()  # a fork holds the world's lock: one at a time
 
-    def report(index: int, outcome: Outcome) -> None:
+    def report(index: int, outcome: RunOutcome) -> None:
         outcomes[index] = outcome
         if on_outcome is not None:
             on_outcome(outcome)
@@ -100,7 +100,7 @@ def run_sweep(
     for i, r in records.items():
         if i not in todo:
             target = r.start_tick + plan.ticks
-            outcome = Outcome(
+            outcome = RunOutcome(
                 r.name, r.seed, r.overrides, "finished", current_tick(dirs[i]), target
             )
             report(i, outcome)
@@ -115,7 +115,7 @@ def run_sweep(
         with count_lock:
             left = waiting[0]
             waiting[0] -= 1
-        base = Outcome(record.name, record.seed, record.overrides, "not started", 0, target)
+        base = RunOutcome(record.name, record.seed, record.overrides, "not started", 0, target)
         storage = Storage(run_dir)
         with storage.lock():  # complete a commit cut short, so the tick count is right
             storage.recover()
@@ -130,9 +130,12 @@ def run_sweep(
             base.message = grant
             report(index, base)
             return
-        config = plan.config(record.overrides)  # the trusted layers, not the run's folder
+        # the trusted layers and the command line's settings, never the run's folder: its
+        # record's settings only matched them by value (``1 == true``)
+        overrides = plan.runs[index].overrides
+        config = plan.config(overrides)
         ticks = target - current_tick(run_dir)
-        command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, record.overrides))
+        command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, overrides))
         code = executor(run_dir, command, plan.cwd)
         after = spend(run_dir)
         ledger.settle(grant, spent.get(index, Spend()), after)

@@ -40,18 +40,25 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim import safefs
 from sim.errors import InputError
 from sim.interventions import parse_assignment
-from sim.interview import MAX_QUESTION, AnswerFormat, answer_format
-from sim.runs.plan import parse_seeds, parse_setting, run_name
-from sim.statefiles import MAX_TEXT
+from sim.interview import MAX_QUESTION, MAX_SCHEMA_BYTES, AnswerFormat, answer_format, schema_format
+from sim.runs.design import (
+    MAX_RUNS,
+    count_runs,
+    parse_seeds,
+    parse_setting,
+    run_name,
+    shown_count,
+)
+from sim.storage.statefiles import MAX_TEXT
+from sim.world import MAX_SEED
 
 #: the folder of the shared prefixes, beside the conditions' folders
 SHARED = "_shared"
 #: the copy of the study's file in its folder (beside its record, ``sim.runs.fork.STUDY_RECORD``)
 STUDY_COPY = "study.toml"
-#: the most runs a study may expand to
-MAX_RUNS = 10_000
 _CONDITION = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 _MAX_FILE_BYTES = 1024 * 1024
 
@@ -214,6 +221,35 @@ def _problem(path: Path, exc: ValidationError) -> InputError:
     return InputError(path, where or None, str(problem["msg"]))
 
 
+def _schema_form(path: Path, rel: str, where: str) -> AnswerFormat:
+    """A survey's schema file, read as a world's files are (``sim.safefs``): inside the
+    study file's folder, no link followed, no FIFO or device, size-limited; the child
+    ``sim ask`` is given the same file.
+
+    Raises:
+        InputError: the path leaves the folder, is missing, a link or not a regular file
+            (the study file and ``where`` named), or the schema is not one a survey takes.
+    """
+    shown = path.parent / rel
+    try:
+        return schema_format(safefs.read_file(path.parent, rel, MAX_SCHEMA_BYTES), shown)
+    except safefs.UnsafePath as exc:
+        if exc.path is None:  # an absolute path, or one with ``..``
+            raise InputError(
+                path,
+                where,
+                f"{rel!r} is outside the study file's folder: expected a path inside it "
+                "(no '..', not absolute)",
+            ) from None
+        raise InputError(path, where, str(exc)) from None
+    except InputError as exc:  # too large, not JSON, not a schema a survey takes
+        raise InputError(path, where, str(exc)) from None
+    except FileNotFoundError:
+        raise InputError(path, where, f"{shown}: not found") from None
+    except OSError as exc:
+        raise InputError(path, where, f"{shown}: cannot read: {exc.strerror or exc}") from None
+
+
 def read_study(path: Path) -> Study:
     """Read, validate and expand a study file.
 
@@ -248,8 +284,8 @@ def read_study(path: Path) -> Study:
         )
     except InputError as exc:
         raise InputError(path, "seeds", exc.problem) from None
-    if not seeds or any(s < 0 for s in seeds):
-        raise InputError(path, "seeds", "expected one or more seeds >= 0")
+    if not seeds or any(s < 0 or s > MAX_SEED for s in seeds):
+        raise InputError(path, "seeds", f"expected one or more seeds from 0 to {MAX_SEED}")
     for name in spec.conditions:
         if name == SHARED or not _CONDITION.match(name):
             raise InputError(
@@ -263,22 +299,40 @@ def read_study(path: Path) -> Study:
             parse_setting(f"{key}=0")
         except InputError as exc:
             raise InputError(path, f"factors.{key}", exc.problem) from None
+    # counted before anything is listed: a design of millions is refused, not made
+    combos_count = count_runs(len(v) for v in spec.factors.values())
+    count = count_runs([len(seeds), combos_count, len(spec.conditions)])
+    if count > MAX_RUNS:
+        field = "factors"  # what to cut: the part that alone passes the limit
+        if len(spec.conditions) > MAX_RUNS:
+            field = "conditions"
+        elif combos_count == 1 or len(seeds) * len(spec.conditions) > MAX_RUNS:
+            field = "seeds"
+        raise InputError(
+            path,
+            field,
+            f"{len(seeds)} seeds x {shown_count(combos_count)} combinations of factor values x "
+            f"{len(spec.conditions)} conditions = {shown_count(count)} runs: more than "
+            f"{MAX_RUNS}, the most a study may have",
+        )
     combos = [
         dict(zip(keys, combo, strict=True))
         for combo in itertools.product(*(spec.factors[k] for k in keys))
     ]
     units = [Unit(seed, combo) for seed in seeds for combo in combos]
-    if len(units) * len(spec.conditions) > MAX_RUNS:
-        raise InputError(path, None, f"expands to more than {MAX_RUNS} runs")
     forms: list[AnswerFormat] = []
     for i, survey in enumerate(spec.surveys):
         where = f"surveys.{i}"
         if any(t < 0 or t > spec.ticks for t in survey.ticks):
             raise InputError(path, f"{where}.ticks", f"expected ticks from 0 to {spec.ticks}")
-        schema = None if survey.schema_file is None else path.parent / survey.schema_file
         try:
-            forms.append(answer_format(survey.format if schema is None else None, schema))
+            if survey.schema_file is None:
+                forms.append(answer_format(survey.format))
+            else:
+                forms.append(_schema_form(path, survey.schema_file, f"{where}.schema"))
         except InputError as exc:
+            if exc.path == path:
+                raise
             raise InputError(path, f"{where}.format", str(exc)) from None
     for name, cond in spec.conditions.items():
         scheduled: list[tuple[str, int, int]] = [

@@ -2,7 +2,8 @@
 
 Every step of a run is one ``sim`` process on its folder, started by the executor of
 ``sim.runs.process`` (local processes or Ray tasks), with the user's trusted flags only
-(``trusted_flags``: ``--config`` and the run's settings as ``--set``), never
+(``trusted_flags``: ``--config`` and the run's settings as ``--set``, the factors judged
+first by the trust rule for study files, ``sim.study.trust``), never
 ``--trust-world-config``, in the folder the study was started in, and dying with it:
 
 - ``sim tick`` up to the next stop (under a share of the study's budget);
@@ -41,11 +42,12 @@ from typing import Any
 import orjson
 
 from sim import safefs
-from sim.config import Config
+from sim.config import Config, user_layers
 from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
 from sim.interview import INTERVIEWS, Interview, read_interviews
 from sim.llm.types import Usage
+from sim.runs.design import SweepPlan
 from sim.runs.fork import (
     MAX_STUDY_RECORD_BYTES,
     RUN_FILE,
@@ -57,10 +59,9 @@ from sim.runs.fork import (
     read_record,
 )
 from sim.runs.ledger import Grant, Ledger, Spend
-from sim.runs.plan import Plan
 from sim.runs.process import (
     Executor,
-    Outcome,
+    RunOutcome,
     Status,
     SweepResult,
     last_line,
@@ -70,6 +71,7 @@ from sim.runs.process import (
 )
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
+from sim.study.trust import check_factors
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
 from sim.ticklog.recovery import recover_logs
@@ -81,14 +83,14 @@ def _digest(data: bytes) -> str:
 
 
 @dataclass
-class Books:
+class StudyBooks:
     """What folders' logs and answers say was spent, each copied file or answer once."""
 
     seen: set[str]
     spend: Spend
 
     @classmethod
-    def empty(cls) -> Books:
+    def empty(cls) -> StudyBooks:
         return cls(set(), Spend())
 
     def add_folder(self, run_dir: Path, prices: Mapping[str, Any]) -> None:
@@ -127,7 +129,7 @@ def _usage(interview: Interview) -> Usage:
 
 
 def folder_spend(run_dir: Path, prices: Mapping[str, Any]) -> Spend:
-    books = Books.empty()
+    books = StudyBooks.empty()
     books.add_folder(run_dir, prices)
     return books.spend
 
@@ -153,6 +155,7 @@ def check_folder(study: Study, out: Path) -> None:
         return
     if not out.is_dir() or out.is_symlink():
         raise InputError(out, None, "not a folder: expected the study's folder")
+    _check_links(study, out)
     record = out / STUDY_RECORD
     if not os.path.lexists(record):
         if any(out.iterdir()):
@@ -178,6 +181,29 @@ def check_folder(study: Study, out: Path) -> None:
         )
 
 
+def _check_links(study: Study, out: Path) -> None:
+    """Refuse a link (or anything but a folder) where the study makes or continues a
+    folder: ``_shared``, a condition's folder, a run's folder in them. Followed, it would
+    put a whole run outside ``out``.
+
+    Raises:
+        InputError: naming the link.
+    """
+    for group in [SHARED, *study.spec.conditions]:
+        folders = [out / group]
+        if safefs.folder_problem(out / group) is None and (out / group).is_dir():
+            folders += [out / group / unit.name for unit in study.units]
+        for folder in folders:
+            problem = safefs.folder_problem(folder)
+            if problem is not None:
+                raise InputError(
+                    folder,
+                    None,
+                    f"{problem}: a study's folders must be its own, inside {out}; remove it "
+                    "or use another --out (nothing was written)",
+                )
+
+
 def write_record(study: Study, out: Path) -> None:
     """``DIR/study.json`` (the expanded design) and ``DIR/study.toml`` (the file as given)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -186,13 +212,16 @@ def write_record(study: Study, out: Path) -> None:
         "study_file": str(study.path.resolve()),
         "design": study.design(),
     }
-    for name, data in (
-        (STUDY_RECORD, dump_json(document)),
-        (STUDY_COPY, study.text.encode("utf-8")),
-    ):
-        tmp = out / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, out / name)
+    with safefs.open_dir(out, []) as dir_fd:
+        for name, data in (
+            (STUDY_RECORD, dump_json(document)),
+            (STUDY_COPY, study.text.encode("utf-8")),
+        ):
+            # a link planted at the scratch name is removed, never written through
+            tmp = f".{name}.tmp"
+            safefs.unlink_at(dir_fd, tmp)
+            safefs.write_stream_at(dir_fd, tmp, out / tmp, [data])
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def _design(study: Study, condition: str | None, fork_tick: int | None) -> dict[str, Any]:
@@ -307,14 +336,14 @@ def _queued(run_dir: Path) -> list[tuple[Any, ...]]:
     ]
 
 
-class Runner:
+class StudyRunner:
     """Runs the steps of one study's runs (shared by the threads of ``run_study``)."""
 
     def __init__(
         self,
         study: Study,
         out: Path,
-        plan: Plan,
+        plan: SweepPlan,
         ledger: Ledger,
         executor: Executor,
         waiting: int,
@@ -455,9 +484,9 @@ class Runner:
 # -- the whole study -------------------------------------------------------------------------
 
 
-def study_spend(study: Study, out: Path, plan: Plan) -> Spend:
+def study_spend(study: Study, out: Path, plan: SweepPlan) -> Spend:
     """What every folder of the study spent, each copied log or answer counted once."""
-    books = Books.empty()
+    books = StudyBooks.empty()
     for unit in study.units:
         prices = plan.config(unit.overrides).prices
         for rel in [f"{SHARED}/{unit.name}", *(f"{c}/{unit.name}" for c in study.spec.conditions)]:
@@ -473,17 +502,23 @@ def run_study(
     budget_usd: float | None = None,
     budget_tokens: int | None = None,
     config_file: Path | None = None,
-    on_outcome: Callable[[Outcome], None] | None = None,
+    on_outcome: Callable[[RunOutcome], None] | None = None,
     executor: Executor = run_one,
+    trust_study: bool = False,
 ) -> SweepResult:
     """Run (or resume) every arm of ``study`` in ``out``: the shared prefixes first, then
     the arms forked from them, ``jobs`` folders at a time.
 
+    The study's factors are judged by the trust rule first (``sim.study.trust``: routing
+    only with ``trust_study``, limits only tightened).
+
     Raises:
-        InputError: ``out`` holds something else (``check_folder``), a run folder in it
-            records another run, a factor combination is not a valid config.
+        InputError: a factor the trust rule refuses, ``out`` holds something else
+            (``check_folder``), a run folder in it records another run, a factor
+            combination is not a valid config.
     """
-    plan = Plan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
+    plan = SweepPlan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
+    check_factors(study, user_layers(config_file, plan.cwd), trust_study)
     for unit in study.units:  # every combination checked as a config before anything
         try:
             plan.config(unit.overrides)
@@ -509,13 +544,13 @@ def run_study(
     start = current_tick(study.world)
     ledger = Ledger(budget_usd, budget_tokens, study_spend(study, out, plan), jobs)
     arms = study.arms
-    runner = Runner(study, out, plan, ledger, executor, len(arms))
-    outcomes: dict[str, Outcome] = {}
+    runner = StudyRunner(study, out, plan, ledger, executor, len(arms))
+    outcomes: dict[str, RunOutcome] = {}
     prefix_failed: dict[str, str] = {}
     report_lock = threading.Lock()
     fork_lock = threading.Lock()  # a fork holds its source's lock: one at a time
 
-    def report(outcome: Outcome, key: str) -> None:
+    def report(outcome: RunOutcome, key: str) -> None:
         with report_lock:
             outcomes[key] = outcome
         if on_outcome is not None:
@@ -533,7 +568,7 @@ def run_study(
 
     def run_arm(arm: Arm) -> None:
         target = start + study.spec.ticks
-        base = Outcome(arm.rel, arm.unit.seed, arm.unit.overrides, "not started", 0, target)
+        base = RunOutcome(arm.rel, arm.unit.seed, arm.unit.overrides, "not started", 0, target)
         try:
             if arm.unit.name in prefix_failed:
                 base.message = prefix_failed[arm.unit.name]
@@ -567,7 +602,7 @@ def run_study(
 
 
 __all__ = [
-    "Books",
+    "StudyBooks",
     "check_folder",
     "folder_spend",
     "make_arm",

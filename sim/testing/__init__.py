@@ -1,6 +1,15 @@
 """Test doubles for code built on ``sim``: offline adapters with recorded calls, and
 loopback OpenAI-compatible, Gemini API and Anthropic Messages API servers with fault
-injection."""
+injection.
+
+Owns: test doubles shipped for users' tests: mock adapters, the stub servers and their
+model, fixtures.
+
+May import: ``sim.llm``, ``sim.offline``, ``sim.ticklog``.
+
+Next: a stub server for another wire format builds on ``sdk_stub.SDKStubServer`` (OpenAI's
+is ``stub_server``); a fixture goes in ``pytest_plugin``.
+"""
 
 from sim.testing.adapters import (
     DefaultFactory,

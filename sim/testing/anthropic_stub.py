@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from sim.testing.sdk_stub import SDKStubServer
-from sim.testing.stub_model import Answer, Ask, Json, split_messages, text_of
+from sim.testing.stub_model import Ask, Json, StubAnswer, split_messages, text_of
 from sim.testing.stub_server import FAULTS, _HTTPError
 
 #: the faults the stub performs: the OpenAI stub's but ``raw_newline`` (a tool's input is
@@ -101,7 +101,9 @@ def _spoiled(text: str) -> Json:
     return {key: data[key] for key in keys[: len(keys) // 2]}
 
 
-def message_body(mid: str, model: str, ans: Answer, tool: str | None, fault: str | None) -> Json:
+def message_body(
+    mid: str, model: str, ans: StubAnswer, tool: str | None, fault: str | None
+) -> Json:
     """A Messages API ``message`` for one answer (with its answer-level fault)."""
     content: list[Json] = []
     stop = "end_turn"

@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from sim.testing.sdk_stub import SDKStubServer
-from sim.testing.stub_model import ANSWER_FAULTS, Answer, Ask, Json, Pair, pair_turns
+from sim.testing.stub_model import ANSWER_FAULTS, Ask, Json, Pair, StubAnswer, pair_turns
 from sim.testing.stub_server import BAD_GATEWAY_BODY, FAULTS, _HTTPError
 
 GEMINI_FAULTS = (*FAULTS, "blocked")
@@ -145,7 +145,7 @@ def gemini_tools(tools: Any) -> list[Json] | None:
     return out or None
 
 
-def content_body(rid: str, model: str, ans: Answer) -> Json:
+def content_body(rid: str, model: str, ans: StubAnswer) -> Json:
     """A ``GenerateContentResponse`` for one answer (with its answer-level fault)."""
     usage: Json = {
         "promptTokenCount": ans.input_tokens,

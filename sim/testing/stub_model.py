@@ -75,7 +75,7 @@ def split_messages(messages: Sequence[Any]) -> tuple[str, list[Pair], str]:
 
 
 @dataclass(slots=True)
-class Answer:
+class StubAnswer:
     """What the model produced for one request."""
 
     text: str
@@ -135,7 +135,7 @@ def wrong_ids(data: Any) -> Any:
     return out
 
 
-def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
+def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> StubAnswer:
     """Generate the answer to one request, with an answer-level fault applied if any."""
     digest = hashlib.blake2b(digest_size=16)
     for part in (
@@ -182,7 +182,7 @@ def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
         + estimate_tokens(ask.input_text)
         + sum(estimate_tokens(a) + estimate_tokens(b) for a, b in ask.history)
     )
-    return Answer(
+    return StubAnswer(
         text=text,
         call=call,
         input_tokens=prompt,
@@ -192,7 +192,7 @@ def answer(ask: Ask, *, seed: int, cached_prefix: bool) -> Answer:
     )
 
 
-def response_body(rid: str, model: str, request: Json, ans: Answer, store: bool) -> Json:
+def response_body(rid: str, model: str, request: Json, ans: StubAnswer, store: bool) -> Json:
     """A Responses API ``response`` object."""
     output: list[Json] = []
     if ans.call is not None:
@@ -251,7 +251,7 @@ def response_body(rid: str, model: str, request: Json, ans: Answer, store: bool)
     }
 
 
-def chat_body(cid: str, model: str, ans: Answer) -> Json:
+def chat_body(cid: str, model: str, ans: StubAnswer) -> Json:
     """A chat-completions ``chat.completion`` object."""
     message: Json = {"role": "assistant", "content": ans.text or None, "refusal": None}
     finish = "stop"

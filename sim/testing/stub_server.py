@@ -41,7 +41,8 @@ writes them; ``stub_model.wrong_ids``).
 
 A generation request carrying an ``Idempotency-Key`` it has already answered gets the same
 answer back without being generated or billed again (``replayed`` in the stats), as a
-provider with idempotent requests would do.
+provider with idempotent requests would do: as one JSON body, even to a request that asked
+for a stream (a client must read the reply's ``Content-Type``).
 
 Built on asyncio streams with HTTP/1.1 keep-alive, so one process serves hundreds of
 concurrent connections.
@@ -68,10 +69,10 @@ from sim.testing.batch_routes import PREFIXES as BATCH_PREFIXES
 from sim.testing.batch_routes import BatchRoutes
 from sim.testing.stub_model import (
     ANSWER_FAULTS,
-    Answer,
     Ask,
     Json,
     Pair,
+    StubAnswer,
     answer,
     chat_body,
     chat_chunks,
@@ -114,7 +115,7 @@ _REASONS = {
     502: "Bad Gateway",
 }
 _GENERATION = ("/v1/responses", "/v1/chat/completions")
-#: where servers report their capacity (``sim.llm.capacity``): answered by
+#: where servers report their capacity (``sim.providers._capacity``): answered by
 #: ``capacity_report``, counted as ``probes``, not as billable ``requests``
 CAPACITY_PATHS = ("/props", "/slots", "/openapi.json")
 #: llama-cpp-python 0.3's answer to ``response_format: {"type": "json_schema"}`` (its
@@ -719,7 +720,7 @@ class StubServer:
             raise _HTTPError(status, error_body(message, type_, code, param), headers)
         return fault if fault in ANSWER_FAULTS else None
 
-    def _answer(self, ask: Ask) -> Answer:
+    def _answer(self, ask: Ask) -> StubAnswer:
         """The stub model's answer (an instructions prefix seen before is cached), counted."""
         prefix = (ask.model, ask.instructions)
         cached = prefix in self._prefixes

@@ -161,6 +161,12 @@ class AttemptRecord(_Model):
     #: the server URL the attempt went to (absent: no network, or a log from before)
     endpoint: str | None = None
 
+    @property
+    def target(self) -> str:
+        """Where it ran, as ``sim usage --by model`` and ``calls.csv`` name it:
+        ``provider/model`` (a log older than the provider field: the model alone)."""
+        return f"{self.provider}/{self.model}" if self.provider else self.model
+
 
 class ModelErrorRecord(_Model):
     """One model's error in a failed fallback chain (``LLMError.model_errors``)."""
@@ -275,6 +281,8 @@ class PhaseReportRecord(_Model):
     model_fallbacks: dict[str, str] = Field(default_factory=dict)
     #: attempts that timed out on the client (the server may have billed them)
     timed_out: int = 0
+    #: what the phase left undone (``PhaseReport.gaps``); absent when nothing was
+    gaps: list[str] = Field(default_factory=list)
 
 
 class PhaseRecord(_Record):

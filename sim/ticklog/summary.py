@@ -60,11 +60,11 @@ SUMMARY_FORMAT = 1
 logger = logging.getLogger(__name__)
 
 
-class _Model(BaseModel):
+class _SummaryModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
-class TickSummary(_Model):
+class TickSummary(_SummaryModel):
     """One tick in numbers (the first line of its summary file)."""
 
     type: Literal["summary"] = "summary"
@@ -112,7 +112,7 @@ EMBEDDING_COLUMNS = (
 )
 
 
-class UsageGroups(_Model):
+class UsageGroups(_SummaryModel):
     """What a tick's call records used, per (phase, entity key, model): the second line.
 
     Column by column, one entry per row in each list, all flat lists of integers (and the
@@ -192,7 +192,7 @@ class UsageGroups(_Model):
         return self
 
 
-class Places(_Model):
+class Places(_SummaryModel):
     """Where each character was at the start of a tick (the third line, optional).
 
     ``characters`` are ids, sorted; ``at`` holds, per character, an index into
@@ -398,7 +398,7 @@ def summarize(log: TickLog, places: bool = False) -> Summary:
 _QUIET = frozenset({"embedding_requests", "embedding_tokens", *EMBEDDING_COLUMNS})
 
 
-def _dumped(part: _Model) -> dict[str, Any]:
+def _dumped(part: _SummaryModel) -> dict[str, Any]:
     data = part.model_dump(mode="json")
     fields = type(part).model_fields
     for name in _QUIET.intersection(data):
@@ -410,7 +410,7 @@ def _dumped(part: _Model) -> dict[str, Any]:
 def dump_summary(summary: Summary) -> bytes:
     """A summary file's bytes: its two or three lines, compressed (the same summary always
     gives the same bytes)."""
-    parts: list[_Model] = [summary.head, summary.groups]
+    parts: list[_SummaryModel] = [summary.head, summary.groups]
     if summary.places is not None:
         parts.append(summary.places)
     lines = b"".join(orjson.dumps(_dumped(part)) + b"\n" for part in parts)
@@ -429,7 +429,7 @@ def _lines(path: Path, count: int) -> list[bytes]:
         raise LogError(f"{path}: damaged tick summary ({exc})") from None
 
 
-def _parse(path: Path, line: bytes, model: type[_Model], number: int) -> Any:
+def _parse(path: Path, line: bytes, model: type[_SummaryModel], number: int) -> Any:
     try:
         return model.model_validate_json(line)
     except ValidationError as exc:

@@ -276,3 +276,20 @@ def test_batch_needs_a_provider_with_a_batch_api(demo_world: Path) -> None:
     assert result.exit_code == 2
     assert "llm.batch" in result.output and "offline" in result.output
     assert not (demo_world / ".sim" / "log").exists()
+
+
+def test_the_batch_api_goes_on_the_adapters_own_connections(
+    base: Path, tmp_path: Path, server: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files, batches and their polls go through the adapter's aiohttp routes, as its
+    calls do: no SDK client is made (the SDK is for a client a user hands in)."""
+    import openai
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an SDK client was made")
+
+    monkeypatch.setattr(openai, "AsyncOpenAI", refused)
+    world = scratch(base, tmp_path, "batched")
+    run(world, server, "--batch")
+    assert_paid_once(server)
+    assert batches_of(world), "no batch was recorded"

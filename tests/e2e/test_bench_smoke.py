@@ -93,13 +93,15 @@ def test_workers_scenario_reports_its_figures() -> None:
 
 
 def test_mind_scenario_reports_its_figures() -> None:
-    from bench.mind import retrieval_cpu, token_cost
+    from bench.mind import cache_memory, retrieval_cpu, token_cost
 
     cpu = retrieval_cpu(cells=60, characters=3)
     assert cpu["lexical"]["next_ms"] > 0 and cpu["embeddings"]["next_ms"] > 0
     cost = token_cost(characters=10, ticks=2)
     assert cost["window"]["input_tokens_per_character_tick"] > 0
     assert cost["retrieve"]["input_tokens_per_character_tick"] > 0
+    cache = cache_memory(0.2, dimensions=64)
+    assert cache["vectors"] > 0 and cache["peak_mib"] >= cache["loaded_mib"] > 0
 
 
 def test_a_partial_run_drops_the_notes_of_runs_whose_figures_it_replaces() -> None:

@@ -138,7 +138,7 @@ def test_a_crash_mid_conversation_resumes_without_paying_twice(tmp_path: Path) -
 
 def test_the_cost_estimate_counts_the_mind_phases(tmp_path: Path) -> None:
     from sim.phases import resolve_phases
-    from sim.policy.plan import plan_tick
+    from sim.policy.forecast import plan_tick
 
     world = demo(tmp_path, "max_turns = 3\nmax_conversations_per_tick = 2")
     order = ORDER.replace('"memory"]', '"reflection", "memory"]')

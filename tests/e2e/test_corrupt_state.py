@@ -292,8 +292,8 @@ def test_a_full_disk_is_one_line_nothing_torn_and_the_tick_resumes(
     """ENOSPC injected at the journal's rename (before the commit point) or at the files'
     in-place writes (after it). As root, a read-only folder cannot be simulated with chmod;
     this injects the error at the write points instead."""
-    import sim.journal
     import sim.safefs
+    import sim.storage.journal
 
     _module, name = where.split(".")
     real = getattr(os, name)
@@ -304,14 +304,14 @@ def test_a_full_disk_is_one_line_nothing_torn_and_the_tick_resumes(
         raise OSError(errno.ENOSPC, "No space left on device", str(world))
 
     before = tree(world)
-    monkeypatch.setattr(sim.journal.os, name, full) if where == "os.replace" else None
+    monkeypatch.setattr(sim.storage.journal.os, name, full) if where == "os.replace" else None
     monkeypatch.setattr(sim.safefs.os, name, full) if where == "os.pwrite" else None
     result = invoke("tick", "--world", str(world))
     clean_exit(result, 1)
     assert calls["n"] >= 1
     lines = [line for line in result.output.splitlines() if line.startswith("failed:")]
     assert len(lines) == 1 and "the disk is full" in lines[0], result.output
-    monkeypatch.setattr(sim.journal.os, name, real)
+    monkeypatch.setattr(sim.storage.journal.os, name, real)
     monkeypatch.setattr(sim.safefs.os, name, real)
     after_fail = Storage(world).load()
     assert after_fail.tick in (0, 1)  # tick 0, or tick 1 read through the committed journal

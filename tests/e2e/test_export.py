@@ -187,7 +187,8 @@ def test_cost_is_empty_when_the_model_has_no_price(
     assert invoke("export", "--world", str(demo_world), "--out", str(out)).exit_code == 0
     _, rows = read_csv(out / "calls.csv")
     assert rows and all(r["cost_usd"] == "" and int(r["input_tokens"]) > 0 for r in rows)
-    assert {r["model"] for r in rows} == {"unpriced-model"}
+    # where it ran, as `sim usage --by model` names it
+    assert {r["model"] for r in rows} == {"chat/unpriced-model"}
 
 
 def test_jsonl_keeps_lists_and_a_tick_window(world: Path, tmp_path: Path) -> None:

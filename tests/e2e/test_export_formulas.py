@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import copy_demo
 
+from sim.analysis.export import FORMULA_STARTS
 from sim.cli import main
 
 HOSTILE = {
@@ -85,3 +86,29 @@ def test_csv_raw_with_another_format_is_refused(world: Path, tmp_path: Path) -> 
     assert done.exit_code == 2
     assert "--csv-raw" in done.output and "csv only" in done.output
     assert not out.exists()
+
+
+def test_a_header_cell_named_by_the_world_is_neutralised(tmp_path: Path) -> None:
+    """A relationship's attribute becomes an ``edges.csv`` column: its name is the world's
+    text, so the header row gets the guard the rows get."""
+    world = copy_demo(tmp_path / "w")
+    path = world / "characters" / "ada.json"
+    data = orjson.loads(path.read_bytes())
+    data["relationships"] = {
+        "bram": {"kind": "friend", "trust": 0.5, HOSTILE["link"]: "x", "since": 3}
+    }
+    path.write_bytes(orjson.dumps(data))
+    done = invoke("tick", "--world", str(world), "--ticks", "1")
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "t"
+    done = invoke("export", "--world", str(world), "--out", str(out))
+    assert done.exit_code == 0, done.output
+    with (out / "edges.csv").open(newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    assert "'" + HOSTILE["link"] in header and "since" in header
+    assert not [cell for cell in header if cell.startswith(FORMULA_STARTS)], header
+    raw = tmp_path / "raw"
+    done = invoke("export", "--world", str(world), "--out", str(raw), "--csv-raw")
+    assert done.exit_code == 0, done.output
+    with (raw / "edges.csv").open(newline="", encoding="utf-8") as handle:
+        assert HOSTILE["link"] in next(csv.reader(handle))

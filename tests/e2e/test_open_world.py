@@ -4,13 +4,12 @@ phases and verbs it declares (issue 12)."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import HARVEST
+from conftest import HARVEST, install_distribution
 
 from sim import sections
 from sim.cli import main
@@ -290,13 +289,9 @@ def install_plugin(
     code: str = PLUGIN,
 ) -> None:
     """A tiny installed distribution offering ``census`` in the ``sim.phases`` group."""
-    (folder / f"{module}.py").write_text(code)
-    info = folder / f"{module}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[sim.phases]\ncensus = {module}:CensusPhase\n")
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.delitem(sys.modules, module, raising=False)
+    install_distribution(
+        folder, monkeypatch, module, code, "sim.phases", f"census = {module}:CensusPhase"
+    )
 
 
 def test_a_python_phase_from_an_entry_point_runs(
@@ -691,7 +686,7 @@ def test_the_python_phase_in_docs_phases_md_runs(
     import re
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "phases.md").read_text()
-    code = re.search(r"```python\n(.*?)```", doc, re.S)
+    code = re.search(r"```python\n((?:(?!```).)*?class CensusPhase.*?)```", doc, re.S)
     assert code is not None
     (tmp_path / "site").mkdir()
     install_plugin(tmp_path / "site", monkeypatch, "simtest_doc_census", code.group(1))

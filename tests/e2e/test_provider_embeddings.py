@@ -179,6 +179,59 @@ def test_a_corrupt_cache_is_ignored_and_refetched(tmp_path: Path, stub_server: A
     assert recalled(world, 3) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
 
 
+def test_a_tampered_dimensions_is_named_and_the_cache_rebuilt_once(
+    tmp_path: Path, stub_server: Any
+) -> None:
+    """The right model, a wrong ``dimensions`` in the header: every entry is then of
+    another length. It used to fail every tick, paying the embeddings request again each
+    time, with an error naming no file: the file is named with the field and what the
+    model sends, its vectors are dropped, and the cache is rebuilt once."""
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10)
+    assert tick(world, "chat", stub_server.base_url).exit_code == 0
+    (cache,) = (world / ".sim" / "embeddings").glob("*.jsonl")
+    head, _, rest = cache.read_bytes().partition(b"\n")
+    assert orjson.loads(head) == {"model": MODEL, "dimensions": 3}
+    cache.write_bytes(orjson.dumps({"model": MODEL, "dimensions": 7}) + b"\n" + rest)
+    check = run("check", "--world", str(world))  # it says so before any tick
+    assert check.exit_code == 0, check.output
+    assert f"warning: {cache}: " in check.output and "'dimensions' 7" in check.output
+    before = len(sent_texts(stub_server))
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert f"{cache}: field 'dimensions' is 7, but model {MODEL!r} sends vectors of 3" in (
+        result.output
+    )
+    assert ZEBRA in sent_texts(stub_server)[before:]  # fetched again, this once
+    assert orjson.loads(cache.read_bytes().partition(b"\n")[0])["dimensions"] == 3
+    assert recalled(world, 2) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]
+    # rebuilt: the next tick sends only its new texts
+    before = len(sent_texts(stub_server))
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 0, result.output
+    assert "dimensions" not in result.output
+    assert ZEBRA not in sent_texts(stub_server)[before:]
+
+
+def test_a_folder_in_the_caches_place_is_named_before_anything_is_paid(
+    tmp_path: Path, stub_server: Any
+) -> None:
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10)
+    assert tick(world, "chat", stub_server.base_url).exit_code == 0
+    (cache,) = (world / ".sim" / "embeddings").glob("*.jsonl")
+    cache.unlink()
+    cache.mkdir()
+    requests = stub_server.stats.by_route["POST /v1/embeddings"]
+    check = run("check", "--world", str(world))
+    assert check.exit_code == 2 and f"{cache}: is a folder" in check.output
+    result = tick(world, "chat", stub_server.base_url)
+    assert result.exit_code == 2, result.output
+    assert f"{cache}: is a folder; expected the {MODEL!r} embeddings cache file" in (result.output)
+    assert ".tmp" not in result.output and "Traceback" not in result.output
+    assert stub_server.stats.by_route["POST /v1/embeddings"] == requests  # nothing paid
+
+
 def test_a_bad_embeddings_answer_stops_the_tick_with_nothing_written(
     tmp_path: Path, stub_server: Any
 ) -> None:

@@ -28,10 +28,10 @@ from sim.config import load_config
 from sim.engine.runner import Runner
 from sim.engine.stack import Stack
 from sim.errors import TickInterrupted
-from sim.journal import JOURNAL
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.storage import Storage
+from sim.storage.journal import JOURNAL
 from sim.testing import CountingAdapter, call_digest, read_counts, read_in_flight
 from sim.ticklog.format import log_path, marker_rel
 from sim.ticklog.reader import TickLog, read_log

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -22,13 +23,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import copy_demo, hold_the_commit
+from conftest import copy_demo, hold_the_commit, tree
 
 from sim.cli import main
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.journal import JOURNAL
 from sim.storage import Storage
+from sim.storage.journal import JOURNAL
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import log_path, marker_rel
 from sim.ticklog.reader import read_log
@@ -291,3 +292,56 @@ def test_a_tick_stopped_by_its_budget_resumes_without_paying_twice(
     final = read_log(log_path(world, BASE_TICK + 1))
     assert final.committed and not any(c.failed for c in final.calls.values())
     assert server.stats.generations - answered == len(final.calls) - logged
+
+
+#: the kill -9 trials of a streamed tick: after this many answers generated
+STREAM_KILLS = (4, 12, 20)
+#: what differs between two runs against the stub whatever the engine does: the ids it
+#: makes up (random, as a provider's) and its prompt cache's hits (which call of a
+#: concurrent batch came first)
+_SERVER_MADE = re.compile(
+    rb'(chatcmpl|resp)[-_][0-9a-f]{32}|\n *"total_cached_input_tokens": \d+|,(?=\n)'
+)
+
+
+def story(world: Path) -> dict[str, bytes]:
+    """Every file of ``world`` (but its tick logs) without what the server made up."""
+    return {rel: _SERVER_MADE.sub(b"", data) for rel, data in tree(world).items()}
+
+
+def test_sigkill_of_a_streamed_tick_resumes_to_the_uninterrupted_world(
+    base: Path, tmp_path: Path
+) -> None:
+    """``stream = true``: a call whose answer was streaming at the kill is sent again on
+    resume with its idempotency key, and the server replays the cached answer as one JSON
+    body. Read whole (its ``Content-Type``), it commits the world an uninterrupted tick
+    commits, each call paid once (every resume used to fail on an empty "stream")."""
+    options = StubOptions(latency=0.005, stream_chunk_delay=0.004, seed=3)
+    with ServerThread(StubServer(options)) as server:
+        reference = tmp_path / "reference"
+        shutil.copytree(base, reference)
+        (reference / "config.toml").write_text(CONFIG + "stream = true\n")
+        resume(reference, server)
+        total = server.stats.generations
+        assert total >= 25 and all(body.get("stream") is True for body in server.log)
+        replayed = 0
+        for i, goal in enumerate(STREAM_KILLS):
+            world = tmp_path / f"s{i}"
+            shutil.copytree(base, world)
+            (world / "config.toml").write_text(CONFIG + "stream = true\n")
+            server.reset()
+            child = spawn(tick_args(world, server))
+            # an answer is being streamed (its events are ``stream_chunk_delay`` apart)
+            assert wait_for(lambda: server.stats.generations >= goal)  # noqa: B023
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            assert wait_for(lambda: server.stats.in_flight == 0)
+            storage = Storage(world)
+            with storage.lock():
+                storage.recover()
+            assert storage.load().tick == BASE_TICK, f"trial {i}"
+            resume(world, server)
+            assert story(world) == story(reference), f"trial {i}: a different world"
+            assert server.stats.generations == total, f"trial {i}: paid twice"
+            replayed += server.stats.replayed
+        assert replayed > 0  # some calls were streaming at the kill and came back whole

@@ -185,3 +185,71 @@ def test_a_world_whose_character_is_a_link_is_not_forked_or_exported(
     assert not exported.exists() or "outside" not in "".join(
         p.read_text() for p in exported.rglob("*") if p.is_file()
     )
+
+
+def _link_away(folder: Path, elsewhere: Path, keep: bool) -> None:
+    """Replace ``folder`` with a link to ``elsewhere`` (holding its files, with ``keep``;
+    else an empty folder)."""
+    if keep:
+        folder.rename(elsewhere)
+    else:
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
+        elsewhere.mkdir()
+    folder.symlink_to(elsewhere, target_is_directory=True)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("rel", "keep"),
+    [("control", False), ("_shared", False), ("control", True), ("announce/seed-1", True)],
+)
+def test_a_link_in_a_study_folder_is_refused_by_name(here: Path, rel: str, keep: bool) -> None:
+    """issue 35 item 2: a linked condition, prefix or run folder in --out would put a whole
+    run outside it; refused, naming the link, before anything is written."""
+    (here / "study.toml").write_text(STUDY)
+    ok(sim(here, "study", "run", "study.toml", "--out", "out"))
+    elsewhere = here / "elsewhere"
+    _link_away(here / "out" / rel, elsewhere, keep)
+    before = _files(elsewhere)
+    result = sim(here, "study", "run", "study.toml", "--out", "out")
+    refused(result, str(Path("out") / rel), "is a symlink", "nothing was written")
+    assert result.returncode == 2
+    assert _files(elsewhere) == before  # nothing made or changed there
+
+
+def test_a_study_export_does_not_read_through_a_linked_condition(here: Path) -> None:
+    (here / "study.toml").write_text(STUDY)
+    ok(sim(here, "study", "run", "study.toml", "--out", "out"))
+    _link_away(here / "out" / "control", here / "elsewhere", keep=True)
+    result = sim(here, "export", "--study", "out", "--out", "tables")
+    refused(result, str(Path("out") / "control"), "is a symlink")
+    assert result.returncode == 2 and not (here / "tables").exists()
+    refused(sim(here, "study", "report", "out"), str(Path("out") / "control"), "is a symlink")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_linked_run_folder_of_a_sweep_is_refused_by_name(here: Path, keep: bool) -> None:
+    """Refused before as "not a sweep run" (or, holding a run, continued in place): now
+    refused naming the link, the run left as it was."""
+    run = swept(here)
+    elsewhere = here / "elsewhere"
+    _link_away(run, elsewhere, keep)
+    before = _files(elsewhere)
+    result = sim(here, "sweep", "--world", "w", "--seeds", "1", "--ticks", "2", "--out", "out")
+    refused(result, str(Path("out") / "seed-1"), "is a symlink", "nothing was written")
+    assert result.returncode == 2 and _files(elsewhere) == before
+
+
+def test_a_link_at_a_study_records_scratch_name_is_not_written_through(here: Path) -> None:
+    (here / "study.toml").write_text(STUDY)
+    ok(sim(here, "study", "run", "study.toml", "--out", "out"))
+    outside = here / "outside.txt"
+    for name in (".study.json.tmp", ".study.toml.tmp"):
+        (here / "out" / name).symlink_to(outside)
+    ok(sim(here, "study", "run", "study.toml", "--out", "out"))
+    assert outside.read_text() == "outside\n"
+    assert (here / "out" / "study.toml").read_text() == STUDY
+    assert not (here / "out" / ".study.json.tmp").exists()

@@ -1,7 +1,7 @@
 """A tick imports only what it uses: an offline tick, and an openai or chat tick, streamed
-or not, never load the OpenAI SDK (~0.4 s of CPU at start-up); only the Batch API and
-deleting stored responses do. Each tick runs in a fresh Python against the stub server on
-127.0.0.1, and reports what it loaded (``sys.modules``)."""
+or not, with the Batch API or not, never load the OpenAI SDK (~0.4 s of CPU at start-up):
+the SDK is only for a client a user hands in. Each tick runs in a fresh Python against
+the stub server on 127.0.0.1, and reports what it loaded (``sys.modules``)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,19 @@ def test_a_streamed_tick_imports_no_sdk(demo_world: Path, stub_server: StubServe
     )
     assert result["loaded"] == []
     assert stub_server.log and all(body.get("stream") is True for body in stub_server.log)
+
+
+@pytest.mark.parametrize("provider", ["openai", "chat"])
+def test_a_batch_tick_imports_no_sdk(
+    demo_world: Path, stub_server: StubServer, provider: str
+) -> None:
+    """The Batch API's files, batches and polls go on the adapter's own routes."""
+    (demo_world / "config.toml").write_text("[llm]\nbatch_poll_seconds = 0.05\n")
+    result = tick_in_a_fresh_python(
+        demo_world, "--provider", provider, "--base-url", stub_server.base_url, "--batch"
+    )
+    assert result["loaded"] == []
+    assert stub_server.batches.generated  # the tick's calls did go through a batch
 
 
 def test_the_check_sees_a_loaded_sdk(demo_world: Path, stub_server: StubServer) -> None:

@@ -44,6 +44,10 @@ def test_partial_string_reads_a_field_as_it_arrives() -> None:
     assert partial_string('{"narrative":"a\\nb \\"c\\', "narrative") == 'a\nb "c'
     assert partial_string('{"narrative":"caf\\u00e9", "x": 1}', "narrative") == "café"
     assert partial_string('{"narrative":"caf\\u00', "narrative") == "caf"
+    assert partial_string("", "narrative") is None
+    assert partial_string("not json", "narrative") is None
+    assert partial_string('{"narrative": 5', "narrative") is None
+    assert partial_string('{"other": "x", "narrative": "y', "narrative") == "y"
 
 
 def test_tick_stream_shows_each_narrative_then_the_summary(demo_world: Path) -> None:

@@ -20,9 +20,9 @@ from sim.analysis.sweepreport import Distribution, RunRow, SweepReport, report_h
 from sim.cli import main
 from sim.config import load_config
 from sim.errors import InputError, LogError
+from sim.runs.design import make_plan, parse_seeds, parse_setting, run_name
 from sim.runs.fork import RUN_FILE, config_toml
 from sim.runs.ledger import spend
-from sim.runs.plan import make_plan, parse_seeds, parse_setting, run_name
 from sim.storage import Storage, dump_json
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import log_path

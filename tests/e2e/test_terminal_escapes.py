@@ -18,9 +18,20 @@ from conftest import copy_demo
 
 from sim.cli.common import echo_json, printable
 
-HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\r\x9b31m\x7f"
-#: bytes a terminal acts on: ESC, BEL, CR, DEL, CSI (C1, in UTF-8 and raw)
-ACTIVE = (b"\x1b", b"\x07", b"\r", b"\x7f", "\x9b".encode(), b"\x9b")
+#: the bidirectional controls: invisible, they reorder what follows them on the line
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\r\x9b31m\x7f" + "\u202etxt.exe" + BIDI
+#: bytes a terminal acts on: ESC, BEL, CR, DEL, CSI (C1, in UTF-8 and raw), and the
+#: bidirectional controls (U+202E shows "exe.txt" reversed, in UTF-8)
+ACTIVE = (
+    b"\x1b",
+    b"\x07",
+    b"\r",
+    b"\x7f",
+    "\x9b".encode(),
+    b"\x9b",
+    *(control.encode() for control in BIDI),
+)
 
 
 def rename(path: Path, suffix: str) -> None:
@@ -68,6 +79,7 @@ def test_no_command_sends_a_control_character_to_the_terminal(hostile_world: Pat
     # the names were printed (shown, not sent): the checks above could fail
     assert b"\\x1b]0;PWNED\\x07" in runs["tick"].stdout
     assert b"\\x1b]0;PWNED\\x07" in runs["log"].stdout
+    assert b"\\u202etxt.exe\\u202a" in runs["tick"].stdout
     assert b"PWNED" in runs["ask"].stdout
 
 
@@ -76,15 +88,20 @@ def test_json_output_keeps_the_value_and_escapes_what_json_may_hold_raw(
 ) -> None:
     done = sim("check", "--world", str(hostile_world), "--json")
     assert b"\x1b" not in done.stdout and "\x9b".encode() not in done.stdout
+    assert not [control for control in BIDI if control.encode() in done.stdout]
     echo_json(orjson.dumps({"name": HOSTILE}).decode())
     printed = capsys.readouterr().out
     assert "\x9b" not in printed and "\x7f" not in printed
+    assert not set(BIDI) & set(printed)
     assert json.loads(printed) == {"name": HOSTILE}  # the same value, losslessly
 
 
 def test_printable_keeps_text_line_breaks_and_tabs() -> None:
     assert printable("Zoë said:\n\t“hello”") == "Zoë said:\n\t“hello”"
     assert printable("a\x1b[2Jb\x07\x9b\x00") == "a\\x1b[2Jb\\x07\\x9b\\x00"
+    assert printable("Ada\u202etxt.exe\u2066") == "Ada\\u202etxt.exe\\u2066"
+    # a joiner is no reordering control: emoji and scripts that need it are shown
+    assert printable("👩\u200d🌾 Zoë") == "👩\u200d🌾 Zoë"
 
 
 def test_every_command_prints_through_echo() -> None:

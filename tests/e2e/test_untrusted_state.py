@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import copy_demo, tree
 
-import sim.storage as storage_module
+import sim.storage.store as storage_module
 from sim import safefs
 from sim.cli import main
 from sim.engine.rewind import rewind

@@ -97,6 +97,34 @@ def calls(world: Path, tick: int) -> list[dict[str, Any]]:
     return [record_data(r) for r in log.written_records() if isinstance(r, CallRecord)]
 
 
+def cast_and_places(world: Path) -> set[str]:
+    """Every character's and location's id and name, case and spacing folded: what no
+    added object may be called."""
+    names = set()
+    for folder in ("characters", "locations"):
+        for path in (world / folder).glob("*.json"):
+            identity = json.loads(path.read_text(encoding="utf-8"))["identity"]
+            names.update({identity["id"], identity["name"]})
+    return {" ".join(n.split()).casefold() for n in names}
+
+
+def added_things(before: Snapshot, after: Snapshot) -> list[str]:
+    """What a tick added to a place's objects or a character's inventory."""
+    added = [
+        o
+        for lid, (_, objects) in after.locations.items()
+        for o in objects
+        if o not in before.locations[lid][1]
+    ]
+    added += [
+        o
+        for cid, (_, inventory) in after.characters.items()
+        for o in inventory
+        if o not in before.characters[cid][1]
+    ]
+    return added
+
+
 def summary_row(output: str, phase: str) -> list[int]:
     line = next(row for row in output.splitlines() if row.startswith(f"{phase} "))
     return [int(n) for n in line.split()[1:6]]
@@ -126,6 +154,8 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
     result = sim("tick", "--world", str(world), "--trust-world-config")
     assert result.exit_code == 0, result.output
     assert Storage(world).load().tick == 2  # both committed
+    snapshots.append(Snapshot.read(world))
+    outputs = (first_output, result.output)
     # This 270M model sometimes runs a grammar-constrained answer to its token cap
     # (incomplete), or names an id that is valid for another action. Such an answer is a
     # content failure: re-asked (a wrong id, with the valid ones fed back), then it falls
@@ -171,6 +201,25 @@ def test_two_full_ticks_of_the_demo_world_commit_only_valid_references(
         used = applied(calls(world, tick), snapshots[tick - 1])
         assert used.invalid == [], f"tick {tick}: {used.valid}/{used.total} valid"
     assert world_problems(Snapshot.read(world)) == []
+    # no added object is named after a place or a character, by id or by name, in any
+    # case (issue 35: the game master added "Bram Hollis" and "Corin Penhallow" to The
+    # Drowned Bell, and both ticks committed them)
+    names = cast_and_places(world)
+    for tick in (1, 2):
+        added = added_things(snapshots[tick - 1], snapshots[tick])
+        named = [o for o in added if " ".join(o.split()).casefold() in names]
+        assert named == [], f"tick {tick} added {named}"
+    # every character present got an outcome, or the tick's summary names them (issue 35:
+    # Ada and Pell at Herring Quay got none in either tick, and nothing said so)
+    for tick, output in zip((1, 2), outputs, strict=True):
+        resolved = read_log(log_path(world, tick)).phase_results("resolution")
+        for location in snapshots[tick - 1].locations:
+            answer = resolved.get(location) or {"outcomes": []}
+            given = {o["character_id"] for o in answer["outcomes"]}
+            missing = sorted(snapshots[tick - 1].present(location) - given)
+            if missing:
+                gap = f"no outcome: {location}: {', '.join(missing)} ("
+                assert gap in output, (tick, location, missing, output)
     replayed = sim("replay", "--world", str(world), "--tick", "1")
     assert replayed.exit_code == 0, replayed.output
     assert "tick 1: identical" in replayed.output

@@ -103,7 +103,7 @@ async def test_server_mode_chains_and_deletes(stub_server: StubServer) -> None:
     assert second.usage.input_tokens > first.usage.input_tokens
     await adapter.delete_response(first.response_id)
     with pytest.raises(openai.NotFoundError):
-        await adapter.client.responses.retrieve(first.response_id)
+        await adapter.connections.client(0).responses.retrieve(first.response_id)
     with pytest.raises(LLMChainNotFoundError):
         await adapter.execute(
             ModelRequest(
@@ -205,8 +205,9 @@ def test_missing_key_names_the_variable_never_a_value(monkeypatch: pytest.Monkey
     assert "SIM_TEST_KEY" in str(info.value)
     monkeypatch.setenv("SIM_TEST_KEY", "secret-value")
     adapter = create_adapter("openai", api_key_env="SIM_TEST_KEY")
-    assert adapter.client.max_retries == 0  # type: ignore[attr-defined]
-    assert adapter.client.timeout.connect is not None  # type: ignore[attr-defined]
+    route = adapter.connections.routes[0]  # type: ignore[attr-defined]
+    assert route is not None and route.connect_timeout is not None  # aiohttp, no SDK
+    assert "secret-value" not in repr(vars(adapter))
 
 
 @pytest.mark.parametrize("kind", ["openai", "chat"])

@@ -4,9 +4,12 @@ that read the prompt on stdin and answer on stdout, exit non-zero, hang, or floo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -336,3 +339,111 @@ async def test_a_model_name_cannot_add_an_option(tmp_path: Path, model: str) -> 
         await adapter.execute(request(CallSettings(model=model)))
     fixed = CLIAdapter(script(tmp_path, "model", ANSWERING))  # no {model}: any name is a label
     assert fixed.argv("--label") == list(fixed.command) and len(fixed.argv(model)) == 2
+
+
+# -- the command's life: it dies with sim; its answer is what it wrote when it exited ------
+
+
+def gone(pid: int, seconds: float = 10.0) -> bool:
+    """Whether ``pid`` ends within ``seconds`` (a zombie, killed and not yet reaped by
+    whoever adopted it, counts as ended)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                return True
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_sim_tick_kills_its_cli_command(demo_world: Path, tmp_path: Path) -> None:
+    """A command orphaned by ``kill -9`` of ``sim tick`` would finish and be paid for, its
+    answer lost (the resumed tick sends it again): it dies with sim instead, and so does
+    what it started."""
+    pids = tmp_path / "pids"
+    finished = tmp_path / "finished"
+    body = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"with open({str(pids)!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()} {child.pid}\\n')\n"
+        "time.sleep(60)\n"
+        f"open({str(finished)!r}, 'a').write('paid for\\n')\n"
+    )
+    command = json.dumps(script(tmp_path, "slow", body))
+    user = tmp_path / "user.toml"
+    user.write_text(f'[llm]\nprovider = "cli"\ncommand = {command}\n')
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "sim", "tick", "--world", str(demo_world), "--config", str(user)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists() or not pids.read_text().endswith("\n"):
+            assert sim.poll() is None and time.monotonic() < deadline, "no command started"
+            time.sleep(0.05)
+        started = [int(p) for p in pids.read_text().split()]
+    finally:
+        sim.kill()  # kill -9
+        sim.wait()
+    try:
+        for pid in started:  # the commands and their children, each
+            assert gone(pid), f"process {pid} outlived sim"
+        assert not finished.exists()
+    finally:  # (any other call the tick had started: as many more)
+        for pid in {*started, *(int(p) for p in pids.read_text().split())}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+CALL_IN_A_PROCESS = """
+import asyncio, sys
+from pydantic import BaseModel
+from sim.llm.types import CallSettings, ModelRequest
+from sim.providers.cli import CLIAdapter
+
+class Note(BaseModel):
+    text: str
+    mood: str
+
+request = ModelRequest("x", "y", Note, settings=CallSettings(timeout_seconds=8))
+answer = asyncio.run(CLIAdapter(sys.argv[1:]).execute(request))
+print("answered:", answer.parsed.text)
+"""
+
+
+@pytest.mark.parametrize("session", ["its group", "a session of its own"])
+def test_a_child_holding_stdout_open_does_not_hold_the_answer(tmp_path: Path, session: str) -> None:
+    """The command wrote its answer and exited; a child it left running holds stdout
+    open. The answer is what it wrote by its exit (it was lost to the timeout), and the
+    call's process prints no "Event loop is closed" traceback at exit."""
+    pid_file = tmp_path / "child.pid"
+    body = (
+        "import subprocess, sys\n"
+        "sys.stdin.read()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        f"start_new_session={session != 'its group'})\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        'print(\'{"text": "kept", "mood": "calm"}\', flush=True)\n'
+    )
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", CALL_IN_A_PROCESS, *script(tmp_path, "leaver", body)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == "answered: kept\n"
+        assert "Traceback" not in run.stderr and "Event loop is closed" not in run.stderr
+        if session == "its group":  # what it left running in its group was stopped
+            assert gone(int(pid_file.read_text()))
+    finally:
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -18,7 +18,6 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-import sim.providers._openai_common as common
 import sim.providers.http as http
 import sim.providers.http.tls as tls
 from bench.tls import SelfSigned, self_signed
@@ -33,7 +32,13 @@ from sim.llm.errors import (
     LLMTimeoutError,
 )
 from sim.llm.types import CallSettings, ModelRequest
-from sim.providers._openai_common import Connections, build_connections, openai_target, post_json
+from sim.providers._openai_common import (
+    Connections,
+    ServerAPI,
+    build_connections,
+    openai_target,
+    post_json,
+)
 from sim.providers._openai_errors import map_openai_error, read_answer, sdk_answer
 from sim.providers.chat import ChatAdapter
 from sim.providers.http import (
@@ -104,9 +109,24 @@ def tls_stub(certificate: SelfSigned, monkeypatch: pytest.MonkeyPatch) -> Iterat
         thread.stop()
 
 
-def pool_for(url: str) -> Connections:
+def pool_for(url: str, direct: bool = True) -> Connections:
+    """The adapters' routes to ``url`` (aiohttp); ``direct=False``: the SDK's own stack on
+    a client handed in (``sdk``), the one place sim sends through the SDK."""
+    if not direct:
+        return Connections.of(sdk(url))
     return build_connections(
         base_url=url, api_key_env=KEY_ENV, timeout_seconds=5, connect_timeout_seconds=5
+    )
+
+
+def sdk(url: str, **options: Any) -> openai.AsyncOpenAI:
+    """An SDK client as a user would hand one in: retries off, verifying as sim does."""
+    return openai.AsyncOpenAI(
+        api_key="sk-test",
+        base_url=url,
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(verify=http.shared_ssl_context()),
+        **options,
     )
 
 
@@ -118,7 +138,7 @@ def test_http_and_https_base_urls_get_aiohttp_routes() -> None:
         assert isinstance(route, Route), url
         assert route.scheme == url.split(":")[0]
         assert route.proxy is None
-        assert route.size == common.POOL_SIZE
+        assert route.size == http.POOL_SIZE
 
 
 def test_a_proxy_comes_from_the_environment_unless_no_proxy_covers_the_host(
@@ -203,7 +223,7 @@ async def test_an_https_proxy_tunnel_never_carries_the_key(
 
 
 def test_every_route_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Routes and SDK clients verify with one context per process: loading the
+    """Routes verify with one context per process: loading the
     certificate store for each route (one per 16 connections) cost ~0.27 s of start-up at
     concurrency 200."""
     built: list[ssl.SSLContext] = []
@@ -228,7 +248,6 @@ def test_every_route_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(direct) == len(proxied) == 4
     assert all(isinstance(r, Route) and r.proxy is None for r in direct.routes)
     assert all(isinstance(r, Route) and r.proxy for r in proxied.routes)
-    direct.sdk_clients()  # built for the Batch API and deletions: the same context
     assert len(built) == 1
     assert http.shared_ssl_context() is built[0]
 
@@ -294,16 +313,14 @@ async def test_https_calls_reuse_tls_connections(tls_stub: StubServer) -> None:
             )
             assert all(b'"output"' in a for a in answers)
         assert tls_stub.stats.connections <= 16  # the route's pool, kept alive
-        # what the SDK itself sends (the Batch API, deletions) goes through its own
-        # stack, verifying with the same context
-        response = await pool.first.responses.create(
-            model="stub-model", input="x", instructions="Write.", text=BODY["text"]
-        )
-        assert response.output_text
+        # the rest of the API (the Batch API, stored responses) goes on the same route's
+        # connections: no SDK client, no pool of its own
+        answer = await ServerAPI(pool, tls_stub.base_url, 5).json("POST", "/responses", BODY)
+        assert answer["output"]
     finally:
         await pool.aclose()
     assert tls_stub.stats.generations == 49
-    assert tls_stub.stats.connections <= 17
+    assert tls_stub.stats.connections <= 16
 
 
 @pytest.mark.parametrize("kind", [OpenAIAdapter, ChatAdapter])
@@ -404,8 +421,7 @@ async def test_a_status_maps_the_same_on_a_route_and_on_the_sdk_path(
             ("http sdk", plain.base_url, False),
             ("https sdk", tls_stub.base_url, False),
         ):
-            monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
-            pool = pool_for(url)
+            pool = pool_for(url, direct)
             assert (pool.routes[0] is not None) == direct, label
             server = tls_stub if url.startswith("https") else plain
             if fault != "previous_response_not_found":
@@ -454,10 +470,9 @@ async def test_a_timeout_and_a_refused_connection_map_the_same_on_both_paths(
 ) -> None:
     """Same type and code on a route and on the SDK's stack; a route's message also says
     what the connection attempt met."""
-    monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
     facts = []
     for url, fault in ((stub_server.base_url, "hang"), ("http://127.0.0.1:9/v1", None)):
-        pool = pool_for(url)
+        pool = pool_for(url, direct)
         assert (pool.routes[0] is not None) == direct
         if fault:
             stub_server.enqueue(fault)
@@ -684,13 +699,16 @@ async def test_the_adapters_default_headers_and_query_go_on_either_path(
 ) -> None:
     """``default_headers``/``default_query`` given to an adapter reach the server on a
     route and on the SDK's stack alike, with the key."""
-    monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
     async with Capture() as server:
-        adapter = ChatAdapter(
-            base_url=f"http://127.0.0.1:{server.port}/v1",
-            api_key_env=KEY_ENV,
-            default_headers={"X-Team": "red"},
-            default_query={"api-version": "2024-10-21"},
+        url = f"http://127.0.0.1:{server.port}/v1"
+        defaults: Any = {
+            "default_headers": {"X-Team": "red"},
+            "default_query": {"api-version": "2024-10-21"},
+        }
+        adapter = (
+            ChatAdapter(base_url=url, api_key_env=KEY_ENV, **defaults)
+            if direct
+            else ChatAdapter(sdk(url, **defaults))
         )
         assert (adapter.connections.routes[0] is not None) == direct
         try:
@@ -712,8 +730,11 @@ async def test_an_adapter_raises_the_same_error_on_either_path(
     handed in) are caught and mapped like a route's, never passed on raw."""
     facts = []
     for direct in (True, False):
-        monkeypatch.setattr(common, "AIOHTTP_ROUTES", direct)
-        adapter = OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
+        adapter = (
+            OpenAIAdapter(base_url=stub_server.base_url, api_key_env=KEY_ENV)
+            if direct
+            else OpenAIAdapter(sdk(stub_server.base_url), api_key_env=KEY_ENV)
+        )
         assert (adapter.connections.routes[0] is not None) == direct
         stub_server.enqueue(fault)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sim.cli import main
 from sim.llm.calls import CallIdentity, idempotency_key
+from sim.llm.streaming import CallText
 from sim.llm.types import CallSettings, ModelRequest
 from sim.providers.chat import ChatAdapter
 from sim.providers.openai import OpenAIAdapter
@@ -114,3 +116,44 @@ def test_a_resumed_tick_does_not_get_the_cached_failure_again(
     assert log.committed and not any(c.failed for c in log.calls.values())
     failed = sorted(str(c.error_code) for c in log.call_records if c.failed)
     assert failed == ["configuration_error", "incomplete"]
+
+
+def adapters() -> list[tuple[str, Callable[[StubServer], OpenAIAdapter | ChatAdapter]]]:
+    def sdk(kind: type[OpenAIAdapter | ChatAdapter]) -> Callable[[StubServer], Any]:
+        return lambda server: kind(
+            openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+        )
+
+    def direct(kind: type[OpenAIAdapter | ChatAdapter]) -> Callable[[StubServer], Any]:
+        return lambda server: kind(base_url=server.base_url, api_key_env=KEY_ENV)
+
+    return [
+        (f"{path}-{kind.__name__}", make(kind))
+        for path, make in (("sdk", sdk), ("direct", direct))
+        for kind in (ChatAdapter, OpenAIAdapter)
+    ]
+
+
+@pytest.mark.parametrize(("name", "make"), adapters(), ids=[n for n, _ in adapters()])
+async def test_a_streamed_attempt_replayed_as_json_is_read_whole(
+    stub_server: StubServer,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    make: Callable[[StubServer], OpenAIAdapter | ChatAdapter],
+) -> None:
+    """A provider replays a cached answer as one JSON body, even to a request asking for
+    server-sent events (the stub does): the reply's ``Content-Type`` says so, and the body
+    is read as the whole answer, not as an empty stream cut short (``stream_cut``, every
+    resume of a killed streamed tick failed on it)."""
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    adapter = make(stub_server)
+    streamed = replace(SETTINGS, stream=True)
+    named = ModelRequest("Write a note.", "about fog", Note, settings=streamed, call=identity())
+    first = await adapter.execute(named)
+    text = CallText("intentions", "intention:ada")
+    again = await adapter.execute(replace(named, call=identity(), stream_to=text))
+    assert stub_server.stats.generations == 1 and stub_server.stats.replayed == 1
+    assert again.parsed == first.parsed and again.raw == first.raw
+    assert again.usage.output_tokens == first.usage.output_tokens > 0
+    assert text.text == first.raw  # the replayed text still reaches the stream's reader
+    await adapter.aclose()

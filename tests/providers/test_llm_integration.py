@@ -45,6 +45,8 @@ class Backend:
     adapter: OpenAIAdapter
     model: str
     stub: StubServer | None
+    #: an SDK client of the same server, to look at what it stores
+    check: openai.AsyncOpenAI
 
     def client(self, entities: list[dict[str, Any]], depth: int) -> LLMClient:
         return LLMClient(
@@ -59,17 +61,30 @@ class Backend:
 
 
 @pytest.fixture(
-    params=["stub", pytest.param("openai", marks=[pytest.mark.integration, pytest.mark.slow])]
+    params=[
+        "stub",
+        "stub-sdk",
+        pytest.param("openai", marks=[pytest.mark.integration, pytest.mark.slow]),
+    ]
 )
 def backend(request: pytest.FixtureRequest) -> Backend:
-    if request.param == "stub":
+    """The adapter on its own routes (``stub``: aiohttp, deletions included), on an SDK
+    client handed in (``stub-sdk``), or on OpenAI's API."""
+    if request.param.startswith("stub"):
         stub: StubServer = request.getfixturevalue("stub_server")
         sdk = openai.AsyncOpenAI(base_url=stub.base_url, api_key="sk-test", max_retries=0)
-        return Backend(OpenAIAdapter(sdk, store=True), "stub-model", stub)
+        check = openai.AsyncOpenAI(base_url=stub.base_url, api_key="sk-test", max_retries=0)
+        if request.param == "stub-sdk":
+            return Backend(OpenAIAdapter(sdk, store=True), "stub-model", stub, check)
+        request.getfixturevalue("monkeypatch").setenv("SIM_INTEGRATION_KEY", "sk-test")
+        adapter = OpenAIAdapter(
+            base_url=stub.base_url, api_key_env="SIM_INTEGRATION_KEY", store=True
+        )
+        return Backend(adapter, "stub-model", stub, check)
     if not os.environ.get("OPENAI_API_KEY"):
         pytest.skip("OPENAI_API_KEY not set")
     model = os.environ.get("SIM_TEST_MODEL", "gpt-4.1-nano")
-    return Backend(OpenAIAdapter(store=True), model, None)
+    return Backend(OpenAIAdapter(store=True), model, None, openai.AsyncOpenAI(max_retries=0))
 
 
 def entity(entity_id: str) -> dict[str, Any]:
@@ -89,8 +104,8 @@ async def test_sliding_window_eviction(backend: Backend) -> None:
     assert client.pending_deletions == [("intention:bob", ids[0])]
     assert await client.flush_deletions() == []
     with pytest.raises(openai.NotFoundError):
-        await backend.adapter.client.responses.retrieve(ids[0])
-    await backend.adapter.client.responses.retrieve(ids[2])  # still there
+        await backend.check.responses.retrieve(ids[0])
+    await backend.check.responses.retrieve(ids[2])  # still there
 
 
 async def test_chain_context_preserved(backend: Backend) -> None:

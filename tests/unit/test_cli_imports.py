@@ -86,6 +86,33 @@ def test_importing_the_cli_loads_no_command_and_no_config_models() -> None:
     assert "pydantic" not in loaded and "sim.config" not in loaded
 
 
+def test_sim_help_loads_every_command_but_no_pydantic_llm_layer_or_asyncio() -> None:
+    """``sim --help`` loads each command's module for its one-line help; none of them may
+    bring the LLM layer's types (pydantic) or asyncio at import (bench/RESULTS.md,
+    section 6: its CPU beyond ``import click``)."""
+    loaded = loaded_everything_after(
+        "from sim.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    )
+    assert loaded >= COMMAND_MODULES  # the control: every command's module was loaded
+    unused = {"pydantic", "sim.llm.errors", "sim.llm.types", "asyncio"}
+    assert not loaded & unused, sorted(loaded & unused)
+
+
+def test_an_llm_error_is_still_mapped_to_its_line_and_exit_code() -> None:
+    from sim.cli.common import errors
+    from sim.llm.errors import LLMBudgetExceededError, LLMConfigurationError, LLMError
+
+    for exc, code in ((LLMConfigurationError("x"), 2), (LLMBudgetExceededError("y"), 1)):
+        with pytest.raises(SystemExit) as done, errors():
+            raise exc
+        assert done.value.code == code
+    with pytest.raises(SystemExit) as done, errors():
+        raise LLMError("z")
+    assert done.value.code == 1
+    with pytest.raises(ValueError, match="not mapped"), errors():
+        raise ValueError("not mapped")
+
+
 def test_an_offline_tick_loads_only_its_own_command_and_no_http_sdk(tmp_path: Path) -> None:
     world = tmp_path / "demo"
     shutil.copytree(DEMO, world, ignore=shutil.ignore_patterns(".sim"))

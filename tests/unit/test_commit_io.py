@@ -19,8 +19,8 @@ from conftest import DEMO
 from sim import safefs
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.journal import JOURNAL_MAGIC, CorruptJournal, _validate_journal
 from sim.storage import Storage, dump_json
+from sim.storage.journal import JOURNAL_MAGIC, CorruptJournal, _validate_journal
 
 
 def demo(tmp_path: Path) -> Path:

@@ -148,6 +148,75 @@ def test_phase_aliases() -> None:
         phase_section("phase3")
 
 
+NUMBERED = """
+[phase1]
+temperature = 0.2
+response_chain_depth = 1
+[phase2a]
+model = "offline"
+max_output_tokens = 321
+[phase2b]
+temperature = 0.4
+"""
+
+READABLE = """
+[intentions]
+temperature = 0.2
+response_chain_depth = 1
+[resolution]
+model = "offline"
+max_output_tokens = 321
+[narrative]
+temperature = 0.4
+"""
+
+
+def test_readable_phase_sections_give_the_numbered_ones_config(tmp_path: Path) -> None:
+    numbered = load_config(write(tmp_path / "numbered.toml", NUMBERED), cwd=tmp_path)
+    readable = load_config(write(tmp_path / "readable.toml", READABLE), cwd=tmp_path)
+    assert readable == numbered
+    assert readable.phase2a.max_output_tokens == 321 and readable.phase1.temperature == 0.2
+    assert numbered != load_config(cwd=tmp_path)  # the files did change something
+    # a world's config and the command line's overrides take them too
+    world = tmp_path / "w"
+    world.mkdir()
+    write(world / "config.toml", "[narrative]\nresponse_chain_depth = 3\n")
+    layered = load_config(None, world, {"resolution": {"temperature": 0.1}}, cwd=tmp_path)
+    assert layered.phase2b.response_chain_depth == 3 and layered.phase2a.temperature == 0.1
+    # a readable name in one layer, the numbered one in another: one section, later wins
+    over = load_config(
+        write(tmp_path / "mixed.toml", NUMBERED),
+        None,
+        {"intentions": {"temperature": 0.9}},
+        cwd=tmp_path,
+    )
+    assert over.phase1.temperature == 0.9 and over.phase1.response_chain_depth == 1
+
+
+@pytest.mark.parametrize(
+    ("readable", "numbered"),
+    [("intentions", "phase1"), ("resolution", "phase2a"), ("narrative", "phase2b")],
+)
+def test_both_names_of_one_section_in_a_layer_is_an_error_naming_both(
+    tmp_path: Path, readable: str, numbered: str
+) -> None:
+    path = write(
+        tmp_path / "both.toml",
+        f"[{numbered}]\ntemperature = 0.1\n[{readable}]\ntemperature = 0.2\n",
+    )
+    with pytest.raises(InputError) as caught:
+        load_config(path, cwd=tmp_path)
+    message = str(caught.value)
+    assert str(path) in message and f"[{readable}]" in message and f"[{numbered}]" in message
+    with pytest.raises(InputError, match=rf"command line.*\[{readable}\] and \[{numbered}\]"):
+        load_config(
+            None,
+            None,
+            {readable: {"temperature": 0.1}, numbered: {"temperature": 0.2}},
+            cwd=tmp_path,
+        )
+
+
 def test_every_config_snippet_in_providers_doc_is_valid(tmp_path: Path) -> None:
     text = (REPO / "docs" / "providers.md").read_text()
     snippets = text.split("```toml\n")[1:]
@@ -187,7 +256,10 @@ def test_world_declared_sections_are_checked(tmp_path: Path) -> None:
 
 
 def test_a_declared_phase_takes_the_gemini_default_model_like_the_builtins() -> None:
-    from sim.config import GEMINI_DEFAULT_MODEL, provider_models
+    from sim.config import provider_models
+    from sim.providers import profile
+
+    gemini_default = profile("gemini").default_model
 
     config = load_config(
         overrides={
@@ -197,6 +269,23 @@ def test_a_declared_phase_takes_the_gemini_default_model_like_the_builtins() -> 
         }
     )
     chosen = provider_models(config, {})
-    assert chosen.phase("opinion").model == GEMINI_DEFAULT_MODEL
+    assert chosen.phase("opinion").model == gemini_default == "gemini-2.5-flash"
     assert chosen.phase("vote").model == "mine"
-    assert chosen.phase("phase1").model == GEMINI_DEFAULT_MODEL
+    assert chosen.phase("phase1").model == gemini_default
+
+
+def test_a_runs_config_takes_a_readable_setting_over_the_worlds_numbered_section(
+    tmp_path: Path,
+) -> None:
+    from sim.runs.fork import run_config_text
+
+    world = tmp_path / "w"
+    world.mkdir()
+    write(world / "config.toml", "[phase2a]\nmax_output_tokens = 300\ntemperature = 0.3\n")
+    text = run_config_text(world, {"resolution.temperature": 0.5})
+    assert text is not None and "[resolution]" not in text
+    run = tmp_path / "run"
+    run.mkdir()
+    write(run / "config.toml", text)
+    config = load_config(None, run, cwd=tmp_path)
+    assert config.phase2a.temperature == 0.5 and config.phase2a.max_output_tokens == 300

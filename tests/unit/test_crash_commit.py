@@ -2,7 +2,7 @@
 
 A child process loads a copy of ``worlds/demo``, mutates every character, advances
 ``world.json`` to tick 1 and commits. Inside that child only, a crash injector wraps the
-filesystem calls ``sim.storage`` and ``sim.journal`` make and SIGKILLs the process at the
+filesystem calls ``sim.storage`` and ``sim.storage.journal`` make and SIGKILLs the process at the
 K-th one (a write is torn first: half its bytes reach the file). The test process is never
 patched: it recovers each crashed copy under the lock and checks it is wholly at tick 0 or
 tick 1.
@@ -38,8 +38,8 @@ import signal
 import sys
 from pathlib import Path
 
-import sim.journal as journal
-import sim.storage as st
+import sim.storage.journal as journal
+import sim.storage.store as st
 
 ops = []
 crash_at = 0  # set per crash point; 0 never crashes

@@ -136,4 +136,6 @@ if __name__ == "__main__":
     head, _, rest = text.partition("<!-- layers -->\n")
     _, _, tail = rest.partition("<!-- /layers -->")
     block = f"<!-- layers -->\n```\n{rendered_order()}\n```\n<!-- /layers -->"
-    ARCHITECTURE.write_text(f"{head}{block}{tail}")
+    from tests.unit.test_architecture_doc import reordered  # the listing in the same order
+
+    ARCHITECTURE.write_text(reordered(f"{head}{block}{tail}"))

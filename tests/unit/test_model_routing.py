@@ -453,7 +453,7 @@ def test_tick_plan_prices_each_phase_on_its_provider(tmp_path: Path) -> None:
 
     from sim.config import DEFAULT_PRICES, PriceConfig
     from sim.phases import resolve_phases
-    from sim.policy.plan import plan_tick
+    from sim.policy.forecast import plan_tick
     from sim.storage import Storage
 
     world_dir = copy_demo(tmp_path / "w")

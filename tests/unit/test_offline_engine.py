@@ -415,6 +415,54 @@ def test_generic_strings_come_from_input() -> None:
     assert set(out["name"].lower().split()) <= {"lantern", "harbor", "willow"}
 
 
+#: schemas that demand an answer too big to build (any schema reaches the offline model:
+#: ``sim ask``, a plugin's phase, ``sim check``'s sample answers)
+BOMBS: dict[str, dict[str, Any]] = {
+    "minItems": {"type": "array", "items": {"type": "string"}, "minItems": 100_000_000},
+    "minLength": {"type": "string", "minLength": 500_000_000},
+    "minProperties": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "minProperties": 100_000_000,
+    },
+    "nested": {
+        "type": "array",
+        "minItems": 1000,
+        "items": {
+            "type": "array",
+            "minItems": 1000,
+            "items": {"type": "array", "minItems": 1000, "items": {"type": "integer"}},
+        },
+    },
+    "doubling": {"$ref": "#/$defs/pair"},
+}
+
+
+def test_the_generic_filler_is_bounded_whatever_the_schema_demands() -> None:
+    """Each answer is short (it does not fit the bomb: nothing could), and comes soon: in a
+    child process with a deadline, so that a hang is a failure, not a stuck suite."""
+    code = (
+        "import json, sys\n"
+        "from sim.offline import generate\n"
+        "schema = json.loads(sys.stdin.read())\n"
+        "out = generate(schema, 'lantern harbor', seed='bomb')\n"
+        "print(len(json.dumps(out)))\n"
+    )
+    defs = {"pair": {"type": "array", "prefixItems": [{"$ref": "#/$defs/pair"}] * 2}}
+    for name, node in BOMBS.items():
+        schema = {"type": "object", "properties": {"a": node}, "required": ["a"], "$defs": defs}
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            input=json.dumps(schema),
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert int(done.stdout) < 20_000_000, name
+
+
 # --------------------------------------------------------------------------- tool calls
 
 

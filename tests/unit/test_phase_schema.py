@@ -5,11 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
 from sim.errors import InputError
-from sim.phases.schema import model_from_schema
+from sim.phases.schema import (
+    MAX_ITEMS,
+    MAX_LEAST_ANSWER,
+    MAX_LENGTH,
+    MAX_NODES,
+    answer_field,
+    least_answer_chars,
+    model_from_schema,
+)
 
 SOURCE = Path("schemas/opinion.json")
 
@@ -112,3 +121,117 @@ def test_unsupported_or_malformed_schemas_are_named(
 def test_a_title_the_offline_skills_use_is_not_taken() -> None:
     model = build({"type": "object", "title": "Intention", "properties": {"a": {"type": "string"}}})
     assert model.model_json_schema()["title"] == "IntentionAnswer"
+
+
+def _with(node: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"a": node}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("node", "field", "problem"),
+    [
+        (
+            {"type": "array", "items": {"type": "string"}, "minItems": 100_000_000},
+            "properties.a.minItems",
+            f"at most {MAX_ITEMS:,} (got 100,000,000)",
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}, "maxItems": MAX_ITEMS + 1},
+            "properties.a.maxItems",
+            f"at most {MAX_ITEMS:,}",
+        ),
+        (
+            {"type": "string", "minLength": 500_000_000},
+            "properties.a.minLength",
+            f"at most {MAX_LENGTH:,} (got 500,000,000)",
+        ),
+        (
+            {"type": "string", "maxLength": MAX_LENGTH + 1},
+            "properties.a.maxLength",
+            f"at most {MAX_LENGTH:,}",
+        ),
+        (
+            {"type": "string", "minLength": 5, "maxLength": 4},
+            "properties.a.minLength",
+            "no answer fits",
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 2},
+            "properties.a.minItems",
+            "no answer fits",
+        ),
+        (  # each count allowed, their product not: the array of arrays is named
+            {
+                "type": "array",
+                "minItems": 1000,
+                "items": {"type": "array", "minItems": 1000, "items": {"type": "boolean"}},
+            },
+            "properties.a",
+            f"at most {MAX_LEAST_ANSWER:,}",
+        ),
+        (  # a string at its longest minimum in a long list
+            {"type": "array", "minItems": 2, "items": {"type": "string", "minLength": MAX_LENGTH}},
+            "properties.a",
+            "least answer",
+        ),
+    ],
+)
+def test_a_schema_demanding_too_much_is_refused(
+    node: dict[str, Any], field: str, problem: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        build(_with(node))
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+    assert caught.value.path == SOURCE
+
+
+def test_the_least_answer_counts_every_field_as_json() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string", "minLength": 3},
+            "n": {"type": "integer"},
+            "b": {"type": "boolean"},
+            "e": {"type": "string", "enum": ["long", "ab"]},
+            "l": {"type": "array", "minItems": 2, "items": {"type": "string"}},
+        },
+    }
+    least = '{"s":"xxx","n":0,"b":true,"e":"ab","l":["",""]}'
+    assert least_answer_chars(schema, SOURCE) == len(least)
+
+
+def test_a_property_named_like_pydantics_own_is_kept_as_written() -> None:
+    """``model_config`` was taken for the model's settings (the property vanished),
+    ``model_validate`` ended in a ValueError: a property is data, whatever its name."""
+    names = ("model_validate", "model_dump", "model_config", "copy", "json", "_x", "field_0")
+    model = build(
+        {
+            "type": "object",
+            "properties": {name: {"type": "string"} for name in names},
+            "required": list(names),
+            "additionalProperties": False,
+        }
+    )
+    assert list(model.model_json_schema()["properties"]) == list(names)
+    answer = {name: name.upper() for name in names}
+    parsed = model.model_validate(answer)
+    assert parsed.model_dump(mode="json") == answer
+    assert orjson.loads(parsed.model_dump_json()) == answer
+    assert getattr(parsed, answer_field(model, "model_config") or "") == "MODEL_CONFIG"
+    assert answer_field(model, "field_0") == "field_0" and answer_field(model, "nope") is None
+    with pytest.raises(ValidationError):  # the attribute an alias is kept under is no name
+        model.model_validate({**answer, "field_1": "x"})
+
+
+def test_a_schema_of_too_many_parts_is_refused_before_they_are_built() -> None:
+    """Each object becomes a model: a 1 MB file of 14,000 objects took seconds to build."""
+    props = {
+        f"a{i}": {"type": "object", "properties": {"x": {"type": "boolean"}}}
+        for i in range(MAX_NODES)
+    }
+    with pytest.raises(InputError) as caught:
+        build({"type": "object", "properties": props})
+    assert caught.value.field == f"properties.a{MAX_NODES // 2}"  # the 1,001st
+    assert f"more than {MAX_NODES:,} schemas" in caught.value.problem
+    build({"type": "object", "properties": {f"a{i}": {"type": "boolean"} for i in range(999)}})

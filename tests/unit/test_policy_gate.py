@@ -21,8 +21,8 @@ from sim.policy import (
     PolicyRefused,
     TickHalted,
 )
+from sim.policy.forecast import PlannedPhase, TickPlan, plan_tick
 from sim.policy.gate import TickPolicy
-from sim.policy.plan import PlannedPhase, TickPlan, plan_tick
 from sim.storage import Storage
 from sim.ticklog.records import PolicyRecord
 

@@ -161,3 +161,36 @@ def test_a_file_over_the_limit_is_ignored_by_name(
     assert again.missing(["a bell"]) == ["a bell"]
     assert "over the cache's limit of 10" in again.notes[0]
     assert cache.rel in again.notes[0]
+
+
+def test_the_file_is_json_lines_as_orjson_writes_them(tmp_path: Path) -> None:
+    """``save`` formats its lines itself (orjson's buffer for one is many times its size):
+    the bytes are orjson's compact form, one JSON object a line."""
+    cache = saved(tmp_path)
+    head, *lines, end = cache.path.read_bytes().split(b"\n")
+    assert end == b"" and head == orjson.dumps({"model": "m", "dimensions": 2})
+    for line in lines:
+        item = orjson.loads(line)
+        assert line == orjson.dumps({"text": item["text"], "vector": item["vector"]})
+    assert [orjson.loads(line)["text"] for line in lines] == sorted(
+        text_digest(t) for t in ("a bell", "a key")
+    )
+
+
+def test_a_header_of_another_length_than_the_model_sends_is_dropped_once(
+    tmp_path: Path,
+) -> None:
+    cache = saved(tmp_path)
+    rest = cache.path.read_bytes().partition(b"\n")[2]
+    cache.path.write_bytes(orjson.dumps({"model": "m", "dimensions": 3}) + b"\n" + rest)
+    again = VectorCache(tmp_path, "m")
+    assert again.missing(["a bell", "a key"]) == ["a bell", "a key"]  # 2 bad lines
+    assert "'dimensions' 3" in again.notes[0]
+    assert again.add(["a bell"], [[1.0, 0.0]]) is True  # the file's length was wrong
+    assert (
+        f"{again.path}: field 'dimensions' is 3, but model 'm' sends vectors of 2"
+        in (again.notes[-1])
+    )
+    assert again.add(["a key"], [[0.6, 0.8]]) is False
+    again.save()
+    assert VectorCache(tmp_path, "m").missing(["a bell", "a key"]) == []

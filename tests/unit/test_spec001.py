@@ -421,3 +421,37 @@ def test_the_error_adapter_raises_its_error_every_time() -> None:
     assert failing.last_prompt == PROMPT and failing.validate_config(RunConfig())
     with pytest.raises(LLMAPIError):  # the default: an HTTP 500
         ErrorLLMAdapter().execute_prompt(PROMPT, RunConfig())
+
+
+def test_one_face_over_the_pipelines_contract() -> None:
+    """Spec 001's call is a face over ``sim.llm.types.Adapter``: any pipeline adapter
+    answers it (here the offline model's, and the pipeline's own mock), and the spec's
+    mocks are that face over the pipeline's test doubles: one set of mocks."""
+    from sim.connect import PipelineAdapter
+    from sim.llm.types import ModelRequest
+    from sim.offline.adapter import OfflineAdapter
+    from sim.testing.adapters import ErrorAdapter, MockAdapter
+
+    class Town(BaseModel):
+        name: str
+
+    with PipelineAdapter(OfflineAdapter(seed=1)) as offline:
+        plain = offline.execute_prompt(PROMPT, RunConfig(model_name="offline"))
+        typed = offline.execute_prompt(PROMPT, RunConfig(model_params={"schema": Town}))
+    assert plain.content and plain.metadata["provider"] == "offline"
+    assert isinstance(typed.metadata["parsed"], Town)
+    assert json.loads(typed.content) == typed.metadata["parsed"].model_dump()
+
+    mock = MockLLMAdapter(responses=["one"])
+    assert isinstance(mock.adapter, MockAdapter)
+    assert mock.execute_prompt("Name a town.", RunConfig(temperature=0.2)).content == "one"
+    sent = mock.adapter.calls[-1]
+    assert isinstance(sent, ModelRequest) and sent.input == "Name a town."
+    assert sent.settings.temperature == 0.2 and sent.settings.model == "gpt-4"
+    failing = ErrorLLMAdapter()
+    assert isinstance(failing.adapter, ErrorAdapter)
+    with pytest.raises(LLMError):
+        failing.execute_prompt(PROMPT, RunConfig())
+    assert failing.adapter.call_count == failing.call_count == 1
+    mock.close()
+    failing.close()

@@ -19,8 +19,8 @@ import pytest
 from conftest import DEMO
 
 from sim.errors import InputError, InvalidWorld, SimError, WorldLockedError
-from sim.journal import CorruptJournal
 from sim.storage import Storage
+from sim.storage.journal import CorruptJournal
 
 REPO = Path(__file__).resolve().parents[2]
 ID_PATTERN = "^[a-z0-9][a-z0-9_-]*$"

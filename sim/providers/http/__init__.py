@@ -7,7 +7,10 @@ through an ``aiohttp.ClientSession`` it owns: a pool of keep-alive connections (
 when one applies (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY``, ``NO_PROXY`` honoured),
 answers decoded whatever ``Content-Encoding`` (gzip, deflate) they come in. No SDK is
 involved: the request is the body already serialized and the headers the SDK would send;
-the answer is raw bytes (``post``) or the stream's JSON events (``stream``).
+the answer is raw bytes (``post``) or the stream's JSON events (``stream``; a JSON answer
+to a streamed request, as a provider replays a cached one, is yielded whole). The other
+requests of an API (the Batch API's files and batches, a stored response read or
+deleted) go through the same connections (``request``; a file as a multipart ``Upload``).
 
 What a kept client does for us, and this module adds on top:
 
@@ -28,7 +31,9 @@ What a kept client does for us, and this module adds on top:
   naming the variable and the path.
 
 Its modules: ``target`` (where a request goes, headers, proxy), ``tls`` (the shared
-verifying context), ``errors`` (the failures, named) and ``route`` (the client).
+verifying context), ``errors`` (the failures, named), ``route`` (the client, and how
+many connection pools a run's concurrency gets: ``pool_sizes``) and ``sdk_pool`` (the
+pools of the adapters that send through a vendor's SDK: ``gemini``, ``anthropic``).
 """
 
 from __future__ import annotations
@@ -43,12 +48,21 @@ from sim.providers.http.errors import (
     HttpTimeoutError,
     HttpTLSError,
 )
-from sim.providers.http.route import Route
+from sim.providers.http.route import (
+    POOL_SIZE,
+    Route,
+    Upload,
+    WholeAnswer,
+    is_event_stream,
+    pool_sizes,
+    whole_answer,
+)
 from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, merge_headers
 from sim.providers.http.tls import shared_ssl_context
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
+    "POOL_SIZE",
     "HttpConnectionError",
     "HttpPostError",
     "HttpProtocolError",
@@ -59,7 +73,12 @@ __all__ = [
     "HttpTimeoutError",
     "Route",
     "Target",
+    "Upload",
+    "WholeAnswer",
     "environment_proxy",
+    "is_event_stream",
     "merge_headers",
+    "pool_sizes",
     "shared_ssl_context",
+    "whole_answer",
 ]

@@ -1,5 +1,6 @@
 """``Route``: POSTs and server-sent event streams to one ``Target`` on an aiohttp session
-of keep-alive connections (see the package's doc for what it adds to aiohttp)."""
+of keep-alive connections, and the other requests of an API (``request``: files,
+batches, stored responses); see the package's doc for what it adds to aiohttp."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -29,6 +31,64 @@ from sim.providers.http.tls import shared_ssl_context
 
 #: seconds an idle connection is kept for reuse (httpx's default)
 KEEPALIVE_SECONDS = 5.0
+
+#: concurrent connections per connection pool (per route): a run at high concurrency
+#: spreads over several small pools, each call on the least busy (measured with httpx's
+#: pool at 200 in flight, client CPU per call: pools of 200 ~2.9 ms, 64 ~2.2 ms, 32
+#: ~2.0 ms, 16 ~2.0 ms; bench/RESULTS.md)
+POOL_SIZE = 16
+
+
+def pool_sizes(max_concurrency: int) -> tuple[int, int]:
+    """(pools, connections each) for ``max_concurrency`` calls in flight: enough pools of
+    at most ``POOL_SIZE`` connections."""
+    count = max(1, -(-max_concurrency // POOL_SIZE))
+    return count, -(-max_concurrency // count)
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file sent as a multipart form (``Route.request``): the form's plain ``fields``,
+    then the file under ``field``."""
+
+    filename: str
+    data: bytes
+    content_type: str = "application/octet-stream"
+    field: str = "file"
+    fields: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WholeAnswer:
+    """The answer to a streamed request that came as one JSON body, not as server-sent
+    events: a provider replaying an idempotency key from its cache, or a server that does
+    not stream, answers this way. ``body`` is the JSON object a plain call would get."""
+
+    body: dict[str, Any]
+
+
+def is_event_stream(content_type: str | None) -> bool:
+    """Whether a 2xx answer's ``Content-Type`` says server-sent events: any type but a
+    JSON one is read as events (a server may send none, or a bare ``text/plain``)."""
+    kind = (content_type or "").partition(";")[0].strip().lower()
+    return not (kind == "application/json" or kind.endswith("+json"))
+
+
+def whole_answer(content: bytes, shown: str) -> WholeAnswer:
+    """The JSON object a non-streamed answer to a streamed request holds.
+
+    Raises:
+        HttpProtocolError: the body is not a JSON object.
+    """
+    try:
+        parsed = orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        raise HttpProtocolError(
+            shown, f"a JSON answer to a streamed request is not JSON: {exc}"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise HttpProtocolError(shown, "a JSON answer to a streamed request is not an object")
+    return WholeAnswer(parsed)
 
 
 class Route:
@@ -228,9 +288,11 @@ class Route:
 
     async def stream(
         self, path: str, content: bytes, idempotency_key: str | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[dict[str, Any] | WholeAnswer]:
         """POST ``content`` and yield the JSON events of the server-sent event stream that
-        answers it, until ``[DONE]`` or the end of the stream.
+        answers it, until ``[DONE]`` or the end of the stream; an answer whose
+        ``Content-Type`` is JSON (a provider replaying the idempotency key from its cache
+        answers so) is read whole and yielded as one ``WholeAnswer``.
 
         Only connecting has a timeout here: the stream's clocks are the caller's
         (``_streaming.read_stream`` cancels this generator when one runs out).
@@ -275,8 +337,68 @@ class Route:
                         {name.lower(): value for name, value in response.headers.items()},
                         body,
                     )
+                if not is_event_stream(response.headers.get("Content-Type")):
+                    yield whole_answer(await response.read(), shown)
+                    return
                 async for event in _events(response, shown):
                     yield event
+        except HttpPostError:
+            raise
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise named_failure(exc, shown) from exc
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        timeout: float | None,
+        *,
+        content: bytes | None = None,
+        upload: Upload | None = None,
+    ) -> bytes:
+        """A request besides a call (the Batch API's files and batches, a stored response
+        read or deleted): ``method`` to ``path`` under the base URL, with the target's
+        headers and ``content`` (JSON) or ``upload`` (a multipart form), on the pooled
+        connections, no redirect followed; the body of a 2xx answer.
+
+        Raises:
+            HttpPostError: one of its kinds, as ``post`` raises them.
+        """
+        shown = self.shown + path
+        headers = self._headers
+        data: bytes | aiohttp.FormData | None = content
+        if upload is not None:
+            # the form's own Content-Type (with its boundary), not the target's JSON one
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+            form = aiohttp.FormData()
+            for name, value in upload.fields:
+                form.add_field(name, value)
+            form.add_field(
+                upload.field,
+                upload.data,
+                filename=upload.filename,
+                content_type=upload.content_type,
+            )
+            data = form
+        try:
+            async with self._pooled().request(
+                method,
+                self._url(path),
+                data=data,
+                headers=headers,
+                timeout=self._timeout(timeout),
+                proxy_headers=self._proxy_headers,
+                allow_redirects=False,
+            ) as response:
+                body = await response.read()
+                if not 200 <= response.status < 300:
+                    raise HttpStatusError(
+                        shown,
+                        response.status,
+                        {name.lower(): value for name, value in response.headers.items()},
+                        body,
+                    )
+                return body
         except HttpPostError:
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:

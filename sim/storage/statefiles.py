@@ -1,8 +1,8 @@
 """The engine's state files under ``.sim`` and what each must hold to be one the engine
 wrote: the pending deletions, the response store's files and the pending interventions.
 
-These checks sit below ``sim.storage`` so that it can refuse a commit journal that would
-write anything else (``sim.journalcheck``); the modules that own each file
+These checks sit below ``sim.storage.store`` so that it can refuse a commit journal that would
+write anything else (``sim.storage.journalcheck``); the modules that own each file
 (``sim.engine.deletions``, ``sim.engine.repair``, ``sim.interventions``) use them too.
 """
 

@@ -1,6 +1,6 @@
 """What a commit journal may hold: every file it would write checked before any is applied.
 
-``sim.journal`` refuses a journal whose *paths* are unsafe. A world folder is untrusted,
+``sim.storage.journal`` refuses a journal whose *paths* are unsafe. A world folder is untrusted,
 though, and ``.sim/journal.json`` is part of it: a journal that obeys the path rules could
 still overwrite an entity with garbage, delete ``world.json`` or replace a committed log
 with junk. So its *contents* must be what a commit writes. The commits that write one:
@@ -28,7 +28,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from sim.errors import InputError, LogError
-from sim.statefiles import PENDING_DELETIONS, deletions_problem, parse_pending, store_problem
+from sim.storage.statefiles import (
+    PENDING_DELETIONS,
+    deletions_problem,
+    parse_pending,
+    store_problem,
+)
 from sim.ticklog.format import INTERVENTIONS, LOG_DIR, STORE_DIR
 from sim.ticklog.reader import parse_records, read_log_bytes
 from sim.ticklog.records import CommitRecord, HeaderRecord
@@ -41,7 +46,7 @@ _MOVED = re.compile(rf"{re.escape(LOG_DIR)}/rewound-[0-9]+/tick-([0-9]{{6,}})\.j
 def journal_problems(root: Path, files: Mapping[str, bytes | None]) -> list[str]:
     """Each file of a journal that no commit would write, as ``path: what is wrong``.
 
-    ``files`` passed ``sim.journal``'s path checks already (every path is one of
+    ``files`` passed ``sim.storage.journal``'s path checks already (every path is one of
     ``COMMIT_PATHS``, with no link on it).
     """
     removed_logs: dict[int, list[str]] = {}

@@ -1,6 +1,6 @@
 """Storage: load and validate a world folder, commit a tick atomically, lock the world.
 
-A commit goes through the redo journal of ``sim.journal`` (``Storage.commit`` and
+A commit goes through the redo journal of ``sim.storage.journal`` (``Storage.commit`` and
 ``Storage.recover`` call it): this module reads and checks the world's files, works out
 which changed, and holds the world's lock.
 """
@@ -20,7 +20,8 @@ from pydantic import BaseModel, ValidationError
 
 from sim import safefs
 from sim.errors import InputError, InvalidWorld, WorldLockedError
-from sim.journal import (
+from sim.safefs import UnsafePath
+from sim.storage.journal import (
     JOURNAL,
     SIM_DIR,
     CorruptJournal,
@@ -30,7 +31,6 @@ from sim.journal import (
     recover_journal,
     write_journal,
 )
-from sim.safefs import UnsafePath
 from sim.world import (
     ID_RE,
     Character,
@@ -439,7 +439,7 @@ class Storage:
         """The files of a committed journal still waiting to be applied (``{}``: none).
 
         Refused whole when one of them is something no commit writes
-        (``sim.journalcheck``); ``load`` checks its entities and ``world.json``.
+        (``sim.storage.journalcheck``); ``load`` checks its entities and ``world.json``.
 
         Raises:
             CorruptJournal: naming the journal and each file at fault; nothing is written.
@@ -448,7 +448,7 @@ class Storage:
         if files:
             # the checks read the formats of the engine's state, some defined by modules
             # that build on this one (interventions, the response store's repair)
-            from sim.journalcheck import journal_problems
+            from sim.storage.journalcheck import journal_problems
 
             problems = journal_problems(self.root, files)
             if problems:
@@ -496,7 +496,7 @@ class Storage:
         Args:
             world: the mutated world (its ``meta["tick"]`` already advanced).
             extra: more files relative to the world folder: bytes to write, ``None`` to
-                delete; each must be one of ``sim.journal.COMMIT_PATHS``.
+                delete; each must be one of ``sim.storage.journal.COMMIT_PATHS``.
             changed: ``changed_files(world)`` when the caller already has it (the tick
                 computes it once for its log and its commit; serialising 100,000
                 entities twice cost seconds and a second copy of the world in memory).
@@ -515,6 +515,7 @@ class Storage:
         files.update(self.changed_files(world) if changed is None else changed)
         check_rels(self.root, extra or {})  # entity paths are built from validated ids
         files.update(extra or {})
+        self.check_sizes(files)
         write_journal(self.root, files)  # the commit point
         apply_journal(self.root, files)
         for rel, data in files.items():
@@ -523,6 +524,25 @@ class Storage:
             else:
                 world.originals.pop(rel, None)
         return sorted(files)
+
+    def check_sizes(self, files: Mapping[str, bytes | None]) -> None:
+        """Refuse to commit an entity file or ``world.json`` that loading would refuse
+        (over ``max_entity_bytes``): the world would stop at the next load.
+
+        Raises:
+            InputError: naming the first such file, its size and the limit.
+        """
+        for rel, data in sorted(files.items()):
+            if data is None or len(data) <= self.max_entity_bytes:
+                continue
+            if rel == "world.json" or rel.startswith(("characters/", "locations/")):
+                raise InputError(
+                    self.root / rel,
+                    None,
+                    f"the tick would write {len(data)} bytes, over the limit of "
+                    f"{self.max_entity_bytes} ({ENTITY_LIMIT}), which loading enforces: "
+                    "nothing was committed (raise the limit to go on)",
+                )
 
     def pending_journal(self) -> bool:
         """Whether a committed tick is waiting to be written into place."""

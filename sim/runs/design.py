@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,13 @@ import orjson
 
 from sim.config import Config, load_config
 from sim.errors import InputError
+from sim.world import MAX_SEED
 
+#: the most runs a sweep or a study may expand to: counted before anything is made
+MAX_RUNS = 10_000
+#: where counting a design stops (the count is then "more than" this)
+_COUNT_BOUND = 2**64
+_SEED_PART = re.compile(r"([0-9]{1,19})(?:-([0-9]{1,19}))?")
 _NAME_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 _MAX_NAME = 120
 
@@ -39,7 +45,7 @@ class RunSpec:
 
 
 @dataclass
-class Plan:
+class SweepPlan:
     """A sweep: the world, where runs go, the runs and how many ticks each gets."""
 
     world: Path
@@ -68,19 +74,70 @@ class Plan:
 # -- parsing the command line ------------------------------------------------------------------
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``1-20``, ``1,4,9`` or ``1-3,7``: the seeds, in order, without repeats."""
-    seeds: dict[int, None] = {}
+def seed_ranges(text: str) -> list[tuple[int, int]]:
+    """``1-20``, ``1,4,9`` or ``1-3,7`` as (first, last) ranges, in order, nothing expanded.
+
+    Raises:
+        InputError: a part that is not N or N-M (ASCII digits), a range that ends before it
+            starts, a seed above the largest a world holds.
+    """
+    ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
-        low, dash, high = part.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
-            raise InputError(None, "--seeds", f"expected N, N-M or a list of them (got {text!r})")
-        first, last = int(low), int(high) if dash else int(low)
+        match = _SEED_PART.fullmatch(part)
+        if match is None:
+            raise InputError(
+                None, "--seeds", f"expected N, N-M or a list of them (got {text[:80]!r})"
+            )
+        first = int(match[1])
+        last = first if match[2] is None else int(match[2])
         if last < first:
             raise InputError(None, "--seeds", f"{part}: the range ends before it starts")
-        if last - first >= 100_000:
-            raise InputError(None, "--seeds", f"{part}: more than 100000 seeds")
+        if last > MAX_SEED:
+            raise InputError(None, "--seeds", f"{part}: a seed is at most {MAX_SEED}")
+        ranges.append((first, last))
+    return ranges
+
+
+def count_seeds(ranges: Iterable[tuple[int, int]]) -> int:
+    """How many distinct seeds the ranges hold (overlaps counted once), by arithmetic."""
+    total, end = 0, -1
+    for first, last in sorted(ranges):
+        if last > end:
+            total += last - max(first, end + 1) + 1
+            end = last
+    return total
+
+
+def count_runs(sizes: Iterable[int]) -> int:
+    """The product of ``sizes`` (a design's count), stopped once past ``_COUNT_BOUND``."""
+    total = 1
+    for size in sizes:
+        total *= size
+        if total > _COUNT_BOUND:
+            break
+    return total
+
+
+def shown_count(count: int) -> str:
+    return f"more than {_COUNT_BOUND}" if count > _COUNT_BOUND else str(count)
+
+
+def parse_seeds(text: str, most: int = MAX_RUNS) -> list[int]:
+    """``1-20``, ``1,4,9`` or ``1-3,7``: the seeds, in order, without repeats, counted
+    before they are listed: more than ``most`` are refused without being made.
+
+    Raises:
+        InputError: see ``seed_ranges``; more than ``most`` seeds.
+    """
+    ranges = seed_ranges(text)
+    count = count_seeds(ranges)
+    if count > most:
+        raise InputError(
+            None, "--seeds", f"{count} seeds: more than {most}, the most runs a design may have"
+        )
+    seeds: dict[int, None] = {}
+    for first, last in ranges:
         seeds.update(dict.fromkeys(range(first, last + 1)))
     return list(seeds)
 
@@ -140,12 +197,13 @@ def make_plan(
     settings: Sequence[Setting],
     ticks: int,
     config_file: Path | None = None,
-) -> Plan:
+) -> SweepPlan:
     """Every combination of seed and setting values, each checked as a config now.
 
     Raises:
         InputError: the world has no ``world.json``, ``out`` is inside it, two settings
-            name one key, or a combination is not a valid config (names the ``--set`` value).
+            name one key, more than ``MAX_RUNS`` runs (counted first), or a combination
+            is not a valid config (names the ``--set`` value).
     """
     if not (world / "world.json").is_file():
         raise InputError(world / "world.json", None, "not found: is this a world folder?")
@@ -154,6 +212,15 @@ def make_plan(
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         raise InputError(None, "--set", "each key may be set once (list its values: K=A,B)")
+    count = count_runs([len(seeds), *(len(s.values) for s in settings)])
+    if count > MAX_RUNS:
+        raise InputError(
+            None,
+            "--set" if settings and count > len(seeds) else "--seeds",
+            f"{len(seeds)} seeds x {shown_count(count_runs(len(s.values) for s in settings))} "
+            f"combinations of --set values = {shown_count(count)} runs: more than "
+            f"{MAX_RUNS}, the most a sweep may have (nothing was made)",
+        )
     combos = [
         dict(zip(keys, combo, strict=True))
         for combo in itertools.product(*(s.values for s in settings))
@@ -170,16 +237,21 @@ def make_plan(
         for seed in seeds
         for overrides in combos
     ]
-    return Plan(world, out, runs, ticks, config_file, cwd)
+    return SweepPlan(world, out, runs, ticks, config_file, cwd)
 
 
 __all__ = [
-    "Plan",
+    "MAX_RUNS",
     "RunSpec",
     "Setting",
+    "SweepPlan",
+    "count_runs",
+    "count_seeds",
     "make_plan",
     "nested",
     "parse_seeds",
     "parse_setting",
     "run_name",
+    "seed_ranges",
+    "shown_count",
 ]

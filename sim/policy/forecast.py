@@ -18,6 +18,7 @@ from sim.config import Config, routing
 from sim.llm.budget import Cost, price_usage, priced_model
 from sim.llm.types import Usage
 from sim.phases import PhaseSpec
+from sim.providers import find_profile
 from sim.world import World
 
 
@@ -47,7 +48,8 @@ class TickPlan:
         """The model a call to ``model`` on endpoint ``provider`` is priced as: the offline
         provider's calls as the model it answers as (``offline``, $0 by default), any
         other by its own name (``sim.llm.budget.priced_model``)."""
-        return priced_model(dict(self.kinds).get(provider, ""), model)
+        kind = find_profile(dict(self.kinds).get(provider, ""))
+        return priced_model(kind.answers_as if kind is not None else "", model)
 
     @property
     def calls(self) -> int:
