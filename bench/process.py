@@ -4,6 +4,9 @@
 (``bench/make_world.py``, locations = N / 10) by a ``sim tick`` child process: its wall
 time from spawn to exit, its CPU and its peak RSS (``wait4``), and the tick's own timings.
 
+``python -m bench.process workers N REPEATS`` — the same, by ``sim tick --workers 1`` and
+``--workers 2`` alternating, REPEATS pairs, each on a copy of one world (the files compared).
+
 ``python -m bench.process imports`` — CPU seconds a fresh Python spends importing what
 ``sim tick`` needs (the best of several runs, less a bare interpreter's start-up).
 
@@ -100,6 +103,41 @@ def scale(characters: int) -> dict[str, Any]:
     return {"characters": characters, "calls": doc["calls"], "timings": doc["timings"], **run}
 
 
+def workers(characters: int, repeats: int) -> dict[str, Any]:
+    """One offline tick of a fresh world by ``sim tick --workers 1`` and ``--workers 2``
+    child processes, alternating (``repeats`` pairs), each on its own copy of the world;
+    the world files after each are compared (the same bytes, or the figure is void)."""
+    import hashlib
+    import shutil
+
+    runs: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
+    digests: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
+        base = Path(tmp) / "base"
+        make_world(base, characters, max(1, characters // 10), seed=1)
+        for _ in range(repeats):
+            for n in ("1", "2"):
+                world = Path(tmp) / f"w{n}"
+                shutil.rmtree(world, ignore_errors=True)
+                shutil.copytree(base, world)
+                os.sync()  # the copy on disk first: the tick does not pay for it
+                load = os.getloadavg()[0]
+                run = run_child(
+                    sim_command("tick", "--world", str(world), "--json", "--workers", n),
+                    Path(tmp),
+                    child_env(),
+                )
+                doc = tick_document(run.pop("stdout"))
+                runs[n].append({"timings": doc["timings"], "load_before": load, **run})
+                files = hashlib.sha256()
+                for path in sorted(p for p in world.rglob("*") if p.is_file()):
+                    rel = path.relative_to(world).as_posix()
+                    if not rel.startswith(".sim/log/"):
+                        files.update(rel.encode() + b"\0" + path.read_bytes())
+                digests.add(files.hexdigest())
+    return {"characters": characters, "runs": runs, "identical": len(digests) == 1}
+
+
 #: what ``sim tick`` imports, by provider (the modules it loads to run a tick)
 IMPORTS = {
     "cli": "import sim.cli",
@@ -183,12 +221,14 @@ def main() -> None:
     compile_sim()
     if kind == "scale":
         out = scale(int(sys.argv[2]))
+    elif kind == "workers":
+        out = workers(int(sys.argv[2]), int(sys.argv[3]))
     elif kind == "imports":
         out = imports()
     elif kind == "efficiency":
         out = efficiency(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
     else:
-        raise SystemExit(f"unknown benchmark {kind!r}: scale, imports or efficiency")
+        raise SystemExit(f"unknown benchmark {kind!r}: scale, workers, imports or efficiency")
     print(json.dumps(out))
 
 

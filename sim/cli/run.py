@@ -24,6 +24,7 @@ from sim.cli.jsonout import (
     json_errors,
     tick_document,
 )
+from sim.errors import UserError
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.config import Config
@@ -504,6 +505,25 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
     help="Send each phase's calls as one OpenAI Batch API batch: half the price, answers "
     "within 24 h (stopped, the next run resumes polling the same batch).",
 )
+@click.option(
+    "--workers",
+    default="1",
+    metavar="N|auto",
+    help="Run each tick's phases on N shards of the world (split by place), each in a "
+    "process of its own; auto: one per core. Same result as 1 (the default).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["process", "ray"]),
+    default="process",
+    show_default=True,
+    help="With --workers: each shard a process here, or a Ray actor (pip install 'sim[ray]').",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="With --executor ray: the Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
@@ -521,12 +541,24 @@ def tick(
     stream: bool,
     yes: bool,
     batch: bool,
+    workers: str,
+    executor: str,
+    ray_address: str | None,
     as_json: bool,
 ) -> None:
     """Run TICKS ticks of a world, committing each."""
     from sim.engine.runner import Runner
+    from sim.engine.shards import auto_workers
 
     with json_errors("tick", as_json):
+        if workers == "auto":
+            shards = auto_workers()
+        elif workers.isdigit() and 1 <= int(workers) <= 1024:
+            shards = int(workers)
+        else:
+            raise UserError(f"--workers: expected a number from 1 to 1024 or auto, got {workers!r}")
+        if ray_address is not None and executor != "ray":
+            raise UserError("--ray-address is for --executor ray")
         config = build_config(
             config_file,
             world_dir,
@@ -577,6 +609,9 @@ def tick(
             on_delta=view.on_delta if view is not None else None,
             approver=TerminalApprover(yes),
             on_batch=progress.on_batch,
+            workers=shards,
+            executor=executor,
+            ray_address=ray_address,
         )
         progress.attach(runner)
         try:

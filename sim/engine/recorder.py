@@ -118,6 +118,11 @@ def _attempt(
     return AttemptRecord.model_validate(fields)
 
 
+def phase_results(name: str, ctx: TickContext) -> dict[str, Any]:
+    """A phase's results as the tick log holds them."""
+    return _results(name, ctx)
+
+
 def _results(name: str, ctx: TickContext) -> dict[str, Any]:
     if name == "intentions":
         return {k: v.model_dump(mode="json") for k, v in ctx.intentions.items()}
@@ -137,6 +142,50 @@ def _set_aside(path: Path) -> Path:
         n += 1
     path.rename(target)
     return target
+
+
+class CallNames:
+    """Names the calls of one tick (a ``sim.llm.calls.CallNamer``): ``{tick}:{phase}:
+    {entity_key}:{n}``, keyed for idempotency by the tick's ``scope``. The recorder holds
+    one; a shard's worker (``sim tick --workers``) gets a copy, and names its part's calls
+    as the recorder would (its entity keys are its own: the counters never overlap).
+
+    Args:
+        failures_seen: per request id, the failed attempts an earlier run of the tick saw.
+    """
+
+    def __init__(self, tick: int, scope: str, failures_seen: Mapping[str, int]) -> None:
+        self.tick = tick
+        self.scope = scope
+        self.failures_seen = dict(failures_seen)
+        self._counters: dict[tuple[str, str | None], int] = {}
+
+    def __call__(
+        self, phase: str, entity_key: str | None, request: ModelRequest, depth: int
+    ) -> CallIdentity:
+        counter = (phase, entity_key)
+        n = self._counters.get(counter, 0)
+        self._counters[counter] = n + 1
+        schema_name, schema_hash = request_schema(request)
+        rid = request_id(self.tick, phase, entity_key, n)
+        return CallIdentity(
+            rid,
+            phase,
+            entity_key,
+            n,
+            request.instructions,
+            request.input,
+            schema_name,
+            schema_hash,
+            depth=depth,
+            scope=self.scope,
+            failures_seen=self.failures_seen.get(rid, 0),
+            **sent_fields(request),  # made as sent: one object per call, not a copy
+        )
+
+    def copy(self) -> CallNames:
+        """A fresh namer of the same tick (no call counted yet)."""
+        return CallNames(self.tick, self.scope, self.failures_seen)
 
 
 class TickRecorder:
@@ -172,7 +221,7 @@ class TickRecorder:
         self.partial = partial
         self.notes: list[str] = []
         self.resumed_calls = 0
-        self._counters: dict[tuple[str, str | None], int] = {}
+        self._names: CallNames | None = None
         self._inflight: dict[int, CallIdentity] = {}
         self._attempts: dict[int, list[AttemptRecord]] = {}
         self._instructions: set[str] = set(partial.instructions) if partial else set()
@@ -306,25 +355,14 @@ class TickRecorder:
     ) -> CallIdentity:
         """The identity of a call the client is making now (``sim.llm.calls.CallNamer``):
         named ``{tick}:{phase}:{entity_key}:{n}``, with what ``request`` sends."""
-        counter = (phase, entity_key)
-        n = self._counters.get(counter, 0)
-        self._counters[counter] = n + 1
-        schema_name, schema_hash = request_schema(request)
-        rid = request_id(self.tick, phase, entity_key, n)
-        return CallIdentity(
-            rid,
-            phase,
-            entity_key,
-            n,
-            request.instructions,
-            request.input,
-            schema_name,
-            schema_hash,
-            depth=depth,
-            scope=self.scope,
-            failures_seen=self._failures_seen.get(rid, 0),
-            **sent_fields(request),  # made as sent: one object per call, not a copy
-        )
+        return self.names(phase, entity_key, request, depth)
+
+    @property
+    def names(self) -> CallNames:
+        """The tick's ``CallNamer`` (the one ``name_call`` uses)."""
+        if self._names is None:
+            self._names = CallNames(self.tick, self.scope, self._failures_seen)
+        return self._names
 
     def on_event(self, event: LLMEvent) -> None:
         key = id(event.request)
@@ -545,14 +583,16 @@ class TickRecorder:
 
     # -- phases and commit ----------------------------------------------------------------
 
-    def phase_end(self, name: str, ctx: TickContext) -> None:
-        """Record a phase's results and make the log durable before the next phase."""
+    def phase_end(self, name: str, ctx: TickContext, results: dict[str, Any] | None = None) -> None:
+        """Record a phase's results (``results``: as logged, gathered from the shards of
+        a sharded tick; else the context's) and make the log durable before the next
+        phase."""
         report = ctx.reports[-1]
         self.writer.append(
             PhaseRecord(
                 name=name,
                 report=PhaseReportRecord.model_validate(report.to_dict()),
-                results=_results(name, ctx),
+                results=_results(name, ctx) if results is None else results,
             )
         )
         self.writer.sync()
@@ -653,4 +693,4 @@ class TickRecorder:
         return True
 
 
-__all__ = ["TickRecorder"]
+__all__ = ["CallNames", "TickRecorder", "phase_results"]

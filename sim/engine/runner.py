@@ -15,8 +15,9 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
+from sim.engine.shards import Merged, run_sharded, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
-from sim.errors import InputError, TickInterrupted, UserError
+from sim.errors import InputError, SimError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
 from sim.interventions import PENDING, Pending, load_pending
 from sim.llm.batching import BatchOptions, BatchProgress
@@ -139,6 +140,10 @@ class Runner:
             written into the tick's log again before the phase it was sent for, whose
             texts the world's cache now holds (nothing is sent), so the replayed log has
             the logged one's books.
+        workers: run each tick's phases on this many shards of the world, each in a
+            process of its own (``sim.engine.shards``); 1: in this process.
+        executor: ``process``, or ``ray``: each shard a Ray actor (``ray_address``: the
+            cluster; ``None``: ``RAY_ADDRESS``, else a local instance).
     """
 
     def __init__(
@@ -158,6 +163,9 @@ class Runner:
         recovery: bool = True,
         stack: Stack | None = None,
         embeddings: Sequence[EmbeddingRecord] | None = None,
+        workers: int = 1,
+        executor: str = "process",
+        ray_address: str | None = None,
     ) -> None:
         if adapter is not None:
             if stack is not None:
@@ -192,6 +200,11 @@ class Runner:
         #: the phase list and templates, resolved once per run from the config
         self.phases: list[PhaseSpec] | None = None
         self.prompts: Prompts | None = None
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.workers = workers
+        self.executor = executor
+        self.ray_address = ray_address
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.
@@ -295,6 +308,10 @@ class Runner:
                 for name in spec.templates:  # before its tick writes anything
                     required = spec.kind == "declared" or not name.endswith(".input.md")
                     self.prompts.get(name, required=required)
+            if self.workers > 1:
+                why = unshardable(self.phases, self.config, self.on_delta is not None)
+                if why is not None:
+                    raise UserError(f"--workers {self.workers}: {why}; run it with --workers 1")
         if self.policies is None:  # a custom policy that does not load stops the run here
             self.policies = [] if self.decisions is not None else configured_policies(self.config)
         if self.stack is None:  # built once per run: budget and breakers span its ticks
@@ -349,6 +366,46 @@ class Runner:
         timings["commit"] += time.perf_counter() - compress_started
         result.elapsed = time.perf_counter() - started
         return result
+
+    async def _run_sharded(
+        self,
+        ctx: TickContext,
+        stack: Stack,
+        recorder: TickRecorder,
+        guard: PhaseGuard,
+        timings: dict[str, float],
+    ) -> Merged:
+        """The tick's phases on ``self.workers`` shards (``sim.engine.shards``)."""
+        assert self.phases is not None
+        started: dict[str, float] = {}
+
+        def on_phase(name: str, starting: bool, report: PhaseReport | None) -> None:
+            if starting:
+                started[name] = time.perf_counter()
+            else:
+                timings[name] = time.perf_counter() - started[name]
+            if self.on_phase:
+                self.on_phase(name, "start" if starting else "end", report)
+
+        def phase_end(name: str, results: dict[str, Any]) -> None:
+            recorder.phase_end(name, ctx, results)
+
+        try:
+            return await run_sharded(
+                ctx,
+                self.phases,
+                self.workers,
+                recorder.names,
+                stack.adapter.name,
+                on_phase,
+                phase_end,
+                lambda report: guard.check(report, stack.budget),
+                self.executor,
+                self.ray_address,
+            )
+        except SimError:  # a worker died, or the tick stopped: its calls in flight were
+            recorder.interrupted([])  # cancelled, and are logged as such
+            raise
 
     def _fit_memories(self, world: World, changed: dict[str, bytes]) -> list[str]:
         """Compact the memory of each character whose file would pass ``[limits]
@@ -455,7 +512,10 @@ class Runner:
         )
         ctx.occupancy = world.characters_at()
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
-        for spec in self.phases:
+        sharded: Merged | None = None
+        if self.workers > 1:
+            sharded = await self._run_sharded(ctx, stack, recorder, guard, timings)
+        for spec in self.phases if sharded is None else ():
             name, run_phase = spec.name, spec.run
             if self.on_phase:
                 self.on_phase(name, "start", None)
@@ -479,8 +539,12 @@ class Runner:
             notes += embedding_notes(ctx.vectors.values())
         ctx.drop_phase_state()  # logged and applied: not held through the commit
         evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
-        pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
         extra = store.changes()
+        if sharded is not None:  # the shards' chains: their own entity keys
+            evicted += sharded.deletions
+            extra.update(sharded.store)
+            extra = dict(sorted(extra.items()))
+        pending = deletions.merge(deletions.load(world.root), adapter.name, evicted, ctx.tick)
         if interventions is not None and interventions.raw is not None:
             extra[PENDING] = None  # applied: the log holds them now
         if evicted:

@@ -93,6 +93,87 @@ class _AdapterCancelled(Exception):
     """Carries a CancelledError raised inside an adapter out of a TaskGroup."""
 
 
+def finished_events(
+    phase: str,
+    request: Any,
+    settings: CallSettings,
+    latency: float,
+    context: dict[str, Any],
+    *,
+    response: AdapterResponse | None = None,
+    error: LLMError | None = None,
+) -> list[LLMEvent]:
+    """The events of a call that ended (``response``, or ``error``): one non-final
+    ``llm_failed`` per earlier attempt, then the call's final event. ``context``: the chain
+    context it was sent with (history, previous response id, depth, call identity).
+
+    The client emits them; so does a sharded tick's coordinator (``sim.engine.shards``),
+    which answers its workers' calls and logs each as its answer comes back.
+    """
+    key = request.entity_key if request is not None else None
+    if key is None and context.get("call") is not None:
+        key = context["call"].entity_key
+    attempts = response.attempts if response is not None else error.attempts if error else ()
+    events = [
+        LLMEvent(
+            "llm_failed",
+            phase,
+            key,
+            earlier.model,
+            request,
+            attempt=earlier.attempt,
+            latency=earlier.latency,
+            usage=earlier.usage,
+            error_code=earlier.error_code,
+            final=False,
+            provider=earlier.provider,
+            endpoint=earlier.endpoint,
+            **context,
+        )
+        for earlier in attempts[:-1]
+    ]
+    attempt, provider = (
+        (attempts[-1].attempt, attempts[-1].provider) if attempts else (1, settings.provider)
+    )
+    if response is not None:
+        events.append(
+            LLMEvent(
+                "llm_completed",
+                phase,
+                key,
+                response.model,
+                request,
+                attempt=attempt,
+                latency=latency,
+                usage=response.usage,
+                response=response,
+                provider=provider,
+                endpoint=response.endpoint,
+                **context,
+            )
+        )
+        return events
+    assert error is not None
+    events.append(
+        LLMEvent(
+            "llm_failed",
+            phase,
+            key,
+            settings.model,
+            request,
+            attempt=attempt,
+            latency=latency,
+            usage=attempts[-1].usage if attempts else error.usage,
+            error_code=error.code,
+            error=error,
+            provider=provider,
+            endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
+            **context,
+        )
+    )
+    return events
+
+
 class LLMClient:
     """Facade phases use for every LLM call.
 
@@ -305,39 +386,13 @@ class LLMClient:
         with self.stream.call(self.phase, request.entity_key) as text:  # where its text goes
             return await self.adapter.execute(replace(sent, call=call, stream_to=text))
 
-    def _emit_attempts(
-        self,
-        request: LLMRequest,
-        attempts: tuple[Attempt, ...],
-        usage: Usage,
-        **fields: Any,
-    ) -> tuple[int, Usage, str]:
-        """Emit one non-final event per earlier attempt; return the final attempt's number,
-        usage (what the adapter reported when it keeps no attempt list) and endpoint."""
+    def _emit_attempts(self, request: LLMRequest, attempts: tuple[Attempt, ...]) -> None:
+        """Count each earlier attempt's tokens against the entity (its event is one of
+        ``finished_events``)."""
         key = request.entity_key
-        for earlier in attempts[:-1]:
-            self.events(
-                LLMEvent(
-                    "llm_failed",
-                    self.phase,
-                    key,
-                    earlier.model,
-                    request,
-                    attempt=earlier.attempt,
-                    latency=earlier.latency,
-                    usage=earlier.usage,
-                    error_code=earlier.error_code,
-                    final=False,
-                    provider=earlier.provider,
-                    endpoint=earlier.endpoint,
-                    **fields,
-                )
-            )
-            if key:
+        if key:
+            for earlier in attempts[:-1]:
                 self._accumulate_usage(key, earlier.usage, requests=0)
-        if attempts:
-            return attempts[-1].attempt, attempts[-1].usage, attempts[-1].provider
-        return 1, usage, self.settings.provider
 
     async def _execute_one(
         self, request: LLMRequest, batch: BatchTransport | None = None
@@ -419,44 +474,40 @@ class LLMClient:
             else:  # a bug in an adapter: report it loudly, but as an LLMError
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
                 error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
-            attempt, usage, provider = self._emit_attempts(
-                request, error.attempts, error.usage, **context()
+            self._emit_attempts(request, error.attempts)
+            events = finished_events(
+                self.phase,
+                request,
+                self.settings,
+                time.perf_counter() - started,
+                context(),
+                error=error,
             )
             if key:
-                self._accumulate_usage(key, usage, requests=0)
-            emit(
-                "llm_failed",
-                model,
-                attempt=attempt,
-                latency=time.perf_counter() - started,
-                usage=usage,
-                error_code=error.code,
-                error=error,
-                provider=provider,
-                endpoint=error.attempts[-1].endpoint if error.attempts else error.endpoint,
-            )
+                self._accumulate_usage(key, events[-1].usage, requests=0)
+            for event in events:
+                self.events(event)
             if error is exc:
                 raise
             raise error from exc
-        attempt, _, provider = self._emit_attempts(
-            request, response.attempts, response.usage, **context()
+        self._emit_attempts(request, response.attempts)
+        events = finished_events(
+            self.phase,
+            request,
+            self.settings,
+            time.perf_counter() - started,
+            context(),
+            response=response,
         )
+        for event in events[:-1]:
+            self.events(event)
         if chain is not None:
             # ids and exchanges change together, in this tick's atomic commit
             exchange = Exchange(response.response_id, request.input_data, response.raw)
             chain.confirm(response.response_id, exchange, depth)
         if key:
             self._accumulate_usage(key, response.usage)
-        emit(
-            "llm_completed",
-            response.model,
-            attempt=attempt,
-            latency=time.perf_counter() - started,
-            usage=response.usage,
-            response=response,
-            provider=provider,
-            endpoint=response.endpoint,
-        )
+        self.events(events[-1])
         return response
 
     def _accumulate_usage(self, entity_key: str, usage: Usage, requests: int = 1) -> None:

@@ -117,7 +117,10 @@ async def run(ctx: TickContext) -> None:
     report.gaps.extend(_gaps(ctx, cells))
     rated = mind_on(ctx.config)
     mentions = Mentions(world) if rated else None
+    part = ctx.part  # a shard's characters (``sim tick --workers``); None: all
     for cid, char in world.characters.items():
+        if part is not None and cid not in part:
+            continue
         text = cells.get(cid) or unresolved_text(char["identity"]["name"], ctx.intentions[cid])
         if mentions is None:
             char["memory"]["cells"].append({"tick": ctx.tick, "text": text})

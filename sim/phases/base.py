@@ -268,6 +268,18 @@ class TickContext:
     _time: tuple[int, dict[str, Any]] | None = None
     #: a provider's embeddings by model (``[memory] embeddings = "provider"``), this tick
     vectors: dict[str, VectorCache] = field(default_factory=dict)
+    #: the characters this context runs the phases for when it holds one shard of the
+    #: world (``sim tick --workers``: those at its locations as the tick began); ``None``:
+    #: every character. The rest of the world is there to be read, not to be run.
+    part: frozenset[str] | None = None
+
+    def characters(self) -> list[Entity]:
+        """The characters the phases of this context are about, in the world's order:
+        all of them, or this shard's part (``part``)."""
+        chars = self.world.characters
+        if self.part is None:
+            return list(chars.values())
+        return [char for cid, char in chars.items() if cid in self.part]
 
     def drop_phase_state(self) -> None:
         """Let go of what only the phases use (their typed results, logged by then, and

@@ -55,6 +55,12 @@ class Intention(PhaseAnswer, title="Intention"):
         return cls(action="wait", target=None, content="", reasoning="LLM error, using fallback")
 
 
+#: each schema ``_schema_for`` made -> how to make it again: a class made at run time
+#: is not found by its name, so a process that receives one (``sim tick --workers``)
+#: rebuilds it (``sim.engine.shards``)
+MADE: dict[type[Intention], tuple[str, ...]] = {}
+
+
 @lru_cache(maxsize=64)
 def _schema_for(verbs: tuple[str, ...]) -> type[Intention]:
     actions = Literal[(*BUILTIN_ACTIONS, *verbs)]  # type: ignore[valid-type]
@@ -63,7 +69,13 @@ def _schema_for(verbs: tuple[str, ...]) -> type[Intention]:
         __base__=Intention,
         action=(actions, ...),
     )
+    MADE[model] = verbs
     return model
+
+
+def schema_for_verbs(verbs: tuple[str, ...]) -> type[Intention]:
+    """The Intention schema with these ``[actions]`` verbs (the same class each time)."""
+    return _schema_for(verbs)
 
 
 def intention_schema(actions: Mapping[str, str]) -> type[Intention]:
@@ -159,7 +171,7 @@ def template_context(
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world = ctx.world
-    chars = list(world.characters.values())
+    chars = ctx.characters()
     client = ctx.client(SECTION, chars, NAME)
     tools = tools_for(ctx.config.actions) if ctx.config.phase1.mode == "tools" else None
     schema = intention_schema(ctx.config.actions)

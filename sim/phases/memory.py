@@ -54,9 +54,8 @@ def fallback_summary(summary: str, evicted: list[dict[str, object]]) -> str:
 
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
-    world = ctx.world
     overflowing: list[tuple[Entity, list[dict[str, object]]]] = []
-    for char in world.characters.values():
+    for char in ctx.characters():
         memory = char["memory"]
         excess = len(memory["cells"]) - memory["capacity"]
         if excess > 0:

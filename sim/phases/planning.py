@@ -69,9 +69,7 @@ async def run(ctx: TickContext) -> None:
     assert time is not None  # resolve_phases refuses planning without [time]
     world = ctx.world
     chars = [
-        c
-        for c in world.characters.values()
-        if (c["memory"].get("plan") or {}).get("date") != time["date"]
+        c for c in ctx.characters() if (c["memory"].get("plan") or {}).get("date") != time["date"]
     ]
     client = ctx.client(SECTION, chars, NAME)
     where = world.characters_at()

@@ -89,7 +89,7 @@ def insight_cells(
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world, config = ctx.world, ctx.config.reflection
-    chars = [c for c in world.characters.values() if due(c, config.threshold)]
+    chars = [c for c in ctx.characters() if due(c, config.threshold)]
     client = ctx.client(SECTION, chars, NAME)
     memory = ctx.config.memory.for_phase(NAME).model_copy(update={"k": config.cells})
     where = world.characters_at()

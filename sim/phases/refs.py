@@ -289,13 +289,21 @@ def _values(data: Any, path: tuple[str, ...]) -> list[Any]:
     return []
 
 
+@dataclass(frozen=True, slots=True)
+class _Check:
+    """An answer check made from a ``problem`` function: an object rather than a closure,
+    so a request pickles with it (``sim tick --workers`` sends requests between
+    processes; the refs' ``problem`` methods pickle with their refs)."""
+
+    problem: Callable[[Any], str | None]
+
+    def __call__(self, answer: BaseModel) -> str | None:
+        return self.problem(answer)
+
+
 def check_for(problem: Callable[[Any], str | None]) -> Check:
     """An answer check (``LLMRequest.check``) from a ``problem`` function."""
-
-    def check(answer: BaseModel) -> str | None:
-        return problem(answer)
-
-    return check
+    return _Check(problem)
 
 
 def verified(result: Any, check: Check | None) -> Any:

@@ -1,8 +1,8 @@
 """Run `sim tick` as the CLI does, with a slow adapter that counts answered calls in a file.
 
 Used by the crash and interrupt tests as the child process they kill:
-``python crash_child.py WORLD COUNT_FILE DELAY JITTER``. Only this helper swaps the adapter;
-the engine runs unchanged.
+``python crash_child.py WORLD COUNT_FILE DELAY JITTER [TICK OPTIONS...]``. Only this helper
+swaps the adapter; the engine runs unchanged.
 """
 
 from __future__ import annotations
@@ -34,4 +34,4 @@ def build(config: object, loaded: sim.engine.runner.World) -> Stack:
 sim.engine.runner.build_run_stack = build  # type: ignore[assignment]
 # a runner that started us in the background may have left SIGINT ignored: Ctrl-C must work
 signal.signal(signal.SIGINT, signal.default_int_handler)
-main(["tick", "--world", world, "--concurrency", "3"], prog_name="sim")
+main(["tick", "--world", world, "--concurrency", "3", *sys.argv[5:]], prog_name="sim")

@@ -81,6 +81,17 @@ def test_whole_process_scenarios_report_their_figures() -> None:
     assert 0 < whole["process_efficiency"] <= whole["tick_efficiency"]
 
 
+def test_workers_scenario_reports_its_figures() -> None:
+    """Scenario 12 at a tiny size: ``sim tick --workers 1`` and ``2`` child processes on
+    copies of one world, which must end the same (no timing asserts)."""
+    from bench.process import workers
+
+    run = workers(60, 1)
+    assert run["identical"] is True
+    assert [len(run["runs"][n]) for n in ("1", "2")] == [1, 1]
+    assert all(r["wall_s"] > 0 and r["peak_rss_mib"] > 0 for n in "12" for r in run["runs"][n])
+
+
 def test_mind_scenario_reports_its_figures() -> None:
     from bench.mind import cache_memory, retrieval_cpu, token_cost
 

@@ -1,0 +1,758 @@
+"""A sharded tick (``sim tick --workers N``): the world's places split over N processes.
+
+The coordinator (the ``Runner``) loads the world, begins the tick's log and holds the one
+adapter stack: the budget, the endpoint's concurrency, recovery, the policy gate and a
+resume's replay. Each worker (``sim.engine.shard_worker``, a process of its own) loads the
+same world read-only and runs every phase for its part: the characters at its places as the
+tick began. Its phases build their requests and apply the answers there; each call goes to
+the coordinator, which sends it through the stack and logs it as any call; the call's
+events come back with it, in order. At the end of each phase the workers report (the
+phase's report and results, the state their characters and places now have) and wait; the
+coordinator logs the phase, checks it, and sends every worker the others' state, so a
+character who moved is where the next phase looks for it. After the last phase each worker
+sends its characters and places, its response-store changes and the responses to delete;
+the coordinator puts them in the world and commits the tick once, as with one process.
+
+Places are split in the order ``World.characters_at`` gives them, into contiguous runs of
+about equal numbers of characters, so the merged results come in the order one process
+gives them; with the offline provider the world files, the log's story and its books are
+those of ``--workers 1``.
+
+A worker that dies ends the tick with an error naming it; a coordinator that dies closes
+the workers' sockets, and they exit. Nothing but the coordinator writes to the world.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copyreg
+import importlib
+import io
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel
+
+from sim.config import Config
+from sim.errors import RunError, SimError, UserError
+from sim.llm.client import finished_events
+from sim.llm.errors import LLMChainNotFoundError, LLMError
+from sim.llm.events import LLMEvent
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.phases import PhaseSpec
+from sim.phases.base import PhaseReport, TickContext
+from sim.phases.happenings import Happenings
+from sim.phases.intentions import MADE, schema_for_verbs
+
+#: the built-in phases a shard can run on its part: each is about the characters (or
+#: places) of one place at a time; ``conversation`` caps its conversations per tick
+#: over the whole world, so it is not among them
+SHARDABLE = frozenset(
+    {"intentions", "resolution", "narrative", "apply", "memory", "reflection", "planning"}
+)
+
+_LENGTH = struct.Struct("!Q")
+
+
+class WorkerDied(RunError):
+    """A shard's worker process ended in the middle of a tick: nothing is committed."""
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What one worker is told at the start of a tick."""
+
+    index: int
+    root: Path
+    config: Config
+    tick: int
+    #: the places of this shard, in ``World.characters_at`` order
+    locations: tuple[str, ...]
+    #: the call namer's copy (``sim.engine.recorder.CallNames``)
+    names: Any
+    adapter_name: str
+    #: this tick's injected events (``sim inject``)
+    happenings: Happenings
+
+
+@dataclass
+class PhaseDone:
+    """A worker's end of one phase."""
+
+    name: str
+    report: PhaseReport
+    results: dict[str, Any]
+    #: ("character" | "location", id) -> its ``state`` now, for those whose state changed
+    states: dict[tuple[str, str], Any]
+
+
+@dataclass
+class ShardFinal:
+    """A worker's part of the world after the last phase."""
+
+    characters: dict[str, Any]
+    locations: dict[str, Any]
+    store: dict[str, bytes | None]
+    deletions: list[tuple[str, str]] = field(default_factory=list)
+
+
+# -- the wire: length-prefixed pickles on a socket ------------------------------------------
+
+
+def _model_class(cls: type[BaseModel]) -> Any:
+    """A pydantic model class, pickled: by its name, or a schema made at run time
+    (``intention_schema`` with ``[actions]`` verbs) as the call that makes it again."""
+    verbs = MADE.get(cls)  # type: ignore[arg-type]
+    if verbs is not None:
+        return schema_for_verbs, (verbs,)
+    return cls.__qualname__  # found in its module by name, as pickle does for a class
+
+
+#: consulted only for classes whose metaclass is pydantic's (a ``reducer_override`` would
+#: be called for every object pickled, in Python)
+_DISPATCH = {**copyreg.dispatch_table, type(BaseModel): _model_class}
+
+
+def dumps(message: Any) -> bytes:
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(message)
+    return buffer.getvalue()
+
+
+def frame(message: Any) -> bytes:
+    data = dumps(message)
+    return _LENGTH.pack(len(data)) + data
+
+
+#: a frozenset this big that many requests share (a resolution's check holds every
+#: place's and character's name) goes once per worker, not with each request
+SHARED_SIZE = 64
+
+
+class _Sharing(pickle.Pickler):
+    """Pickles a big frozenset once: later messages name it (``persistent_id``)."""
+
+    def __init__(self, buffer: io.BytesIO, outbox: Outbox) -> None:
+        super().__init__(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = _DISPATCH
+        self.outbox = outbox
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is not frozenset or len(obj) < SHARED_SIZE:
+            return None
+        key = id(obj)
+        if key not in self.outbox.shared:  # held: its id is not reused while we run
+            self.outbox.shared[key] = obj
+            self.outbox.queue(frame(("share", key, obj)))
+        return key
+
+
+class Outbox:
+    """Messages to one socket, written together once per turn of the event loop: one
+    system call for the answers (or calls) that became ready together, not one each.
+
+    Args:
+        share: send each big frozenset once (``_Sharing``); the other side reads with
+            ``receive(reader, shared)``.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter, *, share: bool = False) -> None:
+        self.writer = writer
+        self.share = share
+        self.shared: dict[int, frozenset[Any]] = {}
+        self._frames: list[bytes] = []
+
+    def queue(self, data: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._frames.append(data)
+
+    def post(self, message: Any) -> None:
+        if not self.share:
+            self.queue(frame(message))
+            return
+        buffer = io.BytesIO()
+        _Sharing(buffer, self).dump(message)  # a "share" frame first, if it needs one
+        data = buffer.getvalue()
+        self.queue(_LENGTH.pack(len(data)) + data)
+
+    def flush(self) -> None:
+        if not self._frames:
+            return
+        data = b"".join(self._frames)
+        self._frames.clear()
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):  # the other end went
+            self.writer.write(data)
+
+
+async def receive(reader: asyncio.StreamReader, shared: dict[int, Any] | None = None) -> Any:
+    """The next message (``shared``: what a sharing ``Outbox`` sent once, kept here).
+
+    Raises ``asyncio.IncompleteReadError`` when the other side is gone."""
+    while True:
+        (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+        data = await reader.readexactly(length)
+        if shared is None:
+            return pickle.loads(data)
+        unpickler = pickle.Unpickler(io.BytesIO(data))
+        unpickler.persistent_load = shared.__getitem__  # type: ignore[method-assign]
+        message = unpickler.load()
+        if message[0] != "share":
+            return message
+        shared[message[1]] = message[2]
+
+
+class ShardUserError(UserError):
+    """Bad input a worker found (a template that does not render, say) whose own error
+    does not cross between processes: its message, and a user error's exit code."""
+
+
+def portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives a trip between processes; else, with its message, a
+    ``ShardUserError`` for a user error, a ``RunError`` (with its exit code) for another."""
+    try:
+        pickle.loads(dumps(exc))
+    except Exception:
+        if isinstance(exc, UserError):
+            return ShardUserError(str(exc))
+        error = RunError(str(exc) if isinstance(exc, SimError) else f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, SimError):
+            error.exit_code = exc.exit_code
+        return error
+    return exc
+
+
+# -- the split ---------------------------------------------------------------------------------
+
+
+def partition(occupancy: Mapping[str, Sequence[str]], workers: int) -> list[tuple[str, ...]]:
+    """The occupied places split into at most ``workers`` contiguous runs (in the order
+    given) of about equal numbers of characters; none empty."""
+    total = sum(len(present) for present in occupancy.values())
+    parts: list[list[str]] = [[] for _ in range(max(1, workers))]
+    done = 0
+    k = 0
+    for lid, present in occupancy.items():
+        while k < len(parts) - 1 and parts[k] and done >= (k + 1) * total / len(parts):
+            k += 1
+        parts[k].append(lid)
+        done += len(present)
+    return [tuple(part) for part in parts if part]
+
+
+def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) -> str | None:
+    """Why this tick cannot run on several workers (``None``: it can)."""
+    for spec in phases:
+        if spec.name not in SHARDABLE or spec.kind != "builtin":
+            return (
+                f"phase {spec.name!r} runs over the whole world; --workers runs only the "
+                f"built-in phases {', '.join(sorted(SHARDABLE))}"
+            )
+        memory = config.memory.for_phase(spec.name)
+        if memory.embeddings == "provider":
+            return f"phase {spec.name!r} retrieves with a provider's embeddings"
+    if config.llm.batch:
+        return "[llm] batch sends each phase's calls as one batch from one process"
+    if streaming:
+        return "streamed answers are shown by one process"
+    return None
+
+
+# -- the coordinator's side --------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _StandIn:
+    """The request of a worker's call, as the coordinator's events carry it: its entity key
+    (what an event sink may read of it) and an identity that pairs the call's events."""
+
+    entity_key: str | None
+
+
+class _Local:
+    """A worker process on this machine (``python -m sim.engine.shard_worker``)."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def describe(self) -> str:
+        return f"pid {self.process.pid}"
+
+    async def ended(self) -> str:
+        """Wait for it to end; how it ended."""
+        return f"exit status {await asyncio.to_thread(self.process.wait)}"
+
+    async def stop(self) -> None:
+        """Let it end (its socket is closed), or end it."""
+        if self.process.poll() is None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.process.wait), 5)
+            except TimeoutError:
+                self.process.kill()
+                await asyncio.to_thread(self.process.wait)
+
+
+class _RayActor:
+    """A worker run by a Ray actor (``--executor ray``), connected back to us."""
+
+    def __init__(self, ray: Any, actor: Any, ref: Any) -> None:
+        self.ray = ray
+        self.actor = actor
+        self.ref = ref
+        #: where it runs, once it said (its hello: pid and node)
+        self.where = ""
+
+    def describe(self) -> str:
+        return f"Ray actor{self.where}"
+
+    async def ended(self) -> str:
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(self.ref.future()), 30)
+        except TimeoutError:
+            return "its socket closed"
+        except Exception as exc:  # Ray's errors: the actor died, its node was lost
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return "it returned"
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.actor)
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: _Local | _RayActor
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    #: the worker's phase reports and final part, in order; an exception when it failed
+    inbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    outbox: Outbox = field(init=False)
+    #: what the worker sent once (``Outbox(share=True)``)
+    shared: dict[int, Any] = field(default_factory=dict)
+    #: the stand-in request object of each call in flight (its events are paired by it)
+    tokens: dict[str, _StandIn] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"worker {self.index + 1} ({self.process.describe()})"
+
+
+def start_ray(address: str | None) -> Any:
+    """Ray, started or reached (``address``; else ``RAY_ADDRESS``, else a local instance).
+
+    Raises:
+        UserError: Ray is not installed; RunError: Ray cannot be started or reached.
+    """
+    try:
+        ray: Any = importlib.import_module("ray")
+    except ImportError:
+        raise UserError(
+            "--executor ray needs Ray, from the optional 'ray' extra: pip install 'sim[ray]'"
+        ) from None
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except Exception as exc:  # Ray's errors are many (connection, version, resources)
+            where = address or "a local instance"
+            raise RunError(f"--executor ray: cannot start or reach Ray ({where}): {exc}") from None
+    return ray
+
+
+#: how long Ray may take to place the actors and have them connect
+RAY_START_SECONDS = 120.0
+
+
+Sink = Callable[[LLMEvent], None]
+
+
+class Shards:
+    """The workers of one tick, from their start to their end (``async with``).
+
+    Args:
+        plans: one per worker.
+        adapter: the tick's adapter (the policy gate, a resume's replay, the stack), which
+            every worker's calls go through.
+        events: the tick's event sink (the recorder, the books, the guard, the user's).
+        slots: ``[llm] max_concurrency``, over all the workers.
+        executor: ``process``: each worker a process here; ``ray``: a Ray actor.
+        ray_address: the Ray cluster (``None``: ``RAY_ADDRESS``, else a local instance).
+    """
+
+    def __init__(
+        self,
+        plans: Sequence[ShardPlan],
+        adapter: Adapter,
+        events: Sink,
+        slots: int,
+        executor: str = "process",
+        ray_address: str | None = None,
+    ) -> None:
+        self.executor = executor
+        self.ray_address = ray_address
+        self._server: asyncio.Server | None = None
+        self.plans = list(plans)
+        self.adapter = adapter
+        self.events = events
+        #: ``[llm] max_concurrency`` over all the workers: each worker's clients hold it
+        #: too, so N workers would otherwise have N times as many calls in flight
+        self.slots = asyncio.Semaphore(slots)
+        self.workers: list[_Worker] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> Shards:
+        if self.executor == "ray":
+            await self._start_ray()
+            return self
+        for plan in self.plans:
+            ours, theirs = socket.socketpair()
+            try:
+                process = subprocess.Popen(
+                    # the world's folder named too: `ps` shows whose worker it is
+                    [
+                        sys.executable,
+                        "-m",
+                        "sim.engine.shard_worker",
+                        str(theirs.fileno()),
+                        str(plan.root),
+                    ],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # Ctrl-C reaches the coordinator, which ends them
+                )
+            finally:
+                theirs.close()
+            reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
+            self._begin(plan, _Local(process), reader, writer)
+        return self
+
+    def _begin(
+        self,
+        plan: ShardPlan,
+        process: _Local | _RayActor,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        worker = _Worker(plan.index, process, reader, writer)
+        worker.outbox = Outbox(writer)
+        self.workers.append(worker)
+        writer.write(frame(plan))
+        task = asyncio.create_task(self._serve(worker))
+        self._tasks.add(task)
+
+    async def _start_ray(self) -> None:
+        """One Ray actor per shard (``sim.engine.shard_worker.ShardActor``), each connecting
+        back to this process on 127.0.0.1 and saying which shard it is."""
+        ray = start_ray(self.ray_address)
+        from sim.engine.shard_worker import ShardActor
+
+        arrived: asyncio.Queue[tuple[int, asyncio.StreamReader, asyncio.StreamWriter]]
+        arrived = asyncio.Queue()
+        handles: dict[int, _RayActor] = {}
+
+        async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                hello = await asyncio.wait_for(receive(reader), RAY_START_SECONDS)
+                index = int(hello[1])
+                handles[index].where = f", pid {int(hello[2])} on {str(hello[3])[:64]}"
+                arrived.put_nowait((index, reader, writer))
+            except Exception:  # not one of ours
+                writer.close()
+
+        server = await asyncio.start_server(connected, "127.0.0.1", 0, limit=2**26)
+        self._server = server
+        port = server.sockets[0].getsockname()[1]
+        remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardActor)
+        for plan in self.plans:
+            actor = remote.remote()
+            handles[plan.index] = _RayActor(
+                ray, actor, actor.run.remote("127.0.0.1", port, plan.index)
+            )
+        by_index = {plan.index: plan for plan in self.plans}
+        waiting = set(by_index)
+        try:
+            while waiting:
+                failed = [
+                    handle
+                    for i, handle in handles.items()
+                    if i in waiting and handle.ref.future().done()
+                ]
+                if failed:
+                    raise WorkerDied(
+                        f"worker {failed[0].describe()} ended before it connected: "
+                        f"{await failed[0].ended()}"
+                    )
+                try:
+                    index, reader, writer = await asyncio.wait_for(arrived.get(), 0.5)
+                except TimeoutError:
+                    continue
+                if index in waiting:
+                    waiting.discard(index)
+                    self._begin(by_index[index], handles[index], reader, writer)
+        except BaseException:
+            for handle in handles.values():
+                await handle.stop()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for worker in self.workers:
+            worker.writer.close()
+        for worker in self.workers:
+            await worker.process.stop()
+        if self._server is not None:
+            self._server.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, worker: _Worker) -> None:
+        """Read one worker's messages until it ends: calls are answered, events go to the
+        tick's sink, the rest to its inbox."""
+        try:
+            while True:
+                message = await receive(worker.reader, worker.shared)
+                kind = message[0]
+                if kind == "call":
+                    task = asyncio.create_task(self._answer(worker, message[1], message[2]))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                else:
+                    worker.inbox.put_nowait(message)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            how = await worker.process.ended()
+            worker.inbox.put_nowait(
+                (
+                    "failed",
+                    WorkerDied(
+                        f"{worker.describe()} died in the middle of the tick ({how}); "
+                        "nothing was committed, the next run resumes the tick"
+                    ),
+                )
+            )
+
+    async def _answer(self, worker: _Worker, n: int, request: ModelRequest) -> None:
+        """Answer one of a worker's calls through the tick's adapter, and log it here as
+        its answer comes back (``finished_events``, as the client would): a call answered
+        is in the log whatever happens to the worker after."""
+        call = request.call
+        phase = call.phase if call is not None else ""
+        key = call.entity_key if call is not None else None
+        context: dict[str, Any] = {
+            "history": request.history,
+            "previous_response_id": request.previous_response_id,
+            "depth": call.depth if call is not None else 0,
+            "call": call,
+        }
+        # the events of one call are paired by their request object: a stand-in here (a
+        # call sent again after its provider lost its chain keeps the first one's)
+        rid = call.request_id if call is not None else f"{worker.index}:{n}"
+        stand_in = worker.tokens.get(rid)
+        if stand_in is None:
+            stand_in = worker.tokens[rid] = _StandIn(key)
+            called = LLMEvent(
+                "llm_called",
+                phase,
+                key,
+                request.settings.model,
+                cast(Any, stand_in),
+                **context,
+            )
+            self.events(called)
+        answer: AdapterResponse | LLMError
+        async with self.slots:
+            started = time.perf_counter()
+            try:
+                answer = await self.adapter.execute(request)
+            except LLMError as exc:
+                answer = exc
+            except Exception as exc:  # a bug in an adapter: an LLMError, as the client has it
+                answer = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+            latency = time.perf_counter() - started
+        if isinstance(answer, LLMChainNotFoundError) and request.previous_response_id:
+            # the worker's client sends it again with the window: not the call's end
+            lost = LLMEvent(
+                "llm_failed",
+                phase,
+                key,
+                request.settings.model,
+                cast(Any, stand_in),
+                latency=latency,
+                error_code=answer.code,
+                error=answer,
+                final=False,
+                **context,
+            )
+            self.events(lost)
+        else:
+            worker.tokens.pop(rid, None)
+            ended = finished_events(
+                phase,
+                stand_in,
+                request.settings,
+                latency,
+                context,
+                response=answer if isinstance(answer, AdapterResponse) else None,
+                error=answer if isinstance(answer, LLMError) else None,
+            )
+            for event in ended:
+                self.events(event)
+        sent = answer if isinstance(answer, AdapterResponse) else portable(answer)
+        with contextlib.suppress(ConnectionError, OSError):
+            worker.outbox.post(("answer", n, sent))
+
+    async def gather(self, kind: str) -> list[Any]:
+        """Each worker's next message, which must be of ``kind``, in worker order.
+
+        Raises:
+            WorkerDied: a worker ended; or what a worker's phase raised.
+        """
+        got: list[Any] = []
+        pending = {asyncio.ensure_future(w.inbox.get()): w for w in self.workers}
+        by_worker: dict[int, Any] = {}
+        try:
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    worker = pending.pop(future)
+                    message = future.result()
+                    if message[0] == "failed":
+                        raise message[1]
+                    if message[0] != kind:
+                        raise RunError(f"{worker.describe()} sent {message[0]!r}, not {kind!r}")
+                    by_worker[worker.index] = message[1]
+        finally:
+            for future in pending:
+                future.cancel()
+        for worker in self.workers:
+            got.append(by_worker[worker.index])
+        return got
+
+    def broadcast(self, states: Mapping[tuple[str, str], Any]) -> None:
+        """End a phase's barrier: every worker gets the state the others changed."""
+        data = frame(("barrier", dict(states)))
+        for worker in self.workers:
+            worker.writer.write(data)
+
+    async def drain(self) -> None:
+        for worker in self.workers:
+            with contextlib.suppress(ConnectionError, OSError):
+                await worker.writer.drain()
+
+
+def merge_reports(into: PhaseReport, parts: Sequence[PhaseReport]) -> None:
+    """Add the shards' reports of one phase to the coordinator's (whose usage, retries,
+    timeouts and fallback models the tick's events already counted)."""
+    for part in parts:
+        into.calls += part.calls
+        into.failures += part.failures
+        into.fallbacks.extend(part.fallbacks)
+        into.errors.update(part.errors)
+        into.warnings.extend(part.warnings)
+        into.entities += part.entities
+
+
+def merge_results(parts: Sequence[Mapping[str, Any]], order: Mapping[str, int]) -> dict[str, Any]:
+    """The shards' results of one phase as one process orders them: by ``order`` (each
+    character's and place's place in the world), else as they came."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        merged.update(part)
+    late = len(order)
+    keys = sorted(merged, key=lambda key: order.get(key, late))
+    return {key: merged[key] for key in keys}
+
+
+def auto_workers() -> int:
+    """``--workers auto``: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class Merged:
+    """What a sharded tick's phases left besides the world: the response-store changes and
+    the responses to delete once it commits."""
+
+    store: dict[str, bytes | None]
+    deletions: list[tuple[str, str]]
+
+
+async def run_sharded(
+    ctx: TickContext,
+    phases: Sequence[PhaseSpec],
+    workers: int,
+    names: Any,
+    adapter_name: str,
+    on_phase: Callable[[str, bool, PhaseReport | None], None],
+    phase_end: Callable[[str, dict[str, Any]], None],
+    check: Callable[[PhaseReport], None],
+    executor: str = "process",
+    ray_address: str | None = None,
+) -> Merged:
+    """Run the tick's phases on ``workers`` shards of ``ctx.world`` and put their parts
+    in it; ``ctx`` is the coordinator's (its adapter and events are the tick's).
+
+    Args:
+        names: the tick's call namer (``TickRecorder.names``); each worker gets a copy.
+        on_phase: a phase starts (``True``) or ends (``False``, with its report).
+        phase_end: log a phase's merged results (``TickRecorder.phase_end``).
+        check: raises if the tick must stop after a phase (``PhaseGuard.check``).
+
+    Raises:
+        WorkerDied: a worker ended mid-tick; or what a worker's phase raised.
+    """
+    world = ctx.world
+    parts = partition(ctx.occupancy, workers)
+    plans = [
+        ShardPlan(
+            i, world.root, ctx.config, ctx.tick, part, names.copy(), adapter_name, ctx.happenings
+        )
+        for i, part in enumerate(parts)
+    ]
+    # the order one process gives results in: characters, then places, as the world has them
+    order = {cid: i for i, cid in enumerate(world.characters)}
+    for lid in ctx.occupancy:
+        order.setdefault(lid, len(order))
+    merged = Merged({}, [])
+    if not phases:
+        return merged
+    on_phase(phases[0].name, True, None)
+    report = ctx.report(phases[0].name)  # before any event of the phase can arrive
+    slots = ctx.config.llm.max_concurrency
+    async with Shards(plans, ctx.adapter, ctx.events, slots, executor, ray_address) as shards:
+        for i, spec in enumerate(phases):
+            done: list[PhaseDone] = await shards.gather("phase")
+            merge_reports(report, [d.report for d in done])
+            results = merge_results([d.results for d in done], order)
+            if spec.name == "narrative":
+                ctx.narratives = results
+            phase_end(spec.name, results)
+            on_phase(spec.name, False, report)
+            check(report)
+            states: dict[tuple[str, str], Any] = {}
+            for part in done:
+                states.update(part.states)
+            if i + 1 < len(phases):
+                on_phase(phases[i + 1].name, True, None)
+                report = ctx.report(phases[i + 1].name)
+            shards.broadcast(states)
+        finals: list[ShardFinal] = await shards.gather("final")
+    for final in finals:
+        world.characters.update(final.characters)
+        world.locations.update(final.locations)
+        merged.store.update(final.store)
+        merged.deletions.extend(final.deletions)
+    return merged

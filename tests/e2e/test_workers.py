@@ -1,0 +1,469 @@
+"""``sim tick --workers N``: one world's tick on N processes, with one process's result.
+
+The same world, config and seed give the same world files, the same story in ``sim log``
+and the same books in ``sim usage`` with 1, 2 or 3 workers; a sharded tick replays as
+``identical``. A worker that dies ends the tick with an error naming it and commits
+nothing; kill -9 of the coordinator leaves the world at N or N+1, and the next run resumes
+without paying again. The budget and the concurrency are the run's, across the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import WORLDS, copy_demo, tree
+
+from sim.cli import main
+from sim.config import load_config
+from sim.engine.replay import replay
+from sim.engine.runner import Runner
+from sim.engine.shards import WorkerDied, partition
+from sim.errors import UserError
+from sim.llm.errors import LLMBudgetExceededError
+from sim.llm.types import AdapterResponse, ModelRequest
+from sim.offline.adapter import OfflineAdapter
+from sim.storage import Storage
+from sim.testing import CountingAdapter, read_counts
+from sim.ticklog.format import log_path
+from sim.ticklog.reader import read_log
+
+#: the minds world without its conversation (whose cap is the whole world's): planning,
+#: retrieval, rated cells, reflection and memory, all on shards
+MIND_PHASES = ["planning", "intentions", "resolution", "narrative", "apply", "reflection", "memory"]
+
+
+def invoke(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def without_walls(text: str) -> str:
+    """``sim log`` / ``sim usage`` output without wall-clock seconds (they are timings)."""
+    return re.sub(r"\d+\.\d+s\b", "<s>", text)
+
+
+def run_world(source: Path, dest: Path, workers: int, ticks: int, *settings: str) -> Path:
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".sim"))
+    args = ("--world", str(dest), "--ticks", str(ticks), "--workers", str(workers), *settings)
+    shown = invoke("tick", *args)  # what `sim tick` prints: the same, timings aside
+    (dest.parent / f"{dest.name}.out").write_text(without_walls(shown).replace(str(dest), "W"))
+    return dest
+
+
+def story(world: Path, ticks: int) -> list[str]:
+    out = [without_walls(invoke("log", "--world", str(world), "--tick", "all"))]
+    for tick in range(1, ticks + 1):
+        out.append(without_walls(invoke("log", "--world", str(world), "--tick", str(tick))))
+        # one line per call, in the order they completed: that order is the provider's
+        # (as with one process and a real server), the lines are the same
+        calls = invoke("log", "--world", str(world), "--tick", str(tick), "--calls")
+        out.append("\n".join(sorted(without_walls(calls).splitlines())))
+    out.append(without_walls(invoke("usage", "--world", str(world))))
+    return out
+
+
+def test_partition_is_contiguous_balanced_and_never_empty() -> None:
+    where = {"a": ["1", "2", "3"], "b": ["4"], "c": ["5", "6"], "d": ["7", "8"]}
+    assert partition(where, 1) == [("a", "b", "c", "d")]
+    assert partition(where, 2) == [("a", "b"), ("c", "d")]
+    assert partition(where, 3) == [("a",), ("b", "c"), ("d",)]
+    assert partition(where, 9) == [("a",), ("b",), ("c",), ("d",)]
+
+
+@pytest.mark.parametrize(
+    ("source", "ticks", "settings"),
+    [
+        (WORLDS / "demo", 6, ()),
+        (WORLDS / "minds", 3, ("--set", f"tick.phases={MIND_PHASES!r}".replace("'", '"'))),
+    ],
+    ids=["demo", "minds"],
+)
+def test_one_two_and_three_workers_give_the_same_files_story_and_books(
+    tmp_path: Path, source: Path, ticks: int, settings: tuple[str, ...]
+) -> None:
+    worlds = [run_world(source, tmp_path / f"w{n}", n, ticks, *settings) for n in (1, 2, 3)]
+    one = tree(worlds[0])
+    assert len([rel for rel in one if rel.startswith("characters/")]) >= 10
+    told = story(worlds[0], ticks)
+    assert "calls" in told[0]
+    for world in worlds[1:]:
+        assert tree(world) == one  # byte for byte, every file but the logs' timings
+        shown = (world.parent / f"{world.name}.out").read_text()
+        assert shown == (worlds[0].parent / f"{worlds[0].name}.out").read_text()
+        assert story(world, ticks) == told
+        # each phase's logged results, in the same order
+        for tick in range(1, ticks + 1):
+            ours = read_log(log_path(world, tick))
+            theirs = read_log(log_path(worlds[0], tick))
+            assert [(n, list(p.results.items()), p.report) for n, p in ours.phases.items()] == [
+                (n, list(p.results.items()), p.report) for n, p in theirs.phases.items()
+            ]
+            assert ours.commit is not None and theirs.commit is not None
+            assert ours.commit.state_after == theirs.commit.state_after
+    # a sharded tick replays from its log as identical
+    config = load_config(world_dir=worlds[2], cwd=worlds[2])
+    if source.name == "demo":
+        report = replay(worlds[2], 1, ticks, config=config)
+        assert report.identical, [(t.tick, t.drifts[:1]) for t in report.ticks]
+
+
+def test_a_phase_that_spans_the_world_is_refused_by_name(tmp_path: Path) -> None:
+    world = tmp_path / "minds"
+    shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    before = tree(world, logs=True)
+    result = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", "2"])
+    assert result.exit_code == 2, result.output
+    assert "'conversation'" in result.output and "--workers 1" in result.output
+    assert tree(world, logs=True) == before
+    bad = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", "two"])
+    assert bad.exit_code == 2 and "--workers" in bad.output
+
+
+def _children() -> list[int]:
+    """This process's child processes (Linux)."""
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+class KillsAWorker:
+    """The offline model behind the coordinator, counting answers; as call ``at`` arrives
+    it kills a worker (kill -9) and answers on."""
+
+    name = "offline"
+
+    def __init__(self, seed: int, at: int) -> None:
+        self.inner = CountingAdapter(OfflineAdapter(seed=seed), delay=0.01)
+        self.at = at
+        self.started = 0
+        self.killed: int | None = None
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.started += 1
+        if self.started == self.at:
+            self.killed = _children()[-1]
+            os.kill(self.killed, signal.SIGKILL)
+        return await self.inner.execute(request)
+
+    async def delete_response(self, response_id: str) -> None:
+        await self.inner.delete_response(response_id)
+
+
+def config_for(world: Path, **overrides: object):  # type: ignore[no-untyped-def]
+    return load_config(world_dir=world, cwd=world, overrides=overrides or None)
+
+
+@pytest.mark.parametrize("at", [1, 12, 25])
+def test_a_worker_killed_mid_tick_is_named_commits_nothing_and_the_resume_pays_once(
+    tmp_path: Path, at: int
+) -> None:
+    base = copy_demo(tmp_path / "base")
+    Runner(base, config_for(base)).run(5)  # tick 6 calls every phase
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    before = tree(world)
+    killer = KillsAWorker(seed=7, at=at)
+    with pytest.raises(WorkerDied) as caught:
+        Runner(world, config_for(world), adapter=killer, workers=2).run(1)
+    message = str(caught.value)
+    assert f"pid {killer.killed})" in message and "worker " in message, message
+    assert "died in the middle of the tick" in message and "exit status -9" in message
+    assert tree(world) == before  # nothing committed
+    assert Storage(world).load().tick == 5
+    assert not _children() and not _workers_of(world)  # no worker left behind
+    paid = list(killer.inner.answered)
+    # the next run (with 3 workers) resumes: no logged call is paid for again
+    resumed = CountingAdapter(OfflineAdapter(seed=7))
+    Runner(world, config_for(world), adapter=resumed, workers=3).run(1)
+    assert tree(world) == tree(reference)
+    logged = read_log(log_path(world, 6))
+    assert not set(paid) & set(resumed.answered)  # nothing paid twice
+    assert len(set(paid) | set(resumed.answered)) == len(logged.calls)
+
+
+def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of ``sim tick --workers 2`` (the coordinator) at several points of the tick:
+    its workers go too, the world is never torn, and the resume pays only what the log
+    lacks."""
+    import sys
+
+    base = copy_demo(tmp_path / "base")
+    Runner(base, config_for(base)).run(5)
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    expected = tree(reference)
+    total = len(read_log(log_path(reference, 6)).calls)
+    child = Path(__file__).with_name("crash_child.py")
+    import subprocess
+    import time
+
+    from sim.testing import read_in_flight
+
+    outcomes = []
+    for i, fraction in enumerate((0.1, 0.5, 0.9, 1.0)):
+        world = tmp_path / f"k{i}"
+        shutil.copytree(base, world)
+        counts = tmp_path / f"counts{i}"
+        process = subprocess.Popen(
+            [sys.executable, str(child), str(world), str(counts), "0.02", "0.03", "--workers", "2"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        target = max(1, round(fraction * total))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            if len(read_counts(counts) if counts.exists() else []) >= target:
+                break
+            time.sleep(0.002)
+        process.kill()
+        process.wait()
+        # its workers see their socket close and exit
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _workers_of(world):
+            time.sleep(0.05)
+        assert not _workers_of(world)
+        paid = read_counts(counts) if counts.exists() else []
+        tick = Storage(world).load().tick
+        assert tick in (5, 6)
+        if tick == 5:
+            assert {r for r in tree(world) if not r.startswith(".sim/")} == {
+                r for r in tree(base) if not r.startswith(".sim/")
+            }
+        resumed = CountingAdapter(OfflineAdapter(seed=7))
+        Runner(world, config_for(world), adapter=resumed, workers=2).run(1 if tick == 5 else 0)
+        assert tree(world) == expected, f"trial {i}: killed at {fraction}"
+        # every call paid at most once, but one answered in the instant of the kill
+        in_flight = read_in_flight(counts) if counts.exists() else []
+        twice = [n for n in resumed.answered if n in paid]
+        assert len(twice) <= len(in_flight) + 1, (i, twice)
+        outcomes.append((fraction, tick, len(paid), len(resumed.answered)))
+    assert any(t == 5 and p > 0 for _, t, p, _ in outcomes), outcomes
+
+
+def _workers_of(world: Path) -> list[int]:
+    """The ``sim.engine.shard_worker`` processes of ``world`` that still run."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        running = stat.rsplit(")", 1)[1].split()[0] != "Z"
+        if running and b"sim.engine.shard_worker" in args and str(world).encode() in args:
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_budget_is_the_runs_not_each_workers(tmp_path: Path) -> None:
+    """A token budget below the tick's use stops the sharded tick as it stops one process:
+    two workers do not get one budget each."""
+    base = copy_demo(tmp_path / "base")
+    probe = tmp_path / "probe"
+    shutil.copytree(base, probe)
+    used = Runner(probe, config_for(probe)).run(1)[0].usage.total_tokens
+    cap = int(used * 0.6)  # each of 2 workers uses about half: under it, if each had its own
+    for workers in (1, 2):
+        world = tmp_path / f"b{workers}"
+        shutil.copytree(base, world)
+        with pytest.raises(LLMBudgetExceededError):
+            Runner(world, config_for(world, budget={"max_total_tokens": cap}), workers=workers).run(
+                1
+            )
+        assert Storage(world).load().tick == 0
+
+
+class InFlight:
+    """The offline model, slow, noting the most calls it ever had in flight."""
+
+    name = "offline"
+
+    def __init__(self) -> None:
+        self.inner = OfflineAdapter(seed=7)
+        self.now = 0
+        self.most = 0
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(0.02)
+            return await self.inner.execute(request)
+        finally:
+            self.now -= 1
+
+    async def delete_response(self, response_id: str) -> None:
+        return None
+
+
+def test_the_concurrency_is_the_runs_not_each_workers(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "demo")
+    adapter = InFlight()
+    Runner(world, config_for(world, llm={"max_concurrency": 3}), adapter=adapter, workers=3).run(1)
+    assert adapter.most == 3  # reached, never passed: 3 workers do not get 3 each
+
+
+def test_workers_refuse_streaming(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "demo")
+    with pytest.raises(UserError, match="streamed"):
+        Runner(world, config_for(world), workers=2, on_delta=lambda *_: None).run(1)
+    assert Storage(world).load().tick == 0
+
+
+def test_interventions_and_auto_workers_give_one_process_result(tmp_path: Path) -> None:
+    """``sim inject`` happenings reach the shard whose place they are at, and everywhere;
+    ``--workers auto`` runs as many workers as there are cores, with the same result."""
+    worlds = []
+    for workers in ("1", "auto"):
+        world = copy_demo(tmp_path / f"w{workers}")
+        invoke("inject", "--world", str(world), "--at", "quay", "A ship burns in the harbour.")
+        invoke("inject", "--world", str(world), "--everywhere", "Thunder rolls over the town.")
+        invoke("set", "--world", str(world), 'ada.state.mood="furious"')
+        invoke("tick", "--world", str(world), "--ticks", "2", "--workers", workers)
+        worlds.append(world)
+    assert tree(worlds[1]) == tree(worlds[0])
+    assert story(worlds[1], 2) == story(worlds[0], 2)
+    inputs = [c.input for c in read_log(log_path(worlds[1], 1)).calls.values()]
+    assert any("A ship burns" in text for text in inputs)
+    assert sum("Thunder rolls" in text for text in inputs) > sum(
+        "A ship burns" in text for text in inputs
+    )
+
+
+def test_bad_input_a_worker_finds_is_the_same_user_error_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A template that fails to render in a worker: exit 2 and the message of one process,
+    no log left behind."""
+    outputs = []
+    for workers in ("1", "2"):
+        world = copy_demo(tmp_path / f"w{workers}")
+        (world / "prompts").mkdir()
+        (world / "prompts" / "intentions.md").write_text(
+            "You are {{ character.name }}. {{ character.identity.nope.deeper }}\n"
+        )
+        before = tree(world, logs=True)
+        result = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", workers])
+        assert result.exit_code == 2, result.output
+        assert tree(world, logs=True) == before
+        outputs.append(result.output.replace(str(world), "WORLD"))
+    assert outputs[1] == outputs[0]
+    assert "intentions.md:1: undefined name" in outputs[0]
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_of_a_sharded_tick_ends_its_workers_and_resumes(
+    tmp_path: Path, signal_number: int
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from sim.testing import read_in_flight
+
+    base = copy_demo(tmp_path / "base")
+    Runner(base, config_for(base)).run(5)
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    counts = tmp_path / "calls"
+    child = subprocess.Popen(  # slow calls: some are in flight when the signal comes
+        [
+            sys.executable,
+            str(Path(__file__).with_name("crash_child.py")),
+            str(world),
+            str(counts),
+            "0.2",
+            "0.0",
+            "--workers",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if counts.exists() and len(read_counts(counts)) >= 4 and read_in_flight(counts):
+            break
+        time.sleep(0.005)
+    child.send_signal(signal_number)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == (130 if signal_number == signal.SIGINT else 143), err
+    assert "nothing was committed for tick 6" in err.decode()
+    assert not _workers_of(world)
+    assert Storage(world).load().tick == 5
+    paid = set(read_counts(counts))
+    logged = read_log(log_path(world, 6))
+    assert len(logged.calls) == len(paid)  # every answered call is in the log
+    again = CountingAdapter(OfflineAdapter(seed=7))
+    Runner(world, config_for(world), adapter=again, workers=2).run(1)
+    assert not set(again.answered) & paid  # never paid twice
+    assert tree(world) == tree(reference)
+
+
+def test_ray_address_without_the_ray_executor_is_refused(tmp_path: Path) -> None:
+    world = copy_demo(tmp_path / "demo")
+    result = CliRunner().invoke(
+        main, ["tick", "--world", str(world), "--workers", "2", "--ray-address", "127.0.0.1:1"]
+    )
+    assert result.exit_code == 2 and "--ray-address is for --executor ray" in result.output
+    assert Storage(world).load().tick == 0
+
+
+@pytest.mark.parametrize(
+    ("slots", "concurrency", "most"),
+    [(2, None, 2), (0, "3", 3)],
+    ids=["a 2-slot server", "--concurrency 3"],
+)
+def test_a_servers_slots_and_the_concurrency_hold_across_workers(
+    tmp_path: Path, slots: int, concurrency: str | None, most: int
+) -> None:
+    """Three workers against a real HTTP server on 127.0.0.1 (the SDK's client, in the
+    coordinator): the server never holds more requests at once than its reported slots,
+    or than ``--concurrency``; each worker's clients alone would allow 16 (or 3) each."""
+    from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+
+    world = copy_demo(tmp_path / "demo")
+    options = StubOptions(slots=slots, latency=0.05, capacity_report="props" if slots else "")
+    with ServerThread(StubServer(options)) as server:
+        result = CliRunner().invoke(
+            main,
+            [
+                *("tick", "--world", str(world), "--provider", "chat", "--workers", "3"),
+                *("--base-url", server.base_url, "--model", "gemma"),
+                *(("--concurrency", concurrency) if concurrency else ()),
+            ],
+            catch_exceptions=False,
+        )
+        assert result.exit_code == 0, result.output
+        assert server.peak_active == most  # reached, never passed
+    assert Storage(world).load().tick == 1

@@ -1,0 +1,103 @@
+"""``sim tick --workers N --executor ray``: the shards as Ray actors on a local instance.
+
+The same result as one process; an actor killed mid-tick ends the tick with an error
+naming it, commits nothing, and the next run resumes without paying twice.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import copy_demo, tree
+
+from sim.config import load_config
+from sim.engine.runner import Runner
+from sim.engine.shards import WorkerDied
+from sim.llm.types import AdapterResponse, ModelRequest
+from sim.offline.adapter import OfflineAdapter
+from sim.storage import Storage
+from sim.testing import CountingAdapter
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def config_for(world: Path):  # type: ignore[no-untyped-def]
+    return load_config(world_dir=world, cwd=world)
+
+
+def _actors() -> list[int]:
+    """The processes of this machine running a shard's Ray actor."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                title = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if title.startswith(b"ray::ShardActor"):
+                found.append(int(entry.name))
+    return found
+
+
+def test_ray_actors_give_one_process_result(local_ray: None, tmp_path: Path) -> None:
+    one = copy_demo(tmp_path / "one")
+    Runner(one, config_for(one)).run(2)
+    sharded = copy_demo(tmp_path / "ray")
+    Runner(sharded, config_for(sharded), workers=2, executor="ray").run(2)
+    assert tree(sharded) == tree(one)
+
+
+class KillsAnActor:
+    """The offline model behind the coordinator; as call ``at`` arrives, kill -9 of a
+    shard's actor process (as a lost node would end it)."""
+
+    name = "offline"
+
+    def __init__(self, at: int) -> None:
+        self.inner = CountingAdapter(OfflineAdapter(seed=7), delay=0.01)
+        self.at = at
+        self.started = 0
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        self.started += 1
+        if self.started == self.at:
+            os.kill(_actors()[0], signal.SIGKILL)
+        return await self.inner.execute(request)
+
+    async def delete_response(self, response_id: str) -> None:
+        await self.inner.delete_response(response_id)
+
+
+def test_an_actor_lost_mid_tick_is_named_and_the_resume_pays_once(
+    local_ray: None, tmp_path: Path
+) -> None:
+    base = copy_demo(tmp_path / "base")
+    Runner(base, config_for(base)).run(5)
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    before = tree(world)
+    killer = KillsAnActor(at=8)
+    with pytest.raises(WorkerDied, match=r"worker \d \(Ray actor, pid \d+ on .*\) died"):
+        Runner(world, config_for(world), adapter=killer, workers=2, executor="ray").run(1)
+    assert tree(world) == before and Storage(world).load().tick == 5
+    resumed = CountingAdapter(OfflineAdapter(seed=7))
+    Runner(world, config_for(world), adapter=resumed, workers=2, executor="ray").run(1)
+    assert not set(killer.inner.answered) & set(resumed.answered)
+    assert tree(world) == tree(reference)
