@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
-import secrets
-import signal
 import socket
 from pathlib import Path
 
@@ -65,6 +62,10 @@ def serve(
     the token (the page keeps it as a session cookie). Ctrl-C stops the server after the
     tick running, if any, has committed.
     """
+    import asyncio  # here, not with the module: `sim --help` loads every command's module
+    import secrets
+    import signal
+
     from aiohttp import web
 
     from sim.serve.app import Settings, make_app
