@@ -45,10 +45,11 @@ FORMATS: tuple[Format, ...] = ("csv", "jsonl", "parquet")
 class MissingExtra(UserError):
     """An optional dependency is not installed: names the extra that brings it."""
 
-    def __init__(self, what: str, extra: str = "analysis") -> None:
+    def __init__(
+        self, what: str, extra: str = "analysis", needs: str = "pandas and pyarrow"
+    ) -> None:
         super().__init__(
-            f"{what} needs pandas and pyarrow, from the optional '{extra}' extra: "
-            f"pip install 'sim[{extra}]'"
+            f"{what} needs {needs}, from the optional '{extra}' extra: pip install 'sim[{extra}]'"
         )
 
 

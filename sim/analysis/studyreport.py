@@ -96,7 +96,9 @@ class StudyReport:
         }
 
 
-def _code(value: Cell, level: str | None) -> float | None:
+def code(value: Cell, level: str | None) -> float | None:
+    """``value`` as a number (``FIELD=VALUE``'s level: 1 or 0); ``ValueError`` if it is not
+    one."""
     if value is None:
         return None
     if level is not None:
@@ -110,7 +112,7 @@ def _code(value: Cell, level: str | None) -> float | None:
     raise ValueError(str(value))
 
 
-def _measure(
+def measure(
     tables: StudyTables, design: dict[str, Any], spec: str
 ) -> tuple[str, str, list[dict[str, Cell]], str]:
     """(label, column, rows, what) of the measure ``spec`` names (level split off later)."""
@@ -172,12 +174,12 @@ def study_report(out: Path, spec: str | None = None) -> StudyReport:
     name, level = spec, None
     if "=" in spec:
         name, _, level = spec.partition("=")
-    label, column, rows, what = _measure(tables, design, name)
+    label, column, rows, what = measure(tables, design, name)
     per_run: dict[tuple[str, str, int], list[float]] = {}
     odd: set[str] = set()
     for row in rows:
         try:
-            coded = _code(row.get(column), level)
+            coded = code(row.get(column), level)
         except ValueError:
             odd.add(str(row.get(column)))
             continue
@@ -385,7 +387,9 @@ def report_json(report: StudyReport) -> bytes:
 __all__ = [
     "Estimate",
     "StudyReport",
+    "code",
     "estimate",
+    "measure",
     "report_html",
     "report_lines",
     "study_report",

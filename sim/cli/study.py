@@ -153,3 +153,85 @@ def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_j
             echo(f"note: {note}", err=True)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
+
+
+@study.command("compare")
+@click.argument("study_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--field",
+    "fields",
+    multiple=True,
+    metavar="FIELD[=VALUE]|survey[:N]",
+    help="What to compare, named as sim study report names it; repeat for several "
+    "(default: the first survey). With --reference, the file names the fields.",
+)
+@click.option(
+    "--tick", "ticks", multiple=True, type=click.IntRange(min=0), help="Only this tick (repeat)."
+)
+@click.option(
+    "--test",
+    type=click.Choice(["auto", "welch", "mannwhitney", "ks", "chi2"]),
+    default="auto",
+    show_default=True,
+    help="Welch's t, Mann-Whitney U or Kolmogorov-Smirnov on numbers, χ² on categories "
+    "(auto: welch for numbers and yes/no, chi2 otherwise).",
+)
+@click.option(
+    "--unit",
+    type=click.Choice(["run", "answer"]),
+    default="run",
+    show_default=True,
+    help="Between arms: each run's mean over its characters, or every character's answer.",
+)
+@click.option(
+    "--correction",
+    type=click.Choice(["holm", "bh", "none"]),
+    default="holm",
+    show_default=True,
+    help="For the many comparisons: Holm, Benjamini-Hochberg, or none.",
+)
+@file_option(
+    "--reference",
+    help="Compare each condition with real data: a CSV of field,tick,value rows.",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="The bootstrap's seed."
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def compare_(
+    study_dir: Path,
+    fields: tuple[str, ...],
+    ticks: tuple[int, ...],
+    test: str,
+    unit: str,
+    correction: str,
+    reference: Path | None,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Test each condition against the first (or against real data, --reference): a named
+    test, its p value adjusted for every comparison, a bootstrap interval and an effect
+    size per field and tick (needs scipy: pip install 'sim[analysis]'). See
+    docs/analysis.md."""
+    from sim.analysis.compare import compare_lines, compare_study
+
+    with json_errors("study compare", as_json):
+        if reference is not None and fields:
+            raise InputError(None, "--field", "the reference file names the fields")
+        result = compare_study(
+            study_dir,
+            fields,
+            ticks=ticks,
+            test=test,  # type: ignore[arg-type]
+            unit=unit,  # type: ignore[arg-type]
+            correction=correction,  # type: ignore[arg-type]
+            reference=reference,
+            seed=seed,
+        )
+        if as_json:
+            emit({"command": "study compare", "ok": True, **result.to_dict()})
+            return
+        for line in compare_lines(result):
+            echo(line)
+        for note in result.notes:
+            echo(f"note: {note}", err=True)
