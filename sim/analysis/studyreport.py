@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import math
 import statistics
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from sim import safefs
 from sim.analysis.studytables import StudyTables, build_study_tables, study_design
 from sim.analysis.tables import STATE_PREFIX, Cell
 from sim.errors import InputError
@@ -74,6 +76,72 @@ def estimate(tick: int, values: Sequence[float]) -> Estimate:
     return Estimate(tick, n, round(mean, 6), round(mean - half, 6), round(mean + half, 6))
 
 
+@dataclass(frozen=True)
+class Intervention:
+    """A condition's scheduled intervention: ``kind`` (inject, set) at ``tick``, ``what``."""
+
+    condition: str
+    tick: int
+    kind: str
+    what: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "condition": self.condition,
+            "tick": self.tick,
+            "kind": self.kind,
+            "what": self.what,
+        }
+
+
+@dataclass
+class DesignSummary:
+    """What a reader of a report needs of the design: conditions and their interventions,
+    seeds, factors, ticks (and those shared), runs begun, the provider and models called."""
+
+    conditions: list[str]
+    interventions: list[Intervention]
+    seeds: list[int]
+    factors: dict[str, list[Any]]
+    ticks: int
+    prefix_ticks: int
+    runs: int
+    providers: list[str]
+    models: list[str]
+
+    def lines(self) -> list[str]:
+        factors = "; ".join(
+            f"{k} = {', '.join(str(v) for v in vs)}" for k, vs in self.factors.items()
+        )
+        seeds = ", ".join(str(s) for s in self.seeds)
+        return [
+            f"conditions: {', '.join(self.conditions)}"
+            + (f"; factors: {factors}" if factors else ""),
+            f"seeds: {seeds}; ticks: {self.ticks} ({self.prefix_ticks} shared); "
+            f"runs begun: {self.runs}",
+            f"provider: {', '.join(self.providers) or 'unknown'}"
+            + (" (offline: canned answers, not a model)" if "offline" in self.providers else "")
+            + f"; model named: {', '.join(self.models) or 'none called'}",
+            *(
+                f"intervention: {i.condition} at tick {i.tick}: {i.kind} {i.what}"
+                for i in self.interventions
+            ),
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "conditions": self.conditions,
+            "interventions": [i.to_dict() for i in self.interventions],
+            "seeds": self.seeds,
+            "factors": self.factors,
+            "ticks": self.ticks,
+            "prefix_ticks": self.prefix_ticks,
+            "runs": self.runs,
+            "providers": self.providers,
+            "models": self.models,
+        }
+
+
 @dataclass
 class StudyReport:
     """The measure per condition per tick, and each condition's difference from the first."""
@@ -84,16 +152,61 @@ class StudyReport:
     conditions: dict[str, list[Estimate]]
     differences: dict[str, list[Estimate]]
     notes: list[str] = field(default_factory=list)
+    design: DesignSummary | None = None
+    #: each run's value per (condition, run, tick); each run's factor values (by run name)
+    run_values: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    run_factors: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "field": self.measure,
             "coding": self.coding,
             "reference": self.reference,
+            "design": None if self.design is None else self.design.to_dict(),
             "conditions": {c: [e.to_dict() for e in es] for c, es in self.conditions.items()},
             "differences": {c: [e.to_dict() for e in es] for c, es in self.differences.items()},
             "notes": self.notes,
         }
+
+
+def _provider(run_dir: Path) -> str | None:
+    """The provider a run's config.toml names (``None`` if none is readable)."""
+    try:
+        data = tomllib.loads(safefs.read_file(run_dir, "config.toml", 1024 * 1024).decode())
+    except (OSError, ValueError, safefs.UnsafePath):
+        return None
+    llm = data.get("llm")
+    provider = llm.get("provider") if isinstance(llm, dict) else None
+    return provider if isinstance(provider, str) else None
+
+
+def design_summary(out: Path, design: dict[str, Any], tables: StudyTables) -> DesignSummary:
+    """The design of the study in ``out`` as a report prints it."""
+    interventions: list[Intervention] = []
+    raw = design.get("conditions") or {}
+    for cond, spec in raw.items():
+        if not isinstance(spec, dict):
+            continue
+        for item in spec.get("inject") or []:
+            where = "everywhere" if item.get("everywhere") else f"at {item.get('at')}"
+            interventions.append(Intervention(cond, int(item["tick"]), "inject", where))
+        for item in spec.get("set") or []:
+            interventions.append(Intervention(cond, int(item["tick"]), "set", str(item["path"])))
+    interventions.sort(key=lambda i: (i.tick, i.condition))
+    providers = sorted({p for rel in tables.runs if (p := _provider(out / rel)) is not None})
+    models = sorted({str(r["model"]) for r in tables.tables["calls"].rows if r.get("model")})
+    factors = design.get("factors") or {}
+    return DesignSummary(
+        conditions=list(raw),
+        interventions=interventions,
+        seeds=[int(s) for s in design.get("seeds") or []],
+        factors={str(k): list(v) for k, v in factors.items()},
+        ticks=int(design.get("ticks") or 0),
+        prefix_ticks=int(design.get("prefix_ticks") or 0),
+        runs=len(tables.runs),
+        providers=providers,
+        models=models,
+    )
 
 
 def code(value: Cell, level: str | None) -> float | None:
@@ -207,6 +320,9 @@ def study_report(out: Path, spec: str | None = None) -> StudyReport:
         {},
         {},
         notes=tables.notes,
+        design=design_summary(out, design, tables),
+        run_values=means,
+        run_factors=_factors(tables),
     )
     for cond in conditions:
         report.conditions[cond] = [
@@ -229,6 +345,14 @@ def study_report(out: Path, spec: str | None = None) -> StudyReport:
     return report
 
 
+def _factors(tables: StudyTables) -> dict[str, tuple[tuple[str, Any], ...]]:
+    """Each run's factor values, by run name (the same in every condition)."""
+    out: dict[str, tuple[tuple[str, Any], ...]] = {}
+    for row in tables.tables["characters"].rows:
+        out.setdefault(str(row["run"]), tuple((f, row.get(f)) for f in tables.factors))
+    return out
+
+
 def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -236,6 +360,8 @@ def _fmt(value: float | None) -> str:
 def report_lines(report: StudyReport) -> list[str]:
     """The report as text: one line per condition and tick, then the differences."""
     lines = [f"{report.measure}  ({report.coding})", ""]
+    if report.design is not None:
+        lines[1:1] = report.design.lines()
     lines.append(f"{'condition':<16} {'tick':>4} {'n':>3} {'mean':>8}  95% interval")
     for cond, estimates in report.conditions.items():
         for e in estimates:
@@ -362,7 +488,13 @@ def report_html(report: StudyReport, title: str) -> str:
         "max-width:60em}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid "
         "#ccc;padding:.2em .6em;text-align:right}td:first-child,th:first-child{text-align:"
         "left}</style></head><body>"
-        f"<h1>{esc(title)}</h1><p><b>{esc(report.measure)}</b> ({esc(report.coding)}): "
+        f"<h1>{esc(title)}</h1>"
+        + (
+            ""
+            if report.design is None
+            else "<p>" + "<br>".join(esc(line) for line in report.design.lines()) + "</p>"
+        )
+        + f"<p><b>{esc(report.measure)}</b> ({esc(report.coding)}): "
         "mean per condition per tick over runs, with a 95% t interval.</p>"
         f"{_chart(report)}<table>{head}{rows(report.conditions, False)}</table>"
         f"<h2>Difference from {esc(report.reference)}</h2><p>Paired by run (the arms of a "
@@ -385,9 +517,12 @@ def report_json(report: StudyReport) -> bytes:
 
 
 __all__ = [
+    "DesignSummary",
     "Estimate",
+    "Intervention",
     "StudyReport",
     "code",
+    "design_summary",
     "estimate",
     "measure",
     "report_html",

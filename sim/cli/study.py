@@ -127,14 +127,31 @@ def run_(
     "survey:N), or FIELD=VALUE for the share holding VALUE (default: the first survey).",
 )
 @file_option("--html", "html_out", help="Also write the report as one HTML page to this file.")
+@folder_option(
+    "--figures",
+    "figures_dir",
+    help="Also write the figures (means, differences, every condition on one page) into "
+    "this folder as SVG and PNG (needs matplotlib: pip install 'sim[analysis]').",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_json: bool) -> None:
+def report_(
+    study_dir: Path,
+    field_spec: str | None,
+    html_out: Path | None,
+    figures_dir: Path | None,
+    as_json: bool,
+) -> None:
     """A measure of a study per condition and tick: mean over runs with a 95% interval, and
     each condition's difference from the first, paired by run."""
     from sim.analysis.studyreport import report_lines, study_report, write_html
 
     with json_errors("study report", as_json):
         report = study_report(study_dir, field_spec)
+        figures: list[Path] = []
+        if figures_dir is not None:
+            from sim.analysis.figures import write_figures
+
+            figures = write_figures(report, figures_dir)
         if html_out is not None:
             write_html(report, html_out, f"Study {study_dir.name or study_dir}")
         if as_json:
@@ -144,6 +161,7 @@ def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_j
                     "ok": True,
                     **report.to_dict(),
                     "html": None if html_out is None else str(html_out),
+                    "figures": [str(p) for p in figures],
                 }
             )
             return
@@ -153,6 +171,8 @@ def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_j
             echo(f"note: {note}", err=True)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
+        for path in figures:
+            echo(f"wrote {path}", err=True)
 
 
 @study.command("compare")

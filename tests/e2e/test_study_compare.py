@@ -280,3 +280,137 @@ def test_wrong_test_and_missing_scipy(study: Path, monkeypatch: pytest.MonkeyPat
     assert code == 2 and "scipy" in output and "sim[analysis]" in output
     with pytest.raises(MissingExtra):
         compare_samples("x", 1, ("a", "b"), ([1.0, 2.0], [3.0, 4.0]), None, "welch", "run")
+
+
+def _svg_text(path: Path) -> str:
+    from xml.etree import ElementTree
+
+    root = ElementTree.parse(path).getroot()  # parses, or raises
+    return " ".join(t for t in root.itertext() if t.strip())
+
+
+def test_figures_are_written_as_svg_and_png(study: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    figures = tmp_path / "figs"
+    code, output = sim(
+        "study",
+        "report",
+        str(study / "out"),
+        "--field",
+        "coins",
+        "--figures",
+        str(figures),
+        "--json",
+    )
+    assert code == 0, output
+    written = orjson.loads(output)["figures"]
+    assert sorted(Path(p).name for p in written) == sorted(
+        f"{n}.{f}" for n in ("means", "differences", "panels") for f in ("svg", "png")
+    )
+    for name in ("means", "differences", "panels"):
+        assert (figures / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        text = _svg_text(figures / f"{name}.svg")
+        assert "tick" in text and "coins" in text  # the axis titles
+        assert "announce" in text and "control" in text  # the legend, every condition
+        assert "seeds: 1, 2, 3" in text and "provider: offline" in text  # the design
+        assert "announce: set ada.state.coins (tick 2)" in text  # the intervention, marked
+    assert "difference from control" in _svg_text(figures / "differences.svg")
+    first = {p.name: p.read_bytes() for p in figures.iterdir()}
+    code, _ = sim(
+        "study", "report", str(study / "out"), "--field", "coins", "--figures", str(figures)
+    )
+    assert code == 0 and {p.name: p.read_bytes() for p in figures.iterdir()} == first
+    # the design, printed on the text report too
+    code, output = sim("study", "report", str(study / "out"))
+    assert code == 0 and "seeds: 1, 2, 3; ticks: 3" in output and "intervention: announce" in output
+    # a file where the folder should be
+    (tmp_path / "file").write_text("x")
+    code, output = sim("study", "report", str(study / "out"), "--figures", str(tmp_path / "file"))
+    assert code == 2 and "Traceback" not in output
+
+
+def test_every_cell_of_a_two_by_two_on_one_page(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from sim.analysis.figures import write_figures
+    from sim.analysis.studyreport import DesignSummary, Intervention, StudyReport, estimate
+
+    conditions = ("control", "announce")
+    values = {
+        (cond, f"seed-{seed}_density={d}", tick): tick * (0.1 if cond == "control" else 0.2)
+        + seed / 100
+        + d
+        for cond in conditions
+        for d in (0.1, 0.5)
+        for seed in (1, 2)
+        for tick in (1, 2, 3)
+    }
+    report = StudyReport(
+        "survey: heard of it?",
+        "answer (numbers; yes/true = 1, no/false = 0)",
+        "control",
+        {
+            c: [
+                estimate(t, [v for (cc, _, tt), v in values.items() if cc == c and tt == t])
+                for t in (1, 2, 3)
+            ]
+            for c in conditions
+        },
+        {"announce": [estimate(t, [0.1 * t] * 4) for t in (1, 2, 3)]},
+        design=DesignSummary(
+            list(conditions),
+            [Intervention("announce", 2, "inject", "everywhere")],
+            [1, 2],
+            {"density": [0.1, 0.5]},
+            3,
+            1,
+            8,
+            ["offline"],
+            ["m"],
+        ),
+        run_values=values,
+        run_factors={run: (("density", float(run.rpartition("=")[2])),) for (_, run, _) in values},
+    )
+    write_figures(report, tmp_path)
+    from xml.etree import ElementTree
+
+    root = ElementTree.parse(tmp_path / "panels.svg").getroot()
+    pieces = [t.strip() for t in root.itertext() if t.strip()]
+    # one panel per cell: its title is the condition over the factor's value
+    for cond in conditions:
+        for d in (0.1, 0.5):
+            assert [cond, f"density = {d}"] in [pieces[i : i + 2] for i in range(len(pieces))]
+    text = " ".join(pieces)
+    assert "share answering yes" in text and "announce: inject everywhere (tick 2)" in text
+
+
+def test_four_conditions_without_factors_make_a_two_by_two_page(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from sim.analysis.figures import write_figures
+    from sim.analysis.studyreport import StudyReport, estimate
+
+    conditions = ("control", "sparse", "dense", "dense-announce")
+    values = {
+        (c, f"seed-{s}", t): i * 0.1 + t * 0.01 + s * 0.001
+        for i, c in enumerate(conditions)
+        for s in (1, 2)
+        for t in (1, 2)
+    }
+    report = StudyReport(
+        "coins",
+        "field (numbers; yes/true = 1, no/false = 0)",
+        "control",
+        {
+            c: [
+                estimate(t, [v for (cc, _, tt), v in values.items() if (cc, tt) == (c, t)])
+                for t in (1, 2)
+            ]
+            for c in conditions
+        },
+        {},
+        run_values=values,
+        run_factors={f"seed-{s}": () for s in (1, 2)},
+    )
+    paths = write_figures(report, tmp_path / "new" / "figs")
+    assert [p.name for p in paths] == ["means.svg", "means.png", "panels.svg", "panels.png"]
+    text = _svg_text(tmp_path / "new" / "figs" / "panels.svg")
+    assert all(c in text for c in conditions) and "mean coins" in text
