@@ -139,8 +139,13 @@ def _finish(fig: Any, report: StudyReport, handles: list[Any], title: str, note:
 
 def _ticks_axis(ax: Any, ticks: Sequence[int]) -> None:
     ax.set_xlabel("tick")
-    if ticks and len(ticks) <= 20:
-        ax.set_xticks(sorted(set(ticks)))
+    from matplotlib.ticker import MaxNLocator
+
+    held = sorted(set(ticks))
+    if held and len(held) <= 12:
+        ax.set_xticks(held)  # the ticks measured
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, axis="y", color="#ddd", linewidth=0.6)
 
 

@@ -393,7 +393,7 @@ def test_four_conditions_without_factors_make_a_two_by_two_page(tmp_path: Path) 
         (c, f"seed-{s}", t): i * 0.1 + t * 0.01 + s * 0.001
         for i, c in enumerate(conditions)
         for s in (1, 2)
-        for t in (1, 2)
+        for t in (1, 2, 3)
     }
     report = StudyReport(
         "coins",
@@ -402,7 +402,7 @@ def test_four_conditions_without_factors_make_a_two_by_two_page(tmp_path: Path) 
         {
             c: [
                 estimate(t, [v for (cc, _, tt), v in values.items() if (cc, tt) == (c, t)])
-                for t in (1, 2)
+                for t in (1, 2, 3)
             ]
             for c in conditions
         },
@@ -414,3 +414,4 @@ def test_four_conditions_without_factors_make_a_two_by_two_page(tmp_path: Path) 
     assert [p.name for p in paths] == ["means.svg", "means.png", "panels.svg", "panels.png"]
     text = _svg_text(tmp_path / "new" / "figs" / "panels.svg")
     assert all(c in text for c in conditions) and "mean coins" in text
+    assert "1.5" not in text and "2.5" not in text  # whole ticks on the axis
