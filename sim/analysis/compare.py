@@ -525,25 +525,29 @@ def compare_study(
             held = sorted({k[2] for k in measured.values})
             for tick in [t for t in held if not ticks or t in ticks]:
                 for cond in conditions[1:]:
-                    pair: list[list[Cell]] = []
-                    for side in (control, cond):
-                        cells = {
-                            run: vs
-                            for (c, run, t), vs in measured.values.items()
+                    sides = [
+                        [
+                            vs
+                            for (c, _, t), vs in sorted(measured.values.items())
                             if c == side and t == tick
-                        }
-                        means = [_run_means(vs, measured.level) for vs in cells.values()]
-                        if unit == "run" and test != "chi2" and None not in means:
-                            pair.append(means)  # a run's mean over its characters
-                        else:
-                            pair.append([v for vs in cells.values() for v in vs])
+                        ]
+                        for side in (control, cond)
+                    ]
+                    means = [[_run_means(vs, measured.level) for vs in runs] for runs in sides]
+                    level: str | None = measured.level
+                    if unit == "run" and test != "chi2" and None not in means[0] + means[1]:
+                        # each run's mean over its characters, already coded: no level
+                        pair: list[list[Cell]] = [list(m) for m in means]
+                        level = None
+                    else:
+                        pair = [[v for vs in runs for v in vs] for runs in sides]
                     result.comparisons.append(
                         compare_samples(
                             measured.label,
                             tick,
                             (control, cond),
                             (pair[0], pair[1]),
-                            measured.level,
+                            level,
                             test,
                             unit,
                             seed,

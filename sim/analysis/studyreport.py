@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import math
 import statistics
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +23,11 @@ from typing import Any
 
 import orjson
 
-from sim import safefs
 from sim.analysis.studytables import StudyTables, build_study_tables, study_design
 from sim.analysis.tables import STATE_PREFIX, Cell
-from sim.errors import InputError
+from sim.errors import InputError, SimError
+from sim.ticklog.format import list_logs
+from sim.ticklog.reader import read_log
 
 #: two-sided 95% quantiles of Student's t for 1..30 degrees of freedom
 _T975 = (
@@ -170,12 +170,13 @@ class StudyReport:
 
 
 def _provider(run_dir: Path) -> str | None:
-    """The provider a run's config.toml names (``None`` if none is readable)."""
+    """The provider a run's latest tick log records in its config (``None``: no log)."""
     try:
-        data = tomllib.loads(safefs.read_file(run_dir, "config.toml", 1024 * 1024).decode())
-    except (OSError, ValueError, safefs.UnsafePath):
+        logs = list_logs(run_dir)
+        header = read_log(logs[-1][1]).header if logs else None
+    except (OSError, SimError):
         return None
-    llm = data.get("llm")
+    llm = header.config.get("llm") if header is not None else None
     provider = llm.get("provider") if isinstance(llm, dict) else None
     return provider if isinstance(provider, str) else None
 

@@ -415,3 +415,20 @@ def test_four_conditions_without_factors_make_a_two_by_two_page(tmp_path: Path) 
     text = _svg_text(tmp_path / "new" / "figs" / "panels.svg")
     assert all(c in text for c in conditions) and "mean coins" in text
     assert "1.5" not in text and "2.5" not in text  # whole ticks on the axis
+
+
+def test_a_share_between_arms_matches_the_report(study: Path) -> None:
+    """FIELD=VALUE between arms: the runs' shares, coded once (they were coded twice, so
+    every estimate was 0): ada's 99 coins in the announce arm are a third of its characters."""
+    code, output = sim("study", "report", str(study / "out"), "--field", "coins=99", "--json")
+    assert code == 0, output
+    report = orjson.loads(output)["conditions"]
+    code, output = sim("study", "compare", str(study / "out"), "--field", "coins=99", "--json")
+    assert code == 0, output
+    rows = orjson.loads(output)["comparisons"]
+    assert rows and all(r["field"] == "coins = 99" for r in rows)
+    means = {c: {e["tick"]: e["mean"] for e in es} for c, es in report.items()}
+    for row in rows:
+        expected = means["announce"][row["tick"]] - means["control"][row["tick"]]
+        assert row["estimate"] == pytest.approx(expected, abs=1e-6)
+    assert rows[-1]["estimate"] == pytest.approx(1 / 3, abs=1e-6)
