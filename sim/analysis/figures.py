@@ -137,11 +137,13 @@ def _finish(fig: Any, report: StudyReport, handles: list[Any], title: str, note:
     )
 
 
-def _ticks_axis(ax: Any, ticks: Sequence[int]) -> None:
+def _ticks_axis(ax: Any, ticks: Sequence[int], report: StudyReport) -> None:
+    """``tick`` as the x title, the ticks measured (and those of interventions) as values."""
     ax.set_xlabel("tick")
     from matplotlib.ticker import MaxNLocator
 
-    held = sorted(set(ticks))
+    marked = [i.tick for i in report.design.interventions] if report.design else []
+    held = sorted({*ticks, *marked})
     if held and len(held) <= 12:
         ax.set_xticks(held)  # the ticks measured
     else:
@@ -156,7 +158,7 @@ def _means(Figure: Any, report: StudyReport) -> Any:
     for cond, es in report.conditions.items():
         _band(ax, es, colors[cond], cond)
     _mark_interventions(ax, report, list(report.conditions))
-    _ticks_axis(ax, [e.tick for es in report.conditions.values() for e in es])
+    _ticks_axis(ax, [e.tick for es in report.conditions.values() for e in es], report)
     ax.set_ylabel(_ylabel(report))
     handles, _ = ax.get_legend_handles_labels()
     handles += _intervention_handles(report, list(report.conditions))
@@ -191,7 +193,7 @@ def _differences(Figure: Any, report: StudyReport) -> Any:
             label=f"{cond} − {report.reference}",
         )
     _mark_interventions(ax, report, list(report.differences))
-    _ticks_axis(ax, [e.tick for es in report.differences.values() for e in es])
+    _ticks_axis(ax, [e.tick for es in report.differences.values() for e in es], report)
     ax.set_ylabel(_wrap(f"difference from {report.reference} (paired by run)", 40))
     handles, _ = ax.get_legend_handles_labels()
     handles += _intervention_handles(report, list(report.differences))
@@ -261,7 +263,7 @@ def _panels(Figure: Any, report: StudyReport) -> Any:
         _mark_interventions(ax, report, [cond])
         title = cond + "".join(f"\n{_wrap(f'{k} = {v}', 30)}" for k, v in combo)
         ax.set_title(title, fontsize=9)
-        _ticks_axis(ax, [k[2] for k in report.run_values])
+        _ticks_axis(ax, [k[2] for k in report.run_values], report)
         if not ax.get_subplotspec().is_last_row():
             ax.set_xlabel("")
     fig.supylabel(_ylabel(report))
