@@ -410,6 +410,99 @@ def sweep(tmp: Path) -> Samples:
     return {"analysis-sweep": block(text, "console")}
 
 
+PEOPLE = "field,tick,value\n" + "".join(
+    f"survey,6,{answer}\n"
+    for answer in ("yes", "no", "no", "yes", "no", "no", "no", "yes", "no", "no")
+)
+
+
+@scenario
+def study_compare(tmp: Path) -> Samples:
+    """docs/analysis.md: sim study compare on the worked study, against arms and people."""
+    s = Scratch.make(tmp, "compare")
+    shutil.copytree(REPO / "examples" / "harvest-study", s.root / "examples" / "harvest-study")
+    s.run(
+        "study", "run", "examples/harvest-study/study.toml", "--out", "harvest-runs", "--jobs", "2"
+    )
+    arms = s.sim("study", "compare", "harvest-runs")
+    stance = s.sim(
+        "study", "compare", "harvest-runs", "--field", "stance=keep", "--tick", "3", "--tick", "6"
+    )
+    (s.root / "people.csv").write_text(PEOPLE)
+    people = s.sim("study", "compare", "harvest-runs", "--reference", "people.csv")
+    (s.root / "bad.csv").write_text("field,tick,value\nsurvey,6,yes\nsurvey,six,no\n")
+    bad = s.run("study", "compare", "harvest-runs", "--reference", "bad.csv", code=2).stderr
+    row = json.loads(s.sim("study", "compare", "harvest-runs", "--json"))["comparisons"][-1]
+    return {
+        "analysis-compare": block(
+            f"$ sim study compare harvest-runs\n{arms}"
+            f"$ sim study compare harvest-runs --field stance=keep --tick 3 --tick 6\n{stance}",
+            "console",
+        ),
+        "analysis-compare-json": block(json.dumps(row, indent=1, ensure_ascii=False), "json"),
+        "analysis-reference": block(
+            "$ head -4 people.csv\n"
+            + "".join(PEOPLE.splitlines(keepends=True)[:4])
+            + f"...\n$ sim study compare harvest-runs --reference people.csv\n{people}"
+            f"$ sim study compare harvest-runs --reference bad.csv\n{bad}",
+            "console",
+        ),
+    }
+
+
+def _aware(topic: dict[str, object], at: int) -> str:
+    ticks = topic["awareness"]
+    assert isinstance(ticks, list)
+    row = ticks[at]
+    return ", ".join(str(a) for a in row["aware"]) + f" ({100 * row['share']['mean']:.0f}%)"
+
+
+@scenario
+def diffusion(tmp: Path) -> Samples:
+    """docs/analysis.md: examples/diffusion offline, its report beside the paper's."""
+    s = Scratch.make(tmp, "diffusion")
+    shutil.copytree(REPO / "examples" / "diffusion", s.root / "examples" / "diffusion")
+    s.run("study", "run", "examples/diffusion/study.toml", "--out", "diffusion-runs", "--jobs", "2")
+    script = [sys.executable, "examples/diffusion/report.py", "diffusion-runs"]
+    env = {**s.env}
+    text = subprocess.run(
+        script, cwd=s.root, env=env, capture_output=True, text=True, check=True, timeout=600
+    ).stdout
+    data = json.loads(
+        subprocess.run(
+            [*script, "--json"], cwd=s.root, env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    party, candidacy = data["topics"]
+    answers = sum(t["answers"] for t in data["topics"])
+    wrong = sum(t["hallucinated"] for t in data["topics"])
+    density = data["density"]
+    runs, ticks = len(data["runs"]), len(density) - 1
+    table = (
+        f"| | Park et al. 2023 (gpt-3.5-turbo, 2 game days) | this study, offline provider "
+        f"({runs} seeds, {ticks} ticks) |\n|---|---|---|\n"
+        f"| party: aware at the start → at the end | 1 → 13 of 25 (4% → 52%) | "
+        f"{_aware(party, 0)} → {_aware(party, -1)} of 25 |\n"
+        f"| candidacy: aware at the start → at the end | 1 → 8 of 25 (4% → 32%) | "
+        f"{_aware(candidacy, 0)} → {_aware(candidacy, -1)} of 25 |\n"
+        f"| network density | 0.167 → 0.74 | {density[0]['mean']:.3f} → "
+        f"{density[-1]['mean']:.3f} |\n"
+        f"| awareness answers hallucinated | 1.3% | {100 * wrong / answers:.1f}% "
+        f"({wrong:,} of {answers:,}) |"
+    )
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("hallucinated: "))
+    network = lines.index("network density (relationships, directed)")
+    cut = [*lines[:6], "...", *lines[first - 1 : first + 1], "...", *lines[network : network + 2]]
+    cut += ["...", lines[-1]]
+    return {
+        "analysis-diffusion-table": f"\n{table}\n",
+        "analysis-diffusion": block(
+            "$ python examples/diffusion/report.py diffusion-runs\n" + "\n".join(cut), "console"
+        ),
+    }
+
+
 # -- rewriting the docs -----------------------------------------------------------------------
 
 
