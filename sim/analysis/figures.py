@@ -124,6 +124,8 @@ def _finish(fig: Any, report: StudyReport, handles: list[Any], title: str, note:
     fig.suptitle(_wrap(title, 64))
     fig.legend(handles=handles, loc="outside right center", frameon=False)
     lines = [] if report.design is None else report.design.lines()
+    if report.design is not None and report.design.interventions:
+        note += "; dotted: the tick whose inputs hold an intervention"
     lines.append(note)
     fig.text(
         0.0,
@@ -167,7 +169,7 @@ def _means(Figure: Any, report: StudyReport) -> Any:
         report,
         handles,
         f"{report.measure}: mean per condition",
-        "bands: 95% t intervals over runs; dotted: the tick whose inputs hold an intervention",
+        "bands: 95% t intervals over runs",
     )
     return fig
 
@@ -202,8 +204,7 @@ def _differences(Figure: Any, report: StudyReport) -> Any:
         report,
         handles,
         f"{report.measure}: difference from {report.reference}",
-        "bars: 95% t intervals of the paired differences over runs; dotted: the tick whose "
-        "inputs hold an intervention",
+        "bars: 95% t intervals of the paired differences over runs",
     )
     return fig
 
@@ -281,7 +282,7 @@ def _panels(Figure: Any, report: StudyReport) -> Any:
         legend,
         f"{report.measure}: every condition",
         "bands: 95% t intervals over the runs of each cell; dashed grey: the reference "
-        "condition in the same cell; dotted: the tick whose inputs hold an intervention",
+        "condition in the same cell",
     )
     return fig
 

@@ -314,6 +314,7 @@ def test_figures_are_written_as_svg_and_png(study: Path, tmp_path: Path) -> None
         assert "announce" in text and "control" in text  # the legend, every condition
         assert "seeds: 1, 2, 3" in text and "provider: offline" in text  # the design
         assert "announce: set ada.state.coins (tick 2)" in text  # the intervention, marked
+        assert "dotted: the tick whose inputs hold an intervention" in text
     assert "difference from control" in _svg_text(figures / "differences.svg")
     first = {p.name: p.read_bytes() for p in figures.iterdir()}
     code, _ = sim(
@@ -414,6 +415,7 @@ def test_four_conditions_without_factors_make_a_two_by_two_page(tmp_path: Path) 
     assert [p.name for p in paths] == ["means.svg", "means.png", "panels.svg", "panels.png"]
     text = _svg_text(tmp_path / "new" / "figs" / "panels.svg")
     assert all(c in text for c in conditions) and "mean coins" in text
+    assert "dotted" not in text  # no intervention, so no key to one
     assert "1.5" not in text and "2.5" not in text  # whole ticks on the axis
 
 
