@@ -114,13 +114,14 @@ class DesignSummary:
             f"{k} = {', '.join(str(v) for v in vs)}" for k, vs in self.factors.items()
         )
         seeds = ", ".join(str(s) for s in self.seeds)
+        canned = [p for p in self.providers if _sends_nothing(p)]
         return [
             f"conditions: {', '.join(self.conditions)}"
             + (f"; factors: {factors}" if factors else ""),
             f"seeds: {seeds}; ticks: {self.ticks} ({self.prefix_ticks} shared); "
             f"runs begun: {self.runs}",
             f"provider: {', '.join(self.providers) or 'unknown'}"
-            + (" (offline: canned answers, not a model)" if "offline" in self.providers else "")
+            + (f" ({', '.join(canned)}: canned answers, not a model)" if canned else "")
             + f"; model named: {', '.join(self.models) or 'none called'}",
             *(
                 f"intervention: {i.condition} at tick {i.tick}: {i.kind} {i.what}"
@@ -532,3 +533,12 @@ __all__ = [
     "t975",
     "write_html",
 ]
+
+
+def _sends_nothing(kind: str) -> bool:
+    """A provider kind that answers without a model (no server, no command): the offline
+    model's canned answers."""
+    from sim.providers import find_profile
+
+    found = find_profile(kind)
+    return found is not None and found.sends_nothing
