@@ -27,7 +27,7 @@ from sim.runs.fork import MAX_STUDY_RECORD_BYTES, RUN_FILE, STUDY_RECORD, read_r
 
 #: the columns that lead every row of a study's tables (then one per factor)
 KEYS = ("condition", "seed", "run")
-TABLES = ("characters", "interactions", "locations", "calls", "surveys", "edges")
+TABLES = ("characters", "interactions", "locations", "calls", "surveys", "edges", "messages")
 
 
 @dataclass
