@@ -71,6 +71,7 @@ from sim.runs.process import (
 )
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
+from sim.study.network import apply_network
 from sim.study.trust import check_factors
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
@@ -279,6 +280,13 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
     source = prefix or study.world
     fork_tick = fork_current(source, run_dir, arm.unit.seed, arm.unit.overrides)
     tmp = run_dir.parent / f".{run_dir.name}.tmp"
+    network = study.networks.get(arm.condition)
+    if network is not None:  # before its first tick (such a study shares no prefix)
+        storage = Storage(tmp)
+        world = storage.load()
+        apply_network(world, network, arm.unit.seed)
+        for rel, data in storage.changed_files(world).items():
+            (tmp / rel).write_bytes(data)
     if prefix is not None:  # the prefix's folder is untrusted too: no link is followed
         for tick, path in list_logs(prefix):
             if tick > fork_tick:
