@@ -127,7 +127,6 @@ def _name(table: tuple[tuple[str, ...], ...], i: int) -> tuple[str, ...]:
     return (f"{entry[0]}-{rounds + 1}", f"{entry[1]} {rounds + 1}", *entry[2:])
 
 
-
 def ties(ids: list[str], network: Network | None, seed: int) -> dict[str, dict[str, Any]]:
     """Character id -> its relationships in ``network`` (both ways), each in id order."""
     out: dict[str, dict[str, Any]] = {cid: {} for cid in ids}
