@@ -56,20 +56,23 @@ def is_tie(tie: Mapping[str, Any], settings: MessagesConfig) -> bool:
     return isinstance(trust, int | float) and trust >= settings.min_trust
 
 
-def contacts(world: World, char: Entity, settings: MessagesConfig) -> list[str]:
-    """The ids ``char`` may message: its ties to characters of the world, in file order."""
+def contacts(char: Entity, settings: MessagesConfig) -> list[str]:
+    """The ids ``char`` may message: its ties, in file order. Only the character is read
+    (a relationship names a character of the world, checked when it is loaded), so a part
+    of the world, such as a shard's, gives the same contacts as the whole."""
     cid = char["identity"]["id"]
     ties = char.get("relationships") or {}
-    return [
-        other
-        for other, tie in ties.items()
-        if other != cid and other in world.characters and is_tie(tie, settings)
-    ]
+    return [other for other, tie in ties.items() if other != cid and is_tie(tie, settings)]
 
 
 def contacts_view(world: World, ids: list[str]) -> list[dict[str, str]]:
-    """Contacts as the intentions input shows them: id and name."""
-    return [{"id": i, "name": world.characters[i]["identity"]["name"]} for i in ids]
+    """Contacts as the intentions input shows them: id and name (the id when the
+    character is not at hand)."""
+    out = []
+    for i in ids:
+        other = world.characters.get(i)
+        out.append({"id": i, "name": other["identity"]["name"] if other is not None else i})
+    return out
 
 
 def inbox_view(world: World, char: Entity) -> list[dict[str, Any]]:

@@ -106,7 +106,7 @@ def _messages(ctx: TickContext, world: World, report: PhaseReport) -> list[messa
         if intention is None or intention.action != messages.MESSAGE:
             continue
         target = intention.target
-        if target is None or target not in messages.contacts(world, char, settings):
+        if target not in world.characters or target not in messages.contacts(char, settings):
             report.warnings.append(f"{cid}: message to {target!r} ignored: not a tie")
             continue
         sent.append(messages.Sent(cid, target, intention.content))

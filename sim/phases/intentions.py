@@ -200,7 +200,7 @@ async def run(ctx: TickContext) -> None:
         lid = char["state"]["location"]
         here = ctx.occupancy[lid]
         events = ctx.happenings.here(lid)
-        reach = None if channel is None else messages.contacts(world, char, channel)
+        reach = None if channel is None else messages.contacts(char, channel)
 
         def context(
             char: Entity = char, here: list[str] = here, events: list[str] = events
