@@ -23,6 +23,7 @@ from sim.errors import UserError
 from sim.messages import actions
 from sim.phases.intentions import Intention, intention_schema
 from sim.testing import MockAdapter, default_instance
+from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import TickLog, read_log
 
@@ -175,3 +176,32 @@ def test_a_verb_named_message_clashes_with_the_channel(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err:
         load_config(world_dir=world, cwd=world)
     assert "actions.message" in str(err.value)
+
+
+def test_a_grammar_server_gets_the_contacts_as_the_message_enum(
+    tmp_path: Path, stub_server: StubServer
+) -> None:
+    """``constrain_refs = "schema"`` (a chat server): the ``message`` branch of the
+    intention schema allows only the character's contacts; the tick runs on it."""
+    world = make_world(tmp_path)
+    result = CliRunner().invoke(
+        main,
+        ["tick", "--world", str(world), "--provider", "chat", "--base-url", stub_server.base_url],
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    assert result.exit_code == 0, result.output
+    for body in stub_server.log:
+        schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema", {})
+        if schema.get("title") != "Intention" and "Intention" not in str(schema.get("anyOf")):
+            continue
+        data = sections.loads(body["messages"][-1]["content"])
+        assert isinstance(data, dict)
+        targets = {
+            b["properties"]["action"]["enum"][0]: b["properties"]["target"].get("enum")
+            for b in schema["anyOf"]
+        }
+        assert targets["message"] == [c["id"] for c in data["contacts"]]
+        assert data["character"]["id"] not in targets["message"]
+        break
+    else:
+        raise AssertionError("no intention request was sent")
