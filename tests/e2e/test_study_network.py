@@ -90,6 +90,12 @@ def test_two_network_conditions_give_two_densities(here: Path) -> None:
     for m in messages:  # every message went along a tie of its own arm
         before = str(int(m["tick"]) - 1)
         assert (m["condition"], m["seed"], before, m["from"], m["to"]) in ties
+    # and as a DataFrame (sim.analysis.load_study)
+    pytest.importorskip("pandas")
+    from sim.analysis import load_study
+
+    frames = load_study(here / "runs")
+    assert frames.messages is not None and len(frames.messages) == len(messages)
 
 
 @pytest.mark.parametrize(
