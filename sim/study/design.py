@@ -53,7 +53,7 @@ from sim.runs.design import (
     shown_count,
 )
 from sim.storage.statefiles import MAX_TEXT
-from sim.study.network import ConditionNetwork, parse_spec, read_edges
+from sim.study.network import NETWORK_FACTOR, ConditionNetwork, parse_spec, read_edges
 from sim.world import MAX_SEED
 
 #: the folder of the shared prefixes, beside the conditions' folders
@@ -172,10 +172,14 @@ class Unit:
 
     seed: int
     overrides: dict[str, Any]
+    #: the value of the ``network`` factor (``sim.study.network``): not a config setting
+    network: str | None = None
 
     @property
     def name(self) -> str:
-        return run_name(self.seed, self.overrides)
+        if self.network is None:
+            return run_name(self.seed, self.overrides)
+        return run_name(self.seed, {**self.overrides, NETWORK_FACTOR: self.network})
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,15 @@ class Study:
     prefix: int
     #: condition -> the network its arms start in (``sim.study.network``), when it sets one
     networks: dict[str, ConditionNetwork] = field(default_factory=dict)
+
+    def network_of(self, arm: Arm | None, unit: Unit) -> ConditionNetwork | None:
+        """The network a run starts in: its condition's, else its unit's ``network``
+        factor value; ``None``: the world's."""
+        if arm is not None and arm.condition in self.networks:
+            return self.networks[arm.condition]
+        if unit.network is None:
+            return None
+        return parse_spec(self.path, f"factors.{NETWORK_FACTOR}", unit.network)
 
     @property
     def arms(self) -> list[Arm]:
@@ -320,6 +333,10 @@ def read_study(path: Path) -> Study:
     for key, values in spec.factors.items():
         if not values:
             raise InputError(path, f"factors.{key}", "expected one or more values")
+        if key == NETWORK_FACTOR:  # the network each unit's runs start in, not a setting
+            for value in values:
+                parse_spec(path, f"factors.{key}", value if isinstance(value, str) else repr(value))
+            continue
         try:
             parse_setting(f"{key}=0")
         except InputError as exc:
@@ -344,7 +361,15 @@ def read_study(path: Path) -> Study:
         dict(zip(keys, combo, strict=True))
         for combo in itertools.product(*(spec.factors[k] for k in keys))
     ]
-    units = [Unit(seed, combo) for seed in seeds for combo in combos]
+    units = [
+        Unit(
+            seed,
+            {k: v for k, v in combo.items() if k != NETWORK_FACTOR},
+            combo.get(NETWORK_FACTOR),
+        )
+        for seed in seeds
+        for combo in combos
+    ]
     forms: list[AnswerFormat] = []
     for i, survey in enumerate(spec.surveys):
         where = f"surveys.{i}"
@@ -388,6 +413,12 @@ def _networks(path: Path, spec: StudyFile, world: Path) -> dict[str, ConditionNe
     out: dict[str, ConditionNetwork] = {}
     characters: set[str] | None = None
     for name, cond in spec.conditions.items():
+        if NETWORK_FACTOR in spec.factors and (cond.network or cond.edges) is not None:
+            raise InputError(
+                path,
+                f"conditions.{name}.{'network' if cond.network is not None else 'edges'}",
+                "the factor 'network' sets every run's network: set it there or here, not both",
+            )
         if cond.network is not None:
             out[name] = parse_spec(path, f"conditions.{name}.network", cond.network)
         elif cond.edges is not None:

@@ -17,6 +17,11 @@ the tie ``sim init`` gives (``kind = "acquaintance"``, ``trust = 0.5``) or the f
 ``kind``/``trust``; a pair not in the network loses its relationship. A study with such a
 condition shares no prefix between its arms (the network differs from the first tick).
 
+The factor ``network = ["ring", "random:0.6"]`` sets the same shapes per unit instead: the
+arms of a unit share its network (and their prefix), so densities cross with conditions (a
+2 x 2 of density and intervention). It is not a config setting: it is left out of the
+runs' ``--set`` flags and recorded in each run's design (``network``).
+
 Everything is checked when the study file is read, before anything runs: a bad spec, an
 unreadable or malformed file, a row naming a character the world does not have.
 """
@@ -36,6 +41,8 @@ from sim.network import NETWORK_TIE, Network, parse_network
 from sim.network import edges as network_edges
 from sim.world import TRUST_RANGE, World
 
+#: the factor whose values are network shapes (every run of a unit starts in its value)
+NETWORK_FACTOR = "network"
 #: the most bytes of an edge file read (a study's folder is untrusted)
 MAX_EDGE_FILE_BYTES = 8 * 1024 * 1024
 _COLUMNS = ("from", "to", "kind", "trust")
@@ -196,6 +203,7 @@ def apply_network(world: World, network: ConditionNetwork, seed: int) -> None:
 
 __all__ = [
     "MAX_EDGE_FILE_BYTES",
+    "NETWORK_FACTOR",
     "ConditionNetwork",
     "Tie",
     "apply_network",

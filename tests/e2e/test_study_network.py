@@ -98,6 +98,39 @@ def test_two_network_conditions_give_two_densities(here: Path) -> None:
     assert frames.messages is not None and len(frames.messages) == len(messages)
 
 
+FACTOR_STUDY = """\
+world = "w"
+seeds = "1"
+ticks = 2
+[factors]
+network = ["ring", "random:0.9"]
+[conditions.control]
+[conditions.announce]
+inject = [{ tick = 2, everywhere = true, text = "The mill burned down." }]
+"""
+
+
+def test_the_network_factor_crosses_density_with_conditions(here: Path) -> None:
+    """A 2 x 2: each unit (seed, network) shares its prefix between its arms, and the
+    network column leads the tables like any factor."""
+    (here / "factor.toml").write_text(FACTOR_STUDY)
+    code, out = sim("study", "run", "factor.toml", "--out", "runs")
+    assert code == 0, out
+    shared = sorted(p.name for p in (here / "runs" / "_shared").iterdir())
+    assert shared[0].startswith("seed-1_network=random-0.9") and shared[1] == "seed-1_network=ring"
+    code, out = sim("export", "--study", "runs", "--out", "t")
+    assert code == 0, out
+    edges = rows(here / "t" / "edges.csv")
+    per_arm = Counter((r["condition"], r["network"]) for r in edges if r["tick"] == "0")
+    assert per_arm[("control", "ring")] == per_arm[("announce", "ring")] == 16
+    assert per_arm[("control", "random:0.9")] == per_arm[("announce", "random:0.9")] > 30
+    # the config of each run holds no "network" setting (it is no config key)
+    configs = list((here / "runs").glob("*/*/config.toml"))
+    assert len(configs) == 6  # 2 prefixes, 4 arms
+    for config in configs:
+        assert "network =" not in config.read_text()
+
+
 @pytest.mark.parametrize(
     ("condition", "csv_text", "where"),
     [
@@ -111,6 +144,8 @@ def test_two_network_conditions_give_two_densities(here: Path) -> None:
         ('edges = "e.csv"', "from,to\nada,ada\n", "line 2"),
         ('edges = "e.csv"', "from,to,trust\nada,bram,2\n", "line 2, trust"),
         ('edges = "e.csv"', "from,to\nada\n", "line 2"),
+        ('[factors]\nnetwork = ["ring", "mesh"]', None, "factors.network"),
+        ('network = "star"\n[factors]\nnetwork = ["ring"]', None, "conditions.bad.network"),
     ],
 )
 def test_a_bad_network_is_refused_before_anything_runs(
