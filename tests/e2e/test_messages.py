@@ -205,3 +205,18 @@ def test_a_grammar_server_gets_the_contacts_as_the_message_enum(
         break
     else:
         raise AssertionError("no intention request was sent")
+
+
+def test_the_offline_model_messages_through_tools_too(tmp_path: Path) -> None:
+    """``[phase1] mode = "tools"``: ``message`` is a tool; the offline model aims it at a
+    contact, so no answer is refused."""
+    world = make_world(tmp_path)
+    code, out = sim("tick", "--world", str(world), "--ticks", "4", "--set", "phase1.mode=tools")
+    assert code == 0, out
+    assert "fallback" not in out, out
+    sent = [
+        item
+        for tick in range(1, 5)
+        for item in read_log(log_path(world, tick)).phase_results("apply").get("messages", [])
+    ]
+    assert sent
