@@ -7,7 +7,8 @@ gets exactly one new memory cell: its outcome, or what it meant to do when nothi
 resolved for it (with the mind on, ``[memory]``: rated, its mentions found).
 
 With the message channel on (``[messages]``, ``sim.messages``), the messages of the tick
-are delivered here, where the whole world is at hand whatever place each side is in: the
+are delivered here, where the whole world is at hand whatever place each side is in (so a
+tick with the channel runs in one process: ``sim tick --workers`` refuses it): the
 inboxes shown this tick are emptied, then each ``message`` intention (in character id
 order) goes into its recipient's inbox and memory, and into the log (this phase's results).
 """

@@ -220,3 +220,13 @@ def test_the_offline_model_messages_through_tools_too(tmp_path: Path) -> None:
         for item in read_log(log_path(world, tick)).phase_results("apply").get("messages", [])
     ]
     assert sent
+
+
+def test_a_sharded_tick_refuses_the_channel(tmp_path: Path) -> None:
+    """A message crosses places, so shards (each with its places' characters) could not
+    deliver it: ``--workers`` refuses the channel before anything runs."""
+    world = make_world(tmp_path)
+    code, out = sim("tick", "--world", str(world), "--workers", "2")
+    assert code == 2, out
+    assert "[messages] delivers each message" in out and "--workers 1" in out
+    assert not list((world / ".sim" / "log").glob("tick-*"))
