@@ -30,6 +30,8 @@ SMALL_WORLD_K = 4
 SMALL_WORLD_P = 0.1
 
 Edge = tuple[int, int]
+#: the relationship ``sim init --network`` gives each pair of characters who know each other
+NETWORK_TIE = {"kind": "acquaintance", "trust": 0.5}
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def edges(network: Network, n: int, seed: int) -> list[Edge]:
 
 __all__ = [
     "KINDS",
+    "NETWORK_TIE",
     "SMALL_WORLD_K",
     "SMALL_WORLD_P",
     "Network",

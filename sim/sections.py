@@ -33,6 +33,8 @@ TITLES: dict[str, str] = {
     "present": "Who is here (speak: target one of these ids)",
     "happenings": "Just happened here",
     "relationships": "Who you know (your relationships)",
+    "contacts": "Contacts (message: target one of these ids, wherever they are)",
+    "messages": "Messages you received",
     "characters": "Characters here, with what they intend",
     "events": "What each character meant to do, and what happened",
     "summary": "Their memory so far",

@@ -129,20 +129,34 @@ class Relationship(_Open):
     trust: float = Field(0.5, ge=TRUST_RANGE[0], le=TRUST_RANGE[1])
 
 
+class InboxMessage(_Open):
+    """A message a character received (``[messages]``): shown in its next tick's input."""
+
+    tick: Tick
+    #: the sender's id
+    from_: EntityId = Field(alias="from")
+    text: str
+
+    model_config = ConfigDict(populate_by_name=True)  # merged with _Open's
+
+
 class Character(_Open):
     identity: CharacterIdentity
     state: CharacterState
     memory: Memory = Memory()
     #: other character id -> the relationship; left out of the file when there are none
     relationships: dict[EntityId, Relationship] | None = None
+    #: messages received in the last tick (``sim.messages``); left out when there are none
+    inbox: list[InboxMessage] | None = None
 
     @model_serializer(mode="wrap")
     def _drop_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``relationships`` out of a file that has none (older files keep their
-        bytes)."""
+        """Leave ``relationships`` and ``inbox`` out of a file that has none (older files
+        keep their bytes)."""
         data: dict[str, Any] = handler(self)
-        if data.get("relationships", 0) is None:
-            del data["relationships"]
+        for key in ("relationships", "inbox"):
+            if data.get(key, 0) is None:
+                del data[key]
         return data
 
 

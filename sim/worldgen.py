@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from sim.config import DEFAULT_ORDER
 from sim.errors import InputError
-from sim.network import Network
+from sim.network import NETWORK_TIE, Network
 from sim.network import edges as network_edges
 from sim.world import Character, Location, WorldMeta
 
@@ -125,10 +125,6 @@ def _name(table: tuple[tuple[str, ...], ...], i: int) -> tuple[str, ...]:
     if rounds == 0:
         return entry
     return (f"{entry[0]}-{rounds + 1}", f"{entry[1]} {rounds + 1}", *entry[2:])
-
-
-#: the relationship ``sim init --network`` gives each pair of characters who know each other
-NETWORK_TIE = {"kind": "acquaintance", "trust": 0.5}
 
 
 def ties(ids: list[str], network: Network | None, seed: int) -> dict[str, dict[str, Any]]:

@@ -193,9 +193,9 @@ def export(
     *,
     csv_raw: bool = False,
 ) -> Exported:
-    """Write the ``characters``, ``interactions``, ``locations``, ``calls`` and ``edges``
-    tables of a world's committed ticks ``first``..``last`` into ``out`` (created if
-    missing) as ``<table>.<fmt>``.
+    """Write the ``characters``, ``interactions``, ``locations``, ``calls``, ``surveys``,
+    ``edges`` and ``messages`` tables of a world's committed ticks ``first``..``last``
+    into ``out`` (created if missing) as ``<table>.<fmt>``.
 
     ``csv_raw`` writes CSV text cells exactly, formulas included (see the module's note).
 
@@ -245,6 +245,8 @@ class Frames:
     notes: list[str] = field(default_factory=list)
     #: the answers of ``sim ask`` (a study's surveys): tick, character, question, answer
     surveys: pandas.DataFrame | None = None
+    #: the messages delivered (``[messages]``): tick, from, to, text
+    messages: pandas.DataFrame | None = None
 
 
 def export_study(
@@ -288,6 +290,8 @@ class StudyFrames:
     runs: list[str] = field(default_factory=list)
     problems: list[LogError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: every run's delivered messages (``[messages]``): tick, from, to, text
+    messages: pandas.DataFrame | None = None
 
 
 def load_study(study: Path | str, first: int | None = None, last: int | None = None) -> StudyFrames:
@@ -313,6 +317,7 @@ def load_study(study: Path | str, first: int | None = None, last: int | None = N
         runs=tables.runs,
         problems=tables.problems,
         notes=tables.notes,
+        messages=frame(t["messages"]),
     )
 
 
@@ -335,6 +340,7 @@ def load(world: Path | str, first: int | None = None, last: int | None = None) -
         problems=tables.problems,
         notes=tables.notes,
         surveys=frame(tables.surveys),
+        messages=frame(tables.messages),
     )
 
 

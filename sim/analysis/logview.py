@@ -134,6 +134,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             yield f"  {who}: intends {intent.get('action', '?')}{target}"
             yield f"    -> {outcome.get('outcome', '')}"
     yield from declared_lines(log, names)
+    yield from message_lines(log, names)
     for name, record in log.phases.items():
         for key, reason in record.report.errors.items():
             # a log written before errors were redacted may quote a server's credentials
@@ -149,6 +150,20 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))
+
+
+def message_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
+    """The messages the tick delivered (``[messages]``: the apply phase's results)."""
+    sent = log.phase_results("apply").get("messages")
+    if not isinstance(sent, list) or not sent:
+        return
+    yield ""
+    yield "[messages]"
+    for item in sent:
+        if isinstance(item, dict):
+            sender, recipient = str(item.get("from")), str(item.get("to"))
+            who = f"{names.get(sender, sender)} -> {names.get(recipient, recipient)}"
+            yield f"  {who}: {item.get('text')}"
 
 
 def decision_line(record: PolicyRecord) -> str:

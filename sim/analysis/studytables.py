@@ -27,7 +27,7 @@ from sim.runs.fork import MAX_STUDY_RECORD_BYTES, RUN_FILE, STUDY_RECORD, read_r
 
 #: the columns that lead every row of a study's tables (then one per factor)
 KEYS = ("condition", "seed", "run")
-TABLES = ("characters", "interactions", "locations", "calls", "surveys", "edges")
+TABLES = ("characters", "interactions", "locations", "calls", "surveys", "edges", "messages")
 
 
 @dataclass
@@ -104,7 +104,10 @@ def build_study_tables(out: Path, first: int | None = None, last: int | None = N
         result.notes.extend(f"{rel}: {note}" for note in tables.notes)
         fork = (record.design or {}).get("fork_tick")
         lead: dict[str, Cell] = {"condition": condition, "seed": record.seed, "run": name}
-        lead.update({key: record.overrides.get(key) for key in factors})
+        values = dict(record.overrides)
+        if "network" in (record.design or {}):  # the network factor: not a config override
+            values["network"] = (record.design or {})["network"]
+        lead.update({key: values.get(key) for key in factors})
         for table in tables.all():
             stacked = result.tables[table.name]
             seen[table.name].update(dict.fromkeys(table.columns))

@@ -1,6 +1,6 @@
 """Tidy tables of a world's history, built from its tick logs and its folder (stdlib only).
 
-Six tables, one row per observation, for ``sim export`` and ``sim.analysis.load``:
+Seven tables, one row per observation, for ``sim export`` and ``sim.analysis.load``:
 
 - ``characters``: one row per committed tick and character, and a baseline row per
   character for the tick before the first logged one (its ``state_before``: tick 0 for a
@@ -18,6 +18,9 @@ Six tables, one row per observation, for ``sim export`` and ``sim.analysis.load`
 - ``edges``: one row per tick and relationship (``from`` the character holding it, ``to``
   the other, ``kind``, ``trust`` and the world's own attributes as columns), the network
   after the tick, with the same baseline tick as ``characters``.
+- ``messages``: one row per message a tick delivered (``[messages]``, ``sim.messages``):
+  ``from`` the sender, ``to`` the recipient (a tie, wherever they were) and its ``text``;
+  the recipient sees it in the next tick's input.
 - ``calls``: one row per logged call record, superseded ones included (a resumed tick may
   have sent a call twice: both were billed), with tokens and cost over every attempt
   (``sim.ticklog.books``) and the cost empty (``None``) where a model had no price.
@@ -39,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import InputError, LogError
 from sim.llm.budget import Price
@@ -83,6 +86,7 @@ CALL_COLUMNS = (
     "request_id",
 )
 EDGE_COLUMNS = ("tick", "from", "to", "kind", "trust")
+MESSAGE_COLUMNS = ("tick", "from", "to", "text")
 #: the edges table's key columns, and the prefix of an attribute named like one
 _EDGE_KEYS = ("tick", "from", "to")
 EDGE_ATTRIBUTE_PREFIX = "attribute."
@@ -125,6 +129,8 @@ class Tables:
     surveys: Table = field(default_factory=lambda: Table("surveys", list(SURVEY_COLUMNS)))
     #: one row per relationship per tick (the network after the tick)
     edges: Table = field(default_factory=lambda: Table("edges", list(EDGE_COLUMNS)))
+    #: one row per message delivered (the message channel)
+    messages: Table = field(default_factory=lambda: Table("messages", list(MESSAGE_COLUMNS)))
 
     def all(self) -> list[Table]:
         return [
@@ -134,6 +140,7 @@ class Tables:
             self.calls,
             self.surveys,
             self.edges,
+            self.messages,
         ]
 
 
@@ -181,6 +188,33 @@ class _Outcome(_View):
 
 class _Resolution(_View):
     outcomes: list[_Outcome] = []
+
+
+class _Message(BaseModel):
+    """A delivered message as the apply phase logs it (``sim.messages.Sent.record``)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    from_: str = Field(alias="from")
+    to: str
+    text: str = ""
+
+
+def _message_rows(log: TickLog, notes: list[str]) -> list[dict[str, Cell]]:
+    sent = log.phase_results("apply").get("messages")
+    if not isinstance(sent, list):
+        return []
+    rows: list[dict[str, Cell]] = []
+    for item in sent:
+        try:
+            message = _Message.model_validate(item)
+        except ValidationError:
+            notes.append(f"tick {log.tick}: a logged message not understood; left out")
+            continue
+        rows.append(
+            {"tick": log.tick, "from": message.from_, "to": message.to, "text": message.text}
+        )
+    return rows
 
 
 @dataclass
@@ -301,6 +335,7 @@ def build_tables(root: Path, first: int | None = None, last: int | None = None) 
         tables.interactions.rows.extend(_interaction_rows(log, before, tables.notes))
         tables.locations.rows.extend(_location_rows(log, before, after))
         tables.calls.rows.extend(_call_rows(log))
+        tables.messages.rows.extend(_message_rows(log, tables.notes))
         if after is not None:
             for row in _edge_rows(tick, after):
                 attributes.update(dict.fromkeys(k for k in row if k not in EDGE_COLUMNS))

@@ -71,14 +71,14 @@ def export_(
     as_json: bool,
 ) -> None:
     """Write tidy tables of the committed ticks: characters, interactions, locations, calls,
-    surveys, edges.
+    surveys, edges, messages.
 
     characters has one row per tick and character (state after the tick, what it did; a
     tick-0 baseline row each); interactions one per speech, act or custom verb; locations
     one per tick and location; calls one per logged call (tokens and cost over every
     attempt; cost empty when a model has no price); surveys one per tick, character and
-    question asked (sim ask); edges one per tick and relationship. With --study, every run
-    of a study. See docs/analysis.md.
+    question asked (sim ask); edges one per tick and relationship; messages one per message
+    delivered ([messages]). With --study, every run of a study. See docs/analysis.md.
     """
     from sim.analysis.export import export, export_study
     from sim.errors import InputError

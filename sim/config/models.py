@@ -416,6 +416,18 @@ class PlanningConfig(PhaseConfig):
     items: int = Field(6, ge=1, le=24)
 
 
+class MessagesConfig(_Strict):
+    """``[messages]``: the ``message`` action, a channel along relationships (docs/phases.md,
+    Messages). Off unless ``enabled``: a world without it keeps its schemas and inputs."""
+
+    #: add the ``message`` action: a character reaches anyone it has a tie with, anywhere
+    enabled: bool = False
+    #: the relationship kinds that count as a tie (empty: every kind)
+    kinds: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field((), strict=False)
+    #: the least trust a relationship needs to count as a tie
+    min_trust: float = Field(0.0, ge=0.0, le=1.0)
+
+
 class TickConfig(_Strict):
     #: the phases of a tick, in order: built-ins by name, declared ones by their section
     phases: tuple[str, ...] = Field(DEFAULT_ORDER, strict=False)  # a TOML array
@@ -471,6 +483,8 @@ class Config(_Strict):
     memory: MemoryConfig = MemoryConfig()
     #: in-world time; unset: ticks are plain numbers
     time: TimeConfig | None = None
+    #: the message channel; unset: no ``message`` action (left out of the logged config)
+    messages: MessagesConfig | None = None
     phases: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], DeclaredPhaseConfig] = (
         Field(default_factory=dict)
     )
@@ -523,7 +537,10 @@ def redacted(config: Config) -> dict[str, Any]:
     the names of the variables holding them; but a ``base_url`` keeps any credentials
     written into it (``user:pw@``, ``?api-key=``). What is printed or stored is
     ``loggable``."""
-    return config.model_dump(mode="json", by_alias=True)
+    data = config.model_dump(mode="json", by_alias=True)
+    if data.get("messages", 0) is None:  # a config without [messages] logs as it did before
+        del data["messages"]
+    return data
 
 
 def loggable(config: Config) -> dict[str, Any]:

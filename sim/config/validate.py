@@ -200,6 +200,14 @@ def layer_problems(
             problems.append(
                 InputError(source, f"actions.{verb}", "a built-in action; choose another verb")
             )
+        elif verb == "message" and config.messages is not None and config.messages.enabled:
+            problems.append(
+                InputError(
+                    source,
+                    "actions.message",
+                    "the action of [messages] (enabled): choose another verb",
+                )
+            )
     for name in config.phases:
         if name in BUILTIN_PHASES:
             problems.append(

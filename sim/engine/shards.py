@@ -43,6 +43,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
+from sim import messages
 from sim.config import Config
 from sim.errors import RunError, SimError, UserError
 from sim.llm.client import finished_events
@@ -265,6 +266,11 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) ->
             return f"phase {spec.name!r} retrieves with a provider's embeddings"
     if config.llm.batch:
         return "[llm] batch sends each phase's calls as one batch from one process"
+    if messages.rule(config) is not None:
+        return (
+            "[messages] delivers each message into its recipient's inbox and memory, "
+            "wherever the recipient is, which one process does over the whole world"
+        )
     if streaming:
         return "streamed answers are shown by one process"
     return None

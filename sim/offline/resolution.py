@@ -257,6 +257,9 @@ def resolve(
             else:
                 kw["obj"] = T.the(obj or "something useful")
                 said, moods = [pick(T.NOT_FOUND).format(**kw)], T.MOODS_STUCK
+        elif action == "message" and isinstance(target, str) and target:
+            # the message channel (``sim.messages``): sent from here, delivered by apply
+            said, moods = [f"{name} sent a message to {names.get(target, target)}."], T.MOODS_GOOD
         elif isinstance(action, str) and action and action not in _BUILTIN_ACTIONS:
             # a verb the world declares: decided as for ``act``, aimed at someone or something
             other = names.get(target) if isinstance(target, str) else None

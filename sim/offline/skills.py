@@ -19,6 +19,8 @@ from sim.offline import templates as T
 Json = dict[str, Any]
 
 ACTIONS = ("move", "speak", "act", "wait")
+#: the message channel's action (``sim.messages``): its targets are the input's contacts
+MESSAGE = "message"
 _ALL_ACTIONS = frozenset(ACTIONS)
 TOOL_FOR_ACTION = {"move": "move_to", "speak": "say", "act": "act", "wait": "wait"}
 ACTION_FOR_TOOL = {v: k for k, v in TOOL_FOR_ACTION.items()}
@@ -167,7 +169,37 @@ def _mood_bias(mood: str) -> tuple[bool, bool]:
 def intention(
     data: Json, rng: Random, history: Sequence[tuple[str, str]], schema: Json
 ) -> Json | None:
-    return decide(data, rng, history, _allowed_actions(schema), _world_verbs(schema))
+    verbs = _world_verbs(schema)
+    contacts: list[tuple[str, str, str]] = []
+    if MESSAGE in verbs and "contacts" in data:  # the channel on, with someone to reach
+        contacts = pairs(data.get("contacts"))
+        verbs = tuple(v for v in verbs if v != MESSAGE)
+    return decide(data, rng, history, _allowed_actions(schema), verbs, contacts)
+
+
+def _message(
+    name: str,
+    place: str,
+    goals: list[str],
+    contacts: list[tuple[str, str, str]],
+    inbox: object,
+    rng: Random,
+) -> Json:
+    """A message to a contact: passing on the last one received (now and then), else news
+    of the sender's goal."""
+    target, other = rng.choice(contacts)[:2]
+    received = [m for m in inbox if isinstance(m, dict)] if isinstance(inbox, list) else []
+    last = received[-1] if received else None
+    heard = text_of(last.get("text")) if last is not None else ""
+    if heard and rng.random() < 0.7:
+        sender = text_of(last.get("name")) if last is not None else ""
+        content = f"{T.address(other)}, word from {sender or 'a friend'}: {heard}"[:300]
+        reasoning = f"{other} should hear what {sender or 'a friend'} wrote."
+    else:
+        goal = T.clause(rng.choice(goals)) if goals else "keep in touch"
+        content = f"{T.address(other)}, it is {name} at {place}. I mean to {goal}."[:300]
+        reasoning = T.cap(f"{other} is far off, and a message reaches them anywhere.")
+    return {"action": MESSAGE, "target": target, "content": content, "reasoning": reasoning}
 
 
 def _world_verbs(schema: Json) -> tuple[str, ...]:
@@ -184,11 +216,14 @@ def decide(
     history: Sequence[tuple[str, str]],
     allowed: frozenset[str],
     verbs: tuple[str, ...] = (),
+    contacts: Sequence[tuple[str, str, str]] = (),
 ) -> Json | None:
     """Choose what a character does this tick. See the module docstring of ``sim.offline``.
 
     ``verbs`` are the world's own actions: chosen now and then, aimed at someone present
     (else at an object), with their outcome left to the game master as for ``act``.
+    ``contacts``: whom a ``message`` may reach (the channel on); one is sent now and then,
+    more often with a message to pass on or no one here.
     """
     ch, loc = data.get("character"), data.get("location")
     if not isinstance(ch, dict) or not isinstance(loc, dict):
@@ -244,11 +279,15 @@ def decide(
             w[key] = 0.0
     for verb in verbs:  # the world's own verbs are aimed at people: only with company
         w[verb] = 0.0 if alone else 2.0
+    if contacts:  # after the others: a world without the channel draws as before
+        w[MESSAGE] = (2.0 if alone else 1.0) + (1.5 if data.get("messages") else 0.0)
     action = _weighted(rng, w)
     if action is None:
         return None
     if action in verbs:
         return _world_verb(action, name, ch, present, goals, rng)
+    if action == MESSAGE:
+        return _message(name, place, goals, list(contacts), data.get("messages"), rng)
 
     goal = _clause(rng.choice(goals), names_blob) if goals else ""
     persona = text_of(ch.get("personality")).split(".", 1)[0]

@@ -13,7 +13,7 @@ from typing import Any
 
 from sim.offline import templates as T
 from sim.offline.engine import Filler, loads, make_rng
-from sim.offline.skills import ACTION_FOR_TOOL, TOOL_FOR_ACTION, decide
+from sim.offline.skills import ACTION_FOR_TOOL, MESSAGE, TOOL_FOR_ACTION, decide, pairs
 
 Json = dict[str, Any]
 
@@ -79,11 +79,17 @@ def generate_tool_call(
                 and name not in QUERY_TOOLS
                 and "target" in T.as_dict(params.get("properties"))
             )
+            contacts: list[tuple[str, str, str]] = []
+            if MESSAGE in verbs and "contacts" in data:  # the message channel: to contacts
+                contacts = pairs(data.get("contacts"))
+                verbs = tuple(v for v in verbs if v != MESSAGE)
             try:
-                choice = decide(data, rng, history, allowed, verbs)
+                choice = decide(data, rng, history, allowed, verbs, contacts)
                 if choice is not None:
                     action = choice["action"]
-                    tool = action if action in verbs else TOOL_FOR_ACTION[action]
+                    tool = (
+                        action if action in verbs or action == MESSAGE else TOOL_FOR_ACTION[action]
+                    )
                     return tool, _tool_args(by_name[tool], choice, rng, input_text)
             except Exception:  # never raise: fall through to a generic call
                 pass

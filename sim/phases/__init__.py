@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sim import messages
 from sim.config import BUILTIN_PHASES, DEFAULT_ORDER, Config, phase_section, routing
 from sim.errors import InputError
 from sim.llm.calls import digest, schema_digest
@@ -254,7 +255,7 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
             templates = () if name == "apply" else (f"{name}.md", f"{name}.input.md")
             schema = _BUILTIN_SCHEMA[name]
             if name == "intentions":
-                schema = intentions.intention_schema(config.actions)
+                schema = intentions.intention_schema(messages.actions(config))
             elif name == "resolution":
                 schema = resolution.resolution_schema(config)
             specs.append(PhaseSpec(name, _BUILTIN_RUN[name], templates, schema))

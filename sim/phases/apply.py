@@ -5,17 +5,24 @@ an outcome for a character who is not at that location (or does not exist) is ig
 reported; a second outcome for the same character is ignored and reported. Every character
 gets exactly one new memory cell: its outcome, or what it meant to do when nothing was
 resolved for it (with the mind on, ``[memory]``: rated, its mentions found).
+
+With the message channel on (``[messages]``, ``sim.messages``), the messages of the tick
+are delivered here, where the whole world is at hand whatever place each side is in (so a
+tick with the channel runs in one process: ``sim tick --workers`` refuses it): the
+inboxes shown this tick are emptied, then each ``message`` intention (in character id
+order) goes into its recipient's inbox and memory, and into the log (this phase's results).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sim import messages
 from sim.mind.cells import Mentions, mind_on, new_cell, remember
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.intentions import Intention
 from sim.phases.resolution import LocationUpdate, Outcome, RatedOutcome
-from sim.world import Entity
+from sim.world import Entity, World
 
 NAME = "apply"
 
@@ -88,6 +95,25 @@ def _gaps(ctx: TickContext, cells: dict[str, str]) -> list[str]:
     return out
 
 
+def _messages(ctx: TickContext, world: World, report: PhaseReport) -> list[messages.Sent]:
+    """The tick's messages, each from a character to one of its contacts (checked again:
+    an intention reaches here verified, or as the idle fallback)."""
+    settings = messages.rule(ctx.config)
+    if settings is None:
+        return []
+    sent = []
+    for cid, char in world.characters.items():
+        intention = ctx.intentions.get(cid)
+        if intention is None or intention.action != messages.MESSAGE:
+            continue
+        target = intention.target
+        if target not in world.characters or target not in messages.contacts(char, settings):
+            report.warnings.append(f"{cid}: message to {target!r} ignored: not a tie")
+            continue
+        sent.append(messages.Sent(cid, target, intention.content))
+    return sent
+
+
 async def run(ctx: TickContext) -> None:
     report = ctx.report(NAME)
     world = ctx.world
@@ -117,13 +143,27 @@ async def run(ctx: TickContext) -> None:
     report.gaps.extend(_gaps(ctx, cells))
     rated = mind_on(ctx.config)
     mentions = Mentions(world) if rated else None
+    sent = _messages(ctx, world, report)
+    if messages.rule(ctx.config) is not None:
+        for char in world.characters.values():  # shown in this tick's inputs: read
+            char.pop("inbox", None)
+    received: dict[str, list[str]] = {}
+    for item in sent:
+        recipient = world.characters[item.recipient]
+        inbox = recipient.setdefault("inbox", [])
+        inbox.append({"tick": ctx.tick, "from": item.sender, "text": item.text})
+        name = world.characters[item.sender]["identity"]["name"]
+        received.setdefault(item.recipient, []).append(messages.memory_text(name, item.text))
+    if sent:
+        ctx.results[NAME] = {"messages": [item.record() for item in sent]}
     part = ctx.part  # a shard's characters (``sim tick --workers``); None: all
     for cid, char in world.characters.items():
         if part is not None and cid not in part:
             continue
-        text = cells.get(cid) or unresolved_text(char["identity"]["name"], ctx.intentions[cid])
-        if mentions is None:
-            char["memory"]["cells"].append({"tick": ctx.tick, "text": text})
-            continue
-        cell = new_cell(ctx.tick, text, ctx.config.memory, mentions, importance.get(cid))
-        remember(char["memory"], cell)
+        own = cells.get(cid) or unresolved_text(char["identity"]["name"], ctx.intentions[cid])
+        for i, text in enumerate((own, *received.get(cid, ()))):
+            if mentions is None:
+                char["memory"]["cells"].append({"tick": ctx.tick, "text": text})
+                continue
+            rating = importance.get(cid) if i == 0 else None
+            remember(char["memory"], new_cell(ctx.tick, text, ctx.config.memory, mentions, rating))

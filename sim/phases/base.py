@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel
 
+from sim import messages
 from sim.config import phase_section, routing
 from sim.errors import InputError, RunError
 from sim.llm.batching import BatchOptions
@@ -346,7 +347,7 @@ class TickContext:
         return {
             "world": self.world_view,
             "tick": self.tick,
-            "actions": dict(self.config.actions),
+            "actions": messages.actions(self.config),
             "time": self.time,
         }
 

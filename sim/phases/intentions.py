@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from sim import sections
+from sim import messages, sections
 from sim.llm.errors import LLMError
 from sim.llm.tools import ToolCalls
 from sim.phases import intention_steps
@@ -93,6 +93,7 @@ def character_input(
     happenings: list[str] | None = None,
     people: Sequence[tuple[Entity, dict[str, Any]]] | None = None,
     memory_doc: dict[str, Any] | None = None,
+    contacts: list[dict[str, str]] | None = None,
 ) -> str:
     """The model's view of one character at the start of a tick.
 
@@ -104,6 +105,8 @@ def character_input(
         people: ``people_here(world, here)`` when the caller keeps it per location (every
             character there sees the same others).
         memory_doc: the memory as shown (``TickContext.memory_for``); default: the window.
+        contacts: whom a message may reach (``sim.messages.contacts_view``), with the
+            channel on; then the messages received last tick are shown too.
     """
     state, memory = char["state"], char["memory"]
     loc = world.locations[state["location"]]
@@ -123,12 +126,21 @@ def character_input(
     ties = relationships_view(world, char)
     if ties:  # typed relationships (docs/world-format.md); left out when there are none
         doc["relationships"] = ties
+    if contacts is not None:  # the message channel ([messages]): whom, and what came in
+        if contacts:
+            doc["contacts"] = contacts
+        inbox = messages.inbox_view(world, char)
+        if inbox:
+            doc["messages"] = inbox
     return sections.dumps(doc)
 
 
-def intention_refs(world: World, char: Entity, here: Sequence[str]) -> IntentionRefs:
+def intention_refs(
+    world: World, char: Entity, here: Sequence[str], contacts: Sequence[str] | None = None
+) -> IntentionRefs:
     """The ids one character's intention may name this tick: the exits of its location,
-    the others there, the objects there and those it carries."""
+    the others there, the objects there and those it carries; with the message channel
+    on, its ``contacts``."""
     loc = world.locations[char["state"]["location"]]
     cid = char["identity"]["id"]
     objects = dict.fromkeys([*loc["state"]["objects"], *char["state"]["inventory"]])
@@ -136,6 +148,7 @@ def intention_refs(world: World, char: Entity, here: Sequence[str]) -> Intention
         exits=tuple(loc["state"]["connections"]),
         people=tuple(other for other in here if other != cid),
         objects=tuple(objects),
+        contacts=None if contacts is None else tuple(contacts),
     )
 
 
@@ -173,8 +186,10 @@ async def run(ctx: TickContext) -> None:
     world = ctx.world
     chars = ctx.characters()
     client = ctx.client(SECTION, chars, NAME)
-    tools = tools_for(ctx.config.actions) if ctx.config.phase1.mode == "tools" else None
-    schema = intention_schema(ctx.config.actions)
+    verbs = messages.actions(ctx.config)
+    tools = tools_for(verbs) if ctx.config.phase1.mode == "tools" else None
+    schema = intention_schema(verbs)
+    channel = messages.rule(ctx.config)
     view = ctx.world_view
     constrain = tools is None and ctx.refs_mode(SECTION) == "schema"
     requests = []
@@ -185,6 +200,7 @@ async def run(ctx: TickContext) -> None:
         lid = char["state"]["location"]
         here = ctx.occupancy[lid]
         events = ctx.happenings.here(lid)
+        reach = None if channel is None else messages.contacts(char, channel)
 
         def context(
             char: Entity = char, here: list[str] = here, events: list[str] = events
@@ -192,16 +208,23 @@ async def run(ctx: TickContext) -> None:
             return template_context(world, char, here, events)
 
         def default(
-            char: Entity = char, here: list[str] = here, events: list[str] = events, lid: str = lid
+            char: Entity = char,
+            here: list[str] = here,
+            events: list[str] = events,
+            lid: str = lid,
+            reach: list[str] | None = reach,
         ) -> str:
             everyone = people.get(lid)
             if everyone is None:
                 everyone = people[lid] = people_here(world, here)
             memory = ctx.memory_for(char, here, events, NAME)
-            return character_input(world, char, ctx.tick, here, view, events, everyone, memory)
+            shown = None if reach is None else messages.contacts_view(world, reach)
+            return character_input(
+                world, char, ctx.tick, here, view, events, everyone, memory, shown
+            )
 
         key = f"{CHAIN}:{char['identity']['id']}"
-        refs = intention_refs(world, char, here)
+        refs = intention_refs(world, char, here, reach)
         check = check_for(refs.problem)
         checks.append(check)
         enums = refs.enums() if constrain else None
@@ -226,7 +249,7 @@ async def run(ctx: TickContext) -> None:
         cid = char["identity"]["id"]
         if isinstance(result, ToolCalls):
             try:
-                result = schema.model_validate(intention_data(result, ctx.config.actions))
+                result = schema.model_validate(intention_data(result, verbs))
             except LLMError as exc:
                 result = exc
         result = verified(result, check)

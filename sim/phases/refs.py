@@ -82,30 +82,45 @@ class IntentionRefs:
     exits: tuple[str, ...]
     people: tuple[str, ...]
     objects: tuple[str, ...]
+    #: whom ``message`` may reach (``sim.messages``); ``None``: no message channel
+    contacts: tuple[str, ...] | None = None
 
     def enums(self) -> SchemaEnums:
         """``target`` limited to every id any action may name (or null); and per action,
         what that action may name (``cases``): ``move`` an exit (no exit: no move),
         ``speak`` someone here, ``act`` an object here or carried (none: null), ``wait``
-        null; a world's own verbs any of them, or null."""
+        null; a world's own verbs any of them, or null; ``message`` a contact (none: no
+        message)."""
+        cases: tuple[tuple[str, tuple[str, ...]], ...] = (
+            ("move", self.exits),
+            ("speak", self.people),
+            ("act", self.objects),
+            ("wait", ()),
+        )
+        omit = () if self.exits else ("move",)
+        targets = _unique((*self.exits, *self.people, *self.objects))
+        if self.contacts is not None:
+            cases = (*cases, ("message", self.contacts))
+            targets = _unique((*targets, *self.contacts))
+            if not self.contacts:
+                omit = (*omit, "message")
         return SchemaEnums(
-            (EnumField(("target",), _unique((*self.exits, *self.people, *self.objects))),),
-            EnumCases(
-                "action",
-                "target",
-                (
-                    ("move", self.exits),
-                    ("speak", self.people),
-                    ("act", self.objects),
-                    ("wait", ()),
-                ),
-                omit=() if self.exits else ("move",),
-            ),
+            (EnumField(("target",), targets),), EnumCases("action", "target", cases, omit=omit)
         )
 
     def problem(self, answer: Intention) -> str | None:
         """What is wrong with the intention's target, for the model; ``None``: nothing."""
         action, target = answer.action, answer.target
+        verb: str = action  # ``message`` widens the schema's action (``sim.messages``)
+        if verb == "message" and self.contacts is not None:
+            if target in self.contacts:
+                return None
+            if not self.contacts:
+                return 'you have no one to message: choose another action than "message"'
+            return (
+                f"target {_q(target)} is not someone you have a tie with: to message, set "
+                f"target to one of {listed(self.contacts)}"
+            )
         if action == "wait":
             if target is None:
                 return None

@@ -33,7 +33,7 @@ import hashlib
 import itertools
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from sim.runs.design import (
     shown_count,
 )
 from sim.storage.statefiles import MAX_TEXT
+from sim.study.network import NETWORK_FACTOR, ConditionNetwork, parse_spec, read_edges
 from sim.world import MAX_SEED
 
 #: the folder of the shared prefixes, beside the conditions' folders
@@ -103,15 +104,30 @@ class SetField(BaseModel):
 
 
 class Condition(BaseModel):
-    """One arm of the study: its scheduled interventions (none: a control)."""
+    """One arm of the study: its scheduled interventions (none: a control), and the
+    network its characters start in (``sim.study.network``; none: the world's)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     inject: list[Inject] = Field(default_factory=list)
     set_: list[SetField] = Field(default_factory=list, alias="set")
+    network: str | None = Field(
+        default=None, description="ring, small-world, star or random:p (as sim init --network)"
+    )
+    edges: str | None = Field(
+        default=None, description="a CSV file of ties, from,to (relative to the study file)"
+    )
+
+    @model_validator(mode="after")
+    def _one_network(self) -> Condition:
+        if self.network is not None and self.edges is not None:
+            raise ValueError("expected network or edges, not both")
+        return self
 
     def first_tick(self) -> int | None:
         ticks = [i.tick for i in self.inject] + [s.tick for s in self.set_]
+        if self.network is not None or self.edges is not None:
+            ticks.append(1)  # set before the first tick: nothing is shared with another arm
         return min(ticks) if ticks else None
 
 
@@ -156,10 +172,14 @@ class Unit:
 
     seed: int
     overrides: dict[str, Any]
+    #: the value of the ``network`` factor (``sim.study.network``): not a config setting
+    network: str | None = None
 
     @property
     def name(self) -> str:
-        return run_name(self.seed, self.overrides)
+        if self.network is None:
+            return run_name(self.seed, self.overrides)
+        return run_name(self.seed, {**self.overrides, NETWORK_FACTOR: self.network})
 
 
 @dataclass(frozen=True)
@@ -185,6 +205,17 @@ class Study:
     forms: list[AnswerFormat]
     #: ticks every arm of a unit shares (before any condition's first intervention)
     prefix: int
+    #: condition -> the network its arms start in (``sim.study.network``), when it sets one
+    networks: dict[str, ConditionNetwork] = field(default_factory=dict)
+
+    def network_of(self, arm: Arm | None, unit: Unit) -> ConditionNetwork | None:
+        """The network a run starts in: its condition's, else its unit's ``network``
+        factor value; ``None``: the world's."""
+        if arm is not None and arm.condition in self.networks:
+            return self.networks[arm.condition]
+        if unit.network is None:
+            return None
+        return parse_spec(self.path, f"factors.{NETWORK_FACTOR}", unit.network)
 
     @property
     def arms(self) -> list[Arm]:
@@ -207,7 +238,14 @@ class Study:
             ],
             "seeds": self.seeds,
             "runs": [arm.rel for arm in self.arms],
+            **self._edge_digests(),
         }
+
+    def _edge_digests(self) -> dict[str, Any]:
+        """The edge files' digests, by condition (none: the key is left out, so a study
+        without one keeps its identity)."""
+        digests = {c: n.digest for c, n in self.networks.items() if n.digest is not None}
+        return {"edge_files": digests} if digests else {}
 
     def identity(self) -> str:
         """What a folder of this study must match to be resumed: the design but its seeds."""
@@ -295,6 +333,10 @@ def read_study(path: Path) -> Study:
     for key, values in spec.factors.items():
         if not values:
             raise InputError(path, f"factors.{key}", "expected one or more values")
+        if key == NETWORK_FACTOR:  # the network each unit's runs start in, not a setting
+            for value in values:
+                parse_spec(path, f"factors.{key}", value if isinstance(value, str) else repr(value))
+            continue
         try:
             parse_setting(f"{key}=0")
         except InputError as exc:
@@ -319,7 +361,15 @@ def read_study(path: Path) -> Study:
         dict(zip(keys, combo, strict=True))
         for combo in itertools.product(*(spec.factors[k] for k in keys))
     ]
-    units = [Unit(seed, combo) for seed in seeds for combo in combos]
+    units = [
+        Unit(
+            seed,
+            {k: v for k, v in combo.items() if k != NETWORK_FACTOR},
+            combo.get(NETWORK_FACTOR),
+        )
+        for seed in seeds
+        for combo in combos
+    ]
     forms: list[AnswerFormat] = []
     for i, survey in enumerate(spec.surveys):
         where = f"surveys.{i}"
@@ -346,6 +396,7 @@ def read_study(path: Path) -> Study:
                     f"conditions.{name}.{kind}.{j}.tick",
                     f"after the study's last tick ({spec.ticks})",
                 )
+    networks = _networks(path, spec, world)
     firsts = [c.first_tick() for c in spec.conditions.values()]
     # one condition shares with nothing: a prefix would only cost a world copy per run
     prefix = (
@@ -353,7 +404,28 @@ def read_study(path: Path) -> Study:
         if len(spec.conditions) > 1
         else 0
     )
-    return Study(path, text, spec, world, seeds, units, forms, prefix)
+    return Study(path, text, spec, world, seeds, units, forms, prefix, networks)
+
+
+def _networks(path: Path, spec: StudyFile, world: Path) -> dict[str, ConditionNetwork]:
+    """The networks the conditions set, checked (edge files against the world's
+    characters, the ids of its ``characters/*.json``)."""
+    out: dict[str, ConditionNetwork] = {}
+    characters: set[str] | None = None
+    for name, cond in spec.conditions.items():
+        if NETWORK_FACTOR in spec.factors and (cond.network or cond.edges) is not None:
+            raise InputError(
+                path,
+                f"conditions.{name}.{'network' if cond.network is not None else 'edges'}",
+                "the factor 'network' sets every run's network: set it there or here, not both",
+            )
+        if cond.network is not None:
+            out[name] = parse_spec(path, f"conditions.{name}.network", cond.network)
+        elif cond.edges is not None:
+            if characters is None:
+                characters = {p.stem for p in (world / "characters").glob("*.json")}
+            out[name] = read_edges(path, f"conditions.{name}.edges", cond.edges, characters)
+    return out
 
 
 __all__ = [

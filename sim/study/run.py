@@ -71,6 +71,7 @@ from sim.runs.process import (
 )
 from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
+from sim.study.network import NETWORK_FACTOR, ConditionNetwork, apply_network
 from sim.study.trust import check_factors
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
@@ -224,11 +225,27 @@ def write_record(study: Study, out: Path) -> None:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def _design(study: Study, condition: str | None, fork_tick: int | None) -> dict[str, Any]:
+def _design(
+    study: Study, unit: Unit, condition: str | None, fork_tick: int | None
+) -> dict[str, Any]:
     out: dict[str, Any] = {"study": study.identity(), "condition": condition}
     if fork_tick is not None:
         out["fork_tick"] = fork_tick
+    if unit.network is not None:  # the ``network`` factor: not a config override
+        out[NETWORK_FACTOR] = unit.network
     return out
+
+
+def _set_network(tmp: Path, network: ConditionNetwork | None, seed: int) -> None:
+    """A fresh fork's relationships set to ``network`` (``sim.study.network``), before
+    its first tick; nothing when ``None`` (the world's network)."""
+    if network is None:
+        return
+    storage = Storage(tmp)
+    world = storage.load()
+    apply_network(world, network, seed)
+    for rel, data in storage.changed_files(world).items():
+        (tmp / rel).write_bytes(data)
 
 
 def _check_run(run_dir: Path, study: Study, unit: Unit, condition: str | None) -> RunRecord:
@@ -239,6 +256,7 @@ def _check_run(run_dir: Path, study: Study, unit: Unit, condition: str | None) -
         or record.overrides != unit.overrides
         or design.get("study") != study.identity()
         or design.get("condition") != condition
+        or design.get(NETWORK_FACTOR) != unit.network
     ):
         raise InputError(run_dir / RUN_FILE, None, "records another run of another design")
     return record
@@ -256,15 +274,17 @@ def make_prefix(study: Study, out: Path, unit: Unit) -> RunRecord:
         return _check_run(run_dir, study, unit, None)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     start = fork_current(study.world, run_dir, unit.seed, unit.overrides)
+    tmp = run_dir.parent / f".{run_dir.name}.tmp"
+    _set_network(tmp, study.network_of(None, unit), unit.seed)
     record = RunRecord(
         name=unit.name,
         seed=unit.seed,
         overrides=unit.overrides,
         source=str(study.world),
         start_tick=start,
-        design=_design(study, None, None),
+        design=_design(study, unit, None, None),
     )
-    _finish_fork(run_dir.parent / f".{run_dir.name}.tmp", run_dir, record)
+    _finish_fork(tmp, run_dir, record)
     return record
 
 
@@ -279,6 +299,8 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
     source = prefix or study.world
     fork_tick = fork_current(source, run_dir, arm.unit.seed, arm.unit.overrides)
     tmp = run_dir.parent / f".{run_dir.name}.tmp"
+    if prefix is None:  # forked from the world: its network set before its first tick
+        _set_network(tmp, study.network_of(arm, arm.unit), arm.unit.seed)
     if prefix is not None:  # the prefix's folder is untrusted too: no link is followed
         for tick, path in list_logs(prefix):
             if tick > fork_tick:
@@ -297,7 +319,7 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
         overrides=arm.unit.overrides,
         source=str(study.world),
         start_tick=start,
-        design=_design(study, arm.condition, fork_tick),
+        design=_design(study, arm.unit, arm.condition, fork_tick),
     )
     _finish_fork(tmp, run_dir, record)
     return record

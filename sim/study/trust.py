@@ -29,6 +29,7 @@ from sim.config.trust import Rule, tightened, untrusted
 from sim.errors import InputError
 from sim.runs.design import nested
 from sim.study.design import Study
+from sim.study.network import NETWORK_FACTOR
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ def check_factors(study: Study, users: Mapping[str, Any], trust: bool = False) -
     problems: list[InputError] = []
     notes: list[str] = []
     for key, values in study.spec.factors.items():
+        if key == NETWORK_FACTOR:  # a network shape, not a config setting
+            continue
         field = f'factors."{key}"'
         trusted = False
         for value in _values(values):
