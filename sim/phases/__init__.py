@@ -7,9 +7,9 @@ entry-point group. An order the engine cannot run is a named error (``check_orde
 Owns: the built-in phases (one module each), declared and entry-point phases, the tick
 context phases build inputs from, prompt templates, references.
 
-May import: ``sim.config``, ``sim.errors``, ``sim.llm``, ``sim.mind``, ``sim.offline``,
-``sim.plugins``, ``sim.providers`` (a kind's profile), ``sim.sections``, ``sim.ticklog``,
-``sim.world``.
+May import: ``sim.config``, ``sim.errors``, ``sim.llm``, ``sim.messages``, ``sim.mind``,
+``sim.offline``, ``sim.plugins``, ``sim.providers`` (a kind's profile), ``sim.sections``,
+``sim.ticklog``, ``sim.world``.
 
 Next: a built-in phase is a module here, named in ``sim.config.BUILTIN_PHASES`` and in this
 module's registry; a phase from a package goes in the ``sim.phases`` entry-point group.

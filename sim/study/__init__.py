@@ -11,7 +11,8 @@
 Owns: the study file and its design, and running it.
 
 May import: ``sim.config``, ``sim.errors``, ``sim.interventions``, ``sim.interview``,
-``sim.llm``, ``sim.runs``, ``sim.safefs``, ``sim.storage``, ``sim.ticklog``, ``sim.world``.
+``sim.llm``, ``sim.network``, ``sim.runs``, ``sim.safefs``, ``sim.storage``,
+``sim.ticklog``, ``sim.world``.
 
 Next: a new kind of step (beside tick, ask, inject and set) goes in ``run``, its fields in
 ``design``.
