@@ -58,7 +58,23 @@ def _value(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+#: what JSON may put before a value
+_JSON_SPACE = frozenset(" \t\n\r")
+
+
+def _cannot_be_json(text: str) -> bool:
+    """True when ``text`` cannot parse as JSON, by its first character alone: an ASCII one
+    that neither begins a JSON value nor is JSON's whitespace (most text). Parsing such a
+    text only to fail cost a raised ``JSONDecodeError`` per value read, about 5 µs each."""
+    if not text:
+        return True
+    first = text[0]
+    return first.isascii() and first not in _JSON_STARTS and first not in _JSON_SPACE
+
+
 def _read(text: str) -> Any:
+    if _cannot_be_json(text):
+        return text
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -66,6 +82,8 @@ def _read(text: str) -> Any:
 
 
 def _is_json(text: str) -> bool:
+    if _cannot_be_json(text):
+        return False
     try:
         orjson.loads(text)
     except orjson.JSONDecodeError:
