@@ -987,6 +987,56 @@ def scenario_parallel(smoke: bool) -> list[str]:
     ]
 
 
+#: scenario 12: characters, rounds (each round: the pinned commit, then this tree)
+REGRESSION_SIZE = ("10000", "2")
+REGRESSION_SMOKE = ("100", "1")
+#: scenario 12's target: this tree's CPU for the tick / the pinned commit's
+REGRESSION_TARGET = 1.0
+
+
+def scenario_regression(smoke: bool) -> list[str]:
+    r = child("regression", *(REGRESSION_SMOKE if smoke else REGRESSION_SIZE))
+    recorded = r["recorded"]
+    old, new = recorded["pinned_s"], recorded["main_2026_11_28_s"]
+    rows = [
+        f"| {name} | {r['calls'][key]:,} | "
+        + ", ".join(f"{w:.1f}" for w in r["wall_s"][key])
+        + " s | "
+        + ", ".join(f"{c:.1f}" for c in r["cpu_s"][key])
+        + f" s | {r['peak_rss_mib'][key]:.0f} MiB |"
+        for name, key in ((f"pinned `{r['commit'][:10]}`", "pinned"), ("this tree", "current"))
+    ]
+    loads = ", ".join(f"{x:.2f}" for x in r["load_before_each"])
+    return [
+        "## 12. Regression A/B: one offline tick, a pinned older commit and this tree",
+        "",
+        f"A fresh world of {r['characters']:,} characters (`bench/make_world.py`, seed 1), "
+        f"written once; main as of 2026-11-27 (`{r['commit'][:10]}`, `bench/regression.py`'s "
+        "`PINNED`) checked out with `git worktree add` into a temporary folder; "
+        f"{r['repeats']} round(s), each a `sim tick --world COPY` process on a fresh copy of "
+        "the world by the pinned tree, then by this one (same venv, `PYTHONPATH` naming the "
+        "tree): wall time from spawn to exit, CPU and peak RSS (`wait4`). 1-minute load "
+        f"average before each run: {loads}.",
+        "",
+        "| sim | calls | process wall | process CPU | peak RSS |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        *rows,
+        "",
+        f"- Target: this tree's CPU ≤ the pinned commit's → {r['cpu_ratio']:.2f}× "
+        f"(ratio {ratio(REGRESSION_TARGET, r['cpu_ratio'])}); wall {r['wall_ratio']:.2f}× "
+        "(medians). CPU is the figure to watch on a shared machine: wall time also counts "
+        "the waits for a core and for the disk (the commit's flushes).",
+        f"- Recorded (issue 37, an idle 2-core Xeon, whole process): the pinned commit "
+        f"{old[0]:.1f} s (twice), main of 2026-11-28 before this round "
+        f"{new[0]:.1f} and {new[1]:.1f} s ({(new[0] + new[1]) / (old[0] + old[1]):.2f}×: "
+        "references, conversations and retrieval's per-call costs). Won back since by "
+        "backpressure waking one queued call per freed slot (it woke every queued call of "
+        "the phase at each answer), a place's conversations naming only who talked, a "
+        "call's identity made as sent, and the phases' inputs (`git log` of 2026-11-28).",
+        "",
+    ]
+
+
 #: fresh-process runs of each scenario 1 and 2 measurement (the machine may be shared)
 REPEATS = 3
 
@@ -1001,6 +1051,7 @@ SCENARIOS: dict[str, Callable[[bool], list[str]]] = {
     "history": scenario_history,
     "mind": scenario_mind,
     "parallel": scenario_parallel,
+    "regression": scenario_regression,
 }
 
 
