@@ -60,20 +60,15 @@ def _value(value: Any) -> str:
 
 #: what JSON may put before a value
 _JSON_SPACE = frozenset(" \t\n\r")
-
-
-def _cannot_be_json(text: str) -> bool:
-    """True when ``text`` cannot parse as JSON, by its first character alone: an ASCII one
-    that neither begins a JSON value nor is JSON's whitespace (most text). Parsing such a
-    text only to fail cost a raised ``JSONDecodeError`` per value read, about 5 µs each."""
-    if not text:
-        return True
-    first = text[0]
-    return first.isascii() and first not in _JSON_STARTS and first not in _JSON_SPACE
+#: the ASCII characters a JSON text can begin with, its whitespace included
+_MAYBE_JSON = _JSON_STARTS | _JSON_SPACE
 
 
 def _read(text: str) -> Any:
-    if _cannot_be_json(text):
+    # a text whose first character is ASCII and can begin no JSON text (most text) is read
+    # as itself without a parse: a failed parse raised a JSONDecodeError, ~5 µs each
+    first = text[:1]
+    if not first or (first.isascii() and first not in _MAYBE_JSON):
         return text
     try:
         return orjson.loads(text)
@@ -82,7 +77,8 @@ def _read(text: str) -> Any:
 
 
 def _is_json(text: str) -> bool:
-    if _cannot_be_json(text):
+    first = text[:1]
+    if not first or (first.isascii() and first not in _MAYBE_JSON):
         return False
     try:
         orjson.loads(text)
@@ -127,7 +123,8 @@ def loads(text: str) -> dict[str, Any] | None:
         rows = body.split("\n") if body else []
         if rows == ["(none)"]:
             doc[key] = []
-        elif rows and all(row.startswith("- ") for row in rows):
+        elif body.startswith("- ") and body.count("\n") == body.count("\n- "):
+            # every row starts with "- " (the first, and each one after a newline)
             doc[key] = [_read(row[2:]) for row in rows]
         elif len(rows) == 1 and _is_json(rows[0]):
             doc[key] = orjson.loads(rows[0])

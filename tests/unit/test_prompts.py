@@ -144,6 +144,15 @@ def test_a_value_reads_as_a_json_parse_of_it_would(text: str) -> None:
     assert sections._is_json(text) is is_json
 
 
+def test_a_section_is_a_list_only_when_every_row_is_an_item() -> None:
+    assert sections.loads("## X\n- a\n- 2") == {"X": ["a", 2]}
+    assert sections.loads("## X\n- a\nb: c") is None  # not all items, not all pairs
+    assert sections.loads("## X\n- a\n-b") is None
+    assert sections.loads("## X\nb: c\n- a") is None
+    assert sections.loads("## X\na: - b\nc: - d") == {"X": {"a": "- b", "c": "- d"}}
+    assert sections.loads("## X\n- a: 1\n- b") == {"X": ["a: 1", "b"]}
+
+
 def test_memory_input_reads_back(demo: World) -> None:
     char = next(iter(demo.characters.values()))
     text = memory_input(char, [{"tick": 1, "text": "met Pell"}], 4)
