@@ -12,7 +12,7 @@ object; the worktree is removed again. With OTHER, a second commit checked out t
 runs in place of this tree (to place a regression between two commits).
 
 The issue that asked for it measured 19.1 s (twice) for the pinned commit and 22.3 and
-22.7 s for main as of 2026-11-28 on the 2-core Xeon (``RECORDED``): ``bench/run.py``
+22.7 s for main as of 2026-11-28 on its machine (``RECORDED``): ``bench/run.py``
 writes those beside this run's figures.
 """
 
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: references, conversations and retrieval's later passes were added
 PINNED = "1bb3dbf"
 
-#: issue 37's figures for one 10,000-character offline tick, whole process, idle 2-core
-#: Xeon: the pinned commit, then main as of 2026-11-28 (before this round's fixes)
+#: issue 37's figures for one 10,000-character offline tick, whole process, on its
+#: machine: the pinned commit, then main as of 2026-11-28 (before this round's fixes)
 RECORDED = {"pinned_s": (19.1, 19.1), "main_2026_11_28_s": (22.3, 22.7)}
 
 
