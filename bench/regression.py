@@ -70,8 +70,23 @@ def prepare(tree: Path) -> None:
         raise SystemExit(f"a child with PYTHONPATH={tree} imported {found}, not {tree}/sim")
 
 
+def has_commit(commit: str) -> bool:
+    """Whether sim's git checkout holds ``commit`` (a shallow clone may not)."""
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    return found.returncode == 0
+
+
 def pinned_worktree(commit: str, into: Path, name: str = "pinned") -> Path:
     """``commit`` checked out (detached) by ``git worktree add`` as ``into / name``."""
+    if not has_commit(commit):
+        raise SystemExit(
+            f"bench.regression: {ROOT} is not a git checkout holding commit {commit} "
+            "(a shallow clone? `git fetch --unshallow`)"
+        )
     path = into / name
     subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), commit],
