@@ -133,7 +133,7 @@ format: $(STAMP) ## Format and autofix with ruff
 
 all: lint test ## Every check: lint, typecheck, tests
 
-bench: $(STAMP) ## Run every benchmark scenario and write bench/RESULTS.md (~12 min on 2 cores)
+bench: $(STAMP) ## Run every benchmark scenario and write bench/RESULTS.md (~14 min on 2 cores; scenario 13 checks out an older commit with git worktree)
 	$(BIN)/python bench/run.py
 
 clean: ## Remove the venv, caches and the demo scratch world

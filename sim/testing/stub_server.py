@@ -135,6 +135,8 @@ class _Stream:
     events: list[tuple[str | None, Json]]
     done_marker: bool
     stall: bool = False
+    #: seconds between its events
+    delay: float = 0.0
 
 
 @dataclass
@@ -154,6 +156,9 @@ class StubOptions:
             llama-cpp-python does (HTTP 500 naming ``response_format.type``).
         slots: generation requests served at once, the rest queued (0: no limit).
         stream_chunk_delay: seconds between the events of a streamed answer.
+        slow_stream_field: with a name, only the streamed answers whose requested JSON
+            schema has a top-level property of that name wait ``stream_chunk_delay``
+            between events (one phase streamed slowly, the others at full speed).
         stream_usage: honour ``stream_options.include_usage`` (llama-cpp-python does not).
         batch_delay: seconds a Batch API batch stays ``in_progress`` (``batch_routes``).
         capacity_report, ignore_previous_response_id, delete_not_found, null_usage:
@@ -170,6 +175,7 @@ class StubOptions:
     reject_json_schema: bool = False
     slots: int = 0
     stream_chunk_delay: float = 0.0
+    slow_stream_field: str | None = None
     stream_usage: bool = True
     batch_delay: float = 0.0
     # -- local servers and bridges (issue 25: a local server used well) ------------------
@@ -524,7 +530,7 @@ class StubServer:
         ]
         if stream.done_marker:
             frames.append("data: [DONE]\n\n")
-        delay = self.options.stream_chunk_delay
+        delay = stream.delay
         for index, frame in enumerate(frames):
             if index and delay > 0:
                 await asyncio.sleep(delay)
@@ -866,14 +872,35 @@ class StubServer:
         return body
 
     def _stream(self, path: str, request: Json, body: Json, stall: bool) -> _Stream:
+        delay = self.options.stream_chunk_delay
+        field = self.options.slow_stream_field
+        if field is not None and field not in _schema_properties(request):
+            delay = 0.0
         if path == "/v1/responses":
-            return _Stream(responses_events(body), done_marker=False, stall=stall)
+            return _Stream(responses_events(body), done_marker=False, stall=stall, delay=delay)
         include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
         return _Stream(
             chat_chunks(body, include_usage and self.options.stream_usage),
             done_marker=True,
             stall=stall,
+            delay=delay,
         )
+
+
+def _schema_properties(request: Json) -> set[str]:
+    """The top-level property names of the JSON schema a generation request asks for
+    (chat's ``response_format``, in OpenAI's or llama-cpp-python's form, or Responses'
+    ``text.format``); empty without one."""
+    chat = request.get("response_format") or {}
+    text = (request.get("text") or {}).get("format") or {}
+    for schema in (
+        (chat.get("json_schema") or {}).get("schema") if isinstance(chat, dict) else None,
+        chat.get("schema") if isinstance(chat, dict) else None,
+        text.get("schema") if isinstance(text, dict) else None,
+    ):
+        if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
+            return set(schema["properties"])
+    return set()
 
 
 class ServerThread:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from bench.http import cpu_per_call, efficiency
 from bench.make_world import make_world
 from bench.offline import depth_cost, overhead
 from bench.process import efficiency as process_efficiency
 from bench.process import imports, scale
+from bench.regression import PINNED, ROOT, ab, has_commit
 from sim.storage import Storage
 
 
@@ -149,3 +153,22 @@ def test_the_serve_benchmark_reports_its_figures(tmp_path: Path) -> None:
     assert result["ticks"] == 2 and result["tick_bytes"] > 0
     assert all(v > 0 for v in result["cold"].values())
     assert 0 < result["event_latency_s"] < 30
+
+
+def test_regression_scenario_runs_the_pinned_commit_and_this_tree() -> None:
+    """Scenario 12 at a tiny size: the pinned commit checked out by ``git worktree add``,
+    each tree's own ``sim`` imported by its child, the worktree removed afterwards."""
+    if not has_commit(PINNED):
+        pytest.skip(f"needs a git checkout of sim holding {PINNED} (scenario 13 checks it out)")
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True, check=True
+    )
+    result = ab(30, 1)
+    assert result["commit"].startswith(PINNED) and result["against"] == "this tree"
+    assert result["calls"]["pinned"] == result["calls"]["current"] > 30
+    assert all(len(result[k][tree]) == 1 for k in ("wall_s", "cpu_s") for tree in result["calls"])
+    assert result["cpu_ratio"] > 0 and result["wall_ratio"] > 0
+    after = subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True, check=True
+    )
+    assert after.stdout == listed.stdout  # the temporary worktree is gone

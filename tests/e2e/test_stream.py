@@ -24,6 +24,12 @@ from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.reader import read_log_bytes
 
 
+def slow_narratives() -> StubOptions:
+    """The narratives' streams slow (0.3 s between events), every other phase's at full
+    speed: the tick reaches its narratives in a second or two, not half a minute."""
+    return StubOptions(stream_chunk_delay=0.3, slow_stream_field="narrative")
+
+
 def configure(world: Path, base_url: str) -> Path:
     (world / "config.toml").write_text(
         f'[llm]\nprovider = "chat"\nbase_url = "{base_url}"\n'
@@ -116,8 +122,9 @@ def _start(world: Path) -> subprocess.Popen[str]:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_streamed_calls_logs_them_and_the_tick_resumes(demo_world: Path) -> None:
-    # slow streams: each answer takes seconds, so the narratives are mid-way at Ctrl-C
-    with ServerThread(StubServer(StubOptions(stream_chunk_delay=0.3))) as server:
+    # slow narrative streams: each takes seconds, so the narratives are mid-way at Ctrl-C
+    # (the phases before them stream at full speed)
+    with ServerThread(StubServer(slow_narratives())) as server:
         world = configure(demo_world, server.base_url)
         process = _start(world)
         try:
@@ -155,7 +162,7 @@ def test_ctrl_c_stops_streamed_calls_logs_them_and_the_tick_resumes(demo_world: 
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once(demo_world: Path) -> None:
-    with ServerThread(StubServer(StubOptions(stream_chunk_delay=0.3))) as server:
+    with ServerThread(StubServer(slow_narratives())) as server:
         world = configure(demo_world, server.base_url)
         process = _start(world)
         try:

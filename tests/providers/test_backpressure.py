@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -228,50 +229,59 @@ FAULTS = (
 )
 
 
+#: the client's timeout in the fault storm: far above an answer's latency from the stub (a
+#: few milliseconds; a false timeout would break the books below, not pass them), so a
+#: hang is the only call that reaches it, and each hang holds its slot 2 s, not 5 s
+STORM_TIMEOUT_S = 2
+
+
 @pytest.mark.slow
 def test_a_fault_storm_commits_every_tick_and_accounts_for_every_failed_attempt(
     tmp_path: Path,
 ) -> None:
     """The issue's target: 30% 429 (Retry-After 0.2 s), 5% 500, 5% hangs, 5% malformed
-    JSON, 2% refusals, timeout 5 s: 6 of 6 ticks commit with the default config, and the
-    summaries count every failed attempt the server saw. The issue's world had 200
-    characters; this one has 80, the same mix of faults per call. Slow (minutes): every
-    hang holds a slot for the whole 5 s timeout, at the concurrency the 429s leave (200
-    characters took ~3 min a tick on 2 cores, almost all of it waiting)."""
+    JSON, 2% refusals: 6 of 6 ticks commit with the default config, and the summaries
+    count every failed attempt the server saw. The issue's world had 200 characters and a
+    5 s timeout; this one has 80 characters, the same mix of faults per call, and a 2 s
+    timeout (every hang holds a slot for the whole timeout, at the concurrency the 429s
+    leave: the timeout, not the server, sets the time). The six ticks run in one
+    ``sim tick --ticks 6`` process, as a user runs them: the engine and the stub server (a
+    thread here) each get a core instead of sharing one interpreter."""
     world = tmp_path / "w"
     make_world(world, 80, 16)
     config = tmp_path / "c.toml"
-    config.write_text("[llm]\ntimeout_seconds = 5\n")
+    config.write_text(f"[llm]\ntimeout_seconds = {STORM_TIMEOUT_S}\n")
     options = StubOptions(
         fault_rate=0.47, faults=FAULTS, retry_after=0.2, hang_seconds=600.0, seed=1
     )
     thread = ServerThread(StubServer(options))
     server = thread.start()
-    failed_attempts = 0
     try:
-        for tick in range(1, 7):
-            # the tick in a process of its own, as a user runs it: the engine and the stub
-            # server (a thread here) each get a core instead of sharing one interpreter
-            result = subprocess.run(
-                [
-                    *(sys.executable, "-m", "sim", "tick", "--world", str(world)),
-                    *("--config", str(config)),
-                    *("--provider", "chat", "--base-url", server.base_url),
-                ],
-                env={**os.environ, "OPENAI_API_KEY": "sk-test"},
-                capture_output=True,
-                text=True,
-                timeout=900,
-                check=False,
-            )
-            output = result.stdout + result.stderr
-            assert result.returncode == 0, (tick, output)
-            (total,) = [line for line in output.splitlines() if line.startswith("total")]
-            _, _calls, failed, retries, *_ = total.split()
-            failed_attempts += int(failed) + int(retries)
+        result = subprocess.run(
+            [
+                *(sys.executable, "-m", "sim", "tick", "--world", str(world), "--ticks", "6"),
+                *("--config", str(config)),
+                *("--provider", "chat", "--base-url", server.base_url),
+            ],
+            env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         faults = server.stats.faults
     finally:
         thread.stop()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert json.loads((world / "world.json").read_text())["tick"] == 6, output
+    # one summary per tick, each counting its failed attempts (failures and retries)
+    totals = [line.split() for line in output.splitlines() if line.startswith("total")]
+    assert len(totals) == 6, output
+    failed_attempts = sum(int(failed) + int(retries) for _, _, failed, retries, *_ in totals)
+    # every fault kind of the mix was drawn, hangs included (each reached the timeout)
+    assert set(faults) == set(FAULTS), dict(faults)
+    assert "timed out (may be billed)" in output, output
     # each fault the server injected is one failed attempt on the client, and every one of
     # them is in a summary (retried, or the last attempt of a call that fell back)
     assert failed_attempts == sum(faults.values()), (failed_attempts, dict(faults))

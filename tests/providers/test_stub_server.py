@@ -93,6 +93,33 @@ def test_a_hold_keeps_the_requests_it_picks_until_released(stub_server: StubServ
     assert ask(2) == "Understood."  # released: no longer held
 
 
+def _streamed_chat(field: str) -> dict[str, object]:
+    schema = {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]}
+    return {
+        "model": "m",
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "X", "schema": schema}},
+    }
+
+
+def test_slow_stream_field_slows_only_the_streams_asking_for_it(stub_server: StubServer) -> None:
+    """With ``slow_stream_field``, an answer whose schema lacks the field streams at full
+    speed; one whose schema has it waits ``stream_chunk_delay`` between events (here 30 s:
+    the client's 5 s read timeout ends it after its first event)."""
+    stub_server.options.stream_chunk_delay = 30.0
+    stub_server.options.slow_stream_field = "narrative"
+    with httpx2.Client(base_url=stub_server.base_url, timeout=5.0) as http:
+        fast = http.post("/chat/completions", json=_streamed_chat("intention"))
+        assert fast.status_code == 200
+        assert fast.text.rstrip().endswith("data: [DONE]")
+        with http.stream("POST", "/chat/completions", json=_streamed_chat("narrative")) as slow:
+            events = slow.iter_lines()
+            assert next(events).startswith("data: ")
+            with pytest.raises(httpx2.ReadTimeout):
+                list(events)
+
+
 def test_unknown_fault_is_refused(stub_server: StubServer) -> None:
     with pytest.raises(ValueError, match="unknown fault"):
         stub_server.enqueue("meteor")

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +56,58 @@ def test_the_commands_that_make_calls_run_their_loop_with_it(module: str) -> Non
     """``sim tick``, ``sim replay``, ``sim ask`` and ``sim tune``."""
     source = (Path(interrupts.__file__).parent / module).read_text(encoding="utf-8")
     assert "interrupts.run(" in source and "asyncio.run(" not in source
+
+
+#: a child: ``interrupts.run`` of a coroutine that drops an object whose ``__del__`` raises
+#: (as a Ctrl-C landing in a garbage collection does), then, when the coroutine itself was
+#: interrupted, another one after the loop (the process exiting on Ctrl-C)
+_UNRAISABLE = """
+import gc, sys
+from sim import interrupts
+
+class Raises:
+    def __del__(self):
+        raise {error}
+
+async def main():
+    Raises()
+    gc.collect()
+    if {interrupted}:
+        raise KeyboardInterrupt
+
+try:
+    interrupts.run(main())
+except KeyboardInterrupt:
+    Raises()
+    gc.collect()
+print("done")
+"""
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_ctrl_c_landing_in_a_garbage_collection_prints_no_traceback(interrupted: bool) -> None:
+    code = _UNRAISABLE.format(error="KeyboardInterrupt", interrupted=interrupted)
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert child.returncode == 0 and child.stdout == "done\n", child.stderr
+    assert child.stderr == ""
+
+
+def test_any_other_error_in_a_garbage_collection_is_still_reported() -> None:
+    code = _UNRAISABLE.format(error="ValueError('boom')", interrupted=False)
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert child.stdout == "done\n", child.stderr
+    assert "Exception ignored" in child.stderr and "ValueError: boom" in child.stderr
+
+
+def test_run_puts_the_previous_unraisable_hook_back() -> None:
+    before = sys.unraisablehook
+
+    async def nothing() -> None:
+        return None
+
+    interrupts.run(nothing())
+    assert sys.unraisablehook is before

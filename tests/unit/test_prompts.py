@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import DEMO
 from pydantic import BaseModel
@@ -78,6 +79,78 @@ def test_sections_read_back_every_value_exactly() -> None:
     assert sections.loads(sections.dumps(doc)) == doc
     assert sections.loads('{"a": 1}') == {"a": 1}  # a world's own JSON input still reads
     assert sections.loads("free text") is None
+
+
+#: values a section may hold: text, JSON of every kind, JSON after JSON's whitespace,
+#: non-ASCII first characters, near-JSON
+READ_BACK = [
+    "",
+    " ",
+    "a",
+    "A: b",
+    "free text",
+    "3",
+    "-1",
+    "1e5",
+    " 1",
+    "\t[1]",
+    "\n{}",
+    "\r2",
+    "true",
+    "false",
+    "null",
+    "nul",
+    "tru",
+    "t",
+    "n",
+    "f",
+    '"x"',
+    '"',
+    "{",
+    "[",
+    "{not json",
+    '{"a": 1}',
+    "[1, 2]",
+    "- a dash",
+    "é",
+    "\u00a01",
+    "\ufeff1",
+    "\u20001",
+    "１",
+    "٣",
+    "+1",
+    ".5",
+    "NaN",
+    "Infinity",
+    "(none)",
+    "#",
+    "'a'",
+    "x 1",
+    "[a]",
+    "\x00",
+]
+
+
+@pytest.mark.parametrize("text", READ_BACK)
+def test_a_value_reads_as_a_json_parse_of_it_would(text: str) -> None:
+    """Reading a value skips the parse when its first character rules JSON out, and gives
+    what parsing it (falling back to the text) gives."""
+    try:
+        expected = orjson.loads(text)
+        is_json = True
+    except orjson.JSONDecodeError:
+        expected, is_json = text, False
+    assert sections._read(text) == expected
+    assert sections._is_json(text) is is_json
+
+
+def test_a_section_is_a_list_only_when_every_row_is_an_item() -> None:
+    assert sections.loads("## X\n- a\n- 2") == {"X": ["a", 2]}
+    assert sections.loads("## X\n- a\nb: c") is None  # not all items, not all pairs
+    assert sections.loads("## X\n- a\n-b") is None
+    assert sections.loads("## X\nb: c\n- a") is None
+    assert sections.loads("## X\na: - b\nc: - d") == {"X": {"a": "- b", "c": "- d"}}
+    assert sections.loads("## X\n- a: 1\n- b") == {"X": ["a: 1", "b"]}
 
 
 def test_memory_input_reads_back(demo: World) -> None:
