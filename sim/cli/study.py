@@ -127,14 +127,35 @@ def run_(
     "survey:N), or FIELD=VALUE for the share holding VALUE (default: the first survey).",
 )
 @file_option("--html", "html_out", help="Also write the report as one HTML page to this file.")
+@click.option(
+    "--unverified",
+    is_flag=True,
+    help="Report on a study that does not verify (sim study verify); the report says so.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_json: bool) -> None:
+def report_(
+    study_dir: Path,
+    field_spec: str | None,
+    html_out: Path | None,
+    unverified: bool,
+    as_json: bool,
+) -> None:
     """A measure of a study per condition and tick: mean over runs with a 95% interval, and
-    each condition's difference from the first, paired by run."""
+    each condition's difference from the first, paired by run.
+
+    A study that does not verify (sim study verify) is refused unless --unverified."""
     from sim.analysis.studyreport import report_lines, study_report, write_html
+    from sim.study.verify import require_verified
 
     with json_errors("study report", as_json):
+        problems = require_verified(study_dir, unverified)
         report = study_report(study_dir, field_spec)
+        if problems:
+            report.notes.insert(
+                0,
+                f"UNVERIFIED: the study does not verify ({len(problems)} problems: sim study "
+                f"verify {study_dir}); reported as asked (--unverified)",
+            )
         if html_out is not None:
             write_html(report, html_out, f"Study {study_dir.name or study_dir}")
         if as_json:
@@ -142,14 +163,42 @@ def report_(study_dir: Path, field_spec: str | None, html_out: Path | None, as_j
                 {
                     "command": "study report",
                     "ok": True,
+                    "verified": not problems,
                     **report.to_dict(),
                     "html": None if html_out is None else str(html_out),
                 }
             )
             return
+        if problems:
+            echo(f"UNVERIFIED study ({len(problems)} problems: sim study verify {study_dir})")
         for line in report_lines(report):
             echo(line)
         for note in report.notes:
             echo(f"note: {note}", err=True)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
+
+
+@study.command("verify")
+@click.argument("study_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def verify_(study_dir: Path, as_json: bool) -> None:
+    """Check every arm of a study against its own tick logs and answer records: a world
+    file edited since its last tick, an answer edited or missing, an arm missing or not the
+    study's, an arm unfinished. Exit 1 when anything is found."""
+    from sim.study.verify import verify_study
+
+    with json_errors("study verify", as_json):
+        problems = verify_study(study_dir)
+        if as_json:
+            emit({"command": "study verify", "ok": not problems, "problems": problems})
+        else:
+            for problem in problems:
+                echo(f"problem: {problem}")
+            echo(
+                f"{study_dir}: {len(problems)} problems; the study does not verify"
+                if problems
+                else f"{study_dir}: verified (every arm matches its logs and answer records)"
+            )
+        if problems:
+            sys.exit(1)

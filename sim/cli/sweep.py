@@ -225,3 +225,27 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
             echo(f"note: {note}", err=True)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
+
+
+@sweep.command("verify")
+@click.argument("runs_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def verify_(runs_dir: Path, as_json: bool) -> None:
+    """Check every run of a sweep's folder against its own tick logs and answer records,
+    and that all were made from the same inputs. Exit 1 when anything is found."""
+    from sim.runs.verify import verify_runs
+
+    with json_errors("sweep verify", as_json):
+        problems = verify_runs(runs_dir)
+        if as_json:
+            emit({"command": "sweep verify", "ok": not problems, "problems": problems})
+        else:
+            for problem in problems:
+                echo(f"problem: {problem}")
+            echo(
+                f"{runs_dir}: {len(problems)} problems; the runs do not verify"
+                if problems
+                else f"{runs_dir}: verified (every run matches its logs and answer records)"
+            )
+        if problems:
+            sys.exit(1)

@@ -39,8 +39,10 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from sim.config import user_layers
 from sim.runs.design import SweepPlan
-from sim.runs.fork import RunRecord, check_out, current_tick, finished, prepare
+from sim.runs.fork import RUN_FILE, RunRecord, check_out, current_tick, finished, prepare
+from sim.runs.inputs import inputs_of
 from sim.runs.ledger import Ledger, Spend, spend
 from sim.runs.process import (
     Executor,
@@ -67,15 +69,19 @@ def run_sweep(
     time, each through ``executor`` (a local process by default; ``ray_executor``).
 
     Raises:
-        InputError: a run folder holds another run, or the world cannot be forked.
+        InputError: a run folder holds another run, or runs made from other inputs
+            (``sim.runs.inputs``), or the world cannot be forked.
     """
-    check_out(plan)
+    inputs = inputs_of(plan.world, user_layers(plan.config_file, plan.cwd), exclude=(RUN_FILE,))
+    check_out(plan, inputs=inputs)
     dirs = [plan.out / spec.name for spec in plan.runs]
     # the folders made before: checked now; the others are forked by the worker that runs
     # them (``prepare`` in ``work``), so a world copy overlaps the runs already going
     # instead of delaying the first one by a copy per run
     records: dict[int, RunRecord] = {
-        i: prepare(plan, spec) for i, spec in enumerate(plan.runs) if dirs[i].exists()
+        i: prepare(plan, spec, inputs=inputs)
+        for i, spec in enumerate(plan.runs)
+        if dirs[i].exists()
     }
     spent = {i: spend(dirs[i]) for i in records}
     total = Spend()
@@ -110,7 +116,7 @@ def run_sweep(
         record = records.get(index)
         if record is None:
             with fork_lock:
-                record = prepare(plan, plan.runs[index])
+                record = prepare(plan, plan.runs[index], inputs=inputs)
         target = record.start_tick + plan.ticks
         with count_lock:
             left = waiting[0]

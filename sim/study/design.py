@@ -33,7 +33,7 @@ import hashlib
 import itertools
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,8 @@ class Study:
     forms: list[AnswerFormat]
     #: ticks every arm of a unit shares (before any condition's first intervention)
     prefix: int
+    #: each survey's schema file (as the study file names it) -> its contents' sha256
+    schemas: dict[str, str] = field(default_factory=dict)
 
     @property
     def arms(self) -> list[Arm]:
@@ -214,6 +216,11 @@ class Study:
         design = {k: v for k, v in self.design().items() if k not in ("seeds", "runs")}
         return hashlib.sha256(orjson.dumps(design, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
+    def fingerprint(self) -> dict[str, Any]:
+        """The design as a folder's inputs record it (``sim.runs.inputs``): the identity
+        (the design but its seeds) and the contents of the survey schema files."""
+        return {"identity": self.identity(), "schemas": self.schemas}
+
 
 def _problem(path: Path, exc: ValidationError) -> InputError:
     problem = exc.errors()[0]
@@ -221,7 +228,7 @@ def _problem(path: Path, exc: ValidationError) -> InputError:
     return InputError(path, where or None, str(problem["msg"]))
 
 
-def _schema_form(path: Path, rel: str, where: str) -> AnswerFormat:
+def _schema_form(path: Path, rel: str, where: str) -> tuple[AnswerFormat, bytes]:
     """A survey's schema file, read as a world's files are (``sim.safefs``): inside the
     study file's folder, no link followed, no FIFO or device, size-limited; the child
     ``sim ask`` is given the same file.
@@ -232,7 +239,8 @@ def _schema_form(path: Path, rel: str, where: str) -> AnswerFormat:
     """
     shown = path.parent / rel
     try:
-        return schema_format(safefs.read_file(path.parent, rel, MAX_SCHEMA_BYTES), shown)
+        raw = safefs.read_file(path.parent, rel, MAX_SCHEMA_BYTES)
+        return schema_format(raw, shown), raw
     except safefs.UnsafePath as exc:
         if exc.path is None:  # an absolute path, or one with ``..``
             raise InputError(
@@ -321,6 +329,7 @@ def read_study(path: Path) -> Study:
     ]
     units = [Unit(seed, combo) for seed in seeds for combo in combos]
     forms: list[AnswerFormat] = []
+    schemas: dict[str, str] = {}
     for i, survey in enumerate(spec.surveys):
         where = f"surveys.{i}"
         if any(t < 0 or t > spec.ticks for t in survey.ticks):
@@ -329,7 +338,9 @@ def read_study(path: Path) -> Study:
             if survey.schema_file is None:
                 forms.append(answer_format(survey.format))
             else:
-                forms.append(_schema_form(path, survey.schema_file, f"{where}.schema"))
+                form, raw_schema = _schema_form(path, survey.schema_file, f"{where}.schema")
+                forms.append(form)
+                schemas[survey.schema_file] = hashlib.sha256(raw_schema).hexdigest()
         except InputError as exc:
             if exc.path == path:
                 raise
@@ -353,7 +364,7 @@ def read_study(path: Path) -> Study:
         if len(spec.conditions) > 1
         else 0
     )
-    return Study(path, text, spec, world, seeds, units, forms, prefix)
+    return Study(path, text, spec, world, seeds, units, forms, prefix, schemas)
 
 
 __all__ = [

@@ -40,12 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from sim import safefs
 from sim.config import Config, user_layers
 from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
-from sim.interview import INTERVIEWS, Interview, read_interviews
+from sim.interview import INTERVIEW_DIGESTS, INTERVIEWS, Interview, read_interviews
 from sim.llm.types import Usage
 from sim.runs.design import SweepPlan
 from sim.runs.fork import (
@@ -58,6 +59,7 @@ from sim.runs.fork import (
     fork_current,
     read_record,
 )
+from sim.runs.inputs import Inputs, changed, inputs_of
 from sim.runs.ledger import Grant, Ledger, Spend
 from sim.runs.process import (
     Executor,
@@ -144,12 +146,19 @@ def _differing(recorded: Mapping[str, Any], design: Mapping[str, Any]) -> str:
     return "design"
 
 
-def check_folder(study: Study, out: Path) -> None:
-    """Refuse, before anything is written, a folder holding anything but this study.
+def study_inputs(study: Study, layers: Mapping[str, Any]) -> Inputs:
+    """The digests of a study's inputs: its world as forked, the user's config layers,
+    its design (but its seeds) with its schema files, sim's version."""
+    return inputs_of(study.world, layers, study.fingerprint(), exclude=(RUN_FILE,))
+
+
+def check_folder(study: Study, out: Path, inputs: Inputs | None = None) -> None:
+    """Refuse, before anything is written, a folder holding anything but this study, or
+    this study run from other ``inputs`` (each one that changed named).
 
     Raises:
         InputError: ``out`` is a file, holds another study (names the field that differs)
-            or files of something else (a sweep's runs, a world).
+            or files of something else (a sweep's runs, a world), or records other inputs.
     """
     if not out.exists():
         return
@@ -179,6 +188,21 @@ def check_folder(study: Study, out: Path) -> None:
             "records another study (its world or design differ): use another --out "
             "(nothing was written)",
         )
+    if inputs is None:
+        return
+    try:
+        recorded = None if data.get("inputs") is None else Inputs.model_validate(data["inputs"])
+    except ValidationError as exc:
+        raise InputError(record, "inputs", f"cannot read: {exc.errors()[0]['msg']}") from None
+    differ = changed(recorded, inputs)
+    if differ:
+        raise InputError(
+            record,
+            "inputs",
+            f"records this study run from other inputs; changed: {'; '.join(differ)}. Its "
+            "runs would pool results of different inputs: use another --out (nothing was "
+            "written)",
+        )
 
 
 def _check_links(study: Study, out: Path) -> None:
@@ -204,14 +228,17 @@ def _check_links(study: Study, out: Path) -> None:
                 )
 
 
-def write_record(study: Study, out: Path) -> None:
-    """``DIR/study.json`` (the expanded design) and ``DIR/study.toml`` (the file as given)."""
+def write_record(study: Study, out: Path, inputs: Inputs | None = None) -> None:
+    """``DIR/study.json`` (the expanded design and the digests of its inputs) and
+    ``DIR/study.toml`` (the file as given)."""
     out.mkdir(parents=True, exist_ok=True)
     document: dict[str, Any] = {
         "identity": study.identity(),
         "study_file": str(study.path.resolve()),
         "design": study.design(),
     }
+    if inputs is not None:
+        document["inputs"] = inputs.model_dump(mode="json")
     with safefs.open_dir(out, []) as dir_fd:
         for name, data in (
             (STUDY_RECORD, dump_json(document)),
@@ -249,7 +276,7 @@ def _finish_fork(tmp: Path, dest: Path, record: RunRecord) -> None:
     tmp.rename(dest)
 
 
-def make_prefix(study: Study, out: Path, unit: Unit) -> RunRecord:
+def make_prefix(study: Study, out: Path, unit: Unit, inputs: Inputs | None = None) -> RunRecord:
     """``DIR/_shared/<run>``: a fork of the world for the unit's shared ticks."""
     run_dir = out / SHARED / unit.name
     if run_dir.exists():
@@ -263,12 +290,15 @@ def make_prefix(study: Study, out: Path, unit: Unit) -> RunRecord:
         source=str(study.world),
         start_tick=start,
         design=_design(study, None, None),
+        inputs=inputs,
     )
     _finish_fork(run_dir.parent / f".{run_dir.name}.tmp", run_dir, record)
     return record
 
 
-def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
+def make_arm(
+    study: Study, out: Path, arm: Arm, start: int, inputs: Inputs | None = None
+) -> RunRecord:
     """``DIR/<condition>/<run>``: forked from the unit's prefix at its current tick, with
     the prefix's logs and answers copied byte for byte (from the world without a prefix)."""
     run_dir = out / arm.rel
@@ -288,9 +318,10 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
             safefs.copy_file(prefix, rel, tmp / rel)
             with contextlib.suppress(FileNotFoundError):
                 safefs.copy_file(prefix, summary_rel(tick), tmp / summary_rel(tick))
-        if os.path.lexists(prefix / INTERVIEWS):
-            (tmp / INTERVIEWS).parent.mkdir(parents=True, exist_ok=True)
-            safefs.copy_file(prefix, INTERVIEWS, tmp / INTERVIEWS)
+        for rel in (INTERVIEWS, INTERVIEW_DIGESTS):
+            if os.path.lexists(prefix / rel):
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                safefs.copy_file(prefix, rel, tmp / rel)
     record = RunRecord(
         name=arm.unit.name,
         seed=arm.unit.seed,
@@ -298,6 +329,7 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
         source=str(study.world),
         start_tick=start,
         design=_design(study, arm.condition, fork_tick),
+        inputs=inputs,
     )
     _finish_fork(tmp, run_dir, record)
     return record
@@ -518,14 +550,16 @@ def run_study(
             combination is not a valid config.
     """
     plan = SweepPlan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
-    check_factors(study, user_layers(config_file, plan.cwd), trust_study)
+    layers = user_layers(config_file, plan.cwd)
+    check_factors(study, layers, trust_study)
     for unit in study.units:  # every combination checked as a config before anything
         try:
             plan.config(unit.overrides)
         except InputError as exc:
             shown = ", ".join(f"{k}={v!r}" for k, v in unit.overrides.items())
             raise InputError(study.path, "factors", f"{shown}: {exc}") from None
-    check_folder(study, out)
+    inputs = study_inputs(study, layers)
+    check_folder(study, out, inputs)
     now = current_tick(study.world)
     for unit in study.units:  # every existing run folder checked before anything is written
         for condition in [None, *study.spec.conditions]:
@@ -540,7 +574,7 @@ def run_study(
                     "its runs would not start from one state; use another --out "
                     "(nothing was written)",
                 )
-    write_record(study, out)
+    write_record(study, out, inputs)
     start = current_tick(study.world)
     ledger = Ledger(budget_usd, budget_tokens, study_spend(study, out, plan), jobs)
     arms = study.arms
@@ -558,7 +592,7 @@ def run_study(
 
     def run_prefix(unit: Unit) -> None:
         with fork_lock:
-            record = make_prefix(study, out, unit)
+            record = make_prefix(study, out, unit, inputs)
         run_dir = out / SHARED / unit.name
         status, message = runner.drive(
             run_dir, record.start_tick, study.prefix, None, unit.overrides
@@ -575,7 +609,7 @@ def run_study(
                 base.status = "failed"
                 return
             with fork_lock:
-                record = make_arm(study, out, arm, start)
+                record = make_arm(study, out, arm, start, inputs)
             run_dir = out / arm.rel
             base.target = record.start_tick + study.spec.ticks
             base.status, base.message = runner.drive(
@@ -608,6 +642,7 @@ __all__ = [
     "make_arm",
     "make_prefix",
     "run_study",
+    "study_inputs",
     "study_spend",
     "survey_done",
     "write_record",
