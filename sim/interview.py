@@ -423,9 +423,10 @@ def _check_record(root: Path) -> None:
     folder = root / ".sim"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise InputError(folder, None, "expected a folder inside the world (not a link)")
-    path = root / INTERVIEWS
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise InputError(path, None, "expected a file inside the world (not a link)")
+    for rel in (INTERVIEWS, INTERVIEW_DIGESTS):
+        path = root / rel
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise InputError(path, None, "expected a file inside the world (not a link)")
 
 
 def line_digest(line: bytes) -> str:

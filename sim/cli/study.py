@@ -58,7 +58,7 @@ def run_(
     once, then each condition is forked from them. Running the same study again resumes.
     See docs/analysis.md.
     """
-    from sim.runs.process import ray_executor, run_one
+    from sim.runs.process import LocalExecutor, ray_executor
     from sim.study.design import read_study
     from sim.study.run import run_study
 
@@ -73,7 +73,7 @@ def run_(
         if ray_address is not None and executor != "ray":
             raise InputError(None, "--ray-address", "goes with --executor ray")
         plan = read_study(study_file)
-        run = ray_executor(ray_address) if executor == "ray" else run_one
+        run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
         if not as_json:
             echo(
                 f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
@@ -90,6 +90,7 @@ def run_(
             config_file,
             on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
             executor=run,
+            on_interrupt=lambda note: echo(note, err=True),
             trust_study=trust_study,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
@@ -98,6 +99,7 @@ def run_(
                 {
                     "command": "study run",
                     "ok": result.ok,
+                    "interrupted": result.interrupted,
                     "out": str(out),
                     "prefix_ticks": plan.prefix,
                     "runs": [o.to_dict() for o in result.runs],
@@ -113,6 +115,8 @@ def run_(
             echo(f"{summary}; the study has spent {result.spent_tokens} tokens, {spent}")
             if not result.ok:
                 echo("run the same command again to resume the runs not finished", err=True)
+        if result.interrupted:
+            sys.exit(130)
         if not result.ok:
             sys.exit(1)
 

@@ -123,7 +123,7 @@ def sweep(
     if ctx.invoked_subcommand is not None:
         return
     from sim.runs.design import make_plan, parse_seeds, parse_setting
-    from sim.runs.process import ray_executor, run_one
+    from sim.runs.process import LocalExecutor, ray_executor
     from sim.runs.sweep import run_sweep
 
     with json_errors("sweep", as_json):
@@ -146,7 +146,7 @@ def sweep(
         )
         if ray_address is not None and executor != "ray":
             raise InputError(None, "--ray-address", "goes with --executor ray")
-        run = ray_executor(ray_address) if executor == "ray" else run_one
+        run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
         if not as_json:
             echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
         result = run_sweep(
@@ -156,6 +156,7 @@ def sweep(
             budget_tokens or None,
             on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
             executor=run,
+            on_interrupt=lambda note: echo(note, err=True),
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
         if as_json:
@@ -163,6 +164,7 @@ def sweep(
                 {
                     "command": "sweep",
                     "ok": result.ok,
+                    "interrupted": result.interrupted,
                     "out": str(out),
                     "runs": [o.to_dict() for o in result.runs],
                     "spent_usd": result.spent_usd,
@@ -177,6 +179,8 @@ def sweep(
             echo(f"{summary}; the sweep has spent {result.spent_tokens} tokens, {spent}")
             if not result.ok:
                 echo("run the same command again to resume the runs not finished", err=True)
+        if result.interrupted:
+            sys.exit(130)
         if not result.ok:
             sys.exit(1)
 

@@ -35,7 +35,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -54,6 +54,9 @@ from sim.runs.design import (
 )
 from sim.storage.statefiles import MAX_TEXT
 from sim.world import MAX_SEED
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 #: the folder of the shared prefixes, beside the conditions' folders
 SHARED = "_shared"
@@ -222,6 +225,42 @@ class Study:
         return {"identity": self.identity(), "schemas": self.schemas}
 
 
+def check_against_world(study: Study, config: Config | None = None) -> None:
+    """Check every condition's interventions against the study's world, before anything
+    runs: an injection's place, and each ``set`` as ``sim set`` checks it (the character or
+    location, the path, the value; the sets of a condition in tick order, each on the
+    world as the earlier left it).
+
+    Raises:
+        InputError: the study file and the field named (``conditions.X.set.0.path``).
+        InvalidWorld: the world does not load.
+    """
+    from sim.interventions import check_assignment
+    from sim.storage import Storage
+
+    for name, cond in study.spec.conditions.items():
+        world = Storage(study.world).load()
+        for j, event in enumerate(cond.inject):
+            if event.at is not None and event.at not in world.locations:
+                raise InputError(
+                    study.path,
+                    f"conditions.{name}.inject.{j}.at",
+                    f"no location {event.at!r} in {study.world}; expected one of: "
+                    f"{', '.join(world.locations)}",
+                )
+        for j, edit in sorted(enumerate(cond.set_), key=lambda pair: pair[1].tick):
+            try:
+                made = check_assignment(
+                    study.world, world, parse_assignment(edit.assignment), config
+                )
+            except InputError as exc:
+                raise InputError(
+                    study.path, f"conditions.{name}.set.{j}.path", f"{edit.path}: {exc}"
+                ) from None
+            entities = world.characters if made.kind == "characters" else world.locations
+            entities[edit.path.partition(".")[0]] = made.edited
+
+
 def _problem(path: Path, exc: ValidationError) -> InputError:
     problem = exc.errors()[0]
     where = ".".join(str(p) for p in problem["loc"])
@@ -330,8 +369,26 @@ def read_study(path: Path) -> Study:
     units = [Unit(seed, combo) for seed in seeds for combo in combos]
     forms: list[AnswerFormat] = []
     schemas: dict[str, str] = {}
+    asked: dict[str, int] = {}
     for i, survey in enumerate(spec.surveys):
         where = f"surveys.{i}"
+        question = survey.question.strip()
+        if question in asked:
+            raise InputError(
+                path,
+                f"{where}.question",
+                f"the same question as surveys.{asked[question]}: its answers would be "
+                "asked and paid for twice and told apart by nothing; ask it once, at every "
+                "tick it is due (ticks = [...])",
+            )
+        asked[question] = i
+        if survey.schema_file is not None and "format" in survey.model_fields_set:
+            raise InputError(
+                path,
+                f"{where}.format",
+                "given with schema: a survey's answer has one form, a format or a schema "
+                "file; remove one of them",
+            )
         if any(t < 0 or t > spec.ticks for t in survey.ticks):
             raise InputError(path, f"{where}.ticks", f"expected ticks from 0 to {spec.ticks}")
         try:
@@ -378,5 +435,6 @@ __all__ = [
     "StudyFile",
     "Survey",
     "Unit",
+    "check_against_world",
     "read_study",
 ]

@@ -29,12 +29,12 @@ step is given a share of what is left (``Ledger``), as ``--budget-usd`` for a ti
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,17 +62,19 @@ from sim.runs.fork import (
 from sim.runs.inputs import Inputs, changed, inputs_of
 from sim.runs.ledger import Grant, Ledger, Spend
 from sim.runs.process import (
+    STOPPED,
     Executor,
     RunOutcome,
     Status,
     SweepResult,
     last_line,
     run_one,
+    run_tasks,
     tick_command,
     trusted_flags,
 )
 from sim.storage import Storage, dump_json
-from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
+from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit, check_against_world
 from sim.study.trust import check_factors
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
@@ -537,9 +539,13 @@ def run_study(
     on_outcome: Callable[[RunOutcome], None] | None = None,
     executor: Executor = run_one,
     trust_study: bool = False,
+    on_interrupt: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) every arm of ``study`` in ``out``: the shared prefixes first, then
     the arms forked from them, ``jobs`` folders at a time.
+
+    A Ctrl-C stops it as ``sim.runs.process.run_tasks`` says (``on_interrupt`` is told);
+    the result then says ``interrupted``.
 
     The study's factors are judged by the trust rule first (``sim.study.trust``: routing
     only with ``trust_study``, limits only tightened).
@@ -549,6 +555,13 @@ def run_study(
             (``check_folder``), a run folder in it records another run, a factor
             combination is not a valid config.
     """
+    if out.resolve().is_relative_to(study.world.resolve()):  # each fork would copy the last
+        raise InputError(
+            out,
+            "--out",
+            f"inside the world {study.world}: each run would fork the runs before it; use a "
+            "folder outside the world (nothing was written)",
+        )
     plan = SweepPlan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
     layers = user_layers(config_file, plan.cwd)
     check_factors(study, layers, trust_study)
@@ -558,6 +571,7 @@ def run_study(
         except InputError as exc:
             shown = ", ".join(f"{k}={v!r}" for k, v in unit.overrides.items())
             raise InputError(study.path, "factors", f"{shown}: {exc}") from None
+    check_against_world(study, plan.config(study.units[0].overrides))
     inputs = study_inputs(study, layers)
     check_folder(study, out, inputs)
     now = current_tick(study.world)
@@ -591,6 +605,9 @@ def run_study(
             on_outcome(outcome)
 
     def run_prefix(unit: Unit) -> None:
+        if stopping.is_set():
+            prefix_failed[unit.name] = STOPPED
+            return
         with fork_lock:
             record = make_prefix(study, out, unit, inputs)
         run_dir = out / SHARED / unit.name
@@ -608,6 +625,9 @@ def run_study(
                 base.message = prefix_failed[arm.unit.name]
                 base.status = "failed"
                 return
+            if stopping.is_set():
+                base.message = STOPPED
+                return
             with fork_lock:
                 record = make_arm(study, out, arm, start, inputs)
             run_dir = out / arm.rel
@@ -616,22 +636,41 @@ def run_study(
                 run_dir, record.start_tick, study.spec.ticks, arm.condition, arm.unit.overrides
             )
             base.tick = current_tick(run_dir)
+            if stopping.is_set() and base.status not in ("done", "finished"):
+                base.message = STOPPED
         finally:
             runner.done_one()
             report(base, arm.rel)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        if study.prefix > 0:
-            for future in [pool.submit(run_prefix, unit) for unit in study.units]:
-                future.result()
-        for future in [pool.submit(run_arm, arm) for arm in arms]:
-            future.result()
+    stopping = threading.Event()
+    interrupted = study.prefix > 0 and run_tasks(
+        jobs,
+        [functools.partial(run_prefix, unit) for unit in study.units],
+        executor,
+        stopping,
+        on_interrupt,
+    )
+    if not interrupted:
+        interrupted = run_tasks(
+            jobs,
+            [functools.partial(run_arm, arm) for arm in arms],
+            executor,
+            stopping,
+            on_interrupt,
+        )
+    for arm in arms:  # not begun: Ctrl-C came first
+        if arm.rel not in outcomes:
+            tick = current_tick(out / arm.rel) if (out / arm.rel / RUN_FILE).is_file() else 0
+            outcomes[arm.rel] = RunOutcome(
+                arm.rel, arm.unit.seed, arm.unit.overrides, "not started", tick, 0, None, STOPPED
+            )
     spent = study_spend(study, out, plan)
     unpriced = bool(spent.cost.unpriced)
     return SweepResult(
         [outcomes[arm.rel] for arm in arms],
         None if unpriced else round(spent.cost.usd, 8),
         spent.tokens,
+        interrupted,
     )
 
 

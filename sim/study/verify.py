@@ -42,16 +42,24 @@ def _record(out: Path) -> tuple[dict[str, Any], Inputs | None]:
     return design, inputs
 
 
-def _found_runs(out: Path) -> set[str]:
-    """``group/run`` for every run folder under ``out`` (no link followed)."""
+def _found_runs(out: Path, groups: list[str]) -> tuple[set[str], list[str]]:
+    """``group/run`` for every run folder under ``out``, and a problem for each link (or
+    anything but a folder) where the study's ``groups`` or their runs go (never followed)."""
     found: set[str] = set()
+    problems: list[str] = []
     for group in sorted(out.iterdir()):
-        if not group.is_dir() or group.is_symlink():
+        problem = safefs.folder_problem(group)
+        if problem is not None:
+            if group.name in groups:
+                problems.append(f"{group}: {problem}: a study's folders must be its own")
             continue
         for run_dir in sorted(group.iterdir()):
-            if run_dir.is_dir() and not run_dir.is_symlink() and (run_dir / RUN_FILE).is_file():
+            problem = safefs.folder_problem(run_dir)
+            if problem is not None and group.name in groups:
+                problems.append(f"{run_dir}: {problem}: a study's folders must be its own")
+            elif problem is None and (run_dir / RUN_FILE).is_file():
                 found.add(f"{group.name}/{run_dir.name}")
-    return found
+    return found, problems
 
 
 def _survey_problems(run_dir: Path, rel: str, start: int, surveys: list[Any]) -> list[str]:
@@ -98,7 +106,9 @@ def verify_study(out: Path) -> list[str]:
     if inputs is None:
         problems.append(f"{out / STUDY_RECORD}: records no digests of its inputs")
     expected = list(design["runs"])
-    found = _found_runs(out)
+    groups = [SHARED, *(rel.partition("/")[0] for rel in expected)]
+    found, link_problems = _found_runs(out, groups)
+    problems += link_problems
     shared = sorted(r for r in found if r.startswith(SHARED + "/"))
     for rel in expected:
         if rel not in found:

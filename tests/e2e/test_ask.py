@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import tree
 
 from sim.cli import main
-from sim.interview import INTERVIEWS, read_interviews
+from sim.interview import INTERVIEW_DIGESTS, INTERVIEWS, read_interviews
 from sim.testing.stub_server import StubServer
 
 QUESTION = "How will you vote on the new harbour master?"
@@ -21,9 +21,10 @@ def run(*args: str):
 
 
 def world_files(world: Path) -> dict[str, bytes]:
-    """Every file of the world, logs included, but the interview record."""
+    """Every file of the world, logs included, but the interview record (and its digests)."""
     files = tree(world, logs=True)
     files.pop(INTERVIEWS, None)
+    files.pop(INTERVIEW_DIGESTS, None)
     return files
 
 
