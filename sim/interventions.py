@@ -376,6 +376,8 @@ def _schema_checks(config: Config | None, root: Path) -> dict[tuple[str, str], t
             continue
         kind = "characters" if declared.per == "character" else "locations"
         for write in declared.writes:
+            if write.merges_relationships:  # merges a list of updates: not the field's type
+                continue
             model: Any = declared.schema
             annotation: Any = None
             for part in write.answer:
