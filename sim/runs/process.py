@@ -227,17 +227,17 @@ def run_tasks(
             future.result()
         return False
     except KeyboardInterrupt:
-        stopping.set()
-        for future in futures:
-            future.cancel()
-        if isinstance(executor, LocalExecutor):
-            executor.interrupt()
-        if on_interrupt is not None:
-            on_interrupt(
-                "interrupted: nothing new is started; the steps in flight are stopping "
-                "(Ctrl-C again to end them at once)"
-            )
-        try:
+        try:  # a second Ctrl-C may come at any point of this
+            stopping.set()
+            for future in futures:
+                future.cancel()
+            if isinstance(executor, LocalExecutor):
+                executor.interrupt()
+            if on_interrupt is not None:
+                on_interrupt(
+                    "interrupted: nothing new is started; the steps in flight are stopping "
+                    "(Ctrl-C again to end them at once)"
+                )
             wait_all(futures)
         except KeyboardInterrupt:
             if isinstance(executor, LocalExecutor):

@@ -155,3 +155,50 @@ def test_ctrl_c_stops_a_sweep_which_resumes_to_the_same_result(
     assert runner.invoke(main, [*args, "--out", "runs"], env=KEY).exit_code == 0
     assert runner.invoke(main, [*args, "--out", "clean"], env=KEY).exit_code == 0
     assert _results(here / "runs") == _results(here / "clean")
+
+
+SECOND_CTRL_C = """\
+import os, signal, sys, threading, time
+from pathlib import Path
+from sim.runs.process import LocalExecutor, run_tasks
+
+run_dir = Path(sys.argv[1])
+executor = LocalExecutor()
+# a step that ignores the first Ctrl-C: only the second can end it
+step = [sys.executable, "-c", "import os, signal, time; signal.signal(signal.SIGINT, "
+        "signal.SIG_IGN); print(os.getpid(), flush=True); time.sleep(300)"]
+
+def ctrl_c_twice():
+    log = run_dir / ".sim" / "sweep-output.log"
+    while not (log.is_file() and log.read_text().strip()):  # the step ignores SIGINT now
+        time.sleep(0.02)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=ctrl_c_twice, daemon=True).start()
+try:
+    run_tasks(1, [lambda: executor(run_dir, step, run_dir)] * 3, executor, threading.Event())
+    print("returned")
+except KeyboardInterrupt:
+    print("ended at once")
+"""
+
+
+def test_a_second_ctrl_c_ends_the_steps_at_once(tmp_path: Path) -> None:
+    """The first Ctrl-C waits for the steps in flight to stop; the second kills them and
+    ends the command, and the steps not begun never start."""
+    with interruptible_children():
+        done = subprocess.run(
+            [sys.executable, "-c", SECOND_CTRL_C, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.stdout.strip() == "ended at once", done.stdout + done.stderr
+    pids = (tmp_path / ".sim" / "sweep-output.log").read_text().split()
+    assert len(pids) == 1  # one step began; the two after it never did
+    deadline = time.monotonic() + 10
+    while _alive(int(pids[0])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(int(pids[0]))
