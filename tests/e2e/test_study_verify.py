@@ -168,8 +168,9 @@ def test_the_report_and_the_export_refuse_an_unverified_study(study: Path) -> No
     shutil.rmtree(study / "announce" / "seed-2")
     code, output = sim("study", "report", str(study))
     assert code == 2 and "does not verify" in output and "--unverified" in output, output
-    code, output = sim("study", "report", str(study), "--unverified")
+    code, output = sim("study", "report", str(study), "--unverified", "--html", "page.html")
     assert code == 0 and "UNVERIFIED" in output, output
+    assert "UNVERIFIED" in Path("page.html").read_text()
     code, output = sim("study", "report", str(study), "--unverified", "--json")
     document = orjson.loads(output.splitlines()[-1])
     assert code == 0 and document["verified"] is False
