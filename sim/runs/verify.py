@@ -38,15 +38,31 @@ def _state_problems(run_dir: Path, tick: int, start: int) -> list[str]:
     files.pop(INTERVENTIONS, None)  # queued after the commit: the next tick's input
     if state_digest(files) == log.commit.state_after:
         return []
-    logged = path.stat().st_mtime_ns
-    later = sorted(
-        rel for rel in files if (run_dir / rel).lstat().st_mtime_ns > logged
-    )  # written after the tick's log was: edited by hand
-    which = f" (changed after the commit: {', '.join(later)})" if later else ""
+    edited = _replayed_edits(run_dir, tick)
+    if edited is None:  # not replayable: the files written after the tick's log was
+        logged = path.stat().st_mtime_ns
+        edited = sorted(rel for rel in files if (run_dir / rel).lstat().st_mtime_ns > logged)
+    which = f" (edited since: {', '.join(edited)})" if edited else ""
     return [
         f"{run_dir}: its world's files differ from what tick {tick} committed (the state "
         f"digest in {path.name}){which}"
     ]
+
+
+def _replayed_edits(run_dir: Path, tick: int) -> list[str] | None:
+    """The files that differ from what tick ``tick`` wrote, by replaying it from its log
+    in a scratch copy (``sim.engine.replay``: no request is sent) with the config it logged;
+    ``None`` when it cannot be replayed so (compacted, no logged config, drifted)."""
+    from sim.config import Config
+    from sim.engine.replay import replay
+
+    try:
+        config = Config.model_validate(read_log(log_file(run_dir, tick)).header.config)
+        report = replay(run_dir, tick, config=config)
+    except Exception:  # any reason it cannot replay: the files are named another way
+        return None
+    replayed = report.ticks[0]
+    return replayed.edited_files if replayed.state_matches and not replayed.drifts else None
 
 
 def _answer_problems(run_dir: Path) -> list[str]:

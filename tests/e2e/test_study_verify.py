@@ -123,9 +123,11 @@ def test_a_clean_study_verifies(study: Path) -> None:
 
 def test_a_hand_edited_world_file_is_named(study: Path) -> None:
     path = _character(study / "announce" / "seed-2")
+    times = path.stat()
     data = orjson.loads(path.read_bytes())
     data["state"]["mood"] = "furious"
     path.write_bytes(dump_json(data))
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))  # as `cp -p` would leave it
     code, output = sim("study", "verify", str(study))
     assert code == 1, output
     assert "announce/seed-2" in output and f"characters/{path.name}" in output
