@@ -376,6 +376,8 @@ def _schema_checks(config: Config | None, root: Path) -> dict[tuple[str, str], t
             continue
         kind = "characters" if declared.per == "character" else "locations"
         for write in declared.writes:
+            if write.merges_relationships:  # merges a list of updates: not the field's type
+                continue
             model: Any = declared.schema
             annotation: Any = None
             for part in write.answer:
@@ -383,6 +385,73 @@ def _schema_checks(config: Config | None, root: Path) -> dict[tuple[str, str], t
                 model = annotation
             out[(kind, ".".join(write.target))] = (spec.name, annotation)
     return out
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A ``sim set`` checked against the world: the entity's kind, the dotted path, the
+    value before (``_ABSENT`` if none) and the whole entity after."""
+
+    kind: str
+    dotted: str
+    before: Any
+    edited: Entity
+
+
+def check_assignment(
+    root: Path, world: World, parsed: Assignment, config: Config | None = None
+) -> Edit:
+    """Check ``parsed`` against ``world`` as ``sim set`` does, writing nothing.
+
+    Raises:
+        InputError: an unknown entity, a protected field, or a value the entity's file
+            would not be valid with (file, field and expectation named).
+    """
+    limit = config.limits.max_entity_bytes if config is not None else None
+    if parsed.entity in world.characters:
+        kind, entity = "characters", world.characters[parsed.entity]
+    elif parsed.entity in world.locations:
+        kind, entity = "locations", world.locations[parsed.entity]
+    else:
+        raise InputError(
+            None,
+            "ASSIGNMENT",
+            f"no character or location {parsed.entity!r}; characters: "
+            f"{', '.join(world.characters) or 'none'}; locations: {', '.join(world.locations)}",
+        )
+    path = root / kind / f"{parsed.entity}.json"
+    dotted = ".".join(parsed.path)
+    for protected in PROTECTED:
+        if dotted == protected or dotted.startswith(protected + "."):
+            raise InputError(path, dotted, f"{protected} is the engine's; it cannot be set")
+    check = _schema_checks(config, root).get((kind, dotted))
+    if check is not None:
+        phase, annotation = check
+        try:
+            TypeAdapter(annotation).validate_python(parsed.value, strict=True)
+        except ValidationError as exc:
+            msg = str(exc.errors()[0]["msg"])
+            raise InputError(
+                path,
+                dotted,
+                f"phase {phase!r} writes this field: expected what its schema allows "
+                f"({msg[:1].lower() + msg[1:]}; got {parsed.value!r})",
+            ) from None
+    before = _get(entity, parsed.path)
+    edited = copy.deepcopy(entity)
+    problem = _put(edited, parsed.path, copy.deepcopy(parsed.value))
+    if problem is not None:
+        raise InputError(path, dotted, problem)
+    found = (
+        _model_problem(kind, edited)
+        or _id_problem(parsed.entity, edited)
+        or _reference_problem(world, kind, edited)
+    )
+    if found is not None:
+        raise InputError(path, found[0], f"{found[1]} (got {parsed.value!r})")
+    if limit is not None and len(dump_json(edited)) > limit:
+        raise InputError(path, dotted, f"the file would exceed [limits] max_entity_bytes ({limit})")
+    return Edit(kind, dotted, before, edited)
 
 
 def set_field(root: Path, assignment: str, config: Config | None = None) -> Made:
@@ -405,51 +474,8 @@ def set_field(root: Path, assignment: str, config: Config | None = None) -> Made
     with storage.lock():
         storage.recover()
         world = storage.load()
-        if parsed.entity in world.characters:
-            kind, entity = "characters", world.characters[parsed.entity]
-        elif parsed.entity in world.locations:
-            kind, entity = "locations", world.locations[parsed.entity]
-        else:
-            raise InputError(
-                None,
-                "ASSIGNMENT",
-                f"no character or location {parsed.entity!r}; characters: "
-                f"{', '.join(world.characters) or 'none'}; locations: {', '.join(world.locations)}",
-            )
-        path = root / kind / f"{parsed.entity}.json"
-        dotted = ".".join(parsed.path)
-        for protected in PROTECTED:
-            if dotted == protected or dotted.startswith(protected + "."):
-                raise InputError(path, dotted, f"{protected} is the engine's; it cannot be set")
-        check = _schema_checks(config, root).get((kind, dotted))
-        if check is not None:
-            phase, annotation = check
-            try:
-                TypeAdapter(annotation).validate_python(parsed.value, strict=True)
-            except ValidationError as exc:
-                msg = str(exc.errors()[0]["msg"])
-                raise InputError(
-                    path,
-                    dotted,
-                    f"phase {phase!r} writes this field: expected what its schema allows "
-                    f"({msg[:1].lower() + msg[1:]}; got {parsed.value!r})",
-                ) from None
-        before = _get(entity, parsed.path)
-        edited = copy.deepcopy(entity)
-        problem = _put(edited, parsed.path, copy.deepcopy(parsed.value))
-        if problem is not None:
-            raise InputError(path, dotted, problem)
-        found = (
-            _model_problem(kind, edited)
-            or _id_problem(parsed.entity, edited)
-            or _reference_problem(world, kind, edited)
-        )
-        if found is not None:
-            raise InputError(path, found[0], f"{found[1]} (got {parsed.value!r})")
-        if limit is not None and len(dump_json(edited)) > limit:
-            raise InputError(
-                path, dotted, f"the file would exceed [limits] max_entity_bytes ({limit})"
-            )
+        edit = check_assignment(root, world, parsed, config)
+        kind, dotted, before, edited = edit.kind, edit.dotted, edit.before, edit.edited
         pending = load_pending(root)
         _check_room(pending, root)
         fields: dict[str, Any] = {
@@ -480,9 +506,11 @@ Kind = Literal["inject", "set"]
 __all__ = [
     "PENDING",
     "Assignment",
+    "Edit",
     "Kind",
     "Made",
     "Pending",
+    "check_assignment",
     "describe",
     "encode_pending",
     "inject",

@@ -24,6 +24,7 @@ one still wrong is recorded as failed, which no table counts as an answer.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,9 @@ if TYPE_CHECKING:  # asking imports the LLM stack; reading interviews (sim usage
     from sim.world import Entity, World
 
 INTERVIEWS = ".sim/interviews.jsonl"
+#: the sha256 of each line of ``INTERVIEWS`` as it was written, one a line: what ``sim
+#: study verify`` holds the answers to (``sim.runs.verify``)
+INTERVIEW_DIGESTS = ".sim/interviews.sha256"
 #: the config section whose model and settings answer (the characters' own voice)
 SECTION = "phase1"
 PHASE = "ask"
@@ -419,18 +423,41 @@ def _check_record(root: Path) -> None:
     folder = root / ".sim"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise InputError(folder, None, "expected a folder inside the world (not a link)")
-    path = root / INTERVIEWS
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise InputError(path, None, "expected a file inside the world (not a link)")
+    for rel in (INTERVIEWS, INTERVIEW_DIGESTS):
+        path = root / rel
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise InputError(path, None, "expected a file inside the world (not a link)")
+
+
+def line_digest(line: bytes) -> str:
+    """The digest ``INTERVIEW_DIGESTS`` records of one line of ``INTERVIEWS``."""
+    return hashlib.sha256(line.rstrip(b"\n")).hexdigest()
+
+
+def answer_digests(root: Path) -> list[str] | None:
+    """The digests recorded of a world's answers, in order (``None``: no record).
+
+    Raises:
+        UnsafePath: the record is a link or not a regular file.
+    """
+    raw = safefs.read_optional(root, INTERVIEW_DIGESTS)
+    if raw is None:
+        return None
+    return [ln.decode("ascii", errors="replace") for ln in raw.splitlines() if ln.strip()]
 
 
 def _append(root: Path, interviews: Sequence[Interview]) -> None:
-    """Append to ``.sim/interviews.jsonl``, never through a symlink out of the world."""
-    data = b"".join(orjson.dumps(i.model_dump(mode="json")) + b"\n" for i in interviews)
-    try:
-        safefs.append_file(root, INTERVIEWS, data)
-    except OSError as exc:
-        raise InputError(root / INTERVIEWS, None, f"cannot append: {exc.strerror}") from None
+    """Append to ``.sim/interviews.jsonl`` and the digest of each line to
+    ``INTERVIEW_DIGESTS``, never through a symlink out of the world."""
+    lines = [orjson.dumps(i.model_dump(mode="json")) for i in interviews]
+    for rel, data in (
+        (INTERVIEWS, b"".join(line + b"\n" for line in lines)),
+        (INTERVIEW_DIGESTS, "".join(line_digest(line) + "\n" for line in lines).encode()),
+    ):
+        try:
+            safefs.append_file(root, rel, data)
+        except OSError as exc:
+            raise InputError(root / rel, None, f"cannot append: {exc.strerror}") from None
 
 
 def ask(
@@ -517,14 +544,17 @@ __all__ = [
     "FORMATS",
     "INSTRUCTIONS",
     "INTERVIEWS",
+    "INTERVIEW_DIGESTS",
     "TEXT",
     "AnswerFormat",
     "Asked",
     "Interview",
     "InterviewAnswer",
+    "answer_digests",
     "answer_format",
     "ask",
     "interview_input",
     "interviews_usage",
+    "line_digest",
     "read_interviews",
 ]

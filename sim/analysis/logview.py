@@ -354,6 +354,11 @@ def replay_lines(report: ReplayReport, live: bool) -> Iterator[str]:
             yield from drift_lines(drift)
         if tick.differing_files:
             yield f"  files that differ: {', '.join(tick.differing_files)}"
+        if tick.edited_files:
+            yield (
+                "  the world's files differ from what this tick wrote (edited since it "
+                f"committed): {', '.join(tick.edited_files)}"
+            )
         if live:
             yield f"  sent live: {tick.sent}"
             for lid in sorted(set(tick.narratives) | set(tick.recorded_narratives)):

@@ -125,6 +125,7 @@ def replay_document(report: ReplayReport) -> dict[str, Any]:
                 "identical": t.identical,
                 "state_matches": t.state_matches,
                 "differing_files": t.differing_files,
+                "edited_files": t.edited_files,
                 "served": t.served,
                 "sent": t.sent,
                 "embedding_requests": t.embeddings,

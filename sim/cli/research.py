@@ -59,6 +59,12 @@ if TYPE_CHECKING:
     help="Write CSV text cells exactly. By default a text cell starting with = + - @, a tab "
     "or a carriage return gets a leading ' so that a spreadsheet does not run it as a formula.",
 )
+@click.option(
+    "--unverified",
+    is_flag=True,
+    help="With --study: export a study that does not verify (sim study verify); the "
+    "output says so.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def export_(
     world_dir: Path | None,
@@ -68,6 +74,7 @@ def export_(
     first: int | None,
     last: int | None,
     csv_raw: bool,
+    unverified: bool,
     as_json: bool,
 ) -> None:
     """Write tidy tables of the committed ticks: characters, interactions, locations, calls,
@@ -86,8 +93,18 @@ def export_(
     with json_errors("export", as_json):
         if (world_dir is None) == (study_dir is None):
             raise InputError(None, "--world/--study", "expected exactly one of them")
+        problems: list[str] = []
         if study_dir is not None:
+            from sim.study.verify import require_verified
+
+            problems = require_verified(study_dir, unverified)
             done = export_study(study_dir, out, cast("Format", fmt), first, last, csv_raw=csv_raw)
+            if problems:
+                done.notes.insert(
+                    0,
+                    f"UNVERIFIED: the study does not verify ({len(problems)} problems: sim "
+                    f"study verify {study_dir}); exported as asked (--unverified)",
+                )
         else:
             assert world_dir is not None
             done = export(world_dir, out, cast("Format", fmt), first, last, csv_raw=csv_raw)
@@ -99,6 +116,7 @@ def export_(
                         "ok": not done.problems,
                         "out": str(out),
                         "format": fmt,
+                        "verified": None if study_dir is None else not problems,
                         "ticks": done.ticks,
                         "tables": {
                             name: {"path": str(path), "rows": done.rows[name]}

@@ -58,7 +58,7 @@ def run_(
     once, then each condition is forked from them. Running the same study again resumes.
     See docs/analysis.md.
     """
-    from sim.runs.process import ray_executor, run_one
+    from sim.runs.process import LocalExecutor, ray_executor
     from sim.study.design import read_study
     from sim.study.run import run_study
 
@@ -73,7 +73,7 @@ def run_(
         if ray_address is not None and executor != "ray":
             raise InputError(None, "--ray-address", "goes with --executor ray")
         plan = read_study(study_file)
-        run = ray_executor(ray_address) if executor == "ray" else run_one
+        run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
         if not as_json:
             echo(
                 f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
@@ -90,6 +90,7 @@ def run_(
             config_file,
             on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
             executor=run,
+            on_interrupt=lambda note: echo(note, err=True),
             trust_study=trust_study,
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
@@ -98,6 +99,7 @@ def run_(
                 {
                     "command": "study run",
                     "ok": result.ok,
+                    "interrupted": result.interrupted,
                     "out": str(out),
                     "prefix_ticks": plan.prefix,
                     "runs": [o.to_dict() for o in result.runs],
@@ -113,6 +115,8 @@ def run_(
             echo(f"{summary}; the study has spent {result.spent_tokens} tokens, {spent}")
             if not result.ok:
                 echo("run the same command again to resume the runs not finished", err=True)
+        if result.interrupted:
+            sys.exit(130)
         if not result.ok:
             sys.exit(1)
 
@@ -133,20 +137,36 @@ def run_(
     help="Also write the figures (means, differences, every condition on one page) into "
     "this folder as SVG and PNG (needs matplotlib: pip install 'sim[analysis]').",
 )
+@click.option(
+    "--unverified",
+    is_flag=True,
+    help="Report on a study that does not verify (sim study verify); the report says so.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def report_(
     study_dir: Path,
     field_spec: str | None,
     html_out: Path | None,
     figures_dir: Path | None,
+    unverified: bool,
     as_json: bool,
 ) -> None:
     """A measure of a study per condition and tick: mean over runs with a 95% interval, and
-    each condition's difference from the first, paired by run."""
+    each condition's difference from the first, paired by run.
+
+    A study that does not verify (sim study verify) is refused unless --unverified."""
     from sim.analysis.studyreport import report_lines, study_report, write_html
+    from sim.study.verify import require_verified
 
     with json_errors("study report", as_json):
+        problems = require_verified(study_dir, unverified)
         report = study_report(study_dir, field_spec)
+        if problems:
+            report.notes.insert(
+                0,
+                f"UNVERIFIED: the study does not verify ({len(problems)} problems: sim study "
+                f"verify {study_dir}); reported as asked (--unverified)",
+            )
         figures: list[Path] = []
         if figures_dir is not None:
             from sim.analysis.figures import write_figures
@@ -159,12 +179,15 @@ def report_(
                 {
                     "command": "study report",
                     "ok": True,
+                    "verified": not problems,
                     **report.to_dict(),
                     "html": None if html_out is None else str(html_out),
                     "figures": [str(p) for p in figures],
                 }
             )
             return
+        if problems:
+            echo(f"UNVERIFIED study ({len(problems)} problems: sim study verify {study_dir})")
         for line in report_lines(report):
             echo(line)
         for note in report.notes:
@@ -255,3 +278,28 @@ def compare_(
             echo(line)
         for note in result.notes:
             echo(f"note: {note}", err=True)
+
+
+@study.command("verify")
+@click.argument("study_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def verify_(study_dir: Path, as_json: bool) -> None:
+    """Check every arm of a study against its own tick logs and answer records: a world
+    file edited since its last tick, an answer edited or missing, an arm missing or not the
+    study's, an arm unfinished. Exit 1 when anything is found."""
+    from sim.study.verify import verify_study
+
+    with json_errors("study verify", as_json):
+        problems = verify_study(study_dir)
+        if as_json:
+            emit({"command": "study verify", "ok": not problems, "problems": problems})
+        else:
+            for problem in problems:
+                echo(f"problem: {problem}")
+            echo(
+                f"{study_dir}: {len(problems)} problems; the study does not verify"
+                if problems
+                else f"{study_dir}: verified (every arm matches its logs and answer records)"
+            )
+        if problems:
+            sys.exit(1)

@@ -123,7 +123,7 @@ def sweep(
     if ctx.invoked_subcommand is not None:
         return
     from sim.runs.design import make_plan, parse_seeds, parse_setting
-    from sim.runs.process import ray_executor, run_one
+    from sim.runs.process import LocalExecutor, ray_executor
     from sim.runs.sweep import run_sweep
 
     with json_errors("sweep", as_json):
@@ -146,7 +146,7 @@ def sweep(
         )
         if ray_address is not None and executor != "ray":
             raise InputError(None, "--ray-address", "goes with --executor ray")
-        run = ray_executor(ray_address) if executor == "ray" else run_one
+        run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
         if not as_json:
             echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
         result = run_sweep(
@@ -156,6 +156,7 @@ def sweep(
             budget_tokens or None,
             on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
             executor=run,
+            on_interrupt=lambda note: echo(note, err=True),
         )
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
         if as_json:
@@ -163,6 +164,7 @@ def sweep(
                 {
                     "command": "sweep",
                     "ok": result.ok,
+                    "interrupted": result.interrupted,
                     "out": str(out),
                     "runs": [o.to_dict() for o in result.runs],
                     "spent_usd": result.spent_usd,
@@ -177,6 +179,8 @@ def sweep(
             echo(f"{summary}; the sweep has spent {result.spent_tokens} tokens, {spent}")
             if not result.ok:
                 echo("run the same command again to resume the runs not finished", err=True)
+        if result.interrupted:
+            sys.exit(130)
         if not result.ok:
             sys.exit(1)
 
@@ -225,3 +229,27 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
             echo(f"note: {note}", err=True)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
+
+
+@sweep.command("verify")
+@click.argument("runs_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def verify_(runs_dir: Path, as_json: bool) -> None:
+    """Check every run of a sweep's folder against its own tick logs and answer records,
+    and that all were made from the same inputs. Exit 1 when anything is found."""
+    from sim.runs.verify import verify_runs
+
+    with json_errors("sweep verify", as_json):
+        problems = verify_runs(runs_dir)
+        if as_json:
+            emit({"command": "sweep verify", "ok": not problems, "problems": problems})
+        else:
+            for problem in problems:
+                echo(f"problem: {problem}")
+            echo(
+                f"{runs_dir}: {len(problems)} problems; the runs do not verify"
+                if problems
+                else f"{runs_dir}: verified (every run matches its logs and answer records)"
+            )
+        if problems:
+            sys.exit(1)

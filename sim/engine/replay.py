@@ -15,6 +15,7 @@ configured provider instead, and the outcome's change is shown.
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import tempfile
@@ -33,7 +34,14 @@ from sim.llm.embedding import Embedder
 from sim.llm.types import Adapter
 from sim.providers.replay import Drift, ReplayAdapter
 from sim.storage import Storage
-from sim.ticklog.format import existing_log, log_file, log_path, read_state, state_digest
+from sim.ticklog.format import (
+    INTERVENTIONS,
+    existing_log,
+    log_file,
+    log_path,
+    read_state,
+    state_digest,
+)
 from sim.ticklog.reader import TickLog, read_log
 from sim.ticklog.records import dump_record
 
@@ -65,10 +73,13 @@ class TickReplay:
     #: (byte for byte: the same books); a replay sends none, its cache has their texts
     embeddings: int = 0
     embeddings_match: bool = True
+    #: the live world's files that differ from what this tick (its last) wrote: edited
+    #: since it committed (the replay reproduced the commit; the world does not hold it)
+    edited_files: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
-        return self.state_matches and not self.drifts
+        return self.state_matches and not self.drifts and not self.edited_files
 
 
 @dataclass
@@ -334,7 +345,10 @@ def _compare(
             differing = _differing(after, read_log(following).state())
         except LogError:
             differing = []
-    return TickReplay(
+    edited: list[str] = []
+    if matches and not os.path.lexists(following):  # the world's last tick: its files now
+        edited = _edited(world_dir, after, log.commit.state_after)
+    replayed = TickReplay(
         log.tick,
         adapter.drifts,
         matches,
@@ -344,6 +358,22 @@ def _compare(
         {k: str(v) for k, v in log.phase_results("narrative").items()},
         narratives,
     )
+    replayed.edited_files = edited
+    return replayed
+
+
+def _edited(world_dir: Path, after: dict[str, bytes], committed: str) -> list[str]:
+    """The live world's state files that differ from ``after`` (what its last tick wrote,
+    replayed), when its state is not the ``committed`` one; an intervention queued since
+    is the next tick's input, not an edit."""
+    try:
+        live = read_state(world_dir)
+    except (OSError, InputError):
+        return []
+    live.pop(INTERVENTIONS, None)
+    if state_digest(live) == committed:
+        return []
+    return _differing({k: v for k, v in after.items() if k != INTERVENTIONS}, live)
 
 
 __all__ = ["ReplayReport", "TickReplay", "committed_log", "replay", "scratch_world", "write_state"]

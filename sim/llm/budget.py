@@ -298,6 +298,8 @@ class BudgetAdapter(AdapterWrapper):
             response = await self.inner.execute(request)
         except LLMError as exc:
             self.budget.settle(reservation, exc.usage)
+            if self.answers_as:  # failed as what it answers as, and priced so (offline: $0)
+                exc.answered_as = self.answers_as
             raise
         except BaseException:
             self.budget.settle(reservation, Usage())

@@ -159,7 +159,7 @@ def finished_events(
             "llm_failed",
             phase,
             key,
-            settings.model,
+            error.answered_as or settings.model,  # offline failed as offline, at $0
             request,
             attempt=attempt,
             latency=latency,

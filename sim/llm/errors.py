@@ -60,6 +60,9 @@ class LLMError(Exception):
             (set by recovery when it tried more than one model; else empty).
         notice: what the adapter had to say once (``AdapterResponse.notice``: a form
             switch, say) when the call then failed: the tick summary shows it all the same.
+        answered_as: the model the failed attempt is logged and priced as, when not the
+            one asked for: the one that answered (an answer its check refused), or the one
+            name an endpoint answers under whatever is asked (offline: ``BudgetAdapter``).
     """
 
     default_code = "llm_error"
@@ -91,6 +94,7 @@ class LLMError(Exception):
         self.context: dict[str, Any] = dict(context or {})
         self.model_errors: tuple[LLMError, ...] = ()
         self.notice: str | None = None
+        self.answered_as: str | None = None
 
     @property
     def cause(self) -> BaseException | None:

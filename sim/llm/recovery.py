@@ -219,6 +219,7 @@ def checked(request: ModelRequest, response: AdapterResponse) -> AdapterResponse
         problem, model=response.model, usage=response.usage, raw=response.raw[:2000]
     )
     error.endpoint, error.moved = response.endpoint, response.moved
+    error.answered_as = response.model  # priced as an accepted answer is
     error.notice = response.notice
     raise error
 
@@ -331,7 +332,7 @@ class RecoveryAdapter(AdapterWrapper):
                 _add_moved(attempts, exc.moved, provider)
                 attempts.append(
                     Attempt(
-                        model,
+                        exc.answered_as or model,  # offline failed as offline, at $0
                         len(attempts) + 1,
                         exc.usage,
                         time.perf_counter() - started,

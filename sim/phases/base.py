@@ -471,6 +471,10 @@ class TickContext:
         provider = self.config.call_settings(section).provider
         return mode_for(setting, routing(self.config).endpoints[provider].kind)
 
+    def endpoint_kind(self, section: str) -> str:
+        """The kind of the endpoint a config section's model runs on (``offline``, ...)."""
+        return routing(self.config).endpoints[self.config.call_settings(section).provider].kind
+
     def client(self, section: str, entities: Sequence[Entity], phase: str) -> LLMClient:
         """An ``LLMClient`` for one phase, configured from its config section."""
         phase_config = self.config.phase(section)

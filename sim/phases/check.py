@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from sim.config import BUILTIN_PHASES, Config
+from sim.llm.enums import constrain
 from sim.offline import generate
 from sim.phases import PhaseSpec, resolve_phases
 from sim.phases.base import TickContext, public
 from sim.phases.declared import DeclaredPhase
 from sim.phases.intentions import Intention
 from sim.phases.intentions import template_context as intention_context
+from sim.phases.refs import DeclaredRefs
 from sim.phases.resolution import Resolution
 from sim.phases.resolution import template_context as place_context
 from sim.phases.templates import PROMPTS, Prompts, TemplateError
@@ -166,6 +168,9 @@ def _try_writes(phase: DeclaredPhase, ctx: TickContext) -> list[str]:
     if not subjects:
         return []
     schema = phase.schema.model_json_schema()
+    if phase.refs:  # a sample names what the subject may name (``x-sim-ref``), as offline does
+        ids = phase.ref_ids(ctx, subjects[0], ctx.world.characters_at())
+        schema = constrain(schema, DeclaredRefs(phase.refs, ids).enums())
     problems: dict[str, None] = {}
     for n in range(4):
         answer = phase.schema.model_validate(generate(schema, "", seed=f"check:{n}"))

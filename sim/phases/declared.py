@@ -378,10 +378,13 @@ class DeclaredPhase:
     def requests(self, ctx: TickContext, subjects: Sequence[Entity]) -> Sequence[LLMRequest]:
         out = []
         where = ctx.world.characters_at()  # now: apply may have moved people
+        # the offline model is bound by the ids as enums (it has no other way to know
+        # them), whatever the mode: nothing goes on a wire
+        section = f"phases.{self.name}"
         constrain = (
             bool(self.refs)
             and self.answer_tool is None
-            and ctx.refs_mode(f"phases.{self.name}") == "schema"
+            and (ctx.refs_mode(section) == "schema" or ctx.endpoint_kind(section) == "offline")
         )
         for subject in subjects:
 

@@ -22,6 +22,7 @@ from sim import safefs
 from sim.config import Config, merge_tables, numbered_sections, redacted
 from sim.errors import InputError
 from sim.runs.design import RunSpec, SweepPlan, nested
+from sim.runs.inputs import Inputs, changed
 from sim.storage import MAX_ENTITY_BYTES, Storage, dump_json
 from sim.storage.journal import SIM_DIR
 from sim.ticklog.format import is_state_file, log_path, read_state
@@ -47,6 +48,9 @@ class RunRecord(BaseModel):
     start_tick: int
     #: what else the run is (a study's condition); absent for a sweep's runs
     design: dict[str, Any] | None = None
+    #: the digests of what the run was made from (``sim.runs.inputs``); absent in the
+    #: records of earlier sims
+    inputs: Inputs | None = None
 
 
 # -- the config of a run, as TOML --------------------------------------------------------------
@@ -205,10 +209,13 @@ def _same_world(record: RunRecord, plan: SweepPlan) -> bool:
     return (plan.cwd / record.source).resolve() == plan.world.resolve()
 
 
-def check_out(plan: SweepPlan, design: Mapping[str, Any] | None = None) -> None:
+def check_out(
+    plan: SweepPlan, design: Mapping[str, Any] | None = None, inputs: Inputs | None = None
+) -> None:
     """Refuse, before anything is written, a folder of runs that holds runs of another
-    world, of other settings' keys or of another design (a run folder named in the plan
-    that records another run is refused too).
+    world, of other settings' keys or of another design, or runs made from other
+    ``inputs`` (the world's files, the user's config, sim's version: each named); a run
+    folder named in the plan that records another run is refused too.
 
     Raises:
         InputError: naming the run folder and what it holds.
@@ -256,6 +263,14 @@ def check_out(plan: SweepPlan, design: Mapping[str, Any] | None = None) -> None:
                 f"world is now at tick {now}: its runs would not start from one state; use "
                 "another output folder (nothing was written)",
             )
+        differ = [] if inputs is None else changed(record.inputs, inputs)
+        if differ:
+            raise InputError(
+                where,
+                "inputs",
+                f"holds a run made from other inputs; changed: {'; '.join(differ)}: use "
+                "another output folder (nothing was written)",
+            )
         spec = wanted.get(run_dir.name)
         if spec is not None and (record.seed, record.overrides) != (spec.seed, spec.overrides):
             raise InputError(where, None, "records another run (seed or settings differ)")
@@ -273,7 +288,12 @@ def check_out(plan: SweepPlan, design: Mapping[str, Any] | None = None) -> None:
             raise InputError(run_dir / RUN_FILE, None, "not found: this folder is not a sweep run")
 
 
-def prepare(plan: SweepPlan, spec: RunSpec, design: Mapping[str, Any] | None = None) -> RunRecord:
+def prepare(
+    plan: SweepPlan,
+    spec: RunSpec,
+    design: Mapping[str, Any] | None = None,
+    inputs: Inputs | None = None,
+) -> RunRecord:
     """The run's folder: made (forked) the first time, checked against the plan after."""
     run_dir = plan.out / spec.name
     if run_dir.exists():
@@ -293,6 +313,7 @@ def prepare(plan: SweepPlan, spec: RunSpec, design: Mapping[str, Any] | None = N
         source=str(plan.world.resolve()),
         start_tick=start,
         design=dict(design) if design else None,
+        inputs=inputs,
     )
     (tmp / RUN_FILE).write_bytes(dump_json(record.model_dump(mode="json", exclude_none=True)))
     tmp.rename(run_dir)

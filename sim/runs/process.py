@@ -1,14 +1,27 @@
 """A run as a child process: the ``sim tick`` that continues a run under its grant with the
 user's trusted flags only, run to its end by an executor (a local process or a Ray task),
-and how each run ended."""
+and how each run ended.
+
+**Ctrl-C.** ``run_tasks`` runs a sweep's or a study's work ``jobs`` at a time. The first
+Ctrl-C starts nothing new (the work not begun is cancelled; a step asked for after it is
+not started) and interrupts the steps in flight: the local executor (``LocalExecutor``)
+starts each child in its own session, so the terminal's Ctrl-C reaches the sweep alone,
+and forwards one SIGINT to each child, which stops its tick as Ctrl-C does (resumable,
+nothing paid twice). A second Ctrl-C kills the children and ends the command at once.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -56,6 +69,8 @@ class SweepResult:
     runs: list[RunOutcome]
     spent_usd: float | None
     spent_tokens: int
+    #: stopped by Ctrl-C (``run_tasks``): the runs not finished resume on the next run
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -106,6 +121,28 @@ def tick_command(
 Executor = Callable[[Path, list[str], Path], int]
 
 
+def _start(
+    run_dir: Path | str, command: list[str], cwd: Path | str | None, own_session: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start one command of a run (see ``run_one``)."""
+    from sim.lifeline import PARENT_ENV
+
+    output = safefs.open_append(Path(run_dir), OUTPUT_FILE)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
+    try:
+        return subprocess.Popen(
+            command,
+            cwd=Path.cwd() if cwd is None else Path(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=own_session,
+        )
+    finally:
+        os.close(output)
+
+
 def run_one(run_dir: Path | str, command: list[str], cwd: Path | str | None = None) -> int:
     """Run one command of a run to its end, in ``cwd`` (never the run's folder, whose
     ``config.toml`` must not be read as the user's); its output is appended to
@@ -116,23 +153,100 @@ def run_one(run_dir: Path | str, command: list[str], cwd: Path | str | None = No
     Raises:
         UnsafePath: the output file, or a folder on its way, is a link or not a plain file.
     """
-    from sim.lifeline import PARENT_ENV
+    return _start(run_dir, command, cwd).wait()
 
-    output = safefs.open_append(Path(run_dir), OUTPUT_FILE)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
+
+#: the message of a run a Ctrl-C stopped, or kept from starting
+STOPPED = "interrupted (Ctrl-C): run the same command again to resume"
+#: the exit code of a step not started because the command was interrupted (a shell's for
+#: SIGINT)
+INTERRUPTED = 128 + signal.SIGINT
+
+
+class LocalExecutor:
+    """``run_one`` for each step, each child in its own session and known, so that a
+    Ctrl-C is delivered once, by ``interrupt`` (and a second one's ``kill`` ends them);
+    once interrupted, no step is started (``INTERRUPTED``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._children: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+
+    def __call__(self, run_dir: Path, command: list[str], cwd: Path) -> int:
+        with self._lock:
+            if self.stopping:
+                return INTERRUPTED
+            child = _start(run_dir, command, cwd, own_session=True)
+            self._children.add(child)
+        try:
+            return child.wait()
+        finally:
+            with self._lock:
+                self._children.discard(child)
+
+    def interrupt(self) -> None:
+        """Start nothing more; SIGINT to each child in flight (it stops as at Ctrl-C)."""
+        self._signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        """Start nothing more; kill each child in flight and reap it."""
+        children = self._signal(signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
+
+    def _signal(self, sig: int) -> list[subprocess.Popen[bytes]]:
+        with self._lock:
+            self.stopping = True
+            children = list(self._children)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(sig)
+        return children
+
+
+def run_tasks(
+    jobs: int,
+    tasks: Sequence[Callable[[], None]],
+    executor: Executor,
+    stopping: threading.Event,
+    on_interrupt: Callable[[str], None] | None = None,
+) -> bool:
+    """Run ``tasks``, ``jobs`` at a time; whether a Ctrl-C stopped them.
+
+    The first Ctrl-C sets ``stopping`` (a task checks it before it begins anything new),
+    cancels the tasks not begun, interrupts the executor's steps in flight and waits for
+    the tasks going to end; a second kills the steps and raises ``KeyboardInterrupt``.
+    """
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(task) for task in tasks]
+    killed = False
     try:
-        done = subprocess.run(
-            command,
-            cwd=Path.cwd() if cwd is None else Path(cwd),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env=env,
-            check=False,
-        )
+        for future in futures:
+            future.result()
+        return False
+    except KeyboardInterrupt:
+        try:  # a second Ctrl-C may come at any point of this
+            stopping.set()
+            for future in futures:
+                future.cancel()
+            if isinstance(executor, LocalExecutor):
+                executor.interrupt()
+            if on_interrupt is not None:
+                on_interrupt(
+                    "interrupted: nothing new is started; the steps in flight are stopping "
+                    "(Ctrl-C again to end them at once)"
+                )
+            wait_all(futures)
+        except KeyboardInterrupt:
+            if isinstance(executor, LocalExecutor):
+                executor.kill()
+            killed = True
+            raise
+        return True
     finally:
-        os.close(output)
-    return done.returncode
+        pool.shutdown(wait=not killed, cancel_futures=stopping.is_set())
 
 
 #: how much of the end of a run's output ``last_line`` reads
@@ -183,14 +297,18 @@ def ray_executor(address: str | None = None) -> Executor:
 
 
 __all__ = [
+    "INTERRUPTED",
     "OUTPUT_FILE",
+    "STOPPED",
     "Executor",
+    "LocalExecutor",
     "RunOutcome",
     "Status",
     "SweepResult",
     "last_line",
     "ray_executor",
     "run_one",
+    "run_tasks",
     "setting_flags",
     "tick_command",
     "trusted_flags",

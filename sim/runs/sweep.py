@@ -35,19 +35,23 @@ started.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
+from sim.config import user_layers
 from sim.runs.design import SweepPlan
-from sim.runs.fork import RunRecord, check_out, current_tick, finished, prepare
+from sim.runs.fork import RUN_FILE, RunRecord, check_out, current_tick, finished, prepare
+from sim.runs.inputs import inputs_of
 from sim.runs.ledger import Ledger, Spend, spend
 from sim.runs.process import (
+    STOPPED,
     Executor,
     RunOutcome,
     SweepResult,
     last_line,
     run_one,
+    run_tasks,
     tick_command,
     trusted_flags,
 )
@@ -62,20 +66,26 @@ def run_sweep(
     budget_tokens: int | None = None,
     on_outcome: Callable[[RunOutcome], None] | None = None,
     executor: Executor = run_one,
+    on_interrupt: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Make the runs' folders, then run every unfinished run to its last tick, ``jobs`` at a
-    time, each through ``executor`` (a local process by default; ``ray_executor``).
+    time, each through ``executor`` (a local process by default; ``ray_executor``). A
+    Ctrl-C stops it as ``sim.runs.process.run_tasks`` says (``on_interrupt`` is told).
 
     Raises:
-        InputError: a run folder holds another run, or the world cannot be forked.
+        InputError: a run folder holds another run, or runs made from other inputs
+            (``sim.runs.inputs``), or the world cannot be forked.
     """
-    check_out(plan)
+    inputs = inputs_of(plan.world, user_layers(plan.config_file, plan.cwd), exclude=(RUN_FILE,))
+    check_out(plan, inputs=inputs)
     dirs = [plan.out / spec.name for spec in plan.runs]
     # the folders made before: checked now; the others are forked by the worker that runs
     # them (``prepare`` in ``work``), so a world copy overlaps the runs already going
     # instead of delaying the first one by a copy per run
     records: dict[int, RunRecord] = {
-        i: prepare(plan, spec) for i, spec in enumerate(plan.runs) if dirs[i].exists()
+        i: prepare(plan, spec, inputs=inputs)
+        for i, spec in enumerate(plan.runs)
+        if dirs[i].exists()
     }
     spent = {i: spend(dirs[i]) for i in records}
     total = Spend()
@@ -90,6 +100,7 @@ def run_sweep(
     ]
     waiting = [len(todo)]
     count_lock = threading.Lock()
+    stopping = threading.Event()
     fork_lock = threading.Lock()  # a fork holds the world's lock: one at a time
 
     def report(index: int, outcome: RunOutcome) -> None:
@@ -108,9 +119,11 @@ def run_sweep(
     def work(index: int) -> None:
         run_dir = dirs[index]
         record = records.get(index)
+        if stopping.is_set():
+            return  # reported as not begun
         if record is None:
             with fork_lock:
-                record = prepare(plan, plan.runs[index])
+                record = prepare(plan, plan.runs[index], inputs=inputs)
         target = record.start_tick + plan.ticks
         with count_lock:
             left = waiting[0]
@@ -146,16 +159,23 @@ def run_sweep(
         else:
             base.status = "failed"
             reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-            base.message = f"{reason}: {last_line(run_dir)}"
+            base.message = STOPPED if stopping.is_set() else f"{reason}: {last_line(run_dir)}"
         report(index, base)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for future in [pool.submit(work, i) for i in todo]:
-            future.result()
+    interrupted = run_tasks(
+        jobs, [functools.partial(work, i) for i in todo], executor, stopping, on_interrupt
+    )
+    for i, spec in enumerate(plan.runs):  # not begun: Ctrl-C came first
+        if outcomes[i] is None:
+            tick = current_tick(dirs[i]) if i in records else 0
+            outcomes[i] = RunOutcome(
+                spec.name, spec.seed, spec.overrides, "not started", tick, 0, None, STOPPED
+            )
     return SweepResult(
         [o for o in outcomes if o is not None],
         None if ledger.unpriced else round(ledger.spent_usd, 8),
         ledger.spent_tokens,
+        interrupted,
     )
 
 

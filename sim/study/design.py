@@ -35,7 +35,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -55,6 +55,9 @@ from sim.runs.design import (
 from sim.storage.statefiles import MAX_TEXT
 from sim.study.network import NETWORK_FACTOR, ConditionNetwork, parse_spec, read_edges
 from sim.world import MAX_SEED
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 #: the folder of the shared prefixes, beside the conditions' folders
 SHARED = "_shared"
@@ -217,6 +220,9 @@ class Study:
             return None
         return parse_spec(self.path, f"factors.{NETWORK_FACTOR}", unit.network)
 
+    #: each survey's schema file (as the study file names it) -> its contents' sha256
+    schemas: dict[str, str] = field(default_factory=dict)
+
     @property
     def arms(self) -> list[Arm]:
         return [Arm(c, u) for u in self.units for c in self.spec.conditions]
@@ -252,6 +258,47 @@ class Study:
         design = {k: v for k, v in self.design().items() if k not in ("seeds", "runs")}
         return hashlib.sha256(orjson.dumps(design, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
+    def fingerprint(self) -> dict[str, Any]:
+        """The design as a folder's inputs record it (``sim.runs.inputs``): the identity
+        (the design but its seeds) and the contents of the survey schema files."""
+        return {"identity": self.identity(), "schemas": self.schemas}
+
+
+def check_against_world(study: Study, config: Config | None = None) -> None:
+    """Check every condition's interventions against the study's world, before anything
+    runs: an injection's place, and each ``set`` as ``sim set`` checks it (the character or
+    location, the path, the value; the sets of a condition in tick order, each on the
+    world as the earlier left it).
+
+    Raises:
+        InputError: the study file and the field named (``conditions.X.set.0.path``).
+        InvalidWorld: the world does not load.
+    """
+    from sim.interventions import check_assignment
+    from sim.storage import Storage
+
+    for name, cond in study.spec.conditions.items():
+        world = Storage(study.world).load()
+        for j, event in enumerate(cond.inject):
+            if event.at is not None and event.at not in world.locations:
+                raise InputError(
+                    study.path,
+                    f"conditions.{name}.inject.{j}.at",
+                    f"no location {event.at!r} in {study.world}; expected one of: "
+                    f"{', '.join(world.locations)}",
+                )
+        for j, edit in sorted(enumerate(cond.set_), key=lambda pair: pair[1].tick):
+            try:
+                made = check_assignment(
+                    study.world, world, parse_assignment(edit.assignment), config
+                )
+            except InputError as exc:
+                raise InputError(
+                    study.path, f"conditions.{name}.set.{j}.path", f"{edit.path}: {exc}"
+                ) from None
+            entities = world.characters if made.kind == "characters" else world.locations
+            entities[edit.path.partition(".")[0]] = made.edited
+
 
 def _problem(path: Path, exc: ValidationError) -> InputError:
     problem = exc.errors()[0]
@@ -259,7 +306,7 @@ def _problem(path: Path, exc: ValidationError) -> InputError:
     return InputError(path, where or None, str(problem["msg"]))
 
 
-def _schema_form(path: Path, rel: str, where: str) -> AnswerFormat:
+def _schema_form(path: Path, rel: str, where: str) -> tuple[AnswerFormat, bytes]:
     """A survey's schema file, read as a world's files are (``sim.safefs``): inside the
     study file's folder, no link followed, no FIFO or device, size-limited; the child
     ``sim ask`` is given the same file.
@@ -270,7 +317,8 @@ def _schema_form(path: Path, rel: str, where: str) -> AnswerFormat:
     """
     shown = path.parent / rel
     try:
-        return schema_format(safefs.read_file(path.parent, rel, MAX_SCHEMA_BYTES), shown)
+        raw = safefs.read_file(path.parent, rel, MAX_SCHEMA_BYTES)
+        return schema_format(raw, shown), raw
     except safefs.UnsafePath as exc:
         if exc.path is None:  # an absolute path, or one with ``..``
             raise InputError(
@@ -371,15 +419,36 @@ def read_study(path: Path) -> Study:
         for combo in combos
     ]
     forms: list[AnswerFormat] = []
+    schemas: dict[str, str] = {}
+    asked: dict[str, int] = {}
     for i, survey in enumerate(spec.surveys):
         where = f"surveys.{i}"
+        question = survey.question.strip()
+        if question in asked:
+            raise InputError(
+                path,
+                f"{where}.question",
+                f"the same question as surveys.{asked[question]}: its answers would be "
+                "asked and paid for twice and told apart by nothing; ask it once, at every "
+                "tick it is due (ticks = [...])",
+            )
+        asked[question] = i
+        if survey.schema_file is not None and "format" in survey.model_fields_set:
+            raise InputError(
+                path,
+                f"{where}.format",
+                "given with schema: a survey's answer has one form, a format or a schema "
+                "file; remove one of them",
+            )
         if any(t < 0 or t > spec.ticks for t in survey.ticks):
             raise InputError(path, f"{where}.ticks", f"expected ticks from 0 to {spec.ticks}")
         try:
             if survey.schema_file is None:
                 forms.append(answer_format(survey.format))
             else:
-                forms.append(_schema_form(path, survey.schema_file, f"{where}.schema"))
+                form, raw_schema = _schema_form(path, survey.schema_file, f"{where}.schema")
+                forms.append(form)
+                schemas[survey.schema_file] = hashlib.sha256(raw_schema).hexdigest()
         except InputError as exc:
             if exc.path == path:
                 raise
@@ -404,7 +473,7 @@ def read_study(path: Path) -> Study:
         if len(spec.conditions) > 1
         else 0
     )
-    return Study(path, text, spec, world, seeds, units, forms, prefix, networks)
+    return Study(path, text, spec, world, seeds, units, forms, prefix, networks, schemas)
 
 
 def _networks(path: Path, spec: StudyFile, world: Path) -> dict[str, ConditionNetwork]:
@@ -439,5 +508,6 @@ __all__ = [
     "StudyFile",
     "Survey",
     "Unit",
+    "check_against_world",
     "read_study",
 ]

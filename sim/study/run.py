@@ -29,23 +29,24 @@ step is given a share of what is left (``Ledger``), as ``--budget-usd`` for a ti
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from sim import safefs
 from sim.config import Config, user_layers
 from sim.errors import InputError
 from sim.interventions import load_pending, parse_assignment
-from sim.interview import INTERVIEWS, Interview, read_interviews
+from sim.interview import INTERVIEW_DIGESTS, INTERVIEWS, Interview, read_interviews
 from sim.llm.types import Usage
 from sim.runs.design import SweepPlan
 from sim.runs.fork import (
@@ -58,19 +59,22 @@ from sim.runs.fork import (
     fork_current,
     read_record,
 )
+from sim.runs.inputs import Inputs, changed, inputs_of
 from sim.runs.ledger import Grant, Ledger, Spend
 from sim.runs.process import (
+    STOPPED,
     Executor,
     RunOutcome,
     Status,
     SweepResult,
     last_line,
     run_one,
+    run_tasks,
     tick_command,
     trusted_flags,
 )
 from sim.storage import Storage, dump_json
-from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit
+from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit, check_against_world
 from sim.study.network import NETWORK_FACTOR, ConditionNetwork, apply_network
 from sim.study.trust import check_factors
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
@@ -145,12 +149,19 @@ def _differing(recorded: Mapping[str, Any], design: Mapping[str, Any]) -> str:
     return "design"
 
 
-def check_folder(study: Study, out: Path) -> None:
-    """Refuse, before anything is written, a folder holding anything but this study.
+def study_inputs(study: Study, layers: Mapping[str, Any]) -> Inputs:
+    """The digests of a study's inputs: its world as forked, the user's config layers,
+    its design (but its seeds) with its schema files, sim's version."""
+    return inputs_of(study.world, layers, study.fingerprint(), exclude=(RUN_FILE,))
+
+
+def check_folder(study: Study, out: Path, inputs: Inputs | None = None) -> None:
+    """Refuse, before anything is written, a folder holding anything but this study, or
+    this study run from other ``inputs`` (each one that changed named).
 
     Raises:
         InputError: ``out`` is a file, holds another study (names the field that differs)
-            or files of something else (a sweep's runs, a world).
+            or files of something else (a sweep's runs, a world), or records other inputs.
     """
     if not out.exists():
         return
@@ -180,6 +191,21 @@ def check_folder(study: Study, out: Path) -> None:
             "records another study (its world or design differ): use another --out "
             "(nothing was written)",
         )
+    if inputs is None:
+        return
+    try:
+        recorded = None if data.get("inputs") is None else Inputs.model_validate(data["inputs"])
+    except ValidationError as exc:
+        raise InputError(record, "inputs", f"cannot read: {exc.errors()[0]['msg']}") from None
+    differ = changed(recorded, inputs)
+    if differ:
+        raise InputError(
+            record,
+            "inputs",
+            f"records this study run from other inputs; changed: {'; '.join(differ)}. Its "
+            "runs would pool results of different inputs: use another --out (nothing was "
+            "written)",
+        )
 
 
 def _check_links(study: Study, out: Path) -> None:
@@ -205,14 +231,17 @@ def _check_links(study: Study, out: Path) -> None:
                 )
 
 
-def write_record(study: Study, out: Path) -> None:
-    """``DIR/study.json`` (the expanded design) and ``DIR/study.toml`` (the file as given)."""
+def write_record(study: Study, out: Path, inputs: Inputs | None = None) -> None:
+    """``DIR/study.json`` (the expanded design and the digests of its inputs) and
+    ``DIR/study.toml`` (the file as given)."""
     out.mkdir(parents=True, exist_ok=True)
     document: dict[str, Any] = {
         "identity": study.identity(),
         "study_file": str(study.path.resolve()),
         "design": study.design(),
     }
+    if inputs is not None:
+        document["inputs"] = inputs.model_dump(mode="json")
     with safefs.open_dir(out, []) as dir_fd:
         for name, data in (
             (STUDY_RECORD, dump_json(document)),
@@ -267,7 +296,7 @@ def _finish_fork(tmp: Path, dest: Path, record: RunRecord) -> None:
     tmp.rename(dest)
 
 
-def make_prefix(study: Study, out: Path, unit: Unit) -> RunRecord:
+def make_prefix(study: Study, out: Path, unit: Unit, inputs: Inputs | None = None) -> RunRecord:
     """``DIR/_shared/<run>``: a fork of the world for the unit's shared ticks."""
     run_dir = out / SHARED / unit.name
     if run_dir.exists():
@@ -283,12 +312,15 @@ def make_prefix(study: Study, out: Path, unit: Unit) -> RunRecord:
         source=str(study.world),
         start_tick=start,
         design=_design(study, unit, None, None),
+        inputs=inputs,
     )
     _finish_fork(tmp, run_dir, record)
     return record
 
 
-def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
+def make_arm(
+    study: Study, out: Path, arm: Arm, start: int, inputs: Inputs | None = None
+) -> RunRecord:
     """``DIR/<condition>/<run>``: forked from the unit's prefix at its current tick, with
     the prefix's logs and answers copied byte for byte (from the world without a prefix)."""
     run_dir = out / arm.rel
@@ -310,9 +342,10 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
             safefs.copy_file(prefix, rel, tmp / rel)
             with contextlib.suppress(FileNotFoundError):
                 safefs.copy_file(prefix, summary_rel(tick), tmp / summary_rel(tick))
-        if os.path.lexists(prefix / INTERVIEWS):
-            (tmp / INTERVIEWS).parent.mkdir(parents=True, exist_ok=True)
-            safefs.copy_file(prefix, INTERVIEWS, tmp / INTERVIEWS)
+        for rel in (INTERVIEWS, INTERVIEW_DIGESTS):
+            if os.path.lexists(prefix / rel):
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                safefs.copy_file(prefix, rel, tmp / rel)
     record = RunRecord(
         name=arm.unit.name,
         seed=arm.unit.seed,
@@ -320,6 +353,7 @@ def make_arm(study: Study, out: Path, arm: Arm, start: int) -> RunRecord:
         source=str(study.world),
         start_tick=start,
         design=_design(study, arm.unit, arm.condition, fork_tick),
+        inputs=inputs,
     )
     _finish_fork(tmp, run_dir, record)
     return record
@@ -527,9 +561,13 @@ def run_study(
     on_outcome: Callable[[RunOutcome], None] | None = None,
     executor: Executor = run_one,
     trust_study: bool = False,
+    on_interrupt: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) every arm of ``study`` in ``out``: the shared prefixes first, then
     the arms forked from them, ``jobs`` folders at a time.
+
+    A Ctrl-C stops it as ``sim.runs.process.run_tasks`` says (``on_interrupt`` is told);
+    the result then says ``interrupted``.
 
     The study's factors are judged by the trust rule first (``sim.study.trust``: routing
     only with ``trust_study``, limits only tightened).
@@ -539,15 +577,25 @@ def run_study(
             (``check_folder``), a run folder in it records another run, a factor
             combination is not a valid config.
     """
+    if out.resolve().is_relative_to(study.world.resolve()):  # each fork would copy the last
+        raise InputError(
+            out,
+            "--out",
+            f"inside the world {study.world}: each run would fork the runs before it; use a "
+            "folder outside the world (nothing was written)",
+        )
     plan = SweepPlan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
-    check_factors(study, user_layers(config_file, plan.cwd), trust_study)
+    layers = user_layers(config_file, plan.cwd)
+    check_factors(study, layers, trust_study)
     for unit in study.units:  # every combination checked as a config before anything
         try:
             plan.config(unit.overrides)
         except InputError as exc:
             shown = ", ".join(f"{k}={v!r}" for k, v in unit.overrides.items())
             raise InputError(study.path, "factors", f"{shown}: {exc}") from None
-    check_folder(study, out)
+    check_against_world(study, plan.config(study.units[0].overrides))
+    inputs = study_inputs(study, layers)
+    check_folder(study, out, inputs)
     now = current_tick(study.world)
     for unit in study.units:  # every existing run folder checked before anything is written
         for condition in [None, *study.spec.conditions]:
@@ -562,7 +610,7 @@ def run_study(
                     "its runs would not start from one state; use another --out "
                     "(nothing was written)",
                 )
-    write_record(study, out)
+    write_record(study, out, inputs)
     start = current_tick(study.world)
     ledger = Ledger(budget_usd, budget_tokens, study_spend(study, out, plan), jobs)
     arms = study.arms
@@ -579,8 +627,11 @@ def run_study(
             on_outcome(outcome)
 
     def run_prefix(unit: Unit) -> None:
+        if stopping.is_set():
+            prefix_failed[unit.name] = STOPPED
+            return
         with fork_lock:
-            record = make_prefix(study, out, unit)
+            record = make_prefix(study, out, unit, inputs)
         run_dir = out / SHARED / unit.name
         status, message = runner.drive(
             run_dir, record.start_tick, study.prefix, None, unit.overrides
@@ -596,30 +647,52 @@ def run_study(
                 base.message = prefix_failed[arm.unit.name]
                 base.status = "failed"
                 return
+            if stopping.is_set():
+                base.message = STOPPED
+                return
             with fork_lock:
-                record = make_arm(study, out, arm, start)
+                record = make_arm(study, out, arm, start, inputs)
             run_dir = out / arm.rel
             base.target = record.start_tick + study.spec.ticks
             base.status, base.message = runner.drive(
                 run_dir, record.start_tick, study.spec.ticks, arm.condition, arm.unit.overrides
             )
             base.tick = current_tick(run_dir)
+            if stopping.is_set() and base.status not in ("done", "finished"):
+                base.message = STOPPED
         finally:
             runner.done_one()
             report(base, arm.rel)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        if study.prefix > 0:
-            for future in [pool.submit(run_prefix, unit) for unit in study.units]:
-                future.result()
-        for future in [pool.submit(run_arm, arm) for arm in arms]:
-            future.result()
+    stopping = threading.Event()
+    interrupted = study.prefix > 0 and run_tasks(
+        jobs,
+        [functools.partial(run_prefix, unit) for unit in study.units],
+        executor,
+        stopping,
+        on_interrupt,
+    )
+    if not interrupted:
+        interrupted = run_tasks(
+            jobs,
+            [functools.partial(run_arm, arm) for arm in arms],
+            executor,
+            stopping,
+            on_interrupt,
+        )
+    for arm in arms:  # not begun: Ctrl-C came first
+        if arm.rel not in outcomes:
+            tick = current_tick(out / arm.rel) if (out / arm.rel / RUN_FILE).is_file() else 0
+            outcomes[arm.rel] = RunOutcome(
+                arm.rel, arm.unit.seed, arm.unit.overrides, "not started", tick, 0, None, STOPPED
+            )
     spent = study_spend(study, out, plan)
     unpriced = bool(spent.cost.unpriced)
     return SweepResult(
         [outcomes[arm.rel] for arm in arms],
         None if unpriced else round(spent.cost.usd, 8),
         spent.tokens,
+        interrupted,
     )
 
 
@@ -630,6 +703,7 @@ __all__ = [
     "make_arm",
     "make_prefix",
     "run_study",
+    "study_inputs",
     "study_spend",
     "survey_done",
     "write_record",

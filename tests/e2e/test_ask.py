@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import tree
 
 from sim.cli import main
-from sim.interview import INTERVIEWS, read_interviews
+from sim.interview import INTERVIEW_DIGESTS, INTERVIEWS, read_interviews
 from sim.testing.stub_server import StubServer
 
 QUESTION = "How will you vote on the new harbour master?"
@@ -21,9 +21,10 @@ def run(*args: str):
 
 
 def world_files(world: Path) -> dict[str, bytes]:
-    """Every file of the world, logs included, but the interview record."""
+    """Every file of the world, logs included, but the interview record (and its digests)."""
     files = tree(world, logs=True)
     files.pop(INTERVIEWS, None)
+    files.pop(INTERVIEW_DIGESTS, None)
     return files
 
 
@@ -116,3 +117,20 @@ def test_ask_through_a_real_server_and_a_failure_is_recorded(
     recorded = read_interviews(ticked)
     assert [i.failed for i in recorded] == [False, True]
     assert recorded[-1].attempts  # the refused attempts are kept: they may be billed
+
+
+def test_a_failed_offline_answer_is_logged_and_priced_as_offline(tmp_path: Path) -> None:
+    """Issue 39: a failed offline attempt was recorded under the configured model
+    (gpt-4.1-mini) and priced at its price, so a free study reported a cost."""
+    world = tmp_path / "w"
+    assert run("init", str(world)).exit_code == 0
+    config = world / "config.toml"
+    # ids not sent as enums ("validate"): the offline model's answers name no character
+    text = config.read_text().replace("[llm]\n", '[llm]\nconstrain_refs = "validate"\n', 1)
+    config.write_text(text + '\n[phase1]\nmodel = "gpt-4.1-mini"\n')
+    result = run("ask", "--world", str(world), "--all", "--format", "character", QUESTION)
+    assert "failed" in result.output, result.output
+    failed = [a for i in read_interviews(world) for a in i.attempts if a.error_code]
+    assert failed and {a.model for a in failed} == {"offline"}
+    usage = orjson.loads(run("usage", "--world", str(world), "--json").stdout)
+    assert usage["total"]["cost_usd"] == 0 and usage["total"]["total_tokens"] > 0

@@ -281,3 +281,21 @@ def test_tool_calling_ticks_are_logged_and_replay_identical(demo_world: Path) ->
     result = invoke("replay", "--world", str(demo_world), "--tick", "1", "--to", "2")
     assert result.exit_code == 0, result.output
     assert result.output.strip().endswith("identical")
+
+
+def test_replay_of_the_last_tick_names_a_world_file_edited_since(
+    five_ticks: Path, tmp_path: Path
+) -> None:
+    """Issue 39: replay rebuilt the tick from its log and compared it with the log only, so
+    a character file edited after the last commit replayed 'identical'."""
+    world = tmp_path / "w"
+    shutil.copytree(five_ticks, world)
+    path = sorted((world / "characters").glob("*.json"))[0]
+    data = orjson.loads(path.read_bytes())
+    data["state"]["mood"] = "edited by hand"
+    path.write_bytes(orjson.dumps(data))
+    result = invoke("replay", "--world", str(world), "--tick", "5")
+    assert result.exit_code == 1, result.output
+    assert f"characters/{path.name}" in result.output and "edited since" in result.output
+    # an earlier tick is not the world's last: its replay is still identical
+    assert invoke("replay", "--world", str(world), "--tick", "4").exit_code == 0

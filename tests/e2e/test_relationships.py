@@ -503,3 +503,54 @@ def test_sim_ask_shows_the_character_its_relationships(tmp_path: Path, stub_serv
     assert said["bram"]["you"]["relationships"] == [
         {"id": "ada", "name": "Ada Marsh", "kind": "acquaintance", "trust": 0.5}
     ]
+
+
+def ref_bond_world(tmp_path: Path) -> tuple[Path, list[str]]:
+    """``bond_world`` whose updates name the other character by ``x-sim-ref`` (no enum),
+    under the default ``constrain_refs``."""
+    world = bond_world(tmp_path)
+    ids = sorted(p.stem for p in (world / "characters").glob("*.json"))
+    schema = bond_schema(ids)
+    schema["properties"]["updates"]["items"]["properties"]["to"] = {
+        "type": "string",
+        "x-sim-ref": "character",
+    }
+    schema["properties"]["updates"]["items"]["required"] = ["to", "kind", "trust"]
+    (world / "schemas" / "bond.json").write_bytes(orjson.dumps(schema))
+    return world, ids
+
+
+def test_x_sim_ref_fields_work_offline_and_check_samples_respect_them(tmp_path: Path) -> None:
+    """Issue 39: offline, a declared phase's x-sim-ref fields came back as made-up words
+    (every answer refused, the tick not committed), and `sim check` warned that a sample
+    answer (which ignored the reference) would be refused."""
+    world, ids = ref_bond_world(tmp_path)
+    check = invoke("check", "--world", str(world))
+    assert check.exit_code == 0, check.output
+    assert "sample answer" not in check.output, check.output
+    result = invoke("tick", "--world", str(world), "--ticks", "2")
+    assert result.exit_code == 0, result.output
+    for tick in (1, 2):
+        log = read_log(log_path(world, tick))
+        assert not [c for c in log.calls.values() if c.phase == "bond" and c.failed]
+        answers = log.phase_results("bond")
+        assert set(answers) == set(ids)
+        assert all(u["to"] in ids for a in answers.values() for u in a["updates"])
+
+
+def test_a_whole_relationships_object_can_be_set(tmp_path: Path) -> None:
+    """Issue 39: refused in a world whose phase writes relationships (the value was held to
+    the phase's answer type: a list of updates)."""
+    world, ids = ref_bond_world(tmp_path)
+    ties = {ids[1]: {"kind": "rival", "trust": 0.1}, ids[2]: {"kind": "friend"}}
+    result = invoke(
+        "set", "--world", str(world), f"{ids[0]}.relationships={orjson.dumps(ties).decode()}"
+    )
+    assert result.exit_code == 0, result.output
+    saved = orjson.loads((world / "characters" / f"{ids[0]}.json").read_bytes())
+    assert saved["relationships"] == ties
+    # still checked as a world file: a tie to nobody is refused
+    result = invoke(
+        "set", "--world", str(world), f'{ids[0]}.relationships={{"nobody": {{"kind": "x"}}}}'
+    )
+    assert result.exit_code == 2 and "relationships" in result.output, result.output
