@@ -60,6 +60,9 @@ class ProviderProfile:
             ``None``: not declared (a package's provider), not checked.
         answers_as: the one model name it answers under, whatever was asked, and is
             priced as (empty: the model asked for).
+        refs_as_enums: a declared phase's ``x-sim-ref`` ids go into its schema as enums
+            whatever ``constrain_refs`` says (it has no other way to know them, and
+            nothing goes on a wire: the offline model).
         default_model: the model a phase left at the built-in default runs on it.
         default_model_env: the environment variable that overrides ``default_model``.
         sdk_extra: the ``sim[...]`` extra that installs its SDK (empty: none needed).
@@ -86,6 +89,7 @@ class ProviderProfile:
     no_chains_why: str = ""
     batch_api: bool | None = None
     answers_as: str = ""
+    refs_as_enums: bool = False
     default_model: str = ""
     default_model_env: str = ""
     sdk_extra: str = ""

@@ -53,6 +53,7 @@ from sim.phases.schema import answer_field, load_schema, ref_fields, without_ref
 from sim.phases.templates import template_name
 from sim.phases.tool_registry import ANSWER, declared_tools
 from sim.phases.tool_steps import converse
+from sim.providers import profile
 from sim.world import (
     Character,
     Entity,
@@ -384,7 +385,10 @@ class DeclaredPhase:
         constrain = (
             bool(self.refs)
             and self.answer_tool is None
-            and (ctx.refs_mode(section) == "schema" or ctx.endpoint_kind(section) == "offline")
+            and (
+                ctx.refs_mode(section) == "schema"
+                or profile(ctx.endpoint_kind(section)).refs_as_enums
+            )
         )
         for subject in subjects:
 

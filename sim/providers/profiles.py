@@ -85,6 +85,7 @@ OFFLINE = ProviderProfile(
     embeddings="hashed",
     batch_api=False,
     answers_as="offline",
+    refs_as_enums=True,
 )
 
 #: a local command: prompt on stdin, answer on stdout, the schema in the prompt
