@@ -16,7 +16,7 @@ from sim.cli.common import (
     trusting_world_config,
 )
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
-from sim.cli.sweep import budget_and_executor, outcome_line
+from sim.cli.sweep import budget_and_executor, finish_runs, outcome_line
 from sim.errors import InputError
 
 
@@ -93,32 +93,7 @@ def run_(
             on_interrupt=lambda note: echo(note, err=True),
             trust_study=trust_study,
         )
-        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
-        if as_json:
-            emit(
-                {
-                    "command": "study run",
-                    "ok": result.ok,
-                    "interrupted": result.interrupted,
-                    "out": str(out),
-                    "prefix_ticks": plan.prefix,
-                    "runs": [o.to_dict() for o in result.runs],
-                    "spent_usd": result.spent_usd,
-                    "spent_tokens": result.spent_tokens,
-                }
-            )
-        else:
-            counts: dict[str, int] = {}
-            for outcome in result.runs:
-                counts[outcome.status] = counts.get(outcome.status, 0) + 1
-            summary = ", ".join(f"{n} {status}" for status, n in counts.items())
-            echo(f"{summary}; the study has spent {result.spent_tokens} tokens, {spent}")
-            if not result.ok:
-                echo("run the same command again to resume the runs not finished", err=True)
-        if result.interrupted:
-            sys.exit(130)
-        if not result.ok:
-            sys.exit(1)
+        finish_runs("study run", "study", result, out, as_json, {"prefix_ticks": plan.prefix})
 
 
 @study.command("report")

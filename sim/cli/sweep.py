@@ -23,12 +23,50 @@ from sim.errors import InputError
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
-    from sim.runs.process import RunOutcome
+    from sim.runs.process import RunOutcome, SweepResult
 
 
 def outcome_line(outcome: RunOutcome) -> str:
     line = f"{outcome.status:<11} {outcome.name}  tick {outcome.tick}/{outcome.target}"
     return line + (f"  {outcome.message}" if outcome.message else "")
+
+
+def finish_runs(
+    command: str,
+    whole: str,
+    result: SweepResult,
+    out: Path,
+    as_json: bool,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Say how a sweep's or a study's runs ended (``extra`` joins the JSON after ``out``),
+    and exit 130 when interrupted, 1 when a run did not finish."""
+    spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
+    if as_json:
+        emit(
+            {
+                "command": command,
+                "ok": result.ok,
+                "interrupted": result.interrupted,
+                "out": str(out),
+                **(extra or {}),
+                "runs": [o.to_dict() for o in result.runs],
+                "spent_usd": result.spent_usd,
+                "spent_tokens": result.spent_tokens,
+            }
+        )
+    else:
+        counts: dict[str, int] = {}
+        for outcome in result.runs:
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+        echo(f"{summary}; the {whole} has spent {result.spent_tokens} tokens, {spent}")
+        if not result.ok:
+            echo("run the same command again to resume the runs not finished", err=True)
+    if result.interrupted:
+        sys.exit(130)
+    if not result.ok:
+        sys.exit(1)
 
 
 def budget_and_executor(whole: str, unit: str) -> Callable[[F], F]:
@@ -158,31 +196,7 @@ def sweep(
             executor=run,
             on_interrupt=lambda note: echo(note, err=True),
         )
-        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
-        if as_json:
-            emit(
-                {
-                    "command": "sweep",
-                    "ok": result.ok,
-                    "interrupted": result.interrupted,
-                    "out": str(out),
-                    "runs": [o.to_dict() for o in result.runs],
-                    "spent_usd": result.spent_usd,
-                    "spent_tokens": result.spent_tokens,
-                }
-            )
-        else:
-            counts: dict[str, int] = {}
-            for outcome in result.runs:
-                counts[outcome.status] = counts.get(outcome.status, 0) + 1
-            summary = ", ".join(f"{n} {status}" for status, n in counts.items())
-            echo(f"{summary}; the sweep has spent {result.spent_tokens} tokens, {spent}")
-            if not result.ok:
-                echo("run the same command again to resume the runs not finished", err=True)
-        if result.interrupted:
-            sys.exit(130)
-        if not result.ok:
-            sys.exit(1)
+        finish_runs("sweep", "sweep", result, out, as_json)
 
 
 @sweep.command("report")
