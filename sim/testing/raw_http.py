@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from sim.testing.stub_model import chat_chunks, responses_events
-from sim.testing.stub_server import StubServer
+from sim.testing.stub_server import StubServer, close_server, read_request, sse_frames
 
 __all__ = ["RawRequest", "RawServer", "RawServerThread", "Reply", "head", "sse"]
 
@@ -105,13 +105,7 @@ def sse(path: str, request: dict[str, Any], body: dict[str, Any]) -> bytes:
     else:
         usage = bool((request.get("stream_options") or {}).get("include_usage"))
         events, done = chat_chunks(body, usage), True
-    frames = [
-        (f"event: {name}\n" if name else "") + f"data: {orjson.dumps(data).decode()}\n\n"
-        for name, data in events
-    ]
-    if done:
-        frames.append("data: [DONE]\n\n")
-    return "".join(frames).encode()
+    return "".join(sse_frames(events, done)).encode()
 
 
 class RawServer:
@@ -143,11 +137,7 @@ class RawServer:
         self.scheme = "https" if ssl is not None else "http"
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await close_server(self._server, self._tasks)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -158,16 +148,7 @@ class RawServer:
         served = 0
         try:
             while True:
-                raw = await reader.readuntil(b"\r\n\r\n")
-                lines = raw.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                headers: dict[str, str] = {}
-                for line in lines[1:]:
-                    name, sep, value = line.partition(":")
-                    if sep:
-                        headers[name.strip().lower()] = value.strip()
-                length = int(headers.get("content-length") or 0)
-                body = await reader.readexactly(length) if length else b""
+                method, target, headers, body = await read_request(reader)
                 served += 1
                 request = RawRequest(method, target, headers, body, number, served, self.model)
                 self.requests.append(request)

@@ -337,6 +337,43 @@ class _HTTPError(Exception):
         self.status, self.body, self.headers = status, body, headers or {}
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes]:
+    """One HTTP/1.1 request off ``reader``: its method, target, headers (lower-cased names)
+    and body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _ = lines[0].split(" ", 2)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length") or 0)
+    body = await reader.readexactly(length) if length else b""
+    return method, target, headers, body
+
+
+def sse_frames(events: list[tuple[str | None, Json]], done_marker: bool) -> list[str]:
+    """Server-sent event frames, one per ``(event name, data)``, and ``[DONE]`` last when
+    ``done_marker``."""
+    frames = [
+        (f"event: {name}\n" if name else "") + f"data: {orjson.dumps(data).decode()}\n\n"
+        for name, data in events
+    ]
+    if done_marker:
+        frames.append("data: [DONE]\n\n")
+    return frames
+
+
+async def close_server(server: asyncio.Server | None, tasks: set[asyncio.Task[None]]) -> None:
+    """Stop listening and end every open connection's task."""
+    if server is not None:
+        server.close()
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class StubServer:
     """The server; ``start``/``close`` on a running loop, or ``ServerThread`` for tests."""
 
@@ -433,11 +470,7 @@ class StubServer:
         return self.port
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await close_server(self._server, self._tasks)
 
     async def serve_forever(
         self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
@@ -456,16 +489,7 @@ class StubServer:
         self.stats.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                headers: dict[str, str] = {}
-                for line in lines[1:]:
-                    name, sep, value = line.partition(":")
-                    if sep:
-                        headers[name.strip().lower()] = value.strip()
-                length = int(headers.get("content-length") or 0)
-                body = await reader.readexactly(length) if length else b""
+                method, target, headers, body = await read_request(reader)
                 path = target.split("?")[0]
                 slot = (
                     self._slots
@@ -524,12 +548,7 @@ class StubServer:
             "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
         )
         writer.write(head.encode())
-        frames = [
-            (f"event: {name}\n" if name else "") + f"data: {orjson.dumps(data).decode()}\n\n"
-            for name, data in stream.events
-        ]
-        if stream.done_marker:
-            frames.append("data: [DONE]\n\n")
+        frames = sse_frames(stream.events, stream.done_marker)
         delay = stream.delay
         for index, frame in enumerate(frames):
             if index and delay > 0:
