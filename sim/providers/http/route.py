@@ -268,23 +268,30 @@ class Route:
         timeout: float | None,
         shown: str,
     ) -> bytes:
-        async with session.post(
+        async with await self._send(session, "POST", url, content, headers, timeout) as response:
+            body = await response.read()
+            _check_status(response, body, shown)
+            return body
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        url: URL,
+        data: bytes | aiohttp.FormData | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request on ``session``, through the target's proxy; the answer's head."""
+        return await session.request(
+            method,
             url,
-            data=content,
+            data=data,
             headers=headers,
             timeout=self._timeout(timeout),
             proxy_headers=self._proxy_headers,
             allow_redirects=False,  # a redirect is an error status, never followed
-        ) as response:
-            body = await response.read()
-            if not 200 <= response.status < 300:
-                raise HttpStatusError(
-                    shown,
-                    response.status,
-                    {name.lower(): value for name, value in response.headers.items()},
-                    body,
-                )
-            return body
+        )
 
     async def stream(
         self, path: str, content: bytes, idempotency_key: str | None = None
@@ -308,35 +315,17 @@ class Route:
         headers = {**self._with(idempotency_key), "Accept": "text/event-stream"}
         try:
             try:
-                response = await self._pooled().post(
-                    url,
-                    data=content,
-                    headers=headers,
-                    timeout=self._timeout(None),
-                    proxy_headers=self._proxy_headers,
-                    allow_redirects=False,
-                )
+                response = await self._send(self._pooled(), "POST", url, content, headers, None)
             except STALE_FAILURES as exc:
                 if not stale_connection(exc):
                     raise
                 self.stale_retries += 1
-                response = await self._fresh_session().post(
-                    url,
-                    data=content,
-                    headers=headers,
-                    timeout=self._timeout(None),
-                    proxy_headers=self._proxy_headers,
-                    allow_redirects=False,
+                response = await self._send(
+                    self._fresh_session(), "POST", url, content, headers, None
                 )
             async with response:
                 if not 200 <= response.status < 300:
-                    body = await response.read()
-                    raise HttpStatusError(
-                        shown,
-                        response.status,
-                        {name.lower(): value for name, value in response.headers.items()},
-                        body,
-                    )
+                    _check_status(response, await response.read(), shown)
                 if not is_event_stream(response.headers.get("Content-Type")):
                     yield whole_answer(await response.read(), shown)
                     return
@@ -381,23 +370,11 @@ class Route:
             )
             data = form
         try:
-            async with self._pooled().request(
-                method,
-                self._url(path),
-                data=data,
-                headers=headers,
-                timeout=self._timeout(timeout),
-                proxy_headers=self._proxy_headers,
-                allow_redirects=False,
+            async with await self._send(
+                self._pooled(), method, self._url(path), data, headers, timeout
             ) as response:
                 body = await response.read()
-                if not 200 <= response.status < 300:
-                    raise HttpStatusError(
-                        shown,
-                        response.status,
-                        {name.lower(): value for name, value in response.headers.items()},
-                        body,
-                    )
+                _check_status(response, body, shown)
                 return body
         except HttpPostError:
             raise
@@ -440,6 +417,17 @@ class Route:
                 if session is not None and not session.closed:
                     await session.close()
         self._session = self._fresh = None
+
+
+def _check_status(response: aiohttp.ClientResponse, body: bytes, shown: str) -> None:
+    """Raise ``HttpStatusError`` for an answer that is not 2xx (``body``: what it said)."""
+    if not 200 <= response.status < 300:
+        raise HttpStatusError(
+            shown,
+            response.status,
+            {name.lower(): value for name, value in response.headers.items()},
+            body,
+        )
 
 
 async def _events(response: aiohttp.ClientResponse, shown: str) -> AsyncIterator[dict[str, Any]]:
