@@ -14,7 +14,7 @@ from typing import Any
 
 from sim.config.models import Config, DeclaredPhaseConfig
 from sim.config.names import PHASE_SECTIONS, numbered_sections
-from sim.config.trust import tightened, untrusted
+from sim.config.trust import MISSING, lookup, tightened, untrusted
 from sim.config.validate import (
     InvalidConfig,
     cli_model_problems,
@@ -181,12 +181,7 @@ def user_layers(config_file: Path | None = None, cwd: Path | None = None) -> dic
 
 def _has(data: Mapping[str, Any], dotted: str) -> bool:
     """Whether a raw layer sets the dotted key."""
-    value: Any = data
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return False
-        value = value[part]
-    return True
+    return lookup(data, dotted) is not MISSING
 
 
 def _read_world_toml(path: Path) -> dict[str, Any]:

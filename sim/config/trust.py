@@ -34,6 +34,14 @@ class Rule:
     def remedy(self) -> str:
         return f"set it in your own config (--config or ./config.toml) or pass {self.opt_in}"
 
+    def refusal(self, what: str) -> str:
+        """The error's words for a setting that would change ``what``."""
+        return f"{self.subject} may not change {what}; {self.remedy()}"
+
+
+#: what the routing keys decide (``Rule.refusal``)
+_ROUTING = "where requests go or which credential they carry"
+
 
 #: the rule for a world's own ``config.toml``
 WORLD_RULE = Rule("a world's config", "--trust-world-config if you trust this world")
@@ -67,16 +75,18 @@ def _routing_settings(data: Mapping[str, Any], prefix: str = "") -> dict[str, An
     return out
 
 
-def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
+#: what ``lookup`` answers for a key a layer does not set
+MISSING = object()
+
+
+def lookup(data: Mapping[str, Any], dotted: str) -> Any:
+    """The value of the dotted key in a raw config layer, else ``MISSING``."""
     value: Any = data
     for part in dotted.split("."):
         if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
+            return MISSING
         value = value[part]
     return value
-
-
-_MISSING = object()
 
 
 def _untrusted_routing(
@@ -90,21 +100,14 @@ def _untrusted_routing(
     setting the user's flags override is moot)."""
     problems: list[InputError] = []
     for dotted, value in _routing_settings(world).items():
-        if _lookup(flags, dotted) is not _MISSING:
+        if lookup(flags, dotted) is not MISSING:
             continue  # the command line decides this one
         if dotted.rpartition(".")[2] == "provider" and _sends_nothing(value):
             continue  # the one choice that sends nothing and carries no key
-        chosen = _lookup(users, dotted)
-        if chosen == value or (chosen is _MISSING and value == ""):
+        chosen = lookup(users, dotted)
+        if chosen == value or (chosen is MISSING and value == ""):
             continue  # the user chose the same thing (or the world restates the default)
-        problems.append(
-            InputError(
-                source,
-                dotted,
-                f"{rule.subject} may not change where requests go or which credential "
-                f"they carry; {rule.remedy()}",
-            )
-        )
+        problems.append(InputError(source, dotted, rule.refusal(_ROUTING)))
     return problems
 
 
@@ -134,15 +137,15 @@ def _untrusted_models(
     ``[llm] provider`` (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A
     provider name only the world declares is reported by its ``[providers.*]`` table
     (``_untrusted_routing``)."""
-    chosen_kind = _lookup(flags, "llm.provider")  # --provider, else the user's config
-    if chosen_kind is _MISSING:
-        chosen_kind = _lookup(users, "llm.provider")
+    chosen_kind = lookup(flags, "llm.provider")  # --provider, else the user's config
+    if chosen_kind is MISSING:
+        chosen_kind = lookup(users, "llm.provider")
     declared = users.get("providers")
     chosen_names = set(declared) if isinstance(declared, Mapping) else set()
     problems: list[InputError] = []
     for section, settings in _phase_layers(world).items():
         for key in ("model", "fallback_models"):
-            if key not in settings or _lookup(flags, f"{section}.{key}") is not _MISSING:
+            if key not in settings or lookup(flags, f"{section}.{key}") is not MISSING:
                 continue
             value = settings[key]
             names = [value] if isinstance(value, str) else value
@@ -161,8 +164,7 @@ def _untrusted_models(
                         source,
                         f"{section}.{key}",
                         f"{name!r} runs on {head!r}, an endpoint your config does not use: "
-                        f"{rule.subject} may not change where requests go or which "
-                        f"credential they carry; {rule.remedy()}",
+                        + rule.refusal(_ROUTING),
                     )
                 )
     return problems
@@ -184,12 +186,7 @@ def _untrusted_policy(
         if key in mine and mine[key] == value:
             continue  # the user chose the same (or the world restates the default)
         problems.append(
-            InputError(
-                source,
-                f"policy.{key}",
-                f"{rule.subject} may not change the policy gates (docs/policies.md); "
-                f"{rule.remedy()}",
-            )
+            InputError(source, f"policy.{key}", rule.refusal("the policy gates (docs/policies.md)"))
         )
     return problems
 
@@ -294,26 +291,26 @@ def tightened(
     notes: list[str] = []
     for dotted, zero_is_no_cap in CAPS.items():
         section, _, key = dotted.partition(".")
-        theirs = _number(_lookup(world, dotted))
+        theirs = _number(lookup(world, dotted))
         if theirs is None:
             continue
-        mine = _number(_lookup(users, dotted))
+        mine = _number(lookup(users, dotted))
         if mine is None:
             continue  # the user's layers always hold the built-in default
         stricter = _stricter(mine, theirs, zero_is_no_cap)
         if stricter == theirs:
             continue  # tightened, or the same
-        value = _lookup(users, dotted)
+        value = lookup(users, dotted)
         out[section][key] = value
         notes.append(
-            f"{source}: {dotted} = {_lookup(world, dotted)!r} would loosen your "
+            f"{source}: {dotted} = {lookup(world, dotted)!r} would loosen your "
             f"{value!r}; using yours (a world's config may tighten a limit, never loosen it)"
         )
     table = world.get("prices")
     if isinstance(table, Mapping):
         raw = users.get("prices")
         users_prices = _price_table(raw) if isinstance(raw, Mapping) else {}
-        guarded = [g for g in _PRICE_GUARDS if (_number(_lookup(users, g)) or 0.0) > 0]
+        guarded = [g for g in _PRICE_GUARDS if (_number(lookup(users, g)) or 0.0) > 0]
         prices = dict(out.get("prices") or {})
         for model, entry in table.items():
             if not isinstance(entry, Mapping):

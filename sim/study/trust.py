@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim.config import InvalidConfig, merge_tables
-from sim.config.trust import Rule, tightened, untrusted
+from sim.config.trust import MISSING, Rule, lookup, tightened, untrusted
 from sim.errors import InputError
 from sim.runs.design import nested
 from sim.study.design import Study
@@ -36,8 +36,6 @@ logger = logging.getLogger(__name__)
 #: the rule's words for a study file
 STUDY_RULE = Rule("a study file", "--trust-study if you trust this study")
 
-_MISSING = object()
-
 
 class RefusedStudy(InvalidConfig):
     """Every factor of a study file the trust rule refuses, one per line (exit 2)."""
@@ -47,15 +45,6 @@ class RefusedStudy(InvalidConfig):
         if len(problems) > 1:
             lines = "\n  ".join(str(p) for p in problems)
             self.args = (f"study file refused ({len(problems)} problems):\n  {lines}",)
-
-
-def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = data
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
 
 
 def _values(values: list[Any]) -> list[Any]:
@@ -94,9 +83,9 @@ def check_factors(study: Study, users: Mapping[str, Any], trust: bool = False) -
                 break
             merged = merge_tables(users, layer)
             kept, _ = tightened(merged, layer, users, study.path)
-            if _lookup(kept, key) != value:
-                yours = _lookup(kept, key)
-                shown = "" if yours is _MISSING else f" ({yours!r})"
+            if lookup(kept, key) != value:
+                yours = lookup(kept, key)
+                shown = "" if yours is MISSING else f" ({yours!r})"
                 problems.append(
                     InputError(
                         study.path,
