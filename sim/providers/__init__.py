@@ -14,7 +14,8 @@ never a kind's name (``tests/unit/test_provider_names.py``).
 Owns: the adapters, one module per wire format, their profiles and registry, and the HTTP
 client (``http/``).
 
-May import: ``sim.llm``, and ``sim.lifeline`` (the guard a ``cli`` command runs under).
+May import: ``sim.llm``, ``sim.lifeline`` (the guard a ``cli`` command runs under), and
+``sim.version`` (the User-Agent).
 
 Next: a built-in provider is a module here, named in the registry below; a provider from a
 package goes in the ``sim.providers`` entry-point group, its profile a ``profile`` class

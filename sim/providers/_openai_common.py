@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 import orjson
 from pydantic import BaseModel, ValidationError
 
-import sim
 from sim.llm.calls import CallIdentity, idempotency_key
 from sim.llm.enums import SchemaEnums, constrain
 from sim.llm.errors import LLMConfigurationError, LLMSchemaError
@@ -36,6 +35,7 @@ from sim.providers.http import (
     merge_headers,
     pool_sizes,
 )
+from sim.version import __version__
 
 if TYPE_CHECKING:
     import openai
@@ -83,7 +83,7 @@ def strict_schema(
 #: the endpoint the OpenAI SDK uses when neither ``base_url`` nor ``OPENAI_BASE_URL`` is set
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: the User-Agent of the routes (the SDK's own stack sends the SDK's)
-USER_AGENT = f"sim/{sim.__version__}"
+USER_AGENT = f"sim/{__version__}"
 
 
 class Connections:

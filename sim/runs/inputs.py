@@ -19,10 +19,11 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from sim import __version__, safefs
+from sim import safefs
 from sim.errors import InputError
 from sim.storage.journal import SIM_DIR
 from sim.ticklog.format import INTERVENTIONS
+from sim.version import __version__
 
 #: what each recorded input is called when it differs
 NAMES = {
