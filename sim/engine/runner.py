@@ -36,6 +36,7 @@ from sim.policy import Approver, Policy, configured_policies, nobody
 from sim.policy.forecast import plan_tick
 from sim.policy.gate import TickPolicy
 from sim.storage import Storage, dump_json
+from sim.ticklog.format import STORE_DIR
 from sim.ticklog.reader import check_log_slot
 from sim.ticklog.records import EmbeddingRecord, PolicyRecord
 from sim.ticklog.recovery import recover_logs
@@ -441,9 +442,9 @@ class Runner:
         pool_before = pool.snapshot() if pool is not None else []
         endpoint = stack.endpoint if pool is None else None  # a pool: per server
         pushed_before = endpoint.stats.to_dict() if endpoint is not None else None
-        store = ResponseStore(world.root)
-        for rel in dropped:  # ".sim/responses/<chain>/<id>.json", damaged: never read
-            chain, _, name = rel.removeprefix(".sim/responses/").partition("/")
+        store = ResponseStore(world.root, STORE_DIR)
+        for rel in dropped:  # "STORE_DIR/<chain>/<id>.json", damaged: never read
+            chain, _, name = rel.removeprefix(f"{STORE_DIR}/").partition("/")
             store.discard(f"{chain}:{name.removesuffix('.json')}")
         assert self.phases is not None
         config = self.config

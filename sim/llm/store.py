@@ -2,8 +2,9 @@
 
 In ``window`` chain mode the engine, not the provider, remembers what each chain said, so
 the model sees exactly the last ``depth`` exchanges with any provider. The store keeps one
-small JSON file per chain and entity inside the world folder
-(``.sim/responses/<chain>/<entity_id>.json``: response id -> input and output).
+small JSON file per chain and entity in a folder of the world (``<folder>/<chain>/
+<entity_id>.json``: response id -> input and output). Which folder is the world layout's
+to say (``sim.ticklog.format.STORE_DIR``, handed in by the engine), not this layer's.
 
 Changes are held in memory and handed to ``Storage`` as part of the tick's atomic commit,
 so the store on disk always agrees with the chain ids saved in the entities, and an evicted
@@ -18,8 +19,6 @@ import orjson
 
 from sim.llm.types import Exchange
 
-STORE_DIR = Path(".sim") / "responses"
-
 
 def split_key(entity_key: str) -> tuple[str, str]:
     """``"intention:bob"`` -> ``("intention", "bob")``."""
@@ -32,16 +31,21 @@ class ResponseStore:
 
     Args:
         root: the world folder; ``None`` keeps everything in memory (tests, scratch runs).
+        folder: where the files go, relative to the world folder (``"/"``-separated; what
+            ``changes`` names them under); needed with ``root``.
     """
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, folder: str | None = None) -> None:
+        if root is not None and folder is None:
+            raise ValueError("a response store in a world folder needs the folder of its files")
         self.root = root
+        self._prefix = f"{folder.strip('/')}/" if folder else ""
         self._cache: dict[str, dict[str, dict[str, str]]] = {}
         self._dirty: set[str] = set()
 
     def _relpath(self, entity_key: str) -> str:
         chain, entity_id = split_key(entity_key)
-        return f"{STORE_DIR.as_posix()}/{chain}/{entity_id}.json"
+        return f"{self._prefix}{chain}/{entity_id}.json"
 
     def _entries(self, entity_key: str) -> dict[str, dict[str, str]]:
         entries = self._cache.get(entity_key)

@@ -21,6 +21,7 @@ from sim.phases.intentions import Intention
 from sim.phases.resolution import Outcome, Resolution
 from sim.storage import Storage
 from sim.testing.adapters import MockAdapter
+from sim.ticklog.format import STORE_DIR
 
 WAIT = Intention(action="wait", target=None, content="", reasoning="")
 
@@ -38,7 +39,11 @@ async def apply_at_quay(tmp_path: Path, *outcomes: Outcome) -> tuple[TickContext
     world = Storage(world_dir).load()
     before = copy.deepcopy(world.characters)
     ctx = TickContext(
-        world, load_config(cwd=world_dir), MockAdapter(), ResponseStore(world_dir), tick=1
+        world,
+        load_config(cwd=world_dir),
+        MockAdapter(),
+        ResponseStore(world_dir, STORE_DIR),
+        tick=1,
     )
     for cid, char in world.characters.items():
         ctx.occupancy.setdefault(char["state"]["location"], []).append(cid)

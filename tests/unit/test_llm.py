@@ -787,7 +787,7 @@ async def test_flush_deletions_returns_failures(bob: dict[str, Any]) -> None:
 
 
 async def test_store_drops_evicted_exchanges(adapter: MockAdapter, bob: dict[str, Any]) -> None:
-    store = ResponseStore()
+    store = ResponseStore(folder=".sim/responses")
     client = LLMClient(adapter, [bob], default_depth=2, store=store)
 
     for n in range(1, 4):
@@ -813,7 +813,9 @@ async def test_store_drops_evicted_exchanges(adapter: MockAdapter, bob: dict[str
 
 
 async def test_window_mode_resumes_from_saved_store(tmp_path: Any, bob: dict[str, Any]) -> None:
-    first = LLMClient(MockAdapter(default=echo), [bob], default_depth=2)
+    first = LLMClient(
+        MockAdapter(default=echo), [bob], default_depth=2, store=ResponseStore(folder="memory")
+    )
     await first.create_response(PROMPT, "turn 1", Intention, entity_key="intention:bob")
     for relpath, data in first.store.changes().items():
         assert data is not None
@@ -821,7 +823,7 @@ async def test_window_mode_resumes_from_saved_store(tmp_path: Any, bob: dict[str
         (tmp_path / relpath).write_bytes(data)
 
     adapter = MockAdapter(default=echo)
-    resumed = LLMClient(adapter, [bob], default_depth=2, store=ResponseStore(tmp_path))
+    resumed = LLMClient(adapter, [bob], default_depth=2, store=ResponseStore(tmp_path, "memory"))
     await resumed.create_response(PROMPT, "turn 2", Intention, entity_key="intention:bob")
 
     assert adapter.calls[0].history == (
