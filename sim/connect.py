@@ -581,7 +581,27 @@ def _nest(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
 # -- test primitives (spec 001: part of Core) ------------------------------------------------
 
 
-class MockLLMAdapter(PipelineAdapter):
+class _RecordingFace(PipelineAdapter):
+    """What spec 001's two test primitives share: the count of calls (the pipeline double's)
+    and the last call's prompt and config."""
+
+    adapter: MockAdapter | ErrorAdapter
+
+    @property
+    def call_count(self) -> int:
+        return self.adapter.call_count
+
+    def reset(self) -> None:
+        self.adapter.reset()
+        self.last_prompt: str | None = None
+        self.last_config: RunConfig | None = None
+
+    def _note(self, prompt: str, config: RunConfig) -> None:
+        self.last_prompt = prompt if isinstance(prompt, str) else None
+        self.last_config = config if isinstance(config, RunConfig) else None
+
+
+class MockLLMAdapter(_RecordingFace):
     """A deterministic adapter without network I/O (spec 001): the face over the
     pipeline's own test double (``sim.testing.adapters.MockAdapter``), so both surfaces
     share one set of mocks.
@@ -614,20 +634,13 @@ class MockLLMAdapter(PipelineAdapter):
         super().__init__(MockAdapter(lambda schema, _input: Answer(text=self.response)))
         self.reset()
 
-    @property
-    def call_count(self) -> int:
-        return self.adapter.call_count
-
     def reset(self) -> None:
-        self.adapter.reset()
+        super().reset()
         self.adapter.enqueue(*(Answer(text=r) for r in self.responses))
-        self.last_prompt: str | None = None
-        self.last_config: RunConfig | None = None
         self.prompts: list[str] = []
 
     def execute_prompt(self, prompt: str, config: RunConfig) -> LLMResponse:
-        self.last_prompt = prompt if isinstance(prompt, str) else None
-        self.last_config = config if isinstance(config, RunConfig) else None
+        self._note(prompt, config)
         self.prompts.append(prompt)
         answer = super().execute_prompt(prompt, config)
         answer.metadata["call"] = self.call_count
@@ -640,7 +653,7 @@ class MockLLMAdapter(PipelineAdapter):
         return isinstance(config, RunConfig)
 
 
-class ErrorLLMAdapter(PipelineAdapter):
+class ErrorLLMAdapter(_RecordingFace):
     """An adapter whose every call fails with ``error`` (spec 001's test primitive): the
     face over the pipeline's ``sim.testing.adapters.ErrorAdapter``.
 
@@ -655,18 +668,8 @@ class ErrorLLMAdapter(PipelineAdapter):
         super().__init__(ErrorAdapter(self.error))
         self.reset()
 
-    @property
-    def call_count(self) -> int:
-        return self.adapter.call_count
-
-    def reset(self) -> None:
-        self.adapter.reset()
-        self.last_prompt: str | None = None
-        self.last_config: RunConfig | None = None
-
     def execute_prompt(self, prompt: str, config: RunConfig) -> LLMResponse:
-        self.last_prompt = prompt if isinstance(prompt, str) else None
-        self.last_config = config if isinstance(config, RunConfig) else None
+        self._note(prompt, config)
         return super().execute_prompt(prompt, config)
 
     def validate_config(self, config: RunConfig) -> bool:

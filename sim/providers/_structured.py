@@ -102,13 +102,8 @@ def request_fields(form: Form, name: str, schema: Json) -> Json:
 
 
 def responses_fields(form: Form, name: str, schema: Json) -> Json:
-    """The Responses API body fields that ask for ``schema`` in ``form``.
-
-    Args:
-        form: the structured-output form.
-        name: the schema's name (a function name for ``tool``).
-        schema: the JSON Schema (OpenAI's strict form).
-    """
+    """The Responses API body fields that ask for ``schema`` in ``form`` (the arguments as
+    ``request_fields``'s)."""
     if form == "json_schema":
         return {
             "text": {
