@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim import safefs
 from sim.errors import InputError
 from sim.interventions import parse_assignment
 from sim.interview import MAX_QUESTION, MAX_SCHEMA_BYTES, AnswerFormat, answer_format, schema_format
@@ -53,7 +52,7 @@ from sim.runs.design import (
     shown_count,
 )
 from sim.storage.statefiles import MAX_TEXT
-from sim.study.network import NETWORK_FACTOR, ConditionNetwork, parse_spec, read_edges
+from sim.study.network import NETWORK_FACTOR, ConditionNetwork, parse_spec, read_beside, read_edges
 from sim.world import MAX_SEED
 
 if TYPE_CHECKING:
@@ -315,25 +314,11 @@ def _schema_form(path: Path, rel: str, where: str) -> tuple[AnswerFormat, bytes]
         InputError: the path leaves the folder, is missing, a link or not a regular file
             (the study file and ``where`` named), or the schema is not one a survey takes.
     """
-    shown = path.parent / rel
+    raw = read_beside(path, rel, where, MAX_SCHEMA_BYTES)
     try:
-        raw = safefs.read_file(path.parent, rel, MAX_SCHEMA_BYTES)
-        return schema_format(raw, shown), raw
-    except safefs.UnsafePath as exc:
-        if exc.path is None:  # an absolute path, or one with ``..``
-            raise InputError(
-                path,
-                where,
-                f"{rel!r} is outside the study file's folder: expected a path inside it "
-                "(no '..', not absolute)",
-            ) from None
+        return schema_format(raw, path.parent / rel), raw
+    except InputError as exc:  # not JSON, not a schema a survey takes
         raise InputError(path, where, str(exc)) from None
-    except InputError as exc:  # too large, not JSON, not a schema a survey takes
-        raise InputError(path, where, str(exc)) from None
-    except FileNotFoundError:
-        raise InputError(path, where, f"{shown}: not found") from None
-    except OSError as exc:
-        raise InputError(path, where, f"{shown}: cannot read: {exc.strerror or exc}") from None
 
 
 def read_study(path: Path) -> Study:

@@ -92,19 +92,20 @@ def parse_spec(path: Path, where: str, text: str) -> ConditionNetwork:
         raise InputError(path, where, exc.problem) from None
 
 
-def read_edges(path: Path, where: str, rel: str, characters: set[str]) -> ConditionNetwork:
-    """An edge file, read safely and checked against the world's character ids.
+def read_beside(path: Path, rel: str, where: str, limit: int) -> bytes:
+    """The file ``rel`` beside the study file ``path``, read as a world's files are
+    (``sim.safefs``): inside the study file's folder, no link followed, no FIFO or device,
+    at most ``limit`` bytes.
 
     Raises:
-        InputError: the path leaves the study's folder, is missing, a link or too large;
-            the CSV has no ``from``/``to`` header, a short row, an unknown character, a
-            self-tie or a bad trust (the file, its line and column named).
+        InputError: the path leaves the folder, is missing, a link, not a regular file or
+            too large (the study file and ``where`` named).
     """
     shown = path.parent / rel
     try:
-        raw = safefs.read_file(path.parent, rel, MAX_EDGE_FILE_BYTES)
+        return safefs.read_file(path.parent, rel, limit)
     except safefs.UnsafePath as exc:
-        if exc.path is None:
+        if exc.path is None:  # an absolute path, or one with ``..``
             raise InputError(
                 path,
                 where,
@@ -118,6 +119,18 @@ def read_edges(path: Path, where: str, rel: str, characters: set[str]) -> Condit
         raise InputError(path, where, f"{shown}: not found") from None
     except OSError as exc:
         raise InputError(path, where, f"{shown}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_edges(path: Path, where: str, rel: str, characters: set[str]) -> ConditionNetwork:
+    """An edge file, read safely and checked against the world's character ids.
+
+    Raises:
+        InputError: the path leaves the study's folder, is missing, a link or too large;
+            the CSV has no ``from``/``to`` header, a short row, an unknown character, a
+            self-tie or a bad trust (the file, its line and column named).
+    """
+    shown = path.parent / rel
+    raw = read_beside(path, rel, where, MAX_EDGE_FILE_BYTES)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
