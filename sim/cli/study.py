@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -16,7 +15,7 @@ from sim.cli.common import (
     trusting_world_config,
 )
 from sim.cli.jsonout import JSON_HELP, emit, json_errors
-from sim.cli.sweep import budget_and_executor, finish_runs, outcome_line
+from sim.cli.sweep import budget_and_executor, finish_runs, outcome_line, say_verified
 from sim.errors import InputError
 
 
@@ -266,15 +265,11 @@ def verify_(study_dir: Path, as_json: bool) -> None:
 
     with json_errors("study verify", as_json):
         problems = verify_study(study_dir)
-        if as_json:
-            emit({"command": "study verify", "ok": not problems, "problems": problems})
-        else:
-            for problem in problems:
-                echo(f"problem: {problem}")
-            echo(
-                f"{study_dir}: {len(problems)} problems; the study does not verify"
-                if problems
-                else f"{study_dir}: verified (every arm matches its logs and answer records)"
-            )
-        if problems:
-            sys.exit(1)
+        say_verified(
+            "study verify",
+            study_dir,
+            problems,
+            as_json,
+            "the study does not verify",
+            "every arm matches its logs and answer records",
+        )

@@ -31,6 +31,25 @@ def outcome_line(outcome: RunOutcome) -> str:
     return line + (f"  {outcome.message}" if outcome.message else "")
 
 
+def say_verified(
+    command: str, folder: Path, problems: list[str], as_json: bool, failed: str, passed: str
+) -> None:
+    """Say what ``sim sweep verify`` or ``sim study verify`` found in ``folder`` (``failed``,
+    ``passed``: the verdict's words), and exit 1 when anything was found."""
+    if as_json:
+        emit({"command": command, "ok": not problems, "problems": problems})
+    else:
+        for problem in problems:
+            echo(f"problem: {problem}")
+        echo(
+            f"{folder}: {len(problems)} problems; {failed}"
+            if problems
+            else f"{folder}: verified ({passed})"
+        )
+    if problems:
+        sys.exit(1)
+
+
 def finish_runs(
     command: str,
     whole: str,
@@ -255,15 +274,11 @@ def verify_(runs_dir: Path, as_json: bool) -> None:
 
     with json_errors("sweep verify", as_json):
         problems = verify_runs(runs_dir)
-        if as_json:
-            emit({"command": "sweep verify", "ok": not problems, "problems": problems})
-        else:
-            for problem in problems:
-                echo(f"problem: {problem}")
-            echo(
-                f"{runs_dir}: {len(problems)} problems; the runs do not verify"
-                if problems
-                else f"{runs_dir}: verified (every run matches its logs and answer records)"
-            )
-        if problems:
-            sys.exit(1)
+        say_verified(
+            "sweep verify",
+            runs_dir,
+            problems,
+            as_json,
+            "the runs do not verify",
+            "every run matches its logs and answer records",
+        )
