@@ -92,7 +92,10 @@ def run_(
             on_interrupt=lambda note: echo(note, err=True),
             trust_study=trust_study,
         )
-        finish_runs("study run", "study", result, out, as_json, {"prefix_ticks": plan.prefix})
+        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
+        finish_runs(
+            "study run", "study", result, spent, out, as_json, {"prefix_ticks": plan.prefix}
+        )
 
 
 @study.command("report")

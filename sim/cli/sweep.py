@@ -54,13 +54,14 @@ def finish_runs(
     command: str,
     whole: str,
     result: SweepResult,
+    spent: str,
     out: Path,
     as_json: bool,
     extra: dict[str, Any] | None = None,
 ) -> None:
-    """Say how a sweep's or a study's runs ended (``extra`` joins the JSON after ``out``),
-    and exit 130 when interrupted, 1 when a run did not finish."""
-    spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
+    """Say how a sweep's or a study's runs ended (``spent``: its cost as shown; ``extra``
+    joins the JSON after ``out``), and exit 130 when interrupted, 1 when a run did not
+    finish."""
     if as_json:
         emit(
             {
@@ -215,7 +216,8 @@ def sweep(
             executor=run,
             on_interrupt=lambda note: echo(note, err=True),
         )
-        finish_runs("sweep", "sweep", result, out, as_json)
+        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
+        finish_runs("sweep", "sweep", result, spent, out, as_json)
 
 
 @sweep.command("report")
