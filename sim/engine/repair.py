@@ -23,9 +23,9 @@ from typing import Any
 from sim import safefs
 from sim.errors import InputError
 from sim.storage.statefiles import store_problem
+from sim.ticklog.format import STORE_DIR
 from sim.world import ID_RE, Entity, World
 
-STORE_DIR = ".sim/responses"
 _CHAIN_KEY = re.compile(r"^([a-z0-9][a-z0-9_-]*)_chain$")
 _USAGE_KEYS = ("total_input_tokens", "total_output_tokens", "total_requests")
 #: the largest response-store file read (one chain of one entity: a few exchanges)

@@ -30,7 +30,6 @@ from sim.phases import resolve_phases
 from sim.phases.base import TickContext
 from sim.phases.templates import Prompts
 from sim.storage import Storage
-from sim.ticklog.format import STORE_DIR
 from sim.world import World
 
 
@@ -111,7 +110,7 @@ async def run_part(
         raise RunError(f"the world is at tick {world.tick}, not {plan.tick - 1}")
     repairs = repair.inspect(world)
     repair.apply(world, repairs)
-    store = ResponseStore(world.root, STORE_DIR)
+    store = ResponseStore(world.root, repair.STORE_DIR)
     for rel in repairs.store_deletions():
         chain, _, name = rel.removeprefix(".sim/responses/").partition("/")
         store.discard(f"{chain}:{name.removesuffix('.json')}")
