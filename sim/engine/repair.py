@@ -23,7 +23,7 @@ from typing import Any
 from sim import safefs
 from sim.errors import InputError
 from sim.storage.statefiles import store_problem
-from sim.ticklog.format import STORE_DIR
+from sim.ticklog.format import STORE_DIR as STORE_DIR  # the shard worker reads it here
 from sim.world import ID_RE, Entity, World
 
 _CHAIN_KEY = re.compile(r"^([a-z0-9][a-z0-9_-]*)_chain$")
