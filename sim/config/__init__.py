@@ -16,6 +16,7 @@ The package, by concept (every public name is importable from ``sim.config``):
 
 - ``names``: phase sections and aliases, built-in phases, the routing keys
 - ``models``: the pydantic models of the sections (``Config`` and its parts)
+- ``clock``: in-world time (``[time]``): a tick's date and hour, durations, ``when`` times
 - ``validate``: a layer's problems, all at once (``InvalidConfig``)
 - ``trust``: the rule for a world's own ``config.toml``
 - ``layers``: ``load_config``, the layers merged in order
@@ -24,7 +25,7 @@ The package, by concept (every public name is importable from ``sim.config``):
 Owns: the config's layers, their validation and trust rule, and where each phase's
 models run.
 
-May import: ``sim.clock``, ``sim.errors``, ``sim.llm``, ``sim.providers`` (which provider
+May import: ``sim.errors``, ``sim.llm``, ``sim.providers`` (which provider
 kinds exist), ``sim.safefs`` (a world's ``config.toml`` read without following a link).
 
 Next: a new section is a model in ``models`` and a field of ``Config``, with its defaults

@@ -18,7 +18,7 @@ from pydantic import (
     field_validator,
 )
 
-from sim.clock import Clock, parse_duration, parse_start, parse_when
+from sim.config.clock import Clock, parse_duration, parse_start, parse_when
 from sim.config.names import (
     DEFAULT_ORDER,
     NAME_PATTERN,

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from conftest import tree
 
 from sim.cli import main
-from sim.clock import Clock, parse_duration, parse_start
+from sim.config.clock import Clock, parse_duration, parse_start
 from sim.sections import loads as read_sections
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log

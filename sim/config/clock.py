@@ -1,6 +1,6 @@
 """In-world time (``[time]``): tick ``n`` happens at ``start + (n - 1) × tick``.
 
-A leaf module (standard library only): the config parses its fields with it, the phases
+Standard library only: the config parses its fields with it, the phases
 show the time it gives, and a phase's ``when`` asks it whether a tick is due.
 """
 
