@@ -36,7 +36,7 @@ import io
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -95,26 +95,7 @@ class Comparison:
     note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "field": self.field,
-            "tick": self.tick,
-            "a": self.a,
-            "b": self.b,
-            "test": self.test,
-            "unit": self.unit,
-            "n_a": self.n_a,
-            "n_b": self.n_b,
-            "estimate": self.estimate,
-            "estimate_of": self.estimate_of,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "statistic": self.statistic,
-            "p_value": self.p_value,
-            "p_adjusted": self.p_adjusted,
-            "effect": self.effect,
-            "effect_size": self.effect_size,
-            "note": self.note,
-        }
+        return asdict(self)
 
 
 @dataclass

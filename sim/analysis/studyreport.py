@@ -17,7 +17,7 @@ import html
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +58,7 @@ class Estimate:
     high: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tick": self.tick,
-            "n": self.n,
-            "mean": self.mean,
-            "low": self.low,
-            "high": self.high,
-        }
+        return asdict(self)
 
 
 def estimate(tick: int, values: Sequence[float]) -> Estimate:
@@ -86,12 +80,7 @@ class Intervention:
     what: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "condition": self.condition,
-            "tick": self.tick,
-            "kind": self.kind,
-            "what": self.what,
-        }
+        return asdict(self)
 
 
 @dataclass
