@@ -152,7 +152,9 @@ class LocalAdapter(RemoteAdapter):
             n = self._n
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self.waiting[n] = future
-            self.outbox.post(("logged", n, Logged(record, cost, text, counted)))
+            # pickled plainly: nothing in it is shared with other messages (``post`` would
+            # ask of each of its objects whether it is)
+            self.outbox.queue(frame(("logged", n, Logged(record, cost, text, counted))))
             await future  # in the tick's log: the answer may be used
         if isinstance(answer, LLMError):
             raise answer
