@@ -47,7 +47,7 @@ from sim.gcpause import gc_paused
 from sim.llm.budget import Price
 from sim.llm.client import finished_events
 from sim.llm.errors import LLMError
-from sim.llm.events import null_sink
+from sim.llm.events import LLMEvent, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import resolve_phases
@@ -134,20 +134,33 @@ class LocalAdapter(RemoteAdapter):
             if call.instructions_digest not in self._told:
                 self._told.add(call.instructions_digest)
                 text = call.instructions
-            # what the coordinator's sinks read (usage, errors, notices), without the
-            # answer itself, the request, the chain window or the call's identity
-            light = {"history": (), "previous_response_id": None, "depth": call.depth, "call": None}
-            counted = finished_events(
-                call.phase,
-                StandIn(call.entity_key),
-                request.settings,
-                latency,
-                light,
-                response=replace(response, parsed=cast(Any, None), raw="")
-                if response is not None
-                else None,
-                error=cast(LLMError, portable(error)) if error is not None else None,
+            counted: list[LLMEvent] | None = None
+            plain = (
+                response is not None
+                and len(response.attempts) <= 1
+                and response.notice is None
+                and response.fallback_from is None
             )
+            if not plain:  # the coordinator's sinks read more than the record says
+                # (usage, errors, notices), without the answer itself, the request, the
+                # chain window or the call's identity
+                light = {
+                    "history": (),
+                    "previous_response_id": None,
+                    "depth": call.depth,
+                    "call": None,
+                }
+                counted = finished_events(
+                    call.phase,
+                    StandIn(call.entity_key),
+                    request.settings,
+                    latency,
+                    light,
+                    response=replace(response, parsed=cast(Any, None), raw="")
+                    if response is not None
+                    else None,
+                    error=cast(LLMError, portable(error)) if error is not None else None,
+                )
             self._n += 1
             n = self._n
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -48,7 +48,7 @@ from sim.errors import RunError, SimError, UserError
 from sim.llm.client import finished_events
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
-from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
 from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.happenings import Happenings
@@ -100,7 +100,42 @@ class Logged:
     record: Any
     cost: Any
     instructions: str | None
-    events: list[LLMEvent]
+    #: ``None``: one answer at the first attempt, with no notice and no fallback; its one
+    #: event is made again from the record (``counted``)
+    events: list[LLMEvent] | None
+
+    def counted(self) -> list[LLMEvent]:
+        """The call's events for the tick's sinks (account, guard, progress)."""
+        if self.events is not None:
+            return self.events
+        r = self.record
+        final = r.attempts[-1]
+        tokens = r.usage
+        usage = Usage(tokens.input_tokens, tokens.output_tokens, tokens.cached_input_tokens)
+        response = AdapterResponse(
+            parsed=cast(Any, None),
+            response_id=r.response_id,
+            usage=usage,
+            model=r.response_model,
+            finish_reason=r.finish_reason,
+            endpoint=r.endpoint,
+        )
+        return [
+            LLMEvent(
+                "llm_completed",
+                r.phase,
+                r.entity_key,
+                r.response_model,
+                cast(Any, StandIn(r.entity_key)),
+                attempt=final.attempt,
+                latency=r.latency,
+                usage=usage,
+                response=response,
+                depth=r.depth,
+                provider=final.provider,
+                endpoint=r.endpoint,
+            )
+        ]
 
 
 @dataclass
@@ -651,7 +686,7 @@ class Shards:
         if self.log is None:
             raise RunError(f"{worker.describe()} ran a call itself; this tick logs none so")
         self.log(logged)
-        for event in logged.events:
+        for event in logged.counted():
             self.events(event)
         with contextlib.suppress(ConnectionError, OSError):
             worker.outbox.post(("answer", n, None))
