@@ -554,20 +554,24 @@ class TickRecorder:
             self._add_cost(made[1].value)
         return made
 
-    def logged(self, record: CallRecord, cost: Cost, instructions: str | None) -> None:
-        """Log a call a sharded tick's worker made and recorded itself (``call_record``,
-        in ``sim.engine.shard_worker``): ``instructions``, its instructions' text when the
-        worker had not sent them before. Flushed, as ``on_event`` does, before the worker
-        is told and uses the answer."""
+    def logged(self, calls: Sequence[tuple[CallRecord, bytes, Cost, str | None]]) -> None:
+        """Log calls a sharded tick's workers made and recorded themselves (``call_record``
+        and ``packed_call_line``, in ``sim.engine.shard_worker``): each call's record, its
+        packed line, its cost and its instructions' text when the worker had not sent them
+        before. Flushed, as ``on_event`` does, before the workers are told and use the
+        answers."""
         self._spent = True
-        self._add_cost(cost.value)
-        digest_ = record.instructions_digest
-        if digest_ not in self._instructions and instructions is not None:
-            self._instructions.add(digest_)
-            self.writer.append(InstructionsRecord(digest=digest_, text=instructions))
-        self._calls.add(record.request_id)
-        self.writer.append_call(record)
-        self.summary.add_call(record, cost if self.partial is None else None)
+        lines: list[bytes] = []
+        for record, line, cost, instructions in calls:
+            self._add_cost(cost.value)
+            digest_ = record.instructions_digest
+            if digest_ not in self._instructions and instructions is not None:
+                self._instructions.add(digest_)
+                lines.append(dump_record(InstructionsRecord(digest=digest_, text=instructions)))
+            self._calls.add(record.request_id)
+            lines.append(line)
+            self.summary.add_call(record, cost if self.partial is None else None)
+        self.writer.append_lines(lines)
 
     def _add_cost(self, cost: float | None) -> None:
         if cost is None:

@@ -387,8 +387,8 @@ class Runner:
             resume=recorder.partial is not None,
         )
 
-        def log(logged: Logged) -> None:
-            recorder.logged(logged.record, logged.cost, logged.instructions)
+        def log(calls: Sequence[Logged]) -> None:
+            recorder.logged([(c.record, c.line, c.cost, c.instructions) for c in calls])
 
         started: dict[str, float] = {}
 

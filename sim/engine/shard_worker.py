@@ -54,6 +54,7 @@ from sim.phases import resolve_phases
 from sim.phases.base import TickContext
 from sim.phases.templates import Prompts
 from sim.storage import Storage
+from sim.ticklog.format import packed_call_line
 from sim.world import World
 
 
@@ -167,7 +168,11 @@ class LocalAdapter(RemoteAdapter):
             self.waiting[n] = future
             # pickled plainly: nothing in it is shared with other messages (``post`` would
             # ask of each of its objects whether it is)
-            self.outbox.queue(frame(("logged", n, Logged(record, cost, text, counted))))
+            line = packed_call_line(record, own_digest=True)
+            slim = record.model_copy(
+                update={"input": "", "result": None, "history": [], "settings": {}}
+            )
+            self.outbox.queue(frame(("logged", n, Logged(slim, line, cost, text, counted))))
             await future  # in the tick's log: the answer may be used
         if isinstance(answer, LLMError):
             raise answer

@@ -93,11 +93,15 @@ class ShardPlan:
 @dataclass
 class Logged:
     """A call a worker ran on its own stack (``ShardPlan.local``), for the tick's log: its
-    record and cost (``sim.engine.recorder.call_record``), its instructions' text the first
-    time the worker sends them, and its events as the tick's sinks count them (no request,
-    chain window, identity or answer text in them)."""
+    record, its line and cost (``sim.engine.recorder.call_record``), its instructions' text
+    the first time the worker sends them, and its events as the tick's sinks count them
+    (no request, chain window, identity or answer text in them)."""
 
+    #: the call's record, without what only the log's line needs (its input, result,
+    #: chain window and settings)
     record: Any
+    #: the record's line in the log (``packed_call_line``)
+    line: bytes
     cost: Any
     instructions: str | None
     #: ``None``: one answer at the first attempt, with no notice and no fallback; its one
@@ -462,11 +466,13 @@ class Shards:
         slots: int,
         executor: str = "process",
         ray_address: str | None = None,
-        log: Callable[[Logged], None] | None = None,
+        log: Callable[[Sequence[Logged]], None] | None = None,
     ) -> None:
         self.executor = executor
-        #: logs a call a worker ran itself (``Logged``; ``TickRecorder.logged``)
+        #: logs calls the workers ran themselves (``Logged``; ``TickRecorder.logged``)
         self.log = log
+        #: the calls read since the log was last written, and whose worker waits for them
+        self._unlogged: list[tuple[_Worker, int, Logged]] = []
         self.ray_address = ray_address
         self._server: asyncio.Server | None = None
         self.plans = list(plans)
@@ -681,15 +687,26 @@ class Shards:
             worker.outbox.post(("answer", n, sent))
 
     def _logged(self, worker: _Worker, n: int, logged: Logged) -> None:
-        """Log a call the worker ran itself, count its events, and tell the worker it is
-        in the log (only then does it use the answer)."""
+        """A call the worker ran itself: logged with the others read in this turn of the
+        event loop (``_write``)."""
         if self.log is None:
             raise RunError(f"{worker.describe()} ran a call itself; this tick logs none so")
-        self.log(logged)
-        for event in logged.counted():
-            self.events(event)
-        with contextlib.suppress(ConnectionError, OSError):
-            worker.outbox.post(("answer", n, None))
+        if not self._unlogged:
+            asyncio.get_running_loop().call_soon(self._write)
+        self._unlogged.append((worker, n, logged))
+
+    def _write(self) -> None:
+        """Log the calls read since the last time (one write, flushed), count their
+        events, then tell each worker its call is in the log: only then does it use the
+        answer."""
+        unlogged, self._unlogged = self._unlogged, []
+        assert self.log is not None
+        self.log([logged for _, _, logged in unlogged])
+        for worker, n, logged in unlogged:
+            for event in logged.counted():
+                self.events(event)
+            with contextlib.suppress(ConnectionError, OSError):
+                worker.outbox.post(("answer", n, None))
 
     async def gather(self, kind: str) -> list[Any]:
         """Each worker's next message, which must be of ``kind``, in worker order.
@@ -781,7 +798,7 @@ async def run_sharded(
     check: Callable[[PhaseReport], None],
     executor: str = "process",
     ray_address: str | None = None,
-    log: Callable[[Logged], None] | None = None,
+    log: Callable[[Sequence[Logged]], None] | None = None,
 ) -> Merged:
     """Run the tick's phases on ``workers`` shards of ``ctx.world`` and put their parts
     in it; ``ctx`` is the coordinator's (its adapter and events are the tick's).
