@@ -166,12 +166,12 @@ class LocalAdapter(RemoteAdapter):
             n = self._n
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self.waiting[n] = future
-            # pickled plainly: nothing in it is shared with other messages (``post`` would
-            # ask of each of its objects whether it is)
             line = packed_call_line(record, own_digest=True)
             slim = record.model_copy(
                 update={"input": "", "result": None, "history": [], "settings": {}}
             )
+            # pickled plainly: nothing in it is shared with other messages (``post`` would
+            # ask of each of its objects whether it is)
             self.outbox.queue(frame(("logged", n, Logged(slim, line, cost, text, counted))))
             await future  # in the tick's log: the answer may be used
         if isinstance(answer, LLMError):
