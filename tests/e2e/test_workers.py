@@ -46,8 +46,9 @@ def invoke(*args: str) -> str:
 
 
 def without_walls(text: str) -> str:
-    """``sim log`` / ``sim usage`` output without wall-clock seconds (they are timings)."""
-    return re.sub(r"\d+\.\d+s\b", "<s>", text)
+    """``sim log`` / ``sim usage`` output without wall-clock times (timings and ETAs, in
+    every form ``sim tick`` prints: ``4.2s``, ``42s``, ``3m05s``, ``1h02m``)."""
+    return re.sub(r"\b(?:\d+h\d+m|\d+m\d+s|\d+(?:\.\d+)?s)\b", "<s>", text)
 
 
 def run_world(source: Path, dest: Path, workers: int, ticks: int, *settings: str) -> Path:
