@@ -558,3 +558,25 @@ def test_kill_9_while_workers_run_their_own_calls_resumes_from_the_log(
     result = Runner(world, config_for(world), workers=2).run(1)[0]
     assert result.resumed_calls == logged  # each answered from the log, not asked again
     assert tree(world) == tree(reference)
+
+
+def test_only_a_local_free_stack_without_budget_policy_or_resume_runs_on_the_workers(
+    tmp_path: Path,
+) -> None:
+    """``Stack.local``: the config's offline stack is; a network provider's, or a stack
+    sharing a budget, is not. ``local_calls``: a budget, a policy gate or a resume keep
+    the calls on the coordinator."""
+    from sim.engine.shards import local_calls
+    from sim.engine.stack import build_stack, make_budget
+
+    world = copy_demo(tmp_path / "demo")
+    offline = config_for(world)
+    assert build_stack(offline, 7).local
+    assert not build_stack(offline, 7, budget=make_budget(offline)).local
+    chat = config_for(world, llm={"provider": "chat", "base_url": "http://127.0.0.1:9/v1"})
+    assert not build_stack(chat, 7).local
+    assert local_calls(local_stack=True, budget=False, gated=False, resume=False)
+    for flag in ("budget", "gated", "resume"):
+        flags = {"budget": False, "gated": False, "resume": False, flag: True}
+        assert not local_calls(local_stack=True, **flags)
+    assert not local_calls(local_stack=False, budget=False, gated=False, resume=False)
