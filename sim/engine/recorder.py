@@ -95,7 +95,7 @@ def request_schema(request: ModelRequest) -> tuple[str, str]:
     return request.schema.__name__, schema_digest(request.schema)
 
 
-def _attempt(
+def attempt_record(
     event: LLMEvent, model: str | None = None, raw: str | None = None, error: str | None = None
 ) -> AttemptRecord:
     """One attempt of a call, as the log records it (``raw`` only for the final answer,
@@ -116,6 +116,97 @@ def _attempt(
     if endpoint is not None:  # absent without a network (offline, replay)
         fields["endpoint"] = endpoint
     return AttemptRecord.model_validate(fields)
+
+
+def call_record(
+    ident: CallIdentity,
+    event: LLMEvent,
+    earlier: list[AttemptRecord],
+    config: Config,
+    prices: dict[str, Price | None],
+    batch_ids: dict[str, list[str]] | None = None,
+) -> tuple[CallRecord, Cost] | None:
+    """A finished call's record and its cost at ``config``'s prices (``None``: a resumed
+    call, already in the log). ``earlier``: its earlier attempts (``attempt_record`` of each
+    non-final event); ``prices``: each model's price, looked up once (filled here);
+    ``batch_ids``: per request id, the Batch API batches that carried it (its entry is
+    taken). The recorder makes each record with it, and so does a sharded tick's worker
+    that runs its own calls (``sim.engine.shard_worker``)."""
+    sent: dict[str, Any] = {
+        "request_id": ident.request_id,
+        "phase": ident.phase,
+        "entity_key": ident.entity_key,
+        "n": ident.n,
+        "instructions_digest": ident.instructions_digest,
+        "input": ident.input,
+        "schema_name": ident.schema_name,
+        "schema_digest": ident.schema_digest,
+        "model": ident.model,
+        "settings": ident.settings,
+        "depth": ident.depth,
+        "history": ident.history,
+        "previous_response_id": ident.previous_response_id,
+        "digest": ident.digest,
+        "latency": round(event.latency, 6),
+    }
+    response = event.response
+    if event.kind == "llm_completed" and response is not None:
+        served = response.served_from
+        parsed = response.parsed
+        final = attempt_record(event, model=response.model, raw=response.raw)
+        came_back: dict[str, Any] = {
+            "source": served,
+            "result": parsed.model_dump(mode="json"),
+            "result_type": f"{type(parsed).__module__}:{type(parsed).__qualname__}",
+            "response_id": response.response_id,
+            "response_model": response.model,
+            "finish_reason": response.finish_reason,
+            "error_code": None,
+            "error": None,
+        }
+    else:
+        error = event.error
+        served = error.served_from if error is not None else "live"
+        # stored: any URL the error quotes without its credentials
+        message = redact_text(str(error)) if error is not None else ""
+        final = attempt_record(event, error=message)
+        came_back = {
+            "source": served,
+            "result": None,
+            "response_id": None,
+            "response_model": None,
+            "finish_reason": None,
+            "error_code": event.error_code,
+            "error": message,
+        }
+        if error is not None and error.model_errors:  # each model of a fallback chain
+            came_back["model_errors"] = [
+                ModelErrorRecord(
+                    target=str(e.context.get("target") or e.model or ""),
+                    error_code=e.code,
+                    error=str(e),
+                )
+                for e in error.model_errors
+            ]
+    attempts = [*earlier, final]
+    carried = batch_ids.pop(ident.request_id, None) if batch_ids is not None else None
+    batched = {"batch_ids": carried} if carried else {}
+    if served == "resume":
+        return None  # already in this log, its cost counted
+    cost = attempts_cost(attempts, config.prices, prices, BATCH_PRICE_FACTOR if batched else 1.0)
+    endpoint = getattr(event, "endpoint", None)
+    if endpoint is not None:
+        came_back["endpoint"] = endpoint
+    # the final attempt's tokens are the call's: one frozen TokenCounts for both
+    record = CallRecord(
+        **sent,
+        usage=final.usage,
+        **came_back,
+        attempts=attempts,
+        cost_usd=cost.value,
+        **batched,
+    )
+    return record, cost
 
 
 def phase_results(name: str, ctx: TickContext) -> dict[str, Any]:
@@ -374,7 +465,7 @@ class TickRecorder:
             return
         if not getattr(event, "final", True):  # an earlier attempt of a call with retries
             if key in self._attempts:
-                self._attempts[key].append(_attempt(event))
+                self._attempts[key].append(attempt_record(event))
             return
         done = self._inflight.pop(key, None)
         if done is None:
@@ -458,96 +549,35 @@ class TickRecorder:
     ) -> tuple[CallRecord, Cost] | None:
         """The call's record and its cost at the configured prices (``None``: a resumed
         call, already in this log)."""
-        sent: dict[str, Any] = {
-            "request_id": ident.request_id,
-            "phase": ident.phase,
-            "entity_key": ident.entity_key,
-            "n": ident.n,
-            "instructions_digest": ident.instructions_digest,
-            "input": ident.input,
-            "schema_name": ident.schema_name,
-            "schema_digest": ident.schema_digest,
-            "model": ident.model,
-            "settings": ident.settings,
-            "depth": ident.depth,
-            "history": ident.history,
-            "previous_response_id": ident.previous_response_id,
-            "digest": ident.digest,
-            "latency": round(event.latency, 6),
-        }
-        response = event.response
-        if event.kind == "llm_completed" and response is not None:
-            served = response.served_from
-            parsed = response.parsed
-            final = _attempt(event, model=response.model, raw=response.raw)
-            came_back: dict[str, Any] = {
-                "source": served,
-                "result": parsed.model_dump(mode="json"),
-                "result_type": f"{type(parsed).__module__}:{type(parsed).__qualname__}",
-                "response_id": response.response_id,
-                "response_model": response.model,
-                "finish_reason": response.finish_reason,
-                "error_code": None,
-                "error": None,
-            }
-        else:
-            error = event.error
-            served = error.served_from if error is not None else "live"
-            # stored: any URL the error quotes without its credentials
-            message = redact_text(str(error)) if error is not None else ""
-            final = _attempt(event, error=message)
-            came_back = {
-                "source": served,
-                "result": None,
-                "response_id": None,
-                "response_model": None,
-                "finish_reason": None,
-                "error_code": event.error_code,
-                "error": message,
-            }
-            if error is not None and error.model_errors:  # each model of a fallback chain
-                came_back["model_errors"] = [
-                    ModelErrorRecord(
-                        target=str(e.context.get("target") or e.model or ""),
-                        error_code=e.code,
-                        error=str(e),
-                    )
-                    for e in error.model_errors
-                ]
-        attempts = [*earlier, final]
-        carried = self._batch_ids.pop(ident.request_id, None)
-        batched = {"batch_ids": carried} if carried else {}
-        if served == "resume":
-            return None  # already in this log, its cost counted
-        cost = self._cost(attempts, BATCH_PRICE_FACTOR if batched else 1.0)
-        self._add_cost(cost.value)
-        endpoint = getattr(event, "endpoint", None)
-        if endpoint is not None:
-            came_back["endpoint"] = endpoint
-        # the final attempt's tokens are the call's: one frozen TokenCounts for both
-        record = CallRecord(
-            **sent,
-            usage=final.usage,
-            **came_back,
-            attempts=attempts,
-            cost_usd=cost.value,
-            **batched,
-        )
-        return record, cost
+        made = call_record(ident, event, earlier, self.config, self._prices, self._batch_ids)
+        if made is not None:
+            self._add_cost(made[1].value)
+        return made
+
+    def logged(self, calls: Sequence[tuple[CallRecord, bytes, Cost, str | None]]) -> None:
+        """Log calls a sharded tick's workers made and recorded themselves (``call_record``
+        and ``packed_call_line``, in ``sim.engine.shard_worker``): each call's record, its
+        packed line, its cost and its instructions' text when the worker had not sent them
+        before. Flushed, as ``on_event`` does, before the workers are told and use the
+        answers."""
+        self._spent = True
+        lines: list[bytes] = []
+        for record, line, cost, instructions in calls:
+            self._add_cost(cost.value)
+            digest_ = record.instructions_digest
+            if digest_ not in self._instructions and instructions is not None:
+                self._instructions.add(digest_)
+                lines.append(dump_record(InstructionsRecord(digest=digest_, text=instructions)))
+            self._calls.add(record.request_id)
+            lines.append(line)
+            self.summary.add_call(record, cost if self.partial is None else None)
+        self.writer.append_lines(lines)
 
     def _add_cost(self, cost: float | None) -> None:
         if cost is None:
             self._cost_unknown = True
         else:
             self._cost_usd += float(cost)
-
-    def _cost(self, attempts: list[AttemptRecord], factor: float = 1.0) -> Cost:
-        """What the attempts cost at the configured prices (its ``value`` is ``None``: a
-        model has no price), times ``factor`` (the Batch API's discount).
-
-        Each model's price is looked up once per tick: this runs for every call.
-        """
-        return attempts_cost(attempts, self.config.prices, self._prices, factor)
 
     # -- Batch API batches (``sim.llm.batching.BatchJournal``) --------------------------------
 

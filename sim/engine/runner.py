@@ -15,7 +15,7 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
-from sim.engine.shards import Merged, run_sharded, unshardable
+from sim.engine.shards import Logged, Merged, local_calls, run_sharded, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
 from sim.errors import InputError, SimError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
@@ -375,9 +375,22 @@ class Runner:
         recorder: TickRecorder,
         guard: PhaseGuard,
         timings: dict[str, float],
+        gated: bool,
     ) -> Merged:
-        """The tick's phases on ``self.workers`` shards (``sim.engine.shards``)."""
+        """The tick's phases on ``self.workers`` shards (``sim.engine.shards``); their calls
+        run on the workers when ``local_calls`` says so, else here."""
         assert self.phases is not None
+        budget = self.config.budget
+        local = local_calls(
+            local_stack=stack.local,
+            budget=bool(budget.max_total_tokens or budget.max_cost_usd),
+            gated=gated,
+            resume=recorder.partial is not None,
+        )
+
+        def log(calls: Sequence[Logged]) -> None:
+            recorder.logged([(c.record, c.line, c.cost, c.instructions) for c in calls])
+
         started: dict[str, float] = {}
 
         def on_phase(name: str, starting: bool, report: PhaseReport | None) -> None:
@@ -403,6 +416,7 @@ class Runner:
                 lambda report: guard.check(report, stack.budget),
                 self.executor,
                 self.ray_address,
+                log if local else None,
             )
         except SimError:  # a worker died, or the tick stopped: its calls in flight were
             recorder.interrupted([])  # cancelled, and are logged as such
@@ -515,7 +529,7 @@ class Runner:
         start_locations = {cid: c["state"]["location"] for cid, c in world.characters.items()}
         sharded: Merged | None = None
         if self.workers > 1:
-            sharded = await self._run_sharded(ctx, stack, recorder, guard, timings)
+            sharded = await self._run_sharded(ctx, stack, recorder, guard, timings, gated)
         for spec in self.phases if sharded is None else ():
             name, run_phase = spec.name, spec.run
             if self.on_phase:

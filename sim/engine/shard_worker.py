@@ -2,9 +2,16 @@
 
 Started by the coordinator as ``python -m sim.engine.shard_worker FD WORLD`` with one end of a
 socket pair: it reads its ``ShardPlan``, loads the world read-only, runs each phase for its
-part (calls go to the coordinator, which answers them), reports at each phase's end and
-waits for the others' changes, then sends its part of the world and exits. It writes
-nothing to the world folder; if the coordinator goes, its socket closes and it exits.
+part, reports at each phase's end and waits for the others' changes, then sends its part of
+the world and exits. It writes nothing to the world folder; if the coordinator goes, its
+socket closes and it exits.
+
+Its calls go one of two ways (``ShardPlan.local``): to the coordinator, which answers them
+through the run's adapter stack (``RemoteAdapter``); or, when every endpoint is a local,
+free model (the offline provider) and nothing of the run's must see each call (no budget,
+no policy, not a resume), through a stack of its own (``LocalAdapter``), which then sends
+the coordinator the call's finished record to log and waits until it is logged before the
+answer is used.
 """
 
 from __future__ import annotations
@@ -13,23 +20,41 @@ import asyncio
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 import orjson
 
+from sim.config import Config
 from sim.engine import repair
-from sim.engine.recorder import phase_results
-from sim.engine.shards import Outbox, PhaseDone, ShardFinal, ShardPlan, frame, portable, receive
+from sim.engine.recorder import attempt_record, call_record, phase_results
+from sim.engine.shards import (
+    Logged,
+    Outbox,
+    PhaseDone,
+    ShardFinal,
+    ShardPlan,
+    StandIn,
+    frame,
+    portable,
+    receive,
+)
+from sim.engine.stack import Stack, build_stack
 from sim.errors import RunError
 from sim.gcpause import gc_paused
-from sim.llm.events import null_sink
+from sim.llm.budget import Price
+from sim.llm.client import finished_events
+from sim.llm.errors import LLMError
+from sim.llm.events import LLMEvent, null_sink
 from sim.llm.store import ResponseStore
-from sim.llm.types import AdapterResponse, ModelRequest
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import resolve_phases
 from sim.phases.base import TickContext
 from sim.phases.templates import Prompts
 from sim.storage import Storage
+from sim.ticklog.format import packed_call_line
 from sim.world import World
 
 
@@ -58,6 +83,102 @@ class RemoteAdapter:
         raise RuntimeError("a shard's worker deletes no response: the coordinator does")
 
 
+class LocalAdapter(RemoteAdapter):
+    """The worker's adapter when its calls run here (``ShardPlan.local``): each call goes
+    through ``stack`` (a local, free model's: no network, no cost); its record for the
+    tick's log is made here (``call_record``) and sent to the coordinator with the events
+    its sinks count (the answer's text and parsed result left out), and the answer is
+    used only once the coordinator says it is in the log, as with one process."""
+
+    def __init__(self, name: str, writer: asyncio.StreamWriter, inner: Adapter, config: Config):
+        super().__init__(name, writer)
+        self.inner = inner
+        self.config = config
+        self._prices: dict[str, Price | None] = {}
+        #: the instructions digests whose text went to the coordinator already
+        self._told: set[str] = set()
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        started = time.perf_counter()
+        answer: AdapterResponse | LLMError
+        try:
+            answer = await self.inner.execute(request)
+        except LLMError as exc:
+            answer = exc
+        except Exception as exc:  # a bug in an adapter: an LLMError, as the client has it
+            answer = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+        latency = time.perf_counter() - started
+        call = request.call
+        if call is not None:
+            response = answer if isinstance(answer, AdapterResponse) else None
+            error = answer if isinstance(answer, LLMError) else None
+            context: dict[str, Any] = {
+                "history": request.history,
+                "previous_response_id": request.previous_response_id,
+                "depth": call.depth,
+                "call": call,
+            }
+            ended = finished_events(
+                call.phase,
+                None,  # the call's entity key is its identity's
+                request.settings,
+                latency,
+                context,
+                response=response,
+                error=error,
+            )
+            earlier = [attempt_record(event) for event in ended[:-1]]
+            made = call_record(call, ended[-1], earlier, self.config, self._prices)
+            assert made is not None  # a worker runs its calls here only when not resuming
+            record, cost = made
+            text = None
+            if call.instructions_digest not in self._told:
+                self._told.add(call.instructions_digest)
+                text = call.instructions
+            counted: list[LLMEvent] | None = None
+            plain = (
+                response is not None
+                and len(response.attempts) <= 1
+                and response.notice is None
+                and response.fallback_from is None
+            )
+            if not plain:  # the coordinator's sinks read more than the record says
+                # (usage, errors, notices), without the answer itself, the request, the
+                # chain window or the call's identity
+                light = {
+                    "history": (),
+                    "previous_response_id": None,
+                    "depth": call.depth,
+                    "call": None,
+                }
+                counted = finished_events(
+                    call.phase,
+                    StandIn(call.entity_key),
+                    request.settings,
+                    latency,
+                    light,
+                    response=replace(response, parsed=cast(Any, None), raw="")
+                    if response is not None
+                    else None,
+                    error=cast(LLMError, portable(error)) if error is not None else None,
+                )
+            self._n += 1
+            n = self._n
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self.waiting[n] = future
+            line = packed_call_line(record, own_digest=True)
+            slim = record.model_copy(
+                update={"input": "", "result": None, "history": [], "settings": {}}
+            )
+            # pickled plainly: nothing in it is shared with other messages (``post`` would
+            # ask of each of its objects whether it is)
+            self.outbox.queue(frame(("logged", n, Logged(slim, line, cost, text, counted))))
+            await future  # in the tick's log: the answer may be used
+        if isinstance(answer, LLMError):
+            raise answer
+        return answer
+
+
 def _states(world: World, kind: str, ids: Iterator[str]) -> dict[tuple[str, str], bytes]:
     entities = world.characters if kind == "character" else world.locations
     return {(kind, eid): orjson.dumps(entities[eid]["state"]) for eid in ids}
@@ -66,7 +187,13 @@ def _states(world: World, kind: str, ids: Iterator[str]) -> dict[tuple[str, str]
 async def serve(sock: socket.socket) -> None:
     reader, writer = await asyncio.open_connection(sock=sock, limit=2**26)
     plan: ShardPlan = await receive(reader)
-    adapter = RemoteAdapter(plan.adapter_name, writer)
+    stack: Stack | None = None
+    adapter: RemoteAdapter
+    if plan.local:  # the offline model, say: run here, each call logged by the coordinator
+        stack = build_stack(plan.config, plan.seed)
+        adapter = LocalAdapter(plan.adapter_name, writer, stack.adapter, plan.config)
+    else:
+        adapter = RemoteAdapter(plan.adapter_name, writer)
     barriers: asyncio.Queue[Any] = asyncio.Queue()
 
     finished = False
@@ -93,6 +220,9 @@ async def serve(sock: socket.socket) -> None:
         writer.write(frame(("final", final)))
     except Exception as exc:
         writer.write(frame(("failed", portable(exc))))
+    finally:
+        if stack is not None:
+            await stack.aclose()
     await writer.drain()
     # the coordinator closes the socket when the tick is over
     await listening

@@ -49,7 +49,7 @@ from sim.errors import RunError, SimError, UserError
 from sim.llm.client import finished_events
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
-from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
 from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.happenings import Happenings
@@ -84,6 +84,63 @@ class ShardPlan:
     adapter_name: str
     #: this tick's injected events (``sim inject``)
     happenings: Happenings
+    #: run the calls here, on a stack of the worker's own (``local_calls``): each call's
+    #: record is sent to the coordinator to log, not the call to answer
+    local: bool = False
+    #: the world's seed (the local stack's offline model is seeded with it)
+    seed: int = 0
+
+
+@dataclass
+class Logged:
+    """A call a worker ran on its own stack (``ShardPlan.local``), for the tick's log: its
+    record, its line and cost (``sim.engine.recorder.call_record``), its instructions' text
+    the first time the worker sends them, and its events as the tick's sinks count them
+    (no request, chain window, identity or answer text in them)."""
+
+    #: the call's record, without what only the log's line needs (its input, result,
+    #: chain window and settings)
+    record: Any
+    #: the record's line in the log (``packed_call_line``)
+    line: bytes
+    cost: Any
+    instructions: str | None
+    #: ``None``: one answer at the first attempt, with no notice and no fallback; its one
+    #: event is made again from the record (``counted``)
+    events: list[LLMEvent] | None
+
+    def counted(self) -> list[LLMEvent]:
+        """The call's events for the tick's sinks (account, guard, progress)."""
+        if self.events is not None:
+            return self.events
+        r = self.record
+        final = r.attempts[-1]
+        tokens = r.usage
+        usage = Usage(tokens.input_tokens, tokens.output_tokens, tokens.cached_input_tokens)
+        response = AdapterResponse(
+            parsed=cast(Any, None),
+            response_id=r.response_id,
+            usage=usage,
+            model=r.response_model,
+            finish_reason=r.finish_reason,
+            endpoint=r.endpoint,
+        )
+        return [
+            LLMEvent(
+                "llm_completed",
+                r.phase,
+                r.entity_key,
+                r.response_model,
+                cast(Any, StandIn(r.entity_key)),
+                attempt=final.attempt,
+                latency=r.latency,
+                usage=usage,
+                response=response,
+                depth=r.depth,
+                provider=final.provider,
+                endpoint=r.endpoint,
+            )
+        ]
 
 
 @dataclass
@@ -253,6 +310,17 @@ def partition(occupancy: Mapping[str, Sequence[str]], workers: int) -> list[tupl
     return [tuple(part) for part in parts if part]
 
 
+def local_calls(*, local_stack: bool, budget: bool, gated: bool, resume: bool) -> bool:
+    """Whether a sharded tick's workers run their calls on stacks of their own
+    (``ShardPlan.local``) rather than send each to the coordinator: when the run's stack is
+    the config's and every endpoint of it a local model that costs nothing
+    (``Stack.local``: the offline provider), the run has no budget, no policy gate sees
+    each call (``gated``) and the tick is not a resume (whose answers come from its log).
+    Then no limit of the run is held at the coordinator: there is no server to share,
+    nothing to spend, nothing to replay."""
+    return local_stack and not (budget or gated or resume)
+
+
 def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) -> str | None:
     """Why this tick cannot run on several workers (``None``: it can)."""
     for spec in phases:
@@ -280,7 +348,7 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) ->
 
 
 @dataclass(eq=False)
-class _StandIn:
+class StandIn:
     """The request of a worker's call, as the coordinator's events carry it: its entity key
     (what an event sink may read of it) and an identity that pairs the call's events."""
 
@@ -349,7 +417,7 @@ class _Worker:
     #: what the worker sent once (``Outbox(share=True)``)
     shared: dict[int, Any] = field(default_factory=dict)
     #: the stand-in request object of each call in flight (its events are paired by it)
-    tokens: dict[str, _StandIn] = field(default_factory=dict)
+    tokens: dict[str, StandIn] = field(default_factory=dict)
 
     def describe(self) -> str:
         return f"worker {self.index + 1} ({self.process.describe()})"
@@ -404,8 +472,13 @@ class Shards:
         slots: int,
         executor: str = "process",
         ray_address: str | None = None,
+        log: Callable[[Sequence[Logged]], None] | None = None,
     ) -> None:
         self.executor = executor
+        #: logs calls the workers ran themselves (``Logged``; ``TickRecorder.logged``)
+        self.log = log
+        #: the calls read since the log was last written, and whose worker waits for them
+        self._unlogged: list[tuple[_Worker, int, Logged]] = []
         self.ray_address = ray_address
         self._server: asyncio.Server | None = None
         self.plans = list(plans)
@@ -533,6 +606,8 @@ class Shards:
                     task = asyncio.create_task(self._answer(worker, message[1], message[2]))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
+                elif kind == "logged":
+                    self._logged(worker, message[1], message[2])
                 else:
                     worker.inbox.put_nowait(message)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -565,7 +640,7 @@ class Shards:
         rid = call.request_id if call is not None else f"{worker.index}:{n}"
         stand_in = worker.tokens.get(rid)
         if stand_in is None:
-            stand_in = worker.tokens[rid] = _StandIn(key)
+            stand_in = worker.tokens[rid] = StandIn(key)
             called = LLMEvent(
                 "llm_called",
                 phase,
@@ -616,6 +691,28 @@ class Shards:
         sent = answer if isinstance(answer, AdapterResponse) else portable(answer)
         with contextlib.suppress(ConnectionError, OSError):
             worker.outbox.post(("answer", n, sent))
+
+    def _logged(self, worker: _Worker, n: int, logged: Logged) -> None:
+        """A call the worker ran itself: logged with the others read in this turn of the
+        event loop (``_write``)."""
+        if self.log is None:
+            raise RunError(f"{worker.describe()} ran a call itself; this tick logs none so")
+        if not self._unlogged:
+            asyncio.get_running_loop().call_soon(self._write)
+        self._unlogged.append((worker, n, logged))
+
+    def _write(self) -> None:
+        """Log the calls read since the last time (one write, flushed), count their
+        events, then tell each worker its call is in the log: only then does it use the
+        answer."""
+        unlogged, self._unlogged = self._unlogged, []
+        assert self.log is not None
+        self.log([logged for _, _, logged in unlogged])
+        for worker, n, logged in unlogged:
+            for event in logged.counted():
+                self.events(event)
+            with contextlib.suppress(ConnectionError, OSError):
+                worker.outbox.post(("answer", n, None))
 
     async def gather(self, kind: str) -> list[Any]:
         """Each worker's next message, which must be of ``kind``, in worker order.
@@ -707,6 +804,7 @@ async def run_sharded(
     check: Callable[[PhaseReport], None],
     executor: str = "process",
     ray_address: str | None = None,
+    log: Callable[[Sequence[Logged]], None] | None = None,
 ) -> Merged:
     """Run the tick's phases on ``workers`` shards of ``ctx.world`` and put their parts
     in it; ``ctx`` is the coordinator's (its adapter and events are the tick's).
@@ -716,6 +814,8 @@ async def run_sharded(
         on_phase: a phase starts (``True``) or ends (``False``, with its report).
         phase_end: log a phase's merged results (``TickRecorder.phase_end``).
         check: raises if the tick must stop after a phase (``PhaseGuard.check``).
+        log: the workers run their calls on stacks of their own (``local_calls``), and
+            this logs each (``TickRecorder.logged``); ``None``: each call comes here.
 
     Raises:
         WorkerDied: a worker ended mid-tick; or what a worker's phase raised.
@@ -724,7 +824,16 @@ async def run_sharded(
     parts = partition(ctx.occupancy, workers)
     plans = [
         ShardPlan(
-            i, world.root, ctx.config, ctx.tick, part, names.copy(), adapter_name, ctx.happenings
+            i,
+            world.root,
+            ctx.config,
+            ctx.tick,
+            part,
+            names.copy(),
+            adapter_name,
+            ctx.happenings,
+            local=log is not None,
+            seed=world.seed,
         )
         for i, part in enumerate(parts)
     ]
@@ -738,7 +847,7 @@ async def run_sharded(
     on_phase(phases[0].name, True, None)
     report = ctx.report(phases[0].name)  # before any event of the phase can arrive
     slots = ctx.config.llm.max_concurrency
-    async with Shards(plans, ctx.adapter, ctx.events, slots, executor, ray_address) as shards:
+    async with Shards(plans, ctx.adapter, ctx.events, slots, executor, ray_address, log) as shards:
         for i, spec in enumerate(phases):
             done: list[PhaseDone] = await shards.gather("phase")
             merge_reports(report, [d.report for d in done])

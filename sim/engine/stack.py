@@ -81,6 +81,10 @@ class Stack:
             ``embedder``.
         clients: what holds connections open, as the builder made it (each endpoint's
             provider adapter or pool of servers): ``aclose`` closes these.
+        local: built from the config alone, and every endpoint it uses is a local model
+            that costs nothing (its profile: no network, no command; the offline
+            provider): another process can build the same stack (a sharded tick's
+            workers run their own calls then: ``sim.engine.shards.local_calls``).
     """
 
     adapter: Adapter
@@ -91,6 +95,7 @@ class Stack:
     batch: BatchTransportFactory | None = None
     embedders: Mapping[str, Embedder] = field(default_factory=dict)
     clients: tuple[Closeable, ...] = ()
+    local: bool = False
 
     def embedder(self, name: str) -> Embedder | None:
         """The embedder of endpoint ``name`` ("": the default endpoint's). Under the name
@@ -329,6 +334,11 @@ def build_stack(
         batch=batch_transport(config),
         embedders={n: r.embedder for n, r in routes.items() if r.embedder is not None},
         clients=tuple(client for r in routes.values() for client in r.clients),
+        local=provider is None
+        and budget is None
+        and all(
+            not profile(s.kind).network and not profile(s.kind).runs_command for s in table.used()
+        ),
     )
 
 

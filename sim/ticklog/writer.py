@@ -75,6 +75,12 @@ class LogWriter:
         self._handle.write(packed_call_line(record, own_digest=True) + b"\n")
         self._handle.flush()
 
+    def append_lines(self, lines: Iterable[bytes]) -> None:
+        """Call lines another process packed (``packed_call_line``: a sharded tick's
+        workers), written and flushed together."""
+        self._handle.write(b"".join(line + b"\n" for line in lines))
+        self._handle.flush()
+
     def sync(self) -> None:
         """Make everything written so far durable (survives power loss)."""
         self._handle.flush()

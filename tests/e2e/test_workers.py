@@ -25,7 +25,7 @@ from sim.config import load_config
 from sim.engine.replay import replay
 from sim.engine.runner import Runner
 from sim.engine.shards import WorkerDied, partition
-from sim.errors import UserError
+from sim.errors import SimError, UserError
 from sim.llm.errors import LLMBudgetExceededError
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
@@ -46,8 +46,9 @@ def invoke(*args: str) -> str:
 
 
 def without_walls(text: str) -> str:
-    """``sim log`` / ``sim usage`` output without wall-clock seconds (they are timings)."""
-    return re.sub(r"\d+\.\d+s\b", "<s>", text)
+    """``sim log`` / ``sim usage`` output without wall-clock times (timings and ETAs, in
+    every form ``sim tick`` prints: ``4.2s``, ``42s``, ``3m05s``, ``1h02m``)."""
+    return re.sub(r"\b(?:\d+h\d+m|\d+m\d+s|\d+(?:\.\d+)?s)\b", "<s>", text)
 
 
 def run_world(source: Path, dest: Path, workers: int, ticks: int, *settings: str) -> Path:
@@ -467,3 +468,115 @@ def test_a_servers_slots_and_the_concurrency_hold_across_workers(
         assert result.exit_code == 0, result.output
         assert server.peak_active == most  # reached, never passed
     assert Storage(world).load().tick == 1
+
+
+class Refuses:
+    """An adapter that fails the test if it is ever asked: the coordinator's, when the
+    workers run the calls on stacks of their own."""
+
+    name = "offline"
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        raise AssertionError("the coordinator ran a call the workers should have run")
+
+    async def delete_response(self, response_id: str) -> None:
+        return None
+
+
+def test_a_local_models_calls_run_on_the_workers_with_one_process_result(
+    tmp_path: Path,
+) -> None:
+    """With a stack of local, free models only (``Stack.local``: the offline provider) and
+    no budget, policy or resume, each worker runs its calls itself: the coordinator's
+    adapter is never asked, and the files are one process's. Without ``local`` every
+    call goes to the coordinator's adapter."""
+    from sim.engine.stack import Stack
+
+    reference = copy_demo(tmp_path / "ref")
+    Runner(reference, config_for(reference)).run(2)
+    world = copy_demo(tmp_path / "w")
+    Runner(world, config_for(world), stack=Stack(Refuses(), local=True), workers=2).run(2)
+    assert tree(world) == tree(reference)
+    assert len(read_log(log_path(world, 2)).calls) == len(read_log(log_path(reference, 2)).calls)
+    other = copy_demo(tmp_path / "o")
+    with pytest.raises(SimError):
+        Runner(other, config_for(other), stack=Stack(Refuses()), workers=2).run(1)
+    assert Storage(other).load().tick == 0
+
+
+def _calls_logged(world: Path) -> int:
+    path = log_path(world, 1)
+    return path.read_bytes().count(b'{"type":"call"') if path.exists() else 0
+
+
+@pytest.mark.parametrize("victim", ["coordinator", "worker"])
+def test_kill_9_while_workers_run_their_own_calls_resumes_from_the_log(
+    tmp_path: Path, victim: str
+) -> None:
+    """kill -9 of ``sim tick --workers 2`` or of one of its workers while the workers run
+    the offline model themselves: the world stays at tick 0 (a worker's death is named),
+    every call logged before is answered from the log on the next run (none asked
+    again), and the result is one process's."""
+    import subprocess
+    import sys
+    import time
+
+    from bench.make_world import make_world
+
+    base = tmp_path / "base"
+    make_world(base, 1500, 150)
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sim", "tick", "--world", str(world), "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if _calls_logged(world) >= 200:
+            break
+        time.sleep(0.002)
+    assert process.poll() is None, "the tick ended before the kill: make the world bigger"
+    if victim == "coordinator":
+        process.kill()
+    else:
+        os.kill(_workers_of(world)[0], signal.SIGKILL)
+    _, err = process.communicate(timeout=60)
+    if victim == "worker":
+        assert process.returncode != 0 and b"died in the middle of the tick" in err, err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _workers_of(world):
+        time.sleep(0.05)
+    assert not _workers_of(world)
+    assert Storage(world).load().tick == 0
+    logged = len(read_log(log_path(world, 1)).calls)
+    assert logged >= 200
+    result = Runner(world, config_for(world), workers=2).run(1)[0]
+    assert result.resumed_calls == logged  # each answered from the log, not asked again
+    assert tree(world) == tree(reference)
+
+
+def test_only_a_local_free_stack_without_budget_policy_or_resume_runs_on_the_workers(
+    tmp_path: Path,
+) -> None:
+    """``Stack.local``: the config's offline stack is; a network provider's, or a stack
+    sharing a budget, is not. ``local_calls``: a budget, a policy gate or a resume keep
+    the calls on the coordinator."""
+    from sim.engine.shards import local_calls
+    from sim.engine.stack import build_stack, make_budget
+
+    world = copy_demo(tmp_path / "demo")
+    offline = config_for(world)
+    assert build_stack(offline, 7).local
+    assert not build_stack(offline, 7, budget=make_budget(offline)).local
+    chat = config_for(world, llm={"provider": "chat", "base_url": "http://127.0.0.1:9/v1"})
+    assert not build_stack(chat, 7).local
+    assert local_calls(local_stack=True, budget=False, gated=False, resume=False)
+    for flag in ("budget", "gated", "resume"):
+        flags = {"budget": False, "gated": False, "resume": False, flag: True}
+        assert not local_calls(local_stack=True, **flags)
+    assert not local_calls(local_stack=False, budget=False, gated=False, resume=False)
