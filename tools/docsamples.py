@@ -433,7 +433,25 @@ def study_compare(tmp: Path) -> Samples:
     (s.root / "bad.csv").write_text("field,tick,value\nsurvey,6,yes\nsurvey,six,no\n")
     bad = s.run("study", "compare", "harvest-runs", "--reference", "bad.csv", code=2).stderr
     row = json.loads(s.sim("study", "compare", "harvest-runs", "--json"))["comparisons"][-1]
+    verified = s.sim("study", "verify", "harvest-runs")
+    arm = sorted(
+        p.parent
+        for p in (s.root / "harvest-runs").glob("*/*/world.json")
+        if not p.parent.parent.name.startswith("_")
+    )[0]
+    edited = sorted((arm / "characters").glob("*.json"))[0]
+    data = json.loads(edited.read_text())
+    data["identity"]["description"] += " (edited)"
+    edited.write_text(json.dumps(data, indent=2) + "\n")
+    unverified = s.run("study", "verify", "harvest-runs", code=1)
+    shown = edited.relative_to(s.root)
     return {
+        "analysis-verify": block(
+            f"$ sim study verify harvest-runs\n{verified}"
+            f"$ # edit {shown} by hand, then\n"
+            f"$ sim study verify harvest-runs\n{unverified.stdout}{unverified.stderr}",
+            "console",
+        ),
         "analysis-compare": block(
             f"$ sim study compare harvest-runs\n{arms}"
             f"$ sim study compare harvest-runs --field stance=keep --tick 3 --tick 6\n{stance}",

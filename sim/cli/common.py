@@ -384,3 +384,8 @@ def build_config(
         for name in config.phases:
             config = config.with_phase(f"phases.{name}", model=model)
     return config
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 problem``, ``2 problems``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

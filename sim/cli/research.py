@@ -16,6 +16,7 @@ from sim.cli.common import (
     WORLD,
     build_config,
     count_option,
+    counted,
     echo,
     echo_json,
     file_option,
@@ -102,8 +103,8 @@ def export_(
             if problems:
                 done.notes.insert(
                     0,
-                    f"UNVERIFIED: the study does not verify ({len(problems)} problems: sim "
-                    f"study verify {study_dir}); exported as asked (--unverified)",
+                    f"UNVERIFIED: the study does not verify ({counted(len(problems), 'problem')}"
+                    f": sim study verify {study_dir}); exported as asked (--unverified)",
                 )
         else:
             assert world_dir is not None

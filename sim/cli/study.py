@@ -9,6 +9,7 @@ import click
 from sim.cli.common import (
     CONFIG,
     count_option,
+    counted,
     echo,
     file_option,
     folder_option,
@@ -141,8 +142,8 @@ def report_(
         if problems:
             report.notes.insert(
                 0,
-                f"UNVERIFIED: the study does not verify ({len(problems)} problems: sim study "
-                f"verify {study_dir}); reported as asked (--unverified)",
+                f"UNVERIFIED: the study does not verify ({counted(len(problems), 'problem')}: "
+                f"sim study verify {study_dir}); reported as asked (--unverified)",
             )
         figures: list[Path] = []
         if figures_dir is not None:
@@ -164,7 +165,8 @@ def report_(
             )
             return
         if problems:
-            echo(f"UNVERIFIED study ({len(problems)} problems: sim study verify {study_dir})")
+            found = counted(len(problems), "problem")
+            echo(f"UNVERIFIED study ({found}: sim study verify {study_dir})")
         for line in report_lines(report):
             echo(line)
         for note in report.notes:

@@ -12,6 +12,7 @@ import click
 from sim.cli.common import (
     CONFIG,
     count_option,
+    counted,
     echo,
     file_option,
     folder_option,
@@ -42,7 +43,7 @@ def say_verified(
         for problem in problems:
             echo(f"problem: {problem}")
         echo(
-            f"{folder}: {len(problems)} problems; {failed}"
+            f"{folder}: {counted(len(problems), 'problem')}; {failed}"
             if problems
             else f"{folder}: verified ({passed})"
         )
