@@ -7,7 +7,8 @@ The world is untrusted and so is the network. Every ``/api/`` request needs the 
 refused (CSRF); bodies are limited to ``MAX_BODY`` bytes; the page may run only its own
 scripts (``Content-Security-Policy``) and shows world text as text. With ``read_only``
 every change is refused. Every control calls what the matching command calls
-(``sim.interventions.inject`` / ``set_field``, ``sim.interview.ask``, the ``Runner``),
+(``sim.interventions.inject`` / ``set_field``, ``sim.interview.ask``, the ``Runner``,
+``sim.engine.rewind.rewind`` / ``fork``),
 under the world's lock where the command takes it. Nothing answered holds the config's
 API key: no endpoint shows the config.
 """
@@ -18,6 +19,8 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
+import os
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,6 +43,11 @@ from sim.serve.driver import Busy, Driver
 MAX_BODY = 64 * 1024
 #: ticks one ``POST /api/run`` may ask for
 MAX_RUN = 10_000
+#: the longest name a fork's folder may have (``POST /api/fork``)
+FOLDER_NAME_MAX = 100
+#: what a fork's folder's name may hold: letters, digits, ``.``, ``_`` and ``-``, starting
+#: with a letter or digit (no separator, no ``..``, nothing hidden, nothing a shell reads)
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: how often the world's tick is read to notice a tick committed by another process (s)
 POLL_SECONDS = 0.5
 #: events kept for a listener that reads slowly (the newest are dropped past it)
@@ -78,6 +86,19 @@ class InjectBody(_Body):
 class SetBody(_Body):
     #: ``ENTITY.FIELD.PATH=JSON_VALUE``, as ``sim set`` takes it
     assignment: str = Field(min_length=1)
+
+
+class RewindBody(_Body):
+    #: go back to the state at the start of this tick (as ``sim rewind --tick``)
+    tick: int = Field(ge=1, le=10**9)
+
+
+class ForkBody(_Body):
+    #: start the new world from the state at the start of this tick (as ``sim fork --tick``)
+    tick: int = Field(ge=1, le=10**9)
+    #: the new world's folder: a new name beside the world's folder, nothing else
+    to: str = Field(min_length=1, max_length=FOLDER_NAME_MAX)
+    seed: int | None = Field(default=None, ge=0)
 
 
 class AskBody(_Body):
@@ -463,6 +484,63 @@ def _made(made: Any, text: str) -> web.Response:
     )
 
 
+async def post_rewind(request: web.Request) -> web.StreamResponse:
+    """``sim rewind --tick N``: the world back to the start of tick N, later logs aside."""
+    from sim.engine import rewind as history
+
+    body = await _body(request, RewindBody)
+    _idle(request)
+    done = await asyncio.to_thread(history.rewind, request.app[SETTINGS].world_dir, body.tick)
+    return web.json_response(
+        {
+            "tick": body.tick - 1,
+            "next_tick": body.tick,
+            "logs_moved": done.logs_moved,
+            "moved_to": done.moved_to.name if done.moved_to is not None else None,
+        }
+    )
+
+
+def fork_destination(world_dir: Path, name: str) -> Path:
+    """The folder ``name`` beside ``world_dir``, for ``POST /api/fork``: a request may only
+    name a new folder there, never a path (no separator, no ``..``, no hidden name, no
+    existing file, folder or link, not even an empty folder or a dangling link).
+
+    Raises:
+        _HTTPProblem: a 400 naming what is wrong with ``name``.
+    """
+    if not FOLDER_NAME.fullmatch(name) or ".." in name:
+        raise _HTTPProblem(
+            400,
+            f"to: expected a new folder's name (letters, digits, '.', '_' and '-', starting "
+            f"with a letter or digit, no '..'; got {name!r})",
+        )
+    parent = world_dir.resolve().parent
+    dest = parent / name
+    if os.path.lexists(dest):
+        raise _HTTPProblem(400, f"to: {name!r} already exists beside the world; choose a new name")
+    return dest
+
+
+async def post_fork(request: web.Request) -> web.StreamResponse:
+    """``sim fork --tick N --to NAME``: a new world beside this one; this one is only read."""
+    from sim.engine import rewind as history
+
+    body = await _body(request, ForkBody)
+    world_dir = request.app[SETTINGS].world_dir
+    dest = fork_destination(world_dir, body.to)
+    made = await asyncio.to_thread(history.fork, world_dir, body.tick, dest, body.seed)
+    return web.json_response(
+        {
+            "world": made.name,
+            "path": str(made),
+            "tick": body.tick - 1,
+            "next_tick": body.tick,
+        },
+        status=201,
+    )
+
+
 async def post_ask(request: web.Request) -> web.StreamResponse:
     from sim.interview import ask
 
@@ -545,4 +623,6 @@ def make_app(settings: Settings) -> web.Application:
     app.router.add_post("/api/inject", post_inject)
     app.router.add_post("/api/set", post_set)
     app.router.add_post("/api/ask", post_ask)
+    app.router.add_post("/api/rewind", post_rewind)
+    app.router.add_post("/api/fork", post_fork)
     return app

@@ -255,6 +255,8 @@ async def test_changes_need_the_token_and_write_nothing_without(
         ("/api/inject", {"everywhere": True, "text": "x"}),
         ("/api/set", {"assignment": 'ada.state.mood="x"'}),
         ("/api/ask", {"everyone": True, "question": "hi?"}),
+        ("/api/rewind", {"tick": 1}),
+        ("/api/fork", {"tick": 1, "to": "elsewhere"}),
     ]:
         refused = await client.post(path, json=body)
         assert refused.status == 401, path
@@ -325,6 +327,11 @@ async def test_bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(
         ("/api/set", {"assignment": "ada.state.mood=not json"}, 400, "JSON"),
         ("/api/set", {"assignment": 'ghost.state.mood="x"'}, 400, "ghost"),
         ("/api/ask", {"character": "ghost", "question": "hi?"}, 400, "ghost"),
+        ("/api/rewind", {"tick": 0}, 400, "tick"),
+        ("/api/rewind", {"tick": 1}, 400, "no log for tick 1"),
+        ("/api/rewind", {"tick": 5}, 400, "expected 1..1"),
+        ("/api/fork", {"tick": 3, "to": "later"}, 400, "expected 1..1"),
+        ("/api/fork", {"to": "later"}, 400, "tick"),
     ]
     for path, body, status, named in cases:
         answer = await _post(client, path, body)
@@ -349,7 +356,7 @@ async def test_request_bodies_are_size_limited(client: TestClient[Any, Any], wor
 
 async def test_read_only_refuses_every_change(world: Path):
     served = await _client(world, read_only=True)
-    before = tree(world, logs=True)
+    before = tree(world.parent, logs=True)
     try:
         assert (await served.get("/api/world", headers=BEARER)).status == 200
         for path, body in [
@@ -359,13 +366,15 @@ async def test_read_only_refuses_every_change(world: Path):
             ("/api/inject", {"everywhere": True, "text": "x"}),
             ("/api/set", {"assignment": 'ada.state.mood="x"'}),
             ("/api/ask", {"everyone": True, "question": "hi?"}),
+            ("/api/rewind", {"tick": 1}),
+            ("/api/fork", {"tick": 1, "to": "elsewhere"}),
         ]:
             refused = await _post(served, path, body)
             assert refused.status == 403, path
             assert "read-only" in (await refused.json())["error"]
     finally:
         await served.close()
-    assert tree(world, logs=True) == before
+    assert tree(world.parent, logs=True) == before
 
 
 async def test_the_api_key_appears_nowhere(world: Path, monkeypatch: pytest.MonkeyPatch):
@@ -512,3 +521,105 @@ async def test_a_world_locked_by_another_process_is_a_409_and_a_run_says_why(
         state = await _until_idle(client)
     assert state["done"] == 0 and "another sim process" in state["error"]
     assert tree(world, logs=True) == before
+
+
+# -- rewind and fork ----------------------------------------------------------------------
+
+
+async def test_rewind_and_fork_equal_sim_rewind_and_sim_fork(tmp_path: Path, world: Path):
+    """``POST /api/rewind`` and ``POST /api/fork`` do what ``sim rewind`` and ``sim fork``
+    do, byte for byte: the same world, the same logs moved aside, the same new world."""
+    done = _sim("tick", "--world", str(world), "--ticks", "2")
+    assert done.returncode == 0, done.stderr
+    other = tmp_path / "other" / "demo"
+    shutil.copytree(world, other)
+    served = await _client(world)
+    try:
+        forked = await _post(served, "/api/fork", {"tick": 2, "to": "branch"})
+        assert forked.status == 201, await forked.text()
+        made = await forked.json()
+        assert made["world"] == "branch" and made["tick"] == 1 and made["next_tick"] == 2
+        assert Path(made["path"]) == world.parent / "branch"
+        rewound = await _post(served, "/api/rewind", {"tick": 2})
+        assert rewound.status == 200, await rewound.text()
+        assert (await rewound.json()) == {
+            "tick": 1,
+            "next_tick": 2,
+            "logs_moved": 1,
+            "moved_to": "rewound-1",
+        }
+        view = await (await served.get("/api/world", headers=BEARER)).json()
+        assert view["tick"] == 1 and view["logged"] == [1]
+    finally:
+        await served.close()
+    for args in (
+        ("fork", "--world", str(other), "--tick", "2", "--to", str(other.parent / "branch")),
+        ("rewind", "--world", str(other), "--tick", "2"),
+    ):
+        done = _sim(*args)
+        assert done.returncode == 0, done.stderr
+    assert tree(world, logs=True) == tree(other, logs=True)
+    assert tree(world.parent / "branch", logs=True) == tree(other.parent / "branch", logs=True)
+
+
+async def test_a_rewind_waits_for_no_run(client: TestClient[Any, Any], world: Path):
+    assert (await _post(client, "/api/run", {"ticks": 50})).status == 202
+    refused = await _post(client, "/api/rewind", {"tick": 1})
+    assert refused.status == 409 and "a run is going" in (await refused.json())["error"]
+    await _post(client, "/api/pause", {})
+    await _until_idle(client)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "../escaped",
+        "..",
+        ".",
+        "a/../../escaped",
+        "sub/dir",
+        "/tmp/escaped",
+        "a\\b",
+        ".hidden",
+        "-rf",
+        "a..b",
+        "name\n",
+        "x" * 101,
+        "caf\u00e9",
+        "nul\u0000",
+        "",
+        5,
+        None,
+        "demo",  # the world itself
+        "taken",  # an empty folder
+        "dangling",  # a link to nowhere
+        "linked",  # a link to a folder
+        "file.txt",
+    ],
+)
+async def test_a_fork_may_only_make_a_new_folder_beside_the_world(
+    tmp_path: Path, world: Path, target: Any
+):
+    """A hostile ``to`` (a path, ``..``, a hidden or odd name, something that exists, even
+    an empty folder or a dangling link) is a 400 naming ``to``, and nothing is written
+    anywhere."""
+    done = _sim("tick", "--world", str(world))
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "aim").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "aim")
+    (tmp_path / "file.txt").write_text("x")
+    before = tree(tmp_path, logs=True)
+    listed = sorted(os.listdir(tmp_path))
+    served = await _client(world)
+    try:
+        refused = await _post(served, "/api/fork", {"tick": 1, "to": target})
+        assert refused.status == 400, await refused.text()
+        assert "to" in (await refused.json())["error"]
+    finally:
+        await served.close()
+    assert tree(tmp_path, logs=True) == before
+    assert sorted(os.listdir(tmp_path)) == listed
+    assert not (tmp_path.parent / "escaped").exists() and not Path("/tmp/escaped").exists()
+    assert os.listdir(tmp_path / "aim") == []

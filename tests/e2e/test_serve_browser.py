@@ -206,13 +206,57 @@ def test_inject_set_ask_and_a_tick_run_elsewhere(browser: Browser, tmp_path: Pat
         served.stop()
 
 
+def test_rewind_and_fork_from_the_timeline(browser: Browser, tmp_path: Path):
+    """The timeline's "fork from this tick" makes a new world beside this one (a hostile
+    name is refused, the server's reason shown); "rewind to this tick" puts the world back
+    to the start of the tick shown, and the page follows."""
+    world = copy_demo(tmp_path / "demo")
+    sim("tick", "--world", str(world), "--ticks", "2")
+    served = Served(world)
+    try:
+        page, problems = _open(browser, served.url)
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2")
+        page.fill("#fork-to", "../escaped")
+        page.click("#fork")
+        expect(page.locator("#history-result")).to_have_text(re.compile("to: expected"))
+        expect(page.locator("#history-result")).to_have_class(re.compile("error"))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
+        page.fill("#fork-to", "branch")
+        page.click("#fork")
+        expect(page.locator("#history-result")).to_have_text(
+            "forked: branch is at tick 1, ready to run tick 2"
+        )
+        assert orjson.loads((tmp_path / "branch" / "world.json").read_bytes())["tick"] == 1
+        page.click("#rewind")
+        expect(page.locator("#history-result")).to_have_text(
+            re.compile(r"^rewound: the world is at tick 1, ready to run tick 2")
+        )
+        expect(page.locator("#world-tick")).to_have_text("tick 1")
+        expect(page.locator("#tick-label")).to_have_text("Tick 1 of 1–1")
+        assert orjson.loads((world / "world.json").read_bytes())["tick"] == 1
+        page.click("#rewind")  # to the start of tick 1: no tick is logged any more
+        expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
+        expect(page.locator("#world-tick")).to_have_text("tick 0")
+        expect(page.locator("#rewind")).to_be_disabled()
+        _no_script_ran(page, problems)
+    finally:
+        served.stop()
+
+
 def test_read_only_disables_the_controls(browser: Browser, tmp_path: Path):
     world = copy_demo(tmp_path / "demo")
     served = Served(world, "--read-only")
     try:
         page, problems = _open(browser, served.url)
         expect(page.locator("#mode")).to_have_text("read-only")
-        for control in ("#run", "#step", "#inject-form button", "#ask-form button"):
+        for control in (
+            "#run",
+            "#step",
+            "#inject-form button",
+            "#ask-form button",
+            "#rewind",
+            "#fork",
+        ):
             expect(page.locator(control)).to_be_disabled()
         assert not problems
     finally:

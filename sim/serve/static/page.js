@@ -16,6 +16,7 @@ const state = {
   view: null, // GET /api/ticks/{n}
   colours: new Map(),
   selected: null,
+  running: false,
 };
 
 function $(id) { return document.getElementById(id); }
@@ -83,7 +84,7 @@ async function loadWorld() {
   $("mode").textContent = world.read_only ? "read-only" : "";
   $("mode").hidden = !world.read_only;
   for (const id of ["run", "pause", "step"]) $(id).disabled = world.read_only;
-  for (const form of ["inject-form", "set-form", "ask-form"]) {
+  for (const form of ["inject-form", "set-form", "ask-form", "history-form"]) {
     for (const input of $(form).elements) input.disabled = world.read_only;
   }
   const all = [...world.characters].sort((a, b) => a.id.localeCompare(b.id));
@@ -216,7 +217,15 @@ function timeline() {
   const logged = state.logged;
   scrub.max = String(Math.max(logged.length - 1));
   scrub.disabled = logged.length === 0;
-  if (!logged.length) return;
+  if (!logged.length) {  // none yet, or all rewound
+    state.tick = null;
+    state.view = null;
+    $("tick-label").textContent = "no tick logged yet";
+    $("tick-numbers").textContent = "";
+    $("scenes").replaceChildren();
+    historyControls();
+    return;
+  }
   if (state.tick === null || $("follow").checked || !logged.includes(state.tick)) {
     showTick(logged[logged.length - 1]);
   }
@@ -232,6 +241,7 @@ async function showTick(tick) {
   $("tick-label").textContent = `Tick ${tick} of ${logged[0]}–${logged[logged.length - 1]}`;
   $("prev").disabled = index <= 0;
   $("next").disabled = index >= logged.length - 1;
+  historyControls();
   try {
     const view = await api(`/api/ticks/${tick}`);
     if (state.tick !== tick) return;
@@ -240,6 +250,46 @@ async function showTick(tick) {
     drawMap();
   } catch (error) {
     $("scenes").replaceChildren(el("p", { class: "muted" }, `tick ${tick}: ${error.message}`));
+  }
+}
+
+// Rewind and fork go back to the start of the tick shown (as `sim rewind` / `sim fork`).
+function historyControls() {
+  const off = state.tick === null || Boolean(state.world && state.world.read_only);
+  $("rewind").disabled = off || Boolean(state.running);
+  $("fork").disabled = off;
+  $("rewind").title = off ? "" : `put the world back to the start of tick ${state.tick}; later logs are kept aside`;
+  $("fork").title = off ? "" : `a new world beside this one, at the start of tick ${state.tick}`;
+}
+
+function historySaid(text, failed) {
+  const box = $("history-result");
+  box.textContent = text;
+  box.classList.toggle("error", Boolean(failed));
+}
+
+async function rewindHere() {
+  const tick = state.tick;
+  try {
+    const done = await api("/api/rewind", { tick });
+    historySaid(`rewound: the world is at tick ${done.tick}, ready to run tick ${done.next_tick}` +
+      (done.moved_to ? ` (${done.logs_moved} later logs kept in ${done.moved_to})` : ""));
+    $("follow").checked = true;
+    await loadWorld();
+    await loadCharts();
+  } catch (error) {
+    historySaid(error.message, true);
+  }
+}
+
+async function forkHere() {
+  const tick = state.tick;
+  try {
+    const made = await api("/api/fork", { tick, to: $("fork-to").value });
+    historySaid(`forked: ${made.world} is at tick ${made.tick}, ready to run tick ${made.next_tick}`);
+    $("fork-to").value = "";
+  } catch (error) {
+    historySaid(error.message, true);
   }
 }
 
@@ -462,6 +512,8 @@ function showRun(run) {
   const cost = run.cost === null ? "cost unknown" : `$${run.cost.toFixed(4)}`;
   $("usage").textContent = run.ticks ? `${(run.input_tokens + run.output_tokens).toLocaleString()} tokens, ${cost} this run` : "";
   $("run").disabled = $("step").disabled = run.running || (state.world && state.world.read_only);
+  state.running = run.running;
+  historyControls();
   $("pause").disabled = !run.running || run.pausing;
 }
 
@@ -516,6 +568,8 @@ function wire() {
   });
   $("prev").addEventListener("click", () => { $("follow").checked = false; showTick(state.logged[state.logged.indexOf(state.tick) - 1]); });
   $("next").addEventListener("click", () => showTick(state.logged[state.logged.indexOf(state.tick) + 1]));
+  $("rewind").addEventListener("click", rewindHere);
+  $("history-form").addEventListener("submit", (e) => { e.preventDefault(); forkHere(); });
   $("more-scenes").addEventListener("click", () => { state.scenesShown += SCENES; showScenes(); });
   $("people-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); loadWorld(); });
   $("people-next").addEventListener("click", () => { state.offset += PAGE; loadWorld(); });
