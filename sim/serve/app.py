@@ -347,6 +347,12 @@ async def get_world(request: web.Request) -> web.StreamResponse:
     return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
 
 
+async def get_network(request: web.Request) -> web.StreamResponse:
+    cache = request.app[CACHE]
+    view = await asyncio.to_thread(lambda: views.network_view(cache.get()))
+    return web.json_response(view, dumps=_dumps)
+
+
 async def get_character(request: web.Request) -> web.StreamResponse:
     cid = request.match_info["id"]
     cache, logs = request.app[CACHE], request.app[LOGS]
@@ -613,6 +619,7 @@ def make_app(settings: Settings) -> web.Application:
     app.router.add_get("/static/{name}", static)
     app.router.add_get("/api/world", get_world)
     app.router.add_get("/api/characters/{id}", get_character)
+    app.router.add_get("/api/network", get_network)
     app.router.add_get("/api/ticks/{n}", get_tick)
     app.router.add_get("/api/history", get_history)
     app.router.add_get("/api/run", get_run)

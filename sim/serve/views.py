@@ -180,6 +180,104 @@ def world_view(world: World, offset: int = 0, limit: int = PAGE) -> dict[str, An
     }
 
 
+#: the most characters the network draws one by one; past it, it is drawn by place
+NETWORK_CHARACTERS = 150
+#: the most ties drawn one by one; past it, the network is drawn by place
+NETWORK_TIES = 1500
+
+
+def _ties(world: World) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every tie between two characters once, as ``(lower id, higher id)`` -> the first
+    one's view of it (``kind``, ``trust``) and whether the other holds one back. A tie to a
+    character that does not exist is left out (``sim validate`` names it)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for cid in sorted(world.characters):
+        relations = world.characters[cid].get("relationships")
+        if not isinstance(relations, dict):
+            continue
+        for other in sorted(relations):
+            if other == cid or other not in world.characters:
+                continue
+            tie = relations[other]
+            pair = (cid, other) if cid < other else (other, cid)
+            if pair in out:
+                out[pair]["mutual"] = True
+                continue
+            kind = tie.get("kind") if isinstance(tie, dict) else None
+            trust = tie.get("trust") if isinstance(tie, dict) else None
+            out[pair] = {
+                "a": cid,
+                "b": other,
+                "kind": None if kind is None else str(kind),
+                "trust": (
+                    trust
+                    if isinstance(trust, int | float) and not isinstance(trust, bool)
+                    else None
+                ),
+                "mutual": False,
+            }
+    return out
+
+
+def network_view(world: World) -> dict[str, Any]:
+    """``GET /api/network``: the characters' ties (from their ``relationships``), each tie
+    once. A world of at most ``NETWORK_CHARACTERS`` characters and ``NETWORK_TIES`` ties is
+    answered by character (``"by": "character"``: ``nodes`` with ``id``, ``name``,
+    ``location``; ``edges`` with ``a``, ``b``, ``kind``, ``trust``, ``mutual``); a bigger
+    one by place (``"by": "place"``: ``nodes`` with ``id``, ``name``, ``count``, ``ties``
+    within; ``edges`` with ``a``, ``b``, ``ties`` between), so the page never draws one
+    node per character of a big world. Nodes are sorted by place, then id."""
+    ties = _ties(world)
+    order = {lid: i for i, lid in enumerate(sorted(world.locations))}
+
+    def where(cid: str) -> str:
+        return _location(world.characters[cid]) or ""
+
+    base = {
+        "tick": world.tick,
+        "total_characters": len(world.characters),
+        "total_ties": len(ties),
+    }
+    if len(world.characters) <= NETWORK_CHARACTERS and len(ties) <= NETWORK_TIES:
+        ids = sorted(world.characters, key=lambda c: (order.get(where(c), len(order)), c))
+        return {
+            **base,
+            "by": "character",
+            "nodes": [
+                {"id": c, "name": _name(world.characters[c], c), "location": where(c) or None}
+                for c in ids
+            ],
+            "edges": list(ties.values()),
+        }
+    counts: dict[str, int] = {}
+    for cid in world.characters:
+        counts[where(cid)] = counts.get(where(cid), 0) + 1
+    within: dict[str, int] = {}
+    between: dict[tuple[str, str], int] = {}
+    for a, b in ties:
+        pa, pb = where(a), where(b)
+        if pa == pb:
+            within[pa] = within.get(pa, 0) + 1
+        else:
+            key = (pa, pb) if pa < pb else (pb, pa)
+            between[key] = between.get(key, 0) + 1
+    places = sorted(counts, key=lambda p: (order.get(p, len(order)), p))
+    return {
+        **base,
+        "by": "place",
+        "nodes": [
+            {
+                "id": p,
+                "name": _name(world.locations[p], p) if p in world.locations else p or "?",
+                "count": counts[p],
+                "ties": within.get(p, 0),
+            }
+            for p in places
+        ],
+        "edges": [{"a": a, "b": b, "ties": n} for (a, b), n in sorted(between.items())],
+    }
+
+
 def character_view(world: World, cid: str) -> dict[str, Any]:
     """``GET /api/characters/{id}``: the character's file as it is now (identity, goals,
     state, memory, relationships), and its name."""

@@ -623,3 +623,63 @@ async def test_a_fork_may_only_make_a_new_folder_beside_the_world(
     assert sorted(os.listdir(tmp_path)) == listed
     assert not (tmp_path.parent / "escaped").exists() and not Path("/tmp/escaped").exists()
     assert os.listdir(tmp_path / "aim") == []
+
+
+# -- the relationships network ------------------------------------------------------------
+
+
+def _tie(world: Path, cid: str, other: str, kind: str, trust: float) -> None:
+    path = world / "characters" / f"{cid}.json"
+    data = orjson.loads(path.read_bytes())
+    data.setdefault("relationships", {})[other] = {"kind": kind, "trust": trust}
+    path.write_bytes(orjson.dumps(data))
+
+
+async def test_the_network_draws_each_tie_once_by_character(world: Path):
+    _tie(world, "ada", "bram", "rival", 0.2)
+    _tie(world, "bram", "ada", "rival", 0.3)
+    _tie(world, "orla", "ada", "sister", 0.9)
+    served = await _client(world)
+    try:
+        net = await (await served.get("/api/network", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert net["by"] == "character" and net["total_characters"] == 10
+    assert net["total_ties"] == 2
+    assert net["edges"] == [
+        {"a": "ada", "b": "bram", "kind": "rival", "trust": 0.2, "mutual": True},
+        {"a": "orla", "b": "ada", "kind": "sister", "trust": 0.9, "mutual": False},
+    ]
+    names = {n["id"]: n["name"] for n in net["nodes"]}
+    assert names["ada"] == "Ada Strand" and len(names) == 10
+    places = [n["location"] for n in net["nodes"]]
+    assert places == sorted(places)  # grouped by place (ids sort as the places do here)
+
+
+async def test_a_big_network_is_drawn_by_place(world: Path, monkeypatch: pytest.MonkeyPatch):
+    """Past ``NETWORK_CHARACTERS``, ties are counted between and within places: the page
+    never gets one node per character."""
+    from sim.serve import views
+
+    _tie(world, "ada", "bram", "rival", 0.2)
+    _tie(world, "orla", "ada", "sister", 0.9)
+    monkeypatch.setattr(views, "NETWORK_CHARACTERS", 3)
+    where = {
+        cid: orjson.loads((world / "characters" / f"{cid}.json").read_bytes())["state"]["location"]
+        for cid in ("ada", "bram", "orla")
+    }
+    served = await _client(world)
+    try:
+        net = await (await served.get("/api/network", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert net["by"] == "place" and net["total_ties"] == 2
+    assert sum(n["count"] for n in net["nodes"]) == 10
+    ties = sum(n["ties"] for n in net["nodes"]) + sum(e["ties"] for e in net["edges"])
+    assert ties == 2
+    for a, b in (("ada", "bram"), ("orla", "ada")):
+        pa, pb = sorted((where[a], where[b]))
+        if pa == pb:
+            assert next(n for n in net["nodes"] if n["id"] == pa)["ties"] >= 1
+        else:
+            assert any(e["a"] == pa and e["b"] == pb for e in net["edges"])

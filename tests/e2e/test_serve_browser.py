@@ -243,6 +243,42 @@ def test_rewind_and_fork_from_the_timeline(browser: Browser, tmp_path: Path):
         served.stop()
 
 
+def test_the_network_draws_a_known_tie_between_the_two_named(browser: Browser, hostile: Path):
+    """A tie in the world's relationships is a line from one named dot to the other; the
+    names (markup, in this world) are text."""
+    for cid, other, kind in (("ada", "orla", "friend"), ("orla", "ada", "friend")):
+        path = hostile / "characters" / f"{cid}.json"
+        data = orjson.loads(path.read_bytes())
+        data["relationships"] = {other: {"kind": kind, "trust": 0.8}}
+        path.write_bytes(orjson.dumps(data))
+    served = Served(hostile)
+    try:
+        page, problems = _open(browser, served.url)
+        expect(page.locator("#network-note")).to_have_text("1 tie among 10 characters")
+        line = page.locator("#network line.tie")
+        expect(line).to_have_count(1)
+        expect(line.locator("title")).to_have_text(f"{IMG} — Orla Penhallow: friend, trust 0.8")
+
+        def dot(name: str) -> tuple[float, float]:
+            node = page.locator("#network g.network-node", has=page.locator("text", has_text=name))
+            expect(node).to_have_count(1)
+            circle = node.locator("circle")
+            return float(circle.get_attribute("cx") or "nan"), float(
+                circle.get_attribute("cy") or "nan"
+            )
+
+        ends = {
+            (float(line.get_attribute("x1") or "nan"), float(line.get_attribute("y1") or "nan")),
+            (float(line.get_attribute("x2") or "nan"), float(line.get_attribute("y2") or "nan")),
+        }
+        assert ends == {dot(IMG), dot("Orla Penhallow")}
+        expect(page.locator("#network text.label", has_text=SCRIPT)).to_have_count(1)
+        _no_script_ran(page, problems)
+        assert page.locator("#network img, #network script").count() == 0
+    finally:
+        served.stop()
+
+
 def test_read_only_disables_the_controls(browser: Browser, tmp_path: Path):
     world = copy_demo(tmp_path / "demo")
     served = Served(world, "--read-only")

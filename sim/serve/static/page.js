@@ -277,6 +277,7 @@ async function rewindHere() {
     $("follow").checked = true;
     await loadWorld();
     await loadCharts();
+    await loadNetwork();
   } catch (error) {
     historySaid(error.message, true);
   }
@@ -366,6 +367,71 @@ async function inspect(id) {
     box.replaceChildren(title, rows);
   } catch (error) {
     box.replaceChildren(el("p", { class: "muted" }, error.message));
+  }
+}
+
+// -- the relationships network: a deterministic ring (grouped by place), names as text --
+
+const LABELS = 60; // names drawn beside the dots up to this many characters; then on hover
+
+function ring(n, i, rx, ry) {
+  const angle = (2 * Math.PI * i) / Math.max(n, 1) - Math.PI / 2;
+  return { x: 400 + rx * Math.cos(angle), y: 280 + ry * Math.sin(angle) };
+}
+
+async function loadNetwork() {
+  const box = $("network");
+  let net;
+  try {
+    net = await api("/api/network");
+  } catch (error) {
+    $("network-note").textContent = error.message;
+    return;
+  }
+  box.replaceChildren();
+  const at = new Map();
+  net.nodes.forEach((node, i) => at.set(node.id, ring(net.nodes.length, i, 300, 230)));
+  const ties = net.by === "place" ? "ties between places" : "ties";
+  $("network-note").textContent = net.total_ties
+    ? `${net.total_ties} ${net.total_ties === 1 ? "tie" : "ties"} among ${net.total_characters} characters` +
+      (net.by === "place" ? " (drawn by place: too many to draw one by one)" : "")
+    : "no relationships in this world";
+  const top = Math.max(1, ...net.edges.map((e) => e.ties || 1));
+  for (const edge of net.edges) {
+    const a = at.get(edge.a), b = at.get(edge.b);
+    const line = svg("line", { class: "tie", x1: a.x, y1: a.y, x2: b.x, y2: b.y, "data-a": edge.a, "data-b": edge.b });
+    if (net.by === "place") {
+      line.setAttribute("stroke-width", String(1 + (5 * edge.ties) / top));
+      line.append(svg("title", {}, `${edge.ties} ${ties}`));
+    } else {
+      if (!edge.mutual) line.classList.add("one-way");
+      line.setAttribute("stroke-width", String(1 + 2 * (edge.trust ?? 0.5)));
+      line.setAttribute("stroke-opacity", String(0.35 + 0.6 * (edge.trust ?? 0.5)));
+      const names = new Map(net.nodes.map((n) => [n.id, n.name]));
+      const what = [edge.kind, edge.trust === null ? null : `trust ${edge.trust}`, edge.mutual ? null : "one way"].filter(Boolean).join(", ");
+      line.append(svg("title", {}, `${names.get(edge.a)} — ${names.get(edge.b)}${what ? ": " + what : ""}`));
+    }
+    box.append(line);
+  }
+  for (const node of net.nodes) {
+    const p = at.get(node.id);
+    const group = svg("g", { class: "network-node", "data-id": node.id });
+    if (net.by === "place") {
+      group.append(svg("circle", { class: "place-node", cx: p.x, cy: p.y, r: 8 + 12 * Math.sqrt(node.count / Math.max(1, net.total_characters)) }));
+      group.append(svg("text", { class: "label place-name", x: p.x + 14, y: p.y + 4 }, node.name));
+      group.append(svg("text", { class: "count", x: p.x + 14, y: p.y + 18 }, `${node.count} characters, ${node.ties} ties within`));
+    } else {
+      const dot = svg("circle", { class: "node", cx: p.x, cy: p.y, r: 7, fill: colour(node.id) });
+      dot.append(svg("title", {}, node.name));
+      dot.addEventListener("click", () => inspect(node.id));
+      group.append(dot);
+      if (net.nodes.length <= LABELS) {
+        const label = svg("text", { class: "label", x: p.x + (p.x >= 400 ? 10 : -10), y: p.y + 4,
+          "text-anchor": p.x >= 400 ? "start" : "end", fill: colour(node.id) }, node.name);
+        group.append(label);
+      }
+    }
+    box.append(group);
   }
 }
 
@@ -526,6 +592,7 @@ function listen() {
       refreshing = null;
       await loadWorld();
       await loadCharts();
+      await loadNetwork();
     }, 50);
   };
   events.addEventListener("hello", (e) => showRun(JSON.parse(e.data).run));
@@ -583,7 +650,7 @@ function wire() {
   $("set-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const made = await control("/api/set", { assignment: $("set-assignment").value });
-    if (made) { said(`recorded: ${made.recorded}`); loadWorld(); if (state.selected) inspect(state.selected); }
+    if (made) { said(`recorded: ${made.recorded}`); loadWorld(); loadNetwork(); if (state.selected) inspect(state.selected); }
   });
   $("ask-form").addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -600,6 +667,7 @@ async function start() {
   try {
     await loadWorld();
     await loadCharts();
+    await loadNetwork();
   } catch (error) {
     $("status").textContent = error.message;
     $("status").classList.add("error");
