@@ -36,7 +36,7 @@ from sim.config import Config
 from sim.errors import InputError, SimError, UserError, WorldLockedError
 from sim.llm.errors import LLMError
 from sim.llm.redact import redact_text
-from sim.serve import views
+from sim.serve import runs, views
 from sim.serve.driver import Busy, Driver
 
 #: the largest request body accepted (bytes): an injected text or a question fits easily
@@ -117,6 +117,8 @@ class Settings:
     read_only: bool = False
     #: the page's session cookie's value (set by opening ``/?token=TOKEN``)
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    #: ``world_dir`` is a study's or a sweep's folder (its runs are listed, not changed)
+    runs: runs.Kind | None = None
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -239,6 +241,12 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if changes:
         if settings.read_only:
             return _problem(403, "read-only: this server was started with --read-only")
+        if settings.runs is not None:
+            return _problem(
+                403,
+                f"{settings.world_dir} is a {settings.runs}'s folder: its runs are shown, "
+                "not changed; serve a run's folder (--world) to steer it",
+            )
         if request.content_type != "application/json":
             return _problem(415, "expected a JSON body (Content-Type: application/json)")
     try:
@@ -382,6 +390,17 @@ async def get_tick(request: web.Request) -> web.StreamResponse:
 
 async def get_history(request: web.Request) -> web.StreamResponse:
     return web.json_response(await asyncio.to_thread(request.app[LOGS].history), dumps=_dumps)
+
+
+async def get_runs(request: web.Request) -> web.StreamResponse:
+    """A study's or a sweep's runs and their progress (``kind`` ``null``: a world)."""
+    folder = request.app[SETTINGS].world_dir
+
+    def read() -> dict[str, Any]:
+        view = runs.runs_view(folder)
+        return {"kind": None, "runs": []} if view is None else view.to_dict()
+
+    return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
 
 
 async def get_run(request: web.Request) -> web.StreamResponse:
@@ -608,6 +627,8 @@ async def _close_listeners(app: web.Application) -> None:
 def make_app(settings: Settings) -> web.Application:
     """The application serving ``settings.world_dir``."""
     app = web.Application(middlewares=[headers, guard, problems], client_max_size=MAX_BODY)
+    if settings.runs is None:
+        settings.runs = runs.folder_kind(settings.world_dir)
     app[SETTINGS] = settings
     app[HUB] = Hub()
     app[CACHE] = views.WorldCache(settings.world_dir)
@@ -623,6 +644,7 @@ def make_app(settings: Settings) -> web.Application:
     app.router.add_get("/api/ticks/{n}", get_tick)
     app.router.add_get("/api/history", get_history)
     app.router.add_get("/api/run", get_run)
+    app.router.add_get("/api/runs", get_runs)
     app.router.add_get("/api/events", events)
     app.router.add_post("/api/run", post_run)
     app.router.add_post("/api/step", post_step)

@@ -683,3 +683,98 @@ async def test_a_big_network_is_drawn_by_place(world: Path, monkeypatch: pytest.
             assert next(n for n in net["nodes"] if n["id"] == pa)["ties"] >= 1
         else:
             assert any(e["a"] == pa and e["b"] == pb for e in net["edges"])
+
+
+# -- a study's or a sweep's folder ----------------------------------------------------------
+
+STUDY = """\
+world = "w"
+seeds = "1"
+ticks = 2
+[conditions.control]
+[conditions.announce]
+inject = [{ tick = 2, at = "square", text = "The lord will pay half the mill." }]
+"""
+
+
+def _runs(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{r['group']}/{r['name']}" if r["group"] else r["name"]: r for r in view["runs"]}
+
+
+async def test_a_study_folder_lists_its_arms_and_their_progress_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``GET /api/runs`` on a study's folder (an offline study) lists each arm with its
+    tick and status, read again on each request: a run rewound and ticked on elsewhere
+    shows as it goes. Changes are refused; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(main, ["init", str(tmp_path / "w")])
+    assert done.exit_code == 0, done.output
+    (tmp_path / "study.toml").write_text(STUDY)
+    done = runner.invoke(main, ["study", "run", "study.toml", "--out", "out"])
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "out"
+    served = await _client(out)
+    try:
+        view = await (await served.get("/api/runs", headers=BEARER)).json()
+        assert view["kind"] == "study" and view["ticks"] == 2
+        assert view["total"] == 2 and view["finished"] == 2
+        runs = _runs(view)
+        assert set(runs) == {"control/seed-1", "announce/seed-1"}
+        arm = runs["announce/seed-1"]
+        assert arm["status"] == "finished" and arm["tick"] == arm["target"] == 2
+        assert arm["seed"] == 1 and arm["start_tick"] == 0
+        # the arm is put back a tick elsewhere: waiting, then finished again
+        run_dir = str(out / "announce" / "seed-1")
+        assert _sim("rewind", "--world", run_dir, "--tick", "2").returncode == 0
+        arm = _runs(await (await served.get("/api/runs", headers=BEARER)).json())["announce/seed-1"]
+        assert arm["status"] == "waiting" and arm["tick"] == 1
+        # a tick begun (its log open) and not committed: in progress
+        opened = out / "announce" / "seed-1" / ".sim" / "log" / "tick-000002.jsonl"
+        opened.parent.mkdir(parents=True, exist_ok=True)
+        opened.write_text("")
+        arm = _runs(await (await served.get("/api/runs", headers=BEARER)).json())["announce/seed-1"]
+        assert arm["status"] == "in progress"
+        opened.unlink()
+        before = tree(out, logs=True)
+        refused = await _post(served, "/api/run", {"ticks": 1})
+        assert refused.status == 403 and "study's folder" in (await refused.json())["error"]
+        assert tree(out, logs=True) == before
+    finally:
+        await served.close()
+    world = await _client(tmp_path / "w")
+    try:
+        plain = await (await world.get("/api/runs", headers=BEARER)).json()
+        assert plain == {"kind": None, "runs": []}
+    finally:
+        await world.close()
+
+
+async def test_a_sweep_folder_lists_its_runs_and_a_link_is_not_followed(tmp_path: Path):
+    world = copy_demo(tmp_path / "demo")
+    out = tmp_path / "sweep"
+    done = _sim("sweep", "--world", str(world), "--seeds", "1-2", "--ticks", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(out / "seed-1", elsewhere)
+    (out / "seed-9").symlink_to(elsewhere)
+    served = await _client(out)
+    try:
+        view = await (await served.get("/api/runs", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert view["kind"] == "sweep" and view["ticks"] is None
+    runs = _runs(view)
+    assert set(runs) == {"seed-1", "seed-2"}  # the link is no run of this sweep
+    assert runs["seed-2"]["tick"] == 1 and runs["seed-2"]["status"] == "stopped"
+    assert runs["seed-2"]["seed"] == 2 and runs["seed-2"]["target"] is None
+
+
+def test_the_command_serves_a_study_folder_and_a_broken_record_exits_2(tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "study.json").write_text("{")
+    done = CliRunner().invoke(main, ["serve", "--world", str(out)])
+    assert done.exit_code == 2, done.output
+    assert "study.json" in done.output

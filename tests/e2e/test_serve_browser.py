@@ -279,6 +279,41 @@ def test_the_network_draws_a_known_tie_between_the_two_named(browser: Browser, h
         served.stop()
 
 
+def test_a_study_folder_shows_its_arms_as_they_go(browser: Browser, tmp_path: Path):
+    """Served, a study's folder is a table of its arms with their tick and status; an arm
+    put back a tick (elsewhere) shows it within a second or two, and again when it ends."""
+    study = 'world = "w"\nseeds = "1"\nticks = 2\n[conditions.control]\n[conditions.announce]\n'
+    (tmp_path / "study.toml").write_text(study)
+    for args in (("init", "w"), ("study", "run", "study.toml", "--out", "out")):
+        done = subprocess.run(
+            [sys.executable, "-m", "sim", *args],
+            capture_output=True,
+            env=_env(),
+            cwd=tmp_path,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    served = Served(tmp_path / "out")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        expect(page.locator("#world-name")).to_have_text("Study")
+        expect(page.locator("#runs-note")).to_have_text(
+            "study: 2 of 2 finished, 0 in progress, 2 ticks each"
+        )
+        expect(page.locator("main")).to_be_hidden()
+        row = page.locator("#runs tbody tr", has_text="announce")
+        expect(row.locator("td.tick")).to_have_text("2 of 2")
+        sim("rewind", "--world", str(tmp_path / "out" / "announce" / "seed-1"), "--tick", "2")
+        expect(row.locator("td.tick")).to_have_text("1 of 2", timeout=5_000)
+        expect(row).to_contain_text("waiting")
+        sim("tick", "--world", str(tmp_path / "out" / "announce" / "seed-1"))
+        expect(row.locator("td.tick")).to_have_text("2 of 2", timeout=5_000)
+        expect(row).to_contain_text("finished")
+    finally:
+        served.stop()
+
+
 def test_read_only_disables_the_controls(browser: Browser, tmp_path: Path):
     world = copy_demo(tmp_path / "demo")
     served = Served(world, "--read-only")

@@ -662,7 +662,57 @@ function wire() {
   });
 }
 
+// -- a study's or a sweep's folder: its runs and how far each has gone, refreshed --------
+
+const RUNS_POLL = 1000; // ms between two readings of the runs' progress
+
+function showRuns(view) {
+  const body = $("runs").tBodies[0];
+  body.replaceChildren();
+  for (const run of view.runs) {
+    const bar = el("progress", { max: "1", value: "0" });
+    if (run.target !== null && run.start_tick !== null && run.tick !== null) {
+      bar.max = Math.max(1, run.target - run.start_tick);
+      bar.value = run.tick - run.start_tick;
+    } else if (run.status === "finished") {
+      bar.value = 1;
+    }
+    const tick = run.tick === null ? "" : run.target === null ? `${run.tick}` : `${run.tick} of ${run.target}`;
+    const settings = Object.entries(run.overrides || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+    const status = el("td", { class: `status-${run.status.replace(" ", "-")}` }, run.status);
+    if (run.problem) status.title = run.problem;
+    body.append(el("tr", {}, el("td", {}, run.group ?? ""), el("td", {}, run.name), status,
+      el("td", { class: "tick" }, tick), el("td", {}, bar), el("td", {}, run.seed ?? ""), el("td", {}, settings)));
+  }
+  $("runs-note").textContent = `${view.kind}: ${view.finished} of ${view.total} finished, ${view.in_progress} in progress` +
+    (view.ticks === null ? "" : `, ${view.ticks} ticks each`);
+}
+
+async function watchRuns(first) {
+  $("runs-panel").hidden = false;
+  for (const id of ["run-form", "live", "world-tick"]) $(id).hidden = true;
+  document.querySelector("main").hidden = true;
+  const name = `${first.kind === "study" ? "Study" : "Sweep"}`;
+  $("world-name").textContent = name;
+  document.title = `${name} · sim serve`;
+  showRuns(first);
+  for (;;) {
+    await new Promise((done) => setTimeout(done, RUNS_POLL));
+    try {
+      showRuns(await api("/api/runs"));
+    } catch (error) {
+      $("runs-note").textContent = error.message;
+    }
+  }
+}
+
 async function start() {
+  try {
+    const runs = await api("/api/runs");
+    if (runs.kind) return watchRuns(runs);
+  } catch (error) {
+    $("status").textContent = error.message;
+  }
   wire();
   try {
     await loadWorld();
