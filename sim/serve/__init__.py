@@ -14,7 +14,8 @@ May import: ``sim.analysis`` (the report's gathering of a tick), ``sim.config``,
 ``sim.engine`` (the ``Runner``), ``sim.errors``, ``sim.interrupts``,
 ``sim.interventions`` and ``sim.interview`` (what ``sim inject``, ``sim set`` and
 ``sim ask`` call), ``sim.llm``, ``sim.phases``, ``sim.runs`` (a run's record and tick),
-``sim.safefs``, ``sim.storage``, ``sim.ticklog``, ``sim.world``.
+``sim.safefs``, ``sim.sections`` (a call's input read back), ``sim.storage``,
+``sim.ticklog``, ``sim.world``.
 
 Next: a new API route goes in ``app`` with its answer in ``views`` (a change through the
 library function its command calls, in ``driver`` when it runs ticks), documented in

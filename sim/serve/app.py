@@ -368,6 +368,7 @@ async def get_character(request: web.Request) -> web.StreamResponse:
     def read() -> dict[str, Any]:
         view = views.character_view(cache.get(), cid)
         view["books"] = logs.character_books(cid)
+        view["recalled"] = logs.recalled(cid)
         return view
 
     try:

@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 
+from sim import sections
 from sim.analysis.report.data import collect
-from sim.errors import InputError
+from sim.errors import InputError, LogError
 from sim.storage import Storage
 from sim.ticklog.format import list_logs
 from sim.world import World
@@ -93,6 +94,7 @@ class LogViews:
         self._history: (
             tuple[tuple[Any, ...], tuple[dict[str, Any], dict[str, dict[str, Any]]]] | None
         ) = None
+        self._recalled: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     def tick(self, number: int) -> dict[str, Any]:
         paths = dict(list_logs(self.world_dir))
@@ -120,10 +122,68 @@ class LogViews:
     def history(self) -> dict[str, Any]:
         return self._both()[0]
 
+    def recalled(self, cid: str) -> dict[str, Any] | None:
+        """What the last logged tick's intention call showed character ``cid`` of its
+        memory (``recalled_view``); ``None`` before any tick is logged."""
+        logs = list_logs(self.world_dir)
+        if not logs:
+            return None
+        number, path = logs[-1]
+        key = (number, _file_stamp(path))
+        if self._recalled is None or self._recalled[0] != key:
+            self._recalled = (key, recalled_view(path))
+        shown = self._recalled[1]
+        if "problem" in shown:
+            return {"tick": number, "mode": None, "lines": [], "problem": shown["problem"]}
+        entry = shown["characters"].get(cid)
+        if entry is None:
+            return {"tick": number, "mode": None, "lines": [], "problem": "no intention call"}
+        return {"tick": number, **entry, "problem": None}
+
     def character_books(self, cid: str) -> dict[str, Any] | None:
         """The calls, failures, tokens and cost of a character's own chains (intentions,
         memory, declared per-character phases) over the logged ticks."""
         return self._both()[1].get(cid)
+
+
+#: the phase whose input's memory the inspector shows, and its calls' key prefix
+RECALL_PHASE = "intentions"
+RECALL_KEY = "intention:"
+
+
+def recalled_view(path: Path) -> dict[str, Any]:
+    """What each character's intention call in the log at ``path`` showed it of its
+    memory, read back from the call's input as it was sent (``sim.sections``): under
+    ``recall``, the cells ``[memory] mode = "retrieve"`` chose for its situation
+    (``"mode": "retrieve"``); under ``recent``, the window's last cells (``"window"``); a
+    world's own input template that shows neither: ``"mode": null``. A call made again
+    (a retry) counts as its last. ``{"problem": ...}`` when the log cannot be read."""
+    from sim.ticklog.reader import read_log
+    from sim.ticklog.records import CallRecord
+
+    try:
+        log = read_log(path)
+    except (LogError, InputError, OSError) as exc:
+        return {"problem": str(exc)}
+    out: dict[str, dict[str, Any]] = {}
+    for record in log.records:
+        if not isinstance(record, CallRecord) or record.phase != RECALL_PHASE:
+            continue
+        key = record.entity_key or ""
+        if not key.startswith(RECALL_KEY):
+            continue
+        doc = sections.loads(record.input)
+        memory = doc.get("memory") if isinstance(doc, dict) else None
+        mode: str | None = None
+        lines: Any = []
+        if isinstance(memory, dict) and "recall" in memory:
+            mode, lines = "retrieve", memory["recall"]
+        elif isinstance(memory, dict) and "recent" in memory:
+            mode, lines = "window", memory["recent"]
+        if not isinstance(lines, list):
+            lines = [lines]
+        out[key.removeprefix(RECALL_KEY)] = {"mode": mode, "lines": [str(x) for x in lines]}
+    return {"characters": out}
 
 
 def _name(entity: dict[str, Any], fallback: str) -> str:

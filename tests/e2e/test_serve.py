@@ -778,3 +778,55 @@ def test_the_command_serves_a_study_folder_and_a_broken_record_exits_2(tmp_path:
     done = CliRunner().invoke(main, ["serve", "--world", str(out)])
     assert done.exit_code == 2, done.output
     assert "study.json" in done.output
+
+
+# -- what retrieval chose -------------------------------------------------------------------
+
+
+async def test_the_inspector_shows_what_retrieval_chose_or_a_window(tmp_path: Path):
+    """In ``worlds/minds`` (``[memory] mode = "retrieve"``) a character's view carries
+    the cells retrieval put in the last tick's intention input, as the log recorded the
+    call; in the demo (a window), the window's lines and ``"mode": "window"``."""
+    from sim import sections
+    from sim.ticklog.format import existing_log
+    from sim.ticklog.records import CallRecord
+
+    repo = Path(__file__).resolve().parents[2]
+    minds = tmp_path / "minds"
+    shutil.copytree(repo / "worlds" / "minds", minds, ignore=shutil.ignore_patterns(".sim"))
+    demo = copy_demo(tmp_path / "demo")
+    for world in (minds, demo):
+        done = _sim("tick", "--world", str(world), "--ticks", "3")
+        assert done.returncode == 0, done.stderr
+    sent = next(
+        r
+        for r in read_log(existing_log(minds, 3)).records
+        if isinstance(r, CallRecord) and r.entity_key == "intention:ada"
+    )
+    doc = sections.loads(sent.input)
+    assert doc is not None
+    served = await _client(minds)
+    try:
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+    finally:
+        await served.close()
+    recalled = ada["recalled"]
+    assert recalled["tick"] == 3 and recalled["mode"] == "retrieve"
+    assert recalled["lines"] == doc["memory"]["recall"] and recalled["lines"]
+    assert all(line.startswith("tick ") for line in recalled["lines"])
+    served = await _client(demo)
+    try:
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+        before = await (await served.get("/api/characters/bram", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert ada["recalled"]["mode"] == "window" and ada["recalled"]["tick"] == 3
+    window = next(
+        r
+        for r in read_log(existing_log(demo, 3)).records
+        if isinstance(r, CallRecord) and r.entity_key == "intention:ada"
+    )
+    shown = sections.loads(window.input)
+    assert shown is not None and "recall" not in shown["memory"]
+    assert ada["recalled"]["lines"] == shown["memory"]["recent"] and ada["recalled"]["lines"]
+    assert before["recalled"]["problem"] is None

@@ -314,6 +314,25 @@ def test_a_study_folder_shows_its_arms_as_they_go(browser: Browser, tmp_path: Pa
         served.stop()
 
 
+def test_the_inspector_shows_what_retrieval_chose(browser: Browser, tmp_path: Path):
+    world = tmp_path / "minds"
+    shutil.copytree(REPO / "worlds" / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    sim("tick", "--world", str(world), "--ticks", "2")
+    served = Served(world)
+    try:
+        page, problems = _open(browser, served.url)
+        page.locator("#people button", has_text="Ada Strand").click()
+        expect(page.locator("#inspector h3")).to_have_text("Ada Strand")
+        chose = page.locator("#inspector dt", has_text="retrieval chose")
+        expect(chose).to_have_count(1)
+        box = page.locator("#inspector .recalled")
+        expect(box).to_contain_text("for tick 2's intention")
+        expect(box.locator("li").first).to_have_text(re.compile(r"^tick \d+: ."))
+        assert not problems, problems
+    finally:
+        served.stop()
+
+
 def test_read_only_disables_the_controls(browser: Browser, tmp_path: Path):
     world = copy_demo(tmp_path / "demo")
     served = Served(world, "--read-only")

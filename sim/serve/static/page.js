@@ -354,6 +354,22 @@ async function inspect(id) {
     if (Array.isArray(memory.cells) && memory.cells.length) {
       add("memories", el("ul", {}, ...memory.cells.map((m) => el("li", {}, `tick ${m.tick}: ${m.text}`))));
     }
+    const recalled = data.recalled;
+    if (recalled) {
+      const archived = new Set((memory.archive || []).map((m) => `tick ${m.tick}: ${m.text}`));
+      const items = recalled.lines.map((line) => el("li", {}, line + (archived.has(line) ? " (from the long-term store)" : "")));
+      if (recalled.mode === "retrieve") {
+        add("retrieval chose", el("div", { class: "recalled" },
+          el("p", { class: "muted" }, `for tick ${recalled.tick}'s intention, by recency, importance and relevance:`),
+          items.length ? el("ul", {}, ...items) : el("p", {}, "nothing (no memories yet)")));
+      } else if (recalled.mode === "window") {
+        add("retrieval chose", el("div", { class: "recalled" },
+          el("p", { class: "muted" }, `no retrieval: tick ${recalled.tick}'s intention saw a window, the last ${recalled.lines.length} memories`),
+          el("ul", {}, ...items)));
+      } else {
+        add("retrieval chose", el("p", { class: "muted" }, `tick ${recalled.tick}: ${recalled.problem || "the intention's input shows no memory"}`));
+      }
+    }
     const relations = entity.relationships || {};
     const names = Object.keys(relations);
     if (names.length) {
