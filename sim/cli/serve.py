@@ -73,13 +73,17 @@ def serve(
 
     from sim.serve.app import Settings, make_app
     from sim.serve.runs import folder_kind, runs_view
+    from sim.serve.views import world_stamp
     from sim.storage import Storage
 
     with errors():
         config = build_config(config_file, world_dir)
         kind = folder_kind(world_dir)
+        loaded = None
         if kind is None:
-            Storage(world_dir, config.limits.max_entity_bytes).load()  # a bad world: exit 2
+            stamp = world_stamp(world_dir)
+            # a bad world exits 2 here; the page's first request need not load it again
+            loaded = (Storage(world_dir, config.limits.max_entity_bytes).load(), stamp)
         else:
             runs_view(world_dir)  # a study whose record cannot be read: exit 2 now
         try:
@@ -99,7 +103,10 @@ def serve(
                 "who can see the token can run and change this world",
                 err=True,
             )
-        app = make_app(Settings(world_dir, config, token, read_only=read_only, runs=kind))
+        app = make_app(
+            Settings(world_dir, config, token, read_only=read_only, runs=kind, loaded=loaded)
+        )
+        del loaded
 
         async def main() -> None:
             runner = web.AppRunner(app, handle_signals=False, access_log=None)

@@ -38,6 +38,7 @@ from sim.llm.errors import LLMError
 from sim.llm.redact import redact_text
 from sim.serve import runs, views
 from sim.serve.driver import Busy, Driver
+from sim.world import World
 
 #: the largest request body accepted (bytes): an injected text or a question fits easily
 MAX_BODY = 64 * 1024
@@ -119,6 +120,8 @@ class Settings:
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     #: ``world_dir`` is a study's or a sweep's folder (its runs are listed, not changed)
     runs: runs.Kind | None = None
+    #: the world as the caller loaded it, and its stamp taken before (``WorldCache.prime``)
+    loaded: tuple[World, tuple[int, ...]] | None = None
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -357,7 +360,7 @@ async def get_world(request: web.Request) -> web.StreamResponse:
 
 async def get_network(request: web.Request) -> web.StreamResponse:
     cache = request.app[CACHE]
-    view = await asyncio.to_thread(lambda: views.network_view(cache.get()))
+    view = await asyncio.to_thread(cache.derived, "network", views.network_view)
     return web.json_response(view, dumps=_dumps)
 
 
@@ -633,6 +636,9 @@ def make_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[HUB] = Hub()
     app[CACHE] = views.WorldCache(settings.world_dir)
+    if settings.loaded is not None:
+        app[CACHE].prime(*settings.loaded)
+        settings.loaded = None  # kept by the cache alone (dropped at the next change)
     app[LOGS] = views.LogViews(settings.world_dir)
     app[DRIVER] = Driver(settings.world_dir, settings.config, app[HUB].publish)
     app.cleanup_ctx.append(_watch)

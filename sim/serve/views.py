@@ -9,7 +9,8 @@ occupants, so neither the answer nor the page grows with the world.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,20 +56,42 @@ def _stamp(world_dir: Path) -> tuple[int, ...]:
     return tuple(out)
 
 
+def world_stamp(world_dir: Path) -> tuple[int, ...]:
+    """What a loaded world is kept by (see ``_stamp``): taken before a load, so a change
+    made while it loads is noticed at the next request."""
+    return _stamp(world_dir)
+
+
 @dataclass
 class WorldCache:
-    """The world as last loaded, loaded again only when its files changed."""
+    """The world as last loaded, loaded again only when its files changed, and what was
+    derived from it (``derived``), kept as long as it is."""
 
     world_dir: Path
     _stamp: tuple[int, ...] = ()
     _world: World | None = None
+    _derived: dict[str, Any] = field(default_factory=dict)
+
+    def prime(self, world: World, stamp: tuple[int, ...]) -> None:
+        """Keep ``world``, loaded by the caller after ``stamp`` was taken (``sim serve``
+        loads the world to refuse a bad one before serving: the page's first request need
+        not load it again; for a big world that load is most of the page's opening)."""
+        self._world, self._stamp, self._derived = world, stamp, {}
 
     def get(self) -> World:
         stamp = _stamp(self.world_dir)
         if self._world is None or stamp != self._stamp:
             self._world = Storage(self.world_dir).load()
             self._stamp = stamp
+            self._derived = {}
         return self._world
+
+    def derived(self, name: str, make: Callable[[World], Any]) -> Any:
+        """``make(world)`` for the world as it is now, computed once per load."""
+        world = self.get()
+        if name not in self._derived:
+            self._derived[name] = make(world)
+        return self._derived[name]
 
 
 def _file_stamp(path: Path) -> tuple[int, ...]:
@@ -408,7 +431,11 @@ def history_view(world_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, A
     """``GET /api/history``: per logged tick its calls, tokens, cost and wall time, and the
     charts of the characters' own state fields over the ticks; and, per character, the
     calls, failures, tokens and cost of its own chains over the logged ticks (for the
-    inspector: ``character_books``)."""
+    inspector: ``character_books``, ``None`` before any tick is logged). With no tick
+    logged there is nothing to read: the world is not loaded again (for a big world that
+    load is seconds)."""
+    if not list_logs(world_dir):
+        return {"ticks": [], "fields": [], "problems": []}, {}
     data = collect(world_dir)
     view = {
         "ticks": [

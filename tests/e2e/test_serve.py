@@ -830,3 +830,47 @@ async def test_the_inspector_shows_what_retrieval_chose_or_a_window(tmp_path: Pa
     assert shown is not None and "recall" not in shown["memory"]
     assert ada["recalled"]["lines"] == shown["memory"]["recent"] and ada["recalled"]["lines"]
     assert before["recalled"]["problem"] is None
+
+
+# -- a big world's opening --------------------------------------------------------------------
+
+
+async def test_the_world_loaded_at_start_serves_the_first_request(
+    world: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``sim serve`` loads the world before serving (a bad one exits 2); that load is what
+    the first ``/api/world`` and ``/api/network`` answer from, not a second one, and a
+    world with no tick logged has no history to read. A change to the world's files is
+    loaded again."""
+    from sim.serve import views
+    from sim.storage import Storage
+
+    stamp = views.world_stamp(world)
+    loaded = Storage(world).load()
+    loads: list[Path] = []
+    real = views.Storage
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def load(self) -> Any:
+            loads.append(self.root)
+            return super().load()
+
+    monkeypatch.setattr(views, "Storage", Counting)
+    config = build_config(None, world)
+    app = make_app(Settings(world, config, TOKEN, loaded=(loaded, stamp)))
+    served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await served.start_server()
+    try:
+        paths = ("/api/world", "/api/network", "/api/history", "/api/characters/ada")
+        for path in (*paths, "/api/world"):
+            assert (await served.get(path, headers=BEARER)).status == 200, path
+        assert loads == []
+        # no tick logged: no history read (it would load the world again), books null
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+        assert ada["books"] is None and ada["recalled"] is None
+        changed = await _post(served, "/api/set", {"assignment": 'ada.state.mood="calm"'})
+        assert changed.status == 200
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+        assert ada["entity"]["state"]["mood"] == "calm" and len(loads) == 1
+    finally:
+        await served.close()
