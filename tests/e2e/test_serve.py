@@ -741,6 +741,13 @@ async def test_a_study_folder_lists_its_arms_and_their_progress_live(
         refused = await _post(served, "/api/run", {"ticks": 1})
         assert refused.status == 403 and "study's folder" in (await refused.json())["error"]
         assert tree(out, logs=True) == before
+        # an arm's folder swapped for a link to another world: shown as such, not followed
+        arm_dir = out / "control" / "seed-1"
+        shutil.move(arm_dir, tmp_path / "moved")
+        arm_dir.symlink_to(tmp_path / "moved")
+        arm = _runs(await (await served.get("/api/runs", headers=BEARER)).json())["control/seed-1"]
+        assert arm["status"] == "unreadable" and "symlink" in arm["problem"]
+        assert arm["tick"] is None and arm["seed"] is None
     finally:
         await served.close()
     world = await _client(tmp_path / "w")
