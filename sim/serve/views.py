@@ -308,8 +308,9 @@ def network_view(world: World) -> dict[str, Any]:
     answered by character (``"by": "character"``: ``nodes`` with ``id``, ``name``,
     ``location``; ``edges`` with ``a``, ``b``, ``kind``, ``trust``, ``mutual``); a bigger
     one by place (``"by": "place"``: ``nodes`` with ``id``, ``name``, ``count``, ``ties``
-    within; ``edges`` with ``a``, ``b``, ``ties`` between), so the page never draws one
-    node per character of a big world. Nodes are sorted by place, then id."""
+    within; ``edges`` with ``a``, ``b``, ``ties`` between, the ``NETWORK_TIES`` most tied
+    of the ``place_pairs`` pairs of places with a tie), so the page never draws one node
+    per character of a big world. Nodes are sorted by place, then id."""
     ties = _ties(world)
     order = {lid: i for i, lid in enumerate(sorted(world.locations))}
 
@@ -357,7 +358,14 @@ def network_view(world: World) -> dict[str, Any]:
             }
             for p in places
         ],
-        "edges": [{"a": a, "b": b, "ties": n} for (a, b), n in sorted(between.items())],
+        # the most-tied pairs of places, at most NETWORK_TIES lines
+        "edges": [
+            {"a": a, "b": b, "ties": n}
+            for (a, b), n in sorted(
+                sorted(between.items(), key=lambda item: (-item[1], item[0]))[:NETWORK_TIES]
+            )
+        ],
+        "place_pairs": len(between),
     }
 
 

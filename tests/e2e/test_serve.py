@@ -660,6 +660,7 @@ async def test_a_big_network_is_drawn_by_place(world: Path, monkeypatch: pytest.
     """Past ``NETWORK_CHARACTERS``, ties are counted between and within places: the page
     never gets one node per character."""
     from sim.serve import views
+    from sim.storage import Storage
 
     _tie(world, "ada", "bram", "rival", 0.2)
     _tie(world, "orla", "ada", "sister", 0.9)
@@ -674,6 +675,7 @@ async def test_a_big_network_is_drawn_by_place(world: Path, monkeypatch: pytest.
     finally:
         await served.close()
     assert net["by"] == "place" and net["total_ties"] == 2
+    assert net["place_pairs"] == len(net["edges"])
     assert sum(n["count"] for n in net["nodes"]) == 10
     ties = sum(n["ties"] for n in net["nodes"]) + sum(e["ties"] for e in net["edges"])
     assert ties == 2
@@ -683,6 +685,10 @@ async def test_a_big_network_is_drawn_by_place(world: Path, monkeypatch: pytest.
             assert next(n for n in net["nodes"] if n["id"] == pa)["ties"] >= 1
         else:
             assert any(e["a"] == pa and e["b"] == pb for e in net["edges"])
+    # past NETWORK_TIES pairs of places, only the most tied are drawn
+    monkeypatch.setattr(views, "NETWORK_TIES", 1)
+    capped = views.network_view(Storage(world).load())
+    assert capped["place_pairs"] == 2 and len(capped["edges"]) == 1
 
 
 # -- a study's or a sweep's folder ----------------------------------------------------------

@@ -410,7 +410,8 @@ async function loadNetwork() {
   const ties = net.by === "place" ? "ties between places" : "ties";
   $("network-note").textContent = net.total_ties
     ? `${net.total_ties} ${net.total_ties === 1 ? "tie" : "ties"} among ${net.total_characters} characters` +
-      (net.by === "place" ? " (drawn by place: too many to draw one by one)" : "")
+      (net.by === "place" ? " (drawn by place: too many to draw one by one)" : "") +
+      (net.place_pairs > net.edges.length ? `; the ${net.edges.length} most tied of ${net.place_pairs} pairs of places shown` : "")
     : "no relationships in this world";
   const top = Math.max(1, ...net.edges.map((e) => e.ties || 1));
   for (const edge of net.edges) {
