@@ -1,6 +1,7 @@
 """``sim serve`` on a 1,000-character world with 20 logged ticks (issue #38's figures).
 
     python -m bench.serve [--characters 1000] [--ticks 20]
+    python -m bench.serve --open-only --characters 100000 [--places 500] [--world DIR]
 
 Builds the world offline (``bench/history.py build``), starts ``sim serve --read-only`` as
 its own process, and measures over HTTP on 127.0.0.1 (a fresh connection per request, as
@@ -170,9 +171,68 @@ def _browser(url: str, ticks: int) -> float | None:
         started = time.perf_counter()
         page.goto(url)
         page.wait_for_selector("#scenes .scene")
-        page.wait_for_function(
-            f"document.getElementById('tick-label').textContent.startsWith('Tick {ticks} ')"
+        page.wait_for_selector(f"#tick-label:text-matches('^Tick {ticks} ')")
+        took = time.perf_counter() - started
+        browser.close()
+    return took
+
+
+def _opening(characters: int, places: int, world_dir: Path | None) -> dict[str, Any]:
+    """``--open-only``: a big world (no tick run) served: from the process's start to its
+    address printed (it loads and checks the world first), then each request the page
+    makes on opening, then chromium from ``goto`` until the character count shows."""
+    from bench.make_world import make_world
+
+    with tempfile.TemporaryDirectory(prefix="sim-bench-serve-") as tmp:
+        world = world_dir or Path(tmp) / "world"
+        if world_dir is None:
+            make_world(world, characters, places, seed=1)
+        started = time.perf_counter()
+        server, url = _serve(world, tmp)
+        startup = time.perf_counter() - started
+        out: dict[str, Any] = {"characters": characters, "startup_s": startup}
+        try:
+            base, _, token = url.partition("/?token=")
+            headers = {"Authorization": f"Bearer {token}"}
+            for name, path in [
+                ("page", "/"),
+                ("world", "/api/world"),
+                ("network", "/api/network"),
+                ("history", "/api/history"),
+                ("runs", "/api/runs"),
+            ]:
+                out[f"{name}_s"], out[f"{name}_bytes"] = _get(base + path, headers)
+            out["requests_s"] = sum(
+                v for k, v in out.items() if k.endswith("_s") and k != "startup_s"
+            )
+            out["browser_s"] = _browser_count(url, characters)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    out["load_average"] = os.getloadavg()
+    return out
+
+
+def _browser_count(url: str, characters: int) -> float | None:
+    """Seconds until chromium shows the world's character count (``None``: no browser)."""
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if chromium is None:
+        return None
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
         )
+        page = browser.new_page()
+        page.goto("about:blank")
+        started = time.perf_counter()
+        page.goto(url)
+        # selectors, not a predicate: the page's Content-Security-Policy forbids eval
+        page.wait_for_selector(f"#people-count:text-is('{characters}')", timeout=120_000)
+        page.wait_for_selector("#network-note:not(:empty)", timeout=120_000)
         took = time.perf_counter() - started
         browser.close()
     return took
@@ -183,7 +243,19 @@ def main() -> None:
     parser.add_argument("--characters", type=int, default=1000)
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="ticks timed each way")
+    parser.add_argument(
+        "--open-only",
+        action="store_true",
+        help="only how long a big world (no tick run) takes to open (bench/make_world.py)",
+    )
+    parser.add_argument("--places", type=int, default=500, help="with --open-only")
+    parser.add_argument(
+        "--world", type=Path, default=None, help="with --open-only: a world already made"
+    )
     args = parser.parse_args()
+    if args.open_only:
+        print(json.dumps(_opening(args.characters, args.places, args.world), indent=1))
+        return
     with tempfile.TemporaryDirectory(prefix="sim-bench-serve-") as tmp:
         world = Path(tmp) / "world"
         built = build(world, args.characters, args.ticks)

@@ -58,6 +58,9 @@ def serve(
 ) -> None:
     """Serve a page that shows WORLD live and runs, pauses and steers it (docs/serve.md).
 
+    WORLD may also be a study's or a sweep's folder (``--out``): the page then lists its
+    runs and how far each has gone, as they go.
+
     The first line printed is the page's address with its token; every request needs
     the token (the page keeps it as a session cookie). Ctrl-C stops the server after the
     tick running, if any, has committed.
@@ -69,11 +72,20 @@ def serve(
     from aiohttp import web
 
     from sim.serve.app import Settings, make_app
+    from sim.serve.runs import folder_kind, runs_view
+    from sim.serve.views import world_stamp
     from sim.storage import Storage
 
     with errors():
         config = build_config(config_file, world_dir)
-        Storage(world_dir, config.limits.max_entity_bytes).load()  # a bad world: exit 2 now
+        kind = folder_kind(world_dir)
+        loaded = None
+        if kind is None:
+            stamp = world_stamp(world_dir)
+            # a bad world exits 2 here; the page's first request need not load it again
+            loaded = (Storage(world_dir, config.limits.max_entity_bytes).load(), stamp)
+        else:
+            runs_view(world_dir)  # a study whose record cannot be read: exit 2 now
         try:
             sock = _bind(host, port)
         except OSError as exc:
@@ -91,7 +103,10 @@ def serve(
                 "who can see the token can run and change this world",
                 err=True,
             )
-        app = make_app(Settings(world_dir, config, token, read_only=read_only))
+        app = make_app(
+            Settings(world_dir, config, token, read_only=read_only, runs=kind, loaded=loaded)
+        )
+        del loaded
 
         async def main() -> None:
             runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -106,9 +121,8 @@ def serve(
                 import webbrowser
 
                 webbrowser.open(url)
-            echo(
-                f"serving {world_dir}{' (read-only)' if read_only else ''}; Ctrl-C stops", err=True
-            )
+            what = f"the {kind} in {world_dir}" if kind else str(world_dir)
+            echo(f"serving {what}{' (read-only)' if read_only else ''}; Ctrl-C stops", err=True)
             try:
                 await stop.wait()
             finally:

@@ -7,7 +7,8 @@ The world is untrusted and so is the network. Every ``/api/`` request needs the 
 refused (CSRF); bodies are limited to ``MAX_BODY`` bytes; the page may run only its own
 scripts (``Content-Security-Policy``) and shows world text as text. With ``read_only``
 every change is refused. Every control calls what the matching command calls
-(``sim.interventions.inject`` / ``set_field``, ``sim.interview.ask``, the ``Runner``),
+(``sim.interventions.inject`` / ``set_field``, ``sim.interview.ask``, the ``Runner``,
+``sim.engine.rewind.rewind`` / ``fork``),
 under the world's lock where the command takes it. Nothing answered holds the config's
 API key: no endpoint shows the config.
 """
@@ -18,6 +19,8 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
+import os
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,13 +36,19 @@ from sim.config import Config
 from sim.errors import InputError, SimError, UserError, WorldLockedError
 from sim.llm.errors import LLMError
 from sim.llm.redact import redact_text
-from sim.serve import views
+from sim.serve import runs, views
 from sim.serve.driver import Busy, Driver
+from sim.world import World
 
 #: the largest request body accepted (bytes): an injected text or a question fits easily
 MAX_BODY = 64 * 1024
 #: ticks one ``POST /api/run`` may ask for
 MAX_RUN = 10_000
+#: the longest name a fork's folder may have (``POST /api/fork``)
+FOLDER_NAME_MAX = 100
+#: what a fork's folder's name may hold: letters, digits, ``.``, ``_`` and ``-``, starting
+#: with a letter or digit (no separator, no ``..``, nothing hidden, nothing a shell reads)
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: how often the world's tick is read to notice a tick committed by another process (s)
 POLL_SECONDS = 0.5
 #: events kept for a listener that reads slowly (the newest are dropped past it)
@@ -80,6 +89,19 @@ class SetBody(_Body):
     assignment: str = Field(min_length=1)
 
 
+class RewindBody(_Body):
+    #: go back to the state at the start of this tick (as ``sim rewind --tick``)
+    tick: int = Field(ge=1, le=10**9)
+
+
+class ForkBody(_Body):
+    #: start the new world from the state at the start of this tick (as ``sim fork --tick``)
+    tick: int = Field(ge=1, le=10**9)
+    #: the new world's folder: a new name beside the world's folder, nothing else
+    to: str = Field(min_length=1, max_length=FOLDER_NAME_MAX)
+    seed: int | None = Field(default=None, ge=0)
+
+
 class AskBody(_Body):
     question: str = Field(min_length=1)
     character: str | None = None
@@ -96,6 +118,10 @@ class Settings:
     read_only: bool = False
     #: the page's session cookie's value (set by opening ``/?token=TOKEN``)
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    #: ``world_dir`` is a study's or a sweep's folder (its runs are listed, not changed)
+    runs: runs.Kind | None = None
+    #: the world as the caller loaded it, and its stamp taken before (``WorldCache.prime``)
+    loaded: tuple[World, tuple[int, ...]] | None = None
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -218,6 +244,12 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if changes:
         if settings.read_only:
             return _problem(403, "read-only: this server was started with --read-only")
+        if settings.runs is not None:
+            return _problem(
+                403,
+                f"{settings.world_dir} is a {settings.runs}'s folder: its runs are shown, "
+                "not changed; serve a run's folder (--world) to steer it",
+            )
         if request.content_type != "application/json":
             return _problem(415, "expected a JSON body (Content-Type: application/json)")
     try:
@@ -326,6 +358,12 @@ async def get_world(request: web.Request) -> web.StreamResponse:
     return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
 
 
+async def get_network(request: web.Request) -> web.StreamResponse:
+    cache = request.app[CACHE]
+    view = await asyncio.to_thread(cache.derived, "network", views.network_view)
+    return web.json_response(view, dumps=_dumps)
+
+
 async def get_character(request: web.Request) -> web.StreamResponse:
     cid = request.match_info["id"]
     cache, logs = request.app[CACHE], request.app[LOGS]
@@ -333,6 +371,7 @@ async def get_character(request: web.Request) -> web.StreamResponse:
     def read() -> dict[str, Any]:
         view = views.character_view(cache.get(), cid)
         view["books"] = logs.character_books(cid)
+        view["recalled"] = logs.recalled(cid)
         return view
 
     try:
@@ -355,6 +394,17 @@ async def get_tick(request: web.Request) -> web.StreamResponse:
 
 async def get_history(request: web.Request) -> web.StreamResponse:
     return web.json_response(await asyncio.to_thread(request.app[LOGS].history), dumps=_dumps)
+
+
+async def get_runs(request: web.Request) -> web.StreamResponse:
+    """A study's or a sweep's runs and their progress (``kind`` ``null``: a world)."""
+    folder = request.app[SETTINGS].world_dir
+
+    def read() -> dict[str, Any]:
+        view = runs.runs_view(folder)
+        return {"kind": None, "runs": []} if view is None else view.to_dict()
+
+    return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
 
 
 async def get_run(request: web.Request) -> web.StreamResponse:
@@ -463,6 +513,63 @@ def _made(made: Any, text: str) -> web.Response:
     )
 
 
+async def post_rewind(request: web.Request) -> web.StreamResponse:
+    """``sim rewind --tick N``: the world back to the start of tick N, later logs aside."""
+    from sim.engine import rewind as history
+
+    body = await _body(request, RewindBody)
+    _idle(request)
+    done = await asyncio.to_thread(history.rewind, request.app[SETTINGS].world_dir, body.tick)
+    return web.json_response(
+        {
+            "tick": body.tick - 1,
+            "next_tick": body.tick,
+            "logs_moved": done.logs_moved,
+            "moved_to": done.moved_to.name if done.moved_to is not None else None,
+        }
+    )
+
+
+def fork_destination(world_dir: Path, name: str) -> Path:
+    """The folder ``name`` beside ``world_dir``, for ``POST /api/fork``: a request may only
+    name a new folder there, never a path (no separator, no ``..``, no hidden name, no
+    existing file, folder or link, not even an empty folder or a dangling link).
+
+    Raises:
+        _HTTPProblem: a 400 naming what is wrong with ``name``.
+    """
+    if not FOLDER_NAME.fullmatch(name) or ".." in name:
+        raise _HTTPProblem(
+            400,
+            f"to: expected a new folder's name (letters, digits, '.', '_' and '-', starting "
+            f"with a letter or digit, no '..'; got {name!r})",
+        )
+    parent = world_dir.resolve().parent
+    dest = parent / name
+    if os.path.lexists(dest):
+        raise _HTTPProblem(400, f"to: {name!r} already exists beside the world; choose a new name")
+    return dest
+
+
+async def post_fork(request: web.Request) -> web.StreamResponse:
+    """``sim fork --tick N --to NAME``: a new world beside this one; this one is only read."""
+    from sim.engine import rewind as history
+
+    body = await _body(request, ForkBody)
+    world_dir = request.app[SETTINGS].world_dir
+    dest = fork_destination(world_dir, body.to)
+    made = await asyncio.to_thread(history.fork, world_dir, body.tick, dest, body.seed)
+    return web.json_response(
+        {
+            "world": made.name,
+            "path": str(made),
+            "tick": body.tick - 1,
+            "next_tick": body.tick,
+        },
+        status=201,
+    )
+
+
 async def post_ask(request: web.Request) -> web.StreamResponse:
     from sim.interview import ask
 
@@ -524,9 +631,14 @@ async def _close_listeners(app: web.Application) -> None:
 def make_app(settings: Settings) -> web.Application:
     """The application serving ``settings.world_dir``."""
     app = web.Application(middlewares=[headers, guard, problems], client_max_size=MAX_BODY)
+    if settings.runs is None:
+        settings.runs = runs.folder_kind(settings.world_dir)
     app[SETTINGS] = settings
     app[HUB] = Hub()
     app[CACHE] = views.WorldCache(settings.world_dir)
+    if settings.loaded is not None:
+        app[CACHE].prime(*settings.loaded)
+        settings.loaded = None  # kept by the cache alone (dropped at the next change)
     app[LOGS] = views.LogViews(settings.world_dir)
     app[DRIVER] = Driver(settings.world_dir, settings.config, app[HUB].publish)
     app.cleanup_ctx.append(_watch)
@@ -535,9 +647,11 @@ def make_app(settings: Settings) -> web.Application:
     app.router.add_get("/static/{name}", static)
     app.router.add_get("/api/world", get_world)
     app.router.add_get("/api/characters/{id}", get_character)
+    app.router.add_get("/api/network", get_network)
     app.router.add_get("/api/ticks/{n}", get_tick)
     app.router.add_get("/api/history", get_history)
     app.router.add_get("/api/run", get_run)
+    app.router.add_get("/api/runs", get_runs)
     app.router.add_get("/api/events", events)
     app.router.add_post("/api/run", post_run)
     app.router.add_post("/api/step", post_step)
@@ -545,4 +659,6 @@ def make_app(settings: Settings) -> web.Application:
     app.router.add_post("/api/inject", post_inject)
     app.router.add_post("/api/set", post_set)
     app.router.add_post("/api/ask", post_ask)
+    app.router.add_post("/api/rewind", post_rewind)
+    app.router.add_post("/api/fork", post_fork)
     return app

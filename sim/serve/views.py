@@ -9,14 +9,16 @@ occupants, so neither the answer nor the page grows with the world.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from sim import sections
 from sim.analysis.report.data import collect
-from sim.errors import InputError
+from sim.errors import InputError, LogError
 from sim.storage import Storage
 from sim.ticklog.format import list_logs
 from sim.world import World
@@ -54,20 +56,42 @@ def _stamp(world_dir: Path) -> tuple[int, ...]:
     return tuple(out)
 
 
+def world_stamp(world_dir: Path) -> tuple[int, ...]:
+    """What a loaded world is kept by (see ``_stamp``): taken before a load, so a change
+    made while it loads is noticed at the next request."""
+    return _stamp(world_dir)
+
+
 @dataclass
 class WorldCache:
-    """The world as last loaded, loaded again only when its files changed."""
+    """The world as last loaded, loaded again only when its files changed, and what was
+    derived from it (``derived``), kept as long as it is."""
 
     world_dir: Path
     _stamp: tuple[int, ...] = ()
     _world: World | None = None
+    _derived: dict[str, Any] = field(default_factory=dict)
+
+    def prime(self, world: World, stamp: tuple[int, ...]) -> None:
+        """Keep ``world``, loaded by the caller after ``stamp`` was taken (``sim serve``
+        loads the world to refuse a bad one before serving: the page's first request need
+        not load it again; for a big world that load is most of the page's opening)."""
+        self._world, self._stamp, self._derived = world, stamp, {}
 
     def get(self) -> World:
         stamp = _stamp(self.world_dir)
         if self._world is None or stamp != self._stamp:
             self._world = Storage(self.world_dir).load()
             self._stamp = stamp
+            self._derived = {}
         return self._world
+
+    def derived(self, name: str, make: Callable[[World], Any]) -> Any:
+        """``make(world)`` for the world as it is now, computed once per load."""
+        world = self.get()
+        if name not in self._derived:
+            self._derived[name] = make(world)
+        return self._derived[name]
 
 
 def _file_stamp(path: Path) -> tuple[int, ...]:
@@ -93,6 +117,7 @@ class LogViews:
         self._history: (
             tuple[tuple[Any, ...], tuple[dict[str, Any], dict[str, dict[str, Any]]]] | None
         ) = None
+        self._recalled: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     def tick(self, number: int) -> dict[str, Any]:
         paths = dict(list_logs(self.world_dir))
@@ -120,10 +145,68 @@ class LogViews:
     def history(self) -> dict[str, Any]:
         return self._both()[0]
 
+    def recalled(self, cid: str) -> dict[str, Any] | None:
+        """What the last logged tick's intention call showed character ``cid`` of its
+        memory (``recalled_view``); ``None`` before any tick is logged."""
+        logs = list_logs(self.world_dir)
+        if not logs:
+            return None
+        number, path = logs[-1]
+        key = (number, _file_stamp(path))
+        if self._recalled is None or self._recalled[0] != key:
+            self._recalled = (key, recalled_view(path))
+        shown = self._recalled[1]
+        if "problem" in shown:
+            return {"tick": number, "mode": None, "lines": [], "problem": shown["problem"]}
+        entry = shown["characters"].get(cid)
+        if entry is None:
+            return {"tick": number, "mode": None, "lines": [], "problem": "no intention call"}
+        return {"tick": number, **entry, "problem": None}
+
     def character_books(self, cid: str) -> dict[str, Any] | None:
         """The calls, failures, tokens and cost of a character's own chains (intentions,
         memory, declared per-character phases) over the logged ticks."""
         return self._both()[1].get(cid)
+
+
+#: the phase whose input's memory the inspector shows, and its calls' key prefix
+RECALL_PHASE = "intentions"
+RECALL_KEY = "intention:"
+
+
+def recalled_view(path: Path) -> dict[str, Any]:
+    """What each character's intention call in the log at ``path`` showed it of its
+    memory, read back from the call's input as it was sent (``sim.sections``): under
+    ``recall``, the cells ``[memory] mode = "retrieve"`` chose for its situation
+    (``"mode": "retrieve"``); under ``recent``, the window's last cells (``"window"``); a
+    world's own input template that shows neither: ``"mode": null``. A call made again
+    (a retry) counts as its last. ``{"problem": ...}`` when the log cannot be read."""
+    from sim.ticklog.reader import read_log
+    from sim.ticklog.records import CallRecord
+
+    try:
+        log = read_log(path)
+    except (LogError, InputError, OSError) as exc:
+        return {"problem": str(exc)}
+    out: dict[str, dict[str, Any]] = {}
+    for record in log.records:
+        if not isinstance(record, CallRecord) or record.phase != RECALL_PHASE:
+            continue
+        key = record.entity_key or ""
+        if not key.startswith(RECALL_KEY):
+            continue
+        doc = sections.loads(record.input)
+        memory = doc.get("memory") if isinstance(doc, dict) else None
+        mode: str | None = None
+        lines: Any = []
+        if isinstance(memory, dict) and "recall" in memory:
+            mode, lines = "retrieve", memory["recall"]
+        elif isinstance(memory, dict) and "recent" in memory:
+            mode, lines = "window", memory["recent"]
+        if not isinstance(lines, list):
+            lines = [lines]
+        out[key.removeprefix(RECALL_KEY)] = {"mode": mode, "lines": [str(x) for x in lines]}
+    return {"characters": out}
 
 
 def _name(entity: dict[str, Any], fallback: str) -> str:
@@ -177,6 +260,112 @@ def world_view(world: World, offset: int = 0, limit: int = PAGE) -> dict[str, An
             }
             for cid in page
         ],
+    }
+
+
+#: the most characters the network draws one by one; past it, it is drawn by place
+NETWORK_CHARACTERS = 150
+#: the most ties drawn one by one; past it, the network is drawn by place
+NETWORK_TIES = 1500
+
+
+def _ties(world: World) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every tie between two characters once, as ``(lower id, higher id)`` -> the first
+    one's view of it (``kind``, ``trust``) and whether the other holds one back. A tie to a
+    character that does not exist is left out (``sim validate`` names it)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for cid in sorted(world.characters):
+        relations = world.characters[cid].get("relationships")
+        if not isinstance(relations, dict):
+            continue
+        for other in sorted(relations):
+            if other == cid or other not in world.characters:
+                continue
+            tie = relations[other]
+            pair = (cid, other) if cid < other else (other, cid)
+            if pair in out:
+                out[pair]["mutual"] = True
+                continue
+            kind = tie.get("kind") if isinstance(tie, dict) else None
+            trust = tie.get("trust") if isinstance(tie, dict) else None
+            out[pair] = {
+                "a": cid,
+                "b": other,
+                "kind": None if kind is None else str(kind),
+                "trust": (
+                    trust
+                    if isinstance(trust, int | float) and not isinstance(trust, bool)
+                    else None
+                ),
+                "mutual": False,
+            }
+    return out
+
+
+def network_view(world: World) -> dict[str, Any]:
+    """``GET /api/network``: the characters' ties (from their ``relationships``), each tie
+    once. A world of at most ``NETWORK_CHARACTERS`` characters and ``NETWORK_TIES`` ties is
+    answered by character (``"by": "character"``: ``nodes`` with ``id``, ``name``,
+    ``location``; ``edges`` with ``a``, ``b``, ``kind``, ``trust``, ``mutual``); a bigger
+    one by place (``"by": "place"``: ``nodes`` with ``id``, ``name``, ``count``, ``ties``
+    within; ``edges`` with ``a``, ``b``, ``ties`` between, the ``NETWORK_TIES`` most tied
+    of the ``place_pairs`` pairs of places with a tie), so the page never draws one node
+    per character of a big world. Nodes are sorted by place, then id."""
+    ties = _ties(world)
+    order = {lid: i for i, lid in enumerate(sorted(world.locations))}
+
+    def where(cid: str) -> str:
+        return _location(world.characters[cid]) or ""
+
+    base = {
+        "tick": world.tick,
+        "total_characters": len(world.characters),
+        "total_ties": len(ties),
+    }
+    if len(world.characters) <= NETWORK_CHARACTERS and len(ties) <= NETWORK_TIES:
+        ids = sorted(world.characters, key=lambda c: (order.get(where(c), len(order)), c))
+        return {
+            **base,
+            "by": "character",
+            "nodes": [
+                {"id": c, "name": _name(world.characters[c], c), "location": where(c) or None}
+                for c in ids
+            ],
+            "edges": list(ties.values()),
+        }
+    counts: dict[str, int] = {}
+    for cid in world.characters:
+        counts[where(cid)] = counts.get(where(cid), 0) + 1
+    within: dict[str, int] = {}
+    between: dict[tuple[str, str], int] = {}
+    for a, b in ties:
+        pa, pb = where(a), where(b)
+        if pa == pb:
+            within[pa] = within.get(pa, 0) + 1
+        else:
+            key = (pa, pb) if pa < pb else (pb, pa)
+            between[key] = between.get(key, 0) + 1
+    places = sorted(counts, key=lambda p: (order.get(p, len(order)), p))
+    return {
+        **base,
+        "by": "place",
+        "nodes": [
+            {
+                "id": p,
+                "name": _name(world.locations[p], p) if p in world.locations else p or "?",
+                "count": counts[p],
+                "ties": within.get(p, 0),
+            }
+            for p in places
+        ],
+        # the most-tied pairs of places, at most NETWORK_TIES lines
+        "edges": [
+            {"a": a, "b": b, "ties": n}
+            for (a, b), n in sorted(
+                sorted(between.items(), key=lambda item: (-item[1], item[0]))[:NETWORK_TIES]
+            )
+        ],
+        "place_pairs": len(between),
     }
 
 
@@ -250,7 +439,11 @@ def history_view(world_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, A
     """``GET /api/history``: per logged tick its calls, tokens, cost and wall time, and the
     charts of the characters' own state fields over the ticks; and, per character, the
     calls, failures, tokens and cost of its own chains over the logged ticks (for the
-    inspector: ``character_books``)."""
+    inspector: ``character_books``, ``None`` before any tick is logged). With no tick
+    logged there is nothing to read: the world is not loaded again (for a big world that
+    load is seconds)."""
+    if not list_logs(world_dir):
+        return {"ticks": [], "fields": [], "problems": []}, {}
     data = collect(world_dir)
     view = {
         "ticks": [

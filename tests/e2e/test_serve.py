@@ -255,6 +255,8 @@ async def test_changes_need_the_token_and_write_nothing_without(
         ("/api/inject", {"everywhere": True, "text": "x"}),
         ("/api/set", {"assignment": 'ada.state.mood="x"'}),
         ("/api/ask", {"everyone": True, "question": "hi?"}),
+        ("/api/rewind", {"tick": 1}),
+        ("/api/fork", {"tick": 1, "to": "elsewhere"}),
     ]:
         refused = await client.post(path, json=body)
         assert refused.status == 401, path
@@ -325,6 +327,11 @@ async def test_bad_input_gets_a_4xx_naming_the_problem_and_writes_nothing(
         ("/api/set", {"assignment": "ada.state.mood=not json"}, 400, "JSON"),
         ("/api/set", {"assignment": 'ghost.state.mood="x"'}, 400, "ghost"),
         ("/api/ask", {"character": "ghost", "question": "hi?"}, 400, "ghost"),
+        ("/api/rewind", {"tick": 0}, 400, "tick"),
+        ("/api/rewind", {"tick": 1}, 400, "no log for tick 1"),
+        ("/api/rewind", {"tick": 5}, 400, "expected 1..1"),
+        ("/api/fork", {"tick": 3, "to": "later"}, 400, "expected 1..1"),
+        ("/api/fork", {"to": "later"}, 400, "tick"),
     ]
     for path, body, status, named in cases:
         answer = await _post(client, path, body)
@@ -349,7 +356,7 @@ async def test_request_bodies_are_size_limited(client: TestClient[Any, Any], wor
 
 async def test_read_only_refuses_every_change(world: Path):
     served = await _client(world, read_only=True)
-    before = tree(world, logs=True)
+    before = tree(world.parent, logs=True)
     try:
         assert (await served.get("/api/world", headers=BEARER)).status == 200
         for path, body in [
@@ -359,13 +366,15 @@ async def test_read_only_refuses_every_change(world: Path):
             ("/api/inject", {"everywhere": True, "text": "x"}),
             ("/api/set", {"assignment": 'ada.state.mood="x"'}),
             ("/api/ask", {"everyone": True, "question": "hi?"}),
+            ("/api/rewind", {"tick": 1}),
+            ("/api/fork", {"tick": 1, "to": "elsewhere"}),
         ]:
             refused = await _post(served, path, body)
             assert refused.status == 403, path
             assert "read-only" in (await refused.json())["error"]
     finally:
         await served.close()
-    assert tree(world, logs=True) == before
+    assert tree(world.parent, logs=True) == before
 
 
 async def test_the_api_key_appears_nowhere(world: Path, monkeypatch: pytest.MonkeyPatch):
@@ -512,3 +521,369 @@ async def test_a_world_locked_by_another_process_is_a_409_and_a_run_says_why(
         state = await _until_idle(client)
     assert state["done"] == 0 and "another sim process" in state["error"]
     assert tree(world, logs=True) == before
+
+
+# -- rewind and fork ----------------------------------------------------------------------
+
+
+async def test_rewind_and_fork_equal_sim_rewind_and_sim_fork(tmp_path: Path, world: Path):
+    """``POST /api/rewind`` and ``POST /api/fork`` do what ``sim rewind`` and ``sim fork``
+    do, byte for byte: the same world, the same logs moved aside, the same new world."""
+    done = _sim("tick", "--world", str(world), "--ticks", "2")
+    assert done.returncode == 0, done.stderr
+    other = tmp_path / "other" / "demo"
+    shutil.copytree(world, other)
+    served = await _client(world)
+    try:
+        forked = await _post(served, "/api/fork", {"tick": 2, "to": "branch"})
+        assert forked.status == 201, await forked.text()
+        made = await forked.json()
+        assert made["world"] == "branch" and made["tick"] == 1 and made["next_tick"] == 2
+        assert Path(made["path"]) == world.parent / "branch"
+        rewound = await _post(served, "/api/rewind", {"tick": 2})
+        assert rewound.status == 200, await rewound.text()
+        assert (await rewound.json()) == {
+            "tick": 1,
+            "next_tick": 2,
+            "logs_moved": 1,
+            "moved_to": "rewound-1",
+        }
+        view = await (await served.get("/api/world", headers=BEARER)).json()
+        assert view["tick"] == 1 and view["logged"] == [1]
+    finally:
+        await served.close()
+    for args in (
+        ("fork", "--world", str(other), "--tick", "2", "--to", str(other.parent / "branch")),
+        ("rewind", "--world", str(other), "--tick", "2"),
+    ):
+        done = _sim(*args)
+        assert done.returncode == 0, done.stderr
+    assert tree(world, logs=True) == tree(other, logs=True)
+    assert tree(world.parent / "branch", logs=True) == tree(other.parent / "branch", logs=True)
+
+
+async def test_a_rewind_waits_for_no_run(client: TestClient[Any, Any], world: Path):
+    assert (await _post(client, "/api/run", {"ticks": 50})).status == 202
+    refused = await _post(client, "/api/rewind", {"tick": 1})
+    assert refused.status == 409 and "a run is going" in (await refused.json())["error"]
+    await _post(client, "/api/pause", {})
+    await _until_idle(client)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "../escaped",
+        "..",
+        ".",
+        "a/../../escaped",
+        "sub/dir",
+        "/tmp/escaped",
+        "a\\b",
+        ".hidden",
+        "-rf",
+        "a..b",
+        "name\n",
+        "x" * 101,
+        "caf\u00e9",
+        "nul\u0000",
+        "",
+        5,
+        None,
+        "demo",  # the world itself
+        "taken",  # an empty folder
+        "dangling",  # a link to nowhere
+        "linked",  # a link to a folder
+        "file.txt",
+    ],
+)
+async def test_a_fork_may_only_make_a_new_folder_beside_the_world(
+    tmp_path: Path, world: Path, target: Any
+):
+    """A hostile ``to`` (a path, ``..``, a hidden or odd name, something that exists, even
+    an empty folder or a dangling link) is a 400 naming ``to``, and nothing is written
+    anywhere."""
+    done = _sim("tick", "--world", str(world))
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "aim").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "aim")
+    (tmp_path / "file.txt").write_text("x")
+    before = tree(tmp_path, logs=True)
+    listed = sorted(os.listdir(tmp_path))
+    served = await _client(world)
+    try:
+        refused = await _post(served, "/api/fork", {"tick": 1, "to": target})
+        assert refused.status == 400, await refused.text()
+        assert "to" in (await refused.json())["error"]
+    finally:
+        await served.close()
+    assert tree(tmp_path, logs=True) == before
+    assert sorted(os.listdir(tmp_path)) == listed
+    assert not (tmp_path.parent / "escaped").exists() and not Path("/tmp/escaped").exists()
+    assert os.listdir(tmp_path / "aim") == []
+
+
+# -- the relationships network ------------------------------------------------------------
+
+
+def _tie(world: Path, cid: str, other: str, kind: str, trust: float) -> None:
+    path = world / "characters" / f"{cid}.json"
+    data = orjson.loads(path.read_bytes())
+    data.setdefault("relationships", {})[other] = {"kind": kind, "trust": trust}
+    path.write_bytes(orjson.dumps(data))
+
+
+async def test_the_network_draws_each_tie_once_by_character(world: Path):
+    _tie(world, "ada", "bram", "rival", 0.2)
+    _tie(world, "bram", "ada", "rival", 0.3)
+    _tie(world, "orla", "ada", "sister", 0.9)
+    served = await _client(world)
+    try:
+        net = await (await served.get("/api/network", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert net["by"] == "character" and net["total_characters"] == 10
+    assert net["total_ties"] == 2
+    assert net["edges"] == [
+        {"a": "ada", "b": "bram", "kind": "rival", "trust": 0.2, "mutual": True},
+        {"a": "orla", "b": "ada", "kind": "sister", "trust": 0.9, "mutual": False},
+    ]
+    names = {n["id"]: n["name"] for n in net["nodes"]}
+    assert names["ada"] == "Ada Strand" and len(names) == 10
+    places = [n["location"] for n in net["nodes"]]
+    assert places == sorted(places)  # grouped by place (ids sort as the places do here)
+
+
+async def test_a_big_network_is_drawn_by_place(world: Path, monkeypatch: pytest.MonkeyPatch):
+    """Past ``NETWORK_CHARACTERS``, ties are counted between and within places: the page
+    never gets one node per character."""
+    from sim.serve import views
+    from sim.storage import Storage
+
+    _tie(world, "ada", "bram", "rival", 0.2)
+    _tie(world, "orla", "ada", "sister", 0.9)
+    monkeypatch.setattr(views, "NETWORK_CHARACTERS", 3)
+    where = {
+        cid: orjson.loads((world / "characters" / f"{cid}.json").read_bytes())["state"]["location"]
+        for cid in ("ada", "bram", "orla")
+    }
+    served = await _client(world)
+    try:
+        net = await (await served.get("/api/network", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert net["by"] == "place" and net["total_ties"] == 2
+    assert net["place_pairs"] == len(net["edges"])
+    assert sum(n["count"] for n in net["nodes"]) == 10
+    ties = sum(n["ties"] for n in net["nodes"]) + sum(e["ties"] for e in net["edges"])
+    assert ties == 2
+    for a, b in (("ada", "bram"), ("orla", "ada")):
+        pa, pb = sorted((where[a], where[b]))
+        if pa == pb:
+            assert next(n for n in net["nodes"] if n["id"] == pa)["ties"] >= 1
+        else:
+            assert any(e["a"] == pa and e["b"] == pb for e in net["edges"])
+    # past NETWORK_TIES pairs of places, only the most tied are drawn
+    monkeypatch.setattr(views, "NETWORK_TIES", 1)
+    capped = views.network_view(Storage(world).load())
+    assert capped["place_pairs"] == 2 and len(capped["edges"]) == 1
+
+
+# -- a study's or a sweep's folder ----------------------------------------------------------
+
+STUDY = """\
+world = "w"
+seeds = "1"
+ticks = 2
+[conditions.control]
+[conditions.announce]
+inject = [{ tick = 2, at = "square", text = "The lord will pay half the mill." }]
+"""
+
+
+def _runs(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{r['group']}/{r['name']}" if r["group"] else r["name"]: r for r in view["runs"]}
+
+
+async def test_a_study_folder_lists_its_arms_and_their_progress_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``GET /api/runs`` on a study's folder (an offline study) lists each arm with its
+    tick and status, read again on each request: a run rewound and ticked on elsewhere
+    shows as it goes. Changes are refused; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(main, ["init", str(tmp_path / "w")])
+    assert done.exit_code == 0, done.output
+    (tmp_path / "study.toml").write_text(STUDY)
+    done = runner.invoke(main, ["study", "run", "study.toml", "--out", "out"])
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "out"
+    served = await _client(out)
+    try:
+        view = await (await served.get("/api/runs", headers=BEARER)).json()
+        assert view["kind"] == "study" and view["ticks"] == 2
+        assert view["total"] == 2 and view["finished"] == 2
+        runs = _runs(view)
+        assert set(runs) == {"control/seed-1", "announce/seed-1"}
+        arm = runs["announce/seed-1"]
+        assert arm["status"] == "finished" and arm["tick"] == arm["target"] == 2
+        assert arm["seed"] == 1 and arm["start_tick"] == 0
+        # the arm is put back a tick elsewhere: waiting, then finished again
+        run_dir = str(out / "announce" / "seed-1")
+        assert _sim("rewind", "--world", run_dir, "--tick", "2").returncode == 0
+        arm = _runs(await (await served.get("/api/runs", headers=BEARER)).json())["announce/seed-1"]
+        assert arm["status"] == "waiting" and arm["tick"] == 1
+        # a tick begun (its log open) and not committed: in progress
+        opened = out / "announce" / "seed-1" / ".sim" / "log" / "tick-000002.jsonl"
+        opened.parent.mkdir(parents=True, exist_ok=True)
+        opened.write_text("")
+        arm = _runs(await (await served.get("/api/runs", headers=BEARER)).json())["announce/seed-1"]
+        assert arm["status"] == "in progress"
+        opened.unlink()
+        before = tree(out, logs=True)
+        refused = await _post(served, "/api/run", {"ticks": 1})
+        assert refused.status == 403 and "study's folder" in (await refused.json())["error"]
+        assert tree(out, logs=True) == before
+        # an arm's folder swapped for a link to another world: shown as such, not followed
+        arm_dir = out / "control" / "seed-1"
+        shutil.move(arm_dir, tmp_path / "moved")
+        arm_dir.symlink_to(tmp_path / "moved")
+        arm = _runs(await (await served.get("/api/runs", headers=BEARER)).json())["control/seed-1"]
+        assert arm["status"] == "unreadable" and "symlink" in arm["problem"]
+        assert arm["tick"] is None and arm["seed"] is None
+    finally:
+        await served.close()
+    world = await _client(tmp_path / "w")
+    try:
+        plain = await (await world.get("/api/runs", headers=BEARER)).json()
+        assert plain == {"kind": None, "runs": []}
+    finally:
+        await world.close()
+
+
+async def test_a_sweep_folder_lists_its_runs_and_a_link_is_not_followed(tmp_path: Path):
+    world = copy_demo(tmp_path / "demo")
+    out = tmp_path / "sweep"
+    done = _sim("sweep", "--world", str(world), "--seeds", "1-2", "--ticks", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(out / "seed-1", elsewhere)
+    (out / "seed-9").symlink_to(elsewhere)
+    served = await _client(out)
+    try:
+        view = await (await served.get("/api/runs", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert view["kind"] == "sweep" and view["ticks"] is None
+    runs = _runs(view)
+    assert set(runs) == {"seed-1", "seed-2"}  # the link is no run of this sweep
+    assert runs["seed-2"]["tick"] == 1 and runs["seed-2"]["status"] == "stopped"
+    assert runs["seed-2"]["seed"] == 2 and runs["seed-2"]["target"] is None
+
+
+def test_the_command_serves_a_study_folder_and_a_broken_record_exits_2(tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "study.json").write_text("{")
+    done = CliRunner().invoke(main, ["serve", "--world", str(out)])
+    assert done.exit_code == 2, done.output
+    assert "study.json" in done.output
+
+
+# -- what retrieval chose -------------------------------------------------------------------
+
+
+async def test_the_inspector_shows_what_retrieval_chose_or_a_window(tmp_path: Path):
+    """In ``worlds/minds`` (``[memory] mode = "retrieve"``) a character's view carries
+    the cells retrieval put in the last tick's intention input, as the log recorded the
+    call; in the demo (a window), the window's lines and ``"mode": "window"``."""
+    from sim import sections
+    from sim.ticklog.format import existing_log
+    from sim.ticklog.records import CallRecord
+
+    repo = Path(__file__).resolve().parents[2]
+    minds = tmp_path / "minds"
+    shutil.copytree(repo / "worlds" / "minds", minds, ignore=shutil.ignore_patterns(".sim"))
+    demo = copy_demo(tmp_path / "demo")
+    for world in (minds, demo):
+        done = _sim("tick", "--world", str(world), "--ticks", "3")
+        assert done.returncode == 0, done.stderr
+    sent = next(
+        r
+        for r in read_log(existing_log(minds, 3)).records
+        if isinstance(r, CallRecord) and r.entity_key == "intention:ada"
+    )
+    doc = sections.loads(sent.input)
+    assert doc is not None
+    served = await _client(minds)
+    try:
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+    finally:
+        await served.close()
+    recalled = ada["recalled"]
+    assert recalled["tick"] == 3 and recalled["mode"] == "retrieve"
+    assert recalled["lines"] == doc["memory"]["recall"] and recalled["lines"]
+    assert all(line.startswith("tick ") for line in recalled["lines"])
+    served = await _client(demo)
+    try:
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+        before = await (await served.get("/api/characters/bram", headers=BEARER)).json()
+    finally:
+        await served.close()
+    assert ada["recalled"]["mode"] == "window" and ada["recalled"]["tick"] == 3
+    window = next(
+        r
+        for r in read_log(existing_log(demo, 3)).records
+        if isinstance(r, CallRecord) and r.entity_key == "intention:ada"
+    )
+    shown = sections.loads(window.input)
+    assert shown is not None and "recall" not in shown["memory"]
+    assert ada["recalled"]["lines"] == shown["memory"]["recent"] and ada["recalled"]["lines"]
+    assert before["recalled"]["problem"] is None
+
+
+# -- a big world's opening --------------------------------------------------------------------
+
+
+async def test_the_world_loaded_at_start_serves_the_first_request(
+    world: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``sim serve`` loads the world before serving (a bad one exits 2); that load is what
+    the first ``/api/world`` and ``/api/network`` answer from, not a second one, and a
+    world with no tick logged has no history to read. A change to the world's files is
+    loaded again."""
+    from sim.serve import views
+    from sim.storage import Storage
+
+    stamp = views.world_stamp(world)
+    loaded = Storage(world).load()
+    loads: list[Path] = []
+    real = views.Storage
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def load(self) -> Any:
+            loads.append(self.root)
+            return super().load()
+
+    monkeypatch.setattr(views, "Storage", Counting)
+    config = build_config(None, world)
+    app = make_app(Settings(world, config, TOKEN, loaded=(loaded, stamp)))
+    served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await served.start_server()
+    try:
+        paths = ("/api/world", "/api/network", "/api/history", "/api/characters/ada")
+        for path in (*paths, "/api/world"):
+            assert (await served.get(path, headers=BEARER)).status == 200, path
+        assert loads == []
+        # no tick logged: no history read (it would load the world again), books null
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+        assert ada["books"] is None and ada["recalled"] is None
+        changed = await _post(served, "/api/set", {"assignment": 'ada.state.mood="calm"'})
+        assert changed.status == 200
+        ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
+        assert ada["entity"]["state"]["mood"] == "calm" and len(loads) == 1
+    finally:
+        await served.close()

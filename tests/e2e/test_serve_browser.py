@@ -206,13 +206,147 @@ def test_inject_set_ask_and_a_tick_run_elsewhere(browser: Browser, tmp_path: Pat
         served.stop()
 
 
+def test_rewind_and_fork_from_the_timeline(browser: Browser, tmp_path: Path):
+    """The timeline's "fork from this tick" makes a new world beside this one (a hostile
+    name is refused, the server's reason shown); "rewind to this tick" puts the world back
+    to the start of the tick shown, and the page follows."""
+    world = copy_demo(tmp_path / "demo")
+    sim("tick", "--world", str(world), "--ticks", "2")
+    served = Served(world)
+    try:
+        page, problems = _open(browser, served.url)
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2")
+        page.fill("#fork-to", "../escaped")
+        page.click("#fork")
+        expect(page.locator("#history-result")).to_have_text(re.compile("to: expected"))
+        expect(page.locator("#history-result")).to_have_class(re.compile("error"))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
+        page.fill("#fork-to", "branch")
+        page.click("#fork")
+        expect(page.locator("#history-result")).to_have_text(
+            "forked: branch is at tick 1, ready to run tick 2"
+        )
+        assert orjson.loads((tmp_path / "branch" / "world.json").read_bytes())["tick"] == 1
+        page.click("#rewind")
+        expect(page.locator("#history-result")).to_have_text(
+            re.compile(r"^rewound: the world is at tick 1, ready to run tick 2")
+        )
+        expect(page.locator("#world-tick")).to_have_text("tick 1")
+        expect(page.locator("#tick-label")).to_have_text("Tick 1 of 1–1")
+        assert orjson.loads((world / "world.json").read_bytes())["tick"] == 1
+        page.click("#rewind")  # to the start of tick 1: no tick is logged any more
+        expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
+        expect(page.locator("#world-tick")).to_have_text("tick 0")
+        expect(page.locator("#rewind")).to_be_disabled()
+        _no_script_ran(page, problems)
+    finally:
+        served.stop()
+
+
+def test_the_network_draws_a_known_tie_between_the_two_named(browser: Browser, hostile: Path):
+    """A tie in the world's relationships is a line from one named dot to the other; the
+    names (markup, in this world) are text."""
+    for cid, other, kind in (("ada", "orla", "friend"), ("orla", "ada", "friend")):
+        path = hostile / "characters" / f"{cid}.json"
+        data = orjson.loads(path.read_bytes())
+        data["relationships"] = {other: {"kind": kind, "trust": 0.8}}
+        path.write_bytes(orjson.dumps(data))
+    served = Served(hostile)
+    try:
+        page, problems = _open(browser, served.url)
+        expect(page.locator("#network-note")).to_have_text("1 tie among 10 characters")
+        line = page.locator("#network line.tie")
+        expect(line).to_have_count(1)
+        expect(line.locator("title")).to_have_text(f"{IMG} — Orla Penhallow: friend, trust 0.8")
+
+        def dot(name: str) -> tuple[float, float]:
+            node = page.locator("#network g.network-node", has=page.locator("text", has_text=name))
+            expect(node).to_have_count(1)
+            circle = node.locator("circle")
+            return float(circle.get_attribute("cx") or "nan"), float(
+                circle.get_attribute("cy") or "nan"
+            )
+
+        ends = {
+            (float(line.get_attribute("x1") or "nan"), float(line.get_attribute("y1") or "nan")),
+            (float(line.get_attribute("x2") or "nan"), float(line.get_attribute("y2") or "nan")),
+        }
+        assert ends == {dot(IMG), dot("Orla Penhallow")}
+        expect(page.locator("#network text.label", has_text=SCRIPT)).to_have_count(1)
+        _no_script_ran(page, problems)
+        assert page.locator("#network img, #network script").count() == 0
+    finally:
+        served.stop()
+
+
+def test_a_study_folder_shows_its_arms_as_they_go(browser: Browser, tmp_path: Path):
+    """Served, a study's folder is a table of its arms with their tick and status; an arm
+    put back a tick (elsewhere) shows it within a second or two, and again when it ends."""
+    study = 'world = "w"\nseeds = "1"\nticks = 2\n[conditions.control]\n[conditions.announce]\n'
+    (tmp_path / "study.toml").write_text(study)
+    for args in (("init", "w"), ("study", "run", "study.toml", "--out", "out")):
+        done = subprocess.run(
+            [sys.executable, "-m", "sim", *args],
+            capture_output=True,
+            env=_env(),
+            cwd=tmp_path,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    served = Served(tmp_path / "out")
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        expect(page.locator("#world-name")).to_have_text("Study")
+        expect(page.locator("#runs-note")).to_have_text(
+            "study: 2 of 2 finished, 0 in progress, 2 ticks each"
+        )
+        expect(page.locator("main")).to_be_hidden()
+        row = page.locator("#runs tbody tr", has_text="announce")
+        expect(row.locator("td.tick")).to_have_text("2 of 2")
+        sim("rewind", "--world", str(tmp_path / "out" / "announce" / "seed-1"), "--tick", "2")
+        expect(row.locator("td.tick")).to_have_text("1 of 2", timeout=5_000)
+        expect(row).to_contain_text("waiting")
+        sim("tick", "--world", str(tmp_path / "out" / "announce" / "seed-1"))
+        expect(row.locator("td.tick")).to_have_text("2 of 2", timeout=5_000)
+        expect(row).to_contain_text("finished")
+    finally:
+        served.stop()
+
+
+def test_the_inspector_shows_what_retrieval_chose(browser: Browser, tmp_path: Path):
+    world = tmp_path / "minds"
+    shutil.copytree(REPO / "worlds" / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    sim("tick", "--world", str(world), "--ticks", "2")
+    served = Served(world)
+    try:
+        page, problems = _open(browser, served.url)
+        page.locator("#people button", has_text="Ada Strand").click()
+        expect(page.locator("#inspector h3")).to_have_text("Ada Strand")
+        chose = page.locator("#inspector dt", has_text="retrieval chose")
+        expect(chose).to_have_count(1)
+        box = page.locator("#inspector .recalled")
+        expect(box).to_contain_text("for tick 2's intention")
+        expect(box.locator("li").first).to_have_text(re.compile(r"^tick \d+: ."))
+        assert not problems, problems
+    finally:
+        served.stop()
+
+
 def test_read_only_disables_the_controls(browser: Browser, tmp_path: Path):
     world = copy_demo(tmp_path / "demo")
     served = Served(world, "--read-only")
     try:
         page, problems = _open(browser, served.url)
         expect(page.locator("#mode")).to_have_text("read-only")
-        for control in ("#run", "#step", "#inject-form button", "#ask-form button"):
+        for control in (
+            "#run",
+            "#step",
+            "#inject-form button",
+            "#ask-form button",
+            "#rewind",
+            "#fork",
+        ):
             expect(page.locator(control)).to_be_disabled()
         assert not problems
     finally:

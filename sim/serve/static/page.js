@@ -16,6 +16,7 @@ const state = {
   view: null, // GET /api/ticks/{n}
   colours: new Map(),
   selected: null,
+  running: false,
 };
 
 function $(id) { return document.getElementById(id); }
@@ -83,7 +84,7 @@ async function loadWorld() {
   $("mode").textContent = world.read_only ? "read-only" : "";
   $("mode").hidden = !world.read_only;
   for (const id of ["run", "pause", "step"]) $(id).disabled = world.read_only;
-  for (const form of ["inject-form", "set-form", "ask-form"]) {
+  for (const form of ["inject-form", "set-form", "ask-form", "history-form"]) {
     for (const input of $(form).elements) input.disabled = world.read_only;
   }
   const all = [...world.characters].sort((a, b) => a.id.localeCompare(b.id));
@@ -216,7 +217,15 @@ function timeline() {
   const logged = state.logged;
   scrub.max = String(Math.max(logged.length - 1));
   scrub.disabled = logged.length === 0;
-  if (!logged.length) return;
+  if (!logged.length) {  // none yet, or all rewound
+    state.tick = null;
+    state.view = null;
+    $("tick-label").textContent = "no tick logged yet";
+    $("tick-numbers").textContent = "";
+    $("scenes").replaceChildren();
+    historyControls();
+    return;
+  }
   if (state.tick === null || $("follow").checked || !logged.includes(state.tick)) {
     showTick(logged[logged.length - 1]);
   }
@@ -232,6 +241,7 @@ async function showTick(tick) {
   $("tick-label").textContent = `Tick ${tick} of ${logged[0]}–${logged[logged.length - 1]}`;
   $("prev").disabled = index <= 0;
   $("next").disabled = index >= logged.length - 1;
+  historyControls();
   try {
     const view = await api(`/api/ticks/${tick}`);
     if (state.tick !== tick) return;
@@ -240,6 +250,47 @@ async function showTick(tick) {
     drawMap();
   } catch (error) {
     $("scenes").replaceChildren(el("p", { class: "muted" }, `tick ${tick}: ${error.message}`));
+  }
+}
+
+// Rewind and fork go back to the start of the tick shown (as `sim rewind` / `sim fork`).
+function historyControls() {
+  const off = state.tick === null || Boolean(state.world && state.world.read_only);
+  $("rewind").disabled = off || Boolean(state.running);
+  $("fork").disabled = off;
+  $("rewind").title = off ? "" : `put the world back to the start of tick ${state.tick}; later logs are kept aside`;
+  $("fork").title = off ? "" : `a new world beside this one, at the start of tick ${state.tick}`;
+}
+
+function historySaid(text, failed) {
+  const box = $("history-result");
+  box.textContent = text;
+  box.classList.toggle("error", Boolean(failed));
+}
+
+async function rewindHere() {
+  const tick = state.tick;
+  try {
+    const done = await api("/api/rewind", { tick });
+    historySaid(`rewound: the world is at tick ${done.tick}, ready to run tick ${done.next_tick}` +
+      (done.moved_to ? ` (${done.logs_moved} later logs kept in ${done.moved_to})` : ""));
+    $("follow").checked = true;
+    await loadWorld();
+    await loadCharts();
+    await loadNetwork();
+  } catch (error) {
+    historySaid(error.message, true);
+  }
+}
+
+async function forkHere() {
+  const tick = state.tick;
+  try {
+    const made = await api("/api/fork", { tick, to: $("fork-to").value });
+    historySaid(`forked: ${made.world} is at tick ${made.tick}, ready to run tick ${made.next_tick}`);
+    $("fork-to").value = "";
+  } catch (error) {
+    historySaid(error.message, true);
   }
 }
 
@@ -303,6 +354,22 @@ async function inspect(id) {
     if (Array.isArray(memory.cells) && memory.cells.length) {
       add("memories", el("ul", {}, ...memory.cells.map((m) => el("li", {}, `tick ${m.tick}: ${m.text}`))));
     }
+    const recalled = data.recalled;
+    if (recalled) {
+      const archived = new Set((memory.archive || []).map((m) => `tick ${m.tick}: ${m.text}`));
+      const items = recalled.lines.map((line) => el("li", {}, line + (archived.has(line) ? " (from the long-term store)" : "")));
+      if (recalled.mode === "retrieve") {
+        add("retrieval chose", el("div", { class: "recalled" },
+          el("p", { class: "muted" }, `for tick ${recalled.tick}'s intention, by recency, importance and relevance:`),
+          items.length ? el("ul", {}, ...items) : el("p", {}, "nothing (no memories yet)")));
+      } else if (recalled.mode === "window") {
+        add("retrieval chose", el("div", { class: "recalled" },
+          el("p", { class: "muted" }, `no retrieval: tick ${recalled.tick}'s intention saw a window, the last ${recalled.lines.length} memories`),
+          el("ul", {}, ...items)));
+      } else {
+        add("retrieval chose", el("p", { class: "muted" }, `tick ${recalled.tick}: ${recalled.problem || "the intention's input shows no memory"}`));
+      }
+    }
     const relations = entity.relationships || {};
     const names = Object.keys(relations);
     if (names.length) {
@@ -316,6 +383,72 @@ async function inspect(id) {
     box.replaceChildren(title, rows);
   } catch (error) {
     box.replaceChildren(el("p", { class: "muted" }, error.message));
+  }
+}
+
+// -- the relationships network: a deterministic ring (grouped by place), names as text --
+
+const LABELS = 60; // names drawn beside the dots up to this many characters; then on hover
+
+function ring(n, i, rx, ry) {
+  const angle = (2 * Math.PI * i) / Math.max(n, 1) - Math.PI / 2;
+  return { x: 400 + rx * Math.cos(angle), y: 280 + ry * Math.sin(angle) };
+}
+
+async function loadNetwork() {
+  const box = $("network");
+  let net;
+  try {
+    net = await api("/api/network");
+  } catch (error) {
+    $("network-note").textContent = error.message;
+    return;
+  }
+  box.replaceChildren();
+  const at = new Map();
+  net.nodes.forEach((node, i) => at.set(node.id, ring(net.nodes.length, i, 300, 230)));
+  const ties = net.by === "place" ? "ties between places" : "ties";
+  $("network-note").textContent = net.total_ties
+    ? `${net.total_ties} ${net.total_ties === 1 ? "tie" : "ties"} among ${net.total_characters} characters` +
+      (net.by === "place" ? " (drawn by place: too many to draw one by one)" : "") +
+      (net.place_pairs > net.edges.length ? `; the ${net.edges.length} most tied of ${net.place_pairs} pairs of places shown` : "")
+    : "no relationships in this world";
+  const top = Math.max(1, ...net.edges.map((e) => e.ties || 1));
+  for (const edge of net.edges) {
+    const a = at.get(edge.a), b = at.get(edge.b);
+    const line = svg("line", { class: "tie", x1: a.x, y1: a.y, x2: b.x, y2: b.y, "data-a": edge.a, "data-b": edge.b });
+    if (net.by === "place") {
+      line.setAttribute("stroke-width", String(1 + (5 * edge.ties) / top));
+      line.append(svg("title", {}, `${edge.ties} ${ties}`));
+    } else {
+      if (!edge.mutual) line.classList.add("one-way");
+      line.setAttribute("stroke-width", String(1 + 2 * (edge.trust ?? 0.5)));
+      line.setAttribute("stroke-opacity", String(0.35 + 0.6 * (edge.trust ?? 0.5)));
+      const names = new Map(net.nodes.map((n) => [n.id, n.name]));
+      const what = [edge.kind, edge.trust === null ? null : `trust ${edge.trust}`, edge.mutual ? null : "one way"].filter(Boolean).join(", ");
+      line.append(svg("title", {}, `${names.get(edge.a)} — ${names.get(edge.b)}${what ? ": " + what : ""}`));
+    }
+    box.append(line);
+  }
+  for (const node of net.nodes) {
+    const p = at.get(node.id);
+    const group = svg("g", { class: "network-node", "data-id": node.id });
+    if (net.by === "place") {
+      group.append(svg("circle", { class: "place-node", cx: p.x, cy: p.y, r: 8 + 12 * Math.sqrt(node.count / Math.max(1, net.total_characters)) }));
+      group.append(svg("text", { class: "label place-name", x: p.x + 14, y: p.y + 4 }, node.name));
+      group.append(svg("text", { class: "count", x: p.x + 14, y: p.y + 18 }, `${node.count} characters, ${node.ties} ties within`));
+    } else {
+      const dot = svg("circle", { class: "node", cx: p.x, cy: p.y, r: 7, fill: colour(node.id) });
+      dot.append(svg("title", {}, node.name));
+      dot.addEventListener("click", () => inspect(node.id));
+      group.append(dot);
+      if (net.nodes.length <= LABELS) {
+        const label = svg("text", { class: "label", x: p.x + (p.x >= 400 ? 10 : -10), y: p.y + 4,
+          "text-anchor": p.x >= 400 ? "start" : "end", fill: colour(node.id) }, node.name);
+        group.append(label);
+      }
+    }
+    box.append(group);
   }
 }
 
@@ -462,6 +595,8 @@ function showRun(run) {
   const cost = run.cost === null ? "cost unknown" : `$${run.cost.toFixed(4)}`;
   $("usage").textContent = run.ticks ? `${(run.input_tokens + run.output_tokens).toLocaleString()} tokens, ${cost} this run` : "";
   $("run").disabled = $("step").disabled = run.running || (state.world && state.world.read_only);
+  state.running = run.running;
+  historyControls();
   $("pause").disabled = !run.running || run.pausing;
 }
 
@@ -474,6 +609,7 @@ function listen() {
       refreshing = null;
       await loadWorld();
       await loadCharts();
+      await loadNetwork();
     }, 50);
   };
   events.addEventListener("hello", (e) => showRun(JSON.parse(e.data).run));
@@ -516,6 +652,8 @@ function wire() {
   });
   $("prev").addEventListener("click", () => { $("follow").checked = false; showTick(state.logged[state.logged.indexOf(state.tick) - 1]); });
   $("next").addEventListener("click", () => showTick(state.logged[state.logged.indexOf(state.tick) + 1]));
+  $("rewind").addEventListener("click", rewindHere);
+  $("history-form").addEventListener("submit", (e) => { e.preventDefault(); forkHere(); });
   $("more-scenes").addEventListener("click", () => { state.scenesShown += SCENES; showScenes(); });
   $("people-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); loadWorld(); });
   $("people-next").addEventListener("click", () => { state.offset += PAGE; loadWorld(); });
@@ -529,7 +667,7 @@ function wire() {
   $("set-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const made = await control("/api/set", { assignment: $("set-assignment").value });
-    if (made) { said(`recorded: ${made.recorded}`); loadWorld(); if (state.selected) inspect(state.selected); }
+    if (made) { said(`recorded: ${made.recorded}`); loadWorld(); loadNetwork(); if (state.selected) inspect(state.selected); }
   });
   $("ask-form").addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -541,11 +679,62 @@ function wire() {
   });
 }
 
+// -- a study's or a sweep's folder: its runs and how far each has gone, refreshed --------
+
+const RUNS_POLL = 1000; // ms between two readings of the runs' progress
+
+function showRuns(view) {
+  const body = $("runs").tBodies[0];
+  body.replaceChildren();
+  for (const run of view.runs) {
+    const bar = el("progress", { max: "1", value: "0" });
+    if (run.target !== null && run.start_tick !== null && run.tick !== null) {
+      bar.max = Math.max(1, run.target - run.start_tick);
+      bar.value = run.tick - run.start_tick;
+    } else if (run.status === "finished") {
+      bar.value = 1;
+    }
+    const tick = run.tick === null ? "" : run.target === null ? `${run.tick}` : `${run.tick} of ${run.target}`;
+    const settings = Object.entries(run.overrides || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+    const status = el("td", { class: `status-${run.status.replace(" ", "-")}` }, run.status);
+    if (run.problem) status.title = run.problem;
+    body.append(el("tr", {}, el("td", {}, run.group ?? ""), el("td", {}, run.name), status,
+      el("td", { class: "tick" }, tick), el("td", {}, bar), el("td", {}, run.seed ?? ""), el("td", {}, settings)));
+  }
+  $("runs-note").textContent = `${view.kind}: ${view.finished} of ${view.total} finished, ${view.in_progress} in progress` +
+    (view.ticks === null ? "" : `, ${view.ticks} ticks each`);
+}
+
+async function watchRuns(first) {
+  $("runs-panel").hidden = false;
+  for (const id of ["run-form", "live", "world-tick"]) $(id).hidden = true;
+  document.querySelector("main").hidden = true;
+  const name = `${first.kind === "study" ? "Study" : "Sweep"}`;
+  $("world-name").textContent = name;
+  document.title = `${name} · sim serve`;
+  showRuns(first);
+  for (;;) {
+    await new Promise((done) => setTimeout(done, RUNS_POLL));
+    try {
+      showRuns(await api("/api/runs"));
+    } catch (error) {
+      $("runs-note").textContent = error.message;
+    }
+  }
+}
+
 async function start() {
+  try {
+    const runs = await api("/api/runs");
+    if (runs.kind) return watchRuns(runs);
+  } catch (error) {
+    $("status").textContent = error.message;
+  }
   wire();
   try {
     await loadWorld();
     await loadCharts();
+    await loadNetwork();
   } catch (error) {
     $("status").textContent = error.message;
     $("status").classList.add("error");
