@@ -28,6 +28,7 @@ flight, waits for it and exits.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import os
 import select
@@ -87,6 +88,10 @@ def serve() -> None:
             importlib.import_module(name)
         except ImportError:  # an optional part missing: the step imports it as a cold one
             continue
+    # what was imported is kept out of the collector's scans, so a step's collections do not
+    # write to (and copy) the pages it shares with the worker (the ``gc.freeze`` doc's use)
+    gc.collect()
+    gc.freeze()
     while True:
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
