@@ -194,6 +194,7 @@ class _Worker:
 
     def start(self, args: list[str], cwd: Path, output: int) -> None:
         request = {"args": args, "cwd": str(cwd), "env": {**os.environ, "PYTHONUNBUFFERED": "1"}}
+        self.step_pid = None
         try:
             socket.send_fds(self.sock, [orjson.dumps(request)], [output])
         except OSError:
@@ -278,7 +279,7 @@ class LocalExecutor:
             output = safefs.open_append(Path(run_dir), OUTPUT_FILE)
             try:
                 worker = self._idle.pop() if self._idle else _Worker()
-                worker.start(args, Path.cwd() if cwd is None else Path(cwd), output)
+                worker.start(args, Path(cwd), output)
             finally:
                 os.close(output)
             self._busy.add(worker)
