@@ -81,18 +81,22 @@ def run_(
                 f"{plan.prefix} shared ticks",
                 err=True,
             )
-        result = run_study(
-            plan,
-            out,
-            jobs,
-            budget_usd or None,
-            budget_tokens or None,
-            config_file,
-            on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
-            executor=run,
-            on_interrupt=lambda note: echo(note, err=True),
-            trust_study=trust_study,
-        )
+        try:
+            result = run_study(
+                plan,
+                out,
+                jobs,
+                budget_usd or None,
+                budget_tokens or None,
+                config_file,
+                on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
+                executor=run,
+                on_interrupt=lambda note: echo(note, err=True),
+                trust_study=trust_study,
+            )
+        finally:
+            if isinstance(run, LocalExecutor):
+                run.close()  # its warm workers
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
         finish_runs(
             "study run", "study", result, spent, out, as_json, {"prefix_ticks": plan.prefix}

@@ -208,15 +208,19 @@ def sweep(
         run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
         if not as_json:
             echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
-        result = run_sweep(
-            plan,
-            jobs,
-            budget_usd or None,  # 0 = no cap, as for sim tick and [budget]
-            budget_tokens or None,
-            on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
-            executor=run,
-            on_interrupt=lambda note: echo(note, err=True),
-        )
+        try:
+            result = run_sweep(
+                plan,
+                jobs,
+                budget_usd or None,  # 0 = no cap, as for sim tick and [budget]
+                budget_tokens or None,
+                on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
+                executor=run,
+                on_interrupt=lambda note: echo(note, err=True),
+            )
+        finally:
+            if isinstance(run, LocalExecutor):
+                run.close()  # its warm workers
         spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
         finish_runs("sweep", "sweep", result, spent, out, as_json)
 

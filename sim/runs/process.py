@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ import orjson
 from sim import safefs
 from sim.config import Config
 from sim.errors import InputError, RunError, UserError
+from sim.runs import warm
 from sim.runs.design import SweepPlan
 from sim.runs.ledger import Grant
 from sim.storage.journal import SIM_DIR
@@ -163,17 +165,102 @@ STOPPED = "interrupted (Ctrl-C): run the same command again to resume"
 INTERRUPTED = 128 + signal.SIGINT
 
 
+class _Worker:
+    """One warm worker (``sim.runs.warm``) and the sweep's end of its socket."""
+
+    def __init__(self) -> None:
+        from sim.lifeline import PARENT_ENV
+        from sim.runs.warm import FD_ENV
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", FD_ENV: str(theirs.fileno())}
+        env.pop(PARENT_ENV, None)  # it ends with its socket (the sweep's end), not a signal
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sim"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.alive = True
+        #: the pid of the step in flight (its fork), once the worker has told it
+        self.step_pid: int | None = None
+
+    def start(self, args: list[str], cwd: Path, output: int) -> None:
+        request = {"args": args, "cwd": str(cwd), "env": {**os.environ, "PYTHONUNBUFFERED": "1"}}
+        self.step_pid = None
+        try:
+            socket.send_fds(self.sock, [orjson.dumps(request)], [output])
+        except OSError:
+            self.alive = False
+
+    def result(self) -> int | None:
+        """The step's exit code; ``None`` when the worker itself ended."""
+        while self.alive:
+            try:
+                message = self.sock.recv(warm.MAX_MESSAGE)
+            except OSError:
+                message = b""
+            if not message:
+                self.alive = False
+                break
+            answer = orjson.loads(message)
+            if "pid" in answer:
+                self.step_pid = int(answer["pid"])
+            if "exit" in answer:
+                return int(answer["exit"])
+        return None
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.send(orjson.dumps({"signal": int(sig)}))
+
+    def close(self, timeout: float = 10) -> None:
+        self.alive = False
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread waiting for its result
+        self.sock.close()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 class LocalExecutor:
     """``run_one`` for each step, each child in its own session and known, so that a
     Ctrl-C is delivered once, by ``interrupt`` (and a second one's ``kill`` ends them);
-    once interrupted, no step is started (``INTERRUPTED``)."""
+    once interrupted, no step is started (``INTERRUPTED``).
 
-    def __init__(self) -> None:
+    ``warm_steps`` (default: ``sim.runs.warm.enabled()``, opted in by ``SIM_WARM_STEPS=1``):
+    a ``python -m sim`` step runs in a fork of a warm worker (``sim.runs.warm``), one
+    worker per job slot, started on first use and kept until ``close``; a worker that
+    dies is replaced. The step's argv, folder and output are those of a cold child.
+    """
+
+    def __init__(self, warm_steps: bool | None = None) -> None:
         self._lock = threading.Lock()
         self._children: set[subprocess.Popen[bytes]] = set()
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self.warm = warm.enabled() if warm_steps is None else warm_steps
         self.stopping = False
 
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def __call__(self, run_dir: Path, command: list[str], cwd: Path) -> int:
+        if self.warm and command[:3] == [sys.executable, "-m", "sim"]:
+            return self._warm(run_dir, command[3:], cwd)
         with self._lock:
             if self.stopping:
                 return INTERRUPTED
@@ -185,6 +272,38 @@ class LocalExecutor:
             with self._lock:
                 self._children.discard(child)
 
+    def _warm(self, run_dir: Path, args: list[str], cwd: Path) -> int:
+        with self._lock:
+            if self.stopping:
+                return INTERRUPTED
+            output = safefs.open_append(Path(run_dir), OUTPUT_FILE)
+            try:
+                worker = self._idle.pop() if self._idle else _Worker()
+                worker.start(args, Path(cwd), output)
+            finally:
+                os.close(output)
+            self._busy.add(worker)
+        code = worker.result()
+        with self._lock:
+            self._busy.discard(worker)
+            if code is not None and not self.stopping:
+                self._idle.append(worker)
+                return code
+        if code is not None:
+            worker.close()
+            return code
+        worker.close(timeout=1)  # it died: the step with it (its lifeline); a new one next
+        if self.stopping:
+            return -signal.SIGKILL
+        died = worker.process.returncode
+        with contextlib.suppress(OSError, InputError):
+            note = safefs.open_append(Path(run_dir), OUTPUT_FILE)
+            try:
+                os.write(note, f"the warm worker running this step ended ({died})\n".encode())
+            finally:
+                os.close(note)
+        return died if died is not None and died != 0 else 1
+
     def interrupt(self) -> None:
         """Start nothing more; SIGINT to each child in flight (it stops as at Ctrl-C)."""
         self._signal(signal.SIGINT)
@@ -195,14 +314,26 @@ class LocalExecutor:
         for child in children:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=10)
+        self.close()
+
+    def close(self) -> None:
+        """End the warm workers (a step in flight is stopped as at Ctrl-C, and reaped)."""
+        with self._lock:
+            workers = self._idle + list(self._busy)
+            self._idle = []
+        for worker in workers:
+            worker.close()
 
     def _signal(self, sig: int) -> list[subprocess.Popen[bytes]]:
         with self._lock:
             self.stopping = True
             children = list(self._children)
+            busy = list(self._busy)
         for child in children:
             with contextlib.suppress(ProcessLookupError):
                 child.send_signal(sig)
+        for worker in busy:
+            worker.signal(sig)
         return children
 
 

@@ -129,9 +129,11 @@ def _interrupt(here: Path, server: StubServer, args: list[str], first: Path) -> 
     return children
 
 
+@pytest.mark.parametrize("warm", ["0", "1"], ids=["cold", "warm"])
 def test_ctrl_c_stops_a_study_which_resumes_to_the_same_result(
-    here: Path, server: StubServer
+    here: Path, server: StubServer, warm: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("SIM_WARM_STEPS", warm)  # each step a new process, or a warm fork
     _interrupt(here, server, ["study", "run", "study.toml", "--out", "out"], here / "out")
     # the step in flight was stopped, and no other arm was begun
     assert sorted(p.name for p in (here / "out" / "control").iterdir()) == ["seed-1"]
@@ -145,9 +147,11 @@ def test_ctrl_c_stops_a_study_which_resumes_to_the_same_result(
     assert resumed == clean
 
 
+@pytest.mark.parametrize("warm", ["0", "1"], ids=["cold", "warm"])
 def test_ctrl_c_stops_a_sweep_which_resumes_to_the_same_result(
-    here: Path, server: StubServer
+    here: Path, server: StubServer, warm: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("SIM_WARM_STEPS", warm)  # each step a new process, or a warm fork
     args = ["sweep", "--world", "w", "--seeds", "1-3", "--ticks", "2"]
     _interrupt(here, server, [*args, "--out", "runs"], here / "runs" / "seed-1")
     assert sorted(p.name for p in (here / "runs").iterdir()) == ["seed-1"]

@@ -23,6 +23,7 @@ from sim.errors import InputError, LogError
 from sim.runs.design import make_plan, parse_seeds, parse_setting, run_name
 from sim.runs.fork import RUN_FILE, config_toml
 from sim.runs.ledger import spend
+from sim.runs.process import OUTPUT_FILE
 from sim.storage import Storage, dump_json
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.format import log_path
@@ -246,17 +247,22 @@ def hold_mid_tick(server: StubServer, run: Path, tick: int, seed: int) -> None:
 
 
 def _tick_pid(run: Path) -> int | None:
-    """The pid of the ``sim tick`` running ``run`` (Linux /proc)."""
+    """The pid of the ``sim tick`` running ``run`` (Linux /proc): by its command line, or,
+    a warm step (``SIM_WARM_STEPS=1``: a fork of a ``python -m sim`` worker), by its
+    stdout, the run's output file."""
     want = str(run.resolve()).encode()
+    output = str((run / OUTPUT_FILE).resolve())
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"tick" in argv and want in argv:
+                return int(entry.name)
+            if argv[1:3] == [b"-m", b"sim"] and os.readlink(entry / "fd" / "1") == output:
+                return int(entry.name)
         except OSError:
             continue
-        if b"tick" in argv and want in argv:
-            return int(entry.name)
     return None
 
 
