@@ -165,7 +165,7 @@ STOPPED = "interrupted (Ctrl-C): run the same command again to resume"
 INTERRUPTED = 128 + signal.SIGINT
 
 
-class _Worker:
+class _WarmWorker:
     """One warm worker (``sim.runs.warm``) and the sweep's end of its socket."""
 
     def __init__(self) -> None:
@@ -247,8 +247,8 @@ class LocalExecutor:
     def __init__(self, warm_steps: bool | None = None) -> None:
         self._lock = threading.Lock()
         self._children: set[subprocess.Popen[bytes]] = set()
-        self._idle: list[_Worker] = []
-        self._busy: set[_Worker] = set()
+        self._idle: list[_WarmWorker] = []
+        self._busy: set[_WarmWorker] = set()
         self.warm = warm.enabled() if warm_steps is None else warm_steps
         self.stopping = False
 
@@ -278,7 +278,7 @@ class LocalExecutor:
                 return INTERRUPTED
             output = safefs.open_append(Path(run_dir), OUTPUT_FILE)
             try:
-                worker = self._idle.pop() if self._idle else _Worker()
+                worker = self._idle.pop() if self._idle else _WarmWorker()
                 worker.start(args, Path(cwd), output)
             finally:
                 os.close(output)
