@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.runs.process import OUTPUT_FILE, LocalExecutor, _Worker
+from sim.runs.process import OUTPUT_FILE, LocalExecutor, _WarmWorker
 from sim.runs.warm import enabled
 
 pytestmark = pytest.mark.skipif(
@@ -103,7 +103,7 @@ def _tick(world: Path, ticks: int) -> list[str]:
     return [sys.executable, "-m", "sim", "tick", "--world", str(world), "--ticks", str(ticks)]
 
 
-def _busy_step(executor: LocalExecutor) -> tuple[_Worker, int]:
+def _busy_step(executor: LocalExecutor) -> tuple[_WarmWorker, int]:
     """The worker of the one step in flight and its step's pid, once told."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
