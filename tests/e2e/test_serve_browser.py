@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import copy_demo
+from tests.conftest import WORLDS, copy_demo
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 try:
@@ -316,7 +316,7 @@ def test_a_study_folder_shows_its_arms_as_they_go(browser: Browser, tmp_path: Pa
 
 def test_the_inspector_shows_what_retrieval_chose(browser: Browser, tmp_path: Path):
     world = tmp_path / "minds"
-    shutil.copytree(REPO / "worlds" / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+    shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
     sim("tick", "--world", str(world), "--ticks", "2")
     served = Served(world)
     try:
