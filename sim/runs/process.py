@@ -13,7 +13,6 @@ nothing paid twice). A second Ctrl-C kills the children and ends the command at 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import signal
 import socket
@@ -31,7 +30,7 @@ import orjson
 
 from sim import safefs
 from sim.config import Config
-from sim.errors import InputError, RunError, UserError
+from sim.errors import InputError
 from sim.runs import warm
 from sim.runs.design import SweepPlan
 from sim.runs.ledger import Grant
@@ -407,18 +406,9 @@ def ray_executor(address: str | None = None) -> Executor:
     Raises:
         UserError: Ray is not installed; RunError: Ray cannot be started or reached.
     """
-    try:
-        ray: Any = importlib.import_module("ray")
-    except ImportError:
-        raise UserError(
-            "--executor ray needs Ray, from the optional 'ray' extra: pip install 'sim[ray]'"
-        ) from None
-    if not ray.is_initialized():
-        try:
-            ray.init(address=address, log_to_driver=False)
-        except Exception as exc:  # Ray's errors are many (connection, version, resources)
-            where = address or "a local instance"
-            raise RunError(f"--executor ray: cannot start or reach Ray ({where}): {exc}") from None
+    from sim.engine.shards import start_ray  # Ray only for --executor ray
+
+    ray = start_ray(address)
     task = ray.remote(num_cpus=1, max_retries=0)(run_one)
 
     def execute(run_dir: Path, command: list[str], cwd: Path) -> int:
