@@ -37,7 +37,9 @@ _TIMED = re.compile(rb'"(elapsed|committed_at|latency|scope|wall)":("[^"]*"|[0-9
 
 
 def _sim(here: Path, *args: str, warm: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SIM_WARM_STEPS": warm}
+    # one hash seed for every process, cold or warm: the comparison is of warm against
+    # cold, not of str hash orders (a log line's order once differed between two runs)
+    env = {**os.environ, "SIM_WARM_STEPS": warm, "PYTHONHASHSEED": "0"}
     return subprocess.run(
         [sys.executable, "-m", "sim", *args], cwd=here, env=env, capture_output=True, text=True
     )
