@@ -365,7 +365,7 @@ class LogCompression:
     files are committed: started once the log holds every record but the ``commit`` one
     (given as ``tail``, the line the log will end with), finished after the commit.
 
-    The thread reads the log only as far as it reached when it started, and writes
+    The thread reads the log only as far as it reached when it was built, and writes
     ``<name>.zst.tmp``; ``finish`` renames that into place and removes the plain log, once
     the log has its commit record (a ``.zst`` exists only for a committed tick), and
     ``cancel`` removes it. Compressing holds a few megabytes (``_pack_into``), so it can
@@ -383,13 +383,34 @@ class LogCompression:
         self._stop = threading.Event()
         with contextlib.suppress(FileNotFoundError):
             self._tmp.unlink()
-        self._thread = threading.Thread(target=self._run, name="sim-log-compression")
-        self._thread.start()
-
-    def _run(self) -> None:
+        # the log is opened and its length taken here, in the caller's thread, before it
+        # can append the ``tail``: measured in the thread, whenever that first ran, the
+        # length could take in the commit record, which then went in twice
+        handle: BinaryIO | None = None
+        end = 0
         try:
-            with open_regular(self.path) as handle:
-                end = os.fstat(handle.fileno()).st_size
+            handle = open_regular(path)
+            end = os.fstat(handle.fileno()).st_size
+        except BaseException as exc:  # handed to the caller by ``finish``
+            if handle is not None:
+                handle.close()
+                handle = None
+            self._error = exc
+        self._thread = threading.Thread(
+            target=self._run, args=(handle, end), name="sim-log-compression"
+        )
+        try:
+            self._thread.start()
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            raise
+
+    def _run(self, handle: BinaryIO | None, end: int) -> None:
+        if handle is None:
+            return
+        try:
+            with handle:
                 lines = _FileLines(handle, tail=self._tail, end=end)
                 _pack_into(self._tmp, lines, self._level, self._stop)
         except BaseException as exc:  # handed to the caller by ``finish``

@@ -7,6 +7,7 @@ import itertools
 import math
 import random
 import sys
+import threading
 from pathlib import Path
 
 import orjson
@@ -524,6 +525,43 @@ def test_the_log_compressed_beside_the_commit_is_the_committed_log_compressed(
         expected = compress_log(again).read_bytes()
         assert packed_path(log_path(world, tick)).read_bytes() == expected
     assert sorted(p.name for p in (world / ".sim" / "log").iterdir() if ".tmp" in p.name) == []
+
+
+def test_a_compression_thread_that_starts_late_still_takes_the_commit_record_once(
+    tmp_path: Path, captured: dict[int, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compression thread may first run only after the tick has appended its commit
+    record to the plain log (a busy machine: about one tick in ten of a study on two
+    shared cores). The log's length is taken when the compression is started, so the
+    record comes once, from the ``tail``, and the result is still the committed log
+    compressed (it once held the commit record twice)."""
+    from sim.engine.recorder import TickRecorder
+
+    appended = threading.Event()
+    real_committed, real_run = TickRecorder.committed, LogCompression._run
+
+    def committed(self: TickRecorder) -> None:
+        real_committed(self)
+        appended.set()  # the plain log ends with its commit record now
+
+    def late(self: LogCompression, *args: object) -> None:
+        appended.wait(timeout=60)
+        appended.clear()
+        real_run(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TickRecorder, "committed", committed)
+    monkeypatch.setattr(LogCompression, "_run", late)
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    assert sorted(captured) == [1, 2]
+    for tick, plain in captured.items():
+        again = tmp_path / f"again-{tick}" / log_path(world, tick).name
+        again.parent.mkdir()
+        again.write_bytes(plain)
+        packed = packed_path(log_path(world, tick))
+        assert packed.read_bytes() == compress_log(again).read_bytes()
+        types = [orjson.loads(line)["type"] for line in unpacked(packed).splitlines()]
+        assert types.count("commit") == 1
 
 
 def test_a_tick_that_does_not_commit_keeps_its_log_plain(
