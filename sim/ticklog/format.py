@@ -33,6 +33,15 @@ log's snapshot zlib-compressed and base64-encoded (``encoding: "zlib+base64"``) 
 the object as JSON text in a string in compressed logs (``encoding: "json"``): both still
 read.
 
+Two runs of one tick from the same world, config and seed (the offline provider) write the
+same records, byte for byte, but for ``RUN_FIELDS``: the clock's readings (a call's and
+each attempt's ``latency``, the usage's ``elapsed``, the commit's ``committed_at``, the
+summary's ``wall`` and ``committed_at``) and the header's and summary's ``scope``, a nonce
+drawn for each run of the tick. The scope keys its calls' idempotency (``sim.llm.calls``),
+so it must differ between runs: a copy, a fork or a rewound world that runs the tick again
+asks a provider that honours idempotency keys afresh, rather than getting the first run's
+answers from its cache; a resume keeps it.
+
 Records are typed (``sim.ticklog.records``). A format change is a numbered migration in
 ``MIGRATIONS`` (records of version k are upgraded to k+1 on read, as JSON objects, before
 they are validated).
@@ -80,6 +89,16 @@ INTERVENTIONS = ".sim/interventions.json"
 RawRecord = dict[str, Any]
 #: version k -> function upgrading one record of version k to version k + 1
 MIGRATIONS: Mapping[int, Callable[[RawRecord], RawRecord]] = {}
+#: per record type (``summary``: a tick summary's first line), the fields that differ
+#: between two runs of one tick from the same world, config and seed (see the module doc);
+#: a call's attempts' ``latency`` too
+RUN_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "header": ("scope",),
+    "call": ("latency",),
+    "usage": ("elapsed",),
+    "commit": ("committed_at",),
+    "summary": ("scope", "wall", "committed_at"),
+}
 #: folders of ``LOG_DIR`` holding logs set aside by a tick started afresh (never deleted)
 ABANDONED_DIR = "abandoned"
 
@@ -414,6 +433,7 @@ __all__ = [
     "LOG_NAME",
     "MIGRATIONS",
     "PACKED",
+    "RUN_FIELDS",
     "STATE_KINDS",
     "STORE_DIR",
     "ZST",

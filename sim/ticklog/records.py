@@ -74,7 +74,9 @@ class HeaderRecord(_Record):
     tick: int = 0
     seed: int = 0
     config: dict[str, Any] = Field(default_factory=dict)
-    #: a nonce for this run of the tick: keys its calls' idempotency, kept by a resume
+    #: a nonce for this run of the tick: keys its calls' idempotency, kept by a resume;
+    #: random, so that a tick run again (a copy, a fork, a rewind) asks afresh
+    #: (``sim.ticklog.format.RUN_FIELDS``)
     scope: str = ""
     #: the phases run, in order, and the digests of their templates and answer schemas by
     #: name (absent in logs written before phases were declared by worlds)
