@@ -5,7 +5,6 @@ and a step or a worker that dies is that step's failure, never the sweep's."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from sim.runs.process import OUTPUT_FILE, LocalExecutor, _WarmWorker
 from sim.runs.warm import enabled
+from sim.testing.logs import comparable
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"),
@@ -32,41 +32,27 @@ ticks = 3
 inject = [{ tick = 2, at = "square", text = "The lord will pay half the mill." }]
 """
 
-#: what records times, or an id made up per process, in a tick's log and summary
-_TIMED = re.compile(rb'"(elapsed|committed_at|latency|scope|wall)":("[^"]*"|[0-9.e+-]+)')
-
 
 def _sim(here: Path, *args: str, warm: str) -> subprocess.CompletedProcess[str]:
-    # one hash seed for every process, cold or warm: the comparison is of warm against
-    # cold, not of str hash orders (a log line's order once differed between two runs)
-    env = {**os.environ, "SIM_WARM_STEPS": warm, "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "SIM_WARM_STEPS": warm}
     return subprocess.run(
         [sys.executable, "-m", "sim", *args], cwd=here, env=env, capture_output=True, text=True
     )
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    """Every file, logs decompressed and their timings blanked, the children's output
+    """Every file, logs and summaries decompressed with what differs between two runs of
+    a tick blanked (``comparable``: timings and the run's nonce), the children's output
     (timings) left out."""
     out: dict[str, bytes] = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
         if rel.endswith(OUTPUT_FILE):
             continue
-        data = path.read_bytes()
-        if path.suffix == ".zst":
-            data = subprocess.run(["zstd", "-dc", str(path)], capture_output=True).stdout
-        elif path.suffix == ".gz":
-            import gzip
-
-            data = gzip.decompress(data)
-        if "/.sim/log/" in rel:
-            data = _TIMED.sub(rb'"\1":0', data)
-        out[rel] = data
+        out[rel] = comparable(path) if "/.sim/log/" in rel else path.read_bytes()
     return out
 
 
-@pytest.mark.skipif(not Path("/usr/bin/zstd").exists(), reason="needs zstd to read the logs")
 def test_a_warm_study_gives_what_a_cold_one_gives(tmp_path: Path) -> None:
     assert _sim(tmp_path, "init", "w", warm="0").returncode == 0
     (tmp_path / "study.toml").write_text(STUDY)
