@@ -15,7 +15,7 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
-from sim.engine.shards import Logged, Merged, local_calls, run_sharded, unshardable
+from sim.engine.shards import Logged, Merged, Shards, local_calls, run_sharded, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
 from sim.errors import InputError, SimError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
@@ -206,6 +206,9 @@ class Runner:
         self.workers = workers
         self.executor = executor
         self.ray_address = ray_address
+        #: the run's worker processes (or Ray actors) when ``workers`` > 1, started with its
+        #: first tick and kept for the others
+        self.shards: Shards | None = None
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.
@@ -273,6 +276,9 @@ class Runner:
                     if self.on_tick:
                         self.on_tick(result)
         finally:
+            if self.shards is not None:
+                shards, self.shards = self.shards, None
+                await shards.__aexit__(None, None, None)
             if built and self.stack is not None:  # its HTTP client belongs to this loop
                 await self.stack.aclose()
                 self.stack = None
@@ -287,6 +293,17 @@ class Runner:
 
     async def _tick(self) -> TickResult:
         started = time.perf_counter()
+        if self.workers > 1:  # the workers load the world while this process does
+            if self.shards is None:
+                self.shards = await Shards(
+                    self.storage.root,
+                    self.workers - 1,
+                    self.storage.max_entity_bytes,
+                    self.config.llm.max_concurrency,
+                    self.executor,
+                    self.ray_address,
+                ).__aenter__()
+            self.shards.open()
         world = self.storage.load()
         check_log_slot(world.root, world.tick + 1)  # a FIFO or link there: refused
         if world.tick >= MAX_TICK:
@@ -404,18 +421,17 @@ class Runner:
         def phase_end(name: str, results: dict[str, Any]) -> None:
             recorder.phase_end(name, ctx, results)
 
+        assert self.shards is not None
         try:
             return await run_sharded(
                 ctx,
                 self.phases,
-                self.workers,
+                self.shards,
                 recorder.names,
                 stack.adapter.name,
                 on_phase,
                 phase_end,
                 lambda report: guard.check(report, stack.budget),
-                self.executor,
-                self.ray_address,
                 log if local else None,
             )
         except SimError:  # a worker died, or the tick stopped: its calls in flight were

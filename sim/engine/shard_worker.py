@@ -21,11 +21,9 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, cast
-
-import orjson
 
 from sim.config import Config
 from sim.engine import repair
@@ -37,9 +35,12 @@ from sim.engine.shards import (
     ShardFinal,
     ShardPlan,
     StandIn,
+    changed_states,
     frame,
     portable,
     receive,
+    states_of,
+    take_states,
 )
 from sim.engine.stack import Stack, build_stack
 from sim.errors import RunError
@@ -61,10 +62,11 @@ from sim.world import World
 class RemoteAdapter:
     """The worker's adapter: each call is answered by the coordinator's stack."""
 
-    def __init__(self, name: str, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, name: str, outbox: Outbox, waiting: dict[int, asyncio.Future[Any]]):
         self.name = name
-        self.outbox = Outbox(writer, share=True)
-        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.outbox = outbox
+        #: the calls sent, by number, until their answer comes (``serve`` sets it)
+        self.waiting = waiting
         self._n = 0
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
@@ -90,8 +92,15 @@ class LocalAdapter(RemoteAdapter):
     its sinks count (the answer's text and parsed result left out), and the answer is
     used only once the coordinator says it is in the log, as with one process."""
 
-    def __init__(self, name: str, writer: asyncio.StreamWriter, inner: Adapter, config: Config):
-        super().__init__(name, writer)
+    def __init__(
+        self,
+        name: str,
+        outbox: Outbox,
+        waiting: dict[int, asyncio.Future[Any]],
+        inner: Adapter,
+        config: Config,
+    ) -> None:
+        super().__init__(name, outbox, waiting)
         self.inner = inner
         self.config = config
         self._prices: dict[str, Price | None] = {}
@@ -179,63 +188,79 @@ class LocalAdapter(RemoteAdapter):
         return answer
 
 
-def _states(world: World, kind: str, ids: Iterator[str]) -> dict[tuple[str, str], bytes]:
-    entities = world.characters if kind == "character" else world.locations
-    return {(kind, eid): orjson.dumps(entities[eid]["state"]) for eid in ids}
-
-
-async def serve(sock: socket.socket) -> None:
+async def serve(sock: socket.socket, root: Path) -> None:
+    """Serve the coordinator's ticks until it closes the socket: each tick, ``open`` (load
+    the world), then a ``plan`` (run the part, send it) or ``skip``."""
     reader, writer = await asyncio.open_connection(sock=sock, limit=2**26)
-    plan: ShardPlan = await receive(reader)
-    stack: Stack | None = None
-    adapter: RemoteAdapter
-    if plan.local:  # the offline model, say: run here, each call logged by the coordinator
-        stack = build_stack(plan.config, plan.seed)
-        adapter = LocalAdapter(plan.adapter_name, writer, stack.adapter, plan.config)
-    else:
-        adapter = RemoteAdapter(plan.adapter_name, writer)
-    barriers: asyncio.Queue[Any] = asyncio.Queue()
-
-    finished = False
+    outbox = Outbox(writer, share=True)
+    waiting: dict[int, asyncio.Future[Any]] = {}
+    inbox: asyncio.Queue[Any] = asyncio.Queue()
+    running = False
 
     async def listen() -> None:
         try:
             while True:
                 message = await receive(reader)
                 if message[0] == "answer":
-                    future = adapter.waiting.pop(message[1], None)
+                    future = waiting.pop(message[1], None)
                     if future is not None and not future.done():
                         future.set_result(message[2])
                 else:
-                    barriers.put_nowait(message)
+                    inbox.put_nowait(message)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            if not finished:
+            if running:
                 os._exit(3)  # the coordinator is gone, or the tick stopped: so does this
+            inbox.put_nowait(("closed",))
 
     listening = asyncio.create_task(listen())
-    try:
-        with gc_paused():
-            final = await run_part(plan, adapter, writer, barriers)
-        finished = True
-        writer.write(frame(("final", final)))
-    except Exception as exc:
-        writer.write(frame(("failed", portable(exc))))
-    finally:
-        if stack is not None:
-            await stack.aclose()
-    await writer.drain()
-    # the coordinator closes the socket when the tick is over
+    world: World | BaseException | None = None
+    while True:
+        message = await inbox.get()
+        if message[0] == "closed":
+            break
+        if message[0] == "open":  # the last tick committed: load the world as it is now
+            try:
+                world = Storage(root, message[1]).load()
+            except Exception as exc:  # told with the plan, as the part's failure
+                world = exc
+            continue
+        if message[0] != "plan":  # "skip": no part of this tick
+            world = None
+            continue
+        plan: ShardPlan = message[1]
+        running = True
+        stack: Stack | None = None
+        adapter: RemoteAdapter
+        if plan.local:  # the offline model, say: run here, each call logged by the coordinator
+            stack = build_stack(plan.config, plan.seed)
+            adapter = LocalAdapter(plan.adapter_name, outbox, waiting, stack.adapter, plan.config)
+        else:
+            adapter = RemoteAdapter(plan.adapter_name, outbox, waiting)
+        try:
+            if not isinstance(world, World):
+                raise world if world is not None else RunError("no world was loaded")
+            with gc_paused():
+                final = await run_part(plan, world, adapter, writer, inbox)
+            writer.write(frame(("final", final)))
+        except Exception as exc:
+            writer.write(frame(("failed", portable(exc))))
+        finally:
+            world = None
+            if stack is not None:
+                await stack.aclose()
+        await writer.drain()
+        running = False
     await listening
 
 
 async def run_part(
     plan: ShardPlan,
+    world: World,
     adapter: RemoteAdapter,
     writer: asyncio.StreamWriter,
     barriers: asyncio.Queue[Any],
 ) -> ShardFinal:
     config = plan.config
-    world = Storage(plan.root, config.limits.max_entity_bytes).load()
     if world.tick + 1 != plan.tick:
         raise RunError(f"the world is at tick {world.tick}, not {plan.tick - 1}")
     repairs = repair.inspect(world)
@@ -258,25 +283,15 @@ async def run_part(
     # the coordinator makes each call's events as it answers it: none are sent from here
     ctx.events = null_sink
     for spec in phases:
-        before = {
-            **_states(world, "character", iter(mine)),
-            **_states(world, "location", iter(ctx.occupancy)),
-        }
+        before = states_of(world, mine, ctx.occupancy)
         await spec.run(ctx)
-        entities = {"character": world.characters, "location": world.locations}
-        changed = {}
-        for key, was in before.items():
-            state = entities[key[0]][key[1]]["state"]
-            if orjson.dumps(state) != was:
-                changed[key] = state
+        changed = changed_states(world, before)
         done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)
         adapter.outbox.post(("phase", done))
         adapter.outbox.flush()
         await writer.drain()
         message = await barriers.get()
-        for (kind, eid), state in message[1].items():
-            if (kind, eid) not in before:  # another shard's
-                entities[kind][eid]["state"] = state
+        take_states(world, message[1], before)
     evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
     return ShardFinal(
         characters={cid: world.characters[cid] for cid in mine},
@@ -290,16 +305,16 @@ class ShardActor:
     """A shard's worker as a Ray actor (``sim tick --executor ray``): ``run`` connects to
     the coordinator, says which shard it is, and serves the tick as a process would."""
 
-    def run(self, host: str, port: int, index: int) -> int:
+    def run(self, host: str, port: int, index: int, root: str) -> int:
         sock = socket.create_connection((host, port))
         sock.sendall(frame(("hello", index, os.getpid(), socket.gethostname())))
-        asyncio.run(serve(sock))
+        asyncio.run(serve(sock, Path(root)))
         return 0
 
 
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
-    asyncio.run(serve(sock))
+    asyncio.run(serve(sock, Path(argv[1])))
     return 0
 
 

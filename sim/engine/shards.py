@@ -36,15 +36,17 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
 from pydantic import BaseModel
 
 from sim import messages
 from sim.config import Config
+from sim.engine.recorder import phase_results
 from sim.errors import RunError, SimError, UserError
 from sim.llm.client import finished_events
 from sim.llm.errors import LLMChainNotFoundError, LLMError
@@ -54,6 +56,7 @@ from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.happenings import Happenings
 from sim.phases.intentions import MADE, schema_for_verbs
+from sim.world import World
 
 #: the built-in phases a shard can run on its part: each is about the characters (or
 #: places) of one place at a time; ``conversation`` caps its conversations per tick
@@ -452,87 +455,96 @@ Sink = Callable[[LLMEvent], None]
 
 
 class Shards:
-    """The workers of one tick, from their start to their end (``async with``).
+    """The worker processes (or Ray actors) of a run's sharded ticks, from its first tick to
+    its end (``async with``): ``count`` of them, for a tick of ``count + 1`` shards whose
+    first the coordinator runs itself. Each tick: ``open`` (every worker loads the world
+    while the coordinator does), ``begin`` (its plan, or none), the phases' barriers
+    (``gather``, ``broadcast``), then ``gather("final")``.
 
     Args:
-        plans: one per worker.
-        adapter: the tick's adapter (the policy gate, a resume's replay, the stack), which
-            every worker's calls go through.
-        events: the tick's event sink (the recorder, the books, the guard, the user's).
-        slots: ``[llm] max_concurrency``, over all the workers.
+        root: the world's folder.
+        count: the worker processes (or actors).
+        max_entity_bytes: ``[limits] max_entity_bytes`` (each worker's load holds to it).
+        slots: ``[llm] max_concurrency``, over the coordinator's calls and the workers'.
         executor: ``process``: each worker a process here; ``ray``: a Ray actor.
         ray_address: the Ray cluster (``None``: ``RAY_ADDRESS``, else a local instance).
     """
 
     def __init__(
         self,
-        plans: Sequence[ShardPlan],
-        adapter: Adapter,
-        events: Sink,
+        root: Path,
+        count: int,
+        max_entity_bytes: int,
         slots: int,
         executor: str = "process",
         ray_address: str | None = None,
-        log: Callable[[Sequence[Logged]], None] | None = None,
     ) -> None:
+        self.root = root
+        self.count = count
+        self.max_entity_bytes = max_entity_bytes
         self.executor = executor
-        #: logs calls the workers ran themselves (``Logged``; ``TickRecorder.logged``)
-        self.log = log
-        #: the calls read since the log was last written, and whose worker waits for them
-        self._unlogged: list[tuple[_Worker, int, Logged]] = []
         self.ray_address = ray_address
         self._server: asyncio.Server | None = None
-        self.plans = list(plans)
-        self.adapter = adapter
-        self.events = events
-        #: ``[llm] max_concurrency`` over all the workers: each worker's clients hold it
+        #: ``[llm] max_concurrency`` over the whole tick: each worker's clients hold it
         #: too, so N workers would otherwise have N times as many calls in flight
         self.slots = asyncio.Semaphore(slots)
         self.workers: list[_Worker] = []
+        #: this tick's: the workers given a part, the adapter that answers their calls, the
+        #: tick's event sink, and what logs the calls they run themselves (``local_calls``)
+        self.active: list[_Worker] = []
+        self.adapter: Adapter | None = None
+        self.events: Sink = _no_events
+        self.log: Callable[[Sequence[Logged]], None] | None = None
+        #: the calls read since the log was last written, and whose worker waits for them
+        self._unlogged: list[tuple[_Worker, int, Logged]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Shards:
         if self.executor == "ray":
             await self._start_ray()
             return self
-        for plan in self.plans:
-            ours, theirs = socket.socketpair()
-            try:
-                process = subprocess.Popen(
-                    # the world's folder named too: `ps` shows whose worker it is
-                    [
-                        sys.executable,
-                        "-m",
-                        "sim.engine.shard_worker",
-                        str(theirs.fileno()),
-                        str(plan.root),
-                    ],
-                    pass_fds=(theirs.fileno(),),
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # Ctrl-C reaches the coordinator, which ends them
-                )
-            finally:
-                theirs.close()
-            reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
-            self._begin(plan, _Local(process), reader, writer)
+        try:
+            for index in range(1, self.count + 1):
+                ours, theirs = socket.socketpair()
+                try:
+                    process = subprocess.Popen(
+                        # the world's folder named too: `ps` shows whose worker it is
+                        [
+                            sys.executable,
+                            "-m",
+                            "sim.engine.shard_worker",
+                            str(theirs.fileno()),
+                            str(self.root),
+                        ],
+                        pass_fds=(theirs.fileno(),),
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,  # Ctrl-C reaches the coordinator, which ends them
+                    )
+                finally:
+                    theirs.close()
+                reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
+                self._begin(index, _Local(process), reader, writer)
+        except BaseException:
+            await self.__aexit__()
+            raise
         return self
 
     def _begin(
         self,
-        plan: ShardPlan,
+        index: int,
         process: _Local | _RayActor,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        worker = _Worker(plan.index, process, reader, writer)
+        worker = _Worker(index, process, reader, writer)
         worker.outbox = Outbox(writer)
         self.workers.append(worker)
-        writer.write(frame(plan))
         task = asyncio.create_task(self._serve(worker))
         self._tasks.add(task)
 
     async def _start_ray(self) -> None:
-        """One Ray actor per shard (``sim.engine.shard_worker.ShardActor``), each connecting
-        back to this process on 127.0.0.1 and saying which shard it is."""
+        """One Ray actor per worker (``sim.engine.shard_worker.ShardActor``), each connecting
+        back to this process on 127.0.0.1 and saying which worker it is."""
         ray = start_ray(self.ray_address)
         from sim.engine.shard_worker import ShardActor
 
@@ -553,13 +565,12 @@ class Shards:
         self._server = server
         port = server.sockets[0].getsockname()[1]
         remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardActor)
-        for plan in self.plans:
+        for index in range(1, self.count + 1):
             actor = remote.remote()
-            handles[plan.index] = _RayActor(
-                ray, actor, actor.run.remote("127.0.0.1", port, plan.index)
+            handles[index] = _RayActor(
+                ray, actor, actor.run.remote("127.0.0.1", port, index, str(self.root))
             )
-        by_index = {plan.index: plan for plan in self.plans}
-        waiting = set(by_index)
+        waiting = set(handles)
         try:
             while waiting:
                 failed = [
@@ -578,11 +589,12 @@ class Shards:
                     continue
                 if index in waiting:
                     waiting.discard(index)
-                    self._begin(by_index[index], handles[index], reader, writer)
+                    self._begin(index, handles[index], reader, writer)
         except BaseException:
             for handle in handles.values():
                 await handle.stop()
             raise
+        self.workers.sort(key=lambda worker: worker.index)
 
     async def __aexit__(self, *exc: object) -> None:
         for task in self._tasks:
@@ -594,6 +606,33 @@ class Shards:
         if self._server is not None:
             self._server.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def open(self) -> None:
+        """A tick starts: every worker loads the world as it is now (the last tick
+        committed), while the coordinator loads it too."""
+        data = frame(("open", self.max_entity_bytes))
+        for worker in self.workers:
+            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                worker.writer.write(data)
+
+    def begin(
+        self,
+        plans: Sequence[ShardPlan],
+        adapter: Adapter,
+        events: Sink,
+        log: Callable[[Sequence[Logged]], None] | None,
+    ) -> None:
+        """Give the first ``len(plans)`` workers their part of this tick; the others sit it
+        out (a world with fewer occupied places than shards)."""
+        self.adapter = adapter
+        self.events = events
+        self.log = log
+        self._unlogged = []
+        self.active = self.workers[: len(plans)]
+        for worker, plan in zip(self.workers, plans, strict=False):
+            worker.writer.write(frame(("plan", plan)))
+        for worker in self.workers[len(plans) :]:
+            worker.writer.write(frame(("skip",)))
 
     async def _serve(self, worker: _Worker) -> None:
         """Read one worker's messages until it ends: calls are answered, events go to the
@@ -626,6 +665,7 @@ class Shards:
         """Answer one of a worker's calls through the tick's adapter, and log it here as
         its answer comes back (``finished_events``, as the client would): a call answered
         is in the log whatever happens to the worker after."""
+        assert self.adapter is not None
         call = request.call
         phase = call.phase if call is not None else ""
         key = call.entity_key if call is not None else None
@@ -715,13 +755,13 @@ class Shards:
                 worker.outbox.post(("answer", n, None))
 
     async def gather(self, kind: str) -> list[Any]:
-        """Each worker's next message, which must be of ``kind``, in worker order.
+        """Each of this tick's workers' next message, which must be of ``kind``, in
+        worker order.
 
         Raises:
             WorkerDied: a worker ended; or what a worker's phase raised.
         """
-        got: list[Any] = []
-        pending = {asyncio.ensure_future(w.inbox.get()): w for w in self.workers}
+        pending = {asyncio.ensure_future(w.inbox.get()): w for w in self.active}
         by_worker: dict[int, Any] = {}
         try:
             while pending:
@@ -737,20 +777,34 @@ class Shards:
         finally:
             for future in pending:
                 future.cancel()
-        for worker in self.workers:
-            got.append(by_worker[worker.index])
-        return got
+        return [by_worker[worker.index] for worker in self.active]
 
     def broadcast(self, states: Mapping[tuple[str, str], Any]) -> None:
         """End a phase's barrier: every worker gets the state the others changed."""
         data = frame(("barrier", dict(states)))
-        for worker in self.workers:
+        for worker in self.active:
             worker.writer.write(data)
 
-    async def drain(self) -> None:
-        for worker in self.workers:
-            with contextlib.suppress(ConnectionError, OSError):
-                await worker.writer.drain()
+
+def _no_events(event: LLMEvent) -> None:
+    """No tick runs: no event is counted."""
+
+
+class Slotted:
+    """The coordinator's own shard's adapter: its calls hold a slot of ``[llm]
+    max_concurrency`` shared with the workers' (``Shards.slots``)."""
+
+    def __init__(self, inner: Adapter, slots: asyncio.Semaphore) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.slots = slots
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        async with self.slots:
+            return await self.inner.execute(request)
+
+    async def delete_response(self, response_id: str) -> None:
+        await self.inner.delete_response(response_id)
 
 
 def merge_reports(into: PhaseReport, parts: Sequence[PhaseReport]) -> None:
@@ -793,21 +847,57 @@ class Merged:
     deletions: list[tuple[str, str]]
 
 
+def states_of(
+    world: World, part: Sequence[str], places: Iterable[str]
+) -> dict[tuple[str, str], bytes]:
+    """The ``state`` of each character of ``part`` and each place of ``places``, as bytes:
+    compared at a phase's end, to send the others what changed."""
+    found = {("character", cid): orjson.dumps(world.characters[cid]["state"]) for cid in part}
+    for lid in places:
+        found["location", lid] = orjson.dumps(world.locations[lid]["state"])
+    return found
+
+
+def changed_states(
+    world: World, before: Mapping[tuple[str, str], bytes]
+) -> dict[tuple[str, str], Any]:
+    """The states of ``before``'s entities that are no longer what they were."""
+    entities = {"character": world.characters, "location": world.locations}
+    changed = {}
+    for key, was in before.items():
+        state = entities[key[0]][key[1]]["state"]
+        if orjson.dumps(state) != was:
+            changed[key] = state
+    return changed
+
+
+def take_states(
+    world: World,
+    states: Mapping[tuple[str, str], Any],
+    mine: Mapping[tuple[str, str], bytes],
+) -> None:
+    """Put the states the other shards changed (all of ``states`` but ``mine``) in
+    ``world``: a character who moved is where the next phase looks for it."""
+    entities = {"character": world.characters, "location": world.locations}
+    for (kind, eid), state in states.items():
+        if (kind, eid) not in mine:
+            entities[kind][eid]["state"] = state
+
+
 async def run_sharded(
     ctx: TickContext,
     phases: Sequence[PhaseSpec],
-    workers: int,
+    shards: Shards,
     names: Any,
     adapter_name: str,
     on_phase: Callable[[str, bool, PhaseReport | None], None],
     phase_end: Callable[[str, dict[str, Any]], None],
     check: Callable[[PhaseReport], None],
-    executor: str = "process",
-    ray_address: str | None = None,
     log: Callable[[Sequence[Logged]], None] | None = None,
 ) -> Merged:
-    """Run the tick's phases on ``workers`` shards of ``ctx.world`` and put their parts
-    in it; ``ctx`` is the coordinator's (its adapter and events are the tick's).
+    """Run the tick's phases on ``shards.count + 1`` shards of ``ctx.world``, the first
+    here (on ``ctx``, whose adapter and events are the tick's), the others on the workers,
+    and put their parts in it.
 
     Args:
         names: the tick's call namer (``TickRecorder.names``); each worker gets a copy.
@@ -821,7 +911,8 @@ async def run_sharded(
         WorkerDied: a worker ended mid-tick; or what a worker's phase raised.
     """
     world = ctx.world
-    parts = partition(ctx.occupancy, workers)
+    everywhere = ctx.occupancy
+    parts = partition(everywhere, shards.count + 1)
     plans = [
         ShardPlan(
             i,
@@ -836,35 +927,45 @@ async def run_sharded(
             seed=world.seed,
         )
         for i, part in enumerate(parts)
+        if i > 0
     ]
     # the order one process gives results in: characters, then places, as the world has them
     order = {cid: i for i, cid in enumerate(world.characters)}
-    for lid in ctx.occupancy:
+    for lid in everywhere:
         order.setdefault(lid, len(order))
     merged = Merged({}, [])
-    if not phases:
-        return merged
-    on_phase(phases[0].name, True, None)
-    report = ctx.report(phases[0].name)  # before any event of the phase can arrive
-    slots = ctx.config.llm.max_concurrency
-    async with Shards(plans, ctx.adapter, ctx.events, slots, executor, ray_address, log) as shards:
-        for i, spec in enumerate(phases):
+    shards.begin(plans, ctx.adapter, ctx.events, log)
+    here = parts[0] if parts else ()
+    mine = [cid for lid in here for cid in everywhere[lid]]
+    adapter = ctx.adapter
+    ctx.occupancy = {lid: everywhere[lid] for lid in here}
+    ctx.part = frozenset(mine)
+    ctx.adapter = Slotted(adapter, shards.slots)
+    try:
+        for spec in phases:
+            on_phase(spec.name, True, None)
+            before = states_of(world, mine, here)
+            await spec.run(ctx)
+            report = ctx.reports[-1]
             done: list[PhaseDone] = await shards.gather("phase")
             merge_reports(report, [d.report for d in done])
-            results = merge_results([d.results for d in done], order)
+            ours = phase_results(spec.name, ctx)
+            results = merge_results([ours, *(d.results for d in done)], order)
             if spec.name == "narrative":
                 ctx.narratives = results
             phase_end(spec.name, results)
             on_phase(spec.name, False, report)
             check(report)
-            states: dict[tuple[str, str], Any] = {}
+            states = changed_states(world, before)
             for part in done:
                 states.update(part.states)
-            if i + 1 < len(phases):
-                on_phase(phases[i + 1].name, True, None)
-                report = ctx.report(phases[i + 1].name)
+            take_states(world, states, before)
             shards.broadcast(states)
         finals: list[ShardFinal] = await shards.gather("final")
+    finally:
+        ctx.occupancy = everywhere
+        ctx.part = None
+        ctx.adapter = adapter
     for final in finals:
         world.characters.update(final.characters)
         world.locations.update(final.locations)
