@@ -25,7 +25,7 @@ from sim.config import load_config
 from sim.engine.replay import replay
 from sim.engine.runner import Runner
 from sim.engine.shards import WorkerDied, partition
-from sim.errors import SimError, UserError
+from sim.errors import UserError
 from sim.llm.errors import LLMBudgetExceededError
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
@@ -281,6 +281,22 @@ def _workers_of(world: Path) -> list[int]:
         if running and b"sim.engine.shard_worker" in args and str(world).encode() in args:
             found.append(int(entry.name))
     return found
+
+
+def test_the_workers_serve_every_tick_of_a_run_and_go_with_it(tmp_path: Path) -> None:
+    """``--workers 3 --ticks 3``: two worker processes (the coordinator runs the first
+    shard), started with the first tick and serving the others (no start-up per tick),
+    gone when the run ends; the files are one process's."""
+    reference = copy_demo(tmp_path / "ref")
+    Runner(reference, config_for(reference)).run(3)
+    world = copy_demo(tmp_path / "w")
+    seen: list[list[int]] = []
+    Runner(
+        world, config_for(world), workers=3, on_tick=lambda _: seen.append(_workers_of(world))
+    ).run(3)
+    assert len(seen) == 3 and len(seen[0]) == 2 and seen[0] == seen[1] == seen[2]
+    assert not _workers_of(world) and not _children()
+    assert tree(world) == tree(reference)
 
 
 def test_the_budget_is_the_runs_not_each_workers(tmp_path: Path) -> None:

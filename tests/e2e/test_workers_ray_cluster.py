@@ -25,7 +25,7 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    """A head node and a second node, one CPU each (one shard's actor on each)."""
+    """A head node and a second node, one CPU each (one worker actor on each)."""
     made = cluster_utils.Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
     )
@@ -74,10 +74,10 @@ def test_two_nodes_give_one_process_result_and_a_lost_node_leaves_the_world_whol
     reference = tmp_path / "ref"
     shutil.copytree(base, reference)
     Runner(reference, config_for(reference)).run(1)
-    # the same files, sharded over the two nodes
+    # the same files, sharded over the coordinator and an actor on each node
     same = tmp_path / "same"
     shutil.copytree(base, same)
-    Runner(same, config_for(same), workers=2, executor="ray").run(1)
+    Runner(same, config_for(same), workers=3, executor="ray").run(1)
     assert tree(same) == tree(reference)
     # a node lost mid-tick: named, nothing committed
     world = tmp_path / "w"
@@ -85,11 +85,11 @@ def test_two_nodes_give_one_process_result_and_a_lost_node_leaves_the_world_whol
     before = tree(world)
     losing = LosesANode(cluster, at=3)
     with pytest.raises(WorkerDied, match=r"Ray actor.*died in the middle of the tick"):
-        Runner(world, config_for(world), adapter=losing, workers=2, executor="ray").run(1)
+        Runner(world, config_for(world), adapter=losing, workers=3, executor="ray").run(1)
     assert tree(world) == before and Storage(world).load().tick == 5
     # a node again, and the next run resumes without paying twice
     cluster.add_node(num_cpus=1)
     resumed = CountingAdapter(OfflineAdapter(seed=7))
-    Runner(world, config_for(world), adapter=resumed, workers=2, executor="ray").run(1)
+    Runner(world, config_for(world), adapter=resumed, workers=3, executor="ray").run(1)
     assert not set(losing.inner.answered) & set(resumed.answered)
     assert tree(world) == tree(reference)
