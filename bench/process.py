@@ -177,8 +177,10 @@ def imports(runs: int = 5) -> dict[str, Any]:
     return {"import_cpu_s": found}
 
 
-def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, Any]:
-    """The whole ``sim tick`` process against the stub server, ideal / wall."""
+def efficiency(
+    characters: int, latency: float, concurrency: int, workers: int = 1
+) -> dict[str, Any]:
+    """The whole ``sim tick --workers N`` process against the stub server, ideal / wall."""
     from bench.http import stub_server
 
     with stub_server(latency) as stub, tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
@@ -194,7 +196,9 @@ def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, A
         )
         os.sync()
         run = run_child(
-            sim_command("tick", "--world", str(world), "--json"), Path(tmp), child_env()
+            sim_command("tick", "--world", str(world), "--json", "--workers", str(workers)),
+            Path(tmp),
+            child_env(),
         )
     doc = tick_document(run.pop("stdout"))
     if doc["failures"]:
@@ -205,6 +209,7 @@ def efficiency(characters: int, latency: float, concurrency: int) -> dict[str, A
         "characters": characters,
         "latency_s": latency,
         "concurrency": concurrency,
+        "workers": workers,
         "calls": doc["calls"],
         "ideal_s": ideal,
         "process_wall_s": run["wall_s"],
@@ -226,7 +231,10 @@ def main() -> None:
     elif kind == "imports":
         out = imports()
     elif kind == "efficiency":
-        out = efficiency(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+        out = efficiency(
+            *(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])),
+            *(int(a) for a in sys.argv[5:6]),
+        )
     else:
         raise SystemExit(f"unknown benchmark {kind!r}: scale, workers, imports or efficiency")
     print(json.dumps(out))
