@@ -58,6 +58,11 @@ from sim.storage import Storage
 from sim.ticklog.format import packed_call_line
 from sim.world import World
 
+#: the calls a worker running a local model's calls (``ShardPlan.local``) keeps in flight:
+#: each waits for the coordinator to log it, a round trip that would otherwise leave the
+#: model idle (its stack still runs ``[llm] max_concurrency`` of them at once)
+LOCAL_IN_FLIGHT = 256
+
 
 class RemoteAdapter:
     """The worker's adapter: each call is answered by the coordinator's stack."""
@@ -106,6 +111,15 @@ class LocalAdapter(RemoteAdapter):
         self._prices: dict[str, Price | None] = {}
         #: the instructions digests whose text went to the coordinator already
         self._told: set[str] = set()
+        #: the calls finished in this turn of the event loop, sent together (``_send``)
+        self._unsent: list[tuple[int, Logged]] = []
+
+    def _send(self) -> None:
+        """The calls finished since the last turn, in one message: pickled plainly
+        (nothing in it is shared with other messages: ``post`` would ask of each of its
+        objects whether it is)."""
+        unsent, self._unsent = self._unsent, []
+        self.outbox.queue(frame(("logged", unsent)))
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         started = time.perf_counter()
@@ -179,9 +193,9 @@ class LocalAdapter(RemoteAdapter):
             slim = record.model_copy(
                 update={"input": "", "result": None, "history": [], "settings": {}}
             )
-            # pickled plainly: nothing in it is shared with other messages (``post`` would
-            # ask of each of its objects whether it is)
-            self.outbox.queue(frame(("logged", n, Logged(slim, line, cost, text, counted))))
+            if not self._unsent:
+                asyncio.get_running_loop().call_soon(self._send)
+            self._unsent.append((n, Logged(slim, line, cost, text, counted)))
             await future  # in the tick's log: the answer may be used
         if isinstance(answer, LLMError):
             raise answer
@@ -205,6 +219,11 @@ async def serve(sock: socket.socket, root: Path) -> None:
                     future = waiting.pop(message[1], None)
                     if future is not None and not future.done():
                         future.set_result(message[2])
+                elif message[0] == "logged":  # these calls are in the tick's log
+                    for n in message[1]:
+                        future = waiting.pop(n, None)
+                        if future is not None and not future.done():
+                            future.set_result(None)
                 else:
                     inbox.put_nowait(message)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -279,6 +298,8 @@ async def run_part(
     ctx.occupancy = {lid: where[lid] for lid in plan.locations if lid in where}
     mine = [cid for present in ctx.occupancy.values() for cid in present]
     ctx.part = frozenset(mine)
+    if plan.local:  # its calls wait to be logged, not for a server: keep the model busy
+        ctx.in_flight = max(LOCAL_IN_FLIGHT, config.llm.max_concurrency)
 
     # the coordinator makes each call's events as it answers it: none are sent from here
     ctx.events = null_sink

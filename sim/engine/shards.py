@@ -496,7 +496,7 @@ class Shards:
         self.events: Sink = _no_events
         self.log: Callable[[Sequence[Logged]], None] | None = None
         #: the calls read since the log was last written, and whose worker waits for them
-        self._unlogged: list[tuple[_Worker, int, Logged]] = []
+        self._unlogged: list[tuple[_Worker, list[tuple[int, Logged]]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Shards:
@@ -646,7 +646,7 @@ class Shards:
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 elif kind == "logged":
-                    self._logged(worker, message[1], message[2])
+                    self._logged(worker, message[1])
                 else:
                     worker.inbox.put_nowait(message)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -732,27 +732,32 @@ class Shards:
         with contextlib.suppress(ConnectionError, OSError):
             worker.outbox.post(("answer", n, sent))
 
-    def _logged(self, worker: _Worker, n: int, logged: Logged) -> None:
-        """A call the worker ran itself: logged with the others read in this turn of the
-        event loop (``_write``)."""
+    def _logged(self, worker: _Worker, calls: list[tuple[int, Logged]]) -> None:
+        """Calls the worker ran itself (those it finished in one turn of its event loop):
+        logged with the others read in this turn of ours (``_write``)."""
         if self.log is None:
             raise RunError(f"{worker.describe()} ran a call itself; this tick logs none so")
         if not self._unlogged:
             asyncio.get_running_loop().call_soon(self._write)
-        self._unlogged.append((worker, n, logged))
+        self._unlogged.append((worker, calls))
 
     def _write(self) -> None:
         """Log the calls read since the last time (one write, flushed), count their
-        events, then tell each worker its call is in the log: only then does it use the
-        answer."""
+        events, then tell each worker its calls are in the log (one message): only then
+        does it use the answers."""
         unlogged, self._unlogged = self._unlogged, []
         assert self.log is not None
-        self.log([logged for _, _, logged in unlogged])
-        for worker, n, logged in unlogged:
-            for event in logged.counted():
-                self.events(event)
+        self.log([logged for _, calls in unlogged for _, logged in calls])
+        told: dict[int, tuple[_Worker, list[int]]] = {}
+        for worker, calls in unlogged:
+            numbers = told.setdefault(worker.index, (worker, []))[1]
+            for n, logged in calls:
+                for event in logged.counted():
+                    self.events(event)
+                numbers.append(n)
+        for worker, numbers in told.values():
             with contextlib.suppress(ConnectionError, OSError):
-                worker.outbox.post(("answer", n, None))
+                worker.outbox.queue(frame(("logged", numbers)))
 
     async def gather(self, kind: str) -> list[Any]:
         """Each of this tick's workers' next message, which must be of ``kind``, in
@@ -792,7 +797,10 @@ def _no_events(event: LLMEvent) -> None:
 
 class Slotted:
     """The coordinator's own shard's adapter: its calls hold a slot of ``[llm]
-    max_concurrency`` shared with the workers' (``Shards.slots``)."""
+    max_concurrency`` shared with the workers' (``Shards.slots``), and each gives the
+    event loop a turn once answered. A local model answers without suspending, so the
+    phase's tasks would otherwise run the whole shard without one, while the workers
+    wait for their calls to be logged."""
 
     def __init__(self, inner: Adapter, slots: asyncio.Semaphore) -> None:
         self.inner = inner
@@ -801,7 +809,9 @@ class Slotted:
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         async with self.slots:
-            return await self.inner.execute(request)
+            answer = await self.inner.execute(request)
+        await asyncio.sleep(0)
+        return answer
 
     async def delete_response(self, response_id: str) -> None:
         await self.inner.delete_response(response_id)

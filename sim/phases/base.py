@@ -273,6 +273,10 @@ class TickContext:
     #: world (``sim tick --workers``: those at its locations as the tick began); ``None``:
     #: every character. The rest of the world is there to be read, not to be run.
     part: frozenset[str] | None = None
+    #: how many calls a phase's client may have in flight, when not ``[llm]
+    #: max_concurrency``: a shard's worker running a local model's calls itself, each of
+    #: which waits for the coordinator to log it (``sim.engine.shard_worker``)
+    in_flight: int | None = None
 
     def characters(self) -> list[Entity]:
         """The characters the phases of this context are about, in the world's order:
@@ -489,7 +493,7 @@ class TickContext:
             settings=settings,
             store=self.store,
             chain_mode=self.config.llm.chain_mode,
-            max_concurrency=self.config.llm.max_concurrency,
+            max_concurrency=self.in_flight or self.config.llm.max_concurrency,
             events=self.events,
             phase=phase,
             batch=batch,
