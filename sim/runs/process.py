@@ -237,7 +237,7 @@ class LocalExecutor:
     Ctrl-C is delivered once, by ``interrupt`` (and a second one's ``kill`` ends them);
     once interrupted, no step is started (``INTERRUPTED``).
 
-    ``warm_steps`` (default: ``sim.runs.warm.enabled()``, opted in by ``SIM_WARM_STEPS=1``):
+    ``warm_steps`` (default: ``sim.runs.warm.enabled()``, opted out by ``SIM_WARM_STEPS=0``):
     a ``python -m sim`` step runs in a fork of a warm worker (``sim.runs.warm``), one
     worker per job slot, started on first use and kept until ``close``; a worker that
     dies is replaced. The step's argv, folder and output are those of a cold child.

@@ -39,8 +39,8 @@ from typing import Any
 
 import orjson
 
-#: ``1`` runs a sweep's or study's steps warm; unset or anything else: each step in a new
-#: process (the cold path, the default)
+#: ``0`` runs each of a sweep's or study's steps in a new process (the cold path); unset or
+#: anything else: warm (the default, where the platform allows it)
 WARM_ENV = "SIM_WARM_STEPS"
 #: the environment variable naming a worker's socket (set only for a worker)
 FD_ENV = "SIM_WARM_FD"
@@ -66,9 +66,9 @@ PRELOAD = (
 
 
 def enabled() -> bool:
-    """Whether steps run warm: ``$SIM_WARM_STEPS`` is ``1``, on Linux with pidfds."""
+    """Whether steps run warm: on Linux with pidfds, unless ``$SIM_WARM_STEPS`` is ``0``."""
     return (
-        os.environ.get(WARM_ENV, "").strip() == "1"
+        os.environ.get(WARM_ENV, "").strip() != "0"
         and sys.platform.startswith("linux")
         and hasattr(os, "pidfd_open")
     )

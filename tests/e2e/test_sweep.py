@@ -248,7 +248,7 @@ def hold_mid_tick(server: StubServer, run: Path, tick: int, seed: int) -> None:
 
 def _tick_pid(run: Path) -> int | None:
     """The pid of the ``sim tick`` running ``run`` (Linux /proc): by its command line, or,
-    a warm step (``SIM_WARM_STEPS=1``: a fork of a ``python -m sim`` worker), by its
+    a warm step (the default: a fork of a ``python -m sim`` worker), by its
     stdout, the run's output file."""
     want = str(run.resolve()).encode()
     output = str((run / OUTPUT_FILE).resolve())

@@ -1,6 +1,7 @@
 """Issue 37, many runs on one machine: a sweep's or study's steps run in forks of warm
-workers (``SIM_WARM_STEPS=1``, ``sim.runs.warm``) give what a new process per step gives,
-and a step or a worker that dies is that step's failure, never the sweep's."""
+workers (the default; ``SIM_WARM_STEPS=0`` opts out; ``sim.runs.warm``) give what a new
+process per step gives, and a step or a worker that dies is that step's failure, never the
+sweep's."""
 
 from __future__ import annotations
 
@@ -75,8 +76,10 @@ def test_a_warm_study_gives_what_a_cold_one_gives(tmp_path: Path) -> None:
             ).read_bytes()
 
 
-def test_the_cold_path_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warm_steps_are_the_default_and_zero_opts_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SIM_WARM_STEPS", raising=False)
+    assert enabled() and LocalExecutor().warm
+    monkeypatch.setenv("SIM_WARM_STEPS", "0")
     assert not enabled() and not LocalExecutor().warm
     monkeypatch.setenv("SIM_WARM_STEPS", "1")
     assert enabled() and LocalExecutor().warm
