@@ -61,7 +61,10 @@ from sim.world import World
 #: the calls a worker running a local model's calls (``ShardPlan.local``) keeps in flight:
 #: each waits for the coordinator to log it, a round trip that would otherwise leave the
 #: model idle (its stack still runs ``[llm] max_concurrency`` of them at once)
-LOCAL_IN_FLIGHT = 256
+LOCAL_IN_FLIGHT = 1024
+#: a worker sends the calls it ran in messages of at most this many (``LocalAdapter``), so
+#: the coordinator logs one while the worker runs the next
+LOGGED_BATCH = 64
 
 
 class RemoteAdapter:
@@ -115,11 +118,12 @@ class LocalAdapter(RemoteAdapter):
         self._unsent: list[tuple[int, Logged]] = []
 
     def _send(self) -> None:
-        """The calls finished since the last turn, in one message: pickled plainly
+        """The calls finished since the last time, in one message: pickled plainly
         (nothing in it is shared with other messages: ``post`` would ask of each of its
         objects whether it is)."""
         unsent, self._unsent = self._unsent, []
-        self.outbox.queue(frame(("logged", unsent)))
+        if unsent:
+            self.outbox.queue(frame(("logged", unsent)))
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
         started = time.perf_counter()
@@ -196,6 +200,8 @@ class LocalAdapter(RemoteAdapter):
             if not self._unsent:
                 asyncio.get_running_loop().call_soon(self._send)
             self._unsent.append((n, Logged(slim, line, cost, text, counted)))
+            if len(self._unsent) >= LOGGED_BATCH:  # on its way while the next are made
+                self._send()
             await future  # in the tick's log: the answer may be used
         if isinstance(answer, LLMError):
             raise answer
