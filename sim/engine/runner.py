@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -278,7 +279,7 @@ class Runner:
         finally:
             if self.shards is not None:
                 shards, self.shards = self.shards, None
-                await shards.__aexit__(None, None, None)
+                await shards.__aexit__(*sys.exc_info())
             if built and self.stack is not None:  # its HTTP client belongs to this loop
                 await self.stack.aclose()
                 self.stack = None

@@ -371,11 +371,11 @@ class _Local:
         """Wait for it to end; how it ended."""
         return f"exit status {await asyncio.to_thread(self.process.wait)}"
 
-    async def stop(self) -> None:
-        """Let it end (its socket is closed), or end it."""
+    async def stop(self, now: bool = False) -> None:
+        """Let it end (its socket is closed), or end it (``now``: at once)."""
         if self.process.poll() is None:
             try:
-                await asyncio.wait_for(asyncio.to_thread(self.process.wait), 5)
+                await asyncio.wait_for(asyncio.to_thread(self.process.wait), 0 if now else 5)
             except TimeoutError:
                 self.process.kill()
                 await asyncio.to_thread(self.process.wait)
@@ -403,7 +403,7 @@ class _RayActor:
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return "it returned"
 
-    async def stop(self) -> None:
+    async def stop(self, now: bool = False) -> None:
         with contextlib.suppress(Exception):
             self.ray.kill(self.actor)
 
@@ -597,12 +597,15 @@ class Shards:
         self.workers.sort(key=lambda worker: worker.index)
 
     async def __aexit__(self, *exc: object) -> None:
+        """End the workers: let them go when the run ended well, else at once (one may
+        be loading a big world, and would see its socket closed only after)."""
         for task in self._tasks:
             task.cancel()
         for worker in self.workers:
             worker.writer.close()
+        failed = bool(exc) and exc[0] is not None
         for worker in self.workers:
-            await worker.process.stop()
+            await worker.process.stop(now=failed)
         if self._server is not None:
             self._server.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
