@@ -254,6 +254,7 @@ async def serve(sock: socket.socket, root: Path) -> None:
             continue
         plan: ShardPlan = message[1]
         running = True
+        outbox.shared.clear()  # what the last tick's requests shared goes with it
         stack: Stack | None = None
         adapter: RemoteAdapter
         if plan.local:  # the offline model, say: run here, each call logged by the coordinator

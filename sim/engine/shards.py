@@ -632,6 +632,9 @@ class Shards:
         self.log = log
         self._unlogged = []
         self.active = self.workers[: len(plans)]
+        for worker in self.workers:  # what the last tick's calls shared goes with it
+            worker.shared.clear()
+            worker.tokens.clear()
         for worker, plan in zip(self.workers, plans, strict=False):
             worker.writer.write(frame(("plan", plan)))
         for worker in self.workers[len(plans) :]:

@@ -283,16 +283,23 @@ def _workers_of(world: Path) -> list[int]:
     return found
 
 
-def test_the_workers_serve_every_tick_of_a_run_and_go_with_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("calls", ["on the workers", "on the coordinator"])
+def test_the_workers_serve_every_tick_of_a_run_and_go_with_it(tmp_path: Path, calls: str) -> None:
     """``--workers 3 --ticks 3``: two worker processes (the coordinator runs the first
     shard), started with the first tick and serving the others (no start-up per tick),
-    gone when the run ends; the files are one process's."""
+    gone when the run ends; the files are one process's, whether the workers run their
+    calls or the coordinator answers them (an adapter handed to the ``Runner``)."""
     reference = copy_demo(tmp_path / "ref")
     Runner(reference, config_for(reference)).run(3)
     world = copy_demo(tmp_path / "w")
     seen: list[list[int]] = []
+    adapter = OfflineAdapter(seed=7) if calls == "on the coordinator" else None
     Runner(
-        world, config_for(world), workers=3, on_tick=lambda _: seen.append(_workers_of(world))
+        world,
+        config_for(world),
+        adapter=adapter,
+        workers=3,
+        on_tick=lambda _: seen.append(_workers_of(world)),
     ).run(3)
     assert len(seen) == 3 and len(seen[0]) == 2 and seen[0] == seen[1] == seen[2]
     assert not _workers_of(world) and not _children()
