@@ -93,6 +93,28 @@ class _AdapterCancelled(Exception):
     """Carries a CancelledError raised inside an adapter out of a TaskGroup."""
 
 
+def unexpected_error(exc: Exception) -> LLMError:
+    """An exception that is not an ``LLMError`` (a bug in an adapter) as one: code
+    ``unexpected``, the exception its cause."""
+    return LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+
+
+async def timed_answer(
+    adapter: Adapter, request: ModelRequest
+) -> tuple[AdapterResponse | LLMError, float]:
+    """What ``adapter`` answers ``request``: its response, or the ``LLMError`` it failed with
+    (another exception as ``unexpected_error``), and the seconds it took."""
+    started = time.perf_counter()
+    answer: AdapterResponse | LLMError
+    try:
+        answer = await adapter.execute(request)
+    except LLMError as exc:
+        answer = exc
+    except Exception as exc:  # a bug in an adapter: an LLMError, as the client has it
+        answer = unexpected_error(exc)
+    return answer, time.perf_counter() - started
+
+
 def finished_events(
     phase: str,
     request: Any,
@@ -473,7 +495,7 @@ class LLMClient:
                 error = exc
             else:  # a bug in an adapter: report it loudly, but as an LLMError
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
-                error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+                error = unexpected_error(exc)
             self._emit_attempts(request, error.attempts)
             events = finished_events(
                 self.phase,
