@@ -18,12 +18,11 @@ from yarl import URL
 from sim.llm.errors import LLMConfigurationError
 from sim.providers.http.errors import (
     STALE_FAILURES,
-    HttpPostError,
     HttpProtocolError,
     HttpStatusError,
     HttpStreamCutError,
     HttpStreamError,
-    named_failure,
+    failures_named,
     stale_connection,
 )
 from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, shown_url
@@ -241,7 +240,7 @@ class Route:
         headers = self._with(idempotency_key)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        try:
+        with failures_named(shown):
             try:
                 return await self._post_once(self._pooled(), url, content, headers, timeout, shown)
             except STALE_FAILURES as exc:
@@ -254,10 +253,6 @@ class Route:
                 return await self._post_once(
                     self._fresh_session(), url, content, headers, left, shown
                 )
-        except HttpPostError:
-            raise
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise named_failure(exc, shown) from exc
 
     async def _post_once(
         self,
@@ -313,7 +308,7 @@ class Route:
         shown = self.shown + path
         url = self._url(path)
         headers = {**self._with(idempotency_key), "Accept": "text/event-stream"}
-        try:
+        with failures_named(shown):
             try:
                 response = await self._send(self._pooled(), "POST", url, content, headers, None)
             except STALE_FAILURES as exc:
@@ -331,10 +326,6 @@ class Route:
                     return
                 async for event in _events(response, shown):
                     yield event
-        except HttpPostError:
-            raise
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise named_failure(exc, shown) from exc
 
     async def request(
         self,
@@ -369,17 +360,13 @@ class Route:
                 content_type=upload.content_type,
             )
             data = form
-        try:
+        with failures_named(shown):
             async with await self._send(
                 self._pooled(), method, self._url(path), data, headers, timeout
             ) as response:
                 body = await response.read()
                 _check_status(response, body, shown)
                 return body
-        except HttpPostError:
-            raise
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise named_failure(exc, shown) from exc
 
     async def get(self, path: str, timeout: float, max_bytes: int) -> bytes | None:
         """GET ``path`` (absolute, on the base URL's scheme and host: llama.cpp serves
