@@ -461,6 +461,26 @@ class LLMClient:
                 )
             )
 
+        def ended(
+            attempts: tuple[Attempt, ...],
+            *,
+            response: AdapterResponse | None = None,
+            error: LLMError | None = None,
+        ) -> list[LLMEvent]:
+            """The events of the call's end (``finished_events``), each earlier attempt's
+            tokens counted against the entity."""
+            self._emit_attempts(request, attempts)
+            latency = time.perf_counter() - started
+            return finished_events(
+                self.phase,
+                request,
+                self.settings,
+                latency,
+                context(),
+                response=response,
+                error=error,
+            )
+
         emit("llm_called", model)
         started = time.perf_counter()
         try:
@@ -496,15 +516,7 @@ class LLMClient:
             else:  # a bug in an adapter: report it loudly, but as an LLMError
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
                 error = unexpected_error(exc)
-            self._emit_attempts(request, error.attempts)
-            events = finished_events(
-                self.phase,
-                request,
-                self.settings,
-                time.perf_counter() - started,
-                context(),
-                error=error,
-            )
+            events = ended(error.attempts, error=error)
             if key:
                 self._accumulate_usage(key, events[-1].usage, requests=0)
             for event in events:
@@ -512,15 +524,7 @@ class LLMClient:
             if error is exc:
                 raise
             raise error from exc
-        self._emit_attempts(request, response.attempts)
-        events = finished_events(
-            self.phase,
-            request,
-            self.settings,
-            time.perf_counter() - started,
-            context(),
-            response=response,
-        )
+        events = ended(response.attempts, response=response)
         for event in events[:-1]:
             self.events(event)
         if chain is not None:
