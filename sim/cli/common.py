@@ -174,6 +174,23 @@ SETTINGS = click.option(
 )
 
 
+PROVIDER = click.option("--provider", help="LLM provider (overrides [llm] provider).")
+#: ``--model``'s help where it overrides every phase's model
+EVERY_PHASE_MODEL = "Model for every phase (overrides each [phaseN] model)."
+
+
+def endpoint_options(model_help: str = EVERY_PHASE_MODEL) -> Callable[[_F], _F]:
+    """``--provider``, ``--model`` (``model_help``: whose model it overrides) and
+    ``--base-url`` (one server), in that order."""
+    model = click.option("--model", help=model_help)
+    base_url = click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+
+    def options(command: _F) -> _F:
+        return PROVIDER(model(base_url(command)))
+
+    return options
+
+
 def setting_overrides(values: tuple[str, ...]) -> dict[str, Any]:
     """``--set SECTION.KEY=VALUE`` flags as nested overrides (one value each: JSON where it
     parses, else the text).

@@ -19,6 +19,7 @@ from sim.cli.common import (
     counted,
     echo,
     echo_json,
+    endpoint_options,
     file_option,
     folder_option,
     secho,
@@ -232,9 +233,7 @@ def schema_(out: Path, as_json: bool) -> None:
 )
 @CONFIG
 @SETTINGS
-@click.option("--provider", help="LLM provider (overrides [llm] provider).")
-@click.option("--model", help="Model to answer (overrides [phase1] model).")
-@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@endpoint_options("Model to answer (overrides [phase1] model).")
 @click.option(
     "--format",
     "answer_form",
