@@ -27,8 +27,8 @@ from sim.cli.common import (
     secho,
 )
 from sim.cli.jsonout import (
-    JSON_HELP,
     JSON_LINES_HELP,
+    JSON_OPTION,
     check_document,
     emit,
     json_errors,
@@ -698,7 +698,7 @@ def embedding_cache_warnings(config: Config, world_dir: Path) -> list[str]:
     is_flag=True,
     help="Probe the configured endpoint (implied by --provider, --base-url, --model).",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def check(
     world_dir: Path,
     config_file: Path | None,

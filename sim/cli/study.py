@@ -15,7 +15,7 @@ from sim.cli.common import (
     folder_option,
     trusting_world_config,
 )
-from sim.cli.jsonout import JSON_HELP, emit, json_errors
+from sim.cli.jsonout import JSON_OPTION, emit, json_errors
 from sim.cli.sweep import budget_and_executor, finish_runs, outcome_line, say_verified
 from sim.errors import InputError
 
@@ -39,7 +39,7 @@ def study() -> None:
     "(each is named in a note); its limits may still only tighten. Only for a study you "
     "trust: see docs/security.md.",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def run_(
     study_file: Path,
     out: Path,
@@ -124,7 +124,7 @@ def run_(
     is_flag=True,
     help="Report on a study that does not verify (sim study verify); the report says so.",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def report_(
     study_dir: Path,
     field_spec: str | None,
@@ -223,7 +223,7 @@ def report_(
 @click.option(
     "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="The bootstrap's seed."
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def compare_(
     study_dir: Path,
     fields: tuple[str, ...],
@@ -265,7 +265,7 @@ def compare_(
 
 @study.command("verify")
 @click.argument("study_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def verify_(study_dir: Path, as_json: bool) -> None:
     """Check every arm of a study against its own tick logs and answer records: a world
     file edited since its last tick, an answer edited or missing, an arm missing or not the

@@ -18,7 +18,7 @@ from sim.cli.common import (
     folder_option,
     trusting_world_config,
 )
-from sim.cli.jsonout import JSON_HELP, emit, json_errors
+from sim.cli.jsonout import JSON_OPTION, emit, json_errors
 from sim.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -157,7 +157,7 @@ def budget_and_executor(whole: str, unit: str) -> Callable[[F], F]:
 @count_option("--jobs", maximum=256, default=1, help="Runs at a time (each its own process).")
 @CONFIG
 @budget_and_executor("sweep", "run")
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 @click.pass_context
 def sweep(
     ctx: click.Context,
@@ -237,7 +237,7 @@ def sweep(
     "html_out",
     help="Also write the table as one HTML page (no network needed) to this file.",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
     """One table comparing a sweep's runs: tokens, cost, failures, state at the last tick."""
     from sim.analysis.sweepreport import report_lines, settings_lines, sweep_report, write_html
@@ -273,7 +273,7 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
 
 @sweep.command("verify")
 @click.argument("runs_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def verify_(runs_dir: Path, as_json: bool) -> None:
     """Check every run of a sweep's folder against its own tick logs and answer records,
     and that all were made from the same inputs. Exit 1 when anything is found."""
