@@ -286,35 +286,35 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
     """
     try:
         yield
-    except TickInterrupted as exc:
-        echo(f"\n{_told(exc)}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        echo("\ninterrupted: nothing was committed", err=True)
-        sys.exit(130)
-    except RunFailed as exc:
-        echo(f"failed: {_told(exc)}", err=True)
-        sys.exit(exc.exit_code)
-    except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
-        echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
-        sys.exit(exc.exit_code)
-    except RecursionError:
-        echo("error: input nested too deeply to process", err=True)
-        sys.exit(2)
-    except OSError as exc:
+    except (Exception, KeyboardInterrupt) as exc:
         if read_only and isinstance(exc, BrokenPipeError):
             reader_gone()
-        echo(redact_text(os_error_line(exc)), err=True)
-        sys.exit(1)
-    except Exception as exc:
-        told = _llm_failure(exc)
+        told = _failure(exc)
         if told is None:
             raise
         echo(told[0], err=True)
         sys.exit(told[1])
 
 
-def _llm_failure(exc: Exception) -> tuple[str, int] | None:
+def _failure(exc: BaseException) -> tuple[str, int] | None:
+    """The line on stderr and the exit code of a command that ended on ``exc``; ``None``
+    for an exception that is none of the library's (a bug: its traceback is shown)."""
+    if isinstance(exc, TickInterrupted):
+        return f"\n{_told(exc)}", exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return "\ninterrupted: nothing was committed", 130
+    if isinstance(exc, RunFailed):
+        return f"failed: {_told(exc)}", exc.exit_code
+    if isinstance(exc, SimError):  # a policy's "not now" (exit 75, resumable) says so
+        return f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", exc.exit_code
+    if isinstance(exc, RecursionError):
+        return "error: input nested too deeply to process", 2
+    if isinstance(exc, OSError):
+        return redact_text(os_error_line(exc)), 1
+    return _llm_failure(exc)
+
+
+def _llm_failure(exc: BaseException) -> tuple[str, int] | None:
     """An LLM error's line and exit code; ``None`` for any other exception. The LLM layer's
     errors are imported here, when one may have been raised, not with this module: ``sim
     --help`` loads every command's module, and they would bring the LLM layer's types
