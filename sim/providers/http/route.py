@@ -150,8 +150,9 @@ class Route:
         self._ssl: ssl.SSLContext | bool = shared_ssl_context() if needs_tls else True
         self._urls: dict[str, URL] = {}
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
+        #: the sessions by ``reuse``: the pooled one (keep-alive connections), and the one
+        #: that opens a connection for each request (a stale connection's retry)
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
         #: the loop the sessions were made on
         self._loop: asyncio.AbstractEventLoop | None = None
         #: stale keep-alive connections retried (for tests and the curious)
@@ -180,26 +181,26 @@ class Route:
             raise_for_status=False,
         )
 
-    def _pooled(self) -> aiohttp.ClientSession:
-        session = self._session
+    def _live(self, *, reuse: bool) -> aiohttp.ClientSession:
+        """The open session of this kind (``_new_session``) on the running loop."""
+        session = self._sessions.get(reuse)
         if session is None or session.closed or self._loop is not asyncio.get_running_loop():
             self._forget_other_loop()
-            session = self._session = self._new_session(reuse=True)
+            session = self._sessions[reuse] = self._new_session(reuse=reuse)
         return session
 
+    def _pooled(self) -> aiohttp.ClientSession:
+        return self._live(reuse=True)
+
     def _fresh_session(self) -> aiohttp.ClientSession:
-        session = self._fresh
-        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
-            self._forget_other_loop()
-            session = self._fresh = self._new_session(reuse=False)
-        return session
+        return self._live(reuse=False)
 
     def _forget_other_loop(self) -> None:
         """Sessions made on another loop (one that has ended) cannot be used or closed on
         this one: they are dropped, and new ones made here."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            self._session = self._fresh = None
+            self._sessions = {}
             self._loop = loop
 
     def _url(self, path: str) -> URL:
@@ -395,15 +396,15 @@ class Route:
     @property
     def open(self) -> bool:
         """Whether it holds a session (connections may be open): until ``aclose``."""
-        return any(s is not None and not s.closed for s in (self._session, self._fresh))
+        return any(not s.closed for s in self._sessions.values())
 
     async def aclose(self) -> None:
         """Close the connections (on the loop that used them)."""
         if self._loop is asyncio.get_running_loop():
-            for session in (self._session, self._fresh):
-                if session is not None and not session.closed:
+            for session in self._sessions.values():
+                if not session.closed:
                     await session.close()
-        self._session = self._fresh = None
+        self._sessions = {}
 
 
 def _check_status(response: aiohttp.ClientResponse, body: bytes, shown: str) -> None:
