@@ -120,6 +120,11 @@ def count_option(
     )
 
 
+def port_option(default: int, help: str) -> Callable[[_F], _F]:
+    """``--port``: a TCP port to listen on (0: a free one), its default shown."""
+    return count_option("--port", minimum=0, maximum=65535, default=default, help=help)
+
+
 def seconds_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:
     """A non-negative number of seconds (or a rate), its default shown in ``--help``."""
     return click.option(*decls, show_default=True, type=click.FloatRange(min=0), **attrs)

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from sim.cli.common import count_option, echo, seconds_option
+from sim.cli.common import count_option, echo, port_option, seconds_option
 
 #: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
 #: server (a test pins the two together)
@@ -17,7 +17,7 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
 
 @click.command("stub-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@count_option("--port", minimum=0, maximum=65535, default=8765, help="Port (0: any free port).")
+@port_option(8765, "Port (0: any free port).")
 @seconds_option(
     "--latency",
     default=0.0,
