@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import Any
 
 import click
 
@@ -82,21 +83,7 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     "(/v1beta/models/{model}:generateContent) or Anthropic's Messages API (/v1/messages; "
     "adds the overloaded, permission and bad_request faults).",
 )
-def stub_server(
-    host: str,
-    port: int,
-    latency: float,
-    latency_jitter: float,
-    fault_rate: float,
-    faults: str,
-    seed: int,
-    reject_json_schema: bool,
-    slots: int,
-    capacity_report: str,
-    stream_chunk_delay: float,
-    batch_delay: float,
-    api: str,
-) -> None:
+def stub_server(host: str, port: int, faults: str, api: str, **tuning: Any) -> None:
     """Serve a loopback OpenAI-compatible API answered by the offline model.
 
     Rehearse a large run for free: point --base-url at it with --provider openai or chat
@@ -116,18 +103,7 @@ def stub_server(
             err=True,
         )
         sys.exit(2)
-    options = StubOptions(
-        latency=latency,
-        latency_jitter=latency_jitter,
-        fault_rate=fault_rate,
-        faults=kinds,
-        seed=seed,
-        reject_json_schema=reject_json_schema,
-        slots=slots,
-        capacity_report=capacity_report,
-        stream_chunk_delay=stream_chunk_delay,
-        batch_delay=batch_delay,
-    )
+    options = StubOptions(faults=kinds, **tuning)  # the other options: its fields, by name
     server: StubServer
     if api == "gemini":
         server = GeminiStubServer(options)
