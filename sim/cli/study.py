@@ -13,10 +13,17 @@ from sim.cli.common import (
     echo,
     file_option,
     folder_option,
-    trusting_world_config,
 )
 from sim.cli.jsonout import JSON_OPTION, emit, json_errors
-from sim.cli.sweep import budget_and_executor, finish_runs, outcome_line, say_verified
+from sim.cli.sweep import (
+    budget_and_executor,
+    check_executor,
+    chosen_executor,
+    finish_runs,
+    outcome_line,
+    refuse_world_trust,
+    say_verified,
+)
 from sim.errors import InputError
 
 
@@ -58,30 +65,21 @@ def run_(
     once, then each condition is forked from them. Running the same study again resumes.
     See docs/analysis.md.
     """
-    from sim.runs.process import LocalExecutor, ray_executor
     from sim.study.design import read_study
     from sim.study.run import run_study
 
     with json_errors("study run", as_json):
-        if trusting_world_config():
-            raise InputError(
-                None,
-                "--trust-world-config",
-                "a study's runs never trust a config inside their folders: put the "
-                "endpoints in your own config (--config)",
-            )
-        if ray_address is not None and executor != "ray":
-            raise InputError(None, "--ray-address", "goes with --executor ray")
+        refuse_world_trust("study")
+        check_executor(executor, ray_address)
         plan = read_study(study_file)
-        run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
-        if not as_json:
-            echo(
-                f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
-                f"{len(plan.units)} seeds/factor values) of {plan.world} into {out}; "
-                f"{plan.prefix} shared ticks",
-                err=True,
-            )
-        try:
+        with chosen_executor(executor, ray_address) as run:
+            if not as_json:
+                echo(
+                    f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
+                    f"{len(plan.units)} seeds/factor values) of {plan.world} into {out}; "
+                    f"{plan.prefix} shared ticks",
+                    err=True,
+                )
             result = run_study(
                 plan,
                 out,
@@ -94,13 +92,7 @@ def run_(
                 on_interrupt=lambda note: echo(note, err=True),
                 trust_study=trust_study,
             )
-        finally:
-            if isinstance(run, LocalExecutor):
-                run.close()  # its warm workers
-        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
-        finish_runs(
-            "study run", "study", result, spent, out, as_json, {"prefix_ticks": plan.prefix}
-        )
+        finish_runs("study run", "study", result, out, as_json, {"prefix_ticks": plan.prefix})
 
 
 @study.command("report")
