@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -69,11 +70,11 @@ def free_port() -> int:
         return port
 
 
-class ServerProcess:
+class ServerProcess(ABC):
     """A server in a child process on a free loopback port: ``with`` one, a running
     server's ``/v1`` URL once it lists its models (``model`` among them, when set);
-    stopped on exit, and when it does not come up. A kind says how to start it
-    (``_launch``) and stop it (``stop``), and may check first what it needs (``_check``).
+    stopped on exit, and when it does not come up. A kind says what it needs
+    (``_check``), how to start it (``_launch``) and how to stop it (``stop``).
     """
 
     #: what errors call it
@@ -88,14 +89,17 @@ class ServerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.base_url = ""
 
+    @abstractmethod
     def _check(self) -> None:
         """Raise ``ModelUnavailable`` for what is missing to start (before the port is taken)."""
 
+    @abstractmethod
     def _launch(self, port: int, log: BinaryIO) -> subprocess.Popen[bytes]:
-        raise NotImplementedError
+        """Start the server on ``port``, its output to ``log``."""
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """End the server's process (and what it started)."""
 
     def __enter__(self) -> str:
         self._check()
