@@ -242,6 +242,24 @@ def read_named(path: Path, max_bytes: int | None = None) -> bytes:
         os.close(fd)
 
 
+def read_capped(path: Path, max_bytes: int, cannot: str = "cannot read") -> bytes:
+    """The bytes of ``path``, a file the user named (a study file, a reference CSV),
+    opened by name: at most ``max_bytes`` of them.
+
+    Raises:
+        InputError: naming ``path``: it cannot be read (``cannot``: how the message
+            starts), or it holds more than ``max_bytes`` bytes.
+    """
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(path, None, f"{cannot}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise InputError(path, None, f"larger than {max_bytes} bytes")
+    return data
+
+
 def read_optional(root: Path, rel: str, max_bytes: int | None = None) -> bytes | None:
     """``read_file``, or ``None`` when the file (or a folder on its way) does not exist."""
     try:

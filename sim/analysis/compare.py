@@ -45,6 +45,7 @@ from sim.analysis.studyreport import code, measure
 from sim.analysis.studytables import StudyTables, build_study_tables, study_design
 from sim.analysis.tables import STATE_PREFIX, Cell
 from sim.errors import InputError
+from sim.safefs import read_capped
 
 Test = Literal["auto", "welch", "mannwhitney", "ks", "chi2"]
 TESTS: tuple[Test, ...] = ("auto", "welch", "mannwhitney", "ks", "chi2")
@@ -132,13 +133,7 @@ def read_reference(path: Path) -> list[ReferenceRow]:
         InputError: the file cannot be read, is not UTF-8, or a row is malformed: names
             the file, the line and the column.
     """
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_REFERENCE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read the reference: {exc.strerror or exc}") from None
-    if len(data) > MAX_REFERENCE_BYTES:
-        raise InputError(path, None, f"larger than {MAX_REFERENCE_BYTES} bytes")
+    data = read_capped(path, MAX_REFERENCE_BYTES, "cannot read the reference")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

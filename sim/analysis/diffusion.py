@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +57,7 @@ class Awareness:
     share: Estimate
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tick": self.tick,
-            "aware": self.aware,
-            "asked": self.asked,
-            "share": self.share.to_dict(),
-        }
+        return asdict(self)
 
 
 @dataclass

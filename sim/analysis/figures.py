@@ -153,21 +153,38 @@ def _ticks_axis(ax: Any, ticks: Sequence[int], report: StudyReport) -> None:
     ax.grid(True, axis="y", color="#ddd", linewidth=0.6)
 
 
+def _over_ticks(
+    fig: Any,
+    ax: Any,
+    report: StudyReport,
+    series: dict[str, list[Estimate]],
+    ylabel: str,
+    title: str,
+    note: str,
+) -> None:
+    """How a figure of a ``series`` per condition over the ticks ends: the interventions
+    marked, the ticks axis, ``ylabel``, and ``_finish`` with the series' legend, then the
+    interventions'."""
+    _mark_interventions(ax, report, list(series))
+    _ticks_axis(ax, [e.tick for es in series.values() for e in es], report)
+    ax.set_ylabel(ylabel)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += _intervention_handles(report, list(series))
+    _finish(fig, report, handles, title, note)
+
+
 def _means(Figure: Any, report: StudyReport) -> Any:
     fig = Figure(figsize=(6.4, 3.8), layout="constrained")
     ax = fig.add_subplot()
     colors = _colors(report)
     for cond, es in report.conditions.items():
         _band(ax, es, colors[cond], cond)
-    _mark_interventions(ax, report, list(report.conditions))
-    _ticks_axis(ax, [e.tick for es in report.conditions.values() for e in es], report)
-    ax.set_ylabel(_ylabel(report))
-    handles, _ = ax.get_legend_handles_labels()
-    handles += _intervention_handles(report, list(report.conditions))
-    _finish(
+    _over_ticks(
         fig,
+        ax,
         report,
-        handles,
+        report.conditions,
+        _ylabel(report),
         f"{report.measure}: mean per condition",
         "bands: 95% t intervals over runs",
     )
@@ -194,15 +211,12 @@ def _differences(Figure: Any, report: StudyReport) -> Any:
             capsize=3,
             label=f"{cond} − {report.reference}",
         )
-    _mark_interventions(ax, report, list(report.differences))
-    _ticks_axis(ax, [e.tick for es in report.differences.values() for e in es], report)
-    ax.set_ylabel(_wrap(f"difference from {report.reference} (paired by run)", 40))
-    handles, _ = ax.get_legend_handles_labels()
-    handles += _intervention_handles(report, list(report.differences))
-    _finish(
+    _over_ticks(
         fig,
+        ax,
         report,
-        handles,
+        report.differences,
+        _wrap(f"difference from {report.reference} (paired by run)", 40),
         f"{report.measure}: difference from {report.reference}",
         "bars: 95% t intervals of the paired differences over runs",
     )

@@ -120,6 +120,11 @@ def count_option(
     )
 
 
+def port_option(default: int, help: str) -> Callable[[_F], _F]:
+    """``--port``: a TCP port to listen on (0: a free one), its default shown."""
+    return count_option("--port", minimum=0, maximum=65535, default=default, help=help)
+
+
 def seconds_option(*decls: str, **attrs: Any) -> Callable[[_F], _F]:
     """A non-negative number of seconds (or a rate), its default shown in ``--help``."""
     return click.option(*decls, show_default=True, type=click.FloatRange(min=0), **attrs)
@@ -172,6 +177,23 @@ SETTINGS = click.option(
     help="A config key for this command (JSON where it parses, else text), over every "
     "config file; repeatable. sim sweep and sim study pass each run's settings this way.",
 )
+
+
+PROVIDER = click.option("--provider", help="LLM provider (overrides [llm] provider).")
+#: ``--model``'s help where it overrides every phase's model
+EVERY_PHASE_MODEL = "Model for every phase (overrides each [phaseN] model)."
+
+
+def endpoint_options(model_help: str = EVERY_PHASE_MODEL) -> Callable[[_F], _F]:
+    """``--provider``, ``--model`` (``model_help``: whose model it overrides) and
+    ``--base-url`` (one server), in that order."""
+    model = click.option("--model", help=model_help)
+    base_url = click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+
+    def options(command: _F) -> _F:
+        return PROVIDER(model(base_url(command)))
+
+    return options
 
 
 def setting_overrides(values: tuple[str, ...]) -> dict[str, Any]:
@@ -269,35 +291,35 @@ def errors(*, read_only: bool = False) -> Iterator[None]:
     """
     try:
         yield
-    except TickInterrupted as exc:
-        echo(f"\n{_told(exc)}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        echo("\ninterrupted: nothing was committed", err=True)
-        sys.exit(130)
-    except RunFailed as exc:
-        echo(f"failed: {_told(exc)}", err=True)
-        sys.exit(exc.exit_code)
-    except SimError as exc:  # a policy's "not now" (exit 75, resumable) says so
-        echo(f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", err=True)
-        sys.exit(exc.exit_code)
-    except RecursionError:
-        echo("error: input nested too deeply to process", err=True)
-        sys.exit(2)
-    except OSError as exc:
+    except (Exception, KeyboardInterrupt) as exc:
         if read_only and isinstance(exc, BrokenPipeError):
             reader_gone()
-        echo(redact_text(os_error_line(exc)), err=True)
-        sys.exit(1)
-    except Exception as exc:
-        told = _llm_failure(exc)
+        told = _failure(exc)
         if told is None:
             raise
         echo(told[0], err=True)
         sys.exit(told[1])
 
 
-def _llm_failure(exc: Exception) -> tuple[str, int] | None:
+def _failure(exc: BaseException) -> tuple[str, int] | None:
+    """The line on stderr and the exit code of a command that ended on ``exc``; ``None``
+    for an exception that is none of the library's (a bug: its traceback is shown)."""
+    if isinstance(exc, TickInterrupted):
+        return f"\n{_told(exc)}", exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return "\ninterrupted: nothing was committed", 130
+    if isinstance(exc, RunFailed):
+        return f"failed: {_told(exc)}", exc.exit_code
+    if isinstance(exc, SimError):  # a policy's "not now" (exit 75, resumable) says so
+        return f"{'deferred' if deferred(exc) else 'error'}: {_told(exc)}", exc.exit_code
+    if isinstance(exc, RecursionError):
+        return "error: input nested too deeply to process", 2
+    if isinstance(exc, OSError):
+        return redact_text(os_error_line(exc)), 1
+    return _llm_failure(exc)
+
+
+def _llm_failure(exc: BaseException) -> tuple[str, int] | None:
     """An LLM error's line and exit code; ``None`` for any other exception. The LLM layer's
     errors are imported here, when one may have been raised, not with this module: ``sim
     --help`` loads every command's module, and they would bring the LLM layer's types

@@ -18,7 +18,7 @@ from sim.cli.common import (
     folder_option,
     tick_option,
 )
-from sim.cli.jsonout import JSON_HELP, emit, json_errors, replay_document
+from sim.cli.jsonout import JSON_OPTION, emit, json_errors, replay_document
 from sim.errors import InputError
 
 
@@ -141,7 +141,7 @@ def log_(
     help="Send drifted requests to the configured provider and show the change.",
 )
 @CONFIG
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def replay_(
     world_dir: Path,
     tick_: int,
@@ -168,7 +168,7 @@ def replay_(
 @click.command()
 @WORLD
 @tick_option("Go back to the state at the start of this tick.")
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
     """Put a world back to its state at the start of a tick; later logs are moved aside."""
     from sim.engine import rewind as history
@@ -208,7 +208,7 @@ def rewind(world_dir: Path, tick_: int, as_json: bool) -> None:
 @click.option(
     "--seed", type=click.IntRange(min=0), help="The new world's seed (default: the original's)."
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def fork(world_dir: Path, tick_: int, dest: Path, seed: int | None, as_json: bool) -> None:
     """Start a new world from a world's state at the start of a tick."""
     from sim.engine import rewind as history

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sim.cli.common import CONFIG, WORLD, build_config, echo
-from sim.cli.jsonout import JSON_HELP, emit, json_errors
+from sim.cli.jsonout import JSON_OPTION, emit, json_errors
 
 if TYPE_CHECKING:
     from sim.interventions import Made
@@ -45,7 +45,7 @@ def _report(world_dir: Path, made: Made) -> None:
 @click.argument("text")
 @click.option("--at", "at", metavar="LOCATION", help="The location id where it happens.")
 @click.option("--everywhere", is_flag=True, help="It happens at every location.")
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def inject_(world_dir: Path, text: str, at: str | None, everywhere: bool, as_json: bool) -> None:
     """Make TEXT happen in the next tick, at one location (--at) or everywhere.
 
@@ -70,7 +70,7 @@ def inject_(world_dir: Path, text: str, at: str | None, everywhere: bool, as_jso
 @WORLD
 @click.argument("assignment", metavar="ENTITY.FIELD.PATH=JSON_VALUE")
 @CONFIG
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def set_(world_dir: Path, assignment: str, config_file: Path | None, as_json: bool) -> None:
     """Change a field of a character or location now, e.g. ada.state.mood='"angry"'.
 

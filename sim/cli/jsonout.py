@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import click
 import orjson
 
 from sim.cli.common import CLOSED_PIPE_EXIT, echo_json, errors
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 JSON_HELP = "Print one JSON document on stdout (docs/cli-json.md)."
 JSON_LINES_HELP = "Print one JSON document per tick on stdout: JSON Lines (docs/cli-json.md)."
+#: ``--json``: one JSON document on stdout (``emit``)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 
 
 def emit(document: Mapping[str, Any]) -> None:

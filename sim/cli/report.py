@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from sim.cli.common import WORLD, echo, file_option
-from sim.cli.jsonout import JSON_HELP, emit, json_errors, report_document
+from sim.cli.jsonout import JSON_OPTION, emit, json_errors, report_document
 
 
 @click.command("report")
@@ -31,7 +31,7 @@ from sim.cli.jsonout import JSON_HELP, emit, json_errors, report_document
 @click.option(
     "--to", "last", type=click.IntRange(min=1), help="The last tick to show (default: the last)."
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def report(
     world_dir: Path, out: Path | None, first: int | None, last: int | None, as_json: bool
 ) -> None:

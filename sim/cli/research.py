@@ -19,11 +19,12 @@ from sim.cli.common import (
     counted,
     echo,
     echo_json,
+    endpoint_options,
     file_option,
     folder_option,
     secho,
 )
-from sim.cli.jsonout import JSON_HELP, ask_document, emit, json_errors
+from sim.cli.jsonout import JSON_OPTION, ask_document, emit, json_errors
 
 if TYPE_CHECKING:
     from sim.analysis.export import Format
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     help="With --study: export a study that does not verify (sim study verify); the "
     "output says so.",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def export_(
     world_dir: Path | None,
     study_dir: Path | None,
@@ -157,7 +158,7 @@ def export_(
 @count_option(
     "--seed", minimum=0, maximum=2**63 - 1, default=1, help="The world's seed (and the network's)."
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def init_(
     folder: Path,
     characters: int,
@@ -206,7 +207,7 @@ def init_(
     required=True,
     help="The folder to write the schemas into (created if missing).",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def schema_(out: Path, as_json: bool) -> None:
     """Write JSON Schemas of world.json, character and location files, for editors.
 
@@ -232,9 +233,7 @@ def schema_(out: Path, as_json: bool) -> None:
 )
 @CONFIG
 @SETTINGS
-@click.option("--provider", help="LLM provider (overrides [llm] provider).")
-@click.option("--model", help="Model to answer (overrides [phase1] model).")
-@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@endpoint_options("Model to answer (overrides [phase1] model).")
 @click.option(
     "--format",
     "answer_form",
@@ -247,7 +246,7 @@ def schema_(out: Path, as_json: bool) -> None:
     "schema_file",
     help="Code the answer as an object of this JSON Schema (the subset declared phases use).",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def ask_(
     world_dir: Path,
     character: str | None,

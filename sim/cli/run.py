@@ -15,10 +15,20 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sim.cli.common import CONFIG, SETTINGS, WORLD, build_config, count_option, echo, secho
+from sim.cli.common import (
+    CONFIG,
+    EVERY_PHASE_MODEL,
+    PROVIDER,
+    SETTINGS,
+    WORLD,
+    build_config,
+    count_option,
+    echo,
+    secho,
+)
 from sim.cli.jsonout import (
-    JSON_HELP,
     JSON_LINES_HELP,
+    JSON_OPTION,
     check_document,
     emit,
     json_errors,
@@ -465,7 +475,7 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
 @count_option("--ticks", default=1, help="How many ticks to run.")
 @CONFIG
 @SETTINGS
-@click.option("--provider", help="LLM provider (overrides [llm] provider).")
+@PROVIDER
 @click.option(
     "--depth",
     multiple=True,
@@ -474,7 +484,7 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
     "intentions|resolution|narrative|memory); repeatable.",
 )
 @click.option("--concurrency", type=click.IntRange(min=1), help="Max calls in flight.")
-@click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
+@click.option("--model", help=EVERY_PHASE_MODEL)
 @click.option(
     "--base-url",
     help="Provider base URL, e.g. http://127.0.0.1:8000/v1; several servers (a pool): "
@@ -688,7 +698,7 @@ def embedding_cache_warnings(config: Config, world_dir: Path) -> list[str]:
     is_flag=True,
     help="Probe the configured endpoint (implied by --provider, --base-url, --model).",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def check(
     world_dir: Path,
     config_file: Path | None,

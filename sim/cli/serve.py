@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config, echo, errors
+from sim.cli.common import CONFIG, WORLD, build_config, echo, errors, port_option
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -39,13 +39,7 @@ def _loopback(host: str) -> bool:
     help="The address to listen on; another than loopback is reachable from the network "
     "(a warning says so; the token is still needed).",
 )
-@click.option(
-    "--port",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="The port (0: a free one).",
-)
+@port_option(0, "The port (0: a free one).")
 @click.option("--read-only", is_flag=True, help="Show the world; refuse every change.")
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a browser.")
 def serve(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import Any
 
 import click
 
-from sim.cli.common import count_option, echo, seconds_option
+from sim.cli.common import count_option, echo, port_option, seconds_option
 
 #: the stub server's ``RANDOM_FAULTS``, restated so that `sim --help` does not import the
 #: server (a test pins the two together)
@@ -17,7 +18,7 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
 
 @click.command("stub-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@count_option("--port", minimum=0, maximum=65535, default=8765, help="Port (0: any free port).")
+@port_option(8765, "Port (0: any free port).")
 @seconds_option(
     "--latency",
     default=0.0,
@@ -82,21 +83,7 @@ DEFAULT_FAULTS = ("rate_limit", "server_error", "hang", "malformed", "refusal", 
     "(/v1beta/models/{model}:generateContent) or Anthropic's Messages API (/v1/messages; "
     "adds the overloaded, permission and bad_request faults).",
 )
-def stub_server(
-    host: str,
-    port: int,
-    latency: float,
-    latency_jitter: float,
-    fault_rate: float,
-    faults: str,
-    seed: int,
-    reject_json_schema: bool,
-    slots: int,
-    capacity_report: str,
-    stream_chunk_delay: float,
-    batch_delay: float,
-    api: str,
-) -> None:
+def stub_server(host: str, port: int, faults: str, api: str, **tuning: Any) -> None:
     """Serve a loopback OpenAI-compatible API answered by the offline model.
 
     Rehearse a large run for free: point --base-url at it with --provider openai or chat
@@ -116,18 +103,7 @@ def stub_server(
             err=True,
         )
         sys.exit(2)
-    options = StubOptions(
-        latency=latency,
-        latency_jitter=latency_jitter,
-        fault_rate=fault_rate,
-        faults=kinds,
-        seed=seed,
-        reject_json_schema=reject_json_schema,
-        slots=slots,
-        capacity_report=capacity_report,
-        stream_chunk_delay=stream_chunk_delay,
-        batch_delay=batch_delay,
-    )
+    options = StubOptions(faults=kinds, **tuning)  # the other options: its fields, by name
     server: StubServer
     if api == "gemini":
         server = GeminiStubServer(options)

@@ -13,10 +13,17 @@ from sim.cli.common import (
     echo,
     file_option,
     folder_option,
-    trusting_world_config,
 )
-from sim.cli.jsonout import JSON_HELP, emit, json_errors
-from sim.cli.sweep import budget_and_executor, finish_runs, outcome_line, say_verified
+from sim.cli.jsonout import JSON_OPTION, emit, json_errors
+from sim.cli.sweep import (
+    budget_and_executor,
+    check_executor,
+    chosen_executor,
+    finish_runs,
+    outcome_line,
+    refuse_world_trust,
+    say_verified,
+)
 from sim.errors import InputError
 
 
@@ -39,7 +46,7 @@ def study() -> None:
     "(each is named in a note); its limits may still only tighten. Only for a study you "
     "trust: see docs/security.md.",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def run_(
     study_file: Path,
     out: Path,
@@ -58,30 +65,21 @@ def run_(
     once, then each condition is forked from them. Running the same study again resumes.
     See docs/analysis.md.
     """
-    from sim.runs.process import LocalExecutor, ray_executor
     from sim.study.design import read_study
     from sim.study.run import run_study
 
     with json_errors("study run", as_json):
-        if trusting_world_config():
-            raise InputError(
-                None,
-                "--trust-world-config",
-                "a study's runs never trust a config inside their folders: put the "
-                "endpoints in your own config (--config)",
-            )
-        if ray_address is not None and executor != "ray":
-            raise InputError(None, "--ray-address", "goes with --executor ray")
+        refuse_world_trust("study")
+        check_executor(executor, ray_address)
         plan = read_study(study_file)
-        run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
-        if not as_json:
-            echo(
-                f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
-                f"{len(plan.units)} seeds/factor values) of {plan.world} into {out}; "
-                f"{plan.prefix} shared ticks",
-                err=True,
-            )
-        try:
+        with chosen_executor(executor, ray_address) as run:
+            if not as_json:
+                echo(
+                    f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
+                    f"{len(plan.units)} seeds/factor values) of {plan.world} into {out}; "
+                    f"{plan.prefix} shared ticks",
+                    err=True,
+                )
             result = run_study(
                 plan,
                 out,
@@ -94,13 +92,7 @@ def run_(
                 on_interrupt=lambda note: echo(note, err=True),
                 trust_study=trust_study,
             )
-        finally:
-            if isinstance(run, LocalExecutor):
-                run.close()  # its warm workers
-        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
-        finish_runs(
-            "study run", "study", result, spent, out, as_json, {"prefix_ticks": plan.prefix}
-        )
+        finish_runs("study run", "study", result, out, as_json, {"prefix_ticks": plan.prefix})
 
 
 @study.command("report")
@@ -124,7 +116,7 @@ def run_(
     is_flag=True,
     help="Report on a study that does not verify (sim study verify); the report says so.",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def report_(
     study_dir: Path,
     field_spec: str | None,
@@ -223,7 +215,7 @@ def report_(
 @click.option(
     "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="The bootstrap's seed."
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def compare_(
     study_dir: Path,
     fields: tuple[str, ...],
@@ -265,7 +257,7 @@ def compare_(
 
 @study.command("verify")
 @click.argument("study_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def verify_(study_dir: Path, as_json: bool) -> None:
     """Check every arm of a study against its own tick logs and answer records: a world
     file edited since its last tick, an answer edited or missing, an arm missing or not the

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,18 +19,52 @@ from sim.cli.common import (
     folder_option,
     trusting_world_config,
 )
-from sim.cli.jsonout import JSON_HELP, emit, json_errors
+from sim.cli.jsonout import JSON_OPTION, emit, json_errors
 from sim.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
-    from sim.runs.process import RunOutcome, SweepResult
+    from sim.runs.process import Executor, RunOutcome, SweepResult
 
 
 def outcome_line(outcome: RunOutcome) -> str:
     line = f"{outcome.status:<11} {outcome.name}  tick {outcome.tick}/{outcome.target}"
     return line + (f"  {outcome.message}" if outcome.message else "")
+
+
+def refuse_world_trust(whole: str) -> None:
+    """Refuse ``--trust-world-config`` for a ``whole`` (a sweep, a study) of runs.
+
+    Raises:
+        InputError: the flag is given: the runs' folders are not the user's config.
+    """
+    if trusting_world_config():
+        raise InputError(
+            None,
+            "--trust-world-config",
+            f"a {whole}'s runs never trust a config inside their folders: put the "
+            "endpoints in your own config (--config)",
+        )
+
+
+def check_executor(executor: str, ray_address: str | None) -> None:
+    """Raises: InputError: ``--ray-address`` without ``--executor ray``."""
+    if ray_address is not None and executor != "ray":
+        raise InputError(None, "--ray-address", "goes with --executor ray")
+
+
+@contextmanager
+def chosen_executor(executor: str, ray_address: str | None) -> Iterator[Executor]:
+    """The executor ``--executor`` chooses (a local one's warm workers closed after)."""
+    from sim.runs.process import LocalExecutor, ray_executor
+
+    run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
+    try:
+        yield run
+    finally:
+        if isinstance(run, LocalExecutor):
+            run.close()  # its warm workers
 
 
 def say_verified(
@@ -55,14 +90,12 @@ def finish_runs(
     command: str,
     whole: str,
     result: SweepResult,
-    spent: str,
     out: Path,
     as_json: bool,
     extra: dict[str, Any] | None = None,
 ) -> None:
-    """Say how a sweep's or a study's runs ended (``spent``: its cost as shown; ``extra``
-    joins the JSON after ``out``), and exit 130 when interrupted, 1 when a run did not
-    finish."""
+    """Say how a sweep's or a study's runs ended (``extra`` joins the JSON after ``out``),
+    and exit 130 when interrupted, 1 when a run did not finish."""
     if as_json:
         emit(
             {
@@ -81,6 +114,7 @@ def finish_runs(
         for outcome in result.runs:
             counts[outcome.status] = counts.get(outcome.status, 0) + 1
         summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
         echo(f"{summary}; the {whole} has spent {result.spent_tokens} tokens, {spent}")
         if not result.ok:
             echo("run the same command again to resume the runs not finished", err=True)
@@ -157,7 +191,7 @@ def budget_and_executor(whole: str, unit: str) -> Callable[[F], F]:
 @count_option("--jobs", maximum=256, default=1, help="Runs at a time (each its own process).")
 @CONFIG
 @budget_and_executor("sweep", "run")
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 @click.pass_context
 def sweep(
     ctx: click.Context,
@@ -182,19 +216,12 @@ def sweep(
     if ctx.invoked_subcommand is not None:
         return
     from sim.runs.design import make_plan, parse_seeds, parse_setting
-    from sim.runs.process import LocalExecutor, ray_executor
     from sim.runs.sweep import run_sweep
 
     with json_errors("sweep", as_json):
         if world_dir is None or out is None:
             raise InputError(None, "--world/--out", "both are needed to run a sweep")
-        if trusting_world_config():
-            raise InputError(
-                None,
-                "--trust-world-config",
-                "a sweep's runs never trust a config inside their folders: put the "
-                "endpoints in your own config (--config)",
-            )
+        refuse_world_trust("sweep")
         plan = make_plan(
             world_dir,
             out,
@@ -203,12 +230,10 @@ def sweep(
             ticks,
             config_file,
         )
-        if ray_address is not None and executor != "ray":
-            raise InputError(None, "--ray-address", "goes with --executor ray")
-        run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
-        if not as_json:
-            echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
-        try:
+        check_executor(executor, ray_address)
+        with chosen_executor(executor, ray_address) as run:
+            if not as_json:
+                echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
             result = run_sweep(
                 plan,
                 jobs,
@@ -218,11 +243,7 @@ def sweep(
                 executor=run,
                 on_interrupt=lambda note: echo(note, err=True),
             )
-        finally:
-            if isinstance(run, LocalExecutor):
-                run.close()  # its warm workers
-        spent = "unknown" if result.spent_usd is None else f"${result.spent_usd:.4f}"
-        finish_runs("sweep", "sweep", result, spent, out, as_json)
+        finish_runs("sweep", "sweep", result, out, as_json)
 
 
 @sweep.command("report")
@@ -237,7 +258,7 @@ def sweep(
     "html_out",
     help="Also write the table as one HTML page (no network needed) to this file.",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
     """One table comparing a sweep's runs: tokens, cost, failures, state at the last tick."""
     from sim.analysis.sweepreport import report_lines, settings_lines, sweep_report, write_html
@@ -273,7 +294,7 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
 
 @sweep.command("verify")
 @click.argument("runs_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@JSON_OPTION
 def verify_(runs_dir: Path, as_json: bool) -> None:
     """Check every run of a sweep's folder against its own tick logs and answer records,
     and that all were made from the same inputs. Exit 1 when anything is found."""

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, cast
 import click
 import orjson
 
-from sim.cli.common import CONFIG, WORLD, build_config, count_option, echo, echo_json, errors
+from sim.cli.common import (
+    CONFIG,
+    WORLD,
+    build_config,
+    count_option,
+    echo,
+    echo_json,
+    endpoint_options,
+    errors,
+)
 from sim.errors import InputError
 
 if TYPE_CHECKING:  # imported by the commands (`sim --help` does not load the runner)
@@ -100,9 +109,7 @@ def unpriced_note(models: frozenset[str]) -> str:
     "[memory] mode in each row, at its own depth.",
 )
 @CONFIG
-@click.option("--provider", help="LLM provider (overrides [llm] provider).")
-@click.option("--model", help="Model for every phase (overrides each [phaseN] model).")
-@click.option("--base-url", help="Provider base URL, e.g. http://127.0.0.1:8000/v1.")
+@endpoint_options()
 @click.option(
     "--json",
     "as_json",

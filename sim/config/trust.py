@@ -89,25 +89,32 @@ def lookup(data: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
-def _untrusted_routing(
-    world: Mapping[str, Any],
-    users: Mapping[str, Any],
-    source: Path,
-    flags: Mapping[str, Any],
-    rule: Rule = WORLD_RULE,
-) -> list[InputError]:
+@dataclass(frozen=True)
+class _Layers:
+    """What the trust checks judge: the world's config layer ``world`` (read from
+    ``source``), the user's layers merged so far (``users``), the command line's overrides
+    (``flags``), and the ``rule`` that words the errors."""
+
+    world: Mapping[str, Any]
+    users: Mapping[str, Any]
+    source: Path
+    flags: Mapping[str, Any]
+    rule: Rule
+
+
+def _untrusted_routing(layers: _Layers) -> list[InputError]:
     """A problem for each routing setting the world's config changes from the user's (a
     setting the user's flags override is moot)."""
     problems: list[InputError] = []
-    for dotted, value in _routing_settings(world).items():
-        if lookup(flags, dotted) is not MISSING:
+    for dotted, value in _routing_settings(layers.world).items():
+        if lookup(layers.flags, dotted) is not MISSING:
             continue  # the command line decides this one
         if dotted.rpartition(".")[2] == "provider" and _sends_nothing(value):
             continue  # the one choice that sends nothing and carries no key
-        chosen = lookup(users, dotted)
+        chosen = lookup(layers.users, dotted)
         if chosen == value or (chosen is MISSING and value == ""):
             continue  # the user chose the same thing (or the world restates the default)
-        problems.append(InputError(source, dotted, rule.refusal(_ROUTING)))
+        problems.append(InputError(layers.source, dotted, layers.rule.refusal(_ROUTING)))
     return problems
 
 
@@ -125,18 +132,13 @@ def _phase_layers(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
-def _untrusted_models(
-    world: Mapping[str, Any],
-    users: Mapping[str, Any],
-    source: Path,
-    flags: Mapping[str, Any],
-    rule: Rule = WORLD_RULE,
-) -> list[InputError]:
+def _untrusted_models(layers: _Layers) -> list[InputError]:
     """A problem for each model string in the world's config qualified with an endpoint the
     user did not choose: a kind other than one that sends nothing (offline) and the user's
     ``[llm] provider`` (``openai/gpt-4.1`` would send ``OPENAI_API_KEY`` to OpenAI). A
     provider name only the world declares is reported by its ``[providers.*]`` table
     (``_untrusted_routing``)."""
+    world, users, flags = layers.world, layers.users, layers.flags
     chosen_kind = lookup(flags, "llm.provider")  # --provider, else the user's config
     if chosen_kind is MISSING:
         chosen_kind = lookup(users, "llm.provider")
@@ -161,32 +163,34 @@ def _untrusted_models(
                     continue  # a bare name, or an endpoint the user's config chose
                 problems.append(
                     InputError(
-                        source,
+                        layers.source,
                         f"{section}.{key}",
                         f"{name!r} runs on {head!r}, an endpoint your config does not use: "
-                        + rule.refusal(_ROUTING),
+                        + layers.rule.refusal(_ROUTING),
                     )
                 )
     return problems
 
 
-def _untrusted_policy(
-    world: Mapping[str, Any], users: Mapping[str, Any], source: Path, rule: Rule = WORLD_RULE
-) -> list[InputError]:
+def _untrusted_policy(layers: _Layers) -> list[InputError]:
     """A problem for each ``[policy]`` key a world's config changes from the user's: the
     gates are the user's safety (what may be spent, on which models), so a shared world
     may not lift them on its own."""
-    table = world.get("policy")
+    table = layers.world.get("policy")
     if not isinstance(table, Mapping):
         return []
-    mine = users.get("policy")
+    mine = layers.users.get("policy")
     mine = mine if isinstance(mine, Mapping) else {}
     problems: list[InputError] = []
     for key, value in table.items():
         if key in mine and mine[key] == value:
             continue  # the user chose the same (or the world restates the default)
         problems.append(
-            InputError(source, f"policy.{key}", rule.refusal("the policy gates (docs/policies.md)"))
+            InputError(
+                layers.source,
+                f"policy.{key}",
+                layers.rule.refusal("the policy gates (docs/policies.md)"),
+            )
         )
     return problems
 
@@ -202,11 +206,8 @@ def untrusted(
     trust rule refuses, given the user's layers merged so far (``users``) and the command
     line's overrides (``flags``): routing keys, endpoint-qualified models, policy gates.
     ``rule`` words the errors (a study file's factors: ``sim.study.trust``)."""
-    return [
-        *_untrusted_routing(world, users, source, flags, rule),
-        *_untrusted_models(world, users, source, flags, rule),
-        *_untrusted_policy(world, users, source, rule),
-    ]
+    layers = _Layers(world, users, source, flags, rule)
+    return [*_untrusted_routing(layers), *_untrusted_models(layers), *_untrusted_policy(layers)]
 
 
 # -- limits: a world may tighten them, never loosen them --------------------------------------

@@ -20,7 +20,6 @@ import asyncio
 import os
 import socket
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -46,7 +45,7 @@ from sim.engine.stack import Stack, build_stack
 from sim.errors import RunError
 from sim.gcpause import gc_paused
 from sim.llm.budget import Price
-from sim.llm.client import finished_events
+from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMError
 from sim.llm.events import LLMEvent, null_sink
 from sim.llm.store import ResponseStore
@@ -126,15 +125,7 @@ class LocalAdapter(RemoteAdapter):
             self.outbox.queue(frame(("logged", unsent)))
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        started = time.perf_counter()
-        answer: AdapterResponse | LLMError
-        try:
-            answer = await self.inner.execute(request)
-        except LLMError as exc:
-            answer = exc
-        except Exception as exc:  # a bug in an adapter: an LLMError, as the client has it
-            answer = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
-        latency = time.perf_counter() - started
+        answer, latency = await timed_answer(self.inner, request)
         call = request.call
         if call is not None:
             response = answer if isinstance(answer, AdapterResponse) else None

@@ -35,7 +35,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from sim import messages
 from sim.config import Config
 from sim.engine.recorder import phase_results
 from sim.errors import RunError, SimError, UserError
-from sim.llm.client import finished_events
+from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
@@ -696,16 +695,8 @@ class Shards:
                 **context,
             )
             self.events(called)
-        answer: AdapterResponse | LLMError
         async with self.slots:
-            started = time.perf_counter()
-            try:
-                answer = await self.adapter.execute(request)
-            except LLMError as exc:
-                answer = exc
-            except Exception as exc:  # a bug in an adapter: an LLMError, as the client has it
-                answer = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
-            latency = time.perf_counter() - started
+            answer, latency = await timed_answer(self.adapter, request)
         if isinstance(answer, LLMChainNotFoundError) and request.previous_response_id:
             # the worker's client sends it again with the window: not the call's end
             lost = LLMEvent(

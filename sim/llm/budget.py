@@ -231,22 +231,22 @@ class Budget:
         if self.max_total_tokens is not None and (
             self.spent_tokens + self.reserved_tokens + tokens > self.max_total_tokens
         ):
-            raise LLMBudgetExceededError(
-                f"token budget reached: {self.summary()}; a call needing up to {tokens:,} "
-                "more was not sent",
-                model=model,
-            )
+            raise self._reached("token", f"needing up to {tokens:,}", model)
         if self.max_cost_usd is not None and (
             self.spent_usd + self.reserved_usd + usd > self.max_cost_usd
         ):
-            raise LLMBudgetExceededError(
-                f"cost budget reached: {self.summary()}; a call costing up to ${usd:.4f} more "
-                "was not sent",
-                model=model,
-            )
+            raise self._reached("cost", f"costing up to ${usd:.4f}", model)
         self.reserved_tokens += tokens
         self.reserved_usd += usd
         return Reservation(model, tokens, usd, provider, factor)
+
+    def _reached(self, cap: str, call: str, model: str) -> LLMBudgetExceededError:
+        """The refusal of a call (``call``: what it could need) that could cross the
+        ``cap`` ("token" or "cost") budget."""
+        return LLMBudgetExceededError(
+            f"{cap} budget reached: {self.summary()}; a call {call} more was not sent",
+            model=model,
+        )
 
     def settle(self, reservation: Reservation, usage: Usage) -> None:
         """Release a reservation and count what the attempt really used."""

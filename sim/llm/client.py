@@ -93,6 +93,28 @@ class _AdapterCancelled(Exception):
     """Carries a CancelledError raised inside an adapter out of a TaskGroup."""
 
 
+def unexpected_error(exc: Exception) -> LLMError:
+    """An exception that is not an ``LLMError`` (a bug in an adapter) as one: code
+    ``unexpected``, the exception its cause."""
+    return LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
+
+
+async def timed_answer(
+    adapter: Adapter, request: ModelRequest
+) -> tuple[AdapterResponse | LLMError, float]:
+    """What ``adapter`` answers ``request``: its response, or the ``LLMError`` it failed with
+    (another exception as ``unexpected_error``), and the seconds it took."""
+    started = time.perf_counter()
+    answer: AdapterResponse | LLMError
+    try:
+        answer = await adapter.execute(request)
+    except LLMError as exc:
+        answer = exc
+    except Exception as exc:  # a bug in an adapter: an LLMError, as the client has it
+        answer = unexpected_error(exc)
+    return answer, time.perf_counter() - started
+
+
 def finished_events(
     phase: str,
     request: Any,
@@ -439,6 +461,26 @@ class LLMClient:
                 )
             )
 
+        def ended(
+            attempts: tuple[Attempt, ...],
+            *,
+            response: AdapterResponse | None = None,
+            error: LLMError | None = None,
+        ) -> list[LLMEvent]:
+            """The events of the call's end (``finished_events``), each earlier attempt's
+            tokens counted against the entity."""
+            self._emit_attempts(request, attempts)
+            latency = time.perf_counter() - started
+            return finished_events(
+                self.phase,
+                request,
+                self.settings,
+                latency,
+                context(),
+                response=response,
+                error=error,
+            )
+
         emit("llm_called", model)
         started = time.perf_counter()
         try:
@@ -473,16 +515,8 @@ class LLMClient:
                 error = exc
             else:  # a bug in an adapter: report it loudly, but as an LLMError
                 logger.error("unexpected error from %s for %s: %r", self.adapter.name, key, exc)
-                error = LLMError(f"Unexpected error: {exc!r}", code="unexpected", cause=exc)
-            self._emit_attempts(request, error.attempts)
-            events = finished_events(
-                self.phase,
-                request,
-                self.settings,
-                time.perf_counter() - started,
-                context(),
-                error=error,
-            )
+                error = unexpected_error(exc)
+            events = ended(error.attempts, error=error)
             if key:
                 self._accumulate_usage(key, events[-1].usage, requests=0)
             for event in events:
@@ -490,15 +524,7 @@ class LLMClient:
             if error is exc:
                 raise
             raise error from exc
-        self._emit_attempts(request, response.attempts)
-        events = finished_events(
-            self.phase,
-            request,
-            self.settings,
-            time.perf_counter() - started,
-            context(),
-            response=response,
-        )
+        events = ended(response.attempts, response=response)
         for event in events[:-1]:
             self.events(event)
         if chain is not None:

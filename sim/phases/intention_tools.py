@@ -75,43 +75,35 @@ def _text(args: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+#: built-in tool -> the action it makes, the argument naming its target and the one
+#: holding its content (``None``: it has none)
+_BUILT_IN: dict[str, tuple[str, str | None, str | None]] = {
+    "move_to": ("move", "location_id", None),
+    "say": ("speak", "character_id", "words"),
+    "act": ("act", "object", "action"),
+    "wait": ("wait", None, None),
+}
+
+
 def to_intention_data(
     call: FunctionCall, actions: Mapping[str, str] | None = None
 ) -> dict[str, Any] | None:
     """The Intention fields for a declared tool's call, or ``None`` for an unknown tool."""
     args = call.arguments
-    if actions and call.name in actions:
-        return {
-            "action": call.name,
-            "target": _text(args, "target") or None,
-            "content": _text(args, "content"),
-            "reasoning": _text(args, "reasoning"),
-        }
-    reasoning = _text(args, "reasoning")
-    if call.name == "move_to":
-        return {
-            "action": "move",
-            "target": _text(args, "location_id") or None,
-            "content": "",
-            "reasoning": reasoning,
-        }
-    if call.name == "say":
-        return {
-            "action": "speak",
-            "target": _text(args, "character_id") or None,
-            "content": _text(args, "words"),
-            "reasoning": reasoning,
-        }
-    if call.name == "act":
-        return {
-            "action": "act",
-            "target": _text(args, "object") or None,
-            "content": _text(args, "action"),
-            "reasoning": reasoning,
-        }
-    if call.name == "wait":
-        return {"action": "wait", "target": None, "content": "", "reasoning": reasoning}
-    return None
+    target: str | None
+    content: str | None
+    if actions and call.name in actions:  # an ``[actions]`` verb: target and content
+        action, target, content = call.name, "target", "content"
+    elif call.name in _BUILT_IN:
+        action, target, content = _BUILT_IN[call.name]
+    else:
+        return None
+    return {
+        "action": action,
+        "target": (_text(args, target) or None) if target else None,
+        "content": _text(args, content) if content else "",
+        "reasoning": _text(args, "reasoning"),
+    }
 
 
 def intention_data(result: ToolCalls, actions: Mapping[str, str] | None = None) -> dict[str, Any]:

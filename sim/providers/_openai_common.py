@@ -142,13 +142,9 @@ class Connections:
                 await route.aclose()
 
 
-def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
-    """The ``usage`` of an OpenAI-format answer; the two APIs name the counts differently.
-
-    ``input_key``/``output_key``: ``input_tokens``/``output_tokens`` (Responses) or
-    ``prompt_tokens``/``completion_tokens`` (chat); cached tokens sit in
-    ``<input_key>_details.cached_tokens`` in both.
-    """
+def _usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
+    """The ``usage`` of an OpenAI-format answer, its counts named ``input_key`` and
+    ``output_key``; cached tokens sit in ``<input_key>_details.cached_tokens`` in both APIs."""
     usage = data.get("usage") or {}
     details = usage.get(f"{input_key}_details") or {}
     return Usage(
@@ -156,6 +152,16 @@ def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
         output_tokens=int(usage.get(output_key) or 0),
         cached_input_tokens=int(details.get("cached_tokens") or 0),
     )
+
+
+def responses_usage(data: dict[str, Any]) -> Usage:
+    """The ``usage`` of a Responses API answer (``input_tokens``, ``output_tokens``)."""
+    return _usage_from(data, "input_tokens", "output_tokens")
+
+
+def chat_usage(data: dict[str, Any]) -> Usage:
+    """The ``usage`` of a chat completion (``prompt_tokens``, ``completion_tokens``)."""
+    return _usage_from(data, "prompt_tokens", "completion_tokens")
 
 
 class ClientOptions(TypedDict):

@@ -23,7 +23,7 @@ from sim.llm.errors import LLMError, LLMIncompleteError
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.providers._adapter_common import refused, window_turns
-from sim.providers._openai_common import strict_schema, usage_from, validate_text
+from sim.providers._openai_common import chat_usage, strict_schema, validate_text
 from sim.providers._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.providers._streaming import ChatAssembler
 from sim.providers._structured import (
@@ -37,10 +37,6 @@ from sim.providers.profiles import CHAT
 
 if TYPE_CHECKING:
     import openai
-
-
-def _usage(data: Json) -> Usage:
-    return usage_from(data, "prompt_tokens", "completion_tokens")
 
 
 def _messages(
@@ -205,7 +201,7 @@ class ChatAdapter(OpenAIFamilyAdapter):
         self, request: ModelRequest, data: Json, form: Form = "json_schema"
     ) -> AdapterResponse:
         settings = request.settings
-        usage = _usage(data)
+        usage = chat_usage(data)
         message = _message(data, usage, settings.model)
         return self.respond(
             request,

@@ -37,7 +37,7 @@ from sim.llm.errors import LLMAPIError, LLMConfigurationError, LLMError, LLMInco
 from sim.llm.tools import LLMMessage, ToolCalls, response_json, schema_of, wire_call
 from sim.llm.types import AdapterResponse, Exchange, ModelRequest, Usage
 from sim.providers._adapter_common import refused, window_turns
-from sim.providers._openai_common import strict_schema, usage_from, validate_text
+from sim.providers._openai_common import responses_usage, strict_schema, validate_text
 from sim.providers._openai_errors import failures_or_odd, map_openai_error, post_failures
 from sim.providers._openai_family import FamilyOptions, Json, OpenAIFamilyAdapter
 from sim.providers._streaming import ResponsesAssembler
@@ -53,10 +53,6 @@ from sim.providers.profiles import OPENAI
 
 if TYPE_CHECKING:
     import openai
-
-
-def _usage(data: Json) -> Usage:
-    return usage_from(data, "input_tokens", "output_tokens")
 
 
 def _output_text(data: Json) -> str:
@@ -360,7 +356,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
         self, request: ModelRequest, data: Json, form: Form = "json_schema"
     ) -> AdapterResponse:
         settings = request.settings
-        usage = _usage(data)
+        usage = responses_usage(data)
         rid = str(data.get("id") or "")
         try:
             _check(data, usage, settings.model)
@@ -387,7 +383,7 @@ class OpenAIAdapter(OpenAIFamilyAdapter):
             )
         except failures_or_odd():
             return None
-        return _usage(data) if isinstance(data, dict) else None
+        return responses_usage(data) if isinstance(data, dict) else None
 
     async def _discard(self, response_id: str) -> None:
         """Delete a stored answer that failed our checks: no chain will ever point at it,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +46,7 @@ class RunState:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "running": self.running,
-            "pausing": self.pausing,
-            "ticks": self.ticks,
-            "done": self.done,
-            "tick": self.tick,
-            "phase": self.phase,
-            "phase_calls": self.phase_calls,
-            "phase_failed": self.phase_failed,
-            "calls": self.calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost": self.cost,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 class Busy(Exception):

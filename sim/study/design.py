@@ -51,6 +51,7 @@ from sim.runs.design import (
     run_name,
     shown_count,
 )
+from sim.safefs import read_capped
 from sim.storage.statefiles import MAX_TEXT
 from sim.study.network import NETWORK_FACTOR, ConditionNetwork, parse_spec, read_beside, read_edges
 from sim.world import MAX_SEED
@@ -328,13 +329,7 @@ def read_study(path: Path) -> Study:
         InputError: the file is missing, not TOML, or a field is wrong (file and field
             named); the world is missing; a factor, condition or survey is malformed.
     """
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(_MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > _MAX_FILE_BYTES:
-        raise InputError(path, None, f"larger than {_MAX_FILE_BYTES} bytes")
+    raw = read_capped(path, _MAX_FILE_BYTES)
     try:
         text = raw.decode("utf-8")
         data = tomllib.loads(text)

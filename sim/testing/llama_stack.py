@@ -35,9 +35,9 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
+from typing import BinaryIO
 
-from sim.testing.llama_server import MODEL, ModelUnavailable, free_port, wait_for_models
+from sim.testing.llama_server import MODEL, ModelUnavailable, ServerProcess
 
 #: the inference provider's id: the stack serves the model as ``PROVIDER/MODEL``
 PROVIDER = "llama-cpp"
@@ -130,7 +130,7 @@ def run_config(chat_url: str, folder: Path, max_tokens: int) -> dict[str, object
     }
 
 
-class LlamaStack:
+class LlamaStack(ServerProcess):
     """``with LlamaStack(python, chat_url) as base_url:`` a running stack's ``/v1`` URL.
 
     Args:
@@ -141,6 +141,10 @@ class LlamaStack:
         startup_seconds: how long the stack may take to list the model.
     """
 
+    what = "llama-stack"
+    #: the model's name at the stack
+    model = f"{PROVIDER}/{MODEL}"
+
     def __init__(
         self,
         python: Path,
@@ -150,19 +154,13 @@ class LlamaStack:
         max_tokens: int = 300,
         startup_seconds: float = 180.0,
     ) -> None:
-        self.python = python
+        self.folder = Path(tempfile.mkdtemp(prefix="sim-llama-stack-"))
+        super().__init__(python, self.folder / "stack.log", startup_seconds)
         self.chat_url = chat_url
         self.tiktoken = tiktoken
         self.max_tokens = max_tokens
-        self.startup_seconds = startup_seconds
-        self.process: subprocess.Popen[bytes] | None = None
-        self.folder = Path(tempfile.mkdtemp(prefix="sim-llama-stack-"))
-        self.log = self.folder / "stack.log"
-        self.base_url = ""
-        #: the model's name at the stack
-        self.model = f"{PROVIDER}/{MODEL}"
 
-    def __enter__(self) -> str:
+    def _check(self) -> None:
         if not self.python.is_file():
             raise ModelUnavailable(f"no llama-stack venv at {self.python} (run `make stack-env`)")
         if not (self.tiktoken / CL100K).is_file():
@@ -170,37 +168,24 @@ class LlamaStack:
                 f"no tiktoken cl100k_base file at {self.tiktoken / CL100K} (llama-stack's "
                 "Responses API loads it at start-up; set TIKTOKEN_CACHE_DIR to its folder)"
             )
+
+    def _launch(self, port: int, log: BinaryIO) -> subprocess.Popen[bytes]:
         config = self.folder / "run.yaml"  # JSON is YAML
         config.write_text(json.dumps(run_config(self.chat_url, self.folder, self.max_tokens)))
-        port = free_port()
         env = {
             **os.environ,
             "TIKTOKEN_CACHE_DIR": str(self.tiktoken),
             "LLAMA_STACK_CONFIG_DIR": str(self.folder / "home"),
         }
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [
-                    *(str(self.python), "-m", "llama_stack.cli.llama"),
-                    *("stack", "run", str(config), "--port", str(port)),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # its own process group: stop() ends all of it
-            )
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        try:
-            self._wait()
-        except BaseException:
-            self.stop()
-            raise
-        return self.base_url
-
-    def _wait(self) -> None:
-        assert self.process is not None
-        wait_for_models(
-            self.process, self.base_url, self.log, self.startup_seconds, "llama-stack", self.model
+        return subprocess.Popen(
+            [
+                *(str(self.python), "-m", "llama_stack.cli.llama"),
+                *("stack", "run", str(config), "--port", str(port)),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: stop() ends all of it
         )
 
     def stop(self) -> None:
@@ -217,11 +202,3 @@ class LlamaStack:
                 pass
             self.process = None
         shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -32,7 +32,13 @@ from typing import Any
 import orjson
 
 from sim.testing.stub_model import chat_chunks, responses_events
-from sim.testing.stub_server import StubServer, close_server, read_request, sse_frames
+from sim.testing.stub_server import (
+    StubServer,
+    client_connection,
+    close_server,
+    read_request,
+    sse_frames,
+)
 
 __all__ = ["RawRequest", "RawServer", "RawServerThread", "Reply", "head", "sse"]
 
@@ -140,13 +146,10 @@ class RawServer:
         await close_server(self._server, self._tasks)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
         self.connections += 1
         number = self.connections
         served = 0
-        try:
+        with client_connection(self._tasks, writer):
             while True:
                 method, target, headers, body = await read_request(reader)
                 served += 1
@@ -156,15 +159,6 @@ class RawServer:
                 await writer.drain()
                 if not keep:
                     break
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        except asyncio.CancelledError:  # shutdown
-            pass
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
 
 
 class RawServerThread:

@@ -59,7 +59,7 @@ import ssl as ssl_module
 import threading
 import uuid
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -374,6 +374,39 @@ async def close_server(server: asyncio.Server | None, tasks: set[asyncio.Task[No
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+#: how a client ends a connection: it goes away, or sends what is not HTTP/1.1
+CLIENT_GONE: tuple[type[Exception], ...] = (
+    asyncio.IncompleteReadError,
+    asyncio.LimitOverrunError,
+    ConnectionError,
+)
+
+
+@contextlib.contextmanager
+def client_connection(
+    tasks: set[asyncio.Task[None]],
+    writer: asyncio.StreamWriter,
+    quiet: tuple[type[Exception], ...] = CLIENT_GONE,
+) -> Iterator[None]:
+    """Around one connection's handling: its task in ``tasks`` (for ``close_server`` to
+    end) while it lasts, ``quiet`` (a client gone) and a shutdown ending it without a
+    word, the writer closed last."""
+    task = asyncio.current_task()
+    if task is not None:
+        tasks.add(task)
+    try:
+        yield
+    except quiet:
+        pass
+    except asyncio.CancelledError:  # shutdown: end this connection quietly
+        pass
+    finally:
+        if task is not None:
+            tasks.discard(task)
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
 class StubServer:
     """The server; ``start``/``close`` on a running loop, or ``ServerThread`` for tests."""
 
@@ -483,11 +516,8 @@ class StubServer:
     # ------------------------------------------------------------------ HTTP
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
         self.stats.connections += 1
-        try:
+        with client_connection(self._tasks, writer, (*CLIENT_GONE, ValueError)):
             while True:
                 method, target, headers, body = await read_request(reader)
                 path = target.split("?")[0]
@@ -526,20 +556,6 @@ class StubServer:
                 await writer.drain()
                 if headers.get("connection", "").lower() == "close":
                     break
-        except (
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            ConnectionError,
-            ValueError,
-        ):
-            pass
-        except asyncio.CancelledError:  # shutdown: end this connection quietly
-            pass
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
 
     async def _write_stream(self, writer: asyncio.StreamWriter, stream: _Stream) -> None:
         """Server-sent events in chunked transfer encoding (the connection stays open)."""

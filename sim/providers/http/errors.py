@@ -5,7 +5,8 @@ answer that is not valid HTTP, a certificate that did not verify, a stream cut s
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import aiohttp
 
@@ -92,6 +93,18 @@ STALE_FAILURES = (
 
 def stale_connection(exc: BaseException) -> bool:
     return isinstance(exc, STALE_FAILURES) and not isinstance(exc, aiohttp.ClientConnectorError)
+
+
+@contextmanager
+def failures_named(url: str) -> Iterator[None]:
+    """Around a request to ``url``: an aiohttp, socket or timeout failure raised as its
+    ``HttpPostError`` kind (``named_failure``); one of ours passes as it is."""
+    try:
+        yield
+    except HttpPostError:
+        raise
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise named_failure(exc, url) from exc
 
 
 def named_failure(exc: BaseException, url: str) -> HttpPostError:

@@ -18,12 +18,11 @@ from yarl import URL
 from sim.llm.errors import LLMConfigurationError
 from sim.providers.http.errors import (
     STALE_FAILURES,
-    HttpPostError,
     HttpProtocolError,
     HttpStatusError,
     HttpStreamCutError,
     HttpStreamError,
-    named_failure,
+    failures_named,
     stale_connection,
 )
 from sim.providers.http.target import IDEMPOTENCY_HEADER, Target, environment_proxy, shown_url
@@ -151,8 +150,9 @@ class Route:
         self._ssl: ssl.SSLContext | bool = shared_ssl_context() if needs_tls else True
         self._urls: dict[str, URL] = {}
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
+        #: the sessions by ``reuse``: the pooled one (keep-alive connections), and the one
+        #: that opens a connection for each request (a stale connection's retry)
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
         #: the loop the sessions were made on
         self._loop: asyncio.AbstractEventLoop | None = None
         #: stale keep-alive connections retried (for tests and the curious)
@@ -181,26 +181,26 @@ class Route:
             raise_for_status=False,
         )
 
-    def _pooled(self) -> aiohttp.ClientSession:
-        session = self._session
+    def _live(self, *, reuse: bool) -> aiohttp.ClientSession:
+        """The open session of this kind (``_new_session``) on the running loop."""
+        session = self._sessions.get(reuse)
         if session is None or session.closed or self._loop is not asyncio.get_running_loop():
             self._forget_other_loop()
-            session = self._session = self._new_session(reuse=True)
+            session = self._sessions[reuse] = self._new_session(reuse=reuse)
         return session
 
+    def _pooled(self) -> aiohttp.ClientSession:
+        return self._live(reuse=True)
+
     def _fresh_session(self) -> aiohttp.ClientSession:
-        session = self._fresh
-        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
-            self._forget_other_loop()
-            session = self._fresh = self._new_session(reuse=False)
-        return session
+        return self._live(reuse=False)
 
     def _forget_other_loop(self) -> None:
         """Sessions made on another loop (one that has ended) cannot be used or closed on
         this one: they are dropped, and new ones made here."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            self._session = self._fresh = None
+            self._sessions = {}
             self._loop = loop
 
     def _url(self, path: str) -> URL:
@@ -241,7 +241,7 @@ class Route:
         headers = self._with(idempotency_key)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        try:
+        with failures_named(shown):
             try:
                 return await self._post_once(self._pooled(), url, content, headers, timeout, shown)
             except STALE_FAILURES as exc:
@@ -254,10 +254,6 @@ class Route:
                 return await self._post_once(
                     self._fresh_session(), url, content, headers, left, shown
                 )
-        except HttpPostError:
-            raise
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise named_failure(exc, shown) from exc
 
     async def _post_once(
         self,
@@ -313,7 +309,7 @@ class Route:
         shown = self.shown + path
         url = self._url(path)
         headers = {**self._with(idempotency_key), "Accept": "text/event-stream"}
-        try:
+        with failures_named(shown):
             try:
                 response = await self._send(self._pooled(), "POST", url, content, headers, None)
             except STALE_FAILURES as exc:
@@ -331,10 +327,6 @@ class Route:
                     return
                 async for event in _events(response, shown):
                     yield event
-        except HttpPostError:
-            raise
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise named_failure(exc, shown) from exc
 
     async def request(
         self,
@@ -369,17 +361,13 @@ class Route:
                 content_type=upload.content_type,
             )
             data = form
-        try:
+        with failures_named(shown):
             async with await self._send(
                 self._pooled(), method, self._url(path), data, headers, timeout
             ) as response:
                 body = await response.read()
                 _check_status(response, body, shown)
                 return body
-        except HttpPostError:
-            raise
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise named_failure(exc, shown) from exc
 
     async def get(self, path: str, timeout: float, max_bytes: int) -> bytes | None:
         """GET ``path`` (absolute, on the base URL's scheme and host: llama.cpp serves
@@ -408,15 +396,15 @@ class Route:
     @property
     def open(self) -> bool:
         """Whether it holds a session (connections may be open): until ``aclose``."""
-        return any(s is not None and not s.closed for s in (self._session, self._fresh))
+        return any(not s.closed for s in self._sessions.values())
 
     async def aclose(self) -> None:
         """Close the connections (on the loop that used them)."""
         if self._loop is asyncio.get_running_loop():
-            for session in (self._session, self._fresh):
-                if session is not None and not session.closed:
+            for session in self._sessions.values():
+                if not session.closed:
                     await session.close()
-        self._session = self._fresh = None
+        self._sessions = {}
 
 
 def _check_status(response: aiohttp.ClientResponse, body: bytes, shown: str) -> None:
