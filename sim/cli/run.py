@@ -24,6 +24,7 @@ from sim.cli.common import (
     build_config,
     count_option,
     echo,
+    printable,
     secho,
 )
 from sim.cli.jsonout import (
@@ -409,6 +410,23 @@ class TerminalApprover:
         return Approval(approved, "terminal", "" if approved else "answered no at the prompt")
 
 
+def moved_lines(result: TickResult, width: int = 88) -> list[str]:
+    """``moved: Name (From → To), ...``: who moved this tick, by name, wrapped at ``width``
+    between moves (a move is never split). The names are world text: shown escaped
+    (``printable``, as ``echo`` shows them), so the width is what the terminal gets."""
+    lines: list[str] = []
+    line = "moved:"
+    for i, (name, a, b) in enumerate(result.moves_by_name()):
+        move = printable(f"{name} ({a} → {b})")
+        if i and len(line) + 2 + len(move) > width:
+            lines.append(line + ",")
+            line = " " * len("moved: ") + move
+        else:
+            line = f"{line}{',' if i else ''} {move}"
+    lines.append(line)
+    return lines
+
+
 def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozenset()) -> None:
     """A committed tick on stdout: notes, each place's narrative (but those in
     ``streamed``, shown as they were written), moves, fallbacks and the calls table."""
@@ -428,8 +446,9 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
         secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
         echo(textwrap.fill(text, width=88))
     if result.moved:
-        moves = ", ".join(f"{cid} {a}→{b}" for cid, a, b in result.moved)
-        echo(f"\nmoved: {moves}")
+        echo()
+        for line in moved_lines(result):
+            echo(line)
     for report in result.reports:
         for entity_key, reason in report.errors.items():
             echo(f"fallback: {report.name} {entity_key}: {reason}")

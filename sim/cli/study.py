@@ -215,6 +215,11 @@ def report_(
 @click.option(
     "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="The bootstrap's seed."
 )
+@click.option(
+    "--unverified",
+    is_flag=True,
+    help="Compare the arms of a study that does not verify (sim study verify); the output says so.",
+)
 @JSON_OPTION
 def compare_(
     study_dir: Path,
@@ -225,17 +230,22 @@ def compare_(
     correction: str,
     reference: Path | None,
     seed: int,
+    unverified: bool,
     as_json: bool,
 ) -> None:
     """Test each condition against the first (or against real data, --reference): a named
     test, its p value adjusted for every comparison, a bootstrap interval and an effect
     size per field and tick (needs scipy: pip install 'sim[analysis]'). See
-    docs/analysis.md."""
+    docs/analysis.md.
+
+    A study that does not verify (sim study verify) is refused unless --unverified."""
     from sim.analysis.compare import compare_lines, compare_study
+    from sim.study.verify import require_verified
 
     with json_errors("study compare", as_json):
         if reference is not None and fields:
             raise InputError(None, "--field", "the reference file names the fields")
+        problems = require_verified(study_dir, unverified)
         result = compare_study(
             study_dir,
             fields,
@@ -246,9 +256,25 @@ def compare_(
             reference=reference,
             seed=seed,
         )
+        if problems:
+            result.notes.insert(
+                0,
+                f"UNVERIFIED: the study does not verify ({counted(len(problems), 'problem')}: "
+                f"sim study verify {study_dir}); compared as asked (--unverified)",
+            )
         if as_json:
-            emit({"command": "study compare", "ok": True, **result.to_dict()})
+            emit(
+                {
+                    "command": "study compare",
+                    "ok": True,
+                    "verified": not problems,
+                    **result.to_dict(),
+                }
+            )
             return
+        if problems:
+            found = counted(len(problems), "problem")
+            echo(f"UNVERIFIED study ({found}: sim study verify {study_dir})")
         for line in compare_lines(result):
             echo(line)
         for note in result.notes:

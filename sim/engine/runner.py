@@ -62,7 +62,10 @@ class TickResult:
     location_names: dict[str, str]
     reports: list[PhaseReport]
     elapsed: float
+    #: (character id, from location id, to location id) for each character who moved
     moved: list[tuple[str, str, str]] = field(default_factory=list)
+    #: character id -> name, as the tick left them (``location_names`` for the places)
+    character_names: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     resumed_calls: int = 0
@@ -86,11 +89,23 @@ class TickResult:
             total = total + report.usage
         return total
 
+    def moves_by_name(self) -> list[tuple[str, str, str]]:
+        """``moved`` with names for ids (an id without a name stays as it is)."""
+        return [
+            (
+                self.character_names.get(cid, cid),
+                self.location_names.get(a, a),
+                self.location_names.get(b, b),
+            )
+            for cid, a, b in self.moved
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "tick": self.tick,
             "narratives": self.narratives,
             "moved": [list(m) for m in self.moved],
+            "moved_names": [list(m) for m in self.moves_by_name()],
             "phases": [r.to_dict() for r in self.reports],
             "calls": self.calls,
             "failures": self.failures,
@@ -623,5 +638,6 @@ class Runner:
             for cid, c in world.characters.items()
             if c["state"]["location"] != start_locations[cid]
         ]
+        result.character_names = {cid: c["identity"]["name"] for cid, c in world.characters.items()}
         result.elapsed = time.perf_counter() - started
         return result

@@ -4,8 +4,9 @@ Every arm the study's record names must be there, and nothing else; each arm (an
 shared prefix) is checked against its own tick logs and answer records
 (``sim.runs.verify``: a hand-edited world file, an edited or missing answer line), must
 have reached the study's last tick, must record the study's inputs, and must hold every
-character's answer to every survey due by its tick. ``sim study report`` and ``sim export
---study`` refuse a study that does not verify unless told ``--unverified``.
+character's answer to every survey due by its tick. ``sim study report``, ``sim study
+compare`` and ``sim export --study`` refuse a study that does not verify unless told
+``--unverified``.
 """
 
 from __future__ import annotations

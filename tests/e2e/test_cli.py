@@ -9,6 +9,8 @@ from click.testing import CliRunner
 from conftest import tree
 
 from sim.cli import main
+from sim.cli.run import moved_lines
+from sim.engine.runner import TickResult
 from sim.storage import Storage
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
@@ -48,6 +50,61 @@ def test_tick_prints_narratives_and_summary(demo_world: Path) -> None:
         assert phase in result.output
     assert "wall" in result.output
     assert Storage(demo_world).load().tick == 2
+
+
+def test_tick_names_who_moved_and_where(demo_world: Path) -> None:
+    """The moves of a tick are printed by name (``Ada (Quay → Chapel)``), not by id; the
+    --json line keeps the ids in ``moved`` and gives the names beside them."""
+    for _ in range(6):  # the demo's first move comes within a few ticks
+        before = Storage(demo_world).load()
+        result = invoke("tick", "--world", str(demo_world))
+        assert result.exit_code == 0, result.output
+        after = Storage(demo_world).load()
+        moves = [
+            (c["identity"]["name"], before.characters[cid]["state"]["location"], where)
+            for cid, c in after.characters.items()
+            if (where := c["state"]["location"]) != before.characters[cid]["state"]["location"]
+        ]
+        if moves:
+            break
+    assert moves, "nobody moved in six ticks"
+    names = {lid: loc["identity"]["name"] for lid, loc in after.locations.items()}
+    shown = [line for line in result.output.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(shown) if line.startswith("moved: "))
+    text = " ".join(line.strip() for line in shown[start:] if not line.startswith("phase"))
+    for name, a, b in moves:
+        assert f"{name} ({names[a]} → {names[b]})" in text, result.output
+        assert f"{a}→{b}" not in result.output
+    result = invoke("tick", "--world", str(demo_world), "--ticks", "3", "--json")
+    assert result.exit_code == 0, result.output
+    documents = [orjson.loads(line) for line in result.output.splitlines() if line[:1] == "{"]
+    assert len(documents) == 3 and any(d["moved"] for d in documents), result.output
+    world = Storage(demo_world).load()
+    places = {lid: loc["identity"]["name"] for lid, loc in world.locations.items()}
+    people = {cid: c["identity"]["name"] for cid, c in world.characters.items()}
+    for document in documents:
+        assert document["moved_names"] == [
+            [people[cid], places[a], places[b]] for cid, a, b in document["moved"]
+        ]
+
+
+def test_the_moves_wrap_between_moves_never_inside_one() -> None:
+    result = TickResult(
+        1,
+        {},
+        {f"l{i}": f"Place Number {i}" for i in range(9)},
+        [],
+        0.0,
+        moved=[(f"c{i}", f"l{i}", f"l{i + 1}") for i in range(8)],
+        character_names={f"c{i}": f"Someone Called {i}" for i in range(8)},
+    )
+    lines = moved_lines(result)
+    assert len(lines) > 2 and all(len(line) <= 88 for line in lines), lines
+    assert lines[0].startswith("moved: Someone Called 0 (Place Number 0 → Place Number 1),")
+    moves = [m.strip() for line in lines for m in line.removeprefix("moved:").split(",") if m]
+    assert moves == [
+        f"Someone Called {i} (Place Number {i} → Place Number {i + 1})" for i in range(8)
+    ]
 
 
 def test_tick_with_depth_and_concurrency_flags(demo_world: Path) -> None:

@@ -182,3 +182,28 @@ def test_the_report_and_the_export_refuse_an_unverified_study(study: Path) -> No
     assert not Path("tables").exists()
     code, output = sim("export", "--study", str(study), "--out", "tables", "--unverified")
     assert code == 0 and "UNVERIFIED" in output, output
+
+
+def test_compare_refuses_a_hand_edited_study_unless_told_unverified(study: Path) -> None:
+    pytest.importorskip("scipy")
+    code, output = sim("study", "compare", str(study))
+    assert code == 0 and "UNVERIFIED" not in output, output
+    assert orjson.loads(sim("study", "compare", str(study), "--json")[1])["verified"] is True
+    path = _character(study / "announce" / "seed-2")
+    data = orjson.loads(path.read_bytes())
+    data["state"]["mood"] = "furious"
+    path.write_bytes(dump_json(data))
+    code, output = sim("study", "compare", str(study))
+    assert code == 2 and "does not verify" in output and "--unverified" in output, output
+    assert "announce/seed-2" in output and f"characters/{path.name}" in output, output
+    assert "p_adj" not in output
+    code, output = sim("study", "compare", str(study), "--json")
+    document = orjson.loads(output.splitlines()[-1])
+    assert code == 2 and document["ok"] is False and "does not verify" in output, output
+    code, output = sim("study", "compare", str(study), "--unverified")
+    assert code == 0 and "UNVERIFIED study (1 problem" in output and "p_adj" in output, output
+    assert "compared as asked (--unverified)" in output
+    code, output = sim("study", "compare", str(study), "--unverified", "--json")
+    document = orjson.loads(output.splitlines()[-1])
+    assert code == 0 and document["verified"] is False and document["comparisons"], output
+    assert document["notes"][0].startswith("UNVERIFIED: the study does not verify")

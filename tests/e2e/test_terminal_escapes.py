@@ -80,6 +80,9 @@ def test_no_command_sends_a_control_character_to_the_terminal(hostile_world: Pat
     assert b"\\x1b]0;PWNED\\x07" in runs["tick"].stdout
     assert b"\\x1b]0;PWNED\\x07" in runs["log"].stdout
     assert b"\\u202etxt.exe\\u202a" in runs["tick"].stdout
+    # who moved is named, escaped as every name is
+    moved = [line for line in runs["tick"].stdout.splitlines() if line.startswith(b"moved: ")]
+    assert moved and b"\\x1b]0;PWNED\\x07" in moved[0], runs["tick"].stdout[-3000:]
     assert b"PWNED" in runs["ask"].stdout
 
 
