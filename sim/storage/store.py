@@ -358,17 +358,7 @@ class Storage:
         overlay = self.pending_files()
         problems: list[InputError] = []
         originals: dict[str, bytes] = {}
-        meta_path = self.root / "world.json"
-        meta: Entity | None = None
-        meta_raw = overlay.get("world.json")
-        if meta_raw is None:
-            meta_raw = self._read("world.json", problems)
-            if meta_raw is None and not problems:
-                problems.append(InputError(meta_path, None, "world.json is missing"))
-        if meta_raw is not None:
-            meta = self._parse(meta_path, meta_raw, WorldMeta, problems)
-            if meta is not None:
-                originals["world.json"] = meta_raw
+        meta = self._meta(overlay, problems, originals)
         characters, bad_characters = self._read_kind(
             "characters", Character, problems, originals, overlay
         )
@@ -428,6 +418,44 @@ class Storage:
             raise InvalidWorld(problems)
         assert meta is not None
         return World(self.root, meta, characters, locations, originals)
+
+    def _meta(
+        self,
+        overlay: Mapping[str, bytes | None],
+        problems: list[InputError],
+        originals: dict[str, bytes],
+    ) -> Entity | None:
+        """``world.json`` validated (the pending journal's, if it writes one)."""
+        meta_path = self.root / "world.json"
+        meta_raw = overlay.get("world.json")
+        if meta_raw is None:
+            meta_raw = self._read("world.json", problems)
+            if meta_raw is None and not problems:
+                problems.append(InputError(meta_path, None, "world.json is missing"))
+        if meta_raw is None:
+            return None
+        meta = self._parse(meta_path, meta_raw, WorldMeta, problems)
+        if meta is not None:
+            originals["world.json"] = meta_raw
+        return meta
+
+    def load_meta(self) -> Entity:
+        """``world.json`` alone, validated as ``load`` validates it, without reading an
+        entity (``sim serve`` refuses a world whose folder or ``world.json`` is bad before
+        it serves, and loads the rest after). Writes nothing.
+
+        Raises:
+            InputError: the world folder is missing.
+            InvalidWorld: ``world.json`` is missing or invalid (each problem named).
+            CorruptJournal: the pending journal cannot be applied.
+        """
+        if not self.root.is_dir():
+            raise InputError(self.root, None, "world folder not found")
+        problems: list[InputError] = []
+        meta = self._meta(self.pending_files(), problems, {})
+        if meta is None or problems:
+            raise InvalidWorld(problems)
+        return meta
 
     def _rel(self, path: Path) -> str:
         try:
