@@ -285,3 +285,28 @@ async def test_a_big_worlds_answer_is_bounded(tmp_path: Path, monkeypatch: pytes
     drawn = {n["id"] for n in net["nodes"]}
     assert all(e["a"] in drawn and e["b"] in drawn for e in net["edges"])
     assert len(net["edges"]) <= views.NETWORK_TIES
+
+
+async def test_the_servers_loads_keep_the_users_entity_size_limit(world: Path):
+    """``[limits] max_entity_bytes`` holds for the server's own loads too (they once read
+    the world with the default limit): a file over it is named, and nothing of it shown."""
+    big = world / "characters" / "ada.json"
+    files = [*world.glob("characters/*.json"), *world.glob("locations/*.json")]
+    limit = max(1024, *(f.stat().st_size for f in files))
+    data = orjson.loads(big.read_bytes())
+    data["identity"]["description"] = "x" * limit
+    big.write_bytes(orjson.dumps(data))
+    config = build_config(None, world)
+    limits = config.limits.model_copy(update={"max_entity_bytes": limit})
+    config = config.model_copy(update={"limits": limits})
+    app = make_app(Settings(world, config, TOKEN))
+    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        answer = await client.get("/api/world", headers=BEARER)
+        assert answer.status == 422
+        problems = (await answer.json())["load"]["problems"]
+    finally:
+        await client.close()
+    assert [p["file"] for p in problems] == ["characters/ada.json"]
+    assert "max_entity_bytes" in problems[0]["problem"]
