@@ -153,9 +153,10 @@ async def test_a_world_that_does_not_validate_is_shown_as_its_problems_then_relo
         await client.close()
 
 
-def _held_serve(world: Path, gate: Path) -> tuple[subprocess.Popen[str], str]:
-    """``sim serve`` in a process of its own whose world's load waits for ``gate`` to
-    exist (what a big world's seconds of loading look like, without a big world)."""
+def held_load(gate: Path) -> list[str]:
+    """The command line of a ``sim`` whose world's load waits for ``gate`` to exist (what
+    a big world's seconds of loading look like, without a big world); ``sim``'s arguments
+    follow."""
     code = (
         "import pathlib, time\n"
         "from sim.storage import store\n"
@@ -170,8 +171,13 @@ def _held_serve(world: Path, gate: Path) -> tuple[subprocess.Popen[str], str]:
         "from sim.cli import main\n"
         "main(prog_name='sim')\n"
     )
+    return [sys.executable, "-c", code]
+
+
+def _held_serve(world: Path, gate: Path) -> tuple[subprocess.Popen[str], str]:
+    """``sim serve`` in a process of its own whose world's load waits for ``gate``."""
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--world", str(world)],
+        [*held_load(gate), "serve", "--world", str(world)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
