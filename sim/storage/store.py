@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ from sim.world import (
 )
 
 ENTITY_KINDS = ("characters", "locations")
+#: entity files checked between two reports of a load's progress (``Storage.load``)
+PROGRESS_EVERY = 1000
 #: default size limit of one entity file (``[limits] max_entity_bytes``)
 MAX_ENTITY_BYTES = 8 * 1024 * 1024
 #: the setting of that limit, as a size error names it
@@ -322,11 +324,16 @@ class Storage:
         problems: list[InputError],
         originals: dict[str, bytes],
         overlay: Mapping[str, bytes | None],
+        progress: Callable[[int], None] | None = None,
     ) -> tuple[dict[str, Entity], set[str]]:
-        """Valid entities by id, and the ids of files that exist but are invalid."""
+        """Valid entities by id, and the ids of files that exist but are invalid;
+        ``progress`` is told every ``PROGRESS_EVERY`` files checked, and at the end."""
         out: dict[str, Entity] = {}
         invalid: set[str] = set()
-        for rel, raw in self._sources(kind, overlay, problems).items():
+        sources = self._sources(kind, overlay, problems)
+        for done, (rel, raw) in enumerate(sources.items()):
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done)
             path = self.root / rel
             entity = self._parse(path, raw, model, problems)
             if entity is None:
@@ -345,13 +352,17 @@ class Storage:
                 continue
             out[entity_id] = entity
             originals[rel] = raw
+        if progress is not None:
+            progress(len(sources))
         return out, invalid
 
-    def load(self) -> World:
+    def load(self, progress: Callable[[int], None] | None = None) -> World:
         """Load and validate the world; raise ``InvalidWorld`` listing every problem.
 
         Writes nothing. A committed tick still waiting in the journal (after a crash) is
         read from the journal, so the world is seen wholly at its newest committed tick.
+        ``progress`` is told how many entity files have been checked so far, now and then
+        (``sim serve`` shows it while a big world loads).
         """
         if not self.root.is_dir():
             raise InputError(self.root, None, "world folder not found")
@@ -359,11 +370,20 @@ class Storage:
         problems: list[InputError] = []
         originals: dict[str, bytes] = {}
         meta = self._meta(overlay, problems, originals)
+        checked = seen = 0  # files checked: of the kinds before, and so far
+
+        def told(done: int) -> None:
+            nonlocal seen
+            seen = checked + done
+            if progress is not None:
+                progress(seen)
+
         characters, bad_characters = self._read_kind(
-            "characters", Character, problems, originals, overlay
+            "characters", Character, problems, originals, overlay, told
         )
+        checked = seen
         locations, bad_locations = self._read_kind(
-            "locations", Location, problems, originals, overlay
+            "locations", Location, problems, originals, overlay, told
         )
         known_locations = set(locations) | bad_locations
 

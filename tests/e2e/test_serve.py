@@ -865,9 +865,9 @@ async def test_the_world_loaded_at_start_serves_the_first_request(
     real = loading.Storage
 
     class Counting(real):  # type: ignore[misc, valid-type]
-        def load(self) -> Any:
+        def load(self, *args: Any, **kwargs: Any) -> Any:
             loads.append(self.root)
-            return super().load()
+            return super().load(*args, **kwargs)
 
     monkeypatch.setattr(loading, "Storage", Counting)
     config = build_config(None, world)

@@ -410,7 +410,10 @@ def test_the_page_says_loading_until_the_world_has_loaded(browser: Browser, tmp_
         problems: list[str] = []
         page.on("pageerror", lambda error: problems.append(str(error)))
         page.goto(served.url)
-        expect(page.locator("#load-text")).to_have_text(re.compile("^Loading the world"))
+        files = len([*world.glob("characters/*.json"), *world.glob("locations/*.json")])
+        expect(page.locator("#load-text")).to_have_text(
+            re.compile(rf"^Loading the world .*: 0 of {files} files checked")
+        )
         expect(page.locator("main")).to_be_hidden()
         gate.touch()
         expect(page.locator("#people-count")).to_have_text("10", timeout=30_000)

@@ -74,9 +74,9 @@ async def test_the_api_says_loading_until_the_world_is_loaded_then_answers(
     real = loading.Storage
 
     class Held(real):  # type: ignore[misc, valid-type]
-        def load(self) -> Any:
+        def load(self, *args: Any, **kwargs: Any) -> Any:
             assert go.wait(60), "the test never let the load go"
-            return super().load()
+            return super().load(*args, **kwargs)
 
     monkeypatch.setattr(loading, "Storage", Held)
     monkeypatch.setattr(loading, "WAIT", 0.05)
@@ -87,6 +87,8 @@ async def test_the_api_says_loading_until_the_world_is_loaded_then_answers(
         assert answer.headers["Retry-After"] == "1"
         body = await answer.json()
         assert body["load"]["state"] == "loading" and "loading" in body["error"]
+        files = len([*world.glob("characters/*.json"), *world.glob("locations/*.json")])
+        assert (body["load"]["files"], body["load"]["checked"]) == (files, 0)
         for path in ("/api/network", "/api/characters/ada", "/api/history", "/api/ticks/1"):
             assert (await client.get(path, headers=BEARER)).status == 503, path
         inject = {"everywhere": True, "text": "A bell rings."}
@@ -161,12 +163,12 @@ def held_load(gate: Path) -> list[str]:
         "import pathlib, time\n"
         "from sim.storage import store\n"
         "real = store.Storage.load\n"
-        "def held(self):\n"
+        "def held(self, *args, **kwargs):\n"
         f"    gate = pathlib.Path({str(gate)!r})\n"
         "    deadline = time.monotonic() + 120\n"
         "    while not gate.exists() and time.monotonic() < deadline:\n"
         "        time.sleep(0.02)\n"
-        "    return real(self)\n"
+        "    return real(self, *args, **kwargs)\n"
         "store.Storage.load = held\n"
         "from sim.cli import main\n"
         "main(prog_name='sim')\n"

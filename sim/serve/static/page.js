@@ -18,6 +18,7 @@ const state = {
   selected: null,
   running: false,
   loading: false, // the world is being loaded, or did not load (GET /api/world: 503, 422)
+  asking: null, // the next GET /api/world while the world loads
 };
 
 function $(id) { return document.getElementById(id); }
@@ -742,8 +743,9 @@ function showLoad(load) {
   box.hidden = load.state === "ready";
   box.classList.toggle("error", load.state === "invalid");
   document.querySelector("main").hidden = load.state !== "ready";
+  const checked = load.files ? `: ${load.checked.toLocaleString("en")} of ${load.files.toLocaleString("en")} files checked` : "";
   $("load-text").textContent = load.state === "loading"
-    ? "Loading the world: every file is read and validated…"
+    ? `Loading the world (every file is read and validated)${checked}…`
     : load.state === "invalid"
       ? `This world could not be loaded (${load.problems.length || 1} ` +
         `problem${load.problems.length > 1 ? "s" : ""}); fix the files and it is loaded again:`
@@ -775,6 +777,10 @@ async function openWorld() {
     if (error.load && error.load.state !== "ready") {
       state.loading = true;
       showLoad(error.load);
+      // ask again while it loads (each answer comes after a wait, with the progress)
+      if (error.load.state === "loading" && !state.asking) {
+        state.asking = setTimeout(() => { state.asking = null; openWorld(); }, 250);
+      }
       return;
     }
     $("status").textContent = error.message;
