@@ -3,6 +3,10 @@
     python -m bench.serve [--characters 1000] [--ticks 20]
     python -m bench.serve --open-only --characters 100000 [--places 500] [--world DIR]
 
+``--open-only`` times a big world's opening: the address line, the first ``/api/world``
+answer (503 "loading" while the world loads in the background) and its first 200, the
+page's requests, chromium until the page shows the world, and the server's peak memory.
+
 Builds the world offline (``bench/history.py build``), starts ``sim serve --read-only`` as
 its own process, and measures over HTTP on 127.0.0.1 (a fresh connection per request, as
 a browser opening the page): the page and its two files, ``/api/world`` and
