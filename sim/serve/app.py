@@ -457,7 +457,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     ``loaded`` (a load in the background ended: ready or invalid), ``run``, ``phase``,
     ``progress``, ``tick`` (a tick this server ran committed) and ``world`` (the world's
     tick changed, whoever ran it)."""
-    hub = request.app[HUB]
+    hub, settings = request.app[HUB], request.app[SETTINGS]
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
@@ -467,9 +467,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     hub.listeners.add(queue)
     try:
         hello = {
-            "tick": views.world_tick(request.app[SETTINGS].world_dir),
+            "tick": views.world_tick(settings.world_dir),
             "run": request.app[DRIVER].state.to_dict(),
-            "load": request.app[CACHE].status.to_dict(),
+            # a study's or a sweep's folder has no world to load
+            "load": None if settings.runs else request.app[CACHE].status.to_dict(),
         }
         await response.write(_event("hello", hello))
         while True:

@@ -292,6 +292,7 @@ class WorldCache:
                 return self._world, self._derived
             failed = self._failed
             if failed is None:  # changed since it was loaded (or never loaded): load now
+                self._world, self._derived = None, {}  # not held beside its next load
                 self._load()
                 if self._world is None:
                     raise Unloadable(self._status)

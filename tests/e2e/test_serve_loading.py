@@ -155,6 +155,39 @@ async def test_a_world_that_does_not_validate_is_shown_as_its_problems_then_relo
         await client.close()
 
 
+async def test_a_loaded_world_broken_while_served_is_shown_as_its_problems(world: Path):
+    """A loaded world whose files change into an invalid world: the next request is a 422
+    naming the file, the ``loaded`` event says ``invalid``; fixed, it is loaded again."""
+    client = await _client(world)
+    path = world / "characters" / "ada.json"
+    good = path.read_bytes()
+
+    def replace_with(data: bytes) -> None:  # as an editor saves: a new file renamed over
+        spare = world / "characters" / "ada.json.new"
+        spare.write_bytes(data)
+        os.replace(spare, path)
+
+    try:
+        assert (await client.get("/api/world", headers=BEARER)).status == 200
+        async with client.get("/api/events", headers=BEARER) as events:
+            assert (await _event(events, "hello"))["load"]["state"] == "ready"
+            broken = orjson.loads(good)
+            broken["state"]["location"] = "atlantis"
+            replace_with(orjson.dumps(broken))
+            answer = await client.get("/api/world", headers=BEARER)
+            assert answer.status == 422
+            problems = (await answer.json())["load"]["problems"]
+            assert [(p["file"], p["field"]) for p in problems] == [
+                ("characters/ada.json", "state.location")
+            ]
+            assert (await _event(events, "loaded"))["state"] == "invalid"
+            replace_with(good)
+            assert (await _event(events, "loaded"))["state"] == "ready"
+        assert (await client.get("/api/world", headers=BEARER)).status == 200
+    finally:
+        await client.close()
+
+
 def held_load(gate: Path) -> list[str]:
     """The command line of a ``sim`` whose world's load waits for ``gate`` to exist (what
     a big world's seconds of loading look like, without a big world); ``sim``'s arguments
