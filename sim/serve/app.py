@@ -123,7 +123,8 @@ class Settings:
     #: the world as the caller loaded it, and its stamp taken before (``WorldCache.prime``);
     #: ``None``: the server loads it in the background as it starts
     loaded: tuple[World, tuple[int, ...]] | None = None
-    #: told how the world's load in the background ended (on the loading thread)
+    #: told how a load of the world in the background ended, or how another turned it
+    #: from ready to invalid or back (on the loading thread: ``WorldCache.on_loaded``)
     on_loaded: Callable[[loading.Status], None] | None = None
 
 
@@ -390,8 +391,8 @@ async def get_world(request: web.Request) -> web.StreamResponse:
     cache = request.app[CACHE]
 
     def read() -> dict[str, Any]:
-        places = cache.derived("places", views.places_view)
-        view = views.world_view(cache.get(), offset, limit, places)
+        world, places = cache.derived("places", views.places_view)
+        view = views.world_view(world, offset, limit, places)
         view["read_only"] = request.app[SETTINGS].read_only
         view["run"] = request.app[DRIVER].state.to_dict()
         return view
@@ -401,7 +402,7 @@ async def get_world(request: web.Request) -> web.StreamResponse:
 
 async def get_network(request: web.Request) -> web.StreamResponse:
     cache = request.app[CACHE]
-    view = await asyncio.to_thread(cache.derived, "network", views.network_view)
+    _, view = await asyncio.to_thread(cache.derived, "network", views.network_view)
     return web.json_response(view, dumps=_dumps)
 
 

@@ -322,9 +322,9 @@ class WorldCache:
         """
         return self._current()[0]
 
-    def derived(self, name: str, make: Callable[[World], Any]) -> Any:
-        """``make(world)`` for the world as it is now, computed once per load."""
+    def derived(self, name: str, make: Callable[[World], Any]) -> tuple[World, Any]:
+        """The world as it is now and ``make(world)``, computed once per load."""
         world, kept = self._current()
         if name not in kept:
             kept[name] = make(world)
-        return kept[name]
+        return world, kept[name]
