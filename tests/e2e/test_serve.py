@@ -883,10 +883,10 @@ async def test_the_world_loaded_at_start_serves_the_first_request(
             assert len(loads) == expected
         finally:
             await served.close()
+    loads.clear()
     served = TestClient(TestServer(make_app(Settings(world, config, TOKEN)), host="127.0.0.1"))
     await served.start_server()
     try:
-        loads.clear()
         # no tick logged: no history read (it would load the world again), books null
         ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
         assert ada["books"] is None and ada["recalled"] is None
