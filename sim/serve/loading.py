@@ -94,10 +94,15 @@ class Status:
     #: while loading: the entity files there are, and how many were checked so far
     files: int | None = None
     checked: int = 0
+    #: the world's name and tick, from its ``world.json`` (validated first, on its own)
+    name: str | None = None
+    tick: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "state": self.state,
+            "name": self.name,
+            "tick": self.tick,
             "files": self.files,
             "checked": self.checked,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
@@ -211,7 +216,10 @@ class WorldCache:
         stamp = _stamp(self.world_dir)
         started = time.perf_counter()
         if background:
-            self._status = Status("loading", files=_entity_files(self.world_dir))
+            name, tick = self._meta()
+            self._status = Status(
+                "loading", files=_entity_files(self.world_dir), name=name, tick=tick
+            )
 
         def progress(checked: int) -> None:
             if background:
@@ -233,6 +241,15 @@ class WorldCache:
         if self.on_loaded is not None and (background or self._status.state != before):
             self.on_loaded(self._status)
         return self._status
+
+    def _meta(self) -> tuple[str | None, int | None]:
+        """The world's name and tick from its ``world.json`` alone, validated (``None``s:
+        it does not validate; the load names the problem)."""
+        try:
+            meta = Storage(self.world_dir, self.max_entity_bytes).load_meta()
+        except (SimError, OSError, RecursionError):
+            return None, None
+        return str(meta.get("name") or self.world_dir.name), int(meta["tick"])
 
     def _fail(
         self, stamp: tuple[int, ...], error: str, problems: tuple[Problem, ...], started: float

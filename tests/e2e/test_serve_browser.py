@@ -415,6 +415,9 @@ def test_the_page_says_loading_until_the_world_has_loaded(browser: Browser, tmp_
             re.compile(rf"^Loading the world .*: 0 of {files} files checked")
         )
         expect(page.locator("main")).to_be_hidden()
+        # world.json is validated on its own first: its name and tick show while loading
+        expect(page.locator("#world-name")).to_have_text("Saltglass Isle: The Lantern Tide")
+        expect(page.locator("#world-tick")).to_have_text("tick 0")
         gate.touch()
         expect(page.locator("#people-count")).to_have_text("10", timeout=30_000)
         expect(page.locator("#load")).to_be_hidden()

@@ -89,6 +89,8 @@ async def test_the_api_says_loading_until_the_world_is_loaded_then_answers(
         assert body["load"]["state"] == "loading" and "loading" in body["error"]
         files = len([*world.glob("characters/*.json"), *world.glob("locations/*.json")])
         assert (body["load"]["files"], body["load"]["checked"]) == (files, 0)
+        assert body["load"]["name"] == "Saltglass Isle: The Lantern Tide"
+        assert body["load"]["tick"] == 0
         for path in ("/api/network", "/api/characters/ada", "/api/history", "/api/ticks/1"):
             assert (await client.get(path, headers=BEARER)).status == 503, path
         inject = {"everywhere": True, "text": "A bell rings."}

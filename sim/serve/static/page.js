@@ -739,6 +739,10 @@ async function watchRuns(first) {
 // Where the load stands ("loading", "ready" or "invalid": each problem named), as the
 // server tells it: a 503 or 422 answer, the `hello` and `loaded` events.
 function showLoad(load) {
+  if (load.name) {  // from world.json, validated before the rest
+    $("world-name").textContent = load.name;
+    $("world-tick").textContent = `tick ${load.tick}`;
+  }
   const box = $("load");
   box.hidden = load.state === "ready";
   box.classList.toggle("error", load.state === "invalid");
