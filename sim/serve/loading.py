@@ -14,6 +14,7 @@ kept until its files change (``_stamp``); then the next request loads it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -239,7 +240,8 @@ class WorldCache:
         else:
             self._keep(world, stamp, time.perf_counter() - started)
         if self.on_loaded is not None and (background or self._status.state != before):
-            self.on_loaded(self._status)
+            with contextlib.suppress(OSError):  # a terminal gone: the page is still told
+                self.on_loaded(self._status)
         return self._status
 
     def _meta(self) -> tuple[str | None, int | None]:
