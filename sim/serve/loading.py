@@ -189,7 +189,6 @@ class WorldCache:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: held while a load in the background is started
     _gate: threading.Lock = field(default_factory=threading.Lock)
-    _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         self._idle.set()
@@ -282,8 +281,8 @@ class WorldCache:
             finally:
                 self._idle.set()
 
-        self._thread = threading.Thread(target=run, name="sim-serve-load", daemon=True)
-        self._thread.start()
+        # a daemon: stopping the server does not wait for a load (it writes nothing)
+        threading.Thread(target=run, name="sim-serve-load", daemon=True).start()
 
     async def ready(self, wait: float | None = None) -> None:
         """Wait up to ``wait`` seconds (``WAIT``) for a load running in the background.
@@ -296,10 +295,6 @@ class WorldCache:
             if time.monotonic() >= deadline:
                 raise Loading(self._status)
             await asyncio.sleep(POLL)
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def _current(self) -> tuple[World, dict[str, Any]]:
         """The world as its files are now, and what was derived from it so far."""
