@@ -158,7 +158,7 @@ def _location(entity: dict[str, Any]) -> str | None:
 
 
 #: the most places ``/api/world`` lists; a bigger world lists its busiest (the map draws them)
-MAP_PLACES = 500
+MAP_PLACES = 60
 
 
 def places_view(world: World) -> dict[str, Any]:
@@ -210,14 +210,20 @@ def world_view(
         "total_characters": len(ids),
         "offset": offset,
         "limit": limit,
-        "characters": [
-            {
-                "id": cid,
-                "name": _name(world.characters[cid], cid),
-                "location": _location(world.characters[cid]),
-            }
-            for cid in page
-        ],
+        "characters": [_listed(world, cid) for cid in page],
+    }
+
+
+def _listed(world: World, cid: str) -> dict[str, Any]:
+    """A character as ``/api/world`` lists it: its place named (a big world lists only its
+    busiest places)."""
+    where = _location(world.characters[cid])
+    place = world.locations.get(where) if where is not None else None
+    return {
+        "id": cid,
+        "name": _name(world.characters[cid], cid),
+        "location": where,
+        "location_name": None if where is None else _name(place or {}, where),
     }
 
 

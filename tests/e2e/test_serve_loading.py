@@ -324,6 +324,13 @@ async def test_a_big_worlds_answer_is_bounded(tmp_path: Path, monkeypatch: pytes
     assert [loc["id"] for loc in view["locations"]] == sorted(busiest)
     assert all(loc["count"] == where[loc["id"]] for loc in view["locations"])
     assert len(raw) < 60_000, len(raw)
+    # a character at a place not listed still shows where it is, by name
+    listed = {loc["id"] for loc in view["locations"]}
+    elsewhere = [c for c in view["characters"] if c["location"] not in listed]
+    assert elsewhere
+    for c in elsewhere:
+        place = orjson.loads((world / "locations" / f"{c['location']}.json").read_bytes())
+        assert c["location_name"] == place["identity"]["name"]
     assert net["by"] == "place" and len(net["nodes"]) <= 40
     drawn = {n["id"] for n in net["nodes"]}
     assert all(e["a"] in drawn and e["b"] in drawn for e in net["edges"])

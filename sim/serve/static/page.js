@@ -119,7 +119,7 @@ function showPeople() {
     const button = el("button", { type: "button" }, c.name);
     button.style.color = colour(c.id);
     button.addEventListener("click", () => inspect(c.id));
-    list.append(el("li", {}, button, " ", el("span", { class: "where" }, places.get(c.location) || c.location || "")));
+    list.append(el("li", {}, button, " ", el("span", { class: "where" }, c.location_name || places.get(c.location) || c.location || "")));
   }
   const last = Math.min(world.offset + world.characters.length, world.total_characters);
   $("people-count").textContent = `${world.total_characters}`;
