@@ -296,14 +296,14 @@ async def test_the_command_on_a_bad_entity_file_says_which_and_exits_2(world: Pa
 
 
 async def test_a_big_worlds_answer_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A generated world of 3,000 characters at 300 places, with the places' threshold
+    """A generated world of 2,000 characters at 200 places, with the places' threshold
     lowered to 40: ``/api/world`` lists one page of characters and the 40 busiest places
     (not every place, nor a node per character), counts them all, and the network is drawn
     by place, among those 40."""
     from bench.make_world import make_world
 
     world = tmp_path / "big"
-    make_world(world, 3000, 300, seed=3)
+    make_world(world, 2000, 200, seed=3)
     monkeypatch.setattr(views, "MAP_PLACES", 40)
     client = await _client(world)
     try:
@@ -313,8 +313,8 @@ async def test_a_big_worlds_answer_is_bounded(tmp_path: Path, monkeypatch: pytes
     finally:
         await client.close()
     view = orjson.loads(raw)
-    assert view["total_characters"] == 3000 and len(view["characters"]) == views.PAGE
-    assert view["total_locations"] == 300 and view["locations_shown"] == "busiest"
+    assert view["total_characters"] == 2000 and len(view["characters"]) == views.PAGE
+    assert view["total_locations"] == 200 and view["locations_shown"] == "busiest"
     assert len(view["locations"]) == 40
     where: dict[str, int] = {}
     for path in (world / "characters").glob("*.json"):
