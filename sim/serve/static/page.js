@@ -747,7 +747,10 @@ function showLoad(load) {
   box.hidden = load.state === "ready";
   box.classList.toggle("error", load.state === "invalid");
   document.querySelector("main").hidden = load.state !== "ready";
-  const checked = load.files ? `: ${load.checked.toLocaleString("en")} of ${load.files.toLocaleString("en")} files checked` : "";
+  let checked = load.files ? `: ${load.checked.toLocaleString("en")} of ${load.files.toLocaleString("en")} files checked` : "";
+  if (load.files && load.checked && load.seconds) { // at the pace so far
+    checked += `, about ${Math.ceil((load.seconds / load.checked) * (load.files - load.checked))} s left`;
+  }
   $("load-text").textContent = load.state === "loading"
     ? `Loading the world (every file is read and validated)${checked}…`
     : load.state === "invalid"
