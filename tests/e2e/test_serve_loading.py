@@ -360,3 +360,19 @@ async def test_the_servers_loads_keep_the_users_entity_size_limit(world: Path):
         await client.close()
     assert [p["file"] for p in problems] == ["characters/ada.json"]
     assert "max_entity_bytes" in problems[0]["problem"]
+
+
+async def test_the_command_stopped_while_loading_stops_at_once(world: Path, tmp_path: Path):
+    """SIGTERM while the world loads: the server stops without waiting for the load (it
+    writes nothing), exits 0, and prints no traceback."""
+    process, url = _held_serve(world, tmp_path / "never")
+    base, _, token = url.partition("/?token=")
+    async with (
+        ClientSession() as session,
+        session.get(f"{base}/api/run", headers={"Authorization": f"Bearer {token}"}) as run,
+    ):
+        assert run.status == 200  # serving, the load held
+    process.terminate()
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "stopping" in err and "Traceback" not in err and "loaded" not in err
