@@ -124,7 +124,6 @@ async def test_a_world_that_does_not_validate_is_shown_as_its_problems_then_relo
     ``loaded`` event says so) and the views answer."""
     monkeypatch.setattr(loading, "WAIT", 5.0)
     path = _break(world)
-    good = path.read_bytes()
     client = await _client(world)
     try:
         async with client.get("/api/events", headers=BEARER) as events:
@@ -142,7 +141,7 @@ async def test_a_world_that_does_not_validate_is_shown_as_its_problems_then_relo
             assert "characters/ada.json" in body["error"] and "Traceback" not in body["error"]
             for view in ("/api/network", "/api/characters/bram"):
                 assert (await client.get(view, headers=BEARER)).status == 422, view
-            data = orjson.loads(good)
+            data = orjson.loads(path.read_bytes())
             data["state"]["location"] = "quay"
             path.write_bytes(orjson.dumps(data))  # in place: no folder's mtime changes
             fixed = await _event(events, "loaded")  # the server notices it by itself
