@@ -3,6 +3,10 @@
     python -m bench.serve [--characters 1000] [--ticks 20]
     python -m bench.serve --open-only --characters 100000 [--places 500] [--world DIR]
 
+``--open-only`` times a big world's opening: the address line, the first ``/api/world``
+answer (503 "loading" while the world loads in the background) and its first 200, the
+page's requests, chromium until the page shows the world, and the server's peak memory.
+
 Builds the world offline (``bench/history.py build``), starts ``sim serve --read-only`` as
 its own process, and measures over HTTP on 127.0.0.1 (a fresh connection per request, as
 a browser opening the page): the page and its two files, ``/api/world`` and
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -177,23 +182,63 @@ def _browser(url: str, ticks: int) -> float | None:
     return took
 
 
+def _until_loaded(url: str, headers: dict[str, str]) -> tuple[float, int]:
+    """Ask ``url`` until it answers 200 (it answers 503 while the world loads): the
+    seconds of the first answer of any kind, and the 503s before the 200."""
+    first: float | None = None
+    loading = 0
+    while True:
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=300) as answer:
+                answer.read()
+                return (first if first is not None else time.perf_counter()), loading
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503:
+                raise
+            first = time.perf_counter() if first is None else first
+            loading += 1
+
+
+def _peak_rss_mib(pid: int) -> float | None:
+    """A process's peak resident memory (``VmHWM``), MiB; ``None`` off Linux."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def _opening(characters: int, places: int, world_dir: Path | None) -> dict[str, Any]:
     """``--open-only``: a big world (no tick run) served: from the process's start to its
-    address printed (it loads and checks the world first), then each request the page
-    makes on opening, then chromium from ``goto`` until the character count shows."""
+    address printed (before the world is loaded), to the first answer of
+    ``/api/world`` (a 503 "loading" while the world loads, every file validated) and to
+    its first 200; then each request the page makes on opening, then chromium from
+    ``goto`` until the character count shows, and the server's peak memory."""
     from bench.make_world import make_world
 
     with tempfile.TemporaryDirectory(prefix="sim-bench-serve-") as tmp:
         world = world_dir or Path(tmp) / "world"
         if world_dir is None:
             make_world(world, characters, places, seed=1)
+        load_before = os.getloadavg()
         started = time.perf_counter()
         server, url = _serve(world, tmp)
         startup = time.perf_counter() - started
-        out: dict[str, Any] = {"characters": characters, "startup_s": startup}
+        out: dict[str, Any] = {
+            "characters": characters,
+            "places": len(list((world / "locations").glob("*.json"))),
+            "startup_s": startup,
+        }
         try:
             base, _, token = url.partition("/?token=")
             headers = {"Authorization": f"Bearer {token}"}
+            first, loading = _until_loaded(base + "/api/world", headers)
+            out["first_world_answer_s"] = first - started
+            out["world_loaded_s"] = time.perf_counter() - started
+            out["loading_answers"] = loading
             for name, path in [
                 ("page", "/"),
                 ("world", "/api/world"),
@@ -202,15 +247,22 @@ def _opening(characters: int, places: int, world_dir: Path | None) -> dict[str, 
                 ("runs", "/api/runs"),
             ]:
                 out[f"{name}_s"], out[f"{name}_bytes"] = _get(base + path, headers)
-            out["requests_s"] = sum(
-                v for k, v in out.items() if k.endswith("_s") and k != "startup_s"
-            )
+            out["requests_s"] = sum(out[f"{name}_s"] for name in OPENING)
             out["browser_s"] = _browser_count(url, characters)
+            out["dom_nodes"] = _DOM_NODES[-1] if _DOM_NODES else None
+            out["server_peak_rss_mib"] = _peak_rss_mib(server.pid)
         finally:
             server.terminate()
             server.wait(timeout=60)
+    out["load_average_before"] = load_before
     out["load_average"] = os.getloadavg()
     return out
+
+
+#: what the page asks for on opening (after ``/api/world`` answers 200)
+OPENING = ("page", "world", "network", "history", "runs")
+#: the page's DOM node count, once it showed the character count (``_browser_count``)
+_DOM_NODES: list[int] = []
 
 
 def _browser_count(url: str, characters: int) -> float | None:
@@ -234,6 +286,7 @@ def _browser_count(url: str, characters: int) -> float | None:
         page.wait_for_selector(f"#people-count:text-is('{characters}')", timeout=120_000)
         page.wait_for_selector("#network-note:not(:empty)", timeout=120_000)
         took = time.perf_counter() - started
+        _DOM_NODES.append(int(page.evaluate("document.getElementsByTagName('*').length")))
         browser.close()
     return took
 

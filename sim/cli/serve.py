@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+import sys
 from pathlib import Path
 
 import click
@@ -56,8 +57,10 @@ def serve(
     runs and how far each has gone, as they go.
 
     The first line printed is the page's address with its token; every request needs
-    the token (the page keeps it as a session cookie). Ctrl-C stops the server after the
-    tick running, if any, has committed.
+    the token (the page keeps it as a session cookie). The world is loaded and validated
+    after that, while the page says "loading"; a world that does not validate is shown
+    as its problems (here and on the page) and the command then exits 2 when stopped.
+    Ctrl-C stops the server after the tick running, if any, has committed.
     """
     import asyncio  # here, not with the module: `sim --help` loads every command's module
     import secrets
@@ -66,18 +69,17 @@ def serve(
     from aiohttp import web
 
     from sim.serve.app import Settings, make_app
+    from sim.serve.loading import Status
     from sim.serve.runs import folder_kind, runs_view
-    from sim.serve.views import world_stamp
     from sim.storage import Storage
 
     with errors():
         config = build_config(config_file, world_dir)
         kind = folder_kind(world_dir)
-        loaded = None
         if kind is None:
-            stamp = world_stamp(world_dir)
-            # a bad world exits 2 here; the page's first request need not load it again
-            loaded = (Storage(world_dir, config.limits.max_entity_bytes).load(), stamp)
+            # a missing folder or a bad world.json exits 2 here; the entities, which take
+            # seconds for a big world, are loaded and validated once serving (on_loaded)
+            Storage(world_dir, config.limits.max_entity_bytes).load_meta()
         else:
             runs_view(world_dir)  # a study whose record cannot be read: exit 2 now
         try:
@@ -97,10 +99,28 @@ def serve(
                 "who can see the token can run and change this world",
                 err=True,
             )
+        last: list[Status] = []
+
+        def on_loaded(status: Status) -> None:
+            """The load's end, on stderr: the counts, or each problem (exit 2 at the end)."""
+            last[:] = [status]
+            if status.state == "ready":
+                echo(
+                    f"loaded {status.characters:,} characters and {status.locations:,} "
+                    f"locations ({status.seconds:.1f} s)",
+                    err=True,
+                )
+            else:
+                echo(f"error: {status.error}", err=True)
+                echo(
+                    "the page shows these problems; fix the files (the world is loaded "
+                    "again when they change), or Ctrl-C to stop",
+                    err=True,
+                )
+
         app = make_app(
-            Settings(world_dir, config, token, read_only=read_only, runs=kind, loaded=loaded)
+            Settings(world_dir, config, token, read_only=read_only, runs=kind, on_loaded=on_loaded)
         )
-        del loaded
 
         async def main() -> None:
             runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -115,7 +135,7 @@ def serve(
                 import webbrowser
 
                 webbrowser.open(url)
-            what = f"the {kind} in {world_dir}" if kind else str(world_dir)
+            what = f"the {kind} in {world_dir}" if kind else f"{world_dir} (loading it)"
             echo(f"serving {what}{' (read-only)' if read_only else ''}; Ctrl-C stops", err=True)
             try:
                 await stop.wait()
@@ -124,3 +144,5 @@ def serve(
                 await runner.cleanup()
 
         asyncio.run(main())
+        if last and last[0].state == "invalid":
+            sys.exit(2)  # the world served could not be loaded (its problems were shown)

@@ -36,7 +36,7 @@ from sim.config import Config
 from sim.errors import InputError, SimError, UserError, WorldLockedError
 from sim.llm.errors import LLMError
 from sim.llm.redact import redact_text
-from sim.serve import runs, views
+from sim.serve import loading, runs, views
 from sim.serve.driver import Busy, Driver
 from sim.world import World
 
@@ -120,13 +120,17 @@ class Settings:
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     #: ``world_dir`` is a study's or a sweep's folder (its runs are listed, not changed)
     runs: runs.Kind | None = None
-    #: the world as the caller loaded it, and its stamp taken before (``WorldCache.prime``)
+    #: the world as the caller loaded it, and its stamp taken before (``WorldCache.prime``);
+    #: ``None``: the server loads it in the background as it starts
     loaded: tuple[World, tuple[int, ...]] | None = None
+    #: told how a load of the world in the background ended, or how another turned it
+    #: from ready to invalid or back (on the loading thread: ``WorldCache.on_loaded``)
+    on_loaded: Callable[[loading.Status], None] | None = None
 
 
 SETTINGS = web.AppKey("settings", Settings)
 DRIVER = web.AppKey("driver", Driver)
-CACHE = web.AppKey("cache", views.WorldCache)
+CACHE = web.AppKey("cache", loading.WorldCache)
 LOGS = web.AppKey("logs", views.LogViews)
 
 
@@ -300,6 +304,25 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         return await handler(request)
     except _HTTPProblem as exc:
         return _problem(exc.status, exc.message)
+    except loading.Loading as exc:
+        return web.json_response(
+            {
+                "error": "the world is still loading (every file is read and validated); "
+                "ask again in a moment, or wait for the 'loaded' event",
+                "load": exc.status.to_dict(),
+            },
+            status=503,
+            headers={"Retry-After": "1"},
+        )
+    except loading.Unloadable as exc:
+        return web.json_response(
+            {
+                "error": redact_text(f"the world could not be loaded: {exc}"),
+                "load": exc.status.to_dict(),
+            },
+            status=422,
+            dumps=_dumps,
+        )
     except WorldLockedError as exc:
         return _problem(409, str(exc))
     except Busy as exc:
@@ -308,6 +331,24 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         return _problem(400, _error_text(exc))
     except LLMError as exc:
         return _problem(502, f"{type(exc).__name__}: {exc}")
+
+
+#: what answers while the world loads: the page, the events, the run's state, the runs
+NO_WORLD = {"/api/events", "/api/runs", "/api/pause"}
+
+
+@web.middleware
+async def loaded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A request that reads or changes the world waits a little for its first load, then
+    is told it is loading (a 503, ``Retry-After``)."""
+    path = request.path
+    if (
+        path.startswith("/api/")
+        and path not in NO_WORLD
+        and not (path == "/api/run" and request.method == "GET")
+    ):
+        await request.app[CACHE].ready()
+    return await handler(request)
 
 
 # -- the page ---------------------------------------------------------------------------
@@ -350,7 +391,8 @@ async def get_world(request: web.Request) -> web.StreamResponse:
     cache = request.app[CACHE]
 
     def read() -> dict[str, Any]:
-        view = views.world_view(cache.get(), offset, limit)
+        world, places = cache.derived("places", views.places_view)
+        view = views.world_view(world, offset, limit, places)
         view["read_only"] = request.app[SETTINGS].read_only
         view["run"] = request.app[DRIVER].state.to_dict()
         return view
@@ -360,7 +402,7 @@ async def get_world(request: web.Request) -> web.StreamResponse:
 
 async def get_network(request: web.Request) -> web.StreamResponse:
     cache = request.app[CACHE]
-    view = await asyncio.to_thread(cache.derived, "network", views.network_view)
+    _, view = await asyncio.to_thread(cache.derived, "network", views.network_view)
     return web.json_response(view, dumps=_dumps)
 
 
@@ -412,10 +454,11 @@ async def get_run(request: web.Request) -> web.StreamResponse:
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    """Server-sent events: ``hello`` (the tick and the run), then ``run``, ``phase``,
+    """Server-sent events: ``hello`` (the tick, the run and the world's load), then
+    ``loaded`` (a load in the background ended: ready or invalid), ``run``, ``phase``,
     ``progress``, ``tick`` (a tick this server ran committed) and ``world`` (the world's
     tick changed, whoever ran it)."""
-    hub = request.app[HUB]
+    hub, settings = request.app[HUB], request.app[SETTINGS]
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
@@ -425,8 +468,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     hub.listeners.add(queue)
     try:
         hello = {
-            "tick": views.world_tick(request.app[SETTINGS].world_dir),
+            "tick": views.world_tick(settings.world_dir),
             "run": request.app[DRIVER].state.to_dict(),
+            # a study's or a sweep's folder has no world to load
+            "load": None if settings.runs else request.app[CACHE].status.to_dict(),
         }
         await response.write(_event("hello", hello))
         while True:
@@ -602,13 +647,26 @@ async def post_ask(request: web.Request) -> web.StreamResponse:
 
 async def _watch(app: web.Application) -> AsyncIterator[None]:
     """Publish ``world`` whenever the world's committed tick changes (any process)."""
-    settings, hub = app[SETTINGS], app[HUB]
-    app[DRIVER].loop = asyncio.get_running_loop()
+    settings, hub, cache = app[SETTINGS], app[HUB], app[CACHE]
+    loop = app[DRIVER].loop = asyncio.get_running_loop()
+
+    def told(status: loading.Status) -> None:  # on the loading thread
+        with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped
+            loop.call_soon_threadsafe(hub.publish, "loaded", status.to_dict())
+        if settings.on_loaded is not None:
+            settings.on_loaded(status)
+
+    cache.on_loaded = told
+    if settings.runs is None and settings.loaded is None:
+        cache.start()
+    settings.loaded = None  # kept by the cache alone (dropped at the next change)
 
     async def poll() -> None:
         last = views.world_tick(settings.world_dir)
         while True:
             await asyncio.sleep(POLL_SECONDS)
+            if cache.status.state == "invalid" and await asyncio.to_thread(cache.fixed):
+                cache.start()  # its files changed since it failed: the page hears `loaded`
             tick = views.world_tick(settings.world_dir)
             if tick is not None and tick != last:
                 last = tick
@@ -630,15 +688,14 @@ async def _close_listeners(app: web.Application) -> None:
 
 def make_app(settings: Settings) -> web.Application:
     """The application serving ``settings.world_dir``."""
-    app = web.Application(middlewares=[headers, guard, problems], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[headers, guard, problems, loaded], client_max_size=MAX_BODY)
     if settings.runs is None:
         settings.runs = runs.folder_kind(settings.world_dir)
     app[SETTINGS] = settings
     app[HUB] = Hub()
-    app[CACHE] = views.WorldCache(settings.world_dir)
+    app[CACHE] = loading.WorldCache(settings.world_dir, settings.config.limits.max_entity_bytes)
     if settings.loaded is not None:
         app[CACHE].prime(*settings.loaded)
-        settings.loaded = None  # kept by the cache alone (dropped at the next change)
     app[LOGS] = views.LogViews(settings.world_dir)
     app[DRIVER] = Driver(settings.world_dir, settings.config, app[HUB].publish)
     app.cleanup_ctx.append(_watch)

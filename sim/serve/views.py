@@ -2,15 +2,13 @@
 
 Read from the world folder and its tick logs as ``sim report`` reads them
 (``sim.analysis.report.data``), as plain JSON-ready values keyed by id. A big world is
-answered in pages: ``world`` lists at most ``limit`` characters and counts every place's
-occupants, so neither the answer nor the page grows with the world.
+answered in pages: ``world`` lists at most ``limit`` characters and at most ``MAP_PLACES``
+places, each with a count of its occupants, so neither the answer nor the page grows with
+the world.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ import orjson
 from sim import sections
 from sim.analysis.report.data import collect
 from sim.errors import InputError, LogError
-from sim.storage import Storage
+from sim.serve.loading import file_stamp, world_stamp
 from sim.ticklog.format import list_logs
 from sim.world import World
 
@@ -38,68 +36,6 @@ def world_tick(world_dir: Path) -> int | None:
     except (OSError, orjson.JSONDecodeError):
         return None
     return tick if isinstance(tick, int) and not isinstance(tick, bool) else None
-
-
-def _stamp(world_dir: Path) -> tuple[int, ...]:
-    """Changes when a tick commits (it rewrites ``world.json``), when ``sim set`` or
-    ``sim inject`` records an intervention (each rewrites ``.sim/interventions.json``; a
-    set rewrites its entity in place) and when an entity file is added or removed (its
-    folder's mtime). An entity file edited by hand while serving shows after the next of
-    these."""
-    out: list[int] = []
-    for rel in ("world.json", ".sim/interventions.json", "characters", "locations"):
-        try:
-            stat = os.stat(world_dir / rel)
-            out.extend((stat.st_mtime_ns, stat.st_ino, stat.st_size))
-        except OSError:
-            out.append(-1)
-    return tuple(out)
-
-
-def world_stamp(world_dir: Path) -> tuple[int, ...]:
-    """What a loaded world is kept by (see ``_stamp``): taken before a load, so a change
-    made while it loads is noticed at the next request."""
-    return _stamp(world_dir)
-
-
-@dataclass
-class WorldCache:
-    """The world as last loaded, loaded again only when its files changed, and what was
-    derived from it (``derived``), kept as long as it is."""
-
-    world_dir: Path
-    _stamp: tuple[int, ...] = ()
-    _world: World | None = None
-    _derived: dict[str, Any] = field(default_factory=dict)
-
-    def prime(self, world: World, stamp: tuple[int, ...]) -> None:
-        """Keep ``world``, loaded by the caller after ``stamp`` was taken (``sim serve``
-        loads the world to refuse a bad one before serving: the page's first request need
-        not load it again; for a big world that load is most of the page's opening)."""
-        self._world, self._stamp, self._derived = world, stamp, {}
-
-    def get(self) -> World:
-        stamp = _stamp(self.world_dir)
-        if self._world is None or stamp != self._stamp:
-            self._world = Storage(self.world_dir).load()
-            self._stamp = stamp
-            self._derived = {}
-        return self._world
-
-    def derived(self, name: str, make: Callable[[World], Any]) -> Any:
-        """``make(world)`` for the world as it is now, computed once per load."""
-        world = self.get()
-        if name not in self._derived:
-            self._derived[name] = make(world)
-        return self._derived[name]
-
-
-def _file_stamp(path: Path) -> tuple[int, ...]:
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return (-1,)
-    return (stat.st_mtime_ns, stat.st_ino, stat.st_size)
 
 
 #: logged ticks' views kept (each is a few hundred kB for a thousand characters)
@@ -123,7 +59,7 @@ class LogViews:
         paths = dict(list_logs(self.world_dir))
         if number not in paths:
             raise InputError(None, "tick", f"no logged tick {number}")
-        key = (_file_stamp(paths[number]), _stamp(self.world_dir))
+        key = (file_stamp(paths[number]), world_stamp(self.world_dir))
         kept = self._ticks.get(number)
         if kept is not None and kept[0] == key:
             return kept[1]
@@ -135,7 +71,7 @@ class LogViews:
 
     def _both(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         logs = list_logs(self.world_dir)
-        key = (tuple((n, _file_stamp(p)) for n, p in logs), _stamp(self.world_dir))
+        key = (tuple((n, file_stamp(p)) for n, p in logs), world_stamp(self.world_dir))
         if self._history is not None and self._history[0] == key:
             return self._history[1]
         both = history_view(self.world_dir)
@@ -152,7 +88,7 @@ class LogViews:
         if not logs:
             return None
         number, path = logs[-1]
-        key = (number, _file_stamp(path))
+        key = (number, file_stamp(path))
         if self._recalled is None or self._recalled[0] != key:
             self._recalled = (key, recalled_view(path))
         shown = self._recalled[1]
@@ -221,16 +157,24 @@ def _location(entity: dict[str, Any]) -> str | None:
     return None if where is None else str(where)
 
 
-def world_view(world: World, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
-    """``GET /api/world``: the tick, every location (with how many characters are there)
-    and one page of the characters, sorted by id."""
+#: the most places ``/api/world`` lists; a bigger world lists its busiest (the map draws them)
+MAP_PLACES = 60
+
+
+def places_view(world: World) -> dict[str, Any]:
+    """The places ``/api/world`` lists (every one, or the ``MAP_PLACES`` with the most
+    characters, ties by id), each with its ``count`` of characters there now, sorted by id;
+    and how many places there are. Computed once per load (``WorldCache.derived``)."""
     counts: dict[str, int] = {}
     for entity in world.characters.values():
         where = _location(entity)
         if where is not None:
             counts[where] = counts.get(where, 0) + 1
+    ids = sorted(world.locations)
+    if len(ids) > MAP_PLACES:
+        ids = sorted(sorted(ids, key=lambda lid: (-counts.get(lid, 0), lid))[:MAP_PLACES])
     locations = []
-    for lid in sorted(world.locations):
+    for lid in ids:
         entity = world.locations[lid]
         state = entity.get("state")
         connections = state.get("connections") if isinstance(state, dict) else None
@@ -242,24 +186,44 @@ def world_view(world: World, offset: int = 0, limit: int = PAGE) -> dict[str, An
                 "count": counts.get(lid, 0),
             }
         )
+    return {
+        "locations": locations,
+        "total_locations": len(world.locations),
+        "locations_shown": "all" if len(ids) == len(world.locations) else "busiest",
+    }
+
+
+def world_view(
+    world: World, offset: int = 0, limit: int = PAGE, places: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``GET /api/world``: the tick, the places (``places_view``, computed here unless
+    given) and one page of the characters, sorted by id."""
+    if places is None:
+        places = places_view(world)
     ids = sorted(world.characters)
     page = ids[offset : offset + limit]
     return {
         "name": str(world.meta.get("name") or world.root.name),
         "tick": world.tick,
         "logged": [number for number, _ in list_logs(world.root)],
-        "locations": locations,
+        **places,
         "total_characters": len(ids),
         "offset": offset,
         "limit": limit,
-        "characters": [
-            {
-                "id": cid,
-                "name": _name(world.characters[cid], cid),
-                "location": _location(world.characters[cid]),
-            }
-            for cid in page
-        ],
+        "characters": [_listed(world, cid) for cid in page],
+    }
+
+
+def _listed(world: World, cid: str) -> dict[str, Any]:
+    """A character as ``/api/world`` lists it: its place named (a big world lists only its
+    busiest places)."""
+    where = _location(world.characters[cid])
+    place = world.locations.get(where) if where is not None else None
+    return {
+        "id": cid,
+        "name": _name(world.characters[cid], cid),
+        "location": where,
+        "location_name": None if where is None else _name(place or {}, where),
     }
 
 
@@ -309,8 +273,10 @@ def network_view(world: World) -> dict[str, Any]:
     ``location``; ``edges`` with ``a``, ``b``, ``kind``, ``trust``, ``mutual``); a bigger
     one by place (``"by": "place"``: ``nodes`` with ``id``, ``name``, ``count``, ``ties``
     within; ``edges`` with ``a``, ``b``, ``ties`` between, the ``NETWORK_TIES`` most tied
-    of the ``place_pairs`` pairs of places with a tie), so the page never draws one node
-    per character of a big world. Nodes are sorted by place, then id."""
+    of the ``place_pairs`` pairs of places with a tie; ``total_places`` places have a
+    character, and past ``MAP_PLACES`` only that many, the busiest, are drawn, with the
+    ties between them), so the page never draws one node per character, nor per place, of
+    a big world. Nodes are sorted by place, then id."""
     ties = _ties(world)
     order = {lid: i for i, lid in enumerate(sorted(world.locations))}
 
@@ -345,7 +311,11 @@ def network_view(world: World) -> dict[str, Any]:
         else:
             key = (pa, pb) if pa < pb else (pb, pa)
             between[key] = between.get(key, 0) + 1
-    places = sorted(counts, key=lambda p: (order.get(p, len(order)), p))
+    shown = set(counts)
+    if len(shown) > MAP_PLACES:  # the busiest places, as the map shows them
+        shown = set(sorted(counts, key=lambda p: (-counts[p], p))[:MAP_PLACES])
+        between = {pair: n for pair, n in between.items() if pair[0] in shown and pair[1] in shown}
+    places = sorted(shown, key=lambda p: (order.get(p, len(order)), p))
     return {
         **base,
         "by": "place",
@@ -366,6 +336,7 @@ def network_view(world: World) -> dict[str, Any]:
             )
         ],
         "place_pairs": len(between),
+        "total_places": len(counts),
     }
 
 

@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ from sim.world import (
 )
 
 ENTITY_KINDS = ("characters", "locations")
+#: entity files checked between two reports of a load's progress (``Storage.load``)
+PROGRESS_EVERY = 1000
 #: default size limit of one entity file (``[limits] max_entity_bytes``)
 MAX_ENTITY_BYTES = 8 * 1024 * 1024
 #: the setting of that limit, as a size error names it
@@ -322,11 +324,16 @@ class Storage:
         problems: list[InputError],
         originals: dict[str, bytes],
         overlay: Mapping[str, bytes | None],
+        progress: Callable[[int], None] | None = None,
     ) -> tuple[dict[str, Entity], set[str]]:
-        """Valid entities by id, and the ids of files that exist but are invalid."""
+        """Valid entities by id, and the ids of files that exist but are invalid;
+        ``progress`` is told every ``PROGRESS_EVERY`` files checked, and at the end."""
         out: dict[str, Entity] = {}
         invalid: set[str] = set()
-        for rel, raw in self._sources(kind, overlay, problems).items():
+        sources = self._sources(kind, overlay, problems)
+        for done, (rel, raw) in enumerate(sources.items()):
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done)
             path = self.root / rel
             entity = self._parse(path, raw, model, problems)
             if entity is None:
@@ -345,35 +352,38 @@ class Storage:
                 continue
             out[entity_id] = entity
             originals[rel] = raw
+        if progress is not None:
+            progress(len(sources))
         return out, invalid
 
-    def load(self) -> World:
+    def load(self, progress: Callable[[int], None] | None = None) -> World:
         """Load and validate the world; raise ``InvalidWorld`` listing every problem.
 
         Writes nothing. A committed tick still waiting in the journal (after a crash) is
         read from the journal, so the world is seen wholly at its newest committed tick.
+        ``progress`` is told how many entity files have been checked so far, now and then
+        (``sim serve`` shows it while a big world loads).
         """
         if not self.root.is_dir():
             raise InputError(self.root, None, "world folder not found")
         overlay = self.pending_files()
         problems: list[InputError] = []
         originals: dict[str, bytes] = {}
-        meta_path = self.root / "world.json"
-        meta: Entity | None = None
-        meta_raw = overlay.get("world.json")
-        if meta_raw is None:
-            meta_raw = self._read("world.json", problems)
-            if meta_raw is None and not problems:
-                problems.append(InputError(meta_path, None, "world.json is missing"))
-        if meta_raw is not None:
-            meta = self._parse(meta_path, meta_raw, WorldMeta, problems)
-            if meta is not None:
-                originals["world.json"] = meta_raw
+        meta = self._meta(overlay, problems, originals)
+        checked = seen = 0  # files checked: of the kinds before, and so far
+
+        def told(done: int) -> None:
+            nonlocal seen
+            seen = checked + done
+            if progress is not None:
+                progress(seen)
+
         characters, bad_characters = self._read_kind(
-            "characters", Character, problems, originals, overlay
+            "characters", Character, problems, originals, overlay, told
         )
+        checked = seen
         locations, bad_locations = self._read_kind(
-            "locations", Location, problems, originals, overlay
+            "locations", Location, problems, originals, overlay, told
         )
         known_locations = set(locations) | bad_locations
 
@@ -428,6 +438,44 @@ class Storage:
             raise InvalidWorld(problems)
         assert meta is not None
         return World(self.root, meta, characters, locations, originals)
+
+    def _meta(
+        self,
+        overlay: Mapping[str, bytes | None],
+        problems: list[InputError],
+        originals: dict[str, bytes],
+    ) -> Entity | None:
+        """``world.json`` validated (the pending journal's, if it writes one)."""
+        meta_path = self.root / "world.json"
+        meta_raw = overlay.get("world.json")
+        if meta_raw is None:
+            meta_raw = self._read("world.json", problems)
+            if meta_raw is None and not problems:
+                problems.append(InputError(meta_path, None, "world.json is missing"))
+        if meta_raw is None:
+            return None
+        meta = self._parse(meta_path, meta_raw, WorldMeta, problems)
+        if meta is not None:
+            originals["world.json"] = meta_raw
+        return meta
+
+    def load_meta(self) -> Entity:
+        """``world.json`` alone, validated as ``load`` validates it, without reading an
+        entity (``sim serve`` refuses a world whose folder or ``world.json`` is bad before
+        it serves, and loads the rest after). Writes nothing.
+
+        Raises:
+            InputError: the world folder is missing.
+            InvalidWorld: ``world.json`` is missing or invalid (each problem named).
+            CorruptJournal: the pending journal cannot be applied.
+        """
+        if not self.root.is_dir():
+            raise InputError(self.root, None, "world folder not found")
+        problems: list[InputError] = []
+        meta = self._meta(self.pending_files(), problems, {})
+        if meta is None or problems:
+            raise InvalidWorld(problems)
+        return meta
 
     def _rel(self, path: Path) -> str:
         try:

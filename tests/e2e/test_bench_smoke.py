@@ -155,6 +155,36 @@ def test_the_serve_benchmark_reports_its_figures(tmp_path: Path) -> None:
     assert 0 < result["event_latency_s"] < 30
 
 
+def test_the_serve_benchmark_times_a_worlds_opening(tmp_path: Path) -> None:
+    """``bench/serve.py --open-only`` on a tiny world: the address, the first ``/api/world``
+    answer and its first 200, in that order, and the server's peak memory."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.serve",
+            "--open-only",
+            *("--characters", "30", "--places", "4"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["characters"] == 30 and result["places"] == 4
+    assert 0 < result["startup_s"] <= result["first_world_answer_s"] <= result["world_loaded_s"]
+    assert result["world_bytes"] > 0 and result["server_peak_rss_mib"] > 0
+
+
 def test_regression_scenario_runs_the_pinned_commit_and_this_tree() -> None:
     """Scenario 12 at a tiny size: the pinned commit checked out by ``git worktree add``,
     each tree's own ``sim`` imported by its child, the worktree removed afterwards."""

@@ -851,39 +851,49 @@ async def test_the_inspector_shows_what_retrieval_chose_or_a_window(tmp_path: Pa
 async def test_the_world_loaded_at_start_serves_the_first_request(
     world: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """``sim serve`` loads the world before serving (a bad one exits 2); that load is what
-    the first ``/api/world`` and ``/api/network`` answer from, not a second one, and a
-    world with no tick logged has no history to read. A change to the world's files is
-    loaded again."""
-    from sim.serve import views
+    """The server loads the world once as it starts (in the background); that load is
+    what the first ``/api/world`` and ``/api/network`` answer from, not a second one, and
+    a world with no tick logged has no history to read. A world its caller loaded
+    (``Settings.loaded``) is not loaded again. A change to the world's files is loaded
+    again."""
+    from sim.serve import loading
     from sim.storage import Storage
 
-    stamp = views.world_stamp(world)
+    stamp = loading.world_stamp(world)
     loaded = Storage(world).load()
     loads: list[Path] = []
-    real = views.Storage
+    real = loading.Storage
 
     class Counting(real):  # type: ignore[misc, valid-type]
-        def load(self) -> Any:
+        def load(self, *args: Any, **kwargs: Any) -> Any:
             loads.append(self.root)
-            return super().load()
+            return super().load(*args, **kwargs)
 
-    monkeypatch.setattr(views, "Storage", Counting)
+    monkeypatch.setattr(loading, "Storage", Counting)
     config = build_config(None, world)
-    app = make_app(Settings(world, config, TOKEN, loaded=(loaded, stamp)))
-    served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    paths = ("/api/world", "/api/network", "/api/history", "/api/characters/ada")
+    for primed, expected in (((loaded, stamp), 0), (None, 1)):
+        loads.clear()
+        app = make_app(Settings(world, config, TOKEN, loaded=primed))
+        served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+        await served.start_server()
+        try:
+            for path in (*paths, "/api/world"):
+                assert (await served.get(path, headers=BEARER)).status == 200, path
+            assert len(loads) == expected
+        finally:
+            await served.close()
+    loads.clear()
+    served = TestClient(TestServer(make_app(Settings(world, config, TOKEN)), host="127.0.0.1"))
     await served.start_server()
     try:
-        paths = ("/api/world", "/api/network", "/api/history", "/api/characters/ada")
-        for path in (*paths, "/api/world"):
-            assert (await served.get(path, headers=BEARER)).status == 200, path
-        assert loads == []
         # no tick logged: no history read (it would load the world again), books null
         ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
         assert ada["books"] is None and ada["recalled"] is None
+        assert len(loads) == 1
         changed = await _post(served, "/api/set", {"assignment": 'ada.state.mood="calm"'})
         assert changed.status == 200
         ada = await (await served.get("/api/characters/ada", headers=BEARER)).json()
-        assert ada["entity"]["state"]["mood"] == "calm" and len(loads) == 1
+        assert ada["entity"]["state"]["mood"] == "calm" and len(loads) == 2
     finally:
         await served.close()

@@ -72,9 +72,9 @@ def sim(*args: str) -> None:
 
 
 class Served:
-    def __init__(self, world: Path, *args: str) -> None:
+    def __init__(self, world: Path, *args: str, sim: list[str] | None = None) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sim", "serve", "--world", str(world), *args],
+            [*(sim or [sys.executable, "-m", "sim"]), "serve", "--world", str(world), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -372,6 +372,88 @@ def test_a_big_world_is_aggregated_not_one_node_per_character(browser: Browser, 
         expect(page.locator("#people-page")).to_have_text("201–400 of 5000")
     finally:
         served.stop()
+
+
+def test_a_world_of_many_places_maps_its_busiest(browser: Browser, tmp_path: Path):
+    """Past ``MAP_PLACES`` places, the map draws the busiest and says so: not a node per
+    place of a big world."""
+    sys.path.insert(0, str(REPO))
+    from bench.make_world import make_world
+    from sim.serve.views import MAP_PLACES
+
+    world = tmp_path / "many-places"
+    make_world(world, 3000, MAP_PLACES + 100)
+    served = Served(world)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        expect(page.locator("#people-count")).to_have_text("3000", timeout=30_000)
+        expect(page.locator("#map-note")).to_contain_text(
+            f"the {MAP_PLACES} busiest of {MAP_PLACES + 100} places"
+        )
+        assert page.locator("#map g.loc").count() == MAP_PLACES
+        assert page.locator("#network g.network-node").count() <= MAP_PLACES
+    finally:
+        served.stop()
+
+
+def test_the_page_says_loading_until_the_world_has_loaded(browser: Browser, tmp_path: Path):
+    """The page opens while the world is still loading, says so, and shows the world when
+    the ``loaded`` event comes."""
+    from tests.e2e.test_serve_loading import held_load
+
+    world = copy_demo(tmp_path / "demo")
+    gate = tmp_path / "gate"
+    served = Served(world, sim=held_load(gate))
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        problems: list[str] = []
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        page.goto(served.url)
+        files = len([*world.glob("characters/*.json"), *world.glob("locations/*.json")])
+        expect(page.locator("#load-text")).to_have_text(
+            re.compile(rf"^Loading the world .*: 0 of {files} files checked")
+        )
+        expect(page.locator("main")).to_be_hidden()
+        # world.json is validated on its own first: its name and tick show while loading
+        expect(page.locator("#world-name")).to_have_text("Saltglass Isle: The Lantern Tide")
+        expect(page.locator("#world-tick")).to_have_text("tick 0")
+        gate.touch()
+        expect(page.locator("#people-count")).to_have_text("10", timeout=30_000)
+        expect(page.locator("#load")).to_be_hidden()
+        expect(page.locator("#world-name")).to_have_text("Saltglass Isle: The Lantern Tide")
+        assert not problems, problems
+    finally:
+        gate.touch()
+        served.stop()
+
+
+def test_a_world_that_does_not_validate_shows_its_problems(browser: Browser, tmp_path: Path):
+    """A bad entity file: the page names the file, the field and what was expected, as
+    text (the bad value is a markup that would run script), and shows nothing else."""
+    world = copy_demo(tmp_path / "demo")
+    path = world / "characters" / "ada.json"
+    data = orjson.loads(path.read_bytes())
+    data["state"]["location"] = IMG
+    path.write_bytes(orjson.dumps(data))
+    served = Served(world)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        problems: list[str] = []
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        page.goto(served.url)
+        expect(page.locator("#load-text")).to_contain_text("could not be loaded")
+        item = page.locator("#load-problems li").first
+        expect(item).to_contain_text("characters/ada.json field state.location")
+        expect(item).to_contain_text("expected an id matching")
+        expect(page.locator("main")).to_be_hidden()
+        assert page.evaluate("window.__pwned") is None
+        assert page.locator("#load img").count() == 0
+        assert not problems, problems
+    finally:
+        err = served.stop()
+    assert "characters/ada.json: field 'state.location'" in err and "Traceback" not in err
+    assert served.process.returncode == 2
 
 
 def test_scenes_show_as_they_are_written_with_a_streaming_provider(

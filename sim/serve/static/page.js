@@ -17,6 +17,8 @@ const state = {
   colours: new Map(),
   selected: null,
   running: false,
+  loading: false, // the world is being loaded, or did not load (GET /api/world: 503, 422)
+  asking: null, // the next GET /api/world while the world loads
 };
 
 function $(id) { return document.getElementById(id); }
@@ -48,7 +50,11 @@ async function api(path, body) {
   };
   const response = await fetch(path, options);
   const data = await response.json().catch(() => ({ error: response.statusText }));
-  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  if (!response.ok) {
+    const error = new Error(data.error || `HTTP ${response.status}`);
+    error.load = data.load || null; // 503: the world is loading; 422: it did not load
+    throw error;
+  }
   return data;
 }
 
@@ -113,7 +119,7 @@ function showPeople() {
     const button = el("button", { type: "button" }, c.name);
     button.style.color = colour(c.id);
     button.addEventListener("click", () => inspect(c.id));
-    list.append(el("li", {}, button, " ", el("span", { class: "where" }, places.get(c.location) || c.location || "")));
+    list.append(el("li", {}, button, " ", el("span", { class: "where" }, c.location_name || places.get(c.location) || c.location || "")));
   }
   const last = Math.min(world.offset + world.characters.length, world.total_characters);
   $("people-count").textContent = `${world.total_characters}`;
@@ -198,7 +204,9 @@ function drawMap() {
     }
     map.append(group);
   }
-  $("map-note").textContent = `tick ${world.tick}` + (moves.length ? `: ${moves.length} moved` : "");
+  $("map-note").textContent = `tick ${world.tick}` + (moves.length ? `: ${moves.length} moved` : "") +
+    (world.locations_shown === "busiest"
+      ? `; the ${world.locations.length} busiest of ${world.total_locations} places` : "");
   const legend = $("legend");
   legend.replaceChildren();
   if (whole && world.characters.length <= 40) {
@@ -607,12 +615,15 @@ function listen() {
     if (refreshing) return;
     refreshing = setTimeout(async () => {
       refreshing = null;
-      await loadWorld();
-      await loadCharts();
-      await loadNetwork();
+      await openWorld();
     }, 50);
   };
-  events.addEventListener("hello", (e) => showRun(JSON.parse(e.data).run));
+  events.addEventListener("hello", (e) => {
+    const hello = JSON.parse(e.data);
+    showRun(hello.run);
+    if (state.loading) onLoad(hello.load);
+  });
+  events.addEventListener("loaded", (e) => onLoad(JSON.parse(e.data)));
   for (const kind of ["run", "phase", "progress", "tick"]) {
     events.addEventListener(kind, (e) => showRun(JSON.parse(e.data)));
   }
@@ -723,6 +734,67 @@ async function watchRuns(first) {
   }
 }
 
+// -- the world's load: a big world is read and validated after the server starts --------
+
+// Where the load stands ("loading", "ready" or "invalid": each problem named), as the
+// server tells it: a 503 or 422 answer, the `hello` and `loaded` events.
+function showLoad(load) {
+  if (load.name) {  // from world.json, validated before the rest
+    $("world-name").textContent = load.name;
+    $("world-tick").textContent = `tick ${load.tick}`;
+  }
+  const box = $("load");
+  box.hidden = load.state === "ready";
+  box.classList.toggle("error", load.state === "invalid");
+  document.querySelector("main").hidden = load.state !== "ready";
+  let checked = load.files ? `: ${load.checked.toLocaleString("en")} of ${load.files.toLocaleString("en")} files checked` : "";
+  if (load.files && load.checked && load.seconds) { // at the pace so far
+    checked += `, about ${Math.ceil((load.seconds / load.checked) * (load.files - load.checked))} s left`;
+  }
+  $("load-text").textContent = load.state === "loading"
+    ? `Loading the world (every file is read and validated)${checked}…`
+    : load.state === "invalid"
+      ? `This world could not be loaded (${load.problems.length || 1} ` +
+        `problem${load.problems.length > 1 ? "s" : ""}); fix the files and it is loaded again:`
+      : "";
+  const list = $("load-problems");
+  list.replaceChildren();
+  for (const p of load.problems || []) {
+    list.append(el("li", {}, el("code", {}, p.file || "the world"),
+      p.field ? el("span", {}, " field ", el("code", {}, p.field)) : "", `: ${p.problem}`));
+  }
+  if (load.state === "invalid" && !(load.problems || []).length) list.append(el("li", {}, load.error || ""));
+}
+
+async function onLoad(load) {
+  if (!load) return;
+  state.loading = load.state !== "ready";
+  showLoad(load);
+  if (load.state === "ready") await openWorld();
+}
+
+async function openWorld() {
+  try {
+    await loadWorld();
+    state.loading = false;
+    showLoad({ state: "ready" });
+    await loadCharts();
+    await loadNetwork();
+  } catch (error) {
+    if (error.load && error.load.state !== "ready") {
+      state.loading = true;
+      showLoad(error.load);
+      // ask again while it loads (each answer comes after a wait, with the progress)
+      if (error.load.state === "loading" && !state.asking) {
+        state.asking = setTimeout(() => { state.asking = null; openWorld(); }, 250);
+      }
+      return;
+    }
+    $("status").textContent = error.message;
+    $("status").classList.add("error");
+  }
+}
+
 async function start() {
   try {
     const runs = await api("/api/runs");
@@ -731,14 +803,7 @@ async function start() {
     $("status").textContent = error.message;
   }
   wire();
-  try {
-    await loadWorld();
-    await loadCharts();
-    await loadNetwork();
-  } catch (error) {
-    $("status").textContent = error.message;
-    $("status").classList.add("error");
-  }
+  await openWorld();
   listen();
 }
 
