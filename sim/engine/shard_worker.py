@@ -301,7 +301,7 @@ async def run_part(
 
     # the coordinator makes each call's events as it answers it: none are sent from here
     ctx.events = null_sink
-    for spec in phases:
+    for i, spec in enumerate(phases):
         before = states_of(world, mine, ctx.occupancy)
         await spec.run(ctx)
         changed = changed_states(world, before)
@@ -309,8 +309,9 @@ async def run_part(
         adapter.outbox.post(("phase", done))
         adapter.outbox.flush()
         await writer.drain()
-        message = await barriers.get()
-        take_states(world, message[1], before)
+        if i + 1 < len(phases):  # after the last, the part goes at once (no barrier)
+            message = await barriers.get()
+            take_states(world, message[1], before)
     evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
     return ShardFinal(
         characters={cid: world.characters[cid] for cid in mine},
@@ -334,7 +335,11 @@ class ShardActor:
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
     asyncio.run(serve(sock, Path(argv[1])))
-    return 0
+    # the run is over: nothing is left to write, and freeing a whole world object by
+    # object would keep the coordinator waiting for this process to end
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
