@@ -1139,7 +1139,10 @@ def scenario_workers(smoke: bool) -> list[str]:
         "records; `sim tick` appends the worker's, holds the barriers, and commits the tick "
         "once. The load and the commit (the disk's: one fsync a file) are not shared out, "
         "which bounds the speed-up (Amdahl): at 40,000 characters they are about a third of "
-        "a one-process tick.",
+        "a one-process tick. The phases themselves gain less than 2× because a worker's "
+        "calls cost more CPU than one process's (the 'CPU' columns): the worker packs each "
+        "call's record and line, and `sim tick` logs and counts them besides running its own "
+        "shard.",
         "",
     ]
 
