@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,15 +133,14 @@ def test_a_partial_run_drops_the_notes_of_runs_whose_figures_it_replaces() -> No
     assert _without_notes_for(head, {"2", "3", "6", "10"})[:2] == ["# Benchmark results", ""]
 
 
-def test_the_serve_benchmark_reports_its_figures(tmp_path: Path) -> None:
-    """bench/serve.py on a tiny world: every figure is there and positive."""
+def _bench_serve(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """``python -m bench.serve ARGS`` in ``tmp_path``: its JSON result."""
     import json
-    import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.serve", "--characters", "20", "--ticks", "2"],
+        [sys.executable, "-m", "bench.serve", *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -149,7 +149,13 @@ def test_the_serve_benchmark_reports_its_figures(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_the_serve_benchmark_reports_its_figures(tmp_path: Path) -> None:
+    """bench/serve.py on a tiny world: every figure is there and positive."""
+    result = _bench_serve(tmp_path, "--characters", "20", "--ticks", "2")
     assert result["ticks"] == 2 and result["tick_bytes"] > 0
     assert all(v > 0 for v in result["cold"].values())
     assert 0 < result["event_latency_s"] < 30
@@ -158,28 +164,7 @@ def test_the_serve_benchmark_reports_its_figures(tmp_path: Path) -> None:
 def test_the_serve_benchmark_times_a_worlds_opening(tmp_path: Path) -> None:
     """``bench/serve.py --open-only`` on a tiny world: the address, the first ``/api/world``
     answer and its first 200, in that order, and the server's peak memory."""
-    import json
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.serve",
-            "--open-only",
-            *("--characters", "30", "--places", "4"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
+    result = _bench_serve(tmp_path, "--open-only", "--characters", "30", "--places", "4")
     assert result["characters"] == 30 and result["places"] == 4
     assert 0 < result["startup_s"] <= result["first_world_answer_s"] <= result["world_loaded_s"]
     assert result["world_bytes"] > 0 and result["server_peak_rss_mib"] > 0
