@@ -160,8 +160,6 @@ def test_the_documented_snippet_works(
     section = doc.split("### Gemini (native", 1)[1]
     snippet = section.split("```toml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "gemini.toml").write_text(snippet)
-    # the world's own config lifts the free-tier pacing, so the test does not wait minutes
-    (demo_world / "config.toml").write_text("[llm]\nrequests_per_minute = 0\n")
     result = CliRunner().invoke(
         main,
         [
@@ -172,6 +170,10 @@ def test_the_documented_snippet_works(
             str(tmp_path / "gemini.toml"),
             "--base-url",
             gemini_stub.base_url,
+            # the free-tier pacing lifted by the user (a world's config may not loosen a
+            # limit the user's sets), so the test does not wait a minute for it
+            "--set",
+            "llm.requests_per_minute=0",
         ],
         env={"GEMINI_API_KEY": KEY, "GEMINI_MODEL": None},
         catch_exceptions=False,
