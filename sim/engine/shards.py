@@ -524,7 +524,7 @@ class Shards:
                 reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
                 self._begin(index, _Local(process), reader, writer)
         except BaseException:
-            await self.__aexit__()
+            await self.__aexit__(*sys.exc_info())
             raise
         return self
 
