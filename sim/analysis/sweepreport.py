@@ -26,8 +26,7 @@ from typing import Any
 import orjson
 
 from sim.analysis.tables import STATE_PREFIX, build_tables
-from sim.errors import InputError
-from sim.runs.fork import RUN_FILE, current_tick, nested_run_folders, read_record, run_folders
+from sim.runs.fork import current_tick, read_record, require_run_folders
 from sim.runs.ledger import spend
 
 
@@ -153,6 +152,10 @@ class SettingRow:
         }
 
 
+#: What a report of a folder of folders of runs says to do with each (``require_run_folders``).
+REPORT_EACH = "report each (--runs {folder})"
+
+
 @dataclass
 class SweepReport:
     runs: list[RunRow]
@@ -240,16 +243,7 @@ def sweep_report(out: Path) -> SweepReport:
             be read.
     """
     notes: list[str] = []
-    folders = run_folders(out)
-    if not folders:
-        inner = nested_run_folders(out)
-        hint = (
-            "; its sub-folders " + ", ".join(p.name for p in inner) + " hold runs: "
-            f"report each (--runs {inner[0]})"
-            if inner
-            else ""
-        )
-        raise InputError(out, None, f"holds no sweep run (no */{RUN_FILE}){hint}")
+    folders = require_run_folders(out, REPORT_EACH)
     rows = sorted(
         (run_row(run_dir, notes) for run_dir in folders), key=lambda r: natural_key(r.name)
     )

@@ -258,13 +258,34 @@ def sweep(
     "html_out",
     help="Also write the table as one HTML page (no network needed) to this file.",
 )
+@click.option(
+    "--unverified",
+    is_flag=True,
+    help="Report on runs that do not verify (sim sweep verify); the report says so.",
+)
 @JSON_OPTION
-def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
-    """One table comparing a sweep's runs: tokens, cost, failures, state at the last tick."""
-    from sim.analysis.sweepreport import report_lines, settings_lines, sweep_report, write_html
+def report_(runs_dir: Path, html_out: Path | None, unverified: bool, as_json: bool) -> None:
+    """One table comparing a sweep's runs: tokens, cost, failures, state at the last tick.
+
+    Runs that do not verify (sim sweep verify) are refused unless --unverified."""
+    from sim.analysis.sweepreport import (
+        REPORT_EACH,
+        report_lines,
+        settings_lines,
+        sweep_report,
+        write_html,
+    )
+    from sim.runs.verify import UNVERIFIED_RUNS, require_verified
 
     with json_errors("sweep report", as_json):
-        report = sweep_report(runs_dir)  # raises: no runs in the folder
+        problems = require_verified(runs_dir, unverified, REPORT_EACH)  # raises: no runs
+        report = sweep_report(runs_dir)
+        if problems:
+            report.notes.insert(
+                0,
+                f"UNVERIFIED: {UNVERIFIED_RUNS} ({counted(len(problems), 'problem')}: "
+                f"sim sweep verify {runs_dir}); reported as asked (--unverified)",
+            )
         if html_out is not None:
             write_html(report, html_out, runs_dir.name or str(runs_dir))
         if as_json:
@@ -272,6 +293,7 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
                 {
                     "command": "sweep report",
                     "ok": True,
+                    "verified": not problems,
                     "runs": [row.to_dict() for row in report.runs],
                     "fields": report.fields,
                     "settings": [row.to_dict() for row in report.settings],
@@ -280,6 +302,9 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
                 }
             )
             return
+        if problems:
+            found = counted(len(problems), "problem")
+            echo(f"UNVERIFIED sweep ({found}: sim sweep verify {runs_dir})")
         for line in report_lines(report):
             echo(line)
         echo("")
@@ -298,7 +323,7 @@ def report_(runs_dir: Path, html_out: Path | None, as_json: bool) -> None:
 def verify_(runs_dir: Path, as_json: bool) -> None:
     """Check every run of a sweep's folder against its own tick logs and answer records,
     and that all were made from the same inputs. Exit 1 when anything is found."""
-    from sim.runs.verify import verify_runs
+    from sim.runs.verify import UNVERIFIED_RUNS, verify_runs
 
     with json_errors("sweep verify", as_json):
         problems = verify_runs(runs_dir)
@@ -307,6 +332,6 @@ def verify_(runs_dir: Path, as_json: bool) -> None:
             runs_dir,
             problems,
             as_json,
-            "the runs do not verify",
+            UNVERIFIED_RUNS,
             "every run matches its logs and answer records",
         )

@@ -360,6 +360,29 @@ def nested_run_folders(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and run_folders(p))
 
 
+def require_run_folders(out: Path, each: str) -> list[Path]:
+    """The sweep runs under ``out``, which must hold some.
+
+    Raises:
+        InputError: ``out`` is not a folder or holds no run, naming its sub-folders that
+            hold runs (a study's arms) and what to do with each (``each``, its
+            ``{folder}`` the first of them: "report each (--runs {folder})").
+    """
+    folders = run_folders(out)
+    if not folders:
+        inner = nested_run_folders(out)
+        hint = (
+            "; its sub-folders "
+            + ", ".join(p.name for p in inner)
+            + " hold runs: "
+            + each.format(folder=inner[0])
+            if inner
+            else ""
+        )
+        raise InputError(out, None, f"holds no sweep run (no */{RUN_FILE}){hint}")
+    return folders
+
+
 __all__ = [
     "RUN_FILE",
     "RunRecord",
@@ -371,6 +394,7 @@ __all__ = [
     "nested_run_folders",
     "prepare",
     "read_record",
+    "require_run_folders",
     "run_config_text",
     "run_folders",
     "toml_text",

@@ -2,6 +2,8 @@
 its last committed tick's log says the commit left, and its answers against the digests
 ``sim ask`` recorded beside them (``sim.interview``). ``sim sweep verify`` checks a
 folder of runs with it; ``sim study verify`` (``sim.study.verify``) every arm of a study.
+``sim sweep report`` refuses runs that do not verify unless told ``--unverified``
+(``require_verified``; ``refuse_unverified`` is the refusal the study's commands share).
 
 A problem is a sentence naming the file: an edited or missing file is found, not repaired.
 """
@@ -14,7 +16,7 @@ from pathlib import Path
 from sim import safefs
 from sim.errors import InputError, LogError
 from sim.interview import INTERVIEWS, answer_digests, line_digest
-from sim.runs.fork import RUN_FILE, RunRecord, current_tick, read_record, run_folders
+from sim.runs.fork import RUN_FILE, RunRecord, current_tick, read_record, require_run_folders
 from sim.runs.inputs import changed
 from sim.ticklog.format import INTERVENTIONS, log_file, read_state, state_digest
 from sim.ticklog.reader import read_log
@@ -90,6 +92,13 @@ def _answer_problems(run_dir: Path) -> list[str]:
     return problems
 
 
+#: What ``sim sweep verify`` of a folder of folders of runs says to do with each.
+VERIFY_EACH = "verify each (sim sweep verify {folder})"
+
+#: What ``sim sweep verify`` and the refusal of ``require_verified`` call runs with problems.
+UNVERIFIED_RUNS = "the runs do not verify"
+
+
 def verify_run(run_dir: Path) -> tuple[RunRecord | None, list[str]]:
     """A run folder's record and the problems found in it (none: it verifies)."""
     try:
@@ -100,16 +109,15 @@ def verify_run(run_dir: Path) -> tuple[RunRecord | None, list[str]]:
     return record, _state_problems(run_dir, tick, record.start_tick) + _answer_problems(run_dir)
 
 
-def verify_runs(out: Path) -> list[str]:
+def verify_runs(out: Path, each: str = VERIFY_EACH) -> list[str]:
     """Every run of a sweep's folder (``sim sweep verify``): each verified, and all made
     from the same inputs (``sim.runs.inputs``).
 
     Raises:
-        InputError: ``out`` holds no runs.
+        InputError: ``out`` holds no runs (``each``: what to do with each of its
+            sub-folders that holds runs, as ``require_run_folders`` says it).
     """
-    folders = run_folders(out)
-    if not folders:
-        raise InputError(out, None, f"holds no runs (no folder with {RUN_FILE})")
+    folders = require_run_folders(out, each)
     problems: list[str] = []
     first: RunRecord | None = None
     for run_dir in folders:
@@ -131,4 +139,46 @@ def verify_runs(out: Path) -> list[str]:
     return problems
 
 
-__all__ = ["verify_run", "verify_runs"]
+def refuse_unverified(
+    out: Path, problems: list[str], verdict: str, command: str, unverified: bool
+) -> list[str]:
+    """``problems``, the verification of ``out`` by ``command`` (``sim sweep verify``,
+    ``sim study verify``); refused unless ``unverified``.
+
+    Raises:
+        InputError: there are problems and ``unverified`` is not set: ``verdict`` ("the
+            runs do not verify") and the first five problems named.
+    """
+    if problems and not unverified:
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        raise InputError(
+            out,
+            None,
+            f"{verdict} ({shown}): see `{command} {out}`, or pass --unverified to go on "
+            "anyway (the output then says so)",
+        )
+    return problems
+
+
+def require_verified(out: Path, unverified: bool, each: str = VERIFY_EACH) -> list[str]:
+    """The problems of the sweep's runs in ``out`` (``verify_runs``); refused unless
+    ``unverified``.
+
+    Raises:
+        InputError: ``out`` holds no runs, or they do not verify and ``unverified`` is not
+            set (the problems named).
+    """
+    problems = verify_runs(out, each)
+    return refuse_unverified(out, problems, UNVERIFIED_RUNS, "sim sweep verify", unverified)
+
+
+__all__ = [
+    "UNVERIFIED_RUNS",
+    "VERIFY_EACH",
+    "refuse_unverified",
+    "require_verified",
+    "verify_run",
+    "verify_runs",
+]

@@ -22,7 +22,7 @@ from sim.errors import InputError, LogError
 from sim.interview import read_interviews
 from sim.runs.fork import MAX_STUDY_RECORD_BYTES, RUN_FILE, STUDY_RECORD, current_tick
 from sim.runs.inputs import Inputs, changed
-from sim.runs.verify import verify_run
+from sim.runs.verify import refuse_unverified, verify_run
 from sim.study.design import SHARED
 
 
@@ -152,18 +152,9 @@ def require_verified(out: Path, unverified: bool) -> list[str]:
     Raises:
         InputError: it does not verify and ``unverified`` is not set (the problems named).
     """
-    problems = verify_study(out)
-    if problems and not unverified:
-        shown = "; ".join(problems[:5]) + (
-            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        )
-        raise InputError(
-            out,
-            None,
-            f"the study does not verify ({shown}): see `sim study verify {out}`, or pass "
-            "--unverified to use it anyway (the output then says so)",
-        )
-    return problems
+    return refuse_unverified(
+        out, verify_study(out), "the study does not verify", "sim study verify", unverified
+    )
 
 
 __all__ = ["require_verified", "verify_study"]

@@ -1,6 +1,7 @@
 """Issue 39: a study's (and a sweep's) inputs fingerprinted, a re-run on other inputs
 refused by name, and ``sim study verify`` / ``sim sweep verify`` finding hand edits; the
-report and the export refuse an unverified study unless told ``--unverified``."""
+report and the export refuse an unverified study (and ``sim sweep report`` unverified runs)
+unless told ``--unverified``."""
 
 from __future__ import annotations
 
@@ -112,6 +113,39 @@ def test_a_sweep_rerun_on_an_edited_world_is_refused(here: Path) -> None:
     code, output = sim("sweep", "--world", "w", "--out", "runs", "--seeds", "1-3")
     assert code == 2 and "sweep-run.json" in output and "the world" in output, output
     assert not (here / "runs" / "seed-3").exists()
+
+
+def test_the_sweep_report_refuses_a_hand_edited_run_unless_told_unverified(here: Path) -> None:
+    assert sim("sweep", "--world", "w", "--out", "runs", "--seeds", "1-2", "--ticks", "2")[0] == 0
+    code, output = sim("sweep", "report", "--runs", "runs")
+    assert code == 0 and "seed-2" in output and "UNVERIFIED" not in output, output
+    document = orjson.loads(sim("sweep", "report", "--runs", "runs", "--json")[1])
+    assert document["verified"] is True and document["ok"] is True
+    # one run's character edited by hand after it ran, its times kept as `cp -p` would
+    path = _character(here / "runs" / "seed-2")
+    times = path.stat()
+    data = orjson.loads(path.read_bytes())
+    data["state"]["mood"] = "furious"
+    path.write_bytes(dump_json(data))
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    code, output = sim("sweep", "report", "--runs", "runs", "--html", "page.html")
+    assert code == 2 and "the runs do not verify" in output, output
+    assert "runs/seed-2" in output and f"characters/{path.name}" in output, output
+    assert "runs/seed-1" not in output and "`sim sweep verify runs`" in output, output
+    assert "--unverified" in output and "tokens" not in output, output  # no table
+    assert not Path("page.html").exists()
+    code, output = sim("sweep", "report", "--runs", "runs", "--json")
+    document = orjson.loads(output.splitlines()[-1])
+    assert code == 2 and document["ok"] is False, output
+    assert "the runs do not verify" in document["error"]["message"]
+    code, output = sim("sweep", "report", "--runs", "runs", "--unverified", "--html", "page.html")
+    assert code == 0 and output.startswith("UNVERIFIED sweep (1 problem: sim sweep verify runs)")
+    assert "seed-1" in output and "reported as asked (--unverified)" in output, output
+    assert "UNVERIFIED" in Path("page.html").read_text()
+    code, output = sim("sweep", "report", "--runs", "runs", "--unverified", "--json")
+    document = orjson.loads(output.splitlines()[-1])
+    assert code == 0 and document["verified"] is False and len(document["runs"]) == 2
+    assert document["notes"][0].startswith("UNVERIFIED: the runs do not verify")
 
 
 def test_a_clean_study_verifies(study: Path) -> None:

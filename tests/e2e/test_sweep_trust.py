@@ -223,7 +223,10 @@ def test_a_report_of_a_folder_of_folders_names_them(
         assert code == 0, output
     code, output = sim("sweep", "report", "--runs", str(tmp_path / "runs"))
     assert code == 2 and "holds no sweep run" in output
-    assert "control" in output and "treat" in output
+    assert "control" in output and "treat" in output and "report each (--runs " in output
+    code, output = sim("sweep", "verify", str(tmp_path / "runs"))
+    assert code == 2 and "holds no sweep run" in output and "control, treat" in output
+    assert f"verify each (sim sweep verify {tmp_path / 'runs' / 'control'})" in output, output
     code, output = sim("sweep", "report", "--runs", str(tmp_path / "runs" / "treat"))
     assert code == 0 and "seed-0" in output
 
