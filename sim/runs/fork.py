@@ -371,14 +371,10 @@ def require_run_folders(out: Path, each: str) -> list[Path]:
     folders = run_folders(out)
     if not folders:
         inner = nested_run_folders(out)
-        hint = (
-            "; its sub-folders "
-            + ", ".join(p.name for p in inner)
-            + " hold runs: "
-            + each.format(folder=inner[0])
-            if inner
-            else ""
-        )
+        hint = ""
+        if inner:
+            names = ", ".join(p.name for p in inner)
+            hint = f"; its sub-folders {names} hold runs: {each.format(folder=inner[0])}"
         raise InputError(out, None, f"holds no sweep run (no */{RUN_FILE}){hint}")
     return folders
 
