@@ -301,7 +301,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
         window = "chain" if call.previous_response_id else str(len(call.history))
         cost = call_cost(call, prices).text()
         model = call.response_model or call.model
-        yield (
+        # the model a server said answered and the tools a model called: on one line
+        yield one_line(
             f"{call.request_id:<40} {model!s:<15} "
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
@@ -312,13 +313,13 @@ def call_lines(log: TickLog) -> Iterator[str]:
             yield f"    {failed.target}: {failed.error_code}: {failed.error}"
     for record in log.embeddings:  # [memory] embeddings = "provider": not calls
         model = f"{record.provider}/{record.model}" if record.provider else record.model
-        yield (
+        yield one_line(
             f"embeddings before {record.phase}: {model}, {record.texts} texts, "
             f"{record.input_tokens} input tokens, "
             f"{embedding_cost(record, prices).text()}"
         )
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)
-        yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
+        yield one_line(f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls")
 
 
 def drift_lines(drift: Drift) -> Iterator[str]:

@@ -19,6 +19,7 @@ from conftest import copy_demo
 
 from sim.cli.common import echo_json
 from sim.terminal import one_line, printable
+from sim.testing.logs import plain_log
 
 #: the bidirectional controls: invisible, they reorder what follows them on the line
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
@@ -178,3 +179,29 @@ def test_one_line_shows_line_breaks_and_leaves_the_rest_as_printable_does() -> N
     for name in ("Zoë Ó Briain", "Brother\tElm", "👩\u200d🌾 Ada", "Route 9 → Diner"):
         assert one_line(name) == name
     assert printable(one_line("Ada\n\x1b")) == one_line("Ada\n\x1b")
+
+
+def test_a_name_in_a_tick_log_cannot_print_a_line_of_its_own(tmp_path: Path) -> None:
+    """A log is untrusted too: the model a server said answered, the tools a model called
+    and a call's id are printed inside a line by `sim log --calls` and `sim usage`."""
+    world = copy_demo(tmp_path / "w")
+    assert sim("tick", "--world", str(world)).returncode == 0
+    path = plain_log(world, 1)
+    records = [json.loads(line) for line in path.read_bytes().splitlines()]
+    calls = [r for r in records if r["type"] == "call"]
+    calls[0]["response_model"] = calls[0]["attempts"][0]["model"] = f"m\n{FORGED}\n"
+    calls[0]["result"] = {"calls": [{"name": f"look\n{FORGED}\n"}]}
+    calls[1]["request_id"] += f"\n{FORGED}\n"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    runs = {
+        "log --calls": sim("log", "--world", str(world), "--calls"),
+        "usage --by model": sim("usage", "--world", str(world), "--by", "model"),
+    }
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr.decode())
+        lines = (done.stdout + done.stderr).decode().split("\n")
+        assert FORGED not in [line.strip() for line in lines], (name, done.stdout.decode())
+    assert f"m\\x0a{FORGED}\\x0a" in runs["log --calls"].stdout.decode()
+    assert f"tools: look\\x0a{FORGED}\\x0a" in runs["log --calls"].stdout.decode()
+    assert f":0\\x0a{FORGED}\\x0a " in runs["log --calls"].stdout.decode()
+    assert f"m\\x0a{FORGED}\\x0a" in runs["usage --by model"].stdout.decode()
