@@ -156,7 +156,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
         for gap in record.report.gaps:
             yield one_line(f"no outcome: {gap}")
     for decision in log.decisions:
-        yield decision_line(decision)
+        yield one_line(decision_line(decision))
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))

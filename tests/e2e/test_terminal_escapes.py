@@ -182,8 +182,9 @@ def test_one_line_shows_line_breaks_and_leaves_the_rest_as_printable_does() -> N
 
 
 def test_a_name_in_a_tick_log_cannot_print_a_line_of_its_own(tmp_path: Path) -> None:
-    """A log is untrusted too: the model a server said answered, the tools a model called
-    and a call's id are printed inside a line by `sim log --calls` and `sim usage`."""
+    """A log is untrusted too: the model a server said answered, the tools a model called,
+    a call's id, an intervention's place and a policy's name are printed inside a line by
+    `sim log`, `sim log --calls` and `sim usage`."""
     world = copy_demo(tmp_path / "w")
     assert sim("tick", "--world", str(world)).returncode == 0
     path = plain_log(world, 1)
@@ -192,8 +193,26 @@ def test_a_name_in_a_tick_log_cannot_print_a_line_of_its_own(tmp_path: Path) -> 
     calls[0]["response_model"] = calls[0]["attempts"][0]["model"] = f"m\n{FORGED}\n"
     calls[0]["result"] = {"calls": [{"name": f"look\n{FORGED}\n"}]}
     calls[1]["request_id"] += f"\n{FORGED}\n"
+    first = records.index(calls[0])
+    records[first:first] = [
+        {
+            "type": "intervention",
+            "kind": "inject",
+            "n": 1,
+            "text": "A storm.",
+            "location": f"quay\n{FORGED}\n",
+        },
+        {
+            "type": "policy",
+            "request_id": calls[0]["request_id"],
+            "phase": "intentions",
+            "policy": f"p\n{FORGED}\n",
+            "decision": "deny",
+        },
+    ]
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     runs = {
+        "log": sim("log", "--world", str(world)),
         "log --calls": sim("log", "--world", str(world), "--calls"),
         "usage --by model": sim("usage", "--world", str(world), "--by", "model"),
     }
@@ -205,3 +224,6 @@ def test_a_name_in_a_tick_log_cannot_print_a_line_of_its_own(tmp_path: Path) -> 
     assert f"tools: look\\x0a{FORGED}\\x0a" in runs["log --calls"].stdout.decode()
     assert f":0\\x0a{FORGED}\\x0a " in runs["log --calls"].stdout.decode()
     assert f"m\\x0a{FORGED}\\x0a" in runs["usage --by model"].stdout.decode()
+    story = runs["log"].stdout.decode()
+    assert f"intervention 1: inject at quay\\x0a{FORGED}\\x0a: " in story
+    assert f"by p\\x0a{FORGED}\\x0a: " in story
