@@ -36,6 +36,7 @@ from sim.errors import InputError, InvalidWorld
 from sim.phases.happenings import Happenings
 from sim.storage import MAX_DEPTH, Storage, dump_json
 from sim.storage.statefiles import MAX_PENDING, MAX_TEXT, PENDING_VERSION, parse_pending
+from sim.terminal import one_line
 from sim.ticklog.format import INTERVENTIONS
 from sim.ticklog.records import InterventionRecord, record_data
 from sim.world import ID_RE, Character, Entity, Location, World, relationship_problems
@@ -495,10 +496,12 @@ def describe(record: InterventionRecord) -> str:
     state.mood: "calm" -> "angry"``."""
     if record.kind == "inject":
         where = f"at {record.location}" if record.location else "everywhere"
-        return f"inject {where}: {orjson.dumps(record.text).decode()}"
-    before = orjson.dumps(record.before).decode()
-    after = orjson.dumps(record.after).decode()
-    return f"set {record.target} {record.path}: {before} -> {after}"
+        line = f"inject {where}: {orjson.dumps(record.text).decode()}"
+    else:
+        before = orjson.dumps(record.before).decode()
+        after = orjson.dumps(record.after).decode()
+        line = f"set {record.target} {record.path}: {before} -> {after}"
+    return one_line(line)  # read back from a world's files or its logs: untrusted
 
 
 Kind = Literal["inject", "set"]

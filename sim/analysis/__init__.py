@@ -8,8 +8,8 @@ and a study's reports, the HTML report (``report/``).
 May import: ``sim.config``, ``sim.engine`` (tuning runs ticks on scratch copies),
 ``sim.errors``, ``sim.gcpause``, ``sim.interrupts``, ``sim.interventions``,
 ``sim.interview``, ``sim.llm``, ``sim.providers``, ``sim.runs``, ``sim.safefs``,
-``sim.sections``, ``sim.storage``, ``sim.ticklog``, ``sim.world``. Only the command line
-imports it.
+``sim.sections``, ``sim.storage``, ``sim.terminal`` (what the log's view prints inside a
+line), ``sim.ticklog``, ``sim.world``. Only the command line imports it.
 
 Next: a new view of the history is a module here; it reads the logs' summaries
 (``sim.ticklog.summary``) where they hold what it needs, not whole logs.

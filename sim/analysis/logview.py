@@ -1,4 +1,9 @@
-"""Reading tick logs for people: what ``sim log`` and ``sim replay`` print."""
+"""Reading tick logs for people: what ``sim log`` and ``sim replay`` print.
+
+Names, ids and answers come from the logged world and its models: untrusted. What is
+printed inside a line (a name, a place's header, an intention, an outcome, a message) is
+made one line here (``sim.terminal.one_line``), so a line break in it starts no line of its
+own; the CLI shows the rest of the control characters (``printable``) as it prints."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import orjson
 
 from sim.errors import LogError
 from sim.llm.redact import redact_text
+from sim.terminal import one_line
 from sim.ticklog.books import call_cost, call_usage, embedding_cost
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import TickLog, read_log
@@ -95,6 +101,11 @@ def summary_line(data: dict[str, Any]) -> str:
 SUMMARY_HEAD = "  tick  calls  failures    tokens       cost      wall"
 
 
+def _name(names: dict[str, str], key: str) -> str:
+    """The display name of an id (else the id), on one line."""
+    return one_line(names.get(key, key))
+
+
 def _names(log: TickLog) -> dict[str, str]:
     """Location and character ids -> display names, from the logged state."""
     names: dict[str, str] = {}
@@ -123,16 +134,15 @@ def tick_lines(log: TickLog) -> Iterator[str]:
     names = _names(log)
     for lid in sorted(set(narratives) | set(resolutions)):
         yield ""
-        yield f"[{names.get(lid, lid)}]"
+        yield f"[{_name(names, lid)}]"
         if lid in narratives:
             yield textwrap.fill(str(narratives[lid]), width=88)
         for outcome in (resolutions.get(lid) or {}).get("outcomes", []):
-            cid = outcome.get("character_id")
+            cid = str(outcome.get("character_id"))
             intent = intentions.get(cid) or {}
             target = f" {intent['target']}" if intent.get("target") else ""
-            who = names.get(cid, cid)
-            yield f"  {who}: intends {intent.get('action', '?')}{target}"
-            yield f"    -> {outcome.get('outcome', '')}"
+            yield one_line(f"  {_name(names, cid)}: intends {intent.get('action', '?')}{target}")
+            yield one_line(f"    -> {outcome.get('outcome', '')}")
     yield from declared_lines(log, names)
     yield from message_lines(log, names)
     for name, record in log.phases.items():
@@ -140,13 +150,13 @@ def tick_lines(log: TickLog) -> Iterator[str]:
             # a log written before errors were redacted may quote a server's credentials
             yield f"fallback: {name} {key}: {redact_text(reason)}"
         for key, models in record.report.model_fallbacks.items():
-            yield f"fallback model: {name} {key}: {models}"
+            yield one_line(f"fallback model: {name} {key}: {models}")
         for warning in record.report.warnings:
-            yield f"ignored: {warning}"
+            yield one_line(f"ignored: {warning}")
         for gap in record.report.gaps:
-            yield f"no outcome: {gap}"
+            yield one_line(f"no outcome: {gap}")
     for decision in log.decisions:
-        yield decision_line(decision)
+        yield one_line(decision_line(decision))
     yield ""
     yield SUMMARY_HEAD
     yield summary_line(summary(log))
@@ -162,8 +172,8 @@ def message_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
     for item in sent:
         if isinstance(item, dict):
             sender, recipient = str(item.get("from")), str(item.get("to"))
-            who = f"{names.get(sender, sender)} -> {names.get(recipient, recipient)}"
-            yield f"  {who}: {item.get('text')}"
+            who = f"{_name(names, sender)} -> {_name(names, recipient)}"
+            yield one_line(f"  {who}: {item.get('text')}")
 
 
 def decision_line(record: PolicyRecord) -> str:
@@ -207,12 +217,12 @@ def conversation_lines(results: dict[str, Any], names: dict[str, str]) -> Iterat
             continue
         yield ""
         where = str(talk.get("location"))
-        yield f"[conversation at {names.get(where, where)}]"
+        yield f"[conversation at {_name(names, where)}]"
         for line in talk.get("lines") or ():
             if isinstance(line, dict):
                 who = str(line.get("speaker"))
-                yield f"  {names.get(who, who)}: {line.get('says')}"
-        yield f"  (ended: {talk.get('ended')})"
+                yield one_line(f"  {_name(names, who)}: {line.get('says')}")
+        yield one_line(f"  (ended: {talk.get('ended')})")
 
 
 def declared_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
@@ -227,9 +237,9 @@ def declared_lines(log: TickLog, names: dict[str, str]) -> Iterator[str]:
             yield from conversation_lines(results, names)
             continue
         yield ""
-        yield f"[{name}]"
+        yield f"[{one_line(name)}]"
         for subject, answer in results.items():
-            yield f"  {names.get(subject, subject)}: {answer_text(answer)}"
+            yield one_line(f"  {_name(names, subject)}: {answer_text(answer)}")
 
 
 CALLS_HEAD = (
@@ -291,7 +301,8 @@ def call_lines(log: TickLog) -> Iterator[str]:
         window = "chain" if call.previous_response_id else str(len(call.history))
         cost = call_cost(call, prices).text()
         model = call.response_model or call.model
-        yield (
+        # the model a server said answered and the tools a model called: on one line
+        yield one_line(
             f"{call.request_id:<40} {model!s:<15} "
             f"{call.depth:>5}  {window:>6}  {usage.input_tokens:>9}  "
             f"{usage.cached_input_tokens:>9}  {usage.output_tokens:>10}  "
@@ -302,13 +313,13 @@ def call_lines(log: TickLog) -> Iterator[str]:
             yield f"    {failed.target}: {failed.error_code}: {failed.error}"
     for record in log.embeddings:  # [memory] embeddings = "provider": not calls
         model = f"{record.provider}/{record.model}" if record.provider else record.model
-        yield (
+        yield one_line(
             f"embeddings before {record.phase}: {model}, {record.texts} texts, "
             f"{record.input_tokens} input tokens, "
             f"{embedding_cost(record, prices).text()}"
         )
     for batch in log.batches:  # sent through the OpenAI Batch API (half price)
-        yield f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls"
+        yield one_line(f"batch {batch.batch_id}: {batch.phase}, {len(batch.lines)} calls")
 
 
 def drift_lines(drift: Drift) -> Iterator[str]:

@@ -17,8 +17,8 @@ May import: every package below it, inside the command that needs it: ``sim.anal
 ``sim.config``, ``sim.engine``, ``sim.errors``, ``sim.interventions``, ``sim.interview``,
 ``sim.lifeline``, ``sim.llm``, ``sim.mind``, ``sim.network``, ``sim.phases``,
 ``sim.policy``, ``sim.providers`` (a kind's profile), ``sim.runs``, ``sim.serve``, ``sim.storage``,
-``sim.study``, ``sim.testing``, ``sim.ticklog``, ``sim.version``, ``sim.world``,
-``sim.worldgen``. Only ``sim.__main__`` imports it.
+``sim.study``, ``sim.terminal``, ``sim.testing``, ``sim.ticklog``, ``sim.version``,
+``sim.world``, ``sim.worldgen``. Only ``sim.__main__`` imports it.
 
 Next: a new command is a function in its group's module (a new group: a module of its
 own), named in ``COMMANDS``.

@@ -21,39 +21,15 @@ import click
 
 from sim.errors import InputError, RunFailed, SimError, TickInterrupted
 from sim.llm.redact import redact_text
+from sim.terminal import BIDI_CONTROLS, one_line, printable
 
 if TYPE_CHECKING:
     from sim.config import Config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: the Unicode bidirectional formatting controls: invisible, they reorder the text around
-#: them as a terminal shows it (U+202E turns "txt.exe" into what reads as "exe.txt"): the
-#: embeddings and overrides (U+202A-U+202E), the isolates (U+2066-U+2069) and the marks
-#: (U+200E, U+200F, U+061C)
-BIDI_CONTROLS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-#: what a terminal acts on rather than shows: C0 controls but line feed and tab (ESC starts
-#: every escape sequence, BEL ends OSC titles, CR rewrites a line), DEL, the C1 controls
-#: and the bidirectional controls
-_CONTROL = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
 #: what JSON may hold raw inside a string and a terminal acts on (orjson escapes C0)
 _JSON_CONTROL = re.compile(rf"[\x7f-\x9f{BIDI_CONTROLS}]")
-
-
-def _shown(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character a terminal would act on shown as ``\\xNN``
-    (a bidirectional control as ``\\uNNNN``).
-
-    Names, narratives, answers and messages come from worlds, logs and models: untrusted.
-    A name holding ``\\x1b]0;...\\x07`` would retitle the terminal, ``\\x1b[2J`` clear it,
-    and ``\\u202e`` print the rest of the line right to left.
-    """
-    return _CONTROL.sub(_shown, text)
 
 
 def echo(
@@ -61,8 +37,12 @@ def echo(
 ) -> None:
     """Every line of human output goes through here, its control characters shown, never
     sent (``printable``). ``overwrite``: a status line that replaces the one before it on a
-    terminal (carriage return before, clear-to-end-of-line after)."""
-    text = "" if message is None else printable(str(message))
+    terminal (carriage return before, clear-to-end-of-line after), so one line: its line
+    breaks are shown too (``one_line``).
+
+    Names and ids printed inside a line are passed through ``one_line`` before they are put
+    in it: a line break in a name would start a line the world wrote."""
+    text = "" if message is None else (one_line if overwrite else printable)(str(message))
     if overwrite:
         text = f"\r{text}\x1b[K"
     click.echo(text, err=err, nl=nl)

@@ -25,6 +25,7 @@ from sim.cli.common import (
     secho,
 )
 from sim.cli.jsonout import JSON_OPTION, ask_document, emit, json_errors
+from sim.terminal import one_line
 
 if TYPE_CHECKING:
     from sim.analysis.export import Format
@@ -289,7 +290,7 @@ def ask_(
         else:
             for interview in asked.interviews:
                 name = asked.names.get(interview.character, interview.character)
-                secho(f"[{name}]", fg="cyan")
+                secho(f"[{one_line(name)}]", fg="cyan")
                 if interview.answer is not None and interview.format is not None:
                     echo(f"answer: {interview.answer}")
                     echo(textwrap.fill(f"reason: {interview.reason}", width=88))

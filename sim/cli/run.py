@@ -24,7 +24,6 @@ from sim.cli.common import (
     build_config,
     count_option,
     echo,
-    printable,
     secho,
 )
 from sim.cli.jsonout import (
@@ -36,6 +35,7 @@ from sim.cli.jsonout import (
     tick_document,
 )
 from sim.errors import UserError
+from sim.terminal import one_line
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.config import Config
@@ -150,8 +150,8 @@ class Progress:
         )
         if self.tty:
             echo(line, err=True, nl=False, overwrite=True)
-        else:
-            echo(line, err=True)
+        else:  # the batch's id and status are the server's words
+            echo(one_line(line), err=True)
 
     def on_event(self, event: LLMEvent) -> None:
         if event.kind == "llm_called" or not event.final:
@@ -177,7 +177,7 @@ class Progress:
             what = f"{len(report.warnings)} rule violations ignored"
         else:
             what = f"{report.calls}/{report.calls} calls, {report.failures} failed"
-        echo(f"  {self._tick} {name:<11} {what}", err=True, overwrite=self.tty)
+        echo(one_line(f"  {self._tick} {name:<11} {what}"), err=True, overwrite=self.tty)
 
     def on_tick(self, result: TickResult) -> None:
         """A tick committed: its line (calls, tokens, time) and the ETA."""
@@ -288,7 +288,7 @@ class StreamView:
             if key in self.shown:
                 continue
             self.current, self.shown[key] = key, 0
-            secho(f"\n[{self.name(key)}]", fg="cyan")
+            secho(f"\n[{one_line(self.name(key))}]", fg="cyan")
             self._show(key)
             if key not in self.done:
                 return
@@ -412,12 +412,12 @@ class TerminalApprover:
 
 def moved_lines(result: TickResult, width: int = 88) -> list[str]:
     """``moved: Name (From → To), ...``: who moved this tick, by name, wrapped at ``width``
-    between moves (a move is never split). The names are world text: shown escaped
-    (``printable``, as ``echo`` shows them), so the width is what the terminal gets."""
+    between moves (a move is never split). The names are world text: shown escaped, their
+    line breaks too (``one_line``), so the width is what the terminal gets."""
     lines: list[str] = []
     line = "moved:"
     for i, (name, a, b) in enumerate(result.moves_by_name()):
-        move = printable(f"{name} ({a} → {b})")
+        move = one_line(f"{name} ({a} → {b})")
         if i and len(line) + 2 + len(move) > width:
             lines.append(line + ",")
             line = " " * len("moved: ") + move
@@ -432,7 +432,7 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
     ``streamed``, shown as they were written), moves, fallbacks and the calls table."""
     secho(f"\n== tick {result.tick} ==", bold=True)
     for note in result.notes:
-        echo(f"note: {note}")
+        echo(f"note: {one_line(note)}")
     if result.resumed_calls:
         echo(
             f"resumed: {result.resumed_calls} calls taken from the interrupted tick's "
@@ -443,21 +443,21 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
     for lid, text in result.narratives.items():
         if lid in streamed:
             continue
-        secho(f"\n[{result.location_names.get(lid, lid)}]", fg="cyan")
+        secho(f"\n[{one_line(result.location_names.get(lid, lid))}]", fg="cyan")
         echo(textwrap.fill(text, width=88))
     if result.moved:
         echo()
         for line in moved_lines(result):
             echo(line)
     for report in result.reports:
-        for entity_key, reason in report.errors.items():
+        for entity_key, reason in report.errors.items():  # an error may take several lines
             echo(f"fallback: {report.name} {entity_key}: {reason}")
         for entity_key, models in report.model_fallbacks.items():
-            echo(f"fallback model: {report.name} {entity_key}: {models}")
-        for warning in report.warnings:
-            echo(f"ignored: {warning}")
+            echo(one_line(f"fallback model: {report.name} {entity_key}: {models}"))
+        for warning in report.warnings:  # one line each, which may quote a name
+            echo(one_line(f"ignored: {warning}"))
         for gap in report.gaps:
-            echo(f"no outcome: {gap}")
+            echo(one_line(f"no outcome: {gap}"))
     pushed = result.backpressure
     if pushed and (pushed["rate_limited"] or pushed["timeouts"] or pushed["down_failures"]):
         echo(

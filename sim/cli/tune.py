@@ -20,6 +20,7 @@ from sim.cli.common import (
     errors,
 )
 from sim.errors import InputError
+from sim.terminal import one_line
 
 if TYPE_CHECKING:  # imported by the commands (`sim --help` does not load the runner)
     from sim.analysis.tune import TuneRow
@@ -83,7 +84,7 @@ def memory_line(row: TuneRow) -> str:
 
 
 def unpriced_note(models: frozenset[str]) -> str:
-    names = ", ".join(sorted(models))
+    names = ", ".join(one_line(model) for model in sorted(models))  # as the logs name them
     return (
         f'cost unknown: no price for {names}; add [prices."<model>"] input, cached_input '
         "and output (USD per million tokens) to config.toml"
@@ -191,15 +192,16 @@ def tune_(
 def usage_line(row: UsageRow, width: int, embeddings: bool = False) -> str:
     """One row of ``sim usage``; ``embeddings``: with the column of embeddings requests."""
     line = (
-        f"{row.key:<{width}}  {row.requests:>8}  {row.failures:>6}  {row.input_tokens:>9}  "
-        f"{row.cached_input_tokens:>9}  {row.output_tokens:>10}  {row.total_tokens:>9}  "
-        f"{row.cost.text():>9}"
+        f"{one_line(row.key):<{width}}  {row.requests:>8}  {row.failures:>6}  "
+        f"{row.input_tokens:>9}  {row.cached_input_tokens:>9}  {row.output_tokens:>10}  "
+        f"{row.total_tokens:>9}  {row.cost.text():>9}"
     )
     return f"{line}  {row.embedding_requests:>6}" if embeddings else line
 
 
 def print_usage(report: UsageReport) -> None:
-    width = max([len(report.by), 5, *(len(r.key) for r in report.rows)])
+    # the keys (models, ids, endpoints) come from the logs: each on one line, shown escaped
+    width = max([len(report.by), 5, *(len(one_line(r.key)) for r in report.rows)])
     # a world that fetched provider embeddings: their requests get a column of their own
     embeddings = report.total.embedding_requests > 0
     echo(f"{report.by:<{width}}  {USAGE_HEAD}{EMBEDS_HEAD if embeddings else ''}")

@@ -110,3 +110,23 @@ def test_stream_says_when_the_provider_streamed_nothing(demo_world: Path):
     note = "note: --stream: the offline provider streamed nothing"
     assert done.stderr.count(note) == 1  # once per run
     assert "[Herring Quay]" in done.stdout  # the narratives, after each tick, by name
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_batch_status_from_the_server_stays_on_its_line(
+    tty: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch's id and status are what the server answered: their line breaks are shown
+    (``\\x0a``), on a terminal's status line and in plain lines alike."""
+    from sim.llm.batching import BatchProgress
+
+    progress = Progress(ticks=1, tty=tty)
+    progress.attach(_Runner())  # type: ignore[arg-type]
+    forged = "tick 7 committed: 0 calls"
+    progress.on_batch(
+        BatchProgress("intentions", f"b1\n{forged}", f"done\r\n{forged}", 2, 2, 0, False, 1.0)
+    )
+    err = capsys.readouterr().err
+    assert f"batch b1\\x0a{forged}: done\\x0d\\x0a{forged}, 2/2 done" in err
+    assert forged not in [line.strip("\r\x1b[K") for line in err.split("\n")]
+    assert err.count("\n") == (0 if tty else 1)
