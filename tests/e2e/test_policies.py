@@ -7,10 +7,12 @@ Custom policies are installed the way a package installs them: a distribution on
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -318,7 +320,8 @@ def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, 
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    # faulthandler: a child that does not end is made to show where it is (below)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"}
     with interruptible_children():  # Ctrl-C at the prompt must reach it
         child = subprocess.Popen(
             [sys.executable, "-m", "sim", "tick", "--world", str(world), "--config", str(config)],
@@ -346,6 +349,14 @@ def _tick_on_a_terminal(world: Path, config: Path, answer: bytes) -> tuple[int, 
                 answered = True
             if child.poll() is not None and not ready:
                 break
+        if child.poll() is None:  # stuck: every thread's stack to the terminal, then end it
+            child.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
+            with contextlib.suppress(OSError):
+                while select.select([master], [], [], 0.5)[0]:
+                    shown += os.read(master, 65536)
+            raise AssertionError(f"sim tick did not end: {shown.decode(errors='replace')}")
         code = child.wait(timeout=60)
     finally:
         if child.poll() is None:
