@@ -158,8 +158,10 @@ def _tick_cost(world: Path, tmp: str, rounds: int) -> dict[str, Any]:
     return {"sim_tick_s": by_cli, "api_s": by_api, "ratio": api / cli}
 
 
-def _browser(url: str, ticks: int) -> float | None:
-    """Seconds until chromium shows the latest tick's scenes (``None``: no browser)."""
+def _timed_page(url: str, selectors: tuple[str, ...], count_nodes: bool = False) -> float | None:
+    """Seconds from chromium's ``goto(url)`` until every one of ``selectors`` shows
+    (``None``: no browser); ``count_nodes``: the page's element count is kept
+    (``_DOM_NODES``)."""
     chromium = shutil.which("chromium")
     try:
         from playwright.sync_api import sync_playwright
@@ -175,11 +177,19 @@ def _browser(url: str, ticks: int) -> float | None:
         page.goto("about:blank")
         started = time.perf_counter()
         page.goto(url)
-        page.wait_for_selector("#scenes .scene")
-        page.wait_for_selector(f"#tick-label:text-matches('^Tick {ticks} ')")
+        # selectors, not a predicate: the page's Content-Security-Policy forbids eval
+        for selector in selectors:
+            page.wait_for_selector(selector, timeout=120_000)
         took = time.perf_counter() - started
+        if count_nodes:
+            _DOM_NODES.append(int(page.evaluate("document.getElementsByTagName('*').length")))
         browser.close()
     return took
+
+
+def _browser(url: str, ticks: int) -> float | None:
+    """Seconds until chromium shows the latest tick's scenes (``None``: no browser)."""
+    return _timed_page(url, ("#scenes .scene", f"#tick-label:text-matches('^Tick {ticks} ')"))
 
 
 def _until_loaded(url: str, headers: dict[str, str]) -> tuple[float, int]:
@@ -267,28 +277,11 @@ _DOM_NODES: list[int] = []
 
 def _browser_count(url: str, characters: int) -> float | None:
     """Seconds until chromium shows the world's character count (``None``: no browser)."""
-    chromium = shutil.which("chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return None
-    if chromium is None:
-        return None
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=chromium, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
-        )
-        page = browser.new_page()
-        page.goto("about:blank")
-        started = time.perf_counter()
-        page.goto(url)
-        # selectors, not a predicate: the page's Content-Security-Policy forbids eval
-        page.wait_for_selector(f"#people-count:text-is('{characters}')", timeout=120_000)
-        page.wait_for_selector("#network-note:not(:empty)", timeout=120_000)
-        took = time.perf_counter() - started
-        _DOM_NODES.append(int(page.evaluate("document.getElementsByTagName('*').length")))
-        browser.close()
-    return took
+    return _timed_page(
+        url,
+        (f"#people-count:text-is('{characters}')", "#network-note:not(:empty)"),
+        count_nodes=True,
+    )
 
 
 def main() -> None:
