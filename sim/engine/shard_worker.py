@@ -29,19 +29,16 @@ from sim.engine import repair
 from sim.engine.recorder import attempt_record, call_record, phase_results
 from sim.engine.shards import (
     Logged,
-    Outbox,
     PhaseDone,
     ShardFinal,
     ShardPlan,
     StandIn,
     changed_states,
-    frame,
-    portable,
-    receive,
     states_of,
     take_states,
 )
 from sim.engine.stack import Stack, build_stack
+from sim.engine.wire import Outbox, frame, portable, receive
 from sim.errors import RunError
 from sim.gcpause import gc_paused
 from sim.llm.budget import Price
