@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -88,6 +88,44 @@ def _overwrite(item: tuple[int, str, Path, bytes]) -> None:
     flush it to the disk (data and size)."""
     dir_fd, name, shown, data = item
     safefs.write_at(dir_fd, name, shown, data, sync=True)
+
+
+def _overwrite_all(writes: list[tuple[int, str, Path, bytes]]) -> None:
+    """``_overwrite`` every item on ``_WRITE_THREADS`` threads that take the next item from
+    one shared iterator (a list iterator hands each item to one thread, under the GIL);
+    the first error is raised once every thread has stopped, and stops the others at
+    their next item.
+
+    Not a ``ThreadPoolExecutor``: its future, queue and lock per item cost ~20 µs of
+    interpreter time a file (1.0 s of CPU for 44,000 files, against 0.3 s here), time the
+    log's compression thread, running beside the commit, waits for.
+    """
+    pending = iter(writes)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for item in pending:
+                if errors:
+                    return
+                _overwrite(item)
+        except BaseException as exc:  # raised in the caller's thread below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, name=f"sim-commit-{n}")
+        for n in range(min(_WRITE_THREADS, len(writes)))
+    ]
+    started: list[threading.Thread] = []
+    try:
+        for thread in threads:
+            thread.start()
+            started.append(thread)
+    finally:
+        for thread in started:
+            thread.join()
+    if errors:
+        raise errors[0]
 
 
 def journal_chunks(files: Mapping[str, bytes | None]) -> Iterator[bytes]:
@@ -200,9 +238,7 @@ def apply_journal(root: Path, files: Mapping[str, bytes | None]) -> None:
                 else:
                     writes.append((dir_fd, name, root / folder / name, data))
         if len(writes) > _PARALLEL_WRITES_FROM:
-            with ThreadPoolExecutor(_WRITE_THREADS) as pool:
-                for _ in pool.map(_overwrite, writes):
-                    pass
+            _overwrite_all(writes)
         else:
             for item in writes:
                 _overwrite(item)

@@ -161,6 +161,47 @@ def test_a_commit_does_not_build_a_second_copy_of_the_changed_files(tmp_path: Pa
     assert Storage(root).load().characters["extra000"]["state"]["mood"] == "changed"
 
 
+def test_a_write_failing_among_many_fails_the_commit_and_recovery_writes_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past 64 files the writes run on threads: one that fails (a full disk) fails the
+    commit with its error, after the journal's rename, and the next recovery writes every
+    file of the tick, the failed one included."""
+    root = demo(tmp_path)
+    storage = Storage(root)
+    world = storage.load()
+    template = next(iter(world.characters.values()))
+    for i in range(150):
+        cid = f"extra{i:03d}"
+        char: dict[str, Any] = {**template, "identity": {**template["identity"], "id": cid}}
+        (root / "characters" / f"{cid}.json").write_bytes(dump_json(char))
+    world = mutate_every_character(storage)
+    changed = storage.changed_files(world)
+    assert len(changed) > 100
+    real_write_at = safefs.write_at
+    written: list[str] = []
+
+    def write_at(dir_fd: int, name: str, shown: Path, data: bytes, **kwargs: Any) -> None:
+        if name == "extra077.json":
+            raise OSError(28, "No space left on device")
+        real_write_at(dir_fd, name, shown, data, **kwargs)
+        written.append(name)
+
+    monkeypatch.setattr(safefs, "write_at", write_at)
+    with pytest.raises(OSError, match="No space left"):
+        storage.commit(world, changed=changed)
+    assert (root / ".sim" / "journal.json").exists()  # committed: the journal stays
+    assert len(written) < len(changed)
+
+    monkeypatch.setattr(safefs, "write_at", real_write_at)
+    assert Storage(root).recover()
+    again = Storage(root).load()
+    assert {cid: c["state"]["mood"] for cid, c in again.characters.items()} == {
+        cid: "changed" for cid in world.characters
+    }
+    assert not (root / ".sim" / "journal.json").exists()
+
+
 @pytest.mark.parametrize(
     "cut",
     [
