@@ -251,10 +251,19 @@ def read_capped(path: Path, max_bytes: int, cannot: str = "cannot read") -> byte
             starts), or it holds more than ``max_bytes`` bytes.
     """
     try:
-        with path.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
+        # never blocking on a FIFO (opened without a writer, it would wait for one)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise InputError(path, None, f"{cannot}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InputError(path, None, f"{cannot}: it is {_kind(mode)}; expected a file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise InputError(path, None, f"{cannot}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
         raise InputError(path, None, f"larger than {max_bytes} bytes")
     return data

@@ -328,3 +328,24 @@ def test_folder_problem_names_what_is_there(tmp_path: Path) -> None:
         "folder": None,
         "none": None,
     }
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs need POSIX")
+def test_a_study_file_or_reference_that_is_a_fifo_is_refused_not_waited_on(
+    tmp_path: Path,
+) -> None:
+    """A stranger's folder can hold a named pipe where the study file or the reference
+    CSV is named: opening it by name would wait for a writer forever."""
+    from sim.analysis.compare import read_reference
+    from sim.errors import InputError
+
+    os.mkfifo(tmp_path / "study.toml")
+    result = _run(tmp_path, "study", "run", "study.toml", "--out", "out")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "study.toml" in result.stderr and "named pipe (FIFO)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+    os.mkfifo(tmp_path / "reference.csv")
+    with pytest.raises(InputError, match=r"reference\.csv.*named pipe \(FIFO\)"):
+        read_reference(tmp_path / "reference.csv")
