@@ -140,10 +140,15 @@ def verify_runs(out: Path, each: str = VERIFY_EACH) -> list[str]:
 
 
 def refuse_unverified(
-    out: Path, problems: list[str], verdict: str, command: str, unverified: bool
+    out: Path,
+    problems: list[str],
+    verdict: str,
+    command: str,
+    unverified: bool,
+    flag: str = "--unverified",
 ) -> list[str]:
     """``problems``, the verification of ``out`` by ``command`` (``sim sweep verify``,
-    ``sim study verify``); refused unless ``unverified``.
+    ``sim study verify``); refused unless ``unverified`` (``flag``: how it is set).
 
     Raises:
         InputError: there are problems and ``unverified`` is not set: ``verdict`` ("the
@@ -156,7 +161,7 @@ def refuse_unverified(
         raise InputError(
             out,
             None,
-            f"{verdict} ({shown}): see `{command} {out}`, or pass --unverified to go on "
+            f"{verdict} ({shown}): see `{command} {out}`, or pass {flag} to go on "
             "anyway (the output then says so)",
         )
     return problems

@@ -146,14 +146,15 @@ def verify_study(out: Path) -> list[str]:
     return problems
 
 
-def require_verified(out: Path, unverified: bool) -> list[str]:
-    """The problems of the study in ``out``; refused unless ``unverified``.
+def require_verified(out: Path, unverified: bool, flag: str = "--unverified") -> list[str]:
+    """The problems of the study in ``out``; refused unless ``unverified`` (``flag``: how
+    the caller sets it, named in the refusal).
 
     Raises:
         InputError: it does not verify and ``unverified`` is not set (the problems named).
     """
     return refuse_unverified(
-        out, verify_study(out), "the study does not verify", "sim study verify", unverified
+        out, verify_study(out), "the study does not verify", "sim study verify", unverified, flag
     )
 
 

@@ -241,3 +241,24 @@ def test_compare_refuses_a_hand_edited_study_unless_told_unverified(study: Path)
     document = orjson.loads(output.splitlines()[-1])
     assert code == 0 and document["verified"] is False and document["comparisons"], output
     assert document["notes"][0].startswith("UNVERIFIED: the study does not verify")
+
+
+def test_load_study_refuses_an_unverified_study_unless_told(study: Path) -> None:
+    """``sim.analysis.load_study``, a notebook's way in, holds the export's rule: a study
+    that does not verify is refused by name, and loaded with ``unverified=True`` under a
+    warning naming its problems."""
+    pytest.importorskip("pandas")
+    from sim.analysis import UnverifiedStudyWarning, load_study
+    from sim.errors import InputError
+
+    clean = load_study(study)
+    path = _character(study / "announce" / "seed-2")
+    data = orjson.loads(path.read_bytes())
+    data["state"]["mood"] = "furious"
+    path.write_bytes(dump_json(data))
+    with pytest.raises(InputError, match=r"does not verify.*unverified=True") as refused:
+        load_study(study)
+    assert "seed-2" in str(refused.value)
+    with pytest.warns(UnverifiedStudyWarning, match="seed-2"):
+        frames = load_study(study, unverified=True)
+    assert len(frames.characters) == len(clean.characters)
