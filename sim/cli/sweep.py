@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -84,6 +84,33 @@ def say_verified(
         )
     if problems:
         sys.exit(1)
+
+
+def note_unverified(
+    notes: list[str], problems: list[str], verdict: str, whole: str, folder: Path, done: str
+) -> None:
+    """Lead ``notes`` with what output made from a sweep's or a study's (the ``whole``'s)
+    ``folder`` that does not verify says, when there are ``problems``: the ``verdict``,
+    their count, the command that names them, and that it was ``done`` ("reported") as
+    asked."""
+    if problems:
+        found = f"{counted(len(problems), 'problem')}: sim {whole} verify {folder}"
+        notes.insert(0, f"UNVERIFIED: {verdict} ({found}); {done} as asked (--unverified)")
+
+
+def print_report(
+    lines: Iterable[str], notes: list[str], problems: list[str], whole: str, folder: Path
+) -> None:
+    """A report on a sweep's or a study's (the ``whole``'s) ``folder`` on the terminal: a
+    warning first when it does not verify (``problems``), its ``lines``, then its notes on
+    stderr."""
+    if problems:
+        found = counted(len(problems), "problem")
+        echo(f"UNVERIFIED {whole} ({found}: sim {whole} verify {folder})")
+    for line in lines:
+        echo(line)
+    for note in notes:
+        echo(f"note: {note}", err=True)
 
 
 def finish_runs(
@@ -280,12 +307,7 @@ def report_(runs_dir: Path, html_out: Path | None, unverified: bool, as_json: bo
     with json_errors("sweep report", as_json):
         problems = require_verified(runs_dir, unverified, REPORT_EACH)  # raises: no runs
         report = sweep_report(runs_dir)
-        if problems:
-            report.notes.insert(
-                0,
-                f"UNVERIFIED: {UNVERIFIED_RUNS} ({counted(len(problems), 'problem')}: "
-                f"sim sweep verify {runs_dir}); reported as asked (--unverified)",
-            )
+        note_unverified(report.notes, problems, UNVERIFIED_RUNS, "sweep", runs_dir, "reported")
         if html_out is not None:
             write_html(report, html_out, runs_dir.name or str(runs_dir))
         if as_json:
@@ -302,17 +324,13 @@ def report_(runs_dir: Path, html_out: Path | None, unverified: bool, as_json: bo
                 }
             )
             return
-        if problems:
-            found = counted(len(problems), "problem")
-            echo(f"UNVERIFIED sweep ({found}: sim sweep verify {runs_dir})")
-        for line in report_lines(report):
-            echo(line)
-        echo("")
-        echo("per setting, seeds pooled (mean ± sd over runs):")
-        for line in settings_lines(report):
-            echo(line)
-        for note in report.notes:
-            echo(f"note: {note}", err=True)
+        lines = [
+            *report_lines(report),
+            "",
+            "per setting, seeds pooled (mean ± sd over runs):",
+            *settings_lines(report),
+        ]
+        print_report(lines, report.notes, problems, "sweep", runs_dir)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
 
