@@ -15,9 +15,8 @@ from sim.cli.common import (
 )
 from sim.cli.jsonout import JSON_OPTION, emit, json_errors
 from sim.cli.sweep import (
+    RunsOptions,
     budget_and_executor,
-    check_executor,
-    chosen_executor,
     finish_runs,
     note_unverified,
     outcome_line,
@@ -53,10 +52,7 @@ def run_(
     out: Path,
     jobs: int,
     config_file: Path | None,
-    budget_usd: float | None,
-    budget_tokens: int | None,
-    executor: str,
-    ray_address: str | None,
+    runs: RunsOptions,
     trust_study: bool,
     as_json: bool,
 ) -> None:
@@ -71,9 +67,9 @@ def run_(
 
     with json_errors("study run", as_json):
         refuse_world_trust("study")
-        check_executor(executor, ray_address)
+        runs.check()
         plan = read_study(study_file)
-        with chosen_executor(executor, ray_address) as run:
+        with runs.chosen() as run:
             if not as_json:
                 echo(
                     f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
@@ -85,8 +81,8 @@ def run_(
                 plan,
                 out,
                 jobs,
-                budget_usd or None,
-                budget_tokens or None,
+                runs.budget_usd,
+                runs.budget_tokens,
                 config_file,
                 on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
                 executor=run,
