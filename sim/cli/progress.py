@@ -3,7 +3,7 @@ terminal, plain lines elsewhere, the ETA, the run's total at the end) and ``--st
 narratives on stdout as the model writes them.
 
 Imported by the ``tick`` command when it runs (``sim --help`` does not load it); it draws
-what the engine's callbacks report and imports nothing of the engine at run time.
+what the engine's callbacks report, and imports the engine's types for type checking only.
 """
 
 from __future__ import annotations
