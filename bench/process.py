@@ -141,11 +141,11 @@ def workers(characters: int, repeats: int) -> dict[str, Any]:
 #: what ``sim tick`` imports, by provider (the modules it loads to run a tick)
 IMPORTS = {
     "cli": "import sim.cli",
-    "offline tick": "import sim.cli.run, sim.engine.runner, sim.offline.adapter",
+    "offline tick": "import sim.cli.run, sim.cli.progress, sim.engine.runner, sim.offline.adapter",
     # the adapter built too, on a direct URL, as a tick builds it: nothing it does may
     # import what a plain call does not use (the OpenAI SDK)
     "openai tick": (
-        "import sim.cli.run, sim.engine.runner\n"
+        "import sim.cli.run, sim.cli.progress, sim.engine.runner\n"
         "from sim.providers import create_adapter\n"
         f"create_adapter('openai', base_url='http://127.0.0.1:9/v1', api_key_env='{KEY_ENV}')"
     ),

@@ -16,7 +16,6 @@ from sim.cli.common import (
     WORLD,
     build_config,
     count_option,
-    counted,
     echo,
     echo_json,
     endpoint_options,
@@ -98,16 +97,12 @@ def export_(
             raise InputError(None, "--world/--study", "expected exactly one of them")
         problems: list[str] = []
         if study_dir is not None:
-            from sim.study.verify import require_verified
+            from sim.cli.sweep import note_unverified
+            from sim.study.verify import UNVERIFIED_STUDY, require_verified
 
             problems = require_verified(study_dir, unverified)
             done = export_study(study_dir, out, cast("Format", fmt), first, last, csv_raw=csv_raw)
-            if problems:
-                done.notes.insert(
-                    0,
-                    f"UNVERIFIED: the study does not verify ({counted(len(problems), 'problem')}"
-                    f": sim study verify {study_dir}); exported as asked (--unverified)",
-                )
+            note_unverified(done.notes, problems, UNVERIFIED_STUDY, "study", study_dir, "exported")
         else:
             assert world_dir is not None
             done = export(world_dir, out, cast("Format", fmt), first, last, csv_raw=csv_raw)

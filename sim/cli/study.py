@@ -9,18 +9,18 @@ import click
 from sim.cli.common import (
     CONFIG,
     count_option,
-    counted,
     echo,
     file_option,
     folder_option,
 )
 from sim.cli.jsonout import JSON_OPTION, emit, json_errors
 from sim.cli.sweep import (
+    RunsOptions,
     budget_and_executor,
-    check_executor,
-    chosen_executor,
     finish_runs,
+    note_unverified,
     outcome_line,
+    print_report,
     refuse_world_trust,
     say_verified,
 )
@@ -52,10 +52,7 @@ def run_(
     out: Path,
     jobs: int,
     config_file: Path | None,
-    budget_usd: float | None,
-    budget_tokens: int | None,
-    executor: str,
-    ray_address: str | None,
+    runs: RunsOptions,
     trust_study: bool,
     as_json: bool,
 ) -> None:
@@ -70,9 +67,9 @@ def run_(
 
     with json_errors("study run", as_json):
         refuse_world_trust("study")
-        check_executor(executor, ray_address)
+        runs.check()
         plan = read_study(study_file)
-        with chosen_executor(executor, ray_address) as run:
+        with runs.chosen() as run:
             if not as_json:
                 echo(
                     f"study: {len(plan.arms)} runs ({len(plan.spec.conditions)} conditions x "
@@ -84,8 +81,8 @@ def run_(
                 plan,
                 out,
                 jobs,
-                budget_usd or None,
-                budget_tokens or None,
+                runs.budget_usd,
+                runs.budget_tokens,
                 config_file,
                 on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
                 executor=run,
@@ -130,17 +127,12 @@ def report_(
 
     A study that does not verify (sim study verify) is refused unless --unverified."""
     from sim.analysis.studyreport import report_lines, study_report, write_html
-    from sim.study.verify import require_verified
+    from sim.study.verify import UNVERIFIED_STUDY, require_verified
 
     with json_errors("study report", as_json):
         problems = require_verified(study_dir, unverified)
         report = study_report(study_dir, field_spec)
-        if problems:
-            report.notes.insert(
-                0,
-                f"UNVERIFIED: the study does not verify ({counted(len(problems), 'problem')}: "
-                f"sim study verify {study_dir}); reported as asked (--unverified)",
-            )
+        note_unverified(report.notes, problems, UNVERIFIED_STUDY, "study", study_dir, "reported")
         figures: list[Path] = []
         if figures_dir is not None:
             from sim.analysis.figures import write_figures
@@ -160,13 +152,7 @@ def report_(
                 }
             )
             return
-        if problems:
-            found = counted(len(problems), "problem")
-            echo(f"UNVERIFIED study ({found}: sim study verify {study_dir})")
-        for line in report_lines(report):
-            echo(line)
-        for note in report.notes:
-            echo(f"note: {note}", err=True)
+        print_report(report_lines(report), report.notes, problems, "study", study_dir)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
         for path in figures:
@@ -240,7 +226,7 @@ def compare_(
 
     A study that does not verify (sim study verify) is refused unless --unverified."""
     from sim.analysis.compare import compare_lines, compare_study
-    from sim.study.verify import require_verified
+    from sim.study.verify import UNVERIFIED_STUDY, require_verified
 
     with json_errors("study compare", as_json):
         if reference is not None and fields:
@@ -256,12 +242,7 @@ def compare_(
             reference=reference,
             seed=seed,
         )
-        if problems:
-            result.notes.insert(
-                0,
-                f"UNVERIFIED: the study does not verify ({counted(len(problems), 'problem')}: "
-                f"sim study verify {study_dir}); compared as asked (--unverified)",
-            )
+        note_unverified(result.notes, problems, UNVERIFIED_STUDY, "study", study_dir, "compared")
         if as_json:
             emit(
                 {
@@ -272,13 +253,7 @@ def compare_(
                 }
             )
             return
-        if problems:
-            found = counted(len(problems), "problem")
-            echo(f"UNVERIFIED study ({found}: sim study verify {study_dir})")
-        for line in compare_lines(result):
-            echo(line)
-        for note in result.notes:
-            echo(f"note: {note}", err=True)
+        print_report(compare_lines(result), result.notes, problems, "study", study_dir)
 
 
 @study.command("verify")
@@ -288,7 +263,7 @@ def verify_(study_dir: Path, as_json: bool) -> None:
     """Check every arm of a study against its own tick logs and answer records: a world
     file edited since its last tick, an answer edited or missing, an arm missing or not the
     study's, an arm unfinished. Exit 1 when anything is found."""
-    from sim.study.verify import verify_study
+    from sim.study.verify import UNVERIFIED_STUDY, verify_study
 
     with json_errors("study verify", as_json):
         problems = verify_study(study_dir)
@@ -297,6 +272,6 @@ def verify_(study_dir: Path, as_json: bool) -> None:
             study_dir,
             problems,
             as_json,
-            "the study does not verify",
+            UNVERIFIED_STUDY,
             "every arm matches its logs and answer records",
         )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,7 +24,8 @@ from sim.cli.common import (
 from sim.cli.jsonout import JSON_OPTION, emit, json_errors
 from sim.errors import InputError
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: a click command's function, before ``click.command`` makes it one
+Command = Callable[..., Any]
 
 if TYPE_CHECKING:
     from sim.runs.process import Executor, RunOutcome, SweepResult
@@ -48,23 +51,33 @@ def refuse_world_trust(whole: str) -> None:
         )
 
 
-def check_executor(executor: str, ray_address: str | None) -> None:
-    """Raises: InputError: ``--ray-address`` without ``--executor ray``."""
-    if ray_address is not None and executor != "ray":
-        raise InputError(None, "--ray-address", "goes with --executor ray")
+@dataclass(frozen=True, slots=True)
+class RunsOptions:
+    """What a sweep's or a study's shared options chose (``budget_and_executor``): the caps
+    on the whole of it (``None``: none; 0 on the command line, as for ``sim tick`` and
+    ``[budget]``), and where each of its runs or steps runs."""
 
+    budget_usd: float | None
+    budget_tokens: int | None
+    executor: str
+    ray_address: str | None
 
-@contextmanager
-def chosen_executor(executor: str, ray_address: str | None) -> Iterator[Executor]:
-    """The executor ``--executor`` chooses (a local one's warm workers closed after)."""
-    from sim.runs.process import LocalExecutor, ray_executor
+    def check(self) -> None:
+        """Raises: InputError: ``--ray-address`` without ``--executor ray``."""
+        if self.ray_address is not None and self.executor != "ray":
+            raise InputError(None, "--ray-address", "goes with --executor ray")
 
-    run = ray_executor(ray_address) if executor == "ray" else LocalExecutor()
-    try:
-        yield run
-    finally:
-        if isinstance(run, LocalExecutor):
-            run.close()  # its warm workers
+    @contextmanager
+    def chosen(self) -> Iterator[Executor]:
+        """The executor ``--executor`` chooses (a local one's warm workers closed after)."""
+        from sim.runs.process import LocalExecutor, ray_executor
+
+        run = ray_executor(self.ray_address) if self.executor == "ray" else LocalExecutor()
+        try:
+            yield run
+        finally:
+            if isinstance(run, LocalExecutor):
+                run.close()  # its warm workers
 
 
 def say_verified(
@@ -84,6 +97,33 @@ def say_verified(
         )
     if problems:
         sys.exit(1)
+
+
+def note_unverified(
+    notes: list[str], problems: list[str], verdict: str, whole: str, folder: Path, done: str
+) -> None:
+    """Lead ``notes`` with what output made from a sweep's or a study's (the ``whole``'s)
+    ``folder`` that does not verify says, when there are ``problems``: the ``verdict``,
+    their count, the command that names them, and that it was ``done`` ("reported") as
+    asked."""
+    if problems:
+        found = f"{counted(len(problems), 'problem')}: sim {whole} verify {folder}"
+        notes.insert(0, f"UNVERIFIED: {verdict} ({found}); {done} as asked (--unverified)")
+
+
+def print_report(
+    lines: Iterable[str], notes: list[str], problems: list[str], whole: str, folder: Path
+) -> None:
+    """A report on a sweep's or a study's (the ``whole``'s) ``folder`` on the terminal: a
+    warning first when it does not verify (``problems``), its ``lines``, then its notes on
+    stderr."""
+    if problems:
+        found = counted(len(problems), "problem")
+        echo(f"UNVERIFIED {whole} ({found}: sim {whole} verify {folder})")
+    for line in lines:
+        echo(line)
+    for note in notes:
+        echo(f"note: {note}", err=True)
 
 
 def finish_runs(
@@ -124,11 +164,23 @@ def finish_runs(
         sys.exit(1)
 
 
-def budget_and_executor(whole: str, unit: str) -> Callable[[F], F]:
+def budget_and_executor(whole: str, unit: str) -> Callable[[Command], Command]:
     """The options a sweep and a study share: caps for the ``whole`` of it, and where each
-    ``unit`` (a run, a step) runs."""
+    ``unit`` (a run, a step) runs; the command gets them as one ``runs`` (``RunsOptions``)."""
 
-    def decorate(command: F) -> F:
+    def decorate(command: Command) -> Command:
+        @functools.wraps(command)
+        def with_runs(
+            *args: Any,
+            budget_usd: float | None,
+            budget_tokens: int | None,
+            executor: str,
+            ray_address: str | None,
+            **kwargs: Any,
+        ) -> Any:
+            runs = RunsOptions(budget_usd or None, budget_tokens or None, executor, ray_address)
+            return command(*args, runs=runs, **kwargs)
+
         for option in reversed(
             (
                 click.option(
@@ -156,8 +208,8 @@ def budget_and_executor(whole: str, unit: str) -> Callable[[F], F]:
                 ),
             )
         ):
-            command = option(command)
-        return command
+            with_runs = option(with_runs)
+        return with_runs
 
     return decorate
 
@@ -202,10 +254,7 @@ def sweep(
     out: Path | None,
     jobs: int,
     config_file: Path | None,
-    budget_usd: float | None,
-    budget_tokens: int | None,
-    executor: str,
-    ray_address: str | None,
+    runs: RunsOptions,
     as_json: bool,
 ) -> None:
     """Run a world many times: every seed with every combination of --set values.
@@ -230,15 +279,15 @@ def sweep(
             ticks,
             config_file,
         )
-        check_executor(executor, ray_address)
-        with chosen_executor(executor, ray_address) as run:
+        runs.check()
+        with runs.chosen() as run:
             if not as_json:
                 echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)
             result = run_sweep(
                 plan,
                 jobs,
-                budget_usd or None,  # 0 = no cap, as for sim tick and [budget]
-                budget_tokens or None,
+                runs.budget_usd,
+                runs.budget_tokens,
                 on_outcome=None if as_json else lambda o: echo(outcome_line(o), err=True),
                 executor=run,
                 on_interrupt=lambda note: echo(note, err=True),
@@ -280,12 +329,7 @@ def report_(runs_dir: Path, html_out: Path | None, unverified: bool, as_json: bo
     with json_errors("sweep report", as_json):
         problems = require_verified(runs_dir, unverified, REPORT_EACH)  # raises: no runs
         report = sweep_report(runs_dir)
-        if problems:
-            report.notes.insert(
-                0,
-                f"UNVERIFIED: {UNVERIFIED_RUNS} ({counted(len(problems), 'problem')}: "
-                f"sim sweep verify {runs_dir}); reported as asked (--unverified)",
-            )
+        note_unverified(report.notes, problems, UNVERIFIED_RUNS, "sweep", runs_dir, "reported")
         if html_out is not None:
             write_html(report, html_out, runs_dir.name or str(runs_dir))
         if as_json:
@@ -302,17 +346,13 @@ def report_(runs_dir: Path, html_out: Path | None, unverified: bool, as_json: bo
                 }
             )
             return
-        if problems:
-            found = counted(len(problems), "problem")
-            echo(f"UNVERIFIED sweep ({found}: sim sweep verify {runs_dir})")
-        for line in report_lines(report):
-            echo(line)
-        echo("")
-        echo("per setting, seeds pooled (mean ± sd over runs):")
-        for line in settings_lines(report):
-            echo(line)
-        for note in report.notes:
-            echo(f"note: {note}", err=True)
+        lines = [
+            *report_lines(report),
+            "",
+            "per setting, seeds pooled (mean ± sd over runs):",
+            *settings_lines(report),
+        ]
+        print_report(lines, report.notes, problems, "sweep", runs_dir)
         if html_out is not None:
             echo(f"wrote {html_out}", err=True)
 

@@ -395,6 +395,13 @@ def last_line(run_dir: Path) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
+def failed_message(run_dir: Path, code: int) -> str:
+    """Why a run's process failed: ``exit N`` (or ``killed by signal N``) and the last line
+    it said (``last_line``)."""
+    reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+    return f"{reason}: {last_line(run_dir)}"
+
+
 def ray_executor(address: str | None = None) -> Executor:
     """Each run a Ray task (``pip install 'sim[ray]'``) on the cluster at ``address``.
 
@@ -426,6 +433,7 @@ __all__ = [
     "RunOutcome",
     "Status",
     "SweepResult",
+    "failed_message",
     "last_line",
     "ray_executor",
     "run_one",

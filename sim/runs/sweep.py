@@ -49,7 +49,7 @@ from sim.runs.process import (
     Executor,
     RunOutcome,
     SweepResult,
-    last_line,
+    failed_message,
     run_one,
     run_tasks,
     tick_command,
@@ -158,8 +158,7 @@ def run_sweep(
             base.status = "done"
         else:
             base.status = "failed"
-            reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-            base.message = STOPPED if stopping.is_set() else f"{reason}: {last_line(run_dir)}"
+            base.message = STOPPED if stopping.is_set() else failed_message(run_dir, code)
         report(index, base)
 
     interrupted = run_tasks(

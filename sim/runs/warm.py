@@ -52,6 +52,7 @@ MAX_MESSAGE = 1 << 20
 PRELOAD = (
     "asyncio",
     "sim.cli",
+    "sim.cli.progress",
     "sim.cli.run",
     "sim.engine.runner",
     "sim.llm.client",

@@ -67,7 +67,7 @@ from sim.runs.process import (
     RunOutcome,
     Status,
     SweepResult,
-    last_line,
+    failed_message,
     run_one,
     run_tasks,
     tick_command,
@@ -529,8 +529,7 @@ class StudyRunner:
             if code != 0 or current_tick(run_dir) < start + stop:
                 if why:
                     return "not started" if current_tick(run_dir) == tick else "failed", why
-                reason = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-                return "failed", f"{reason}: {last_line(run_dir)}"
+                return "failed", failed_message(run_dir, code)
 
     def done_one(self) -> None:
         with self.lock:

@@ -25,6 +25,9 @@ from sim.runs.inputs import Inputs, changed
 from sim.runs.verify import refuse_unverified, verify_run
 from sim.study.design import SHARED
 
+#: the verdict on a study with problems (a refusal's, a report's note, ``sim study verify``'s)
+UNVERIFIED_STUDY = "the study does not verify"
+
 
 def _record(out: Path) -> tuple[dict[str, Any], Inputs | None]:
     path = out / STUDY_RECORD
@@ -154,8 +157,8 @@ def require_verified(out: Path, unverified: bool, flag: str = "--unverified") ->
         InputError: it does not verify and ``unverified`` is not set (the problems named).
     """
     return refuse_unverified(
-        out, verify_study(out), "the study does not verify", "sim study verify", unverified, flag
+        out, verify_study(out), UNVERIFIED_STUDY, "sim study verify", unverified, flag
     )
 
 
-__all__ = ["require_verified", "verify_study"]
+__all__ = ["UNVERIFIED_STUDY", "require_verified", "verify_study"]

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import interruptible_children
 
 from sim.cli import main
-from sim.cli.run import partial_string
+from sim.cli.progress import partial_string
 from sim.storage import Storage
 from sim.testing.stub_server import ServerThread, StubOptions, StubServer
 from sim.ticklog.reader import read_log_bytes

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.cli.run import Progress
+from sim.cli.progress import Progress
 from sim.engine.runner import TickResult
 from sim.llm.events import LLMEvent
 from sim.llm.types import Usage

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -346,16 +347,22 @@ def _declared(log: TickLog, chars: _Index, locs: _Index) -> list[Any]:
     return out
 
 
+#: what a character's tokens are summed by: the prices' key, the owner, the model, the
+#: provider and the price factor
+_PricedGroup = tuple[str, str, str, str, float]
+
+
 class _CharacterBooks:
     """Each character's calls, failures and tokens per model over the ticks, kept apart by
     the ``[prices]`` each tick ran with, and priced once per character, model and table at
     the end (pricing every group of every tick was most of the report's time)."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, list[int]] = {}  # owner -> [calls, failures, timed out]
+        # owner -> [calls, failures, timed out]
+        self.counts: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         self.tables: dict[str, dict[str, Price]] = {}
-        # (prices key, owner, model, provider, price factor) -> [input, cached, output]
-        self.tokens: dict[tuple[str, str, str, str, float], list[int]] = {}
+        # per priced group: [input, cached, output] tokens
+        self.tokens: defaultdict[_PricedGroup, list[int]] = defaultdict(lambda: [0, 0, 0])
         #: entity key -> (chain, owner)
         self._split: dict[str, tuple[str, str]] = {}
 
@@ -397,17 +404,12 @@ class _CharacterBooks:
             if chain not in chains or not owner:
                 continue
             # two hundred thousand groups in a 500 x 100 history: summed inline
-            counts = counts_of.get(owner)
-            if counts is None:
-                counts = counts_of[owner] = [0, 0, 0]
+            counts = counts_of[owner]
             counts[0] += requests
             counts[1] += failures
             counts[2] += timed_out
             table, name, provider, factor = priced_by[model]
-            key = (table, owner, name, provider, factor)
-            sums = tokens.get(key)
-            if sums is None:
-                sums = tokens[key] = [0, 0, 0]
+            sums = tokens[table, owner, name, provider, factor]
             sums[0] += inp
             sums[1] += cached
             sums[2] += outp
