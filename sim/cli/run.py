@@ -173,8 +173,12 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
         for line in moved_lines(result):
             echo(line)
     for report in result.reports:
-        for entity_key, reason in report.errors.items():  # an error may take several lines
-            echo(f"fallback: {report.name} {entity_key}: {reason}")
+        for entity_key, reason in report.errors.items():
+            # an error may take several lines (a server's text among them): each one after
+            # the first is indented, so none can pass for a line of sim's own
+            lines = str(reason).splitlines() or [""]
+            shown = "\n".join([lines[0], *(f"    {line}" for line in lines[1:])])
+            echo(f"fallback: {one_line(report.name)} {one_line(entity_key)}: {shown}")
         for entity_key, models in report.model_fallbacks.items():
             echo(one_line(f"fallback model: {report.name} {entity_key}: {models}"))
         for warning in report.warnings:  # one line each, which may quote a name

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from click.testing import CliRunner
 from conftest import tree
 
 from sim.cli import main
-from sim.cli.run import moved_lines
+from sim.cli.run import moved_lines, print_tick
 from sim.engine.runner import TickResult
+from sim.phases.base import PhaseReport
 from sim.storage import Storage
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
@@ -166,3 +168,20 @@ def test_missing_world_folder(tmp_path: Path) -> None:
     result = invoke("check", "--world", str(tmp_path / "nowhere"))
     assert result.exit_code == 2
     assert "world folder not found" in result.output
+
+
+def test_a_fallback_reason_of_several_lines_cannot_pass_for_sims_own_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A failure's reason may quote a server's text: its lines after the first are
+    indented, so a server answering "...\\ntick 9 committed: 0 calls" prints no line that
+    reads as sim's; control characters are shown, not sent."""
+    report = PhaseReport(
+        "intentions",
+        errors={"intention:ada": "HTTP 500: busy\ntick 9 committed: 0 calls\r\x1b[2Jgone"},
+    )
+    print_tick(TickResult(1, {}, {}, [report], 0.1))
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("fallback: intentions intention:ada: HTTP 500: busy")
+    assert lines[at + 1 : at + 3] == ["    tick 9 committed: 0 calls", "    \\x1b[2Jgone"]
+    assert not any(line.startswith("tick 9") for line in lines)
