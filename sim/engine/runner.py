@@ -225,6 +225,9 @@ class Runner:
         #: the run's worker processes (or Ray actors) when ``workers`` > 1, started with its
         #: first tick and kept for the others
         self.shards: Shards | None = None
+        #: why this run's ticks run in one process although ``workers`` asked for more
+        #: (a phase, ``[llm] batch``, streaming...: ``sim.engine.shards.unshardable``)
+        self.one_process: str | None = None
 
     def run(self, ticks: int = 1) -> list[TickResult]:
         """Run ``ticks`` ticks, each committed before the next starts.
@@ -344,8 +347,12 @@ class Runner:
                     self.prompts.get(name, required=required)
             if self.workers > 1:
                 why = unshardable(self.phases, self.config, self.on_delta is not None)
-                if why is not None:
-                    raise UserError(f"--workers {self.workers}: {why}; run it with --workers 1")
+                if why is not None:  # the run goes on in this process, saying why
+                    self.one_process = f"--workers {self.workers}: ran in one process ({why})"
+                    self.workers = 1
+                    if self.shards is not None:  # started with the load: ended at once
+                        shards, self.shards = self.shards, None
+                        await shards.close(now=True)
         if self.policies is None:  # a custom policy that does not load stops the run here
             self.policies = [] if self.decisions is not None else configured_policies(self.config)
         if self.stack is None:  # built once per run: budget and breakers span its ticks
@@ -603,7 +610,7 @@ class Runner:
             reports=ctx.reports,
             elapsed=0.0,
             timings=timings,
-            notes=[*recorder.notes, *notes],
+            notes=[*recorder.notes, *notes, *([self.one_process] if self.one_process else [])],
             resumed_calls=recorder.resumed_calls,
         )
         if endpoint is not None and pushed_before is not None:

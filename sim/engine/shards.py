@@ -463,13 +463,16 @@ class Shards:
     async def __aexit__(self, *exc: object) -> None:
         """End the workers: let them go when the run ended well, else at once (one may
         be loading a big world, and would see its socket closed only after)."""
+        await self.close(now=bool(exc) and exc[0] is not None)
+
+    async def close(self, now: bool = False) -> None:
+        """End the workers: let them go, or end them at once (``now``)."""
         for task in self._tasks:
             task.cancel()
         for worker in self.workers:
             worker.writer.close()
-        failed = bool(exc) and exc[0] is not None
         for worker in self.workers:
-            await worker.process.stop(now=failed)
+            await worker.process.stop(now=now)
         if self._server is not None:
             self._server.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -155,6 +155,23 @@ def test_batch_tick_commits_the_same_world_as_a_live_tick(
     assert "identical" in replayed.output
 
 
+def test_a_batch_tick_with_workers_runs_in_one_process_and_says_so(
+    base: Path, tmp_path: Path, server: StubServer
+) -> None:
+    """A phase's calls go as one batch from one process: ``--workers 2 --batch`` runs
+    the tick there (a note says why), the same world as ``--workers 1``, each call paid
+    once."""
+    alone = scratch(base, tmp_path, "alone")
+    sharded = scratch(base, tmp_path, "sharded")
+    run(alone, server, "--batch")
+    result = run(sharded, server, "--batch", "--workers", "2")
+    assert "--workers 2: ran in one process ([llm] batch" in result.output
+    # each call generated once by each run (the two worlds ask the same calls)
+    assert server.batches.generated and set(server.batches.generated.values()) == {2}
+    assert normalised(sharded) == normalised(alone)
+    assert [p for p, _ in batches_of(sharded)] == [p for p, _ in batches_of(alone)]
+
+
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_stopped_while_polling_resumes_the_same_batch(
     base: Path, tmp_path: Path, server: StubServer, signum: int

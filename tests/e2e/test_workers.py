@@ -25,7 +25,6 @@ from sim.config import load_config
 from sim.engine.replay import replay
 from sim.engine.runner import Runner
 from sim.engine.shards import WorkerDied, partition
-from sim.errors import UserError
 from sim.llm.errors import LLMBudgetExceededError
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
@@ -116,14 +115,23 @@ def test_one_two_and_three_workers_give_the_same_files_story_and_books(
         assert report.identical, [(t.tick, t.drifts[:1]) for t in report.ticks]
 
 
-def test_a_phase_that_spans_the_world_is_refused_by_name(tmp_path: Path) -> None:
-    world = tmp_path / "minds"
-    shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
-    before = tree(world, logs=True)
-    result = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", "2"])
-    assert result.exit_code == 2, result.output
-    assert "'conversation'" in result.output and "--workers 1" in result.output
-    assert tree(world, logs=True) == before
+def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(tmp_path: Path) -> None:
+    """A tick that cannot be sharded (here the ``conversation`` phase) runs as
+    ``--workers 1`` would, the same files written, and says so by name."""
+    worlds = []
+    for name in ("one", "two"):
+        world = tmp_path / name
+        shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+        worlds.append(world)
+    alone = CliRunner().invoke(main, ["tick", "--world", str(worlds[0]), "--ticks", "2"])
+    assert alone.exit_code == 0, alone.output
+    result = CliRunner().invoke(
+        main, ["tick", "--world", str(worlds[1]), "--ticks", "2", "--workers", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "--workers 2: ran in one process (phase 'conversation'" in result.output
+    assert tree(worlds[1]) == tree(worlds[0])
+    world = worlds[1]
     bad = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", "two"])
     assert bad.exit_code == 2 and "--workers" in bad.output
 
@@ -354,11 +362,15 @@ def test_the_concurrency_is_the_runs_not_each_workers(tmp_path: Path) -> None:
     assert adapter.most == 3  # reached, never passed: 3 workers do not get 3 each
 
 
-def test_workers_refuse_streaming(tmp_path: Path) -> None:
+def test_a_streamed_run_with_workers_runs_in_one_process(tmp_path: Path) -> None:
     world = copy_demo(tmp_path / "demo")
-    with pytest.raises(UserError, match="streamed"):
-        Runner(world, config_for(world), workers=2, on_delta=lambda *_: None).run(1)
-    assert Storage(world).load().tick == 0
+    runner = Runner(world, config_for(world), workers=2, on_delta=lambda *_: None)
+    (result,) = runner.run(1)
+    assert runner.shards is None and runner.workers == 1
+    assert result.notes[-1] == (
+        "--workers 2: ran in one process (streamed answers are shown by one process)"
+    )
+    assert Storage(world).load().tick == 1
 
 
 def test_interventions_and_auto_workers_give_one_process_result(tmp_path: Path) -> None:
