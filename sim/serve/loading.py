@@ -190,7 +190,7 @@ class WorldCache:
             turns the world from ready to invalid or back (on the loading thread, ``_lock``
             held).
         preview_from: the entity files from which a load in the background is preceded
-            by a first look (``PREVIEW_FROM``).
+            by a first look (``None``: ``PREVIEW_FROM``).
         warm: what is derived from the first look as soon as it is taken, by name (as
             ``first_look`` keeps it), on the loading thread: a request then does not
             compute it beside the load.
@@ -201,7 +201,7 @@ class WorldCache:
     world_dir: Path
     max_entity_bytes: int = MAX_ENTITY_BYTES
     on_loaded: Callable[[Status], None] | None = None
-    preview_from: int = PREVIEW_FROM
+    preview_from: int | None = None
     warm: dict[str, Callable[[World], Any]] = field(default_factory=dict)
     on_look: Callable[[Status], None] | None = None
     _stamp: tuple[int, ...] = ()
@@ -248,7 +248,8 @@ class WorldCache:
             name, tick = self._meta()
             files = _entity_files(self.world_dir)
             self._status = Status("loading", files=files, name=name, tick=tick)
-            if name is not None and files is not None and files >= self.preview_from:
+            least = PREVIEW_FROM if self.preview_from is None else self.preview_from
+            if name is not None and files is not None and files >= least:
                 self._look()
                 started = time.perf_counter()  # the load's own time, after the look
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,30 @@ class Gates:
         self.load.set()
 
 
-async def _client(world: Path, preview_from: int = 0) -> TestClient[Any, Any]:
+def held_look(gate: Path) -> list[str]:
+    """The command line of a ``sim`` whose worlds all get a first look and whose load
+    waits for ``gate`` to exist (a big world's seconds, without a big world); ``sim``'s
+    arguments follow."""
+    code = (
+        "import pathlib, time\n"
+        "from sim.serve import loading\n"
+        "from sim.storage import store\n"
+        "loading.PREVIEW_FROM = 0\n"
+        "real = store.Storage.load\n"
+        "def held(self, *args, **kwargs):\n"
+        f"    gate = pathlib.Path({str(gate)!r})\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while not gate.exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n"
+        "    return real(self, *args, **kwargs)\n"
+        "store.Storage.load = held\n"
+        "from sim.cli import main\n"
+        "main(prog_name='sim')\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+async def _client(world: Path, preview_from: int | None = 0) -> TestClient[Any, Any]:
     """A server whose world gets a first look from ``preview_from`` entity files."""
     app = make_app(Settings(world, build_config(None, world), TOKEN))
     app[CACHE].preview_from = preview_from
@@ -201,7 +225,7 @@ async def test_a_small_world_gets_no_first_look(world: Path):
     """Below ``preview_from`` entity files (the default: 20,000) the world is only loaded:
     ``?preview=1`` answers as without it (``"preview": false``, the validated world); a
     ``preview`` that is not 0 or 1 is a 400 naming it."""
-    client = await _client(world, loading.PREVIEW_FROM)
+    client = await _client(world, None)
     try:
         answer = await client.get("/api/world?preview=1", headers=BEARER)
         assert answer.status == 200
