@@ -41,6 +41,10 @@ WAIT = 1.0
 #: how often a waiting request looks whether the load has ended (s)
 POLL = 0.02
 
+#: how long a request for the first look waits while it is being taken (s): it is
+#: answered the moment the look is there (about a second for 100,000 characters)
+LOOK_WAIT = 10.0
+
 #: the files named by a failed load whose change is watched (a fix loads the world again)
 WATCHED = 50
 
@@ -212,6 +216,8 @@ class WorldCache:
     _status: Status = field(default_factory=lambda: Status("loading"))
     #: the first look and what was derived from it, while a load in the background runs
     _preview: tuple[Preview, dict[str, Any]] | None = None
+    #: set while the first look is being taken
+    _looking: threading.Event = field(default_factory=threading.Event)
     #: set while no load runs in the background
     _idle: threading.Event = field(default_factory=threading.Event)
     #: held while a load runs, and while a request reads what is kept
@@ -250,7 +256,11 @@ class WorldCache:
             self._status = Status("loading", files=files, name=name, tick=tick)
             least = PREVIEW_FROM if self.preview_from is None else self.preview_from
             if name is not None and files is not None and files >= least:
-                self._look()
+                self._looking.set()
+                try:
+                    self._look()
+                finally:
+                    self._looking.clear()
                 started = time.perf_counter()  # the load's own time, after the look
 
         def progress(checked: int) -> None:
@@ -345,15 +355,20 @@ class WorldCache:
         threading.Thread(target=run, name="sim-serve-load", daemon=True).start()
 
     async def ready(self, wait: float | None = None, *, preview: bool = False) -> None:
-        """Wait up to ``wait`` seconds (``WAIT``) for a load running in the background
-        (with ``preview``: or for its first look).
+        """Wait up to ``wait`` seconds (``WAIT``) for a load running in the background;
+        with ``preview``, or for its first look (while it is being taken: up to
+        ``LOOK_WAIT``).
 
         Raises:
             Loading: it is still running (with ``preview``: and has no first look).
         """
-        deadline = time.monotonic() + (WAIT if wait is None else wait)
+        started = time.monotonic()
+        deadline = started + (WAIT if wait is None else wait)
         while not self._idle.is_set() and not (preview and self._preview is not None):
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline and not (
+                preview and self._looking.is_set() and now < started + LOOK_WAIT
+            ):
                 raise Loading(self._status)
             await asyncio.sleep(POLL)
 

@@ -67,6 +67,7 @@ class Gates:
         monkeypatch.setattr(loading, "scan", held_scan)
         monkeypatch.setattr(loading, "Storage", Held)
         monkeypatch.setattr(loading, "WAIT", 0.05)
+        monkeypatch.setattr(loading, "LOOK_WAIT", 0.05)
 
     def release(self) -> None:
         self.look.set()
@@ -119,9 +120,10 @@ async def _event(events: ClientResponse, kind: str) -> dict[str, Any]:
 async def test_the_views_are_answered_from_the_first_look_before_the_load_ends(
     world: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """While the load is held: before the look, ``?preview=1`` is a 503 too; the
-    ``preview`` event says the look is taken; then the world's and the network's views
-    answer from it (``"preview": true``, with the load's status), names shown as the
+    """While the load is held: before the look, ``?preview=1`` is a 503 too (once it has
+    waited ``LOOK_WAIT``); one that waits while the look is taken is answered when it
+    comes, as the ``preview`` event says; the world's and the network's views answer
+    from it (``"preview": true``, with the load's status), names shown as the
     files give them (as JSON text, never markup), while the world itself (without
     ``preview``, a character, a change) still answers 503 and writes nothing. The load's
     end replaces the look: ``"preview": false`` and the inspector answers."""
@@ -134,10 +136,14 @@ async def test_the_views_are_answered_from_the_first_look_before_the_load_ends(
         async with client.get("/api/events", headers=BEARER) as events:
             hello = await _event(events, "hello")
             assert hello["load"]["state"] == "loading" and not hello["load"]["preview"]
+            monkeypatch.setattr(loading, "LOOK_WAIT", 60.0)
+            waiting = asyncio.create_task(client.get("/api/world?preview=1", headers=BEARER))
+            await asyncio.sleep(0.3)  # past WAIT: it waits on, for the look being taken
+            assert not waiting.done()
             gates.look.set()
             looked = await _event(events, "preview")
             assert looked["state"] == "loading" and looked["preview"] is True
-            answer = await client.get("/api/world?preview=1", headers=BEARER)
+            answer = await asyncio.wait_for(waiting, 60)
             assert answer.status == 200, await answer.text()
             view = await answer.json()
             assert view["preview"] is True and view["load"]["state"] == "loading"
