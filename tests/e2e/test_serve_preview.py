@@ -19,6 +19,7 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
 from sim.cli.common import build_config
+from sim.safefs import UnsafePath
 from sim.serve import loading, preview
 from sim.serve.app import CACHE, Settings, make_app
 from sim.storage.journal import write_journal
@@ -287,3 +288,26 @@ def test_the_first_look_keeps_only_what_passes_its_checks(world: Path, tmp_path:
     assert "relationships" not in look.world.characters["wren"]  # its one tie out of range
     assert len(look.world.locations) == 9
     assert look.world.tick == 0
+
+
+async def test_a_world_whose_folder_is_a_link_gets_no_first_look(
+    world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``characters/`` a link to a folder outside the world: the look reads nothing of it
+    (it walks the folders as the load does) and is not taken; the load names the problem
+    (a 422), and ``?preview=1`` answers that too."""
+    outside = tmp_path / "elsewhere"
+    (world / "characters").rename(outside)
+    (world / "characters").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UnsafePath, match="characters"):
+        preview.scan(world, 1 << 20)
+    monkeypatch.setattr(loading, "WAIT", 10.0)
+    client = await _client(world)
+    try:
+        answer = await client.get("/api/world?preview=1", headers=BEARER)
+        assert answer.status == 422
+        load = (await answer.json())["load"]
+        assert load["preview"] is False
+        assert any(p["file"] == "characters" for p in load["problems"]), load["problems"]
+    finally:
+        await client.close()
