@@ -36,6 +36,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +162,13 @@ def _tick_cost(world: Path, tmp: str, rounds: int) -> dict[str, Any]:
     return {"sim_tick_s": by_cli, "api_s": by_api, "ratio": api / cli}
 
 
-def _timed_page(url: str, selectors: tuple[str, ...], count_nodes: bool = False) -> float | None:
+def _timed_page(
+    url: str | Callable[[], str], selectors: tuple[str, ...], count_nodes: bool = False
+) -> float | None:
     """Seconds from chromium's ``goto(url)`` until every one of ``selectors`` shows
-    (``None``: no browser); ``count_nodes``: the page's element count is kept
-    (``_DOM_NODES``)."""
+    (``None``: no browser); ``url`` a function: from calling it, the browser launched
+    before, to the same (it starts the server and returns the page's address);
+    ``count_nodes``: the page's element count is kept (``_DOM_NODES``)."""
     chromium = shutil.which("chromium")
     try:
         from playwright.sync_api import sync_playwright
@@ -179,7 +183,7 @@ def _timed_page(url: str, selectors: tuple[str, ...], count_nodes: bool = False)
         page = browser.new_page()
         page.goto("about:blank")
         started = time.perf_counter()
-        page.goto(url)
+        page.goto(url if isinstance(url, str) else url())
         # selectors, not a predicate: the page's Content-Security-Policy forbids eval
         for selector in selectors:
             page.wait_for_selector(selector, timeout=120_000)
@@ -299,31 +303,21 @@ def _whole_opening(world: Path, cwd: str, characters: int) -> float | None:
     count and its network (``None``: no browser): the browser is launched first, and the
     page opened as soon as the address is printed (it shows the first look of a big
     world while it loads)."""
-    chromium = shutil.which("chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return None
-    if chromium is None:
-        return None
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=chromium, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
-        )
-        page = browser.new_page()
-        page.goto("about:blank")
-        started = time.perf_counter()
+    spawned: list[subprocess.Popen[str]] = []
+
+    def spawn() -> str:
         server, url = _serve(world, cwd)
-        try:
-            page.goto(url)
-            for selector in (f"#people-count:text-is('{characters}')", "#network-note:not(:empty)"):
-                page.wait_for_selector(selector, timeout=120_000)
-            took = time.perf_counter() - started
-        finally:
+        spawned.append(server)
+        return url
+
+    try:
+        return _timed_page(
+            spawn, (f"#people-count:text-is('{characters}')", "#network-note:not(:empty)")
+        )
+    finally:
+        for server in spawned:
             server.terminate()
             server.wait(timeout=60)
-            browser.close()
-    return took
 
 
 def main() -> None:
