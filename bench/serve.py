@@ -4,8 +4,11 @@
     python -m bench.serve --open-only --characters 100000 [--places 500] [--world DIR]
 
 ``--open-only`` times a big world's opening: the address line, the first ``/api/world``
-answer (503 "loading" while the world loads in the background) and its first 200, the
-page's requests, chromium until the page shows the world, and the server's peak memory.
+answer (503 "loading" while the world loads in the background), its first 200 from the
+first look (``?preview=1``) and its first 200 from the validated world, the page's
+requests, chromium until the page shows the world, and the server's peak memory; then,
+with chromium, the whole opening on a second server: from its spawn until the page shows
+the views (a browser launched first, the page opened as soon as the address is printed).
 
 Builds the world offline (``bench/history.py build``), starts ``sim serve --read-only`` as
 its own process, and measures over HTTP on 127.0.0.1 (a fresh connection per request, as
@@ -33,6 +36,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,10 +162,13 @@ def _tick_cost(world: Path, tmp: str, rounds: int) -> dict[str, Any]:
     return {"sim_tick_s": by_cli, "api_s": by_api, "ratio": api / cli}
 
 
-def _timed_page(url: str, selectors: tuple[str, ...], count_nodes: bool = False) -> float | None:
+def _timed_page(
+    url: str | Callable[[], str], selectors: tuple[str, ...], count_nodes: bool = False
+) -> float | None:
     """Seconds from chromium's ``goto(url)`` until every one of ``selectors`` shows
-    (``None``: no browser); ``count_nodes``: the page's element count is kept
-    (``_DOM_NODES``)."""
+    (``None``: no browser); ``url`` a function: from calling it, the browser launched
+    before, to the same (it starts the server and returns the page's address);
+    ``count_nodes``: the page's element count is kept (``_DOM_NODES``)."""
     chromium = shutil.which("chromium")
     try:
         from playwright.sync_api import sync_playwright
@@ -176,7 +183,7 @@ def _timed_page(url: str, selectors: tuple[str, ...], count_nodes: bool = False)
         page = browser.new_page()
         page.goto("about:blank")
         started = time.perf_counter()
-        page.goto(url)
+        page.goto(url if isinstance(url, str) else url())
         # selectors, not a predicate: the page's Content-Security-Policy forbids eval
         for selector in selectors:
             page.wait_for_selector(selector, timeout=120_000)
@@ -192,22 +199,26 @@ def _browser(url: str, ticks: int) -> float | None:
     return _timed_page(url, ("#scenes .scene", f"#tick-label:text-matches('^Tick {ticks} ')"))
 
 
-def _until_loaded(url: str, headers: dict[str, str]) -> tuple[float, int]:
-    """Ask ``url`` until it answers 200 (it answers 503 while the world loads): the
-    seconds of the first answer of any kind, and the 503s before the 200."""
+def _until_loaded(url: str, headers: dict[str, str], validated: bool = True) -> tuple[float, int]:
+    """Ask ``url`` until it answers 200 (it answers 503 while the world loads; with
+    ``validated``, until the 200 is not a first look): the time of the first answer of
+    any kind, and the answers before the last."""
     first: float | None = None
     loading = 0
     while True:
         request = urllib.request.Request(url, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=300) as answer:
-                answer.read()
-                return (first if first is not None else time.perf_counter()), loading
+                look = json.loads(answer.read()).get("preview", False)
+                first = time.perf_counter() if first is None else first
+                if not (validated and look):
+                    return first, loading
+                time.sleep(0.05)
         except urllib.error.HTTPError as exc:
             if exc.code != 503:
                 raise
             first = time.perf_counter() if first is None else first
-            loading += 1
+        loading += 1
 
 
 def _peak_rss_mib(pid: int) -> float | None:
@@ -245,10 +256,12 @@ def _opening(characters: int, places: int, world_dir: Path | None) -> dict[str, 
         try:
             base, _, token = url.partition("/?token=")
             headers = {"Authorization": f"Bearer {token}"}
-            first, loading = _until_loaded(base + "/api/world", headers)
+            first, loading = _until_loaded(base + "/api/world?preview=1", headers, False)
             out["first_world_answer_s"] = first - started
-            out["world_loaded_s"] = time.perf_counter() - started
+            out["views_answered_s"] = time.perf_counter() - started
             out["loading_answers"] = loading
+            _until_loaded(base + "/api/world", headers)
+            out["world_loaded_s"] = time.perf_counter() - started
             for name, path in [
                 ("page", "/"),
                 ("world", "/api/world"),
@@ -264,6 +277,7 @@ def _opening(characters: int, places: int, world_dir: Path | None) -> dict[str, 
         finally:
             server.terminate()
             server.wait(timeout=60)
+        out["whole_opening_s"] = _whole_opening(world, tmp, characters)
     out["load_average_before"] = load_before
     out["load_average"] = os.getloadavg()
     return out
@@ -282,6 +296,28 @@ def _browser_count(url: str, characters: int) -> float | None:
         (f"#people-count:text-is('{characters}')", "#network-note:not(:empty)"),
         count_nodes=True,
     )
+
+
+def _whole_opening(world: Path, cwd: str, characters: int) -> float | None:
+    """Seconds from ``sim serve``'s spawn until chromium shows the world's character
+    count and its network (``None``: no browser): the browser is launched first, and the
+    page opened as soon as the address is printed (it shows the first look of a big
+    world while it loads)."""
+    spawned: list[subprocess.Popen[str]] = []
+
+    def spawn() -> str:
+        server, url = _serve(world, cwd)
+        spawned.append(server)
+        return url
+
+    try:
+        return _timed_page(
+            spawn, (f"#people-count:text-is('{characters}')", "#network-note:not(:empty)")
+        )
+    finally:
+        for server in spawned:
+            server.terminate()
+            server.wait(timeout=60)
 
 
 def main() -> None:

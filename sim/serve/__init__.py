@@ -3,10 +3,11 @@
 ``app`` is the aiohttp application and its trust boundary, ``views`` what the API
 answers (read from the world and its tick logs), ``loading`` the world it answers from
 (loaded and validated in the background once the address is printed, kept until its
-files change), ``driver`` the runs started from the page (the library's ``Runner`` on a
-thread of its own), ``runs`` a study's or a sweep's folder served (its runs and their
-progress). The page's files are in ``static/``, shipped with the package. docs/serve.md
-documents the API.
+files change), ``preview`` a big world's first look while it loads (only the aggregated
+views' fields, checked minimally), ``driver`` the runs started from the page (the
+library's ``Runner`` on a thread of its own), ``runs`` a study's or a sweep's folder
+served (its runs and their progress). The page's files are in ``static/``, shipped with
+the package. docs/serve.md documents the API.
 
 Owns: the HTTP server of one world or one study's or sweep's folder (its token, Host and
 Origin checks, body limits), the API's answers, the runs started from the page and the

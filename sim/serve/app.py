@@ -335,19 +335,30 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
 
 #: what answers while the world loads: the page, the events, the run's state, the runs
 NO_WORLD = {"/api/events", "/api/runs", "/api/pause"}
+#: what may be answered from a big world's first look while it loads (``?preview=1``)
+PREVIEWED = {"/api/world", "/api/network"}
+
+
+def _preview(request: web.Request) -> bool:
+    """Whether the request asks for the first look while the world loads (``?preview=1``)."""
+    raw = request.query.get("preview", "0")
+    if raw not in ("0", "1"):
+        raise _HTTPProblem(400, f"preview: expected 0 or 1 (got {raw!r})")
+    return request.path in PREVIEWED and raw == "1"
 
 
 @web.middleware
 async def loaded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A request that reads or changes the world waits a little for its first load, then
-    is told it is loading (a 503, ``Retry-After``)."""
+    is told it is loading (a 503, ``Retry-After``); one that asks for the first look
+    (``?preview=1``) waits for it or for the load."""
     path = request.path
     if (
         path.startswith("/api/")
         and path not in NO_WORLD
         and not (path == "/api/run" and request.method == "GET")
     ):
-        await request.app[CACHE].ready()
+        await request.app[CACHE].ready(preview=_preview(request))
     return await handler(request)
 
 
@@ -388,22 +399,30 @@ def _int(request: web.Request, name: str, default: int, low: int, high: int) -> 
 async def get_world(request: web.Request) -> web.StreamResponse:
     offset = _int(request, "offset", 0, 0, 10**9)
     limit = _int(request, "limit", views.PAGE, 1, views.MAX_PAGE)
-    cache = request.app[CACHE]
+    cache, preview = request.app[CACHE], _preview(request)
 
     def read() -> dict[str, Any]:
-        world, places = cache.derived("places", views.places_view)
+        look = cache.first_look("places", views.places_view) if preview else None
+        world, places = look or cache.derived("places", views.places_view)
         view = views.world_view(world, offset, limit, places)
         view["read_only"] = request.app[SETTINGS].read_only
         view["run"] = request.app[DRIVER].state.to_dict()
+        view["preview"] = look is not None
+        view["load"] = cache.status.to_dict() if look is not None else None
         return view
 
     return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
 
 
 async def get_network(request: web.Request) -> web.StreamResponse:
-    cache = request.app[CACHE]
-    _, view = await asyncio.to_thread(cache.derived, "network", views.network_view)
-    return web.json_response(view, dumps=_dumps)
+    cache, preview = request.app[CACHE], _preview(request)
+
+    def read() -> dict[str, Any]:
+        look = cache.first_look("network", views.network_view) if preview else None
+        _, view = look or cache.derived("network", views.network_view)
+        return {**view, "preview": look is not None}
+
+    return web.json_response(await asyncio.to_thread(read), dumps=_dumps)
 
 
 async def get_character(request: web.Request) -> web.StreamResponse:
@@ -455,6 +474,7 @@ async def get_run(request: web.Request) -> web.StreamResponse:
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: ``hello`` (the tick, the run and the world's load), then
+    ``preview`` (a big world's first look was taken: ``?preview=1`` answers from it),
     ``loaded`` (a load in the background ended: ready or invalid), ``run``, ``phase``,
     ``progress``, ``tick`` (a tick this server ran committed) and ``world`` (the world's
     tick changed, whoever ran it)."""
@@ -656,7 +676,11 @@ async def _watch(app: web.Application) -> AsyncIterator[None]:
         if settings.on_loaded is not None:
             settings.on_loaded(status)
 
-    cache.on_loaded = told
+    def looked(status: loading.Status) -> None:  # on the loading thread
+        with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped
+            loop.call_soon_threadsafe(hub.publish, "preview", status.to_dict())
+
+    cache.on_loaded, cache.on_look = told, looked
     if settings.runs is None and settings.loaded is None:
         cache.start()
     settings.loaded = None  # kept by the cache alone (dropped at the next change)
@@ -693,7 +717,11 @@ def make_app(settings: Settings) -> web.Application:
         settings.runs = runs.folder_kind(settings.world_dir)
     app[SETTINGS] = settings
     app[HUB] = Hub()
-    app[CACHE] = loading.WorldCache(settings.world_dir, settings.config.limits.max_entity_bytes)
+    app[CACHE] = loading.WorldCache(
+        settings.world_dir,
+        settings.config.limits.max_entity_bytes,
+        warm={"places": views.places_view, "network": views.network_view},
+    )
     if settings.loaded is not None:
         app[CACHE].prime(*settings.loaded)
     app[LOGS] = views.LogViews(settings.world_dir)

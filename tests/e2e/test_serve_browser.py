@@ -483,3 +483,71 @@ def test_scenes_show_as_they_are_written_with_a_streaming_provider(
             _no_script_ran(page, problems)
         finally:
             served.stop()
+
+
+def test_the_page_shows_a_big_worlds_first_look_then_the_world(browser: Browser, tmp_path: Path):
+    """While the load runs, the page shows the first look: the counts, the map and the
+    list, names as text (one is markup that would run script), and says the full load
+    continues; when it ends, the page shows the validated world."""
+    from tests.e2e.test_serve_preview import held_look
+
+    world = copy_demo(tmp_path / "demo")
+    path = world / "characters" / "ada.json"
+    data = orjson.loads(path.read_bytes())
+    data["identity"]["name"] = IMG
+    path.write_bytes(orjson.dumps(data))
+    gate = tmp_path / "gate"
+    served = Served(world, sim=held_look(gate))
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        problems: list[str] = []
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        page.goto(served.url)
+        expect(page.locator("#people-count")).to_have_text("10", timeout=30_000)
+        expect(page.locator("#load-text")).to_contain_text("A first look")
+        expect(page.locator("main")).to_be_visible()
+        expect(page.locator("#people")).to_contain_text(IMG)
+        expect(page.locator("#network-note")).not_to_be_empty()
+        expect(page.locator("#tick-label")).to_have_text(
+            "the logged ticks show once the world is loaded"
+        )
+        assert page.locator("#map g.loc").count() == 9
+        gate.touch()
+        expect(page.locator("#load")).to_be_hidden(timeout=30_000)
+        expect(page.locator("#people-count")).to_have_text("10")
+        expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
+        assert page.evaluate("window.__pwned") is None
+        assert not problems, problems
+    finally:
+        gate.touch()
+        served.stop()
+
+
+def test_a_first_look_at_a_world_that_does_not_validate_ends_in_its_problems(
+    browser: Browser, tmp_path: Path
+):
+    """A file that passes the first look's checks but not the load's: the look shows,
+    then the page names the file and field, and shows nothing else."""
+    from tests.e2e.test_serve_preview import held_look
+
+    world = copy_demo(tmp_path / "demo")
+    path = world / "characters" / "ada.json"
+    data = orjson.loads(path.read_bytes())
+    data["state"]["location"] = "atlantis"
+    path.write_bytes(orjson.dumps(data))
+    gate = tmp_path / "gate"
+    served = Served(world, sim=held_look(gate))
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        expect(page.locator("#load-text")).to_contain_text("A first look", timeout=30_000)
+        expect(page.locator("#people-count")).to_have_text("10")
+        gate.touch()
+        expect(page.locator("#load-problems")).to_contain_text(
+            "characters/ada.json", timeout=30_000
+        )
+        expect(page.locator("#load-problems")).to_contain_text("state.location")
+        expect(page.locator("main")).to_be_hidden()
+    finally:
+        gate.touch()
+        served.stop()

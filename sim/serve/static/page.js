@@ -18,6 +18,8 @@ const state = {
   selected: null,
   running: false,
   loading: false, // the world is being loaded, or did not load (GET /api/world: 503, 422)
+  preview: false, // the views shown are a big world's first look, taken before its load
+  ended: false, // a load's end was heard (`hello`, `loaded`): a first look answered is stale
   asking: null, // the next GET /api/world while the world loads
 };
 
@@ -81,8 +83,11 @@ function colour(id, index, total) {
 // -- the world -------------------------------------------------------------------------
 
 async function loadWorld() {
-  const world = await api(`/api/world?offset=${state.offset}&limit=${PAGE}`);
+  // a big world's first look while it loads (`preview`), until its `loaded` event
+  const world = await api(`/api/world?offset=${state.offset}&limit=${PAGE}&preview=1`);
+  if (world.preview && state.ended) return false; // answered before the load's end came
   state.world = world;
+  state.preview = world.preview;
   state.logged = world.logged;
   $("world-name").textContent = world.name;
   document.title = `${world.name} · sim serve`;
@@ -101,6 +106,7 @@ async function loadWorld() {
   showRun(world.run);
   timeline();
   drawMap();
+  return true;
 }
 
 function fillSelect(select, items, first) {
@@ -223,6 +229,11 @@ function drawMap() {
 function timeline() {
   const scrub = $("scrub");
   const logged = state.logged;
+  if (state.preview) {  // a tick's view reads the world: it waits for the load
+    scrub.disabled = true;
+    $("tick-label").textContent = "the logged ticks show once the world is loaded";
+    return;
+  }
   scrub.max = String(Math.max(logged.length - 1));
   scrub.disabled = logged.length === 0;
   if (!logged.length) {  // none yet, or all rewound
@@ -407,7 +418,7 @@ async function loadNetwork() {
   const box = $("network");
   let net;
   try {
-    net = await api("/api/network");
+    net = await api(`/api/network?preview=${state.preview ? 1 : 0}`);
   } catch (error) {
     $("network-note").textContent = error.message;
     return;
@@ -624,6 +635,8 @@ function listen() {
     if (state.loading) onLoad(hello.load);
   });
   events.addEventListener("loaded", (e) => onLoad(JSON.parse(e.data)));
+  // a big world's first look: its views at once, without waiting for the next ask
+  events.addEventListener("preview", () => { if (!state.preview && !state.ended) openWorld(); });
   for (const kind of ["run", "phase", "progress", "tick"]) {
     events.addEventListener(kind, (e) => showRun(JSON.parse(e.data)));
   }
@@ -746,12 +759,17 @@ function showLoad(load) {
   const box = $("load");
   box.hidden = load.state === "ready";
   box.classList.toggle("error", load.state === "invalid");
-  document.querySelector("main").hidden = load.state !== "ready";
+  // a first look is shown while the load runs (the views of names and places)
+  const look = load.state === "loading" && state.preview;
+  document.querySelector("main").hidden = load.state !== "ready" && !look;
   let checked = load.files ? `: ${load.checked.toLocaleString("en")} of ${load.files.toLocaleString("en")} files checked` : "";
   if (load.files && load.checked && load.seconds) { // at the pace so far
     checked += `, about ${Math.ceil((load.seconds / load.checked) * (load.files - load.checked))} s left`;
   }
-  $("load-text").textContent = load.state === "loading"
+  $("load-text").textContent = look
+    ? `A first look: who is where, read before the full check${load.skipped ? ` (${load.skipped.toLocaleString("en")} files left out)` : ""}. ` +
+      "Loading the world (every file is read and validated); the page shows it when done…"
+    : load.state === "loading"
     ? `Loading the world (every file is read and validated)${checked}…`
     : load.state === "invalid"
       ? `This world could not be loaded (${load.problems.length || 1} ` +
@@ -769,13 +787,23 @@ function showLoad(load) {
 async function onLoad(load) {
   if (!load) return;
   state.loading = load.state !== "ready";
+  if (load.state !== "loading") { // the load's answer replaces the look
+    state.preview = false;
+    state.ended = true;
+  }
   showLoad(load);
   if (load.state === "ready") await openWorld();
 }
 
 async function openWorld() {
   try {
-    await loadWorld();
+    if (!(await loadWorld())) return;
+    if (state.preview) {  // the first look: its views now, the rest when `loaded` comes
+      state.loading = true;
+      showLoad(state.world.load);
+      await loadNetwork();
+      return;
+    }
     state.loading = false;
     showLoad({ state: "ready" });
     await loadCharts();
