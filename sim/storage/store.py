@@ -38,6 +38,7 @@ from sim.world import (
     Location,
     World,
     WorldMeta,
+    normal_form,
     relationship_problems,
 )
 
@@ -250,7 +251,7 @@ class Storage:
                 )
                 return None
         try:
-            normal: Entity = model.model_validate(data).model_dump(by_alias=True)
+            normal = normal_form(model, data)
         except ValidationError as exc:
             for err in exc.errors():
                 problems.append(InputError(path, _field(err["loc"]), _describe(err)))
