@@ -9,10 +9,9 @@ know are kept, in their order, at every level.
 from __future__ import annotations
 
 import re
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -182,192 +181,14 @@ class Location(_Open):
     state: LocationState
 
 
-# -- the normal form, without a dump when the input already is it ---------------------------
-
 #: fields a model's file leaves out while ``None``, by the model they belong to (the
-#: serializers above drop them: a cell's within its memory)
-_DROPPED: dict[type[BaseModel], tuple[str, ...]] = {
+#: serializers above drop them: a cell's within its memory; ``sim.storage.normal`` knows
+#: them to tell a file already in normal form)
+DROPPED_WHEN_NONE: dict[type[BaseModel], tuple[str, ...]] = {
     MemoryCell: _OPTIONAL_CELL,
     Memory: _OPTIONAL_MEMORY,
     Character: _OPTIONAL_CHARACTER,
 }
-
-# how a field's value is checked to be as the dump writes it
-_PLAIN = 0  # str, int, bool, lists and str-keyed dicts of them: strict validation keeps them
-_FLOAT = 1  # strict validation turns an int into a float: the dump writes 1.0 for 1
-_MODEL = 2  # a nested model
-_MODELS = 3  # a list of models
-_MODEL_MAP = 4  # a str-keyed dict of models
-#: StringConstraints that change the text (a value would differ from its dump)
-_TRANSFORMS = ("strip_whitespace", "to_upper", "to_lower")
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """What a model's dump looks like, for ``_is_normal``."""
-
-    #: the key orders of a normal dict without fields of its own: every field's key in
-    #: order, less any of the dropped ones
-    layouts: frozenset[tuple[str, ...]]
-    #: every name a field may be given in the input (name, alias)
-    names: frozenset[str]
-    #: (key, how its value is checked, its model's shape, left out while None), for the
-    #: fields whose value needs a look
-    checks: tuple[tuple[str, int, _Shape | None, bool], ...]
-
-
-_SHAPES: dict[type[BaseModel], _Shape] = {}
-
-
-def _strip(annotation: Any) -> tuple[Any, bool]:
-    """An annotation without ``Annotated`` and ``| None``; whether it allowed ``None``."""
-    optional = False
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            args = get_args(annotation)
-            for meta in args[1:]:
-                if any(getattr(meta, name, None) for name in _TRANSFORMS):
-                    raise TypeError(f"{annotation}: a transforming constraint")
-            annotation = args[0]
-        elif origin in (Union, types.UnionType):
-            args = tuple(a for a in get_args(annotation) if a is not type(None))
-            if len(args) != 1:
-                raise TypeError(f"{annotation}: a union")
-            optional = optional or len(args) < len(get_args(annotation))
-            annotation = args[0]
-        else:
-            return annotation, optional
-
-
-def _classify(annotation: Any) -> tuple[int, _Shape | None]:
-    """How a value of ``annotation`` is checked (TypeError for a type not understood: the
-    fast path must know every field, or a new one would slip through unchecked)."""
-    bare, _ = _strip(annotation)
-    if isinstance(bare, type) and issubclass(bare, BaseModel):
-        return _MODEL, _shape(bare)
-    if bare is float:
-        return _FLOAT, None
-    if bare in (str, int, bool):
-        return _PLAIN, None
-    origin, args = get_origin(bare), get_args(bare)
-    if origin is list and len(args) == 1:
-        kind, sub = _classify(args[0])
-        if kind == _PLAIN:
-            return _PLAIN, None
-        if kind == _MODEL:
-            return _MODELS, sub
-    if origin is dict and len(args) == 2 and _classify(args[0])[0] == _PLAIN:
-        kind, sub = _classify(args[1])
-        if kind == _PLAIN:
-            return _PLAIN, None
-        if kind == _MODEL:
-            return _MODEL_MAP, sub
-    raise TypeError(f"{annotation}: not a type the normal-form check knows")
-
-
-def _shape(model: type[BaseModel]) -> _Shape:
-    """``model``'s shape, built once (TypeError for a model the check cannot vouch for)."""
-    known = _SHAPES.get(model)
-    if known is not None:
-        return known
-    config = model.model_config
-    decorators = model.__pydantic_decorators__
-    if (
-        config.get("strict") is not True
-        or config.get("extra") != "allow"
-        or any(config.get(k) for k in ("str_strip_whitespace", "str_to_lower", "str_to_upper"))
-        or model.model_computed_fields
-        or decorators.field_serializers
-        or decorators.validators
-        or decorators.field_validators
-        or decorators.model_validators
-        or (decorators.model_serializers and model not in (Memory, Character))
-    ):
-        raise TypeError(f"{model.__name__}: the normal-form check cannot vouch for it")
-    dropped = _DROPPED.get(model, ())
-    keys: dict[str, str] = {}  # field name -> its key in the dump
-    names: set[str] = set()
-    checks: list[tuple[str, int, _Shape | None, bool]] = []
-    for name, info in model.model_fields.items():
-        alias = info.serialization_alias or info.alias or name
-        if info.exclude or (info.validation_alias not in (None, info.alias)):
-            raise TypeError(f"{model.__name__}.{name}: the normal-form check cannot vouch for it")
-        keys[name] = alias
-        names.update((name, alias))
-        kind, sub = _classify(info.annotation)
-        if kind != _PLAIN or name in dropped:
-            checks.append((alias, kind, sub, name in dropped))
-    layouts = {tuple(keys.values())}
-    for name in dropped:  # every subset of the dropped fields left out
-        layouts |= {tuple(k for k in layout if k != keys[name]) for layout in layouts}
-    shape = _Shape(frozenset(layouts), frozenset(names), tuple(checks))
-    _SHAPES[model] = shape
-    return shape
-
-
-def _is_normal(shape: _Shape, data: dict[str, Any]) -> bool:
-    """Whether ``data``, valid for the model of ``shape``, is already its normal form: the
-    model's ``model_dump(by_alias=True)`` would equal it, key order included.
-
-    It is when each model's dict has its fields' keys in order (defaults present, none
-    under another name), the fields the dump drops while ``None`` absent rather than
-    ``None``, its own fields after them, and every float field a float: strict validation
-    converts nothing else, and the dump writes every other value as it was given.
-    """
-    keys = tuple(data)
-    if keys not in shape.layouts:
-        names = shape.names
-        known = 0
-        for key in keys:
-            if key not in names:
-                break
-            known += 1
-        if keys[:known] not in shape.layouts or any(key in names for key in keys[known:]):
-            return False
-    for key, kind, sub, dropped in shape.checks:
-        value = data.get(key)
-        if value is None:
-            if dropped and key in data:
-                return False
-            continue
-        if kind == _FLOAT:
-            if type(value) is not float:
-                return False
-        elif kind == _MODEL:
-            if not _is_normal(sub, value):  # type: ignore[arg-type]
-                return False
-        elif kind == _MODELS:
-            for item in value:
-                if not _is_normal(sub, item):  # type: ignore[arg-type]
-                    return False
-        elif kind == _MODEL_MAP:
-            for item in value.values():
-                if not _is_normal(sub, item):  # type: ignore[arg-type]
-                    return False
-    return True
-
-
-def normal_form(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` validated by ``model`` and normalised: what
-    ``model.model_validate(data).model_dump(by_alias=True)`` gives.
-
-    ``data`` itself when it already is that (what the engine writes; about half of a big
-    world's load was the dump), else the dump. ``data`` must be parsed JSON the caller
-    hands over (it may be returned as it is).
-
-    Raises:
-        ValidationError: ``data`` is not valid for ``model``.
-    """
-    validated = model.model_validate(data)
-    if _is_normal(_shape(model), data):
-        return data
-    normal: dict[str, Any] = validated.model_dump(by_alias=True)
-    return normal
-
-
-for _model in (WorldMeta, Character, Location):  # a model the check cannot vouch for fails here
-    _shape(_model)
 
 
 Entity = dict[str, Any]

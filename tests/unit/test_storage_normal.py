@@ -1,11 +1,13 @@
-"""``sim.world.normal_form``: the load's normal form, with the dump skipped when the input
-already is it, must equal pydantic's ``model_validate(data).model_dump(by_alias=True)``
-for every input, key order and number types included.
+"""``sim.storage.normal.normal_form``: the load's normal form, with pydantic's dump
+skipped when the input already is it, must equal ``model_validate(data).model_dump(
+by_alias=True)`` for every input, key order and number types included, and refuse
+exactly what the model refuses.
 
-Each test compares the two on many inputs: a world file with every optional field, and
-every variant of it one edit away (a key left out, set to ``null``, an unknown key put at
-each place, a dict's keys reversed, a float written as an integer, ``from`` spelt
-``from_``). A fast path that kept an input the dump would change fails here.
+Each test compares the two on many inputs: a world file in normal form with every
+optional field, and every variant of it one edit away (a key left out, set to ``null``,
+renamed, an unknown key put at each place, a dict's keys reversed, a value of the wrong
+type or range, a float written as an integer, ``from`` spelt ``from_``). A fast path that
+kept an input the dump would change, or took one the model refuses, fails here.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import orjson
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from sim.world import Character, Location, WorldMeta, normal_form
+from sim.storage.normal import normal_form
+from sim.world import Character, Location, WorldMeta
 
 CELL = {"tick": 3, "text": "Ada said hello.", "importance": 4, "mentions": ["ada"], "sources": [1]}
 CHARACTER: dict[str, Any] = {
@@ -57,6 +60,11 @@ LOCATION: dict[str, Any] = {
     "weather": {"rain": True},
 }
 META: dict[str, Any] = {"name": "Town", "description": "", "tick": 4, "seed": 7, "era": "1890"}
+
+
+#: values put in place of each one: wrong types, out of range, not an id, an integral
+#: float where an int is expected (lax validation would take it, strict must not)
+WRONG: list[Any] = ["x", "Bad Id", "", 1.5, 3.0, -1, 0, 11, 10**6, True, None, [], {}, ["x"], [1]]
 
 
 def dumped(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +113,15 @@ def variants(base: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 value = node[key]
                 if isinstance(value, float) and value.is_integer():
                     edits.append(lambda d, p=path, k=key, v=value: at(d, p).__setitem__(k, int(v)))
+                for wrong in WRONG:
+                    edits.append(lambda d, p=path, k=key, w=wrong: at(d, p).__setitem__(k, w))
+
+                def rename(d: dict[str, Any], key: str = key) -> None:
+                    items = [("Bad Key" if k == key else k, v) for k, v in d.items()]
+                    d.clear()
+                    d.update(items)
+
+                edits.append(lambda d, p=path, f=rename: f(at(d, p)))
                 if key == "from":
                     edits.append(
                         lambda d, p=path: at(d, p).__setitem__("from_", at(d, p).pop("from"))
@@ -121,6 +138,9 @@ def variants(base: dict[str, Any]) -> Iterator[dict[str, Any]]:
         else:
             edits.append(lambda d, p=path: at(d, p).clear())
             edits.append(lambda d, p=path: at(d, p).reverse())
+            for i in range(len(node)):
+                for wrong in WRONG:
+                    edits.append(lambda d, p=path, i=i, w=wrong: at(d, p).__setitem__(i, w))
     for edit in edits:
         data = copy.deepcopy(base)
         edit(data)
@@ -133,13 +153,17 @@ def variants(base: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def test_normal_form_equals_the_dump_for_every_variant(
     model: type[BaseModel], base: dict[str, Any]
 ) -> None:
-    valid = kept = 0
+    """Valid or not, kept or dumped: as pydantic says, for every variant one edit away from
+    a file in normal form (the fast path's hardest cases)."""
+    assert text(dumped(model, base)) == text(base)
+    valid = kept = invalid = 0
     for data in variants(base):
         try:
             want = dumped(model, data)
         except ValidationError:
             with pytest.raises(ValidationError):
                 normal_form(model, copy.deepcopy(data))
+            invalid += 1
             continue
         valid += 1
         got = normal_form(model, data)
@@ -148,7 +172,7 @@ def test_normal_form_equals_the_dump_for_every_variant(
         # the normal form is recognised as such: loading what a commit wrote dumps nothing
         again = copy.deepcopy(want)
         assert normal_form(model, again) is again
-    assert valid > 10
+    assert valid > 10 and invalid > 10
     assert 0 < kept < valid  # both paths taken
 
 
