@@ -59,9 +59,9 @@ class _Shape:
     layouts: frozenset[tuple[str, ...]]
     #: every name a field may be given in the input (name, alias)
     names: frozenset[str]
-    #: (key, how its value is checked, its model's shape, left out while None), for the
-    #: fields whose value needs a look
-    checks: tuple[tuple[str, int, _Shape | None, bool], ...]
+    #: (key, how its value is checked, its model's shape), for the fields whose value
+    #: needs a look
+    checks: tuple[tuple[str, int, _Shape | None], ...]
 
 
 _SHAPES: dict[type[BaseModel], _Shape] = {}
@@ -149,14 +149,14 @@ def _shape(model: type[BaseModel]) -> _Shape:
     dropped = DROPPED_WHEN_NONE.get(model, ())
     keys: dict[str, str] = {}  # field name -> its key in the dump
     names: set[str] = set()
-    checks: list[tuple[str, int, _Shape | None, bool]] = []
+    checks: list[tuple[str, int, _Shape | None]] = []
     for name, info in model.model_fields.items():
         alias = info.alias or name
         keys[name] = alias
         names.update((name, alias))
         kind, sub = _classify(info.annotation)
-        if kind != _PLAIN or name in dropped:
-            checks.append((alias, kind, sub, name in dropped))
+        if kind != _PLAIN:
+            checks.append((alias, kind, sub))
     layouts = {tuple(keys.values())}
     for name in dropped:  # every subset of the dropped fields left out
         layouts |= {tuple(k for k in layout if k != keys[name]) for layout in layouts}
@@ -165,24 +165,29 @@ def _shape(model: type[BaseModel]) -> _Shape:
     return shape
 
 
+def _laid_out(shape: _Shape, data: dict[str, Any]) -> bool:
+    """Whether ``data``'s keys are in the order of the normal form of ``shape``'s model."""
+    keys = tuple(data)
+    if keys in shape.layouts:
+        return True
+    names = shape.names
+    known = 0
+    for key in keys:
+        if key not in names:
+            break
+        known += 1
+    return keys[:known] in shape.layouts and not any(key in names for key in keys[known:])
+
+
 def _is_normal(shape: _Shape, data: dict[str, Any]) -> bool:
     """Whether ``data`` (parsed JSON, not yet validated) is laid out as the normal form of
-    the model of ``shape``: valid for the model too, it is that form, key order included."""
-    keys = tuple(data)
-    if keys not in shape.layouts:
-        names = shape.names
-        known = 0
-        for key in keys:
-            if key not in names:
-                break
-            known += 1
-        if keys[:known] not in shape.layouts or any(key in names for key in keys[known:]):
-            return False
-    for key, kind, sub, dropped in shape.checks:
+    the model of ``shape``: valid for its plain validator too (which refuses ``None`` for
+    a field the dump drops while ``None``), it is that form, key order included."""
+    if not _laid_out(shape, data):
+        return False
+    for key, kind, sub in shape.checks:
         value = data.get(key)
-        if value is None:
-            if dropped and key in data:
-                return False
+        if value is None:  # absent (a dropped field), or left to the validator
             continue
         if kind == _FLOAT:
             if type(value) is not float:
@@ -190,18 +195,23 @@ def _is_normal(shape: _Shape, data: dict[str, Any]) -> bool:
         elif kind == _MODEL:
             if type(value) is not dict or not _is_normal(sub, value):  # type: ignore[arg-type]
                 return False
-        elif kind == _MODELS:
-            if type(value) is not list:
+        else:
+            items: Any
+            if kind == _MODELS and type(value) is list:
+                items = value
+            elif kind == _MODEL_MAP and type(value) is dict:
+                items = value.values()
+            else:
                 return False
-            for item in value:
-                if type(item) is not dict or not _is_normal(sub, item):  # type: ignore[arg-type]
-                    return False
-        elif kind == _MODEL_MAP:
-            if type(value) is not dict:
-                return False
-            for item in value.values():
-                if type(item) is not dict or not _is_normal(sub, item):  # type: ignore[arg-type]
-                    return False
+            assert sub is not None
+            if sub.checks:
+                for item in items:
+                    if type(item) is not dict or not _is_normal(sub, item):
+                        return False
+            else:  # a cell: its keys only
+                for item in items:
+                    if type(item) is not dict or not _laid_out(sub, item):
+                        return False
     return True
 
 

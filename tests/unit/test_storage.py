@@ -897,3 +897,12 @@ def test_lock_of_a_killed_process_is_released(world: Path) -> None:
         child.wait()
     with Storage(world).lock():
         pass
+
+
+@pytest.mark.parametrize(
+    "name", ["ada.json", ".json", "..json", "a.b.json", "x.json.json", "odd", ".hidden", "a.txt"]
+)
+def test_stem_of_an_entity_file_is_paths_stem(name: str) -> None:
+    from sim.storage.store import _stem
+
+    assert _stem(f"characters/{name}") == Path(name).stem
