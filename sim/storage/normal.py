@@ -1,25 +1,27 @@
-"""A world file's normal form, without pydantic's dump when the file already is it.
+"""A world file's normal form, without pydantic's dump when the file is close to it.
 
 Loading validates each file with its model (``sim.world``) and keeps the model's dump,
 ``model_dump(by_alias=True)``: known fields first in order, defaults filled, the optional
 fields the serializers drop while ``None`` left out, a float field's ``1`` as ``1.0``,
-fields of the world's own after them. What a commit writes is that form already, and the
-dump was about half of a big world's load. ``normal_form`` returns the parsed file itself
-when it is in normal form, checked from the models:
+fields of the world's own after them. What a commit writes is mostly that form already,
+and the models' objects and their dump were about half of a big world's load.
+``normal_form`` instead:
 
-- ``_is_normal``: each model's dict holds its fields' keys in order (none left to a
-  default, none under another name), the dropped fields absent rather than ``None``, its
-  own fields after them, each float field a float. Strict validation converts nothing
-  else (``_shape`` refuses a model with a validator, a serializer other than the dropping
-  ones, a transforming constraint, a lax config or a type it does not know), and the dump
-  writes every other value as it was given.
-- then a validator of the same fields as plain dicts (``_fast_validator``: a ``TypedDict``
-  per model, built from its fields, every one required but the dropped ones, which are
-  never ``None``), which accepts only what the model accepts, about twice as fast as
-  building the model's objects.
+- validates with plain dicts (``_fast_validator``: a ``TypedDict`` per model, built from
+  its fields with the same types and constraints, every field required but the ones the
+  dump drops while ``None``, which are never ``None`` there): it accepts only what the
+  model accepts, at half the cost of building the model's objects;
+- returns the parsed file itself when it is laid out as the normal form (``_is_normal``:
+  each model's keys in order, its own fields after them, each float field a float): strict
+  validation converts nothing else (``_shape`` refuses a model with a validator, a
+  serializer other than the dropping ones, a transforming constraint, a lax config or a
+  type it does not know), and the dump writes every other value as it was given;
+- else rebuilds it in order (``_reordered``): what the engine writes after adding a key
+  to an entity (a memory's archive after its plan, an inbox after a field of the world's).
 
-Anything else (a file written by hand, an older engine's) goes through the model and its
-dump as before, and an invalid file's errors are the model's own.
+Anything else (a file with a default left out, written by hand or by an older engine, or
+a field's name given for its alias) goes through the model and its dump as before, and an
+invalid file's errors are the model's own.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class _Shape:
     #: (key, how its value is checked, its model's shape), for the fields whose value
     #: needs a look
     checks: tuple[tuple[str, int, _Shape | None], ...]
+    #: (key, how its value is checked, its model's shape) for every field, in order
+    fields: tuple[tuple[str, int, _Shape | None], ...]
 
 
 _SHAPES: dict[type[BaseModel], _Shape] = {}
@@ -149,18 +153,18 @@ def _shape(model: type[BaseModel]) -> _Shape:
     dropped = DROPPED_WHEN_NONE.get(model, ())
     keys: dict[str, str] = {}  # field name -> its key in the dump
     names: set[str] = set()
-    checks: list[tuple[str, int, _Shape | None]] = []
+    fields: list[tuple[str, int, _Shape | None]] = []
     for name, info in model.model_fields.items():
         alias = info.alias or name
         keys[name] = alias
         names.update((name, alias))
         kind, sub = _classify(info.annotation)
-        if kind != _PLAIN:
-            checks.append((alias, kind, sub))
+        fields.append((alias, kind, sub))
     layouts = {tuple(keys.values())}
     for name in dropped:  # every subset of the dropped fields left out
         layouts |= {tuple(k for k in layout if k != keys[name]) for layout in layouts}
-    shape = _Shape(frozenset(layouts), frozenset(names), tuple(checks))
+    checks = tuple(f for f in fields if f[1] != _PLAIN)
+    shape = _Shape(frozenset(layouts), frozenset(names), checks, tuple(fields))
     _SHAPES[model] = shape
     return shape
 
@@ -213,6 +217,51 @@ def _is_normal(shape: _Shape, data: dict[str, Any]) -> bool:
                     if type(item) is not dict or not _laid_out(sub, item):
                         return False
     return True
+
+
+#: the integers a float field's value may be rebuilt from (``float(i)`` exact), else the dump
+_EXACT_FLOAT = 2**53
+
+
+def _reordered(shape: _Shape, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The normal form of ``data``, valid for the plain validator of ``shape``'s model,
+    built from it: its fields' keys in order (each present but a dropped one, which is
+    never ``None`` there), integers of a float field as floats, its own fields after; or
+    ``None`` when a field's name is given in place of its key (``from_``): the model
+    decides. What the engine writes after adding a key to an entity (a cell's archive
+    after its plan, an inbox after a field of the world's own) takes this path."""
+    out: dict[str, Any] = {}
+    for key, kind, sub in shape.fields:
+        if key not in data:
+            continue
+        value = data[key]
+        if value is None or kind == _PLAIN:
+            pass
+        elif kind == _FLOAT:
+            if type(value) is int and -_EXACT_FLOAT <= value <= _EXACT_FLOAT:
+                value = float(value)
+            elif type(value) is not float:
+                return None
+        else:
+            assert sub is not None
+            if kind == _MODEL:
+                value = _reordered(sub, value)
+            elif kind == _MODELS:
+                value = [_reordered(sub, item) for item in value]
+            else:
+                value = {k: _reordered(sub, item) for k, item in value.items()}
+            if value is None or (kind == _MODELS and None in value):
+                return None
+            if kind == _MODEL_MAP and None in value.values():
+                return None
+        out[key] = value
+    names = shape.names
+    for key, value in data.items():
+        if key not in names:
+            out[key] = value
+        elif key not in out:
+            return None
+    return out
 
 
 def _without_none(annotation: Any) -> Any:
@@ -277,13 +326,17 @@ def normal_form(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ValidationError: ``data`` is not valid for ``model`` (the model's own errors).
     """
-    if _is_normal(_shape(model), data):
-        try:
-            _fast_validator(model).validate_python(data)
-        except ValidationError:
-            pass  # the model's validation below names the problems
-        else:
+    shape = _shape(model)
+    try:
+        _fast_validator(model).validate_python(data)
+    except ValidationError:
+        pass  # not valid, or valid with a default or a field by name: the model decides
+    else:
+        if _is_normal(shape, data):
             return data
+        reordered = _reordered(shape, data)
+        if reordered is not None:
+            return reordered
     normal: dict[str, Any] = model.model_validate(data).model_dump(by_alias=True)
     return normal
 
