@@ -182,8 +182,9 @@ class Location(_Open):
 
 
 #: fields a model's file leaves out while ``None``, by the model they belong to (the
-#: serializers above drop them: a cell's within its memory; ``sim.storage.normal`` knows
-#: them to tell a file already in normal form)
+#: serializers above drop them: a cell's within its memory). ``sim.storage.normal`` builds
+#: the normal form without the dump from these: a serializer that changes anything else
+#: must be taught to it (tests/unit/test_storage_normal.py fails until it is)
 DROPPED_WHEN_NONE: dict[type[BaseModel], tuple[str, ...]] = {
     MemoryCell: _OPTIONAL_CELL,
     Memory: _OPTIONAL_MEMORY,

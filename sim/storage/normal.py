@@ -54,7 +54,7 @@ class _Unvouched(TypeError):
 
 @dataclass(frozen=True)
 class _Shape:
-    """What a model's dump looks like, for ``_is_normal``."""
+    """What a model's dump looks like, for ``_is_normal`` and ``_reordered``."""
 
     #: the key orders of a normal dict without fields of its own: every field's key in
     #: order, less any of the dropped ones
