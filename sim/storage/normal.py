@@ -73,16 +73,26 @@ _PLAIN_DICTS: dict[type[BaseModel], Any] = {}
 _VALIDATORS: dict[type[BaseModel], TypeAdapter[Any]] = {}
 
 
+def _converts(meta: Any) -> bool:
+    """Whether a constraint may change a value: text transformed, or lax validation (a
+    ``Field()`` inside ``Annotated`` holds its constraints in its ``metadata``)."""
+    inner = getattr(meta, "metadata", None)
+    if isinstance(inner, list) and any(_converts(m) for m in inner):
+        return True
+    return getattr(meta, "strict", None) is False or any(
+        getattr(meta, name, None) for name in _TRANSFORMS
+    )
+
+
 def _strip(annotation: Any) -> Any:
-    """An annotation without ``Annotated`` and ``| None`` (refusing a transforming
+    """An annotation without ``Annotated`` and ``| None`` (refusing a converting
     constraint or a union of types)."""
     while True:
         origin = get_origin(annotation)
         if origin is Annotated:
             args = get_args(annotation)
-            for meta in args[1:]:
-                if any(getattr(meta, name, None) for name in _TRANSFORMS):
-                    raise _Unvouched(f"{annotation}: a transforming constraint")
+            if any(_converts(meta) for meta in args[1:]):
+                raise _Unvouched(f"{annotation}: a converting constraint")
             annotation = args[0]
         elif origin in (Union, types.UnionType):
             args = tuple(a for a in get_args(annotation) if a is not type(None))
@@ -140,6 +150,7 @@ def _vouch(model: type[BaseModel]) -> None:
             or info.discriminator is not None
             or info.validation_alias not in (None, info.alias)
             or info.serialization_alias not in (None, info.alias)
+            or any(_converts(meta) for meta in info.metadata)
         ):
             raise _Unvouched(f"{model.__name__}.{name}: the normal-form check cannot vouch for it")
 

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from sim.storage import normal
 from sim.storage.normal import normal_form
@@ -223,3 +230,60 @@ def test_unknown_keys_after_known_ones_are_kept_as_they_are() -> None:
     assert normal_form(Character, data) is data
     assert list(data)[-1] == "mystery" and data["mystery"] is None
     assert data["memory"]["archive"][0]["note"] is None
+
+
+class _Lax(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    n: int = 0
+
+
+class _Stripped(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: Annotated[str, StringConstraints(strip_whitespace=True)]
+
+
+class _Validated(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    n: int = 0
+
+    @field_validator("n")
+    @classmethod
+    def _double(cls, value: int) -> int:
+        return value * 2
+
+
+class _Tuple(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    pair: tuple[int, int] = (0, 0)
+
+
+class _Renamed(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    n: int = Field(0, validation_alias="m")
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    n: int = Field(0, strict=False)
+
+
+class _LooseItems(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    items: list[Annotated[int, Field(strict=False)]] = []
+
+
+class _Nested(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    inner: list[_Stripped] = []
+
+
+@pytest.mark.parametrize(
+    "model", [_Lax, _Stripped, _Validated, _Tuple, _Renamed, _Loose, _LooseItems, _Nested]
+)
+def test_a_model_whose_values_may_change_is_refused(model: type[BaseModel]) -> None:
+    """A model whose validation may convert a value (lax, a field or item lax, a
+    transforming constraint, a validator, a type the check does not know, an input name
+    of its own) has no fast path: a new field of that kind fails here (and on import),
+    not in a world's bytes."""
+    with pytest.raises(normal._Unvouched):
+        normal._shape(model)
