@@ -78,6 +78,10 @@ class MemoryCell(_Open):
 
 #: a cell's optional fields, left out of its file while unset (older worlds keep their bytes)
 _OPTIONAL_CELL = ("importance", "mentions", "sources")
+#: a memory's optional fields, left out of its file while unset
+_OPTIONAL_MEMORY = ("archive", "unreflected", "plan")
+#: a character's optional fields, left out of its file when it has none
+_OPTIONAL_CHARACTER = ("relationships", "inbox")
 
 
 class DailyPlanItem(_Open):
@@ -106,7 +110,7 @@ class Memory(_Open):
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for key in ("archive", "unreflected", "plan"):
+        for key in _OPTIONAL_MEMORY:
             if data.get(key) is None:
                 data.pop(key, None)
         for cells in (data["cells"], data.get("archive") or ()):
@@ -154,7 +158,7 @@ class Character(_Open):
         """Leave ``relationships`` and ``inbox`` out of a file that has none (older files
         keep their bytes)."""
         data: dict[str, Any] = handler(self)
-        for key in ("relationships", "inbox"):
+        for key in _OPTIONAL_CHARACTER:
             if data.get(key, 0) is None:
                 del data[key]
         return data
@@ -175,6 +179,17 @@ class LocationState(_Open):
 class Location(_Open):
     identity: LocationIdentity
     state: LocationState
+
+
+#: fields a model's file leaves out while ``None``, by the model they belong to (the
+#: serializers above drop them: a cell's within its memory). ``sim.storage.normal`` builds
+#: the normal form without the dump from these: a serializer that changes anything else
+#: must be taught to it (tests/unit/test_storage_normal.py fails until it is)
+DROPPED_WHEN_NONE: dict[type[BaseModel], tuple[str, ...]] = {
+    MemoryCell: _OPTIONAL_CELL,
+    Memory: _OPTIONAL_MEMORY,
+    Character: _OPTIONAL_CHARACTER,
+}
 
 
 Entity = dict[str, Any]

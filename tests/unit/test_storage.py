@@ -897,3 +897,35 @@ def test_lock_of_a_killed_process_is_released(world: Path) -> None:
         child.wait()
     with Storage(world).lock():
         pass
+
+
+@pytest.mark.parametrize(
+    "name", ["ada.json", ".json", "..json", "a.b.json", "x.json.json", "odd", ".hidden", "a.txt"]
+)
+def test_stem_of_an_entity_file_is_paths_stem(name: str) -> None:
+    from sim.storage.store import _stem
+
+    assert _stem(f"characters/{name}") == Path(name).stem
+
+
+def test_keys_the_engine_appended_are_put_in_order_on_load(world: Path) -> None:
+    """A file laid out as a tick leaves it (a memory's archive after its plan, an inbox
+    after a field of the world's own, an integral trust) loads in normal form, as the
+    model's dump gives it, and is rewritten so on the next commit."""
+    path = world / "characters" / "cleo.json"
+    cleo = character("cleo", "quay")
+    cleo["memory"]["plan"] = {"date": "2026-11-29", "items": []}
+    cleo["memory"]["archive"] = [{"tick": 0, "text": "Long ago.", "importance": 3}]
+    cleo["relationships"] = {"ada": {"kind": "friend", "trust": 1}}
+    cleo["_notes"] = "mine"
+    cleo["inbox"] = [{"tick": 1, "from": "ada", "text": "Hello."}]
+    write_json(path, cleo)
+    storage = Storage(world)
+    loaded = storage.load()
+    got = loaded.characters["cleo"]
+    assert list(got) == ["identity", "state", "memory", "relationships", "inbox", "_notes"]
+    assert list(got["memory"]) == ["capacity", "cells", "summary", "archive", "plan"]
+    assert got["relationships"]["ada"]["trust"] == 1.0
+    assert isinstance(got["relationships"]["ada"]["trust"], float)
+    assert storage.commit(loaded) == ["characters/cleo.json"]
+    assert Storage(world).load().characters["cleo"] == got
