@@ -17,6 +17,7 @@ answer is used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sys
@@ -256,13 +257,17 @@ async def serve(sock: socket.socket, root: Path) -> None:
             with gc_paused():
                 final = await run_part(plan, world, adapter, writer, inbox)
             writer.write(frame(("final", final)))
+            del final  # what it holds of the world goes with the world, below
         except Exception as exc:
             writer.write(frame(("failed", portable(exc))))
         finally:
+            # sent before the world is freed: a big part waits in the buffer for the
+            # event loop, which freeing a whole world object by object would hold up
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.drain()
             world = None
             if stack is not None:
                 await stack.aclose()
-        await writer.drain()
         running = False
     await listening
 

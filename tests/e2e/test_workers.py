@@ -76,6 +76,10 @@ def test_partition_is_contiguous_balanced_and_never_empty() -> None:
     assert partition(where, 2) == [("a", "b"), ("c", "d")]
     assert partition(where, 3) == [("a",), ("b", "c"), ("d",)]
     assert partition(where, 9) == [("a",), ("b",), ("c",), ("d",)]
+    # the first run a larger share (the coordinator's, whose calls cost it less)
+    assert partition(where, 2, first=0.5) == [("a",), ("b", "c", "d")]
+    assert partition(where, 2, first=3.0) == [("a", "b", "c"), ("d",)]
+    assert partition(where, 3, first=2.0) == [("a", "b"), ("c",), ("d",)]
 
 
 @pytest.mark.parametrize(
@@ -532,12 +536,13 @@ def test_a_local_models_calls_run_on_the_workers_with_one_process_result(
     no budget, policy or resume, the coordinator answers only its own shard's calls (the
     first of the places, as ``partition`` splits them) and each worker runs its part's
     itself; the files are one process's."""
+    from sim.engine.shards import LOCAL_FIRST_SHARE
     from sim.engine.stack import Stack
 
     reference = copy_demo(tmp_path / "ref")
     where = Storage(reference).load().characters_at()
     everyone = {cid for present in where.values() for cid in present}
-    ours = {cid for lid in partition(where, 2)[0] for cid in where[lid]}
+    ours = {cid for lid in partition(where, 2, LOCAL_FIRST_SHARE)[0] for cid in where[lid]}
     Runner(reference, config_for(reference)).run(1)
     world = copy_demo(tmp_path / "w")
     coordinator = OnlyItsOwn()
