@@ -1135,11 +1135,13 @@ def scenario_workers(smoke: bool) -> list[str]:
         '- How the work is split (`sim.engine.shards`, docs/architecture.md "A sharded '
         "tick\"): `sim tick` starts its worker with the run's first tick; each tick the "
         "worker loads the world while `sim tick` does, then each runs every phase for its "
-        "places. With the offline provider each shard runs the model and makes the log's "
-        "records; `sim tick` appends the worker's, holds the barriers, and commits the tick "
-        "once. The load and the commit (the disk's: one fsync a file) are not shared out, "
-        "which bounds the speed-up (Amdahl): at 40,000 characters they are about a third of "
-        "a one-process tick. The phases themselves gain less than 2× because a worker's "
+        "places (`sim tick`'s own shard 1.25 shares of the characters to the worker's 1: a "
+        "worker's call costs it more). With the offline provider each shard runs the model "
+        "and makes the log's records; `sim tick` appends the worker's, holds the barriers, "
+        "and commits the tick once. The load and the commit (the disk's: one fsync a file) "
+        "are not shared out, which bounds the speed-up (Amdahl): at 40,000 characters they "
+        "are about a quarter of a one-process tick. The phases themselves gain less than "
+        "2× because a worker's "
         "calls cost more CPU than one process's (the 'CPU' columns): the worker packs each "
         "call's record and line, and `sim tick` logs and counts them besides running its own "
         "shard.",

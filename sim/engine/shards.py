@@ -14,8 +14,9 @@ sends its characters and places, its response-store changes and the responses to
 the coordinator puts them in the world and commits the tick once, as with one process.
 
 Places are split in the order ``World.characters_at`` gives them, into contiguous runs of
-about equal numbers of characters, so the merged results come in the order one process
-gives them; with the offline provider the world files, the log's story and its books are
+about equal numbers of characters (the coordinator's run larger when the workers run their
+calls themselves: ``LOCAL_FIRST_SHARE``), so the merged results come in the order one
+process gives them; with the offline provider the world files, the log's story and its books are
 those of ``--workers 1``.
 
 A worker that dies ends the tick with an error naming it; a coordinator that dies closes
