@@ -26,6 +26,7 @@ from sim.serve.app import MAX_BODY, Settings, make_app
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import read_log
 from tests.conftest import copy_demo, tree
+from tests.e2e.serve_client import served
 
 TOKEN = "t0ken-for-tests"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -39,11 +40,7 @@ def world(tmp_path: Path) -> Path:
 
 
 async def _client(world: Path, read_only: bool = False) -> TestClient[Any, Any]:
-    config = build_config(None, world)
-    app = make_app(Settings(world, config, TOKEN, read_only=read_only))
-    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
-    return client
+    return await served(world, TOKEN, read_only=read_only)
 
 
 @pytest.fixture

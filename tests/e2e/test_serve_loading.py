@@ -18,13 +18,14 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import ClientResponse, ClientSession
+from aiohttp import ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
 from sim.cli.common import build_config
 from sim.serve import loading, views
 from sim.serve.app import Settings, make_app
 from tests.conftest import copy_demo
+from tests.e2e.serve_client import next_event, served
 
 TOKEN = "t0ken-for-loading-tests"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -37,22 +38,7 @@ def world(tmp_path: Path) -> Path:
 
 
 async def _client(world: Path) -> TestClient[Any, Any]:
-    app = make_app(Settings(world, build_config(None, world), TOKEN))
-    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
-    return client
-
-
-async def _event(events: ClientResponse, kind: str) -> dict[str, Any]:
-    """The data of the next ``kind`` event on the stream."""
-    name = ""
-    while True:
-        line = (await asyncio.wait_for(events.content.readline(), 60)).decode()
-        if line.startswith("event: "):
-            name = line[7:].strip()
-        elif line.startswith("data: ") and name == kind:
-            data: dict[str, Any] = orjson.loads(line[6:])
-            return data
+    return await served(world, TOKEN)
 
 
 def _break(world: Path) -> Path:
@@ -100,10 +86,10 @@ async def test_the_api_says_loading_until_the_world_is_loaded_then_answers(
         assert (await client.get("/api/world")).status == 401  # the token, even now
         assert (await client.get("/api/run", headers=BEARER)).status == 200
         async with client.get("/api/events", headers=BEARER) as events:
-            hello = await _event(events, "hello")
+            hello = await next_event(events, "hello")
             assert hello["load"]["state"] == "loading"
             go.set()
-            done = await _event(events, "loaded")
+            done = await next_event(events, "loaded")
         assert done["state"] == "ready" and done["problems"] == []
         assert done["characters"] == 10 and done["locations"] == len(
             list((world / "locations").glob("*.json"))
@@ -144,9 +130,9 @@ async def test_a_world_that_does_not_validate_is_shown_as_its_problems_then_relo
             data = orjson.loads(path.read_bytes())
             data["state"]["location"] = "quay"
             path.write_bytes(orjson.dumps(data))  # in place: no folder's mtime changes
-            fixed = await _event(events, "loaded")  # the server notices it by itself
+            fixed = await next_event(events, "loaded")  # the server notices it by itself
             while fixed["state"] == "invalid":  # the first load's, if it ended after
-                fixed = await _event(events, "loaded")
+                fixed = await next_event(events, "loaded")
         assert fixed["state"] == "ready"
         answer = await client.get("/api/world", headers=BEARER)
         assert answer.status == 200
@@ -171,7 +157,7 @@ async def test_a_loaded_world_broken_while_served_is_shown_as_its_problems(world
     try:
         assert (await client.get("/api/world", headers=BEARER)).status == 200
         async with client.get("/api/events", headers=BEARER) as events:
-            assert (await _event(events, "hello"))["load"]["state"] == "ready"
+            assert (await next_event(events, "hello"))["load"]["state"] == "ready"
             broken = orjson.loads(good)
             broken["state"]["location"] = "atlantis"
             replace_with(orjson.dumps(broken))
@@ -181,9 +167,9 @@ async def test_a_loaded_world_broken_while_served_is_shown_as_its_problems(world
             assert [(p["file"], p["field"]) for p in problems] == [
                 ("characters/ada.json", "state.location")
             ]
-            assert (await _event(events, "loaded"))["state"] == "invalid"
+            assert (await next_event(events, "loaded"))["state"] == "invalid"
             replace_with(good)
-            assert (await _event(events, "loaded"))["state"] == "ready"
+            assert (await next_event(events, "loaded"))["state"] == "ready"
         assert (await client.get("/api/world", headers=BEARER)).status == 200
     finally:
         await client.close()

@@ -15,15 +15,14 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import ClientResponse
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from sim.cli.common import build_config
 from sim.safefs import UnsafePath
 from sim.serve import loading, preview
-from sim.serve.app import CACHE, Settings, make_app
+from sim.serve.app import CACHE
 from sim.storage.journal import write_journal
 from tests.conftest import copy_demo
+from tests.e2e.serve_client import next_event, served
 
 TOKEN = "t0ken-for-preview-tests"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -100,22 +99,7 @@ def held_look(gate: Path) -> list[str]:
 
 async def _client(world: Path, preview_from: int | None = 0) -> TestClient[Any, Any]:
     """A server whose world gets a first look from ``preview_from`` entity files."""
-    app = make_app(Settings(world, build_config(None, world), TOKEN))
-    app[CACHE].preview_from = preview_from
-    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
-    return client
-
-
-async def _event(events: ClientResponse, kind: str) -> dict[str, Any]:
-    name = ""
-    while True:
-        line = (await asyncio.wait_for(events.content.readline(), 60)).decode()
-        if line.startswith("event: "):
-            name = line[7:].strip()
-        elif line.startswith("data: ") and name == kind:
-            data: dict[str, Any] = orjson.loads(line[6:])
-            return data
+    return await served(world, TOKEN, preview_from=preview_from)
 
 
 async def test_the_views_are_answered_from_the_first_look_before_the_load_ends(
@@ -135,14 +119,14 @@ async def test_the_views_are_answered_from_the_first_look_before_the_load_ends(
         early = await client.get("/api/world?preview=1", headers=BEARER)
         assert early.status == 503 and (await early.json())["load"]["preview"] is False
         async with client.get("/api/events", headers=BEARER) as events:
-            hello = await _event(events, "hello")
+            hello = await next_event(events, "hello")
             assert hello["load"]["state"] == "loading" and not hello["load"]["preview"]
             monkeypatch.setattr(loading, "LOOK_WAIT", 60.0)
             waiting = asyncio.create_task(client.get("/api/world?preview=1", headers=BEARER))
             await asyncio.sleep(0.3)  # past WAIT: it waits on, for the look being taken
             assert not waiting.done()
             gates.look.set()
-            looked = await _event(events, "preview")
+            looked = await next_event(events, "preview")
             assert looked["state"] == "loading" and looked["preview"] is True
             answer = await asyncio.wait_for(waiting, 60)
             assert answer.status == 200, await answer.text()
@@ -182,7 +166,7 @@ async def test_the_views_are_answered_from_the_first_look_before_the_load_ends(
             assert not (world / ".sim" / "interventions.json").exists()
             assert (await client.get("/api/world?preview=1")).status == 401  # the token
             gates.load.set()
-            done = await _event(events, "loaded")
+            done = await next_event(events, "loaded")
         assert done["state"] == "ready" and done["preview"] is False
         answer = await client.get("/api/world?preview=1", headers=BEARER)
         assert answer.status == 200
@@ -211,15 +195,15 @@ async def test_a_world_that_does_not_validate_ends_in_its_problems_after_its_fir
     client = await _client(world)
     try:
         async with client.get("/api/events", headers=BEARER) as events:
-            hello = await _event(events, "hello")
+            hello = await next_event(events, "hello")
             if not hello["load"]["preview"]:
-                await _event(events, "preview")
+                await next_event(events, "preview")
             answer = await client.get("/api/world?preview=1", headers=BEARER)
             assert answer.status == 200
             view = await answer.json()
             assert view["preview"] is True and view["total_characters"] == 10
             gates.load.set()
-            done = await _event(events, "loaded")
+            done = await next_event(events, "loaded")
         assert done["state"] == "invalid" and done["preview"] is False
         for path in ("/api/world?preview=1", "/api/network?preview=1", "/api/world"):
             answer = await client.get(path, headers=BEARER)
