@@ -4,6 +4,7 @@ client, and the next server-sent event of a kind."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +39,26 @@ async def next_event(events: ClientResponse, kind: str) -> dict[str, Any]:
         elif line.startswith("data: ") and name == kind:
             data: dict[str, Any] = orjson.loads(line[6:])
             return data
+
+
+def held_load(gate: Path, *, first_look: bool = False) -> list[str]:
+    """The command line of a ``sim`` whose world's load waits for ``gate`` to exist (what
+    a big world's seconds of loading look like, without a big world); with ``first_look``
+    every world gets a first look before it. ``sim``'s arguments follow."""
+    code = (
+        "import pathlib, time\n"
+        "from sim.serve import loading\n"
+        "from sim.storage import store\n"
+        f"{'loading.PREVIEW_FROM = 0' if first_look else 'pass'}\n"
+        "real = store.Storage.load\n"
+        "def held(self, *args, **kwargs):\n"
+        f"    gate = pathlib.Path({str(gate)!r})\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while not gate.exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n"
+        "    return real(self, *args, **kwargs)\n"
+        "store.Storage.load = held\n"
+        "from sim.cli import main\n"
+        "main(prog_name='sim')\n"
+    )
+    return [sys.executable, "-c", code]

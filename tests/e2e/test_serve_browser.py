@@ -400,7 +400,7 @@ def test_a_world_of_many_places_maps_its_busiest(browser: Browser, tmp_path: Pat
 def test_the_page_says_loading_until_the_world_has_loaded(browser: Browser, tmp_path: Path):
     """The page opens while the world is still loading, says so, and shows the world when
     the ``loaded`` event comes."""
-    from tests.e2e.test_serve_loading import held_load
+    from tests.e2e.serve_client import held_load
 
     world = copy_demo(tmp_path / "demo")
     gate = tmp_path / "gate"
@@ -489,7 +489,7 @@ def test_the_page_shows_a_big_worlds_first_look_then_the_world(browser: Browser,
     """While the load runs, the page shows the first look: the counts, the map and the
     list, names as text (one is markup that would run script), and says the full load
     continues; when it ends, the page shows the validated world."""
-    from tests.e2e.test_serve_preview import held_look
+    from tests.e2e.serve_client import held_load
 
     world = copy_demo(tmp_path / "demo")
     path = world / "characters" / "ada.json"
@@ -497,7 +497,7 @@ def test_the_page_shows_a_big_worlds_first_look_then_the_world(browser: Browser,
     data["identity"]["name"] = IMG
     path.write_bytes(orjson.dumps(data))
     gate = tmp_path / "gate"
-    served = Served(world, sim=held_look(gate))
+    served = Served(world, sim=held_load(gate, first_look=True))
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         problems: list[str] = []
@@ -528,7 +528,7 @@ def test_a_first_look_at_a_world_that_does_not_validate_ends_in_its_problems(
 ):
     """A file that passes the first look's checks but not the load's: the look shows,
     then the page names the file and field, and shows nothing else."""
-    from tests.e2e.test_serve_preview import held_look
+    from tests.e2e.serve_client import held_load
 
     world = copy_demo(tmp_path / "demo")
     path = world / "characters" / "ada.json"
@@ -536,7 +536,7 @@ def test_a_first_look_at_a_world_that_does_not_validate_ends_in_its_problems(
     data["state"]["location"] = "atlantis"
     path.write_bytes(orjson.dumps(data))
     gate = tmp_path / "gate"
-    served = Served(world, sim=held_look(gate))
+    served = Served(world, sim=held_load(gate, first_look=True))
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(served.url)

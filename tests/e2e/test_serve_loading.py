@@ -25,7 +25,7 @@ from sim.cli.common import build_config
 from sim.serve import loading, views
 from sim.serve.app import Settings, make_app
 from tests.conftest import copy_demo
-from tests.e2e.serve_client import next_event, served
+from tests.e2e.serve_client import held_load, next_event, served
 
 TOKEN = "t0ken-for-loading-tests"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -173,27 +173,6 @@ async def test_a_loaded_world_broken_while_served_is_shown_as_its_problems(world
         assert (await client.get("/api/world", headers=BEARER)).status == 200
     finally:
         await client.close()
-
-
-def held_load(gate: Path) -> list[str]:
-    """The command line of a ``sim`` whose world's load waits for ``gate`` to exist (what
-    a big world's seconds of loading look like, without a big world); ``sim``'s arguments
-    follow."""
-    code = (
-        "import pathlib, time\n"
-        "from sim.storage import store\n"
-        "real = store.Storage.load\n"
-        "def held(self, *args, **kwargs):\n"
-        f"    gate = pathlib.Path({str(gate)!r})\n"
-        "    deadline = time.monotonic() + 120\n"
-        "    while not gate.exists() and time.monotonic() < deadline:\n"
-        "        time.sleep(0.02)\n"
-        "    return real(self, *args, **kwargs)\n"
-        "store.Storage.load = held\n"
-        "from sim.cli import main\n"
-        "main(prog_name='sim')\n"
-    )
-    return [sys.executable, "-c", code]
 
 
 def _held_serve(world: Path, gate: Path) -> tuple[subprocess.Popen[str], str]:

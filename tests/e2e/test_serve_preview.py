@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -72,29 +71,6 @@ class Gates:
     def release(self) -> None:
         self.look.set()
         self.load.set()
-
-
-def held_look(gate: Path) -> list[str]:
-    """The command line of a ``sim`` whose worlds all get a first look and whose load
-    waits for ``gate`` to exist (a big world's seconds, without a big world); ``sim``'s
-    arguments follow."""
-    code = (
-        "import pathlib, time\n"
-        "from sim.serve import loading\n"
-        "from sim.storage import store\n"
-        "loading.PREVIEW_FROM = 0\n"
-        "real = store.Storage.load\n"
-        "def held(self, *args, **kwargs):\n"
-        f"    gate = pathlib.Path({str(gate)!r})\n"
-        "    deadline = time.monotonic() + 120\n"
-        "    while not gate.exists() and time.monotonic() < deadline:\n"
-        "        time.sleep(0.02)\n"
-        "    return real(self, *args, **kwargs)\n"
-        "store.Storage.load = held\n"
-        "from sim.cli import main\n"
-        "main(prog_name='sim')\n"
-    )
-    return [sys.executable, "-c", code]
 
 
 async def _client(world: Path, preview_from: int | None = 0) -> TestClient[Any, Any]:
