@@ -134,11 +134,24 @@ CACHE = web.AppKey("cache", loading.WorldCache)
 LOGS = web.AppKey("logs", views.LogViews)
 
 
+Listener = asyncio.Queue[tuple[str, dict[str, Any]] | None]
+
+
 class Hub:
-    """The event listeners (``/api/events``): each gets every event, in order."""
+    """The event listeners (``/api/events``): each gets every event, in order, and
+    ``None`` when the server stops (its stream then ends)."""
 
     def __init__(self) -> None:
-        self.listeners: set[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = set()
+        self.listeners: set[Listener] = set()
+        self.closed = False
+
+    def add(self) -> Listener:
+        """A new listener's queue (already ended if the server is stopping)."""
+        queue: Listener = asyncio.Queue(QUEUE)
+        if self.closed:
+            queue.put_nowait(None)
+        self.listeners.add(queue)
+        return queue
 
     def publish(self, kind: str, data: dict[str, Any]) -> None:
         for queue in self.listeners:
@@ -146,9 +159,17 @@ class Hub:
                 queue.put_nowait((kind, data))
 
     def close(self) -> None:
+        """End every stream, a stalled one's too (its oldest event makes room for the
+        end): a stream left open would hold the server's stop for aiohttp's whole
+        shutdown timeout."""
+        self.closed = True
         for queue in self.listeners:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
+            while True:
+                try:
+                    queue.put_nowait(None)
+                    break
+                except asyncio.QueueFull:
+                    queue.get_nowait()
 
 
 HUB = web.AppKey("hub", Hub)
@@ -483,10 +504,9 @@ async def events(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
     response.headers.update(SECURITY_HEADERS)
-    await response.prepare(request)
-    queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(QUEUE)
-    hub.listeners.add(queue)
+    queue = hub.add()  # before the first await: a stop from here on ends this stream too
     try:
+        await response.prepare(request)
         hello = {
             "tick": views.world_tick(settings.world_dir),
             "run": request.app[DRIVER].state.to_dict(),

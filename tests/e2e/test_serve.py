@@ -894,3 +894,21 @@ async def test_the_world_loaded_at_start_serves_the_first_request(
         assert ada["entity"]["state"]["mood"] == "calm" and len(loads) == 2
     finally:
         await served.close()
+
+
+async def test_stopping_ends_every_event_stream_a_stalled_or_a_late_one() -> None:
+    """The server's stop ends each ``/api/events`` stream: one whose reader stalled until
+    its queue filled (the end takes its oldest event's place), and one that connects
+    while it stops. A stream left open held the stop for aiohttp's 60 s timeout."""
+    from sim.serve.app import QUEUE, Hub
+
+    hub = Hub()
+    stalled, quiet = hub.add(), hub.add()
+    for n in range(QUEUE + 5):
+        hub.publish("progress", {"n": n})
+    hub.close()
+    items = [stalled.get_nowait() for _ in range(stalled.qsize())]
+    assert len(items) == QUEUE and items[-1] is None
+    assert [quiet.get_nowait() for _ in range(quiet.qsize())][-1] is None
+    late = hub.add()
+    assert late.get_nowait() is None
