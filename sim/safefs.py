@@ -113,16 +113,10 @@ def open_dir(root: Path, parts: list[str], *, create: bool = False) -> Iterator[
         os.close(fd)
 
 
-def open_file_at(
+def _open_stat_at(
     dir_fd: int, name: str, shown: Path, flags: int = _READ_FLAGS, *, one_link: bool = False
-) -> int:
-    """Open ``name`` in ``dir_fd`` without following a link; the result is a regular file
-    (with ``one_link``, one that no other name shares: not a hard link).
-
-    Raises:
-        UnsafePath: a symlink, FIFO, device or folder; with ``one_link``, a hard link.
-        FileNotFoundError: no such file.
-    """
+) -> tuple[int, os.stat_result]:
+    """``open_file_at``, and the file's ``fstat`` (taken to check it)."""
     try:
         fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
     except OSError as exc:
@@ -137,7 +131,20 @@ def open_file_at(
     if one_link and info.st_nlink > 1:
         os.close(fd)
         raise UnsafePath(shown, None, hard_link_problem(info.st_nlink))
-    return fd
+    return fd, info
+
+
+def open_file_at(
+    dir_fd: int, name: str, shown: Path, flags: int = _READ_FLAGS, *, one_link: bool = False
+) -> int:
+    """Open ``name`` in ``dir_fd`` without following a link; the result is a regular file
+    (with ``one_link``, one that no other name shares: not a hard link).
+
+    Raises:
+        UnsafePath: a symlink, FIFO, device or folder; with ``one_link``, a hard link.
+        FileNotFoundError: no such file.
+    """
+    return _open_stat_at(dir_fd, name, shown, flags, one_link=one_link)[0]
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
@@ -168,25 +175,36 @@ def hard_link_problem(links: int) -> str:
 
 
 def read_fd(
-    fd: int, shown: Path, max_bytes: int | None = None, *, setting: str | None = None
+    fd: int,
+    shown: Path,
+    max_bytes: int | None = None,
+    *,
+    setting: str | None = None,
+    size: int | None = None,
 ) -> bytes:
     """All of an open regular file, refusing one larger than ``max_bytes`` (``setting``:
-    the config key that sets that limit, named in the error)."""
-    size = os.fstat(fd).st_size
+    the config key that sets that limit, named in the error). ``size``: its ``st_size``
+    when the caller has it (else an ``fstat``). A file no larger than that is read with
+    one ``read``: a short read past its size is its end."""
+    if size is None:
+        size = os.fstat(fd).st_size
     if max_bytes is not None and size > max_bytes:
         where = f" ({setting} in config.toml)" if setting else ""
         raise InputError(shown, None, f"file is {size} bytes, over the limit of {max_bytes}{where}")
     chunks: list[bytes] = []
     total = 0
     while True:
-        chunk = os.read(fd, max(size - total, 0) + 65536)
+        want = max(size - total, 0) + 65536
+        chunk = os.read(fd, want)
         if not chunk:
             break
         chunks.append(chunk)
         total += len(chunk)
         if max_bytes is not None and total > max_bytes:
             raise InputError(shown, None, f"file grew over the limit of {max_bytes} bytes")
-    return b"".join(chunks)
+        if total >= size and len(chunk) < want:
+            break  # the end: no second read to be told so
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_at(
@@ -198,9 +216,9 @@ def read_at(
     one_link: bool = False,
     setting: str | None = None,
 ) -> bytes:
-    fd = open_file_at(dir_fd, name, shown, one_link=one_link)
+    fd, info = _open_stat_at(dir_fd, name, shown, one_link=one_link)
     try:
-        return read_fd(fd, shown, max_bytes, setting=setting)
+        return read_fd(fd, shown, max_bytes, setting=setting, size=info.st_size)
     finally:
         os.close(fd)
 
