@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import socket
 import sys
@@ -41,7 +42,6 @@ from sim.engine.shards import (
 from sim.engine.stack import Stack, build_stack
 from sim.engine.wire import Outbox, frame, portable, receive
 from sim.errors import RunError
-from sim.gcpause import gc_paused
 from sim.llm.budget import Price
 from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMError
@@ -233,6 +233,10 @@ async def serve(sock: socket.socket, root: Path) -> None:
         if message[0] == "closed":
             break
         if message[0] == "open":  # the last tick committed: load the world as it is now
+            # the collector is paused from the load until the part is sent and the world
+            # freed, as the coordinator's is over its tick (``Runner.run_async``): its full
+            # collections would rescan the world, on the tick's critical path
+            gc.disable()
             try:
                 world = Storage(root, message[1]).load()
             except Exception as exc:  # told with the plan, as the part's failure
@@ -240,6 +244,7 @@ async def serve(sock: socket.socket, root: Path) -> None:
             continue
         if message[0] != "plan":  # "skip": no part of this tick
             world = None
+            _collect()
             continue
         plan: ShardPlan = message[1]
         running = True
@@ -254,8 +259,7 @@ async def serve(sock: socket.socket, root: Path) -> None:
         try:
             if not isinstance(world, World):
                 raise world if world is not None else RunError("no world was loaded")
-            with gc_paused():
-                final = await run_part(plan, world, adapter, writer, inbox)
+            final = await run_part(plan, world, adapter, writer, inbox)
             writer.write(frame(("final", final)))
             del final  # what it holds of the world goes with the world, below
         except Exception as exc:
@@ -268,8 +272,16 @@ async def serve(sock: socket.socket, root: Path) -> None:
             world = None
             if stack is not None:
                 await stack.aclose()
+            _collect()
         running = False
     await listening
+
+
+def _collect() -> None:
+    """The tick's part is done and its world freed: the collector runs again, and once
+    now, while the coordinator commits (what the tick left in cycles, on a small heap)."""
+    gc.enable()
+    gc.collect()
 
 
 async def run_part(

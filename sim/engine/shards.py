@@ -550,6 +550,10 @@ class Shards:
                     self._logged(worker, message[1])
                 else:
                     worker.inbox.put_nowait(message)
+                # not held while the next one is awaited: a worker's last message is its
+                # part of the world, which the closing task's traceback would keep alive
+                # in a reference cycle until the process's last collection
+                del message
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             how = await worker.process.ended()
             worker.inbox.put_nowait(
