@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -141,16 +142,23 @@ def _copy_tree(src: Path, dest: Path, prefix: str = "") -> None:
             shutil.copy2(entry.path, dest / rel)
 
 
+#: held while a fork reads its source under the source's lock: the world's ``flock`` admits
+#: one holder, so a second thread of this process forking at once would be refused; the
+#: forks' files are written after, by each thread at once (file creation is the kernel's
+#: time, not the interpreter's: two jobs fork on two cores)
+_READING = threading.Lock()
+
+
 def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any]) -> int:
     """Fork ``world``'s current state into ``dest`` (made atomically) with ``seed`` and the
     settings ``overrides`` (in its ``config.toml``: ``run_config_text``); return the tick it
-    starts from. The source is only read.
+    starts from. The source is only read, and by one thread of this process at a time.
 
     Raises:
         InputError: the source has an interrupted commit, or holds a symlink.
     """
     storage = Storage(world)
-    with storage.lock():
+    with _READING, storage.lock():
         if storage.pending_journal():
             raise InputError(
                 world, None, "an interrupted commit is pending: run 'sim tick' on it first"

@@ -101,7 +101,6 @@ def run_sweep(
     waiting = [len(todo)]
     count_lock = threading.Lock()
     stopping = threading.Event()
-    fork_lock = threading.Lock()  # a fork holds the world's lock: one at a time
 
     def report(index: int, outcome: RunOutcome) -> None:
         outcomes[index] = outcome
@@ -122,8 +121,7 @@ def run_sweep(
         if stopping.is_set():
             return  # reported as not begun
         if record is None:
-            with fork_lock:
-                record = prepare(plan, plan.runs[index], inputs=inputs)
+            record = prepare(plan, plan.runs[index], inputs=inputs)
         target = record.start_tick + plan.ticks
         with count_lock:
             left = waiting[0]

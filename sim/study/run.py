@@ -617,7 +617,6 @@ def run_study(
     outcomes: dict[str, RunOutcome] = {}
     prefix_failed: dict[str, str] = {}
     report_lock = threading.Lock()
-    fork_lock = threading.Lock()  # a fork holds its source's lock: one at a time
 
     def report(outcome: RunOutcome, key: str) -> None:
         with report_lock:
@@ -629,8 +628,7 @@ def run_study(
         if stopping.is_set():
             prefix_failed[unit.name] = STOPPED
             return
-        with fork_lock:
-            record = make_prefix(study, out, unit, inputs)
+        record = make_prefix(study, out, unit, inputs)
         run_dir = out / SHARED / unit.name
         status, message = runner.drive(
             run_dir, record.start_tick, study.prefix, None, unit.overrides
@@ -649,8 +647,7 @@ def run_study(
             if stopping.is_set():
                 base.message = STOPPED
                 return
-            with fork_lock:
-                record = make_arm(study, out, arm, start, inputs)
+            record = make_arm(study, out, arm, start, inputs)
             run_dir = out / arm.rel
             base.target = record.start_tick + study.spec.ticks
             base.status, base.message = runner.drive(
