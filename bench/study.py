@@ -8,7 +8,8 @@ exit. Then what the parent does by itself, one thing after another, is measured 
 
 - start-up: the same ``sim study run`` on the finished folder (imports, config, the checks
   of every run folder, the study's books read from every run, exit: it starts no step);
-- world copies: ``fork_current`` of the world (the median of three), once per run;
+- world copies: ``fork_current`` of the world (the median of three), once per run (each
+  job forks its own run: they overlap);
 - the rest: what the ``--jobs 1`` run spent outside both and outside the runs' ticks (the
   ticks' own wall time, from their summaries): each step's ``sim tick`` child starting and
   exiting, and the parent's per-step bookkeeping.
@@ -81,7 +82,9 @@ def speedup(characters: int, ticks: int, runs: int) -> dict[str, Any]:
         )
         copy = _copy_seconds(world, here / "scratch")
     ticks_total = sum(per_run)
-    serial = resume["wall_s"] + copy * runs
+    # the runs' forks are made by the jobs at once (``sim.runs.fork``: one thread at a time
+    # only reads the source), so the parent's serial part is its start-up and checks
+    serial = resume["wall_s"]
     rest = walls[1] - serial - ticks_total
     return {
         "characters": characters,
