@@ -135,7 +135,45 @@ def workers(characters: int, repeats: int) -> dict[str, Any]:
                     if not rel.startswith(".sim/log/"):
                         files.update(rel.encode() + b"\0" + path.read_bytes())
                 digests.add(files.hexdigest())
-    return {"characters": characters, "runs": runs, "identical": len(digests) == 1}
+        floor = flush_floor(base)
+    return {"characters": characters, "runs": runs, "identical": len(digests) == 1, "floor": floor}
+
+
+def flush_floor(world: Path, threads: int = 16) -> dict[str, Any]:
+    """The bare baseline of a commit's in-place writes: every entity file of ``world``
+    overwritten with its own bytes plus one (the size changes, as a tick's do), each
+    flushed (``fdatasync``), on ``threads`` threads taking the next file from one list,
+    as ``sim.storage.journal`` does, without sim's checks: the disk's and the kernel's
+    time, which no process split divides (``sys``: the kernel's CPU, on every core)."""
+    import threading
+
+    paths = sorted(p for p in world.rglob("*.json") if p.parent != world)
+    items = iter([(p, p.read_bytes() + b" ") for p in paths])
+    os.sync()
+
+    def write() -> None:
+        for path, data in items:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    before, started = os.times(), time.perf_counter()
+    pool = [threading.Thread(target=write) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    wall, after = time.perf_counter() - started, os.times()
+    return {
+        "files": len(paths),
+        "wall_s": wall,
+        "user_s": after.user - before.user,
+        "sys_s": after.system - before.system,
+    }
 
 
 #: what ``sim tick`` imports, by provider (the modules it loads to run a tick)

@@ -95,6 +95,8 @@ def test_workers_scenario_reports_its_figures() -> None:
     assert run["identical"] is True
     assert [len(run["runs"][n]) for n in ("1", "2")] == [1, 1]
     assert all(r["wall_s"] > 0 and r["peak_rss_mib"] > 0 for n in "12" for r in run["runs"][n])
+    # the bare flush baseline wrote every entity file of the world (60 characters, 6 places)
+    assert run["floor"]["files"] == 66 and run["floor"]["wall_s"] > 0
 
 
 def test_mind_scenario_reports_its_figures() -> None:
