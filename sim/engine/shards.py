@@ -13,9 +13,9 @@ character who moved is where the next phase looks for it. After the last phase e
 sends its characters and places, its response-store changes and the responses to delete;
 the coordinator puts them in the world and commits the tick once, as with one process.
 
-Here are the workers, processes here or Ray actors (``--executor ray``), kept for the run,
-the coordinator's side of the wire (``Shards``: their calls answered or logged, the phase
-barriers) and a tick's run over them (``run_sharded``). How the places are split, what the
+This module holds the workers (processes on this machine, or Ray actors with ``--executor
+ray``), kept for the run; the coordinator's side of the wire (``Shards``: their calls
+answered or logged, the phase barriers); and a tick's run over them (``run_sharded``). How the places are split, what the
 messages hold and how the parts are merged is ``sim.engine.split``: the merged results come
 in the order one process gives them, so with the offline provider the world files, the
 log's story and its books are those of ``--workers 1``.
