@@ -15,10 +15,11 @@ the coordinator puts them in the world and commits the tick once, as with one pr
 
 This module holds the workers (processes on this machine, or Ray actors with ``--executor
 ray``), kept for the run; the coordinator's side of the wire (``Shards``: their calls
-answered or logged, the phase barriers); and a tick's run over them (``run_sharded``). How the places are split, what the
-messages hold and how the parts are merged is ``sim.engine.split``: the merged results come
-in the order one process gives them, so with the offline provider the world files, the
-log's story and its books are those of ``--workers 1``.
+answered or logged, the phase barriers); and a tick's run over them (``run_sharded``). How
+the places are split, what the messages hold and how the parts are merged is
+``sim.engine.split``: the merged results come in the order one process gives them, so with
+the offline provider the world files, the log's story and its books are those of
+``--workers 1``.
 
 A worker that dies ends the tick with an error naming it; a coordinator that dies closes
 the workers' sockets, and they exit. Nothing but the coordinator writes to the world.
