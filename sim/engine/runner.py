@@ -16,7 +16,8 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
-from sim.engine.shards import Logged, Merged, Shards, local_calls, run_sharded, unshardable
+from sim.engine.shards import Shards, run_sharded
+from sim.engine.split import Logged, Merged, local_calls, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
 from sim.errors import InputError, SimError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
@@ -226,7 +227,7 @@ class Runner:
         #: first tick and kept for the others
         self.shards: Shards | None = None
         #: why this run's ticks run in one process although ``workers`` asked for more
-        #: (a phase, ``[llm] batch``, streaming...: ``sim.engine.shards.unshardable``)
+        #: (a phase, ``[llm] batch``, streaming...: ``sim.engine.split.unshardable``)
         self.one_process: str | None = None
 
     def run(self, ticks: int = 1) -> list[TickResult]:

@@ -1,4 +1,5 @@
-"""One shard's worker process of a sharded tick (``sim.engine.shards``).
+"""One shard's worker process of a sharded tick (``sim.engine.shards``; its messages and
+the merge of its part: ``sim.engine.split``).
 
 Started by the coordinator as ``python -m sim.engine.shard_worker FD WORLD`` with one end of a
 socket pair: it reads its ``ShardPlan``, loads the world read-only, runs each phase for its
@@ -29,7 +30,7 @@ from typing import Any, cast
 from sim.config import Config
 from sim.engine import repair
 from sim.engine.recorder import attempt_record, call_record, phase_results
-from sim.engine.shards import (
+from sim.engine.split import (
     Logged,
     PhaseDone,
     ShardFinal,

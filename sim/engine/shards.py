@@ -13,11 +13,13 @@ character who moved is where the next phase looks for it. After the last phase e
 sends its characters and places, its response-store changes and the responses to delete;
 the coordinator puts them in the world and commits the tick once, as with one process.
 
-Places are split in the order ``World.characters_at`` gives them, into contiguous runs of
-about equal numbers of characters (the coordinator's run larger when the workers run their
-calls themselves: ``LOCAL_FIRST_SHARE``), so the merged results come in the order one
-process gives them; with the offline provider the world files, the log's story and its books are
-those of ``--workers 1``.
+This module holds the workers (processes on this machine, or Ray actors with ``--executor
+ray``), kept for the run; the coordinator's side of the wire (``Shards``: their calls
+answered or logged, the phase barriers); and a tick's run over them (``run_sharded``). How
+the places are split, what the messages hold and how the parts are merged is
+``sim.engine.split``: the merged results come in the order one process gives them, so with
+the offline provider the world files, the log's story and its books are those of
+``--workers 1``.
 
 A worker that dies ends the tick with an error naming it; a coordinator that dies closes
 the workers' sockets, and they exit. Nothing but the coordinator writes to the world.
@@ -32,212 +34,39 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import orjson
-
-from sim import messages
-from sim.config import Config
 from sim.engine.recorder import phase_results
+from sim.engine.split import (
+    LOCAL_FIRST_SHARE,
+    Logged,
+    Merged,
+    PhaseDone,
+    ShardFinal,
+    ShardPlan,
+    StandIn,
+    changed_states,
+    merge_reports,
+    merge_results,
+    partition,
+    states_of,
+    take_states,
+)
 from sim.engine.wire import Outbox, frame, portable, receive
 from sim.errors import RunError, UserError
 from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
-from sim.llm.types import Adapter, AdapterResponse, ModelRequest, Usage
+from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport, TickContext
-from sim.phases.happenings import Happenings
-from sim.world import World
-
-#: the built-in phases a shard can run on its part: each is about the characters (or
-#: places) of one place at a time; ``conversation`` caps its conversations per tick
-#: over the whole world, so it is not among them
-SHARDABLE = frozenset(
-    {"intentions", "resolution", "narrative", "apply", "memory", "reflection", "planning"}
-)
 
 
 class WorkerDied(RunError):
     """A shard's worker process ended in the middle of a tick: nothing is committed."""
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """What one worker is told at the start of a tick."""
-
-    index: int
-    root: Path
-    config: Config
-    tick: int
-    #: the places of this shard, in ``World.characters_at`` order
-    locations: tuple[str, ...]
-    #: the call namer's copy (``sim.engine.recorder.CallNames``)
-    names: Any
-    adapter_name: str
-    #: this tick's injected events (``sim inject``)
-    happenings: Happenings
-    #: run the calls here, on a stack of the worker's own (``local_calls``): each call's
-    #: record is sent to the coordinator to log, not the call to answer
-    local: bool = False
-    #: the world's seed (the local stack's offline model is seeded with it)
-    seed: int = 0
-
-
-@dataclass
-class Logged:
-    """A call a worker ran on its own stack (``ShardPlan.local``), for the tick's log: its
-    record, its line and cost (``sim.engine.recorder.call_record``), its instructions' text
-    the first time the worker sends them, and its events as the tick's sinks count them
-    (no request, chain window, identity or answer text in them)."""
-
-    #: the call's record, without what only the log's line needs (its input, result,
-    #: chain window and settings)
-    record: Any
-    #: the record's line in the log (``packed_call_line``)
-    line: bytes
-    cost: Any
-    instructions: str | None
-    #: ``None``: one answer at the first attempt, with no notice and no fallback; its one
-    #: event is made again from the record (``counted``)
-    events: list[LLMEvent] | None
-
-    def counted(self) -> list[LLMEvent]:
-        """The call's events for the tick's sinks (account, guard, progress)."""
-        if self.events is not None:
-            return self.events
-        r = self.record
-        final = r.attempts[-1]
-        tokens = r.usage
-        usage = Usage(tokens.input_tokens, tokens.output_tokens, tokens.cached_input_tokens)
-        response = AdapterResponse(
-            parsed=cast(Any, None),
-            response_id=r.response_id,
-            usage=usage,
-            model=r.response_model,
-            finish_reason=r.finish_reason,
-            endpoint=r.endpoint,
-        )
-        return [
-            LLMEvent(
-                "llm_completed",
-                r.phase,
-                r.entity_key,
-                r.response_model,
-                cast(Any, StandIn(r.entity_key)),
-                attempt=final.attempt,
-                latency=r.latency,
-                usage=usage,
-                response=response,
-                depth=r.depth,
-                provider=final.provider,
-                endpoint=r.endpoint,
-            )
-        ]
-
-
-@dataclass
-class PhaseDone:
-    """A worker's end of one phase."""
-
-    name: str
-    report: PhaseReport
-    results: dict[str, Any]
-    #: ("character" | "location", id) -> its ``state`` now, for those whose state changed
-    states: dict[tuple[str, str], Any]
-
-
-@dataclass
-class ShardFinal:
-    """A worker's part of the world after the last phase."""
-
-    characters: dict[str, Any]
-    locations: dict[str, Any]
-    store: dict[str, bytes | None]
-    deletions: list[tuple[str, str]] = field(default_factory=list)
-
-
-# -- the split ---------------------------------------------------------------------------------
-
-
-#: the coordinator's share of the characters against each worker's 1 when the workers run
-#: their calls themselves (``local_calls``): a worker's call also costs it the record it
-#: packs and sends and the wait for its logging, so at an equal split the workers ended
-#: each phase ~20% after the coordinator's shard (40,000 characters, offline, 2 shards:
-#: intentions 4.3 s here, 5.3 s there); the split only moves work, never the result
-LOCAL_FIRST_SHARE = 1.25
-
-
-def partition(
-    occupancy: Mapping[str, Sequence[str]], workers: int, first: float = 1.0
-) -> list[tuple[str, ...]]:
-    """The occupied places split into at most ``workers`` contiguous runs (in the order
-    given) of about equal numbers of characters, the first ``first`` times the others'
-    share; none empty."""
-    total = sum(len(present) for present in occupancy.values())
-    parts: list[list[str]] = [[] for _ in range(max(1, workers))]
-    shares = [first, *([1.0] * (len(parts) - 1))]
-    bounds: list[float] = []  # the characters before each run's end
-    reached = 0.0
-    for share in shares:
-        reached += share
-        bounds.append(reached * total / sum(shares))
-    done = 0
-    k = 0
-    for lid, present in occupancy.items():
-        while k < len(parts) - 1 and parts[k] and done >= bounds[k]:
-            k += 1
-        parts[k].append(lid)
-        done += len(present)
-    return [tuple(part) for part in parts if part]
-
-
-def local_calls(*, local_stack: bool, budget: bool, gated: bool, resume: bool) -> bool:
-    """Whether a sharded tick's workers run their calls on stacks of their own
-    (``ShardPlan.local``) rather than send each to the coordinator: when the run's stack is
-    the config's and every endpoint of it a local model that costs nothing
-    (``Stack.local``: the offline provider), the run has no budget, no policy gate sees
-    each call (``gated``) and the tick is not a resume (whose answers come from its log).
-    Then no limit of the run is held at the coordinator: there is no server to share,
-    nothing to spend, nothing to replay."""
-    return local_stack and not (budget or gated or resume)
-
-
-def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) -> str | None:
-    """Why this tick cannot run on several workers (``None``: it can)."""
-    for spec in phases:
-        if spec.name not in SHARDABLE or spec.kind != "builtin":
-            return (
-                f"phase {spec.name!r} runs over the whole world; --workers runs only the "
-                f"built-in phases {', '.join(sorted(SHARDABLE))}"
-            )
-        memory = config.memory.for_phase(spec.name)
-        if memory.embeddings == "provider":
-            return f"phase {spec.name!r} retrieves with a provider's embeddings"
-    if config.llm.batch:
-        return "[llm] batch sends each phase's calls as one batch from one process"
-    if messages.rule(config) is not None:
-        return (
-            "[messages] delivers each message into its recipient's inbox and memory, "
-            "wherever the recipient is, which one process does over the whole world"
-        )
-    if streaming:
-        return "streamed answers are shown by one process"
-    return None
-
-
-# -- the coordinator's side --------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class StandIn:
-    """The request of a worker's call, as the coordinator's events carry it: its entity key
-    (what an event sink may read of it) and an identity that pairs the call's events."""
-
-    entity_key: str | None
 
 
 class _Local:
@@ -714,81 +543,12 @@ class Slotted:
         await self.inner.delete_response(response_id)
 
 
-def merge_reports(into: PhaseReport, parts: Sequence[PhaseReport]) -> None:
-    """Add the shards' reports of one phase to the coordinator's (whose usage, retries,
-    timeouts and fallback models the tick's events already counted)."""
-    for part in parts:
-        into.calls += part.calls
-        into.failures += part.failures
-        into.fallbacks.extend(part.fallbacks)
-        into.errors.update(part.errors)
-        into.warnings.extend(part.warnings)
-        into.entities += part.entities
-
-
-def merge_results(parts: Sequence[Mapping[str, Any]], order: Mapping[str, int]) -> dict[str, Any]:
-    """The shards' results of one phase as one process orders them: by ``order`` (each
-    character's and place's place in the world), else as they came."""
-    merged: dict[str, Any] = {}
-    for part in parts:
-        merged.update(part)
-    late = len(order)
-    keys = sorted(merged, key=lambda key: order.get(key, late))
-    return {key: merged[key] for key in keys}
-
-
 def auto_workers() -> int:
     """``--workers auto``: the cores this process may use."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
-
-
-@dataclass
-class Merged:
-    """What a sharded tick's phases left besides the world: the response-store changes and
-    the responses to delete once it commits."""
-
-    store: dict[str, bytes | None]
-    deletions: list[tuple[str, str]]
-
-
-def states_of(
-    world: World, part: Sequence[str], places: Iterable[str]
-) -> dict[tuple[str, str], bytes]:
-    """The ``state`` of each character of ``part`` and each place of ``places``, as bytes:
-    compared at a phase's end, to send the others what changed."""
-    found = {("character", cid): orjson.dumps(world.characters[cid]["state"]) for cid in part}
-    for lid in places:
-        found["location", lid] = orjson.dumps(world.locations[lid]["state"])
-    return found
-
-
-def changed_states(
-    world: World, before: Mapping[tuple[str, str], bytes]
-) -> dict[tuple[str, str], Any]:
-    """The states of ``before``'s entities that are no longer what they were."""
-    entities = {"character": world.characters, "location": world.locations}
-    changed = {}
-    for key, was in before.items():
-        state = entities[key[0]][key[1]]["state"]
-        if orjson.dumps(state) != was:
-            changed[key] = state
-    return changed
-
-
-def take_states(
-    world: World,
-    states: Mapping[tuple[str, str], Any],
-    mine: Mapping[tuple[str, str], bytes],
-) -> None:
-    """Put the states the other shards changed (all of ``states`` but ``mine``) in
-    ``world``: a character who moved is where the next phase looks for it."""
-    entities = {"character": world.characters, "location": world.locations}
-    for (kind, eid), state in states.items():
-        if (kind, eid) not in mine:
-            entities[kind][eid]["state"] = state
 
 
 async def run_sharded(

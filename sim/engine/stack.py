@@ -84,7 +84,7 @@ class Stack:
         local: built from the config alone, and every endpoint it uses is a local model
             that costs nothing (its profile: no network, no command; the offline
             provider): another process can build the same stack (a sharded tick's
-            workers run their own calls then: ``sim.engine.shards.local_calls``).
+            workers run their own calls then: ``sim.engine.split.local_calls``).
     """
 
     adapter: Adapter

@@ -1,13 +1,15 @@
 """``sim serve``: a page that shows a world live and steers it, and the JSON API it uses.
 
-``app`` is the aiohttp application and its trust boundary, ``views`` what the API
-answers (read from the world and its tick logs), ``loading`` the world it answers from
-(loaded and validated in the background once the address is printed, kept until its
-files change), ``preview`` a big world's first look while it loads (only the aggregated
-views' fields, checked minimally), ``driver`` the runs started from the page (the
-library's ``Runner`` on a thread of its own), ``runs`` a study's or a sweep's folder
-served (its runs and their progress). The page's files are in ``static/``, shipped with
-the package. docs/serve.md documents the API.
+``app`` is the aiohttp application (its routes), ``boundary`` its trust boundary (the
+token, the ``Host`` and ``Origin`` checks, the body limit, the security headers), ``hub``
+the page's event streams' listeners, ``views`` what the API answers (read from the world
+and its tick logs), ``loading`` the world it answers from (loaded and validated in the
+background once the address is printed, kept until its files change), ``preview`` a big
+world's first look while it loads (only the aggregated views' fields, checked minimally),
+``driver`` the runs started from the page (the library's ``Runner`` on a thread of its
+own), ``runs`` a study's or a sweep's folder served (its runs and their progress). The
+page's files are in ``static/``, shipped with the package. docs/serve.md documents the
+API.
 
 Owns: the HTTP server of one world or one study's or sweep's folder (its token, Host and
 Origin checks, body limits), the API's answers, the runs started from the page and the
@@ -22,5 +24,5 @@ May import: ``sim.analysis`` (the report's gathering of a tick), ``sim.config``,
 
 Next: a new API route goes in ``app`` with its answer in ``views`` (a change through the
 library function its command calls, in ``driver`` when it runs ticks), documented in
-docs/serve.md.
+docs/serve.md; a new check every request passes goes in ``boundary``.
 """

@@ -1,28 +1,24 @@
-"""The web application: the page, its JSON API and the trust boundary around both.
+"""The web application: the page, its JSON API and its server-sent events (``make_app``).
 
-The world is untrusted and so is the network. Every ``/api/`` request needs the token
-(``Authorization: Bearer TOKEN``) or the page's session cookie, which opening
-``/?token=TOKEN`` sets; a request whose ``Host`` is not the address it reached is refused
-(DNS rebinding); a change whose ``Origin`` is another site's, or that is not JSON, is
-refused (CSRF); bodies are limited to ``MAX_BODY`` bytes; the page may run only its own
-scripts (``Content-Security-Policy``) and shows world text as text. With ``read_only``
-every change is refused. Every control calls what the matching command calls
-(``sim.interventions.inject`` / ``set_field``, ``sim.interview.ask``, the ``Runner``,
+Every request passes the trust boundary first (``sim.serve.boundary``: the token or the
+page's session cookie, ``Host``, ``Origin``, JSON bodies, the body limit, read-only, the
+security headers); a library error becomes a 4xx naming it (``problems``), and what needs
+the world waits for its load (``loaded``). Every control calls what the matching command
+calls (``sim.interventions.inject`` / ``set_field``, ``sim.interview.ask``, the ``Runner``,
 ``sim.engine.rewind.rewind`` / ``fork``),
 under the world's lock where the command takes it. Nothing answered holds the config's
-API key: no endpoint shows the config.
+API key: no endpoint shows the config. Events reach the page's streams through the
+``Hub`` (``sim.serve.hub``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import ipaddress
 import os
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -37,11 +33,11 @@ from sim.errors import InputError, SimError, UserError, WorldLockedError
 from sim.llm.errors import LLMError
 from sim.llm.redact import redact_text
 from sim.serve import loading, runs, views
+from sim.serve.boundary import MAX_BODY, SECURITY_HEADERS, Handler, guard, headers, problem
 from sim.serve.driver import Busy, Driver
+from sim.serve.hub import Hub
 from sim.world import World
 
-#: the largest request body accepted (bytes): an injected text or a question fits easily
-MAX_BODY = 64 * 1024
 #: ticks one ``POST /api/run`` may ask for
 MAX_RUN = 10_000
 #: the longest name a fork's folder may have (``POST /api/fork``)
@@ -51,22 +47,10 @@ FOLDER_NAME_MAX = 100
 FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: how often the world's tick is read to notice a tick committed by another process (s)
 POLL_SECONDS = 0.5
-#: events kept for a listener that reads slowly (the newest are dropped past it)
-QUEUE = 1000
 #: the page's files, shipped in the package (``static/``)
 STATIC = {
     "page.js": "text/javascript",
     "page.css": "text/css",
-}
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
 }
 
 
@@ -134,164 +118,13 @@ CACHE = web.AppKey("cache", loading.WorldCache)
 LOGS = web.AppKey("logs", views.LogViews)
 
 
-Listener = asyncio.Queue[tuple[str, dict[str, Any]] | None]
-
-
-class Hub:
-    """The event listeners (``/api/events``): each gets every event, in order, and
-    ``None`` when the server stops (its stream then ends)."""
-
-    def __init__(self) -> None:
-        self.listeners: set[Listener] = set()
-        self.closed = False
-
-    def add(self) -> Listener:
-        """A new listener's queue (already ended if the server is stopping)."""
-        queue: Listener = asyncio.Queue(QUEUE)
-        if self.closed:
-            queue.put_nowait(None)
-        self.listeners.add(queue)
-        return queue
-
-    def publish(self, kind: str, data: dict[str, Any]) -> None:
-        for queue in self.listeners:
-            with contextlib.suppress(asyncio.QueueFull):  # a stalled reader misses some
-                queue.put_nowait((kind, data))
-
-    def close(self) -> None:
-        """End every stream, a stalled one's too (its oldest event makes room for the
-        end): a stream left open would hold the server's stop for aiohttp's whole
-        shutdown timeout."""
-        self.closed = True
-        for queue in self.listeners:
-            while True:
-                try:
-                    queue.put_nowait(None)
-                    break
-                except asyncio.QueueFull:
-                    queue.get_nowait()
-
-
 HUB = web.AppKey("hub", Hub)
-
-
-def _problem(status: int, message: str) -> web.Response:
-    return web.json_response({"error": redact_text(message)}, status=status)
 
 
 def _error_text(exc: SimError) -> str:
     if isinstance(exc, InputError) and exc.path is None:
         return f"{exc.field}: {exc.problem}" if exc.field else exc.problem
     return str(exc)
-
-
-def _served(request: web.Request) -> tuple[str, int] | None:
-    """The address the connection reached (the server's side of it)."""
-    transport = request.transport
-    sock = transport.get_extra_info("sockname") if transport is not None else None
-    if not isinstance(sock, tuple) or len(sock) < 2:
-        return None
-    return str(sock[0]), int(sock[1])
-
-
-def allowed_hosts(address: str, port: int) -> set[str]:
-    """The ``Host`` values a request to ``address:port`` may carry: that address (and
-    ``localhost`` for a loopback one). A DNS name bound to it by someone else is not one."""
-    ip = ipaddress.ip_address(address)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if mapped is not None:
-        ip = mapped
-    shown = f"[{ip}]" if ip.version == 6 else str(ip)
-    hosts = {f"{shown}:{port}"}
-    if ip.is_loopback:
-        hosts |= {f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"}
-    return hosts
-
-
-def _cookie_name(port: int) -> str:
-    return f"sim_serve_{port}"  # cookies ignore ports: each server its own
-
-
-def _authorized(request: web.Request, settings: Settings, port: int) -> str | None:
-    """How the request proves it holds the token: ``"bearer"``, ``"cookie"`` or ``None``."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(
-        value.strip().encode(), settings.token.encode()
-    ):
-        return "bearer"
-    cookie = request.cookies.get(_cookie_name(port), "")
-    if cookie and hmac.compare_digest(cookie.encode(), settings.session.encode()):
-        return "cookie"
-    return None
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The trust boundary, before any handler runs (see the module's docstring)."""
-    settings = request.app[SETTINGS]
-    served = _served(request)
-    if served is None:
-        return _problem(400, "cannot tell which address was reached")
-    host = request.headers.get("Host", "")
-    if host not in allowed_hosts(*served):
-        return _problem(421, f"Host {host!r} is not this server's address")
-    changes = request.method not in ("GET", "HEAD", "OPTIONS")
-    origin = request.headers.get("Origin")
-    if changes and origin is not None and origin != f"http://{host}":
-        return _problem(403, f"Origin {origin!r} may not change this world")
-    path = request.path
-    if path == "/" or path.startswith("/api/"):
-        how = _authorized(request, settings, served[1])
-        if path == "/" and how is None:
-            token = request.query.get("token", "")
-            if token and hmac.compare_digest(token.encode(), settings.token.encode()):
-                response = web.HTTPSeeOther("/")  # the token leaves the address bar
-                response.set_cookie(
-                    _cookie_name(served[1]),
-                    settings.session,
-                    httponly=True,
-                    samesite="Strict",
-                    path="/",
-                )
-                raise response
-        if how is None:
-            return _problem(
-                401,
-                "this needs the token: open the address `sim serve` printed "
-                "(/?token=...), or send 'Authorization: Bearer TOKEN'",
-            )
-        if changes and how == "cookie" and origin is None:
-            return _problem(403, "a change from the page must carry its Origin")
-    if changes:
-        if settings.read_only:
-            return _problem(403, "read-only: this server was started with --read-only")
-        if settings.runs is not None:
-            return _problem(
-                403,
-                f"{settings.world_dir} is a {settings.runs}'s folder: its runs are shown, "
-                "not changed; serve a run's folder (--world) to steer it",
-            )
-        if request.content_type != "application/json":
-            return _problem(415, "expected a JSON body (Content-Type: application/json)")
-    try:
-        return await handler(request)
-    except web.HTTPRequestEntityTooLarge:
-        return _problem(413, f"the request body is over {MAX_BODY} bytes")
-
-
-@web.middleware
-async def headers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:
-        exc.headers.update(SECURITY_HEADERS)
-        raise
-    response.headers.update(SECURITY_HEADERS)
-    return response
 
 
 async def _body(request: web.Request, model: type[_Body]) -> Any:
@@ -324,7 +157,7 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
     try:
         return await handler(request)
     except _HTTPProblem as exc:
-        return _problem(exc.status, exc.message)
+        return problem(exc.status, exc.message)
     except loading.Loading as exc:
         return web.json_response(
             {
@@ -345,13 +178,13 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
             dumps=_dumps,
         )
     except WorldLockedError as exc:
-        return _problem(409, str(exc))
+        return problem(409, str(exc))
     except Busy as exc:
-        return _problem(409, str(exc))
+        return problem(409, str(exc))
     except UserError as exc:
-        return _problem(400, _error_text(exc))
+        return problem(400, _error_text(exc))
     except LLMError as exc:
-        return _problem(502, f"{type(exc).__name__}: {exc}")
+        return problem(502, f"{type(exc).__name__}: {exc}")
 
 
 #: what answers while the world loads: the page, the events, the run's state, the runs
@@ -397,7 +230,7 @@ async def index(request: web.Request) -> web.StreamResponse:
 async def static(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
     if name not in STATIC:
-        return _problem(404, f"no file {name!r}")
+        return problem(404, f"no file {name!r}")
     return web.Response(body=_static(name), content_type=STATIC[name], charset="utf-8")
 
 
@@ -459,18 +292,18 @@ async def get_character(request: web.Request) -> web.StreamResponse:
     try:
         view = await asyncio.to_thread(read)
     except InputError as exc:
-        return _problem(404, _error_text(exc))
+        return problem(404, _error_text(exc))
     return web.json_response(view, dumps=_dumps)
 
 
 async def get_tick(request: web.Request) -> web.StreamResponse:
     raw = request.match_info["n"]
     if not raw.isdigit() or len(raw) > 9:
-        return _problem(400, f"tick: expected a tick number (got {raw!r})")
+        return problem(400, f"tick: expected a tick number (got {raw!r})")
     try:
         view = await asyncio.to_thread(request.app[LOGS].tick, int(raw))
     except InputError as exc:
-        return _problem(404, _error_text(exc))
+        return problem(404, _error_text(exc))
     return web.json_response(view, dumps=_dumps)
 
 
@@ -557,7 +390,7 @@ async def post_pause(request: web.Request) -> web.StreamResponse:
     await _body(request, _Body)
     driver = request.app[DRIVER]
     if not driver.pause():
-        return _problem(409, "no run is going")
+        return problem(409, "no run is going")
     return web.json_response(driver.state.to_dict())
 
 
@@ -732,7 +565,9 @@ async def _close_listeners(app: web.Application) -> None:
 
 def make_app(settings: Settings) -> web.Application:
     """The application serving ``settings.world_dir``."""
-    app = web.Application(middlewares=[headers, guard, problems, loaded], client_max_size=MAX_BODY)
+    app = web.Application(
+        middlewares=[headers, guard(settings), problems, loaded], client_max_size=MAX_BODY
+    )
     if settings.runs is None:
         settings.runs = runs.folder_kind(settings.world_dir)
     app[SETTINGS] = settings

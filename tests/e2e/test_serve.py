@@ -22,7 +22,8 @@ from click.testing import CliRunner
 
 from sim.cli import main
 from sim.cli.common import build_config
-from sim.serve.app import MAX_BODY, Settings, make_app
+from sim.serve.app import Settings, make_app
+from sim.serve.boundary import MAX_BODY
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import read_log
 from tests.conftest import copy_demo, tree
@@ -900,7 +901,7 @@ async def test_stopping_ends_every_event_stream_a_stalled_or_a_late_one() -> Non
     """The server's stop ends each ``/api/events`` stream: one whose reader stalled until
     its queue filled (the end takes its oldest event's place), and one that connects
     while it stops. A stream left open held the stop for aiohttp's 60 s timeout."""
-    from sim.serve.app import QUEUE, Hub
+    from sim.serve.hub import QUEUE, Hub
 
     hub = Hub()
     stalled, quiet = hub.add(), hub.add()

@@ -24,7 +24,8 @@ from sim.cli import main
 from sim.config import load_config
 from sim.engine.replay import replay
 from sim.engine.runner import Runner
-from sim.engine.shards import WorkerDied, partition
+from sim.engine.shards import WorkerDied
+from sim.engine.split import partition
 from sim.llm.errors import LLMBudgetExceededError
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
@@ -536,7 +537,7 @@ def test_a_local_models_calls_run_on_the_workers_with_one_process_result(
     no budget, policy or resume, the coordinator answers only its own shard's calls (the
     first of the places, as ``partition`` splits them) and each worker runs its part's
     itself; the files are one process's."""
-    from sim.engine.shards import LOCAL_FIRST_SHARE
+    from sim.engine.split import LOCAL_FIRST_SHARE
     from sim.engine.stack import Stack
 
     reference = copy_demo(tmp_path / "ref")
@@ -615,7 +616,7 @@ def test_only_a_local_free_stack_without_budget_policy_or_resume_runs_on_the_wor
     """``Stack.local``: the config's offline stack is; a network provider's, or a stack
     sharing a budget, is not. ``local_calls``: a budget, a policy gate or a resume keep
     the calls on the coordinator."""
-    from sim.engine.shards import local_calls
+    from sim.engine.split import local_calls
     from sim.engine.stack import build_stack, make_budget
 
     world = copy_demo(tmp_path / "demo")
