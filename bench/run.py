@@ -1153,8 +1153,9 @@ def scenario_workers(smoke: bool) -> list[str]:
         "- The 1-minute load average before each run is the last column, on 2 cores: above "
         "~0.3 a second process finds no idle core, and the figures measure the machine's "
         "other work as much as sim.",
-        '- How the work is split (`sim.engine.shards`, docs/architecture.md "A sharded '
-        "tick\"): `sim tick` starts its worker with the run's first tick; each tick the "
+        "- How the work is split (`sim.engine.shards` and `sim.engine.split`, "
+        'docs/architecture.md "A sharded tick"): '
+        "`sim tick` starts its worker with the run's first tick; each tick the "
         "worker loads the world while `sim tick` does, then each runs every phase for its "
         "places (`sim tick`'s own shard 1.25 shares of the characters to the worker's 1: a "
         "worker's call costs it more). With the offline provider each shard runs the model "

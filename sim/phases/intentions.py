@@ -57,7 +57,7 @@ class Intention(PhaseAnswer, title="Intention"):
 
 #: each schema ``_schema_for`` made -> how to make it again: a class made at run time
 #: is not found by its name, so a process that receives one (``sim tick --workers``)
-#: rebuilds it (``sim.engine.shards``)
+#: rebuilds it (``sim.engine.wire``)
 MADE: dict[type[Intention], tuple[str, ...]] = {}
 
 
