@@ -207,10 +207,7 @@ def _normal_dump(model: type[BaseModel], entity: Entity, loaded: bytes | None) -
     data = dump_json(entity)
     if data == loaded:
         return None
-    normal = normal_order(model, entity)
-    if normal is not entity:
-        entity.clear()
-        entity.update(normal)
+    if normal_order(model, entity):
         data = dump_json(entity)
         if data == loaded:
             return None

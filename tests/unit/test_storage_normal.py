@@ -309,34 +309,50 @@ def appended(base: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str, dict[
 def test_normal_order_puts_an_appended_key_back_in_its_place(
     model: type[BaseModel], base: dict[str, Any]
 ) -> None:
-    """``normal_order`` (what a commit writes) gives the model's dump of every dict a tick
-    leaves with a key appended, and an input already in normal form itself."""
+    """``normal_order`` (what a commit writes) makes the model's dump of every dict a tick
+    leaves with a key appended, in place, and leaves one in normal form as it is."""
     normal = dumped(model, base)
-    assert normal_order(model, normal) is normal
+    assert normal_order(model, normal) is False
+    assert text(normal) == text(dumped(model, base))
     moved = 0
     for path, key, data in appended(normal):
         want = dumped(model, data)
-        got = normal_order(model, data)
-        assert text(got) == text(want), (path, key)
-        moved += text(data) != text(want)  # out of order, not a field of the world's own
+        before = text(data)
+        inner = at(data, path)
+        changed = normal_order(model, data)
+        assert text(data) == text(want), (path, key)
+        assert changed is (before != text(want)), (path, key)
+        assert at(data, path) is inner  # the dict itself, its values moved
+        moved += changed
     assert moved >= 3
 
 
 def test_normal_order_fixes_an_integral_trust_and_a_tie_out_of_order() -> None:
     data = dumped(Character, CHARACTER)
-    data["relationships"]["cy"] = {"trust": 1, "kind": "rival"}
-    got = normal_order(Character, data)
-    assert text(got) == text(dumped(Character, data))
-    assert got["relationships"]["cy"] == {"kind": "rival", "trust": 1.0}
+    tie = data["relationships"]["cy"] = {"trust": 1, "kind": "rival", "since": 4}
+    want = dumped(Character, data)
+    assert normal_order(Character, data) is True
+    assert text(data) == text(want)
+    assert data["relationships"]["cy"] is tie
+    assert list(tie) == ["kind", "trust", "since"] and type(tie["trust"]) is float
 
 
 def test_normal_order_leaves_what_the_model_refuses_as_it_is() -> None:
-    """Not validated: a value the model refuses is written as it is, for the next load to
-    name; a wrong type where a model was expected is never a traceback."""
-    for bad in ("x", 3, None, [1]):
+    """Not validated: a value the model refuses is left for the next load to name (its
+    dict still put in order where it can be), never a traceback."""
+    for bad in ("x", 3, [1], ["x"], 2**60, -1.5):
         data = copy.deepcopy(CHARACTER)
-        data["memory"]["cells"] = bad
+        data["relationships"]["cy"]["trust"] = bad
         data["memory"]["plan"] = data["memory"].pop("plan")
-        data["relationships"] = data.pop("relationships")
-        got = normal_order(Character, data)
-        assert got["memory"]["cells"] == bad
+        normal_order(Character, data)
+        assert data["relationships"]["cy"]["trust"] == bad
+        assert list(data["memory"])[:6] == list(CHARACTER["memory"])[:6]
+        with pytest.raises(ValidationError):
+            Character.model_validate(data)
+    for bad in ("x", 3, [1]):  # a model's place holds something else
+        data = copy.deepcopy(CHARACTER)
+        data["memory"]["plan"] = bad
+        data["relationships"] = {"cy": bad}
+        data["inbox"] = data.pop("inbox")
+        assert normal_order(Character, data) is True
+        assert data["memory"]["plan"] == bad and data["relationships"] == {"cy": bad}
