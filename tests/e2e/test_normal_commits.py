@@ -77,3 +77,26 @@ def test_a_world_with_messages_commits_normal_files(tmp_path: Path) -> None:
         handle.write("\n[messages]\nenabled = true\n")
     keys = check_ticks(world, 6)
     assert {"inbox", "relationships", "_openai"} <= keys  # an inbox after _openai
+
+
+def test_sim_set_commits_normal_files(tmp_path: Path) -> None:
+    """``sim set`` writes the entity as a load gives it: a key it adds in its place, an
+    object given with its keys in another order (a cell's too), an integral trust."""
+    world = tmp_path / "w"
+    assert CliRunner().invoke(main, ["init", str(world)]).exit_code == 0
+    tick(world)  # ada now has _openai, after which relationships used to land
+    for assignment in (
+        'ada.memory.cells.0={"text": "A new start.", "tick": 0, "importance": 3}',
+        'ada.memory.plan={"items": [{"intention": "rest", "at": "06:00"}], "date": "1340-05-01"}',
+        "ada.memory.unreflected=3",
+        'ada.relationships={"bram": {"trust": 1, "kind": "friend"}}',
+    ):
+        result = CliRunner().invoke(main, ["set", "--world", str(world), assignment])
+        assert result.exit_code == 0, result.output
+        assert not_normal(world) == [], assignment
+        storage = Storage(world)
+        assert storage.changed_files(storage.load()) == {}, assignment
+    ada = orjson.loads((world / "characters" / "ada.json").read_bytes())
+    assert list(ada["memory"])[-2:] == ["unreflected", "plan"]
+    assert ada["relationships"] == {"bram": {"kind": "friend", "trust": 1.0}}
+    assert list(ada)[-1] == "_openai"
