@@ -43,6 +43,7 @@ from sim.world import (
 )
 
 ENTITY_KINDS = ("characters", "locations")
+_KIND_MODELS: dict[str, type[BaseModel]] = {"characters": Character, "locations": Location}
 #: entity files checked between two reports of a load's progress (``Storage.load``)
 PROGRESS_EVERY = 1000
 #: default size limit of one entity file (``[limits] max_entity_bytes``)
@@ -199,6 +200,26 @@ def _shape_problem(raw: bytes, data: dict[str, Any]) -> tuple[str | None, str] |
                 "be lost on save: keep one"
             )
     return None
+
+
+def normal_bytes(rel: str, raw: bytes) -> bytes | None:
+    """A world file as a commit writes it once loaded (``dump_json`` of its normal form),
+    or ``None`` when ``rel`` is not ``world.json`` or an entity file, or it does not load
+    (two files of the same normal form hold the same state in two layouts: what an older
+    sim wrote with keys out of order, and what it writes now)."""
+    kind, _, name = rel.partition("/")
+    model: type[BaseModel] | None = None
+    if rel == "world.json":
+        model = WorldMeta
+    elif name.endswith(".json") and "/" not in name:
+        model = _KIND_MODELS.get(kind)
+    if model is None:
+        return None
+    try:
+        data = orjson.loads(raw)
+        return dump_json(normal_form(model, data)) if isinstance(data, dict) else None
+    except (orjson.JSONDecodeError, ValidationError, TypeError, RecursionError):
+        return None  # orjson's JSONEncodeError (nested too deep to write) is a TypeError
 
 
 def _normal_dump(model: type[BaseModel], entity: Entity, loaded: bytes | None) -> bytes | None:

@@ -12,10 +12,12 @@ import shutil
 from pathlib import Path
 
 import orjson
+import pytest
 from click.testing import CliRunner
 from conftest import WORLDS
 
 from sim.cli import main
+from sim.storage import store
 from sim.storage.normal import normal_form
 from sim.storage.store import Storage, dump_json
 from sim.world import Character, Location, WorldMeta
@@ -100,3 +102,42 @@ def test_sim_set_commits_normal_files(tmp_path: Path) -> None:
     assert list(ada["memory"])[-2:] == ["unreflected", "plan"]
     assert ada["relationships"] == {"bram": {"kind": "friend", "trust": 1.0}}
     assert list(ada)[-1] == "_openai"
+
+
+def test_ticks_an_earlier_sim_wrote_out_of_order_replay_identically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Logs of an earlier sim, whose commits left keys out of order: their replay writes
+    the same state in normal form, and says so; ``identical``, the world's last tick too
+    (its files compared with the live world's)."""
+    world = tmp_path / "minds"
+    shutil.copytree(WORLDS / "minds", world)
+    with monkeypatch.context() as earlier:  # the commit as it was: entities dumped as held
+        earlier.setattr(store, "normal_order", lambda model, data: False)
+        result = CliRunner().invoke(main, ["tick", "--world", str(world), "--ticks", "5"])
+        assert result.exit_code == 0, result.output
+    assert not_normal(world) == ["characters/ada.json"]  # tick 5 appended her archive
+    result = CliRunner().invoke(
+        main, ["replay", "--world", str(world), "--tick", "1", "--to", "5", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    ticks = {t["tick"]: t for t in orjson.loads(result.output)["ticks"]}
+    assert all(t["identical"] and t["state_matches"] for t in ticks.values())
+    assert ticks[1]["reordered_files"] == sorted(
+        f"characters/{p.name}" for p in (world / "characters").glob("*.json")
+    )
+    assert ticks[5]["reordered_files"] == ["characters/ada.json"]
+    assert ticks[2]["reordered_files"] == []
+    text = CliRunner().invoke(main, ["replay", "--world", str(world), "--tick", "5"]).output
+    assert "the same state in normal key order" in text and text.endswith("identical\n")
+
+    # an edit since is not taken for a reordering: the live world is not what the tick
+    # committed, so nothing vouches for the logged files' state
+    ada = world / "characters" / "ada.json"
+    edited = orjson.loads(ada.read_bytes())
+    edited["state"]["mood"] = "elated"
+    ada.write_bytes(orjson.dumps(edited, option=orjson.OPT_INDENT_2))
+    result = CliRunner().invoke(main, ["replay", "--world", str(world), "--tick", "5", "--json"])
+    assert result.exit_code == 1
+    (tick,) = orjson.loads(result.output)["ticks"]
+    assert not tick["state_matches"] and tick["reordered_files"] == []

@@ -971,3 +971,23 @@ def test_an_entity_only_reordered_is_not_rewritten(world: Path) -> None:
     assert storage.changed_files(loaded) == {}
     assert list(bob) == ["identity", "state", "memory"]
     assert list(bob["state"]) == ["location", "mood", "inventory"]
+
+
+def test_normal_bytes_is_the_file_a_commit_writes_once_loaded(world: Path) -> None:
+    """Two layouts of one state have the same normal bytes; another state, a file that
+    does not load or one that is not an entity's have none to compare."""
+    from sim.storage import dump_json, normal_bytes
+
+    raw = (world / "characters" / "ada.json").read_bytes()
+    assert normal_bytes("characters/ada.json", raw) == raw
+    ada = read_json(world / "characters" / "ada.json")
+    shuffled = {"memory": ada["memory"], **ada, "relationships": {"bob": {"trust": 1, "kind": "x"}}}
+    want = {**ada, "relationships": {"bob": {"kind": "x", "trust": 1.0}}}
+    assert normal_bytes("characters/ada.json", text(shuffled).encode()) == dump_json(want)
+    assert normal_bytes("locations/quay.json", raw) is None  # not a location
+    assert normal_bytes("characters/ada.json", b"{") is None
+    assert normal_bytes("characters/ada.json", b"[1]") is None
+    deep = {**ada, "deep": json.loads("[" * 300 + "]" * 300)}
+    assert normal_bytes("characters/ada.json", json.dumps(deep).encode()) is None
+    assert normal_bytes(".sim/responses/intention/ada.json", raw) is None
+    assert normal_bytes("world.json", (world / "world.json").read_bytes()) is not None
