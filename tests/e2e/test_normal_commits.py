@@ -15,6 +15,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from conftest import WORLDS
+from test_relationships import BOND_CONFIG, bond_schema
 
 from sim.cli import main
 from sim.storage import store
@@ -79,6 +80,21 @@ def test_a_world_with_messages_commits_normal_files(tmp_path: Path) -> None:
         handle.write("\n[messages]\nenabled = true\n")
     keys = check_ticks(world, 6)
     assert {"inbox", "relationships", "_openai"} <= keys  # an inbox after _openai
+
+
+def test_a_declared_phase_writing_relationships_commits_normal_files(tmp_path: Path) -> None:
+    """Relationships a declared phase gives characters that had none land before
+    ``_openai``, not after it."""
+    world = tmp_path / "w"
+    result = CliRunner().invoke(main, ["init", str(world), "--characters", "4"])
+    assert result.exit_code == 0, result.output
+    (world / "config.toml").write_text('[llm]\nprovider = "offline"\n' + BOND_CONFIG)
+    (world / "schemas").mkdir()
+    ids = sorted(p.stem for p in (world / "characters").glob("*.json"))
+    (world / "schemas" / "bond.json").write_bytes(orjson.dumps(bond_schema(ids)))
+    (world / "prompts" / "bond.md").write_text("How do you feel about the others now?\n")
+    keys = check_ticks(world, 2)
+    assert {"relationships", "_openai"} <= keys
 
 
 def test_sim_set_commits_normal_files(tmp_path: Path) -> None:
