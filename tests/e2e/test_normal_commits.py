@@ -8,6 +8,7 @@ with a new state digest in the log)."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from sim.cli import main
 from sim.storage import store
 from sim.storage.normal import normal_form
 from sim.storage.store import Storage, dump_json
+from sim.study.network import ConditionNetwork, Tie
+from sim.study.run import _set_network
 from sim.world import Character, Location, WorldMeta
 
 MODELS = {"characters": Character, "locations": Location}
@@ -95,6 +98,21 @@ def test_a_declared_phase_writing_relationships_commits_normal_files(tmp_path: P
     (world / "prompts" / "bond.md").write_text("How do you feel about the others now?\n")
     keys = check_ticks(world, 2)
     assert {"relationships", "_openai"} <= keys
+
+
+def test_a_study_network_writes_relationships_in_normal_form(tmp_path: Path) -> None:
+    """A study's network factor gives relationships to characters that had none: written
+    before a field of the world's own (Wren's ``notes`` in worlds/minds), not after."""
+    world = tmp_path / "minds"
+    shutil.copytree(WORLDS / "minds", world)
+    ids = sorted(p.stem for p in (world / "characters").glob("*.json"))
+    ties = tuple(Tie(a, b, "friend", 0.7) for a, b in itertools.pairwise(ids))
+    _set_network(world, ConditionNetwork(ties=ties, digest="test"), 1)
+    wren = orjson.loads((world / "characters" / "wren.json").read_bytes())
+    assert list(wren)[-2:] == ["relationships", "notes"]
+    assert not_normal(world) == []
+    storage = Storage(world)
+    assert storage.changed_files(storage.load()) == {}
 
 
 def test_sim_set_commits_normal_files(tmp_path: Path) -> None:
