@@ -35,6 +35,7 @@ from sim import safefs
 from sim.errors import InputError, InvalidWorld
 from sim.phases.happenings import Happenings
 from sim.storage import MAX_DEPTH, Storage, dump_json
+from sim.storage.normal import normal_form
 from sim.storage.statefiles import MAX_PENDING, MAX_TEXT, PENDING_VERSION, parse_pending
 from sim.terminal import one_line
 from sim.ticklog.format import INTERVENTIONS
@@ -450,6 +451,9 @@ def check_assignment(
     )
     if found is not None:
         raise InputError(path, found[0], f"{found[1]} (got {parsed.value!r})")
+    # as a load gives it: a key set where it was missing, or an object given with its
+    # keys in another order, is committed in normal form (``sim.storage.normal``)
+    edited = normal_form(Character if kind == "characters" else Location, edited)
     if limit is not None and len(dump_json(edited)) > limit:
         raise InputError(path, dotted, f"the file would exceed [limits] max_entity_bytes ({limit})")
     return Edit(kind, dotted, before, edited)

@@ -353,6 +353,11 @@ def replay_lines(report: ReplayReport, live: bool) -> Iterator[str]:
             )
         if tick.identical:
             yield f"tick {tick.tick}: identical ({tick.served} calls served from the log)"
+            if tick.reordered_files:
+                yield (
+                    "  the same state in normal key order (an earlier sim wrote these files "
+                    f"with keys out of order): {', '.join(tick.reordered_files)}"
+                )
             yield from change_lines(tick)
             continue
         what = []

@@ -129,6 +129,7 @@ def replay_document(report: ReplayReport) -> dict[str, Any]:
                 "state_matches": t.state_matches,
                 "differing_files": t.differing_files,
                 "edited_files": t.edited_files,
+                "reordered_files": t.reordered_files,
                 "served": t.served,
                 "sent": t.sent,
                 "embedding_requests": t.embeddings,

@@ -33,7 +33,7 @@ from sim.errors import InputError, LogError
 from sim.llm.embedding import Embedder
 from sim.llm.types import Adapter
 from sim.providers.replay import Drift, ReplayAdapter
-from sim.storage import Storage
+from sim.storage import Storage, normal_bytes
 from sim.ticklog.format import (
     INTERVENTIONS,
     existing_log,
@@ -76,6 +76,9 @@ class TickReplay:
     #: the live world's files that differ from what this tick (its last) wrote: edited
     #: since it committed (the replay reproduced the commit; the world does not hold it)
     edited_files: list[str] = field(default_factory=list)
+    #: the files the logged tick wrote with keys out of their normal order (an earlier
+    #: sim), which the replay writes in order: the same state, so ``state_matches``
+    reordered_files: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
@@ -339,12 +342,21 @@ def _compare(
     assert log.commit is not None
     matches = state_digest(after) == log.commit.state_after
     differing: list[str] = []
+    reordered: list[str] = []
     following = log_file(world_dir, log.tick + 1)
+    committed: dict[str, bytes] | None = None  # what the tick wrote, where it is kept
     if not matches and following.is_file():
         try:
-            differing = _differing(after, read_log(following).state())
+            committed = read_log(following).state()
         except LogError:
-            differing = []
+            committed = None
+        differing = [] if committed is None else _differing(after, committed)
+    elif not matches and not os.path.lexists(following):  # the world's last tick: its files
+        committed = _live_state(world_dir)
+    if committed is not None and state_digest(committed) == log.commit.state_after:
+        changed = differing or _differing(after, committed)
+        if all(_same_state(rel, after.get(rel), committed.get(rel)) for rel in changed):
+            matches, differing, reordered = True, [], changed
     edited: list[str] = []
     if matches and not os.path.lexists(following):  # the world's last tick: its files now
         edited = _edited(world_dir, after, log.commit.state_after)
@@ -359,18 +371,37 @@ def _compare(
         narratives,
     )
     replayed.edited_files = edited
+    replayed.reordered_files = reordered
     return replayed
+
+
+def _same_state(rel: str, replayed: bytes | None, logged: bytes | None) -> bool:
+    """Whether two versions of a world file hold the same state: the same normal form
+    (``world.json`` and entity files), which an older sim wrote with keys out of order."""
+    if replayed is None or logged is None:
+        return False
+    normal = normal_bytes(rel, logged)
+    return normal is not None and normal == normal_bytes(rel, replayed)
+
+
+def _live_state(world_dir: Path) -> dict[str, bytes] | None:
+    """The live world's state files, less an intervention queued since (the next tick's
+    input); ``None`` when they cannot be read."""
+    try:
+        live = read_state(world_dir)
+    except (OSError, InputError):
+        return None
+    live.pop(INTERVENTIONS, None)
+    return live
 
 
 def _edited(world_dir: Path, after: dict[str, bytes], committed: str) -> list[str]:
     """The live world's state files that differ from ``after`` (what its last tick wrote,
     replayed), when its state is not the ``committed`` one; an intervention queued since
     is the next tick's input, not an edit."""
-    try:
-        live = read_state(world_dir)
-    except (OSError, InputError):
+    live = _live_state(world_dir)
+    if live is None:
         return []
-    live.pop(INTERVENTIONS, None)
     if state_digest(live) == committed:
         return []
     return _differing({k: v for k, v in after.items() if k != INTERVENTIONS}, live)

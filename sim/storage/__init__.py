@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         PROMPTS_DIR,
         Storage,
         dump_json,
+        normal_bytes,
         prompt_problems,
         read_prompt,
     )
@@ -49,6 +50,7 @@ __all__ = [
     "PROMPTS_DIR",
     "Storage",
     "dump_json",
+    "normal_bytes",
     "prompt_problems",
     "read_prompt",
 ]

@@ -22,12 +22,19 @@ and the models' objects and their dump were about half of a big world's load.
 Anything else (a file with a default left out, written by hand or by an older engine, or
 a field's name given for its alias) goes through the model and its dump as before, and an
 invalid file's errors are the model's own.
+
+A commit puts each changed entity in normal form first (``normal_order``, from
+``Storage.changed_files``): the keys a tick appended to a dict it holds (a memory's
+``unreflected`` after its plan, its ``archive`` after both, an inbox or relationships
+after ``_openai``) are moved to their places, in place, so that what a tick writes is the
+normal form and the next load keeps it as parsed, instead of rebuilding it and the next
+commit rewriting a file nothing changed.
 """
 
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, with_config
@@ -35,7 +42,7 @@ from typing_extensions import TypedDict
 
 from sim.world import DROPPED_WHEN_NONE, Character, Location, WorldMeta
 
-__all__ = ["normal_form"]
+__all__ = ["normal_form", "normal_order"]
 
 # how a field's value is checked to be as the dump writes it
 _PLAIN = 0  # str, int, bool, lists and str-keyed dicts of them: strict validation keeps them
@@ -66,8 +73,23 @@ class _Shape:
     checks: tuple[tuple[str, int, _Shape | None], ...]
     #: (key, how its value is checked, its model's shape) for every field, in order
     fields: tuple[tuple[str, int, _Shape | None], ...]
+    #: what ``_order`` looks at: ``checks`` less the lists and maps of models with no
+    #: checks of their own (cells, messages), as float fields' keys, (key, shape) of
+    #: nested models, and (key, _MODELS or _MODEL_MAP, shape) of lists and maps of models
+    branches: tuple[tuple[str, int, _Shape | None], ...]
+    floats: tuple[str, ...]
+    models: tuple[tuple[str, _Shape], ...]
+    lists: tuple[tuple[str, int, _Shape], ...]
+    #: ``_own_layout``'s verdict on each key order met with fields of its own (an entity's
+    #: ``_openai``: the same few orders over and over), up to ``_SEEN`` of them
+    seen: dict[tuple[str, ...], bool] = field(default_factory=dict, compare=False)
 
 
+#: the most key orders with fields of their own a shape remembers its verdict on, and
+#: the longest (in characters, all its keys) it remembers: a long-lived process (``sim
+#: serve``, a sweep) holds no more than a few megabytes of them, whatever its worlds' keys
+_SEEN = 4096
+_SEEN_CHARS = 512
 _SHAPES: dict[type[BaseModel], _Shape] = {}
 _PLAIN_DICTS: dict[type[BaseModel], Any] = {}
 _VALIDATORS: dict[type[BaseModel], TypeAdapter[Any]] = {}
@@ -175,30 +197,51 @@ def _shape(model: type[BaseModel]) -> _Shape:
     for name in dropped:  # every subset of the dropped fields left out
         layouts |= {tuple(k for k in layout if k != keys[name]) for layout in layouts}
     checks = tuple(f for f in fields if f[1] != _PLAIN)
-    shape = _Shape(frozenset(layouts), frozenset(names), checks, tuple(fields))
+    branches = tuple(
+        f for f in checks if f[1] in (_FLOAT, _MODEL) or (f[2] is not None and f[2].checks)
+    )
+    shape = _Shape(
+        frozenset(layouts),
+        frozenset(names),
+        checks,
+        tuple(fields),
+        branches,
+        floats=tuple(key for key, kind, _ in branches if kind == _FLOAT),
+        models=tuple(
+            (key, sub) for key, kind, sub in branches if kind == _MODEL and sub is not None
+        ),
+        lists=tuple(
+            (key, kind, sub) for key, kind, sub in branches if kind > _MODEL and sub is not None
+        ),
+    )
     _SHAPES[model] = shape
     return shape
 
 
-def _laid_out(shape: _Shape, data: dict[str, Any]) -> bool:
-    """Whether ``data``'s keys are in the order of the normal form of ``shape``'s model."""
-    keys = tuple(data)
-    if keys in shape.layouts:
-        return True
+def _own_layout(shape: _Shape, keys: tuple[str, ...]) -> bool:
+    """Whether ``keys``, not one of ``shape.layouts``, are such a layout with fields of
+    the world's own after it (remembered: a world's entities share a few such orders)."""
+    verdict = shape.seen.get(keys)
+    if verdict is not None:
+        return verdict
     names = shape.names
     known = 0
     for key in keys:
         if key not in names:
             break
         known += 1
-    return keys[:known] in shape.layouts and not any(key in names for key in keys[known:])
+    verdict = keys[:known] in shape.layouts and not any(key in names for key in keys[known:])
+    if len(shape.seen) < _SEEN and sum(map(len, keys)) <= _SEEN_CHARS:
+        shape.seen[keys] = verdict
+    return verdict
 
 
 def _is_normal(shape: _Shape, data: dict[str, Any]) -> bool:
     """Whether ``data`` (parsed JSON, not yet validated) is laid out as the normal form of
     the model of ``shape``: valid for its plain validator too (which refuses ``None`` for
     a field the dump drops while ``None``), it is that form, key order included."""
-    if not _laid_out(shape, data):
+    keys = tuple(data)
+    if keys not in shape.layouts and not _own_layout(shape, keys):
         return False
     for key, kind, sub in shape.checks:
         value = data.get(key)
@@ -225,9 +268,73 @@ def _is_normal(shape: _Shape, data: dict[str, Any]) -> bool:
                         return False
             else:  # a cell: its keys only
                 for item in items:
-                    if type(item) is not dict or not _laid_out(sub, item):
+                    if type(item) is not dict:
+                        return False
+                    keys = tuple(item)
+                    if keys not in sub.layouts and not _own_layout(sub, keys):
                         return False
     return True
+
+
+def _order(shape: _Shape, data: dict[str, Any]) -> int | None:
+    """Put ``data``, a dict the engine holds, in the normal form of ``shape``'s model, in
+    place: each dict's known keys in order before its own (the values moved, not copied),
+    an integer of a float field as a float; how many dicts and values it changed (0: it
+    was in order), or ``None`` when only the model can tell (a field given by its name,
+    not its key; a value of the wrong type). Not validated, and the items of a list of
+    models with no field to check (cells, a plan's items, messages: each built whole, in
+    order) are not looked at: it costs less than the dump it precedes."""
+    changed = 0
+    keys = tuple(data)
+    if keys not in shape.layouts and not _own_layout(shape, keys):
+        known = [key for key, _, _ in shape.fields if key in data]
+        own = [key for key in keys if key not in shape.names]
+        if len(known) + len(own) != len(keys):
+            return None
+        for key in (*known, *own):
+            data[key] = data.pop(key)
+        changed += 1
+    for key in shape.floats:
+        value = data.get(key)
+        if value is None or type(value) is float:
+            continue
+        if type(value) is not int or not -_EXACT_FLOAT <= value <= _EXACT_FLOAT:
+            return None
+        data[key] = float(value)
+        changed += 1
+    for key, sub in shape.models:
+        value = data.get(key)
+        if value is None:
+            continue
+        if type(value) is not dict:
+            return None
+        if sub.branches or (
+            (keys := tuple(value)) not in sub.layouts and not _own_layout(sub, keys)
+        ):
+            done = _order(sub, value)
+            if done is None:
+                return None
+            changed += done
+    for key, many, sub in shape.lists:
+        value = data.get(key)
+        if value is None:
+            continue
+        if many == _MODELS:
+            if type(value) is not list:
+                return None
+            items: Any = value
+        elif type(value) is dict:
+            items = value.values()
+        else:
+            return None
+        for item in items:
+            if type(item) is not dict:
+                return None
+            done = _order(sub, item)
+            if done is None:
+                return None
+            changed += done
+    return changed
 
 
 #: the integers a float field's value may be rebuilt from (``float(i)`` exact), else the dump
@@ -350,6 +457,25 @@ def normal_form(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
             return reordered
     normal: dict[str, Any] = model.model_validate(data).model_dump(by_alias=True)
     return normal
+
+
+def normal_order(model: type[BaseModel], data: dict[str, Any]) -> bool:
+    """Put ``data``, an entity the engine holds (in normal form when it was loaded,
+    changed since by a tick's phases or an intervention), in normal form for its commit,
+    in place (``_order``: the keys a phase appended moved to their places, an integer of
+    a float field made a float; else the model's dump in its place); whether anything
+    changed. Data the model refuses is left as it is, for the next load to name.
+    """
+    done = _order(_shape(model), data)
+    if done is not None:
+        return done > 0
+    try:
+        normal = model.model_validate(data).model_dump(by_alias=True)
+    except ValidationError:
+        return True  # perhaps partly reordered: dumped again, as it is
+    data.clear()
+    data.update(normal)
+    return True
 
 
 for _model in (WorldMeta, Character, Location):  # a model the check cannot vouch for fails here

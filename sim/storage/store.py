@@ -31,7 +31,7 @@ from sim.storage.journal import (
     recover_journal,
     write_journal,
 )
-from sim.storage.normal import normal_form
+from sim.storage.normal import normal_form, normal_order
 from sim.world import (
     ID_RE,
     Character,
@@ -43,6 +43,7 @@ from sim.world import (
 )
 
 ENTITY_KINDS = ("characters", "locations")
+_KIND_MODELS: dict[str, type[BaseModel]] = {"characters": Character, "locations": Location}
 #: entity files checked between two reports of a load's progress (``Storage.load``)
 PROGRESS_EVERY = 1000
 #: default size limit of one entity file (``[limits] max_entity_bytes``)
@@ -199,6 +200,39 @@ def _shape_problem(raw: bytes, data: dict[str, Any]) -> tuple[str | None, str] |
                 "be lost on save: keep one"
             )
     return None
+
+
+def normal_bytes(rel: str, raw: bytes) -> bytes | None:
+    """A world file as a commit writes it once loaded (``dump_json`` of its normal form),
+    or ``None`` when ``rel`` is not ``world.json`` or an entity file, or it does not load
+    (two files of the same normal form hold the same state in two layouts: what an older
+    sim wrote with keys out of order, and what it writes now)."""
+    kind, _, name = rel.partition("/")
+    model: type[BaseModel] | None = None
+    if rel == "world.json":
+        model = WorldMeta
+    elif name.endswith(".json") and "/" not in name:
+        model = _KIND_MODELS.get(kind)
+    if model is None:
+        return None
+    try:
+        data = orjson.loads(raw)
+        return dump_json(normal_form(model, data)) if isinstance(data, dict) else None
+    except (orjson.JSONDecodeError, ValidationError, TypeError, RecursionError):
+        return None  # orjson's JSONEncodeError (nested too deep to write) is a TypeError
+
+
+def _normal_dump(model: type[BaseModel], entity: Entity, loaded: bytes | None) -> bytes | None:
+    """``entity``'s file in normal form, or ``None`` when that is ``loaded`` (its bytes as
+    loaded). Out of order, ``entity`` is put in order in place (``normal_order``)."""
+    data = dump_json(entity)
+    if data == loaded:
+        return None
+    if normal_order(model, entity):
+        data = dump_json(entity)
+        if data == loaded:
+            return None
+    return data
 
 
 def _stem(rel: str) -> str:
@@ -540,6 +574,12 @@ class Storage:
     def changed_files(self, world: World, *, adopt: bool = False) -> dict[str, bytes]:
         """Entity and world files whose serialised form differs from what was loaded.
 
+        Each is written in normal form, as a load keeps it: an entity whose dump differs
+        from its loaded bytes is first put in order (``normal_order``: the keys a tick
+        appended to one of its dicts, like a memory's ``archive`` after its ``plan``, in
+        their places), in the world too (same content, the dict itself kept), and is
+        changed only if that form differs. An unchanged entity costs its dump alone.
+
         ``adopt``: ``world.originals`` takes each new form as it is found (a tick about
         to commit them): a big world's loaded bytes are then freed as they are replaced,
         never held beside their new form (at 100,000 characters, hundreds of megabytes at
@@ -547,16 +587,20 @@ class Storage:
         """
         out: dict[str, bytes] = {}
         originals = world.originals
-        for kind, entities in (("characters", world.characters), ("locations", world.locations)):
+        kinds: tuple[tuple[str, type[BaseModel], dict[str, Entity]], ...] = (
+            ("characters", Character, world.characters),
+            ("locations", Location, world.locations),
+        )
+        for kind, model, entities in kinds:
             for entity_id, entity in entities.items():
                 rel = f"{kind}/{entity_id}.json"
-                data = dump_json(entity)
-                if originals.get(rel) != data:
+                data = _normal_dump(model, entity, originals.get(rel))
+                if data is not None:
                     out[rel] = data
                     if adopt:
                         originals[rel] = data
-        meta = dump_json(world.meta)
-        if originals.get("world.json") != meta:
+        meta = _normal_dump(WorldMeta, world.meta, originals.get("world.json"))
+        if meta is not None:
             out["world.json"] = meta
             if adopt:
                 originals["world.json"] = meta

@@ -929,3 +929,65 @@ def test_keys_the_engine_appended_are_put_in_order_on_load(world: Path) -> None:
     assert isinstance(got["relationships"]["ada"]["trust"], float)
     assert storage.commit(loaded) == ["characters/cleo.json"]
     assert Storage(world).load().characters["cleo"] == got
+
+
+def test_keys_a_tick_appends_are_committed_in_order(world: Path) -> None:
+    """What a phase appends to an entity it holds (a memory's ``unreflected`` after its
+    plan, its archive after both, relationships and an inbox after a field of the
+    world's own, an integral trust) is written in normal form, in the world too, so the
+    next load keeps the file as parsed and finds nothing to write."""
+    storage = Storage(world)
+    loaded = storage.load()
+    ada = loaded.characters["ada"]
+    ada["_openai"] = {"usage": {}}
+    ada["memory"]["plan"] = {"date": "2026-11-29", "items": []}
+    ada["memory"]["unreflected"] = 4
+    ada["memory"]["archive"] = [{"tick": 0, "text": "Long ago.", "importance": 3}]
+    ada["relationships"] = {"bob": {"trust": 1, "kind": "friend"}}
+    ada["inbox"] = [{"tick": 1, "from": "bob", "text": "Hello."}]
+    changed = storage.changed_files(loaded)
+    assert list(changed) == ["characters/ada.json"]
+    assert loaded.characters["ada"] is ada  # put in order in place
+    assert list(ada) == ["identity", "state", "memory", "relationships", "inbox", "_openai"]
+    assert list(ada["memory"]) == ["capacity", "cells", "summary", "archive", "unreflected", "plan"]
+    assert list(ada["relationships"]["bob"]) == ["kind", "trust"]
+    assert type(ada["relationships"]["bob"]["trust"]) is float
+    storage.commit(loaded, changed=changed)
+    again = Storage(world)
+    reloaded = again.load()
+    assert reloaded.originals["characters/ada.json"] == changed["characters/ada.json"]
+    assert again.changed_files(reloaded) == {}
+    assert reloaded.characters["ada"] == ada
+
+
+def test_an_entity_only_reordered_is_not_rewritten(world: Path) -> None:
+    """A key popped and put back (an inbox read, then a message in it again) changes the
+    dict's order, not its file: nothing is written."""
+    storage = Storage(world)
+    loaded = storage.load()
+    bob = loaded.characters["bob"]
+    bob["memory"] = bob.pop("memory")  # now after a field it comes before
+    bob["state"]["location"] = bob["state"].pop("location")
+    assert storage.changed_files(loaded) == {}
+    assert list(bob) == ["identity", "state", "memory"]
+    assert list(bob["state"]) == ["location", "mood", "inventory"]
+
+
+def test_normal_bytes_is_the_file_a_commit_writes_once_loaded(world: Path) -> None:
+    """Two layouts of one state have the same normal bytes; another state, a file that
+    does not load or one that is not an entity's have none to compare."""
+    from sim.storage import dump_json, normal_bytes
+
+    raw = (world / "characters" / "ada.json").read_bytes()
+    assert normal_bytes("characters/ada.json", raw) == raw
+    ada = read_json(world / "characters" / "ada.json")
+    shuffled = {"memory": ada["memory"], **ada, "relationships": {"bob": {"trust": 1, "kind": "x"}}}
+    want = {**ada, "relationships": {"bob": {"kind": "x", "trust": 1.0}}}
+    assert normal_bytes("characters/ada.json", text(shuffled).encode()) == dump_json(want)
+    assert normal_bytes("locations/quay.json", raw) is None  # not a location
+    assert normal_bytes("characters/ada.json", b"{") is None
+    assert normal_bytes("characters/ada.json", b"[1]") is None
+    deep = {**ada, "deep": json.loads("[" * 300 + "]" * 300)}
+    assert normal_bytes("characters/ada.json", json.dumps(deep).encode()) is None
+    assert normal_bytes(".sim/responses/intention/ada.json", raw) is None
+    assert normal_bytes("world.json", (world / "world.json").read_bytes()) is not None

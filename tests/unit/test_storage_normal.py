@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from sim.storage import normal
-from sim.storage.normal import normal_form
+from sim.storage.normal import normal_form, normal_order
 from sim.world import Character, Location, WorldMeta
 
 CELL = {"tick": 3, "text": "Ada said hello.", "importance": 4, "mentions": ["ada"], "sources": [1]}
@@ -287,3 +287,72 @@ def test_a_model_whose_values_may_change_is_refused(model: type[BaseModel]) -> N
     not in a world's bytes."""
     with pytest.raises(normal._Unvouched):
         normal._shape(model)
+
+
+def appended(base: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str, dict[str, Any]]]:
+    """Every variant of ``base`` with one key of one of its dicts moved to the end of that
+    dict, as a phase that sets a key it popped or did not have leaves it (the items of a
+    list, cells and messages, which the engine builds whole, left out)."""
+    for path, node in places(base):
+        if not isinstance(node, dict) or any(isinstance(p, int) for p in path):
+            continue
+        for key in list(node)[:-1]:
+            data = copy.deepcopy(base)
+            where = at(data, path)
+            where[key] = where.pop(key)
+            yield path, key, data
+
+
+@pytest.mark.parametrize(
+    ("model", "base"), [(Character, CHARACTER), (Location, LOCATION), (WorldMeta, META)]
+)
+def test_normal_order_puts_an_appended_key_back_in_its_place(
+    model: type[BaseModel], base: dict[str, Any]
+) -> None:
+    """``normal_order`` (what a commit writes) makes the model's dump of every dict a tick
+    leaves with a key appended, in place, and leaves one in normal form as it is."""
+    normal = dumped(model, base)
+    assert normal_order(model, normal) is False
+    assert text(normal) == text(dumped(model, base))
+    moved = 0
+    for path, key, data in appended(normal):
+        want = dumped(model, data)
+        before = text(data)
+        inner = at(data, path)
+        changed = normal_order(model, data)
+        assert text(data) == text(want), (path, key)
+        assert changed is (before != text(want)), (path, key)
+        assert at(data, path) is inner  # the dict itself, its values moved
+        moved += changed
+    assert moved >= 3
+
+
+def test_normal_order_fixes_an_integral_trust_and_a_tie_out_of_order() -> None:
+    data = dumped(Character, CHARACTER)
+    tie = data["relationships"]["cy"] = {"trust": 1, "kind": "rival", "since": 4}
+    want = dumped(Character, data)
+    assert normal_order(Character, data) is True
+    assert text(data) == text(want)
+    assert data["relationships"]["cy"] is tie
+    assert list(tie) == ["kind", "trust", "since"] and type(tie["trust"]) is float
+
+
+def test_normal_order_leaves_what_the_model_refuses_as_it_is() -> None:
+    """Not validated: a value the model refuses is left for the next load to name (its
+    dict still put in order where it can be), never a traceback."""
+    for bad in ("x", 3, [1], ["x"], 2**60, -1.5):
+        data = copy.deepcopy(CHARACTER)
+        data["relationships"]["cy"]["trust"] = bad
+        data["memory"]["plan"] = data["memory"].pop("plan")
+        normal_order(Character, data)
+        assert data["relationships"]["cy"]["trust"] == bad
+        assert list(data["memory"])[:6] == list(CHARACTER["memory"])[:6]
+        with pytest.raises(ValidationError):
+            Character.model_validate(data)
+    for bad in ("x", 3, [1]):  # a model's place holds something else
+        data = copy.deepcopy(CHARACTER)
+        data["memory"]["plan"] = bad
+        data["relationships"] = {"cy": bad}
+        data["inbox"] = data.pop("inbox")
+        assert normal_order(Character, data) is True
+        assert data["memory"]["plan"] == bad and data["relationships"] == {"cy": bad}
