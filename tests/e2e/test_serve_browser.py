@@ -11,9 +11,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
@@ -88,6 +91,49 @@ class Served:
         self.process.terminate()
         _, err = self.process.communicate(timeout=60)
         return err
+
+
+class Heard:
+    """The server's event stream, read on a thread of its own as a second client (with
+    the token): ``wait`` returns once an event of a kind with some data was heard."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        token = parse_qs(parts.query)["token"][0]
+        self.connection = HTTPConnection(parts.hostname or "", parts.port, timeout=60)
+        self.connection.request("GET", "/api/events", headers={"Authorization": f"Bearer {token}"})
+        self.stream = self.connection.getresponse()
+        assert self.stream.status == 200
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        kind = ""
+        for raw in self.stream:  # ends when the server stops (its streams end)
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                with self.changed:
+                    self.events.append((kind, orjson.loads(line[6:])))
+                    self.changed.notify_all()
+
+    def wait(self, kind: str, **data: Any) -> None:
+        def heard() -> bool:
+            return any(
+                k == kind and all(d.get(key) == value for key, value in data.items())
+                for k, d in self.events
+            )
+
+        with self.changed:
+            assert self.changed.wait_for(heard, timeout=60), (kind, data, self.events)
+
+    def join(self) -> None:
+        """Wait for the stream's end (the server stopped), then close the connection."""
+        self.thread.join(60)
+        self.connection.close()
 
 
 @pytest.fixture
@@ -204,6 +250,32 @@ def test_inject_set_ask_and_a_tick_run_elsewhere(browser: Browser, tmp_path: Pat
         _no_script_ran(page, problems)
     finally:
         served.stop()
+
+
+def test_a_tick_committed_before_the_page_listens_still_shows(browser: Browser, tmp_path: Path):
+    """A tick committed elsewhere after the page read the world but before its event
+    stream connected: the server's ``world`` event went to no listener of the page, and
+    the stream's ``hello`` names the new tick; the page reads the world again (it stayed
+    on the old view, for good, when the last tick of a run came in that gap)."""
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world)
+    heard = Heard(served.url)
+    try:
+        heard.wait("hello", tick=0)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+        def late(route: Any) -> None:  # the page's stream, held until the tick is heard
+            sim("tick", "--world", str(world))
+            heard.wait("world", tick=1)  # published while the page had no stream
+            route.continue_()
+
+        page.route("**/api/events", late)
+        page.goto(served.url)
+        expect(page.locator("#tick-label")).to_have_text("Tick 1 of 1–1", timeout=30_000)
+        expect(page.locator("#world-tick")).to_have_text("tick 1")
+    finally:
+        served.stop()
+        heard.join()
 
 
 def test_rewind_and_fork_from_the_timeline(browser: Browser, tmp_path: Path):

@@ -633,6 +633,9 @@ function listen() {
     const hello = JSON.parse(e.data);
     showRun(hello.run);
     if (state.loading) onLoad(hello.load);
+    // a tick committed before this stream connected (or while it was down) sent its
+    // `world` event to no one: the tick it names is the news
+    else if (state.world && hello.tick !== null && hello.tick !== state.world.tick) refresh();
   });
   events.addEventListener("loaded", (e) => onLoad(JSON.parse(e.data)));
   // a big world's first look: its views at once, without waiting for the next ask
