@@ -278,6 +278,56 @@ def test_a_tick_committed_before_the_page_listens_still_shows(browser: Browser, 
         heard.join()
 
 
+#: counts, in ``window.__worlds``, the page's answers to ``GET /api/world`` it has read
+#: and acted on (a task after the answer's, so after what the page does with it)
+COUNT_WORLDS = """
+window.__worlds = 0;
+const fetched = window.fetch;
+window.fetch = async (...args) => {
+  const response = await fetched(...args);
+  if (String(args[0]).startsWith("/api/world")) {
+    const json = response.json.bind(response);
+    response.json = () => json().finally(() => setTimeout(() => { window.__worlds += 1; }));
+  }
+  return response;
+};
+"""
+
+
+def test_an_answer_older_than_the_view_shown_is_dropped(browser: Browser, tmp_path: Path):
+    """The page asks for the world again at each tick; an answer that comes back after a
+    later one (the server reads each on a thread of its own) is older than the view
+    shown, and is dropped: the page showed it, and stayed on the old tick for good."""
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.add_init_script(COUNT_WORLDS)
+        page.goto(served.url)
+        expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
+        held: list[tuple[Any, Any]] = []
+
+        def late(route: Any) -> None:  # the ask for tick 1 is answered after tick 2's
+            if held:
+                route.continue_()
+                return
+            held.append((route, route.fetch()))  # the world at tick 1
+            sim("tick", "--world", str(world))  # tick 2: the page asks again
+
+        page.route("**/api/world?*", late)
+        sim("tick", "--world", str(world))
+        expect(page.locator("#world-tick")).to_have_text("tick 2", timeout=30_000)
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2")
+        route, answer = held[0]
+        assert orjson.loads(answer.body())["tick"] == 1
+        route.fulfill(response=answer)
+        page.wait_for_function("window.__worlds >= 3")  # the first, tick 2's, tick 1's
+        expect(page.locator("#world-tick")).to_have_text("tick 2")
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2")
+    finally:
+        served.stop()
+
+
 def test_rewind_and_fork_from_the_timeline(browser: Browser, tmp_path: Path):
     """The timeline's "fork from this tick" makes a new world beside this one (a hostile
     name is refused, the server's reason shown); "rewind to this tick" puts the world back

@@ -25,6 +25,20 @@ const state = {
 
 function $(id) { return document.getElementById(id); }
 
+// The world, its network and its charts are asked for again at each change, and the
+// answers can come back out of order (each is read on a thread of the server's): one
+// asked for before the answer shown is older than it, and is dropped.
+const asked = { world: 0, network: 0, charts: 0 };
+const shown = { world: 0, network: 0, charts: 0 };
+
+async function latest(kind, path) {
+  const n = ++asked[kind];
+  const data = await api(path);
+  if (n < shown[kind]) return null;
+  shown[kind] = n;
+  return data;
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
@@ -84,7 +98,8 @@ function colour(id, index, total) {
 
 async function loadWorld() {
   // a big world's first look while it loads (`preview`), until its `loaded` event
-  const world = await api(`/api/world?offset=${state.offset}&limit=${PAGE}&preview=1`);
+  const world = await latest("world", `/api/world?offset=${state.offset}&limit=${PAGE}&preview=1`);
+  if (world === null) return false; // a later answer is shown
   if (world.preview && state.ended) return false; // answered before the load's end came
   state.world = world;
   state.preview = world.preview;
@@ -418,11 +433,12 @@ async function loadNetwork() {
   const box = $("network");
   let net;
   try {
-    net = await api(`/api/network?preview=${state.preview ? 1 : 0}`);
+    net = await latest("network", `/api/network?preview=${state.preview ? 1 : 0}`);
   } catch (error) {
     $("network-note").textContent = error.message;
     return;
   }
+  if (net === null) return; // a later answer is shown
   box.replaceChildren();
   const at = new Map();
   net.nodes.forEach((node, i) => at.set(node.id, ring(net.nodes.length, i, 300, 230)));
@@ -517,7 +533,8 @@ function chart(title, ticks, series, unit) {
 }
 
 async function loadCharts() {
-  const history = await api("/api/history");
+  const history = await latest("charts", "/api/history");
+  if (history === null) return; // a later answer is shown
   const box = $("charts");
   box.replaceChildren();
   if (!history.ticks.length) {
