@@ -279,17 +279,18 @@ def test_a_tick_committed_before_the_page_listens_still_shows(browser: Browser, 
         heard.join()
 
 
-#: counts, in ``window.__worlds``, the page's answers to ``GET /api/world`` it has read
-#: and acted on (a task after the answer's, so after what the page does with it)
-COUNT_WORLDS = """
-window.__worlds = 0;
+#: counts, in ``window.__read[KIND]``, the page's answers to ``GET /api/KIND...`` it has
+#: read and acted on (a task after the answer's, so after what the page does with it)
+COUNT_ANSWERS = """
+window.__read = {};
 const fetched = window.fetch;
 window.fetch = async (...args) => {
   const response = await fetched(...args);
-  if (String(args[0]).startsWith("/api/world")) {
-    const json = response.json.bind(response);
-    response.json = () => json().finally(() => setTimeout(() => { window.__worlds += 1; }));
-  }
+  const kind = String(args[0]).split(/[/?]/)[2];
+  const json = response.json.bind(response);
+  response.json = () => json().finally(() => setTimeout(() => {
+    window.__read[kind] = (window.__read[kind] || 0) + 1;
+  }));
   return response;
 };
 """
@@ -303,7 +304,7 @@ def test_an_answer_older_than_the_view_shown_is_dropped(browser: Browser, tmp_pa
     served = Served(world)
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.add_init_script(COUNT_WORLDS)
+        page.add_init_script(COUNT_ANSWERS)
         page.goto(served.url)
         expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
         held: list[tuple[Any, Any]] = []
@@ -322,9 +323,39 @@ def test_an_answer_older_than_the_view_shown_is_dropped(browser: Browser, tmp_pa
         route, answer = held[0]
         assert orjson.loads(answer.body())["tick"] == 1
         route.fulfill(response=answer)
-        page.wait_for_function("window.__worlds >= 3")  # the first, tick 2's, tick 1's
+        page.wait_for_function("window.__read.world >= 3")  # the first, tick 2's, tick 1's
         expect(page.locator("#world-tick")).to_have_text("tick 2")
         expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2")
+    finally:
+        served.stop()
+
+
+def test_the_inspector_shows_the_character_chosen_last(browser: Browser, tmp_path: Path):
+    """Two characters chosen one after the other: the first's answer, come back last,
+    is dropped; the inspector showed whoever answered last, not whoever was chosen."""
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.add_init_script(COUNT_ANSWERS)
+        page.goto(served.url)
+        expect(page.locator("#people-count")).to_have_text("10")
+        held: list[Any] = []
+
+        def late(route: Any) -> None:  # the first character asked for answers last
+            if held:
+                route.continue_()
+            else:
+                held.append(route)
+
+        page.route("**/api/characters/*", late)
+        page.locator("#people button", has_text="Ada Strand").click()
+        page.locator("#people button", has_text="Bram Hollis").click()
+        expect(page.locator("#inspector h3")).to_have_text("Bram Hollis")
+        assert len(held) == 1 and held[0].request.url.endswith("/api/characters/ada")
+        held[0].continue_()
+        page.wait_for_function("window.__read.characters >= 2")
+        expect(page.locator("#inspector h3")).to_have_text("Bram Hollis")
     finally:
         served.stop()
 

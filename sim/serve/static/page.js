@@ -25,11 +25,11 @@ const state = {
 
 function $(id) { return document.getElementById(id); }
 
-// The world, its network and its charts are asked for again at each change, and the
-// answers can come back out of order (each is read on a thread of the server's): one
-// asked for before the answer shown is older than it, and is dropped.
-const asked = { world: 0, network: 0, charts: 0 };
-const shown = { world: 0, network: 0, charts: 0 };
+// The world, its network, its charts and the character inspected are asked for again at
+// each change (or click), and the answers can come back out of order (each is read on a
+// thread of the server's): one asked for before the answer shown is older, and dropped.
+const asked = { world: 0, network: 0, charts: 0, character: 0 };
+const shown = { world: 0, network: 0, charts: 0, character: 0 };
 
 async function latest(kind, path) {
   const n = ++asked[kind];
@@ -367,7 +367,8 @@ async function inspect(id) {
   state.selected = id;
   const box = $("inspector");
   try {
-    const data = await api(`/api/characters/${encodeURIComponent(id)}`);
+    const data = await latest("character", `/api/characters/${encodeURIComponent(id)}`);
+    if (data === null) return; // a later choice is shown
     const entity = data.entity || {};
     const identity = entity.identity || {};
     const rows = el("dl");
