@@ -64,6 +64,15 @@ def browser() -> Iterator[Browser]:
         opened.close()
 
 
+@pytest.fixture(autouse=True)
+def _pages_closed(browser: Browser) -> Iterator[None]:
+    """Each test's pages close when it ends: left open, a page went on asking its stopped
+    server (a study's every second, an event stream every 3 s) for the rest of the module."""
+    yield
+    for context in browser.contexts:
+        context.close()
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -89,8 +98,15 @@ class Served:
         assert "/?token=" in self.url, self.process.stderr.read() if self.process.stderr else ""
 
     def stop(self) -> str:
+        """SIGTERM the server; its stderr once it ended (within 60 s, or the test fails
+        saying so, the server killed rather than left running)."""
         self.process.terminate()
-        _, err = self.process.communicate(timeout=60)
+        try:
+            _, err = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+            pytest.fail(f"sim serve did not stop within 60 s of SIGTERM; its stderr:\n{err}")
         return err
 
 
