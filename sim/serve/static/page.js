@@ -368,7 +368,7 @@ async function inspect(id) {
   const box = $("inspector");
   try {
     const data = await latest("character", `/api/characters/${encodeURIComponent(id)}`);
-    if (data === null) return; // a later choice is shown
+    if (data === null || state.selected !== id) return; // a later choice is shown
     const entity = data.entity || {};
     const identity = entity.identity || {};
     const rows = el("dl");
@@ -417,7 +417,7 @@ async function inspect(id) {
     title.style.color = colour(id);
     box.replaceChildren(title, rows);
   } catch (error) {
-    box.replaceChildren(el("p", { class: "muted" }, error.message));
+    if (state.selected === id) box.replaceChildren(el("p", { class: "muted" }, error.message));
   }
 }
 
