@@ -913,3 +913,19 @@ async def test_stopping_ends_every_event_stream_a_stalled_or_a_late_one() -> Non
     assert [quiet.get_nowait() for _ in range(quiet.qsize())][-1] is None
     late = hub.add()
     assert late.get_nowait() is None
+
+
+async def test_a_stream_that_connects_once_the_stop_began_ends_at_once(world: Path) -> None:
+    """A page's ``/api/events`` that reaches the server after its stop began (the
+    ``on_shutdown`` that ends the streams has run) ends at once, after its ``hello``:
+    it held the stop for aiohttp's 60 s shutdown timeout (a browser test, stopping its
+    server as the page's stream connected, timed out so under load)."""
+    client = await _client(world)
+    try:
+        await client.app.shutdown()  # what stopping runs before waiting for requests
+        async with client.get("/api/events", headers=BEARER) as events:
+            assert events.status == 200
+            body = await asyncio.wait_for(events.read(), 10)
+        assert body.startswith(b"event: hello\n")
+    finally:
+        await client.close()

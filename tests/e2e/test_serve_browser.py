@@ -11,9 +11,13 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections import Counter
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
@@ -60,6 +64,15 @@ def browser() -> Iterator[Browser]:
         opened.close()
 
 
+@pytest.fixture(autouse=True)
+def _pages_closed(browser: Browser) -> Iterator[None]:
+    """Each test's pages close when it ends: left open, a page went on asking its stopped
+    server (a study's every second, an event stream every 3 s) for the rest of the module."""
+    yield
+    for context in browser.contexts:
+        context.close()
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -85,9 +98,59 @@ class Served:
         assert "/?token=" in self.url, self.process.stderr.read() if self.process.stderr else ""
 
     def stop(self) -> str:
+        """SIGTERM the server; its stderr once it ended (within 60 s, or the test fails
+        saying so, the server killed rather than left running)."""
         self.process.terminate()
-        _, err = self.process.communicate(timeout=60)
+        try:
+            _, err = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+            pytest.fail(f"sim serve did not stop within 60 s of SIGTERM; its stderr:\n{err}")
         return err
+
+
+class Heard:
+    """The server's event stream, read on a thread of its own as a second client (with
+    the token): ``wait`` returns once an event of a kind with some data was heard."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        token = parse_qs(parts.query)["token"][0]
+        self.connection = HTTPConnection(parts.hostname or "", parts.port, timeout=60)
+        self.connection.request("GET", "/api/events", headers={"Authorization": f"Bearer {token}"})
+        self.stream = self.connection.getresponse()
+        assert self.stream.status == 200
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        kind = ""
+        for raw in self.stream:  # ends when the server stops (its streams end)
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                with self.changed:
+                    self.events.append((kind, orjson.loads(line[6:])))
+                    self.changed.notify_all()
+
+    def wait(self, kind: str, **data: Any) -> None:
+        def heard() -> bool:
+            return any(
+                k == kind and all(d.get(key) == value for key, value in data.items())
+                for k, d in self.events
+            )
+
+        with self.changed:
+            assert self.changed.wait_for(heard, timeout=60), (kind, data, self.events)
+
+    def join(self) -> None:
+        """Wait for the stream's end (the server stopped), then close the connection."""
+        self.thread.join(60)
+        self.connection.close()
 
 
 @pytest.fixture
@@ -202,6 +265,115 @@ def test_inject_set_ask_and_a_tick_run_elsewhere(browser: Browser, tmp_path: Pat
         sim("tick", "--world", str(world))
         expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2", timeout=10_000)
         _no_script_ran(page, problems)
+    finally:
+        served.stop()
+
+
+def test_a_tick_committed_before_the_page_listens_still_shows(browser: Browser, tmp_path: Path):
+    """A tick committed elsewhere after the page read the world but before its event
+    stream connected: the server's ``world`` event went to no listener of the page, and
+    the stream's ``hello`` names the new tick; the page reads the world again (it stayed
+    on the old view, for good, when the last tick of a run came in that gap)."""
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world)
+    heard = Heard(served.url)
+    try:
+        heard.wait("hello", tick=0)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+        def late(route: Any) -> None:  # the page's stream, held until the tick is heard
+            sim("tick", "--world", str(world))
+            heard.wait("world", tick=1)  # published while the page had no stream
+            route.continue_()
+
+        page.route("**/api/events", late)
+        page.goto(served.url)
+        expect(page.locator("#tick-label")).to_have_text("Tick 1 of 1–1", timeout=30_000)
+        expect(page.locator("#world-tick")).to_have_text("tick 1")
+    finally:
+        served.stop()
+        heard.join()
+
+
+#: counts, in ``window.__read[KIND]``, the page's answers to ``GET /api/KIND...`` it has
+#: read and acted on (a task after the answer's, so after what the page does with it)
+COUNT_ANSWERS = """
+window.__read = {};
+const fetched = window.fetch;
+window.fetch = async (...args) => {
+  const response = await fetched(...args);
+  const kind = String(args[0]).split(/[/?]/)[2];
+  const json = response.json.bind(response);
+  response.json = () => json().finally(() => setTimeout(() => {
+    window.__read[kind] = (window.__read[kind] || 0) + 1;
+  }));
+  return response;
+};
+"""
+
+
+def test_an_answer_older_than_the_view_shown_is_dropped(browser: Browser, tmp_path: Path):
+    """The page asks for the world again at each tick; an answer that comes back after a
+    later one (the server reads each on a thread of its own) is older than the view
+    shown, and is dropped: the page showed it, and stayed on the old tick for good."""
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.add_init_script(COUNT_ANSWERS)
+        page.goto(served.url)
+        expect(page.locator("#world-tick")).to_have_text("tick 0")  # the world read
+        expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
+        held: list[tuple[Any, Any]] = []
+
+        def late(route: Any) -> None:  # the ask for tick 1 is answered after tick 2's
+            if held:
+                route.continue_()
+                return
+            held.append((route, route.fetch()))  # the world at tick 1
+            sim("tick", "--world", str(world))  # tick 2: the page asks again
+
+        page.route("**/api/world?*", late)
+        sim("tick", "--world", str(world))
+        expect(page.locator("#world-tick")).to_have_text("tick 2", timeout=30_000)
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2")
+        route, answer = held[0]
+        assert orjson.loads(answer.body())["tick"] == 1
+        route.fulfill(response=answer)
+        # read: the first, tick 2's, tick 1's (a function: the page's CSP forbids eval)
+        page.wait_for_function("() => window.__read.world >= 3")
+        expect(page.locator("#world-tick")).to_have_text("tick 2")
+        expect(page.locator("#tick-label")).to_have_text("Tick 2 of 1–2")
+    finally:
+        served.stop()
+
+
+def test_the_inspector_shows_the_character_chosen_last(browser: Browser, tmp_path: Path):
+    """Two characters chosen one after the other: the first's answer, come back last,
+    is dropped; the inspector showed whoever answered last, not whoever was chosen."""
+    world = copy_demo(tmp_path / "demo")
+    served = Served(world)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.add_init_script(COUNT_ANSWERS)
+        page.goto(served.url)
+        expect(page.locator("#people-count")).to_have_text("10")
+        held: list[Any] = []
+
+        def late(route: Any) -> None:  # the first character asked for answers last
+            if route.request.url.endswith("/api/characters/ada"):
+                held.append(route)
+            else:
+                route.continue_()
+
+        page.route("**/api/characters/*", late)
+        page.locator("#people button", has_text="Ada Strand").click()
+        page.locator("#people button", has_text="Bram Hollis").click()
+        expect(page.locator("#inspector h3")).to_have_text("Bram Hollis")
+        assert len(held) == 1
+        held[0].continue_()
+        page.wait_for_function("() => window.__read.characters >= 2")
+        expect(page.locator("#inspector h3")).to_have_text("Bram Hollis")
     finally:
         served.stop()
 
@@ -366,6 +538,8 @@ def test_a_big_world_is_aggregated_not_one_node_per_character(browser: Browser, 
         expect(page.locator("#people-count")).to_have_text("5000", timeout=30_000)
         expect(page.locator("#people-page")).to_have_text("1–200 of 5000")
         expect(page.locator("#map .count").first).to_have_text(re.compile(r"\d+ characters?"))
+        # the network, drawn by place, comes after the map: counted once it is there
+        expect(page.locator("#network g.network-node")).to_have_count(40)
         nodes = page.evaluate("document.getElementsByTagName('*').length")
         assert nodes < 3000, nodes
         page.click("#people-next")
@@ -376,23 +550,39 @@ def test_a_big_world_is_aggregated_not_one_node_per_character(browser: Browser, 
 
 def test_a_world_of_many_places_maps_its_busiest(browser: Browser, tmp_path: Path):
     """Past ``MAP_PLACES`` places, the map draws the busiest and says so: not a node per
-    place of a big world."""
+    place of a big world; the network, drawn by place, draws the same."""
     sys.path.insert(0, str(REPO))
     from bench.make_world import make_world
     from sim.serve.views import MAP_PLACES
 
     world = tmp_path / "many-places"
-    make_world(world, 3000, MAP_PLACES + 100)
+    # more characters than the network draws one by one, fewer than a page of the list
+    # takes to matter: the places are what is tested (5000 characters: the test above)
+    make_world(world, 1000, MAP_PLACES + 100)
+    counts = Counter(
+        orjson.loads(path.read_bytes())["state"]["location"]
+        for path in (world / "characters").glob("*.json")
+    )
+    names = {
+        path.stem: orjson.loads(path.read_bytes())["identity"]["name"]
+        for path in (world / "locations").glob("*.json")
+    }
+    busiest = sorted(names, key=lambda lid: (-counts[lid], lid))[:MAP_PLACES]
+    assert counts[busiest[-1]] > min(counts[lid] for lid in names)  # some are left out
     served = Served(world)
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(served.url)
-        expect(page.locator("#people-count")).to_have_text("3000", timeout=30_000)
+        expect(page.locator("#people-count")).to_have_text("1000", timeout=30_000)
         expect(page.locator("#map-note")).to_contain_text(
             f"the {MAP_PLACES} busiest of {MAP_PLACES + 100} places"
         )
-        assert page.locator("#map g.loc").count() == MAP_PLACES
-        assert page.locator("#network g.network-node").count() <= MAP_PLACES
+        expect(page.locator("#map g.loc")).to_have_count(MAP_PLACES)
+        mapped = page.locator("#map .place-name").all_text_contents()
+        assert sorted(mapped) == sorted(names[lid] for lid in busiest)
+        # the network, drawn by place (past ``NETWORK_CHARACTERS``): the same busiest
+        expect(page.locator("#network g.network-node")).to_have_count(MAP_PLACES)
+        assert sorted(mapped) == sorted(page.locator("#network .place-name").all_text_contents())
     finally:
         served.stop()
 

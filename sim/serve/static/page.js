@@ -25,6 +25,20 @@ const state = {
 
 function $(id) { return document.getElementById(id); }
 
+// The world, its network, its charts and the character inspected are asked for again at
+// each change (or click), and the answers can come back out of order (each is read on a
+// thread of the server's): one asked for before the answer shown is older, and dropped.
+const asked = { world: 0, network: 0, charts: 0, character: 0 };
+const shown = { world: 0, network: 0, charts: 0, character: 0 };
+
+async function latest(kind, path) {
+  const n = ++asked[kind];
+  const data = await api(path);
+  if (n < shown[kind]) return null;
+  shown[kind] = n;
+  return data;
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
@@ -84,7 +98,8 @@ function colour(id, index, total) {
 
 async function loadWorld() {
   // a big world's first look while it loads (`preview`), until its `loaded` event
-  const world = await api(`/api/world?offset=${state.offset}&limit=${PAGE}&preview=1`);
+  const world = await latest("world", `/api/world?offset=${state.offset}&limit=${PAGE}&preview=1`);
+  if (world === null) return false; // a later answer is shown
   if (world.preview && state.ended) return false; // answered before the load's end came
   state.world = world;
   state.preview = world.preview;
@@ -352,7 +367,8 @@ async function inspect(id) {
   state.selected = id;
   const box = $("inspector");
   try {
-    const data = await api(`/api/characters/${encodeURIComponent(id)}`);
+    const data = await latest("character", `/api/characters/${encodeURIComponent(id)}`);
+    if (data === null || state.selected !== id) return; // a later choice is shown
     const entity = data.entity || {};
     const identity = entity.identity || {};
     const rows = el("dl");
@@ -401,7 +417,7 @@ async function inspect(id) {
     title.style.color = colour(id);
     box.replaceChildren(title, rows);
   } catch (error) {
-    box.replaceChildren(el("p", { class: "muted" }, error.message));
+    if (state.selected === id) box.replaceChildren(el("p", { class: "muted" }, error.message));
   }
 }
 
@@ -418,11 +434,12 @@ async function loadNetwork() {
   const box = $("network");
   let net;
   try {
-    net = await api(`/api/network?preview=${state.preview ? 1 : 0}`);
+    net = await latest("network", `/api/network?preview=${state.preview ? 1 : 0}`);
   } catch (error) {
     $("network-note").textContent = error.message;
     return;
   }
+  if (net === null) return; // a later answer is shown
   box.replaceChildren();
   const at = new Map();
   net.nodes.forEach((node, i) => at.set(node.id, ring(net.nodes.length, i, 300, 230)));
@@ -517,7 +534,8 @@ function chart(title, ticks, series, unit) {
 }
 
 async function loadCharts() {
-  const history = await api("/api/history");
+  const history = await latest("charts", "/api/history");
+  if (history === null) return; // a later answer is shown
   const box = $("charts");
   box.replaceChildren();
   if (!history.ticks.length) {
@@ -633,6 +651,9 @@ function listen() {
     const hello = JSON.parse(e.data);
     showRun(hello.run);
     if (state.loading) onLoad(hello.load);
+    // a tick committed before this stream connected (or while it was down) sent its
+    // `world` event to no one: the tick it names is the news
+    else if (state.world && hello.tick !== null && hello.tick !== state.world.tick) refresh();
   });
   events.addEventListener("loaded", (e) => onLoad(JSON.parse(e.data)));
   // a big world's first look: its views at once, without waiting for the next ask
