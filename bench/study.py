@@ -85,7 +85,7 @@ def speedup(characters: int, ticks: int, runs: int) -> dict[str, Any]:
     # the runs' forks are made by the jobs at once (``sim.runs.fork``: one thread at a time
     # only reads the source), so the parent's serial part is its start-up and checks
     serial = resume["wall_s"]
-    rest = walls[1] - serial - ticks_total
+    rest = walls[1] - resume["wall_s"] - copy * runs - ticks_total
     return {
         "characters": characters,
         "ticks": ticks,
