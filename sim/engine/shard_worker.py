@@ -231,7 +231,8 @@ async def serve(sock: socket.socket, root: Path) -> None:
     world: World | BaseException | None = None
     while True:
         message = await inbox.get()
-        if message[0] == "closed":
+        if message[0] == "closed":  # perhaps after an "open": a Ray actor's process lives on
+            gc.enable()
             break
         if message[0] == "open":  # the last tick committed: load the world as it is now
             # the collector is paused from the load until the part is sent and the world
