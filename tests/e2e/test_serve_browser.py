@@ -165,8 +165,16 @@ def hostile(tmp_path: Path) -> Path:
     return world
 
 
-def _open(browser: Browser, url: str) -> tuple[Page, list[str]]:
+def _page(browser: Browser, *scripts: str) -> Page:
+    """A new page of the size the tests look at, running ``scripts`` before the page's."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    for script in scripts:
+        page.add_init_script(script)
+    return page
+
+
+def _open(browser: Browser, url: str) -> tuple[Page, list[str]]:
+    page = _page(browser)
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(str(error)))
     page.on(
@@ -279,7 +287,7 @@ def test_a_tick_committed_before_the_page_listens_still_shows(browser: Browser, 
     heard = Heard(served.url)
     try:
         heard.wait("hello", tick=0)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
 
         def late(route: Any) -> None:  # the page's stream, held until the tick is heard
             sim("tick", "--world", str(world))
@@ -319,8 +327,7 @@ def test_an_answer_older_than_the_view_shown_is_dropped(browser: Browser, tmp_pa
     world = copy_demo(tmp_path / "demo")
     served = Served(world)
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.add_init_script(COUNT_ANSWERS)
+        page = _page(browser, COUNT_ANSWERS)
         page.goto(served.url)
         expect(page.locator("#world-tick")).to_have_text("tick 0")  # the world read
         expect(page.locator("#tick-label")).to_have_text("no tick logged yet")
@@ -354,8 +361,7 @@ def test_the_inspector_shows_the_character_chosen_last(browser: Browser, tmp_pat
     world = copy_demo(tmp_path / "demo")
     served = Served(world)
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.add_init_script(COUNT_ANSWERS)
+        page = _page(browser, COUNT_ANSWERS)
         page.goto(served.url)
         expect(page.locator("#people-count")).to_have_text("10")
         held: list[Any] = []
@@ -467,7 +473,7 @@ def test_a_study_folder_shows_its_arms_as_they_go(browser: Browser, tmp_path: Pa
         assert done.returncode == 0, done.stderr
     served = Served(tmp_path / "out")
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
         page.goto(served.url)
         expect(page.locator("#world-name")).to_have_text("Study")
         expect(page.locator("#runs-note")).to_have_text(
@@ -533,7 +539,7 @@ def test_a_big_world_is_aggregated_not_one_node_per_character(browser: Browser, 
     make_world(world, 5000, 40)
     served = Served(world)
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
         page.goto(served.url)
         expect(page.locator("#people-count")).to_have_text("5000", timeout=30_000)
         expect(page.locator("#people-page")).to_have_text("1–200 of 5000")
@@ -571,7 +577,7 @@ def test_a_world_of_many_places_maps_its_busiest(browser: Browser, tmp_path: Pat
     assert counts[busiest[-1]] > min(counts[lid] for lid in names)  # some are left out
     served = Served(world)
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
         page.goto(served.url)
         expect(page.locator("#people-count")).to_have_text("1000", timeout=30_000)
         expect(page.locator("#map-note")).to_contain_text(
@@ -596,7 +602,7 @@ def test_the_page_says_loading_until_the_world_has_loaded(browser: Browser, tmp_
     gate = tmp_path / "gate"
     served = Served(world, sim=held_load(gate))
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
         problems: list[str] = []
         page.on("pageerror", lambda error: problems.append(str(error)))
         page.goto(served.url)
@@ -628,7 +634,7 @@ def test_a_world_that_does_not_validate_shows_its_problems(browser: Browser, tmp
     path.write_bytes(orjson.dumps(data))
     served = Served(world)
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
         problems: list[str] = []
         page.on("pageerror", lambda error: problems.append(str(error)))
         page.goto(served.url)
@@ -689,7 +695,7 @@ def test_the_page_shows_a_big_worlds_first_look_then_the_world(browser: Browser,
     gate = tmp_path / "gate"
     served = Served(world, sim=held_load(gate, first_look=True))
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
         problems: list[str] = []
         page.on("pageerror", lambda error: problems.append(str(error)))
         page.goto(served.url)
@@ -728,7 +734,7 @@ def test_a_first_look_at_a_world_that_does_not_validate_ends_in_its_problems(
     gate = tmp_path / "gate"
     served = Served(world, sim=held_load(gate, first_look=True))
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _page(browser)
         page.goto(served.url)
         expect(page.locator("#load-text")).to_contain_text("A first look", timeout=30_000)
         expect(page.locator("#people-count")).to_have_text("10")
