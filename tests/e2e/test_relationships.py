@@ -548,7 +548,11 @@ def test_a_whole_relationships_object_can_be_set(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     saved = orjson.loads((world / "characters" / f"{ids[0]}.json").read_bytes())
-    assert saved["relationships"] == ties
+    # written in normal form, as a load gives it: the tie's default trust filled in
+    assert saved["relationships"] == {
+        ids[1]: {"kind": "rival", "trust": 0.1},
+        ids[2]: {"kind": "friend", "trust": 0.5},
+    }
     # still checked as a world file: a tie to nobody is refused
     result = invoke(
         "set", "--world", str(world), f'{ids[0]}.relationships={{"nobody": {{"kind": "x"}}}}'
