@@ -105,7 +105,7 @@ class TuneRow:
             **total,
             "wall_seconds": round(self.wall_seconds, 3),
             "phase_requests": self.phase.requests,
-            "phase_input_tokens": self.phase.input_tokens,
+            "phase_input_tokens": self.phase.usage.input_tokens,
             "avg_window": round(self.avg_window, 3),
         }
         if self.memory is not None:

@@ -68,30 +68,17 @@ class UsageRow:
     key: str
     requests: int = 0
     failures: int = 0
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
+    usage: Usage = field(default_factory=Usage)
     cost: Cost = field(default_factory=Cost)
     #: attempts that timed out on the client: no usage known, the server may have billed
     timed_out: int = 0
     #: embeddings requests (not in ``requests``); their tokens and cost are in the row's
     embedding_requests: int = 0
 
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def add_usage(self, usage: Usage) -> None:
-        self.input_tokens += usage.input_tokens
-        self.cached_input_tokens += usage.cached_input_tokens
-        self.output_tokens += usage.output_tokens
-
     def add(self, other: UsageRow) -> None:
         self.requests += other.requests
         self.failures += other.failures
-        self.input_tokens += other.input_tokens
-        self.cached_input_tokens += other.cached_input_tokens
-        self.output_tokens += other.output_tokens
+        self.usage += other.usage
         self.cost = self.cost + other.cost
         self.timed_out += other.timed_out
         self.embedding_requests += other.embedding_requests
@@ -101,10 +88,10 @@ class UsageRow:
             "key": self.key,
             "requests": self.requests,
             "failures": self.failures,
-            "input_tokens": self.input_tokens,
-            "cached_input_tokens": self.cached_input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
+            "input_tokens": self.usage.input_tokens,
+            "cached_input_tokens": self.usage.cached_input_tokens,
+            "output_tokens": self.usage.output_tokens,
+            "total_tokens": self.usage.total_tokens,
             "cost_usd": self.cost.value,
             "unpriced_models": sorted(self.cost.unpriced),
             "timed_out": self.timed_out,
@@ -137,11 +124,14 @@ def call_row(
     cache: dict[str, Price | None] | None = None,
 ) -> UsageRow:
     """One logged call as a row: one request, its tokens and its cost (every attempt)."""
-    row = UsageRow(key, requests=1, failures=1 if call.failed else 0)
-    row.add_usage(call_usage(call))
-    row.cost = call_cost(call, prices, cache)
-    row.timed_out = timed_out(call)
-    return row
+    return UsageRow(
+        key,
+        requests=1,
+        failures=1 if call.failed else 0,
+        usage=call_usage(call),
+        cost=call_cost(call, prices, cache),
+        timed_out=timed_out(call),
+    )
 
 
 def entity_id(call: CallRecord) -> str | None:
@@ -160,7 +150,7 @@ def model_rows(
     for n, attempt in enumerate(attempts, 1):
         key = attempt.target
         row = rows.setdefault(key, UsageRow(key))
-        row.add_usage(attempt.usage.to_usage())
+        row.usage += attempt.usage.to_usage()
         row.cost = row.cost + attempts_cost([attempt], prices, cache, call.price_factor)
         row.timed_out += 1 if attempt.error_code == TIMEOUT else 0
         if n == len(attempts):
@@ -187,9 +177,8 @@ def embedding_row(
     cache: dict[str, Price | None] | None = None,
 ) -> UsageRow:
     """One logged embeddings request as a row: its tokens and cost, not a request."""
-    row = UsageRow(key, embedding_requests=1, cost=embedding_cost(record, prices, cache))
-    row.add_usage(record.to_usage())
-    return row
+    cost = embedding_cost(record, prices, cache)
+    return UsageRow(key, embedding_requests=1, usage=record.to_usage(), cost=cost)
 
 
 def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
@@ -240,7 +229,7 @@ def _add_by_endpoint(
     for attempt in call.every_attempt():
         key = redact_url(attempt.endpoint) if attempt.endpoint else final
         part = groups.setdefault(key, UsageRow(key))
-        part.add_usage(attempt.usage.to_usage())
+        part.usage += attempt.usage.to_usage()
         part.cost = part.cost + attempts_cost([attempt], prices, cache, call.price_factor)
         part.timed_out += 1 if attempt.error_code == TIMEOUT else 0
 
@@ -259,9 +248,11 @@ def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
             rows[eid] = UsageRow(
                 eid,
                 requests=int(stats.get("total_requests", 0)),
-                input_tokens=int(stats.get("total_input_tokens", 0)),
-                cached_input_tokens=int(stats.get("total_cached_input_tokens", 0)),
-                output_tokens=int(stats.get("total_output_tokens", 0)),
+                usage=Usage(
+                    input_tokens=int(stats.get("total_input_tokens", 0)),
+                    cached_input_tokens=int(stats.get("total_cached_input_tokens", 0)),
+                    output_tokens=int(stats.get("total_output_tokens", 0)),
+                ),
             )
     return rows
 
@@ -357,7 +348,7 @@ def group_rows(
         row.failures += failures
         row.timed_out += timeouts
         usage = Usage(input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output)
-        row.add_usage(usage)
+        row.usage += usage
         row.cost = row.cost + price_usage(usage, model, prices, cache, provider, factor)
     return rows
 
@@ -377,7 +368,7 @@ def _by_entity(world_dir: Path, items: list[Listed], prices: Mapping[str, Any]) 
     partial = []
     for eid, row in rows.items():
         seen = logged.get(eid)
-        if seen is not None and seen.total_tokens == row.total_tokens:
+        if seen is not None and seen.usage.total_tokens == row.usage.total_tokens:
             row.cost = seen.cost
         else:  # ticks the logs no longer hold (pruned, rewound, or from before logging)
             row.cost = Cost(
@@ -425,7 +416,7 @@ def _report(by: By, rows: list[UsageRow], notes: list[str] | None = None) -> Usa
     if by == "tick":  # in tick order (a row that is not a tick's after them)
         rows.sort(key=lambda r: (0, int(r.key), "") if r.key.isdigit() else (1, 0, r.key))
     else:
-        rows.sort(key=lambda r: (-r.cost.usd, -r.total_tokens, r.key))
+        rows.sort(key=lambda r: (-r.cost.usd, -r.usage.total_tokens, r.key))
     total = UsageRow("total")
     for row in rows:
         total.add(row)
@@ -501,8 +492,7 @@ def _add_interviews(report: UsageReport, world_dir: Path, prices: Mapping[str, A
         return
     if not asked:
         return
-    row = UsageRow("ask", requests=asked, failures=failed, cost=cost)
-    row.add_usage(usage)
+    row = UsageRow("ask", requests=asked, failures=failed, usage=usage, cost=cost)
     report.rows.append(row)
     report.total.add(row)
     report.notes.append(f"ask: {asked} interviews (sim ask, {INTERVIEWS}), outside the ticks")

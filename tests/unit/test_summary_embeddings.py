@@ -107,9 +107,9 @@ def test_summaries_count_embeddings_as_the_full_log_does(tmp_path: Path, seed: i
                 row.embedding_requests,
                 row.failures,
             ), (by, key)
-            assert (other.input_tokens, other.output_tokens) == (
-                row.input_tokens,
-                row.output_tokens,
+            assert (other.usage.input_tokens, other.usage.output_tokens) == (
+                row.usage.input_tokens,
+                row.usage.output_tokens,
             )
             assert other.cost.unpriced == row.cost.unpriced
             assert math.isclose(other.cost.usd, row.cost.usd, rel_tol=1e-9, abs_tol=1e-12)
