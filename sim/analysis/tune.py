@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sim import interrupts
-from sim.analysis.usage import UsageRow, call_row, log_totals
+from sim.analysis.usage import UsageRow, log_totals
 from sim.config import (
     PHASE_ALIASES,
     Config,
@@ -72,7 +72,7 @@ class TuneRow:
     @property
     def avg_window(self) -> float:
         """Mean number of earlier exchanges sent per call of the phase."""
-        return self.windows / self.phase.requests if self.phase.requests else 0.0
+        return self.windows / self.phase.calls if self.phase.calls else 0.0
 
     @property
     def memory_lines(self) -> float:
@@ -104,7 +104,7 @@ class TuneRow:
             "ticks": self.ticks,
             **total,
             "wall_seconds": round(self.wall_seconds, 3),
-            "phase_requests": self.phase.requests,
+            "phase_requests": self.phase.calls,
             "phase_input_tokens": self.phase.usage.input_tokens,
             "avg_window": round(self.avg_window, 3),
         }
@@ -239,7 +239,7 @@ def _run_row(
         for log in logs:
             for call in log.call_records:
                 if call.phase == name:
-                    phase.add(call_row(name, call, config.prices))
+                    phase.add_call(call, config.prices)
                     windows += len(call.history)
                     lines = memory_shown(call.input) if memory is not None else None
                     if lines is not None and call.entity_key is not None:

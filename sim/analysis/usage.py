@@ -36,14 +36,7 @@ from sim.llm.budget import Cost, Price, price_usage
 from sim.llm.redact import redact_url
 from sim.llm.store import split_key
 from sim.llm.types import Usage
-from sim.ticklog.books import (
-    TIMEOUT,
-    attempts_cost,
-    call_cost,
-    call_usage,
-    embedding_cost,
-    timed_out,
-)
+from sim.ticklog.books import TIMEOUT, Books, attempts_cost
 from sim.ticklog.format import ABANDONED_DIR, LOG_DIR
 from sim.ticklog.reader import TickLog, read_logs
 from sim.ticklog.records import CallRecord, EmbeddingRecord
@@ -62,31 +55,21 @@ EMBEDDINGS_ROW = "(embeddings)"
 
 
 @dataclass
-class UsageRow:
-    """Calls, tokens and cost of one group (an entity, a phase, a tick) or of all of them."""
+class UsageRow(Books):
+    """Calls, tokens and cost of one group (an entity, a phase, a tick) or of all of them:
+    the books of the calls with one ``key``, shown with ``calls`` as ``requests``."""
 
     key: str
-    requests: int = 0
-    failures: int = 0
-    usage: Usage = field(default_factory=Usage)
-    cost: Cost = field(default_factory=Cost)
-    #: attempts that timed out on the client: no usage known, the server may have billed
-    timed_out: int = 0
-    #: embeddings requests (not in ``requests``); their tokens and cost are in the row's
-    embedding_requests: int = 0
 
-    def add(self, other: UsageRow) -> None:
-        self.requests += other.requests
-        self.failures += other.failures
-        self.usage += other.usage
-        self.cost = self.cost + other.cost
-        self.timed_out += other.timed_out
-        self.embedding_requests += other.embedding_requests
+    @property
+    def requests(self) -> int:
+        """The model calls, by the name ``sim usage`` shows them (docs/api.md reads it)."""
+        return self.calls
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
-            "requests": self.requests,
+            "requests": self.calls,
             "failures": self.failures,
             "input_tokens": self.usage.input_tokens,
             "cached_input_tokens": self.usage.cached_input_tokens,
@@ -117,23 +100,6 @@ class UsageReport:
         }
 
 
-def call_row(
-    key: str,
-    call: CallRecord,
-    prices: Mapping[str, Any],
-    cache: dict[str, Price | None] | None = None,
-) -> UsageRow:
-    """One logged call as a row: one request, its tokens and its cost (every attempt)."""
-    return UsageRow(
-        key,
-        requests=1,
-        failures=1 if call.failed else 0,
-        usage=call_usage(call),
-        cost=call_cost(call, prices, cache),
-        timed_out=timed_out(call),
-    )
-
-
 def entity_id(call: CallRecord) -> str | None:
     return split_key(call.entity_key)[1] if call.entity_key else None
 
@@ -154,7 +120,7 @@ def model_rows(
         row.cost = row.cost + attempts_cost([attempt], prices, cache, call.price_factor)
         row.timed_out += 1 if attempt.error_code == TIMEOUT else 0
         if n == len(attempts):
-            row.requests += 1
+            row.calls += 1
             row.failures += 1 if call.failed else 0
     return list(rows.values())
 
@@ -170,30 +136,20 @@ def embedding_key(by: By, tick: int, record: EmbeddingRecord) -> str:
     return EMBEDDINGS_ROW  # no entity; the server is not logged
 
 
-def embedding_row(
-    key: str,
-    record: EmbeddingRecord,
-    prices: Mapping[str, Any],
-    cache: dict[str, Price | None] | None = None,
-) -> UsageRow:
-    """One logged embeddings request as a row: its tokens and cost, not a request."""
-    cost = embedding_cost(record, prices, cache)
-    return UsageRow(key, embedding_requests=1, usage=record.to_usage(), cost=cost)
-
-
 def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> dict[str, UsageRow]:
     """The logs' call records (and embeddings requests) summed per phase, tick, entity id,
     ``provider/model`` or endpoint.
 
     Every record counts (``TickLog.call_records``): a call a resume sent again was paid for
-    each time. ``requests`` counts records, so a resent call counts once per sending.
+    each time. ``calls`` (the requests) counts records, so a resent call counts once per
+    sending.
     """
     groups: dict[str, UsageRow] = {}
     cache: dict[str, Price | None] = {}
     for log in logs:
         for record in log.embeddings:
             key = embedding_key(by, log.tick, record)
-            groups.setdefault(key, UsageRow(key)).add(embedding_row(key, record, prices, cache))
+            groups.setdefault(key, UsageRow(key)).add_embedding(record, prices, cache)
         for call in log.call_records:
             if by == "endpoint":
                 _add_by_endpoint(groups, call, prices, cache)
@@ -208,7 +164,7 @@ def group_calls(logs: Iterable[TickLog], by: By, prices: Mapping[str, Any]) -> d
                 key = call.phase
             else:
                 key = entity_id(call) or "-"
-            groups.setdefault(key, UsageRow(key)).add(call_row(key, call, prices, cache))
+            groups.setdefault(key, UsageRow(key)).add_call(call, prices, cache)
     return groups
 
 
@@ -224,7 +180,7 @@ def _add_by_endpoint(
     there."""
     final = redact_url(call.endpoint) if call.endpoint else NO_ENDPOINT
     row = groups.setdefault(final, UsageRow(final))
-    row.requests += 1
+    row.calls += 1
     row.failures += 1 if call.failed else 0
     for attempt in call.every_attempt():
         key = redact_url(attempt.endpoint) if attempt.endpoint else final
@@ -247,7 +203,7 @@ def entity_usage(world_dir: Path) -> dict[str, UsageRow]:
                 continue
             rows[eid] = UsageRow(
                 eid,
-                requests=int(stats.get("total_requests", 0)),
+                calls=int(stats.get("total_requests", 0)),
                 usage=Usage(
                     input_tokens=int(stats.get("total_input_tokens", 0)),
                     cached_input_tokens=int(stats.get("total_cached_input_tokens", 0)),
@@ -266,7 +222,7 @@ def group_rows(
     them).
 
     Every call record counts, as in ``group_calls``: a call a resume sent again was paid for
-    each time, and ``requests`` counts records.
+    each time, and ``calls`` (the requests) counts records.
     """
     # (model, provider, price factor) -> key -> [requests, failures, timed out, input,
     # cached, output, embeddings requests]: one lookup per row of a summary (110,000 rows
@@ -343,7 +299,7 @@ def group_rows(
         if row is None:
             row = rows[key] = UsageRow(key)
         requests, failures, timeouts, input_tokens, cached, output, embedded = sums
-        row.requests += requests
+        row.calls += requests
         row.embedding_requests += embedded
         row.failures += failures
         row.timed_out += timeouts
@@ -407,7 +363,7 @@ def _add_compacted(
         row.add(part)
     return [
         f"{len(compacted)} ticks' call detail was dropped by `sim log --compact --before`: "
-        f"their {row.requests} requests are counted as {COMPACTED_ENDPOINT!r}, from their "
+        f"their {row.calls} requests are counted as {COMPACTED_ENDPOINT!r}, from their "
         "summaries, which do not keep the server of each call"
     ]
 
@@ -492,7 +448,7 @@ def _add_interviews(report: UsageReport, world_dir: Path, prices: Mapping[str, A
         return
     if not asked:
         return
-    row = UsageRow("ask", requests=asked, failures=failed, usage=usage, cost=cost)
+    row = UsageRow("ask", calls=asked, failures=failed, usage=usage, cost=cost)
     report.rows.append(row)
     report.total.add(row)
     report.notes.append(f"ask: {asked} interviews (sim ask, {INTERVIEWS}), outside the ticks")
@@ -512,7 +468,6 @@ __all__ = [
     "By",
     "UsageReport",
     "UsageRow",
-    "call_row",
     "entity_usage",
     "log_totals",
     "usage_report",

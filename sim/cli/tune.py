@@ -55,7 +55,7 @@ def parse_depths(value: str) -> list[int]:
 def tune_line(row: TuneRow) -> str:
     t = row.total
     return (
-        f"{row.depth:>5}  {t.requests:>8}  {t.failures:>6}  {t.usage.input_tokens:>9}  "
+        f"{row.depth:>5}  {t.calls:>8}  {t.failures:>6}  {t.usage.input_tokens:>9}  "
         f"{t.usage.cached_input_tokens:>9}  {t.usage.output_tokens:>10}  {t.cost.text():>9}  "
         f"{row.wall_seconds:>6.2f}s  {row.phase.usage.input_tokens:>12}  {row.avg_window:>10.2f}"
     )
@@ -76,7 +76,7 @@ def memory_line(row: TuneRow) -> str:
     t = row.total
     differs = "-" if row.differs is None else f"{row.differs:.0%}"
     return (
-        f"{row.memory or '':<8}  {t.requests:>8}  {t.failures:>6}  {t.usage.input_tokens:>9}  "
+        f"{row.memory or '':<8}  {t.calls:>8}  {t.failures:>6}  {t.usage.input_tokens:>9}  "
         f"{t.usage.cached_input_tokens:>9}  {t.usage.output_tokens:>10}  {t.cost.text():>9}  "
         f"{row.wall_seconds:>6.2f}s  {row.phase.usage.input_tokens:>12}  {row.memory_lines:>9.2f}  "
         f"{row.mean_age:>8.1f}  {differs:>7}"
@@ -192,7 +192,7 @@ def tune_(
 def usage_line(row: UsageRow, width: int, embeddings: bool = False) -> str:
     """One row of ``sim usage``; ``embeddings``: with the column of embeddings requests."""
     line = (
-        f"{one_line(row.key):<{width}}  {row.requests:>8}  {row.failures:>6}  "
+        f"{one_line(row.key):<{width}}  {row.calls:>8}  {row.failures:>6}  "
         f"{row.usage.input_tokens:>9}  {row.usage.cached_input_tokens:>9}  "
         f"{row.usage.output_tokens:>10}  {row.usage.total_tokens:>9}  {row.cost.text():>9}"
     )

@@ -78,12 +78,13 @@ def timed_out(call: CallRecord) -> int:
     return sum(1 for attempt in call.every_attempt() if attempt.error_code == TIMEOUT)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Books:
     """Calls, tokens and cost of a set of logged calls and embeddings requests.
 
     ``calls`` and ``failures`` are model calls only; ``usage`` and ``cost`` are everything
-    billed, embeddings requests included (``embedding_tokens`` is their part).
+    billed, embeddings requests included (``embedding_tokens`` is their part). Fields are
+    passed by name (a subclass such as ``sim.analysis.usage.UsageRow`` puts its own first).
     """
 
     calls: int = 0
@@ -98,6 +99,16 @@ class Books:
     @property
     def tokens(self) -> int:
         return self.usage.total_tokens
+
+    def add(self, other: Books) -> None:
+        """Count what ``other`` counted."""
+        self.calls += other.calls
+        self.failures += other.failures
+        self.usage += other.usage
+        self.cost = self.cost + other.cost
+        self.timed_out += other.timed_out
+        self.embedding_requests += other.embedding_requests
+        self.embedding_tokens += other.embedding_tokens
 
     def add_call(
         self,

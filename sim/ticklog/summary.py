@@ -557,13 +557,13 @@ def summary_books(summary: Summary, prices: Mapping[str, Any] | None = None) -> 
             usage, groups.models[index], table, cache, groups.provider(index), groups.factor(index)
         )
     return Books(
-        head.calls,
-        head.failures,
-        head.usage.to_usage(),
-        cost,
-        head.timed_out,
-        head.embedding_requests,
-        head.embedding_tokens,
+        calls=head.calls,
+        failures=head.failures,
+        usage=head.usage.to_usage(),
+        cost=cost,
+        timed_out=head.timed_out,
+        embedding_requests=head.embedding_requests,
+        embedding_tokens=head.embedding_tokens,
     )
 
 

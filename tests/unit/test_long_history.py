@@ -264,8 +264,8 @@ def test_summaries_equal_the_books_of_the_full_log(seed: int) -> None:
         assert set(new) == set(old)
         for key, row in old.items():
             other = new[key]
-            assert (other.requests, other.failures, other.timed_out) == (
-                row.requests,
+            assert (other.calls, other.failures, other.timed_out) == (
+                row.calls,
                 row.failures,
                 row.timed_out,
             )

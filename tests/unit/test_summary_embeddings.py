@@ -102,8 +102,8 @@ def test_summaries_count_embeddings_as_the_full_log_does(tmp_path: Path, seed: i
         assert set(new) == set(old), by
         for key, row in old.items():
             other = new[key]
-            assert (other.requests, other.embedding_requests, other.failures) == (
-                row.requests,
+            assert (other.calls, other.embedding_requests, other.failures) == (
+                row.calls,
                 row.embedding_requests,
                 row.failures,
             ), (by, key)
@@ -114,7 +114,7 @@ def test_summaries_count_embeddings_as_the_full_log_does(tmp_path: Path, seed: i
             assert other.cost.unpriced == row.cost.unpriced
             assert math.isclose(other.cost.usd, row.cost.usd, rel_tol=1e-9, abs_tol=1e-12)
         if any(log.embeddings for log in logs) and by == "entity":
-            assert old[EMBEDDINGS_ROW].requests == 0
+            assert old[EMBEDDINGS_ROW].calls == 0
             assert old[EMBEDDINGS_ROW].embedding_requests == sum(len(x.embeddings) for x in logs)
 
 
