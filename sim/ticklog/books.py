@@ -20,7 +20,7 @@ billed too: their tokens and cost are in ``Books.usage`` and ``Books.cost``, eac
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sim.llm.budget import Cost, Price, price_usage
@@ -78,6 +78,12 @@ def timed_out(call: CallRecord) -> int:
     return sum(1 for attempt in call.every_attempt() if attempt.error_code == TIMEOUT)
 
 
+#: a new Books' zeros: both frozen, so one of each serves every Books (``sim usage`` makes
+#: a row per call)
+_NO_USAGE = Usage()
+_NO_COST = Cost()
+
+
 @dataclass(kw_only=True)
 class Books:
     """Calls, tokens and cost of a set of logged calls and embeddings requests.
@@ -89,8 +95,8 @@ class Books:
 
     calls: int = 0
     failures: int = 0
-    usage: Usage = field(default_factory=Usage)
-    cost: Cost = field(default_factory=Cost)
+    usage: Usage = _NO_USAGE
+    cost: Cost = _NO_COST
     timed_out: int = 0
     #: embeddings requests (not calls) and the (input) tokens the servers counted for them
     embedding_requests: int = 0
