@@ -54,6 +54,17 @@ COMPACTED_ENDPOINT = "(compacted: server not kept)"
 EMBEDDINGS_ROW = "(embeddings)"
 
 
+class _UsageCount:
+    """A count of a row's ``usage`` (``Usage``), read as the row's own of that name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, row: Books, owner: type | None = None) -> int:
+        count: int = getattr(row.usage, self.name)
+        return count
+
+
 @dataclass
 class UsageRow(Books):
     """Calls, tokens and cost of one group (an entity, a phase, a tick) or of all of them:
@@ -65,6 +76,12 @@ class UsageRow(Books):
     def requests(self) -> int:
         """The model calls, by the name ``sim usage`` shows them (docs/api.md reads it)."""
         return self.calls
+
+    # a row of ``sim.usage_report`` is read by the names ``sim usage --json`` gives them
+    input_tokens = _UsageCount()
+    cached_input_tokens = _UsageCount()
+    output_tokens = _UsageCount()
+    total_tokens = _UsageCount()
 
     def to_dict(self) -> dict[str, Any]:
         return {
