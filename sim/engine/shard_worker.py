@@ -57,9 +57,18 @@ from sim.ticklog.format import packed_call_line
 from sim.world import World
 
 #: the calls a worker running a local model's calls (``ShardPlan.local``) keeps in flight:
-#: each waits for the coordinator to log it, a round trip that would otherwise leave the
-#: model idle (its stack still runs ``[llm] max_concurrency`` of them at once)
+#: once ``LOCAL_UNLOGGED`` of them wait to be logged, each new one waits for its round
+#: trip, which would otherwise leave the model idle (its stack still runs ``[llm]
+#: max_concurrency`` of them at once)
 LOCAL_IN_FLIGHT = 1024
+#: how many of its own calls a worker (``ShardPlan.local``) may use before the coordinator
+#: says they are in the log. The order of the socket already keeps the log whole: a call
+#: is logged before anything the worker sent after it (later calls, the phase's end, its
+#: part of the world), so a resume replays a prefix of what the worker did, and asks the
+#: free local model again for the rest. Waiting for each call's round trip instead left
+#: the worker idle while the coordinator ran its own shard; this bounds only what waits in
+#: the socket's buffer when the coordinator falls behind.
+LOCAL_UNLOGGED = 32768
 #: a worker sends the calls it ran in messages of at most this many (``LocalAdapter``), so
 #: the coordinator logs one while the worker runs the next
 LOGGED_BATCH = 64
@@ -90,13 +99,18 @@ class RemoteAdapter:
     async def delete_response(self, response_id: str) -> None:
         raise RuntimeError("a shard's worker deletes no response: the coordinator does")
 
+    def send_logged(self) -> None:
+        """Send the calls run here that are not on their way yet (``LocalAdapter``); the
+        coordinator's answers are logged there."""
+
 
 class LocalAdapter(RemoteAdapter):
     """The worker's adapter when its calls run here (``ShardPlan.local``): each call goes
     through ``stack`` (a local, free model's: no network, no cost); its record for the
     tick's log is made here (``call_record``) and sent to the coordinator with the events
     its sinks count (the answer's text and parsed result left out), and the answer is
-    used only once the coordinator says it is in the log, as with one process."""
+    used at once: its record is on the socket before anything made with it
+    (``LOCAL_UNLOGGED``)."""
 
     def __init__(
         self,
@@ -112,10 +126,10 @@ class LocalAdapter(RemoteAdapter):
         self._prices: dict[str, Price | None] = {}
         #: the instructions digests whose text went to the coordinator already
         self._told: set[str] = set()
-        #: the calls finished in this turn of the event loop, sent together (``_send``)
+        #: the calls finished in this turn of the event loop, sent together (``send_logged``)
         self._unsent: list[tuple[int, Logged]] = []
 
-    def _send(self) -> None:
+    def send_logged(self) -> None:
         """The calls finished since the last time, in one message: pickled plainly
         (nothing in it is shared with other messages: ``post`` would ask of each of its
         objects whether it is)."""
@@ -188,11 +202,12 @@ class LocalAdapter(RemoteAdapter):
                 update={"input": "", "result": None, "history": [], "settings": {}}
             )
             if not self._unsent:
-                asyncio.get_running_loop().call_soon(self._send)
+                asyncio.get_running_loop().call_soon(self.send_logged)
             self._unsent.append((n, Logged(slim, line, cost, text, counted)))
             if len(self._unsent) >= LOGGED_BATCH:  # on its way while the next are made
-                self._send()
-            await future  # in the tick's log: the answer may be used
+                self.send_logged()
+            if len(self.waiting) > LOCAL_UNLOGGED:  # far ahead of the log: wait for it
+                await future
         if isinstance(answer, LLMError):
             raise answer
         return answer
@@ -312,7 +327,7 @@ async def run_part(
     ctx.occupancy = {lid: where[lid] for lid in plan.locations if lid in where}
     mine = [cid for present in ctx.occupancy.values() for cid in present]
     ctx.part = frozenset(mine)
-    if plan.local:  # its calls wait to be logged, not for a server: keep the model busy
+    if plan.local:  # its calls may wait to be logged, not for a server: keep the model busy
         ctx.in_flight = max(LOCAL_IN_FLIGHT, config.llm.max_concurrency)
 
     # the coordinator makes each call's events as it answers it: none are sent from here
@@ -322,6 +337,7 @@ async def run_part(
         await spec.run(ctx)
         changed = changed_states(world, before)
         done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)
+        adapter.send_logged()  # the phase's calls before its end, in the log too
         adapter.outbox.post(("phase", done))
         adapter.outbox.flush()
         await writer.drain()

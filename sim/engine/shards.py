@@ -377,7 +377,8 @@ class Shards:
                     task.add_done_callback(self._tasks.discard)
                 elif kind == "logged":
                     self._logged(worker, message[1])
-                else:
+                else:  # a phase's end, a part, a failure: the calls before it logged first
+                    self._write()
                     worker.inbox.put_nowait(message)
                 # not held while the next one is awaited: a worker's last message is its
                 # part of the world, which the closing task's traceback would keep alive
@@ -469,9 +470,12 @@ class Shards:
 
     def _write(self) -> None:
         """Log the calls read since the last time (one write, flushed), count their
-        events, then tell each worker its calls are in the log (one message): only then
-        does it use the answers."""
+        events, then tell each worker its calls are in the log (one message), which a
+        worker ``sim.engine.shard_worker.LOCAL_UNLOGGED`` calls ahead of the log waits
+        for."""
         unlogged, self._unlogged = self._unlogged, []
+        if not unlogged:  # written already, before a message that came after them
+            return
         assert self.log is not None
         self.log([logged for _, calls in unlogged for _, logged in calls])
         told: dict[int, tuple[_Worker, list[int]]] = {}

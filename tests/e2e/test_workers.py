@@ -630,3 +630,72 @@ def test_only_a_local_free_stack_without_budget_policy_or_resume_runs_on_the_wor
         flags = {"budget": False, "gated": False, "resume": False, flag: True}
         assert not local_calls(local_stack=True, **flags)
     assert not local_calls(local_stack=False, budget=False, gated=False, resume=False)
+
+
+async def _serve_unanswered(
+    world: Path, acks_after: int | None, timeout: float = 60
+) -> list[tuple[str, int]]:
+    """Run ``shard_worker.serve`` on one end of a socket pair, as a worker of a local
+    model's tick (``ShardPlan.local``) whose part is the whole world, and play its
+    coordinator on the other end, saying calls are logged only once ``acks_after`` of them
+    came (``None``: never). Returns the messages up to the first phase's end: ``("logged",
+    calls in it)`` and ``("phase", 0)``."""
+    import socket
+
+    from sim.engine import shard_worker
+    from sim.engine.recorder import CallNames
+    from sim.engine.split import ShardPlan
+    from sim.engine.wire import frame, receive
+    from sim.phases.happenings import Happenings
+
+    ours, theirs = socket.socketpair()
+    serving = asyncio.create_task(shard_worker.serve(theirs, world))
+    reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
+    places = tuple(Storage(world).load().characters_at())
+    names = CallNames(1, "test", {})
+    config = config_for(world)
+    plan = ShardPlan(1, world, config, 1, places, names, "offline", Happenings(), local=True)
+    writer.write(frame(("open", None)) + frame(("plan", plan)))
+    seen: list[tuple[str, int]] = []
+    unacked: list[int] = []
+    try:
+        while True:
+            message = await asyncio.wait_for(receive(reader), timeout)
+            if message[0] == "phase":
+                seen.append(("phase", 0))
+                return seen
+            assert message[0] == "logged", message[0]
+            seen.append(("logged", len(message[1])))
+            unacked.extend(n for n, _ in message[1])
+            if acks_after is not None and len(unacked) >= acks_after:
+                writer.write(frame(("logged", unacked)))
+                unacked = []
+    finally:
+        # the worker's tasks are stopped before its socket closes: a worker whose
+        # coordinator goes mid-tick ends its process
+        others = {serving, *asyncio.all_tasks()} - {asyncio.current_task()}  # its reader too
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        writer.close()
+        theirs.close()
+
+
+def test_a_worker_uses_its_own_calls_before_they_are_logged_and_ends_its_phase_after_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker running a local model's calls does not wait for each to be logged (the
+    coordinator, busy with its own shard, would leave it idle): with no call ever said to
+    be logged it runs its first phase to the end, every call's record on the socket before
+    the phase's end. Only ``LOCAL_UNLOGGED`` calls ahead of the log does it wait."""
+    from sim.engine import shard_worker
+
+    world = copy_demo(tmp_path / "demo")
+    seen = asyncio.run(_serve_unanswered(world, None))
+    assert seen[-1] == ("phase", 0)
+    calls = sum(n for kind, n in seen if kind == "logged")
+    assert calls == len(Storage(world).load().characters)  # one intention each
+    monkeypatch.setattr(shard_worker, "LOCAL_UNLOGGED", 2)
+    with pytest.raises(TimeoutError):  # 3 calls ahead of the log, never told: it waits
+        asyncio.run(_serve_unanswered(world, None, timeout=2))
+    assert asyncio.run(_serve_unanswered(world, 3))[-1] == ("phase", 0)
