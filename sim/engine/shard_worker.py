@@ -67,8 +67,10 @@ LOCAL_IN_FLIGHT = 1024
 #: part of the world), so a resume replays a prefix of what the worker did, and asks the
 #: free local model again for the rest. Waiting for each call's round trip instead left
 #: the worker idle while the coordinator ran its own shard; this bounds only what waits in
-#: the socket's buffer when the coordinator falls behind.
-LOCAL_UNLOGGED = 32768
+#: the socket's buffer when the coordinator falls behind (about 4 KB a call: at 100,000
+#: characters the coordinator fell 32,768 calls behind, and its worker then waited, 4 s
+#: of a 32 s tick's phases; with this bound its peak memory stayed under 1.9 GiB).
+LOCAL_UNLOGGED = 65536
 #: a worker sends the calls it ran in messages of at most this many (``LocalAdapter``), so
 #: the coordinator logs one while the worker runs the next
 LOGGED_BATCH = 64
