@@ -699,3 +699,28 @@ def test_a_worker_uses_its_own_calls_before_they_are_logged_and_ends_its_phase_a
     with pytest.raises(TimeoutError):  # 3 calls ahead of the log, never told: it waits
         asyncio.run(_serve_unanswered(world, None, timeout=2))
     assert asyncio.run(_serve_unanswered(world, 3))[-1] == ("phase", 0)
+
+
+def test_a_sharded_ticks_log_holds_each_phases_calls_before_its_end(tmp_path: Path) -> None:
+    """With the workers running their own calls (the offline model), the log is written in
+    an order a resume can read: every call of a phase before the phase's record, as with
+    one process (the log kept plain, as written)."""
+    import orjson
+
+    from bench.make_world import make_world
+
+    world = tmp_path / "w"
+    make_world(world, 600, 60)
+    config = config_for(world, history={"compress_level": 0})
+    Runner(world, config, workers=2).run(1)
+    ended: list[str] = []
+    calls = 0
+    for line in log_path(world, 1).read_bytes().splitlines():
+        record = orjson.loads(line)
+        if record["type"] == "phase":
+            ended.append(record["name"])
+        elif record["type"] == "call":
+            calls += 1
+            assert record["phase"] not in ended, (record["phase"], ended)
+    assert calls == len(read_log(log_path(world, 1)).calls) > 600
+    assert ended == ["intentions", "resolution", "narrative", "apply", "memory"]
