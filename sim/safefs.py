@@ -303,17 +303,22 @@ def write_at(dir_fd: int, name: str, shown: Path, data: bytes, *, sync: bool = F
     written through: its name is removed and a new file is made in its place, exclusively
     (a name planted again in between is refused, not followed).
     """
-    fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS)
-    if os.fstat(fd).st_nlink > 1:
+    # as few system calls as the checks allow (one ``fstat``; a truncate only when the file
+    # was longer): a commit makes these on 16 threads, and each call hands the interpreter
+    # lock to another thread and back (at 44,000 files, 7 calls a file took 2.2-2.9 s, 5
+    # took 1.6 s)
+    fd, info = _open_stat_at(dir_fd, name, shown, _WRITE_FLAGS)
+    if info.st_nlink > 1:
         os.close(fd)
         os.unlink(name, dir_fd=dir_fd)
-        fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS | os.O_EXCL)
+        fd, info = _open_stat_at(dir_fd, name, shown, _WRITE_FLAGS | os.O_EXCL)
     try:
         view = memoryview(data)
-        offset = 0
+        offset = os.pwrite(fd, view, 0)
         while offset < len(view):
             offset += os.pwrite(fd, view[offset:], offset)
-        os.ftruncate(fd, len(data))
+        if info.st_size > len(data):
+            os.ftruncate(fd, len(data))
         if sync:
             os.fdatasync(fd)
     finally:

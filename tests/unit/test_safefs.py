@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +46,39 @@ def test_interviews_are_not_read_through_a_linked_folder(tmp_path: Path) -> None
     (world / ".sim").symlink_to(outside)
     assert read_interviews(world) == []
     assert INTERVIEWS == ".sim/interviews.jsonl"
+
+
+@pytest.mark.parametrize("before", [b"", b"short", b"a much longer file than what replaces it\n"])
+def test_an_in_place_write_leaves_exactly_the_new_bytes(tmp_path: Path, before: bytes) -> None:
+    (tmp_path / "f.json").write_bytes(before)
+    with safefs.open_dir(tmp_path, []) as dir_fd:
+        safefs.write_at(dir_fd, "f.json", tmp_path / "f.json", b"the new text\n", sync=True)
+        safefs.write_at(dir_fd, "new.json", tmp_path / "new.json", b"made\n")
+    assert (tmp_path / "f.json").read_bytes() == b"the new text\n"
+    assert (tmp_path / "new.json").read_bytes() == b"made\n"
+
+
+def test_an_in_place_write_of_a_growing_file_makes_one_stat_and_no_truncate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit writes every changed file this way on 16 threads, and each system call
+    hands the interpreter lock to another thread and back: a tick's files mostly grow,
+    and for them the file's one ``fstat`` says no truncate is needed."""
+    (tmp_path / "f.json").write_bytes(b"old\n")
+    calls: list[str] = []
+
+    def counted(name: str) -> Any:
+        real = getattr(os, name)
+
+        def call(*args: Any) -> Any:
+            calls.append(name)
+            return real(*args)
+
+        return call
+
+    for name in ("fstat", "ftruncate"):
+        monkeypatch.setattr(os, name, counted(name))
+    with safefs.open_dir(tmp_path, []) as dir_fd:
+        safefs.write_at(dir_fd, "f.json", tmp_path / "f.json", b"old and more\n", sync=True)
+    assert calls == ["fstat"]
+    assert (tmp_path / "f.json").read_bytes() == b"old and more\n"
