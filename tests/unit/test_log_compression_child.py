@@ -1,0 +1,178 @@
+"""A big tick log is compressed by a child process while the commit writes the world.
+
+Real ticks of the demo world, real child processes; the threshold (``CHILD_FROM_BYTES``)
+is lowered so the demo's small log takes the path a 10,000-character tick's log takes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import copy_demo
+
+from sim.config import load_config
+from sim.engine.runner import Runner
+from sim.storage import Storage
+from sim.ticklog import compression
+from sim.ticklog.compression import LogCompression, compress_log
+from sim.ticklog.format import log_path, packed_path
+from sim.ticklog.reader import read_log
+
+
+def run(world: Path, ticks: int, **overrides: object) -> None:
+    config = load_config(world_dir=world, overrides=overrides or None, cwd=world)
+    Runner(world, config).run(ticks)
+
+
+@pytest.fixture
+def plain(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
+    """Each committed log's plain bytes, taken just before its compressed form replaces
+    it; every log goes to a child (the threshold at 0)."""
+    monkeypatch.setattr(compression, "CHILD_FROM_BYTES", 0)
+    kept: dict[int, bytes] = {}
+    real = LogCompression.finish
+
+    def keep(self: LogCompression) -> Path:
+        kept[int(self.path.name[5:11])] = self.path.read_bytes()
+        return real(self)
+
+    monkeypatch.setattr(LogCompression, "finish", keep)
+    return kept
+
+
+def children(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The exit codes of the compression children, as they are waited for."""
+    codes: list[int] = []
+    real = compression._ChildCompression.finished
+
+    def finished(self: compression._ChildCompression) -> bool:
+        done = real(self)
+        codes.append(self.process.returncode)
+        return done
+
+    monkeypatch.setattr(compression._ChildCompression, "finished", finished)
+    return codes
+
+
+def same_as_compressed_here(world: Path, plain: dict[int, bytes], tmp_path: Path) -> None:
+    for tick, data in plain.items():
+        again = tmp_path / f"again-{tick}" / log_path(world, tick).name
+        again.parent.mkdir()
+        again.write_bytes(data)
+        assert packed_path(log_path(world, tick)).read_bytes() == compress_log(again).read_bytes()
+        assert not log_path(world, tick).exists()
+
+
+def test_a_big_log_is_compressed_by_a_child_to_the_bytes_one_process_makes(
+    tmp_path: Path, plain: dict[int, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    codes = children(monkeypatch)
+    world = copy_demo(tmp_path / "w")
+    run(world, 2)
+    assert codes == [0, 0]  # each tick's log went to a child, which wrote it whole
+    assert sorted(plain) == [1, 2]
+    same_as_compressed_here(world, plain, tmp_path)
+    assert [p.name for p in (world / ".sim" / "log").glob("*.tmp")] == []
+
+
+@pytest.mark.parametrize(
+    "child", ["import sys; sys.exit(1)", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+)
+def test_a_child_that_fails_or_dies_leaves_the_log_to_this_process(
+    tmp_path: Path, plain: dict[int, bytes], monkeypatch: pytest.MonkeyPatch, child: str
+) -> None:
+    """A child that cannot compress (killed by the kernel for memory, say, or importing
+    another sim than its parent) costs only time: the log is compressed here instead."""
+    monkeypatch.setattr(compression, "_CHILD_CODE", child)
+    codes = children(monkeypatch)
+    world = copy_demo(tmp_path / "w")
+    run(world, 1)
+    assert codes and all(code != 0 for code in codes)
+    same_as_compressed_here(world, plain, tmp_path)
+
+
+def test_a_tick_that_does_not_commit_stops_its_child_and_keeps_the_log_plain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compression, "CHILD_FROM_BYTES", 0)
+    started: list[compression._ChildCompression] = []
+    real_start = compression._ChildCompression.start
+
+    def start(*args: object) -> compression._ChildCompression | None:
+        child = real_start(*args)  # type: ignore[arg-type]
+        assert child is not None
+        started.append(child)
+        return child
+
+    monkeypatch.setattr(compression._ChildCompression, "start", start)
+    real_commit = Storage.commit
+
+    def refuse(self: Storage, *args: object, **kwargs: object) -> list[str]:
+        if args and (self.root / ".sim" / "log").is_dir():
+            raise OSError(28, "No space left on device")
+        return real_commit(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Storage, "commit", refuse)
+    world = copy_demo(tmp_path / "w")
+    with pytest.raises(OSError, match="No space"):
+        run(world, 1)
+    (child,) = started
+    assert child.process.returncode is not None  # ended, not left running
+    names = sorted(p.name for p in (world / ".sim" / "log").iterdir())
+    assert names == [log_path(world, 1).name]
+    monkeypatch.setattr(Storage, "commit", real_commit)
+    run(world, 1)  # resumes, and compresses
+    assert read_log(packed_path(log_path(world, 1))).resumes == 1
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from sim.ticklog import compression
+compression.CHILD_FROM_BYTES = 0
+job = compression.LogCompression(Path(sys.argv[1]), 3, [b'{"type":"commit"}'])
+print(job._child.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_child_whose_parent_is_killed_stops_and_removes_its_copy(tmp_path: Path) -> None:
+    """``kill -9`` of ``sim tick`` while its log is being compressed: the child does not
+    go on writing beside the next run (which compresses the log again from the start)."""
+    world = copy_demo(tmp_path / "w")
+    run(world, 1, history={"compress_level": 0})
+    log = log_path(world, 1)
+    lines = log.read_bytes().splitlines(keepends=True)
+    with log.open("ab") as out:  # ~20 MB: longer to pack than the child takes to notice
+        while log.stat().st_size < 20 << 20:
+            out.writelines(lines[1:])
+    before = log.read_bytes()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(log)], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    os.kill(child, signal.SIGSTOP)  # held while its parent dies
+    parent.kill()
+    parent.wait()
+    os.kill(child, signal.SIGCONT)
+    assert gone(child, 60), "the compression child outlived its parent"
+    assert not packed_path(log).with_name(packed_path(log).name + ".tmp").exists()
+    assert log.read_bytes() == before
