@@ -25,6 +25,7 @@ from sim.testing.pytest_plugin import (  # noqa: F401  (fixtures)
     stub_server,
 )
 from sim.testing.worlds import pristine_worlds
+from sim.ticklog.compression import LogCompression
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,3 +150,17 @@ class Counted:
 
     async def delete_response(self, response_id: str) -> None:
         return None
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
+    """Each committed log's plain bytes, taken just before its compressed form replaces it."""
+    plain: dict[int, bytes] = {}
+    real = LogCompression.finish
+
+    def keep(self: LogCompression) -> Path:
+        plain[int(self.path.name[5:11])] = self.path.read_bytes()
+        return real(self)
+
+    monkeypatch.setattr(LogCompression, "finish", keep)
+    return plain

@@ -18,11 +18,9 @@ from conftest import copy_demo
 
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.storage import Storage
 from sim.ticklog import compression
-from sim.ticklog.compression import LogCompression, compress_log
+from sim.ticklog.compression import compress_log
 from sim.ticklog.format import log_path, packed_path
-from sim.ticklog.reader import read_log
 
 
 def run(world: Path, ticks: int, **overrides: object) -> None:
@@ -31,19 +29,10 @@ def run(world: Path, ticks: int, **overrides: object) -> None:
 
 
 @pytest.fixture
-def plain(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
-    """Each committed log's plain bytes, taken just before its compressed form replaces
-    it; every log goes to a child (the threshold at 0)."""
+def plain(captured: dict[int, bytes], monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
+    """``captured``, with every log going to a child (the threshold at 0)."""
     monkeypatch.setattr(compression, "CHILD_FROM_BYTES", 0)
-    kept: dict[int, bytes] = {}
-    real = LogCompression.finish
-
-    def keep(self: LogCompression) -> Path:
-        kept[int(self.path.name[5:11])] = self.path.read_bytes()
-        return real(self)
-
-    monkeypatch.setattr(LogCompression, "finish", keep)
-    return kept
+    return captured
 
 
 def children(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -95,40 +84,6 @@ def test_a_child_that_fails_or_dies_leaves_the_log_to_this_process(
     run(world, 1)
     assert codes and all(code != 0 for code in codes)
     same_as_compressed_here(world, plain, tmp_path)
-
-
-def test_a_tick_that_does_not_commit_stops_its_child_and_keeps_the_log_plain(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(compression, "CHILD_FROM_BYTES", 0)
-    started: list[compression._ChildCompression] = []
-    real_start = compression._ChildCompression.start
-
-    def start(*args: object) -> compression._ChildCompression | None:
-        child = real_start(*args)  # type: ignore[arg-type]
-        assert child is not None
-        started.append(child)
-        return child
-
-    monkeypatch.setattr(compression._ChildCompression, "start", start)
-    real_commit = Storage.commit
-
-    def refuse(self: Storage, *args: object, **kwargs: object) -> list[str]:
-        if args and (self.root / ".sim" / "log").is_dir():
-            raise OSError(28, "No space left on device")
-        return real_commit(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Storage, "commit", refuse)
-    world = copy_demo(tmp_path / "w")
-    with pytest.raises(OSError, match="No space"):
-        run(world, 1)
-    (child,) = started
-    assert child.process.returncode is not None  # ended, not left running
-    names = sorted(p.name for p in (world / ".sim" / "log").iterdir())
-    assert names == [log_path(world, 1).name]
-    monkeypatch.setattr(Storage, "commit", real_commit)
-    run(world, 1)  # resumes, and compresses
-    assert read_log(packed_path(log_path(world, 1))).resumes == 1
 
 
 PARENT = """

@@ -79,20 +79,6 @@ def invoke_stdout(*args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
-@pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
-    """Each committed log's plain bytes, taken just before its compressed form replaces it."""
-    plain: dict[int, bytes] = {}
-    real = LogCompression.finish
-
-    def keep(self: LogCompression) -> Path:
-        plain[int(self.path.name[5:11])] = self.path.read_bytes()
-        return real(self)
-
-    monkeypatch.setattr(LogCompression, "finish", keep)
-    return plain
-
-
 def test_a_compressed_log_reads_back_as_the_bytes_the_tick_wrote(
     tmp_path: Path, captured: dict[int, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -560,13 +546,25 @@ def test_a_compression_thread_that_starts_late_still_takes_the_commit_record_onc
         assert types.count("commit") == 1
 
 
+@pytest.mark.parametrize("by", ["thread", "child"])
 def test_a_tick_that_does_not_commit_keeps_its_log_plain(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
 ) -> None:
     """The compression started for the commit is dropped when the commit fails: the log
-    stays plain with nothing beside it, and the next run resumes and compresses it."""
+    stays plain with nothing beside it (a child compressing it has ended), and the next run
+    resumes and compresses it."""
     from sim.storage import Storage
+    from sim.ticklog import compression
 
+    monkeypatch.setattr(compression, "CHILD_FROM_BYTES", 0 if by == "child" else 1 << 62)
+    started: list[compression._ChildCompression | None] = []
+    real_start = compression._ChildCompression.start
+
+    def start(*args: object) -> compression._ChildCompression | None:
+        started.append(real_start(*args))  # type: ignore[arg-type]
+        return started[-1]
+
+    monkeypatch.setattr(compression._ChildCompression, "start", start)
     world = copy_demo(tmp_path / "w")
     real = Storage.commit
 
@@ -578,6 +576,8 @@ def test_a_tick_that_does_not_commit_keeps_its_log_plain(
     monkeypatch.setattr(Storage, "commit", refuse)
     with pytest.raises(OSError, match="No space"):
         run(world, 1)
+    ended = [child is not None and child.process.returncode is not None for child in started]
+    assert ended == ([True] if by == "child" else [])
     names = sorted(p.name for p in (world / ".sim" / "log").iterdir())
     assert names == [log_path(world, 1).name]
     monkeypatch.setattr(Storage, "commit", real)
