@@ -4,40 +4,22 @@ of a whole sweep or study (``Ledger``), shared out among the runs as they start.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from sim.llm.budget import Cost
-from sim.llm.types import Usage
+from sim.ticklog.books import Books
 from sim.ticklog.summary import logged_books
 
 
-@dataclass
-class Spend:
-    """What a run spent, from its logs."""
-
-    usage: Usage = field(default_factory=Usage)
-    cost: Cost = field(default_factory=Cost)
-    calls: int = 0
-    failures: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.usage.total_tokens
-
-
-def spend(run_dir: Path) -> Spend:
-    """Everything a run's logs say it sent, abandoned logs included; unreadable logs skipped
-    (a log cut short by a kill is read up to its last whole line by the log reader). A
-    committed tick is counted from its summary (``logged_books``), not its whole log: the
-    sweep's process reads every run's books, one after another."""
-    total = Spend()
+def spend(run_dir: Path) -> Books:
+    """Everything a run's logs say it sent, abandoned logs included (their usage and cost,
+    not their calls); unreadable logs skipped (a log cut short by a kill is read up to its
+    last whole line by the log reader). A committed tick is counted from its summary
+    (``logged_books``), not its whole log: the sweep's process reads every run's books, one
+    after another."""
+    total = Books()
     for _, aside, books in logged_books(run_dir):
-        total.usage = total.usage + books.usage
-        total.cost = total.cost + books.cost
-        if not aside:
-            total.calls += books.calls
-            total.failures += books.failures
+        total.add(books, billed_only=aside)
     return total
 
 
@@ -54,7 +36,7 @@ class Ledger:
     """The sweep's budget: what runs spent, what runs still going were given, what is left."""
 
     def __init__(
-        self, cap_usd: float | None, cap_tokens: int | None, spent: Spend, jobs: int
+        self, cap_usd: float | None, cap_tokens: int | None, spent: Books, jobs: int
     ) -> None:
         self.cap_usd = cap_usd
         self.cap_tokens = cap_tokens
@@ -90,7 +72,7 @@ class Ledger:
             self.reserved_tokens += grant.tokens or 0
             return grant
 
-    def settle(self, grant: Grant, before: Spend, after: Spend) -> None:
+    def settle(self, grant: Grant, before: Books, after: Books) -> None:
         """A run ended: its grant goes back, what it spent is counted."""
         with self.lock:
             self.reserved_usd -= grant.usd or 0.0
@@ -103,6 +85,5 @@ class Ledger:
 __all__ = [
     "Grant",
     "Ledger",
-    "Spend",
     "spend",
 ]

@@ -43,7 +43,7 @@ from sim.config import user_layers
 from sim.runs.design import SweepPlan
 from sim.runs.fork import RUN_FILE, RunRecord, check_out, current_tick, finished, prepare
 from sim.runs.inputs import inputs_of
-from sim.runs.ledger import Ledger, Spend, spend
+from sim.runs.ledger import Ledger, spend
 from sim.runs.process import (
     STOPPED,
     Executor,
@@ -56,6 +56,7 @@ from sim.runs.process import (
     trusted_flags,
 )
 from sim.storage import Storage
+from sim.ticklog.books import Books
 from sim.ticklog.recovery import recover_logs
 
 
@@ -88,9 +89,9 @@ def run_sweep(
         if dirs[i].exists()
     }
     spent = {i: spend(dirs[i]) for i in records}
-    total = Spend()
+    total = Books()
     for one in spent.values():
-        total.usage, total.cost = total.usage + one.usage, total.cost + one.cost
+        total.add(one)
     ledger = Ledger(budget_usd, budget_tokens, total, jobs)
     outcomes: list[RunOutcome | None] = [None] * len(plan.runs)
     todo = [
@@ -149,7 +150,7 @@ def run_sweep(
         command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, overrides))
         code = executor(run_dir, command, plan.cwd)
         after = spend(run_dir)
-        ledger.settle(grant, spent.get(index, Spend()), after)
+        ledger.settle(grant, spent.get(index, Books()), after)
         base.tick, base.exit_code = current_tick(run_dir), code
         base.granted_usd, base.granted_tokens = grant.usd, grant.tokens
         if code == 0 and finished(run_dir, target):

@@ -60,7 +60,7 @@ from sim.runs.fork import (
     read_record,
 )
 from sim.runs.inputs import Inputs, changed, inputs_of
-from sim.runs.ledger import Grant, Ledger, Spend
+from sim.runs.ledger import Grant, Ledger
 from sim.runs.process import (
     STOPPED,
     Executor,
@@ -77,6 +77,7 @@ from sim.storage import Storage, dump_json
 from sim.study.design import SHARED, STUDY_COPY, Arm, Study, Unit, check_against_world
 from sim.study.network import NETWORK_FACTOR, ConditionNetwork, apply_network
 from sim.study.trust import check_factors
+from sim.ticklog.books import Books
 from sim.ticklog.format import LOG_DIR, list_logs, summary_rel
 from sim.ticklog.reader import read_regular
 from sim.ticklog.recovery import recover_logs
@@ -92,11 +93,11 @@ class StudyBooks:
     """What folders' logs and answers say was spent, each copied file or answer once."""
 
     seen: set[str]
-    spend: Spend
+    spend: Books
 
     @classmethod
     def empty(cls) -> StudyBooks:
-        return cls(set(), Spend())
+        return cls(set(), Books())
 
     def add_folder(self, run_dir: Path, prices: Mapping[str, Any]) -> None:
         # a committed tick's books from its summary, not its whole log (``logged_books``):
@@ -109,11 +110,7 @@ class StudyBooks:
             if key in self.seen:
                 continue
             self.seen.add(key)
-            self.spend.usage = self.spend.usage + books.usage
-            self.spend.cost = self.spend.cost + books.cost
-            if not aside:
-                self.spend.calls += books.calls
-                self.spend.failures += books.failures
+            self.spend.add(books, billed_only=aside)
         try:
             interviews = read_interviews(run_dir)
         except Exception:  # a damaged record: counted as nothing, `sim usage` names it
@@ -133,7 +130,7 @@ def _usage(interview: Interview) -> Usage:
     return interview.usage.to_usage()
 
 
-def folder_spend(run_dir: Path, prices: Mapping[str, Any]) -> Spend:
+def folder_spend(run_dir: Path, prices: Mapping[str, Any]) -> Books:
     books = StudyBooks.empty()
     books.add_folder(run_dir, prices)
     return books.spend
@@ -539,7 +536,7 @@ class StudyRunner:
 # -- the whole study -------------------------------------------------------------------------
 
 
-def study_spend(study: Study, out: Path, plan: SweepPlan) -> Spend:
+def study_spend(study: Study, out: Path, plan: SweepPlan) -> Books:
     """What every folder of the study spent, each copied log or answer counted once."""
     books = StudyBooks.empty()
     for unit in study.units:

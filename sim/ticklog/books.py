@@ -106,8 +106,13 @@ class Books:
     def tokens(self) -> int:
         return self.usage.total_tokens
 
-    def add(self, other: Books) -> None:
-        """Count what ``other`` counted."""
+    def add(self, other: Books, *, billed_only: bool = False) -> None:
+        """Count what ``other`` counted; with ``billed_only``, its usage and cost alone (an
+        abandoned log's: paid for, but not the calls of the run it is kept beside)."""
+        if billed_only:
+            self.usage += other.usage
+            self.cost = self.cost + other.cost
+            return
         self.calls += other.calls
         self.failures += other.failures
         self.usage += other.usage
