@@ -180,6 +180,22 @@ def _endpoint(config: Config, url: str, max_concurrency: int | None = None) -> E
     )
 
 
+def _metered(
+    adapter: Adapter,
+    endpoint: Endpoint | None,
+    budget: Budget,
+    name: str,
+    answers_as: str,
+    batchable: bool,
+) -> BudgetAdapter:
+    """``adapter`` slowed down when its server pushes back (``endpoint``: its adaptive
+    limit; ``None`` for no server, or calls that go as a batch), then held to the run's
+    ``budget``, which prices each attempt for the endpoint ``name``: the order every
+    endpoint's calls go through, alone or as one server of a pool."""
+    inner = adapter if endpoint is None else BackpressureAdapter(adapter, endpoint)
+    return BudgetAdapter(inner, budget, name, answers_as=answers_as, batchable=batchable)
+
+
 def server_pool(
     config: Config,
     urls: tuple[str, ...],
@@ -212,13 +228,7 @@ def server_pool(
         servers.append(
             Server(
                 redact_url(url),  # as the tick log records it
-                BudgetAdapter(
-                    BackpressureAdapter(adapter, endpoint),
-                    budget,
-                    name,
-                    answers_as=profile(kind).answers_as,
-                    batchable=batchable,
-                ),
+                _metered(adapter, endpoint, budget, name, profile(kind).answers_as, batchable),
                 endpoint,
                 provider=adapter,
             )
@@ -268,14 +278,7 @@ def endpoint_stack(
         if not local and not batched:  # a network endpoint: slow down when told
             url = kind.url(urls[0] if urls else "")
             endpoint = _endpoint(config, url, spec.max_concurrency)
-            inner = BackpressureAdapter(inner, endpoint)
-        inner = BudgetAdapter(
-            inner,
-            budget,
-            provider=spec.name,
-            answers_as=kind.answers_as,
-            batchable=batchable,
-        )
+        inner = _metered(inner, endpoint, budget, spec.name, kind.answers_as, batchable)
     if (spec.requests_per_minute or spec.tokens_per_minute) and not batched:
         inner = RateLimitedAdapter(
             inner,
