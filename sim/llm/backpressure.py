@@ -60,7 +60,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.llm.capacity import ServerCapacity
-from sim.llm.errors import LLMAPIError, LLMError, LLMRateLimitError, LLMTimeoutError
+from sim.llm.errors import (
+    MAX_RETRY_AFTER_SECONDS,
+    LLMAPIError,
+    LLMError,
+    LLMRateLimitError,
+    LLMTimeoutError,
+)
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.llm.wrapper import AdapterWrapper
 
@@ -70,8 +76,6 @@ CONGESTION_FRACTION = 0.5
 MIN_WINDOW = 10
 #: pause after a 429 that carries no Retry-After
 DEFAULT_PAUSE_SECONDS = 1.0
-#: the longest pause honoured from one Retry-After (a larger one is capped, not obeyed)
-MAX_PAUSE_SECONDS = 60.0
 #: a window whose median latency per unit of work is this many times the fastest seen is
 #: congested (servers that report no capacity)
 LATENCY_FACTOR = 3.0
@@ -324,7 +328,7 @@ class Endpoint:
         elif isinstance(error, LLMRateLimitError):
             self.stats.rate_limited += 1
             pause = error.retry_after if error.retry_after is not None else DEFAULT_PAUSE_SECONDS
-            until = now + min(pause, MAX_PAUSE_SECONDS)
+            until = now + min(pause, MAX_RETRY_AFTER_SECONDS)
             if until > self.paused_until:  # wall-clock time paused, counted once
                 self.stats.paused_seconds += until - max(self.paused_until, now)
                 self.paused_until = until

@@ -147,6 +147,11 @@ class LLMAPIError(LLMError):
         self.response_body = response_body
 
 
+#: the longest wait honoured from one ``retry_after`` (a server's Retry-After): a larger
+#: one is capped, not obeyed, by backpressure's pause and by recovery's wait alike
+MAX_RETRY_AFTER_SECONDS = 60.0
+
+
 class LLMRateLimitError(LLMAPIError):
     """HTTP 429: too many requests or tokens for now."""
 
@@ -282,6 +287,7 @@ class ToolNotFoundError(LLMError):
 
 
 __all__ = [
+    "MAX_RETRY_AFTER_SECONDS",
     "LLMAPIError",
     "LLMBudgetExceededError",
     "LLMChainNotFoundError",

@@ -52,6 +52,7 @@ from typing import Literal
 from sim.llm.backpressure import EndpointDownError
 from sim.llm.calls import with_attempts
 from sim.llm.errors import (
+    MAX_RETRY_AFTER_SECONDS,
     LLMAPIError,
     LLMChainNotFoundError,
     LLMCircuitOpenError,
@@ -127,7 +128,7 @@ class RetryPolicy:
     transient_retries: int = 2
     backoff_base_seconds: float = 0.5
     backoff_cap_seconds: float = 20.0
-    max_retry_after_seconds: float = 60.0
+    max_retry_after_seconds: float = MAX_RETRY_AFTER_SECONDS
 
     def retries(self, kind: Kind) -> int:
         return {
