@@ -1110,7 +1110,7 @@ def scenario_workers(smoke: bool) -> list[str]:
                 f"{floor['sys_s'] / floor['files'] * 1e6:.0f} µs a file, over both cores). "
                 "No split of the tick over processes divides it: on this box each file's "
                 "flush is kernel time, and both cores are already busy at the commit "
-                "(the log's compression runs beside it)."
+                "(the log's compression runs beside it, in a child process)."
             )
         if characters == 100_000:
             notes.append(
