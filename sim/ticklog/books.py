@@ -109,14 +109,12 @@ class Books:
     def add(self, other: Books, *, billed_only: bool = False) -> None:
         """Count what ``other`` counted; with ``billed_only``, its usage and cost alone (an
         abandoned log's: paid for, but not the calls of the run it is kept beside)."""
+        self.usage += other.usage
+        self.cost = self.cost + other.cost
         if billed_only:
-            self.usage += other.usage
-            self.cost = self.cost + other.cost
             return
         self.calls += other.calls
         self.failures += other.failures
-        self.usage += other.usage
-        self.cost = self.cost + other.cost
         self.timed_out += other.timed_out
         self.embedding_requests += other.embedding_requests
         self.embedding_tokens += other.embedding_tokens
