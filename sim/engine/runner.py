@@ -626,7 +626,9 @@ class Runner:
         }
         # serialised once, for the log's digest and the commit (adopted: the loaded bytes
         # go as their new form comes)
-        changed = self.storage.changed_files(world, adopt=True)
+        changed = self.storage.changed_files(
+            world, adopt=True, given=sharded.files if sharded is not None else None
+        )
         result.notes.extend(self._fit_memories(world, changed))
         extra.update(recorder.commit_files(self.storage, world, extra, totals, changed))
         commit_started = time.perf_counter()

@@ -52,7 +52,7 @@ from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import resolve_phases
 from sim.phases.base import TickContext
 from sim.phases.templates import Prompts
-from sim.storage import Storage
+from sim.storage import Storage, entity_forms
 from sim.ticklog.format import packed_call_line
 from sim.world import World
 
@@ -355,8 +355,7 @@ async def run_part(
             take_states(world, message[1], before)
     evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
     return ShardFinal(
-        characters={cid: world.characters[cid] for cid in mine},
-        locations={lid: world.locations[lid] for lid in ctx.occupancy},
+        files=entity_forms(world, mine, ctx.occupancy),
         store=store.changes(),
         deletions=evicted,
     )

@@ -53,6 +53,7 @@ from sim.engine.split import (
     merge_results,
     partition,
     states_of,
+    take_files,
     take_states,
 )
 from sim.engine.wire import Outbox, frame, portable, receive
@@ -63,6 +64,7 @@ from sim.llm.events import LLMEvent
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport, TickContext
+from sim.storage import entity_forms
 
 
 class WorkerDied(RunError):
@@ -627,7 +629,9 @@ async def run_sharded(
             phase_end(spec.name, results)
             on_phase(spec.name, False, report)
             check(report)
-            if i + 1 == len(phases):  # the workers send their parts without a barrier
+            if i + 1 == len(phases):  # the workers send their parts without a barrier,
+                # each its files, made while this process makes its own part's
+                merged.files = entity_forms(world, mine, here)
                 break
             states = changed_states(world, before)
             for part in done:
@@ -641,8 +645,8 @@ async def run_sharded(
         ctx.adapter = adapter
         shards.end()
     for final in finals:
-        world.characters.update(final.characters)
-        world.locations.update(final.locations)
+        take_files(world, final.files)
+        merged.files.update(final.files)
         merged.store.update(final.store)
         merged.deletions.extend(final.deletions)
     return merged

@@ -131,21 +131,24 @@ class PhaseDone:
 
 @dataclass
 class ShardFinal:
-    """A worker's part of the world after the last phase."""
+    """A worker's part of the world after the last phase: each of its characters' and
+    places' files as the commit writes them (``sim.storage.entity_forms``; ``None``: as
+    loaded), made on the worker's core, not pickled as objects and dumped again."""
 
-    characters: dict[str, Any]
-    locations: dict[str, Any]
+    files: dict[str, bytes | None]
     store: dict[str, bytes | None]
     deletions: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
 class Merged:
-    """What a sharded tick's phases left besides the world: the response-store changes and
-    the responses to delete once it commits."""
+    """What a sharded tick's phases left besides the world: the response-store changes,
+    the responses to delete once it commits, and every shard's entity files
+    (``ShardFinal.files``; the coordinator's own part's too) for its commit."""
 
     store: dict[str, bytes | None]
     deletions: list[tuple[str, str]]
+    files: dict[str, bytes | None] = field(default_factory=dict)
 
 
 # -- the split ---------------------------------------------------------------------------------
@@ -286,3 +289,15 @@ def take_states(
     for (kind, eid), state in states.items():
         if (kind, eid) not in mine:
             entities[kind][eid]["state"] = state
+
+
+def take_files(world: World, files: Mapping[str, bytes | None]) -> None:
+    """Put another shard's part in ``world`` from its files (``ShardFinal.files``): each
+    entity as its file says, the one loaded when unchanged (a change made in a phase and
+    undone in a later one leaves the file as loaded, not the state the barrier sent)."""
+    entities = {"characters": world.characters, "locations": world.locations}
+    for rel, data in files.items():
+        kind, _, name = rel.partition("/")
+        entities[kind][name.removesuffix(".json")] = orjson.loads(
+            world.originals[rel] if data is None else data
+        )

@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,23 @@ def _normal_dump(model: type[BaseModel], entity: Entity, loaded: bytes | None) -
         if data == loaded:
             return None
     return data
+
+
+def entity_forms(
+    world: World, characters: Iterable[str], locations: Iterable[str]
+) -> dict[str, bytes | None]:
+    """These entities' files as ``Storage.changed_files`` makes them (in normal form, put in
+    order in place), ``None`` for one whose form is the file as loaded: a sharded tick's
+    shard makes its own part's, each on its own core, for the coordinator's commit."""
+    out: dict[str, bytes | None] = {}
+    originals = world.originals
+    for cid in characters:
+        rel = f"characters/{cid}.json"
+        out[rel] = _normal_dump(Character, world.characters[cid], originals.get(rel))
+    for lid in locations:
+        rel = f"locations/{lid}.json"
+        out[rel] = _normal_dump(Location, world.locations[lid], originals.get(rel))
+    return out
 
 
 def _stem(rel: str) -> str:
@@ -571,7 +588,13 @@ class Storage:
 
     # -- committing ---------------------------------------------------------------------
 
-    def changed_files(self, world: World, *, adopt: bool = False) -> dict[str, bytes]:
+    def changed_files(
+        self,
+        world: World,
+        *,
+        adopt: bool = False,
+        given: Mapping[str, bytes | None] | None = None,
+    ) -> dict[str, bytes]:
         """Entity and world files whose serialised form differs from what was loaded.
 
         Each is written in normal form, as a load keeps it: an entity whose dump differs
@@ -584,9 +607,13 @@ class Storage:
         to commit them): a big world's loaded bytes are then freed as they are replaced,
         never held beside their new form (at 100,000 characters, hundreds of megabytes at
         the tick's peak). Should the commit then fail, the world object is stale.
+
+        ``given``: entity files already in this form (``entity_forms``, made by a sharded
+        tick's shards, each for its own part): taken as they are, not dumped again.
         """
         out: dict[str, bytes] = {}
         originals = world.originals
+        given = given or {}
         kinds: tuple[tuple[str, type[BaseModel], dict[str, Entity]], ...] = (
             ("characters", Character, world.characters),
             ("locations", Location, world.locations),
@@ -594,7 +621,10 @@ class Storage:
         for kind, model, entities in kinds:
             for entity_id, entity in entities.items():
                 rel = f"{kind}/{entity_id}.json"
-                data = _normal_dump(model, entity, originals.get(rel))
+                if rel in given:
+                    data = given[rel]
+                else:
+                    data = _normal_dump(model, entity, originals.get(rel))
                 if data is not None:
                     out[rel] = data
                     if adopt:
