@@ -117,9 +117,11 @@ def test_a_tick_serialises_its_changed_files_once(
     calls: list[tuple[int, bool]] = []
     real = Storage.changed_files
 
-    def counted(self: Storage, world: Any, *, adopt: bool = False) -> dict[str, bytes]:
+    def counted(
+        self: Storage, world: Any, *, adopt: bool = False, given: Any = None
+    ) -> dict[str, bytes]:
         calls.append((world.tick, adopt))
-        found = real(self, world, adopt=adopt)
+        found = real(self, world, adopt=adopt, given=given)
         assert found and all(world.originals[rel] is data for rel, data in found.items())
         return found
 
