@@ -11,6 +11,7 @@ line), so it shows line breaks too.
 from __future__ import annotations
 
 import re
+import textwrap
 
 #: the Unicode bidirectional formatting controls: invisible, they reorder the text around
 #: them as a terminal shows it (U+202E turns "txt.exe" into what reads as "exe.txt"): the
@@ -51,3 +52,15 @@ def one_line(text: str) -> str:
     characters comes back as it was, and ``printable`` leaves the result as it is.
     """
     return _LINE_CONTROL.sub(_shown, text)
+
+
+#: a paragraph wrapped at 88 columns between words; a word with a hyphen is split only when
+#: it alone is too long (textwrap's split at every hyphen took twice as long: 0.2 s for the
+#: narratives of 4,000 places)
+_PARAGRAPH = textwrap.TextWrapper(width=88, break_on_hyphens=False)
+
+
+def wrapped(text: str) -> str:
+    """``text`` (a narrative, a model's answer) as one paragraph of lines of 88 columns at
+    most, as ``sim tick`` and ``sim log`` show it (not made printable: see ``printable``)."""
+    return _PARAGRAPH.fill(text)

@@ -7,7 +7,6 @@ own; the CLI shows the rest of the control characters (``printable``) as it prin
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ import orjson
 
 from sim.errors import LogError
 from sim.llm.redact import redact_text
-from sim.terminal import one_line
+from sim.terminal import one_line, wrapped
 from sim.ticklog.books import call_cost, call_usage, embedding_cost
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import TickLog, read_log
@@ -136,7 +135,7 @@ def tick_lines(log: TickLog) -> Iterator[str]:
         yield ""
         yield f"[{_name(names, lid)}]"
         if lid in narratives:
-            yield textwrap.fill(str(narratives[lid]), width=88)
+            yield wrapped(str(narratives[lid]))
         for outcome in (resolutions.get(lid) or {}).get("outcomes", []):
             cid = str(outcome.get("character_id"))
             intent = intentions.get(cid) or {}

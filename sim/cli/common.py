@@ -51,7 +51,19 @@ def echo(
 def secho(message: object, *, err: bool = False, nl: bool = True, **styles: Any) -> None:
     """``echo`` in a colour or weight (``fg="cyan"``, ``bold=True``): the styles are added
     to the made-printable text, so only sim's own escapes reach the terminal."""
-    click.echo(click.style(printable(str(message)), **styles), err=err, nl=nl)
+    click.echo(styled(message, **styles), err=err, nl=nl)
+
+
+def styled(message: object, **styles: Any) -> str:
+    """``message`` made printable, in a colour or weight: a line for ``echo_lines``."""
+    return click.style(printable(str(message)), **styles)
+
+
+def echo_lines(lines: list[str]) -> None:
+    """Lines to stdout in one write, each already made printable (``printable``,
+    ``styled``): a big tick's thousands of narratives, not two writes a place."""
+    if lines:
+        click.echo("\n".join(lines))
 
 
 def echo_json(text: str) -> None:

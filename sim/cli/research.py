@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -24,7 +23,7 @@ from sim.cli.common import (
     secho,
 )
 from sim.cli.jsonout import JSON_OPTION, ask_document, emit, json_errors
-from sim.terminal import one_line
+from sim.terminal import one_line, wrapped
 
 if TYPE_CHECKING:
     from sim.analysis.export import Format
@@ -288,9 +287,9 @@ def ask_(
                 secho(f"[{one_line(name)}]", fg="cyan")
                 if interview.answer is not None and interview.format is not None:
                     echo(f"answer: {interview.answer}")
-                    echo(textwrap.fill(f"reason: {interview.reason}", width=88))
+                    echo(wrapped(f"reason: {interview.reason}"))
                 elif interview.answer is not None:
-                    echo(textwrap.fill(interview.answer, width=88))
+                    echo(wrapped(interview.answer))
                 else:
                     echo(f"failed: {interview.error}")
             tokens = sum(i.usage.input_tokens + i.usage.output_tokens for i in asked.interviews)

@@ -10,7 +10,6 @@ import contextlib
 import os
 import signal
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -27,7 +26,9 @@ from sim.cli.common import (
     build_config,
     count_option,
     echo,
+    echo_lines,
     secho,
+    styled,
 )
 from sim.cli.jsonout import (
     JSON_LINES_HELP,
@@ -38,7 +39,7 @@ from sim.cli.jsonout import (
     tick_document,
 )
 from sim.errors import UserError
-from sim.terminal import one_line
+from sim.terminal import one_line, printable, wrapped
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
     from sim.config import Config
@@ -163,11 +164,13 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
         )
     if streamed:
         echo(f"narratives: {len(streamed)} places, shown above as they were written")
+    places: list[str] = []
     for lid, text in result.narratives.items():
         if lid in streamed:
             continue
-        secho(f"\n[{one_line(result.location_names.get(lid, lid))}]", fg="cyan")
-        echo(textwrap.fill(text, width=88))
+        places.append(styled(f"\n[{one_line(result.location_names.get(lid, lid))}]", fg="cyan"))
+        places.append(printable(wrapped(text)))
+    echo_lines(places)
     if result.moved:
         echo()
         for line in moved_lines(result):
