@@ -10,8 +10,10 @@ events come back with it, in order. At the end of each phase the workers report 
 phase's report and results, the state their characters and places now have) and wait; the
 coordinator logs the phase, checks it, and sends every worker the others' state, so a
 character who moved is where the next phase looks for it. After the last phase each worker
-sends its characters and places, its response-store changes and the responses to delete;
-the coordinator puts them in the world and commits the tick once, as with one process.
+sends its characters' and places' files as the commit writes them (made there, on its
+core, while the coordinator makes its own part's), its response-store changes and the
+responses to delete; the coordinator puts them in the world and commits the tick once, as
+with one process.
 
 This module holds the workers (processes on this machine, or Ray actors with ``--executor
 ray``), kept for the run; the coordinator's side of the wire (``Shards``: their calls
