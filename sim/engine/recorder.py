@@ -698,11 +698,14 @@ class TickRecorder:
             self._compression = None
         prune(self.root, self.tick, self.config.history.keep_ticks)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         """Called however the tick ended; one that stopped without committing keeps what
-        was logged, durably, and plain."""
+        was logged, durably, and plain. ``failed``: the tick raised, perhaps after its
+        commit (a response's deletion, say): the compression stops too (a child process
+        ended and waited for, not left running), and the next run compresses the plain
+        log (``recover_logs``), as after a crash at that point."""
         self.writer.close()
-        if self._compression is not None and not self._committed:
+        if self._compression is not None and (failed or not self._committed):
             self._compression.cancel()
             self._compression = None
 

@@ -381,6 +381,7 @@ class Runner:
             replay=self.decisions,
         )
         hub = StreamHub(self.on_delta)  # the phases' clients send each call's text to it
+        failed = True
         try:
             result = await self._run_tick(
                 world,
@@ -393,6 +394,7 @@ class Runner:
                 tuple(repairs.store_deletions()),
                 pending,
             )
+            failed = False
         except asyncio.CancelledError:  # Ctrl-C / SIGTERM: log what the calls in flight wrote
             recorder.interrupted(hub.in_flight())
             raise
@@ -400,7 +402,7 @@ class Runner:
             recorder.discard_unused()
             raise
         finally:
-            recorder.close()
+            recorder.close(failed=failed)
         # committed: the log, compressed while the commit ran, replaces the plain one
         del world, repairs, gate, pending, partial
         compress_started = time.perf_counter()

@@ -131,3 +131,38 @@ def test_a_child_whose_parent_is_killed_stops_and_removes_its_copy(tmp_path: Pat
     assert gone(child, 60), "the compression child outlived its parent"
     assert not packed_path(log).with_name(packed_path(log).name + ".tmp").exists()
     assert log.read_bytes() == before
+
+
+def test_a_tick_that_fails_after_its_commit_ends_its_compression_child(
+    tmp_path: Path, plain: dict[int, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that raises once committed (a response's deletion failing, say) does not
+    leave its compression child running: the child is ended and waited for, its copy
+    goes, and the next run compresses the plain log, as after a crash there."""
+    from sim.engine import deletions
+
+    started: list[compression._ChildCompression] = []
+    real_start = compression._ChildCompression.start.__func__  # type: ignore[attr-defined]
+
+    def start(cls: type, *args: object) -> object:
+        child = real_start(cls, *args)
+        started.append(child)
+        return child
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("the disk went away after the commit")
+
+    monkeypatch.setattr(compression._ChildCompression, "start", classmethod(start))
+    monkeypatch.setattr(deletions, "flush", broken)
+    world = copy_demo(tmp_path / "w")
+    with pytest.raises(OSError, match="went away"):
+        run(world, 1)
+    assert len(started) == 1
+    assert started[0].process.poll() is not None, "the compression child was left running"
+    log = log_path(world, 1)
+    assert log.exists() and not packed_path(log).exists()
+    assert list((world / ".sim" / "log").glob("*.tmp")) == []
+    monkeypatch.undo()
+    run(world, 1)  # tick 1 committed: its log is compressed, and tick 2 runs
+    assert packed_path(log).exists() and not log.exists()
+    assert packed_path(log_path(world, 2)).exists()
