@@ -342,7 +342,7 @@ async def run_part(
     # the coordinator makes each call's events as it answers it: none are sent from here
     ctx.events = null_sink
     for i, spec in enumerate(phases):
-        before = states_of(world, mine, ctx.occupancy)
+        before = states_of(world, mine, ctx.occupancy, spec.name)
         await spec.run(ctx)
         changed = changed_states(world, before)
         done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)

@@ -619,7 +619,7 @@ async def run_sharded(
     try:
         for i, spec in enumerate(phases):
             on_phase(spec.name, True, None)
-            before = states_of(world, mine, here)
+            before = states_of(world, mine, here, spec.name)
             await spec.run(ctx)
             report = ctx.reports[-1]
             done: list[PhaseDone] = await shards.gather("phase")

@@ -6,10 +6,13 @@ are (``Storage.changed_files(given=...)``) and puts the entities they hold in it
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
+from typing import Any
 
 import orjson
-from conftest import copy_demo
+import pytest
+from conftest import WORLDS, copy_demo
 
 from sim.engine.split import take_files, take_states
 from sim.storage import Storage, entity_forms
@@ -67,3 +70,52 @@ def test_the_coordinator_takes_a_shards_files_as_its_world_and_its_commit(
     assert coordinator.characters[moved] == orjson.loads(moved_file)
     commit = storage.changed_files(coordinator, given=files)
     assert commit == {f"characters/{moved}.json": moved_file}
+
+
+def test_only_the_state_writing_phases_change_a_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sharded tick compares and exchanges the characters' and places' states only after
+    the phases that write them (``STATE_WRITERS``): every other shardable phase, run here
+    over the demo and the minds world (planning, reflection, memory retrieval), leaves
+    every state as it was. A phase that starts writing one fails this test, not a
+    sharded tick's result, silently."""
+    import dataclasses
+
+    from sim.config import load_config
+    from sim.engine import runner as runner_module
+    from sim.engine.runner import Runner
+    from sim.engine.split import SHARDABLE, STATE_WRITERS
+    from sim.phases import PhaseSpec
+
+    real = runner_module.resolve_phases
+    ran: set[str] = set()
+    wrote: set[str] = set()
+
+    def states(world: Any) -> dict[tuple[str, str], bytes]:
+        found = {("c", cid): orjson.dumps(c["state"]) for cid, c in world.characters.items()}
+        found.update(
+            {("l", lid): orjson.dumps(loc["state"]) for lid, loc in world.locations.items()}
+        )
+        return found
+
+    def watched(spec: PhaseSpec) -> PhaseSpec:
+        async def run(ctx: Any) -> None:
+            before = states(ctx.world)
+            await spec.run(ctx)
+            ran.add(spec.name)
+            if states(ctx.world) != before:
+                wrote.add(spec.name)
+
+        return dataclasses.replace(spec, run=run)
+
+    def resolve(*args: Any, **kwargs: Any) -> list[PhaseSpec]:
+        return [watched(spec) for spec in real(*args, **kwargs)]
+
+    monkeypatch.setattr(runner_module, "resolve_phases", resolve)
+    for name, ticks in (("demo", 3), ("minds", 6)):
+        world = tmp_path / name
+        shutil.copytree(WORLDS / name, world, ignore=shutil.ignore_patterns(".sim"))
+        Runner(world, load_config(world_dir=world, cwd=world)).run(ticks)
+    assert ran >= SHARDABLE and "apply" in wrote, (ran, wrote)
+    assert {phase for phase in wrote if phase in SHARDABLE} <= STATE_WRITERS, wrote
