@@ -26,6 +26,7 @@ import orjson
 
 from sim import messages
 from sim.config import Config
+from sim.errors import RunError
 from sim.llm.events import LLMEvent
 from sim.llm.types import AdapterResponse, Usage
 from sim.phases import PhaseSpec
@@ -307,6 +308,7 @@ def take_files(world: World, files: Mapping[str, bytes | None]) -> None:
     entities = {"characters": world.characters, "locations": world.locations}
     for rel, data in files.items():
         kind, _, name = rel.partition("/")
-        entities[kind][name.removesuffix(".json")] = orjson.loads(
-            world.originals[rel] if data is None else data
-        )
+        eid = name.removesuffix(".json")
+        if eid not in entities.get(kind, {}) or (data is None and rel not in world.originals):
+            raise RunError(f"a shard sent {rel!r}, which is not a file of this world's")
+        entities[kind][eid] = orjson.loads(world.originals[rel] if data is None else data)

@@ -241,15 +241,29 @@ def entity_forms(
     """These entities' files as ``Storage.changed_files`` makes them (in normal form, put in
     order in place), ``None`` for one whose form is the file as loaded: a sharded tick's
     shard makes its own part's, each on its own core, for the coordinator's commit."""
-    out: dict[str, bytes | None] = {}
+    return dict(_forms(world, characters, locations, {}))
+
+
+def _forms(
+    world: World,
+    characters: Iterable[str],
+    locations: Iterable[str],
+    given: Mapping[str, bytes | None],
+) -> Iterator[tuple[str, bytes | None]]:
+    """Each entity's file in normal form (``None``: as loaded), one at a time; those in
+    ``given`` as they are there."""
     originals = world.originals
-    for cid in characters:
-        rel = f"characters/{cid}.json"
-        out[rel] = _normal_dump(Character, world.characters[cid], originals.get(rel))
-    for lid in locations:
-        rel = f"locations/{lid}.json"
-        out[rel] = _normal_dump(Location, world.locations[lid], originals.get(rel))
-    return out
+    kinds: tuple[tuple[str, type[BaseModel], dict[str, Entity], Iterable[str]], ...] = (
+        ("characters", Character, world.characters, characters),
+        ("locations", Location, world.locations, locations),
+    )
+    for kind, model, entities, ids in kinds:
+        for entity_id in ids:
+            rel = f"{kind}/{entity_id}.json"
+            if rel in given:
+                yield rel, given[rel]
+            else:
+                yield rel, _normal_dump(model, entities[entity_id], originals.get(rel))
 
 
 def _stem(rel: str) -> str:
@@ -613,22 +627,12 @@ class Storage:
         """
         out: dict[str, bytes] = {}
         originals = world.originals
-        given = given or {}
-        kinds: tuple[tuple[str, type[BaseModel], dict[str, Entity]], ...] = (
-            ("characters", Character, world.characters),
-            ("locations", Location, world.locations),
-        )
-        for kind, model, entities in kinds:
-            for entity_id, entity in entities.items():
-                rel = f"{kind}/{entity_id}.json"
-                if rel in given:
-                    data = given[rel]
-                else:
-                    data = _normal_dump(model, entity, originals.get(rel))
-                if data is not None:
-                    out[rel] = data
-                    if adopt:
-                        originals[rel] = data
+        # one at a time: adopted, each loaded file is freed before the next is made
+        for rel, data in _forms(world, world.characters, world.locations, given or {}):
+            if data is not None:
+                out[rel] = data
+                if adopt:
+                    originals[rel] = data
         meta = _normal_dump(WorldMeta, world.meta, originals.get("world.json"))
         if meta is not None:
             out["world.json"] = meta

@@ -119,3 +119,15 @@ def test_only_the_state_writing_phases_change_a_state(
         Runner(world, load_config(world_dir=world, cwd=world)).run(ticks)
     assert ran >= SHARDABLE and "apply" in wrote, (ran, wrote)
     assert {phase for phase in wrote if phase in SHARDABLE} <= STATE_WRITERS, wrote
+
+
+def test_a_file_a_shard_sends_for_no_entity_of_the_world_is_refused(tmp_path: Path) -> None:
+    """The coordinator takes a shard's files only for entities its world has: anything
+    else ends the tick with an error naming the file, never an entity made up."""
+    from sim.errors import RunError
+
+    world = Storage(copy_demo(tmp_path / "w")).load()
+    for rel in ("characters/nobody.json", "notes/x.json", ".sim/journal.json"):
+        with pytest.raises(RunError, match="not a file of this world"):
+            take_files(world, {rel: b"{}"})
+    assert "nobody" not in world.characters
