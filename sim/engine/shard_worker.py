@@ -3,17 +3,17 @@ the merge of its part: ``sim.engine.split``).
 
 Started by the coordinator as ``python -m sim.engine.shard_worker FD WORLD`` with one end of a
 socket pair: it reads its ``ShardPlan``, loads the world read-only, runs each phase for its
-part, reports at each phase's end and waits for the others' changes, then sends its part of
-the world and exits. It writes nothing to the world folder; if the coordinator goes, its
-socket closes and it exits.
+part and reports at each phase's end; at a barrier (``split.waits_after``) it waits for the
+others' changes, elsewhere it goes on to its next phase. Then it sends its part of the world
+and exits. It writes nothing to the world folder; if the coordinator goes, its socket closes
+and it exits.
 
 Its calls go one of two ways (``ShardPlan.local``): to the coordinator, which answers them
 through the run's adapter stack (``RemoteAdapter``); or, when every endpoint is a local,
 free model (the offline provider) and nothing of the run's must see each call (no budget,
-no policy, not a resume), through a stack of its own (``LocalAdapter``), which then sends
-the coordinator the call's finished record to log and waits until it is logged before the
-answer is used.
-"""
+no policy, not a resume), through a stack of its own (``LocalAdapter``), which sends the
+coordinator each call's finished record to log and uses the answer at once
+(``LOCAL_UNLOGGED``)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from sim.engine.split import (
     changed_states,
     states_of,
     take_states,
+    waits_after,
 )
 from sim.engine.stack import Stack, build_stack
 from sim.engine.wire import Outbox, frame, portable, receive
@@ -56,11 +57,14 @@ from sim.storage import Storage, entity_forms
 from sim.ticklog.format import packed_call_line
 from sim.world import World
 
-#: the calls a worker running a local model's calls (``ShardPlan.local``) keeps in flight:
-#: once ``LOCAL_UNLOGGED`` of them wait to be logged, each new one waits for its round
-#: trip, which would otherwise leave the model idle (its stack still runs ``[llm]
-#: max_concurrency`` of them at once)
-LOCAL_IN_FLIGHT = 1024
+#: the calls a worker running a local model's calls (``ShardPlan.local``) keeps in flight.
+#: The model answers without suspending, so more in flight runs no faster; but the event
+#: loop writes to the socket only between its turns, each of which runs every call then
+#: ready, and the socket takes about 200 KB at a time (Linux's default buffer): with 1,024
+#: in flight, records of calls made (resolution's are 10-20 KB) waited in the worker for
+#: seconds while the coordinator, done with its own shard, waited for them. 16 still left
+#: it waiting; 4 did not (40,000 characters, offline, 2 shards)
+LOCAL_IN_FLIGHT = 4
 #: how many of its own calls a worker (``ShardPlan.local``) may use before the coordinator
 #: says they are in the log. The order of the socket already keeps the log whole: a call
 #: is logged before anything the worker sent after it (later calls, the phase's end, its
@@ -336,8 +340,8 @@ async def run_part(
     ctx.occupancy = {lid: where[lid] for lid in plan.locations if lid in where}
     mine = [cid for present in ctx.occupancy.values() for cid in present]
     ctx.part = frozenset(mine)
-    if plan.local:  # its calls may wait to be logged, not for a server: keep the model busy
-        ctx.in_flight = max(LOCAL_IN_FLIGHT, config.llm.max_concurrency)
+    if plan.local:  # no server to keep busy: the socket sent as the calls are made
+        ctx.in_flight = LOCAL_IN_FLIGHT
 
     # the coordinator makes each call's events as it answers it: none are sent from here
     ctx.events = null_sink
@@ -349,8 +353,10 @@ async def run_part(
         adapter.send_logged()  # the phase's calls before its end, in the log too
         adapter.outbox.post(("phase", done))
         adapter.outbox.flush()
-        await writer.drain()
-        if i + 1 < len(phases):  # after the last, the part goes at once (no barrier)
+        # after the last phase the part goes at once; after one the others need not wait
+        # for (``waits_after``), the next phase starts at once
+        if i + 1 < len(phases) and waits_after(spec.name, plan.local):
+            await writer.drain()
             message = await barriers.get()
             take_states(world, message[1], before)
     evicted = [pair for client in ctx.clients for pair in client.pending_deletions]

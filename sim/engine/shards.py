@@ -57,6 +57,7 @@ from sim.engine.split import (
     states_of,
     take_files,
     take_states,
+    waits_after,
 )
 from sim.engine.wire import Outbox, frame, portable, receive
 from sim.errors import RunError, UserError
@@ -212,6 +213,10 @@ class Shards:
         self.log: Callable[[Sequence[Logged]], None] | None = None
         #: the calls read since the log was last written, and whose worker waits for them
         self._unlogged: list[tuple[_Worker, list[tuple[int, Logged]]]] = []
+        #: the phase this process runs now (``starting``), and the calls of later phases
+        #: the workers ran already (``waits_after``): logged once it starts their phase
+        self.phase: str | None = None
+        self._held: list[tuple[_Worker, int, Logged]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Shards:
@@ -366,6 +371,8 @@ class Shards:
         self.events = _no_events
         self.log = None
         self._unlogged = []
+        self.phase = None
+        self._held = []
         self.active = []
 
     async def _serve(self, worker: _Worker) -> None:
@@ -476,19 +483,39 @@ class Shards:
         """Log the calls read since the last time (one write, flushed), count their
         events, then tell each worker its calls are in the log (one message), which a
         worker ``sim.engine.shard_worker.LOCAL_UNLOGGED`` calls ahead of the log waits
-        for."""
+        for. A call of a phase this process has not started yet is held until it does
+        (``starting``): the log holds a phase's calls after the record of the one before,
+        and the tick's sinks count each call in its own phase's report."""
         unlogged, self._unlogged = self._unlogged, []
-        if not unlogged:  # written already, before a message that came after them
+        self._log([(worker, n, logged) for worker, calls in unlogged for n, logged in calls])
+
+    def starting(self, phase: str) -> None:
+        """This process starts ``phase``: the workers' calls of it, held so far, are logged
+        at the next turn of the event loop, once the phase has made its report (the first
+        thing each phase does), where the tick's sinks count them; until then the calls
+        that come are held behind them, in their order."""
+        asyncio.get_running_loop().call_soon(self._start, phase)
+
+    def _start(self, phase: str) -> None:
+        if self.log is None:  # the tick ended first
+            return
+        self.phase = phase
+        held, self._held = self._held, []
+        self._log(held)
+
+    def _log(self, calls: list[tuple[_Worker, int, Logged]]) -> None:
+        ready = [call for call in calls if call[2].record.phase == self.phase]
+        if len(ready) < len(calls):  # a worker's calls come in its order: held in it
+            self._held.extend(call for call in calls if call[2].record.phase != self.phase)
+        if not ready:
             return
         assert self.log is not None
-        self.log([logged for _, calls in unlogged for _, logged in calls])
+        self.log([logged for _, _, logged in ready])
         told: dict[int, tuple[_Worker, list[int]]] = {}
-        for worker, calls in unlogged:
-            numbers = told.setdefault(worker.index, (worker, []))[1]
-            for n, logged in calls:
-                for event in logged.counted():
-                    self.events(event)
-                numbers.append(n)
+        for worker, n, logged in ready:
+            for event in logged.counted():
+                self.events(event)
+            told.setdefault(worker.index, (worker, []))[1].append(n)
         for worker, numbers in told.values():
             with contextlib.suppress(ConnectionError, OSError):
                 worker.outbox.queue(frame(("logged", numbers)))
@@ -619,6 +646,7 @@ async def run_sharded(
     try:
         for i, spec in enumerate(phases):
             on_phase(spec.name, True, None)
+            shards.starting(spec.name)
             before = states_of(world, mine, here, spec.name)
             await spec.run(ctx)
             report = ctx.reports[-1]
@@ -635,6 +663,8 @@ async def run_sharded(
                 # each its files, made while this process makes its own part's
                 merged.files = entity_forms(world, mine, here)
                 break
+            if not waits_after(spec.name, log is not None):  # the workers went on
+                continue
             states = changed_states(world, before)
             for part in done:
                 states.update(part.states)

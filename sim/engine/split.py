@@ -1,14 +1,15 @@
 """How a sharded tick's world is split over its shards and merged back: the plain data of it.
 
 ``partition`` splits the occupied places, in the order ``World.characters_at`` gives them,
-into contiguous runs of about equal numbers of characters (the coordinator's run larger
+into contiguous runs of about equal numbers of characters (the coordinator's run smaller
 when the workers run their calls themselves: ``LOCAL_FIRST_SHARE``), so the merged results
 come in the order one process gives them; ``unshardable`` says why a tick cannot be split
-(``SHARDABLE``: the phases that can) and ``local_calls`` whether the workers run their
-calls on stacks of their own. The messages a worker is told and sends are data classes
-here (``ShardPlan``; ``Logged``, ``PhaseDone``, ``ShardFinal``), and so is what the
-coordinator merges them into (``merge_reports``, ``merge_results``, ``Merged``); at each
-phase's barrier the characters' and places' states are compared and exchanged
+(``SHARDABLE``: the phases that can), ``local_calls`` whether the workers run their
+calls on stacks of their own and ``waits_after`` after which phases the shards wait for
+each other. The messages a worker is told and sends are data classes here
+(``ShardPlan``; ``Logged``, ``PhaseDone``, ``ShardFinal``), and so is what the coordinator
+merges them into (``merge_reports``, ``merge_results``, ``Merged``); at a barrier the
+characters' and places' states are compared and exchanged
 (``states_of``, ``changed_states``, ``take_states``).
 
 Owns no process, socket or event loop: the coordinator's side of the wire and the workers
@@ -169,12 +170,32 @@ SHARDABLE = frozenset(
 STATE_WRITERS = frozenset({"apply"})
 
 
+def waits_after(phase: str, local: bool) -> bool:
+    """Whether each shard waits at ``phase``'s end for the others (a barrier), before its
+    next phase.
+
+    After a phase that changes states (``STATE_WRITERS``) it always does: the next phase
+    reads the states the others changed. After the others, only a worker whose calls go
+    through the coordinator (not ``local``) does, so that no call of the next phase is
+    paid before the coordinator has checked this one (``PhaseGuard``), as in one process.
+    A worker running a free local model's calls itself (``local_calls``) goes straight on:
+    what it needs of the next phase is its own part's, and the coordinator logs those
+    calls only once it starts that phase itself (``Shards.starting``), so the log still
+    holds each phase's calls between the record of the phase before and its own. A
+    barrier after every phase made both shards wait, at each phase's end, for whichever
+    was slower in that phase."""
+    return not local or phase in STATE_WRITERS
+
+
 #: the coordinator's share of the characters against each worker's 1 when the workers run
-#: their calls themselves (``local_calls``): a worker's call also costs it the record it
-#: packs and sends and the wait for its logging, so at an equal split the workers ended
-#: each phase ~20% after the coordinator's shard (40,000 characters, offline, 2 shards:
-#: intentions 4.3 s here, 5.3 s there); the split only moves work, never the result
-LOCAL_FIRST_SHARE = 1.25
+#: their calls themselves (``local_calls``): besides its own shard it logs and counts every
+#: call a worker ran (about 30 µs each, against about 185 µs a call of its own), and a
+#: worker's call costs the worker about 12 µs more than one of the coordinator's. Traced
+#: at 40,000 characters (offline, 2 shards, no barrier but after ``apply``): at 1.0 the
+#: coordinator was busy through the phases while its worker had 0.8-1.2 s to spare; at
+#: 0.8 the worker was the slower; 0.9 left each about as busy as the other. The split
+#: only moves work, never the result
+LOCAL_FIRST_SHARE = 0.9
 
 
 def partition(

@@ -633,13 +633,14 @@ def test_only_a_local_free_stack_without_budget_policy_or_resume_runs_on_the_wor
 
 
 async def _serve_unanswered(
-    world: Path, acks_after: int | None, timeout: float = 60
+    world: Path, acks_after: int | None, timeout: float = 60, phases: int = 1
 ) -> list[tuple[str, int]]:
     """Run ``shard_worker.serve`` on one end of a socket pair, as a worker of a local
     model's tick (``ShardPlan.local``) whose part is the whole world, and play its
     coordinator on the other end, saying calls are logged only once ``acks_after`` of them
-    came (``None``: never). Returns the messages up to the first phase's end: ``("logged",
-    calls in it)`` and ``("phase", 0)``."""
+    came (``None``: never), and never sending a barrier. Returns the messages up to the
+    end of the ``phases``-th phase: ``("logged", calls in it)`` and ``("phase", i)``, with
+    ``i`` counting the phases from 0."""
     import socket
 
     from sim.engine import shard_worker
@@ -662,8 +663,11 @@ async def _serve_unanswered(
         while True:
             message = await asyncio.wait_for(receive(reader), timeout)
             if message[0] == "phase":
-                seen.append(("phase", 0))
-                return seen
+                ended = sum(1 for kind, _ in seen if kind == "phase")
+                seen.append(("phase", ended))
+                if ended + 1 == phases:
+                    return seen
+                continue
             assert message[0] == "logged", message[0]
             seen.append(("logged", len(message[1])))
             unacked.extend(n for n, _ in message[1])
@@ -701,10 +705,31 @@ def test_a_worker_uses_its_own_calls_before_they_are_logged_and_ends_its_phase_a
     assert asyncio.run(_serve_unanswered(world, 3))[-1] == ("phase", 0)
 
 
+def test_a_worker_of_a_local_model_waits_only_after_a_phase_that_changes_states(
+    tmp_path: Path,
+) -> None:
+    """A worker running a local model's calls goes from one phase to the next without a
+    barrier until a phase changes states (``apply``): told nothing by its coordinator, it
+    ends intentions, resolution, narrative and apply, then waits for the others' states
+    before memory."""
+    from sim.engine.split import waits_after
+
+    world = copy_demo(tmp_path / "demo")
+    seen = asyncio.run(_serve_unanswered(world, None, phases=4))
+    assert [n for kind, n in seen if kind == "phase"] == [0, 1, 2, 3]
+    with pytest.raises(TimeoutError):  # memory's first call waits for apply's barrier
+        asyncio.run(_serve_unanswered(world, None, timeout=3, phases=5))
+    assert [p for p in ("intentions", "apply", "memory") if waits_after(p, local=True)] == [
+        "apply"
+    ]
+    assert all(waits_after(p, local=False) for p in ("intentions", "narrative", "memory"))
+
+
 def test_a_sharded_ticks_log_holds_each_phases_calls_before_its_end(tmp_path: Path) -> None:
     """With the workers running their own calls (the offline model), the log is written in
-    an order a resume can read: every call of a phase before the phase's record, as with
-    one process (the log kept plain, as written)."""
+    an order a resume can read: every call of a phase after the record of the phase before
+    and before its own, as with one process, though the workers run ahead of the
+    coordinator until ``apply`` (the log kept plain, as written)."""
     import orjson
 
     from bench.make_world import make_world
@@ -722,5 +747,7 @@ def test_a_sharded_ticks_log_holds_each_phases_calls_before_its_end(tmp_path: Pa
         elif record["type"] == "call":
             calls += 1
             assert record["phase"] not in ended, (record["phase"], ended)
+            order = ["intentions", "resolution", "narrative", "apply", "memory"]
+            assert ended == order[: order.index(record["phase"])], (record["phase"], ended)
     assert calls == len(read_log(log_path(world, 1)).calls) > 600
     assert ended == ["intentions", "resolution", "narrative", "apply", "memory"]
