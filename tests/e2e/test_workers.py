@@ -719,9 +719,7 @@ def test_a_worker_of_a_local_model_waits_only_after_a_phase_that_changes_states(
     assert [n for kind, n in seen if kind == "phase"] == [0, 1, 2, 3]
     with pytest.raises(TimeoutError):  # memory's first call waits for apply's barrier
         asyncio.run(_serve_unanswered(world, None, timeout=3, phases=5))
-    assert [p for p in ("intentions", "apply", "memory") if waits_after(p, local=True)] == [
-        "apply"
-    ]
+    assert [p for p in ("intentions", "apply", "memory") if waits_after(p, local=True)] == ["apply"]
     assert all(waits_after(p, local=False) for p in ("intentions", "narrative", "memory"))
 
 
