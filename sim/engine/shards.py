@@ -215,7 +215,7 @@ class Shards:
         self._unlogged: list[tuple[_Worker, list[tuple[int, Logged]]]] = []
         #: the phase this process runs now (``starting``), and the calls of later phases
         #: the workers ran already (``waits_after``): logged once it starts their phase
-        self.phase: str | None = None
+        self._phase: str | None = None
         self._held: list[tuple[_Worker, int, Logged]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -371,7 +371,7 @@ class Shards:
         self.events = _no_events
         self.log = None
         self._unlogged = []
-        self.phase = None
+        self._phase = None
         self._held = []
         self.active = []
 
@@ -499,14 +499,14 @@ class Shards:
     def _start(self, phase: str) -> None:
         if self.log is None:  # the tick ended first
             return
-        self.phase = phase
+        self._phase = phase
         held, self._held = self._held, []
         self._log(held)
 
     def _log(self, calls: list[tuple[_Worker, int, Logged]]) -> None:
-        ready = [call for call in calls if call[2].record.phase == self.phase]
-        if len(ready) < len(calls):  # a worker's calls come in its order: held in it
-            self._held.extend(call for call in calls if call[2].record.phase != self.phase)
+        ready: list[tuple[_Worker, int, Logged]] = []
+        for call in calls:  # a worker's calls come in its order, and are held in it
+            (ready if call[2].record.phase == self._phase else self._held).append(call)
         if not ready:
             return
         assert self.log is not None
