@@ -11,6 +11,7 @@ progress; they run on the tick's thread and hand each event to the server's loop
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -46,7 +47,17 @@ class RunState:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The state as the page reads it, with ``order``: this snapshot's place among all
+        of them. An answer to ``/api/pause`` can reach the page after the event of the run
+        ending; the page shows no snapshot older than one it has shown."""
+        with _SNAPSHOT_LOCK:  # numbered as taken, whichever thread takes it
+            data = asdict(self)
+            data["order"] = next(_SNAPSHOTS)
+        return data
+
+
+_SNAPSHOTS = itertools.count(1)
+_SNAPSHOT_LOCK = threading.Lock()
 
 
 class Busy(Exception):

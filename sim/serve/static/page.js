@@ -17,6 +17,7 @@ const state = {
   colours: new Map(),
   selected: null,
   running: false,
+  runOrder: 0, // the newest run state shown (its `order`)
   loading: false, // the world is being loaded, or did not load (GET /api/world: 503, 422)
   preview: false, // the views shown are a big world's first look, taken before its load
   ended: false, // a load's end was heard (`hello`, `loaded`): a first look answered is stale
@@ -615,7 +616,9 @@ function clearLive() {
 // -- the run: live from the server's events ---------------------------------------------
 
 function showRun(run) {
-  if (!run) return;
+  // an answer to a control can arrive after a later event: the newer state stays shown
+  if (!run || run.order < state.runOrder) return;
+  state.runOrder = run.order;
   const status = $("status");
   status.classList.toggle("error", Boolean(run.error));
   const bar = $("phase-bar");
