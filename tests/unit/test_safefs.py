@@ -82,3 +82,45 @@ def test_an_in_place_write_of_a_growing_file_makes_one_stat_and_no_truncate(
         safefs.write_at(dir_fd, "f.json", tmp_path / "f.json", b"old and more\n", sync=True)
     assert calls == ["fstat"]
     assert (tmp_path / "f.json").read_bytes() == b"old and more\n"
+
+
+def test_an_in_place_write_opens_an_existing_file_without_o_creat_and_makes_a_new_one_exclusively(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening with ``O_CREAT`` takes the folder's lock exclusively even when the file is
+    there (Linux 6.18): a commit's 16 threads, overwriting a folder of characters, spun on
+    it in the kernel. An existing file is opened without it; only a new one is made, with
+    ``O_EXCL``, so a name that appears meanwhile (a planted link) is refused, never
+    followed."""
+    (tmp_path / "f.json").write_bytes(b"old\n")
+    opened: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def recording(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        opened.append((str(path), flags))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording)
+    with safefs.open_dir(tmp_path, []) as dir_fd:
+        opened.clear()
+        safefs.write_at(dir_fd, "f.json", tmp_path / "f.json", b"new\n")
+        safefs.write_at(dir_fd, "made.json", tmp_path / "made.json", b"made\n")
+    assert [(name, bool(flags & os.O_CREAT)) for name, flags in opened] == [
+        ("f.json", False),
+        ("made.json", False),
+        ("made.json", True),
+    ]
+    assert opened[-1][1] & os.O_EXCL
+    assert (tmp_path / "f.json").read_bytes() == b"new\n"
+    assert (tmp_path / "made.json").read_bytes() == b"made\n"
+
+    def planted(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == "late.json" and not flags & os.O_CREAT:  # then a link appears before the create
+            (tmp_path / "late.json").symlink_to(tmp_path / "f.json")
+            raise FileNotFoundError(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", planted)
+    with safefs.open_dir(tmp_path, []) as dir_fd, pytest.raises(FileExistsError):
+        safefs.write_at(dir_fd, "late.json", tmp_path / "late.json", b"through the link\n")
+    assert (tmp_path / "f.json").read_bytes() == b"new\n"
