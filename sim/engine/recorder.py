@@ -303,9 +303,12 @@ class TickRecorder:
         self.root = root
         self.tick = tick
         self.config = config
-        #: the digest of each state file as the tick began: all the commit needs of them
-        #: (their bytes stay the world's, freed as the commit replaces them)
-        self._digests = {rel: digest(data) for rel, data in before.items()}
+        #: the state files as the tick began, until ``open`` logs them (their bytes are the
+        #: world's, freed as the commit replaces them)
+        self._before: dict[str, bytes] | None = before
+        #: the digest of each of them (``open``): all the commit needs of them
+        self._digests: dict[str, str] = {}
+        self._interventions = list(interventions)
         #: each character's location as the tick began (``where``: from the loaded world;
         #: parsing every character file again at the commit cost seconds for a big world)
         self._where = dict(where) if where is not None else places_of(before).where()
@@ -352,10 +355,10 @@ class TickRecorder:
         )
         #: the tick's summary, fed every call record and embeddings request the log holds
         #: (sim.ticklog.summary), in its order
+        self._head = head
         self.summary = SummaryBuilder(head)
         for record in partial.billed() if partial else ():
             self.summary.add(record)
-        self._state_before = digests_state(self._digests)
         # a tick not yet committed has no summary: one left by an earlier run of this tick
         # number (a crash during `sim rewind`) must not describe it
         with contextlib.suppress(FileNotFoundError):
@@ -364,23 +367,47 @@ class TickRecorder:
         self._made_dirs: list[Path] = []
         #: a call, a policy decision or a batch went into the log (it may have cost money)
         self._spent = False
-        if partial is None:
-            log_dir = log_path(root, tick).parent
+        self._writer: LogWriter | None = None
+
+    @property
+    def writer(self) -> LogWriter:
+        """The log's writer, once ``open`` has written its head."""
+        if self._writer is None:
+            raise RuntimeError(f"the log of tick {self.tick} is not open yet")
+        return self._writer
+
+    def open(self) -> LogWriter:
+        """Write the log's head, durably, before anything else goes in: a new log is
+        created with its header, the state as the tick began and the interventions it
+        applies in it; a resumed one gets a record of this run. Nothing is logged before
+        (``begin(open_now=False)``: a sharded tick's workers get their plans first, and run
+        their free local model's calls while this is written; the coordinator logs them
+        once it starts their phase, ``Shards.starting``). Once only: later, the writer."""
+        if self._writer is not None:
+            return self._writer
+        before, self._before = self._before, None
+        assert before is not None
+        self._digests = {rel: digest(data) for rel, data in before.items()}
+        self._state_before = digests_state(self._digests)
+        path = log_path(self.root, self.tick)
+        if self.partial is None:
+            log_dir = path.parent
             self._made_dirs = [d for d in (log_dir, log_dir.parent) if not d.exists()]
             # created with its header in it: a kill at any instant never leaves an empty log
-            self.writer = LogWriter.create(
-                log_path(root, tick), [head, state_line(before, self._state_before), *interventions]
+            self._writer = LogWriter.create(
+                path, [self._head, state_line(before, self._state_before), *self._interventions]
             )
         else:
-            self.writer = LogWriter(log_path(root, tick))
-            self.writer.append(
+            self._writer = LogWriter(path)
+            self._writer.append(
                 ResumeRecord(
-                    attempt=partial.resumes + 2,
-                    calls_logged=len(partial.calls),
-                    config=loggable(config),
+                    attempt=self.partial.resumes + 2,
+                    calls_logged=len(self.partial.calls),
+                    config=loggable(self.config),
                 )
             )
-            self.writer.sync()
+            self._writer.sync()
+        return self._writer
 
     @classmethod
     def begin(
@@ -391,6 +418,7 @@ class TickRecorder:
         phases: Mapping[str, Any] | None = None,
         *,
         interventions: Sequence[InterventionRecord] = (),
+        open_now: bool = True,
     ) -> TickRecorder:
         """Start the log of the tick after ``world.tick``, resuming an interrupted one.
 
@@ -398,6 +426,8 @@ class TickRecorder:
             phases: the phase list and template and schema digests, for the header.
             interventions: ``sim inject`` / ``sim set`` records this tick applies, logged
                 after the state (a resumed log has them already).
+            open_now: write the log's head now (``open``); ``False``: the caller does,
+                before the tick's first record.
         """
         root = storage.root
         tick = world.tick + 1
@@ -426,6 +456,8 @@ class TickRecorder:
             root, tick, config, world.seed, before, partial, phases, interventions, where
         )
         recorder.notes.extend(notes)
+        if open_now:
+            recorder.open()
         return recorder
 
     def wrap(self, adapter: Adapter) -> Adapter:
@@ -513,7 +545,10 @@ class TickRecorder:
 
     def interrupted(self, streamed: list[CallText]) -> None:
         """Log each call still in flight when the tick was interrupted, with the text it
-        had streamed so far. Resume ignores these records: the calls are sent again."""
+        had streamed so far. Resume ignores these records: the calls are sent again.
+        (Before ``open`` no call of this process was made: nothing to log.)"""
+        if self._writer is None:
+            return
         partial = {(c.phase, c.entity_key): c.text for c in streamed}
         for ident in self._inflight.values():
             self.writer.append(
@@ -704,7 +739,8 @@ class TickRecorder:
         commit (a response's deletion, say): the compression stops too (a child process
         ended and waited for, not left running), and the next run compresses the plain
         log (``recover_logs``), as after a crash at that point."""
-        self.writer.close()
+        if self._writer is not None:  # else it was never written
+            self._writer.close()
         if self._compression is not None and (failed or not self._committed):
             self._compression.cancel()
             self._compression = None
@@ -718,8 +754,10 @@ class TickRecorder:
         if self.partial is not None or self._spent or self._committed:
             return False
         self.close()
+        if self._writer is None:  # never written
+            return True
         with contextlib.suppress(FileNotFoundError):
-            self.writer.path.unlink()
+            self._writer.path.unlink()
         for folder in self._made_dirs:  # deepest first; one holding anything else stays
             with contextlib.suppress(OSError):
                 folder.rmdir()

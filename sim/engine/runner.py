@@ -365,6 +365,7 @@ class Runner:
             self.config,
             manifest(self.phases, self.prompts),
             interventions=pending.records,
+            open_now=self.workers == 1,  # sharded: opened in _run_sharded
         )
         recorder.notes.extend(repairs.notes())
         partial = recorder.partial
@@ -448,6 +449,8 @@ class Runner:
             recorder.phase_end(name, ctx, results)
 
         assert self.shards is not None
+        if not local:  # the workers' calls are answered here, each logged as it goes
+            recorder.open()
         try:
             return await run_sharded(
                 ctx,
@@ -459,6 +462,7 @@ class Runner:
                 phase_end,
                 lambda report: guard.check(report, stack.budget),
                 log if local else None,
+                recorder.open,
             )
         except SimError:  # a worker died, or the tick stopped: its calls in flight were
             recorder.interrupted([])  # cancelled, and are logged as such

@@ -345,17 +345,19 @@ async def run_part(
 
     # the coordinator makes each call's events as it answers it: none are sent from here
     ctx.events = null_sink
+    names = [spec.name for spec in phases]
     for i, spec in enumerate(phases):
-        before = states_of(world, mine, ctx.occupancy, spec.name)
+        # after the last phase the part goes at once; after one the others need not wait
+        # for (``waits_after``), the next phase starts at once, and no state is sent
+        barrier = i + 1 < len(phases) and waits_after(spec.name, plan.local, names[i + 1 :])
+        before = states_of(world, mine, ctx.occupancy, spec.name) if barrier else {}
         await spec.run(ctx)
         changed = changed_states(world, before)
         done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)
         adapter.send_logged()  # the phase's calls before its end, in the log too
         adapter.outbox.post(("phase", done))
         adapter.outbox.flush()
-        # after the last phase the part goes at once; after one the others need not wait
-        # for (``waits_after``), the next phase starts at once
-        if i + 1 < len(phases) and waits_after(spec.name, plan.local):
+        if barrier:
             await writer.drain()
             message = await barriers.get()
             take_states(world, message[1], before)

@@ -170,32 +170,44 @@ SHARDABLE = frozenset(
 STATE_WRITERS = frozenset({"apply"})
 
 
-def waits_after(phase: str, local: bool) -> bool:
-    """Whether each shard waits at ``phase``'s end for the others (a barrier), before its
-    next phase.
+#: the shardable phases that read nothing of another shard's part: a character's own
+#: fields and the world's (``memory`` folds a character's own evicted cells into its own
+#: summary). ``reflection`` and ``planning`` read who is where and the place a character
+#: is at, which another shard's ``apply`` may have changed
+OWN_PART_READERS = frozenset({"memory"})
 
-    After a phase that changes states (``STATE_WRITERS``) it always does: the next phase
-    reads the states the others changed. After the others, only a worker whose calls go
-    through the coordinator (not ``local``) does, so that no call of the next phase is
-    paid before the coordinator has checked this one (``PhaseGuard``), as in one process.
-    A worker running a free local model's calls itself (``local_calls``) goes straight on:
-    what it needs of the next phase is its own part's, and the coordinator logs those
-    calls only once it starts that phase itself (``Shards.starting``), so the log still
-    holds each phase's calls between the record of the phase before and its own. A
-    barrier after every phase made both shards wait, at each phase's end, for whichever
-    was slower in that phase."""
-    return not local or phase in STATE_WRITERS
+
+def waits_after(phase: str, local: bool, later: Sequence[str] = ()) -> bool:
+    """Whether each shard waits at ``phase``'s end for the others (a barrier), before its
+    next phase (of ``later``, the phases after it).
+
+    After a phase that changes states (``STATE_WRITERS``) it does, when a later phase
+    reads states the others changed: not when each later one reads its own part only
+    (``OWN_PART_READERS``: after ``apply``, ``memory`` needs nothing of the others, whose
+    states reach the coordinator with their parts). After the others, only a worker whose
+    calls go through the coordinator (not ``local``) waits, so that no call of the next
+    phase is paid before the coordinator has checked this one (``PhaseGuard``), as in one
+    process. A worker running a free local model's calls itself (``local_calls``) goes
+    straight on: what it needs of the next phase is its own part's, and the coordinator
+    logs those calls only once it starts that phase itself (``Shards.starting``), so the
+    log still holds each phase's calls between the record of the phase before and its
+    own. A barrier after every phase made both shards wait, at each phase's end, for
+    whichever was slower in that phase."""
+    if not local:
+        return True
+    return phase in STATE_WRITERS and not OWN_PART_READERS.issuperset(later)
 
 
 #: the coordinator's share of the characters against each worker's 1 when the workers run
 #: their calls themselves (``local_calls``): besides its own shard it logs and counts every
-#: call a worker ran (about 30 µs each, against about 185 µs a call of its own), and a
-#: worker's call costs the worker about 12 µs more than one of the coordinator's. Traced
-#: at 40,000 characters (offline, 2 shards, no barrier but after ``apply``): at 1.0 the
-#: coordinator was busy through the phases while its worker had 0.8-1.2 s to spare; at
-#: 0.8 the worker was the slower; 0.9 left each about as busy as the other. The split
-#: only moves work, never the result
-LOCAL_FIRST_SHARE = 0.9
+#: call a worker ran (about 30 µs each, against about 185 µs a call of its own), writes the
+#: log's head while the workers start (``TickRecorder.open``) and records each phase's
+#: end, while a worker goes on. Traced at 40,000 and 100,000 characters (offline, 2
+#: shards, with no barrier: memory reads only its own part): at 0.9 the worker ended its
+#: memory 1.5 s (40,000) and 4 s (100,000) before the coordinator did; at 0.72 the
+#: coordinator waited 1.5 s at the end of intentions (100,000) for the worker's; 0.8 ended
+#: the shards' phases first at both sizes. The split only moves work, never the result
+LOCAL_FIRST_SHARE = 0.8
 
 
 def partition(

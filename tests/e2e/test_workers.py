@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -337,6 +338,48 @@ def test_the_budget_is_the_runs_not_each_workers(tmp_path: Path) -> None:
         assert Storage(world).load().tick == 0
 
 
+def test_the_workers_of_a_local_model_get_their_plans_before_the_logs_head_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's head (the state as the tick began: 1.3 s at 100,000 characters) is
+    written while the workers running a free local model's calls start their part; when
+    the workers' calls come to the coordinator to be answered (a budget, say), it is
+    written first, as with one process. Either way, the log is whole and resumable."""
+    from sim.engine.recorder import TickRecorder
+    from sim.engine.shards import Shards
+
+    order: list[str] = []
+    begin, open_log = Shards.begin, TickRecorder.open
+
+    def planned(self: Shards, *args: Any) -> None:
+        order.append("plans")
+        begin(self, *args)
+
+    def opened(self: TickRecorder) -> Any:
+        if self._writer is None:
+            order.append("head")
+        return open_log(self)
+
+    monkeypatch.setattr(Shards, "begin", planned)
+    monkeypatch.setattr(TickRecorder, "open", opened)
+    base = copy_demo(tmp_path / "base")
+    one = tmp_path / "one"
+    shutil.copytree(base, one)
+    Runner(one, config_for(one)).run(1)
+    calls = sorted(read_log(log_path(one, 1)).calls)
+    budget = {"budget": {"max_total_tokens": 10**9}}  # not a local model's free calls
+    cases = [({}, ["plans", "head"]), (budget, ["head", "plans"])]
+    for n, (settings, expected) in enumerate(cases):
+        world = tmp_path / f"w{n}"
+        shutil.copytree(base, world)
+        order.clear()
+        Runner(world, config_for(world, **settings), workers=2).run(1)
+        assert order == expected
+        log = read_log(log_path(world, 1))
+        assert log.committed and log.state_before is not None
+        assert sorted(log.calls) == calls
+
+
 class InFlight:
     """The offline model, slow, noting the most calls it ever had in flight."""
 
@@ -633,14 +676,18 @@ def test_only_a_local_free_stack_without_budget_policy_or_resume_runs_on_the_wor
 
 
 async def _serve_unanswered(
-    world: Path, acks_after: int | None, timeout: float = 60, phases: int = 1
+    world: Path,
+    acks_after: int | None,
+    timeout: float = 60,
+    phases: int = 1,
+    order: list[str] | None = None,
 ) -> list[tuple[str, int]]:
     """Run ``shard_worker.serve`` on one end of a socket pair, as a worker of a local
     model's tick (``ShardPlan.local``) whose part is the whole world, and play its
     coordinator on the other end, saying calls are logged only once ``acks_after`` of them
     came (``None``: never), and never sending a barrier. Returns the messages up to the
     end of the ``phases``-th phase: ``("logged", calls in it)`` and ``("phase", i)``, with
-    ``i`` counting the phases from 0."""
+    ``i`` counting the phases from 0. ``order``: the tick's phases (else the world's)."""
     import socket
 
     from sim.engine import shard_worker
@@ -654,7 +701,7 @@ async def _serve_unanswered(
     reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
     places = tuple(Storage(world).load().characters_at())
     names = CallNames(1, "test", {})
-    config = config_for(world)
+    config = config_for(world, **({"tick": {"phases": order}} if order else {}))
     plan = ShardPlan(1, world, config, 1, places, names, "offline", Happenings(), local=True)
     writer.write(frame(("open", None)) + frame(("plan", plan)))
     seen: list[tuple[str, int]] = []
@@ -705,21 +752,27 @@ def test_a_worker_uses_its_own_calls_before_they_are_logged_and_ends_its_phase_a
     assert asyncio.run(_serve_unanswered(world, 3))[-1] == ("phase", 0)
 
 
-def test_a_worker_of_a_local_model_waits_only_after_a_phase_that_changes_states(
+def test_a_worker_of_a_local_model_waits_only_where_a_later_phase_reads_the_others_states(
     tmp_path: Path,
 ) -> None:
     """A worker running a local model's calls goes from one phase to the next without a
-    barrier until a phase changes states (``apply``): told nothing by its coordinator, it
-    ends intentions, resolution, narrative and apply, then waits for the others' states
-    before memory."""
+    barrier, but for a phase that changes states (``apply``) followed by one that reads
+    the others' (``reflection``: who is where): told nothing by its coordinator, it runs
+    the demo's five phases to the end, and with reflection after apply it ends intentions,
+    resolution, narrative and apply, then waits for the others' states."""
     from sim.engine.split import waits_after
 
     world = copy_demo(tmp_path / "demo")
-    seen = asyncio.run(_serve_unanswered(world, None, phases=4))
+    seen = asyncio.run(_serve_unanswered(world, None, phases=5))
+    assert [n for kind, n in seen if kind == "phase"] == [0, 1, 2, 3, 4]
+    reflecting = ["intentions", "resolution", "narrative", "apply", "reflection", "memory"]
+    seen = asyncio.run(_serve_unanswered(world, None, phases=4, order=reflecting))
     assert [n for kind, n in seen if kind == "phase"] == [0, 1, 2, 3]
-    with pytest.raises(TimeoutError):  # memory's first call waits for apply's barrier
-        asyncio.run(_serve_unanswered(world, None, timeout=3, phases=5))
-    assert [p for p in ("intentions", "apply", "memory") if waits_after(p, local=True)] == ["apply"]
+    with pytest.raises(TimeoutError):  # reflection's first step waits for apply's barrier
+        asyncio.run(_serve_unanswered(world, None, timeout=3, phases=5, order=reflecting))
+    assert not waits_after("apply", local=True, later=["memory"])
+    assert waits_after("apply", local=True, later=["reflection", "memory"])
+    assert not any(waits_after(p, local=True, later=["memory"]) for p in ("intentions", "memory"))
     assert all(waits_after(p, local=False) for p in ("intentions", "narrative", "memory"))
 
 
