@@ -103,39 +103,44 @@ def scale(characters: int) -> dict[str, Any]:
     return {"characters": characters, "calls": doc["calls"], "timings": doc["timings"], **run}
 
 
-def workers(characters: int, repeats: int) -> dict[str, Any]:
+def workers(characters: int, repeats: int, scratch: Path) -> dict[str, Any]:
     """One offline tick of a fresh world by ``sim tick --workers 1`` and ``--workers 2``
     child processes, alternating (``repeats`` pairs), each on its own copy of the world;
-    the world files after each are compared (the same bytes, or the figure is void)."""
+    the world files after each are compared (the same bytes, or the figure is void).
+
+    Every copy is made in ``scratch`` before the first run, and none is deleted here (the
+    caller removes ``scratch`` once every size has run): a tick creates files (its
+    chains', its log), and for a minute after many files were deleted ext4 scans past
+    each recently deleted inode for every file created (``recently_deleted``), seconds
+    at 100,000 characters that a world copied just after the last run's was deleted
+    paid, and a user's world does not."""
     import hashlib
     import shutil
 
     runs: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
     digests: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
-        base = Path(tmp) / "base"
-        make_world(base, characters, max(1, characters // 10), seed=1)
-        for _ in range(repeats):
-            for n in ("1", "2"):
-                world = Path(tmp) / f"w{n}"
-                shutil.rmtree(world, ignore_errors=True)
-                shutil.copytree(base, world)
-                os.sync()  # the copy on disk first: the tick does not pay for it
-                load = os.getloadavg()[0]
-                run = run_child(
-                    sim_command("tick", "--world", str(world), "--json", "--workers", n),
-                    Path(tmp),
-                    child_env(),
-                )
-                doc = tick_document(run.pop("stdout"))
-                runs[n].append({"timings": doc["timings"], "load_before": load, **run})
-                files = hashlib.sha256()
-                for path in sorted(p for p in world.rglob("*") if p.is_file()):
-                    rel = path.relative_to(world).as_posix()
-                    if not rel.startswith(".sim/log/"):
-                        files.update(rel.encode() + b"\0" + path.read_bytes())
-                digests.add(files.hexdigest())
-        floor = flush_floor(base)
+    tmp = scratch / str(characters)
+    tmp.mkdir(parents=True)
+    base = tmp / "base"
+    make_world(base, characters, max(1, characters // 10), seed=1)
+    copies = [(n, tmp / f"w{n}-{i}") for i in range(repeats) for n in ("1", "2")]
+    for _, world in copies:
+        shutil.copytree(base, world)
+    os.sync()  # the copies on disk first: the ticks do not pay for them
+    for n, world in copies:
+        load = os.getloadavg()[0]
+        run = run_child(
+            sim_command("tick", "--world", str(world), "--json", "--workers", n), tmp, child_env()
+        )
+        doc = tick_document(run.pop("stdout"))
+        runs[n].append({"timings": doc["timings"], "load_before": load, **run})
+        files = hashlib.sha256()
+        for path in sorted(p for p in world.rglob("*") if p.is_file()):
+            rel = path.relative_to(world).as_posix()
+            if not rel.startswith(".sim/log/"):
+                files.update(rel.encode() + b"\0" + path.read_bytes())
+        digests.add(files.hexdigest())
+    floor = flush_floor(base)
     return {"characters": characters, "runs": runs, "identical": len(digests) == 1, "floor": floor}
 
 
@@ -264,8 +269,8 @@ def main() -> None:
     compile_sim()
     if kind == "scale":
         out = scale(int(sys.argv[2]))
-    elif kind == "workers":
-        out = workers(int(sys.argv[2]), int(sys.argv[3]))
+    elif kind == "workers":  # characters, pairs, the scratch folder (the caller removes it)
+        out = workers(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
     elif kind == "imports":
         out = imports()
     elif kind == "efficiency":

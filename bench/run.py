@@ -12,9 +12,11 @@ import os
 import platform
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
@@ -790,9 +792,9 @@ def scenario_scale(smoke: bool) -> list[str]:
         f"(ratio {ratio(SCALE_RATIO_TARGET, scale)}); CPU {big['cpu_s'] / small['cpu_s']:.1f}×, "
         f"commit {big['timings']['commit'] / max(small['timings']['commit'], 1e-9):.1f}×.",
         "- The commit streams one journal (each changed file serialised once, written as it "
-        "is), then overwrites the files in place, each flushed (`fdatasync`) by the thread "
-        "that wrote it: only what sim wrote reaches the disk, never the rest of the "
-        "filesystem (`syncfs` did that before, paying for other processes' writes). "
+        "is), then overwrites the files in place: below 4,096 files each flushed "
+        "(`fdatasync`) by the thread that wrote it, from 4,096 all written, then their "
+        "filesystem flushed once (`syncfs`: one flush request, not one a file). "
         "Temp-file-and-rename (each file written once) was measured and rejected: "
         "see docs/architecture.md. While those writes wait on the disk, a thread "
         "compresses the tick log (`LogCompression`), whose call lines and state snapshot "
@@ -1066,8 +1068,18 @@ WORKERS_LATENCY_SMOKE = (100, 0.05, 20)
 def scenario_workers(smoke: bool) -> list[str]:
     rows = []
     notes = []
-    for characters, repeats in WORKERS_SMOKE if smoke else WORKERS_SIZES:
-        r = child("process", "workers", str(characters), str(repeats))
+    # one scratch folder for every size, removed at the end: nothing is deleted between
+    # the runs (bench.process.workers says why)
+    scratch = Path(tempfile.mkdtemp(prefix="sim-bench-workers-"))
+    try:
+        results = [
+            child("process", "workers", str(characters), str(repeats), str(scratch))
+            for characters, repeats in (WORKERS_SMOKE if smoke else WORKERS_SIZES)
+        ]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for r in results:
+        characters = r["characters"]
         one = statistics.median(x["wall_s"] for x in r["runs"]["1"])
         two = statistics.median(x["wall_s"] for x in r["runs"]["2"])
         cpu1 = statistics.median(x["cpu_s"] for x in r["runs"]["1"])
@@ -1103,14 +1115,14 @@ def scenario_workers(smoke: bool) -> list[str]:
                 f"part `--workers 2` had, perfectly halved phases would give {bound:.2f}×."
             )
             notes.append(
-                f"- The commit's floor, measured beside these runs (`bench.process."
+                f"- Flushing each file, measured beside these runs (`bench.process."
                 f"flush_floor`): the world's {floor['files']:,} entity files overwritten in "
                 f"place and each flushed (`fdatasync`) on 16 threads, with none of sim's "
                 f"work: {floor['wall_s']:.1f} s ({floor['sys_s']:.1f} s of kernel CPU, "
                 f"{floor['sys_s'] / floor['files'] * 1e6:.0f} µs a file, over both cores). "
-                "No split of the tick over processes divides it: on this box each file's "
-                "flush is kernel time, and both cores are already busy at the commit "
-                "(the log's compression runs beside it, in a child process)."
+                "On this box each file's flush is kernel time that no split of the tick "
+                "over processes divides; the commit now writes a world this big first and "
+                "flushes its filesystem once (`syncfs`), which this baseline does not."
             )
         if characters == 100_000:
             notes.append(
@@ -1128,7 +1140,9 @@ def scenario_workers(smoke: bool) -> list[str]:
         "## 12. One world's tick on several processes: `sim tick --workers 2` vs `1`",
         "",
         "A fresh world from `bench/make_world.py` (locations = characters / 10), copied for "
-        "each run; `sim tick --world W --workers N` in a child process, N = 1 and 2 "
+        "each run before the first one, nothing deleted until every size has run (ext4 "
+        "scans past recently deleted inodes for each file a tick creates); "
+        "`sim tick --world W --workers N` in a child process, N = 1 and 2 "
         "alternating: wall time from spawn to exit, the phases' time (the tick's own "
         "timings), CPU and peak RSS (`wait4`: the coordinator and its worker; the RSS is "
         "the largest one process reached); medians. 'same files': every world file (logs "
@@ -1157,13 +1171,14 @@ def scenario_workers(smoke: bool) -> list[str]:
         'docs/architecture.md "A sharded tick"): '
         "`sim tick` starts its worker with the run's first tick; each tick the "
         "worker loads the world while `sim tick` does, then each runs every phase for its "
-        "places (`sim tick`'s own shard 0.9 shares of the characters to the worker's 1: it "
-        "also logs the worker's calls). With the offline provider each shard runs the model "
-        "and makes the log's records; `sim tick` appends the worker's, holds the barrier "
-        "after `apply` (the workers go through the phases before it without waiting), and "
-        "commits the tick once. The load and the commit (the disk's: one fsync a file) "
-        "are not shared out, which bounds the speed-up (Amdahl): at 40,000 characters they "
-        "are about a quarter of a one-process tick. The phases themselves gain less than "
+        "places (`sim tick`'s own shard 0.8 shares of the characters to the worker's 1: it "
+        "also logs the worker's calls and writes the log). With the offline provider each "
+        "shard runs the model and makes the log's records; the worker gets its part before "
+        "`sim tick` writes the log's head, goes through the phases without waiting (no phase "
+        "after `apply` reads another shard's states), `sim tick` appends its records, and "
+        "commits the tick once. The load and the commit (the disk's: from 4,096 files one "
+        "`syncfs` after writing them all) are not shared out, which bounds the speed-up "
+        "(Amdahl). The phases themselves gain less than "
         "2× because a worker's "
         "calls cost more CPU than one process's (the 'CPU' columns): the worker packs each "
         "call's record and line, and `sim tick` logs and counts them besides running its own "

@@ -3,9 +3,14 @@
 Commit protocol (a redo journal, so a crash at any instant leaves tick N or N+1, never a
 mix): every file the tick changes is streamed, once serialised, into one journal file,
 which is fsynced and then renamed to ``.sim/journal.json`` — that rename is the commit
-point. The files are then overwritten in place (the journal makes that safe), each one
-fdatasync'ed by the thread that wrote it (only what the commit wrote is flushed, never the
-rest of the filesystem), their folders fsynced, and the journal removed.
+point. The files are then overwritten in place (the journal makes that safe) and flushed,
+their folders fsynced, and the journal removed. A commit of fewer than ``SYNCFS_FROM``
+files has each one fdatasync'ed by the thread that wrote it (only what the commit wrote is
+flushed); a bigger one writes them all, then flushes each filesystem they are on once
+(``syncfs``, where the C library has it), which also flushes whatever else is waiting to
+be written there: at 100,000 characters (110,000 files, 2 cores, a virtual disk) the
+commit took 5.0-5.1 s instead of 7.6-8.0 s, with 4.5 s less system time, each
+fdatasync being a flush request of its own.
 ``recover_journal()`` (``Storage.recover()``, run under the lock before every tick)
 replays a committed journal and discards an uncommitted one.
 
@@ -21,10 +26,11 @@ world folder.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import orjson
@@ -76,6 +82,13 @@ class CorruptJournal(UserError):
 #: more threads than cores let the filesystem batch them into fewer journal commits
 _WRITE_THREADS = 16
 _PARALLEL_WRITES_FROM = 64
+#: from this many files, a commit flushes their filesystems once (``syncfs``) after writing
+#: them all, rather than each file: below it, the flushes of each cost little, and the
+#: commit waits for nothing else that waits to be written there
+SYNCFS_FROM = 4096
+#: threads writing a commit's files when none flushes its own (each only copies into the
+#: page cache): 4 wrote 40,000 files in 0.23 s, 1 in 0.39 s
+_UNFLUSHED_THREADS = 4
 
 #: first line of a journal in the streamed format (version 2); version 1 was one JSON object
 JOURNAL_MAGIC = b"sim-journal 2\n"
@@ -83,18 +96,52 @@ JOURNAL_MAGIC = b"sim-journal 2\n"
 _JOURNAL_CHUNK = 1 << 20
 
 
-def _overwrite(item: tuple[int, str, Path, bytes]) -> None:
+def _overwrite(item: tuple[int, str, Path, bytes], sync: bool = True) -> None:
     """Replace a file's content in place, relative to its (already opened) folder, and
-    flush it to the disk (data and size)."""
+    (``sync``) flush it to the disk (data and size)."""
     dir_fd, name, shown, data = item
-    safefs.write_at(dir_fd, name, shown, data, sync=True)
+    safefs.write_at(dir_fd, name, shown, data, sync=sync)
 
 
-def _overwrite_all(writes: list[tuple[int, str, Path, bytes]]) -> None:
-    """``_overwrite`` every item on ``_WRITE_THREADS`` threads that take the next item from
-    one shared iterator (a list iterator hands each item to one thread, under the GIL);
-    the first error is raised once every thread has stopped, and stops the others at
-    their next item.
+@functools.cache
+def syncfs() -> Callable[[int], int] | None:
+    """The C library's ``syncfs`` (Linux: flush the filesystem a descriptor is on, and
+    say whether its writing failed), or ``None`` where there is none."""
+    import ctypes  # only for a big commit
+
+    try:
+        found = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    found.argtypes = [ctypes.c_int]
+    found.restype = ctypes.c_int
+
+    def call(fd: int) -> int:
+        if found(fd) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
+        return 0
+
+    return call
+
+
+def _flush_filesystems(folders: Iterable[int], flush: Callable[[int], int]) -> None:
+    """``flush`` once on each filesystem the ``folders`` are on (a folder of the world may
+    be another filesystem's mount point)."""
+    devices: dict[int, int] = {}
+    for dir_fd in folders:
+        devices.setdefault(os.fstat(dir_fd).st_dev, dir_fd)
+    for dir_fd in devices.values():
+        flush(dir_fd)
+
+
+def _overwrite_all(
+    writes: list[tuple[int, str, Path, bytes]], sync: bool = True, threads: int = _WRITE_THREADS
+) -> None:
+    """``_overwrite`` every item on ``threads`` threads that take the next item from one
+    shared iterator (a list iterator hands each item to one thread, under the GIL); the
+    first error is raised once every thread has stopped, and stops the others at their
+    next item.
 
     Not a ``ThreadPoolExecutor``: its future, queue and lock per item cost ~20 µs of
     interpreter time a file (1.0 s of CPU for 44,000 files, against 0.3 s here), time the
@@ -108,17 +155,17 @@ def _overwrite_all(writes: list[tuple[int, str, Path, bytes]]) -> None:
             for item in pending:
                 if errors:
                     return
-                _overwrite(item)
+                _overwrite(item, sync)
         except BaseException as exc:  # raised in the caller's thread below
             errors.append(exc)
 
-    threads = [
+    made = [
         threading.Thread(target=run, name=f"sim-commit-{n}")
-        for n in range(min(_WRITE_THREADS, len(writes)))
+        for n in range(min(threads, len(writes)))
     ]
     started: list[threading.Thread] = []
     try:
-        for thread in threads:
+        for thread in made:
             thread.start()
             started.append(thread)
     finally:
@@ -215,8 +262,9 @@ def apply_journal(root: Path, files: Mapping[str, bytes | None]) -> None:
     # atomic (recovery rewrites every file from it), and on common filesystems an
     # in-place write is several times cheaper than write-temp-and-rename (see the
     # module docstring). Each folder is opened once, by descriptor, without following
-    # links (sim.safefs); each file is flushed by the thread that wrote it, and each
-    # folder once, before the journal goes: nothing else on the disk is flushed.
+    # links (sim.safefs); each file is flushed by the thread that wrote it, or, from
+    # SYNCFS_FROM files, each filesystem once after all are written; then each folder
+    # once, before the journal goes.
     by_folder: dict[str, list[tuple[str, bytes | None]]] = {}
     for rel, data in files.items():
         folder, _, name = rel.rpartition("/")
@@ -237,7 +285,11 @@ def apply_journal(root: Path, files: Mapping[str, bytes | None]) -> None:
                     safefs.unlink_at(dir_fd, name)
                 else:
                     writes.append((dir_fd, name, root / folder / name, data))
-        if len(writes) > _PARALLEL_WRITES_FROM:
+        flush = syncfs() if len(writes) >= SYNCFS_FROM else None
+        if flush is not None:  # written, then flushed together
+            _overwrite_all(writes, sync=False, threads=_UNFLUSHED_THREADS)
+            _flush_filesystems(folders, flush)
+        elif len(writes) > _PARALLEL_WRITES_FROM:
             _overwrite_all(writes)
         else:
             for item in writes:

@@ -86,12 +86,14 @@ def test_whole_process_scenarios_report_their_figures() -> None:
     assert 0 < whole["process_efficiency"] <= whole["tick_efficiency"]
 
 
-def test_workers_scenario_reports_its_figures() -> None:
+def test_workers_scenario_reports_its_figures(tmp_path: Path) -> None:
     """Scenario 12 at a tiny size: ``sim tick --workers 1`` and ``2`` child processes on
-    copies of one world, which must end the same (no timing asserts)."""
+    copies of one world, all made before the first run and left in the scratch folder for
+    the caller, which must end the same (no timing asserts)."""
     from bench.process import workers
 
-    run = workers(60, 1)
+    run = workers(60, 1, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "60").iterdir()) == ["base", "w1-0", "w2-0"]
     assert run["identical"] is True
     assert [len(run["runs"][n]) for n in ("1", "2")] == [1, 1]
     assert all(r["wall_s"] > 0 and r["peak_rss_mib"] > 0 for n in "12" for r in run["runs"][n])
