@@ -642,7 +642,6 @@ async def run_sharded(
         order.setdefault(lid, len(order))
     merged = Merged({}, [])
     shards.begin(plans, ctx.adapter, ctx.events, log)
-    open_log()
     here = parts[0] if parts else ()
     mine = [cid for lid in here for cid in everywhere[lid]]
     adapter = ctx.adapter
@@ -651,6 +650,7 @@ async def run_sharded(
     ctx.adapter = Slotted(adapter, shards.slots)
     names = [spec.name for spec in phases]
     try:
+        open_log()  # the workers have their plans: they start while it is written
         for i, spec in enumerate(phases):
             on_phase(spec.name, True, None)
             shards.starting(spec.name)

@@ -9,7 +9,7 @@ files has each one fdatasync'ed by the thread that wrote it (only what the commi
 flushed); a bigger one writes them all, then flushes each filesystem they are on once
 (``syncfs``, where the C library has it), which also flushes whatever else is waiting to
 be written there: at 100,000 characters (110,000 files, 2 cores, a virtual disk) the
-commit took 5.0-5.1 s instead of 7.6-8.0 s, with 4.5 s less system time, each
+commit took 3.7-4.4 s instead of 7.4-7.5 s, with 5-10 s less system time, each
 fdatasync being a flush request of its own.
 ``recover_journal()`` (``Storage.recover()``, run under the lock before every tick)
 replays a committed journal and discards an uncommitted one.

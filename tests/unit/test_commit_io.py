@@ -241,8 +241,8 @@ def test_a_big_commit_flushes_its_filesystem_once_and_no_file_on_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """From ``SYNCFS_FROM`` files a commit writes them all, then flushes the filesystem
-    they are on once (``syncfs``: each fdatasync was a flush request of its own, 7.6-8.0 s
-    at 100,000 characters against 5.0-5.1 s); a smaller one flushes each file. Either way
+    they are on once (``syncfs``: each fdatasync was a flush request of its own, 7.4-7.5 s
+    at 100,000 characters against 3.7-4.4 s); a smaller one flushes each file. Either way
     the files hold the tick's bytes and the journal goes; a flush that fails fails the
     commit, and the journal stays for the next run."""
     from sim.storage import journal as journal_module
