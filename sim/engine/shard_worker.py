@@ -290,7 +290,12 @@ async def serve(sock: socket.socket, root: Path) -> None:
             if not isinstance(world, World):
                 raise world if world is not None else RunError("no world was loaded")
             final = await run_part(plan, world, adapter, writer, inbox)
-            writer.write(frame(("final", final)))
+            pieces = list(final.pieces())
+            for piece in pieces[:-1]:  # each read by the coordinator while the next is made
+                writer.write(frame(("piece", piece)))
+                await writer.drain()
+            writer.write(frame(("final", pieces[-1])))
+            del pieces
             del final  # what it holds of the world goes with the world, below
         except Exception as exc:
             writer.write(frame(("failed", portable(exc))))

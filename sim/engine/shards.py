@@ -137,6 +137,8 @@ class _Worker:
     shared: dict[int, Any] = field(default_factory=dict)
     #: the stand-in request object of each call in flight (its events are paired by it)
     tokens: dict[str, StandIn] = field(default_factory=dict)
+    #: the pieces of its part come so far (``ShardFinal.pieces``)
+    part: ShardFinal = field(default_factory=lambda: ShardFinal({}, {}))
 
     def describe(self) -> str:
         return f"worker {self.index + 1} ({self.process.describe()})"
@@ -358,6 +360,7 @@ class Shards:
         for worker in self.workers:  # what the last tick's calls shared goes with it
             worker.shared.clear()
             worker.tokens.clear()
+            worker.part = ShardFinal({}, {})  # and the pieces of a part it did not end
         for worker, plan in zip(self.workers, plans, strict=False):
             worker.writer.write(frame(("plan", plan)))
         for worker in self.workers[len(plans) :]:
@@ -388,7 +391,15 @@ class Shards:
                     task.add_done_callback(self._tasks.discard)
                 elif kind == "logged":
                     self._logged(worker, message[1])
-                else:  # a phase's end, a part, a failure: the calls before it logged first
+                elif kind == "piece":  # of its part: the last comes as its "final"
+                    worker.part.add(message[1])
+                elif kind == "final":
+                    self._write()
+                    part, worker.part = worker.part, ShardFinal({}, {})
+                    part.add(message[1])
+                    worker.inbox.put_nowait(("final", part))
+                    del part
+                else:  # a phase's end, a failure: the calls before it logged first
                     self._write()
                     worker.inbox.put_nowait(message)
                 # not held while the next one is awaited: a worker's last message is its

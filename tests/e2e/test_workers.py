@@ -653,6 +653,35 @@ def test_kill_9_while_workers_run_their_own_calls_resumes_from_the_log(
     assert tree(world) == tree(reference)
 
 
+def test_a_workers_part_bigger_than_a_message_comes_in_pieces_as_one_processs_world(
+    tmp_path: Path,
+) -> None:
+    """A worker's part of more than ``FINAL_PIECE`` bytes of files goes to the coordinator
+    in several messages (``ShardFinal.pieces``); put together, the world, its chains and
+    its log are one process's."""
+    from bench.make_world import make_world
+    from sim.engine.split import FINAL_PIECE, LOCAL_FIRST_SHARE
+
+    base = tmp_path / "base"
+    make_world(base, 3000, 300)
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    where = Storage(base).load().characters_at()
+    theirs = partition(where, 2, LOCAL_FIRST_SHARE)[1]
+    sent = sum(
+        (reference / "characters" / f"{cid}.json").stat().st_size
+        for lid in theirs
+        for cid in where[lid]
+    )
+    assert sent > 1.5 * FINAL_PIECE, "the worker's part fits one message: make the world bigger"
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    Runner(world, config_for(world), workers=2).run(1)
+    assert tree(world) == tree(reference)
+    assert len(read_log(log_path(world, 1)).calls) == len(read_log(log_path(reference, 1)).calls)
+
+
 def test_only_a_local_free_stack_without_budget_policy_or_resume_runs_on_the_workers(
     tmp_path: Path,
 ) -> None:

@@ -131,3 +131,36 @@ def test_a_file_a_shard_sends_for_no_entity_of_the_world_is_refused(tmp_path: Pa
         with pytest.raises(RunError, match="not a file of this world"):
             take_files(world, {rel: b"{}"})
     assert "nobody" not in world.characters
+
+
+def test_a_part_goes_in_pieces_that_add_up_to_it_in_its_order(tmp_path: Path) -> None:
+    """A worker's part is sent in pieces (``ShardFinal.pieces``), none much bigger than
+    the size asked (one file over it at most), the store's changes after the entities',
+    the deletions with the last; put together again (``add``) they are the part, in
+    its order. A part with nothing in it is one piece."""
+    from sim.engine.split import ShardFinal
+
+    world = Storage(copy_demo(tmp_path / "w")).load()
+    world.characters[sorted(world.characters)[0]]["state"]["location"] = "elsewhere"
+    files = entity_forms(world, sorted(world.characters), sorted(world.locations))
+    store: dict[str, bytes | None] = {f"chains/c{i}.json": b"x" * (300 + i) for i in range(9)}
+    store["chains/gone.json"] = None
+    whole = ShardFinal(files, store, [("intentions", "resp-1"), ("memory", "resp-2")])
+    largest = max(len(rel) + len(data or b"") for rel, data in [*files.items(), *store.items()])
+    size = 700
+
+    pieces = list(whole.pieces(size))
+
+    assert len(pieces) > 3
+    for piece in pieces:
+        entries = [*piece.files.items(), *piece.store.items()]
+        assert sum(len(rel) + len(data or b"") for rel, data in entries) < size + largest
+    assert [p.deletions for p in pieces[:-1]] == [[]] * (len(pieces) - 1)
+    assert pieces[-1].deletions == whole.deletions
+    again = ShardFinal({}, {})
+    for piece in pieces:
+        again.add(piece)
+    assert again == whole
+    assert list(again.files) == list(files) and list(again.store) == list(store)
+    empty = list(ShardFinal({}, {}, [("m", "r")]).pieces())
+    assert empty == [ShardFinal({}, {}, [("m", "r")])]
