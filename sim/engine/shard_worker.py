@@ -42,7 +42,7 @@ from sim.engine.split import (
     waits_after,
 )
 from sim.engine.stack import Stack, build_stack
-from sim.engine.wire import Outbox, frame, portable, receive
+from sim.engine.wire import Outbox, frame, hello, portable, receive
 from sim.errors import RunError
 from sim.llm.budget import Price
 from sim.llm.client import finished_events, timed_answer
@@ -376,11 +376,20 @@ async def run_part(
 
 class ShardActor:
     """A shard's worker as a Ray actor (``sim tick --executor ray``): ``run`` connects to
-    the coordinator, says which shard it is, and serves the tick as a process would."""
+    the coordinator, says which shard it is with the run's token (``wire.hello``), and
+    serves the tick as a process would. It reads the world by its path: on another
+    machine, the folder must be there at the same path (one shared filesystem)."""
 
-    def run(self, host: str, port: int, index: int, root: str) -> int:
+    def run(self, host: str, port: int, index: int, root: str, token: bytes) -> int:
+        node = socket.gethostname()
+        if not (Path(root) / "world.json").is_file():
+            raise RunError(
+                f"the world folder {root} is not on node {node}: with --executor ray, every "
+                "node that runs a worker reads the world at the same path (one filesystem "
+                "they all mount)"
+            )
         sock = socket.create_connection((host, port))
-        sock.sendall(frame(("hello", index, os.getpid(), socket.gethostname())))
+        sock.sendall(hello(token, index, os.getpid(), node))
         asyncio.run(serve(sock, Path(root)))
         return 0
 

@@ -33,10 +33,11 @@ import asyncio
 import contextlib
 import importlib
 import os
+import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -59,7 +60,7 @@ from sim.engine.split import (
     take_states,
     waits_after,
 )
-from sim.engine.wire import Outbox, frame, portable, receive
+from sim.engine.wire import TOKEN_BYTES, Outbox, frame, portable, read_hello, receive
 from sim.errors import RunError, UserError
 from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMChainNotFoundError, LLMError
@@ -169,6 +170,40 @@ def start_ray(address: str | None) -> Any:
 RAY_START_SECONDS = 120.0
 
 
+class ActorDoor:
+    """The coordinator's listening port for its Ray actors (``--executor ray``): a
+    connection whose first bytes are a hello with the run's ``token`` and the number of
+    one of the ``expected`` workers arrives (``arrived``: number, pid, node, reader,
+    writer); any other is closed, nothing of it unpickled and nothing sent to it (the
+    port takes connections from whoever reaches it: another user of this machine, or of
+    the network when the cluster's nodes are elsewhere)."""
+
+    def __init__(self, expected: Iterable[int]) -> None:
+        self.token = secrets.token_bytes(TOKEN_BYTES)
+        self.expected = frozenset(expected)
+        self.arrived: asyncio.Queue[
+            tuple[int, int, str, asyncio.StreamReader, asyncio.StreamWriter]
+        ] = asyncio.Queue()
+
+    async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            said = await asyncio.wait_for(read_hello(reader, self.token), RAY_START_SECONDS)
+        except TimeoutError:
+            said = None
+        if said is None or said[0] not in self.expected:  # not one of ours
+            writer.close()
+            return
+        self.arrived.put_nowait((*said, reader, writer))
+
+
+def listen_host(own: str, nodes: Sequence[str]) -> str:
+    """Where the coordinator listens for its Ray actors: on 127.0.0.1 when every node of
+    the cluster is this machine (``own``, the address Ray knows it by), else on ``own``,
+    which the other nodes reach (an actor proves it is one of the run's with its token,
+    ``wire.read_hello``, before anything is read or sent)."""
+    return "127.0.0.1" if set(nodes) <= {own, "127.0.0.1"} else own
+
+
 Sink = Callable[[LLMEvent], None]
 
 
@@ -266,31 +301,23 @@ class Shards:
 
     async def _start_ray(self) -> None:
         """One Ray actor per worker (``sim.engine.shard_worker.ShardActor``), each connecting
-        back to this process on 127.0.0.1 and saying which worker it is."""
+        back to this process (``listen_host``) with the run's token, saying which worker it
+        is (``wire.hello``); a connection without the token is closed unread."""
         ray = start_ray(self.ray_address)
         from sim.engine.shard_worker import ShardActor
 
-        arrived: asyncio.Queue[tuple[int, asyncio.StreamReader, asyncio.StreamWriter]]
-        arrived = asyncio.Queue()
         handles: dict[int, _RayActor] = {}
-
-        async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                hello = await asyncio.wait_for(receive(reader), RAY_START_SECONDS)
-                index = int(hello[1])
-                handles[index].where = f", pid {int(hello[2])} on {str(hello[3])[:64]}"
-                arrived.put_nowait((index, reader, writer))
-            except Exception:  # not one of ours
-                writer.close()
-
-        server = await asyncio.start_server(connected, "127.0.0.1", 0, limit=2**26)
+        door = ActorDoor(range(1, self.count + 1))
+        own = ray.util.get_node_ip_address()
+        host = listen_host(own, [n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")])
+        server = await asyncio.start_server(door.connected, host, 0, limit=2**26)
         self._server = server
         port = server.sockets[0].getsockname()[1]
         remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardActor)
         for index in range(1, self.count + 1):
             actor = remote.remote()
             handles[index] = _RayActor(
-                ray, actor, actor.run.remote("127.0.0.1", port, index, str(self.root))
+                ray, actor, actor.run.remote(host, port, index, str(self.root), door.token)
             )
         waiting = set(handles)
         try:
@@ -306,16 +333,23 @@ class Shards:
                         f"{await failed[0].ended()}"
                     )
                 try:
-                    index, reader, writer = await asyncio.wait_for(arrived.get(), 0.5)
+                    index, pid, node, reader, writer = await asyncio.wait_for(
+                        door.arrived.get(), 0.5
+                    )
                 except TimeoutError:
                     continue
                 if index in waiting:
                     waiting.discard(index)
+                    handles[index].where = f", pid {pid} on {node}"
                     self._begin(index, handles[index], reader, writer)
+                else:  # a second connection with its number
+                    writer.close()
         except BaseException:
             for handle in handles.values():
                 await handle.stop()
             raise
+        finally:
+            server.close()  # every actor is connected, or the run stops: no one else joins
         self.workers.sort(key=lambda worker: worker.index)
 
     async def __aexit__(self, *exc: object) -> None:

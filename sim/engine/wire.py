@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copyreg
+import hmac
 import io
 import pickle
 import struct
@@ -129,6 +130,33 @@ async def receive(reader: asyncio.StreamReader, shared: dict[int, Any] | None = 
         if message[0] != "share":
             return message
         shared[message[1]] = message[2]
+
+
+#: a Ray actor's first bytes on its connection to the coordinator (``--executor ray``): the
+#: run's token, its worker number, its pid and its node's name (UTF-8, padded). Plain
+#: bytes, not a pickle: the coordinator's port takes connections from whoever reaches it,
+#: and nothing is unpickled, or sent, before the token matches
+_HELLO = struct.Struct("!32sQQ64s")
+#: the length of the token a run gives its actors
+TOKEN_BYTES = 32
+
+
+def hello(token: bytes, index: int, pid: int, node: str) -> bytes:
+    """A Ray actor's hello (``_HELLO``)."""
+    return _HELLO.pack(token, index, pid, node.encode("utf-8", "replace")[:64])
+
+
+async def read_hello(reader: asyncio.StreamReader, token: bytes) -> tuple[int, int, str] | None:
+    """The worker number, pid and node a connection's hello gives; ``None`` when it is not
+    one (too short, or another token: nothing more of it is read)."""
+    try:
+        data = await reader.readexactly(_HELLO.size)
+    except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        return None
+    theirs, index, pid, node = _HELLO.unpack(data)
+    if not hmac.compare_digest(theirs, token):
+        return None
+    return index, pid, node.rstrip(b"\0").decode("utf-8", "replace")
 
 
 class ShardUserError(UserError):
