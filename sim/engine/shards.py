@@ -61,7 +61,7 @@ from sim.engine.split import (
     waits_after,
 )
 from sim.engine.wire import TOKEN_BYTES, Outbox, frame, portable, read_hello, receive
-from sim.errors import RunError, UserError
+from sim.errors import RunError, SimError, UserError
 from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
@@ -117,6 +117,9 @@ class _RayActor:
         except TimeoutError:
             return "its socket closed"
         except Exception as exc:  # Ray's errors: the actor died, its node was lost
+            cause = getattr(exc, "cause", None)  # what the actor's method raised, if it did
+            if isinstance(cause, SimError):
+                return str(cause)
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return "it returned"
 
@@ -323,14 +326,15 @@ class Shards:
         try:
             while waiting:
                 failed = [
-                    handle
+                    (i, handle)
                     for i, handle in handles.items()
                     if i in waiting and handle.ref.future().done()
                 ]
                 if failed:
+                    i, handle = failed[0]
                     raise WorkerDied(
-                        f"worker {failed[0].describe()} ended before it connected: "
-                        f"{await failed[0].ended()}"
+                        f"worker {i + 1} ({handle.describe()}) ended before it connected: "
+                        f"{await handle.ended()}"
                     )
                 try:
                     index, pid, node, reader, writer = await asyncio.wait_for(

@@ -101,3 +101,28 @@ def test_an_actor_lost_mid_tick_is_named_and_the_resume_pays_once(
     Runner(world, config_for(world), adapter=resumed, workers=2, executor="ray").run(1)
     assert not set(killer.inner.answered) & set(resumed.answered)
     assert tree(world) == tree(reference)
+
+
+def test_an_actor_that_cannot_see_the_world_folder_is_named_with_its_node(
+    local_ray: None, tmp_path: Path
+) -> None:
+    """An actor whose node does not have the world's folder at its path (a cluster's
+    other machine without the shared filesystem) ends the start with an error that names
+    the worker, the folder and the node, not Ray's own trace."""
+    import asyncio
+    import socket
+
+    from sim.engine.shards import Shards
+
+    missing = tmp_path / "not-on-this-node"
+
+    async def start() -> None:
+        async with Shards(missing, 1, 1 << 20, 4, "ray", None):
+            raise AssertionError("the actor connected without the world's folder")
+
+    with pytest.raises(WorkerDied) as died:
+        asyncio.run(start())
+    said = str(died.value)
+    assert said.startswith("worker 2 (Ray actor) ended before it connected: ")
+    assert f"the world folder {missing} is not on node {socket.gethostname()}" in said
+    assert "ray::" not in said
