@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from sim import safefs
 from sim.ticklog.format import log_line, packed_call_line
 from sim.ticklog.records import CallRecord, LogRecord, dump_record
@@ -34,9 +36,9 @@ class LogWriter:
         self._handle = os.fdopen(fd, "ab")
 
     @classmethod
-    def create(cls, path: Path, first: Iterable[LogRecord | list[bytes]]) -> LogWriter:
+    def create(cls, path: Path, first: Iterable[LogRecord | Iterable[bytes]]) -> LogWriter:
         """Start a new log that appears with its ``first`` records already in it (a record,
-        or a line's bytes in pieces: ``state_line``).
+        or a line's bytes in pieces, written as they come: ``state_line``).
 
         They are written to ``<name>.tmp``, fsynced and renamed into place, so a crash at
         any instant leaves either no log or one that starts with its header, never an
@@ -50,7 +52,7 @@ class LogWriter:
         try:
             with os.fdopen(fd, "wb") as handle:
                 for item in first:
-                    for piece in item if isinstance(item, list) else (log_line(item),):
+                    for piece in (log_line(item),) if isinstance(item, BaseModel) else item:
                         handle.write(piece)
                     handle.write(b"\n")
                 handle.flush()

@@ -175,6 +175,31 @@ def test_state_packing_round_trips() -> None:
     assert unpack_state(pack_state(files)) == files
 
 
+@pytest.mark.parametrize("count", [0, 1, 511, 512, 513, 1300])
+def test_the_heads_state_line_made_in_pieces_is_the_records_bytes(
+    tmp_path: Path, count: int
+) -> None:
+    """A tick's head writes the state as it began a few hundred files at a time
+    (``state_line``): the line is byte for byte ``pack_state``'s record, text that JSON
+    escapes included, and a log written with it reads the same files back."""
+    from sim.ticklog.format import STATE_PIECE_FILES, state_line
+
+    assert STATE_PIECE_FILES == 512  # the counts above cross its edges
+    files = {
+        f"characters/c{i:05d}.json": f'{{"name": "N\\"{i}\\"", "note": "a\\nb é ✓ {i}"}}\n'.encode()
+        for i in reversed(range(count))
+    }
+    digest = state_digest(files)
+    pieces = list(state_line(files, digest))
+    assert b"".join(pieces) == dump_record(pack_state(files, digest))
+    chunks = -(-count // STATE_PIECE_FILES)  # made one at a time, a comma between two
+    assert len(pieces) == 3 + max(0, 2 * chunks - 1)
+    path = tmp_path / "tick-000001.jsonl"
+    LogWriter.create(path, [state_line(files, digest)]).close()
+    record = parse_record(orjson.loads(path.read_bytes()))
+    assert isinstance(record, StateRecord) and unpack_state(record) == files
+
+
 def test_a_torn_last_line_is_flagged_and_cut_before_appending(tmp_path: Path) -> None:
     path = tmp_path / "tick-000004.jsonl"
     write(path, EVERY_RECORD[:3])
