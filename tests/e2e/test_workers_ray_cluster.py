@@ -93,3 +93,31 @@ def test_two_nodes_give_one_process_result_and_a_lost_node_leaves_the_world_whol
     Runner(world, config_for(world), adapter=resumed, workers=3, executor="ray").run(1)
     assert not set(losing.inner.answered) & set(resumed.answered)
     assert tree(world) == tree(reference)
+
+
+def test_actors_reach_sim_tick_on_the_address_other_machines_would_use(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a node of the cluster is another machine, ``sim tick`` listens on the address
+    Ray knows this machine by, not on 127.0.0.1 (``listen_host``). Here every node is this
+    machine, so that choice is made as if one were not: the actors connect to that address
+    with the run's token, and the result is one process's."""
+    import sim.engine.shards as shards
+
+    own = ray.util.get_node_ip_address()
+    if own.startswith("127."):
+        pytest.skip("Ray knows this machine only by a loopback address")
+    chosen: list[str] = []
+    choose = shards.listen_host
+
+    def elsewhere(own: str, nodes: Any) -> str:
+        chosen.append(choose(own, [*nodes, "10.255.255.1"]))
+        return chosen[-1]
+
+    monkeypatch.setattr(shards, "listen_host", elsewhere)
+    reference = copy_demo(tmp_path / "ref")
+    Runner(reference, config_for(reference)).run(2)
+    world = copy_demo(tmp_path / "w")
+    Runner(world, config_for(world), workers=3, executor="ray").run(2)
+    assert chosen == [own]
+    assert tree(world) == tree(reference)
