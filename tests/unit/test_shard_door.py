@@ -7,6 +7,7 @@ sent to it. The port is on 127.0.0.1 unless a node of the cluster is another mac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -42,7 +43,9 @@ def test_only_a_hello_with_the_runs_token_and_a_workers_number_gets_in(tmp_path:
             await writer.drain()
             if len(data) < 112:
                 writer.write_eof()
-            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing sent
+            # closed with nothing sent (a reset, when some of its bytes were left unread)
+            with contextlib.suppress(ConnectionResetError):
+                assert await asyncio.wait_for(reader.read(), 10) == b""
             writer.close()
 
         # what an actor's hello was before it carried a token: a pickle, here a harmful one
