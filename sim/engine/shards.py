@@ -171,6 +171,9 @@ def start_ray(address: str | None) -> Any:
 
 #: how long Ray may take to place the actors and have them connect
 RAY_START_SECONDS = 120.0
+#: how long a connection to the actors' port may take to say its hello (an actor sends it
+#: as soon as it has connected): one that says nothing is closed then
+HELLO_SECONDS = 10.0
 
 
 class ActorDoor:
@@ -190,7 +193,7 @@ class ActorDoor:
 
     async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            said = await asyncio.wait_for(read_hello(reader, self.token), RAY_START_SECONDS)
+            said = await asyncio.wait_for(read_hello(reader, self.token), HELLO_SECONDS)
         except TimeoutError:
             said = None
         if said is None or said[0] not in self.expected:  # not one of ours

@@ -78,3 +78,29 @@ def test_an_actor_on_a_node_without_the_worlds_folder_says_so(tmp_path: Path) ->
     missing = tmp_path / "elsewhere"
     with pytest.raises(RunError, match=r"the world folder .*elsewhere is not on node .*same path"):
         ShardActor().run("127.0.0.1", 9, 1, str(missing), b"t" * 32)
+
+
+def test_a_connection_that_says_nothing_is_closed_after_the_hellos_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An actor says its hello as it connects; a connection that says nothing is not held
+    for the whole of Ray's start (``HELLO_SECONDS``)."""
+    import time
+
+    import sim.engine.shards as shards
+
+    monkeypatch.setattr(shards, "HELLO_SECONDS", 0.3)
+
+    async def main() -> float:
+        door = ActorDoor([1])
+        server = await asyncio.start_server(door.connected, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        server.close()
+        assert door.arrived.empty()
+        return time.monotonic() - started
+
+    assert 0.2 < asyncio.run(main()) < 5
