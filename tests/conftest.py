@@ -76,6 +76,23 @@ def tree(root: Path, logs: bool = False) -> dict[str, bytes]:
     }
 
 
+def shard_workers_of(world: Path) -> list[int]:
+    """The ``sim.engine.shard_worker`` processes of ``world`` that still run."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        running = stat.rsplit(")", 1)[1].split()[0] != "Z"
+        if running and b"sim.engine.shard_worker" in args and str(world).encode() in args:
+            found.append(int(entry.name))
+    return found
+
+
 @contextmanager
 def interruptible_children() -> Iterator[None]:
     """Processes started inside get Ctrl-C (SIGINT) at its default, as from a terminal.

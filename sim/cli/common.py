@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from sim.errors import InputError, RunFailed, SimError, TickInterrupted
+from sim.errors import InputError, RunFailed, SimError, TickInterrupted, UserError
 from sim.llm.redact import redact_text
 from sim.terminal import BIDI_CONTROLS, one_line, printable
 
@@ -186,6 +186,52 @@ def endpoint_options(model_help: str = EVERY_PHASE_MODEL) -> Callable[[_F], _F]:
         return PROVIDER(model(base_url(command)))
 
     return options
+
+
+def workers_options(command: _F) -> _F:
+    """``--workers N|auto``, ``--executor process|ray`` and ``--ray-address`` (a sharded
+    tick: ``sim tick`` and ``sim serve``'s runs); ``shard_count`` reads them."""
+    workers = click.option(
+        "--workers",
+        default="1",
+        metavar="N|auto",
+        help="Run each tick's phases on N shards of the world (split by place), each in a "
+        "process of its own; auto: one per core. Same result as 1 (the default).",
+    )
+    executor = click.option(
+        "--executor",
+        type=click.Choice(["process", "ray"]),
+        default="process",
+        show_default=True,
+        help="With --workers: each shard a process here, or a Ray actor (pip install 'sim[ray]').",
+    )
+    ray_address = click.option(
+        "--ray-address",
+        metavar="ADDR",
+        help="With --executor ray: the Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+    )
+    return workers(executor(ray_address(command)))
+
+
+def shard_count(workers: str, executor: str, ray_address: str | None) -> int:
+    """The number of shards ``--workers`` asks for (``auto``: the cores this process may
+    use).
+
+    Raises:
+        UserError: not a number from 1 to 1024 nor ``auto``, or ``--ray-address``
+            without ``--executor ray``.
+    """
+    from sim.engine.shards import auto_workers
+
+    if workers == "auto":
+        count = auto_workers()
+    elif workers.isdigit() and 1 <= int(workers) <= 1024:
+        count = int(workers)
+    else:
+        raise UserError(f"--workers: expected a number from 1 to 1024 or auto, got {workers!r}")
+    if ray_address is not None and executor != "ray":
+        raise UserError("--ray-address is for --executor ray")
+    return count
 
 
 def setting_overrides(values: tuple[str, ...]) -> dict[str, Any]:

@@ -28,7 +28,9 @@ from sim.cli.common import (
     echo,
     echo_lines,
     secho,
+    shard_count,
     styled,
+    workers_options,
 )
 from sim.cli.jsonout import (
     JSON_LINES_HELP,
@@ -38,7 +40,6 @@ from sim.cli.jsonout import (
     json_errors,
     tick_document,
 )
-from sim.errors import UserError
 from sim.terminal import one_line, printable, wrapped
 
 if TYPE_CHECKING:  # the engine is imported by the commands that run it (`sim --help` is fast)
@@ -264,25 +265,7 @@ def print_tick(result: TickResult, streamed: set[str] | frozenset[str] = frozens
     help="Send each phase's calls as one OpenAI Batch API batch: half the price, answers "
     "within 24 h (stopped, the next run resumes polling the same batch).",
 )
-@click.option(
-    "--workers",
-    default="1",
-    metavar="N|auto",
-    help="Run each tick's phases on N shards of the world (split by place), each in a "
-    "process of its own; auto: one per core. Same result as 1 (the default).",
-)
-@click.option(
-    "--executor",
-    type=click.Choice(["process", "ray"]),
-    default="process",
-    show_default=True,
-    help="With --workers: each shard a process here, or a Ray actor (pip install 'sim[ray]').",
-)
-@click.option(
-    "--ray-address",
-    metavar="ADDR",
-    help="With --executor ray: the Ray cluster (default: $RAY_ADDRESS, else a local instance).",
-)
+@workers_options
 @click.option("--json", "as_json", is_flag=True, help=JSON_LINES_HELP)
 def tick(
     world_dir: Path,
@@ -308,17 +291,9 @@ def tick(
     """Run TICKS ticks of a world, committing each."""
     from sim.cli.progress import Progress, StreamView
     from sim.engine.runner import Runner
-    from sim.engine.shards import auto_workers
 
     with json_errors("tick", as_json):
-        if workers == "auto":
-            shards = auto_workers()
-        elif workers.isdigit() and 1 <= int(workers) <= 1024:
-            shards = int(workers)
-        else:
-            raise UserError(f"--workers: expected a number from 1 to 1024 or auto, got {workers!r}")
-        if ray_address is not None and executor != "ray":
-            raise UserError("--ray-address is for --executor ray")
+        shards = shard_count(workers, executor, ray_address)
         config = build_config(
             config_file,
             world_dir,

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import click
 
-from sim.cli.common import CONFIG, WORLD, build_config, echo, errors, port_option
+from sim.cli.common import (
+    CONFIG,
+    WORLD,
+    build_config,
+    echo,
+    errors,
+    port_option,
+    shard_count,
+    workers_options,
+)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -43,6 +52,7 @@ def _loopback(host: str) -> bool:
 @port_option(0, "The port (0: a free one).")
 @click.option("--read-only", is_flag=True, help="Show the world; refuse every change.")
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a browser.")
+@workers_options
 def serve(
     world_dir: Path,
     config_file: Path | None,
@@ -50,6 +60,9 @@ def serve(
     port: int,
     read_only: bool,
     open_page: bool,
+    workers: str,
+    executor: str,
+    ray_address: str | None,
 ) -> None:
     """Serve a page that shows WORLD live and runs, pauses and steers it (docs/serve.md).
 
@@ -61,6 +74,9 @@ def serve(
     after that, while the page says "loading"; a world that does not validate is shown
     as its problems (here and on the page) and the command then exits 2 when stopped.
     Ctrl-C stops the server after the tick running, if any, has committed.
+
+    With ``--workers N`` the page's runs shard each tick as ``sim tick --workers N``
+    does, with the same result; a run's workers are started once and serve all its ticks.
     """
     import asyncio  # here, not with the module: `sim --help` loads every command's module
     import secrets
@@ -74,6 +90,7 @@ def serve(
     from sim.storage import Storage
 
     with errors():
+        shards = shard_count(workers, executor, ray_address)
         config = build_config(config_file, world_dir)
         kind = folder_kind(world_dir)
         if kind is None:
@@ -119,7 +136,17 @@ def serve(
                 )
 
         app = make_app(
-            Settings(world_dir, config, token, read_only=read_only, runs=kind, on_loaded=on_loaded)
+            Settings(
+                world_dir,
+                config,
+                token,
+                read_only=read_only,
+                runs=kind,
+                on_loaded=on_loaded,
+                workers=shards,
+                executor=executor,
+                ray_address=ray_address,
+            )
         )
 
         async def main() -> None:

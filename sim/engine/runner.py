@@ -280,9 +280,17 @@ class Runner:
             if handling:
                 loop.remove_signal_handler(signal.SIGTERM)
 
-    async def run_async(self, ticks: int = 1) -> list[TickResult]:
+    async def run_async(self, ticks: int = 1, *, keep_workers: bool = False) -> list[TickResult]:
+        """Run ``ticks`` ticks, each committed before the next starts.
+
+        ``keep_workers``: the run's workers (``workers`` > 1) are not ended with it, and
+        serve the next ``run_async`` (a caller that pauses between its runs, like ``sim
+        serve``, without starting them again); ``close_workers`` ends them. They are ended
+        anyway when a tick fails.
+        """
         results: list[TickResult] = []
         built = self.stack is None
+        failed = True
         try:
             with self.storage.lock():
                 self.storage.recover()
@@ -295,14 +303,21 @@ class Runner:
                     results.append(result)
                     if self.on_tick:
                         self.on_tick(result)
+            failed = False
         finally:
-            if self.shards is not None:
+            if self.shards is not None and (failed or not keep_workers):
                 shards, self.shards = self.shards, None
                 await shards.__aexit__(*sys.exc_info())
             if built and self.stack is not None:  # its HTTP client belongs to this loop
                 await self.stack.aclose()
                 self.stack = None
         return results
+
+    async def close_workers(self) -> None:
+        """End the workers a ``run_async(keep_workers=True)`` kept (nothing without)."""
+        if self.shards is not None:
+            shards, self.shards = self.shards, None
+            await shards.close()
 
     def _set_seed(self, seed: int) -> None:
         """Write ``seed`` into ``world.json`` (nothing when it is already the seed)."""

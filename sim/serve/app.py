@@ -110,6 +110,11 @@ class Settings:
     #: told how a load of the world in the background ended, or how another turned it
     #: from ready to invalid or back (on the loading thread: ``WorldCache.on_loaded``)
     on_loaded: Callable[[loading.Status], None] | None = None
+    #: a run's ticks on this many shards of the world (``sim serve --workers``), each a
+    #: process, or a Ray actor (``executor``, ``ray_address``): as ``sim tick --workers``
+    workers: int = 1
+    executor: str = "process"
+    ray_address: str | None = None
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -580,7 +585,14 @@ def make_app(settings: Settings) -> web.Application:
     if settings.loaded is not None:
         app[CACHE].prime(*settings.loaded)
     app[LOGS] = views.LogViews(settings.world_dir)
-    app[DRIVER] = Driver(settings.world_dir, settings.config, app[HUB].publish)
+    app[DRIVER] = Driver(
+        settings.world_dir,
+        settings.config,
+        app[HUB].publish,
+        workers=settings.workers,
+        executor=settings.executor,
+        ray_address=settings.ray_address,
+    )
     app.cleanup_ctx.append(_watch)
     app.on_shutdown.append(_close_listeners)
     app.router.add_get("/", index)

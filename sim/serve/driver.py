@@ -3,9 +3,10 @@
 A run is the library's ``Runner`` (what ``sim tick`` runs), on a thread of its own with
 its own event loop, so the server answers while a tick runs; each tick takes the world's
 lock as ``sim tick`` does. Its adapter stack is built once per run, so ``[budget]`` caps
-the run as it caps a ``sim tick --ticks N``. A pause is taken between ticks: the tick
-running finishes and commits. The runner's event sink, phase hook and tick hook report
-progress; they run on the tick's thread and hand each event to the server's loop.
+the run as it caps a ``sim tick --ticks N``, and its workers (``sim serve --workers``)
+are started once per run too. A pause is taken between ticks: the tick running finishes
+and commits. The runner's event sink, phase hook and tick hook report progress; they run
+on the tick's thread and hand each event to the server's loop.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class Driver:
         config: the configuration every run uses.
         publish: receives ``(kind, data)`` for each event, on ``loop``.
         loop: the server's event loop (set when the server starts).
+        workers: run each tick on this many shards of the world (``sim serve
+            --workers``), as ``sim tick --workers`` does; the workers are started with a
+            run's first tick and serve its others (the world's lock is let go between
+            them, for the page's changes).
+        executor, ray_address: ``process`` or ``ray``, and the Ray cluster (``Runner``).
     """
 
     def __init__(
@@ -80,9 +86,16 @@ class Driver:
         config: Config,
         publish: Publish,
         loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        workers: int = 1,
+        executor: str = "process",
+        ray_address: str | None = None,
     ) -> None:
         self.world_dir = world_dir
         self.config = config
+        self.workers = workers
+        self.executor = executor
+        self.ray_address = ray_address
         self.publish = publish
         self.loop = loop
         self.state = RunState()
@@ -209,15 +222,25 @@ class Driver:
             events=on_event,
             on_phase=on_phase,
             on_tick=on_tick,
-            on_delta=on_delta,
+            # deltas come only when [llm] stream is on; a sink without them would still
+            # keep a sharded run in one process (streamed text is shown by one process)
+            on_delta=on_delta if self.config.llm.stream else None,
+            workers=self.workers,
+            executor=self.executor,
+            ray_address=self.ray_address,
         )
         world = Storage(self.world_dir, self.config.limits.max_entity_bytes).load()
         runner.stack = build_run_stack(self.config, world)  # one per run: [budget] spans it
         del world
         try:
+            # one tick a run_async, so a pause (and the page's changes, which take the
+            # world's lock) come between ticks; the workers are kept across them
             for _ in range(ticks):
                 if self._pause.is_set():
                     break
-                await runner.run_async(1)
+                await runner.run_async(1, keep_workers=True)
         finally:
-            await runner.stack.aclose()
+            try:
+                await runner.close_workers()
+            finally:
+                await runner.stack.aclose()

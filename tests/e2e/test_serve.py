@@ -26,8 +26,8 @@ from sim.serve.app import Settings, make_app
 from sim.serve.boundary import MAX_BODY
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import read_log
-from tests.conftest import copy_demo, tree
-from tests.e2e.serve_client import served
+from tests.conftest import copy_demo, shard_workers_of, tree
+from tests.e2e.serve_client import next_event, served
 
 TOKEN = "t0ken-for-tests"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -130,6 +130,37 @@ async def test_world_and_a_tick_run_from_the_api_equal_sim_tick(tmp_path: Path, 
     assert done.returncode == 0, done.stderr
     assert tree(world) == tree(other)
     assert _log_content(world) == _log_content(other)
+
+
+async def test_a_run_with_workers_gives_one_processs_world_with_workers_started_once(
+    tmp_path: Path, world: Path
+):
+    """``sim serve --workers 2``: three ticks run from the page leave the world and its
+    logs as ``sim tick --ticks 3`` in one process does; one worker process serves every
+    tick (started with the run, not once a tick, although the world's lock is let go
+    between ticks), and is gone when the run ends."""
+    reference = copy_demo(tmp_path / "ref")
+    done = _sim("tick", "--world", str(reference), "--ticks", "3")
+    assert done.returncode == 0, done.stderr
+    app = make_app(Settings(world, build_config(None, world), TOKEN, workers=2))
+    served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await served.start_server()
+    seen: list[list[int]] = []
+    try:
+        async with served.get("/api/events", headers=BEARER) as events:
+            await next_event(events, "hello")
+            assert (await _post(served, "/api/run", {"ticks": 3})).status == 202
+            for _ in range(2):  # the third tick's event may come once the run has ended
+                await next_event(events, "tick")
+                seen.append(shard_workers_of(world))
+        state = await _until_idle(served)
+        assert state["done"] == 3 and state["error"] is None, state
+    finally:
+        await served.close()
+    assert len(seen[0]) == 1 and seen[0] == seen[1]
+    assert not shard_workers_of(world)
+    assert tree(world) == tree(reference)
+    assert _log_content(world) == _log_content(reference)
 
 
 async def test_pause_stops_after_the_tick_running(client: TestClient[Any, Any], world: Path):
@@ -455,6 +486,15 @@ async def test_another_host_than_loopback_warns_and_still_needs_the_token(world:
         process.terminate()
         _, err = process.communicate(timeout=30)
     assert "warning: listening on 0.0.0.0" in err
+
+
+def test_bad_workers_exit_2_before_serving(world: Path):
+    """``sim serve --workers`` is read as ``sim tick``'s: a bad count, or a Ray address
+    without Ray, exits 2 naming the option, and serves nothing."""
+    bad = _sim("serve", "--world", str(world), "--workers", "0")
+    assert bad.returncode == 2 and "--workers" in bad.stderr and not bad.stdout
+    bad = _sim("serve", "--world", str(world), "--ray-address", "127.0.0.1:1")
+    assert bad.returncode == 2 and "--ray-address is for --executor ray" in bad.stderr
 
 
 def test_a_bad_world_exits_2_before_serving(tmp_path: Path):

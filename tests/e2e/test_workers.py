@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import WORLDS, copy_demo, tree
+from conftest import WORLDS, copy_demo, shard_workers_of, tree
 
 from sim.cli import main
 from sim.config import load_config
@@ -207,7 +207,7 @@ def test_a_worker_killed_mid_tick_is_named_commits_nothing_and_the_resume_pays_o
     assert "died in the middle of the tick" in message and "exit status -9" in message
     assert tree(world) == before  # nothing committed
     assert Storage(world).load().tick == 5
-    assert not _children() and not _workers_of(world)  # no worker left behind
+    assert not _children() and not shard_workers_of(world)  # no worker left behind
     paid = list(killer.inner.answered)
     # the next run (with 3 workers) resumes: no logged call is paid for again
     resumed = CountingAdapter(OfflineAdapter(seed=7))
@@ -259,9 +259,9 @@ def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
         process.wait()
         # its workers see their socket close and exit
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _workers_of(world):
+        while time.monotonic() < deadline and shard_workers_of(world):
             time.sleep(0.05)
-        assert not _workers_of(world)
+        assert not shard_workers_of(world)
         paid = read_counts(counts) if counts.exists() else []
         tick = Storage(world).load().tick
         assert tick in (5, 6)
@@ -280,23 +280,6 @@ def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
     assert any(t == 5 and p > 0 for _, t, p, _ in outcomes), outcomes
 
 
-def _workers_of(world: Path) -> list[int]:
-    """The ``sim.engine.shard_worker`` processes of ``world`` that still run."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        running = stat.rsplit(")", 1)[1].split()[0] != "Z"
-        if running and b"sim.engine.shard_worker" in args and str(world).encode() in args:
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.parametrize("calls", ["on the workers", "on the coordinator"])
 def test_the_workers_serve_every_tick_of_a_run_and_go_with_it(tmp_path: Path, calls: str) -> None:
     """``--workers 3 --ticks 3``: two worker processes (the coordinator runs the first
@@ -313,10 +296,10 @@ def test_the_workers_serve_every_tick_of_a_run_and_go_with_it(tmp_path: Path, ca
         config_for(world),
         adapter=adapter,
         workers=3,
-        on_tick=lambda _: seen.append(_workers_of(world)),
+        on_tick=lambda _: seen.append(shard_workers_of(world)),
     ).run(3)
     assert len(seen) == 3 and len(seen[0]) == 2 and seen[0] == seen[1] == seen[2]
-    assert not _workers_of(world) and not _children()
+    assert not shard_workers_of(world) and not _children()
     assert tree(world) == tree(reference)
 
 
@@ -503,7 +486,7 @@ def test_ctrl_c_or_sigterm_of_a_sharded_tick_ends_its_workers_and_resumes(
     _, err = child.communicate(timeout=30)
     assert child.returncode == (130 if signal_number == signal.SIGINT else 143), err
     assert "nothing was committed for tick 6" in err.decode()
-    assert not _workers_of(world)
+    assert not shard_workers_of(world)
     assert Storage(world).load().tick == 5
     paid = set(read_counts(counts))
     logged = read_log(log_path(world, 6))
@@ -637,14 +620,14 @@ def test_kill_9_while_workers_run_their_own_calls_resumes_from_the_log(
     if victim == "coordinator":
         process.kill()
     else:
-        os.kill(_workers_of(world)[0], signal.SIGKILL)
+        os.kill(shard_workers_of(world)[0], signal.SIGKILL)
     _, err = process.communicate(timeout=60)
     if victim == "worker":
         assert process.returncode != 0 and b"died in the middle of the tick" in err, err
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _workers_of(world):
+    while time.monotonic() < deadline and shard_workers_of(world):
         time.sleep(0.05)
-    assert not _workers_of(world)
+    assert not shard_workers_of(world)
     assert Storage(world).load().tick == 0
     logged = len(read_log(log_path(world, 1)).calls)
     assert logged >= 200
