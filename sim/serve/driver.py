@@ -46,6 +46,10 @@ class RunState:
     output_tokens: int = 0
     cost: float | None = 0.0
     error: str | None = None
+    #: the processes the tick running is sharded over (``sim serve --workers``), and why
+    #: a run asked for more runs in one process (a phase, streaming...), if it does
+    workers: int = 1
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as the page reads it, with ``order``: this snapshot's place among all
@@ -181,6 +185,8 @@ class Driver:
 
         def on_phase(name: str, stage: str, report: PhaseReport | None) -> None:
             state.tick = runner.current_tick
+            state.workers = runner.workers  # decided before a tick's first phase: 1 when
+            state.note = runner.one_process  # the run cannot shard, and this says why
             state.phase = name if stage == "start" else None
             if stage == "start":
                 state.phase_calls = state.phase_failed = 0

@@ -151,8 +151,9 @@ async def test_a_run_with_workers_gives_one_processs_world_with_workers_started_
             await next_event(events, "hello")
             assert (await _post(served, "/api/run", {"ticks": 3})).status == 202
             for _ in range(2):  # the third tick's event may come once the run has ended
-                await next_event(events, "tick")
+                ticked = await next_event(events, "tick")
                 seen.append(shard_workers_of(world))
+                assert ticked["workers"] == 2 and ticked["note"] is None
         state = await _until_idle(served)
         assert state["done"] == 3 and state["error"] is None, state
     finally:
@@ -161,6 +162,25 @@ async def test_a_run_with_workers_gives_one_processs_world_with_workers_started_
     assert not shard_workers_of(world)
     assert tree(world) == tree(reference)
     assert _log_content(world) == _log_content(reference)
+
+
+async def test_a_run_that_cannot_shard_says_why_on_the_page(world: Path):
+    """With ``[llm] stream`` (streamed text is shown by one process) a ``--workers 2``
+    run goes on in one process; its events say so, and no worker is started."""
+    config = build_config(None, world, stream=True)
+    app = make_app(Settings(world, config, TOKEN, workers=2))
+    served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await served.start_server()
+    try:
+        async with served.get("/api/events", headers=BEARER) as events:
+            await next_event(events, "hello")
+            assert (await _post(served, "/api/step", {})).status == 202
+            ticked = await next_event(events, "tick")
+        assert ticked["workers"] == 1 and "streamed answers" in ticked["note"]
+        assert (await _until_idle(served))["error"] is None
+    finally:
+        await served.close()
+    assert not shard_workers_of(world)
 
 
 async def test_pause_stops_after_the_tick_running(client: TestClient[Any, Any], world: Path):

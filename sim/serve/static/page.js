@@ -625,7 +625,8 @@ function showRun(run) {
   if (run.running) {
     const tick = run.tick === null ? "between ticks" : `tick ${run.tick}`;
     const phase = run.phase ? `${run.phase}: ${run.phase_calls} calls` + (run.phase_failed ? `, ${run.phase_failed} failed` : "") : "";
-    status.textContent = `running ${run.done}/${run.ticks} · ${tick}${phase ? " · " + phase : ""}${run.pausing ? " · pausing after this tick" : ""}`;
+    const shards = run.workers > 1 ? ` · ${run.workers} workers` : run.note ? ` · ${run.note}` : "";
+    status.textContent = `running ${run.done}/${run.ticks} · ${tick}${phase ? " · " + phase : ""}${shards}${run.pausing ? " · pausing after this tick" : ""}`;
     bar.max = run.ticks;
     bar.value = run.done;
   } else {
