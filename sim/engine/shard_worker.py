@@ -366,6 +366,8 @@ async def run_part(
             await writer.drain()
             message = await barriers.get()
             take_states(world, message[1], before)
+            if message[2] is not None:  # the next phase's conversations, all of the tick's
+                ctx.talks = message[2]
     evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
     return ShardFinal(
         files=entity_forms(world, mine, ctx.occupancy),

@@ -44,6 +44,7 @@ from typing import Any, cast
 
 from sim.engine.recorder import phase_results
 from sim.engine.split import (
+    CHOSEN_OVER_THE_WORLD,
     LOCAL_FIRST_SHARE,
     Logged,
     Merged,
@@ -68,6 +69,7 @@ from sim.llm.events import LLMEvent
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport, TickContext
+from sim.phases.conversation import choose, speakers
 from sim.storage import entity_forms
 
 
@@ -597,9 +599,14 @@ class Shards:
                 future.cancel()
         return [by_worker[worker.index] for worker in self.active]
 
-    def broadcast(self, states: Mapping[tuple[str, str], Any]) -> None:
-        """End a phase's barrier: every worker gets the state the others changed."""
-        data = frame(("barrier", dict(states)))
+    def broadcast(
+        self,
+        states: Mapping[tuple[str, str], Any],
+        talks: list[tuple[str, list[str]]] | None = None,
+    ) -> None:
+        """End a phase's barrier: every worker gets the state the others changed, and the
+        tick's conversations when the next phase holds them (``TickContext.talks``)."""
+        data = frame(("barrier", dict(states), talks))
         for worker in self.active:
             worker.writer.write(data)
 
@@ -701,6 +708,7 @@ async def run_sharded(
     ctx.part = frozenset(mine)
     ctx.adapter = Slotted(adapter, shards.slots)
     names = [spec.name for spec in phases]
+    speaks: dict[str, str] = {}  # who means to speak to whom, over every shard
     try:
         open_log()  # the workers have their plans: they start while it is written
         for i, spec in enumerate(phases):
@@ -715,6 +723,11 @@ async def run_sharded(
             merge_reports(report, [d.report for d in done])
             ours = phase_results(spec.name, ctx)
             results = merge_results([ours, *(d.results for d in done)], order)
+            if spec.name == "intentions":  # what conversations are chosen from
+                speaks = speakers((c, i["action"], i["target"]) for c, i in results.items())
+            elif spec.name == "conversation" and ctx.talks is not None:
+                # as one process holds them: in the order they were opened
+                results = {o: results[o] for o, _ in ctx.talks if o in results}
             if spec.name == "narrative":
                 ctx.narratives = results
             phase_end(spec.name, results)
@@ -730,11 +743,16 @@ async def run_sharded(
             for part in done:
                 states.update(part.states)
             take_states(world, states, before)
-            shards.broadcast(states)
+            if later[0] in CHOSEN_OVER_THE_WORLD:  # the tick's conversations, chosen here
+                talk = ctx.config.conversation
+                limit, size = talk.max_conversations_per_tick, talk.max_participants
+                ctx.talks = choose(speaks, world.characters, limit, size)
+            shards.broadcast(states, ctx.talks)
         finals: list[ShardFinal] = await shards.gather("final")
     finally:
         ctx.occupancy = everywhere
         ctx.part = None
+        ctx.talks = None
         ctx.adapter = adapter
         shards.end()
     for final in finals:

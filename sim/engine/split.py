@@ -188,11 +188,25 @@ class Merged:
 
 
 #: the built-in phases a shard can run on its part: each is about the characters (or
-#: places) of one place at a time; ``conversation`` caps its conversations per tick
-#: over the whole world, so it is not among them
+#: places) of one place at a time
 SHARDABLE = frozenset(
-    {"intentions", "resolution", "narrative", "apply", "memory", "reflection", "planning"}
+    {
+        "intentions",
+        "conversation",
+        "resolution",
+        "narrative",
+        "apply",
+        "memory",
+        "reflection",
+        "planning",
+    }
 )
+#: the shardable phases whose subjects are chosen over the whole world before they run:
+#: ``conversation`` holds at most ``max_conversations_per_tick`` a tick, the first
+#: openers by id wherever they are. The phase before is a barrier, at which the
+#: coordinator chooses them from every shard's intentions (``TickContext.talks``) and
+#: sends them to every worker with the states
+CHOSEN_OVER_THE_WORLD = frozenset({"conversation"})
 #: the shardable phases that change a character's or place's ``state`` (``apply``: moves,
 #: moods, a place's atmosphere): only at their barrier are the states compared and sent
 #: (``states_of``, ``changed_states``); the others' leave every state as it was, which
@@ -223,8 +237,9 @@ def waits_after(phase: str, local: bool, later: Sequence[str] = ()) -> bool:
     logs those calls only once it starts that phase itself (``Shards.starting``), so the
     log still holds each phase's calls between the record of the phase before and its
     own. A barrier after every phase made both shards wait, at each phase's end, for
-    whichever was slower in that phase."""
-    if not local:
+    whichever was slower in that phase. Before a phase whose subjects are chosen over
+    the whole world (``CHOSEN_OVER_THE_WORLD``) every shard waits for that choice."""
+    if not local or (later and later[0] in CHOSEN_OVER_THE_WORLD):
         return True
     return phase in STATE_WRITERS and not OWN_PART_READERS.issuperset(later)
 

@@ -273,6 +273,11 @@ class TickContext:
     #: world (``sim tick --workers``: those at its locations as the tick began); ``None``:
     #: every character. The rest of the world is there to be read, not to be run.
     part: frozenset[str] | None = None
+    #: this tick's conversations, (opener, participants) each, as a sharded tick's
+    #: coordinator chose them over the whole world before the phase (its cap is per tick:
+    #: ``sim.phases.conversation.choose``); each shard holds those of its part. ``None``:
+    #: the phase chooses them itself (one process)
+    talks: list[tuple[str, list[str]]] | None = None
     #: how many calls a phase's client may have in flight, when not ``[llm]
     #: max_concurrency``: a shard's worker running a local model's calls itself, each of
     #: which waits for the coordinator to log it (``sim.engine.shard_worker``)
@@ -292,6 +297,7 @@ class TickContext:
         self.intentions = {}
         self.resolutions = {}
         self.results = {}
+        self.talks = None
         self.occupancy = {}
         self._static = {}
         self._has_input = {}

@@ -13,6 +13,7 @@ calls of one conversation (entity key ``conversation:{opener}``) run in order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import Field
@@ -65,21 +66,32 @@ def dialogues_at(ctx: TickContext, location_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def _open(ctx: TickContext, limit: int, size: int) -> list[tuple[str, list[str]]]:
+def speakers(intentions: Iterable[tuple[str, str, str | None]]) -> dict[str, str]:
+    """Who means to speak to whom, from ``(character, action, target)`` of each intention:
+    a ``speak`` with a target other than the speaker."""
+    return {
+        cid: target
+        for cid, action, target in intentions
+        if action == "speak" and target and target != cid
+    }
+
+
+def choose(
+    speaks: Mapping[str, str], characters: Mapping[str, Entity], limit: int, size: int
+) -> list[tuple[str, list[str]]]:
     """(opener, participants) of each conversation this tick: a character who means to
-    speak to someone at the same place, in id order, neither already talking; at most
-    ``limit``. With ``size`` above two, others then join (``_join``)."""
+    speak to someone at the same place (``speaks``: ``speakers``), in id order, neither
+    already talking; at most ``limit``. With ``size`` above two, others then join
+    (``_join``). Over every character of ``characters``: a sharded tick's coordinator
+    chooses for the whole world (``TickContext.talks``), each shard holds its own."""
     talking: set[str] = set()
     opened: list[tuple[str, list[str]]] = []
-    for cid in sorted(ctx.intentions):
+    for cid in sorted(speaks):
         if len(opened) >= limit:
             break
-        intention = ctx.intentions[cid]
-        other = intention.target
-        if intention.action != "speak" or not other or other == cid:
-            continue
-        char = ctx.world.characters.get(cid)
-        partner = ctx.world.characters.get(other)
+        other = speaks[cid]
+        char = characters.get(cid)
+        partner = characters.get(other)
         if char is None or partner is None or cid in talking or other in talking:
             continue
         if char["state"]["location"] != partner["state"]["location"]:
@@ -88,22 +100,20 @@ def _open(ctx: TickContext, limit: int, size: int) -> list[tuple[str, list[str]]
         opened.append((cid, [cid, other]))
     if size > 2:
         for _, participants in opened:
-            _join(ctx, participants, talking, size)
+            _join(speaks, characters, participants, talking, size)
     return opened
 
 
-def _speaks_to(ctx: TickContext, cid: str) -> str | None:
-    intention = ctx.intentions.get(cid)
-    if intention is None or intention.action != "speak" or intention.target == cid:
-        return None
-    return intention.target or None
-
-
-def _join(ctx: TickContext, participants: list[str], talking: set[str], size: int) -> None:
+def _join(
+    speaks: Mapping[str, str],
+    characters: Mapping[str, Entity],
+    participants: list[str],
+    talking: set[str],
+    size: int,
+) -> None:
     """Add to a conversation, up to ``size``, the characters at its place not talking yet
     who mean to speak to someone in it, or whom someone in it means to speak to: round by
     round (a joiner may bring another), each round in id order."""
-    characters = ctx.world.characters
     where = characters[participants[0]]["state"]["location"]
     present = [
         cid
@@ -112,11 +122,11 @@ def _join(ctx: TickContext, participants: list[str], talking: set[str], size: in
     ]
     while len(participants) < size:
         inside = set(participants)
-        addressed = {_speaks_to(ctx, p) for p in participants}
+        addressed = {speaks.get(p) for p in participants}
         joining = [
             cid
             for cid in present
-            if cid not in talking and (cid in addressed or _speaks_to(ctx, cid) in inside)
+            if cid not in talking and (cid in addressed or speaks.get(cid) in inside)
         ]
         if not joining:
             return
@@ -153,7 +163,13 @@ async def run(ctx: TickContext) -> None:
     config = ctx.config.conversation
     world = ctx.world
     talks: dict[str, dict[str, Any]] = {}
-    opened = _open(ctx, config.max_conversations_per_tick, config.max_participants)
+    opened = ctx.talks
+    if opened is None:  # one process: chosen here, over the world
+        speaks = speakers((cid, i.action, i.target) for cid, i in ctx.intentions.items())
+        limit, size = config.max_conversations_per_tick, config.max_participants
+        opened = choose(speaks, world.characters, limit, size)
+    elif ctx.part is not None:  # a shard: those of its part, of all the tick holds
+        opened = [(opener, people) for opener, people in opened if opener in ctx.part]
     for opener, participants in opened:
         where = world.characters[opener]["state"]["location"]
         talks[opener] = {

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from conftest import WORLDS, copy_demo, shard_workers_of, tree
 
 from sim.cli import main
+from sim.cli.common import build_config
 from sim.config import load_config
 from sim.engine.replay import replay
 from sim.engine.runner import Runner
@@ -37,7 +38,15 @@ from sim.ticklog.reader import read_log
 
 #: the minds world without its conversation (whose cap is the whole world's): planning,
 #: retrieval, rated cells, reflection and memory, all on shards
-MIND_PHASES = ["planning", "intentions", "resolution", "narrative", "apply", "reflection", "memory"]
+#: the minds world's own phases (planning, conversation, reflection, retrieval), with
+#: conversations capped below the openers there are, some of them in each shard, and of
+#: three: the cap is the world's, not each shard's
+CONVERSATIONS = (
+    "--set",
+    "conversation.max_conversations_per_tick=2",
+    "--set",
+    "conversation.max_participants=3",
+)
 
 
 def invoke(*args: str) -> str:
@@ -88,7 +97,7 @@ def test_partition_is_contiguous_balanced_and_never_empty() -> None:
     ("source", "ticks", "settings"),
     [
         (WORLDS / "demo", 6, ()),
-        (WORLDS / "minds", 3, ("--set", f"tick.phases={MIND_PHASES!r}".replace("'", '"'))),
+        (WORLDS / "minds", 3, CONVERSATIONS),
     ],
     ids=["demo", "minds"],
 )
@@ -115,19 +124,19 @@ def test_one_two_and_three_workers_give_the_same_files_story_and_books(
             assert ours.commit is not None and theirs.commit is not None
             assert ours.commit.state_after == theirs.commit.state_after
     # a sharded tick replays from its log as identical
-    config = load_config(world_dir=worlds[2], cwd=worlds[2])
-    if source.name == "demo":
-        report = replay(worlds[2], 1, ticks, config=config)
-        assert report.identical, [(t.tick, t.drifts[:1]) for t in report.ticks]
+    config = build_config(None, worlds[2], settings=settings[1::2])  # the --set values
+    report = replay(worlds[2], 1, ticks, config=config)
+    assert report.identical, [(t.tick, t.drifts[:1]) for t in report.ticks]
 
 
 def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(tmp_path: Path) -> None:
-    """A tick that cannot be sharded (here the ``conversation`` phase) runs as
-    ``--workers 1`` would, the same files written, and says so by name."""
+    """A tick that cannot be sharded (here the harvest vote's phase, which the world
+    declares) runs as ``--workers 1`` would, the same files written, and says so by
+    name."""
     worlds = []
     for name in ("one", "two"):
         world = tmp_path / name
-        shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
+        shutil.copytree(WORLDS / "harvest-vote", world, ignore=shutil.ignore_patterns(".sim"))
         worlds.append(world)
     alone = CliRunner().invoke(main, ["tick", "--world", str(worlds[0]), "--ticks", "2"])
     assert alone.exit_code == 0, alone.output
@@ -135,7 +144,7 @@ def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(tmp_path: P
         main, ["tick", "--world", str(worlds[1]), "--ticks", "2", "--workers", "2"]
     )
     assert result.exit_code == 0, result.output
-    assert "--workers 2: ran in one process (phase 'conversation'" in result.output
+    assert "--workers 2: ran in one process (phase 'vote'" in result.output
     assert tree(worlds[1]) == tree(worlds[0])
     world = worlds[1]
     bad = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", "two"])
@@ -786,6 +795,9 @@ def test_a_worker_of_a_local_model_waits_only_where_a_later_phase_reads_the_othe
     assert waits_after("apply", local=True, later=["reflection", "memory"])
     assert not any(waits_after(p, local=True, later=["memory"]) for p in ("intentions", "memory"))
     assert all(waits_after(p, local=False) for p in ("intentions", "narrative", "memory"))
+    # the tick's conversations are chosen over the world, after every shard's intentions
+    assert waits_after("intentions", local=True, later=["conversation", "resolution"])
+    assert not waits_after("conversation", local=True, later=["resolution", "memory"])
 
 
 def test_a_sharded_ticks_log_holds_each_phases_calls_before_its_end(tmp_path: Path) -> None:
