@@ -743,11 +743,12 @@ async def run_sharded(
             for part in done:
                 states.update(part.states)
             take_states(world, states, before)
+            talks = None
             if later[0] in CHOSEN_OVER_THE_WORLD:  # the tick's conversations, chosen here
                 talk = ctx.config.conversation
                 limit, size = talk.max_conversations_per_tick, talk.max_participants
-                ctx.talks = choose(speaks, world.characters, limit, size)
-            shards.broadcast(states, ctx.talks)
+                talks = ctx.talks = choose(speaks, world.characters, limit, size)
+            shards.broadcast(states, talks)
         finals: list[ShardFinal] = await shards.gather("final")
     finally:
         ctx.occupancy = everywhere
