@@ -724,7 +724,7 @@ async def run_sharded(
             ours = phase_results(spec.name, ctx)
             results = merge_results([ours, *(d.results for d in done)], order)
             if spec.name == "intentions":  # what conversations are chosen from
-                speaks = speakers((c, i["action"], i["target"]) for c, i in results.items())
+                speaks = speakers((c, d["action"], d["target"]) for c, d in results.items())
             elif spec.name == "conversation" and ctx.talks is not None:
                 # as one process holds them: in the order they were opened
                 results = {o: results[o] for o, _ in ctx.talks if o in results}
