@@ -543,7 +543,10 @@ def test_a_big_world_is_aggregated_not_one_node_per_character(browser: Browser, 
         page.goto(served.url)
         expect(page.locator("#people-count")).to_have_text("5000", timeout=30_000)
         expect(page.locator("#people-page")).to_have_text("1–200 of 5000")
-        expect(page.locator("#map .count").first).to_have_text(re.compile(r"\d+ characters?"))
+        # 40 places: each name along its radius, its count inward, both in the node's title
+        expect(page.locator("#map .count").first).to_have_text(re.compile(r"^\d+$"))
+        titled = page.locator("#map circle.place title").first.text_content() or ""
+        assert re.search(r": \d+ characters?$", titled), titled
         # the network, drawn by place, comes after the map: counted once it is there
         expect(page.locator("#network g.network-node")).to_have_count(40)
         nodes = page.evaluate("document.getElementsByTagName('*').length")
@@ -589,8 +592,39 @@ def test_a_world_of_many_places_maps_its_busiest(browser: Browser, tmp_path: Pat
         # the network, drawn by place (past ``NETWORK_CHARACTERS``): the same busiest
         expect(page.locator("#network g.network-node")).to_have_count(MAP_PLACES)
         assert sorted(mapped) == sorted(page.locator("#network .place-name").all_text_contents())
+        # every name and count readable: none over another, none cut off by the edge
+        for drawing in ("#map", "#network"):
+            assert page.evaluate(LABELS_CLASH, drawing) == [0, 0], drawing
     finally:
         served.stop()
+
+
+#: ``[overlapping pairs, labels past the edge]`` of a drawing's place names and counts,
+#: each the rectangle its text takes on the screen, turned as it is drawn (separating
+#: axes)
+LABELS_CLASH = """(drawing) => {
+  const texts = document.querySelectorAll(`${drawing} .place-name, ${drawing} .count`);
+  const quads = [...texts].map((t) => {
+    const b = t.getBBox(), m = t.getScreenCTM();
+    const right = b.x + b.width, bottom = b.y + b.height;
+    return [[b.x, b.y], [right, b.y], [right, bottom], [b.x, bottom]]
+      .map(([x, y]) => [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]);
+  });
+  const axes = (q) => q.map((p, i) => [q[(i + 1) % 4][1] - p[1], p[0] - q[(i + 1) % 4][0]]);
+  const apart = (a, b) => [...axes(a), ...axes(b)].some(([ax, ay]) => {
+    const pa = a.map(([x, y]) => x * ax + y * ay), pb = b.map(([x, y]) => x * ax + y * ay);
+    const slack = 0.5 * Math.hypot(ax, ay);
+    return Math.max(...pa) <= Math.min(...pb) + slack || Math.max(...pb) <= Math.min(...pa) + slack;
+  });
+  let overlaps = 0;
+  for (let i = 0; i < quads.length; i++) {
+    for (let j = i + 1; j < quads.length; j++) if (!apart(quads[i], quads[j])) overlaps++;
+  }
+  const box = document.querySelector(drawing).getBoundingClientRect();
+  const outside = quads.filter((q) => q.some(([x, y]) =>
+    x < box.left - 1 || x > box.right + 1 || y < box.top - 1 || y > box.bottom + 1)).length;
+  return [overlaps, outside];
+}"""
 
 
 def test_the_page_says_loading_until_the_world_has_loaded(browser: Browser, tmp_path: Path):

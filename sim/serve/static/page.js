@@ -153,14 +153,38 @@ function showPeople() {
 
 // -- the map: places on a ring, their connections, who is there, this tick's moves ------
 
+const RING_LABELS = 16; // past this many places, each name goes outward along its radius
+
+// Where each place is drawn: on a wide ring with its name above it, or, for more than
+// RING_LABELS places (whose names above them would overlap), on a round ring with the
+// names outward along the radii and the counts inward.
 function layout(locations) {
   const at = new Map();
-  const n = locations.length;
-  locations.forEach((loc, i) => {
-    const angle = (2 * Math.PI * i) / Math.max(n, 1) - Math.PI / 2;
-    at.set(loc.id, { x: 400 + 300 * Math.cos(angle), y: 280 + 215 * Math.sin(angle) });
-  });
-  return at;
+  const crowded = locations.length > RING_LABELS;
+  const [rx, ry] = crowded ? [140, 140] : [300, 215];
+  locations.forEach((loc, i) => at.set(loc.id, ring(locations.length, i, rx, ry)));
+  return { at, crowded };
+}
+
+// The i-th of n points on a ring around the drawing's centre, from the top, clockwise.
+function ring(n, i, rx, ry) {
+  const angle = (2 * Math.PI * i) / Math.max(n, 1) - Math.PI / 2;
+  return { x: 400 + rx * Math.cos(angle), y: 280 + ry * Math.sin(angle), angle };
+}
+
+// A label along a place's radius, `from` px beyond its node (negative: inward), reading
+// left to right on either side of the ring.
+function radial(p, from, text, cls) {
+  const cos = Math.cos(p.angle), sin = Math.sin(p.angle);
+  const right = cos >= -1e-9;
+  const degrees = (p.angle * 180) / Math.PI + (right ? 0 : 180);
+  const x = p.x + from * cos, y = p.y + from * sin;
+  const outward = from >= 0;
+  return svg("text", {
+    class: cls, x, y, dy: "0.35em",
+    "text-anchor": outward === right ? "start" : "end",
+    transform: `rotate(${degrees.toFixed(2)} ${x.toFixed(1)} ${y.toFixed(1)})`,
+  }, text);
 }
 
 function drawMap() {
@@ -173,7 +197,7 @@ function drawMap() {
   marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#555" }));
   defs.append(marker);
   map.append(defs);
-  const at = layout(world.locations);
+  const { at, crowded } = layout(world.locations);
   const drawn = new Set();
   for (const loc of world.locations) {
     for (const other of loc.connections) {
@@ -206,12 +230,19 @@ function drawMap() {
   for (const loc of world.locations) {
     const p = at.get(loc.id);
     const group = svg("g", { class: "loc" });
+    const counted = `${loc.count} character${loc.count === 1 ? "" : "s"}`;
+    if (crowded) {
+      const node = svg("circle", { class: "place", cx: p.x, cy: p.y, r: 6 });
+      node.append(svg("title", {}, `${loc.name}: ${counted}`));
+      group.append(node, radial(p, 10, loc.name, "place-name crowded"), radial(p, -9, String(loc.count), "count crowded"));
+      map.append(group);
+      continue;
+    }
     group.append(svg("circle", { class: "place", cx: p.x, cy: p.y, r: 9 }));
     group.append(svg("text", { class: "place-name", x: p.x, y: p.y - 14, "text-anchor": "middle" }, loc.name));
     const people = here.get(loc.id) || [];
     if (!whole || people.length > DOTS) {
-      group.append(svg("text", { class: "count", x: p.x, y: p.y + 24, "text-anchor": "middle" },
-        `${loc.count} character${loc.count === 1 ? "" : "s"}`));
+      group.append(svg("text", { class: "count", x: p.x, y: p.y + 24, "text-anchor": "middle" }, counted));
     } else {
       people.forEach((c, i) => {
         const y = p.y + 22 + i * 14;
@@ -426,10 +457,6 @@ async function inspect(id) {
 
 const LABELS = 60; // names drawn beside the dots up to this many characters; then on hover
 
-function ring(n, i, rx, ry) {
-  const angle = (2 * Math.PI * i) / Math.max(n, 1) - Math.PI / 2;
-  return { x: 400 + rx * Math.cos(angle), y: 280 + ry * Math.sin(angle) };
-}
 
 async function loadNetwork() {
   const box = $("network");
@@ -443,7 +470,10 @@ async function loadNetwork() {
   if (net === null) return; // a later answer is shown
   box.replaceChildren();
   const at = new Map();
-  net.nodes.forEach((node, i) => at.set(node.id, ring(net.nodes.length, i, 300, 230)));
+  // places (a big world's network) are named along the radii, as on a crowded map
+  const crowded = net.by === "place";
+  const [rx, ry] = crowded ? [140, 140] : [300, 230];
+  net.nodes.forEach((node, i) => at.set(node.id, ring(net.nodes.length, i, rx, ry)));
   const ties = net.by === "place" ? "ties between places" : "ties";
   $("network-note").textContent = net.total_ties
     ? `${net.total_ties} ${net.total_ties === 1 ? "tie" : "ties"} among ${net.total_characters} characters` +
@@ -470,10 +500,10 @@ async function loadNetwork() {
   for (const node of net.nodes) {
     const p = at.get(node.id);
     const group = svg("g", { class: "network-node", "data-id": node.id });
-    if (net.by === "place") {
-      group.append(svg("circle", { class: "place-node", cx: p.x, cy: p.y, r: 8 + 12 * Math.sqrt(node.count / Math.max(1, net.total_characters)) }));
-      group.append(svg("text", { class: "label place-name", x: p.x + 14, y: p.y + 4 }, node.name));
-      group.append(svg("text", { class: "count", x: p.x + 14, y: p.y + 18 }, `${node.count} characters, ${node.ties} ties within`));
+    if (crowded) {
+      const circle = svg("circle", { class: "place-node", cx: p.x, cy: p.y, r: 6 });
+      circle.append(svg("title", {}, `${node.name}: ${node.count} characters, ${node.ties} ties within`));
+      group.append(circle, radial(p, 10, node.name, "label place-name crowded"), radial(p, -9, String(node.count), "count crowded"));
     } else {
       const dot = svg("circle", { class: "node", cx: p.x, cy: p.y, r: 7, fill: colour(node.id) });
       dot.append(svg("title", {}, node.name));
