@@ -20,6 +20,7 @@ from sim.cli.common import (
     shard_count,
     workers_options,
 )
+from sim.errors import UserError
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -99,6 +100,11 @@ def serve(
             Storage(world_dir, config.limits.max_entity_bytes).load_meta()
         else:
             runs_view(world_dir)  # a study whose record cannot be read: exit 2 now
+            if shards > 1 or ray_address is not None:
+                raise UserError(
+                    f"--workers: {world_dir} is a {kind}'s folder, whose runs the page lists "
+                    "and does not run; give a world folder to run it on workers"
+                )
         try:
             sock = _bind(host, port)
         except OSError as exc:

@@ -508,13 +508,19 @@ async def test_another_host_than_loopback_warns_and_still_needs_the_token(world:
     assert "warning: listening on 0.0.0.0" in err
 
 
-def test_bad_workers_exit_2_before_serving(world: Path):
-    """``sim serve --workers`` is read as ``sim tick``'s: a bad count, or a Ray address
-    without Ray, exits 2 naming the option, and serves nothing."""
+def test_bad_workers_exit_2_before_serving(tmp_path: Path, world: Path):
+    """``sim serve --workers`` is read as ``sim tick``'s: a bad count, a Ray address
+    without Ray, or workers for a sweep's folder (whose runs the page lists, not runs)
+    exits 2 naming the option, and serves nothing."""
     bad = _sim("serve", "--world", str(world), "--workers", "0")
     assert bad.returncode == 2 and "--workers" in bad.stderr and not bad.stdout
     bad = _sim("serve", "--world", str(world), "--ray-address", "127.0.0.1:1")
     assert bad.returncode == 2 and "--ray-address is for --executor ray" in bad.stderr
+    out = tmp_path / "sweep"
+    done = _sim("sweep", "--world", str(world), "--seeds", "1", "--ticks", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    bad = _sim("serve", "--world", str(out), "--workers", "2")
+    assert bad.returncode == 2 and "is a sweep's folder" in bad.stderr and not bad.stdout
 
 
 def test_a_bad_world_exits_2_before_serving(tmp_path: Path):
