@@ -88,6 +88,7 @@ def run_(
                 executor=run,
                 on_interrupt=lambda note: echo(note, err=True),
                 trust_study=trust_study,
+                workers=runs.shards(),
             )
         finish_runs("study run", "study", result, out, as_json, {"prefix_ticks": plan.prefix})
 

@@ -19,6 +19,7 @@ from sim.cli.common import (
     echo,
     file_option,
     folder_option,
+    shard_count,
     trusting_world_config,
 )
 from sim.cli.jsonout import JSON_OPTION, emit, json_errors
@@ -61,11 +62,20 @@ class RunsOptions:
     budget_tokens: int | None
     executor: str
     ray_address: str | None
+    #: ``--workers`` as given: each step's ticks on that many shards of its run's world
+    #: (``sim tick --workers``; ``shards``)
+    workers: str = "1"
 
     def check(self) -> None:
-        """Raises: InputError: ``--ray-address`` without ``--executor ray``."""
+        """Raises: InputError: ``--ray-address`` without ``--executor ray``; UserError:
+        ``--workers`` not a number from 1 to 1024 nor ``auto``."""
         if self.ray_address is not None and self.executor != "ray":
             raise InputError(None, "--ray-address", "goes with --executor ray")
+        self.shards()
+
+    def shards(self) -> int:
+        """The shards ``--workers`` asks for each step's ticks (``auto``: one per core)."""
+        return shard_count(self.workers, "process", None)
 
     @contextmanager
     def chosen(self) -> Iterator[Executor]:
@@ -176,9 +186,12 @@ def budget_and_executor(whole: str, unit: str) -> Callable[[Command], Command]:
             budget_tokens: int | None,
             executor: str,
             ray_address: str | None,
+            workers: str,
             **kwargs: Any,
         ) -> Any:
-            runs = RunsOptions(budget_usd or None, budget_tokens or None, executor, ray_address)
+            runs = RunsOptions(
+                budget_usd or None, budget_tokens or None, executor, ray_address, workers
+            )
             return command(*args, runs=runs, **kwargs)
 
         for option in reversed(
@@ -205,6 +218,14 @@ def budget_and_executor(whole: str, unit: str) -> Callable[[Command], Command]:
                     "--ray-address",
                     metavar="ADDR",
                     help="The Ray cluster (default: $RAY_ADDRESS, else a local instance).",
+                ),
+                click.option(
+                    "--workers",
+                    default="1",
+                    metavar="N|auto",
+                    help=f"Each {unit}'s ticks on N shards of its world, each a process "
+                    "(sim tick --workers; auto: one per core): the same results, sooner "
+                    "for a big world. Mind --jobs: each of its runs takes N cores.",
                 ),
             )
         ):
@@ -280,6 +301,7 @@ def sweep(
             config_file,
         )
         runs.check()
+        plan.workers = runs.shards()
         with runs.chosen() as run:
             if not as_json:
                 echo(f"sweep: {len(plan.runs)} runs of {world_dir} into {out}", err=True)

@@ -55,6 +55,9 @@ class SweepPlan:
     config_file: Path | None = None
     #: the folder the sweep was started in: each child runs there (never in a run folder)
     cwd: Path = field(default_factory=Path.cwd)
+    #: each run's ticks on this many shards of its world (``sim tick --workers``): how
+    #: long a step takes, never what it computes
+    workers: int = 1
 
     @property
     def trusted_config(self) -> Path | None:

@@ -97,14 +97,22 @@ def trusted_flags(plan: SweepPlan, overrides: Mapping[str, Any]) -> list[str]:
 
 
 def tick_command(
-    run_dir: Path, ticks: int, grant: Grant, config: Config, trusted: Sequence[str] = ()
+    run_dir: Path,
+    ticks: int,
+    grant: Grant,
+    config: Config,
+    trusted: Sequence[str] = (),
+    workers: int = 1,
 ) -> list[str]:
     """The ``sim tick`` that runs a run on, under its grant (never above its own config's
-    cap), with the user's ``trusted`` flags (``trusted_flags``); never
-    ``--trust-world-config``: the run's folder is untrusted input."""
+    cap), with the user's ``trusted`` flags (``trusted_flags``), on ``workers`` shards
+    (``SweepPlan.workers``); never ``--trust-world-config``: the run's folder is
+    untrusted input."""
     where = str(run_dir.resolve())
     command = [sys.executable, "-m", "sim", "tick", "--world", where, "--ticks", str(ticks)]
     command += trusted
+    if workers > 1:
+        command += ["--workers", str(workers)]
     if grant.usd is not None:
         own = config.budget.max_cost_usd
         command += ["--budget-usd", repr(min(grant.usd, own) if own else grant.usd)]

@@ -147,7 +147,8 @@ def run_sweep(
         overrides = plan.runs[index].overrides
         config = plan.config(overrides)
         ticks = target - current_tick(run_dir)
-        command = tick_command(run_dir, ticks, grant, config, trusted_flags(plan, overrides))
+        trusted = trusted_flags(plan, overrides)
+        command = tick_command(run_dir, ticks, grant, config, trusted, plan.workers)
         code = executor(run_dir, command, plan.cwd)
         after = spend(run_dir)
         ledger.settle(grant, spent.get(index, Books()), after)

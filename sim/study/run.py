@@ -520,7 +520,7 @@ class StudyRunner:
             stop = min([ticks, *stops])
 
             def tick_step(grant: Grant, n: int = stop - k) -> list[str]:
-                return tick_command(run_dir, n, grant, config, trusted)
+                return tick_command(run_dir, n, grant, config, trusted, self.plan.workers)
 
             code, why = self._paid_step(run_dir, overrides, tick_step)
             if code != 0 or current_tick(run_dir) < start + stop:
@@ -558,6 +558,7 @@ def run_study(
     executor: Executor = run_one,
     trust_study: bool = False,
     on_interrupt: Callable[[str], None] | None = None,
+    workers: int = 1,
 ) -> SweepResult:
     """Run (or resume) every arm of ``study`` in ``out``: the shared prefixes first, then
     the arms forked from them, ``jobs`` folders at a time.
@@ -566,7 +567,8 @@ def run_study(
     the result then says ``interrupted``.
 
     The study's factors are judged by the trust rule first (``sim.study.trust``: routing
-    only with ``trust_study``, limits only tightened).
+    only with ``trust_study``, limits only tightened). ``workers``: each step's ticks on
+    this many shards of its run's world (``sim tick --workers``).
 
     Raises:
         InputError: a factor the trust rule refuses, ``out`` holds something else
@@ -580,7 +582,7 @@ def run_study(
             f"inside the world {study.world}: each run would fork the runs before it; use a "
             "folder outside the world (nothing was written)",
         )
-    plan = SweepPlan(study.world, out, [], study.spec.ticks, config_file, Path.cwd())
+    plan = SweepPlan(study.world, out, [], study.spec.ticks, config_file, Path.cwd(), workers)
     layers = user_layers(config_file, plan.cwd)
     check_factors(study, layers, trust_study)
     for unit in study.units:  # every combination checked as a config before anything

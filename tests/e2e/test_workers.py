@@ -31,6 +31,7 @@ from sim.engine.split import partition
 from sim.llm.errors import LLMBudgetExceededError
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
+from sim.runs.process import OUTPUT_FILE
 from sim.storage import Storage
 from sim.testing import CountingAdapter, read_counts
 from sim.ticklog.format import log_path
@@ -310,6 +311,54 @@ def test_the_workers_serve_every_tick_of_a_run_and_go_with_it(tmp_path: Path, ca
     assert len(seen) == 3 and len(seen[0]) == 2 and seen[0] == seen[1] == seen[2]
     assert not shard_workers_of(world) and not _children()
     assert tree(world) == tree(reference)
+
+
+def test_a_sweep_and_a_study_shard_each_steps_ticks_with_one_processs_result(
+    tmp_path: Path,
+) -> None:
+    """``sim sweep --workers 2`` and ``sim study run --workers 2`` give each step's ``sim
+    tick`` the flag: the runs' world files are those of ``--workers 1``, and a world whose
+    phase cannot be sharded says so in its run's output."""
+    demo = copy_demo(tmp_path / "world")
+    (tmp_path / "study.toml").write_text(
+        'world = "world"\nseeds = "1-2"\nticks = 2\n[conditions.control]\n', encoding="utf-8"
+    )
+    made: dict[int, tuple[Path, Path]] = {}
+    for n in (1, 2):
+        sweep, study = tmp_path / f"sweep{n}", tmp_path / f"study{n}"
+        args = ["--seeds", "1-2", "--ticks", "2", "--out", str(sweep), "--workers", str(n)]
+        done = CliRunner().invoke(main, ["sweep", "--world", str(demo), *args])
+        assert done.exit_code == 0, done.output
+        study_file = str(tmp_path / "study.toml")
+        done = CliRunner().invoke(
+            main, ["study", "run", study_file, "--out", str(study), "--workers", str(n)]
+        )
+        assert done.exit_code == 0, done.output
+        made[n] = (sweep, study)
+    for one, two in zip(made[1], made[2], strict=True):
+        runs = sorted(p.relative_to(one) for p in one.glob("**/world.json"))
+        assert len(runs) == 2
+        for run in runs:  # what sim tick printed, with its timings, aside
+            ours, theirs = tree(two / run.parent), tree(one / run.parent)
+            assert ours.pop(OUTPUT_FILE) and theirs.pop(OUTPUT_FILE)
+            assert ours == theirs
+    vote = tmp_path / "vote"
+    shutil.copytree(WORLDS / "harvest-vote", vote, ignore=shutil.ignore_patterns(".sim"))
+    (tmp_path / "votes.toml").write_text(
+        'world = "vote"\nseeds = "1"\nticks = 1\n[conditions.control]\n', encoding="utf-8"
+    )
+    sweep, study = tmp_path / "vote-sweep", tmp_path / "vote-study"
+    args = ["--world", str(vote), "--seeds", "1", "--ticks", "1", "--out", str(sweep)]
+    done = CliRunner().invoke(main, ["sweep", *args, "--workers", "2"])
+    assert done.exit_code == 0, done.output
+    study_file = str(tmp_path / "votes.toml")
+    done = CliRunner().invoke(
+        main, ["study", "run", study_file, "--out", str(study), "--workers", "2"]
+    )
+    assert done.exit_code == 0, done.output
+    for out in (sweep, study):
+        said = [p.read_text() for p in out.glob(f"**/{OUTPUT_FILE}")]
+        assert len(said) == 1 and "--workers 2: ran in one process (phase 'vote'" in said[0]
 
 
 def test_the_budget_is_the_runs_not_each_workers(tmp_path: Path) -> None:
