@@ -189,7 +189,7 @@ def endpoint_options(model_help: str = EVERY_PHASE_MODEL) -> Callable[[_F], _F]:
 
 
 def workers_options(command: _F) -> _F:
-    """``--workers N|auto``, ``--executor process|ray`` and ``--ray-address`` (a sharded
+    """``--workers N|auto``, ``--executor local|ray`` and ``--ray-address`` (a sharded
     tick: ``sim tick`` and ``sim serve``'s runs); ``shard_count`` reads them."""
     workers = click.option(
         "--workers",
@@ -200,10 +200,11 @@ def workers_options(command: _F) -> _F:
     )
     executor = click.option(
         "--executor",
-        type=click.Choice(["process", "ray"]),
-        default="process",
+        type=click.Choice(["local", "ray"]),
+        default="local",
         show_default=True,
-        help="With --workers: each shard a process here, or a Ray actor (pip install 'sim[ray]').",
+        help="With --workers: local, each shard a process here; ray, a Ray actor "
+        "(pip install 'sim[ray]').",
     )
     ray_address = click.option(
         "--ray-address",

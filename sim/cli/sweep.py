@@ -75,7 +75,7 @@ class RunsOptions:
 
     def shards(self) -> int:
         """The shards ``--workers`` asks for each step's ticks (``auto``: one per core)."""
-        return shard_count(self.workers, "process", None)
+        return shard_count(self.workers, "local", None)
 
     @contextmanager
     def chosen(self) -> Iterator[Executor]:

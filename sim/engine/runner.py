@@ -160,8 +160,9 @@ class Runner:
             the logged one's books.
         workers: run each tick's phases on this many shards of the world, each in a
             process of its own (``sim.engine.shards``); 1: in this process.
-        executor: ``process``, or ``ray``: each shard a Ray actor (``ray_address``: the
-            cluster; ``None``: ``RAY_ADDRESS``, else a local instance).
+        executor: ``local`` (each shard a process here), or ``ray``: each shard a Ray
+            actor (``ray_address``: the cluster; ``None``: ``RAY_ADDRESS``, else a local
+            instance).
     """
 
     def __init__(
@@ -182,7 +183,7 @@ class Runner:
         stack: Stack | None = None,
         embeddings: Sequence[EmbeddingRecord] | None = None,
         workers: int = 1,
-        executor: str = "process",
+        executor: str = "local",
         ray_address: str | None = None,
     ) -> None:
         if adapter is not None:

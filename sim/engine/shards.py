@@ -227,7 +227,7 @@ class Shards:
         count: the worker processes (or actors).
         max_entity_bytes: ``[limits] max_entity_bytes`` (each worker's load holds to it).
         slots: ``[llm] max_concurrency``, over the coordinator's calls and the workers'.
-        executor: ``process``: each worker a process here; ``ray``: a Ray actor.
+        executor: ``local``: each worker a process here; ``ray``: a Ray actor.
         ray_address: the Ray cluster (``None``: ``RAY_ADDRESS``, else a local instance).
     """
 
@@ -237,7 +237,7 @@ class Shards:
         count: int,
         max_entity_bytes: int,
         slots: int,
-        executor: str = "process",
+        executor: str = "local",
         ray_address: str | None = None,
     ) -> None:
         self.root = root

@@ -113,7 +113,7 @@ class Settings:
     #: a run's ticks on this many shards of the world (``sim serve --workers``), each a
     #: process, or a Ray actor (``executor``, ``ray_address``): as ``sim tick --workers``
     workers: int = 1
-    executor: str = "process"
+    executor: str = "local"
     ray_address: str | None = None
 
 

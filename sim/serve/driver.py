@@ -81,7 +81,7 @@ class Driver:
             --workers``), as ``sim tick --workers`` does; the workers are started with a
             run's first tick and serve its others (the world's lock is let go between
             them, for the page's changes).
-        executor, ray_address: ``process`` or ``ray``, and the Ray cluster (``Runner``).
+        executor, ray_address: ``local`` or ``ray``, and the Ray cluster (``Runner``).
     """
 
     def __init__(
@@ -92,7 +92,7 @@ class Driver:
         loop: asyncio.AbstractEventLoop | None = None,
         *,
         workers: int = 1,
-        executor: str = "process",
+        executor: str = "local",
         ray_address: str | None = None,
     ) -> None:
         self.world_dir = world_dir
