@@ -103,10 +103,21 @@ def scale(characters: int) -> dict[str, Any]:
     return {"characters": characters, "calls": doc["calls"], "timings": doc["timings"], **run}
 
 
-def workers(characters: int, repeats: int, scratch: Path) -> dict[str, Any]:
+#: ``workers(..., variant="conversation")``: the tick with the ``conversation`` phase, whose
+#: conversations (up to a thousand) the coordinator chooses over the world at a barrier
+CONVERSATION = (
+    "--set",
+    'tick.phases=["intentions","conversation","resolution","narrative","apply","memory"]',
+    "--set",
+    "conversation.max_conversations_per_tick=1000",
+)
+
+
+def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> dict[str, Any]:
     """One offline tick of a fresh world by ``sim tick --workers 1`` and ``--workers 2``
     child processes, alternating (``repeats`` pairs), each on its own copy of the world;
     the world files after each are compared (the same bytes, or the figure is void).
+    ``variant``: ``""`` (the default phases) or ``"conversation"`` (``CONVERSATION``).
 
     Every copy is made in ``scratch`` before the first run, and none is deleted here (the
     caller removes ``scratch`` once every size has run): a tick creates files (its
@@ -119,7 +130,8 @@ def workers(characters: int, repeats: int, scratch: Path) -> dict[str, Any]:
 
     runs: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
     digests: set[str] = set()
-    tmp = scratch / str(characters)
+    settings = CONVERSATION if variant == "conversation" else ()
+    tmp = scratch / (f"{characters}-{variant}" if variant else str(characters))
     tmp.mkdir(parents=True)
     base = tmp / "base"
     make_world(base, characters, max(1, characters // 10), seed=1)
@@ -130,7 +142,9 @@ def workers(characters: int, repeats: int, scratch: Path) -> dict[str, Any]:
     for n, world in copies:
         load = os.getloadavg()[0]
         run = run_child(
-            sim_command("tick", "--world", str(world), "--json", "--workers", n), tmp, child_env()
+            sim_command("tick", "--world", str(world), "--json", "--workers", n, *settings),
+            tmp,
+            child_env(),
         )
         doc = tick_document(run.pop("stdout"))
         runs[n].append({"timings": doc["timings"], "load_before": load, **run})
@@ -141,7 +155,13 @@ def workers(characters: int, repeats: int, scratch: Path) -> dict[str, Any]:
                 files.update(rel.encode() + b"\0" + path.read_bytes())
         digests.add(files.hexdigest())
     floor = flush_floor(base)
-    return {"characters": characters, "runs": runs, "identical": len(digests) == 1, "floor": floor}
+    return {
+        "characters": characters,
+        "variant": variant,
+        "runs": runs,
+        "identical": len(digests) == 1,
+        "floor": floor,
+    }
 
 
 def flush_floor(world: Path, threads: int = 16) -> dict[str, Any]:
@@ -270,7 +290,8 @@ def main() -> None:
     if kind == "scale":
         out = scale(int(sys.argv[2]))
     elif kind == "workers":  # characters, pairs, the scratch folder (the caller removes it)
-        out = workers(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+        variant = sys.argv[5] if len(sys.argv) > 5 else ""  # and "conversation", or none
+        out = workers(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), variant)
     elif kind == "imports":
         out = imports()
     elif kind == "efficiency":

@@ -1057,9 +1057,10 @@ def scenario_regression(smoke: bool) -> list[str]:
 #: fresh-process runs of each scenario 1 and 2 measurement (the machine may be shared)
 REPEATS = 3
 
-#: characters, and pairs of runs, of the --workers scenario (smoke: tiny)
-WORKERS_SIZES = ((10_000, 3), (40_000, 2), (100_000, 1))
-WORKERS_SMOKE = ((300, 1),)
+#: characters, pairs of runs and the variant of the --workers scenario (smoke: tiny);
+#: "conversation": the tick with that phase (``bench.process.CONVERSATION``)
+WORKERS_SIZES = ((10_000, 3, ""), (40_000, 2, ""), (40_000, 2, "conversation"), (100_000, 1, ""))
+WORKERS_SMOKE = ((300, 1, ""), (300, 1, "conversation"))
 #: the latency-bound row: characters, seconds a call, ``[llm] max_concurrency``
 WORKERS_LATENCY = (1_000, 1.0, 200)
 WORKERS_LATENCY_SMOKE = (100, 0.05, 20)
@@ -1073,13 +1074,14 @@ def scenario_workers(smoke: bool) -> list[str]:
     scratch = Path(tempfile.mkdtemp(prefix="sim-bench-workers-"))
     try:
         results = [
-            child("process", "workers", str(characters), str(repeats), str(scratch))
-            for characters, repeats in (WORKERS_SMOKE if smoke else WORKERS_SIZES)
+            child("process", "workers", str(characters), str(repeats), str(scratch), variant)
+            for characters, repeats, variant in (WORKERS_SMOKE if smoke else WORKERS_SIZES)
         ]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for r in results:
         characters = r["characters"]
+        variant = r["variant"]
         one = statistics.median(x["wall_s"] for x in r["runs"]["1"])
         two = statistics.median(x["wall_s"] for x in r["runs"]["2"])
         cpu1 = statistics.median(x["cpu_s"] for x in r["runs"]["1"])
@@ -1097,18 +1099,19 @@ def scenario_workers(smoke: bool) -> list[str]:
         floor = r["floor"]
         loads = [x["load_before"] for n in ("1", "2") for x in r["runs"][n]]
         rss = max(x["peak_rss_mib"] for x in r["runs"]["2"])
+        label = f"{characters:,}" + (f", with `{variant}`" if variant else "")
         rows.append(
-            f"| {characters:,} | {len(r['runs']['1'])} | {one:.1f} s | {two:.1f} s | "
+            f"| {label} | {len(r['runs']['1'])} | {one:.1f} s | {two:.1f} s | "
             f"**{one / two:.2f}×** | {bound:.2f}× | {p1:.1f} s | {p2:.1f} s | {p1 / p2:.2f}× | "
             f"{cpu1:.1f} s | {cpu2:.1f} s | {rss:.0f} MiB | "
             f"{'yes' if r['identical'] else 'NO'} | {min(loads):.1f}–{max(loads):.1f} |"
         )
-        if characters == 10_000:
+        if characters == 10_000 and not variant:
             notes.append(
                 f"- Target: 10,000 characters ≤ 5 s → `--workers 2` {two:.1f} s "
                 f"(ratio {5 / two:.2f}); `--workers 1` {one:.1f} s."
             )
-        if characters == 40_000:
+        if characters == 40_000 and not variant:
             notes.append(
                 f"- Target: `--workers 2` ≥ 1.6× `--workers 1` at 40,000 characters on an idle "
                 f"2-core box → {one / two:.2f}× (ratio {one / two / 1.6:.2f}). With the serial "
@@ -1124,7 +1127,7 @@ def scenario_workers(smoke: bool) -> list[str]:
                 "over processes divides; the commit now writes a world this big first and "
                 "flushes its filesystem once (`syncfs`), which this baseline does not."
             )
-        if characters == 100_000:
+        if characters == 100_000 and not variant:
             notes.append(
                 f"- Target: 100,000 characters with `--workers 2` ≤ 40 s and ≤ 2 GiB a process "
                 f"→ {two:.1f} s (ratio {40 / two:.2f}), {rss / 1024:.2f} GiB at the most "
@@ -1149,7 +1152,11 @@ def scenario_workers(smoke: bool) -> list[str]:
         "aside) byte-identical after each run. `--workers 2` is `sim tick` running the first "
         "shard and one worker process the second. 'Amdahl bound': `--workers 1`'s wall over "
         "(`--workers 2`'s time outside its phases + `--workers 1`'s phases / 2), the most "
-        "two processes could gain with the serial part they had.",
+        "two processes could gain with the serial part they had. The row 'with "
+        "`conversation`' runs `[tick] phases` = intentions, conversation, resolution, "
+        "narrative, apply, memory with `max_conversations_per_tick = 1000`: `sim tick` "
+        "chooses the tick's conversations from both shards' intentions at a barrier after "
+        '`intentions` (docs/architecture.md, "A sharded tick").',
         "",
         "| characters | pairs | `--workers 1` | `--workers 2` | speed-up | Amdahl bound | "
         "phases, 1 | "

@@ -99,6 +99,11 @@ def test_workers_scenario_reports_its_figures(tmp_path: Path) -> None:
     assert all(r["wall_s"] > 0 and r["peak_rss_mib"] > 0 for n in "12" for r in run["runs"][n])
     # the bare flush baseline wrote every entity file of the world (60 characters, 6 places)
     assert run["floor"]["files"] == 66 and run["floor"]["wall_s"] > 0
+    # the row whose tick holds conversations, chosen over the world by `sim tick`
+    talked = workers(60, 1, tmp_path, "conversation")
+    assert (tmp_path / "60-conversation" / "w2-0").is_dir() and talked["identical"] is True
+    timings = talked["runs"]["2"][0]["timings"]
+    assert "conversation" in timings
 
 
 def test_mind_scenario_reports_its_figures() -> None:
