@@ -723,7 +723,8 @@ async def run_sharded(
             merge_reports(report, [d.report for d in done])
             ours = phase_results(spec.name, ctx)
             results = merge_results([ours, *(d.results for d in done)], order)
-            if spec.name == "intentions":  # what conversations are chosen from
+            if spec.name == "intentions" and CHOSEN_OVER_THE_WORLD.intersection(later):
+                # what the tick's conversations are chosen from
                 speaks = speakers((c, d["action"], d["target"]) for c, d in results.items())
             elif spec.name == "conversation" and ctx.talks is not None:
                 # as one process holds them: in the order they were opened

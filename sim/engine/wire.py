@@ -136,9 +136,9 @@ async def receive(reader: asyncio.StreamReader, shared: dict[int, Any] | None = 
 #: run's token, its worker number, its pid and its node's name (UTF-8, padded). Plain
 #: bytes, not a pickle: the coordinator's port takes connections from whoever reaches it,
 #: and nothing is unpickled, or sent, before the token matches
-_HELLO = struct.Struct("!32sQQ64s")
 #: the length of the token a run gives its actors
 TOKEN_BYTES = 32
+_HELLO = struct.Struct(f"!{TOKEN_BYTES}sQQ64s")
 
 
 def hello(token: bytes, index: int, pid: int, node: str) -> bytes:

@@ -59,7 +59,7 @@ import contextlib
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -292,8 +292,11 @@ def digests_state(digests: Mapping[str, str]) -> str:
     return digest(bytes(hasher))
 
 
-def _state_payload(files: Mapping[str, bytes]) -> dict[str, str]:
-    return {rel: files[rel].decode("utf-8") for rel in sorted(files)}
+def _state_payload(
+    files: Mapping[str, bytes], names: Iterable[str] | None = None
+) -> dict[str, str]:
+    """Each file's text by its name, in ``names``' order (``None``: every file, sorted)."""
+    return {rel: files[rel].decode("utf-8") for rel in (sorted(files) if names is None else names)}
 
 
 def pack_state(
@@ -331,7 +334,7 @@ def state_line(files: Mapping[str, bytes], digest_: str) -> Iterator[bytes]:
         some = names[start : start + STATE_PIECE_FILES]
         if start:
             yield b","
-        yield orjson.dumps({rel: files[rel].decode("utf-8") for rel in some})[1:-1]
+        yield orjson.dumps(_state_payload(files, some))[1:-1]
     yield b"}}"
 
 
