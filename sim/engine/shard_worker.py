@@ -37,9 +37,13 @@ from sim.engine.split import (
     ShardPlan,
     StandIn,
     changed_states,
+    owned,
+    phase_roles,
     states_of,
     take_states,
+    take_wholes,
     waits_after,
+    wholes_of,
 )
 from sim.engine.stack import Stack, build_stack
 from sim.engine.wire import Outbox, frame, hello, portable, receive
@@ -345,17 +349,22 @@ async def run_part(
     ctx.occupancy = {lid: where[lid] for lid in plan.locations if lid in where}
     mine = [cid for present in ctx.occupancy.values() for cid in present]
     ctx.part = frozenset(mine)
+    ctx.places = frozenset(plan.locations)
     if plan.local:  # no server to keep busy: the socket sent as the calls are made
         ctx.in_flight = LOCAL_IN_FLIGHT
 
     # the coordinator makes each call's events as it answers it: none are sent from here
     ctx.events = null_sink
     names = [spec.name for spec in phases]
+    roles = phase_roles(phases)
     for i, spec in enumerate(phases):
         # after the last phase the part goes at once; after one the others need not wait
         # for (``waits_after``), the next phase starts at once, and no state is sent
-        barrier = i + 1 < len(phases) and waits_after(spec.name, plan.local, names[i + 1 :])
-        before = states_of(world, mine, ctx.occupancy, spec.name) if barrier else {}
+        moved = "apply" in names[: i + 1]
+        barrier = i + 1 < len(phases) and waits_after(
+            spec.name, plan.local, names[i + 1 :], roles, moved
+        )
+        before = states_of(world, mine, ctx.occupancy, spec.name, roles.writers) if barrier else {}
         await spec.run(ctx)
         changed = changed_states(world, before)
         done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)
@@ -368,6 +377,15 @@ async def run_part(
             take_states(world, message[1], before)
             if message[2] is not None:  # the next phase's conversations, all of the tick's
                 ctx.talks = message[2]
+            if message[3] is not None:  # whole entities of who shares a place across shards
+                own = owned(mine, plan.locations)
+                adapter.outbox.post(
+                    ("wholes", wholes_of(world, (k for k in message[3] if k in own)))
+                )
+                adapter.outbox.flush()
+                await writer.drain()
+                wholes = await barriers.get()
+                take_wholes(world, wholes[1], own)
     evicted = [pair for client in ctx.clients for pair in client.pending_deletions]
     return ShardFinal(
         files=entity_forms(world, mine, ctx.occupancy),

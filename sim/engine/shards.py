@@ -55,11 +55,16 @@ from sim.engine.split import (
     changed_states,
     merge_reports,
     merge_results,
+    mixed,
+    owned,
     partition,
+    phase_roles,
     states_of,
     take_files,
     take_states,
+    take_wholes,
     waits_after,
+    wholes_of,
 )
 from sim.engine.wire import TOKEN_BYTES, Outbox, frame, portable, read_hello, receive
 from sim.errors import RunError, SimError, UserError
@@ -603,10 +608,20 @@ class Shards:
         self,
         states: Mapping[tuple[str, str], Any],
         talks: list[tuple[str, list[str]]] | None = None,
+        wanted: list[tuple[str, str]] | None = None,
     ) -> None:
-        """End a phase's barrier: every worker gets the state the others changed, and the
-        tick's conversations when the next phase holds them (``TickContext.talks``)."""
-        data = frame(("barrier", dict(states), talks))
+        """End a phase's barrier: every worker gets the state the others changed, the
+        tick's conversations when the next phase holds them (``TickContext.talks``), and
+        the entities it is to send whole (``split.mixed``; then the barrier ends with
+        ``wholes``)."""
+        data = frame(("barrier", dict(states), talks, wanted))
+        for worker in self.active:
+            worker.writer.write(data)
+
+    def wholes(self, wholes: Mapping[tuple[str, str], bytes]) -> None:
+        """Every worker gets the whole entities of ``split.mixed``, each as its shard sent
+        it: the barrier is over."""
+        data = frame(("wholes", dict(wholes)))
         for worker in self.active:
             worker.writer.write(data)
 
@@ -699,6 +714,8 @@ async def run_sharded(
     order = {cid: i for i, cid in enumerate(world.characters)}
     for lid in everywhere:
         order.setdefault(lid, len(order))
+    # a phase declared per place: every place, in the world's order
+    places_order = {lid: i for i, lid in enumerate(world.locations)}
     merged = Merged({}, [])
     shards.begin(plans, ctx.adapter, ctx.events, log)
     here = parts[0] if parts else ()
@@ -706,8 +723,11 @@ async def run_sharded(
     adapter = ctx.adapter
     ctx.occupancy = {lid: everywhere[lid] for lid in here}
     ctx.part = frozenset(mine)
+    # this shard's places, and every place no one was at: no worker holds those
+    ctx.places = frozenset(here).union(lid for lid in world.locations if lid not in everywhere)
     ctx.adapter = Slotted(adapter, shards.slots)
     names = [spec.name for spec in phases]
+    roles = phase_roles(phases)
     speaks: dict[str, str] = {}  # who means to speak to whom, over every shard
     try:
         open_log()  # the workers have their plans: they start while it is written
@@ -715,14 +735,18 @@ async def run_sharded(
             on_phase(spec.name, True, None)
             shards.starting(spec.name)
             later = names[i + 1 :]
-            barrier = bool(later) and waits_after(spec.name, log is not None, later)
-            before = states_of(world, mine, here, spec.name) if barrier else {}
+            moved = "apply" in names[: i + 1]
+            barrier = bool(later) and waits_after(spec.name, log is not None, later, roles, moved)
+            before = states_of(world, mine, here, spec.name, roles.writers) if barrier else {}
             await spec.run(ctx)
             report = ctx.reports[-1]
             done: list[PhaseDone] = await shards.gather("phase")
             merge_reports(report, [d.report for d in done])
             ours = phase_results(spec.name, ctx)
-            results = merge_results([ours, *(d.results for d in done)], order)
+            per_place = spec.declared is not None and spec.declared.per == "location"
+            results = merge_results(
+                [ours, *(d.results for d in done)], places_order if per_place else order
+            )
             if spec.name == "intentions" and CHOSEN_OVER_THE_WORLD.intersection(later):
                 # what the tick's conversations are chosen from
                 speaks = speakers((c, d["action"], d["target"]) for c, d in results.items())
@@ -749,11 +773,22 @@ async def run_sharded(
                 talk = ctx.config.conversation
                 limit, size = talk.max_conversations_per_tick, talk.max_participants
                 talks = ctx.talks = choose(speaks, world.characters, limit, size)
-            shards.broadcast(states, talks)
+            wanted = None
+            if later[0] in roles.readers and moved:  # who shares a place across shards
+                wanted = mixed(world, parts, everywhere)
+            shards.broadcast(states, talks, wanted)
+            if wanted is not None:
+                own = owned(mine, ctx.places)
+                wholes = wholes_of(world, (key for key in wanted if key in own))
+                for theirs in await shards.gather("wholes"):
+                    wholes.update(theirs)
+                shards.wholes(wholes)
+                take_wholes(world, wholes, own)
         finals: list[ShardFinal] = await shards.gather("final")
     finally:
         ctx.occupancy = everywhere
         ctx.part = None
+        ctx.places = None
         ctx.talks = None
         ctx.adapter = adapter
         shards.end()

@@ -222,9 +222,42 @@ STATE_WRITERS = frozenset({"apply"})
 OWN_PART_READERS = frozenset({"memory"})
 
 
-def waits_after(phase: str, local: bool, later: Sequence[str] = ()) -> bool:
+@dataclass(frozen=True)
+class PhaseRoles:
+    """What a tick's phases do across the shards' parts, beyond the built-ins' own
+    (``phase_roles``): which change ``state`` (``STATE_WRITERS``, and a declared phase
+    that ``writes`` into it), and which read whole entities of whoever is present at a
+    place (a declared phase per character or per place: its templates see each present
+    character's fields, memory included)."""
+
+    writers: frozenset[str] = STATE_WRITERS
+    readers: frozenset[str] = frozenset()
+
+
+def phase_roles(phases: Sequence[PhaseSpec]) -> PhaseRoles:
+    """The ``PhaseRoles`` of a tick's phases."""
+    writers = set(STATE_WRITERS)
+    readers = set()
+    for spec in phases:
+        declared = spec.declared
+        if spec.kind != "declared" or declared is None:
+            continue
+        readers.add(spec.name)
+        if any(write.target[0] == "state" for write in declared.writes):
+            writers.add(spec.name)
+    return PhaseRoles(frozenset(writers), frozenset(readers))
+
+
+def waits_after(
+    phase: str,
+    local: bool,
+    later: Sequence[str] = (),
+    roles: PhaseRoles = PhaseRoles(),
+    moved: bool = False,
+) -> bool:
     """Whether each shard waits at ``phase``'s end for the others (a barrier), before its
-    next phase (of ``later``, the phases after it).
+    next phase (of ``later``, the phases after it). ``moved``: ``apply`` has run by
+    ``phase``'s end, so a place may hold characters of several shards.
 
     After a phase that changes states (``STATE_WRITERS``) it does, when a later phase
     reads states the others changed: not when each later one reads its own part only
@@ -238,10 +271,15 @@ def waits_after(phase: str, local: bool, later: Sequence[str] = ()) -> bool:
     log still holds each phase's calls between the record of the phase before and its
     own. A barrier after every phase made both shards wait, at each phase's end, for
     whichever was slower in that phase. Before a phase whose subjects are chosen over
-    the whole world (``CHOSEN_OVER_THE_WORLD``) every shard waits for that choice."""
+    the whole world (``CHOSEN_OVER_THE_WORLD``) every shard waits for that choice, and
+    before one that reads whole present entities (``PhaseRoles.readers``) once characters
+    may have moved, for the entities of whoever shares a place with another shard's
+    (``mixed``)."""
     if not local or (later and later[0] in CHOSEN_OVER_THE_WORLD):
         return True
-    return phase in STATE_WRITERS and not OWN_PART_READERS.issuperset(later)
+    if later and later[0] in roles.readers and moved:
+        return True
+    return phase in roles.writers and not OWN_PART_READERS.issuperset(later)
 
 
 #: the coordinator's share of the characters against each worker's 1 when the workers run
@@ -294,10 +332,17 @@ def local_calls(*, local_stack: bool, budget: bool, gated: bool, resume: bool) -
 def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) -> str | None:
     """Why this tick cannot run on several workers (``None``: it can)."""
     for spec in phases:
-        if spec.name not in SHARDABLE or spec.kind != "builtin":
+        declared = spec.declared
+        if spec.kind == "declared" and declared is not None:
+            if declared.per == "world":
+                return f"phase {spec.name!r} is declared per world: one subject, the whole world"
+            if declared.tools:
+                return f"phase {spec.name!r} has query tools, which may look anywhere in the world"
+        elif spec.name not in SHARDABLE or spec.kind != "builtin":
             return (
-                f"phase {spec.name!r} runs over the whole world; --workers runs only the "
-                f"built-in phases {', '.join(sorted(SHARDABLE))}"
+                f"phase {spec.name!r} runs over the whole world; --workers runs the "
+                f"built-in phases {', '.join(sorted(SHARDABLE))} and phases a world "
+                "declares per character or per place"
             )
         memory = config.memory.for_phase(spec.name)
         if memory.embeddings == "provider":
@@ -341,12 +386,16 @@ def merge_results(parts: Sequence[Mapping[str, Any]], order: Mapping[str, int]) 
 
 
 def states_of(
-    world: World, part: Sequence[str], places: Iterable[str], phase: str
+    world: World,
+    part: Sequence[str],
+    places: Iterable[str],
+    phase: str,
+    writers: frozenset[str] = STATE_WRITERS,
 ) -> dict[tuple[str, str], bytes]:
     """The ``state`` of each character of ``part`` and each place of ``places``, as bytes,
     before ``phase``: compared at its end, to send the others what changed. None for a
-    phase that changes no state (``STATE_WRITERS``)."""
-    if phase not in STATE_WRITERS:
+    phase that changes no state (not one of ``writers``: ``PhaseRoles.writers``)."""
+    if phase not in writers:
         return {}
     found = {("character", cid): orjson.dumps(world.characters[cid]["state"]) for cid in part}
     for lid in places:
@@ -378,6 +427,53 @@ def take_states(
     for (kind, eid), state in states.items():
         if (kind, eid) not in mine:
             entities[kind][eid]["state"] = state
+
+
+def mixed(
+    world: World, parts: Sequence[Sequence[str]], occupancy: Mapping[str, Sequence[str]]
+) -> list[tuple[str, str]]:
+    """The entities another shard needs whole now, ``("character" | "location", id)``:
+    every place that a character of another shard has moved to (or a character of its
+    own from it), with everyone there, where a phase reading whole present entities
+    (``PhaseRoles.readers``) runs for each of them and for the place, in the shards that
+    hold them. ``parts``: each shard's places as the tick began (a place no shard holds,
+    empty then, is the first's); ``occupancy``: who was where then (a character is its
+    place's shard's); ``world``: where they are now. In the world's order."""
+    owner_of_place = {lid: i for i, part in enumerate(parts) for lid in part}
+    owner = {cid: owner_of_place[lid] for lid, present in occupancy.items() for cid in present}
+    people: set[str] = set()
+    places: set[str] = set()
+    for lid, present in world.characters_at().items():
+        shards = {owner_of_place.get(lid, 0), *(owner[cid] for cid in present)}
+        if len(shards) > 1:
+            people.update(present)
+            places.add(lid)
+    return [("character", cid) for cid in world.characters if cid in people] + [
+        ("location", lid) for lid in world.locations if lid in places
+    ]
+
+
+def wholes_of(world: World, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+    """These entities whole, as bytes (``mixed``: sent to every shard)."""
+    entities = {"character": world.characters, "location": world.locations}
+    return {(kind, eid): orjson.dumps(entities[kind][eid]) for kind, eid in keys}
+
+
+def take_wholes(
+    world: World, wholes: Mapping[tuple[str, str], bytes], mine: Iterable[tuple[str, str]]
+) -> None:
+    """Put the other shards' entities of ``wholes`` in ``world`` as they are now (the
+    shard's own, ``mine``, are its to change and stay as they are)."""
+    entities = {"character": world.characters, "location": world.locations}
+    own = set(mine)
+    for (kind, eid), data in wholes.items():
+        if (kind, eid) not in own:
+            entities[kind][eid] = orjson.loads(data)
+
+
+def owned(part: Iterable[str], places: Iterable[str]) -> set[tuple[str, str]]:
+    """A shard's own entities, keyed as ``mixed`` keys them."""
+    return {("character", cid) for cid in part} | {("location", lid) for lid in places}
 
 
 def take_files(world: World, files: Mapping[str, bytes | None]) -> None:

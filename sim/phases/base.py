@@ -273,6 +273,9 @@ class TickContext:
     #: world (``sim tick --workers``: those at its locations as the tick began); ``None``:
     #: every character. The rest of the world is there to be read, not to be run.
     part: frozenset[str] | None = None
+    #: the places it runs the phases for as one shard: those of its part (and, for the
+    #: first shard, every place empty as the tick began); ``None``: every place
+    places: frozenset[str] | None = None
     #: this tick's conversations, (opener, participants) each, as a sharded tick's
     #: coordinator chose them over the whole world before the phase (its cap is per tick:
     #: ``sim.phases.conversation.choose``); each shard holds those of its part. ``None``:
@@ -290,6 +293,14 @@ class TickContext:
         if self.part is None:
             return list(chars.values())
         return [char for cid, char in chars.items() if cid in self.part]
+
+    def locations(self) -> list[Entity]:
+        """The places the phases of this context are about, in the world's order: all of
+        them, or this shard's (``places``)."""
+        places = self.world.locations
+        if self.places is None:
+            return list(places.values())
+        return [loc for lid, loc in places.items() if lid in self.places]
 
     def drop_phase_state(self) -> None:
         """Let go of what only the phases use (their typed results, logged by then, and

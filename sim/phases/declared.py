@@ -249,12 +249,11 @@ class DeclaredPhase:
     # -- the protocol ----------------------------------------------------------------------
 
     def subjects(self, ctx: TickContext) -> Sequence[Entity]:
-        world = ctx.world
         if self.per == "character":
-            return list(world.characters.values())
+            return ctx.characters()
         if self.per == "location":
-            return list(world.locations.values())
-        return [world.meta]
+            return ctx.locations()
+        return [ctx.world.meta]
 
     def subject_id(self, subject: Entity) -> str:
         return "world" if self.per == "world" else str(subject["identity"]["id"])
