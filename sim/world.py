@@ -9,6 +9,7 @@ know are kept, in their order, at every level.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -222,7 +223,7 @@ class World:
 
 
 def relationship_problems(
-    characters: dict[str, Entity], known: set[str]
+    characters: dict[str, Entity], known: Collection[str]
 ) -> list[tuple[str, str, str]]:
     """Relationships naming a character that does not exist, or the character itself:
     ``(character id, field, message)`` for each, in id order.
