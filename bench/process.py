@@ -113,11 +113,40 @@ CONVERSATION = (
 )
 
 
+#: ``workers(..., variant="declared")``: a phase the world declares per character after
+#: the moves (``[phases.vote]``), whose input names whoever is present with what they
+#: last remember: before it the shards exchange those who share a place across them
+DECLARED = {
+    "prompts/vote.md": "You are {{ character.identity.name }}. Say how you will vote.\n",
+    "prompts/vote.input.md": (
+        "{{ character.identity.name }} at {{ location.identity.name }}, with "
+        "{% for p in present %}{{ p.identity.name }} ("
+        "{{ p.memory.cells[-1].text if p.memory.cells else '' }}) {% endfor %}\n"
+    ),
+    "schemas/vote.json": json.dumps(
+        {
+            "title": "Vote",
+            "type": "object",
+            "properties": {"stance": {"type": "string", "enum": ["sell", "keep", "undecided"]}},
+            "required": ["stance"],
+            "additionalProperties": False,
+        }
+    ),
+    "config.toml": (
+        '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "vote", "memory"]\n'
+        '[phases.vote]\nper = "character"\ninstructions = "prompts/vote.md"\n'
+        'input = "prompts/vote.input.md"\nschema = "schemas/vote.json"\n'
+        'writes = { "state.stance" = "stance" }\n'
+    ),
+}
+
+
 def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> dict[str, Any]:
     """One offline tick of a fresh world by ``sim tick --workers 1`` and ``--workers 2``
     child processes, alternating (``repeats`` pairs), each on its own copy of the world;
     the world files after each are compared (the same bytes, or the figure is void).
-    ``variant``: ``""`` (the default phases) or ``"conversation"`` (``CONVERSATION``).
+    ``variant``: ``""`` (the default phases), ``"conversation"`` (``CONVERSATION``) or
+    ``"declared"`` (``DECLARED``).
 
     Every copy is made in ``scratch`` before the first run, and none is deleted here (the
     caller removes ``scratch`` once every size has run): a tick creates files (its
@@ -135,6 +164,9 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
     tmp.mkdir(parents=True)
     base = tmp / "base"
     make_world(base, characters, max(1, characters // 10), seed=1)
+    for rel, text in (DECLARED if variant == "declared" else {}).items():
+        (base / rel).parent.mkdir(exist_ok=True)
+        (base / rel).write_text(text, encoding="utf-8")
     copies = [(n, tmp / f"w{n}-{i}") for i in range(repeats) for n in ("1", "2")]
     for _, world in copies:
         shutil.copytree(base, world)
@@ -147,7 +179,9 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
             child_env(),
         )
         doc = tick_document(run.pop("stdout"))
-        runs[n].append({"timings": doc["timings"], "load_before": load, **run})
+        runs[n].append(
+            {"timings": doc["timings"], "notes": doc["notes"], "load_before": load, **run}
+        )
         files = hashlib.sha256()
         for path in sorted(p for p in world.rglob("*") if p.is_file()):
             rel = path.relative_to(world).as_posix()

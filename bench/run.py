@@ -1058,9 +1058,16 @@ def scenario_regression(smoke: bool) -> list[str]:
 REPEATS = 3
 
 #: characters, pairs of runs and the variant of the --workers scenario (smoke: tiny);
-#: "conversation": the tick with that phase (``bench.process.CONVERSATION``)
-WORKERS_SIZES = ((10_000, 3, ""), (40_000, 2, ""), (40_000, 2, "conversation"), (100_000, 1, ""))
-WORKERS_SMOKE = ((300, 1, ""), (300, 1, "conversation"))
+#: "conversation": the tick with that phase (``bench.process.CONVERSATION``); "declared":
+#: with a phase the world declares per character after the moves (``DECLARED``)
+WORKERS_SIZES = (
+    (10_000, 3, ""),
+    (40_000, 2, ""),
+    (40_000, 2, "conversation"),
+    (40_000, 2, "declared"),
+    (100_000, 1, ""),
+)
+WORKERS_SMOKE = ((300, 1, ""), (300, 1, "conversation"), (300, 1, "declared"))
 #: the latency-bound row: characters, seconds a call, ``[llm] max_concurrency``
 WORKERS_LATENCY = (1_000, 1.0, 200)
 WORKERS_LATENCY_SMOKE = (100, 0.05, 20)

@@ -104,6 +104,10 @@ def test_workers_scenario_reports_its_figures(tmp_path: Path) -> None:
     assert (tmp_path / "60-conversation" / "w2-0").is_dir() and talked["identical"] is True
     timings = talked["runs"]["2"][0]["timings"]
     assert "conversation" in timings
+    # the row whose tick holds a phase the world declares, sharded too
+    voted = workers(60, 1, tmp_path, "declared")
+    assert voted["identical"] is True and "vote" in voted["runs"]["2"][0]["timings"]
+    assert not any("one process" in note for note in voted["runs"]["2"][0]["notes"])
 
 
 def test_mind_scenario_reports_its_figures() -> None:
