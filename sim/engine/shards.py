@@ -743,7 +743,7 @@ async def run_sharded(
             done: list[PhaseDone] = await shards.gather("phase")
             merge_reports(report, [d.report for d in done])
             ours = phase_results(spec.name, ctx)
-            per_place = spec.declared is not None and spec.declared.per == "location"
+            per_place = spec.per == "location"
             results = merge_results(
                 [ours, *(d.results for d in done)], places_order if per_place else order
             )

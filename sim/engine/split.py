@@ -235,15 +235,18 @@ class PhaseRoles:
 
 
 def phase_roles(phases: Sequence[PhaseSpec]) -> PhaseRoles:
-    """The ``PhaseRoles`` of a tick's phases."""
+    """The ``PhaseRoles`` of a tick's phases: a declared or a package's phase about one
+    place at a time (``PhaseSpec.per``) reads whoever is present whole; a declared one
+    writes states when its ``writes`` go into ``state``, a package's may (its code is
+    not read: it is taken to)."""
     writers = set(STATE_WRITERS)
     readers = set()
     for spec in phases:
-        declared = spec.declared
-        if spec.kind != "declared" or declared is None:
+        if spec.per is None:
             continue
         readers.add(spec.name)
-        if any(write.target[0] == "state" for write in declared.writes):
+        declared = spec.declared
+        if declared is None or any(write.target[0] == "state" for write in declared.writes):
             writers.add(spec.name)
     return PhaseRoles(frozenset(writers), frozenset(readers))
 
@@ -333,16 +336,16 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) ->
     """Why this tick cannot run on several workers (``None``: it can)."""
     for spec in phases:
         declared = spec.declared
-        if spec.kind == "declared" and declared is not None:
-            if declared.per == "world":
-                return f"phase {spec.name!r} is declared per world: one subject, the whole world"
-            if declared.tools:
-                return f"phase {spec.name!r} has query tools, which may look anywhere in the world"
-        elif spec.name not in SHARDABLE or spec.kind != "builtin":
+        if declared is not None and declared.per == "world":
+            return f"phase {spec.name!r} is declared per world: one subject, the whole world"
+        if declared is not None and declared.tools:
+            return f"phase {spec.name!r} has query tools, which may look anywhere in the world"
+        if spec.per is None and (spec.name not in SHARDABLE or spec.kind != "builtin"):
             return (
                 f"phase {spec.name!r} runs over the whole world; --workers runs the "
-                f"built-in phases {', '.join(sorted(SHARDABLE))} and phases a world "
-                "declares per character or per place"
+                f"built-in phases {', '.join(sorted(SHARDABLE))} and phases about one place "
+                'at a time (declared, or a package\'s that says per = "character" or '
+                '"location")'
             )
         memory = config.memory.for_phase(spec.name)
         if memory.embeddings == "provider":

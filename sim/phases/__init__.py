@@ -91,6 +91,9 @@ class PhaseSpec:
         templates: names (in ``prompts/``) of the templates it renders.
         schema: its answer schema (digested in the tick log), if it has a fixed one.
         kind: ``builtin``, ``declared`` or ``entry-point``.
+        per: a declared or entry-point phase's subjects, when one at a place at a time:
+            ``character`` or ``location`` (``sim tick --workers`` runs it on each shard);
+            ``None``: the world (or a phase that does not say).
     """
 
     name: str
@@ -99,6 +102,11 @@ class PhaseSpec:
     schema: type[BaseModel] | None = None
     kind: str = "builtin"
     declared: DeclaredPhase | None = field(default=None, compare=False)
+    per: str | None = None
+
+
+#: the subjects of a phase that is about one place at a time (``PhaseSpec.per``)
+PER_PLACE = ("character", "location")
 
 
 def _config_source(root: Path | None) -> Path:
@@ -263,8 +271,11 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
         declared = config.phases.get(name)
         if declared is not None and (declared.schema_ or declared.instructions):
             phase = DeclaredPhase(name, declared, root, source)
+            per = phase.per if phase.per in PER_PLACE and not phase.tools else None
             specs.append(
-                PhaseSpec(name, _runner(phase), phase.templates, phase.schema, "declared", phase)
+                PhaseSpec(
+                    name, _runner(phase), phase.templates, phase.schema, "declared", phase, per
+                )
             )
             continue
         if plugins is None:
@@ -287,6 +298,7 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
             )
         plugin = load_entry_point(ep)  # type: ignore[arg-type]
         schema = getattr(plugin, "schema", None)
+        per = getattr(plugin, "per", None)
         specs.append(
             PhaseSpec(
                 name,
@@ -294,6 +306,7 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
                 tuple(getattr(plugin, "templates", ()) or ()),
                 schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None,
                 "entry-point",
+                per=per if isinstance(per, str) and per in PER_PLACE else None,
             )
         )
     declared_names = tuple(config.phases)

@@ -4,12 +4,13 @@ phases and verbs it declares (issue 12)."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import HARVEST, install_distribution
+from conftest import DEMO, HARVEST, install_distribution, tree
 
 from sim import sections
 from sim.cli import main
@@ -313,6 +314,62 @@ def test_a_python_phase_from_an_entry_point_runs(
     for path in (demo_world / "locations").glob("*.json"):
         assert isinstance(orjson.loads(path.read_bytes())["state"]["crowd"], str)
     assert log.header.schemas and "census" in log.header.schemas
+
+
+def test_a_python_phase_about_one_place_at_a_time_runs_on_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package's phase that says ``per = "location"`` (and takes its subjects from
+    ``ctx.locations()``) runs on each shard of ``sim tick --workers``, with one process's
+    files and results; one that does not say runs the tick in one process, saying why."""
+    site = tmp_path / "site"
+    place_local = PLUGIN.replace('name = "census"', 'name = "census"\n    per = "location"')
+    place_local = place_local.replace(
+        "return list(ctx.world.locations.values())", "return ctx.locations()"
+    )
+    assert place_local.count('per = "location"') == place_local.count("ctx.locations()") == 1
+    install_plugin(site, monkeypatch, code=place_local)
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the workers import it too
+    phases = '["intentions", "resolution", "narrative", "apply", "census", "memory"]'
+    worlds = {}
+    for workers in (1, 2, 3):
+        world = tmp_path / f"w{workers}"
+        shutil.copytree(DEMO, world, ignore=shutil.ignore_patterns(".sim"))
+        (world / "config.toml").write_text(f"[tick]\nphases = {phases}\n")
+        args = ["tick", "--world", str(world), "--ticks", "3", "--workers", str(workers)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert "one process" not in result.output
+        worlds[workers] = world
+
+    def books(world: Path) -> str:
+        shown = CliRunner().invoke(main, ["usage", "--world", str(world), "--by", "phase"])
+        assert shown.exit_code == 0, shown.output
+        return shown.output
+
+    for workers in (2, 3):
+        assert tree(worlds[workers]) == tree(worlds[1])
+        assert books(worlds[workers]) == books(worlds[1])  # each place's call made once
+        for tick in (1, 2, 3):
+            ours = read_log(log_path(worlds[workers], tick)).phase_results("census")
+            assert list(ours.items()) == list(
+                read_log(log_path(worlds[1], tick)).phase_results("census").items()
+            )
+
+
+def test_a_python_phase_that_does_not_say_runs_the_tick_in_one_process(
+    demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "site").mkdir()
+    install_plugin(tmp_path / "site", monkeypatch)
+    (demo_world / "config.toml").write_text(
+        '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "census", "memory"]\n'
+    )
+    result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert "--workers 2: ran in one process (phase 'census' runs over the whole world" in (
+        result.output
+    )
 
 
 # -- sim check renders every template ---------------------------------------------------------
