@@ -2,7 +2,8 @@
 its workers, as length-prefixed pickles on a socket.
 
 A pydantic model class is pickled by name, or, for a schema made at run time
-(``intention_schema`` with ``[actions]`` verbs), as the call that makes it again. A big
+(``intention_schema`` with ``[actions]`` verbs, a declared phase's from its schema file), as
+the call that makes it again. A big
 frozenset many requests share goes once per connection (``Outbox(share=True)``, read back
 with ``receive(reader, shared)``). An error that cannot cross between processes crosses as
 its message (``portable``).
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from sim.errors import RunError, SimError, UserError
+from sim.phases import schema
 from sim.phases.intentions import MADE, schema_for_verbs
 
 _LENGTH = struct.Struct("!Q")
@@ -29,10 +31,14 @@ _LENGTH = struct.Struct("!Q")
 
 def _model_class(cls: type[BaseModel]) -> Any:
     """A pydantic model class, pickled: by its name, or a schema made at run time
-    (``intention_schema`` with ``[actions]`` verbs) as the call that makes it again."""
+    (``intention_schema`` with ``[actions]`` verbs; a declared phase's answer, or a part
+    of it, from its schema file) as the call that makes it again."""
     verbs = MADE.get(cls)  # type: ignore[arg-type]
     if verbs is not None:
         return schema_for_verbs, (verbs,)
+    loaded = schema.MADE.get(cls)
+    if loaded is not None:
+        return schema.made_model, loaded
     return cls.__qualname__  # found in its module by name, as pickle does for a class
 
 

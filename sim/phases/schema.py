@@ -93,6 +93,8 @@ class _Builder:
     def __init__(self, source: Path) -> None:
         self.source = source
         self.nodes = 0
+        #: every model made, in the order made (the root last)
+        self.made: list[type[BaseModel]] = []
 
     def fail(self, where: str, problem: str) -> InputError:
         return InputError(self.source, where or "(root)", problem)
@@ -232,6 +234,7 @@ class _Builder:
         )
         if isinstance(node.get("description"), str):
             model.__doc__ = node["description"]
+        self.made.append(model)
         return model
 
 
@@ -260,13 +263,16 @@ def answer_field(model: type[BaseModel], name: str) -> str | None:
     return None
 
 
-def model_from_schema(schema: Any, name: str, source: Path) -> type[BaseModel]:
+def model_from_schema(
+    schema: Any, name: str, source: Path, made: list[type[BaseModel]] | None = None
+) -> type[BaseModel]:
     """A pydantic model validating exactly what ``schema`` (the supported subset) allows.
 
     Args:
         schema: the parsed JSON Schema; its root must be an object.
         name: the phase name (the model's class name and default title).
         source: the schema file, named in errors.
+        made: given, gets every model made (its objects' too), in the order made.
 
     Raises:
         InputError: the schema uses an unsupported keyword or is malformed (file and field).
@@ -276,6 +282,8 @@ def model_from_schema(schema: Any, name: str, source: Path) -> type[BaseModel]:
         raise builder.fail("type", 'the schema\'s root must be {"type": "object", ...}')
     model = builder.model(schema, "", name, 0)
     least_answer_chars(schema, source)
+    if made is not None:
+        made.extend(builder.made)
     return model
 
 
@@ -318,13 +326,36 @@ def least_answer_chars(schema: Any, source: Path, where: str = "") -> int:
     return size
 
 
+#: each model ``load_schema`` made (its objects' too) -> how to make it again
+#: (``made_model``): a class made at run time is not found by its name, so a process that
+#: receives one, or an answer of one (``sim tick --workers``), rebuilds it
+#: (``sim.engine.wire``)
+MADE: dict[type[BaseModel], tuple[bytes, str, str, int]] = {}
+_LOADED: dict[tuple[bytes, str, str], list[type[BaseModel]]] = {}
+
+
 def load_schema(data: bytes, name: str, source: Path) -> type[BaseModel]:
-    """Parse a JSON Schema file and build its model (see ``model_from_schema``)."""
-    try:
-        schema = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(source, None, f"not valid JSON: {exc}") from None
-    return model_from_schema(schema, name, source)
+    """Parse a JSON Schema file and build its model (see ``model_from_schema``): the same
+    class each time for the same bytes, name and file in one process."""
+    key = (data, name, str(source))
+    made = _LOADED.get(key)
+    if made is None:
+        try:
+            schema = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise InputError(source, None, f"not valid JSON: {exc}") from None
+        made = []
+        model_from_schema(schema, name, source, made)
+        _LOADED[key] = made
+        for i, model in enumerate(made):
+            MADE[model] = (*key, i)
+    return made[-1]
+
+
+def made_model(data: bytes, name: str, source: str, index: int) -> type[BaseModel]:
+    """The ``index``-th model ``load_schema(data, name, source)`` makes (``MADE``)."""
+    load_schema(data, name, Path(source))
+    return _LOADED[data, name, source][index]
 
 
 def ref_fields(schema: Any) -> tuple[tuple[tuple[str, ...], str], ...]:

@@ -289,6 +289,51 @@ def test_a_worker_killed_mid_tick_is_named_commits_nothing_and_the_resume_pays_o
     assert len(set(paid) | set(resumed.answered)) == len(logged.calls)
 
 
+class KillsAtPhase(KillsAWorker):
+    """``KillsAWorker``, killing at the first call of phase ``phase``."""
+
+    def __init__(self, seed: int, phase: str) -> None:
+        super().__init__(seed, at=0)
+        self.phase = phase
+
+    async def execute(self, request: ModelRequest) -> AdapterResponse:
+        if self.killed is None and request.call is not None and request.call.phase == self.phase:
+            self.killed = _children()[-1]
+            os.kill(self.killed, signal.SIGKILL)
+        return await self.inner.execute(request)
+
+
+def test_a_worker_killed_in_a_declared_phase_after_the_moves_resumes_as_one_process(
+    tmp_path: Path,
+) -> None:
+    """The harvest vote, sharded: a worker killed at the vote (after the barrier at which
+    the shards exchanged who shares a place) is named, nothing is committed, and the
+    resume, with another number of workers, pays no logged call again and ends as one
+    process does."""
+    base = tmp_path / "base"
+    shutil.copytree(WORLDS / "harvest-vote", base, ignore=shutil.ignore_patterns(".sim"))
+    Runner(base, config_for(base)).run(2)
+    reference = tmp_path / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    world = tmp_path / "w"
+    shutil.copytree(base, world)
+    before = tree(world)
+    killer = KillsAtPhase(seed=11, phase="vote")  # the world's seed
+    with pytest.raises(WorkerDied) as caught:
+        Runner(world, config_for(world), adapter=killer, workers=2).run(1)
+    assert f"pid {killer.killed})" in str(caught.value)
+    assert tree(world) == before
+    paid = list(killer.inner.answered)
+    resumed = CountingAdapter(OfflineAdapter(seed=11))
+    Runner(world, config_for(world), adapter=resumed, workers=3).run(1)
+    assert tree(world) == tree(reference)
+    logged = read_log(log_path(world, 3))
+    assert not set(paid) & set(resumed.answered)
+    assert len(set(paid) | set(resumed.answered)) == len(logged.calls)
+    assert logged.phase_results("vote") == read_log(log_path(reference, 3)).phase_results("vote")
+
+
 def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
     tmp_path: Path,
 ) -> None:

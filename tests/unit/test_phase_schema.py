@@ -235,3 +235,51 @@ def test_a_schema_of_too_many_parts_is_refused_before_they_are_built() -> None:
     assert caught.value.field == f"properties.a{MAX_NODES // 2}"  # the 1,001st
     assert f"more than {MAX_NODES:,} schemas" in caught.value.problem
     build({"type": "object", "properties": {f"a{i}": {"type": "boolean"} for i in range(999)}})
+
+
+def test_a_loaded_schema_and_its_answers_cross_to_another_process_as_the_same_class() -> None:
+    """``sim tick --workers``: a declared phase's request carries its answer model, and an
+    answer comes back as an instance of it (nested objects too). Classes made at run time
+    are not found by name; they cross as the call that makes them again, which gives the
+    receiving process its own class, the one its phase validates with."""
+    import pickle
+    import subprocess
+    import sys
+
+    from sim.engine.wire import dumps
+    from sim.phases.schema import load_schema
+
+    schema = {
+        "title": "Opinion",
+        "type": "object",
+        "properties": {
+            "stance": {"type": "string", "enum": ["for", "against"]},
+            "detail": {
+                "type": "object",
+                "properties": {"why": {"type": "string"}},
+                "required": ["why"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["stance", "detail"],
+        "additionalProperties": False,
+    }
+    data = orjson.dumps(schema)
+    model = load_schema(data, "opinion", SOURCE)
+    assert load_schema(data, "opinion", SOURCE) is model  # one class per schema file
+    answer = model.model_validate({"stance": "for", "detail": {"why": "the well"}})
+    sent = dumps((model, answer))
+    back_class, back = pickle.loads(sent)
+    assert back_class is model and type(back) is model and back == answer
+    # in a fresh process, which made no class of it yet
+    code = (
+        "import pickle, sys\n"
+        "cls, answer = pickle.loads(sys.stdin.buffer.read())\n"
+        "print(cls.__name__, answer.model_dump_json())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], input=sent, capture_output=True, check=True)
+    assert done.stdout.decode().split() == [
+        "Opinion",
+        '{"stance":"for","detail":{"why":"the',
+        'well"}}',
+    ]
