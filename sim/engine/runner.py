@@ -363,7 +363,7 @@ class Runner:
                     required = spec.kind == "declared" or not name.endswith(".input.md")
                     self.prompts.get(name, required=required)
             if self.workers > 1:
-                why = unshardable(self.phases, self.config, self.on_delta is not None)
+                why = unshardable(self.phases, self.config)
                 if why is not None:  # the run goes on in this process, saying why
                     self.one_process = f"--workers {self.workers}: ran in one process ({why})"
                     self.workers = 1

@@ -38,7 +38,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -71,6 +71,7 @@ from sim.errors import RunError, SimError, UserError
 from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
+from sim.llm.streaming import StreamHub
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport, TickContext
@@ -261,6 +262,8 @@ class Shards:
         self.adapter: Adapter | None = None
         self.events: Sink = _no_events
         self.log: Callable[[Sequence[Logged]], None] | None = None
+        #: where the text of the calls answered here streams (``[llm] stream``)
+        self.stream: StreamHub | None = None
         #: the calls read since the log was last written, and whose worker waits for them
         self._unlogged: list[tuple[_Worker, list[tuple[int, Logged]]]] = []
         #: the phase this process runs now (``starting``), and the calls of later phases
@@ -397,12 +400,15 @@ class Shards:
         adapter: Adapter,
         events: Sink,
         log: Callable[[Sequence[Logged]], None] | None,
+        stream: StreamHub | None = None,
     ) -> None:
         """Give the first ``len(plans)`` workers their part of this tick; the others sit it
-        out (a world with fewer occupied places than shards)."""
+        out (a world with fewer occupied places than shards). ``stream``: the tick's
+        ``StreamHub``, where the text of the workers' calls answered here streams."""
         self.adapter = adapter
         self.events = events
         self.log = log
+        self.stream = stream
         self._unlogged = []
         self.active = self.workers[: len(plans)]
         for worker in self.workers:  # what the last tick's calls shared goes with it
@@ -421,6 +427,7 @@ class Shards:
         self.adapter = None
         self.events = _no_events
         self.log = None
+        self.stream = None
         self._unlogged = []
         self._phase = None
         self._held = []
@@ -496,7 +503,12 @@ class Shards:
             )
             self.events(called)
         async with self.slots:
-            answer, latency = await timed_answer(self.adapter, request)
+            if self.stream is None:
+                answer, latency = await timed_answer(self.adapter, request)
+            else:  # its text shown as it comes, as the coordinator's own calls' is
+                with self.stream.call(phase, key) as text:
+                    streamed = replace(request, stream_to=text)
+                    answer, latency = await timed_answer(self.adapter, streamed)
         if isinstance(answer, LLMChainNotFoundError) and request.previous_response_id:
             # the worker's client sends it again with the window: not the call's end
             lost = LLMEvent(
@@ -717,7 +729,7 @@ async def run_sharded(
     # a phase declared per place: every place, in the world's order
     places_order = {lid: i for i, lid in enumerate(world.locations)}
     merged = Merged({}, [])
-    shards.begin(plans, ctx.adapter, ctx.events, log)
+    shards.begin(plans, ctx.adapter, ctx.events, log, ctx.stream)
     here = parts[0] if parts else ()
     mine = [cid for lid in here for cid in everywhere[lid]]
     adapter = ctx.adapter

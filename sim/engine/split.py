@@ -332,7 +332,7 @@ def local_calls(*, local_stack: bool, budget: bool, gated: bool, resume: bool) -
     return local_stack and not (budget or gated or resume)
 
 
-def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) -> str | None:
+def unshardable(phases: Sequence[PhaseSpec], config: Config) -> str | None:
     """Why this tick cannot run on several workers (``None``: it can)."""
     for spec in phases:
         declared = spec.declared
@@ -357,8 +357,6 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config, streaming: bool) ->
             "[messages] delivers each message into its recipient's inbox and memory, "
             "wherever the recipient is, which one process does over the whole world"
         )
-    if streaming:
-        return "streamed answers are shown by one process"
     return None
 
 

@@ -47,7 +47,7 @@ class RunState:
     cost: float | None = 0.0
     error: str | None = None
     #: the processes the tick running is sharded over (``sim serve --workers``), and why
-    #: a run asked for more runs in one process (a phase, streaming...), if it does
+    #: a run asked for more runs in one process (a phase, `[llm] batch`...), if it does
     workers: int = 1
     note: str | None = None
 
@@ -228,9 +228,7 @@ class Driver:
             events=on_event,
             on_phase=on_phase,
             on_tick=on_tick,
-            # deltas come only when [llm] stream is on; a sink without them would still
-            # keep a sharded run in one process (streamed text is shown by one process)
-            on_delta=on_delta if self.config.llm.stream else None,
+            on_delta=on_delta,  # deltas come only when [llm] stream is on
             workers=self.workers,
             executor=self.executor,
             ray_address=self.ray_address,

@@ -165,9 +165,9 @@ async def test_a_run_with_workers_gives_one_processs_world_with_workers_started_
 
 
 async def test_a_run_that_cannot_shard_says_why_on_the_page(world: Path):
-    """With ``[llm] stream`` (streamed text is shown by one process) a ``--workers 2``
-    run goes on in one process; its events say so, and no worker is started."""
-    config = build_config(None, world, stream=True)
+    """With a provider's embeddings (fetched by one process) a ``--workers 2`` run goes on
+    in one process; its events say so, and no worker is started."""
+    config = build_config(None, world, settings=('memory.embeddings="provider"',))
     app = make_app(Settings(world, config, TOKEN, workers=2))
     served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
     await served.start_server()
@@ -176,7 +176,7 @@ async def test_a_run_that_cannot_shard_says_why_on_the_page(world: Path):
             await next_event(events, "hello")
             assert (await _post(served, "/api/step", {})).status == 202
             ticked = await next_event(events, "tick")
-        assert ticked["workers"] == 1 and "streamed answers" in ticked["note"]
+        assert ticked["workers"] == 1 and "a provider's embeddings" in ticked["note"]
         assert (await _until_idle(served))["error"] is None
     finally:
         await served.close()

@@ -556,15 +556,34 @@ def test_the_concurrency_is_the_runs_not_each_workers(tmp_path: Path) -> None:
     assert adapter.most == 3  # reached, never passed: 3 workers do not get 3 each
 
 
-def test_a_streamed_run_with_workers_runs_in_one_process(tmp_path: Path) -> None:
-    world = copy_demo(tmp_path / "demo")
-    runner = Runner(world, config_for(world), workers=2, on_delta=lambda *_: None)
-    (result,) = runner.run(1)
-    assert runner.shards is None and runner.workers == 1
-    assert result.notes[-1] == (
-        "--workers 2: ran in one process (streamed answers are shown by one process)"
-    )
-    assert Storage(world).load().tick == 1
+def test_a_streamed_run_with_workers_shows_every_places_text_as_it_comes(
+    tmp_path: Path,
+) -> None:
+    """``sim tick --stream --workers 2`` against a streaming server: the workers' calls
+    are answered by ``sim tick``, which streams their text as it streams its own, so
+    every place's narrative is shown live, the same narratives one process writes."""
+    from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+
+    shown: dict[int, str] = {}
+    with ServerThread(StubServer(StubOptions(stream_chunk_delay=0.001))) as server:
+        for workers in (1, 2):
+            world = copy_demo(tmp_path / f"w{workers}")
+            (world / "config.toml").write_text(
+                f'[llm]\nprovider = "chat"\nbase_url = "{server.base_url}"\n'
+            )
+            args = ["tick", "--world", str(world), "--stream", "--trust-world-config"]
+            result = CliRunner().invoke(main, [*args, "--workers", str(workers)])
+            assert result.exit_code == 0, result.output
+            assert "one process" not in result.output
+            shown[workers] = result.output.partition("== tick 1 ==")[0]
+        streamed = sum(1 for body in server.log if body.get("stream") is True)
+        assert streamed == len(server.log) > 0
+    narratives = read_log(log_path(tmp_path / "w2", 1)).phase_results("narrative")
+    assert narratives == read_log(log_path(tmp_path / "w1", 1)).phase_results("narrative")
+    names = Storage(tmp_path / "w2").load().locations
+    assert len(narratives) > 1
+    for lid, text in narratives.items():  # each place's, the worker's too, shown live
+        assert f"[{names[lid]['identity']['name']}]\n{text}\n" in shown[2]
 
 
 def test_interventions_and_auto_workers_give_one_process_result(tmp_path: Path) -> None:
