@@ -1163,7 +1163,11 @@ def scenario_workers(smoke: bool) -> list[str]:
         "`conversation`' runs `[tick] phases` = intentions, conversation, resolution, "
         "narrative, apply, memory with `max_conversations_per_tick = 1000`: `sim tick` "
         "chooses the tick's conversations from both shards' intentions at a barrier after "
-        '`intentions` (docs/architecture.md, "A sharded tick").',
+        "`intentions` (docs/architecture.md, \"A sharded tick\"). The row 'with `declared`' "
+        "adds a phase the world declares per character after `apply` (`bench.process."
+        "DECLARED`: its input names whoever is present with their last memory): before it "
+        "the shards exchange, whole, everyone at a place that another shard's character "
+        "moved to or from.",
         "",
         "| characters | pairs | `--workers 1` | `--workers 2` | speed-up | Amdahl bound | "
         "phases, 1 | "
