@@ -316,6 +316,10 @@ def test_a_python_phase_from_an_entry_point_runs(
     assert log.header.schemas and "census" in log.header.schemas
 
 
+#: the demo's phases with ``census`` after the moves
+CENSUS_PHASES = '["intentions", "resolution", "narrative", "apply", "census", "memory"]'
+
+
 def test_a_python_phase_about_one_place_at_a_time_runs_on_the_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -330,12 +334,11 @@ def test_a_python_phase_about_one_place_at_a_time_runs_on_the_workers(
     assert place_local.count('per = "location"') == place_local.count("ctx.locations()") == 1
     install_plugin(site, monkeypatch, code=place_local)
     monkeypatch.setenv("PYTHONPATH", str(site))  # the workers import it too
-    phases = '["intentions", "resolution", "narrative", "apply", "census", "memory"]'
     worlds = {}
     for workers in (1, 2, 3):
         world = tmp_path / f"w{workers}"
         shutil.copytree(DEMO, world, ignore=shutil.ignore_patterns(".sim"))
-        (world / "config.toml").write_text(f"[tick]\nphases = {phases}\n")
+        (world / "config.toml").write_text(f"[tick]\nphases = {CENSUS_PHASES}\n")
         args = ["tick", "--world", str(world), "--ticks", "3", "--workers", str(workers)]
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
@@ -362,9 +365,7 @@ def test_a_python_phase_that_does_not_say_runs_the_tick_in_one_process(
 ) -> None:
     (tmp_path / "site").mkdir()
     install_plugin(tmp_path / "site", monkeypatch)
-    (demo_world / "config.toml").write_text(
-        '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "census", "memory"]\n'
-    )
+    (demo_world / "config.toml").write_text(f"[tick]\nphases = {CENSUS_PHASES}\n")
     result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--workers", "2"])
     assert result.exit_code == 0, result.output
     assert "--workers 2: ran in one process (phase 'census' runs over the whole world" in (

@@ -257,16 +257,21 @@ def config_for(world: Path, **overrides: object):  # type: ignore[no-untyped-def
     return load_config(world_dir=world, cwd=world, overrides=overrides or None)
 
 
+def ticked_and_reference(base: Path, ticks: int) -> tuple[Path, Path]:
+    """``base`` run ``ticks`` ticks in one process, and a copy of it run one more (what
+    the tick after, however it is run, must leave): ``(base, reference)``."""
+    Runner(base, config_for(base)).run(ticks)
+    reference = base.parent / "ref"
+    shutil.copytree(base, reference)
+    Runner(reference, config_for(reference)).run(1)
+    return base, reference
+
+
 @pytest.mark.parametrize("at", [1, 12, 25])
 def test_a_worker_killed_mid_tick_is_named_commits_nothing_and_the_resume_pays_once(
     tmp_path: Path, at: int
 ) -> None:
-    base = copy_demo(tmp_path / "base")
-    Runner(base, config_for(base)).run(5)  # tick 6 calls every phase
-    reference = tmp_path / "ref"
-    shutil.copytree(base, reference)
-    Runner(reference, config_for(reference)).run(1)
-
+    base, reference = ticked_and_reference(copy_demo(tmp_path / "base"), 5)  # tick 6: every phase
     world = tmp_path / "w"
     shutil.copytree(base, world)
     before = tree(world)
@@ -312,10 +317,7 @@ def test_a_worker_killed_in_a_declared_phase_after_the_moves_resumes_as_one_proc
     process does."""
     base = tmp_path / "base"
     shutil.copytree(WORLDS / "harvest-vote", base, ignore=shutil.ignore_patterns(".sim"))
-    Runner(base, config_for(base)).run(2)
-    reference = tmp_path / "ref"
-    shutil.copytree(base, reference)
-    Runner(reference, config_for(reference)).run(1)
+    base, reference = ticked_and_reference(base, 2)
     world = tmp_path / "w"
     shutil.copytree(base, world)
     before = tree(world)
@@ -342,11 +344,7 @@ def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
     lacks."""
     import sys
 
-    base = copy_demo(tmp_path / "base")
-    Runner(base, config_for(base)).run(5)
-    reference = tmp_path / "ref"
-    shutil.copytree(base, reference)
-    Runner(reference, config_for(reference)).run(1)
+    base, reference = ticked_and_reference(copy_demo(tmp_path / "base"), 5)
     expected = tree(reference)
     total = len(read_log(log_path(reference, 6)).calls)
     child = Path(__file__).with_name("crash_child.py")
@@ -637,11 +635,7 @@ def test_ctrl_c_or_sigterm_of_a_sharded_tick_ends_its_workers_and_resumes(
 
     from sim.testing import read_in_flight
 
-    base = copy_demo(tmp_path / "base")
-    Runner(base, config_for(base)).run(5)
-    reference = tmp_path / "ref"
-    shutil.copytree(base, reference)
-    Runner(reference, config_for(reference)).run(1)
+    base, reference = ticked_and_reference(copy_demo(tmp_path / "base"), 5)
     world = tmp_path / "w"
     shutil.copytree(base, world)
     counts = tmp_path / "calls"
