@@ -351,7 +351,7 @@ def _reference_problem(world: World, kind: str, entity: Entity) -> tuple[str, st
                 f"unknown location {where!r}; expected one of: {', '.join(world.locations)}"
             )
         cid = entity["identity"]["id"]
-        for _, field, message in relationship_problems({cid: entity}, set(world.characters)):
+        for _, field, message in relationship_problems({cid: entity}, world.characters):
             return field, message
         return None
     for i, target in enumerate(entity["state"]["connections"]):
