@@ -36,13 +36,13 @@ from sim.engine.split import (
     ShardFinal,
     ShardPlan,
     StandIn,
+    barrier_after,
     changed_states,
     owned,
     phase_roles,
     states_of,
     take_states,
     take_wholes,
-    waits_after,
     wholes_of,
 )
 from sim.engine.stack import Stack, build_stack
@@ -360,10 +360,7 @@ async def run_part(
     for i, spec in enumerate(phases):
         # after the last phase the part goes at once; after one the others need not wait
         # for (``waits_after``), the next phase starts at once, and no state is sent
-        moved = "apply" in names[: i + 1]
-        barrier = i + 1 < len(phases) and waits_after(
-            spec.name, plan.local, names[i + 1 :], roles, moved
-        )
+        barrier, exchange = barrier_after(names, i, plan.local, roles)
         before = states_of(world, mine, ctx.occupancy, spec.name, roles.writers) if barrier else {}
         await spec.run(ctx)
         changed = changed_states(world, before)
@@ -377,7 +374,7 @@ async def run_part(
             take_states(world, message[1], before)
             if message[2] is not None:  # the next phase's conversations, all of the tick's
                 ctx.talks = message[2]
-            if message[3] is not None:  # whole entities of who shares a place across shards
+            if exchange:  # whole entities of who shares a place across shards
                 own = owned(mine, plan.locations)
                 adapter.outbox.post(
                     ("wholes", wholes_of(world, (k for k in message[3] if k in own)))

@@ -52,6 +52,7 @@ from sim.engine.split import (
     ShardFinal,
     ShardPlan,
     StandIn,
+    barrier_after,
     changed_states,
     merge_reports,
     merge_results,
@@ -63,7 +64,6 @@ from sim.engine.split import (
     take_files,
     take_states,
     take_wholes,
-    waits_after,
     wholes_of,
 )
 from sim.engine.wire import TOKEN_BYTES, Outbox, frame, portable, read_hello, receive
@@ -747,8 +747,7 @@ async def run_sharded(
             on_phase(spec.name, True, None)
             shards.starting(spec.name)
             later = names[i + 1 :]
-            moved = "apply" in names[: i + 1]
-            barrier = bool(later) and waits_after(spec.name, log is not None, later, roles, moved)
+            barrier, exchange = barrier_after(names, i, log is not None, roles)
             before = states_of(world, mine, here, spec.name, roles.writers) if barrier else {}
             await spec.run(ctx)
             report = ctx.reports[-1]
@@ -785,9 +784,7 @@ async def run_sharded(
                 talk = ctx.config.conversation
                 limit, size = talk.max_conversations_per_tick, talk.max_participants
                 talks = ctx.talks = choose(speaks, world.characters, limit, size)
-            wanted = None
-            if later[0] in roles.readers and moved:  # who shares a place across shards
-                wanted = mixed(world, parts, everywhere)
+            wanted = mixed(world, parts, everywhere) if exchange else None  # across shards
             shards.broadcast(states, talks, wanted)
             if wanted is not None:
                 own = owned(mine, ctx.places)

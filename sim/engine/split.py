@@ -251,6 +251,20 @@ def phase_roles(phases: Sequence[PhaseSpec]) -> PhaseRoles:
     return PhaseRoles(frozenset(writers), frozenset(readers))
 
 
+def barrier_after(
+    names: Sequence[str], i: int, local: bool, roles: PhaseRoles
+) -> tuple[bool, bool]:
+    """For the ``i``-th of a tick's phases ``names``: whether the shards wait at its end
+    (``waits_after``; never after the last), and whether whole entities are exchanged
+    there (``mixed``: the next phase reads whoever is present, and ``apply`` has run).
+    The coordinator and every worker decide it here, alike: a barrier one side expected
+    and the other did not would leave both waiting."""
+    later = names[i + 1 :]
+    moved = "apply" in names[: i + 1]
+    barrier = bool(later) and waits_after(names[i], local, later, roles, moved)
+    return barrier, barrier and later[0] in roles.readers and moved
+
+
 def waits_after(
     phase: str,
     local: bool,
