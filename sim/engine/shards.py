@@ -645,9 +645,11 @@ def _no_events(event: LLMEvent) -> None:
 class Slotted:
     """The coordinator's own shard's adapter: its calls hold a slot of ``[llm]
     max_concurrency`` shared with the workers' (``Shards.slots``), and each gives the
-    event loop a turn once answered. A local model answers without suspending, so the
+    event loop a turn before it is sent. A local model answers without suspending, so the
     phase's tasks would otherwise run the whole shard without one, while the workers
-    wait for their calls to be logged."""
+    wait for their calls to be logged. The turn comes before the call, not after its
+    answer: a Ctrl-C landing there would cancel a call already paid for, its answer
+    never logged, and the resumed tick would pay for it again."""
 
     def __init__(self, inner: Adapter, slots: asyncio.Semaphore) -> None:
         self.inner = inner
@@ -655,10 +657,9 @@ class Slotted:
         self.slots = slots
 
     async def execute(self, request: ModelRequest) -> AdapterResponse:
-        async with self.slots:
-            answer = await self.inner.execute(request)
         await asyncio.sleep(0)
-        return answer
+        async with self.slots:
+            return await self.inner.execute(request)
 
     async def delete_response(self, response_id: str) -> None:
         await self.inner.delete_response(response_id)
