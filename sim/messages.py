@@ -3,7 +3,8 @@
 With ``[messages] enabled = true`` the intention schema gains the ``message`` action. Its
 target must be one of the sender's *contacts*: the characters its relationships name,
 kept by the world's tie rule (``kinds``, ``min_trust``; default: every relationship), not
-where they stand. The apply phase, which runs on the whole world, delivers each message:
+where they stand. The apply phase delivers each message (in a sharded tick, every shard's
+to the shard of each recipient: ``sim.phases.apply.deliver``):
 
 - into the recipient's ``inbox`` (its character file), which its next tick's intentions
   input shows as the ``messages`` section, and which the apply phase after it empties;

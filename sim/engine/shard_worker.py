@@ -38,6 +38,7 @@ from sim.engine.split import (
     StandIn,
     barrier_after,
     changed_states,
+    delivers,
     owned,
     phase_roles,
     states_of,
@@ -55,6 +56,7 @@ from sim.llm.events import LLMEvent, null_sink
 from sim.llm.store import ResponseStore
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
 from sim.phases import resolve_phases
+from sim.phases.apply import deliver
 from sim.phases.base import TickContext
 from sim.phases.templates import Prompts
 from sim.storage import Storage, entity_forms
@@ -368,6 +370,9 @@ async def run_part(
         adapter.send_logged()  # the phase's calls before its end, in the log too
         adapter.outbox.post(("phase", done))
         adapter.outbox.flush()
+        if delivers(spec.name, config):  # every shard's messages: to its own characters
+            await writer.drain()
+            deliver(ctx, (await barriers.get())[1])
         if barrier:
             await writer.drain()
             message = await barriers.get()

@@ -54,6 +54,8 @@ from sim.engine.split import (
     StandIn,
     barrier_after,
     changed_states,
+    delivers,
+    merge_messages,
     merge_reports,
     merge_results,
     mixed,
@@ -73,7 +75,9 @@ from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
 from sim.llm.streaming import StreamHub
 from sim.llm.types import Adapter, AdapterResponse, ModelRequest
+from sim.messages import Sent
 from sim.phases import PhaseSpec
+from sim.phases.apply import deliver
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.conversation import choose, speakers
 from sim.storage import entity_forms
@@ -630,6 +634,13 @@ class Shards:
         for worker in self.active:
             worker.writer.write(data)
 
+    def deliver(self, sent: Sequence[Sent]) -> None:
+        """Every worker gets the tick's messages, every shard's (``split.delivers``), to
+        deliver those to its own characters."""
+        data = frame(("deliver", list(sent)))
+        for worker in self.active:
+            worker.writer.write(data)
+
     def wholes(self, wholes: Mapping[tuple[str, str], bytes]) -> None:
         """Every worker gets the whole entities of ``split.mixed``, each as its shard sent
         it: the barrier is over."""
@@ -759,6 +770,11 @@ async def run_sharded(
             results = merge_results(
                 [ours, *(d.results for d in done)], places_order if per_place else order
             )
+            if delivers(spec.name, ctx.config):  # every shard's messages, to every shard
+                sent = merge_messages([ours, *(d.results for d in done)], order)
+                shards.deliver(sent)
+                deliver(ctx, sent)
+                results = {"messages": [item.record() for item in sent]} if sent else {}
             if spec.name == "intentions" and CHOSEN_OVER_THE_WORLD.intersection(later):
                 # what the tick's conversations are chosen from
                 speaks = speakers((c, d["action"], d["target"]) for c, d in results.items())

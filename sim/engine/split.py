@@ -366,12 +366,27 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config) -> str | None:
             return f"phase {spec.name!r} retrieves with a provider's embeddings"
     if config.llm.batch:
         return "[llm] batch sends each phase's calls as one batch from one process"
-    if messages.rule(config) is not None:
-        return (
-            "[messages] delivers each message into its recipient's inbox and memory, "
-            "wherever the recipient is, which one process does over the whole world"
-        )
     return None
+
+
+def delivers(phase: str, config: Config) -> bool:
+    """Whether every shard, once ``phase`` has run on each, waits for the messages of all
+    (``merge_messages``) and delivers them to its own characters (``[messages]``:
+    ``sim.phases.apply.deliver``): a message reaches a tie wherever it is."""
+    return phase == "apply" and messages.rule(config) is not None
+
+
+def merge_messages(
+    parts: Sequence[Mapping[str, Any]], order: Mapping[str, int]
+) -> list[messages.Sent]:
+    """The tick's messages, from each shard's ``apply`` results (each its own senders'),
+    in the world's order of their senders (``order``), as one process sends them."""
+    sent = [
+        messages.Sent(item["from"], item["to"], item["text"])
+        for part in parts
+        for item in part.get("messages", ())
+    ]
+    return sorted(sent, key=lambda item: order[item.sender])
 
 
 # -- the merge ---------------------------------------------------------------------------------

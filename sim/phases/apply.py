@@ -7,15 +7,18 @@ gets exactly one new memory cell: its outcome, or what it meant to do when nothi
 resolved for it (with the mind on, ``[memory]``: rated, its mentions found).
 
 With the message channel on (``[messages]``, ``sim.messages``), the messages of the tick
-are delivered here, where the whole world is at hand whatever place each side is in (so a
-tick with the channel runs in one process: ``sim tick --workers`` refuses it): the
-inboxes shown this tick are emptied, then each ``message`` intention (in character id
-order) goes into its recipient's inbox and memory, and into the log (this phase's results).
+are delivered here: the inboxes shown this tick are emptied, then each ``message``
+intention (in the world's order of characters) goes into its recipient's inbox and memory
+(after the recipient's own cell), and into the log (this phase's results). A message
+reaches anyone with a tie, wherever they are: in a sharded tick (``sim tick --workers``)
+each shard checks its own senders' messages here, against their ties as this phase left
+them, and delivers none; every shard's then go to every shard, which delivers those to its
+own characters (``deliver``, called by ``sim.engine.shards`` and its workers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from sim import messages
 from sim.mind.cells import Mentions, mind_on, new_cell, remember
@@ -141,19 +144,11 @@ async def run(ctx: TickContext) -> None:
         if resolution.location_update is not None:
             _apply_location_update(location, resolution.location_update)
     report.gaps.extend(_gaps(ctx, cells))
-    rated = mind_on(ctx.config)
-    mentions = Mentions(world) if rated else None
+    mentions = Mentions(world) if mind_on(ctx.config) else None
     sent = _messages(ctx, world, report)
     if messages.rule(ctx.config) is not None:
         for char in world.characters.values():  # shown in this tick's inputs: read
             char.pop("inbox", None)
-    received: dict[str, list[str]] = {}
-    for item in sent:
-        recipient = world.characters[item.recipient]
-        inbox = recipient.setdefault("inbox", [])
-        inbox.append({"tick": ctx.tick, "from": item.sender, "text": item.text})
-        name = world.characters[item.sender]["identity"]["name"]
-        received.setdefault(item.recipient, []).append(messages.memory_text(name, item.text))
     if sent:
         ctx.results[NAME] = {"messages": [item.record() for item in sent]}
     part = ctx.part  # a shard's characters (``sim tick --workers``); None: all
@@ -161,9 +156,37 @@ async def run(ctx: TickContext) -> None:
         if part is not None and cid not in part:
             continue
         own = cells.get(cid) or unresolved_text(char["identity"]["name"], ctx.intentions[cid])
-        for i, text in enumerate((own, *received.get(cid, ()))):
-            if mentions is None:
-                char["memory"]["cells"].append({"tick": ctx.tick, "text": text})
-                continue
-            rating = importance.get(cid) if i == 0 else None
-            remember(char["memory"], new_cell(ctx.tick, text, ctx.config.memory, mentions, rating))
+        _remember(ctx, char, own, mentions, importance.get(cid))
+    if part is None:  # a shard's wait for every shard's (``deliver``)
+        _deliver(ctx, sent, mentions)
+
+
+def deliver(ctx: TickContext, sent: Sequence[messages.Sent]) -> None:
+    """A sharded tick's messages, every shard's, in the world's order of their senders,
+    into the inbox and memory of the recipients among this shard's characters
+    (``ctx.part``), after this shard's ``apply`` ran: what ``run`` delivers in one
+    process."""
+    part = ctx.part
+    ours = [item for item in sent if part is None or item.recipient in part]
+    _deliver(ctx, ours, Mentions(ctx.world) if mind_on(ctx.config) else None)
+
+
+def _deliver(ctx: TickContext, sent: Sequence[messages.Sent], mentions: Mentions | None) -> None:
+    world = ctx.world
+    for item in sent:
+        recipient = world.characters[item.recipient]
+        inbox = recipient.setdefault("inbox", [])
+        inbox.append({"tick": ctx.tick, "from": item.sender, "text": item.text})
+        name = world.characters[item.sender]["identity"]["name"]
+        _remember(ctx, recipient, messages.memory_text(name, item.text), mentions, None)
+
+
+def _remember(
+    ctx: TickContext, char: Entity, text: str, mentions: Mentions | None, rating: int | None
+) -> None:
+    """A new cell of this tick in ``char``'s memory (rated and its mentions found when the
+    mind is on)."""
+    if mentions is None:
+        char["memory"]["cells"].append({"tick": ctx.tick, "text": text})
+    else:
+        remember(char["memory"], new_cell(ctx.tick, text, ctx.config.memory, mentions, rating))

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,6 @@ from sim.testing import CountingAdapter, read_counts
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
 
-#: the minds world without its conversation (whose cap is the whole world's): planning,
-#: retrieval, rated cells, reflection and memory, all on shards
 #: the minds world's own phases (planning, conversation, reflection, retrieval), with
 #: conversations capped below the openers there are, some of them in each shard, and of
 #: three: the cap is the world's, not each shard's
@@ -137,25 +136,36 @@ def gossip_world(dest: Path) -> Path:
     return dest
 
 
+def messages_world(dest: Path) -> Path:
+    """A world of ``sim init`` whose characters message their ties (``[messages]``),
+    some of them in another shard's places."""
+    invoke("init", str(dest), "--characters", "12", "--locations", "6", "--network", "ring")
+    with (dest / "config.toml").open("a") as handle:
+        handle.write("\n[messages]\nenabled = true\n")
+    return dest
+
+
 @pytest.mark.parametrize(
     ("source", "ticks", "settings"),
     [
         (WORLDS / "demo", 6, ()),
         (WORLDS / "minds", 3, CONVERSATIONS),
         (WORLDS / "harvest-vote", 4, ()),
-        (None, 3, CONVERSATIONS),
+        (gossip_world, 3, CONVERSATIONS),
+        (messages_world, 4, ()),
     ],
-    ids=["demo", "minds", "harvest-vote", "gossip"],
+    ids=["demo", "minds", "harvest-vote", "gossip", "messages"],
 )
 def test_one_two_and_three_workers_give_the_same_files_story_and_books(
-    tmp_path: Path, source: Path | None, ticks: int, settings: tuple[str, ...]
+    tmp_path: Path, source: Path | Callable[[Path], Path], ticks: int, settings: tuple[str, ...]
 ) -> None:
     """With 1, 2 and 3 workers: the built-in phases, the minds world's (conversations
     capped over the world), the harvest vote's phase (declared per character, after the
-    moves) and a phase declared per place that reads the whole memory of whoever is
-    there, some of them come from another shard's place that tick."""
-    if source is None:
-        source = gossip_world(tmp_path / "gossip")
+    moves), a phase declared per place that reads the whole memory of whoever is there,
+    some of them come from another shard's place that tick, and messages to ties
+    wherever they are."""
+    if not isinstance(source, Path):
+        source = source(tmp_path / "source")
     worlds = [run_world(source, tmp_path / f"w{n}", n, ticks, *settings) for n in (1, 2, 3)]
     one = tree(worlds[0])
     assert len([rel for rel in one if rel.startswith("characters/")]) >= 6
