@@ -59,6 +59,19 @@ def copy_demo(dest: Path) -> Path:
     return dest
 
 
+def vote_with_tools(dest: Path) -> Path:
+    """The harvest vote's world, its phase given a query tool (which may look anywhere:
+    ``sim tick --workers`` does not shard such a tick)."""
+    shutil.copytree(WORLDS / "harvest-vote", dest, ignore=shutil.ignore_patterns(".sim"))
+    config = dest / "config.toml"
+    text = config.read_text()
+    assert "max_output_tokens = 200\n" in text
+    config.write_text(
+        text.replace("max_output_tokens = 200\n", 'max_output_tokens = 200\ntools = ["look"]\n')
+    )
+    return dest
+
+
 @pytest.fixture
 def demo_world(tmp_path: Path) -> Path:
     """A scratch copy of worlds/demo as released; the original is never touched."""

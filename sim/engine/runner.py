@@ -464,6 +464,9 @@ class Runner:
         def phase_end(name: str, results: dict[str, Any]) -> None:
             recorder.phase_end(name, ctx, results)
 
+        async def prepare(phase: str, texts: Sequence[str]) -> None:
+            await ctx.prepare_memory(phase, stack.budget, stack.embedder, recorder.embedded, texts)
+
         assert self.shards is not None
         if not local:  # the workers' calls are answered here, each logged as it goes
             recorder.open()
@@ -479,6 +482,7 @@ class Runner:
                 lambda report: guard.check(report, stack.budget),
                 log if local else None,
                 recorder.open,
+                prepare,
             )
         except SimError:  # a worker died, or the tick stopped: its calls in flight were
             recorder.interrupted([])  # cancelled, and are logged as such

@@ -44,6 +44,7 @@ from sim.engine.split import (
     states_of,
     take_states,
     take_wholes,
+    wanted,
     wholes_of,
 )
 from sim.engine.stack import Stack, build_stack
@@ -364,6 +365,14 @@ async def run_part(
         # for (``waits_after``), the next phase starts at once, and no state is sent
         barrier, exchange = barrier_after(names, i, plan.local, roles)
         before = states_of(world, mine, ctx.occupancy, spec.name, roles.writers) if barrier else {}
+        cache = ctx.embedded(spec.name)
+        again = cache is not None
+        while cache is not None and again:  # the coordinator fetches every shard's vectors
+            adapter.outbox.post(("texts", wanted(ctx, cache, spec.name)))
+            adapter.outbox.flush()
+            await writer.drain()
+            _, dimensions, vectors, again = await barriers.get()
+            cache.take(dimensions, vectors)
         await spec.run(ctx)
         changed = changed_states(world, before)
         done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)

@@ -37,7 +37,7 @@ import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -52,6 +52,7 @@ from sim.engine.split import (
     ShardFinal,
     ShardPlan,
     StandIn,
+    Wanted,
     barrier_after,
     changed_states,
     delivers,
@@ -66,6 +67,8 @@ from sim.engine.split import (
     take_files,
     take_states,
     take_wholes,
+    texts_in_order,
+    wanted,
     wholes_of,
 )
 from sim.engine.wire import TOKEN_BYTES, Outbox, frame, portable, read_hello, receive
@@ -641,12 +644,45 @@ class Shards:
         for worker in self.active:
             worker.writer.write(data)
 
+    def vectors(self, dimensions: int, vectors: Sequence[Mapping[str, bytes]], again: bool) -> None:
+        """Each worker gets the vectors it asked for before a phase (``split.wanted``),
+        in worker order, of ``dimensions`` numbers; ``again``: the cache's file was of
+        another length, and dropped: every shard asks once more for what it lacks."""
+        for worker, theirs in zip(self.active, vectors, strict=True):
+            worker.writer.write(frame(("vectors", dimensions, dict(theirs), again)))
+
     def wholes(self, wholes: Mapping[tuple[str, str], bytes]) -> None:
         """Every worker gets the whole entities of ``split.mixed``, each as its shard sent
         it: the barrier is over."""
         data = frame(("wholes", dict(wholes)))
         for worker in self.active:
             worker.writer.write(data)
+
+
+async def share_vectors(
+    ctx: TickContext,
+    phase: str,
+    shards: Shards,
+    order: Mapping[str, int],
+    prepare: Callable[[str, Sequence[str]], Awaitable[None]],
+) -> None:
+    """Before ``phase``, which retrieves with a provider's embeddings: fetch what every
+    shard's characters need (``split.wanted``), here, in the order one process would
+    (``prepare``: ``TickContext.prepare_memory`` with the tick's budget, embedder and
+    log), and send each worker the vectors it asked for. Twice when the cache's file
+    turned out to be of another length than the model's vectors (dropped, as one
+    process drops it): each shard then lacks what it had from the file."""
+    cache = ctx.embedded(phase)
+    assert cache is not None
+    while True:
+        theirs: list[Wanted] = await shards.gather("texts")
+        before = cache.dimensions
+        await prepare(phase, texts_in_order([wanted(ctx, cache, phase), *theirs], order))
+        again = bool(before) and cache.dimensions != before
+        sent = [cache.vectors_of(text for _, texts in part for text in texts) for part in theirs]
+        shards.vectors(cache.dimensions, sent, again)
+        if not again:
+            return
 
 
 def _no_events(event: LLMEvent) -> None:
@@ -695,6 +731,7 @@ async def run_sharded(
     check: Callable[[PhaseReport], None],
     log: Callable[[Sequence[Logged]], None] | None = None,
     open_log: Callable[[], object] = lambda: None,
+    prepare: Callable[[str, Sequence[str]], Awaitable[None]] | None = None,
 ) -> Merged:
     """Run the tick's phases on ``shards.count + 1`` shards of ``ctx.world``, the first
     here (on ``ctx``, whose adapter and events are the tick's), the others on the workers,
@@ -711,11 +748,19 @@ async def run_sharded(
             have their plans and before this process's first call: the workers start
             their part while it is written (at 100,000 characters, 1.3 s of the state as
             the tick began), their calls held until this process starts their phase.
+        prepare: fetches a phase's provider embeddings of the texts given
+            (``share_vectors``); ``None``: ``TickContext.prepare_memory`` with no
+            embedder, which fails naming the phase if the world's cache lacks a text.
 
     Raises:
         WorkerDied: a worker ended mid-tick; or what a worker's phase raised.
     """
     world = ctx.world
+    if prepare is None:
+
+        async def prepare(phase: str, texts: Sequence[str]) -> None:
+            await ctx.prepare_memory(phase, texts=texts)
+
     everywhere = ctx.occupancy
     parts = partition(everywhere, shards.count + 1, LOCAL_FIRST_SHARE if log else 1.0)
     plans = [
@@ -761,6 +806,8 @@ async def run_sharded(
             later = names[i + 1 :]
             barrier, exchange = barrier_after(names, i, log is not None, roles)
             before = states_of(world, mine, here, spec.name, roles.writers) if barrier else {}
+            if ctx.embedded(spec.name) is not None:  # every shard waits for its vectors
+                await share_vectors(ctx, spec.name, shards, order, prepare)
             await spec.run(ctx)
             report = ctx.reports[-1]
             done: list[PhaseDone] = await shards.gather("phase")

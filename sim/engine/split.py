@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -34,6 +34,10 @@ from sim.phases import PhaseSpec
 from sim.phases.base import PhaseReport
 from sim.phases.happenings import Happenings
 from sim.world import World
+
+if TYPE_CHECKING:
+    from sim.mind.vectors import VectorCache
+    from sim.phases.base import TickContext
 
 # -- the messages -----------------------------------------------------------------------------
 
@@ -361,9 +365,6 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config) -> str | None:
                 'at a time (declared, or a package\'s that says per = "character" or '
                 '"location")'
             )
-        memory = config.memory.for_phase(spec.name)
-        if memory.embeddings == "provider":
-            return f"phase {spec.name!r} retrieves with a provider's embeddings"
     if config.llm.batch:
         return "[llm] batch sends each phase's calls as one batch from one process"
     return None
@@ -374,6 +375,34 @@ def delivers(phase: str, config: Config) -> bool:
     (``merge_messages``) and delivers them to its own characters (``[messages]``:
     ``sim.phases.apply.deliver``): a message reaches a tie wherever it is."""
     return phase == "apply" and messages.rule(config) is not None
+
+
+# -- provider embeddings ------------------------------------------------------------------------
+
+#: per character (its id), the texts it needs vectors of that a shard's cache lacks
+Wanted = list[tuple[str, list[str]]]
+
+
+def wanted(ctx: TickContext, cache: VectorCache, phase: str) -> Wanted:
+    """What this shard's characters (``ctx.characters()``) need of ``cache`` before
+    ``phase``, and ``cache`` lacks: each character's texts (``TickContext.embedding_texts``)
+    not in it, those with none left out. The coordinator fetches every shard's, in the
+    world's order (``texts_in_order``), and sends each shard the vectors it asked for."""
+    out: Wanted = []
+    for cid, texts in ctx.embedding_texts(phase):
+        missing = cache.missing(texts)
+        if missing:
+            out.append((cid, missing))
+    return out
+
+
+def texts_in_order(parts: Sequence[Wanted], order: Mapping[str, int]) -> list[str]:
+    """The shards' wanted texts as one process lists them: by character, in the world's
+    order (``order``). Fetching these finds the same texts missing, in the same order,
+    as one process finds among all of its characters' (``VectorCache.missing`` keeps the
+    first of each): a text a shard's cache holds, the coordinator's does too."""
+    merged = sorted((pair for part in parts for pair in part), key=lambda pair: order[pair[0]])
+    return [text for _, texts in merged for text in texts]
 
 
 def merge_messages(

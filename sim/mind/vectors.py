@@ -32,7 +32,7 @@ import io
 import os
 import random
 import stat
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -287,6 +287,36 @@ class VectorCache:
             self._raw[text_digest(text)] = vector
             self.dirty = True
         return dropped
+
+    def vectors_of(self, texts: Iterable[str]) -> dict[str, bytes]:
+        """The vectors this cache holds of ``texts``, by text digest, as little-endian
+        float32 bytes (what a sharded tick's coordinator sends a worker: ``take``)."""
+        out: dict[str, bytes] = {}
+        for text in texts:
+            digest = text_digest(text)
+            vector = self._raw.get(digest)
+            if vector is not None:
+                out[digest] = vector.astype("<f4").tobytes()
+        return out
+
+    def take(self, dimensions: int, vectors: Mapping[str, bytes]) -> None:
+        """Keep vectors another process's cache holds (``vectors_of``: a sharded tick's
+        worker takes its coordinator's), of ``dimensions`` numbers each. When this cache's
+        are of another length (its file's, which the coordinator found wrong for the model
+        and dropped), they are dropped first. The file is not written: the process that
+        fetched them writes it."""
+        if not vectors and not dimensions:  # the coordinator has none: nothing is fetched
+            return
+        if dimensions != self.dimensions:
+            self._raw.clear()
+            self._unit.clear()
+            self.dimensions = dimensions
+        self._from_file = False
+        for digest, raw in vectors.items():
+            vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+            if len(vector) != dimensions:
+                raise ValueError(f"a vector of {len(vector)} numbers; expected {dimensions}")
+            self._raw[digest] = vector
 
     def unit(self, text: str) -> Floats | None:
         """A text's vector scaled to length one, or ``None`` when it has none."""

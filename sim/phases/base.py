@@ -419,12 +419,37 @@ class TickContext:
         settings = self.config.call_settings(section)
         return settings.provider, settings.timeout_seconds
 
+    def embedded(self, phase: str) -> VectorCache | None:
+        """The provider embeddings phase ``phase`` retrieves with, which ``prepare_memory``
+        fetches before it (``None``: it needs none)."""
+        if phase in NOT_RETRIEVING:
+            return None
+        memory = self.config.memory.for_phase(phase)
+        if phase != "reflection" and not memory_strategy(memory.mode).uses_situation:
+            return None
+        return self.vectors_for(phase)
+
+    def embedding_texts(self, phase: str) -> list[tuple[str, list[str]]]:
+        """Per character of this context (``characters()``), in the world's order, the
+        texts phase ``phase``'s retrieval scores: its candidate cells, then its situation."""
+        world = self.world
+        where = world.characters_at()
+        out = []
+        for char in self.characters():
+            lid = char["state"]["location"]
+            texts = [c["text"] for c in candidates(char["memory"])]
+            now = situation(world, char, where.get(lid, []), self.happenings.here(lid), self.tick)
+            texts.append(now.text)
+            out.append((char["identity"]["id"], texts))
+        return out
+
     async def prepare_memory(
         self,
         phase: str,
         budget: Budget | None = None,
         embedder_of: Callable[[str], Embedder | None] | None = None,
         on_sent: Callable[[EmbeddingSent], None] | None = None,
+        texts: Sequence[str] | None = None,
     ) -> None:
         """Before phase ``phase`` builds its inputs: fetch the provider embeddings its
         retrieval needs (every character's cells and situation) that the world's cache
@@ -432,29 +457,21 @@ class TickContext:
         stack's, ``sim.engine.stack.Stack.embedder``), in a few batched requests (and
         count them against ``budget``; each answered request goes to ``on_sent``: the
         tick's log, ``sim.engine.recorder.TickRecorder.embedded``). Nothing for a phase
-        that does not retrieve with a provider's embeddings.
+        that does not retrieve with a provider's embeddings. ``texts``: the texts to have
+        vectors of, in the order one process finds them (a sharded tick's coordinator
+        gives every shard's, ``sim.engine.shards``); ``None``: those of this context's
+        characters (``embedding_texts``).
 
         Raises:
             RunError: the endpoint has no embeddings (a stack without one, as
                 ``sim replay`` without ``--live`` when the cache lacks a text).
             LLMError: a request failed.
         """
-        if phase in NOT_RETRIEVING:
-            return
-        memory = self.config.memory.for_phase(phase)
-        if phase != "reflection" and not memory_strategy(memory.mode).uses_situation:
-            return
-        cache = self.vectors_for(phase)
+        cache = self.embedded(phase)
         if cache is None:
             return
-        world = self.world
-        where = world.characters_at()
-        texts: list[str] = []
-        for char in world.characters.values():
-            lid = char["state"]["location"]
-            texts += [c["text"] for c in candidates(char["memory"])]
-            now = situation(world, char, where.get(lid, []), self.happenings.here(lid), self.tick)
-            texts.append(now.text)
+        if texts is None:
+            texts = [text for _, some in self.embedding_texts(phase) for text in some]
         if not cache.missing(texts):
             return
         provider, timeout = self._endpoint_of(phase)

@@ -7,7 +7,10 @@ embeddings is refused by name."""
 
 from __future__ import annotations
 
+import base64
 import shutil
+import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,26 +57,28 @@ def vectors(text: str) -> list[float]:
 
 
 LOCATIONS = {p.stem for p in (WORLDS / "minds" / "locations").glob("*.json")}
+CHARACTERS = sorted(p.stem for p in (WORLDS / "minds" / "characters").glob("*.json"))
 
 
 def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
-def world_with_cells(tmp_path: Path, cells: int) -> Path:
-    """worlds/minds with the config above and, in Bram's long-term store, the zebra (the
-    oldest), the giraffe and ``cells`` fillers."""
+def world_with_cells(tmp_path: Path, cells: int, who: Sequence[str] = ("bram",)) -> Path:
+    """worlds/minds with the config above and, in Bram's long-term store (or those of
+    ``who``), the zebra (the oldest), the giraffe and ``cells`` fillers."""
     world = tmp_path / "minds"
     shutil.copytree(WORLDS / "minds", world, ignore=shutil.ignore_patterns(".sim"))
     (world / "config.toml").write_text(CONFIG)
-    path = world / "characters" / "bram.json"
-    bram = orjson.loads(path.read_bytes())
     texts = [ZEBRA, *(FILLER.format(n=n) for n in range(cells // 2)), GIRAFFE]
     texts += [FILLER.format(n=n) for n in range(cells // 2, cells)]
-    bram["memory"]["archive"] = [
-        {"tick": 0, "text": t, "importance": 3, "mentions": []} for t in texts
-    ]
-    path.write_bytes(orjson.dumps(bram, option=orjson.OPT_INDENT_2))
+    for cid in who:
+        path = world / "characters" / f"{cid}.json"
+        char = orjson.loads(path.read_bytes())
+        char["memory"]["archive"] = [
+            {"tick": 0, "text": t, "importance": 3, "mentions": []} for t in texts
+        ]
+        path.write_bytes(orjson.dumps(char, option=orjson.OPT_INDENT_2))
     return world
 
 
@@ -468,3 +473,81 @@ def test_a_refused_key_is_not_retried_and_never_printed(tmp_path: Path, stub_ser
     assert stub_server.stats.by_route["POST /v1/embeddings"] == 1
     assert stub_server.stats.generations == 0
     assert tree(world) == before
+
+
+def without_the_stubs_ids(files: dict[str, bytes]) -> dict[str, Any]:
+    """A world's files without what the stub makes differently in each run of the same
+    world: its answers' ids (the chains, ``_openai``) and the prompt-cache tokens it
+    counts, which depend on which of two like requests came first."""
+    out: dict[str, Any] = {}
+    for rel, data in files.items():
+        if rel.startswith(".sim/responses"):
+            continue
+        if rel.startswith(("characters/", "locations/")):
+            entity = orjson.loads(data)
+            entity.pop("_openai", None)
+            out[rel] = entity
+        else:
+            out[rel] = data
+    return out
+
+
+def test_sharded_ticks_fetch_what_one_process_fetches_and_recall_the_same(
+    tmp_path: Path,
+) -> None:
+    """``--workers 2`` and ``3``: ``sim tick`` fetches every shard's texts, in the
+    requests one process sends, and each shard recalls with the vectors it asked for;
+    the world files, the cache and the recall are one process's, over two ticks (each
+    run against a fresh stub: its prompt cache would remember the last)."""
+    from sim.testing.stub_server import ServerThread, StubOptions, StubServer
+
+    source = world_with_cells(tmp_path / "source", 60, CHARACTERS)
+    sent, trees, recalls = [], [], []
+    for workers in (1, 2, 3):
+        world = tmp_path / f"w{workers}"
+        shutil.copytree(source, world)
+        stub = StubServer(StubOptions())
+        stub.embedding = vectors
+        with ServerThread(stub) as server:
+            args = ("--ticks", "2", "--workers", str(workers))
+            result = tick(world, "chat", server.base_url, *args)
+        assert result.exit_code == 0, result.output
+        assert "one process" not in result.output
+        sent.append([body["input"] for body in stub.embedding_log])
+        trees.append(without_the_stubs_ids(tree(world)))
+        recalls.append([recalled(world, n, cid) for n in (1, 2) for cid in CHARACTERS])
+    # everyone's oldest two, which only the vectors point to: every shard had them
+    assert recalls[0] == [[f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"]] * len(recalls[0])
+    assert len(sent[0]) == 2  # a request each tick
+    assert sent[1] == sent[0] and sent[2] == sent[0]
+    assert recalls[1] == recalls[0] and recalls[2] == recalls[0]
+    assert trees[1] == trees[0] and trees[2] == trees[0]
+
+
+def test_a_sharded_tick_rebuilds_a_cache_of_another_length_once(
+    tmp_path: Path, stub_server: Any
+) -> None:
+    """The cache holds vectors of 7 numbers, the model sends 3: ``sim tick`` drops the
+    file's vectors and fetches again, and each shard, which had them from the file and
+    asked only for what it lacked, asks again for the rest: the recall is the model's
+    vectors' in every shard, and the next tick fetches nothing old."""
+    stub_server.embedding = vectors
+    world = world_with_cells(tmp_path, 10, CHARACTERS)
+    assert tick(world, "chat", stub_server.base_url).exit_code == 0
+    (cache,) = (world / ".sim" / "embeddings").glob("*.jsonl")
+    lines = [orjson.dumps({"model": MODEL, "dimensions": 7})]
+    seven = base64.b64encode(struct.pack("<7f", 1, 0, 0, 0, 0, 0, 0)).decode()
+    for line in cache.read_bytes().splitlines()[1:]:  # each a vector of 7: a whole file
+        lines.append(orjson.dumps({"text": orjson.loads(line)["text"], "vector": seven}))
+    cache.write_bytes(b"\n".join(lines) + b"\n")
+    result = tick(world, "chat", stub_server.base_url, "--workers", "3")
+    assert result.exit_code == 0, result.output
+    assert "one process" not in result.output
+    assert "field 'dimensions' is 7" in result.output
+    for cid in CHARACTERS:  # each shard's too
+        assert recalled(world, 2, cid) == [f"tick 0: {ZEBRA}", f"tick 0: {GIRAFFE}"], cid
+    assert orjson.loads(cache.read_bytes().partition(b"\n")[0])["dimensions"] == 3
+    before = len(sent_texts(stub_server))
+    result = tick(world, "chat", stub_server.base_url, "--workers", "3")
+    assert result.exit_code == 0, result.output
+    assert ZEBRA not in sent_texts(stub_server)[before:]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import WORLDS, copy_demo, shard_workers_of, tree
+from conftest import WORLDS, copy_demo, shard_workers_of, tree, vote_with_tools
 
 from sim.cli import main
 from sim.cli.common import build_config
@@ -190,19 +190,6 @@ def test_one_two_and_three_workers_give_the_same_files_story_and_books(
     config = build_config(None, worlds[2], settings=settings[1::2])  # the --set values
     report = replay(worlds[2], 1, ticks, config=config)
     assert report.identical, [(t.tick, t.drifts[:1]) for t in report.ticks]
-
-
-def vote_with_tools(dest: Path) -> Path:
-    """The harvest vote's world, its phase given a query tool (which may look anywhere:
-    the tick is not sharded)."""
-    shutil.copytree(WORLDS / "harvest-vote", dest, ignore=shutil.ignore_patterns(".sim"))
-    config = dest / "config.toml"
-    text = config.read_text()
-    assert "max_output_tokens = 200\n" in text
-    config.write_text(
-        text.replace("max_output_tokens = 200\n", 'max_output_tokens = 200\ntools = ["look"]\n')
-    )
-    return dest
 
 
 def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(tmp_path: Path) -> None:
