@@ -60,8 +60,8 @@ def copy_demo(dest: Path) -> Path:
 
 
 def vote_with_tools(dest: Path) -> Path:
-    """The harvest vote's world, its phase given a query tool (which may look anywhere:
-    ``sim tick --workers`` does not shard such a tick)."""
+    """The harvest vote's world, its phase given a query tool (``look``: at whoever and
+    whatever is where the voter is, after the moves)."""
     shutil.copytree(WORLDS / "harvest-vote", dest, ignore=shutil.ignore_patterns(".sim"))
     config = dest / "config.toml"
     text = config.read_text()
@@ -194,3 +194,25 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
 
     monkeypatch.setattr(LogCompression, "finish", keep)
     return plain
+
+
+def with_an_omen(dest: Path) -> Path:
+    """The demo world with a phase it declares per world (one subject, the whole world:
+    ``sim tick --workers`` runs such a tick in one process)."""
+    copy_demo(dest)
+    (dest / "prompts").mkdir(exist_ok=True)
+    (dest / "schemas").mkdir(exist_ok=True)
+    (dest / "prompts" / "omen.md").write_text(
+        "{{ characters | length }} people, {{ locations | length }} places: name an omen.\n"
+    )
+    (dest / "schemas" / "omen.json").write_text(
+        '{"type": "object", "properties": {"omen": {"type": "string", "maxLength": 80}}, '
+        '"required": ["omen"]}'
+    )
+    with (dest / "config.toml").open("a") as handle:
+        handle.write(
+            '\n[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "memory", '
+            '"omen"]\n[phases.omen]\nper = "world"\ninstructions = "prompts/omen.md"\n'
+            'schema = "schemas/omen.json"\nwrites = { "omen" = "omen" }\n'
+        )
+    return dest

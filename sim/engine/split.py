@@ -356,8 +356,6 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config) -> str | None:
         declared = spec.declared
         if declared is not None and declared.per == "world":
             return f"phase {spec.name!r} is declared per world: one subject, the whole world"
-        if declared is not None and declared.tools:
-            return f"phase {spec.name!r} has query tools, which may look anywhere in the world"
         if spec.per is None and (spec.name not in SHARDABLE or spec.kind != "builtin"):
             return (
                 f"phase {spec.name!r} runs over the whole world; --workers runs the "

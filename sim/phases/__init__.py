@@ -92,8 +92,9 @@ class PhaseSpec:
         schema: its answer schema (digested in the tick log), if it has a fixed one.
         kind: ``builtin``, ``declared`` or ``entry-point``.
         per: a declared or entry-point phase's subjects, when one at a place at a time:
-            ``character`` or ``location`` (``sim tick --workers`` runs it on each shard);
-            ``None``: the world (or a phase that does not say).
+            ``character`` or ``location`` (``sim tick --workers`` runs it on each shard;
+            a declared one's query tools look only where its subject is); ``None``: the
+            world (or a phase that does not say).
     """
 
     name: str
@@ -271,7 +272,7 @@ def resolve_phases(config: Config, root: Path) -> list[PhaseSpec]:
         declared = config.phases.get(name)
         if declared is not None and (declared.schema_ or declared.instructions):
             phase = DeclaredPhase(name, declared, root, source)
-            per = phase.per if phase.per in PER_PLACE and not phase.tools else None
+            per = phase.per if phase.per in PER_PLACE else None
             specs.append(
                 PhaseSpec(
                     name, _runner(phase), phase.templates, phase.schema, "declared", phase, per

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import WORLDS, copy_demo, shard_workers_of, tree, vote_with_tools
+from conftest import WORLDS, copy_demo, shard_workers_of, tree, vote_with_tools, with_an_omen
 
 from sim.cli import main
 from sim.cli.common import build_config
@@ -153,8 +153,9 @@ def messages_world(dest: Path) -> Path:
         (WORLDS / "harvest-vote", 4, ()),
         (gossip_world, 3, CONVERSATIONS),
         (messages_world, 4, ()),
+        (vote_with_tools, 3, ()),
     ],
-    ids=["demo", "minds", "harvest-vote", "gossip", "messages"],
+    ids=["demo", "minds", "harvest-vote", "gossip", "messages", "vote-with-tools"],
 )
 def test_one_two_and_three_workers_give_the_same_files_story_and_books(
     tmp_path: Path, source: Path | Callable[[Path], Path], ticks: int, settings: tuple[str, ...]
@@ -162,8 +163,9 @@ def test_one_two_and_three_workers_give_the_same_files_story_and_books(
     """With 1, 2 and 3 workers: the built-in phases, the minds world's (conversations
     capped over the world), the harvest vote's phase (declared per character, after the
     moves), a phase declared per place that reads the whole memory of whoever is there,
-    some of them come from another shard's place that tick, and messages to ties
-    wherever they are."""
+    some of them come from another shard's place that tick, messages to ties wherever
+    they are, and the vote with a query tool (``look``: at whoever is there, after the
+    moves)."""
     if not isinstance(source, Path):
         source = source(tmp_path / "source")
     worlds = [run_world(source, tmp_path / f"w{n}", n, ticks, *settings) for n in (1, 2, 3)]
@@ -193,17 +195,17 @@ def test_one_two_and_three_workers_give_the_same_files_story_and_books(
 
 
 def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(tmp_path: Path) -> None:
-    """A tick that cannot be sharded (here the harvest vote's phase, which the world
-    declares, with query tools that may look anywhere) runs as ``--workers 1`` would, the
-    same files written, and says so by name."""
-    worlds = [vote_with_tools(tmp_path / name) for name in ("one", "two")]
+    """A tick that cannot be sharded (here with a phase the world declares per world: one
+    subject, the whole world) runs as ``--workers 1`` would, the same files written, and
+    says so by name."""
+    worlds = [with_an_omen(tmp_path / name) for name in ("one", "two")]
     alone = CliRunner().invoke(main, ["tick", "--world", str(worlds[0]), "--ticks", "2"])
     assert alone.exit_code == 0, alone.output
     result = CliRunner().invoke(
         main, ["tick", "--world", str(worlds[1]), "--ticks", "2", "--workers", "2"]
     )
     assert result.exit_code == 0, result.output
-    assert "--workers 2: ran in one process (phase 'vote' has query tools" in result.output
+    assert "--workers 2: ran in one process (phase 'omen' is declared per world" in result.output
     assert tree(worlds[1]) == tree(worlds[0])
     world = worlds[1]
     bad = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", "two"])
@@ -443,22 +445,22 @@ def test_a_sweep_and_a_study_shard_each_steps_ticks_with_one_processs_result(
             ours, theirs = tree(two / run.parent), tree(one / run.parent)
             assert ours.pop(OUTPUT_FILE) and theirs.pop(OUTPUT_FILE)
             assert ours == theirs
-    vote = vote_with_tools(tmp_path / "vote")
-    (tmp_path / "votes.toml").write_text(
-        'world = "vote"\nseeds = "1"\nticks = 1\n[conditions.control]\n', encoding="utf-8"
+    omen = with_an_omen(tmp_path / "omen")
+    (tmp_path / "omens.toml").write_text(
+        'world = "omen"\nseeds = "1"\nticks = 1\n[conditions.control]\n', encoding="utf-8"
     )
-    sweep, study = tmp_path / "vote-sweep", tmp_path / "vote-study"
-    args = ["--world", str(vote), "--seeds", "1", "--ticks", "1", "--out", str(sweep)]
+    sweep, study = tmp_path / "omen-sweep", tmp_path / "omen-study"
+    args = ["--world", str(omen), "--seeds", "1", "--ticks", "1", "--out", str(sweep)]
     done = CliRunner().invoke(main, ["sweep", *args, "--workers", "2"])
     assert done.exit_code == 0, done.output
-    study_file = str(tmp_path / "votes.toml")
+    study_file = str(tmp_path / "omens.toml")
     done = CliRunner().invoke(
         main, ["study", "run", study_file, "--out", str(study), "--workers", "2"]
     )
     assert done.exit_code == 0, done.output
     for out in (sweep, study):
         said = [p.read_text() for p in out.glob(f"**/{OUTPUT_FILE}")]
-        assert len(said) == 1 and "--workers 2: ran in one process (phase 'vote'" in said[0]
+        assert len(said) == 1 and "--workers 2: ran in one process (phase 'omen'" in said[0]
 
 
 def test_the_budget_is_the_runs_not_each_workers(tmp_path: Path) -> None:
