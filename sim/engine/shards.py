@@ -16,12 +16,13 @@ responses to delete; the coordinator puts them in the world and commits the tick
 with one process.
 
 This module holds the workers (processes on this machine, or Ray actors with ``--executor
-ray``), kept for the run; the coordinator's side of the wire (``Shards``: their calls
-answered or logged, the phase barriers); and a tick's run over them (``run_sharded``). How
-the places are split, what the messages hold and how the parts are merged is
-``sim.engine.split``: the merged results come in the order one process gives them, so with
-the offline provider the world files, the log's story and its books are those of
-``--workers 1``.
+ray``, started by ``sim.engine.shard_processes``), kept for the run; the coordinator's side
+of the wire (``Shards``: their calls answered or logged, the phase barriers, the tick's
+messages and provider embeddings for every shard); and a tick's run over them
+(``run_sharded``). How the places are split, what the messages hold and how the parts are
+merged is ``sim.engine.split``: the merged results come in the order one process gives
+them, so with the offline provider the world files, the log's story and its books are
+those of ``--workers 1``.
 
 A worker that dies ends the tick with an error naming it; a coordinator that dies closes
 the workers' sockets, and they exit. Nothing but the coordinator writes to the world.
@@ -31,18 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
-import secrets
-import socket
-import subprocess
-import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
 from sim.engine.recorder import phase_results
+from sim.engine.shard_processes import (
+    LocalProcess,
+    RayActor,
+    WorkerDied,
+    start_actors,
+    start_local,
+)
 from sim.engine.split import (
     CHOSEN_OVER_THE_WORLD,
     LOCAL_FIRST_SHARE,
@@ -71,8 +74,8 @@ from sim.engine.split import (
     wanted,
     wholes_of,
 )
-from sim.engine.wire import TOKEN_BYTES, Outbox, frame, portable, read_hello, receive
-from sim.errors import RunError, SimError, UserError
+from sim.engine.wire import Outbox, frame, portable, receive
+from sim.errors import RunError
 from sim.llm.client import finished_events, timed_answer
 from sim.llm.errors import LLMChainNotFoundError, LLMError
 from sim.llm.events import LLMEvent
@@ -86,67 +89,10 @@ from sim.phases.conversation import choose, speakers
 from sim.storage import entity_forms
 
 
-class WorkerDied(RunError):
-    """A shard's worker process ended in the middle of a tick: nothing is committed."""
-
-
-class _Local:
-    """A worker process on this machine (``python -m sim.engine.shard_worker``)."""
-
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
-
-    def describe(self) -> str:
-        return f"pid {self.process.pid}"
-
-    async def ended(self) -> str:
-        """Wait for it to end; how it ended."""
-        return f"exit status {await asyncio.to_thread(self.process.wait)}"
-
-    async def stop(self, now: bool = False) -> None:
-        """Let it end (its socket is closed), or end it (``now``: at once)."""
-        if self.process.poll() is None:
-            try:
-                await asyncio.wait_for(asyncio.to_thread(self.process.wait), 0 if now else 5)
-            except TimeoutError:
-                self.process.kill()
-                await asyncio.to_thread(self.process.wait)
-
-
-class _RayActor:
-    """A worker run by a Ray actor (``--executor ray``), connected back to us."""
-
-    def __init__(self, ray: Any, actor: Any, ref: Any) -> None:
-        self.ray = ray
-        self.actor = actor
-        self.ref = ref
-        #: where it runs, once it said (its hello: pid and node)
-        self.where = ""
-
-    def describe(self) -> str:
-        return f"Ray actor{self.where}"
-
-    async def ended(self) -> str:
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(self.ref.future()), 30)
-        except TimeoutError:
-            return "its socket closed"
-        except Exception as exc:  # Ray's errors: the actor died, its node was lost
-            cause = getattr(exc, "cause", None)  # what the actor's method raised, if it did
-            if isinstance(cause, SimError):
-                return str(cause)
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return "it returned"
-
-    async def stop(self, now: bool = False) -> None:
-        with contextlib.suppress(Exception):
-            self.ray.kill(self.actor)
-
-
 @dataclass
 class _Worker:
     index: int
-    process: _Local | _RayActor
+    process: LocalProcess | RayActor
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     #: the worker's phase reports and final part, in order; an exception when it failed
@@ -161,68 +107,6 @@ class _Worker:
 
     def describe(self) -> str:
         return f"worker {self.index + 1} ({self.process.describe()})"
-
-
-def start_ray(address: str | None) -> Any:
-    """Ray, started or reached (``address``; else ``RAY_ADDRESS``, else a local instance).
-
-    Raises:
-        UserError: Ray is not installed; RunError: Ray cannot be started or reached.
-    """
-    try:
-        ray: Any = importlib.import_module("ray")
-    except ImportError:
-        raise UserError(
-            "--executor ray needs Ray, from the optional 'ray' extra: pip install 'sim[ray]'"
-        ) from None
-    if not ray.is_initialized():
-        try:
-            ray.init(address=address, log_to_driver=False)
-        except Exception as exc:  # Ray's errors are many (connection, version, resources)
-            where = address or "a local instance"
-            raise RunError(f"--executor ray: cannot start or reach Ray ({where}): {exc}") from None
-    return ray
-
-
-#: how long Ray may take to place the actors and have them connect
-RAY_START_SECONDS = 120.0
-#: how long a connection to the actors' port may take to say its hello (an actor sends it
-#: as soon as it has connected): one that says nothing is closed then
-HELLO_SECONDS = 10.0
-
-
-class ActorDoor:
-    """The coordinator's listening port for its Ray actors (``--executor ray``): a
-    connection whose first bytes are a hello with the run's ``token`` and the number of
-    one of the ``expected`` workers arrives (``arrived``: number, pid, node, reader,
-    writer); any other is closed, nothing of it unpickled and nothing sent to it (the
-    port takes connections from whoever reaches it: another user of this machine, or of
-    the network when the cluster's nodes are elsewhere)."""
-
-    def __init__(self, expected: Iterable[int]) -> None:
-        self.token = secrets.token_bytes(TOKEN_BYTES)
-        self.expected = frozenset(expected)
-        self.arrived: asyncio.Queue[
-            tuple[int, int, str, asyncio.StreamReader, asyncio.StreamWriter]
-        ] = asyncio.Queue()
-
-    async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            said = await asyncio.wait_for(read_hello(reader, self.token), HELLO_SECONDS)
-        except TimeoutError:
-            said = None
-        if said is None or said[0] not in self.expected:  # not one of ours
-            writer.close()
-            return
-        self.arrived.put_nowait((*said, reader, writer))
-
-
-def listen_host(own: str, nodes: Sequence[str]) -> str:
-    """Where the coordinator listens for its Ray actors: on 127.0.0.1 when every node of
-    the cluster is this machine (``own``, the address Ray knows it by), else on ``own``,
-    which the other nodes reach (an actor proves it is one of the run's with its token,
-    ``wire.read_hello``, before anything is read or sent)."""
-    return "127.0.0.1" if set(nodes) <= {own, "127.0.0.1"} else own
 
 
 Sink = Callable[[LLMEvent], None]
@@ -258,7 +142,6 @@ class Shards:
         self.max_entity_bytes = max_entity_bytes
         self.executor = executor
         self.ray_address = ray_address
-        self._server: asyncio.Server | None = None
         #: ``[llm] max_concurrency`` over the whole tick: each worker's clients hold it
         #: too, so N workers would otherwise have N times as many calls in flight
         self.slots = asyncio.Semaphore(slots)
@@ -281,100 +164,16 @@ class Shards:
 
     async def __aenter__(self) -> Shards:
         if self.executor == "ray":
-            await self._start_ray()
-            return self
-        try:
-            for index in range(1, self.count + 1):
-                ours, theirs = socket.socketpair()
-                try:
-                    process = subprocess.Popen(
-                        # the world's folder named too: `ps` shows whose worker it is
-                        [
-                            sys.executable,
-                            "-m",
-                            "sim.engine.shard_worker",
-                            str(theirs.fileno()),
-                            str(self.root),
-                        ],
-                        pass_fds=(theirs.fileno(),),
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,  # Ctrl-C reaches the coordinator, which ends them
-                    )
-                finally:
-                    theirs.close()
-                reader, writer = await asyncio.open_connection(sock=ours, limit=2**26)
-                self._begin(index, _Local(process), reader, writer)
-        except BaseException:
-            await self.__aexit__(*sys.exc_info())
-            raise
+            started = await start_actors(self.root, self.count, self.ray_address)
+        else:
+            started = await start_local(self.root, self.count)
+        for index, process, reader, writer in started:
+            worker = _Worker(index, process, reader, writer)
+            worker.outbox = Outbox(writer)
+            self.workers.append(worker)
+            task = asyncio.create_task(self._serve(worker))
+            self._tasks.add(task)
         return self
-
-    def _begin(
-        self,
-        index: int,
-        process: _Local | _RayActor,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        worker = _Worker(index, process, reader, writer)
-        worker.outbox = Outbox(writer)
-        self.workers.append(worker)
-        task = asyncio.create_task(self._serve(worker))
-        self._tasks.add(task)
-
-    async def _start_ray(self) -> None:
-        """One Ray actor per worker (``sim.engine.shard_worker.ShardActor``), each connecting
-        back to this process (``listen_host``) with the run's token, saying which worker it
-        is (``wire.hello``); a connection without the token is closed unread."""
-        ray = start_ray(self.ray_address)
-        from sim.engine.shard_worker import ShardActor
-
-        handles: dict[int, _RayActor] = {}
-        door = ActorDoor(range(1, self.count + 1))
-        own = ray.util.get_node_ip_address()
-        host = listen_host(own, [n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")])
-        server = await asyncio.start_server(door.connected, host, 0, limit=2**26)
-        self._server = server
-        port = server.sockets[0].getsockname()[1]
-        remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardActor)
-        for index in range(1, self.count + 1):
-            actor = remote.remote()
-            handles[index] = _RayActor(
-                ray, actor, actor.run.remote(host, port, index, str(self.root), door.token)
-            )
-        waiting = set(handles)
-        try:
-            while waiting:
-                failed = [
-                    (i, handle)
-                    for i, handle in handles.items()
-                    if i in waiting and handle.ref.future().done()
-                ]
-                if failed:
-                    i, handle = failed[0]
-                    raise WorkerDied(
-                        f"worker {i + 1} ({handle.describe()}) ended before it connected: "
-                        f"{await handle.ended()}"
-                    )
-                try:
-                    index, pid, node, reader, writer = await asyncio.wait_for(
-                        door.arrived.get(), 0.5
-                    )
-                except TimeoutError:
-                    continue
-                if index in waiting:
-                    waiting.discard(index)
-                    handles[index].where = f", pid {pid} on {node}"
-                    self._begin(index, handles[index], reader, writer)
-                else:  # a second connection with its number
-                    writer.close()
-        except BaseException:
-            for handle in handles.values():
-                await handle.stop()
-            raise
-        finally:
-            server.close()  # every actor is connected, or the run stops: no one else joins
-        self.workers.sort(key=lambda worker: worker.index)
 
     async def __aexit__(self, *exc: object) -> None:
         """End the workers: let them go when the run ended well, else at once (one may
@@ -389,8 +188,6 @@ class Shards:
             worker.writer.close()
         for worker in self.workers:
             await worker.process.stop(now=now)
-        if self._server is not None:
-            self._server.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def open(self) -> None:

@@ -421,7 +421,7 @@ def ray_executor(address: str | None = None) -> Executor:
     Raises:
         UserError: Ray is not installed; RunError: Ray cannot be started or reached.
     """
-    from sim.engine.shards import start_ray  # Ray only for --executor ray
+    from sim.engine.shard_processes import start_ray  # Ray only for --executor ray
 
     ray = start_ray(address)
     task = ray.remote(num_cpus=1, max_retries=0)(run_one)

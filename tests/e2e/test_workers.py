@@ -28,7 +28,7 @@ from sim.cli.common import build_config
 from sim.config import load_config
 from sim.engine.replay import replay
 from sim.engine.runner import Runner
-from sim.engine.shards import WorkerDied
+from sim.engine.shard_processes import WorkerDied
 from sim.engine.split import partition
 from sim.llm.errors import LLMBudgetExceededError
 from sim.llm.types import AdapterResponse, ModelRequest

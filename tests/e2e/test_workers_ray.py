@@ -17,7 +17,7 @@ from conftest import copy_demo, tree
 
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.engine.shards import WorkerDied
+from sim.engine.shard_processes import WorkerDied
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.storage import Storage
@@ -126,3 +126,34 @@ def test_an_actor_that_cannot_see_the_world_folder_is_named_with_its_node(
     assert said.startswith("worker 2 (Ray actor) ended before it connected: ")
     assert f"the world folder {missing} is not on node {socket.gethostname()}" in said
     assert "ray::" not in said
+
+
+def test_actors_the_cluster_cannot_place_end_the_start_naming_one_never_a_hang(
+    local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three workers on a cluster of two CPUs: the third actor is never placed (each takes
+    a CPU). The start ends within ``RAY_START_SECONDS`` (1 s here) with an error naming
+    it, and the actors that did start are ended."""
+    import asyncio
+    import time
+
+    import sim.engine.shard_processes as processes
+    from sim.engine.shards import Shards
+
+    monkeypatch.setattr(processes, "RAY_START_SECONDS", 1.0)
+    world = copy_demo(tmp_path / "w")
+
+    async def start() -> None:
+        async with Shards(world, 3, 1 << 20, 4, "ray", None):
+            raise AssertionError("three actors placed on two CPUs")
+
+    began = time.monotonic()
+    with pytest.raises(WorkerDied) as died:
+        asyncio.run(start())
+    assert time.monotonic() - began < 30
+    said = str(died.value)
+    assert "did not connect within 1 s" in said and "free CPU for each worker" in said
+    deadline = time.monotonic() + 30
+    while _actors() and time.monotonic() < deadline:  # Ray ends killed actors' processes
+        time.sleep(0.2)
+    assert not _actors()

@@ -13,7 +13,7 @@ from conftest import copy_demo, tree
 
 from sim.config import load_config
 from sim.engine.runner import Runner
-from sim.engine.shards import WorkerDied
+from sim.engine.shard_processes import WorkerDied
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.storage import Storage
@@ -102,19 +102,19 @@ def test_actors_reach_sim_tick_on_the_address_other_machines_would_use(
     Ray knows this machine by, not on 127.0.0.1 (``listen_host``). Here every node is this
     machine, so that choice is made as if one were not: the actors connect to that address
     with the run's token, and the result is one process's."""
-    import sim.engine.shards as shards
+    import sim.engine.shard_processes as processes
 
     own = ray.util.get_node_ip_address()
     if own.startswith("127."):
         pytest.skip("Ray knows this machine only by a loopback address")
     chosen: list[str] = []
-    choose = shards.listen_host
+    choose = processes.listen_host
 
     def elsewhere(own: str, nodes: Any) -> str:
         chosen.append(choose(own, [*nodes, "10.255.255.1"]))
         return chosen[-1]
 
-    monkeypatch.setattr(shards, "listen_host", elsewhere)
+    monkeypatch.setattr(processes, "listen_host", elsewhere)
     reference = copy_demo(tmp_path / "ref")
     Runner(reference, config_for(reference)).run(2)
     world = copy_demo(tmp_path / "w")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sim.engine.shard_processes import ActorDoor, listen_host
 from sim.engine.shard_worker import ShardActor
-from sim.engine.shards import ActorDoor, listen_host
 from sim.engine.wire import frame, hello
 from sim.errors import RunError
 
@@ -87,9 +87,9 @@ def test_a_connection_that_says_nothing_is_closed_after_the_hellos_time(
     for the whole of Ray's start (``HELLO_SECONDS``)."""
     import time
 
-    import sim.engine.shards as shards
+    import sim.engine.shard_processes as processes
 
-    monkeypatch.setattr(shards, "HELLO_SECONDS", 0.3)
+    monkeypatch.setattr(processes, "HELLO_SECONDS", 0.3)
 
     async def main() -> float:
         door = ActorDoor([1])
