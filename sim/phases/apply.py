@@ -157,7 +157,7 @@ async def run(ctx: TickContext) -> None:
             continue
         own = cells.get(cid) or unresolved_text(char["identity"]["name"], ctx.intentions[cid])
         _remember(ctx, char, own, mentions, importance.get(cid))
-    if part is None:  # a shard's wait for every shard's (``deliver``)
+    if part is None:  # one process delivers here; a shard, every shard's after (``deliver``)
         _deliver(ctx, sent, mentions)
 
 
