@@ -196,23 +196,70 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
     return plain
 
 
-def with_an_omen(dest: Path) -> Path:
-    """The demo world with a phase it declares per world (one subject, the whole world:
-    ``sim tick --workers`` runs such a tick in one process)."""
+def with_an_omen(dest: Path, first: bool = False) -> Path:
+    """The demo world with a phase it declares per world, after the others (or ``first``):
+    one subject, the world, whose templates see every character and place whole, and
+    whose answer goes into ``world.json``."""
     copy_demo(dest)
     (dest / "prompts").mkdir(exist_ok=True)
     (dest / "schemas").mkdir(exist_ok=True)
     (dest / "prompts" / "omen.md").write_text(
         "{{ characters | length }} people, {{ locations | length }} places: name an omen.\n"
     )
+    (dest / "prompts" / "omen.input.md").write_text(
+        "{% for c in characters %}{{ c.identity.name }} ({{ c.state.mood }}) remembers "
+        "{{ c.memory.cells[-1:] | tojson }}.\n{% endfor %}"
+    )
     (dest / "schemas" / "omen.json").write_text(
         '{"type": "object", "properties": {"omen": {"type": "string", "maxLength": 80}}, '
         '"required": ["omen"]}'
     )
+    builtin = '"intentions", "resolution", "narrative", "apply", "memory"'
+    phases = f'"omen", {builtin}' if first else f'{builtin}, "omen"'
     with (dest / "config.toml").open("a") as handle:
         handle.write(
-            '\n[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "memory", '
-            '"omen"]\n[phases.omen]\nper = "world"\ninstructions = "prompts/omen.md"\n'
+            f'\n[tick]\nphases = [{phases}]\n[phases.omen]\nper = "world"\n'
+            'instructions = "prompts/omen.md"\ninput = "prompts/omen.input.md"\n'
             'schema = "schemas/omen.json"\nwrites = { "omen" = "omen" }\n'
         )
+    return dest
+
+
+def omen_first(dest: Path) -> Path:
+    """``with_an_omen``, the omen before the tick's other phases."""
+    return with_an_omen(dest, first=True)
+
+
+#: a package's phase that does not say it is about one place at a time (``per``): it runs
+#: over the whole world, so ``sim tick --workers`` runs a tick with it in one process
+TALLY = """
+class TallyPhase:
+    name = "tally"
+
+    def subjects(self, ctx):
+        return [ctx.world.meta]
+
+    def requests(self, ctx, subjects):
+        return []
+
+    def apply(self, ctx, subjects, results):
+        ctx.world.meta["population"] = len(ctx.world.characters)
+        return {"world": {"population": len(ctx.world.characters)}}
+"""
+
+
+def with_a_tally(dest: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The demo world, with a package's phase over the whole world after its others
+    (``TALLY``, installed for the test and the processes it starts)."""
+    site = dest.parent / f"{dest.name}-site"
+    install_distribution(
+        site, monkeypatch, "simtest_tally", TALLY, "sim.phases", "tally = simtest_tally:TallyPhase"
+    )
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    )
+    copy_demo(dest)
+    (dest / "config.toml").write_text(
+        '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "memory", "tally"]\n'
+    )
     return dest

@@ -39,6 +39,7 @@ from sim.engine.split import (
     barrier_after,
     changed_states,
     delivers,
+    over_the_world,
     owned,
     phase_roles,
     states_of,
@@ -373,12 +374,20 @@ async def run_part(
             await writer.drain()
             _, dimensions, vectors, again = await barriers.get()
             cache.take(dimensions, vectors)
-        await spec.run(ctx)
-        changed = changed_states(world, before)
-        done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)
-        adapter.send_logged()  # the phase's calls before its end, in the log too
-        adapter.outbox.post(("phase", done))
-        adapter.outbox.flush()
+        if over_the_world(spec):  # the coordinator runs it on the whole world
+            adapter.send_logged()
+            adapter.outbox.post(("wholes", wholes_of(world, owned(mine, plan.locations))))
+            adapter.outbox.flush()
+            await writer.drain()
+            _, meta, view = await barriers.get()
+            ctx.take_world(meta, view)
+        else:
+            await spec.run(ctx)
+            changed = changed_states(world, before)
+            done = PhaseDone(spec.name, ctx.reports[-1], phase_results(spec.name, ctx), changed)
+            adapter.send_logged()  # the phase's calls before its end, in the log too
+            adapter.outbox.post(("phase", done))
+            adapter.outbox.flush()
         if delivers(spec.name, config):  # every shard's messages: to its own characters
             await writer.drain()
             deliver(ctx, (await barriers.get())[1])

@@ -63,6 +63,7 @@ from sim.engine.split import (
     merge_reports,
     merge_results,
     mixed,
+    over_the_world,
     owned,
     partition,
     phase_roles,
@@ -448,12 +449,44 @@ class Shards:
         for worker, theirs in zip(self.active, vectors, strict=True):
             worker.writer.write(frame(("vectors", dimensions, dict(theirs), again)))
 
+    def world(self, meta: dict[str, Any], view: dict[str, Any] | None) -> None:
+        """Every worker gets the world's fields and their view after a phase run here on
+        the whole world (``run_over_the_world``, ``TickContext.world_as_seen``)."""
+        data = frame(("world", meta, view))
+        for worker in self.active:
+            worker.writer.write(data)
+
     def wholes(self, wholes: Mapping[tuple[str, str], bytes]) -> None:
         """Every worker gets the whole entities of ``split.mixed``, each as its shard sent
         it: the barrier is over."""
         data = frame(("wholes", dict(wholes)))
         for worker in self.active:
             worker.writer.write(data)
+
+
+async def run_over_the_world(
+    ctx: TickContext,
+    spec: PhaseSpec,
+    shards: Shards,
+    own: set[tuple[str, str]],
+    everywhere: dict[str, list[str]],
+) -> None:
+    """Run ``spec``, a phase the world declares per world (``split.over_the_world``), here,
+    on the whole world: every worker sends each entity of its part whole, as it is now,
+    this context takes them (its ``own`` are current already), runs the phase as one
+    process would, and sends every worker the world's fields it wrote and their view."""
+    wholes: dict[tuple[str, str], bytes] = {}
+    for theirs in await shards.gather("wholes"):
+        wholes.update(theirs)
+    take_wholes(ctx.world, wholes, own)
+    del wholes
+    part, places, occupancy = ctx.part, ctx.places, ctx.occupancy
+    ctx.part, ctx.places, ctx.occupancy = None, None, everywhere
+    try:
+        await spec.run(ctx)
+    finally:
+        ctx.part, ctx.places, ctx.occupancy = part, places, occupancy
+    shards.world(*ctx.world_as_seen())
 
 
 async def share_vectors(
@@ -605,15 +638,21 @@ async def run_sharded(
             before = states_of(world, mine, here, spec.name, roles.writers) if barrier else {}
             if ctx.embedded(spec.name) is not None:  # every shard waits for its vectors
                 await share_vectors(ctx, spec.name, shards, order, prepare)
-            await spec.run(ctx)
-            report = ctx.reports[-1]
-            done: list[PhaseDone] = await shards.gather("phase")
-            merge_reports(report, [d.report for d in done])
-            ours = phase_results(spec.name, ctx)
-            per_place = spec.per == "location"
-            results = merge_results(
-                [ours, *(d.results for d in done)], places_order if per_place else order
-            )
+            done: list[PhaseDone] = []
+            if over_the_world(spec):  # here alone, on the whole world
+                await run_over_the_world(ctx, spec, shards, owned(mine, ctx.places), everywhere)
+                report = ctx.reports[-1]
+                ours = results = phase_results(spec.name, ctx)
+            else:
+                await spec.run(ctx)
+                report = ctx.reports[-1]
+                done = await shards.gather("phase")
+                merge_reports(report, [d.report for d in done])
+                ours = phase_results(spec.name, ctx)
+                per_place = spec.per == "location"
+                results = merge_results(
+                    [ours, *(d.results for d in done)], places_order if per_place else order
+                )
             if delivers(spec.name, ctx.config):  # every shard's messages, to every shard
                 sent = merge_messages([ours, *(d.results for d in done)], order)
                 shards.deliver(sent)

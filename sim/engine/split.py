@@ -353,9 +353,8 @@ def local_calls(*, local_stack: bool, budget: bool, gated: bool, resume: bool) -
 def unshardable(phases: Sequence[PhaseSpec], config: Config) -> str | None:
     """Why this tick cannot run on several workers (``None``: it can)."""
     for spec in phases:
-        declared = spec.declared
-        if declared is not None and declared.per == "world":
-            return f"phase {spec.name!r} is declared per world: one subject, the whole world"
+        if over_the_world(spec):
+            continue
         if spec.per is None and (spec.name not in SHARDABLE or spec.kind != "builtin"):
             return (
                 f"phase {spec.name!r} runs over the whole world; --workers runs the "
@@ -366,6 +365,14 @@ def unshardable(phases: Sequence[PhaseSpec], config: Config) -> str | None:
     if config.llm.batch:
         return "[llm] batch sends each phase's calls as one batch from one process"
     return None
+
+
+def over_the_world(spec: PhaseSpec) -> bool:
+    """Whether ``spec`` is a phase the world declares per world: one subject, the world,
+    whose templates see every character and place whole. The coordinator runs it alone,
+    on the whole world (each worker sends it every entity of its part, whole, and waits),
+    and sends back the world's fields it wrote (``sim.engine.shards.run_over_the_world``)."""
+    return spec.declared is not None and spec.declared.per == "world"
 
 
 def delivers(phase: str, config: Config) -> bool:

@@ -321,6 +321,18 @@ class TickContext:
             self.prompts = Prompts(self.world.root)
         return self.prompts
 
+    def world_as_seen(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The world's fields (``world.json``), and the view of them this tick's models
+        see (``world_view``, once built: ``None`` before), for a sharded tick's workers
+        after a phase the coordinator ran on the whole world (``take_world``)."""
+        return self.world.meta, self._world_view
+
+    def take_world(self, meta: dict[str, Any], view: dict[str, Any] | None) -> None:
+        """Hold the world's fields and their view as another shard's context holds them
+        (``world_as_seen``), so this shard's next phases see the world as it does."""
+        self.world.meta = meta
+        self._world_view = view
+
     @property
     def world_view(self) -> dict[str, Any]:
         """The world as models see it, built once per tick; with ``[time]``, its ``time``

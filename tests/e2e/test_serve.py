@@ -26,7 +26,7 @@ from sim.serve.app import Settings, make_app
 from sim.serve.boundary import MAX_BODY
 from sim.ticklog.format import list_logs
 from sim.ticklog.reader import read_log
-from tests.conftest import copy_demo, shard_workers_of, tree, with_an_omen
+from tests.conftest import copy_demo, shard_workers_of, tree, with_a_tally
 from tests.e2e.serve_client import next_event, served
 
 TOKEN = "t0ken-for-tests"
@@ -164,11 +164,12 @@ async def test_a_run_with_workers_gives_one_processs_world_with_workers_started_
     assert _log_content(world) == _log_content(reference)
 
 
-async def test_a_run_that_cannot_shard_says_why_on_the_page(tmp_path: Path):
-    """With a phase the world declares per world (one subject, the whole world) a
-    ``--workers 2`` run goes on in one process; its events say so, and no worker is
-    started."""
-    world = with_an_omen(tmp_path / "omen")
+async def test_a_run_that_cannot_shard_says_why_on_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """With a package's phase over the whole world a ``--workers 2`` run goes on in one
+    process; its events say so, and no worker is started."""
+    world = with_a_tally(tmp_path / "tally", monkeypatch)
     config = build_config(None, world)
     app = make_app(Settings(world, config, TOKEN, workers=2))
     served: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
@@ -178,7 +179,7 @@ async def test_a_run_that_cannot_shard_says_why_on_the_page(tmp_path: Path):
             await next_event(events, "hello")
             assert (await _post(served, "/api/step", {})).status == 202
             ticked = await next_event(events, "tick")
-        assert ticked["workers"] == 1 and "is declared per world" in ticked["note"]
+        assert ticked["workers"] == 1 and "phase 'tally' runs over" in ticked["note"]
         assert (await _until_idle(served))["error"] is None
     finally:
         await served.close()

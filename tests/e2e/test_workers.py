@@ -21,7 +21,16 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import WORLDS, copy_demo, shard_workers_of, tree, vote_with_tools, with_an_omen
+from conftest import (
+    WORLDS,
+    copy_demo,
+    omen_first,
+    shard_workers_of,
+    tree,
+    vote_with_tools,
+    with_a_tally,
+    with_an_omen,
+)
 
 from sim.cli import main
 from sim.cli.common import build_config
@@ -154,8 +163,19 @@ def messages_world(dest: Path) -> Path:
         (gossip_world, 3, CONVERSATIONS),
         (messages_world, 4, ()),
         (vote_with_tools, 3, ()),
+        (with_an_omen, 3, ()),
+        (omen_first, 3, ()),
     ],
-    ids=["demo", "minds", "harvest-vote", "gossip", "messages", "vote-with-tools"],
+    ids=[
+        "demo",
+        "minds",
+        "harvest-vote",
+        "gossip",
+        "messages",
+        "vote-with-tools",
+        "omen-last",
+        "omen-first",
+    ],
 )
 def test_one_two_and_three_workers_give_the_same_files_story_and_books(
     tmp_path: Path, source: Path | Callable[[Path], Path], ticks: int, settings: tuple[str, ...]
@@ -164,8 +184,9 @@ def test_one_two_and_three_workers_give_the_same_files_story_and_books(
     capped over the world), the harvest vote's phase (declared per character, after the
     moves), a phase declared per place that reads the whole memory of whoever is there,
     some of them come from another shard's place that tick, messages to ties wherever
-    they are, and the vote with a query tool (``look``: at whoever is there, after the
-    moves)."""
+    they are, the vote with a query tool (``look``: at whoever is there, after the
+    moves), and a phase declared per world (run by ``sim tick`` on the whole world), last
+    or first (its answer in ``world.json`` before the others' phases)."""
     if not isinstance(source, Path):
         source = source(tmp_path / "source")
     worlds = [run_world(source, tmp_path / f"w{n}", n, ticks, *settings) for n in (1, 2, 3)]
@@ -194,18 +215,22 @@ def test_one_two_and_three_workers_give_the_same_files_story_and_books(
     assert report.identical, [(t.tick, t.drifts[:1]) for t in report.ticks]
 
 
-def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(tmp_path: Path) -> None:
-    """A tick that cannot be sharded (here with a phase the world declares per world: one
-    subject, the whole world) runs as ``--workers 1`` would, the same files written, and
+def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that cannot be sharded (here with a package's phase that does not say it is
+    about one place at a time) runs as ``--workers 1`` would, the same files written, and
     says so by name."""
-    worlds = [with_an_omen(tmp_path / name) for name in ("one", "two")]
+    worlds = [with_a_tally(tmp_path / name, monkeypatch) for name in ("one", "two")]
     alone = CliRunner().invoke(main, ["tick", "--world", str(worlds[0]), "--ticks", "2"])
     assert alone.exit_code == 0, alone.output
     result = CliRunner().invoke(
         main, ["tick", "--world", str(worlds[1]), "--ticks", "2", "--workers", "2"]
     )
     assert result.exit_code == 0, result.output
-    assert "--workers 2: ran in one process (phase 'omen' is declared per world" in result.output
+    assert "--workers 2: ran in one process (phase 'tally' runs over the whole world" in (
+        result.output
+    )
     assert tree(worlds[1]) == tree(worlds[0])
     world = worlds[1]
     bad = CliRunner().invoke(main, ["tick", "--world", str(world), "--workers", "two"])
@@ -417,7 +442,7 @@ def test_the_workers_serve_every_tick_of_a_run_and_go_with_it(tmp_path: Path, ca
 
 
 def test_a_sweep_and_a_study_shard_each_steps_ticks_with_one_processs_result(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``sim sweep --workers 2`` and ``sim study run --workers 2`` give each step's ``sim
     tick`` the flag: the runs' world files are those of ``--workers 1``, and a world whose
@@ -445,22 +470,22 @@ def test_a_sweep_and_a_study_shard_each_steps_ticks_with_one_processs_result(
             ours, theirs = tree(two / run.parent), tree(one / run.parent)
             assert ours.pop(OUTPUT_FILE) and theirs.pop(OUTPUT_FILE)
             assert ours == theirs
-    omen = with_an_omen(tmp_path / "omen")
-    (tmp_path / "omens.toml").write_text(
-        'world = "omen"\nseeds = "1"\nticks = 1\n[conditions.control]\n', encoding="utf-8"
+    tally = with_a_tally(tmp_path / "tally", monkeypatch)
+    (tmp_path / "tallies.toml").write_text(
+        'world = "tally"\nseeds = "1"\nticks = 1\n[conditions.control]\n', encoding="utf-8"
     )
-    sweep, study = tmp_path / "omen-sweep", tmp_path / "omen-study"
-    args = ["--world", str(omen), "--seeds", "1", "--ticks", "1", "--out", str(sweep)]
+    sweep, study = tmp_path / "tally-sweep", tmp_path / "tally-study"
+    args = ["--world", str(tally), "--seeds", "1", "--ticks", "1", "--out", str(sweep)]
     done = CliRunner().invoke(main, ["sweep", *args, "--workers", "2"])
     assert done.exit_code == 0, done.output
-    study_file = str(tmp_path / "omens.toml")
+    study_file = str(tmp_path / "tallies.toml")
     done = CliRunner().invoke(
         main, ["study", "run", study_file, "--out", str(study), "--workers", "2"]
     )
     assert done.exit_code == 0, done.output
     for out in (sweep, study):
         said = [p.read_text() for p in out.glob(f"**/{OUTPUT_FILE}")]
-        assert len(said) == 1 and "--workers 2: ran in one process (phase 'omen'" in said[0]
+        assert len(said) == 1 and "--workers 2: ran in one process (phase 'tally'" in said[0]
 
 
 def test_the_budget_is_the_runs_not_each_workers(tmp_path: Path) -> None:
