@@ -196,32 +196,38 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[int, bytes]:
     return plain
 
 
-def with_an_omen(dest: Path, first: bool = False) -> Path:
-    """The demo world with a phase it declares per world, after the others (or ``first``):
-    one subject, the world, whose templates see every character and place whole, and
-    whose answer goes into ``world.json``."""
-    copy_demo(dest)
-    (dest / "prompts").mkdir(exist_ok=True)
-    (dest / "schemas").mkdir(exist_ok=True)
-    (dest / "prompts" / "omen.md").write_text(
+#: a phase a world declares per world: its files, and its section of config.toml
+OMEN = {
+    "prompts/omen.md": (
         "{{ characters | length }} people, {{ locations | length }} places: name an omen.\n"
-    )
-    (dest / "prompts" / "omen.input.md").write_text(
+    ),
+    "prompts/omen.input.md": (
         "{% for c in characters %}{{ c.identity.name }} ({{ c.state.mood }}) remembers "
         "{{ c.memory.cells[-1:] | tojson }}.\n{% endfor %}"
-    )
-    (dest / "schemas" / "omen.json").write_text(
+    ),
+    "schemas/omen.json": (
         '{"type": "object", "properties": {"omen": {"type": "string", "maxLength": 80}}, '
         '"required": ["omen"]}'
-    )
+    ),
+}
+OMEN_SECTION = (
+    '[phases.omen]\nper = "world"\ninstructions = "prompts/omen.md"\n'
+    'input = "prompts/omen.input.md"\nschema = "schemas/omen.json"\n'
+    'writes = { "omen" = "omen" }\n'
+)
+
+
+def with_an_omen(dest: Path, first: bool = False) -> Path:
+    """The demo world with a phase it declares per world (``OMEN``), after the others (or
+    ``first``): one subject, the world, whose templates see every character and place
+    whole, and whose answer goes into ``world.json``."""
+    copy_demo(dest)
+    for rel, text in OMEN.items():
+        (dest / rel).parent.mkdir(exist_ok=True)
+        (dest / rel).write_text(text)
     builtin = '"intentions", "resolution", "narrative", "apply", "memory"'
     phases = f'"omen", {builtin}' if first else f'{builtin}, "omen"'
-    with (dest / "config.toml").open("a") as handle:
-        handle.write(
-            f'\n[tick]\nphases = [{phases}]\n[phases.omen]\nper = "world"\n'
-            'instructions = "prompts/omen.md"\ninput = "prompts/omen.input.md"\n'
-            'schema = "schemas/omen.json"\nwrites = { "omen" = "omen" }\n'
-        )
+    (dest / "config.toml").write_text(f"[tick]\nphases = [{phases}]\n{OMEN_SECTION}")
     return dest
 
 
