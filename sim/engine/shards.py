@@ -18,7 +18,8 @@ with one process.
 This module holds the workers (processes on this machine, or Ray actors with ``--executor
 ray``, started by ``sim.engine.shard_processes``), kept for the run; the coordinator's side
 of the wire (``Shards``: their calls answered or logged, the phase barriers, the tick's
-messages and provider embeddings for every shard); and a tick's run over them
+messages and provider embeddings for every shard, a phase declared per world run here on
+the whole world); and a tick's run over them
 (``run_sharded``). How the places are split, what the messages hold and how the parts are
 merged is ``sim.engine.split``: the merged results come in the order one process gives
 them, so with the offline provider the world files, the log's story and its books are
