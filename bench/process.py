@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from bench.make_world import make_world
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,12 +143,34 @@ DECLARED = {
 }
 
 
+#: ``workers(..., variant="messages")``: ``[messages]`` on, each character tied to the
+#: characters before and after it (by id: at other places, often another shard's), so a
+#: ``message`` intention reaches them wherever they are (``with_ties``)
+MESSAGES = "\n[messages]\nenabled = true\n"
+
+
+def with_ties(world: Path) -> None:
+    """Tie each character of ``world`` to the ones before and after it by id (a ring of
+    acquaintances, as ``sim init --network ring`` makes), in its file."""
+    from sim.network import NETWORK_TIE
+
+    paths = sorted((world / "characters").glob("*.json"))
+    ids = [path.stem for path in paths]
+    for i, path in enumerate(paths):
+        data = orjson.loads(path.read_bytes())
+        near = (ids[i - 1], ids[(i + 1) % len(ids)])
+        data["relationships"] = {other: dict(NETWORK_TIE) for other in sorted(set(near))}
+        path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    with (world / "config.toml").open("a", encoding="utf-8") as handle:
+        handle.write(MESSAGES)
+
+
 def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> dict[str, Any]:
     """One offline tick of a fresh world by ``sim tick --workers 1`` and ``--workers 2``
     child processes, alternating (``repeats`` pairs), each on its own copy of the world;
     the world files after each are compared (the same bytes, or the figure is void).
-    ``variant``: ``""`` (the default phases), ``"conversation"`` (``CONVERSATION``) or
-    ``"declared"`` (``DECLARED``).
+    ``variant``: ``""`` (the default phases), ``"conversation"`` (``CONVERSATION``),
+    ``"declared"`` (``DECLARED``) or ``"messages"`` (``with_ties``).
 
     Every copy is made in ``scratch`` before the first run, and none is deleted here (the
     caller removes ``scratch`` once every size has run): a tick creates files (its
@@ -167,6 +191,8 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
     for rel, text in (DECLARED if variant == "declared" else {}).items():
         (base / rel).parent.mkdir(exist_ok=True)
         (base / rel).write_text(text, encoding="utf-8")
+    if variant == "messages":
+        with_ties(base)
     copies = [(n, tmp / f"w{n}-{i}") for i in range(repeats) for n in ("1", "2")]
     for _, world in copies:
         shutil.copytree(base, world)

@@ -1059,15 +1059,22 @@ REPEATS = 3
 
 #: characters, pairs of runs and the variant of the --workers scenario (smoke: tiny);
 #: "conversation": the tick with that phase (``bench.process.CONVERSATION``); "declared":
-#: with a phase the world declares per character after the moves (``DECLARED``)
+#: with a phase the world declares per character after the moves (``DECLARED``);
+#: "messages": ``[messages]`` on, each character tied to two others (``with_ties``)
 WORKERS_SIZES = (
     (10_000, 3, ""),
     (40_000, 2, ""),
     (40_000, 2, "conversation"),
     (40_000, 2, "declared"),
+    (40_000, 2, "messages"),
     (100_000, 1, ""),
 )
-WORKERS_SMOKE = ((300, 1, ""), (300, 1, "conversation"), (300, 1, "declared"))
+WORKERS_SMOKE = (
+    (300, 1, ""),
+    (300, 1, "conversation"),
+    (300, 1, "declared"),
+    (300, 1, "messages"),
+)
 #: the latency-bound row: characters, seconds a call, ``[llm] max_concurrency``
 WORKERS_LATENCY = (1_000, 1.0, 200)
 WORKERS_LATENCY_SMOKE = (100, 0.05, 20)
@@ -1167,7 +1174,10 @@ def scenario_workers(smoke: bool) -> list[str]:
         "adds a phase the world declares per character after `apply` (`bench.process."
         "DECLARED`: its input names whoever is present with their last memory): before it "
         "the shards exchange, whole, everyone at a place that another shard's character "
-        "moved to or from.",
+        "moved to or from. The row 'with `messages`' turns `[messages]` on, each character "
+        "tied to the two before and after it by id (`bench.process.with_ties`): after "
+        "`apply` every shard waits for the tick's messages, every shard's, and delivers "
+        "those to its own characters.",
         "",
         "| characters | pairs | `--workers 1` | `--workers 2` | speed-up | Amdahl bound | "
         "phases, 1 | "

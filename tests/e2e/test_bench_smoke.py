@@ -108,6 +108,10 @@ def test_workers_scenario_reports_its_figures(tmp_path: Path) -> None:
     voted = workers(60, 1, tmp_path, "declared")
     assert voted["identical"] is True and "vote" in voted["runs"]["2"][0]["timings"]
     assert not any("one process" in note for note in voted["runs"]["2"][0]["notes"])
+    # the row whose characters message their ties, delivered across shards
+    sent = workers(60, 1, tmp_path, "messages")
+    assert sent["identical"] is True
+    assert not any("one process" in note for note in sent["runs"]["2"][0]["notes"])
 
 
 def test_mind_scenario_reports_its_figures() -> None:
