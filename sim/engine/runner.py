@@ -480,9 +480,9 @@ class Runner:
                 on_phase,
                 phase_end,
                 lambda report: guard.check(report, stack.budget),
+                prepare,
                 log if local else None,
                 recorder.open,
-                prepare,
             )
         except SimError:  # a worker died, or the tick stopped: its calls in flight were
             recorder.interrupted([])  # cancelled, and are logged as such

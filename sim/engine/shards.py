@@ -37,7 +37,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sim.engine.recorder import phase_results
 from sim.engine.shard_processes import (
@@ -89,6 +89,9 @@ from sim.phases.apply import deliver
 from sim.phases.base import PhaseReport, TickContext
 from sim.phases.conversation import choose, speakers
 from sim.storage import entity_forms
+
+if TYPE_CHECKING:
+    from sim.mind.vectors import VectorCache  # numpy: only where a phase needs it
 
 
 @dataclass
@@ -493,6 +496,7 @@ async def run_over_the_world(
 async def share_vectors(
     ctx: TickContext,
     phase: str,
+    cache: VectorCache,
     shards: Shards,
     order: Mapping[str, int],
     prepare: Callable[[str, Sequence[str]], Awaitable[None]],
@@ -502,9 +506,8 @@ async def share_vectors(
     (``prepare``: ``TickContext.prepare_memory`` with the tick's budget, embedder and
     log), and send each worker the vectors it asked for. Twice when the cache's file
     turned out to be of another length than the model's vectors (dropped, as one
-    process drops it): each shard then lacks what it had from the file."""
-    cache = ctx.embedded(phase)
-    assert cache is not None
+    process drops it): each shard then lacks what it had from the file. ``cache``: the
+    phase's (``TickContext.embedded``)."""
     while True:
         theirs: list[Wanted] = await shards.gather("texts")
         before = cache.dimensions
@@ -560,9 +563,9 @@ async def run_sharded(
     on_phase: Callable[[str, bool, PhaseReport | None], None],
     phase_end: Callable[[str, dict[str, Any]], None],
     check: Callable[[PhaseReport], None],
+    prepare: Callable[[str, Sequence[str]], Awaitable[None]],
     log: Callable[[Sequence[Logged]], None] | None = None,
     open_log: Callable[[], object] = lambda: None,
-    prepare: Callable[[str, Sequence[str]], Awaitable[None]] | None = None,
 ) -> Merged:
     """Run the tick's phases on ``shards.count + 1`` shards of ``ctx.world``, the first
     here (on ``ctx``, whose adapter and events are the tick's), the others on the workers,
@@ -579,19 +582,13 @@ async def run_sharded(
             have their plans and before this process's first call: the workers start
             their part while it is written (at 100,000 characters, 1.3 s of the state as
             the tick began), their calls held until this process starts their phase.
-        prepare: fetches a phase's provider embeddings of the texts given
-            (``share_vectors``); ``None``: ``TickContext.prepare_memory`` with no
-            embedder, which fails naming the phase if the world's cache lacks a text.
+        prepare: fetches a phase's provider embeddings of the texts given, with the
+            tick's budget, embedder and log (``share_vectors``).
 
     Raises:
         WorkerDied: a worker ended mid-tick; or what a worker's phase raised.
     """
     world = ctx.world
-    if prepare is None:
-
-        async def prepare(phase: str, texts: Sequence[str]) -> None:
-            await ctx.prepare_memory(phase, texts=texts)
-
     everywhere = ctx.occupancy
     parts = partition(everywhere, shards.count + 1, LOCAL_FIRST_SHARE if log else 1.0)
     plans = [
@@ -637,8 +634,9 @@ async def run_sharded(
             later = names[i + 1 :]
             barrier, exchange = barrier_after(names, i, log is not None, roles)
             before = states_of(world, mine, here, spec.name, roles.writers) if barrier else {}
-            if ctx.embedded(spec.name) is not None:  # every shard waits for its vectors
-                await share_vectors(ctx, spec.name, shards, order, prepare)
+            cache = ctx.embedded(spec.name)
+            if cache is not None:  # every shard waits for its vectors
+                await share_vectors(ctx, spec.name, cache, shards, order, prepare)
             done: list[PhaseDone] = []
             if over_the_world(spec):  # here alone, on the whole world
                 await run_over_the_world(ctx, spec, shards, owned(mine, ctx.places), everywhere)
