@@ -255,8 +255,9 @@ class TallyPhase:
 
 
 def with_a_tally(dest: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The demo world, with a package's phase over the whole world after its others
-    (``TALLY``, installed for the test and the processes it starts)."""
+    """The demo world, with a package's phase over the whole world before its others
+    (``TALLY``, installed for the test and the processes it starts): ``--workers`` runs
+    such a tick in one process, as no phase before it runs on a part."""
     site = dest.parent / f"{dest.name}-site"
     install_distribution(
         site, monkeypatch, "simtest_tally", TALLY, "sim.phases", "tally = simtest_tally:TallyPhase"
@@ -266,6 +267,6 @@ def with_a_tally(dest: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     copy_demo(dest)
     (dest / "config.toml").write_text(
-        '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "memory", "tally"]\n'
+        '[tick]\nphases = ["tally", "intentions", "resolution", "narrative", "apply", "memory"]\n'
     )
     return dest

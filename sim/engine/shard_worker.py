@@ -5,8 +5,9 @@ Started by the coordinator as ``python -m sim.engine.shard_worker FD WORLD`` wit
 socket pair: it reads its ``ShardPlan``, loads the world read-only, runs each phase for its
 part and reports at each phase's end; at a barrier (``split.waits_after``) it waits for the
 others' changes, elsewhere it goes on to its next phase. Then it sends its part of the world
-and exits. It writes nothing to the world folder; if the coordinator goes, its socket closes
-and it exits.
+(or, before a phase that runs over the whole world, ``split.alone``, hands it over whole)
+and is done with the tick. It writes nothing to the world folder; if the coordinator goes,
+its socket closes and it exits.
 
 Its calls go one of two ways (``ShardPlan.local``): to the coordinator, which answers them
 through the run's adapter stack (``RemoteAdapter``); or, when every endpoint is a local,
@@ -31,11 +32,13 @@ from sim.config import Config
 from sim.engine import repair
 from sim.engine.recorder import attempt_record, call_record, phase_results
 from sim.engine.split import (
+    HandOver,
     Logged,
     PhaseDone,
     ShardFinal,
     ShardPlan,
     StandIn,
+    alone,
     barrier_after,
     changed_states,
     delivers,
@@ -298,11 +301,12 @@ async def serve(sock: socket.socket, root: Path) -> None:
             if not isinstance(world, World):
                 raise world if world is not None else RunError("no world was loaded")
             final = await run_part(plan, world, adapter, writer, inbox)
-            pieces = list(final.pieces())
+            pieces = list(final.pieces()) if final is not None else []
             for piece in pieces[:-1]:  # each read by the coordinator while the next is made
                 writer.write(frame(("piece", piece)))
                 await writer.drain()
-            writer.write(frame(("final", pieces[-1])))
+            if pieces:
+                writer.write(frame(("final", pieces[-1])))
             del pieces
             del final  # what it holds of the world goes with the world, below
         except Exception as exc:
@@ -333,7 +337,10 @@ async def run_part(
     adapter: RemoteAdapter,
     writer: asyncio.StreamWriter,
     barriers: asyncio.Queue[Any],
-) -> ShardFinal:
+) -> ShardFinal | None:
+    """Run ``plan``'s part of the tick on ``world``: its phases, their barriers, and the
+    part as the commit writes it; ``None`` when the part was handed to the coordinator
+    before a phase that runs over the whole world (``split.alone``), and sent already."""
     config = plan.config
     if world.tick + 1 != plan.tick:
         raise RunError(f"the world is at tick {world.tick}, not {plan.tick - 1}")
@@ -362,6 +369,11 @@ async def run_part(
     names = [spec.name for spec in phases]
     roles = phase_roles(phases)
     for i, spec in enumerate(phases):
+        if alone(spec):  # the coordinator runs the rest of the tick: this part goes to it
+            adapter.send_logged()
+            adapter.outbox.post(("handover", _handed(ctx, store, mine, plan.locations)))
+            adapter.outbox.flush()
+            return None
         # after the last phase the part goes at once; after one the others need not wait
         # for (``waits_after``), the next phase starts at once, and no state is sent
         barrier, exchange = barrier_after(names, i, plan.local, roles)
@@ -411,6 +423,20 @@ async def run_part(
         files=entity_forms(world, mine, ctx.occupancy),
         store=store.changes(),
         deletions=evicted,
+    )
+
+
+def _handed(
+    ctx: TickContext, store: ResponseStore, mine: list[str], places: tuple[str, ...]
+) -> HandOver:
+    """This shard's part, whole, and what its phases left, for the coordinator to run the
+    rest of the tick with (``split.alone``)."""
+    return HandOver(
+        wholes=wholes_of(ctx.world, owned(mine, places)),
+        intentions=ctx.intentions,
+        resolutions=ctx.resolutions,
+        store=store.changes(),
+        deletions=[pair for client in ctx.clients for pair in client.pending_deletions],
     )
 
 

@@ -19,7 +19,8 @@ This module holds the workers (processes on this machine, or Ray actors with ``-
 ray``, started by ``sim.engine.shard_processes``), kept for the run; the coordinator's side
 of the wire (``Shards``: their calls answered or logged, the phase barriers, the tick's
 messages and provider embeddings for every shard, a phase declared per world run here on
-the whole world); and a tick's run over them
+the whole world, and the workers' parts taken over before a package's phase that may read
+or write any entity, from which on the tick runs here alone); and a tick's run over them
 (``run_sharded``). How the places are split, what the messages hold and how the parts are
 merged is ``sim.engine.split``: the merged results come in the order one process gives
 them, so with the offline provider the world files, the log's story and its books are
@@ -50,6 +51,8 @@ from sim.engine.shard_processes import (
 from sim.engine.split import (
     CHOSEN_OVER_THE_WORLD,
     LOCAL_FIRST_SHARE,
+    TYPED,
+    HandOver,
     Logged,
     Merged,
     PhaseDone,
@@ -57,6 +60,7 @@ from sim.engine.split import (
     ShardPlan,
     StandIn,
     Wanted,
+    alone,
     barrier_after,
     changed_states,
     delivers,
@@ -493,6 +497,35 @@ async def run_over_the_world(
     shards.world(*ctx.world_as_seen())
 
 
+async def take_over(
+    ctx: TickContext,
+    shards: Shards,
+    mine: Sequence[str],
+    everywhere: dict[str, list[str]],
+    order: Mapping[str, int],
+    logged: Mapping[str, dict[str, Any]],
+) -> list[tuple[str, str]]:
+    """Before a phase that runs ``alone`` (a package's that may read or write any
+    entity): every worker hands its part over (``HandOver``) and is done with the tick;
+    this context takes it, whole, and holds what one process would hold by now (each
+    phase's results, ``logged``, in its order; the workers' chains), so the rest of the
+    tick runs here as in one process. Returns the responses the workers' chains evicted,
+    deleted once the tick commits."""
+    handed: list[HandOver] = await shards.gather("handover")
+    shards.active = []  # nothing more is asked of them this tick
+    own = owned(mine, ctx.places if ctx.places is not None else ())
+    for part in handed:
+        take_wholes(ctx.world, part.wholes, own)
+        ctx.store.take(part.store)
+    ctx.take_results(
+        merge_results([ctx.intentions, *(part.intentions for part in handed)], order),
+        merge_results([ctx.resolutions, *(part.resolutions for part in handed)], order),
+        {name: results for name, results in logged.items() if name not in TYPED and results},
+    )
+    ctx.part, ctx.places, ctx.occupancy, ctx.talks = None, None, everywhere, None
+    return [pair for part in handed for pair in part.deletions]
+
+
 async def share_vectors(
     ctx: TickContext,
     phase: str,
@@ -626,12 +659,29 @@ async def run_sharded(
     names = [spec.name for spec in phases]
     roles = phase_roles(phases)
     speaks: dict[str, str] = {}  # who means to speak to whom, over every shard
+    by_itself = False  # from a phase that runs ``alone`` on: the workers are done
+    logged: dict[str, dict[str, Any]] = {}  # each phase's results, as one process's
     try:
         open_log()  # the workers have their plans: they start while it is written
         for i, spec in enumerate(phases):
             on_phase(spec.name, True, None)
             shards.starting(spec.name)
             later = names[i + 1 :]
+            if not by_itself and alone(spec):  # the rest of the tick, here on the whole world
+                evicted = await take_over(ctx, shards, mine, everywhere, order, logged)
+                merged.deletions.extend(evicted)
+                ctx.adapter = adapter
+                by_itself = True
+            if by_itself:  # as one process runs it
+                if ctx.embedded(spec.name) is not None:
+                    texts = ctx.embedding_texts(spec.name)
+                    await prepare(spec.name, [text for _, some in texts for text in some])
+                await spec.run(ctx)
+                report = ctx.reports[-1]
+                phase_end(spec.name, phase_results(spec.name, ctx))
+                on_phase(spec.name, False, report)
+                check(report)
+                continue
             barrier, exchange = barrier_after(names, i, log is not None, roles)
             before = states_of(world, mine, here, spec.name, roles.writers) if barrier else {}
             cache = ctx.embedded(spec.name)
@@ -665,6 +715,7 @@ async def run_sharded(
                 results = {o: results[o] for o, _ in ctx.talks if o in results}
             if spec.name == "narrative":
                 ctx.narratives = results
+            logged[spec.name] = results
             phase_end(spec.name, results)
             on_phase(spec.name, False, report)
             check(report)

@@ -177,6 +177,27 @@ class ShardFinal:
         self.deletions.extend(piece.deletions)
 
 
+#: the built-in phases whose results a ``TickContext`` holds typed (``intentions``,
+#: ``resolutions``) or as ``narratives``, not in its ``results``
+TYPED = frozenset({"intentions", "resolution", "narrative"})
+
+
+@dataclass
+class HandOver:
+    """A worker's part, handed to the coordinator before a phase that runs over the whole
+    world (``alone``): each of its characters and places whole (``wholes_of``), its
+    phases' typed results so far (what the later phases read of them: ``TickContext``'s
+    ``intentions`` and ``resolutions``), its response-store changes and the responses
+    its chains evicted. The coordinator runs the rest of the tick with them, as one
+    process; the worker is done with the tick."""
+
+    wholes: dict[tuple[str, str], bytes]
+    intentions: dict[str, Any]
+    resolutions: dict[str, Any]
+    store: dict[str, bytes | None]
+    deletions: list[tuple[str, str]]
+
+
 @dataclass
 class Merged:
     """What a sharded tick's phases left besides the world: the response-store changes,
@@ -351,20 +372,34 @@ def local_calls(*, local_stack: bool, budget: bool, gated: bool, resume: bool) -
 
 
 def unshardable(phases: Sequence[PhaseSpec], config: Config) -> str | None:
-    """Why this tick cannot run on several workers (``None``: it can)."""
+    """Why this tick cannot run on several workers (``None``: it can): its first phase
+    that runs on a part comes after one that runs ``alone`` (from which on the
+    coordinator runs the tick by itself), or there is none; or its calls go as batches."""
     for spec in phases:
         if over_the_world(spec):
             continue
-        if spec.per is None and (spec.name not in SHARDABLE or spec.kind != "builtin"):
+        if alone(spec):
             return (
-                f"phase {spec.name!r} runs over the whole world; --workers runs the "
-                f"built-in phases {', '.join(sorted(SHARDABLE))} and phases about one place "
-                'at a time (declared, or a package\'s that says per = "character" or '
-                '"location")'
+                f"phase {spec.name!r} runs over the whole world, before any phase that runs "
+                f"on a part of it; --workers runs the built-in phases "
+                f"{', '.join(sorted(SHARDABLE))} and phases about one place at a time "
+                '(declared, or a package\'s that says per = "character" or "location") on '
+                "each part, up to the first phase that runs over the whole world"
             )
+        break
     if config.llm.batch:
         return "[llm] batch sends each phase's calls as one batch from one process"
     return None
+
+
+def alone(spec: PhaseSpec) -> bool:
+    """Whether ``spec`` may read or write any entity: a package's phase that does not say
+    it is about one place at a time (``PhaseSpec.per``; its code is not read). From the
+    first such phase on, a sharded tick runs in the coordinator alone: each worker hands
+    it its part (``HandOver``) and is done with the tick."""
+    if over_the_world(spec) or spec.per is not None:
+        return False
+    return spec.name not in SHARDABLE or spec.kind != "builtin"
 
 
 def over_the_world(spec: PhaseSpec) -> bool:

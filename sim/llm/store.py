@@ -102,5 +102,15 @@ class ResponseStore:
             )
         return out
 
+    def take(self, changes: dict[str, bytes | None]) -> None:
+        """Hold another store's ``changes`` (of other entity keys, under the same
+        folder) as changes of this one: a sharded tick's worker hands its chains to the
+        coordinator, which runs the rest of the tick with them."""
+        for rel, data in changes.items():
+            chain, _, name = rel.removeprefix(self._prefix).partition("/")
+            key = f"{chain}:{name.removesuffix('.json')}"
+            self._cache[key] = orjson.loads(data) if data is not None else {}
+            self._dirty.add(key)
+
     def mark_committed(self) -> None:
         self._dirty.clear()

@@ -302,6 +302,20 @@ class TickContext:
             return list(places.values())
         return [loc for lid, loc in places.items() if lid in self.places]
 
+    def take_results(
+        self,
+        intentions: dict[str, Intention],
+        resolutions: dict[str, Resolution],
+        results: dict[str, dict[str, Any]],
+    ) -> None:
+        """Hold every shard's results of the phases run so far as one process holds them
+        (a sharded tick's coordinator, before a phase it runs by itself on the whole
+        world: ``sim.engine.shards.take_over``)."""
+        self.intentions = intentions
+        self.resolutions = resolutions
+        self.results.update(results)
+        self._outcomes = None
+
     def drop_phase_state(self) -> None:
         """Let go of what only the phases use (their typed results, logged by then, and
         their caches) once all have run: a big world's commit then needs less memory."""

@@ -4,17 +4,19 @@ phases and verbs it declares (issue 12)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import DEMO, HARVEST, install_distribution, tree
+from conftest import DEMO, HARVEST, WORLDS, install_distribution, tree
 
 from sim import sections
 from sim.cli import main
 from sim.config import load_config
+from sim.engine.replay import replay
 from sim.engine.runner import Runner
 from sim.errors import InputError
 from sim.testing.logs import plain_log
@@ -325,7 +327,7 @@ def test_a_python_phase_about_one_place_at_a_time_runs_on_the_workers(
 ) -> None:
     """A package's phase that says ``per = "location"`` (and takes its subjects from
     ``ctx.locations()``) runs on each shard of ``sim tick --workers``, with one process's
-    files and results; one that does not say runs the tick in one process, saying why."""
+    files and results."""
     site = tmp_path / "site"
     place_local = PLUGIN.replace('name = "census"', 'name = "census"\n    per = "location"')
     place_local = place_local.replace(
@@ -360,20 +362,109 @@ def test_a_python_phase_about_one_place_at_a_time_runs_on_the_workers(
             )
 
 
-def test_a_python_phase_that_does_not_say_runs_the_tick_in_one_process(
+#: the demo's phases with ``census`` before the moves
+CENSUS_FIRST = '["intentions", "resolution", "census", "narrative", "apply", "memory"]'
+
+
+@pytest.mark.parametrize(
+    ("kind", "phases"),
+    [("demo", CENSUS_PHASES), ("demo", CENSUS_FIRST), ("messages", CENSUS_FIRST), ("minds", "")],
+    ids=["after-the-moves", "before-the-moves", "before-the-messages", "after-conversations"],
+)
+def test_a_python_phase_that_does_not_say_runs_in_sim_tick_alone_after_the_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, phases: str
+) -> None:
+    """A package's phase that does not say it is about one place at a time may read or
+    write any entity: the shards run the phases before it, then hand ``sim tick`` their
+    parts, and it runs the rest of the tick by itself, as one process. The files, each
+    phase's logged results, the story and the books are one process's, wherever the
+    phase is: after the moves; before them (``apply`` then runs in ``sim tick`` with
+    every shard's resolutions); before ``apply`` delivers the tick's messages; and after
+    the minds world's conversations, which its resolution and narrative read, every
+    shard's."""
+    from sim.engine import shards
+
+    install_plugin(tmp_path / "site", monkeypatch)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # the workers import it too
+    taken: list[int] = []
+    take_over = shards.take_over
+
+    async def counted(*args: object) -> object:
+        taken.append(len(args[1].active))  # type: ignore[attr-defined]
+        return await take_over(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shards, "take_over", counted)
+    source = tmp_path / "source"
+    settings: list[str] = []
+    if kind == "messages":
+        args = ["init", str(source), "--characters", "12", "--locations", "6"]
+        assert CliRunner().invoke(main, [*args, "--network", "ring"]).exit_code == 0
+        (source / "config.toml").write_text(
+            f"[tick]\nphases = {phases}\n[messages]\nenabled = true\n"
+        )
+    elif kind == "minds":
+        shutil.copytree(WORLDS / "minds", source, ignore=shutil.ignore_patterns(".sim"))
+        config = source / "config.toml"
+        text = config.read_text()
+        assert '"conversation", "resolution"' in text
+        config.write_text(
+            text.replace('"conversation", "resolution"', '"conversation", "census", "resolution"')
+        )
+        settings = ["--set", "conversation.max_conversations_per_tick=2"]
+    else:
+        shutil.copytree(DEMO, source, ignore=shutil.ignore_patterns(".sim"))
+        (source / "config.toml").write_text(f"[tick]\nphases = {phases}\n")
+    worlds = {}
+    for workers in (1, 2, 3):
+        world = worlds[workers] = tmp_path / f"w{workers}"
+        shutil.copytree(source, world)
+        args = ["tick", "--world", str(world), "--ticks", "3", "--workers", str(workers)]
+        result = CliRunner().invoke(main, [*args, *settings])
+        assert result.exit_code == 0, result.output
+        assert "one process" not in result.output
+    assert taken == [1] * 3 + [2] * 3  # each tick's workers handed their parts over
+
+    def shown(world: Path, *args: str) -> str:
+        out = CliRunner().invoke(main, [*args, "--world", str(world)])
+        assert out.exit_code == 0, out.output
+        return re.sub(r"\d+\.\d+s\b", "<s>", out.output)
+
+    for workers in (2, 3):
+        assert tree(worlds[workers]) == tree(worlds[1])
+        assert shown(worlds[workers], "usage", "--by", "phase") == shown(
+            worlds[1], "usage", "--by", "phase"
+        )
+        for tick in (1, 2, 3):
+            assert shown(worlds[workers], "log", "--tick", str(tick)) == shown(
+                worlds[1], "log", "--tick", str(tick)
+            )
+            ours = read_log(log_path(worlds[workers], tick))
+            theirs = read_log(log_path(worlds[1], tick))
+            assert [(n, list(p.results.items())) for n, p in ours.phases.items()] == [
+                (n, list(p.results.items())) for n, p in theirs.phases.items()
+            ]
+    if kind == "messages":  # some messages went out
+        sent = read_log(log_path(worlds[3], 1)).phase_results("apply")
+        assert sent.get("messages")
+    report = replay(worlds[3], 1, 3, config=load_config(worlds[3] / "config.toml"))
+    assert report.identical, [(t.tick, t.drifts[:1]) for t in report.ticks]
+
+
+def test_a_python_phase_over_the_whole_world_first_runs_the_tick_in_one_process(
     demo_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Before any phase that runs on a part there is nothing for a worker to do: the tick
+    runs in one process, saying why."""
     (tmp_path / "site").mkdir()
     install_plugin(tmp_path / "site", monkeypatch)
-    (demo_world / "config.toml").write_text(f"[tick]\nphases = {CENSUS_PHASES}\n")
+    (demo_world / "config.toml").write_text(
+        '[tick]\nphases = ["census", "intentions", "resolution", "narrative", "apply"]\n'
+    )
     result = CliRunner().invoke(main, ["tick", "--world", str(demo_world), "--workers", "2"])
     assert result.exit_code == 0, result.output
     assert "--workers 2: ran in one process (phase 'census' runs over the whole world" in (
         result.output
     )
-
-
-# -- sim check renders every template ---------------------------------------------------------
 
 
 def test_check_names_undefined_names_and_syntax_errors_with_file_and_line(demo_world: Path) -> None:

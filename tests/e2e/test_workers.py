@@ -219,8 +219,8 @@ def test_a_phase_that_spans_the_world_runs_in_one_process_saying_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A tick that cannot be sharded (here with a package's phase that does not say it is
-    about one place at a time) runs as ``--workers 1`` would, the same files written, and
-    says so by name."""
+    about one place at a time, first: no phase before it runs on a part) runs as
+    ``--workers 1`` would, the same files written, and says so by name."""
     worlds = [with_a_tally(tmp_path / name, monkeypatch) for name in ("one", "two")]
     alone = CliRunner().invoke(main, ["tick", "--world", str(worlds[0]), "--ticks", "2"])
     assert alone.exit_code == 0, alone.output
