@@ -222,7 +222,7 @@ def shard_count(workers: str, executor: str, ray_address: str | None) -> int:
         UserError: not a number from 1 to 1024 nor ``auto``, or ``--ray-address``
             without ``--executor ray``.
     """
-    from sim.engine.shards import auto_workers
+    from sim.engine.shard_processes import auto_workers
 
     if workers == "auto":
         count = auto_workers()

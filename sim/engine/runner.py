@@ -16,7 +16,8 @@ from sim.config import Config
 from sim.engine import deletions, repair
 from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
-from sim.engine.shards import Shards, run_sharded
+from sim.engine.sharded_tick import run_sharded
+from sim.engine.shards import Shards
 from sim.engine.split import Logged, Merged, local_calls, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
 from sim.errors import InputError, SimError, TickInterrupted, UserError
@@ -159,7 +160,7 @@ class Runner:
             texts the world's cache now holds (nothing is sent), so the replayed log has
             the logged one's books.
         workers: run each tick's phases on this many shards of the world, each in a
-            process of its own (``sim.engine.shards``); 1: in this process.
+            process of its own (``sim.engine.sharded_tick``); 1: in this process.
         executor: ``local`` (each shard a process here), or ``ray``: each shard a Ray
             actor (``ray_address``: the cluster; ``None``: ``RAY_ADDRESS``, else a local
             instance).
@@ -437,7 +438,7 @@ class Runner:
         timings: dict[str, float],
         gated: bool,
     ) -> Merged:
-        """The tick's phases on ``self.workers`` shards (``sim.engine.shards``); their calls
+        """The tick's phases on ``self.workers`` shards (``sim.engine.sharded_tick``); their calls
         run on the workers when ``local_calls`` says so, else here."""
         assert self.phases is not None
         budget = self.config.budget

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import os
 import secrets
 import socket
 import subprocess
@@ -248,3 +249,11 @@ async def start_actors(root: Path, count: int, address: str | None) -> list[Star
     finally:
         server.close()  # every actor is connected, or the run stops: no one else joins
     return sorted(started, key=lambda worker: worker[0])
+
+
+def auto_workers() -> int:
+    """``--workers auto``: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)

@@ -13,7 +13,8 @@ characters' and places' states are compared and exchanged
 (``states_of``, ``changed_states``, ``take_states``).
 
 Owns no process, socket or event loop: the coordinator's side of the wire and the workers
-are ``sim.engine.shards`` and ``sim.engine.shard_worker``, both of which use this.
+are ``sim.engine.shards`` (with ``sim.engine.sharded_tick``) and ``sim.engine.shard_worker``,
+all of which use this.
 """
 
 from __future__ import annotations
@@ -406,7 +407,7 @@ def over_the_world(spec: PhaseSpec) -> bool:
     """Whether ``spec`` is a phase the world declares per world: one subject, the world,
     whose templates see every character and place whole. The coordinator runs it alone,
     on the whole world (each worker sends it every entity of its part, whole, and waits),
-    and sends back the world's fields it wrote (``sim.engine.shards.run_over_the_world``)."""
+    and sends back the world's fields it wrote (``sim.engine.sharded_tick.run_over_the_world``)."""
     return spec.declared is not None and spec.declared.per == "world"
 
 

@@ -13,7 +13,7 @@ intention (in the world's order of characters) goes into its recipient's inbox a
 reaches anyone with a tie, wherever they are: in a sharded tick (``sim tick --workers``)
 each shard checks its own senders' messages here, against their ties as this phase left
 them, and delivers none; every shard's then go to every shard, which delivers those to its
-own characters (``deliver``, called by ``sim.engine.shards`` and its workers).
+own characters (``deliver``, called by ``sim.engine.sharded_tick`` and the workers).
 """
 
 from __future__ import annotations

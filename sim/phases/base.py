@@ -310,7 +310,7 @@ class TickContext:
     ) -> None:
         """Hold every shard's results of the phases run so far as one process holds them
         (a sharded tick's coordinator, before a phase it runs by itself on the whole
-        world: ``sim.engine.shards.take_over``)."""
+        world: ``sim.engine.sharded_tick.take_over``)."""
         self.intentions = intentions
         self.resolutions = resolutions
         self.results.update(results)
@@ -485,7 +485,7 @@ class TickContext:
         tick's log, ``sim.engine.recorder.TickRecorder.embedded``). Nothing for a phase
         that does not retrieve with a provider's embeddings. ``texts``: the texts to have
         vectors of, in the order one process finds them (a sharded tick's coordinator
-        gives every shard's, ``sim.engine.shards``); ``None``: those of this context's
+        gives every shard's, ``sim.engine.sharded_tick``); ``None``: those of this context's
         characters (``embedding_texts``).
 
         Raises:

@@ -382,18 +382,18 @@ def test_a_python_phase_that_does_not_say_runs_in_sim_tick_alone_after_the_shard
     every shard's resolutions); before ``apply`` delivers the tick's messages; and after
     the minds world's conversations, which its resolution and narrative read, every
     shard's."""
-    from sim.engine import shards
+    from sim.engine import sharded_tick
 
     install_plugin(tmp_path / "site", monkeypatch)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # the workers import it too
     taken: list[int] = []
-    take_over = shards.take_over
+    take_over = sharded_tick.take_over
 
     async def counted(*args: object) -> object:
         taken.append(len(args[1].active))  # type: ignore[attr-defined]
         return await take_over(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(shards, "take_over", counted)
+    monkeypatch.setattr(sharded_tick, "take_over", counted)
     source = tmp_path / "source"
     settings: list[str] = []
     if kind == "messages":

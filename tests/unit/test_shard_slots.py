@@ -1,4 +1,4 @@
-"""The coordinator's own calls in a sharded tick (``sim.engine.shards.Slotted``): each gives
+"""The coordinator's own calls in a sharded tick (``sim.engine.sharded_tick.Slotted``): each gives
 the event loop a turn, and a cancel (Ctrl-C, SIGTERM) that lands on that turn finds the
 call not yet sent, never paid for with its answer thrown away (the resumed tick would pay
 for it again)."""
@@ -9,7 +9,7 @@ import asyncio
 
 from pydantic import BaseModel
 
-from sim.engine.shards import Slotted
+from sim.engine.sharded_tick import Slotted
 from sim.llm.types import AdapterResponse, ModelRequest
 from sim.offline.adapter import OfflineAdapter
 from sim.testing import CountingAdapter
