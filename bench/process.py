@@ -165,12 +165,71 @@ def with_ties(world: Path) -> None:
         handle.write(MESSAGES)
 
 
+#: ``workers(..., variant="package")``: a package's phase after the others that does not
+#: say it is about one place at a time (no ``per``: it may read or write any entity), one
+#: call per place, each writing the place's ``state.crowd``; the shards hand ``sim tick``
+#: their parts before it, and it runs alone (``with_a_package``)
+PACKAGE = """
+from pydantic import BaseModel
+from sim import LLMRequest
+
+
+class Headcount(BaseModel):
+    crowd: str
+
+
+class CensusPhase:
+    name = "census"
+
+    def subjects(self, ctx):
+        return list(ctx.world.locations.values())
+
+    def requests(self, ctx, subjects):
+        here = ctx.world.characters_at()
+        return [
+            LLMRequest(
+                "Describe the crowd.",
+                '{"place": "%s", "people": %d}'
+                % (s["identity"]["name"], len(here.get(s["identity"]["id"], []))),
+                Headcount,
+                "census:" + s["identity"]["id"],
+            )
+            for s in subjects
+        ]
+
+    def apply(self, ctx, subjects, results):
+        out = {}
+        for s, r in zip(subjects, results):
+            if isinstance(r, BaseModel):
+                s["state"]["crowd"] = r.crowd
+                out[s["identity"]["id"]] = r.model_dump()
+        return out
+"""
+
+
+def with_a_package(world: Path, site: Path) -> None:
+    """``PACKAGE`` installed in ``site`` (a folder for ``PYTHONPATH``: a module and its
+    entry point in the ``sim.phases`` group), and named last in ``world``'s phases."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "bench_census.py").write_text(PACKAGE, encoding="utf-8")
+    info = site / "bench_census-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bench_census\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[sim.phases]\ncensus = bench_census:CensusPhase\n")
+    with (world / "config.toml").open("a", encoding="utf-8") as handle:
+        handle.write(
+            '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "memory", '
+            '"census"]\n'
+        )
+
+
 def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> dict[str, Any]:
     """One offline tick of a fresh world by ``sim tick --workers 1`` and ``--workers 2``
     child processes, alternating (``repeats`` pairs), each on its own copy of the world;
     the world files after each are compared (the same bytes, or the figure is void).
     ``variant``: ``""`` (the default phases), ``"conversation"`` (``CONVERSATION``),
-    ``"declared"`` (``DECLARED``) or ``"messages"`` (``with_ties``).
+    ``"declared"`` (``DECLARED``), ``"messages"`` (``with_ties``) or ``"package"``
+    (``with_a_package``).
 
     Every copy is made in ``scratch`` before the first run, and none is deleted here (the
     caller removes ``scratch`` once every size has run): a tick creates files (its
@@ -191,8 +250,12 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
     for rel, text in (DECLARED if variant == "declared" else {}).items():
         (base / rel).parent.mkdir(exist_ok=True)
         (base / rel).write_text(text, encoding="utf-8")
+    env = child_env()
     if variant == "messages":
         with_ties(base)
+    elif variant == "package":
+        with_a_package(base, tmp / "site")
+        env["PYTHONPATH"] = os.pathsep.join((env["PYTHONPATH"], str(tmp / "site")))
     copies = [(n, tmp / f"w{n}-{i}") for i in range(repeats) for n in ("1", "2")]
     for _, world in copies:
         shutil.copytree(base, world)
@@ -202,7 +265,7 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
         run = run_child(
             sim_command("tick", "--world", str(world), "--json", "--workers", n, *settings),
             tmp,
-            child_env(),
+            env,
         )
         doc = tick_document(run.pop("stdout"))
         runs[n].append(

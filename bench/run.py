@@ -1060,13 +1060,15 @@ REPEATS = 3
 #: characters, pairs of runs and the variant of the --workers scenario (smoke: tiny);
 #: "conversation": the tick with that phase (``bench.process.CONVERSATION``); "declared":
 #: with a phase the world declares per character after the moves (``DECLARED``);
-#: "messages": ``[messages]`` on, each character tied to two others (``with_ties``)
+#: "messages": ``[messages]`` on, each character tied to two others (``with_ties``);
+#: "package": a package's phase last that does not say ``per`` (``with_a_package``)
 WORKERS_SIZES = (
     (10_000, 3, ""),
     (40_000, 2, ""),
     (40_000, 2, "conversation"),
     (40_000, 2, "declared"),
     (40_000, 2, "messages"),
+    (40_000, 2, "package"),
     (100_000, 1, ""),
 )
 WORKERS_SMOKE = (
@@ -1074,6 +1076,7 @@ WORKERS_SMOKE = (
     (300, 1, "conversation"),
     (300, 1, "declared"),
     (300, 1, "messages"),
+    (300, 1, "package"),
 )
 #: the latency-bound row: characters, seconds a call, ``[llm] max_concurrency``
 WORKERS_LATENCY = (1_000, 1.0, 200)
@@ -1177,7 +1180,10 @@ def scenario_workers(smoke: bool) -> list[str]:
         "moved to or from. The row 'with `messages`' turns `[messages]` on, each character "
         "tied to the two before and after it by id (`bench.process.with_ties`): after "
         "`apply` every shard waits for the tick's messages, every shard's, and delivers "
-        "those to its own characters.",
+        "those to its own characters. The row 'with `package`' adds a package's phase "
+        "after `memory` that does not say it is about one place at a time (`bench.process."
+        "PACKAGE`: one call a place, writing its `state.crowd`): before it each worker "
+        "hands `sim tick` its part whole, and `sim tick` runs it alone.",
         "",
         "| characters | pairs | `--workers 1` | `--workers 2` | speed-up | Amdahl bound | "
         "phases, 1 | "

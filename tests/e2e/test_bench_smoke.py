@@ -112,6 +112,10 @@ def test_workers_scenario_reports_its_figures(tmp_path: Path) -> None:
     sent = workers(60, 1, tmp_path, "messages")
     assert sent["identical"] is True
     assert not any("one process" in note for note in sent["runs"]["2"][0]["notes"])
+    # the row with a package's phase over the whole world, run by `sim tick` alone
+    counted = workers(60, 1, tmp_path, "package")
+    assert counted["identical"] is True and "census" in counted["runs"]["2"][0]["timings"]
+    assert not any("one process" in note for note in counted["runs"]["2"][0]["notes"])
 
 
 def test_mind_scenario_reports_its_figures() -> None:
