@@ -1201,8 +1201,8 @@ def scenario_workers(smoke: bool) -> list[str]:
         "- The 1-minute load average before each run is the last column, on 2 cores: above "
         "~0.3 a second process finds no idle core, and the figures measure the machine's "
         "other work as much as sim.",
-        "- How the work is split (`sim.engine.shards` and `sim.engine.split`, "
-        'docs/architecture.md "A sharded tick"): '
+        "- How the work is split (`sim.engine.sharded_tick`, `sim.engine.shards` and "
+        '`sim.engine.split`, docs/architecture.md "A sharded tick"): '
         "`sim tick` starts its worker with the run's first tick; each tick the "
         "worker loads the world while `sim tick` does, then each runs every phase for its "
         "places (`sim tick`'s own shard 0.8 shares of the characters to the worker's 1: it "
