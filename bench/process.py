@@ -165,57 +165,17 @@ def with_ties(world: Path) -> None:
         handle.write(MESSAGES)
 
 
-#: ``workers(..., variant="package")``: a package's phase after the others that does not
-#: say it is about one place at a time (no ``per``: it may read or write any entity), one
-#: call per place, each writing the place's ``state.crowd``; the shards hand ``sim tick``
-#: their parts before it, and it runs alone (``with_a_package``)
-PACKAGE = """
-from pydantic import BaseModel
-from sim import LLMRequest
-
-
-class Headcount(BaseModel):
-    crowd: str
-
-
-class CensusPhase:
-    name = "census"
-
-    def subjects(self, ctx):
-        return list(ctx.world.locations.values())
-
-    def requests(self, ctx, subjects):
-        here = ctx.world.characters_at()
-        return [
-            LLMRequest(
-                "Describe the crowd.",
-                '{"place": "%s", "people": %d}'
-                % (s["identity"]["name"], len(here.get(s["identity"]["id"], []))),
-                Headcount,
-                "census:" + s["identity"]["id"],
-            )
-            for s in subjects
-        ]
-
-    def apply(self, ctx, subjects, results):
-        out = {}
-        for s, r in zip(subjects, results):
-            if isinstance(r, BaseModel):
-                s["state"]["crowd"] = r.crowd
-                out[s["identity"]["id"]] = r.model_dump()
-        return out
-"""
-
-
 def with_a_package(world: Path, site: Path) -> None:
-    """``PACKAGE`` installed in ``site`` (a folder for ``PYTHONPATH``: a module and its
-    entry point in the ``sim.phases`` group), and named last in ``world``'s phases."""
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "bench_census.py").write_text(PACKAGE, encoding="utf-8")
-    info = site / "bench_census-0.1.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bench_census\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[sim.phases]\ncensus = bench_census:CensusPhase\n")
+    """``workers(..., variant="package")``: a package's phase after the others that does
+    not say it is about one place at a time (no ``per``: it may read or write any entity),
+    one call per place (``sim.testing.plugins.CENSUS``), installed in ``site`` (a folder
+    for ``PYTHONPATH``) and named last in ``world``'s phases; the shards hand ``sim tick``
+    their parts before it, and it runs alone."""
+    from sim.testing.plugins import CENSUS, write_distribution
+
+    write_distribution(
+        site, "bench_census", CENSUS, "sim.phases", "census = bench_census:CensusPhase"
+    )
     with (world / "config.toml").open("a", encoding="utf-8") as handle:
         handle.write(
             '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "memory", '

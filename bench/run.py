@@ -1181,8 +1181,8 @@ def scenario_workers(smoke: bool) -> list[str]:
         "tied to the two before and after it by id (`bench.process.with_ties`): after "
         "`apply` every shard waits for the tick's messages, every shard's, and delivers "
         "those to its own characters. The row 'with `package`' adds a package's phase "
-        "after `memory` that does not say it is about one place at a time (`bench.process."
-        "PACKAGE`: one call a place, writing its `state.crowd`): before it each worker "
+        "after `memory` that does not say it is about one place at a time (`sim.testing."
+        "plugins.CENSUS`: one call a place, writing its `state.crowd`): before it each worker "
         "hands `sim tick` its part whole, and `sim tick` runs it alone.",
         "",
         "| characters | pairs | `--workers 1` | `--workers 2` | speed-up | Amdahl bound | "

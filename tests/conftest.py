@@ -59,17 +59,22 @@ def copy_demo(dest: Path) -> Path:
     return dest
 
 
+def configured(world: str, dest: Path, old: str, new: str) -> Path:
+    """The bundled world ``world`` copied to ``dest``, ``old`` in its config (which must
+    hold it) replaced by ``new``."""
+    shutil.copytree(WORLDS / world, dest, ignore=shutil.ignore_patterns(".sim"))
+    config = dest / "config.toml"
+    text = config.read_text()
+    assert old in text
+    config.write_text(text.replace(old, new))
+    return dest
+
+
 def vote_with_tools(dest: Path) -> Path:
     """The harvest vote's world, its phase given a query tool (``look``: at whoever and
     whatever is where the voter is, after the moves)."""
-    shutil.copytree(WORLDS / "harvest-vote", dest, ignore=shutil.ignore_patterns(".sim"))
-    config = dest / "config.toml"
-    text = config.read_text()
-    assert "max_output_tokens = 200\n" in text
-    config.write_text(
-        text.replace("max_output_tokens = 200\n", 'max_output_tokens = 200\ntools = ["look"]\n')
-    )
-    return dest
+    tools = 'max_output_tokens = 200\ntools = ["look"]\n'
+    return configured("harvest-vote", dest, "max_output_tokens = 200\n", tools)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import DEMO, HARVEST, WORLDS, install_distribution, tree
+from conftest import DEMO, HARVEST, configured, install_distribution, tree
 
 from sim import sections
 from sim.cli import main
@@ -20,6 +20,7 @@ from sim.engine.replay import replay
 from sim.engine.runner import Runner
 from sim.errors import InputError
 from sim.testing.logs import plain_log
+from sim.testing.plugins import CENSUS
 from sim.testing.stub_server import StubServer
 from sim.ticklog.format import log_path
 from sim.ticklog.reader import read_log
@@ -239,50 +240,7 @@ def test_builtins_can_be_removed(demo_world: Path) -> None:
 
 # -- a phase from an entry point ------------------------------------------------------------
 
-PLUGIN = '''
-from pydantic import BaseModel, ConfigDict
-
-from sim.llm.client import LLMRequest
-from sim.llm.errors import LLMError
-
-
-class Headcount(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="Headcount")
-    crowd: str
-    count: int
-
-
-class CensusPhase:
-    """Counts the people at each location; writes state.crowd."""
-
-    name = "census"
-    schema = Headcount
-
-    def subjects(self, ctx):
-        return list(ctx.world.locations.values())
-
-    def requests(self, ctx, subjects):
-        here = ctx.world.characters_at()
-        return [
-            LLMRequest(
-                "Describe the crowd.",
-                '{"place": "%s", "people": %d}'
-                % (s["identity"]["name"], len(here.get(s["identity"]["id"], []))),
-                Headcount,
-                "census:" + s["identity"]["id"],
-            )
-            for s in subjects
-        ]
-
-    def apply(self, ctx, subjects, results):
-        out = {}
-        for s, r in zip(subjects, results):
-            if isinstance(r, LLMError):
-                continue
-            s["state"]["crowd"] = r.crowd
-            out[s["identity"]["id"]] = r.model_dump()
-        return out
-'''
+PLUGIN = CENSUS
 
 
 def install_plugin(
@@ -403,13 +361,8 @@ def test_a_python_phase_that_does_not_say_runs_in_sim_tick_alone_after_the_shard
             f"[tick]\nphases = {phases}\n[messages]\nenabled = true\n"
         )
     elif kind == "minds":
-        shutil.copytree(WORLDS / "minds", source, ignore=shutil.ignore_patterns(".sim"))
-        config = source / "config.toml"
-        text = config.read_text()
-        assert '"conversation", "resolution"' in text
-        config.write_text(
-            text.replace('"conversation", "resolution"', '"conversation", "census", "resolution"')
-        )
+        after = '"conversation", "census", "resolution"'
+        configured("minds", source, '"conversation", "resolution"', after)
         settings = ["--set", "conversation.max_conversations_per_tick=2"]
     else:
         shutil.copytree(DEMO, source, ignore=shutil.ignore_patterns(".sim"))
