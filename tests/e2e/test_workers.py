@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from conftest import (
     WORLDS,
     copy_demo,
+    install_distribution,
     omen_first,
     shard_workers_of,
     tree,
@@ -416,6 +417,69 @@ def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
         assert len(twice) <= len(in_flight) + 1, (i, twice)
         outcomes.append((fraction, tick, len(paid), len(resumed.answered)))
     assert any(t == 5 and p > 0 for _, t, p, _ in outcomes), outcomes
+
+
+@pytest.mark.parametrize("at", ["before the handover", "in the phase run alone"])
+def test_kill_9_around_a_handover_leaves_n_or_n_plus_1_and_resumes_as_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """kill -9 of ``sim tick --workers 2`` while its shards run their parts, or after they
+    handed them over and it runs a package's phase alone (``split.alone``): the world is
+    at N or N+1, its worker goes too, and the resume pays only what the log lacks and
+    leaves one process's world."""
+    import subprocess
+    import sys
+    import time
+
+    from sim.testing import read_in_flight
+    from sim.testing.plugins import CENSUS
+
+    site = tmp_path / "site"
+    entry = "census = simtest_census:CensusPhase"
+    install_distribution(site, monkeypatch, "simtest_census", CENSUS, "sim.phases", entry)
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the child and its worker import it too
+    base = copy_demo(tmp_path / "base")
+    (base / "config.toml").write_text(
+        '[tick]\nphases = ["intentions", "resolution", "narrative", "apply", "census", "memory"]\n'
+    )
+    base, reference = ticked_and_reference(base, 2)
+    calls = read_log(log_path(reference, 3)).calls.values()
+    census = len([c for c in calls if c.phase == "census"])
+    assert census >= 4
+    target = len(calls) - census - 3 if at == "before the handover" else len(calls) - 2
+    world, counts = tmp_path / "w", tmp_path / "counts"
+    shutil.copytree(base, world)
+    child = Path(__file__).with_name("crash_child.py")
+    process = subprocess.Popen(
+        [sys.executable, str(child), str(world), str(counts), "0.02", "0.03", "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if len(read_counts(counts) if counts.exists() else []) >= target:
+            break
+        time.sleep(0.002)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and shard_workers_of(world):
+        time.sleep(0.05)
+    assert not shard_workers_of(world)
+    paid = read_counts(counts)
+    assert len(paid) >= target - 1
+    tick = Storage(world).load().tick
+    assert tick in (2, 3)
+    resumed = CountingAdapter(OfflineAdapter(seed=7))
+    Runner(world, config_for(world), adapter=resumed, workers=2).run(1 if tick == 2 else 0)
+    assert tree(world) == tree(reference)
+    # the answers the log held were not asked for again: at most those in flight at the
+    # kill, and one answered in its instant
+    in_flight = len(read_in_flight(counts))
+    if tick == 2:
+        assert len(resumed.answered) <= len(calls) - len(paid) + in_flight + 1
+    twice = [n for n in resumed.answered if n in paid]
+    assert len(twice) <= in_flight + 1, twice
 
 
 @pytest.mark.parametrize("calls", ["on the workers", "on the coordinator"])
