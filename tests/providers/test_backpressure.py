@@ -235,6 +235,13 @@ FAULTS = (
 #: 429s leave about one call in flight, so the hangs' timeouts are most of the test's time:
 #: 269 s of a CI run at 2 s)
 STORM_TIMEOUT_S = 1
+#: the storm's six ticks: three worlds of 80 characters and 16 places (each phase's calls
+#: as many as one world's, so that the fraction of a phase's calls that fail is as likely
+#: to trip the guard), two ticks each by one ``sim tick --ticks 2``, the three runs side by
+#: side against one server. A run spends nearly all of its time waiting, each 429 pausing
+#: its endpoint 0.2 s and each hang holding a slot for the timeout (169 s of a CI run as
+#: one world's six ticks); three runs wait at once
+STORM_RUNS, STORM_TICKS = 3, 2
 
 
 @pytest.mark.slow
@@ -244,46 +251,54 @@ def test_a_fault_storm_commits_every_tick_and_accounts_for_every_failed_attempt(
     """The issue's target: 30% 429 (Retry-After 0.2 s), 5% 500, 5% hangs, 5% malformed
     JSON, 2% refusals: 6 of 6 ticks commit with the default config, and the summaries
     count every failed attempt the server saw. The issue's world had 200 characters and a
-    5 s timeout; this one has 80 characters, the same mix of faults per call, and a 1 s
+    5 s timeout; these have 80 characters, the same mix of faults per call, and a 1 s
     timeout (every hang holds a slot for the whole timeout, at the concurrency the 429s
-    leave: the timeout, not the server, sets the time). The six ticks run in one
-    ``sim tick --ticks 6`` process, as a user runs them: the engine and the stub server (a
-    thread here) each get a core instead of sharing one interpreter."""
-    world = tmp_path / "w"
-    make_world(world, 80, 16)
+    leave: the timeout, not the server, sets the time). The six ticks are three runs of
+    two (``STORM_RUNS``), each a ``sim tick --ticks 2`` process as a user runs it, with
+    its own endpoint's backpressure, side by side against one server (a thread here)."""
     config = tmp_path / "c.toml"
     config.write_text(f"[llm]\ntimeout_seconds = {STORM_TIMEOUT_S}\n")
     options = StubOptions(
         fault_rate=0.47, faults=FAULTS, retry_after=0.2, hang_seconds=600.0, seed=1
     )
+    worlds = [tmp_path / f"w{i}" for i in range(STORM_RUNS)]
+    for i, world in enumerate(worlds):
+        make_world(world, 80, 16, seed=i + 1)
     thread = ServerThread(StubServer(options))
     server = thread.start()
+    runs: list[subprocess.Popen[str]] = []
     try:
-        result = subprocess.run(
-            [
-                *(sys.executable, "-m", "sim", "tick", "--world", str(world), "--ticks", "6"),
-                *("--config", str(config)),
-                *("--provider", "chat", "--base-url", server.base_url),
-            ],
-            env={**os.environ, "OPENAI_API_KEY": "sk-test"},
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
+        for world in worlds:
+            tick = ("-m", "sim", "tick", "--world", str(world), "--ticks", str(STORM_TICKS))
+            run = subprocess.Popen(
+                [
+                    *(sys.executable, *tick, "--config", str(config)),
+                    *("--provider", "chat", "--base-url", server.base_url),
+                ],
+                env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            runs.append(run)
+        outputs = [run.communicate(timeout=900)[0] for run in runs]
         faults = server.stats.faults
     finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
         thread.stop()
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    assert json.loads((world / "world.json").read_text())["tick"] == 6, output
-    # one summary per tick, each counting its failed attempts (failures and retries)
-    totals = [line.split() for line in output.splitlines() if line.startswith("total")]
-    assert len(totals) == 6, output
-    failed_attempts = sum(int(failed) + int(retries) for _, _, failed, retries, *_ in totals)
+    failed_attempts = 0
+    for world, run, output in zip(worlds, runs, outputs, strict=True):
+        assert run.returncode == 0, output
+        assert json.loads((world / "world.json").read_text())["tick"] == STORM_TICKS, output
+        # one summary per tick, each counting its failed attempts (failures and retries)
+        totals = [line.split() for line in output.splitlines() if line.startswith("total")]
+        assert len(totals) == STORM_TICKS, output
+        failed_attempts += sum(int(failed) + int(retries) for _, _, failed, retries, *_ in totals)
     # every fault kind of the mix was drawn, hangs included (each reached the timeout)
     assert set(faults) == set(FAULTS), dict(faults)
-    assert "timed out (may be billed)" in output, output
-    # each fault the server injected is one failed attempt on the client, and every one of
+    assert any("timed out (may be billed)" in output for output in outputs), outputs
+    # each fault the server injected is one failed attempt on a client, and every one of
     # them is in a summary (retried, or the last attempt of a call that fell back)
     assert failed_attempts == sum(faults.values()), (failed_attempts, dict(faults))
