@@ -8,7 +8,8 @@ opens (``listen_host``), where ``ActorDoor`` lets in only a connection that says
 token and the number of one of its workers first. Either way each worker comes back as a
 ``Started``: its number, its process (``LocalProcess``, ``RayActor``: how it is described,
 how it ended, how it is stopped) and its socket. ``sim.engine.shards.Shards`` holds them
-for the run.
+for the run. ``auto_workers`` is how many ``--workers auto`` means here: the cores this
+process may use.
 """
 
 from __future__ import annotations
