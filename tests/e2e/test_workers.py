@@ -361,47 +361,52 @@ def test_a_worker_killed_in_a_declared_phase_after_the_moves_resumes_as_one_proc
     assert logged.phase_results("vote") == read_log(log_path(reference, 3)).phase_results("vote")
 
 
+def killed_when_paid(world: Path, counts: Path, target: int) -> list[str]:
+    """``sim tick --workers 2`` of ``world`` (``crash_child.py``: the offline model, slowed,
+    counting its answers in ``counts``) killed with kill -9 once ``target`` calls are
+    answered; its workers see their socket close and exit. Returns the calls it paid."""
+    import subprocess
+    import sys
+    import time
+
+    child = Path(__file__).with_name("crash_child.py")
+    process = subprocess.Popen(
+        [sys.executable, str(child), str(world), str(counts), "0.02", "0.03", "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if len(read_counts(counts) if counts.exists() else []) >= target:
+            break
+        time.sleep(0.002)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and shard_workers_of(world):
+        time.sleep(0.05)
+    assert not shard_workers_of(world)
+    return read_counts(counts) if counts.exists() else []
+
+
 def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
     tmp_path: Path,
 ) -> None:
     """kill -9 of ``sim tick --workers 2`` (the coordinator) at several points of the tick:
     its workers go too, the world is never torn, and the resume pays only what the log
     lacks."""
-    import sys
+    from sim.testing import read_in_flight
 
     base, reference = ticked_and_reference(copy_demo(tmp_path / "base"), 5)
     expected = tree(reference)
     total = len(read_log(log_path(reference, 6)).calls)
-    child = Path(__file__).with_name("crash_child.py")
-    import subprocess
-    import time
-
-    from sim.testing import read_in_flight
 
     outcomes = []
     for i, fraction in enumerate((0.1, 0.5, 0.9, 1.0)):
         world = tmp_path / f"k{i}"
         shutil.copytree(base, world)
         counts = tmp_path / f"counts{i}"
-        process = subprocess.Popen(
-            [sys.executable, str(child), str(world), str(counts), "0.02", "0.03", "--workers", "2"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        target = max(1, round(fraction * total))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and process.poll() is None:
-            if len(read_counts(counts) if counts.exists() else []) >= target:
-                break
-            time.sleep(0.002)
-        process.kill()
-        process.wait()
-        # its workers see their socket close and exit
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and shard_workers_of(world):
-            time.sleep(0.05)
-        assert not shard_workers_of(world)
-        paid = read_counts(counts) if counts.exists() else []
+        paid = killed_when_paid(world, counts, max(1, round(fraction * total)))
         tick = Storage(world).load().tick
         assert tick in (5, 6)
         if tick == 5:
@@ -427,10 +432,6 @@ def test_kill_9_around_a_handover_leaves_n_or_n_plus_1_and_resumes_as_one_proces
     handed them over and it runs a package's phase alone (``split.alone``): the world is
     at N or N+1, its worker goes too, and the resume pays only what the log lacks and
     leaves one process's world."""
-    import subprocess
-    import sys
-    import time
-
     from sim.testing import read_in_flight
     from sim.testing.plugins import CENSUS
 
@@ -449,24 +450,7 @@ def test_kill_9_around_a_handover_leaves_n_or_n_plus_1_and_resumes_as_one_proces
     target = len(calls) - census - 3 if at == "before the handover" else len(calls) - 2
     world, counts = tmp_path / "w", tmp_path / "counts"
     shutil.copytree(base, world)
-    child = Path(__file__).with_name("crash_child.py")
-    process = subprocess.Popen(
-        [sys.executable, str(child), str(world), str(counts), "0.02", "0.03", "--workers", "2"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if len(read_counts(counts) if counts.exists() else []) >= target:
-            break
-        time.sleep(0.002)
-    process.kill()
-    process.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and shard_workers_of(world):
-        time.sleep(0.05)
-    assert not shard_workers_of(world)
-    paid = read_counts(counts)
+    paid = killed_when_paid(world, counts, target)
     assert len(paid) >= target - 1
     tick = Storage(world).load().tick
     assert tick in (2, 3)
