@@ -209,6 +209,12 @@ def call_record(
     return record, cost
 
 
+#: the built-in phases whose results a ``TickContext`` holds apart from its ``results``:
+#: typed (``intentions``, ``resolutions``) or as ``narratives`` (``phase_results`` reads
+#: them there)
+HELD_APART = frozenset({"intentions", "resolution", "narrative"})
+
+
 def phase_results(name: str, ctx: TickContext) -> dict[str, Any]:
     """A phase's results as the tick log holds them."""
     return _results(name, ctx)

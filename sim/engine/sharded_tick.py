@@ -27,12 +27,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sim.engine.recorder import phase_results
+from sim.engine.recorder import HELD_APART, phase_results
 from sim.engine.shards import Shards
 from sim.engine.split import (
     CHOSEN_OVER_THE_WORLD,
     LOCAL_FIRST_SHARE,
-    TYPED,
     HandOver,
     Logged,
     Merged,
@@ -284,14 +283,14 @@ async def take_over(
     deleted once the tick commits."""
     handed: list[HandOver] = await shards.gather("handover")
     shards.active = []  # nothing more is asked of them this tick
-    own = owned(mine, ctx.places if ctx.places is not None else ())
+    own = owned(mine, ctx.places or ())
     for part in handed:
         take_wholes(ctx.world, part.wholes, own)
         ctx.store.take(part.store)
     ctx.take_results(
         merge_results([ctx.intentions, *(part.intentions for part in handed)], order),
         merge_results([ctx.resolutions, *(part.resolutions for part in handed)], order),
-        {name: results for name, results in logged.items() if name not in TYPED and results},
+        {name: results for name, results in logged.items() if name not in HELD_APART and results},
     )
     ctx.part, ctx.places, ctx.occupancy, ctx.talks = None, None, everywhere, None
     return [pair for part in handed for pair in part.deletions]

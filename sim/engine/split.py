@@ -178,11 +178,6 @@ class ShardFinal:
         self.deletions.extend(piece.deletions)
 
 
-#: the built-in phases whose results a ``TickContext`` holds typed (``intentions``,
-#: ``resolutions``) or as ``narratives``, not in its ``results``
-TYPED = frozenset({"intentions", "resolution", "narrative"})
-
-
 @dataclass
 class HandOver:
     """A worker's part, handed to the coordinator before a phase that runs over the whole
