@@ -247,6 +247,76 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
     }
 
 
+def _state_digest(world: Path) -> str:
+    """The digest of a world's files but its logs (the same in either form: a packed copy
+    is unpacked first, outside any measured run)."""
+    import hashlib
+
+    if (world / "world.pack").exists():
+        subprocess.run(
+            sim_command("unpack", "--world", str(world)),
+            check=True,
+            env=child_env(),
+            capture_output=True,
+        )
+    files = hashlib.sha256()
+    for path in sorted(p for p in world.rglob("*") if p.is_file()):
+        rel = path.relative_to(world).as_posix()
+        if not rel.startswith(".sim/log/"):
+            files.update(rel.encode() + b"\0" + path.read_bytes())
+    return files.hexdigest()
+
+
+def packed(characters: int, repeats: int, scratch: Path) -> dict[str, Any]:
+    """One offline tick of a fresh world in folders and the same world packed
+    (``sim pack``), each by ``sim tick --workers 1`` and ``--workers 2``, alternating
+    (folders, then the pack, ``repeats`` times each); every copy made before the first run,
+    none deleted here (``workers`` says why). The world files after each run are compared
+    (the packed ones unpacked after every run has run): the same bytes, or the figure is
+    void."""
+    import shutil
+
+    tmp = scratch / f"{characters}-packed"
+    tmp.mkdir(parents=True)
+    base = tmp / "base"
+    make_world(base, characters, max(1, characters // 10), seed=1)
+    base_pack = tmp / "base-pack"
+    shutil.copytree(base, base_pack)
+    subprocess.run(
+        sim_command("pack", "--world", str(base_pack)),
+        check=True,
+        env=child_env(),
+        capture_output=True,
+    )
+    env = child_env()
+    copies = [
+        (n, form, tmp / f"w{n}-{form}-{i}")
+        for i in range(repeats)
+        for n in ("1", "2")
+        for form in ("folders", "pack")
+    ]
+    for _, form, world in copies:
+        shutil.copytree(base if form == "folders" else base_pack, world)
+    os.sync()  # the copies on disk first: the ticks do not pay for them
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for n, form, world in copies:
+        load = os.getloadavg()[0]
+        run = run_child(
+            sim_command("tick", "--world", str(world), "--json", "--workers", n), tmp, env
+        )
+        doc = tick_document(run.pop("stdout"))
+        runs.setdefault(f"{form}-{n}", []).append(
+            {"timings": doc["timings"], "load_before": load, **run}
+        )
+    digests = {_state_digest(world) for _, _, world in copies}
+    return {
+        "characters": characters,
+        "runs": runs,
+        "identical": len(digests) == 1,
+        "pack_bytes": (base_pack / "world.pack").stat().st_size,
+    }
+
+
 def flush_floor(world: Path, threads: int = 16) -> dict[str, Any]:
     """The bare baseline of a commit's in-place writes: every entity file of ``world``
     overwritten with its own bytes plus one (the size changes, as a tick's do), each
@@ -375,6 +445,8 @@ def main() -> None:
     elif kind == "workers":  # characters, pairs, the scratch folder (the caller removes it)
         variant = sys.argv[5] if len(sys.argv) > 5 else ""  # and "conversation", or none
         out = workers(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), variant)
+    elif kind == "packed":  # characters, pairs, the scratch folder (the caller removes it)
+        out = packed(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
     elif kind == "imports":
         out = imports()
     elif kind == "efficiency":
@@ -383,7 +455,9 @@ def main() -> None:
             *(int(a) for a in sys.argv[5:6]),
         )
     else:
-        raise SystemExit(f"unknown benchmark {kind!r}: scale, workers, imports or efficiency")
+        raise SystemExit(
+            f"unknown benchmark {kind!r}: scale, workers, packed, imports or efficiency"
+        )
     print(json.dumps(out))
 
 

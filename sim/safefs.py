@@ -331,13 +331,17 @@ def write_at(dir_fd: int, name: str, shown: Path, data: bytes, *, sync: bool = F
 
 
 def write_stream_at(
-    dir_fd: int, name: str, shown: Path, chunks: Iterable[bytes], buffer: int = 1 << 20
+    dir_fd: int,
+    name: str,
+    shown: Path,
+    chunks: Iterable[bytes | memoryview],
+    buffer: int = 1 << 20,
 ) -> None:
     """Write ``chunks`` into a new file ``name`` (gathered into writes of about ``buffer``
     bytes), then fsync it: a large file is written without being built in memory."""
     fd = open_file_at(dir_fd, name, shown, _WRITE_FLAGS | os.O_TRUNC)
     try:
-        pending: list[bytes] = []
+        pending: list[bytes | memoryview] = []
         size = 0
         for chunk in chunks:
             pending.append(chunk)

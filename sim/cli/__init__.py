@@ -53,6 +53,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("research", "ask_"),
     "inject": ("intervene", "inject_"),
     "set": ("intervene", "set_"),
+    "pack": ("forms", "pack_"),
+    "unpack": ("forms", "unpack_"),
     "sweep": ("sweep", "sweep"),
     "study": ("study", "study"),
     "serve": ("serve", "serve"),

@@ -21,6 +21,7 @@ import orjson
 
 from sim import safefs
 from sim.errors import InputError, LogError
+from sim.pack import ENTITY_REL, PACK, PACK_TMP, is_packed, write_pack
 from sim.safefs import UnsafePath
 from sim.storage import Storage, dump_json
 from sim.storage.journal import SIM_DIR, commit_path_problem, journal_overlay
@@ -162,7 +163,7 @@ def _copy_tree(src: Path, dest: Path, skip: str) -> None:
         rel_dir = here.relative_to(src)
         if rel_dir == Path("."):
             dirs[:] = [d for d in dirs if d != skip]
-            names = [n for n in names if n != skip]
+            names = [n for n in names if n not in (skip, PACK, PACK_TMP)]  # a pack: state
         dirs[:] = [d for d in dirs if not os.path.islink(here / d)]
         (dest / rel_dir).mkdir(parents=True, exist_ok=True)
         for name in names:
@@ -257,6 +258,10 @@ def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Pat
             meta = orjson.loads(target["world.json"])
             meta["seed"] = seed
             target = {**target, "world.json": dump_json(meta)}
+        if is_packed(world_dir):  # the fork keeps the world's form
+            entities = {rel: data for rel, data in target.items() if ENTITY_REL.fullmatch(rel)}
+            write_pack(dest, entities)
+            target = {rel: data for rel, data in target.items() if rel not in entities}
         for rel, data in target.items():
             parts = rel.split("/")
             with safefs.open_dir(dest, parts[:-1], create=True) as dir_fd:

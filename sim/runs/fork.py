@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sim import safefs
 from sim.config import Config, merge_tables, numbered_sections, redacted
 from sim.errors import InputError
+from sim.pack import ENTITY_REL, PACK, PACK_TMP, is_packed, write_pack
 from sim.runs.design import RunSpec, SweepPlan, nested
 from sim.runs.inputs import Inputs, changed
 from sim.storage import MAX_ENTITY_BYTES, Storage, dump_json
@@ -131,8 +132,8 @@ def _copy_tree(src: Path, dest: Path, prefix: str = "") -> None:
         entries = sorted(found, key=lambda e: e.name)
     for entry in entries:
         rel = prefix + entry.name
-        if rel in (SIM_DIR, RUN_FILE) or is_state_file(rel):
-            continue
+        if rel in (SIM_DIR, RUN_FILE, PACK, PACK_TMP) or is_state_file(rel):
+            continue  # a packed world's entities are its state, written below
         if entry.is_symlink():
             raise InputError(src / entry.name, None, "a symlink in a world folder cannot be forked")
         if entry.is_dir(follow_symlinks=False):
@@ -164,6 +165,7 @@ def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any
                 world, None, "an interrupted commit is pending: run 'sim tick' on it first"
             )
         state = read_state(world)
+        packed = is_packed(world)
         tmp = dest.parent / f".{dest.name}.tmp"
         if tmp.is_symlink() or (os.path.lexists(tmp) and not tmp.is_dir()):
             # not a fork an interrupted run left: sim's scratch name, planted
@@ -175,6 +177,10 @@ def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any
     meta = orjson.loads(state["world.json"])
     meta["seed"] = seed
     state["world.json"] = dump_json(meta)
+    if packed:  # the fork keeps the source's form
+        entities = {rel: data for rel, data in state.items() if ENTITY_REL.fullmatch(rel)}
+        write_pack(tmp, entities)
+        state = {rel: data for rel, data in state.items() if rel not in entities}
     made: set[str] = set()  # each folder made once, not once per file (thousands)
     for rel, data in state.items():
         parent = os.path.dirname(rel)

@@ -18,7 +18,8 @@ page itself.
 May import: ``sim.analysis`` (the report's gathering of a tick), ``sim.config``,
 ``sim.engine`` (the ``Runner``), ``sim.errors``, ``sim.gcpause``, ``sim.interrupts``,
 ``sim.interventions`` and ``sim.interview`` (what ``sim inject``, ``sim set`` and
-``sim ask`` call), ``sim.llm``, ``sim.phases``, ``sim.runs`` (a run's record and tick),
+``sim ask`` call), ``sim.llm``, ``sim.pack`` (a packed world's first look),
+``sim.phases``, ``sim.runs`` (a run's record and tick),
 ``sim.safefs``, ``sim.sections`` (a call's input read back), ``sim.storage``,
 ``sim.ticklog``, ``sim.world``.
 

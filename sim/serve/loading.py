@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from sim.errors import InputError, InvalidWorld, SimError
 from sim.gcpause import gc_paused
+from sim.pack import PACK, is_packed, read_pack
 from sim.serve.preview import Preview, scan
 from sim.storage import MAX_ENTITY_BYTES, Storage
 from sim.world import World
@@ -58,11 +59,11 @@ State = Literal["loading", "ready", "invalid"]
 def _stamp(world_dir: Path) -> tuple[int, ...]:
     """Changes when a tick commits (it rewrites ``world.json``), when ``sim set`` or
     ``sim inject`` records an intervention (each rewrites ``.sim/interventions.json``; a
-    set rewrites its entity in place) and when an entity file is added or removed (its
-    folder's mtime). An entity file edited by hand while serving shows after the next of
-    these."""
+    set rewrites its entity in place), when an entity file is added or removed (its
+    folder's mtime) and when a packed world's pack is replaced. An entity file edited by
+    hand while serving shows after the next of these."""
     out: list[int] = []
-    for rel in ("world.json", ".sim/interventions.json", "characters", "locations"):
+    for rel in ("world.json", ".sim/interventions.json", "characters", "locations", PACK):
         out.extend(file_stamp(world_dir / rel))
     return tuple(out)
 
@@ -152,7 +153,13 @@ class Unloadable(Exception):
 
 
 def _entity_files(world_dir: Path) -> int | None:
-    """How many entity files the world has (``None``: a folder cannot be listed)."""
+    """How many entity files the world has (``None``: a folder or the pack cannot be
+    read)."""
+    if is_packed(world_dir):
+        try:
+            return len(read_pack(world_dir, None))
+        except (SimError, OSError):
+            return None
     total = 0
     for kind in ("characters", "locations"):
         if (world_dir / kind).is_symlink():

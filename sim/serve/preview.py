@@ -4,7 +4,8 @@ The validated load of a 100,000-character world (``Storage.load``: every file pa
 validated by pydantic and normalised) takes seconds. Before it, ``scan`` reads each
 entity file once and keeps only what the aggregated views need (``/api/world``'s places
 and counts, ``/api/network`` by place): a character's id, name, location and ties, a
-place's id, name and connections. The files are read as the load reads them
+place's id, name and connections. The files are read as the load reads them (a packed
+world's from its pack, ``sim.pack``)
 (``sim.safefs``: no link followed, no hard link, no file over ``max_entity_bytes``, the
 pending journal's files in place of those it rewrites), and what is kept is checked
 minimally: each id matches the id pattern and its file's name, each name is a non-empty
@@ -31,6 +32,7 @@ import orjson
 from sim import safefs
 from sim.errors import SimError
 from sim.gcpause import gc_paused
+from sim.pack import is_packed, read_pack
 from sim.storage import Storage
 from sim.world import ID_RE, TRUST_RANGE, World
 
@@ -134,10 +136,16 @@ def _read(dir_fd: int, name: str, shown: Path, limit: int) -> bytes | None:
 
 
 def _kind(
-    world_dir: Path, kind: str, keep: Keep, limit: int, overlay: dict[str, bytes | None]
+    world_dir: Path,
+    kind: str,
+    keep: Keep,
+    limit: int,
+    overlay: dict[str, bytes | None],
+    pack: dict[str, bytes] | None,
 ) -> tuple[dict[str, Entity], int]:
     """``kind``'s entities kept by id (sorted), and how many of its files were left out.
-    Each file is parsed as it is read, and only what ``keep`` keeps of it is held."""
+    Each file is parsed as it is read (from its folder, or from a packed world's ``pack``),
+    and only what ``keep`` keeps of it is held."""
     out: dict[str, Entity] = {}
     files = 0
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
@@ -153,13 +161,19 @@ def _kind(
         if entity is not None:
             out[eid] = entity
 
-    folder = world_dir / kind  # named in no error: a skipped file is only counted
-    with safefs.open_dir(world_dir, [kind]) as dir_fd:
-        for name in sorted(os.listdir(dir_fd)):
-            if name.endswith(".json") and f"{kind}/{name}" not in overlay:
-                files += 1
-                take(name, _read(dir_fd, name, folder, limit))
     prefix = f"{kind}/"
+    if pack is not None:
+        for rel, packed in pack.items():
+            if rel.startswith(prefix) and rel not in overlay:
+                files += 1
+                take(rel[len(prefix) :], packed)
+    else:
+        folder = world_dir / kind  # named in no error: a skipped file is only counted
+        with safefs.open_dir(world_dir, [kind]) as dir_fd:
+            for name in sorted(os.listdir(dir_fd)):
+                if name.endswith(".json") and f"{kind}/{name}" not in overlay:
+                    files += 1
+                    take(name, _read(dir_fd, name, folder, limit))
     for rel, raw in sorted(overlay.items()):  # the pending journal's files, as the load
         rest = rel[len(prefix) :]
         if rel.startswith(prefix) and "/" not in rest and rest.endswith(".json") and raw:
@@ -179,9 +193,14 @@ def scan(world_dir: Path, max_entity_bytes: int) -> Preview:
     storage = Storage(world_dir, max_entity_bytes)
     meta = storage.load_meta()  # validated, as the load validates it
     overlay = storage.pending_files()
+    pack = read_pack(world_dir, max_entity_bytes) if is_packed(world_dir) else None
     with gc_paused():  # many short-lived dicts, no cycles: the collector only slows it
-        characters, skipped_c = _kind(world_dir, "characters", character, max_entity_bytes, overlay)
-        locations, skipped_l = _kind(world_dir, "locations", location, max_entity_bytes, overlay)
+        characters, skipped_c = _kind(
+            world_dir, "characters", character, max_entity_bytes, overlay, pack
+        )
+        locations, skipped_l = _kind(
+            world_dir, "locations", location, max_entity_bytes, overlay, pack
+        )
     world = World(world_dir, dict(meta), characters, locations)
     files = len(characters) + len(locations) + skipped_c + skipped_l
     return Preview(world, files, skipped_c + skipped_l, time.perf_counter() - started)

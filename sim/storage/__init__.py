@@ -4,11 +4,13 @@ Owns: ``store`` (``Storage``: a world folder read and checked, its changed files
 ``.sim`` folders, the world's lock), ``normal`` (a world file's normal form, without
 pydantic's dump when the file already is it), ``journal`` (the commit's redo journal: written,
 fsynced, renamed, replayed after a crash), ``journalcheck`` (what a pending journal may
-hold, checked before any of it is applied) and ``statefiles`` (the engine's state files
-under ``.sim`` and what each must hold).
+hold, checked before any of it is applied), ``statefiles`` (the engine's state files
+under ``.sim`` and what each must hold) and ``forms`` (a world moved between its folders
+and its pack: ``sim pack``, ``sim unpack``).
 
 May import: ``sim.errors``, ``sim.world`` (the entities' models), ``sim.safefs`` (every
-path inside a world opened without following a link out of it) and ``sim.ticklog`` (the
+path inside a world opened without following a link out of it), ``sim.bundle`` (the
+journal's form), ``sim.pack`` (a packed world's entity files) and ``sim.ticklog`` (the
 logs a journal moves, the records a state file holds). Nothing above it: the engine, the
 interventions, runs and studies import it.
 

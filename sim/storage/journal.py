@@ -36,7 +36,9 @@ from pathlib import Path
 import orjson
 
 from sim import safefs
+from sim.bundle import BundleError, bundle_chunks, parse_bundle
 from sim.errors import InputError, UserError
+from sim.pack import entity_files, is_packed, remove_pack_tmp, update_pack
 from sim.safefs import UnsafePath
 from sim.world import ID_RE
 
@@ -175,19 +177,10 @@ def _overwrite_all(
         raise errors[0]
 
 
-def journal_chunks(files: Mapping[str, bytes | None]) -> Iterator[bytes]:
-    """The streamed journal (version 2): the magic line, then per file a JSON header line
-    ``{"path": rel, "size": n}`` (``"size": null`` for a deletion) followed by its ``n``
-    bytes and a newline, then ``{"end": count}``. Files are never re-encoded: their bytes
-    go in as they are, so no second copy of the world is built in memory."""
-    yield JOURNAL_MAGIC
-    for rel, data in files.items():
-        size = None if data is None else len(data)
-        yield orjson.dumps({"path": rel, "size": size}) + b"\n"
-        if data is not None:
-            yield data
-            yield b"\n"
-    yield orjson.dumps({"end": len(files)}) + b"\n"
+def journal_chunks(files: Mapping[str, bytes | None]) -> Iterator[bytes | memoryview]:
+    """The streamed journal (version 2): a bundle (``sim.bundle``) of ``files``, so no
+    second copy of the world is built in memory."""
+    return bundle_chunks(JOURNAL_MAGIC, files)
 
 
 def write_journal(root: Path, files: Mapping[str, bytes | None]) -> None:
@@ -257,14 +250,30 @@ def _check_rel(root: Path, rel: str, parents_ok: set[str] | None = None) -> None
 
 def apply_journal(root: Path, files: Mapping[str, bytes | None]) -> None:
     """Write a committed journal's ``files`` in place (``None``: delete), flush them and
-    their folders, and remove the journal."""
+    their folders, and remove the journal. In a packed world the entity files among them
+    go into its pack (``sim.pack``): the pack is written whole and renamed into place,
+    before the rest."""
+    if is_packed(root):
+        entities = entity_files(files)
+        if entities:
+            update_pack(root, entities)
+            files = {rel: data for rel, data in files.items() if rel not in entities}
+    write_in_place(root, files)
+    with safefs.open_dir(root, [SIM_DIR]) as sim_fd:
+        os.unlink(JOURNAL.rsplit("/", 1)[1], dir_fd=sim_fd)
+        os.fsync(sim_fd)
+
+
+def write_in_place(root: Path, files: Mapping[str, bytes | None]) -> None:
+    """Write ``files`` (paths in the world) in place (``None``: delete), their folders made
+    as needed, then flush the files and their folders (``apply_journal``; ``sim unpack``)."""
     # Files are overwritten in place: the committed journal already makes the tick
     # atomic (recovery rewrites every file from it), and on common filesystems an
     # in-place write is several times cheaper than write-temp-and-rename (see the
     # module docstring). Each folder is opened once, by descriptor, without following
     # links (sim.safefs); each file is flushed by the thread that wrote it, or, from
     # SYNCFS_FROM files, each filesystem once after all are written; then each folder
-    # once, before the journal goes.
+    # once.
     by_folder: dict[str, list[tuple[str, bytes | None]]] = {}
     for rel, data in files.items():
         folder, _, name = rel.rpartition("/")
@@ -296,9 +305,6 @@ def apply_journal(root: Path, files: Mapping[str, bytes | None]) -> None:
                 _overwrite(item)
         for dir_fd in folders:  # files created or removed: their names, durably
             os.fsync(dir_fd)
-    with safefs.open_dir(root, [SIM_DIR]) as sim_fd:
-        os.unlink(JOURNAL.rsplit("/", 1)[1], dir_fd=sim_fd)
-        os.fsync(sim_fd)
 
 
 def _journal_bytes(root: Path) -> bytes | None:
@@ -368,36 +374,10 @@ def _parse_json_journal(root: Path, raw: bytes) -> dict[str, bytes | None]:
 
 def _parse_streamed_journal(root: Path, raw: bytes) -> dict[str, bytes | None]:
     """Version 2 (``journal_chunks``); anything short of its ``end`` line is refused."""
-    out: dict[str, bytes | None] = {}
-    pos = len(JOURNAL_MAGIC)
-    while True:
-        end = raw.find(b"\n", pos)
-        if end < 0:
-            raise CorruptJournal(root, "truncated (no end record)")
-        try:
-            head = orjson.loads(raw[pos:end])
-        except orjson.JSONDecodeError as exc:
-            raise CorruptJournal(root, f"bad record at byte {pos} ({exc})") from None
-        if not isinstance(head, dict):
-            raise CorruptJournal(root, f"bad record at byte {pos}: expected an object")
-        if "end" in head:
-            if head["end"] != len(out) or end + 1 != len(raw):
-                raise CorruptJournal(root, "the end record does not match its files")
-            return out
-        rel, size = head.get("path"), head.get("size")
-        if not isinstance(rel, str) or rel in out:
-            raise CorruptJournal(root, f"bad record at byte {pos}: path {rel!r}")
-        if size is None:
-            out[rel] = None
-            pos = end + 1
-            continue
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise CorruptJournal(root, f"{rel!r}: expected a size in bytes or null")
-        start, stop = end + 1, end + 1 + size
-        if raw[stop : stop + 1] != b"\n":
-            raise CorruptJournal(root, f"{rel!r}: truncated ({size} bytes expected)")
-        out[rel] = raw[start:stop]
-        pos = stop + 1
+    try:
+        return parse_bundle(raw, JOURNAL_MAGIC)
+    except BundleError as exc:
+        raise CorruptJournal(root, str(exc)) from None
 
 
 def recover_journal(root: Path) -> bool:
@@ -414,6 +394,7 @@ def recover_journal(root: Path) -> bool:
         safefs.open_dir(root, [SIM_DIR]) as sim_fd,
     ):
         safefs.unlink_at(sim_fd, JOURNAL_TMP.rsplit("/", 1)[1])
+    remove_pack_tmp(root)
     if _journal_bytes(root) is None:
         return False
     files = journal_overlay(root)
@@ -434,5 +415,6 @@ __all__ = [
     "journal_chunks",
     "journal_overlay",
     "recover_journal",
+    "write_in_place",
     "write_journal",
 ]

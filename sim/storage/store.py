@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim import safefs
 from sim.errors import InputError, InvalidWorld, WorldLockedError
+from sim.pack import PACK, both_forms, both_forms_problem, is_packed, read_pack
 from sim.safefs import UnsafePath
 from sim.storage.journal import (
     JOURNAL,
@@ -313,14 +314,20 @@ class Storage:
     # -- loading ------------------------------------------------------------------------
 
     def _parse(
-        self, rel: str, raw: bytes, model: type[BaseModel], problems: list[InputError]
+        self,
+        rel: str,
+        raw: bytes,
+        model: type[BaseModel],
+        problems: list[InputError],
+        base: Path | None = None,
     ) -> Entity | None:
         """``raw``, the file ``rel``, parsed, checked and in normal form; ``None`` with its
-        problems added to ``problems`` (each naming the file: its ``Path`` is built only
-        then, which was a tenth of a big world's load)."""
+        problems added to ``problems`` (each naming the file, under ``base``: the world
+        folder, or a packed world's pack; its ``Path`` is built only then, which was a tenth
+        of a big world's load)."""
 
         def path() -> Path:
-            return self.root / rel
+            return (base or self.root) / rel
 
         try:
             data = orjson.loads(raw)
@@ -371,10 +378,36 @@ class Storage:
         )
 
     def _sources(
-        self, kind: str, overlay: Mapping[str, bytes | None], problems: list[InputError]
+        self,
+        kind: str,
+        overlay: Mapping[str, bytes | None],
+        problems: list[InputError],
+        pack: Mapping[str, bytes] | None,
     ) -> dict[str, bytes]:
-        """``kind/<name>.json`` -> bytes, as the world stands (pending journal included)."""
+        """``kind/<name>.json`` -> bytes, as the world stands (pending journal included):
+        from its folder, or from ``pack`` (a packed world's, ``sim.pack``)."""
         out: dict[str, bytes] = {}
+        if pack is not None:
+            prefix = f"{kind}/"
+            out = {rel: raw for rel, raw in pack.items() if rel.startswith(prefix)}
+            for rel in overlay:
+                out.pop(rel, None)
+        else:
+            self._read_folder(kind, overlay, problems, out)
+        prefix = f"{kind}/"
+        for rel, data in overlay.items():
+            if rel.startswith(prefix) and "/" not in rel[len(prefix) :] and data is not None:
+                out[rel] = data
+        return {rel: out[rel] for rel in sorted(out)}
+
+    def _read_folder(
+        self,
+        kind: str,
+        overlay: Mapping[str, bytes | None],
+        problems: list[InputError],
+        out: dict[str, bytes],
+    ) -> None:
+        """``kind``'s files read from its folder into ``out``, but those in ``overlay``."""
         folder = self.root / kind
         try:
             with safefs.open_dir(self.root, [kind]) as dir_fd:
@@ -406,11 +439,6 @@ class Storage:
             )
         except InputError as exc:
             problems.append(exc)
-        prefix = f"{kind}/"
-        for rel, data in overlay.items():
-            if rel.startswith(prefix) and "/" not in rel[len(prefix) :] and data is not None:
-                out[rel] = data
-        return {rel: out[rel] for rel in sorted(out)}
 
     def _read_kind(
         self,
@@ -419,18 +447,20 @@ class Storage:
         problems: list[InputError],
         originals: dict[str, bytes],
         overlay: Mapping[str, bytes | None],
+        pack: Mapping[str, bytes] | None,
         progress: Callable[[int], None] | None = None,
     ) -> tuple[dict[str, Entity], set[str]]:
         """Valid entities by id, and the ids of files that exist but are invalid;
         ``progress`` is told every ``PROGRESS_EVERY`` files checked, and at the end."""
         out: dict[str, Entity] = {}
         invalid: set[str] = set()
-        sources = self._sources(kind, overlay, problems)
+        sources = self._sources(kind, overlay, problems, pack)
+        base = self.root / PACK if pack is not None else self.root
         for done, (rel, raw) in enumerate(sources.items()):
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress(done)
             stem = _stem(rel)
-            entity = self._parse(rel, raw, model, problems)
+            entity = self._parse(rel, raw, model, problems, base)
             if entity is None:
                 invalid.add(stem)
                 continue
@@ -438,7 +468,7 @@ class Storage:
             if entity_id != stem:
                 problems.append(
                     InputError(
-                        self.root / rel,
+                        base / rel,
                         "identity.id",
                         f"id {entity_id!r} must equal the file name {stem!r}",
                     )
@@ -457,7 +487,9 @@ class Storage:
         Writes nothing. A committed tick still waiting in the journal (after a crash) is
         read from the journal, so the world is seen wholly at its newest committed tick.
         ``progress`` is told how many entity files have been checked so far, now and then
-        (``sim serve`` shows it while a big world loads).
+        (``sim serve`` shows it while a big world loads). A packed world's entities are
+        read from its pack (``sim.pack``), each checked as a file is, and named in a
+        problem as ``world.pack/<kind>/<id>.json``.
         """
         if not self.root.is_dir():
             raise InputError(self.root, None, "world folder not found")
@@ -465,6 +497,8 @@ class Storage:
         problems: list[InputError] = []
         originals: dict[str, bytes] = {}
         meta = self._meta(overlay, problems, originals)
+        pack = self._pack(problems)
+        base = self.root / PACK if pack is not None else self.root
         checked = seen = 0  # files checked: of the kinds before, and so far
 
         def told(done: int) -> None:
@@ -474,17 +508,18 @@ class Storage:
                 progress(seen)
 
         characters, bad_characters = self._read_kind(
-            "characters", Character, problems, originals, overlay, told
+            "characters", Character, problems, originals, overlay, pack, told
         )
         checked = seen
         locations, bad_locations = self._read_kind(
-            "locations", Location, problems, originals, overlay, told
+            "locations", Location, problems, originals, overlay, pack, told
         )
+        del pack  # each entity's bytes are in ``originals``
         known_locations = set(locations) | bad_locations
 
         def problem(kind: str, eid: str, field: str, message: str) -> None:
             """A problem in the entity file ``<kind>/<eid>.json``."""
-            problems.append(InputError(self.root / kind / f"{eid}.json", field, message))
+            problems.append(InputError(base / kind / f"{eid}.json", field, message))
 
         for cid in sorted(set(characters) & set(locations)):
             problem(
@@ -518,7 +553,7 @@ class Storage:
         problems.extend(prompt_problems(self.root))
         if not locations and not bad_locations:
             problems.append(
-                InputError(self.root / "locations", None, "a world needs at least one location")
+                InputError(base / "locations", None, "a world needs at least one location")
             )
         if overlay:  # a problem in a file the pending journal writes is the journal's
             blamed = [p for p in problems if p.path is not None and self._rel(p.path) in overlay]
@@ -533,6 +568,26 @@ class Storage:
             raise InvalidWorld(problems)
         assert meta is not None
         return World(self.root, meta, characters, locations, originals)
+
+    def _pack(self, problems: list[InputError]) -> dict[str, bytes] | None:
+        """A packed world's entity files (``None``: the world is in folders).
+
+        Raises:
+            InvalidWorld: the pack cannot be read, or has entity folders beside it
+                (``problems`` so far, and that): no entity is read.
+        """
+        if not is_packed(self.root):
+            return None
+        folders = both_forms(self.root)
+        try:
+            if folders:
+                raise both_forms_problem(self.root, folders)
+            return read_pack(self.root, self.max_entity_bytes, ENTITY_LIMIT)
+        except InputError as exc:
+            raise InvalidWorld([*problems, exc]) from None
+        except OSError as exc:
+            cannot = InputError(self.root / PACK, None, f"cannot read: {exc.strerror}")
+            raise InvalidWorld([*problems, cannot]) from None
 
     def _meta(
         self,
@@ -573,8 +628,9 @@ class Storage:
         return meta
 
     def _rel(self, path: Path) -> str:
+        """The world file a problem's path names (an entity inside a pack: its own path)."""
         try:
-            return path.relative_to(self.root).as_posix()
+            return path.relative_to(self.root).as_posix().removeprefix(f"{PACK}/")
         except ValueError:
             return ""
 

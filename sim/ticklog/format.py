@@ -225,14 +225,27 @@ def read_state(root: Path) -> dict[str, bytes]:
     them is refused by name, as is an entity file or ``world.json`` with another name (a
     hard link): a fork or an export copies the world's own files, never another's.
 
+    A packed world's entity files are read from its pack, by the same paths.
+
     Raises:
         UnsafePath: one of them is not a regular file of the world's own.
+        InputError: a packed world's pack is not one, or has entity folders beside it.
     """
+    # here, not at the top: sim.pack's entity paths come from sim.world's models, which
+    # `sim log` and `sim usage` do not load
+    from sim.pack import both_forms, both_forms_problem, is_packed, read_pack
+
     files: dict[str, bytes] = {}
     with contextlib.suppress(FileNotFoundError):
         files["world.json"] = safefs.read_file(root, "world.json", one_link=True)
-    for kind in STATE_KINDS:
-        files.update(_read_tree(root, kind, one_link=True, depth=0))
+    if is_packed(root):  # the same files, from the pack (``sim.pack``)
+        folders = both_forms(root)
+        if folders:
+            raise both_forms_problem(root, folders)
+        files.update(read_pack(root, None))
+    else:
+        for kind in STATE_KINDS:
+            files.update(_read_tree(root, kind, one_link=True, depth=0))
     files.update(read_store(root))
     pending = safefs.read_optional(root, INTERVENTIONS)  # no link on the way is followed
     if pending is not None:

@@ -118,6 +118,22 @@ def test_workers_scenario_reports_its_figures(tmp_path: Path) -> None:
     assert not any("one process" in note for note in counted["runs"]["2"][0]["notes"])
 
 
+def test_pack_scenario_reports_its_figures(tmp_path: Path) -> None:
+    """Scenario 15 at a tiny size: the same world in folders and packed, each ticked by
+    ``sim tick --workers 1`` and ``2``, every copy made first and ending the same (the
+    packed ones unpacked to compare; no timing asserts)."""
+    from bench.process import packed
+
+    run = packed(60, 1, tmp_path)
+    made = sorted(p.name for p in (tmp_path / "60-packed").iterdir())
+    assert made == ["base", "base-pack", "w1-folders-0", "w1-pack-0", "w2-folders-0", "w2-pack-0"]
+    assert (tmp_path / "60-packed" / "base-pack" / "world.pack").is_file()
+    assert run["identical"] is True and run["pack_bytes"] > 0
+    assert sorted(run["runs"]) == ["folders-1", "folders-2", "pack-1", "pack-2"]
+    for runs in run["runs"].values():
+        assert len(runs) == 1 and runs[0]["wall_s"] > 0 and "commit" in runs[0]["timings"]
+
+
 def test_mind_scenario_reports_its_figures() -> None:
     from bench.mind import cache_memory, retrieval_cpu, token_cost
 

@@ -27,7 +27,9 @@ from pathlib import Path
 import pytest
 from conftest import DEMO
 
-from sim.storage import Storage
+from sim.errors import InvalidWorld
+from sim.pack import PACK, PACK_TMP
+from sim.storage import Storage, forms
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,6 +40,7 @@ import signal
 import sys
 from pathlib import Path
 
+import sim.storage.forms as forms
 import sim.storage.journal as journal
 import sim.storage.store as st
 
@@ -160,9 +163,21 @@ def recover(root):
         storage.recover()
 
 
+def pack(root):
+    install()
+    forms.pack(Path(root))
+
+
+def unpack(root):
+    install()
+    forms.unpack(Path(root))
+
+
 def main():
     global ROOT, crash_at
-    action = {"commit": commit_tick1, "recover": recover}[sys.argv[1]]
+    action = {"commit": commit_tick1, "recover": recover, "pack": pack, "unpack": unpack}[
+        sys.argv[1]
+    ]
     base, first, last = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     if first == 0:  # count only: run once on ``base`` and list the operations
         ROOT, crash_at = base, 0
@@ -252,13 +267,16 @@ def leftovers(root: Path) -> list[str]:
     return sorted(
         p.relative_to(root).as_posix()
         for p in root.rglob("*")
-        if p.name in ("journal.json", "journal.tmp") or p.name.endswith(".sim-tmp")
+        if p.name in ("journal.json", "journal.tmp", PACK_TMP) or p.name.endswith(".sim-tmp")
     )
 
 
-def fresh_copy(tmp_path: Path, name: str) -> Path:
+def fresh_copy(tmp_path: Path, name: str, form: str = "folders") -> Path:
+    """A copy of the demo world, in folders or packed (``sim.pack``)."""
     root = tmp_path / name
     shutil.copytree(DEMO, root, ignore=shutil.ignore_patterns(".sim"))
+    if form == "pack":
+        forms.pack(root)
     return root
 
 
@@ -311,19 +329,26 @@ def commit_point(ops: list[str]) -> int:
 
 
 @pytest.mark.slow
-def test_a_crash_at_any_point_of_a_commit_leaves_tick_0_or_tick_1(tmp_path: Path) -> None:
-    base = fresh_copy(tmp_path, "base")
+@pytest.mark.parametrize("form", ["folders", "pack"])
+def test_a_crash_at_any_point_of_a_commit_leaves_tick_0_or_tick_1(
+    tmp_path: Path, form: str
+) -> None:
+    base = fresh_copy(tmp_path, "base", form)
     tick0 = world_files(base)
 
     # a counting-only run: the full commit, and the list of its filesystem operations
-    full = fresh_copy(tmp_path, "full")
+    full = fresh_copy(tmp_path, "full", form)
     ops = count_ops("commit", full)
-    assert len(ops) >= 30, ops
+    assert len(ops) >= 30 if form == "folders" else 15, ops
     tick1 = world_files(full)
     assert Storage(full).load().tick == 1
-    assert sorted(rel for rel in tick1 if tick1[rel] != tick0[rel]) == sorted(
-        ["world.json"] + [f"characters/{p.name}" for p in (base / "characters").iterdir()]
-    )
+    changed = sorted(rel for rel in tick1 if tick1[rel] != tick0[rel])
+    if form == "folders":
+        characters = [f"characters/{p.name}" for p in (base / "characters").iterdir()]
+        assert changed == sorted(["world.json", *characters])
+    else:  # every character's file is in the pack: it is replaced whole, after the journal
+        assert changed == ["world.json", PACK]
+        assert any(op.startswith("os.replace") and op.endswith(PACK) for op in ops), ops
     renamed = commit_point(ops)
 
     seen = {0: 0, 1: 0}
@@ -337,11 +362,12 @@ def test_a_crash_at_any_point_of_a_commit_leaves_tick_0_or_tick_1(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_crash_during_recovery_is_recovered_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["folders", "pack"])
+def test_a_crash_during_recovery_is_recovered_too(tmp_path: Path, form: str) -> None:
     """A crash while replaying a journal leaves the journal in place for the next recover."""
-    base = fresh_copy(tmp_path, "base")
+    base = fresh_copy(tmp_path, "base", form)
     tick0 = world_files(base)
-    full = fresh_copy(tmp_path, "full")
+    full = fresh_copy(tmp_path, "full", form)
     ops = count_ops("commit", full)
     tick1 = world_files(full)
 
@@ -355,7 +381,7 @@ def test_a_crash_during_recovery_is_recovered_too(tmp_path: Path) -> None:
     shutil.copytree(pending, probe)
     rec_ops = count_ops("recover", probe)
     assert world_files(probe) == tick1
-    assert len(rec_ops) >= 20, rec_ops
+    assert len(rec_ops) >= (20 if form == "folders" else 10), rec_ops
 
     for j, root in sorted(crash_at_every_point("recover", pending, len(rec_ops)).items()):
         label = f"recover crashed at op {j}/{len(rec_ops)} ({rec_ops[j - 1]})"
@@ -376,3 +402,42 @@ def test_injector_counts_without_crashing(tmp_path: Path) -> None:
     storage.commit(world)
     assert world_files(plain) == world_files(counted)
     assert json.loads((plain / "world.json").read_text())["tick"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["pack", "unpack"])
+def test_a_pack_or_unpack_killed_at_any_point_loses_nothing_and_finishes_when_run_again(
+    tmp_path: Path, command: str
+) -> None:
+    """``sim pack`` and ``sim unpack`` killed at each filesystem operation: the world either
+    loads as it was, or is refused as in both forms until the same command runs again;
+    after that run it is in the new form, with every entity file as it was."""
+    start = fresh_copy(tmp_path, "base", "folders" if command == "pack" else "pack")
+    before = Storage(start).load()
+    entities = {rel: data for rel, data in before.originals.items() if rel != "world.json"}
+    full = tmp_path / "full"
+    shutil.copytree(start, full)
+    ops = count_ops(command, full)
+    assert (full / PACK).exists() == (command == "pack"), ops
+    run = forms.pack if command == "pack" else forms.unpack
+    seen = {"as it was": 0, "both forms": 0, "done": 0}
+    for k, root in sorted(crash_at_every_point(command, start, len(ops)).items()):
+        label = f"{command} killed at op {k}/{len(ops)} ({ops[k - 1]})"
+        try:
+            world = Storage(root).load()
+        except InvalidWorld as exc:  # both forms: named, nothing chosen
+            assert "beside its pack" in str(exc), (label, str(exc))
+            seen["both forms"] += 1
+        else:
+            assert world.originals == before.originals, label
+            seen["done" if (root / PACK).exists() == (command == "pack") else "as it was"] += 1
+        folders = [(root / kind).exists() for kind in ("characters", "locations")]
+        if (root / PACK).exists() != (command == "pack") or (command == "pack" and any(folders)):
+            run(root)  # again: from the start, or it finishes the interrupted run
+        assert (root / PACK).exists() == (command == "pack"), label
+        for kind in ("characters", "locations"):
+            assert (root / kind).is_dir() == (command == "unpack"), label
+        assert leftovers(root) == [], label
+        after = Storage(root).load()
+        assert {r: d for r, d in after.originals.items() if r != "world.json"} == entities, label
+    assert seen["as it was"] > 0 and seen["both forms"] > 0, seen
