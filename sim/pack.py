@@ -127,24 +127,29 @@ def write_pack(root: Path, files: Mapping[str, bytes | memoryview]) -> None:
         os.fsync(dir_fd)
 
 
-def update_pack(root: Path, changes: Mapping[str, bytes | None]) -> None:
-    """The pack with ``changes`` (entity files by path, ``None``: removed) made: read,
-    changed and written whole (``write_pack``; the files it keeps are written from the old
-    pack's bytes, not copied out of them first). Applying the same changes again gives the
+def update_pack(
+    root: Path, changes: Mapping[str, bytes | None], base: Mapping[str, bytes] | None = None
+) -> None:
+    """The pack with ``changes`` (entity files by path, ``None``: removed) made and written
+    whole (``write_pack``), from ``base`` (every entity file as the pack holds it, a whole
+    world's in memory) or else from the pack read again (the files it keeps written from
+    its bytes, not copied out of them first). Applying the same changes again gives the
     same pack, as a replayed journal does.
 
     Raises:
         InputError: the pack is not one (a commit checked it when it loaded the world).
     """
-    raw = safefs.read_file(root, PACK, one_link=True)
-    try:
-        spans = bundle_spans(raw, PACK_MAGIC)
-    except BundleError as exc:
-        raise InputError(root / PACK, None, f"not a pack sim wrote: {exc}") from None
-    view = memoryview(raw)
-    files: dict[str, bytes | memoryview] = {
-        rel: view[span[0] : span[1]] for rel, span in spans.items() if span is not None
-    }
+    files: dict[str, bytes | memoryview]
+    if base is not None:
+        files = dict(base)
+    else:
+        raw = safefs.read_file(root, PACK, one_link=True)
+        try:
+            spans = bundle_spans(raw, PACK_MAGIC)
+        except BundleError as exc:
+            raise InputError(root / PACK, None, f"not a pack sim wrote: {exc}") from None
+        view = memoryview(raw)
+        files = {rel: view[span[0] : span[1]] for rel, span in spans.items() if span is not None}
     for rel, data in changes.items():
         if data is None:
             files.pop(rel, None)

@@ -659,7 +659,7 @@ class Runner:
         result.notes.extend(self._fit_memories(world, changed))
         extra.update(recorder.commit_files(self.storage, world, extra, totals, changed))
         commit_started = time.perf_counter()
-        self.storage.commit(world, extra, changed=changed)
+        self.storage.commit(world, extra, changed=changed, whole=True)
         del changed
         self.current_tick = None  # an interrupt from here on loses nothing
         recorder.committed()

@@ -248,16 +248,21 @@ def _check_rel(root: Path, rel: str, parents_ok: set[str] | None = None) -> None
         checked.add(parent)
 
 
-def apply_journal(root: Path, files: Mapping[str, bytes | None]) -> None:
+def apply_journal(
+    root: Path,
+    files: Mapping[str, bytes | None],
+    entities: Mapping[str, bytes] | None = None,
+) -> None:
     """Write a committed journal's ``files`` in place (``None``: delete), flush them and
     their folders, and remove the journal. In a packed world the entity files among them
     go into its pack (``sim.pack``): the pack is written whole and renamed into place,
-    before the rest."""
+    before the rest, from ``entities`` (every entity file of the world before ``files``,
+    a whole world's in memory) or else from the pack as it is."""
     if is_packed(root):
-        entities = entity_files(files)
-        if entities:
-            update_pack(root, entities)
-            files = {rel: data for rel, data in files.items() if rel not in entities}
+        changes = entity_files(files)
+        if changes:
+            update_pack(root, changes, entities)
+            files = {rel: data for rel, data in files.items() if rel not in changes}
     write_in_place(root, files)
     with safefs.open_dir(root, [SIM_DIR]) as sim_fd:
         os.unlink(JOURNAL.rsplit("/", 1)[1], dir_fd=sim_fd)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim import safefs
 from sim.errors import InputError, InvalidWorld, WorldLockedError
-from sim.pack import PACK, both_forms, both_forms_problem, is_packed, read_pack
+from sim.pack import ENTITY_REL, PACK, both_forms, both_forms_problem, is_packed, read_pack
 from sim.safefs import UnsafePath
 from sim.storage.journal import (
     JOURNAL,
@@ -702,6 +702,7 @@ class Storage:
         extra: Mapping[str, bytes | None] | None = None,
         *,
         changed: Mapping[str, bytes] | None = None,
+        whole: bool = False,
     ) -> list[str]:
         """Atomically write every changed entity, ``world.json`` and ``extra`` files.
 
@@ -712,6 +713,9 @@ class Storage:
             changed: ``changed_files(world)`` when the caller already has it (the tick
                 computes it once for its log and its commit; serialising 100,000
                 entities twice cost seconds and a second copy of the world in memory).
+            whole: ``world`` holds every entity of the world, as ``load`` gave it (a
+                tick's): a packed world's new pack is made from its files in memory,
+                not from the pack read again (a pack's size less at the commit's peak).
 
         Returns:
             The relative paths written or deleted.
@@ -728,8 +732,11 @@ class Storage:
         check_rels(self.root, extra or {})  # entity paths are built from validated ids
         files.update(extra or {})
         self.check_sizes(files)
+        entities = None
+        if whole and is_packed(self.root):
+            entities = {r: d for r, d in world.originals.items() if ENTITY_REL.fullmatch(r)}
         write_journal(self.root, files)  # the commit point
-        apply_journal(self.root, files)
+        apply_journal(self.root, files, entities)
         for rel, data in files.items():
             if data is not None:
                 world.originals[rel] = data

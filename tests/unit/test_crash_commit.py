@@ -153,7 +153,7 @@ def commit_tick1(root):
         char["memory"]["cells"].append({"tick": 1, "text": f"{cid} watched the tide turn."})
     world.meta["tick"] = 1
     install()
-    storage.commit(world)
+    storage.commit(world, whole=True)  # as a tick commits (a pack made from memory)
 
 
 def recover(root):

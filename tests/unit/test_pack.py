@@ -42,9 +42,12 @@ def test_a_packed_world_loads_as_its_folders_and_unpacks_to_the_same_files(
     assert tree(world) == before
 
 
+@pytest.mark.parametrize("whole", [False, True])
 def test_a_commit_replaces_the_pack_whole_and_never_writes_through_a_planted_link(
-    tmp_path: Path,
+    tmp_path: Path, whole: bool
 ) -> None:
+    """Made from the pack read again, or from a whole world's files in memory (a tick's):
+    the same pack."""
     world = _packed(tmp_path)
     outside = tmp_path / "outside.txt"
     outside.write_bytes(b"keep me")
@@ -54,7 +57,7 @@ def test_a_commit_replaces_the_pack_whole_and_never_writes_through_a_planted_lin
     for character in loaded.characters.values():
         character["state"]["mood"] = "packed"
     loaded.meta["tick"] = 1
-    written = storage.commit(loaded)
+    written = storage.commit(loaded, whole=whole)
     assert outside.read_bytes() == b"keep me"
     assert sorted(os.listdir(world)) == [".sim", "world.json", PACK]  # no folder, no scratch
     assert any(rel.startswith("characters/") for rel in written)
@@ -62,6 +65,14 @@ def test_a_commit_replaces_the_pack_whole_and_never_writes_through_a_planted_lin
     assert again.tick == 1
     assert {c["state"]["mood"] for c in again.characters.values()} == {"packed"}
     assert again.originals == loaded.originals
+    other = _packed(tmp_path / "other")
+    storage = Storage(other)
+    second = storage.load()
+    for character in second.characters.values():
+        character["state"]["mood"] = "packed"
+    second.meta["tick"] = 1
+    storage.commit(second, whole=not whole)
+    assert (other / PACK).read_bytes() == (world / PACK).read_bytes()
 
 
 @pytest.mark.parametrize(
