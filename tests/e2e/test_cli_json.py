@@ -1,5 +1,5 @@
-"""`--json` on check, tick, replay, report, init, schema, rewind and fork: one JSON document
-on stdout (JSON Lines for tick), also when the command fails."""
+"""`--json` on check, tick, replay, report, init, schema, rewind, fork, pack and unpack: one
+JSON document on stdout (JSON Lines for tick), also when the command fails."""
 
 from __future__ import annotations
 
@@ -136,3 +136,28 @@ def test_init_schema_rewind_and_fork_print_one_json_document(tmp_path: Path) -> 
     failed = run("init", str(world), "--json")
     assert failed.exit_code == 2
     assert orjson.loads(failed.stdout)["error"]["type"] == "InputError"
+
+
+def test_pack_and_unpack_print_one_json_document_and_refuse_by_name(tmp_path: Path) -> None:
+    world = tmp_path / "w"
+    assert run("init", str(world)).exit_code == 0
+    packed = orjson.loads(run("pack", "--world", str(world), "--json").stdout)
+    assert packed == {
+        "command": "pack",
+        "ok": True,
+        "world": str(world),
+        "files": 5,
+        "finished_interrupted": False,
+    }
+    again = run("pack", "--world", str(world), "--json")
+    assert again.exit_code == 2
+    error = orjson.loads(again.stdout)["error"]
+    assert error["type"] == "InputError"
+    assert error["message"] == f"{world / 'world.pack'}: the world is packed already"
+    back = orjson.loads(run("unpack", "--world", str(world), "--json").stdout)
+    assert (back["command"], back["ok"], back["files"]) == ("unpack", True, 5)
+    assert sorted(p.name for p in (world / "characters").iterdir()) == [
+        "ada.json",
+        "bram.json",
+        "cora.json",
+    ]
