@@ -2,13 +2,12 @@
 each in ``characters/`` and ``locations/``.
 
 A world of many characters spends its load reading one file per entity and its commit
-writing one (bench/RESULTS.md §14: at 40,000 characters, reading 44,000 files against one
-pack of the same bytes, and a commit's in-place writes against one pack written and
-renamed). A packed world holds the very bytes its folders would, by the same relative
-paths (``characters/<id>.json``), in a bundle (``sim.bundle``): a tick's log, its
-digests, replay and every ``sim`` command see the same files in either form. ``sim pack``
-and ``sim unpack`` (``sim.storage.forms``) move a world between the two forms; the folders
-stay the default and the form a person edits.
+writing one (bench/RESULTS.md §15: at 100,000 characters, with a pack the load and the
+commit each take about half the time). A packed world holds the very bytes its folders
+would, by the same relative paths (``characters/<id>.json``), in a bundle
+(``sim.bundle``): a tick's log, its digests, replay and every ``sim`` command see the same
+files in either form. ``sim pack`` and ``sim unpack`` (``sim.storage.forms``) move a world
+between the two forms; the folders stay the default and the form a person edits.
 
 The pack is read as any world file is (``sim.safefs``: no link followed, a hard link
 refused) and checked whole before any entity is: its form, each path an entity file's,

@@ -387,14 +387,13 @@ class Storage:
         """``kind/<name>.json`` -> bytes, as the world stands (pending journal included):
         from its folder, or from ``pack`` (a packed world's, ``sim.pack``)."""
         out: dict[str, bytes] = {}
+        prefix = f"{kind}/"
         if pack is not None:
-            prefix = f"{kind}/"
             out = {rel: raw for rel, raw in pack.items() if rel.startswith(prefix)}
             for rel in overlay:
                 out.pop(rel, None)
         else:
             self._read_folder(kind, overlay, problems, out)
-        prefix = f"{kind}/"
         for rel, data in overlay.items():
             if rel.startswith(prefix) and "/" not in rel[len(prefix) :] and data is not None:
                 out[rel] = data

@@ -325,7 +325,7 @@ def test_a_crafted_journal_is_refused_whole_and_nothing_is_applied(
 def _crash_rewind_after_commit_point(world: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run `sim rewind --tick 2` and stop it right after its journal's commit point."""
 
-    def crash(root: Path, files: object) -> None:
+    def crash(root: Path, files: object, entities: object = None) -> None:
         raise OSError(5, "simulated crash after the commit point")
 
     with monkeypatch.context() as patch:
@@ -481,7 +481,7 @@ def test_a_real_tick_journal_passes_every_check_and_is_recovered(
     clean = copy_world(world, tmp_path / "clean")
     clean_exit(invoke("tick", "--world", str(clean)), 0)
 
-    def crash(root: Path, files: object) -> None:
+    def crash(root: Path, files: object, entities: object = None) -> None:
         raise OSError(5, "simulated crash after the commit point")
 
     with monkeypatch.context() as patch:
