@@ -389,15 +389,20 @@ def killed_when_paid(world: Path, counts: Path, target: int) -> list[str]:
     return read_counts(counts) if counts.exists() else []
 
 
+@pytest.mark.parametrize("form", ["folders", "pack"])
 def test_the_coordinator_killed_at_any_point_leaves_n_or_n_plus_1_and_pays_once(
-    tmp_path: Path,
+    tmp_path: Path, form: str
 ) -> None:
     """kill -9 of ``sim tick --workers 2`` (the coordinator) at several points of the tick:
     its workers go too, the world is never torn, and the resume pays only what the log
-    lacks."""
+    lacks; in folders, and packed (``sim pack``: its pack replaced whole at the commit)."""
+    from sim.storage.forms import pack
     from sim.testing import read_in_flight
 
     base, reference = ticked_and_reference(copy_demo(tmp_path / "base"), 5)
+    if form == "pack":
+        pack(base)
+        pack(reference)
     expected = tree(reference)
     total = len(read_log(log_path(reference, 6)).calls)
 
