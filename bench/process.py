@@ -197,7 +197,6 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
     each recently deleted inode for every file created (``recently_deleted``), seconds
     at 100,000 characters that a world copied just after the last run's was deleted
     paid, and a user's world does not."""
-    import hashlib
     import shutil
 
     runs: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
@@ -231,12 +230,7 @@ def workers(characters: int, repeats: int, scratch: Path, variant: str = "") -> 
         runs[n].append(
             {"timings": doc["timings"], "notes": doc["notes"], "load_before": load, **run}
         )
-        files = hashlib.sha256()
-        for path in sorted(p for p in world.rglob("*") if p.is_file()):
-            rel = path.relative_to(world).as_posix()
-            if not rel.startswith(".sim/log/"):
-                files.update(rel.encode() + b"\0" + path.read_bytes())
-        digests.add(files.hexdigest())
+        digests.add(_state_digest(world))
     floor = flush_floor(base)
     return {
         "characters": characters,

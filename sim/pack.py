@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from sim import safefs
 from sim.bundle import BundleError, bundle_chunks, bundle_spans, parse_bundle
@@ -43,6 +44,8 @@ ENTITY_FOLDERS = ("characters", "locations")
 ENTITY_REL = re.compile(rf"(?:characters|locations)/{ID_RE.pattern.strip('^$')}\.json")
 #: bytes gathered before each write() of a pack
 _CHUNK = 1 << 20
+
+T = TypeVar("T")
 
 
 def is_packed(root: Path) -> bool:
@@ -164,9 +167,17 @@ def remove_pack_tmp(root: Path) -> None:
         safefs.unlink_at(dir_fd, PACK_TMP)
 
 
-def entity_files(files: Mapping[str, bytes | None]) -> dict[str, bytes | None]:
+def entity_files(files: Mapping[str, T]) -> dict[str, T]:
     """The entity files among ``files`` (paths a pack holds)."""
     return {rel: data for rel, data in files.items() if ENTITY_REL.fullmatch(rel)}
+
+
+def pack_entities(root: Path, files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Write the entity files among a new world's ``files`` as its pack (``write_pack``),
+    and return the rest, to be written as files: a fork of a packed world is packed."""
+    entities = entity_files(files)
+    write_pack(root, entities)
+    return {rel: data for rel, data in files.items() if rel not in entities}
 
 
 __all__ = [
@@ -179,6 +190,7 @@ __all__ = [
     "both_forms_problem",
     "entity_files",
     "is_packed",
+    "pack_entities",
     "read_pack",
     "remove_pack_tmp",
     "update_pack",

@@ -21,7 +21,7 @@ import orjson
 
 from sim import safefs
 from sim.errors import InputError, LogError
-from sim.pack import ENTITY_REL, PACK, PACK_TMP, is_packed, write_pack
+from sim.pack import PACK, PACK_TMP, is_packed, pack_entities
 from sim.safefs import UnsafePath
 from sim.storage import Storage, dump_json
 from sim.storage.journal import SIM_DIR, commit_path_problem, journal_overlay
@@ -259,9 +259,7 @@ def fork(world_dir: Path, tick: int, dest: Path, seed: int | None = None) -> Pat
             meta["seed"] = seed
             target = {**target, "world.json": dump_json(meta)}
         if is_packed(world_dir):  # the fork keeps the world's form
-            entities = {rel: data for rel, data in target.items() if ENTITY_REL.fullmatch(rel)}
-            write_pack(dest, entities)
-            target = {rel: data for rel, data in target.items() if rel not in entities}
+            target = pack_entities(dest, target)
         for rel, data in target.items():
             parts = rel.split("/")
             with safefs.open_dir(dest, parts[:-1], create=True) as dir_fd:

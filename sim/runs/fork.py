@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sim import safefs
 from sim.config import Config, merge_tables, numbered_sections, redacted
 from sim.errors import InputError
-from sim.pack import ENTITY_REL, PACK, PACK_TMP, is_packed, write_pack
+from sim.pack import PACK, PACK_TMP, is_packed, pack_entities
 from sim.runs.design import RunSpec, SweepPlan, nested
 from sim.runs.inputs import Inputs, changed
 from sim.storage import MAX_ENTITY_BYTES, Storage, dump_json
@@ -178,9 +178,7 @@ def fork_current(world: Path, dest: Path, seed: int, overrides: Mapping[str, Any
     meta["seed"] = seed
     state["world.json"] = dump_json(meta)
     if packed:  # the fork keeps the source's form
-        entities = {rel: data for rel, data in state.items() if ENTITY_REL.fullmatch(rel)}
-        write_pack(tmp, entities)
-        state = {rel: data for rel, data in state.items() if rel not in entities}
+        state = pack_entities(tmp, state)
     made: set[str] = set()  # each folder made once, not once per file (thousands)
     for rel, data in state.items():
         parent = os.path.dirname(rel)

@@ -28,6 +28,7 @@ from sim.pack import (
     ENTITY_REL,
     PACK,
     both_forms,
+    entity_files,
     is_packed,
     read_pack,
     write_pack,
@@ -153,7 +154,7 @@ def pack(root: Path, max_entity_bytes: int = MAX_ENTITY_BYTES) -> Moved:
         files: dict[str, bytes] = {}
         for kind in ENTITY_FOLDERS:
             files.update(_folder_files(root, kind))
-        loaded = {rel: data for rel, data in world.originals.items() if ENTITY_REL.fullmatch(rel)}
+        loaded = entity_files(world.originals)
         if files != loaded:  # changed since the load (the lock keeps sim out, not an editor)
             raise InputError(root, None, "an entity file changed while packing: run it again")
         write_pack(root, loaded)
@@ -185,9 +186,7 @@ def unpack(root: Path, max_entity_bytes: int = MAX_ENTITY_BYTES) -> Moved:
         else:
             storage.recover()
             world = storage.load()
-            files = {
-                rel: data for rel, data in world.originals.items() if ENTITY_REL.fullmatch(rel)
-            }
+            files = entity_files(world.originals)
         _mark(root, True)
         for kind in ENTITY_FOLDERS:  # a world with none of a kind still has its folder
             with safefs.open_dir(root, [kind], create=True):

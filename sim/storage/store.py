@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim import safefs
 from sim.errors import InputError, InvalidWorld, WorldLockedError
-from sim.pack import ENTITY_REL, PACK, both_forms, both_forms_problem, is_packed, read_pack
+from sim.pack import PACK, both_forms, both_forms_problem, entity_files, is_packed, read_pack
 from sim.safefs import UnsafePath
 from sim.storage.journal import (
     JOURNAL,
@@ -733,7 +733,7 @@ class Storage:
         self.check_sizes(files)
         entities = None
         if whole and is_packed(self.root):
-            entities = {r: d for r, d in world.originals.items() if ENTITY_REL.fullmatch(r)}
+            entities = entity_files(world.originals)
         write_journal(self.root, files)  # the commit point
         apply_journal(self.root, files, entities)
         for rel, data in files.items():
