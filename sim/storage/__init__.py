@@ -1,7 +1,8 @@
 """A world's files on disk: loaded and validated, committed atomically, locked.
 
 Owns: ``store`` (``Storage``: a world folder read and checked, its changed files, the
-``.sim`` folders, the world's lock), ``normal`` (a world file's normal form, without
+``.sim`` folders, the world's lock), ``filetext`` (what a world file's text may be beyond
+its JSON: depth, repeated keys, 64-bit integers), ``normal`` (a world file's normal form, without
 pydantic's dump when the file already is it), ``journal`` (the commit's redo journal: written,
 fsynced, renamed, replayed after a crash), ``journalcheck`` (what a pending journal may
 hold, checked before any of it is applied), ``statefiles`` (the engine's state files
