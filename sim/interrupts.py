@@ -52,14 +52,23 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     if it ends on Ctrl-C)."""
     previous = sys.unraisablehook
     sys.unraisablehook = quiet_unraisable(previous)
+    kept: list[T] = []
+
+    async def held() -> None:
+        # the result kept out of the main task: as ``asyncio.Runner.run`` returns it looks
+        # at its SIGINT handler (Python 3.11), and ``signal.getsignal`` formats that
+        # handler, the task and its result with ``repr`` (a failed enum lookup); a big
+        # tick's results took 0.1-0.2 s to format, for nothing
+        kept.append(await main)
+
     try:
         with asyncio.Runner() as runner:
             runner.get_loop().set_exception_handler(quiet_second_ctrl_c)
-            result = runner.run(main)
+            runner.run(held())
     except KeyboardInterrupt:
         raise  # the process is ending on Ctrl-C: a second one stays quiet to its exit
     except BaseException:
         sys.unraisablehook = previous
         raise
     sys.unraisablehook = previous
-    return result
+    return kept[0]

@@ -49,6 +49,24 @@ def test_run_gives_its_loop_the_handler_and_returns_the_result() -> None:
     assert interrupts.run(handler()) is quiet_second_ctrl_c
 
 
+def test_the_result_is_never_formatted() -> None:
+    """A tick's results are big: Python 3.11's runner, as it returns, looks at its SIGINT
+    handler through ``signal.getsignal``, which formats the main task with ``repr``
+    (result included). ``run`` keeps the result out of that task."""
+    formatted: list[int] = []
+
+    class Big:
+        def __repr__(self) -> str:
+            formatted.append(1)
+            return "Big()"
+
+    async def main() -> Big:
+        return Big()
+
+    assert isinstance(interrupts.run(main()), Big)
+    assert formatted == []
+
+
 @pytest.mark.parametrize(
     "module", ["engine/runner.py", "engine/replay.py", "interview.py", "analysis/tune.py"]
 )
