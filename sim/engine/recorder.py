@@ -289,9 +289,9 @@ class TickRecorder:
     """Records one tick into ``.sim/log/tick-NNNNNN.jsonl``.
 
     Build it with ``TickRecorder.begin``; then ``wrap`` the adapter, give ``name_call`` and
-    ``on_event`` to the phases' clients, call ``phase_end`` after each phase, put
-    ``commit_files`` into the tick's commit and call ``committed`` after it, then
-    ``compress`` (or ``close`` when the tick fails).
+    ``on_event`` to the phases' clients, call ``phase_end`` after each phase and
+    ``calls_done`` after the last, put ``commit_files`` into the tick's commit and call
+    ``committed`` after it, then ``compress`` (or ``close`` when the tick fails).
     """
 
     def __init__(
@@ -328,8 +328,10 @@ class TickRecorder:
         self._calls: set[str] = set(partial.calls) if partial else set()
         self._commit: CommitRecord | None = None
         self._committed = False
-        #: the log compressed while the commit runs (``commit_files`` starts it)
+        #: the log compressed while the commit runs (``calls_done`` starts it)
         self._compression: LogCompression | None = None
+        #: the tick's usage record (``calls_done``)
+        self._usage: UsageRecord | None = None
         self._summary: Summary | None = None
         #: what the tick's logged calls cost at the configured prices
         self._cost_usd = 0.0
@@ -668,18 +670,34 @@ class TickRecorder:
         )
         self.writer.sync()
 
+    def calls_done(self, totals: Mapping[str, Any]) -> None:
+        """The tick's calls are over: its usage record goes in, and the log's compression
+        starts (``LogCompression``), reading the log while the tick's files are made and
+        digested; ``commit_files`` gives it the one line still to come."""
+        cost = None if self._cost_unknown else round(self._cost_usd, 8)
+        usage = UsageRecord.model_validate(
+            {**totals, "cost": cost, "resumed_calls": self.resumed_calls}
+        )
+        self._usage = usage
+        self.writer.append(usage)
+        self.writer.sync()
+        level = self.config.history.compress_level
+        if level > 0:  # compressed while the commit writes the world
+            self._compression = LogCompression(self.writer.path, level)
+
     def commit_files(
         self,
         storage: Storage,
         world: World,
         store_changes: Mapping[str, bytes | None],
-        totals: Mapping[str, Any],
         changed: Mapping[str, bytes] | None = None,
     ) -> dict[str, bytes | None]:
-        """The marker file that completes the log, to put into the tick's atomic commit.
+        """The marker file that completes the log, to put into the tick's atomic commit
+        (after ``calls_done``).
 
         ``changed``: ``storage.changed_files(world)`` if the caller already has it.
         """
+        assert self._usage is not None, "commit_files comes after calls_done"
         after = dict(self._digests)
         for rel, new in (storage.changed_files(world) if changed is None else changed).items():
             after[rel] = digest(new)
@@ -690,12 +708,6 @@ class TickRecorder:
                 after.pop(rel, None)
             else:
                 after[rel] = digest(data)
-        cost = None if self._cost_unknown else round(self._cost_usd, 8)
-        usage = UsageRecord.model_validate(
-            {**totals, "cost": cost, "resumed_calls": self.resumed_calls}
-        )
-        self.writer.append(usage)
-        self.writer.sync()
         self._commit = CommitRecord(
             tick=self.tick,
             state_after=digests_state(after),
@@ -704,16 +716,15 @@ class TickRecorder:
         )
         self._summary = self.summary.finish(
             committed=True,
-            wall=usage.elapsed,
+            wall=self._usage.elapsed,
             resumes=self.partial.resumes + 1 if self.partial is not None else 0,
             state_before=self._state_before,
             commit=self._commit,
             places=places_at(self._where),  # what `sim report` places characters by
         )
         marker = dump_record(self._commit)
-        level = self.config.history.compress_level
-        if level > 0:  # compressed while the commit writes the world (LogCompression)
-            self._compression = LogCompression(self.writer.path, level, [marker])
+        if self._compression is not None:
+            self._compression.end_with([marker])
         return {marker_rel(self.tick): marker}
 
     def committed(self) -> None:

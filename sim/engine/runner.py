@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from sim import interrupts
 from sim.config import Config
 from sim.engine import deletions, repair
@@ -18,7 +20,7 @@ from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
 from sim.engine.sharded_tick import run_sharded
 from sim.engine.shards import Shards
-from sim.engine.split import Logged, Merged, local_calls, unshardable
+from sim.engine.split import Logged, Merged, local_calls, take_files, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
 from sim.errors import InputError, SimError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
@@ -498,10 +500,12 @@ class Runner:
         for rel, data in changed.items():
             if len(data) <= limit or not rel.startswith("characters/"):
                 continue
-            char = world.characters[rel.removeprefix("characters/").removesuffix(".json")]
+            # from its file: a worker's character is in ``world`` only once committed
+            char = orjson.loads(data)
             trimmed = fit_memory(char, limit, lambda entity: len(dump_json(entity)))
             if trimmed is None:
                 continue
+            world.characters[rel.removeprefix("characters/").removesuffix(".json")] = char
             changed[rel] = world.originals[rel] = dump_json(char)
             notes.append(trimmed.note())
         return notes
@@ -651,13 +655,14 @@ class Runner:
             "usage": result.usage.to_dict(),
             "elapsed": time.perf_counter() - started,
         }
+        recorder.calls_done(totals)  # the log's compression starts
         # serialised once, for the log's digest and the commit (adopted: the loaded bytes
         # go as their new form comes)
         changed = self.storage.changed_files(
             world, adopt=True, given=sharded.files if sharded is not None else None
         )
         result.notes.extend(self._fit_memories(world, changed))
-        extra.update(recorder.commit_files(self.storage, world, extra, totals, changed))
+        extra.update(recorder.commit_files(self.storage, world, extra, changed))
         commit_started = time.perf_counter()
         self.storage.commit(world, extra, changed=changed, whole=True)
         del changed
@@ -670,6 +675,8 @@ class Runner:
         lost: list[str] = []
         await deletions.flush(world.root, adapter, pending, lost)
         result.notes.extend(f"deletions: {message}" for message in lost)
+        if sharded is not None:  # the workers' parts, as committed: read while the log's
+            take_files(world, sharded.theirs)  # compression ends
         result.moved = [
             (cid, start_locations[cid], c["state"]["location"])
             for cid, c in world.characters.items()

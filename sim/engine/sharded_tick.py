@@ -52,7 +52,6 @@ from sim.engine.split import (
     partition,
     phase_roles,
     states_of,
-    take_files,
     take_states,
     take_wholes,
     texts_in_order,
@@ -234,9 +233,9 @@ async def run_sharded(
         ctx.talks = None
         ctx.adapter = adapter
         shards.end()
-    for final in finals:
-        take_files(world, final.files)
+    for final in finals:  # their entities are taken into the world once committed
         merged.files.update(final.files)
+        merged.theirs.extend(final.files)
         merged.store.update(final.store)
         merged.deletions.extend(final.deletions)
     return merged

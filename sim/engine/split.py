@@ -203,6 +203,9 @@ class Merged:
     store: dict[str, bytes | None]
     deletions: list[tuple[str, str]]
     files: dict[str, bytes | None] = field(default_factory=dict)
+    #: the workers' entity files among ``files``: their entities are in the coordinator's
+    #: world once the tick commits (``take_files``)
+    theirs: list[str] = field(default_factory=list)
 
 
 # -- the split ---------------------------------------------------------------------------------
@@ -571,14 +574,15 @@ def owned(part: Iterable[str], places: Iterable[str]) -> set[tuple[str, str]]:
     return {("character", cid) for cid in part} | {("location", lid) for lid in places}
 
 
-def take_files(world: World, files: Mapping[str, bytes | None]) -> None:
-    """Put another shard's part in ``world`` from its files (``ShardFinal.files``): each
-    entity as its file says, the one loaded when unchanged (a change made in a phase and
-    undone in a later one leaves the file as loaded, not the state the barrier sent)."""
+def take_files(world: World, files: Iterable[str]) -> None:
+    """Put the shards' parts in ``world`` as the tick committed them (``Merged.files``,
+    after the commit): each entity as ``world.originals`` holds its file now, its new form
+    or the one loaded when unchanged (a change made in a phase and undone in a later one
+    leaves the file as loaded, not the state the barrier sent)."""
     entities = {"characters": world.characters, "locations": world.locations}
-    for rel, data in files.items():
+    for rel in files:
         kind, _, name = rel.partition("/")
         eid = name.removesuffix(".json")
-        if eid not in entities.get(kind, {}) or (data is None and rel not in world.originals):
+        if eid not in entities.get(kind, {}) or rel not in world.originals:
             raise RunError(f"a shard sent {rel!r}, which is not a file of this world's")
-        entities[kind][eid] = orjson.loads(world.originals[rel] if data is None else data)
+        entities[kind][eid] = orjson.loads(world.originals[rel])

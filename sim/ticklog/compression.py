@@ -133,12 +133,15 @@ class _FileLines:
     (``_Pieces``), never read whole."""
 
     handle: BinaryIO
-    #: lines that follow the file's (``LogCompression``: the commit record to come)
-    tail: list[bytes] = field(default_factory=list)
+    #: the lines that follow the file's (``LogCompression``: the commit record, which may
+    #: not be known yet when the compression starts: asked for once the scan reaches them)
+    tail: Callable[[], Sequence[bytes]] = tuple
     #: read the file only this far (``None``: to its end)
     end: int | None = None
     #: per line: where it starts, its length without the newline, whether it goes as pieces
     spans: list[tuple[int, int, bool]] = field(default_factory=list)
+    #: ``tail()``, once the scan has it
+    tail_lines: Sequence[bytes] = ()
 
     def scan(self) -> Iterator[bytes]:
         self.spans.clear()
@@ -163,13 +166,14 @@ class _FileLines:
                 long = head is not raw
                 self.spans.append((start, at - start - 1, long and head.startswith(_OBJECT_STATE)))
                 yield head if long else head[:-1]
-        yield from self.tail
+        self.tail_lines = self.tail()
+        yield from self.tail_lines
 
     def pick(self, indices: Iterable[int]) -> Iterator[bytes | _Pieces]:
         seek, read, spans = self.handle.seek, self.handle.read, self.spans
         for i in indices:
             if i >= len(spans):
-                yield self.tail[i - len(spans)]
+                yield self.tail_lines[i - len(spans)]
                 continue
             start, length, pieces = spans[i]
             seek(start)
@@ -364,8 +368,9 @@ def _pack_into(tmp: Path, lines: _Lines, level: int, stop: threading.Event | Non
 
 class LogCompression:
     """``compress_log`` of a running tick's plain log, done while the tick's files are
-    committed: started once the log holds every record but the ``commit`` one (given as
-    ``tail``, the line the log will end with), finished after the commit.
+    committed: started once the log holds every record but the ``commit`` one, which
+    ``end_with`` gives (the line the log will end with: its files' digests are made while
+    the compression reads the log), finished after the commit.
 
     It reads the log only as far as it reached when it was started, and writes
     ``<name>.zst.tmp``; ``finish`` renames that into place and removes the plain log, once
@@ -381,12 +386,13 @@ class LogCompression:
     compressed by a thread.
     """
 
-    def __init__(self, path: Path, level: int, tail: Sequence[bytes]) -> None:
+    def __init__(self, path: Path, level: int, tail: Sequence[bytes] | None = None) -> None:
         self.path = path
         self.target = packed_path(path)
         self._tmp = _tmp_of(self.target)
         self._level = level
-        self._tail = list(tail)
+        self._tail: list[bytes] | None = None
+        self._tail_given = threading.Event()
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._child: _ChildCompression | None = None
@@ -407,33 +413,53 @@ class LogCompression:
                 handle = None
             self._error = exc
         if handle is not None and self._end >= CHILD_FROM_BYTES:
-            self._child = _ChildCompression.start(handle, self._end, self._tmp, level, tail)
+            self._child = _ChildCompression.start(handle, self._end, self._tmp, level)
             if self._child is not None:
                 handle.close()  # the child has its own descriptor of the log
-                return
-        self._thread = threading.Thread(
-            target=self._run, args=(handle, self._end), name="sim-log-compression"
-        )
-        try:
-            self._thread.start()
-        except BaseException:
-            if handle is not None:
-                handle.close()
-            raise
+        if self._child is None:
+            self._thread = threading.Thread(
+                target=self._run, args=(handle, self._end), name="sim-log-compression"
+            )
+            try:
+                self._thread.start()
+            except BaseException:
+                if handle is not None:
+                    handle.close()
+                raise
+        if tail is not None:
+            self.end_with(tail)
+
+    def end_with(self, tail: Sequence[bytes]) -> None:
+        """The lines the log will end with, after those it held when the compression
+        started (once: the commit record)."""
+        assert self._tail is None, "the log's tail is given once"
+        self._tail = list(tail)
+        if self._child is not None:
+            self._child.end_with(self._tail)
+        self._tail_given.set()
+
+    def _given_tail(self) -> Sequence[bytes]:
+        """The tail, once ``end_with`` gave it (``_Stopped`` when the tick is cancelled
+        first)."""
+        self._tail_given.wait()
+        if self._stop.is_set() or self._tail is None:
+            raise _Stopped
+        return self._tail
 
     def _run(self, handle: BinaryIO | None, end: int) -> None:
         if handle is None:
             return
         try:
             with handle:
-                lines = _FileLines(handle, tail=self._tail, end=end)
+                lines = _FileLines(handle, tail=self._given_tail, end=end)
                 _pack_into(self._tmp, lines, self._level, self._stop)
         except BaseException as exc:  # handed to the caller by ``finish``
             self._error = exc
 
     def finish(self) -> Path:
         """Wait for the compressed log and put it in place of the plain one (which must
-        end with the ``tail`` by now); raises what the compression raised."""
+        end with the tail by now); raises what the compression raised."""
+        assert self._tail is not None, "finished before the log's tail was given"
         if self._child is not None:
             if not self._child.finished():  # the child failed or was killed: done here
                 self._tmp.unlink(missing_ok=True)
@@ -452,6 +478,7 @@ class LogCompression:
         """The tick did not commit: the compression stops at its next line, its copy
         goes, the plain log stays."""
         self._stop.set()
+        self._tail_given.set()  # a compression waiting for the tail stops too
         if self._child is not None:
             self._child.kill()
             self._child = None
@@ -470,23 +497,22 @@ _CHILD_CODE = "from sim.ticklog.compression import child_main; child_main()"
 @dataclass
 class _ChildCompression:
     """``python -c _CHILD_CODE``: ``_pack_into`` of a log in another process, given the
-    log open (its descriptor), how far to read it, the copy to write, the level and the
-    tail. Its standard input stays open until the compression is over: when it closes (this
-    process is gone, even by ``kill -9``) the child stops at its next line and removes its
-    copy. It is in a session of its own, so a Ctrl-C at the terminal reaches only this
-    process, which decides."""
+    log open (its descriptor), how far to read it, the copy to write and the level; the
+    tail comes later on its standard input (``end_with``: one line, each of the tail's
+    lines in hex, space-separated). Its standard input stays open until the compression is
+    over: when it closes (this process is gone, even by ``kill -9``) the child stops at
+    its next line and removes its copy. It is in a session of its own, so a Ctrl-C at the
+    terminal reaches only this process, which decides."""
 
     process: subprocess.Popen[bytes]
 
     @classmethod
-    def start(
-        cls, handle: BinaryIO, end: int, tmp: Path, level: int, tail: Sequence[bytes]
-    ) -> _ChildCompression | None:
+    def start(cls, handle: BinaryIO, end: int, tmp: Path, level: int) -> _ChildCompression | None:
         """The running child, or ``None`` when none can be started (compress in a thread)."""
         if not sys.executable:
             return None
         fd = handle.fileno()
-        args = [__file__, str(fd), str(end), os.fspath(tmp), str(level), *(t.hex() for t in tail)]
+        args = [__file__, str(fd), str(end), os.fspath(tmp), str(level)]
         try:
             process = subprocess.Popen(
                 [sys.executable, "-c", _CHILD_CODE, *args],
@@ -499,6 +525,13 @@ class _ChildCompression:
         except OSError:
             return None
         return cls(process)
+
+    def end_with(self, tail: Sequence[bytes]) -> None:
+        """Send the child the log's tail (a child already gone is found by ``finished``)."""
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):  # BrokenPipeError: it failed, or was killed
+            self.process.stdin.write(b" ".join(line.hex().encode() for line in tail) + b"\n")
+            self.process.stdin.flush()
 
     def finished(self) -> bool:
         """Wait for the child; whether it wrote the whole copy."""
@@ -518,26 +551,41 @@ class _ChildCompression:
 
 
 def child_main() -> None:
-    """The child's side of ``_ChildCompression`` (its arguments in ``sys.argv``); exits 0
-    once the copy is written and flushed, 1 when it failed or was stopped (the copy
-    removed), 2 when it imported another sim than its parent (the parent then compresses
-    the log itself)."""
+    """The child's side of ``_ChildCompression`` (its arguments in ``sys.argv``, the tail
+    on its standard input); exits 0 once the copy is written and flushed, 1 when it failed
+    or was stopped (the copy removed), 2 when it imported another sim than its parent (the
+    parent then compresses the log itself)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    expected, fd, end, tmp, level, *tail = sys.argv[1:]
+    expected, fd, end, tmp, level = sys.argv[1:]
     if os.path.realpath(expected) != os.path.realpath(__file__):
         os._exit(2)
     stop = threading.Event()
+    given = threading.Event()
+    tail: list[bytes] = []
 
-    def watch() -> None:  # the parent gone (or cancelling): stop, and remove the copy
-        while os.read(0, 4096):
-            pass
+    def watch() -> None:
+        """The tail, from the first line of standard input; then its end (the parent gone,
+        or cancelling): stop, and remove the copy."""
+        line = sys.stdin.buffer.readline()
+        if line.endswith(b"\n"):
+            tail.extend(bytes.fromhex(piece.decode()) for piece in line.split())
+            given.set()
+            while os.read(0, 4096):
+                pass
         stop.set()
+        given.set()
+
+    def wait_for_tail() -> list[bytes]:
+        given.wait()
+        if stop.is_set():
+            raise _Stopped
+        return tail
 
     threading.Thread(target=watch, daemon=True).start()
     code = 0
     try:
         with os.fdopen(int(fd), "rb") as handle:
-            lines = _FileLines(handle, tail=[bytes.fromhex(t) for t in tail], end=int(end))
+            lines = _FileLines(handle, tail=wait_for_tail, end=int(end))
             _pack_into(Path(tmp), lines, int(level), stop)
     except BaseException:  # the parent compresses the log itself, and raises what it finds
         code = 1

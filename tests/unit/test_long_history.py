@@ -8,6 +8,7 @@ import math
 import random
 import sys
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -544,6 +545,44 @@ def test_a_compression_thread_that_starts_late_still_takes_the_commit_record_onc
         assert packed.read_bytes() == compress_log(again).read_bytes()
         types = [orjson.loads(line)["type"] for line in unpacked(packed).splitlines()]
         assert types.count("commit") == 1
+
+
+@pytest.mark.parametrize("by", ["thread", "child"])
+def test_a_compression_started_before_its_tail_is_known_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
+) -> None:
+    """The compression starts when the tick's calls are over, before the commit record
+    (its files' digests) exists: it reads the log, waits for the record (``end_with``),
+    and gives the committed log compressed; cancelled while it waits, it ends and leaves
+    nothing beside the plain log."""
+    from sim.ticklog import compression
+
+    monkeypatch.setattr(compression, "CHILD_FROM_BYTES", 0 if by == "child" else 1 << 62)
+    world = copy_demo(tmp_path / "w")
+    run(world, 1, history={"compress_level": 0})
+    body = log_path(world, 1).read_bytes().splitlines(keepends=True)[:-1]  # no commit
+    record = b'{"type":"commit","tick":1,"state_after":"sha256:0","calls":0,"committed_at":0}'
+    for name, ends in (("waits", True), ("cancelled", False)):
+        log = tmp_path / name / log_path(world, 1).name
+        log.parent.mkdir()
+        log.write_bytes(b"".join(body))
+        job = LogCompression(log, 3)
+        assert (job._child is not None) == (by == "child")
+        time.sleep(0.3)  # the log read through: the compression waits for its tail
+        if not ends:
+            job.cancel()
+            assert job._thread is None or not job._thread.is_alive()
+            assert sorted(p.name for p in log.parent.iterdir()) == [log.name]
+            continue
+        job.end_with([record])
+        with log.open("ab") as out:
+            out.write(record + b"\n")
+        packed = job.finish()
+        again = tmp_path / "again" / log.name
+        again.parent.mkdir()
+        again.write_bytes(b"".join(body) + record + b"\n")
+        assert packed.read_bytes() == compress_log(again).read_bytes()
+        assert sorted(p.name for p in log.parent.iterdir()) == [packed.name]
 
 
 @pytest.mark.parametrize("by", ["thread", "child"])
