@@ -417,8 +417,13 @@ class LogCompression:
             if self._child is not None:
                 handle.close()  # the child has its own descriptor of the log
         if self._child is None:
+            # a daemon: a compression waiting for a tail that never comes (the caller
+            # neither committed nor cancelled) never holds the process at its exit
             self._thread = threading.Thread(
-                target=self._run, args=(handle, self._end), name="sim-log-compression"
+                target=self._run,
+                args=(handle, self._end),
+                name="sim-log-compression",
+                daemon=True,
             )
             try:
                 self._thread.start()
