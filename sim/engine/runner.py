@@ -20,7 +20,7 @@ from sim.engine.guard import PhaseGuard
 from sim.engine.recorder import TickRecorder
 from sim.engine.sharded_tick import run_sharded
 from sim.engine.shards import Shards
-from sim.engine.split import Logged, Merged, local_calls, take_files, unshardable
+from sim.engine.split import Ends, Logged, Merged, local_calls, unshardable
 from sim.engine.stack import Stack, batch_transport, build_stack, with_recovery
 from sim.errors import InputError, SimError, TickInterrupted, UserError
 from sim.gcpause import gc_paused
@@ -638,7 +638,7 @@ class Runner:
         result = TickResult(
             tick=ctx.tick,
             narratives=dict(ctx.narratives),
-            location_names={lid: loc["identity"]["name"] for lid, loc in world.locations.items()},
+            location_names={},  # as the tick left them: set once it has committed
             reports=ctx.reports,
             elapsed=0.0,
             timings=timings,
@@ -675,13 +675,15 @@ class Runner:
         lost: list[str] = []
         await deletions.flush(world.root, adapter, pending, lost)
         result.notes.extend(f"deletions: {message}" for message in lost)
-        if sharded is not None:  # the workers' parts, as committed: read while the log's
-            take_files(world, sharded.theirs)  # compression ends
+        ends = Ends.of(world, world.characters, world.locations)
+        if sharded is not None:  # the workers' parts as they sent them: their entities
+            ends.add(sharded.ends)  # here are as this process last saw them
         result.moved = [
-            (cid, start_locations[cid], c["state"]["location"])
-            for cid, c in world.characters.items()
-            if c["state"]["location"] != start_locations[cid]
+            (cid, start_locations[cid], where)
+            for cid, (_, where) in ends.characters.items()
+            if where != start_locations[cid]
         ]
-        result.character_names = {cid: c["identity"]["name"] for cid, c in world.characters.items()}
+        result.character_names = {cid: name for cid, (name, _) in ends.characters.items()}
+        result.location_names = ends.places
         result.elapsed = time.perf_counter() - started
         return result

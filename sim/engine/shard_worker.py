@@ -32,6 +32,7 @@ from sim.config import Config
 from sim.engine import repair
 from sim.engine.recorder import attempt_record, call_record, phase_results
 from sim.engine.split import (
+    Ends,
     HandOver,
     Logged,
     PhaseDone,
@@ -423,6 +424,7 @@ async def run_part(
         files=entity_forms(world, mine, ctx.occupancy),
         store=store.changes(),
         deletions=evicted,
+        ends=Ends.of(world, mine, ctx.occupancy),
     )
 
 

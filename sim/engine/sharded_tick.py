@@ -42,6 +42,7 @@ from sim.engine.split import (
     alone,
     barrier_after,
     changed_states,
+    check_part,
     delivers,
     merge_messages,
     merge_reports,
@@ -233,9 +234,10 @@ async def run_sharded(
         ctx.talks = None
         ctx.adapter = adapter
         shards.end()
-    for final in finals:  # their entities are taken into the world once committed
+    for final in finals:
+        check_part(world, final)
         merged.files.update(final.files)
-        merged.theirs.extend(final.files)
+        merged.ends.add(final.ends)
         merged.store.update(final.store)
         merged.deletions.extend(final.deletions)
     return merged

@@ -154,11 +154,13 @@ class ShardFinal:
     files: dict[str, bytes | None]
     store: dict[str, bytes | None]
     deletions: list[tuple[str, str]] = field(default_factory=list)
+    #: what the tick's result says of the part, as its files hold it (``Ends``)
+    ends: Ends = field(default_factory=lambda: Ends({}, {}))
 
     def pieces(self, size: int = FINAL_PIECE) -> Iterator[ShardFinal]:
-        """This part in pieces of about ``size`` bytes of files each, the deletions with
-        the last: sent one after another, so that no one message holds the whole part
-        (``FINAL_PIECE``)."""
+        """This part in pieces of about ``size`` bytes of files each, the deletions and
+        the ends with the last: sent one after another, so that no one message holds the
+        whole part (``FINAL_PIECE``)."""
         piece = ShardFinal({}, {})
         held = 0
         for in_store, entries in ((False, self.files), (True, self.store)):
@@ -169,6 +171,7 @@ class ShardFinal:
                     yield piece
                     piece, held = ShardFinal({}, {}), 0
         piece.deletions = self.deletions
+        piece.ends = self.ends
         yield piece
 
     def add(self, piece: ShardFinal) -> None:
@@ -176,6 +179,35 @@ class ShardFinal:
         self.files.update(piece.files)
         self.store.update(piece.store)
         self.deletions.extend(piece.deletions)
+        self.ends.add(piece.ends)
+
+
+@dataclass
+class Ends:
+    """What a tick's result (``TickResult``: who moved, the characters' and places' names)
+    needs of some entities as the tick ends: a worker sends its part's with its files, so
+    ``sim tick`` need not parse those files again to know it."""
+
+    #: per character: its name and its place
+    characters: dict[str, tuple[str, str]]
+    #: per place: its name
+    places: dict[str, str]
+
+    @classmethod
+    def of(cls, world: World, characters: Iterable[str], places: Iterable[str]) -> Ends:
+        """These entities' ends, as ``world`` holds them."""
+        chars, locs = world.characters, world.locations
+        return cls(
+            {
+                cid: (chars[cid]["identity"]["name"], chars[cid]["state"]["location"])
+                for cid in characters
+            },
+            {lid: locs[lid]["identity"]["name"] for lid in places},
+        )
+
+    def add(self, other: Ends) -> None:
+        self.characters.update(other.characters)
+        self.places.update(other.places)
 
 
 @dataclass
@@ -203,9 +235,9 @@ class Merged:
     store: dict[str, bytes | None]
     deletions: list[tuple[str, str]]
     files: dict[str, bytes | None] = field(default_factory=dict)
-    #: the workers' entity files among ``files``: their entities are in the coordinator's
-    #: world once the tick commits (``take_files``)
-    theirs: list[str] = field(default_factory=list)
+    #: the workers' parts as the tick ends (in the coordinator's world their entities
+    #: stay as it last saw them: ``files`` is not parsed again)
+    ends: Ends = field(default_factory=lambda: Ends({}, {}))
 
 
 # -- the split ---------------------------------------------------------------------------------
@@ -574,15 +606,20 @@ def owned(part: Iterable[str], places: Iterable[str]) -> set[tuple[str, str]]:
     return {("character", cid) for cid in part} | {("location", lid) for lid in places}
 
 
-def take_files(world: World, files: Iterable[str]) -> None:
-    """Put the shards' parts in ``world`` as the tick committed them (``Merged.files``,
-    after the commit): each entity as ``world.originals`` holds its file now, its new form
-    or the one loaded when unchanged (a change made in a phase and undone in a later one
-    leaves the file as loaded, not the state the barrier sent)."""
+def check_part(world: World, part: ShardFinal) -> None:
+    """A worker's part names only entities of ``world`` (its files and its ``Ends``).
+
+    Raises:
+        RunError: naming the first file or entity that is not one of the world's; the
+            tick ends uncommitted, with nothing made up put in the world or its commit.
+    """
     entities = {"characters": world.characters, "locations": world.locations}
-    for rel in files:
+    named = [
+        *part.files,
+        *(f"characters/{cid}.json" for cid in part.ends.characters),
+        *(f"locations/{lid}.json" for lid in part.ends.places),
+    ]
+    for rel in named:
         kind, _, name = rel.partition("/")
-        eid = name.removesuffix(".json")
-        if eid not in entities.get(kind, {}) or rel not in world.originals:
+        if not name.endswith(".json") or name.removesuffix(".json") not in entities.get(kind, {}):
             raise RunError(f"a shard sent {rel!r}, which is not a file of this world's")
-        entities[kind][eid] = orjson.loads(world.originals[rel])

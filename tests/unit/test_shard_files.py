@@ -1,7 +1,8 @@
 """A sharded tick's parts come back as files (``ShardFinal.files``): each shard makes its own
-part's commit files (``sim.storage.entity_forms``), and the coordinator takes them as they
-are (``Storage.changed_files(given=...)``) and puts the entities they hold in its world
-(``sim.engine.split.take_files``)."""
+part's commit files (``sim.storage.entity_forms``) and what the tick's result says of them
+(``sim.engine.split.Ends``), and the coordinator commits the files as they are
+(``Storage.changed_files(given=...)``), after checking that they name only its world's
+entities (``sim.engine.split.check_part``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 from conftest import WORLDS, copy_demo
 
-from sim.engine.split import take_files, take_states
+from sim.engine.split import Ends, ShardFinal, check_part, take_states
 from sim.storage import Storage, entity_forms
 
 
@@ -40,18 +41,19 @@ def test_a_shards_files_are_the_commits_and_none_for_an_unchanged_entity(
     }
 
 
-def test_the_coordinator_takes_a_shards_files_as_its_world_and_its_commit(
+def test_the_coordinator_commits_a_shards_files_and_reports_its_ends(
     tmp_path: Path,
 ) -> None:
     """A worker's character whose state a barrier sent, then changed back in the last
-    phase, is as loaded in the coordinator's world; one changed is as its file says; and
-    the commit writes exactly the worker's bytes, none of the coordinator's stale copies."""
+    phase, is where it was loaded in the worker's ends (what the tick's result says); one
+    changed is as its file says; and the commit writes exactly the worker's bytes, none of
+    the coordinator's stale copies."""
     root = copy_demo(tmp_path / "w")
     storage = Storage(root)
     coordinator = storage.load()
     worker = storage.load()
     back, moved = sorted(worker.characters)[:2]
-    loaded = copy.deepcopy(coordinator.characters[back])
+    loaded = coordinator.characters[back]["state"]["location"]
 
     # a barrier: the coordinator is sent the state the worker's phase left
     went = dict(worker.characters[back]["state"], location="the-well")
@@ -61,13 +63,17 @@ def test_the_coordinator_takes_a_shards_files_as_its_world_and_its_commit(
     worker.characters[moved].setdefault("memory", {})["note"] = "saw the well"
     files = entity_forms(worker, [back, moved], [])
     assert files[f"characters/{back}.json"] is None
+    ends = Ends.of(worker, [back, moved], [])
 
-    take_files(coordinator, files)
+    check_part(coordinator, ShardFinal(files, {}, ends=ends))
 
-    assert coordinator.characters[back] == loaded
+    assert ends.characters[back][1] == loaded
     moved_file = files[f"characters/{moved}.json"]
     assert moved_file is not None
-    assert coordinator.characters[moved] == orjson.loads(moved_file)
+    assert ends.characters[moved] == (
+        orjson.loads(moved_file)["identity"]["name"],
+        orjson.loads(moved_file)["state"]["location"],
+    )
     commit = storage.changed_files(coordinator, given=files)
     assert commit == {f"characters/{moved}.json": moved_file}
 
@@ -122,30 +128,34 @@ def test_only_the_state_writing_phases_change_a_state(
 
 
 def test_a_file_a_shard_sends_for_no_entity_of_the_world_is_refused(tmp_path: Path) -> None:
-    """The coordinator takes a shard's files only for entities its world has: anything
-    else ends the tick with an error naming the file, never an entity made up."""
+    """The coordinator takes a shard's files and ends only for entities its world has:
+    anything else ends the tick with an error naming the file, never an entity made up."""
     from sim.errors import RunError
 
     world = Storage(copy_demo(tmp_path / "w")).load()
     for rel in ("characters/nobody.json", "notes/x.json", ".sim/journal.json"):
         with pytest.raises(RunError, match="not a file of this world"):
-            take_files(world, {rel: b"{}"})
-    assert "nobody" not in world.characters
+            check_part(world, ShardFinal({rel: b"{}"}, {}))
+    for ends in (Ends({"nobody": ("No One", "nowhere")}, {}), Ends({}, {"nowhere": "?"})):
+        with pytest.raises(RunError, match="not a file of this world"):
+            check_part(world, ShardFinal({}, {}, ends=ends))
+    cid = sorted(world.characters)[0]
+    check_part(world, ShardFinal({f"characters/{cid}.json": None}, {}))
 
 
 def test_a_part_goes_in_pieces_that_add_up_to_it_in_its_order(tmp_path: Path) -> None:
     """A worker's part is sent in pieces (``ShardFinal.pieces``), none much bigger than
     the size asked (one file over it at most), the store's changes after the entities',
-    the deletions with the last; put together again (``add``) they are the part, in
-    its order. A part with nothing in it is one piece."""
-    from sim.engine.split import ShardFinal
+    the deletions and the ends with the last; put together again (``add``) they are the
+    part, in its order. A part with nothing in it is one piece."""
 
     world = Storage(copy_demo(tmp_path / "w")).load()
     world.characters[sorted(world.characters)[0]]["state"]["location"] = "elsewhere"
     files = entity_forms(world, sorted(world.characters), sorted(world.locations))
     store: dict[str, bytes | None] = {f"chains/c{i}.json": b"x" * (300 + i) for i in range(9)}
     store["chains/gone.json"] = None
-    whole = ShardFinal(files, store, [("intentions", "resp-1"), ("memory", "resp-2")])
+    ends = Ends.of(world, sorted(world.characters), sorted(world.locations))
+    whole = ShardFinal(files, store, [("intentions", "resp-1"), ("memory", "resp-2")], ends)
     largest = max(len(rel) + len(data or b"") for rel, data in [*files.items(), *store.items()])
     size = 700
 
@@ -157,6 +167,8 @@ def test_a_part_goes_in_pieces_that_add_up_to_it_in_its_order(tmp_path: Path) ->
         assert sum(len(rel) + len(data or b"") for rel, data in entries) < size + largest
     assert [p.deletions for p in pieces[:-1]] == [[]] * (len(pieces) - 1)
     assert pieces[-1].deletions == whole.deletions
+    assert [p.ends for p in pieces[:-1]] == [Ends({}, {})] * (len(pieces) - 1)
+    assert pieces[-1].ends == ends and ends.characters and ends.places
     again = ShardFinal({}, {})
     for piece in pieces:
         again.add(piece)
