@@ -614,12 +614,10 @@ def check_part(world: World, part: ShardFinal) -> None:
             tick ends uncommitted, with nothing made up put in the world or its commit.
     """
     entities = {"characters": world.characters, "locations": world.locations}
-    named = [
-        *part.files,
-        *(f"characters/{cid}.json" for cid in part.ends.characters),
-        *(f"locations/{lid}.json" for lid in part.ends.places),
-    ]
-    for rel in named:
+    for rel in part.files:
         kind, _, name = rel.partition("/")
         if not name.endswith(".json") or name.removesuffix(".json") not in entities.get(kind, {}):
             raise RunError(f"a shard sent {rel!r}, which is not a file of this world's")
+    for kind, ids in (("characters", part.ends.characters), ("locations", part.ends.places)):
+        for eid in sorted(ids.keys() - entities[kind].keys()):
+            raise RunError(f"a shard sent {kind}/{eid}.json, which is not a file of this world's")

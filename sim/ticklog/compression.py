@@ -386,7 +386,7 @@ class LogCompression:
     compressed by a thread.
     """
 
-    def __init__(self, path: Path, level: int, tail: Sequence[bytes] | None = None) -> None:
+    def __init__(self, path: Path, level: int) -> None:
         self.path = path
         self.target = packed_path(path)
         self._tmp = _tmp_of(self.target)
@@ -431,8 +431,6 @@ class LogCompression:
                 if handle is not None:
                     handle.close()
                 raise
-        if tail is not None:
-            self.end_with(tail)
 
     def end_with(self, tail: Sequence[bytes]) -> None:
         """The lines the log will end with, after those it held when the compression

@@ -91,7 +91,8 @@ import sys, time
 from pathlib import Path
 from sim.ticklog import compression
 compression.CHILD_FROM_BYTES = 0
-job = compression.LogCompression(Path(sys.argv[1]), 3, [b'{"type":"commit"}'])
+job = compression.LogCompression(Path(sys.argv[1]), 3)
+job.end_with([b'{"type":"commit"}'])
 print(job._child.process.pid, flush=True)
 time.sleep(600)
 """
