@@ -422,6 +422,8 @@ class BackpressureAdapter(AdapterWrapper):
         except LLMError as exc:
             endpoint.release(sent_at, exc)
             exc.endpoint = endpoint.url
+            if note is not None:  # told with the attempt's outcome, whatever it is
+                exc.notice = f"{exc.notice}\n{note}" if exc.notice else note
             if exc.code == "connection_error" and not isinstance(exc, EndpointDownError):
                 exc.message = f"{describe_connection_error(endpoint.url, exc)}: {exc.message}"
                 exc.args = (exc.message,)

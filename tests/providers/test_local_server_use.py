@@ -231,6 +231,20 @@ async def test_a_one_slot_server_gets_one_request_at_a_time_and_no_call_times_ou
         assert server.stats.requests == 6  # the capacity questions are not billed requests
 
 
+async def test_the_capacity_note_is_told_when_the_first_answer_fails() -> None:
+    """The first call's answer is cut at its token cap (a small local model does this now
+    and then): the note of the server's capacity goes with that failure, not lost with it
+    (it was, and the tick summary then never said how many requests the server serves)."""
+    options = StubOptions(
+        slots=1, capacity_report="llama-cpp-python", fault_rate=1.0, faults=("incomplete",)
+    )
+    with ServerThread(StubServer(options)) as server:
+        _, results = await gather_calls(server, 3)
+    assert all(isinstance(r, LLMError) for r in results), results
+    notes = [r.notice for r in results if isinstance(r, LLMError) and r.notice]
+    assert len(notes) == 1 and "serves 1 request(s) at once (llama-cpp-python" in notes[0]
+
+
 async def test_a_reported_capacity_caps_the_limit_but_never_raises_it() -> None:
     with ServerThread(StubServer(StubOptions(slots=4, capacity_report="props"))) as server:
         stack, results = await gather_calls(server, 8)
