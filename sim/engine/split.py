@@ -619,5 +619,8 @@ def check_part(world: World, part: ShardFinal) -> None:
         if not name.endswith(".json") or name.removesuffix(".json") not in entities.get(kind, {}):
             raise RunError(f"a shard sent {rel!r}, which is not a file of this world's")
     for kind, ids in (("characters", part.ends.characters), ("locations", part.ends.places)):
-        for eid in sorted(ids.keys() - entities[kind].keys()):
-            raise RunError(f"a shard sent {kind}/{eid}.json, which is not a file of this world's")
+        unknown = sorted(ids.keys() - entities[kind].keys())
+        if unknown:
+            raise RunError(
+                f"a shard sent {kind}/{unknown[0]}.json, which is not a file of this world's"
+            )
